@@ -1,0 +1,44 @@
+/* cq_err.h - one error vocabulary for all of chanq.
+ *
+ * Functions return 0 on success or a negative code: -errno for system errors, CQ_E* (<= -1000)
+ * for project errors. Every project code is defined once in CQ_ERR_MAP, which also generates
+ * cq_strerror() and cq_errname(). Thread-safe; no allocation.
+ */
+#ifndef CQ_ERR_H
+#define CQ_ERR_H
+
+#define CQ_ERR_MAP(X)                                                                              \
+    X(EMAGIC, -1000, "bad packet magic (expected 'C','H')")                                       \
+    X(EZEROLEN, -1001, "packet length is zero")                                                    \
+    X(ETOOBIG, -1002, "packet length exceeds the limit")                                           \
+    X(EDECODE, -1003, "body is not a valid protobuf message")                                      \
+    X(ESNAPPY, -1004, "body is not a valid snappy block")                                          \
+    X(ENOCHAN, -1005, "unknown channel")                                                           \
+    X(EFSM, -1006, "message type not allowed in the connection's state")                           \
+    X(EACL, -1007, "not allowed by the channel ACL")                                               \
+    X(EAUTH, -1008, "authentication failed")                                                       \
+    X(ELIMIT, -1009, "a configured limit was reached")                                             \
+    X(EFULL, -1010, "channel ids are exhausted")                                                   \
+    X(ECONFIG, -1011, "invalid configuration")                                                     \
+    X(ENOCONN, -1012, "unknown connection")                                                        \
+    X(EEXIST, -1013, "already exists")                                                             \
+    X(ESLOW, -1014, "slow consumer: queued bytes over the limit")                                  \
+    X(ETIMEOUT, -1015, "timed out")                                                                \
+    X(ENOTYPE, -1016, "unknown or unhandled message type")                                         \
+    X(EBADTARGET, -1017, "message sent to the wrong channel")                                      \
+    X(ENOOWNER, -1018, "channel has no owner")                                                     \
+    X(ECLOSED, -1019, "connection is closing")                                                     \
+    X(EJSON, -1020, "invalid JSON")
+
+enum {
+#define CQ__ERR_ENUM(name, val, msg) CQ_##name = (val),
+    CQ_ERR_MAP(CQ__ERR_ENUM)
+#undef CQ__ERR_ENUM
+};
+
+/* Human-readable text for any code returned by chanq (project or -errno). Never NULL. */
+const char *cq_strerror(int err);
+/* Symbolic name ("CQ_EMAGIC", "EINVAL"...). Never NULL. */
+const char *cq_errname(int err);
+
+#endif

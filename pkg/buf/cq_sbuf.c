@@ -1,0 +1,47 @@
+#include "cq_sbuf.h"
+
+#include "../base/cq_alloc.h"
+
+#include <errno.h>
+#include <string.h>
+
+int cq_sbuf_reserve(cq_sbuf_t *b, size_t n)
+{
+    if (b->cap - b->len >= n)
+        return 0;
+    size_t ncap = b->cap ? b->cap : 64;
+    while (ncap - b->len < n)
+        ncap *= 2;
+    uint8_t *d = cq_realloc(b->data, ncap);
+    if (!d)
+        return -ENOMEM;
+    b->data = d;
+    b->cap = ncap;
+    return 0;
+}
+
+int cq_sbuf_append(cq_sbuf_t *b, const void *p, size_t n)
+{
+    int r = cq_sbuf_reserve(b, n);
+    if (r < 0)
+        return r;
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+void cq_sbuf_consume(cq_sbuf_t *b, size_t n)
+{
+    if (n >= b->len) {
+        b->len = 0;
+        return;
+    }
+    memmove(b->data, b->data + n, b->len - n);
+    b->len -= n;
+}
+
+void cq_sbuf_done(cq_sbuf_t *b)
+{
+    cq_free(b->data);
+    cq_sbuf_init(b);
+}

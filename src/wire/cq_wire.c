@@ -1,0 +1,265 @@
+#include "cq_wire.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_varint.h"
+
+#include <string.h>
+
+/* ---- envelope parsing ------------------------------------------------------------------- */
+
+/* Skips one field value of wire type wt starting at p. Returns the new p or NULL if bad. */
+static const uint8_t *skip_field(const uint8_t *p, const uint8_t *end, unsigned wt)
+{
+    uint64_t v;
+    size_t k;
+    switch (wt) {
+    case 0:
+        k = cq_varint_get(p, end, &v);
+        return k ? p + k : NULL;
+    case 1:
+        return end - p >= 8 ? p + 8 : NULL;
+    case 2:
+        k = cq_varint_get(p, end, &v);
+        if (!k || v > (uint64_t)(end - p - (ptrdiff_t)k))
+            return NULL;
+        return p + k + v;
+    case 5:
+        return end - p >= 4 ? p + 4 : NULL;
+    default:
+        return NULL; /* groups (3, 4) and reserved types are not accepted */
+    }
+}
+
+/* Reads a tag; returns bytes consumed or 0. Field number 0 is invalid. */
+static size_t get_tag(const uint8_t *p, const uint8_t *end, uint32_t *field, unsigned *wt)
+{
+    uint64_t t;
+    size_t k = cq_varint_get(p, end, &t);
+    if (!k || (t >> 3) == 0 || (t >> 3) > 0x1fffffff)
+        return 0;
+    *field = (uint32_t)(t >> 3);
+    *wt = (unsigned)(t & 7);
+    return k;
+}
+
+int cq_wire_mp_parse(const uint8_t *p, size_t n, cq_mp_t *ret)
+{
+    const uint8_t *end = p + n;
+    cq_mp_t mp = {0};
+    while (p < end) {
+        uint32_t f;
+        unsigned wt;
+        size_t k = get_tag(p, end, &f, &wt);
+        if (!k)
+            return CQ_EDECODE;
+        p += k;
+        if (f >= 1 && f <= 4 && wt == 0) {
+            uint64_t v;
+            k = cq_varint_get(p, end, &v);
+            if (!k)
+                return CQ_EDECODE;
+            p += k;
+            uint32_t *dst[] = {&mp.channel_id, &mp.broadcast, &mp.stub_id, &mp.msg_type};
+            *dst[f - 1] = (uint32_t)v; /* proto uint32 keeps the low 32 bits */
+        } else if (f == 5 && wt == 2) {
+            uint64_t v;
+            k = cq_varint_get(p, end, &v);
+            if (!k || v > (uint64_t)(end - p - (ptrdiff_t)k))
+                return CQ_EDECODE;
+            mp.body = p + k;
+            mp.body_len = (uint32_t)v;
+            p += k + v;
+        } else if (f <= 5) {
+            return CQ_EDECODE; /* a known field with the wrong wire type */
+        } else {
+            p = skip_field(p, end, wt);
+            if (!p)
+                return CQ_EDECODE;
+        }
+    }
+    *ret = mp;
+    return 0;
+}
+
+void cq_wire_packet_iter_init(cq_packet_iter_t *it, const uint8_t *body, size_t len)
+{
+    it->p = body;
+    it->end = body + len;
+}
+
+int cq_wire_packet_next(cq_packet_iter_t *it, cq_mp_t *ret)
+{
+    while (it->p < it->end) {
+        uint32_t f;
+        unsigned wt;
+        size_t k = get_tag(it->p, it->end, &f, &wt);
+        if (!k)
+            return CQ_EDECODE;
+        const uint8_t *v = it->p + k;
+        if (f == 1) {
+            uint64_t len;
+            if (wt != 2)
+                return CQ_EDECODE;
+            size_t kl = cq_varint_get(v, it->end, &len);
+            if (!kl || len > (uint64_t)(it->end - v - (ptrdiff_t)kl))
+                return CQ_EDECODE;
+            it->p = v + kl + len;
+            return cq_wire_mp_parse(v + kl, (size_t)len, ret) < 0 ? CQ_EDECODE : 1;
+        }
+        it->p = skip_field(v, it->end, wt);
+        if (!it->p)
+            return CQ_EDECODE;
+    }
+    return 0;
+}
+
+int cq_wire_packet_validate(const uint8_t *body, size_t len)
+{
+    cq_packet_iter_t it;
+    cq_mp_t mp;
+    int n = 0, r;
+    cq_wire_packet_iter_init(&it, body, len);
+    while ((r = cq_wire_packet_next(&it, &mp)) == 1)
+        n++;
+    return r < 0 ? r : n;
+}
+
+/* ---- arena allocator -------------------------------------------------------------------- */
+
+static void *arena_alloc(void *ud, size_t size)
+{
+    return cq_arena_alloc(&((cq_wire_arena_t *)ud)->arena, size);
+}
+
+static void arena_free(void *ud, void *p)
+{
+    (void)ud;
+    (void)p; /* freed in one step by reset */
+}
+
+void cq_wire_arena_init(cq_wire_arena_t *a, size_t cap)
+{
+    a->pa.alloc = arena_alloc;
+    a->pa.free = arena_free;
+    a->pa.allocator_data = a;
+    cq_arena_init(&a->arena, cap);
+}
+
+void cq_wire_arena_reset(cq_wire_arena_t *a)
+{
+    cq_arena_reset(&a->arena);
+}
+
+void cq_wire_arena_done(cq_wire_arena_t *a)
+{
+    cq_arena_done(&a->arena);
+}
+
+void *cq_wire_unpack(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n,
+                     cq_wire_arena_t *a)
+{
+    return protobuf_c_message_unpack(d, &a->pa, n, p);
+}
+
+/* ---- record encoding -------------------------------------------------------------------- */
+
+static size_t mp_head_size(const cq_mp_t *mp)
+{
+    size_t n = 0;
+    if (mp->channel_id)
+        n += 1 + cq_varint_size(mp->channel_id);
+    if (mp->broadcast)
+        n += 1 + cq_varint_size(mp->broadcast);
+    if (mp->stub_id)
+        n += 1 + cq_varint_size(mp->stub_id);
+    if (mp->msg_type)
+        n += 1 + cq_varint_size(mp->msg_type);
+    if (mp->body_len)
+        n += 1 + cq_varint_size(mp->body_len);
+    return n;
+}
+
+size_t cq_wire_record_size(const cq_mp_t *mp)
+{
+    size_t inner = mp_head_size(mp) + mp->body_len;
+    return 1 + cq_varint_size(inner) + inner;
+}
+
+size_t cq_wire_record_head(uint8_t *out, const cq_mp_t *mp)
+{
+    size_t inner = mp_head_size(mp) + mp->body_len;
+    uint8_t *p = out;
+    *p++ = 0x0a;
+    p += cq_varint_put(p, inner);
+    if (mp->channel_id) {
+        *p++ = 0x08;
+        p += cq_varint_put(p, mp->channel_id);
+    }
+    if (mp->broadcast) {
+        *p++ = 0x10;
+        p += cq_varint_put(p, mp->broadcast);
+    }
+    if (mp->stub_id) {
+        *p++ = 0x18;
+        p += cq_varint_put(p, mp->stub_id);
+    }
+    if (mp->msg_type) {
+        *p++ = 0x20;
+        p += cq_varint_put(p, mp->msg_type);
+    }
+    if (mp->body_len) {
+        *p++ = 0x2a;
+        p += cq_varint_put(p, mp->body_len);
+    }
+    return (size_t)(p - out);
+}
+
+cq_buf_t *cq_wire_record_raw(const cq_mp_t *mp)
+{
+    size_t total = cq_wire_record_size(mp);
+    if (total > CQ_WIRE_MAX_RECORD)
+        return NULL;
+    cq_buf_t *b = cq_buf_new(total);
+    if (!b)
+        return NULL;
+    size_t h = cq_wire_record_head(b->data, mp);
+    if (mp->body_len)
+        memcpy(b->data + h, mp->body, mp->body_len);
+    b->len = (uint32_t)total;
+    return b;
+}
+
+cq_buf_t *cq_wire_record_msg(uint32_t channel_id, uint32_t broadcast, uint32_t stub_id,
+                             uint32_t msg_type, const ProtobufCMessage *msg)
+{
+    size_t blen = msg ? protobuf_c_message_get_packed_size(msg) : 0;
+    if (blen > CQ_WIRE_MAX_RECORD)
+        return NULL;
+    cq_mp_t mp = {channel_id, broadcast, stub_id, msg_type, NULL, (uint32_t)blen};
+    size_t total = cq_wire_record_size(&mp);
+    if (total > CQ_WIRE_MAX_RECORD)
+        return NULL;
+    cq_buf_t *b = cq_buf_new(total);
+    if (!b)
+        return NULL;
+    size_t h = cq_wire_record_head(b->data, &mp);
+    if (blen)
+        protobuf_c_message_pack(msg, b->data + h);
+    b->len = (uint32_t)total;
+    return b;
+}
+
+size_t cq_wire_pad(uint8_t *out, size_t min_total)
+{
+    /* tag for field 2047, wire type 2: (2047 << 3) | 2 = 16378 -> 0xfa 0x7f */
+    size_t data = min_total > 3 ? min_total - 3 : 0;
+    if (data > 127)
+        data = min_total - 4 < 128 ? 128 : min_total - 4;
+    uint8_t *p = out;
+    *p++ = 0xfa;
+    *p++ = 0x7f;
+    p += cq_varint_put(p, data);
+    memset(p, 0, data);
+    return (size_t)(p - out) + data;
+}
