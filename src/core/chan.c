@@ -1,0 +1,436 @@
+/* chan.c - channels: table, ids, create/remove/list, ownership, ACL. */
+#include "core_int.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+
+#include <errno.h>
+#include <string.h>
+
+static int type_slot(uint32_t type)
+{
+    if (type >= 1 && type <= 5)
+        return (int)type;
+    return type >= 100 && type <= 104 ? 6 : 0;
+}
+
+cq_chan_t *cq__chan_get(cq_core_t *c, uint32_t id)
+{
+    return cq_map_get(&c->chans, id);
+}
+
+cq_chan_t *cq__chan_create(cq_core_t *c, uint32_t id, uint32_t type, const char *metadata,
+                           uint32_t owner, uint8_t owner_type)
+{
+    cq_chan_t *ch = cq_calloc(1, sizeof(*ch));
+    if (!ch)
+        return NULL;
+    ch->id = id;
+    ch->type = type;
+    ch->metadata = cq_strdup(metadata ? metadata : "");
+    ch->wcount = cq_calloc((size_t)c->nworkers, sizeof(uint32_t));
+    ch->settings = cq_settings_get(c->sh->o.settings, type);
+    cq_map_init(&ch->subs);
+    cq_list_init(&ch->owner_node);
+    if (!ch->metadata || !ch->wcount || cq_map_put(&c->chans, id, ch) < 0) {
+        cq_free(ch->metadata);
+        cq_free(ch->wcount);
+        cq_free(ch);
+        return NULL;
+    }
+    cq__chan_set_owner(c, ch, owner, owner_type);
+    atomic_fetch_add(&c->sh->metrics.channels[type_slot(type)], 1);
+    return ch;
+}
+
+void cq__chan_set_owner(cq_core_t *c, cq_chan_t *ch, uint32_t owner, uint8_t owner_type)
+{
+    cq_list_remove(&ch->owner_node);
+    ch->owner = owner;
+    ch->owner_type = owner_type;
+    if (owner) {
+        cq_connref_t *ref = cq__connref(c, owner, true);
+        if (ref)
+            cq_list_insert_tail(&ref->owned, &ch->owner_node);
+    }
+    if (ch->id == 0)
+        atomic_store(&c->sh->global_owner, owner);
+}
+
+static void chan_destroy(cq_core_t *c, cq_chan_t *ch)
+{
+    uint32_t it = 0;
+    void *v;
+    while (cq_map_next(&ch->subs, &it, NULL, &v)) {
+        cq_sub_t *s = v;
+        cq_list_remove(&s->by_conn);
+        cq__subopts_done(&s->opts);
+        cq_free(s);
+    }
+    cq_map_done(&ch->subs);
+    cq_list_remove(&ch->owner_node);
+    atomic_fetch_sub(&c->sh->metrics.channels[type_slot(ch->type)], 1);
+    cq_free(ch->wcount);
+    cq_free(ch->metadata);
+    cq_free(ch);
+}
+
+void cq__chan_free_all(cq_core_t *c)
+{
+    uint32_t it = 0;
+    void *v;
+    while (cq_map_next(&c->chans, &it, NULL, &v))
+        chan_destroy(c, v);
+    cq_map_done(&c->chans);
+    cq_map_init(&c->chans);
+}
+
+/* Notifies every subscriber, drops every subscription everywhere, frees the id. */
+void cq__chan_remove(cq_core_t *c, cq_chan_t *ch, uint32_t notify_chan_id)
+{
+    Channeldpb__RemoveChannelMessage rm = CHANNELDPB__REMOVE_CHANNEL_MESSAGE__INIT;
+    rm.channelid = ch->id;
+    cq_buf_t *rec = cq_wire_record_msg(notify_chan_id, 0, 0, MT_REMOVE_CHANNEL, &rm.base);
+    if (rec) {
+        cq__fanout(c, ch, rec, 0, BC_ALL);
+        cq_buf_unref(rec);
+    }
+    CQ_INFO("chan", "channel %u (type %u) removed", ch->id, ch->type);
+    uint32_t it = 0;
+    void *v;
+    while (cq_map_next(&ch->subs, &it, NULL, &v)) {
+        cq__sub_remove(c, v, true);
+        it = 0; /* the map changed */
+    }
+    uint32_t id = ch->id;
+    cq_map_del(&c->chans, id);
+    chan_destroy(c, ch);
+    if (c->index == 0) {
+        cq__dir_free_id(c, id);
+        return;
+    }
+    cq_xmsg_t *m = cq__xmsg_new(XM_FREE_ID, 0);
+    if (m) {
+        m->chan_id = id;
+        cq__xmsg_post(c, 0, m);
+    }
+}
+
+/* ---- ACL ---- */
+
+enum { ACL_NONE = 0, ACL_OWNER = 1, ACL_OWNER_GLOBAL = 2, ACL_ANY = 3 };
+
+bool cq__acl_allows(const cq_chan_t *ch, int access, uint32_t who, uint32_t global_owner)
+{
+    const cq_acl_t *a = &ch->settings->acl;
+    uint8_t lvl = access == 0 ? a->sub : access == 1 ? a->unsub : a->remove;
+    switch (lvl) {
+    case ACL_ANY:
+        return true;
+    case ACL_OWNER_GLOBAL:
+        if (who && who == global_owner)
+            return true;
+        /* fall through */
+    case ACL_OWNER:
+        return who && who == ch->owner;
+    default:
+        return false;
+    }
+}
+
+/* ---- directory and ids (worker 0) ------------------------------------------------------- */
+
+static cq_chaninfo_t *info_new(uint32_t id, uint32_t type, const char *metadata)
+{
+    cq_chaninfo_t *i = cq_calloc(1, sizeof(*i));
+    if (!i)
+        return NULL;
+    i->id = id;
+    i->type = type;
+    i->metadata = cq_strdup(metadata ? metadata : "");
+    if (!i->metadata) {
+        cq_free(i);
+        return NULL;
+    }
+    return i;
+}
+
+static void info_free(cq_chaninfo_t *i)
+{
+    if (i) {
+        cq_free(i->metadata);
+        cq_free(i);
+    }
+}
+
+void cq__chaninfo_free_all(cq_core_t *c)
+{
+    uint32_t it = 0;
+    void *v;
+    while (cq_map_next(&c->chaninfo, &it, NULL, &v))
+        info_free(v);
+    cq_map_done(&c->chaninfo);
+    cq_map_init(&c->chaninfo);
+}
+
+int cq__dir_add(cq_core_t *c, uint32_t id, uint32_t type, const char *metadata)
+{
+    cq_chaninfo_t *i = info_new(id, type, metadata);
+    if (!i || cq_map_put(&c->chaninfo, id, i) < 0) {
+        info_free(i);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void cq__dir_free_id(cq_core_t *c, uint32_t id)
+{
+    info_free(cq_map_del(&c->chaninfo, id));
+    if (id >= 1 && id <= CQ_NONSPATIAL_MAX)
+        c->id_cursor = id; /* channeld: reuse freed ids quickly */
+}
+
+void cq__dir_set_meta(cq_core_t *c, uint32_t id, uint32_t type, const char *metadata)
+{
+    cq_chaninfo_t *i = cq_map_get(&c->chaninfo, id);
+    char *md = cq_strdup(metadata);
+    if (!i || !md) {
+        cq_free(md);
+        return;
+    }
+    cq_free(i->metadata);
+    i->metadata = md;
+    i->type = type;
+}
+
+/* Rotating cursor over 1..65535: first free id from the cursor on, wrapping. */
+static uint32_t id_alloc(cq_core_t *c)
+{
+    if (cq_map_count(&c->chaninfo) >= c->sh->o.max_channels)
+        return 0;
+    uint32_t id = c->id_cursor;
+    for (uint32_t n = 0; n < CQ_NONSPATIAL_MAX; n++) {
+        if (id < 1 || id > CQ_NONSPATIAL_MAX)
+            id = 1;
+        if (!cq_map_get(&c->chaninfo, id)) {
+            c->id_cursor = id;
+            return id;
+        }
+        id++;
+    }
+    return 0;
+}
+
+/* ---- CREATE_CHANNEL (on worker 0) ------------------------------------------------------- */
+
+static Channeldpb__CreateChannelMessage *create_msg(cq_core_t *c, const cq_req_t *r)
+{
+    return cq_wire_unpack(&channeldpb__create_channel_message__descriptor, r->mp.body,
+                          r->mp.body_len, &c->arena);
+}
+
+static void reply_created(cq_core_t *c, cq_req_t *r, const cq_chan_t *ch)
+{
+    Channeldpb__CreateChannelResultMessage out = CHANNELDPB__CREATE_CHANNEL_RESULT_MESSAGE__INIT;
+    out.channeltype = (Channeldpb__ChannelType)ch->type;
+    out.metadata = ch->metadata;
+    out.ownerconnid = ch->owner;
+    out.channelid = ch->id;
+    cq__reply(c, r, r->mp.channel_id, r->mp.msg_type, &out.base);
+    uint32_t g = atomic_load(&c->sh->global_owner);
+    if (g && g != r->conn_id)
+        cq__notify(c, g, r->mp.channel_id, r->mp.msg_type, &out.base);
+}
+
+/* Subscribes the creator and sends it the SUB result (channel id = the new channel, stub 0). */
+static void subscribe_creator(cq_core_t *c, cq_req_t *r, cq_chan_t *ch,
+                              const Channeldpb__ChannelSubscriptionOptions *o)
+{
+    cq_sub_t *s;
+    int rc = cq__sub_add(c, ch, r->conn_id, r->conn_type, o, &s);
+    if (rc < 0) {
+        CQ_INFO("chan", "conn %u: cannot subscribe to its channel %u: %s", r->conn_id, ch->id,
+                cq_strerror(rc));
+        return;
+    }
+    cq_req_t third = *r;
+    third.mp.stub_id = 0;
+    third.mp.broadcast = 0;
+    cq__sub_result(c, ch, s, &third);
+}
+
+static void possess_global(cq_core_t *c, cq_req_t *r, Channeldpb__CreateChannelMessage *m)
+{
+    cq_chan_t *g = cq__chan_get(c, 0);
+    if (g->owner) {
+        CQ_INFO("chan", "conn %u: GLOBAL is already possessed by conn %u", r->conn_id, g->owner);
+        return;
+    }
+    cq__chan_set_owner(c, g, r->conn_id, r->conn_type);
+    if (m->metadata && *m->metadata) {
+        char *md = cq_strdup(m->metadata);
+        if (md) {
+            cq_free(g->metadata);
+            g->metadata = md;
+            cq__dir_set_meta(c, 0, g->type, md);
+        }
+    }
+    CQ_INFO("chan", "conn %u possesses the GLOBAL channel", r->conn_id);
+    reply_created(c, r, g);
+    cq_sub_t *s = cq_map_get(&g->subs, r->conn_id);
+    if (!s)
+        subscribe_creator(c, r, g, m->suboptions);
+}
+
+void cq__handle_create(cq_core_t *c, cq_req_t *r)
+{
+    Channeldpb__CreateChannelMessage *m = create_msg(c, r);
+    if (!m)
+        return;
+    switch (m->channeltype) {
+    case CHANNELDPB__CHANNEL_TYPE__UNKNOWN:
+        CQ_INFO("chan", "conn %u: CREATE_CHANNEL with type UNKNOWN rejected", r->conn_id);
+        return;
+    case CHANNELDPB__CHANNEL_TYPE__GLOBAL:
+        possess_global(c, r, m);
+        return;
+    case CHANNELDPB__CHANNEL_TYPE__SPATIAL:
+        CQ_INFO("chan", "conn %u: SPATIAL channels need a spatial controller (not configured)",
+                r->conn_id);
+        return;
+    default:
+        break;
+    }
+    uint32_t id = id_alloc(c);
+    if (!id || cq__dir_add(c, id, (uint32_t)m->channeltype, m->metadata) < 0) {
+        CQ_WARN("chan", "conn %u: cannot create a channel: %s", r->conn_id,
+                id ? "out of memory" : "non-spatial channels are full (max-channels)");
+        return;
+    }
+    int w = cq__chan_worker(c, id);
+    if (w == c->index) {
+        cq__handle_create_here(c, r, id);
+        return;
+    }
+    cq_xmsg_t *x = cq__xmsg_new(XM_CREATE, r->mp.body_len);
+    if (!x)
+        return;
+    x->conn_id = r->conn_id;
+    x->conn_type = r->conn_type;
+    x->mp = r->mp;
+    x->u1 = id;
+    if (r->mp.body_len)
+        memcpy(x->body, r->mp.body, r->mp.body_len);
+    cq__xmsg_post(c, w, x);
+}
+
+/* On the new channel's worker: create, reply, subscribe the creator. */
+void cq__handle_create_here(cq_core_t *c, cq_req_t *r, uint32_t id)
+{
+    Channeldpb__CreateChannelMessage *m = create_msg(c, r);
+    cq_chan_t *ch = m ? cq__chan_create(c, id, (uint32_t)m->channeltype, m->metadata,
+                                        r->conn_id, r->conn_type)
+                      : NULL;
+    if (!ch) {
+        CQ_WARN("chan", "conn %u: cannot create channel %u", r->conn_id, id);
+        cq_xmsg_t *x = cq__xmsg_new(XM_FREE_ID, 0);
+        if (x) {
+            x->chan_id = id;
+            cq__xmsg_post(c, 0, x);
+        }
+        return;
+    }
+    CQ_INFO("chan", "conn %u created channel %u (type %u, metadata \"%s\")", r->conn_id, id,
+            ch->type, ch->metadata);
+    reply_created(c, r, ch);
+    subscribe_creator(c, r, ch, m->suboptions);
+}
+
+/* ---- REMOVE_CHANNEL --------------------------------------------------------------------- */
+
+static void remove_here(cq_core_t *c, cq_req_t *r, uint32_t id)
+{
+    cq_chan_t *ch = cq__chan_get(c, id);
+    if (!ch) {
+        CQ_INFO("chan", "conn %u: REMOVE_CHANNEL of unknown channel %u", r->conn_id, id);
+        return;
+    }
+    if (id == 0 ||
+        !cq__acl_allows(ch, 2, r->conn_id, atomic_load(&c->sh->global_owner))) {
+        CQ_INFO("chan", "conn %u: REMOVE_CHANNEL %u denied by the channel ACL", r->conn_id, id);
+        return;
+    }
+    cq__chan_remove(c, ch, r->mp.channel_id);
+}
+
+void cq__handle_remove(cq_core_t *c, cq_req_t *r)
+{
+    Channeldpb__RemoveChannelMessage *m = cq_wire_unpack(
+        &channeldpb__remove_channel_message__descriptor, r->mp.body, r->mp.body_len, &c->arena);
+    if (!m)
+        return;
+    int w = cq__chan_worker(c, m->channelid);
+    if (w == c->index) {
+        remove_here(c, r, m->channelid);
+        return;
+    }
+    cq_xmsg_t *x = cq__xmsg_new(XM_REMOVE, 0);
+    if (!x)
+        return;
+    x->conn_id = r->conn_id;
+    x->conn_type = r->conn_type;
+    x->mp = r->mp;
+    x->mp.body = NULL;
+    x->mp.body_len = 0;
+    x->u1 = m->channelid;
+    cq__xmsg_post(c, w, x);
+}
+
+void cq__handle_remove_here(cq_core_t *c, cq_req_t *r, uint32_t id)
+{
+    remove_here(c, r, id);
+}
+
+/* ---- LIST_CHANNEL (worker 0) ------------------------------------------------------------ */
+
+static bool list_match(const cq_chaninfo_t *i, const Channeldpb__ListChannelMessage *m)
+{
+    if (m->typefilter && (uint32_t)m->typefilter != i->type)
+        return false;
+    if (!m->n_metadatafilters)
+        return true;
+    for (size_t k = 0; k < m->n_metadatafilters; k++)
+        if (strstr(i->metadata, m->metadatafilters[k]))
+            return true;
+    return false;
+}
+
+void cq__handle_list(cq_core_t *c, cq_req_t *r)
+{
+    Channeldpb__ListChannelMessage *m = cq_wire_unpack(
+        &channeldpb__list_channel_message__descriptor, r->mp.body, r->mp.body_len, &c->arena);
+    uint32_t n = cq_map_count(&c->chaninfo);
+    Channeldpb__ListChannelResultMessage__ChannelInfo *infos = cq_calloc(n + 1, sizeof(*infos));
+    Channeldpb__ListChannelResultMessage__ChannelInfo **ptrs = cq_calloc(n + 1, sizeof(*ptrs));
+    if (!m || !infos || !ptrs)
+        goto out;
+    Channeldpb__ListChannelResultMessage out = CHANNELDPB__LIST_CHANNEL_RESULT_MESSAGE__INIT;
+    uint32_t it = 0;
+    void *v;
+    while (cq_map_next(&c->chaninfo, &it, NULL, &v)) {
+        const cq_chaninfo_t *i = v;
+        if (!list_match(i, m))
+            continue;
+        Channeldpb__ListChannelResultMessage__ChannelInfo *ci = &infos[out.n_channels];
+        channeldpb__list_channel_result_message__channel_info__init(ci);
+        ci->channelid = i->id;
+        ci->channeltype = (Channeldpb__ChannelType)i->type;
+        ci->metadata = i->metadata;
+        ptrs[out.n_channels++] = ci;
+    }
+    out.channels = ptrs;
+    cq__reply(c, r, r->mp.channel_id, MT_LIST_CHANNEL, &out.base);
+out:
+    cq_free(infos);
+    cq_free(ptrs);
+}

@@ -1,0 +1,318 @@
+/* conn.c - connection lifecycle, inbound framing, outbound queueing. */
+#include "core_int.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_snappy.h"
+#include "cq_util.h"
+
+#include <errno.h>
+#include <string.h>
+
+cq_conn_t *cq_core_conn_new(cq_core_t *c, uint32_t id, int type, cq_framing_mode_t mode,
+                            const cq_transport_ops_t *tops, void *tctx, uint64_t now_ms)
+{
+    cq_conn_t *conn = cq_calloc(1, sizeof(*conn));
+    if (!conn)
+        return NULL;
+    conn->id = id;
+    conn->type = (uint8_t)type;
+    conn->framing = (uint8_t)mode;
+    conn->fsm = type == CQ_CONN_SERVER ? c->sh->o.server_fsm : c->sh->o.client_fsm;
+    conn->fsm_state = (uint8_t)cq_fsm_init_state(conn->fsm);
+    conn->tops = tops;
+    conn->tctx = tctx;
+    cq_sendq_init(&conn->sendq, mode);
+    cq_sbuf_init(&conn->rbuf);
+    cq_list_init(&conn->pending_node);
+    cq_list_init(&conn->soft_node);
+    cq_list_init(&conn->unauth_node);
+    conn->accepted_ms = conn->last_rx_ms = now_ms;
+    if (cq_map_put(&c->conns, id, conn) < 0) {
+        cq_free(conn);
+        return NULL;
+    }
+    cq_list_insert_tail(&c->unauth, &conn->unauth_node);
+    atomic_fetch_add(&c->sh->metrics.connections[type], 1);
+    return conn;
+}
+
+cq_sendq_t *cq_conn_sendq(cq_conn_t *conn)
+{
+    return &conn->sendq;
+}
+
+uint32_t cq_conn_id(const cq_conn_t *conn)
+{
+    return conn->id;
+}
+
+bool cq_conn_closing(const cq_conn_t *conn)
+{
+    return conn->state == CONN_CLOSING;
+}
+
+static void dir_remove(cq_shared_t *sh, uint32_t id)
+{
+    pthread_mutex_lock(&sh->dir_lock);
+    cq_free(cq_map_del(&sh->dir, id));
+    pthread_mutex_unlock(&sh->dir_lock);
+}
+
+/* Tells every worker (this one directly) that the connection is gone. */
+static void broadcast_gone(cq_core_t *c, cq_conn_t *conn)
+{
+    for (int w = 0; w < c->nworkers; w++) {
+        if (w == c->index)
+            continue;
+        cq_xmsg_t *m = cq__xmsg_new(XM_CONN_GONE, 0);
+        if (!m)
+            continue;
+        m->conn_id = conn->id;
+        m->conn_type = conn->type;
+        cq__xmsg_post(c, w, m);
+    }
+    cq__conn_gone(c, conn->id, conn->type);
+}
+
+void cq_core_conn_close(cq_core_t *c, cq_conn_t *conn, int reason, const char *why)
+{
+    if (conn->state == CONN_CLOSING)
+        return;
+    char peer[64] = "?";
+    conn->tops->peer(conn->tctx, peer, sizeof(peer));
+    if (reason < 0 && reason != -ECONNRESET)
+        CQ_INFO("conn", "closing conn %u (%s, %s): %s%s%s", conn->id,
+                conn->type == CQ_CONN_SERVER ? "SERVER" : "CLIENT", peer, why ? why : "",
+                why ? ": " : "", cq_strerror(reason));
+    else
+        CQ_DEBUG("conn", "closing conn %u (%s): %s", conn->id, peer, why ? why : "closed");
+    conn->state = CONN_CLOSING;
+    cq_list_remove(&conn->unauth_node);
+    cq_list_remove(&conn->soft_node);
+    cq_list_remove(&conn->pending_node);
+    conn->pending = 0;
+    dir_remove(c->sh, conn->id);
+    uint32_t g = conn->id;
+    atomic_compare_exchange_strong(&c->sh->global_owner, &g, 0);
+    cq__lsub_conn_drop(c, conn);
+    broadcast_gone(c, conn);
+    conn->tops->close(conn->tctx);
+}
+
+void cq_core_conn_release(cq_core_t *c, cq_conn_t *conn)
+{
+    if (!conn)
+        return;
+    if (conn->state != CONN_CLOSING) {
+        /* Released without a close (shutdown): still clean up the shared state. */
+        conn->state = CONN_CLOSING;
+        cq_list_remove(&conn->unauth_node);
+        cq_list_remove(&conn->soft_node);
+        cq_list_remove(&conn->pending_node);
+        dir_remove(c->sh, conn->id);
+        cq__lsub_conn_drop(c, conn);
+    }
+    cq_map_del(&c->conns, conn->id);
+    atomic_fetch_sub(&c->sh->metrics.connections[conn->type], 1);
+    cq_sendq_done(&conn->sendq);
+    cq_sbuf_done(&conn->rbuf);
+    cq_free(conn->chans);
+    cq_free(conn);
+}
+
+void cq__close_local(cq_core_t *c, uint32_t conn_id, int reason, const char *why)
+{
+    cq_conn_t *conn = cq_map_get(&c->conns, conn_id);
+    if (conn)
+        cq_core_conn_close(c, conn, reason, why);
+}
+
+/* ---- inbound ---------------------------------------------------------------------------- */
+
+static int handle_frame(cq_core_t *c, cq_conn_t *conn, const cq_frame_t *f)
+{
+    const uint8_t *body = f->body;
+    size_t len = f->len;
+    CQ_METRIC_ADD(c->sh, M_PACKETS_IN, conn->type, 1);
+    CQ_METRIC_ADD(c->sh, M_BYTES_IN, conn->type, CQ_FRAME_HDR_LEN + len);
+    if (f->ct == CQ_CT_SNAPPY) {
+        int r = cq_snappy_uncompress(body, len, c->scratch, c->sh->o.max_packet_size, &len);
+        if (r < 0)
+            return r;
+        body = c->scratch;
+        conn->out_ct = CQ_CT_SNAPPY; /* channeld: never reset */
+    }
+    return cq__dispatch_packet(c, conn, body, len);
+}
+
+/* Parses and handles every complete packet in p[0..n); returns bytes consumed or an error. */
+static ssize_t parse_all(cq_core_t *c, cq_conn_t *conn, const uint8_t *p, size_t n)
+{
+    size_t off = 0;
+    while (off < n && conn->state != CONN_CLOSING) {
+        cq_frame_t f;
+        ssize_t k = cq_framing_parse(p + off, n - off, (cq_framing_mode_t)conn->framing,
+                                     c->sh->o.max_packet_size, &f);
+        if (k <= 0)
+            return k < 0 ? k : (ssize_t)off;
+        int r = handle_frame(c, conn, &f);
+        if (r < 0)
+            return r;
+        off += (size_t)k;
+    }
+    return (ssize_t)off;
+}
+
+static const char *input_why(int r)
+{
+    switch (r) {
+    case CQ_EMAGIC:
+    case CQ_EZEROLEN:
+    case CQ_ETOOBIG:
+        return "bad packet header";
+    case CQ_ESNAPPY:
+        return "bad snappy body";
+    case CQ_EDECODE:
+        return "body is not a channeldpb.Packet";
+    case CQ_EBADTARGET:
+        return "AUTH must be sent on channel 0";
+    default:
+        return "protocol error";
+    }
+}
+
+int cq_core_conn_input(cq_core_t *c, cq_conn_t *conn, const uint8_t *data, size_t n,
+                       uint64_t now_ms)
+{
+    if (conn->state == CONN_CLOSING)
+        return CQ_ECLOSED;
+    c->now_ms = now_ms;
+    conn->last_rx_ms = now_ms;
+    ssize_t k;
+    if (conn->rbuf.len) {
+        if (cq_sbuf_append(&conn->rbuf, data, n) < 0) {
+            k = -ENOMEM;
+        } else {
+            k = parse_all(c, conn, conn->rbuf.data, conn->rbuf.len);
+            if (k >= 0)
+                cq_sbuf_consume(&conn->rbuf, (size_t)k);
+        }
+    } else {
+        k = parse_all(c, conn, data, n);
+        if (k >= 0 && (size_t)k < n && conn->state != CONN_CLOSING &&
+            cq_sbuf_append(&conn->rbuf, data + k, n - (size_t)k) < 0)
+            k = -ENOMEM;
+    }
+    cq_wire_arena_reset(&c->arena);
+    if (k < 0) {
+        if (k != CQ_ECLOSED)
+            CQ_METRIC_ADD(c->sh, M_CONNECTION_CLOSED, conn->type, 1);
+        cq_core_conn_close(c, conn, (int)k, input_why((int)k));
+        return (int)k;
+    }
+    if (conn->rbuf.len == 0 && conn->rbuf.cap > 4096)
+        cq_sbuf_done(&conn->rbuf); /* idle connections keep no read buffer */
+    return 0;
+}
+
+/* ---- outbound --------------------------------------------------------------------------- */
+
+static void mark_pending(cq_core_t *c, cq_conn_t *conn)
+{
+    if (!conn->pending) {
+        conn->pending = 1;
+        cq_list_insert_tail(&c->pending, &conn->pending_node);
+    }
+}
+
+/* Queues an already-built buffer of the given kind; closes the connection over the limits. */
+static void push_kind(cq_core_t *c, cq_conn_t *conn, cq_buf_t *b, uint32_t kind)
+{
+    int r = cq_sendq_push(&conn->sendq, b, kind, c->sh->o.sendq_hard_limit);
+    if (r == CQ_ESLOW) {
+        CQ_METRIC_ADD(c->sh, M_SLOW_CONSUMER, conn->type, 1);
+        cq_core_conn_close(c, conn, r, "slow consumer: over sendq-hard-limit");
+        return;
+    }
+    if (r < 0) {
+        cq_core_conn_close(c, conn, r, "cannot queue output");
+        return;
+    }
+    CQ_METRIC_ADD(c->sh, M_MESSAGES_OUT, conn->type, 1);
+    CQ_METRIC_ADD(c->sh, M_BYTES_OUT, conn->type, b->len);
+    if (c->sh->o.sendq_soft_limit && cq_sendq_bytes(&conn->sendq) > c->sh->o.sendq_soft_limit &&
+        !conn->sendq.soft_since_ms) {
+        conn->sendq.soft_since_ms = c->now_ms ? c->now_ms : 1;
+        cq_list_insert_tail(&c->soft, &conn->soft_node);
+    }
+    mark_pending(c, conn);
+}
+
+void cq__conn_push_packet(cq_core_t *c, cq_conn_t *conn, cq_buf_t *packet)
+{
+    if (conn->state != CONN_CLOSING)
+        push_kind(c, conn, packet, CQ_SENDQ_PACKET);
+}
+
+void cq__conn_push(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec)
+{
+    if (conn->state == CONN_CLOSING)
+        return;
+    if (conn->out_ct != CQ_CT_SNAPPY) {
+        push_kind(c, conn, rec, CQ_SENDQ_RECORD);
+        return;
+    }
+    cq_buf_t *p = cq_sendq_compress_record(rec, (cq_framing_mode_t)conn->framing);
+    if (!p) {
+        cq_core_conn_close(c, conn, -ENOMEM, "cannot compress output");
+        return;
+    }
+    push_kind(c, conn, p, CQ_SENDQ_PACKET);
+    cq_buf_unref(p);
+}
+
+void cq__send_to(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec)
+{
+    int w = cq__conn_worker(c, conn_id);
+    if (w == c->index) {
+        cq_conn_t *conn = cq_map_get(&c->conns, conn_id);
+        if (conn)
+            cq__conn_push(c, conn, rec);
+        return;
+    }
+    cq_xmsg_t *m = cq__xmsg_new(XM_SEND, 0);
+    if (!m)
+        return;
+    m->conn_id = conn_id;
+    m->buf = cq_buf_ref(rec);
+    cq__xmsg_post(c, w, m);
+}
+
+void cq__reply(cq_core_t *c, const cq_req_t *r, uint32_t chan_id, uint32_t msg_type,
+               const ProtobufCMessage *msg)
+{
+    cq_buf_t *b = cq_wire_record_msg(chan_id, r->mp.broadcast, r->mp.stub_id, msg_type, msg);
+    if (!b) {
+        CQ_WARN("core", "reply type %u to conn %u too large or OOM; dropped", msg_type,
+                r->conn_id);
+        return;
+    }
+    if (r->conn)
+        cq__conn_push(c, r->conn, b);
+    else
+        cq__send_to(c, r->conn_id, b);
+    cq_buf_unref(b);
+}
+
+void cq__notify(cq_core_t *c, uint32_t conn_id, uint32_t chan_id, uint32_t msg_type,
+                const ProtobufCMessage *msg)
+{
+    if (!conn_id)
+        return;
+    cq_buf_t *b = cq_wire_record_msg(chan_id, 0, 0, msg_type, msg);
+    if (!b)
+        return;
+    cq__send_to(c, conn_id, b);
+    cq_buf_unref(b);
+}

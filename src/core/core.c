@@ -1,0 +1,249 @@
+/* core.c - per-worker core: creation, cross-worker messages, flush and housekeeping. */
+#include "core_int.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_util.h"
+
+#include <string.h>
+
+#define ARENA_CAP (256u * 1024u)
+
+cq_core_t *cq_core_new(cq_shared_t *sh, int index)
+{
+    cq_core_t *c = cq_calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->sh = sh;
+    c->index = index;
+    c->nworkers = sh->o.workers;
+    cq_mpsc_init(&c->inbox);
+    cq_map_init(&c->conns);
+    cq_map_init(&c->chans);
+    cq_map_init(&c->connrefs);
+    cq_map_init(&c->lsubs);
+    cq_map_init(&c->chaninfo);
+    cq_list_init(&c->pending);
+    cq_list_init(&c->unauth);
+    cq_list_init(&c->soft);
+    cq_wire_arena_init(&c->arena, ARENA_CAP);
+    c->scratch = cq_malloc(CQ_FRAME_MAX_BODY);
+    c->id_cursor = 1;
+    sh->cores[index] = c;
+    if (!c->scratch)
+        return cq_core_free(c);
+    if (index == 0 && (!cq__chan_create(c, 0, CHANNELDPB__CHANNEL_TYPE__GLOBAL, "", 0, 0) ||
+                       cq__dir_add(c, 0, CHANNELDPB__CHANNEL_TYPE__GLOBAL, "") < 0))
+        return cq_core_free(c);
+    return c;
+}
+
+cq_core_t *cq_core_free(cq_core_t *c)
+{
+    if (!c)
+        return NULL;
+    cq_mpsc_node_t *n;
+    while ((n = cq_mpsc_pop(&c->inbox)))
+        cq__xmsg_free(cq_container_of(n, cq_xmsg_t, node));
+    uint32_t it = 0;
+    void *v;
+    while (cq_map_next(&c->conns, &it, NULL, &v)) {
+        cq_core_conn_release(c, v);
+        it = 0; /* release changed the map */
+    }
+    cq__chan_free_all(c);
+    cq__chaninfo_free_all(c);
+    it = 0;
+    while (cq_map_next(&c->connrefs, &it, NULL, &v))
+        cq_free(v);
+    it = 0;
+    while (cq_map_next(&c->lsubs, &it, NULL, &v)) {
+        cq_free(((cq_lsubs_t *)v)->conns);
+        cq_free(v);
+    }
+    cq_map_done(&c->conns);
+    cq_map_done(&c->chans);
+    cq_map_done(&c->connrefs);
+    cq_map_done(&c->lsubs);
+    cq_map_done(&c->chaninfo);
+    cq_wire_arena_done(&c->arena);
+    cq_free(c->scratch);
+    if (c->sh->cores[c->index] == c)
+        c->sh->cores[c->index] = NULL;
+    cq_free(c);
+    return NULL;
+}
+
+int cq_core_index(const cq_core_t *c)
+{
+    return c->index;
+}
+
+int cq__conn_worker(const cq_core_t *c, uint32_t conn_id)
+{
+    return (int)(conn_id % (uint32_t)c->nworkers);
+}
+
+int cq__chan_worker(const cq_core_t *c, uint32_t chan_id)
+{
+    return (int)(chan_id % (uint32_t)c->nworkers);
+}
+
+/* ---- cross-worker messages -------------------------------------------------------------- */
+
+cq_xmsg_t *cq__xmsg_new(int kind, size_t body_len)
+{
+    cq_xmsg_t *m = cq_calloc(1, sizeof(*m) + body_len);
+    if (m) {
+        m->kind = (uint8_t)kind;
+        m->body_len = (uint32_t)body_len;
+    }
+    return m;
+}
+
+void cq__xmsg_free(cq_xmsg_t *m)
+{
+    if (!m)
+        return;
+    cq_buf_unref(m->buf);
+    cq_free(m);
+}
+
+void cq__xmsg_post(cq_core_t *c, int worker, cq_xmsg_t *m)
+{
+    cq_core_t *t = c->sh->cores[worker];
+    cq_mpsc_push(&t->inbox, &m->node);
+    c->sh->ops->wake(c->sh->ops_ud, worker);
+}
+
+static void xm_dispatch(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq_req_t r = {m->conn_id, m->conn_type, m->mp, NULL};
+    r.mp.body = m->body_len ? m->body : NULL;
+    r.conn = cq_map_get(&c->conns, m->conn_id);
+    if (m->kind == XM_CREATE)
+        cq__handle_create_here(c, &r, m->u1);
+    else if (m->kind == XM_REMOVE)
+        cq__handle_remove_here(c, &r, m->u1);
+    else
+        cq__handle_req(c, &r);
+    cq_wire_arena_reset(&c->arena);
+}
+
+static void xm_handle(cq_core_t *c, cq_xmsg_t *m)
+{
+    switch (m->kind) {
+    case XM_DISPATCH:
+    case XM_CREATE:
+    case XM_REMOVE:
+        xm_dispatch(c, m);
+        break;
+    case XM_SEND: {
+        cq_conn_t *conn = cq_map_get(&c->conns, m->conn_id);
+        if (conn)
+            cq__conn_push(c, conn, m->buf);
+        break;
+    }
+    case XM_FANOUT:
+        cq__local_fanout(c, m->chan_id, m->buf, m->u1, m->u2, m->u3);
+        break;
+    case XM_LSUB_ADD:
+        cq__lsub_add(c, m->chan_id, m->conn_id);
+        break;
+    case XM_LSUB_DEL:
+        cq__lsub_del(c, m->chan_id, m->conn_id);
+        break;
+    case XM_CONN_GONE:
+        cq__conn_gone(c, m->conn_id, m->conn_type);
+        break;
+    case XM_CLOSE:
+        cq__close_local(c, m->conn_id, 0, "DISCONNECT requested");
+        break;
+    case XM_FREE_ID:
+        cq__dir_free_id(c, m->chan_id);
+        break;
+    case XM_META:
+        cq__dir_set_meta(c, m->chan_id, m->u1, m->body_len ? (const char *)m->body : "");
+        break;
+    default:
+        break;
+    }
+}
+
+void cq_core_drain(cq_core_t *c, uint64_t now_ms)
+{
+    c->now_ms = now_ms;
+    cq_mpsc_node_t *n;
+    while ((n = cq_mpsc_pop(&c->inbox))) {
+        cq_xmsg_t *m = cq_container_of(n, cq_xmsg_t, node);
+        xm_handle(c, m);
+        cq__xmsg_free(m);
+    }
+}
+
+/* ---- flush and housekeeping ------------------------------------------------------------- */
+
+void cq_core_flush(cq_core_t *c)
+{
+    while (!cq_list_empty(&c->pending)) {
+        cq_list_t *n = c->pending.next;
+        cq_list_remove(n);
+        cq_conn_t *conn = cq_container_of(n, cq_conn_t, pending_node);
+        conn->pending = 0;
+        if (conn->state != CONN_CLOSING)
+            conn->tops->flush(conn->tctx);
+    }
+}
+
+static void tick_auth(cq_core_t *c, uint64_t now)
+{
+    uint32_t to = c->sh->o.auth_timeout_ms;
+    while (to && !cq_list_empty(&c->unauth)) {
+        cq_conn_t *conn = cq_container_of(c->unauth.next, cq_conn_t, unauth_node);
+        if (now - conn->accepted_ms < to)
+            break;
+        CQ_METRIC_ADD(c->sh, M_AUTH_TIMEOUT, conn->type, 1);
+        cq_core_conn_close(c, conn, CQ_ETIMEOUT, "not authenticated within auth-timeout-ms");
+    }
+}
+
+static void tick_soft(cq_core_t *c, uint64_t now)
+{
+    cq_list_t *n, *t;
+    cq_list_foreach_safe(n, t, &c->soft)
+    {
+        cq_conn_t *conn = cq_container_of(n, cq_conn_t, soft_node);
+        int r = cq_sendq_check_soft(&conn->sendq, c->sh->o.sendq_soft_limit,
+                                    (uint64_t)c->sh->o.sendq_soft_seconds * 1000, now);
+        if (r == CQ_ESLOW) {
+            CQ_METRIC_ADD(c->sh, M_SLOW_CONSUMER, conn->type, 1);
+            cq_core_conn_close(c, conn, r, "slow consumer: over sendq-soft-limit too long");
+        } else if (!conn->sendq.soft_since_ms) {
+            cq_list_remove(&conn->soft_node);
+        }
+    }
+}
+
+static void tick_idle(cq_core_t *c, uint64_t now)
+{
+    uint32_t to = c->sh->o.idle_timeout_ms;
+    if (!to)
+        return;
+    uint32_t it = 0;
+    void *v;
+    while (cq_map_next(&c->conns, &it, NULL, &v)) {
+        cq_conn_t *conn = v;
+        if (conn->state != CONN_CLOSING && now - conn->last_rx_ms >= to) {
+            CQ_METRIC_ADD(c->sh, M_IDLE_TIMEOUT, conn->type, 1);
+            cq_core_conn_close(c, conn, CQ_ETIMEOUT, "idle: nothing received for idle-timeout-ms");
+        }
+    }
+}
+
+void cq_core_tick(cq_core_t *c, uint64_t now_ms)
+{
+    c->now_ms = now_ms;
+    tick_auth(c, now_ms);
+    tick_soft(c, now_ms);
+    tick_idle(c, now_ms);
+}

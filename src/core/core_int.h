@@ -1,0 +1,290 @@
+/* core_int.h - structures shared by the files of the core module. Not a public header. */
+#ifndef CQ_CORE_INT_H
+#define CQ_CORE_INT_H
+
+#include "cq_core.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "channeld.pb-c.h"
+#include "cq_buf.h"
+#include "cq_fsm.h"
+#include "cq_list.h"
+#include "cq_log.h"
+#include "cq_map.h"
+#include "cq_mpsc.h"
+#include "cq_sbuf.h"
+#include "cq_sendq.h"
+#include "cq_settings.h"
+#include "cq_wire.h"
+
+#define CQ_LOG_TOPIC "core"
+#define CQ_MAX_WORKERS 64
+#define CQ_USER_SPACE_START 100u
+#define CQ_NONSPATIAL_MAX 65535u
+
+/* MessageType values handled by the core. */
+enum {
+    MT_AUTH = 1,
+    MT_CREATE_CHANNEL = 3,
+    MT_REMOVE_CHANNEL = 4,
+    MT_LIST_CHANNEL = 5,
+    MT_SUB = 6,
+    MT_UNSUB = 7,
+    MT_DATA_UPDATE = 8,
+    MT_DISCONNECT = 9,
+    MT_CREATE_SPATIAL = 10,
+    MT_CHANNEL_OWNER_LOST = 22,
+    MT_CHANNEL_OWNER_RECOVERED = 23,
+};
+
+enum { BC_SINGLE = 1, BC_ALL = 2, BC_BUT_SENDER = 4, BC_BUT_OWNER = 8, BC_BUT_CLIENT = 16,
+       BC_BUT_SERVER = 32, BC_ADJACENT = 64 };
+
+/* ---- metrics (atomics, relaxed) ---- */
+
+enum {
+    M_MESSAGES_IN, M_MESSAGES_OUT, M_PACKETS_IN, M_PACKETS_OUT, M_BYTES_IN, M_BYTES_OUT,
+    M_CONNECTION_CLOSED, M_SLOW_CONSUMER, M_FSM_DISALLOWED, M_AUTH_FAILED, M_AUTH_TIMEOUT,
+    M_IDLE_TIMEOUT, M_DROPPED, M__COUNT
+};
+
+typedef struct cq_metrics {
+    _Atomic uint64_t c[M__COUNT][3]; /* [counter][connType 0 none, 1 server, 2 client] */
+    _Atomic int64_t connections[3];
+    _Atomic int64_t channels[8]; /* by channel type: index = type for 1..5, 0 other, 6 test */
+} cq_metrics_t;
+
+#define CQ_METRIC_ADD(sh, m, ctype, n)                                                             \
+    atomic_fetch_add_explicit(&(sh)->metrics.c[(m)][(ctype) < 3 ? (ctype) : 0], (n),              \
+                              memory_order_relaxed)
+
+/* ---- connection directory (process-wide, mutex; never on the per-message path) ---- */
+
+typedef struct cq_dir_ent {
+    uint8_t type;
+    uint32_t subs; /* subscriptions held, for max-subs-per-conn */
+} cq_dir_ent_t;
+
+struct cq_shared {
+    cq_core_opts_t o;
+    const cq_core_ops_t *ops;
+    void *ops_ud;
+    cq_core_t *cores[CQ_MAX_WORKERS];
+    _Atomic uint32_t global_owner; /* conn id possessing GLOBAL, 0 = none */
+    cq_metrics_t metrics;
+    pthread_mutex_t dir_lock;
+    cq_map_t dir;       /* conn id -> cq_dir_ent_t*, under dir_lock */
+    uint32_t next_conn; /* under dir_lock */
+    void *tokens;       /* json_t* PIT -> LT, immutable after load */
+};
+
+/* ---- connections (owned by their worker) ---- */
+
+typedef struct cq_conn_chan {
+    uint32_t chan_id;
+    uint32_t idx; /* position in the worker's local subscriber list of chan_id */
+} cq_conn_chan_t;
+
+enum { CONN_UNAUTH = 0, CONN_AUTHED = 1, CONN_CLOSING = 2 };
+
+struct cq_conn {
+    uint32_t id;
+    uint8_t type;
+    uint8_t state;
+    uint8_t fsm_state;
+    uint8_t out_ct;  /* Snappy once the peer sent Snappy; never reset */
+    uint8_t framing; /* cq_framing_mode_t */
+    uint8_t failed_auth;
+    uint8_t pending; /* on the flush list */
+    const cq_fsm_t *fsm;
+    const cq_transport_ops_t *tops;
+    void *tctx;
+    cq_sendq_t sendq;
+    cq_sbuf_t rbuf; /* partial packet kept between reads; empty when idle */
+    cq_list_t pending_node;
+    cq_list_t unauth_node; /* in accept order while unauthenticated */
+    cq_list_t soft_node;   /* while over the soft send limit */
+    uint64_t accepted_ms, last_rx_ms;
+    cq_conn_chan_t *chans; /* local fan-out lists this connection is in */
+    uint32_t n_chans, cap_chans;
+};
+
+/* ---- channels (owned by the worker chan_id % workers) ---- */
+
+typedef struct cq_subopts {
+    uint32_t data_access;
+    uint32_t interval_ms;
+    int32_t delay_ms;
+    bool skip_self;
+    bool skip_first;
+    uint32_t n_masks;
+    char **masks;
+} cq_subopts_t;
+
+typedef struct cq_sub {
+    uint32_t conn_id;
+    uint8_t conn_type;
+    cq_subopts_t opts;
+    uint64_t sub_time_ms;
+    struct cq_chan *chan;
+    cq_list_t by_conn; /* in the worker's connref for conn_id */
+} cq_sub_t;
+
+typedef struct cq_chan {
+    uint32_t id;
+    uint32_t type;
+    char *metadata;
+    uint32_t owner; /* conn id, 0 = none */
+    uint8_t owner_type;
+    const cq_chan_settings_t *settings;
+    cq_map_t subs;       /* conn id -> cq_sub_t* */
+    uint32_t *wcount;    /* subscribers per worker */
+    cq_list_t owner_node;/* in the owner's connref */
+} cq_chan_t;
+
+/* Per-worker reverse index for one connection id: what this worker's channels hold of it. */
+typedef struct cq_connref {
+    cq_list_t subs;  /* cq_sub_t.by_conn */
+    cq_list_t owned; /* cq_chan_t.owner_node */
+} cq_connref_t;
+
+/* Local fan-out list: this worker's connections subscribed to one channel. */
+typedef struct cq_lsubs {
+    cq_conn_t **conns;
+    uint32_t n, cap;
+} cq_lsubs_t;
+
+/* Channel directory entry, worker 0 only (LIST, id allocation). */
+typedef struct cq_chaninfo {
+    uint32_t id, type;
+    char *metadata;
+} cq_chaninfo_t;
+
+/* ---- cross-worker messages ---- */
+
+enum {
+    XM_DISPATCH, /* an inbound message for chan_id from conn_id */
+    XM_SEND,     /* deliver buf to conn_id */
+    XM_FANOUT,   /* deliver buf to the local subscribers of chan_id, filtered */
+    XM_LSUB_ADD, /* conn_id joins the local list of chan_id */
+    XM_LSUB_DEL, /* conn_id leaves the local list of chan_id */
+    XM_CONN_GONE,/* conn_id closed: drop its subscriptions and ownerships */
+    XM_CLOSE,    /* close conn_id (DISCONNECT) */
+    XM_CREATE,   /* create channel u1 (allocated id) for the request in mp */
+    XM_FREE_ID,  /* worker 0: channel chan_id no longer exists */
+    XM_META,     /* worker 0: channel chan_id's metadata/type changed */
+    XM_REMOVE,   /* REMOVE_CHANNEL of channel u1, checked where it lives */
+};
+
+typedef struct cq_xmsg {
+    cq_mpsc_node_t node;
+    uint8_t kind;
+    uint8_t conn_type;
+    uint32_t conn_id;
+    uint32_t chan_id;
+    uint32_t u1, u2, u3;
+    cq_mp_t mp;    /* body points into body[] when body_len > 0 */
+    cq_buf_t *buf; /* one reference, owned by the message */
+    uint32_t body_len;
+    uint8_t body[];
+} cq_xmsg_t;
+
+/* ---- the per-worker core ---- */
+
+struct cq_core {
+    cq_shared_t *sh;
+    int index;
+    int nworkers;
+    cq_mpsc_t inbox;
+    cq_map_t conns;    /* conn id -> cq_conn_t* (local connections) */
+    cq_map_t chans;    /* chan id -> cq_chan_t* (channels hashed here) */
+    cq_map_t connrefs; /* conn id -> cq_connref_t* */
+    cq_map_t lsubs;    /* chan id -> cq_lsubs_t* */
+    cq_list_t pending; /* connections with output to flush */
+    cq_list_t unauth;  /* unauthenticated connections, oldest first */
+    cq_list_t soft;    /* connections over the soft send limit */
+    cq_wire_arena_t arena;
+    uint8_t *scratch;  /* Snappy decode of one inbound body */
+    uint64_t now_ms;
+    /* worker 0 only */
+    cq_map_t chaninfo;   /* chan id -> cq_chaninfo_t* */
+    uint32_t id_cursor;  /* rotating non-spatial id cursor */
+};
+
+/* A request being handled: the inbound message and who sent it. conn is set only when the
+ * sender is a connection of this worker. */
+typedef struct cq_req {
+    uint32_t conn_id;
+    uint8_t conn_type;
+    cq_mp_t mp;
+    cq_conn_t *conn;
+} cq_req_t;
+
+/* core.c */
+cq_xmsg_t *cq__xmsg_new(int kind, size_t body_len);
+void cq__xmsg_post(cq_core_t *c, int worker, cq_xmsg_t *m);
+void cq__xmsg_free(cq_xmsg_t *m);
+int cq__conn_worker(const cq_core_t *c, uint32_t conn_id);
+int cq__chan_worker(const cq_core_t *c, uint32_t chan_id);
+
+/* conn.c */
+void cq__conn_push(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec);
+void cq__conn_push_packet(cq_core_t *c, cq_conn_t *conn, cq_buf_t *packet);
+void cq__send_to(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec);
+void cq__reply(cq_core_t *c, const cq_req_t *r, uint32_t chan_id, uint32_t msg_type,
+               const ProtobufCMessage *msg);
+void cq__notify(cq_core_t *c, uint32_t conn_id, uint32_t chan_id, uint32_t msg_type,
+                const ProtobufCMessage *msg);
+void cq__close_local(cq_core_t *c, uint32_t conn_id, int reason, const char *why);
+
+/* dispatch.c */
+int cq__dispatch_packet(cq_core_t *c, cq_conn_t *conn, const uint8_t *body, size_t len);
+void cq__handle_req(cq_core_t *c, cq_req_t *r);
+
+/* auth.c */
+void cq__handle_auth(cq_core_t *c, cq_req_t *r);
+int cq__tokens_load(cq_shared_t *sh, const char *path, char *err, size_t errlen);
+void cq__tokens_free(cq_shared_t *sh);
+
+/* chan.c */
+cq_chan_t *cq__chan_get(cq_core_t *c, uint32_t id);
+cq_chan_t *cq__chan_create(cq_core_t *c, uint32_t id, uint32_t type, const char *metadata,
+                           uint32_t owner, uint8_t owner_type);
+void cq__chan_remove(cq_core_t *c, cq_chan_t *ch, uint32_t notify_chan_id);
+void cq__chan_set_owner(cq_core_t *c, cq_chan_t *ch, uint32_t owner, uint8_t owner_type);
+void cq__chan_free_all(cq_core_t *c);
+void cq__handle_create(cq_core_t *c, cq_req_t *r);
+void cq__handle_create_here(cq_core_t *c, cq_req_t *r, uint32_t id);
+void cq__handle_remove(cq_core_t *c, cq_req_t *r);
+void cq__handle_list(cq_core_t *c, cq_req_t *r);
+void cq__handle_remove_here(cq_core_t *c, cq_req_t *r, uint32_t id);
+void cq__dir_free_id(cq_core_t *c, uint32_t id);
+int cq__dir_add(cq_core_t *c, uint32_t id, uint32_t type, const char *metadata);
+void cq__dir_set_meta(cq_core_t *c, uint32_t id, uint32_t type, const char *metadata);
+bool cq__acl_allows(const cq_chan_t *ch, int access, uint32_t who, uint32_t global_owner);
+void cq__chaninfo_free_all(cq_core_t *c);
+
+/* sub.c */
+void cq__handle_sub(cq_core_t *c, cq_req_t *r);
+void cq__handle_unsub(cq_core_t *c, cq_req_t *r);
+int cq__sub_add(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type,
+                const Channeldpb__ChannelSubscriptionOptions *req, cq_sub_t **ret);
+void cq__sub_remove(cq_core_t *c, cq_sub_t *s, bool dir_update);
+void cq__sub_result(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s, const cq_req_t *r);
+void cq__lsub_add(cq_core_t *c, uint32_t chan_id, uint32_t conn_id);
+void cq__lsub_del(cq_core_t *c, uint32_t chan_id, uint32_t conn_id);
+void cq__lsub_conn_drop(cq_core_t *c, cq_conn_t *conn);
+void cq__conn_gone(cq_core_t *c, uint32_t conn_id, uint8_t conn_type);
+cq_connref_t *cq__connref(cq_core_t *c, uint32_t conn_id, bool create);
+void cq__connref_gc(cq_core_t *c, uint32_t conn_id);
+void cq__subopts_done(cq_subopts_t *o);
+
+/* forward.c */
+void cq__handle_user(cq_core_t *c, cq_req_t *r);
+void cq__fanout(cq_core_t *c, cq_chan_t *ch, cq_buf_t *rec, uint32_t sender, uint32_t flags);
+void cq__local_fanout(cq_core_t *c, uint32_t chan_id, cq_buf_t *rec, uint32_t sender,
+                      uint32_t owner, uint32_t flags);
+
+#endif

@@ -1,0 +1,118 @@
+/* cq_core.h - channels, connections, subscriptions and dispatch: the channeld behaviour.
+ *
+ * The core is a protocol engine: bytes and "now" in, encoded buffers and actions out. It never
+ * touches a socket or the event loop. Each worker thread owns one cq_core_t: the connections
+ * accepted onto that worker and the channels hashed to it (channel id % workers). Cores talk to
+ * each other only through cq_xmsg messages pushed onto the target worker's inbox (lock-free
+ * MPSC queue) followed by ops->wake(target), which the io layer maps to uv_async_send.
+ *
+ * Process-wide state lives in cq_shared_t: immutable configuration, the GLOBAL owner id
+ * (atomic), metrics (atomics), and the connection directory (id -> type; a mutex, touched on
+ * accept, close and SUB of another connection only, never per message). See doc/threads.md.
+ */
+#ifndef CQ_CORE_H
+#define CQ_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cq_framing.h"
+#include "cq_transport.h"
+
+typedef struct cq_core cq_core_t;
+typedef struct cq_conn cq_conn_t;
+typedef struct cq_shared cq_shared_t;
+typedef struct cq_fsm cq_fsm_t;
+typedef struct cq_settings cq_settings_t;
+typedef struct cq_sendq cq_sendq_t;
+
+enum { CQ_CONN_SERVER = 1, CQ_CONN_CLIENT = 2 };
+
+typedef struct cq_core_opts {
+    int workers;                  /* number of cores/workers (>= 1) */
+    const cq_fsm_t *client_fsm;   /* borrowed, outlives the shared state */
+    const cq_fsm_t *server_fsm;   /* borrowed */
+    const cq_settings_t *settings;/* borrowed */
+    bool dev;
+    bool server_bypass_auth;
+    uint32_t compression_type;    /* advertised in AuthResult */
+    int auth_provider;            /* CQ_AUTH_DEV or CQ_AUTH_FILE */
+    const char *auth_token_file;  /* JSON object PIT -> login token */
+    uint32_t auth_timeout_ms;     /* 0 = off */
+    uint32_t max_failed_auth;
+    uint32_t conn_id_bits;
+    uint32_t idle_timeout_ms;     /* 0 = off */
+    uint32_t max_packet_size;
+    uint32_t max_connections;
+    uint32_t max_channels;
+    uint32_t max_subs_per_conn;
+    size_t sendq_soft_limit;
+    uint32_t sendq_soft_seconds;
+    size_t sendq_hard_limit;
+} cq_core_opts_t;
+
+enum { CQ_AUTH_DEV = 0, CQ_AUTH_FILE = 1 };
+
+/* Callbacks into the io layer; called on the calling worker's thread. */
+typedef struct cq_core_ops {
+    /* Wake worker `worker` so it drains its inbox (uv_async_send). Any thread. */
+    void (*wake)(void *ud, int worker);
+} cq_core_ops_t;
+
+/* ---- process-wide ---- */
+
+/* Creates the shared state. opts and what it points to are borrowed and must outlive it.
+ * Loads the token file if configured. Returns 0 or a negative error (message in err). */
+int cq_shared_new(const cq_core_opts_t *opts, const cq_core_ops_t *ops, void *ops_ud,
+                  cq_shared_t **ret, char *err, size_t errlen);
+cq_shared_t *cq_shared_free(cq_shared_t *sh);
+/* Allocates a connection id and registers it in the directory; 0 when max-connections is
+ * reached. Any thread (the acceptor). */
+uint32_t cq_shared_conn_id_alloc(cq_shared_t *sh, int type);
+/* Number of workers. */
+int cq_shared_workers(const cq_shared_t *sh);
+/* The worker that owns connection id / channel id. */
+int cq_shared_conn_worker(const cq_shared_t *sh, uint32_t conn_id);
+int cq_shared_chan_worker(const cq_shared_t *sh, uint32_t chan_id);
+/* Writes Prometheus text for all metrics into buf; returns the length (truncated at cap). */
+size_t cq_shared_metrics(cq_shared_t *sh, char *buf, size_t cap);
+uint64_t cq_shared_counter(cq_shared_t *sh, const char *name);
+
+/* ---- per worker ---- */
+
+/* Creates the core for worker `index`. Worker 0 also owns GLOBAL and the channel directory.
+ * Returns owned or NULL on OOM. Must be created for every worker before any runs. */
+cq_core_t *cq_core_new(cq_shared_t *sh, int index);
+/* Frees channels and remaining connections (whose transports must already be gone). */
+cq_core_t *cq_core_free(cq_core_t *c);
+
+/* Registers an accepted connection (id from cq_shared_conn_id_alloc, on this worker).
+ * tops/tctx are borrowed until cq_core_conn_release(). Returns the connection or NULL (OOM:
+ * the caller closes the transport). */
+cq_conn_t *cq_core_conn_new(cq_core_t *c, uint32_t id, int type, cq_framing_mode_t mode,
+                            const cq_transport_ops_t *tops, void *tctx, uint64_t now_ms);
+/* Feeds received bytes. Returns 0, or a negative error after which the core has already
+ * begun closing the connection (the reason is logged here, once). */
+int cq_core_conn_input(cq_core_t *c, cq_conn_t *conn, const uint8_t *data, size_t n,
+                       uint64_t now_ms);
+/* The transport saw EOF or an error (reason < 0) or was closed: begin closing. Idempotent. */
+void cq_core_conn_close(cq_core_t *c, cq_conn_t *conn, int reason, const char *why);
+/* The transport is gone (its close completed): free the connection. */
+void cq_core_conn_release(cq_core_t *c, cq_conn_t *conn);
+/* The connection's send queue, for the transport's flush. */
+cq_sendq_t *cq_conn_sendq(cq_conn_t *conn);
+uint32_t cq_conn_id(const cq_conn_t *conn);
+bool cq_conn_closing(const cq_conn_t *conn);
+
+/* Drains the inbox (cross-worker messages). Call from the wake (uv_async) callback. */
+void cq_core_drain(cq_core_t *c, uint64_t now_ms);
+/* Calls the transport flush of every connection with queued output. Call once per loop
+ * iteration, before the loop blocks (uv_prepare). */
+void cq_core_flush(cq_core_t *c);
+/* Periodic housekeeping (auth timeout, idle timeout, soft send limits). Every ~100 ms. */
+void cq_core_tick(cq_core_t *c, uint64_t now_ms);
+/* True when the inbox may hold messages (a hint for tests). */
+int cq_core_index(const cq_core_t *c);
+
+#endif

@@ -1,0 +1,199 @@
+/* forward.c - user-space messages (>= 100) and the encode-once fan-out.
+ *
+ * A broadcast is encoded once into a refcounted record. The channel's worker pushes it to its
+ * own subscribers and sends one reference per other worker that has subscribers (XM_FANOUT);
+ * each worker filters its local subscriber list by the broadcast flags. Snappy peers get a
+ * compressed packet built once per worker per message. */
+#include "core_int.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_varint.h"
+
+#include <string.h>
+
+/* ---- fan-out ---------------------------------------------------------------------------- */
+
+static bool skip(const cq_conn_t *conn, uint32_t sender, uint32_t owner, uint32_t flags)
+{
+    if (conn->state == CONN_CLOSING)
+        return true;
+    if ((flags & BC_BUT_SENDER) && conn->id == sender)
+        return true;
+    if ((flags & BC_BUT_OWNER) && conn->id == owner)
+        return true;
+    if ((flags & BC_BUT_CLIENT) && conn->type == CQ_CONN_CLIENT)
+        return true;
+    if ((flags & BC_BUT_SERVER) && conn->type == CQ_CONN_SERVER)
+        return true;
+    return false;
+}
+
+void cq__local_fanout(cq_core_t *c, uint32_t chan_id, cq_buf_t *rec, uint32_t sender,
+                      uint32_t owner, uint32_t flags)
+{
+    cq_lsubs_t *l = cq_map_get(&c->lsubs, chan_id);
+    if (!l)
+        return;
+    cq_buf_t *packet = NULL; /* Snappy form, built once for this worker */
+    /* Walk backwards: a push may close a slow subscriber, which swap-removes it. */
+    for (uint32_t i = l->n; i-- > 0;) {
+        l = cq_map_get(&c->lsubs, chan_id);
+        if (!l || i >= l->n)
+            break;
+        cq_conn_t *conn = l->conns[i];
+        if (skip(conn, sender, owner, flags))
+            continue;
+        if (conn->out_ct != CQ_CT_SNAPPY) {
+            cq__conn_push(c, conn, rec);
+            continue;
+        }
+        if (!packet)
+            packet = cq_sendq_compress_record(rec, (cq_framing_mode_t)conn->framing);
+        if (packet && conn->framing == CQ_FRAMING_FIXED)
+            cq__conn_push_packet(c, conn, packet);
+        else
+            cq__conn_push(c, conn, rec);
+    }
+    cq_buf_unref(packet);
+}
+
+void cq__fanout(cq_core_t *c, cq_chan_t *ch, cq_buf_t *rec, uint32_t sender, uint32_t flags)
+{
+    for (int w = 0; w < c->nworkers; w++) {
+        if (!ch->wcount[w] || w == c->index)
+            continue;
+        cq_xmsg_t *m = cq__xmsg_new(XM_FANOUT, 0);
+        if (!m)
+            continue;
+        m->chan_id = ch->id;
+        m->buf = cq_buf_ref(rec);
+        m->u1 = sender;
+        m->u2 = ch->owner;
+        m->u3 = flags;
+        cq__xmsg_post(c, w, m);
+    }
+    if (ch->wcount[c->index])
+        cq__local_fanout(c, ch->id, rec, sender, ch->owner, flags);
+}
+
+/* ---- user-space messages ---------------------------------------------------------------- */
+
+/* clientConnId of a (validated) ServerForwardMessage; 0 if absent. */
+static uint32_t sfm_client(const uint8_t *p, size_t n)
+{
+    const uint8_t *end = p + n;
+    uint32_t id = 0;
+    while (p < end) {
+        uint64_t tag, v;
+        size_t k = cq_varint_get(p, end, &tag);
+        if (!k)
+            break;
+        p += k;
+        k = cq_varint_get(p, end, &v);
+        if (!k)
+            break;
+        if ((tag & 7) == 0) {
+            if ((tag >> 3) == 1)
+                id = (uint32_t)v;
+            p += k;
+        } else if ((tag & 7) == 2) {
+            p += k + v;
+        } else {
+            p += (tag & 7) == 1 ? 8 : 4;
+        }
+    }
+    return id;
+}
+
+/* Record for a client's message: the body is wrapped in ServerForwardMessage. */
+static cq_buf_t *wrap_client(const cq_req_t *r)
+{
+    size_t plen = r->mp.body_len;
+    size_t sfm = 1 + cq_varint_size(r->conn_id) + (plen ? 1 + cq_varint_size(plen) + plen : 0);
+    cq_mp_t mp = r->mp;
+    mp.body = NULL;
+    mp.body_len = (uint32_t)sfm;
+    size_t total = cq_wire_record_size(&mp);
+    if (total > CQ_WIRE_MAX_RECORD)
+        return NULL;
+    cq_buf_t *b = cq_buf_new(total);
+    if (!b)
+        return NULL;
+    uint8_t *p = b->data + cq_wire_record_head(b->data, &mp);
+    *p++ = 0x08;
+    p += cq_varint_put(p, r->conn_id);
+    if (plen) {
+        *p++ = 0x12;
+        p += cq_varint_put(p, plen);
+        memcpy(p, r->mp.body, plen);
+    }
+    b->len = (uint32_t)total;
+    return b;
+}
+
+static void from_client(cq_core_t *c, cq_req_t *r, cq_chan_t *ch)
+{
+    if (!ch->owner) {
+        /* channeld: client broadcast needs enableClientBroadcast, which nothing sets. */
+        CQ_INFO("fwd", "conn %u: user msg %u on channel %u dropped: channel has no owner",
+                r->conn_id, r->mp.msg_type, ch->id);
+        return;
+    }
+    cq_buf_t *rec = wrap_client(r);
+    if (!rec) {
+        CQ_INFO("fwd", "conn %u: user msg %u too large to forward", r->conn_id, r->mp.msg_type);
+        return;
+    }
+    cq__send_to(c, ch->owner, rec);
+    cq_buf_unref(rec);
+}
+
+static void to_one(cq_core_t *c, cq_req_t *r, uint32_t target, const char *what)
+{
+    if (!target) {
+        CQ_INFO("fwd", "conn %u: user msg %u on channel %u dropped: no %s", r->conn_id,
+                r->mp.msg_type, r->mp.channel_id, what);
+        return;
+    }
+    cq_buf_t *rec = cq_wire_record_raw(&r->mp);
+    if (!rec)
+        return;
+    cq__send_to(c, target, rec);
+    cq_buf_unref(rec);
+}
+
+static void from_server(cq_core_t *c, cq_req_t *r, cq_chan_t *ch)
+{
+    uint32_t bc = r->mp.broadcast;
+    if (bc == 0) {
+        to_one(c, r, ch->owner, "channel owner");
+        return;
+    }
+    if (bc == BC_SINGLE) {
+        uint32_t client = sfm_client(r->mp.body, r->mp.body_len);
+        to_one(c, r, client ? client : ch->owner, client ? "connection" : "channel owner");
+        return;
+    }
+    if (bc & BC_ADJACENT) {
+        CQ_INFO("fwd", "conn %u: ADJACENT_CHANNELS broadcast on non-spatial channel %u dropped",
+                r->conn_id, ch->id);
+        return;
+    }
+    cq_buf_t *rec = cq_wire_record_raw(&r->mp);
+    if (!rec)
+        return;
+    cq__fanout(c, ch, rec, r->conn_id, bc);
+    cq_buf_unref(rec);
+}
+
+void cq__handle_user(cq_core_t *c, cq_req_t *r)
+{
+    cq_chan_t *ch = cq__chan_get(c, r->mp.channel_id);
+    if (!ch)
+        return;
+    if (r->conn_type == CQ_CONN_CLIENT)
+        from_client(c, r, ch);
+    else
+        from_server(c, r, ch);
+}

@@ -1,0 +1,160 @@
+/* shared.c - process-wide state: options, connection directory, metrics. */
+#include "core_int.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int cq_shared_new(const cq_core_opts_t *opts, const cq_core_ops_t *ops, void *ops_ud,
+                  cq_shared_t **ret, char *err, size_t errlen)
+{
+    if (opts->workers < 1 || opts->workers > CQ_MAX_WORKERS) {
+        snprintf(err, errlen, "workers must be 1..%d", CQ_MAX_WORKERS);
+        return CQ_ECONFIG;
+    }
+    cq_shared_t *sh = cq_calloc(1, sizeof(*sh));
+    if (!sh)
+        return -ENOMEM;
+    sh->o = *opts;
+    sh->ops = ops;
+    sh->ops_ud = ops_ud;
+    pthread_mutex_init(&sh->dir_lock, NULL);
+    cq_map_init(&sh->dir);
+    sh->next_conn = 1;
+    if (opts->auth_provider == CQ_AUTH_FILE) {
+        int r = cq__tokens_load(sh, opts->auth_token_file, err, errlen);
+        if (r < 0) {
+            cq_shared_free(sh);
+            return r;
+        }
+    }
+    *ret = sh;
+    return 0;
+}
+
+cq_shared_t *cq_shared_free(cq_shared_t *sh)
+{
+    if (!sh)
+        return NULL;
+    uint32_t it = 0;
+    void *v;
+    while (cq_map_next(&sh->dir, &it, NULL, &v))
+        cq_free(v);
+    cq_map_done(&sh->dir);
+    pthread_mutex_destroy(&sh->dir_lock);
+    cq__tokens_free(sh);
+    cq_free(sh);
+    return NULL;
+}
+
+static uint32_t id_limit(const cq_shared_t *sh)
+{
+    uint32_t bits = sh->o.conn_id_bits ? sh->o.conn_id_bits : 31;
+    return bits >= 32 ? UINT32_MAX : (1u << bits) - 1;
+}
+
+uint32_t cq_shared_conn_id_alloc(cq_shared_t *sh, int type)
+{
+    uint32_t id = 0;
+    pthread_mutex_lock(&sh->dir_lock);
+    if (cq_map_count(&sh->dir) >= sh->o.max_connections)
+        goto out;
+    cq_dir_ent_t *e = cq_calloc(1, sizeof(*e));
+    if (!e)
+        goto out;
+    /* Sequential from 1, wrapping within conn-id-bits, never 0, skipping ids in use. */
+    for (uint32_t tries = 0; tries < id_limit(sh); tries++) {
+        uint32_t cand = sh->next_conn;
+        sh->next_conn = cand >= id_limit(sh) - 1 ? 1 : cand + 1;
+        if (!cq_map_get(&sh->dir, cand)) {
+            id = cand;
+            break;
+        }
+    }
+    if (!id || cq_map_put(&sh->dir, id, e) < 0) {
+        cq_free(e);
+        id = 0;
+        goto out;
+    }
+    e->type = (uint8_t)type;
+out:
+    pthread_mutex_unlock(&sh->dir_lock);
+    return id;
+}
+
+int cq_shared_workers(const cq_shared_t *sh)
+{
+    return sh->o.workers;
+}
+
+int cq_shared_conn_worker(const cq_shared_t *sh, uint32_t conn_id)
+{
+    return (int)(conn_id % (uint32_t)sh->o.workers);
+}
+
+int cq_shared_chan_worker(const cq_shared_t *sh, uint32_t chan_id)
+{
+    return (int)(chan_id % (uint32_t)sh->o.workers);
+}
+
+/* ---- metrics ---------------------------------------------------------------------------- */
+
+static const char *const counter_names[M__COUNT] = {
+    "messages_in", "messages_out", "packets_in", "packets_out", "bytes_in", "bytes_out",
+    "connection_closed", "slow_consumer_closed", "fsm_disallowed", "auth_failed",
+    "auth_timeout_closed", "idle_timeout_closed", "messages_dropped"};
+static const char *const conn_types[3] = {"NO_CONNECTION", "SERVER", "CLIENT"};
+static const char *const chan_types[8] = {"OTHER", "GLOBAL", "PRIVATE", "SUBWORLD",
+                                          "SPATIAL", "ENTITY", "TEST", ""};
+
+uint64_t cq_shared_counter(cq_shared_t *sh, const char *name)
+{
+    for (int m = 0; m < M__COUNT; m++) {
+        if (strcmp(name, counter_names[m]) == 0) {
+            uint64_t s = 0;
+            for (int t = 0; t < 3; t++)
+                s += atomic_load_explicit(&sh->metrics.c[m][t], memory_order_relaxed);
+            return s;
+        }
+    }
+    return 0;
+}
+
+static size_t put(char *buf, size_t cap, size_t off, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static size_t put(char *buf, size_t cap, size_t off, const char *fmt, ...)
+{
+    if (off >= cap)
+        return off;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + off, cap - off, fmt, ap);
+    va_end(ap);
+    return n < 0 ? off : off + (size_t)n;
+}
+
+size_t cq_shared_metrics(cq_shared_t *sh, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (int m = 0; m < M__COUNT; m++) {
+        o = put(buf, cap, o, "# TYPE %s counter\n", counter_names[m]);
+        for (int t = 1; t < 3; t++)
+            o = put(buf, cap, o, "%s{connType=\"%s\"} %llu\n", counter_names[m], conn_types[t],
+                    (unsigned long long)atomic_load(&sh->metrics.c[m][t]));
+    }
+    o = put(buf, cap, o, "# TYPE connection_num gauge\n");
+    for (int t = 1; t < 3; t++)
+        o = put(buf, cap, o, "connection_num{type=\"%s\"} %lld\n", conn_types[t],
+                (long long)atomic_load(&sh->metrics.connections[t]));
+    o = put(buf, cap, o, "# TYPE channel_num gauge\n");
+    for (int t = 0; t < 7; t++)
+        o = put(buf, cap, o, "channel_num{type=\"%s\"} %lld\n", chan_types[t],
+                (long long)atomic_load(&sh->metrics.channels[t]));
+    o = put(buf, cap, o, "# TYPE buffers_live gauge\nbuffers_live %ld\n", cq_buf_live());
+    return o < cap ? o : cap;
+}

@@ -1,0 +1,426 @@
+/* sub.c - subscriptions: options, SUB/UNSUB, local fan-out lists, connection loss. */
+#include "core_int.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_util.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* ---- options ---------------------------------------------------------------------------- */
+
+void cq__subopts_done(cq_subopts_t *o)
+{
+    for (uint32_t i = 0; i < o->n_masks; i++)
+        cq_free(o->masks[i]);
+    cq_free(o->masks);
+    o->masks = NULL;
+    o->n_masks = 0;
+}
+
+static void opts_default(cq_subopts_t *o, const cq_chan_settings_t *st)
+{
+    memset(o, 0, sizeof(*o));
+    o->data_access = CHANNELDPB__CHANNEL_DATA_ACCESS__READ_ACCESS;
+    o->interval_ms = st->fanout_interval_ms;
+    o->delay_ms = st->fanout_delay_ms;
+    o->skip_self = true;
+}
+
+/* Set fields win; masks append (channeld's protobuf Merge). Interval clamped to >= 1. */
+static int opts_merge(cq_subopts_t *o, const Channeldpb__ChannelSubscriptionOptions *m)
+{
+    if (!m)
+        return 0;
+    if (m->has_dataaccess)
+        o->data_access = m->dataaccess;
+    if (m->has_fanoutintervalms)
+        o->interval_ms = m->fanoutintervalms ? m->fanoutintervalms : 1;
+    if (m->has_fanoutdelayms)
+        o->delay_ms = m->fanoutdelayms;
+    if (m->has_skipselfupdatefanout)
+        o->skip_self = m->skipselfupdatefanout;
+    if (m->has_skipfirstfanout)
+        o->skip_first = m->skipfirstfanout;
+    if (!m->n_datafieldmasks)
+        return 0;
+    char **nm = cq_realloc(o->masks, (o->n_masks + m->n_datafieldmasks) * sizeof(char *));
+    if (!nm)
+        return -ENOMEM;
+    o->masks = nm;
+    for (size_t i = 0; i < m->n_datafieldmasks; i++) {
+        char *s = cq_strdup(m->datafieldmasks[i]);
+        if (!s)
+            return -ENOMEM;
+        o->masks[o->n_masks++] = s;
+    }
+    return 0;
+}
+
+static void opts_to_pb(const cq_subopts_t *o, Channeldpb__ChannelSubscriptionOptions *pb)
+{
+    channeldpb__channel_subscription_options__init(pb);
+    pb->has_dataaccess = pb->has_fanoutintervalms = pb->has_fanoutdelayms = 1;
+    pb->has_skipselfupdatefanout = pb->has_skipfirstfanout = 1;
+    pb->dataaccess = o->data_access;
+    pb->fanoutintervalms = o->interval_ms;
+    pb->fanoutdelayms = o->delay_ms;
+    pb->skipselfupdatefanout = o->skip_self;
+    pb->skipfirstfanout = o->skip_first;
+    pb->n_datafieldmasks = o->n_masks;
+    pb->datafieldmasks = o->masks;
+}
+
+/* ---- connection references (per worker reverse index) ---------------------------------- */
+
+cq_connref_t *cq__connref(cq_core_t *c, uint32_t conn_id, bool create)
+{
+    cq_connref_t *ref = cq_map_get(&c->connrefs, conn_id);
+    if (ref || !create)
+        return ref;
+    ref = cq_malloc(sizeof(*ref));
+    if (!ref)
+        return NULL;
+    cq_list_init(&ref->subs);
+    cq_list_init(&ref->owned);
+    if (cq_map_put(&c->connrefs, conn_id, ref) < 0) {
+        cq_free(ref);
+        return NULL;
+    }
+    return ref;
+}
+
+void cq__connref_gc(cq_core_t *c, uint32_t conn_id)
+{
+    cq_connref_t *ref = cq_map_get(&c->connrefs, conn_id);
+    if (ref && cq_list_empty(&ref->subs) && cq_list_empty(&ref->owned))
+        cq_free(cq_map_del(&c->connrefs, conn_id));
+}
+
+/* ---- local fan-out lists ---------------------------------------------------------------- */
+
+void cq__lsub_add(cq_core_t *c, uint32_t chan_id, uint32_t conn_id)
+{
+    cq_conn_t *conn = cq_map_get(&c->conns, conn_id);
+    if (!conn || conn->state == CONN_CLOSING)
+        return; /* gone: its CONN_GONE cleans the channel side */
+    cq_lsubs_t *l = cq_map_get(&c->lsubs, chan_id);
+    if (!l && (!(l = cq_calloc(1, sizeof(*l))) || cq_map_put(&c->lsubs, chan_id, l) < 0)) {
+        cq_free(l);
+        return;
+    }
+    if (l->n == l->cap) {
+        uint32_t ncap = l->cap ? l->cap * 2 : 4;
+        cq_conn_t **nc = cq_realloc(l->conns, ncap * sizeof(*nc));
+        if (!nc)
+            return;
+        l->conns = nc;
+        l->cap = ncap;
+    }
+    if (conn->n_chans == conn->cap_chans) {
+        uint32_t ncap = conn->cap_chans ? conn->cap_chans * 2 : 2;
+        cq_conn_chan_t *nc = cq_realloc(conn->chans, ncap * sizeof(*nc));
+        if (!nc)
+            return;
+        conn->chans = nc;
+        conn->cap_chans = ncap;
+    }
+    conn->chans[conn->n_chans++] = (cq_conn_chan_t){chan_id, l->n};
+    l->conns[l->n++] = conn;
+}
+
+static cq_conn_chan_t *conn_chan(cq_conn_t *conn, uint32_t chan_id)
+{
+    for (uint32_t i = 0; i < conn->n_chans; i++)
+        if (conn->chans[i].chan_id == chan_id)
+            return &conn->chans[i];
+    return NULL;
+}
+
+/* Swap-removes position idx of the list of chan_id, fixing the moved connection's index. */
+static void lsub_unlink(cq_core_t *c, uint32_t chan_id, uint32_t idx)
+{
+    cq_lsubs_t *l = cq_map_get(&c->lsubs, chan_id);
+    if (!l || idx >= l->n)
+        return;
+    cq_conn_t *moved = l->conns[--l->n];
+    l->conns[idx] = moved;
+    if (idx < l->n) {
+        cq_conn_chan_t *e = conn_chan(moved, chan_id);
+        if (e)
+            e->idx = idx;
+    }
+    if (l->n == 0) {
+        cq_map_del(&c->lsubs, chan_id);
+        cq_free(l->conns);
+        cq_free(l);
+    }
+}
+
+void cq__lsub_del(cq_core_t *c, uint32_t chan_id, uint32_t conn_id)
+{
+    cq_conn_t *conn = cq_map_get(&c->conns, conn_id);
+    cq_conn_chan_t *e = conn ? conn_chan(conn, chan_id) : NULL;
+    if (!e)
+        return;
+    lsub_unlink(c, chan_id, e->idx);
+    *e = conn->chans[--conn->n_chans];
+}
+
+void cq__lsub_conn_drop(cq_core_t *c, cq_conn_t *conn)
+{
+    while (conn->n_chans) {
+        cq_conn_chan_t e = conn->chans[--conn->n_chans];
+        lsub_unlink(c, e.chan_id, e.idx);
+    }
+}
+
+static void lsub_post(cq_core_t *c, int kind, uint32_t chan_id, uint32_t conn_id)
+{
+    int w = cq__conn_worker(c, conn_id);
+    if (w == c->index) {
+        if (kind == XM_LSUB_ADD)
+            cq__lsub_add(c, chan_id, conn_id);
+        else
+            cq__lsub_del(c, chan_id, conn_id);
+        return;
+    }
+    cq_xmsg_t *m = cq__xmsg_new(kind, 0);
+    if (!m)
+        return;
+    m->chan_id = chan_id;
+    m->conn_id = conn_id;
+    cq__xmsg_post(c, w, m);
+}
+
+/* ---- subscription records --------------------------------------------------------------- */
+
+/* Counts the subscription against the connection's limit; fills its type if unknown. */
+static int dir_sub_inc(cq_shared_t *sh, uint32_t conn_id, uint8_t *type)
+{
+    int r = 0;
+    pthread_mutex_lock(&sh->dir_lock);
+    cq_dir_ent_t *e = cq_map_get(&sh->dir, conn_id);
+    if (!e)
+        r = CQ_ENOCONN;
+    else if (sh->o.max_subs_per_conn && e->subs >= sh->o.max_subs_per_conn)
+        r = CQ_ELIMIT;
+    else {
+        e->subs++;
+        *type = e->type;
+    }
+    pthread_mutex_unlock(&sh->dir_lock);
+    return r;
+}
+
+static void dir_sub_dec(cq_shared_t *sh, uint32_t conn_id)
+{
+    pthread_mutex_lock(&sh->dir_lock);
+    cq_dir_ent_t *e = cq_map_get(&sh->dir, conn_id);
+    if (e && e->subs)
+        e->subs--;
+    pthread_mutex_unlock(&sh->dir_lock);
+}
+
+int cq__sub_add(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type,
+                const Channeldpb__ChannelSubscriptionOptions *req, cq_sub_t **ret)
+{
+    uint8_t type = conn_type;
+    int r = dir_sub_inc(c->sh, conn_id, &type);
+    if (r < 0)
+        return r;
+    cq_sub_t *s = cq_calloc(1, sizeof(*s));
+    cq_connref_t *ref = cq__connref(c, conn_id, true);
+    if (!s || !ref || cq_map_put(&ch->subs, conn_id, s) < 0) {
+        cq_free(s);
+        dir_sub_dec(c->sh, conn_id);
+        return -ENOMEM;
+    }
+    s->conn_id = conn_id;
+    s->conn_type = type;
+    s->chan = ch;
+    s->sub_time_ms = c->now_ms;
+    opts_default(&s->opts, ch->settings);
+    opts_merge(&s->opts, req);
+    cq_list_insert_tail(&ref->subs, &s->by_conn);
+    ch->wcount[cq__conn_worker(c, conn_id)]++;
+    lsub_post(c, XM_LSUB_ADD, ch->id, conn_id);
+    *ret = s;
+    return 0;
+}
+
+void cq__sub_remove(cq_core_t *c, cq_sub_t *s, bool dir_update)
+{
+    cq_chan_t *ch = s->chan;
+    cq_map_del(&ch->subs, s->conn_id);
+    cq_list_remove(&s->by_conn);
+    ch->wcount[cq__conn_worker(c, s->conn_id)]--;
+    lsub_post(c, XM_LSUB_DEL, ch->id, s->conn_id);
+    if (dir_update)
+        dir_sub_dec(c->sh, s->conn_id);
+    cq__connref_gc(c, s->conn_id);
+    cq__subopts_done(&s->opts);
+    cq_free(s);
+}
+
+/* ---- replies ---------------------------------------------------------------------------- */
+
+/* Sends a result to the requester (stub echoed), the subject if different and the owner if
+ * neither (stub 0). */
+static void send_three(cq_core_t *c, const cq_chan_t *ch, const cq_req_t *r, uint32_t subject,
+                       uint32_t msg_type, const ProtobufCMessage *msg)
+{
+    cq__reply(c, r, ch->id, msg_type, msg);
+    if (subject != r->conn_id)
+        cq__notify(c, subject, ch->id, msg_type, msg);
+    if (ch->owner && ch->owner != r->conn_id && ch->owner != subject)
+        cq__notify(c, ch->owner, ch->id, msg_type, msg);
+}
+
+void cq__sub_result(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s, const cq_req_t *r)
+{
+    Channeldpb__ChannelSubscriptionOptions o;
+    opts_to_pb(&s->opts, &o);
+    Channeldpb__SubscribedToChannelResultMessage out =
+        CHANNELDPB__SUBSCRIBED_TO_CHANNEL_RESULT_MESSAGE__INIT;
+    out.connid = s->conn_id;
+    out.suboptions = &o;
+    out.conntype = (Channeldpb__ConnectionType)s->conn_type;
+    out.channeltype = (Channeldpb__ChannelType)ch->type;
+    send_three(c, ch, r, s->conn_id, MT_SUB, &out.base);
+}
+
+static void unsub_result(cq_core_t *c, const cq_chan_t *ch, const cq_req_t *r, uint32_t conn_id,
+                         uint8_t conn_type)
+{
+    Channeldpb__UnsubscribedFromChannelResultMessage out =
+        CHANNELDPB__UNSUBSCRIBED_FROM_CHANNEL_RESULT_MESSAGE__INIT;
+    out.connid = conn_id;
+    out.conntype = (Channeldpb__ConnectionType)conn_type;
+    out.channeltype = (Channeldpb__ChannelType)ch->type;
+    if (r) {
+        send_three(c, ch, r, conn_id, MT_UNSUB, &out.base);
+        return;
+    }
+    cq__notify(c, ch->owner, ch->id, MT_UNSUB, &out.base); /* connection lost */
+}
+
+/* ---- SUB_TO_CHANNEL / UNSUB_FROM_CHANNEL ------------------------------------------------ */
+
+static void resubscribe(cq_core_t *c, cq_chan_t *ch, cq_sub_t *s, const cq_req_t *r,
+                        const Channeldpb__ChannelSubscriptionOptions *o)
+{
+    uint32_t before = s->opts.data_access;
+    if (opts_merge(&s->opts, o) < 0)
+        return;
+    if (s->opts.data_access != before)
+        cq__sub_result(c, ch, s, r);
+}
+
+void cq__handle_sub(cq_core_t *c, cq_req_t *r)
+{
+    cq_chan_t *ch = cq__chan_get(c, r->mp.channel_id);
+    Channeldpb__SubscribedToChannelMessage *m =
+        cq_wire_unpack(&channeldpb__subscribed_to_channel_message__descriptor, r->mp.body,
+                       r->mp.body_len, &c->arena);
+    if (!m)
+        return;
+    uint32_t target = r->conn_type == CQ_CONN_CLIENT ? r->conn_id : m->connid;
+    if (!target) {
+        CQ_INFO("sub", "conn %u: SUB_TO_CHANNEL %u without connId", r->conn_id, ch->id);
+        return;
+    }
+    if (target != r->conn_id &&
+        !cq__acl_allows(ch, 0, r->conn_id, atomic_load(&c->sh->global_owner))) {
+        CQ_INFO("sub", "conn %u: subscribing conn %u to channel %u denied by the ACL",
+                r->conn_id, target, ch->id);
+        return;
+    }
+    cq_sub_t *s = cq_map_get(&ch->subs, target);
+    if (s) {
+        resubscribe(c, ch, s, r, m->suboptions);
+        return;
+    }
+    int rc = cq__sub_add(c, ch, target, target == r->conn_id ? r->conn_type : 0,
+                         m->suboptions, &s);
+    if (rc < 0) {
+        CQ_INFO("sub", "conn %u: cannot subscribe conn %u to channel %u: %s", r->conn_id,
+                target, ch->id, cq_strerror(rc));
+        return;
+    }
+    cq__sub_result(c, ch, s, r);
+}
+
+void cq__handle_unsub(cq_core_t *c, cq_req_t *r)
+{
+    cq_chan_t *ch = cq__chan_get(c, r->mp.channel_id);
+    Channeldpb__UnsubscribedFromChannelMessage *m =
+        cq_wire_unpack(&channeldpb__unsubscribed_from_channel_message__descriptor, r->mp.body,
+                       r->mp.body_len, &c->arena);
+    if (!m)
+        return;
+    uint32_t target = m->connid;
+    if (target != r->conn_id &&
+        !cq__acl_allows(ch, 1, r->conn_id, atomic_load(&c->sh->global_owner))) {
+        CQ_INFO("sub", "conn %u: unsubscribing conn %u from channel %u denied by the ACL",
+                r->conn_id, target, ch->id);
+        return;
+    }
+    cq_sub_t *s = cq_map_get(&ch->subs, target);
+    if (!s) {
+        CQ_INFO("sub", "conn %u: conn %u is not subscribed to channel %u", r->conn_id, target,
+                ch->id);
+        return;
+    }
+    uint8_t type = s->conn_type;
+    cq__sub_remove(c, s, true);
+    unsub_result(c, ch, r, target, type);
+    if (ch->owner == target) {
+        CQ_INFO("sub", "channel %u lost its owner conn %u (unsubscribed)", ch->id, target);
+        cq__chan_set_owner(c, ch, 0, 0);
+        cq__connref_gc(c, target);
+    }
+}
+
+/* ---- a connection closed ---------------------------------------------------------------- */
+
+static void owner_gone(cq_core_t *c, cq_chan_t *ch)
+{
+    uint32_t owner = ch->owner;
+    cq__chan_set_owner(c, ch, 0, 0);
+    if (ch->id == 0) {
+        CQ_INFO("chan", "GLOBAL unpossessed: owner conn %u left", owner);
+        return;
+    }
+    if (ch->settings->remove_after_owner_removed) {
+        CQ_INFO("chan", "channel %u: owner conn %u left; removing (RemoveChannelAfterOwnerRemoved)",
+                ch->id, owner);
+        cq__chan_remove(c, ch, 0);
+    } else {
+        CQ_INFO("chan", "channel %u: owner conn %u left", ch->id, owner);
+    }
+}
+
+void cq__conn_gone(cq_core_t *c, uint32_t conn_id, uint8_t conn_type)
+{
+    (void)conn_type;
+    cq_connref_t *ref = cq_map_get(&c->connrefs, conn_id);
+    if (!ref)
+        return;
+    /* Subscriptions first: owners hear about each lost subscriber. */
+    while (ref && !cq_list_empty(&ref->subs)) {
+        cq_sub_t *s = cq_container_of(ref->subs.next, cq_sub_t, by_conn);
+        cq_chan_t *ch = s->chan;
+        uint8_t type = s->conn_type;
+        cq__sub_remove(c, s, false);
+        if (ch->owner && ch->owner != conn_id)
+            unsub_result(c, ch, NULL, conn_id, type);
+        ref = cq_map_get(&c->connrefs, conn_id);
+    }
+    while (ref && !cq_list_empty(&ref->owned)) {
+        owner_gone(c, cq_container_of(ref->owned.next, cq_chan_t, owner_node));
+        ref = cq_map_get(&c->connrefs, conn_id);
+    }
+    cq__connref_gc(c, conn_id);
+}

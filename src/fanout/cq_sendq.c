@@ -1,0 +1,251 @@
+#include "cq_sendq.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_snappy.h"
+#include "cq_util.h"
+#include "cq_wire.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define BATCH_MAX_ENTS 256
+#define BATCH_MAX_BYTES (512u * 1024u)
+#define PAD_ROOM 264 /* legacy-tag padding, at most 256 + field overhead */
+
+struct cq_sendq_batch {
+    int n_iov, cur_iov;   /* iovecs, and the first not fully written */
+    uint32_t n_ents;      /* entries held */
+    cq_sendq_ent_t *ents; /* references released when the batch completes */
+    struct iovec *iov;
+    uint8_t *scratch; /* headers and pads */
+};
+
+void cq_sendq_init(cq_sendq_t *q, cq_framing_mode_t mode)
+{
+    memset(q, 0, sizeof(*q));
+    q->mode = (uint8_t)mode;
+}
+
+static void batch_free(cq_sendq_batch_t *b)
+{
+    if (!b)
+        return;
+    for (uint32_t i = 0; i < b->n_ents; i++)
+        cq_buf_unref(b->ents[i].buf);
+    cq_free(b);
+}
+
+void cq_sendq_done(cq_sendq_t *q)
+{
+    for (uint32_t i = 0; i < q->count; i++)
+        cq_buf_unref(q->ring[(q->head + i) & (q->cap - 1)].buf);
+    cq_free(q->ring);
+    batch_free(q->batch);
+    cq_sendq_init(q, (cq_framing_mode_t)q->mode);
+}
+
+static int ring_grow(cq_sendq_t *q)
+{
+    uint32_t ncap = q->cap ? q->cap * 2 : 8;
+    cq_sendq_ent_t *n = cq_malloc(ncap * sizeof(*n));
+    if (!n)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < q->count; i++)
+        n[i] = q->ring[(q->head + i) & (q->cap - 1)];
+    cq_free(q->ring);
+    q->ring = n;
+    q->cap = ncap;
+    q->head = 0;
+    return 0;
+}
+
+int cq_sendq_push(cq_sendq_t *q, cq_buf_t *buf, uint32_t kind, size_t hard_limit)
+{
+    size_t cost = buf->len + (kind == CQ_SENDQ_RECORD ? CQ_FRAME_HDR_LEN : 0);
+    if (hard_limit && q->queued + cost > hard_limit)
+        return CQ_ESLOW;
+    if (q->count == q->cap) {
+        int r = ring_grow(q);
+        if (r < 0)
+            return r;
+    }
+    q->ring[(q->head + q->count) & (q->cap - 1)] = (cq_sendq_ent_t){cq_buf_ref(buf), kind};
+    q->count++;
+    q->queued += cost;
+    return 0;
+}
+
+/* How many queued entries the next batch takes, and the iovec/scratch room it needs. */
+static uint32_t batch_plan(const cq_sendq_t *q, int *ret_iov, size_t *ret_scratch)
+{
+    uint32_t n = 0;
+    size_t bytes = 0, scratch = 0;
+    int iov = 0;
+    uint32_t body = 0; /* open record run */
+    while (n < q->count && n < BATCH_MAX_ENTS && bytes < BATCH_MAX_BYTES) {
+        const cq_sendq_ent_t *e = &q->ring[(q->head + n) & (q->cap - 1)];
+        if (e->kind == CQ_SENDQ_PACKET) {
+            body = 0;
+            iov++;
+        } else {
+            if (!body || body + e->buf->len > CQ_FRAME_MAX_BODY - PAD_ROOM) {
+                iov += 2; /* header + pad slot */
+                scratch += CQ_FRAME_HDR_LEN + PAD_ROOM;
+                body = 0;
+            }
+            body += e->buf->len;
+            iov++;
+        }
+        bytes += e->buf->len;
+        n++;
+    }
+    *ret_iov = iov;
+    *ret_scratch = scratch;
+    return n;
+}
+
+/* Closes a run of records: writes its header and, for legacy peers, a pad if needed. */
+static void close_run(cq_sendq_batch_t *b, uint8_t mode, int hdr_iov, uint32_t body,
+                      uint8_t **scratch)
+{
+    uint32_t pad = mode == CQ_FRAMING_LEGACY ? cq_framing_legacy_pad(body) : 0;
+    uint8_t *h = *scratch;
+    *scratch += CQ_FRAME_HDR_LEN;
+    if (pad) {
+        size_t plen = cq_wire_pad(*scratch, pad);
+        b->iov[b->n_iov++] = (struct iovec){*scratch, plen};
+        *scratch += plen;
+        body += (uint32_t)plen;
+    }
+    cq_framing_header(h, body, CQ_CT_NONE, (cq_framing_mode_t)mode);
+    b->iov[hdr_iov] = (struct iovec){h, CQ_FRAME_HDR_LEN};
+}
+
+static int batch_form(cq_sendq_t *q)
+{
+    int niov;
+    size_t nscratch;
+    uint32_t n = batch_plan(q, &niov, &nscratch);
+    size_t sz = sizeof(cq_sendq_batch_t) + n * sizeof(cq_sendq_ent_t) +
+                (size_t)niov * sizeof(struct iovec) + nscratch;
+    cq_sendq_batch_t *b = cq_malloc(sz);
+    if (!b)
+        return -ENOMEM;
+    b->ents = (cq_sendq_ent_t *)(b + 1);
+    b->iov = (struct iovec *)(b->ents + n);
+    b->scratch = (uint8_t *)(b->iov + niov);
+    b->n_iov = b->cur_iov = 0;
+    b->n_ents = n;
+    uint8_t *scratch = b->scratch;
+    int hdr_iov = -1;
+    uint32_t body = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        cq_sendq_ent_t e = q->ring[(q->head + i) & (q->cap - 1)];
+        b->ents[i] = e;
+        if (e.kind == CQ_SENDQ_RECORD &&
+            (hdr_iov < 0 || body + e.buf->len > CQ_FRAME_MAX_BODY - PAD_ROOM)) {
+            if (hdr_iov >= 0)
+                close_run(b, q->mode, hdr_iov, body, &scratch);
+            hdr_iov = b->n_iov++;
+            body = 0;
+        } else if (e.kind == CQ_SENDQ_PACKET && hdr_iov >= 0) {
+            close_run(b, q->mode, hdr_iov, body, &scratch);
+            hdr_iov = -1;
+        }
+        b->iov[b->n_iov++] = (struct iovec){e.buf->data, e.buf->len};
+        if (e.kind == CQ_SENDQ_RECORD)
+            body += e.buf->len;
+    }
+    if (hdr_iov >= 0)
+        close_run(b, q->mode, hdr_iov, body, &scratch);
+    q->head = (q->head + n) & (q->cap - 1);
+    q->count -= n;
+    q->batch = b;
+    return 0;
+}
+
+int cq_sendq_prepare(cq_sendq_t *q, const struct iovec **ret_iov, int *ret_n)
+{
+    if (!q->batch && q->count) {
+        int r = batch_form(q);
+        if (r < 0)
+            return r;
+    }
+    if (!q->batch) {
+        *ret_iov = NULL;
+        *ret_n = 0;
+        return 0;
+    }
+    *ret_iov = q->batch->iov + q->batch->cur_iov;
+    *ret_n = q->batch->n_iov - q->batch->cur_iov;
+    return 0;
+}
+
+static size_t batch_cost(const cq_sendq_batch_t *b)
+{
+    size_t c = 0;
+    for (uint32_t i = 0; i < b->n_ents; i++)
+        c += b->ents[i].buf->len + (b->ents[i].kind == CQ_SENDQ_RECORD ? CQ_FRAME_HDR_LEN : 0);
+    return c;
+}
+
+bool cq_sendq_written(cq_sendq_t *q, size_t n)
+{
+    cq_sendq_batch_t *b = q->batch;
+    if (!b)
+        return true;
+    while (n && b->cur_iov < b->n_iov) {
+        struct iovec *v = &b->iov[b->cur_iov];
+        size_t k = CQ_MIN(n, v->iov_len);
+        v->iov_base = (uint8_t *)v->iov_base + k;
+        v->iov_len -= k;
+        n -= k;
+        if (v->iov_len == 0)
+            b->cur_iov++;
+    }
+    if (b->cur_iov < b->n_iov)
+        return false;
+    size_t cost = batch_cost(b);
+    q->queued = q->queued > cost ? q->queued - cost : 0;
+    batch_free(b);
+    q->batch = NULL;
+    return true;
+}
+
+int cq_sendq_check_soft(cq_sendq_t *q, size_t soft_limit, uint64_t soft_ms, uint64_t now_ms)
+{
+    if (!soft_limit || q->queued <= soft_limit) {
+        q->soft_since_ms = 0;
+        return 0;
+    }
+    if (!q->soft_since_ms) {
+        q->soft_since_ms = now_ms ? now_ms : 1;
+        return 0;
+    }
+    return now_ms - q->soft_since_ms >= soft_ms ? CQ_ESLOW : 0;
+}
+
+cq_buf_t *cq_sendq_compress_record(const cq_buf_t *record, cq_framing_mode_t mode)
+{
+    size_t max = cq_snappy_max_compressed(record->len);
+    cq_buf_t *p = cq_buf_new(CQ_FRAME_HDR_LEN + CQ_MAX(max, (size_t)record->len) + PAD_ROOM);
+    if (!p)
+        return NULL;
+    size_t clen = 0;
+    uint8_t *body = p->data + CQ_FRAME_HDR_LEN;
+    if (cq_snappy_compress(record->data, record->len, body, &clen) == 0 && clen < record->len &&
+        (mode != CQ_FRAMING_LEGACY || !cq_framing_legacy_pad((uint32_t)clen))) {
+        cq_framing_header(p->data, (uint32_t)clen, CQ_CT_SNAPPY, mode);
+        p->len = (uint32_t)(CQ_FRAME_HDR_LEN + clen);
+        return p;
+    }
+    /* Plain packet: compression would not help (peers read byte 4 per packet). */
+    memcpy(body, record->data, record->len);
+    uint32_t len = record->len;
+    if (mode == CQ_FRAMING_LEGACY && cq_framing_legacy_pad(len))
+        len += (uint32_t)cq_wire_pad(body + len, cq_framing_legacy_pad(len));
+    cq_framing_header(p->data, len, CQ_CT_NONE, mode);
+    p->len = CQ_FRAME_HDR_LEN + len;
+    return p;
+}

@@ -1,0 +1,76 @@
+/* cq_sendq.h - per-connection send queue of shared encoded buffers.
+ *
+ * Entries are references to refcounted cq_bufs: a RECORD is one encoded Packet.messages entry
+ * (shared by every recipient of a fan-out) and is batched with neighbouring records under one
+ * 5-byte header when flushed; a PACKET is a complete packet (header included), used for
+ * Snappy-compressed output. Nothing is copied per connection: a flush builds an iovec over the
+ * shared bytes plus a small per-batch scratch holding the headers.
+ *
+ * A flush forms one batch (cq_sendq_prepare) and must write it completely (cq_sendq_written,
+ * possibly over several calls) before the next batch is formed, because the headers of a batch
+ * fix which records each packet holds. Owned by the connection's worker thread.
+ */
+#ifndef CQ_SENDQ_H
+#define CQ_SENDQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "cq_buf.h"
+#include "cq_framing.h"
+
+enum { CQ_SENDQ_RECORD = 0, CQ_SENDQ_PACKET = 1 };
+
+typedef struct cq_sendq_ent {
+    cq_buf_t *buf;
+    uint32_t kind;
+} cq_sendq_ent_t;
+
+typedef struct cq_sendq_batch cq_sendq_batch_t;
+
+typedef struct cq_sendq {
+    cq_sendq_ent_t *ring;
+    uint32_t head, count, cap;
+    uint8_t mode;            /* cq_framing_mode_t of the peer */
+    size_t queued;           /* bytes queued or in flight, not yet written */
+    uint64_t soft_since_ms;  /* when queued first went over the soft limit; 0 when under */
+    cq_sendq_batch_t *batch; /* the batch being written, or NULL */
+} cq_sendq_t;
+
+void cq_sendq_init(cq_sendq_t *q, cq_framing_mode_t mode);
+/* Drops every reference and frees the storage. */
+void cq_sendq_done(cq_sendq_t *q);
+
+/* Queues buf (borrowed: the queue takes its own reference). Returns 0, -ENOMEM, or CQ_ESLOW
+ * when the queued bytes would exceed hard_limit (nothing is queued then). */
+int cq_sendq_push(cq_sendq_t *q, cq_buf_t *buf, uint32_t kind, size_t hard_limit);
+
+static inline bool cq_sendq_idle(const cq_sendq_t *q)
+{
+    return q->count == 0 && q->batch == NULL;
+}
+static inline size_t cq_sendq_bytes(const cq_sendq_t *q)
+{
+    return q->queued;
+}
+
+/* Returns the unwritten iovecs of the current batch, forming a new batch from queued entries if
+ * none is in flight. *ret_n is 0 when there is nothing to write. Returns 0 or -ENOMEM. The
+ * iovecs stay valid until the batch is fully written or cq_sendq_done(). */
+int cq_sendq_prepare(cq_sendq_t *q, const struct iovec **ret_iov, int *ret_n);
+
+/* Records that n bytes of the current batch were written; releases the entries and the batch
+ * when complete. Returns true when the batch is complete. */
+bool cq_sendq_written(cq_sendq_t *q, size_t n);
+
+/* Soft limit bookkeeping: returns CQ_ESLOW when queued bytes have stayed above soft_limit for
+ * soft_ms or more, else 0. */
+int cq_sendq_check_soft(cq_sendq_t *q, size_t soft_limit, uint64_t soft_ms, uint64_t now_ms);
+
+/* Builds a complete Snappy packet (header included) from one record, or a plain packet when
+ * compression does not make it smaller. Returns an owned PACKET buffer or NULL on OOM. */
+cq_buf_t *cq_sendq_compress_record(const cq_buf_t *record, cq_framing_mode_t mode);
+
+#endif

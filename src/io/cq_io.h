@@ -1,0 +1,39 @@
+/* cq_io.h - the edge: the only module that includes <uv.h>.
+ *
+ * Starts one thread per worker, each with its own libuv loop, core, wake async, flush prepare
+ * hook and housekeeping timer. Worker 0 also runs the acceptors (listening sockets polled with
+ * uv_poll; accepted fds go to the worker that owns the new connection id) and the admin HTTP
+ * listener (/metrics, /healthz). Threads and ownership: doc/threads.md.
+ */
+#ifndef CQ_IO_H
+#define CQ_IO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "cq_core.h"
+
+typedef struct cq_io cq_io_t;
+
+typedef struct cq_io_opts {
+    const char *client_addr; /* "HOST:PORT"; ":PORT" binds every address */
+    const char *server_addr;
+    const char *admin_addr; /* "" disables */
+    bool client_legacy_tag;
+    bool server_legacy_tag;
+    int tcp_keepalive_s;
+    const char *ready_file; /* "" = none */
+} cq_io_opts_t;
+
+/* Binds the listeners, starts the workers and returns once they run. opts is copied; sh is
+ * borrowed and must outlive cq_io_free(). The core ops (wake) are provided by io: create sh
+ * with cq_io_core_ops() and a NULL ud; io sets the ud itself. Errors are described in err. */
+int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *err,
+                size_t errlen);
+const cq_core_ops_t *cq_io_core_ops(void);
+/* Blocks until SIGINT/SIGTERM, then stops the workers. Returns 0. Main thread only. */
+int cq_io_run_until_signal(cq_io_t *io);
+/* Stops and joins every worker (idempotent) and frees everything. Accepts NULL. */
+cq_io_t *cq_io_free(cq_io_t *io);
+
+#endif

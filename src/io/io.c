@@ -1,0 +1,392 @@
+/* io.c - worker threads, loops, acceptors and the TCP transport. */
+#include "cq_io.h"
+
+#include "cq_alloc.h"
+#include "cq_clock.h"
+#include "cq_err.h"
+#include "cq_log.h"
+#include "cq_mpsc.h"
+#include "cq_sendq.h"
+#include "cq_util.h"
+#include "io_int.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define READ_BUF (128u * 1024u)
+#define TICK_MS 100
+
+_Static_assert(sizeof(uv_buf_t) == sizeof(struct iovec), "uv_buf_t must match struct iovec");
+
+/* ---- the TCP transport ------------------------------------------------------------------ */
+
+typedef struct io_conn {
+    uv_tcp_t tcp;
+    uv_write_t wreq;
+    cq_conn_t *conn;
+    io_worker_t *w;
+    size_t inflight; /* bytes of the uv_write in flight */
+    uint8_t writing;
+    uint8_t closing;
+} io_conn_t;
+
+static void tcp_flush(void *tctx);
+
+static void on_write(uv_write_t *req, int status)
+{
+    io_conn_t *ic = cq_container_of(req, io_conn_t, wreq);
+    ic->writing = 0;
+    if (ic->closing)
+        return;
+    if (status < 0) {
+        cq_core_conn_close(ic->w->core, ic->conn, status, "write failed");
+        return;
+    }
+    cq_sendq_written(cq_conn_sendq(ic->conn), ic->inflight);
+    ic->inflight = 0;
+    tcp_flush(ic);
+}
+
+/* Writes batches with uv_try_write; the rest goes to one uv_write. */
+static int write_some(io_conn_t *ic, bool may_queue)
+{
+    cq_sendq_t *q = cq_conn_sendq(ic->conn);
+    for (;;) {
+        const struct iovec *iov;
+        int n;
+        if (cq_sendq_prepare(q, &iov, &n) < 0)
+            return -ENOMEM;
+        if (n == 0)
+            return 0;
+        int r = uv_try_write((uv_stream_t *)&ic->tcp, (const uv_buf_t *)iov, (unsigned)n);
+        if (r < 0 && r != UV_EAGAIN)
+            return r;
+        if (r > 0 && cq_sendq_written(q, (size_t)r))
+            continue;
+        if (!may_queue)
+            return 0;
+        cq_sendq_prepare(q, &iov, &n);
+        size_t left = 0;
+        for (int i = 0; i < n; i++)
+            left += iov[i].iov_len;
+        r = uv_write(&ic->wreq, (uv_stream_t *)&ic->tcp, (const uv_buf_t *)iov, (unsigned)n,
+                     on_write);
+        if (r < 0)
+            return r;
+        ic->writing = 1;
+        ic->inflight = left;
+        return 0;
+    }
+}
+
+static void tcp_flush(void *tctx)
+{
+    io_conn_t *ic = tctx;
+    if (ic->writing || ic->closing)
+        return;
+    int r = write_some(ic, true);
+    if (r < 0)
+        cq_core_conn_close(ic->w->core, ic->conn, r, "write failed");
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    io_conn_t *ic = cq_container_of((uv_tcp_t *)h, io_conn_t, tcp);
+    if (ic->conn)
+        cq_core_conn_release(ic->w->core, ic->conn);
+    cq_free(ic);
+}
+
+static void tcp_close(void *tctx)
+{
+    io_conn_t *ic = tctx;
+    if (ic->closing)
+        return;
+    if (!ic->writing)
+        write_some(ic, false); /* best effort: the last replies before the close */
+    ic->closing = 1;
+    uv_read_stop((uv_stream_t *)&ic->tcp);
+    uv_close((uv_handle_t *)&ic->tcp, on_closed);
+}
+
+static int tcp_peer(void *tctx, char *buf, size_t len)
+{
+    io_conn_t *ic = tctx;
+    struct sockaddr_storage ss;
+    int sl = sizeof(ss);
+    int r = uv_tcp_getpeername(&ic->tcp, (struct sockaddr *)&ss, &sl);
+    if (r < 0)
+        return r;
+    return cq__io_addr_str((struct sockaddr *)&ss, buf, len);
+}
+
+static const cq_transport_ops_t tcp_ops = {"tcp", tcp_flush, tcp_close, tcp_peer};
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+    io_conn_t *ic = cq_container_of((uv_tcp_t *)h, io_conn_t, tcp);
+    *buf = uv_buf_init((char *)ic->w->rbuf, READ_BUF);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    io_conn_t *ic = cq_container_of((uv_tcp_t *)s, io_conn_t, tcp);
+    if (ic->closing || nread == 0)
+        return;
+    if (nread < 0) {
+        cq_core_conn_close(ic->w->core, ic->conn, nread == UV_EOF ? 0 : (int)nread,
+                           nread == UV_EOF ? "peer closed" : "read failed");
+        return;
+    }
+    cq_core_conn_input(ic->w->core, ic->conn, (const uint8_t *)buf->base, (size_t)nread,
+                       uv_now(&ic->w->loop));
+}
+
+/* Takes over an accepted socket on this worker. */
+void cq__io_adopt(io_worker_t *w, int fd, uint32_t id, int type, cq_framing_mode_t mode)
+{
+    io_conn_t *ic = cq_calloc(1, sizeof(*ic));
+    if (!ic || uv_tcp_init(&w->loop, &ic->tcp) < 0) {
+        cq_free(ic);
+        close(fd);
+        return;
+    }
+    ic->w = w;
+    if (uv_tcp_open(&ic->tcp, fd) < 0) {
+        close(fd);
+        uv_close((uv_handle_t *)&ic->tcp, on_closed);
+        return;
+    }
+    uv_tcp_nodelay(&ic->tcp, 1);
+    if (w->io->opts.tcp_keepalive_s > 0)
+        uv_tcp_keepalive(&ic->tcp, 1, (unsigned)w->io->opts.tcp_keepalive_s);
+    uv_update_time(&w->loop);
+    ic->conn = cq_core_conn_new(w->core, id, type, mode, &tcp_ops, ic, uv_now(&w->loop));
+    if (!ic->conn) {
+        uv_close((uv_handle_t *)&ic->tcp, on_closed);
+        return;
+    }
+    uv_read_start((uv_stream_t *)&ic->tcp, on_alloc, on_read);
+}
+
+/* ---- worker loop ------------------------------------------------------------------------ */
+
+static void on_wake(uv_async_t *a)
+{
+    io_worker_t *w = a->data;
+    cq__io_drain_accepts(w);
+    uv_update_time(&w->loop);
+    cq_core_drain(w->core, uv_now(&w->loop));
+    if (atomic_load(&w->io->stopping))
+        cq__io_worker_shutdown(w);
+}
+
+static void on_prepare(uv_prepare_t *p)
+{
+    io_worker_t *w = p->data;
+    cq_core_flush(w->core);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    io_worker_t *w = t->data;
+    cq_core_tick(w->core, uv_now(&w->loop));
+}
+
+static void close_walk(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (uv_is_closing(h))
+        return;
+    if (h->type == UV_TCP && h->data == NULL) {
+        io_conn_t *ic = cq_container_of((uv_tcp_t *)h, io_conn_t, tcp);
+        if (ic->conn && !ic->closing) {
+            cq_core_conn_close(ic->w->core, ic->conn, 0, "shutting down");
+            return;
+        }
+    }
+    uv_close(h, NULL);
+}
+
+void cq__io_worker_shutdown(io_worker_t *w)
+{
+    cq__io_acceptors_close(w);
+    cq__io_admin_close(w);
+    uv_walk(&w->loop, close_walk, NULL);
+}
+
+static void worker_main(void *arg)
+{
+    io_worker_t *w = arg;
+    uv_run(&w->loop, UV_RUN_DEFAULT);
+}
+
+static int worker_init(cq_io_t *io, int i)
+{
+    io_worker_t *w = &io->workers[i];
+    w->io = io;
+    w->index = i;
+    w->rbuf = cq_malloc(READ_BUF);
+    cq_mpsc_init(&w->accepts);
+    if (!w->rbuf || uv_loop_init(&w->loop) < 0)
+        return -ENOMEM;
+    w->loop_ok = 1;
+    w->core = cq_core_new(io->sh, i);
+    if (!w->core)
+        return -ENOMEM;
+    uv_async_init(&w->loop, &w->wake, on_wake);
+    uv_prepare_init(&w->loop, &w->prepare);
+    uv_timer_init(&w->loop, &w->tick);
+    w->wake.data = w->prepare.data = w->tick.data = w;
+    uv_prepare_start(&w->prepare, on_prepare);
+    uv_timer_start(&w->tick, on_tick, TICK_MS, TICK_MS);
+    return 0;
+}
+
+/* ---- wake ops for the core -------------------------------------------------------------- */
+
+static cq_io_t *the_io; /* set before any worker runs; read-only afterwards */
+
+static void io_wake(void *ud, int worker)
+{
+    cq_io_t *io = ud ? ud : the_io;
+    if (atomic_load(&io->stopping))
+        return; /* the inbox is drained when the core is freed */
+    uv_async_send(&io->workers[worker].wake);
+}
+
+static const cq_core_ops_t core_ops = {io_wake};
+
+const cq_core_ops_t *cq_io_core_ops(void)
+{
+    return &core_ops;
+}
+
+/* ---- start / stop ----------------------------------------------------------------------- */
+
+static int write_ready_file(cq_io_t *io)
+{
+    const char *path = io->opts.ready_file;
+    if (!path || !*path)
+        return 0;
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -errno;
+    fprintf(f, "client=%s server=%s admin=%s\n", io->bound[0], io->bound[1], io->bound[2]);
+    fclose(f);
+    return rename(tmp, path) < 0 ? -errno : 0;
+}
+
+int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *err,
+                size_t errlen)
+{
+    int n = cq_shared_workers(sh);
+    cq_io_t *io = cq_calloc(1, sizeof(*io) + (size_t)n * sizeof(io_worker_t));
+    if (!io)
+        return -ENOMEM;
+    io->sh = sh;
+    io->opts = *opts;
+    io->nworkers = n;
+    the_io = io;
+    int r = 0;
+    for (int i = 0; i < n && r == 0; i++)
+        r = worker_init(io, i);
+    if (r < 0) {
+        snprintf(err, errlen, "cannot start workers: %s", cq_strerror(r));
+        goto fail;
+    }
+    r = cq__io_acceptors_start(&io->workers[0], err, errlen);
+    if (r == 0)
+        r = cq__io_admin_start(&io->workers[0], err, errlen);
+    if (r < 0)
+        goto fail;
+    for (int i = 0; i < n; i++) {
+        if (uv_thread_create(&io->workers[i].thread, worker_main, &io->workers[i]) < 0) {
+            snprintf(err, errlen, "cannot create worker thread %d", i);
+            r = -EAGAIN;
+            goto fail;
+        }
+        io->workers[i].started = 1;
+    }
+    r = write_ready_file(io);
+    if (r < 0) {
+        snprintf(err, errlen, "cannot write ready file %s: %s", opts->ready_file,
+                 cq_strerror(r));
+        goto fail;
+    }
+    *ret = io;
+    return 0;
+fail:
+    cq_io_free(io);
+    return r;
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    CQ_INFO("main", "signal %d: shutting down", signum);
+    uv_stop(s->loop);
+}
+
+int cq_io_run_until_signal(cq_io_t *io)
+{
+    uv_loop_t loop;
+    uv_signal_t si, st;
+    uv_loop_init(&loop);
+    uv_signal_init(&loop, &si);
+    uv_signal_init(&loop, &st);
+    uv_signal_start(&si, on_signal, SIGINT);
+    uv_signal_start(&st, on_signal, SIGTERM);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_close((uv_handle_t *)&si, NULL);
+    uv_close((uv_handle_t *)&st, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    (void)io;
+    return 0;
+}
+
+static void drain_loop(io_worker_t *w)
+{
+    /* Not started (failed start): close what was opened and let callbacks run. */
+    cq__io_worker_shutdown(w);
+    uv_run(&w->loop, UV_RUN_DEFAULT);
+}
+
+cq_io_t *cq_io_free(cq_io_t *io)
+{
+    if (!io)
+        return NULL;
+    atomic_store(&io->stopping, 1);
+    for (int i = 0; i < io->nworkers; i++)
+        if (io->workers[i].started)
+            uv_async_send(&io->workers[i].wake);
+    for (int i = 0; i < io->nworkers; i++) {
+        io_worker_t *w = &io->workers[i];
+        if (w->started)
+            uv_thread_join(&w->thread);
+        else if (w->loop_ok)
+            drain_loop(w);
+    }
+    for (int i = 0; i < io->nworkers; i++) {
+        io_worker_t *w = &io->workers[i];
+        cq__io_drain_accepts(w);
+        cq_core_free(w->core);
+        if (w->loop_ok)
+            uv_loop_close(&w->loop);
+        cq_free(w->rbuf);
+    }
+    if (the_io == io)
+        the_io = NULL;
+    cq_free(io);
+    return NULL;
+}
