@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages chanq needs that are missing (root or sudo).
+# Usage: scripts/deps.sh [build|test|bench]   (each level includes the previous ones)
+set -euo pipefail
+level=${1:-build}
+pkgs=(gcc make meson ninja-build pkg-config python3 libuv1-dev libprotobuf-c-dev
+      protobuf-c-compiler libsnappy-dev libjansson-dev)
+if [ "$level" = test ] || [ "$level" = bench ]; then
+  pkgs+=(libcmocka-dev clang-14 libclang-rt-14-dev clang-format)
+fi
+if [ "$level" = bench ]; then
+  pkgs+=(redis-server nats-server linux-perf)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "installing: ${missing[*]}" >&2
+SUDO=; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One command: install what is missing and run every test:
+#   1. gcc build (-Werror): unit, proto, fuzz-regress and integration suites
+#   2. ASan+UBSan build of the whole suite
+#   3. libFuzzer smoke run of every fuzz target (clang-14), FUZZ_SECONDS each (default 20)
+#   4. clang-format check
+# Ends with "N passed, N failed" (test cases counted from TAP output where there is some).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh test || { echo "dependency install failed"; echo "0 passed, 1 failed"; exit 1; }
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+jobs=$(nproc)
+fail=0
+logs=()
+
+step() { echo; echo "=== $*"; }
+
+run_suite() { # dir, setup args...
+  local dir=$1; shift
+  if [ ! -f "$dir/build.ninja" ]; then
+    meson setup "$dir" "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; fail=1; return; }
+  fi
+  ninja -C "$dir" >"$dir.build.log" 2>&1 || { tail -50 "$dir.build.log"; fail=1; return; }
+  meson test -C "$dir" --num-processes "$jobs" --print-errorlogs "${MESON_TEST_ARGS[@]}" || fail=1
+  logs+=("$dir/meson-logs/testlog.json")
+}
+
+step "gcc build, all suites"
+MESON_TEST_ARGS=()
+run_suite build-test --werror -Dbuildtype=debugoptimized
+
+step "ASan+UBSan build, all suites"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+MESON_TEST_ARGS=(--timeout-multiplier 3)
+run_suite build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+unset ASAN_OPTIONS UBSAN_OPTIONS
+
+step "libFuzzer smoke run (${FUZZ_SECONDS}s per target)"
+fuzz_pass=0 fuzz_fail=0
+if command -v clang-14 >/dev/null; then
+  if tests/fuzz/run-fuzzers.sh "$FUZZ_SECONDS" >build-fuzz.log 2>&1; then fuzz_pass=1
+  else tail -40 build-fuzz.log; fuzz_fail=1; fail=1; fi
+fi
+
+step "clang-format check"
+fmt_pass=0 fmt_fail=0
+if scripts/check-format.sh; then fmt_pass=1; else fmt_fail=1; fail=1; fi
+
+step "summary"
+python3 scripts/count-tests.py "${logs[@]}" --extra-pass $((fuzz_pass + fmt_pass)) \
+  --extra-fail $((fuzz_fail + fmt_fail))
+exit $fail
