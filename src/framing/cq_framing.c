@@ -17,8 +17,6 @@ static ssize_t check_len(uint32_t len, uint32_t max_body)
 
 static uint32_t legacy_len(const uint8_t *p)
 {
-    if (p[1] != TAG_H)
-        return (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
     if (p[2] == TAG_N)
         return p[3];
     return (uint32_t)p[2] << 8 | p[3];
@@ -31,6 +29,8 @@ ssize_t cq_framing_parse(const uint8_t *p, size_t n, cq_framing_mode_t mode, uin
         return CQ_EMAGIC;
     if (mode == CQ_FRAMING_FIXED && n >= 2 && p[1] != TAG_H)
         return CQ_EMAGIC;
+    if (mode == CQ_FRAMING_LEGACY && n >= 2 && p[1] != TAG_H)
+        return CQ_ETOOBIG; /* byte 1 carried length bits: a body of 64 KiB or more */
     if (n < 4)
         return 0;
     uint32_t len = mode == CQ_FRAMING_LEGACY ? legacy_len(p) : ((uint32_t)p[2] << 8 | p[3]);

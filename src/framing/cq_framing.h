@@ -12,10 +12,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define CQ_FRAME_HDR_LEN 5
+#define CQ_FRAME_HDR_LEN  5
 #define CQ_FRAME_MAX_BODY 65535u
-#define CQ_CT_NONE 0
-#define CQ_CT_SNAPPY 1
+#define CQ_CT_NONE        0
+#define CQ_CT_SNAPPY      1
 
 typedef enum { CQ_FRAMING_FIXED = 0, CQ_FRAMING_LEGACY = 1 } cq_framing_mode_t;
 

@@ -1,0 +1,650 @@
+/* chanq.c - the sans-I/O client core: packet parsing, batching, stubs, encoders. */
+#include "chanq.h"
+
+#include "cq_alloc.h"
+#include "cq_framing.h"
+#include "cq_sbuf.h"
+#include "cq_snappy.h"
+#include "cq_varint.h"
+#include "cq_wire.h"
+
+#include <errno.h>
+#include <string.h>
+
+typedef struct stub {
+    uint32_t id;
+    chanq_msg_fn fn;
+    void *ud;
+} stub_t;
+
+struct chanq_client {
+    chanq_opts_t o;
+    cq_sbuf_t in; /* incomplete inbound packet bytes, from in_off */
+    size_t in_off;
+    cq_sbuf_t pend; /* records of the packet being filled (uncompressed body) */
+    cq_sbuf_t out;  /* finished packets, from out_off */
+    size_t out_off;
+    uint8_t *inflate; /* decompression scratch */
+    size_t inflate_cap;
+    stub_t *stubs; /* sorted by id */
+    size_t n_stubs, cap_stubs;
+    uint32_t conn_id;
+    uint32_t auth_ct;
+    int err;
+    bool in_feed;
+};
+
+/* Room a legacy pad may need: cq_framing_legacy_pad() is at most 0x100, cq_wire_pad adds 4. */
+#define LEGACY_PAD_ROOM 0x108
+
+/* ---- protobuf-c allocator ---------------------------------------------------------------- */
+
+static void *pb_alloc(void *ud, size_t n)
+{
+    (void)ud;
+    return cq_malloc(n);
+}
+
+static void pb_free(void *ud, void *p)
+{
+    (void)ud;
+    cq_free(p);
+}
+
+static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
+
+ProtobufCAllocator *chanq_pb_allocator(void)
+{
+    return &pb_allocator;
+}
+
+void *chanq_unpack(const ProtobufCMessageDescriptor *d, const void *body, size_t len)
+{
+    static const uint8_t empty[1];
+    return protobuf_c_message_unpack(d, &pb_allocator, len, body ? body : empty);
+}
+
+void chanq_unpack_free(void *msg)
+{
+    if (msg)
+        protobuf_c_message_free_unpacked(msg, &pb_allocator);
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------------- */
+
+void chanq_opts_init(chanq_opts_t *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+    opts->framing = CHANQ_FRAMING_FIXED;
+}
+
+int chanq_client_new(const chanq_opts_t *opts, chanq_client_t **ret_c)
+{
+    if (!opts || !ret_c)
+        return -EINVAL;
+    if (opts->framing != CHANQ_FRAMING_FIXED && opts->framing != CHANQ_FRAMING_LEGACY)
+        return -EINVAL;
+    chanq_client_t *c = cq_calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->o = *opts;
+    if (!c->o.max_inflated)
+        c->o.max_inflated = CHANQ_DEFAULT_MAX_INFLATED;
+    cq_sbuf_init(&c->in);
+    cq_sbuf_init(&c->pend);
+    cq_sbuf_init(&c->out);
+    *ret_c = c;
+    return 0;
+}
+
+chanq_client_t *chanq_client_free(chanq_client_t *c)
+{
+    if (!c)
+        return NULL;
+    cq_sbuf_done(&c->in);
+    cq_sbuf_done(&c->pend);
+    cq_sbuf_done(&c->out);
+    cq_free(c->inflate);
+    cq_free(c->stubs);
+    cq_free(c);
+    return NULL;
+}
+
+void chanq_client_set_on_message(chanq_client_t *c, chanq_msg_fn fn, void *ud)
+{
+    c->o.on_message = fn;
+    c->o.ud = ud;
+}
+
+uint32_t chanq_client_conn_id(const chanq_client_t *c)
+{
+    return c->conn_id;
+}
+
+uint32_t chanq_client_auth_compression(const chanq_client_t *c)
+{
+    return c->auth_ct;
+}
+
+int chanq_client_error(const chanq_client_t *c)
+{
+    return c->err;
+}
+
+void chanq_client_set_compress(chanq_client_t *c, bool on)
+{
+    c->o.compress = on;
+}
+
+/* ---- stubs ------------------------------------------------------------------------------- */
+
+int chanq_client_stub_alloc(chanq_client_t *c, chanq_msg_fn fn, void *ud, uint32_t *ret_stub)
+{
+    if (!fn || !ret_stub)
+        return -EINVAL;
+    if (c->n_stubs == c->cap_stubs) {
+        size_t ncap = c->cap_stubs ? c->cap_stubs * 2 : 8;
+        stub_t *ns = cq_realloc(c->stubs, ncap * sizeof(*ns));
+        if (!ns)
+            return -ENOMEM;
+        c->stubs = ns;
+        c->cap_stubs = ncap;
+    }
+    /* The array is sorted and ids start at 1, so the first i with id != i + 1 is a gap. */
+    size_t i = 0;
+    while (i < c->n_stubs && c->stubs[i].id == i + 1)
+        i++;
+    memmove(&c->stubs[i + 1], &c->stubs[i], (c->n_stubs - i) * sizeof(stub_t));
+    c->stubs[i] = (stub_t){(uint32_t)(i + 1), fn, ud};
+    c->n_stubs++;
+    *ret_stub = (uint32_t)(i + 1);
+    return 0;
+}
+
+static stub_t *stub_find(chanq_client_t *c, uint32_t id)
+{
+    size_t lo = 0, hi = c->n_stubs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->stubs[mid].id == id)
+            return &c->stubs[mid];
+        if (c->stubs[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+static void stub_remove(chanq_client_t *c, stub_t *s)
+{
+    size_t i = (size_t)(s - c->stubs);
+    memmove(s, s + 1, (c->n_stubs - i - 1) * sizeof(stub_t));
+    c->n_stubs--;
+}
+
+int chanq_client_stub_cancel(chanq_client_t *c, uint32_t stub)
+{
+    stub_t *s = stub_find(c, stub);
+    if (!s)
+        return -ENOENT;
+    stub_remove(c, s);
+    return 0;
+}
+
+size_t chanq_client_stub_count(const chanq_client_t *c)
+{
+    return c->n_stubs;
+}
+
+/* ---- inbound ----------------------------------------------------------------------------- */
+
+/* Records conn id and compression from our own successful AuthResult. Only the first success
+ * counts: a connection that owns GLOBAL later receives copies of other connections' results. */
+static void note_auth(chanq_client_t *c, const chanq_msg_t *m)
+{
+    if (c->conn_id)
+        return;
+    Channeldpb__AuthResultMessage *ar =
+        chanq_unpack(&channeldpb__auth_result_message__descriptor, m->body, m->body_len);
+    if (!ar)
+        return;
+    if (ar->result == CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__SUCCESSFUL && ar->connid) {
+        c->conn_id = ar->connid;
+        c->auth_ct = (uint32_t)ar->compressiontype;
+        if (c->o.follow_auth_compression &&
+            ar->compressiontype == CHANNELDPB__COMPRESSION_TYPE__SNAPPY)
+            c->o.compress = true;
+    }
+    chanq_unpack_free(ar);
+}
+
+static void dispatch(chanq_client_t *c, const cq_mp_t *mp)
+{
+    chanq_msg_t m = {
+        mp->channel_id, mp->broadcast, mp->stub_id, mp->msg_type, mp->body_len ? mp->body : NULL,
+        mp->body_len};
+    if (m.msg_type == CHANNELDPB__MESSAGE_TYPE__AUTH)
+        note_auth(c, &m);
+    if (m.stub_id) {
+        stub_t *s = stub_find(c, m.stub_id);
+        if (s) {
+            stub_t copy = *s;
+            stub_remove(c, s);
+            copy.fn(copy.ud, &m);
+            return;
+        }
+    }
+    if (c->o.on_message)
+        c->o.on_message(c->o.ud, &m);
+}
+
+/* Decompresses a Snappy body into c->inflate; sets *ret_p and *ret_n. */
+static int inflate_body(chanq_client_t *c, const uint8_t *p, size_t n, const uint8_t **ret_p,
+                        size_t *ret_n)
+{
+    uint64_t dlen;
+    if (!cq_varint_get(p, p + n, &dlen) || dlen > UINT32_MAX)
+        return CQ_ESNAPPY;
+    if (dlen > c->o.max_inflated)
+        return CQ_ETOOBIG;
+    if (dlen > c->inflate_cap || !c->inflate) {
+        size_t cap = dlen ? (size_t)dlen : 1;
+        uint8_t *nb = cq_realloc(c->inflate, cap);
+        if (!nb)
+            return -ENOMEM;
+        c->inflate = nb;
+        c->inflate_cap = cap;
+    }
+    size_t out_n;
+    int r = cq_snappy_uncompress(p, n, c->inflate, c->inflate_cap, &out_n);
+    if (r < 0)
+        return r == CQ_ETOOBIG ? CQ_ESNAPPY : r;
+    *ret_p = c->inflate;
+    *ret_n = out_n;
+    return 0;
+}
+
+static int handle_packet(chanq_client_t *c, const cq_frame_t *fr, int *delivered)
+{
+    const uint8_t *body = fr->body;
+    size_t len = fr->len;
+    if (fr->ct == CQ_CT_SNAPPY) {
+        int r = inflate_body(c, fr->body, fr->len, &body, &len);
+        if (r < 0)
+            return r;
+    }
+    /* Unknown compression bytes are read raw, as channeld does. */
+    int r = cq_wire_packet_validate(body, len);
+    if (r < 0)
+        return r;
+    cq_packet_iter_t it;
+    cq_mp_t mp;
+    cq_wire_packet_iter_init(&it, body, len);
+    while (cq_wire_packet_next(&it, &mp) == 1) {
+        dispatch(c, &mp);
+        (*delivered)++;
+    }
+    return 0;
+}
+
+/* Parses and handles every complete packet at p[0..n). *ret_used = bytes of whole packets. */
+static int parse_all(chanq_client_t *c, const uint8_t *p, size_t n, size_t *ret_used,
+                     int *delivered)
+{
+    size_t off = 0;
+    int r = 0;
+    for (;;) {
+        cq_frame_t fr;
+        ssize_t k = cq_framing_parse(p + off, n - off, (cq_framing_mode_t)c->o.framing,
+                                     CHANQ_MAX_BODY, &fr);
+        if (k <= 0) {
+            r = (int)k;
+            break;
+        }
+        off += (size_t)k;
+        r = handle_packet(c, &fr, delivered);
+        if (r < 0)
+            break;
+    }
+    *ret_used = off;
+    return r;
+}
+
+static int feed_buffered(chanq_client_t *c, const uint8_t *data, size_t len, int *delivered)
+{
+    int r = cq_sbuf_append(&c->in, data, len);
+    if (r < 0)
+        return r;
+    size_t used;
+    r = parse_all(c, c->in.data + c->in_off, c->in.len - c->in_off, &used, delivered);
+    c->in_off += used;
+    if (c->in_off == c->in.len)
+        c->in.len = c->in_off = 0;
+    else if (c->in_off > CHANQ_MAX_BODY) {
+        cq_sbuf_consume(&c->in, c->in_off);
+        c->in_off = 0;
+    }
+    return r;
+}
+
+static int feed_direct(chanq_client_t *c, const uint8_t *data, size_t len, int *delivered)
+{
+    size_t used;
+    c->in.len = c->in_off = 0;
+    int r = parse_all(c, data, len, &used, delivered);
+    if (r == 0 && used < len)
+        r = cq_sbuf_append(&c->in, data + used, len - used);
+    return r;
+}
+
+int chanq_client_feed(chanq_client_t *c, const void *data, size_t len)
+{
+    if (c->in_feed)
+        return -EBUSY;
+    if (c->err)
+        return c->err;
+    if (!len)
+        return 0;
+    if (!data)
+        return -EINVAL;
+    int delivered = 0, r;
+    c->in_feed = true;
+    if (c->in.len == c->in_off)
+        r = feed_direct(c, data, len, &delivered);
+    else
+        r = feed_buffered(c, data, len, &delivered);
+    c->in_feed = false;
+    if (r < 0) {
+        c->err = r;
+        return r;
+    }
+    return delivered;
+}
+
+size_t chanq_client_in_pending(const chanq_client_t *c)
+{
+    return c->in.len - c->in_off;
+}
+
+/* ---- outbound ---------------------------------------------------------------------------- */
+
+/* Appends a legacy-mode pad to pend when its length would be misread by legacy readers. */
+static int legacy_fix(chanq_client_t *c)
+{
+    if (c->o.framing != CHANQ_FRAMING_LEGACY)
+        return 0;
+    uint32_t pad = cq_framing_legacy_pad((uint32_t)c->pend.len);
+    if (!pad)
+        return 0;
+    int r = cq_sbuf_reserve(&c->pend, LEGACY_PAD_ROOM);
+    if (r < 0)
+        return r;
+    c->pend.len += cq_wire_pad(c->pend.data + c->pend.len, pad);
+    return 0;
+}
+
+/* Tries to write pend Snappy-compressed to out. Returns 1 if done, 0 if the plain form must be
+ * used instead (compressed body too big or misread by legacy readers), or an error. */
+static int seal_compressed(chanq_client_t *c)
+{
+    size_t max = cq_snappy_max_compressed(c->pend.len);
+    int r = cq_sbuf_reserve(&c->out, CHANQ_HDR_LEN + max);
+    if (r < 0)
+        return r;
+    uint8_t *h = c->out.data + c->out.len;
+    size_t clen;
+    r = cq_snappy_compress(c->pend.data, c->pend.len, h + CHANQ_HDR_LEN, &clen);
+    if (r < 0)
+        return r;
+    if (clen == 0 || clen > CHANQ_MAX_BODY)
+        return 0;
+    if (c->o.framing == CHANQ_FRAMING_LEGACY && cq_framing_legacy_pad((uint32_t)clen))
+        return 0;
+    cq_framing_header(h, (uint32_t)clen, CQ_CT_SNAPPY, (cq_framing_mode_t)c->o.framing);
+    c->out.len += CHANQ_HDR_LEN + clen;
+    return 1;
+}
+
+static int seal_plain(chanq_client_t *c)
+{
+    int r = legacy_fix(c);
+    if (r < 0)
+        return r;
+    r = cq_sbuf_reserve(&c->out, CHANQ_HDR_LEN + c->pend.len);
+    if (r < 0)
+        return r;
+    uint8_t *h = c->out.data + c->out.len;
+    cq_framing_header(h, (uint32_t)c->pend.len, CQ_CT_NONE, (cq_framing_mode_t)c->o.framing);
+    memcpy(h + CHANQ_HDR_LEN, c->pend.data, c->pend.len);
+    c->out.len += CHANQ_HDR_LEN + c->pend.len;
+    return 0;
+}
+
+/* Closes the packet being filled (if any) into out. */
+static int seal(chanq_client_t *c)
+{
+    if (!c->pend.len)
+        return 0;
+    int r = 0;
+    if (c->o.compress)
+        r = seal_compressed(c);
+    if (r == 0)
+        r = seal_plain(c);
+    if (r < 0)
+        return r;
+    c->pend.len = 0;
+    return 0;
+}
+
+/* Reserves room for a record of rec_size bytes in pend, closing the current packet first when
+ * the record would push it over the limit. Returns a pointer to the room or NULL with *err. */
+static uint8_t *pend_room(chanq_client_t *c, size_t rec_size, int *err)
+{
+    if (rec_size > CHANQ_MAX_BODY) {
+        *err = CQ_ETOOBIG;
+        return NULL;
+    }
+    if (c->pend.len + rec_size > CHANQ_MAX_BODY) {
+        *err = seal(c);
+        if (*err < 0)
+            return NULL;
+    }
+    *err = cq_sbuf_reserve(&c->pend, rec_size);
+    return *err < 0 ? NULL : c->pend.data + c->pend.len;
+}
+
+int chanq_client_send_raw(chanq_client_t *c, uint32_t channel_id, uint32_t broadcast,
+                          uint32_t stub_id, uint32_t msg_type, const void *body, size_t len)
+{
+    if (len > CHANQ_MAX_BODY)
+        return CQ_ETOOBIG;
+    if (len && !body)
+        return -EINVAL;
+    cq_mp_t mp = {channel_id, broadcast, stub_id, msg_type, body, (uint32_t)len};
+    size_t size = cq_wire_record_size(&mp);
+    int err;
+    uint8_t *p = pend_room(c, size, &err);
+    if (!p)
+        return err;
+    size_t h = cq_wire_record_head(p, &mp);
+    if (len)
+        memcpy(p + h, body, len);
+    c->pend.len += size;
+    return 0;
+}
+
+int chanq_client_send(chanq_client_t *c, uint32_t channel_id, uint32_t broadcast, uint32_t stub_id,
+                      uint32_t msg_type, const ProtobufCMessage *msg)
+{
+    size_t blen = msg ? protobuf_c_message_get_packed_size(msg) : 0;
+    if (blen > CHANQ_MAX_BODY)
+        return CQ_ETOOBIG;
+    cq_mp_t mp = {channel_id, broadcast, stub_id, msg_type, NULL, (uint32_t)blen};
+    size_t size = cq_wire_record_size(&mp);
+    int err;
+    uint8_t *p = pend_room(c, size, &err);
+    if (!p)
+        return err;
+    size_t h = cq_wire_record_head(p, &mp);
+    if (blen)
+        protobuf_c_message_pack(msg, p + h);
+    c->pend.len += size;
+    return 0;
+}
+
+int chanq_client_out(chanq_client_t *c, const uint8_t **ret_p, size_t *ret_len)
+{
+    int r = seal(c);
+    if (r < 0)
+        return r;
+    *ret_p = c->out.data + c->out_off;
+    *ret_len = c->out.len - c->out_off;
+    return 0;
+}
+
+void chanq_client_out_consume(chanq_client_t *c, size_t n)
+{
+    size_t avail = c->out.len - c->out_off;
+    c->out_off += n < avail ? n : avail;
+    if (c->out_off == c->out.len)
+        c->out.len = c->out_off = 0;
+}
+
+size_t chanq_client_out_pending(const chanq_client_t *c)
+{
+    return c->out.len - c->out_off + c->pend.len;
+}
+
+int chanq_client_call(chanq_client_t *c, uint32_t channel_id, uint32_t broadcast, uint32_t msg_type,
+                      const ProtobufCMessage *msg, chanq_msg_fn fn, void *ud, uint32_t *ret_stub)
+{
+    uint32_t stub;
+    int r = chanq_client_stub_alloc(c, fn, ud, &stub);
+    if (r < 0)
+        return r;
+    r = chanq_client_send(c, channel_id, broadcast, stub, msg_type, msg);
+    if (r < 0) {
+        chanq_client_stub_cancel(c, stub);
+        return r;
+    }
+    if (ret_stub)
+        *ret_stub = stub;
+    return 0;
+}
+
+/* ---- convenience encoders ---------------------------------------------------------------- */
+
+/* protobuf-c message structs hold non-const pointers; the encoders only read through them. */
+static char *str_arg(const char *s)
+{
+    return (char *)(s ? s : "");
+}
+
+static Channeldpb__ChannelSubscriptionOptions *
+opts_arg(const Channeldpb__ChannelSubscriptionOptions *o)
+{
+    return (Channeldpb__ChannelSubscriptionOptions *)o;
+}
+
+int chanq_client_auth(chanq_client_t *c, uint32_t stub_id, const char *pit, const char *lt)
+{
+    Channeldpb__AuthMessage m = CHANNELDPB__AUTH_MESSAGE__INIT;
+    m.playeridentifiertoken = str_arg(pit);
+    m.logintoken = str_arg(lt);
+    return chanq_client_send(c, 0, 0, stub_id, CHANNELDPB__MESSAGE_TYPE__AUTH, &m.base);
+}
+
+int chanq_client_create_channel(chanq_client_t *c, uint32_t stub_id, uint32_t channel_type,
+                                const char *metadata,
+                                const Channeldpb__ChannelSubscriptionOptions *sub_opts)
+{
+    Channeldpb__CreateChannelMessage m = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
+    m.channeltype = (Channeldpb__ChannelType)channel_type;
+    m.metadata = str_arg(metadata);
+    m.suboptions = opts_arg(sub_opts);
+    return chanq_client_send(c, 0, 0, stub_id, CHANNELDPB__MESSAGE_TYPE__CREATE_CHANNEL, &m.base);
+}
+
+int chanq_client_remove_channel(chanq_client_t *c, uint32_t stub_id, uint32_t channel_id)
+{
+    Channeldpb__RemoveChannelMessage m = CHANNELDPB__REMOVE_CHANNEL_MESSAGE__INIT;
+    m.channelid = channel_id;
+    return chanq_client_send(c, 0, 0, stub_id, CHANNELDPB__MESSAGE_TYPE__REMOVE_CHANNEL, &m.base);
+}
+
+int chanq_client_list_channel(chanq_client_t *c, uint32_t stub_id, uint32_t type_filter,
+                              const char *const *filters, size_t n_filters)
+{
+    if (n_filters && !filters)
+        return -EINVAL;
+    Channeldpb__ListChannelMessage m = CHANNELDPB__LIST_CHANNEL_MESSAGE__INIT;
+    m.typefilter = (Channeldpb__ChannelType)type_filter;
+    m.n_metadatafilters = n_filters;
+    m.metadatafilters = (char **)filters;
+    return chanq_client_send(c, 0, 0, stub_id, CHANNELDPB__MESSAGE_TYPE__LIST_CHANNEL, &m.base);
+}
+
+int chanq_client_sub_to_channel(chanq_client_t *c, uint32_t stub_id, uint32_t channel_id,
+                                uint32_t conn_id,
+                                const Channeldpb__ChannelSubscriptionOptions *sub_opts)
+{
+    Channeldpb__SubscribedToChannelMessage m = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
+    m.connid = conn_id;
+    m.suboptions = opts_arg(sub_opts);
+    return chanq_client_send(c, channel_id, 0, stub_id, CHANNELDPB__MESSAGE_TYPE__SUB_TO_CHANNEL,
+                             &m.base);
+}
+
+int chanq_client_unsub_from_channel(chanq_client_t *c, uint32_t stub_id, uint32_t channel_id,
+                                    uint32_t conn_id)
+{
+    Channeldpb__UnsubscribedFromChannelMessage m =
+        CHANNELDPB__UNSUBSCRIBED_FROM_CHANNEL_MESSAGE__INIT;
+    m.connid = conn_id;
+    return chanq_client_send(c, channel_id, 0, stub_id,
+                             CHANNELDPB__MESSAGE_TYPE__UNSUB_FROM_CHANNEL, &m.base);
+}
+
+int chanq_client_data_update(chanq_client_t *c, uint32_t channel_id, const char *type_url,
+                             const void *value, size_t len)
+{
+    if (len && !value)
+        return -EINVAL;
+    Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
+    any.type_url = str_arg(type_url);
+    any.value.data = (uint8_t *)value;
+    any.value.len = len;
+    Channeldpb__ChannelDataUpdateMessage m = CHANNELDPB__CHANNEL_DATA_UPDATE_MESSAGE__INIT;
+    m.data = &any;
+    return chanq_client_send(c, channel_id, 0, 0, CHANNELDPB__MESSAGE_TYPE__CHANNEL_DATA_UPDATE,
+                             &m.base);
+}
+
+int chanq_client_disconnect(chanq_client_t *c, uint32_t conn_id)
+{
+    Channeldpb__DisconnectMessage m = CHANNELDPB__DISCONNECT_MESSAGE__INIT;
+    m.connid = conn_id;
+    return chanq_client_send(c, 0, 0, 0, CHANNELDPB__MESSAGE_TYPE__DISCONNECT, &m.base);
+}
+
+int chanq_client_user_msg(chanq_client_t *c, uint32_t channel_id, uint32_t broadcast,
+                          uint32_t msg_type, const void *payload, size_t len)
+{
+    if (msg_type < CHANQ_USER_SPACE_START)
+        return -EINVAL;
+    return chanq_client_send_raw(c, channel_id, broadcast, 0, msg_type, payload, len);
+}
+
+int chanq_client_server_forward(chanq_client_t *c, uint32_t channel_id, uint32_t broadcast,
+                                uint32_t msg_type, uint32_t client_conn_id, const void *payload,
+                                size_t len)
+{
+    if (msg_type < CHANQ_USER_SPACE_START || (len && !payload))
+        return -EINVAL;
+    Channeldpb__ServerForwardMessage m = CHANNELDPB__SERVER_FORWARD_MESSAGE__INIT;
+    m.clientconnid = client_conn_id;
+    m.payload.data = (uint8_t *)payload;
+    m.payload.len = len;
+    return chanq_client_send(c, channel_id, broadcast, 0, msg_type, &m.base);
+}

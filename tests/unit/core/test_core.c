@@ -1,0 +1,427 @@
+/* Unit tests of the core as a protocol engine: fake transport, manual clock, and the workers'
+ * inboxes pumped by hand, so cross-worker paths run deterministically in one thread. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "channeld.pb-c.h"
+#include "cq_core.h"
+#include "cq_embedded.h"
+#include "cq_err.h"
+#include "cq_fsm.h"
+#include "cq_sbuf.h"
+#include "cq_sendq.h"
+#include "cq_settings.h"
+#include "cq_wire.h"
+
+#define MAXC 16
+
+typedef struct fconn {
+    cq_conn_t *conn;
+    int worker;
+    cq_sbuf_t out;
+    int closed, released, stalled;
+} fconn_t;
+
+typedef struct env {
+    cq_fsm_t *cfsm, *sfsm;
+    cq_settings_t *settings;
+    cq_shared_t *sh;
+    cq_core_t *cores[4];
+    int n;
+    fconn_t fc[MAXC];
+    int nfc;
+    uint64_t now;
+} env_t;
+
+static env_t E;
+
+static void fake_flush(void *tctx)
+{
+    fconn_t *f = tctx;
+    if (f->stalled)
+        return;
+    cq_sendq_t *q = cq_conn_sendq(f->conn);
+    for (;;) {
+        const struct iovec *iov;
+        int n;
+        assert_int_equal(cq_sendq_prepare(q, &iov, &n), 0);
+        if (!n)
+            return;
+        size_t tot = 0;
+        for (int i = 0; i < n; i++) {
+            cq_sbuf_append(&f->out, iov[i].iov_base, iov[i].iov_len);
+            tot += iov[i].iov_len;
+        }
+        cq_sendq_written(q, tot);
+    }
+}
+
+static void fake_close(void *tctx)
+{
+    ((fconn_t *)tctx)->closed = 1;
+}
+
+static int fake_peer(void *tctx, char *buf, size_t len)
+{
+    snprintf(buf, len, "test:%d", (int)((fconn_t *)tctx - E.fc));
+    return 0;
+}
+
+static const cq_transport_ops_t fake_ops = {"fake", fake_flush, fake_close, fake_peer};
+
+static void wake(void *ud, int w)
+{
+}
+static const cq_core_ops_t ops = {wake};
+
+static void env_up(int workers, const cq_core_opts_t *extra)
+{
+    memset(&E, 0, sizeof(E));
+    char err[256];
+    assert_int_equal(cq_fsm_load_json(cq_embedded_client_fsm, cq_embedded_client_fsm_len,
+                                      &E.cfsm, err, sizeof(err)),
+                     0);
+    assert_int_equal(cq_fsm_load_json(cq_embedded_server_fsm, cq_embedded_server_fsm_len,
+                                      &E.sfsm, err, sizeof(err)),
+                     0);
+    assert_int_equal(cq_settings_load_json(cq_embedded_settings, cq_embedded_settings_len,
+                                           &E.settings, err, sizeof(err)),
+                     0);
+    cq_core_opts_t o = extra ? *extra : (cq_core_opts_t){0};
+    o.workers = workers;
+    o.client_fsm = E.cfsm;
+    o.server_fsm = E.sfsm;
+    o.settings = E.settings;
+    o.server_bypass_auth = true;
+    if (!o.max_packet_size)
+        o.max_packet_size = 65535;
+    o.max_connections = 1000;
+    o.max_channels = 65535;
+    o.conn_id_bits = 31;
+    assert_int_equal(cq_shared_new(&o, &ops, NULL, &E.sh, err, sizeof(err)), 0);
+    E.n = workers;
+    for (int i = 0; i < workers; i++)
+        assert_non_null(E.cores[i] = cq_core_new(E.sh, i));
+    E.now = 1000;
+}
+
+/* Runs inboxes and flushes until nothing moves. */
+static void pump(void)
+{
+    for (int round = 0; round < 20; round++) {
+        for (int i = 0; i < E.n; i++)
+            cq_core_drain(E.cores[i], E.now);
+        for (int i = 0; i < E.n; i++)
+            cq_core_flush(E.cores[i]);
+    }
+    for (int i = 0; i < E.nfc; i++) {
+        fconn_t *f = &E.fc[i];
+        if (f->closed && !f->released) {
+            f->released = 1;
+            cq_core_conn_release(E.cores[f->worker], f->conn);
+        }
+    }
+}
+
+static void env_down(void)
+{
+    pump();
+    for (int i = 0; i < E.nfc; i++) {
+        if (!E.fc[i].released)
+            cq_core_conn_close(E.cores[E.fc[i].worker], E.fc[i].conn, 0, "test end");
+    }
+    pump();
+    for (int i = 0; i < E.n; i++)
+        cq_core_free(E.cores[i]);
+    for (int i = 0; i < E.nfc; i++)
+        cq_sbuf_done(&E.fc[i].out);
+    cq_shared_free(E.sh);
+    cq_fsm_free(E.cfsm);
+    cq_fsm_free(E.sfsm);
+    cq_settings_free(E.settings);
+    assert_int_equal(cq_buf_live(), 0);
+}
+
+static fconn_t *connect_as(int type)
+{
+    uint32_t id = cq_shared_conn_id_alloc(E.sh, type);
+    assert_true(id > 0);
+    fconn_t *f = &E.fc[E.nfc++];
+    f->worker = cq_shared_conn_worker(E.sh, id);
+    f->conn = cq_core_conn_new(E.cores[f->worker], id, type, CQ_FRAMING_FIXED, &fake_ops, f,
+                               E.now);
+    assert_non_null(f->conn);
+    return f;
+}
+
+static int feed(fconn_t *f, const void *p, size_t n)
+{
+    int r = cq_core_conn_input(E.cores[f->worker], f->conn, p, n, E.now);
+    pump();
+    return r;
+}
+
+static void send_msg(fconn_t *f, uint32_t ch, uint32_t bc, uint32_t stub, uint32_t type,
+                     const ProtobufCMessage *m)
+{
+    cq_buf_t *rec = cq_wire_record_msg(ch, bc, stub, type, m);
+    uint8_t pkt[70000];
+    cq_framing_header(pkt, rec->len, 0, CQ_FRAMING_FIXED);
+    memcpy(pkt + 5, rec->data, rec->len);
+    assert_int_equal(feed(f, pkt, 5 + rec->len), 0);
+    cq_buf_unref(rec);
+}
+
+/* Counts received MessagePacks of msg_type (all types if 0); consumes the output. */
+static int take(fconn_t *f, uint32_t msg_type, cq_mp_t *last, uint8_t *body_copy)
+{
+    int n = 0;
+    size_t off = 0;
+    while (off < f->out.len) {
+        cq_frame_t fr;
+        ssize_t k = cq_framing_parse(f->out.data + off, f->out.len - off, CQ_FRAMING_FIXED,
+                                     65535, &fr);
+        assert_true(k > 0);
+        cq_packet_iter_t it;
+        cq_mp_t mp;
+        cq_wire_packet_iter_init(&it, fr.body, fr.len);
+        while (cq_wire_packet_next(&it, &mp) == 1) {
+            if (msg_type && mp.msg_type != msg_type)
+                continue;
+            n++;
+            if (last)
+                *last = mp;
+            if (body_copy)
+                memcpy(body_copy, mp.body, mp.body_len);
+        }
+        off += (size_t)k;
+    }
+    f->out.len = 0;
+    return n;
+}
+
+static void auth(fconn_t *f)
+{
+    Channeldpb__AuthMessage a = CHANNELDPB__AUTH_MESSAGE__INIT;
+    a.playeridentifiertoken = "p";
+    a.logintoken = "l";
+    send_msg(f, 0, 0, 0, 1, &a.base);
+    assert_int_equal(take(f, 1, NULL, NULL), 1);
+}
+
+/* ---- tests ------------------------------------------------------------------------------ */
+
+static void test_auth_vector_bytes(void **state)
+{
+    env_up(1, NULL);
+    fconn_t *c = connect_as(CQ_CONN_CLIENT);
+    static const uint8_t req[] = {0x43, 0x48, 0x00, 0x14, 0x00, 0x0a, 0x12, 0x18, 0x01,
+                                  0x20, 0x01, 0x2a, 0x0c, 0x0a, 0x04, 't',  'e',  's',
+                                  't',  0x12, 0x04, 't',  'e',  's',  't'};
+    static const uint8_t want[] = {0x43, 0x48, 0x00, 0x0a, 0x00, 0x0a, 0x08, 0x18,
+                                   0x01, 0x20, 0x01, 0x2a, 0x02, 0x10, 0x01};
+    /* Byte by byte: the parser must wait for the whole packet. */
+    for (size_t i = 0; i < sizeof(req); i++)
+        assert_int_equal(cq_core_conn_input(E.cores[0], c->conn, req + i, 1, E.now), 0);
+    pump();
+    assert_int_equal(c->out.len, sizeof(want));
+    assert_memory_equal(c->out.data, want, sizeof(want));
+    env_down();
+}
+
+static void test_auth_timeout_manual_clock(void **state)
+{
+    cq_core_opts_t o = {0};
+    o.auth_timeout_ms = 5000;
+    env_up(1, &o);
+    fconn_t *c = connect_as(CQ_CONN_CLIENT); /* accepted at 1000 */
+    fconn_t *ok = connect_as(CQ_CONN_CLIENT);
+    auth(ok);
+    cq_core_tick(E.cores[0], 5999);
+    assert_false(c->closed);
+    cq_core_tick(E.cores[0], 6000);
+    assert_true(c->closed);
+    assert_false(ok->closed);
+    assert_int_equal(cq_shared_counter(E.sh, "auth_timeout_closed"), 1);
+    env_down();
+}
+
+static void test_bad_magic_closes_only_that_conn(void **state)
+{
+    env_up(1, NULL);
+    fconn_t *bad = connect_as(CQ_CONN_CLIENT);
+    fconn_t *good = connect_as(CQ_CONN_SERVER);
+    auth(good);
+    assert_int_equal(feed(bad, "XH\x00\x01\x00", 5), CQ_EMAGIC);
+    assert_true(bad->closed);
+    static const uint8_t zero[] = {0x43, 0x48, 0, 0, 0};
+    fconn_t *z = connect_as(CQ_CONN_CLIENT);
+    assert_int_equal(feed(z, zero, 5), CQ_EZEROLEN);
+    static const uint8_t notpkt[] = {0x43, 0x48, 0, 2, 0, 0x0b, 0x01}; /* field 1, wire type 3 */
+    fconn_t *np = connect_as(CQ_CONN_CLIENT);
+    assert_int_equal(feed(np, notpkt, sizeof(notpkt)), CQ_EDECODE);
+    assert_false(good->closed);
+    Channeldpb__ListChannelMessage lm = CHANNELDPB__LIST_CHANNEL_MESSAGE__INIT;
+    send_msg(good, 0, 0, 4, 5, &lm.base); /* still served */
+    assert_int_equal(take(good, 5, NULL, NULL), 1);
+    assert_int_equal(cq_shared_counter(E.sh, "connection_closed"), 3);
+    env_down();
+}
+
+static void test_unknown_channel_and_fsm_drop_keep_conn(void **state)
+{
+    env_up(2, NULL);
+    fconn_t *srv = connect_as(CQ_CONN_SERVER);
+    auth(srv);
+    Channeldpb__SubscribedToChannelMessage sub = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
+    sub.connid = 1;
+    send_msg(srv, 777, 0, 5, 6, &sub.base); /* unknown channel: dropped */
+    assert_int_equal(take(srv, 0, NULL, NULL), 0);
+    assert_false(srv->closed);
+    fconn_t *cli = connect_as(CQ_CONN_CLIENT);
+    auth(cli);
+    send_msg(cli, 0, 0, 1, 6, &sub.base); /* client FSM (non-authoritative) forbids 6 */
+    assert_int_equal(take(cli, 0, NULL, NULL), 0);
+    assert_false(cli->closed);
+    assert_int_equal(cq_shared_counter(E.sh, "fsm_disallowed"), 1);
+    env_down();
+}
+
+/* Server possesses GLOBAL, subscribes clients spread over 3 workers, broadcasts. */
+static void setup_broadcast(fconn_t **srv, fconn_t **cl, int ncl)
+{
+    *srv = connect_as(CQ_CONN_SERVER);
+    auth(*srv);
+    Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
+    cc.channeltype = CHANNELDPB__CHANNEL_TYPE__GLOBAL;
+    send_msg(*srv, 0, 0, 1, 3, &cc.base);
+    assert_int_equal(take(*srv, 3, NULL, NULL), 1);
+    for (int i = 0; i < ncl; i++) {
+        cl[i] = connect_as(CQ_CONN_CLIENT);
+        auth(cl[i]);
+        Channeldpb__SubscribedToChannelMessage sub =
+            CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
+        sub.connid = cq_conn_id(cl[i]->conn);
+        send_msg(*srv, 0, 0, 0, 6, &sub.base);
+        assert_int_equal(take(cl[i], 6, NULL, NULL), 1);
+    }
+    take(*srv, 0, NULL, NULL);
+}
+
+static void test_broadcast_across_workers(void **state)
+{
+    env_up(3, NULL);
+    fconn_t *srv, *cl[5];
+    setup_broadcast(&srv, cl, 5);
+    uint8_t sfm[] = {0x12, 0x02, 'h', 'i'};
+    cq_mp_t mp = {0, 32, 9, 150, sfm, sizeof(sfm)};
+    cq_buf_t *rec = cq_wire_record_raw(&mp);
+    uint8_t pkt[128];
+    cq_framing_header(pkt, rec->len, 0, CQ_FRAMING_FIXED);
+    memcpy(pkt + 5, rec->data, rec->len);
+    assert_int_equal(feed(srv, pkt, 5 + rec->len), 0);
+    for (int i = 0; i < 5; i++) {
+        cq_mp_t got;
+        assert_int_equal(take(cl[i], 150, &got, NULL), 1);
+        assert_int_equal(got.broadcast, 32);
+        assert_int_equal(got.stub_id, 9);
+        assert_int_equal(got.body_len, sizeof(sfm));
+    }
+    assert_int_equal(take(srv, 150, NULL, NULL), 0); /* ALL_BUT_SERVER */
+    cq_buf_unref(rec);
+    env_down();
+}
+
+static void test_slow_consumer_cut_others_served(void **state)
+{
+    cq_core_opts_t o = {0};
+    o.sendq_hard_limit = 4096;
+    env_up(2, &o);
+    fconn_t *srv, *cl[4];
+    setup_broadcast(&srv, cl, 4);
+    cl[1]->stalled = 1; /* never drains */
+    uint8_t body[300] = {0x12, 0xa8, 0x02}; /* SFM payload of 296 bytes */
+    cq_mp_t mp = {0, 32, 0, 100, body, sizeof(body) - 1};
+    int got[4] = {0};
+    for (int m = 0; m < 200; m++) {
+        cq_buf_t *rec = cq_wire_record_raw(&mp);
+        uint8_t pkt[512];
+        cq_framing_header(pkt, rec->len, 0, CQ_FRAMING_FIXED);
+        memcpy(pkt + 5, rec->data, rec->len);
+        assert_int_equal(feed(srv, pkt, 5 + rec->len), 0);
+        cq_buf_unref(rec);
+        for (int i = 0; i < 4; i++)
+            if (!cl[i]->stalled)
+                got[i] += take(cl[i], 100, NULL, NULL);
+    }
+    assert_true(cl[1]->closed);
+    assert_int_equal(got[0], 200);
+    assert_int_equal(got[2], 200);
+    assert_int_equal(got[3], 200);
+    assert_int_equal(cq_shared_counter(E.sh, "slow_consumer_closed"), 1);
+    env_down();
+}
+
+static void test_channel_id_reuse_and_list(void **state)
+{
+    env_up(2, NULL);
+    fconn_t *srv = connect_as(CQ_CONN_SERVER);
+    auth(srv);
+    Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
+    cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SUBWORLD;
+    cc.metadata = "room";
+    uint8_t body[256];
+    cq_mp_t mp;
+    uint32_t ids[3];
+    for (int i = 0; i < 2; i++) {
+        send_msg(srv, 0, 0, 7, 3, &cc.base);
+        assert_int_equal(take(srv, 3, &mp, body), 1);
+        Channeldpb__CreateChannelResultMessage *r =
+            channeldpb__create_channel_result_message__unpack(NULL, mp.body_len, body);
+        ids[i] = r->channelid;
+        channeldpb__create_channel_result_message__free_unpacked(r, NULL);
+    }
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 2);
+    Channeldpb__RemoveChannelMessage rm = CHANNELDPB__REMOVE_CHANNEL_MESSAGE__INIT;
+    rm.channelid = 1;
+    send_msg(srv, 0, 0, 0, 4, &rm.base);
+    assert_int_equal(take(srv, 4, NULL, NULL), 1); /* the owner was subscribed */
+    send_msg(srv, 0, 0, 7, 3, &cc.base);
+    assert_int_equal(take(srv, 3, &mp, body), 1);
+    Channeldpb__CreateChannelResultMessage *r =
+        channeldpb__create_channel_result_message__unpack(NULL, mp.body_len, body);
+    ids[2] = r->channelid;
+    channeldpb__create_channel_result_message__free_unpacked(r, NULL);
+    assert_int_equal(ids[2], 1); /* the freed id is reused first */
+    Channeldpb__ListChannelMessage lm = CHANNELDPB__LIST_CHANNEL_MESSAGE__INIT;
+    send_msg(srv, 0, 0, 3, 5, &lm.base);
+    static uint8_t lbody[4096];
+    assert_int_equal(take(srv, 5, &mp, lbody), 1);
+    Channeldpb__ListChannelResultMessage *lr =
+        channeldpb__list_channel_result_message__unpack(NULL, mp.body_len, lbody);
+    assert_int_equal(lr->n_channels, 3); /* GLOBAL + 2 */
+    channeldpb__list_channel_result_message__free_unpacked(lr, NULL);
+    env_down();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_auth_vector_bytes),
+        cmocka_unit_test(test_auth_timeout_manual_clock),
+        cmocka_unit_test(test_bad_magic_closes_only_that_conn),
+        cmocka_unit_test(test_unknown_channel_and_fsm_drop_keep_conn),
+        cmocka_unit_test(test_broadcast_across_workers),
+        cmocka_unit_test(test_slow_consumer_cut_others_served),
+        cmocka_unit_test(test_channel_id_reuse_and_list),
+    };
+    return cmocka_run_group_tests_name("core", tests, NULL, NULL);
+}
