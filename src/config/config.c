@@ -1,0 +1,739 @@
+/* config.c - the option table and everything generated from it: command line, config file,
+ * --help, --dump-config and the Markdown reference (doc/config.md). */
+#include "cq_config.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_log.h"
+#include "cq_util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#ifndef CQ_VERSION
+#define CQ_VERSION "unknown"
+#endif
+
+/* ---- the table ------------------------------------------------------------------------ */
+
+typedef enum { OPT_BOOL, OPT_INT, OPT_SIZE, OPT_STRING, OPT_LOGLEVEL, OPT_ACTION } opt_type_t;
+
+typedef enum { ACT_NONE, ACT_HELP, ACT_VERSION, ACT_DUMP, ACT_MARKDOWN } opt_action_t;
+
+#define F_CONFIG 1u /* the --config option: loaded before the rest, never in a file or a dump */
+
+typedef struct opt {
+    const char *name;  /* long name: --name on the command line, name in a file */
+    const char *alias; /* channeld's flag without the dash, or NULL */
+    opt_type_t type;
+    const char *def;     /* default, written as a user would (NULL for actions) */
+    long long min, max;  /* OPT_INT and OPT_SIZE bounds */
+    const char *choices; /* OPT_STRING: allowed values as "a|b", or NULL for any */
+    const char *meta;    /* value placeholder in --help */
+    size_t off;          /* offsetof(cq_config_t, field); unused for actions */
+    opt_action_t action;
+    unsigned flags;
+    const char *help; /* one or more sentences */
+} opt_t;
+
+/* clang-format off */
+#define OFF(f) offsetof(cq_config_t, f)
+#define BOOL(n, a, f, d, h) {n, a, OPT_BOOL, d, 0, 0, NULL, NULL, OFF(f), ACT_NONE, 0, h}
+#define INT(n, a, f, d, lo, hi, m, h) {n, a, OPT_INT, d, lo, hi, NULL, m, OFF(f), ACT_NONE, 0, h}
+#define SIZE(n, a, f, d, lo, hi, h) {n, a, OPT_SIZE, d, lo, hi, NULL, "SIZE", OFF(f), ACT_NONE, 0, h}
+#define STR(n, a, f, d, ch, m, h) {n, a, OPT_STRING, d, 0, 0, ch, m, OFF(f), ACT_NONE, 0, h}
+#define LOGLVL(n, a, f, d, h) {n, a, OPT_LOGLEVEL, d, 0, 0, NULL, "LEVEL", OFF(f), ACT_NONE, 0, h}
+#define ACTION(n, act, h) {n, NULL, OPT_ACTION, NULL, 0, 0, NULL, NULL, 0, act, 0, h}
+/* clang-format on */
+#define KIB (1024LL)
+#define MIB (1024LL * 1024)
+#define GIB (1024LL * 1024 * 1024)
+
+static const opt_t opts[] = {
+    INT("workers", NULL, workers, "0", 0, 256, "N", "Worker threads; 0 means one per CPU core."),
+    STR("client-addr", "ca", client_addr, "127.0.0.1:12108", NULL, "HOST:PORT",
+        "Address of the client listener. Port 0 picks a free port (see --ready-file)."),
+    STR("server-addr", "sa", server_addr, "127.0.0.1:11288", NULL, "HOST:PORT",
+        "Address of the server listener (game servers and the GLOBAL owner)."),
+    STR("client-network", "cn", client_network, "tcp", "tcp", "NETWORK",
+        "Network of the client listener; only tcp for now."),
+    STR("server-network", "sn", server_network, "tcp", "tcp", "NETWORK",
+        "Network of the server listener; only tcp for now."),
+    BOOL("client-legacy-tag", NULL, client_legacy_tag, "false",
+         "Read and write the pre-2023 dynamic packet tag on the client listener (old Go, JS and "
+         "Unity clients)."),
+    BOOL("server-legacy-tag", NULL, server_legacy_tag, "false",
+         "Read and write the pre-2023 dynamic packet tag on the server listener."),
+    STR("admin-addr", NULL, admin_addr, "127.0.0.1:8080", NULL, "HOST:PORT",
+        "Address of the HTTP listener serving /metrics; empty disables it."),
+    BOOL("dev", "dev", dev, "false",
+         "Development mode: sequential connection ids, and AUTH accepted without a real "
+         "provider."),
+    LOGLVL("log-level", "loglevel", log_level, "info",
+           "Lowest level logged; channeld's numbers -1 (debug) to 3 are accepted too."),
+    STR("client-fsm", "cfsm", client_fsm, "", NULL, "FILE",
+        "Client connection FSM file (channeld format); empty uses the built-in "
+        "client_non_authoratative_fsm.json."),
+    STR("server-fsm", "sfsm", server_fsm, "", NULL, "FILE",
+        "Server connection FSM file (channeld format); empty uses the built-in "
+        "server_authoratative_fsm.json."),
+    STR("channel-settings", "chs", channel_settings, "", NULL, "FILE",
+        "Channel settings file (channeld format); empty uses the built-in "
+        "channel_settings_hifi.json."),
+    BOOL("server-bypass-auth", "sba", server_bypass_auth, "true",
+         "Server connections skip authentication."),
+    INT("compression-type", "ct", compression_type, "0", 0, 1, "N",
+        "Compression advertised to clients in AuthResult: 0 none, 1 Snappy."),
+    STR("auth-provider", NULL, auth_provider, "dev", "dev|file", "NAME",
+        "How AUTH is checked: dev accepts every login; file checks the token against "
+        "--auth-token-file."),
+    STR("auth-token-file", NULL, auth_token_file, "", NULL, "FILE",
+        "JSON object mapping player identifier (PIT) to login token, for --auth-provider=file."),
+    INT("auth-timeout-ms", "cat", auth_timeout_ms, "5000", 0, 3600000, "MS",
+        "Close connections that have not authenticated after this many milliseconds; 0 "
+        "disables."),
+    INT("max-failed-auth", "mfaa", max_failed_auth, "5", 0, 1000, "N",
+        "Close a connection after this many failed AUTH attempts; 0 means no limit."),
+    INT("conn-id-bits", "mcb", conn_id_bits, "31", 8, 31, "N", "Maximum bits of a connection id."),
+    INT("idle-timeout-ms", NULL, idle_timeout_ms, "0", 0, 86400000, "MS",
+        "Close connections that send nothing for this many milliseconds; 0 disables."),
+    INT("tcp-keepalive-s", NULL, tcp_keepalive_s, "60", 0, 32767, "SECONDS",
+        "TCP keepalive idle time in seconds; 0 disables keepalive."),
+    INT("max-packet-size", NULL, max_packet_size, "65535", 64, 65535, "BYTES",
+        "Largest inbound packet body; a larger one closes the connection."),
+    INT("max-connections", NULL, max_connections, "100000", 1, 10000000, "N",
+        "Connections accepted at the same time; more are closed on accept."),
+    INT("max-channels", NULL, max_channels, "65535", 1, 65535, "N",
+        "Channels alive at the same time."),
+    INT("max-subs-per-conn", NULL, max_subs_per_conn, "1024", 1, 65535, "N",
+        "Channel subscriptions per connection."),
+    SIZE("sendq-soft-limit", NULL, sendq_soft_limit, "1m", 4 * KIB, GIB,
+         "Queued outbound bytes a connection may hold for at most --sendq-soft-seconds."),
+    INT("sendq-soft-seconds", NULL, sendq_soft_seconds, "10", 0, 3600, "SECONDS",
+        "Seconds a connection may stay over --sendq-soft-limit before it is closed."),
+    SIZE("sendq-hard-limit", NULL, sendq_hard_limit, "8m", 4 * KIB, GIB,
+         "Queued outbound bytes that close a connection at once."),
+    STR("ready-file", NULL, ready_file, "", NULL, "FILE",
+        "Once listening, write \"client=HOST:PORT server=HOST:PORT admin=HOST:PORT\" and a "
+        "newline to this file (for tests using port 0)."),
+    {"config", NULL, OPT_STRING, "", 0, 0, NULL, "FILE", OFF(config), ACT_NONE, F_CONFIG,
+     "Load options from this file first; the command line overrides it."},
+    ACTION("dump-config", ACT_DUMP,
+           "Print the resulting configuration in config-file format "
+           "and exit."),
+    ACTION("config-markdown", ACT_MARKDOWN, "Print this reference as Markdown and exit."),
+    ACTION("help", ACT_HELP, "Print this help and exit."),
+    ACTION("version", ACT_VERSION, "Print the version and exit."),
+};
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+
+__attribute__((format(printf, 4, 5))) static int fail(char *err, size_t errlen, int code,
+                                                      const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static void *field(cq_config_t *c, const opt_t *o)
+{
+    return (char *)c + o->off;
+}
+
+static const void *cfield(const cq_config_t *c, const opt_t *o)
+{
+    return (const char *)c + o->off;
+}
+
+/* The option called name[0..len) (long name or alias), or NULL. */
+static const opt_t *find_opt(const char *name, size_t len)
+{
+    for (size_t i = 0; i < CQ_ARRAY_SIZE(opts); i++) {
+        const opt_t *o = &opts[i];
+        if ((strlen(o->name) == len && strncmp(o->name, name, len) == 0) ||
+            (o->alias && strlen(o->alias) == len && strncmp(o->alias, name, len) == 0))
+            return o;
+    }
+    return NULL;
+}
+
+static void fmt_size(long long v, char *buf, size_t len)
+{
+    static const char suffix[] = "gmk";
+    static const long long unit[] = {GIB, MIB, KIB};
+    for (int i = 0; i < 3; i++) {
+        if (v != 0 && v % unit[i] == 0) {
+            snprintf(buf, len, "%lld%c", v / unit[i], suffix[i]);
+            return;
+        }
+    }
+    snprintf(buf, len, "%lld", v);
+}
+
+static const char *level_name(int lvl)
+{
+    static const char *const names[] = {"debug", "info", "warn", "error", "off"};
+    return lvl >= 0 && lvl < (int)CQ_ARRAY_SIZE(names) ? names[lvl] : "info";
+}
+
+/* ---- value parsers ---------------------------------------------------------------------- */
+
+static int parse_bool(const char *v, bool *ret)
+{
+    static const char *const yes[] = {"true", "t", "1", "yes", "on"};
+    static const char *const no[] = {"false", "f", "0", "no", "off"};
+    for (size_t i = 0; i < CQ_ARRAY_SIZE(yes); i++) {
+        if (strcasecmp(v, yes[i]) == 0 || strcasecmp(v, no[i]) == 0) {
+            *ret = strcasecmp(v, yes[i]) == 0;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Parses a decimal integer, optionally followed by k/m/g when units is true. Returns 0,
+ * -EINVAL (not a number) or -ERANGE (too large for long long). */
+static int parse_number(const char *v, bool units, long long *ret)
+{
+    char *end;
+    if (!(*v == '-' || *v == '+' || (*v >= '0' && *v <= '9')))
+        return -EINVAL;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || (end[-1] < '0' || end[-1] > '9'))
+        return -EINVAL;
+    if (errno == ERANGE)
+        return -ERANGE;
+    if (units && *end) {
+        const char *u = strchr("kmg", *end | 0x20);
+        long long mul = !u ? 0 : *u == 'k' ? KIB : *u == 'm' ? MIB : GIB;
+        if (!mul || end[1] != '\0')
+            return -EINVAL;
+        if (x > LLONG_MAX / mul || x < LLONG_MIN / mul)
+            return -ERANGE;
+        x *= mul;
+        end++;
+    }
+    if (*end)
+        return -EINVAL;
+    *ret = x;
+    return 0;
+}
+
+static int check_range(const opt_t *o, const char *label, const char *v, long long x, int pr,
+                       char *err, size_t errlen)
+{
+    char lim[32];
+    bool low = pr == -ERANGE ? *v == '-' : x < o->min;
+    if (pr == 0 && x >= o->min && x <= o->max)
+        return 0;
+    if (o->type == OPT_SIZE)
+        fmt_size(low ? o->min : o->max, lim, sizeof(lim));
+    else
+        snprintf(lim, sizeof(lim), "%lld", low ? o->min : o->max);
+    return fail(err, errlen, CQ_ECONFIG, "%s: %s is %s the %s %s", label, v,
+                low ? "below" : "above", low ? "minimum" : "maximum", lim);
+}
+
+static int set_number(cq_config_t *c, const opt_t *o, const char *label, const char *v, char *err,
+                      size_t errlen)
+{
+    long long x = 0;
+    int r = parse_number(v, o->type == OPT_SIZE, &x);
+    if (r == -EINVAL && o->type == OPT_SIZE)
+        return fail(err, errlen, CQ_ECONFIG,
+                    "%s: \"%s\" is not a size (a number with an optional k, m or g suffix)", label,
+                    v);
+    if (r == -EINVAL)
+        return fail(err, errlen, CQ_ECONFIG, "%s: \"%s\" is not an integer", label, v);
+    r = check_range(o, label, v, x, r, err, errlen);
+    if (r < 0)
+        return r;
+    if (o->type == OPT_SIZE)
+        *(size_t *)field(c, o) = (size_t)x;
+    else
+        *(int *)field(c, o) = (int)x;
+    return 0;
+}
+
+/* Whether v is one of the '|'-separated choices. */
+static bool in_choices(const char *choices, const char *v)
+{
+    size_t n = strlen(v);
+    for (const char *p = choices; p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, v, n) == 0)
+            return true;
+        p = bar ? bar + 1 : NULL;
+    }
+    return false;
+}
+
+static int set_string(cq_config_t *c, const opt_t *o, const char *label, const char *v, char *err,
+                      size_t errlen)
+{
+    if (o->choices && !in_choices(o->choices, v)) {
+        char list[128];
+        size_t n = 0;
+        for (const char *p = o->choices; *p && n + 3 < sizeof(list); p++) {
+            if (*p == '|') {
+                list[n++] = ',';
+                list[n++] = ' ';
+            } else {
+                list[n++] = *p;
+            }
+        }
+        list[n] = '\0';
+        return fail(err, errlen, CQ_ECONFIG, "%s: \"%s\" is not one of: %s", label, v, list);
+    }
+    char *s = cq_strdup(v);
+    if (!s)
+        return fail(err, errlen, -ENOMEM, "%s: out of memory", label);
+    char **slot = field(c, o);
+    cq_free(*slot);
+    *slot = s;
+    return 0;
+}
+
+/* Stores the text v into o's field. label names the option in error messages. */
+static int set_value(cq_config_t *c, const opt_t *o, const char *label, const char *v, char *err,
+                     size_t errlen)
+{
+    cq_log_level_t lvl;
+    switch (o->type) {
+    case OPT_BOOL:
+        if (parse_bool(v, field(c, o)) < 0)
+            return fail(err, errlen, CQ_ECONFIG, "%s: \"%s\" is not a boolean (true or false)",
+                        label, v);
+        return 0;
+    case OPT_INT:
+    case OPT_SIZE:
+        return set_number(c, o, label, v, err, errlen);
+    case OPT_STRING:
+        return set_string(c, o, label, v, err, errlen);
+    case OPT_LOGLEVEL:
+        if (cq_log_parse_level(v, &lvl) < 0)
+            return fail(err, errlen, CQ_ECONFIG,
+                        "%s: \"%s\" is not a log level (debug, info, warn, error, off, or -1..3)",
+                        label, v);
+        *(int *)field(c, o) = (int)lvl;
+        return 0;
+    case OPT_ACTION:
+        break;
+    }
+    return fail(err, errlen, CQ_ECONFIG, "%s: cannot be set", label);
+}
+
+/* Writes o's current value in c as it is written in a config file (strings quoted). */
+static void print_value(const cq_config_t *c, const opt_t *o, FILE *f)
+{
+    char buf[32];
+    switch (o->type) {
+    case OPT_BOOL:
+        fputs(*(const bool *)cfield(c, o) ? "true" : "false", f);
+        break;
+    case OPT_INT:
+        fprintf(f, "%d", *(const int *)cfield(c, o));
+        break;
+    case OPT_SIZE:
+        fmt_size((long long)*(const size_t *)cfield(c, o), buf, sizeof(buf));
+        fputs(buf, f);
+        break;
+    case OPT_STRING:
+        fprintf(f, "\"%s\"", *(char *const *)cfield(c, o));
+        break;
+    case OPT_LOGLEVEL:
+        fputs(level_name(*(const int *)cfield(c, o)), f);
+        break;
+    case OPT_ACTION:
+        break;
+    }
+}
+
+/* ---- defaults, file, checks ----------------------------------------------------------- */
+
+void cq_config_defaults(cq_config_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    for (size_t i = 0; i < CQ_ARRAY_SIZE(opts); i++) {
+        if (opts[i].type == OPT_ACTION)
+            continue;
+        int r = set_value(c, &opts[i], opts[i].name, opts[i].def, NULL, 0);
+        cq_assert(r == 0); /* a bad default is a bug; OOM at startup is fatal anyway */
+    }
+}
+
+void cq_config_done(cq_config_t *c)
+{
+    for (size_t i = 0; i < CQ_ARRAY_SIZE(opts); i++) {
+        if (opts[i].type == OPT_STRING)
+            cq_free(*(char **)field(c, &opts[i]));
+    }
+    memset(c, 0, sizeof(*c));
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
+        *--e = '\0';
+    return s;
+}
+
+/* Applies one line of a config file; where is "PATH:LINE". */
+static int load_line(cq_config_t *c, char *line, const char *where, char *err, size_t errlen)
+{
+    char *s = trim(line);
+    if (*s == '\0' || *s == '#')
+        return 0;
+    char *eq = strchr(s, '=');
+    if (!eq)
+        return fail(err, errlen, CQ_ECONFIG, "%s: expected \"name = value\"", where);
+    *eq = '\0';
+    char *name = trim(s), *value = trim(eq + 1);
+    size_t vlen = strlen(value);
+    if (vlen >= 2 && value[0] == '"' && value[vlen - 1] == '"') {
+        value[vlen - 1] = '\0';
+        value++;
+    }
+    const opt_t *o = find_opt(name, strlen(name));
+    if (!o)
+        return fail(err, errlen, CQ_ECONFIG, "%s: unknown option \"%s\"", where, name);
+    if (o->type == OPT_ACTION || (o->flags & F_CONFIG))
+        return fail(err, errlen, CQ_ECONFIG, "%s: \"%s\" cannot be used in a config file", where,
+                    name);
+    char label[600];
+    snprintf(label, sizeof(label), "%.500s: %s", where, o->name);
+    return set_value(c, o, label, value, err, errlen);
+}
+
+int cq_config_load_file(cq_config_t *c, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        int e = errno;
+        return fail(err, errlen, -e, "%s: %s", path, strerror(e));
+    }
+    char *line = NULL, where[512];
+    size_t cap = 0;
+    int r = 0;
+    for (int lineno = 1; r == 0 && getline(&line, &cap, f) >= 0; lineno++) {
+        snprintf(where, sizeof(where), "%s:%d", path, lineno);
+        r = load_line(c, line, where, err, errlen);
+    }
+    if (r == 0 && ferror(f))
+        r = fail(err, errlen, -EIO, "%s: read error", path);
+    free(line); /* allocated by getline() */
+    fclose(f);
+    if (r == 0)
+        r = set_value(c, find_opt("config", 6), "--config", path, err, errlen);
+    return r;
+}
+
+int cq_config_check(const cq_config_t *c, char *err, size_t errlen)
+{
+    if (c->sendq_soft_limit > c->sendq_hard_limit) {
+        char soft[32], hard[32];
+        fmt_size((long long)c->sendq_soft_limit, soft, sizeof(soft));
+        fmt_size((long long)c->sendq_hard_limit, hard, sizeof(hard));
+        return fail(err, errlen, CQ_ECONFIG,
+                    "--sendq-soft-limit: %s is above --sendq-hard-limit %s", soft, hard);
+    }
+    if (strcmp(c->auth_provider, "file") == 0 && c->auth_token_file[0] == '\0')
+        return fail(err, errlen, CQ_ECONFIG, "--auth-provider: file needs --auth-token-file");
+    return 0;
+}
+
+/* ---- command line --------------------------------------------------------------------- */
+
+typedef struct arg {
+    const opt_t *o;
+    const char *value; /* NULL for an action */
+    int used;          /* argv entries consumed */
+    char label[80];    /* "--name" */
+} arg_t;
+
+/* Resolves the option named by flag[0..len), handling the --no- prefix of booleans. */
+static const opt_t *resolve_name(const char *flag, size_t len, bool *negated)
+{
+    const opt_t *o = find_opt(flag, len);
+    *negated = false;
+    if (!o && len > 3 && strncmp(flag, "no-", 3) == 0) {
+        o = find_opt(flag + 3, len - 3);
+        *negated = o != NULL;
+    }
+    return o;
+}
+
+/* Splits argv[i] (and maybe argv[i + 1]) into an option and its value. */
+static int split_arg(int argc, char **argv, int i, arg_t *a, char *err, size_t errlen)
+{
+    const char *s = argv[i];
+    if (s[0] != '-' || s[1] == '\0' || (s[1] == '-' && s[2] == '\0'))
+        return fail(err, errlen, CQ_ECONFIG, "unexpected argument \"%s\"", s);
+    const char *flag = s + (s[1] == '-' ? 2 : 1), *eq = strchr(flag, '=');
+    size_t len = eq ? (size_t)(eq - flag) : strlen(flag);
+    bool negated;
+    a->o = resolve_name(flag, len, &negated);
+    if (!a->o)
+        return fail(err, errlen, CQ_ECONFIG, "unknown option \"%.*s\"",
+                    (int)(flag - s + (ptrdiff_t)len), s);
+    snprintf(a->label, sizeof(a->label), "--%s%s", negated ? "no-" : "", a->o->name);
+    a->used = 1;
+    a->value = eq ? eq + 1 : NULL;
+    if (negated && a->o->type != OPT_BOOL)
+        return fail(err, errlen, CQ_ECONFIG, "%s: only boolean options can be negated", a->label);
+    if ((negated || a->o->type == OPT_ACTION) && eq)
+        return fail(err, errlen, CQ_ECONFIG, "%s: takes no value", a->label);
+    if (negated || (a->o->type == OPT_BOOL && !eq))
+        a->value = negated ? "false" : "true";
+    else if (a->o->type != OPT_ACTION && !eq) {
+        if (i + 1 >= argc)
+            return fail(err, errlen, CQ_ECONFIG, "%s: missing value", a->label);
+        a->value = argv[i + 1];
+        a->used = 2;
+    }
+    return 0;
+}
+
+/* Runs an action option. Returns 1 when it printed and the caller should exit. */
+static int run_action(const opt_t *o, bool *dump)
+{
+    switch (o->action) {
+    case ACT_HELP:
+        cq_config_print_help(stdout);
+        return 1;
+    case ACT_VERSION:
+        printf("chanqd %s\n", CQ_VERSION);
+        return 1;
+    case ACT_MARKDOWN:
+        cq_config_print_markdown(stdout);
+        return 1;
+    case ACT_DUMP:
+        *dump = true;
+        return 0;
+    case ACT_NONE:
+        break;
+    }
+    return 0;
+}
+
+/* First pass: load every --config file. Errors in other options wait for the second pass. */
+static int load_config_args(cq_config_t *c, int argc, char **argv, char *err, size_t errlen)
+{
+    for (int i = 1; i < argc;) {
+        arg_t a;
+        int r = split_arg(argc, argv, i, &a, NULL, 0);
+        if (r < 0) {
+            i++;
+            continue;
+        }
+        if (a.o->flags & F_CONFIG) {
+            r = cq_config_load_file(c, a.value, err, errlen);
+            if (r < 0)
+                return r;
+        }
+        i += a.used;
+    }
+    return 0;
+}
+
+int cq_config_parse_args(cq_config_t *c, int argc, char **argv, char *err, size_t errlen)
+{
+    bool dump = false;
+    if (err && errlen)
+        err[0] = '\0';
+    int r = load_config_args(c, argc, argv, err, errlen);
+    for (int i = 1; r == 0 && i < argc;) {
+        arg_t a;
+        r = split_arg(argc, argv, i, &a, err, errlen);
+        if (r == 0 && a.o->type == OPT_ACTION)
+            r = run_action(a.o, &dump);
+        else if (r == 0 && !(a.o->flags & F_CONFIG))
+            r = set_value(c, a.o, a.label, a.value, err, errlen);
+        i += r == 0 ? a.used : 0;
+    }
+    if (r == 0)
+        r = cq_config_check(c, err, errlen);
+    if (r == 0 && dump) {
+        cq_config_dump(c, stdout);
+        r = 1;
+    }
+    return r;
+}
+
+/* ---- generated text ------------------------------------------------------------------- */
+
+static const char *type_name(const opt_t *o)
+{
+    static const char *const names[] = {"bool",   "integer",   "size",
+                                        "string", "log level", "command"};
+    return names[o->type];
+}
+
+/* "0..1024", "4k..1g", "tcp", "dev | file", or "" when any value of the type goes. */
+static void fmt_allowed(const opt_t *o, char *buf, size_t len)
+{
+    char lo[32], hi[32];
+    buf[0] = '\0';
+    if (o->type == OPT_INT || o->type == OPT_SIZE) {
+        if (o->type == OPT_SIZE) {
+            fmt_size(o->min, lo, sizeof(lo));
+            fmt_size(o->max, hi, sizeof(hi));
+        } else {
+            snprintf(lo, sizeof(lo), "%lld", o->min);
+            snprintf(hi, sizeof(hi), "%lld", o->max);
+        }
+        snprintf(buf, len, "%s..%s", lo, hi);
+    } else if (o->type == OPT_STRING && o->choices) {
+        snprintf(buf, len, "%s", o->choices);
+    } else if (o->type == OPT_LOGLEVEL) {
+        snprintf(buf, len, "debug|info|warn|error|off|-1..3");
+    }
+}
+
+/* Writes text word-wrapped at 80 columns, each line indented by indent spaces. */
+static void print_wrapped(FILE *f, const char *text, int indent)
+{
+    const int width = 80 - indent;
+    while (*text) {
+        int n = (int)strlen(text);
+        if (n > width) {
+            n = width;
+            while (n > 0 && text[n] != ' ')
+                n--;
+            if (n == 0)
+                n = width;
+        }
+        fprintf(f, "%*s%.*s\n", indent, "", n, text);
+        text += n;
+        while (*text == ' ')
+            text++;
+    }
+}
+
+static void print_help_opt(FILE *f, const opt_t *o)
+{
+    char head[128], text[512], allowed[80];
+    int n = snprintf(head, sizeof(head), "  --%s", o->name);
+    if (o->type == OPT_BOOL)
+        n += snprintf(head + n, sizeof(head) - (size_t)n, "[=BOOL], --no-%s", o->name);
+    else if (o->type != OPT_ACTION)
+        n += snprintf(head + n, sizeof(head) - (size_t)n, "=%s", o->meta);
+    if (o->alias)
+        snprintf(head + n, sizeof(head) - (size_t)n, "   (channeld: -%s)", o->alias);
+    fprintf(f, "%s\n", head);
+    fmt_allowed(o, allowed, sizeof(allowed));
+    n = snprintf(text, sizeof(text), "%s", o->help);
+    if (allowed[0])
+        n += snprintf(text + n, sizeof(text) - (size_t)n, " Allowed: %s.", allowed);
+    if (o->def)
+        snprintf(text + n, sizeof(text) - (size_t)n, " Default: %s%s%s.",
+                 o->type == OPT_STRING ? "\"" : "", o->def, o->type == OPT_STRING ? "\"" : "");
+    print_wrapped(f, text, 8);
+}
+
+void cq_config_print_help(FILE *f)
+{
+    fprintf(f,
+            "Usage: chanqd [options]\n\n"
+            "chanqd %s, a realtime relay server wire-compatible with channeld.\n\n"
+            "Options are --name=value or --name value; channeld's single-dash flags are\n"
+            "accepted too. Booleans: --name, --name=false, --no-name. --config FILE is\n"
+            "loaded first and the command line overrides it.\n\n",
+            CQ_VERSION);
+    for (size_t i = 0; i < CQ_ARRAY_SIZE(opts); i++)
+        print_help_opt(f, &opts[i]);
+}
+
+/* Writes s with Markdown table cell escaping ('|'). */
+static void md_cell(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '|')
+            fputc('\\', f);
+        fputc(*s, f);
+    }
+}
+
+static void print_md_opt(FILE *f, const opt_t *o)
+{
+    char allowed[80];
+    fprintf(f, "| `--%s` | %s%s%s | %s | ", o->name, o->alias ? "`-" : "", o->alias ? o->alias : "",
+            o->alias ? "`" : "", type_name(o));
+    if (o->def)
+        fprintf(f, "`%s%s%s`", o->type == OPT_STRING ? "\"" : "", o->def,
+                o->type == OPT_STRING ? "\"" : "");
+    fmt_allowed(o, allowed, sizeof(allowed));
+    fputs(" | ", f);
+    if (allowed[0]) {
+        fputc('`', f);
+        md_cell(f, allowed);
+        fputc('`', f);
+    }
+    fputs(" | ", f);
+    md_cell(f, o->help);
+    fputs(" |\n", f);
+}
+
+static const char md_intro[] =
+    "# chanqd configuration\n"
+    "\n"
+    "<!-- Generated by `chanqd --config-markdown` from the option table in src/config/config.c.\n"
+    "     Do not edit: change the table and regenerate. The `config` unit test fails when this\n"
+    "     file is stale. -->\n"
+    "\n"
+    "Every option can be given on the command line or in a config file.\n"
+    "\n"
+    "* **Command line.** `--name=value` or `--name value`. Where channeld has a flag for the\n"
+    "  same setting, its single-dash form works too (`-ca :12108`, `-ca=:12108`); one or two\n"
+    "  dashes are accepted for every spelling, as with Go's flag package.\n"
+    "* **Booleans** follow Go: `--dev` alone means true, `--dev=false` sets false, and\n"
+    "  `--no-dev` is false too. A boolean never takes the next argument as its value.\n"
+    "  Accepted values: true/false, t/f, 1/0, yes/no, on/off.\n"
+    "* **Sizes** are bytes with an optional `k`, `m` or `g` suffix (powers of 1024).\n"
+    "* **Config file.** `--config FILE` is loaded before every other command-line option,\n"
+    "  wherever it appears, so the command line always overrides the file. One\n"
+    "  `name = value` per line (long names; channeld flag names also work); blank lines and\n"
+    "  lines starting with `#` are ignored; wrap a value in double quotes to give an empty\n"
+    "  string. `--dump-config` prints the current values in this format.\n"
+    "* Unknown options and out-of-range values are errors that name the option, for example\n"
+    "  `--max-packet-size: 70000 is above the maximum 65535`.\n"
+    "\n"
+    "## Options\n"
+    "\n"
+    "| Option | channeld flag | Type | Default | Allowed | Description |\n"
+    "|---|---|---|---|---|---|\n";
+
+void cq_config_print_markdown(FILE *f)
+{
+    fputs(md_intro, f);
+    for (size_t i = 0; i < CQ_ARRAY_SIZE(opts); i++)
+        print_md_opt(f, &opts[i]);
+}
+
+void cq_config_dump(const cq_config_t *c, FILE *f)
+{
+    fprintf(f, "# chanqd %s configuration (--dump-config)\n", CQ_VERSION);
+    for (size_t i = 0; i < CQ_ARRAY_SIZE(opts); i++) {
+        const opt_t *o = &opts[i];
+        if (o->type == OPT_ACTION || (o->flags & F_CONFIG))
+            continue;
+        fprintf(f, "\n# %s\n%s = ", o->help, o->name);
+        print_value(c, o, f);
+        fputc('\n', f);
+    }
+}

@@ -1,0 +1,100 @@
+/* cq_config.h - chanqd's options: one table drives the command line, the config file,
+ * --help, --dump-config and doc/config.md.
+ *
+ * Every option has a long name used as `--name=value` / `--name value` and as `name = value` in a
+ * config file; most also accept channeld's single-dash flag (`-ca :12108`, `-ca=:12108`). One or
+ * two dashes work for both spellings, as with Go's flag package. Booleans follow Go: `-dev`
+ * alone means true, `-dev=false` sets false, and `--no-dev` is false too; a boolean never takes
+ * the next argument as its value.
+ *
+ * `--config FILE` is applied before every other command-line option, wherever it appears, so
+ * the command line always overrides the file. The file has one `name = value` per line; blank
+ * lines and lines starting with `#` are ignored, and a value may be wrapped in double quotes
+ * (needed for an empty string). `--dump-config` prints the current values in that format.
+ *
+ * Errors name the option and the reason, for example `--workers: "abc" is not an integer` or
+ * `--max-packet-size: 70000 is above the maximum 65535`; file errors start with `PATH:LINE: `.
+ *
+ * Not thread-safe: configure once in main() before starting threads, then treat the struct as
+ * read-only.
+ */
+#ifndef CQ_CONFIG_H
+#define CQ_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+/* All strings are owned by the struct (released by cq_config_done) and never NULL after
+ * cq_config_defaults; an empty string means "unset" where the comment says so. */
+typedef struct cq_config {
+    int workers;             /* worker threads; 0 = one per core */
+    char *client_addr;       /* client listener HOST:PORT */
+    char *server_addr;       /* server listener HOST:PORT */
+    char *client_network;    /* client listener network: "tcp" */
+    char *server_network;    /* server listener network: "tcp" */
+    bool client_legacy_tag;  /* client listener speaks the pre-2023 dynamic tag */
+    bool server_legacy_tag;  /* server listener speaks the pre-2023 dynamic tag */
+    char *admin_addr;        /* HTTP /metrics listener; "" disables it */
+    bool dev;                /* development mode */
+    int log_level;           /* a cq_log_level_t */
+    char *client_fsm;        /* client FSM file; "" = built-in client_non_authoratative */
+    char *server_fsm;        /* server FSM file; "" = built-in server_authoratative */
+    char *channel_settings;  /* channel settings file; "" = built-in hifi */
+    bool server_bypass_auth; /* server connections skip authentication */
+    int compression_type;    /* advertised in AuthResult: 0 none, 1 Snappy */
+    char *auth_provider;     /* "dev" or "file" */
+    char *auth_token_file;   /* JSON object PIT -> login token, for auth_provider "file" */
+    int auth_timeout_ms;     /* close unauthenticated connections after this; 0 = never */
+    int max_failed_auth;     /* close after this many failed AUTH attempts; 0 = no limit */
+    int conn_id_bits;        /* bits of a connection id, 8..31 */
+    int idle_timeout_ms;     /* close connections silent this long; 0 = off */
+    int tcp_keepalive_s;     /* TCP keepalive delay; 0 = off */
+    int max_packet_size;     /* largest inbound packet body, 64..65535 */
+    int max_connections;     /* connections accepted at once */
+    int max_channels;        /* channels alive at once */
+    int max_subs_per_conn;   /* subscriptions per connection */
+    size_t sendq_soft_limit; /* queued bytes that may persist only sendq_soft_seconds */
+    int sendq_soft_seconds;  /* how long a connection may stay over the soft limit */
+    size_t sendq_hard_limit; /* queued bytes that close the connection at once */
+    char *ready_file;        /* written once listening: "client=H:P server=H:P admin=H:P\n" */
+    char *config;            /* the last config file loaded, "" if none */
+} cq_config_t;
+
+/* Fills c with the defaults. c's previous contents are not freed (call cq_config_done first
+ * when reusing a struct). Aborts on OOM, like any startup allocation failure. */
+void cq_config_defaults(cq_config_t *c);
+
+/* Applies the command line (argv[0] is the program name and is skipped) to c, which must hold
+ * defaults or earlier values. `--config FILE` options are loaded first, then the others in
+ * order, then cross-option checks run.
+ * Returns 0; a negative code with a message in err (CQ_ECONFIG for a bad option or value,
+ * -errno when a --config file cannot be read, -ENOMEM); or 1 when --help, --version,
+ * --dump-config or --config-markdown printed to stdout and the caller should exit 0. On error
+ * c may hold some of the new values (it stays valid for cq_config_done). */
+int cq_config_parse_args(cq_config_t *c, int argc, char **argv, char *err, size_t errlen);
+
+/* Applies the config file at path (borrowed) to c, then records path in c->config.
+ * Returns 0, CQ_ECONFIG (bad content, err is `PATH:LINE: name: reason`) or -errno (err is
+ * `PATH: reason`). */
+int cq_config_load_file(cq_config_t *c, const char *path, char *err, size_t errlen);
+
+/* Checks rules that span options (the soft send-queue limit must not exceed the hard one;
+ * auth-provider=file needs auth-token-file). Returns 0 or CQ_ECONFIG with a message. Called
+ * by cq_config_parse_args; call it yourself after cq_config_load_file alone. */
+int cq_config_check(const cq_config_t *c, char *err, size_t errlen);
+
+/* Writes the --help text: usage and every option with its type, default and meaning. */
+void cq_config_print_help(FILE *f);
+
+/* Writes the Markdown reference that is checked in as doc/config.md. */
+void cq_config_print_markdown(FILE *f);
+
+/* Writes c in the config-file format, one commented `name = value` per option; loading the
+ * output with cq_config_load_file gives back the same values. */
+void cq_config_dump(const cq_config_t *c, FILE *f);
+
+/* Frees the strings in c (not c itself) and zeroes it. Safe on a zeroed struct. */
+void cq_config_done(cq_config_t *c);
+
+#endif
