@@ -20,8 +20,8 @@ ssize_t cq_admin_parse_head(const char *p, size_t n, char *method, size_t mlen, 
         return n >= CQ_ADMIN_MAX_HEAD ? -1 : 0;
     const char *sp1 = memchr(p, ' ', (size_t)(end - p));
     const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(end - sp1 - 1)) : NULL;
-    if (!sp1 || !sp2 || (size_t)(sp1 - p) >= mlen || (size_t)(sp2 - sp1 - 1) >= plen ||
-        sp1 == p || sp2 == sp1 + 1 || strncmp(sp2 + 1, "HTTP/1.", 7) != 0)
+    if (!sp1 || !sp2 || (size_t)(sp1 - p) >= mlen || (size_t)(sp2 - sp1 - 1) >= plen || sp1 == p ||
+        sp2 == sp1 + 1 || strncmp(sp2 + 1, "HTTP/1.", 7) != 0)
         return -1;
     memcpy(method, p, (size_t)(sp1 - p));
     method[sp1 - p] = '\0';

@@ -87,6 +87,13 @@ static const opt_t opts[] = {
         "channel_settings_hifi.json."),
     BOOL("server-bypass-auth", "sba", server_bypass_auth, "true",
          "Server connections skip authentication."),
+    BOOL("server-conn-recoverable", "scr", server_conn_recoverable, "false",
+         "A server connection that drops unexpectedly can be recovered by a new server "
+         "connection authenticating with the same PIT: it takes over the old connection id, "
+         "ownerships and subscriptions (ChannelOwnerLost/ChannelOwnerRecovered, "
+         "RECOVERY_CHANNEL_DATA, RECOVERY_END)."),
+    INT("server-conn-recover-timeout-ms", "scrt", server_conn_recover_timeout_ms, "0", 0, 86400000,
+        "MS", "How long a dropped server connection stays recoverable; 0 = forever."),
     INT("compression-type", "ct", compression_type, "0", 0, 1, "N",
         "Compression advertised to clients in AuthResult: 0 none, 1 Snappy."),
     STR("auth-provider", NULL, auth_provider, "dev", "dev|file", "NAME",

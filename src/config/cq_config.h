@@ -28,22 +28,24 @@
 /* All strings are owned by the struct (released by cq_config_done) and never NULL after
  * cq_config_defaults; an empty string means "unset" where the comment says so. */
 typedef struct cq_config {
-    int workers;             /* worker threads; 0 = one per core */
-    char *client_addr;       /* client listener HOST:PORT */
-    char *server_addr;       /* server listener HOST:PORT */
-    char *client_network;    /* client listener network: "tcp" */
-    char *server_network;    /* server listener network: "tcp" */
-    bool client_legacy_tag;  /* client listener speaks the pre-2023 dynamic tag */
-    bool server_legacy_tag;  /* server listener speaks the pre-2023 dynamic tag */
-    char *admin_addr;        /* HTTP /metrics listener; "" disables it */
-    bool dev;                /* development mode */
-    int log_level;           /* a cq_log_level_t */
-    char *client_fsm;        /* client FSM file; "" = built-in client_non_authoratative */
-    char *server_fsm;        /* server FSM file; "" = built-in server_authoratative */
-    char *channel_settings;  /* channel settings file; "" = built-in hifi */
-    bool server_bypass_auth; /* server connections skip authentication */
-    int compression_type;    /* advertised in AuthResult: 0 none, 1 Snappy */
-    char *auth_provider;     /* "dev" or "file" */
+    int workers;                  /* worker threads; 0 = one per core */
+    char *client_addr;            /* client listener HOST:PORT */
+    char *server_addr;            /* server listener HOST:PORT */
+    char *client_network;         /* client listener network: "tcp" */
+    char *server_network;         /* server listener network: "tcp" */
+    bool client_legacy_tag;       /* client listener speaks the pre-2023 dynamic tag */
+    bool server_legacy_tag;       /* server listener speaks the pre-2023 dynamic tag */
+    char *admin_addr;             /* HTTP /metrics listener; "" disables it */
+    bool dev;                     /* development mode */
+    int log_level;                /* a cq_log_level_t */
+    char *client_fsm;             /* client FSM file; "" = built-in client_non_authoratative */
+    char *server_fsm;             /* server FSM file; "" = built-in server_authoratative */
+    char *channel_settings;       /* channel settings file; "" = built-in hifi */
+    bool server_bypass_auth;      /* server connections skip authentication */
+    bool server_conn_recoverable; /* dropped server connections can be recovered */
+    int server_conn_recover_timeout_ms; /* 0 = recoverable forever */
+    int compression_type;               /* advertised in AuthResult: 0 none, 1 Snappy */
+    char *auth_provider;                /* "dev" or "file" */
     char *auth_token_file;   /* JSON object PIT -> login token, for auth_provider "file" */
     int auth_timeout_ms;     /* close unauthenticated connections after this; 0 = never */
     int max_failed_auth;     /* close after this many failed AUTH attempts; 0 = no limit */

@@ -62,8 +62,10 @@ static int provider_check(const cq_shared_t *sh, const cq_conn_t *conn, const ch
     return CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__SUCCESSFUL;
 }
 
-static void auth_success(cq_core_t *c, cq_conn_t *conn)
+static void auth_success(cq_core_t *c, cq_conn_t *conn, const char *pit)
 {
+    if (!conn->pit)
+        conn->pit = cq_strdup(pit ? pit : "");
     if (conn->state == CONN_UNAUTH)
         conn->fsm_state = (uint8_t)cq_fsm_next_state(conn->fsm, conn->fsm_state);
     conn->state = CONN_AUTHED;
@@ -74,16 +76,22 @@ static void auth_success(cq_core_t *c, cq_conn_t *conn)
 void cq__handle_auth(cq_core_t *c, cq_req_t *r)
 {
     cq_conn_t *conn = r->conn;
-    Channeldpb__AuthMessage *m = cq_wire_unpack(&channeldpb__auth_message__descriptor,
-                                                r->mp.body, r->mp.body_len, &c->arena);
+    Channeldpb__AuthMessage *m = cq_wire_unpack(&channeldpb__auth_message__descriptor, r->mp.body,
+                                                r->mp.body_len, &c->arena);
     if (!m || !conn)
         return;
     int res = provider_check(c->sh, conn, m->playeridentifiertoken, m->logintoken);
-    if (res == 0)
-        auth_success(c, conn);
+    uint32_t old = 0;
+    bool recovering = false;
+    if (res == 0) {
+        bool first = conn->state == CONN_UNAUTH;
+        auth_success(c, conn, m->playeridentifiertoken);
+        recovering = first && cq__recover_takeover(c, conn, &old);
+    }
     Channeldpb__AuthResultMessage out = CHANNELDPB__AUTH_RESULT_MESSAGE__INIT;
     out.result = (Channeldpb__AuthResultMessage__AuthResult)res;
     out.connid = conn->id;
+    out.shouldrecover = recovering;
     out.compressiontype = (Channeldpb__CompressionType)c->sh->o.compression_type;
     cq__reply(c, r, r->mp.channel_id, MT_AUTH, &out.base);
     uint32_t gowner = atomic_load(&c->sh->global_owner);
@@ -93,6 +101,8 @@ void cq__handle_auth(cq_core_t *c, cq_req_t *r)
         CQ_INFO("auth", "conn %u (%s) authenticated, pit \"%s\"", conn->id,
                 conn->type == CQ_CONN_SERVER ? "SERVER" : "CLIENT",
                 m->playeridentifiertoken ? m->playeridentifiertoken : "");
+        if (recovering)
+            cq__recover_apply(c, old, conn->pit);
         return;
     }
     CQ_METRIC_ADD(c->sh, M_AUTH_FAILED, conn->type, 1);

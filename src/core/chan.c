@@ -328,9 +328,9 @@ void cq__handle_create(cq_core_t *c, cq_req_t *r)
 void cq__handle_create_here(cq_core_t *c, cq_req_t *r, uint32_t id)
 {
     Channeldpb__CreateChannelMessage *m = create_msg(c, r);
-    cq_chan_t *ch = m ? cq__chan_create(c, id, (uint32_t)m->channeltype, m->metadata,
-                                        r->conn_id, r->conn_type)
-                      : NULL;
+    cq_chan_t *ch =
+        m ? cq__chan_create(c, id, (uint32_t)m->channeltype, m->metadata, r->conn_id, r->conn_type)
+          : NULL;
     if (!ch) {
         CQ_WARN("chan", "conn %u: cannot create channel %u", r->conn_id, id);
         cq_xmsg_t *x = cq__xmsg_new(XM_FREE_ID, 0);
@@ -355,8 +355,7 @@ static void remove_here(cq_core_t *c, cq_req_t *r, uint32_t id)
         CQ_INFO("chan", "conn %u: REMOVE_CHANNEL of unknown channel %u", r->conn_id, id);
         return;
     }
-    if (id == 0 ||
-        !cq__acl_allows(ch, 2, r->conn_id, atomic_load(&c->sh->global_owner))) {
+    if (id == 0 || !cq__acl_allows(ch, 2, r->conn_id, atomic_load(&c->sh->global_owner))) {
         CQ_INFO("chan", "conn %u: REMOVE_CHANNEL %u denied by the channel ACL", r->conn_id, id);
         return;
     }

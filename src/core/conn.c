@@ -59,20 +59,35 @@ static void dir_remove(cq_shared_t *sh, uint32_t id)
     pthread_mutex_unlock(&sh->dir_lock);
 }
 
-/* Tells every worker (this one directly) that the connection is gone. */
+/* Tells every worker (this one directly) that the connection is gone; a lost recoverable
+ * server connection passes its PIT so its channels wait for a successor. */
 static void broadcast_gone(cq_core_t *c, cq_conn_t *conn)
 {
+    const char *pit = conn->lost && conn->type == CQ_CONN_SERVER && c->sh->o.server_recoverable &&
+                              conn->pit && *conn->pit
+                          ? conn->pit
+                          : NULL;
+    size_t blen = pit ? strlen(pit) + 1 : 0;
     for (int w = 0; w < c->nworkers; w++) {
         if (w == c->index)
             continue;
-        cq_xmsg_t *m = cq__xmsg_new(XM_CONN_GONE, 0);
+        cq_xmsg_t *m = cq__xmsg_new(XM_CONN_GONE, blen);
         if (!m)
             continue;
         m->conn_id = conn->id;
         m->conn_type = conn->type;
+        if (blen)
+            memcpy(m->body, pit, blen);
         cq__xmsg_post(c, w, m);
     }
-    cq__conn_gone(c, conn->id, conn->type);
+    cq__conn_gone(c, conn->id, conn->type, pit);
+}
+
+void cq_core_conn_lost(cq_core_t *c, cq_conn_t *conn, int reason, const char *why)
+{
+    if (conn->state != CONN_CLOSING)
+        conn->lost = conn->state == CONN_AUTHED;
+    cq_core_conn_close(c, conn, reason, why);
 }
 
 void cq_core_conn_close(cq_core_t *c, cq_conn_t *conn, int reason, const char *why)
@@ -118,6 +133,7 @@ void cq_core_conn_release(cq_core_t *c, cq_conn_t *conn)
     cq_sendq_done(&conn->sendq);
     cq_sbuf_done(&conn->rbuf);
     cq_free(conn->chans);
+    cq_free(conn->pit);
     cq_free(conn);
 }
 
@@ -294,8 +310,7 @@ void cq__reply(cq_core_t *c, const cq_req_t *r, uint32_t chan_id, uint32_t msg_t
 {
     cq_buf_t *b = cq_wire_record_msg(chan_id, r->mp.broadcast, r->mp.stub_id, msg_type, msg);
     if (!b) {
-        CQ_WARN("core", "reply type %u to conn %u too large or OOM; dropped", msg_type,
-                r->conn_id);
+        CQ_WARN("core", "reply type %u to conn %u too large or OOM; dropped", msg_type, r->conn_id);
         return;
     }
     if (r->conn)

@@ -23,6 +23,8 @@ cq_core_t *cq_core_new(cq_shared_t *sh, int index)
     cq_map_init(&c->connrefs);
     cq_map_init(&c->lsubs);
     cq_map_init(&c->chaninfo);
+    cq_map_init(&c->routes);
+    cq_list_init(&c->recsubs);
     cq_list_init(&c->pending);
     cq_list_init(&c->unauth);
     cq_list_init(&c->soft);
@@ -51,6 +53,7 @@ cq_core_t *cq_core_free(cq_core_t *c)
         cq_core_conn_release(c, v);
         it = 0; /* release changed the map */
     }
+    cq__recover_free_all(c);
     cq__chan_free_all(c);
     cq__chaninfo_free_all(c);
     it = 0;
@@ -66,6 +69,7 @@ cq_core_t *cq_core_free(cq_core_t *c)
     cq_map_done(&c->connrefs);
     cq_map_done(&c->lsubs);
     cq_map_done(&c->chaninfo);
+    cq_map_done(&c->routes);
     cq_wire_arena_done(&c->arena);
     cq_free(c->scratch);
     if (c->sh->cores[c->index] == c)
@@ -81,6 +85,11 @@ int cq_core_index(const cq_core_t *c)
 
 int cq__conn_worker(const cq_core_t *c, uint32_t conn_id)
 {
+    if (cq_unlikely(cq_map_count(&c->routes))) {
+        void *w = cq_map_get(&c->routes, conn_id);
+        if (w)
+            return (int)(uintptr_t)w - 1;
+    }
     return (int)(conn_id % (uint32_t)c->nworkers);
 }
 
@@ -154,7 +163,13 @@ static void xm_handle(cq_core_t *c, cq_xmsg_t *m)
         cq__lsub_del(c, m->chan_id, m->conn_id);
         break;
     case XM_CONN_GONE:
-        cq__conn_gone(c, m->conn_id, m->conn_type);
+        cq__conn_gone(c, m->conn_id, m->conn_type, m->body_len ? (const char *)m->body : NULL);
+        break;
+    case XM_ROUTE:
+        cq_map_put(&c->routes, m->conn_id, (void *)(uintptr_t)(m->u1 + 1));
+        break;
+    case XM_RECOVER:
+        cq__recover_apply(c, m->conn_id, (const char *)m->body);
         break;
     case XM_CLOSE:
         cq__close_local(c, m->conn_id, 0, "DISCONNECT requested");
@@ -246,4 +261,5 @@ void cq_core_tick(cq_core_t *c, uint64_t now_ms)
     tick_auth(c, now_ms);
     tick_soft(c, now_ms);
     tick_idle(c, now_ms);
+    cq__recover_tick(c, now_ms);
 }

@@ -19,10 +19,10 @@
 #include "cq_settings.h"
 #include "cq_wire.h"
 
-#define CQ_LOG_TOPIC "core"
-#define CQ_MAX_WORKERS 64
+#define CQ_LOG_TOPIC        "core"
+#define CQ_MAX_WORKERS      64
 #define CQ_USER_SPACE_START 100u
-#define CQ_NONSPATIAL_MAX 65535u
+#define CQ_NONSPATIAL_MAX   65535u
 
 /* MessageType values handled by the core. */
 enum {
@@ -35,19 +35,39 @@ enum {
     MT_DATA_UPDATE = 8,
     MT_DISCONNECT = 9,
     MT_CREATE_SPATIAL = 10,
+    MT_RECOVERY_CHANNEL_DATA = 20,
+    MT_RECOVERY_END = 21,
     MT_CHANNEL_OWNER_LOST = 22,
     MT_CHANNEL_OWNER_RECOVERED = 23,
 };
 
-enum { BC_SINGLE = 1, BC_ALL = 2, BC_BUT_SENDER = 4, BC_BUT_OWNER = 8, BC_BUT_CLIENT = 16,
-       BC_BUT_SERVER = 32, BC_ADJACENT = 64 };
+enum {
+    BC_SINGLE = 1,
+    BC_ALL = 2,
+    BC_BUT_SENDER = 4,
+    BC_BUT_OWNER = 8,
+    BC_BUT_CLIENT = 16,
+    BC_BUT_SERVER = 32,
+    BC_ADJACENT = 64
+};
 
 /* ---- metrics (atomics, relaxed) ---- */
 
 enum {
-    M_MESSAGES_IN, M_MESSAGES_OUT, M_PACKETS_IN, M_PACKETS_OUT, M_BYTES_IN, M_BYTES_OUT,
-    M_CONNECTION_CLOSED, M_SLOW_CONSUMER, M_FSM_DISALLOWED, M_AUTH_FAILED, M_AUTH_TIMEOUT,
-    M_IDLE_TIMEOUT, M_DROPPED, M__COUNT
+    M_MESSAGES_IN,
+    M_MESSAGES_OUT,
+    M_PACKETS_IN,
+    M_PACKETS_OUT,
+    M_BYTES_IN,
+    M_BYTES_OUT,
+    M_CONNECTION_CLOSED,
+    M_SLOW_CONSUMER,
+    M_FSM_DISALLOWED,
+    M_AUTH_FAILED,
+    M_AUTH_TIMEOUT,
+    M_IDLE_TIMEOUT,
+    M_DROPPED,
+    M__COUNT
 };
 
 typedef struct cq_metrics {
@@ -57,7 +77,7 @@ typedef struct cq_metrics {
 } cq_metrics_t;
 
 #define CQ_METRIC_ADD(sh, m, ctype, n)                                                             \
-    atomic_fetch_add_explicit(&(sh)->metrics.c[(m)][(ctype) < 3 ? (ctype) : 0], (n),              \
+    atomic_fetch_add_explicit(&(sh)->metrics.c[(m)][(ctype) < 3 ? (ctype) : 0], (n),               \
                               memory_order_relaxed)
 
 /* ---- connection directory (process-wide, mutex; never on the per-message path) ---- */
@@ -75,10 +95,20 @@ struct cq_shared {
     _Atomic uint32_t global_owner; /* conn id possessing GLOBAL, 0 = none */
     cq_metrics_t metrics;
     pthread_mutex_t dir_lock;
-    cq_map_t dir;       /* conn id -> cq_dir_ent_t*, under dir_lock */
-    uint32_t next_conn; /* under dir_lock */
-    void *tokens;       /* json_t* PIT -> LT, immutable after load */
+    cq_map_t dir;                  /* conn id -> cq_dir_ent_t*, under dir_lock */
+    uint32_t next_conn;            /* under dir_lock */
+    void *tokens;                  /* json_t* PIT -> LT, immutable after load */
+    struct cq_recov_handle *recov; /* dropped recoverable servers, under dir_lock */
+    int64_t unix_offset_ns;        /* unix time - monotonic time, for subTime */
 };
+
+/* A dropped recoverable server connection, waiting for a successor with the same PIT. */
+typedef struct cq_recov_handle {
+    struct cq_recov_handle *next;
+    char *pit;
+    uint32_t old_id;
+    uint64_t since_ms;
+} cq_recov_handle_t;
 
 /* ---- connections (owned by their worker) ---- */
 
@@ -98,6 +128,8 @@ struct cq_conn {
     uint8_t framing; /* cq_framing_mode_t */
     uint8_t failed_auth;
     uint8_t pending; /* on the flush list */
+    uint8_t lost;    /* the peer went away (recoverable if a SERVER) */
+    char *pit;       /* after a successful AUTH */
     const cq_fsm_t *fsm;
     const cq_transport_ops_t *tops;
     void *tctx;
@@ -139,9 +171,9 @@ typedef struct cq_chan {
     uint32_t owner; /* conn id, 0 = none */
     uint8_t owner_type;
     const cq_chan_settings_t *settings;
-    cq_map_t subs;       /* conn id -> cq_sub_t* */
-    uint32_t *wcount;    /* subscribers per worker */
-    cq_list_t owner_node;/* in the owner's connref */
+    cq_map_t subs;        /* conn id -> cq_sub_t* */
+    uint32_t *wcount;     /* subscribers per worker */
+    cq_list_t owner_node; /* in the owner's connref */
 } cq_chan_t;
 
 /* Per-worker reverse index for one connection id: what this worker's channels hold of it. */
@@ -165,17 +197,19 @@ typedef struct cq_chaninfo {
 /* ---- cross-worker messages ---- */
 
 enum {
-    XM_DISPATCH, /* an inbound message for chan_id from conn_id */
-    XM_SEND,     /* deliver buf to conn_id */
-    XM_FANOUT,   /* deliver buf to the local subscribers of chan_id, filtered */
-    XM_LSUB_ADD, /* conn_id joins the local list of chan_id */
-    XM_LSUB_DEL, /* conn_id leaves the local list of chan_id */
-    XM_CONN_GONE,/* conn_id closed: drop its subscriptions and ownerships */
-    XM_CLOSE,    /* close conn_id (DISCONNECT) */
-    XM_CREATE,   /* create channel u1 (allocated id) for the request in mp */
-    XM_FREE_ID,  /* worker 0: channel chan_id no longer exists */
-    XM_META,     /* worker 0: channel chan_id's metadata/type changed */
-    XM_REMOVE,   /* REMOVE_CHANNEL of channel u1, checked where it lives */
+    XM_DISPATCH,  /* an inbound message for chan_id from conn_id */
+    XM_SEND,      /* deliver buf to conn_id */
+    XM_FANOUT,    /* deliver buf to the local subscribers of chan_id, filtered */
+    XM_LSUB_ADD,  /* conn_id joins the local list of chan_id */
+    XM_LSUB_DEL,  /* conn_id leaves the local list of chan_id */
+    XM_CONN_GONE, /* conn_id closed: drop its subscriptions and ownerships */
+    XM_CLOSE,     /* close conn_id (DISCONNECT) */
+    XM_CREATE,    /* create channel u1 (allocated id) for the request in mp */
+    XM_FREE_ID,   /* worker 0: channel chan_id no longer exists */
+    XM_META,      /* worker 0: channel chan_id's metadata/type changed */
+    XM_REMOVE,    /* REMOVE_CHANNEL of channel u1, checked where it lives */
+    XM_ROUTE,     /* connection conn_id now lives on worker u1 (recovered id) */
+    XM_RECOVER,   /* conn_id took over a dropped server with PIT body: restore its channels */
 };
 
 typedef struct cq_xmsg {
@@ -206,12 +240,33 @@ struct cq_core {
     cq_list_t unauth;  /* unauthenticated connections, oldest first */
     cq_list_t soft;    /* connections over the soft send limit */
     cq_wire_arena_t arena;
-    uint8_t *scratch;  /* Snappy decode of one inbound body */
+    uint8_t *scratch; /* Snappy decode of one inbound body */
     uint64_t now_ms;
+    cq_map_t routes;        /* conn id -> worker + 1, for recovered ids not on id % workers */
+    cq_list_t recsubs;      /* cq_recsub_t: what dropped recoverable servers held here */
+    struct cq_timed *timed; /* pending timed events */
+    uint32_t n_timed, cap_timed;
     /* worker 0 only */
-    cq_map_t chaninfo;   /* chan id -> cq_chaninfo_t* */
-    uint32_t id_cursor;  /* rotating non-spatial id cursor */
+    cq_map_t chaninfo;  /* chan id -> cq_chaninfo_t* */
+    uint32_t id_cursor; /* rotating non-spatial id cursor */
 };
+
+/* A subscription or ownership of a dropped recoverable server, kept for its successor. */
+typedef struct cq_recsub {
+    cq_list_t node;
+    char *pit;
+    uint32_t chan_id;
+    bool was_owner, was_subscribed;
+    cq_subopts_t opts;
+    uint64_t sub_time_ms;
+    uint64_t since_ms;
+} cq_recsub_t;
+
+enum { T_OWNER_RECOVERED = 1, T_RECOVERY_END = 2 };
+typedef struct cq_timed {
+    uint64_t due_ms;
+    uint32_t kind, conn_id, chan_id;
+} cq_timed_t;
 
 /* A request being handled: the inbound message and who sent it. conn is set only when the
  * sender is a connection of this worker. */
@@ -276,10 +331,23 @@ void cq__sub_result(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s, const cq_req
 void cq__lsub_add(cq_core_t *c, uint32_t chan_id, uint32_t conn_id);
 void cq__lsub_del(cq_core_t *c, uint32_t chan_id, uint32_t conn_id);
 void cq__lsub_conn_drop(cq_core_t *c, cq_conn_t *conn);
-void cq__conn_gone(cq_core_t *c, uint32_t conn_id, uint8_t conn_type);
+void cq__conn_gone(cq_core_t *c, uint32_t conn_id, uint8_t conn_type, const char *pit);
+int cq__sub_add_opts(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type,
+                     const cq_subopts_t *opts, uint64_t sub_time_ms, cq_sub_t **ret);
 cq_connref_t *cq__connref(cq_core_t *c, uint32_t conn_id, bool create);
 void cq__connref_gc(cq_core_t *c, uint32_t conn_id);
 void cq__subopts_done(cq_subopts_t *o);
+void cq__subopts_to_pb(const cq_subopts_t *o, Channeldpb__ChannelSubscriptionOptions *pb);
+
+/* recover.c */
+void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit);
+bool cq__recover_takeover(cq_core_t *c, cq_conn_t *conn, uint32_t *ret_old);
+void cq__recover_apply(cq_core_t *c, uint32_t conn_id, const char *pit);
+void cq__recover_tick(cq_core_t *c, uint64_t now_ms);
+void cq__recover_free_all(cq_core_t *c);
+void cq__recov_handles_free(cq_shared_t *sh);
+void cq__timed_add(cq_core_t *c, uint64_t due_ms, uint32_t kind, uint32_t conn_id,
+                   uint32_t chan_id);
 
 /* forward.c */
 void cq__handle_user(cq_core_t *c, cq_req_t *r);

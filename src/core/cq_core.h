@@ -30,19 +30,21 @@ typedef struct cq_sendq cq_sendq_t;
 enum { CQ_CONN_SERVER = 1, CQ_CONN_CLIENT = 2 };
 
 typedef struct cq_core_opts {
-    int workers;                  /* number of cores/workers (>= 1) */
-    const cq_fsm_t *client_fsm;   /* borrowed, outlives the shared state */
-    const cq_fsm_t *server_fsm;   /* borrowed */
-    const cq_settings_t *settings;/* borrowed */
+    int workers;                   /* number of cores/workers (>= 1) */
+    const cq_fsm_t *client_fsm;    /* borrowed, outlives the shared state */
+    const cq_fsm_t *server_fsm;    /* borrowed */
+    const cq_settings_t *settings; /* borrowed */
     bool dev;
     bool server_bypass_auth;
-    uint32_t compression_type;    /* advertised in AuthResult */
-    int auth_provider;            /* CQ_AUTH_DEV or CQ_AUTH_FILE */
-    const char *auth_token_file;  /* JSON object PIT -> login token */
-    uint32_t auth_timeout_ms;     /* 0 = off */
+    bool server_recoverable;            /* channeld -scr */
+    uint32_t server_recover_timeout_ms; /* channeld -scrt; 0 = forever */
+    uint32_t compression_type;          /* advertised in AuthResult */
+    int auth_provider;                  /* CQ_AUTH_DEV or CQ_AUTH_FILE */
+    const char *auth_token_file;        /* JSON object PIT -> login token */
+    uint32_t auth_timeout_ms;           /* 0 = off */
     uint32_t max_failed_auth;
     uint32_t conn_id_bits;
-    uint32_t idle_timeout_ms;     /* 0 = off */
+    uint32_t idle_timeout_ms; /* 0 = off */
     uint32_t max_packet_size;
     uint32_t max_connections;
     uint32_t max_channels;
@@ -98,6 +100,9 @@ int cq_core_conn_input(cq_core_t *c, cq_conn_t *conn, const uint8_t *data, size_
                        uint64_t now_ms);
 /* The transport saw EOF or an error (reason < 0) or was closed: begin closing. Idempotent. */
 void cq_core_conn_close(cq_core_t *c, cq_conn_t *conn, int reason, const char *why);
+/* The peer went away (EOF, reset, read or write error): like cq_core_conn_close, but a
+ * recoverable server connection keeps its channels for a successor (server-conn-recoverable). */
+void cq_core_conn_lost(cq_core_t *c, cq_conn_t *conn, int reason, const char *why);
 /* The transport is gone (its close completed): free the connection. */
 void cq_core_conn_release(cq_core_t *c, cq_conn_t *conn);
 /* The connection's send queue, for the transport's flush. */

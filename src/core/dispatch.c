@@ -158,8 +158,8 @@ static bool target_must_be_global(uint32_t t)
 
 static void handle_disconnect(cq_core_t *c, cq_req_t *r)
 {
-    Channeldpb__DisconnectMessage *m = cq_wire_unpack(
-        &channeldpb__disconnect_message__descriptor, r->mp.body, r->mp.body_len, &c->arena);
+    Channeldpb__DisconnectMessage *m = cq_wire_unpack(&channeldpb__disconnect_message__descriptor,
+                                                      r->mp.body, r->mp.body_len, &c->arena);
     if (!m || !m->connid)
         return;
     CQ_INFO("core", "conn %u asks to disconnect conn %u", r->conn_id, m->connid);

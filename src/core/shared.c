@@ -2,6 +2,7 @@
 #include "core_int.h"
 
 #include "cq_alloc.h"
+#include "cq_clock.h"
 #include "cq_err.h"
 
 #include <errno.h>
@@ -25,6 +26,7 @@ int cq_shared_new(const cq_core_opts_t *opts, const cq_core_ops_t *ops, void *op
     pthread_mutex_init(&sh->dir_lock, NULL);
     cq_map_init(&sh->dir);
     sh->next_conn = 1;
+    sh->unix_offset_ns = cq_clock_unix_ns() - (int64_t)cq_clock_mono_ns();
     if (opts->auth_provider == CQ_AUTH_FILE) {
         int r = cq__tokens_load(sh, opts->auth_token_file, err, errlen);
         if (r < 0) {
@@ -47,6 +49,7 @@ cq_shared_t *cq_shared_free(cq_shared_t *sh)
     cq_map_done(&sh->dir);
     pthread_mutex_destroy(&sh->dir_lock);
     cq__tokens_free(sh);
+    cq__recov_handles_free(sh);
     cq_free(sh);
     return NULL;
 }
@@ -104,12 +107,13 @@ int cq_shared_chan_worker(const cq_shared_t *sh, uint32_t chan_id)
 /* ---- metrics ---------------------------------------------------------------------------- */
 
 static const char *const counter_names[M__COUNT] = {
-    "messages_in", "messages_out", "packets_in", "packets_out", "bytes_in", "bytes_out",
-    "connection_closed", "slow_consumer_closed", "fsm_disallowed", "auth_failed",
-    "auth_timeout_closed", "idle_timeout_closed", "messages_dropped"};
+    "messages_in",     "messages_out", "packets_in",          "packets_out",
+    "bytes_in",        "bytes_out",    "connection_closed",   "slow_consumer_closed",
+    "fsm_disallowed",  "auth_failed",  "auth_timeout_closed", "idle_timeout_closed",
+    "messages_dropped"};
 static const char *const conn_types[3] = {"NO_CONNECTION", "SERVER", "CLIENT"};
-static const char *const chan_types[8] = {"OTHER", "GLOBAL", "PRIVATE", "SUBWORLD",
-                                          "SPATIAL", "ENTITY", "TEST", ""};
+static const char *const chan_types[8] = {"OTHER",   "GLOBAL", "PRIVATE", "SUBWORLD",
+                                          "SPATIAL", "ENTITY", "TEST",    ""};
 
 uint64_t cq_shared_counter(cq_shared_t *sh, const char *name)
 {

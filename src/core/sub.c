@@ -58,7 +58,7 @@ static int opts_merge(cq_subopts_t *o, const Channeldpb__ChannelSubscriptionOpti
     return 0;
 }
 
-static void opts_to_pb(const cq_subopts_t *o, Channeldpb__ChannelSubscriptionOptions *pb)
+void cq__subopts_to_pb(const cq_subopts_t *o, Channeldpb__ChannelSubscriptionOptions *pb)
 {
     channeldpb__channel_subscription_options__init(pb);
     pb->has_dataaccess = pb->has_fanoutintervalms = pb->has_fanoutdelayms = 1;
@@ -223,8 +223,8 @@ static void dir_sub_dec(cq_shared_t *sh, uint32_t conn_id)
     pthread_mutex_unlock(&sh->dir_lock);
 }
 
-int cq__sub_add(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type,
-                const Channeldpb__ChannelSubscriptionOptions *req, cq_sub_t **ret)
+/* Creates the record; its options are the channel type's defaults. */
+static int sub_new(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type, cq_sub_t **ret)
 {
     uint8_t type = conn_type;
     int r = dir_sub_inc(c->sh, conn_id, &type);
@@ -242,8 +242,40 @@ int cq__sub_add(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type
     s->chan = ch;
     s->sub_time_ms = c->now_ms;
     opts_default(&s->opts, ch->settings);
-    opts_merge(&s->opts, req);
     cq_list_insert_tail(&ref->subs, &s->by_conn);
+    *ret = s;
+    return 0;
+}
+
+/* Links a new record into the fan-out accounting and the subscriber's local list. */
+static void sub_link(cq_core_t *c, cq_chan_t *ch, cq_sub_t *s)
+{
+    ch->wcount[cq__conn_worker(c, s->conn_id)]++;
+    lsub_post(c, XM_LSUB_ADD, ch->id, s->conn_id);
+}
+
+int cq__sub_add_opts(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type,
+                     const cq_subopts_t *opts, uint64_t sub_time_ms, cq_sub_t **ret)
+{
+    cq_sub_t *s;
+    int r = sub_new(c, ch, conn_id, conn_type, &s);
+    if (r < 0)
+        return r;
+    s->opts = *opts;
+    s->sub_time_ms = sub_time_ms;
+    sub_link(c, ch, s);
+    *ret = s;
+    return 0;
+}
+
+int cq__sub_add(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type,
+                const Channeldpb__ChannelSubscriptionOptions *req, cq_sub_t **ret)
+{
+    cq_sub_t *s;
+    int r = sub_new(c, ch, conn_id, conn_type, &s);
+    if (r < 0)
+        return r;
+    opts_merge(&s->opts, req);
     ch->wcount[cq__conn_worker(c, conn_id)]++;
     lsub_post(c, XM_LSUB_ADD, ch->id, conn_id);
     *ret = s;
@@ -281,7 +313,7 @@ static void send_three(cq_core_t *c, const cq_chan_t *ch, const cq_req_t *r, uin
 void cq__sub_result(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s, const cq_req_t *r)
 {
     Channeldpb__ChannelSubscriptionOptions o;
-    opts_to_pb(&s->opts, &o);
+    cq__subopts_to_pb(&s->opts, &o);
     Channeldpb__SubscribedToChannelResultMessage out =
         CHANNELDPB__SUBSCRIBED_TO_CHANNEL_RESULT_MESSAGE__INIT;
     out.connid = s->conn_id;
@@ -333,8 +365,8 @@ void cq__handle_sub(cq_core_t *c, cq_req_t *r)
     }
     if (target != r->conn_id &&
         !cq__acl_allows(ch, 0, r->conn_id, atomic_load(&c->sh->global_owner))) {
-        CQ_INFO("sub", "conn %u: subscribing conn %u to channel %u denied by the ACL",
-                r->conn_id, target, ch->id);
+        CQ_INFO("sub", "conn %u: subscribing conn %u to channel %u denied by the ACL", r->conn_id,
+                target, ch->id);
         return;
     }
     cq_sub_t *s = cq_map_get(&ch->subs, target);
@@ -342,11 +374,10 @@ void cq__handle_sub(cq_core_t *c, cq_req_t *r)
         resubscribe(c, ch, s, r, m->suboptions);
         return;
     }
-    int rc = cq__sub_add(c, ch, target, target == r->conn_id ? r->conn_type : 0,
-                         m->suboptions, &s);
+    int rc = cq__sub_add(c, ch, target, target == r->conn_id ? r->conn_type : 0, m->suboptions, &s);
     if (rc < 0) {
-        CQ_INFO("sub", "conn %u: cannot subscribe conn %u to channel %u: %s", r->conn_id,
-                target, ch->id, cq_strerror(rc));
+        CQ_INFO("sub", "conn %u: cannot subscribe conn %u to channel %u: %s", r->conn_id, target,
+                ch->id, cq_strerror(rc));
         return;
     }
     cq__sub_result(c, ch, s, r);
@@ -402,9 +433,14 @@ static void owner_gone(cq_core_t *c, cq_chan_t *ch)
     }
 }
 
-void cq__conn_gone(cq_core_t *c, uint32_t conn_id, uint8_t conn_type)
+void cq__conn_gone(cq_core_t *c, uint32_t conn_id, uint8_t conn_type, const char *pit)
 {
     (void)conn_type;
+    cq_map_del(&c->routes, conn_id);
+    if (pit) {
+        cq__recover_store(c, conn_id, pit);
+        return;
+    }
     cq_connref_t *ref = cq_map_get(&c->connrefs, conn_id);
     if (!ref)
         return;

@@ -9,9 +9,9 @@
 #include <errno.h>
 #include <string.h>
 
-#define BATCH_MAX_ENTS 256
+#define BATCH_MAX_ENTS  256
 #define BATCH_MAX_BYTES (512u * 1024u)
-#define PAD_ROOM 264 /* legacy-tag padding, at most 256 + field overhead */
+#define PAD_ROOM        264 /* legacy-tag padding, at most 256 + field overhead */
 
 struct cq_sendq_batch {
     int n_iov, cur_iov;   /* iovecs, and the first not fully written */

@@ -61,15 +61,15 @@ static int split_addr(const char *addr, char *host, size_t hlen, char *port, siz
     return 0;
 }
 
-int cq__io_listen(const char *addr, int *ret_fd, char *bound, size_t blen, char *err,
-                  size_t errlen)
+int cq__io_listen(const char *addr, int *ret_fd, char *bound, size_t blen, char *err, size_t errlen)
 {
     char host[256], port[16];
     if (split_addr(addr, host, sizeof(host), port, sizeof(port)) < 0) {
         snprintf(err, errlen, "bad address \"%s\" (want HOST:PORT)", addr);
         return CQ_ECONFIG;
     }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
     int g = getaddrinfo(host[0] ? host : NULL, port, &hints, &ai);
@@ -151,8 +151,8 @@ static void on_acceptable(uv_poll_t *p, int status, int events)
     }
 }
 
-static int acceptor_start(io_worker_t *w, io_acceptor_t *a, const char *addr, int type,
-                          bool legacy, char *bound, char *err, size_t errlen)
+static int acceptor_start(io_worker_t *w, io_acceptor_t *a, const char *addr, int type, bool legacy,
+                          char *bound, char *err, size_t errlen)
 {
     int r = cq__io_listen(addr, &a->fd, bound, 80, err, errlen);
     if (r < 0)
@@ -164,8 +164,7 @@ static int acceptor_start(io_worker_t *w, io_acceptor_t *a, const char *addr, in
     a->active = 1;
     uv_poll_start(&a->poll, UV_READABLE, on_acceptable);
     CQ_INFO("io", "listening for %s connections on %s%s",
-            type == CQ_CONN_CLIENT ? "CLIENT" : "SERVER", bound,
-            legacy ? " (legacy tag)" : "");
+            type == CQ_CONN_CLIENT ? "CLIENT" : "SERVER", bound, legacy ? " (legacy tag)" : "");
     return 0;
 }
 

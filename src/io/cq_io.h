@@ -28,8 +28,7 @@ typedef struct cq_io_opts {
 /* Binds the listeners, starts the workers and returns once they run. opts is copied; sh is
  * borrowed and must outlive cq_io_free(). The core ops (wake) are provided by io: create sh
  * with cq_io_core_ops() and a NULL ud; io sets the ud itself. Errors are described in err. */
-int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *err,
-                size_t errlen);
+int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *err, size_t errlen);
 const cq_core_ops_t *cq_io_core_ops(void);
 /* Blocks until SIGINT/SIGTERM, then stops the workers. Returns 0. Main thread only. */
 int cq_io_run_until_signal(cq_io_t *io);

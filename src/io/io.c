@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #define READ_BUF (128u * 1024u)
-#define TICK_MS 100
+#define TICK_MS  100
 
 _Static_assert(sizeof(uv_buf_t) == sizeof(struct iovec), "uv_buf_t must match struct iovec");
 
@@ -47,7 +47,7 @@ static void on_write(uv_write_t *req, int status)
     if (ic->closing)
         return;
     if (status < 0) {
-        cq_core_conn_close(ic->w->core, ic->conn, status, "write failed");
+        cq_core_conn_lost(ic->w->core, ic->conn, status, "write failed");
         return;
     }
     cq_sendq_written(cq_conn_sendq(ic->conn), ic->inflight);
@@ -94,7 +94,7 @@ static void tcp_flush(void *tctx)
         return;
     int r = write_some(ic, true);
     if (r < 0)
-        cq_core_conn_close(ic->w->core, ic->conn, r, "write failed");
+        cq_core_conn_lost(ic->w->core, ic->conn, r, "write failed");
 }
 
 static void on_closed(uv_handle_t *h)
@@ -142,8 +142,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (ic->closing || nread == 0)
         return;
     if (nread < 0) {
-        cq_core_conn_close(ic->w->core, ic->conn, nread == UV_EOF ? 0 : (int)nread,
-                           nread == UV_EOF ? "peer closed" : "read failed");
+        cq_core_conn_lost(ic->w->core, ic->conn, nread == UV_EOF ? 0 : (int)nread,
+                          nread == UV_EOF ? "peer closed" : "read failed");
         return;
     }
     cq_core_conn_input(ic->w->core, ic->conn, (const uint8_t *)buf->base, (size_t)nread,
@@ -287,8 +287,7 @@ static int write_ready_file(cq_io_t *io)
     return rename(tmp, path) < 0 ? -errno : 0;
 }
 
-int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *err,
-                size_t errlen)
+int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *err, size_t errlen)
 {
     int n = cq_shared_workers(sh);
     cq_io_t *io = cq_calloc(1, sizeof(*io) + (size_t)n * sizeof(io_worker_t));
@@ -320,8 +319,7 @@ int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *
     }
     r = write_ready_file(io);
     if (r < 0) {
-        snprintf(err, errlen, "cannot write ready file %s: %s", opts->ready_file,
-                 cq_strerror(r));
+        snprintf(err, errlen, "cannot write ready file %s: %s", opts->ready_file, cq_strerror(r));
         goto fail;
     }
     *ret = io;

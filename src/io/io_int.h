@@ -29,7 +29,7 @@ typedef struct io_worker {
     uv_timer_t tick;
     uv_thread_t thread;
     cq_core_t *core;
-    uint8_t *rbuf; /* shared by this worker's reads; input is consumed synchronously */
+    uint8_t *rbuf;     /* shared by this worker's reads; input is consumed synchronously */
     cq_mpsc_t accepts; /* accepted sockets handed over by worker 0 */
     uint8_t loop_ok, started;
     /* worker 0 only */

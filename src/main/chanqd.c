@@ -46,8 +46,8 @@ static int load_config_files(app_t *a)
     char err[512] = "";
     r = c->channel_settings && *c->channel_settings
             ? cq_settings_load_file(c->channel_settings, &a->settings, err, sizeof(err))
-            : cq_settings_load_json(cq_embedded_settings, cq_embedded_settings_len,
-                                    &a->settings, err, sizeof(err));
+            : cq_settings_load_json(cq_embedded_settings, cq_embedded_settings_len, &a->settings,
+                                    err, sizeof(err));
     if (r < 0)
         CQ_ERROR("main", "channel settings: %s", err);
     return r;
@@ -64,6 +64,8 @@ static void core_opts(const app_t *a, cq_core_opts_t *o)
     o->settings = a->settings;
     o->dev = c->dev;
     o->server_bypass_auth = c->server_bypass_auth;
+    o->server_recoverable = c->server_conn_recoverable;
+    o->server_recover_timeout_ms = (uint32_t)c->server_conn_recover_timeout_ms;
     o->compression_type = (uint32_t)c->compression_type;
     o->auth_provider = strcasecmp(c->auth_provider, "file") == 0 ? CQ_AUTH_FILE : CQ_AUTH_DEV;
     o->auth_token_file = c->auth_token_file;

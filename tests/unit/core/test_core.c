@@ -76,20 +76,18 @@ static int fake_peer(void *tctx, char *buf, size_t len)
 
 static const cq_transport_ops_t fake_ops = {"fake", fake_flush, fake_close, fake_peer};
 
-static void wake(void *ud, int w)
-{
-}
+static void wake(void *ud, int w) {}
 static const cq_core_ops_t ops = {wake};
 
 static void env_up(int workers, const cq_core_opts_t *extra)
 {
     memset(&E, 0, sizeof(E));
     char err[256];
-    assert_int_equal(cq_fsm_load_json(cq_embedded_client_fsm, cq_embedded_client_fsm_len,
-                                      &E.cfsm, err, sizeof(err)),
+    assert_int_equal(cq_fsm_load_json(cq_embedded_client_fsm, cq_embedded_client_fsm_len, &E.cfsm,
+                                      err, sizeof(err)),
                      0);
-    assert_int_equal(cq_fsm_load_json(cq_embedded_server_fsm, cq_embedded_server_fsm_len,
-                                      &E.sfsm, err, sizeof(err)),
+    assert_int_equal(cq_fsm_load_json(cq_embedded_server_fsm, cq_embedded_server_fsm_len, &E.sfsm,
+                                      err, sizeof(err)),
                      0);
     assert_int_equal(cq_settings_load_json(cq_embedded_settings, cq_embedded_settings_len,
                                            &E.settings, err, sizeof(err)),
@@ -155,8 +153,7 @@ static fconn_t *connect_as(int type)
     assert_true(id > 0);
     fconn_t *f = &E.fc[E.nfc++];
     f->worker = cq_shared_conn_worker(E.sh, id);
-    f->conn = cq_core_conn_new(E.cores[f->worker], id, type, CQ_FRAMING_FIXED, &fake_ops, f,
-                               E.now);
+    f->conn = cq_core_conn_new(E.cores[f->worker], id, type, CQ_FRAMING_FIXED, &fake_ops, f, E.now);
     assert_non_null(f->conn);
     return f;
 }
@@ -179,15 +176,25 @@ static void send_msg(fconn_t *f, uint32_t ch, uint32_t bc, uint32_t stub, uint32
     cq_buf_unref(rec);
 }
 
+static int scan(fconn_t *f, uint32_t msg_type, cq_mp_t *last, uint8_t *body_copy);
+
 /* Counts received MessagePacks of msg_type (all types if 0); consumes the output. */
 static int take(fconn_t *f, uint32_t msg_type, cq_mp_t *last, uint8_t *body_copy)
+{
+    int n = scan(f, msg_type, last, body_copy);
+    f->out.len = 0;
+    return n;
+}
+
+/* Like take, but leaves the output in place. */
+static int scan(fconn_t *f, uint32_t msg_type, cq_mp_t *last, uint8_t *body_copy)
 {
     int n = 0;
     size_t off = 0;
     while (off < f->out.len) {
         cq_frame_t fr;
-        ssize_t k = cq_framing_parse(f->out.data + off, f->out.len - off, CQ_FRAMING_FIXED,
-                                     65535, &fr);
+        ssize_t k =
+            cq_framing_parse(f->out.data + off, f->out.len - off, CQ_FRAMING_FIXED, 65535, &fr);
         assert_true(k > 0);
         cq_packet_iter_t it;
         cq_mp_t mp;
@@ -203,7 +210,6 @@ static int take(fconn_t *f, uint32_t msg_type, cq_mp_t *last, uint8_t *body_copy
         }
         off += (size_t)k;
     }
-    f->out.len = 0;
     return n;
 }
 
@@ -346,7 +352,7 @@ static void test_slow_consumer_cut_others_served(void **state)
     env_up(2, &o);
     fconn_t *srv, *cl[4];
     setup_broadcast(&srv, cl, 4);
-    cl[1]->stalled = 1; /* never drains */
+    cl[1]->stalled = 1;                     /* never drains */
     uint8_t body[300] = {0x12, 0xa8, 0x02}; /* SFM payload of 296 bytes */
     cq_mp_t mp = {0, 32, 0, 100, body, sizeof(body) - 1};
     int got[4] = {0};
@@ -412,6 +418,122 @@ static void test_channel_id_reuse_and_list(void **state)
     env_down();
 }
 
+static void auth_pit(fconn_t *f, const char *pit, Channeldpb__AuthResultMessage **ret)
+{
+    Channeldpb__AuthMessage a = CHANNELDPB__AUTH_MESSAGE__INIT;
+    a.playeridentifiertoken = (char *)pit;
+    a.logintoken = "l";
+    send_msg(f, 0, 0, 0, 1, &a.base);
+    cq_mp_t mp;
+    uint8_t body[256];
+    assert_int_equal(scan(f, 1, &mp, body), 1);
+    *ret = channeldpb__auth_result_message__unpack(NULL, mp.body_len, body);
+    assert_non_null(*ret);
+}
+
+static void tick_all(uint64_t now)
+{
+    E.now = now;
+    for (int i = 0; i < E.n; i++)
+        cq_core_tick(E.cores[i], now);
+    pump();
+}
+
+/* Reference 3.7: a dropped server's successor with the same PIT takes over its id, channels
+ * and subscriptions; subscribers hear OWNER_LOST then OWNER_RECOVERED. Three workers, so the
+ * recovered id lives off its home worker and must be routed. */
+static void test_server_recovery(void **state)
+{
+    cq_core_opts_t o = {0};
+    o.server_recoverable = true;
+    env_up(3, &o);
+    fconn_t *s1 = connect_as(CQ_CONN_SERVER); /* id 1, worker 1 */
+    Channeldpb__AuthResultMessage *ar;
+    auth_pit(s1, "game-1", &ar);
+    take(s1, 0, NULL, NULL);
+    assert_int_equal(ar->connid, 1);
+    assert_false(ar->shouldrecover);
+    channeldpb__auth_result_message__free_unpacked(ar, NULL);
+    fconn_t *cl = connect_as(CQ_CONN_CLIENT); /* id 2, worker 2 */
+    auth(cl);
+    Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
+    cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SUBWORLD;
+    send_msg(s1, 0, 0, 1, 3, &cc.base); /* channel 1, worker 1 */
+    take(s1, 0, NULL, NULL);
+    Channeldpb__SubscribedToChannelMessage sub = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
+    sub.connid = 2;
+    send_msg(s1, 1, 0, 0, 6, &sub.base);
+    assert_int_equal(take(cl, 6, NULL, NULL), 1);
+    take(s1, 0, NULL, NULL);
+
+    cq_core_conn_lost(E.cores[s1->worker], s1->conn, 0, "peer closed");
+    pump();
+    cq_mp_t mp;
+    assert_int_equal(take(cl, 22, &mp, NULL), 1); /* CHANNEL_OWNER_LOST */
+    assert_int_equal(mp.channel_id, 1);
+
+    fconn_t *s2 = connect_as(CQ_CONN_SERVER); /* id 3, worker 0 */
+    auth_pit(s2, "game-1", &ar);
+    assert_int_equal(ar->connid, 1); /* took over the old id */
+    assert_true(ar->shouldrecover);
+    channeldpb__auth_result_message__free_unpacked(ar, NULL);
+    uint8_t body[512];
+    assert_int_equal(take(s2, 20, &mp, body), 1); /* RECOVERY_CHANNEL_DATA */
+    Channeldpb__ChannelDataRecoveryMessage *rm =
+        channeldpb__channel_data_recovery_message__unpack(NULL, mp.body_len, body);
+    assert_int_equal(rm->channelid, 1);
+    assert_int_equal(rm->ownerconnid, 1);
+    assert_int_equal(rm->channeltype, CHANNELDPB__CHANNEL_TYPE__SUBWORLD);
+    assert_true(rm->suboptions->skipfirstfanout);
+    channeldpb__channel_data_recovery_message__free_unpacked(rm, NULL);
+
+    tick_all(E.now + 1000);
+    assert_int_equal(take(cl, 23, NULL, NULL), 1); /* CHANNEL_OWNER_RECOVERED */
+    assert_int_equal(take(s2, 21, &mp, NULL), 1);  /* RECOVERY_END on channel 0 */
+    assert_int_equal(mp.channel_id, 0);
+
+    /* The recovered owner is reachable: a client message is forwarded to it. */
+    uint8_t hello[] = {'h', 'i'};
+    cq_mp_t um = {1, 0, 0, 120, hello, sizeof(hello)};
+    cq_buf_t *rec = cq_wire_record_raw(&um);
+    uint8_t pkt[64];
+    cq_framing_header(pkt, rec->len, 0, CQ_FRAMING_FIXED);
+    memcpy(pkt + 5, rec->data, rec->len);
+    assert_int_equal(feed(cl, pkt, 5 + rec->len), 0);
+    cq_buf_unref(rec);
+    assert_int_equal(take(s2, 120, NULL, NULL), 1);
+    env_down();
+}
+
+static void test_unrecovered_channel_removed_after_timeout(void **state)
+{
+    cq_core_opts_t o = {0};
+    o.server_recoverable = true;
+    o.server_recover_timeout_ms = 3000;
+    env_up(2, &o);
+    fconn_t *s1 = connect_as(CQ_CONN_SERVER);
+    Channeldpb__AuthResultMessage *ar;
+    auth_pit(s1, "game-2", &ar);
+    channeldpb__auth_result_message__free_unpacked(ar, NULL);
+    fconn_t *cl = connect_as(CQ_CONN_CLIENT);
+    auth(cl);
+    Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
+    cc.channeltype = CHANNELDPB__CHANNEL_TYPE__PRIVATE;
+    send_msg(s1, 0, 0, 1, 3, &cc.base);
+    Channeldpb__SubscribedToChannelMessage sub = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
+    sub.connid = cq_conn_id(cl->conn);
+    send_msg(s1, 1, 0, 0, 6, &sub.base);
+    take(cl, 0, NULL, NULL);
+    cq_core_conn_lost(E.cores[s1->worker], s1->conn, 0, "peer closed");
+    pump();
+    assert_int_equal(take(cl, 4, NULL, NULL), 0); /* kept while recoverable */
+    tick_all(E.now + 2999);
+    assert_int_equal(take(cl, 4, NULL, NULL), 0);
+    tick_all(E.now + 1);
+    assert_int_equal(take(cl, 4, NULL, NULL), 1); /* REMOVE_CHANNEL after the timeout */
+    env_down();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -422,6 +544,8 @@ int main(void)
         cmocka_unit_test(test_broadcast_across_workers),
         cmocka_unit_test(test_slow_consumer_cut_others_served),
         cmocka_unit_test(test_channel_id_reuse_and_list),
+        cmocka_unit_test(test_server_recovery),
+        cmocka_unit_test(test_unrecovered_channel_removed_after_timeout),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }

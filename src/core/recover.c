@@ -1,0 +1,340 @@
+/* recover.c - server connection recovery (channeld -scr, reference §3.7).
+ *
+ * A SERVER connection that drops unexpectedly leaves a handle (PIT -> old id) in the shared
+ * state; each worker keeps what that connection held there (subscriptions with options, and
+ * ownerships) and tells subscribers CHANNEL_OWNER_LOST. A new server connection that
+ * authenticates with the same PIT takes over the old id (AuthResult.shouldRecover), regains the
+ * ownerships and subscriptions (skipFirstFanOut, no SUB result), receives
+ * RECOVERY_CHANNEL_DATA per channel and RECOVERY_END 1 s later; subscribers hear
+ * CHANNEL_OWNER_RECOVERED 1 s after the recovery. Unclaimed state expires after
+ * server-conn-recover-timeout-ms, and then channels that remove themselves without an owner
+ * are removed. */
+#include "core_int.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_util.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define RECOVERY_DELAY_MS 1000
+
+/* ---- timed events ----------------------------------------------------------------------- */
+
+void cq__timed_add(cq_core_t *c, uint64_t due_ms, uint32_t kind, uint32_t conn_id, uint32_t chan_id)
+{
+    if (c->n_timed == c->cap_timed) {
+        uint32_t ncap = c->cap_timed ? c->cap_timed * 2 : 8;
+        cq_timed_t *n = cq_realloc(c->timed, ncap * sizeof(*n));
+        if (!n)
+            return;
+        c->timed = n;
+        c->cap_timed = ncap;
+    }
+    c->timed[c->n_timed++] = (cq_timed_t){due_ms, kind, conn_id, chan_id};
+}
+
+static void broadcast_empty(cq_core_t *c, cq_chan_t *ch, uint32_t msg_type)
+{
+    cq_buf_t *rec = cq_wire_record_msg(ch->id, 0, 0, msg_type, NULL);
+    if (rec) {
+        cq__fanout(c, ch, rec, 0, BC_ALL | BC_BUT_OWNER);
+        cq_buf_unref(rec);
+    }
+}
+
+static void timed_fire(cq_core_t *c, const cq_timed_t *t)
+{
+    if (t->kind == T_RECOVERY_END) {
+        cq__notify(c, t->conn_id, 0, MT_RECOVERY_END, NULL);
+        return;
+    }
+    cq_chan_t *ch = cq__chan_get(c, t->chan_id);
+    if (ch && ch->owner == t->conn_id)
+        broadcast_empty(c, ch, MT_CHANNEL_OWNER_RECOVERED);
+}
+
+static void timed_tick(cq_core_t *c, uint64_t now)
+{
+    for (uint32_t i = 0; i < c->n_timed;) {
+        if (c->timed[i].due_ms > now) {
+            i++;
+            continue;
+        }
+        cq_timed_t t = c->timed[i];
+        c->timed[i] = c->timed[--c->n_timed];
+        timed_fire(c, &t);
+    }
+}
+
+/* ---- shared handles --------------------------------------------------------------------- */
+
+static void handle_add(cq_shared_t *sh, const char *pit, uint32_t old_id, uint64_t now)
+{
+    cq_recov_handle_t *h = cq_calloc(1, sizeof(*h));
+    char *p = cq_strdup(pit);
+    if (!h || !p) {
+        cq_free(h);
+        cq_free(p);
+        return;
+    }
+    h->pit = p;
+    h->old_id = old_id;
+    h->since_ms = now;
+    pthread_mutex_lock(&sh->dir_lock);
+    h->next = sh->recov;
+    sh->recov = h;
+    pthread_mutex_unlock(&sh->dir_lock);
+}
+
+void cq__recov_handles_free(cq_shared_t *sh)
+{
+    while (sh->recov) {
+        cq_recov_handle_t *h = sh->recov;
+        sh->recov = h->next;
+        cq_free(h->pit);
+        cq_free(h);
+    }
+}
+
+static void handles_expire(cq_shared_t *sh, uint64_t now)
+{
+    uint32_t to = sh->o.server_recover_timeout_ms;
+    if (!to)
+        return;
+    pthread_mutex_lock(&sh->dir_lock);
+    for (cq_recov_handle_t **pp = &sh->recov; *pp;) {
+        cq_recov_handle_t *h = *pp;
+        if (now - h->since_ms < to) {
+            pp = &h->next;
+            continue;
+        }
+        *pp = h->next;
+        cq_free(h->pit);
+        cq_free(h);
+    }
+    pthread_mutex_unlock(&sh->dir_lock);
+}
+
+/* ---- a recoverable server dropped ------------------------------------------------------- */
+
+static cq_recsub_t *recsub_new(cq_core_t *c, const char *pit, uint32_t chan_id)
+{
+    cq_recsub_t *r = cq_calloc(1, sizeof(*r));
+    if (!r || !(r->pit = cq_strdup(pit))) {
+        cq_free(r);
+        return NULL;
+    }
+    r->chan_id = chan_id;
+    r->since_ms = c->now_ms;
+    cq_list_insert_tail(&c->recsubs, &r->node);
+    return r;
+}
+
+static void recsub_free(cq_recsub_t *r)
+{
+    cq_list_remove(&r->node);
+    cq__subopts_done(&r->opts);
+    cq_free(r->pit);
+    cq_free(r);
+}
+
+static cq_recsub_t *recsub_find(cq_core_t *c, const char *pit, uint32_t chan_id)
+{
+    cq_list_t *n;
+    cq_list_foreach(n, &c->recsubs)
+    {
+        cq_recsub_t *r = cq_container_of(n, cq_recsub_t, node);
+        if (r->chan_id == chan_id && strcmp(r->pit, pit) == 0)
+            return r;
+    }
+    return NULL;
+}
+
+void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit)
+{
+    cq_connref_t *ref = cq_map_get(&c->connrefs, conn_id);
+    if (c->index == 0)
+        handle_add(c->sh, pit, conn_id, c->now_ms);
+    while (ref && !cq_list_empty(&ref->subs)) {
+        cq_sub_t *s = cq_container_of(ref->subs.next, cq_sub_t, by_conn);
+        cq_recsub_t *r = recsub_new(c, pit, s->chan->id);
+        if (r) {
+            r->was_subscribed = true;
+            r->opts = s->opts; /* moved */
+            r->sub_time_ms = s->sub_time_ms;
+            memset(&s->opts, 0, sizeof(s->opts));
+        }
+        cq__sub_remove(c, s, false);
+        ref = cq_map_get(&c->connrefs, conn_id);
+    }
+    while (ref && !cq_list_empty(&ref->owned)) {
+        cq_chan_t *ch = cq_container_of(ref->owned.next, cq_chan_t, owner_node);
+        cq_recsub_t *r = recsub_find(c, pit, ch->id);
+        if (!r)
+            r = recsub_new(c, pit, ch->id);
+        if (r)
+            r->was_owner = true;
+        if (ch->settings->send_owner_lost_and_recovered)
+            broadcast_empty(c, ch, MT_CHANNEL_OWNER_LOST);
+        CQ_INFO("recover", "channel %u: owner conn %u lost; recoverable by pit \"%s\"", ch->id,
+                conn_id, pit);
+        cq__chan_set_owner(c, ch, 0, 0);
+        ref = cq_map_get(&c->connrefs, conn_id);
+    }
+    cq__connref_gc(c, conn_id);
+}
+
+/* ---- a successor authenticated ---------------------------------------------------------- */
+
+/* Under dir_lock: claims the handle for pit if its old id is free; re-keys the directory. */
+static uint32_t claim(cq_shared_t *sh, const char *pit, uint32_t new_id)
+{
+    uint32_t old = 0;
+    pthread_mutex_lock(&sh->dir_lock);
+    for (cq_recov_handle_t **pp = &sh->recov; *pp; pp = &(*pp)->next) {
+        cq_recov_handle_t *h = *pp;
+        if (strcmp(h->pit, pit) != 0 || cq_map_get(&sh->dir, h->old_id))
+            continue;
+        cq_dir_ent_t *e = cq_map_get(&sh->dir, new_id);
+        if (!e || cq_map_put(&sh->dir, h->old_id, e) < 0)
+            break;
+        cq_map_del(&sh->dir, new_id);
+        old = h->old_id;
+        *pp = h->next;
+        cq_free(h->pit);
+        cq_free(h);
+        break;
+    }
+    pthread_mutex_unlock(&sh->dir_lock);
+    return old;
+}
+
+static void post_all(cq_core_t *c, int kind, uint32_t conn_id, uint32_t u1, const char *body)
+{
+    size_t blen = body ? strlen(body) + 1 : 0;
+    for (int w = 0; w < c->nworkers; w++) {
+        if (w == c->index)
+            continue;
+        cq_xmsg_t *m = cq__xmsg_new(kind, blen);
+        if (!m)
+            continue;
+        m->conn_id = conn_id;
+        m->u1 = u1;
+        if (blen)
+            memcpy(m->body, body, blen);
+        cq__xmsg_post(c, w, m);
+    }
+}
+
+bool cq__recover_takeover(cq_core_t *c, cq_conn_t *conn, uint32_t *ret_old)
+{
+    if (!c->sh->o.server_recoverable || conn->type != CQ_CONN_SERVER || !conn->pit)
+        return false;
+    uint32_t old = claim(c->sh, conn->pit, conn->id);
+    if (!old)
+        return false;
+    CQ_INFO("recover", "conn %u recovers conn %u (pit \"%s\")", conn->id, old, conn->pit);
+    cq_map_del(&c->conns, conn->id);
+    conn->id = old;
+    cq_map_put(&c->conns, old, conn);
+    if ((int)(old % (uint32_t)c->nworkers) != c->index) {
+        cq_map_put(&c->routes, old, (void *)(uintptr_t)(c->index + 1));
+        post_all(c, XM_ROUTE, old, (uint32_t)c->index, NULL);
+    }
+    *ret_old = old;
+    return true;
+}
+
+static void send_recovery_data(cq_core_t *c, const cq_chan_t *ch, const cq_sub_t *s,
+                               uint32_t conn_id, uint64_t sub_time_ms)
+{
+    Channeldpb__ChannelDataRecoveryMessage m = CHANNELDPB__CHANNEL_DATA_RECOVERY_MESSAGE__INIT;
+    Channeldpb__ChannelSubscriptionOptions o;
+    m.channelid = ch->id;
+    m.channeltype = (Channeldpb__ChannelType)ch->type;
+    m.metadata = ch->metadata;
+    m.ownerconnid = ch->owner;
+    m.subtime = (int64_t)sub_time_ms * 1000000 + c->sh->unix_offset_ns;
+    if (s) {
+        cq__subopts_to_pb(&s->opts, &o);
+        m.suboptions = &o;
+    }
+    cq__notify(c, conn_id, ch->id, MT_RECOVERY_CHANNEL_DATA, &m.base);
+}
+
+static void recover_one(cq_core_t *c, cq_recsub_t *r, uint32_t conn_id)
+{
+    cq_chan_t *ch = cq__chan_get(c, r->chan_id);
+    if (!ch)
+        return;
+    if (r->was_owner && !ch->owner) {
+        cq__chan_set_owner(c, ch, conn_id, CQ_CONN_SERVER);
+        if (ch->settings->send_owner_lost_and_recovered)
+            cq__timed_add(c, c->now_ms + RECOVERY_DELAY_MS, T_OWNER_RECOVERED, conn_id, ch->id);
+    }
+    cq_sub_t *s = cq_map_get(&ch->subs, conn_id);
+    if (r->was_subscribed && !s) {
+        r->opts.skip_first = true;
+        if (cq__sub_add_opts(c, ch, conn_id, CQ_CONN_SERVER, &r->opts, r->sub_time_ms, &s) == 0)
+            memset(&r->opts, 0, sizeof(r->opts)); /* the subscription took the masks */
+        else
+            s = NULL;
+    }
+    send_recovery_data(c, ch, s, conn_id, r->sub_time_ms);
+}
+
+/* After the AuthResult: every worker restores what it kept for pit. */
+void cq__recover_apply(cq_core_t *c, uint32_t conn_id, const char *pit)
+{
+    if (cq__conn_worker(c, conn_id) == c->index) {
+        post_all(c, XM_RECOVER, conn_id, 0, pit);
+        cq__timed_add(c, c->now_ms + RECOVERY_DELAY_MS, T_RECOVERY_END, conn_id, 0);
+    }
+    cq_list_t *n, *t;
+    cq_list_foreach_safe(n, t, &c->recsubs)
+    {
+        cq_recsub_t *r = cq_container_of(n, cq_recsub_t, node);
+        if (strcmp(r->pit, pit) == 0) {
+            recover_one(c, r, conn_id);
+            recsub_free(r);
+        }
+    }
+}
+
+/* ---- expiry ----------------------------------------------------------------------------- */
+
+void cq__recover_tick(cq_core_t *c, uint64_t now_ms)
+{
+    timed_tick(c, now_ms);
+    uint32_t to = c->sh->o.server_recover_timeout_ms;
+    if (c->index == 0)
+        handles_expire(c->sh, now_ms);
+    if (!to)
+        return;
+    cq_list_t *n, *t;
+    cq_list_foreach_safe(n, t, &c->recsubs)
+    {
+        cq_recsub_t *r = cq_container_of(n, cq_recsub_t, node);
+        if (now_ms - r->since_ms < to)
+            continue;
+        cq_chan_t *ch = cq__chan_get(c, r->chan_id);
+        bool remove = r->was_owner && ch && !ch->owner && ch->id != 0 &&
+                      ch->settings->remove_after_owner_removed;
+        recsub_free(r);
+        if (remove) {
+            CQ_INFO("recover", "channel %u: owner not recovered in time; removing", ch->id);
+            cq__chan_remove(c, ch, 0);
+        }
+    }
+}
+
+void cq__recover_free_all(cq_core_t *c)
+{
+    while (!cq_list_empty(&c->recsubs))
+        recsub_free(cq_container_of(c->recsubs.next, cq_recsub_t, node));
+    cq_free(c->timed);
+    c->timed = NULL;
+    c->n_timed = c->cap_timed = 0;
+}
