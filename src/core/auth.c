@@ -105,7 +105,7 @@ void cq__handle_auth(cq_core_t *c, cq_req_t *r)
             cq__recover_apply(c, old, conn->pit);
         return;
     }
-    CQ_METRIC_ADD(c->sh, M_AUTH_FAILED, conn->type, 1);
+    CQ_METRIC_ADD(c, M_AUTH_FAILED, conn->type, 1);
     CQ_INFO("auth", "conn %u: authentication failed (%s), attempt %u", conn->id,
             res == 1 ? "INVALID_PIT" : "INVALID_LT", conn->failed_auth + 1u);
     if (++conn->failed_auth >= c->sh->o.max_failed_auth && c->sh->o.max_failed_auth)

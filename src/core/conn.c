@@ -150,8 +150,8 @@ static int handle_frame(cq_core_t *c, cq_conn_t *conn, const cq_frame_t *f)
 {
     const uint8_t *body = f->body;
     size_t len = f->len;
-    CQ_METRIC_ADD(c->sh, M_PACKETS_IN, conn->type, 1);
-    CQ_METRIC_ADD(c->sh, M_BYTES_IN, conn->type, CQ_FRAME_HDR_LEN + len);
+    CQ_METRIC_ADD(c, M_PACKETS_IN, conn->type, 1);
+    CQ_METRIC_ADD(c, M_BYTES_IN, conn->type, CQ_FRAME_HDR_LEN + len);
     if (f->ct == CQ_CT_SNAPPY) {
         int r = cq_snappy_uncompress(body, len, c->scratch, c->sh->o.max_packet_size, &len);
         if (r < 0)
@@ -223,7 +223,7 @@ int cq_core_conn_input(cq_core_t *c, cq_conn_t *conn, const uint8_t *data, size_
     cq_wire_arena_reset(&c->arena);
     if (k < 0) {
         if (k != CQ_ECLOSED)
-            CQ_METRIC_ADD(c->sh, M_CONNECTION_CLOSED, conn->type, 1);
+            CQ_METRIC_ADD(c, M_CONNECTION_CLOSED, conn->type, 1);
         cq_core_conn_close(c, conn, (int)k, input_why((int)k));
         return (int)k;
     }
@@ -247,7 +247,7 @@ static void push_kind(cq_core_t *c, cq_conn_t *conn, cq_buf_t *b, uint32_t kind)
 {
     int r = cq_sendq_push(&conn->sendq, b, kind, c->sh->o.sendq_hard_limit);
     if (r == CQ_ESLOW) {
-        CQ_METRIC_ADD(c->sh, M_SLOW_CONSUMER, conn->type, 1);
+        CQ_METRIC_ADD(c, M_SLOW_CONSUMER, conn->type, 1);
         cq_core_conn_close(c, conn, r, "slow consumer: over sendq-hard-limit");
         return;
     }
@@ -255,8 +255,8 @@ static void push_kind(cq_core_t *c, cq_conn_t *conn, cq_buf_t *b, uint32_t kind)
         cq_core_conn_close(c, conn, r, "cannot queue output");
         return;
     }
-    CQ_METRIC_ADD(c->sh, M_MESSAGES_OUT, conn->type, 1);
-    CQ_METRIC_ADD(c->sh, M_BYTES_OUT, conn->type, b->len);
+    CQ_METRIC_ADD(c, M_MESSAGES_OUT, conn->type, 1);
+    CQ_METRIC_ADD(c, M_BYTES_OUT, conn->type, b->len);
     if (c->sh->o.sendq_soft_limit && cq_sendq_bytes(&conn->sendq) > c->sh->o.sendq_soft_limit &&
         !conn->sendq.soft_since_ms) {
         conn->sendq.soft_since_ms = c->now_ms ? c->now_ms : 1;

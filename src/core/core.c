@@ -217,7 +217,7 @@ static void tick_auth(cq_core_t *c, uint64_t now)
         cq_conn_t *conn = cq_container_of(c->unauth.next, cq_conn_t, unauth_node);
         if (now - conn->accepted_ms < to)
             break;
-        CQ_METRIC_ADD(c->sh, M_AUTH_TIMEOUT, conn->type, 1);
+        CQ_METRIC_ADD(c, M_AUTH_TIMEOUT, conn->type, 1);
         cq_core_conn_close(c, conn, CQ_ETIMEOUT, "not authenticated within auth-timeout-ms");
     }
 }
@@ -231,7 +231,7 @@ static void tick_soft(cq_core_t *c, uint64_t now)
         int r = cq_sendq_check_soft(&conn->sendq, c->sh->o.sendq_soft_limit,
                                     (uint64_t)c->sh->o.sendq_soft_seconds * 1000, now);
         if (r == CQ_ESLOW) {
-            CQ_METRIC_ADD(c->sh, M_SLOW_CONSUMER, conn->type, 1);
+            CQ_METRIC_ADD(c, M_SLOW_CONSUMER, conn->type, 1);
             cq_core_conn_close(c, conn, r, "slow consumer: over sendq-soft-limit too long");
         } else if (!conn->sendq.soft_since_ms) {
             cq_list_remove(&conn->soft_node);
@@ -249,7 +249,7 @@ static void tick_idle(cq_core_t *c, uint64_t now)
     while (cq_map_next(&c->conns, &it, NULL, &v)) {
         cq_conn_t *conn = v;
         if (conn->state != CONN_CLOSING && now - conn->last_rx_ms >= to) {
-            CQ_METRIC_ADD(c->sh, M_IDLE_TIMEOUT, conn->type, 1);
+            CQ_METRIC_ADD(c, M_IDLE_TIMEOUT, conn->type, 1);
             cq_core_conn_close(c, conn, CQ_ETIMEOUT, "idle: nothing received for idle-timeout-ms");
         }
     }

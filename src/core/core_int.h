@@ -70,15 +70,24 @@ enum {
     M__COUNT
 };
 
-typedef struct cq_metrics {
+/* Counters live per worker (written only by it, read by /metrics): no shared cache line on
+ * the per-message path. Relaxed atomic loads and stores compile to plain moves. */
+typedef struct cq_counters {
     _Atomic uint64_t c[M__COUNT][3]; /* [counter][connType 0 none, 1 server, 2 client] */
+} cq_counters_t;
+
+typedef struct cq_metrics {
     _Atomic int64_t connections[3];
     _Atomic int64_t channels[8]; /* by channel type: index = type for 1..5, 0 other, 6 test */
 } cq_metrics_t;
 
-#define CQ_METRIC_ADD(sh, m, ctype, n)                                                             \
-    atomic_fetch_add_explicit(&(sh)->metrics.c[(m)][(ctype) < 3 ? (ctype) : 0], (n),               \
-                              memory_order_relaxed)
+/* Adds n to counter m of the worker core `core` (its own thread only). */
+#define CQ_METRIC_ADD(core, m, ctype, n)                                                           \
+    do {                                                                                           \
+        _Atomic uint64_t *cq__p = &(core)->counters.c[(m)][(ctype) < 3 ? (ctype) : 0];             \
+        atomic_store_explicit(cq__p, atomic_load_explicit(cq__p, memory_order_relaxed) + (n),      \
+                              memory_order_relaxed);                                               \
+    } while (0)
 
 /* ---- connection directory (process-wide, mutex; never on the per-message path) ---- */
 
@@ -228,6 +237,7 @@ typedef struct cq_xmsg {
 /* ---- the per-worker core ---- */
 
 struct cq_core {
+    cq_counters_t counters; /* first: its own cache lines */
     cq_shared_t *sh;
     int index;
     int nworkers;

@@ -70,7 +70,7 @@ static bool sfm_valid(const uint8_t *p, size_t n)
 
 static void drop(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp, const char *why)
 {
-    CQ_METRIC_ADD(c->sh, M_DROPPED, conn->type, 1);
+    CQ_METRIC_ADD(c, M_DROPPED, conn->type, 1);
     CQ_INFO("dispatch", "conn %u: dropped msgType %u on channel %u: %s", conn->id, mp->msg_type,
             mp->channel_id, why);
 }
@@ -85,7 +85,7 @@ static int admit(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp)
         return 0;
     }
     if (!cq_fsm_allows(conn->fsm, conn->fsm_state, mp->msg_type)) {
-        CQ_METRIC_ADD(c->sh, M_FSM_DISALLOWED, conn->type, 1);
+        CQ_METRIC_ADD(c, M_FSM_DISALLOWED, conn->type, 1);
         drop(c, conn, mp, "not allowed by the connection's FSM state");
         return 0;
     }
@@ -135,7 +135,7 @@ int cq__dispatch_packet(cq_core_t *c, cq_conn_t *conn, const uint8_t *body, size
     cq_mp_t mp;
     cq_wire_packet_iter_init(&it, body, len);
     while (conn->state != CONN_CLOSING && cq_wire_packet_next(&it, &mp) == 1) {
-        CQ_METRIC_ADD(c->sh, M_MESSAGES_IN, conn->type, 1);
+        CQ_METRIC_ADD(c, M_MESSAGES_IN, conn->type, 1);
         if (mp.msg_type == MT_AUTH && mp.channel_id != 0)
             return CQ_EBADTARGET;
         int r = admit(c, conn, &mp);
@@ -179,7 +179,7 @@ void cq__handle_req(cq_core_t *c, cq_req_t *r)
 {
     uint32_t t = r->mp.msg_type;
     if (!cq__chan_get(c, r->mp.channel_id)) {
-        CQ_METRIC_ADD(c->sh, M_DROPPED, r->conn_type, 1);
+        CQ_METRIC_ADD(c, M_DROPPED, r->conn_type, 1);
         if (t != MT_SUB && t != MT_UNSUB)
             CQ_INFO("dispatch", "conn %u: dropped msgType %u: unknown channel %u", r->conn_id, t,
                     r->mp.channel_id);

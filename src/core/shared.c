@@ -115,16 +115,21 @@ static const char *const conn_types[3] = {"NO_CONNECTION", "SERVER", "CLIENT"};
 static const char *const chan_types[8] = {"OTHER",   "GLOBAL", "PRIVATE", "SUBWORLD",
                                           "SPATIAL", "ENTITY", "TEST",    ""};
 
+/* Sum of counter m for connection type t over every worker. Any thread. */
+static uint64_t counter_sum(cq_shared_t *sh, int m, int t)
+{
+    uint64_t s = 0;
+    for (int w = 0; w < sh->o.workers; w++)
+        if (sh->cores[w])
+            s += atomic_load_explicit(&sh->cores[w]->counters.c[m][t], memory_order_relaxed);
+    return s;
+}
+
 uint64_t cq_shared_counter(cq_shared_t *sh, const char *name)
 {
-    for (int m = 0; m < M__COUNT; m++) {
-        if (strcmp(name, counter_names[m]) == 0) {
-            uint64_t s = 0;
-            for (int t = 0; t < 3; t++)
-                s += atomic_load_explicit(&sh->metrics.c[m][t], memory_order_relaxed);
-            return s;
-        }
-    }
+    for (int m = 0; m < M__COUNT; m++)
+        if (strcmp(name, counter_names[m]) == 0)
+            return counter_sum(sh, m, 0) + counter_sum(sh, m, 1) + counter_sum(sh, m, 2);
     return 0;
 }
 
@@ -149,7 +154,7 @@ size_t cq_shared_metrics(cq_shared_t *sh, char *buf, size_t cap)
         o = put(buf, cap, o, "# TYPE %s counter\n", counter_names[m]);
         for (int t = 1; t < 3; t++)
             o = put(buf, cap, o, "%s{connType=\"%s\"} %llu\n", counter_names[m], conn_types[t],
-                    (unsigned long long)atomic_load(&sh->metrics.c[m][t]));
+                    (unsigned long long)counter_sum(sh, m, t));
     }
     o = put(buf, cap, o, "# TYPE connection_num gauge\n");
     for (int t = 1; t < 3; t++)
