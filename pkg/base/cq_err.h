@@ -8,7 +8,7 @@
 #define CQ_ERR_H
 
 #define CQ_ERR_MAP(X)                                                                              \
-    X(EMAGIC, -1000, "bad packet magic (expected 'C','H')")                                       \
+    X(EMAGIC, -1000, "bad packet magic (expected 'C','H')")                                        \
     X(EZEROLEN, -1001, "packet length is zero")                                                    \
     X(ETOOBIG, -1002, "packet length exceeds the limit")                                           \
     X(EDECODE, -1003, "body is not a valid protobuf message")                                      \

@@ -29,10 +29,10 @@ int cq_log_parse_level(const char *s, cq_log_level_t *ret_lvl)
     static const struct {
         const char *name;
         cq_log_level_t lvl;
-    } tab[] = {{"debug", CQ_LOG_DEBUG}, {"-1", CQ_LOG_DEBUG}, {"-2", CQ_LOG_DEBUG},
-               {"-3", CQ_LOG_DEBUG},    {"-4", CQ_LOG_DEBUG}, {"info", CQ_LOG_INFO},
+    } tab[] = {{"debug", CQ_LOG_DEBUG}, {"-1", CQ_LOG_DEBUG},  {"-2", CQ_LOG_DEBUG},
+               {"-3", CQ_LOG_DEBUG},    {"-4", CQ_LOG_DEBUG},  {"info", CQ_LOG_INFO},
                {"0", CQ_LOG_INFO},      {"warn", CQ_LOG_WARN}, {"1", CQ_LOG_WARN},
-               {"error", CQ_LOG_ERROR}, {"2", CQ_LOG_ERROR}, {"3", CQ_LOG_ERROR},
+               {"error", CQ_LOG_ERROR}, {"2", CQ_LOG_ERROR},   {"3", CQ_LOG_ERROR},
                {"off", CQ_LOG_OFF}};
     for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
         if (strcasecmp(s, tab[i].name) == 0) {
@@ -57,8 +57,8 @@ static void stderr_sink(cq_log_level_t lvl, const char *topic, const char *line)
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     int n = snprintf(out, sizeof(out), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s %-8s %s\n",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000000, names[lvl], topic, line);
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     ts.tv_nsec / 1000000, names[lvl], topic, line);
     if (n > (int)sizeof(out))
         n = sizeof(out);
     ssize_t w = write(STDERR_FILENO, out, (size_t)n);

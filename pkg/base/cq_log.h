@@ -9,7 +9,13 @@
 
 #include <stdarg.h>
 
-typedef enum { CQ_LOG_DEBUG = 0, CQ_LOG_INFO, CQ_LOG_WARN, CQ_LOG_ERROR, CQ_LOG_OFF } cq_log_level_t;
+typedef enum {
+    CQ_LOG_DEBUG = 0,
+    CQ_LOG_INFO,
+    CQ_LOG_WARN,
+    CQ_LOG_ERROR,
+    CQ_LOG_OFF
+} cq_log_level_t;
 
 typedef void (*cq_log_sink_fn)(void *ud, cq_log_level_t lvl, const char *topic, const char *line);
 
@@ -29,8 +35,8 @@ void cq_log(cq_log_level_t lvl, const char *topic, const char *fmt, ...)
         if (cq_log_enabled(CQ_LOG_DEBUG))                                                          \
             cq_log(CQ_LOG_DEBUG, topic, __VA_ARGS__);                                              \
     } while (0)
-#define CQ_INFO(topic, ...) cq_log(CQ_LOG_INFO, topic, __VA_ARGS__)
-#define CQ_WARN(topic, ...) cq_log(CQ_LOG_WARN, topic, __VA_ARGS__)
+#define CQ_INFO(topic, ...)  cq_log(CQ_LOG_INFO, topic, __VA_ARGS__)
+#define CQ_WARN(topic, ...)  cq_log(CQ_LOG_WARN, topic, __VA_ARGS__)
 #define CQ_ERROR(topic, ...) cq_log(CQ_LOG_ERROR, topic, __VA_ARGS__)
 
 #endif

@@ -47,6 +47,7 @@ static inline void cq_list_remove(cq_list_t *n)
 
 #define cq_list_foreach(pos, head) for ((pos) = (head)->next; (pos) != (head); (pos) = (pos)->next)
 #define cq_list_foreach_safe(pos, tmp, head)                                                       \
-    for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
+    for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);                               \
+         (pos) = (tmp), (tmp) = (pos)->next)
 
 #endif
