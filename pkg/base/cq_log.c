@@ -59,8 +59,10 @@ static void stderr_sink(cq_log_level_t lvl, const char *topic, const char *line)
     int n = snprintf(out, sizeof(out), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s %-8s %s\n",
                      tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                      ts.tv_nsec / 1000000, names[lvl], topic, line);
-    if (n > (int)sizeof(out))
-        n = sizeof(out);
+    if (n >= (int)sizeof(out)) {
+        n = sizeof(out) - 1;
+        out[n - 1] = '\n'; /* truncated: still one line */
+    }
     ssize_t w = write(STDERR_FILENO, out, (size_t)n);
     (void)w;
 }

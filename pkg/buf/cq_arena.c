@@ -21,6 +21,8 @@ void cq_arena_init(cq_arena_t *a, size_t limit)
 
 void *cq_arena_alloc(cq_arena_t *a, size_t n)
 {
+    if (n > a->limit)
+        return NULL; /* also keeps the rounding below from overflowing */
     n = (n + 7) & ~(size_t)7;
     if (n == 0)
         n = 8;

@@ -3,12 +3,15 @@
 #include "../base/cq_alloc.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 
 int cq_sbuf_reserve(cq_sbuf_t *b, size_t n)
 {
     if (b->cap - b->len >= n)
         return 0;
+    if (n > SIZE_MAX / 2 - b->len)
+        return -ENOMEM;
     size_t ncap = b->cap ? b->cap : 64;
     while (ncap - b->len < n)
         ncap *= 2;
@@ -22,6 +25,8 @@ int cq_sbuf_reserve(cq_sbuf_t *b, size_t n)
 
 int cq_sbuf_append(cq_sbuf_t *b, const void *p, size_t n)
 {
+    if (!n)
+        return 0;
     int r = cq_sbuf_reserve(b, n);
     if (r < 0)
         return r;

@@ -1,8 +1,8 @@
 /* cq_map.h - uint32 key -> pointer hash map, open addressing with backward-shift deletion.
  *
  * Not thread-safe: each map is owned by one thread. Values are borrowed pointers; the map never
- * frees them. Iteration order is unspecified; the map must not be modified during
- * cq_map_foreach except by deleting the current key via cq_map_iter_del.
+ * frees them. Iteration order is unspecified. The map must not be modified during a
+ * cq_map_next walk: a caller that deletes restarts the walk (iter = 0) afterwards.
  */
 #ifndef CQ_MAP_H
 #define CQ_MAP_H

@@ -84,32 +84,45 @@ int cq_wire_mp_parse(const uint8_t *p, size_t n, cq_mp_t *ret)
 
 void cq_wire_packet_iter_init(cq_packet_iter_t *it, const uint8_t *body, size_t len)
 {
-    it->p = body;
-    it->end = body + len;
+    static const uint8_t empty[1];
+    it->p = len ? body : empty;
+    it->end = it->p + len;
+}
+
+/* Errors are sticky: the iterator stays at its end and keeps returning CQ_EDECODE. */
+static int iter_fail(cq_packet_iter_t *it)
+{
+    it->p = it->end = NULL;
+    return CQ_EDECODE;
 }
 
 int cq_wire_packet_next(cq_packet_iter_t *it, cq_mp_t *ret)
 {
+    if (!it->p)
+        return CQ_EDECODE;
     while (it->p < it->end) {
         uint32_t f;
         unsigned wt;
         size_t k = get_tag(it->p, it->end, &f, &wt);
         if (!k)
-            return CQ_EDECODE;
+            return iter_fail(it);
         const uint8_t *v = it->p + k;
         if (f == 1) {
             uint64_t len;
             if (wt != 2)
-                return CQ_EDECODE;
+                return iter_fail(it);
             size_t kl = cq_varint_get(v, it->end, &len);
             if (!kl || len > (uint64_t)(it->end - v - (ptrdiff_t)kl))
-                return CQ_EDECODE;
+                return iter_fail(it);
             it->p = v + kl + len;
-            return cq_wire_mp_parse(v + kl, (size_t)len, ret) < 0 ? CQ_EDECODE : 1;
+            if (cq_wire_mp_parse(v + kl, (size_t)len, ret) < 0)
+                return iter_fail(it);
+            return 1;
         }
-        it->p = skip_field(v, it->end, wt);
-        if (!it->p)
-            return CQ_EDECODE;
+        const uint8_t *next = skip_field(v, it->end, wt);
+        if (!next)
+            return iter_fail(it);
+        it->p = next;
     }
     return 0;
 }

@@ -1,0 +1,26 @@
+/* test_alloc.h - a counting, failing allocator for fail-N loops (SQLite malloc.test style).
+ *
+ * test_alloc_install() swaps it in with cq_alloc_set(); test_alloc_remove() restores libc. Only
+ * blocks allocated while it is installed may be freed while it is installed. Counters are
+ * atomic, so threads may allocate and free, but installing and removing are single-threaded.
+ *
+ * Shared by tests/unit/pkg and tests/unit/wire; it belongs in tests/support once that exists.
+ */
+#ifndef TEST_ALLOC_H
+#define TEST_ALLOC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* fail_at = 0: never fail. Otherwise allocation number fail_at (1-based, counted from install)
+ * fails, and so does every later one when sticky is true. */
+void test_alloc_install(unsigned long fail_at, bool sticky);
+void test_alloc_remove(void);
+/* Live blocks and bytes allocated through the test allocator and not yet freed. */
+long test_alloc_live(void);
+long test_alloc_live_bytes(void);
+/* Allocation calls (malloc + realloc) seen since install, and how many were failed. */
+unsigned long test_alloc_calls(void);
+unsigned long test_alloc_failed(void);
+
+#endif
