@@ -43,9 +43,11 @@ if command -v clang-14 >/dev/null; then
   else tail -40 build-fuzz.log; fuzz_fail=1; fail=1; fi
 fi
 
-step "clang-format check"
+step "clang-format and layering checks"
 fmt_pass=0 fmt_fail=0
-if scripts/check-format.sh; then fmt_pass=1; else fmt_fail=1; fail=1; fi
+for check in scripts/check-format.sh scripts/check-layering.sh; do
+  if $check; then fmt_pass=$((fmt_pass + 1)); else fmt_fail=$((fmt_fail + 1)); fail=1; fi
+done
 
 step "summary"
 python3 scripts/count-tests.py "${logs[@]}" --extra-pass $((fuzz_pass + fmt_pass)) \

@@ -19,6 +19,7 @@
 #include "cq_sendq.h"
 #include "cq_settings.h"
 #include "cq_wire.h"
+#include "core_int.h"
 
 #define MAXC 16
 
@@ -534,9 +535,20 @@ static void test_unrecovered_channel_removed_after_timeout(void **state)
     env_down();
 }
 
+/* Hot structs have budgets: at 10k connections x N subscriptions, bytes matter. */
+static void test_struct_size_budgets(void **state)
+{
+    assert_true(sizeof(cq_conn_t) <= 224);
+    assert_true(sizeof(cq_sub_t) <= 96);
+    assert_true(sizeof(cq_sendq_ent_t) <= 16);
+    assert_true(sizeof(cq_conn_chan_t) <= 8);
+    assert_true(sizeof(cq_buf_t) <= 16);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_struct_size_budgets),
         cmocka_unit_test(test_auth_vector_bytes),
         cmocka_unit_test(test_auth_timeout_manual_clock),
         cmocka_unit_test(test_bad_magic_closes_only_that_conn),
