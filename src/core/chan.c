@@ -86,8 +86,26 @@ void cq__chan_free_all(cq_core_t *c)
 }
 
 /* Notifies every subscriber, drops every subscription everywhere, frees the id. */
+/* Frees the id on worker 0 first: the notified subscribers may create a channel at once, and
+ * worker 0's inbox then holds FREE_ID ahead of their CREATE, so the id is reused as channeld
+ * does. This worker finishes the removal before it handles anything for the reused id. */
+static void free_id(cq_core_t *c, uint32_t id)
+{
+    if (c->index == 0) {
+        cq__dir_free_id(c, id);
+        return;
+    }
+    cq_xmsg_t *m = cq__xmsg_new(XM_FREE_ID, 0);
+    if (m) {
+        m->chan_id = id;
+        cq__xmsg_post(c, 0, m);
+    }
+}
+
+/* Notifies every subscriber, drops every subscription everywhere, frees the id. */
 void cq__chan_remove(cq_core_t *c, cq_chan_t *ch, uint32_t notify_chan_id)
 {
+    free_id(c, ch->id);
     Channeldpb__RemoveChannelMessage rm = CHANNELDPB__REMOVE_CHANNEL_MESSAGE__INIT;
     rm.channelid = ch->id;
     cq_buf_t *rec = cq_wire_record_msg(notify_chan_id, 0, 0, MT_REMOVE_CHANNEL, &rm.base);
@@ -102,18 +120,8 @@ void cq__chan_remove(cq_core_t *c, cq_chan_t *ch, uint32_t notify_chan_id)
         cq__sub_remove(c, v, true);
         it = 0; /* the map changed */
     }
-    uint32_t id = ch->id;
-    cq_map_del(&c->chans, id);
+    cq_map_del(&c->chans, ch->id);
     chan_destroy(c, ch);
-    if (c->index == 0) {
-        cq__dir_free_id(c, id);
-        return;
-    }
-    cq_xmsg_t *m = cq__xmsg_new(XM_FREE_ID, 0);
-    if (m) {
-        m->chan_id = id;
-        cq__xmsg_post(c, 0, m);
-    }
 }
 
 /* ---- ACL ---- */

@@ -1,0 +1,334 @@
+/* it_common.c - see it_common.h. */
+#include "it_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int it_workers = 1;
+
+#define MAX_CONNS 64
+#define MAX_FILES 8
+
+static cq_testsrv_t g_srv;
+static bool g_srv_init;
+static it_conn_t *g_conns[MAX_CONNS];
+static char *g_files[MAX_FILES];
+
+int it_run(const char *name, const struct CMUnitTest *tests, size_t n, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--workers=", 10) == 0)
+            it_workers = atoi(argv[i] + 10);
+        else if (strcmp(argv[i], "--workers") == 0 && i + 1 < argc)
+            it_workers = atoi(argv[++i]);
+    }
+    if (it_workers < 1)
+        it_workers = 1;
+    const char *base = strrchr(name, '/');
+    char group[128];
+    snprintf(group, sizeof(group), "%s (workers=%d)", base ? base + 1 : name, it_workers);
+    return _cmocka_run_group_tests(group, tests, n, NULL, NULL);
+}
+
+static void conns_free(void)
+{
+    for (int i = 0; i < MAX_CONNS; i++) {
+        if (g_conns[i]) {
+            chanq_sync_free(g_conns[i]->s);
+            free(g_conns[i]);
+            g_conns[i] = NULL;
+        }
+    }
+}
+
+int it_teardown(void **state)
+{
+    conns_free();
+    if (g_srv_init) {
+        cq_testsrv_stop(&g_srv);
+        g_srv_init = false;
+    }
+    for (int i = 0; i < MAX_FILES; i++) {
+        free(g_files[i]);
+        g_files[i] = NULL;
+    }
+    return 0;
+}
+
+static void srv_init(void)
+{
+    if (g_srv_init)
+        return;
+    assert_int_equal(cq_testsrv_init(&g_srv), 0);
+    g_srv_init = true;
+}
+
+cq_testsrv_t *it_srv(void)
+{
+    return &g_srv;
+}
+
+const char *it_file(const char *name, const char *content)
+{
+    srv_init();
+    char path[512];
+    assert_int_equal(cq_testsrv_file(&g_srv, name, content, path, sizeof(path)), 0);
+    for (int i = 0; i < MAX_FILES; i++) {
+        if (!g_files[i]) {
+            g_files[i] = strdup(path);
+            assert_non_null(g_files[i]);
+            return g_files[i];
+        }
+    }
+    fail_msg("too many files");
+    return NULL;
+}
+
+void it_startv(const char *const *args)
+{
+    srv_init();
+    const char *all[64];
+    char workers[16];
+    snprintf(workers, sizeof(workers), "%d", it_workers);
+    size_t n = 0;
+    all[n++] = "--workers";
+    all[n++] = workers;
+    while (args && *args && n < 63)
+        all[n++] = *args++;
+    all[n] = NULL;
+    int r = cq_testsrv_start(&g_srv, all);
+    if (r < 0) {
+        char *log = cq_testsrv_log(&g_srv);
+        print_error("chanqd did not start (%d); log:\n%s\n", r, log ? log : "(none)");
+        free(log);
+    }
+    assert_int_equal(r, 0);
+}
+
+void it_start(const char *arg0, ...)
+{
+    const char *args[48];
+    size_t n = 0;
+    va_list ap;
+    va_start(ap, arg0);
+    for (const char *a = arg0; a && n < 47; a = va_arg(ap, const char *))
+        args[n++] = a;
+    va_end(ap);
+    args[n] = NULL;
+    it_startv(args);
+}
+
+it_conn_t *it_connect(bool server, const chanq_opts_t *opts)
+{
+    int err = 0;
+    chanq_sync_t *s = cq_testsrv_connect(&g_srv, server, opts, &err);
+    if (!s)
+        print_error("connect failed: %s\n", cq_strerror(err));
+    assert_non_null(s);
+    it_conn_t *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    c->s = s;
+    c->server = server;
+    for (int i = 0; i < MAX_CONNS; i++) {
+        if (!g_conns[i]) {
+            g_conns[i] = c;
+            return c;
+        }
+    }
+    fail_msg("too many connections");
+    return NULL;
+}
+
+void it_close(it_conn_t *c)
+{
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (g_conns[i] == c)
+            g_conns[i] = NULL;
+    chanq_sync_free(c->s);
+    free(c);
+}
+
+void it_auth(it_conn_t *c, const char *pit, const char *lt)
+{
+    int res = -1;
+    uint32_t id = 0;
+    int r = chanq_sync_auth(c->s, pit, lt, IT_TIMEOUT_MS, &res, &id);
+    if (r < 0)
+        print_error("auth: %s\n", cq_strerror(r));
+    assert_int_equal(r, 0);
+    assert_int_equal(res, 0);
+    assert_int_not_equal(id, 0);
+    c->id = id;
+}
+
+it_conn_t *it_client(void)
+{
+    it_conn_t *c = it_connect(false, NULL);
+    it_auth(c, "pit", "lt");
+    return c;
+}
+
+it_conn_t *it_server(void)
+{
+    it_conn_t *c = it_connect(true, NULL);
+    it_auth(c, "server", "");
+    return c;
+}
+
+it_conn_t *it_gowner(void)
+{
+    it_conn_t *g = it_server();
+    assert_int_equal(chanq_sync_create_channel(g->s, 1, CT_GLOBAL, "", NULL), 0);
+    Channeldpb__CreateChannelResultMessage *cr = it_expect(
+        g, MT_CREATE, 1, &channeldpb__create_channel_result_message__descriptor, NULL);
+    assert_int_equal(cr->channelid, 0);
+    assert_int_equal(cr->ownerconnid, g->id);
+    assert_int_equal(cr->channeltype, CT_GLOBAL);
+    chanq_unpack_free(cr);
+    it_expect_sub(g, 0, 0, g->id, CONN_SERVER, CT_GLOBAL, 1);
+    g->skip_copies = true;
+    return g;
+}
+
+static bool is_copy(const chanq_owned_msg_t *m)
+{
+    return m->stub_id == 0 && m->channel_id == 0 &&
+           (m->msg_type == MT_AUTH || m->msg_type == MT_CREATE ||
+            m->msg_type == MT_CREATE_SPATIAL);
+}
+
+void it_recv(it_conn_t *c, chanq_owned_msg_t *m)
+{
+    for (;;) {
+        int r = chanq_sync_recv(c->s, m, IT_TIMEOUT_MS);
+        if (r < 0)
+            print_error("conn %u: expected a message, got %s\n", c->id, cq_strerror(r));
+        assert_int_equal(r, 0);
+        if (!c->skip_copies || !is_copy(m))
+            return;
+        chanq_owned_msg_done(m);
+    }
+}
+
+void *it_expect(it_conn_t *c, uint32_t msg_type, uint32_t stub_id,
+                const ProtobufCMessageDescriptor *d, chanq_owned_msg_t *env)
+{
+    chanq_owned_msg_t m;
+    it_recv(c, &m);
+    if (m.msg_type != msg_type || m.stub_id != stub_id)
+        print_error("conn %u: expected msgType %u stub %u, got msgType %u stub %u chan %u "
+                    "(%u body bytes)\n",
+                    c->id, msg_type, stub_id, m.msg_type, m.stub_id, m.channel_id, m.body_len);
+    assert_int_equal(m.msg_type, msg_type);
+    assert_int_equal(m.stub_id, stub_id);
+    void *body = NULL;
+    if (d) {
+        body = chanq_sync_decode(&m, d);
+        assert_non_null(body);
+    }
+    if (env)
+        *env = m;
+    else
+        chanq_owned_msg_done(&m);
+    return body;
+}
+
+void it_expect_closed(it_conn_t *c)
+{
+    int r = chanq_sync_is_closed(c->s, IT_TIMEOUT_MS);
+    if (r != 1)
+        print_error("conn %u: expected the server to close it (got %d)\n", c->id, r);
+    assert_int_equal(r, 1);
+}
+
+uint32_t it_create(it_conn_t *c, uint32_t type, const char *metadata, uint32_t stub)
+{
+    assert_int_equal(chanq_sync_create_channel(c->s, stub, type, metadata, NULL), 0);
+    chanq_owned_msg_t env;
+    Channeldpb__CreateChannelResultMessage *cr = it_expect(
+        c, MT_CREATE, stub, &channeldpb__create_channel_result_message__descriptor, &env);
+    assert_int_equal(env.channel_id, 0);
+    chanq_owned_msg_done(&env);
+    assert_int_equal(cr->channeltype, type);
+    assert_string_equal(cr->metadata, metadata ? metadata : "");
+    assert_int_equal(cr->ownerconnid, c->id);
+    uint32_t id = cr->channelid;
+    assert_true(id >= 1 && id <= 65535);
+    chanq_unpack_free(cr);
+    it_expect_sub(c, id, 0, c->id, c->server ? CONN_SERVER : CONN_CLIENT, type, 1);
+    return id;
+}
+
+void it_expect_sub(it_conn_t *c, uint32_t chan, uint32_t stub, uint32_t conn_id,
+                   uint32_t conn_type, uint32_t chan_type, uint32_t data_access)
+{
+    chanq_owned_msg_t env;
+    Channeldpb__SubscribedToChannelResultMessage *sr = it_expect(
+        c, MT_SUB, stub, &channeldpb__subscribed_to_channel_result_message__descriptor, &env);
+    assert_int_equal(env.channel_id, chan);
+    chanq_owned_msg_done(&env);
+    assert_int_equal(sr->connid, conn_id);
+    assert_int_equal(sr->conntype, conn_type);
+    assert_int_equal(sr->channeltype, chan_type);
+    assert_non_null(sr->suboptions);
+    assert_true(sr->suboptions->has_dataaccess);
+    assert_int_equal(sr->suboptions->dataaccess, data_access);
+    chanq_unpack_free(sr);
+}
+
+void it_expect_unsub(it_conn_t *c, uint32_t chan, uint32_t stub, uint32_t conn_id,
+                     uint32_t conn_type, uint32_t chan_type)
+{
+    chanq_owned_msg_t env;
+    Channeldpb__UnsubscribedFromChannelResultMessage *ur = it_expect(
+        c, MT_UNSUB, stub, &channeldpb__unsubscribed_from_channel_result_message__descriptor,
+        &env);
+    assert_int_equal(env.channel_id, chan);
+    chanq_owned_msg_done(&env);
+    assert_int_equal(ur->connid, conn_id);
+    assert_int_equal(ur->conntype, conn_type);
+    assert_int_equal(ur->channeltype, chan_type);
+    chanq_unpack_free(ur);
+}
+
+void it_expect_remove(it_conn_t *c, uint32_t removed_chan)
+{
+    Channeldpb__RemoveChannelMessage *rm =
+        it_expect(c, MT_REMOVE, 0, &channeldpb__remove_channel_message__descriptor, NULL);
+    assert_int_equal(rm->channelid, removed_chan);
+    chanq_unpack_free(rm);
+}
+
+void it_expect_user(it_conn_t *c, uint32_t chan, uint32_t msg_type, uint32_t broadcast,
+                    uint32_t stub, uint32_t client_conn_id, const char *payload)
+{
+    chanq_owned_msg_t env;
+    Channeldpb__ServerForwardMessage *f =
+        it_expect(c, msg_type, stub, &channeldpb__server_forward_message__descriptor, &env);
+    assert_int_equal(env.channel_id, chan);
+    assert_int_equal(env.broadcast, broadcast);
+    chanq_owned_msg_done(&env);
+    assert_int_equal(f->clientconnid, client_conn_id);
+    assert_int_equal(f->payload.len, strlen(payload));
+    if (f->payload.len)
+        assert_memory_equal(f->payload.data, payload, f->payload.len);
+    chanq_unpack_free(f);
+}
+
+void it_sub(it_conn_t *c, uint32_t stub, uint32_t chan, uint32_t conn_id, int data_access)
+{
+    Channeldpb__ChannelSubscriptionOptions o = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
+    if (data_access >= 0) {
+        o.has_dataaccess = 1;
+        o.dataaccess = (Channeldpb__ChannelDataAccess)data_access;
+    }
+    assert_int_equal(chanq_sync_sub_to_channel(c->s, stub, chan, conn_id, &o), 0);
+}
+
+void it_sfwd(it_conn_t *c, uint32_t chan, uint32_t bc, uint32_t msg_type, uint32_t client,
+             const char *payload)
+{
+    assert_int_equal(
+        chanq_sync_server_forward(c->s, chan, bc, msg_type, client, payload, strlen(payload)), 0);
+}

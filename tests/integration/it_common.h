@@ -1,0 +1,109 @@
+/* it_common.h - cmocka helpers shared by the integration tests (tests/integration/).
+ *
+ * Each test function starts its own chanqd with it_start(); the per-test teardown
+ * (it_teardown) frees every connection opened through these helpers and stops the server, so
+ * nothing leaks from one test to the next even when an assertion fails. Every wait is bounded
+ * by IT_TIMEOUT_MS; nothing asserts on elapsed time.
+ *
+ * The worker count comes from the command line (`--workers=N`, see it_main) so that meson runs
+ * each executable with --workers 1 and --workers 3.
+ */
+#ifndef IT_COMMON_H
+#define IT_COMMON_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "chanq_sync.h"
+#include "cq_testsrv.h"
+
+#define IT_TIMEOUT_MS 3000
+
+/* Message types and flags used by the tests. */
+enum {
+    MT_AUTH = 1, MT_CREATE = 3, MT_REMOVE = 4, MT_LIST = 5, MT_SUB = 6, MT_UNSUB = 7,
+    MT_DATA = 8, MT_DISCONNECT = 9, MT_CREATE_SPATIAL = 10,
+};
+enum { BC_SINGLE = 1, BC_ALL = 2, BC_BUT_SENDER = 4, BC_BUT_OWNER = 8, BC_BUT_CLIENT = 16,
+       BC_BUT_SERVER = 32 };
+enum { CT_GLOBAL = 1, CT_PRIVATE = 2, CT_SUBWORLD = 3, CT_TEST = 100 };
+enum { CONN_SERVER = 1, CONN_CLIENT = 2 };
+
+typedef struct it_conn {
+    chanq_sync_t *s;
+    uint32_t id;       /* connId from AuthResult, 0 before */
+    bool server;       /* connected to the server listener */
+    bool skip_copies;  /* it_recv skips stub-0 AUTH/CREATE copies (GLOBAL owner noise) */
+} it_conn_t;
+
+extern int it_workers;
+
+/* Parses --workers=N (default 1) and runs the group with it_teardown per test. */
+int it_run(const char *name, const struct CMUnitTest *tests, size_t n, int argc, char **argv);
+#define IT_MAIN(tests)                                                                         \
+    int main(int argc, char **argv)                                                            \
+    {                                                                                          \
+        return it_run(__FILE__, tests, sizeof(tests) / sizeof(tests[0]), argc, argv);          \
+    }
+#define IT_TEST(f) cmocka_unit_test_setup_teardown(f, NULL, it_teardown)
+
+int it_teardown(void **state);
+
+/* Starts chanqd with the given extra args (NULL-terminated) plus --workers N. Asserts. */
+void it_start(const char *arg0, ...);
+void it_startv(const char *const *args);
+cq_testsrv_t *it_srv(void);
+
+/* Writes a file in the server's temp dir (before or after it_start) and returns its path
+ * (valid until teardown). */
+const char *it_file(const char *name, const char *content);
+
+/* Connects without authenticating (asserts). */
+it_conn_t *it_connect(bool server, const chanq_opts_t *opts);
+/* Authenticates c with pit/lt and asserts SUCCESSFUL; sets c->id. */
+void it_auth(it_conn_t *c, const char *pit, const char *lt);
+/* Connect + AUTH("pit","lt") on the client / server listener. */
+it_conn_t *it_client(void);
+it_conn_t *it_server(void);
+/* A server that possessed GLOBAL (consumes its CreateChannelResult and SUB result);
+ * skip_copies is set. */
+it_conn_t *it_gowner(void);
+/* Closes a connection now (also removes it from the teardown list). */
+void it_close(it_conn_t *c);
+
+/* Next message within IT_TIMEOUT_MS (asserts one arrives). */
+void it_recv(it_conn_t *c, chanq_owned_msg_t *m);
+/* Next message must have msg_type and stub_id; returns its body decoded as d (or NULL if d is
+ * NULL); free with chanq_unpack_free. The envelope is stored in *env when env is not NULL
+ * (caller frees with chanq_owned_msg_done). */
+void *it_expect(it_conn_t *c, uint32_t msg_type, uint32_t stub_id,
+                const ProtobufCMessageDescriptor *d, chanq_owned_msg_t *env);
+/* Asserts the server closes c within IT_TIMEOUT_MS. */
+void it_expect_closed(it_conn_t *c);
+
+/* Creates a channel (stub `stub`) and consumes the CreateChannelResult (asserting its fields)
+ * and the creator's SUB result. Returns the new channel id. */
+uint32_t it_create(it_conn_t *c, uint32_t type, const char *metadata, uint32_t stub);
+
+/* Expectation helpers for common results. */
+void it_expect_sub(it_conn_t *c, uint32_t chan, uint32_t stub, uint32_t conn_id,
+                   uint32_t conn_type, uint32_t chan_type, uint32_t data_access);
+void it_expect_unsub(it_conn_t *c, uint32_t chan, uint32_t stub, uint32_t conn_id,
+                     uint32_t conn_type, uint32_t chan_type);
+void it_expect_remove(it_conn_t *c, uint32_t removed_chan);
+/* A user-space message: asserts envelope fields and the ServerForwardMessage body. */
+void it_expect_user(it_conn_t *c, uint32_t chan, uint32_t msg_type, uint32_t broadcast,
+                    uint32_t stub, uint32_t client_conn_id, const char *payload);
+
+/* SUB self to chan with explicit dataAccess, stub echoed; returns nothing (see it_expect_sub). */
+void it_sub(it_conn_t *c, uint32_t stub, uint32_t chan, uint32_t conn_id, int data_access);
+
+/* Sends a SERVER user message (ServerForwardMessage{client, payload}) on chan. */
+void it_sfwd(it_conn_t *c, uint32_t chan, uint32_t bc, uint32_t msg_type, uint32_t client,
+             const char *payload);
+
+#endif

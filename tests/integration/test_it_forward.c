@@ -1,0 +1,181 @@
+/* test_it_forward.c - user-space messages (§1.8): client -> owner wrapping, server broadcast
+ * flags, SINGLE_CONNECTION, invalid server bodies, DISCONNECT. */
+#include "it_common.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct world {
+    it_conn_t *s, *o, *c1, *c2; /* owner server, other server, two clients */
+    uint32_t ch;
+} world_t;
+
+static void world_init(world_t *w)
+{
+    it_start(NULL);
+    w->s = it_server();
+    w->o = it_server();
+    w->c1 = it_client();
+    w->c2 = it_client();
+    w->ch = it_create(w->s, CT_SUBWORLD, "fwd", 1);
+    it_sub(w->o, 2, w->ch, w->o->id, -1);
+    it_expect_sub(w->o, w->ch, 2, w->o->id, CONN_SERVER, CT_SUBWORLD, 1);
+    it_expect_sub(w->s, w->ch, 0, w->o->id, CONN_SERVER, CT_SUBWORLD, 1);
+    it_conn_t *cs[2] = {w->c1, w->c2};
+    for (int i = 0; i < 2; i++) {
+        it_sub(w->s, 3, w->ch, cs[i]->id, -1);
+        it_expect_sub(w->s, w->ch, 3, cs[i]->id, CONN_CLIENT, CT_SUBWORLD, 1);
+        it_expect_sub(cs[i], w->ch, 0, cs[i]->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    }
+}
+
+/* A server user message with a stub (ServerForwardMessage body). */
+static void sfwd_stub(it_conn_t *c, uint32_t ch, uint32_t bc, uint32_t type, uint32_t stub,
+                      uint32_t client, const char *payload)
+{
+    Channeldpb__ServerForwardMessage f = CHANNELDPB__SERVER_FORWARD_MESSAGE__INIT;
+    f.clientconnid = client;
+    f.payload.data = (uint8_t *)payload;
+    f.payload.len = strlen(payload);
+    assert_int_equal(chanq_sync_send(c->s, ch, bc, stub, type, &f.base), 0);
+}
+
+static unsigned g_marker;
+
+/* Sends a marker broadcast (ALL) from o and checks, for each of the 4 connections, that the
+ * test message arrived first iff its bit is set in `mask` (s=1, o=2, c1=4, c2=8), then the
+ * marker. */
+static void check_recipients(world_t *w, unsigned mask, uint32_t type, uint32_t bc, uint32_t stub,
+                             uint32_t client, const char *payload)
+{
+    char marker[32];
+    snprintf(marker, sizeof(marker), "marker-%u", ++g_marker);
+    sfwd_stub(w->o, w->ch, BC_ALL, 199, 0, 0, marker);
+    it_conn_t *all[4] = {w->s, w->o, w->c1, w->c2};
+    for (int i = 0; i < 4; i++) {
+        if (mask & (1u << i))
+            it_expect_user(all[i], w->ch, type, bc, stub, client, payload);
+        it_expect_user(all[i], w->ch, 199, BC_ALL, 0, 0, marker);
+    }
+}
+
+enum { R_S = 1, R_O = 2, R_C1 = 4, R_C2 = 8, R_ALL = 15 };
+
+static void test_server_broadcast_flags(void **state)
+{
+    world_t w;
+    world_init(&w);
+    struct {
+        uint32_t bc;
+        unsigned mask;
+    } cases[] = {
+        {0, R_S},
+        {BC_ALL, R_ALL},
+        {BC_ALL | BC_BUT_SENDER, R_S | R_C1 | R_C2},
+        {BC_ALL | BC_BUT_OWNER, R_O | R_C1 | R_C2},
+        {BC_ALL | BC_BUT_CLIENT, R_S | R_O},
+        {BC_ALL | BC_BUT_SERVER, R_C1 | R_C2},
+        {BC_ALL | BC_BUT_SENDER | BC_BUT_CLIENT, R_S},
+        {BC_ALL | BC_BUT_OWNER | BC_BUT_SERVER, R_C1 | R_C2},
+        {BC_ALL | BC_BUT_SENDER | BC_BUT_OWNER, R_C1 | R_C2},
+        {BC_BUT_SENDER, R_S | R_C1 | R_C2},        /* 2 <= bc < 64 without ALL */
+        {BC_BUT_OWNER | BC_BUT_CLIENT, R_O},
+        {BC_SINGLE | BC_ALL, R_ALL},               /* 3 is treated like 2 */
+        {BC_ALL | BC_BUT_CLIENT | BC_BUT_SERVER, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char payload[32];
+        snprintf(payload, sizeof(payload), "case-%zu", i);
+        sfwd_stub(w.o, w.ch, cases[i].bc, 120, 33, 0, payload);
+        check_recipients(&w, cases[i].mask, 120, cases[i].bc, 33, 0, payload);
+    }
+    /* the clientConnId and payload are passed through as sent (same sender as the markers:
+     * only messages from one connection are ordered) */
+    sfwd_stub(w.o, w.ch, BC_ALL | BC_BUT_OWNER, 121, 0, w.c2->id, "carry");
+    check_recipients(&w, R_O | R_C1 | R_C2, 121, BC_ALL | BC_BUT_OWNER, 0, w.c2->id, "carry");
+}
+
+static void test_server_single_connection(void **state)
+{
+    world_t w;
+    world_init(&w);
+    sfwd_stub(w.o, w.ch, BC_SINGLE, 130, 4, w.c1->id, "only-c1");
+    check_recipients(&w, R_C1, 130, BC_SINGLE, 4, w.c1->id, "only-c1");
+    sfwd_stub(w.o, w.ch, BC_SINGLE, 131, 5, 0, "owner");
+    check_recipients(&w, R_S, 131, BC_SINGLE, 5, 0, "owner");
+    /* SINGLE_CONNECTION to a connection that is not subscribed still reaches it */
+    it_conn_t *c3 = it_client();
+    sfwd_stub(w.o, w.ch, BC_SINGLE, 132, 0, c3->id, "direct");
+    it_expect_user(c3, w.ch, 132, BC_SINGLE, 0, c3->id, "direct");
+    /* to a connection that does not exist: dropped */
+    sfwd_stub(w.o, w.ch, BC_SINGLE, 133, 0, 60000, "void");
+    check_recipients(&w, 0, 0, 0, 0, 0, "");
+}
+
+static void test_client_to_owner(void **state)
+{
+    world_t w;
+    world_init(&w);
+    uint32_t bcs[] = {0, BC_SINGLE, BC_ALL, BC_ALL | BC_BUT_SENDER, BC_ALL | BC_BUT_SERVER};
+    for (size_t i = 0; i < sizeof(bcs) / sizeof(bcs[0]); i++) {
+        char payload[32];
+        snprintf(payload, sizeof(payload), "from-c1-%zu", i);
+        assert_int_equal(chanq_sync_send_raw(w.c1->s, w.ch, bcs[i], 9, 140, payload,
+                                             strlen(payload)),
+                         0);
+        /* only the owner, wrapped with clientConnId = c1, original envelope fields; the
+         * marker (from another connection) is sent once the owner has it */
+        it_expect_user(w.s, w.ch, 140, bcs[i], 9, w.c1->id, payload);
+        check_recipients(&w, 0, 0, 0, 0, 0, "");
+    }
+    /* an empty client body: ServerForwardMessage{clientConnId} with no payload */
+    assert_int_equal(chanq_sync_send_raw(w.c2->s, w.ch, 0, 0, 141, NULL, 0), 0);
+    it_expect_user(w.s, w.ch, 141, 0, 0, w.c2->id, "");
+    check_recipients(&w, 0, 0, 0, 0, 0, "");
+}
+
+static void test_server_invalid_body_dropped(void **state)
+{
+    world_t w;
+    world_init(&w);
+    static const uint8_t garbage[] = {0xff, 0xff, 0xff};
+    static const uint8_t wrong_wire[] = {0x0a, 0x02, 'h', 'i'}; /* field 1 as bytes */
+    assert_int_equal(chanq_sync_send_raw(w.o->s, w.ch, BC_ALL, 0, 150, garbage, 3), 0);
+    assert_int_equal(chanq_sync_send_raw(w.o->s, w.ch, BC_ALL, 0, 151, wrong_wire, 4), 0);
+    check_recipients(&w, 0, 0, 0, 0, 0, "");
+    assert_true(cq_testsrv_log_wait(it_srv(), "not a ServerForwardMessage", IT_TIMEOUT_MS));
+    /* a valid one from the same connection is still forwarded */
+    sfwd_stub(w.o, w.ch, BC_ALL, 152, 0, 0, "valid");
+    check_recipients(&w, R_ALL, 152, BC_ALL, 0, 0, "valid");
+}
+
+static void test_disconnect(void **state)
+{
+    world_t w;
+    world_init(&w);
+    /* a client may not send DISCONNECT (FSM): dropped, both stay */
+    assert_int_equal(chanq_sync_disconnect(w.c1->s, w.c2->id), 0);
+    assert_true(cq_testsrv_log_wait(it_srv(), "not allowed by the connection's FSM state",
+                                    IT_TIMEOUT_MS));
+    check_recipients(&w, 0, 0, 0, 0, 0, "");
+    /* a server's DISCONNECT closes the target; the owner hears of the lost subscription */
+    assert_int_equal(chanq_sync_disconnect(w.o->s, w.c2->id), 0);
+    it_expect_closed(w.c2);
+    it_expect_unsub(w.s, w.ch, 0, w.c2->id, CONN_CLIENT, CT_SUBWORLD);
+    assert_true(cq_testsrv_log_wait(it_srv(), "DISCONNECT requested", IT_TIMEOUT_MS));
+    /* everyone else keeps working */
+    sfwd_stub(w.o, w.ch, BC_ALL, 160, 0, 0, "after");
+    it_expect_user(w.s, w.ch, 160, BC_ALL, 0, 0, "after");
+    it_expect_user(w.o, w.ch, 160, BC_ALL, 0, 0, "after");
+    it_expect_user(w.c1, w.ch, 160, BC_ALL, 0, 0, "after");
+}
+
+static const struct CMUnitTest tests[] = {
+    IT_TEST(test_server_broadcast_flags),
+    IT_TEST(test_server_single_connection),
+    IT_TEST(test_client_to_owner),
+    IT_TEST(test_server_invalid_body_dropped),
+    IT_TEST(test_disconnect),
+};
+
+IT_MAIN(tests)

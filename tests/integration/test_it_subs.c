@@ -1,0 +1,275 @@
+/* test_it_subs.c - SUB_TO_CHANNEL / UNSUB_FROM_CHANNEL (§1.7) and the channel ACL (§2.3). */
+#include "it_common.h"
+
+#include <string.h>
+
+/* channeld's client_authoratative_fsm.json */
+static const char CLIENT_AUTH_FSM[] =
+    "{\"States\": [{\"Name\": \"INIT\", \"MsgTypeWhitelist\": \"1\", \"MsgTypeBlacklist\": \"\"},"
+    " {\"Name\": \"OPEN\", \"MsgTypeWhitelist\": \"3-8,15-65535\", \"MsgTypeBlacklist\": \"\"}],"
+    " \"Transitions\": []}\n";
+
+static void start_auth_fsm(const char *settings)
+{
+    const char *fsm = it_file("client_fsm.json", CLIENT_AUTH_FSM);
+    if (settings)
+        it_start("--client-fsm", fsm, "--channel-settings", it_file("settings.json", settings),
+                 NULL);
+    else
+        it_start("--client-fsm", fsm, NULL);
+}
+
+static void test_sub_client_self(void **state)
+{
+    start_auth_fsm(NULL);
+    it_conn_t *s = it_server();
+    it_conn_t *c = it_client();
+    uint32_t ch = it_create(s, CT_SUBWORLD, "w", 1);
+
+    /* connId is ignored for a CLIENT: it always subscribes itself */
+    it_sub(c, 5, ch, 999, -1);
+    it_expect_sub(c, ch, 5, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_expect_sub(s, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 1); /* owner copy, stub 0 */
+
+    /* same access again: no reply; changed access: a reply (so c's next is stub 7) */
+    it_sub(c, 6, ch, 0, 1);
+    it_sub(c, 7, ch, 0, 2);
+    it_expect_sub(c, ch, 7, c->id, CONN_CLIENT, CT_SUBWORLD, 2);
+    it_expect_sub(s, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 2);
+
+    /* UNSUB self: sender (stub echoed) and owner (stub 0) */
+    assert_int_equal(chanq_sync_unsub_from_channel(c->s, 8, ch, c->id), 0);
+    it_expect_unsub(c, ch, 8, c->id, CONN_CLIENT, CT_SUBWORLD);
+    it_expect_unsub(s, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD);
+
+    /* UNSUB again: not subscribed, nothing is sent; SUB again works (stub 10 is next) */
+    assert_int_equal(chanq_sync_unsub_from_channel(c->s, 9, ch, c->id), 0);
+    it_sub(c, 10, ch, 0, -1);
+    it_expect_sub(c, ch, 10, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+
+    /* a subscription to an unknown channel is dropped silently; the connection stays */
+    it_sub(c, 11, 4242, 0, -1);
+    it_sub(c, 12, ch, 0, 2);
+    it_expect_sub(c, ch, 12, c->id, CONN_CLIENT, CT_SUBWORLD, 2);
+}
+
+static void test_sub_other_by_server(void **state)
+{
+    it_start(NULL);
+    it_conn_t *s = it_server();
+    it_conn_t *o = it_server();
+    it_conn_t *s2 = it_server();
+    it_conn_t *c = it_client();
+    uint32_t ch = it_create(s, CT_SUBWORLD, "w", 1);
+
+    /* another server subscribes the client: sender (stub), subject (0), owner (0) */
+    it_sub(o, 3, ch, c->id, -1);
+    it_expect_sub(o, ch, 3, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_expect_sub(c, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_expect_sub(s, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+
+    /* a server subject: connType SERVER */
+    it_sub(o, 4, ch, s2->id, -1);
+    it_expect_sub(o, ch, 4, s2->id, CONN_SERVER, CT_SUBWORLD, 1);
+    it_expect_sub(s2, ch, 0, s2->id, CONN_SERVER, CT_SUBWORLD, 1);
+    it_expect_sub(s, ch, 0, s2->id, CONN_SERVER, CT_SUBWORLD, 1);
+
+    /* connId 0 from a server is an error; an unknown connection too: no replies, so o's
+     * next reply is stub 7 */
+    it_sub(o, 5, ch, 0, -1);
+    it_sub(o, 6, ch, 77777, -1);
+    it_sub(o, 7, ch, o->id, -1);
+    it_expect_sub(o, ch, 7, o->id, CONN_SERVER, CT_SUBWORLD, 1);
+    it_expect_sub(s, ch, 0, o->id, CONN_SERVER, CT_SUBWORLD, 1);
+
+    /* UNSUB of another connection */
+    assert_int_equal(chanq_sync_unsub_from_channel(o->s, 8, ch, c->id), 0);
+    it_expect_unsub(o, ch, 8, c->id, CONN_CLIENT, CT_SUBWORLD);
+    it_expect_unsub(c, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD);
+    it_expect_unsub(s, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD);
+
+    /* the owner subscribing someone: sender + subject only (no third copy) */
+    it_sub(s, 9, ch, c->id, 2);
+    it_expect_sub(s, ch, 9, c->id, CONN_CLIENT, CT_SUBWORLD, 2);
+    it_expect_sub(c, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 2);
+    /* and a re-SUB of it with changed access by another server reaches all three */
+    it_sub(o, 10, ch, c->id, 1);
+    it_expect_sub(o, ch, 10, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_expect_sub(c, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_expect_sub(s, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+}
+
+/* ---- ACL ---------------------------------------------------------------------------------- */
+
+/* Types 100..103 get ACL level 0..3 for Sub, Unsub and Remove. */
+static const char ACL_SETTINGS[] =
+    "{\"1\": {\"TickIntervalMs\": 20, \"DefaultFanOutIntervalMs\": 20,"
+    " \"ACLSettings\": {\"Sub\": 3, \"Unsub\": 3, \"Remove\": 0}},"
+    " \"100\": {\"ACLSettings\": {\"Sub\": 0, \"Unsub\": 0, \"Remove\": 0}},"
+    " \"101\": {\"ACLSettings\": {\"Sub\": 1, \"Unsub\": 1, \"Remove\": 1}},"
+    " \"102\": {\"ACLSettings\": {\"Sub\": 2, \"Unsub\": 2, \"Remove\": 2}},"
+    " \"103\": {\"ACLSettings\": {\"Sub\": 3, \"Unsub\": 3, \"Remove\": 3}}}\n";
+
+enum { ACT_OTHER, ACT_GOWNER, ACT_OWNER };
+
+static bool acl_allowed(int level, int actor)
+{
+    switch (actor) {
+    case ACT_OTHER:
+        return level == 3;
+    case ACT_GOWNER:
+        return level >= 2;
+    default:
+        return level >= 1;
+    }
+}
+
+static uint32_t g_stub = 100;
+
+/* Toggles x's own subscription access on ch and discards everything up to its reply. When
+ * used right after an operation, check_first tells whether the operation's reply (stub
+ * op_stub, msg_type) must come first. */
+static void barrier(it_conn_t *x, uint32_t ch, int *acc)
+{
+    *acc = *acc == 1 ? 2 : 1;
+    uint32_t stub = ++g_stub;
+    it_sub(x, stub, ch, x->id, *acc);
+    for (;;) {
+        chanq_owned_msg_t m;
+        it_recv(x, &m);
+        bool done = m.stub_id == stub && m.msg_type == MT_SUB;
+        chanq_owned_msg_done(&m);
+        if (done)
+            return;
+    }
+}
+
+/* After an op with stub op_stub: the op's reply comes first iff allowed, then the barrier's. */
+static void expect_verdict(it_conn_t *x, uint32_t ch, int *acc, uint32_t op_type,
+                           uint32_t op_stub, bool allowed, int level, int actor)
+{
+    *acc = *acc == 1 ? 2 : 1;
+    uint32_t stub = ++g_stub;
+    it_sub(x, stub, ch, x->id, *acc);
+    chanq_owned_msg_t m;
+    it_recv(x, &m);
+    bool got_op = m.msg_type == op_type && m.stub_id == op_stub;
+    if (got_op != allowed)
+        print_error("ACL level %d actor %d msgType %u: expected %s, got msgType %u stub %u\n",
+                    level, actor, op_type, allowed ? "allowed" : "denied", m.msg_type,
+                    m.stub_id);
+    assert_true(got_op == allowed);
+    if (!got_op)
+        assert_true(m.msg_type == MT_SUB && m.stub_id == stub);
+    chanq_owned_msg_done(&m);
+    if (got_op)
+        it_expect(x, MT_SUB, stub, NULL, NULL);
+}
+
+/* Creates channels owned by x until one shares ch's worker (id % workers); returns it. */
+static uint32_t same_worker_channel(it_conn_t *x, uint32_t ch)
+{
+    for (;;) {
+        uint32_t id = it_create(x, 103, "barrier", ++g_stub);
+        if (id % (uint32_t)it_workers == ch % (uint32_t)it_workers)
+            return id;
+    }
+}
+
+static void test_acl_levels(void **state)
+{
+    start_auth_fsm(ACL_SETTINGS);
+    it_conn_t *s = it_server(); /* owner of the test channels */
+    it_conn_t *g = it_gowner();
+    it_conn_t *o = it_server();
+    it_conn_t *c = it_client();
+    it_conn_t *actors[3] = {o, g, s};
+
+    for (int level = 0; level <= 3; level++) {
+        uint32_t type = 100u + (uint32_t)level;
+        uint32_t ch = it_create(s, type, "acl", ++g_stub);
+        int acc[3] = {1, 1, 1};
+        /* o and g subscribe themselves (always allowed: self) to get a barrier channel */
+        it_sub(o, ++g_stub, ch, o->id, 1);
+        it_expect_sub(o, ch, g_stub, o->id, CONN_SERVER, type, 1);
+        it_sub(g, ++g_stub, ch, g->id, 1);
+        it_expect_sub(g, ch, g_stub, g->id, CONN_SERVER, type, 1);
+
+        for (int a = 0; a < 3; a++) {
+            it_conn_t *x = actors[a];
+            bool ok = acl_allowed(level, a);
+            /* Sub: x subscribes the client */
+            barrier(x, ch, &acc[a]);
+            uint32_t op = ++g_stub;
+            it_sub(x, op, ch, c->id, -1);
+            expect_verdict(x, ch, &acc[a], MT_SUB, op, ok, level, a);
+            if (ok) {
+                it_expect_sub(c, ch, 0, c->id, CONN_CLIENT, type, 1);
+                uint32_t u = ++g_stub;
+                assert_int_equal(chanq_sync_unsub_from_channel(c->s, u, ch, c->id), 0);
+                it_expect_unsub(c, ch, u, c->id, CONN_CLIENT, type);
+            }
+            /* Unsub: the client subscribes itself, x unsubscribes it */
+            uint32_t sc = ++g_stub;
+            it_sub(c, sc, ch, 0, -1);
+            it_expect_sub(c, ch, sc, c->id, CONN_CLIENT, type, 1);
+            barrier(x, ch, &acc[a]);
+            op = ++g_stub;
+            assert_int_equal(chanq_sync_unsub_from_channel(x->s, op, ch, c->id), 0);
+            expect_verdict(x, ch, &acc[a], MT_UNSUB, op, ok, level, a);
+            if (ok) {
+                it_expect_unsub(c, ch, 0, c->id, CONN_CLIENT, type);
+            } else {
+                uint32_t u = ++g_stub;
+                assert_int_equal(chanq_sync_unsub_from_channel(c->s, u, ch, c->id), 0);
+                it_expect_unsub(c, ch, u, c->id, CONN_CLIENT, type);
+            }
+        }
+
+        /* Remove, least privileged actor first, on a channel of its own per actor. */
+        for (int a = 0; a < 3; a++) {
+            it_conn_t *x = actors[a];
+            bool ok = acl_allowed(level, a);
+            barrier(s, ch, &acc[2]); /* s (the owner) also got copies of the above */
+            uint32_t rc = it_create(s, type, "acl-rm", ++g_stub);
+            if (x != s) {
+                it_sub(x, ++g_stub, rc, x->id, 1);
+                it_expect_sub(x, rc, g_stub, x->id, CONN_SERVER, type, 1);
+            }
+            uint32_t bar = same_worker_channel(x, rc);
+            assert_int_equal(chanq_sync_remove_channel(x->s, ++g_stub, rc), 0);
+            assert_int_equal(chanq_sync_remove_channel(x->s, ++g_stub, bar), 0);
+            chanq_owned_msg_t m;
+            for (;;) { /* skip SUB copies about rc from before */
+                it_recv(x, &m);
+                if (m.msg_type == MT_REMOVE)
+                    break;
+                chanq_owned_msg_done(&m);
+            }
+            Channeldpb__RemoveChannelMessage *rm =
+                chanq_sync_decode(&m, &channeldpb__remove_channel_message__descriptor);
+            assert_non_null(rm);
+            if ((rm->channelid == rc) != ok)
+                print_error("ACL level %d actor %d REMOVE: expected %s\n", level, a,
+                            ok ? "allowed" : "denied");
+            assert_true((rm->channelid == rc) == ok);
+            if (ok) {
+                chanq_unpack_free(rm);
+                chanq_owned_msg_done(&m);
+                rm = it_expect(x, MT_REMOVE, 0, &channeldpb__remove_channel_message__descriptor,
+                               &m);
+            }
+            assert_int_equal(rm->channelid, bar);
+            chanq_unpack_free(rm);
+            chanq_owned_msg_done(&m);
+        }
+    }
+}
+
+static const struct CMUnitTest tests[] = {
+    IT_TEST(test_sub_client_self),
+    IT_TEST(test_sub_other_by_server),
+    IT_TEST(test_acl_levels),
+};
+
+IT_MAIN(tests)
