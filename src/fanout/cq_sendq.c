@@ -234,13 +234,14 @@ cq_buf_t *cq_sendq_compress_record(const cq_buf_t *record, cq_framing_mode_t mod
         return NULL;
     size_t clen = 0;
     uint8_t *body = p->data + CQ_FRAME_HDR_LEN;
-    if (cq_snappy_compress(record->data, record->len, body, &clen) == 0 && clen < record->len &&
+    if (cq_snappy_compress(record->data, record->len, body, &clen) == 0 &&
+        clen <= CQ_FRAME_MAX_BODY &&
         (mode != CQ_FRAMING_LEGACY || !cq_framing_legacy_pad((uint32_t)clen))) {
         cq_framing_header(p->data, (uint32_t)clen, CQ_CT_SNAPPY, mode);
         p->len = (uint32_t)(CQ_FRAME_HDR_LEN + clen);
         return p;
     }
-    /* Plain packet: compression would not help (peers read byte 4 per packet). */
+    /* Plain packet: the compressed body would not fit (peers read byte 4 per packet). */
     memcpy(body, record->data, record->len);
     uint32_t len = record->len;
     if (mode == CQ_FRAMING_LEGACY && cq_framing_legacy_pad(len))

@@ -69,8 +69,10 @@ bool cq_sendq_written(cq_sendq_t *q, size_t n);
  * soft_ms or more, else 0. */
 int cq_sendq_check_soft(cq_sendq_t *q, size_t soft_limit, uint64_t soft_ms, uint64_t now_ms);
 
-/* Builds a complete Snappy packet (header included) from one record, or a plain packet when
- * compression does not make it smaller. Returns an owned PACKET buffer or NULL on OOM. */
+/* Builds a complete Snappy packet (header included) from one record, as channeld compresses
+ * every packet to a peer that sent Snappy; a plain packet only when the compressed body would
+ * not fit a packet (or, for legacy peers, would need padding). Returns an owned PACKET buffer
+ * or NULL on OOM. */
 cq_buf_t *cq_sendq_compress_record(const cq_buf_t *record, cq_framing_mode_t mode);
 
 #endif
