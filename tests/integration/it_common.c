@@ -180,8 +180,8 @@ it_conn_t *it_gowner(void)
 {
     it_conn_t *g = it_server();
     assert_int_equal(chanq_sync_create_channel(g->s, 1, CT_GLOBAL, "", NULL), 0);
-    Channeldpb__CreateChannelResultMessage *cr = it_expect(
-        g, MT_CREATE, 1, &channeldpb__create_channel_result_message__descriptor, NULL);
+    Channeldpb__CreateChannelResultMessage *cr =
+        it_expect(g, MT_CREATE, 1, &channeldpb__create_channel_result_message__descriptor, NULL);
     assert_int_equal(cr->channelid, 0);
     assert_int_equal(cr->ownerconnid, g->id);
     assert_int_equal(cr->channeltype, CT_GLOBAL);
@@ -194,8 +194,7 @@ it_conn_t *it_gowner(void)
 static bool is_copy(const chanq_owned_msg_t *m)
 {
     return m->stub_id == 0 && m->channel_id == 0 &&
-           (m->msg_type == MT_AUTH || m->msg_type == MT_CREATE ||
-            m->msg_type == MT_CREATE_SPATIAL);
+           (m->msg_type == MT_AUTH || m->msg_type == MT_CREATE || m->msg_type == MT_CREATE_SPATIAL);
 }
 
 void it_recv(it_conn_t *c, chanq_owned_msg_t *m)
@@ -246,8 +245,8 @@ uint32_t it_create(it_conn_t *c, uint32_t type, const char *metadata, uint32_t s
 {
     assert_int_equal(chanq_sync_create_channel(c->s, stub, type, metadata, NULL), 0);
     chanq_owned_msg_t env;
-    Channeldpb__CreateChannelResultMessage *cr = it_expect(
-        c, MT_CREATE, stub, &channeldpb__create_channel_result_message__descriptor, &env);
+    Channeldpb__CreateChannelResultMessage *cr =
+        it_expect(c, MT_CREATE, stub, &channeldpb__create_channel_result_message__descriptor, &env);
     assert_int_equal(env.channel_id, 0);
     chanq_owned_msg_done(&env);
     assert_int_equal(cr->channeltype, type);
@@ -260,8 +259,8 @@ uint32_t it_create(it_conn_t *c, uint32_t type, const char *metadata, uint32_t s
     return id;
 }
 
-void it_expect_sub(it_conn_t *c, uint32_t chan, uint32_t stub, uint32_t conn_id,
-                   uint32_t conn_type, uint32_t chan_type, uint32_t data_access)
+void it_expect_sub(it_conn_t *c, uint32_t chan, uint32_t stub, uint32_t conn_id, uint32_t conn_type,
+                   uint32_t chan_type, uint32_t data_access)
 {
     chanq_owned_msg_t env;
     Channeldpb__SubscribedToChannelResultMessage *sr = it_expect(
@@ -282,8 +281,7 @@ void it_expect_unsub(it_conn_t *c, uint32_t chan, uint32_t stub, uint32_t conn_i
 {
     chanq_owned_msg_t env;
     Channeldpb__UnsubscribedFromChannelResultMessage *ur = it_expect(
-        c, MT_UNSUB, stub, &channeldpb__unsubscribed_from_channel_result_message__descriptor,
-        &env);
+        c, MT_UNSUB, stub, &channeldpb__unsubscribed_from_channel_result_message__descriptor, &env);
     assert_int_equal(env.channel_id, chan);
     chanq_owned_msg_done(&env);
     assert_int_equal(ur->connid, conn_id);

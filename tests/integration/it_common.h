@@ -25,29 +25,42 @@
 
 /* Message types and flags used by the tests. */
 enum {
-    MT_AUTH = 1, MT_CREATE = 3, MT_REMOVE = 4, MT_LIST = 5, MT_SUB = 6, MT_UNSUB = 7,
-    MT_DATA = 8, MT_DISCONNECT = 9, MT_CREATE_SPATIAL = 10,
+    MT_AUTH = 1,
+    MT_CREATE = 3,
+    MT_REMOVE = 4,
+    MT_LIST = 5,
+    MT_SUB = 6,
+    MT_UNSUB = 7,
+    MT_DATA = 8,
+    MT_DISCONNECT = 9,
+    MT_CREATE_SPATIAL = 10,
 };
-enum { BC_SINGLE = 1, BC_ALL = 2, BC_BUT_SENDER = 4, BC_BUT_OWNER = 8, BC_BUT_CLIENT = 16,
-       BC_BUT_SERVER = 32 };
+enum {
+    BC_SINGLE = 1,
+    BC_ALL = 2,
+    BC_BUT_SENDER = 4,
+    BC_BUT_OWNER = 8,
+    BC_BUT_CLIENT = 16,
+    BC_BUT_SERVER = 32
+};
 enum { CT_GLOBAL = 1, CT_PRIVATE = 2, CT_SUBWORLD = 3, CT_TEST = 100 };
 enum { CONN_SERVER = 1, CONN_CLIENT = 2 };
 
 typedef struct it_conn {
     chanq_sync_t *s;
-    uint32_t id;       /* connId from AuthResult, 0 before */
-    bool server;       /* connected to the server listener */
-    bool skip_copies;  /* it_recv skips stub-0 AUTH/CREATE copies (GLOBAL owner noise) */
+    uint32_t id;      /* connId from AuthResult, 0 before */
+    bool server;      /* connected to the server listener */
+    bool skip_copies; /* it_recv skips stub-0 AUTH/CREATE copies (GLOBAL owner noise) */
 } it_conn_t;
 
 extern int it_workers;
 
 /* Parses --workers=N (default 1) and runs the group with it_teardown per test. */
 int it_run(const char *name, const struct CMUnitTest *tests, size_t n, int argc, char **argv);
-#define IT_MAIN(tests)                                                                         \
-    int main(int argc, char **argv)                                                            \
-    {                                                                                          \
-        return it_run(__FILE__, tests, sizeof(tests) / sizeof(tests[0]), argc, argv);          \
+#define IT_MAIN(tests)                                                                             \
+    int main(int argc, char **argv)                                                                \
+    {                                                                                              \
+        return it_run(__FILE__, tests, sizeof(tests) / sizeof(tests[0]), argc, argv);              \
     }
 #define IT_TEST(f) cmocka_unit_test_setup_teardown(f, NULL, it_teardown)
 
@@ -90,8 +103,8 @@ void it_expect_closed(it_conn_t *c);
 uint32_t it_create(it_conn_t *c, uint32_t type, const char *metadata, uint32_t stub);
 
 /* Expectation helpers for common results. */
-void it_expect_sub(it_conn_t *c, uint32_t chan, uint32_t stub, uint32_t conn_id,
-                   uint32_t conn_type, uint32_t chan_type, uint32_t data_access);
+void it_expect_sub(it_conn_t *c, uint32_t chan, uint32_t stub, uint32_t conn_id, uint32_t conn_type,
+                   uint32_t chan_type, uint32_t data_access);
 void it_expect_unsub(it_conn_t *c, uint32_t chan, uint32_t stub, uint32_t conn_id,
                      uint32_t conn_type, uint32_t chan_type);
 void it_expect_remove(it_conn_t *c, uint32_t removed_chan);

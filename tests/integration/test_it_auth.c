@@ -86,15 +86,14 @@ static void test_auth_file_provider(void **state)
     expect_auth_copy(g, bid + 1, 2);
     assert_int_equal(chanq_sync_user_msg(u->s, 0, 0, 150, "early", 5), 0);
     prove_open(g, a, "after-early"); /* the owner's next message is not "early" */
-    assert_true(cq_testsrv_log_wait(it_srv(), "not allowed by the connection's FSM state",
-                                    IT_TIMEOUT_MS));
+    assert_true(
+        cq_testsrv_log_wait(it_srv(), "not allowed by the connection's FSM state", IT_TIMEOUT_MS));
 }
 
 static void test_auth_max_failed(void **state)
 {
     const char *tok = it_file("tokens.json", TOKENS);
-    it_start("--auth-provider", "file", "--auth-token-file", tok, "--max-failed-auth", "2",
-             NULL);
+    it_start("--auth-provider", "file", "--auth-token-file", tok, "--max-failed-auth", "2", NULL);
     it_conn_t *g = it_gowner();
     it_conn_t *c = it_connect(false, NULL);
     assert_int_equal(try_auth(c, "alice", "bad1", NULL), 2);
@@ -119,10 +118,9 @@ static void test_auth_timeout(void **state)
     it_conn_t *c = it_client();
     it_conn_t *silent = it_connect(false, NULL);
     it_expect_closed(silent);
-    assert_true(cq_testsrv_log_wait(it_srv(), "not authenticated within auth-timeout-ms",
-                                    IT_TIMEOUT_MS));
-    assert_true(cq_testsrv_metric_wait_ge(it_srv(), "auth_timeout_closed", 1, IT_TIMEOUT_MS) >=
-                1);
+    assert_true(
+        cq_testsrv_log_wait(it_srv(), "not authenticated within auth-timeout-ms", IT_TIMEOUT_MS));
+    assert_true(cq_testsrv_metric_wait_ge(it_srv(), "auth_timeout_closed", 1, IT_TIMEOUT_MS) >= 1);
     /* the authenticated connections were not affected */
     prove_open(g, c, "alive");
 }
@@ -144,10 +142,8 @@ static void test_auth_wrong_channel_closes(void **state)
 }
 
 static const struct CMUnitTest tests[] = {
-    IT_TEST(test_auth_dev_provider),
-    IT_TEST(test_auth_file_provider),
-    IT_TEST(test_auth_max_failed),
-    IT_TEST(test_auth_timeout),
+    IT_TEST(test_auth_dev_provider),         IT_TEST(test_auth_file_provider),
+    IT_TEST(test_auth_max_failed),           IT_TEST(test_auth_timeout),
     IT_TEST(test_auth_wrong_channel_closes),
 };
 

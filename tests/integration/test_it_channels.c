@@ -16,8 +16,7 @@ static Channeldpb__ListChannelResultMessage *list(it_conn_t *c, uint32_t stub, u
 }
 
 /* Returns the metadata of channel id in the list, or NULL. */
-static const char *find(const Channeldpb__ListChannelResultMessage *lr, uint32_t id,
-                        uint32_t *type)
+static const char *find(const Channeldpb__ListChannelResultMessage *lr, uint32_t id, uint32_t *type)
 {
     for (size_t i = 0; i < lr->n_channels; i++) {
         if (lr->channels[i]->channelid == id) {
@@ -57,8 +56,8 @@ static void test_create_results_and_copy(void **state)
     assert_int_equal(chanq_sync_create_channel(s->s, 3, CT_PRIVATE, "room-a", NULL), 0);
     /* the creator: CreateChannelResult (stub echoed, channelId 0), then its SUB result */
     chanq_owned_msg_t env;
-    Channeldpb__CreateChannelResultMessage *cr = it_expect(
-        s, MT_CREATE, 3, &channeldpb__create_channel_result_message__descriptor, &env);
+    Channeldpb__CreateChannelResultMessage *cr =
+        it_expect(s, MT_CREATE, 3, &channeldpb__create_channel_result_message__descriptor, &env);
     assert_int_equal(env.channel_id, 0);
     chanq_owned_msg_done(&env);
     assert_int_equal(cr->channelid, 1);
@@ -68,8 +67,7 @@ static void test_create_results_and_copy(void **state)
     chanq_unpack_free(cr);
     it_expect_sub(s, 1, 0, s->id, CONN_SERVER, CT_PRIVATE, 1);
     /* the GLOBAL owner: a copy with stub 0 */
-    cr = it_expect(g, MT_CREATE, 0, &channeldpb__create_channel_result_message__descriptor,
-                   &env);
+    cr = it_expect(g, MT_CREATE, 0, &channeldpb__create_channel_result_message__descriptor, &env);
     assert_int_equal(env.channel_id, 0);
     chanq_owned_msg_done(&env);
     assert_int_equal(cr->channelid, 1);
@@ -91,7 +89,7 @@ static void test_channel_id_reuse(void **state)
     assert_int_equal(a, 1);
     assert_int_equal(b, 2);
     assert_int_equal(chanq_sync_remove_channel(s->s, 3, a), 0);
-    it_expect_remove(s, a); /* the creator is a subscriber */
+    it_expect_remove(s, a);                                /* the creator is a subscriber */
     assert_int_equal(it_create(s, CT_PRIVATE, "C", 4), 1); /* freed id reused at once */
     assert_int_equal(it_create(s, CT_PRIVATE, "D", 5), 3);
 }
@@ -114,8 +112,8 @@ static void test_remove_notifies_subscribers(void **state)
     chanq_owned_msg_t env;
     it_conn_t *subs[] = {s, c1, c2};
     for (int i = 0; i < 3; i++) {
-        Channeldpb__RemoveChannelMessage *rm = it_expect(
-            subs[i], MT_REMOVE, 0, &channeldpb__remove_channel_message__descriptor, &env);
+        Channeldpb__RemoveChannelMessage *rm =
+            it_expect(subs[i], MT_REMOVE, 0, &channeldpb__remove_channel_message__descriptor, &env);
         assert_int_equal(env.channel_id, 0); /* the request's channelId */
         chanq_owned_msg_done(&env);
         assert_int_equal(rm->channelid, ch);
@@ -224,12 +222,9 @@ static void test_create_spatial_msgtype_nonspatial(void **state)
 }
 
 static const struct CMUnitTest tests[] = {
-    IT_TEST(test_global_possession),
-    IT_TEST(test_create_results_and_copy),
-    IT_TEST(test_channel_id_reuse),
-    IT_TEST(test_remove_notifies_subscribers),
-    IT_TEST(test_list_filters),
-    IT_TEST(test_create_spatial_msgtype_nonspatial),
+    IT_TEST(test_global_possession), IT_TEST(test_create_results_and_copy),
+    IT_TEST(test_channel_id_reuse),  IT_TEST(test_remove_notifies_subscribers),
+    IT_TEST(test_list_filters),      IT_TEST(test_create_spatial_msgtype_nonspatial),
 };
 
 IT_MAIN(tests)

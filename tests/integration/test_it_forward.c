@@ -78,9 +78,9 @@ static void test_server_broadcast_flags(void **state)
         {BC_ALL | BC_BUT_SENDER | BC_BUT_CLIENT, R_S},
         {BC_ALL | BC_BUT_OWNER | BC_BUT_SERVER, R_C1 | R_C2},
         {BC_ALL | BC_BUT_SENDER | BC_BUT_OWNER, R_C1 | R_C2},
-        {BC_BUT_SENDER, R_S | R_C1 | R_C2},        /* 2 <= bc < 64 without ALL */
+        {BC_BUT_SENDER, R_S | R_C1 | R_C2}, /* 2 <= bc < 64 without ALL */
         {BC_BUT_OWNER | BC_BUT_CLIENT, R_O},
-        {BC_SINGLE | BC_ALL, R_ALL},               /* 3 is treated like 2 */
+        {BC_SINGLE | BC_ALL, R_ALL}, /* 3 is treated like 2 */
         {BC_ALL | BC_BUT_CLIENT | BC_BUT_SERVER, 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -120,9 +120,8 @@ static void test_client_to_owner(void **state)
     for (size_t i = 0; i < sizeof(bcs) / sizeof(bcs[0]); i++) {
         char payload[32];
         snprintf(payload, sizeof(payload), "from-c1-%zu", i);
-        assert_int_equal(chanq_sync_send_raw(w.c1->s, w.ch, bcs[i], 9, 140, payload,
-                                             strlen(payload)),
-                         0);
+        assert_int_equal(
+            chanq_sync_send_raw(w.c1->s, w.ch, bcs[i], 9, 140, payload, strlen(payload)), 0);
         /* only the owner, wrapped with clientConnId = c1, original envelope fields; the
          * marker (from another connection) is sent once the owner has it */
         it_expect_user(w.s, w.ch, 140, bcs[i], 9, w.c1->id, payload);
@@ -155,8 +154,8 @@ static void test_disconnect(void **state)
     world_init(&w);
     /* a client may not send DISCONNECT (FSM): dropped, both stay */
     assert_int_equal(chanq_sync_disconnect(w.c1->s, w.c2->id), 0);
-    assert_true(cq_testsrv_log_wait(it_srv(), "not allowed by the connection's FSM state",
-                                    IT_TIMEOUT_MS));
+    assert_true(
+        cq_testsrv_log_wait(it_srv(), "not allowed by the connection's FSM state", IT_TIMEOUT_MS));
     check_recipients(&w, 0, 0, 0, 0, 0, "");
     /* a server's DISCONNECT closes the target; the owner hears of the lost subscription */
     assert_int_equal(chanq_sync_disconnect(w.o->s, w.c2->id), 0);

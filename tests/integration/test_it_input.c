@@ -67,10 +67,10 @@ static void test_fsm_custom(void **state)
     assert_int_equal(chanq_sync_unsub_from_channel(c->s, 9, 0, c->id), 0);
     it_expect_unsub(c, 0, 9, c->id, CONN_CLIENT, CT_GLOBAL);
     it_expect_unsub(g, 0, 0, c->id, CONN_CLIENT, CT_GLOBAL); /* not "muted" */
-    assert_true(cq_testsrv_metric_wait_ge(it_srv(), "fsm_disallowed", before + 5,
-                                          IT_TIMEOUT_MS) == before + 5);
-    assert_true(cq_testsrv_log_wait(it_srv(), "not allowed by the connection's FSM state",
-                                    IT_TIMEOUT_MS));
+    assert_true(cq_testsrv_metric_wait_ge(it_srv(), "fsm_disallowed", before + 5, IT_TIMEOUT_MS) ==
+                before + 5);
+    assert_true(
+        cq_testsrv_log_wait(it_srv(), "not allowed by the connection's FSM state", IT_TIMEOUT_MS));
     /* another client is unaffected by c's state */
     it_conn_t *c2 = it_client();
     roundtrip(g, c2, 100, "c2");
@@ -252,8 +252,8 @@ static void test_bad_input(void **state)
     /* a type the FSM forbids (CREATE_CHANNEL from a non-authoritative client): dropped */
     it_conn_t *f = it_client();
     assert_int_equal(chanq_sync_create_channel(f->s, 3, CT_PRIVATE, "nope", NULL), 0);
-    assert_true(cq_testsrv_log_wait(it_srv(), "not allowed by the connection's FSM state",
-                                    IT_TIMEOUT_MS));
+    assert_true(
+        cq_testsrv_log_wait(it_srv(), "not allowed by the connection's FSM state", IT_TIMEOUT_MS));
     roundtrip(g, f, 100, "f-still-here");
     roundtrip(g, k, 100, "after-fsm");
 

@@ -16,10 +16,10 @@
 #include <string.h>
 #include <time.h>
 
-#define N_MSGS 8000
+#define N_MSGS    8000
 #define N_READERS 3
-#define MSG_SIZE 1024
-#define WINDOW 48 /* messages the sender may run ahead of the slowest normal reader */
+#define MSG_SIZE  1024
+#define WINDOW    48 /* messages the sender may run ahead of the slowest normal reader */
 
 typedef struct reader {
     pthread_t th;
@@ -105,8 +105,8 @@ static void test_slow_subscriber_closed(void **state)
         char head[16];
         snprintf(head, sizeof(head), "%08u", i);
         memcpy(payload, head, 8);
-        send_err = chanq_sync_server_forward(g->s, 0, BC_ALL | BC_BUT_SERVER, 120, 0, payload,
-                                             MSG_SIZE);
+        send_err =
+            chanq_sync_server_forward(g->s, 0, BC_ALL | BC_BUT_SERVER, 120, 0, payload, MSG_SIZE);
     }
     for (int i = 0; i < N_READERS; i++)
         pthread_join(rd[i].th, NULL);
@@ -116,18 +116,16 @@ static void test_slow_subscriber_closed(void **state)
     for (int i = 0; i < N_READERS; i++) {
         if (atomic_load(&rd[i].err))
             print_error("reader %d failed at line %d after %u messages (rc %s)\n", i,
-                        atomic_load(&rd[i].err), atomic_load(&rd[i].got),
-                        cq_strerror(rd[i].rc));
+                        atomic_load(&rd[i].err), atomic_load(&rd[i].got), cq_strerror(rd[i].rc));
         assert_int_equal(atomic_load(&rd[i].err), 0);
         assert_int_equal(atomic_load(&rd[i].got), N_MSGS);
     }
     int closed = chanq_sync_is_closed(stalled->s, IT_TIMEOUT_MS);
     if (closed != 1)
-        print_error("stalled conn %u not closed (%d); it had %zu messages to read\n",
-                    stalled->id, closed, chanq_sync_queued(stalled->s));
+        print_error("stalled conn %u not closed (%d); it had %zu messages to read\n", stalled->id,
+                    closed, chanq_sync_queued(stalled->s));
     assert_int_equal(closed, 1);
-    assert_true(cq_testsrv_metric_wait_ge(it_srv(), "slow_consumer_closed", 1, IT_TIMEOUT_MS) >=
-                1);
+    assert_true(cq_testsrv_metric_wait_ge(it_srv(), "slow_consumer_closed", 1, IT_TIMEOUT_MS) >= 1);
     assert_true(cq_testsrv_log_wait(it_srv(), "slow consumer", IT_TIMEOUT_MS));
     /* the readers are still connected and subscribed */
     it_sfwd(g, 0, BC_ALL | BC_BUT_SERVER, 121, 0, "done");

@@ -145,8 +145,8 @@ static void barrier(it_conn_t *x, uint32_t ch, int *acc)
 }
 
 /* After an op with stub op_stub: the op's reply comes first iff allowed, then the barrier's. */
-static void expect_verdict(it_conn_t *x, uint32_t ch, int *acc, uint32_t op_type,
-                           uint32_t op_stub, bool allowed, int level, int actor)
+static void expect_verdict(it_conn_t *x, uint32_t ch, int *acc, uint32_t op_type, uint32_t op_stub,
+                           bool allowed, int level, int actor)
 {
     *acc = *acc == 1 ? 2 : 1;
     uint32_t stub = ++g_stub;
@@ -156,8 +156,7 @@ static void expect_verdict(it_conn_t *x, uint32_t ch, int *acc, uint32_t op_type
     bool got_op = m.msg_type == op_type && m.stub_id == op_stub;
     if (got_op != allowed)
         print_error("ACL level %d actor %d msgType %u: expected %s, got msgType %u stub %u\n",
-                    level, actor, op_type, allowed ? "allowed" : "denied", m.msg_type,
-                    m.stub_id);
+                    level, actor, op_type, allowed ? "allowed" : "denied", m.msg_type, m.stub_id);
     assert_true(got_op == allowed);
     if (!got_op)
         assert_true(m.msg_type == MT_SUB && m.stub_id == stub);
@@ -256,8 +255,8 @@ static void test_acl_levels(void **state)
             if (ok) {
                 chanq_unpack_free(rm);
                 chanq_owned_msg_done(&m);
-                rm = it_expect(x, MT_REMOVE, 0, &channeldpb__remove_channel_message__descriptor,
-                               &m);
+                rm =
+                    it_expect(x, MT_REMOVE, 0, &channeldpb__remove_channel_message__descriptor, &m);
             }
             assert_int_equal(rm->channelid, bar);
             chanq_unpack_free(rm);

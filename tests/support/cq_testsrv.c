@@ -443,8 +443,7 @@ static void on_collect(void *ud, const chanq_msg_t *m)
     c->n++;
 }
 
-int cq_decode_packet(const uint8_t *pkt, size_t n, bool legacy, chanq_owned_msg_t *msgs,
-                     size_t cap)
+int cq_decode_packet(const uint8_t *pkt, size_t n, bool legacy, chanq_owned_msg_t *msgs, size_t cap)
 {
     collect_t col = {msgs, cap, 0, 0};
     chanq_opts_t o;
@@ -556,8 +555,8 @@ chanq_sync_t *cq_testsrv_connect(const cq_testsrv_t *s, bool server_listener,
                                  const chanq_opts_t *opts, int *ret_err)
 {
     chanq_sync_t *c = NULL;
-    int r = chanq_sync_connect("127.0.0.1", server_listener ? s->server_port : s->client_port,
-                               opts, 5000, &c);
+    int r = chanq_sync_connect("127.0.0.1", server_listener ? s->server_port : s->client_port, opts,
+                               5000, &c);
     if (ret_err)
         *ret_err = r;
     return r < 0 ? NULL : c;

@@ -113,7 +113,8 @@ static void acc_feed(acc_t *a, const uint8_t *p, size_t n, cq_framing_mode_t mod
 {
     if (a->err)
         return;
-    /* Zero-length appends are skipped: cq_sbuf_append(empty, p, 0) is UB (kept as the test's own habit). */
+    /* Zero-length appends are skipped: cq_sbuf_append(empty, p, 0) is UB (kept as the test's own
+     * habit). */
     if (n)
         assert_int_equal(cq_sbuf_append(&a->in, p, n), 0);
     for (;;) {

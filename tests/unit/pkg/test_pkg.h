@@ -9,7 +9,6 @@
 
 #include <cmocka.h>
 
-
 /* pkg_base.c */
 void test_err_every_code(void **state);
 void test_err_errno_and_unknown(void **state);
