@@ -1,5 +1,7 @@
 #include "cq_err.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 const char *cq_strerror(int err)
@@ -38,4 +40,15 @@ const char *cq_errname(int err)
         return n ? n : "ERRNO";
     }
     return "UNKNOWN";
+}
+
+int cq_err_fmt(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
 }

@@ -7,6 +7,8 @@
 #ifndef CQ_ERR_H
 #define CQ_ERR_H
 
+#include <stddef.h>
+
 #define CQ_ERR_MAP(X)                                                                              \
     X(EMAGIC, -1000, "bad packet magic (expected 'C','H')")                                        \
     X(EZEROLEN, -1001, "packet length is zero")                                                    \
@@ -40,5 +42,9 @@ enum {
 const char *cq_strerror(int err);
 /* Symbolic name ("CQ_EMAGIC", "EINVAL"...). Never NULL. */
 const char *cq_errname(int err);
+/* Formats a message into err (if err and errlen) and returns code: `return cq_err_fmt(err,
+ * errlen, CQ_ECONFIG, "...", ...)` reports an error and its text in one step. */
+int cq_err_fmt(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -140,18 +140,6 @@ static const opt_t opts[] = {
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 
-__attribute__((format(printf, 4, 5))) static int fail(char *err, size_t errlen, int code,
-                                                      const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 static void *field(cq_config_t *c, const opt_t *o)
 {
     return (char *)c + o->off;
@@ -248,8 +236,8 @@ static int check_range(const opt_t *o, const char *label, const char *v, long lo
         fmt_size(low ? o->min : o->max, lim, sizeof(lim));
     else
         snprintf(lim, sizeof(lim), "%lld", low ? o->min : o->max);
-    return fail(err, errlen, CQ_ECONFIG, "%s: %s is %s the %s %s", label, v,
-                low ? "below" : "above", low ? "minimum" : "maximum", lim);
+    return cq_err_fmt(err, errlen, CQ_ECONFIG, "%s: %s is %s the %s %s", label, v,
+                      low ? "below" : "above", low ? "minimum" : "maximum", lim);
 }
 
 static int set_number(cq_config_t *c, const opt_t *o, const char *label, const char *v, char *err,
@@ -258,11 +246,11 @@ static int set_number(cq_config_t *c, const opt_t *o, const char *label, const c
     long long x = 0;
     int r = parse_number(v, o->type == OPT_SIZE, &x);
     if (r == -EINVAL && o->type == OPT_SIZE)
-        return fail(err, errlen, CQ_ECONFIG,
-                    "%s: \"%s\" is not a size (a number with an optional k, m or g suffix)", label,
-                    v);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG,
+                          "%s: \"%s\" is not a size (a number with an optional k, m or g suffix)",
+                          label, v);
     if (r == -EINVAL)
-        return fail(err, errlen, CQ_ECONFIG, "%s: \"%s\" is not an integer", label, v);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "%s: \"%s\" is not an integer", label, v);
     r = check_range(o, label, v, x, r, err, errlen);
     if (r < 0)
         return r;
@@ -302,11 +290,11 @@ static int set_string(cq_config_t *c, const opt_t *o, const char *label, const c
             }
         }
         list[n] = '\0';
-        return fail(err, errlen, CQ_ECONFIG, "%s: \"%s\" is not one of: %s", label, v, list);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "%s: \"%s\" is not one of: %s", label, v, list);
     }
     char *s = cq_strdup(v);
     if (!s)
-        return fail(err, errlen, -ENOMEM, "%s: out of memory", label);
+        return cq_err_fmt(err, errlen, -ENOMEM, "%s: out of memory", label);
     char **slot = field(c, o);
     cq_free(*slot);
     *slot = s;
@@ -321,8 +309,8 @@ static int set_value(cq_config_t *c, const opt_t *o, const char *label, const ch
     switch (o->type) {
     case OPT_BOOL:
         if (parse_bool(v, field(c, o)) < 0)
-            return fail(err, errlen, CQ_ECONFIG, "%s: \"%s\" is not a boolean (true or false)",
-                        label, v);
+            return cq_err_fmt(err, errlen, CQ_ECONFIG,
+                              "%s: \"%s\" is not a boolean (true or false)", label, v);
         return 0;
     case OPT_INT:
     case OPT_SIZE:
@@ -331,15 +319,16 @@ static int set_value(cq_config_t *c, const opt_t *o, const char *label, const ch
         return set_string(c, o, label, v, err, errlen);
     case OPT_LOGLEVEL:
         if (cq_log_parse_level(v, &lvl) < 0)
-            return fail(err, errlen, CQ_ECONFIG,
-                        "%s: \"%s\" is not a log level (debug, info, warn, error, off, or -1..3)",
-                        label, v);
+            return cq_err_fmt(
+                err, errlen, CQ_ECONFIG,
+                "%s: \"%s\" is not a log level (debug, info, warn, error, off, or -1..3)", label,
+                v);
         *(int *)field(c, o) = (int)lvl;
         return 0;
     case OPT_ACTION:
         break;
     }
-    return fail(err, errlen, CQ_ECONFIG, "%s: cannot be set", label);
+    return cq_err_fmt(err, errlen, CQ_ECONFIG, "%s: cannot be set", label);
 }
 
 /* Writes o's current value in c as it is written in a config file (strings quoted). */
@@ -408,7 +397,7 @@ static int load_line(cq_config_t *c, char *line, const char *where, char *err, s
         return 0;
     char *eq = strchr(s, '=');
     if (!eq)
-        return fail(err, errlen, CQ_ECONFIG, "%s: expected \"name = value\"", where);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "%s: expected \"name = value\"", where);
     *eq = '\0';
     char *name = trim(s), *value = trim(eq + 1);
     size_t vlen = strlen(value);
@@ -418,10 +407,10 @@ static int load_line(cq_config_t *c, char *line, const char *where, char *err, s
     }
     const opt_t *o = find_opt(name, strlen(name));
     if (!o)
-        return fail(err, errlen, CQ_ECONFIG, "%s: unknown option \"%s\"", where, name);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "%s: unknown option \"%s\"", where, name);
     if (o->type == OPT_ACTION || (o->flags & F_CONFIG))
-        return fail(err, errlen, CQ_ECONFIG, "%s: \"%s\" cannot be used in a config file", where,
-                    name);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "%s: \"%s\" cannot be used in a config file",
+                          where, name);
     char label[600];
     snprintf(label, sizeof(label), "%.500s: %s", where, o->name);
     return set_value(c, o, label, value, err, errlen);
@@ -432,7 +421,7 @@ int cq_config_load_file(cq_config_t *c, const char *path, char *err, size_t errl
     FILE *f = fopen(path, "r");
     if (!f) {
         int e = errno;
-        return fail(err, errlen, -e, "%s: %s", path, strerror(e));
+        return cq_err_fmt(err, errlen, -e, "%s: %s", path, strerror(e));
     }
     char *line = NULL, where[512];
     size_t cap = 0;
@@ -442,7 +431,7 @@ int cq_config_load_file(cq_config_t *c, const char *path, char *err, size_t errl
         r = load_line(c, line, where, err, errlen);
     }
     if (r == 0 && ferror(f))
-        r = fail(err, errlen, -EIO, "%s: read error", path);
+        r = cq_err_fmt(err, errlen, -EIO, "%s: read error", path);
     free(line); /* allocated by getline() */
     fclose(f);
     if (r == 0)
@@ -456,11 +445,11 @@ int cq_config_check(const cq_config_t *c, char *err, size_t errlen)
         char soft[32], hard[32];
         fmt_size((long long)c->sendq_soft_limit, soft, sizeof(soft));
         fmt_size((long long)c->sendq_hard_limit, hard, sizeof(hard));
-        return fail(err, errlen, CQ_ECONFIG,
-                    "--sendq-soft-limit: %s is above --sendq-hard-limit %s", soft, hard);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG,
+                          "--sendq-soft-limit: %s is above --sendq-hard-limit %s", soft, hard);
     }
     if (strcmp(c->auth_provider, "file") == 0 && c->auth_token_file[0] == '\0')
-        return fail(err, errlen, CQ_ECONFIG, "--auth-provider: file needs --auth-token-file");
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "--auth-provider: file needs --auth-token-file");
     return 0;
 }
 
@@ -490,26 +479,27 @@ static int split_arg(int argc, char **argv, int i, arg_t *a, char *err, size_t e
 {
     const char *s = argv[i];
     if (s[0] != '-' || s[1] == '\0' || (s[1] == '-' && s[2] == '\0'))
-        return fail(err, errlen, CQ_ECONFIG, "unexpected argument \"%s\"", s);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "unexpected argument \"%s\"", s);
     const char *flag = s + (s[1] == '-' ? 2 : 1), *eq = strchr(flag, '=');
     size_t len = eq ? (size_t)(eq - flag) : strlen(flag);
     bool negated;
     a->o = resolve_name(flag, len, &negated);
     if (!a->o)
-        return fail(err, errlen, CQ_ECONFIG, "unknown option \"%.*s\"",
-                    (int)(flag - s + (ptrdiff_t)len), s);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "unknown option \"%.*s\"",
+                          (int)(flag - s + (ptrdiff_t)len), s);
     snprintf(a->label, sizeof(a->label), "--%s%s", negated ? "no-" : "", a->o->name);
     a->used = 1;
     a->value = eq ? eq + 1 : NULL;
     if (negated && a->o->type != OPT_BOOL)
-        return fail(err, errlen, CQ_ECONFIG, "%s: only boolean options can be negated", a->label);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "%s: only boolean options can be negated",
+                          a->label);
     if ((negated || a->o->type == OPT_ACTION) && eq)
-        return fail(err, errlen, CQ_ECONFIG, "%s: takes no value", a->label);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "%s: takes no value", a->label);
     if (negated || (a->o->type == OPT_BOOL && !eq))
         a->value = negated ? "false" : "true";
     else if (a->o->type != OPT_ACTION && !eq) {
         if (i + 1 >= argc)
-            return fail(err, errlen, CQ_ECONFIG, "%s: missing value", a->label);
+            return cq_err_fmt(err, errlen, CQ_ECONFIG, "%s: missing value", a->label);
         a->value = argv[i + 1];
         a->used = 2;
     }

@@ -2,6 +2,8 @@
 #include "cq_fsm.h"
 
 #include "cq_alloc.h"
+#include "cq_file.h"
+#include "cq_json.h"
 #include "cq_err.h"
 
 #include <errno.h>
@@ -35,42 +37,6 @@ struct cq_fsm {
 
 /* ---- errors and JSON helpers ------------------------------------------------------------ */
 
-__attribute__((format(printf, 4, 5))) static int fail(char *err, size_t errlen, int code,
-                                                      const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
-/* Sorts the members of obj into out[i] by case-insensitive match with names[i] (NULL-ended);
- * out[i] is NULL for a missing or null member. Unknown and repeated keys are errors. */
-static int pick_keys(json_t *obj, const char *const names[], json_t *out[], const char *where,
-                     char *err, size_t errlen)
-{
-    size_t n = 0;
-    while (names[n])
-        out[n++] = NULL;
-    const char *key;
-    json_t *val;
-    json_object_foreach(obj, key, val)
-    {
-        size_t i = 0;
-        while (names[i] && strcasecmp(key, names[i]) != 0)
-            i++;
-        if (!names[i])
-            return fail(err, errlen, CQ_ECONFIG, "%s: unknown key \"%s\"", where, key);
-        if (out[i])
-            return fail(err, errlen, CQ_ECONFIG, "%s: key \"%s\" given twice", where, names[i]);
-        out[i] = json_is_null(val) ? NULL : val;
-    }
-    return 0;
-}
-
 /* ---- message type lists ----------------------------------------------------------------- */
 
 typedef struct list_ctx {
@@ -93,17 +59,18 @@ static int parse_num(const char *s, const char *e, uint32_t *ret, const list_ctx
 {
     uint32_t v = 0;
     if (s == e)
-        return fail(c->err, c->errlen, CQ_ECONFIG, "state \"%s\": missing number in %s", c->state,
-                    c->field);
+        return cq_err_fmt(c->err, c->errlen, CQ_ECONFIG, "state \"%s\": missing number in %s",
+                          c->state, c->field);
     for (const char *p = s; p < e; p++) {
         if (*p < '0' || *p > '9')
-            return fail(c->err, c->errlen, CQ_ECONFIG, "state \"%s\": bad number \"%.*s\" in %s",
-                        c->state, (int)(e - s), s, c->field);
+            return cq_err_fmt(c->err, c->errlen, CQ_ECONFIG,
+                              "state \"%s\": bad number \"%.*s\" in %s", c->state, (int)(e - s), s,
+                              c->field);
         v = v * 10 + (uint32_t)(*p - '0');
         if (v > CQ_FSM_MAX_MSG_TYPE)
-            return fail(c->err, c->errlen, CQ_ECONFIG,
-                        "state \"%s\": %.*s in %s is above the largest message type %u", c->state,
-                        (int)(e - s), s, c->field, CQ_FSM_MAX_MSG_TYPE);
+            return cq_err_fmt(c->err, c->errlen, CQ_ECONFIG,
+                              "state \"%s\": %.*s in %s is above the largest message type %u",
+                              c->state, (int)(e - s), s, c->field, CQ_FSM_MAX_MSG_TYPE);
     }
     *ret = v;
     return 0;
@@ -122,8 +89,8 @@ static int parse_item(const char *s, const char *e, uint64_t *bits, bool on, con
 {
     trim(&s, &e);
     if (s == e)
-        return fail(c->err, c->errlen, CQ_ECONFIG, "state \"%s\": empty item in %s", c->state,
-                    c->field);
+        return cq_err_fmt(c->err, c->errlen, CQ_ECONFIG, "state \"%s\": empty item in %s", c->state,
+                          c->field);
     const char *dash = memchr(s, '-', (size_t)(e - s));
     const char *ae = dash ? dash : e, *bs = dash ? dash + 1 : s, *be = e;
     trim(&s, &ae);
@@ -135,8 +102,8 @@ static int parse_item(const char *s, const char *e, uint64_t *bits, bool on, con
     if (r < 0)
         return r;
     if (lo > hi)
-        return fail(c->err, c->errlen, CQ_ECONFIG, "state \"%s\": bad range \"%.*s\" in %s",
-                    c->state, (int)(e - s), s, c->field);
+        return cq_err_fmt(c->err, c->errlen, CQ_ECONFIG, "state \"%s\": bad range \"%.*s\" in %s",
+                          c->state, (int)(e - s), s, c->field);
     set_bits(bits, lo, hi, on);
     return 0;
 }
@@ -147,8 +114,8 @@ static int parse_list(json_t *v, uint64_t *bits, bool on, const list_ctx_t *c)
     if (!v)
         return 0;
     if (!json_is_string(v))
-        return fail(c->err, c->errlen, CQ_ECONFIG, "state \"%s\": %s must be a string", c->state,
-                    c->field);
+        return cq_err_fmt(c->err, c->errlen, CQ_ECONFIG, "state \"%s\": %s must be a string",
+                          c->state, c->field);
     const char *s = json_string_value(v), *end = s + json_string_length(v);
     const char *ts = s, *te = end;
     trim(&ts, &te);
@@ -174,15 +141,15 @@ static int load_state(cq_fsm_t *fsm, int idx, json_t *obj, char *err, size_t err
     char where[32];
     snprintf(where, sizeof(where), "States[%d]", idx);
     if (!json_is_object(obj))
-        return fail(err, errlen, CQ_ECONFIG, "%s: must be an object", where);
-    int r = pick_keys(obj, keys, v, where, err, errlen);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "%s: must be an object", where);
+    int r = cq_json_pick(obj, keys, v, where, err, errlen);
     if (r < 0)
         return r;
     if (!v[0] || !json_is_string(v[0]) || json_string_length(v[0]) == 0)
-        return fail(err, errlen, CQ_ECONFIG, "%s: missing Name (a non-empty string)", where);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "%s: missing Name (a non-empty string)", where);
     const char *name = json_string_value(v[0]);
     if (cq_fsm_state_index(fsm, name) >= 0)
-        return fail(err, errlen, CQ_ECONFIG, "%s: duplicate state name \"%s\"", where, name);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "%s: duplicate state name \"%s\"", where, name);
     fsm_state_t *st = &fsm->states[idx];
     list_ctx_t c = {name, "MsgTypeWhitelist", err, errlen};
     r = parse_list(v[1], st->bits, true, &c);
@@ -193,7 +160,7 @@ static int load_state(cq_fsm_t *fsm, int idx, json_t *obj, char *err, size_t err
         return r;
     st->name = cq_strdup(name);
     if (!st->name)
-        return fail(err, errlen, -ENOMEM, "out of memory");
+        return cq_err_fmt(err, errlen, -ENOMEM, "out of memory");
     fsm->nstates = idx + 1;
     return 0;
 }
@@ -201,13 +168,13 @@ static int load_state(cq_fsm_t *fsm, int idx, json_t *obj, char *err, size_t err
 static int load_states(cq_fsm_t *fsm, json_t *arr, char *err, size_t errlen)
 {
     if (!arr || !json_is_array(arr) || json_array_size(arr) == 0)
-        return fail(err, errlen, CQ_ECONFIG, "no states: States must be a non-empty array");
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "no states: States must be a non-empty array");
     if (json_array_size(arr) > CQ_FSM_MAX_STATES)
-        return fail(err, errlen, CQ_ECONFIG, "too many states (%zu, at most %d)",
-                    json_array_size(arr), CQ_FSM_MAX_STATES);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "too many states (%zu, at most %d)",
+                          json_array_size(arr), CQ_FSM_MAX_STATES);
     fsm->states = cq_calloc(json_array_size(arr), sizeof(*fsm->states));
     if (!fsm->states)
-        return fail(err, errlen, -ENOMEM, "out of memory");
+        return cq_err_fmt(err, errlen, -ENOMEM, "out of memory");
     size_t i;
     json_t *obj;
     json_array_foreach(arr, i, obj)
@@ -224,12 +191,12 @@ static int trans_state(const cq_fsm_t *fsm, json_t *v, size_t idx, const char *k
                        size_t errlen)
 {
     if (!v || !json_is_string(v))
-        return fail(err, errlen, CQ_ECONFIG, "Transitions[%zu]: missing %s (a state name)", idx,
-                    key);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "Transitions[%zu]: missing %s (a state name)",
+                          idx, key);
     int s = cq_fsm_state_index(fsm, json_string_value(v));
     if (s < 0)
-        return fail(err, errlen, CQ_ECONFIG, "Transitions[%zu]: unknown state \"%s\" in %s", idx,
-                    json_string_value(v), key);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "Transitions[%zu]: unknown state \"%s\" in %s",
+                          idx, json_string_value(v), key);
     return s;
 }
 
@@ -240,22 +207,22 @@ static int load_transition(cq_fsm_t *fsm, size_t idx, json_t *obj, char *err, si
     char where[40];
     snprintf(where, sizeof(where), "Transitions[%zu]", idx);
     if (!json_is_object(obj))
-        return fail(err, errlen, CQ_ECONFIG, "%s: must be an object", where);
-    int r = pick_keys(obj, keys, v, where, err, errlen);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "%s: must be an object", where);
+    int r = cq_json_pick(obj, keys, v, where, err, errlen);
     int from = r < 0 ? r : trans_state(fsm, v[0], idx, "FromState", err, errlen);
     int to = from < 0 ? from : trans_state(fsm, v[1], idx, "ToState", err, errlen);
     if (to < 0)
         return to;
     json_int_t mt = json_is_integer(v[2]) ? json_integer_value(v[2]) : -1;
     if (mt < 0 || mt > (json_int_t)UINT32_MAX)
-        return fail(err, errlen, CQ_ECONFIG, "%s: MsgType must be an integer in 0..4294967295",
-                    where);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG,
+                          "%s: MsgType must be an integer in 0..4294967295", where);
     for (size_t i = 0; i < fsm->ntrans; i++) {
         if (fsm->trans[i].from == from && fsm->trans[i].msg_type == (uint32_t)mt)
-            return fail(err, errlen, CQ_ECONFIG,
-                        "%s: a transition from \"%s\" on %u is already "
-                        "defined",
-                        where, fsm->states[from].name, (uint32_t)mt);
+            return cq_err_fmt(err, errlen, CQ_ECONFIG,
+                              "%s: a transition from \"%s\" on %u is already "
+                              "defined",
+                              where, fsm->states[from].name, (uint32_t)mt);
     }
     fsm->trans[fsm->ntrans++] = (fsm_trans_t){from, to, (uint32_t)mt};
     return 0;
@@ -266,12 +233,12 @@ static int load_transitions(cq_fsm_t *fsm, json_t *arr, char *err, size_t errlen
     if (!arr)
         return 0;
     if (!json_is_array(arr))
-        return fail(err, errlen, CQ_ECONFIG, "Transitions must be an array");
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "Transitions must be an array");
     if (json_array_size(arr) == 0)
         return 0;
     fsm->trans = cq_calloc(json_array_size(arr), sizeof(*fsm->trans));
     if (!fsm->trans)
-        return fail(err, errlen, -ENOMEM, "out of memory");
+        return cq_err_fmt(err, errlen, -ENOMEM, "out of memory");
     size_t i;
     json_t *obj;
     json_array_foreach(arr, i, obj)
@@ -288,13 +255,13 @@ static int load_init(cq_fsm_t *fsm, json_t *v, char *err, size_t errlen)
     if (!v)
         return 0;
     if (!json_is_string(v))
-        return fail(err, errlen, CQ_ECONFIG, "InitState must be a string");
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "InitState must be a string");
     if (json_string_length(v) == 0)
         return 0;
     fsm->init = cq_fsm_state_index(fsm, json_string_value(v));
     if (fsm->init < 0)
-        return fail(err, errlen, CQ_ECONFIG, "InitState \"%s\" is not a state",
-                    json_string_value(v));
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "InitState \"%s\" is not a state",
+                          json_string_value(v));
     return 0;
 }
 
@@ -303,8 +270,8 @@ static int load_root(cq_fsm_t *fsm, json_t *root, char *err, size_t errlen)
     static const char *const keys[] = {"States", "InitState", "Transitions", NULL};
     json_t *v[3];
     if (!json_is_object(root))
-        return fail(err, errlen, CQ_ECONFIG, "the top level must be a JSON object");
-    int r = pick_keys(root, keys, v, "top level", err, errlen);
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "the top level must be a JSON object");
+    int r = cq_json_pick(root, keys, v, "top level", err, errlen);
     if (r == 0)
         r = load_states(fsm, v[0], err, errlen);
     if (r == 0)
@@ -323,10 +290,11 @@ int cq_fsm_load_json(const char *json, size_t len, cq_fsm_t **ret, char *err, si
         err[0] = '\0';
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return fail(err, errlen, CQ_EJSON, "line %d column %d: %s", jerr.line, jerr.column,
-                    jerr.text);
+        return cq_err_fmt(err, errlen, CQ_EJSON, "line %d column %d: %s", jerr.line, jerr.column,
+                          jerr.text);
     cq_fsm_t *fsm = cq_calloc(1, sizeof(*fsm));
-    int r = fsm ? load_root(fsm, root, err, errlen) : fail(err, errlen, -ENOMEM, "out of memory");
+    int r =
+        fsm ? load_root(fsm, root, err, errlen) : cq_err_fmt(err, errlen, -ENOMEM, "out of memory");
     json_decref(root);
     if (r < 0) {
         cq_fsm_free(fsm);
@@ -336,56 +304,20 @@ int cq_fsm_load_json(const char *json, size_t len, cq_fsm_t **ret, char *err, si
     return 0;
 }
 
-/* Reads the whole file into a new buffer. Returns 0 or -errno. */
-static int read_file(const char *path, char **ret_buf, size_t *ret_len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -errno;
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    int r = 0;
-    for (;;) {
-        if (len == cap) {
-            char *nb = cap < MAX_FILE_SIZE ? cq_realloc(buf, cap ? cap * 2 : 4096) : NULL;
-            if (!nb) {
-                r = cap < MAX_FILE_SIZE ? -ENOMEM : -EFBIG;
-                break;
-            }
-            buf = nb;
-            cap = cap ? cap * 2 : 4096;
-        }
-        size_t n = fread(buf + len, 1, cap - len, f);
-        len += n;
-        if (n == 0) {
-            r = ferror(f) ? -EIO : 0;
-            break;
-        }
-    }
-    fclose(f);
-    if (r < 0) {
-        cq_free(buf);
-        return r;
-    }
-    *ret_buf = buf;
-    *ret_len = len;
-    return 0;
-}
-
 int cq_fsm_load_file(const char *path, cq_fsm_t **ret, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = '\0';
     char *buf = NULL;
     size_t len = 0;
-    int r = read_file(path, &buf, &len);
+    int r = cq_file_read(path, MAX_FILE_SIZE, &buf, &len);
     if (r < 0)
-        return fail(err, errlen, r, "%s: %s", path, strerror(-r));
+        return cq_err_fmt(err, errlen, r, "%s: %s", path, strerror(-r));
     char msg[256];
     r = cq_fsm_load_json(buf, len, ret, msg, sizeof(msg));
     cq_free(buf);
     if (r < 0)
-        return fail(err, errlen, r, "%s: %s", path, msg);
+        return cq_err_fmt(err, errlen, r, "%s: %s", path, msg);
     return 0;
 }
 

@@ -2,6 +2,8 @@
 #include "cq_settings.h"
 
 #include "cq_alloc.h"
+#include "cq_file.h"
+#include "cq_json.h"
 #include "cq_err.h"
 
 #include <errno.h>
@@ -38,42 +40,14 @@ static const cq_chan_settings_t builtin_global = {
     .fanout_interval_ms = 20,
 };
 
-__attribute__((format(printf, 4, 5))) static int fail(char *err, size_t errlen, int code,
-                                                      const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
-/* Sorts the members of obj into out[i] by case-insensitive match with names[i] (NULL-ended);
- * out[i] is NULL for a missing or null member. Unknown and repeated keys are errors. */
-static int pick_keys(json_t *obj, const char *const names[], json_t *out[], const char *where,
+/* cq_json_pick with this entry's context ("channel type \"2\": ACLSettings") in messages. */
+static int pick_keys(json_t *obj, const char *const names[], json_t *out[], const char *section,
                      const ctx_t *c)
 {
-    size_t n = 0;
-    while (names[n])
-        out[n++] = NULL;
-    const char *key;
-    json_t *val;
-    json_object_foreach(obj, key, val)
-    {
-        size_t i = 0;
-        while (names[i] && strcasecmp(key, names[i]) != 0)
-            i++;
-        if (!names[i])
-            return fail(c->err, c->errlen, CQ_ECONFIG, "channel type \"%s\": %sunknown key \"%s\"",
-                        c->type, where, key);
-        if (out[i])
-            return fail(c->err, c->errlen, CQ_ECONFIG,
-                        "channel type \"%s\": %skey \"%s\" given twice", c->type, where, names[i]);
-        out[i] = json_is_null(val) ? NULL : val;
-    }
-    return 0;
+    char where[160];
+    snprintf(where, sizeof(where), "channel type \"%s\"%s%s", c->type, *section ? ": " : "",
+             section);
+    return cq_json_pick(obj, names, out, where, c->err, c->errlen);
 }
 
 /* ---- fields ---------------------------------------------------------------------------- */
@@ -85,16 +59,16 @@ static int get_int(json_t *v, json_int_t min, json_int_t max, const char *field,
     if (!v)
         return 0;
     if (!json_is_integer(v))
-        return fail(c->err, c->errlen, CQ_ECONFIG,
-                    "channel type \"%s\": %s must be an integer in %" JSON_INTEGER_FORMAT
-                    "..%" JSON_INTEGER_FORMAT,
-                    c->type, field, min, max);
+        return cq_err_fmt(c->err, c->errlen, CQ_ECONFIG,
+                          "channel type \"%s\": %s must be an integer in %" JSON_INTEGER_FORMAT
+                          "..%" JSON_INTEGER_FORMAT,
+                          c->type, field, min, max);
     json_int_t x = json_integer_value(v);
     if (x < min || x > max)
-        return fail(c->err, c->errlen, CQ_ECONFIG,
-                    "channel type \"%s\": %s: %" JSON_INTEGER_FORMAT
-                    " is out of range %" JSON_INTEGER_FORMAT "..%" JSON_INTEGER_FORMAT,
-                    c->type, field, x, min, max);
+        return cq_err_fmt(c->err, c->errlen, CQ_ECONFIG,
+                          "channel type \"%s\": %s: %" JSON_INTEGER_FORMAT
+                          " is out of range %" JSON_INTEGER_FORMAT "..%" JSON_INTEGER_FORMAT,
+                          c->type, field, x, min, max);
     *ret = x;
     return 0;
 }
@@ -104,8 +78,8 @@ static int get_bool(json_t *v, const char *field, const ctx_t *c, bool *ret)
     if (!v)
         return 0;
     if (!json_is_boolean(v))
-        return fail(c->err, c->errlen, CQ_ECONFIG, "channel type \"%s\": %s must be true or false",
-                    c->type, field);
+        return cq_err_fmt(c->err, c->errlen, CQ_ECONFIG,
+                          "channel type \"%s\": %s must be true or false", c->type, field);
     *ret = json_is_true(v);
     return 0;
 }
@@ -114,10 +88,11 @@ static int get_level(json_t *v, const char *field, const ctx_t *c, uint8_t *ret)
 {
     json_int_t x = 0;
     if (v && json_is_integer(v) && (json_integer_value(v) < 0 || json_integer_value(v) > 3))
-        return fail(c->err, c->errlen, CQ_ECONFIG,
-                    "channel type \"%s\": ACLSettings.%s: %" JSON_INTEGER_FORMAT
-                    " is not an ACL level (0 None, 1 OwnerOnly, 2 OwnerAndGlobalOwner, 3 Any)",
-                    c->type, field, json_integer_value(v));
+        return cq_err_fmt(
+            c->err, c->errlen, CQ_ECONFIG,
+            "channel type \"%s\": ACLSettings.%s: %" JSON_INTEGER_FORMAT
+            " is not an ACL level (0 None, 1 OwnerOnly, 2 OwnerAndGlobalOwner, 3 Any)",
+            c->type, field, json_integer_value(v));
     char name[32];
     snprintf(name, sizeof(name), "ACLSettings.%s", field);
     int r = get_int(v, 0, 3, name, c, &x);
@@ -133,11 +108,11 @@ static int get_acl(json_t *v, const ctx_t *c, cq_acl_t *ret)
     if (!v)
         return 0;
     if (!json_is_object(v))
-        return fail(c->err, c->errlen, CQ_ECONFIG,
-                    "channel type \"%s\": ACLSettings must be an "
-                    "object {\"Sub\", \"Unsub\", \"Remove\"}",
-                    c->type);
-    int r = pick_keys(v, keys, f, "ACLSettings: ", c);
+        return cq_err_fmt(c->err, c->errlen, CQ_ECONFIG,
+                          "channel type \"%s\": ACLSettings must be an "
+                          "object {\"Sub\", \"Unsub\", \"Remove\"}",
+                          c->type);
+    int r = pick_keys(v, keys, f, "ACLSettings", c);
     if (r == 0)
         r = get_level(f[0], "Sub", c, &ret->sub);
     if (r == 0)
@@ -152,15 +127,15 @@ static int get_name(json_t *v, const ctx_t *c, const char **ret)
     if (!v)
         return 0;
     if (!json_is_string(v))
-        return fail(c->err, c->errlen, CQ_ECONFIG,
-                    "channel type \"%s\": DataMsgFullName must be a "
-                    "string",
-                    c->type);
+        return cq_err_fmt(c->err, c->errlen, CQ_ECONFIG,
+                          "channel type \"%s\": DataMsgFullName must be a "
+                          "string",
+                          c->type);
     if (json_string_length(v) == 0)
         return 0;
     char *s = cq_strdup(json_string_value(v));
     if (!s)
-        return fail(c->err, c->errlen, -ENOMEM, "out of memory");
+        return cq_err_fmt(c->err, c->errlen, -ENOMEM, "out of memory");
     *ret = s;
     return 0;
 }
@@ -178,8 +153,9 @@ static int parse_type(const char *key, const ctx_t *c, uint32_t *ret)
     }
     size_t n = strspn(key, "0123456789");
     if (n == 0 || key[n] != '\0' || v > UINT32_MAX)
-        return fail(c->err, c->errlen, CQ_ECONFIG,
-                    "channel type \"%s\": keys must be channel type numbers (0..4294967295)", key);
+        return cq_err_fmt(c->err, c->errlen, CQ_ECONFIG,
+                          "channel type \"%s\": keys must be channel type numbers (0..4294967295)",
+                          key);
     *ret = (uint32_t)v;
     return 0;
 }
@@ -197,8 +173,8 @@ static int load_fields(json_t *obj, const ctx_t *c, cq_chan_settings_t *cs)
     json_t *v[7];
     json_int_t tick = 0, fan = 0, delay = 0;
     if (!json_is_object(obj))
-        return fail(c->err, c->errlen, CQ_ECONFIG, "channel type \"%s\": must be an object",
-                    c->type);
+        return cq_err_fmt(c->err, c->errlen, CQ_ECONFIG, "channel type \"%s\": must be an object",
+                          c->type);
     int r = pick_keys(obj, keys, v, "", c);
     if (r == 0)
         r = get_int(v[0], 0, UINT32_MAX, keys[0], c, &tick);
@@ -237,13 +213,13 @@ static const entry_t *find(const cq_settings_t *s, uint32_t type)
 static int load_root(cq_settings_t *s, json_t *root, char *err, size_t errlen)
 {
     if (!json_is_object(root))
-        return fail(err, errlen, CQ_ECONFIG,
-                    "the top level must be a JSON object keyed by "
-                    "channel type");
+        return cq_err_fmt(err, errlen, CQ_ECONFIG,
+                          "the top level must be a JSON object keyed by "
+                          "channel type");
     if (json_object_size(root) > 0) {
         s->entries = cq_calloc(json_object_size(root), sizeof(*s->entries));
         if (!s->entries)
-            return fail(err, errlen, -ENOMEM, "out of memory");
+            return cq_err_fmt(err, errlen, -ENOMEM, "out of memory");
     }
     const char *key;
     json_t *val;
@@ -253,8 +229,8 @@ static int load_root(cq_settings_t *s, json_t *root, char *err, size_t errlen)
         entry_t *e = &s->entries[s->n];
         int r = parse_type(key, &c, &e->type);
         if (r == 0 && find(s, e->type))
-            r = fail(err, errlen, CQ_ECONFIG, "channel type \"%s\": type %u is given twice", key,
-                     e->type);
+            r = cq_err_fmt(err, errlen, CQ_ECONFIG, "channel type \"%s\": type %u is given twice",
+                           key, e->type);
         s->n += r == 0; /* count it now so that free() sees its string on a later failure */
         if (r == 0)
             r = load_fields(val, &c, &e->cs);
@@ -283,10 +259,10 @@ int cq_settings_load_json(const char *json, size_t len, cq_settings_t **ret, cha
         err[0] = '\0';
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return fail(err, errlen, CQ_EJSON, "line %d column %d: %s", jerr.line, jerr.column,
-                    jerr.text);
+        return cq_err_fmt(err, errlen, CQ_EJSON, "line %d column %d: %s", jerr.line, jerr.column,
+                          jerr.text);
     cq_settings_t *s = cq_calloc(1, sizeof(*s));
-    int r = s ? load_root(s, root, err, errlen) : fail(err, errlen, -ENOMEM, "out of memory");
+    int r = s ? load_root(s, root, err, errlen) : cq_err_fmt(err, errlen, -ENOMEM, "out of memory");
     json_decref(root);
     if (r < 0) {
         cq_settings_free(s);
@@ -297,56 +273,20 @@ int cq_settings_load_json(const char *json, size_t len, cq_settings_t **ret, cha
     return 0;
 }
 
-/* Reads the whole file into a new buffer. Returns 0 or -errno. */
-static int read_file(const char *path, char **ret_buf, size_t *ret_len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -errno;
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    int r = 0;
-    for (;;) {
-        if (len == cap) {
-            char *nb = cap < MAX_FILE_SIZE ? cq_realloc(buf, cap ? cap * 2 : 4096) : NULL;
-            if (!nb) {
-                r = cap < MAX_FILE_SIZE ? -ENOMEM : -EFBIG;
-                break;
-            }
-            buf = nb;
-            cap = cap ? cap * 2 : 4096;
-        }
-        size_t n = fread(buf + len, 1, cap - len, f);
-        len += n;
-        if (n == 0) {
-            r = ferror(f) ? -EIO : 0;
-            break;
-        }
-    }
-    fclose(f);
-    if (r < 0) {
-        cq_free(buf);
-        return r;
-    }
-    *ret_buf = buf;
-    *ret_len = len;
-    return 0;
-}
-
 int cq_settings_load_file(const char *path, cq_settings_t **ret, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = '\0';
     char *buf = NULL;
     size_t len = 0;
-    int r = read_file(path, &buf, &len);
+    int r = cq_file_read(path, MAX_FILE_SIZE, &buf, &len);
     if (r < 0)
-        return fail(err, errlen, r, "%s: %s", path, strerror(-r));
+        return cq_err_fmt(err, errlen, r, "%s: %s", path, strerror(-r));
     char msg[256];
     r = cq_settings_load_json(buf, len, ret, msg, sizeof(msg));
     cq_free(buf);
     if (r < 0)
-        return fail(err, errlen, r, "%s: %s", path, msg);
+        return cq_err_fmt(err, errlen, r, "%s: %s", path, msg);
     return 0;
 }
 

@@ -1,0 +1,41 @@
+#include "cq_file.h"
+
+#include "cq_alloc.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+int cq_file_read(const char *path, size_t max, char **ret_buf, size_t *ret_len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -errno;
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    int r = 0;
+    for (;;) {
+        if (len == cap) {
+            char *nb = cap < max ? cq_realloc(buf, cap ? cap * 2 : 4096) : NULL;
+            if (!nb) {
+                r = cap < max ? -ENOMEM : -EFBIG;
+                break;
+            }
+            buf = nb;
+            cap = cap ? cap * 2 : 4096;
+        }
+        size_t n = fread(buf + len, 1, cap - len, f);
+        len += n;
+        if (n == 0) {
+            r = ferror(f) ? -EIO : 0;
+            break;
+        }
+    }
+    fclose(f);
+    if (r < 0) {
+        cq_free(buf);
+        return r;
+    }
+    *ret_buf = buf;
+    *ret_len = len;
+    return 0;
+}
