@@ -243,9 +243,12 @@ static void mark_pending(cq_core_t *c, cq_conn_t *conn)
 }
 
 /* Queues an already-built buffer of the given kind; closes the connection over the limits. */
-static void push_kind(cq_core_t *c, cq_conn_t *conn, cq_buf_t *b, uint32_t kind)
+/* Queues b taking one reference the caller holds (dropped here on failure). */
+static void push_ref(cq_core_t *c, cq_conn_t *conn, cq_buf_t *b, uint32_t kind)
 {
-    int r = cq_sendq_push(&conn->sendq, b, kind, c->sh->o.sendq_hard_limit);
+    int r = cq_sendq_push_ref(&conn->sendq, b, kind, c->sh->o.sendq_hard_limit);
+    if (r < 0)
+        cq_buf_unref(b);
     if (r == CQ_ESLOW) {
         CQ_METRIC_ADD(c, M_SLOW_CONSUMER, conn->type, 1);
         cq_core_conn_close(c, conn, r, "slow consumer: over sendq-hard-limit");
@@ -265,10 +268,23 @@ static void push_kind(cq_core_t *c, cq_conn_t *conn, cq_buf_t *b, uint32_t kind)
     mark_pending(c, conn);
 }
 
+static void push_kind(cq_core_t *c, cq_conn_t *conn, cq_buf_t *b, uint32_t kind)
+{
+    push_ref(c, conn, cq_buf_ref(b), kind);
+}
+
 void cq__conn_push_packet(cq_core_t *c, cq_conn_t *conn, cq_buf_t *packet)
 {
     if (conn->state != CONN_CLOSING)
         push_kind(c, conn, packet, CQ_SENDQ_PACKET);
+}
+
+void cq__conn_push_record_ref(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec)
+{
+    if (conn->state == CONN_CLOSING)
+        cq_buf_unref(rec);
+    else
+        push_ref(c, conn, rec, CQ_SENDQ_RECORD);
 }
 
 void cq__conn_push(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec)

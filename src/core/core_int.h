@@ -297,6 +297,8 @@ int cq__chan_worker(const cq_core_t *c, uint32_t chan_id);
 /* conn.c */
 void cq__conn_push(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec);
 void cq__conn_push_packet(cq_core_t *c, cq_conn_t *conn, cq_buf_t *packet);
+/* Queues a record on a non-Snappy connection taking a reference the caller holds. */
+void cq__conn_push_record_ref(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec);
 void cq__send_to(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec);
 void cq__reply(cq_core_t *c, const cq_req_t *r, uint32_t chan_id, uint32_t msg_type,
                const ProtobufCMessage *msg);

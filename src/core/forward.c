@@ -29,14 +29,24 @@ static bool skip(const cq_conn_t *conn, uint32_t sender, uint32_t owner, uint32_
     return false;
 }
 
+/* Plain recipients first: their references are taken with one atomic add, then each queue
+ * takes one. Snappy recipients share one compressed packet built for this worker. The walk is
+ * backwards and re-reads the list, because a push may close a slow subscriber, which
+ * swap-removes it. */
 void cq__local_fanout(cq_core_t *c, uint32_t chan_id, cq_buf_t *rec, uint32_t sender,
                       uint32_t owner, uint32_t flags)
 {
     cq_lsubs_t *l = cq_map_get(&c->lsubs, chan_id);
     if (!l)
         return;
-    cq_buf_t *packet = NULL; /* Snappy form, built once for this worker */
-    /* Walk backwards: a push may close a slow subscriber, which swap-removes it. */
+    uint32_t plain = 0, snappy = 0;
+    for (uint32_t i = 0; i < l->n; i++) {
+        const cq_conn_t *conn = l->conns[i];
+        if (!skip(conn, sender, owner, flags))
+            conn->out_ct == CQ_CT_SNAPPY ? snappy++ : plain++;
+    }
+    cq_buf_ref_n(rec, plain);
+    cq_buf_t *packet = NULL;
     for (uint32_t i = l->n; i-- > 0;) {
         l = cq_map_get(&c->lsubs, chan_id);
         if (!l || i >= l->n)
@@ -45,16 +55,21 @@ void cq__local_fanout(cq_core_t *c, uint32_t chan_id, cq_buf_t *rec, uint32_t se
         if (skip(conn, sender, owner, flags))
             continue;
         if (conn->out_ct != CQ_CT_SNAPPY) {
-            cq__conn_push(c, conn, rec);
+            if (plain) {
+                plain--;
+                cq__conn_push_record_ref(c, conn, rec);
+            }
             continue;
         }
-        if (!packet)
-            packet = cq_sendq_compress_record(rec, (cq_framing_mode_t)conn->framing);
+        if (!packet && snappy)
+            packet = cq_sendq_compress_record(rec, CQ_FRAMING_FIXED);
         if (packet && conn->framing == CQ_FRAMING_FIXED)
             cq__conn_push_packet(c, conn, packet);
         else
             cq__conn_push(c, conn, rec);
     }
+    while (plain--) /* recipients closed during the walk */
+        cq_buf_unref(rec);
     cq_buf_unref(packet);
 }
 

@@ -9,16 +9,20 @@
 #include <errno.h>
 #include <string.h>
 
-#define BATCH_MAX_ENTS  256
+#define BATCH_MAX_ENTS  1024
 #define BATCH_MAX_BYTES (512u * 1024u)
 #define PAD_ROOM        264 /* legacy-tag padding, at most 256 + field overhead */
+#define COPY_MAX        512 /* records up to this size are copied, not referenced */
 
+/* One write's worth of output. Small records are copied into scratch (one iovec for a run of
+ * them, and their references dropped at once); large records and packets are referenced. */
 struct cq_sendq_batch {
-    int n_iov, cur_iov;   /* iovecs, and the first not fully written */
-    uint32_t n_ents;      /* entries held */
-    cq_sendq_ent_t *ents; /* references released when the batch completes */
+    int n_iov, cur_iov; /* iovecs, and the first not fully written */
+    uint32_t n_ents;    /* references held until the batch is written */
+    size_t cost;        /* queued-bytes accounting of every entry taken */
+    cq_sendq_ent_t *ents;
     struct iovec *iov;
-    uint8_t *scratch; /* headers and pads */
+    uint8_t *scratch; /* headers, pads and copied records */
 };
 
 void cq_sendq_init(cq_sendq_t *q, cq_framing_mode_t mode)
@@ -60,9 +64,15 @@ static int ring_grow(cq_sendq_t *q)
     return 0;
 }
 
-int cq_sendq_push(cq_sendq_t *q, cq_buf_t *buf, uint32_t kind, size_t hard_limit)
+static size_t ent_cost(const cq_sendq_ent_t *e)
 {
-    size_t cost = buf->len + (kind == CQ_SENDQ_RECORD ? CQ_FRAME_HDR_LEN : 0);
+    return e->buf->len + (e->kind == CQ_SENDQ_RECORD ? CQ_FRAME_HDR_LEN : 0);
+}
+
+int cq_sendq_push_ref(cq_sendq_t *q, cq_buf_t *buf, uint32_t kind, size_t hard_limit)
+{
+    cq_sendq_ent_t e = {buf, kind};
+    size_t cost = ent_cost(&e);
     if (hard_limit && q->queued + cost > hard_limit)
         return CQ_ESLOW;
     if (q->count == q->cap) {
@@ -70,37 +80,54 @@ int cq_sendq_push(cq_sendq_t *q, cq_buf_t *buf, uint32_t kind, size_t hard_limit
         if (r < 0)
             return r;
     }
-    q->ring[(q->head + q->count) & (q->cap - 1)] = (cq_sendq_ent_t){cq_buf_ref(buf), kind};
+    q->ring[(q->head + q->count) & (q->cap - 1)] = e;
     q->count++;
     q->queued += cost;
     return 0;
 }
 
-/* How many queued entries the next batch takes, and the iovec/scratch room it needs. */
-static uint32_t batch_plan(const cq_sendq_t *q, int *ret_iov, size_t *ret_scratch)
+int cq_sendq_push(cq_sendq_t *q, cq_buf_t *buf, uint32_t kind, size_t hard_limit)
 {
-    uint32_t n = 0;
+    int r = cq_sendq_push_ref(q, cq_buf_ref(buf), kind, hard_limit);
+    if (r < 0)
+        cq_buf_unref(buf);
+    return r;
+}
+
+static bool copied(const cq_sendq_ent_t *e)
+{
+    return e->kind == CQ_SENDQ_RECORD && e->buf->len <= COPY_MAX;
+}
+
+/* Sizes the next batch: entries taken, iovecs, held references and scratch bytes (upper
+ * bounds). */
+static uint32_t batch_plan(const cq_sendq_t *q, int *ret_iov, uint32_t *ret_held,
+                           size_t *ret_scratch)
+{
+    uint32_t n = 0, held = 0, body = 0; /* body: open record run, 0 = none */
     size_t bytes = 0, scratch = 0;
     int iov = 0;
-    uint32_t body = 0; /* open record run */
     while (n < q->count && n < BATCH_MAX_ENTS && bytes < BATCH_MAX_BYTES) {
         const cq_sendq_ent_t *e = &q->ring[(q->head + n) & (q->cap - 1)];
         if (e->kind == CQ_SENDQ_PACKET) {
             body = 0;
-            iov++;
-        } else {
-            if (!body || body + e->buf->len > CQ_FRAME_MAX_BODY - PAD_ROOM) {
-                iov += 2; /* header + pad slot */
-                scratch += CQ_FRAME_HDR_LEN + PAD_ROOM;
-                body = 0;
-            }
-            body += e->buf->len;
-            iov++;
+        } else if (!body || body + e->buf->len > CQ_FRAME_MAX_BODY - PAD_ROOM) {
+            iov += 2; /* header + pad slot */
+            scratch += CQ_FRAME_HDR_LEN + PAD_ROOM;
+            body = 0;
         }
+        if (e->kind == CQ_SENDQ_RECORD)
+            body += e->buf->len;
+        if (copied(e))
+            scratch += e->buf->len;
+        else
+            held++;
+        iov++;
         bytes += e->buf->len;
         n++;
     }
     *ret_iov = iov;
+    *ret_held = held;
     *ret_scratch = scratch;
     return n;
 }
@@ -122,40 +149,70 @@ static void close_run(cq_sendq_batch_t *b, uint8_t mode, int hdr_iov, uint32_t b
     b->iov[hdr_iov] = (struct iovec){h, CQ_FRAME_HDR_LEN};
 }
 
-static int batch_form(cq_sendq_t *q)
+/* Appends one entry's bytes: copied records extend the previous iovec when it ends where the
+ * copy lands; everything else is referenced. */
+static void add_bytes(cq_sendq_batch_t *b, cq_sendq_ent_t e, uint8_t **scratch)
 {
-    int niov;
-    size_t nscratch;
-    uint32_t n = batch_plan(q, &niov, &nscratch);
-    size_t sz = sizeof(cq_sendq_batch_t) + n * sizeof(cq_sendq_ent_t) +
+    if (!copied(&e)) {
+        b->ents[b->n_ents++] = e;
+        b->iov[b->n_iov++] = (struct iovec){e.buf->data, e.buf->len};
+        return;
+    }
+    memcpy(*scratch, e.buf->data, e.buf->len);
+    struct iovec *last = b->n_iov ? &b->iov[b->n_iov - 1] : NULL;
+    if (last && (uint8_t *)last->iov_base + last->iov_len == *scratch)
+        last->iov_len += e.buf->len;
+    else
+        b->iov[b->n_iov++] = (struct iovec){*scratch, e.buf->len};
+    *scratch += e.buf->len;
+    cq_buf_unref(e.buf);
+}
+
+static cq_sendq_batch_t *batch_alloc(uint32_t held, int niov, size_t nscratch)
+{
+    size_t sz = sizeof(cq_sendq_batch_t) + held * sizeof(cq_sendq_ent_t) +
                 (size_t)niov * sizeof(struct iovec) + nscratch;
     cq_sendq_batch_t *b = cq_malloc(sz);
     if (!b)
-        return -ENOMEM;
+        return NULL;
     b->ents = (cq_sendq_ent_t *)(b + 1);
-    b->iov = (struct iovec *)(b->ents + n);
+    b->iov = (struct iovec *)(b->ents + held);
     b->scratch = (uint8_t *)(b->iov + niov);
     b->n_iov = b->cur_iov = 0;
-    b->n_ents = n;
+    b->n_ents = 0;
+    b->cost = 0;
+    return b;
+}
+
+static int batch_form(cq_sendq_t *q)
+{
+    int niov;
+    uint32_t held;
+    size_t nscratch;
+    uint32_t n = batch_plan(q, &niov, &held, &nscratch);
+    cq_sendq_batch_t *b = batch_alloc(held, niov, nscratch);
+    if (!b)
+        return -ENOMEM;
     uint8_t *scratch = b->scratch;
     int hdr_iov = -1;
     uint32_t body = 0;
     for (uint32_t i = 0; i < n; i++) {
         cq_sendq_ent_t e = q->ring[(q->head + i) & (q->cap - 1)];
-        b->ents[i] = e;
+        b->cost += ent_cost(&e);
         if (e.kind == CQ_SENDQ_RECORD &&
             (hdr_iov < 0 || body + e.buf->len > CQ_FRAME_MAX_BODY - PAD_ROOM)) {
             if (hdr_iov >= 0)
                 close_run(b, q->mode, hdr_iov, body, &scratch);
             hdr_iov = b->n_iov++;
+            b->iov[hdr_iov] = (struct iovec){NULL, 0}; /* filled by close_run */
             body = 0;
         } else if (e.kind == CQ_SENDQ_PACKET && hdr_iov >= 0) {
             close_run(b, q->mode, hdr_iov, body, &scratch);
             hdr_iov = -1;
         }
-        b->iov[b->n_iov++] = (struct iovec){e.buf->data, e.buf->len};
         if (e.kind == CQ_SENDQ_RECORD)
             body += e.buf->len;
+        add_bytes(b, e, &scratch);
     }
     if (hdr_iov >= 0)
         close_run(b, q->mode, hdr_iov, body, &scratch);
@@ -182,14 +239,6 @@ int cq_sendq_prepare(cq_sendq_t *q, const struct iovec **ret_iov, int *ret_n)
     return 0;
 }
 
-static size_t batch_cost(const cq_sendq_batch_t *b)
-{
-    size_t c = 0;
-    for (uint32_t i = 0; i < b->n_ents; i++)
-        c += b->ents[i].buf->len + (b->ents[i].kind == CQ_SENDQ_RECORD ? CQ_FRAME_HDR_LEN : 0);
-    return c;
-}
-
 bool cq_sendq_written(cq_sendq_t *q, size_t n)
 {
     cq_sendq_batch_t *b = q->batch;
@@ -206,8 +255,7 @@ bool cq_sendq_written(cq_sendq_t *q, size_t n)
     }
     if (b->cur_iov < b->n_iov)
         return false;
-    size_t cost = batch_cost(b);
-    q->queued = q->queued > cost ? q->queued - cost : 0;
+    q->queued = q->queued > b->cost ? q->queued - b->cost : 0;
     batch_free(b);
     q->batch = NULL;
     return true;

@@ -46,6 +46,9 @@ void cq_sendq_done(cq_sendq_t *q);
 /* Queues buf (borrowed: the queue takes its own reference). Returns 0, -ENOMEM, or CQ_ESLOW
  * when the queued bytes would exceed hard_limit (nothing is queued then). */
 int cq_sendq_push(cq_sendq_t *q, cq_buf_t *buf, uint32_t kind, size_t hard_limit);
+/* Like cq_sendq_push, but takes a reference the caller already holds (a fan-out takes its
+ * recipients' references in one atomic add). On error the caller still owns it. */
+int cq_sendq_push_ref(cq_sendq_t *q, cq_buf_t *buf, uint32_t kind, size_t hard_limit);
 
 static inline bool cq_sendq_idle(const cq_sendq_t *q)
 {
