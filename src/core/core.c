@@ -83,6 +83,25 @@ int cq_core_index(const cq_core_t *c)
     return c->index;
 }
 
+bool cq__inbox_over(const cq_core_t *c, int worker, int64_t limit)
+{
+    return atomic_load_explicit(&c->sh->cores[worker]->inbox_bytes, memory_order_relaxed) > limit;
+}
+
+bool cq_conn_paused(const cq_conn_t *conn)
+{
+    return conn->paused && conn->state != CONN_CLOSING;
+}
+
+bool cq_core_conn_resume(cq_core_t *c, cq_conn_t *conn)
+{
+    for (int w = 0; w < c->nworkers; w++)
+        if (cq__inbox_over(c, w, CQ_INBOX_LOW))
+            return false;
+    conn->paused = 0;
+    return true;
+}
+
 int cq__conn_worker(const cq_core_t *c, uint32_t conn_id)
 {
     if (cq_unlikely(cq_map_count(&c->routes))) {
@@ -121,6 +140,8 @@ void cq__xmsg_free(cq_xmsg_t *m)
 void cq__xmsg_post(cq_core_t *c, int worker, cq_xmsg_t *m)
 {
     cq_core_t *t = c->sh->cores[worker];
+    m->cost = (uint32_t)sizeof(*m) + m->body_len + (m->buf ? m->buf->len : 0);
+    atomic_fetch_add_explicit(&t->inbox_bytes, m->cost, memory_order_relaxed);
     cq_mpsc_push(&t->inbox, &m->node);
     c->sh->ops->wake(c->sh->ops_ud, worker);
 }
@@ -192,6 +213,7 @@ void cq_core_drain(cq_core_t *c, uint64_t now_ms)
     while ((n = cq_mpsc_pop(&c->inbox))) {
         cq_xmsg_t *m = cq_container_of(n, cq_xmsg_t, node);
         xm_handle(c, m);
+        atomic_fetch_sub_explicit(&c->inbox_bytes, m->cost, memory_order_relaxed);
         cq__xmsg_free(m);
     }
 }

@@ -138,6 +138,7 @@ struct cq_conn {
     uint8_t failed_auth;
     uint8_t pending; /* on the flush list */
     uint8_t lost;    /* the peer went away (recoverable if a SERVER) */
+    uint8_t paused;  /* reading paused: a target inbox is over CQ_INBOX_HIGH */
     char *pit;       /* after a successful AUTH */
     const cq_fsm_t *fsm;
     const cq_transport_ops_t *tops;
@@ -230,9 +231,15 @@ typedef struct cq_xmsg {
     uint32_t u1, u2, u3;
     cq_mp_t mp;    /* body points into body[] when body_len > 0 */
     cq_buf_t *buf; /* one reference, owned by the message */
+    uint32_t cost; /* bytes counted against the target's inbox */
     uint32_t body_len;
     uint8_t body[];
 } cq_xmsg_t;
+
+/* Inbound flow control: a connection whose messages go to a worker whose inbox holds more than
+ * INBOX_HIGH bytes stops being read until every inbox is under INBOX_LOW. */
+#define CQ_INBOX_HIGH (16u << 20)
+#define CQ_INBOX_LOW  (4u << 20)
 
 /* ---- the per-worker core ---- */
 
@@ -242,13 +249,14 @@ struct cq_core {
     int index;
     int nworkers;
     cq_mpsc_t inbox;
-    cq_map_t conns;    /* conn id -> cq_conn_t* (local connections) */
-    cq_map_t chans;    /* chan id -> cq_chan_t* (channels hashed here) */
-    cq_map_t connrefs; /* conn id -> cq_connref_t* */
-    cq_map_t lsubs;    /* chan id -> cq_lsubs_t* */
-    cq_list_t pending; /* connections with output to flush */
-    cq_list_t unauth;  /* unauthenticated connections, oldest first */
-    cq_list_t soft;    /* connections over the soft send limit */
+    _Atomic int64_t inbox_bytes; /* added by producers, subtracted when handled */
+    cq_map_t conns;              /* conn id -> cq_conn_t* (local connections) */
+    cq_map_t chans;              /* chan id -> cq_chan_t* (channels hashed here) */
+    cq_map_t connrefs;           /* conn id -> cq_connref_t* */
+    cq_map_t lsubs;              /* chan id -> cq_lsubs_t* */
+    cq_list_t pending;           /* connections with output to flush */
+    cq_list_t unauth;            /* unauthenticated connections, oldest first */
+    cq_list_t soft;              /* connections over the soft send limit */
     cq_wire_arena_t arena;
     uint8_t *scratch; /* Snappy decode of one inbound body */
     uint64_t now_ms;
@@ -292,6 +300,7 @@ cq_xmsg_t *cq__xmsg_new(int kind, size_t body_len);
 void cq__xmsg_post(cq_core_t *c, int worker, cq_xmsg_t *m);
 void cq__xmsg_free(cq_xmsg_t *m);
 int cq__conn_worker(const cq_core_t *c, uint32_t conn_id);
+bool cq__inbox_over(const cq_core_t *c, int worker, int64_t limit);
 int cq__chan_worker(const cq_core_t *c, uint32_t chan_id);
 
 /* conn.c */

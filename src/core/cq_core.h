@@ -109,6 +109,11 @@ void cq_core_conn_release(cq_core_t *c, cq_conn_t *conn);
 cq_sendq_t *cq_conn_sendq(cq_conn_t *conn);
 uint32_t cq_conn_id(const cq_conn_t *conn);
 bool cq_conn_closing(const cq_conn_t *conn);
+/* True when the transport should stop reading this connection: the worker its messages go to
+ * is behind (inbound flow control). Poll cq_core_conn_resume() (each loop iteration and tick)
+ * and restart reading when it returns true. */
+bool cq_conn_paused(const cq_conn_t *conn);
+bool cq_core_conn_resume(cq_core_t *c, cq_conn_t *conn);
 
 /* Drains the inbox (cross-worker messages). Call from the wake (uv_async) callback. */
 void cq_core_drain(cq_core_t *c, uint64_t now_ms);

@@ -124,6 +124,8 @@ static void route(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp)
     if (mp->body_len)
         memcpy(m->body, mp->body, mp->body_len);
     cq__xmsg_post(c, w, m);
+    if (cq__inbox_over(c, w, CQ_INBOX_HIGH))
+        conn->paused = 1;
 }
 
 int cq__dispatch_packet(cq_core_t *c, cq_conn_t *conn, const uint8_t *body, size_t len)

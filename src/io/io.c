@@ -33,7 +33,8 @@ typedef struct io_conn {
     uv_write_t wreq;
     cq_conn_t *conn;
     io_worker_t *w;
-    size_t inflight; /* bytes of the uv_write in flight */
+    size_t inflight;       /* bytes of the uv_write in flight */
+    cq_list_t paused_node; /* in w->paused while reading is paused */
     uint8_t writing;
     uint8_t closing;
 } io_conn_t;
@@ -113,6 +114,7 @@ static void tcp_close(void *tctx)
     if (!ic->writing)
         write_some(ic, false); /* best effort: the last replies before the close */
     ic->closing = 1;
+    cq_list_remove(&ic->paused_node);
     uv_read_stop((uv_stream_t *)&ic->tcp);
     uv_close((uv_handle_t *)&ic->tcp, on_closed);
 }
@@ -148,6 +150,23 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     cq_core_conn_input(ic->w->core, ic->conn, (const uint8_t *)buf->base, (size_t)nread,
                        uv_now(&ic->w->loop));
+    if (!ic->closing && cq_conn_paused(ic->conn) && cq_list_empty(&ic->paused_node)) {
+        uv_read_stop(s); /* a target worker is behind: let TCP push back on the sender */
+        cq_list_insert_tail(&ic->w->paused, &ic->paused_node);
+    }
+}
+
+static void resume_paused(io_worker_t *w)
+{
+    cq_list_t *n, *t;
+    cq_list_foreach_safe(n, t, &w->paused)
+    {
+        io_conn_t *ic = cq_container_of(n, io_conn_t, paused_node);
+        if (!cq_core_conn_resume(w->core, ic->conn))
+            return; /* inboxes are shared: nobody resumes yet */
+        cq_list_remove(&ic->paused_node);
+        uv_read_start((uv_stream_t *)&ic->tcp, on_alloc, on_read);
+    }
 }
 
 /* Takes over an accepted socket on this worker. */
@@ -160,6 +179,7 @@ void cq__io_adopt(io_worker_t *w, int fd, uint32_t id, int type, cq_framing_mode
         return;
     }
     ic->w = w;
+    cq_list_init(&ic->paused_node);
     if (uv_tcp_open(&ic->tcp, fd) < 0) {
         close(fd);
         uv_close((uv_handle_t *)&ic->tcp, on_closed);
@@ -193,12 +213,16 @@ static void on_prepare(uv_prepare_t *p)
 {
     io_worker_t *w = p->data;
     cq_core_flush(w->core);
+    if (!cq_list_empty(&w->paused))
+        resume_paused(w);
 }
 
 static void on_tick(uv_timer_t *t)
 {
     io_worker_t *w = t->data;
     cq_core_tick(w->core, uv_now(&w->loop));
+    if (!cq_list_empty(&w->paused))
+        resume_paused(w);
 }
 
 static void close_walk(uv_handle_t *h, void *arg)
@@ -236,6 +260,7 @@ static int worker_init(cq_io_t *io, int i)
     w->index = i;
     w->rbuf = cq_malloc(READ_BUF);
     cq_mpsc_init(&w->accepts);
+    cq_list_init(&w->paused);
     if (!w->rbuf || uv_loop_init(&w->loop) < 0)
         return -ENOMEM;
     w->loop_ok = 1;

@@ -8,6 +8,7 @@
 
 #include "cq_core.h"
 #include "cq_io.h"
+#include "cq_list.h"
 #include "cq_mpsc.h"
 
 typedef struct cq_io cq_io_t;
@@ -31,6 +32,7 @@ typedef struct io_worker {
     cq_core_t *core;
     uint8_t *rbuf;     /* shared by this worker's reads; input is consumed synchronously */
     cq_mpsc_t accepts; /* accepted sockets handed over by worker 0 */
+    cq_list_t paused;  /* io_conn_t whose reading is paused (inbound flow control) */
     uint8_t loop_ok, started;
     /* worker 0 only */
     io_acceptor_t acceptors[2];

@@ -545,6 +545,41 @@ static void test_struct_size_budgets(void **state)
     assert_true(sizeof(cq_buf_t) <= 16);
 }
 
+/* A sender whose messages go to a worker that is behind stops being read (TCP pushes back)
+ * until that worker's inbox drains: the inbox cannot grow without bound. */
+static void test_inbound_flow_control(void **state)
+{
+    env_up(2, NULL);
+    fconn_t *srv = connect_as(CQ_CONN_SERVER); /* id 1: worker 1; GLOBAL lives on worker 0 */
+    auth(srv);
+    assert_int_equal(srv->worker, 1);
+    static uint8_t body[60000];
+    body[0] = 0x12; /* ServerForwardMessage.payload, length 59996 */
+    body[1] = 0xdc;
+    body[2] = 0xd4;
+    body[3] = 0x03;
+    cq_mp_t mp = {0, 2, 0, 100, body, sizeof(body)};
+    cq_buf_t *rec = cq_wire_record_raw(&mp);
+    static uint8_t pkt[70000];
+    cq_framing_header(pkt, rec->len, 0, CQ_FRAMING_FIXED);
+    memcpy(pkt + 5, rec->data, rec->len);
+    int sent = 0;
+    while (!cq_conn_paused(srv->conn) && sent < 1000) {
+        /* no pump: worker 0 never drains */
+        assert_int_equal(cq_core_conn_input(E.cores[1], srv->conn, pkt, 5 + rec->len, E.now), 0);
+        sent++;
+    }
+    assert_true(cq_conn_paused(srv->conn));
+    assert_true(sent * 60000 >= (int)CQ_INBOX_HIGH);
+    assert_true(sent * 60000 <= (int)CQ_INBOX_HIGH + 2 * 60000 + 4096);
+    assert_false(cq_core_conn_resume(E.cores[1], srv->conn));
+    pump(); /* worker 0 catches up */
+    assert_true(cq_core_conn_resume(E.cores[1], srv->conn));
+    assert_false(cq_conn_paused(srv->conn));
+    cq_buf_unref(rec);
+    env_down();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -557,6 +592,7 @@ int main(void)
         cmocka_unit_test(test_slow_consumer_cut_others_served),
         cmocka_unit_test(test_channel_id_reuse_and_list),
         cmocka_unit_test(test_server_recovery),
+        cmocka_unit_test(test_inbound_flow_control),
         cmocka_unit_test(test_unrecovered_channel_removed_after_timeout),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);
