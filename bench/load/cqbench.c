@@ -45,14 +45,14 @@
 #include <unistd.h>
 #include <uv.h>
 
-#define GLOBAL_CHANNEL   0u
+#define GLOBAL_CHANNEL    0u
 #define BC_ALL_BUT_SERVER 32u
-#define USER_MSG_TYPE    100u
-#define CT_GLOBAL        1u
-#define TOPIC            "cqbench"
-#define SETUP_TIMEOUT_MS 120000
-#define STALL_SECONDS    5
-#define DRAIN_MAX_MS     5000
+#define USER_MSG_TYPE     100u
+#define CT_GLOBAL         1u
+#define TOPIC             "cqbench"
+#define SETUP_TIMEOUT_MS  120000
+#define STALL_SECONDS     5
+#define DRAIN_MAX_MS      5000
 
 typedef enum { TGT_CHANQ, TGT_REDIS, TGT_NATS } target_t;
 typedef enum { MODE_CLOSED, MODE_RATE, MODE_IDLE } bmode_t;
@@ -378,7 +378,7 @@ static void conn_lost(bconn_t *c, int err)
     G.closed++;
     if (G.phase != PH_DONE)
         fprintf(stderr, "cqbench: %s connection %d lost: %s\n", target_names[O.target], c->idx,
-                err == 0                        ? "closed"
+                err == 0                      ? "closed"
                 : err <= -1000 && err > -1100 ? cq_strerror(err)
                                               : uv_strerror(err));
     if (G.phase == PH_SETUP)
@@ -1180,10 +1180,9 @@ static void finish(const char *error)
            "\"setup_s\":%.3f,\"load_start\":\"%s\",\"load_end\":\"%s\",\"error\":%s%s%s}\n",
            target_names[O.target], O.label, mode_names[O.mode], O.subs, O.size, O.window, O.rate,
            secs, G.sent, dels, G.deliveries, missing, G.lost, G.dup, G.bad, G.closed, dps, cpu,
-           cores, dpc, ccpu, G.lat.n, la.p50, la.p99, la.max, la.mean, G.klat.n, lk.p50, lk.p99, lk.max,
-           G.rss_base, G.rss_ready, rss,
-           rss_per_conn, (double)G.setup_ns / 1e9, G.load_start, load_end, error ? "\"" : "",
-           error ? error : "null", error ? "\"" : "");
+           cores, dpc, ccpu, G.lat.n, la.p50, la.p99, la.max, la.mean, G.klat.n, lk.p50, lk.p99,
+           lk.max, G.rss_base, G.rss_ready, rss, rss_per_conn, (double)G.setup_ns / 1e9,
+           G.load_start, load_end, error ? "\"" : "", error ? error : "null", error ? "\"" : "");
     printf("# %s %s %s subs=%d size=%d: %.0f deliveries/s, server %.2f cores, %.0f "
            "deliveries/server-cpu-s, client cpu %.2f s",
            target_names[O.target], O.label, mode_names[O.mode], O.subs, O.size, dps, cores, dpc,
@@ -1263,14 +1262,22 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"target", required_argument, NULL, 't'},   {"addr", required_argument, NULL, 'a'},
-        {"server-addr", required_argument, NULL, 's'}, {"ready-file", required_argument, NULL, 'f'},
-        {"pid", required_argument, NULL, 'p'},      {"mode", required_argument, NULL, 'm'},
-        {"subs", required_argument, NULL, 'n'},     {"size", required_argument, NULL, 'z'},
-        {"window", required_argument, NULL, 'w'},   {"rate", required_argument, NULL, 'r'},
-        {"duration", required_argument, NULL, 'd'}, {"warmup", required_argument, NULL, 'W'},
-        {"parallel", required_argument, NULL, 'P'}, {"label", required_argument, NULL, 'l'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+        {"target", required_argument, NULL, 't'},
+        {"addr", required_argument, NULL, 'a'},
+        {"server-addr", required_argument, NULL, 's'},
+        {"ready-file", required_argument, NULL, 'f'},
+        {"pid", required_argument, NULL, 'p'},
+        {"mode", required_argument, NULL, 'm'},
+        {"subs", required_argument, NULL, 'n'},
+        {"size", required_argument, NULL, 'z'},
+        {"window", required_argument, NULL, 'w'},
+        {"rate", required_argument, NULL, 'r'},
+        {"duration", required_argument, NULL, 'd'},
+        {"warmup", required_argument, NULL, 'W'},
+        {"parallel", required_argument, NULL, 'P'},
+        {"label", required_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     bool have_addr = false;
     int o;
