@@ -132,25 +132,41 @@ static uint32_t batch_plan(const cq_sendq_t *q, int *ret_iov, uint32_t *ret_held
     return n;
 }
 
-/* Closes a run of records: writes its header and, for legacy peers, a pad if needed. */
-static void close_run(cq_sendq_batch_t *b, uint8_t mode, int hdr_iov, uint32_t body,
+/* Appends [p, p+n) of scratch, extending the last iovec when it ends right there. */
+static void add_scratch(cq_sendq_batch_t *b, uint8_t *p, size_t n)
+{
+    struct iovec *last = b->n_iov ? &b->iov[b->n_iov - 1] : NULL;
+    if (last && (uint8_t *)last->iov_base + last->iov_len == p)
+        last->iov_len += n;
+    else
+        b->iov[b->n_iov++] = (struct iovec){p, n};
+}
+
+/* Opens a run of records: its header goes first in scratch (written at close, when the
+ * length is known), so a run of copied records is one contiguous iovec with its header. */
+static uint8_t *open_run(cq_sendq_batch_t *b, uint8_t **scratch)
+{
+    uint8_t *h = *scratch;
+    *scratch += CQ_FRAME_HDR_LEN;
+    b->iov[b->n_iov++] = (struct iovec){h, CQ_FRAME_HDR_LEN};
+    return h;
+}
+
+/* Closes a run: pads it for legacy peers if needed and writes its header. */
+static void close_run(cq_sendq_batch_t *b, uint8_t mode, uint8_t *h, uint32_t body,
                       uint8_t **scratch)
 {
     uint32_t pad = mode == CQ_FRAMING_LEGACY ? cq_framing_legacy_pad(body) : 0;
-    uint8_t *h = *scratch;
-    *scratch += CQ_FRAME_HDR_LEN;
     if (pad) {
         size_t plen = cq_wire_pad(*scratch, pad);
-        b->iov[b->n_iov++] = (struct iovec){*scratch, plen};
+        add_scratch(b, *scratch, plen);
         *scratch += plen;
         body += (uint32_t)plen;
     }
     cq_framing_header(h, body, CQ_CT_NONE, (cq_framing_mode_t)mode);
-    b->iov[hdr_iov] = (struct iovec){h, CQ_FRAME_HDR_LEN};
 }
 
-/* Appends one entry's bytes: copied records extend the previous iovec when it ends where the
- * copy lands; everything else is referenced. */
+/* Appends one entry's bytes: small records are copied, everything else is referenced. */
 static void add_bytes(cq_sendq_batch_t *b, cq_sendq_ent_t e, uint8_t **scratch)
 {
     if (!copied(&e)) {
@@ -159,11 +175,7 @@ static void add_bytes(cq_sendq_batch_t *b, cq_sendq_ent_t e, uint8_t **scratch)
         return;
     }
     memcpy(*scratch, e.buf->data, e.buf->len);
-    struct iovec *last = b->n_iov ? &b->iov[b->n_iov - 1] : NULL;
-    if (last && (uint8_t *)last->iov_base + last->iov_len == *scratch)
-        last->iov_len += e.buf->len;
-    else
-        b->iov[b->n_iov++] = (struct iovec){*scratch, e.buf->len};
+    add_scratch(b, *scratch, e.buf->len);
     *scratch += e.buf->len;
     cq_buf_unref(e.buf);
 }
@@ -194,28 +206,26 @@ static int batch_form(cq_sendq_t *q)
     if (!b)
         return -ENOMEM;
     uint8_t *scratch = b->scratch;
-    int hdr_iov = -1;
+    uint8_t *hdr = NULL; /* header of the open run of records */
     uint32_t body = 0;
     for (uint32_t i = 0; i < n; i++) {
         cq_sendq_ent_t e = q->ring[(q->head + i) & (q->cap - 1)];
         b->cost += ent_cost(&e);
-        if (e.kind == CQ_SENDQ_RECORD &&
-            (hdr_iov < 0 || body + e.buf->len > CQ_FRAME_MAX_BODY - PAD_ROOM)) {
-            if (hdr_iov >= 0)
-                close_run(b, q->mode, hdr_iov, body, &scratch);
-            hdr_iov = b->n_iov++;
-            b->iov[hdr_iov] = (struct iovec){NULL, 0}; /* filled by close_run */
-            body = 0;
-        } else if (e.kind == CQ_SENDQ_PACKET && hdr_iov >= 0) {
-            close_run(b, q->mode, hdr_iov, body, &scratch);
-            hdr_iov = -1;
+        bool rec = e.kind == CQ_SENDQ_RECORD;
+        if (hdr && (!rec || body + e.buf->len > CQ_FRAME_MAX_BODY - PAD_ROOM)) {
+            close_run(b, q->mode, hdr, body, &scratch);
+            hdr = NULL;
         }
-        if (e.kind == CQ_SENDQ_RECORD)
+        if (rec && !hdr) {
+            hdr = open_run(b, &scratch);
+            body = 0;
+        }
+        if (rec)
             body += e.buf->len;
         add_bytes(b, e, &scratch);
     }
-    if (hdr_iov >= 0)
-        close_run(b, q->mode, hdr_iov, body, &scratch);
+    if (hdr)
+        close_run(b, q->mode, hdr, body, &scratch);
     q->head = (q->head + n) & (q->cap - 1);
     q->count -= n;
     q->batch = b;

@@ -70,14 +70,19 @@ static void test_batches_records_under_one_header(void **state)
     cq_buf_t *r = record(100, 10, 'a');
     for (int i = 0; i < 5; i++)
         assert_int_equal(cq_sendq_push(&q, r, CQ_SENDQ_RECORD, 0), 0);
-    assert_int_equal(cq_buf_refs(r), 6); /* shared, not copied */
+    assert_int_equal(cq_buf_refs(r), 6); /* shared, not copied, while queued */
+    const struct iovec *iov;
+    int cnt;
+    assert_int_equal(cq_sendq_prepare(&q, &iov, &cnt), 0);
+    assert_int_equal(cnt, 1); /* small records: header and bodies in one contiguous iovec */
+    assert_int_equal(iov[0].iov_len, 5 + 5 * r->len);
+    assert_int_equal(cq_buf_refs(r), 1); /* copied into the batch: references dropped */
     uint8_t out[4096];
     size_t n = drain(&q, out, sizeof(out));
     int packets;
     assert_int_equal(count_messages(out, n, CQ_FRAMING_FIXED, &packets), 5);
     assert_int_equal(packets, 1);
     assert_int_equal(n, 5 + 5 * r->len);
-    assert_int_equal(cq_buf_refs(r), 1);
     assert_true(cq_sendq_idle(&q));
     assert_int_equal(cq_sendq_bytes(&q), 0);
     cq_buf_unref(r);
