@@ -257,8 +257,8 @@ static void subscribe_creator(cq_core_t *c, cq_req_t *r, cq_chan_t *ch,
     cq_sub_t *s;
     int rc = cq__sub_add(c, ch, r->conn_id, r->conn_type, o, &s);
     if (rc < 0) {
-        CQ_INFO("chan", "conn %u: cannot subscribe to its channel %u: %s", r->conn_id, ch->id,
-                cq_strerror(rc));
+        CQ_MSG_LOG(c, "chan", "conn %u: cannot subscribe to its channel %u: %s", r->conn_id, ch->id,
+                   cq_strerror(rc));
         return;
     }
     cq_req_t third = *r;
@@ -271,7 +271,8 @@ static void possess_global(cq_core_t *c, cq_req_t *r, Channeldpb__CreateChannelM
 {
     cq_chan_t *g = cq__chan_get(c, 0);
     if (g->owner) {
-        CQ_INFO("chan", "conn %u: GLOBAL is already possessed by conn %u", r->conn_id, g->owner);
+        CQ_MSG_LOG(c, "chan", "conn %u: GLOBAL is already possessed by conn %u", r->conn_id,
+                   g->owner);
         return;
     }
     cq__chan_set_owner(c, g, r->conn_id, r->conn_type);
@@ -297,14 +298,15 @@ void cq__handle_create(cq_core_t *c, cq_req_t *r)
         return;
     switch (m->channeltype) {
     case CHANNELDPB__CHANNEL_TYPE__UNKNOWN:
-        CQ_INFO("chan", "conn %u: CREATE_CHANNEL with type UNKNOWN rejected", r->conn_id);
+        CQ_MSG_LOG(c, "chan", "conn %u: CREATE_CHANNEL with type UNKNOWN rejected", r->conn_id);
         return;
     case CHANNELDPB__CHANNEL_TYPE__GLOBAL:
         possess_global(c, r, m);
         return;
     case CHANNELDPB__CHANNEL_TYPE__SPATIAL:
-        CQ_INFO("chan", "conn %u: SPATIAL channels need a spatial controller (not configured)",
-                r->conn_id);
+        CQ_MSG_LOG(c, "chan",
+                   "conn %u: SPATIAL channels need a spatial controller (not configured)",
+                   r->conn_id);
         return;
     default:
         break;
@@ -360,11 +362,12 @@ static void remove_here(cq_core_t *c, cq_req_t *r, uint32_t id)
 {
     cq_chan_t *ch = cq__chan_get(c, id);
     if (!ch) {
-        CQ_INFO("chan", "conn %u: REMOVE_CHANNEL of unknown channel %u", r->conn_id, id);
+        CQ_MSG_LOG(c, "chan", "conn %u: REMOVE_CHANNEL of unknown channel %u", r->conn_id, id);
         return;
     }
     if (id == 0 || !cq__acl_allows(ch, 2, r->conn_id, atomic_load(&c->sh->global_owner))) {
-        CQ_INFO("chan", "conn %u: REMOVE_CHANNEL %u denied by the channel ACL", r->conn_id, id);
+        CQ_MSG_LOG(c, "chan", "conn %u: REMOVE_CHANNEL %u denied by the channel ACL", r->conn_id,
+                   id);
         return;
     }
     cq__chan_remove(c, ch, r->mp.channel_id);

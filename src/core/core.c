@@ -83,6 +83,25 @@ int cq_core_index(const cq_core_t *c)
     return c->index;
 }
 
+bool cq__log_allow(cq_core_t *c)
+{
+    if (!cq_log_enabled(CQ_LOG_INFO))
+        return false;
+    if (c->now_ms - c->log_window_ms >= 1000) {
+        if (c->log_suppressed)
+            CQ_INFO("core", "worker %d: %u more dropped-message log lines suppressed", c->index,
+                    c->log_suppressed);
+        c->log_window_ms = c->now_ms;
+        c->log_lines = c->log_suppressed = 0;
+    }
+    if (c->log_lines < CQ_LOG_BURST) {
+        c->log_lines++;
+        return true;
+    }
+    c->log_suppressed++;
+    return false;
+}
+
 bool cq__inbox_over(const cq_core_t *c, int worker, int64_t limit)
 {
     return atomic_load_explicit(&c->sh->cores[worker]->inbox_bytes, memory_order_relaxed) > limit;

@@ -204,6 +204,16 @@ typedef struct cq_chaninfo {
     char *metadata;
 } cq_chaninfo_t;
 
+/* Per-message logs (drops, denials) are rate limited per worker so a peer cannot flood the
+ * log; the number suppressed is logged once the next second starts. */
+#define CQ_LOG_BURST 50
+bool cq__log_allow(cq_core_t *c);
+#define CQ_MSG_LOG(c, topic, ...)                                                                  \
+    do {                                                                                           \
+        if (cq__log_allow(c))                                                                      \
+            CQ_INFO(topic, __VA_ARGS__);                                                           \
+    } while (0)
+
 /* ---- cross-worker messages ---- */
 
 enum {
@@ -258,6 +268,8 @@ struct cq_core {
     cq_list_t unauth;            /* unauthenticated connections, oldest first */
     cq_list_t soft;              /* connections over the soft send limit */
     cq_wire_arena_t arena;
+    uint64_t log_window_ms; /* per-message log lines: at most CQ_LOG_BURST a second */
+    uint32_t log_lines, log_suppressed;
     uint8_t *scratch; /* Snappy decode of one inbound body */
     uint64_t now_ms;
     cq_map_t routes;        /* conn id -> worker + 1, for recovered ids not on id % workers */

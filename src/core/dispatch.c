@@ -71,8 +71,8 @@ static bool sfm_valid(const uint8_t *p, size_t n)
 static void drop(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp, const char *why)
 {
     CQ_METRIC_ADD(c, M_DROPPED, conn->type, 1);
-    CQ_INFO("dispatch", "conn %u: dropped msgType %u on channel %u: %s", conn->id, mp->msg_type,
-            mp->channel_id, why);
+    CQ_MSG_LOG(c, "dispatch", "conn %u: dropped msgType %u on channel %u: %s", conn->id,
+               mp->msg_type, mp->channel_id, why);
 }
 
 /* Steps 2-5; returns 1 to route, 0 to drop, or a negative error that closes the connection. */
@@ -183,13 +183,13 @@ void cq__handle_req(cq_core_t *c, cq_req_t *r)
     if (!cq__chan_get(c, r->mp.channel_id)) {
         CQ_METRIC_ADD(c, M_DROPPED, r->conn_type, 1);
         if (t != MT_SUB && t != MT_UNSUB)
-            CQ_INFO("dispatch", "conn %u: dropped msgType %u: unknown channel %u", r->conn_id, t,
-                    r->mp.channel_id);
+            CQ_MSG_LOG(c, "dispatch", "conn %u: dropped msgType %u: unknown channel %u", r->conn_id,
+                       t, r->mp.channel_id);
         return;
     }
     if (target_must_be_global(t) && r->mp.channel_id != 0) {
-        CQ_INFO("dispatch", "conn %u: msgType %u must target channel 0, not %u; ignored",
-                r->conn_id, t, r->mp.channel_id);
+        CQ_MSG_LOG(c, "dispatch", "conn %u: msgType %u must target channel 0, not %u; ignored",
+                   r->conn_id, t, r->mp.channel_id);
         return;
     }
     switch (t) {

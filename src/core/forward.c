@@ -151,13 +151,14 @@ static void from_client(cq_core_t *c, cq_req_t *r, cq_chan_t *ch)
 {
     if (!ch->owner) {
         /* channeld: client broadcast needs enableClientBroadcast, which nothing sets. */
-        CQ_INFO("fwd", "conn %u: user msg %u on channel %u dropped: channel has no owner",
-                r->conn_id, r->mp.msg_type, ch->id);
+        CQ_MSG_LOG(c, "fwd", "conn %u: user msg %u on channel %u dropped: channel has no owner",
+                   r->conn_id, r->mp.msg_type, ch->id);
         return;
     }
     cq_buf_t *rec = wrap_client(r);
     if (!rec) {
-        CQ_INFO("fwd", "conn %u: user msg %u too large to forward", r->conn_id, r->mp.msg_type);
+        CQ_MSG_LOG(c, "fwd", "conn %u: user msg %u too large to forward", r->conn_id,
+                   r->mp.msg_type);
         return;
     }
     cq__send_to(c, ch->owner, rec);
@@ -167,8 +168,8 @@ static void from_client(cq_core_t *c, cq_req_t *r, cq_chan_t *ch)
 static void to_one(cq_core_t *c, cq_req_t *r, uint32_t target, const char *what)
 {
     if (!target) {
-        CQ_INFO("fwd", "conn %u: user msg %u on channel %u dropped: no %s", r->conn_id,
-                r->mp.msg_type, r->mp.channel_id, what);
+        CQ_MSG_LOG(c, "fwd", "conn %u: user msg %u on channel %u dropped: no %s", r->conn_id,
+                   r->mp.msg_type, r->mp.channel_id, what);
         return;
     }
     cq_buf_t *rec = cq_wire_record_raw(&r->mp);
@@ -191,8 +192,9 @@ static void from_server(cq_core_t *c, cq_req_t *r, cq_chan_t *ch)
         return;
     }
     if (bc & BC_ADJACENT) {
-        CQ_INFO("fwd", "conn %u: ADJACENT_CHANNELS broadcast on non-spatial channel %u dropped",
-                r->conn_id, ch->id);
+        CQ_MSG_LOG(c, "fwd",
+                   "conn %u: ADJACENT_CHANNELS broadcast on non-spatial channel %u dropped",
+                   r->conn_id, ch->id);
         return;
     }
     cq_buf_t *rec = cq_wire_record_raw(&r->mp);

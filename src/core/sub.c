@@ -360,13 +360,13 @@ void cq__handle_sub(cq_core_t *c, cq_req_t *r)
         return;
     uint32_t target = r->conn_type == CQ_CONN_CLIENT ? r->conn_id : m->connid;
     if (!target) {
-        CQ_INFO("sub", "conn %u: SUB_TO_CHANNEL %u without connId", r->conn_id, ch->id);
+        CQ_MSG_LOG(c, "sub", "conn %u: SUB_TO_CHANNEL %u without connId", r->conn_id, ch->id);
         return;
     }
     if (target != r->conn_id &&
         !cq__acl_allows(ch, 0, r->conn_id, atomic_load(&c->sh->global_owner))) {
-        CQ_INFO("sub", "conn %u: subscribing conn %u to channel %u denied by the ACL", r->conn_id,
-                target, ch->id);
+        CQ_MSG_LOG(c, "sub", "conn %u: subscribing conn %u to channel %u denied by the ACL",
+                   r->conn_id, target, ch->id);
         return;
     }
     cq_sub_t *s = cq_map_get(&ch->subs, target);
@@ -376,8 +376,8 @@ void cq__handle_sub(cq_core_t *c, cq_req_t *r)
     }
     int rc = cq__sub_add(c, ch, target, target == r->conn_id ? r->conn_type : 0, m->suboptions, &s);
     if (rc < 0) {
-        CQ_INFO("sub", "conn %u: cannot subscribe conn %u to channel %u: %s", r->conn_id, target,
-                ch->id, cq_strerror(rc));
+        CQ_MSG_LOG(c, "sub", "conn %u: cannot subscribe conn %u to channel %u: %s", r->conn_id,
+                   target, ch->id, cq_strerror(rc));
         return;
     }
     cq__sub_result(c, ch, s, r);
@@ -394,21 +394,21 @@ void cq__handle_unsub(cq_core_t *c, cq_req_t *r)
     uint32_t target = m->connid;
     if (target != r->conn_id &&
         !cq__acl_allows(ch, 1, r->conn_id, atomic_load(&c->sh->global_owner))) {
-        CQ_INFO("sub", "conn %u: unsubscribing conn %u from channel %u denied by the ACL",
-                r->conn_id, target, ch->id);
+        CQ_MSG_LOG(c, "sub", "conn %u: unsubscribing conn %u from channel %u denied by the ACL",
+                   r->conn_id, target, ch->id);
         return;
     }
     cq_sub_t *s = cq_map_get(&ch->subs, target);
     if (!s) {
-        CQ_INFO("sub", "conn %u: conn %u is not subscribed to channel %u", r->conn_id, target,
-                ch->id);
+        CQ_MSG_LOG(c, "sub", "conn %u: conn %u is not subscribed to channel %u", r->conn_id, target,
+                   ch->id);
         return;
     }
     uint8_t type = s->conn_type;
     cq__sub_remove(c, s, true);
     unsub_result(c, ch, r, target, type);
     if (ch->owner == target) {
-        CQ_INFO("sub", "channel %u lost its owner conn %u (unsubscribed)", ch->id, target);
+        CQ_MSG_LOG(c, "sub", "channel %u lost its owner conn %u (unsubscribed)", ch->id, target);
         cq__chan_set_owner(c, ch, 0, 0);
         cq__connref_gc(c, target);
     }

@@ -580,6 +580,36 @@ static void test_inbound_flow_control(void **state)
     env_down();
 }
 
+static int log_lines;
+static char last_line[1024];
+
+static void count_sink(void *ud, cq_log_level_t lvl, const char *topic, const char *line)
+{
+    log_lines++;
+    snprintf(last_line, sizeof(last_line), "%s", line);
+}
+
+/* A peer cannot flood the log: per-message logs are capped per worker and second, and the
+ * number suppressed is reported when the next second starts. */
+static void test_drop_logs_rate_limited(void **state)
+{
+    env_up(1, NULL);
+    fconn_t *cli = connect_as(CQ_CONN_CLIENT);
+    auth(cli);
+    log_lines = 0;
+    cq_log_set_sink(count_sink, NULL);
+    Channeldpb__SubscribedToChannelMessage sub = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
+    for (int i = 0; i < 200; i++)
+        send_msg(cli, 0, 0, 1, 6, &sub.base); /* FSM-forbidden: dropped, logged */
+    assert_int_equal(log_lines, CQ_LOG_BURST);
+    assert_int_equal(cq_shared_counter(E.sh, "fsm_disallowed"), 200); /* all counted */
+    E.now += 1000;
+    send_msg(cli, 0, 0, 1, 6, &sub.base);
+    assert_int_equal(log_lines, CQ_LOG_BURST + 2); /* the summary, then the new line */
+    cq_log_set_sink(NULL, NULL);
+    env_down();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -593,6 +623,7 @@ int main(void)
         cmocka_unit_test(test_channel_id_reuse_and_list),
         cmocka_unit_test(test_server_recovery),
         cmocka_unit_test(test_inbound_flow_control),
+        cmocka_unit_test(test_drop_logs_rate_limited),
         cmocka_unit_test(test_unrecovered_channel_removed_after_timeout),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);
