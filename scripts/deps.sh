@@ -6,7 +6,7 @@ level=${1:-build}
 pkgs=(gcc make meson ninja-build pkg-config python3 libuv1-dev libprotobuf-c-dev
       protobuf-c-compiler libsnappy-dev libjansson-dev)
 if [ "$level" = test ] || [ "$level" = bench ]; then
-  pkgs+=(libcmocka-dev clang-14 libclang-rt-14-dev clang-format)
+  pkgs+=(libcmocka-dev clang-14 libclang-rt-14-dev clang-format protobuf-compiler)
 fi
 if [ "$level" = bench ]; then
   pkgs+=(redis-server nats-server linux-perf)

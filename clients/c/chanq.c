@@ -566,6 +566,41 @@ int chanq_client_create_channel(chanq_client_t *c, uint32_t stub_id, uint32_t ch
     return chanq_client_send(c, 0, 0, stub_id, CHANNELDPB__MESSAGE_TYPE__CREATE_CHANNEL, &m.base);
 }
 
+int chanq_client_create_channel_data(chanq_client_t *c, uint32_t stub_id, uint32_t channel_type,
+                                     const char *metadata,
+                                     const Channeldpb__ChannelSubscriptionOptions *sub_opts,
+                                     const chanq_channel_data_t *data)
+{
+    Channeldpb__CreateChannelMessage m = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
+    Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
+    m.channeltype = (Channeldpb__ChannelType)channel_type;
+    m.metadata = str_arg(metadata);
+    m.suboptions = opts_arg(sub_opts);
+    if (data) {
+        any.type_url = str_arg(data->type_url);
+        any.value.data = (uint8_t *)data->value;
+        any.value.len = data->len;
+        m.data = &any;
+        m.mergeoptions = (Channeldpb__ChannelDataMergeOptions *)data->merge_opts;
+    }
+    return chanq_client_send(c, 0, 0, stub_id, CHANNELDPB__MESSAGE_TYPE__CREATE_CHANNEL, &m.base);
+}
+
+int chanq_decode_data_update(const chanq_msg_t *msg,
+                             Channeldpb__ChannelDataUpdateMessage **ret_update)
+{
+    if (msg->msg_type != CHANNELDPB__MESSAGE_TYPE__CHANNEL_DATA_UPDATE)
+        return -EINVAL;
+    Channeldpb__ChannelDataUpdateMessage *m = chanq_unpack(
+        &channeldpb__channel_data_update_message__descriptor, msg->body, msg->body_len);
+    if (!m || !m->data) {
+        chanq_unpack_free(m);
+        return CQ_EDECODE;
+    }
+    *ret_update = m;
+    return 0;
+}
+
 int chanq_client_remove_channel(chanq_client_t *c, uint32_t stub_id, uint32_t channel_id)
 {
     Channeldpb__RemoveChannelMessage m = CHANNELDPB__REMOVE_CHANNEL_MESSAGE__INIT;

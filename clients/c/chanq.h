@@ -177,6 +177,27 @@ int chanq_client_create_channel(chanq_client_t *c, uint32_t stub_id, uint32_t ch
                                 const char *metadata,
                                 const Channeldpb__ChannelSubscriptionOptions *sub_opts);
 
+/* Channel data of a CREATE_CHANNEL: the initial state as an Any, and the merge options. */
+typedef struct chanq_channel_data {
+    const char *type_url; /* "type.googleapis.com/pkg.Msg" */
+    const void *value;    /* serialized initial state (may be empty) */
+    size_t len;
+    const Channeldpb__ChannelDataMergeOptions *merge_opts; /* NULL: plain protobuf merge */
+} chanq_channel_data_t;
+
+/* CREATE_CHANNEL (3) with initial channel data (data borrowed; NULL = none). */
+int chanq_client_create_channel_data(chanq_client_t *c, uint32_t stub_id, uint32_t channel_type,
+                                     const char *metadata,
+                                     const Channeldpb__ChannelSubscriptionOptions *sub_opts,
+                                     const chanq_channel_data_t *data);
+
+/* Decodes a received CHANNEL_DATA_UPDATE (8) fan-out. On success *ret_update is an owned
+ * message (free with chanq_unpack_free); its data->type_url and data->value hold the merged
+ * update of one window (or the whole state on a first fan-out). Returns 0, -EINVAL for another
+ * message type, or CQ_EDECODE. */
+int chanq_decode_data_update(const chanq_msg_t *msg,
+                             Channeldpb__ChannelDataUpdateMessage **ret_update);
+
 /* REMOVE_CHANNEL (4) on channel 0, body channelId = channel_id. */
 int chanq_client_remove_channel(chanq_client_t *c, uint32_t stub_id, uint32_t channel_id);
 

@@ -123,6 +123,12 @@ static const opt_t opts[] = {
          "Queued outbound bytes a connection may hold for at most --sendq-soft-seconds."),
     INT("sendq-soft-seconds", NULL, sendq_soft_seconds, "10", 0, 3600, "SECONDS",
         "Seconds a connection may stay over --sendq-soft-limit before it is closed."),
+    STR("channel-data-types", NULL, channel_data_types, "", NULL, "FILES",
+        "Comma-separated descriptor sets (protoc --include_imports --descriptor_set_out) of the "
+        "game's channel data types; channels of a known type are merged by schema, others by "
+        "protobuf's concatenation."),
+    SIZE("max-channel-data-size", NULL, max_channel_data_size, "1m", 4 * KIB, GIB,
+         "Largest state of one channel's data; updates that would grow it beyond are refused."),
     SIZE("sendq-hard-limit", NULL, sendq_hard_limit, "8m", 4 * KIB, GIB,
          "Queued outbound bytes that close a connection at once."),
     STR("ready-file", NULL, ready_file, "", NULL, "FILE",

@@ -46,21 +46,23 @@ typedef struct cq_config {
     int server_conn_recover_timeout_ms; /* 0 = recoverable forever */
     int compression_type;               /* advertised in AuthResult: 0 none, 1 Snappy */
     char *auth_provider;                /* "dev" or "file" */
-    char *auth_token_file;   /* JSON object PIT -> login token, for auth_provider "file" */
-    int auth_timeout_ms;     /* close unauthenticated connections after this; 0 = never */
-    int max_failed_auth;     /* close after this many failed AUTH attempts; 0 = no limit */
-    int conn_id_bits;        /* bits of a connection id, 8..31 */
-    int idle_timeout_ms;     /* close connections silent this long; 0 = off */
-    int tcp_keepalive_s;     /* TCP keepalive delay; 0 = off */
-    int max_packet_size;     /* largest inbound packet body, 64..65535 */
-    int max_connections;     /* connections accepted at once */
-    int max_channels;        /* channels alive at once */
-    int max_subs_per_conn;   /* subscriptions per connection */
-    size_t sendq_soft_limit; /* queued bytes that may persist only sendq_soft_seconds */
-    int sendq_soft_seconds;  /* how long a connection may stay over the soft limit */
-    size_t sendq_hard_limit; /* queued bytes that close the connection at once */
-    char *ready_file;        /* written once listening: "client=H:P server=H:P admin=H:P\n" */
-    char *config;            /* the last config file loaded, "" if none */
+    char *auth_token_file;        /* JSON object PIT -> login token, for auth_provider "file" */
+    int auth_timeout_ms;          /* close unauthenticated connections after this; 0 = never */
+    int max_failed_auth;          /* close after this many failed AUTH attempts; 0 = no limit */
+    int conn_id_bits;             /* bits of a connection id, 8..31 */
+    int idle_timeout_ms;          /* close connections silent this long; 0 = off */
+    int tcp_keepalive_s;          /* TCP keepalive delay; 0 = off */
+    int max_packet_size;          /* largest inbound packet body, 64..65535 */
+    int max_connections;          /* connections accepted at once */
+    int max_channels;             /* channels alive at once */
+    int max_subs_per_conn;        /* subscriptions per connection */
+    size_t sendq_soft_limit;      /* queued bytes that may persist only sendq_soft_seconds */
+    int sendq_soft_seconds;       /* how long a connection may stay over the soft limit */
+    size_t sendq_hard_limit;      /* queued bytes that close the connection at once */
+    char *channel_data_types;     /* comma-separated descriptor set files; "" = none */
+    size_t max_channel_data_size; /* bytes of one channel's data state */
+    char *ready_file;             /* written once listening: "client=H:P server=H:P admin=H:P\n" */
+    char *config;                 /* the last config file loaded, "" if none */
 } cq_config_t;
 
 /* Fills c with the defaults. c's previous contents are not freed (call cq_config_done first

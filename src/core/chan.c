@@ -32,7 +32,9 @@ cq_chan_t *cq__chan_create(cq_core_t *c, uint32_t id, uint32_t type, const char 
     ch->settings = cq_settings_get(c->sh->o.settings, type);
     cq_map_init(&ch->subs);
     cq_list_init(&ch->owner_node);
-    if (!ch->metadata || !ch->wcount || cq_map_put(&c->chans, id, ch) < 0) {
+    if (!ch->metadata || !ch->wcount || cq__data_attach(c, ch) < 0 ||
+        cq_map_put(&c->chans, id, ch) < 0) {
+        cq__data_detach(c, ch);
         cq_free(ch->metadata);
         cq_free(ch->wcount);
         cq_free(ch);
@@ -59,6 +61,7 @@ void cq__chan_set_owner(cq_core_t *c, cq_chan_t *ch, uint32_t owner, uint8_t own
 
 static void chan_destroy(cq_core_t *c, cq_chan_t *ch)
 {
+    cq__data_detach(c, ch);
     uint32_t it = 0;
     void *v;
     while (cq_map_next(&ch->subs, &it, NULL, &v)) {
@@ -285,6 +288,8 @@ static void possess_global(cq_core_t *c, cq_req_t *r, Channeldpb__CreateChannelM
         }
     }
     CQ_INFO("chan", "conn %u possesses the GLOBAL channel", r->conn_id);
+    if (cq__data_create(c, g, m->data, m->mergeoptions) < 0)
+        CQ_MSG_LOG(c, "chan", "conn %u: GLOBAL data not initialised", r->conn_id);
     reply_created(c, r, g);
     cq_sub_t *s = cq_map_get(&g->subs, r->conn_id);
     if (!s)
@@ -352,6 +357,9 @@ void cq__handle_create_here(cq_core_t *c, cq_req_t *r, uint32_t id)
     }
     CQ_INFO("chan", "conn %u created channel %u (type %u, metadata \"%s\")", r->conn_id, id,
             ch->type, ch->metadata);
+    if (cq__data_create(c, ch, m->data, m->mergeoptions) < 0)
+        CQ_MSG_LOG(c, "chan", "conn %u: channel %u: bad initial data; starts without data",
+                   r->conn_id, id);
     reply_created(c, r, ch);
     subscribe_creator(c, r, ch, m->suboptions);
 }

@@ -30,9 +30,11 @@ cq_core_t *cq_core_new(cq_shared_t *sh, int index)
     cq_list_init(&c->soft);
     cq_wire_arena_init(&c->arena, ARENA_CAP);
     c->scratch = cq_malloc(CQ_FRAME_MAX_BODY);
+    c->sm = cq_calloc((size_t)c->nworkers, sizeof(cq_sendmany_t));
     c->id_cursor = 1;
+    c->schema = sh->o.schema;
     sh->cores[index] = c;
-    if (!c->scratch)
+    if (!c->scratch || !c->sm)
         return cq_core_free(c);
     if (index == 0 && (!cq__chan_create(c, 0, CHANNELDPB__CHANNEL_TYPE__GLOBAL, "", 0, 0) ||
                        cq__dir_add(c, 0, CHANNELDPB__CHANNEL_TYPE__GLOBAL, "") < 0))
@@ -55,6 +57,9 @@ cq_core_t *cq_core_free(cq_core_t *c)
     }
     cq__recover_free_all(c);
     cq__chan_free_all(c);
+    cq__sendmany_free(c);
+    cq_buf_unref(c->emit_rec);
+    cq_free(c->due);
     cq__chaninfo_free_all(c);
     it = 0;
     while (cq_map_next(&c->connrefs, &it, NULL, &v))
@@ -204,6 +209,12 @@ static void xm_handle(cq_core_t *c, cq_xmsg_t *m)
         break;
     case XM_CONN_GONE:
         cq__conn_gone(c, m->conn_id, m->conn_type, m->body_len ? (const char *)m->body : NULL);
+        break;
+    case XM_SENDMANY:
+        cq__sendmany_deliver(c, m);
+        break;
+    case XM_SCHEMA:
+        cq__data_schema(c, m->ptr);
         break;
     case XM_ROUTE:
         cq_map_put(&c->routes, m->conn_id, (void *)(uintptr_t)(m->u1 + 1));

@@ -13,6 +13,9 @@
 #include "cq_list.h"
 #include "cq_log.h"
 #include "cq_map.h"
+#include "cq_merge.h"
+#include "cq_sched.h"
+#include "cq_schema.h"
 #include "cq_mpsc.h"
 #include "cq_sbuf.h"
 #include "cq_sendq.h"
@@ -174,6 +177,28 @@ typedef struct cq_sub {
     cq_list_t by_conn; /* in the worker's connref for conn_id */
 } cq_sub_t;
 
+/* Field masks shared by subscribers (their scheduler masks id is index + 1). */
+typedef struct cq_maskset {
+    char **paths;
+    uint32_t n;
+} cq_maskset_t;
+
+/* A channel's data (data.c). state is NULL until the data is defined (by CREATE_CHANNEL's Any,
+ * the channel type's DataMsgFullName, or the first update). */
+typedef struct cq_chandata {
+    cq_core_t *core;
+    char *type_url;
+    const cq_msgdesc_t *desc; /* NULL: unknown type, merged by concatenation */
+    cq_buf_t *state;          /* compacted master copy; replaced, never modified */
+    cq_merge_opts_t mopts;
+    bool has_mopts;
+    cq_sched_t *sched;
+    cq_maskset_t *masks;
+    uint32_t n_masks;
+    uint32_t heap_idx; /* in the worker's due heap, UINT32_MAX when not */
+    uint64_t due_ms;
+} cq_chandata_t;
+
 typedef struct cq_chan {
     uint32_t id;
     uint32_t type;
@@ -184,6 +209,7 @@ typedef struct cq_chan {
     cq_map_t subs;        /* conn id -> cq_sub_t* */
     uint32_t *wcount;     /* subscribers per worker */
     cq_list_t owner_node; /* in the owner's connref */
+    cq_chandata_t *data;
 } cq_chan_t;
 
 /* Per-worker reverse index for one connection id: what this worker's channels hold of it. */
@@ -229,6 +255,8 @@ enum {
     XM_META,      /* worker 0: channel chan_id's metadata/type changed */
     XM_REMOVE,    /* REMOVE_CHANNEL of channel u1, checked where it lives */
     XM_ROUTE,     /* connection conn_id now lives on worker u1 (recovered id) */
+    XM_SENDMANY,  /* deliver buf to every conn id in body (uint32_t array) */
+    XM_SCHEMA,    /* ptr is the new channel-data schema: resolve unknown types */
     XM_RECOVER,   /* conn_id took over a dropped server with PIT body: restore its channels */
 };
 
@@ -241,6 +269,7 @@ typedef struct cq_xmsg {
     uint32_t u1, u2, u3;
     cq_mp_t mp;    /* body points into body[] when body_len > 0 */
     cq_buf_t *buf; /* one reference, owned by the message */
+    const void *ptr;
     uint32_t cost; /* bytes counted against the target's inbox */
     uint32_t body_len;
     uint8_t body[];
@@ -276,6 +305,11 @@ struct cq_core {
     cq_list_t recsubs;      /* cq_recsub_t: what dropped recoverable servers held here */
     struct cq_timed *timed; /* pending timed events */
     uint32_t n_timed, cap_timed;
+    const cq_schema_t *schema; /* channel-data types this worker resolves against */
+    cq_chan_t **due;           /* min-heap of channels with data by next fan-out time */
+    uint32_t n_due, cap_due;
+    cq_buf_t *emit_src, *emit_rec; /* last fan-out buffer and its record, within a tick */
+    struct cq_sendmany *sm;        /* per worker: fan-out records for its connections */
     /* worker 0 only */
     cq_map_t chaninfo;  /* chan id -> cq_chaninfo_t* */
     uint32_t id_cursor; /* rotating non-spatial id cursor */
@@ -381,6 +415,28 @@ void cq__recover_free_all(cq_core_t *c);
 void cq__recov_handles_free(cq_shared_t *sh);
 void cq__timed_add(cq_core_t *c, uint64_t due_ms, uint32_t kind, uint32_t conn_id,
                    uint32_t chan_id);
+
+/* data.c */
+int cq__data_attach(cq_core_t *c, cq_chan_t *ch);
+void cq__data_detach(cq_core_t *c, cq_chan_t *ch);
+int cq__data_create(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any *data,
+                    const Channeldpb__ChannelDataMergeOptions *mopts);
+void cq__data_sub(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s);
+void cq__data_unsub(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id);
+void cq__handle_data_update(cq_core_t *c, cq_req_t *r);
+bool cq__data_any(const cq_chan_t *ch, Google__Protobuf__Any *ret);
+void cq__data_schema(cq_core_t *c, const cq_schema_t *schema);
+
+/* sendmany.c */
+typedef struct cq_sendmany {
+    uint32_t *ids;
+    cq_buf_t **recs;
+    uint32_t n, cap;
+} cq_sendmany_t;
+void cq__sendmany_add(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec);
+void cq__sendmany_flush(cq_core_t *c);
+void cq__sendmany_deliver(cq_core_t *c, const cq_xmsg_t *m);
+void cq__sendmany_free(cq_core_t *c);
 
 /* forward.c */
 void cq__handle_user(cq_core_t *c, cq_req_t *r);

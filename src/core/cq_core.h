@@ -52,6 +52,8 @@ typedef struct cq_core_opts {
     size_t sendq_soft_limit;
     uint32_t sendq_soft_seconds;
     size_t sendq_hard_limit;
+    const struct cq_schema *schema; /* channel data types (borrowed); NULL = none known */
+    size_t max_channel_data;        /* bytes of one channel's data; 0 = no limit */
 } cq_core_opts_t;
 
 enum { CQ_AUTH_DEV = 0, CQ_AUTH_FILE = 1 };
@@ -72,6 +74,10 @@ cq_shared_t *cq_shared_free(cq_shared_t *sh);
 /* Allocates a connection id and registers it in the directory; 0 when max-connections is
  * reached. Any thread (the acceptor). */
 uint32_t cq_shared_conn_id_alloc(cq_shared_t *sh, int type);
+/* Publishes a new set of channel-data types to every worker (any thread). Channels whose type
+ * was unknown are resolved and their state compacted. schema is borrowed and must outlive the
+ * shared state, as must every schema published before it (channels keep pointing into it). */
+void cq_shared_set_schema(cq_shared_t *sh, const struct cq_schema *schema);
 /* Number of workers. */
 int cq_shared_workers(const cq_shared_t *sh);
 /* The worker that owns connection id / channel id. */
@@ -122,6 +128,11 @@ void cq_core_drain(cq_core_t *c, uint64_t now_ms);
 void cq_core_flush(cq_core_t *c);
 /* Periodic housekeeping (auth timeout, idle timeout, soft send limits). Every ~100 ms. */
 void cq_core_tick(cq_core_t *c, uint64_t now_ms);
+/* Channel-data fan-outs: the earliest time a channel of this worker is due (UINT64_MAX when
+ * none), and the fan-out of every channel due at now_ms. The io layer keeps one timer per
+ * worker on cq_core_next_due() and calls cq_core_run_due() when it fires. */
+uint64_t cq_core_next_due(const cq_core_t *c);
+void cq_core_run_due(cq_core_t *c, uint64_t now_ms);
 /* True when the inbox may hold messages (a hint for tests). */
 int cq_core_index(const cq_core_t *c);
 

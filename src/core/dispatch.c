@@ -28,6 +28,8 @@ static const ProtobufCMessageDescriptor *body_desc(uint32_t t)
         return &channeldpb__unsubscribed_from_channel_message__descriptor;
     case MT_DISCONNECT:
         return &channeldpb__disconnect_message__descriptor;
+    case MT_DATA_UPDATE:
+        return &channeldpb__channel_data_update_message__descriptor;
     default:
         return NULL;
     }
@@ -211,6 +213,9 @@ void cq__handle_req(cq_core_t *c, cq_req_t *r)
         break;
     case MT_DISCONNECT:
         handle_disconnect(c, r);
+        break;
+    case MT_DATA_UPDATE:
+        cq__handle_data_update(c, r);
         break;
     default:
         if (t >= CQ_USER_SPACE_START)

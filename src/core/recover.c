@@ -261,6 +261,9 @@ static void send_recovery_data(cq_core_t *c, const cq_chan_t *ch, const cq_sub_t
         cq__subopts_to_pb(&s->opts, &o);
         m.suboptions = &o;
     }
+    Google__Protobuf__Any data;
+    if (cq__data_any(ch, &data))
+        m.channeldata = &data;
     cq__notify(c, conn_id, ch->id, MT_RECOVERY_CHANNEL_DATA, &m.base);
 }
 

@@ -89,6 +89,18 @@ out:
     return id;
 }
 
+void cq_shared_set_schema(cq_shared_t *sh, const struct cq_schema *schema)
+{
+    for (int w = 0; w < sh->o.workers; w++) {
+        cq_xmsg_t *m = cq__xmsg_new(XM_SCHEMA, 0);
+        if (!m)
+            continue;
+        m->ptr = schema;
+        cq_mpsc_push(&sh->cores[w]->inbox, &m->node);
+        sh->ops->wake(sh->ops_ud, w);
+    }
+}
+
 int cq_shared_workers(const cq_shared_t *sh)
 {
     return sh->o.workers;

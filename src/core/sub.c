@@ -254,6 +254,12 @@ static void sub_link(cq_core_t *c, cq_chan_t *ch, cq_sub_t *s)
     lsub_post(c, XM_LSUB_ADD, ch->id, s->conn_id);
 }
 
+/* The channel-data schedule takes the options once they are final. */
+static void sub_schedule(cq_core_t *c, cq_chan_t *ch, cq_sub_t *s)
+{
+    cq__data_sub(c, ch, s);
+}
+
 int cq__sub_add_opts(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type,
                      const cq_subopts_t *opts, uint64_t sub_time_ms, cq_sub_t **ret)
 {
@@ -264,6 +270,7 @@ int cq__sub_add_opts(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn
     s->opts = *opts;
     s->sub_time_ms = sub_time_ms;
     sub_link(c, ch, s);
+    sub_schedule(c, ch, s);
     *ret = s;
     return 0;
 }
@@ -276,8 +283,8 @@ int cq__sub_add(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type
     if (r < 0)
         return r;
     opts_merge(&s->opts, req);
-    ch->wcount[cq__conn_worker(c, conn_id)]++;
-    lsub_post(c, XM_LSUB_ADD, ch->id, conn_id);
+    sub_link(c, ch, s);
+    sub_schedule(c, ch, s);
     *ret = s;
     return 0;
 }
@@ -285,6 +292,7 @@ int cq__sub_add(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type
 void cq__sub_remove(cq_core_t *c, cq_sub_t *s, bool dir_update)
 {
     cq_chan_t *ch = s->chan;
+    cq__data_unsub(c, ch, s->conn_id);
     cq_map_del(&ch->subs, s->conn_id);
     cq_list_remove(&s->by_conn);
     ch->wcount[cq__conn_worker(c, s->conn_id)]--;
@@ -346,6 +354,7 @@ static void resubscribe(cq_core_t *c, cq_chan_t *ch, cq_sub_t *s, const cq_req_t
     uint32_t before = s->opts.data_access;
     if (opts_merge(&s->opts, o) < 0)
         return;
+    sub_schedule(c, ch, s); /* option updates keep the subscriber's timing */
     if (s->opts.data_access != before)
         cq__sub_result(c, ch, s, r);
 }

@@ -30,8 +30,9 @@ typedef struct cq_io_opts {
  * with cq_io_core_ops() and a NULL ud; io sets the ud itself. Errors are described in err. */
 int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *err, size_t errlen);
 const cq_core_ops_t *cq_io_core_ops(void);
-/* Blocks until SIGINT/SIGTERM, then stops the workers. Returns 0. Main thread only. */
-int cq_io_run_until_signal(cq_io_t *io);
+/* Blocks until SIGINT/SIGTERM, then stops the workers. Returns 0. Main thread only. On SIGHUP
+ * it calls on_hup(ud) (may be NULL) on the main thread and keeps running. */
+int cq_io_run_until_signal(cq_io_t *io, void (*on_hup)(void *ud), void *ud);
 /* Stops and joins every worker (idempotent) and frees everything. Accepts NULL. */
 cq_io_t *cq_io_free(cq_io_t *io);
 

@@ -209,10 +209,29 @@ static void on_wake(uv_async_t *a)
         cq__io_worker_shutdown(w);
 }
 
+static void on_due(uv_timer_t *t)
+{
+    io_worker_t *w = t->data;
+    cq_core_run_due(w->core, uv_now(&w->loop));
+}
+
+/* Keeps the fan-out timer on the earliest channel due on this worker. */
+static void arm_due(io_worker_t *w)
+{
+    uint64_t due = cq_core_next_due(w->core);
+    if (due == UINT64_MAX) {
+        uv_timer_stop(&w->due);
+        return;
+    }
+    uint64_t now = uv_now(&w->loop);
+    uv_timer_start(&w->due, on_due, due > now ? due - now : 0, 0);
+}
+
 static void on_prepare(uv_prepare_t *p)
 {
     io_worker_t *w = p->data;
     cq_core_flush(w->core);
+    arm_due(w);
     if (!cq_list_empty(&w->paused))
         resume_paused(w);
 }
@@ -270,7 +289,8 @@ static int worker_init(cq_io_t *io, int i)
     uv_async_init(&w->loop, &w->wake, on_wake);
     uv_prepare_init(&w->loop, &w->prepare);
     uv_timer_init(&w->loop, &w->tick);
-    w->wake.data = w->prepare.data = w->tick.data = w;
+    uv_timer_init(&w->loop, &w->due);
+    w->wake.data = w->prepare.data = w->tick.data = w->due.data = w;
     uv_prepare_start(&w->prepare, on_prepare);
     uv_timer_start(&w->tick, on_tick, TICK_MS, TICK_MS);
     return 0;
@@ -354,24 +374,41 @@ fail:
     return r;
 }
 
+typedef struct hup_ctx {
+    void (*fn)(void *ud);
+    void *ud;
+} hup_ctx_t;
+
 static void on_signal(uv_signal_t *s, int signum)
 {
+    if (signum == SIGHUP) {
+        hup_ctx_t *h = s->data;
+        CQ_INFO("main", "SIGHUP: reloading");
+        if (h->fn)
+            h->fn(h->ud);
+        return;
+    }
     CQ_INFO("main", "signal %d: shutting down", signum);
     uv_stop(s->loop);
 }
 
-int cq_io_run_until_signal(cq_io_t *io)
+int cq_io_run_until_signal(cq_io_t *io, void (*on_hup)(void *ud), void *ud)
 {
     uv_loop_t loop;
-    uv_signal_t si, st;
+    uv_signal_t si, st, sh;
+    hup_ctx_t hup = {on_hup, ud};
     uv_loop_init(&loop);
     uv_signal_init(&loop, &si);
     uv_signal_init(&loop, &st);
+    uv_signal_init(&loop, &sh);
+    sh.data = &hup;
     uv_signal_start(&si, on_signal, SIGINT);
     uv_signal_start(&st, on_signal, SIGTERM);
+    uv_signal_start(&sh, on_signal, SIGHUP);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_close((uv_handle_t *)&si, NULL);
     uv_close((uv_handle_t *)&st, NULL);
+    uv_close((uv_handle_t *)&sh, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
     (void)io;

@@ -28,6 +28,7 @@ typedef struct io_worker {
     uv_async_t wake;
     uv_prepare_t prepare;
     uv_timer_t tick;
+    uv_timer_t due; /* next channel-data fan-out of this worker */
     uv_thread_t thread;
     cq_core_t *core;
     uint8_t *rbuf;     /* shared by this worker's reads; input is consumed synchronously */

@@ -6,6 +6,7 @@
 #include "cq_fsm.h"
 #include "cq_io.h"
 #include "cq_log.h"
+#include "cq_schema.h"
 #include "cq_settings.h"
 
 #include <signal.h>
@@ -18,6 +19,9 @@ typedef struct app {
     cq_config_t cfg;
     cq_fsm_t *client_fsm, *server_fsm;
     cq_settings_t *settings;
+    cq_schema_t *schema;
+    cq_schema_t *old_schemas[64]; /* earlier schemas: channels may still point into them */
+    int n_old;
     cq_shared_t *sh;
     cq_io_t *io;
 } app_t;
@@ -53,6 +57,51 @@ static int load_config_files(app_t *a)
     return r;
 }
 
+/* Loads every descriptor set named in --channel-data-types into a new schema. */
+static int load_schema_files(const char *list, cq_schema_t **ret)
+{
+    cq_schema_t *schema = NULL;
+    int r = cq_schema_new(&schema);
+    if (r < 0)
+        return r;
+    char path[4096], err[512] = "";
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        snprintf(path, sizeof(path), "%.*s", (int)n, p);
+        if (*path && (r = cq_schema_load_file(schema, path, err, sizeof(err))) < 0) {
+            CQ_ERROR("main", "channel data types: %s", err);
+            cq_schema_free(schema);
+            return r;
+        }
+        p += n + (p[n] == ',');
+    }
+    CQ_INFO("main", "channel data types: %zu message types loaded", cq_schema_count(schema));
+    *ret = schema;
+    return 0;
+}
+
+static int load_schema(app_t *a)
+{
+    const char *list = a->cfg.channel_data_types;
+    return list && *list ? load_schema_files(list, &a->schema) : 0;
+}
+
+/* SIGHUP: reload the descriptor sets; workers resolve channels of newly known types. */
+static void on_hup(void *ud)
+{
+    app_t *a = ud;
+    cq_schema_t *s;
+    const char *list = a->cfg.channel_data_types;
+    if (!list || !*list || a->n_old >= (int)(sizeof(a->old_schemas) / sizeof(a->old_schemas[0])))
+        return;
+    if (load_schema_files(list, &s) < 0)
+        return; /* keep the current types */
+    if (a->schema)
+        a->old_schemas[a->n_old++] = a->schema;
+    a->schema = s;
+    cq_shared_set_schema(a->sh, s);
+}
+
 static void core_opts(const app_t *a, cq_core_opts_t *o)
 {
     const cq_config_t *c = &a->cfg;
@@ -80,6 +129,8 @@ static void core_opts(const app_t *a, cq_core_opts_t *o)
     o->sendq_soft_limit = c->sendq_soft_limit;
     o->sendq_soft_seconds = (uint32_t)c->sendq_soft_seconds;
     o->sendq_hard_limit = c->sendq_hard_limit;
+    o->schema = a->schema;
+    o->max_channel_data = c->max_channel_data_size;
 }
 
 static int start(app_t *a)
@@ -122,12 +173,17 @@ int main(int argc, char **argv)
     cq_log_set_level((cq_log_level_t)a.cfg.log_level);
     r = load_config_files(&a);
     if (r == 0)
+        r = load_schema(&a);
+    if (r == 0)
         r = start(&a);
     if (r == 0)
-        cq_io_run_until_signal(a.io);
+        cq_io_run_until_signal(a.io, on_hup, &a);
     cq_io_free(a.io);
     cq_shared_free(a.sh);
     cq_settings_free(a.settings);
+    cq_schema_free(a.schema);
+    for (int i = 0; i < a.n_old; i++)
+        cq_schema_free(a.old_schemas[i]);
     cq_fsm_free(a.client_fsm);
     cq_fsm_free(a.server_fsm);
     cq_config_done(&a.cfg);

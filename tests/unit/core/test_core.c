@@ -80,13 +80,17 @@ static const cq_transport_ops_t fake_ops = {"fake", fake_flush, fake_close, fake
 static void wake(void *ud, int w) {}
 static const cq_core_ops_t ops = {wake};
 
+/* Client FSM for the next env_up (NULL: the built-in non-authoritative one). */
+static const char *client_fsm_json;
+
 static void env_up(int workers, const cq_core_opts_t *extra)
 {
     memset(&E, 0, sizeof(E));
     char err[256];
-    assert_int_equal(cq_fsm_load_json(cq_embedded_client_fsm, cq_embedded_client_fsm_len, &E.cfsm,
-                                      err, sizeof(err)),
-                     0);
+    const char *cj = client_fsm_json ? client_fsm_json : cq_embedded_client_fsm;
+    size_t cl = client_fsm_json ? strlen(client_fsm_json) : cq_embedded_client_fsm_len;
+    client_fsm_json = NULL;
+    assert_int_equal(cq_fsm_load_json(cj, cl, &E.cfsm, err, sizeof(err)), 0);
     assert_int_equal(cq_fsm_load_json(cq_embedded_server_fsm, cq_embedded_server_fsm_len, &E.sfsm,
                                       err, sizeof(err)),
                      0);
@@ -610,6 +614,161 @@ static void test_drop_logs_rate_limited(void **state)
     env_down();
 }
 
+/* ---- channel data (no schema loaded: the type is unknown, merged by concatenation) ---- */
+
+static const char TURL[] = "type.googleapis.com/testpb.TestChannelDataMessage";
+
+static void send_update(fconn_t *f, uint32_t ch, const void *v, size_t n)
+{
+    Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
+    any.type_url = (char *)TURL;
+    any.value.data = (uint8_t *)v;
+    any.value.len = n;
+    Channeldpb__ChannelDataUpdateMessage m = CHANNELDPB__CHANNEL_DATA_UPDATE_MESSAGE__INIT;
+    m.data = &any;
+    send_msg(f, ch, 0, 0, 8, &m.base);
+}
+
+/* Returns the value bytes of the only CHANNEL_DATA_UPDATE received (as a string), or "" if
+ * none; asserts there is at most one. */
+static const char *take_data(fconn_t *f, uint32_t ch)
+{
+    static char val[256];
+    cq_mp_t mp;
+    uint8_t body[512];
+    int n = take(f, 8, &mp, body);
+    assert_true(n <= 1);
+    if (!n)
+        return "";
+    assert_int_equal(mp.channel_id, ch);
+    Channeldpb__ChannelDataUpdateMessage *m =
+        channeldpb__channel_data_update_message__unpack(NULL, mp.body_len, body);
+    assert_non_null(m);
+    assert_string_equal(m->data->type_url, TURL);
+    snprintf(val, sizeof(val), "%.*s", (int)m->data->value.len, (char *)m->data->value.data);
+    channeldpb__channel_data_update_message__free_unpacked(m, NULL);
+    return val;
+}
+
+static void advance(uint64_t to)
+{
+    E.now = to;
+    for (int i = 0; i < E.n; i++)
+        cq_core_run_due(E.cores[i], to);
+    pump();
+}
+
+/* The seed's timeline through the real core: updates from the owner are merged and fanned out
+ * per subscriber interval; one subscriber on each of two workers; one shares C1's windows. */
+static void test_channel_data_fanout(void **state)
+{
+    env_up(2, NULL);
+    fconn_t *srv = connect_as(CQ_CONN_SERVER);
+    auth(srv);
+    Google__Protobuf__Any init = GOOGLE__PROTOBUF__ANY__INIT;
+    init.type_url = (char *)TURL;
+    init.value.data = (uint8_t *)"S";
+    init.value.len = 1;
+    Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
+    cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SUBWORLD;
+    cc.data = &init;
+    send_msg(srv, 0, 0, 1, 3, &cc.base); /* channel 1 */
+    take(srv, 0, NULL, NULL);
+    fconn_t *c1 = connect_as(CQ_CONN_CLIENT), *c2 = connect_as(CQ_CONN_CLIENT);
+    fconn_t *c3 = connect_as(CQ_CONN_CLIENT);
+    auth(c1);
+    auth(c2);
+    auth(c3);
+    Channeldpb__ChannelSubscriptionOptions o1 = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
+    o1.has_fanoutintervalms = o1.has_skipfirstfanout = 1;
+    o1.fanoutintervalms = 50;
+    o1.skipfirstfanout = 1;
+    Channeldpb__ChannelSubscriptionOptions o2 = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
+    o2.has_fanoutintervalms = o2.has_fanoutdelayms = 1;
+    o2.fanoutintervalms = 100;
+    o2.fanoutdelayms = -50;
+    Channeldpb__SubscribedToChannelMessage sub = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
+    E.now = 0;
+    fconn_t *who[3] = {c1, c2, c3};
+    Channeldpb__ChannelSubscriptionOptions *opt[3] = {&o1, &o2, &o1};
+    for (int i = 0; i < 3; i++) {
+        sub.connid = cq_conn_id(who[i]->conn);
+        sub.suboptions = opt[i];
+        send_msg(srv, 1, 0, 0, 6, &sub.base);
+        take(who[i], 0, NULL, NULL);
+    }
+    take(srv, 0, NULL, NULL);
+    const char *u[] = {"1", "2", "3"};
+    uint64_t at[] = {60, 120, 240};
+    int k = 0;
+    const char *c1_seen[7] = {0}, *c2_seen[4] = {0};
+    for (uint64_t t = 10; t <= 300; t += 10) {
+        advance(t);
+        if (k < 3 && at[k] == t) {
+            send_update(srv, 1, u[k], 1);
+            k++;
+        }
+        if (t % 50 == 0) {
+            c1_seen[t / 50] = strdup(take_data(c1, 1));
+            assert_string_equal(take_data(c3, 1), c1_seen[t / 50]); /* same windows */
+        }
+        if (t % 100 == 50)
+            c2_seen[t / 100] = strdup(take_data(c2, 1));
+    }
+    /* F1 nothing, F2 = U1, F3 = U2, F4 nothing, F5 = U3, F6 nothing */
+    const char *want1[] = {"", "", "1", "2", "", "3", ""};
+    for (int i = 1; i <= 6; i++)
+        assert_string_equal(c1_seen[i], want1[i]);
+    /* F7 = the full state (S), F8 = U1+U2 (concatenation merge), F9 = U3 */
+    assert_string_equal(c2_seen[0], "S");
+    assert_string_equal(c2_seen[1], "12");
+    assert_string_equal(c2_seen[2], "3");
+    for (int i = 0; i < 7; i++)
+        free((void *)c1_seen[i]);
+    for (int i = 0; i < 4; i++)
+        free((void *)c2_seen[i]);
+    env_down();
+}
+
+/* Only the owner or a WRITE_ACCESS subscriber may update; a server stands in for the owner. */
+static void test_channel_data_write_access(void **state)
+{
+    client_fsm_json = "{\"States\": [{\"Name\": \"INIT\", \"MsgTypeWhitelist\": \"1\"},"
+                      " {\"Name\": \"OPEN\", \"MsgTypeWhitelist\": \"3-8,15-65535\"}]}";
+    env_up(1, NULL);
+    fconn_t *srv = connect_as(CQ_CONN_SERVER);
+    auth(srv);
+    Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
+    cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SUBWORLD;
+    send_msg(srv, 0, 0, 1, 3, &cc.base);
+    take(srv, 0, NULL, NULL);
+    fconn_t *ro = connect_as(CQ_CONN_CLIENT), *rw = connect_as(CQ_CONN_CLIENT);
+    auth(ro);
+    auth(rw);
+    Channeldpb__ChannelSubscriptionOptions w = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
+    w.has_dataaccess = w.has_skipselfupdatefanout = 1;
+    w.dataaccess = 2;
+    w.skipselfupdatefanout = 0;
+    Channeldpb__SubscribedToChannelMessage sub = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
+    sub.connid = cq_conn_id(ro->conn);
+    send_msg(srv, 1, 0, 0, 6, &sub.base);
+    sub.connid = cq_conn_id(rw->conn);
+    sub.suboptions = &w;
+    send_msg(srv, 1, 0, 0, 6, &sub.base);
+    take(ro, 0, NULL, NULL);
+    take(rw, 0, NULL, NULL);
+    send_update(ro, 1, "x", 1); /* READ_ACCESS: refused */
+    send_update(rw, 1, "a", 1); /* first update defines the data */
+    advance(E.now + 100);
+    assert_string_equal(take_data(ro, 1), "a"); /* full state */
+    assert_string_equal(take_data(rw, 1), "a");
+    send_update(rw, 1, "b", 1);
+    advance(E.now + 100);
+    assert_string_equal(take_data(ro, 1), "b");
+    assert_string_equal(take_data(rw, 1), "b"); /* skipSelfUpdateFanOut false */
+    env_down();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -624,6 +783,8 @@ int main(void)
         cmocka_unit_test(test_server_recovery),
         cmocka_unit_test(test_inbound_flow_control),
         cmocka_unit_test(test_drop_logs_rate_limited),
+        cmocka_unit_test(test_channel_data_fanout),
+        cmocka_unit_test(test_channel_data_write_access),
         cmocka_unit_test(test_unrecovered_channel_removed_after_timeout),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);

@@ -1,0 +1,488 @@
+/* data.c - channel data: typed state, schema-aware merge and per-subscriber fan-out
+ * (reference §2.4-2.7).
+ *
+ * Each channel with data holds its master state as one refcounted buffer (compacted when the
+ * data type is known from the loaded descriptor sets, protobuf's concatenation merge when it is
+ * not), its merge options, and a scheduler (src/chandata/cq_sched) that decides which
+ * subscriber gets which accumulated window. A fan-out buffer is wrapped into a
+ * ChannelDataUpdateMessage record once per distinct buffer and tick; recipients on other
+ * workers get one XM_SENDMANY per (worker, record). Channels are ticked at their schedulers'
+ * next due time through a per-worker min-heap. */
+#include "core_int.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_fieldmask.h"
+#include "cq_merge.h"
+#include "cq_util.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define TYPE_URL_PREFIX "type.googleapis.com/"
+
+/* ---- due heap (per worker): channels with data and subscribers, by next due time ---------- */
+
+static bool heap_less(const cq_chan_t *a, const cq_chan_t *b)
+{
+    return a->data->due_ms < b->data->due_ms;
+}
+
+static void heap_swap(cq_core_t *c, uint32_t i, uint32_t j)
+{
+    cq_chan_t *t = c->due[i];
+    c->due[i] = c->due[j];
+    c->due[j] = t;
+    c->due[i]->data->heap_idx = i;
+    c->due[j]->data->heap_idx = j;
+}
+
+static void heap_up(cq_core_t *c, uint32_t i)
+{
+    while (i > 0 && heap_less(c->due[i], c->due[(i - 1) / 2])) {
+        heap_swap(c, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+}
+
+static void heap_down(cq_core_t *c, uint32_t i)
+{
+    for (;;) {
+        uint32_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < c->n_due && heap_less(c->due[l], c->due[m]))
+            m = l;
+        if (r < c->n_due && heap_less(c->due[r], c->due[m]))
+            m = r;
+        if (m == i)
+            return;
+        heap_swap(c, i, m);
+        i = m;
+    }
+}
+
+static void heap_remove(cq_core_t *c, cq_chandata_t *d)
+{
+    uint32_t i = d->heap_idx;
+    if (i == UINT32_MAX)
+        return;
+    c->n_due--;
+    if (i != c->n_due) {
+        c->due[i] = c->due[c->n_due];
+        c->due[i]->data->heap_idx = i;
+        heap_down(c, i);
+        heap_up(c, i);
+    }
+    d->heap_idx = UINT32_MAX;
+}
+
+/* Re-reads the scheduler's next due time and fixes the channel's place in the heap. */
+static void reschedule(cq_core_t *c, cq_chan_t *ch)
+{
+    cq_chandata_t *d = ch->data;
+    d->due_ms = cq_sched_next_due(d->sched);
+    if (d->due_ms == UINT64_MAX || !d->state) {
+        heap_remove(c, d);
+        return;
+    }
+    if (d->heap_idx == UINT32_MAX) {
+        if (c->n_due == c->cap_due) {
+            uint32_t ncap = c->cap_due ? c->cap_due * 2 : 16;
+            cq_chan_t **n = cq_realloc(c->due, ncap * sizeof(*n));
+            if (!n)
+                return;
+            c->due = n;
+            c->cap_due = ncap;
+        }
+        d->heap_idx = c->n_due;
+        c->due[c->n_due++] = ch;
+        heap_up(c, d->heap_idx);
+        return;
+    }
+    heap_down(c, d->heap_idx);
+    heap_up(c, d->heap_idx);
+}
+
+uint64_t cq_core_next_due(const cq_core_t *c)
+{
+    return c->n_due ? c->due[0]->data->due_ms : UINT64_MAX;
+}
+
+/* ---- scheduler callbacks ---------------------------------------------------------------- */
+
+static cq_buf_t *sbuf_to_buf(cq_sbuf_t *sb)
+{
+    cq_buf_t *b = cq_buf_from(sb->data, sb->len);
+    cq_sbuf_done(sb);
+    return b;
+}
+
+/* Merges b into a (both borrowed); NULL on error. Unknown types concatenate. */
+static cq_buf_t *merge2(const cq_chandata_t *d, const cq_buf_t *a, const cq_buf_t *b,
+                        const cq_merge_opts_t *opts)
+{
+    cq_sbuf_t out;
+    cq_sbuf_init(&out);
+    int r;
+    if (d->desc) {
+        r = cq_merge(d->desc, a->data, a->len, b->data, b->len, opts, &out);
+    } else {
+        r = cq_sbuf_append(&out, a->data, a->len);
+        if (r == 0)
+            r = cq_sbuf_append(&out, b->data, b->len);
+    }
+    if (r < 0) {
+        cq_sbuf_done(&out);
+        return NULL;
+    }
+    return sbuf_to_buf(&out);
+}
+
+static cq_buf_t *cb_merge(void *ud, cq_buf_t *const *parts, size_t n)
+{
+    cq_chan_t *ch = ud;
+    cq_chandata_t *d = ch->data;
+    cq_buf_t *acc = cq_buf_ref(parts[0]); /* the first update is taken as it is */
+    for (size_t i = 1; i < n && acc; i++) {
+        cq_buf_t *m = merge2(d, acc, parts[i], d->has_mopts ? &d->mopts : NULL);
+        cq_buf_unref(acc);
+        acc = m;
+    }
+    return acc;
+}
+
+static cq_buf_t *cb_full_state(void *ud)
+{
+    cq_chan_t *ch = ud;
+    return ch->data->state ? cq_buf_ref(ch->data->state) : cq_buf_new(0);
+}
+
+static cq_buf_t *cb_filter(void *ud, uint32_t masks_id, cq_buf_t *bytes)
+{
+    cq_chan_t *ch = ud;
+    cq_chandata_t *d = ch->data;
+    if (!d->desc || masks_id == 0 || masks_id > d->n_masks)
+        return cq_buf_ref(bytes); /* an unknown type cannot be filtered */
+    const cq_maskset_t *m = &d->masks[masks_id - 1];
+    cq_sbuf_t out;
+    cq_sbuf_init(&out);
+    if (cq_fieldmask_filter(d->desc, (const char *const *)m->paths, m->n, bytes->data, bytes->len,
+                            &out) < 0) {
+        cq_sbuf_done(&out);
+        return cq_buf_ref(bytes);
+    }
+    return sbuf_to_buf(&out);
+}
+
+/* Record for one fan-out buffer: ChannelDataUpdateMessage{data: Any{type_url, value}}. */
+static cq_buf_t *update_record(const cq_chan_t *ch, const cq_buf_t *value)
+{
+    Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
+    any.type_url = ch->data->type_url;
+    any.value.data = (uint8_t *)value->data;
+    any.value.len = value->len;
+    Channeldpb__ChannelDataUpdateMessage m = CHANNELDPB__CHANNEL_DATA_UPDATE_MESSAGE__INIT;
+    m.data = &any;
+    return cq_wire_record_msg(ch->id, 0, 0, MT_DATA_UPDATE, &m.base);
+}
+
+static void cb_emit(void *ud, uint32_t conn_id, cq_buf_t *msg)
+{
+    cq_chan_t *ch = ud;
+    cq_core_t *c = ch->data->core;
+    cq_sub_t *s = cq_map_get(&ch->subs, conn_id);
+    if (!s || s->opts.data_access == CHANNELDPB__CHANNEL_DATA_ACCESS__NO_ACCESS)
+        return;
+    if (c->emit_src != msg) { /* encode once per distinct buffer */
+        cq_buf_unref(c->emit_rec);
+        c->emit_rec = update_record(ch, msg);
+        c->emit_src = msg;
+    }
+    if (c->emit_rec)
+        cq__sendmany_add(c, conn_id, c->emit_rec);
+}
+
+static const cq_sched_ops_t sched_ops = {cb_merge, cb_full_state, cb_filter, cb_emit};
+
+/* ---- lifecycle -------------------------------------------------------------------------- */
+
+int cq__data_attach(cq_core_t *c, cq_chan_t *ch)
+{
+    cq_chandata_t *d = cq_calloc(1, sizeof(*d));
+    if (!d)
+        return -ENOMEM;
+    d->core = c;
+    d->heap_idx = UINT32_MAX;
+    d->due_ms = UINT64_MAX;
+    d->sched = cq_sched_new(&sched_ops, ch, ch->settings->tick_interval_ms);
+    if (!d->sched) {
+        cq_free(d);
+        return -ENOMEM;
+    }
+    ch->data = d;
+    return 0;
+}
+
+void cq__data_detach(cq_core_t *c, cq_chan_t *ch)
+{
+    cq_chandata_t *d = ch->data;
+    if (!d)
+        return;
+    heap_remove(c, d);
+    cq_sched_free(d->sched);
+    cq_buf_unref(d->state);
+    for (uint32_t i = 0; i < d->n_masks; i++) {
+        for (uint32_t k = 0; k < d->masks[i].n; k++)
+            cq_free(d->masks[i].paths[k]);
+        cq_free(d->masks[i].paths);
+    }
+    cq_free(d->masks);
+    cq_free(d->type_url);
+    cq_free(d);
+    ch->data = NULL;
+}
+
+/* Sets the channel's type and initial state from an Any (type URL and value bytes). */
+static int data_init(cq_core_t *c, cq_chan_t *ch, const char *type_url, const uint8_t *v, size_t n)
+{
+    cq_chandata_t *d = ch->data;
+    const cq_schema_t *schema = c->schema;
+    char *url = cq_strdup(type_url);
+    if (!url)
+        return -ENOMEM;
+    const cq_msgdesc_t *desc = schema ? cq_schema_find_type_url(schema, type_url) : NULL;
+    cq_sbuf_t out;
+    cq_sbuf_init(&out);
+    int r = desc ? cq_compact(desc, v, n, &out) : cq_sbuf_append(&out, v, n);
+    if (r < 0) {
+        cq_sbuf_done(&out);
+        cq_free(url);
+        return r;
+    }
+    cq_buf_t *state = sbuf_to_buf(&out);
+    if (!state) {
+        cq_free(url);
+        return -ENOMEM;
+    }
+    cq_free(d->type_url);
+    cq_buf_unref(d->state);
+    d->type_url = url;
+    d->desc = desc;
+    d->state = state;
+    reschedule(c, ch);
+    return 0;
+}
+
+static void set_merge_opts(cq_chandata_t *d, const Channeldpb__ChannelDataMergeOptions *m)
+{
+    d->has_mopts = m != NULL;
+    if (m)
+        d->mopts = (cq_merge_opts_t){m->shouldreplacelist, m->listsizelimit, m->truncatetop,
+                                     m->shouldcheckremovablemapfield};
+}
+
+int cq__data_create(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any *data,
+                    const Channeldpb__ChannelDataMergeOptions *mopts)
+{
+    set_merge_opts(ch->data, mopts);
+    if (data && data->type_url && *data->type_url)
+        return data_init(c, ch, data->type_url, data->value.data, data->value.len);
+    const char *name = ch->settings->data_msg_full_name;
+    if (!name || !*name)
+        return 0; /* the first update will define the data */
+    char url[512];
+    snprintf(url, sizeof(url), TYPE_URL_PREFIX "%s", name);
+    return data_init(c, ch, url, NULL, 0);
+}
+
+/* ---- subscriptions ---------------------------------------------------------------------- */
+
+static bool masks_equal(const cq_maskset_t *m, char *const *paths, uint32_t n)
+{
+    if (m->n != n)
+        return false;
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(m->paths[i], paths[i]) != 0)
+            return false;
+    return true;
+}
+
+/* Subscribers with the same masks share an id, so they share filtered fan-outs. */
+static uint32_t masks_id(cq_chandata_t *d, char *const *paths, uint32_t n)
+{
+    if (!n)
+        return 0;
+    for (uint32_t i = 0; i < d->n_masks; i++)
+        if (masks_equal(&d->masks[i], paths, n))
+            return i + 1;
+    cq_maskset_t *nm = cq_realloc(d->masks, (d->n_masks + 1) * sizeof(*nm));
+    if (!nm)
+        return 0;
+    d->masks = nm;
+    cq_maskset_t *m = &d->masks[d->n_masks];
+    m->paths = cq_calloc(n, sizeof(char *));
+    m->n = 0;
+    for (uint32_t i = 0; m->paths && i < n; i++)
+        if ((m->paths[i] = cq_strdup(paths[i])))
+            m->n++;
+    if (!m->paths || m->n != n)
+        return 0;
+    return ++d->n_masks;
+}
+
+void cq__data_sub(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s)
+{
+    cq_chandata_t *d = ch->data;
+    if (!d)
+        return;
+    cq_sched_subopts_t o = {
+        .set = CQ_SCHED_SET_INTERVAL | CQ_SCHED_SET_DELAY | CQ_SCHED_SET_SKIP_SELF |
+               CQ_SCHED_SET_SKIP_FIRST | CQ_SCHED_SET_MASKS,
+        .interval_ms = s->opts.interval_ms,
+        .delay_ms = s->opts.delay_ms,
+        .skip_self = s->opts.skip_self,
+        .skip_first = s->opts.skip_first,
+        .masks_id = masks_id(d, s->opts.masks, s->opts.n_masks),
+    };
+    if (cq_sched_sub(d->sched, s->conn_id, &o, c->now_ms) == 0)
+        reschedule(c, ch);
+}
+
+void cq__data_unsub(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id)
+{
+    if (!ch->data)
+        return;
+    cq_sched_unsub(ch->data->sched, conn_id);
+    reschedule(c, ch);
+}
+
+/* ---- CHANNEL_DATA_UPDATE ---------------------------------------------------------------- */
+
+/* Who may write: the owner, a WRITE_ACCESS subscriber, or a server standing in for the owner
+ * (channeld's "quick fix", which also makes the owner the sender for skip-self). */
+static uint32_t writer(const cq_chan_t *ch, const cq_req_t *r)
+{
+    if (r->conn_id == ch->owner)
+        return r->conn_id;
+    const cq_sub_t *s = cq_map_get(&ch->subs, r->conn_id);
+    if (s && s->opts.data_access == CHANNELDPB__CHANNEL_DATA_ACCESS__WRITE_ACCESS)
+        return r->conn_id;
+    if (r->conn_type == CQ_CONN_SERVER && ch->owner)
+        return ch->owner;
+    return 0;
+}
+
+static int apply_update(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any *a,
+                        uint32_t sender)
+{
+    cq_chandata_t *d = ch->data;
+    if (!d->state)
+        return data_init(c, ch, a->type_url, a->value.data, a->value.len);
+    if (strcmp(d->type_url, a->type_url) != 0)
+        return CQ_EBADTARGET;
+    size_t max = c->sh->o.max_channel_data;
+    if (!d->desc && max && d->state->len + a->value.len > max)
+        return CQ_ELIMIT; /* an unknown type only grows: bounded */
+    cq_buf_t *upd = cq_buf_from(a->value.data, a->value.len);
+    if (!upd)
+        return -ENOMEM;
+    cq_buf_t *next = merge2(d, d->state, upd, d->has_mopts ? &d->mopts : NULL);
+    if (!next || (d->desc && max && next->len > max)) {
+        int r = next ? CQ_ELIMIT : CQ_EDECODE;
+        cq_buf_unref(next);
+        cq_buf_unref(upd);
+        return r;
+    }
+    cq_buf_unref(d->state);
+    d->state = next;
+    int r = cq_sched_update(d->sched, upd, sender, c->now_ms);
+    cq_buf_unref(upd);
+    return r;
+}
+
+void cq__handle_data_update(cq_core_t *c, cq_req_t *r)
+{
+    cq_chan_t *ch = cq__chan_get(c, r->mp.channel_id);
+    Channeldpb__ChannelDataUpdateMessage *m =
+        cq_wire_unpack(&channeldpb__channel_data_update_message__descriptor, r->mp.body,
+                       r->mp.body_len, &c->arena);
+    if (!m || !m->data || !m->data->type_url || !*m->data->type_url) {
+        CQ_MSG_LOG(c, "data", "conn %u: CHANNEL_DATA_UPDATE on channel %u without data", r->conn_id,
+                   ch->id);
+        return;
+    }
+    uint32_t sender = writer(ch, r);
+    if (!sender) {
+        CQ_MSG_LOG(c, "data", "conn %u: no write access to the data of channel %u", r->conn_id,
+                   ch->id);
+        return;
+    }
+    if (ch->id == 0 && !ch->owner) {
+        CQ_MSG_LOG(c, "data", "conn %u: GLOBAL has no data until it is possessed", r->conn_id);
+        return;
+    }
+    int rc = apply_update(c, ch, m->data, sender);
+    if (rc < 0)
+        CQ_MSG_LOG(c, "data", "conn %u: update of channel %u (%s) refused: %s", r->conn_id, ch->id,
+                   m->data->type_url, cq_strerror(rc));
+    reschedule(c, ch);
+}
+
+/* ---- ticking ---------------------------------------------------------------------------- */
+
+void cq_core_run_due(cq_core_t *c, uint64_t now_ms)
+{
+    c->now_ms = now_ms;
+    while (c->n_due && c->due[0]->data->due_ms <= now_ms) {
+        cq_chan_t *ch = c->due[0];
+        cq_sched_tick(ch->data->sched, now_ms);
+        cq_buf_unref(c->emit_rec);
+        c->emit_rec = NULL;
+        c->emit_src = NULL;
+        uint64_t before = ch->data->due_ms;
+        reschedule(c, ch);
+        if (ch->data->due_ms <= before && ch->data->due_ms <= now_ms)
+            break; /* nothing advanced (out of memory): retry at the next call */
+    }
+    cq__sendmany_flush(c);
+}
+
+/* The full state as an Any, for RECOVERY_CHANNEL_DATA; returns false when there is none. */
+bool cq__data_any(const cq_chan_t *ch, Google__Protobuf__Any *ret)
+{
+    const cq_chandata_t *d = ch->data;
+    if (!d || !d->state)
+        return false;
+    google__protobuf__any__init(ret);
+    ret->type_url = d->type_url;
+    ret->value.data = d->state->data;
+    ret->value.len = d->state->len;
+    return true;
+}
+
+/* A new schema: channels of a type that was unknown are resolved and compacted. */
+void cq__data_schema(cq_core_t *c, const cq_schema_t *schema)
+{
+    c->schema = schema;
+    uint32_t it = 0;
+    void *v;
+    while (cq_map_next(&c->chans, &it, NULL, &v)) {
+        cq_chandata_t *d = ((cq_chan_t *)v)->data;
+        if (!d || d->desc || !d->state || !schema)
+            continue;
+        const cq_msgdesc_t *desc = cq_schema_find_type_url(schema, d->type_url);
+        cq_sbuf_t out;
+        cq_sbuf_init(&out);
+        if (!desc || cq_compact(desc, d->state->data, d->state->len, &out) < 0) {
+            cq_sbuf_done(&out);
+            continue;
+        }
+        cq_buf_t *state = sbuf_to_buf(&out);
+        if (!state)
+            continue;
+        CQ_INFO("data", "channel %u: type %s now known; state compacted from %u to %u bytes",
+                ((cq_chan_t *)v)->id, d->type_url, d->state->len, state->len);
+        cq_buf_unref(d->state);
+        d->state = state;
+        d->desc = desc;
+    }
+}

@@ -1,0 +1,88 @@
+/* sendmany.c - channel-data fan-out to connections of other workers: records are collected per
+ * target worker during a tick and sent as one XM_SENDMANY per (worker, record), so a fan-out
+ * costs one cross-worker message per worker, not one per subscriber. */
+#include "core_int.h"
+
+#include "cq_alloc.h"
+
+#include <string.h>
+
+void cq__sendmany_add(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec)
+{
+    int w = cq__conn_worker(c, conn_id);
+    if (w == c->index) {
+        cq_conn_t *conn = cq_map_get(&c->conns, conn_id);
+        if (conn)
+            cq__conn_push(c, conn, rec);
+        return;
+    }
+    cq_sendmany_t *s = &c->sm[w];
+    if (s->n == s->cap) {
+        uint32_t ncap = s->cap ? s->cap * 2 : 16;
+        uint32_t *ids = cq_realloc(s->ids, ncap * sizeof(*ids));
+        if (ids)
+            s->ids = ids;
+        cq_buf_t **recs = ids ? cq_realloc(s->recs, ncap * sizeof(*recs)) : NULL;
+        if (!recs)
+            return;
+        s->recs = recs;
+        s->cap = ncap;
+    }
+    s->ids[s->n] = conn_id;
+    s->recs[s->n++] = cq_buf_ref(rec);
+}
+
+/* Sends the run [i, j) of entries that share one record. */
+static void post_run(cq_core_t *c, int w, cq_sendmany_t *s, uint32_t i, uint32_t j)
+{
+    cq_xmsg_t *m = cq__xmsg_new(XM_SENDMANY, (j - i) * sizeof(uint32_t));
+    if (!m)
+        return;
+    memcpy(m->body, &s->ids[i], (j - i) * sizeof(uint32_t));
+    m->buf = cq_buf_ref(s->recs[i]);
+    cq__xmsg_post(c, w, m);
+}
+
+void cq__sendmany_flush(cq_core_t *c)
+{
+    for (int w = 0; w < c->nworkers; w++) {
+        cq_sendmany_t *s = &c->sm[w];
+        uint32_t i = 0;
+        while (i < s->n) {
+            uint32_t j = i + 1;
+            while (j < s->n && s->recs[j] == s->recs[i])
+                j++;
+            post_run(c, w, s, i, j);
+            i = j;
+        }
+        for (uint32_t k = 0; k < s->n; k++)
+            cq_buf_unref(s->recs[k]);
+        s->n = 0;
+    }
+}
+
+void cq__sendmany_deliver(cq_core_t *c, const cq_xmsg_t *m)
+{
+    uint32_t n = m->body_len / sizeof(uint32_t);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t id;
+        memcpy(&id, m->body + i * sizeof(uint32_t), sizeof(id));
+        cq_conn_t *conn = cq_map_get(&c->conns, id);
+        if (conn)
+            cq__conn_push(c, conn, m->buf);
+    }
+}
+
+void cq__sendmany_free(cq_core_t *c)
+{
+    if (!c->sm)
+        return;
+    for (int w = 0; w < c->nworkers; w++) {
+        for (uint32_t k = 0; k < c->sm[w].n; k++)
+            cq_buf_unref(c->sm[w].recs[k]);
+        cq_free(c->sm[w].ids);
+        cq_free(c->sm[w].recs);
+    }
+    cq_free(c->sm);
+    c->sm = NULL;
+}
