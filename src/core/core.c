@@ -59,6 +59,7 @@ cq_core_t *cq_core_free(cq_core_t *c)
     cq__chan_free_all(c);
     cq__sendmany_free(c);
     cq_buf_unref(c->emit_rec);
+    cq_buf_unref(c->emit_src);
     cq_free(c->due);
     cq__chaninfo_free_all(c);
     it = 0;

@@ -192,10 +192,11 @@ static void cb_emit(void *ud, uint32_t conn_id, cq_buf_t *msg)
     cq_sub_t *s = cq_map_get(&ch->subs, conn_id);
     if (!s || s->opts.data_access == CHANNELDPB__CHANNEL_DATA_ACCESS__NO_ACCESS)
         return;
-    if (c->emit_src != msg) { /* encode once per distinct buffer */
+    if (c->emit_src != msg) { /* encode once per distinct buffer (held: no address reuse) */
         cq_buf_unref(c->emit_rec);
+        cq_buf_unref(c->emit_src);
         c->emit_rec = update_record(ch, msg);
-        c->emit_src = msg;
+        c->emit_src = cq_buf_ref(msg);
     }
     if (c->emit_rec)
         cq__sendmany_add(c, conn_id, c->emit_rec);
@@ -375,8 +376,14 @@ static int apply_update(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any
                         uint32_t sender)
 {
     cq_chandata_t *d = ch->data;
-    if (!d->state)
-        return data_init(c, ch, a->type_url, a->value.data, a->value.len);
+    if (!d->state) { /* the first update defines the data, and is an update too */
+        int r = data_init(c, ch, a->type_url, a->value.data, a->value.len);
+        cq_buf_t *upd = r < 0 ? NULL : cq_buf_from(a->value.data, a->value.len);
+        if (upd)
+            r = cq_sched_update(d->sched, upd, sender, c->now_ms);
+        cq_buf_unref(upd);
+        return r;
+    }
     if (strcmp(d->type_url, a->type_url) != 0)
         return CQ_EBADTARGET;
     size_t max = c->sh->o.max_channel_data;
@@ -436,6 +443,7 @@ void cq_core_run_due(cq_core_t *c, uint64_t now_ms)
         cq_chan_t *ch = c->due[0];
         cq_sched_tick(ch->data->sched, now_ms);
         cq_buf_unref(c->emit_rec);
+        cq_buf_unref(c->emit_src);
         c->emit_rec = NULL;
         c->emit_src = NULL;
         uint64_t before = ch->data->due_ms;

@@ -7,15 +7,11 @@
 
 #include <string.h>
 
+/* Collects during a scheduler tick; nothing is pushed until cq__sendmany_flush(), because a
+ * push may close a slow subscriber, which must not happen inside the tick. */
 void cq__sendmany_add(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec)
 {
     int w = cq__conn_worker(c, conn_id);
-    if (w == c->index) {
-        cq_conn_t *conn = cq_map_get(&c->conns, conn_id);
-        if (conn)
-            cq__conn_push(c, conn, rec);
-        return;
-    }
     cq_sendmany_t *s = &c->sm[w];
     if (s->n == s->cap) {
         uint32_t ncap = s->cap ? s->cap * 2 : 16;
@@ -43,11 +39,24 @@ static void post_run(cq_core_t *c, int w, cq_sendmany_t *s, uint32_t i, uint32_t
     cq__xmsg_post(c, w, m);
 }
 
+static void deliver_local(cq_core_t *c, cq_sendmany_t *s)
+{
+    for (uint32_t i = 0; i < s->n; i++) {
+        cq_conn_t *conn = cq_map_get(&c->conns, s->ids[i]);
+        if (conn)
+            cq__conn_push(c, conn, s->recs[i]);
+    }
+}
+
 void cq__sendmany_flush(cq_core_t *c)
 {
     for (int w = 0; w < c->nworkers; w++) {
         cq_sendmany_t *s = &c->sm[w];
         uint32_t i = 0;
+        if (w == c->index) {
+            deliver_local(c, s);
+            i = s->n;
+        }
         while (i < s->n) {
             uint32_t j = i + 1;
             while (j < s->n && s->recs[j] == s->recs[i])

@@ -757,15 +757,26 @@ static void test_channel_data_write_access(void **state)
     send_msg(srv, 1, 0, 0, 6, &sub.base);
     take(ro, 0, NULL, NULL);
     take(rw, 0, NULL, NULL);
-    send_update(ro, 1, "x", 1); /* READ_ACCESS: refused */
-    send_update(rw, 1, "a", 1); /* first update defines the data */
+    send_update(ro, 1, "x", 1);               /* READ_ACCESS: refused */
+    fconn_t *sf = connect_as(CQ_CONN_CLIENT); /* skip-first: never the full state */
+    auth(sf);
+    Channeldpb__ChannelSubscriptionOptions f = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
+    f.has_skipfirstfanout = 1;
+    f.skipfirstfanout = 1;
+    sub.connid = cq_conn_id(sf->conn);
+    sub.suboptions = &f;
+    send_msg(srv, 1, 0, 0, 6, &sub.base);
+    take(sf, 0, NULL, NULL);
+    send_update(rw, 1, "a", 1); /* first update defines the data, and is an update too */
     advance(E.now + 100);
+    assert_string_equal(take_data(sf, 1), "a");
     assert_string_equal(take_data(ro, 1), "a"); /* full state */
     assert_string_equal(take_data(rw, 1), "a");
     send_update(rw, 1, "b", 1);
     advance(E.now + 100);
     assert_string_equal(take_data(ro, 1), "b");
     assert_string_equal(take_data(rw, 1), "b"); /* skipSelfUpdateFanOut false */
+    assert_string_equal(take_data(sf, 1), "b");
     env_down();
 }
 
