@@ -1043,9 +1043,55 @@ static void test_bad_args(void **state)
     assert_null(chanq_client_free(c));
 }
 
+/* CREATE_CHANNEL with data and merge options, and decoding a CHANNEL_DATA_UPDATE fan-out
+ * (the §1.2 vector: channel 5, testpb.TestChannelDataMessage{text "a", num 1}). */
+static void test_channel_data_api(void **state)
+{
+    got_t g = {0};
+    chanq_client_t *c = mk(NULL, CHANQ_FRAMING_FIXED, false);
+    Channeldpb__ChannelDataMergeOptions mo = CHANNELDPB__CHANNEL_DATA_MERGE_OPTIONS__INIT;
+    mo.listsizelimit = 3;
+    static const uint8_t init[] = {0x0a, 0x01, 0x61};
+    chanq_channel_data_t d = {TYPE_URL, init, sizeof(init), &mo};
+    assert_int_equal(chanq_client_create_channel_data(c, 4, 3, "room", NULL, &d), 0);
+    roundtrip(c, CHANQ_FRAMING_FIXED, &g);
+    assert_int_equal(g.n, 1);
+    Channeldpb__CreateChannelMessage *cm =
+        chanq_unpack(&channeldpb__create_channel_message__descriptor, g.m[0].body, g.m[0].body_len);
+    assert_non_null(cm);
+    assert_int_equal(cm->channeltype, 3);
+    assert_string_equal(cm->data->type_url, TYPE_URL);
+    assert_int_equal(cm->data->value.len, sizeof(init));
+    assert_memory_equal(cm->data->value.data, init, sizeof(init));
+    assert_non_null(cm->mergeoptions);
+    assert_int_equal(cm->mergeoptions->listsizelimit, 3);
+    chanq_unpack_free(cm);
+    got_reset(&g);
+    chanq_client_free(c);
+
+    uint8_t pkt[128];
+    size_t n = v_data_update(pkt);
+    chanq_client_t *r = mk(&g, CHANQ_FRAMING_FIXED, false);
+    assert_true(chanq_client_feed(r, pkt, n) >= 0);
+    assert_int_equal(g.n, 1);
+    Channeldpb__ChannelDataUpdateMessage *u = NULL;
+    assert_int_equal(chanq_decode_data_update(&g.m[0], &u), 0);
+    assert_string_equal(u->data->type_url, TYPE_URL);
+    static const uint8_t val[] = {0x0a, 0x01, 0x61, 0x10, 0x01};
+    assert_int_equal(u->data->value.len, sizeof(val));
+    assert_memory_equal(u->data->value.data, val, sizeof(val));
+    chanq_unpack_free(u);
+    chanq_msg_t other = g.m[0];
+    other.msg_type = 6;
+    assert_int_equal(chanq_decode_data_update(&other, &u), -EINVAL);
+    got_reset(&g);
+    chanq_client_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_channel_data_api),
         cmocka_unit_test(test_auth_request_vector),
         cmocka_unit_test(test_auth_request_via_call),
         cmocka_unit_test(test_sub_options_negative_delay),
