@@ -22,7 +22,6 @@ struct chanq_uv {
     int handles_open; /* initialised handles (tcp, then prep) not yet reported closed */
     bool connected;
     bool closing;
-    uint8_t rbuf[READ_BUF];
 };
 
 static void finish_close(uv_handle_t *h)
@@ -112,11 +111,15 @@ static void on_prepare(uv_prepare_t *p)
 
 /* ---- reading ----------------------------------------------------------------------------- */
 
+/* One read buffer per thread: chanq_client_feed() consumes (or copies what it must keep) before
+ * the callback returns, so connections need no 64 KiB buffer each. */
+static _Thread_local uint8_t rbuf[READ_BUF];
+
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
-    chanq_uv_t *c = h->data;
+    (void)h;
     (void)hint;
-    *buf = uv_buf_init((char *)c->rbuf, READ_BUF);
+    *buf = uv_buf_init((char *)rbuf, READ_BUF);
 }
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
