@@ -721,12 +721,17 @@ void cq_sched_unsub(cq_sched_t *s, uint32_t conn_id)
 
 int cq_sched_tick(cq_sched_t *s, uint64_t now_ms)
 {
+    return cq_sched_tick_max(s, now_ms, UINT32_MAX);
+}
+
+int cq_sched_tick_max(cq_sched_t *s, uint64_t now_ms, uint32_t max_subs)
+{
     cq_assert(!s->busy);
     int64_t now = to_ms(now_ms);
     uint32_t nd = 0;
     int err = 0;
     s->busy = true;
-    while (s->nheap && due_of(s->heap[0]) <= now)
+    while (s->nheap && due_of(s->heap[0]) <= now && nd < max_subs)
         s->due[nd++] = heap_remove(s, 0);
     for (uint32_t i = 0; i < nd; i++) {
         int r = run_sub(s, s->due[i], now);

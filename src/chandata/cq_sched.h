@@ -173,6 +173,11 @@ void cq_sched_unsub(cq_sched_t *s, uint32_t conn_id);
  * subscribers concerned keep their state and are retried at the next tick. */
 int cq_sched_tick(cq_sched_t *s, uint64_t now_ms);
 
+/* Like cq_sched_tick, but serves at most max_subs due subscribers (earliest first); the rest stay
+ * due (cq_sched_next_due() <= now) for the next call, so a caller can bound the time one call
+ * takes and let other work run in between. */
+int cq_sched_tick_max(cq_sched_t *s, uint64_t now_ms, uint32_t max_subs);
+
 /* Earliest time any subscriber is due (for the caller's timer), UINT64_MAX if none. O(1). */
 uint64_t cq_sched_next_due(const cq_sched_t *s);
 

@@ -436,12 +436,19 @@ void cq__handle_data_update(cq_core_t *c, cq_req_t *r)
 
 /* ---- ticking ---------------------------------------------------------------------------- */
 
+/* Subscribers served per call: a channel with 10k subscribers due at once is spread over loop
+ * iterations, so reads and other channels of this worker are not held up behind it. */
+#define FANOUT_BUDGET 2048
+
 void cq_core_run_due(cq_core_t *c, uint64_t now_ms)
 {
     c->now_ms = now_ms;
-    while (c->n_due && c->due[0]->data->due_ms <= now_ms) {
+    uint32_t budget = FANOUT_BUDGET;
+    while (budget && c->n_due && c->due[0]->data->due_ms <= now_ms) {
         cq_chan_t *ch = c->due[0];
-        cq_sched_tick(ch->data->sched, now_ms);
+        uint32_t n = CQ_MIN(budget, cq_sched_count(ch->data->sched));
+        budget -= n ? n : 1;
+        cq_sched_tick_max(ch->data->sched, now_ms, n ? n : 1);
         cq_buf_unref(c->emit_rec);
         cq_buf_unref(c->emit_src);
         c->emit_rec = NULL;

@@ -589,6 +589,28 @@ static void test_unsub(void **state)
     fx_free(f);
 }
 
+/* A tick bounded to k subscribers serves the k earliest due; the rest stay due and are served
+ * by the next call with the same window contents. */
+static void test_tick_max(void **state)
+{
+    (void)state;
+    fx_t *f = fx_new(10);
+    cq_sched_subopts_t o = opts(50, 0, true);
+    for (uint32_t c = 1; c <= 10; c++)
+        sub(f, c, &o, 0);
+    upd(f, "a", 99, 10);
+    f->now = 50;
+    assert_int_equal(cq_sched_tick_max(f->s, abs_ms(50), 3), 0);
+    assert_int_equal(f->nrec, 3);
+    assert_true(cq_sched_next_due(f->s) <= abs_ms(50)); /* still due */
+    assert_int_equal(cq_sched_tick_max(f->s, abs_ms(50), 100), 0);
+    assert_int_equal(f->nrec, 10);
+    for (size_t i = 0; i < 10; i++)
+        expect(f, i, (uint32_t)i + 1, 50, "a");
+    assert_true(cq_sched_next_due(f->s) > abs_ms(50));
+    fx_free(f);
+}
+
 /* ---- buffer bounds ---- */
 
 /* 100k updates 1 ms apart, a 20 ms and a 1 s subscriber: the buffer stays within its limit and
@@ -743,15 +765,25 @@ static void test_fail_n(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_timeline_exact), cmocka_unit_test(test_timeline_defaults),
-        cmocka_unit_test(test_skip_first),     cmocka_unit_test(test_negative_delay),
-        cmocka_unit_test(test_skip_self),      cmocka_unit_test(test_skip_self_before_sub),
-        cmocka_unit_test(test_missed_windows), cmocka_unit_test(test_clock_jump),
-        cmocka_unit_test(test_boundary_once),  cmocka_unit_test(test_full_state_floor),
-        cmocka_unit_test(test_interval_zero),  cmocka_unit_test(test_encode_once),
-        cmocka_unit_test(test_option_update),  cmocka_unit_test(test_unsub),
-        cmocka_unit_test(test_bounded_100k),   cmocka_unit_test(test_fold_resync),
-        cmocka_unit_test(test_random_streams), cmocka_unit_test(test_merge_failure_retry),
+        cmocka_unit_test(test_timeline_exact),
+        cmocka_unit_test(test_timeline_defaults),
+        cmocka_unit_test(test_skip_first),
+        cmocka_unit_test(test_negative_delay),
+        cmocka_unit_test(test_skip_self),
+        cmocka_unit_test(test_skip_self_before_sub),
+        cmocka_unit_test(test_missed_windows),
+        cmocka_unit_test(test_clock_jump),
+        cmocka_unit_test(test_boundary_once),
+        cmocka_unit_test(test_full_state_floor),
+        cmocka_unit_test(test_interval_zero),
+        cmocka_unit_test(test_encode_once),
+        cmocka_unit_test(test_option_update),
+        cmocka_unit_test(test_unsub),
+        cmocka_unit_test(test_tick_max),
+        cmocka_unit_test(test_bounded_100k),
+        cmocka_unit_test(test_fold_resync),
+        cmocka_unit_test(test_random_streams),
+        cmocka_unit_test(test_merge_failure_retry),
         cmocka_unit_test(test_fail_n),
     };
     return cmocka_run_group_tests_name("sched", tests, NULL, NULL);
