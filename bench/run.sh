@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/run.sh - chanqd vs redis-server vs nats-server, shape "1 publisher -> N subscribers".
+# bench/run.sh - chanqd vs redis-server vs nats-server, shape "1 publisher -> N subscribers",
+# and chanqd's channel-data fan-out (shape "data", chanqd only).
 #
 # Builds chanqd and cqbench (meson, buildtype=release, in build-bench/), starts every server on
 # loopback with non-default ports in a temp dir, runs each shape REPS times with the targets
@@ -9,11 +10,20 @@
 # Environment knobs (defaults in brackets):
 #   REPS [5] (closed-loop and rate shapes)  IDLE_REPS [3]  DURATION [3] s measured per run
 #   WARMUP [1] s  IDLE_SECONDS [10]  IDLE_CONNS [1000]
-#   SHAPES ["closed100 closed1000 rate100 idle"]  TARGETS ["chanq-w1 chanq-w2 redis nats"]
-#   PERF [0]  1: also `perf record` chanqd (workers 1) during one 1->1000 closed-loop run
+#   SHAPES ["closed100 closed1000 rate100 idle data"]  TARGETS ["chanq-w1 chanq-w2 redis nats"]
+#   data shape (channel data, chanq-* targets only; a fresh chanqd per run, started with
+#   --channel-data-types for testpb.TestChannelDataMessage):
+#     DATA_REPS [3]  DATA_SUBS ["1000 10000"]  DATA_RATE [1000] updates/s  DATA_SIZE [64] B
+#     DATA_INTERVAL [20] fanOutIntervalMs  DATA_DURATION [$DURATION] s  DATA_WARMUP [$WARMUP] s
+#     DATA_CONTROL [1]  1: also run the plain broadcast (rate mode) to the same N subscribers at
+#                       1000/DATA_INTERVAL msg/s, i.e. the same deliveries/s without channel data
+#   PERF [0]  1: also `perf record` chanqd (workers 1) during one 1->1000 closed-loop run (with a
+#             closed shape), and
+#             (with the data shape) during one data run with PERF_DATA_SUBS [1000] subscribers
 #   OUT [build-bench/bench-results]
 # Needs: meson, ninja, a C compiler, libuv and the project's build deps, python3 (summary),
-# redis-server and nats-server (installed with apt-get when missing and running as root).
+# redis-server and nats-server (installed with apt-get when missing and running as root),
+# protoc (protobuf-compiler) for the data shape.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -24,9 +34,18 @@ DURATION=${DURATION:-3}
 WARMUP=${WARMUP:-1}
 IDLE_SECONDS=${IDLE_SECONDS:-10}
 IDLE_CONNS=${IDLE_CONNS:-1000}
-SHAPES=${SHAPES-"closed100 closed1000 rate100 idle"}
+SHAPES=${SHAPES-"closed100 closed1000 rate100 idle data"}
 TARGETS=${TARGETS:-"chanq-w1 chanq-w2 redis nats"}
+DATA_REPS=${DATA_REPS:-3}
+DATA_SUBS=${DATA_SUBS:-"1000 10000"}
+DATA_RATE=${DATA_RATE:-1000}
+DATA_SIZE=${DATA_SIZE:-64}
+DATA_INTERVAL=${DATA_INTERVAL:-20}
+DATA_DURATION=${DATA_DURATION:-$DURATION}
+DATA_WARMUP=${DATA_WARMUP:-$WARMUP}
+DATA_CONTROL=${DATA_CONTROL:-1}
 PERF=${PERF:-0}
+PERF_DATA_SUBS=${PERF_DATA_SUBS:-1000}
 OUT=${OUT:-$BUILD/bench-results}
 
 log() { printf '[run.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -40,8 +59,9 @@ need_pkg() { # program package
     fi
     command -v "$1" >/dev/null 2>&1 || { log "missing $1 (Debian package $2)"; exit 1; }
 }
-need_pkg redis-server redis-server
-need_pkg nats-server nats-server
+case " $TARGETS " in *" redis "*) need_pkg redis-server redis-server ;; esac
+case " $TARGETS " in *" nats "*) need_pkg nats-server nats-server ;; esac
+case " $SHAPES " in *" data "*) need_pkg protoc protobuf-compiler ;; esac
 command -v python3 >/dev/null || { log "python3 is needed for the summary"; exit 1; }
 
 # ---- build -----------------------------------------------------------------------------------
@@ -53,11 +73,39 @@ CHANQD="$BUILD/src/main/chanqd"
 CQBENCH="$BUILD/bench/cqbench"
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+# The data shape opens max(DATA_SUBS) + 1 client sockets in cqbench and as many in chanqd (each
+# its own process, both inheriting this limit). Raise the hard limit too when allowed (root).
+DATA_MAX_SUBS=0
+for n in $DATA_SUBS; do
+    [ "$n" -gt "$DATA_MAX_SUBS" ] && DATA_MAX_SUBS=$n
+done
+FD_NEED=$((DATA_MAX_SUBS + 256))
+if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$FD_NEED" ]; then
+    ulimit -Hn "$FD_NEED" 2>/dev/null || true
+    ulimit -n "$FD_NEED" 2>/dev/null || true
+    if [ "$(ulimit -n)" -lt "$FD_NEED" ]; then
+        log "warning: ulimit -n is $(ulimit -n), data runs above $(($(ulimit -n) - 256)) subscribers will fail"
+    fi
+fi
+# chanqd accepts --max-connections (default 100000) connections; the loopback client ports come
+# from the ephemeral range.
+EPH_RANGE=$(awk '{print $2 - $1 + 1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 28232)
+if [ "$DATA_MAX_SUBS" -ge 100000 ] || [ "$DATA_MAX_SUBS" -ge "$EPH_RANGE" ]; then
+    log "DATA_SUBS up to $DATA_MAX_SUBS exceeds chanqd's --max-connections default or the ephemeral port range"
+    exit 1
+fi
 mkdir -p "$OUT"
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 JSONL="$OUT/run-$STAMP.jsonl"
 : >"$JSONL"
 TMP=$(mktemp -d /tmp/chanq-bench.XXXXXX)
+FDS="$TMP/testpb.fds"
+case " $SHAPES " in
+*" data "*)
+    protoc --include_imports --descriptor_set_out="$FDS" -I"$ROOT/proto" -I"$ROOT/tests/data" \
+        "$ROOT/tests/data/testpb.proto"
+    ;;
+esac
 
 # ---- servers ---------------------------------------------------------------------------------
 PIDS=()
@@ -98,11 +146,12 @@ wait_port() { # port pid -> 0 when listening, 1 when the server died or never li
 }
 
 # Each start_* sets SPID (server pid) and ARGS (cqbench address arguments).
-start_chanq() { # workers
-    local dir="$TMP/chanq-$1-$RANDOM"
+start_chanq() { # workers [extra chanqd arguments...]
+    local dir="$TMP/chanq-$1-$RANDOM" w=$1
+    shift
     mkdir -p "$dir"
     "$CHANQD" --client-addr 127.0.0.1:0 --server-addr 127.0.0.1:0 --admin-addr '' \
-        --ready-file "$dir/ready" --workers "$1" --log-level warn >"$dir/log" 2>&1 &
+        --ready-file "$dir/ready" --workers "$w" --log-level warn "$@" >"$dir/log" 2>&1 &
     SPID=$!
     PIDS+=("$SPID")
     for _ in $(seq 1 100); do
@@ -200,11 +249,11 @@ T0=$(date +%s)
 log "load at start: $LOAD_START; results -> $JSONL"
 
 run_shape() { # shape
-    local shape=$1 rep t
+    local shape=$1 t
     case "$shape" in
     closed100 | closed1000 | rate100)
         start_all
-        for rep in $(seq 1 "$REPS"); do
+        for _ in $(seq 1 "$REPS"); do
             for t in $TARGETS; do
                 # shellcheck disable=SC2086
                 case "$shape" in
@@ -221,7 +270,7 @@ run_shape() { # shape
         ;;
     idle)
         # A fresh server per run, so the RSS baseline is that of an unused server.
-        for rep in $(seq 1 "$IDLE_REPS"); do
+        for _ in $(seq 1 "$IDLE_REPS"); do
             for t in $TARGETS; do
                 start_target "$t"
                 sleep 0.5
@@ -230,6 +279,34 @@ run_shape() { # shape
                 stop_server "$SPID"
             done
         done
+        ;;
+    data)
+        # Channel data: a fresh chanqd (with the test type's descriptor set) per run, so that
+        # RSS and channel state start from zero. chanq targets only.
+        local n w any=0
+        for _ in $(seq 1 "$DATA_REPS"); do
+            for n in $DATA_SUBS; do
+                for t in $TARGETS; do
+                    case "$t" in
+                    chanq-w*) w=${t#chanq-w} ;;
+                    *) continue ;;
+                    esac
+                    any=1
+                    start_chanq "$w" --channel-data-types "$FDS"
+                    bench "data$n/$t" "${ARGS[@]}" --pid "$SPID" --mode data --subs "$n" \
+                        --rate "$DATA_RATE" --size "$DATA_SIZE" --interval "$DATA_INTERVAL" \
+                        --duration "$DATA_DURATION" --warmup "$DATA_WARMUP"
+                    stop_server "$SPID"
+                    [ "$DATA_CONTROL" = 1 ] || continue
+                    start_chanq "$w"
+                    bench "bcast$n/$t" "${ARGS[@]}" --pid "$SPID" --mode rate --subs "$n" \
+                        --rate "$(python3 -c "print(1000 / $DATA_INTERVAL)")" --size "$DATA_SIZE" \
+                        --duration "$DATA_DURATION" --warmup "$DATA_WARMUP"
+                    stop_server "$SPID"
+                done
+            done
+        done
+        [ "$any" = 1 ] || log "shape data: no chanq-* target in TARGETS, skipped"
         ;;
     *) log "unknown shape $shape"; exit 1 ;;
     esac
@@ -240,7 +317,7 @@ for s in $SHAPES; do
     run_shape "$s"
 done
 
-if [ "$PERF" = 1 ] && command -v perf >/dev/null; then
+if [ "$PERF" = 1 ] && command -v perf >/dev/null && [[ " $SHAPES " == *" closed"* ]]; then
     log "perf: chanqd --workers 1, closed loop 1->1000"
     start_chanq 1
     perf record -g -o "$OUT/perf-$STAMP.data" -p "$SPID" -- sleep $((DURATION + 3)) \
@@ -254,6 +331,23 @@ if [ "$PERF" = 1 ] && command -v perf >/dev/null; then
     perf report -i "$OUT/perf-$STAMP.data" --no-children --stdio --percent-limit 1.5 \
         2>/dev/null | grep -v '^$' | head -80 >"$OUT/perf-$STAMP.txt" || true
     log "perf report -> $OUT/perf-$STAMP.txt"
+    stop_server "$SPID"
+fi
+if [ "$PERF" = 1 ] && command -v perf >/dev/null && [[ " $SHAPES " == *" data "* ]]; then
+    log "perf: chanqd --workers 1, data shape with $PERF_DATA_SUBS subscribers"
+    start_chanq 1 --channel-data-types "$FDS"
+    "$CQBENCH" --label perf-data "${ARGS[@]}" --pid "$SPID" --mode data --subs "$PERF_DATA_SUBS" \
+        --rate "$DATA_RATE" --size "$DATA_SIZE" --interval "$DATA_INTERVAL" \
+        --duration $((DATA_DURATION + 2)) --warmup "$DATA_WARMUP" | grep '^#' >&2 &
+    BPID=$!
+    # record the steady state: after setup and warm-up, for DATA_DURATION seconds
+    sleep $((DATA_WARMUP + 2))
+    perf record -g -o "$OUT/perf-data-$STAMP.data" -p "$SPID" -- sleep "$DATA_DURATION" \
+        >/dev/null 2>&1 || true
+    wait "$BPID" || true
+    perf report -i "$OUT/perf-data-$STAMP.data" --no-children --stdio --percent-limit 1.5 \
+        2>/dev/null | grep -v '^$' | head -80 >"$OUT/perf-data-$STAMP.txt" || true
+    log "perf report -> $OUT/perf-data-$STAMP.txt"
     stop_server "$SPID"
 fi
 
@@ -326,5 +420,69 @@ if any(k.startswith('idle/') for k in by):
             continue
         print(f'| {t} | {by[L][0]["subs"] + 1} | {fmt(med(L, "server_cores"), 4)} | {fmt(med(L, "rss_base_kb"))} '
               f'| {fmt(med(L, "rss_kb"))} | {fmt(med(L, "rss_per_conn_b"))} |')
+
+# channel data: one table, a row per (subscribers, target)
+data_shapes = sorted({k.split('/', 1)[0] for k in by if k.startswith('data')}, key=lambda s: int(s[4:]))
+if data_shapes:
+    r0 = by[next(k for k in by if k.startswith('data'))][0]
+    iv = r0['interval_ms']
+    print(f'\n### channel data: owner sends {r0["rate"]:.0f} updates/s of {r0["size"]} B, '
+          f'subscribers at fanOutIntervalMs {iv} (median of '
+          f'{max(len(v) for k, v in by.items() if k.startswith("data"))})\n')
+    print('| subscribers | target | fan-outs/s | of ideal | server cores | of which user mode | fan-outs / server CPU-s '
+          '| app p50 ms | app p99 ms | app max ms | kernel-rx p50 ms | kernel-rx p99 ms '
+          '| server RSS MB | run-queue wait server / client | targets: rate, <=0.1 core, p99 |')
+    print('|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|')
+    def medf(label, fn):
+        v = [fn(r) for r in by.get(label, []) if r.get('error') is None]
+        v = [x for x in v if x is not None and x >= 0]
+        return statistics.median(v) if v else None
+    def ms(label, key):
+        x = med(label, key)
+        return None if x is None else x / 1000
+    for shape in data_shapes:
+        for t in targets:
+            L = f'{shape}/{t}'
+            if L not in by:
+                continue
+            ideal = med(L, 'of_ideal')
+            cores = med(L, 'server_cores')
+            p99 = ms(L, 'p99_us')
+            kp99 = ms(L, 'kp99_us')
+            sw = medf(L, lambda r: r['server_runq_wait_s'] / r['duration_s'] if r['duration_s'] > 0 and r['server_runq_wait_s'] >= 0 else None)
+            cw = medf(L, lambda r: r['client_runq_wait_s'] / r['duration_s'] if r['duration_s'] > 0 and r['client_runq_wait_s'] >= 0 else None)
+            rss = med(L, 'rss_kb')
+            yes = lambda ok: '-' if ok is None else ('yes' if ok else 'no')
+            verdict = ', '.join((yes(None if ideal is None else ideal >= 0.99),
+                                 yes(None if cores is None else cores <= 0.1),
+                                 yes(None if kp99 is None else kp99 <= iv + 2)))
+            print(f'| {shape[4:]} | {t} | {fmt(med(L, "deliveries_per_s"))} | {fmt(None if ideal is None else 100 * ideal, 1)} % '
+                  f'| {fmt(cores, 3)} | {fmt(med(L, "server_user_cores"), 3)} | {fmt(med(L, "deliveries_per_server_cpu_s"))} '
+                  f'| {fmt(ms(L, "p50_us"), 1)} | {fmt(p99, 1)} | {fmt(ms(L, "max_us"), 1)} '
+                  f'| {fmt(ms(L, "kp50_us"), 1)} | {fmt(kp99, 1)} | {fmt(None if rss is None else rss / 1024, 1)} '
+                  f'| {fmt(sw, 2)} / {fmt(cw, 2)} | {verdict} |')
+    ctl = sorted({k.split('/', 1)[0] for k in by if k.startswith('bcast')}, key=lambda s: int(s[5:]))
+    if ctl:
+        print(f'\nControl: plain broadcast (msgType 100 via GLOBAL, no channel data) to the same N subscribers at '
+              f'{1000 / iv:.0f} msg/s, i.e. the same ideal deliveries/s (medians)\n')
+        print('| subscribers | target | deliveries/s | of ideal | server cores | of which user mode | deliveries / server CPU-s '
+              '| kernel-rx p50 ms | kernel-rx p99 ms | run-queue wait server / client |')
+        print('|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|')
+        for shape in ctl:
+            n = int(shape[5:])
+            for t in targets:
+                L = f'{shape}/{t}'
+                if L not in by:
+                    continue
+                d = med(L, 'deliveries_per_s')
+                sw = medf(L, lambda r: r['server_runq_wait_s'] / r['duration_s'] if r.get('server_runq_wait_s', -1) >= 0 and r['duration_s'] > 0 else None)
+                cw = medf(L, lambda r: r['client_runq_wait_s'] / r['duration_s'] if r.get('client_runq_wait_s', -1) >= 0 and r['duration_s'] > 0 else None)
+                print(f'| {n} | {t} | {fmt(d)} | {fmt(None if d is None else 100 * d / (n * 1000 / iv), 1)} % '
+                      f'| {fmt(med(L, "server_cores"), 3)} | {fmt(med(L, "server_user_cores"), 3)} | {fmt(med(L, "deliveries_per_server_cpu_s"))} '
+                      f'| {fmt(ms(L, "kp50_us"), 1)} | {fmt(ms(L, "kp99_us"), 1)} | {fmt(sw, 2)} / {fmt(cw, 2)} |')
+    bad = sum(r['bad'] + r['stale'] + r['closed'] for k, v in by.items() if k.startswith('data') for r in v)
+    print(f'\nIdeal = subscribers x 1000 / {iv} fan-outs/s. "p99" in the targets column is the kernel-rx p99 '
+          f'against {iv} + 2 ms. Run-queue wait is per second of the window (0.5 = runnable but not '
+          f'running half the time). Bad, stale (out-of-order) fan-outs and lost connections: {bad}.')
 EOF
 log "raw results: $JSONL"

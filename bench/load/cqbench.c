@@ -13,9 +13,18 @@
  *   rate    publish --rate messages/s from a 1 ms timer; every delivery gives a latency sample
  *           (receive time - send timestamp carried in the payload);
  *   idle    open N authenticated, subscribed connections and do nothing for --duration s.
+ *   data    chanq only, channel data: the SERVER connection creates a SUBWORLD channel with
+ *           initial data (testpb.TestChannelDataMessage), subscribes the N CLIENT connections
+ *           with fanOutIntervalMs = --interval, and sends --rate CHANNEL_DATA_UPDATEs/s on it.
+ *           Every merged fan-out a subscriber receives is one "delivery"; its latency is that
+ *           of the newest update it carries (scalars are last-wins, so the merged text and num
+ *           are those of the last update of the window). Ideal: subs * 1000 / interval
+ *           fan-outs/s.
  *
  * The payload is --size bytes (>= 24): u64 sequence, u64 CLOCK_MONOTONIC ns, u64 CLOCK_REALTIME
- * ns, then filler.
+ * ns, then filler. In data mode it is a serialized TestChannelDataMessage of --size bytes
+ * (>= 32): text = the CLOCK_REALTIME send time in ns as decimal, a space, 'x' padding;
+ * num = sequence + 1 (proto3 does not encode 0).
  *
  * I/O: the publisher uses uv_tcp (chanq: libchanq's libuv adapter; redis/nats: raw uv_tcp).
  * Subscribers use their own non-blocking sockets watched by uv_poll_t and read with recvmsg()
@@ -28,6 +37,7 @@
  */
 #include "chanq_uv.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -53,13 +63,19 @@
 #define SETUP_TIMEOUT_MS  120000
 #define STALL_SECONDS     5
 #define DRAIN_MAX_MS      5000
+/* data mode */
+#define CT_SUBWORLD      3u
+#define MT_SUB_TO_CHAN   6u
+#define MT_DATA_UPDATE   8u
+#define TESTPB_TYPE_URL  "type.googleapis.com/testpb.TestChannelDataMessage"
+#define DATA_INITIAL_TXT "cqbench initial state"
 
 typedef enum { TGT_CHANQ, TGT_REDIS, TGT_NATS } target_t;
-typedef enum { MODE_CLOSED, MODE_RATE, MODE_IDLE } bmode_t;
+typedef enum { MODE_CLOSED, MODE_RATE, MODE_IDLE, MODE_DATA } bmode_t;
 typedef enum { PH_SETUP, PH_WARMUP, PH_MEASURE, PH_DRAIN, PH_DONE } phase_t;
 
 static const char *const target_names[] = {"chanq", "redis", "nats"};
-static const char *const mode_names[] = {"closed", "rate", "idle"};
+static const char *const mode_names[] = {"closed", "rate", "idle", "data"};
 
 /* ---- small helpers ----------------------------------------------------------------------- */
 
@@ -152,8 +168,8 @@ static bool parse_i64(const uint8_t *p, size_t n, int64_t *out)
 
 /* ---- /proc sampling ---------------------------------------------------------------------- */
 
-/* utime + stime of the whole process in seconds, or -1. */
-static double proc_cpu_s(int pid)
+/* utime + stime of the whole process in seconds, or -1; *user (if not NULL) gets utime. */
+static double proc_cpu_split_s(int pid, double *user)
 {
     if (pid <= 0)
         return -1;
@@ -171,7 +187,10 @@ static double proc_cpu_s(int pid)
     unsigned long ut, st;
     if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
         return -1;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    double hz = (double)sysconf(_SC_CLK_TCK);
+    if (user)
+        *user = (double)ut / hz;
+    return (double)(ut + st) / hz;
 }
 
 /* VmRSS in KiB, or -1. */
@@ -190,6 +209,35 @@ static long proc_rss_kb(int pid)
             break;
     fclose(f);
     return kb;
+}
+
+/* Time the threads of pid spent waiting on a run queue (runnable, not running), in seconds,
+ * summed over /proc/PID/task/TID/schedstat; -1 if unavailable. A high value means the process
+ * was starved of CPU (the machine was busy), not that it was idle. pid 0: this process. */
+static double proc_runq_wait_s(int pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task", pid > 0 ? pid : (int)getpid());
+    DIR *d = opendir(path);
+    if (!d)
+        return -1;
+    double sum = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char sp[400];
+        snprintf(sp, sizeof(sp), "%s/%s/schedstat", path, e->d_name);
+        FILE *f = fopen(sp, "r");
+        if (!f)
+            continue;
+        unsigned long long run, wait;
+        if (fscanf(f, "%llu %llu", &run, &wait) == 2)
+            sum += (double)wait / 1e9;
+        fclose(f);
+    }
+    closedir(d);
+    return sum;
 }
 
 static double self_cpu_s(void)
@@ -228,6 +276,7 @@ static struct {
     double warmup;
     double rate;
     int parallel;
+    int interval; /* data mode: fanOutIntervalMs of every subscription */
     const char *label;
 } O = {
     .target = TGT_CHANQ,
@@ -239,6 +288,7 @@ static struct {
     .warmup = 1,
     .rate = 1000,
     .parallel = 64,
+    .interval = 20,
     .label = "",
 };
 
@@ -278,11 +328,18 @@ static struct {
     uint64_t sent, acked;
     uint32_t *ring; /* closed mode: deliveries per outstanding sequence */
     uint64_t deliveries, lost, dup, bad, closed;
+    /* data mode: the channel, first (full-state) fan-outs, fan-outs whose newest update is
+     * not newer than the subscriber's previous one (duplicates or reordering) */
+    uint32_t chan_id;
+    uint64_t full_fanouts, stale;
+    uint64_t fanout_bytes; /* sum of the Any value sizes received */
     uint8_t *payload;
     uint64_t t_pub0;
     /* measurement window */
     uint64_t m_t0, m_t1, m_del0, m_del1, m_seq0, m_seq1;
     double cpu0, cpu1, ccpu0, ccpu1;
+    double ucpu0, ucpu1;                 /* the server's user-mode share of cpu0, cpu1 */
+    double wait0, wait1, cwait0, cwait1; /* run-queue wait of the server and of cqbench */
     long rss_base, rss_ready, rss_end;
     uint64_t setup_t0, setup_ns;
     /* latency samples (ns, clamped to UINT32_MAX): application (payload -> callback) and
@@ -770,51 +827,172 @@ static void sub_connect(bconn_t *c)
 
 /* ---- chanq ------------------------------------------------------------------------------- */
 
+/* One field of a serialized protobuf message: its number, wire type, varint value (wire type
+ * 0; the length for wire type 2) and bytes (wire types 1, 2, 5; borrowed from the input). */
+typedef struct pbf {
+    uint32_t num;
+    unsigned wt;
+    uint64_t v;
+    const uint8_t *p;
+    size_t len;
+} pbf_t;
+
+static bool pb_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (unsigned sh = 0; *pp < end && sh < 64; sh += 7) {
+        uint8_t b = *(*pp)++;
+        v |= (uint64_t)(b & 0x7f) << sh;
+        if (!(b & 0x80)) {
+            *out = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Reads the field at *pp and advances past it: 1 = a field, 0 = end of input, -1 = malformed. */
+static int pb_next(const uint8_t **pp, const uint8_t *end, pbf_t *f)
+{
+    uint64_t tag;
+    if (*pp >= end)
+        return 0;
+    if (!pb_varint(pp, end, &tag))
+        return -1;
+    *f = (pbf_t){.num = (uint32_t)(tag >> 3), .wt = (unsigned)(tag & 7)};
+    size_t k;
+    switch (f->wt) {
+    case 0:
+        return pb_varint(pp, end, &f->v) ? 1 : -1;
+    case 1:
+    case 5:
+        k = f->wt == 1 ? 8 : 4;
+        break;
+    case 2:
+        if (!pb_varint(pp, end, &f->v) || f->v > (uint64_t)(end - *pp))
+            return -1;
+        k = (size_t)f->v;
+        break;
+    default:
+        return -1;
+    }
+    if ((size_t)(end - *pp) < k)
+        return -1;
+    f->p = *pp;
+    f->len = k;
+    *pp += k;
+    return 1;
+}
+
 /* ServerForwardMessage.payload (field 2), or NULL. */
 static const uint8_t *sfm_payload(const uint8_t *p, size_t n, size_t *plen)
 {
     const uint8_t *end = p + n;
-    while (p < end) {
-        uint64_t tag = 0, v = 0;
-        int sh = 0;
-        while (p < end && sh < 64) {
-            tag |= (uint64_t)(*p & 0x7f) << sh;
-            sh += 7;
-            if (!(*p++ & 0x80))
-                break;
-        }
-        sh = 0;
-        if ((tag & 7) == 0 || (tag & 7) == 2) {
-            while (p < end && sh < 64) {
-                v |= (uint64_t)(*p & 0x7f) << sh;
-                sh += 7;
-                if (!(*p++ & 0x80))
-                    break;
-            }
-        }
-        switch (tag & 7) {
-        case 0:
-            break;
-        case 2:
-            if (v > (uint64_t)(end - p))
-                return NULL;
-            if ((tag >> 3) == 2) {
-                *plen = (size_t)v;
-                return p;
-            }
-            p += v;
-            break;
-        case 1:
-            p += 8;
-            break;
-        case 5:
-            p += 4;
-            break;
-        default:
-            return NULL;
+    pbf_t f;
+    while (pb_next(&p, end, &f) > 0) {
+        if (f.num == 2 && f.wt == 2) {
+            *plen = f.len;
+            return f.p;
         }
     }
     return NULL;
+}
+
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static size_t put_varint(uint8_t *p, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (uint8_t)v;
+    return n;
+}
+
+/* Serializes TestChannelDataMessage{text = "<rts> xxx...", num} into out (O.size bytes
+ * available); returns its length (O.size, or one byte less at a varint-length boundary). */
+static size_t testpb_encode(uint8_t *out, uint64_t rts, uint64_t num)
+{
+    size_t size = (size_t)O.size;
+    size_t tail = 1 + varint_len(num); /* field 2: tag + varint */
+    size_t tlen = size - tail - 1 - varint_len(size);
+    size_t k = 0;
+    out[k++] = 0x0a; /* field 1, length-delimited */
+    k += put_varint(out + k, tlen);
+    int d = snprintf((char *)out + k, tlen + 1, "%" PRIu64 " ", rts);
+    if (d < 0 || (size_t)d >= tlen)
+        die("--size too small for the data payload");
+    memset(out + k + (size_t)d, 'x', tlen - (size_t)d);
+    k += tlen;
+    out[k++] = 0x10; /* field 2, varint */
+    k += put_varint(out + k, num);
+    return k;
+}
+
+/* A merged fan-out of the data channel: counts it and takes a latency sample from its newest
+ * update. The initial state (no timestamp, num 0) is counted as a first fan-out. */
+static void on_data_fanout(bconn_t *s, const chanq_msg_t *m)
+{
+    Channeldpb__ChannelDataUpdateMessage *u;
+    if (chanq_decode_data_update(m, &u) < 0) {
+        G.bad++;
+        return;
+    }
+    if (!u->data->type_url || strcmp(u->data->type_url, TESTPB_TYPE_URL) != 0) {
+        G.bad++;
+        chanq_unpack_free(u);
+        return;
+    }
+    const uint8_t *p = u->data->value.data, *end = p + u->data->value.len;
+    const uint8_t *txt = NULL;
+    size_t tl = 0;
+    uint64_t num = 0;
+    pbf_t f;
+    int r;
+    /* Last occurrence wins, as in a protobuf parse (an unmerged concatenation also decodes). */
+    while ((r = pb_next(&p, end, &f)) > 0) {
+        if (f.num == 1 && f.wt == 2) {
+            txt = f.p;
+            tl = f.len;
+        } else if (f.num == 2 && f.wt == 0) {
+            num = f.v;
+        }
+    }
+    G.deliveries++;
+    G.fanout_bytes += u->data->value.len;
+    uint64_t rts = 0;
+    size_t i = 0;
+    while (txt && i < tl && i < 20 && txt[i] >= '0' && txt[i] <= '9')
+        rts = rts * 10 + (uint64_t)(txt[i++] - '0');
+    bool stamped = i > 0 && i < tl && txt[i] == ' ';
+    chanq_unpack_free(u);
+    if (r < 0) {
+        G.bad++;
+        return;
+    }
+    if (!num || !stamped) {
+        G.full_fanouts++;
+        return;
+    }
+    if (num <= s->next_seq)
+        G.stale++;
+    s->next_seq = num;
+    uint64_t seq = num - 1;
+    if (seq >= G.m_seq0 && seq < G.m_seq1) {
+        add_sample(&G.lat, (int64_t)(real_ns() - rts));
+        if (s->rx_real)
+            add_sample(&G.klat, (int64_t)(s->rx_real - rts));
+    }
 }
 
 static void cq_on_close(chanq_uv_t *u, int err, void *ud)
@@ -829,6 +1007,15 @@ static void cq_on_close(chanq_uv_t *u, int err, void *ud)
 static void cq_sub_msg(void *ud, const chanq_msg_t *m)
 {
     bconn_t *c = ud;
+    if (O.mode == MODE_DATA) {
+        if (m->channel_id != G.chan_id)
+            return;
+        if (m->msg_type == MT_DATA_UPDATE)
+            on_data_fanout(c, m);
+        else if (m->msg_type == MT_SUB_TO_CHAN)
+            sub_ready(c);
+        return;
+    }
     if (m->msg_type == USER_MSG_TYPE) {
         size_t plen = 0;
         const uint8_t *pl = sfm_payload(m->body, m->body_len, &plen);
@@ -862,7 +1049,15 @@ static void cq_sub_auth(void *ud, const chanq_msg_t *m)
         finish("chanq: publisher gone");
         return;
     }
-    int r = chanq_client_sub_to_channel(chanq_uv_client(G.pub.cu), 0, GLOBAL_CHANNEL, id, NULL);
+    int r;
+    if (O.mode == MODE_DATA) {
+        Channeldpb__ChannelSubscriptionOptions so = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
+        so.has_fanoutintervalms = true;
+        so.fanoutintervalms = (uint32_t)O.interval;
+        r = chanq_client_sub_to_channel(chanq_uv_client(G.pub.cu), 0, G.chan_id, id, &so);
+    } else {
+        r = chanq_client_sub_to_channel(chanq_uv_client(G.pub.cu), 0, GLOBAL_CHANNEL, id, NULL);
+    }
     if (r < 0)
         die("sub_to_channel: %s", cq_strerror(r));
 }
@@ -875,6 +1070,14 @@ static void cq_pub_created(void *ud, const chanq_msg_t *m)
     if (!res) {
         finish("chanq: bad CREATE_CHANNEL result");
         return;
+    }
+    if (O.mode == MODE_DATA) {
+        G.chan_id = res->channelid;
+        if (!G.chan_id || res->channeltype != CHANNELDPB__CHANNEL_TYPE__SUBWORLD) {
+            chanq_unpack_free(res);
+            finish("chanq: CREATE_CHANNEL(SUBWORLD) failed");
+            return;
+        }
     }
     chanq_unpack_free(res);
     c->ready = true;
@@ -891,9 +1094,23 @@ static void cq_pub_auth(void *ud, const chanq_msg_t *m)
     }
     chanq_client_t *core = chanq_uv_client(c->cu);
     uint32_t stub;
-    if (chanq_client_stub_alloc(core, cq_pub_created, c, &stub) < 0 ||
-        chanq_client_create_channel(core, stub, CT_GLOBAL, "cqbench", NULL) < 0)
-        die("create_channel failed");
+    if (chanq_client_stub_alloc(core, cq_pub_created, c, &stub) < 0)
+        die("stub_alloc failed");
+    int r;
+    if (O.mode == MODE_DATA) {
+        /* initial state: TestChannelDataMessage{text: DATA_INITIAL_TXT} (num 0: not encoded) */
+        uint8_t init[64];
+        size_t n = strlen(DATA_INITIAL_TXT);
+        init[0] = 0x0a;
+        init[1] = (uint8_t)n;
+        memcpy(init + 2, DATA_INITIAL_TXT, n);
+        chanq_channel_data_t data = {.type_url = TESTPB_TYPE_URL, .value = init, .len = n + 2};
+        r = chanq_client_create_channel_data(core, stub, CT_SUBWORLD, "cqbench", NULL, &data);
+    } else {
+        r = chanq_client_create_channel(core, stub, CT_GLOBAL, "cqbench", NULL);
+    }
+    if (r < 0)
+        die("create_channel failed: %s", cq_strerror(r));
 }
 
 static void cq_on_connect(chanq_uv_t *u, int status, void *ud)
@@ -961,6 +1178,14 @@ static void cq_sub_start(bconn_t *c)
 static void publish_one(void)
 {
     uint64_t seq = G.sent++, ts = now_ns(), rts = real_ns();
+    if (O.mode == MODE_DATA) {
+        size_t n = testpb_encode(G.payload, rts, seq + 1);
+        int r = chanq_client_data_update(chanq_uv_client(G.pub.cu), G.chan_id, TESTPB_TYPE_URL,
+                                         G.payload, n);
+        if (r < 0)
+            die("data update: %s", cq_strerror(r));
+        return;
+    }
     memcpy(G.payload, &seq, 8);
     memcpy(G.payload + 8, &ts, 8);
     memcpy(G.payload + 16, &rts, 8);
@@ -1052,8 +1277,10 @@ static void measure_start(uv_timer_t *t)
     G.m_t0 = now_ns();
     G.m_del0 = G.deliveries;
     G.m_seq0 = G.sent;
-    G.cpu0 = proc_cpu_s(O.pid);
+    G.cpu0 = proc_cpu_split_s(O.pid, &G.ucpu0);
     G.ccpu0 = self_cpu_s();
+    G.wait0 = proc_runq_wait_s(O.pid);
+    G.cwait0 = proc_runq_wait_s(0);
     uv_timer_start(&G.phase_timer, measure_end, (uint64_t)(O.duration * 1000), 0);
 }
 
@@ -1071,11 +1298,13 @@ static void measure_end(uv_timer_t *t)
     G.m_t1 = now_ns();
     G.m_del1 = G.deliveries;
     G.m_seq1 = G.sent;
-    G.cpu1 = proc_cpu_s(O.pid);
+    G.cpu1 = proc_cpu_split_s(O.pid, &G.ucpu1);
     G.ccpu1 = self_cpu_s();
+    G.wait1 = proc_runq_wait_s(O.pid);
+    G.cwait1 = proc_runq_wait_s(0);
     G.rss_end = proc_rss_kb(O.pid);
-    if (O.mode == MODE_IDLE) {
-        finish(NULL);
+    if (O.mode == MODE_IDLE || O.mode == MODE_DATA) {
+        finish(NULL); /* data: fan-outs are counted by arrival within the window */
         return;
     }
     G.phase = PH_DRAIN;
@@ -1091,7 +1320,7 @@ static void all_ready(void)
     G.phase = PH_WARMUP;
     if (O.mode == MODE_CLOSED) {
         uv_check_start(&G.pump, on_pump);
-    } else if (O.mode == MODE_RATE) {
+    } else if (O.mode == MODE_RATE || O.mode == MODE_DATA) {
         G.t_pub0 = now_ns();
         uv_timer_start(&G.rate_timer, on_rate_tick, 1, 1);
     }
@@ -1159,6 +1388,14 @@ static void finish(const char *error)
     double cores = cpu >= 0 && secs > 0 ? cpu / secs : -1;
     uint64_t expected = G.sent * (uint64_t)O.subs;
     uint64_t missing = expected > G.deliveries ? expected - G.deliveries : 0;
+    /* data: a fan-out per subscriber and window; nothing else is "expected" per message */
+    double ideal = O.mode == MODE_DATA ? O.subs * 1000.0 / O.interval : 0;
+    if (O.mode == MODE_DATA)
+        missing = 0;
+    double fanout_b = G.deliveries ? (double)G.fanout_bytes / (double)G.deliveries : 0;
+    double ucores = measured && cpu >= 0 && secs > 0 ? (G.ucpu1 - G.ucpu0) / secs : -1;
+    double swait = measured && O.pid > 0 && G.wait0 >= 0 && G.wait1 >= 0 ? G.wait1 - G.wait0 : -1;
+    double cwait = measured && G.cwait0 >= 0 && G.cwait1 >= 0 ? G.cwait1 - G.cwait0 : -1;
     pct_t la = pct(&G.lat), lk = pct(&G.klat);
     long rss = G.rss_end > 0 ? G.rss_end : proc_rss_kb(O.pid);
     double rss_per_conn = -1;
@@ -1177,12 +1414,17 @@ static void finish(const char *error)
            "\"lat_samples\":%zu,\"p50_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f,\"mean_us\":%.1f,"
            "\"klat_samples\":%zu,\"kp50_us\":%.1f,\"kp99_us\":%.1f,\"kmax_us\":%.1f,"
            "\"rss_base_kb\":%ld,\"rss_ready_kb\":%ld,\"rss_kb\":%ld,\"rss_per_conn_b\":%.0f,"
-           "\"setup_s\":%.3f,\"load_start\":\"%s\",\"load_end\":\"%s\",\"error\":%s%s%s}\n",
+           "\"setup_s\":%.3f,\"interval_ms\":%d,\"ideal_per_s\":%.0f,\"of_ideal\":%.4f,"
+           "\"initial_fanouts\":%" PRIu64 ",\"stale\":%" PRIu64 ",\"fanout_value_b\":%.1f,"
+           "\"server_runq_wait_s\":%.3f,\"client_runq_wait_s\":%.3f,\"server_user_cores\":%.4f,"
+           "\"load_start\":\"%s\",\"load_end\":\"%s\",\"error\":%s%s%s}\n",
            target_names[O.target], O.label, mode_names[O.mode], O.subs, O.size, O.window, O.rate,
            secs, G.sent, dels, G.deliveries, missing, G.lost, G.dup, G.bad, G.closed, dps, cpu,
            cores, dpc, ccpu, G.lat.n, la.p50, la.p99, la.max, la.mean, G.klat.n, lk.p50, lk.p99,
            lk.max, G.rss_base, G.rss_ready, rss, rss_per_conn, (double)G.setup_ns / 1e9,
-           G.load_start, load_end, error ? "\"" : "", error ? error : "null", error ? "\"" : "");
+           O.mode == MODE_DATA ? O.interval : 0, ideal, ideal > 0 ? dps / ideal : 0, G.full_fanouts,
+           G.stale, fanout_b, swait, cwait, ucores, G.load_start, load_end, error ? "\"" : "",
+           error ? error : "null", error ? "\"" : "");
     printf("# %s %s %s subs=%d size=%d: %.0f deliveries/s, server %.2f cores, %.0f "
            "deliveries/server-cpu-s, client cpu %.2f s",
            target_names[O.target], O.label, mode_names[O.mode], O.subs, O.size, dps, cores, dpc,
@@ -1191,6 +1433,12 @@ static void finish(const char *error)
         printf(", latency (app) p50 %.1f us p99 %.1f us max %.1f us, (kernel rx) p50 %.1f us p99 "
                "%.1f us max %.1f us",
                la.p50, la.p99, la.max, lk.p50, lk.p99, lk.max);
+    if (O.mode == MODE_DATA)
+        printf(" (ideal %.0f/s = %.1f %%), latency of the newest update (app) p50 %.1f us p99 "
+               "%.1f us max %.1f us, (kernel rx) p50 %.1f us p99 %.1f us, %.0f B/fan-out, rss "
+               "%ld kB, stale %" PRIu64 ", run-queue wait server %.2f s client %.2f s",
+               ideal, ideal > 0 ? 100.0 * dps / ideal : 0, la.p50, la.p99, la.max, lk.p50, lk.p99,
+               fanout_b, rss, G.stale, swait, cwait);
     if (O.mode == MODE_IDLE)
         printf(", rss %ld kB (base %ld kB) = %.0f B/conn", rss, G.rss_base, rss_per_conn);
     printf(", missing %" PRIu64 ", load %s%s%s\n", missing, G.load_start, error ? ", ERROR: " : "",
@@ -1247,11 +1495,12 @@ static void usage(FILE *f)
           "  --server-addr HOST:PORT  chanqd's server listener\n"
           "  --ready-file FILE        chanqd ready file (sets both chanq addresses)\n"
           "  --pid PID                server process to sample (CPU, RSS)\n"
-          "  --mode closed|rate|idle  default closed\n"
+          "  --mode closed|rate|idle|data  default closed (data: chanq channel data)\n"
           "  --subs N                 subscriber connections (default 100)\n"
           "  --size BYTES             payload size, >= 24 (default 64)\n"
           "  --window N               closed mode: messages outstanding (default 500)\n"
-          "  --rate R                 rate mode: messages per second (default 1000)\n"
+          "  --rate R                 rate / data mode: messages per second (default 1000)\n"
+          "  --interval MS            data mode: fanOutIntervalMs of the subscribers (default 20)\n"
           "  --duration S             measured seconds (default 3)\n"
           "  --warmup S               seconds before measuring (idle: settle time; default 1)\n"
           "  --parallel N             connection setups in flight (default 64)\n"
@@ -1275,6 +1524,7 @@ int main(int argc, char **argv)
         {"duration", required_argument, NULL, 'd'},
         {"warmup", required_argument, NULL, 'W'},
         {"parallel", required_argument, NULL, 'P'},
+        {"interval", required_argument, NULL, 'i'},
         {"label", required_argument, NULL, 'l'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -1315,6 +1565,8 @@ int main(int argc, char **argv)
                 O.mode = MODE_RATE;
             else if (strcmp(optarg, "idle") == 0)
                 O.mode = MODE_IDLE;
+            else if (strcmp(optarg, "data") == 0)
+                O.mode = MODE_DATA;
             else
                 die("unknown mode %s", optarg);
             break;
@@ -1339,6 +1591,9 @@ int main(int argc, char **argv)
         case 'P':
             O.parallel = atoi(optarg);
             break;
+        case 'i':
+            O.interval = atoi(optarg);
+            break;
         case 'l':
             O.label = optarg;
             break;
@@ -1355,8 +1610,10 @@ int main(int argc, char **argv)
         die("missing --addr (and --server-addr for chanq)");
     }
     if (O.subs < 1 || O.size < 24 || O.size > 60000 || O.window < 1 || O.rate <= 0 ||
-        O.duration <= 0 || O.warmup < 0 || O.parallel < 1)
+        O.duration <= 0 || O.warmup < 0 || O.parallel < 1 || O.interval < 1)
         die("bad numeric option");
+    if (O.mode == MODE_DATA && (O.target != TGT_CHANQ || O.size < 32 || O.size > 4096))
+        die("--mode data needs --target chanq and 32 <= --size <= 4096");
 
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
