@@ -273,21 +273,14 @@ int cq_settings_load_json(const char *json, size_t len, cq_settings_t **ret, cha
     return 0;
 }
 
+static int load_json(const char *json, size_t len, void *ret, char *err, size_t errlen)
+{
+    return cq_settings_load_json(json, len, ret, err, errlen);
+}
+
 int cq_settings_load_file(const char *path, cq_settings_t **ret, char *err, size_t errlen)
 {
-    if (err && errlen)
-        err[0] = '\0';
-    char *buf = NULL;
-    size_t len = 0;
-    int r = cq_file_read(path, MAX_FILE_SIZE, &buf, &len);
-    if (r < 0)
-        return cq_err_fmt(err, errlen, r, "%s: %s", path, strerror(-r));
-    char msg[256];
-    r = cq_settings_load_json(buf, len, ret, msg, sizeof(msg));
-    cq_free(buf);
-    if (r < 0)
-        return cq_err_fmt(err, errlen, r, "%s: %s", path, msg);
-    return 0;
+    return cq_json_load_file(path, MAX_FILE_SIZE, load_json, ret, err, errlen);
 }
 
 cq_settings_t *cq_settings_new_default(void)
