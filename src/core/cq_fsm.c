@@ -2,7 +2,6 @@
 #include "cq_fsm.h"
 
 #include "cq_alloc.h"
-#include "cq_file.h"
 #include "cq_json.h"
 #include "cq_err.h"
 
