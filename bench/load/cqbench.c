@@ -953,21 +953,11 @@ static void on_data_fanout(bconn_t *s, const chanq_msg_t *m)
         chanq_unpack_free(u);
         return;
     }
-    const uint8_t *p = u->data->value.data, *end = p + u->data->value.len;
-    const uint8_t *txt = NULL;
-    size_t tl = 0;
-    uint64_t num = 0;
-    pbf_t f;
-    int r;
-    /* Last occurrence wins, as in a protobuf parse (an unmerged concatenation also decodes). */
-    while ((r = pb_next(&p, end, &f)) > 0) {
-        if (f.num == 1 && f.wt == 2) {
-            txt = f.p;
-            tl = f.len;
-        } else if (f.num == 2 && f.wt == 0) {
-            num = f.v;
-        }
-    }
+    chanq_testdata_t td;
+    int r = chanq_testdata_decode(u->data->value.data, u->data->value.len, &td);
+    const uint8_t *txt = (const uint8_t *)td.text;
+    size_t tl = r < 0 ? 0 : td.text_len;
+    uint64_t num = r < 0 ? 0 : td.num;
     G.deliveries++;
     G.fanout_bytes += u->data->value.len;
     uint64_t rts = 0;

@@ -601,6 +601,43 @@ int chanq_decode_data_update(const chanq_msg_t *msg,
     return 0;
 }
 
+int chanq_testdata_decode(const void *value, size_t len, chanq_testdata_t *ret)
+{
+    const uint8_t *p = value, *end = p + len;
+    chanq_testdata_t t = {"", 0, 0};
+    while (p < end) {
+        uint64_t tag, v;
+        size_t k = cq_varint_get(p, end, &tag);
+        if (!k)
+            return CQ_EDECODE;
+        p += k;
+        if ((tag & 7) == 0) {
+            if (!(k = cq_varint_get(p, end, &v)))
+                return CQ_EDECODE;
+            if ((tag >> 3) == 2)
+                t.num = (uint32_t)v;
+            p += k;
+        } else if ((tag & 7) == 2) {
+            if (!(k = cq_varint_get(p, end, &v)) || v > (uint64_t)(end - p - (ptrdiff_t)k))
+                return CQ_EDECODE;
+            if ((tag >> 3) == 1) {
+                t.text = (const char *)p + k;
+                t.text_len = (size_t)v;
+            }
+            p += k + v;
+        } else if ((tag & 7) == 1 || (tag & 7) == 5) {
+            size_t n = (tag & 7) == 1 ? 8 : 4;
+            if ((size_t)(end - p) < n)
+                return CQ_EDECODE;
+            p += n;
+        } else {
+            return CQ_EDECODE;
+        }
+    }
+    *ret = t;
+    return 0;
+}
+
 int chanq_client_remove_channel(chanq_client_t *c, uint32_t stub_id, uint32_t channel_id)
 {
     Channeldpb__RemoveChannelMessage m = CHANNELDPB__REMOVE_CHANNEL_MESSAGE__INIT;

@@ -198,6 +198,18 @@ int chanq_client_create_channel_data(chanq_client_t *c, uint32_t stub_id, uint32
 int chanq_decode_data_update(const chanq_msg_t *msg,
                              Channeldpb__ChannelDataUpdateMessage **ret_update);
 
+/* channeld's test channel data type, testpb.TestChannelDataMessage {1 string text; 2 uint32
+ * num} (type URL "type.googleapis.com/testpb.TestChannelDataMessage"), decoded without
+ * generated code: text points into the input (borrowed, not NUL-terminated). The last
+ * occurrence of a field wins, as in a protobuf parse, so an unmerged concatenation decodes too.
+ * Returns 0 or CQ_EDECODE. */
+typedef struct chanq_testdata {
+    const char *text;
+    size_t text_len;
+    uint32_t num;
+} chanq_testdata_t;
+int chanq_testdata_decode(const void *value, size_t len, chanq_testdata_t *ret);
+
 /* REMOVE_CHANNEL (4) on channel 0, body channelId = channel_id. */
 int chanq_client_remove_channel(chanq_client_t *c, uint32_t stub_id, uint32_t channel_id);
 

@@ -1081,6 +1081,16 @@ static void test_channel_data_api(void **state)
     assert_int_equal(u->data->value.len, sizeof(val));
     assert_memory_equal(u->data->value.data, val, sizeof(val));
     chanq_unpack_free(u);
+    chanq_testdata_t td;
+    assert_int_equal(chanq_testdata_decode(u->data->value.data, u->data->value.len, &td), 0);
+    assert_int_equal(td.text_len, 1);
+    assert_memory_equal(td.text, "a", 1);
+    assert_int_equal(td.num, 1);
+    static const uint8_t concat[] = {0x0a, 0x01, 0x61, 0x10, 0x01, 0x10, 0x05};
+    assert_int_equal(chanq_testdata_decode(concat, sizeof(concat), &td), 0);
+    assert_int_equal(td.num, 5); /* last wins, as a protobuf parse */
+    static const uint8_t bad[] = {0x0a, 0x05, 0x61};
+    assert_int_equal(chanq_testdata_decode(bad, sizeof(bad), &td), CQ_EDECODE);
     chanq_msg_t other = g.m[0];
     other.msg_type = 6;
     assert_int_equal(chanq_decode_data_update(&other, &u), -EINVAL);
