@@ -1080,12 +1080,12 @@ static void test_channel_data_api(void **state)
     static const uint8_t val[] = {0x0a, 0x01, 0x61, 0x10, 0x01};
     assert_int_equal(u->data->value.len, sizeof(val));
     assert_memory_equal(u->data->value.data, val, sizeof(val));
-    chanq_unpack_free(u);
     chanq_testdata_t td;
     assert_int_equal(chanq_testdata_decode(u->data->value.data, u->data->value.len, &td), 0);
     assert_int_equal(td.text_len, 1);
     assert_memory_equal(td.text, "a", 1);
     assert_int_equal(td.num, 1);
+    chanq_unpack_free(u);
     static const uint8_t concat[] = {0x0a, 0x01, 0x61, 0x10, 0x01, 0x10, 0x05};
     assert_int_equal(chanq_testdata_decode(concat, sizeof(concat), &td), 0);
     assert_int_equal(td.num, 5); /* last wins, as a protobuf parse */
