@@ -30,7 +30,16 @@
     X(EBADTARGET, -1017, "message sent to the wrong channel")                                      \
     X(ENOOWNER, -1018, "channel has no owner")                                                     \
     X(ECLOSED, -1019, "connection is closing")                                                     \
-    X(EJSON, -1020, "invalid JSON")
+    X(EJSON, -1020, "invalid JSON")                                                                \
+    X(EHEADER, -1021, "bad frame header (header length, version or serialization)")                \
+    X(EBADLEN, -1022, "frame total length out of bounds")                                          \
+    X(EFIELD, -1023, "missing or invalid message field")                                           \
+    X(EOFFLINE, -1024, "topic is offline")                                                         \
+    X(EBUSY, -1025, "busy: pending writes over the limit, retry later")                            \
+    X(ENOTOPIC, -1040, "unknown topic")                                                            \
+    X(EBADTOPIC, -1041, "bad topic name (allowed: [A-Za-z0-9_], 1 to 64 characters)")              \
+    X(ESTORE, -1042, "storage error (the store handle has the details)")                           \
+    X(ECONTENT, -1043, "message content exceeds the size limit")
 
 enum {
 #define CQ__ERR_ENUM(name, val, msg) CQ_##name = (val),

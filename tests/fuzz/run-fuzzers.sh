@@ -20,13 +20,13 @@ if [ ! -f "$build/build.ninja" ]; then
         -Db_lundef=false
 fi
 ninja -C "$build" tests/fuzz/fuzz_framing tests/fuzz/fuzz_wire_packet tests/fuzz/fuzz_snappy \
-    tests/fuzz/fuzz_merge
+    tests/fuzz/fuzz_merge tests/fuzz/fuzz_mq
 
 work=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/chanq-fuzz.XXXXXX")}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 failed=0
-for t in fuzz_framing fuzz_wire_packet fuzz_snappy fuzz_merge; do
+for t in fuzz_framing fuzz_wire_packet fuzz_snappy fuzz_merge fuzz_mq; do
     mkdir -p "$work/$t"
     dict=""
     case $t in

@@ -64,7 +64,7 @@ void test_err_errno_and_unknown(void **state)
     assert_string_equal(cq_errname(-EINVAL), "EINVAL");
     assert_string_equal(cq_errname(-ECONNRESET), "ECONNRESET");
     /* Not errno and not in the table. */
-    const int odd[] = {1, 77, -1021, -1999, -5000, -2147483647 - 1};
+    const int odd[] = {1, 77, -1999, -5000, -2147483647 - 1};
     for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
         assert_string_equal(cq_strerror(odd[i]), "unknown error");
         assert_string_equal(cq_errname(odd[i]), "UNKNOWN");

@@ -1,0 +1,232 @@
+/* cq_mq.h - the durable-topic ("seed") protocol codec: pure, no I/O, no libuv.
+ *
+ * A frame is a 12-byte big-endian header followed by a JSON object (doc/protocol-mq.md pins
+ * every byte and field):
+ *
+ *   0..3   u32 total length (header + body)     8      u8 serialization (0 = JSON)
+ *   4..5   u16 header length (12)                9..10  u16 message id
+ *   6      u8  version (1)                       11     u8  reserved (0)
+ *   7      u8  message type
+ *
+ * cq_mq_parse() is three-way and allocates nothing; cq_mq_decode() turns a frame into a
+ * validated, owned cq_mq_msg_t; cq_mq_encode() turns a message back into a frame. One table in
+ * cq_mq.c says which fields each message type has, so decode and encode cannot drift apart.
+ *
+ * JSON goes through jansson, which allocates with malloc unless json_set_alloc_funcs() was
+ * called (the tests route it to cq_malloc). Every function may be called from any thread; none
+ * keeps state between calls.
+ */
+#ifndef CQ_MQ_H
+#define CQ_MQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define CQ_MQ_HDR_LEN           12
+#define CQ_MQ_VERSION           1
+#define CQ_MQ_SER_JSON          0
+#define CQ_MQ_MIN_TOTAL         (CQ_MQ_HDR_LEN + 2) /* the shortest body is "{}" */
+#define CQ_MQ_DEFAULT_MAX_BODY  (1u << 20)
+#define CQ_MQ_DEFAULT_MAX_TOTAL (CQ_MQ_HDR_LEN + CQ_MQ_DEFAULT_MAX_BODY)
+#define CQ_MQ_TOPIC_MAX         64
+#define CQ_MQ_TOKEN_MAX         256
+#define CQ_MQ_ERR_MSG_MAX       512
+#define CQ_MQ_MAX_U53           ((((int64_t)1) << 53) - 1) /* JSON-safe integer */
+
+/* Message types. Odd: client to server; even: server to client. */
+typedef enum cq_mq_type {
+    CQ_MQ_REQ_CONNECT = 1,
+    CQ_MQ_RESP_CONNECT = 2,
+    CQ_MQ_REQ_KEEPALIVE = 3,
+    CQ_MQ_RESP_KEEPALIVE = 4,
+    CQ_MQ_REQ_ADD_TOPIC = 5,
+    CQ_MQ_RESP_ADD_TOPIC = 6,
+    CQ_MQ_REQ_WATCH = 7,
+    CQ_MQ_RESP_WATCH = 8,
+    CQ_MQ_REQ_UNWATCH = 9,
+    CQ_MQ_RESP_UNWATCH = 10,
+    CQ_MQ_REQ_PRODUCE = 11,
+    CQ_MQ_RESP_PRODUCE = 12,
+    CQ_MQ_REQ_CONSUME = 13,
+    CQ_MQ_RESP_CONSUME = 14,
+    CQ_MQ_REQ_COMMIT = 15,
+    CQ_MQ_RESP_COMMIT = 16,
+    CQ_MQ_PUSH = 18,       /* unsolicited: new messages on a watched topic */
+    CQ_MQ_RESP_ERROR = 20, /* answer to a frame whose type is unknown */
+    CQ_MQ_TYPE_MAX = 20
+} cq_mq_type_t;
+
+/* client_type values (seed: 1 producer, 2 consumer). */
+#define CQ_MQ_PRODUCER 1
+#define CQ_MQ_CONSUMER 2
+
+/* err_code values on the wire. Stable protocol numbers, not CQ_E* codes: see cq_mq_errcode(). */
+typedef enum cq_mq_errcode {
+    CQ_MQ_OK = 0,
+    CQ_MQ_ERR_BAD_HEADER = 1,
+    CQ_MQ_ERR_BAD_LENGTH = 2,
+    CQ_MQ_ERR_BAD_JSON = 3,
+    CQ_MQ_ERR_UNKNOWN_TYPE = 4,
+    CQ_MQ_ERR_BAD_FIELD = 5,
+    CQ_MQ_ERR_UNAUTHENTICATED = 6,
+    CQ_MQ_ERR_NO_PERMISSION = 7,
+    CQ_MQ_ERR_UNKNOWN_TOPIC = 8,
+    CQ_MQ_ERR_TOPIC_OFFLINE = 9,
+    CQ_MQ_ERR_CONTENT_TOO_LARGE = 10,
+    CQ_MQ_ERR_BUSY = 11,
+    CQ_MQ_ERR_STORAGE = 12,
+    CQ_MQ_ERR_BAD_TOPIC_NAME = 13,
+    CQ_MQ_ERR_INTERNAL = 14,
+    CQ_MQ_ERRCODE_MAX = 14
+} cq_mq_errcode_t;
+
+/* Field bits of cq_mq_msg_t.has, in the order encode writes them. */
+typedef enum cq_mq_field {
+    CQ_MQ_F_ASKID = 1u << 0,
+    CQ_MQ_F_MODULE_ID = 1u << 1,
+    CQ_MQ_F_TOKEN = 1u << 2,
+    CQ_MQ_F_CLIENT_TYPE = 1u << 3,
+    CQ_MQ_F_CLIENT_ID = 1u << 4,
+    CQ_MQ_F_TOPIC = 1u << 5,
+    CQ_MQ_F_ERR_CODE = 1u << 6,
+    CQ_MQ_F_ERR_MSG = 1u << 7,
+    CQ_MQ_F_WEIGHT = 1u << 8,
+    CQ_MQ_F_TOPIC_NUMS = 1u << 9,
+    CQ_MQ_F_TOPIC_MESSAGE_TOTAL = 1u << 10,
+    CQ_MQ_F_TOTAL = 1u << 11,
+    CQ_MQ_F_OFFSET = 1u << 12,
+    CQ_MQ_F_MAX_COUNT = 1u << 13,
+    CQ_MQ_F_TIME = 1u << 14,
+    CQ_MQ_F_PRODUCER_ID = 1u << 15,
+    CQ_MQ_F_SEQ = 1u << 16,
+    CQ_MQ_F_CONTENT = 1u << 17,       /* produce: one message, items[0] */
+    CQ_MQ_F_BATCH = 1u << 18,         /* produce: "messages" [{content, time?}], items[] */
+    CQ_MQ_F_MESSAGES = 1u << 19,      /* consume/push: "messages" [{offset_id, message, time?}] */
+    CQ_MQ_F_MESSAGE_COUNT = 1u << 20, /* derived: written as nitems with F_MESSAGES */
+    CQ_MQ_F_OFFSETS = 1u << 21,       /* resp_produce: one offset per produced message */
+} cq_mq_field_t;
+
+typedef struct cq_mq_limits {
+    uint32_t max_total;   /* frame bytes incl. header; default CQ_MQ_DEFAULT_MAX_TOTAL */
+    uint32_t max_content; /* bytes of one message's content; default 64 KiB */
+    uint32_t max_batch;   /* messages in one produce batch / consume answer; default 1000 */
+    uint32_t max_depth;   /* JSON nesting, the top-level object is 1; default 32 */
+} cq_mq_limits_t;
+
+#define CQ_MQ_DEFAULT_MAX_CONTENT (64u * 1024u)
+#define CQ_MQ_DEFAULT_MAX_BATCH   1000u
+#define CQ_MQ_DEFAULT_MAX_DEPTH   32u
+
+/* A parsed frame: a slice into the caller's buffer, valid while that buffer is. */
+typedef struct cq_mq_frame {
+    const uint8_t *body; /* body_len bytes of JSON */
+    uint32_t body_len;
+    uint16_t msg_id;
+    uint8_t type; /* as received; decode checks it */
+} cq_mq_frame_t;
+
+/* One message of a produce batch or of a consume/push answer. */
+typedef struct cq_mq_item {
+    int64_t offset; /* offset_id (consume/push); 0 in produce */
+    int64_t time;   /* ms, -1 when absent */
+    char *content;  /* owned, NUL-terminated, len bytes, valid UTF-8 without NUL */
+    size_t len;
+    bool json; /* content is compact JSON text of an object (else a JSON string) */
+} cq_mq_item_t;
+
+/* A decoded or to-be-encoded message. Plain data: set a field and its CQ_MQ_F_* bit in has.
+ * Pointers are owned by the message and released by cq_mq_msg_free(). */
+typedef struct cq_mq_msg {
+    uint8_t type; /* cq_mq_type_t */
+    uint16_t msg_id;
+    uint32_t has; /* CQ_MQ_F_* bits present */
+    uint32_t askid, module_id, client_type, err_code, weight, topic_nums, max_count;
+    int64_t client_id, topic_message_total, total, offset, time, producer_id, seq;
+    char topic[CQ_MQ_TOPIC_MAX + 1];
+    char *token;         /* owned */
+    char *err_msg;       /* owned */
+    cq_mq_item_t *items; /* owned array of nitems */
+    size_t nitems, items_cap;
+    int64_t *offsets; /* owned array of noffsets */
+    size_t noffsets, offsets_cap;
+} cq_mq_msg_t;
+
+/* ---- frames --------------------------------------------------------------------------- */
+
+/* Parses one frame at p[0..n), checking each header field as soon as its bytes are there and
+ * before anything is allocated. max_total: 0 for CQ_MQ_DEFAULT_MAX_TOTAL (values below
+ * CQ_MQ_MIN_TOTAL are raised to it). Returns the bytes consumed (the frame's total length) and
+ * fills *ret; 0 if more bytes are needed; CQ_EBADLEN (total < 14 or > max_total) or
+ * CQ_EHEADER (header length != 12, version != 1, serialization != 0, reserved != 0). The type
+ * is not checked here (cq_mq_decode answers an unknown type). *ret is written only on success. */
+ssize_t cq_mq_parse(const uint8_t *p, size_t n, uint32_t max_total, cq_mq_frame_t *ret);
+
+/* Writes a 12-byte header for a frame of total_len bytes (header included). */
+void cq_mq_header_write(uint8_t out[CQ_MQ_HDR_LEN], uint32_t total_len, uint8_t type,
+                        uint16_t msg_id);
+
+/* ---- messages ------------------------------------------------------------------------- */
+
+/* Validates and decodes f's JSON body. lim: borrowed, NULL for defaults. On success *ret is a
+ * returned-owned message (free with cq_mq_msg_free). On error returns CQ_ENOTYPE, CQ_EJSON
+ * (invalid, duplicate keys, not an object, nested deeper than max_depth), CQ_EFIELD (missing,
+ * wrong JSON type, out of range), CQ_EBADTOPIC, CQ_ECONTENT or -ENOMEM, and writes a message
+ * naming the field into err (if err and errlen), e.g.
+ *   produce: field "topic": must be a string matching [A-Za-z0-9_]{1,64}
+ * Unknown JSON fields are ignored. Both requests and responses decode. */
+int cq_mq_decode(const cq_mq_frame_t *f, const cq_mq_limits_t *lim, cq_mq_msg_t **ret, char *err,
+                 size_t errlen);
+
+/* Encodes m as a complete frame (header + compact JSON). On success *ret is returned-owned
+ * (cq_free) and *ret_len its length. Returns CQ_ENOTYPE, CQ_EFIELD (a required field is not
+ * set, or a value is out of range), CQ_EBADTOPIC, CQ_EBADLEN (over 4 GiB) or -ENOMEM.
+ * Deterministic: equal messages give equal bytes. */
+int cq_mq_encode(const cq_mq_msg_t *m, uint8_t **ret, size_t *ret_len);
+
+/* Returns an owned, empty message of the given type, or NULL on OOM. */
+cq_mq_msg_t *cq_mq_msg_new(uint8_t type, uint16_t msg_id);
+/* Frees m and everything it owns. Accepts NULL; returns NULL. */
+cq_mq_msg_t *cq_mq_msg_free(cq_mq_msg_t *m);
+
+/* Sets the topic (copied). Returns CQ_EBADTOPIC unless it matches [A-Za-z0-9_]{1,64}. */
+int cq_mq_msg_set_topic(cq_mq_msg_t *m, const char *topic);
+/* Sets token or err_msg (which: CQ_MQ_F_TOKEN or CQ_MQ_F_ERR_MSG) to a copy of s. Returns
+ * CQ_EFIELD if s is not UTF-8 without NUL or too long (256 / 512 bytes), -ENOMEM. */
+int cq_mq_msg_set_str(cq_mq_msg_t *m, cq_mq_field_t which, const char *s);
+/* Appends an item with a copy of content[0..len). json: content is the text of a JSON object
+ * (checked) rather than a string. Sets no has bit (the caller picks CONTENT, BATCH or MESSAGES).
+ * Returns CQ_EFIELD (not UTF-8 / not an object), -ENOMEM. */
+int cq_mq_msg_add_item(cq_mq_msg_t *m, int64_t offset, int64_t time, const char *content,
+                       size_t len, bool json);
+/* Appends an offset (resp_produce) and sets CQ_MQ_F_OFFSETS. Returns -ENOMEM. */
+int cq_mq_msg_add_offset(cq_mq_msg_t *m, int64_t offset);
+
+/* Starts the response to req: type req->type + 1, the same msg_id, askid and (where the
+ * response type has them) topic and client_id echoed, err_code = cq_mq_errcode(err) and, if
+ * err_msg is not NULL, err_msg (truncated to 512 bytes). req: borrowed, must be a request.
+ * Returns an owned message, or NULL on OOM or if req is not a request. */
+cq_mq_msg_t *cq_mq_resp_new(const cq_mq_msg_t *req, int err, const char *err_msg);
+
+/* Encodes the answer to a frame that did not decode: the response type of f->type (or
+ * CQ_MQ_RESP_ERROR if f->type is not a request type), f's msg_id, askid echoed if the body is
+ * a JSON object with a valid askid, err_code = cq_mq_errcode(err), and err_msg. f and
+ * err_msg: borrowed. Output and errors as cq_mq_encode(). */
+int cq_mq_encode_error(const cq_mq_frame_t *f, int err, const char *err_msg, uint8_t **ret,
+                       size_t *ret_len);
+
+/* ---- names and codes ------------------------------------------------------------------ */
+
+/* The wire err_code for a chanq error code (0 -> CQ_MQ_OK; unmapped -> CQ_MQ_ERR_INTERNAL). */
+int cq_mq_errcode(int err);
+/* "bad_topic_name" etc.; never NULL. */
+const char *cq_mq_errcode_name(int code);
+/* "produce" for a request, "produce_resp" for its response, "push", "error"; NULL if unknown. */
+const char *cq_mq_type_name(int type);
+/* True for 1, 3, ..., 15: the types a client sends. */
+bool cq_mq_is_request(int type);
+/* True if s[0..len) matches [A-Za-z0-9_]{1,64}. */
+bool cq_mq_topic_valid(const char *s, size_t len);
+
+#endif

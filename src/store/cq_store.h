@@ -1,0 +1,182 @@
+/* cq_store.h - durable topics: the backend-neutral storage interface (issue 4).
+ *
+ * A store holds topics. A topic is an append-only log of messages; each message gets an offset
+ * (the row id) that increases in commit order but is NOT dense: gaps appear (MariaDB reserves id
+ * blocks, retries and rollbacks burn ids, purge removes rows). Consumers therefore keep "the last
+ * offset I processed" and read with from_offset_exclusive, never compute offset + 1.
+ *
+ * Backends implement cq_store_ops_t with identical semantics: sqlite (embedded default, a file
+ * in the data dir, cq_store_sqlite_ops) and, later, mysql (MariaDB). Callers use the cq_store_*
+ * wrappers below, never the ops table directly: the wrappers validate topic names before a
+ * backend sees them and reset the handle's error text.
+ *
+ * Per topic the seed's two tables exist: t_<topic> (offset, create time, content, state 1 valid /
+ * 0 invalid, producer id + sequence for idempotent retries) and o_<topic> (consumer id, update
+ * time, offset).
+ *
+ * Threads: every call is synchronous and may block on disk or network; call it from the store
+ * thread, never from an event loop. A handle is used by one thread at a time (no internal
+ * locking); different handles on the same database may be used from different threads or
+ * processes. Nothing calls back.
+ *
+ * Errors: 0 on success, otherwise a negative code. CQ_EBADTOPIC (name not [A-Za-z0-9_]{1,64}),
+ * CQ_ENOTOPIC (no such topic), CQ_EEXIST (topic exists; names are unique case-insensitively),
+ * CQ_ECONTENT (content over opts.max_content), CQ_ESTORE (the backend failed: its text is in
+ * cq_store_errmsg()), -EINVAL (bad argument), -ENOMEM, -ENOENT (get_offset: consumer never
+ * committed). Output parameters (ret_*) are written only on success.
+ */
+#ifndef CQ_STORE_H
+#define CQ_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CQ_STORE_TOPIC_MAX         64      /* topic name length limit, bytes */
+#define CQ_STORE_CONSUMER_MAX      128     /* consumer id length limit, bytes */
+#define CQ_STORE_MAX_CONTENT_DFL   1048576 /* default opts.max_content */
+#define CQ_STORE_RETENTION_MAX     36500   /* retention_days upper bound (0 = keep forever) */
+#define CQ_STORE_DEFAULT_RETENTION 30      /* the seed's 30 days */
+
+typedef struct cq_store cq_store_t;
+
+/* Open options. All pointers are borrowed for the duration of cq_store_open() only. */
+typedef struct cq_store_opts {
+    const char *dir;     /* sqlite: data directory (must exist); the file is dir/chanq.db */
+    size_t max_content;  /* largest content accepted by append, bytes; 0 = the default */
+    int busy_timeout_ms; /* sqlite: wait this long for another process's lock; 0 = 5000 */
+} cq_store_opts_t;
+
+/* One message to append. Borrowed by append_batch for the duration of the call. */
+typedef struct cq_store_msg {
+    const void *content; /* len bytes; may be NULL when len == 0 */
+    size_t len;
+    int64_t create_ms;    /* unix ms; 0 = the store's wall clock at append time */
+    uint64_t producer_id; /* 0 = no deduplication; otherwise (producer_id, seq) is unique */
+    uint64_t seq;         /* producer's sequence number (any value, need not be dense) */
+} cq_store_msg_t;
+
+/* One message read back. content is owned by the record: release an array of records with
+ * cq_store_recs_done(). */
+typedef struct cq_store_rec {
+    uint64_t offset;
+    int64_t create_ms;
+    uint64_t producer_id; /* 0 when the message was appended without one */
+    uint64_t seq;
+    void *content; /* owned; cq_malloc'd (never NULL after a successful read, even for len 0) */
+    size_t len;
+} cq_store_rec_t;
+
+/* One topic, as listed. */
+typedef struct cq_store_topic {
+    char name[CQ_STORE_TOPIC_MAX + 1];
+    bool online;
+    int retention_days; /* 0 = keep forever */
+    int64_t created_ms;
+} cq_store_topic_t;
+
+/* The backend interface. Every function below has the semantics of its cq_store_* wrapper;
+ * backends may assume the topic and consumer names were validated. */
+typedef struct cq_store_ops {
+    const char *name; /* "sqlite", "mysql" */
+    int (*open)(const cq_store_opts_t *opts, cq_store_t **ret_store, char *err, size_t errlen);
+    void (*close)(cq_store_t *s);
+    int (*topic_create)(cq_store_t *s, const char *topic, int retention_days, int64_t now_ms);
+    int (*topic_list)(cq_store_t *s, cq_store_topic_t **ret_topics, size_t *ret_n);
+    int (*topic_set_online)(cq_store_t *s, const char *topic, bool online);
+    int (*append_batch)(cq_store_t *s, const char *topic, const cq_store_msg_t *msgs, size_t n,
+                        uint64_t *ret_offsets);
+    int (*read)(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive, size_t max,
+                cq_store_rec_t *ret_recs, size_t *ret_n);
+    int (*invalidate)(cq_store_t *s, const char *topic, uint64_t offset);
+    int (*commit_offset)(cq_store_t *s, const char *topic, const char *consumer_id, uint64_t offset,
+                         int64_t now_ms);
+    int (*get_offset)(cq_store_t *s, const char *topic, const char *consumer_id,
+                      uint64_t *ret_offset);
+    int (*purge)(cq_store_t *s, const char *topic, int64_t older_than_unix_ms, size_t max_rows,
+                 size_t *ret_purged);
+    int (*high_water)(cq_store_t *s, const char *topic, uint64_t *ret_offset);
+} cq_store_ops_t;
+
+/* The embedded SQLite backend (src/store/sqlite.c). */
+extern const cq_store_ops_t cq_store_sqlite_ops;
+
+/* ---- validation ---------------------------------------------------------------------------- */
+
+/* True when name matches [A-Za-z0-9_]{1,64}. name may be NULL (false). Pure; any thread. */
+bool cq_store_topic_name_ok(const char *name);
+/* True when id is 1..CQ_STORE_CONSUMER_MAX bytes of printable ASCII. Pure; any thread. */
+bool cq_store_consumer_id_ok(const char *id);
+
+/* ---- handle -------------------------------------------------------------------------------- */
+
+/* Opens a store with backend ops (borrowed; must outlive the handle). Creates the database if
+ * missing and applies every pending migration (forward only; a database newer than this binary
+ * is refused with CQ_ESTORE). *ret_store is returned owned; release it with cq_store_close().
+ * On failure a message is written to err (if err && errlen). */
+int cq_store_open(const cq_store_ops_t *ops, const cq_store_opts_t *opts, cq_store_t **ret_store,
+                  char *err, size_t errlen);
+/* Closes the handle. Accepts NULL. */
+void cq_store_close(cq_store_t *s);
+/* Text of the last error on this handle ("" if the last call succeeded). Borrowed: valid until
+ * the next call on the handle. */
+const char *cq_store_errmsg(const cq_store_t *s);
+
+/* ---- topics -------------------------------------------------------------------------------- */
+
+/* Creates topic with its message and consumer-offset tables, online, in one transaction.
+ * retention_days 0..CQ_STORE_RETENTION_MAX (0 = keep forever). now_ms: unix ms, recorded as the
+ * creation time. CQ_EEXIST if a topic of that name (any case) exists. */
+int cq_store_topic_create(cq_store_t *s, const char *topic, int retention_days, int64_t now_ms);
+/* Lists all topics sorted by name. *ret_topics is returned owned (cq_free; NULL when
+ * *ret_n == 0). */
+int cq_store_topic_list(cq_store_t *s, cq_store_topic_t **ret_topics, size_t *ret_n);
+/* Marks a topic online or offline. The store only records the flag: the server refuses produce
+ * and consume on an offline topic. */
+int cq_store_topic_set_online(cq_store_t *s, const char *topic, bool online);
+
+/* ---- messages ------------------------------------------------------------------------------ */
+
+/* Appends n (>= 1) messages in ONE transaction: either all are committed (durably: when this
+ * returns 0 the transaction is on disk) or none is visible. ret_offsets (n entries, caller's
+ * array) receives each message's offset, increasing in msgs order for new messages.
+ * Idempotent: a message whose (producer_id, seq) is already stored, or repeated earlier in the
+ * same batch, is not inserted again and gets the original offset. CQ_ECONTENT when any content
+ * is over the limit (the whole batch fails). The caller must serialize appends per topic (one
+ * writer per topic) so offsets become visible in order. */
+int cq_store_append_batch(cq_store_t *s, const char *topic, const cq_store_msg_t *msgs, size_t n,
+                          uint64_t *ret_offsets);
+/* Reads up to max (>= 1) valid (state 1) messages with offset > from_offset_exclusive, in
+ * offset order, into ret_recs (caller's array of max entries). *ret_n may be 0. The records'
+ * contents are returned owned: release with cq_store_recs_done(ret_recs, *ret_n). */
+int cq_store_read(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive, size_t max,
+                  cq_store_rec_t *ret_recs, size_t *ret_n);
+/* Frees the contents of n records (not the array). Accepts recs == NULL. */
+void cq_store_recs_done(cq_store_rec_t *recs, size_t n);
+/* Sets the message at offset to state 0 (invalid): it is never delivered again. -ENOENT if no
+ * such message. */
+int cq_store_invalidate(cq_store_t *s, const char *topic, uint64_t offset);
+/* Deletes up to max_rows (>= 1) of the oldest messages (by offset) whose create time is before
+ * older_than_unix_ms, in one transaction, and stops at the first newer message: call again
+ * while *ret_purged == max_rows. */
+int cq_store_purge(cq_store_t *s, const char *topic, int64_t older_than_unix_ms, size_t max_rows,
+                   size_t *ret_purged);
+/* The highest offset ever committed in topic (0 if none), even if purged since. */
+int cq_store_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset);
+
+/* ---- consumers ----------------------------------------------------------------------------- */
+
+/* Records consumer_id's offset in topic (upsert; moving backwards is allowed: a rewind). */
+int cq_store_commit_offset(cq_store_t *s, const char *topic, const char *consumer_id,
+                           uint64_t offset, int64_t now_ms);
+/* Reads consumer_id's committed offset; -ENOENT if it never committed one. */
+int cq_store_get_offset(cq_store_t *s, const char *topic, const char *consumer_id,
+                        uint64_t *ret_offset);
+
+/* ---- tests --------------------------------------------------------------------------------- */
+
+/* Number of SQL statements the backend has prepared or run on this handle. Tests use it to show
+ * that rejected input reached no SQL. */
+uint64_t cq__store_sql_count(const cq_store_t *s);
+
+#endif

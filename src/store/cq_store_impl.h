@@ -1,0 +1,24 @@
+/* cq_store_impl.h - what a store backend shares with cq_store.c. Not for callers.
+ *
+ * A backend's handle embeds struct cq_store as its first member, so cq_store_t * and the
+ * backend's handle convert both ways.
+ */
+#ifndef CQ_STORE_IMPL_H
+#define CQ_STORE_IMPL_H
+
+#include "cq_store.h"
+
+#define CQ_STORE_ERRMSG_MAX 256
+
+struct cq_store {
+    const cq_store_ops_t *ops; /* set by cq_store_open() */
+    size_t max_content;        /* resolved limit (never 0) */
+    uint64_t sql_count;        /* statements prepared or run; see cq__store_sql_count() */
+    char errmsg[CQ_STORE_ERRMSG_MAX];
+};
+
+/* Records the text of an error on s and returns code. */
+int cq__store_fail(cq_store_t *s, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif
