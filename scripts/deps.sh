@@ -4,9 +4,10 @@
 set -euo pipefail
 level=${1:-build}
 pkgs=(gcc make meson ninja-build pkg-config python3 libuv1-dev libprotobuf-c-dev
-      protobuf-c-compiler libsnappy-dev libjansson-dev libsqlite3-dev)
+      protobuf-c-compiler libsnappy-dev libjansson-dev libsqlite3-dev libmariadb-dev)
 if [ "$level" = test ] || [ "$level" = bench ]; then
-  pkgs+=(libcmocka-dev clang-14 libclang-rt-14-dev clang-format protobuf-compiler)
+  pkgs+=(libcmocka-dev clang-14 libclang-rt-14-dev clang-format protobuf-compiler
+        mariadb-server mariadb-client)
 fi
 if [ "$level" = bench ]; then
   pkgs+=(redis-server nats-server linux-perf)

@@ -6,13 +6,14 @@
  * offset I processed" and read with from_offset_exclusive, never compute offset + 1.
  *
  * Backends implement cq_store_ops_t with identical semantics: sqlite (embedded default, a file
- * in the data dir, cq_store_sqlite_ops) and, later, mysql (MariaDB). Callers use the cq_store_*
- * wrappers below, never the ops table directly: the wrappers validate topic names before a
- * backend sees them and reset the handle's error text.
+ * in the data dir, cq_store_sqlite_ops) and mysql (MariaDB, cq_store_mysql_ops). Callers use the
+ * cq_store_* wrappers below, never the ops table directly: the wrappers validate topic names before
+ * a backend sees them and reset the handle's error text.
  *
  * Per topic the seed's two tables exist: t_<topic> (offset, create time, content, state 1 valid /
  * 0 invalid, producer id + sequence for idempotent retries) and o_<topic> (consumer id, update
- * time, offset).
+ * time, offset). MariaDB limits table names to 64 characters: there, names over 62 characters
+ * get a shortened table name with a hash (src/store/mysql.c).
  *
  * Threads: every call is synchronous and may block on disk or network; call it from the store
  * thread, never from an event loop. A handle is used by one thread at a time (no internal
@@ -44,7 +45,14 @@ typedef struct cq_store cq_store_t;
 typedef struct cq_store_opts {
     const char *dir;     /* sqlite: data directory (must exist); the file is dir/chanq.db */
     size_t max_content;  /* largest content accepted by append, bytes; 0 = the default */
-    int busy_timeout_ms; /* sqlite: wait this long for another process's lock; 0 = 5000 */
+    int busy_timeout_ms; /* sqlite: wait this long for another process's lock; 0 = 5000.
+                          * mysql: innodb_lock_wait_timeout, rounded up to seconds */
+    /* mysql only (ignored by sqlite). The database is created if missing. */
+    const char *host;     /* server address; NULL = "127.0.0.1" */
+    unsigned port;        /* TCP port; 0 = 3306 */
+    const char *user;     /* NULL = the client library's default (the login name) */
+    const char *password; /* NULL = none */
+    const char *database; /* [A-Za-z0-9_]{1,64}; NULL = "chanq" */
 } cq_store_opts_t;
 
 /* One message to append. Borrowed by append_batch for the duration of the call. */
@@ -100,6 +108,9 @@ typedef struct cq_store_ops {
 
 /* The embedded SQLite backend (src/store/sqlite.c). */
 extern const cq_store_ops_t cq_store_sqlite_ops;
+/* The MariaDB/MySQL backend (src/store/mysql.c, MariaDB Connector/C). Built only when
+ * libmariadb was found: then CQ_HAVE_MYSQL is defined for everything that uses the store. */
+extern const cq_store_ops_t cq_store_mysql_ops;
 
 /* ---- validation ---------------------------------------------------------------------------- */
 
@@ -124,7 +135,8 @@ const char *cq_store_errmsg(const cq_store_t *s);
 
 /* ---- topics -------------------------------------------------------------------------------- */
 
-/* Creates topic with its message and consumer-offset tables, online, in one transaction.
+/* Creates topic with its message and consumer-offset tables, online, in one transaction (MariaDB
+ * commits DDL implicitly: there the tables come first and the topic exists once its row commits).
  * retention_days 0..CQ_STORE_RETENTION_MAX (0 = keep forever). now_ms: unix ms, recorded as the
  * creation time. CQ_EEXIST if a topic of that name (any case) exists. */
 int cq_store_topic_create(cq_store_t *s, const char *topic, int retention_days, int64_t now_ms);

@@ -1,9 +1,21 @@
-/* tests/unit/store: cmocka cases for src/store with the SQLite backend. Every case runs in its
- * own temp dir (fixture), and the crash case forks a writer that is SIGKILLed mid-stream. */
+/* tests/unit/store: cmocka cases for src/store, run against one backend chosen at start:
+ *
+ *   test_store [--backend=sqlite]   every case in its own temp dir (fixture)
+ *   test_store --backend=mysql      every case in its own database on the MariaDB server at
+ *                                   127.0.0.1:$CQ_MARIADB_PORT (user root, no password), dropped
+ *                                   afterwards; run_mariadb.sh starts and stops that server.
+ *                                   Prints "1..0 # SKIP" when there is no server or no backend.
+ *
+ * The semantic cases run on both backends; the file-layout cases (WAL mode, data dir) are
+ * SQLite-only and the server cases MariaDB-only. The tests reach the database behind the store
+ * only through db_int()/db_exec(): sqlite3 for SQLite, the mariadb command-line client for
+ * MariaDB (so only src/store/mysql.c includes <mysql.h>). The crash case forks a writer that is
+ * SIGKILLed mid-stream. */
 #include "cq_store.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"
+#include "cq_util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -23,37 +35,142 @@
 
 #define MAX_CONTENT 1024
 
+typedef enum backend { BACKEND_SQLITE, BACKEND_MYSQL } backend_t;
+
+/* Chosen in main(), read-only afterwards. */
+static backend_t g_backend = BACKEND_SQLITE;
+static const cq_store_ops_t *g_ops = &cq_store_sqlite_ops;
+static unsigned g_port; /* mysql */
+
 typedef struct fx {
-    char dir[64];
+    char dir[64];      /* sqlite: the data dir */
+    char database[64]; /* mysql: this case's database */
     cq_store_t *s;
 } fx_t;
 
-/* ---- helpers ------------------------------------------------------------------------------- */
+/* ---- backend plumbing ---------------------------------------------------------------------- */
 
-static cq_store_t *store_open(const char *dir)
+static cq_store_opts_t fx_opts(const fx_t *f)
 {
-    cq_store_opts_t o = {.dir = dir, .max_content = MAX_CONTENT};
+    cq_store_opts_t o = {.max_content = MAX_CONTENT};
+    if (g_backend == BACKEND_SQLITE) {
+        o.dir = f->dir;
+    } else {
+        o.host = "127.0.0.1";
+        o.port = g_port;
+        o.user = "root";
+        o.password = "";
+        o.database = f->database;
+    }
+    return o;
+}
+
+static cq_store_t *store_open(const fx_t *f)
+{
+    cq_store_opts_t o = fx_opts(f);
     cq_store_t *s = NULL;
     char err[512] = "";
-    int r = cq_store_open(&cq_store_sqlite_ops, &o, &s, err, sizeof(err));
+    int r = cq_store_open(g_ops, &o, &s, err, sizeof(err));
     if (r < 0)
-        fail_msg("open %s: %s (%s)", dir, cq_errname(r), err);
+        fail_msg("open %s: %s (%s)", g_ops->name, cq_errname(r), err);
     return s;
 }
 
 static void reopen(fx_t *f)
 {
     cq_store_close(f->s);
-    f->s = store_open(f->dir);
+    f->s = store_open(f);
+}
+
+/* Runs the mariadb client on sql (in database, if not NULL) and captures up to outlen - 1 bytes
+ * of its output in out (tab-separated, no column names). Returns its exit status. */
+static int mariadb_cli(const char *database, const char *sql, char *out, size_t outlen)
+{
+    char port[16];
+    int p[2];
+    snprintf(port, sizeof(port), "-P%u", g_port);
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(p[1], 1);
+        close(p[0]);
+        close(p[1]);
+        if (database)
+            execlp("mariadb", "mariadb", "--no-defaults", "-uroot", "-h127.0.0.1", port, "-N", "-B",
+                   "-D", database, "-e", sql, (char *)NULL);
+        else
+            execlp("mariadb", "mariadb", "--no-defaults", "-uroot", "-h127.0.0.1", port, "-N", "-B",
+                   "-e", sql, (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    size_t n = 0;
+    ssize_t k;
+    while (n < outlen - 1 && (k = read(p[0], out + n, outlen - 1 - n)) > 0)
+        n += (size_t)k;
+    out[n] = '\0';
+    close(p[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static int64_t sqlite_int(const char *dir, const char *sql)
+{
+    char path[128];
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    snprintf(path, sizeof(path), "%s/chanq.db", dir);
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+/* The integer in the first column of the first row of sql, run behind the store's back. */
+static int64_t db_int(const fx_t *f, const char *sql)
+{
+    if (g_backend == BACKEND_SQLITE)
+        return sqlite_int(f->dir, sql);
+    char out[256];
+    int rc = mariadb_cli(f->database, sql, out, sizeof(out));
+    if (rc != 0 || out[0] < '-' || out[0] > '9')
+        fail_msg("mariadb: '%s' exited %d with '%s'", sql, rc, out);
+    return strtoll(out, NULL, 10);
+}
+
+/* Runs sql behind the store's back (committed when this returns). */
+static void db_exec(const fx_t *f, const char *sql)
+{
+    if (g_backend == BACKEND_SQLITE) {
+        char path[128];
+        sqlite3 *db = NULL;
+        snprintf(path, sizeof(path), "%s/chanq.db", f->dir);
+        assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+        assert_int_equal(sqlite3_exec(db, sql, 0, 0, 0), SQLITE_OK);
+        sqlite3_close(db);
+        return;
+    }
+    char out[256];
+    assert_int_equal(mariadb_cli(f->database, sql, out, sizeof(out)), 0);
 }
 
 static int setup(void **state)
 {
+    static unsigned n;
     fx_t *f = calloc(1, sizeof(*f));
-    snprintf(f->dir, sizeof(f->dir), "/tmp/cq_store_XXXXXX");
-    if (!mkdtemp(f->dir))
-        return -1;
-    f->s = store_open(f->dir);
+    if (g_backend == BACKEND_SQLITE) {
+        snprintf(f->dir, sizeof(f->dir), "/tmp/cq_store_XXXXXX");
+        if (!mkdtemp(f->dir))
+            return -1;
+    } else {
+        snprintf(f->database, sizeof(f->database), "cq_test_%ld_%u", (long)getpid(), n++);
+    }
+    f->s = store_open(f);
     *state = f;
     return 0;
 }
@@ -63,6 +180,13 @@ static int teardown(void **state)
     fx_t *f = *state;
     char path[128];
     cq_store_close(f->s);
+    if (g_backend == BACKEND_MYSQL) {
+        char sql[128], out[64];
+        snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS `%s`", f->database);
+        mariadb_cli(NULL, sql, out, sizeof(out));
+        free(f);
+        return 0;
+    }
     static const char *const files[] = {"chanq.db", "chanq.db-wal", "chanq.db-shm"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", f->dir, files[i]);
@@ -115,21 +239,6 @@ static void assert_rec(const cq_store_rec_t *r, uint64_t offset, const char *tex
     assert_memory_equal(r->content, text, r->len);
 }
 
-static int64_t db_int(const char *dir, const char *sql)
-{
-    char path[128];
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    snprintf(path, sizeof(path), "%s/chanq.db", dir);
-    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    int64_t v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return v;
-}
-
 /* ---- open and migrations ------------------------------------------------------------------- */
 
 static void test_migrations_once(void **state)
@@ -137,25 +246,20 @@ static void test_migrations_once(void **state)
     fx_t *f = *state;
     reopen(f);
     reopen(f);
-    assert_int_equal(db_int(f->dir, "SELECT count(*) FROM schema_version"), 1);
-    assert_int_equal(db_int(f->dir, "SELECT max(version) FROM schema_version"), 1);
-    assert_true(db_int(f->dir, "SELECT applied_ms FROM schema_version") > 1600000000000LL);
-    assert_int_equal(db_int(f->dir, "SELECT count(*) FROM topics"), 0);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM schema_version"), 1);
+    assert_int_equal(db_int(f, "SELECT max(version) FROM schema_version"), 1);
+    assert_true(db_int(f, "SELECT applied_ms FROM schema_version") > 1600000000000LL);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM topics"), 0);
 }
 
 static void test_open_refuses_newer_schema(void **state)
 {
     fx_t *f = *state;
-    char path[128], err[512] = "";
-    sqlite3 *db = NULL;
-    snprintf(path, sizeof(path), "%s/chanq.db", f->dir);
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "INSERT INTO schema_version VALUES (9999, 0)", 0, 0, 0),
-                     SQLITE_OK);
-    sqlite3_close(db);
+    char err[512] = "";
+    db_exec(f, "INSERT INTO schema_version VALUES (9999, 0)");
     cq_store_t *s2 = NULL;
-    cq_store_opts_t o = {.dir = f->dir};
-    assert_int_equal(cq_store_open(&cq_store_sqlite_ops, &o, &s2, err, sizeof(err)), CQ_ESTORE);
+    cq_store_opts_t o = fx_opts(f);
+    assert_int_equal(cq_store_open(g_ops, &o, &s2, err, sizeof(err)), CQ_ESTORE);
     assert_null(s2);
     assert_non_null(strstr(err, "newer"));
 }
@@ -185,6 +289,88 @@ static void test_wal_mode(void **state)
     sqlite3_finalize(st);
     sqlite3_close(db);
 }
+
+#ifdef CQ_HAVE_MYSQL
+static void test_open_no_server(void **state)
+{
+    (void)state;
+    cq_store_t *s = NULL;
+    char err[512] = "";
+    cq_store_opts_t o = {.host = "127.0.0.1", .port = 1, .user = "root", .database = "x"};
+    assert_int_equal(cq_store_open(&cq_store_mysql_ops, &o, &s, err, sizeof(err)), CQ_ESTORE);
+    assert_null(s);
+    assert_non_null(strstr(err, "127.0.0.1:1"));
+}
+
+static void test_open_bad_database(void **state)
+{
+    (void)state;
+    cq_store_t *s = NULL;
+    char err[512] = "";
+    cq_store_opts_t o = {.port = g_port, .user = "root", .database = "x`; DROP DATABASE mysql"};
+    assert_int_equal(cq_store_open(&cq_store_mysql_ops, &o, &s, err, sizeof(err)), -EINVAL);
+    assert_null(s);
+    assert_non_null(strstr(err, "database name"));
+}
+
+/* Topic names up to 64 characters fit MariaDB's 64-character table names: names too long for
+ * "t_" + name get hashed table names, distinct even when the names differ only at the end. */
+static void test_long_topic_tables(void **state)
+{
+    fx_t *f = *state;
+    char a[CQ_STORE_TOPIC_MAX + 1], b[CQ_STORE_TOPIC_MAX + 1], c[CQ_STORE_TOPIC_MAX - 1];
+    uint64_t off[2];
+    cq_store_rec_t r[4];
+    memset(a, 'a', sizeof(a) - 1);
+    a[sizeof(a) - 1] = '\0';
+    memcpy(b, a, sizeof(b));
+    b[CQ_STORE_TOPIC_MAX - 1] = 'b';
+    memcpy(c, a, sizeof(c) - 1);
+    c[sizeof(c) - 1] = '\0';
+    create(f->s, a);
+    create(f->s, b);
+    create(f->s, c);
+    append_n(f->s, a, "in-a", 1, off);
+    append_n(f->s, b, "in-b", 1, off + 1);
+    assert_int_equal(read_all(f->s, b, 0, r, 4), 1);
+    assert_rec(&r[0], off[1], "in-b0");
+    cq_store_recs_done(r, 1);
+    assert_int_equal(read_all(f->s, c, 0, r, 4), 0);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM information_schema.tables WHERE "
+                               "table_schema = DATABASE() AND table_name LIKE 't\\_%'"),
+                     3);
+    assert_int_equal(db_int(f, "SELECT max(char_length(table_name)) FROM "
+                               "information_schema.tables WHERE table_schema = DATABASE()"),
+                     64);
+}
+
+/* The server drops the store's connection: the call that finds out fails with CQ_ESTORE (its
+ * outcome is unknown to the caller), the next call connects again, and retrying the batch with
+ * the same producer ids neither loses nor duplicates it. */
+static void test_reconnect(void **state)
+{
+    fx_t *f = *state;
+    char sql[128];
+    uint64_t a[2] = {0, 0}, b[2] = {0, 0};
+    cq_store_rec_t r[4];
+    cq_store_msg_t m[2] = {msg("k1", 9, 1), msg("k2", 9, 2)};
+    create(f->s, "t");
+    int64_t id = db_int(f, "SELECT id FROM information_schema.processlist "
+                           "WHERE db = DATABASE() AND id <> CONNECTION_ID()");
+    snprintf(sql, sizeof(sql), "KILL %" PRId64, id);
+    db_exec(f, sql);
+    int rc = cq_store_append_batch(f->s, "t", m, 2, a);
+    if (rc == CQ_ESTORE) {
+        assert_non_null(strstr(cq_store_errmsg(f->s), "mysql"));
+        rc = cq_store_append_batch(f->s, "t", m, 2, a);
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(cq_store_append_batch(f->s, "t", m, 2, b), 0);
+    assert_memory_equal(a, b, sizeof(a));
+    assert_int_equal(read_all(f->s, "t", 0, r, 4), 2);
+    cq_store_recs_done(r, 2);
+}
+#endif
 
 /* ---- topics -------------------------------------------------------------------------------- */
 
@@ -218,6 +404,23 @@ static void test_topics(void **state)
     assert_int_equal(cq_store_topic_set_online(f->s, "ORDERS", true), 0);
     assert_int_equal(cq_store_topic_list(f->s, &t, &n), 0);
     assert_true(t[1].online);
+    cq_free(t);
+}
+
+/* Both backends list names as SQLite's NOCASE orders them: ASCII case folded to lower. */
+static void test_topic_list_order(void **state)
+{
+    fx_t *f = *state;
+    static const char *const names[] = {"ab", "a_", "B", "a", "Z9", "z_1"};
+    static const char *const sorted[] = {"a", "a_", "ab", "B", "Z9", "z_1"};
+    cq_store_topic_t *t = NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < CQ_ARRAY_SIZE(names); i++)
+        create(f->s, names[i]);
+    assert_int_equal(cq_store_topic_list(f->s, &t, &n), 0);
+    assert_int_equal(n, CQ_ARRAY_SIZE(sorted));
+    for (size_t i = 0; i < n; i++)
+        assert_string_equal(t[i].name, sorted[i]);
     cq_free(t);
 }
 
@@ -351,6 +554,37 @@ static void test_idempotent_retry(void **state)
     cq_store_recs_done(r, 5);
 }
 
+/* A batch bigger than one statement (MariaDB splits it): retries, new rows and repeats mixed. */
+static void test_big_batch(void **state)
+{
+    enum { OLD = 300, ALL = 600, REP = 100 };
+    fx_t *f = *state;
+    static char text[ALL][16];
+    static cq_store_msg_t m[ALL + REP];
+    static uint64_t a[OLD], b[ALL + REP];
+    static cq_store_rec_t r[ALL + 1];
+    create(f->s, "t");
+    for (size_t i = 0; i < ALL; i++) {
+        snprintf(text[i], sizeof(text[i]), "big%zu", i);
+        m[i] = msg(text[i], 5, 1000 + i);
+    }
+    for (size_t i = 0; i < REP; i++)
+        m[ALL + i] = m[ALL - REP + i];
+    assert_int_equal(cq_store_append_batch(f->s, "t", m, OLD, a), 0);
+    assert_int_equal(cq_store_append_batch(f->s, "t", m, ALL + REP, b), 0);
+    assert_memory_equal(a, b, sizeof(a));
+    for (size_t i = OLD; i < ALL; i++)
+        assert_true(b[i] > b[i - 1]);
+    for (size_t i = 0; i < REP; i++)
+        assert_int_equal(b[ALL + i], b[ALL - REP + i]);
+    assert_int_equal(read_all(f->s, "t", 0, r, ALL + 1), ALL);
+    for (size_t i = 0; i < ALL; i++) {
+        assert_rec(&r[i], b[i], text[i]);
+        assert_int_equal(r[i].seq, 1000 + i);
+    }
+    cq_store_recs_done(r, ALL);
+}
+
 static void test_no_dedup_without_producer(void **state)
 {
     fx_t *f = *state;
@@ -413,6 +647,24 @@ static void test_read_from_offset(void **state)
     assert_int_equal(cq_store_read(f->s, "nope", 0, 4, r, &n), CQ_ENOTOPIC);
 }
 
+/* Setting what is already set succeeds (MariaDB reports 0 changed rows for it). */
+static void test_repeat_updates(void **state)
+{
+    fx_t *f = *state;
+    uint64_t off[2];
+    cq_store_rec_t r[4];
+    create(f->s, "t");
+    append_n(f->s, "t", "r", 2, off);
+    assert_int_equal(cq_store_invalidate(f->s, "t", off[0]), 0);
+    assert_int_equal(cq_store_invalidate(f->s, "t", off[0]), 0);
+    assert_int_equal(cq_store_topic_set_online(f->s, "t", true), 0);
+    assert_int_equal(cq_store_topic_set_online(f->s, "t", false), 0);
+    assert_int_equal(cq_store_topic_set_online(f->s, "T", false), 0);
+    assert_int_equal(read_all(f->s, "t", 0, r, 4), 1);
+    assert_rec(&r[0], off[1], "r1");
+    cq_store_recs_done(r, 1);
+}
+
 static void test_offsets_survive_reopen(void **state)
 {
     fx_t *f = *state;
@@ -455,8 +707,7 @@ static void test_consumer_offsets(void **state)
     assert_int_equal(o, 3);
     assert_int_equal(cq_store_get_offset(f->s, "u", "svc-a", &o), 0);
     assert_int_equal(o, 1);
-    assert_int_equal(db_int(f->dir, "SELECT update_time FROM o_t WHERE consumer_id = 'svc-a'"),
-                     2000);
+    assert_int_equal(db_int(f, "SELECT update_time FROM o_t WHERE consumer_id = 'svc-a'"), 2000);
     assert_int_equal(cq_store_commit_offset(f->s, "nope", "svc-a", 1, 1), CQ_ENOTOPIC);
     assert_int_equal(cq_store_commit_offset(f->s, "t", "", 1, 1), -EINVAL);
     assert_int_equal(cq_store_commit_offset(f->s, "t", "tab\there", 1, 1), -EINVAL);
@@ -470,7 +721,23 @@ static void test_consumer_offsets(void **state)
     assert_int_equal(cq_store_commit_offset(f->s, "t", "x'); DROP TABLE t_t; --", 4, 1), 0);
     assert_int_equal(cq_store_get_offset(f->s, "t", "x'); DROP TABLE t_t; --", &o), 0);
     assert_int_equal(o, 4);
-    assert_int_equal(db_int(f->dir, "SELECT count(*) FROM t_t"), 0);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM t_t"), 0);
+}
+
+/* Consumer ids are exact bytes: no case folding, trailing spaces count. */
+static void test_consumer_ids_exact(void **state)
+{
+    fx_t *f = *state;
+    static const char *const ids[] = {"c", "C", "c ", " c", "c  "};
+    uint64_t o = 0;
+    create(f->s, "t");
+    for (size_t i = 0; i < CQ_ARRAY_SIZE(ids); i++)
+        assert_int_equal(cq_store_commit_offset(f->s, "t", ids[i], 10 + i, 1), 0);
+    for (size_t i = 0; i < CQ_ARRAY_SIZE(ids); i++) {
+        assert_int_equal(cq_store_get_offset(f->s, "t", ids[i], &o), 0);
+        assert_int_equal(o, 10 + i);
+    }
+    assert_int_equal(db_int(f, "SELECT count(*) FROM o_t"), CQ_ARRAY_SIZE(ids));
 }
 
 /* ---- purge --------------------------------------------------------------------------------- */
@@ -564,7 +831,7 @@ static void test_bad_topic_names(void **state)
     check_bad_name(f->s, name);
     name[64] = '\0';
     assert_int_equal(cq_store_topic_create(f->s, name, 1, 1), 0);
-    assert_int_equal(db_int(f->dir, "SELECT count(*) FROM t_x"), 0); /* still there */
+    assert_int_equal(db_int(f, "SELECT count(*) FROM t_x"), 0); /* still there */
     assert_true(cq_store_topic_name_ok("Abc_09"));
     assert_false(cq_store_topic_name_ok("a;DROP TABLE x"));
 }
@@ -590,11 +857,11 @@ static void crash_batch(uint64_t b, char text[CRASH_BATCH][32], cq_store_msg_t *
 }
 
 /* The child: appends batches forever and reports each committed one on fd. */
-static void crash_child(const char *dir, int fd)
+static void crash_child(const fx_t *f, int fd)
 {
-    cq_store_opts_t o = {.dir = dir, .max_content = MAX_CONTENT};
+    cq_store_opts_t o = fx_opts(f);
     cq_store_t *s = NULL;
-    if (cq_store_open(&cq_store_sqlite_ops, &o, &s, NULL, 0) < 0)
+    if (cq_store_open(g_ops, &o, &s, NULL, 0) < 0)
         _exit(3);
     char text[CRASH_BATCH][32];
     cq_store_msg_t m[CRASH_BATCH];
@@ -659,14 +926,14 @@ static void test_crash_sigkill(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         close(p[0]);
-        crash_child(f->dir, p[1]);
+        crash_child(f, p[1]);
     }
     close(p[1]);
     crash_rec_t *recs = calloc(MAXREC, sizeof(*recs));
     size_t n = crash_collect(pid, p[0], recs, MAXREC);
     close(p[0]);
     assert_true(n >= CRASH_BATCHES);
-    f->s = store_open(f->dir);
+    f->s = store_open(f);
     crash_verify(f->s, recs, n);
     /* Retry the last reported batch and the next one (which may have committed unreported):
      * the reported offsets come back, nothing is duplicated, and the topic then holds exactly
@@ -679,36 +946,78 @@ static void test_crash_sigkill(void **state)
     crash_batch(n, text2, m + CRASH_BATCH);
     assert_int_equal(cq_store_append_batch(f->s, "crash", m, 2 * CRASH_BATCH, off), 0);
     assert_memory_equal(off, recs[n - 1].off, sizeof(recs[n - 1].off));
-    assert_int_equal(db_int(f->dir, "SELECT count(*) FROM t_crash"), (n + 1) * CRASH_BATCH);
-    assert_int_equal(db_int(f->dir, "SELECT count(DISTINCT seq) FROM t_crash"),
-                     (n + 1) * CRASH_BATCH);
+    assert_int_equal(db_int(f, "SELECT count(*) FROM t_crash"), (n + 1) * CRASH_BATCH);
+    assert_int_equal(db_int(f, "SELECT count(DISTINCT seq) FROM t_crash"), (n + 1) * CRASH_BATCH);
     free(recs);
 }
 
-int main(void)
-{
+/* ---- main -------------------------------------------------------------------------------- */
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+/* The cases whose semantics both backends share. */
+#define COMMON_TESTS                                                                               \
+    T(test_migrations_once), T(test_open_refuses_newer_schema), T(test_topics),                    \
+        T(test_topic_list_order), T(test_topic_case_insensitive_ops),                              \
+        T(test_append_offsets_in_order), T(test_append_empty_content), T(test_append_atomic),      \
+        T(test_append_bad_args), T(test_idempotent_retry), T(test_big_batch),                      \
+        T(test_no_dedup_without_producer), T(test_big_producer_ids), T(test_read_from_offset),     \
+        T(test_repeat_updates), T(test_offsets_survive_reopen), T(test_consumer_offsets),          \
+        T(test_consumer_ids_exact), T(test_purge), T(test_bad_topic_names), T(test_crash_sigkill)
+
+static int run_sqlite(void)
+{
     const struct CMUnitTest tests[] = {
-        T(test_migrations_once),
-        T(test_open_refuses_newer_schema),
         cmocka_unit_test(test_open_bad_dir),
         T(test_wal_mode),
-        T(test_topics),
-        T(test_topic_case_insensitive_ops),
-        T(test_append_offsets_in_order),
-        T(test_append_empty_content),
-        T(test_append_atomic),
-        T(test_append_bad_args),
-        T(test_idempotent_retry),
-        T(test_no_dedup_without_producer),
-        T(test_big_producer_ids),
-        T(test_read_from_offset),
-        T(test_offsets_survive_reopen),
-        T(test_consumer_offsets),
-        T(test_purge),
-        T(test_bad_topic_names),
-        T(test_crash_sigkill),
+        COMMON_TESTS,
     };
+    return cmocka_run_group_tests_name("store-sqlite", tests, NULL, NULL);
+}
+
+#ifdef CQ_HAVE_MYSQL
+static int run_mysql(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_open_no_server),
+        cmocka_unit_test(test_open_bad_database),
+        T(test_long_topic_tables),
+        T(test_reconnect),
+        COMMON_TESTS,
+    };
+    return cmocka_run_group_tests_name("store-mysql", tests, NULL, NULL);
+}
+#endif
 #undef T
-    return cmocka_run_group_tests_name("store", tests, NULL, NULL);
+
+/* Prints a TAP plan that skips everything, with the reason. */
+static int skip_all(const char *reason)
+{
+    printf("1..0 # SKIP %s\n", reason);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *backend = getenv("CQ_STORE_BACKEND");
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--backend=", 10) == 0)
+            backend = argv[i] + 10;
+    }
+    if (!backend || strcmp(backend, "sqlite") == 0)
+        return run_sqlite();
+    if (strcmp(backend, "mysql") != 0) {
+        fprintf(stderr, "unknown backend '%s' (sqlite, mysql)\n", backend);
+        return 2;
+    }
+#ifdef CQ_HAVE_MYSQL
+    const char *port = getenv("CQ_MARIADB_PORT");
+    g_port = port ? (unsigned)strtoul(port, NULL, 10) : 0;
+    if (g_port == 0 || g_port > 65535)
+        return skip_all("no MariaDB server (CQ_MARIADB_PORT unset; run via run_mariadb.sh)");
+    g_backend = BACKEND_MYSQL;
+    g_ops = &cq_store_mysql_ops;
+    return run_mysql();
+#else
+    return skip_all("built without libmariadb (the mysql store backend)");
+#endif
 }

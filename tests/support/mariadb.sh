@@ -1,0 +1,131 @@
+#!/bin/sh
+# tests/support/mariadb.sh - run a throwaway MariaDB server for tests, without systemd.
+#
+#   mariadb.sh start BASE   creates BASE (must not exist or be empty), initializes a data dir in
+#                           it, starts mariadbd on 127.0.0.1 at a free non-default port with
+#                           durable settings (binlog on, flush at every commit), waits until it
+#                           answers, and prints the port. Root over TCP, empty password.
+#   mariadb.sh stop BASE    stops that server by its PID (SIGTERM, then SIGKILL after 30 s),
+#                           waits for it to exit and removes BASE.
+#
+# Exit status: 0 on success; 2 when the MariaDB programs are missing (the caller skips);
+# 1 when the server could not be started (details on stderr, server log in BASE/err.log).
+# Only the process this script started is ever signalled.
+set -eu
+
+usage() {
+    echo "usage: $0 start|stop BASE" >&2
+    exit 64
+}
+
+[ $# -eq 2 ] || usage
+cmd=$1
+BASE=$2
+
+find_prog() {
+    for p in "$@"; do
+        if command -v "$p" >/dev/null 2>&1; then
+            command -v "$p"
+            return 0
+        fi
+        for d in /usr/sbin /usr/bin /usr/local/sbin /usr/local/bin; do
+            if [ -x "$d/$p" ]; then
+                echo "$d/$p"
+                return 0
+            fi
+        done
+    done
+    return 1
+}
+
+free_port() {
+    python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
+}
+
+start() {
+    INSTALL_DB=$(find_prog mariadb-install-db mysql_install_db) || {
+        echo "mariadb-install-db not found" >&2
+        exit 2
+    }
+    MARIADBD=$(find_prog mariadbd mysqld) || {
+        echo "mariadbd not found" >&2
+        exit 2
+    }
+    ADMIN=$(find_prog mariadb-admin mysqladmin) || {
+        echo "mariadb-admin not found" >&2
+        exit 2
+    }
+    mkdir -p "$BASE"
+    user_opt=
+    [ "$(id -u)" -eq 0 ] && user_opt=--user=root
+    if ! "$INSTALL_DB" --no-defaults --datadir="$BASE/data" $user_opt \
+        --auth-root-authentication-method=normal --skip-test-db >"$BASE/install.log" 2>&1; then
+        echo "mariadb-install-db failed:" >&2
+        tail -n 20 "$BASE/install.log" >&2
+        exit 1
+    fi
+    for _ in 1 2 3; do
+        port=$(free_port)
+        "$MARIADBD" --no-defaults --datadir="$BASE/data" --socket="$BASE/sock" \
+            --port="$port" --bind-address=127.0.0.1 $user_opt \
+            --pid-file="$BASE/mariadbd.pid" --log-error="$BASE/err.log" \
+            --log-bin=mysql-bin --server-id=1 --binlog-format=ROW \
+            --innodb-flush-log-at-trx-commit=1 --sync-binlog=1 \
+            --innodb-buffer-pool-size=128M >/dev/null 2>&1 &
+        pid=$!
+        echo "$pid" >"$BASE/launcher.pid"
+        i=0
+        while [ $i -lt 600 ]; do # 30 s
+            if "$ADMIN" --no-defaults -uroot --socket="$BASE/sock" ping >/dev/null 2>&1; then
+                echo "$port" >"$BASE/port"
+                echo "$port"
+                return 0
+            fi
+            alive "$pid" || break
+            sleep 0.05
+            i=$((i + 1))
+        done
+        stop_pid # it died (port taken?) or never answered: try another port
+    done
+    echo "mariadbd did not start; last lines of $BASE/err.log:" >&2
+    tail -n 20 "$BASE/err.log" >&2 2>/dev/null || true
+    exit 1
+}
+
+# True while pid runs (a zombie counts as gone: its parent may never reap it).
+alive() {
+    kill -0 "$1" 2>/dev/null || return 1
+    state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null) || true
+    [ "$state" != Z ]
+}
+
+# Stops the server whose PID this script recorded, and waits until it is gone.
+stop_pid() {
+    [ -f "$BASE/launcher.pid" ] || return 0
+    pid=$(cat "$BASE/launcher.pid")
+    rm -f "$BASE/launcher.pid"
+    kill -TERM "$pid" 2>/dev/null || return 0
+    i=0
+    while alive "$pid" && [ $i -lt 800 ]; do
+        if [ $i -eq 600 ]; then # 30 s: force it
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+        sleep 0.05
+        i=$((i + 1))
+    done
+}
+
+stop() {
+    [ -d "$BASE" ] || return 0
+    stop_pid
+    rm -rf "$BASE"
+}
+
+case "$cmd" in
+start) start ;;
+stop) stop ;;
+*) usage ;;
+esac
