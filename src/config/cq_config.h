@@ -61,8 +61,20 @@ typedef struct cq_config {
     size_t sendq_hard_limit;      /* queued bytes that close the connection at once */
     char *channel_data_types;     /* comma-separated descriptor set files; "" = none */
     size_t max_channel_data_size; /* bytes of one channel's data state */
-    char *ready_file;             /* written once listening: "client=H:P server=H:P admin=H:P\n" */
-    char *config;                 /* the last config file loaded, "" if none */
+    char *ready_file;             /* written once listening: "client=H:P ... mq=H:P\n" */
+    char *mq_addr;                /* durable-topic (seed protocol) listener; "" disables it */
+    char *store_backend;          /* "sqlite" or "mysql" */
+    char *store_dir;              /* sqlite data directory (created if missing) */
+    char *mysql_host;             /* MariaDB server for store_backend mysql */
+    int mysql_port;
+    char *mysql_user;
+    char *mysql_password;
+    char *mysql_database;
+    char *mq_permissions_file; /* JSON module permissions; "" = everything allowed */
+    size_t mq_max_content;     /* bytes of one message's content */
+    int mq_max_pending;        /* pending durable writes before producers get busy */
+    int retention_check_s;     /* seconds between retention purges */
+    char *config;              /* the last config file loaded, "" if none */
 } cq_config_t;
 
 /* Fills c with the defaults. c's previous contents are not freed (call cq_config_done first

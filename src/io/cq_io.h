@@ -23,6 +23,7 @@ typedef struct cq_io_opts {
     bool server_legacy_tag;
     int tcp_keepalive_s;
     const char *ready_file; /* "" = none */
+    bool defer_ready;       /* the caller writes the ready file with cq_io_write_ready() */
 } cq_io_opts_t;
 
 /* Binds the listeners, starts the workers and returns once they run. opts is copied; sh is
@@ -30,6 +31,10 @@ typedef struct cq_io_opts {
  * with cq_io_core_ops() and a NULL ud; io sets the ud itself. Errors are described in err. */
 int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *err, size_t errlen);
 const cq_core_ops_t *cq_io_core_ops(void);
+/* Writes the ready file (opts.ready_file; nothing if ""): "client=H:P server=H:P admin=H:P
+ * mq=H:P\n", where mq is mq_bound (borrowed; NULL or "" gives "-"). Written to a temp file and
+ * renamed, so a reader never sees half a line. Returns 0 or -errno. Main thread. */
+int cq_io_write_ready(cq_io_t *io, const char *mq_bound);
 /* Blocks until SIGINT/SIGTERM, then stops the workers. Returns 0. Main thread only. On SIGHUP
  * it calls on_hup(ud) (may be NULL) on the main thread and keeps running. */
 int cq_io_run_until_signal(cq_io_t *io, void (*on_hup)(void *ud), void *ud);

@@ -317,7 +317,7 @@ const cq_core_ops_t *cq_io_core_ops(void)
 
 /* ---- start / stop ----------------------------------------------------------------------- */
 
-static int write_ready_file(cq_io_t *io)
+int cq_io_write_ready(cq_io_t *io, const char *mq_bound)
 {
     const char *path = io->opts.ready_file;
     if (!path || !*path)
@@ -327,7 +327,8 @@ static int write_ready_file(cq_io_t *io)
     FILE *f = fopen(tmp, "w");
     if (!f)
         return -errno;
-    fprintf(f, "client=%s server=%s admin=%s\n", io->bound[0], io->bound[1], io->bound[2]);
+    fprintf(f, "client=%s server=%s admin=%s mq=%s\n", io->bound[0], io->bound[1], io->bound[2],
+            mq_bound && *mq_bound ? mq_bound : "-");
     fclose(f);
     return rename(tmp, path) < 0 ? -errno : 0;
 }
@@ -362,7 +363,7 @@ int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *
         }
         io->workers[i].started = 1;
     }
-    r = write_ready_file(io);
+    r = opts->defer_ready ? 0 : cq_io_write_ready(io, NULL);
     if (r < 0) {
         snprintf(err, errlen, "cannot write ready file %s: %s", opts->ready_file, cq_strerror(r));
         goto fail;

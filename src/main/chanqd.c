@@ -1,18 +1,26 @@
 /* chanqd - config -> modules -> run. The composition root. */
+#include "cq_alloc.h"
 #include "cq_config.h"
 #include "cq_core.h"
 #include "cq_embedded.h"
 #include "cq_err.h"
 #include "cq_fsm.h"
+#include "cq_file.h"
 #include "cq_io.h"
 #include "cq_log.h"
+#include "cq_mqio.h"
+#include "cq_mqperm.h"
 #include "cq_schema.h"
 #include "cq_settings.h"
+#include "cq_store.h"
+#include "cq_writer.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct app {
@@ -24,6 +32,9 @@ typedef struct app {
     int n_old;
     cq_shared_t *sh;
     cq_io_t *io;
+    cq_mqperm_t *perms; /* NULL: every module may do everything */
+    cq_writer_t *writer;
+    cq_mqio_t *mq;
 } app_t;
 
 static int load_fsm(const char *path, const char *builtin, size_t blen, cq_fsm_t **ret,
@@ -133,6 +144,135 @@ static void core_opts(const app_t *a, cq_core_opts_t *o)
     o->max_channel_data = c->max_channel_data_size;
 }
 
+/* ---- durable topics ---------------------------------------------------------------------- */
+
+static int load_perms(app_t *a)
+{
+    const char *path = a->cfg.mq_permissions_file;
+    char *buf = NULL, err[512] = "";
+    size_t len;
+    if (!*path)
+        return 0;
+    int r = cq_file_read(path, 16u << 20, &buf, &len);
+    if (r < 0) {
+        CQ_ERROR("main", "--mq-permissions-file %s: %s", path, cq_strerror(r));
+        return r;
+    }
+    r = cq_mqperm_load(buf, len, &a->perms, err, sizeof(err));
+    cq_free(buf);
+    if (r < 0)
+        CQ_ERROR("main", "--mq-permissions-file %s: %s", path, err);
+    return r;
+}
+
+static int open_store(const cq_config_t *c, cq_store_t **ret)
+{
+    const cq_store_ops_t *ops = &cq_store_sqlite_ops;
+    bool mysql = strcmp(c->store_backend, "mysql") == 0;
+    if (mysql) {
+#ifdef CQ_HAVE_MYSQL
+        ops = &cq_store_mysql_ops;
+#else
+        CQ_ERROR("main", "--store-backend=mysql: this chanqd was built without libmariadb");
+        return CQ_ECONFIG;
+#endif
+    } else if (mkdir(c->store_dir, 0750) < 0 && errno != EEXIST) {
+        int e = errno;
+        CQ_ERROR("main", "--store-dir %s: %s", c->store_dir, strerror(e));
+        return -e;
+    }
+    cq_store_opts_t so = {.dir = c->store_dir,
+                          .max_content = c->mq_max_content,
+                          .host = c->mysql_host,
+                          .port = (unsigned)c->mysql_port,
+                          .user = *c->mysql_user ? c->mysql_user : NULL,
+                          .password = *c->mysql_password ? c->mysql_password : NULL,
+                          .database = c->mysql_database};
+    char err[512] = "";
+    int r = cq_store_open(ops, &so, ret, err, sizeof(err));
+    if (r < 0)
+        CQ_ERROR("main", "store (%s): %s", ops->name, err);
+    return r;
+}
+
+/* Reads the topics and their high-water offsets for the engine's cache. */
+static int list_topics(cq_store_t *st, cq_store_topic_t **ret_topics, uint64_t **ret_hw,
+                       size_t *ret_n)
+{
+    cq_store_topic_t *t = NULL;
+    size_t n = 0;
+    int r = cq_store_topic_list(st, &t, &n);
+    uint64_t *hw = r == 0 && n ? cq_calloc(n, sizeof(*hw)) : NULL;
+    if (r == 0 && n && !hw)
+        r = -ENOMEM;
+    for (size_t i = 0; r == 0 && i < n; i++)
+        r = cq_store_high_water(st, t[i].name, &hw[i]);
+    if (r < 0) {
+        CQ_ERROR("main", "store: cannot list topics: %s", cq_store_errmsg(st));
+        cq_free(t);
+        cq_free(hw);
+        return r;
+    }
+    *ret_topics = t;
+    *ret_hw = hw;
+    *ret_n = n;
+    return 0;
+}
+
+static int start_mq(app_t *a, char *bound, size_t blen)
+{
+    const cq_config_t *c = &a->cfg;
+    cq_store_t *st = NULL;
+    cq_store_topic_t *topics = NULL;
+    uint64_t *hw = NULL;
+    size_t n = 0;
+    int r = load_perms(a);
+    if (r == 0)
+        r = open_store(c, &st);
+    if (r == 0)
+        r = list_topics(st, &topics, &hw, &n);
+    if (r == 0 && !(a->mq = cq_mqio_new()))
+        r = -ENOMEM;
+    if (r < 0) {
+        cq_store_close(st);
+        return r;
+    }
+    cq_writer_opts_t wo = {.max_wait_us = -1,
+                           .max_pending = (size_t)c->mq_max_pending,
+                           .done = cq_mqio_writer_done,
+                           .ud = a->mq};
+    a->writer = cq_writer_new(st, &wo); /* takes st */
+    cq_mqio_opts_t mo = {.addr = c->mq_addr,
+                         .max_content = c->mq_max_content,
+                         .perms = a->perms,
+                         .retention_check_s = c->retention_check_s,
+                         .tcp_keepalive_s = c->tcp_keepalive_s,
+                         .topics = topics,
+                         .high_water = hw,
+                         .ntopics = n};
+    char err[512] = "cannot start the store thread";
+    r = a->writer ? cq_mqio_start(a->mq, a->writer, &mo, bound, blen, err, sizeof(err)) : -ENOMEM;
+    if (r < 0)
+        CQ_ERROR("main", "%s", err);
+    else
+        CQ_INFO("main", "durable topics: %s store, %zu topics", c->store_backend, n);
+    cq_free(topics);
+    cq_free(hw);
+    return r;
+}
+
+static void stop_mq(app_t *a)
+{
+    cq_mqio_stop(a->mq);
+    if (a->writer)
+        cq_writer_shutdown(a->writer); /* completes every queued request */
+    a->mq = cq_mqio_free(a->mq);
+    a->writer = cq_writer_free(a->writer);
+    a->perms = cq_mqperm_free(a->perms);
+}
+
+/* ---- start ------------------------------------------------------------------------------ */
+
 static int start(app_t *a)
 {
     cq_core_opts_t o;
@@ -143,12 +283,20 @@ static int start(app_t *a)
         CQ_ERROR("main", "%s", err);
         return r;
     }
-    cq_io_opts_t io = {a->cfg.client_addr,       a->cfg.server_addr,       a->cfg.admin_addr,
-                       a->cfg.client_legacy_tag, a->cfg.server_legacy_tag, a->cfg.tcp_keepalive_s,
-                       a->cfg.ready_file};
+    cq_io_opts_t io = {a->cfg.client_addr,       a->cfg.server_addr,
+                       a->cfg.admin_addr,        a->cfg.client_legacy_tag,
+                       a->cfg.server_legacy_tag, a->cfg.tcp_keepalive_s,
+                       a->cfg.ready_file,        true};
     r = cq_io_start(a->sh, &io, &a->io, err, sizeof(err));
     if (r < 0) {
         CQ_ERROR("main", "%s", err);
+        return r;
+    }
+    char mq_bound[80] = "";
+    if (*a->cfg.mq_addr && (r = start_mq(a, mq_bound, sizeof(mq_bound))) < 0)
+        return r;
+    if ((r = cq_io_write_ready(a->io, mq_bound)) < 0) {
+        CQ_ERROR("main", "cannot write ready file %s: %s", a->cfg.ready_file, cq_strerror(r));
         return r;
     }
     CQ_INFO("main", "chanqd running: %d workers, auth provider %s%s", o.workers,
@@ -178,6 +326,7 @@ int main(int argc, char **argv)
         r = start(&a);
     if (r == 0)
         cq_io_run_until_signal(a.io, on_hup, &a);
+    stop_mq(&a);
     cq_io_free(a.io);
     cq_shared_free(a.sh);
     cq_settings_free(a.settings);

@@ -88,6 +88,7 @@ int cq_testsrv_init(cq_testsrv_t *s)
     }
     snprintf(s->log_path, sizeof(s->log_path), "%s/chanqd.log", s->dir);
     snprintf(s->ready_path, sizeof(s->ready_path), "%s/ready", s->dir);
+    snprintf(s->store_path, sizeof(s->store_path), "%s/data", s->dir);
     return 0;
 }
 
@@ -116,7 +117,11 @@ static void rm_dir(const char *dir)
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
         snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-        unlink(p);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            rm_dir(p); /* the store's data directory */
+        else
+            unlink(p);
     }
     closedir(d);
     rmdir(dir);
@@ -186,7 +191,8 @@ int cq_testsrv_start(cq_testsrv_t *s, const char *const *args)
     if (!bin || !*bin)
         return -ENOENT;
     const char *fixed[] = {"--client-addr", "127.0.0.1:0", "--server-addr", "127.0.0.1:0",
-                           "--admin-addr",  "127.0.0.1:0", "--ready-file",  s->ready_path,
+                           "--admin-addr",  "127.0.0.1:0", "--mq-addr",     "127.0.0.1:0",
+                           "--store-dir",   s->store_path, "--ready-file",  s->ready_path,
                            "--log-level",   "debug"};
     size_t nfixed = sizeof(fixed) / sizeof(fixed[0]), nargs = 0;
     while (args && args[nargs])
@@ -230,6 +236,8 @@ int cq_testsrv_start(cq_testsrv_t *s, const char *const *args)
                 r = parse_port(line, "server=", &s->server_port);
             if (!r)
                 r = parse_port(line, "admin=", &s->admin_port);
+            if (parse_port(line, "mq=", &s->mq_port) < 0)
+                s->mq_port = 0; /* durable topics may be disabled ("-") */
             free(line);
             if (r < 0)
                 s->admin_port = 0; /* admin may be disabled ("-") */
@@ -261,6 +269,19 @@ bool cq_testsrv_running(cq_testsrv_t *s)
     live_del(s->pid);
     s->pid = 0;
     return false;
+}
+
+int cq_testsrv_kill(cq_testsrv_t *s, int sig)
+{
+    if (s->pid <= 0)
+        return -1;
+    int st = 0;
+    kill(s->pid, sig);
+    if (waitpid(s->pid, &st, 0) == s->pid)
+        s->exit_status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    live_del(s->pid);
+    s->pid = 0;
+    return s->exit_status;
 }
 
 int cq_testsrv_stop(cq_testsrv_t *s)

@@ -5,7 +5,7 @@
  * cq_testsrv_file(). cq_testsrv_start() forks chanqd (path from $CHANQD) with the caller's
  * arguments followed by nothing else than
  *   --client-addr 127.0.0.1:0 --server-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0
- *   --ready-file DIR/ready --log-level debug
+ *   --mq-addr 127.0.0.1:0 --store-dir DIR/data --ready-file DIR/ready --log-level debug
  * placed *before* the caller's arguments, so a test may override any of them. It waits for the
  * ready file and parses the three ports. The child gets PR_SET_PDEATHSIG(SIGKILL), and every
  * started server is also killed by an atexit handler, so no chanqd outlives the test process.
@@ -30,8 +30,10 @@ typedef struct cq_testsrv {
     char dir[256];
     char log_path[320];
     char ready_path[320];
+    char store_path[320]; /* DIR/data, passed as --store-dir */
     uint16_t client_port, server_port, admin_port;
-    int exit_status; /* from the last stop: exit code, or 128 + signal */
+    uint16_t mq_port; /* durable-topic port from the ready file's mq=; 0 when disabled */
+    int exit_status;  /* from the last stop: exit code, or 128 + signal */
 } cq_testsrv_t;
 
 /* Creates the temp directory. Returns 0 or -errno. */
@@ -52,6 +54,11 @@ bool cq_testsrv_running(cq_testsrv_t *s);
 /* Stops the server (SIGTERM; SIGKILL after 5 s), reaps it and removes the temp directory.
  * Safe to call twice. Returns the exit status (see exit_status) or -1 if nothing ran. */
 int cq_testsrv_stop(cq_testsrv_t *s);
+
+/* Sends sig (e.g. SIGKILL) and reaps the server, keeping the temp directory (and the store in
+ * DIR/data) so that cq_testsrv_start() can restart it on the same data. Returns the exit status
+ * as in exit_status, or -1 if nothing ran. */
+int cq_testsrv_kill(cq_testsrv_t *s, int sig);
 
 /* The whole log as a NUL-terminated malloc'd string (free()), or NULL. */
 char *cq_testsrv_log(const cq_testsrv_t *s);

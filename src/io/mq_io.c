@@ -1,0 +1,356 @@
+/* mq_io.c - the durable-topic port's loop thread: listener, TCP connections and writer
+ * completions. See cq_mqio.h. The protocol is in src/mqsrv; this file only moves bytes. */
+#include "cq_mqio.h"
+
+#include "cq_alloc.h"
+#include "cq_clock.h"
+#include "cq_err.h"
+#include "cq_log.h"
+#include "cq_mpsc.h"
+#include "cq_mqsrv.h"
+#include "cq_util.h"
+#include "io_int.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MQ_READ_BUF    (64u * 1024u)
+#define MQ_QUEUED_HARD (64u * 1024u * 1024u) /* unsent bytes that close a connection */
+
+struct cq_mqio {
+    uv_loop_t loop;
+    uv_async_t wake;
+    uv_tcp_t listener;
+    uv_timer_t retention;
+    uv_thread_t thread;
+    cq_mpsc_t done; /* completed writer requests (req->node: the writer is done with it) */
+    pthread_mutex_t lock;
+    bool alive; /* under lock: wake may be signalled */
+    _Atomic int stopping;
+    cq_mqsrv_t *srv;
+    cq_writer_t *w;
+    uint8_t *rbuf;
+    int keepalive_s;
+    uint64_t retention_ms;
+    bool loop_ok, started;
+};
+
+typedef struct mq_conn {
+    uv_tcp_t tcp;
+    uv_shutdown_t sreq;
+    cq_mqio_t *io;
+    cq_mqsrv_conn_t *conn;
+    size_t queued; /* bytes handed to uv_write and not yet written */
+    bool closing;
+} mq_conn_t;
+
+typedef struct mq_write {
+    uv_write_t req;
+    mq_conn_t *mc;
+    uint8_t *frame;
+    size_t len;
+} mq_write_t;
+
+static uint64_t unix_ms(void)
+{
+    return (uint64_t)(cq_clock_unix_ns() / 1000000);
+}
+
+/* ---- connections ------------------------------------------------------------------------ */
+
+static void conn_closed(uv_handle_t *h)
+{
+    mq_conn_t *mc = h->data;
+    cq_mqsrv_conn_close(mc->conn);
+    cq_free(mc);
+}
+
+static void conn_drop(mq_conn_t *mc)
+{
+    mc->closing = true;
+    if (!uv_is_closing((uv_handle_t *)&mc->tcp))
+        uv_close((uv_handle_t *)&mc->tcp, conn_closed);
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+    mq_write_t *wr = cq_container_of(req, mq_write_t, req);
+    mq_conn_t *mc = wr->mc;
+    mc->queued -= wr->len;
+    cq_free(wr->frame);
+    cq_free(wr);
+    if (status < 0 && status != UV_ECANCELED)
+        conn_drop(mc);
+}
+
+/* Engine op: queue one frame (taken). */
+static int conn_send(void *ud, uint8_t *frame, size_t len)
+{
+    mq_conn_t *mc = ud;
+    if (uv_is_closing((uv_handle_t *)&mc->tcp)) {
+        cq_free(frame);
+        return CQ_ECLOSED;
+    }
+    if (mc->queued + len > MQ_QUEUED_HARD) { /* a consumer that does not read: drop it now */
+        CQ_WARN("mq", "closing a connection with %zu unsent bytes", mc->queued);
+        cq_free(frame);
+        conn_drop(mc);
+        return CQ_ESLOW;
+    }
+    mq_write_t *wr = cq_malloc(sizeof(*wr));
+    if (!wr) {
+        cq_free(frame);
+        return -ENOMEM;
+    }
+    *wr = (mq_write_t){.mc = mc, .frame = frame, .len = len};
+    uv_buf_t b = uv_buf_init((char *)frame, (unsigned)len);
+    int r = uv_write(&wr->req, (uv_stream_t *)&mc->tcp, &b, 1, on_written);
+    if (r < 0) {
+        cq_free(frame);
+        cq_free(wr);
+        return r;
+    }
+    mc->queued += len;
+    return 0;
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    conn_drop(req->data);
+}
+
+/* Engine op: close once the queued frames are written. */
+static void conn_close(void *ud)
+{
+    mq_conn_t *mc = ud;
+    if (mc->closing)
+        return;
+    mc->closing = true;
+    uv_read_stop((uv_stream_t *)&mc->tcp);
+    mc->sreq.data = mc;
+    if (uv_shutdown(&mc->sreq, (uv_stream_t *)&mc->tcp, on_shutdown) < 0)
+        conn_drop(mc);
+}
+
+static const cq_mqsrv_conn_ops_t conn_ops = {conn_send, conn_close};
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+    mq_conn_t *mc = h->data;
+    *buf = uv_buf_init((char *)mc->io->rbuf, MQ_READ_BUF);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    mq_conn_t *mc = s->data;
+    if (nread == 0 || mc->closing)
+        return;
+    if (nread < 0) {
+        conn_drop(mc);
+        return;
+    }
+    cq_mqsrv_set_now(mc->io->srv, (int64_t)unix_ms());
+    cq_mqsrv_conn_input(mc->conn, (const uint8_t *)buf->base, (size_t)nread);
+}
+
+static void on_accept(uv_stream_t *server, int status)
+{
+    cq_mqio_t *io = server->data;
+    if (status < 0)
+        return;
+    mq_conn_t *mc = cq_calloc(1, sizeof(*mc));
+    if (!mc)
+        return;
+    mc->io = io;
+    uv_tcp_init(&io->loop, &mc->tcp);
+    mc->tcp.data = mc;
+    if (uv_accept(server, (uv_stream_t *)&mc->tcp) < 0 ||
+        !(mc->conn = cq_mqsrv_conn_new(io->srv, &conn_ops, mc))) {
+        conn_drop(mc);
+        return;
+    }
+    uv_tcp_nodelay(&mc->tcp, 1);
+    if (io->keepalive_s > 0)
+        uv_tcp_keepalive(&mc->tcp, 1, (unsigned)io->keepalive_s);
+    uv_read_start((uv_stream_t *)&mc->tcp, on_alloc, on_read);
+}
+
+/* ---- completions and housekeeping -------------------------------------------------------- */
+
+void cq_mqio_writer_done(void *ud, cq_writer_req_t *req)
+{
+    cq_mqio_t *io = ud;
+    cq_mpsc_push(&io->done, &req->node);
+    pthread_mutex_lock(&io->lock);
+    if (io->alive)
+        uv_async_send(&io->wake);
+    pthread_mutex_unlock(&io->lock);
+}
+
+static void drain_done(cq_mqio_t *io)
+{
+    cq_mpsc_node_t *n;
+    cq_mqsrv_set_now(io->srv, (int64_t)unix_ms());
+    while ((n = cq_mpsc_pop(&io->done)))
+        cq_mqsrv_complete(io->srv, cq_container_of(n, cq_writer_req_t, node));
+    cq_mqsrv_flush(io->srv);
+}
+
+static void close_walk(uv_handle_t *h, void *arg)
+{
+    cq_mqio_t *io = arg;
+    if (uv_is_closing(h))
+        return;
+    if (h->type == UV_TCP && h != (uv_handle_t *)&io->listener) {
+        conn_drop(h->data);
+        return;
+    }
+    if (h == (uv_handle_t *)&io->wake) {
+        pthread_mutex_lock(&io->lock);
+        io->alive = false;
+        pthread_mutex_unlock(&io->lock);
+    }
+    uv_close(h, NULL);
+}
+
+static void on_wake(uv_async_t *a)
+{
+    cq_mqio_t *io = a->data;
+    drain_done(io);
+    if (atomic_load(&io->stopping))
+        uv_walk(&io->loop, close_walk, io);
+}
+
+static void on_retention(uv_timer_t *t)
+{
+    cq_mqio_t *io = t->data;
+    cq_mqsrv_retention(io->srv, (int64_t)unix_ms());
+}
+
+static void loop_main(void *arg)
+{
+    cq_mqio_t *io = arg;
+    uv_run(&io->loop, UV_RUN_DEFAULT);
+}
+
+/* ---- start / stop ------------------------------------------------------------------------ */
+
+cq_mqio_t *cq_mqio_new(void)
+{
+    cq_mqio_t *io = cq_calloc(1, sizeof(*io));
+    if (!io)
+        return NULL;
+    cq_mpsc_init(&io->done);
+    pthread_mutex_init(&io->lock, NULL);
+    return io;
+}
+
+static int srv_submit(void *ud, cq_writer_req_t *req)
+{
+    cq_mqio_t *io = ud;
+    return cq_writer_submit(io->w, req);
+}
+
+static int make_engine(cq_mqio_t *io, const cq_mqio_opts_t *o)
+{
+    cq_mqsrv_opts_t so = {
+        .limits = {.max_content = (uint32_t)o->max_content},
+        .perms = o->perms,
+        .topics = o->topics,
+        .high_water = o->high_water,
+        .ntopics = o->ntopics,
+        .submit = srv_submit,
+        .submit_ud = io,
+    };
+    /* a frame must hold at least one message of the largest size, with its JSON around it */
+    uint64_t total = (uint64_t)o->max_content + 4096;
+    so.limits.max_total = total > CQ_MQ_DEFAULT_MAX_TOTAL ? (uint32_t)total : 0;
+    io->srv = cq_mqsrv_new(&so);
+    return io->srv ? 0 : -ENOMEM;
+}
+
+static int listen_on(cq_mqio_t *io, const char *addr, char *bound, size_t blen, char *err,
+                     size_t errlen)
+{
+    int fd;
+    int r = cq__io_listen(addr, &fd, bound, blen, err, errlen);
+    if (r < 0)
+        return r;
+    uv_tcp_init(&io->loop, &io->listener);
+    io->listener.data = io;
+    if ((r = uv_tcp_open(&io->listener, fd)) < 0 ||
+        (r = uv_listen((uv_stream_t *)&io->listener, 1024, on_accept)) < 0) {
+        snprintf(err, errlen, "cannot listen on mq address %s: %s", addr, uv_strerror(r));
+        return r;
+    }
+    return 0;
+}
+
+int cq_mqio_start(cq_mqio_t *io, cq_writer_t *w, const cq_mqio_opts_t *opts, char *bound,
+                  size_t blen, char *err, size_t errlen)
+{
+    io->w = w;
+    io->keepalive_s = opts->tcp_keepalive_s;
+    io->retention_ms =
+        (uint64_t)(opts->retention_check_s > 0 ? opts->retention_check_s : 60) * 1000;
+    io->rbuf = cq_malloc(MQ_READ_BUF);
+    if (!io->rbuf || make_engine(io, opts) < 0 || uv_loop_init(&io->loop) < 0) {
+        snprintf(err, errlen, "mq: out of memory");
+        return -ENOMEM;
+    }
+    io->loop_ok = true;
+    uv_async_init(&io->loop, &io->wake, on_wake);
+    io->wake.data = io;
+    io->alive = true;
+    uv_timer_init(&io->loop, &io->retention);
+    io->retention.data = io;
+    uv_timer_start(&io->retention, on_retention, io->retention_ms, io->retention_ms);
+    int r = listen_on(io, opts->addr, bound, blen, err, errlen);
+    if (r == 0 && uv_thread_create(&io->thread, loop_main, io) < 0) {
+        snprintf(err, errlen, "mq: cannot create the loop thread");
+        r = -EAGAIN;
+    }
+    if (r < 0)
+        return r;
+    io->started = true;
+    CQ_INFO("io", "durable topics (seed protocol) on %s", bound);
+    return 0;
+}
+
+void cq_mqio_stop(cq_mqio_t *io)
+{
+    if (!io || !io->loop_ok)
+        return;
+    atomic_store(&io->stopping, 1);
+    if (io->started) {
+        pthread_mutex_lock(&io->lock);
+        if (io->alive)
+            uv_async_send(&io->wake);
+        pthread_mutex_unlock(&io->lock);
+        uv_thread_join(&io->thread);
+        io->started = false;
+    } else {
+        uv_walk(&io->loop, close_walk, io);
+    }
+    uv_run(&io->loop, UV_RUN_DEFAULT); /* close callbacks not yet run */
+}
+
+cq_mqio_t *cq_mqio_free(cq_mqio_t *io)
+{
+    if (!io)
+        return NULL;
+    cq_mqio_stop(io);
+    if (io->srv)
+        drain_done(io);
+    if (io->loop_ok)
+        uv_loop_close(&io->loop);
+    io->srv = cq_mqsrv_free(io->srv);
+    pthread_mutex_destroy(&io->lock);
+    cq_free(io->rbuf);
+    cq_free(io);
+    return NULL;
+}

@@ -1,0 +1,112 @@
+/* cq_mqsrv.h - the durable-topic session engine: the seed protocol's server side, sans I/O.
+ *
+ * One cq_mqsrv_t serves every connection of the MQ port; it lives on ONE thread (the MQ loop)
+ * and every function below must be called from that thread. It reads nothing from the network
+ * and writes nothing: the edge (src/io/mq_io.c) feeds received bytes with cq_mqsrv_conn_input()
+ * and receives frames to send through cq_mqsrv_conn_ops_t. Store work goes out as cq_writer
+ * requests through opts.submit and comes back, on this thread, through cq_mqsrv_complete().
+ *
+ * Per connection: bytes -> frames (cq_mq_parse) -> cq_mq_decode -> one handler per type:
+ *   connect    module_id + token checked against the permissions; client_type recorded
+ *   keepalive  answered at once (weight)
+ *   add_topic  an existing topic the module may produce/consume is registered; a missing one is
+ *              created (TOPIC_CREATE) when the module has the admin right
+ *   produce    produce permission, topic known and online, then a writer PRODUCE; answered ONLY
+ *              from its completion (offsets after commit, or err_code: never acked before commit)
+ *   consume    consume permission, topic online, writer READ after offset (max_count, capped)
+ *   commit     consume permission; COMMIT_OFFSET for consumer "m<module_id>" of the topic
+ *   watch      consume permission; after each completed produce on the topic, watchers get a push
+ *              (type 18) with the new messages, at most one push per topic per cq_mqsrv_flush()
+ *   unwatch    stops that
+ * Every response echoes the request's msg id and askid. A frame that does not decode gets
+ * cq_mq_encode_error(); a bad header or length gets one error frame (msg id 0) and a close.
+ *
+ * Online flags are cached: loaded from opts.topics at start and updated by
+ * cq_mqsrv_topic_set_online() once the store recorded them.
+ *
+ * Ownership: connections are owned by the engine. The edge calls cq_mqsrv_conn_close() when its
+ * socket is gone; the engine then never calls the connection's ops again and frees it once its
+ * store requests completed.
+ */
+#ifndef CQ_MQSRV_H
+#define CQ_MQSRV_H
+
+#include "cq_mq.h"
+#include "cq_mqperm.h"
+#include "cq_store.h"
+#include "cq_writer.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cq_mqsrv cq_mqsrv_t;
+typedef struct cq_mqsrv_conn cq_mqsrv_conn_t;
+
+#define CQ_MQSRV_CONSUME_DFL   100  /* consume max_count when absent */
+#define CQ_MQSRV_CONN_INFLIGHT 1024 /* store requests in flight per connection */
+#define CQ_MQSRV_PURGE_ROWS    1000 /* rows per retention purge transaction */
+
+/* The edge's side of one connection. ud is the edge's per-connection pointer. */
+typedef struct cq_mqsrv_conn_ops {
+    /* Queues frame[0..len) for sending; frame (cq_malloc'd) is taken, also on failure.
+     * Returns 0 or a negative code (the engine then closes the connection). */
+    int (*send)(void *ud, uint8_t *frame, size_t len);
+    /* Asks the edge to close the connection once what was queued is written. The edge later
+     * calls cq_mqsrv_conn_close(). */
+    void (*close)(void *ud);
+} cq_mqsrv_conn_ops_t;
+
+typedef struct cq_mqsrv_opts {
+    cq_mq_limits_t limits;          /* zero fields take the codec defaults */
+    const cq_mqperm_t *perms;       /* borrowed, must outlive the engine; NULL = all allowed */
+    const cq_store_topic_t *topics; /* borrowed during cq_mqsrv_new: the topics at start */
+    const uint64_t *high_water;     /* borrowed, ntopics entries or NULL: last offsets at start */
+    size_t ntopics;
+    /* Hands req to the store thread (cq_writer_submit). Returns 0 (req taken until it comes back
+     * through cq_mqsrv_complete) or a negative code (not taken). Required. */
+    int (*submit)(void *ud, cq_writer_req_t *req);
+    void *submit_ud;
+} cq_mqsrv_opts_t;
+
+/* Counters; read on the engine's thread. */
+typedef struct cq_mqsrv_stats {
+    uint64_t conns, frames, bad_frames, keepalives, produced, consumed, pushes, busy;
+} cq_mqsrv_stats_t;
+
+/* Returns a new engine (owned; cq_mqsrv_free) or NULL on OOM / missing submit. o is borrowed. */
+cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o);
+/* Frees the engine. Every connection must have been closed and every submitted request
+ * completed (or dropped by the store's shutdown having completed it). Accepts NULL. */
+cq_mqsrv_t *cq_mqsrv_free(cq_mqsrv_t *s);
+
+/* A new connection. ops is borrowed (static), ud the edge's. Returns the connection (owned by
+ * the engine) or NULL on OOM. */
+cq_mqsrv_conn_t *cq_mqsrv_conn_new(cq_mqsrv_t *s, const cq_mqsrv_conn_ops_t *ops, void *ud);
+/* Feeds received bytes (borrowed). Frames are handled and answered through ops->send as they
+ * complete. Returns 0, or a negative code when the connection must close (ops->close was called
+ * already). */
+int cq_mqsrv_conn_input(cq_mqsrv_conn_t *c, const uint8_t *p, size_t n);
+/* The edge is done with c (socket closed): ops are never called again; c is freed when its last
+ * store request completes. */
+void cq_mqsrv_conn_close(cq_mqsrv_conn_t *c);
+
+/* A request submitted through opts.submit came back (taken). Answers its connection, updates the
+ * topic cache and queues pushes. */
+void cq_mqsrv_complete(cq_mqsrv_t *s, cq_writer_req_t *req);
+/* Sends the pushes queued by completions. Call after a batch of cq_mqsrv_complete(). */
+void cq_mqsrv_flush(cq_mqsrv_t *s);
+
+/* Sets a topic online or offline in the store, then in the cache. Returns 0 (submitted),
+ * CQ_ENOTOPIC, or the submit error. */
+int cq_mqsrv_topic_set_online(cq_mqsrv_t *s, const char *topic, bool online);
+/* Retention: submits one purge of rows older than each topic's retention (now_unix_ms - days),
+ * repeating while a purge removed a full batch. Call every retention-check-s. */
+void cq_mqsrv_retention(cq_mqsrv_t *s, int64_t now_unix_ms);
+/* Sets the wall clock (unix ms) used for create times and commit times; the edge calls it from
+ * its loop before feeding input. */
+void cq_mqsrv_set_now(cq_mqsrv_t *s, int64_t now_unix_ms);
+
+void cq_mqsrv_stats(const cq_mqsrv_t *s, cq_mqsrv_stats_t *ret_stats);
+
+#endif

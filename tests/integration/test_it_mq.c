@@ -1,0 +1,754 @@
+/* test_it_mq.c - durable topics end to end: a real chanqd, the seed protocol on its MQ port, and
+ * the store behind it (--backend=sqlite, or --backend=mysql against the MariaDB server that
+ * run_mariadb.sh started: CQ_MARIADB_PORT).
+ *
+ * The client is a tiny blocking one over a socket using the codec (cq_mq_encode / cq_mq_parse /
+ * cq_mq_decode). Every bad-input case is followed by a round trip proving the server still
+ * serves. The crash case SIGKILLs chanqd in the middle of a pipelined produce stream.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_mq.h"
+#include "cq_store.h"
+#include "cq_testsrv.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define TMO 5000
+
+static bool use_mysql;
+static unsigned mysql_port;
+static int db_seq;
+static char db_name[64];
+static cq_testsrv_t srv;
+
+/* ---- server --------------------------------------------------------------------------------- */
+
+/* Starts chanqd (again, on the same data) with the store args and extra args. */
+static void start_srv(const char *const *extra)
+{
+    char port[16];
+    const char *args[32];
+    size_t n = 0;
+    snprintf(port, sizeof(port), "%u", mysql_port);
+    if (use_mysql) {
+        const char *my[] = {"--store-backend", "mysql", "--mysql-port",     port,
+                            "--mysql-user",    "root",  "--mysql-database", db_name};
+        for (size_t i = 0; i < sizeof(my) / sizeof(my[0]); i++)
+            args[n++] = my[i];
+    }
+    while (extra && *extra && n < 30)
+        args[n++] = *extra++;
+    args[n] = NULL;
+    int r = cq_testsrv_start(&srv, args);
+    if (r < 0) {
+        char *log = cq_testsrv_log(&srv);
+        fprintf(stderr, "# chanqd did not start (%d):\n%s\n", r, log ? log : "");
+        free(log);
+    }
+    assert_int_equal(r, 0);
+    assert_true(srv.mq_port > 0);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    assert_int_equal(cq_testsrv_init(&srv), 0);
+    snprintf(db_name, sizeof(db_name), "cqit_%d_%d", (int)getpid(), ++db_seq);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    cq_testsrv_stop(&srv);
+    return 0;
+}
+
+/* Opens the store chanqd uses (chanqd must be stopped for sqlite's exclusive habits). */
+static cq_store_t *open_store(void)
+{
+    cq_store_opts_t o = {.dir = srv.store_path};
+    const cq_store_ops_t *ops = &cq_store_sqlite_ops;
+#ifdef CQ_HAVE_MYSQL
+    if (use_mysql) {
+        ops = &cq_store_mysql_ops;
+        o = (cq_store_opts_t){
+            .host = "127.0.0.1", .port = mysql_port, .user = "root", .database = db_name};
+    }
+#endif
+    cq_store_t *st = NULL;
+    char err[256] = "";
+    int r = cq_store_open(ops, &o, &st, err, sizeof(err));
+    if (r < 0)
+        fprintf(stderr, "# store: %s\n", err);
+    assert_int_equal(r, 0);
+    return st;
+}
+
+/* ---- a tiny blocking client ----------------------------------------------------------------- */
+
+typedef struct mqc {
+    int fd;
+    uint8_t buf[1 << 21];
+    size_t len;
+    uint32_t askid;
+} mqc_t;
+
+static mqc_t *mqc_open(void)
+{
+    mqc_t *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    c->fd = cq_raw_connect(srv.mq_port);
+    assert_true(c->fd >= 0);
+    return c;
+}
+
+static void mqc_close(mqc_t *c)
+{
+    if (c) {
+        close(c->fd);
+        free(c);
+    }
+}
+
+static void mqc_send(mqc_t *c, cq_mq_msg_t *m)
+{
+    uint8_t *b;
+    size_t n;
+    assert_int_equal(cq_mq_encode(m, &b, &n), 0);
+    assert_int_equal(cq_raw_write(c->fd, b, n), 0);
+    cq_free(b);
+    cq_mq_msg_free(m);
+}
+
+/* Sends a frame with the given type and body text. */
+static void mqc_send_raw(mqc_t *c, uint8_t type, const char *body)
+{
+    size_t n = strlen(body);
+    uint8_t *b = malloc(CQ_MQ_HDR_LEN + n);
+    cq_mq_header_write(b, (uint32_t)(CQ_MQ_HDR_LEN + n), type, 7);
+    memcpy(b + CQ_MQ_HDR_LEN, body, n);
+    assert_int_equal(cq_raw_write(c->fd, b, CQ_MQ_HDR_LEN + n), 0);
+    free(b);
+}
+
+/* Reads more bytes; returns false on EOF, error or timeout. */
+static bool mqc_fill(mqc_t *c, int timeout_ms)
+{
+    struct pollfd p = {c->fd, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0)
+        return false;
+    ssize_t k = recv(c->fd, c->buf + c->len, sizeof(c->buf) - c->len, 0);
+    if (k <= 0)
+        return false;
+    c->len += (size_t)k;
+    return true;
+}
+
+/* The next message from the server, or NULL on EOF / timeout. */
+static cq_mq_msg_t *mqc_recv_tmo(mqc_t *c, int timeout_ms)
+{
+    for (;;) {
+        cq_mq_frame_t f;
+        ssize_t r = cq_mq_parse(c->buf, c->len, 0, &f);
+        assert_true(r >= 0);
+        if (r > 0) {
+            cq_mq_msg_t *m = NULL;
+            char err[256] = "";
+            int d = cq_mq_decode(&f, NULL, &m, err, sizeof(err));
+            if (d < 0)
+                fprintf(stderr, "# decode: %s\n", err);
+            assert_int_equal(d, 0);
+            memmove(c->buf, c->buf + r, c->len - (size_t)r);
+            c->len -= (size_t)r;
+            return m;
+        }
+        if (!mqc_fill(c, timeout_ms))
+            return NULL;
+    }
+}
+
+static cq_mq_msg_t *mqc_recv(mqc_t *c)
+{
+    cq_mq_msg_t *m = mqc_recv_tmo(c, TMO);
+    assert_non_null(m);
+    return m;
+}
+
+/* True if the server closed the connection (after any frames it sent). */
+static bool mqc_eof(mqc_t *c)
+{
+    cq_mq_msg_t *m;
+    while ((m = mqc_recv_tmo(c, TMO)))
+        cq_mq_msg_free(m);
+    char b;
+    return recv(c->fd, &b, 1, MSG_DONTWAIT) == 0;
+}
+
+static cq_mq_msg_t *req_new(mqc_t *c, uint8_t type, const char *topic)
+{
+    cq_mq_msg_t *m = cq_mq_msg_new(type, (uint16_t)(c->askid + 1));
+    assert_non_null(m);
+    m->askid = ++c->askid;
+    m->has |= CQ_MQ_F_ASKID;
+    if (topic) {
+        assert_int_equal(cq_mq_msg_set_topic(m, topic), 0);
+        m->has |= CQ_MQ_F_TOPIC;
+    }
+    return m;
+}
+
+/* Sends m and returns the response (asserts the type and the askid / msg id echo). */
+static cq_mq_msg_t *call(mqc_t *c, cq_mq_msg_t *m)
+{
+    uint8_t type = m->type;
+    uint32_t askid = m->askid;
+    uint16_t id = m->msg_id;
+    mqc_send(c, m);
+    cq_mq_msg_t *r = mqc_recv(c);
+    assert_int_equal(r->type, type + 1);
+    assert_int_equal(r->askid, askid);
+    assert_int_equal(r->msg_id, id);
+    return r;
+}
+
+/* Calls and returns only the err_code. */
+static uint32_t call_code(mqc_t *c, cq_mq_msg_t *m)
+{
+    cq_mq_msg_t *r = call(c, m);
+    uint32_t code = r->err_code;
+    cq_mq_msg_free(r);
+    return code;
+}
+
+static uint32_t mq_connect(mqc_t *c, uint32_t module, const char *token, uint32_t type)
+{
+    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_CONNECT, NULL);
+    m->module_id = module;
+    m->client_type = type;
+    m->has |= CQ_MQ_F_MODULE_ID | CQ_MQ_F_CLIENT_TYPE;
+    assert_int_equal(cq_mq_msg_set_str(m, CQ_MQ_F_TOKEN, token), 0);
+    return call_code(c, m);
+}
+
+static mqc_t *connected(uint32_t module, const char *token)
+{
+    mqc_t *c = mqc_open();
+    assert_int_equal(mq_connect(c, module, token, CQ_MQ_PRODUCER), CQ_MQ_OK);
+    return c;
+}
+
+/* A keepalive round trip: the server still serves this connection. */
+static void roundtrip(mqc_t *c)
+{
+    cq_mq_msg_t *r = call(c, req_new(c, CQ_MQ_REQ_KEEPALIVE, NULL));
+    assert_int_equal(r->err_code, 0);
+    assert_true(r->has & CQ_MQ_F_WEIGHT);
+    cq_mq_msg_free(r);
+}
+
+static uint32_t add_topic(mqc_t *c, const char *topic)
+{
+    return call_code(c, req_new(c, CQ_MQ_REQ_ADD_TOPIC, topic));
+}
+
+/* Builds a produce of n messages "<prefix>-<i>"; pid 0 = no idempotence key. */
+static cq_mq_msg_t *produce_msg(mqc_t *c, const char *topic, const char *prefix, size_t n,
+                                int64_t pid, int64_t seq)
+{
+    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_PRODUCE, topic);
+    for (size_t i = 0; i < n; i++) {
+        char s[64];
+        int k = snprintf(s, sizeof(s), "%s-%zu", prefix, (size_t)seq + i);
+        assert_int_equal(cq_mq_msg_add_item(m, 0, -1, s, (size_t)k, false), 0);
+    }
+    m->has |= n == 1 ? CQ_MQ_F_CONTENT : CQ_MQ_F_BATCH;
+    if (pid) {
+        m->producer_id = pid;
+        m->seq = seq;
+        m->has |= CQ_MQ_F_PRODUCER_ID | CQ_MQ_F_SEQ;
+    }
+    return m;
+}
+
+/* Produces and copies the offsets; returns the err_code. */
+static uint32_t produce(mqc_t *c, const char *topic, const char *prefix, size_t n, int64_t pid,
+                        int64_t seq, int64_t *offsets)
+{
+    cq_mq_msg_t *r = call(c, produce_msg(c, topic, prefix, n, pid, seq));
+    uint32_t code = r->err_code;
+    if (code == 0) {
+        assert_int_equal(r->noffsets, n);
+        for (size_t i = 0; offsets && i < n; i++)
+            offsets[i] = r->offsets[i];
+    }
+    cq_mq_msg_free(r);
+    return code;
+}
+
+static cq_mq_msg_t *consume(mqc_t *c, const char *topic, int64_t offset, uint32_t max)
+{
+    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_CONSUME, topic);
+    m->offset = offset;
+    m->has |= CQ_MQ_F_OFFSET;
+    if (max) {
+        m->max_count = max;
+        m->has |= CQ_MQ_F_MAX_COUNT;
+    }
+    return call(c, m);
+}
+
+static const char perms_json[] =
+    "{\"1\": {\"token\": \"s1\", \"produce\": [\"*\"], \"consume\": [\"*\"], \"admin\": true},"
+    " \"2\": {\"token\": \"s2\", \"consume\": [\"orders\"]},"
+    " \"3\": {\"token\": \"s3\", \"produce\": [\"orders\"]}}";
+
+static void start_with_perms(void)
+{
+    char path[512];
+    assert_int_equal(cq_testsrv_file(&srv, "perms.json", perms_json, path, sizeof(path)), 0);
+    const char *args[] = {"--mq-permissions-file", path, NULL};
+    start_srv(args);
+}
+
+/* ---- cases ---------------------------------------------------------------------------------- */
+
+static void test_connect_permissions(void **state)
+{
+    (void)state;
+    start_with_perms();
+    mqc_t *c = mqc_open();
+    /* a request before connect */
+    assert_int_equal(add_topic(c, "orders"), CQ_MQ_ERR_UNAUTHENTICATED);
+    roundtrip(c);
+    /* a wrong token is answered, then the connection is closed */
+    assert_int_equal(mq_connect(c, 1, "nope", CQ_MQ_PRODUCER), CQ_MQ_ERR_UNAUTHENTICATED);
+    assert_true(mqc_eof(c));
+    mqc_close(c);
+    c = mqc_open();
+    assert_int_equal(mq_connect(c, 9, "", CQ_MQ_CONSUMER), CQ_MQ_ERR_UNAUTHENTICATED);
+    mqc_close(c);
+
+    mqc_t *admin = connected(1, "s1");
+    mqc_t *cons = connected(2, "s2");
+    mqc_t *prod = connected(3, "s3");
+    assert_int_equal(add_topic(cons, "other"), CQ_MQ_ERR_NO_PERMISSION); /* no admin right */
+    roundtrip(cons);
+    assert_int_equal(add_topic(admin, "orders"), CQ_MQ_OK);
+    assert_int_equal(add_topic(admin, "other"), CQ_MQ_OK);
+    assert_int_equal(add_topic(prod, "orders"), CQ_MQ_OK); /* exists: registered */
+    assert_int_equal(produce(cons, "orders", "x", 1, 0, 0, NULL), CQ_MQ_ERR_NO_PERMISSION);
+    roundtrip(cons);
+    assert_int_equal(produce(prod, "other", "x", 1, 0, 0, NULL), CQ_MQ_ERR_NO_PERMISSION);
+    assert_int_equal(produce(prod, "orders", "x", 1, 0, 0, NULL), CQ_MQ_OK);
+    cq_mq_msg_t *r = consume(prod, "orders", 0, 10);
+    assert_int_equal(r->err_code, CQ_MQ_ERR_NO_PERMISSION);
+    cq_mq_msg_free(r);
+    r = consume(cons, "orders", 0, 10);
+    assert_int_equal(r->err_code, 0);
+    assert_int_equal(r->nitems, 1);
+    cq_mq_msg_free(r);
+    r = consume(cons, "other", 0, 10);
+    assert_int_equal(r->err_code, CQ_MQ_ERR_NO_PERMISSION);
+    cq_mq_msg_free(r);
+    roundtrip(cons);
+    mqc_close(admin);
+    mqc_close(cons);
+    mqc_close(prod);
+}
+
+static void test_produce_consume(void **state)
+{
+    (void)state;
+    start_srv(NULL);
+    mqc_t *c = connected(5, "");
+    assert_int_equal(add_topic(c, "events"), CQ_MQ_OK);
+    assert_int_equal(produce(c, "unknown_topic", "a", 1, 0, 0, NULL), CQ_MQ_ERR_UNKNOWN_TOPIC);
+    int64_t o1[1], o5[5], again[5];
+    assert_int_equal(produce(c, "events", "m", 1, 42, 0, o1), CQ_MQ_OK);
+    assert_true(o1[0] > 0);
+    assert_int_equal(produce(c, "events", "m", 5, 42, 1, o5), CQ_MQ_OK);
+    for (int i = 0; i < 5; i++)
+        assert_true(o5[i] > (i ? o5[i - 1] : o1[0]));
+    /* an idempotent retry gets the original offsets and stores nothing */
+    assert_int_equal(produce(c, "events", "m", 5, 42, 1, again), CQ_MQ_OK);
+    assert_memory_equal(again, o5, sizeof(o5));
+    assert_int_equal(produce(c, "events", "m", 1, 42, 0, again), CQ_MQ_OK);
+    assert_int_equal(again[0], o1[0]);
+
+    cq_mq_msg_t *r = consume(c, "events", 0, 100);
+    assert_int_equal(r->err_code, 0);
+    assert_int_equal(r->nitems, 6);
+    for (size_t i = 0; i < 6; i++) {
+        char want[32];
+        snprintf(want, sizeof(want), "m-%zu", i);
+        assert_string_equal(r->items[i].content, want);
+        assert_int_equal(r->items[i].offset, i ? o5[i - 1] : o1[0]);
+    }
+    assert_int_equal(r->offset, o5[4]);
+    cq_mq_msg_free(r);
+    r = consume(c, "events", o5[1], 2); /* after an offset, bounded by max_count */
+    assert_int_equal(r->nitems, 2);
+    assert_int_equal(r->items[0].offset, o5[2]);
+    assert_int_equal(r->items[1].offset, o5[3]);
+    cq_mq_msg_free(r);
+    r = consume(c, "events", o5[4], 0);
+    assert_int_equal(r->err_code, 0);
+    assert_int_equal(r->nitems, 0);
+    cq_mq_msg_free(r);
+    mqc_close(c);
+}
+
+static uint32_t commit(mqc_t *c, const char *topic, int64_t offset)
+{
+    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_COMMIT, topic);
+    m->offset = offset;
+    m->has |= CQ_MQ_F_OFFSET;
+    cq_mq_msg_t *r = call(c, m);
+    uint32_t code = r->err_code;
+    if (code == 0)
+        assert_int_equal(r->offset, offset);
+    cq_mq_msg_free(r);
+    return code;
+}
+
+static void test_commit_survives_restart(void **state)
+{
+    (void)state;
+    start_srv(NULL);
+    mqc_t *c = connected(7, "");
+    assert_int_equal(add_topic(c, "jobs"), CQ_MQ_OK);
+    int64_t off[3];
+    assert_int_equal(produce(c, "jobs", "j", 3, 0, 0, off), CQ_MQ_OK);
+    assert_int_equal(commit(c, "jobs", off[1]), CQ_MQ_OK);
+    assert_int_equal(commit(c, "nojobs", off[1]), CQ_MQ_ERR_UNKNOWN_TOPIC);
+    mqc_close(c);
+    assert_int_equal(cq_testsrv_kill(&srv, SIGKILL), 128 + SIGKILL);
+    start_srv(NULL);
+    c = connected(7, "");
+    cq_mq_msg_t *r = consume(c, "jobs", off[1], 10); /* resume after the committed offset */
+    assert_int_equal(r->nitems, 1);
+    assert_int_equal(r->items[0].offset, off[2]);
+    cq_mq_msg_free(r);
+    mqc_close(c);
+    cq_testsrv_kill(&srv, SIGTERM);
+    cq_store_t *st = open_store();
+    uint64_t got = 0;
+    assert_int_equal(cq_store_get_offset(st, "jobs", "m7", &got), 0);
+    assert_int_equal(got, (uint64_t)off[1]);
+    cq_store_close(st);
+}
+
+static void test_watch_push(void **state)
+{
+    (void)state;
+    start_srv(NULL);
+    mqc_t *p = connected(1, ""), *w = connected(2, ""), *w2 = connected(2, "");
+    assert_int_equal(add_topic(p, "feed"), CQ_MQ_OK);
+    assert_int_equal(call_code(w, req_new(w, CQ_MQ_REQ_WATCH, "feed")), CQ_MQ_OK);
+    assert_int_equal(call_code(w2, req_new(w2, CQ_MQ_REQ_WATCH, "feed")), CQ_MQ_OK);
+    assert_int_equal(call_code(w, req_new(w, CQ_MQ_REQ_WATCH, "nofeed")), CQ_MQ_ERR_UNKNOWN_TOPIC);
+    int64_t off[3];
+    assert_int_equal(produce(p, "feed", "f", 3, 0, 0, off), CQ_MQ_OK);
+    mqc_t *ws[2] = {w, w2};
+    for (int k = 0; k < 2; k++) {
+        cq_mq_msg_t *m = mqc_recv(ws[k]);
+        assert_int_equal(m->type, CQ_MQ_PUSH);
+        assert_string_equal(m->topic, "feed");
+        assert_int_equal(m->nitems, 3); /* one push for the commit */
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(m->items[i].offset, off[i]);
+        assert_string_equal(m->items[2].content, "f-2");
+        cq_mq_msg_free(m);
+    }
+    assert_int_equal(call_code(w, req_new(w, CQ_MQ_REQ_UNWATCH, "feed")), CQ_MQ_OK);
+    assert_int_equal(produce(p, "feed", "g", 1, 0, 0, off), CQ_MQ_OK);
+    cq_mq_msg_t *m = mqc_recv(w2);
+    assert_int_equal(m->type, CQ_MQ_PUSH);
+    assert_int_equal(m->items[0].offset, off[0]);
+    cq_mq_msg_free(m);
+    roundtrip(w); /* the next frame is the keepalive answer: no push after unwatch */
+    mqc_close(p);
+    mqc_close(w);
+    mqc_close(w2);
+}
+
+static void test_offline_topic(void **state)
+{
+    (void)state;
+    start_srv(NULL);
+    mqc_t *c = connected(1, "");
+    assert_int_equal(add_topic(c, "paused"), CQ_MQ_OK);
+    assert_int_equal(add_topic(c, "live"), CQ_MQ_OK);
+    assert_int_equal(produce(c, "paused", "p", 1, 0, 0, NULL), CQ_MQ_OK);
+    mqc_close(c);
+    cq_testsrv_kill(&srv, SIGTERM);
+    cq_store_t *st = open_store();
+    assert_int_equal(cq_store_topic_set_online(st, "paused", false), 0);
+    cq_store_close(st);
+    start_srv(NULL);
+    c = connected(1, "");
+    assert_int_equal(produce(c, "paused", "p", 1, 0, 0, NULL), CQ_MQ_ERR_TOPIC_OFFLINE);
+    cq_mq_msg_t *r = consume(c, "paused", 0, 10);
+    assert_int_equal(r->err_code, CQ_MQ_ERR_TOPIC_OFFLINE);
+    cq_mq_msg_free(r);
+    assert_int_equal(call_code(c, req_new(c, CQ_MQ_REQ_WATCH, "paused")), CQ_MQ_ERR_TOPIC_OFFLINE);
+    assert_int_equal(produce(c, "live", "l", 1, 0, 0, NULL), CQ_MQ_OK);
+    mqc_close(c);
+}
+
+/* Expects an error answer of the given response type and code to the last frame sent. */
+static void expect_error(mqc_t *c, uint8_t type, uint32_t code)
+{
+    cq_mq_msg_t *r = mqc_recv(c);
+    assert_int_equal(r->type, type);
+    assert_int_equal(r->err_code, code);
+    cq_mq_msg_free(r);
+}
+
+static void expect_close(const uint8_t *bytes, size_t n, uint32_t code)
+{
+    mqc_t *c = connected(1, "");
+    assert_int_equal(cq_raw_write(c->fd, bytes, n), 0);
+    expect_error(c, CQ_MQ_RESP_ERROR, code);
+    assert_true(mqc_eof(c));
+    mqc_close(c);
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    start_srv(NULL);
+    mqc_t *c = connected(1, "");
+    assert_int_equal(add_topic(c, "safe"), CQ_MQ_OK);
+    mqc_send_raw(c, CQ_MQ_REQ_PRODUCE, "{bad");
+    expect_error(c, CQ_MQ_RESP_ERROR, CQ_MQ_ERR_BAD_JSON);
+    roundtrip(c);
+    mqc_send_raw(c, CQ_MQ_REQ_PRODUCE, "[1,2]");
+    expect_error(c, CQ_MQ_RESP_ERROR, CQ_MQ_ERR_BAD_JSON);
+    roundtrip(c);
+    mqc_send_raw(c, 17, "{\"askid\": 5}");
+    expect_error(c, CQ_MQ_RESP_ERROR, CQ_MQ_ERR_UNKNOWN_TYPE);
+    roundtrip(c);
+    mqc_send_raw(c, CQ_MQ_RESP_PRODUCE, "{\"askid\": 5, \"err_code\": 0}");
+    expect_error(c, CQ_MQ_RESP_ERROR, CQ_MQ_ERR_UNKNOWN_TYPE);
+    roundtrip(c);
+    mqc_send_raw(c, CQ_MQ_REQ_PRODUCE, "{\"askid\": 5, \"topic\": \"safe\"}");
+    expect_error(c, CQ_MQ_RESP_PRODUCE, CQ_MQ_ERR_BAD_FIELD);
+    roundtrip(c);
+    static const char *const bad_topics[] = {
+        "x; DROP TABLE t_safe; --",
+        "safe' OR '1'='1",
+        "t`x`",
+        "a-b",
+        "",
+        "a1234567890123456789012345678901234567890123456789012345678901234"};
+    for (size_t i = 0; i < sizeof(bad_topics) / sizeof(bad_topics[0]); i++) {
+        char body[256];
+        snprintf(body, sizeof(body), "{\"askid\": 9, \"topic\": \"%s\", \"content\": \"x\"}",
+                 bad_topics[i]);
+        mqc_send_raw(c, CQ_MQ_REQ_PRODUCE, body);
+        expect_error(c, CQ_MQ_RESP_PRODUCE, CQ_MQ_ERR_BAD_TOPIC_NAME);
+        mqc_send_raw(c, CQ_MQ_REQ_ADD_TOPIC, body);
+        expect_error(c, CQ_MQ_RESP_ADD_TOPIC, CQ_MQ_ERR_BAD_TOPIC_NAME);
+        roundtrip(c);
+    }
+    /* oversize content (default limit 64 KiB) */
+    size_t big = 64 * 1024 + 1;
+    char *text = malloc(big + 1);
+    memset(text, 'a', big);
+    text[big] = '\0';
+    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_PRODUCE, "safe");
+    assert_int_equal(cq_mq_msg_add_item(m, 0, -1, text, big, false), 0);
+    m->has |= CQ_MQ_F_CONTENT;
+    free(text);
+    assert_int_equal(call_code(c, m), CQ_MQ_ERR_CONTENT_TOO_LARGE);
+    roundtrip(c);
+    /* a wrong client_id */
+    m = req_new(c, CQ_MQ_REQ_CONSUME, "safe");
+    m->offset = 0;
+    m->client_id = 999999;
+    m->has |= CQ_MQ_F_OFFSET | CQ_MQ_F_CLIENT_ID;
+    assert_int_equal(call_code(c, m), CQ_MQ_ERR_BAD_FIELD);
+    roundtrip(c);
+    /* the topic table is intact */
+    assert_int_equal(produce(c, "safe", "s", 1, 0, 0, NULL), CQ_MQ_OK);
+    mqc_close(c);
+
+    /* header and length errors: one error frame, then a clean close; others keep working */
+    uint8_t h[CQ_MQ_HDR_LEN + 2];
+    cq_mq_header_write(h, sizeof(h), CQ_MQ_REQ_KEEPALIVE, 1);
+    memcpy(h + CQ_MQ_HDR_LEN, "{}", 2);
+    h[6] = 2; /* version */
+    expect_close(h, sizeof(h), CQ_MQ_ERR_BAD_HEADER);
+    h[6] = CQ_MQ_VERSION;
+    h[5] = 13; /* header length */
+    expect_close(h, sizeof(h), CQ_MQ_ERR_BAD_HEADER);
+    h[5] = CQ_MQ_HDR_LEN;
+    h[3] = 5; /* total length below the minimum */
+    expect_close(h, sizeof(h), CQ_MQ_ERR_BAD_LENGTH);
+    h[0] = 0x7f; /* total length over the maximum */
+    expect_close(h, sizeof(h), CQ_MQ_ERR_BAD_LENGTH);
+    c = connected(1, "");
+    roundtrip(c);
+    mqc_close(c);
+}
+
+static void test_busy(void **state)
+{
+    (void)state;
+    const char *args[] = {"--mq-max-pending", "2", NULL};
+    start_srv(args);
+    mqc_t *c = connected(1, "");
+    assert_int_equal(add_topic(c, "small"), CQ_MQ_OK);
+    assert_int_equal(produce(c, "small", "b", 3, 0, 0, NULL), CQ_MQ_ERR_BUSY); /* never fits */
+    roundtrip(c);
+    int64_t off[2];
+    assert_int_equal(produce(c, "small", "b", 2, 0, 0, off), CQ_MQ_OK);
+    cq_mq_msg_t *r = consume(c, "small", 0, 10);
+    assert_int_equal(r->nitems, 2); /* nothing of the refused produce was stored */
+    assert_int_equal(r->items[1].offset, off[1]);
+    cq_mq_msg_free(r);
+    mqc_close(c);
+}
+
+/* ---- crash: SIGKILL in the middle of a produce stream --------------------------------------- */
+
+#define CRASH_PID    77
+#define CRASH_WINDOW 64 /* produces in flight */
+#define CRASH_KILL   400
+#define CRASH_MAX    4096
+
+typedef struct crash {
+    int64_t acked[CRASH_MAX]; /* offset acknowledged for seq, 0 if not acked */
+    int next;                 /* next seq to send */
+    int nacked;
+} crash_t;
+
+/* Reads one produce answer and records it. Returns false on EOF. */
+static bool crash_read(mqc_t *c, crash_t *k, const uint32_t *askid_seq, int timeout_ms)
+{
+    cq_mq_msg_t *r = mqc_recv_tmo(c, timeout_ms);
+    if (!r)
+        return false;
+    assert_int_equal(r->type, CQ_MQ_RESP_PRODUCE);
+    int seq = (int)askid_seq[r->askid % CRASH_MAX];
+    if (r->err_code == 0) {
+        assert_int_equal(r->noffsets, 1);
+        assert_int_equal(k->acked[seq], 0);
+        k->acked[seq] = r->offsets[0];
+        k->nacked++;
+    }
+    cq_mq_msg_free(r);
+    return true;
+}
+
+/* Streams produces with a window, kills chanqd after CRASH_KILL sends, reads what was acked. */
+static void crash_stream(crash_t *k)
+{
+    mqc_t *c = connected(1, "");
+    static uint32_t askid_seq[CRASH_MAX];
+    int inflight = 0;
+    while (k->next < CRASH_KILL) {
+        while (inflight < CRASH_WINDOW && k->next < CRASH_KILL) {
+            askid_seq[(c->askid + 1) % CRASH_MAX] = (uint32_t)k->next;
+            mqc_send(c, produce_msg(c, "crash", "c", 1, CRASH_PID, k->next++));
+            inflight++;
+        }
+        assert_true(crash_read(c, k, askid_seq, TMO));
+        inflight--;
+    }
+    assert_int_equal(cq_testsrv_kill(&srv, SIGKILL), 128 + SIGKILL); /* mid-stream */
+    while (crash_read(c, k, askid_seq, TMO)) /* answers sent before the kill */
+        ;
+    mqc_close(c);
+}
+
+static void test_crash(void **state)
+{
+    (void)state;
+    static crash_t k;
+    memset(&k, 0, sizeof(k));
+    start_srv(NULL);
+    mqc_t *c = connected(1, "");
+    assert_int_equal(add_topic(c, "crash"), CQ_MQ_OK);
+    mqc_close(c);
+    crash_stream(&k);
+    print_message("# crash: %d sent, %d acked before SIGKILL\n", k.next, k.nacked);
+    start_srv(NULL);
+    c = connected(1, "");
+    /* the producer retries everything not acked, with the same producer id and seq */
+    for (int s = 0; s < k.next; s++) {
+        int64_t off;
+        assert_int_equal(produce(c, "crash", "c", 1, CRASH_PID, s, &off), CQ_MQ_OK);
+        if (k.acked[s])
+            assert_int_equal(off, k.acked[s]); /* acked before: stored once, same offset */
+        k.acked[s] = off;
+    }
+    /* every message is there exactly once, with its acknowledged offset, in order */
+    int64_t from = 0;
+    int seen = 0;
+    for (;;) {
+        cq_mq_msg_t *r = consume(c, "crash", from, 1000);
+        assert_int_equal(r->err_code, 0);
+        if (r->nitems == 0) {
+            cq_mq_msg_free(r);
+            break;
+        }
+        for (size_t i = 0; i < r->nitems; i++) {
+            char want[32];
+            snprintf(want, sizeof(want), "c-%d", seen);
+            assert_string_equal(r->items[i].content, want);
+            assert_int_equal(r->items[i].offset, k.acked[seen]);
+            seen++;
+        }
+        from = r->offset;
+        cq_mq_msg_free(r);
+    }
+    assert_int_equal(seen, k.next);
+    mqc_close(c);
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--backend=mysql") == 0)
+            use_mysql = true;
+    if (use_mysql) {
+        const char *p = getenv("CQ_MARIADB_PORT");
+#ifndef CQ_HAVE_MYSQL
+        p = NULL;
+#endif
+        if (!p || !*p) {
+            printf("1..0 # SKIP no MariaDB server (CQ_MARIADB_PORT unset, or no libmariadb)\n");
+            return 0;
+        }
+        mysql_port = (unsigned)atoi(p);
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_connect_permissions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_produce_consume, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_commit_survives_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_watch_push, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_offline_topic, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crash, setup, teardown),
+    };
+    return cmocka_run_group_tests_name(use_mysql ? "it-mq-mariadb" : "it-mq-sqlite", tests, NULL,
+                                       NULL);
+}
