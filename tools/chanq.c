@@ -1,0 +1,423 @@
+/* chanq.c - the `chanq` operator CLI for chanqd's durable topics (seed protocol v1, see
+ * doc/protocol-mq.md), on the blocking client libchanq/chanq_mq_sync.h.
+ *
+ *   chanq [--addr H:P] [--module M --token T] produce TOPIC [--batch N] [--producer-id P]
+ *   chanq [...] consume TOPIC [--from OFFSET] [--max N] [--commit]
+ *   chanq [...] tail TOPIC [--from OFFSET] [--count N]
+ *   chanq [...] add-topic TOPIC
+ *   chanq [...] topics
+ *
+ * Exit codes: 0 success; 1 the server refused a request (err_code, its name and err_msg are
+ * printed on stderr) or the connection failed; 2 usage, or an operation protocol v1 cannot do
+ * (`topics`: v1 has no message listing topics).
+ */
+#include "chanq_mq_sync.h"
+
+#include "cq_err.h"
+#include "cq_mq.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXIT_SERVER   1
+#define EXIT_USAGE    2
+#define DEFAULT_ADDR  "127.0.0.1:12110"
+#define CONSUME_CHUNK 1000u
+
+typedef struct cli {
+    const char *addr;
+    uint32_t module;
+    const char *token;
+    int timeout_ms;
+    const char *cmd;
+    const char *topic;
+    int64_t from;     /* -1: not given */
+    int64_t max;      /* consume: -1 = all */
+    int64_t count;    /* tail: -1 = until interrupted */
+    size_t batch;     /* produce: lines per request */
+    int64_t producer; /* produce: idempotence key, 0 = none */
+    bool commit;      /* consume: commit the last offset printed */
+} cli_t;
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: chanq [OPTIONS] COMMAND [ARGS]\n"
+               "\n"
+               "Commands:\n"
+               "  produce TOPIC     one message per stdin line; prints each acked offset\n"
+               "                    [--batch N] lines per request (default 1)\n"
+               "                    [--producer-id P] idempotence key (seq assigned from 0)\n"
+               "  consume TOPIC     prints OFFSET<TAB>CONTENT for messages after --from\n"
+               "                    [--from OFFSET] (default 0: from the start) [--max N]\n"
+               "                    [--commit] commit the last offset printed\n"
+               "  tail TOPIC        watches the topic and prints pushed messages until\n"
+               "                    interrupted; [--from OFFSET] prints the backlog first,\n"
+               "                    [--count N] stops after N messages\n"
+               "  add-topic TOPIC   registers (creates, for an admin module) the topic\n"
+               "  topics            list topics: not supported by protocol v1\n"
+               "\n"
+               "Options:\n"
+               "  --addr H:P        chanqd's --mq-addr (default " DEFAULT_ADDR ")\n"
+               "  --module M        module_id (default 0)\n"
+               "  --token T         the module's token (default empty)\n"
+               "  --timeout MS      per-request timeout (default 10000)\n"
+               "  -h, --help        this text\n"
+               "\n"
+               "Exit codes: 0 ok, 1 server or connection error, 2 usage.\n");
+}
+
+/* ---- arguments ----------------------------------------------------------------------------- */
+
+static bool parse_i64(const char *s, int64_t min, int64_t *ret)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || !*s || *end || v < min || v > CQ_MQ_MAX_U53)
+        return false;
+    *ret = v;
+    return true;
+}
+
+enum {
+    O_ADDR = 256,
+    O_MODULE,
+    O_TOKEN,
+    O_TIMEOUT,
+    O_FROM,
+    O_MAX,
+    O_COUNT,
+    O_BATCH,
+    O_PID,
+    O_COMMIT
+};
+
+static int parse_opt(cli_t *c, int o, const char *arg)
+{
+    int64_t v = 0;
+    switch (o) {
+    case O_ADDR:
+        c->addr = arg;
+        return 0;
+    case O_TOKEN:
+        c->token = arg;
+        return 0;
+    case O_COMMIT:
+        c->commit = true;
+        return 0;
+    case O_MODULE:
+        if (!parse_i64(arg, 0, &v) || v > UINT32_MAX)
+            return -1;
+        c->module = (uint32_t)v;
+        return 0;
+    case O_TIMEOUT:
+        if (!parse_i64(arg, 1, &v) || v > 3600000)
+            return -1;
+        c->timeout_ms = (int)v;
+        return 0;
+    case O_FROM:
+        return parse_i64(arg, 0, &c->from) ? 0 : -1;
+    case O_MAX:
+        return parse_i64(arg, 1, &c->max) ? 0 : -1;
+    case O_COUNT:
+        return parse_i64(arg, 1, &c->count) ? 0 : -1;
+    case O_PID:
+        return parse_i64(arg, 1, &c->producer) ? 0 : -1;
+    case O_BATCH:
+        if (!parse_i64(arg, 1, &v) || v > CQ_MQ_DEFAULT_MAX_BATCH)
+            return -1;
+        c->batch = (size_t)v;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* Returns 0, or EXIT_USAGE after printing why. */
+static int parse_args(cli_t *c, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"addr", required_argument, NULL, O_ADDR},
+        {"module", required_argument, NULL, O_MODULE},
+        {"token", required_argument, NULL, O_TOKEN},
+        {"timeout", required_argument, NULL, O_TIMEOUT},
+        {"from", required_argument, NULL, O_FROM},
+        {"max", required_argument, NULL, O_MAX},
+        {"count", required_argument, NULL, O_COUNT},
+        {"batch", required_argument, NULL, O_BATCH},
+        {"producer-id", required_argument, NULL, O_PID},
+        {"commit", no_argument, NULL, O_COMMIT},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int o;
+    while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (o == 'h') {
+            usage(stdout);
+            exit(0);
+        }
+        if (o == '?' || parse_opt(c, o, optarg) < 0) {
+            if (o != '?')
+                fprintf(stderr, "chanq: bad value for --%s: %s\n", opts[o - O_ADDR].name, optarg);
+            return EXIT_USAGE;
+        }
+    }
+    int rest = argc - optind;
+    if (rest < 1) {
+        fprintf(stderr, "chanq: missing COMMAND\n");
+        return EXIT_USAGE;
+    }
+    c->cmd = argv[optind];
+    bool needs_topic = strcmp(c->cmd, "topics") != 0;
+    if (rest != (needs_topic ? 2 : 1)) {
+        fprintf(stderr, "chanq: %s: %s\n", c->cmd,
+                needs_topic ? "expects exactly one TOPIC" : "takes no argument");
+        return EXIT_USAGE;
+    }
+    c->topic = needs_topic ? argv[optind + 1] : NULL;
+    if (c->topic && !cq_mq_topic_valid(c->topic, strlen(c->topic))) {
+        fprintf(stderr, "chanq: bad topic name \"%s\" (allowed: [A-Za-z0-9_], 1 to 64)\n",
+                c->topic);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+/* Prints a failed call and returns EXIT_SERVER. */
+static int fail(chanq_mq_sync_t *s, const char *what, int err)
+{
+    uint32_t code = s ? chanq_mq_sync_errcode(s) : 0;
+    const char *msg = s ? chanq_mq_sync_errmsg(s) : "";
+    if (code)
+        fprintf(stderr, "chanq: %s: err_code %u (%s): %s\n", what, code,
+                cq_mq_errcode_name((int)code), msg);
+    else
+        fprintf(stderr, "chanq: %s: %s (%s)\n", what, msg && *msg ? msg : cq_strerror(err),
+                cq_errname(err));
+    return EXIT_SERVER;
+}
+
+static int open_conn(const cli_t *c, uint32_t type, chanq_mq_sync_t **ret_s)
+{
+    char host[256];
+    uint16_t port;
+    if (chanq_mq_sync_parse_addr(c->addr, host, sizeof(host), &port) < 0) {
+        fprintf(stderr, "chanq: bad --addr \"%s\" (expected HOST:PORT)\n", c->addr);
+        return EXIT_USAGE;
+    }
+    char err[CQ_MQ_ERR_MSG_MAX + 64] = "";
+    int r = chanq_mq_sync_connect(host, port, c->module, c->token, type, c->timeout_ms, err,
+                                  sizeof(err), ret_s);
+    if (r < 0) {
+        fprintf(stderr, "chanq: connect to %s: %s (%s)\n", c->addr, err, cq_errname(r));
+        return EXIT_SERVER;
+    }
+    chanq_mq_sync_set_timeout(*ret_s, c->timeout_ms);
+    return 0;
+}
+
+static void print_item(const cq_mq_item_t *it)
+{
+    printf("%" PRId64 "\t%s\n", it->offset, it->content);
+}
+
+/* ---- commands ------------------------------------------------------------------------------ */
+
+typedef struct lines {
+    char **v;
+    size_t *len;
+    size_t n;
+} lines_t;
+
+/* Sends the collected lines as one produce and prints their offsets. */
+static int produce_flush(chanq_mq_sync_t *s, const cli_t *c, lines_t *l)
+{
+    chanq_mq_content_t msgs[CQ_MQ_DEFAULT_MAX_BATCH];
+    int64_t offs[CQ_MQ_DEFAULT_MAX_BATCH];
+    for (size_t i = 0; i < l->n; i++)
+        msgs[i] = (chanq_mq_content_t){l->v[i], l->len[i], false, -1};
+    chanq_mq_produce_t req = {c->topic, msgs, l->n, c->producer, -1, -1};
+    int r = l->n ? chanq_mq_sync_produce(s, &req, offs) : 0;
+    for (size_t i = 0; i < l->n; i++) {
+        if (r == 0)
+            printf("%" PRId64 "\n", offs[i]);
+        free(l->v[i]);
+    }
+    l->n = 0;
+    fflush(stdout);
+    return r < 0 ? fail(s, "produce", r) : 0;
+}
+
+static int cmd_produce(chanq_mq_sync_t *s, const cli_t *c)
+{
+    char *v[CQ_MQ_DEFAULT_MAX_BATCH];
+    size_t len[CQ_MQ_DEFAULT_MAX_BATCH];
+    lines_t l = {v, len, 0};
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t k;
+    int rc = 0;
+    while (rc == 0 && (k = getline(&line, &cap, stdin)) >= 0) {
+        while (k > 0 && (line[k - 1] == '\n' || line[k - 1] == '\r'))
+            line[--k] = '\0';
+        l.v[l.n] = line;
+        l.len[l.n++] = (size_t)k;
+        line = NULL;
+        cap = 0;
+        if (l.n == c->batch)
+            rc = produce_flush(s, c, &l);
+    }
+    free(line);
+    return rc ? rc : produce_flush(s, c, &l);
+}
+
+static int cmd_consume(chanq_mq_sync_t *s, const cli_t *c)
+{
+    int64_t off = c->from < 0 ? 0 : c->from, left = c->max;
+    bool any = false;
+    while (left != 0) {
+        uint32_t want = left < 0 || left > CONSUME_CHUNK ? CONSUME_CHUNK : (uint32_t)left;
+        cq_mq_msg_t *m = NULL;
+        int r = chanq_mq_sync_consume(s, c->topic, off, want, &m);
+        if (r < 0)
+            return fail(s, "consume", r);
+        for (size_t i = 0; i < m->nitems; i++)
+            print_item(&m->items[i]);
+        size_t got = m->nitems;
+        if (got)
+            off = m->items[got - 1].offset;
+        any = any || got;
+        cq_mq_msg_free(m);
+        if (got == 0)
+            break;
+        if (left > 0)
+            left -= (int64_t)got;
+    }
+    fflush(stdout);
+    if (c->commit && any) {
+        int r = chanq_mq_sync_commit(s, c->topic, off);
+        if (r < 0)
+            return fail(s, "commit", r);
+    }
+    return 0;
+}
+
+/* Prints the items of m after *last, up to *left (-1: unbounded). */
+static void tail_print(const cq_mq_msg_t *m, int64_t *last, int64_t *left)
+{
+    for (size_t i = 0; i < m->nitems && *left != 0; i++) {
+        if (m->items[i].offset <= *last)
+            continue; /* already printed from the backlog */
+        print_item(&m->items[i]);
+        *last = m->items[i].offset;
+        if (*left > 0)
+            (*left)--;
+    }
+    fflush(stdout);
+}
+
+/* The backlog after from, consumed after the watch so nothing falls between the two. */
+static int tail_backlog(chanq_mq_sync_t *s, const cli_t *c, int64_t *last, int64_t *left)
+{
+    for (;;) {
+        cq_mq_msg_t *m = NULL;
+        int r = chanq_mq_sync_consume(s, c->topic, *last, CONSUME_CHUNK, &m);
+        if (r < 0)
+            return fail(s, "consume", r);
+        size_t got = m->nitems;
+        tail_print(m, last, left);
+        cq_mq_msg_free(m);
+        if (got == 0 || *left == 0)
+            return 0;
+    }
+}
+
+static int cmd_tail(chanq_mq_sync_t *s, const cli_t *c)
+{
+    int64_t last = c->from < 0 ? -1 : c->from, left = c->count;
+    struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART: poll returns early */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    int r = chanq_mq_sync_watch(s, c->topic);
+    if (r < 0)
+        return fail(s, "watch", r);
+    if (c->from >= 0 && tail_backlog(s, c, &last, &left) != 0)
+        return EXIT_SERVER;
+    while (left != 0 && !interrupted) {
+        cq_mq_msg_t *m = NULL;
+        r = chanq_mq_sync_wait_push(s, 200, &m);
+        if (r == CQ_ETIMEOUT)
+            continue;
+        if (r < 0)
+            return fail(s, "tail", r);
+        tail_print(m, &last, &left);
+        cq_mq_msg_free(m);
+    }
+    return 0;
+}
+
+static int run(const cli_t *c)
+{
+    bool producer = strcmp(c->cmd, "produce") == 0 || strcmp(c->cmd, "add-topic") == 0;
+    bool consumer = strcmp(c->cmd, "consume") == 0 || strcmp(c->cmd, "tail") == 0;
+    if (strcmp(c->cmd, "topics") == 0) {
+        fprintf(stderr, "chanq: topics: not supported by protocol v1 (it has no message that "
+                        "lists topics)\n");
+        return EXIT_USAGE;
+    }
+    if (!producer && !consumer) {
+        fprintf(stderr, "chanq: unknown command \"%s\"\n", c->cmd);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    chanq_mq_sync_t *s = NULL;
+    int rc = open_conn(c, producer ? CQ_MQ_PRODUCER : CQ_MQ_CONSUMER, &s);
+    if (rc)
+        return rc;
+    if (strcmp(c->cmd, "produce") == 0)
+        rc = cmd_produce(s, c);
+    else if (strcmp(c->cmd, "consume") == 0)
+        rc = cmd_consume(s, c);
+    else if (strcmp(c->cmd, "tail") == 0)
+        rc = cmd_tail(s, c);
+    else {
+        int r = chanq_mq_sync_add_topic(s, c->topic);
+        rc = r < 0 ? fail(s, "add-topic", r) : 0;
+    }
+    chanq_mq_sync_close(s);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    cli_t c = {.addr = DEFAULT_ADDR,
+               .token = "",
+               .timeout_ms = CHANQ_MQ_SYNC_DEFAULT_TIMEOUT_MS,
+               .from = -1,
+               .max = -1,
+               .count = -1,
+               .batch = 1};
+    int rc = parse_args(&c, argc, argv);
+    if (rc) {
+        fprintf(stderr, "Try 'chanq --help'.\n");
+        return rc;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    return run(&c);
+}
