@@ -10,7 +10,7 @@ check() { # header-regex allowed-path-regex
 }
 check 'uv\.h>' '^(src/io/|clients/c/chanq_uv|bench/|tests/)'
 check 'snappy-c\.h>' '^pkg/codec/'
-check 'jansson\.h>' '^(src/core/(auth\.c|cq_fsm\.c|cq_settings\.c|cq_json\.[ch])|src/config/|src/mq/|src/mqsrv/cq_mqperm\.c|tests/)'
+check 'jansson\.h>' '^(src/core/(auth\.c|cq_fsm\.c|cq_settings\.c|cq_json\.[ch])|src/config/|src/mq/|src/mqsrv/(cq_mqperm|http)\.c|tests/)'
 check 'mysql\.h>' '^src/store/mysql\.c'
 check 'sqlite3\.h>' '^(src/store/sqlite\.c|tests/unit/(store|writer)/)'
 # pkg/ must not depend on src/

@@ -133,10 +133,13 @@ static const opt_t opts[] = {
          "Queued outbound bytes that close a connection at once."),
     STR("ready-file", NULL, ready_file, "", NULL, "FILE",
         "Once listening, write \"client=HOST:PORT server=HOST:PORT admin=HOST:PORT "
-        "mq=HOST:PORT\" and a newline to this file (for tests using port 0)."),
+        "mq=HOST:PORT mqhttp=HOST:PORT\" and a newline to this file (for tests using port 0)."),
     STR("mq-addr", NULL, mq_addr, "127.0.0.1:12110", NULL, "HOST:PORT",
         "Address of the durable-topic listener (seed protocol, doc/protocol-mq.md); empty "
         "disables durable topics."),
+    STR("mq-http-addr", NULL, mq_http_addr, "127.0.0.1:12111", NULL, "HOST:PORT",
+        "Address of the durable-topic HTTP/JSON API (doc/protocol-mq.md, HTTP section), served "
+        "by the same loop as --mq-addr; empty disables it."),
     STR("store-backend", NULL, store_backend, "sqlite", "sqlite|mysql", "NAME",
         "Where durable topics are stored: sqlite (a file in --store-dir) or mysql (MariaDB at "
         "--mysql-host)."),

@@ -63,6 +63,7 @@ typedef struct cq_config {
     size_t max_channel_data_size; /* bytes of one channel's data state */
     char *ready_file;             /* written once listening: "client=H:P ... mq=H:P\n" */
     char *mq_addr;                /* durable-topic (seed protocol) listener; "" disables it */
+    char *mq_http_addr;           /* durable-topic HTTP API listener; "" disables it */
     char *store_backend;          /* "sqlite" or "mysql" */
     char *store_dir;              /* sqlite data directory (created if missing) */
     char *mysql_host;             /* MariaDB server for store_backend mysql */

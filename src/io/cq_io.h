@@ -32,9 +32,10 @@ typedef struct cq_io_opts {
 int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *err, size_t errlen);
 const cq_core_ops_t *cq_io_core_ops(void);
 /* Writes the ready file (opts.ready_file; nothing if ""): "client=H:P server=H:P admin=H:P
- * mq=H:P\n", where mq is mq_bound (borrowed; NULL or "" gives "-"). Written to a temp file and
+ * mq=H:P mqhttp=H:P\n", where mq is mq_bound and mqhttp is mqhttp_bound (borrowed; NULL or ""
+ * gives "-"). Written to a temp file and
  * renamed, so a reader never sees half a line. Returns 0 or -errno. Main thread. */
-int cq_io_write_ready(cq_io_t *io, const char *mq_bound);
+int cq_io_write_ready(cq_io_t *io, const char *mq_bound, const char *mqhttp_bound);
 /* Blocks until SIGINT/SIGTERM, then stops the workers. Returns 0. Main thread only. On SIGHUP
  * it calls on_hup(ud) (may be NULL) on the main thread and keeps running. */
 int cq_io_run_until_signal(cq_io_t *io, void (*on_hup)(void *ud), void *ud);

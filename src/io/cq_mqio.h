@@ -1,6 +1,7 @@
 /* cq_mqio.h - the durable-topic port: ONE dedicated libuv loop thread (not a channel worker)
- * with its own listener and TCP connections, driving the sans-I/O engine (src/mqsrv) and
- * receiving store completions from the writer thread through an MPSC queue + uv_async.
+ * with its own listeners (seed protocol, HTTP API) and TCP connections, driving the sans-I/O engine
+ * (src/mqsrv) and receiving store completions from the writer thread through an MPSC queue +
+ * uv_async.
  *
  * Lifecycle (main thread):
  *   cq_mqio_new()        allocates; the writer is created next with cq_mqio_writer_done and the
@@ -25,6 +26,7 @@ typedef struct cq_mqio cq_mqio_t;
 
 typedef struct cq_mqio_opts {
     const char *addr;               /* "HOST:PORT" */
+    const char *http_addr;          /* "HOST:PORT" of the HTTP API; NULL or "" = none */
     size_t max_content;             /* bytes of one message */
     const cq_mqperm_t *perms;       /* borrowed, must outlive the object; NULL = all allowed */
     int retention_check_s;          /* seconds between retention purges */
@@ -42,6 +44,9 @@ void cq_mqio_writer_done(void *ud, cq_writer_req_t *req);
  * outlive cq_mqio_free(). The bound address is written to bound[0..blen). Errors in err. */
 int cq_mqio_start(cq_mqio_t *io, cq_writer_t *w, const cq_mqio_opts_t *opts, char *bound,
                   size_t blen, char *err, size_t errlen);
+/* The address the HTTP API is bound to (borrowed, valid until cq_mqio_free), or "" when it is
+ * off. Main thread, after a successful cq_mqio_start(). */
+const char *cq_mqio_http_bound(const cq_mqio_t *io);
 /* Stops the loop thread (idempotent). Main thread. */
 void cq_mqio_stop(cq_mqio_t *io);
 /* Stops if needed, completes queued writer requests, frees. Call after cq_writer_shutdown().

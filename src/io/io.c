@@ -317,7 +317,7 @@ const cq_core_ops_t *cq_io_core_ops(void)
 
 /* ---- start / stop ----------------------------------------------------------------------- */
 
-int cq_io_write_ready(cq_io_t *io, const char *mq_bound)
+int cq_io_write_ready(cq_io_t *io, const char *mq_bound, const char *mqhttp_bound)
 {
     const char *path = io->opts.ready_file;
     if (!path || !*path)
@@ -327,8 +327,9 @@ int cq_io_write_ready(cq_io_t *io, const char *mq_bound)
     FILE *f = fopen(tmp, "w");
     if (!f)
         return -errno;
-    fprintf(f, "client=%s server=%s admin=%s mq=%s\n", io->bound[0], io->bound[1], io->bound[2],
-            mq_bound && *mq_bound ? mq_bound : "-");
+    fprintf(f, "client=%s server=%s admin=%s mq=%s mqhttp=%s\n", io->bound[0], io->bound[1],
+            io->bound[2], mq_bound && *mq_bound ? mq_bound : "-",
+            mqhttp_bound && *mqhttp_bound ? mqhttp_bound : "-");
     fclose(f);
     return rename(tmp, path) < 0 ? -errno : 0;
 }
@@ -363,7 +364,7 @@ int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *
         }
         io->workers[i].started = 1;
     }
-    r = opts->defer_ready ? 0 : cq_io_write_ready(io, NULL);
+    r = opts->defer_ready ? 0 : cq_io_write_ready(io, NULL, NULL);
     if (r < 0) {
         snprintf(err, errlen, "cannot write ready file %s: %s", opts->ready_file, cq_strerror(r));
         goto fail;

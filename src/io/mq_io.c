@@ -7,6 +7,7 @@
 #include "cq_err.h"
 #include "cq_log.h"
 #include "cq_mpsc.h"
+#include "cq_mqhttp.h"
 #include "cq_mqsrv.h"
 #include "cq_util.h"
 #include "io_int.h"
@@ -25,6 +26,7 @@ struct cq_mqio {
     uv_loop_t loop;
     uv_async_t wake;
     uv_tcp_t listener;
+    uv_tcp_t http_listener; /* the HTTP API, when http_on */
     uv_timer_t retention;
     uv_thread_t thread;
     cq_mpsc_t done; /* completed writer requests (req->node: the writer is done with it) */
@@ -36,15 +38,17 @@ struct cq_mqio {
     uint8_t *rbuf;
     int keepalive_s;
     uint64_t retention_ms;
-    bool loop_ok, started;
+    bool loop_ok, started, http_on;
+    char http_bound[80]; /* "" when the HTTP API is off */
 };
 
 typedef struct mq_conn {
     uv_tcp_t tcp;
     uv_shutdown_t sreq;
     cq_mqio_t *io;
-    cq_mqsrv_conn_t *conn;
-    size_t queued; /* bytes handed to uv_write and not yet written */
+    cq_mqsrv_conn_t *conn;  /* seed protocol, or */
+    cq_mqhttp_conn_t *http; /* the HTTP API */
+    size_t queued;          /* bytes handed to uv_write and not yet written */
     bool closing;
 } mq_conn_t;
 
@@ -66,6 +70,7 @@ static void conn_closed(uv_handle_t *h)
 {
     mq_conn_t *mc = h->data;
     cq_mqsrv_conn_close(mc->conn);
+    cq_mqhttp_conn_close(mc->http);
     cq_free(mc);
 }
 
@@ -154,10 +159,13 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     cq_mqsrv_set_now(mc->io->srv, (int64_t)unix_ms());
-    cq_mqsrv_conn_input(mc->conn, (const uint8_t *)buf->base, (size_t)nread);
+    if (mc->http)
+        cq_mqhttp_conn_input(mc->http, (const uint8_t *)buf->base, (size_t)nread);
+    else
+        cq_mqsrv_conn_input(mc->conn, (const uint8_t *)buf->base, (size_t)nread);
 }
 
-static void on_accept(uv_stream_t *server, int status)
+static void accept_conn(uv_stream_t *server, int status, bool http)
 {
     cq_mqio_t *io = server->data;
     if (status < 0)
@@ -168,8 +176,12 @@ static void on_accept(uv_stream_t *server, int status)
     mc->io = io;
     uv_tcp_init(&io->loop, &mc->tcp);
     mc->tcp.data = mc;
-    if (uv_accept(server, (uv_stream_t *)&mc->tcp) < 0 ||
-        !(mc->conn = cq_mqsrv_conn_new(io->srv, &conn_ops, mc))) {
+    bool ok = uv_accept(server, (uv_stream_t *)&mc->tcp) == 0;
+    if (ok && http)
+        ok = (mc->http = cq_mqhttp_conn_new(io->srv, &conn_ops, mc)) != NULL;
+    else if (ok)
+        ok = (mc->conn = cq_mqsrv_conn_new(io->srv, &conn_ops, mc)) != NULL;
+    if (!ok) {
         conn_drop(mc);
         return;
     }
@@ -177,6 +189,16 @@ static void on_accept(uv_stream_t *server, int status)
     if (io->keepalive_s > 0)
         uv_tcp_keepalive(&mc->tcp, 1, (unsigned)io->keepalive_s);
     uv_read_start((uv_stream_t *)&mc->tcp, on_alloc, on_read);
+}
+
+static void on_accept(uv_stream_t *server, int status)
+{
+    accept_conn(server, status, false);
+}
+
+static void on_accept_http(uv_stream_t *server, int status)
+{
+    accept_conn(server, status, true);
 }
 
 /* ---- completions and housekeeping -------------------------------------------------------- */
@@ -205,7 +227,8 @@ static void close_walk(uv_handle_t *h, void *arg)
     cq_mqio_t *io = arg;
     if (uv_is_closing(h))
         return;
-    if (h->type == UV_TCP && h != (uv_handle_t *)&io->listener) {
+    if (h->type == UV_TCP && h != (uv_handle_t *)&io->listener &&
+        h != (uv_handle_t *)&io->http_listener) {
         conn_drop(h->data);
         return;
     }
@@ -273,17 +296,16 @@ static int make_engine(cq_mqio_t *io, const cq_mqio_opts_t *o)
     return io->srv ? 0 : -ENOMEM;
 }
 
-static int listen_on(cq_mqio_t *io, const char *addr, char *bound, size_t blen, char *err,
-                     size_t errlen)
+static int listen_on(cq_mqio_t *io, uv_tcp_t *l, uv_connection_cb cb, const char *addr, char *bound,
+                     size_t blen, char *err, size_t errlen)
 {
     int fd;
     int r = cq__io_listen(addr, &fd, bound, blen, err, errlen);
     if (r < 0)
         return r;
-    uv_tcp_init(&io->loop, &io->listener);
-    io->listener.data = io;
-    if ((r = uv_tcp_open(&io->listener, fd)) < 0 ||
-        (r = uv_listen((uv_stream_t *)&io->listener, 1024, on_accept)) < 0) {
+    uv_tcp_init(&io->loop, l);
+    l->data = io;
+    if ((r = uv_tcp_open(l, fd)) < 0 || (r = uv_listen((uv_stream_t *)l, 1024, cb)) < 0) {
         snprintf(err, errlen, "cannot listen on mq address %s: %s", addr, uv_strerror(r));
         return r;
     }
@@ -309,7 +331,12 @@ int cq_mqio_start(cq_mqio_t *io, cq_writer_t *w, const cq_mqio_opts_t *opts, cha
     uv_timer_init(&io->loop, &io->retention);
     io->retention.data = io;
     uv_timer_start(&io->retention, on_retention, io->retention_ms, io->retention_ms);
-    int r = listen_on(io, opts->addr, bound, blen, err, errlen);
+    int r = listen_on(io, &io->listener, on_accept, opts->addr, bound, blen, err, errlen);
+    if (r == 0 && opts->http_addr && *opts->http_addr) {
+        r = listen_on(io, &io->http_listener, on_accept_http, opts->http_addr, io->http_bound,
+                      sizeof(io->http_bound), err, errlen);
+        io->http_on = r == 0;
+    }
     if (r == 0 && uv_thread_create(&io->thread, loop_main, io) < 0) {
         snprintf(err, errlen, "mq: cannot create the loop thread");
         r = -EAGAIN;
@@ -318,6 +345,8 @@ int cq_mqio_start(cq_mqio_t *io, cq_writer_t *w, const cq_mqio_opts_t *opts, cha
         return r;
     io->started = true;
     CQ_INFO("io", "durable topics (seed protocol) on %s", bound);
+    if (io->http_on)
+        CQ_INFO("io", "durable topics (HTTP API) on %s", io->http_bound);
     return 0;
 }
 
@@ -337,6 +366,11 @@ void cq_mqio_stop(cq_mqio_t *io)
         uv_walk(&io->loop, close_walk, io);
     }
     uv_run(&io->loop, UV_RUN_DEFAULT); /* close callbacks not yet run */
+}
+
+const char *cq_mqio_http_bound(const cq_mqio_t *io)
+{
+    return io && io->http_on ? io->http_bound : "";
 }
 
 cq_mqio_t *cq_mqio_free(cq_mqio_t *io)

@@ -243,6 +243,7 @@ static int start_mq(app_t *a, char *bound, size_t blen)
                            .ud = a->mq};
     a->writer = cq_writer_new(st, &wo); /* takes st */
     cq_mqio_opts_t mo = {.addr = c->mq_addr,
+                         .http_addr = c->mq_http_addr,
                          .max_content = c->mq_max_content,
                          .perms = a->perms,
                          .retention_check_s = c->retention_check_s,
@@ -295,7 +296,7 @@ static int start(app_t *a)
     char mq_bound[80] = "";
     if (*a->cfg.mq_addr && (r = start_mq(a, mq_bound, sizeof(mq_bound))) < 0)
         return r;
-    if ((r = cq_io_write_ready(a->io, mq_bound)) < 0) {
+    if ((r = cq_io_write_ready(a->io, mq_bound, cq_mqio_http_bound(a->mq))) < 0) {
         CQ_ERROR("main", "cannot write ready file %s: %s", a->cfg.ready_file, cq_strerror(r));
         return r;
     }

@@ -215,7 +215,7 @@ int cq__mqsrv_submit(cq_mqsrv_t *s, cq_mqsrv_conn_t *c, cq_mq_msg_t *m, cq_write
     mq_pend_t *p = cq_malloc(sizeof(*p));
     if (!p)
         return -ENOMEM;
-    *p = (mq_pend_t){c, m};
+    *p = (mq_pend_t){c, m, NULL};
     req->ud = p;
     int r = s->submit(s->submit_ud, req);
     if (r < 0) {
@@ -317,7 +317,13 @@ oom:
 void cq_mqsrv_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
 {
     mq_pend_t *p = req->ud;
-    cq__mqsrv_completed(s, req, p);
+    if (p && p->h) {
+        cq__mqhttp_completed(s, req, p);
+        p->h->inflight--;
+        cq__mqhttp_conn_put(p->h);
+    } else {
+        cq__mqsrv_completed(s, req, p);
+    }
     if (p && p->c) {
         p->c->inflight--;
         cq__mqsrv_conn_put(p->c);
@@ -360,7 +366,7 @@ void cq_mqsrv_flush(cq_mqsrv_t *s)
             flush_topic(s, s->topics[i]);
 }
 
-int cq_mqsrv_topic_set_online(cq_mqsrv_t *s, const char *topic, bool online)
+int cq__mqsrv_set_online(cq_mqsrv_t *s, const char *topic, bool online, cq_mqhttp_conn_t *h)
 {
     mq_topic_t *t = cq__mqsrv_topic(s, topic);
     if (!t)
@@ -371,9 +377,20 @@ int cq_mqsrv_topic_set_online(cq_mqsrv_t *s, const char *topic, bool online)
         return r;
     req->online = online;
     r = cq__mqsrv_submit(s, NULL, NULL, req);
-    if (r < 0)
+    if (r < 0) {
         cq_writer_req_free(req);
-    return r;
+        return r;
+    }
+    if (h) { /* req is in flight: no completion can have run yet on this thread */
+        ((mq_pend_t *)req->ud)->h = h;
+        h->inflight++;
+    }
+    return 0;
+}
+
+int cq_mqsrv_topic_set_online(cq_mqsrv_t *s, const char *topic, bool online)
+{
+    return cq__mqsrv_set_online(s, topic, online, NULL);
 }
 
 static void purge_topic(cq_mqsrv_t *s, mq_topic_t *t, int64_t now_ms)

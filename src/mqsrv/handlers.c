@@ -287,11 +287,25 @@ static void queue_push(cq_mqsrv_t *s, const cq_writer_req_t *req)
     }
 }
 
+void cq__mqsrv_produced(cq_mqsrv_t *s, const cq_writer_req_t *req)
+{
+    s->st.produced += req->n_msgs;
+    queue_push(s, req);
+}
+
+void cq__mqsrv_apply(cq_mqsrv_t *s, const cq_writer_req_t *req)
+{
+    mq_topic_t *t = cq__mqsrv_topic(s, req->topic);
+    if (req->op == CQ_WRITER_PRODUCE && req->err == 0)
+        cq__mqsrv_produced(s, req);
+    else if (req->op == CQ_WRITER_TOPIC_SET_ONLINE && req->err == 0 && t)
+        t->online = req->online;
+}
+
 static void done_produce(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_pend_t *p)
 {
     if (req->err == 0) {
-        s->st.produced += req->n_msgs;
-        queue_push(s, req);
+        cq__mqsrv_produced(s, req);
     } else if (req->err == CQ_ESTORE) {
         CQ_WARN("mq", "produce to %s failed: %s", req->topic, req->errmsg);
     }

@@ -2,6 +2,7 @@
 #ifndef CQ_MQSRV_INT_H
 #define CQ_MQSRV_INT_H
 
+#include "cq_mqhttp.h"
 #include "cq_mqsrv.h"
 #include "cq_sbuf.h"
 
@@ -42,10 +43,23 @@ struct cq_mqsrv_conn {
     bool dead;    /* the edge closed it: ops are gone */
 };
 
+/* An HTTP API connection (http.c). At most one store request in flight. */
+struct cq_mqhttp_conn {
+    cq_mqsrv_t *s;
+    const cq_mqsrv_conn_ops_t *ops;
+    void *ud;
+    cq_sbuf_t in; /* received bytes not yet handled (pipelined requests included) */
+    size_t inflight;
+    bool busy;       /* a request waits for its store completion: parse nothing more */
+    bool keep_alive; /* of the request being answered */
+    bool closing, dead;
+};
+
 /* A submitted request's context (writer req->ud). */
 typedef struct mq_pend {
-    cq_mqsrv_conn_t *c; /* NULL for the engine's own requests */
-    cq_mq_msg_t *req;   /* owned: the decoded request, for the response's echoes */
+    cq_mqsrv_conn_t *c;  /* NULL for the engine's own requests and HTTP ones */
+    cq_mq_msg_t *req;    /* owned: the decoded request, for the response's echoes */
+    cq_mqhttp_conn_t *h; /* the HTTP connection waiting for it, or NULL */
 } mq_pend_t;
 
 /* cq_mqsrv.c */
@@ -58,9 +72,22 @@ int cq__mqsrv_submit(cq_mqsrv_t *s, cq_mqsrv_conn_t *c, cq_mq_msg_t *m, cq_write
 bool cq__mqsrv_watch(mq_topic_t *t, cq_mqsrv_conn_t *c, bool on);
 void cq__mqsrv_conn_put(cq_mqsrv_conn_t *c);
 void cq__mqsrv_close(cq_mqsrv_conn_t *c);
+/* Submits a TOPIC_SET_ONLINE of t for h (NULL: no one waits). The cache follows on completion.
+ * Returns 0 or the submit error (nothing submitted). */
+int cq__mqsrv_set_online(cq_mqsrv_t *s, const char *topic, bool online, cq_mqhttp_conn_t *h);
 
 /* handlers.c */
 void cq__mqsrv_dispatch(cq_mqsrv_conn_t *c, cq_mq_msg_t *m);
 void cq__mqsrv_completed(cq_mqsrv_t *s, cq_writer_req_t *req, mq_pend_t *p);
+/* A produce committed (err 0): counters, high water and pushes to the topic's watchers. */
+void cq__mqsrv_produced(cq_mqsrv_t *s, const cq_writer_req_t *req);
+/* The engine side of a completed store request: cache updates (topic created, online flag). */
+void cq__mqsrv_apply(cq_mqsrv_t *s, const cq_writer_req_t *req);
+
+/* http.c */
+/* Answers p->h's request from the completed req, then resumes its pipelined input. */
+void cq__mqhttp_completed(cq_mqsrv_t *s, cq_writer_req_t *req, mq_pend_t *p);
+/* Frees h once the edge closed it and its store request completed. */
+void cq__mqhttp_conn_put(cq_mqhttp_conn_t *h);
 
 #endif

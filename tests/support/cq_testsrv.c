@@ -190,10 +190,10 @@ int cq_testsrv_start(cq_testsrv_t *s, const char *const *args)
     const char *bin = getenv("CHANQD");
     if (!bin || !*bin)
         return -ENOENT;
-    const char *fixed[] = {"--client-addr", "127.0.0.1:0", "--server-addr", "127.0.0.1:0",
-                           "--admin-addr",  "127.0.0.1:0", "--mq-addr",     "127.0.0.1:0",
-                           "--store-dir",   s->store_path, "--ready-file",  s->ready_path,
-                           "--log-level",   "debug"};
+    const char *fixed[] = {"--client-addr",  "127.0.0.1:0", "--server-addr", "127.0.0.1:0",
+                           "--admin-addr",   "127.0.0.1:0", "--mq-addr",     "127.0.0.1:0",
+                           "--mq-http-addr", "127.0.0.1:0", "--store-dir",   s->store_path,
+                           "--ready-file",   s->ready_path, "--log-level",   "debug"};
     size_t nfixed = sizeof(fixed) / sizeof(fixed[0]), nargs = 0;
     while (args && args[nargs])
         nargs++;
@@ -238,6 +238,8 @@ int cq_testsrv_start(cq_testsrv_t *s, const char *const *args)
                 r = parse_port(line, "admin=", &s->admin_port);
             if (parse_port(line, "mq=", &s->mq_port) < 0)
                 s->mq_port = 0; /* durable topics may be disabled ("-") */
+            if (parse_port(line, "mqhttp=", &s->mq_http_port) < 0)
+                s->mq_http_port = 0; /* the HTTP API may be disabled ("-") */
             free(line);
             if (r < 0)
                 s->admin_port = 0; /* admin may be disabled ("-") */

@@ -5,9 +5,10 @@
  * cq_testsrv_file(). cq_testsrv_start() forks chanqd (path from $CHANQD) with the caller's
  * arguments followed by nothing else than
  *   --client-addr 127.0.0.1:0 --server-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0
- *   --mq-addr 127.0.0.1:0 --store-dir DIR/data --ready-file DIR/ready --log-level debug
+ *   --mq-addr 127.0.0.1:0 --mq-http-addr 127.0.0.1:0 --store-dir DIR/data
+ *   --ready-file DIR/ready --log-level debug
  * placed *before* the caller's arguments, so a test may override any of them. It waits for the
- * ready file and parses the three ports. The child gets PR_SET_PDEATHSIG(SIGKILL), and every
+ * ready file and parses the ports. The child gets PR_SET_PDEATHSIG(SIGKILL), and every
  * started server is also killed by an atexit handler, so no chanqd outlives the test process.
  * cq_testsrv_stop() sends SIGTERM, waits (SIGKILL after a grace period), and removes the temp
  * directory unless $CQ_IT_KEEP is set (then the path is printed on stderr).
@@ -32,8 +33,9 @@ typedef struct cq_testsrv {
     char ready_path[320];
     char store_path[320]; /* DIR/data, passed as --store-dir */
     uint16_t client_port, server_port, admin_port;
-    uint16_t mq_port; /* durable-topic port from the ready file's mq=; 0 when disabled */
-    int exit_status;  /* from the last stop: exit code, or 128 + signal */
+    uint16_t mq_port;      /* durable-topic port from the ready file's mq=; 0 when disabled */
+    uint16_t mq_http_port; /* durable-topic HTTP API port (mqhttp=); 0 when disabled */
+    int exit_status;       /* from the last stop: exit code, or 128 + signal */
 } cq_testsrv_t;
 
 /* Creates the temp directory. Returns 0 or -errno. */

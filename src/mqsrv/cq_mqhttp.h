@@ -1,0 +1,65 @@
+/* cq_mqhttp.h - the durable-topic HTTP/JSON API (issue 4 item 7), sans I/O.
+ *
+ * An HTTP connection belongs to a cq_mqsrv_t engine and shares its topic cache, permissions,
+ * store submission and completions with the seed-protocol sessions; like them it lives on the
+ * engine's thread (the MQ loop) and every function below must be called from that thread. The
+ * edge (src/io/mq_io.c) feeds received bytes with cq_mqhttp_conn_input() and sends the
+ * responses handed to ops->send. doc/protocol-mq.md §HTTP lists the endpoints.
+ *
+ * HTTP/1.0 and 1.1, one request at a time per connection: the request head (request line and
+ * headers) is at most CQ_MQHTTP_HEAD_MAX bytes, the body is delimited by Content-Length (no
+ * chunked encoding) and at most the engine's HTTP body limit. Keep-alive is supported (the
+ * HTTP/1.1 default; HTTP/1.0 needs "Connection: keep-alive"); "Connection: close" closes after
+ * the response. Pipelined requests are buffered and answered in order: the next request is
+ * parsed only when the previous one was answered, which for a store request is after its
+ * completion. A request whose framing cannot be trusted (bad head, head too large, body too
+ * large, Transfer-Encoding) is answered and the connection closed; any other error is answered
+ * and the connection keeps serving.
+ */
+#ifndef CQ_MQHTTP_H
+#define CQ_MQHTTP_H
+
+#include "cq_mqsrv.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define CQ_MQHTTP_HEAD_MAX     (16u * 1024u)         /* request line + headers */
+#define CQ_MQHTTP_BODY_CAP     (64u * 1024u * 1024u) /* upper bound of the body limit */
+#define CQ_MQHTTP_BODY_SLACK   (64u * 1024u)         /* JSON around the contents */
+#define CQ_MQHTTP_CONSUMER_MAX 128
+
+typedef struct cq_mqhttp_conn cq_mqhttp_conn_t;
+
+/* A parsed request head: slices into the caller's buffer, valid while it is. */
+typedef struct cq_mqhttp_req {
+    const char *method, *path, *query, *auth; /* query and auth NULL when absent */
+    size_t method_len, path_len, query_len, auth_len;
+    uint64_t content_length; /* 0 when absent */
+    bool keep_alive;         /* after the response: HTTP version and Connection header */
+    bool chunked;            /* a Transfer-Encoding header was present */
+} cq_mqhttp_req_t;
+
+/* Parses a request head at p[0..n). Pure, allocates nothing. Returns the head's length (through
+ * the empty line) and fills *ret; 0 if more bytes are needed; CQ_EBADLEN when no complete head
+ * fits in max_head bytes; CQ_EHEADER for a malformed request line or header, an HTTP version
+ * other than 1.0/1.1, or a bad or conflicting Content-Length. *ret is written only on success. */
+ssize_t cq_mqhttp_parse(const char *p, size_t n, size_t max_head, cq_mqhttp_req_t *ret);
+
+/* The largest request body s accepts: max_content x max_batch plus slack, at most
+ * CQ_MQHTTP_BODY_CAP. */
+size_t cq_mqhttp_max_body(const cq_mqsrv_t *s);
+
+/* A new HTTP connection on s. ops is borrowed (static), ud the edge's. Returns the connection
+ * (owned by the engine) or NULL on OOM. */
+cq_mqhttp_conn_t *cq_mqhttp_conn_new(cq_mqsrv_t *s, const cq_mqsrv_conn_ops_t *ops, void *ud);
+/* Feeds received bytes (borrowed). Returns 0, or a negative code when the connection is closing
+ * (ops->close was called). */
+int cq_mqhttp_conn_input(cq_mqhttp_conn_t *h, const uint8_t *p, size_t n);
+/* The edge is done with h: ops are never called again; h is freed when its store request (if
+ * any) completes. Accepts NULL. */
+void cq_mqhttp_conn_close(cq_mqhttp_conn_t *h);
+
+#endif

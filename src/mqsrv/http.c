@@ -1,0 +1,716 @@
+/* http.c - the HTTP/JSON API: connections, routing, handlers and answers from store
+ * completions. See cq_mqhttp.h and doc/protocol-mq.md §HTTP. No I/O. */
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "mqsrv_int.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_SEGS 6
+
+/* One request being handled: the parsed head, its body and the caller's module. */
+typedef struct hreq {
+    cq_mqhttp_conn_t *h;
+    const cq_mqhttp_req_t *rq;
+    const char *body;
+    size_t body_len;
+    const char *seg[MAX_SEGS];
+    size_t seg_len[MAX_SEGS];
+    size_t nseg;
+    uint32_t module_id;
+} hreq_t;
+
+/* ---- responses -------------------------------------------------------------------------- */
+
+static const char *reason(int status)
+{
+    switch (status) {
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 409:
+        return "Conflict";
+    case 413:
+        return "Content Too Large";
+    case 429:
+        return "Too Many Requests";
+    default:
+        return "Service Unavailable";
+    }
+}
+
+/* The HTTP status of a chanq error code. */
+static int status_of(int err)
+{
+    switch (err) {
+    case CQ_EJSON:
+    case CQ_EFIELD:
+    case CQ_EBADTOPIC:
+    case CQ_EHEADER:
+    case -EINVAL:
+        return 400;
+    case CQ_EAUTH:
+        return 401;
+    case CQ_EACL:
+        return 403;
+    case CQ_ENOTOPIC:
+        return 404;
+    case CQ_EOFFLINE:
+        return 409;
+    case CQ_ECONTENT:
+    case CQ_EBADLEN:
+        return 413;
+    case CQ_EBUSY:
+    case CQ_ELIMIT:
+        return 429;
+    default:
+        return 503;
+    }
+}
+
+static void h_close(cq_mqhttp_conn_t *h)
+{
+    if (h->closing || h->dead)
+        return;
+    h->closing = true;
+    h->ops->close(h->ud);
+}
+
+/* Sends status with body v (taken; NULL: answered 503 internal instead). */
+static void respond(cq_mqhttp_conn_t *h, int status, json_t *v)
+{
+    if (h->dead || h->closing) {
+        json_decref(v);
+        return;
+    }
+    if (!v) { /* out of memory, or a stored message that is not UTF-8 text */
+        status = 503;
+        v = json_pack("{s:i,s:s}", "err_code", CQ_MQ_ERR_INTERNAL, "err_msg",
+                      "cannot build the answer");
+    }
+    size_t blen = v ? json_dumpb(v, NULL, 0, JSON_COMPACT) : 0;
+    if (v && !blen)
+        status = 503;
+    char head[192];
+    int hn = snprintf(head, sizeof(head),
+                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %zu\r\n%s\r\n",
+                      status, reason(status), blen, h->keep_alive ? "" : "Connection: close\r\n");
+    uint8_t *buf = cq_malloc((size_t)hn + blen);
+    if (!buf) {
+        json_decref(v);
+        h_close(h);
+        return;
+    }
+    memcpy(buf, head, (size_t)hn);
+    if (blen)
+        json_dumpb(v, (char *)buf + hn, blen, JSON_COMPACT);
+    json_decref(v);
+    if (h->ops->send(h->ud, buf, (size_t)hn + blen) < 0 || !h->keep_alive)
+        h_close(h);
+}
+
+/* Answers an error: status, {"err_code": wire code, "err_msg": text}. */
+static void fail_status(cq_mqhttp_conn_t *h, int status, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void fail_status(cq_mqhttp_conn_t *h, int status, int code, const char *fmt, ...)
+{
+    char msg[CQ_MQ_ERR_MSG_MAX + 1];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    respond(h, status, json_pack("{s:i,s:s}", "err_code", code, "err_msg", msg));
+}
+
+#define FAIL(h, err, ...) fail_status((h), status_of(err), cq_mq_errcode(err), __VA_ARGS__)
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+
+static bool seg_is(const hreq_t *q, size_t i, const char *word)
+{
+    return i < q->nseg && strlen(word) == q->seg_len[i] && !memcmp(q->seg[i], word, q->seg_len[i]);
+}
+
+static bool method_is(const hreq_t *q, const char *m)
+{
+    return strlen(m) == q->rq->method_len && !memcmp(q->rq->method, m, q->rq->method_len);
+}
+
+/* Splits the path after "/v1/" into segments. False when it is not a /v1/ path. */
+static bool split_path(hreq_t *q)
+{
+    const char *p = q->rq->path, *end = p + q->rq->path_len;
+    if (q->rq->path_len < 4 || memcmp(p, "/v1/", 4) != 0)
+        return false;
+    p += 4;
+    while (p <= end && q->nseg < MAX_SEGS) {
+        const char *s = memchr(p, '/', (size_t)(end - p));
+        s = s ? s : end;
+        q->seg[q->nseg] = p;
+        q->seg_len[q->nseg++] = (size_t)(s - p);
+        p = s + 1;
+    }
+    return p > end;
+}
+
+/* Copies segment i into out (size CQ_MQHTTP_CONSUMER_MAX + 1). False if too long. */
+static bool seg_copy(const hreq_t *q, size_t i, char *out, size_t cap)
+{
+    if (q->seg_len[i] >= cap)
+        return false;
+    memcpy(out, q->seg[i], q->seg_len[i]);
+    out[q->seg_len[i]] = '\0';
+    return true;
+}
+
+/* Checks the Authorization header against the permissions. Answers and returns false when the
+ * caller is not authenticated. */
+static bool authenticate(hreq_t *q)
+{
+    const cq_mqhttp_req_t *rq = q->rq;
+    const cq_mqperm_t *perms = q->h->s->perms;
+    char tok[CQ_MQ_TOKEN_MAX + 1];
+    uint64_t id = 0;
+    size_t i = 7;
+    bool ok = rq->auth && rq->auth_len > 7 && !strncasecmp(rq->auth, "Bearer ", 7);
+    for (; ok && i < rq->auth_len && rq->auth[i] >= '0' && rq->auth[i] <= '9' && id <= UINT32_MAX;
+         i++)
+        id = id * 10 + (uint64_t)(rq->auth[i] - '0');
+    ok = ok && i > 7 && i < rq->auth_len && rq->auth[i] == ':' && id <= UINT32_MAX &&
+         rq->auth_len - i - 1 <= CQ_MQ_TOKEN_MAX;
+    if (ok) {
+        memcpy(tok, rq->auth + i + 1, rq->auth_len - i - 1);
+        tok[rq->auth_len - i - 1] = '\0';
+    }
+    if (!perms) {
+        q->module_id = ok ? (uint32_t)id : 0;
+        return true;
+    }
+    if (!ok || !cq_mqperm_auth(perms, (uint32_t)id, tok)) {
+        FAIL(q->h, CQ_EAUTH,
+             ok ? "unknown module_id or wrong token"
+                : "missing or malformed \"Authorization: Bearer <module_id>:<token>\"");
+        return false;
+    }
+    q->module_id = (uint32_t)id;
+    return true;
+}
+
+static bool allowed(hreq_t *q, cq_mqperm_right_t right, const char *topic)
+{
+    static const char *const what[] = {"", "produce to", "consume", "administer"};
+    if (cq_mqperm_allows(q->h->s->perms, q->module_id, right, topic))
+        return true;
+    FAIL(q->h, CQ_EACL, "module %u may not %s%s%s", q->module_id, what[right],
+         right == CQ_MQPERM_ADMIN ? " topics" : " topic ", right == CQ_MQPERM_ADMIN ? "" : topic);
+    return false;
+}
+
+/* Parses the body as a JSON object. Answers and returns NULL when it is not one. */
+static json_t *body_object(hreq_t *q)
+{
+    json_error_t jerr;
+    json_t *v = json_loadb(q->body, q->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!v || !json_is_object(v)) {
+        FAIL(q->h, CQ_EJSON, "body: %s", v ? "must be a JSON object" : jerr.text);
+        json_decref(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* Reads an optional integer field in 0..max. Answers and returns false when it is wrong. */
+static bool int_field(hreq_t *q, json_t *o, const char *key, int64_t max, int64_t *ret, bool *has)
+{
+    json_t *v = json_object_get(o, key);
+    *has = v != NULL;
+    if (!v)
+        return true;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max) {
+        FAIL(q->h, CQ_EFIELD, "field \"%s\": must be an integer in 0..%lld", key, (long long)max);
+        return false;
+    }
+    *ret = json_integer_value(v);
+    return true;
+}
+
+/* Submits req (taken) for h; answers the submit error. */
+static void submit(cq_mqhttp_conn_t *h, cq_writer_req_t *req)
+{
+    cq_mqsrv_t *s = h->s;
+    mq_pend_t *p = cq_malloc(sizeof(*p));
+    int r = -ENOMEM;
+    if (p) {
+        *p = (mq_pend_t){NULL, NULL, h};
+        req->ud = p;
+        r = s->submit(s->submit_ud, req);
+    }
+    if (r == 0) {
+        h->inflight++;
+        h->busy = true;
+        return;
+    }
+    cq_free(p);
+    cq_writer_req_free(req);
+    if (r == CQ_EBUSY || r == CQ_ELIMIT) {
+        s->st.busy++;
+        r = CQ_EBUSY;
+    }
+    FAIL(h, r, "%s", cq_strerror(r));
+}
+
+static cq_writer_req_t *new_req(hreq_t *q, cq_writer_op_t op, const char *topic,
+                                const char *consumer)
+{
+    cq_writer_req_t *req;
+    int r = cq_writer_req_new(op, topic, consumer, &req);
+    if (r == 0)
+        return req;
+    FAIL(q->h, r, "%s", cq_strerror(r));
+    return NULL;
+}
+
+/* ---- handlers --------------------------------------------------------------------------- */
+
+static void on_health(hreq_t *q)
+{
+    const cq_mqsrv_t *s = q->h->s;
+    respond(q->h, 200,
+            json_pack("{s:b,s:I,s:I,s:I}", "ok", 1, "topics", (json_int_t)s->ntopics, "produced",
+                      (json_int_t)s->st.produced, "consumed", (json_int_t)s->st.consumed));
+}
+
+static void on_list(hreq_t *q)
+{
+    const cq_mqsrv_t *s = q->h->s;
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < s->ntopics; i++) {
+        const mq_topic_t *t = s->topics[i];
+        if (json_array_append_new(arr, json_pack("{s:s,s:b,s:i,s:I}", "topic", t->name, "online",
+                                                 t->online, "retention_days", t->retention_days,
+                                                 "last_offset", (json_int_t)t->last_offset)) < 0)
+            arr = (json_decref(arr), NULL);
+    }
+    respond(q->h, 200, arr ? json_pack("{s:o}", "topics", arr) : NULL);
+}
+
+static void on_create(hreq_t *q)
+{
+    if (!allowed(q, CQ_MQPERM_ADMIN, NULL))
+        return;
+    json_t *o = body_object(q);
+    if (!o)
+        return;
+    json_t *tv = json_object_get(o, "topic");
+    int64_t days = CQ_STORE_DEFAULT_RETENTION;
+    bool has;
+    if (!json_is_string(tv) || !cq_mq_topic_valid(json_string_value(tv), json_string_length(tv)))
+        FAIL(q->h, CQ_EBADTOPIC, "field \"topic\": must be a string matching [A-Za-z0-9_]{1,64}");
+    else if (int_field(q, o, "retention_days", 36500, &days, &has)) {
+        const mq_topic_t *t = cq__mqsrv_topic(q->h->s, json_string_value(tv));
+        cq_writer_req_t *req =
+            t ? NULL : new_req(q, CQ_WRITER_TOPIC_CREATE, json_string_value(tv), NULL);
+        if (t) {
+            respond(q->h, 200, json_pack("{s:s,s:b}", "topic", t->name, "created", 0));
+        } else if (req) {
+            req->retention_days = (int)days;
+            req->now_ms = q->h->s->now_ms;
+            submit(q->h, req);
+        }
+    }
+    json_decref(o);
+}
+
+/* The topic of /v1/topics/<t>/...: validated, known, and (need_online) online. Answers and
+ * returns NULL otherwise. right is checked between validation and existence. */
+static mq_topic_t *topic_of(hreq_t *q, cq_mqperm_right_t right, bool need_online)
+{
+    char name[CQ_MQ_TOPIC_MAX + 1];
+    if (!seg_copy(q, 1, name, sizeof(name)) || !allowed(q, right, name))
+        return NULL;
+    mq_topic_t *t = cq__mqsrv_topic(q->h->s, name);
+    if (!t)
+        FAIL(q->h, CQ_ENOTOPIC, "topic \"%s\" does not exist", name);
+    else if (need_online && !t->online)
+        FAIL(q->h, CQ_EOFFLINE, "topic \"%s\" is offline", t->name);
+    else
+        return t;
+    return NULL;
+}
+
+static void on_set_online(hreq_t *q, bool online)
+{
+    mq_topic_t *t = topic_of(q, CQ_MQPERM_ADMIN, false);
+    if (!t)
+        return;
+    int r = cq__mqsrv_set_online(q->h->s, t->name, online, q->h);
+    if (r == 0) {
+        q->h->busy = true;
+        return;
+    }
+    if (r == CQ_ELIMIT)
+        r = CQ_EBUSY;
+    FAIL(q->h, r, "%s", cq_strerror(r));
+}
+
+/* Adds one {"content", "producer_id"?, "seq"?} (or the top-level object) to req. */
+static bool add_message(hreq_t *q, cq_writer_req_t *req, json_t *m, size_t idx)
+{
+    json_t *c = json_object_get(m, "content");
+    int64_t pid = 0, seq = 0;
+    bool has_pid, has_seq;
+    if (!json_is_object(m) || (!json_is_string(c) && !json_is_object(c))) {
+        FAIL(q->h, CQ_EFIELD, "message %zu: field \"content\": must be a string or an object", idx);
+        return false;
+    }
+    if (!int_field(q, m, "producer_id", CQ_MQ_MAX_U53, &pid, &has_pid) ||
+        !int_field(q, m, "seq", CQ_MQ_MAX_U53, &seq, &has_seq))
+        return false;
+    if (has_pid != has_seq || (has_pid && pid == 0)) {
+        FAIL(q->h, CQ_EFIELD, "message %zu: \"producer_id\" (>= 1) and \"seq\" go together", idx);
+        return false;
+    }
+    size_t len = json_is_string(c) ? json_string_length(c) : json_dumpb(c, NULL, 0, JSON_COMPACT);
+    if (len > q->h->s->lim.max_content) {
+        FAIL(q->h, CQ_ECONTENT, "message %zu: content of %zu bytes is over the limit of %u", idx,
+             len, q->h->s->lim.max_content);
+        return false;
+    }
+    char *buf = cq_malloc(len ? len : 1);
+    if (buf && json_is_string(c))
+        memcpy(buf, json_string_value(c), len);
+    else if (buf)
+        json_dumpb(c, buf, len, JSON_COMPACT);
+    int r = buf ? cq_writer_req_add_msg_take(req, buf, len, (uint64_t)pid, (uint64_t)seq) : -ENOMEM;
+    if (r < 0)
+        FAIL(q->h, r, "%s", cq_strerror(r));
+    return r == 0;
+}
+
+static bool fill_produce(hreq_t *q, cq_writer_req_t *req, json_t *o)
+{
+    json_t *msgs = json_object_get(o, "messages");
+    if (!msgs)
+        return add_message(q, req, o, 0);
+    size_t n = json_is_array(msgs) ? json_array_size(msgs) : 0;
+    if (n == 0 || n > q->h->s->lim.max_batch || json_object_get(o, "content")) {
+        FAIL(q->h, n > q->h->s->lim.max_batch ? CQ_ECONTENT : CQ_EFIELD,
+             "field \"messages\": must be an array of 1..%u messages, without \"content\" beside",
+             q->h->s->lim.max_batch);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!add_message(q, req, json_array_get(msgs, i), i))
+            return false;
+    return true;
+}
+
+static void on_produce(hreq_t *q)
+{
+    mq_topic_t *t = topic_of(q, CQ_MQPERM_PRODUCE, true);
+    json_t *o = t ? body_object(q) : NULL;
+    cq_writer_req_t *req = o ? new_req(q, CQ_WRITER_PRODUCE, t->name, NULL) : NULL;
+    if (req && fill_produce(q, req, o))
+        submit(q->h, req);
+    else
+        cq_writer_req_free(req);
+    json_decref(o);
+}
+
+/* Reads name=<decimal> from the query; false (answered) when present but not a number. */
+static bool query_u64(hreq_t *q, const char *name, uint64_t *ret)
+{
+    const char *p = q->rq->query, *end = p ? p + q->rq->query_len : NULL;
+    size_t nl = strlen(name);
+    while (p && p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        amp = amp ? amp : end;
+        if ((size_t)(amp - p) > nl && !memcmp(p, name, nl) && p[nl] == '=') {
+            uint64_t x = 0;
+            const char *d = p + nl + 1;
+            bool ok = d < amp && amp - d <= 15;
+            for (; ok && d < amp; d++)
+                ok = *d >= '0' && *d <= '9' && ((x = x * 10 + (uint64_t)(*d - '0')), true);
+            if (!ok) {
+                FAIL(q->h, CQ_EFIELD, "query \"%s\": must be a decimal integer", name);
+                return false;
+            }
+            *ret = x;
+        }
+        p = amp + 1;
+    }
+    return true;
+}
+
+static void on_consume(hreq_t *q)
+{
+    uint64_t from = 0, max = CQ_MQSRV_CONSUME_DFL;
+    mq_topic_t *t = topic_of(q, CQ_MQPERM_CONSUME, true);
+    if (!t || !query_u64(q, "offset", &from) || !query_u64(q, "max", &max))
+        return;
+    cq_writer_req_t *req = new_req(q, CQ_WRITER_READ, t->name, NULL);
+    if (!req)
+        return;
+    if (max > q->h->s->lim.max_batch)
+        max = q->h->s->lim.max_batch;
+    if (max > CQ_WRITER_READ_MAX)
+        max = CQ_WRITER_READ_MAX;
+    req->max = max ? (size_t)max : 1;
+    req->from_offset = from;
+    submit(q->h, req);
+}
+
+static void on_offset(hreq_t *q, bool commit)
+{
+    char consumer[CQ_MQHTTP_CONSUMER_MAX + 1];
+    mq_topic_t *t = topic_of(q, CQ_MQPERM_CONSUME, false);
+    if (!t)
+        return;
+    if (!seg_copy(q, 3, consumer, sizeof(consumer)) || !cq_store_consumer_id_ok(consumer)) {
+        FAIL(q->h, CQ_EFIELD, "consumer id: must be 1..%d printable ASCII bytes",
+             CQ_MQHTTP_CONSUMER_MAX);
+        return;
+    }
+    int64_t off = 0;
+    bool has = true;
+    json_t *o = commit ? body_object(q) : NULL;
+    if (commit && (!o || !int_field(q, o, "offset", CQ_MQ_MAX_U53, &off, &has) || !has)) {
+        if (o && !has)
+            FAIL(q->h, CQ_EFIELD, "field \"offset\": required");
+        json_decref(o);
+        return;
+    }
+    json_decref(o);
+    cq_writer_req_t *req =
+        new_req(q, commit ? CQ_WRITER_COMMIT_OFFSET : CQ_WRITER_GET_OFFSET, t->name, consumer);
+    if (!req)
+        return;
+    req->offset = (uint64_t)off;
+    req->now_ms = q->h->s->now_ms;
+    submit(q->h, req);
+}
+
+/* Routes /v1/topics/<t>/... once the topic segment is valid and the caller authenticated. */
+static bool route_topic(hreq_t *q)
+{
+    bool post = method_is(q, "POST"), get = method_is(q, "GET");
+    if (q->nseg == 3 && post && (seg_is(q, 2, "online") || seg_is(q, 2, "offline")))
+        on_set_online(q, seg_is(q, 2, "online"));
+    else if (q->nseg == 3 && seg_is(q, 2, "messages") && (post || get))
+        post ? on_produce(q) : on_consume(q);
+    else if (q->nseg == 5 && seg_is(q, 2, "consumers") && seg_is(q, 4, "offset") && (post || get))
+        on_offset(q, post);
+    else
+        return false;
+    return true;
+}
+
+static void dispatch(hreq_t *q)
+{
+    bool known = split_path(q);
+    if (known && seg_is(q, 0, "health") && q->nseg == 1 && method_is(q, "GET")) {
+        on_health(q);
+        return;
+    }
+    if (known && seg_is(q, 0, "topics") && q->nseg >= 2 &&
+        !cq_mq_topic_valid(q->seg[1], q->seg_len[1])) {
+        FAIL(q->h, CQ_EBADTOPIC, "topic name: must match [A-Za-z0-9_]{1,64}");
+        return;
+    }
+    if (known && seg_is(q, 0, "topics") && !authenticate(q))
+        return;
+    if (known && seg_is(q, 0, "topics") && q->nseg == 1 && method_is(q, "GET"))
+        on_list(q);
+    else if (known && seg_is(q, 0, "topics") && q->nseg == 1 && method_is(q, "POST"))
+        on_create(q);
+    else if (!known || !seg_is(q, 0, "topics") || q->nseg < 3 || !route_topic(q))
+        fail_status(q->h, 404, CQ_MQ_ERR_UNKNOWN_TYPE, "no endpoint %.*s %.*s",
+                    (int)q->rq->method_len, q->rq->method, (int)q->rq->path_len, q->rq->path);
+}
+
+/* ---- completions ------------------------------------------------------------------------ */
+
+static json_t *produce_answer(const cq_writer_req_t *req)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < req->n_msgs; i++)
+        if (json_array_append_new(arr, json_integer((json_int_t)req->offsets[i])) < 0)
+            arr = (json_decref(arr), NULL);
+    return arr ? json_pack("{s:o}", "offsets", arr) : NULL;
+}
+
+static json_t *read_answer(cq_mqsrv_t *s, const cq_writer_req_t *req)
+{
+    json_t *arr = json_array();
+    uint64_t next = req->from_offset;
+    for (size_t i = 0; arr && i < req->n_recs; i++) {
+        const cq_store_rec_t *r = &req->recs[i];
+        json_t *c = json_stringn(r->content, r->len);
+        if (!c || !json_is_string(c) ||
+            json_array_append_new(arr, json_pack("{s:I,s:o,s:I}", "offset", (json_int_t)r->offset,
+                                                 "content", c, "create_time",
+                                                 (json_int_t)r->create_ms)) < 0)
+            arr = (json_decref(arr), NULL);
+        next = r->offset;
+    }
+    s->st.consumed += arr ? req->n_recs : 0;
+    return arr ? json_pack("{s:o,s:I}", "messages", arr, "next_offset", (json_int_t)next) : NULL;
+}
+
+static json_t *answer(cq_mqsrv_t *s, const cq_writer_req_t *req)
+{
+    switch (req->op) {
+    case CQ_WRITER_PRODUCE:
+        return produce_answer(req);
+    case CQ_WRITER_READ:
+        return read_answer(s, req);
+    case CQ_WRITER_TOPIC_SET_ONLINE:
+        return json_pack("{s:s,s:b}", "topic", req->topic, "online", req->online);
+    case CQ_WRITER_GET_OFFSET:
+        return json_pack("{s:s,s:s,s:I,s:b}", "topic", req->topic, "consumer", req->consumer,
+                         "offset", (json_int_t)(req->err ? 0 : req->offset), "committed",
+                         req->err == 0);
+    default:
+        return json_pack("{s:s,s:s,s:I}", "topic", req->topic, "consumer", req->consumer, "offset",
+                         (json_int_t)req->offset);
+    }
+}
+
+static void process(cq_mqhttp_conn_t *h);
+
+void cq__mqhttp_completed(cq_mqsrv_t *s, cq_writer_req_t *req, mq_pend_t *p)
+{
+    cq_mqhttp_conn_t *h = p->h;
+    int err = req->err;
+    bool existed = req->op == CQ_WRITER_TOPIC_CREATE && err == CQ_EEXIST;
+    if (req->op == CQ_WRITER_TOPIC_CREATE && (err == 0 || existed))
+        err = cq__mqsrv_topic_add(s, req->topic, true, req->retention_days) ? 0 : -ENOMEM;
+    if (req->op == CQ_WRITER_GET_OFFSET && err == -ENOENT)
+        err = 0; /* never committed: offset 0, "committed": false */
+    cq__mqsrv_apply(s, req);
+    h->busy = false;
+    if (h->dead)
+        return;
+    if (err)
+        FAIL(h, err, "%s%s%s; %s", cq_strerror(err), req->errmsg[0] ? ": " : "", req->errmsg,
+             req->op == CQ_WRITER_PRODUCE ? "nothing was acknowledged" : "not done");
+    else if (req->op == CQ_WRITER_TOPIC_CREATE)
+        respond(h, 200, json_pack("{s:s,s:b}", "topic", req->topic, "created", !existed));
+    else
+        respond(h, 200, answer(s, req));
+    h->inflight++; /* process() must not free h under cq_mqsrv_complete */
+    process(h);
+    h->inflight--;
+}
+
+/* ---- connections ------------------------------------------------------------------------ */
+
+size_t cq_mqhttp_max_body(const cq_mqsrv_t *s)
+{
+    uint64_t b = (uint64_t)s->lim.max_content * s->lim.max_batch + CQ_MQHTTP_BODY_SLACK;
+    return b > CQ_MQHTTP_BODY_CAP ? CQ_MQHTTP_BODY_CAP : (size_t)b;
+}
+
+cq_mqhttp_conn_t *cq_mqhttp_conn_new(cq_mqsrv_t *s, const cq_mqsrv_conn_ops_t *ops, void *ud)
+{
+    cq_mqhttp_conn_t *h = cq_calloc(1, sizeof(*h));
+    if (!h)
+        return NULL;
+    h->s = s;
+    h->ops = ops;
+    h->ud = ud;
+    h->keep_alive = true;
+    cq_sbuf_init(&h->in);
+    s->st.conns++;
+    return h;
+}
+
+void cq__mqhttp_conn_put(cq_mqhttp_conn_t *h)
+{
+    if (!h->dead || h->inflight)
+        return;
+    cq_sbuf_done(&h->in);
+    cq_free(h);
+}
+
+void cq_mqhttp_conn_close(cq_mqhttp_conn_t *h)
+{
+    if (!h || h->dead)
+        return;
+    h->dead = true;
+    cq_sbuf_done(&h->in);
+    cq__mqhttp_conn_put(h);
+}
+
+/* Handles the request at the head of h->in, if complete. Returns the bytes it used (0: need
+ * more). A request whose framing is bad is answered with a close. */
+static size_t one_request(cq_mqhttp_conn_t *h)
+{
+    cq_mqhttp_req_t rq;
+    size_t max_body = cq_mqhttp_max_body(h->s);
+    ssize_t r = cq_mqhttp_parse((const char *)h->in.data, h->in.len, CQ_MQHTTP_HEAD_MAX, &rq);
+    if (r == 0)
+        return 0;
+    h->s->st.frames++;
+    if (r < 0 || rq.chunked || rq.content_length > max_body) {
+        h->keep_alive = false;
+        h->s->st.bad_frames++;
+        if (r == CQ_EBADLEN)
+            FAIL(h, CQ_EBADLEN, "request head over %u bytes", CQ_MQHTTP_HEAD_MAX);
+        else if (r < 0 || rq.chunked)
+            FAIL(h, CQ_EHEADER, "%s",
+                 r < 0 ? "malformed HTTP request head" : "Transfer-Encoding is not supported");
+        else
+            FAIL(h, CQ_EBADLEN, "body of %llu bytes is over the limit of %zu",
+                 (unsigned long long)rq.content_length, max_body);
+        return h->in.len;
+    }
+    if (h->in.len - (size_t)r < rq.content_length)
+        return 0;
+    hreq_t q = {.h = h,
+                .rq = &rq,
+                .body = (const char *)h->in.data + r,
+                .body_len = (size_t)rq.content_length};
+    h->keep_alive = rq.keep_alive;
+    dispatch(&q);
+    return (size_t)r + (size_t)rq.content_length;
+}
+
+static void process(cq_mqhttp_conn_t *h)
+{
+    while (!h->busy && !h->closing && !h->dead && h->in.len) {
+        size_t used = one_request(h);
+        if (!used)
+            return;
+        if (!h->dead)
+            cq_sbuf_consume(&h->in, used);
+    }
+}
+
+int cq_mqhttp_conn_input(cq_mqhttp_conn_t *h, const uint8_t *p, size_t n)
+{
+    if (h->closing || h->dead)
+        return CQ_ECLOSED;
+    if (h->in.len + n > 2 * CQ_MQHTTP_HEAD_MAX + cq_mqhttp_max_body(h->s)) {
+        h_close(h); /* pipelining beyond what one request may hold */
+        return CQ_ECLOSED;
+    }
+    if (cq_sbuf_append(&h->in, p, n) < 0) {
+        h_close(h);
+        return -ENOMEM;
+    }
+    process(h);
+    return h->closing ? CQ_ECLOSED : 0;
+}

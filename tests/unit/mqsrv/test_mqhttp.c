@@ -1,0 +1,271 @@
+/* test_mqhttp.c - the HTTP API's sans-I/O side: the request-head parser on every prefix and on
+ * malformed heads, and a connection fed every two-way split of a pipelined byte stream, with a
+ * fake store (submitted requests are captured and completed by hand).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_mqhttp.h"
+#include "cq_mqsrv.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- fakes ---------------------------------------------------------------------------------- */
+
+#define MAX_PENDING 8
+
+typedef struct fake {
+    cq_writer_req_t *pending[MAX_PENDING];
+    size_t npending;
+    char out[65536]; /* everything sent */
+    size_t outlen;
+    int closed;
+    int busy; /* submit answers CQ_EBUSY */
+} fake_t;
+
+static fake_t fk;
+
+static int fake_submit(void *ud, cq_writer_req_t *req)
+{
+    (void)ud;
+    if (fk.busy || fk.npending == MAX_PENDING)
+        return CQ_EBUSY;
+    fk.pending[fk.npending++] = req;
+    return 0;
+}
+
+static int fake_send(void *ud, uint8_t *frame, size_t len)
+{
+    (void)ud;
+    assert_true(fk.outlen + len < sizeof(fk.out));
+    memcpy(fk.out + fk.outlen, frame, len);
+    fk.outlen += len;
+    fk.out[fk.outlen] = '\0';
+    cq_free(frame);
+    return 0;
+}
+
+static void fake_close(void *ud)
+{
+    (void)ud;
+    fk.closed++;
+}
+
+static const cq_mqsrv_conn_ops_t ops = {fake_send, fake_close};
+
+static cq_mqsrv_t *new_engine(bool online)
+{
+    memset(&fk, 0, sizeof(fk));
+    cq_store_topic_t t = {.online = online, .retention_days = 30};
+    snprintf(t.name, sizeof(t.name), "orders");
+    cq_mqsrv_opts_t o = {.topics = &t, .ntopics = 1, .submit = fake_submit};
+    cq_mqsrv_t *s = cq_mqsrv_new(&o);
+    assert_non_null(s);
+    return s;
+}
+
+/* Completes the oldest pending request as the store would, with offsets from first. */
+static void complete_next(cq_mqsrv_t *s, uint64_t first)
+{
+    assert_true(fk.npending > 0);
+    cq_writer_req_t *req = fk.pending[0];
+    memmove(fk.pending, fk.pending + 1, --fk.npending * sizeof(fk.pending[0]));
+    if (req->op == CQ_WRITER_PRODUCE) {
+        assert_non_null(req->offsets); /* sized by cq_writer_req_add_msg */
+        for (size_t i = 0; i < req->n_msgs; i++)
+            req->offsets[i] = first + i;
+    }
+    cq_mqsrv_complete(s, req);
+    cq_mqsrv_flush(s);
+}
+
+/* ---- the parser ----------------------------------------------------------------------------- */
+
+static void test_parse_prefixes(void **state)
+{
+    (void)state;
+    const char req[] = "POST /v1/topics/orders/messages?x=1 HTTP/1.1\r\nHost: a\r\n"
+                       "Authorization:  Bearer 1:tok \r\nContent-Length: 5\r\n"
+                       "Connection: close\r\n\r\nhello";
+    size_t head = strlen(req) - 5;
+    cq_mqhttp_req_t r;
+    for (size_t i = 0; i < head; i++)
+        assert_int_equal(cq_mqhttp_parse(req, i, CQ_MQHTTP_HEAD_MAX, &r), 0);
+    for (size_t i = head; i <= strlen(req); i++) {
+        memset(&r, 0xff, sizeof(r));
+        assert_int_equal(cq_mqhttp_parse(req, i, CQ_MQHTTP_HEAD_MAX, &r), (ssize_t)head);
+        assert_int_equal(r.path_len, strlen("/v1/topics/orders/messages"));
+        assert_memory_equal(r.query, "x=1", 3);
+        assert_int_equal(r.query_len, 3);
+        assert_int_equal(r.auth_len, strlen("Bearer 1:tok"));
+        assert_memory_equal(r.auth, "Bearer 1:tok", r.auth_len);
+        assert_int_equal(r.content_length, 5);
+        assert_false(r.keep_alive);
+        assert_false(r.chunked);
+    }
+    /* the head limit: a head that does not fit */
+    assert_int_equal(cq_mqhttp_parse(req, head - 1, head - 1, &r), CQ_EBADLEN);
+    assert_int_equal(cq_mqhttp_parse(req, head, head, &r), (ssize_t)head);
+}
+
+static void test_parse_bad(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "GET\r\n\r\n",
+        "GET /x\r\n\r\n",
+        "GET /x HTTP/2.0\r\n\r\n",
+        "GET x HTTP/1.1\r\n\r\n",
+        "G(T /x HTTP/1.1\r\n\r\n",
+        "GET /x HTTP/1.1\r\nNoColon\r\n\r\n",
+        "GET /x HTTP/1.1\r\n folded: x\r\n\r\n",
+        "GET /x HTTP/1.1\r\nContent-Length: 1x\r\n\r\n",
+        "GET /x HTTP/1.1\r\nContent-Length: \r\n\r\n",
+        "GET /x HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        "GET /x HTTP/1.1\r\nContent-Length: 9999999999999999999\r\n\r\n",
+        "GET /x HTTP/1.1\r\nA: b\nc\r\n\r\n",
+        "GET /x HTTP/1.1\nA: b\r\n\r\n",
+    };
+    cq_mqhttp_req_t r;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ssize_t n = cq_mqhttp_parse(bad[i], strlen(bad[i]), CQ_MQHTTP_HEAD_MAX, &r);
+        if (n != CQ_EHEADER)
+            fprintf(stderr, "# case %zu: %zd\n", i, n);
+        assert_int_equal(n, CQ_EHEADER);
+    }
+    const char ok10[] = "GET /x HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n";
+    assert_int_equal(cq_mqhttp_parse(ok10, strlen(ok10), 100, &r), (ssize_t)strlen(ok10));
+    assert_true(r.keep_alive);
+    const char dup[] = "GET /x HTTP/1.0\r\nContent-Length: 3\r\ncontent-length: 3\r\n\r\n";
+    assert_int_equal(cq_mqhttp_parse(dup, strlen(dup), 100, &r), (ssize_t)strlen(dup));
+    assert_false(r.keep_alive);
+}
+
+/* ---- a connection --------------------------------------------------------------------------- */
+
+static const char stream[] =
+    "GET /v1/health HTTP/1.1\r\n\r\n"
+    "POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Length: 45\r\n\r\n"
+    "{\"messages\":[{\"content\":\"a\"},{\"content\":{}}]}"
+    "GET /v1/topics HTTP/1.1\r\nConnection: close\r\n\r\n";
+
+/* Feeds stream split at i (and j), completing the produce when it is submitted; returns what
+ * was sent. */
+static void run_split(size_t i, size_t j, char *out, size_t cap)
+{
+    cq_mqsrv_t *s = new_engine(true);
+    cq_mqhttp_conn_t *h = cq_mqhttp_conn_new(s, &ops, NULL);
+    assert_non_null(h);
+    size_t n = strlen(stream), cut[3] = {i, j, n}, at = 0;
+    for (size_t k = 0; k < 3; k++) {
+        int r = fk.closed ? 0 : cq_mqhttp_conn_input(h, (const uint8_t *)stream + at, cut[k] - at);
+        assert_true(r == 0 || (r == CQ_ECLOSED && fk.closed));
+        at = cut[k];
+        while (fk.npending)
+            complete_next(s, 1);
+    }
+    assert_int_equal(fk.closed, 1);
+    assert_true(fk.outlen < cap);
+    memcpy(out, fk.out, fk.outlen + 1);
+    cq_mqhttp_conn_close(h);
+    cq_mqsrv_free(s);
+}
+
+static void test_every_split(void **state)
+{
+    (void)state;
+    char want[4096], got[4096];
+    size_t n = strlen(stream);
+    run_split(n, n, want, sizeof(want));
+    assert_non_null(strstr(want, "{\"ok\":true"));
+    assert_non_null(strstr(want, "{\"offsets\":[1,2]}"));
+    assert_non_null(strstr(want, "\"online\":true"));
+    assert_non_null(strstr(want, "Connection: close"));
+    for (size_t i = 0; i <= n; i++) {
+        run_split(i, n, got, sizeof(got));
+        assert_string_equal(got, want);
+    }
+    for (size_t i = 0; i <= n; i += 7)
+        for (size_t j = i; j <= n; j += 5) {
+            run_split(i, j, got, sizeof(got));
+            assert_string_equal(got, want);
+        }
+}
+
+/* Sends one request on a fresh connection; returns the response text in fk.out. */
+static cq_mqsrv_t *one(const char *req, bool online, bool complete)
+{
+    cq_mqsrv_t *s = new_engine(online);
+    cq_mqhttp_conn_t *h = cq_mqhttp_conn_new(s, &ops, NULL);
+    cq_mqhttp_conn_input(h, (const uint8_t *)req, strlen(req));
+    while (complete && fk.npending)
+        complete_next(s, 1);
+    cq_mqhttp_conn_close(h);
+    return s;
+}
+
+static void expect_status(const char *req, bool online, const char *status, const char *code)
+{
+    cq_mqsrv_t *s = one(req, online, true);
+    if (strncmp(fk.out, status, strlen(status)) != 0 || !strstr(fk.out, code))
+        fprintf(stderr, "# %s -> %s\n", req, fk.out);
+    assert_memory_equal(fk.out, status, strlen(status));
+    assert_non_null(strstr(fk.out, code));
+    cq_mqsrv_free(s);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    expect_status("POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Length: 4\r\n\r\n{bad", true,
+                  "HTTP/1.1 400", "\"err_code\":3");
+    expect_status("GET /v1/topics/or'ders/messages HTTP/1.1\r\n\r\n", true, "HTTP/1.1 400",
+                  "\"err_code\":13");
+    expect_status("GET /v1/topics/orders/messages HTTP/1.1\r\n\r\n", false, "HTTP/1.1 409",
+                  "\"err_code\":9");
+    expect_status("GET /v1/topics/nope/messages HTTP/1.1\r\n\r\n", true, "HTTP/1.1 404",
+                  "\"err_code\":8");
+    expect_status("GET /v1/x HTTP/1.1\r\n\r\n", true, "HTTP/1.1 404", "\"err_code\":4");
+    expect_status("POST /v1/topics HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", true,
+                  "HTTP/1.1 413", "\"err_code\":2");
+    fk.busy = 1;
+    cq_mqsrv_t *s = new_engine(true);
+    fk.busy = 1;
+    cq_mqhttp_conn_t *h = cq_mqhttp_conn_new(s, &ops, NULL);
+    const char req[] = "GET /v1/topics/orders/messages HTTP/1.1\r\n\r\n";
+    cq_mqhttp_conn_input(h, (const uint8_t *)req, strlen(req));
+    assert_memory_equal(fk.out, "HTTP/1.1 429", 12);
+    cq_mqhttp_conn_close(h);
+    cq_mqsrv_free(s);
+}
+
+static void test_close_in_flight(void **state)
+{
+    (void)state;
+    /* the edge closes while the produce is in the store: answered to no one, freed after */
+    cq_mqsrv_t *s = one("POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Length: 15\r\n\r\n"
+                        "{\"content\":\"a\"}GET /v1/health HTTP/1.1\r\n\r\n",
+                        true, false);
+    assert_int_equal(fk.npending, 1);
+    assert_int_equal(fk.outlen, 0);
+    complete_next(s, 1);
+    assert_int_equal(fk.outlen, 0);
+    cq_mqsrv_free(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_prefixes),  cmocka_unit_test(test_parse_bad),
+        cmocka_unit_test(test_every_split),     cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_close_in_flight),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
