@@ -1,6 +1,8 @@
 /* cq_store.c - the backend-neutral half of the store: validation, error text, dispatch. */
 #include "cq_store_impl.h"
 
+#include "cq_clock.h"
+
 #include "cq_alloc.h"
 #include "cq_err.h"
 
@@ -198,4 +200,9 @@ int cq_store_get_offset(cq_store_t *s, const char *topic, const char *consumer_i
 {
     int r = enter_consumer(s, topic, consumer_id);
     return r < 0 ? r : s->ops->get_offset(s, topic, consumer_id, ret_offset);
+}
+
+int64_t cq__store_now_ms(void)
+{
+    return cq_clock_unix_ns() / 1000000;
 }

@@ -17,6 +17,15 @@ struct cq_store {
     char errmsg[CQ_STORE_ERRMSG_MAX];
 };
 
+/* One forward-only migration: its version and its SQL (embedded from migrations/<backend>/). */
+typedef struct cq__migration {
+    int version;
+    const char *sql;
+} cq__migration_t;
+
+/* Wall-clock milliseconds, for create/update times stored in rows. */
+int64_t cq__store_now_ms(void);
+
 /* Records the text of an error on s and returns code. */
 int cq__store_fail(cq_store_t *s, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

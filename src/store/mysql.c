@@ -42,7 +42,6 @@
 #include "cq_store_impl.h"
 
 #include "cq_alloc.h"
-#include "cq_clock.h"
 #include "cq_err.h"
 #include "cq_util.h"
 
@@ -92,24 +91,14 @@ typedef struct topic {
     uint64_t high_water;
 } topic_t;
 
-typedef struct migration {
-    int version;
-    const char *sql;
-} migration_t;
-
 /* Forward-only, in version order. Add a row per new migrations/mysql/NNNN_*.sql file. */
-static const migration_t migrations[] = {
+static const cq__migration_t migrations[] = {
     {1, cq_embedded_mysql_0001},
 };
 
 static my_store_t *MY(cq_store_t *s)
 {
     return (my_store_t *)s;
-}
-
-static int64_t now_unix_ms(void)
-{
-    return cq_clock_unix_ns() / 1000000;
 }
 
 /* ---- errors -------------------------------------------------------------------------------- */
@@ -907,7 +896,7 @@ static int my_append_batch(cq_store_t *s, const char *topic, const cq_store_msg_
 {
     my_store_t *q = MY(s);
     topic_t t;
-    append_ctx_t c = {.q = q, .t = &t, .msgs = msgs, .n = n, .now_ms = now_unix_ms()};
+    append_ctx_t c = {.q = q, .t = &t, .msgs = msgs, .n = n, .now_ms = cq__store_now_ms()};
     c.offs = cq_calloc(n, sizeof(*c.offs));
     c.first = cq_calloc(n, sizeof(*c.first));
     c.keys = cq_calloc(n, sizeof(*c.keys));
@@ -1245,14 +1234,14 @@ static int schema_version(my_store_t *q, int *ret_version)
     return r;
 }
 
-static int migration_apply(my_store_t *q, const migration_t *m)
+static int migration_apply(my_store_t *q, const cq__migration_t *m)
 {
     int r = run_script(q, m->sql);
     if (r == 0) {
         pbind_t p;
         p_init(&p);
         p_i64(&p, m->version);
-        p_i64(&p, now_unix_ms());
+        p_i64(&p, cq__store_now_ms());
         r = st_run(q, "INSERT INTO schema_version (version, applied_ms) VALUES (?, ?)", &p, NULL);
     }
     return tx_end(q, r);

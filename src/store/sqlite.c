@@ -22,7 +22,6 @@
 #include "sqlite_migrations.h"
 
 #include "cq_alloc.h"
-#include "cq_clock.h"
 #include "cq_err.h"
 #include "cq_util.h"
 
@@ -42,13 +41,8 @@ typedef struct sq_store {
     sqlite3 *db;
 } sq_store_t;
 
-typedef struct migration {
-    int version;
-    const char *sql;
-} migration_t;
-
 /* Forward-only, in version order. Add a row per new migrations/sqlite/NNNN_*.sql file. */
-static const migration_t migrations[] = {
+static const cq__migration_t migrations[] = {
     {1, cq_embedded_sqlite_0001},
 };
 
@@ -120,11 +114,6 @@ static int tx_end(sq_store_t *q, int r)
     if (r < 0)
         tx_rollback(q);
     return r;
-}
-
-static int64_t now_unix_ms(void)
-{
-    return cq_clock_unix_ns() / 1000000;
 }
 
 /* The per-topic SQL text: fmt is a literal with one "%s" where the topic name goes. The name is
@@ -355,7 +344,7 @@ static int sq_append_batch(cq_store_t *s, const char *topic, const cq_store_msg_
                            uint64_t *ret_offsets)
 {
     sq_store_t *q = SQ(s);
-    append_ctx_t c = {.q = q, .now_ms = now_unix_ms()};
+    append_ctx_t c = {.q = q, .now_ms = cq__store_now_ms()};
     char canon[CQ_STORE_TOPIC_MAX + 1];
     uint64_t *offs = cq_malloc(n * sizeof(*offs));
     if (!offs)
@@ -637,7 +626,7 @@ static int schema_version(sq_store_t *q, int *ret_version)
     return r;
 }
 
-static int migration_apply(sq_store_t *q, const migration_t *m)
+static int migration_apply(sq_store_t *q, const cq__migration_t *m)
 {
     sqlite3_stmt *st = NULL;
     int r = exec(q, m->sql);
@@ -645,7 +634,7 @@ static int migration_apply(sq_store_t *q, const migration_t *m)
         r = prep(q, "INSERT INTO schema_version (version, applied_ms) VALUES (?1, ?2)", &st);
     if (r == 0) {
         sqlite3_bind_int(st, 1, m->version);
-        sqlite3_bind_int64(st, 2, now_unix_ms());
+        sqlite3_bind_int64(st, 2, cq__store_now_ms());
         r = step_done(q, st);
     }
     sqlite3_finalize(st);
