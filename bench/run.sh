@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # bench/run.sh - chanqd vs redis-server vs nats-server, shape "1 publisher -> N subscribers",
-# and chanqd's channel-data fan-out (shape "data", chanqd only).
+# chanqd's channel-data fan-out (shape "data", chanqd only), and durable topics (shape
+# "durable": chanqd on MariaDB and on SQLite vs raw Connector/C bulk inserts; not in the default
+# SHAPES, run it with SHAPES=durable).
 #
 # Builds chanqd and cqbench (meson, buildtype=release, in build-bench/), starts every server on
 # loopback with non-default ports in a temp dir, runs each shape REPS times with the targets
@@ -17,6 +19,15 @@
 #     DATA_INTERVAL [20] fanOutIntervalMs  DATA_DURATION [$DURATION] s  DATA_WARMUP [$WARMUP] s
 #     DATA_CONTROL [1]  1: also run the plain broadcast (rate mode) to the same N subscribers at
 #                       1000/DATA_INTERVAL msg/s, i.e. the same deliveries/s without channel data
+#   durable shape (mqbench; chanqd --store-backend mysql against a fresh MariaDB started with
+#   tests/support/mariadb.sh (durable: binlog, flush at every commit, sync_binlog=1), and
+#   --store-backend sqlite in a temp dir; each rep runs raw-mysql, then produce / rate / consume
+#   per backend):
+#     DUR_REPS [3]  DUR_DURATION [4] s  DUR_WARMUP [1] s  DUR_BACKENDS ["mysql sqlite"]
+#     DUR_PRODUCERS [8] connections  DUR_WINDOW [4] produces in flight each  DUR_BATCH [1000]
+#     messages per produce  DUR_RAW_BATCH [1000] rows per INSERT  DUR_SIZE [256] B
+#     DUR_RATE [2000] msgs/s (single-message produces)  DUR_CONSUME_MAX [300000] messages
+#     DUR_CONSUME_COUNT [1000] max_count per consume
 #   PERF [0]  1: also `perf record` chanqd (workers 1) during one 1->1000 closed-loop run (with a
 #             closed shape), and
 #             (with the data shape) during one data run with PERF_DATA_SUBS [1000] subscribers
@@ -45,6 +56,18 @@ DATA_DURATION=${DATA_DURATION:-$DURATION}
 DATA_WARMUP=${DATA_WARMUP:-$WARMUP}
 DATA_CONTROL=${DATA_CONTROL:-1}
 PERF=${PERF:-0}
+DUR_REPS=${DUR_REPS:-3}
+DUR_DURATION=${DUR_DURATION:-4}
+DUR_WARMUP=${DUR_WARMUP:-1}
+DUR_BACKENDS=${DUR_BACKENDS:-"mysql sqlite"}
+DUR_PRODUCERS=${DUR_PRODUCERS:-8}
+DUR_WINDOW=${DUR_WINDOW:-4}
+DUR_BATCH=${DUR_BATCH:-1000}
+DUR_RAW_BATCH=${DUR_RAW_BATCH:-1000}
+DUR_SIZE=${DUR_SIZE:-256}
+DUR_RATE=${DUR_RATE:-2000}
+DUR_CONSUME_MAX=${DUR_CONSUME_MAX:-300000}
+DUR_CONSUME_COUNT=${DUR_CONSUME_COUNT:-1000}
 PERF_DATA_SUBS=${PERF_DATA_SUBS:-1000}
 OUT=${OUT:-$BUILD/bench-results}
 
@@ -59,8 +82,13 @@ need_pkg() { # program package
     fi
     command -v "$1" >/dev/null 2>&1 || { log "missing $1 (Debian package $2)"; exit 1; }
 }
-case " $TARGETS " in *" redis "*) need_pkg redis-server redis-server ;; esac
-case " $TARGETS " in *" nats "*) need_pkg nats-server nats-server ;; esac
+# redis-server and nats-server are needed only by the shapes other than durable.
+NON_DURABLE=0
+for s in $SHAPES; do [ "$s" = durable ] || NON_DURABLE=1; done
+if [ "$NON_DURABLE" = 1 ]; then
+    case " $TARGETS " in *" redis "*) need_pkg redis-server redis-server ;; esac
+    case " $TARGETS " in *" nats "*) need_pkg nats-server nats-server ;; esac
+fi
 case " $SHAPES " in *" data "*) need_pkg protoc protobuf-compiler ;; esac
 command -v python3 >/dev/null || { log "python3 is needed for the summary"; exit 1; }
 
@@ -68,9 +96,12 @@ command -v python3 >/dev/null || { log "python3 is needed for the summary"; exit
 if [ ! -f "$BUILD/build.ninja" ]; then
     meson setup "$BUILD" "$ROOT" --buildtype=release -Dtests=disabled >/dev/null
 fi
-ninja -C "$BUILD" src/main/chanqd bench/cqbench >/dev/null
+BUILD_TARGETS=(src/main/chanqd bench/cqbench)
+case " $SHAPES " in *" durable "*) BUILD_TARGETS+=(bench/mqbench) ;; esac
+ninja -C "$BUILD" "${BUILD_TARGETS[@]}" >/dev/null
 CHANQD="$BUILD/src/main/chanqd"
 CQBENCH="$BUILD/bench/cqbench"
+MQBENCH="$BUILD/bench/mqbench"
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 # The data shape opens max(DATA_SUBS) + 1 client sockets in cqbench and as many in chanqd (each
@@ -98,6 +129,7 @@ mkdir -p "$OUT"
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 JSONL="$OUT/run-$STAMP.jsonl"
 : >"$JSONL"
+DJSONL="$OUT/durable-$STAMP.jsonl"
 TMP=$(mktemp -d /tmp/chanq-bench.XXXXXX)
 FDS="$TMP/testpb.fds"
 case " $SHAPES " in
@@ -109,8 +141,12 @@ esac
 
 # ---- servers ---------------------------------------------------------------------------------
 PIDS=()
+MYBASE=
 cleanup() {
     local p
+    if [ -n "$MYBASE" ]; then
+        "$ROOT/tests/support/mariadb.sh" stop "$MYBASE" >/dev/null 2>&1 || true
+    fi
     for p in "${PIDS[@]}"; do
         kill "$p" 2>/dev/null || true
     done
@@ -145,12 +181,16 @@ wait_port() { # port pid -> 0 when listening, 1 when the server died or never li
     return 1
 }
 
-# Each start_* sets SPID (server pid) and ARGS (cqbench address arguments).
+# Each start_* sets SPID (server pid) and ARGS (cqbench address arguments); start_chanq also
+# sets SDIR (its ready file and log). Durable topics are off unless the extra arguments turn
+# them on (the last --mq-addr wins), so no store is opened and the fixed MQ ports stay free.
 start_chanq() { # workers [extra chanqd arguments...]
     local dir="$TMP/chanq-$1-$RANDOM" w=$1
     shift
     mkdir -p "$dir"
+    SDIR=$dir
     "$CHANQD" --client-addr 127.0.0.1:0 --server-addr 127.0.0.1:0 --admin-addr '' \
+        --mq-addr '' --mq-http-addr '' \
         --ready-file "$dir/ready" --workers "$w" --log-level warn "$@" >"$dir/log" 2>&1 &
     SPID=$!
     PIDS+=("$SPID")
@@ -243,6 +283,25 @@ bench() {
     printf '%s\n' "$line" | grep '^#' >&2 || true
 }
 
+# mqbench LABEL MQBENCH-ARGS...: one durable-topic run, its JSON line appended to $DJSONL.
+mqbench() {
+    local label=$1 line
+    shift
+    if ! line=$("$MQBENCH" "$@" --label "$label" 2>>"$TMP/mqbench.err" | tee -a "$DJSONL"); then
+        log "mqbench failed ($label): $(tail -3 "$TMP/mqbench.err")"
+    fi
+    printf '%s\n' "$line" | grep '^#' >&2 || true
+}
+# Synced 4 KiB writes per second on the disk of $TMP (the MariaDB data dir and the SQLite store).
+dsync_rate() {
+    local t0 t1
+    t0=$(date +%s.%N)
+    dd if=/dev/zero of="$TMP/dsync.test" bs=4k count=1000 oflag=dsync 2>/dev/null || true
+    t1=$(date +%s.%N)
+    rm -f "$TMP/dsync.test"
+    python3 -c "print(round(1000 / ($t1 - $t0)))"
+}
+
 # ---- shapes ----------------------------------------------------------------------------------
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 T0=$(date +%s)
@@ -308,8 +367,86 @@ run_shape() { # shape
         done
         [ "$any" = 1 ] || log "shape data: no chanq-* target in TARGETS, skipped"
         ;;
+    durable) run_durable ;;
     *) log "unknown shape $shape"; exit 1 ;;
     esac
+}
+
+# Durable topics (issue 4): chanqd on MariaDB and chanqd on SQLite run for the whole shape; per
+# rep: raw Connector/C bulk inserts into the same MariaDB, then per backend produce
+# (throughput), rate (ack latency at DUR_RATE msgs/s) and consume (from offset 0). A fresh topic
+# per rep.
+run_durable() {
+    local my_port='' my_pid='' b r ready mq rc dstart dend fs0 fs1
+    local -a cpid common
+    local -A MQADDR MQPID
+    dstart=$(cut -d' ' -f1-3 /proc/loadavg)
+    fs0=$(dsync_rate)
+    log "durable: load $dstart, disk $fs0 synced 4k writes/s"
+    for b in $DUR_BACKENDS; do
+        case "$b" in
+        mysql)
+            MYBASE="$TMP/mariadb"
+            rc=0
+            my_port=$("$ROOT/tests/support/mariadb.sh" start "$MYBASE") || rc=$?
+            if [ "$rc" != 0 ]; then
+                log "durable: MariaDB did not start (mariadb.sh exit $rc), backend mysql skipped"
+                MYBASE=
+                my_port=
+                continue
+            fi
+            my_pid=$(cat "$MYBASE/mariadbd.pid")
+            start_chanq 1 --mq-addr 127.0.0.1:0 --store-backend mysql --mysql-port "$my_port" \
+                --mysql-user root --mysql-database chanq_bench
+            ;;
+        sqlite)
+            start_chanq 1 --mq-addr 127.0.0.1:0 --store-backend sqlite \
+                --store-dir "$TMP/sqlite-store"
+            ;;
+        *) log "durable: unknown backend $b"; exit 1 ;;
+        esac
+        ready=$(cat "$SDIR/ready")
+        mq=${ready##*mq=}
+        mq=${mq%% *}
+        MQADDR[$b]=$mq
+        MQPID[$b]=$SPID
+        log "durable: chanqd on $b at mq=$mq (pid $SPID)"
+    done
+    common=(--size "$DUR_SIZE" --duration "$DUR_DURATION" --warmup "$DUR_WARMUP")
+    for r in $(seq 1 "$DUR_REPS"); do
+        if [ -n "$my_port" ]; then
+            mqbench "durable/raw-mysql" raw-mysql --mysql-port "$my_port" --mysql-user root \
+                --mysql-database rawbench --topic "raw_r$r" --batch "$DUR_RAW_BATCH" \
+                --pid "mariadbd=$my_pid" "${common[@]}"
+        fi
+        for b in $DUR_BACKENDS; do
+            [ -n "${MQADDR[$b]:-}" ] || continue
+            mq=${MQADDR[$b]}
+            cpid=(--pid "chanqd=${MQPID[$b]}")
+            [ "$b" = mysql ] && cpid+=(--pid "mariadbd=$my_pid")
+            mqbench "durable/produce/$b" produce --addr "$mq" --topic "bench_r$r" \
+                --producers "$DUR_PRODUCERS" --window "$DUR_WINDOW" --batch "$DUR_BATCH" \
+                "${cpid[@]}" "${common[@]}"
+            mqbench "durable/rate/$b" rate --addr "$mq" --topic "rate_r$r" --rate "$DUR_RATE" \
+                "${cpid[@]}" "${common[@]}"
+            mqbench "durable/consume/$b" consume --addr "$mq" --topic "bench_r$r" \
+                --max-count "$DUR_CONSUME_COUNT" --max-msgs "$DUR_CONSUME_MAX" "${cpid[@]}"
+        done
+    done
+    for b in $DUR_BACKENDS; do
+        if [ -n "${MQPID[$b]:-}" ]; then
+            stop_server "${MQPID[$b]}"
+        fi
+    done
+    if [ -n "$MYBASE" ]; then
+        "$ROOT/tests/support/mariadb.sh" stop "$MYBASE" >/dev/null 2>&1 || true
+        MYBASE=
+    fi
+    fs1=$(dsync_rate)
+    dend=$(cut -d' ' -f1-3 /proc/loadavg)
+    log "durable: load $dend, disk $fs1 synced 4k writes/s"
+    printf '{"mode":"env","load_start":"%s","load_end":"%s","dsync_start":%s,"dsync_end":%s}\n' \
+        "$dstart" "$dend" "$fs0" "$fs1" >>"$DJSONL"
 }
 
 for s in $SHAPES; do
@@ -486,3 +623,69 @@ if data_shapes:
           f'running half the time). Bad, stale (out-of-order) fan-outs and lost connections: {bad}.')
 EOF
 log "raw results: $JSONL"
+
+[ -s "$DJSONL" ] || exit 0
+# ---- durable summary (medians) -----------------------------------------------------------------
+python3 - "$DJSONL" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')]
+env = next((r for r in rows if r['mode'] == 'env'), {})
+by = {}
+for r in rows:
+    if r['mode'] != 'env':
+        by.setdefault(r['label'], []).append(r)
+
+def med(label, key, sub=None):
+    v = []
+    for r in by.get(label, []):
+        x = r.get(key) if sub is None else r.get(key, {}).get(sub)
+        if x is not None and x >= 0:
+            v.append(x)
+    return statistics.median(v) if v else None
+
+def fmt(x, nd=0):
+    return '-' if x is None else f'{x:,.{nd}f}'
+
+def rng(label, key):
+    v = [r[key] for r in by.get(label, []) if r.get(key) is not None]
+    return '-' if not v else f'{min(v):,.0f}-{max(v):,.0f}'
+
+print(f'\n### durable topics: load {env.get("load_start")} -> {env.get("load_end")}, disk '
+      f'{env.get("dsync_start")} / {env.get("dsync_end")} synced 4k writes/s (start / end)\n')
+raw = med('durable/raw-mysql', 'msgs_per_s')
+print('| run | what | msgs/s (median) | min-max | p50 ms | p99 ms | chanqd CPU % | mariadbd CPU % | mqbench CPU % | errors |')
+print('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|')
+for L in sorted(by):
+    r0 = by[L][0]
+    mode = r0['mode']
+    if mode == 'raw-mysql':
+        what = f'INSERT of {r0["batch"]} rows x {r0["size"]} B, one connection'
+    elif mode == 'produce':
+        what = f'{r0["producers"]} conns x {r0["window"]} in flight x {r0["batch"]} msgs, {r0["size"]} B'
+    elif mode == 'rate':
+        what = f'{r0["rate"]:.0f} msgs/s, 1 msg per produce, {r0["size"]} B'
+    else:
+        what = f'from offset 0, max_count {r0["max_count"]}, one request at a time'
+    p50 = med(L, 'p50_ms') if mode != 'consume' else med(L, 'req_p50_ms')
+    p99 = med(L, 'p99_ms') if mode != 'consume' else med(L, 'req_p99_ms')
+    err = sum(r.get('errors', 0) for r in by[L])
+    print(f'| {L[len("durable/"):]} | {what} | {fmt(med(L, "msgs_per_s"))} | {rng(L, "msgs_per_s")} '
+          f'| {fmt(p50, 2)} | {fmt(p99, 2)} | {fmt(med(L, "cpu", "chanqd"))} | {fmt(med(L, "cpu", "mariadbd"))} '
+          f'| {fmt(med(L, "cpu", "mqbench"))} | {err} |')
+print()
+for b in ('mysql', 'sqlite'):
+    p = med(f'durable/produce/{b}', 'msgs_per_s')
+    lat = med(f'durable/rate/{b}', 'p99_ms')
+    c = med(f'durable/consume/{b}', 'msgs_per_s')
+    if p is None:
+        continue
+    rel = f', {100 * p / raw:.0f} % of the raw median {raw:,.0f}/s' if raw else ''
+    pr = [q['msgs_per_s'] / w['msgs_per_s'] for q, w in
+          zip(by.get(f'durable/produce/{b}', []), by.get('durable/raw-mysql', [])) if w['msgs_per_s'] > 0]
+    if pr:
+        rel += (f'; per rep (same rep\'s raw run): median {100 * statistics.median(pr):.0f} %, '
+                + ' / '.join(f'{100 * x:.0f}' for x in pr) + ' %')
+    print(f'- {b}: produce {p:,.0f}/s (target >= 100,000 and >= 60 % of raw{rel}); '
+          f'rate p99 {fmt(lat, 2)} ms (target <= 5); consume {fmt(c)}/s (target >= 200,000)')
+EOF
+log "durable raw results: $DJSONL"
