@@ -35,6 +35,7 @@
  * The server process (--pid) is sampled from /proc for CPU (utime+stime) and VmRSS.
  * Output: one JSON line (starts with '{') and one readable line (starts with '#') per run.
  */
+#include "bench_util.h"
 #include "chanq_uv.h"
 
 #include <dirent.h>
@@ -92,9 +93,7 @@ static void die(const char *fmt, ...)
 
 static uint64_t now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return bench_now_ns();
 }
 
 typedef struct bbuf {
@@ -167,31 +166,6 @@ static bool parse_i64(const uint8_t *p, size_t n, int64_t *out)
 }
 
 /* ---- /proc sampling ---------------------------------------------------------------------- */
-
-/* utime + stime of the whole process in seconds, or -1; *user (if not NULL) gets utime. */
-static double proc_cpu_split_s(int pid, double *user)
-{
-    if (pid <= 0)
-        return -1;
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return -1;
-    unsigned long ut, st;
-    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-        return -1;
-    double hz = (double)sysconf(_SC_CLK_TCK);
-    if (user)
-        *user = (double)ut / hz;
-    return (double)(ut + st) / hz;
-}
 
 /* VmRSS in KiB, or -1. */
 static long proc_rss_kb(int pid)
@@ -1267,7 +1241,7 @@ static void measure_start(uv_timer_t *t)
     G.m_t0 = now_ns();
     G.m_del0 = G.deliveries;
     G.m_seq0 = G.sent;
-    G.cpu0 = proc_cpu_split_s(O.pid, &G.ucpu0);
+    G.cpu0 = bench_proc_cpu_s(O.pid, &G.ucpu0);
     G.ccpu0 = self_cpu_s();
     G.wait0 = proc_runq_wait_s(O.pid);
     G.cwait0 = proc_runq_wait_s(0);
@@ -1288,7 +1262,7 @@ static void measure_end(uv_timer_t *t)
     G.m_t1 = now_ns();
     G.m_del1 = G.deliveries;
     G.m_seq1 = G.sent;
-    G.cpu1 = proc_cpu_split_s(O.pid, &G.ucpu1);
+    G.cpu1 = bench_proc_cpu_s(O.pid, &G.ucpu1);
     G.ccpu1 = self_cpu_s();
     G.wait1 = proc_runq_wait_s(O.pid);
     G.cwait1 = proc_runq_wait_s(0);

@@ -25,6 +25,7 @@
  *
  * Output: one JSON line (starts with '{') and one readable line (starts with '#').
  */
+#include "bench_util.h"
 #include "chanq_mq.h"
 #include "chanq_mq_sync.h"
 
@@ -102,9 +103,7 @@ static char *content; /* O.size bytes of printable ASCII, NUL-terminated */
 
 static int64_t now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return (int64_t)bench_now_ns();
 }
 
 typedef struct samples {
@@ -147,44 +146,9 @@ static double samples_pct(samples_t *s, double p)
     return s->v[k - 1];
 }
 
-/* utime + stime of pid in clock ticks; -1 when unreadable. */
-static long long proc_ticks(int pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')'); /* comm may contain spaces */
-    if (!p)
-        return -1;
-    p++;
-    /* fields after comm: state(3) ... utime(14) stime(15) */
-    unsigned long long ut = 0, st = 0;
-    int field = 2;
-    char *save = NULL;
-    char *copy = strdup(p);
-    if (!copy)
-        return -1;
-    for (char *t = strtok_r(copy, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
-        field++;
-        if (field == 14)
-            ut = strtoull(t, NULL, 10);
-        else if (field == 15) {
-            st = strtoull(t, NULL, 10);
-            break;
-        }
-    }
-    free(copy);
-    return field == 15 ? (long long)(ut + st) : -1;
-}
-
 typedef struct cpu_mark {
-    long long ticks[MAX_PIDS];
-    int64_t self_us; /* this process's user + system CPU */
+    double cpu_s[MAX_PIDS]; /* utime + stime in seconds, -1 when unreadable */
+    int64_t self_us;        /* this process's user + system CPU */
     int64_t t;
 } cpu_mark_t;
 
@@ -192,7 +156,7 @@ static void cpu_mark(cpu_mark_t *m)
 {
     struct rusage ru;
     for (int i = 0; i < O.npids; i++)
-        m->ticks[i] = proc_ticks(O.pid[i]);
+        m->cpu_s[i] = bench_proc_cpu_s(O.pid[i], NULL);
     getrusage(RUSAGE_SELF, &ru);
     m->self_us = (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
                  ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
@@ -202,15 +166,14 @@ static void cpu_mark(cpu_mark_t *m)
 /* Appends ,"cpu":{"mqbench":pct,"name":pct,...} to out (% of one core). */
 static void cpu_json(const cpu_mark_t *a, const cpu_mark_t *b, char *out, size_t cap)
 {
-    long hz = sysconf(_SC_CLK_TCK);
     double secs = (double)(b->t - a->t) / 1e9;
     size_t len = strlen(out);
     len += (size_t)snprintf(out + len, cap - len, ",\"cpu\":{\"mqbench\":%.1f",
                             secs > 0 ? 100.0 * (double)(b->self_us - a->self_us) / 1e6 / secs : -1);
     for (int i = 0; i < O.npids && len < cap; i++) {
         double pct = -1;
-        if (a->ticks[i] >= 0 && b->ticks[i] >= 0 && secs > 0 && hz > 0)
-            pct = 100.0 * (double)(b->ticks[i] - a->ticks[i]) / (double)hz / secs;
+        if (a->cpu_s[i] >= 0 && b->cpu_s[i] >= 0 && secs > 0)
+            pct = 100.0 * (b->cpu_s[i] - a->cpu_s[i]) / secs;
         len += (size_t)snprintf(out + len, cap - len, ",\"%s\":%.1f", O.pid_name[i], pct);
     }
     if (len < cap)
