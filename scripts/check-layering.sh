@@ -13,6 +13,8 @@ check 'snappy-c\.h>' '^pkg/codec/'
 check 'jansson\.h>' '^(src/core/(auth\.c|cq_fsm\.c|cq_settings\.c|cq_json\.[ch])|src/config/|src/mq/|src/mqsrv/(cq_mqperm|http)\.c|tests/)'
 check 'mysql\.h>' '^(src/store/mysql\.c|bench/)'
 check 'sqlite3\.h>' '^(src/store/sqlite\.c|tests/unit/(store|writer)/)'
+check 'wslay/' '^(src/transport/ws/|tests/)'
+check 'openssl/' '^(src/transport/ws/|tests/)'
 # pkg/ must not depend on src/
 if git grep -nE '#include "(cq_core|cq_io|cq_sendq|cq_wire|cq_framing)\.h"' -- 'pkg/*' >/dev/null; then
   echo "layering: pkg/ includes a src/ header"; bad=1

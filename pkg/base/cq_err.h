@@ -39,7 +39,14 @@
     X(ENOTOPIC, -1040, "unknown topic")                                                            \
     X(EBADTOPIC, -1041, "bad topic name (allowed: [A-Za-z0-9_], 1 to 64 characters)")              \
     X(ESTORE, -1042, "storage error (the store handle has the details)")                           \
-    X(ECONTENT, -1043, "message content exceeds the size limit")
+    X(ECONTENT, -1043, "message content exceeds the size limit")                                   \
+    X(EKCPCONV, -1050, "KCP segment for another conversation (conv mismatch)")                     \
+    X(EKCPCMD, -1051, "unknown KCP segment command")                                               \
+    X(EKCPTRUNC, -1052, "truncated KCP segment")                                                   \
+    X(EWSPROTO, -1060, "WebSocket protocol error (closed with 1002)")                              \
+    X(EWSDATA, -1061, "invalid WebSocket payload data (closed with 1007)")                         \
+    X(EHTTP, -1062, "bad HTTP request (the parser has the status and reason)")                     \
+    X(ETLS, -1063, "TLS error (the TLS session has the OpenSSL reason)")
 
 enum {
 #define CQ__ERR_ENUM(name, val, msg) CQ_##name = (val),

@@ -20,21 +20,25 @@ if [ ! -f "$build/build.ninja" ]; then
         -Db_lundef=false
 fi
 ninja -C "$build" tests/fuzz/fuzz_framing tests/fuzz/fuzz_wire_packet tests/fuzz/fuzz_snappy \
-    tests/fuzz/fuzz_merge tests/fuzz/fuzz_mq
+    tests/fuzz/fuzz_merge tests/fuzz/fuzz_mq tests/fuzz/ws/fuzz_wsup tests/fuzz/ws/fuzz_ws \
+    tests/fuzz/kcp/fuzz_kcp
 
 work=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/chanq-fuzz.XXXXXX")}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 failed=0
-for t in fuzz_framing fuzz_wire_packet fuzz_snappy fuzz_merge fuzz_mq; do
+for t in fuzz_framing fuzz_wire_packet fuzz_snappy fuzz_merge fuzz_mq fuzz_wsup fuzz_ws fuzz_kcp; do
     mkdir -p "$work/$t"
     dict=""
     case $t in
     fuzz_framing | fuzz_wire_packet) dict="-dict=$here/fuzz_framing.dict" ;;
+    fuzz_wsup) dict="-dict=$here/ws/fuzz_wsup.dict" ;;
     esac
     echo "== $t: $secs s, scratch corpus $work/$t"
+    exe="$build/tests/fuzz/$t"
+    [ -e "$exe" ] || exe=$(echo "$build"/tests/fuzz/*/"$t") # targets built in a subdir
     # shellcheck disable=SC2086 # $dict is empty or one word
-    if ! "$build/tests/fuzz/$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+    if ! "$exe" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
         -print_final_stats=1 $dict \
         -artifact_prefix="$work/$t/" "$work/$t" "$here/corpus/$t" >"$work/$t.log" 2>&1; then
         failed=1

@@ -1,0 +1,563 @@
+/* cq_wsup.c - bounded, incremental HTTP/1.1 request-head parser for WebSocket upgrades.
+ *
+ * The head is copied into one buffer of at most max_head bytes. Each feed searches only the
+ * new bytes for the empty line that ends the head; once found, the head is split in place
+ * into NUL-terminated lines and fields, validated, and classified. Nothing is parsed before
+ * the head is complete, so every input split gives the same result.
+ */
+#include "cq_wsup.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include <openssl/evp.h>
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+
+static const char WS_GUID[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+/* Headers that may appear at most once, and the list headers that are combined. */
+typedef struct wsup_fields {
+    const char *method, *target, *version;
+    const char *host, *origin, *key, *ws_version;
+    char *protocol; /* combined Sec-WebSocket-Protocol (into p->proto when repeated) */
+    bool has_upgrade, upgrade_ws, conn_upgrade, body;
+} wsup_fields_t;
+
+struct cq_wsup {
+    char *buf;
+    size_t len, max_head;
+    size_t scan; /* where the search for the end of the head resumes */
+    int result;  /* 0 while incomplete, then CQ_WSUP_* or a negative error */
+    int status;
+    const char *reason;
+    char *path_cfg, *origins;
+    char *proto; /* owned join of repeated Sec-WebSocket-Protocol values */
+    cq_wsup_request_t req;
+};
+
+/* ---- small helpers --------------------------------------------------------------------- */
+
+static int fail(cq_wsup_t *p, int status, const char *reason)
+{
+    p->status = status;
+    p->reason = reason;
+    p->result = CQ_EHTTP;
+    return CQ_EHTTP;
+}
+
+static bool is_tchar(unsigned char c)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+        return true;
+    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+static bool is_token(const char *s)
+{
+    if (*s == '\0')
+        return false;
+    for (; *s; s++)
+        if (!is_tchar((unsigned char)*s))
+            return false;
+    return true;
+}
+
+/* Field values: VCHAR, SP, HTAB and obs-text; no other control characters. */
+static bool is_value_char(unsigned char c)
+{
+    return c == '\t' || (c >= 0x20 && c != 0x7f);
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        s[--n] = '\0';
+    return s;
+}
+
+/* True if the comma-separated list contains token (case-insensitive, OWS around items). */
+static bool list_has(const char *list, const char *token)
+{
+    size_t tlen = strlen(token);
+    const char *s = list;
+    while (*s) {
+        while (*s == ' ' || *s == '\t' || *s == ',')
+            s++;
+        const char *e = s;
+        while (*e && *e != ',')
+            e++;
+        const char *end = e;
+        while (end > s && (end[-1] == ' ' || end[-1] == '\t'))
+            end--;
+        if ((size_t)(end - s) == tlen && strncasecmp(s, token, tlen) == 0)
+            return true;
+        s = e;
+    }
+    return false;
+}
+
+/* ---- life cycle ------------------------------------------------------------------------ */
+
+cq_wsup_t *cq_wsup_new(const cq_wsup_config_t *cfg)
+{
+    cq_wsup_t *p = cq_calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    const char *path = cfg && cfg->path && cfg->path[0] ? cfg->path : "/";
+    const char *origins = cfg && cfg->origins ? cfg->origins : "";
+    p->max_head = cfg && cfg->max_head ? cfg->max_head : CQ_WSUP_DEFAULT_MAX_HEAD;
+    p->path_cfg = cq_strdup(path);
+    p->origins = cq_strdup(origins);
+    if (!p->path_cfg || !p->origins) {
+        cq_wsup_free(p);
+        return NULL;
+    }
+    p->reason = "";
+    return p;
+}
+
+void cq_wsup_free(cq_wsup_t *p)
+{
+    if (!p)
+        return;
+    cq_free(p->buf);
+    cq_free(p->path_cfg);
+    cq_free(p->origins);
+    cq_free(p->proto);
+    cq_free(p);
+}
+
+const cq_wsup_request_t *cq_wsup_request(const cq_wsup_t *p)
+{
+    return p->result > 0 ? &p->req : NULL;
+}
+
+int cq_wsup_status(const cq_wsup_t *p)
+{
+    return p->result == CQ_EHTTP ? p->status : 0;
+}
+
+const char *cq_wsup_reason(const cq_wsup_t *p)
+{
+    return p->reason;
+}
+
+/* ---- finding the end of the head ------------------------------------------------------- */
+
+/* Returns the length of the head (through the empty line) within buf[0..len), or 0. */
+static size_t find_end(cq_wsup_t *p)
+{
+    size_t i = p->scan;
+    for (; i < p->len; i++) {
+        if (p->buf[i] != '\n')
+            continue;
+        if (i + 1 >= p->len)
+            break;
+        if (p->buf[i + 1] == '\n')
+            return i + 2;
+        if (p->buf[i + 1] != '\r')
+            continue;
+        if (i + 2 >= p->len)
+            break;
+        if (p->buf[i + 2] == '\n')
+            return i + 3;
+    }
+    p->scan = i;
+    return 0;
+}
+
+/* ---- parsing the complete head --------------------------------------------------------- */
+
+/* Cuts the next line out of *cur (NUL-terminated in place, CR stripped). Returns NULL at the
+ * end of the head; sets *bad if the line holds a stray CR or a NUL. */
+static char *next_line(char **cur, char *end, bool *bad)
+{
+    char *s = *cur;
+    if (s >= end)
+        return NULL;
+    char *nl = memchr(s, '\n', (size_t)(end - s));
+    if (!nl)
+        return NULL;
+    *cur = nl + 1;
+    if (nl > s && nl[-1] == '\r')
+        nl--;
+    *nl = '\0';
+    if (strlen(s) != (size_t)(nl - s) || strchr(s, '\r'))
+        *bad = true;
+    return s;
+}
+
+static int parse_request_line(cq_wsup_t *p, char *line, wsup_fields_t *f)
+{
+    char *sp1 = strchr(line, ' ');
+    char *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+    if (!sp1 || !sp2 || strchr(sp2 + 1, ' '))
+        return fail(p, 400, "malformed request line");
+    *sp1 = *sp2 = '\0';
+    f->method = line;
+    f->target = sp1 + 1;
+    f->version = sp2 + 1;
+    if (!is_token(f->method) || f->target[0] == '\0')
+        return fail(p, 400, "malformed request line");
+    for (const char *t = f->target; *t; t++)
+        if ((unsigned char)*t <= 0x20 || (unsigned char)*t >= 0x7f)
+            return fail(p, 400, "malformed request target");
+    if (strcmp(f->version, "HTTP/1.1") != 0 && strcmp(f->version, "HTTP/1.0") != 0)
+        return fail(p, 400, "unsupported HTTP version");
+    return 0;
+}
+
+/* Stores a header that may appear only once. */
+static int set_once(cq_wsup_t *p, const char **slot, const char *value, const char *dup)
+{
+    if (*slot)
+        return fail(p, 400, dup);
+    *slot = value;
+    return 0;
+}
+
+static int add_protocol(cq_wsup_t *p, wsup_fields_t *f, char *value)
+{
+    if (!f->protocol) {
+        f->protocol = value;
+        return 0;
+    }
+    size_t a = strlen(f->protocol), b = strlen(value);
+    char *j = cq_malloc(a + b + 3);
+    if (!j) {
+        p->result = -ENOMEM;
+        return -ENOMEM;
+    }
+    memcpy(j, f->protocol, a);
+    memcpy(j + a, ", ", 2);
+    memcpy(j + a + 2, value, b + 1);
+    cq_free(p->proto);
+    p->proto = j;
+    f->protocol = j;
+    return 0;
+}
+
+static int store_header(cq_wsup_t *p, wsup_fields_t *f, const char *name, char *value)
+{
+    if (strcasecmp(name, "Host") == 0)
+        return set_once(p, &f->host, value, "duplicate Host header");
+    if (strcasecmp(name, "Origin") == 0)
+        return set_once(p, &f->origin, value, "duplicate Origin header");
+    if (strcasecmp(name, "Sec-WebSocket-Key") == 0)
+        return set_once(p, &f->key, value, "duplicate Sec-WebSocket-Key header");
+    if (strcasecmp(name, "Sec-WebSocket-Version") == 0)
+        return set_once(p, &f->ws_version, value, "duplicate Sec-WebSocket-Version header");
+    if (strcasecmp(name, "Sec-WebSocket-Protocol") == 0)
+        return add_protocol(p, f, value);
+    if (strcasecmp(name, "Upgrade") == 0) {
+        f->has_upgrade = true;
+        f->upgrade_ws |= list_has(value, "websocket");
+    } else if (strcasecmp(name, "Connection") == 0) {
+        f->conn_upgrade |= list_has(value, "upgrade");
+    } else if (strcasecmp(name, "Content-Length") == 0) {
+        f->body |= strcmp(value, "0") != 0;
+    } else if (strcasecmp(name, "Transfer-Encoding") == 0) {
+        f->body = true;
+    }
+    return 0;
+}
+
+static int parse_header(cq_wsup_t *p, char *line, wsup_fields_t *f)
+{
+    if (line[0] == ' ' || line[0] == '\t')
+        return fail(p, 400, "folded header line (obs-fold)");
+    char *colon = strchr(line, ':');
+    if (!colon)
+        return fail(p, 400, "malformed header line");
+    *colon = '\0';
+    if (!is_token(line))
+        return fail(p, 400, "malformed header name");
+    for (const char *v = colon + 1; *v; v++)
+        if (!is_value_char((unsigned char)*v))
+            return fail(p, 400, "control character in header value");
+    return store_header(p, f, line, trim(colon + 1));
+}
+
+/* Splits the request-target into path and query. Accepts origin-form and absolute-form. */
+static int split_target(cq_wsup_t *p, char *target)
+{
+    char *path = target;
+    if (strncasecmp(target, "http://", 7) == 0 || strncasecmp(target, "https://", 8) == 0) {
+        char *auth = strstr(target, "//") + 2;
+        path = strchr(auth, '/');
+        if (!path) {
+            /* "http://host" or "http://host?q": the path is "/"; reuse the "//" bytes. */
+            char *q = strchr(auth, '?');
+            auth[-2] = '/';
+            auth[-1] = '\0';
+            p->req.path = auth - 2;
+            p->req.query = q ? q + 1 : NULL;
+            return 0;
+        }
+    } else if (target[0] != '/') {
+        return fail(p, 400, "unsupported request target form");
+    }
+    char *q = strchr(path, '?');
+    if (q)
+        *q++ = '\0';
+    char *frag = strchr(q ? q : path, '#');
+    if (frag)
+        *frag = '\0';
+    p->req.path = path;
+    p->req.query = q;
+    return 0;
+}
+
+/* Sec-WebSocket-Key: 24 base64 characters that decode to 16 bytes (22 digits + "=="). */
+static bool key_valid(const char *key)
+{
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    if (strlen(key) != 24 || strcmp(key + 22, "==") != 0)
+        return false;
+    for (int i = 0; i < 22; i++)
+        if (!strchr(b64, key[i]))
+            return false;
+    return true;
+}
+
+static bool origin_allowed(const cq_wsup_t *p, const char *origin)
+{
+    if (p->origins[0] == '\0' || !origin)
+        return true;
+    return list_has(p->origins, "*") || list_has(p->origins, origin);
+}
+
+static int check_websocket(cq_wsup_t *p, const wsup_fields_t *f)
+{
+    if (strcmp(f->method, "GET") != 0)
+        return fail(p, 405, "WebSocket upgrades must use GET");
+    if (strcmp(f->version, "HTTP/1.1") != 0)
+        return fail(p, 400, "WebSocket upgrades need HTTP/1.1");
+    if (!f->upgrade_ws)
+        return fail(p, 400, "missing or invalid Upgrade header (expected websocket)");
+    if (!f->conn_upgrade)
+        return fail(p, 400, "Connection header lacks the upgrade token");
+    if (!f->ws_version || strcmp(f->ws_version, "13") != 0)
+        return fail(p, 426, "unsupported Sec-WebSocket-Version (expected 13)");
+    if (!f->key || !key_valid(f->key))
+        return fail(p, 400, "missing or invalid Sec-WebSocket-Key");
+    if (strcmp(p->req.path, p->path_cfg) != 0)
+        return fail(p, 404, "no WebSocket endpoint at this path");
+    if (!origin_allowed(p, f->origin))
+        return fail(p, 403, "Origin not allowed");
+    return CQ_WSUP_WEBSOCKET;
+}
+
+static int classify(cq_wsup_t *p, const wsup_fields_t *f)
+{
+    bool ws = f->upgrade_ws || f->key || f->ws_version;
+    bool head = strcmp(f->method, "HEAD") == 0;
+    if (!ws && strcmp(f->method, "GET") != 0 && !head)
+        return fail(p, 405, "method not allowed");
+    if (f->body)
+        return fail(p, 400, "request body not allowed");
+    if (!f->host && strcmp(f->version, "HTTP/1.1") == 0)
+        return fail(p, 400, "missing Host header");
+    p->req.host = f->host;
+    p->req.origin = f->origin;
+    p->req.key = f->key;
+    p->req.protocol = f->protocol;
+    if (ws)
+        return check_websocket(p, f);
+    p->req.head = head;
+    return CQ_WSUP_PLAIN;
+}
+
+static int parse_head(cq_wsup_t *p, size_t head_len)
+{
+    wsup_fields_t f = {0};
+    char *cur = p->buf, *end = p->buf + head_len;
+    bool bad = false;
+    char *line = next_line(&cur, end, &bad);
+    if (!line || bad)
+        return fail(p, 400, "malformed request line");
+    int r = parse_request_line(p, line, &f);
+    while (r == 0 && (line = next_line(&cur, end, &bad)) != NULL && line[0] != '\0') {
+        if (bad)
+            return fail(p, 400, "stray CR or NUL in header line");
+        r = parse_header(p, line, &f);
+    }
+    if (r == 0 && bad)
+        return fail(p, 400, "stray CR or NUL in header line");
+    if (r == 0)
+        r = split_target(p, (char *)f.target);
+    if (r == 0)
+        r = classify(p, &f);
+    p->result = r;
+    return r;
+}
+
+/* ---- feeding --------------------------------------------------------------------------- */
+
+int cq_wsup_feed(cq_wsup_t *p, const uint8_t *data, size_t len, size_t *ret_used)
+{
+    if (ret_used)
+        *ret_used = 0;
+    if (p->result != 0)
+        return p->result;
+    if (!p->buf) {
+        p->buf = cq_malloc(p->max_head + 1); /* +1: room for a NUL after a full head */
+        if (!p->buf)
+            return p->result = -ENOMEM;
+    }
+    size_t old = p->len;
+    size_t take = len < p->max_head - old ? len : p->max_head - old;
+    if (take)
+        memcpy(p->buf + old, data, take);
+    p->len += take;
+    p->buf[p->len] = '\0';
+    size_t end = find_end(p);
+    if (end == 0) {
+        if (p->len >= p->max_head)
+            return fail(p, 431, "request head too large");
+        if (ret_used)
+            *ret_used = len;
+        return CQ_WSUP_NEED_MORE;
+    }
+    if (ret_used)
+        *ret_used = end - old;
+    return parse_head(p, end);
+}
+
+/* ---- responses ------------------------------------------------------------------------- */
+
+int cq_wsup_accept(const char *key, char out[29])
+{
+    uint8_t md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    char in[64 + sizeof(WS_GUID)];
+    size_t klen = strlen(key);
+    if (klen > 64)
+        return CQ_EHTTP;
+    memcpy(in, key, klen);
+    memcpy(in + klen, WS_GUID, sizeof(WS_GUID) - 1);
+    if (!EVP_Digest(in, klen + sizeof(WS_GUID) - 1, md, &mdlen, EVP_sha1(), NULL) || mdlen != 20)
+        return CQ_EHTTP;
+    EVP_EncodeBlock((unsigned char *)out, md, 20); /* 28 characters + NUL */
+    return 0;
+}
+
+static const char *status_text(int status)
+{
+    switch (status) {
+    case 101:
+        return "Switching Protocols";
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 426:
+        return "Upgrade Required";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 503:
+        return "Service Unavailable";
+    default:
+        return status >= 500 ? "Internal Server Error" : "Error";
+    }
+}
+
+static int finish(int n, size_t cap)
+{
+    return n < 0 || (size_t)n >= cap ? -ENOSPC : n;
+}
+
+int cq_wsup_response_101(const cq_wsup_request_t *req, const char *protocol, char *buf, size_t cap)
+{
+    char accept[29];
+    if (!req->key || cq_wsup_accept(req->key, accept) != 0)
+        return -EINVAL;
+    int n = snprintf(buf, cap,
+                     "HTTP/1.1 101 Switching Protocols\r\n"
+                     "Upgrade: websocket\r\n"
+                     "Connection: Upgrade\r\n"
+                     "Sec-WebSocket-Accept: %s\r\n"
+                     "%s%s%s"
+                     "\r\n",
+                     accept, protocol ? "Sec-WebSocket-Protocol: " : "", protocol ? protocol : "",
+                     protocol ? "\r\n" : "");
+    return finish(n, cap);
+}
+
+int cq_wsup_response_error(int status, const char *reason, char *buf, size_t cap)
+{
+    const char *extra = "";
+    if (status == 426)
+        extra = "Sec-WebSocket-Version: 13\r\n";
+    else if (status == 405)
+        extra = "Allow: GET, HEAD\r\n";
+    if (!reason)
+        reason = status_text(status);
+    int n = snprintf(buf, cap,
+                     "HTTP/1.1 %d %s\r\n"
+                     "Content-Type: text/plain; charset=utf-8\r\n"
+                     "Content-Length: %zu\r\n"
+                     "Connection: close\r\n"
+                     "%s"
+                     "\r\n"
+                     "%s\n",
+                     status, status_text(status), strlen(reason) + 1, extra, reason);
+    return finish(n, cap);
+}
+
+static const char *content_type(const char *name)
+{
+    static const char *const map[][2] = {
+        {"html", "text/html; charset=utf-8"},
+        {"htm", "text/html; charset=utf-8"},
+        {"js", "text/javascript; charset=utf-8"},
+        {"mjs", "text/javascript; charset=utf-8"},
+        {"css", "text/css; charset=utf-8"},
+        {"json", "application/json"},
+        {"map", "application/json"},
+        {"txt", "text/plain; charset=utf-8"},
+        {"svg", "image/svg+xml"},
+        {"png", "image/png"},
+        {"jpg", "image/jpeg"},
+        {"jpeg", "image/jpeg"},
+        {"gif", "image/gif"},
+        {"ico", "image/x-icon"},
+        {"wasm", "application/wasm"},
+    };
+    const char *slash = name ? strrchr(name, '/') : NULL;
+    const char *dot = name ? strrchr(slash ? slash : name, '.') : NULL;
+    if (dot)
+        for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+            if (strcasecmp(dot + 1, map[i][0]) == 0)
+                return map[i][1];
+    return "application/octet-stream";
+}
+
+int cq_wsup_response_file(int status, const char *name, uint64_t content_length, char *buf,
+                          size_t cap)
+{
+    const char *type = status == 200 ? content_type(name) : "text/plain; charset=utf-8";
+    int n = snprintf(buf, cap,
+                     "HTTP/1.1 %d %s\r\n"
+                     "Content-Type: %s\r\n"
+                     "Content-Length: %llu\r\n"
+                     "Cache-Control: no-cache\r\n"
+                     "X-Content-Type-Options: nosniff\r\n"
+                     "Connection: close\r\n"
+                     "\r\n",
+                     status, status_text(status), type, (unsigned long long)content_length);
+    return finish(n, cap);
+}
