@@ -1,0 +1,240 @@
+// The chat-rooms demo: one page, one chanqd connection over ws(s) to the page's own origin.
+// Every room is a channel whose data is a chatpb.ChatChannelData; a message is a
+// CHANNEL_DATA_UPDATE holding one ChatMessage, which chanqd appends to the room's list (trimmed
+// to the last listSizeLimit messages) and fans out to the subscribers every 100 ms.
+//   Lobby  = GLOBAL (channel 0)
+//   rooms  = SUBWORLD channels created by a page, metadata = the room name
+// Query parameters: ?ws=URL connects elsewhere; ?possess=0 never takes ownership of GLOBAL.
+import { ChanqClient, ChannelDataAccess, ChannelType, MessageType, TypeRegistry } from '../src/index.js';
+import chatDescriptor from '../gen/chat.js';
+
+const CHAT = 'chatpb.ChatChannelData';
+const LIST_SIZE_LIMIT = 100;
+const MERGE_OPTIONS = { listSizeLimit: LIST_SIZE_LIMIT, truncateTop: true };
+// Own messages come back through the fan-out, so the page shows exactly what chanqd merged.
+const SUB_OPTIONS = { dataAccess: ChannelDataAccess.WRITE_ACCESS, fanOutIntervalMs: 100, skipSelfUpdateFanOut: false };
+const LOBBY = 0;
+const ROOM_REFRESH_MS = 5000;
+
+const params = new URLSearchParams(location.search);
+const $ = (id) => document.getElementById(id);
+
+const state = {
+  client: null,
+  nick: '',
+  current: LOBBY,
+  rooms: new Map([[LOBBY, room(LOBBY, 'Lobby')]]),
+};
+
+function room(id, name) {
+  return { id, name, messages: [], joined: false, fresh: false, unread: 0 };
+}
+
+function wsUrl() {
+  if (params.get('ws'))
+    return params.get('ws');
+  return `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/`;
+}
+
+// ---- connection -----------------------------------------------------------------------------
+
+async function login(nick) {
+  const client = new ChanqClient({ registry: new TypeRegistry().add(chatDescriptor) });
+  client.on('channelData', onChannelData);
+  client.on('channelRemoved', (e) => onRoomGone(e.channelId, 'was removed'));
+  client.on('unsubscribed', (e) => e.connId === client.connId && onRoomGone(e.channelId, 'was left'));
+  client.on('close', (reason) => setStatus(`disconnected: ${reason}`, 'error'));
+  client.on('error', (err) => notice(err.message));
+  setStatus('connecting…');
+  await client.connect(wsUrl());
+  const res = await client.auth(nick, 'chanq-chat');
+  state.client = client;
+  state.nick = nick;
+  setStatus(`${nick} · conn ${res.connId}`, 'online');
+  await join(LOBBY);
+  possessLobby();
+  $('login').hidden = true;
+  $('chat').hidden = false;
+  $('text').focus();
+  await refreshRooms();
+  setInterval(() => refreshRooms().catch(() => {}), ROOM_REFRESH_MS);
+}
+
+// The Lobby needs an owner that initialised its data type and merge options. Until chanqd can
+// set that up itself, the first page takes GLOBAL (no data: the first message defines it). When
+// GLOBAL is already owned chanqd ignores this; when its owner left, the next page takes over.
+function possessLobby() {
+  if (params.get('possess') === '0')
+    return;
+  const body = state.client.registry.encode('channeldpb.CreateChannelMessage', {
+    channelType: ChannelType.GLOBAL,
+    mergeOptions: MERGE_OPTIONS,
+  });
+  state.client.send(LOBBY, MessageType.CREATE_CHANNEL, body);
+}
+
+// ---- rooms ----------------------------------------------------------------------------------
+
+async function join(id) {
+  const r = state.rooms.get(id);
+  if (!r.joined) {
+    r.fresh = true;
+    await state.client.subToChannel(id, SUB_OPTIONS);
+    r.joined = true;
+  }
+  show(id);
+}
+
+async function createRoom(name) {
+  const res = await state.client.createChannel(ChannelType.SUBWORLD, name, { type: CHAT, value: {} },
+    { subOptions: SUB_OPTIONS, mergeOptions: MERGE_OPTIONS });
+  const r = room(res.channelId, name);
+  r.joined = true;
+  r.fresh = true;
+  state.rooms.set(r.id, r);
+  show(r.id);
+}
+
+async function refreshRooms() {
+  const list = await state.client.listChannels(ChannelType.SUBWORLD);
+  const alive = new Set(list.map((c) => c.channelId));
+  for (const c of list) {
+    if (!state.rooms.has(c.channelId))
+      state.rooms.set(c.channelId, room(c.channelId, c.metadata || `room ${c.channelId}`));
+  }
+  for (const id of state.rooms.keys()) {
+    if (id !== LOBBY && !alive.has(id) && !state.rooms.get(id).joined)
+      state.rooms.delete(id);
+  }
+  renderRooms();
+}
+
+function onRoomGone(id, why) {
+  const r = state.rooms.get(id);
+  if (!r || id === LOBBY)
+    return;
+  state.rooms.delete(id);
+  notice(`Room “${r.name}” ${why}.`);
+  if (state.current === id)
+    show(LOBBY);
+  else
+    renderRooms();
+}
+
+// ---- chat data ------------------------------------------------------------------------------
+
+// The first fan-out after subscribing is the room's whole list; later ones hold the messages
+// that arrived since the previous fan-out.
+function onChannelData(e) {
+  const r = state.rooms.get(e.channelId);
+  if (!r || e.typeName !== CHAT || !e.data)
+    return;
+  const incoming = e.data.chatMessages;
+  r.messages = r.fresh ? incoming : r.messages.concat(incoming);
+  r.fresh = false;
+  if (r.messages.length > LIST_SIZE_LIMIT)
+    r.messages = r.messages.slice(-LIST_SIZE_LIMIT);
+  if (e.channelId === state.current)
+    renderMessages();
+  else {
+    r.unread += incoming.length;
+    renderRooms();
+  }
+}
+
+function sendMessage(content) {
+  const id = state.current;
+  if (id === LOBBY)
+    possessLobby();
+  state.client.updateChannelData(id, {
+    type: CHAT,
+    value: { chatMessages: [{ sender: state.nick, sendTime: Date.now(), content }] },
+  });
+}
+
+// ---- rendering ------------------------------------------------------------------------------
+
+function show(id) {
+  state.current = id;
+  const r = state.rooms.get(id);
+  r.unread = 0;
+  $('room-title').textContent = r.name;
+  renderRooms();
+  renderMessages();
+}
+
+function renderRooms() {
+  const ul = $('rooms');
+  ul.replaceChildren(...[...state.rooms.values()].map((r) => {
+    const li = el('li', r.id === state.current ? 'current' : '', r.name);
+    li.dataset.channel = String(r.id);
+    if (r.unread)
+      li.append(el('span', 'unread', String(r.unread)));
+    li.addEventListener('click', () => join(r.id).catch((err) => notice(err.message)));
+    return li;
+  }));
+}
+
+function renderMessages() {
+  const ul = $('messages');
+  const r = state.rooms.get(state.current);
+  ul.replaceChildren(...r.messages.map((m) => {
+    const li = el('li', m.sender === state.nick ? 'mine' : '');
+    li.append(el('span', 'time', new Date(Number(m.sendTime)).toLocaleTimeString()),
+      el('span', 'sender', m.sender), el('span', 'content', m.content));
+    return li;
+  }));
+  ul.scrollTop = ul.scrollHeight;
+}
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls)
+    e.className = cls;
+  if (text !== undefined)
+    e.textContent = text;
+  return e;
+}
+
+function setStatus(text, cls = '') {
+  const s = $('status');
+  s.textContent = text;
+  s.className = `status ${cls}`;
+}
+
+function notice(text) {
+  $('notice').textContent = text;
+}
+
+// ---- forms ----------------------------------------------------------------------------------
+
+function onSubmit(id, fn) {
+  $(id).addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    Promise.resolve(fn()).catch((err) => notice(err.message));
+  });
+}
+
+onSubmit('login', async () => {
+  const nick = $('nick').value.trim();
+  if (nick)
+    await login(nick);
+});
+
+onSubmit('compose', () => {
+  const text = $('text').value.trim();
+  if (!text)
+    return;
+  sendMessage(text);
+  $('text').value = '';
+});
+
+onSubmit('new-room', async () => {
+  const name = $('room-name').value.trim();
+  if (!name)
+    return;
+  await createRoom(name);
+  $('room-name').value = '';
+});
+
+$('refresh').addEventListener('click', () => refreshRooms().catch((err) => notice(err.message)));

@@ -1,0 +1,215 @@
+// Type declarations for @chanq/client (src/index.js).
+import type { Root } from 'protobufjs';
+
+// ---- enumerations (values of proto/channeld.proto) --------------------------------------------
+
+export declare const MessageType: Readonly<{
+  INVALID: 0; AUTH: 1; CREATE_CHANNEL: 3; REMOVE_CHANNEL: 4; LIST_CHANNEL: 5; SUB_TO_CHANNEL: 6;
+  UNSUB_FROM_CHANNEL: 7; CHANNEL_DATA_UPDATE: 8; DISCONNECT: 9; CREATE_SPATIAL_CHANNEL: 10;
+  QUERY_SPATIAL_CHANNEL: 11; CHANNEL_DATA_HANDOVER: 12; SPATIAL_REGIONS_UPDATE: 13;
+  UPDATE_SPATIAL_INTEREST: 14; CREATE_ENTITY_CHANNEL: 15; ENTITY_GROUP_ADD: 16;
+  ENTITY_GROUP_REMOVE: 17; SPATIAL_CHANNELS_READY: 18; RECOVERY_CHANNEL_DATA: 20; RECOVERY_END: 21;
+  CHANNEL_OWNER_LOST: 22; CHANNEL_OWNER_RECOVERED: 23; DEBUG_GET_SPATIAL_REGIONS: 99;
+  USER_SPACE_START: 100; [name: string]: number;
+}>;
+export declare const BroadcastType: Readonly<{
+  NO_BROADCAST: 0; SINGLE_CONNECTION: 1; ALL: 2; ALL_BUT_SENDER: 4; ALL_BUT_OWNER: 8;
+  ALL_BUT_CLIENT: 16; ALL_BUT_SERVER: 32; ADJACENT_CHANNELS: 64;
+}>;
+export declare const ConnectionType: Readonly<{ NO_CONNECTION: 0; SERVER: 1; CLIENT: 2 }>;
+export declare const ChannelType: Readonly<{
+  UNKNOWN: 0; GLOBAL: 1; PRIVATE: 2; SUBWORLD: 3; SPATIAL: 4; ENTITY: 5;
+  TEST: 100; TEST1: 101; TEST2: 102; TEST3: 103; TEST4: 104;
+}>;
+export declare const CompressionType: Readonly<{ NO_COMPRESSION: 0; SNAPPY: 1 }>;
+export declare const ChannelDataAccess: Readonly<{ NO_ACCESS: 0; READ_ACCESS: 1; WRITE_ACCESS: 2 }>;
+export declare const AuthResult: Readonly<{ SUCCESSFUL: 0; INVALID_PIT: 1; INVALID_LT: 2 }>;
+
+// ---- messages (plain objects; every field present when received) ----------------------------
+
+export interface Any { typeUrl: string; value: Uint8Array }
+/** Channel data or a message body given by type: {type: 'chatpb.ChatChannelData', value: {...}}. */
+export interface TypedValue { type: string; value?: Record<string, unknown> }
+
+export interface MessagePack {
+  channelId: number; broadcast: number; stubId: number; msgType: number; msgBody: Uint8Array;
+}
+
+export interface ChannelSubscriptionOptions {
+  dataAccess?: number;
+  dataFieldMasks?: string[];
+  fanOutIntervalMs?: number;
+  fanOutDelayMs?: number;
+  skipSelfUpdateFanOut?: boolean;
+  skipFirstFanOut?: boolean;
+}
+
+export interface ChannelDataMergeOptions {
+  shouldReplaceList?: boolean;
+  listSizeLimit?: number;
+  truncateTop?: boolean;
+  shouldCheckRemovableMapField?: boolean;
+}
+
+export interface AuthResultMessage {
+  result: number; connId: number; compressionType: number; shouldRecover: boolean;
+}
+export interface CreateChannelResultMessage {
+  channelType: number; metadata: string; ownerConnId: number; channelId: number;
+}
+export interface ChannelInfo { channelId: number; channelType: number; metadata: string }
+export interface SubscribedToChannelResultMessage {
+  connId: number; subOptions: Required<ChannelSubscriptionOptions>; connType: number; channelType: number;
+}
+export interface UnsubscribedFromChannelResultMessage {
+  connId: number; connType: number; channelType: number;
+}
+
+// ---- events ---------------------------------------------------------------------------------
+
+export interface ChannelDataEvent {
+  channelId: number;
+  /** Full message name from the Any type URL, e.g. "chatpb.ChatChannelData". */
+  typeName: string;
+  /** The decoded data, or null when typeName is not in the client's registry. */
+  data: Record<string, any> | null;
+  any: Any;
+  contextConnId: number;
+}
+export interface UserMessageEvent {
+  channelId: number; msgType: number; broadcast: number; stubId: number;
+  /** The sending client (0 for a message that came from a server). */
+  clientConnId: number;
+  payload: Uint8Array;
+}
+export interface ChanqEvents {
+  open: string;
+  /** Every message received, with msg = its decoded body (null for unknown types). */
+  message: MessagePack & { msg: Record<string, any> | null };
+  channelData: ChannelDataEvent;
+  userMessage: UserMessageEvent;
+  subscribed: SubscribedToChannelResultMessage & { channelId: number };
+  unsubscribed: UnsubscribedFromChannelResultMessage & { channelId: number };
+  channelRemoved: { channelId: number };
+  channelCreated: CreateChannelResultMessage;
+  error: Error;
+  /** The connection closed; the argument says why. */
+  close: string;
+}
+
+// ---- client ---------------------------------------------------------------------------------
+
+export type ChanqErrorCode = 'timeout' | 'closed' | 'auth' | 'too-big' | 'protocol';
+export declare class ChanqError extends Error {
+  code: ChanqErrorCode;
+  detail?: unknown;
+}
+
+export interface Transport {
+  send(bytes: Uint8Array): void;
+  close(): void;
+  onbytes: ((bytes: Uint8Array) => void) | null;
+  onclose: ((reason: string) => void) | null;
+}
+
+export interface ConnectOptions {
+  /** Options for the npm `ws` package in Node, e.g. {ca} or {rejectUnauthorized: false}. */
+  ws?: Record<string, unknown>;
+  /** A WebSocket class to use instead of the global one or `ws`. */
+  WebSocket?: unknown;
+  /** An already open transport to use instead of url. */
+  transport?: Transport;
+}
+
+export interface RpcOptions {
+  /** Overrides the client's rpcTimeoutMs for this request; 0 = wait forever. */
+  timeoutMs?: number;
+  broadcast?: number;
+}
+
+export interface ClientOptions {
+  registry?: TypeRegistry;
+  /** Reject an RPC that has no reply after this many ms (default 10000; 0 = never). */
+  rpcTimeoutMs?: number;
+  /** Largest packet body accepted from the server (default and cap 65535). */
+  maxPacketBody?: number;
+}
+
+export declare class ChanqClient {
+  constructor(opts?: ClientOptions);
+  readonly registry: TypeRegistry;
+  /** This connection's id, set by a successful auth(). */
+  connId: number;
+  compressionType: number;
+  /** channelId -> effective options of this connection's subscriptions. */
+  readonly subscriptions: Map<number, Required<ChannelSubscriptionOptions>>;
+  readonly connected: boolean;
+
+  /** ws://, wss:// (browser or Node) or tcp://host:port (Node). */
+  connect(url: string, opts?: ConnectOptions): Promise<void>;
+  disconnect(): void;
+
+  on<K extends keyof ChanqEvents>(event: K, fn: (arg: ChanqEvents[K]) => void): () => void;
+  off<K extends keyof ChanqEvents>(event: K, fn: (arg: ChanqEvents[K]) => void): void;
+  once<K extends keyof ChanqEvents>(event: K, fn: (arg: ChanqEvents[K]) => void): () => void;
+  /** The first event for which pred is true; rejects on close or after timeoutMs. */
+  waitFor<K extends keyof ChanqEvents>(event: K, pred?: (arg: ChanqEvents[K]) => boolean,
+    timeoutMs?: number): Promise<ChanqEvents[K]>;
+
+  auth(pit: string, lt: string): Promise<AuthResultMessage>;
+  createChannel(channelType: number, metadata?: string, data?: TypedValue | Any | null,
+    opts?: RpcOptions & { subOptions?: ChannelSubscriptionOptions; mergeOptions?: ChannelDataMergeOptions },
+  ): Promise<CreateChannelResultMessage>;
+  removeChannel(channelId: number): void;
+  listChannels(typeFilter?: number, metadataFilters?: string[], opts?: RpcOptions): Promise<ChannelInfo[]>;
+  subToChannel(channelId: number, options?: ChannelSubscriptionOptions, connId?: number,
+    opts?: RpcOptions): Promise<SubscribedToChannelResultMessage>;
+  unsubFromChannel(channelId: number, connId?: number, opts?: RpcOptions):
+    Promise<UnsubscribedFromChannelResultMessage>;
+  updateChannelData(channelId: number, data: TypedValue | Any): void;
+  sendUserMessage(channelId: number, broadcast: number, msgType: number,
+    body: Uint8Array | string | TypedValue, opts?: { stubId?: number }): void;
+  /** Server connections: a user message wrapped in ServerForwardMessage. */
+  sendForward(channelId: number, broadcast: number, msgType: number, clientConnId: number,
+    payload: Uint8Array | string | TypedValue, opts?: { stubId?: number }): void;
+  /** Any request by stubId; resolves with the reply carrying the same stubId. */
+  request(channelId: number, msgType: number, body: Uint8Array, opts?: RpcOptions):
+    Promise<{ pack: MessagePack; msg: Record<string, any> | null }>;
+  /** Queues one MessagePack (sent with others of the same event-loop turn in one packet). */
+  send(channelId: number, msgType: number, body?: Uint8Array,
+    opts?: { broadcast?: number; stubId?: number }): void;
+}
+
+export declare class TypeRegistry {
+  /** Adds message types from a protobufjs Root or its JSON descriptor. */
+  add(rootOrJson: Root | Record<string, unknown>): this;
+  find(name: string): import('protobufjs').Type | null;
+  get(name: string): import('protobufjs').Type;
+  encode(name: string, value: Record<string, unknown>): Uint8Array;
+  decode(name: string, bytes: Uint8Array): Record<string, any>;
+  pack(name: string, value: Record<string, unknown>): Any;
+  unpack(any: Any): { typeName: string; value: Record<string, any> | null };
+}
+
+// ---- framing and codec ----------------------------------------------------------------------
+
+export declare const HEADER_SIZE: 5;
+export declare const MAX_BODY_SIZE: 65535;
+export declare const COMPRESSION_NONE: 0;
+export declare const TYPE_URL_PREFIX: 'type.googleapis.com/';
+export declare class FramingError extends Error {}
+export declare function encodeFrame(body: Uint8Array): Uint8Array;
+export declare class FrameReader {
+  constructor(opts?: { maxBody?: number });
+  readonly maxBody: number;
+  /** Bytes held for an incomplete packet (never more than 5 + maxBody). */
+  readonly buffered: number;
+  /** The bodies of the packets this chunk completes; throws FramingError on a bad header. */
+  push(chunk: Uint8Array): Uint8Array[];
+}
+export declare function encodePacket(messages: Partial<MessagePack>[]): Uint8Array;
+export declare function decodePacket(body: Uint8Array): MessagePack[];
+export declare function encodeAny(any: Any): Uint8Array;
+export declare function typeNameOf(typeUrl: string): string;
+export declare const channeldRoot: Root;
+export declare function openTransport(url: string, opts?: ConnectOptions): Promise<Transport>;

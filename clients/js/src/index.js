@@ -1,0 +1,27 @@
+// @chanq/client: a JavaScript client for chanqd (channeld wire protocol) over WebSocket.
+export { ChanqClient, ChanqError } from './client.js';
+export {
+  COMPRESSION_NONE,
+  FrameReader,
+  FramingError,
+  HEADER_SIZE,
+  MAX_BODY_SIZE,
+  encodeFrame,
+} from './framing.js';
+export {
+  AuthResult,
+  BroadcastType,
+  ChannelDataAccess,
+  ChannelType,
+  CompressionType,
+  ConnectionType,
+  MessageType,
+  TYPE_URL_PREFIX,
+  TypeRegistry,
+  channeldRoot,
+  decodePacket,
+  encodeAny,
+  encodePacket,
+  typeNameOf,
+} from './proto.js';
+export { openTransport } from './transport.js';
