@@ -5,11 +5,11 @@
  *   chanq [...] consume TOPIC [--from OFFSET] [--max N] [--commit]
  *   chanq [...] tail TOPIC [--from OFFSET] [--count N]
  *   chanq [...] add-topic TOPIC
+ *   chanq [...] offset TOPIC
  *   chanq [...] topics
  *
  * Exit codes: 0 success; 1 the server refused a request (err_code, its name and err_msg are
- * printed on stderr) or the connection failed; 2 usage, or an operation protocol v1 cannot do
- * (`topics`: v1 has no message listing topics).
+ * printed on stderr) or the connection failed; 2 usage.
  */
 #include "chanq_mq_sync.h"
 
@@ -67,7 +67,10 @@ static void usage(FILE *f)
                "                    interrupted; [--from OFFSET] prints the backlog first,\n"
                "                    [--count N] stops after N messages\n"
                "  add-topic TOPIC   registers (creates, for an admin module) the topic\n"
-               "  topics            list topics: not supported by protocol v1\n"
+               "  offset TOPIC      prints OFFSET<TAB>LAST_OFFSET: the offset this module\n"
+               "                    committed (- if never) and the topic's last offset\n"
+               "  topics            prints TOPIC<TAB>online|offline<TAB>RETENTION_DAYS<TAB>\n"
+               "                    LAST_OFFSET for each topic this module may use\n"
                "\n"
                "Options:\n"
                "  --addr H:P        chanqd's --mq-addr (default " DEFAULT_ADDR ")\n"
@@ -372,15 +375,40 @@ static int cmd_tail(chanq_mq_sync_t *s, const cli_t *c)
     return 0;
 }
 
+static int cmd_offset(chanq_mq_sync_t *s, const cli_t *c)
+{
+    int64_t off = 0, last = 0;
+    bool committed = false;
+    int r = chanq_mq_sync_offset(s, c->topic, &off, &committed, &last);
+    if (r < 0)
+        return fail(s, "offset", r);
+    if (committed)
+        printf("%" PRId64 "\t%" PRId64 "\n", off, last);
+    else
+        printf("-\t%" PRId64 "\n", last);
+    return 0;
+}
+
+static int cmd_topics(chanq_mq_sync_t *s)
+{
+    cq_mq_msg_t *m = NULL;
+    int r = chanq_mq_sync_topics(s, &m);
+    if (r < 0)
+        return fail(s, "topics", r);
+    for (size_t i = 0; i < m->ntopic_infos; i++) {
+        const cq_mq_topic_info_t *t = &m->topic_infos[i];
+        printf("%s\t%s\t%" PRIu32 "\t%" PRId64 "\n", t->topic, t->online ? "online" : "offline",
+               t->retention_days, t->last_offset);
+    }
+    cq_mq_msg_free(m);
+    return 0;
+}
+
 static int run(const cli_t *c)
 {
     bool producer = strcmp(c->cmd, "produce") == 0 || strcmp(c->cmd, "add-topic") == 0;
-    bool consumer = strcmp(c->cmd, "consume") == 0 || strcmp(c->cmd, "tail") == 0;
-    if (strcmp(c->cmd, "topics") == 0) {
-        fprintf(stderr, "chanq: topics: not supported by protocol v1 (it has no message that "
-                        "lists topics)\n");
-        return EXIT_USAGE;
-    }
+    bool consumer = strcmp(c->cmd, "consume") == 0 || strcmp(c->cmd, "tail") == 0 ||
+                    strcmp(c->cmd, "offset") == 0 || strcmp(c->cmd, "topics") == 0;
     if (!producer && !consumer) {
         fprintf(stderr, "chanq: unknown command \"%s\"\n", c->cmd);
         usage(stderr);
@@ -396,6 +424,10 @@ static int run(const cli_t *c)
         rc = cmd_consume(s, c);
     else if (strcmp(c->cmd, "tail") == 0)
         rc = cmd_tail(s, c);
+    else if (strcmp(c->cmd, "offset") == 0)
+        rc = cmd_offset(s, c);
+    else if (strcmp(c->cmd, "topics") == 0)
+        rc = cmd_topics(s);
     else {
         int r = chanq_mq_sync_add_topic(s, c->topic);
         rc = r < 0 ? fail(s, "add-topic", r) : 0;

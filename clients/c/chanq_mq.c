@@ -383,6 +383,21 @@ int chanq_mq_commit(chanq_mq_t *c, const char *topic, int64_t offset, chanq_mq_d
     return offset_req(c, CQ_MQ_REQ_COMMIT, topic, offset, 0, cb, ud, ret_askid);
 }
 
+int chanq_mq_offset(chanq_mq_t *c, const char *topic, chanq_mq_done_cb cb, void *ud,
+                    uint32_t *ret_askid)
+{
+    cq_mq_msg_t *m;
+    int r = req_new(c, CQ_MQ_REQ_OFFSET, topic, &m);
+    return r < 0 ? r : req_send(c, m, cb, ud, ret_askid);
+}
+
+int chanq_mq_topics(chanq_mq_t *c, chanq_mq_done_cb cb, void *ud, uint32_t *ret_askid)
+{
+    cq_mq_msg_t *m;
+    int r = req_new(c, CQ_MQ_REQ_TOPICS, NULL, &m);
+    return r < 0 ? r : req_send(c, m, cb, ud, ret_askid);
+}
+
 int chanq_mq_watch(chanq_mq_t *c, const char *topic, chanq_mq_push_cb on_push, void *push_ud,
                    chanq_mq_done_cb cb, void *ud, uint32_t *ret_askid)
 {

@@ -117,6 +117,12 @@ int chanq_mq_consume(chanq_mq_t *c, const char *topic, int64_t offset, uint32_t 
                      chanq_mq_done_cb cb, void *ud, uint32_t *ret_askid);
 int chanq_mq_commit(chanq_mq_t *c, const char *topic, int64_t offset, chanq_mq_done_cb cb, void *ud,
                     uint32_t *ret_askid);
+/* The offset this module's consumer committed in topic: the answer (offset_resp) has offset
+ * (0 if never), committed (false if never) and last_offset (the topic's last offset). */
+int chanq_mq_offset(chanq_mq_t *c, const char *topic, chanq_mq_done_cb cb, void *ud,
+                    uint32_t *ret_askid);
+/* The topics this module may use: the answer (topics_resp) has topic_infos[0..ntopic_infos). */
+int chanq_mq_topics(chanq_mq_t *c, chanq_mq_done_cb cb, void *ud, uint32_t *ret_askid);
 /* Registers on_push (may be NULL: opts.on_push gets them) for the topic's pushes right away
  * (replacing an earlier one) and asks the server to watch; a failed watch_resp removes it. */
 int chanq_mq_watch(chanq_mq_t *c, const char *topic, chanq_mq_push_cb on_push, void *push_ud,

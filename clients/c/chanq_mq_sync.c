@@ -295,6 +295,35 @@ int chanq_mq_sync_commit(chanq_mq_sync_t *s, const char *topic, int64_t offset)
     return r < 0 ? r : finish(s, &c, id, NULL);
 }
 
+int chanq_mq_sync_offset(chanq_mq_sync_t *s, const char *topic, int64_t *ret_offset,
+                         bool *ret_committed, int64_t *ret_last_offset)
+{
+    call_t c = {0};
+    uint32_t id = 0;
+    cq_mq_msg_t *resp = NULL;
+    int r = queued(s, chanq_mq_offset(s->core, topic, on_done, &c, &id));
+    if (r == 0)
+        r = finish(s, &c, id, &resp);
+    if (r < 0)
+        return r;
+    if (ret_offset)
+        *ret_offset = resp->has & CQ_MQ_F_OFFSET ? resp->offset : 0;
+    if (ret_committed)
+        *ret_committed = (resp->has & CQ_MQ_F_COMMITTED) && resp->committed;
+    if (ret_last_offset)
+        *ret_last_offset = resp->has & CQ_MQ_F_LAST_OFFSET ? resp->last_offset : 0;
+    cq_mq_msg_free(resp);
+    return 0;
+}
+
+int chanq_mq_sync_topics(chanq_mq_sync_t *s, cq_mq_msg_t **ret_resp)
+{
+    call_t c = {0};
+    uint32_t id = 0;
+    int r = queued(s, chanq_mq_topics(s->core, on_done, &c, &id));
+    return r < 0 ? r : finish(s, &c, id, ret_resp);
+}
+
 int chanq_mq_sync_watch(chanq_mq_sync_t *s, const char *topic)
 {
     call_t c = {0};

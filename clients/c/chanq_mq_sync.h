@@ -15,14 +15,12 @@
  * CQ_EJSON... when the server sent bytes that do not decode (the connection is then unusable).
  * After CQ_ETIMEOUT the answer, if it comes later, is dropped.
  *
- * Version 1 of the protocol has no message listing topics (doc/protocol-mq.md §3), so this
- * adapter has no list function.
- *
  * Threads: a chanq_mq_sync_t belongs to one thread at a time. Writes use MSG_NOSIGNAL.
  */
 #ifndef CHANQ_MQ_SYNC_H
 #define CHANQ_MQ_SYNC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -71,6 +69,14 @@ int chanq_mq_sync_produce1(chanq_mq_sync_t *s, const char *topic, const char *co
 int chanq_mq_sync_consume(chanq_mq_sync_t *s, const char *topic, int64_t offset, uint32_t max_count,
                           cq_mq_msg_t **ret_resp);
 int chanq_mq_sync_commit(chanq_mq_sync_t *s, const char *topic, int64_t offset);
+/* This module's committed offset in topic (0 and *ret_committed false if it never committed)
+ * and the topic's last offset. Output pointers may be NULL. */
+int chanq_mq_sync_offset(chanq_mq_sync_t *s, const char *topic, int64_t *ret_offset,
+                         bool *ret_committed, int64_t *ret_last_offset);
+/* The topics this module may produce or consume (all of them for an admin module), sorted by
+ * name. *ret_resp is the returned-owned topics_resp (topic_infos[0..ntopic_infos)): free it with
+ * cq_mq_msg_free(). */
+int chanq_mq_sync_topics(chanq_mq_sync_t *s, cq_mq_msg_t **ret_resp);
 /* Watches the topic: its pushes are queued for chanq_mq_sync_wait_push(). */
 int chanq_mq_sync_watch(chanq_mq_sync_t *s, const char *topic);
 int chanq_mq_sync_unwatch(chanq_mq_sync_t *s, const char *topic);

@@ -22,12 +22,21 @@
 #define MQ_READ_BUF    (64u * 1024u)
 #define MQ_QUEUED_HARD (64u * 1024u * 1024u) /* unsent bytes that close a connection */
 
+/* The metrics snapshot that the admin listener (worker 0, another thread) serves: the MQ loop
+ * renders its engine's and writer's metrics into a private buffer every CQ_MQIO_METRICS_MS and
+ * swaps it in under g_metrics_mu; readers copy it under the same mutex. Neither side is a channel
+ * hot path. One MQ port per process (g_metrics_on while it runs). */
+static pthread_mutex_t g_metrics_mu = PTHREAD_MUTEX_INITIALIZER;
+static cq_sbuf_t g_metrics; /* zero: an empty buffer */
+static bool g_metrics_on;
+
 struct cq_mqio {
     uv_loop_t loop;
     uv_async_t wake;
     uv_tcp_t listener;
     uv_tcp_t http_listener; /* the HTTP API, when http_on */
     uv_timer_t retention;
+    uv_timer_t metrics;
     uv_thread_t thread;
     cq_mpsc_t done; /* completed writer requests (req->node: the writer is done with it) */
     pthread_mutex_t lock;
@@ -254,6 +263,50 @@ static void on_retention(uv_timer_t *t)
     cq_mqsrv_retention(io->srv, (int64_t)unix_ms());
 }
 
+/* Renders the metrics and publishes them (MQ loop thread). */
+static void metrics_refresh(cq_mqio_t *io)
+{
+    cq_sbuf_t b;
+    cq_writer_stats_t ws;
+    cq_sbuf_init(&b);
+    cq_writer_stats(io->w, &ws);
+    if (cq_mqsrv_metrics(io->srv, &ws, &b) < 0) {
+        cq_sbuf_done(&b);
+        return; /* out of memory: keep the previous snapshot */
+    }
+    pthread_mutex_lock(&g_metrics_mu);
+    cq_sbuf_t old = g_metrics;
+    g_metrics = b;
+    g_metrics_on = true;
+    pthread_mutex_unlock(&g_metrics_mu);
+    cq_sbuf_done(&old);
+}
+
+static void on_metrics(uv_timer_t *t)
+{
+    metrics_refresh(t->data);
+}
+
+int cq_mqio_metrics_append(cq_sbuf_t *out)
+{
+    int r = 0;
+    pthread_mutex_lock(&g_metrics_mu);
+    if (g_metrics_on && g_metrics.len)
+        r = cq_sbuf_append(out, g_metrics.data, g_metrics.len);
+    pthread_mutex_unlock(&g_metrics_mu);
+    return r;
+}
+
+static void metrics_unpublish(void)
+{
+    pthread_mutex_lock(&g_metrics_mu);
+    cq_sbuf_t old = g_metrics;
+    cq_sbuf_init(&g_metrics);
+    g_metrics_on = false;
+    pthread_mutex_unlock(&g_metrics_mu);
+    cq_sbuf_done(&old);
+}
+
 static void loop_main(void *arg)
 {
     cq_mqio_t *io = arg;
@@ -331,6 +384,10 @@ int cq_mqio_start(cq_mqio_t *io, cq_writer_t *w, const cq_mqio_opts_t *opts, cha
     uv_timer_init(&io->loop, &io->retention);
     io->retention.data = io;
     uv_timer_start(&io->retention, on_retention, io->retention_ms, io->retention_ms);
+    uv_timer_init(&io->loop, &io->metrics);
+    io->metrics.data = io;
+    uv_timer_start(&io->metrics, on_metrics, CQ_MQIO_METRICS_MS, CQ_MQIO_METRICS_MS);
+    metrics_refresh(io); /* before the thread starts: /metrics has the MQ part at once */
     int r = listen_on(io, &io->listener, on_accept, opts->addr, bound, blen, err, errlen);
     if (r == 0 && opts->http_addr && *opts->http_addr) {
         r = listen_on(io, &io->http_listener, on_accept_http, opts->http_addr, io->http_bound,
@@ -354,6 +411,7 @@ void cq_mqio_stop(cq_mqio_t *io)
 {
     if (!io || !io->loop_ok)
         return;
+    metrics_unpublish();
     atomic_store(&io->stopping, 1);
     if (io->started) {
         pthread_mutex_lock(&io->lock);

@@ -70,7 +70,19 @@ void cq_mq_header_write(uint8_t out[CQ_MQ_HDR_LEN], uint32_t total_len, uint8_t 
 
 /* ---- the schema: fields and message types ---------------------------------------------- */
 
-typedef enum { K_U32, K_U53, K_STR, K_TOPIC, K_CONTENT, K_BATCH, K_MSGS, K_COUNT, K_OFFS } kind_t;
+typedef enum {
+    K_U32,
+    K_U53,
+    K_STR,
+    K_TOPIC,
+    K_CONTENT,
+    K_BATCH,
+    K_MSGS,
+    K_COUNT,
+    K_OFFS,
+    K_BOOL,
+    K_TOPICS
+} kind_t;
 
 typedef struct field_desc {
     const char *name;
@@ -107,6 +119,9 @@ static const field_desc_t fields[] = {
     {"messages", K_MSGS, 0, 0, 0},
     {"message_count", K_COUNT, 0, 0, U32_MAX_},
     {"offsets", K_OFFS, 0, 0, 0},
+    {"committed", K_BOOL, AT(committed), 0, 0},
+    {"last_offset", K_U53, AT(last_offset), 0, U53_MAX_},
+    {"topics", K_TOPICS, 0, 0, 0},
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
@@ -143,6 +158,12 @@ static const type_desc_t types[CQ_MQ_TYPE_MAX + 1] = {
     [CQ_MQ_RESP_COMMIT] = {"commit_resp", RESP, F(TOPIC) | F(CLIENT_ID) | F(ERR_MSG) | F(OFFSET)},
     [CQ_MQ_PUSH] = {"push", F(TOPIC) | F(MESSAGES), F(TOTAL) | F(OFFSET) | F(MESSAGE_COUNT)},
     [CQ_MQ_RESP_ERROR] = {"error", F(ERR_CODE), F(ASKID) | F(ERR_MSG)},
+    [CQ_MQ_REQ_OFFSET] = {"offset", F(ASKID) | F(TOPIC), F(CLIENT_ID)},
+    [CQ_MQ_RESP_OFFSET] = {"offset_resp", RESP,
+                           F(TOPIC) | F(CLIENT_ID) | F(ERR_MSG) | F(OFFSET) | F(COMMITTED) |
+                               F(LAST_OFFSET)},
+    [CQ_MQ_REQ_TOPICS] = {"topics", F(ASKID), F(CLIENT_ID)},
+    [CQ_MQ_RESP_TOPICS] = {"topics_resp", RESP, F(ERR_MSG) | F(TOPIC_NUMS) | F(TOPICS)},
 };
 
 static const type_desc_t *type_of(int type)
@@ -230,6 +251,7 @@ cq_mq_msg_t *cq_mq_msg_free(cq_mq_msg_t *m)
         cq_free(m->items[i].content);
     cq_free(m->items);
     cq_free(m->offsets);
+    cq_free(m->topic_infos);
     cq_free(m->token);
     cq_free(m->err_msg);
     cq_free(m);
@@ -319,6 +341,15 @@ static int push_item(cq_mq_msg_t *m, int64_t offset, int64_t time, char *content
     return 0;
 }
 
+int cq_mq_msg_add_item_take(cq_mq_msg_t *m, int64_t offset, int64_t time, char *content, size_t len)
+{
+    if (!content || content[len] != '\0' || !utf8_valid(content, len)) {
+        cq_free(content);
+        return CQ_EFIELD;
+    }
+    return push_item(m, offset, time, content, len, false);
+}
+
 int cq_mq_msg_add_item(cq_mq_msg_t *m, int64_t offset, int64_t time, const char *content,
                        size_t len, bool json)
 {
@@ -341,6 +372,26 @@ int cq_mq_msg_add_offset(cq_mq_msg_t *m, int64_t offset)
         return -ENOMEM;
     m->offsets[m->noffsets++] = offset;
     m->has |= CQ_MQ_F_OFFSETS;
+    return 0;
+}
+
+int cq_mq_msg_add_topic_info(cq_mq_msg_t *m, const char *topic, bool online,
+                             uint32_t retention_days, int64_t last_offset)
+{
+    size_t len = strlen(topic);
+    if (!cq_mq_topic_valid(topic, len))
+        return CQ_EBADTOPIC;
+    if (m->ntopic_infos >= CQ_MQ_TOPICS_MAX)
+        return CQ_ELIMIT;
+    if (grow((void **)&m->topic_infos, &m->topic_infos_cap, m->ntopic_infos,
+             sizeof(*m->topic_infos)) < 0)
+        return -ENOMEM;
+    cq_mq_topic_info_t *t = &m->topic_infos[m->ntopic_infos++];
+    memcpy(t->topic, topic, len + 1);
+    t->online = online;
+    t->retention_days = retention_days;
+    t->last_offset = last_offset;
+    m->has |= CQ_MQ_F_TOPICS;
     return 0;
 }
 
@@ -500,6 +551,48 @@ static int get_offsets(const dctx_t *c, const field_desc_t *fd, json_t *v, cq_mq
     return 0;
 }
 
+/* One entry of "topics": {topic, online, retention_days, last_offset}, all required. */
+static int get_topic_info(const dctx_t *c, cq_mq_msg_t *m, json_t *it, size_t idx)
+{
+    char name[48];
+    int64_t days = 0, last = 0;
+    int rc;
+    json_t *tv = json_object_get(it, "topic"), *ov = json_object_get(it, "online");
+    snprintf(name, sizeof(name), "topics[%zu]", idx);
+    if (!json_is_object(it))
+        return field_err(c, CQ_EFIELD, name, "must be an object");
+    snprintf(name, sizeof(name), "topics[%zu].topic", idx);
+    if (!json_is_string(tv) || !cq_mq_topic_valid(json_string_value(tv), json_string_length(tv)))
+        return field_err(c, CQ_EBADTOPIC, name, "must be a string matching [A-Za-z0-9_]{1,64}");
+    snprintf(name, sizeof(name), "topics[%zu].online", idx);
+    if (!json_is_boolean(ov))
+        return field_err(c, CQ_EFIELD, name, "must be true or false");
+    snprintf(name, sizeof(name), "topics[%zu].retention_days", idx);
+    json_t *dv = json_object_get(it, "retention_days");
+    if (!dv || (rc = get_int(c, name, dv, 0, U32_MAX_, &days)) < 0)
+        return dv ? rc : field_err(c, CQ_EFIELD, name, "missing");
+    snprintf(name, sizeof(name), "topics[%zu].last_offset", idx);
+    json_t *lv = json_object_get(it, "last_offset");
+    if (!lv || (rc = get_int(c, name, lv, 0, U53_MAX_, &last)) < 0)
+        return lv ? rc : field_err(c, CQ_EFIELD, name, "missing");
+    return cq_mq_msg_add_topic_info(m, json_string_value(tv), json_is_true(ov), (uint32_t)days,
+                                    last);
+}
+
+static int get_topics(const dctx_t *c, const field_desc_t *fd, json_t *v, cq_mq_msg_t *m)
+{
+    size_t n = json_is_array(v) ? json_array_size(v) : 0;
+    if (!json_is_array(v) || n > CQ_MQ_TOPICS_MAX)
+        return field_err(c, CQ_EFIELD, fd->name, "must be an array of at most %d topics",
+                         CQ_MQ_TOPICS_MAX);
+    for (size_t i = 0; i < n; i++) {
+        int rc = get_topic_info(c, m, json_array_get(v, i), i);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 static int get_scalar(const dctx_t *c, const field_desc_t *fd, json_t *v, cq_mq_msg_t *m)
 {
     char *base = (char *)m + fd->off;
@@ -515,6 +608,11 @@ static int get_scalar(const dctx_t *c, const field_desc_t *fd, json_t *v, cq_mq_
         if ((rc = get_int(c, fd->name, v, fd->min, fd->max, &x)) < 0)
             return rc;
         *(int64_t *)(void *)base = x;
+        return 0;
+    case K_BOOL:
+        if (!json_is_boolean(v))
+            return field_err(c, CQ_EFIELD, fd->name, "must be true or false");
+        *(bool *)(void *)base = json_is_true(v);
         return 0;
     case K_STR:
         if (!json_is_string(v) || json_string_length(v) > (size_t)fd->max)
@@ -549,6 +647,8 @@ static int get_field(const dctx_t *c, const field_desc_t *fd, json_t *v, cq_mq_m
         return get_items(c, fd, v, m);
     case K_OFFS:
         return get_offsets(c, fd, v, m);
+    case K_TOPICS:
+        return get_topics(c, fd, v, m);
     case K_COUNT:
         if ((rc = get_int(c, fd->name, v, 0, fd->max, &x)) < 0)
             return rc;
@@ -632,8 +732,359 @@ static int load_object(const dctx_t *c, const cq_mq_frame_t *f, json_t **ret)
     return 0;
 }
 
-int cq_mq_decode(const cq_mq_frame_t *f, const cq_mq_limits_t *lim, cq_mq_msg_t **ret, char *err,
-                 size_t errlen)
+/* ---- decode: the direct reader -----------------------------------------------------------
+ * Well-formed frames of the shapes chanq's own encoder writes (string contents, the fields of
+ * the type, no unknown keys, no duplicate keys, no JSON-object content, no topic list) are
+ * decoded in one pass without building a jansson tree: a produce of 1000 messages and a consume
+ * answer of 1000 messages spent most of their CPU there. Anything else, and every error, makes
+ * the reader give up (NULL) and the jansson path decode the frame from the start, so errors and
+ * their messages come from one place. For an input both accept, both give the same message
+ * (tests/unit/mq and the fuzz target compare them). */
+
+typedef struct jr {
+    const char *p, *end;
+    const cq_mq_limits_t *lim;
+} jr_t;
+
+static void jr_ws(jr_t *r)
+{
+    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r'))
+        r->p++;
+}
+
+static bool jr_ch(jr_t *r, char c)
+{
+    jr_ws(r);
+    if (r->p < r->end && *r->p == c) {
+        r->p++;
+        return true;
+    }
+    return false;
+}
+
+static bool jr_lit(jr_t *r, const char *lit)
+{
+    size_t n = strlen(lit);
+    jr_ws(r);
+    if ((size_t)(r->end - r->p) < n || memcmp(r->p, lit, n) != 0)
+        return false;
+    r->p += n;
+    return true;
+}
+
+static int jr_hex4(const char *p)
+{
+    int v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+        if (d < 0)
+            return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* Appends code point cp (not a surrogate, not 0) as UTF-8 at out; returns its length. */
+static size_t jr_utf8(char *out, unsigned cp)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | cp >> 12);
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | cp >> 18);
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* One escape at *pp (after the backslash) into out; returns the bytes written, 0 on anything
+ * jansson would refuse (\u0000, a lone surrogate, an unknown escape). */
+static size_t jr_escape(const char **pp, const char *end, char *out)
+{
+    const char *p = *pp;
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    const char *k = p < end ? strchr(from, *p) : NULL;
+    if (k && *p) {
+        *out = to[k - from];
+        *pp = p + 1;
+        return 1;
+    }
+    if (p >= end || *p != 'u' || end - p < 5)
+        return 0;
+    int cp = jr_hex4(p + 1);
+    p += 5;
+    if (cp <= 0 || (cp >= 0xDC00 && cp <= 0xDFFF))
+        return 0;
+    unsigned full = (unsigned)cp;
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+        int lo = end - p >= 6 && p[0] == '\\' && p[1] == 'u' ? jr_hex4(p + 2) : -1;
+        if (lo < 0xDC00 || lo > 0xDFFF)
+            return 0;
+        full = 0x10000 + (((unsigned)cp - 0xD800) << 10) + ((unsigned)lo - 0xDC00);
+        p += 6;
+    }
+    *pp = p;
+    return jr_utf8(out, full);
+}
+
+/* A string: returned owned (NUL-terminated) in *ret_s with its length, or false. */
+static bool jr_str(jr_t *r, char **ret_s, size_t *ret_len)
+{
+    if (!jr_ch(r, '"'))
+        return false;
+    const char *s = r->p, *q = s;
+    bool esc = false;
+    while (q < r->end && *q != '"') {
+        if ((unsigned char)*q < 0x20)
+            return false;
+        if (*q == '\\') {
+            esc = true;
+            q++;
+        }
+        q++;
+    }
+    if (q >= r->end)
+        return false;
+    size_t raw = (size_t)(q - s), n = 0;
+    char *out = cq_malloc(raw + 1);
+    if (!out)
+        return false;
+    for (const char *p = s; p < q;) {
+        if (!esc || *p != '\\') {
+            out[n++] = *p++;
+            continue;
+        }
+        p++;
+        size_t k = jr_escape(&p, q, out + n);
+        if (k == 0) {
+            cq_free(out);
+            return false;
+        }
+        n += k;
+    }
+    out[n] = '\0';
+    if (!utf8_valid(out, n)) {
+        cq_free(out);
+        return false;
+    }
+    r->p = q + 1;
+    *ret_s = out;
+    *ret_len = n;
+    return true;
+}
+
+/* A key: plain bytes up to the quote (no escape, no control byte), into key[0..cap). */
+static bool jr_key(jr_t *r, char *key, size_t cap)
+{
+    if (!jr_ch(r, '"'))
+        return false;
+    size_t n = 0;
+    while (r->p < r->end && *r->p != '"') {
+        if (*r->p == '\\' || (unsigned char)*r->p < 0x20 || n + 1 >= cap)
+            return false;
+        key[n++] = *r->p++;
+    }
+    if (r->p >= r->end)
+        return false;
+    r->p++;
+    key[n] = '\0';
+    return jr_ch(r, ':');
+}
+
+/* An integer in [min, max] (JSON integer syntax: no leading zero, fraction or exponent). */
+static bool jr_int(jr_t *r, int64_t min, int64_t max, int64_t *ret)
+{
+    jr_ws(r);
+    const char *p = r->p;
+    bool neg = p < r->end && *p == '-';
+    p += neg;
+    if (p >= r->end || *p < '0' || *p > '9' ||
+        (*p == '0' && p + 1 < r->end && p[1] >= '0' && p[1] <= '9'))
+        return false;
+    uint64_t v = 0;
+    for (; p < r->end && *p >= '0' && *p <= '9'; p++) {
+        if (v > (UINT64_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    if (p < r->end && (*p == '.' || *p == 'e' || *p == 'E'))
+        return false;
+    if (v > (uint64_t)INT64_MAX)
+        return false;
+    int64_t x = neg ? -(int64_t)v : (int64_t)v;
+    if (x < min || x > max)
+        return false;
+    r->p = p;
+    *ret = x;
+    return true;
+}
+
+/* {content|message, time?, offset_id (answers)} of a messages array. */
+static bool jr_item(jr_t *r, cq_mq_msg_t *m, bool answer)
+{
+    char key[16];
+    char *content = NULL;
+    size_t len = 0;
+    int64_t offset = 0, time = -1;
+    bool has_off = false, has_time = false;
+    if (!jr_ch(r, '{'))
+        return false;
+    for (bool first = true; !jr_ch(r, '}'); first = false) {
+        if ((!first && !jr_ch(r, ',')) || !jr_key(r, key, sizeof(key)))
+            goto fail;
+        if (strcmp(key, answer ? "message" : "content") == 0 && !content) {
+            if (!jr_str(r, &content, &len) || len > r->lim->max_content)
+                goto fail;
+        } else if (strcmp(key, "time") == 0 && !has_time) {
+            has_time = jr_int(r, 0, U53_MAX_, &time);
+            if (!has_time)
+                goto fail;
+        } else if (answer && strcmp(key, "offset_id") == 0 && !has_off) {
+            has_off = jr_int(r, 0, U53_MAX_, &offset);
+            if (!has_off)
+                goto fail;
+        } else {
+            goto fail;
+        }
+    }
+    if (!content || (answer && !has_off))
+        goto fail;
+    return push_item(m, offset, time, content, len, false) == 0;
+fail:
+    cq_free(content);
+    return false;
+}
+
+static bool jr_items(jr_t *r, cq_mq_msg_t *m, bool answer)
+{
+    if (!jr_ch(r, '['))
+        return false;
+    for (bool first = true; !jr_ch(r, ']'); first = false) {
+        if ((!first && !jr_ch(r, ',')) || m->nitems >= r->lim->max_batch || !jr_item(r, m, answer))
+            return false;
+    }
+    return answer || m->nitems > 0;
+}
+
+static bool jr_offsets(jr_t *r, cq_mq_msg_t *m)
+{
+    int64_t v;
+    if (!jr_ch(r, '['))
+        return false;
+    for (bool first = true; !jr_ch(r, ']'); first = false) {
+        if ((!first && !jr_ch(r, ',')) || m->noffsets >= r->lim->max_batch ||
+            !jr_int(r, 0, U53_MAX_, &v) || cq_mq_msg_add_offset(m, v) < 0)
+            return false;
+    }
+    return true;
+}
+
+static bool jr_value(jr_t *r, const field_desc_t *fd, cq_mq_msg_t *m, int64_t *count)
+{
+    char *base = (char *)m + fd->off, *s = NULL;
+    size_t len = 0;
+    int64_t x;
+    switch (fd->kind) {
+    case K_U32:
+        if (!jr_int(r, fd->min, fd->max, &x))
+            return false;
+        *(uint32_t *)(void *)base = (uint32_t)x;
+        return true;
+    case K_U53:
+        return jr_int(r, fd->min, fd->max, (int64_t *)(void *)base);
+    case K_COUNT:
+        return jr_int(r, 0, fd->max, count);
+    case K_BOOL:
+        if (jr_lit(r, "true"))
+            return *(bool *)(void *)base = true;
+        return jr_lit(r, "false");
+    case K_STR:
+        if (!jr_str(r, &s, &len) || len > (size_t)fd->max) {
+            cq_free(s);
+            return false;
+        }
+        *(char **)(void *)base = s;
+        return true;
+    case K_TOPIC: {
+        bool ok = jr_str(r, &s, &len) && cq_mq_topic_valid(s, len);
+        if (ok)
+            memcpy(m->topic, s, len + 1);
+        cq_free(s);
+        return ok;
+    }
+    case K_CONTENT:
+        if (!jr_str(r, &s, &len) || len > r->lim->max_content) {
+            cq_free(s);
+            return false;
+        }
+        return push_item(m, 0, -1, s, len, false) == 0;
+    case K_BATCH:
+    case K_MSGS:
+        return jr_items(r, m, fd->kind == K_MSGS);
+    case K_OFFS:
+        return jr_offsets(r, m);
+    default: /* K_TOPICS: the jansson path */
+        return false;
+    }
+}
+
+/* The field of type t called key, or -1. */
+static int jr_field(const type_desc_t *t, const char *key)
+{
+    for (size_t i = 0; i < NFIELDS; i++) {
+        if (((t->req | t->opt) & (1u << i)) && strcmp(fields[i].name, key) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+/* Decodes f on the direct path; NULL when it cannot (the jansson path then decides). */
+static cq_mq_msg_t *jr_decode(const cq_mq_frame_t *f, const type_desc_t *t, const dctx_t *c)
+{
+    jr_t r = {(const char *)f->body, (const char *)f->body + f->body_len, c->lim};
+    cq_mq_msg_t *m = cq_mq_msg_new(f->type, f->msg_id);
+    int64_t count = -1;
+    char key[32];
+    if (!m || !jr_ch(&r, '{'))
+        goto fail;
+    for (bool first = true; !jr_ch(&r, '}'); first = false) {
+        if ((!first && !jr_ch(&r, ',')) || !jr_key(&r, key, sizeof(key)))
+            goto fail;
+        int i = jr_field(t, key);
+        if (i < 0 || (m->has & (1u << i)) || !jr_value(&r, &fields[i], m, &count))
+            goto fail; /* unknown or repeated key, or a value this path does not take */
+        m->has |= 1u << i;
+    }
+    jr_ws(&r);
+    if (r.p != r.end || (t->req & m->has) != t->req ||
+        ((m->has & CQ_MQ_F_MESSAGE_COUNT) && (size_t)count != m->nitems))
+        goto fail;
+    dctx_t quiet = {c->lim, c->tname, NULL, 0};
+    if (check_message(&quiet, m) < 0)
+        goto fail;
+    return m;
+fail:
+    return cq_mq_msg_free(m);
+}
+
+int cq__mq_decode_jansson(const cq_mq_frame_t *f, const cq_mq_limits_t *lim, cq_mq_msg_t **ret,
+                          char *err, size_t errlen)
 {
     const type_desc_t *t = type_of(f->type);
     if (!t)
@@ -653,6 +1104,21 @@ int cq_mq_decode(const cq_mq_frame_t *f, const cq_mq_limits_t *lim, cq_mq_msg_t 
             cq_err_fmt(err, errlen, rc, "%s: out of memory", t->name);
         return rc;
     }
+    *ret = m;
+    return 0;
+}
+
+int cq_mq_decode(const cq_mq_frame_t *f, const cq_mq_limits_t *lim, cq_mq_msg_t **ret, char *err,
+                 size_t errlen)
+{
+    const type_desc_t *t = type_of(f->type);
+    if (!t)
+        return cq_err_fmt(err, errlen, CQ_ENOTYPE, "unknown message type %u", f->type);
+    cq_mq_limits_t l = limits_or_default(lim);
+    dctx_t c = {&l, t->name, err, errlen};
+    cq_mq_msg_t *m = jr_decode(f, t, &c);
+    if (!m)
+        return cq__mq_decode_jansson(f, lim, ret, err, errlen);
     *ret = m;
     return 0;
 }
@@ -772,6 +1238,34 @@ static int put_offsets(json_t *obj, const cq_mq_msg_t *m)
     return put(obj, "offsets", arr);
 }
 
+static int put_topics(json_t *obj, const cq_mq_msg_t *m)
+{
+    json_t *arr = json_array();
+    if (!arr)
+        return -ENOMEM;
+    for (size_t i = 0; i < m->ntopic_infos; i++) {
+        const cq_mq_topic_info_t *t = &m->topic_infos[i];
+        int rc = cq_mq_topic_valid(t->topic, strnlen(t->topic, sizeof(t->topic))) &&
+                         t->last_offset >= 0 && t->last_offset <= U53_MAX_
+                     ? 0
+                     : CQ_EFIELD;
+        json_t *o = rc ? NULL : json_object();
+        if (!rc && (!o || put(o, "topic", json_string_nocheck(t->topic)) < 0 ||
+                    put(o, "online", json_boolean(t->online)) < 0 ||
+                    put(o, "retention_days", json_integer(t->retention_days)) < 0 ||
+                    put(o, "last_offset", json_integer(t->last_offset)) < 0 ||
+                    json_array_append_new(arr, o) < 0)) {
+            json_decref(o);
+            rc = -ENOMEM;
+        }
+        if (rc < 0) {
+            json_decref(arr);
+            return rc;
+        }
+    }
+    return put(obj, "topics", arr);
+}
+
 static int put_field(json_t *obj, const field_desc_t *fd, const cq_mq_msg_t *m)
 {
     const char *base = (const char *)m + fd->off;
@@ -798,6 +1292,10 @@ static int put_field(json_t *obj, const field_desc_t *fd, const cq_mq_msg_t *m)
         return put_items(obj, m, fd->kind == K_MSGS);
     case K_COUNT:
         return put_int(obj, fd->name, (int64_t)m->nitems, 0, fd->max);
+    case K_BOOL:
+        return put(obj, fd->name, json_boolean(*(const bool *)(const void *)base));
+    case K_TOPICS:
+        return put_topics(obj, m);
     default: /* K_OFFS */
         return put_offsets(obj, m);
     }
@@ -850,7 +1348,7 @@ static int dump_frame(const cq_mq_msg_t *m, json_t *root, uint8_t **ret, size_t 
     return 0;
 }
 
-int cq_mq_encode(const cq_mq_msg_t *m, uint8_t **ret, size_t *ret_len)
+int cq__mq_encode_jansson(const cq_mq_msg_t *m, uint8_t **ret, size_t *ret_len)
 {
     const type_desc_t *t = type_of(m->type);
     if (!t)
@@ -863,6 +1361,254 @@ int cq_mq_encode(const cq_mq_msg_t *m, uint8_t **ret, size_t *ret_len)
         rc = dump_frame(m, root, ret, ret_len);
     json_decref(root);
     return rc;
+}
+
+/* ---- encode: the direct writer ----------------------------------------------------------
+ * The same bytes as the jansson path above (compact, fields in table order, jansson's string
+ * escapes), written straight into the frame buffer: consume answers and pushes of 1000
+ * messages spent most of their time building and dumping jansson trees. Messages holding a
+ * JSON-object content or a topic list still take the jansson path. */
+
+typedef struct jw {
+    uint8_t *p;
+    size_t len, cap;
+    int err;
+} jw_t;
+
+static void jw_put(jw_t *w, const void *s, size_t n)
+{
+    if (w->err)
+        return;
+    if (w->len + n > w->cap) {
+        size_t cap = w->cap * 2 > w->len + n ? w->cap * 2 : w->len + n + 256;
+        uint8_t *p = cq_realloc(w->p, cap);
+        if (!p) {
+            w->err = -ENOMEM;
+            return;
+        }
+        w->p = p;
+        w->cap = cap;
+    }
+    memcpy(w->p + w->len, s, n);
+    w->len += n;
+}
+
+static void jw_lit(jw_t *w, const char *s)
+{
+    jw_put(w, s, strlen(s));
+}
+
+static void jw_int(jw_t *w, int64_t v)
+{
+    char b[24];
+    int n = snprintf(b, sizeof(b), "%lld", (long long)v);
+    jw_put(w, b, (size_t)n);
+}
+
+/* A JSON string of s[0..len) (valid UTF-8, checked by the caller), escaped as jansson does. */
+static void jw_str(jw_t *w, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    jw_put(w, "\"", 1);
+    size_t run = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        jw_put(w, s + run, i - run);
+        run = i + 1;
+        char e[6] = {'\\', (char)c, 0, 0, 0, 0};
+        size_t k = 2;
+        if (c == '\b' || c == '\t' || c == '\n' || c == '\f' || c == '\r')
+            e[1] = c == '\b' ? 'b' : c == '\t' ? 't' : c == '\n' ? 'n' : c == '\f' ? 'f' : 'r';
+        else if (c < 0x20) {
+            memcpy(e + 1, "u00", 3);
+            e[4] = hex[c >> 4];
+            e[5] = hex[c & 15];
+            k = 6;
+        }
+        jw_put(w, e, k);
+    }
+    jw_put(w, s + run, len - run);
+    jw_put(w, "\"", 1);
+}
+
+static void jw_key(jw_t *w, const char *key, bool *first)
+{
+    if (!*first)
+        jw_put(w, ",", 1);
+    *first = false;
+    jw_put(w, "\"", 1);
+    jw_lit(w, key);
+    jw_put(w, "\":", 2);
+}
+
+static int jw_int_field(jw_t *w, const char *key, bool *first, int64_t v, int64_t min, int64_t max)
+{
+    if (v < min || v > max)
+        return CQ_EFIELD;
+    jw_key(w, key, first);
+    jw_int(w, v);
+    return 0;
+}
+
+static int jw_item(jw_t *w, const cq_mq_item_t *it, bool answer)
+{
+    bool first = true;
+    if (!it->content || it->json || !utf8_valid(it->content, it->len))
+        return CQ_EFIELD;
+    jw_put(w, "{", 1);
+    if (answer && jw_int_field(w, "offset_id", &first, it->offset, 0, U53_MAX_) < 0)
+        return CQ_EFIELD;
+    jw_key(w, answer ? "message" : "content", &first);
+    jw_str(w, it->content, it->len);
+    if (it->time != -1 && jw_int_field(w, "time", &first, it->time, 0, U53_MAX_) < 0)
+        return CQ_EFIELD;
+    jw_put(w, "}", 1);
+    return 0;
+}
+
+static int jw_items(jw_t *w, const cq_mq_msg_t *m, bool answer)
+{
+    if (!answer && m->nitems == 0)
+        return CQ_EFIELD;
+    jw_put(w, "[", 1);
+    for (size_t i = 0; i < m->nitems; i++) {
+        if (i)
+            jw_put(w, ",", 1);
+        int rc = jw_item(w, &m->items[i], answer);
+        if (rc < 0)
+            return rc;
+    }
+    jw_put(w, "]", 1);
+    return 0;
+}
+
+static int jw_offsets(jw_t *w, const cq_mq_msg_t *m)
+{
+    jw_put(w, "[", 1);
+    for (size_t i = 0; i < m->noffsets; i++) {
+        if (m->offsets[i] < 0 || m->offsets[i] > U53_MAX_)
+            return CQ_EFIELD;
+        if (i)
+            jw_put(w, ",", 1);
+        jw_int(w, m->offsets[i]);
+    }
+    jw_put(w, "]", 1);
+    return 0;
+}
+
+static int jw_field(jw_t *w, const field_desc_t *fd, const cq_mq_msg_t *m, bool *first)
+{
+    const char *base = (const char *)m + fd->off;
+    switch (fd->kind) {
+    case K_U32:
+        return jw_int_field(w, fd->name, first, *(const uint32_t *)(const void *)base, fd->min,
+                            fd->max);
+    case K_U53:
+        return jw_int_field(w, fd->name, first, *(const int64_t *)(const void *)base, fd->min,
+                            fd->max);
+    case K_COUNT:
+        return jw_int_field(w, fd->name, first, (int64_t)m->nitems, 0, fd->max);
+    case K_STR: {
+        const char *s = *(char *const *)(const void *)base;
+        size_t len = s ? strlen(s) : 0;
+        if (!s || len > (size_t)fd->max || !utf8_valid(s, len))
+            return CQ_EFIELD;
+        jw_key(w, fd->name, first);
+        jw_str(w, s, len);
+        return 0;
+    }
+    case K_TOPIC: {
+        size_t len = strnlen(m->topic, sizeof(m->topic));
+        if (!cq_mq_topic_valid(m->topic, len))
+            return CQ_EBADTOPIC;
+        jw_key(w, fd->name, first);
+        jw_str(w, m->topic, len);
+        return 0;
+    }
+    case K_BOOL:
+        jw_key(w, fd->name, first);
+        jw_lit(w, *(const bool *)(const void *)base ? "true" : "false");
+        return 0;
+    case K_CONTENT:
+        if (m->nitems != 1 || !m->items[0].content ||
+            !utf8_valid(m->items[0].content, m->items[0].len))
+            return CQ_EFIELD;
+        jw_key(w, fd->name, first);
+        jw_str(w, m->items[0].content, m->items[0].len);
+        return 0;
+    case K_BATCH:
+    case K_MSGS:
+        jw_key(w, fd->name, first);
+        return jw_items(w, m, fd->kind == K_MSGS);
+    case K_OFFS:
+        jw_key(w, fd->name, first);
+        return jw_offsets(w, m);
+    default: /* K_TOPICS: not on this path */
+        return CQ_EFIELD;
+    }
+}
+
+/* True when the direct writer can encode m: no JSON-object content, no topic list. */
+static bool jw_fits(const cq_mq_msg_t *m, const type_desc_t *t)
+{
+    if (field_wanted(t, CQ_MQ_F_TOPICS, m))
+        return false;
+    if (!field_wanted(t, CQ_MQ_F_CONTENT, m) && !field_wanted(t, CQ_MQ_F_BATCH, m) &&
+        !field_wanted(t, CQ_MQ_F_MESSAGES, m))
+        return true;
+    for (size_t i = 0; i < m->nitems; i++)
+        if (m->items[i].json)
+            return false;
+    return true;
+}
+
+static int jw_encode(const cq_mq_msg_t *m, const type_desc_t *t, uint8_t **ret, size_t *ret_len)
+{
+    if ((t->req & m->has) != t->req)
+        return CQ_EFIELD;
+    if (m->type == CQ_MQ_REQ_PRODUCE &&
+        (!(m->has & CQ_MQ_F_CONTENT) == !(m->has & CQ_MQ_F_BATCH) ||
+         !(m->has & CQ_MQ_F_PRODUCER_ID) != !(m->has & CQ_MQ_F_SEQ)))
+        return CQ_EFIELD;
+    jw_t w = {NULL, 0, 0, 0};
+    size_t guess = CQ_MQ_HDR_LEN + 64;
+    for (size_t i = 0; i < m->nitems; i++)
+        guess += m->items[i].len + 48;
+    w.p = cq_malloc(guess);
+    if (!w.p)
+        return -ENOMEM;
+    w.cap = guess;
+    w.len = CQ_MQ_HDR_LEN;
+    bool first = true;
+    int rc = 0;
+    jw_put(&w, "{", 1);
+    for (size_t i = 0; rc == 0 && i < NFIELDS; i++) {
+        if (field_wanted(t, 1u << i, m))
+            rc = jw_field(&w, &fields[i], m, &first);
+    }
+    jw_put(&w, "}", 1);
+    if (rc == 0)
+        rc = w.err;
+    if (rc == 0 && w.len > UINT32_MAX)
+        rc = CQ_EBADLEN;
+    if (rc < 0) {
+        cq_free(w.p);
+        return rc;
+    }
+    cq_mq_header_write(w.p, (uint32_t)w.len, m->type, m->msg_id);
+    *ret = w.p;
+    *ret_len = w.len;
+    return 0;
+}
+
+int cq_mq_encode(const cq_mq_msg_t *m, uint8_t **ret, size_t *ret_len)
+{
+    const type_desc_t *t = type_of(m->type);
+    if (!t)
+        return CQ_ENOTYPE;
+    return jw_fits(m, t) ? jw_encode(m, t, ret, ret_len) : cq__mq_encode_jansson(m, ret, ret_len);
 }
 
 /* ---- responses ------------------------------------------------------------------------- */

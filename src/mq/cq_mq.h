@@ -34,6 +34,7 @@
 #define CQ_MQ_TOKEN_MAX         256
 #define CQ_MQ_ERR_MSG_MAX       512
 #define CQ_MQ_MAX_U53           ((((int64_t)1) << 53) - 1) /* JSON-safe integer */
+#define CQ_MQ_TOPICS_MAX        10000                      /* entries of a topics_resp */
 
 /* Message types. Odd: client to server; even: server to client. */
 typedef enum cq_mq_type {
@@ -55,7 +56,11 @@ typedef enum cq_mq_type {
     CQ_MQ_RESP_COMMIT = 16,
     CQ_MQ_PUSH = 18,       /* unsolicited: new messages on a watched topic */
     CQ_MQ_RESP_ERROR = 20, /* answer to a frame whose type is unknown */
-    CQ_MQ_TYPE_MAX = 20
+    CQ_MQ_REQ_OFFSET = 21, /* a consumer's committed offset (not in the seed) */
+    CQ_MQ_RESP_OFFSET = 22,
+    CQ_MQ_REQ_TOPICS = 23, /* list the topics (not in the seed) */
+    CQ_MQ_RESP_TOPICS = 24,
+    CQ_MQ_TYPE_MAX = 24
 } cq_mq_type_t;
 
 /* client_type values (seed: 1 producer, 2 consumer). */
@@ -106,6 +111,10 @@ typedef enum cq_mq_field {
     CQ_MQ_F_MESSAGES = 1u << 19,      /* consume/push: "messages" [{offset_id, message, time?}] */
     CQ_MQ_F_MESSAGE_COUNT = 1u << 20, /* derived: written as nitems with F_MESSAGES */
     CQ_MQ_F_OFFSETS = 1u << 21,       /* resp_produce: one offset per produced message */
+    CQ_MQ_F_COMMITTED = 1u << 22,     /* resp_offset: JSON bool */
+    CQ_MQ_F_LAST_OFFSET = 1u << 23,   /* resp_offset: the topic's last offset */
+    CQ_MQ_F_TOPICS = 1u << 24,        /* resp_topics: [{topic, online, retention_days,
+                                       * last_offset}], topic_infos[] */
 } cq_mq_field_t;
 
 typedef struct cq_mq_limits {
@@ -136,6 +145,14 @@ typedef struct cq_mq_item {
     bool json; /* content is compact JSON text of an object (else a JSON string) */
 } cq_mq_item_t;
 
+/* One entry of a topics_resp. */
+typedef struct cq_mq_topic_info {
+    char topic[CQ_MQ_TOPIC_MAX + 1];
+    bool online;
+    uint32_t retention_days; /* 0 = kept forever */
+    int64_t last_offset;
+} cq_mq_topic_info_t;
+
 /* A decoded or to-be-encoded message. Plain data: set a field and its CQ_MQ_F_* bit in has.
  * Pointers are owned by the message and released by cq_mq_msg_free(). */
 typedef struct cq_mq_msg {
@@ -143,7 +160,8 @@ typedef struct cq_mq_msg {
     uint16_t msg_id;
     uint32_t has; /* CQ_MQ_F_* bits present */
     uint32_t askid, module_id, client_type, err_code, weight, topic_nums, max_count;
-    int64_t client_id, topic_message_total, total, offset, time, producer_id, seq;
+    int64_t client_id, topic_message_total, total, offset, time, producer_id, seq, last_offset;
+    bool committed;
     char topic[CQ_MQ_TOPIC_MAX + 1];
     char *token;         /* owned */
     char *err_msg;       /* owned */
@@ -151,6 +169,8 @@ typedef struct cq_mq_msg {
     size_t nitems, items_cap;
     int64_t *offsets; /* owned array of noffsets */
     size_t noffsets, offsets_cap;
+    cq_mq_topic_info_t *topic_infos; /* owned array of ntopic_infos */
+    size_t ntopic_infos, topic_infos_cap;
 } cq_mq_msg_t;
 
 /* ---- frames --------------------------------------------------------------------------- */
@@ -200,8 +220,25 @@ int cq_mq_msg_set_str(cq_mq_msg_t *m, cq_mq_field_t which, const char *s);
  * Returns CQ_EFIELD (not UTF-8 / not an object), -ENOMEM. */
 int cq_mq_msg_add_item(cq_mq_msg_t *m, int64_t offset, int64_t time, const char *content,
                        size_t len, bool json);
+/* The same for a string content that is taken: content (cq_malloc'd, len bytes followed by a
+ * '\0') becomes the item's, also on failure (then it is freed). Returns CQ_EFIELD (NULL, not
+ * NUL-terminated at len, not UTF-8 without NUL) or -ENOMEM. */
+int cq_mq_msg_add_item_take(cq_mq_msg_t *m, int64_t offset, int64_t time, char *content,
+                            size_t len);
 /* Appends an offset (resp_produce) and sets CQ_MQ_F_OFFSETS. Returns -ENOMEM. */
 int cq_mq_msg_add_offset(cq_mq_msg_t *m, int64_t offset);
+/* Appends a topic entry (resp_topics) and sets CQ_MQ_F_TOPICS. Returns CQ_EBADTOPIC, CQ_ELIMIT
+ * (over CQ_MQ_TOPICS_MAX entries) or -ENOMEM. */
+int cq_mq_msg_add_topic_info(cq_mq_msg_t *m, const char *topic, bool online,
+                             uint32_t retention_days, int64_t last_offset);
+
+/* Tests: cq_mq_decode() through jansson only (cq_mq_decode() reads well-formed frames of the
+ * usual shapes directly; both give the same message, or the same error). */
+int cq__mq_decode_jansson(const cq_mq_frame_t *f, const cq_mq_limits_t *lim, cq_mq_msg_t **ret,
+                          char *err, size_t errlen);
+/* Tests: cq_mq_encode() through jansson only (cq_mq_encode() writes most messages directly;
+ * both give the same bytes). */
+int cq__mq_encode_jansson(const cq_mq_msg_t *m, uint8_t **ret, size_t *ret_len);
 
 /* Starts the response to req: type req->type + 1, the same msg_id, askid and (where the
  * response type has them) topic and client_id echoed, err_code = cq_mq_errcode(err) and, if
@@ -224,7 +261,7 @@ int cq_mq_errcode(int err);
 const char *cq_mq_errcode_name(int code);
 /* "produce" for a request, "produce_resp" for its response, "push", "error"; NULL if unknown. */
 const char *cq_mq_type_name(int type);
-/* True for 1, 3, ..., 15: the types a client sends. */
+/* True for 1, 3, ..., 15, 21, 23: the types a client sends. */
 bool cq_mq_is_request(int type);
 /* True if s[0..len) matches [A-Za-z0-9_]{1,64}. */
 bool cq_mq_topic_valid(const char *s, size_t len);

@@ -46,6 +46,7 @@ mq_topic_t *cq__mqsrv_topic_add(cq_mqsrv_t *s, const char *name, bool online, in
 static void topic_free(mq_topic_t *t)
 {
     cq_mq_msg_free(t->push);
+    cq_free(t->consumers);
     cq_free(t->watchers);
     cq_free(t);
 }
@@ -225,6 +226,8 @@ int cq__mqsrv_submit(cq_mqsrv_t *s, cq_mqsrv_conn_t *c, cq_mq_msg_t *m, cq_write
             s->st.busy++;
         return r;
     }
+    /* completions run on this thread, later: counting after the submit is not too late */
+    cq__mqsrv_metrics_submitted(s, req);
     if (c)
         c->inflight++;
     return 0;
@@ -317,6 +320,7 @@ oom:
 void cq_mqsrv_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
 {
     mq_pend_t *p = req->ud;
+    cq__mqsrv_metrics_completed(s, req);
     if (p && p->h) {
         cq__mqhttp_completed(s, req, p);
         p->h->inflight--;

@@ -33,6 +33,7 @@
 
 #include "cq_mq.h"
 #include "cq_mqperm.h"
+#include "cq_sbuf.h"
 #include "cq_store.h"
 #include "cq_writer.h"
 
@@ -108,5 +109,17 @@ void cq_mqsrv_retention(cq_mqsrv_t *s, int64_t now_unix_ms);
 void cq_mqsrv_set_now(cq_mqsrv_t *s, int64_t now_unix_ms);
 
 void cq_mqsrv_stats(const cq_mqsrv_t *s, cq_mqsrv_stats_t *ret_stats);
+
+/* Most consumers per topic whose offsets the metrics keep (the first ones seen). */
+#define CQ_MQSRV_METRIC_CONSUMERS 256
+
+/* Appends the durable-topic metrics in Prometheus text format (version 0.0.4) to out: the
+ * engine's counters; per topic its acknowledged messages, last offset, pending messages, purged
+ * rows and online flag; per (topic, consumer) whose offset was committed or read since start
+ * (seed consumers are "m<module_id>", HTTP ones their own ids) the offset and the lag (last
+ * offset - committed offset: an upper bound, offsets are not dense); and, when ws is not NULL,
+ * the store thread's counters and histograms of transaction size and duration. Engine thread.
+ * Returns 0 or -ENOMEM (out then holds part of the text). */
+int cq_mqsrv_metrics(const cq_mqsrv_t *s, const cq_writer_stats_t *ws, cq_sbuf_t *out);
 
 #endif

@@ -6,7 +6,9 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define NAME(m) cq_mq_type_name((m)->type)
 
@@ -193,19 +195,70 @@ static void on_consume(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
     submit(c, m, req);
 }
 
+/* commit (store the offset) and offset (read it back): the consumer is "m<module_id>". */
 static void on_commit(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
 {
     char consumer[32];
+    bool commit = m->type == CQ_MQ_REQ_COMMIT;
     snprintf(consumer, sizeof(consumer), "m%u", c->module_id);
     mq_topic_t *t = topic_check(c, m, CQ_MQPERM_CONSUME, false);
-    cq_writer_req_t *req = t ? new_req(c, m, CQ_WRITER_COMMIT_OFFSET, t->name, consumer) : NULL;
+    cq_writer_req_t *req =
+        t ? new_req(c, m, commit ? CQ_WRITER_COMMIT_OFFSET : CQ_WRITER_GET_OFFSET, t->name,
+                    consumer)
+          : NULL;
     if (!req) {
         cq_mq_msg_free(m);
         return;
     }
-    req->offset = (uint64_t)m->offset;
+    req->offset = commit ? (uint64_t)m->offset : 0;
     req->now_ms = c->s->now_ms;
     submit(c, m, req);
+}
+
+static int topic_name_cmp(const void *a, const void *b)
+{
+    return strcasecmp((*(mq_topic_t *const *)a)->name, (*(mq_topic_t *const *)b)->name);
+}
+
+/* topics: the topics this module may produce or consume (every topic for an admin module),
+ * sorted by name, from the engine's cache (no store round trip). */
+static void on_topics(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
+{
+    cq_mqsrv_t *s = c->s;
+    const cq_mqperm_t *p = s->perms;
+    bool admin = cq_mqperm_allows(p, c->module_id, CQ_MQPERM_ADMIN, NULL);
+    mq_topic_t **v = s->ntopics ? cq_malloc(s->ntopics * sizeof(*v)) : NULL;
+    cq_mq_msg_t *resp = cq_mq_resp_new(m, 0, NULL);
+    if ((s->ntopics && !v) || !resp) {
+        cq_mq_msg_free(resp);
+        cq_free(v);
+        cq__mqsrv_reply(c, m, -ENOMEM, "topics: out of memory");
+        return;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < s->ntopics; i++) {
+        const char *name = s->topics[i]->name;
+        if (admin || cq_mqperm_allows(p, c->module_id, CQ_MQPERM_PRODUCE, name) ||
+            cq_mqperm_allows(p, c->module_id, CQ_MQPERM_CONSUME, name))
+            v[n++] = s->topics[i];
+    }
+    if (n > CQ_MQ_TOPICS_MAX)
+        n = CQ_MQ_TOPICS_MAX;
+    if (n > 1)
+        qsort(v, n, sizeof(*v), topic_name_cmp);
+    resp->has |= CQ_MQ_F_TOPICS | CQ_MQ_F_TOPIC_NUMS;
+    resp->topic_nums = (uint32_t)n;
+    for (size_t i = 0; resp && i < n; i++) {
+        const mq_topic_t *t = v[i];
+        if (cq_mq_msg_add_topic_info(resp, t->name, t->online, (uint32_t)t->retention_days,
+                                     (int64_t)t->last_offset) < 0)
+            resp = cq_mq_msg_free(resp);
+    }
+    cq_free(v);
+    if (resp)
+        cq__mqsrv_send(c, resp);
+    else
+        cq__mqsrv_reply(c, m, -ENOMEM, "topics: out of memory");
 }
 
 static void on_watch(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
@@ -252,7 +305,12 @@ void cq__mqsrv_dispatch(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
         on_consume(c, m);
         break;
     case CQ_MQ_REQ_COMMIT:
+    case CQ_MQ_REQ_OFFSET:
         on_commit(c, m);
+        break;
+    case CQ_MQ_REQ_TOPICS:
+        on_topics(c, m);
+        cq_mq_msg_free(m);
         break;
     default: /* watch, unwatch: the decoder only lets request types through */
         on_watch(c, m);
@@ -323,7 +381,8 @@ static void done_produce(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_pend_t *p
     cq__mqsrv_send(p->c, resp);
 }
 
-static void done_read(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_pend_t *p)
+/* The records' contents move into the answer (no copy). */
+static void done_read(cq_mqsrv_t *s, cq_writer_req_t *req, mq_pend_t *p)
 {
     if (req->err) {
         cq__mqsrv_reply(p->c, p->req, req->err, "consume: %s", cq_strerror(req->err));
@@ -335,9 +394,10 @@ static void done_read(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_pend_t *p)
     resp->has |= CQ_MQ_F_MESSAGES | CQ_MQ_F_OFFSET;
     resp->offset = p->req->offset;
     for (size_t i = 0; i < req->n_recs; i++) {
-        const cq_store_rec_t *r = &req->recs[i];
-        if (cq_mq_msg_add_item(resp, (int64_t)r->offset, r->create_ms, r->content, r->len, false) <
-            0) {
+        cq_store_rec_t *r = &req->recs[i];
+        char *content = r->content;
+        r->content = NULL; /* taken, also on failure */
+        if (cq_mq_msg_add_item_take(resp, (int64_t)r->offset, r->create_ms, content, r->len) < 0) {
             cq__mqsrv_reply(p->c, p->req, CQ_EFIELD,
                             "consume: message %llu is not valid UTF-8 text",
                             (unsigned long long)r->offset);
@@ -360,7 +420,8 @@ static void done_simple(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_pend_t *p)
         reply_counted(p->c, p->req, ++p->c->registered);
         return;
     }
-    if (req->err) {
+    bool never = req->op == CQ_WRITER_GET_OFFSET && req->err == -ENOENT;
+    if (req->err && !never) {
         cq__mqsrv_reply(p->c, p->req, req->err, "%s: %s", NAME(p->req), cq_strerror(req->err));
         return;
     }
@@ -368,6 +429,13 @@ static void done_simple(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_pend_t *p)
     if (resp && req->op == CQ_WRITER_COMMIT_OFFSET) {
         resp->offset = (int64_t)req->offset;
         resp->has |= CQ_MQ_F_OFFSET;
+    }
+    if (resp && req->op == CQ_WRITER_GET_OFFSET) { /* never committed: offset 0, false */
+        const mq_topic_t *t = cq__mqsrv_topic(s, req->topic);
+        resp->offset = never ? 0 : (int64_t)req->offset;
+        resp->committed = !never;
+        resp->last_offset = t ? (int64_t)t->last_offset : 0;
+        resp->has |= CQ_MQ_F_OFFSET | CQ_MQ_F_COMMITTED | CQ_MQ_F_LAST_OFFSET;
     }
     cq__mqsrv_send(p->c, resp);
 }

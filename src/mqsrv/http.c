@@ -258,6 +258,7 @@ static void submit(cq_mqhttp_conn_t *h, cq_writer_req_t *req)
         r = s->submit(s->submit_ud, req);
     }
     if (r == 0) {
+        cq__mqsrv_metrics_submitted(s, req);
         h->inflight++;
         h->busy = true;
         return;

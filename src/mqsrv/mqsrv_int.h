@@ -6,6 +6,12 @@
 #include "cq_mqsrv.h"
 #include "cq_sbuf.h"
 
+/* A consumer's last known committed offset (metrics only). */
+typedef struct mq_consumer {
+    char id[CQ_STORE_CONSUMER_MAX + 1];
+    uint64_t offset;
+} mq_consumer_t;
+
 typedef struct mq_topic {
     char name[CQ_MQ_TOPIC_MAX + 1]; /* as the store spells it */
     bool online;
@@ -15,6 +21,12 @@ typedef struct mq_topic {
     cq_mqsrv_conn_t **watchers; /* borrowed; a connection removes itself when it closes */
     size_t nwatchers, watchers_cap;
     cq_mq_msg_t *push; /* owned: messages waiting for cq_mqsrv_flush, or NULL */
+    /* metrics (metrics.c) */
+    uint64_t produced;        /* messages acknowledged since start */
+    uint64_t pending;         /* messages of produces submitted and not yet completed */
+    uint64_t purged;          /* rows removed by retention since start */
+    mq_consumer_t *consumers; /* owned: offsets seen in commits and offset reads since start */
+    size_t nconsumers, consumers_cap;
 } mq_topic_t;
 
 struct cq_mqsrv {
@@ -83,6 +95,12 @@ void cq__mqsrv_completed(cq_mqsrv_t *s, cq_writer_req_t *req, mq_pend_t *p);
 void cq__mqsrv_produced(cq_mqsrv_t *s, const cq_writer_req_t *req);
 /* The engine side of a completed store request: cache updates (topic created, online flag). */
 void cq__mqsrv_apply(cq_mqsrv_t *s, const cq_writer_req_t *req);
+
+/* metrics.c */
+/* Counts a request going to the store (pending produce messages). */
+void cq__mqsrv_metrics_submitted(cq_mqsrv_t *s, const cq_writer_req_t *req);
+/* Counts a completed store request: pending, purged rows, consumer offsets. */
+void cq__mqsrv_metrics_completed(cq_mqsrv_t *s, const cq_writer_req_t *req);
 
 /* http.c */
 /* Answers p->h's request from the completed req, then resumes its pipelined input. */

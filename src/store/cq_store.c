@@ -84,6 +84,11 @@ uint64_t cq__store_sql_count(const cq_store_t *s)
     return s->sql_count;
 }
 
+void cq__store_fault(cq_store_t *s, unsigned faults)
+{
+    s->fault = faults;
+}
+
 /* Common entry check: resets the error text and validates the topic name. */
 static int enter(cq_store_t *s, const char *topic)
 {

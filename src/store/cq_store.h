@@ -71,7 +71,8 @@ typedef struct cq_store_rec {
     int64_t create_ms;
     uint64_t producer_id; /* 0 when the message was appended without one */
     uint64_t seq;
-    void *content; /* owned; cq_malloc'd (never NULL after a successful read, even for len 0) */
+    void *content; /* owned; cq_malloc'd (never NULL after a successful read, even for len 0),
+                    * len bytes followed by a '\0' (not counted in len) */
     size_t len;
 } cq_store_rec_t;
 
@@ -190,5 +191,14 @@ int cq_store_get_offset(cq_store_t *s, const char *topic, const char *consumer_i
 /* Number of SQL statements the backend has prepared or run on this handle. Tests use it to show
  * that rejected input reached no SQL. */
 uint64_t cq__store_sql_count(const cq_store_t *s);
+
+/* Fault injection (mysql backend; sqlite ignores it). LOST_BEFORE_COMMIT / LOST_AFTER_COMMIT:
+ * the next append loses its connection right before / right after its COMMIT and must resolve
+ * the unknown outcome (fired once). NO_RECONNECT: every connect fails while set. */
+#define CQ__STORE_FAULT_LOST_BEFORE_COMMIT 1u
+#define CQ__STORE_FAULT_LOST_AFTER_COMMIT  2u
+#define CQ__STORE_FAULT_NO_RECONNECT       4u
+/* Sets the fault bits (replacing the previous ones). Store thread. */
+void cq__store_fault(cq_store_t *s, unsigned faults);
 
 #endif

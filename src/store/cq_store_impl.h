@@ -14,6 +14,7 @@ struct cq_store {
     const cq_store_ops_t *ops; /* set by cq_store_open() */
     size_t max_content;        /* resolved limit (never 0) */
     uint64_t sql_count;        /* statements prepared or run; see cq__store_sql_count() */
+    unsigned fault;            /* tests: CQ__STORE_FAULT_* bits (cq__store_fault()) */
     char errmsg[CQ_STORE_ERRMSG_MAX];
 };
 

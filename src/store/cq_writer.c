@@ -28,6 +28,19 @@
 #include <strings.h>
 #include <time.h>
 
+/* The reader thread (opts.reader): READ requests only, same wake-up protocol as the writer. */
+typedef struct reader {
+    cq_writer_t *w;
+    cq_store_t *store;
+    cq_mpsc_t q;
+    atomic_size_t queued;
+    atomic_bool sleeping, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    bool started;
+} reader_t;
+
 /* Produce requests of one topic waiting for their transaction, oldest first. */
 typedef struct group {
     char topic[CQ_STORE_TOPIC_MAX + 1];
@@ -53,12 +66,15 @@ struct cq_writer {
     /* stats */
     atomic_uint_least64_t st_txns, st_failed_txns, st_msgs, st_reqs, st_rejected, st_busy, st_other,
         st_max_txn;
+    atomic_uint_least64_t st_batch[CQ_WRITER_HIST_N], st_commit[CQ_WRITER_HIST_N];
+    atomic_uint_least64_t st_batch_sum, st_commit_sum;
 
     /* read-only after new */
     size_t max_batch, max_pending;
     uint64_t max_wait_ns;
     cq_writer_done_fn done;
     void *ud;
+    reader_t *rd; /* NULL: reads run on the writer thread */
 
     /* writer thread only */
     cq_store_t *store;
@@ -189,6 +205,19 @@ static void stat_add(atomic_uint_least64_t *a, uint64_t v)
     atomic_fetch_add_explicit(a, v, memory_order_relaxed);
 }
 
+const uint64_t cq_writer_batch_bounds[CQ_WRITER_HIST_N - 1] = {1,   2,   5,   10,   20,  50,
+                                                               100, 200, 500, 1000, 5000};
+const uint64_t cq_writer_commit_bounds[CQ_WRITER_HIST_N - 1] = {
+    250, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 500000, 1000000};
+
+static void stat_hist(atomic_uint_least64_t *buckets, const uint64_t *bounds, uint64_t v)
+{
+    size_t i = 0;
+    while (i < CQ_WRITER_HIST_N - 1 && v > bounds[i])
+        i++;
+    stat_add(&buckets[i], 1);
+}
+
 /* ---- group commit (writer thread) ---------------------------------------------------------- */
 
 static int scratch_reserve(cq_writer_t *w, size_t n)
@@ -239,11 +268,17 @@ static void commit_batch(cq_writer_t *w, group_t *g)
             memcpy(&w->scratch[k], q->msgs, q->n_msgs * sizeof(*q->msgs));
             k += q->n_msgs;
         }
+        uint64_t t0 = cq_clock_mono_ns();
         r = cq_store_append_batch(w->store, g->topic, w->scratch, n, w->offs);
+        uint64_t us = (cq_clock_mono_ns() - t0) / 1000;
+        stat_hist(w->st_commit, cq_writer_commit_bounds, us);
+        stat_add(&w->st_commit_sum, us);
     }
     /* counters first, so that a done callback already sees its transaction counted */
     stat_add(&w->st_txns, 1);
     stat_max(&w->st_max_txn, n);
+    stat_hist(w->st_batch, cq_writer_batch_bounds, n);
+    stat_add(&w->st_batch_sum, n);
     if (r < 0) {
         stat_add(&w->st_failed_txns, 1);
     } else {
@@ -358,13 +393,13 @@ static void enqueue_produce(cq_writer_t *w, cq_writer_req_t *req)
 
 /* ---- other requests (writer thread) -------------------------------------------------------- */
 
-static int run_read(cq_writer_t *w, cq_writer_req_t *req)
+static int run_read(cq_store_t *store, cq_writer_req_t *req)
 {
     cq_store_rec_t *recs = cq_calloc(req->max, sizeof(*recs));
     if (!recs)
         return -ENOMEM;
     size_t n = 0;
-    int r = cq_store_read(w->store, req->topic, req->from_offset, req->max, recs, &n);
+    int r = cq_store_read(store, req->topic, req->from_offset, req->max, recs, &n);
     if (r < 0) {
         cq_free(recs);
         return r;
@@ -379,7 +414,7 @@ static int run_op(cq_writer_t *w, cq_writer_req_t *req)
     cq_store_t *s = w->store;
     switch (req->op) {
     case CQ_WRITER_READ:
-        return run_read(w, req);
+        return run_read(w->store, req);
     case CQ_WRITER_COMMIT_OFFSET:
         return cq_store_commit_offset(s, req->topic, req->consumer, req->offset, req->now_ms);
     case CQ_WRITER_GET_OFFSET:
@@ -485,6 +520,100 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+/* ---- the reader thread ---------------------------------------------------------------------- */
+
+static void reader_wait(reader_t *rd)
+{
+    pthread_mutex_lock(&rd->mu);
+    atomic_store(&rd->sleeping, true);
+    if (atomic_load(&rd->queued) == 0 && !atomic_load(&rd->stop))
+        pthread_cond_wait(&rd->cv, &rd->mu);
+    atomic_store(&rd->sleeping, false);
+    pthread_mutex_unlock(&rd->mu);
+}
+
+static void *reader_main(void *arg)
+{
+    reader_t *rd = arg;
+    for (;;) {
+        bool stopping = atomic_load(&rd->stop);
+        cq_mpsc_node_t *n;
+        while ((n = cq_mpsc_pop(&rd->q)) != NULL) {
+            atomic_fetch_sub(&rd->queued, 1);
+            cq_writer_req_t *req = cq_container_of(n, cq_writer_req_t, node);
+            int r = run_read(rd->store, req);
+            if (r < 0)
+                fail_req(req, r, cq_store_errmsg(rd->store));
+            stat_add(&rd->w->st_other, 1);
+            complete(rd->w, req);
+        }
+        if (atomic_load(&rd->queued) > 0) {
+            sched_yield(); /* a push is between exchange and link: it completes shortly */
+            continue;
+        }
+        if (stopping)
+            break;
+        reader_wait(rd);
+    }
+    return NULL;
+}
+
+static void reader_push(reader_t *rd, cq_writer_req_t *req)
+{
+    cq_mpsc_push(&rd->q, &req->node);
+    atomic_fetch_add(&rd->queued, 1);
+    if (atomic_load(&rd->sleeping)) {
+        pthread_mutex_lock(&rd->mu);
+        pthread_cond_signal(&rd->cv);
+        pthread_mutex_unlock(&rd->mu);
+    }
+}
+
+/* Stops the reader once nothing can be submitted any more: it drains its queue first. */
+static void reader_stop(reader_t *rd)
+{
+    if (!rd || !rd->started)
+        return;
+    pthread_mutex_lock(&rd->mu);
+    atomic_store(&rd->stop, true);
+    pthread_cond_signal(&rd->cv);
+    pthread_mutex_unlock(&rd->mu);
+    pthread_join(rd->thread, NULL);
+    rd->started = false;
+}
+
+static void reader_free(reader_t *rd)
+{
+    if (!rd)
+        return;
+    reader_stop(rd);
+    pthread_cond_destroy(&rd->cv);
+    pthread_mutex_destroy(&rd->mu);
+    cq_store_close(rd->store);
+    cq_free(rd);
+}
+
+/* Starts the reader thread on store (taken). NULL on failure (store closed). */
+static reader_t *reader_new(cq_writer_t *w, cq_store_t *store)
+{
+    reader_t *rd = cq_calloc(1, sizeof(*rd));
+    if (!rd) {
+        cq_store_close(store);
+        return NULL;
+    }
+    rd->w = w;
+    rd->store = store;
+    cq_mpsc_init(&rd->q);
+    pthread_mutex_init(&rd->mu, NULL);
+    pthread_cond_init(&rd->cv, NULL);
+    rd->started = pthread_create(&rd->thread, NULL, reader_main, rd) == 0;
+    if (!rd->started) {
+        reader_free(rd);
+        return NULL;
+    }
+    return rd;
+}
+
 /* ---- lifecycle ----------------------------------------------------------------------------- */
 
 static void wake(cq_writer_t *w)
@@ -517,6 +646,7 @@ static int sync_init(cq_writer_t *w)
 cq_writer_t *cq_writer_new(cq_store_t *store, const cq_writer_opts_t *o)
 {
     cq_writer_t *w = NULL;
+    cq_store_t *reader = o ? o->reader : NULL;
     if (!store || !o || !o->done)
         goto fail;
     w = cq_calloc(1, sizeof(*w));
@@ -532,17 +662,24 @@ cq_writer_t *cq_writer_new(cq_store_t *store, const cq_writer_opts_t *o)
     cq_mpsc_init(&w->q);
     if (scratch_reserve(w, w->max_batch) < 0 || sync_init(w) < 0)
         goto fail_free;
-    if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
-        pthread_cond_destroy(&w->cv);
-        pthread_mutex_destroy(&w->mu);
-        goto fail_free;
+    if (reader && !(w->rd = reader_new(w, reader))) {
+        reader = NULL; /* closed by reader_new */
+        goto fail_sync;
     }
+    reader = NULL;
+    if (pthread_create(&w->thread, NULL, writer_main, w) != 0)
+        goto fail_sync;
     return w;
+fail_sync:
+    reader_free(w->rd);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
 fail_free:
     cq_free(w->scratch);
     cq_free(w->offs);
     cq_free(w);
 fail:
+    cq_store_close(reader);
     cq_store_close(store);
     return NULL;
 }
@@ -606,6 +743,10 @@ int cq_writer_submit(cq_writer_t *w, cq_writer_req_t *req)
     req->err = 0;
     req->errmsg[0] = '\0';
     req->submit_ns = cq_clock_mono_ns();
+    if (req->op == CQ_WRITER_READ && w->rd) {
+        reader_push(w->rd, req);
+        goto out;
+    }
     cq_mpsc_push(&w->q, &req->node);
     atomic_fetch_add(&w->queued, 1);
     if (atomic_load(&w->sleeping))
@@ -627,6 +768,7 @@ void cq_writer_shutdown(cq_writer_t *w)
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL);
+    reader_stop(w->rd);
     w->joined = true;
 }
 
@@ -635,6 +777,7 @@ cq_writer_t *cq_writer_free(cq_writer_t *w)
     if (!w)
         return NULL;
     cq_writer_shutdown(w);
+    reader_free(w->rd);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     cq_store_close(w->store);
@@ -664,7 +807,13 @@ void cq_writer_stats(const cq_writer_t *w, cq_writer_stats_t *ret_stats)
         .other_ops = ld(&w->st_other),
         .max_txn_msgs = ld(&w->st_max_txn),
         .pending = atomic_load_explicit(&w->pending, memory_order_relaxed),
+        .batch_sum = ld(&w->st_batch_sum),
+        .commit_us_sum = ld(&w->st_commit_sum),
     };
+    for (size_t i = 0; i < CQ_WRITER_HIST_N; i++) {
+        ret_stats->batch[i] = ld(&w->st_batch[i]);
+        ret_stats->commit_us[i] = ld(&w->st_commit[i]);
+    }
 }
 
 void cq__writer_pause(cq_writer_t *w, bool paused)

@@ -34,6 +34,12 @@
  * soon as the thread dequeues them, without waiting for produces queued before them in the same
  * round; they see only committed data.
  *
+ * Reads off the writer thread. With opts.reader (a second handle on the same database), READ
+ * requests go to a reader thread of their own that owns that handle, so a consume never waits
+ * behind a group commit, and the two overlap. A READ still sees only committed data, so
+ * everything acknowledged before it was submitted. done then runs on either thread: it must be
+ * thread-safe (the server's pushes onto an MPSC queue).
+ *
  * Bounded pending work. Every accepted request counts against max_pending until its done has
  * run: a produce counts its messages, any other request counts 1. cq_writer_submit() returns
  * CQ_EBUSY at once (request not taken) when the request would go over the limit.
@@ -52,8 +58,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CQ_WRITER_MAX_BATCH_DFL   1000
-#define CQ_WRITER_MAX_WAIT_US_DFL 1000
+#define CQ_WRITER_MAX_BATCH_DFL 4000
+/* 0: group commit without a timer. What arrives while a transaction commits goes into the next
+ * one, so batches grow with the load by themselves; a timer would only add latency (bench/
+ * RESULTS.md, durable topics). */
+#define CQ_WRITER_MAX_WAIT_US_DFL 0
 #define CQ_WRITER_MAX_PENDING_DFL 100000
 #define CQ_WRITER_ERRMSG_MAX      256
 #define CQ_WRITER_READ_MAX        10000 /* largest READ max (records held in memory at once) */
@@ -72,6 +81,8 @@ typedef struct cq_writer_opts {
     size_t max_pending;     /* pending messages (+1 per other request); 0 = the default */
     cq_writer_done_fn done; /* required */
     void *ud;               /* borrowed; passed to done */
+    cq_store_t *reader;     /* NULL, or a second handle for READ requests (taken, also on
+                             * failure): they run on a reader thread of their own */
 } cq_writer_opts_t;
 
 typedef enum cq_writer_op {
@@ -141,8 +152,9 @@ int cq_writer_req_add_msg_take(cq_writer_req_t *req, void *content, size_t len,
 void cq_writer_req_free(cq_writer_req_t *req);
 
 /* Starts the writer thread, which owns store from now on (taken, also on failure: then it is
- * closed). o is borrowed. Returns the writer owned, or NULL when o or o->done is missing, on
- * out of memory, or when the thread cannot be started. Any thread. */
+ * closed), and the reader thread when o->reader is set (taken likewise). o is borrowed. Returns the
+ * writer owned, or NULL when o or o->done is missing, on out of memory, or when the thread cannot
+ * be started. Any thread. */
 cq_writer_t *cq_writer_new(cq_store_t *store, const cq_writer_opts_t *o);
 
 /* Hands req to the writer thread; any thread (including done). On 0 the request is taken until
@@ -152,11 +164,17 @@ cq_writer_t *cq_writer_new(cq_store_t *store, const cq_writer_opts_t *o);
  * CQ_WRITER_READ_MAX). Never blocks on the store. */
 int cq_writer_submit(cq_writer_t *w, cq_writer_req_t *req);
 
-/* Stops accepting, completes every queued request (produces are committed), joins the thread.
+/* Stops accepting, completes every queued request (produces are committed), joins the threads.
  * Idempotent. Call from one thread, not from done. Later submits return CQ_ECLOSED. */
 void cq_writer_shutdown(cq_writer_t *w);
-/* Shuts down (if not yet) and frees the writer, closing the store. Accepts NULL; returns NULL. */
+/* Shuts down (if not yet) and frees the writer, closing the store(s). Accepts NULL; returns
+ * NULL. */
 cq_writer_t *cq_writer_free(cq_writer_t *w);
+
+/* Histogram buckets of cq_writer_stats_t: upper bounds (inclusive), the last bucket is +Inf. */
+#define CQ_WRITER_HIST_N 12
+extern const uint64_t cq_writer_batch_bounds[CQ_WRITER_HIST_N - 1];  /* messages */
+extern const uint64_t cq_writer_commit_bounds[CQ_WRITER_HIST_N - 1]; /* microseconds */
 
 /* Counters for /metrics; any thread, relaxed snapshots. */
 typedef struct cq_writer_stats {
@@ -169,6 +187,12 @@ typedef struct cq_writer_stats {
     uint64_t other_ops;    /* non-produce requests run */
     uint64_t max_txn_msgs; /* largest transaction, in messages */
     uint64_t pending;      /* current pending units (see max_pending) */
+    /* Per append transaction (committed or failed), not cumulative: batch[i] counts the
+     * transactions of at most cq_writer_batch_bounds[i] messages (and above the previous bound),
+     * commit_us[i] those whose cq_store_append_batch() took at most cq_writer_commit_bounds[i]
+     * microseconds (the whole transaction: statements and COMMIT). */
+    uint64_t batch[CQ_WRITER_HIST_N], commit_us[CQ_WRITER_HIST_N];
+    uint64_t batch_sum, commit_us_sum; /* messages; microseconds */
 } cq_writer_stats_t;
 
 /* Fills *ret_stats. Batches per transaction = produce_reqs / (transactions - failed_txns). */

@@ -373,11 +373,12 @@ static int rec_from_row(sq_store_t *q, sqlite3_stmt *st, cq_store_rec_t *rec)
 {
     const void *blob = sqlite3_column_blob(st, 2);
     size_t len = (size_t)sqlite3_column_bytes(st, 2);
-    void *content = cq_malloc(len ? len : 1);
+    char *content = cq_malloc(len + 1); /* NUL-terminated for the caller's sake */
     if (!content)
         return cq__store_fail(&q->base, -ENOMEM, "out of memory reading %zu bytes", len);
     if (len)
         memcpy(content, blob, len);
+    content[len] = '\0';
     rec->offset = (uint64_t)sqlite3_column_int64(st, 0);
     rec->create_ms = sqlite3_column_int64(st, 1);
     rec->producer_id = (uint64_t)sqlite3_column_int64(st, 3);

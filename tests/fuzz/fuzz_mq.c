@@ -4,8 +4,10 @@
  * needs more data, then cq_mq_decode), and as one body whose type is the first byte (so the
  * JSON decoder is reached without a valid header). Invariants: a decoded message re-encodes to
  * a frame that parses to the same length, type and msg_id and decodes again to a message that
- * encodes to the same bytes; a failed decode returns one of its documented codes with a
- * message, and its error answer (cq_mq_encode_error) parses and decodes. */
+ * encodes to the same bytes, which the jansson-only encoder gives too; the direct decoder and the
+ * jansson-only one agree on every input (result and message); a failed decode returns one
+ * of its documented codes with a message, and its error answer (cq_mq_encode_error) parses and
+ * decodes. */
 #include "fuzz_common.h"
 
 #include "cq_alloc.h"
@@ -34,6 +36,10 @@ static void check_reencode(const cq_mq_msg_t *m, const cq_mq_limits_t *lim)
     FUZZ_CHECK(rc == 0);
     FUZZ_CHECK(cq_mq_encode(d, &b, &blen) == 0);
     FUZZ_CHECK(alen == blen && memcmp(a, b, alen) == 0);
+    cq_free(b);
+    /* the direct writer and the jansson path agree byte for byte */
+    FUZZ_CHECK(cq__mq_encode_jansson(m, &b, &blen) == 0);
+    FUZZ_CHECK(alen == blen && memcmp(a, b, alen) == 0);
     cq_mq_msg_free(d);
     cq_free(a);
     cq_free(b);
@@ -54,11 +60,32 @@ static void check_error_answer(const cq_mq_frame_t *f, int rc, const char *err)
     cq_free(out);
 }
 
+/* The direct reader and the jansson path agree: same result, same message. */
+static void check_decoders_agree(const cq_mq_frame_t *f, const cq_mq_limits_t *lim, int rc,
+                                 const cq_mq_msg_t *m)
+{
+    cq_mq_msg_t *j = NULL;
+    int jrc = cq__mq_decode_jansson(f, lim, &j, NULL, 0);
+    FUZZ_CHECK(jrc == rc);
+    if (rc != 0)
+        return;
+    uint8_t *a = NULL, *b = NULL;
+    size_t alen = 0, blen = 0;
+    FUZZ_CHECK(m->has == j->has && m->nitems == j->nitems && m->noffsets == j->noffsets);
+    FUZZ_CHECK(cq_mq_encode(m, &a, &alen) == 0 && cq_mq_encode(j, &b, &blen) == 0);
+    FUZZ_CHECK(alen == blen && memcmp(a, b, alen) == 0);
+    cq_free(a);
+    cq_free(b);
+    cq_mq_msg_free(j);
+}
+
 static void decode_one(const cq_mq_frame_t *f, const cq_mq_limits_t *lim)
 {
     cq_mq_msg_t *m = NULL;
     char err[512] = "";
     int rc = cq_mq_decode(f, lim, &m, err, sizeof(err));
+    if (rc != -ENOMEM)
+        check_decoders_agree(f, lim, rc, m);
     if (rc == 0) {
         check_reencode(m, lim);
         cq_mq_msg_free(m);

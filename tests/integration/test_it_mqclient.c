@@ -323,12 +323,36 @@ static void test_cli(void **state)
     snprintf(want, sizeof(want), "%" PRId64 "\tfour\n%" PRId64 "\tfive\n", b[0], b[1]);
     assert_string_equal(out, want);
 
-    /* errors: server (1), usage (2), topics not in protocol v1 (2) */
+    /* offset: nothing committed yet, then what consume --commit stored */
+    assert_int_equal(run_cli((const char *[]){"offset", "clitopic", NULL}, NULL, out, sizeof(out)),
+                     0);
+    snprintf(want, sizeof(want), "-\t%" PRId64 "\n", b[2]);
+    assert_string_equal(out, want);
+    assert_int_equal(
+        run_cli((const char *[]){"consume", "clitopic", "--max", "2", "--commit", NULL}, NULL, out,
+                sizeof(out)),
+        0);
+    assert_int_equal(run_cli((const char *[]){"offset", "clitopic", NULL}, NULL, out, sizeof(out)),
+                     0);
+    snprintf(want, sizeof(want), "%" PRId64 "\t%" PRId64 "\n", o[1], b[2]);
+    assert_string_equal(out, want);
+    /* topics */
+    assert_int_equal(
+        run_cli((const char *[]){"add-topic", "another", NULL}, NULL, out, sizeof(out)), 0);
+    assert_int_equal(run_cli((const char *[]){"topics", NULL}, NULL, out, sizeof(out)), 0);
+    snprintf(want, sizeof(want), "another\tonline\t30\t0\nclitopic\tonline\t30\t%" PRId64 "\n",
+             b[2]);
+    assert_string_equal(out, want);
+
+    /* errors: server (1), usage (2) */
     assert_int_equal(run_cli((const char *[]){"produce", "nosuch", NULL}, "x\n", out, sizeof(out)),
+                     1);
+    assert_int_equal(run_cli((const char *[]){"offset", "nosuch", NULL}, NULL, out, sizeof(out)),
                      1);
     assert_int_equal(run_cli((const char *[]){"consume", NULL}, NULL, out, sizeof(out)), 2);
     assert_int_equal(run_cli((const char *[]){"frobnicate", "t", NULL}, NULL, out, sizeof(out)), 2);
-    assert_int_equal(run_cli((const char *[]){"topics", NULL}, NULL, out, sizeof(out)), 2);
+    assert_int_equal(run_cli((const char *[]){"topics", "x", NULL}, NULL, out, sizeof(out)), 2);
+    assert_int_equal(run_cli((const char *[]){"offset", NULL}, NULL, out, sizeof(out)), 2);
 }
 
 /* tail with pushes: a producer thread is not needed; the CLI runs in the background while

@@ -7,6 +7,10 @@
 #                           answers, and prints the port. Root over TCP, empty password.
 #   mariadb.sh stop BASE    stops that server by its PID (SIGTERM, then SIGKILL after 30 s),
 #                           waits for it to exit and removes BASE.
+#   mariadb.sh kill BASE    SIGKILLs that server (a crash: no clean shutdown) and waits until it
+#                           is gone; BASE and the data dir stay.
+#   mariadb.sh restart BASE starts the server again on the same data dir and port (crash
+#                           recovery runs first) and waits until it answers.
 #
 # Exit status: 0 on success; 2 when the MariaDB programs are missing (the caller skips);
 # 1 when the server could not be started (details on stderr, server log in BASE/err.log).
@@ -14,7 +18,7 @@
 set -eu
 
 usage() {
-    echo "usage: $0 start|stop BASE" >&2
+    echo "usage: $0 start|stop|kill|restart BASE" >&2
     exit 64
 }
 
@@ -45,11 +49,7 @@ s.bind(("127.0.0.1", 0))
 print(s.getsockname()[1])'
 }
 
-start() {
-    INSTALL_DB=$(find_prog mariadb-install-db mysql_install_db) || {
-        echo "mariadb-install-db not found" >&2
-        exit 2
-    }
+find_server_progs() {
     MARIADBD=$(find_prog mariadbd mysqld) || {
         echo "mariadbd not found" >&2
         exit 2
@@ -58,9 +58,41 @@ start() {
         echo "mariadb-admin not found" >&2
         exit 2
     }
-    mkdir -p "$BASE"
     user_opt=
     [ "$(id -u)" -eq 0 ] && user_opt=--user=root
+}
+
+# Launches mariadbd on BASE/data at port $1 and waits until it answers (0) or dies / does not
+# answer within 60 s (1, after stopping it).
+launch() {
+    "$MARIADBD" --no-defaults --datadir="$BASE/data" --socket="$BASE/sock" \
+        --port="$1" --bind-address=127.0.0.1 $user_opt \
+        --pid-file="$BASE/mariadbd.pid" --log-error="$BASE/err.log" \
+        --log-bin=mysql-bin --server-id=1 --binlog-format=ROW \
+        --innodb-flush-log-at-trx-commit=1 --sync-binlog=1 \
+        --innodb-buffer-pool-size=128M >/dev/null 2>&1 &
+    pid=$!
+    echo "$pid" >"$BASE/launcher.pid"
+    i=0
+    while [ $i -lt 1200 ]; do # 60 s (a restart runs crash recovery first)
+        if "$ADMIN" --no-defaults -uroot --socket="$BASE/sock" ping >/dev/null 2>&1; then
+            return 0
+        fi
+        alive "$pid" || break
+        sleep 0.05
+        i=$((i + 1))
+    done
+    stop_pid
+    return 1
+}
+
+start() {
+    INSTALL_DB=$(find_prog mariadb-install-db mysql_install_db) || {
+        echo "mariadb-install-db not found" >&2
+        exit 2
+    }
+    find_server_progs
+    mkdir -p "$BASE"
     if ! "$INSTALL_DB" --no-defaults --datadir="$BASE/data" $user_opt \
         --auth-root-authentication-method=normal --skip-test-db >"$BASE/install.log" 2>&1; then
         echo "mariadb-install-db failed:" >&2
@@ -69,26 +101,12 @@ start() {
     fi
     for _ in 1 2 3; do
         port=$(free_port)
-        "$MARIADBD" --no-defaults --datadir="$BASE/data" --socket="$BASE/sock" \
-            --port="$port" --bind-address=127.0.0.1 $user_opt \
-            --pid-file="$BASE/mariadbd.pid" --log-error="$BASE/err.log" \
-            --log-bin=mysql-bin --server-id=1 --binlog-format=ROW \
-            --innodb-flush-log-at-trx-commit=1 --sync-binlog=1 \
-            --innodb-buffer-pool-size=128M >/dev/null 2>&1 &
-        pid=$!
-        echo "$pid" >"$BASE/launcher.pid"
-        i=0
-        while [ $i -lt 600 ]; do # 30 s
-            if "$ADMIN" --no-defaults -uroot --socket="$BASE/sock" ping >/dev/null 2>&1; then
-                echo "$port" >"$BASE/port"
-                echo "$port"
-                return 0
-            fi
-            alive "$pid" || break
-            sleep 0.05
-            i=$((i + 1))
-        done
-        stop_pid # it died (port taken?) or never answered: try another port
+        if launch "$port"; then
+            echo "$port" >"$BASE/port"
+            echo "$port"
+            return 0
+        fi
+        # it died (port taken?) or never answered: try another port
     done
     echo "mariadbd did not start; last lines of $BASE/err.log:" >&2
     tail -n 20 "$BASE/err.log" >&2 2>/dev/null || true
@@ -124,8 +142,52 @@ stop() {
     rm -rf "$BASE"
 }
 
+# A crash: SIGKILL, no clean shutdown. The launcher.pid file stays for restart's sake only
+# until the process is gone.
+crash() {
+    [ -f "$BASE/launcher.pid" ] || {
+        echo "no server recorded in $BASE" >&2
+        exit 1
+    }
+    pid=$(cat "$BASE/launcher.pid")
+    kill -KILL "$pid" 2>/dev/null || true
+    i=0
+    while alive "$pid" && [ $i -lt 600 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    rm -f "$BASE/launcher.pid"
+    alive "$pid" && exit 1
+    return 0
+}
+
+restart() {
+    [ -f "$BASE/port" ] && [ -d "$BASE/data" ] || {
+        echo "no data dir / port recorded in $BASE" >&2
+        exit 1
+    }
+    [ -f "$BASE/launcher.pid" ] && alive "$(cat "$BASE/launcher.pid")" && {
+        echo "the server in $BASE still runs" >&2
+        exit 1
+    }
+    find_server_progs
+    port=$(cat "$BASE/port")
+    for _ in 1 2 3 4 5; do # the port may still be held for a moment after the kill
+        if launch "$port"; then
+            echo "$port"
+            return 0
+        fi
+        sleep 1
+    done
+    echo "mariadbd did not restart; last lines of $BASE/err.log:" >&2
+    tail -n 20 "$BASE/err.log" >&2 2>/dev/null || true
+    exit 1
+}
+
 case "$cmd" in
 start) start ;;
 stop) stop ;;
+kill) crash ;;
+restart) restart ;;
 *) usage ;;
 esac

@@ -85,12 +85,24 @@ static void roundtrip(const cq_mq_msg_t *m, const cq_mq_limits_t *lim)
     assert_int_equal(cq_mq_parse(a, alen, lim ? lim->max_total : 0, &f), (ssize_t)alen);
     assert_int_equal(f.type, m->type);
     assert_int_equal(f.msg_id, m->msg_id);
-    cq_mq_msg_t *d = NULL;
+    cq_mq_msg_t *d = NULL, *j = NULL;
     char err[256] = "";
     int rc = cq_mq_decode(&f, lim, &d, err, sizeof(err));
     if (rc)
         fail_msg("round trip of %.*s: %d %s", (int)f.body_len, (const char *)f.body, rc, err);
+    assert_int_equal(cq__mq_decode_jansson(&f, lim, &j, err, sizeof(err)), 0);
+    assert_int_equal(j->has, d->has);
+    assert_int_equal(cq_mq_encode(j, &b, &blen), 0);
+    assert_int_equal(alen, blen);
+    assert_memory_equal(a, b, alen);
+    cq_free(b);
+    cq_mq_msg_free(j);
     assert_int_equal(cq_mq_encode(d, &b, &blen), 0);
+    assert_int_equal(alen, blen);
+    assert_memory_equal(a, b, alen);
+    cq_free(b);
+    /* the direct writer and the jansson path give the same bytes */
+    assert_int_equal(cq__mq_encode_jansson(m, &b, &blen), 0);
     assert_int_equal(alen, blen);
     assert_memory_equal(a, b, alen);
     cq_mq_msg_free(d);
@@ -454,7 +466,7 @@ static void test_errors_json_and_type(void **state)
     expect_err(0, "{}", CQ_ENOTYPE, "unknown message type 0");
     expect_err(17, "{}", CQ_ENOTYPE, "unknown message type 17");
     expect_err(19, "{}", CQ_ENOTYPE, "unknown message type 19");
-    expect_err(21, "{}", CQ_ENOTYPE, "unknown message type 21");
+    expect_err(25, "{}", CQ_ENOTYPE, "unknown message type 25");
     expect_err(255, "{}", CQ_ENOTYPE, "unknown message type 255");
     expect_err(3, "[]", CQ_EJSON, "keepalive: body must be a JSON object");
     expect_err(3, "1", CQ_EJSON, NULL); /* jansson wants an object or array */
@@ -629,7 +641,10 @@ static void test_errors_limits(void **state)
     /* Default depth 32, checked before jansson parses (it would recurse 2048 deep). */
     size_t deep = 100000;
     char *d = malloc(2 * deep + 64);
-    size_t k = (size_t)sprintf(d, "{\"askid\":1,\"topic\":\"t\",\"content\":");
+    assert_non_null(d);
+    static const char head[] = "{\"askid\":1,\"topic\":\"t\",\"content\":";
+    size_t k = sizeof(head) - 1;
+    memcpy(d, head, k);
     memset(d + k, '[', deep);
     memset(d + k + deep, ']', deep);
     strcpy(d + k + 2 * deep, "}");
@@ -638,7 +653,9 @@ static void test_errors_limits(void **state)
     /* Default content limit 64 KiB. */
     size_t big = CQ_MQ_DEFAULT_MAX_CONTENT + 1;
     char *b = malloc(big + 64);
-    k = (size_t)sprintf(b, "{\"askid\":1,\"topic\":\"t\",\"content\":\"");
+    assert_non_null(b);
+    memcpy(b, head, sizeof(head) - 1);
+    b[k++] = '"';
     memset(b + k, 'x', big);
     strcpy(b + k + big, "\"}");
     expect_err(11, b, CQ_ECONTENT, NULL);
@@ -807,6 +824,204 @@ static void test_errcodes(void **state)
     assert_true(cq_mq_is_request(15));
     assert_false(cq_mq_is_request(17));
     assert_false(cq_mq_is_request(18));
+    assert_true(cq_mq_is_request(CQ_MQ_REQ_OFFSET));
+    assert_true(cq_mq_is_request(CQ_MQ_REQ_TOPICS));
+    assert_false(cq_mq_is_request(25));
+    assert_string_equal(cq_mq_type_name(21), "offset");
+    assert_string_equal(cq_mq_type_name(24), "topics_resp");
+}
+
+/* The direct writer escapes strings exactly as jansson does: every ASCII byte, multi-byte
+ * UTF-8, in contents, err_msg and token; and it refuses what the jansson path refuses. */
+static void test_encode_escapes(void **state)
+{
+    (void)state;
+    char all[160];
+    size_t n = 0;
+    for (int c = 1; c < 0x80; c++)
+        all[n++] = (char)c;
+    memcpy(all + n, "\xc3\xa9\xe2\x80\xa8\xf0\x9f\x98\x80", 9);
+    n += 9;
+    all[n] = '\0';
+    cq_mq_msg_t *m = cq_mq_msg_new(CQ_MQ_RESP_CONSUME, 9);
+    m->askid = 1;
+    m->offset = 77;
+    m->has |= CQ_MQ_F_ASKID | CQ_MQ_F_ERR_CODE | CQ_MQ_F_MESSAGES | CQ_MQ_F_OFFSET;
+    assert_int_equal(cq_mq_msg_set_str(m, CQ_MQ_F_ERR_MSG, all), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(
+            cq_mq_msg_add_item(m, 70 + i, i == 1 ? -1 : 5, all + i * 40, n - (size_t)i * 40, false),
+            0);
+    char *own = cq_malloc(4);
+    memcpy(own, "abc", 4);
+    assert_int_equal(cq_mq_msg_add_item_take(m, 76, -1, own, 3), 0);
+    roundtrip(m, NULL);
+    m->items[1].offset = -1; /* out of range: both paths refuse it the same way */
+    uint8_t *a = NULL;
+    size_t alen = 0;
+    assert_int_equal(cq_mq_encode(m, &a, &alen), CQ_EFIELD);
+    assert_int_equal(cq__mq_encode_jansson(m, &a, &alen), CQ_EFIELD);
+    cq_mq_msg_free(m);
+    /* take: not NUL-terminated at len, or not UTF-8: refused (and freed) */
+    m = cq_mq_msg_new(CQ_MQ_PUSH, 0);
+    own = cq_malloc(4);
+    memcpy(own, "abcd", 4);
+    assert_int_equal(cq_mq_msg_add_item_take(m, 1, -1, own, 2), CQ_EFIELD);
+    own = cq_malloc(3);
+    memcpy(own, "\xff\xfe", 3);
+    assert_int_equal(cq_mq_msg_add_item_take(m, 1, -1, own, 2), CQ_EFIELD);
+    assert_int_equal(m->nitems, 0);
+    cq_mq_msg_free(m);
+    /* a produce with token-like strings and a batch */
+    m = cq_mq_msg_new(CQ_MQ_REQ_PRODUCE, 3);
+    m->askid = 2;
+    m->has |= CQ_MQ_F_ASKID | CQ_MQ_F_BATCH;
+    set_topic(m, "esc");
+    assert_int_equal(cq_mq_msg_add_item(m, 0, 9, all, n, false), 0);
+    assert_int_equal(cq_mq_msg_add_item(m, 0, -1, "", 0, false), 0);
+    roundtrip(m, NULL);
+    cq_mq_msg_free(m);
+}
+
+/* The direct decoder takes the usual shapes and gives the same message as the jansson path;
+ * for everything else (and every error) the jansson path decides: same codes, same texts. */
+static void test_decoders_agree(void **state)
+{
+    (void)state;
+    static const struct {
+        uint8_t type;
+        const char *json;
+    } in[] = {
+        {11,
+         "{\"askid\":1,\"topic\":\"t\",\"content\":\"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\\u00e9\\u20ac"
+         "\\ud83d\\ude00 \xc3\xa9\"}"},
+        {11,
+         " {\r\n\"askid\" : 4294967295 ,\t\"topic\":\"T_9\",\"producer_id\":9007199254740991,"
+         "\"seq\":0,\"messages\":[{\"content\":\"x\",\"time\":0},{\"time\":5,\"content\":\"\"}]} "},
+        {14, "{\"askid\":2,\"err_code\":0,\"offset\":3,\"messages\":[{\"offset_id\":3,"
+             "\"message\":\"m\",\"time\":1}],\"message_count\":1}"},
+        {14, "{\"message_count\":0,\"askid\":2,\"err_code\":0,\"messages\":[]}"},
+        {12, "{\"askid\":2,\"err_code\":0,\"offsets\":[1,2,9007199254740991]}"},
+        {22, "{\"askid\":2,\"err_code\":0,\"committed\":false,\"offset\":0}"},
+        {1, "{\"askid\":1,\"module_id\":2,\"token\":\"s\\u0001\",\"client_type\":2}"},
+        /* the jansson path decides these */
+        {11, "{\"askid\":1,\"topic\":\"t\",\"content\":{\"k\":1}}"},
+        {11, "{\"askid\":1,\"topic\":\"t\",\"content\":\"x\",\"extra\":[1,{}]}"},
+        {11, "{\"askid\":1,\"askid\":2,\"topic\":\"t\",\"content\":\"x\"}"},
+        {11, "{\"askid\":1,\"topic\":\"t\",\"content\":\"\\u0000\"}"},
+        {11, "{\"askid\":1,\"topic\":\"t\",\"content\":\"\\ud800\"}"},
+        {11, "{\"askid\":1,\"topic\":\"t\",\"content\":\"\xff\"}"},
+        {11, "{\"askid\":01,\"topic\":\"t\",\"content\":\"x\"}"},
+        {11, "{\"askid\":1.0,\"topic\":\"t\",\"content\":\"x\"}"},
+        {11, "{\"askid\":-1,\"topic\":\"t\",\"content\":\"x\"}"},
+        {11, "{\"askid\":1,\"topic\":\"t\",\"content\":\"x\"} x"},
+        {11, "{\"askid\":1,\"topic\":\"a-b\",\"content\":\"x\"}"},
+        {11, "{\"askid\":1,\"topic\":\"t\",\"messages\":[]}"},
+        {11, "{\"askid\":1,\"topic\":\"t\",\"content\":\"x\",\"seq\":1}"},
+        {14, "{\"askid\":2,\"err_code\":0,\"messages\":[],\"message_count\":1}"},
+        {14, "{\"askid\":2,\"err_code\":0,\"messages\":[{\"message\":\"m\"}]}"},
+        {3, "{\"askid\":1,\"client_id\":null}"},
+        {3, "{\"askid\":99999999999999999999999}"},
+        {3, "{\"askid\":1,"},
+        {3, "{\"askid\x01\":1}"}, /* a control byte in a key (the fuzzer's find, with NUL) */
+        {3, "[1]"},
+    };
+    for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
+        cq_mq_frame_t f = {(const uint8_t *)in[i].json, (uint32_t)strlen(in[i].json), 7,
+                           in[i].type};
+        cq_mq_msg_t *a = NULL, *b = NULL;
+        char ea[512] = "", eb[512] = "";
+        int ra = cq_mq_decode(&f, NULL, &a, ea, sizeof(ea));
+        int rb = cq__mq_decode_jansson(&f, NULL, &b, eb, sizeof(eb));
+        if (ra != rb || strcmp(ea, eb) != 0)
+            fail_msg("%s: %d '%s' vs %d '%s'", in[i].json, ra, ea, rb, eb);
+        assert_int_equal(ra == 0, i < 9); /* the first nine decode */
+        if (ra == 0) {
+            uint8_t *x, *y;
+            size_t nx, ny;
+            assert_int_equal(a->has, b->has);
+            assert_int_equal(cq_mq_encode(a, &x, &nx), 0);
+            assert_int_equal(cq_mq_encode(b, &y, &ny), 0);
+            assert_int_equal(nx, ny);
+            assert_memory_equal(x, y, nx);
+            cq_free(x);
+            cq_free(y);
+        }
+        cq_mq_msg_free(a);
+        cq_mq_msg_free(b);
+    }
+    cq_mq_msg_t *m = decode_ok(11, in[0].json);
+    assert_string_equal(m->items[0].content,
+                        "a\"b\\c/d\b\f\n\r\t\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80 "
+                        "\xc3\xa9");
+    cq_mq_msg_free(m);
+}
+
+/* offset (21/22) and topics (23/24): the two messages that are not in the seed. */
+static void test_offset_and_topics(void **state)
+{
+    (void)state;
+    cq_mq_msg_t *m = decode_ok(CQ_MQ_REQ_OFFSET, "{\"askid\":5,\"topic\":\"orders\"}");
+    assert_string_equal(m->topic, "orders");
+    cq_mq_msg_t *r = cq_mq_resp_new(m, 0, NULL);
+    assert_int_equal(r->type, CQ_MQ_RESP_OFFSET);
+    r->offset = 41;
+    r->committed = true;
+    r->last_offset = 99;
+    r->has |= CQ_MQ_F_OFFSET | CQ_MQ_F_COMMITTED | CQ_MQ_F_LAST_OFFSET;
+    uint8_t *out;
+    size_t n;
+    assert_int_equal(cq_mq_encode(r, &out, &n), 0);
+    const char *want = "{\"askid\":5,\"topic\":\"orders\",\"err_code\":0,\"offset\":41,"
+                       "\"committed\":true,\"last_offset\":99}";
+    assert_int_equal(n, CQ_MQ_HDR_LEN + strlen(want));
+    assert_memory_equal(out + CQ_MQ_HDR_LEN, want, strlen(want));
+    cq_free(out);
+    roundtrip(r, NULL);
+    cq_mq_msg_free(r);
+    cq_mq_msg_free(m);
+    expect_err(CQ_MQ_REQ_OFFSET, "{\"askid\":5}", CQ_EFIELD, "offset: field \"topic\": missing");
+    expect_err(CQ_MQ_RESP_OFFSET, "{\"askid\":5,\"err_code\":0,\"committed\":1}", CQ_EFIELD,
+               "offset_resp: field \"committed\": must be true or false");
+
+    m = decode_ok(CQ_MQ_REQ_TOPICS, "{\"askid\":6}");
+    r = cq_mq_resp_new(m, 0, NULL);
+    assert_int_equal(r->type, CQ_MQ_RESP_TOPICS);
+    r->has |= CQ_MQ_F_TOPICS; /* an empty list is a list */
+    roundtrip(r, NULL);
+    assert_int_equal(cq_mq_msg_add_topic_info(r, "a_1", true, 30, 7), 0);
+    assert_int_equal(cq_mq_msg_add_topic_info(r, "b", false, 0, 0), 0);
+    assert_int_equal(cq_mq_msg_add_topic_info(r, "bad-name", false, 0, 0), CQ_EBADTOPIC);
+    r->topic_nums = 2;
+    r->has |= CQ_MQ_F_TOPIC_NUMS;
+    assert_int_equal(cq_mq_encode(r, &out, &n), 0);
+    want = "{\"askid\":6,\"err_code\":0,\"topic_nums\":2,\"topics\":[{\"topic\":\"a_1\","
+           "\"online\":true,\"retention_days\":30,\"last_offset\":7},{\"topic\":\"b\","
+           "\"online\":false,\"retention_days\":0,\"last_offset\":0}]}";
+    assert_int_equal(n, CQ_MQ_HDR_LEN + strlen(want));
+    assert_memory_equal(out + CQ_MQ_HDR_LEN, want, strlen(want));
+    cq_free(out);
+    roundtrip(r, NULL);
+    cq_mq_msg_free(r);
+    cq_mq_msg_free(m);
+    m = decode_ok(CQ_MQ_RESP_TOPICS, want);
+    assert_int_equal(m->ntopic_infos, 2);
+    assert_string_equal(m->topic_infos[0].topic, "a_1");
+    assert_true(m->topic_infos[0].online);
+    assert_int_equal(m->topic_infos[0].retention_days, 30);
+    assert_int_equal(m->topic_infos[0].last_offset, 7);
+    assert_false(m->topic_infos[1].online);
+    cq_mq_msg_free(m);
+    expect_err(CQ_MQ_RESP_TOPICS,
+               "{\"askid\":6,\"err_code\":0,\"topics\":[{\"topic\":\"x;\",\"online\":true,"
+               "\"retention_days\":1,\"last_offset\":1}]}",
+               CQ_EBADTOPIC, "topics_resp: field \"topics[0].topic\": " TOPIC_MSG);
+    expect_err(CQ_MQ_RESP_TOPICS,
+               "{\"askid\":6,\"err_code\":0,\"topics\":[{\"topic\":\"x\",\"online\":true,"
+               "\"retention_days\":1}]}",
+               CQ_EFIELD, "topics_resp: field \"topics[0].last_offset\": missing");
+    expect_err(CQ_MQ_RESP_TOPICS, "{\"askid\":6,\"err_code\":0,\"topics\":{}}", CQ_EFIELD,
+               "topics_resp: field \"topics\": must be an array of at most 10000 topics");
 }
 
 /* ---- fail-N ---------------------------------------------------------------------------- */
@@ -899,6 +1114,9 @@ int main(void)
         cmocka_unit_test(test_encode_errors),
         cmocka_unit_test(test_encode_error_and_resp),
         cmocka_unit_test(test_errcodes),
+        cmocka_unit_test(test_offset_and_topics),
+        cmocka_unit_test(test_encode_escapes),
+        cmocka_unit_test(test_decoders_agree),
         cmocka_unit_test(test_fail_n),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

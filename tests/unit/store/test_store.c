@@ -344,9 +344,9 @@ static void test_long_topic_tables(void **state)
                      64);
 }
 
-/* The server drops the store's connection: the call that finds out fails with CQ_ESTORE (its
- * outcome is unknown to the caller), the next call connects again, and retrying the batch with
- * the same producer ids neither loses nor duplicates it. */
+/* The server drops the store's connection: the call that finds out connects again and runs
+ * once more (nothing of it had committed), or fails with CQ_ESTORE; retrying the batch with the
+ * same producer ids neither loses nor duplicates it. */
 static void test_reconnect(void **state)
 {
     fx_t *f = *state;
@@ -369,6 +369,129 @@ static void test_reconnect(void **state)
     assert_memory_equal(a, b, sizeof(a));
     assert_int_equal(read_all(f->s, "t", 0, r, 4), 2);
     cq_store_recs_done(r, 2);
+    /* a call that finds the connection gone before anything committed runs again on a new
+     * one: the caller sees no error (here: a read, and an append) */
+    for (int i = 0; i < 2; i++) {
+        id = db_int(f, "SELECT id FROM information_schema.processlist "
+                       "WHERE db = DATABASE() AND id <> CONNECTION_ID()");
+        snprintf(sql, sizeof(sql), "KILL %" PRId64, id);
+        db_exec(f, sql);
+        if (i == 0) {
+            assert_int_equal(read_all(f->s, "t", 0, r, 4), 2);
+            cq_store_recs_done(r, 2);
+        } else {
+            assert_int_equal(cq_store_append_batch(f->s, "t", m, 2, b), 0);
+            assert_memory_equal(a, b, sizeof(a));
+        }
+    }
+}
+
+/* Appends "<prefix><i>" for i in [0, n) (producer pid, seq base + i) and checks the result
+ * against a read of the topic: every offset as read back, increasing. Returns the number of
+ * statements the append alone ran. */
+static uint64_t append_checked(fx_t *f, const char *prefix, size_t n, uint64_t pid, uint64_t base,
+                               uint64_t *offs)
+{
+    static char text[700][24];
+    static cq_store_msg_t m[700];
+    static cq_store_rec_t r[700];
+    assert_true(n <= 700);
+    uint64_t from = 0;
+    assert_int_equal(cq_store_high_water(f->s, "t", &from), 0);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(text[i], sizeof(text[i]), "%s%zu", prefix, i);
+        m[i] = msg(text[i], pid, base + i);
+    }
+    uint64_t before = cq__store_sql_count(f->s);
+    assert_int_equal(cq_store_append_batch(f->s, "t", m, n, offs), 0);
+    uint64_t ran = cq__store_sql_count(f->s) - before;
+    assert_int_equal(read_all(f->s, "t", from, r, n), n);
+    for (size_t i = 0; i < n; i++)
+        assert_rec(&r[i], offs[i], text[i]);
+    cq_store_recs_done(r, n);
+    return ran;
+}
+
+/* The new rows' offsets are derived from the INSERT's first id (no read-back) only where that is
+ * proven: with auto_increment_increment 2 the MAX(id) check fails and the store reads them back,
+ * so they still match what a reader sees; with 1 they are consecutive and no read-back runs. */
+static void test_derived_offsets(void **state)
+{
+    fx_t *f = *state;
+    static uint64_t a[600], b[600];
+    create(f->s, "t");
+    db_exec(f, "SET GLOBAL auto_increment_increment = 2");
+    reopen(f); /* the session takes the global value at connect */
+    append_checked(f, "inc2_", 600, 0, 0, a);
+    append_checked(f, "inc2k_", 300, 4, 0, b);
+    db_exec(f, "SET GLOBAL auto_increment_increment = 1");
+    for (size_t i = 1; i < 600; i++)
+        assert_true(a[i] > a[i - 1] + 1); /* really not consecutive: spaced by 2 */
+    reopen(f);
+    append_checked(f, "warm", 2, 0, 0, a); /* prepares the kept statements */
+    uint64_t ran = append_checked(f, "inc1_", 600, 0, 0, a);
+    for (size_t i = 1; i < 600; i++)
+        assert_int_equal(a[i], a[i - 1] + 1);
+    assert_int_equal(ran, 5); /* locked topic lookup, INSERT, MAX(id), UPDATE, COMMIT */
+}
+
+/* The connection breaks right after COMMIT: the rows are stored, so the append is acknowledged
+ * (with the offsets a reader sees) instead of failing and being stored twice by a retry. */
+static void test_commit_lost_after(void **state)
+{
+    fx_t *f = *state;
+    uint64_t a[3], b[3];
+    cq_store_rec_t r[8];
+    create(f->s, "t");
+    cq__store_fault(f->s, CQ__STORE_FAULT_LOST_AFTER_COMMIT);
+    append_checked(f, "after", 3, 0, 0, a); /* no producer id: only the resolution saves it */
+    cq__store_fault(f->s, CQ__STORE_FAULT_LOST_AFTER_COMMIT);
+    append_checked(f, "keyed", 3, 8, 10, b);
+    assert_int_equal(read_all(f->s, "t", 0, r, 8), 6);
+    cq_store_recs_done(r, 6);
+}
+
+/* The connection breaks before COMMIT: nothing is stored and the append fails; a retry stores
+ * the messages once. */
+static void test_commit_lost_before(void **state)
+{
+    fx_t *f = *state;
+    uint64_t a[3], hw = 1;
+    cq_store_msg_t m[3] = {msg("x0", 5, 0), msg("x1", 5, 1), msg("x2", 5, 2)};
+    cq_store_rec_t r[8];
+    create(f->s, "t");
+    cq__store_fault(f->s, CQ__STORE_FAULT_LOST_BEFORE_COMMIT);
+    assert_int_equal(cq_store_append_batch(f->s, "t", m, 3, a), CQ_ESTORE);
+    assert_non_null(strstr(cq_store_errmsg(f->s), "did not commit"));
+    assert_int_equal(read_all(f->s, "t", 0, r, 8), 0);
+    assert_int_equal(cq_store_high_water(f->s, "t", &hw), 0);
+    assert_int_equal(hw, 0);
+    append_checked(f, "x", 3, 5, 0, a);
+    assert_int_equal(read_all(f->s, "t", 0, r, 8), 3);
+    cq_store_recs_done(r, 3);
+}
+
+/* The connection breaks after COMMIT and the server cannot be reached to find out: the append
+ * fails as unknown (nothing acknowledged); once the server is back, the retry with the same
+ * producer ids gets the offsets the commit gave them, and nothing is stored twice. */
+static void test_commit_unknown(void **state)
+{
+    fx_t *f = *state;
+    uint64_t a[3] = {0, 0, 0}, b[3];
+    cq_store_msg_t m[3] = {msg("u0", 6, 0), msg("u1", 6, 1), msg("u2", 6, 2)};
+    cq_store_rec_t r[8];
+    create(f->s, "t");
+    cq__store_fault(f->s, CQ__STORE_FAULT_LOST_AFTER_COMMIT | CQ__STORE_FAULT_NO_RECONNECT);
+    assert_int_equal(cq_store_append_batch(f->s, "t", m, 3, a), CQ_ESTORE);
+    assert_non_null(strstr(cq_store_errmsg(f->s), "unknown"));
+    assert_int_equal(a[0], 0); /* nothing written on failure */
+    assert_int_equal(cq_store_append_batch(f->s, "t", m, 3, b), CQ_ESTORE); /* still down */
+    cq__store_fault(f->s, 0);
+    assert_int_equal(cq_store_append_batch(f->s, "t", m, 3, b), 0);
+    assert_int_equal(read_all(f->s, "t", 0, r, 8), 3); /* the first try had committed */
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(r[i].offset, b[i]);
+    cq_store_recs_done(r, 3);
 }
 #endif
 
@@ -982,6 +1105,10 @@ static int run_mysql(void)
         cmocka_unit_test(test_open_bad_database),
         T(test_long_topic_tables),
         T(test_reconnect),
+        T(test_derived_offsets),
+        T(test_commit_lost_after),
+        T(test_commit_lost_before),
+        T(test_commit_unknown),
         COMMON_TESTS,
     };
     return cmocka_run_group_tests_name("store-mysql", tests, NULL, NULL);

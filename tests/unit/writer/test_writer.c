@@ -699,6 +699,89 @@ static void test_ops_through_thread(void **state)
     assert_int_equal(st.transactions, 1);
 }
 
+/* With a reader handle, READ requests run on their own thread: they complete while the writer
+ * thread is paused (it dequeues nothing), see what was committed before, and a shutdown
+ * completes the reads still queued. */
+static void test_reader_thread(void **state)
+{
+    fx_t *f = *state;
+    cq_writer_opts_t o = {.max_wait_us = 0, .reader = store_open(f->dir, 0)};
+    start(f, o, 1, 0);
+    cq_writer_req_t *p = produce_req("t0", "first", 0, 0);
+    assert_int_equal(run(f, p), 0);
+    uint64_t first = p->offsets[0];
+    cq_writer_req_free(p);
+    cq__writer_pause(f->w, true);
+    p = produce_req("t0", "paused", 0, 0); /* waits for the writer */
+    assert_int_equal(cq_writer_submit(f->w, p), 0);
+    cq_writer_req_t *rd = op_req(CQ_WRITER_READ, "t0", NULL);
+    rd->max = 10;
+    size_t before = done_count(f);
+    assert_int_equal(cq_writer_submit(f->w, rd), 0);
+    wait_done(f, before + 1); /* the read, while the writer is paused */
+    assert_int_equal(rd->err, 0);
+    assert_int_equal(rd->n_recs, 1);
+    assert_int_equal(rd->recs[0].offset, first);
+    assert_memory_equal(rd->recs[0].content, "first", 6); /* with its '\0' */
+    assert_int_equal(done_count(f), before + 1);          /* the produce still waits */
+    cq_writer_req_free(rd);
+    cq__writer_pause(f->w, false);
+    wait_done(f, before + 2);
+    assert_int_equal(p->err, 0);
+    cq_writer_req_free(p);
+    /* reads queued at shutdown are completed */
+    slot_t slots[20];
+    memset(slots, 0, sizeof(slots));
+    cq_writer_req_t *reads[20];
+    for (int i = 0; i < 20; i++) {
+        reads[i] = op_req(CQ_WRITER_READ, i % 2 ? "t0" : "nosuch", NULL);
+        reads[i]->max = 5;
+        assert_int_equal(cq_writer_submit(f->w, reads[i]), 0);
+    }
+    cq_writer_shutdown(f->w);
+    assert_int_equal(done_count(f), before + 22);
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(reads[i]->err, i % 2 ? 0 : CQ_ENOTOPIC);
+        if (i % 2)
+            assert_int_equal(reads[i]->n_recs, 2);
+        cq_writer_req_free(reads[i]);
+    }
+    cq_writer_stats_t st;
+    stats(f, &st);
+    assert_int_equal(st.other_ops, 21);
+    assert_int_equal(st.pending, 0);
+}
+
+/* The transaction-size and duration histograms count every append transaction once. */
+static void test_histograms(void **state)
+{
+    fx_t *f = *state;
+    start(f, (cq_writer_opts_t){.max_batch = 100, .max_wait_us = 0}, 1, 0);
+    cq_writer_req_t *big = NULL;
+    assert_int_equal(cq_writer_req_new(CQ_WRITER_PRODUCE, "t0", NULL, &big), 0);
+    for (int i = 0; i < 7; i++)
+        assert_int_equal(cq_writer_req_add_msg(big, "y", 1, 0, 0), 0);
+    assert_int_equal(run(f, big), 0);
+    cq_writer_req_free(big);
+    cq_writer_req_t *one = produce_req("t0", "x", 0, 0);
+    assert_int_equal(run(f, one), 0);
+    cq_writer_req_free(one);
+    cq_writer_stats_t st;
+    stats(f, &st);
+    uint64_t nb = 0, nc = 0;
+    for (int i = 0; i < CQ_WRITER_HIST_N; i++) {
+        nb += st.batch[i];
+        nc += st.commit_us[i];
+    }
+    assert_int_equal(nb, 2);
+    assert_int_equal(nc, 2);
+    assert_int_equal(st.batch[0], 1); /* <= 1 */
+    assert_int_equal(st.batch[3], 1); /* 5 < 7 <= 10 */
+    assert_int_equal(cq_writer_batch_bounds[3], 10);
+    assert_int_equal(st.batch_sum, 8);
+    assert_true(st.commit_us_sum > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -713,6 +796,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shutdown_drains, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stress_group_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stress_small_pending, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reader_thread, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_histograms, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
