@@ -190,7 +190,7 @@ start_chanq() { # workers [extra chanqd arguments...]
     mkdir -p "$dir"
     SDIR=$dir
     "$CHANQD" --client-addr 127.0.0.1:0 --server-addr 127.0.0.1:0 --admin-addr '' \
-        --mq-addr '' --mq-http-addr '' \
+        --mq-addr '' --mq-http-addr '' --ws-addr '' --kcp-addr '' \
         --ready-file "$dir/ready" --workers "$w" --log-level warn "$@" >"$dir/log" 2>&1 &
     SPID=$!
     PIDS+=("$SPID")
@@ -368,6 +368,7 @@ run_shape() { # shape
         [ "$any" = 1 ] || log "shape data: no chanq-* target in TARGETS, skipped"
         ;;
     durable) run_durable ;;
+    transports) run_transports ;;
     *) log "unknown shape $shape"; exit 1 ;;
     esac
 }
@@ -418,6 +419,9 @@ run_durable() {
             mqbench "durable/raw-mysql" raw-mysql --mysql-port "$my_port" --mysql-user root \
                 --mysql-database rawbench --topic "raw_r$r" --batch "$DUR_RAW_BATCH" \
                 --pid "mariadbd=$my_pid" "${common[@]}"
+            mqbench "durable/raw-mysql-array" raw-mysql --raw-method array \
+                --mysql-port "$my_port" --mysql-user root --mysql-database rawbench \
+                --topic "rawa_r$r" --batch "$DUR_RAW_BATCH" --pid "mariadbd=$my_pid" "${common[@]}"
         fi
         for b in $DUR_BACKENDS; do
             [ -n "${MQADDR[$b]:-}" ] || continue
@@ -447,6 +451,151 @@ run_durable() {
     log "durable: load $dend, disk $fs1 synced 4k writes/s"
     printf '{"mode":"env","load_start":"%s","load_end":"%s","dsync_start":%s,"dsync_end":%s}\n' \
         "$dstart" "$dend" "$fs0" "$fs1" >>"$DJSONL"
+}
+
+# Transports (issue 5): the 1 -> TR_SUBS closed loop (64 B, as closed100) with the subscribers
+# over tcp, ws and kcp, against ONE chanqd per chanq-* target (all three listeners on port 0,
+# from its ready file); the publisher is always a TCP SERVER connection. Each rep runs every
+# chanq target and, per target, the transports in a rotating order (rep 1: tcp ws kcp, rep 2:
+# ws kcp tcp, ...). Before each run the server's /metrics must show no CLIENT connection left
+# from the run before (cqbench DISCONNECTs its KCP subscribers through the publisher, since KCP
+# has no close; --kcp-idle-timeout-ms 5000 clears leftovers of a crashed run). The table of
+# medians is printed when the shape ends; the JSON lines go to $JSONL with labels
+# transports/<target>/<transport>.
+#   TR_REPS [$REPS]  TR_SUBS [100]  TR_TRANSPORTS ["tcp ws kcp"]  TR_WINDOW [500] messages
+#   outstanding  TR_DURATION [$DURATION] s  TR_WARMUP [$WARMUP] s
+#   TR_CHANQD_ARGS [""] extra chanqd arguments, e.g. "--kcp-profile kcp-go"
+TR_REPS=${TR_REPS:-$REPS}
+TR_SUBS=${TR_SUBS:-100}
+TR_TRANSPORTS=${TR_TRANSPORTS:-"tcp ws kcp"}
+TR_DURATION=${TR_DURATION:-$DURATION}
+TR_WARMUP=${TR_WARMUP:-$WARMUP}
+TR_WINDOW=${TR_WINDOW:-500}
+TR_CHANQD_ARGS=${TR_CHANQD_ARGS:-}
+
+# CLIENT connections chanqd reports on its admin listener (HOST:PORT), or -1.
+tr_clients() {
+    python3 - "$1" <<'EOF' 2>/dev/null || echo -1
+import re, sys, urllib.request
+body = urllib.request.urlopen(f'http://{sys.argv[1]}/metrics', timeout=2).read().decode()
+m = re.search(r'^connection_num\{type="CLIENT"\} (\d+)', body, re.M)
+print(m.group(1) if m else -1)
+EOF
+}
+# Waits (200 polls, at most 10-20 s) until chanqd at admin address $1 has no CLIENT connection.
+tr_wait_idle() {
+    local n
+    for _ in $(seq 1 200); do
+        n=$(tr_clients "$1")
+        [ "$n" = 0 ] && return 0
+        sleep 0.05
+    done
+    log "transports: $n CLIENT connections still open on $1, measuring anyway"
+}
+
+run_transports() {
+    local t w r i tr order lstart lend
+    local -A tpid targs tadmin
+    local -a trs chanqs=()
+    read -r -a trs <<<"$TR_TRANSPORTS"
+    for t in $TARGETS; do
+        case "$t" in
+        chanq-w*) w=${t#chanq-w} ;;
+        *) continue ;;
+        esac
+        # shellcheck disable=SC2086
+        start_chanq "$w" --ws-addr 127.0.0.1:0 --kcp-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
+            --kcp-max-per-addr 100000 --kcp-idle-timeout-ms 5000 $TR_CHANQD_ARGS
+        tpid[$t]=$SPID
+        targs[$t]="${ARGS[*]}"
+        tadmin[$t]=$(grep -o 'admin=[^ ]*' "$SDIR/ready" | cut -d= -f2)
+        chanqs+=("$t")
+    done
+    if [ "${#chanqs[@]}" = 0 ]; then
+        log "shape transports: no chanq-* target in TARGETS, skipped"
+        return
+    fi
+    lstart=$(cut -d' ' -f1-3 /proc/loadavg)
+    for r in $(seq 1 "$TR_REPS"); do
+        order=()
+        for i in "${!trs[@]}"; do
+            order+=("${trs[$(((i + r - 1) % ${#trs[@]}))]}")
+        done
+        for t in "${chanqs[@]}"; do
+            for tr in "${order[@]}"; do
+                tr_wait_idle "${tadmin[$t]}"
+                # shellcheck disable=SC2086
+                bench "transports/$t/$tr" ${targs[$t]} --pid "${tpid[$t]}" --mode closed \
+                    --subs "$TR_SUBS" --window "$TR_WINDOW" --duration "$TR_DURATION" \
+                    --warmup "$TR_WARMUP" --transport "$tr"
+            done
+        done
+    done
+    lend=$(cut -d' ' -f1-3 /proc/loadavg)
+    for t in "${chanqs[@]}"; do
+        stop_server "${tpid[$t]}"
+    done
+    tr_summary "$lstart" "$lend" "$TR_CHANQD_ARGS"
+}
+
+# The transports table (medians) from $JSONL.
+tr_summary() {
+    python3 - "$JSONL" "$1" "$2" "$3" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')]
+rows = [r for r in rows if r['label'].startswith('transports/')]
+by, order = {}, []
+for r in rows:
+    k = tuple(r['label'].split('/')[1:3])
+    if k not in by:
+        order.append(k)
+    by.setdefault(k, []).append(r)
+
+def ok(r):
+    return r.get('error') is None
+
+def med(k, fn):
+    v = [fn(r) for r in by.get(k, []) if ok(r)]
+    v = [x for x in v if x is not None and x >= 0]
+    return statistics.median(v) if v else None
+
+def fmt(x, nd=0):
+    return '-' if x is None else f'{x:,.{nd}f}'
+
+def per(a, b):
+    return lambda r: r[a] / r[b] if r[b] > 0 else None
+
+errs = sum(1 for r in rows if not ok(r))
+n = max((len(v) for v in by.values()), default=0)
+subs = rows[0]['subs'] if rows else 0
+win = rows[0]['window'] if rows else 0
+extra = f'; chanqd {sys.argv[4]}' if sys.argv[4] else ''
+print(f'\n### transports: closed loop, 1 -> {subs} subscribers, 64 B, window {win} (median of {n}; '
+      f'load {sys.argv[2]} -> {sys.argv[3]}; runs {len(rows)}, errors {errs}{extra})\n')
+print('| target | transport | deliveries/s | server cores | server CPU-s | deliveries / server CPU-s '
+      '| vs tcp | client CPU-s | wire B / delivery | deliveries / read | KCP dup segments | '
+      'server UDP drops | run-queue wait server / client | missing |')
+print('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
+order.sort(key=lambda k: (k[0], ['tcp', 'ws', 'kcp'].index(k[1]) if k[1] in ('tcp', 'ws', 'kcp') else 9))
+for k in order:
+    d = med(k, lambda r: r['deliveries_per_server_cpu_s'])
+    base = med((k[0], 'tcp'), lambda r: r['deliveries_per_server_cpu_s'])
+    vs = '-' if d is None or not base else f'{d / base:.2f}x'
+    sw = med(k, per('server_runq_wait_s', 'duration_s'))
+    cw = med(k, per('client_runq_wait_s', 'duration_s'))
+    print(f'| {k[0]} | {k[1]} | {fmt(med(k, lambda r: r["deliveries_per_s"]))} '
+          f'| {fmt(med(k, lambda r: r["server_cores"]), 2)} | {fmt(med(k, lambda r: r["server_cpu_s"]), 2)} '
+          f'| {fmt(d)} | {vs} | {fmt(med(k, lambda r: r["client_cpu_s"]), 2)} '
+          f'| {fmt(med(k, per("sub_rx_bytes", "deliveries")), 1)} | {fmt(med(k, per("deliveries", "sub_reads")), 1)} '
+          f'| {fmt(med(k, lambda r: r["kcp_dup_segs"]))} | {fmt(med(k, lambda r: r.get("server_udp_drops", -1)))} '
+          f'| {fmt(sw, 2)} / {fmt(cw, 2)} '
+          f'| {fmt(med(k, lambda r: r["missing"]))} |')
+print('\nwire B / delivery: bytes the subscribers read (TCP/WS stream bytes, KCP datagram bytes) per '
+      'delivery; deliveries / read: per recvmsg() (one KCP datagram per read). KCP dup segments: '
+      'data segments the subscribers received twice (server retransmissions), in the window. '
+      'Server UDP drops: datagrams the kernel dropped on chanqd\'s KCP socket(s) (receive buffer '
+      'full), in the window. Run-queue wait is per second of the window.')
+EOF
 }
 
 for s in $SHAPES; do
@@ -653,13 +802,15 @@ def rng(label, key):
 print(f'\n### durable topics: load {env.get("load_start")} -> {env.get("load_end")}, disk '
       f'{env.get("dsync_start")} / {env.get("dsync_end")} synced 4k writes/s (start / end)\n')
 raw = med('durable/raw-mysql', 'msgs_per_s')
+raw_a = med('durable/raw-mysql-array', 'msgs_per_s')
 print('| run | what | msgs/s (median) | min-max | p50 ms | p99 ms | chanqd CPU % | mariadbd CPU % | mqbench CPU % | errors |')
 print('|---|---|---:|---:|---:|---:|---:|---:|---:|---:|')
 for L in sorted(by):
     r0 = by[L][0]
     mode = r0['mode']
     if mode == 'raw-mysql':
-        what = f'INSERT of {r0["batch"]} rows x {r0["size"]} B, one connection'
+        what = (f'{r0.get("method", "text")} INSERT of {r0["batch"]} rows x {r0["size"]} B, '
+                'one connection')
     elif mode == 'produce':
         what = f'{r0["producers"]} conns x {r0["window"]} in flight x {r0["batch"]} msgs, {r0["size"]} B'
     elif mode == 'rate':
@@ -679,12 +830,16 @@ for b in ('mysql', 'sqlite'):
     c = med(f'durable/consume/{b}', 'msgs_per_s')
     if p is None:
         continue
-    rel = f', {100 * p / raw:.0f} % of the raw median {raw:,.0f}/s' if raw else ''
-    pr = [q['msgs_per_s'] / w['msgs_per_s'] for q, w in
-          zip(by.get(f'durable/produce/{b}', []), by.get('durable/raw-mysql', [])) if w['msgs_per_s'] > 0]
-    if pr:
-        rel += (f'; per rep (same rep\'s raw run): median {100 * statistics.median(pr):.0f} %, '
-                + ' / '.join(f'{100 * x:.0f}' for x in pr) + ' %')
+    rel = ''
+    for rl, rm in (('durable/raw-mysql', raw), ('durable/raw-mysql-array', raw_a)):
+        if not rm:
+            continue
+        rel += f'; {100 * p / rm:.0f} % of the {rl[len("durable/"):]} median {rm:,.0f}/s'
+        pr = [q['msgs_per_s'] / w['msgs_per_s'] for q, w in
+              zip(by.get(f'durable/produce/{b}', []), by.get(rl, [])) if w['msgs_per_s'] > 0]
+        if pr:
+            rel += (f' (per rep: median {100 * statistics.median(pr):.0f} %, '
+                    + ' / '.join(f'{100 * x:.0f}' for x in pr) + ' %)')
     print(f'- {b}: produce {p:,.0f}/s (target >= 100,000 and >= 60 % of raw{rel}); '
           f'rate p99 {fmt(lat, 2)} ms (target <= 5); consume {fmt(c)}/s (target >= 200,000)')
 EOF

@@ -28,7 +28,18 @@
  *
  * I/O: the publisher uses uv_tcp (chanq: libchanq's libuv adapter; redis/nats: raw uv_tcp).
  * Subscribers use their own non-blocking sockets watched by uv_poll_t and read with recvmsg()
- * and SO_TIMESTAMPNS (chanq: the libchanq sans-I/O core fed from those reads). One client
+ * and SO_TIMESTAMPNS (chanq: the libchanq sans-I/O core fed from those reads).
+ * Transports (chanq subscribers only, --transport; the publisher stays on TCP):
+ *   tcp  the client listener;
+ *   ws   chanqd's WebSocket listener (--ws-addr): HTTP upgrade, then masked binary frames out
+ *        and unmasked server frames in (ws_client.h); frame payloads are the CH byte stream;
+ *   kcp  chanqd's KCP listener (--kcp-addr): a connected UDP socket per subscriber and the
+ *        sans-I/O KCP engine (cq_kcp.h, the "fast" profile as chanqd's default), driven by
+ *        one shared 10 ms timer; the in-order KCP payload is the CH byte stream. KCP has no
+ *        close, so at the end of a run the publisher sends DISCONNECT for every subscriber
+ *        (its connection is a SERVER connection) before cqbench exits, and the server does
+ *        not keep fanning out to dead peers until its idle timeout.
+ * Deliveries are counted in the same place (on_payload) whatever the transport. One client
  * thread must read N sockets for every message, so the callback-time ("app") latency of the
  * last subscriber includes the client's own serial processing of the N-1 before it; the kernel
  * receive timestamp ("kernel rx" latency) excludes that and is the server-side figure.
@@ -37,6 +48,8 @@
  */
 #include "bench_util.h"
 #include "chanq_uv.h"
+#include "cq_kcp.h"
+#include "ws_client.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -51,6 +64,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,6 +78,11 @@
 #define SETUP_TIMEOUT_MS  120000
 #define STALL_SECONDS     5
 #define DRAIN_MAX_MS      5000
+#define EXIT_FLUSH_MS     2000 /* kcp: longest wait for the DISCONNECTs to be written */
+#define KCP_READ_BATCH    64   /* datagrams read per readable event */
+#define KCP_TICK_MS       10   /* the shared KCP timer (the fast profile's interval) */
+#define KCP_SOCKBUF       (1 << 20)
+#define WS_PATH           "/"
 /* data mode */
 #define CT_SUBWORLD      3u
 #define MT_SUB_TO_CHAN   6u
@@ -74,9 +93,11 @@
 typedef enum { TGT_CHANQ, TGT_REDIS, TGT_NATS } target_t;
 typedef enum { MODE_CLOSED, MODE_RATE, MODE_IDLE, MODE_DATA } bmode_t;
 typedef enum { PH_SETUP, PH_WARMUP, PH_MEASURE, PH_DRAIN, PH_DONE } phase_t;
+typedef enum { TR_TCP, TR_WS, TR_KCP } transport_t;
 
 static const char *const target_names[] = {"chanq", "redis", "nats"};
 static const char *const mode_names[] = {"closed", "rate", "idle", "data"};
+static const char *const transport_names[] = {"tcp", "ws", "kcp"};
 
 /* ---- small helpers ----------------------------------------------------------------------- */
 
@@ -214,6 +235,30 @@ static double proc_runq_wait_s(int pid)
     return sum;
 }
 
+/* Datagrams the kernel dropped on the UDP sockets bound to port (the "drops" column of
+ * /proc/net/udp, summed: chanqd binds one SO_REUSEPORT socket per worker), or -1. */
+static long long proc_udp_drops(unsigned port)
+{
+    FILE *f = fopen("/proc/net/udp", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    long long sum = 0;
+    unsigned lport;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, " %*u: %*8x:%4x", &lport) != 1 || lport != port)
+            continue;
+        /* sl local rem st tx:rx tr:when retrnsmt uid timeout inode ref pointer drops */
+        char *save = NULL, *tok = strtok_r(line, " \t\n", &save);
+        for (int i = 0; tok && i < 12; i++)
+            tok = strtok_r(NULL, " \t\n", &save);
+        if (tok)
+            sum += atoll(tok);
+    }
+    fclose(f);
+    return sum;
+}
+
 static double self_cpu_s(void)
 {
     struct rusage ru;
@@ -242,6 +287,11 @@ static struct {
     struct sockaddr_in addr;  /* client listener (chanq) or the server (redis, nats) */
     struct sockaddr_in saddr; /* chanq server listener */
     bool have_saddr;
+    transport_t transport;       /* of the chanq subscribers */
+    struct sockaddr_in ws_addr;  /* chanq WebSocket listener */
+    struct sockaddr_in kcp_addr; /* chanq KCP listener (UDP) */
+    char ws_host[64];            /* "HOST:PORT" of ws_addr, for the Host header */
+    bool have_ws, have_kcp;
     int pid;
     int subs;
     int size;
@@ -278,6 +328,8 @@ typedef struct bconn {
     /* subscribers: own non-blocking socket watched by a uv_poll_t (for recvmsg timestamps) */
     int fd;
     uv_poll_t poll;
+    bench_ws_t *ws;   /* --transport ws: the WebSocket session */
+    cq_kcp_t *kcp;    /* --transport kcp: the KCP engine */
     uint64_t rx_real; /* kernel receive timestamp (CLOCK_REALTIME ns) of the current read */
     /* publisher over raw uv_tcp (redis, nats) */
     uv_tcp_t tcp;
@@ -323,7 +375,15 @@ static struct {
     uint64_t wd_last;
     int wd_still;
     uint64_t drain_t0;
-    uv_timer_t phase_timer, rate_timer, watchdog, drain_timer;
+    /* subscriber wire traffic: reads (TCP/WS recvmsg calls, KCP datagrams) and bytes read,
+     * datagrams sent (KCP: ACKs and window updates), duplicate KCP segments received; the
+     * m_* pairs are their values at the start and end of the measurement window */
+    uint64_t rx_reads, rx_bytes, tx_dgrams;
+    uint64_t m_reads[2], m_bytes[2], m_txd[2], m_kdup[2];
+    long long m_udrops[2]; /* kcp: drops on the server's UDP sockets (-1: unknown) */
+    int exit_code;
+    uint64_t exit_t0;
+    uv_timer_t phase_timer, rate_timer, watchdog, drain_timer, kcp_timer, exit_timer;
     uv_check_t pump;
     char load_start[64];
     uint8_t rbuf[65536];
@@ -617,10 +677,59 @@ static size_t nats_parse(bconn_t *c, const uint8_t *p, size_t n)
 }
 
 static void sub_chanq_flush(bconn_t *c);
+static void sub_lost(bconn_t *c, int err);
+
+/* -- chanq subscribers over WebSocket: the frame payloads are the CH byte stream -- */
+
+static void ws_on_data(void *ud, const uint8_t *p, size_t n)
+{
+    bconn_t *c = ud;
+    if (chanq_client_error(c->core))
+        return; /* already reported */
+    int r = chanq_client_feed(c->core, p, n);
+    if (r < 0)
+        conn_lost(c, r);
+}
+
+static void ws_on_send(void *ud, const uint8_t *p, size_t n)
+{
+    sub_write(ud, p, n);
+}
+
+static const bench_ws_cbs_t ws_cbs = {ws_on_data, ws_on_send};
+
+static void ws_input(bconn_t *c, const uint8_t *p, size_t n)
+{
+    int r = bench_ws_feed(c->ws, p, n, &ws_cbs, c);
+    if (r < 0) {
+        if (r == CQ_EWSPROTO && G.phase != PH_DONE)
+            fprintf(stderr, "cqbench: subscriber %d: websocket: %s\n", c->idx, bench_ws_why(c->ws));
+        sub_lost(c, r);
+        return;
+    }
+    sub_chanq_flush(c); /* the AUTH queued before the 101, then any reply */
+}
+
+/* Writes the upgrade request; the AUTH already queued in the core waits for the 101. */
+static void ws_start(bconn_t *c)
+{
+    char req[512];
+    c->ws = calloc(1, sizeof(*c->ws));
+    if (!c->ws)
+        die("out of memory");
+    int n = bench_ws_request(c->ws, O.ws_host, WS_PATH, req, sizeof(req));
+    if (n < 0)
+        die("websocket request: %s", strerror(-n));
+    sub_write(c, req, (size_t)n);
+}
 
 /* Hands received bytes to the target's parser; keeps an incomplete tail in c->in. */
 static void consume_input(bconn_t *c, const uint8_t *data, size_t n)
 {
+    if (O.target == TGT_CHANQ && c->ws) {
+        ws_input(c, data, n);
+        return;
+    }
     if (O.target == TGT_CHANQ) {
         int r = chanq_client_feed(c->core, data, n);
         if (r < 0) {
@@ -715,12 +824,52 @@ static void raw_connect(bconn_t *c)
 /* -- subscribers: non-blocking socket + uv_poll_t + recvmsg(SO_TIMESTAMPNS) -- */
 
 static void cq_sub_start(bconn_t *c);
+static void kcp_readable(bconn_t *c);
 
 static void sub_lost(bconn_t *c, int err)
 {
     uv_poll_stop(&c->poll);
     c->connected = false;
     conn_lost(c, err);
+}
+
+/* One recvmsg() into G.rbuf, with the kernel receive timestamp in c->rx_real. Returns the byte
+ * count, 0 when nothing is ready, or -1 after the connection was lost (EOF or an error). */
+static ssize_t sub_recv(bconn_t *c)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {G.rbuf, sizeof(G.rbuf)};
+    struct msghdr mh = {0};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = sizeof(ctl.buf);
+    ssize_t n = recvmsg(c->fd, &mh, 0);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR)
+            return 0;
+        sub_lost(c, -errno);
+        return -1;
+    }
+    if (n == 0) {
+        if (!c->kcp)
+            sub_lost(c, UV_EOF);
+        return c->kcp ? 0 : -1;
+    }
+    c->rx_real = 0;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(cm), sizeof(ts));
+            c->rx_real = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        }
+    }
+    G.rx_reads++;
+    G.rx_bytes += (uint64_t)n;
+    return n;
 }
 
 static void sub_on_poll(uv_poll_t *h, int status, int events)
@@ -750,46 +899,30 @@ static void sub_on_poll(uv_poll_t *h, int status, int events)
     }
     if (!(events & UV_READABLE))
         return;
-    union {
-        char buf[CMSG_SPACE(sizeof(struct timespec))];
-        struct cmsghdr align;
-    } ctl;
-    struct iovec iov = {G.rbuf, sizeof(G.rbuf)};
-    struct msghdr mh = {0};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = ctl.buf;
-    mh.msg_controllen = sizeof(ctl.buf);
-    ssize_t n = recvmsg(c->fd, &mh, 0);
-    if (n < 0) {
-        if (errno != EAGAIN && errno != EINTR)
-            sub_lost(c, -errno);
+    if (c->kcp) {
+        kcp_readable(c);
         return;
     }
-    if (n == 0) {
-        sub_lost(c, UV_EOF);
-        return;
-    }
-    c->rx_real = 0;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
-            struct timespec ts;
-            memcpy(&ts, CMSG_DATA(cm), sizeof(ts));
-            c->rx_real = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-        }
-    }
-    consume_input(c, G.rbuf, (size_t)n);
+    ssize_t n = sub_recv(c);
+    if (n > 0)
+        consume_input(c, G.rbuf, (size_t)n);
 }
+
+static void kcp_connect(bconn_t *c);
 
 static void sub_connect(bconn_t *c)
 {
+    if (O.target == TGT_CHANQ && O.transport == TR_KCP) {
+        kcp_connect(c);
+        return;
+    }
     c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (c->fd < 0)
         die("socket: %s", strerror(errno));
     int one = 1;
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     setsockopt(c->fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
-    const struct sockaddr_in *a = &O.addr;
+    const struct sockaddr_in *a = O.transport == TR_WS ? &O.ws_addr : &O.addr;
     if (connect(c->fd, (const struct sockaddr *)a, sizeof(*a)) < 0 && errno != EINPROGRESS)
         die("connect: %s", strerror(errno));
     int r = uv_poll_init(G.loop, &c->poll, c->fd);
@@ -797,6 +930,108 @@ static void sub_connect(bconn_t *c)
         die("uv_poll_init: %s", uv_strerror(r));
     c->poll.data = c;
     uv_poll_start(&c->poll, UV_WRITABLE, sub_on_poll);
+}
+
+/* -- chanq subscribers over KCP: a connected UDP socket and a cq_kcp engine each -- */
+
+/* The engine's output: one datagram. One that cannot be sent is lost; the ARQ resends it. */
+static void kcp_out(void *ud, const uint8_t *dgram, size_t len)
+{
+    bconn_t *c = ud;
+    if (send(c->fd, dgram, len, MSG_NOSIGNAL) == (ssize_t)len)
+        G.tx_dgrams++;
+}
+
+static void kcp_write(bconn_t *c, const uint8_t *p, size_t n)
+{
+    ssize_t k = cq_kcp_send(c->kcp, p, n);
+    if (k != (ssize_t)n)
+        die("subscriber %d: KCP send queue full", c->idx);
+    cq_kcp_flush(c->kcp, uv_now(G.loop));
+}
+
+/* Feeds the in-order KCP payload to the chanq core. */
+static void kcp_deliver(bconn_t *c)
+{
+    size_t len;
+    const uint8_t *p;
+    while ((p = cq_kcp_peek(c->kcp, &len)) != NULL && len) {
+        int r = chanq_client_feed(c->core, p, len);
+        cq_kcp_consume(c->kcp, len);
+        if (r < 0) {
+            sub_lost(c, r);
+            return;
+        }
+    }
+    sub_chanq_flush(c);
+}
+
+static void kcp_readable(bconn_t *c)
+{
+    uint64_t now = uv_now(G.loop);
+    for (int i = 0; i < KCP_READ_BATCH && c->connected; i++) {
+        ssize_t n = sub_recv(c);
+        if (n <= 0)
+            return;
+        int r = cq_kcp_input(c->kcp, G.rbuf, (size_t)n, now);
+        if (r < 0) {
+            sub_lost(c, r);
+            return;
+        }
+        kcp_deliver(c);
+    }
+}
+
+/* Every KCP_TICK_MS: retransmissions, window updates and data not sent at once. */
+static void on_kcp_tick(uv_timer_t *t)
+{
+    (void)t;
+    uint64_t now = uv_now(G.loop);
+    for (int i = 0; i < G.started; i++)
+        if (G.subs[i].kcp && G.subs[i].connected)
+            cq_kcp_update(G.subs[i].kcp, now);
+}
+
+static void kcp_connect(bconn_t *c)
+{
+    c->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c->fd < 0)
+        die("socket: %s", strerror(errno));
+    int one = 1, size = KCP_SOCKBUF;
+    setsockopt(c->fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+    if (connect(c->fd, (const struct sockaddr *)&O.kcp_addr, sizeof(O.kcp_addr)) < 0)
+        die("connect (udp): %s", strerror(errno));
+    uint32_t conv = 0;
+    while (conv == 0)
+        if (getrandom(&conv, sizeof(conv), 0) != (ssize_t)sizeof(conv))
+            die("getrandom failed");
+    cq_kcp_opts_t ko = cq_kcp_opts_fast();
+    c->kcp = cq_kcp_new(conv, &ko, kcp_out, c);
+    if (!c->kcp)
+        die("cq_kcp_new failed");
+    int r = uv_poll_init(G.loop, &c->poll, c->fd);
+    if (r < 0)
+        die("uv_poll_init: %s", uv_strerror(r));
+    c->poll.data = c;
+    uv_poll_start(&c->poll, UV_READABLE, sub_on_poll);
+    c->connected = true;
+    if (!uv_is_active((uv_handle_t *)&G.kcp_timer))
+        uv_timer_start(&G.kcp_timer, on_kcp_tick, KCP_TICK_MS, KCP_TICK_MS);
+    cq_sub_start(c);
+}
+
+static uint64_t kcp_dup_total(void)
+{
+    uint64_t n = 0;
+    cq_kcp_stats_t st;
+    for (int i = 0; i < G.started; i++) {
+        if (G.subs[i].kcp) {
+            cq_kcp_stats(G.subs[i].kcp, &st);
+            n += st.in_dup;
+        }
+    }
+    return n;
 }
 
 /* ---- chanq ------------------------------------------------------------------------------- */
@@ -1105,16 +1340,40 @@ static void cq_connect_pub(bconn_t *c)
         die("connect: %s", uv_strerror(r));
 }
 
-/* Writes what a subscriber's sans-I/O core has queued. */
+/* Puts a subscriber's outbound CH bytes on its transport: the socket (tcp), one masked binary
+ * message (ws), or the KCP engine, flushed at once (kcp). */
+static void sub_send(bconn_t *c, const uint8_t *p, size_t n)
+{
+    if (c->kcp) {
+        kcp_write(c, p, n);
+        return;
+    }
+    if (!c->ws) {
+        sub_write(c, p, n);
+        return;
+    }
+    uint8_t *f = malloc(n + BENCH_WS_FRAME_HDR);
+    if (!f)
+        die("out of memory");
+    int k = bench_ws_frame(BENCH_WS_BINARY, p, n, f);
+    if (k < 0)
+        die("websocket: no random masking key");
+    sub_write(c, f, (size_t)k);
+    free(f);
+}
+
+/* Writes what a subscriber's sans-I/O core has queued (ws: once the upgrade is done). */
 static void sub_chanq_flush(bconn_t *c)
 {
     const uint8_t *p;
     size_t n;
+    if (c->ws && !bench_ws_open(c->ws))
+        return;
     int r = chanq_client_out(c->core, &p, &n);
     if (r < 0)
         die("chanq_client_out: %s", cq_strerror(r));
     if (n) {
-        sub_write(c, p, n);
+        sub_send(c, p, n);
         chanq_client_out_consume(c->core, n);
     }
 }
@@ -1134,6 +1393,8 @@ static void cq_sub_start(bconn_t *c)
         r = chanq_client_auth(c->core, stub, "cqbench", "cqbench");
     if (r < 0)
         die("auth: %s", cq_strerror(r));
+    if (O.transport == TR_WS)
+        ws_start(c);
     sub_chanq_flush(c);
 }
 
@@ -1234,6 +1495,16 @@ static void start_more(void)
 
 static void measure_end(uv_timer_t *t);
 
+/* Subscriber wire counters at the start (i = 0) or end (i = 1) of the measurement window. */
+static void snap_wire(int i)
+{
+    G.m_reads[i] = G.rx_reads;
+    G.m_bytes[i] = G.rx_bytes;
+    G.m_txd[i] = G.tx_dgrams;
+    G.m_kdup[i] = kcp_dup_total();
+    G.m_udrops[i] = O.transport == TR_KCP ? proc_udp_drops(ntohs(O.kcp_addr.sin_port)) : -1;
+}
+
 static void measure_start(uv_timer_t *t)
 {
     (void)t;
@@ -1245,6 +1516,7 @@ static void measure_start(uv_timer_t *t)
     G.ccpu0 = self_cpu_s();
     G.wait0 = proc_runq_wait_s(O.pid);
     G.cwait0 = proc_runq_wait_s(0);
+    snap_wire(0);
     uv_timer_start(&G.phase_timer, measure_end, (uint64_t)(O.duration * 1000), 0);
 }
 
@@ -1267,6 +1539,7 @@ static void measure_end(uv_timer_t *t)
     G.wait1 = proc_runq_wait_s(O.pid);
     G.cwait1 = proc_runq_wait_s(0);
     G.rss_end = proc_rss_kb(O.pid);
+    snap_wire(1);
     if (O.mode == MODE_IDLE || O.mode == MODE_DATA) {
         finish(NULL); /* data: fan-outs are counted by arrival within the window */
         return;
@@ -1337,6 +1610,30 @@ static pct_t pct(samples_t *s)
     return r;
 }
 
+static void on_exit_tick(uv_timer_t *t)
+{
+    (void)t;
+    bool flushed = !G.pub.cu || chanq_uv_pending(G.pub.cu) == 0;
+    if (flushed || now_ns() - G.exit_t0 > (uint64_t)EXIT_FLUSH_MS * 1000000u)
+        exit(G.exit_code);
+}
+
+/* KCP has no close: the publisher (a SERVER connection) asks chanqd to DISCONNECT every
+ * subscriber, so the server stops fanning out to them once cqbench is gone. Returns true if
+ * DISCONNECTs were queued; the exit then waits until they are written (on_exit_tick). */
+static bool kcp_disconnect_all(void)
+{
+    if (O.target != TGT_CHANQ || O.transport != TR_KCP || !G.pub.cu)
+        return false;
+    chanq_client_t *pc = chanq_uv_client(G.pub.cu);
+    for (int i = 0; i < G.started; i++) {
+        uint32_t id = G.subs[i].core ? chanq_client_conn_id(G.subs[i].core) : 0;
+        if (id && chanq_client_disconnect(pc, id) < 0)
+            return false;
+    }
+    return true;
+}
+
 static void finish(const char *error)
 {
     if (G.phase == PH_DONE)
@@ -1361,6 +1658,8 @@ static void finish(const char *error)
     double swait = measured && O.pid > 0 && G.wait0 >= 0 && G.wait1 >= 0 ? G.wait1 - G.wait0 : -1;
     double cwait = measured && G.cwait0 >= 0 && G.cwait1 >= 0 ? G.cwait1 - G.cwait0 : -1;
     pct_t la = pct(&G.lat), lk = pct(&G.klat);
+    long long udrops =
+        measured && G.m_udrops[0] >= 0 && G.m_udrops[1] >= 0 ? G.m_udrops[1] - G.m_udrops[0] : -1;
     long rss = G.rss_end > 0 ? G.rss_end : proc_rss_kb(O.pid);
     double rss_per_conn = -1;
     int conns = O.subs + 1;
@@ -1381,18 +1680,22 @@ static void finish(const char *error)
            "\"setup_s\":%.3f,\"interval_ms\":%d,\"ideal_per_s\":%.0f,\"of_ideal\":%.4f,"
            "\"initial_fanouts\":%" PRIu64 ",\"stale\":%" PRIu64 ",\"fanout_value_b\":%.1f,"
            "\"server_runq_wait_s\":%.3f,\"client_runq_wait_s\":%.3f,\"server_user_cores\":%.4f,"
+           "\"transport\":\"%s\",\"sub_reads\":%" PRIu64 ",\"sub_rx_bytes\":%" PRIu64
+           ",\"sub_tx_dgrams\":%" PRIu64 ",\"kcp_dup_segs\":%" PRIu64 ",\"server_udp_drops\":%lld,"
            "\"load_start\":\"%s\",\"load_end\":\"%s\",\"error\":%s%s%s}\n",
            target_names[O.target], O.label, mode_names[O.mode], O.subs, O.size, O.window, O.rate,
            secs, G.sent, dels, G.deliveries, missing, G.lost, G.dup, G.bad, G.closed, dps, cpu,
            cores, dpc, ccpu, G.lat.n, la.p50, la.p99, la.max, la.mean, G.klat.n, lk.p50, lk.p99,
            lk.max, G.rss_base, G.rss_ready, rss, rss_per_conn, (double)G.setup_ns / 1e9,
            O.mode == MODE_DATA ? O.interval : 0, ideal, ideal > 0 ? dps / ideal : 0, G.full_fanouts,
-           G.stale, fanout_b, swait, cwait, ucores, G.load_start, load_end, error ? "\"" : "",
+           G.stale, fanout_b, swait, cwait, ucores, transport_names[O.transport],
+           G.m_reads[1] - G.m_reads[0], G.m_bytes[1] - G.m_bytes[0], G.m_txd[1] - G.m_txd[0],
+           G.m_kdup[1] - G.m_kdup[0], udrops, G.load_start, load_end, error ? "\"" : "",
            error ? error : "null", error ? "\"" : "");
-    printf("# %s %s %s subs=%d size=%d: %.0f deliveries/s, server %.2f cores, %.0f "
+    printf("# %s %s %s %s subs=%d size=%d: %.0f deliveries/s, server %.2f cores, %.0f "
            "deliveries/server-cpu-s, client cpu %.2f s",
-           target_names[O.target], O.label, mode_names[O.mode], O.subs, O.size, dps, cores, dpc,
-           ccpu);
+           target_names[O.target], O.label, mode_names[O.mode], transport_names[O.transport],
+           O.subs, O.size, dps, cores, dpc, ccpu);
     if (O.mode == MODE_RATE)
         printf(", latency (app) p50 %.1f us p99 %.1f us max %.1f us, (kernel rx) p50 %.1f us p99 "
                "%.1f us max %.1f us",
@@ -1409,7 +1712,13 @@ static void finish(const char *error)
            error ? error : "");
     fflush(stdout);
     /* The server side is torn down by its own process; exiting closes every socket. */
-    exit(error ? 1 : 0);
+    G.exit_code = error ? 1 : 0;
+    if (kcp_disconnect_all()) {
+        G.exit_t0 = now_ns();
+        uv_timer_start(&G.exit_timer, on_exit_tick, 10, 10);
+        return;
+    }
+    exit(G.exit_code);
 }
 
 /* ---- main -------------------------------------------------------------------------------- */
@@ -1429,13 +1738,20 @@ static void parse_addr(const char *s, struct sockaddr_in *out)
         die("bad address %s", s);
 }
 
-/* Reads "client=H:P server=H:P ..." from a chanqd ready file. */
+static void set_ws_addr(const char *s)
+{
+    parse_addr(s, &O.ws_addr);
+    snprintf(O.ws_host, sizeof(O.ws_host), "%s", s);
+    O.have_ws = true;
+}
+
+/* Reads "client=H:P server=H:P ... ws=H:P ... kcp=H:P" from a chanqd ready file ("-": none). */
 static void read_ready_file(const char *path)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         die("%s: %s", path, strerror(errno));
-    char line[512], c[128] = "", s[128] = "";
+    char line[1024], c[128] = "", s[128] = "", ws[128] = "", kcp[128] = "";
     if (!fgets(line, sizeof(line), f))
         die("%s: empty", path);
     fclose(f);
@@ -1444,12 +1760,22 @@ static void read_ready_file(const char *path)
             snprintf(c, sizeof(c), "%s", tok + 7);
         else if (strncmp(tok, "server=", 7) == 0)
             snprintf(s, sizeof(s), "%s", tok + 7);
+        else if (strncmp(tok, "ws=", 3) == 0)
+            snprintf(ws, sizeof(ws), "%s", tok + 3);
+        else if (strncmp(tok, "kcp=", 4) == 0)
+            snprintf(kcp, sizeof(kcp), "%s", tok + 4);
     }
     if (!c[0] || !s[0])
         die("%s: no client= / server= address", path);
     parse_addr(c, &O.addr);
     parse_addr(s, &O.saddr);
     O.have_saddr = true;
+    if (ws[0] && strcmp(ws, "-") != 0)
+        set_ws_addr(ws);
+    if (kcp[0] && strcmp(kcp, "-") != 0) {
+        parse_addr(kcp, &O.kcp_addr);
+        O.have_kcp = true;
+    }
 }
 
 static void usage(FILE *f)
@@ -1457,7 +1783,11 @@ static void usage(FILE *f)
     fputs("Usage: cqbench --target chanq|redis|nats [options]\n"
           "  --addr HOST:PORT         redis / nats server, or chanqd's client listener\n"
           "  --server-addr HOST:PORT  chanqd's server listener\n"
-          "  --ready-file FILE        chanqd ready file (sets both chanq addresses)\n"
+          "  --ready-file FILE        chanqd ready file (sets the chanq addresses)\n"
+          "  --transport tcp|ws|kcp   chanq subscribers' transport (default tcp; the publisher\n"
+          "                           always uses TCP)\n"
+          "  --ws-addr HOST:PORT      chanqd's WebSocket listener (ws://HOST:PORT/)\n"
+          "  --kcp-addr HOST:PORT     chanqd's KCP listener (UDP)\n"
           "  --pid PID                server process to sample (CPU, RSS)\n"
           "  --mode closed|rate|idle|data  default closed (data: chanq channel data)\n"
           "  --subs N                 subscriber connections (default 100)\n"
@@ -1490,6 +1820,9 @@ int main(int argc, char **argv)
         {"parallel", required_argument, NULL, 'P'},
         {"interval", required_argument, NULL, 'i'},
         {"label", required_argument, NULL, 'l'},
+        {"transport", required_argument, NULL, 'T'},
+        {"ws-addr", required_argument, NULL, 'S'},
+        {"kcp-addr", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1561,6 +1894,23 @@ int main(int argc, char **argv)
         case 'l':
             O.label = optarg;
             break;
+        case 'T':
+            if (strcmp(optarg, "tcp") == 0)
+                O.transport = TR_TCP;
+            else if (strcmp(optarg, "ws") == 0)
+                O.transport = TR_WS;
+            else if (strcmp(optarg, "kcp") == 0)
+                O.transport = TR_KCP;
+            else
+                die("unknown transport %s", optarg);
+            break;
+        case 'S':
+            set_ws_addr(optarg);
+            break;
+        case 'K':
+            parse_addr(optarg, &O.kcp_addr);
+            O.have_kcp = true;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -1578,6 +1928,12 @@ int main(int argc, char **argv)
         die("bad numeric option");
     if (O.mode == MODE_DATA && (O.target != TGT_CHANQ || O.size < 32 || O.size > 4096))
         die("--mode data needs --target chanq and 32 <= --size <= 4096");
+    if (O.transport != TR_TCP && O.target != TGT_CHANQ)
+        die("--transport ws|kcp needs --target chanq");
+    if ((O.transport == TR_WS && !O.have_ws) || (O.transport == TR_KCP && !O.have_kcp))
+        die("--transport %s needs --%s-addr (or a ready file with %s=)",
+            transport_names[O.transport], transport_names[O.transport],
+            transport_names[O.transport]);
 
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -1602,6 +1958,8 @@ int main(int argc, char **argv)
     uv_timer_init(G.loop, &G.rate_timer);
     uv_timer_init(G.loop, &G.drain_timer);
     uv_timer_init(G.loop, &G.watchdog);
+    uv_timer_init(G.loop, &G.kcp_timer);
+    uv_timer_init(G.loop, &G.exit_timer);
     uv_check_init(G.loop, &G.pump);
     uv_timer_start(&G.watchdog, on_watchdog, 1000, 1000);
     uv_unref((uv_handle_t *)&G.watchdog);
