@@ -30,11 +30,13 @@ def main():
             t = json.loads(line)
             res = t.get('result', '')
             out = t.get('stdout', '') or ''
-            oks = len(re.findall(r'^ok \d+', out, re.M))
-            noks = len(re.findall(r'^not ok \d+', out, re.M))
+            skips = len(re.findall(r'^(?:not )?ok \d+[^\n]*# SKIP', out, re.M))
+            oks = len(re.findall(r'^ok \d+(?![^\n]*# SKIP)', out, re.M))
+            noks = len(re.findall(r'^not ok \d+(?![^\n]*# SKIP)', out, re.M))
+            skipped += skips
             if res == 'SKIP':
                 skipped += 1
-            elif oks + noks:
+            elif oks + noks + skips:
                 passed += oks
                 failed += noks + (1 if res != 'OK' and noks == 0 else 0)
             elif res == 'OK':

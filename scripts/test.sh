@@ -2,8 +2,9 @@
 # One command: install what is missing and run every test:
 #   1. gcc build (-Werror): unit, proto, fuzz-regress and integration suites
 #   2. ASan+UBSan build of the whole suite
-#   3. libFuzzer smoke run of every fuzz target (clang-14), FUZZ_SECONDS each (default 20)
-#   4. clang-format check
+#   3. the JS client's node tests and the browser demo test (chromium via playwright-core)
+#   4. libFuzzer smoke run of every fuzz target (clang-14), FUZZ_SECONDS each (default 20)
+#   5. clang-format and layering checks
 # Ends with "N passed, N failed" (test cases counted from TAP output where there is some).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,26 @@ MESON_TEST_ARGS=(--timeout-multiplier 3)
 run_suite build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
+step "JS client (node --test) and the chat-rooms demo in chromium (playwright-core)"
+js_pass=0 js_fail=0
+js_count() { # node --test output file: adds its "# pass N" / "# fail N"
+  local p f
+  p=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$1" | tail -1)
+  f=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$1" | tail -1)
+  js_pass=$((js_pass + ${p:-0}))
+  js_fail=$((js_fail + ${f:-1}))
+}
+export CHANQD="$PWD/build-test/src/main/chanqd"
+if (cd clients/js && npm ci --no-audit --no-fund --loglevel=error && npm test) >build-js.log 2>&1
+then js_count build-js.log; else js_count build-js.log; tail -40 build-js.log; fail=1; fi
+mkdir -p build-test/artifacts
+CHANQ_ARTIFACTS="$PWD/build-test/artifacts" tests/browser/run.sh >build-browser.log 2>&1
+rc=$?
+if [ $rc -eq 77 ]; then grep SKIP build-browser.log
+elif [ $rc -eq 0 ]; then js_count build-browser.log; grep -i "screenshot" build-browser.log
+else js_count build-browser.log; tail -40 build-browser.log; fail=1; fi
+unset CHANQD
+
 step "libFuzzer smoke run (${FUZZ_SECONDS}s per target)"
 fuzz_pass=0 fuzz_fail=0
 if command -v clang-14 >/dev/null; then
@@ -50,6 +71,6 @@ for check in scripts/check-format.sh scripts/check-layering.sh; do
 done
 
 step "summary"
-python3 scripts/count-tests.py "${logs[@]}" --extra-pass $((fuzz_pass + fmt_pass)) \
-  --extra-fail $((fuzz_fail + fmt_fail))
+python3 scripts/count-tests.py "${logs[@]}" --extra-pass $((fuzz_pass + fmt_pass + js_pass)) \
+  --extra-fail $((fuzz_fail + fmt_fail + js_fail))
 exit $fail

@@ -60,15 +60,50 @@ static const opt_t opts[] = {
         "Address of the client listener. Port 0 picks a free port (see --ready-file)."),
     STR("server-addr", "sa", server_addr, "127.0.0.1:11288", NULL, "HOST:PORT",
         "Address of the server listener (game servers and the GLOBAL owner)."),
-    STR("client-network", "cn", client_network, "tcp", "tcp", "NETWORK",
-        "Network of the client listener; only tcp for now."),
-    STR("server-network", "sn", server_network, "tcp", "tcp", "NETWORK",
-        "Network of the server listener; only tcp for now."),
+    STR("client-network", "cn", client_network, "tcp", "tcp|ws|kcp", "NETWORK",
+        "Network of --client-addr: tcp, ws (WebSocket) or kcp (UDP), as channeld's -cn. "
+        "--ws-addr and --kcp-addr add listeners beside it."),
+    STR("server-network", "sn", server_network, "tcp", "tcp|ws|kcp", "NETWORK",
+        "Network of --server-addr: tcp, ws or kcp."),
     BOOL("client-legacy-tag", NULL, client_legacy_tag, "false",
          "Read and write the pre-2023 dynamic packet tag on the client listener (old Go, JS and "
          "Unity clients)."),
     BOOL("server-legacy-tag", NULL, server_legacy_tag, "false",
          "Read and write the pre-2023 dynamic packet tag on the server listener."),
+    /* transports (doc/transports.md) */
+    STR("ws-addr", NULL, ws_addr, "127.0.0.1:12112", NULL, "HOST:PORT",
+        "Address of the client WebSocket listener (ws://HOST:PORT plus --ws-path); empty "
+        "disables it."),
+    STR("wss-addr", NULL, wss_addr, "", NULL, "HOST:PORT",
+        "Address of the client WebSocket-over-TLS listener; needs --tls-cert and --tls-key; "
+        "empty disables it."),
+    STR("kcp-addr", NULL, kcp_addr, "127.0.0.1:12108", NULL, "HOST:PORT",
+        "UDP address of the client KCP listener (kcp-go compatible, no FEC, no encryption); "
+        "empty disables it."),
+    STR("server-ws-addr", NULL, server_ws_addr, "", NULL, "HOST:PORT",
+        "Address of a WebSocket listener for server connections; empty disables it."),
+    STR("server-kcp-addr", NULL, server_kcp_addr, "", NULL, "HOST:PORT",
+        "UDP address of a KCP listener for server connections; empty disables it."),
+    STR("ws-path", NULL, ws_path, "/", NULL, "PATH",
+        "Request path of WebSocket upgrades; other paths get 404."),
+    STR("ws-origins", NULL, ws_origins, "", NULL, "LIST",
+        "Comma-separated Origin values allowed to upgrade (e.g. https://game.example); empty "
+        "allows any Origin."),
+    SIZE("ws-max-message", NULL, ws_max_message, "256k", 1 * KIB, 16 * MIB,
+         "Largest inbound WebSocket message; a larger one fails the connection with close "
+         "1009. Messages are never truncated."),
+    STR("tls-cert", NULL, tls_cert, "", NULL, "FILE", "PEM certificate chain of --wss-addr."),
+    STR("tls-key", NULL, tls_key, "", NULL, "FILE", "PEM private key of --wss-addr."),
+    STR("web-root", NULL, web_root, "", NULL, "DIR",
+        "Directory served to plain HTTP GETs on the WebSocket listeners (the chat-rooms demo); "
+        "empty serves nothing."),
+    STR("kcp-profile", NULL, kcp_profile, "fast", "fast|kcp-go", "NAME",
+        "KCP tuning of chanqd's side: fast (nodelay, 10 ms interval, fast resend, window 128) "
+        "or kcp-go (kcp-go's defaults, as channeld runs)."),
+    INT("kcp-idle-timeout-ms", NULL, kcp_idle_timeout_ms, "60000", 1000, 86400000, "MS",
+        "Close a KCP connection after this long without a datagram (KCP has no close)."),
+    INT("kcp-max-per-addr", NULL, kcp_max_per_addr, "64", 1, 100000, "N",
+        "KCP connections from one source IP address at the same time."),
     STR("admin-addr", NULL, admin_addr, "127.0.0.1:8080", NULL, "HOST:PORT",
         "Address of the HTTP listener serving /metrics; empty disables it."),
     BOOL("dev", "dev", dev, "false",
@@ -133,7 +168,8 @@ static const opt_t opts[] = {
          "Queued outbound bytes that close a connection at once."),
     STR("ready-file", NULL, ready_file, "", NULL, "FILE",
         "Once listening, write \"client=HOST:PORT server=HOST:PORT admin=HOST:PORT "
-        "mq=HOST:PORT mqhttp=HOST:PORT\" and a newline to this file (for tests using port 0)."),
+        "mq=HOST:PORT mqhttp=HOST:PORT ws=HOST:PORT wss=HOST:PORT kcp=HOST:PORT\" and a newline "
+        "to this file (for tests using port 0); a disabled listener is written as -."),
     STR("mq-addr", NULL, mq_addr, "127.0.0.1:12110", NULL, "HOST:PORT",
         "Address of the durable-topic listener (seed protocol, doc/protocol-mq.md); empty "
         "disables durable topics."),

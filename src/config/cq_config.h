@@ -35,6 +35,20 @@ typedef struct cq_config {
     char *server_network;         /* server listener network: "tcp" */
     bool client_legacy_tag;       /* client listener speaks the pre-2023 dynamic tag */
     bool server_legacy_tag;       /* server listener speaks the pre-2023 dynamic tag */
+    char *ws_addr;                /* client WebSocket listener; "" disables it */
+    char *wss_addr;               /* client WebSocket-over-TLS listener; "" disables it */
+    char *kcp_addr;               /* client KCP (UDP) listener; "" disables it */
+    char *server_ws_addr;         /* server WebSocket listener; "" disables it */
+    char *server_kcp_addr;        /* server KCP listener; "" disables it */
+    char *ws_path;                /* request path of WebSocket upgrades */
+    char *ws_origins;             /* comma-separated allowed Origins; "" = any */
+    size_t ws_max_message;        /* largest inbound WebSocket message */
+    char *tls_cert;               /* PEM chain for wss */
+    char *tls_key;                /* PEM key for wss */
+    char *web_root;               /* static files for plain GETs on ws listeners; "" = none */
+    char *kcp_profile;            /* "fast" or "kcp-go" */
+    int kcp_idle_timeout_ms;      /* close KCP connections silent this long */
+    int kcp_max_per_addr;         /* KCP connections per source IP */
     char *admin_addr;             /* HTTP /metrics listener; "" disables it */
     bool dev;                     /* development mode */
     int log_level;                /* a cq_log_level_t */

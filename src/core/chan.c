@@ -288,7 +288,10 @@ static void possess_global(cq_core_t *c, cq_req_t *r, Channeldpb__CreateChannelM
         }
     }
     CQ_INFO("chan", "conn %u possesses the GLOBAL channel", r->conn_id);
-    if (cq__data_create(c, g, m->data, m->mergeoptions) < 0)
+    bool new_data = m->data && m->data->type_url && *m->data->type_url;
+    if (g->data->state && !new_data)
+        cq__data_set_merge_opts(g, m->mergeoptions); /* a new possessor keeps the state */
+    else if (cq__data_create(c, g, m->data, m->mergeoptions) < 0)
         CQ_MSG_LOG(c, "chan", "conn %u: GLOBAL data not initialised", r->conn_id);
     reply_created(c, r, g);
     cq_sub_t *s = cq_map_get(&g->subs, r->conn_id);

@@ -419,6 +419,9 @@ void cq__timed_add(cq_core_t *c, uint64_t due_ms, uint32_t kind, uint32_t conn_i
 /* data.c */
 int cq__data_attach(cq_core_t *c, cq_chan_t *ch);
 void cq__data_detach(cq_core_t *c, cq_chan_t *ch);
+/* Replaces the merge options of a channel whose data exists (GLOBAL re-possessed without new
+ * data keeps its state); NULL changes nothing. */
+void cq__data_set_merge_opts(cq_chan_t *ch, const Channeldpb__ChannelDataMergeOptions *mopts);
 int cq__data_create(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any *data,
                     const Channeldpb__ChannelDataMergeOptions *mopts);
 void cq__data_sub(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s);

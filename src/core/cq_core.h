@@ -74,6 +74,9 @@ cq_shared_t *cq_shared_free(cq_shared_t *sh);
 /* Allocates a connection id and registers it in the directory; 0 when max-connections is
  * reached. Any thread (the acceptor). */
 uint32_t cq_shared_conn_id_alloc(cq_shared_t *sh, int type);
+/* Like cq_shared_conn_id_alloc, but the id belongs to `worker` (cq_shared_conn_worker): for
+ * transports whose packets arrive on a fixed worker (KCP over per-worker UDP sockets). */
+uint32_t cq_shared_conn_id_alloc_on(cq_shared_t *sh, int type, int worker);
 /* Publishes a new set of channel-data types to every worker (any thread). Channels whose type
  * was unknown are resolved and their state compacted. schema is borrowed and must outlive the
  * shared state, as must every schema published before it (channels keep pointing into it). */

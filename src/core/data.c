@@ -281,6 +281,12 @@ static void set_merge_opts(cq_chandata_t *d, const Channeldpb__ChannelDataMergeO
                                      m->shouldcheckremovablemapfield};
 }
 
+void cq__data_set_merge_opts(cq_chan_t *ch, const Channeldpb__ChannelDataMergeOptions *mopts)
+{
+    if (mopts)
+        set_merge_opts(ch->data, mopts);
+}
+
 int cq__data_create(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any *data,
                     const Channeldpb__ChannelDataMergeOptions *mopts)
 {

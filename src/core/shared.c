@@ -62,6 +62,11 @@ static uint32_t id_limit(const cq_shared_t *sh)
 
 uint32_t cq_shared_conn_id_alloc(cq_shared_t *sh, int type)
 {
+    return cq_shared_conn_id_alloc_on(sh, type, -1);
+}
+
+uint32_t cq_shared_conn_id_alloc_on(cq_shared_t *sh, int type, int worker)
+{
     uint32_t id = 0;
     pthread_mutex_lock(&sh->dir_lock);
     if (cq_map_count(&sh->dir) >= sh->o.max_connections)
@@ -73,6 +78,8 @@ uint32_t cq_shared_conn_id_alloc(cq_shared_t *sh, int type)
     for (uint32_t tries = 0; tries < id_limit(sh); tries++) {
         uint32_t cand = sh->next_conn;
         sh->next_conn = cand >= id_limit(sh) - 1 ? 1 : cand + 1;
+        if (worker >= 0 && cq_shared_conn_worker(sh, cand) != worker)
+            continue;
         if (!cq_map_get(&sh->dir, cand)) {
             id = cand;
             break;

@@ -15,15 +15,30 @@
 
 typedef struct cq_io cq_io_t;
 
+/* Every string is borrowed for the life of the cq_io_t; "" disables an optional listener. */
 typedef struct cq_io_opts {
     const char *client_addr; /* "HOST:PORT"; ":PORT" binds every address */
     const char *server_addr;
+    const char *client_network; /* "tcp", "ws" or "kcp": what client_addr listens with */
+    const char *server_network;
     const char *admin_addr; /* "" disables */
     bool client_legacy_tag;
     bool server_legacy_tag;
     int tcp_keepalive_s;
     const char *ready_file; /* "" = none */
     bool defer_ready;       /* the caller writes the ready file with cq_io_write_ready() */
+    /* more transports beside client_addr/server_addr */
+    const char *ws_addr, *wss_addr, *kcp_addr; /* client listeners */
+    const char *server_ws_addr, *server_kcp_addr;
+    const char *ws_path;            /* upgrade path, "/" by default */
+    const char *ws_origins;         /* comma-separated allow-list; "" = any */
+    size_t ws_max_message;          /* largest inbound WebSocket message */
+    const char *tls_cert, *tls_key; /* PEM files for wss_addr */
+    const char *web_root;           /* static files for plain GETs on WS listeners; "" none */
+    bool kcp_fast;                  /* fast KCP profile, else kcp-go's defaults */
+    int kcp_idle_timeout_ms;
+    int kcp_max_per_addr;
+    size_t max_packet_size; /* largest packet body (for KCP/WS buffers) */
 } cq_io_opts_t;
 
 /* Binds the listeners, starts the workers and returns once they run. opts is copied; sh is
@@ -32,8 +47,9 @@ typedef struct cq_io_opts {
 int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *err, size_t errlen);
 const cq_core_ops_t *cq_io_core_ops(void);
 /* Writes the ready file (opts.ready_file; nothing if ""): "client=H:P server=H:P admin=H:P
- * mq=H:P mqhttp=H:P\n", where mq is mq_bound and mqhttp is mqhttp_bound (borrowed; NULL or ""
- * gives "-"). Written to a temp file and
+ * mq=H:P mqhttp=H:P ws=H:P wss=H:P kcp=H:P\n", where mq is mq_bound and mqhttp is
+ * mqhttp_bound (borrowed; NULL or "" gives "-"; so does any disabled listener). Written to a
+ * temp file and
  * renamed, so a reader never sees half a line. Returns 0 or -errno. Main thread. */
 int cq_io_write_ready(cq_io_t *io, const char *mq_bound, const char *mqhttp_bound);
 /* Blocks until SIGINT/SIGTERM, then stops the workers. Returns 0. Main thread only. On SIGHUP

@@ -28,17 +28,6 @@ _Static_assert(sizeof(uv_buf_t) == sizeof(struct iovec), "uv_buf_t must match st
 
 /* ---- the TCP transport ------------------------------------------------------------------ */
 
-typedef struct io_conn {
-    uv_tcp_t tcp;
-    uv_write_t wreq;
-    cq_conn_t *conn;
-    io_worker_t *w;
-    size_t inflight;       /* bytes of the uv_write in flight */
-    cq_list_t paused_node; /* in w->paused while reading is paused */
-    uint8_t writing;
-    uint8_t closing;
-} io_conn_t;
-
 static void tcp_flush(void *tctx);
 
 static void on_write(uv_write_t *req, int status)
@@ -103,6 +92,7 @@ static void on_closed(uv_handle_t *h)
     io_conn_t *ic = cq_container_of((uv_tcp_t *)h, io_conn_t, tcp);
     if (ic->conn)
         cq_core_conn_release(ic->w->core, ic->conn);
+    cq__io_ws_free(ic);
     cq_free(ic);
 }
 
@@ -113,10 +103,16 @@ static void tcp_close(void *tctx)
         return;
     if (!ic->writing)
         write_some(ic, false); /* best effort: the last replies before the close */
+    cq__io_conn_shut(ic);
+}
+
+void cq__io_conn_shut(io_conn_t *ic)
+{
     ic->closing = 1;
     cq_list_remove(&ic->paused_node);
     uv_read_stop((uv_stream_t *)&ic->tcp);
-    uv_close((uv_handle_t *)&ic->tcp, on_closed);
+    if (!uv_is_closing((uv_handle_t *)&ic->tcp))
+        uv_close((uv_handle_t *)&ic->tcp, on_closed);
 }
 
 static int tcp_peer(void *tctx, char *buf, size_t len)
@@ -132,7 +128,13 @@ static int tcp_peer(void *tctx, char *buf, size_t len)
 
 static const cq_transport_ops_t tcp_ops = {"tcp", tcp_flush, tcp_close, tcp_peer};
 
-static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+void cq__io_conn_lost(io_conn_t *ic, int r, const char *why)
+{
+    if (!ic->closing && ic->conn)
+        cq_core_conn_lost(ic->w->core, ic->conn, r, why);
+}
+
+void cq__io_on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
     io_conn_t *ic = cq_container_of((uv_tcp_t *)h, io_conn_t, tcp);
     *buf = uv_buf_init((char *)ic->w->rbuf, READ_BUF);
@@ -148,8 +150,11 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
                           nread == UV_EOF ? "peer closed" : "read failed");
         return;
     }
-    cq_core_conn_input(ic->w->core, ic->conn, (const uint8_t *)buf->base, (size_t)nread,
-                       uv_now(&ic->w->loop));
+    if (ic->ws)
+        cq__io_ws_input(ic, (const uint8_t *)buf->base, (size_t)nread);
+    else
+        cq_core_conn_input(ic->w->core, ic->conn, (const uint8_t *)buf->base, (size_t)nread,
+                           uv_now(&ic->w->loop));
     if (!ic->closing && cq_conn_paused(ic->conn) && cq_list_empty(&ic->paused_node)) {
         uv_read_stop(s); /* a target worker is behind: let TCP push back on the sender */
         cq_list_insert_tail(&ic->w->paused, &ic->paused_node);
@@ -165,12 +170,12 @@ static void resume_paused(io_worker_t *w)
         if (!cq_core_conn_resume(w->core, ic->conn))
             return; /* inboxes are shared: nobody resumes yet */
         cq_list_remove(&ic->paused_node);
-        uv_read_start((uv_stream_t *)&ic->tcp, on_alloc, on_read);
+        uv_read_start((uv_stream_t *)&ic->tcp, cq__io_on_alloc, on_read);
     }
 }
 
 /* Takes over an accepted socket on this worker. */
-void cq__io_adopt(io_worker_t *w, int fd, uint32_t id, int type, cq_framing_mode_t mode)
+void cq__io_adopt(io_worker_t *w, int fd, uint32_t id, int type, int kind, cq_framing_mode_t mode)
 {
     io_conn_t *ic = cq_calloc(1, sizeof(*ic));
     if (!ic || uv_tcp_init(&w->loop, &ic->tcp) < 0) {
@@ -189,12 +194,18 @@ void cq__io_adopt(io_worker_t *w, int fd, uint32_t id, int type, cq_framing_mode
     if (w->io->opts.tcp_keepalive_s > 0)
         uv_tcp_keepalive(&ic->tcp, 1, (unsigned)w->io->opts.tcp_keepalive_s);
     uv_update_time(&w->loop);
-    ic->conn = cq_core_conn_new(w->core, id, type, mode, &tcp_ops, ic, uv_now(&w->loop));
+    ic->kind = (uint8_t)kind;
+    if (kind != IO_TCP && cq__io_ws_start(ic) < 0) {
+        uv_close((uv_handle_t *)&ic->tcp, on_closed);
+        return;
+    }
+    ic->conn = cq_core_conn_new(w->core, id, type, mode, ic->ws ? &cq__io_ws_ops : &tcp_ops, ic,
+                                uv_now(&w->loop));
     if (!ic->conn) {
         uv_close((uv_handle_t *)&ic->tcp, on_closed);
         return;
     }
-    uv_read_start((uv_stream_t *)&ic->tcp, on_alloc, on_read);
+    uv_read_start((uv_stream_t *)&ic->tcp, cq__io_on_alloc, on_read);
 }
 
 /* ---- worker loop ------------------------------------------------------------------------ */
@@ -262,6 +273,7 @@ static void close_walk(uv_handle_t *h, void *arg)
 void cq__io_worker_shutdown(io_worker_t *w)
 {
     cq__io_acceptors_close(w);
+    cq__io_kcp_close(w);
     cq__io_admin_close(w);
     uv_walk(&w->loop, close_walk, NULL);
 }
@@ -327,9 +339,11 @@ int cq_io_write_ready(cq_io_t *io, const char *mq_bound, const char *mqhttp_boun
     FILE *f = fopen(tmp, "w");
     if (!f)
         return -errno;
-    fprintf(f, "client=%s server=%s admin=%s mq=%s mqhttp=%s\n", io->bound[0], io->bound[1],
-            io->bound[2], mq_bound && *mq_bound ? mq_bound : "-",
-            mqhttp_bound && *mqhttp_bound ? mqhttp_bound : "-");
+    fprintf(f, "client=%s server=%s admin=%s mq=%s mqhttp=%s ws=%s wss=%s kcp=%s\n",
+            io->bound[IO_B_CLIENT], io->bound[IO_B_SERVER], io->bound[IO_B_ADMIN],
+            mq_bound && *mq_bound ? mq_bound : "-",
+            mqhttp_bound && *mqhttp_bound ? mqhttp_bound : "-", io->bound[IO_B_WS],
+            io->bound[IO_B_WSS], io->bound[IO_B_KCP]);
     fclose(f);
     return rename(tmp, path) < 0 ? -errno : 0;
 }
@@ -343,8 +357,14 @@ int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *
     io->sh = sh;
     io->opts = *opts;
     io->nworkers = n;
+    for (int i = 0; i < IO_B__COUNT; i++)
+        strcpy(io->bound[i], "-");
+    pthread_mutex_init(&io->kcp_ip_lock, NULL);
+    cq_map_init(&io->kcp_per_ip);
     the_io = io;
-    int r = 0;
+    int r = cq__io_tls_init(io, err, errlen);
+    if (r < 0)
+        goto fail_early;
     for (int i = 0; i < n && r == 0; i++)
         r = worker_init(io, i);
     if (r < 0) {
@@ -354,6 +374,8 @@ int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *
     r = cq__io_acceptors_start(&io->workers[0], err, errlen);
     if (r == 0)
         r = cq__io_admin_start(&io->workers[0], err, errlen);
+    for (int i = 0; i < n && r == 0; i++)
+        r = cq__io_kcp_start(&io->workers[i], err, errlen);
     if (r < 0)
         goto fail;
     for (int i = 0; i < n; i++) {
@@ -373,6 +395,12 @@ int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *
     return 0;
 fail:
     cq_io_free(io);
+    return r;
+fail_early:
+    cq__io_tls_done(io);
+    cq_map_done(&io->kcp_per_ip);
+    cq_free(io);
+    the_io = NULL;
     return r;
 }
 
@@ -449,6 +477,9 @@ cq_io_t *cq_io_free(cq_io_t *io)
     }
     if (the_io == io)
         the_io = NULL;
+    cq__io_tls_done(io);
+    cq_map_done(&io->kcp_per_ip);
+    pthread_mutex_destroy(&io->kcp_ip_lock);
     cq_free(io);
     return NULL;
 }

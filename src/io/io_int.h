@@ -9,17 +9,56 @@
 #include "cq_core.h"
 #include "cq_io.h"
 #include "cq_list.h"
+#include "cq_map.h"
+#include <pthread.h>
 #include "cq_mpsc.h"
 
 typedef struct cq_io cq_io_t;
+struct cq_tls_ctx;
+struct io_ws;
+struct io_kcp;
+
+/* How an accepted stream socket speaks: raw TCP, WebSocket, or WebSocket over TLS. */
+enum { IO_TCP = 0, IO_WS = 1, IO_WSS = 2, IO_KCP = 3 };
+
+/* Slots of cq_io.bound: the actual address of each listener, "-" when disabled. */
+enum {
+    IO_B_CLIENT,
+    IO_B_SERVER,
+    IO_B_ADMIN,
+    IO_B_WS,
+    IO_B_WSS,
+    IO_B_KCP,
+    IO_B_SERVER_WS,
+    IO_B_SERVER_KCP,
+    IO_B__COUNT
+};
+
+#define IO_MAX_ACCEPTORS 6
+#define IO_MAX_UDP       4
 
 typedef struct io_acceptor {
     uv_poll_t poll;
     int fd;
     int type; /* CQ_CONN_CLIENT or CQ_CONN_SERVER */
+    int kind; /* IO_TCP, IO_WS or IO_WSS */
     cq_framing_mode_t mode;
     uint8_t active;
 } io_acceptor_t;
+
+/* A stream connection (TCP, WS or WSS) on a worker. ws is NULL for raw TCP. */
+typedef struct io_conn {
+    uv_tcp_t tcp;
+    uv_write_t wreq;
+    cq_conn_t *conn;
+    struct io_worker *w;
+    struct io_ws *ws;      /* WebSocket state (ws.c), NULL for TCP */
+    size_t inflight;       /* bytes of the uv_write in flight */
+    cq_list_t paused_node; /* in w->paused while reading is paused */
+    uint8_t writing;
+    uint8_t closing;
+    uint8_t kind; /* IO_TCP, IO_WS, IO_WSS */
+} io_conn_t;
 
 typedef struct io_worker {
     cq_io_t *io;
@@ -35,8 +74,9 @@ typedef struct io_worker {
     cq_mpsc_t accepts; /* accepted sockets handed over by worker 0 */
     cq_list_t paused;  /* io_conn_t whose reading is paused (inbound flow control) */
     uint8_t loop_ok, started;
+    struct io_kcp *kcp[IO_MAX_UDP]; /* this worker's KCP sockets (kcp.c), NULL when off */
     /* worker 0 only */
-    io_acceptor_t acceptors[2];
+    io_acceptor_t acceptors[IO_MAX_ACCEPTORS];
     uv_tcp_t admin;
     uint8_t admin_active;
 } io_worker_t;
@@ -45,20 +85,43 @@ struct cq_io {
     cq_shared_t *sh;
     cq_io_opts_t opts;
     _Atomic int stopping;
-    char bound[3][80]; /* client, server, admin actual addresses */
+    char bound[IO_B__COUNT][80]; /* actual listener addresses (IO_B_*), "-" when off */
+    struct cq_tls_ctx *tls;      /* certificate and key for WSS, NULL without wss_addr */
+    pthread_mutex_t kcp_ip_lock; /* guards kcp_per_ip: taken only when KCP sessions come/go */
+    cq_map_t kcp_per_ip;         /* source-IP hash -> KCP sessions (as uintptr_t), all workers */
     int nworkers;
     io_worker_t workers[];
 };
 
 /* io.c */
-void cq__io_adopt(io_worker_t *w, int fd, uint32_t id, int type, cq_framing_mode_t mode);
+void cq__io_adopt(io_worker_t *w, int fd, uint32_t id, int type, int kind, cq_framing_mode_t mode);
 void cq__io_worker_shutdown(io_worker_t *w);
+/* The stream failed (EOF, read or write error): tells the core, which closes the transport. */
+void cq__io_conn_lost(io_conn_t *ic, int r, const char *why);
+void cq__io_on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf);
+/* Stops reading and closes the socket; the core connection is released from the close
+ * callback. Idempotent. */
+void cq__io_conn_shut(io_conn_t *ic);
+
+/* ws.c: the WebSocket (and WSS) side of a stream connection */
+int cq__io_ws_start(io_conn_t *ic); /* after adopt: allocate the WS state */
+void cq__io_ws_input(io_conn_t *ic, const uint8_t *p, size_t n);
+void cq__io_ws_free(io_conn_t *ic);
+extern const cq_transport_ops_t cq__io_ws_ops;
+int cq__io_tls_init(cq_io_t *io, char *err, size_t errlen);
+void cq__io_tls_done(cq_io_t *io);
+
+/* kcp.c: per-worker UDP sockets running KCP */
+int cq__io_kcp_start(io_worker_t *w, char *err, size_t errlen); /* every worker */
+void cq__io_kcp_close(io_worker_t *w);
 
 /* accept.c */
 int cq__io_acceptors_start(io_worker_t *w, char *err, size_t errlen);
 void cq__io_acceptors_close(io_worker_t *w);
 void cq__io_drain_accepts(io_worker_t *w);
 int cq__io_addr_str(const struct sockaddr *sa, char *buf, size_t len);
+int cq__io_resolve(const char *addr, int socktype, struct sockaddr_storage *ss, socklen_t *sl,
+                   char *err, size_t errlen);
 int cq__io_listen(const char *addr, int *ret_fd, char *bound, size_t blen, char *err,
                   size_t errlen);
 

@@ -222,7 +222,7 @@ static int list_topics(cq_store_t *st, cq_store_topic_t **ret_topics, uint64_t *
 static int start_mq(app_t *a, char *bound, size_t blen)
 {
     const cq_config_t *c = &a->cfg;
-    cq_store_t *st = NULL;
+    cq_store_t *st = NULL, *rd = NULL; /* rd: consume reads, off the writer thread */
     cq_store_topic_t *topics = NULL;
     uint64_t *hw = NULL;
     size_t n = 0;
@@ -230,18 +230,22 @@ static int start_mq(app_t *a, char *bound, size_t blen)
     if (r == 0)
         r = open_store(c, &st);
     if (r == 0)
+        r = open_store(c, &rd);
+    if (r == 0)
         r = list_topics(st, &topics, &hw, &n);
     if (r == 0 && !(a->mq = cq_mqio_new()))
         r = -ENOMEM;
     if (r < 0) {
         cq_store_close(st);
+        cq_store_close(rd);
         return r;
     }
     cq_writer_opts_t wo = {.max_wait_us = -1,
                            .max_pending = (size_t)c->mq_max_pending,
                            .done = cq_mqio_writer_done,
-                           .ud = a->mq};
-    a->writer = cq_writer_new(st, &wo); /* takes st */
+                           .ud = a->mq,
+                           .reader = rd};
+    a->writer = cq_writer_new(st, &wo); /* takes st and rd */
     cq_mqio_opts_t mo = {.addr = c->mq_addr,
                          .http_addr = c->mq_http_addr,
                          .max_content = c->mq_max_content,
@@ -284,10 +288,34 @@ static int start(app_t *a)
         CQ_ERROR("main", "%s", err);
         return r;
     }
-    cq_io_opts_t io = {a->cfg.client_addr,       a->cfg.server_addr,
-                       a->cfg.admin_addr,        a->cfg.client_legacy_tag,
-                       a->cfg.server_legacy_tag, a->cfg.tcp_keepalive_s,
-                       a->cfg.ready_file,        true};
+    const cq_config_t *c = &a->cfg;
+    cq_io_opts_t io = {
+        .client_addr = c->client_addr,
+        .server_addr = c->server_addr,
+        .client_network = c->client_network,
+        .server_network = c->server_network,
+        .admin_addr = c->admin_addr,
+        .client_legacy_tag = c->client_legacy_tag,
+        .server_legacy_tag = c->server_legacy_tag,
+        .tcp_keepalive_s = c->tcp_keepalive_s,
+        .ready_file = c->ready_file,
+        .defer_ready = true,
+        .ws_addr = c->ws_addr,
+        .wss_addr = c->wss_addr,
+        .kcp_addr = c->kcp_addr,
+        .server_ws_addr = c->server_ws_addr,
+        .server_kcp_addr = c->server_kcp_addr,
+        .ws_path = c->ws_path,
+        .ws_origins = c->ws_origins,
+        .ws_max_message = c->ws_max_message,
+        .tls_cert = c->tls_cert,
+        .tls_key = c->tls_key,
+        .web_root = c->web_root,
+        .kcp_fast = strcmp(c->kcp_profile, "fast") == 0,
+        .kcp_idle_timeout_ms = c->kcp_idle_timeout_ms,
+        .kcp_max_per_addr = c->kcp_max_per_addr,
+        .max_packet_size = (size_t)c->max_packet_size,
+    };
     r = cq_io_start(a->sh, &io, &a->io, err, sizeof(err));
     if (r < 0) {
         CQ_ERROR("main", "%s", err);

@@ -54,8 +54,15 @@ typedef struct it_conn {
 } it_conn_t;
 
 extern int it_workers;
+/* How client connections reach chanqd (`--transport=tcp|ws|kcp|kcp-lossy`, default tcp). The
+ * others go through a real third-party client stack: the test's TCP connection enters a bridge
+ * process (python3-websockets, $CHANQ_WS_BRIDGE; kcp-go, $CHANQ_KCP_PEER) that speaks WebSocket
+ * or KCP to chanqd; kcp-lossy adds kcp-go's UDP proxy dropping 10% of datagrams each way.
+ * Server connections always use TCP. */
+extern const char *it_transport;
 
-/* Parses --workers=N (default 1) and runs the group with it_teardown per test. */
+/* Parses --workers=N (default 1) and --transport=NAME, and runs the group with it_teardown
+ * per test. */
 int it_run(const char *name, const struct CMUnitTest *tests, size_t n, int argc, char **argv);
 #define IT_MAIN(tests)                                                                             \
     int main(int argc, char **argv)                                                                \
@@ -95,7 +102,14 @@ void it_recv(it_conn_t *c, chanq_owned_msg_t *m);
  * (caller frees with chanq_owned_msg_done). */
 void *it_expect(it_conn_t *c, uint32_t msg_type, uint32_t stub_id,
                 const ProtobufCMessageDescriptor *d, chanq_owned_msg_t *env);
-/* Asserts the server closes c within IT_TIMEOUT_MS. */
+/* Skip the calling test (with why) unless clients use TCP (e.g. the legacy tag, a TCP
+ * listener option), or when a client's close cannot be observed (KCP has no close: a KCP
+ * client that leaves is noticed only at the idle timeout, a closed one never hears of it). */
+void it_need_tcp(const char *why);
+void it_need_visible_close(const char *why);
+
+/* Asserts the server closes c within IT_TIMEOUT_MS. Over KCP, which has no close, a client
+ * connection's close cannot be observed: the test is then skipped at this point. */
 void it_expect_closed(it_conn_t *c);
 
 /* Creates a channel (stub `stub`) and consumes the CreateChannelResult (asserting its fields)

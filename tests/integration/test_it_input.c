@@ -80,6 +80,7 @@ static void test_fsm_custom(void **state)
 
 static void test_legacy_tag(void **state)
 {
+    it_need_tcp("the legacy tag is an option of TCP listeners");
     it_start("--client-legacy-tag", NULL);
     /* raw: the §1.2 AUTH request with a legacy header, answered in legacy framing */
     static const uint8_t req[] = {0x43, 0x48, 0x4e, 0x14, 0x00, 0x0a, 0x12, 0x18, 0x01,
@@ -213,6 +214,7 @@ static void bad_raw(it_conn_t *g, it_conn_t *k, const void *bytes, size_t n, con
 
 static void test_bad_input(void **state)
 {
+    it_need_visible_close("the test checks that each bad packet closes the client");
     it_start("--max-packet-size", "1024", NULL);
     it_conn_t *g = it_gowner();
     it_conn_t *k = it_client();

@@ -192,7 +192,8 @@ int cq_testsrv_start(cq_testsrv_t *s, const char *const *args)
         return -ENOENT;
     const char *fixed[] = {"--client-addr",  "127.0.0.1:0", "--server-addr", "127.0.0.1:0",
                            "--admin-addr",   "127.0.0.1:0", "--mq-addr",     "127.0.0.1:0",
-                           "--mq-http-addr", "127.0.0.1:0", "--store-dir",   s->store_path,
+                           "--mq-http-addr", "127.0.0.1:0", "--ws-addr",     "127.0.0.1:0",
+                           "--kcp-addr",     "127.0.0.1:0", "--store-dir",   s->store_path,
                            "--ready-file",   s->ready_path, "--log-level",   "debug"};
     size_t nfixed = sizeof(fixed) / sizeof(fixed[0]), nargs = 0;
     while (args && args[nargs])
@@ -240,6 +241,12 @@ int cq_testsrv_start(cq_testsrv_t *s, const char *const *args)
                 s->mq_port = 0; /* durable topics may be disabled ("-") */
             if (parse_port(line, "mqhttp=", &s->mq_http_port) < 0)
                 s->mq_http_port = 0; /* the HTTP API may be disabled ("-") */
+            if (parse_port(line, " ws=", &s->ws_port) < 0)
+                s->ws_port = 0;
+            if (parse_port(line, "wss=", &s->wss_port) < 0)
+                s->wss_port = 0;
+            if (parse_port(line, "kcp=", &s->kcp_port) < 0)
+                s->kcp_port = 0;
             free(line);
             if (r < 0)
                 s->admin_port = 0; /* admin may be disabled ("-") */
@@ -583,4 +590,53 @@ chanq_sync_t *cq_testsrv_connect(const cq_testsrv_t *s, bool server_listener,
     if (ret_err)
         *ret_err = r;
     return r < 0 ? NULL : c;
+}
+
+/* ---- helper processes ------------------------------------------------------------------- */
+
+pid_t cq_testsrv_spawn_ready(const char *const *argv, int *ret_port)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return -errno;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = -errno;
+        close(fds[0]);
+        close(fds[1]);
+        return e;
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(fds[1], 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    char line[128];
+    size_t n = 0;
+    int64_t deadline = mono_ms() + 10000;
+    while (n < sizeof(line) - 1 && mono_ms() < deadline) {
+        struct pollfd p = {fds[0], POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        ssize_t k = read(fds[0], line + n, 1);
+        if (k <= 0)
+            break;
+        if (line[n] == '\n')
+            break;
+        n++;
+    }
+    line[n] = '\0';
+    /* keep the pipe's read end open in a child-owned way: closing it could SIGPIPE the bridge */
+    int port = 0;
+    if (sscanf(line, "ready %d", &port) != 1 || port <= 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        close(fds[0]);
+        return -EPROTO;
+    }
+    *ret_port = port;
+    return pid;
 }

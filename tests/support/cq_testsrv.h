@@ -35,7 +35,8 @@ typedef struct cq_testsrv {
     uint16_t client_port, server_port, admin_port;
     uint16_t mq_port;      /* durable-topic port from the ready file's mq=; 0 when disabled */
     uint16_t mq_http_port; /* durable-topic HTTP API port (mqhttp=); 0 when disabled */
-    int exit_status;       /* from the last stop: exit code, or 128 + signal */
+    uint16_t ws_port, wss_port, kcp_port; /* ws=, wss=, kcp=; 0 when disabled */
+    int exit_status;                      /* from the last stop: exit code, or 128 + signal */
 } cq_testsrv_t;
 
 /* Creates the temp directory. Returns 0 or -errno. */
@@ -80,6 +81,13 @@ int64_t cq_testsrv_metric_wait_ge(const cq_testsrv_t *s, const char *name, int64
  * (*ret_err gets the code when not NULL). */
 chanq_sync_t *cq_testsrv_connect(const cq_testsrv_t *s, bool server_listener,
                                  const chanq_opts_t *opts, int *ret_err);
+
+/* ---- helper processes ------------------------------------------------------------------- */
+
+/* Starts argv[0] (a path; argv NULL-terminated) with stdout on a pipe and waits up to 10 s for
+ * its first line "ready PORT". The child gets PR_SET_PDEATHSIG(SIGKILL) and stderr inherited.
+ * Returns the pid (the caller kills and reaps it) with *ret_port set, or a negative error. */
+pid_t cq_testsrv_spawn_ready(const char *const *argv, int *ret_port);
 
 /* ---- raw sockets ------------------------------------------------------------------------ */
 

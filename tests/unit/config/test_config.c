@@ -294,8 +294,8 @@ static void test_bounds_errors(void **state)
               "--sendq-soft-limit=99999999999g");
     PARSE_ERR("--dev: \"maybe\" is not a boolean (true or false)", "--dev=maybe");
     PARSE_ERR("--server-bypass-auth: \"\" is not a boolean (true or false)", "-sba=");
-    PARSE_ERR("--client-network: \"udp\" is not one of: tcp", "-cn", "udp");
-    PARSE_ERR("--server-network: \"ws\" is not one of: tcp", "--server-network=ws");
+    PARSE_ERR("--client-network: \"udp\" is not one of: tcp, ws, kcp", "-cn", "udp");
+    PARSE_ERR("--server-network: \"quic\" is not one of: tcp, ws, kcp", "--server-network=quic");
     PARSE_ERR("--auth-provider: \"ldap\" is not one of: dev, file", "--auth-provider=ldap");
     PARSE_ERR("--log-level: \"loud\" is not a log level (debug, info, warn, error, off, or -1..3)",
               "-loglevel=loud");

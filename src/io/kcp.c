@@ -1,0 +1,544 @@
+/* kcp.c - KCP over UDP: one SO_REUSEPORT socket per worker and listener.
+ *
+ * The kernel hashes a peer's 4-tuple to one of the workers' sockets, so every datagram of a
+ * peer reaches the same worker, which owns its connection (ids come from
+ * cq_shared_conn_id_alloc_on). KCP has no handshake and no close (doc: transports.md §3-4):
+ *  - the first datagram (>= 24 bytes) from an unknown address creates a connection with its
+ *    conv; a datagram with another conv replaces it only when it starts a conversation (PUSH
+ *    sn 0), as kcp-go's listener does;
+ *  - a connection chanqd closed leaves a tombstone for the address and conv, so the peer's
+ *    retransmissions do not open a fresh, unauthenticated connection mid-stream; tombstones
+ *    expire after --kcp-idle-timeout-ms of silence;
+ *  - connections silent for --kcp-idle-timeout-ms, or whose peer stopped acknowledging (dead
+ *    link), are closed; at most --kcp-max-per-addr connections (and tombstones) per source IP.
+ * A malformed KCP datagram (unknown command, truncated segment) closes that connection.
+ *
+ * Backpressure: bytes leave the connection's send queue only while the engine has send space,
+ * so the send queue's limits still close a slow reader; a paused connection (inbound flow
+ * control) stops draining the engine's receive queue, whose window then stops the peer.
+ */
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_kcp.h"
+#include "cq_list.h"
+#include "cq_log.h"
+#include "cq_map.h"
+#include "cq_sendq.h"
+#include "cq_util.h"
+#include "io_int.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define KCP_RBUF (64u * 1024u)
+
+typedef struct io_kcp io_kcp_t;
+
+typedef struct kcp_sess {
+    io_kcp_t *sock;
+    cq_kcp_t *k;     /* NULL for a tombstone */
+    cq_conn_t *conn; /* NULL for a tombstone */
+    struct sockaddr_storage addr;
+    socklen_t alen;
+    uint32_t hkey, ipkey, conv;
+    uint64_t last_rx, next_check;
+    uint8_t closed;         /* the core closed it: released at the next tick */
+    uint8_t detached;       /* no longer in the address map: freed when released */
+    struct kcp_sess *hnext; /* hash chain */
+    cq_list_t node;         /* sock->sessions (live sessions and tombstones) */
+    cq_list_t rnode;        /* sock->reap once closed */
+} kcp_sess_t;
+
+struct io_kcp {
+    io_worker_t *w;
+    uv_udp_t udp;
+    uv_timer_t timer;
+    int type;    /* CQ_CONN_CLIENT or CQ_CONN_SERVER */
+    int handles; /* open uv handles */
+    cq_kcp_opts_t kopts;
+    cq_map_t by_addr; /* hkey -> first kcp_sess_t of the chain */
+    cq_list_t sessions, reap;
+    uint8_t rbuf[KCP_RBUF];
+};
+
+static const cq_transport_ops_t kcp_ops;
+
+/* ---- addresses -------------------------------------------------------------------------- */
+
+static uint32_t fnv(uint32_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 16777619u;
+    return h;
+}
+
+static void addr_keys(const struct sockaddr *sa, uint32_t *hkey, uint32_t *ipkey)
+{
+    uint32_t h = 2166136261u;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        h = fnv(h, &in->sin_addr, sizeof(in->sin_addr));
+        *ipkey = h;
+        *hkey = fnv(h, &in->sin_port, sizeof(in->sin_port));
+    } else {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        h = fnv(h, &in6->sin6_addr, sizeof(in6->sin6_addr));
+        *ipkey = h;
+        *hkey = fnv(h, &in6->sin6_port, sizeof(in6->sin6_port));
+    }
+}
+
+static bool same_addr(const kcp_sess_t *s, const struct sockaddr *sa)
+{
+    if (s->addr.ss_family != sa->sa_family)
+        return false;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&s->addr;
+        const struct sockaddr_in *b = (const struct sockaddr_in *)sa;
+        return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
+    }
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&s->addr;
+    const struct sockaddr_in6 *b = (const struct sockaddr_in6 *)sa;
+    return a->sin6_port == b->sin6_port && !memcmp(&a->sin6_addr, &b->sin6_addr, 16);
+}
+
+static kcp_sess_t *sess_find(io_kcp_t *ks, const struct sockaddr *sa, uint32_t hkey)
+{
+    for (kcp_sess_t *s = cq_map_get(&ks->by_addr, hkey); s; s = s->hnext)
+        if (same_addr(s, sa))
+            return s;
+    return NULL;
+}
+
+/* Adjusts the source IP's session count (shared by all workers); with delta > 0 only if it
+ * stays within --kcp-max-per-addr. Returns true if applied. */
+static bool ip_count(io_kcp_t *ks, uint32_t ipkey, int delta)
+{
+    cq_io_t *io = ks->w->io;
+    pthread_mutex_lock(&io->kcp_ip_lock);
+    uintptr_t n = (uintptr_t)cq_map_get(&io->kcp_per_ip, ipkey);
+    bool ok = delta < 0 || n < (uintptr_t)io->opts.kcp_max_per_addr;
+    if (ok) {
+        n += (uintptr_t)(intptr_t)delta;
+        if (n)
+            ok = cq_map_put(&io->kcp_per_ip, ipkey, (void *)n) == 0;
+        else
+            cq_map_del(&io->kcp_per_ip, ipkey);
+    }
+    pthread_mutex_unlock(&io->kcp_ip_lock);
+    return ok;
+}
+
+static bool live(const kcp_sess_t *s)
+{
+    return s->k && !s->closed;
+}
+
+/* Removes s from the address map (and its source IP's count). */
+static void sess_detach(kcp_sess_t *s)
+{
+    io_kcp_t *ks = s->sock;
+    if (s->detached)
+        return;
+    s->detached = 1;
+    kcp_sess_t *head = cq_map_get(&ks->by_addr, s->hkey), **pp = &head;
+    while (*pp && *pp != s)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = s->hnext;
+    if (head)
+        cq_map_put(&ks->by_addr, s->hkey, head);
+    else
+        cq_map_del(&ks->by_addr, s->hkey);
+    ip_count(ks, s->ipkey, -1);
+}
+
+/* Forgets a tombstone (its engine and connection are gone). */
+static void sess_forget(kcp_sess_t *s)
+{
+    sess_detach(s);
+    cq_list_remove(&s->node);
+    cq_free(s);
+}
+
+/* ---- output ----------------------------------------------------------------------------- */
+
+static void kcp_out(void *ud, const uint8_t *dgram, size_t len)
+{
+    kcp_sess_t *s = ud;
+    uv_buf_t b = uv_buf_init((char *)dgram, (unsigned)len);
+    uv_udp_try_send(&s->sock->udp, &b, 1, (const struct sockaddr *)&s->addr);
+}
+
+/* Moves send-queue bytes into the engine while it has room; returns 0 or a negative error. */
+static int move_sendq(kcp_sess_t *s)
+{
+    cq_sendq_t *q = cq_conn_sendq(s->conn);
+    while (cq_kcp_send_space(s->k) > 0) {
+        const struct iovec *iov;
+        int n;
+        if (cq_sendq_prepare(q, &iov, &n) < 0)
+            return -ENOMEM;
+        if (n == 0)
+            return 0;
+        ssize_t took = cq_kcp_sendv(s->k, iov, n);
+        if (took < 0)
+            return (int)took;
+        if (took == 0)
+            return 0;
+        cq_sendq_written(q, (size_t)took);
+    }
+    return 0;
+}
+
+static void kcp_flush(void *tctx)
+{
+    kcp_sess_t *s = tctx;
+    if (!live(s))
+        return;
+    int r = move_sendq(s);
+    uint64_t now = uv_now(&s->sock->w->loop);
+    cq_kcp_flush(s->k, now);
+    s->next_check = cq_kcp_check(s->k, now);
+    if (r < 0)
+        cq_core_conn_lost(s->sock->w->core, s->conn, r, "KCP send failed");
+}
+
+/* Closing sends what is queued, then the next tick releases the connection and frees the
+ * engine; the session stays as a tombstone so the address and conv stay known. */
+static void kcp_close(void *tctx)
+{
+    kcp_sess_t *s = tctx;
+    if (!live(s))
+        return;
+    move_sendq(s); /* best effort: the last replies */
+    cq_kcp_flush(s->k, uv_now(&s->sock->w->loop));
+    s->closed = 1;
+    cq_list_insert_tail(&s->sock->reap, &s->rnode);
+}
+
+static int kcp_peer(void *tctx, char *buf, size_t len)
+{
+    kcp_sess_t *s = tctx;
+    return cq__io_addr_str((const struct sockaddr *)&s->addr, buf, len);
+}
+
+static const cq_transport_ops_t kcp_ops = {"kcp", kcp_flush, kcp_close, kcp_peer};
+
+/* ---- input ------------------------------------------------------------------------------ */
+
+/* Hands in-order bytes to the core, unless the connection is paused. */
+static void deliver(kcp_sess_t *s, uint64_t now)
+{
+    io_worker_t *w = s->sock->w;
+    while (live(s) && !cq_conn_paused(s->conn)) {
+        size_t len;
+        const uint8_t *p = cq_kcp_peek(s->k, &len);
+        if (!p || !len)
+            return;
+        cq_core_conn_input(w->core, s->conn, p, len, now);
+        cq_kcp_consume(s->k, len); /* the engine lives until the next tick even if closed */
+    }
+}
+
+static kcp_sess_t *sess_new(io_kcp_t *ks, const struct sockaddr *sa, uint32_t hkey, uint32_t ipkey,
+                            uint32_t conv, uint64_t now)
+{
+    io_worker_t *w = ks->w;
+    if (!ip_count(ks, ipkey, 1)) {
+        CQ_DEBUG("kcp", "refusing a KCP connection: --kcp-max-per-addr reached");
+        return NULL;
+    }
+    kcp_sess_t *s = cq_calloc(1, sizeof(*s));
+    if (!s) {
+        ip_count(ks, ipkey, -1);
+        return NULL;
+    }
+    s->sock = ks;
+    s->hkey = hkey;
+    s->ipkey = ipkey;
+    s->conv = conv;
+    s->last_rx = now;
+    s->alen = sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    memcpy(&s->addr, sa, s->alen);
+    s->hnext = cq_map_get(&ks->by_addr, hkey);
+    cq_list_init(&s->node);
+    cq_list_init(&s->rnode);
+    if (cq_map_put(&ks->by_addr, hkey, s) < 0) {
+        ip_count(ks, ipkey, -1);
+        cq_free(s);
+        return NULL;
+    }
+    cq_list_insert_tail(&ks->sessions, &s->node);
+    uint32_t id = cq_shared_conn_id_alloc_on(w->io->sh, ks->type, w->index);
+    if (!id) {
+        CQ_WARN("kcp", "refusing a KCP connection: max-connections reached");
+        return s; /* a tombstone: the peer is ignored until it goes quiet */
+    }
+    s->k = cq_kcp_new(conv, &ks->kopts, kcp_out, s);
+    if (s->k)
+        s->conn = cq_core_conn_new(w->core, id, ks->type, CQ_FRAMING_FIXED, &kcp_ops, s, now);
+    if (!s->conn) {
+        cq_kcp_free(s->k);
+        s->k = NULL;
+    }
+    return s;
+}
+
+static void on_datagram(io_kcp_t *ks, const uint8_t *p, size_t n, const struct sockaddr *sa)
+{
+    io_worker_t *w = ks->w;
+    uint32_t conv, hkey, ipkey;
+    if (cq_kcp_peek_conv(p, n, &conv) < 0)
+        return; /* shorter than a segment header: dropped, as kcp-go does */
+    uint64_t now = uv_now(&w->loop);
+    addr_keys(sa, &hkey, &ipkey);
+    kcp_sess_t *s = sess_find(ks, sa, hkey);
+    if (s && s->conv != conv) {
+        if (!cq_kcp_is_conv_start(p, n))
+            return;
+        if (!s->k) {
+            sess_forget(s); /* a tombstone */
+        } else {
+            /* The peer started over from the same port: the old connection is gone. */
+            sess_detach(s);
+            if (!s->closed)
+                cq_core_conn_lost(w->core, s->conn, 0, "KCP peer started a new conversation");
+        }
+        s = NULL;
+    }
+    if (!s && !(s = sess_new(ks, sa, hkey, ipkey, conv, now)))
+        return;
+    s->last_rx = now;
+    if (!live(s))
+        return; /* tombstone, or closing */
+    int r = cq_kcp_input(s->k, p, n, now);
+    if (r < 0 && r != CQ_EKCPCONV) {
+        cq_core_conn_lost(w->core, s->conn, r, cq_strerror(r));
+        return;
+    }
+    deliver(s, now);
+    if (live(s) && !cq_sendq_idle(cq_conn_sendq(s->conn)))
+        kcp_flush(s);
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+    io_kcp_t *ks = cq_container_of((uv_udp_t *)h, io_kcp_t, udp);
+    *buf = uv_buf_init((char *)ks->rbuf, KCP_RBUF);
+}
+
+static void on_recv(uv_udp_t *u, ssize_t nread, const uv_buf_t *buf, const struct sockaddr *sa,
+                    unsigned flags)
+{
+    io_kcp_t *ks = cq_container_of(u, io_kcp_t, udp);
+    if (nread <= 0 || !sa || (flags & UV_UDP_PARTIAL))
+        return;
+    uv_update_time(&ks->w->loop);
+    on_datagram(ks, (const uint8_t *)buf->base, (size_t)nread, sa);
+}
+
+/* ---- timers ----------------------------------------------------------------------------- */
+
+static void reap(io_kcp_t *ks)
+{
+    cq_list_t *n, *t;
+    cq_list_foreach_safe(n, t, &ks->reap)
+    {
+        kcp_sess_t *s = cq_container_of(n, kcp_sess_t, rnode);
+        cq_conn_t *c = s->conn;
+        s->conn = NULL;
+        cq_kcp_free(s->k);
+        s->k = NULL;
+        s->closed = 0;
+        cq_list_remove(&s->rnode);
+        if (c)
+            cq_core_conn_release(ks->w->core, c);
+        if (s->detached) {
+            cq_list_remove(&s->node);
+            cq_free(s);
+        } /* else a tombstone from now on */
+    }
+}
+
+static void tick_one(io_kcp_t *ks, kcp_sess_t *s, uint64_t now)
+{
+    io_worker_t *w = ks->w;
+    uint64_t idle = (uint64_t)w->io->opts.kcp_idle_timeout_ms;
+    if (s->closed)
+        return;
+    if (now - s->last_rx >= idle) {
+        if (!s->k) {
+            sess_forget(s);
+            return;
+        }
+        cq_core_conn_lost(w->core, s->conn, CQ_ETIMEOUT, "KCP idle timeout");
+        return;
+    }
+    if (!s->k)
+        return;
+    if (cq_kcp_dead(s->k)) {
+        cq_core_conn_lost(w->core, s->conn, CQ_ETIMEOUT, "KCP peer stopped acknowledging");
+        return;
+    }
+    deliver(s, now); /* resumes a paused connection */
+    if (live(s) && !cq_sendq_idle(cq_conn_sendq(s->conn)) && cq_kcp_send_space(s->k) > 0) {
+        kcp_flush(s);
+        return;
+    }
+    if (live(s) && now >= s->next_check) {
+        cq_kcp_update(s->k, now);
+        s->next_check = cq_kcp_check(s->k, now);
+    }
+}
+
+static void on_timer(uv_timer_t *t)
+{
+    io_kcp_t *ks = t->data;
+    uint64_t now = uv_now(&ks->w->loop);
+    reap(ks);
+    cq_list_t *n, *tmp;
+    cq_list_foreach_safe(n, tmp, &ks->sessions)
+    {
+        tick_one(ks, cq_container_of(n, kcp_sess_t, node), now);
+    }
+    reap(ks);
+}
+
+/* ---- start / stop ----------------------------------------------------------------------- */
+
+typedef struct udp_spec {
+    const char *addr;
+    int type, slot;
+} udp_spec_t;
+
+static int udp_specs(const cq_io_opts_t *o, udp_spec_t *sp)
+{
+    int n = 0;
+    bool ckcp = strcmp(o->client_network, "kcp") == 0;
+    bool skcp = strcmp(o->server_network, "kcp") == 0;
+    if (ckcp)
+        sp[n++] = (udp_spec_t){o->client_addr, CQ_CONN_CLIENT, IO_B_CLIENT};
+    if (o->kcp_addr && *o->kcp_addr && !(ckcp && strcmp(o->kcp_addr, o->client_addr) == 0))
+        sp[n++] = (udp_spec_t){o->kcp_addr, CQ_CONN_CLIENT, IO_B_KCP};
+    if (skcp)
+        sp[n++] = (udp_spec_t){o->server_addr, CQ_CONN_SERVER, IO_B_SERVER};
+    if (o->server_kcp_addr && *o->server_kcp_addr &&
+        !(skcp && strcmp(o->server_kcp_addr, o->server_addr) == 0))
+        sp[n++] = (udp_spec_t){o->server_kcp_addr, CQ_CONN_SERVER, IO_B_SERVER_KCP};
+    return n;
+}
+
+/* Worker 0 binds first (port 0 picks the port); the others join with SO_REUSEPORT. */
+static int udp_socket(cq_io_t *io, const udp_spec_t *sp, int index, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    const char *addr = index == 0 ? sp->addr : io->bound[sp->slot];
+    int r = cq__io_resolve(addr, SOCK_DGRAM, &ss, &sl, err, errlen);
+    if (r < 0)
+        return r;
+    int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1, size = 4 << 20;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0 ||
+        bind(fd, (struct sockaddr *)&ss, sl) < 0) {
+        r = -errno;
+        snprintf(err, errlen, "cannot bind UDP %s: %s", sp->addr, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return r;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+    if (index == 0) {
+        struct sockaddr_storage b;
+        socklen_t bl = sizeof(b);
+        getsockname(fd, (struct sockaddr *)&b, &bl);
+        cq__io_addr_str((struct sockaddr *)&b, io->bound[sp->slot], sizeof(io->bound[0]));
+    }
+    return fd;
+}
+
+static int kcp_sock_start(io_worker_t *w, int i, const udp_spec_t *sp, char *err, size_t errlen)
+{
+    int fd = udp_socket(w->io, sp, w->index, err, errlen);
+    if (fd < 0)
+        return fd;
+    io_kcp_t *ks = cq_calloc(1, sizeof(*ks));
+    if (!ks) {
+        close(fd);
+        return -ENOMEM;
+    }
+    ks->w = w;
+    ks->type = sp->type;
+    ks->kopts = w->io->opts.kcp_fast ? cq_kcp_opts_fast() : cq_kcp_opts_default();
+    cq_map_init(&ks->by_addr);
+    cq_list_init(&ks->sessions);
+    cq_list_init(&ks->reap);
+    uv_udp_init(&w->loop, &ks->udp);
+    uv_timer_init(&w->loop, &ks->timer);
+    ks->handles = 2;
+    ks->timer.data = ks;
+    w->kcp[i] = ks;
+    if (uv_udp_open(&ks->udp, fd) < 0) {
+        close(fd);
+        snprintf(err, errlen, "cannot use the UDP socket of %s", sp->addr);
+        return CQ_ECONFIG;
+    }
+    uv_udp_recv_start(&ks->udp, on_alloc, on_recv);
+    uv_timer_start(&ks->timer, on_timer, ks->kopts.interval, ks->kopts.interval);
+    if (w->index == 0)
+        CQ_INFO("io", "listening for %s connections over kcp on udp %s (%s profile)",
+                sp->type == CQ_CONN_CLIENT ? "CLIENT" : "SERVER", w->io->bound[sp->slot],
+                w->io->opts.kcp_fast ? "fast" : "kcp-go");
+    return 0;
+}
+
+int cq__io_kcp_start(io_worker_t *w, char *err, size_t errlen)
+{
+    udp_spec_t sp[IO_MAX_UDP];
+    int n = udp_specs(&w->io->opts, sp);
+    for (int i = 0; i < n; i++) {
+        int r = kcp_sock_start(w, i, &sp[i], err, errlen);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    io_kcp_t *ks = h->data;
+    if (--ks->handles == 0) {
+        cq_map_done(&ks->by_addr);
+        cq_free(ks);
+    }
+}
+
+void cq__io_kcp_close(io_worker_t *w)
+{
+    for (int i = 0; i < IO_MAX_UDP; i++) {
+        io_kcp_t *ks = w->kcp[i];
+        if (!ks)
+            continue;
+        w->kcp[i] = NULL;
+        cq_list_t *n, *t;
+        cq_list_foreach_safe(n, t, &ks->sessions)
+        {
+            kcp_sess_t *s = cq_container_of(n, kcp_sess_t, node);
+            if (live(s))
+                cq_core_conn_close(w->core, s->conn, 0, "shutting down");
+        }
+        reap(ks);
+        while (!cq_list_empty(&ks->sessions))
+            sess_forget(cq_container_of(ks->sessions.next, kcp_sess_t, node));
+        ks->udp.data = ks;
+        uv_close((uv_handle_t *)&ks->udp, on_handle_closed);
+        uv_close((uv_handle_t *)&ks->timer, on_handle_closed);
+    }
+}
