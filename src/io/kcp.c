@@ -34,7 +34,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define KCP_RBUF (64u * 1024u)
+#define KCP_DGRAM (64u * 1024u)
+#define KCP_MMSG  16u /* datagrams per recvmmsg */
+#define KCP_RBUF  (KCP_DGRAM * KCP_MMSG)
 
 typedef struct io_kcp io_kcp_t;
 
@@ -47,21 +49,24 @@ typedef struct kcp_sess {
     uint32_t hkey, ipkey, conv;
     uint64_t last_rx, next_check;
     uint8_t closed;         /* the core closed it: released at the next tick */
+    uint8_t dirty;          /* in sock->dirty: flush after this loop iteration's reads */
     uint8_t detached;       /* no longer in the address map: freed when released */
     struct kcp_sess *hnext; /* hash chain */
     cq_list_t node;         /* sock->sessions (live sessions and tombstones) */
     cq_list_t rnode;        /* sock->reap once closed */
+    cq_list_t dnode;        /* sock->dirty */
 } kcp_sess_t;
 
 struct io_kcp {
     io_worker_t *w;
     uv_udp_t udp;
     uv_timer_t timer;
-    int type;    /* CQ_CONN_CLIENT or CQ_CONN_SERVER */
-    int handles; /* open uv handles */
+    uv_check_t check; /* after the reads of a loop iteration: flush dirty sessions */
+    int type;         /* CQ_CONN_CLIENT or CQ_CONN_SERVER */
+    int handles;      /* open uv handles */
     cq_kcp_opts_t kopts;
     cq_map_t by_addr; /* hkey -> first kcp_sess_t of the chain */
-    cq_list_t sessions, reap;
+    cq_list_t sessions, reap, dirty;
     uint8_t rbuf[KCP_RBUF];
 };
 
@@ -162,6 +167,7 @@ static void sess_detach(kcp_sess_t *s)
 static void sess_forget(kcp_sess_t *s)
 {
     sess_detach(s);
+    cq_list_remove(&s->dnode);
     cq_list_remove(&s->node);
     cq_free(s);
 }
@@ -269,6 +275,7 @@ static kcp_sess_t *sess_new(io_kcp_t *ks, const struct sockaddr *sa, uint32_t hk
     s->hnext = cq_map_get(&ks->by_addr, hkey);
     cq_list_init(&s->node);
     cq_list_init(&s->rnode);
+    cq_list_init(&s->dnode);
     if (cq_map_put(&ks->by_addr, hkey, s) < 0) {
         ip_count(ks, ipkey, -1);
         cq_free(s);
@@ -323,8 +330,21 @@ static void on_datagram(io_kcp_t *ks, const uint8_t *p, size_t n, const struct s
         return;
     }
     deliver(s, now);
-    if (live(s) && !cq_sendq_idle(cq_conn_sendq(s->conn)))
+    if (live(s) && !s->dirty && !cq_sendq_idle(cq_conn_sendq(s->conn))) {
+        s->dirty = 1; /* ACKs may have made room: move more once this iteration's reads are in */
+        cq_list_insert_tail(&ks->dirty, &s->dnode);
+    }
+}
+
+static void on_check(uv_check_t *h)
+{
+    io_kcp_t *ks = h->data;
+    while (!cq_list_empty(&ks->dirty)) {
+        kcp_sess_t *s = cq_container_of(ks->dirty.next, kcp_sess_t, dnode);
+        cq_list_remove(&s->dnode);
+        s->dirty = 0;
         kcp_flush(s);
+    }
 }
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -337,7 +357,7 @@ static void on_recv(uv_udp_t *u, ssize_t nread, const uv_buf_t *buf, const struc
                     unsigned flags)
 {
     io_kcp_t *ks = cq_container_of(u, io_kcp_t, udp);
-    if (nread <= 0 || !sa || (flags & UV_UDP_PARTIAL))
+    if (nread <= 0 || !sa || (flags & (UV_UDP_PARTIAL | UV_UDP_MMSG_FREE)))
         return;
     uv_update_time(&ks->w->loop);
     on_datagram(ks, (const uint8_t *)buf->base, (size_t)nread, sa);
@@ -357,6 +377,8 @@ static void reap(io_kcp_t *ks)
         s->k = NULL;
         s->closed = 0;
         cq_list_remove(&s->rnode);
+        cq_list_remove(&s->dnode);
+        s->dirty = 0;
         if (c)
             cq_core_conn_release(ks->w->core, c);
         if (s->detached) {
@@ -434,6 +456,21 @@ static int udp_specs(const cq_io_opts_t *o, udp_spec_t *sp)
     return n;
 }
 
+/* Binds a plain socket first: it fails if any other socket (another chanqd with SO_REUSEPORT
+ * included) has the address, and picks the port for port 0. Returns 0 or -errno. */
+static int udp_probe(struct sockaddr_storage *ss, socklen_t sl)
+{
+    int fd = socket(ss->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int r = bind(fd, (struct sockaddr *)ss, sl) < 0 ? -errno : 0;
+    socklen_t l = sl;
+    if (r == 0)
+        getsockname(fd, (struct sockaddr *)ss, &l);
+    close(fd);
+    return r;
+}
+
 /* Worker 0 binds first (port 0 picks the port); the others join with SO_REUSEPORT. */
 static int udp_socket(cq_io_t *io, const udp_spec_t *sp, int index, char *err, size_t errlen)
 {
@@ -443,6 +480,10 @@ static int udp_socket(cq_io_t *io, const udp_spec_t *sp, int index, char *err, s
     int r = cq__io_resolve(addr, SOCK_DGRAM, &ss, &sl, err, errlen);
     if (r < 0)
         return r;
+    if (index == 0 && (r = udp_probe(&ss, sl)) < 0) {
+        snprintf(err, errlen, "cannot bind UDP %s: %s", sp->addr, strerror(-r));
+        return r;
+    }
     int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1, size = 4 << 20;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0 ||
@@ -453,8 +494,10 @@ static int udp_socket(cq_io_t *io, const udp_spec_t *sp, int index, char *err, s
             close(fd);
         return r;
     }
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof(size)) < 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &size, sizeof(size)) < 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
     if (index == 0) {
         struct sockaddr_storage b;
         socklen_t bl = sizeof(b);
@@ -480,10 +523,12 @@ static int kcp_sock_start(io_worker_t *w, int i, const udp_spec_t *sp, char *err
     cq_map_init(&ks->by_addr);
     cq_list_init(&ks->sessions);
     cq_list_init(&ks->reap);
-    uv_udp_init(&w->loop, &ks->udp);
+    cq_list_init(&ks->dirty);
+    uv_udp_init_ex(&w->loop, &ks->udp, AF_UNSPEC | UV_UDP_RECVMMSG);
     uv_timer_init(&w->loop, &ks->timer);
-    ks->handles = 2;
-    ks->timer.data = ks;
+    uv_check_init(&w->loop, &ks->check);
+    ks->handles = 3;
+    ks->timer.data = ks->check.data = ks;
     w->kcp[i] = ks;
     if (uv_udp_open(&ks->udp, fd) < 0) {
         close(fd);
@@ -491,6 +536,7 @@ static int kcp_sock_start(io_worker_t *w, int i, const udp_spec_t *sp, char *err
         return CQ_ECONFIG;
     }
     uv_udp_recv_start(&ks->udp, on_alloc, on_recv);
+    uv_check_start(&ks->check, on_check);
     uv_timer_start(&ks->timer, on_timer, ks->kopts.interval, ks->kopts.interval);
     if (w->index == 0)
         CQ_INFO("io", "listening for %s connections over kcp on udp %s (%s profile)",
@@ -540,5 +586,6 @@ void cq__io_kcp_close(io_worker_t *w)
         ks->udp.data = ks;
         uv_close((uv_handle_t *)&ks->udp, on_handle_closed);
         uv_close((uv_handle_t *)&ks->timer, on_handle_closed);
+        uv_close((uv_handle_t *)&ks->check, on_handle_closed);
     }
 }
