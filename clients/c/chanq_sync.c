@@ -64,7 +64,7 @@ static int remaining(int64_t deadline)
     return left <= 0 ? 0 : (int)(left > 0x7fffffff ? 0x7fffffff : left);
 }
 
-static int owned_copy(const chanq_msg_t *m, chanq_owned_msg_t *out)
+int chanq_owned_msg_copy(const chanq_msg_t *m, chanq_owned_msg_t *out)
 {
     chanq_owned_msg_t o = {m->channel_id, m->broadcast, m->stub_id, m->msg_type, NULL, m->body_len};
     if (m->body_len) {
@@ -81,7 +81,7 @@ static void on_msg(void *ud, const chanq_msg_t *m)
 {
     chanq_sync_t *c = ud;
     qnode_t *n = cq_malloc(sizeof(*n));
-    if (!n || owned_copy(m, &n->m) < 0) {
+    if (!n || chanq_owned_msg_copy(m, &n->m) < 0) {
         cq_free(n);
         c->qerr = -ENOMEM;
         return;
@@ -494,7 +494,7 @@ static void on_reply(void *ud, const chanq_msg_t *m)
 {
     call_ctx_t *x = ud;
     x->done = true;
-    x->err = owned_copy(m, &x->reply);
+    x->err = chanq_owned_msg_copy(m, &x->reply);
 }
 
 int chanq_sync_call(chanq_sync_t *c, uint32_t channel_id, uint32_t broadcast, uint32_t msg_type,

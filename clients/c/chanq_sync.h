@@ -43,6 +43,9 @@ typedef struct chanq_owned_msg {
 
 /* Frees the body and zeroes *m. Accepts a zeroed or already-done message. */
 void chanq_owned_msg_done(chanq_owned_msg_t *m);
+/* Copies a borrowed message (its body too) into *out, owned by the caller. Returns 0 or
+ * -ENOMEM (then *out is untouched). */
+int chanq_owned_msg_copy(const chanq_msg_t *m, chanq_owned_msg_t *out);
 
 /* True for the codes meaning the peer closed the connection: CHANQ_SYNC_EOF, -ECONNRESET,
  * -EPIPE. */

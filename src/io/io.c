@@ -115,7 +115,7 @@ void cq__io_conn_shut(io_conn_t *ic)
         uv_close((uv_handle_t *)&ic->tcp, on_closed);
 }
 
-static int tcp_peer(void *tctx, char *buf, size_t len)
+int cq__io_tcp_peer(void *tctx, char *buf, size_t len)
 {
     io_conn_t *ic = tctx;
     struct sockaddr_storage ss;
@@ -126,7 +126,7 @@ static int tcp_peer(void *tctx, char *buf, size_t len)
     return cq__io_addr_str((struct sockaddr *)&ss, buf, len);
 }
 
-static const cq_transport_ops_t tcp_ops = {"tcp", tcp_flush, tcp_close, tcp_peer};
+static const cq_transport_ops_t tcp_ops = {"tcp", tcp_flush, tcp_close, cq__io_tcp_peer};
 
 void cq__io_conn_lost(io_conn_t *ic, int r, const char *why)
 {

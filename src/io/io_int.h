@@ -99,6 +99,8 @@ void cq__io_worker_shutdown(io_worker_t *w);
 /* The stream failed (EOF, read or write error): tells the core, which closes the transport. */
 void cq__io_conn_lost(io_conn_t *ic, int r, const char *why);
 void cq__io_on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf);
+/* The transport peer op of stream connections (TCP, WS, WSS): "1.2.3.4:5678". */
+int cq__io_tcp_peer(void *tctx, char *buf, size_t len);
 /* Stops reading and closes the socket; the core connection is released from the close
  * callback. Idempotent. */
 void cq__io_conn_shut(io_conn_t *ic);

@@ -260,18 +260,7 @@ static void ws_close(void *tctx)
     cq__io_conn_shut(ic);
 }
 
-static int ws_peer(void *tctx, char *buf, size_t len)
-{
-    io_conn_t *ic = tctx;
-    struct sockaddr_storage ss;
-    int sl = sizeof(ss);
-    int r = uv_tcp_getpeername(&ic->tcp, (struct sockaddr *)&ss, &sl);
-    if (r < 0)
-        return r;
-    return cq__io_addr_str((struct sockaddr *)&ss, buf, len);
-}
-
-const cq_transport_ops_t cq__io_ws_ops = {"ws", ws_flush, ws_close, ws_peer};
+const cq_transport_ops_t cq__io_ws_ops = {"ws", ws_flush, ws_close, cq__io_tcp_peer};
 
 /* ---- input ------------------------------------------------------------------------------ */
 
@@ -441,7 +430,7 @@ void cq__io_ws_input(io_conn_t *ic, const uint8_t *p, size_t n)
     if (r < 0) {
         if (r == CQ_ETLS) {
             char peer[64] = "?";
-            ws_peer(ic, peer, sizeof(peer));
+            cq__io_tcp_peer(ic, peer, sizeof(peer));
             CQ_INFO("ws", "TLS error from %s: %s", peer, cq_tls_error(iw->tls));
         }
         try_write_pend(ic);

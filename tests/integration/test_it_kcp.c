@@ -55,17 +55,8 @@ static void kc_msg(void *ud, const chanq_msg_t *m)
     kc_t *c = ud;
     if (c->qn == MAXQ)
         return;
-    chanq_owned_msg_t *o = &c->q[(c->qh + c->qn++) % MAXQ];
-    memset(o, 0, sizeof(*o));
-    o->channel_id = m->channel_id;
-    o->broadcast = m->broadcast;
-    o->stub_id = m->stub_id;
-    o->msg_type = m->msg_type;
-    o->body_len = m->body_len;
-    if (m->body_len) {
-        o->body = cq_malloc(m->body_len);
-        memcpy(o->body, m->body, m->body_len);
-    }
+    if (chanq_owned_msg_copy(m, &c->q[(c->qh + c->qn) % MAXQ]) == 0)
+        c->qn++;
 }
 
 static kc_t *kc_new(uint16_t port, uint32_t conv)

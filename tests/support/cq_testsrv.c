@@ -455,20 +455,9 @@ static void on_collect(void *ud, const chanq_msg_t *m)
         c->err = -ENOSPC;
         return;
     }
-    chanq_owned_msg_t *o = &c->msgs[c->n];
-    memset(o, 0, sizeof(*o));
-    o->channel_id = m->channel_id;
-    o->broadcast = m->broadcast;
-    o->stub_id = m->stub_id;
-    o->msg_type = m->msg_type;
-    o->body_len = m->body_len;
-    if (m->body_len) {
-        o->body = cq_malloc(m->body_len);
-        if (!o->body) {
-            c->err = -ENOMEM;
-            return;
-        }
-        memcpy(o->body, m->body, m->body_len);
+    if (chanq_owned_msg_copy(m, &c->msgs[c->n]) < 0) {
+        c->err = -ENOMEM;
+        return;
     }
     c->n++;
 }
