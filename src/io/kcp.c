@@ -29,6 +29,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -37,6 +38,8 @@
 #define KCP_DGRAM (64u * 1024u)
 #define KCP_MMSG  16u /* datagrams per recvmmsg */
 #define KCP_RBUF  (KCP_DGRAM * KCP_MMSG)
+#define GSO_SEGS  64u    /* datagrams per UDP_SEGMENT send (the kernel's limit) */
+#define GSO_BYTES 65000u /* bytes per UDP_SEGMENT send */
 
 typedef struct io_kcp io_kcp_t;
 
@@ -67,6 +70,15 @@ struct io_kcp {
     cq_kcp_opts_t kopts;
     cq_map_t by_addr; /* hkey -> first kcp_sess_t of the chain */
     cq_list_t sessions, reap, dirty;
+    /* Output batch: consecutive datagrams to one peer, sent with one sendmsg (UDP GSO). Empty
+     * at the end of every callback of this socket (out_flush). */
+    kcp_sess_t *gso_sess;
+    size_t gso_seg, gso_len;
+    unsigned gso_n;
+    uint8_t gso_short; /* the last datagram is shorter than gso_seg: it must stay last */
+    uint8_t gso_off;   /* the kernel refused UDP_SEGMENT: one send per datagram */
+    int fd;
+    uint8_t gso_buf[GSO_BYTES];
     uint8_t rbuf[KCP_RBUF];
 };
 
@@ -174,11 +186,78 @@ static void sess_forget(kcp_sess_t *s)
 
 /* ---- output ----------------------------------------------------------------------------- */
 
+static void send_one(io_kcp_t *ks, const kcp_sess_t *s, const uint8_t *p, size_t n)
+{
+    /* best effort: a datagram the kernel cannot take now is resent by the ARQ */
+    (void)!sendto(ks->fd, p, n, MSG_DONTWAIT, (const struct sockaddr *)&s->addr, s->alen);
+}
+
+/* Sends the batch: one sendmsg whose UDP_SEGMENT cmsg lets the kernel cut it into datagrams of
+ * gso_seg bytes (the last may be shorter). */
+static void out_flush(io_kcp_t *ks)
+{
+    if (!ks->gso_n)
+        return;
+    kcp_sess_t *s = ks->gso_sess;
+    if (ks->gso_n == 1) {
+        send_one(ks, s, ks->gso_buf, ks->gso_len);
+        goto done;
+    }
+    struct iovec iov = {ks->gso_buf, ks->gso_len};
+    union {
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof(ctl));
+    struct msghdr mh = {.msg_name = &s->addr,
+                        .msg_namelen = s->alen,
+                        .msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = ctl.buf,
+                        .msg_controllen = sizeof(ctl.buf)};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_UDP;
+    cm->cmsg_type = UDP_SEGMENT;
+    cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    uint16_t seg = (uint16_t)ks->gso_seg;
+    memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
+    if (sendmsg(ks->fd, &mh, MSG_DONTWAIT) < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+        errno != ENOBUFS) {
+        ks->gso_off = 1; /* no GSO here (old kernel, device): send them one by one from now on */
+        CQ_INFO("kcp", "UDP GSO unavailable (%s): one send per datagram", strerror(errno));
+        for (size_t off = 0; off < ks->gso_len; off += ks->gso_seg) {
+            size_t n = ks->gso_len - off < ks->gso_seg ? ks->gso_len - off : ks->gso_seg;
+            send_one(ks, s, ks->gso_buf + off, n);
+        }
+    }
+done:
+    ks->gso_n = 0;
+    ks->gso_len = 0;
+    ks->gso_sess = NULL;
+}
+
+/* The engine's output: datagrams to one peer in a row are batched for out_flush. */
 static void kcp_out(void *ud, const uint8_t *dgram, size_t len)
 {
     kcp_sess_t *s = ud;
-    uv_buf_t b = uv_buf_init((char *)dgram, (unsigned)len);
-    uv_udp_try_send(&s->sock->udp, &b, 1, (const struct sockaddr *)&s->addr);
+    io_kcp_t *ks = s->sock;
+    if (ks->gso_off) {
+        send_one(ks, s, dgram, len);
+        return;
+    }
+    if (ks->gso_n && (ks->gso_sess != s || ks->gso_short || len > ks->gso_seg ||
+                      ks->gso_len + len > GSO_BYTES || ks->gso_n == GSO_SEGS))
+        out_flush(ks);
+    if (!ks->gso_n) {
+        ks->gso_sess = s;
+        ks->gso_seg = len;
+        ks->gso_short = 0;
+    } else if (len < ks->gso_seg) {
+        ks->gso_short = 1;
+    }
+    memcpy(ks->gso_buf + ks->gso_len, dgram, len);
+    ks->gso_len += len;
+    ks->gso_n++;
 }
 
 /* Moves send-queue bytes into the engine while it has room; returns 0 or a negative error. */
@@ -211,6 +290,7 @@ static void kcp_flush(void *tctx)
     uint64_t now = uv_now(&s->sock->w->loop);
     cq_kcp_flush(s->k, now);
     s->next_check = cq_kcp_check(s->k, now);
+    out_flush(s->sock);
     if (r < 0)
         cq_core_conn_lost(s->sock->w->core, s->conn, r, "KCP send failed");
 }
@@ -224,6 +304,7 @@ static void kcp_close(void *tctx)
         return;
     move_sendq(s); /* best effort: the last replies */
     cq_kcp_flush(s->k, uv_now(&s->sock->w->loop));
+    out_flush(s->sock);
     s->closed = 1;
     cq_list_insert_tail(&s->sock->reap, &s->rnode);
 }
@@ -345,6 +426,7 @@ static void on_check(uv_check_t *h)
         s->dirty = 0;
         kcp_flush(s);
     }
+    out_flush(ks);
 }
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -361,12 +443,14 @@ static void on_recv(uv_udp_t *u, ssize_t nread, const uv_buf_t *buf, const struc
         return;
     uv_update_time(&ks->w->loop);
     on_datagram(ks, (const uint8_t *)buf->base, (size_t)nread, sa);
+    out_flush(ks);
 }
 
 /* ---- timers ----------------------------------------------------------------------------- */
 
 static void reap(io_kcp_t *ks)
 {
+    out_flush(ks); /* nothing may point at a session that is freed */
     cq_list_t *n, *t;
     cq_list_foreach_safe(n, t, &ks->reap)
     {
@@ -537,6 +621,7 @@ static int kcp_sock_start(io_worker_t *w, int i, const udp_spec_t *sp, char *err
     }
     uv_udp_recv_start(&ks->udp, on_alloc, on_recv);
     uv_check_start(&ks->check, on_check);
+    uv_fileno((uv_handle_t *)&ks->udp, &ks->fd);
     uv_timer_start(&ks->timer, on_timer, ks->kopts.interval, ks->kopts.interval);
     if (w->index == 0)
         CQ_INFO("io", "listening for %s connections over kcp on udp %s (%s profile)",
