@@ -102,8 +102,9 @@ static const opt_t opts[] = {
         "or kcp-go (kcp-go's defaults, as channeld runs)."),
     INT("kcp-idle-timeout-ms", NULL, kcp_idle_timeout_ms, "60000", 1000, 86400000, "MS",
         "Close a KCP connection after this long without a datagram (KCP has no close)."),
-    INT("kcp-max-per-addr", NULL, kcp_max_per_addr, "64", 1, 100000, "N",
-        "KCP connections from one source IP address at the same time."),
+    INT("kcp-max-per-addr", NULL, kcp_max_per_addr, "1024", 1, 1000000, "N",
+        "KCP connections (and closed ones still remembered) from one source IP address at the "
+        "same time; players behind one carrier-grade NAT share an address."),
     STR("admin-addr", NULL, admin_addr, "127.0.0.1:8080", NULL, "HOST:PORT",
         "Address of the HTTP listener serving /metrics; empty disables it."),
     BOOL("dev", "dev", dev, "false",
