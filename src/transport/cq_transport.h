@@ -1,4 +1,5 @@
-/* cq_transport.h - the one transport vtable (TCP now; KCP and WebSocket later).
+/* cq_transport.h - the one transport vtable, implemented by TCP and WS/WSS (src/io/io.c,
+ * src/io/ws.c) and KCP (src/io/kcp.c).
  *
  * The core and the fan-out code never switch on the transport type: they only call these ops.
  * All ops run on the connection's worker thread.
