@@ -1200,16 +1200,19 @@ static int item_json(const cq_mq_item_t *it, bool answer, json_t **ret)
     return 0;
 }
 
-static int put_items(json_t *obj, const cq_mq_msg_t *m, bool answer)
+/* Builds element i of an array (a new reference in *ret) or returns a negative error. */
+typedef int (*elem_fn)(const cq_mq_msg_t *m, size_t i, bool answer, json_t **ret);
+
+/* obj[key] = [elem(0), ..., elem(n - 1)]; nothing is set on error. */
+static int put_array(json_t *obj, const char *key, size_t n, elem_fn elem, const cq_mq_msg_t *m,
+                     bool answer)
 {
-    if (!answer && m->nitems == 0)
-        return CQ_EFIELD;
     json_t *arr = json_array();
     if (!arr)
         return -ENOMEM;
-    for (size_t i = 0; i < m->nitems; i++) {
-        json_t *o;
-        int rc = item_json(&m->items[i], answer, &o);
+    for (size_t i = 0; i < n; i++) {
+        json_t *o = NULL;
+        int rc = elem(m, i, answer, &o);
         if (rc == 0 && json_array_append_new(arr, o) < 0)
             rc = -ENOMEM;
         if (rc < 0) {
@@ -1217,53 +1220,54 @@ static int put_items(json_t *obj, const cq_mq_msg_t *m, bool answer)
             return rc;
         }
     }
-    return put(obj, "messages", arr);
+    return put(obj, key, arr);
+}
+
+static int item_elem(const cq_mq_msg_t *m, size_t i, bool answer, json_t **ret)
+{
+    return item_json(&m->items[i], answer, ret);
+}
+
+static int offset_elem(const cq_mq_msg_t *m, size_t i, bool answer, json_t **ret)
+{
+    int rc = 0;
+    *ret = int_or_null(m->offsets[i], 0, U53_MAX_, &rc);
+    return rc < 0 ? rc : *ret ? 0 : -ENOMEM;
+}
+
+static int topic_elem(const cq_mq_msg_t *m, size_t i, bool answer, json_t **ret)
+{
+    const cq_mq_topic_info_t *t = &m->topic_infos[i];
+    if (!cq_mq_topic_valid(t->topic, strnlen(t->topic, sizeof(t->topic))) || t->last_offset < 0 ||
+        t->last_offset > U53_MAX_)
+        return CQ_EFIELD;
+    json_t *o = json_object();
+    if (!o || put(o, "topic", json_string_nocheck(t->topic)) < 0 ||
+        put(o, "online", json_boolean(t->online)) < 0 ||
+        put(o, "retention_days", json_integer(t->retention_days)) < 0 ||
+        put(o, "last_offset", json_integer(t->last_offset)) < 0) {
+        json_decref(o);
+        return -ENOMEM;
+    }
+    *ret = o;
+    return 0;
+}
+
+static int put_items(json_t *obj, const cq_mq_msg_t *m, bool answer)
+{
+    if (!answer && m->nitems == 0)
+        return CQ_EFIELD;
+    return put_array(obj, "messages", m->nitems, item_elem, m, answer);
 }
 
 static int put_offsets(json_t *obj, const cq_mq_msg_t *m)
 {
-    json_t *arr = json_array();
-    if (!arr)
-        return -ENOMEM;
-    for (size_t i = 0; i < m->noffsets; i++) {
-        int rc = 0;
-        json_t *j = int_or_null(m->offsets[i], 0, U53_MAX_, &rc);
-        if (j && json_array_append_new(arr, j) < 0)
-            rc = -ENOMEM;
-        if (rc < 0) {
-            json_decref(arr);
-            return rc;
-        }
-    }
-    return put(obj, "offsets", arr);
+    return put_array(obj, "offsets", m->noffsets, offset_elem, m, false);
 }
 
 static int put_topics(json_t *obj, const cq_mq_msg_t *m)
 {
-    json_t *arr = json_array();
-    if (!arr)
-        return -ENOMEM;
-    for (size_t i = 0; i < m->ntopic_infos; i++) {
-        const cq_mq_topic_info_t *t = &m->topic_infos[i];
-        int rc = cq_mq_topic_valid(t->topic, strnlen(t->topic, sizeof(t->topic))) &&
-                         t->last_offset >= 0 && t->last_offset <= U53_MAX_
-                     ? 0
-                     : CQ_EFIELD;
-        json_t *o = rc ? NULL : json_object();
-        if (!rc && (!o || put(o, "topic", json_string_nocheck(t->topic)) < 0 ||
-                    put(o, "online", json_boolean(t->online)) < 0 ||
-                    put(o, "retention_days", json_integer(t->retention_days)) < 0 ||
-                    put(o, "last_offset", json_integer(t->last_offset)) < 0 ||
-                    json_array_append_new(arr, o) < 0)) {
-            json_decref(o);
-            rc = -ENOMEM;
-        }
-        if (rc < 0) {
-            json_decref(arr);
-            return rc;
-        }
-    }
-    return put(obj, "topics", arr);
+    return put_array(obj, "topics", m->ntopic_infos, topic_elem, m, false);
 }
 
 static int put_field(json_t *obj, const field_desc_t *fd, const cq_mq_msg_t *m)

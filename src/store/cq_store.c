@@ -211,3 +211,19 @@ int64_t cq__store_now_ms(void)
 {
     return cq_clock_unix_ns() / 1000000;
 }
+
+int cq__store_migrate_from(cq_store_t *s, const cq__migration_t *ms, size_t n, int version,
+                           int (*apply)(void *ud, const cq__migration_t *m), void *ud)
+{
+    int latest = ms[n - 1].version;
+    if (version > latest)
+        return cq__store_fail(s, CQ_ESTORE,
+                              "database schema version %d is newer than this binary's %d", version,
+                              latest);
+    int r = 0;
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        if (ms[i].version > version)
+            r = apply(ud, &ms[i]);
+    }
+    return r;
+}

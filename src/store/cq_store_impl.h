@@ -24,6 +24,12 @@ typedef struct cq__migration {
     const char *sql;
 } cq__migration_t;
 
+/* Applies, in order, each of the n migrations newer than version (the database's) with
+ * apply(ud, m), stopping at the first error; a database newer than the last migration is an
+ * error. The caller holds the backend's transaction or lock. Returns 0 or a negative error. */
+int cq__store_migrate_from(cq_store_t *s, const cq__migration_t *ms, size_t n, int version,
+                           int (*apply)(void *ud, const cq__migration_t *m), void *ud);
+
 /* Wall-clock milliseconds, for create/update times stored in rows. */
 int64_t cq__store_now_ms(void);
 

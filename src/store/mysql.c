@@ -1594,11 +1594,16 @@ static int migration_apply(my_store_t *q, const cq__migration_t *m)
     return tx_end(q, r);
 }
 
+static int apply_one(void *ud, const cq__migration_t *m)
+{
+    return migration_apply(ud, m);
+}
+
 /* Applies every migration newer than the database, each committed on its own (MariaDB commits
  * DDL implicitly anyway), under a named lock so that concurrent opens do not race. */
 static int migrate(my_store_t *q)
 {
-    int latest = migrations[CQ_ARRAY_SIZE(migrations) - 1].version, version = 0;
+    int version = 0;
     uint64_t got = 0;
     bool found = false;
     int r = query_u64(q, "SELECT GET_LOCK(CONCAT(DATABASE(), '.chanq_migrate'), 60)", NULL, &got,
@@ -1608,14 +1613,9 @@ static int migrate(my_store_t *q)
     if (r < 0)
         return r;
     r = schema_version(q, &version);
-    if (r == 0 && version > latest)
-        r = cq__store_fail(&q->base, CQ_ESTORE,
-                           "database schema version %d is newer than this binary's %d", version,
-                           latest);
-    for (size_t i = 0; r == 0 && i < CQ_ARRAY_SIZE(migrations); i++) {
-        if (migrations[i].version > version)
-            r = migration_apply(q, &migrations[i]);
-    }
+    if (r == 0)
+        r = cq__store_migrate_from(&q->base, migrations, CQ_ARRAY_SIZE(migrations), version,
+                                   apply_one, q);
     r = tx_end(q, r);
     if (q->db && query(q, "DO RELEASE_LOCK(CONCAT(DATABASE(), '.chanq_migrate'))") < 0 && r == 0)
         r = CQ_ESTORE;

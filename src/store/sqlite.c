@@ -642,22 +642,22 @@ static int migration_apply(sq_store_t *q, const cq__migration_t *m)
     return r;
 }
 
+static int apply_one(void *ud, const cq__migration_t *m)
+{
+    return migration_apply(ud, m);
+}
+
 /* Applies every migration newer than the database, all in one transaction. */
 static int migrate(sq_store_t *q)
 {
-    int latest = migrations[CQ_ARRAY_SIZE(migrations) - 1].version, version = 0;
+    int version = 0;
     int r = tx_begin(q);
     if (r < 0)
         return r;
     r = schema_version(q, &version);
-    if (r == 0 && version > latest)
-        r = cq__store_fail(&q->base, CQ_ESTORE,
-                           "database schema version %d is newer than this binary's %d", version,
-                           latest);
-    for (size_t i = 0; r == 0 && i < CQ_ARRAY_SIZE(migrations); i++) {
-        if (migrations[i].version > version)
-            r = migration_apply(q, &migrations[i]);
-    }
+    if (r == 0)
+        r = cq__store_migrate_from(&q->base, migrations, CQ_ARRAY_SIZE(migrations), version,
+                                   apply_one, q);
     return tx_end(q, r);
 }
 

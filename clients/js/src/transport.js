@@ -29,10 +29,9 @@ async function webSocketClass(opts) {
   return { WS: mod.WebSocket || mod.default, node: true };
 }
 
-async function openWebSocket(url, opts) {
-  const { WS, node } = await webSocketClass(opts);
-  const sock = node ? new WS(url, opts.ws || {}) : new WS(url);
-  sock.binaryType = 'arraybuffer';
+// The object a transport returns ({onbytes, onclose, send, close}) and its finish(reason),
+// which calls onclose once, whatever ends the connection first.
+function transportShell() {
   const t = { onbytes: null, onclose: null };
   let closed = false;
   const finish = (reason) => {
@@ -42,6 +41,14 @@ async function openWebSocket(url, opts) {
     if (t.onclose)
       t.onclose(reason);
   };
+  return { t, finish };
+}
+
+async function openWebSocket(url, opts) {
+  const { WS, node } = await webSocketClass(opts);
+  const sock = node ? new WS(url, opts.ws || {}) : new WS(url);
+  sock.binaryType = 'arraybuffer';
+  const { t, finish } = transportShell();
   await new Promise((resolve, reject) => {
     sock.onopen = () => resolve();
     sock.onerror = (ev) => reject(new Error(`WebSocket ${url}: ${ev?.message || 'connection failed'}`));
@@ -92,15 +99,7 @@ async function openTcp(url) {
     sock.once('connect', resolve);
     sock.once('error', reject);
   });
-  const t = { onbytes: null, onclose: null };
-  let closed = false;
-  const finish = (reason) => {
-    if (closed)
-      return;
-    closed = true;
-    if (t.onclose)
-      t.onclose(reason);
-  };
+  const { t, finish } = transportShell();
   sock.on('data', (buf) => t.onbytes && t.onbytes(new Uint8Array(buf.buffer, buf.byteOffset, buf.length)));
   sock.on('error', (err) => finish(`TCP error: ${err.message}`));
   sock.on('close', () => finish('TCP connection closed'));

@@ -2,10 +2,15 @@
 
 #include "cq_alloc.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cmocka.h>
 
 /* Each block carries a header with its size and a magic word, so frees of foreign blocks (from
  * libc, or double frees) are caught at once instead of corrupting the counters. */
@@ -118,4 +123,17 @@ unsigned long test_alloc_calls(void)
 unsigned long test_alloc_failed(void)
 {
     return atomic_load(&failed);
+}
+
+bool test_alloc_round_end(bool ok)
+{
+    unsigned long nfailed = test_alloc_failed();
+    test_alloc_remove();
+    assert_int_equal(test_alloc_live(), 0);
+    if (nfailed == 0) {
+        assert_true(ok);
+        return true;
+    }
+    assert_false(ok);
+    return false;
 }

@@ -23,4 +23,10 @@ long test_alloc_live_bytes(void);
 unsigned long test_alloc_calls(void);
 unsigned long test_alloc_failed(void);
 
+/* Ends one round of a fail-N loop: removes the allocator and asserts nothing leaked, then, if no
+ * allocation was failed this round, asserts the operation succeeded (ok) and returns true (the
+ * loop is done); otherwise asserts it reported the failure (!ok) and returns false. Uses cmocka's
+ * assertions, so only for cmocka tests. */
+bool test_alloc_round_end(bool ok);
+
 #endif
