@@ -1,10 +1,86 @@
+/* admin.c - the admin endpoints and the registry of metrics sources. Sans I/O: the listener in
+ * src/io feeds request heads and writes the responses. The registry takes a mutex because
+ * sources come and go on other threads than the listener's (the MQ port starts after the
+ * workers); a scrape is rare, so the lock is never on a hot path. */
 #include "cq_admin.h"
 
 #include "cq_alloc.h"
+#include "cq_err.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+
+typedef struct admin_source {
+    const char *name;
+    cq_admin_metrics_fn fn;
+    void *ud;
+} admin_source_t;
+
+struct cq_admin {
+    pthread_mutex_t lock; /* guards src and n; held while sources render */
+    admin_source_t src[CQ_ADMIN_MAX_SOURCES];
+    size_t n;
+};
+
+/* ---- metrics sources -------------------------------------------------------------------- */
+
+cq_admin_t *cq_admin_new(void)
+{
+    cq_admin_t *a = cq_calloc(1, sizeof(*a));
+    if (a)
+        pthread_mutex_init(&a->lock, NULL);
+    return a;
+}
+
+cq_admin_t *cq_admin_free(cq_admin_t *a)
+{
+    if (!a)
+        return NULL;
+    pthread_mutex_destroy(&a->lock);
+    cq_free(a);
+    return NULL;
+}
+
+int cq_admin_add_source(cq_admin_t *a, const char *name, cq_admin_metrics_fn fn, void *ud)
+{
+    if (!fn)
+        return -EINVAL;
+    int r = CQ_ELIMIT;
+    pthread_mutex_lock(&a->lock);
+    if (a->n < CQ_ADMIN_MAX_SOURCES) {
+        a->src[a->n++] = (admin_source_t){name, fn, ud};
+        r = 0;
+    }
+    pthread_mutex_unlock(&a->lock);
+    return r;
+}
+
+void cq_admin_remove_source(cq_admin_t *a, cq_admin_metrics_fn fn, void *ud)
+{
+    pthread_mutex_lock(&a->lock);
+    for (size_t i = 0; i < a->n; i++) {
+        if (a->src[i].fn != fn || a->src[i].ud != ud)
+            continue;
+        memmove(&a->src[i], &a->src[i + 1], (a->n - i - 1) * sizeof(a->src[0]));
+        a->n--;
+        break;
+    }
+    pthread_mutex_unlock(&a->lock);
+}
+
+int cq_admin_metrics(cq_admin_t *a, cq_sbuf_t *out)
+{
+    int r = 0;
+    pthread_mutex_lock(&a->lock);
+    for (size_t i = 0; i < a->n && r == 0; i++)
+        r = a->src[i].fn(a->src[i].ud, out);
+    pthread_mutex_unlock(&a->lock);
+    return r;
+}
+
+/* ---- requests --------------------------------------------------------------------------- */
 
 ssize_t cq_admin_parse_head(const char *p, size_t n, char *method, size_t mlen, char *path,
                             size_t plen)
@@ -46,7 +122,7 @@ static int respond(cq_sbuf_t *out, int status, const char *reason, const char *c
     return 0;
 }
 
-int cq_admin_respond(cq_shared_t *sh, const char *method, const char *path, int bad_request,
+int cq_admin_respond(cq_admin_t *a, const char *method, const char *path, int bad_request,
                      cq_sbuf_t *out)
 {
     static const char text[] = "text/plain; charset=utf-8";
@@ -57,13 +133,13 @@ int cq_admin_respond(cq_shared_t *sh, const char *method, const char *path, int 
     if (strcmp(path, "/healthz") == 0)
         return respond(out, 200, "OK", text, "ok\n", 3);
     if (strcmp(path, "/metrics") == 0) {
-        size_t cap = 64 * 1024;
-        char *buf = cq_malloc(cap);
-        if (!buf)
-            return -ENOMEM;
-        size_t n = cq_shared_metrics(sh, buf, cap);
-        int r = respond(out, 200, "OK", "text/plain; version=0.0.4", buf, n);
-        cq_free(buf);
+        cq_sbuf_t body;
+        cq_sbuf_init(&body);
+        int r = cq_admin_metrics(a, &body);
+        if (r == 0)
+            r = respond(out, 200, "OK", "text/plain; version=0.0.4", (const char *)body.data,
+                        body.len);
+        cq_sbuf_done(&body);
         return r;
     }
     return respond(out, 404, "Not Found", text, "not found\n", 10);

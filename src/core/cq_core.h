@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "cq_framing.h"
+#include "cq_sbuf.h"
 #include "cq_transport.h"
 
 typedef struct cq_core cq_core_t;
@@ -67,9 +68,13 @@ typedef struct cq_core_ops {
 /* ---- process-wide ---- */
 
 /* Creates the shared state. opts and what it points to are borrowed and must outlive it.
- * Loads the token file if configured. Returns 0 or a negative error (message in err). */
+ * ops (borrowed, may be NULL until cq_shared_set_ops) are the io layer's callbacks. Loads the
+ * token file if configured. Returns 0 or a negative error (message in err). */
 int cq_shared_new(const cq_core_opts_t *opts, const cq_core_ops_t *ops, void *ops_ud,
                   cq_shared_t **ret, char *err, size_t errlen);
+/* Sets the io layer's callbacks (ops borrowed, static). The io layer calls it once, before any
+ * worker runs: no worker reads them concurrently. */
+void cq_shared_set_ops(cq_shared_t *sh, const cq_core_ops_t *ops, void *ops_ud);
 cq_shared_t *cq_shared_free(cq_shared_t *sh);
 /* Allocates a connection id and registers it in the directory; 0 when max-connections is
  * reached. Any thread (the acceptor). */
@@ -88,6 +93,9 @@ int cq_shared_conn_worker(const cq_shared_t *sh, uint32_t conn_id);
 int cq_shared_chan_worker(const cq_shared_t *sh, uint32_t chan_id);
 /* Writes Prometheus text for all metrics into buf; returns the length (truncated at cap). */
 size_t cq_shared_metrics(cq_shared_t *sh, char *buf, size_t cap);
+/* The same text appended to out: a metrics source for the admin listener (ud is the
+ * cq_shared_t). Any thread. Returns 0 or -ENOMEM. */
+int cq_shared_metrics_append(void *ud, cq_sbuf_t *out);
 uint64_t cq_shared_counter(cq_shared_t *sh, const char *name);
 
 /* ---- per worker ---- */

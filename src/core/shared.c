@@ -38,6 +38,12 @@ int cq_shared_new(const cq_core_opts_t *opts, const cq_core_ops_t *ops, void *op
     return 0;
 }
 
+void cq_shared_set_ops(cq_shared_t *sh, const cq_core_ops_t *ops, void *ops_ud)
+{
+    sh->ops = ops;
+    sh->ops_ud = ops_ud;
+}
+
 cq_shared_t *cq_shared_free(cq_shared_t *sh)
 {
     if (!sh)
@@ -185,4 +191,14 @@ size_t cq_shared_metrics(cq_shared_t *sh, char *buf, size_t cap)
                 (long long)atomic_load(&sh->metrics.channels[t]));
     o = put(buf, cap, o, "# TYPE buffers_live gauge\nbuffers_live %ld\n", cq_buf_live());
     return o < cap ? o : cap;
+}
+
+#define METRICS_CAP (64u * 1024u)
+
+int cq_shared_metrics_append(void *ud, cq_sbuf_t *out)
+{
+    if (cq_sbuf_reserve(out, METRICS_CAP) < 0)
+        return -ENOMEM;
+    out->len += cq_shared_metrics(ud, (char *)out->data + out->len, METRICS_CAP);
+    return 0;
 }

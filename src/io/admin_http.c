@@ -1,10 +1,9 @@
-/* admin_http.c - the admin HTTP listener on worker 0 (one request per connection). GET /metrics
- * is the channel metrics (cq_shared_metrics) followed by the durable-topic ones, a snapshot that
- * the MQ loop publishes (cq_mqio_metrics_append); everything else is cq_admin_respond(). */
+/* admin_http.c - the admin HTTP listener on worker 0 (one request per connection). It only moves
+ * bytes: what a request gets is cq_admin_respond()'s, over the metrics sources that src/main
+ * registered (opts.admin). */
 #include "cq_admin.h"
 #include "cq_alloc.h"
 #include "cq_log.h"
-#include "cq_mqio.h"
 #include "cq_sbuf.h"
 #include "cq_util.h"
 #include "io_int.h"
@@ -13,8 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-
-#define METRICS_CORE_CAP (64 * 1024)
 
 typedef struct admin_conn {
     uv_tcp_t tcp;
@@ -41,35 +38,6 @@ static void admin_close(admin_conn_t *a)
 static void admin_written(uv_write_t *req, int status)
 {
     admin_close(cq_container_of(req, admin_conn_t, wreq));
-}
-
-/* GET /metrics: the channel metrics, then the durable topics'. */
-static int metrics_respond(cq_shared_t *sh, cq_sbuf_t *out)
-{
-    cq_sbuf_t body;
-    cq_sbuf_init(&body);
-    int r = cq_sbuf_reserve(&body, METRICS_CORE_CAP);
-    if (r == 0) {
-        body.len = cq_shared_metrics(sh, (char *)body.data, METRICS_CORE_CAP);
-        r = cq_mqio_metrics_append(&body);
-    }
-    char head[160];
-    int n = snprintf(head, sizeof(head),
-                     "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                     "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-                     body.len);
-    if (r == 0 &&
-        (cq_sbuf_append(out, head, (size_t)n) < 0 || cq_sbuf_append(out, body.data, body.len) < 0))
-        r = -ENOMEM;
-    cq_sbuf_done(&body);
-    return r;
-}
-
-static int respond(cq_shared_t *sh, const char *method, const char *path, bool bad, cq_sbuf_t *out)
-{
-    if (!bad && strcmp(method, "GET") == 0 && strcmp(path, "/metrics") == 0)
-        return metrics_respond(sh, out);
-    return cq_admin_respond(sh, method, path, bad, out);
 }
 
 static void admin_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -99,7 +67,7 @@ static void admin_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     a->done = 1;
     uv_read_stop(s);
-    if (respond(a->w->io->sh, method, path, h < 0, &a->out) < 0) {
+    if (cq_admin_respond(a->w->io->opts.admin, method, path, h < 0, &a->out) < 0) {
         admin_close(a);
         return;
     }
@@ -132,6 +100,10 @@ int cq__io_admin_start(io_worker_t *w, char *err, size_t errlen)
     if (!addr || !*addr) {
         strcpy(w->io->bound[2], "-");
         return 0;
+    }
+    if (!w->io->opts.admin) {
+        snprintf(err, errlen, "admin address %s without a metrics registry", addr);
+        return -EINVAL;
     }
     int fd;
     int r = cq__io_listen(addr, &fd, w->io->bound[2], sizeof(w->io->bound[2]), err, errlen);

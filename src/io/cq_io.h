@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "cq_admin.h"
 #include "cq_core.h"
 
 typedef struct cq_io cq_io_t;
@@ -22,6 +23,7 @@ typedef struct cq_io_opts {
     const char *client_network; /* "tcp", "ws" or "kcp": what client_addr listens with */
     const char *server_network;
     const char *admin_addr; /* "" disables */
+    cq_admin_t *admin;      /* metrics sources for /metrics; borrowed, required with admin_addr */
     bool client_legacy_tag;
     bool server_legacy_tag;
     int tcp_keepalive_s;
@@ -42,10 +44,9 @@ typedef struct cq_io_opts {
 } cq_io_opts_t;
 
 /* Binds the listeners, starts the workers and returns once they run. opts is copied; sh is
- * borrowed and must outlive cq_io_free(). The core ops (wake) are provided by io: create sh
- * with cq_io_core_ops() and a NULL ud; io sets the ud itself. Errors are described in err. */
+ * borrowed and must outlive cq_io_free(). io installs its core ops (wake) in sh with
+ * cq_shared_set_ops() before any worker runs. Errors are described in err. */
 int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *err, size_t errlen);
-const cq_core_ops_t *cq_io_core_ops(void);
 /* Writes the ready file (opts.ready_file; nothing if ""): "client=H:P server=H:P admin=H:P
  * mq=H:P mqhttp=H:P ws=H:P wss=H:P kcp=H:P\n", where mq is mq_bound and mqhttp is
  * mqhttp_bound (borrowed; NULL or "" gives "-"; so does any disabled listener). Written to a

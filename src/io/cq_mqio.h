@@ -50,10 +50,10 @@ int cq_mqio_start(cq_mqio_t *io, cq_writer_t *w, const cq_mqio_opts_t *opts, cha
 /* The address the HTTP API is bound to (borrowed, valid until cq_mqio_free), or "" when it is
  * off. Main thread, after a successful cq_mqio_start(). */
 const char *cq_mqio_http_bound(const cq_mqio_t *io);
-/* Appends the running MQ port's latest metrics snapshot (Prometheus text, see
- * cq_mqsrv_metrics(); at most CQ_MQIO_METRICS_MS old) to out; nothing when no MQ port runs. Any
- * thread (the admin listener). Returns 0 or -ENOMEM. */
-int cq_mqio_metrics_append(cq_sbuf_t *out);
+/* A metrics source for the admin registry (ud is the cq_mqio_t): appends the port's latest
+ * metrics snapshot (Prometheus text, see cq_mqsrv_metrics(); at most CQ_MQIO_METRICS_MS old) to
+ * out; nothing when the port does not run. Any thread. Returns 0 or -ENOMEM. */
+int cq_mqio_metrics_append(void *ud, cq_sbuf_t *out);
 /* Stops the loop thread (idempotent). Main thread. */
 void cq_mqio_stop(cq_mqio_t *io);
 /* Stops if needed, completes queued writer requests, frees. Call after cq_writer_shutdown().

@@ -310,22 +310,15 @@ static int worker_init(cq_io_t *io, int i)
 
 /* ---- wake ops for the core -------------------------------------------------------------- */
 
-static cq_io_t *the_io; /* set before any worker runs; read-only afterwards */
-
 static void io_wake(void *ud, int worker)
 {
-    cq_io_t *io = ud ? ud : the_io;
+    cq_io_t *io = ud;
     if (atomic_load(&io->stopping))
         return; /* the inbox is drained when the core is freed */
     uv_async_send(&io->workers[worker].wake);
 }
 
 static const cq_core_ops_t core_ops = {io_wake};
-
-const cq_core_ops_t *cq_io_core_ops(void)
-{
-    return &core_ops;
-}
 
 /* ---- start / stop ----------------------------------------------------------------------- */
 
@@ -361,7 +354,7 @@ int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *
         strcpy(io->bound[i], "-");
     pthread_mutex_init(&io->kcp_ip_lock, NULL);
     cq_map_init(&io->kcp_per_ip);
-    the_io = io;
+    cq_shared_set_ops(sh, &core_ops, io);
     int r = cq__io_tls_init(io, err, errlen);
     if (r < 0)
         goto fail_early;
@@ -400,7 +393,6 @@ fail_early:
     cq__io_tls_done(io);
     cq_map_done(&io->kcp_per_ip);
     cq_free(io);
-    the_io = NULL;
     return r;
 }
 
@@ -475,8 +467,6 @@ cq_io_t *cq_io_free(cq_io_t *io)
             uv_loop_close(&w->loop);
         cq_free(w->rbuf);
     }
-    if (the_io == io)
-        the_io = NULL;
     cq__io_tls_done(io);
     cq_map_done(&io->kcp_per_ip);
     pthread_mutex_destroy(&io->kcp_ip_lock);

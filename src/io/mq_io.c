@@ -22,14 +22,6 @@
 #define MQ_READ_BUF    (64u * 1024u)
 #define MQ_QUEUED_HARD (64u * 1024u * 1024u) /* unsent bytes that close a connection */
 
-/* The metrics snapshot that the admin listener (worker 0, another thread) serves: the MQ loop
- * renders its engine's and writer's metrics into a private buffer every CQ_MQIO_METRICS_MS and
- * swaps it in under g_metrics_mu; readers copy it under the same mutex. Neither side is a channel
- * hot path. One MQ port per process (g_metrics_on while it runs). */
-static pthread_mutex_t g_metrics_mu = PTHREAD_MUTEX_INITIALIZER;
-static cq_sbuf_t g_metrics; /* zero: an empty buffer */
-static bool g_metrics_on;
-
 struct cq_mqio {
     uv_loop_t loop;
     uv_async_t wake;
@@ -49,6 +41,13 @@ struct cq_mqio {
     uint64_t retention_ms;
     bool loop_ok, started, http_on;
     char http_bound[80]; /* "" when the HTTP API is off */
+    /* The metrics snapshot that the admin listener (worker 0, another thread) serves: the MQ
+     * loop renders its engine's and writer's metrics into a private buffer every
+     * CQ_MQIO_METRICS_MS and swaps it in under metrics_mu; readers copy it under the same mutex.
+     * Neither side is a channel hot path. */
+    pthread_mutex_t metrics_mu;
+    cq_sbuf_t snapshot; /* under metrics_mu; empty while the port does not run */
+    bool metrics_on;    /* under metrics_mu */
 };
 
 typedef struct mq_conn {
@@ -274,11 +273,11 @@ static void metrics_refresh(cq_mqio_t *io)
         cq_sbuf_done(&b);
         return; /* out of memory: keep the previous snapshot */
     }
-    pthread_mutex_lock(&g_metrics_mu);
-    cq_sbuf_t old = g_metrics;
-    g_metrics = b;
-    g_metrics_on = true;
-    pthread_mutex_unlock(&g_metrics_mu);
+    pthread_mutex_lock(&io->metrics_mu);
+    cq_sbuf_t old = io->snapshot;
+    io->snapshot = b;
+    io->metrics_on = true;
+    pthread_mutex_unlock(&io->metrics_mu);
     cq_sbuf_done(&old);
 }
 
@@ -287,23 +286,24 @@ static void on_metrics(uv_timer_t *t)
     metrics_refresh(t->data);
 }
 
-int cq_mqio_metrics_append(cq_sbuf_t *out)
+int cq_mqio_metrics_append(void *ud, cq_sbuf_t *out)
 {
+    cq_mqio_t *io = ud;
     int r = 0;
-    pthread_mutex_lock(&g_metrics_mu);
-    if (g_metrics_on && g_metrics.len)
-        r = cq_sbuf_append(out, g_metrics.data, g_metrics.len);
-    pthread_mutex_unlock(&g_metrics_mu);
+    pthread_mutex_lock(&io->metrics_mu);
+    if (io->metrics_on && io->snapshot.len)
+        r = cq_sbuf_append(out, io->snapshot.data, io->snapshot.len);
+    pthread_mutex_unlock(&io->metrics_mu);
     return r;
 }
 
-static void metrics_unpublish(void)
+static void metrics_unpublish(cq_mqio_t *io)
 {
-    pthread_mutex_lock(&g_metrics_mu);
-    cq_sbuf_t old = g_metrics;
-    cq_sbuf_init(&g_metrics);
-    g_metrics_on = false;
-    pthread_mutex_unlock(&g_metrics_mu);
+    pthread_mutex_lock(&io->metrics_mu);
+    cq_sbuf_t old = io->snapshot;
+    cq_sbuf_init(&io->snapshot);
+    io->metrics_on = false;
+    pthread_mutex_unlock(&io->metrics_mu);
     cq_sbuf_done(&old);
 }
 
@@ -322,6 +322,7 @@ cq_mqio_t *cq_mqio_new(void)
         return NULL;
     cq_mpsc_init(&io->done);
     pthread_mutex_init(&io->lock, NULL);
+    pthread_mutex_init(&io->metrics_mu, NULL);
     return io;
 }
 
@@ -411,7 +412,7 @@ void cq_mqio_stop(cq_mqio_t *io)
 {
     if (!io || !io->loop_ok)
         return;
-    metrics_unpublish();
+    metrics_unpublish(io);
     atomic_store(&io->stopping, 1);
     if (io->started) {
         pthread_mutex_lock(&io->lock);
@@ -441,7 +442,9 @@ cq_mqio_t *cq_mqio_free(cq_mqio_t *io)
     if (io->loop_ok)
         uv_loop_close(&io->loop);
     io->srv = cq_mqsrv_free(io->srv);
+    metrics_unpublish(io);
     pthread_mutex_destroy(&io->lock);
+    pthread_mutex_destroy(&io->metrics_mu);
     cq_free(io->rbuf);
     cq_free(io);
     return NULL;

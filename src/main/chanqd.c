@@ -1,4 +1,5 @@
 /* chanqd - config -> modules -> run. The composition root. */
+#include "cq_admin.h"
 #include "cq_alloc.h"
 #include "cq_config.h"
 #include "cq_core.h"
@@ -32,6 +33,7 @@ typedef struct app {
     cq_schema_t *old_schemas[64]; /* earlier schemas: channels may still point into them */
     int n_old;
     cq_shared_t *sh;
+    cq_admin_t *admin; /* /metrics sources: the core's, then the MQ port's */
     cq_io_t *io;
     cq_mqperm_t *perms; /* NULL: every module may do everything */
     cq_writer_t *writer;
@@ -258,6 +260,8 @@ static int start_mq(app_t *a, char *bound, size_t blen)
                          .ntopics = n};
     char err[512] = "cannot start the store thread";
     r = a->writer ? cq_mqio_start(a->mq, a->writer, &mo, bound, blen, err, sizeof(err)) : -ENOMEM;
+    if (r == 0 && (r = cq_admin_add_source(a->admin, "mq", cq_mqio_metrics_append, a->mq)) < 0)
+        snprintf(err, sizeof(err), "cannot register the MQ metrics: %s", cq_strerror(r));
     if (r < 0)
         CQ_ERROR("main", "%s", err);
     else
@@ -269,6 +273,8 @@ static int start_mq(app_t *a, char *bound, size_t blen)
 
 static void stop_mq(app_t *a)
 {
+    if (a->mq)
+        cq_admin_remove_source(a->admin, cq_mqio_metrics_append, a->mq);
     cq_mqio_stop(a->mq);
     if (a->writer)
         cq_writer_shutdown(a->writer); /* completes every queued request */
@@ -284,10 +290,15 @@ static int start(app_t *a)
     cq_core_opts_t o;
     core_opts(a, &o);
     char err[512] = "";
-    int r = cq_shared_new(&o, cq_io_core_ops(), NULL, &a->sh, err, sizeof(err));
+    int r = cq_shared_new(&o, NULL, NULL, &a->sh, err, sizeof(err));
     if (r < 0) {
         CQ_ERROR("main", "%s", err);
         return r;
+    }
+    if (!(a->admin = cq_admin_new()) ||
+        cq_admin_add_source(a->admin, "core", cq_shared_metrics_append, a->sh) < 0) {
+        CQ_ERROR("main", "out of memory");
+        return -ENOMEM;
     }
     const cq_config_t *c = &a->cfg;
     cq_io_opts_t io = {
@@ -296,6 +307,7 @@ static int start(app_t *a)
         .client_network = c->client_network,
         .server_network = c->server_network,
         .admin_addr = c->admin_addr,
+        .admin = a->admin,
         .client_legacy_tag = c->client_legacy_tag,
         .server_legacy_tag = c->server_legacy_tag,
         .tcp_keepalive_s = c->tcp_keepalive_s,
@@ -363,6 +375,7 @@ int main(int argc, char **argv)
         cq_io_run_until_signal(a.io, on_hup, &a);
     stop_mq(&a);
     cq_io_free(a.io);
+    cq_admin_free(a.admin);
     cq_shared_free(a.sh);
     cq_settings_free(a.settings);
     cq_schema_free(a.schema);
