@@ -655,7 +655,7 @@ static void run_raw_mysql(void)
     snprintf(sql, sizeof(sql), "CREATE DATABASE IF NOT EXISTS `%s`", O.my_db);
     my_check(my, mysql_query(my, sql), "create database");
     my_check(my, mysql_select_db(my, O.my_db), "use");
-    /* the shape of chanqd's per-topic table (src/store/mysql.c) */
+    /* the shape of chanqd's per-topic table (src/store/mysql_schema.c) */
     snprintf(sql, sizeof(sql),
              "CREATE TABLE IF NOT EXISTS `t_%s` ("
              "id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, "

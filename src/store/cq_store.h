@@ -13,7 +13,7 @@
  * Per topic the seed's two tables exist: t_<topic> (offset, create time, content, state 1 valid /
  * 0 invalid, producer id + sequence for idempotent retries) and o_<topic> (consumer id, update
  * time, offset). MariaDB limits table names to 64 characters: there, names over 62 characters
- * get a shortened table name with a hash (src/store/mysql.c).
+ * get a shortened table name with a hash (src/store/mysql_schema.c).
  *
  * Threads: every call is synchronous and may block on disk or network; call it from the store
  * thread, never from an event loop. A handle is used by one thread at a time (no internal

@@ -9,7 +9,7 @@
  * The semantic cases run on both backends; the file-layout cases (WAL mode, data dir) are
  * SQLite-only and the server cases MariaDB-only. The tests reach the database behind the store
  * only through db_int()/db_exec(): sqlite3 for SQLite, the mariadb command-line client for
- * MariaDB (so only src/store/mysql.c includes <mysql.h>). The crash case forks a writer that is
+ * MariaDB (so only src/store/mysql*.c include <mysql.h>). The crash case forks a writer that is
  * SIGKILLed mid-stream. */
 #include "cq_store.h"
 
