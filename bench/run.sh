@@ -32,6 +32,18 @@
 #             closed shape), and
 #             (with the data shape) during one data run with PERF_DATA_SUBS [1000] subscribers
 #   OUT [build-bench/bench-results]
+#   BASE_REV [unset]  a git revision (commit, tag, branch) to measure side by side with the
+#             working tree in the same run, e.g. BASE_REV=main or BASE_REV=HEAD~3: its committed
+#             tree is extracted with `git archive` into build-bench-base/src/ and its chanqd built
+#             there (meson release, build-bench-base/build/); the load generators are always
+#             the working tree's. Each chanq-wN in TARGETS gets a base-wN right after it
+#             (TARGETS "chanq-w1 chanq-w2 redis nats" runs chanq-w1 base-w1 chanq-w2 base-w2
+#             redis nats, interleaved per rep as usual; the data and transports shapes take the
+#             base-wN targets too), and each backend in DUR_BACKENDS a base-<backend> (mysql
+#             base-mysql sqlite base-sqlite: both on the same MariaDB, each in its own
+#             database). The closed-loop tables gain a "vs base" column (deliveries per server
+#             CPU-s of chanq-wN over base-wN), and the durable summary a "vs base" line per
+#             backend (produce, rate p99, consume).
 # Needs: meson, ninja, a C compiler, libuv and the project's build deps, python3 (summary),
 # redis-server and nats-server (installed with apt-get when missing and running as root),
 # protoc (protobuf-compiler) for the data shape.
@@ -70,6 +82,7 @@ DUR_CONSUME_MAX=${DUR_CONSUME_MAX:-300000}
 DUR_CONSUME_COUNT=${DUR_CONSUME_COUNT:-1000}
 PERF_DATA_SUBS=${PERF_DATA_SUBS:-1000}
 OUT=${OUT:-$BUILD/bench-results}
+unset SERVER_BIN # set by the caller of start_chanq for one call only (BASE_REV targets)
 
 log() { printf '[run.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -102,6 +115,44 @@ ninja -C "$BUILD" "${BUILD_TARGETS[@]}" >/dev/null
 CHANQD="$BUILD/src/main/chanqd"
 CQBENCH="$BUILD/bench/cqbench"
 MQBENCH="$BUILD/bench/mqbench"
+
+# BASE_REV: the revision's chanqd, built from its committed tree (re-extracted when the
+# revision resolves to another commit), and its targets next to the working tree's.
+BASE_COMMIT=
+CHANQD_BASE=
+if [ -n "${BASE_REV:-}" ]; then
+    BASE_COMMIT=$(git -C "$ROOT" rev-parse --verify --quiet "$BASE_REV^{commit}") ||
+        { log "BASE_REV $BASE_REV is not a commit"; exit 1; }
+    BASE_DIR="$ROOT/build-bench-base"
+    if [ "$(cat "$BASE_DIR/src/.commit" 2>/dev/null)" != "$BASE_COMMIT" ]; then
+        log "base: extracting $BASE_REV ($BASE_COMMIT) into $BASE_DIR/src"
+        rm -rf "$BASE_DIR"
+        mkdir -p "$BASE_DIR/src"
+        git -C "$ROOT" archive "$BASE_COMMIT" | tar -x -C "$BASE_DIR/src"
+        echo "$BASE_COMMIT" >"$BASE_DIR/src/.commit"
+    fi
+    if [ ! -f "$BASE_DIR/build/build.ninja" ]; then
+        meson setup "$BASE_DIR/build" "$BASE_DIR/src" --buildtype=release -Dtests=disabled \
+            >/dev/null
+    fi
+    ninja -C "$BASE_DIR/build" src/main/chanqd >/dev/null
+    CHANQD_BASE="$BASE_DIR/build/src/main/chanqd"
+    log "base: $BASE_REV = $BASE_COMMIT, $CHANQD_BASE"
+    with_base() { # list: each item X, then base-X when X matches the pattern $1
+        local pat=$1 x out=()
+        shift
+        for x in "$@"; do
+            out+=("$x")
+            # shellcheck disable=SC2254 # $pat is a glob on purpose
+            case "$x" in $pat) out+=("base-${x#chanq-}") ;; esac
+        done
+        echo "${out[*]}"
+    }
+    # shellcheck disable=SC2086
+    TARGETS=$(with_base 'chanq-w*' $TARGETS)
+    # shellcheck disable=SC2086
+    DUR_BACKENDS=$(with_base '*' $DUR_BACKENDS)
+fi
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 # The data shape opens max(DATA_SUBS) + 1 client sockets in cqbench and as many in chanqd (each
@@ -184,12 +235,13 @@ wait_port() { # port pid -> 0 when listening, 1 when the server died or never li
 # Each start_* sets SPID (server pid) and ARGS (cqbench address arguments); start_chanq also
 # sets SDIR (its ready file and log). Durable topics are off unless the extra arguments turn
 # them on (the last --mq-addr wins), so no store is opened and the fixed MQ ports stay free.
+# start_chanq runs the working tree's chanqd, or BASE_REV's when SERVER_BIN is set to it.
 start_chanq() { # workers [extra chanqd arguments...]
     local dir="$TMP/chanq-$1-$RANDOM" w=$1
     shift
     mkdir -p "$dir"
     SDIR=$dir
-    "$CHANQD" --client-addr 127.0.0.1:0 --server-addr 127.0.0.1:0 --admin-addr '' \
+    "${SERVER_BIN:-$CHANQD}" --client-addr 127.0.0.1:0 --server-addr 127.0.0.1:0 --admin-addr '' \
         --mq-addr '' --mq-http-addr '' --ws-addr '' --kcp-addr '' \
         --ready-file "$dir/ready" --workers "$w" --log-level warn "$@" >"$dir/log" 2>&1 &
     SPID=$!
@@ -238,10 +290,22 @@ start_nats() {
     done
     exit 1
 }
+# chanqd targets: chanq-wN is the working tree's chanqd with N workers, base-wN BASE_REV's.
+# chanq_target NAME: sets T_BIN (the binary) and W (workers) for a chanqd target; false for
+# any other target.
+chanq_target() {
+    case "$1" in
+    chanq-w[0-9]*) T_BIN=$CHANQD W=${1#chanq-w} ;;
+    base-w[0-9]*) T_BIN=$CHANQD_BASE W=${1#base-w} ;;
+    *) return 1 ;;
+    esac
+    [ -n "$T_BIN" ] || { log "target $1 needs BASE_REV"; exit 1; }
+}
 start_target() { # name
     case "$1" in
     chanq-w1) start_chanq 1 ;;
     chanq-w2) start_chanq 2 ;;
+    base-w1 | base-w2) chanq_target "$1" && SERVER_BIN=$T_BIN start_chanq "$W" ;;
     redis) start_redis ;;
     nats) start_nats ;;
     *) log "unknown target $1"; exit 1 ;;
@@ -342,22 +406,19 @@ run_shape() { # shape
     data)
         # Channel data: a fresh chanqd (with the test type's descriptor set) per run, so that
         # RSS and channel state start from zero. chanq targets only.
-        local n w any=0
+        local n any=0
         for _ in $(seq 1 "$DATA_REPS"); do
             for n in $DATA_SUBS; do
                 for t in $TARGETS; do
-                    case "$t" in
-                    chanq-w*) w=${t#chanq-w} ;;
-                    *) continue ;;
-                    esac
+                    chanq_target "$t" || continue
                     any=1
-                    start_chanq "$w" --channel-data-types "$FDS"
+                    SERVER_BIN=$T_BIN start_chanq "$W" --channel-data-types "$FDS"
                     bench "data$n/$t" "${ARGS[@]}" --pid "$SPID" --mode data --subs "$n" \
                         --rate "$DATA_RATE" --size "$DATA_SIZE" --interval "$DATA_INTERVAL" \
                         --duration "$DATA_DURATION" --warmup "$DATA_WARMUP"
                     stop_server "$SPID"
                     [ "$DATA_CONTROL" = 1 ] || continue
-                    start_chanq "$w"
+                    SERVER_BIN=$T_BIN start_chanq "$W"
                     bench "bcast$n/$t" "${ARGS[@]}" --pid "$SPID" --mode rate --subs "$n" \
                         --rate "$(python3 -c "print(1000 / $DATA_INTERVAL)")" --size "$DATA_SIZE" \
                         --duration "$DATA_DURATION" --warmup "$DATA_WARMUP"
@@ -376,33 +437,40 @@ run_shape() { # shape
 # Durable topics (issue 4): chanqd on MariaDB and chanqd on SQLite run for the whole shape; per
 # rep: raw Connector/C bulk inserts into the same MariaDB, then per backend produce
 # (throughput), rate (ack latency at DUR_RATE msgs/s) and consume (from offset 0). A fresh topic
-# per rep.
+# per rep. A base-<backend> (BASE_REV) runs BASE_REV's chanqd on the same MariaDB (its own
+# database) or in its own SQLite directory.
 run_durable() {
-    local my_port='' my_pid='' b r ready mq rc dstart dend fs0 fs1
+    local my_port='' my_pid='' my_tried=0 b r ready mq rc dstart dend fs0 fs1 bin sfx
     local -a cpid common
     local -A MQADDR MQPID
     dstart=$(cut -d' ' -f1-3 /proc/loadavg)
     fs0=$(dsync_rate)
     log "durable: load $dstart, disk $fs0 synced 4k writes/s"
     for b in $DUR_BACKENDS; do
-        case "$b" in
+        bin=$CHANQD sfx=''
+        case "$b" in base-*) bin=$CHANQD_BASE sfx=_base ;; esac
+        case "${b#base-}" in
         mysql)
-            MYBASE="$TMP/mariadb"
-            rc=0
-            my_port=$("$ROOT/tests/support/mariadb.sh" start "$MYBASE") || rc=$?
-            if [ "$rc" != 0 ]; then
-                log "durable: MariaDB did not start (mariadb.sh exit $rc), backend mysql skipped"
-                MYBASE=
-                my_port=
-                continue
+            if [ "$my_tried" = 0 ]; then
+                my_tried=1
+                MYBASE="$TMP/mariadb"
+                rc=0
+                my_port=$("$ROOT/tests/support/mariadb.sh" start "$MYBASE") || rc=$?
+                if [ "$rc" != 0 ]; then
+                    log "durable: MariaDB did not start (mariadb.sh exit $rc), backend $b skipped"
+                    MYBASE=
+                    my_port=
+                    continue
+                fi
+                my_pid=$(cat "$MYBASE/mariadbd.pid")
             fi
-            my_pid=$(cat "$MYBASE/mariadbd.pid")
-            start_chanq 1 --mq-addr 127.0.0.1:0 --store-backend mysql --mysql-port "$my_port" \
-                --mysql-user root --mysql-database chanq_bench
+            [ -n "$my_port" ] || { log "durable: no MariaDB, backend $b skipped"; continue; }
+            SERVER_BIN=$bin start_chanq 1 --mq-addr 127.0.0.1:0 --store-backend mysql \
+                --mysql-port "$my_port" --mysql-user root --mysql-database "chanq_bench$sfx"
             ;;
         sqlite)
-            start_chanq 1 --mq-addr 127.0.0.1:0 --store-backend sqlite \
-                --store-dir "$TMP/sqlite-store"
+            SERVER_BIN=$bin start_chanq 1 --mq-addr 127.0.0.1:0 --store-backend sqlite \
+                --store-dir "$TMP/sqlite-store$sfx"
             ;;
         *) log "durable: unknown backend $b"; exit 1 ;;
         esac
@@ -427,7 +495,7 @@ run_durable() {
             [ -n "${MQADDR[$b]:-}" ] || continue
             mq=${MQADDR[$b]}
             cpid=(--pid "chanqd=${MQPID[$b]}")
-            [ "$b" = mysql ] && cpid+=(--pid "mariadbd=$my_pid")
+            case "$b" in mysql | base-mysql) cpid+=(--pid "mariadbd=$my_pid") ;; esac
             mqbench "durable/produce/$b" produce --addr "$mq" --topic "bench_r$r" \
                 --producers "$DUR_PRODUCERS" --window "$DUR_WINDOW" --batch "$DUR_BATCH" \
                 "${cpid[@]}" "${common[@]}"
@@ -494,18 +562,16 @@ tr_wait_idle() {
 }
 
 run_transports() {
-    local t w r i tr order lstart lend
+    local t r i tr order lstart lend
     local -A tpid targs tadmin
     local -a trs chanqs=()
     read -r -a trs <<<"$TR_TRANSPORTS"
     for t in $TARGETS; do
-        case "$t" in
-        chanq-w*) w=${t#chanq-w} ;;
-        *) continue ;;
-        esac
+        chanq_target "$t" || continue
         # shellcheck disable=SC2086
-        start_chanq "$w" --ws-addr 127.0.0.1:0 --kcp-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
-            --kcp-max-per-addr 100000 --kcp-idle-timeout-ms 5000 $TR_CHANQD_ARGS
+        SERVER_BIN=$T_BIN start_chanq "$W" --ws-addr 127.0.0.1:0 --kcp-addr 127.0.0.1:0 \
+            --admin-addr 127.0.0.1:0 --kcp-max-per-addr 100000 --kcp-idle-timeout-ms 5000 \
+            $TR_CHANQD_ARGS
         tpid[$t]=$SPID
         targs[$t]="${ARGS[*]}"
         tadmin[$t]=$(grep -o 'admin=[^ ]*' "$SDIR/ready" | cut -d= -f2)
@@ -641,8 +707,9 @@ LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 log "load at end: $LOAD_END; wall time $(($(date +%s) - T0)) s"
 
 # ---- summary (medians) -------------------------------------------------------------------------
-python3 - "$JSONL" "$LOAD_START" "$LOAD_END" <<'EOF'
-import json, statistics, sys
+# CQ_BENCH_BASE (BASE_REV only) names the base revision; its targets get a "vs base" column.
+CQ_BENCH_BASE=${BASE_REV:+$BASE_REV ($BASE_COMMIT)} python3 - "$JSONL" "$LOAD_START" "$LOAD_END" <<'EOF'
+import json, os, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')]
 by = {}
 for r in rows:
@@ -665,14 +732,23 @@ for r in rows:
     t = r['label'].split('/', 1)[1]
     if t not in targets:
         targets.append(t)
+base = os.environ.get('CQ_BENCH_BASE', '')
+if base:
+    print(f'base: base-wN targets are chanqd at {base}; "vs base" = chanq-wN / base-wN')
+
+def vs_base(shape, t, d):
+    if not t.startswith('chanq-w'):
+        return '-'
+    return ratio(d, med(f'{shape}/base-w{t[len("chanq-w"):]}', 'deliveries_per_server_cpu_s'))
 
 for shape, title in (('closed100', 'closed loop, 1 -> 100 subscribers, 64 B'),
                      ('closed1000', 'closed loop, 1 -> 1000 subscribers, 64 B')):
     if not any(k.startswith(shape + '/') for k in by):
         continue
     print(f'\n### {title} (median of {max(len(by.get(shape + "/" + t, [])) for t in targets)})\n')
-    print('| target | deliveries/s | server cores | deliveries / server CPU-s | client CPU-s | missing | vs redis | vs nats |')
-    print('|---|---:|---:|---:|---:|---:|---:|---:|')
+    print('| target | deliveries/s | server cores | deliveries / server CPU-s | client CPU-s | missing | vs redis | vs nats |'
+          + (' vs base |' if base else ''))
+    print('|---|---:|---:|---:|---:|---:|---:|---:|' + ('---:|' if base else ''))
     for t in targets:
         L = f'{shape}/{t}'
         if L not in by:
@@ -681,7 +757,8 @@ for shape, title in (('closed100', 'closed loop, 1 -> 100 subscribers, 64 B'),
         print(f'| {t} | {fmt(med(L, "deliveries_per_s"))} | {fmt(med(L, "server_cores"), 2)} | {fmt(d)} '
               f'| {fmt(med(L, "client_cpu_s"), 2)} | {fmt(med(L, "missing"))} '
               f'| {ratio(d, med(shape + "/redis", "deliveries_per_server_cpu_s"))} '
-              f'| {ratio(d, med(shape + "/nats", "deliveries_per_server_cpu_s"))} |')
+              f'| {ratio(d, med(shape + "/nats", "deliveries_per_server_cpu_s"))} |'
+              + (f' {vs_base(shape, t, d)} |' if base else ''))
 
 if any(k.startswith('rate100/') for k in by):
     print('\n### 1 -> 100 subscribers at 1000 msg/s, 64 B (medians)\n')
@@ -824,7 +901,7 @@ for L in sorted(by):
           f'| {fmt(p50, 2)} | {fmt(p99, 2)} | {fmt(med(L, "cpu", "chanqd"))} | {fmt(med(L, "cpu", "mariadbd"))} '
           f'| {fmt(med(L, "cpu", "mqbench"))} | {err} |')
 print()
-for b in ('mysql', 'sqlite'):
+for b in ('mysql', 'base-mysql', 'sqlite', 'base-sqlite'):
     p = med(f'durable/produce/{b}', 'msgs_per_s')
     lat = med(f'durable/rate/{b}', 'p99_ms')
     c = med(f'durable/consume/{b}', 'msgs_per_s')
@@ -842,5 +919,21 @@ for b in ('mysql', 'sqlite'):
                     + ' / '.join(f'{100 * x:.0f}' for x in pr) + ' %)')
     print(f'- {b}: produce {p:,.0f}/s (target >= 100,000 and >= 60 % of raw{rel}); '
           f'rate p99 {fmt(lat, 2)} ms (target <= 5); consume {fmt(c)}/s (target >= 200,000)')
+
+def rel(a, b):
+    return '-' if a is None or not b else f'{a / b:.2f}x'
+
+# BASE_REV: the working tree against the base revision, per backend (reps paired in run order)
+for b in ('mysql', 'sqlite'):
+    cur, old = by.get(f'durable/produce/{b}', []), by.get(f'durable/produce/base-{b}', [])
+    if not cur or not old:
+        continue
+    pr = [q['msgs_per_s'] / w['msgs_per_s'] for q, w in zip(cur, old) if w['msgs_per_s'] > 0]
+    per = ' / '.join(f'{x:.2f}' for x in pr)
+    print(f'- {b} vs base-{b}: produce '
+          f'{rel(med(f"durable/produce/{b}", "msgs_per_s"), med(f"durable/produce/base-{b}", "msgs_per_s"))} '
+          f'(per rep: {per}); rate p99 {fmt(med(f"durable/rate/{b}", "p99_ms"), 2)} vs '
+          f'{fmt(med(f"durable/rate/base-{b}", "p99_ms"), 2)} ms; consume '
+          f'{rel(med(f"durable/consume/{b}", "msgs_per_s"), med(f"durable/consume/base-{b}", "msgs_per_s"))}')
 EOF
 log "durable raw results: $DJSONL"
