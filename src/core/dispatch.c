@@ -5,7 +5,6 @@
 
 #include "cq_alloc.h"
 #include "cq_err.h"
-#include "cq_varint.h"
 
 #include <string.h>
 
@@ -35,41 +34,6 @@ static const ProtobufCMessageDescriptor *body_desc(uint32_t t)
     }
 }
 
-/* A server's user-space body must be a ServerForwardMessage; checked without allocating. */
-static bool sfm_valid(const uint8_t *p, size_t n)
-{
-    const uint8_t *end = p + n;
-    while (p < end) {
-        uint64_t tag, v;
-        size_t k = cq_varint_get(p, end, &tag);
-        if (!k)
-            return false;
-        p += k;
-        unsigned wt = (unsigned)(tag & 7);
-        if ((tag >> 3) == 0)
-            return false;
-        if (wt == 0) {
-            k = cq_varint_get(p, end, &v);
-        } else if (wt == 2) {
-            k = cq_varint_get(p, end, &v);
-            if (k && v > (uint64_t)(end - p - (ptrdiff_t)k))
-                return false;
-            if (k)
-                k += (size_t)v;
-        } else if (wt == 1 || wt == 5) {
-            k = wt == 1 ? 8 : 4;
-            if ((size_t)(end - p) < k)
-                return false;
-        } else {
-            return false;
-        }
-        if (!k || ((tag >> 3) == 1 && wt != 0) || ((tag >> 3) == 2 && wt != 2))
-            return false;
-        p += k;
-    }
-    return true;
-}
-
 static void drop(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp, const char *why)
 {
     CQ_METRIC_ADD(c, M_DROPPED, conn->type, 1);
@@ -95,7 +59,7 @@ static int admit(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp)
         drop(c, conn, mp, "body does not decode as its message type");
         return 0;
     }
-    if (user && conn->type == CQ_CONN_SERVER && !sfm_valid(mp->body, mp->body_len)) {
+    if (user && conn->type == CQ_CONN_SERVER && !cq_wire_sfm_valid(mp->body, mp->body_len)) {
         drop(c, conn, mp, "server user-space body is not a ServerForwardMessage");
         return 0;
     }

@@ -8,7 +8,6 @@
 
 #include "cq_alloc.h"
 #include "cq_err.h"
-#include "cq_varint.h"
 
 #include <string.h>
 
@@ -94,59 +93,6 @@ void cq__fanout(cq_core_t *c, cq_chan_t *ch, cq_buf_t *rec, uint32_t sender, uin
 
 /* ---- user-space messages ---------------------------------------------------------------- */
 
-/* clientConnId of a (validated) ServerForwardMessage; 0 if absent. */
-static uint32_t sfm_client(const uint8_t *p, size_t n)
-{
-    const uint8_t *end = p + n;
-    uint32_t id = 0;
-    while (p < end) {
-        uint64_t tag, v;
-        size_t k = cq_varint_get(p, end, &tag);
-        if (!k)
-            break;
-        p += k;
-        k = cq_varint_get(p, end, &v);
-        if (!k)
-            break;
-        if ((tag & 7) == 0) {
-            if ((tag >> 3) == 1)
-                id = (uint32_t)v;
-            p += k;
-        } else if ((tag & 7) == 2) {
-            p += k + v;
-        } else {
-            p += (tag & 7) == 1 ? 8 : 4;
-        }
-    }
-    return id;
-}
-
-/* Record for a client's message: the body is wrapped in ServerForwardMessage. */
-static cq_buf_t *wrap_client(const cq_req_t *r)
-{
-    size_t plen = r->mp.body_len;
-    size_t sfm = 1 + cq_varint_size(r->conn_id) + (plen ? 1 + cq_varint_size(plen) + plen : 0);
-    cq_mp_t mp = r->mp;
-    mp.body = NULL;
-    mp.body_len = (uint32_t)sfm;
-    size_t total = cq_wire_record_size(&mp);
-    if (total > CQ_WIRE_MAX_RECORD)
-        return NULL;
-    cq_buf_t *b = cq_buf_new(total);
-    if (!b)
-        return NULL;
-    uint8_t *p = b->data + cq_wire_record_head(b->data, &mp);
-    *p++ = 0x08;
-    p += cq_varint_put(p, r->conn_id);
-    if (plen) {
-        *p++ = 0x12;
-        p += cq_varint_put(p, plen);
-        memcpy(p, r->mp.body, plen);
-    }
-    b->len = (uint32_t)total;
-    return b;
-}
-
 static void from_client(cq_core_t *c, cq_req_t *r, cq_chan_t *ch)
 {
     if (!ch->owner) {
@@ -155,7 +101,7 @@ static void from_client(cq_core_t *c, cq_req_t *r, cq_chan_t *ch)
                    r->conn_id, r->mp.msg_type, ch->id);
         return;
     }
-    cq_buf_t *rec = wrap_client(r);
+    cq_buf_t *rec = cq_wire_sfm_record(&r->mp, r->conn_id);
     if (!rec) {
         CQ_MSG_LOG(c, "fwd", "conn %u: user msg %u too large to forward", r->conn_id,
                    r->mp.msg_type);
@@ -187,7 +133,7 @@ static void from_server(cq_core_t *c, cq_req_t *r, cq_chan_t *ch)
         return;
     }
     if (bc == BC_SINGLE) {
-        uint32_t client = sfm_client(r->mp.body, r->mp.body_len);
+        uint32_t client = cq_wire_sfm_client(r->mp.body, r->mp.body_len);
         to_one(c, r, client ? client : ch->owner, client ? "connection" : "channel owner");
         return;
     }

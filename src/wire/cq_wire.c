@@ -263,6 +263,93 @@ cq_buf_t *cq_wire_record_msg(uint32_t channel_id, uint32_t broadcast, uint32_t s
     return b;
 }
 
+/* ---- ServerForwardMessage ------------------------------------------------------------------ */
+
+bool cq_wire_sfm_valid(const uint8_t *p, size_t n)
+{
+    const uint8_t *end = p + n;
+    while (p < end) {
+        uint64_t tag, v;
+        size_t k = cq_varint_get(p, end, &tag);
+        if (!k)
+            return false;
+        p += k;
+        unsigned wt = (unsigned)(tag & 7);
+        if ((tag >> 3) == 0)
+            return false;
+        if (wt == 0) {
+            k = cq_varint_get(p, end, &v);
+        } else if (wt == 2) {
+            k = cq_varint_get(p, end, &v);
+            if (k && v > (uint64_t)(end - p - (ptrdiff_t)k))
+                return false;
+            if (k)
+                k += (size_t)v;
+        } else if (wt == 1 || wt == 5) {
+            k = wt == 1 ? 8 : 4;
+            if ((size_t)(end - p) < k)
+                return false;
+        } else {
+            return false;
+        }
+        if (!k || ((tag >> 3) == 1 && wt != 0) || ((tag >> 3) == 2 && wt != 2))
+            return false;
+        p += k;
+    }
+    return true;
+}
+
+uint32_t cq_wire_sfm_client(const uint8_t *p, size_t n)
+{
+    const uint8_t *end = p + n;
+    uint32_t id = 0;
+    while (p < end) {
+        uint64_t tag, v;
+        size_t k = cq_varint_get(p, end, &tag);
+        if (!k)
+            break;
+        p += k;
+        k = cq_varint_get(p, end, &v);
+        if (!k)
+            break;
+        if ((tag & 7) == 0) {
+            if ((tag >> 3) == 1)
+                id = (uint32_t)v;
+            p += k;
+        } else if ((tag & 7) == 2) {
+            p += k + v;
+        } else {
+            p += (tag & 7) == 1 ? 8 : 4;
+        }
+    }
+    return id;
+}
+
+cq_buf_t *cq_wire_sfm_record(const cq_mp_t *mp, uint32_t client_conn_id)
+{
+    size_t plen = mp->body_len;
+    size_t sfm = 1 + cq_varint_size(client_conn_id) + (plen ? 1 + cq_varint_size(plen) + plen : 0);
+    cq_mp_t head = *mp;
+    head.body = NULL;
+    head.body_len = (uint32_t)sfm;
+    size_t total = cq_wire_record_size(&head);
+    if (total > CQ_WIRE_MAX_RECORD)
+        return NULL;
+    cq_buf_t *b = cq_buf_new(total);
+    if (!b)
+        return NULL;
+    uint8_t *p = b->data + cq_wire_record_head(b->data, &head);
+    *p++ = 0x08; /* field 1, varint */
+    p += cq_varint_put(p, client_conn_id);
+    if (plen) {
+        *p++ = 0x12; /* field 2, length-delimited */
+        p += cq_varint_put(p, plen);
+        memcpy(p, mp->body, plen);
+    }
+    b->len = (uint32_t)total;
+    return b;
+}
+
 size_t cq_wire_pad(uint8_t *out, size_t min_total)
 {
     /* tag for field 2047, wire type 2: (2047 << 3) | 2 = 16378 -> 0xfa 0x7f */

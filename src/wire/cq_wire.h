@@ -10,6 +10,7 @@
 #ifndef CQ_WIRE_H
 #define CQ_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -74,6 +75,29 @@ cq_buf_t *cq_wire_record_raw(const cq_mp_t *mp);
 /* Returns an owned record whose body is msg packed in place (msg may be NULL: empty body). */
 cq_buf_t *cq_wire_record_msg(uint32_t channel_id, uint32_t broadcast, uint32_t stub_id,
                              uint32_t msg_type, const ProtobufCMessage *msg);
+
+/* ---- ServerForwardMessage ----
+ *
+ * ServerForwardMessage {1 uint32 clientConnId, 2 bytes payload} is the body of every
+ * user-space message (msgType >= 100) to or from a SERVER connection. Relaying one is the hot
+ * path of a game, so the three things the core does with it are done here by hand, without
+ * allocating or unpacking: check a server's body, read its clientConnId, and wrap a client's
+ * body in one. */
+
+/* True when p[0..n) (borrowed) is a well-formed ServerForwardMessage: every field well formed
+ * (unknown fields are accepted as protobuf does, groups are not), field 1 a varint and field 2
+ * length-delimited. An empty body is valid. */
+bool cq_wire_sfm_valid(const uint8_t *p, size_t n);
+/* The clientConnId of a body that cq_wire_sfm_valid() accepted (the last one wins, as in
+ * protobuf), or 0 when it has none. Reading stops at the first value that is not a varint when
+ * read as one, so call it on validated bodies only. */
+uint32_t cq_wire_sfm_client(const uint8_t *p, size_t n);
+/* Returns an owned record for mp (borrowed) whose body is ServerForwardMessage{clientConnId =
+ * client_conn_id, payload = mp->body[0..body_len)}: the same bytes protobuf-c packs, except
+ * that clientConnId is written even when 0 (connection ids never are). The payload field is
+ * left out when body_len is 0. NULL on OOM or when the record would exceed
+ * CQ_WIRE_MAX_RECORD. */
+cq_buf_t *cq_wire_sfm_record(const cq_mp_t *mp, uint32_t client_conn_id);
 
 /* Writes an unknown length-delimited field (number 2047) of at least min_total bytes at out
  * (room for min_total + 3); returns the bytes written. Used to steer legacy-tag lengths. */

@@ -815,6 +815,164 @@ static void test_iter_error_sticky(void **state)
     assert_int_equal(cq_wire_packet_next(&it, &mp), CQ_EDECODE);
 }
 
+/* ---- ServerForwardMessage --------------------------------------------------------------- */
+
+/* protobuf-c's packing of SFM{client, payload} as the body of a record like mp's. */
+static cq_buf_t *sfm_by_protobuf(const cq_mp_t *mp, uint32_t client)
+{
+    Channeldpb__ServerForwardMessage m = CHANNELDPB__SERVER_FORWARD_MESSAGE__INIT;
+    m.clientconnid = client;
+    m.payload.data = (uint8_t *)mp->body;
+    m.payload.len = mp->body_len;
+    return cq_wire_record_msg(mp->channel_id, mp->broadcast, mp->stub_id, mp->msg_type, &m.base);
+}
+
+static void expect_sfm_record(const cq_mp_t *mp, uint32_t client, const uint8_t *want, size_t n)
+{
+    cq_buf_t *rec = cq_wire_sfm_record(mp, client);
+    assert_non_null(rec);
+    assert_int_equal(rec->len, n);
+    assert_memory_equal(rec->data, want, n);
+    cq_buf_t *pb = sfm_by_protobuf(mp, client);
+    assert_non_null(pb);
+    assert_int_equal(pb->len, rec->len);
+    assert_memory_equal(pb->data, rec->data, rec->len);
+    cq_buf_unref(pb);
+    cq_buf_unref(rec);
+}
+
+static void test_sfm_record_bytes(void **state)
+{
+    (void)state;
+    /* The §1.2 user-space vector: client 7 wrapping "hi". */
+    cq_mp_t mp = {.msg_type = 100, .body = (const uint8_t *)"hi", .body_len = 2};
+    expect_sfm_record(&mp, 7, vec_user_fwd + CQ_FRAME_HDR_LEN,
+                      sizeof(vec_user_fwd) - CQ_FRAME_HDR_LEN);
+    /* An empty payload leaves field 2 out, as protobuf-c does for empty proto3 bytes. */
+    static const uint8_t empty[] = {0x0a, 0x06, 0x20, 0x64, 0x2a, 0x02, 0x08, 0x07};
+    mp.body = NULL;
+    mp.body_len = 0;
+    expect_sfm_record(&mp, 7, empty, sizeof(empty));
+    /* Every envelope field kept; multi-byte client id and type. */
+    static const uint8_t full[] = {0x0a, 0x12, 0x08, 0x05, 0x10, 0x02, 0x18, 0x09, 0x20, 0xc8,
+                                   0x01, 0x2a, 0x07, 0x08, 0xac, 0x02, 0x12, 0x02, 'o',  'k'};
+    mp = (cq_mp_t){5, 2, 9, 200, (const uint8_t *)"ok", 2};
+    expect_sfm_record(&mp, 300, full, sizeof(full));
+    /* A zero client id is still written (protobuf-c would leave it out). */
+    static const uint8_t zero[] = {0x0a, 0x06, 0x20, 0x64, 0x2a, 0x02, 0x08, 0x00};
+    mp = (cq_mp_t){.msg_type = 100};
+    cq_buf_t *rec = cq_wire_sfm_record(&mp, 0);
+    assert_non_null(rec);
+    assert_int_equal(rec->len, sizeof(zero));
+    assert_memory_equal(rec->data, zero, sizeof(zero));
+    cq_buf_unref(rec);
+}
+
+static void test_sfm_record_max_size(void **state)
+{
+    (void)state;
+    static uint8_t body[70000];
+    for (size_t i = 0; i < sizeof(body); i++)
+        body[i] = (uint8_t)i;
+    /* 0a fb ff 03 | 20 64 2a f5 ff 03 | 08 07 12 ef ff 03 payload: 16 + 65519 = 65535 bytes. */
+    cq_mp_t mp = {.msg_type = 100, .body = body, .body_len = 65519};
+    cq_buf_t *rec = cq_wire_sfm_record(&mp, 7);
+    assert_non_null(rec);
+    assert_int_equal(rec->len, CQ_WIRE_MAX_RECORD);
+    static const uint8_t head[] = {0x0a, 0xfb, 0xff, 0x03, 0x20, 0x64, 0x2a, 0xf5,
+                                   0xff, 0x03, 0x08, 0x07, 0x12, 0xef, 0xff, 0x03};
+    assert_memory_equal(rec->data, head, sizeof(head));
+    assert_memory_equal(rec->data + sizeof(head), body, 65519);
+    cq_buf_t *pb = sfm_by_protobuf(&mp, 7);
+    assert_non_null(pb);
+    assert_int_equal(pb->len, rec->len);
+    assert_memory_equal(pb->data, rec->data, rec->len);
+    cq_buf_unref(pb);
+    assert_int_equal(cq_wire_packet_validate(rec->data, rec->len), 1);
+    cq_buf_unref(rec);
+    /* One byte more does not fit, and neither does it through protobuf-c. */
+    mp.body_len = 65520;
+    assert_null(cq_wire_sfm_record(&mp, 7));
+    assert_null(sfm_by_protobuf(&mp, 7));
+    mp.body_len = sizeof(body);
+    assert_null(cq_wire_sfm_record(&mp, 7));
+}
+
+static void test_sfm_record_failn(void **state)
+{
+    (void)state;
+    cq_mp_t mp = {.msg_type = 100, .body = (const uint8_t *)"hi", .body_len = 2};
+    test_alloc_install(1, true);
+    assert_null(cq_wire_sfm_record(&mp, 7));
+    assert_int_equal(test_alloc_live(), 0);
+    test_alloc_remove();
+}
+
+/* Bodies protobuf-c packs, and hand-made ones with unknown fields, are valid; their client id
+ * is the one protobuf-c unpacks. */
+static void test_sfm_valid_and_client(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        uint8_t b[24];
+        size_t n;
+        uint32_t client;
+    } ok[] = {
+        {"empty", {0}, 0, 0},
+        {"id only", {0x08, 0x07}, 2, 7},
+        {"payload only", {0x12, 0x02, 'h', 'i'}, 4, 0},
+        {"both", {0x08, 0xac, 0x02, 0x12, 0x01, 'x'}, 6, 300},
+        {"payload first", {0x12, 0x00, 0x08, 0x09}, 4, 9},
+        {"last id wins", {0x08, 0x01, 0x08, 0x02}, 4, 2},
+        {"over 32 bits keeps the low bits", {0x08, 0x85, 0x80, 0x80, 0x80, 0x10}, 6, 5},
+        {"unknown varint", {0x18, 0x05, 0x08, 0x03}, 4, 3},
+        {"unknown fixed32", {0x25, 1, 2, 3, 4, 0x08, 0x04}, 7, 4},
+        {"unknown fixed64", {0x29, 1, 2, 3, 4, 5, 6, 7, 8, 0x08, 0x06}, 11, 6},
+        {"unknown bytes", {0x32, 0x03, 'a', 'b', 'c', 0x08, 0x0b}, 7, 11},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        if (!cq_wire_sfm_valid(ok[i].b, ok[i].n))
+            fail_msg("%s: rejected", ok[i].name);
+        assert_int_equal(cq_wire_sfm_client(ok[i].b, ok[i].n), ok[i].client);
+        Channeldpb__ServerForwardMessage *m = cq_wire_unpack(
+            &channeldpb__server_forward_message__descriptor, ok[i].b, ok[i].n, &arena);
+        assert_non_null(m);
+        assert_int_equal(m->clientconnid, ok[i].client);
+        cq_wire_arena_reset(&arena);
+    }
+    static const struct {
+        const char *name;
+        uint8_t b[16];
+        size_t n;
+    } bad[] = {
+        {"id as bytes", {0x0a, 0x01, 0x07}, 3},
+        {"payload as varint", {0x10, 0x07}, 2},
+        {"truncated id", {0x08, 0x80}, 2},
+        {"truncated tag", {0x80}, 1},
+        {"payload past end", {0x12, 0x05, 'a'}, 3},
+        {"field 0", {0x00, 0x01}, 2},
+        {"group", {0x1b, 0x1c}, 2},
+        {"reserved wire type", {0x1e, 0x00}, 2},
+        {"truncated fixed64", {0x29, 1, 2, 3}, 4},
+        {"truncated fixed32", {0x25, 1, 2, 3}, 4},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (cq_wire_sfm_valid(bad[i].b, bad[i].n))
+            fail_msg("%s: accepted", bad[i].name);
+    /* A packed message is read back, whatever its size. */
+    static uint8_t payload[1000];
+    cq_mp_t mp = {.msg_type = 100, .body = payload, .body_len = sizeof(payload)};
+    cq_buf_t *rec = cq_wire_sfm_record(&mp, 123456);
+    cq_packet_iter_t it;
+    cq_mp_t back;
+    cq_wire_packet_iter_init(&it, rec->data, rec->len);
+    assert_int_equal(cq_wire_packet_next(&it, &back), 1);
+    assert_true(cq_wire_sfm_valid(back.body, back.body_len));
+    assert_int_equal(cq_wire_sfm_client(back.body, back.body_len), 123456);
+    cq_buf_unref(rec);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -839,6 +997,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pad, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pad_legacy_ambiguity, setup, teardown),
         cmocka_unit_test_setup_teardown(test_iter_error_sticky, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sfm_record_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sfm_record_max_size, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sfm_record_failn, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sfm_valid_and_client, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
