@@ -129,23 +129,32 @@ void cq__chan_remove(cq_core_t *c, cq_chan_t *ch, uint32_t notify_chan_id)
 
 /* ---- ACL ---- */
 
-enum { ACL_NONE = 0, ACL_OWNER = 1, ACL_OWNER_GLOBAL = 2, ACL_ANY = 3 };
-
-bool cq__acl_allows(const cq_chan_t *ch, int access, uint32_t who, uint32_t global_owner)
+static uint8_t acl_level(const cq_acl_t *a, cq_acl_access_t access)
 {
-    const cq_acl_t *a = &ch->settings->acl;
-    uint8_t lvl = access == 0 ? a->sub : access == 1 ? a->unsub : a->remove;
-    switch (lvl) {
-    case ACL_ANY:
+    switch (access) {
+    case CQ_ACCESS_SUB:
+        return a->sub;
+    case CQ_ACCESS_UNSUB:
+        return a->unsub;
+    default:
+        return a->remove;
+    }
+}
+
+bool cq__acl_allows(const cq_chan_t *ch, cq_acl_access_t access, uint32_t who,
+                    uint32_t global_owner)
+{
+    switch ((cq_acl_level_t)acl_level(&ch->settings->acl, access)) {
+    case CQ_ACL_ANY:
         return true;
-    case ACL_OWNER_GLOBAL:
+    case CQ_ACL_OWNER_AND_GLOBAL_OWNER:
         if (who && who == global_owner)
             return true;
         /* fall through */
-    case ACL_OWNER:
+    case CQ_ACL_OWNER_ONLY:
         return who && who == ch->owner;
     default:
-        return false;
+        return false; /* CQ_ACL_NONE, and nothing else loads (cq_settings.c checks 0..3) */
     }
 }
 
@@ -376,7 +385,8 @@ static void remove_here(cq_core_t *c, cq_req_t *r, uint32_t id)
         CQ_MSG_LOG(c, "chan", "conn %u: REMOVE_CHANNEL of unknown channel %u", r->conn_id, id);
         return;
     }
-    if (id == 0 || !cq__acl_allows(ch, 2, r->conn_id, atomic_load(&c->sh->global_owner))) {
+    if (id == 0 ||
+        !cq__acl_allows(ch, CQ_ACCESS_REMOVE, r->conn_id, atomic_load(&c->sh->global_owner))) {
         CQ_MSG_LOG(c, "chan", "conn %u: REMOVE_CHANNEL %u denied by the channel ACL", r->conn_id,
                    id);
         return;

@@ -385,7 +385,16 @@ void cq__handle_remove_here(cq_core_t *c, cq_req_t *r, uint32_t id);
 void cq__dir_free_id(cq_core_t *c, uint32_t id);
 int cq__dir_add(cq_core_t *c, uint32_t id, uint32_t type, const char *metadata);
 void cq__dir_set_meta(cq_core_t *c, uint32_t id, uint32_t type, const char *metadata);
-bool cq__acl_allows(const cq_chan_t *ch, int access, uint32_t who, uint32_t global_owner);
+/* What a connection does that the channel's ACL guards (channeld's ChannelAccessType); the
+ * level each needs is the channel type's setting (cq_acl_level_t in cq_settings.h). */
+typedef enum cq_acl_access {
+    CQ_ACCESS_SUB = 0,    /* subscribe another connection */
+    CQ_ACCESS_UNSUB = 1,  /* unsubscribe another connection */
+    CQ_ACCESS_REMOVE = 2, /* remove the channel */
+} cq_acl_access_t;
+/* True when connection `who` may do `access` on ch, given the GLOBAL owner's id (0 = none). */
+bool cq__acl_allows(const cq_chan_t *ch, cq_acl_access_t access, uint32_t who,
+                    uint32_t global_owner);
 void cq__chaninfo_free_all(cq_core_t *c);
 
 /* sub.c */

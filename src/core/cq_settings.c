@@ -86,7 +86,8 @@ static int get_bool(json_t *v, const char *field, const ctx_t *c, bool *ret)
 static int get_level(json_t *v, const char *field, const ctx_t *c, uint8_t *ret)
 {
     json_int_t x = 0;
-    if (v && json_is_integer(v) && (json_integer_value(v) < 0 || json_integer_value(v) > 3))
+    if (v && json_is_integer(v) &&
+        (json_integer_value(v) < CQ_ACL_NONE || json_integer_value(v) > CQ_ACL_ANY))
         return cq_err_fmt(
             c->err, c->errlen, CQ_ECONFIG,
             "channel type \"%s\": ACLSettings.%s: %" JSON_INTEGER_FORMAT
@@ -94,7 +95,7 @@ static int get_level(json_t *v, const char *field, const ctx_t *c, uint8_t *ret)
             c->type, field, json_integer_value(v));
     char name[32];
     snprintf(name, sizeof(name), "ACLSettings.%s", field);
-    int r = get_int(v, 0, 3, name, c, &x);
+    int r = get_int(v, CQ_ACL_NONE, CQ_ACL_ANY, name, c, &x);
     if (r == 0)
         *ret = (uint8_t)x;
     return r;

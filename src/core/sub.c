@@ -373,7 +373,7 @@ void cq__handle_sub(cq_core_t *c, cq_req_t *r)
         return;
     }
     if (target != r->conn_id &&
-        !cq__acl_allows(ch, 0, r->conn_id, atomic_load(&c->sh->global_owner))) {
+        !cq__acl_allows(ch, CQ_ACCESS_SUB, r->conn_id, atomic_load(&c->sh->global_owner))) {
         CQ_MSG_LOG(c, "sub", "conn %u: subscribing conn %u to channel %u denied by the ACL",
                    r->conn_id, target, ch->id);
         return;
@@ -402,7 +402,7 @@ void cq__handle_unsub(cq_core_t *c, cq_req_t *r)
         return;
     uint32_t target = m->connid;
     if (target != r->conn_id &&
-        !cq__acl_allows(ch, 1, r->conn_id, atomic_load(&c->sh->global_owner))) {
+        !cq__acl_allows(ch, CQ_ACCESS_UNSUB, r->conn_id, atomic_load(&c->sh->global_owner))) {
         CQ_MSG_LOG(c, "sub", "conn %u: unsubscribing conn %u from channel %u denied by the ACL",
                    r->conn_id, target, ch->id);
         return;

@@ -780,6 +780,30 @@ static void test_channel_data_write_access(void **state)
     env_down();
 }
 
+/* Each access reads its own level; the levels pass exactly channeld's set of connections. */
+static void test_acl_levels(void **state)
+{
+    cq_chan_settings_t st = {0};
+    cq_chan_t ch = {.owner = 5, .settings = &st};
+    st.acl = (cq_acl_t){CQ_ACL_ANY, CQ_ACL_OWNER_ONLY, CQ_ACL_OWNER_AND_GLOBAL_OWNER};
+    /* who: the owner 5, the GLOBAL owner 9, anyone else 7, and "nobody" 0 */
+    assert_true(cq__acl_allows(&ch, CQ_ACCESS_SUB, 7, 9));
+    assert_true(cq__acl_allows(&ch, CQ_ACCESS_SUB, 0, 9));
+    assert_true(cq__acl_allows(&ch, CQ_ACCESS_UNSUB, 5, 9));
+    assert_false(cq__acl_allows(&ch, CQ_ACCESS_UNSUB, 9, 9));
+    assert_false(cq__acl_allows(&ch, CQ_ACCESS_UNSUB, 7, 9));
+    assert_true(cq__acl_allows(&ch, CQ_ACCESS_REMOVE, 5, 9));
+    assert_true(cq__acl_allows(&ch, CQ_ACCESS_REMOVE, 9, 9));
+    assert_false(cq__acl_allows(&ch, CQ_ACCESS_REMOVE, 7, 9));
+    assert_false(cq__acl_allows(&ch, CQ_ACCESS_REMOVE, 0, 0)); /* no GLOBAL owner: 0 is nobody */
+    st.acl = (cq_acl_t){CQ_ACL_NONE, CQ_ACL_NONE, CQ_ACL_NONE};
+    assert_false(cq__acl_allows(&ch, CQ_ACCESS_SUB, 5, 9));
+    assert_false(cq__acl_allows(&ch, CQ_ACCESS_UNSUB, 9, 9));
+    ch.owner = 0;
+    st.acl.remove = CQ_ACL_OWNER_ONLY;
+    assert_false(cq__acl_allows(&ch, CQ_ACCESS_REMOVE, 0, 9)); /* no owner: nobody is it */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -797,6 +821,7 @@ int main(void)
         cmocka_unit_test(test_channel_data_fanout),
         cmocka_unit_test(test_channel_data_write_access),
         cmocka_unit_test(test_unrecovered_channel_removed_after_timeout),
+        cmocka_unit_test(test_acl_levels),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }
