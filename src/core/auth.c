@@ -76,8 +76,7 @@ static void auth_success(cq_core_t *c, cq_conn_t *conn, const char *pit)
 void cq__handle_auth(cq_core_t *c, cq_req_t *r)
 {
     cq_conn_t *conn = r->conn;
-    Channeldpb__AuthMessage *m = cq_wire_unpack(&channeldpb__auth_message__descriptor, r->mp.body,
-                                                r->mp.body_len, &c->arena);
+    Channeldpb__AuthMessage *m = cq__req_body(c, r);
     if (!m || !conn)
         return;
     int res = provider_check(c->sh, conn, m->playeridentifiertoken, m->logintoken);

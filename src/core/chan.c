@@ -245,8 +245,7 @@ static uint32_t id_alloc(cq_core_t *c)
 
 static Channeldpb__CreateChannelMessage *create_msg(cq_core_t *c, const cq_req_t *r)
 {
-    return cq_wire_unpack(&channeldpb__create_channel_message__descriptor, r->mp.body,
-                          r->mp.body_len, &c->arena);
+    return cq__req_body(c, r); /* CREATE_CHANNEL or CREATE_SPATIAL_CHANNEL */
 }
 
 static void reply_created(cq_core_t *c, cq_req_t *r, const cq_chan_t *ch)
@@ -396,8 +395,7 @@ static void remove_here(cq_core_t *c, cq_req_t *r, uint32_t id)
 
 void cq__handle_remove(cq_core_t *c, cq_req_t *r)
 {
-    Channeldpb__RemoveChannelMessage *m = cq_wire_unpack(
-        &channeldpb__remove_channel_message__descriptor, r->mp.body, r->mp.body_len, &c->arena);
+    Channeldpb__RemoveChannelMessage *m = cq__req_body(c, r);
     if (!m)
         return;
     int w = cq__chan_worker(c, m->channelid);
@@ -438,8 +436,7 @@ static bool list_match(const cq_chaninfo_t *i, const Channeldpb__ListChannelMess
 
 void cq__handle_list(cq_core_t *c, cq_req_t *r)
 {
-    Channeldpb__ListChannelMessage *m = cq_wire_unpack(
-        &channeldpb__list_channel_message__descriptor, r->mp.body, r->mp.body_len, &c->arena);
+    Channeldpb__ListChannelMessage *m = cq__req_body(c, r);
     uint32_t n = cq_map_count(&c->chaninfo);
     Channeldpb__ListChannelResultMessage__ChannelInfo *infos = cq_calloc(n + 1, sizeof(*infos));
     Channeldpb__ListChannelResultMessage__ChannelInfo **ptrs = cq_calloc(n + 1, sizeof(*ptrs));

@@ -361,9 +361,56 @@ void cq__notify(cq_core_t *c, uint32_t conn_id, uint32_t chan_id, uint32_t msg_t
                 const ProtobufCMessage *msg);
 void cq__close_local(cq_core_t *c, uint32_t conn_id, int reason, const char *why);
 
+/* ---- the message table (msgtab.c) ---- */
+
+/* Where a type's handler runs. */
+typedef enum cq_msg_where {
+    CQ_WHERE_SENDER = 1, /* on the sender's worker, as soon as the message is admitted */
+    CQ_WHERE_CHANNEL,    /* on the worker that owns the MessagePack's channel */
+    CQ_WHERE_GLOBAL,     /* channel 0 only (GLOBAL's worker); another channel is ignored */
+} cq_msg_where_t;
+
+/* A type's exceptions to the common path (cq_msg_def_t.flags). */
+enum {
+    CQ_MSGF_CLOSE_OFF_GLOBAL = 1u << 0, /* sent on a channel other than 0: close the sender */
+    CQ_MSGF_QUIET_NO_CHANNEL = 1u << 1, /* unknown channel: dropped and counted, not logged */
+    CQ_MSGF_SERVER_SFM = 1u << 2,       /* a SERVER's body must be a ServerForwardMessage */
+};
+
+typedef void (*cq_msg_handler_t)(cq_core_t *c, cq_req_t *r);
+
+/* One row per message type. */
+typedef struct cq_msg_def {
+    uint32_t type;                          /* the MessageType; also the row's index */
+    const char *name;                       /* channeld's MessageType name */
+    const ProtobufCMessageDescriptor *body; /* the body must decode as this; NULL: not decoded */
+    cq_msg_handler_t handler;
+    uint8_t where; /* cq_msg_where_t */
+    uint8_t flags; /* CQ_MSGF_* */
+} cq_msg_def_t;
+
+extern const cq_msg_def_t cq__msg_table[CQ_USER_SPACE_START]; /* handler NULL: none */
+extern const cq_msg_def_t cq__msg_user; /* every type >= CQ_USER_SPACE_START */
+
+/* The row of a message type, or NULL when the server has no handler for it. Borrowed,
+ * static. */
+static inline const cq_msg_def_t *cq__msg_def(uint32_t type)
+{
+    if (type >= CQ_USER_SPACE_START)
+        return &cq__msg_user;
+    return cq__msg_table[type].handler ? &cq__msg_table[type] : NULL;
+}
+
+/* The request's body unpacked as its row's type into the worker's arena (valid until the arena
+ * is reset after the message), or NULL when it does not decode or the type has no body. */
+void *cq__req_body(cq_core_t *c, const cq_req_t *r);
+
 /* dispatch.c */
 int cq__dispatch_packet(cq_core_t *c, cq_conn_t *conn, const uint8_t *body, size_t len);
 void cq__handle_req(cq_core_t *c, cq_req_t *r);
+
+/* handle_disconnect.c */
+void cq__handle_disconnect(cq_core_t *c, cq_req_t *r);
 
 /* auth.c */
 void cq__handle_auth(cq_core_t *c, cq_req_t *r);

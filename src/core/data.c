@@ -415,9 +415,7 @@ static int apply_update(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any
 void cq__handle_data_update(cq_core_t *c, cq_req_t *r)
 {
     cq_chan_t *ch = cq__chan_get(c, r->mp.channel_id);
-    Channeldpb__ChannelDataUpdateMessage *m =
-        cq_wire_unpack(&channeldpb__channel_data_update_message__descriptor, r->mp.body,
-                       r->mp.body_len, &c->arena);
+    Channeldpb__ChannelDataUpdateMessage *m = cq__req_body(c, r);
     if (!m || !m->data || !m->data->type_url || !*m->data->type_url) {
         CQ_MSG_LOG(c, "data", "conn %u: CHANNEL_DATA_UPDATE on channel %u without data", r->conn_id,
                    ch->id);

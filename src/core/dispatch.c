@@ -8,32 +8,6 @@
 
 #include <string.h>
 
-/* Body type per built-in message type the server handles; NULL = no handler (dropped). */
-static const ProtobufCMessageDescriptor *body_desc(uint32_t t)
-{
-    switch (t) {
-    case MT_AUTH:
-        return &channeldpb__auth_message__descriptor;
-    case MT_CREATE_CHANNEL:
-    case MT_CREATE_SPATIAL:
-        return &channeldpb__create_channel_message__descriptor;
-    case MT_REMOVE_CHANNEL:
-        return &channeldpb__remove_channel_message__descriptor;
-    case MT_LIST_CHANNEL:
-        return &channeldpb__list_channel_message__descriptor;
-    case MT_SUB:
-        return &channeldpb__subscribed_to_channel_message__descriptor;
-    case MT_UNSUB:
-        return &channeldpb__unsubscribed_from_channel_message__descriptor;
-    case MT_DISCONNECT:
-        return &channeldpb__disconnect_message__descriptor;
-    case MT_DATA_UPDATE:
-        return &channeldpb__channel_data_update_message__descriptor;
-    default:
-        return NULL;
-    }
-}
-
 static void drop(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp, const char *why)
 {
     CQ_METRIC_ADD(c, M_DROPPED, conn->type, 1);
@@ -41,39 +15,39 @@ static void drop(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp, const char *w
                mp->msg_type, mp->channel_id, why);
 }
 
-/* Steps 2-5; returns 1 to route, 0 to drop, or a negative error that closes the connection. */
-static int admit(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp)
+/* Steps 2-5 for mp, whose row is d (NULL: none); returns true to route, false to drop. */
+static bool admit(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp, const cq_msg_def_t *d)
 {
-    const ProtobufCMessageDescriptor *d = body_desc(mp->msg_type);
-    bool user = mp->msg_type >= CQ_USER_SPACE_START;
-    if (!d && !user) {
+    if (!d) {
         drop(c, conn, mp, "no handler for this message type");
-        return 0;
+        return false;
     }
     if (!cq_fsm_allows(conn->fsm, conn->fsm_state, mp->msg_type)) {
         CQ_METRIC_ADD(c, M_FSM_DISALLOWED, conn->type, 1);
         drop(c, conn, mp, "not allowed by the connection's FSM state");
-        return 0;
+        return false;
     }
-    if (d && !cq_wire_unpack(d, mp->body, mp->body_len, &c->arena)) {
+    if (d->body && !cq_wire_unpack(d->body, mp->body, mp->body_len, &c->arena)) {
         drop(c, conn, mp, "body does not decode as its message type");
-        return 0;
+        return false;
     }
-    if (user && conn->type == CQ_CONN_SERVER && !cq_wire_sfm_valid(mp->body, mp->body_len)) {
+    if ((d->flags & CQ_MSGF_SERVER_SFM) && conn->type == CQ_CONN_SERVER &&
+        !cq_wire_sfm_valid(mp->body, mp->body_len)) {
         drop(c, conn, mp, "server user-space body is not a ServerForwardMessage");
-        return 0;
+        return false;
     }
     conn->fsm_state = (uint8_t)cq_fsm_transition(conn->fsm, conn->fsm_state, mp->msg_type);
-    return 1;
+    return true;
 }
 
-/* Channel the message must be handled on: channel-0 requests about another channel are
- * handled where that channel lives. */
-static void route(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp)
+/* Runs the handler here when the row says so (AUTH) or when the channel lives on this worker;
+ * otherwise hands the message to the channel's worker. Channel-0 requests about another
+ * channel are passed on again by their handlers, to where that channel lives. */
+static void route(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp, const cq_msg_def_t *d)
 {
     cq_req_t r = {conn->id, conn->type, *mp, conn};
-    if (mp->msg_type == MT_AUTH) {
-        cq__handle_auth(c, &r);
+    if (d->where == CQ_WHERE_SENDER) {
+        d->handler(c, &r);
         return;
     }
     int w = cq__chan_worker(c, mp->channel_id);
@@ -104,13 +78,11 @@ int cq__dispatch_packet(cq_core_t *c, cq_conn_t *conn, const uint8_t *body, size
     cq_wire_packet_iter_init(&it, body, len);
     while (conn->state != CONN_CLOSING && cq_wire_packet_next(&it, &mp) == 1) {
         CQ_METRIC_ADD(c, M_MESSAGES_IN, conn->type, 1);
-        if (mp.msg_type == MT_AUTH && mp.channel_id != 0)
+        const cq_msg_def_t *d = cq__msg_def(mp.msg_type);
+        if (d && (d->flags & CQ_MSGF_CLOSE_OFF_GLOBAL) && mp.channel_id != 0)
             return CQ_EBADTARGET;
-        int r = admit(c, conn, &mp);
-        if (r < 0)
-            return r;
-        if (r > 0)
-            route(c, conn, &mp);
+        if (admit(c, conn, &mp, d))
+            route(c, conn, &mp, d);
         cq_wire_arena_reset(&c->arena);
     }
     return 0;
@@ -118,72 +90,22 @@ int cq__dispatch_packet(cq_core_t *c, cq_conn_t *conn, const uint8_t *body, size
 
 /* ---- handling on the channel's worker --------------------------------------------------- */
 
-static bool target_must_be_global(uint32_t t)
-{
-    return t == MT_CREATE_CHANNEL || t == MT_CREATE_SPATIAL || t == MT_LIST_CHANNEL ||
-           t == MT_DISCONNECT;
-}
-
-static void handle_disconnect(cq_core_t *c, cq_req_t *r)
-{
-    Channeldpb__DisconnectMessage *m = cq_wire_unpack(&channeldpb__disconnect_message__descriptor,
-                                                      r->mp.body, r->mp.body_len, &c->arena);
-    if (!m || !m->connid)
-        return;
-    CQ_INFO("core", "conn %u asks to disconnect conn %u", r->conn_id, m->connid);
-    int w = cq__conn_worker(c, m->connid);
-    if (w == c->index) {
-        cq__close_local(c, m->connid, 0, "DISCONNECT requested");
-        return;
-    }
-    cq_xmsg_t *x = cq__xmsg_new(XM_CLOSE, 0);
-    if (x) {
-        x->conn_id = m->connid;
-        cq__xmsg_post(c, w, x);
-    }
-}
-
 void cq__handle_req(cq_core_t *c, cq_req_t *r)
 {
     uint32_t t = r->mp.msg_type;
+    const cq_msg_def_t *d = cq__msg_def(t);
     if (!cq__chan_get(c, r->mp.channel_id)) {
         CQ_METRIC_ADD(c, M_DROPPED, r->conn_type, 1);
-        if (t != MT_SUB && t != MT_UNSUB)
+        if (!d || !(d->flags & CQ_MSGF_QUIET_NO_CHANNEL))
             CQ_MSG_LOG(c, "dispatch", "conn %u: dropped msgType %u: unknown channel %u", r->conn_id,
                        t, r->mp.channel_id);
         return;
     }
-    if (target_must_be_global(t) && r->mp.channel_id != 0) {
+    if (d && d->where == CQ_WHERE_GLOBAL && r->mp.channel_id != 0) {
         CQ_MSG_LOG(c, "dispatch", "conn %u: msgType %u must target channel 0, not %u; ignored",
                    r->conn_id, t, r->mp.channel_id);
         return;
     }
-    switch (t) {
-    case MT_CREATE_CHANNEL:
-    case MT_CREATE_SPATIAL:
-        cq__handle_create(c, r);
-        break;
-    case MT_REMOVE_CHANNEL:
-        cq__handle_remove(c, r);
-        break;
-    case MT_LIST_CHANNEL:
-        cq__handle_list(c, r);
-        break;
-    case MT_SUB:
-        cq__handle_sub(c, r);
-        break;
-    case MT_UNSUB:
-        cq__handle_unsub(c, r);
-        break;
-    case MT_DISCONNECT:
-        handle_disconnect(c, r);
-        break;
-    case MT_DATA_UPDATE:
-        cq__handle_data_update(c, r);
-        break;
-    default:
-        if (t >= CQ_USER_SPACE_START)
-            cq__handle_user(c, r);
-        break;
-    }
+    if (d && d->where != CQ_WHERE_SENDER) /* sender-side handlers never come this way */
+        d->handler(c, r);
 }

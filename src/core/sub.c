@@ -362,9 +362,7 @@ static void resubscribe(cq_core_t *c, cq_chan_t *ch, cq_sub_t *s, const cq_req_t
 void cq__handle_sub(cq_core_t *c, cq_req_t *r)
 {
     cq_chan_t *ch = cq__chan_get(c, r->mp.channel_id);
-    Channeldpb__SubscribedToChannelMessage *m =
-        cq_wire_unpack(&channeldpb__subscribed_to_channel_message__descriptor, r->mp.body,
-                       r->mp.body_len, &c->arena);
+    Channeldpb__SubscribedToChannelMessage *m = cq__req_body(c, r);
     if (!m)
         return;
     uint32_t target = r->conn_type == CQ_CONN_CLIENT ? r->conn_id : m->connid;
@@ -395,9 +393,7 @@ void cq__handle_sub(cq_core_t *c, cq_req_t *r)
 void cq__handle_unsub(cq_core_t *c, cq_req_t *r)
 {
     cq_chan_t *ch = cq__chan_get(c, r->mp.channel_id);
-    Channeldpb__UnsubscribedFromChannelMessage *m =
-        cq_wire_unpack(&channeldpb__unsubscribed_from_channel_message__descriptor, r->mp.body,
-                       r->mp.body_len, &c->arena);
+    Channeldpb__UnsubscribedFromChannelMessage *m = cq__req_body(c, r);
     if (!m)
         return;
     uint32_t target = m->connid;

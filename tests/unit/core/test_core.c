@@ -804,6 +804,85 @@ static void test_acl_levels(void **state)
     assert_false(cq__acl_allows(&ch, CQ_ACCESS_REMOVE, 0, 9)); /* no owner: nobody is it */
 }
 
+/* The table is indexed by type, and handles exactly channeld's client-to-server types. */
+static void test_msg_table_rows(void **state)
+{
+    static const uint32_t handled[] = {1, 3, 4, 5, 6, 7, 8, 9, 10};
+    size_t k = 0;
+    for (uint32_t t = 0; t < CQ_USER_SPACE_START; t++) {
+        const cq_msg_def_t *d = cq__msg_def(t);
+        if (k < sizeof(handled) / sizeof(handled[0]) && t == handled[k]) {
+            k++;
+            assert_non_null(d);
+            assert_ptr_equal(d, &cq__msg_table[t]);
+            assert_int_equal(d->type, t);
+            assert_non_null(d->name);
+            assert_non_null(d->body);
+            assert_true(d->where >= CQ_WHERE_SENDER && d->where <= CQ_WHERE_GLOBAL);
+        } else {
+            assert_null(d);
+        }
+    }
+    assert_int_equal(k, sizeof(handled) / sizeof(handled[0]));
+    assert_string_equal(cq__msg_def(6)->name, "SUB_TO_CHANNEL");
+    assert_int_equal(cq__msg_def(1)->where, CQ_WHERE_SENDER);
+    assert_int_equal(cq__msg_def(1)->flags, CQ_MSGF_CLOSE_OFF_GLOBAL);
+    assert_int_equal(cq__msg_def(9)->where, CQ_WHERE_GLOBAL);
+    assert_int_equal(cq__msg_def(4)->where, CQ_WHERE_CHANNEL);
+    uint32_t users[] = {100, 101, 65535, UINT32_MAX};
+    for (size_t i = 0; i < 4; i++) {
+        assert_ptr_equal(cq__msg_def(users[i]), &cq__msg_user);
+        assert_null(cq__msg_def(users[i])->body);
+        assert_int_equal(cq__msg_def(users[i])->flags, CQ_MSGF_SERVER_SFM);
+    }
+}
+
+/* The per-type exceptions: SUB/UNSUB on an unknown channel are dropped without a log line,
+ * other types are logged; channel-0 types elsewhere are ignored; AUTH elsewhere closes. */
+static void test_msg_flags_behaviour(void **state)
+{
+    env_up(2, NULL);
+    fconn_t *srv = connect_as(CQ_CONN_SERVER);
+    auth(srv);
+    Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
+    cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SUBWORLD;
+    send_msg(srv, 0, 0, 1, 3, &cc.base); /* channel 1 */
+    take(srv, 0, NULL, NULL);
+    log_lines = 0;
+    cq_log_set_sink(count_sink, NULL);
+    Channeldpb__SubscribedToChannelMessage sub = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
+    sub.connid = cq_conn_id(srv->conn);
+    send_msg(srv, 777, 0, 1, 6, &sub.base);
+    Channeldpb__UnsubscribedFromChannelMessage us =
+        CHANNELDPB__UNSUBSCRIBED_FROM_CHANNEL_MESSAGE__INIT;
+    us.connid = cq_conn_id(srv->conn);
+    send_msg(srv, 777, 0, 1, 7, &us.base);
+    assert_int_equal(log_lines, 0);
+    assert_int_equal(cq_shared_counter(E.sh, "messages_dropped"), 2);
+    Channeldpb__RemoveChannelMessage rm = CHANNELDPB__REMOVE_CHANNEL_MESSAGE__INIT;
+    rm.channelid = 777;
+    send_msg(srv, 777, 0, 1, 4, &rm.base);
+    assert_int_equal(log_lines, 1);
+    assert_non_null(strstr(last_line, "dropped msgType 4: unknown channel 777"));
+    assert_int_equal(cq_shared_counter(E.sh, "messages_dropped"), 3);
+    Channeldpb__ListChannelMessage lm = CHANNELDPB__LIST_CHANNEL_MESSAGE__INIT;
+    send_msg(srv, 1, 0, 1, 5, &lm.base); /* LIST must go to channel 0 */
+    assert_int_equal(log_lines, 2);
+    assert_non_null(strstr(last_line, "msgType 5 must target channel 0, not 1; ignored"));
+    assert_int_equal(take(srv, 0, NULL, NULL), 0);
+    assert_int_equal(cq_shared_counter(E.sh, "messages_dropped"), 3);
+    cq_log_set_sink(NULL, NULL);
+    Channeldpb__AuthMessage a = CHANNELDPB__AUTH_MESSAGE__INIT;
+    cq_buf_t *rec = cq_wire_record_msg(1, 0, 0, 1, &a.base);
+    uint8_t pkt[64];
+    cq_framing_header(pkt, rec->len, 0, CQ_FRAMING_FIXED);
+    memcpy(pkt + 5, rec->data, rec->len);
+    assert_int_equal(feed(srv, pkt, 5 + rec->len), CQ_EBADTARGET);
+    assert_true(srv->closed);
+    cq_buf_unref(rec);
+    env_down();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -822,6 +901,8 @@ int main(void)
         cmocka_unit_test(test_channel_data_write_access),
         cmocka_unit_test(test_unrecovered_channel_removed_after_timeout),
         cmocka_unit_test(test_acl_levels),
+        cmocka_unit_test(test_msg_table_rows),
+        cmocka_unit_test(test_msg_flags_behaviour),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }
