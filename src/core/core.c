@@ -171,70 +171,126 @@ void cq__xmsg_post(cq_core_t *c, int worker, cq_xmsg_t *m)
     c->sh->ops->wake(c->sh->ops_ud, worker);
 }
 
-static void xm_dispatch(cq_core_t *c, cq_xmsg_t *m)
+/* The request a DISPATCH, CREATE or REMOVE message carries; its sender if it lives here. */
+static cq_req_t xm_req(cq_core_t *c, const cq_xmsg_t *m)
 {
     cq_req_t r = {m->conn_id, m->conn_type, m->mp, NULL};
     r.mp.body = m->body_len ? m->body : NULL;
     r.conn = cq_map_get(&c->conns, m->conn_id);
-    if (m->kind == XM_CREATE)
-        cq__handle_create_here(c, &r, m->u1);
-    else if (m->kind == XM_REMOVE)
-        cq__handle_remove_here(c, &r, m->u1);
-    else
-        cq__handle_req(c, &r);
+    return r;
+}
+
+static void xm_dispatch(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq_req_t r = xm_req(c, m);
+    cq__handle_req(c, &r);
     cq_wire_arena_reset(&c->arena);
 }
 
-static void xm_handle(cq_core_t *c, cq_xmsg_t *m)
+static void xm_create(cq_core_t *c, cq_xmsg_t *m)
 {
-    switch (m->kind) {
-    case XM_DISPATCH:
-    case XM_CREATE:
-    case XM_REMOVE:
-        xm_dispatch(c, m);
-        break;
-    case XM_SEND: {
-        cq_conn_t *conn = cq_map_get(&c->conns, m->conn_id);
-        if (conn)
-            cq__conn_push(c, conn, m->buf);
-        break;
-    }
-    case XM_FANOUT:
-        cq__local_fanout(c, m->chan_id, m->buf, m->u1, m->u2, m->u3);
-        break;
-    case XM_LSUB_ADD:
-        cq__lsub_add(c, m->chan_id, m->conn_id);
-        break;
-    case XM_LSUB_DEL:
-        cq__lsub_del(c, m->chan_id, m->conn_id);
-        break;
-    case XM_CONN_GONE:
-        cq__conn_gone(c, m->conn_id, m->conn_type, m->body_len ? (const char *)m->body : NULL);
-        break;
-    case XM_SENDMANY:
-        cq__sendmany_deliver(c, m);
-        break;
-    case XM_SCHEMA:
-        cq__data_schema(c, m->ptr);
-        break;
-    case XM_ROUTE:
-        cq_map_put(&c->routes, m->conn_id, (void *)(uintptr_t)(m->u1 + 1));
-        break;
-    case XM_RECOVER:
-        cq__recover_apply(c, m->conn_id, (const char *)m->body);
-        break;
-    case XM_CLOSE:
-        cq__close_local(c, m->conn_id, 0, "DISCONNECT requested");
-        break;
-    case XM_FREE_ID:
-        cq__dir_free_id(c, m->chan_id);
-        break;
-    case XM_META:
-        cq__dir_set_meta(c, m->chan_id, m->u1, m->body_len ? (const char *)m->body : "");
-        break;
-    default:
-        break;
-    }
+    cq_req_t r = xm_req(c, m);
+    cq__handle_create_here(c, &r, m->u1);
+    cq_wire_arena_reset(&c->arena);
+}
+
+static void xm_remove(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq_req_t r = xm_req(c, m);
+    cq__handle_remove_here(c, &r, m->u1);
+    cq_wire_arena_reset(&c->arena);
+}
+
+static void xm_send(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq_conn_t *conn = cq_map_get(&c->conns, m->conn_id);
+    if (conn)
+        cq__conn_push(c, conn, m->buf);
+}
+
+static void xm_fanout(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__local_fanout(c, m->chan_id, m->buf, m->u1, m->u2, m->u3);
+}
+
+static void xm_lsub_add(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__lsub_add(c, m->chan_id, m->conn_id);
+}
+
+static void xm_lsub_del(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__lsub_del(c, m->chan_id, m->conn_id);
+}
+
+static void xm_conn_gone(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__conn_gone(c, m->conn_id, m->conn_type, m->body_len ? (const char *)m->body : NULL);
+}
+
+static void xm_close(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__close_local(c, m->conn_id, 0, "DISCONNECT requested");
+}
+
+static void xm_free_id(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__dir_free_id(c, m->chan_id);
+}
+
+static void xm_meta(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__dir_set_meta(c, m->chan_id, m->u1, m->body_len ? (const char *)m->body : "");
+}
+
+static void xm_route(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq_map_put(&c->routes, m->conn_id, (void *)(uintptr_t)(m->u1 + 1));
+}
+
+static void xm_sendmany(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__sendmany_deliver(c, m);
+}
+
+static void xm_schema(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__data_schema(c, m->ptr);
+}
+
+static void xm_recover(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__recover_apply(c, m->conn_id, (const char *)m->body);
+}
+
+typedef struct xm_def {
+    uint8_t kind; /* also the row's index */
+    const char *name;
+    void (*handle)(cq_core_t *c, cq_xmsg_t *m);
+} xm_def_t;
+
+/* A new kind is an XM_ value in core_int.h, a row here and its handler above. */
+static const xm_def_t xm_table[XM__COUNT] = {
+    [XM_DISPATCH] = {XM_DISPATCH, "DISPATCH", xm_dispatch},
+    [XM_SEND] = {XM_SEND, "SEND", xm_send},
+    [XM_FANOUT] = {XM_FANOUT, "FANOUT", xm_fanout},
+    [XM_LSUB_ADD] = {XM_LSUB_ADD, "LSUB_ADD", xm_lsub_add},
+    [XM_LSUB_DEL] = {XM_LSUB_DEL, "LSUB_DEL", xm_lsub_del},
+    [XM_CONN_GONE] = {XM_CONN_GONE, "CONN_GONE", xm_conn_gone},
+    [XM_CLOSE] = {XM_CLOSE, "CLOSE", xm_close},
+    [XM_CREATE] = {XM_CREATE, "CREATE", xm_create},
+    [XM_FREE_ID] = {XM_FREE_ID, "FREE_ID", xm_free_id},
+    [XM_META] = {XM_META, "META", xm_meta},
+    [XM_REMOVE] = {XM_REMOVE, "REMOVE", xm_remove},
+    [XM_ROUTE] = {XM_ROUTE, "ROUTE", xm_route},
+    [XM_SENDMANY] = {XM_SENDMANY, "SENDMANY", xm_sendmany},
+    [XM_SCHEMA] = {XM_SCHEMA, "SCHEMA", xm_schema},
+    [XM_RECOVER] = {XM_RECOVER, "RECOVER", xm_recover},
+};
+
+const char *cq__xm_name(int kind)
+{
+    return kind >= 0 && kind < XM__COUNT && xm_table[kind].handle ? xm_table[kind].name : NULL;
 }
 
 void cq_core_drain(cq_core_t *c, uint64_t now_ms)
@@ -243,7 +299,8 @@ void cq_core_drain(cq_core_t *c, uint64_t now_ms)
     cq_mpsc_node_t *n;
     while ((n = cq_mpsc_pop(&c->inbox))) {
         cq_xmsg_t *m = cq_container_of(n, cq_xmsg_t, node);
-        xm_handle(c, m);
+        if (m->kind < XM__COUNT && xm_table[m->kind].handle)
+            xm_table[m->kind].handle(c, m);
         atomic_fetch_sub_explicit(&c->inbox_bytes, m->cost, memory_order_relaxed);
         cq__xmsg_free(m);
     }

@@ -258,6 +258,7 @@ enum {
     XM_SENDMANY,  /* deliver buf to every conn id in body (uint32_t array) */
     XM_SCHEMA,    /* ptr is the new channel-data schema: resolve unknown types */
     XM_RECOVER,   /* conn_id took over a dropped server with PIT body: restore its channels */
+    XM__COUNT
 };
 
 typedef struct cq_xmsg {
@@ -348,6 +349,9 @@ void cq__xmsg_free(cq_xmsg_t *m);
 int cq__conn_worker(const cq_core_t *c, uint32_t conn_id);
 bool cq__inbox_over(const cq_core_t *c, int worker, int64_t limit);
 int cq__chan_worker(const cq_core_t *c, uint32_t chan_id);
+
+/* The name of a cross-worker message kind, or NULL when it has no row (no handler). */
+const char *cq__xm_name(int kind);
 
 /* conn.c */
 void cq__conn_push(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec);

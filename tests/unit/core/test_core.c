@@ -883,6 +883,18 @@ static void test_msg_flags_behaviour(void **state)
     env_down();
 }
 
+/* Every cross-worker message kind has a row. */
+static void test_xm_rows(void **state)
+{
+    for (int k = 0; k < XM__COUNT; k++)
+        assert_non_null(cq__xm_name(k));
+    assert_string_equal(cq__xm_name(XM_DISPATCH), "DISPATCH");
+    assert_string_equal(cq__xm_name(XM_ROUTE), "ROUTE");
+    assert_string_equal(cq__xm_name(XM_RECOVER), "RECOVER");
+    assert_null(cq__xm_name(XM__COUNT));
+    assert_null(cq__xm_name(-1));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -903,6 +915,7 @@ int main(void)
         cmocka_unit_test(test_acl_levels),
         cmocka_unit_test(test_msg_table_rows),
         cmocka_unit_test(test_msg_flags_behaviour),
+        cmocka_unit_test(test_xm_rows),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }
