@@ -206,7 +206,7 @@ int cq__dir_add(cq_core_t *c, uint32_t id, uint32_t type, const char *metadata)
 void cq__dir_free_id(cq_core_t *c, uint32_t id)
 {
     info_free(cq_map_del(&c->chaninfo, id));
-    if (id >= 1 && id <= CQ_NONSPATIAL_MAX)
+    if (id >= 1 && id <= cq__id_chan_max(&c->sh->ids))
         c->id_cursor = id; /* channeld: reuse freed ids quickly */
 }
 
@@ -223,14 +223,15 @@ void cq__dir_set_meta(cq_core_t *c, uint32_t id, uint32_t type, const char *meta
     i->type = type;
 }
 
-/* Rotating cursor over 1..65535: first free id from the cursor on, wrapping. */
+/* Rotating cursor over the non-spatial ids (1..65535 without node bits): the first free id
+ * from the cursor on, wrapping. */
 static uint32_t id_alloc(cq_core_t *c)
 {
     if (cq_map_count(&c->chaninfo) >= c->sh->o.max_channels)
         return 0;
-    uint32_t id = c->id_cursor;
-    for (uint32_t n = 0; n < CQ_NONSPATIAL_MAX; n++) {
-        if (id < 1 || id > CQ_NONSPATIAL_MAX)
+    uint32_t id = c->id_cursor, max = cq__id_chan_max(&c->sh->ids);
+    for (uint32_t n = 0; n < max; n++) {
+        if (id < 1 || id > max)
             id = 1;
         if (!cq_map_get(&c->chaninfo, id)) {
             c->id_cursor = id;
@@ -338,15 +339,10 @@ void cq__handle_create(cq_core_t *c, cq_req_t *r)
         cq__handle_create_here(c, r, id);
         return;
     }
-    cq_xmsg_t *x = cq__xmsg_new(XM_CREATE, r->mp.body_len);
+    cq_xmsg_t *x = cq__xmsg_req(XM_CREATE, r, true);
     if (!x)
         return;
-    x->conn_id = r->conn_id;
-    x->conn_type = r->conn_type;
-    x->mp = r->mp;
     x->u1 = id;
-    if (r->mp.body_len)
-        memcpy(x->body, r->mp.body, r->mp.body_len);
     cq__xmsg_post(c, w, x);
 }
 
@@ -403,14 +399,9 @@ void cq__handle_remove(cq_core_t *c, cq_req_t *r)
         remove_here(c, r, m->channelid);
         return;
     }
-    cq_xmsg_t *x = cq__xmsg_new(XM_REMOVE, 0);
+    cq_xmsg_t *x = cq__xmsg_req(XM_REMOVE, r, false);
     if (!x)
         return;
-    x->conn_id = r->conn_id;
-    x->conn_type = r->conn_type;
-    x->mp = r->mp;
-    x->mp.body = NULL;
-    x->mp.body_len = 0;
     x->u1 = m->channelid;
     cq__xmsg_post(c, w, x);
 }

@@ -67,19 +67,7 @@ static void broadcast_gone(cq_core_t *c, cq_conn_t *conn)
                               conn->pit && *conn->pit
                           ? conn->pit
                           : NULL;
-    size_t blen = pit ? strlen(pit) + 1 : 0;
-    for (int w = 0; w < c->nworkers; w++) {
-        if (w == c->index)
-            continue;
-        cq_xmsg_t *m = cq__xmsg_new(XM_CONN_GONE, blen);
-        if (!m)
-            continue;
-        m->conn_id = conn->id;
-        m->conn_type = conn->type;
-        if (blen)
-            memcpy(m->body, pit, blen);
-        cq__xmsg_post(c, w, m);
-    }
+    cq__xmsg_post_others(c, XM_CONN_GONE, conn->id, conn->type, 0, pit);
     cq__conn_gone(c, conn->id, conn->type, pit);
 }
 

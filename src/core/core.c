@@ -46,9 +46,9 @@ cq_core_t *cq_core_free(cq_core_t *c)
 {
     if (!c)
         return NULL;
-    cq_mpsc_node_t *n;
-    while ((n = cq_mpsc_pop(&c->inbox)))
-        cq__xmsg_free(cq_container_of(n, cq_xmsg_t, node));
+    cq_xmsg_t *m;
+    while ((m = cq__xmsg_pop(c)))
+        cq__xmsg_free(m);
     uint32_t it = 0;
     void *v;
     while (cq_map_next(&c->conns, &it, NULL, &v)) {
@@ -108,68 +108,7 @@ bool cq__log_allow(cq_core_t *c)
     return false;
 }
 
-bool cq__inbox_over(const cq_core_t *c, int worker, int64_t limit)
-{
-    return atomic_load_explicit(&c->sh->cores[worker]->inbox_bytes, memory_order_relaxed) > limit;
-}
-
-bool cq_conn_paused(const cq_conn_t *conn)
-{
-    return conn->paused && conn->state != CONN_CLOSING;
-}
-
-bool cq_core_conn_resume(cq_core_t *c, cq_conn_t *conn)
-{
-    for (int w = 0; w < c->nworkers; w++)
-        if (cq__inbox_over(c, w, CQ_INBOX_LOW))
-            return false;
-    conn->paused = 0;
-    return true;
-}
-
-int cq__conn_worker(const cq_core_t *c, uint32_t conn_id)
-{
-    if (cq_unlikely(cq_map_count(&c->routes))) {
-        void *w = cq_map_get(&c->routes, conn_id);
-        if (w)
-            return (int)(uintptr_t)w - 1;
-    }
-    return (int)(conn_id % (uint32_t)c->nworkers);
-}
-
-int cq__chan_worker(const cq_core_t *c, uint32_t chan_id)
-{
-    return (int)(chan_id % (uint32_t)c->nworkers);
-}
-
-/* ---- cross-worker messages -------------------------------------------------------------- */
-
-cq_xmsg_t *cq__xmsg_new(int kind, size_t body_len)
-{
-    cq_xmsg_t *m = cq_calloc(1, sizeof(*m) + body_len);
-    if (m) {
-        m->kind = (uint8_t)kind;
-        m->body_len = (uint32_t)body_len;
-    }
-    return m;
-}
-
-void cq__xmsg_free(cq_xmsg_t *m)
-{
-    if (!m)
-        return;
-    cq_buf_unref(m->buf);
-    cq_free(m);
-}
-
-void cq__xmsg_post(cq_core_t *c, int worker, cq_xmsg_t *m)
-{
-    cq_core_t *t = c->sh->cores[worker];
-    m->cost = (uint32_t)sizeof(*m) + m->body_len + (m->buf ? m->buf->len : 0);
-    atomic_fetch_add_explicit(&t->inbox_bytes, m->cost, memory_order_relaxed);
-    cq_mpsc_push(&t->inbox, &m->node);
-    c->sh->ops->wake(c->sh->ops_ud, worker);
-}
+/* ---- cross-worker messages: one row per kind ---------------------------------------------- */
 
 /* The request a DISPATCH, CREATE or REMOVE message carries; its sender if it lives here. */
 static cq_req_t xm_req(cq_core_t *c, const cq_xmsg_t *m)
@@ -245,7 +184,7 @@ static void xm_meta(cq_core_t *c, cq_xmsg_t *m)
 
 static void xm_route(cq_core_t *c, cq_xmsg_t *m)
 {
-    cq_map_put(&c->routes, m->conn_id, (void *)(uintptr_t)(m->u1 + 1));
+    cq__place_route(c, m->conn_id, (int)m->u1);
 }
 
 static void xm_sendmany(cq_core_t *c, cq_xmsg_t *m)
@@ -269,7 +208,7 @@ typedef struct xm_def {
     void (*handle)(cq_core_t *c, cq_xmsg_t *m);
 } xm_def_t;
 
-/* A new kind is an XM_ value in core_int.h, a row here and its handler above. */
+/* A new kind is an XM_ value in place.h, a row here and its handler above. */
 static const xm_def_t xm_table[XM__COUNT] = {
     [XM_DISPATCH] = {XM_DISPATCH, "DISPATCH", xm_dispatch},
     [XM_SEND] = {XM_SEND, "SEND", xm_send},
@@ -296,13 +235,11 @@ const char *cq__xm_name(int kind)
 void cq_core_drain(cq_core_t *c, uint64_t now_ms)
 {
     c->now_ms = now_ms;
-    cq_mpsc_node_t *n;
-    while ((n = cq_mpsc_pop(&c->inbox))) {
-        cq_xmsg_t *m = cq_container_of(n, cq_xmsg_t, node);
+    cq_xmsg_t *m;
+    while ((m = cq__xmsg_pop(c))) {
         if (m->kind < XM__COUNT && xm_table[m->kind].handle)
             xm_table[m->kind].handle(c, m);
-        atomic_fetch_sub_explicit(&c->inbox_bytes, m->cost, memory_order_relaxed);
-        cq__xmsg_free(m);
+        cq__xmsg_done(c, m);
     }
 }
 

@@ -21,11 +21,11 @@
 #include "cq_sendq.h"
 #include "cq_settings.h"
 #include "cq_wire.h"
+#include "place.h"
 
 #define CQ_LOG_TOPIC        "core"
 #define CQ_MAX_WORKERS      64
 #define CQ_USER_SPACE_START 100u
-#define CQ_NONSPATIAL_MAX   65535u
 
 /* MessageType values handled by the core. */
 enum {
@@ -112,6 +112,7 @@ struct cq_shared {
     void *tokens;                  /* json_t* PIT -> LT, immutable after load */
     struct cq_recov_handle *recov; /* dropped recoverable servers, under dir_lock */
     int64_t unix_offset_ns;        /* unix time - monotonic time, for subTime */
+    cq_idl_t ids;                  /* id layout (place.h): node bits 0 today */
 };
 
 /* A dropped recoverable server connection, waiting for a successor with the same PIT. */
@@ -240,47 +241,6 @@ bool cq__log_allow(cq_core_t *c);
             CQ_INFO(topic, __VA_ARGS__);                                                           \
     } while (0)
 
-/* ---- cross-worker messages ---- */
-
-enum {
-    XM_DISPATCH,  /* an inbound message for chan_id from conn_id */
-    XM_SEND,      /* deliver buf to conn_id */
-    XM_FANOUT,    /* deliver buf to the local subscribers of chan_id, filtered */
-    XM_LSUB_ADD,  /* conn_id joins the local list of chan_id */
-    XM_LSUB_DEL,  /* conn_id leaves the local list of chan_id */
-    XM_CONN_GONE, /* conn_id closed: drop its subscriptions and ownerships */
-    XM_CLOSE,     /* close conn_id (DISCONNECT) */
-    XM_CREATE,    /* create channel u1 (allocated id) for the request in mp */
-    XM_FREE_ID,   /* worker 0: channel chan_id no longer exists */
-    XM_META,      /* worker 0: channel chan_id's metadata/type changed */
-    XM_REMOVE,    /* REMOVE_CHANNEL of channel u1, checked where it lives */
-    XM_ROUTE,     /* connection conn_id now lives on worker u1 (recovered id) */
-    XM_SENDMANY,  /* deliver buf to every conn id in body (uint32_t array) */
-    XM_SCHEMA,    /* ptr is the new channel-data schema: resolve unknown types */
-    XM_RECOVER,   /* conn_id took over a dropped server with PIT body: restore its channels */
-    XM__COUNT
-};
-
-typedef struct cq_xmsg {
-    cq_mpsc_node_t node;
-    uint8_t kind;
-    uint8_t conn_type;
-    uint32_t conn_id;
-    uint32_t chan_id;
-    uint32_t u1, u2, u3;
-    cq_mp_t mp;    /* body points into body[] when body_len > 0 */
-    cq_buf_t *buf; /* one reference, owned by the message */
-    const void *ptr;
-    uint32_t cost; /* bytes counted against the target's inbox */
-    uint32_t body_len;
-    uint8_t body[];
-} cq_xmsg_t;
-
-/* Inbound flow control: a connection whose messages go to a worker whose inbox holds more than
- * INBOX_HIGH bytes stops being read until every inbox is under INBOX_LOW. */
-#define CQ_INBOX_HIGH (16u << 20)
-#define CQ_INBOX_LOW  (4u << 20)
-
 /* ---- the per-worker core ---- */
 
 struct cq_core {
@@ -335,21 +295,14 @@ typedef struct cq_timed {
 
 /* A request being handled: the inbound message and who sent it. conn is set only when the
  * sender is a connection of this worker. */
-typedef struct cq_req {
+struct cq_req {
     uint32_t conn_id;
     uint8_t conn_type;
     cq_mp_t mp;
     cq_conn_t *conn;
-} cq_req_t;
+};
 
 /* core.c */
-cq_xmsg_t *cq__xmsg_new(int kind, size_t body_len);
-void cq__xmsg_post(cq_core_t *c, int worker, cq_xmsg_t *m);
-void cq__xmsg_free(cq_xmsg_t *m);
-int cq__conn_worker(const cq_core_t *c, uint32_t conn_id);
-bool cq__inbox_over(const cq_core_t *c, int worker, int64_t limit);
-int cq__chan_worker(const cq_core_t *c, uint32_t chan_id);
-
 /* The name of a cross-worker message kind, or NULL when it has no row (no handler). */
 const char *cq__xm_name(int kind);
 

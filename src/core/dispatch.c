@@ -3,10 +3,7 @@
  * The channel lookup happens on the channel's worker (it owns the channel table). */
 #include "core_int.h"
 
-#include "cq_alloc.h"
 #include "cq_err.h"
-
-#include <string.h>
 
 static void drop(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp, const char *why)
 {
@@ -55,17 +52,9 @@ static void route(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp, const cq_msg
         cq__handle_req(c, &r);
         return;
     }
-    cq_xmsg_t *m = cq__xmsg_new(XM_DISPATCH, mp->body_len);
-    if (!m)
-        return;
-    m->conn_id = conn->id;
-    m->conn_type = conn->type;
-    m->mp = *mp;
-    if (mp->body_len)
-        memcpy(m->body, mp->body, mp->body_len);
-    cq__xmsg_post(c, w, m);
-    if (cq__inbox_over(c, w, CQ_INBOX_HIGH))
-        conn->paused = 1;
+    cq_xmsg_t *m = cq__xmsg_req(XM_DISPATCH, &r, true);
+    if (m)
+        cq__xmsg_post_paced(c, w, m, conn);
 }
 
 int cq__dispatch_packet(cq_core_t *c, cq_conn_t *conn, const uint8_t *body, size_t len)

@@ -211,23 +211,6 @@ static uint32_t claim(cq_shared_t *sh, const char *pit, uint32_t new_id)
     return old;
 }
 
-static void post_all(cq_core_t *c, int kind, uint32_t conn_id, uint32_t u1, const char *body)
-{
-    size_t blen = body ? strlen(body) + 1 : 0;
-    for (int w = 0; w < c->nworkers; w++) {
-        if (w == c->index)
-            continue;
-        cq_xmsg_t *m = cq__xmsg_new(kind, blen);
-        if (!m)
-            continue;
-        m->conn_id = conn_id;
-        m->u1 = u1;
-        if (blen)
-            memcpy(m->body, body, blen);
-        cq__xmsg_post(c, w, m);
-    }
-}
-
 bool cq__recover_takeover(cq_core_t *c, cq_conn_t *conn, uint32_t *ret_old)
 {
     if (!c->sh->o.server_recoverable || conn->type != CQ_CONN_SERVER || !conn->pit)
@@ -239,10 +222,7 @@ bool cq__recover_takeover(cq_core_t *c, cq_conn_t *conn, uint32_t *ret_old)
     cq_map_del(&c->conns, conn->id);
     conn->id = old;
     cq_map_put(&c->conns, old, conn);
-    if ((int)(old % (uint32_t)c->nworkers) != c->index) {
-        cq_map_put(&c->routes, old, (void *)(uintptr_t)(c->index + 1));
-        post_all(c, XM_ROUTE, old, (uint32_t)c->index, NULL);
-    }
+    cq__place_adopt_conn(c, old);
     *ret_old = old;
     return true;
 }
@@ -292,7 +272,7 @@ static void recover_one(cq_core_t *c, cq_recsub_t *r, uint32_t conn_id)
 void cq__recover_apply(cq_core_t *c, uint32_t conn_id, const char *pit)
 {
     if (cq__conn_worker(c, conn_id) == c->index) {
-        post_all(c, XM_RECOVER, conn_id, 0, pit);
+        cq__xmsg_post_others(c, XM_RECOVER, conn_id, 0, 0, pit);
         cq__timed_add(c, c->now_ms + RECOVERY_DELAY_MS, T_RECOVERY_END, conn_id, 0);
     }
     cq_list_t *n, *t;

@@ -17,10 +17,17 @@ int cq_shared_new(const cq_core_opts_t *opts, const cq_core_ops_t *ops, void *op
         snprintf(err, errlen, "workers must be 1..%d", CQ_MAX_WORKERS);
         return CQ_ECONFIG;
     }
+    cq_idl_t ids; /* no node bits yet: today's ids */
+    int r = cq__idl_init(opts->conn_id_bits, 0, &ids);
+    if (r < 0) {
+        snprintf(err, errlen, "bad connection id layout");
+        return r;
+    }
     cq_shared_t *sh = cq_calloc(1, sizeof(*sh));
     if (!sh)
         return -ENOMEM;
     sh->o = *opts;
+    sh->ids = ids;
     sh->ops = ops;
     sh->ops_ud = ops_ud;
     pthread_mutex_init(&sh->dir_lock, NULL);
@@ -28,7 +35,7 @@ int cq_shared_new(const cq_core_opts_t *opts, const cq_core_ops_t *ops, void *op
     sh->next_conn = 1;
     sh->unix_offset_ns = cq_clock_unix_ns() - (int64_t)cq_clock_mono_ns();
     if (opts->auth_provider == CQ_AUTH_FILE) {
-        int r = cq__tokens_load(sh, opts->auth_token_file, err, errlen);
+        r = cq__tokens_load(sh, opts->auth_token_file, err, errlen);
         if (r < 0) {
             cq_shared_free(sh);
             return r;
@@ -62,8 +69,7 @@ cq_shared_t *cq_shared_free(cq_shared_t *sh)
 
 static uint32_t id_limit(const cq_shared_t *sh)
 {
-    uint32_t bits = sh->o.conn_id_bits ? sh->o.conn_id_bits : 31;
-    return bits >= 32 ? UINT32_MAX : (1u << bits) - 1;
+    return cq__id_conn_limit(&sh->ids);
 }
 
 uint32_t cq_shared_conn_id_alloc(cq_shared_t *sh, int type)
@@ -109,24 +115,13 @@ void cq_shared_set_schema(cq_shared_t *sh, const struct cq_schema *schema)
         if (!m)
             continue;
         m->ptr = schema;
-        cq_mpsc_push(&sh->cores[w]->inbox, &m->node);
-        sh->ops->wake(sh->ops_ud, w);
+        cq__xmsg_post_any(sh, w, m);
     }
 }
 
 int cq_shared_workers(const cq_shared_t *sh)
 {
     return sh->o.workers;
-}
-
-int cq_shared_conn_worker(const cq_shared_t *sh, uint32_t conn_id)
-{
-    return (int)(conn_id % (uint32_t)sh->o.workers);
-}
-
-int cq_shared_chan_worker(const cq_shared_t *sh, uint32_t chan_id)
-{
-    return (int)(chan_id % (uint32_t)sh->o.workers);
 }
 
 /* ---- metrics ---------------------------------------------------------------------------- */

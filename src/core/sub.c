@@ -441,7 +441,7 @@ static void owner_gone(cq_core_t *c, cq_chan_t *ch)
 void cq__conn_gone(cq_core_t *c, uint32_t conn_id, uint8_t conn_type, const char *pit)
 {
     (void)conn_type;
-    cq_map_del(&c->routes, conn_id);
+    cq__place_forget(c, conn_id);
     if (pit) {
         cq__recover_store(c, conn_id, pit);
         return;

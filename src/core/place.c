@@ -1,0 +1,245 @@
+/* place.c - the placement seam (place.h): where connections and channels live, the id layout
+ * that leaves room for a node id, and the only ways work crosses to another worker.
+ *
+ * Placement is a pure function of the id (id % workers) so that any worker, and the io layer
+ * before a connection exists, can compute it without asking anyone. The one exception is a
+ * recovered server connection, which keeps its old id but stays on the worker that accepted
+ * the successor: the worker that adopts it tells every other one, and each keeps a route map
+ * that is consulted only while it is not empty, so the common path stays one division. */
+#include "core_int.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_util.h"
+
+#include <string.h>
+
+/* ---- ids -------------------------------------------------------------------------------- */
+
+#define CHAN_ID_BITS 16u /* non-spatial channel ids: 1 .. 0xffff */
+#define LOCAL_MIN    8u
+
+int cq__idl_init(uint32_t conn_bits, uint32_t node_bits, cq_idl_t *ret)
+{
+    if (!conn_bits)
+        conn_bits = 31;
+    if (conn_bits > 32)
+        conn_bits = 32; /* every uint32 */
+    if (node_bits > CQ_NODE_BITS_MAX || (node_bits && conn_bits < node_bits + LOCAL_MIN))
+        return CQ_ECONFIG;
+    *ret = (cq_idl_t){(uint8_t)conn_bits, (uint8_t)node_bits};
+    return 0;
+}
+
+cq_chan_kind_t cq__id_chan_kind(uint32_t chan_id)
+{
+    if (chan_id == CQ_CHAN_ID_GLOBAL)
+        return CQ_CHAN_KIND_GLOBAL;
+    if (chan_id < CQ_CHAN_ID_SPATIAL_START)
+        return CQ_CHAN_KIND_NONSPATIAL;
+    return chan_id < CQ_CHAN_ID_ENTITY_START ? CQ_CHAN_KIND_SPATIAL : CQ_CHAN_KIND_ENTITY;
+}
+
+uint32_t cq__id_conn_limit(const cq_idl_t *l)
+{
+    uint32_t bits = l->conn_bits - l->node_bits;
+    return bits >= 32 ? UINT32_MAX : (1u << bits) - 1;
+}
+
+uint32_t cq__id_chan_max(const cq_idl_t *l)
+{
+    return (1u << (CHAN_ID_BITS - l->node_bits)) - 1;
+}
+
+uint32_t cq__id_conn(const cq_idl_t *l, uint32_t node, uint32_t local)
+{
+    return l->node_bits ? node << (l->conn_bits - l->node_bits) | local : local;
+}
+
+uint32_t cq__id_chan(const cq_idl_t *l, uint32_t node, uint32_t local)
+{
+    return l->node_bits ? node << (CHAN_ID_BITS - l->node_bits) | local : local;
+}
+
+/* Splits id, of `width` bits, into node and local id. */
+static uint32_t split(const cq_idl_t *l, uint32_t width, uint32_t id, uint32_t *ret_local)
+{
+    uint32_t shift = width - l->node_bits;
+    uint32_t mask = shift >= 32 ? UINT32_MAX : (1u << shift) - 1;
+    if (ret_local)
+        *ret_local = id & mask;
+    return l->node_bits ? id >> shift : 0;
+}
+
+uint32_t cq__id_conn_node(const cq_idl_t *l, uint32_t conn_id, uint32_t *ret_local)
+{
+    return split(l, l->conn_bits, conn_id, ret_local);
+}
+
+bool cq__id_chan_node(const cq_idl_t *l, uint32_t chan_id, uint32_t *ret_node, uint32_t *ret_local)
+{
+    if (cq__id_chan_kind(chan_id) != CQ_CHAN_KIND_NONSPATIAL)
+        return false;
+    uint32_t node = split(l, CHAN_ID_BITS, chan_id, ret_local);
+    if (ret_node)
+        *ret_node = node;
+    return true;
+}
+
+/* ---- where things live ------------------------------------------------------------------ */
+
+int cq_shared_conn_worker(const cq_shared_t *sh, uint32_t conn_id)
+{
+    return (int)(conn_id % (uint32_t)sh->o.workers);
+}
+
+int cq_shared_chan_worker(const cq_shared_t *sh, uint32_t chan_id)
+{
+    return (int)(chan_id % (uint32_t)sh->o.workers);
+}
+
+int cq__conn_worker(const cq_core_t *c, uint32_t conn_id)
+{
+    if (cq_unlikely(cq_map_count(&c->routes))) {
+        void *w = cq_map_get(&c->routes, conn_id);
+        if (w)
+            return (int)(uintptr_t)w - 1;
+    }
+    return (int)(conn_id % (uint32_t)c->nworkers);
+}
+
+int cq__chan_worker(const cq_core_t *c, uint32_t chan_id)
+{
+    return (int)(chan_id % (uint32_t)c->nworkers);
+}
+
+void cq__place_route(cq_core_t *c, uint32_t conn_id, int worker)
+{
+    cq_map_put(&c->routes, conn_id, (void *)(uintptr_t)(worker + 1));
+}
+
+void cq__place_adopt_conn(cq_core_t *c, uint32_t conn_id)
+{
+    if ((int)(conn_id % (uint32_t)c->nworkers) == c->index)
+        return;
+    cq__place_route(c, conn_id, c->index);
+    cq__xmsg_post_others(c, XM_ROUTE, conn_id, 0, (uint32_t)c->index, NULL);
+}
+
+void cq__place_forget(cq_core_t *c, uint32_t conn_id)
+{
+    cq_map_del(&c->routes, conn_id);
+}
+
+/* ---- cross-worker messages -------------------------------------------------------------- */
+
+cq_xmsg_t *cq__xmsg_new(int kind, size_t body_len)
+{
+    cq_xmsg_t *m = cq_calloc(1, sizeof(*m) + body_len);
+    if (m) {
+        m->kind = (uint8_t)kind;
+        m->body_len = (uint32_t)body_len;
+    }
+    return m;
+}
+
+cq_xmsg_t *cq__xmsg_req(int kind, const cq_req_t *r, bool with_body)
+{
+    size_t blen = with_body ? r->mp.body_len : 0;
+    cq_xmsg_t *m = cq__xmsg_new(kind, blen);
+    if (!m)
+        return NULL;
+    m->conn_id = r->conn_id;
+    m->conn_type = r->conn_type;
+    m->mp = r->mp;
+    if (blen)
+        memcpy(m->body, r->mp.body, blen);
+    if (!with_body) {
+        m->mp.body = NULL;
+        m->mp.body_len = 0;
+    }
+    return m;
+}
+
+cq_xmsg_t *cq__xmsg_free(cq_xmsg_t *m)
+{
+    if (!m)
+        return NULL;
+    cq_buf_unref(m->buf);
+    cq_free(m);
+    return NULL;
+}
+
+void cq__xmsg_post(cq_core_t *c, int worker, cq_xmsg_t *m)
+{
+    cq_core_t *t = c->sh->cores[worker];
+    m->cost = (uint32_t)sizeof(*m) + m->body_len + (m->buf ? m->buf->len : 0);
+    atomic_fetch_add_explicit(&t->inbox_bytes, m->cost, memory_order_relaxed);
+    cq_mpsc_push(&t->inbox, &m->node);
+    c->sh->ops->wake(c->sh->ops_ud, worker);
+}
+
+void cq__xmsg_post_paced(cq_core_t *c, int worker, cq_xmsg_t *m, cq_conn_t *sender)
+{
+    cq__xmsg_post(c, worker, m);
+    if (cq__inbox_over(c, worker, CQ_INBOX_HIGH))
+        sender->paused = 1;
+}
+
+void cq__xmsg_post_others(cq_core_t *c, int kind, uint32_t conn_id, uint8_t conn_type, uint32_t u1,
+                          const char *body)
+{
+    size_t blen = body ? strlen(body) + 1 : 0;
+    for (int w = 0; w < c->nworkers; w++) {
+        if (w == c->index)
+            continue;
+        cq_xmsg_t *m = cq__xmsg_new(kind, blen);
+        if (!m)
+            continue;
+        m->conn_id = conn_id;
+        m->conn_type = conn_type;
+        m->u1 = u1;
+        if (blen)
+            memcpy(m->body, body, blen);
+        cq__xmsg_post(c, w, m);
+    }
+}
+
+void cq__xmsg_post_any(cq_shared_t *sh, int worker, cq_xmsg_t *m)
+{
+    cq_mpsc_push(&sh->cores[worker]->inbox, &m->node);
+    sh->ops->wake(sh->ops_ud, worker);
+}
+
+cq_xmsg_t *cq__xmsg_pop(cq_core_t *c)
+{
+    cq_mpsc_node_t *n = cq_mpsc_pop(&c->inbox);
+    return n ? cq_container_of(n, cq_xmsg_t, node) : NULL;
+}
+
+void cq__xmsg_done(cq_core_t *c, cq_xmsg_t *m)
+{
+    atomic_fetch_sub_explicit(&c->inbox_bytes, m->cost, memory_order_relaxed);
+    cq__xmsg_free(m);
+}
+
+/* ---- inbound flow control --------------------------------------------------------------- */
+
+bool cq__inbox_over(const cq_core_t *c, int worker, int64_t limit)
+{
+    return atomic_load_explicit(&c->sh->cores[worker]->inbox_bytes, memory_order_relaxed) > limit;
+}
+
+bool cq_conn_paused(const cq_conn_t *conn)
+{
+    return conn->paused && conn->state != CONN_CLOSING;
+}
+
+bool cq_core_conn_resume(cq_core_t *c, cq_conn_t *conn)
+{
+    for (int w = 0; w < c->nworkers; w++)
+        if (cq__inbox_over(c, w, CQ_INBOX_LOW))
+            return false;
+    conn->paused = 0;
+    return true;
+}

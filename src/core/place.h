@@ -1,0 +1,183 @@
+/* place.h - the placement seam: where a connection or a channel lives, and how work gets there.
+ * Not a public header; included by core_int.h.
+ *
+ * Today "where" is a worker thread of this process: a channel lives on worker id % workers,
+ * and so does a connection, unless it took over a recovered id and lives where it was accepted
+ * (the route map). Tomorrow "where" may be another node. place.c makes every such decision,
+ * and owns every way of sending work to another place: the cross-worker messages (cq_xmsg_t),
+ * their posting, and the inbox accounting that paces senders. Nodes plug in there, not in the
+ * handlers.
+ *
+ * The rule for handlers: a handler reads and writes its own worker's state and immutable
+ * configuration (options, FSMs, channel settings, tokens, schemas) and nothing else
+ * synchronously. What it needs from another place arrives by message, and what it changes
+ * elsewhere leaves by message, through the functions below. Handlers add no new synchronous
+ * reads of shared process state. The exceptions that exist, each documented where it is used:
+ *   - the connection directory (cq_shared_t.dir, under dir_lock, never per message): id
+ *     allocation on accept (shared.c), removal on close (conn.c), the subscription count and
+ *     the type of the subscribed connection on SUB and on removal (sub.c:
+ *     max-subs-per-conn, SUB of another connection), and the recovery handles of
+ *     server-conn-recoverable (recover.c);
+ *   - the GLOBAL owner's id (cq_shared_t.global_owner, atomic): read for the ACL and for the
+ *     GLOBAL owner's copies of AuthResult and CreateChannelResult; written where GLOBAL is
+ *     possessed (chan.c) and where its owner closes (conn.c);
+ *   - the other workers' inbox byte counts (atomic), for flow control (below);
+ *   - the metrics (relaxed atomics), written on the hot path and read only by /metrics.
+ * With nodes, each becomes a message or a replicated view.
+ */
+#ifndef CQ_PLACE_H
+#define CQ_PLACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cq_buf.h"
+#include "cq_core.h"
+#include "cq_mpsc.h"
+#include "cq_wire.h"
+
+typedef struct cq_req cq_req_t;
+
+/* ---- ids: room for a node id ----
+ *
+ * Ids are channeld's uint32s and clients see them, so their ranges are fixed
+ * (channeld-protocol.md §2.1, §3.2, §4):
+ *   channel  0                          GLOBAL
+ *            1 .. 0xffff                non-spatial, allocated by this server
+ *            0x10000 .. 0x7ffff         spatial: 0x10000 + grid index, fixed by the grid
+ *            0x80000 ..                 entity: the entity id, chosen by the game server
+ *   conn     1 .. 2^conn_bits - 2       allocated by this server; conn_bits is channeld's
+ *                                       -mcb (8..31, default 31)
+ * Only the ids this server allocates can carry a node id: non-spatial channel ids and
+ * connection ids. The top node_bits bits of their width (16 bits for channels, conn_bits for
+ * connections) are the node, the rest the node's local id:
+ *   id = node << (width - node_bits) | local.
+ * Spatial ids belong to the grid and entity ids to the game (UE uses actor NetGUIDs, and keeps
+ * connection ids to -mcb 13 bits so that NetGUIDs made from them land in the entity range), so
+ * neither can spare bits; a node finds their owner by lookup. The node bits come out of the
+ * width, not above it, for the same reason. GLOBAL is 0 everywhere.
+ * node_bits 0, today's only value, gives exactly today's ids. */
+
+#define CQ_CHAN_ID_GLOBAL        0u
+#define CQ_CHAN_ID_SPATIAL_START 0x10000u
+#define CQ_CHAN_ID_ENTITY_START  0x80000u
+#define CQ_NODE_BITS_MAX         8u /* each node keeps at least 8 bits of local ids */
+
+typedef enum cq_chan_kind {
+    CQ_CHAN_KIND_GLOBAL,
+    CQ_CHAN_KIND_NONSPATIAL,
+    CQ_CHAN_KIND_SPATIAL,
+    CQ_CHAN_KIND_ENTITY,
+} cq_chan_kind_t;
+
+typedef struct cq_idl {
+    uint8_t conn_bits; /* width of connection ids */
+    uint8_t node_bits; /* of which the top ones are the node */
+} cq_idl_t;
+
+/* Fills *ret for connection ids of conn_bits bits (0 means 31, channeld's default; over 32
+ * means 32) of which node_bits are the node. Returns 0, or CQ_ECONFIG when node_bits is over
+ * CQ_NODE_BITS_MAX or leaves fewer than 8 bits for local connection ids. node_bits 0 always
+ * succeeds. */
+int cq__idl_init(uint32_t conn_bits, uint32_t node_bits, cq_idl_t *ret);
+cq_chan_kind_t cq__id_chan_kind(uint32_t chan_id);
+/* The local connection id limit: local ids are 1 .. limit - 1. */
+uint32_t cq__id_conn_limit(const cq_idl_t *l);
+/* The largest local non-spatial channel id: local ids are 1 .. max. */
+uint32_t cq__id_chan_max(const cq_idl_t *l);
+/* Composes an id; node < 2^node_bits, local within the limits above. */
+uint32_t cq__id_conn(const cq_idl_t *l, uint32_t node, uint32_t local);
+uint32_t cq__id_chan(const cq_idl_t *l, uint32_t node, uint32_t local);
+/* Splits a connection id into its node (returned) and local id (*ret_local, may be NULL). */
+uint32_t cq__id_conn_node(const cq_idl_t *l, uint32_t conn_id, uint32_t *ret_local);
+/* Splits a non-spatial channel id like cq__id_conn_node and returns true; returns false and
+ * leaves the outputs alone for GLOBAL, spatial and entity ids, which carry no node. */
+bool cq__id_chan_node(const cq_idl_t *l, uint32_t chan_id, uint32_t *ret_node, uint32_t *ret_local);
+
+/* ---- where things live ---- */
+
+/* The worker that owns conn_id: id % workers unless a route says otherwise. */
+int cq__conn_worker(const cq_core_t *c, uint32_t conn_id);
+/* The worker that owns chan_id: id % workers. */
+int cq__chan_worker(const cq_core_t *c, uint32_t chan_id);
+/* This worker adopts conn_id although it is not its home (a recovered id): routes it here and
+ * tells every other worker (XM_ROUTE). */
+void cq__place_adopt_conn(cq_core_t *c, uint32_t conn_id);
+/* XM_ROUTE: conn_id lives on worker. */
+void cq__place_route(cq_core_t *c, uint32_t conn_id, int worker);
+/* conn_id is gone: forget its route, if any. */
+void cq__place_forget(cq_core_t *c, uint32_t conn_id);
+
+/* ---- cross-worker messages ---- */
+
+enum {
+    XM_DISPATCH,  /* an inbound message for chan_id from conn_id */
+    XM_SEND,      /* deliver buf to conn_id */
+    XM_FANOUT,    /* deliver buf to the local subscribers of chan_id, filtered */
+    XM_LSUB_ADD,  /* conn_id joins the local list of chan_id */
+    XM_LSUB_DEL,  /* conn_id leaves the local list of chan_id */
+    XM_CONN_GONE, /* conn_id closed: drop its subscriptions and ownerships */
+    XM_CLOSE,     /* close conn_id (DISCONNECT) */
+    XM_CREATE,    /* create channel u1 (allocated id) for the request in mp */
+    XM_FREE_ID,   /* worker 0: channel chan_id no longer exists */
+    XM_META,      /* worker 0: channel chan_id's metadata/type changed */
+    XM_REMOVE,    /* REMOVE_CHANNEL of channel u1, checked where it lives */
+    XM_ROUTE,     /* connection conn_id now lives on worker u1 (recovered id) */
+    XM_SENDMANY,  /* deliver buf to every conn id in body (uint32_t array) */
+    XM_SCHEMA,    /* ptr is the new channel-data schema: resolve unknown types */
+    XM_RECOVER,   /* conn_id took over a dropped server with PIT body: restore its channels */
+    XM__COUNT
+};
+
+typedef struct cq_xmsg {
+    cq_mpsc_node_t node;
+    uint8_t kind;
+    uint8_t conn_type;
+    uint32_t conn_id;
+    uint32_t chan_id;
+    uint32_t u1, u2, u3;
+    cq_mp_t mp;    /* body points into body[] when body_len > 0 */
+    cq_buf_t *buf; /* one reference, owned by the message */
+    const void *ptr;
+    uint32_t cost; /* bytes counted against the target's inbox */
+    uint32_t body_len;
+    uint8_t body[];
+} cq_xmsg_t;
+
+/* A zeroed message of `kind` with room for body_len body bytes; returned owned, NULL on OOM. */
+cq_xmsg_t *cq__xmsg_new(int kind, size_t body_len);
+/* A message of `kind` carrying the request r (borrowed): sender, MessagePack, and a copy of the
+ * body when with_body (otherwise mp.body is NULL and body_len 0). Returned owned or NULL. */
+cq_xmsg_t *cq__xmsg_req(int kind, const cq_req_t *r, bool with_body);
+/* Frees m and its buffer reference. Accepts NULL; returns NULL. */
+cq_xmsg_t *cq__xmsg_free(cq_xmsg_t *m);
+/* Posts m (taken) to worker's inbox, counts it there, and wakes the worker. */
+void cq__xmsg_post(cq_core_t *c, int worker, cq_xmsg_t *m);
+/* Like cq__xmsg_post for a message carrying an inbound message of sender (borrowed): the
+ * sender stops being read while the target's inbox is over CQ_INBOX_HIGH. */
+void cq__xmsg_post_paced(cq_core_t *c, int worker, cq_xmsg_t *m, cq_conn_t *sender);
+/* Posts a message {kind, conn_id, conn_type, u1, body} to every other worker; body (borrowed,
+ * NUL-terminated, may be NULL) is copied with its NUL. Workers that fail to allocate miss it. */
+void cq__xmsg_post_others(cq_core_t *c, int kind, uint32_t conn_id, uint8_t conn_type, uint32_t u1,
+                          const char *body);
+/* Posts m (taken) from a thread that is not a worker (schema reloads). Not counted against the
+ * inbox: it is rare and small. */
+void cq__xmsg_post_any(cq_shared_t *sh, int worker, cq_xmsg_t *m);
+/* The next message in this worker's inbox (returned owned), or NULL. */
+cq_xmsg_t *cq__xmsg_pop(cq_core_t *c);
+/* m (taken) was handled: uncounts and frees it. */
+void cq__xmsg_done(cq_core_t *c, cq_xmsg_t *m);
+
+/* ---- inbound flow control ----
+ *
+ * A connection whose messages go to a worker whose inbox holds more than CQ_INBOX_HIGH bytes
+ * stops being read until every inbox is under CQ_INBOX_LOW (cq_conn_paused,
+ * cq_core_conn_resume in cq_core.h). */
+#define CQ_INBOX_HIGH (16u << 20)
+#define CQ_INBOX_LOW  (4u << 20)
+
+/* True when worker's inbox holds more than limit bytes. Any worker. */
+bool cq__inbox_over(const cq_core_t *c, int worker, int64_t limit);
+
+#endif
