@@ -55,7 +55,8 @@ typedef struct opt {
 #define GIB (1024LL * 1024 * 1024)
 
 static const opt_t opts[] = {
-    INT("workers", NULL, workers, "0", 0, 256, "N", "Worker threads; 0 means one per CPU core."),
+    /* The maximum is the core's CQ_MAX_WORKERS (src/core/cq_limits.h); test_config.c checks. */
+    INT("workers", NULL, workers, "0", 0, 64, "N", "Worker threads; 0 means one per CPU core."),
     STR("client-addr", "ca", client_addr, "127.0.0.1:12108", NULL, "HOST:PORT",
         "Address of the client listener. Port 0 picks a free port (see --ready-file)."),
     STR("server-addr", "sa", server_addr, "127.0.0.1:11288", NULL, "HOST:PORT",

@@ -10,6 +10,7 @@
 #include "channeld.pb-c.h"
 #include "cq_buf.h"
 #include "cq_fsm.h"
+#include "cq_limits.h"
 #include "cq_list.h"
 #include "cq_log.h"
 #include "cq_map.h"
@@ -24,7 +25,6 @@
 #include "place.h"
 
 #define CQ_LOG_TOPIC        "core"
-#define CQ_MAX_WORKERS      64
 #define CQ_USER_SPACE_START 100u
 
 /* MessageType values handled by the core. */

@@ -2,6 +2,7 @@
 #include "test_util.h"
 
 #include "cq_config.h"
+#include "cq_limits.h"
 #include "cq_err.h"
 #include "cq_log.h"
 
@@ -264,6 +265,21 @@ static void test_go_bools(void **state)
 
 /* ---- errors ----------------------------------------------------------------------------- */
 
+/* The core cannot run more workers than CQ_MAX_WORKERS: the option refuses more. */
+_Static_assert(CQ_MAX_WORKERS == 64, "--workers' maximum in src/config/config.c must be the "
+                                     "core's CQ_MAX_WORKERS (src/core/cq_limits.h)");
+
+static void test_workers_max_is_the_core_cap(void **state)
+{
+    (void)state;
+    cq_config_t c;
+    PARSE_OK(&c, "--workers=64");
+    assert_int_equal(c.workers, CQ_MAX_WORKERS);
+    cq_config_done(&c);
+    PARSE_ERR("--workers: 65 is above the maximum 64", "--workers=65");
+    PARSE_ERR("--workers: 256 is above the maximum 64", "--workers", "256");
+}
+
 static void test_bounds_errors(void **state)
 {
     (void)state;
@@ -278,7 +294,7 @@ static void test_bounds_errors(void **state)
     PARSE_ERR("--conn-id-bits: 7 is below the minimum 8", "-mcb", "7");
     PARSE_ERR("--conn-id-bits: 32 is above the maximum 31", "-mcb=32");
     PARSE_ERR("--compression-type: 2 is above the maximum 1", "-ct=2");
-    PARSE_ERR("--workers: 99999999999999999999 is above the maximum 256",
+    PARSE_ERR("--workers: 99999999999999999999 is above the maximum 64",
               "--workers=99999999999999999999");
     PARSE_ERR("--workers: -99999999999999999999 is below the minimum 0",
               "--workers=-99999999999999999999");
@@ -591,6 +607,7 @@ const struct CMUnitTest test_config_cases[] = {
     cmocka_unit_test(test_aliases),
     cmocka_unit_test(test_go_bools),
     cmocka_unit_test(test_bounds_errors),
+    cmocka_unit_test(test_workers_max_is_the_core_cap),
     cmocka_unit_test(test_syntax_errors),
     cmocka_unit_test(test_cross_checks),
     cmocka_unit_test(test_negative_value_taken_from_next_arg),
