@@ -267,6 +267,8 @@ cq_buf_t *cq_wire_record_msg(uint32_t channel_id, uint32_t broadcast, uint32_t s
 
 bool cq_wire_sfm_valid(const uint8_t *p, size_t n)
 {
+    if (!n)
+        return true; /* and p may be NULL: an absent body, where NULL + 0 would be UB */
     const uint8_t *end = p + n;
     while (p < end) {
         uint64_t tag, v;
@@ -301,6 +303,8 @@ bool cq_wire_sfm_valid(const uint8_t *p, size_t n)
 
 uint32_t cq_wire_sfm_client(const uint8_t *p, size_t n)
 {
+    if (!n)
+        return 0; /* p may be NULL */
     const uint8_t *end = p + n;
     uint32_t id = 0;
     while (p < end) {

@@ -960,6 +960,9 @@ static void test_sfm_valid_and_client(void **state)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         if (cq_wire_sfm_valid(bad[i].b, bad[i].n))
             fail_msg("%s: accepted", bad[i].name);
+    /* An absent body (a MessagePack without field 5) is a NULL slice: valid, no client. */
+    assert_true(cq_wire_sfm_valid(NULL, 0));
+    assert_int_equal(cq_wire_sfm_client(NULL, 0), 0);
     /* A packed message is read back, whatever its size. */
     static uint8_t payload[1000];
     cq_mp_t mp = {.msg_type = 100, .body = payload, .body_len = sizeof(payload)};
