@@ -148,9 +148,7 @@ bool cq__acl_allows(const cq_chan_t *ch, cq_acl_access_t access, uint32_t who,
     case CQ_ACL_ANY:
         return true;
     case CQ_ACL_OWNER_AND_GLOBAL_OWNER:
-        if (who && who == global_owner)
-            return true;
-        /* fall through */
+        return who && (who == ch->owner || who == global_owner);
     case CQ_ACL_OWNER_ONLY:
         return who && who == ch->owner;
     default:

@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""Writes the fuzz_core seed corpus under tests/fuzz/corpus/fuzz_core/ (idempotent).
+
+Each seed is a realistic session in fuzz_core's input format (see tests/fuzz/fuzz_core.c): an
+option byte, then operations on six connection slots (ids 1..6 in slot order: 0, 1 and 5 are
+SERVERs, 2, 3 and 4 CLIENTs; 0-3 start authenticated). The protobuf bodies are written by hand
+from the field numbers in proto/channeld.proto, proto/options.proto and tests/data/*.proto, so
+no protobuf module is needed. The generated files are committed; rerun this after editing it.
+"""
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "corpus", "fuzz_core")
+
+# Options (first byte)
+RECOVERABLE, SMALL_SENDQ, PERMISSIVE, TIMEOUTS, FEW_SUBS, NO_SCHEMA = 1, 2, 4, 8, 16, 32
+# Message types
+AUTH, CREATE, REMOVE, LIST, SUB, UNSUB, DATA, DISCONNECT, CREATE_SPATIAL = 1, 3, 4, 5, 6, 7, 8, 9, 10
+GLOBAL, PRIVATE, SUBWORLD, SPATIAL = 1, 2, 3, 4
+TESTPB = b"type.googleapis.com/testpb.TestChannelDataMessage"
+CHATROOM = b"type.googleapis.com/chanqtest.ChatRoom"
+
+
+def varint(v):
+    v &= (1 << 64) - 1
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def ld(field, payload):
+    return varint(field << 3 | 2) + varint(len(payload)) + payload
+
+
+def vi(field, v):
+    return varint(field << 3) + varint(v)
+
+
+def record(ch=0, bc=0, stub=0, mtype=0, body=b""):
+    mp = b""
+    for f, v in ((1, ch), (2, bc), (3, stub), (4, mtype)):
+        if v:
+            mp += vi(f, v)
+    if body:
+        mp += ld(5, body)
+    return ld(1, mp)
+
+
+def any_(url, value):
+    return ld(1, url) + ld(2, value)
+
+
+def subopts(access=None, interval=None, delay=None, skip_self=None, skip_first=None, masks=()):
+    out = b""
+    if access is not None:
+        out += vi(1, access)
+    for m in masks:
+        out += ld(2, m)
+    if interval is not None:
+        out += vi(3, interval)
+    if delay is not None:
+        out += vi(4, delay)
+    if skip_self is not None:
+        out += vi(5, skip_self)
+    if skip_first is not None:
+        out += vi(6, skip_first)
+    return out
+
+
+def create(ctype, metadata=b"", opts=None, data=None, merge=None):
+    out = vi(1, ctype)
+    if metadata:
+        out += ld(2, metadata)
+    if opts is not None:
+        out += ld(3, opts)
+    if data is not None:
+        out += ld(4, data)
+    if merge is not None:
+        out += ld(5, merge)
+    return out
+
+
+def sfm(client=0, payload=b""):
+    return (vi(1, client) if client else b"") + (ld(2, payload) if payload else b"")
+
+
+def testpb(text=b"", num=0):
+    return (ld(1, text) if text else b"") + (vi(2, num) if num else b"")
+
+
+def chat(sender, text, time):
+    return ld(1, sender) + ld(2, text) + vi(3, time)
+
+
+# Operations
+def packet(slot, *records, split=False, snappy=False):
+    body = b"".join(records)
+    op = slot | 0 << 3 | (0x40 if split else 0) | (0x80 if snappy else 0)
+    return bytes([op, len(body) & 0xFF, len(body) >> 8]) + body
+
+
+def raw(slot, data):
+    return bytes([slot | 4 << 3, len(data)]) + data
+
+
+def clock(ms):
+    return bytes([0 | 5 << 3, ms // 20])
+
+
+def gone(slot, lost=False):
+    return bytes([slot | 6 << 3 | (0x40 if lost else 0)])
+
+
+def connect(slot, server=False, authed=True):
+    return bytes([slot | 7 << 3 | (0x40 if server else 0) | (0x80 if authed else 0)])
+
+
+def seed(opt, *ops):
+    return bytes([opt]) + b"".join(ops)
+
+
+def sub_rec(ch, conn, opts=None, stub=0):
+    body = vi(1, conn) + (ld(2, opts) if opts is not None else b"")
+    return record(ch=ch, stub=stub, mtype=SUB, body=body)
+
+
+SEEDS = {
+    # GLOBAL possessed by server 1; clients 3 and 4 subscribed; user-space both ways.
+    "global_user": seed(
+        0,
+        packet(0, record(stub=1, mtype=CREATE, body=create(GLOBAL, b"world"))),
+        packet(0, sub_rec(0, 3), sub_rec(0, 4, stub=2)),
+        packet(2, record(mtype=100, body=b"hello owner")),
+        packet(0, record(bc=2, mtype=101, body=sfm(payload=b"to all"))),
+        packet(0, record(bc=1, mtype=102, body=sfm(3, b"to client 3"))),
+        packet(0, record(bc=0x20 | 4, mtype=103, body=sfm(payload=b"all but servers, sender"))),
+        packet(1, record(bc=64, mtype=104, body=sfm(payload=b"adjacent"))),
+    ),
+    # A SUBWORLD channel with typed data: options, updates from owner and a writer, fan-outs.
+    "subworld_data": seed(
+        PERMISSIVE,
+        packet(1, record(stub=5, mtype=CREATE, body=create(
+            SUBWORLD, b"room-1", subopts(interval=50), any_(TESTPB, testpb(b"s", 1))))),
+        packet(1, sub_rec(1, 3, subopts(access=1, interval=20, skip_first=1)),
+               sub_rec(1, 4, subopts(access=2, interval=100, delay=(1 << 64) - 50))),
+        clock(60),
+        packet(1, record(ch=1, mtype=DATA, body=ld(1, any_(TESTPB, testpb(b"a", 2))))),
+        clock(40),
+        packet(3, record(ch=1, mtype=DATA, body=ld(1, any_(TESTPB, testpb(b"b"))))),
+        clock(200),
+        packet(1, record(ch=1, mtype=UNSUB, body=vi(1, 3))),
+        packet(1, record(mtype=REMOVE, body=vi(1, 1))),
+    ),
+    # ChatRoom data (a repeated message field) with field masks and merge options.
+    "chatroom_masks": seed(
+        PERMISSIVE,
+        packet(0, record(stub=1, mtype=CREATE, body=create(
+            PRIVATE, b"chat", None, any_(CHATROOM, ld(1, b"lobby")), vi(1, 1) + vi(2, 3)))),
+        packet(0, sub_rec(1, 3, subopts(interval=20, masks=(b"title",))),
+               sub_rec(1, 4, subopts(interval=20, masks=(b"messages.text", b"title")))),
+        packet(0, record(ch=1, mtype=DATA, body=ld(1, any_(CHATROOM, ld(2, chat(b"a", b"hi", 1)))))),
+        clock(20),
+        packet(0, record(ch=1, mtype=DATA, body=ld(1, any_(CHATROOM, ld(2, chat(b"b", b"yo", 2)))))),
+        clock(20),
+        packet(2, record(ch=1, mtype=SUB, body=vi(1, 3))),
+        packet(2, record(ch=1, mtype=DATA, body=ld(1, any_(CHATROOM, ld(1, b"x"))))),
+        clock(100),
+    ),
+    # LIST with filters, DISCONNECT of another worker's connection, REMOVE denied and allowed.
+    "list_disconnect": seed(
+        0,
+        packet(0, record(stub=1, mtype=CREATE, body=create(SUBWORLD, b"alpha"))),
+        packet(1, record(stub=2, mtype=CREATE, body=create(PRIVATE, b"beta"))),
+        packet(0, record(stub=3, mtype=LIST, body=vi(1, SUBWORLD) + ld(2, b"al") + ld(2, b"z"))),
+        packet(0, record(stub=4, mtype=LIST)),
+        packet(1, record(mtype=DISCONNECT, body=vi(1, 4))),
+        packet(0, record(mtype=REMOVE, body=vi(1, 2))),
+        packet(1, record(mtype=REMOVE, body=vi(1, 2))),
+        packet(0, record(stub=5, mtype=CREATE_SPATIAL, body=create(SPATIAL))),
+    ),
+    # A recoverable server drops and its successor with the same PIT takes over.
+    "recovery": seed(
+        RECOVERABLE,
+        packet(0, record(stub=1, mtype=CREATE, body=create(GLOBAL))),
+        packet(0, record(stub=2, mtype=CREATE, body=create(SUBWORLD, b"r",
+                                                           data=any_(TESTPB, testpb(b"s"))))),
+        packet(0, sub_rec(1, 3), sub_rec(1, 2)),
+        gone(0, lost=True),
+        clock(200),
+        connect(0, server=True, authed=True),
+        clock(1000),
+        packet(0, record(ch=1, bc=2, mtype=100, body=sfm(payload=b"back"))),
+        gone(1, lost=True),
+        clock(4000),
+    ),
+    # Snappy and legacy framing, split reads, several records in one packet.
+    "snappy_legacy": seed(
+        0,
+        packet(0, record(stub=1, mtype=CREATE, body=create(GLOBAL)), snappy=True),
+        packet(0, sub_rec(0, 4), sub_rec(0, 3), split=True),
+        packet(3, record(mtype=100, body=b"legacy client"), split=True),
+        packet(2, record(mtype=100, body=b"snappy client " * 8), snappy=True, split=True),
+        packet(0, *[record(bc=2, mtype=100 + i, body=sfm(payload=b"x" * 40)) for i in range(4)],
+               snappy=True),
+    ),
+    # Big broadcasts against a 4 KiB hard limit: a subscriber is cut as a slow consumer.
+    "slow_consumer": seed(
+        SMALL_SENDQ,
+        packet(0, record(stub=1, mtype=CREATE, body=create(GLOBAL))),
+        packet(0, sub_rec(0, 3), sub_rec(0, 4)),
+        packet(0, *[record(bc=2, mtype=150, body=sfm(payload=bytes(900))) for _ in range(6)]),
+        clock(1200),
+    ),
+    # Authentication: AUTH on a channel other than 0 closes; timeouts close the idle.
+    "auth_timeouts": seed(
+        TIMEOUTS | FEW_SUBS,
+        packet(4, record(ch=5, stub=1, mtype=AUTH, body=ld(1, b"pit"))),
+        packet(5, record(stub=1, mtype=AUTH, body=ld(1, b"srv") + ld(2, b"lt"))),
+        packet(5, record(stub=2, mtype=CREATE, body=create(SUBWORLD))),
+        packet(5, sub_rec(1, 3), sub_rec(1, 2), sub_rec(1, 1)),
+        clock(2500),
+        clock(5100),
+        connect(4, authed=False),
+    ),
+    # Drops: unknown types, bodies that do not decode, a server body that is not a
+    # ServerForwardMessage, a channel-0 type elsewhere, unknown channels.
+    "drops": seed(
+        NO_SCHEMA,
+        packet(0, record(mtype=2), record(mtype=11, body=b"\x08\x01"), record(mtype=99)),
+        packet(0, record(mtype=CREATE, body=b"\x0a\x05ab")),
+        packet(0, record(mtype=100, body=b"\x0a\x01\x07")),
+        packet(0, record(ch=7, mtype=LIST), record(ch=7, mtype=SUB, body=vi(1, 3))),
+        packet(0, record(ch=7, mtype=DATA, body=ld(1, any_(TESTPB, b"")))),
+        packet(2, record(mtype=SUB, body=vi(1, 3))),
+        packet(0, record(mtype=DATA, body=ld(1, any_(b"t/x", b"raw")))),
+    ),
+    # Framing errors and partial headers, then a connection in the freed slot.
+    "raw_frames": seed(
+        0,
+        raw(2, b"CH\x00"),
+        raw(2, b"\x05\x00\x0a\x03\x20\x64\x2a"),
+        raw(3, b"CHN\x02\x00\x0a\x00"),
+        raw(4, b"XH\x00\x01\x00\x00"),
+        raw(5, b"CH\x00\x03\x01\x02\x00\x00"),
+        connect(4, authed=True),
+        packet(4, b""),
+    ),
+}
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    for name, data in SEEDS.items():
+        with open(os.path.join(OUT, name), "wb") as f:
+            f.write(data)
+
+
+if __name__ == "__main__":
+    main()
