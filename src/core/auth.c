@@ -1,4 +1,11 @@
-/* auth.c - AUTH: providers (dev: accept all; file: PIT -> login token) and the handler. */
+/* auth.c - AUTH: providers (dev: accept all; file: PIT -> login token) and the handler.
+ *
+ * AUTH is the one message handled on the sender's worker (its row in msgtab.c says so): it
+ * changes only the connection (state, FSM state, PIT), which lives there, and needs no
+ * channel. The token file is loaded once into the shared state and never changes, so
+ * checking a token reads no mutable shared state. The check is synchronous because both
+ * providers are local; an asynchronous provider would have to answer through the inbox like
+ * any other cross-worker work. */
 #include "core_int.h"
 
 #include "cq_alloc.h"

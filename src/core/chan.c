@@ -1,4 +1,12 @@
-/* chan.c - channels: table, ids, create/remove/list, ownership, ACL. */
+/* chan.c - channels: table, ids, create/remove/list, ownership, ACL.
+ *
+ * A channel lives on the worker its id hashes to (place.c), which alone touches it. Ids and
+ * LIST need a view of every channel, so worker 0, which owns GLOBAL and receives every
+ * CREATE_CHANNEL and LIST_CHANNEL (channel-0 messages), keeps the channel directory: it
+ * allocates the id, then hands the creation to the new channel's worker (XM_CREATE), and the
+ * channel's worker tells it when the id is free again (XM_FREE_ID) or the metadata changed
+ * (XM_META). The directory learns of a channel before it exists and of its removal just
+ * after, so a LIST may show a channel one message early or one message late. */
 #include "core_int.h"
 
 #include "cq_alloc.h"

@@ -1,4 +1,12 @@
-/* conn.c - connection lifecycle, inbound framing, outbound queueing. */
+/* conn.c - connection lifecycle, inbound framing, outbound queueing.
+ *
+ * A connection belongs to one worker for its whole life, so nothing here locks. Closing is
+ * deferred (redis's freeClientAsync): cq_core_conn_close marks the connection CLOSING, drops
+ * it from every list and tells every worker (XM_CONN_GONE), but its memory is freed only when
+ * the transport's close completes (cq_core_conn_release), because the close may start inside
+ * a callback chain that still holds the connection. Output is only queued here, by
+ * reference to shared records; the transport writes once per loop iteration (cq_core_flush).
+ * The hard limit is checked, and the soft limit's clock started, as output is queued. */
 #include "core_int.h"
 
 #include "cq_alloc.h"
@@ -84,6 +92,7 @@ void cq_core_conn_close(cq_core_t *c, cq_conn_t *conn, int reason, const char *w
         return;
     char peer[64] = "?";
     conn->tops->peer(conn->tctx, peer, sizeof(peer));
+    /* A reset is how many clients leave: not worth an INFO line each. */
     if (reason < 0 && reason != -ECONNRESET)
         CQ_INFO("conn", "closing conn %u (%s, %s): %s%s%s", conn->id,
                 conn->type == CQ_CONN_SERVER ? "SERVER" : "CLIENT", peer, why ? why : "",
@@ -96,6 +105,8 @@ void cq_core_conn_close(cq_core_t *c, cq_conn_t *conn, int reason, const char *w
     cq_list_remove(&conn->pending_node);
     conn->pending = 0;
     dir_remove(c->sh, conn->id);
+    /* Cleared now rather than when worker 0 hears CONN_GONE, so that no worker sends the
+     * GLOBAL owner's copies to a closed connection in between. */
     uint32_t g = conn->id;
     atomic_compare_exchange_strong(&c->sh->global_owner, &g, 0);
     cq__lsub_conn_drop(c, conn);

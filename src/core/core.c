@@ -1,4 +1,11 @@
-/* core.c - per-worker core: creation, cross-worker messages, flush and housekeeping. */
+/* core.c - per-worker core: creation, cross-worker messages, flush and housekeeping.
+ *
+ * One cq_core_t per worker thread owns that worker's connections, channels and fan-out lists,
+ * so the core's handlers never lock. Other workers reach it only through its inbox, drained
+ * here through a table of message kinds (one row per kind). Periodic work (auth and idle
+ * timeouts, soft send limits, recovery timers) runs from one tick that the io layer calls
+ * about every 100 ms with the time: the core owns no timer, so it stays an engine with no
+ * I/O that the tests drive with a manual clock. */
 #include "core_int.h"
 
 #include "cq_alloc.h"

@@ -1,4 +1,11 @@
-/* cq_fsm.c - loads channeld FSM files into per-state bitmaps; queries are read-only. */
+/* cq_fsm.c - loads channeld FSM files into per-state bitmaps; queries are read-only.
+ *
+ * A state is a 8 KiB bitmap over every message type, so the FSM check on each inbound message
+ * is one load and one mask, whatever the file says, and the loaded FSM is immutable and shared
+ * by every worker without a lock. The parser follows Go's encoding/json where channeld's files
+ * rely on it (case-insensitive keys) and is strict about mistakes (unknown or repeated keys,
+ * malformed lists), because a typo in an FSM file would otherwise open or close message types
+ * without a word. */
 #include "cq_fsm.h"
 
 #include "cq_alloc.h"

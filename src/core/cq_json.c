@@ -1,3 +1,10 @@
+/* cq_json.c - helpers shared by the JSON readers of channeld's config files (FSM, channel
+ * settings).
+ *
+ * channeld reads these files with Go's encoding/json, which matches keys case-insensitively;
+ * files written for channeld must load here unchanged, so the key matching is Go's. Unknown
+ * and repeated keys are errors here (Go ignores unknown keys and lets the last repeated one
+ * win), because a misspelt key would otherwise be silently dropped. */
 #include "cq_json.h"
 
 #include "cq_alloc.h"

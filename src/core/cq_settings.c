@@ -1,4 +1,9 @@
-/* cq_settings.c - channel settings per channel type, with channeld's GLOBAL fallback. */
+/* cq_settings.c - channel settings per channel type, with channeld's GLOBAL fallback.
+ *
+ * Settings are looked up when a channel is created and then kept as a pointer in it, so the
+ * lookup is never on the per-message path; the loaded set is immutable and shared by every
+ * worker. Zero intervals are raised to 1 ms at load time, where channeld would spin or loop,
+ * so the scheduler never has to guard against them. */
 #include "cq_settings.h"
 
 #include "cq_alloc.h"

@@ -1,6 +1,14 @@
 /* dispatch.c - the inbound pipeline for each MessagePack, in channeld's order:
  * handler lookup -> FSM check -> body decode -> FSM transition -> route to the channel's worker.
- * The channel lookup happens on the channel's worker (it owns the channel table). */
+ * The channel lookup happens on the channel's worker (it owns the channel table).
+ *
+ * The order is channeld's, and observable: a message the FSM forbids is dropped even if its
+ * body is garbage, and the FSM moves on a message that will then be dropped for an unknown
+ * channel. Everything that differs between types comes from the message table (msgtab.c), so
+ * this file has no per-type code. The body is decoded here, on the sender's worker, only to
+ * reject it early; the handler decodes it again where it runs, because the decoded message
+ * lives in this worker's arena and cannot travel to another worker, and a handler does not
+ * know where it was called from. */
 #include "core_int.h"
 
 #include "cq_err.h"

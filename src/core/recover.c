@@ -219,6 +219,7 @@ bool cq__recover_takeover(cq_core_t *c, cq_conn_t *conn, uint32_t *ret_old)
     if (!old)
         return false;
     CQ_INFO("recover", "conn %u recovers conn %u (pit \"%s\")", conn->id, old, conn->pit);
+    /* The successor becomes the old id: channels and subscribers everywhere know it by that. */
     cq_map_del(&c->conns, conn->id);
     conn->id = old;
     cq_map_put(&c->conns, old, conn);

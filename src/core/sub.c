@@ -1,4 +1,12 @@
-/* sub.c - subscriptions: options, SUB/UNSUB, local fan-out lists, connection loss. */
+/* sub.c - subscriptions: options, SUB/UNSUB, local fan-out lists, connection loss.
+ *
+ * A subscription is recorded twice: by the channel's worker (cq_sub_t in the channel, with
+ * the options and data schedule) and by the subscriber's worker (the channel's local fan-out
+ * list, a plain array of connections), so that a broadcast is one message per worker and a
+ * walk of an array there, not one message per subscriber. The channel's worker decides both:
+ * it sends LSUB_ADD before any fan-out that must reach the new subscriber and LSUB_DEL after
+ * the last one, on the same FIFO inbox, and the subscriber's worker changes its list only on
+ * those messages or when the connection closes, so the two views always agree. */
 #include "core_int.h"
 
 #include "cq_alloc.h"
@@ -365,6 +373,7 @@ void cq__handle_sub(cq_core_t *c, cq_req_t *r)
     Channeldpb__SubscribedToChannelMessage *m = cq__req_body(c, r);
     if (!m)
         return;
+    /* channeld: a CLIENT always subscribes itself (connId is ignored); a SERVER names whom. */
     uint32_t target = r->conn_type == CQ_CONN_CLIENT ? r->conn_id : m->connid;
     if (!target) {
         CQ_MSG_LOG(c, "sub", "conn %u: SUB_TO_CHANNEL %u without connId", r->conn_id, ch->id);
@@ -381,6 +390,7 @@ void cq__handle_sub(cq_core_t *c, cq_req_t *r)
         resubscribe(c, ch, s, r, m->suboptions);
         return;
     }
+    /* The directory counts it against max-subs-per-conn and supplies the subscriber's type. */
     int rc = cq__sub_add(c, ch, target, target == r->conn_id ? r->conn_type : 0, m->suboptions, &s);
     if (rc < 0) {
         CQ_MSG_LOG(c, "sub", "conn %u: cannot subscribe conn %u to channel %u: %s", r->conn_id,
@@ -412,7 +422,7 @@ void cq__handle_unsub(cq_core_t *c, cq_req_t *r)
     uint8_t type = s->conn_type;
     cq__sub_remove(c, s, true);
     unsub_result(c, ch, r, target, type);
-    if (ch->owner == target) {
+    if (ch->owner == target) { /* channeld: an owner that unsubscribes gives the channel up */
         CQ_MSG_LOG(c, "sub", "channel %u lost its owner conn %u (unsubscribed)", ch->id, target);
         cq__chan_set_owner(c, ch, 0, 0);
         cq__connref_gc(c, target);

@@ -1,3 +1,11 @@
+/* cq_wire.c - the Packet/MessagePack envelope by hand, bodies through protobuf-c.
+ *
+ * The envelope is parsed and written by hand because every message crosses it: parsing gives
+ * slices into the packet (no copy, no allocation), and writing a record is a few varints in
+ * front of a body packed in place, so a fan-out record is built once. Bodies go through
+ * protobuf-c into a capped arena per inbound frame, so a hostile body cannot make the server
+ * allocate more than the cap, and everything is freed in one step. Unknown fields are
+ * skipped as protobuf does, so newer clients keep working. */
 #include "cq_wire.h"
 
 #include "cq_alloc.h"
