@@ -6,11 +6,6 @@
  * compressed packet built once per worker per message. */
 #include "core_int.h"
 
-#include "cq_alloc.h"
-#include "cq_err.h"
-
-#include <string.h>
-
 /* ---- fan-out ---------------------------------------------------------------------------- */
 
 static bool skip(const cq_conn_t *conn, uint32_t sender, uint32_t owner, uint32_t flags)
