@@ -1,4 +1,5 @@
-/* tests/unit/pkg: cmocka cases for pkg/ (base, ds, buf, codec). One group, so one TAP plan. */
+/* tests/unit/pkg: cmocka cases for pkg/ (base, ds, buf, codec, http). One group, so one TAP plan.
+ */
 #include "test_pkg.h"
 
 int main(void)
@@ -42,6 +43,15 @@ int main(void)
         cmocka_unit_test(test_snappy_round_trip),
         cmocka_unit_test(test_snappy_corrupt),
         cmocka_unit_test(test_snappy_cap),
+        cmocka_unit_test(test_http_fields),
+        cmocka_unit_test(test_http_lenient_bytes),
+        cmocka_unit_test(test_http_every_prefix_and_split),
+        cmocka_unit_test(test_http_bare_lf),
+        cmocka_unit_test(test_http_byte_limit),
+        cmocka_unit_test(test_http_header_limit),
+        cmocka_unit_test(test_http_malformed),
+        cmocka_unit_test(test_http_parse_all),
+        cmocka_unit_test(test_http_parse_all_fail_n),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -55,6 +55,17 @@ void test_snappy_round_trip(void **state);
 void test_snappy_corrupt(void **state);
 void test_snappy_cap(void **state);
 
+/* pkg_http.c */
+void test_http_fields(void **state);
+void test_http_lenient_bytes(void **state);
+void test_http_every_prefix_and_split(void **state);
+void test_http_bare_lf(void **state);
+void test_http_byte_limit(void **state);
+void test_http_header_limit(void **state);
+void test_http_malformed(void **state);
+void test_http_parse_all(void **state);
+void test_http_parse_all_fail_n(void **state);
+
 /* xorshift64*, deterministic per seed; shared by the randomized cases. */
 static inline uint64_t test_rand(uint64_t *s)
 {

@@ -1,0 +1,130 @@
+/* cq_http.h - one HTTP/1.x request-head parser for every chanq listener.
+ *
+ * The shape is picohttpparser's: stateless, zero-copy, bounded. The caller hands in the bytes
+ * received so far; the parser returns the length of the request head once it is complete, and
+ * slices into the caller's buffer for the method, the request-target, the minor version and
+ * the header fields. It allocates nothing and keeps no state between calls (last_len only
+ * saves rescanning bytes already searched for the end of the head).
+ *
+ * Grammar (RFC 9112 section 2-5), with what each listener adds on top:
+ *
+ *   request-line = method SP request-target SP "HTTP/1." DIGIT
+ *   method       = 1*tchar
+ *   target       = 1*( VCHAR / obs-text )      (no check of the form: callers decide)
+ *   field-line   = field-name ":" OWS field-value OWS
+ *   field-name   = 1*tchar                     (no whitespace before the colon)
+ *   field-value  = *( HTAB / SP / VCHAR / obs-text / DEL )
+ *
+ * Lines end in CRLF; with CQ_HTTP_BARE_LF a bare LF ends a line too (RFC 9112 section 2.2 lets
+ * a server accept it), which also changes where the head ends (at LF LF or LF CR LF). A CR not
+ * followed by LF, a NUL, and a bare LF without CQ_HTTP_BARE_LF are errors; so are folded
+ * header lines (obs-fold) and empty lines before the request line. Anything accepted here is
+ * accepted by every caller's old parser; the callers narrow it (version 1.0/1.1 only, origin
+ * form only, no DEL in values, ...) with their own checks.
+ *
+ * Header names are returned as sent; compare them with cq_http_name_is() (case-insensitive).
+ * Values are returned without the surrounding OWS. Repeated headers are returned in order,
+ * each one; combining or rejecting duplicates is the caller's policy.
+ *
+ * Thread-safe (pure); no logging.
+ */
+#ifndef CQ_HTTP_H
+#define CQ_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Flags of cq_http_opts_t. */
+enum {
+    CQ_HTTP_BARE_LF = 1u << 0, /* a bare LF ends a line (default: CRLF only) */
+};
+
+/* Header slices of the caller's array when the head has at most this many header lines
+ * (cq_http_parse_all); past it, an array is allocated. */
+#define CQ_HTTP_INLINE_HEADERS 32
+
+typedef struct cq_http_opts {
+    size_t max_head; /* bound on the head in bytes, request line through the empty line (> 0) */
+    unsigned flags;  /* CQ_HTTP_* */
+} cq_http_opts_t;
+
+/* One header field: slices into the caller's buffer, valid while it is. */
+typedef struct cq_http_header {
+    const char *name, *value;
+    size_t name_len, value_len;
+} cq_http_header_t;
+
+/* The request line and the header count: slices into the caller's buffer. */
+typedef struct cq_http_head {
+    const char *method, *target;
+    size_t method_len, target_len;
+    int minor_version;  /* 0..9, from "HTTP/1.<digit>" */
+    size_t num_headers; /* header lines in the head (all of them, also when none are stored) */
+} cq_http_head_t;
+
+/* Which rule a malformed head broke (cq_http_fault()), in the order they are checked on each
+ * line; the first broken rule of the first bad line is reported. */
+typedef enum cq_http_fault {
+    CQ_HTTP_FAULT_NONE = 0,
+    CQ_HTTP_FAULT_REQUEST_LINE, /* not "method SP target SP version", a stray CR, NUL or bare
+                                   LF in it, a method that is not a token, an empty target */
+    CQ_HTTP_FAULT_TARGET,       /* a control character (or SP, DEL) in the request-target */
+    CQ_HTTP_FAULT_VERSION,      /* not "HTTP/1.<digit>" */
+    CQ_HTTP_FAULT_STRAY,        /* a stray CR, NUL or (without CQ_HTTP_BARE_LF) bare LF in a
+                                   header line */
+    CQ_HTTP_FAULT_FOLD,         /* a header line starting with SP or HTAB (obs-fold) */
+    CQ_HTTP_FAULT_HEADER_LINE,  /* a header line without a colon */
+    CQ_HTTP_FAULT_HEADER_NAME,  /* a header name that is empty or not a token */
+    CQ_HTTP_FAULT_HEADER_VALUE, /* a control character in a header value */
+} cq_http_fault_t;
+
+/* Parses the request head at buf[0..len).
+ *
+ * last_len is how many of these bytes the previous call on the same request already saw (0 on
+ * the first call, or always): the search for the end of the head resumes near there. headers
+ * is the caller's array of max_headers slices, or NULL (then max_headers is ignored: header
+ * lines are checked and counted but not stored).
+ *
+ * Returns the length of the head (> 0, through the empty line) and fills *ret_head and
+ * headers[0..ret_head->num_headers); 0 when the head is not complete yet and len < max_head;
+ * or a negative code:
+ *   CQ_EBADLEN  too large: no complete head within the first max_head bytes and len >=
+ *               max_head (so a head of exactly max_head bytes fits);
+ *   CQ_ELIMIT   too many headers: more than max_headers header lines (headers not NULL);
+ *               reported as soon as line max_headers + 1 is seen;
+ *   CQ_EHEADER  malformed (cq_http_fault() tells which rule was broken).
+ * *ret_head is written only on success; headers may be written on failure too. Borrowed
+ * buffers only; no allocation. */
+ssize_t cq_http_parse_head(const char *buf, size_t len, size_t last_len, const cq_http_opts_t *o,
+                           cq_http_head_t *ret_head, cq_http_header_t *headers, size_t max_headers);
+
+/* After cq_http_parse_head() returned CQ_EHEADER for the same buf, len and o: the rule the head
+ * broke, and the head's length in *ret_head_len (may be NULL). CQ_HTTP_FAULT_NONE if the head
+ * is not malformed. Pure. */
+cq_http_fault_t cq_http_fault(const char *buf, size_t len, const cq_http_opts_t *o,
+                              size_t *ret_head_len);
+
+/* Every header of a head, however many: in a fixed inline array when they fit, else in one
+ * allocated array. Declare it uninitialised, pass it to cq_http_parse_all(), read v[0..n),
+ * then cq_http_headers_done(). */
+typedef struct cq_http_headers {
+    cq_http_header_t *v; /* inline or allocated */
+    size_t n;
+    cq_http_header_t inline_v[CQ_HTTP_INLINE_HEADERS];
+} cq_http_headers_t;
+
+/* cq_http_parse_head() without a header limit: returns what it returns, except that CQ_ELIMIT
+ * never happens; a head with more than CQ_HTTP_INLINE_HEADERS header lines is parsed again into
+ * an allocated array (cq_malloc), and -ENOMEM is returned when that allocation fails. hs is
+ * always initialised (v = NULL, n = 0 unless the result is > 0), so cq_http_headers_done() may
+ * be called whatever the result. */
+ssize_t cq_http_parse_all(const char *buf, size_t len, size_t last_len, const cq_http_opts_t *o,
+                          cq_http_head_t *ret_head, cq_http_headers_t *hs);
+/* Frees the array cq_http_parse_all() may have allocated. Accepts a zeroed or done hs. */
+void cq_http_headers_done(cq_http_headers_t *hs);
+
+/* True if the header's name is name, compared case-insensitively (name is ASCII). */
+bool cq_http_name_is(const cq_http_header_t *h, const char *name);
+
+#endif
