@@ -42,10 +42,13 @@ typedef struct cq_mqhttp_req {
     bool chunked;            /* a Transfer-Encoding header was present */
 } cq_mqhttp_req_t;
 
-/* Parses a request head at p[0..n). Pure, allocates nothing. Returns the head's length (through
- * the empty line) and fills *ret; 0 if more bytes are needed; CQ_EBADLEN when no complete head
- * fits in max_head bytes; CQ_EHEADER for a malformed request line or header, an HTTP version
- * other than 1.0/1.1, or a bad or conflicting Content-Length. *ret is written only on success. */
+/* Parses a request head at p[0..n) with the shared head parser (pkg/http/cq_http.h; CRLF line
+ * ends only) and the API's own rules. Pure; allocates only for a head of more than
+ * CQ_HTTP_INLINE_HEADERS header lines. Returns the head's length (through the empty line) and
+ * fills *ret; 0 if more bytes are needed; CQ_EBADLEN when no complete head fits in max_head
+ * bytes; CQ_EHEADER for a malformed request line or header, an HTTP version other than
+ * 1.0/1.1, a target not in origin form, or a bad or conflicting Content-Length; -ENOMEM.
+ * *ret is written only on success. */
 ssize_t cq_mqhttp_parse(const char *p, size_t n, size_t max_head, cq_mqhttp_req_t *ret);
 
 /* The largest request body s accepts: max_content x max_batch plus slack, at most
