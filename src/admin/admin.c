@@ -6,6 +6,7 @@
 
 #include "cq_alloc.h"
 #include "cq_err.h"
+#include "cq_http.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -82,31 +83,27 @@ int cq_admin_metrics(cq_admin_t *a, cq_sbuf_t *out)
 
 /* ---- requests --------------------------------------------------------------------------- */
 
+/* The admin listener reads 1 KiB at a time and gives up once a read leaves CQ_ADMIN_MAX_HEAD
+ * bytes or more without a complete head; a head that the same read completes is taken whole.
+ * The parser's bound is set to keep exactly that. Headers are checked, none is stored. */
 ssize_t cq_admin_parse_head(const char *p, size_t n, char *method, size_t mlen, char *path,
                             size_t plen)
 {
-    const char *end = NULL;
-    for (size_t i = 3; i < n; i++) {
-        if (p[i - 3] == '\r' && p[i - 2] == '\n' && p[i - 1] == '\r' && p[i] == '\n') {
-            end = p + i + 1;
-            break;
-        }
-    }
-    if (!end)
-        return n >= CQ_ADMIN_MAX_HEAD ? -1 : 0;
-    const char *sp1 = memchr(p, ' ', (size_t)(end - p));
-    const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(end - sp1 - 1)) : NULL;
-    if (!sp1 || !sp2 || (size_t)(sp1 - p) >= mlen || (size_t)(sp2 - sp1 - 1) >= plen || sp1 == p ||
-        sp2 == sp1 + 1 || strncmp(sp2 + 1, "HTTP/1.", 7) != 0)
+    const cq_http_opts_t o = {.max_head = n > CQ_ADMIN_MAX_HEAD ? n : CQ_ADMIN_MAX_HEAD};
+    cq_http_head_t h;
+    ssize_t end = cq_http_parse_head(p, n, 0, &o, &h, NULL, 0);
+    if (end <= 0)
+        return end < 0 ? -1 : 0;
+    if (h.method_len >= mlen || h.target_len >= plen)
         return -1;
-    memcpy(method, p, (size_t)(sp1 - p));
-    method[sp1 - p] = '\0';
-    memcpy(path, sp1 + 1, (size_t)(sp2 - sp1 - 1));
-    path[sp2 - sp1 - 1] = '\0';
+    memcpy(method, h.method, h.method_len);
+    method[h.method_len] = '\0';
+    memcpy(path, h.target, h.target_len);
+    path[h.target_len] = '\0';
     char *q = strchr(path, '?');
     if (q)
         *q = '\0';
-    return end - p;
+    return end;
 }
 
 static int respond(cq_sbuf_t *out, int status, const char *reason, const char *ctype,
