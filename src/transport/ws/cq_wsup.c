@@ -1,9 +1,11 @@
-/* cq_wsup.c - bounded, incremental HTTP/1.1 request-head parser for WebSocket upgrades.
+/* cq_wsup.c - the WebSocket listener's view of an HTTP/1.1 request head.
  *
- * The head is copied into one buffer of at most max_head bytes. Each feed searches only the
- * new bytes for the empty line that ends the head; once found, the head is split in place
- * into NUL-terminated lines and fields, validated, and classified. Nothing is parsed before
- * the head is complete, so every input split gives the same result.
+ * The head is copied into one buffer of at most max_head bytes, and each feed hands the whole
+ * buffer to the shared head parser (pkg/http, bare LF allowed, resuming its search for the end
+ * where the previous feed stopped). Once the head is complete and well formed, its slices are
+ * NUL-terminated in place, and the upgrade rules are applied: duplicates, the WebSocket
+ * headers, the path and the Origin. Nothing is decided before the head is complete, so every
+ * input split gives the same result.
  */
 #include "cq_wsup.h"
 
@@ -16,12 +18,15 @@
 
 #include "cq_alloc.h"
 #include "cq_err.h"
+#include "cq_http.h"
 
 static const char WS_GUID[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
 /* Headers that may appear at most once, and the list headers that are combined. */
 typedef struct wsup_fields {
-    const char *method, *target, *version;
+    const char *method;
+    char *target;
+    int minor; /* HTTP/1.<minor> */
     const char *host, *origin, *key, *ws_version;
     char *protocol; /* combined Sec-WebSocket-Protocol (into p->proto when repeated) */
     bool has_upgrade, upgrade_ws, conn_upgrade, body;
@@ -30,8 +35,7 @@ typedef struct wsup_fields {
 struct cq_wsup {
     char *buf;
     size_t len, max_head;
-    size_t scan; /* where the search for the end of the head resumes */
-    int result;  /* 0 while incomplete, then CQ_WSUP_* or a negative error */
+    int result; /* 0 while incomplete, then CQ_WSUP_* or a negative error */
     int status;
     const char *reason;
     char *path_cfg, *origins;
@@ -47,39 +51,6 @@ static int fail(cq_wsup_t *p, int status, const char *reason)
     p->reason = reason;
     p->result = CQ_EHTTP;
     return CQ_EHTTP;
-}
-
-static bool is_tchar(unsigned char c)
-{
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-        return true;
-    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
-}
-
-static bool is_token(const char *s)
-{
-    if (*s == '\0')
-        return false;
-    for (; *s; s++)
-        if (!is_tchar((unsigned char)*s))
-            return false;
-    return true;
-}
-
-/* Field values: VCHAR, SP, HTAB and obs-text; no other control characters. */
-static bool is_value_char(unsigned char c)
-{
-    return c == '\t' || (c >= 0x20 && c != 0x7f);
-}
-
-static char *trim(char *s)
-{
-    while (*s == ' ' || *s == '\t')
-        s++;
-    size_t n = strlen(s);
-    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
-        s[--n] = '\0';
-    return s;
 }
 
 /* True if the comma-separated list contains token (case-insensitive, OWS around items). */
@@ -149,68 +120,52 @@ const char *cq_wsup_reason(const cq_wsup_t *p)
     return p->reason;
 }
 
-/* ---- finding the end of the head ------------------------------------------------------- */
+/* ---- the complete head ----------------------------------------------------------------- */
 
-/* Returns the length of the head (through the empty line) within buf[0..len), or 0. */
-static size_t find_end(cq_wsup_t *p)
+/* Why the shared parser refused the head, in this parser's words. */
+static const char *fault_reason(cq_http_fault_t f)
 {
-    size_t i = p->scan;
-    for (; i < p->len; i++) {
-        if (p->buf[i] != '\n')
-            continue;
-        if (i + 1 >= p->len)
-            break;
-        if (p->buf[i + 1] == '\n')
-            return i + 2;
-        if (p->buf[i + 1] != '\r')
-            continue;
-        if (i + 2 >= p->len)
-            break;
-        if (p->buf[i + 2] == '\n')
-            return i + 3;
+    switch (f) {
+    case CQ_HTTP_FAULT_TARGET:
+        return "malformed request target";
+    case CQ_HTTP_FAULT_VERSION:
+        return "unsupported HTTP version";
+    case CQ_HTTP_FAULT_STRAY:
+        return "stray CR or NUL in header line";
+    case CQ_HTTP_FAULT_FOLD:
+        return "folded header line (obs-fold)";
+    case CQ_HTTP_FAULT_HEADER_LINE:
+        return "malformed header line";
+    case CQ_HTTP_FAULT_HEADER_NAME:
+        return "malformed header name";
+    case CQ_HTTP_FAULT_HEADER_VALUE:
+        return "control character in header value";
+    default:
+        return "malformed request line";
     }
-    p->scan = i;
-    return 0;
 }
 
-/* ---- parsing the complete head --------------------------------------------------------- */
-
-/* Cuts the next line out of *cur (NUL-terminated in place, CR stripped). Returns NULL at the
- * end of the head; sets *bad if the line holds a stray CR or a NUL. */
-static char *next_line(char **cur, char *end, bool *bad)
+/* The slice s[0..n) of the parser's buffer, NUL-terminated in place (the byte after a slice is
+ * a separator, a line end or the buffer's spare byte). */
+static char *own(cq_wsup_t *p, const char *s, size_t n)
 {
-    char *s = *cur;
-    if (s >= end)
-        return NULL;
-    char *nl = memchr(s, '\n', (size_t)(end - s));
-    if (!nl)
-        return NULL;
-    *cur = nl + 1;
-    if (nl > s && nl[-1] == '\r')
-        nl--;
-    *nl = '\0';
-    if (strlen(s) != (size_t)(nl - s) || strchr(s, '\r'))
-        *bad = true;
-    return s;
+    char *m = p->buf + (s - p->buf);
+    m[n] = '\0';
+    return m;
 }
 
-static int parse_request_line(cq_wsup_t *p, char *line, wsup_fields_t *f)
+/* What this listener allows of the request line beyond the shared grammar: no obs-text in the
+ * target, and only HTTP/1.0 or 1.1. */
+static int request_line(cq_wsup_t *p, const cq_http_head_t *h, wsup_fields_t *f)
 {
-    char *sp1 = strchr(line, ' ');
-    char *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
-    if (!sp1 || !sp2 || strchr(sp2 + 1, ' '))
-        return fail(p, 400, "malformed request line");
-    *sp1 = *sp2 = '\0';
-    f->method = line;
-    f->target = sp1 + 1;
-    f->version = sp2 + 1;
-    if (!is_token(f->method) || f->target[0] == '\0')
-        return fail(p, 400, "malformed request line");
-    for (const char *t = f->target; *t; t++)
-        if ((unsigned char)*t <= 0x20 || (unsigned char)*t >= 0x7f)
+    for (size_t i = 0; i < h->target_len; i++)
+        if ((unsigned char)h->target[i] >= 0x7f)
             return fail(p, 400, "malformed request target");
-    if (strcmp(f->version, "HTTP/1.1") != 0 && strcmp(f->version, "HTTP/1.0") != 0)
+    if (h->minor_version > 1)
         return fail(p, 400, "unsupported HTTP version");
+    f->method = own(p, h->method, h->method_len);
+    f->target = own(p, h->target, h->target_len);
+    f->minor = h->minor_version;
     return 0;
 }
 
@@ -244,45 +199,32 @@ static int add_protocol(cq_wsup_t *p, wsup_fields_t *f, char *value)
     return 0;
 }
 
-static int store_header(cq_wsup_t *p, wsup_fields_t *f, const char *name, char *value)
+static int store_header(cq_wsup_t *p, wsup_fields_t *f, const cq_http_header_t *h)
 {
-    if (strcasecmp(name, "Host") == 0)
+    if (memchr(h->value, 0x7f, h->value_len))
+        return fail(p, 400, "control character in header value");
+    char *value = own(p, h->value, h->value_len);
+    if (cq_http_name_is(h, "Host"))
         return set_once(p, &f->host, value, "duplicate Host header");
-    if (strcasecmp(name, "Origin") == 0)
+    if (cq_http_name_is(h, "Origin"))
         return set_once(p, &f->origin, value, "duplicate Origin header");
-    if (strcasecmp(name, "Sec-WebSocket-Key") == 0)
+    if (cq_http_name_is(h, "Sec-WebSocket-Key"))
         return set_once(p, &f->key, value, "duplicate Sec-WebSocket-Key header");
-    if (strcasecmp(name, "Sec-WebSocket-Version") == 0)
+    if (cq_http_name_is(h, "Sec-WebSocket-Version"))
         return set_once(p, &f->ws_version, value, "duplicate Sec-WebSocket-Version header");
-    if (strcasecmp(name, "Sec-WebSocket-Protocol") == 0)
+    if (cq_http_name_is(h, "Sec-WebSocket-Protocol"))
         return add_protocol(p, f, value);
-    if (strcasecmp(name, "Upgrade") == 0) {
+    if (cq_http_name_is(h, "Upgrade")) {
         f->has_upgrade = true;
         f->upgrade_ws |= list_has(value, "websocket");
-    } else if (strcasecmp(name, "Connection") == 0) {
+    } else if (cq_http_name_is(h, "Connection")) {
         f->conn_upgrade |= list_has(value, "upgrade");
-    } else if (strcasecmp(name, "Content-Length") == 0) {
+    } else if (cq_http_name_is(h, "Content-Length")) {
         f->body |= strcmp(value, "0") != 0;
-    } else if (strcasecmp(name, "Transfer-Encoding") == 0) {
+    } else if (cq_http_name_is(h, "Transfer-Encoding")) {
         f->body = true;
     }
     return 0;
-}
-
-static int parse_header(cq_wsup_t *p, char *line, wsup_fields_t *f)
-{
-    if (line[0] == ' ' || line[0] == '\t')
-        return fail(p, 400, "folded header line (obs-fold)");
-    char *colon = strchr(line, ':');
-    if (!colon)
-        return fail(p, 400, "malformed header line");
-    *colon = '\0';
-    if (!is_token(line))
-        return fail(p, 400, "malformed header name");
-    for (const char *v = colon + 1; *v; v++)
-        if (!is_value_char((unsigned char)*v))
-            return fail(p, 400, "control character in header value");
-    return store_header(p, f, line, trim(colon + 1));
 }
 
 /* Splits the request-target into path and query. Accepts origin-form and absolute-form. */
@@ -338,7 +280,7 @@ static int check_websocket(cq_wsup_t *p, const wsup_fields_t *f)
 {
     if (strcmp(f->method, "GET") != 0)
         return fail(p, 405, "WebSocket upgrades must use GET");
-    if (strcmp(f->version, "HTTP/1.1") != 0)
+    if (f->minor != 1)
         return fail(p, 400, "WebSocket upgrades need HTTP/1.1");
     if (!f->upgrade_ws)
         return fail(p, 400, "missing or invalid Upgrade header (expected websocket)");
@@ -363,7 +305,7 @@ static int classify(cq_wsup_t *p, const wsup_fields_t *f)
         return fail(p, 405, "method not allowed");
     if (f->body)
         return fail(p, 400, "request body not allowed");
-    if (!f->host && strcmp(f->version, "HTTP/1.1") == 0)
+    if (!f->host && f->minor == 1)
         return fail(p, 400, "missing Host header");
     p->req.host = f->host;
     p->req.origin = f->origin;
@@ -375,24 +317,15 @@ static int classify(cq_wsup_t *p, const wsup_fields_t *f)
     return CQ_WSUP_PLAIN;
 }
 
-static int parse_head(cq_wsup_t *p, size_t head_len)
+/* Applies the listener's rules to a well-formed head. */
+static int check_head(cq_wsup_t *p, const cq_http_head_t *h, const cq_http_headers_t *hs)
 {
     wsup_fields_t f = {0};
-    char *cur = p->buf, *end = p->buf + head_len;
-    bool bad = false;
-    char *line = next_line(&cur, end, &bad);
-    if (!line || bad)
-        return fail(p, 400, "malformed request line");
-    int r = parse_request_line(p, line, &f);
-    while (r == 0 && (line = next_line(&cur, end, &bad)) != NULL && line[0] != '\0') {
-        if (bad)
-            return fail(p, 400, "stray CR or NUL in header line");
-        r = parse_header(p, line, &f);
-    }
-    if (r == 0 && bad)
-        return fail(p, 400, "stray CR or NUL in header line");
+    int r = request_line(p, h, &f);
+    for (size_t i = 0; r == 0 && i < hs->n; i++)
+        r = store_header(p, &f, &hs->v[i]);
     if (r == 0)
-        r = split_target(p, (char *)f.target);
+        r = split_target(p, f.target);
     if (r == 0)
         r = classify(p, &f);
     p->result = r;
@@ -418,17 +351,31 @@ int cq_wsup_feed(cq_wsup_t *p, const uint8_t *data, size_t len, size_t *ret_used
         memcpy(p->buf + old, data, take);
     p->len += take;
     p->buf[p->len] = '\0';
-    size_t end = find_end(p);
+    const cq_http_opts_t o = {.max_head = p->max_head, .flags = CQ_HTTP_BARE_LF};
+    cq_http_head_t h;
+    cq_http_headers_t hs;
+    ssize_t end = cq_http_parse_all(p->buf, p->len, old, &o, &h, &hs);
     if (end == 0) {
-        if (p->len >= p->max_head)
-            return fail(p, 431, "request head too large");
         if (ret_used)
             *ret_used = len;
         return CQ_WSUP_NEED_MORE;
     }
+    if (end == CQ_EBADLEN)
+        return fail(p, 431, "request head too large");
+    if (end == CQ_EHEADER) {
+        size_t head_len = 0;
+        cq_http_fault_t f = cq_http_fault(p->buf, p->len, &o, &head_len);
+        if (ret_used)
+            *ret_used = head_len - old;
+        return fail(p, 400, fault_reason(f));
+    }
+    if (end < 0)
+        return p->result = (int)end;
     if (ret_used)
-        *ret_used = end - old;
-    return parse_head(p, end);
+        *ret_used = (size_t)end - old;
+    int r = check_head(p, &h, &hs);
+    cq_http_headers_done(&hs);
+    return r;
 }
 
 /* ---- responses ------------------------------------------------------------------------- */

@@ -1,7 +1,8 @@
-/* cq_wsup.h - bounded, incremental HTTP/1.1 request-head parser for WebSocket upgrades.
+/* cq_wsup.h - bounded, incremental HTTP/1.1 request heads for WebSocket upgrades.
  *
  * A WebSocket listener receives an HTTP request head first. cq_wsup accumulates it (up to a
- * configured limit, 8 KiB by default) and recognises two kinds of complete request:
+ * configured limit, 8 KiB by default), parses it with the shared head parser
+ * (pkg/http/cq_http.h, bare LF allowed) and recognises two kinds of complete request:
  *
  *  - CQ_WSUP_WEBSOCKET: a valid RFC 6455 opening handshake (GET, HTTP/1.1, Host, Upgrade:
  *    websocket, Connection containing the "upgrade" token, Sec-WebSocket-Version: 13, a
