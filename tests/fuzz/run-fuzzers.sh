@@ -22,20 +22,22 @@ fi
 ninja -C "$build" tests/fuzz/fuzz_framing tests/fuzz/fuzz_wire_packet tests/fuzz/fuzz_snappy \
     tests/fuzz/fuzz_merge tests/fuzz/fuzz_mq tests/fuzz/ws/fuzz_wsup tests/fuzz/ws/fuzz_ws \
     tests/fuzz/kcp/fuzz_kcp tests/fuzz/config/fuzz_config \
-    tests/fuzz/fuzz_core
+    tests/fuzz/fuzz_core \
+    tests/fuzz/http/fuzz_http
 
 work=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/chanq-fuzz.XXXXXX")}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 failed=0
 for t in fuzz_framing fuzz_wire_packet fuzz_snappy fuzz_merge fuzz_mq fuzz_wsup fuzz_ws fuzz_kcp \
-    fuzz_config fuzz_core; do
+    fuzz_config fuzz_core fuzz_http; do
     mkdir -p "$work/$t"
     dict=""
     case $t in
     fuzz_framing | fuzz_wire_packet) dict="-dict=$here/fuzz_framing.dict" ;;
     fuzz_wsup) dict="-dict=$here/ws/fuzz_wsup.dict" ;;
-    fuzz_config) dict="-dict=$here/config/fuzz_config.dict" ;;
+    fuzz_config) dict="-dict=$here/config/fuzz_config.dict" ;; \
+    fuzz_wsup | fuzz_http)
     esac
     echo "== $t: $secs s, scratch corpus $work/$t"
     exe="$build/tests/fuzz/$t"
