@@ -4,6 +4,7 @@
 #include "cq_alloc.h"
 #include "cq_clock.h"
 #include "cq_err.h"
+#include "cq_kcp_listener.h"
 #include "cq_log.h"
 #include "cq_mpsc.h"
 #include "cq_sendq.h"
@@ -352,10 +353,10 @@ int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *
     io->nworkers = n;
     for (int i = 0; i < IO_B__COUNT; i++)
         strcpy(io->bound[i], "-");
-    pthread_mutex_init(&io->kcp_ip_lock, NULL);
-    cq_map_init(&io->kcp_per_ip);
     cq_shared_set_ops(sh, &core_ops, io);
-    int r = cq__io_tls_init(io, err, errlen);
+    io->kcp_ips = cq_kcp_ipcount_new((uint32_t)opts->kcp_max_per_addr);
+    int r = io->kcp_ips ? cq__io_tls_init(io, err, errlen)
+                        : cq_err_fmt(err, errlen, -ENOMEM, "out of memory");
     if (r < 0)
         goto fail_early;
     for (int i = 0; i < n && r == 0; i++)
@@ -391,7 +392,7 @@ fail:
     return r;
 fail_early:
     cq__io_tls_done(io);
-    cq_map_done(&io->kcp_per_ip);
+    cq_kcp_ipcount_free(io->kcp_ips);
     cq_free(io);
     return r;
 }
@@ -468,8 +469,7 @@ cq_io_t *cq_io_free(cq_io_t *io)
         cq_free(w->rbuf);
     }
     cq__io_tls_done(io);
-    cq_map_done(&io->kcp_per_ip);
-    pthread_mutex_destroy(&io->kcp_ip_lock);
+    cq_kcp_ipcount_free(io->kcp_ips);
     cq_free(io);
     return NULL;
 }

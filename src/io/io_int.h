@@ -9,8 +9,6 @@
 #include "cq_core.h"
 #include "cq_io.h"
 #include "cq_list.h"
-#include "cq_map.h"
-#include <pthread.h>
 #include "cq_mpsc.h"
 
 typedef struct cq_io cq_io_t;
@@ -85,10 +83,9 @@ struct cq_io {
     cq_shared_t *sh;
     cq_io_opts_t opts;
     _Atomic int stopping;
-    char bound[IO_B__COUNT][80]; /* actual listener addresses (IO_B_*), "-" when off */
-    struct cq_tls_ctx *tls;      /* certificate and key for WSS, NULL without wss_addr */
-    pthread_mutex_t kcp_ip_lock; /* guards kcp_per_ip: taken only when KCP sessions come/go */
-    cq_map_t kcp_per_ip;         /* source-IP hash -> KCP sessions (as uintptr_t), all workers */
+    char bound[IO_B__COUNT][80];    /* actual listener addresses (IO_B_*), "-" when off */
+    struct cq_tls_ctx *tls;         /* certificate and key for WSS, NULL without wss_addr */
+    struct cq_kcp_ipcount *kcp_ips; /* KCP peers per source IP, shared by all workers */
     int nworkers;
     io_worker_t workers[];
 };

@@ -2,16 +2,16 @@
  *
  * The kernel hashes a peer's 4-tuple to one of the workers' sockets, so every datagram of a
  * peer reaches the same worker, which owns its connection (ids come from
- * cq_shared_conn_id_alloc_on). KCP has no handshake and no close (doc: transports.md §3-4):
- *  - the first datagram (>= 24 bytes) from an unknown address creates a connection with its
- *    conv; a datagram with another conv replaces it only when it starts a conversation (PUSH
- *    sn 0), as kcp-go's listener does;
- *  - a connection chanqd closed leaves a tombstone for the address and conv, so the peer's
- *    retransmissions do not open a fresh, unauthenticated connection mid-stream; tombstones
- *    expire after --kcp-idle-timeout-ms of silence;
- *  - connections silent for --kcp-idle-timeout-ms, or whose peer stopped acknowledging (dead
- *    link), are closed; at most --kcp-max-per-addr connections (and tombstones) per source IP.
- * A malformed KCP datagram (unknown command, truncated segment) closes that connection.
+ * cq_shared_conn_id_alloc_on). Which session a datagram opens or reaches is the listener
+ * policy's decision (src/transport/kcp/cq_kcp_listener.h: conv replacement, tombstones, idle
+ * expiry, --kcp-max-per-addr through a per-IP count all workers share); this file keeps the
+ * socket, the engines and connections, and the glue:
+ *  - a session is created for the policy's CREATE, fed its DELIVERs, and closed when a new
+ *    conversation displaces it or the policy reports it idle;
+ *  - a connection chanqd closed is released at the next tick and its address left to the
+ *    policy as a tombstone;
+ *  - connections whose peer stopped acknowledging (dead link) are closed;
+ *  - a malformed KCP datagram (unknown command, truncated segment) closes that connection.
  *
  * Backpressure: bytes leave the connection's send queue only while the engine has send space,
  * so the send queue's limits still close a slow reader; a paused connection (inbound flow
@@ -20,9 +20,9 @@
 #include "cq_alloc.h"
 #include "cq_err.h"
 #include "cq_kcp.h"
+#include "cq_kcp_listener.h"
 #include "cq_list.h"
 #include "cq_log.h"
-#include "cq_map.h"
 #include "cq_sendq.h"
 #include "cq_util.h"
 #include "io_int.h"
@@ -45,19 +45,17 @@ typedef struct io_kcp io_kcp_t;
 
 typedef struct kcp_sess {
     io_kcp_t *sock;
-    cq_kcp_t *k;     /* NULL for a tombstone */
-    cq_conn_t *conn; /* NULL for a tombstone */
+    cq_kcp_peer_t *peer; /* the policy's peer; NULL once a new conversation displaced it */
+    cq_kcp_t *k;
+    cq_conn_t *conn;
     struct sockaddr_storage addr;
     socklen_t alen;
-    uint32_t hkey, ipkey, conv;
-    uint64_t last_rx, next_check;
-    uint8_t closed;         /* the core closed it: released at the next tick */
-    uint8_t dirty;          /* in sock->dirty: flush after this loop iteration's reads */
-    uint8_t detached;       /* no longer in the address map: freed when released */
-    struct kcp_sess *hnext; /* hash chain */
-    cq_list_t node;         /* sock->sessions (live sessions and tombstones) */
-    cq_list_t rnode;        /* sock->reap once closed */
-    cq_list_t dnode;        /* sock->dirty */
+    uint64_t next_check;
+    uint8_t closed;  /* the core closed it: released at the next tick */
+    uint8_t dirty;   /* in sock->dirty: flush after this loop iteration's reads */
+    cq_list_t node;  /* sock->sessions */
+    cq_list_t rnode; /* sock->reap once closed */
+    cq_list_t dnode; /* sock->dirty */
 } kcp_sess_t;
 
 struct io_kcp {
@@ -68,7 +66,7 @@ struct io_kcp {
     int type;         /* CQ_CONN_CLIENT or CQ_CONN_SERVER */
     int handles;      /* open uv handles */
     cq_kcp_opts_t kopts;
-    cq_map_t by_addr; /* hkey -> first kcp_sess_t of the chain */
+    cq_kcp_listener_t *lis; /* the policy: which session a datagram is for */
     cq_list_t sessions, reap, dirty;
     /* Output batch: consecutive datagrams to one peer, sent with one sendmsg (UDP GSO). Empty
      * at the end of every callback of this socket (out_flush). */
@@ -86,102 +84,26 @@ static const cq_transport_ops_t kcp_ops;
 
 /* ---- addresses -------------------------------------------------------------------------- */
 
-static uint32_t fnv(uint32_t h, const void *p, size_t n)
+/* The policy's form of a source address. */
+static void addr_of(const struct sockaddr *sa, cq_kcp_addr_t *ret)
 {
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 16777619u;
-    return h;
-}
-
-static void addr_keys(const struct sockaddr *sa, uint32_t *hkey, uint32_t *ipkey)
-{
-    uint32_t h = 2166136261u;
+    memset(ret, 0, sizeof(*ret));
     if (sa->sa_family == AF_INET) {
         const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-        h = fnv(h, &in->sin_addr, sizeof(in->sin_addr));
-        *ipkey = h;
-        *hkey = fnv(h, &in->sin_port, sizeof(in->sin_port));
+        ret->ip_len = 4;
+        memcpy(ret->ip, &in->sin_addr, 4);
+        memcpy(ret->port, &in->sin_port, 2);
     } else {
         const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
-        h = fnv(h, &in6->sin6_addr, sizeof(in6->sin6_addr));
-        *ipkey = h;
-        *hkey = fnv(h, &in6->sin6_port, sizeof(in6->sin6_port));
+        ret->ip_len = 16;
+        memcpy(ret->ip, &in6->sin6_addr, 16);
+        memcpy(ret->port, &in6->sin6_port, 2);
     }
-}
-
-static bool same_addr(const kcp_sess_t *s, const struct sockaddr *sa)
-{
-    if (s->addr.ss_family != sa->sa_family)
-        return false;
-    if (sa->sa_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)&s->addr;
-        const struct sockaddr_in *b = (const struct sockaddr_in *)sa;
-        return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
-    }
-    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&s->addr;
-    const struct sockaddr_in6 *b = (const struct sockaddr_in6 *)sa;
-    return a->sin6_port == b->sin6_port && !memcmp(&a->sin6_addr, &b->sin6_addr, 16);
-}
-
-static kcp_sess_t *sess_find(io_kcp_t *ks, const struct sockaddr *sa, uint32_t hkey)
-{
-    for (kcp_sess_t *s = cq_map_get(&ks->by_addr, hkey); s; s = s->hnext)
-        if (same_addr(s, sa))
-            return s;
-    return NULL;
-}
-
-/* Adjusts the source IP's session count (shared by all workers); with delta > 0 only if it
- * stays within --kcp-max-per-addr. Returns true if applied. */
-static bool ip_count(io_kcp_t *ks, uint32_t ipkey, int delta)
-{
-    cq_io_t *io = ks->w->io;
-    pthread_mutex_lock(&io->kcp_ip_lock);
-    uintptr_t n = (uintptr_t)cq_map_get(&io->kcp_per_ip, ipkey);
-    bool ok = delta < 0 || n < (uintptr_t)io->opts.kcp_max_per_addr;
-    if (ok) {
-        n += (uintptr_t)(intptr_t)delta;
-        if (n)
-            ok = cq_map_put(&io->kcp_per_ip, ipkey, (void *)n) == 0;
-        else
-            cq_map_del(&io->kcp_per_ip, ipkey);
-    }
-    pthread_mutex_unlock(&io->kcp_ip_lock);
-    return ok;
 }
 
 static bool live(const kcp_sess_t *s)
 {
-    return s->k && !s->closed;
-}
-
-/* Removes s from the address map (and its source IP's count). */
-static void sess_detach(kcp_sess_t *s)
-{
-    io_kcp_t *ks = s->sock;
-    if (s->detached)
-        return;
-    s->detached = 1;
-    kcp_sess_t *head = cq_map_get(&ks->by_addr, s->hkey), **pp = &head;
-    while (*pp && *pp != s)
-        pp = &(*pp)->hnext;
-    if (*pp)
-        *pp = s->hnext;
-    if (head)
-        cq_map_put(&ks->by_addr, s->hkey, head);
-    else
-        cq_map_del(&ks->by_addr, s->hkey);
-    ip_count(ks, s->ipkey, -1);
-}
-
-/* Forgets a tombstone (its engine and connection are gone). */
-static void sess_forget(kcp_sess_t *s)
-{
-    sess_detach(s);
-    cq_list_remove(&s->dnode);
-    cq_list_remove(&s->node);
-    cq_free(s);
+    return !s->closed;
 }
 
 /* ---- output ----------------------------------------------------------------------------- */
@@ -296,7 +218,7 @@ static void kcp_flush(void *tctx)
 }
 
 /* Closing sends what is queued, then the next tick releases the connection and frees the
- * engine; the session stays as a tombstone so the address and conv stay known. */
+ * engine; the policy keeps the address and conv as a tombstone. */
 static void kcp_close(void *tctx)
 {
     kcp_sess_t *s = tctx;
@@ -306,6 +228,8 @@ static void kcp_close(void *tctx)
     cq_kcp_flush(s->k, uv_now(&s->sock->w->loop));
     out_flush(s->sock);
     s->closed = 1;
+    if (s->peer)
+        cq_kcp_listener_closing(s->sock->lis, s->peer);
     cq_list_insert_tail(&s->sock->reap, &s->rnode);
 }
 
@@ -333,78 +257,69 @@ static void deliver(kcp_sess_t *s, uint64_t now)
     }
 }
 
-static kcp_sess_t *sess_new(io_kcp_t *ks, const struct sockaddr *sa, uint32_t hkey, uint32_t ipkey,
-                            uint32_t conv, uint64_t now)
+/* A session for the policy's new peer. Returns it, or NULL when none could be set up (the
+ * peer is then a tombstone, or forgotten if even the session could not be allocated). */
+static kcp_sess_t *sess_new(io_kcp_t *ks, cq_kcp_peer_t *peer, uint32_t conv,
+                            const struct sockaddr *sa, uint64_t now)
 {
     io_worker_t *w = ks->w;
-    if (!ip_count(ks, ipkey, 1)) {
-        CQ_DEBUG("kcp", "refusing a KCP connection: --kcp-max-per-addr reached");
-        return NULL;
-    }
     kcp_sess_t *s = cq_calloc(1, sizeof(*s));
     if (!s) {
-        ip_count(ks, ipkey, -1);
+        cq_kcp_listener_forget(ks->lis, peer);
         return NULL;
     }
     s->sock = ks;
-    s->hkey = hkey;
-    s->ipkey = ipkey;
-    s->conv = conv;
-    s->last_rx = now;
+    s->peer = peer;
     s->alen = sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
     memcpy(&s->addr, sa, s->alen);
-    s->hnext = cq_map_get(&ks->by_addr, hkey);
     cq_list_init(&s->node);
     cq_list_init(&s->rnode);
     cq_list_init(&s->dnode);
-    if (cq_map_put(&ks->by_addr, hkey, s) < 0) {
-        ip_count(ks, ipkey, -1);
-        cq_free(s);
-        return NULL;
-    }
-    cq_list_insert_tail(&ks->sessions, &s->node);
     uint32_t id = cq_shared_conn_id_alloc_on(w->io->sh, ks->type, w->index);
-    if (!id) {
+    if (!id)
         CQ_WARN("kcp", "refusing a KCP connection: max-connections reached");
-        return s; /* a tombstone: the peer is ignored until it goes quiet */
-    }
-    s->k = cq_kcp_new(conv, &ks->kopts, kcp_out, s);
+    s->k = id ? cq_kcp_new(conv, &ks->kopts, kcp_out, s) : NULL;
     if (s->k)
         s->conn = cq_core_conn_new(w->core, id, ks->type, CQ_FRAMING_FIXED, &kcp_ops, s, now);
     if (!s->conn) {
+        /* a tombstone: the peer is ignored until it goes quiet */
+        cq_kcp_listener_bury(ks->lis, peer);
         cq_kcp_free(s->k);
-        s->k = NULL;
+        cq_free(s);
+        return NULL;
     }
+    cq_kcp_listener_attach(ks->lis, peer, s);
+    cq_list_insert_tail(&ks->sessions, &s->node);
     return s;
+}
+
+/* The peer started over from the same port: the old connection is gone. */
+static void displaced(io_kcp_t *ks, kcp_sess_t *old)
+{
+    old->peer = NULL; /* the policy forgot it: released without a tombstone */
+    if (live(old))
+        cq_core_conn_lost(ks->w->core, old->conn, 0, "KCP peer started a new conversation");
 }
 
 static void on_datagram(io_kcp_t *ks, const uint8_t *p, size_t n, const struct sockaddr *sa)
 {
     io_worker_t *w = ks->w;
-    uint32_t conv, hkey, ipkey;
-    if (cq_kcp_peek_conv(p, n, &conv) < 0)
-        return; /* shorter than a segment header: dropped, as kcp-go does */
     uint64_t now = uv_now(&w->loop);
-    addr_keys(sa, &hkey, &ipkey);
-    kcp_sess_t *s = sess_find(ks, sa, hkey);
-    if (s && s->conv != conv) {
-        if (!cq_kcp_is_conv_start(p, n))
-            return;
-        if (!s->k) {
-            sess_forget(s); /* a tombstone */
-        } else {
-            /* The peer started over from the same port: the old connection is gone. */
-            sess_detach(s);
-            if (!s->closed)
-                cq_core_conn_lost(w->core, s->conn, 0, "KCP peer started a new conversation");
-        }
-        s = NULL;
-    }
-    if (!s && !(s = sess_new(ks, sa, hkey, ipkey, conv, now)))
-        return;
-    s->last_rx = now;
-    if (!live(s))
-        return; /* tombstone, or closing */
+    cq_kcp_addr_t a;
+    cq_kcp_action_t act;
+    addr_of(sa, &a);
+    cq_kcp_listener_input(ks->lis, &a, p, n, now, &act);
+    if (act.replaced)
+        displaced(ks, act.replaced);
+    kcp_sess_t *s = NULL;
+    if (act.verdict == CQ_KCP_CREATE)
+        s = sess_new(ks, act.peer, act.conv, sa, now);
+    else if (act.verdict == CQ_KCP_DELIVER)
+        s = act.ud;
+    else if (act.why == CQ_KCP_DROP_LIMIT)
+        CQ_DEBUG("kcp", "refusing a KCP connection: --kcp-max-per-addr reached");
+    if (!s)
+        return; /* dropped, a tombstone, or closing */
     int r = cq_kcp_input(s->k, p, n, now);
     if (r < 0 && r != CQ_EKCPCONV) {
         cq_core_conn_lost(w->core, s->conn, r, cq_strerror(r));
@@ -455,38 +370,29 @@ static void reap(io_kcp_t *ks)
     cq_list_foreach_safe(n, t, &ks->reap)
     {
         kcp_sess_t *s = cq_container_of(n, kcp_sess_t, rnode);
-        cq_conn_t *c = s->conn;
-        s->conn = NULL;
-        cq_kcp_free(s->k);
-        s->k = NULL;
-        s->closed = 0;
         cq_list_remove(&s->rnode);
         cq_list_remove(&s->dnode);
-        s->dirty = 0;
-        if (c)
-            cq_core_conn_release(ks->w->core, c);
-        if (s->detached) {
-            cq_list_remove(&s->node);
-            cq_free(s);
-        } /* else a tombstone from now on */
+        cq_list_remove(&s->node);
+        if (s->peer)
+            cq_kcp_listener_bury(ks->lis, s->peer); /* a tombstone from now on */
+        cq_kcp_free(s->k);
+        cq_core_conn_release(ks->w->core, s->conn);
+        cq_free(s);
     }
+}
+
+/* The policy found the session silent for --kcp-idle-timeout-ms. */
+static void on_idle(void *ctx, void *ud)
+{
+    io_kcp_t *ks = ctx;
+    kcp_sess_t *s = ud;
+    cq_core_conn_lost(ks->w->core, s->conn, CQ_ETIMEOUT, "KCP idle timeout");
 }
 
 static void tick_one(io_kcp_t *ks, kcp_sess_t *s, uint64_t now)
 {
     io_worker_t *w = ks->w;
-    uint64_t idle = (uint64_t)w->io->opts.kcp_idle_timeout_ms;
-    if (s->closed)
-        return;
-    if (now - s->last_rx >= idle) {
-        if (!s->k) {
-            sess_forget(s);
-            return;
-        }
-        cq_core_conn_lost(w->core, s->conn, CQ_ETIMEOUT, "KCP idle timeout");
-        return;
-    }
-    if (!s->k)
+    if (!live(s))
         return;
     if (cq_kcp_dead(s->k)) {
         cq_core_conn_lost(w->core, s->conn, CQ_ETIMEOUT, "KCP peer stopped acknowledging");
@@ -508,6 +414,7 @@ static void on_timer(uv_timer_t *t)
     io_kcp_t *ks = t->data;
     uint64_t now = uv_now(&ks->w->loop);
     reap(ks);
+    cq_kcp_listener_expire(ks->lis, now, on_idle, ks);
     cq_list_t *n, *tmp;
     cq_list_foreach_safe(n, tmp, &ks->sessions)
     {
@@ -601,10 +508,16 @@ static int kcp_sock_start(io_worker_t *w, int i, const udp_spec_t *sp, char *err
         close(fd);
         return -ENOMEM;
     }
+    cq_kcp_listener_opts_t lo = {(uint64_t)w->io->opts.kcp_idle_timeout_ms, w->io->kcp_ips};
+    ks->lis = cq_kcp_listener_new(&lo);
+    if (!ks->lis) {
+        cq_free(ks);
+        close(fd);
+        return -ENOMEM;
+    }
     ks->w = w;
     ks->type = sp->type;
     ks->kopts = w->io->opts.kcp_fast ? cq_kcp_opts_fast() : cq_kcp_opts_default();
-    cq_map_init(&ks->by_addr);
     cq_list_init(&ks->sessions);
     cq_list_init(&ks->reap);
     cq_list_init(&ks->dirty);
@@ -646,7 +559,7 @@ static void on_handle_closed(uv_handle_t *h)
 {
     io_kcp_t *ks = h->data;
     if (--ks->handles == 0) {
-        cq_map_done(&ks->by_addr);
+        cq_kcp_listener_free(ks->lis);
         cq_free(ks);
     }
 }
@@ -666,8 +579,7 @@ void cq__io_kcp_close(io_worker_t *w)
                 cq_core_conn_close(w->core, s->conn, 0, "shutting down");
         }
         reap(ks);
-        while (!cq_list_empty(&ks->sessions))
-            sess_forget(cq_container_of(ks->sessions.next, kcp_sess_t, node));
+        ks->lis = cq_kcp_listener_free(ks->lis); /* the tombstones, and their per-IP counts */
         ks->udp.data = ks;
         uv_close((uv_handle_t *)&ks->udp, on_handle_closed);
         uv_close((uv_handle_t *)&ks->timer, on_handle_closed);

@@ -223,6 +223,7 @@ void cq_kcp_listener_input(cq_kcp_listener_t *l, const cq_kcp_addr_t *addr, cons
         drop(&a, CQ_KCP_DROP_SHORT);
         goto out;
     }
+    a.conv = conv;
     uint32_t hkey = addr_key(addr);
     cq_kcp_peer_t *p = peer_find(l, addr, hkey);
     if (p && p->conv != conv) {
@@ -255,6 +256,11 @@ void cq_kcp_listener_attach(cq_kcp_listener_t *l, cq_kcp_peer_t *p, void *ud)
     (void)l;
     p->ud = ud;
     p->state = PEER_LIVE;
+}
+
+void cq_kcp_listener_forget(cq_kcp_listener_t *l, cq_kcp_peer_t *p)
+{
+    peer_forget(l, p);
 }
 
 void cq_kcp_listener_closing(cq_kcp_listener_t *l, cq_kcp_peer_t *p)

@@ -63,7 +63,8 @@ typedef struct cq_kcp_listener_opts {
 typedef enum cq_kcp_verdict {
     CQ_KCP_DELIVER, /* feed the datagram to the session (action.ud) */
     CQ_KCP_CREATE,  /* a new peer (action.peer): set up a session and cq_kcp_listener_attach()
-                       it, or cq_kcp_listener_bury() the peer if that fails; then feed it */
+                       it (then feed it), or cq_kcp_listener_bury() the peer if that fails,
+                       or cq_kcp_listener_forget() it if the caller is out of memory */
     CQ_KCP_DROP,    /* ignore the datagram; action.why says why */
 } cq_kcp_verdict_t;
 
@@ -82,6 +83,7 @@ typedef struct cq_kcp_action {
     cq_kcp_drop_t why;     /* CQ_KCP_DROP */
     cq_kcp_peer_t *peer;   /* CQ_KCP_DELIVER, CQ_KCP_CREATE */
     void *ud;              /* CQ_KCP_DELIVER: the attached session */
+    uint32_t conv;         /* the datagram's conv (not for CQ_KCP_DROP_SHORT) */
     void *replaced;        /* whatever the verdict: a session this datagram's new conversation
                               displaced (its ud), or NULL. The listener has forgotten it; the
                               caller closes it unless it is closing already. */
@@ -101,6 +103,9 @@ void cq_kcp_listener_input(cq_kcp_listener_t *l, const cq_kcp_addr_t *a, const u
 /* After CQ_KCP_CREATE: the peer's session is ud (borrowed, not NULL); later datagrams are
  * delivered to it. */
 void cq_kcp_listener_attach(cq_kcp_listener_t *l, cq_kcp_peer_t *p, void *ud);
+/* After CQ_KCP_CREATE, when the caller cannot hold a session at all (out of memory): the peer
+ * is forgotten and its count given back, as if the datagram had not come. */
+void cq_kcp_listener_forget(cq_kcp_listener_t *l, cq_kcp_peer_t *p);
 /* The peer's session is closing: its datagrams are dropped, and it is no longer reported
  * idle. Until cq_kcp_listener_bury(), a new conversation may still displace it. */
 void cq_kcp_listener_closing(cq_kcp_listener_t *l, cq_kcp_peer_t *p);

@@ -144,6 +144,7 @@ static void test_create_then_deliver(void **state)
     cq_kcp_addr_t a = v4(1, 5000);
     cq_kcp_action_t act = in(&a, 7, CQ_KCP_CMD_ACK, 9, 100);
     assert_int_equal(act.verdict, CQ_KCP_CREATE);
+    assert_int_equal(act.conv, 7);
     assert_null(act.replaced);
     cq_kcp_listener_attach(fx.l, act.peer, &fx.sess[0]);
     assert_counts(1, 0, 0);
@@ -152,6 +153,7 @@ static void test_create_then_deliver(void **state)
     assert_int_equal(d.verdict, CQ_KCP_DELIVER);
     assert_ptr_equal(d.peer, act.peer);
     assert_ptr_equal(d.ud, &fx.sess[0]);
+    assert_int_equal(d.conv, 7);
     assert_null(d.replaced);
     /* another port of the same IP, and the same port on IPv6, are other peers */
     cq_kcp_addr_t b = v4(1, 5001);
@@ -261,6 +263,17 @@ static void test_setup_failed(void **state)
     assert_drop(in(&a, 7, CQ_KCP_CMD_PUSH, 1, 900), CQ_KCP_DROP_TOMBSTONE);
     cq_kcp_listener_expire(fx.l, 900 + IDLE - 1, on_idle, &fx);
     assert_counts(0, 0, 1);
+    /* out of memory for a session: the peer is forgotten, the next datagram tries again */
+    cq_kcp_addr_t b = v4(2, 5000);
+    act = push0(&b, 9, 1000);
+    assert_int_equal(act.verdict, CQ_KCP_CREATE);
+    assert_int_equal(cq_kcp_ipcount_get(fx.ips, &b), 1);
+    cq_kcp_listener_forget(fx.l, act.peer);
+    assert_int_equal(cq_kcp_ipcount_get(fx.ips, &b), 0);
+    assert_counts(0, 0, 1);
+    act = in(&b, 9, CQ_KCP_CMD_PUSH, 5, 1001);
+    assert_int_equal(act.verdict, CQ_KCP_CREATE);
+    assert_int_equal(act.conv, 9);
 }
 
 /* Sessions silent for idle_ms are reported on every expiry until closed. */
