@@ -55,6 +55,13 @@ void test_snappy_round_trip(void **state);
 void test_snappy_corrupt(void **state);
 void test_snappy_cap(void **state);
 
+/* pkg_pool.c */
+void test_pool_reuse(void **state);
+void test_pool_classes(void **state);
+void test_pool_bound(void **state);
+void test_pool_null(void **state);
+void test_pool_fail_n(void **state);
+
 /* pkg_http.c */
 void test_http_fields(void **state);
 void test_http_lenient_bytes(void **state);
