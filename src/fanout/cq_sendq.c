@@ -1,3 +1,10 @@
+/* cq_sendq.c - per-connection send queues of shared records (see cq_sendq.h).
+ *
+ * Why batches: a flush gathers a connection's queued records under as few packet headers as
+ * fit, so one writev (or one KCP send) carries its whole backlog. A batch is one block
+ * (headers, iovecs, held references and copied small records) from the queue's pool when the
+ * edge gave it one, so forming a batch on every flush does not churn the allocator.
+ */
 #include "cq_sendq.h"
 
 #include "cq_alloc.h"
@@ -17,6 +24,7 @@
 /* One write's worth of output. Small records are copied into scratch (one iovec for a run of
  * them, and their references dropped at once); large records and packets are referenced. */
 struct cq_sendq_batch {
+    size_t size;        /* bytes allocated for the batch (given back to the pool) */
     int n_iov, cur_iov; /* iovecs, and the first not fully written */
     uint32_t n_ents;    /* references held until the batch is written */
     size_t cost;        /* queued-bytes accounting of every entry taken */
@@ -31,13 +39,18 @@ void cq_sendq_init(cq_sendq_t *q, cq_framing_mode_t mode)
     q->mode = (uint8_t)mode;
 }
 
-static void batch_free(cq_sendq_batch_t *b)
+void cq_sendq_set_pool(cq_sendq_t *q, cq_pool_t *pool)
+{
+    q->pool = pool;
+}
+
+static void batch_free(cq_sendq_t *q, cq_sendq_batch_t *b)
 {
     if (!b)
         return;
     for (uint32_t i = 0; i < b->n_ents; i++)
         cq_buf_unref(b->ents[i].buf);
-    cq_free(b);
+    cq_pool_put(q->pool, b, b->size);
 }
 
 void cq_sendq_done(cq_sendq_t *q)
@@ -45,8 +58,10 @@ void cq_sendq_done(cq_sendq_t *q)
     for (uint32_t i = 0; i < q->count; i++)
         cq_buf_unref(q->ring[(q->head + i) & (q->cap - 1)].buf);
     cq_free(q->ring);
-    batch_free(q->batch);
+    batch_free(q, q->batch);
+    cq_pool_t *pool = q->pool;
     cq_sendq_init(q, (cq_framing_mode_t)q->mode);
+    q->pool = pool;
 }
 
 static int ring_grow(cq_sendq_t *q)
@@ -180,13 +195,14 @@ static void add_bytes(cq_sendq_batch_t *b, cq_sendq_ent_t e, uint8_t **scratch)
     cq_buf_unref(e.buf);
 }
 
-static cq_sendq_batch_t *batch_alloc(uint32_t held, int niov, size_t nscratch)
+static cq_sendq_batch_t *batch_alloc(cq_pool_t *pool, uint32_t held, int niov, size_t nscratch)
 {
     size_t sz = sizeof(cq_sendq_batch_t) + held * sizeof(cq_sendq_ent_t) +
                 (size_t)niov * sizeof(struct iovec) + nscratch;
-    cq_sendq_batch_t *b = cq_malloc(sz);
+    cq_sendq_batch_t *b = cq_pool_get(pool, sz);
     if (!b)
         return NULL;
+    b->size = sz;
     b->ents = (cq_sendq_ent_t *)(b + 1);
     b->iov = (struct iovec *)(b->ents + held);
     b->scratch = (uint8_t *)(b->iov + niov);
@@ -202,7 +218,7 @@ static int batch_form(cq_sendq_t *q)
     uint32_t held;
     size_t nscratch;
     uint32_t n = batch_plan(q, &niov, &held, &nscratch);
-    cq_sendq_batch_t *b = batch_alloc(held, niov, nscratch);
+    cq_sendq_batch_t *b = batch_alloc(q->pool, held, niov, nscratch);
     if (!b)
         return -ENOMEM;
     uint8_t *scratch = b->scratch;
@@ -266,7 +282,7 @@ bool cq_sendq_written(cq_sendq_t *q, size_t n)
     if (b->cur_iov < b->n_iov)
         return false;
     q->queued = q->queued > b->cost ? q->queued - b->cost : 0;
-    batch_free(b);
+    batch_free(q, b);
     q->batch = NULL;
     return true;
 }

@@ -20,6 +20,7 @@
 
 #include "cq_buf.h"
 #include "cq_framing.h"
+#include "cq_pool.h"
 
 enum { CQ_SENDQ_RECORD = 0, CQ_SENDQ_PACKET = 1 };
 
@@ -37,10 +38,18 @@ typedef struct cq_sendq {
     size_t queued;           /* bytes queued or in flight, not yet written */
     uint64_t soft_since_ms;  /* when queued first went over the soft limit; 0 when under */
     cq_sendq_batch_t *batch; /* the batch being written, or NULL */
+    cq_pool_t *pool;         /* where batches come from (borrowed); NULL: cq_malloc */
 } cq_sendq_t;
 
+/* An empty queue whose batches come from cq_malloc. */
 void cq_sendq_init(cq_sendq_t *q, cq_framing_mode_t mode);
-/* Drops every reference and frees the storage. */
+/* Batches come from pool from now on (borrowed: it must outlive the queue's batches; NULL:
+ * cq_malloc). The pool is single-threaded, so every queue using it must be flushed, written
+ * and done on the pool's thread (a worker's own connections). Only while no batch is formed
+ * (cq_sendq_idle or just after init). */
+void cq_sendq_set_pool(cq_sendq_t *q, cq_pool_t *pool);
+/* Drops every reference and frees the storage; the queue is empty again, with the same mode and
+ * pool. */
 void cq_sendq_done(cq_sendq_t *q);
 
 /* Queues buf (borrowed: the queue takes its own reference). Returns 0, -ENOMEM, or CQ_ESLOW

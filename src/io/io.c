@@ -7,6 +7,7 @@
 #include "cq_kcp_listener.h"
 #include "cq_log.h"
 #include "cq_mpsc.h"
+#include "cq_pool.h"
 #include "cq_sendq.h"
 #include "cq_util.h"
 #include "io_int.h"
@@ -206,6 +207,7 @@ void cq__io_adopt(io_worker_t *w, int fd, uint32_t id, int type, int kind, cq_fr
         uv_close((uv_handle_t *)&ic->tcp, on_closed);
         return;
     }
+    cq_sendq_set_pool(cq_conn_sendq(ic->conn), w->sendpool);
     uv_read_start((uv_stream_t *)&ic->tcp, cq__io_on_alloc, on_read);
 }
 
@@ -291,9 +293,10 @@ static int worker_init(cq_io_t *io, int i)
     w->io = io;
     w->index = i;
     w->rbuf = cq_malloc(READ_BUF);
+    w->sendpool = cq_pool_new(IO_SENDPOOL_BYTES);
     cq_mpsc_init(&w->accepts);
     cq_list_init(&w->paused);
-    if (!w->rbuf || uv_loop_init(&w->loop) < 0)
+    if (!w->rbuf || !w->sendpool || uv_loop_init(&w->loop) < 0)
         return -ENOMEM;
     w->loop_ok = 1;
     w->core = cq_core_new(io->sh, i);
@@ -463,10 +466,11 @@ cq_io_t *cq_io_free(cq_io_t *io)
     for (int i = 0; i < io->nworkers; i++) {
         io_worker_t *w = &io->workers[i];
         cq__io_drain_accepts(w);
-        cq_core_free(w->core);
+        cq_core_free(w->core); /* releases the last connections: their batches go back */
         if (w->loop_ok)
             uv_loop_close(&w->loop);
         cq_free(w->rbuf);
+        cq_pool_free(w->sendpool);
     }
     cq__io_tls_done(io);
     cq_kcp_ipcount_free(io->kcp_ips);

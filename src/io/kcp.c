@@ -288,6 +288,7 @@ static kcp_sess_t *sess_new(io_kcp_t *ks, cq_kcp_peer_t *peer, uint32_t conv,
         cq_free(s);
         return NULL;
     }
+    cq_sendq_set_pool(cq_conn_sendq(s->conn), w->sendpool);
     cq_kcp_listener_attach(ks->lis, peer, s);
     cq_list_insert_tail(&ks->sessions, &s->node);
     return s;

@@ -1,8 +1,10 @@
-/* Unit tests of the per-connection send queue: batching, partial writes, limits, Snappy. */
+/* Unit tests of the per-connection send queue: batching, partial writes, limits, Snappy, and
+ * batches recycled through a worker's pool (with a fail-N loop). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +14,7 @@
 #include "cq_sendq.h"
 #include "cq_snappy.h"
 #include "cq_wire.h"
+#include "test_alloc.h"
 
 static cq_buf_t *record(uint32_t type, size_t body_len, uint8_t fill)
 {
@@ -239,6 +242,103 @@ static void test_compress_record(void **state)
     cq_buf_unref(r);
 }
 
+/* ---- batches from a pool ---------------------------------------------------------------- */
+
+/* Fills q with a mix: small records (copied), a large one (referenced) and a packet. */
+static void push_mix(cq_sendq_t *q, cq_buf_t *small, cq_buf_t *large, cq_buf_t *packet)
+{
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(cq_sendq_push(q, small, CQ_SENDQ_RECORD, 0), 0);
+    assert_int_equal(cq_sendq_push(q, large, CQ_SENDQ_RECORD, 0), 0);
+    assert_int_equal(cq_sendq_push(q, packet, CQ_SENDQ_PACKET, 0), 0);
+}
+
+/* The same bytes as without a pool, and every batch after the first reuses its block. */
+static void test_pool_recycles_batches(void **state)
+{
+    (void)state;
+    cq_buf_t *small = record(100, 40, 's'), *large = record(100, 3000, 'l');
+    cq_buf_t *packet = cq_sendq_compress_record(small, CQ_FRAMING_FIXED);
+    cq_sendq_t plain, pooled;
+    cq_sendq_init(&plain, CQ_FRAMING_FIXED);
+    cq_sendq_init(&pooled, CQ_FRAMING_FIXED);
+    cq_pool_t *pool = cq_pool_new(1 << 20);
+    cq_sendq_set_pool(&pooled, pool);
+    static uint8_t a[16384], b[16384];
+    for (int round = 0; round < 4; round++) {
+        push_mix(&plain, small, large, packet);
+        push_mix(&pooled, small, large, packet);
+        size_t na = drain(&plain, a, sizeof(a)), nb = drain(&pooled, b, sizeof(b));
+        assert_int_equal(na, nb);
+        assert_memory_equal(a, b, na);
+        assert_true(cq_sendq_idle(&pooled));
+        assert_int_equal(cq_sendq_bytes(&pooled), 0);
+    }
+    cq_pool_stats_t st;
+    cq_pool_stats(pool, &st);
+    assert_int_equal(st.misses, 1);
+    assert_int_equal(st.hits, 3);
+    assert_int_equal(st.cached_blocks, 1);
+    assert_int_equal(cq_buf_refs(large), 1); /* every reference the batches held is dropped */
+    /* done with a batch in flight gives it back, and keeps the pool */
+    push_mix(&pooled, small, large, packet);
+    const struct iovec *iov;
+    int cnt;
+    assert_int_equal(cq_sendq_prepare(&pooled, &iov, &cnt), 0);
+    cq_sendq_written(&pooled, 1);
+    cq_pool_stats(pool, &st);
+    assert_int_equal(st.cached_blocks, 0);
+    cq_sendq_done(&pooled);
+    cq_pool_stats(pool, &st);
+    assert_int_equal(st.cached_blocks, 1);
+    assert_ptr_equal(pooled.pool, pool);
+    assert_int_equal(cq_buf_refs(large), 1);
+    cq_sendq_done(&plain);
+    cq_pool_free(pool);
+    cq_buf_unref(small);
+    cq_buf_unref(large);
+    cq_buf_unref(packet);
+}
+
+/* Fail-N over forming a batch from a pool: a failed batch is -ENOMEM with the queue intact,
+ * and the next try sends the same bytes. */
+static void test_pool_fail_n(void **state)
+{
+    (void)state;
+    for (unsigned long n = 1;; n++) {
+        test_alloc_install(n, false);
+        cq_pool_t *pool = cq_pool_new(1 << 20);
+        cq_buf_t *r = cq_buf_from("\x0a\x02hi", 4);
+        cq_sendq_t q;
+        cq_sendq_init(&q, CQ_FRAMING_FIXED);
+        cq_sendq_set_pool(&q, pool);
+        bool ok = pool && r && cq_sendq_push(&q, r, CQ_SENDQ_RECORD, 0) == 0;
+        if (ok) {
+            const struct iovec *iov;
+            int cnt;
+            int e = cq_sendq_prepare(&q, &iov, &cnt);
+            ok = e == 0;
+            if (!ok) {
+                assert_int_equal(e, -ENOMEM);
+                assert_int_equal(q.count, 1);
+                assert_null(q.batch);
+                assert_int_equal(cq_sendq_bytes(&q), 4 + CQ_FRAME_HDR_LEN);
+            } else {
+                assert_int_equal(cnt, 1);
+                assert_int_equal(iov[0].iov_len, CQ_FRAME_HDR_LEN + 4);
+                assert_memory_equal((const uint8_t *)iov[0].iov_base + CQ_FRAME_HDR_LEN,
+                                    "\x0a\x02hi", 4);
+                assert_true(cq_sendq_written(&q, CQ_FRAME_HDR_LEN + 4));
+            }
+        }
+        cq_sendq_done(&q);
+        cq_buf_unref(r);
+        cq_pool_free(pool);
+        if (test_alloc_round_end(ok))
+            break;
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -249,6 +349,8 @@ int main(void)
         cmocka_unit_test(test_soft_limit_needs_duration),
         cmocka_unit_test(test_legacy_mode_headers_and_pad),
         cmocka_unit_test(test_compress_record),
+        cmocka_unit_test(test_pool_recycles_batches),
+        cmocka_unit_test(test_pool_fail_n),
     };
     return cmocka_run_group_tests_name("fanout", tests, NULL, NULL);
 }
