@@ -207,7 +207,7 @@ void cq__io_adopt(io_worker_t *w, int fd, uint32_t id, int type, int kind, cq_fr
         uv_close((uv_handle_t *)&ic->tcp, on_closed);
         return;
     }
-    cq_sendq_set_pool(cq_conn_sendq(ic->conn), w->sendpool);
+    cq_sendq_set_pool(cq_conn_sendq(ic->conn), w->pool);
     uv_read_start((uv_stream_t *)&ic->tcp, cq__io_on_alloc, on_read);
 }
 
@@ -293,10 +293,10 @@ static int worker_init(cq_io_t *io, int i)
     w->io = io;
     w->index = i;
     w->rbuf = cq_malloc(READ_BUF);
-    w->sendpool = cq_pool_new(IO_SENDPOOL_BYTES);
+    w->pool = cq_pool_new(IO_POOL_BYTES);
     cq_mpsc_init(&w->accepts);
     cq_list_init(&w->paused);
-    if (!w->rbuf || !w->sendpool || uv_loop_init(&w->loop) < 0)
+    if (!w->rbuf || !w->pool || uv_loop_init(&w->loop) < 0)
         return -ENOMEM;
     w->loop_ok = 1;
     w->core = cq_core_new(io->sh, i);
@@ -470,7 +470,7 @@ cq_io_t *cq_io_free(cq_io_t *io)
         if (w->loop_ok)
             uv_loop_close(&w->loop);
         cq_free(w->rbuf);
-        cq_pool_free(w->sendpool);
+        cq_pool_free(w->pool);
     }
     cq__io_tls_done(io);
     cq_kcp_ipcount_free(io->kcp_ips);

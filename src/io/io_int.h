@@ -32,9 +32,9 @@ enum {
     IO_B__COUNT
 };
 
-#define IO_MAX_ACCEPTORS  6
-#define IO_MAX_UDP        4
-#define IO_SENDPOOL_BYTES (4u << 20) /* free send-batch memory each worker keeps for reuse */
+#define IO_MAX_ACCEPTORS 6
+#define IO_MAX_UDP       4
+#define IO_POOL_BYTES    (4u << 20) /* freed send batches and KCP segments a worker keeps */
 
 typedef struct io_acceptor {
     uv_poll_t poll;
@@ -69,10 +69,10 @@ typedef struct io_worker {
     uv_timer_t due; /* next channel-data fan-out of this worker */
     uv_thread_t thread;
     cq_core_t *core;
-    uint8_t *rbuf;            /* shared by this worker's reads; input is consumed synchronously */
-    struct cq_pool *sendpool; /* send batches of this worker's connections (cq_sendq_set_pool) */
-    cq_mpsc_t accepts;        /* accepted sockets handed over by worker 0 */
-    cq_list_t paused;         /* io_conn_t whose reading is paused (inbound flow control) */
+    uint8_t *rbuf;        /* shared by this worker's reads; input is consumed synchronously */
+    struct cq_pool *pool; /* recycles its connections' send batches and KCP segments */
+    cq_mpsc_t accepts;    /* accepted sockets handed over by worker 0 */
+    cq_list_t paused;     /* io_conn_t whose reading is paused (inbound flow control) */
     uint8_t loop_ok, started;
     struct io_kcp *kcp[IO_MAX_UDP]; /* this worker's KCP sockets (kcp.c), NULL when off */
     /* worker 0 only */

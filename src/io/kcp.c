@@ -280,6 +280,8 @@ static kcp_sess_t *sess_new(io_kcp_t *ks, cq_kcp_peer_t *peer, uint32_t conv,
         CQ_WARN("kcp", "refusing a KCP connection: max-connections reached");
     s->k = id ? cq_kcp_new(conv, &ks->kopts, kcp_out, s) : NULL;
     if (s->k)
+        cq_kcp_set_pool(s->k, w->pool);
+    if (s->k)
         s->conn = cq_core_conn_new(w->core, id, ks->type, CQ_FRAMING_FIXED, &kcp_ops, s, now);
     if (!s->conn) {
         /* a tombstone: the peer is ignored until it goes quiet */
@@ -288,7 +290,7 @@ static kcp_sess_t *sess_new(io_kcp_t *ks, cq_kcp_peer_t *peer, uint32_t conv,
         cq_free(s);
         return NULL;
     }
-    cq_sendq_set_pool(cq_conn_sendq(s->conn), w->sendpool);
+    cq_sendq_set_pool(cq_conn_sendq(s->conn), w->pool);
     cq_kcp_listener_attach(ks->lis, peer, s);
     cq_list_insert_tail(&ks->sessions, &s->node);
     return s;

@@ -12,6 +12,7 @@
 
 #include "cq_alloc.h"
 #include "cq_err.h"
+#include "cq_pool.h"
 #include "cq_util.h"
 
 #include <errno.h>
@@ -73,6 +74,7 @@ struct cq_kcp {
     /* output */
     cq_kcp_output_fn out;
     void *ud;
+    cq_pool_t *pool; /* where segments come from; NULL: cq_malloc */
     uint8_t *obuf;
     size_t olen;
     cq_kcp_stats_t st;
@@ -169,11 +171,48 @@ fail:
     return NULL;
 }
 
-static void cq__kcp_free_list(cq__kcp_seg_t *s)
+void cq_kcp_set_pool(cq_kcp_t *k, cq_pool_t *pool)
+{
+    k->pool = pool;
+}
+
+/* A segment with room for cap data bytes, header zeroed. */
+static cq__kcp_seg_t *cq__kcp_seg_new(cq_kcp_t *k, uint32_t cap)
+{
+    cq__kcp_seg_t *s = cq_pool_get(k->pool, sizeof(*s) + cap);
+    if (s) {
+        memset(s, 0, sizeof(*s));
+        s->cap = cap;
+    }
+    return s;
+}
+
+static void cq__kcp_seg_free(cq_kcp_t *k, cq__kcp_seg_t *s)
+{
+    if (s)
+        cq_pool_put(k->pool, s, sizeof(*s) + s->cap);
+}
+
+/* s with its capacity cut to its length (s itself if that fails). */
+static cq__kcp_seg_t *cq__kcp_seg_trim(cq_kcp_t *k, cq__kcp_seg_t *s)
+{
+    size_t size = sizeof(*s) + s->len;
+    cq__kcp_seg_t *t = k->pool ? cq_pool_get(k->pool, size) : cq_realloc(s, size);
+    if (!t)
+        return s;
+    if (k->pool) {
+        memcpy(t, s, size);
+        cq__kcp_seg_free(k, s);
+    }
+    t->cap = t->len;
+    return t;
+}
+
+static void cq__kcp_free_list(cq_kcp_t *k, cq__kcp_seg_t *s)
 {
     while (s) {
         cq__kcp_seg_t *next = s->next;
-        cq_free(s);
+        cq__kcp_seg_free(k, s);
         s = next;
     }
 }
@@ -182,14 +221,14 @@ void cq_kcp_free(cq_kcp_t *k)
 {
     if (!k)
         return;
-    cq__kcp_free_list(k->sq_head);
-    cq__kcp_free_list(k->rq_head);
+    cq__kcp_free_list(k, k->sq_head);
+    cq__kcp_free_list(k, k->rq_head);
     if (k->sbuf)
         for (uint32_t i = 0; i < k->o.snd_wnd; i++)
-            cq_free(k->sbuf[i]);
+            cq__kcp_seg_free(k, k->sbuf[i]);
     if (k->rbuf)
         for (uint32_t i = 0; i < k->o.rcv_wnd; i++)
-            cq_free(k->rbuf[i]);
+            cq__kcp_seg_free(k, k->rbuf[i]);
     cq_free(k->sbuf);
     cq_free(k->rbuf);
     cq_free(k->acks);
@@ -300,7 +339,7 @@ static void cq__kcp_sdrop(cq_kcp_t *k, cq__kcp_seg_t **slot)
 {
     if (*slot) {
         k->sb_bytes -= (*slot)->len;
-        cq_free(*slot);
+        cq__kcp_seg_free(k, *slot);
         *slot = NULL;
     }
 }
@@ -409,13 +448,12 @@ static int cq__kcp_parse_data(cq_kcp_t *k, const cq__kcp_hdr_t *h, const uint8_t
         k->st.in_dup++;
         return 0;
     }
-    cq__kcp_seg_t *s = cq_malloc(sizeof(*s) + h->len);
+    cq__kcp_seg_t *s = cq__kcp_seg_new(k, h->len);
     if (!s)
         return -ENOMEM;
-    memset(s, 0, sizeof(*s));
     s->sn = h->sn;
     s->ts = h->ts;
-    s->len = s->cap = h->len;
+    s->len = h->len;
     if (h->len)
         memcpy(s->data, data, h->len);
     *slot = s;
@@ -561,7 +599,7 @@ static void cq__kcp_rq_pop(cq_kcp_t *k)
     if (!k->rq_head)
         k->rq_tail = NULL;
     k->rq_count--;
-    cq_free(s);
+    cq__kcp_seg_free(k, s);
 }
 
 void cq_kcp_consume(cq_kcp_t *k, size_t n)
@@ -615,11 +653,9 @@ static ssize_t cq__kcp_queue(cq_kcp_t *k, const uint8_t *p, size_t n)
     while (done < n) {
         cq__kcp_seg_t *t = k->sq_tail;
         if (!t || t->len == t->cap) {
-            t = cq_malloc(sizeof(*t) + k->mss);
+            t = cq__kcp_seg_new(k, k->mss);
             if (!t)
                 return done ? (ssize_t)done : -ENOMEM;
-            memset(t, 0, sizeof(*t));
-            t->cap = k->mss;
             if (k->sq_tail)
                 k->sq_tail->next = t;
             else
@@ -726,13 +762,8 @@ static void cq__kcp_admit(cq_kcp_t *k, uint32_t wnd)
             k->sq_tail = NULL;
         k->sq_count--;
         k->sq_bytes -= s->len;
-        if (s->len < s->cap) {
-            cq__kcp_seg_t *t = cq_realloc(s, sizeof(*s) + s->len);
-            if (t) {
-                s = t;
-                s->cap = s->len;
-            }
-        }
+        if (s->len < s->cap)
+            s = cq__kcp_seg_trim(k, s);
         s->next = NULL;
         s->sn = k->snd_nxt++;
         s->xmit = 0;

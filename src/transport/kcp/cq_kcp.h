@@ -88,6 +88,11 @@ int cq_kcp_opts_check(const cq_kcp_opts_t *opts);
 cq_kcp_t *cq_kcp_new(uint32_t conv, const cq_kcp_opts_t *opts, cq_kcp_output_fn out, void *ud);
 /* Frees the engine and everything it holds; never calls out. NULL is a no-op. */
 void cq_kcp_free(cq_kcp_t *k);
+/* Segments come from pool from now on (borrowed: it must outlive the engine; NULL, the
+ * default: cq_malloc). The pool is single-threaded: the engine must run on the pool's thread.
+ * Call it right after cq_kcp_new, before any segment exists. */
+struct cq_pool;
+void cq_kcp_set_pool(cq_kcp_t *k, struct cq_pool *pool);
 
 /* Feeds one received datagram. Every segment in it is processed in order; trailing bytes
  * shorter than a header are ignored (so is a whole datagram shorter than 24 bytes). Returns 0,

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "cq_kcp.c"
+#include "cq_pool.h"
 #include "test_alloc.h"
 
 #include <stdio.h>
@@ -1221,6 +1222,46 @@ static void test_fail_n(void **state)
     }
 }
 
+/* Segments from a pool: the same run, datagram for datagram, as with cq_malloc; a roomy pool
+ * serves every segment after the peak from freed ones, a small one sends the surplus back. */
+static void test_pooled_segments(void **state)
+{
+    (void)state;
+    cq_kcp_opts_t f = cq_kcp_opts_fast();
+    netcfg_t net = {1000, 200, 15, 10};
+    sim_t plain, pooled;
+    transfer(&plain, &f, &f, net, 300000, 77, 600000);
+    test_alloc_install(0, false);
+    size_t bound[2] = {1 << 20, 16 * 1024};
+    cq_pool_t *pool[2] = {cq_pool_new(bound[0]), cq_pool_new(bound[1])};
+    sim_init(&pooled, &f, &f, 0x87054f12u, 77);
+    for (int i = 0; i < 2; i++)
+        cq_kcp_set_pool(pooled.k[i], pool[i]);
+    sim_net(&pooled, net);
+    pooled.st[0].total = pooled.st[1].total = 300000;
+    sim_run(&pooled, 600000);
+    for (int i = 0; i < 2; i++) {
+        cq_kcp_stats_t a, b;
+        cq_kcp_stats(plain.k[i], &a);
+        cq_kcp_stats(pooled.k[i], &b);
+        assert_memory_equal(&a, &b, sizeof(a));
+        cq_pool_stats_t ps;
+        cq_pool_stats(pool[i], &ps);
+        assert_true(ps.hits > 0 && ps.cached_bytes <= bound[i]);
+        if (i == 0)
+            assert_true(ps.hits >= 100 && ps.released == 0); /* 133 of 439 today */
+        else
+            assert_true(ps.released > 0);
+    }
+    assert_int_equal(plain.now, pooled.now);
+    sim_free(&pooled);
+    for (int i = 0; i < 2; i++)
+        cq_pool_free(pool[i]);
+    assert_int_equal(test_alloc_live(), 0);
+    test_alloc_remove();
+    sim_free(&plain);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1237,7 +1278,7 @@ int main(void)
         cmocka_unit_test(test_garbage),          cmocka_unit_test(test_conv_mismatch_live),
         cmocka_unit_test(test_listener_helpers), cmocka_unit_test(test_opts),
         cmocka_unit_test(test_send_bound),       cmocka_unit_test(test_peek_consume),
-        cmocka_unit_test(test_fail_n),
+        cmocka_unit_test(test_fail_n),           cmocka_unit_test(test_pooled_segments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
