@@ -17,7 +17,6 @@
 #include "cq_writer.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -351,11 +350,6 @@ int main(int argc, char **argv)
     app_t a;
     memset(&a, 0, sizeof(a));
     signal(SIGPIPE, SIG_IGN);
-    /* Send batches (up to 512 KiB) are allocated and freed per flush: keep glibc from giving the
-     * memory back to the kernel and asking for it again each time (brk/mmap churn, measured at
-     * 19 % of chanqd's CPU in a KCP fan-out). Memory is still returned at 64 MiB of free top. */
-    mallopt(M_MMAP_THRESHOLD, 4 << 20);
-    mallopt(M_TRIM_THRESHOLD, 64 << 20);
     cq_config_defaults(&a.cfg);
     char err[1024] = "";
     int r = cq_config_parse_args(&a.cfg, argc, argv, err, sizeof(err));
