@@ -10,7 +10,8 @@
  *
  * cq_mq_parse() is three-way and allocates nothing; cq_mq_decode() turns a frame into a
  * validated, owned cq_mq_msg_t; cq_mq_encode() turns a message back into a frame. One table in
- * cq_mq.c says which fields each message type has, so decode and encode cannot drift apart.
+ * schema.c says which fields each message type has, so decode and encode cannot drift apart
+ * (src/mq/mq_int.h lists the codec's files by job).
  *
  * JSON goes through jansson, which allocates with malloc unless json_set_alloc_funcs() was
  * called (the tests route it to cq_malloc). Every function may be called from any thread; none

@@ -1,0 +1,47 @@
+/* errcode.c - the stable wire err_code values and their names, mapped from chanq's internal
+ * codes (doc/protocol-mq.md section 4). */
+#include "cq_mq.h"
+
+#include "cq_err.h"
+
+#include <stddef.h>
+
+/* ---- error codes ----------------------------------------------------------------------- */
+
+static const struct {
+    int err, code;
+    const char *name;
+} errmap[] = {
+    {0, CQ_MQ_OK, "ok"},
+    {CQ_EHEADER, CQ_MQ_ERR_BAD_HEADER, "bad_header"},
+    {CQ_EBADLEN, CQ_MQ_ERR_BAD_LENGTH, "bad_length"},
+    {CQ_EJSON, CQ_MQ_ERR_BAD_JSON, "bad_json"},
+    {CQ_ENOTYPE, CQ_MQ_ERR_UNKNOWN_TYPE, "unknown_type"},
+    {CQ_EFIELD, CQ_MQ_ERR_BAD_FIELD, "bad_field"},
+    {CQ_EAUTH, CQ_MQ_ERR_UNAUTHENTICATED, "unauthenticated"},
+    {CQ_EACL, CQ_MQ_ERR_NO_PERMISSION, "no_permission"},
+    {CQ_ENOTOPIC, CQ_MQ_ERR_UNKNOWN_TOPIC, "unknown_topic"},
+    {CQ_EOFFLINE, CQ_MQ_ERR_TOPIC_OFFLINE, "topic_offline"},
+    {CQ_ECONTENT, CQ_MQ_ERR_CONTENT_TOO_LARGE, "content_too_large"},
+    {CQ_EBUSY, CQ_MQ_ERR_BUSY, "busy"},
+    {CQ_ESTORE, CQ_MQ_ERR_STORAGE, "storage"},
+    {CQ_EBADTOPIC, CQ_MQ_ERR_BAD_TOPIC_NAME, "bad_topic_name"},
+    {1, CQ_MQ_ERR_INTERNAL, "internal"}, /* err 1 never occurs: matched by code only */
+};
+#define NERRMAP (sizeof(errmap) / sizeof(errmap[0]))
+
+int cq_mq_errcode(int err)
+{
+    for (size_t i = 0; i + 1 < NERRMAP; i++)
+        if (errmap[i].err == err)
+            return errmap[i].code;
+    return CQ_MQ_ERR_INTERNAL;
+}
+
+const char *cq_mq_errcode_name(int code)
+{
+    for (size_t i = 0; i < NERRMAP; i++)
+        if (errmap[i].code == code)
+            return errmap[i].name;
+    return "unknown";
+}

@@ -1,0 +1,99 @@
+/* mq_int.h - internals shared by the files of the seed protocol codec (src/mq).
+ *
+ * The codec is split by job: frame.c (the 12-byte header), schema.c (the table of fields per
+ * message type, names and text checks), msg.c (the message model and its builders), decode.c
+ * and decode_direct.c (JSON body -> message: jansson, and the one-pass reader for the usual
+ * shapes), encode.c and encode_direct.c (message -> frame: jansson, and the direct writer),
+ * resp.c (response skeletons and error answers), errcode.c (wire err_code values). Everything
+ * here is pure and keeps no state between calls.
+ */
+#ifndef CQ_MQ_INT_H
+#define CQ_MQ_INT_H
+
+#include "cq_mq.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- the schema (schema.c) --------------------------------------------------------------- */
+
+typedef enum {
+    K_U32,
+    K_U53,
+    K_STR,
+    K_TOPIC,
+    K_CONTENT,
+    K_BATCH,
+    K_MSGS,
+    K_COUNT,
+    K_OFFS,
+    K_BOOL,
+    K_TOPICS
+} kind_t;
+
+typedef struct field_desc {
+    const char *name;
+    kind_t kind;
+    size_t off;       /* of the value in cq_mq_msg_t (scalars and strings) */
+    int64_t min, max; /* integers: range; strings: max bytes */
+} field_desc_t;
+
+#define U32_MAX_ ((int64_t)UINT32_MAX)
+#define U53_MAX_ CQ_MQ_MAX_U53
+
+/* Indexed by bit number of cq_mq_field_t; encode writes fields in this order. */
+#define CQ__MQ_NFIELDS 25
+extern const field_desc_t cq__mq_fields[CQ__MQ_NFIELDS];
+
+typedef struct type_desc {
+    const char *name;
+    uint32_t req, opt;
+} type_desc_t;
+
+/* The row of a message type, or NULL when the type is unknown. */
+const type_desc_t *cq__mq_type_of(int type);
+/* Strict UTF-8 (no overlongs, surrogates or code points above U+10FFFF) without NUL. */
+bool cq__mq_utf8_valid(const char *s, size_t len);
+/* True when an encoder writes field bit of m (message_count follows the messages array). */
+bool cq__mq_field_wanted(const type_desc_t *t, uint32_t bit, const cq_mq_msg_t *m);
+
+/* ---- the message model (msg.c) ------------------------------------------------------------ */
+
+/* Sets token or err_msg to a copy of s[0..len). CQ_EFIELD or -ENOMEM. */
+int cq__mq_set_strn(cq_mq_msg_t *m, cq_mq_field_t which, const char *s, size_t len);
+/* Appends an item taking ownership of content (freed on failure). 0 or -ENOMEM. */
+int cq__mq_push_item(cq_mq_msg_t *m, int64_t offset, int64_t time, char *content, size_t len,
+                     bool json);
+/* True when a failed jansson parse was (probably) out of memory, see msg.c. */
+bool cq__mq_jansson_oom(const json_error_t *e);
+/* json_loadb with duplicate keys refused, retried once so that memory failures are told apart
+ * from syntax errors. Returns a new reference or NULL. */
+json_t *cq__mq_load_json(const char *text, size_t len, json_error_t *jerr);
+
+/* ---- decode (decode.c, decode_direct.c) --------------------------------------------------- */
+
+typedef struct dctx {
+    const cq_mq_limits_t *lim;
+    const char *tname;
+    char *err;
+    size_t errlen;
+} dctx_t;
+
+/* Nesting depth of [ and { outside strings, so a deep body is refused before jansson sees it. */
+bool cq__mq_depth_ok(const uint8_t *p, size_t n, uint32_t max_depth);
+/* Rules that span fields. 0 or CQ_EFIELD (with the message in c->err). */
+int cq__mq_check_message(const dctx_t *c, const cq_mq_msg_t *m);
+/* Decodes f on the direct path; NULL when it cannot (the jansson path then decides). */
+cq_mq_msg_t *cq__mq_decode_direct(const cq_mq_frame_t *f, const type_desc_t *t, const dctx_t *c);
+
+/* ---- encode (encode_direct.c) ------------------------------------------------------------- */
+
+/* True when the direct writer can encode m: no JSON-object content, no topic list. */
+bool cq__mq_encode_direct_fits(const cq_mq_msg_t *m, const type_desc_t *t);
+/* cq_mq_encode() for a message that fits the direct writer. */
+int cq__mq_encode_direct(const cq_mq_msg_t *m, const type_desc_t *t, uint8_t **ret,
+                         size_t *ret_len);
+
+#endif
