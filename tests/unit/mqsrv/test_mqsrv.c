@@ -1,0 +1,937 @@
+/* test_mqsrv.c - the seed-protocol engine (src/mqsrv), sans I/O: request frames go in, the exact
+ * answer frames (type, msg id, JSON body) come out. A fake store port captures submitted
+ * requests, so each case checks what reached the store (op, topic, consumer, clamped counts)
+ * and completes it by hand, as the writer thread would.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_mq.h"
+#include "cq_mqhttp.h"
+#include "cq_mqperm.h"
+#include "cq_mqsrv.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- fakes ---------------------------------------------------------------------------------- */
+
+#define MAX_PENDING 2048
+#define OUT_CAP     (1u << 20)
+
+/* The edge side of one connection: everything it was asked to send, and closes. */
+typedef struct fconn {
+    cq_mqsrv_conn_t *c;
+    cq_mqhttp_conn_t *h;
+    uint8_t *out;
+    size_t len, at; /* bytes received, bytes already checked */
+    int closed;
+} fconn_t;
+
+/* The store port: submitted requests wait here until the test completes them. */
+typedef struct fport {
+    cq_writer_req_t *pending[MAX_PENDING];
+    size_t npending;
+    int fail; /* submit answers this code (not taken) when non-zero */
+} fport_t;
+
+static fport_t fp;
+static cq_mqsrv_t *eng;
+
+static int fake_submit(void *ud, cq_writer_req_t *req)
+{
+    (void)ud;
+    if (fp.fail)
+        return fp.fail;
+    assert_true(fp.npending < MAX_PENDING);
+    fp.pending[fp.npending++] = req;
+    return 0;
+}
+
+static int fake_send(void *ud, uint8_t *frame, size_t len)
+{
+    fconn_t *f = ud;
+    assert_true(f->len + len <= OUT_CAP);
+    memcpy(f->out + f->len, frame, len);
+    f->len += len;
+    cq_free(frame);
+    return 0;
+}
+
+static void fake_close(void *ud)
+{
+    fconn_t *f = ud;
+    f->closed++;
+}
+
+static const cq_mqsrv_conn_ops_t fops = {fake_send, fake_close};
+
+/* ---- helpers -------------------------------------------------------------------------------- */
+
+static const char perms_json[] =
+    "{\"1\": {\"token\": \"s1\", \"admin\": true},"
+    " \"2\": {\"token\": \"s2\", \"consume\": [\"orders\"]},"
+    " \"3\": {\"token\": \"s3\", \"produce\": [\"orders\", \"Paused\"]}}";
+
+static cq_mqperm_t *perms;
+
+/* An engine with the topics orders (online, 2 messages so far), Paused (offline) and keep
+ * (retention 0), all allowed (with_perms false) or under perms_json. */
+static void eng_start(bool with_perms, uint32_t max_batch)
+{
+    memset(&fp, 0, sizeof(fp));
+    char err[128];
+    perms = NULL;
+    if (with_perms)
+        assert_int_equal(cq_mqperm_load(perms_json, strlen(perms_json), &perms, err, sizeof(err)),
+                         0);
+    cq_store_topic_t t[3] = {{.name = "Paused", .online = false, .retention_days = 7},
+                             {.name = "keep", .online = true, .retention_days = 0},
+                             {.name = "orders", .online = true, .retention_days = 30}};
+    uint64_t hw[3] = {0, 0, 2};
+    cq_mqsrv_opts_t o = {.limits = {.max_batch = max_batch},
+                         .perms = perms,
+                         .topics = t,
+                         .high_water = hw,
+                         .ntopics = 3,
+                         .submit = fake_submit};
+    eng = cq_mqsrv_new(&o);
+    assert_non_null(eng);
+    cq_mqsrv_set_now(eng, 1700000000000);
+}
+
+static void fconn_free(fconn_t *f);
+
+static void eng_stop(void)
+{
+    assert_int_equal(fp.npending, 0);
+    eng = cq_mqsrv_free(eng);
+    perms = cq_mqperm_free(perms);
+}
+
+static fconn_t *fconn_new(void)
+{
+    fconn_t *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    f->out = malloc(OUT_CAP);
+    assert_non_null(f->out);
+    f->c = cq_mqsrv_conn_new(eng, &fops, f);
+    assert_non_null(f->c);
+    return f;
+}
+
+static fconn_t *fhttp_new(void)
+{
+    fconn_t *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    f->out = malloc(OUT_CAP);
+    assert_non_null(f->out);
+    f->h = cq_mqhttp_conn_new(eng, &fops, f);
+    assert_non_null(f->h);
+    return f;
+}
+
+/* The edge closed the socket: the engine must never call ops again. */
+static void fconn_free(fconn_t *f)
+{
+    if (f->c)
+        cq_mqsrv_conn_close(f->c);
+    if (f->h)
+        cq_mqhttp_conn_close(f->h);
+    assert_int_equal(f->at, f->len); /* every answer was checked */
+    free(f->out);
+    free(f);
+}
+
+static void feed_raw(fconn_t *f, const void *p, size_t n)
+{
+    if (f->c)
+        cq_mqsrv_conn_input(f->c, p, n);
+    else
+        cq_mqhttp_conn_input(f->h, p, n);
+}
+
+/* Encodes m (taken) and feeds it. */
+static void feed(fconn_t *f, cq_mq_msg_t *m)
+{
+    uint8_t *b;
+    size_t n;
+    assert_int_equal(cq_mq_encode(m, &b, &n), 0);
+    cq_mq_msg_free(m);
+    feed_raw(f, b, n);
+    cq_free(b);
+}
+
+/* A frame of the given type and body, as a client would send it. */
+static void feed_json(fconn_t *f, uint8_t type, uint16_t msg_id, const char *body)
+{
+    size_t n = strlen(body);
+    uint8_t *b = malloc(CQ_MQ_HDR_LEN + n);
+    assert_non_null(b);
+    cq_mq_header_write(b, (uint32_t)(CQ_MQ_HDR_LEN + n), type, msg_id);
+    memcpy(b + CQ_MQ_HDR_LEN, body, n);
+    feed_raw(f, b, CQ_MQ_HDR_LEN + n);
+    free(b);
+}
+
+/* Checks the next frame sent to f: "<type> <msg id> <body>". */
+static void expect(fconn_t *f, const char *want)
+{
+    cq_mq_frame_t fr;
+    ssize_t r = cq_mq_parse(f->out + f->at, f->len - f->at, 0, &fr);
+    if (r <= 0)
+        fprintf(stderr, "# no frame where one was expected: %s\n", want);
+    assert_true(r > 0);
+    char got[OUT_CAP / 4];
+    snprintf(got, sizeof(got), "%u %u %.*s", fr.type, fr.msg_id, (int)fr.body_len,
+             (const char *)fr.body);
+    if (strcmp(got, want) != 0)
+        fprintf(stderr, "# want %s\n#  got %s\n", want, got);
+    assert_string_equal(got, want);
+    f->at += (size_t)r;
+}
+
+/* Checks the next HTTP response sent to f (status line through body). */
+static void expect_http(fconn_t *f, const char *want)
+{
+    size_t n = strlen(want);
+    if (f->len - f->at < n || memcmp(f->out + f->at, want, n) != 0)
+        fprintf(stderr, "# want %s\n#  got %.*s\n", want, (int)(f->len - f->at),
+                (const char *)f->out + f->at);
+    assert_true(f->len - f->at >= n);
+    assert_memory_equal(f->out + f->at, want, n);
+    f->at += n;
+}
+
+static void expect_nothing(fconn_t *f)
+{
+    if (f->at != f->len)
+        fprintf(stderr, "# unexpected: %.*s\n", (int)(f->len - f->at),
+                (const char *)f->out + f->at + CQ_MQ_HDR_LEN);
+    assert_int_equal(f->at, f->len);
+}
+
+static cq_mq_msg_t *req(uint8_t type, uint16_t msg_id, uint32_t askid, const char *topic)
+{
+    cq_mq_msg_t *m = cq_mq_msg_new(type, msg_id);
+    assert_non_null(m);
+    m->askid = askid;
+    m->has |= CQ_MQ_F_ASKID;
+    if (topic)
+        assert_int_equal(cq_mq_msg_set_topic(m, topic), 0);
+    return m;
+}
+
+static void connect_as(fconn_t *f, uint32_t module, const char *token, const char *want)
+{
+    cq_mq_msg_t *m = req(CQ_MQ_REQ_CONNECT, 1, 1, NULL);
+    m->module_id = module;
+    m->client_type = CQ_MQ_PRODUCER;
+    assert_int_equal(cq_mq_msg_set_str(m, CQ_MQ_F_TOKEN, token), 0);
+    m->has |= CQ_MQ_F_MODULE_ID | CQ_MQ_F_CLIENT_TYPE;
+    feed(f, m);
+    expect(f, want);
+}
+
+static cq_mq_msg_t *produce_req(uint16_t msg_id, const char *topic, size_t n, int64_t pid)
+{
+    cq_mq_msg_t *m = req(CQ_MQ_REQ_PRODUCE, msg_id, msg_id, topic);
+    for (size_t i = 0; i < n; i++) {
+        char c[16];
+        snprintf(c, sizeof(c), "m%zu", i);
+        assert_int_equal(cq_mq_msg_add_item(m, 0, -1, c, strlen(c), false), 0);
+    }
+    m->has |= n == 1 ? CQ_MQ_F_CONTENT : CQ_MQ_F_BATCH;
+    if (pid) {
+        m->producer_id = pid;
+        m->seq = 10;
+        m->has |= CQ_MQ_F_PRODUCER_ID | CQ_MQ_F_SEQ;
+    }
+    return m;
+}
+
+/* Takes the oldest submitted request; checks its op and topic. */
+static cq_writer_req_t *take(cq_writer_op_t op, const char *topic)
+{
+    assert_true(fp.npending > 0);
+    cq_writer_req_t *r = fp.pending[0];
+    memmove(fp.pending, fp.pending + 1, --fp.npending * sizeof(fp.pending[0]));
+    assert_int_equal(r->op, op);
+    if (topic)
+        assert_string_equal(r->topic, topic);
+    return r;
+}
+
+/* Completes r (taken) as the writer would, then lets the engine send what it queued. */
+static void done(cq_writer_req_t *r, int err)
+{
+    r->err = err;
+    if (err)
+        snprintf(r->errmsg, sizeof(r->errmsg), "disk on fire");
+    cq_mqsrv_complete(eng, r);
+    cq_mqsrv_flush(eng);
+}
+
+static void done_produce(cq_writer_req_t *r, uint64_t first)
+{
+    for (size_t i = 0; i < r->n_msgs; i++)
+        r->offsets[i] = first + 2 * i;
+    done(r, 0);
+}
+
+/* A READ answered with n records "r<offset>" from offset first on. */
+static void done_read(cq_writer_req_t *r, uint64_t first, size_t n)
+{
+    r->recs = cq_calloc(n ? n : 1, sizeof(*r->recs));
+    assert_non_null(r->recs);
+    for (size_t i = 0; i < n; i++) {
+        char *c = cq_malloc(24);
+        assert_non_null(c);
+        snprintf(c, 24, "r%llu", (unsigned long long)(first + i));
+        r->recs[i] = (cq_store_rec_t){
+            .offset = first + i, .create_ms = 1000 + (int64_t)i, .content = c, .len = strlen(c)};
+    }
+    r->n_recs = n;
+    done(r, 0);
+}
+
+/* ---- sessions ------------------------------------------------------------------------------- */
+
+static void test_session(void **state)
+{
+    (void)state;
+    eng_start(true, 0);
+    fconn_t *f = fconn_new();
+    feed(f, req(CQ_MQ_REQ_KEEPALIVE, 3, 9, NULL)); /* answered before connect too */
+    expect(f, "4 3 {\"askid\":9,\"err_code\":0,\"weight\":100}");
+    feed(f, req(CQ_MQ_REQ_TOPICS, 4, 10, NULL));
+    expect(f, "24 4 {\"askid\":10,\"err_code\":6,\"err_msg\":\"topics: connect first\"}");
+    connect_as(f, 3, "s3", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    cq_mq_msg_t *m = req(CQ_MQ_REQ_KEEPALIVE, 5, 11, NULL);
+    m->client_id = 2;
+    m->has |= CQ_MQ_F_CLIENT_ID;
+    feed(f, m); /* keepalive does not check client_id */
+    expect(f, "4 5 {\"askid\":11,\"err_code\":0,\"weight\":100}");
+    m = req(CQ_MQ_REQ_ADD_TOPIC, 6, 12, "orders");
+    m->client_id = 2;
+    m->has |= CQ_MQ_F_CLIENT_ID;
+    feed(f, m);
+    expect(f, "6 6 {\"askid\":12,\"topic\":\"orders\",\"err_code\":5,\"err_msg\":"
+              "\"add_topic: field \\\"client_id\\\": 2 is not this connection's id\"}");
+    assert_int_equal(f->closed, 0);
+    /* a wrong token: answered, then closed */
+    fconn_t *g = fconn_new();
+    connect_as(g, 3, "nope",
+               "2 1 {\"askid\":1,\"client_type\":1,\"err_code\":6,\"err_msg\":"
+               "\"connect: unknown module_id or wrong token\"}");
+    assert_int_equal(g->closed, 1);
+    fconn_free(g);
+    fconn_free(f);
+    eng_stop();
+}
+
+static void test_bad_frames(void **state)
+{
+    (void)state;
+    eng_start(false, 0);
+    fconn_t *f = fconn_new();
+    feed_json(f, CQ_MQ_REQ_PRODUCE, 7, "{bad");
+    expect(f, "20 7 {\"err_code\":3,\"err_msg\":\"produce: invalid JSON at line 1 column 4: "
+              "string or '}' expected near 'bad'\"}");
+    feed_json(f, 17, 8, "{\"askid\":5}");
+    expect(f, "20 8 {\"askid\":5,\"err_code\":4,\"err_msg\":\"unknown message type 17\"}");
+    feed_json(f, CQ_MQ_RESP_PRODUCE, 9, "{\"askid\":5,\"err_code\":0}");
+    expect(f, "20 9 {\"askid\":5,\"err_code\":4,\"err_msg\":\"message type 12 is not a request\"}");
+    feed_json(f, CQ_MQ_REQ_PRODUCE, 10, "{\"askid\":6,\"topic\":\"a-b\",\"content\":\"x\"}");
+    expect(f, "12 10 {\"askid\":6,\"err_code\":13,\"err_msg\":\"produce: field \\\"topic\\\": must "
+              "be a string matching [A-Za-z0-9_]{1,64}\"}");
+    assert_int_equal(f->closed, 0);
+    /* a bad header: one error frame with msg id 0, then the close; later bytes are ignored */
+    uint8_t h[CQ_MQ_HDR_LEN + 2];
+    cq_mq_header_write(h, sizeof(h), CQ_MQ_REQ_KEEPALIVE, 1);
+    memcpy(h + CQ_MQ_HDR_LEN, "{}", 2);
+    h[6] = 2;
+    feed_raw(f, h, sizeof(h));
+    expect(f, "20 0 {\"err_code\":1,\"err_msg\":\"bad frame header (header length, version "
+              "or serialization)\"}");
+    assert_int_equal(f->closed, 1);
+    assert_int_equal(cq_mqsrv_conn_input(f->c, h, sizeof(h)), CQ_ECLOSED);
+    expect_nothing(f);
+    fconn_free(f);
+    /* frames split at every byte give the same answers */
+    for (size_t cut = 1; cut <= 2 * CQ_MQ_HDR_LEN + 23; cut++) {
+        f = fconn_new();
+        uint8_t two[2 * CQ_MQ_HDR_LEN + 23];
+        const char b1[] = "{\"askid\":1}", b2[] = "{\"askid\":22}";
+        cq_mq_header_write(two, CQ_MQ_HDR_LEN + 11, CQ_MQ_REQ_KEEPALIVE, 1);
+        memcpy(two + CQ_MQ_HDR_LEN, b1, 11);
+        cq_mq_header_write(two + CQ_MQ_HDR_LEN + 11, CQ_MQ_HDR_LEN + 12, CQ_MQ_REQ_KEEPALIVE, 2);
+        memcpy(two + 2 * CQ_MQ_HDR_LEN + 11, b2, 12);
+        size_t n = 2 * CQ_MQ_HDR_LEN + 23;
+        feed_raw(f, two, cut < n ? cut : n);
+        if (cut < n)
+            feed_raw(f, two + cut, n - cut);
+        expect(f, "4 1 {\"askid\":1,\"err_code\":0,\"weight\":100}");
+        expect(f, "4 2 {\"askid\":22,\"err_code\":0,\"weight\":100}");
+        fconn_free(f);
+    }
+    eng_stop();
+}
+
+/* ---- topics and rights ---------------------------------------------------------------------- */
+
+static void test_add_topic(void **state)
+{
+    (void)state;
+    eng_start(true, 0);
+    fconn_t *adm = fconn_new(), *con = fconn_new(), *pro = fconn_new();
+    connect_as(adm, 1, "s1", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    connect_as(con, 2, "s2", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0}");
+    connect_as(pro, 3, "s3", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":3,\"err_code\":0}");
+    feed(con, req(CQ_MQ_REQ_ADD_TOPIC, 2, 2, "ORDERS")); /* exists (any case): registered */
+    expect(con, "6 2 {\"askid\":2,\"topic\":\"ORDERS\",\"err_code\":0,\"topic_nums\":1}");
+    feed(con, req(CQ_MQ_REQ_ADD_TOPIC, 3, 3, "keep"));
+    expect(con, "6 3 {\"askid\":3,\"topic\":\"keep\",\"err_code\":7,\"err_msg\":\"add_topic: "
+                "module 2 has no right on topic \\\"keep\\\"\"}");
+    feed(pro, req(CQ_MQ_REQ_ADD_TOPIC, 4, 4, "fresh"));
+    expect(pro, "6 4 {\"askid\":4,\"topic\":\"fresh\",\"err_code\":7,\"err_msg\":\"add_topic: "
+                "module 3 may not create topics\"}");
+    assert_int_equal(fp.npending, 0);
+    feed(adm, req(CQ_MQ_REQ_ADD_TOPIC, 5, 5, "fresh"));
+    expect_nothing(adm); /* answered once the store created it */
+    cq_writer_req_t *r = take(CQ_WRITER_TOPIC_CREATE, "fresh");
+    assert_int_equal(r->retention_days, 30);
+    assert_int_equal(r->now_ms, 1700000000000);
+    done(r, 0);
+    expect(adm, "6 5 {\"askid\":5,\"topic\":\"fresh\",\"err_code\":0,\"topic_nums\":1}");
+    feed(adm, req(CQ_MQ_REQ_ADD_TOPIC, 6, 6, "again"));
+    done(take(CQ_WRITER_TOPIC_CREATE, "again"), CQ_EEXIST); /* created by someone else */
+    expect(adm, "6 6 {\"askid\":6,\"topic\":\"again\",\"err_code\":0,\"topic_nums\":2}");
+    feed(adm, req(CQ_MQ_REQ_ADD_TOPIC, 7, 7, "broken"));
+    done(take(CQ_WRITER_TOPIC_CREATE, "broken"), CQ_ESTORE);
+    expect(adm, "6 7 {\"askid\":7,\"topic\":\"broken\",\"err_code\":12,\"err_msg\":\"add_topic: "
+                "storage error (the store handle has the details)\"}");
+    /* the cache knows the created topics: sorted by name, as this module may see them */
+    feed(adm, req(CQ_MQ_REQ_TOPICS, 8, 8, NULL));
+    expect(adm, "24 8 {\"askid\":8,\"err_code\":0,\"topic_nums\":5,\"topics\":["
+                "{\"topic\":\"again\",\"online\":true,\"retention_days\":30,\"last_offset\":0},"
+                "{\"topic\":\"fresh\",\"online\":true,\"retention_days\":30,\"last_offset\":0},"
+                "{\"topic\":\"keep\",\"online\":true,\"retention_days\":0,\"last_offset\":0},"
+                "{\"topic\":\"orders\",\"online\":true,\"retention_days\":30,\"last_offset\":2},"
+                "{\"topic\":\"Paused\",\"online\":false,\"retention_days\":7,\"last_offset\":0}]}");
+    feed(pro, req(CQ_MQ_REQ_TOPICS, 9, 9, NULL));
+    expect(pro, "24 9 {\"askid\":9,\"err_code\":0,\"topic_nums\":2,\"topics\":["
+                "{\"topic\":\"orders\",\"online\":true,\"retention_days\":30,\"last_offset\":2},"
+                "{\"topic\":\"Paused\",\"online\":false,\"retention_days\":7,\"last_offset\":0}]}");
+    fconn_free(adm);
+    fconn_free(con);
+    fconn_free(pro);
+    eng_stop();
+}
+
+/* ---- produce, consume, offsets -------------------------------------------------------------- */
+
+static void test_produce(void **state)
+{
+    (void)state;
+    eng_start(true, 0);
+    fconn_t *pro = fconn_new(), *con = fconn_new();
+    connect_as(pro, 3, "s3", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    connect_as(con, 2, "s2", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0}");
+    feed(con, produce_req(2, "orders", 1, 0));
+    expect(con, "12 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":7,\"err_msg\":\"produce: "
+                "module 2 may not produce to topic \\\"orders\\\"\"}");
+    feed(pro, produce_req(3, "Paused", 1, 0));
+    expect(pro, "12 3 {\"askid\":3,\"topic\":\"Paused\",\"err_code\":9,\"err_msg\":\"produce: "
+                "topic \\\"Paused\\\" is offline\"}");
+    feed(pro, produce_req(4, "paused", 1, 0));
+    expect(pro, "12 4 {\"askid\":4,\"topic\":\"paused\",\"err_code\":9,\"err_msg\":\"produce: "
+                "topic \\\"paused\\\" is offline\"}");
+    feed(pro, produce_req(5, "Orders", 3, 77)); /* the store's spelling reaches the store */
+    expect_nothing(pro);
+    cq_writer_req_t *r = take(CQ_WRITER_PRODUCE, "orders");
+    assert_int_equal(r->n_msgs, 3);
+    assert_int_equal(r->msgs[2].len, 2);
+    assert_memory_equal(r->msgs[2].content, "m2", 2);
+    assert_int_equal(r->msgs[2].producer_id, 77);
+    assert_int_equal(r->msgs[2].seq, 12);
+    done_produce(r, 10);
+    expect(pro, "12 5 {\"askid\":5,\"topic\":\"Orders\",\"err_code\":0,\"offsets\":[10,12,14]}");
+    feed(pro, produce_req(6, "orders", 1, 0));
+    r = take(CQ_WRITER_PRODUCE, "orders");
+    assert_int_equal(r->msgs[0].producer_id, 0);
+    done(r, CQ_ESTORE);
+    expect(pro, "12 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":12,\"err_msg\":\"produce: "
+                "storage error (the store handle has the details); nothing was acknowledged\"}");
+    /* the store refuses at submit */
+    fp.fail = CQ_EBUSY;
+    feed(pro, produce_req(7, "orders", 1, 0));
+    expect(pro, "12 7 {\"askid\":7,\"topic\":\"orders\",\"err_code\":11,\"err_msg\":\"produce: "
+                "busy: pending writes over the limit, retry later\"}");
+    fp.fail = CQ_ELIMIT;
+    feed(pro, produce_req(8, "orders", 1, 0));
+    expect(pro, "12 8 {\"askid\":8,\"topic\":\"orders\",\"err_code\":11,\"err_msg\":\"produce: "
+                "busy: pending writes over the limit, retry later\"}");
+    fp.fail = CQ_ECLOSED;
+    feed(pro, produce_req(9, "orders", 1, 0));
+    expect(pro, "12 9 {\"askid\":9,\"topic\":\"orders\",\"err_code\":14,\"err_msg\":\"produce: "
+                "connection is closing\"}");
+    fp.fail = 0;
+    cq_mqsrv_stats_t st;
+    cq_mqsrv_stats(eng, &st);
+    assert_int_equal(st.produced, 3);
+    assert_int_equal(st.busy, 1);
+    /* the per-connection in-flight limit */
+    for (size_t i = 0; i < CQ_MQSRV_CONN_INFLIGHT; i++)
+        feed(pro, produce_req(10, "orders", 1, 0));
+    feed(pro, produce_req(11, "orders", 1, 0));
+    expect(pro, "12 11 {\"askid\":11,\"topic\":\"orders\",\"err_code\":11,\"err_msg\":\"produce: "
+                "too many requests in flight on this connection\"}");
+    for (size_t i = 0; i < CQ_MQSRV_CONN_INFLIGHT; i++) {
+        done_produce(take(CQ_WRITER_PRODUCE, "orders"), 100 + i);
+        char want[128];
+        snprintf(want, sizeof(want),
+                 "12 10 {\"askid\":10,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[%zu]}",
+                 100 + i);
+        expect(pro, want);
+    }
+    fconn_free(pro);
+    fconn_free(con);
+    eng_stop();
+}
+
+static cq_mq_msg_t *consume_req(uint16_t id, const char *topic, int64_t offset, int64_t max)
+{
+    cq_mq_msg_t *m = req(CQ_MQ_REQ_CONSUME, id, id, topic);
+    m->offset = offset;
+    m->has |= CQ_MQ_F_OFFSET;
+    if (max >= 0) {
+        m->max_count = (uint32_t)max;
+        m->has |= CQ_MQ_F_MAX_COUNT;
+    }
+    return m;
+}
+
+static void test_consume(void **state)
+{
+    (void)state;
+    eng_start(true, 0);
+    fconn_t *con = fconn_new(), *pro = fconn_new();
+    connect_as(con, 2, "s2", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    connect_as(pro, 3, "s3", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0}");
+    feed(pro, consume_req(2, "orders", 0, -1));
+    expect(pro, "14 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":7,\"err_msg\":\"consume: "
+                "module 3 may not consume topic \\\"orders\\\"\"}");
+    feed(con, consume_req(3, "nosuch", 0, -1));
+    expect(con, "14 3 {\"askid\":3,\"topic\":\"nosuch\",\"err_code\":7,\"err_msg\":\"consume: "
+                "module 2 may not consume topic \\\"nosuch\\\"\"}");
+    feed(con, consume_req(4, "orders", 5, -1)); /* default count */
+    cq_writer_req_t *r = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(r->max, CQ_MQSRV_CONSUME_DFL);
+    assert_int_equal(r->from_offset, 5);
+    done_read(r, 6, 2);
+    expect(con, "14 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":0,\"offset\":7,\"messages\":["
+                "{\"offset_id\":6,\"message\":\"r6\",\"time\":1000},"
+                "{\"offset_id\":7,\"message\":\"r7\",\"time\":1001}],\"message_count\":2}");
+    feed(con, consume_req(5, "orders", 9, 5000)); /* capped at max_batch */
+    r = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(r->max, CQ_MQ_DEFAULT_MAX_BATCH);
+    done_read(r, 0, 0);
+    expect(con, "14 5 {\"askid\":5,\"topic\":\"orders\",\"err_code\":0,\"offset\":9,\"messages\":"
+                "[],\"message_count\":0}");
+    feed(con, consume_req(6, "orders", 9, 3));
+    r = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(r->max, 3);
+    r->recs = cq_calloc(1, sizeof(*r->recs));
+    r->recs[0] = (cq_store_rec_t){.offset = 11, .content = cq_strndup("\xff", 1), .len = 1};
+    r->n_recs = 1;
+    done(r, 0);
+    expect(con, "14 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":5,\"err_msg\":\"consume: "
+                "message 11 is not valid UTF-8 text\"}");
+    feed(con, consume_req(7, "orders", 9, 3));
+    done(take(CQ_WRITER_READ, "orders"), CQ_ESTORE);
+    expect(con, "14 7 {\"askid\":7,\"topic\":\"orders\",\"err_code\":12,\"err_msg\":\"consume: "
+                "storage error (the store handle has the details)\"}");
+    cq_mqsrv_stats_t st;
+    cq_mqsrv_stats(eng, &st);
+    assert_int_equal(st.consumed, 2);
+    fconn_free(con);
+    fconn_free(pro);
+    eng_stop();
+    /* a batch limit over the store's read limit */
+    eng_start(false, 20000);
+    con = fconn_new();
+    connect_as(con, 2, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    feed(con, consume_req(2, "orders", 0, 15000));
+    r = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(r->max, CQ_WRITER_READ_MAX);
+    done_read(r, 0, 0);
+    expect(con, "14 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"offset\":0,\"messages\":"
+                "[],\"message_count\":0}");
+    fconn_free(con);
+    eng_stop();
+}
+
+static void test_commit_offset(void **state)
+{
+    (void)state;
+    eng_start(true, 0);
+    fconn_t *con = fconn_new();
+    connect_as(con, 2, "s2", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    cq_mq_msg_t *m = req(CQ_MQ_REQ_COMMIT, 2, 2, "orders");
+    m->offset = 2;
+    m->has |= CQ_MQ_F_OFFSET;
+    feed(con, m);
+    cq_writer_req_t *r = take(CQ_WRITER_COMMIT_OFFSET, "orders");
+    assert_string_equal(r->consumer, "m2");
+    assert_int_equal(r->offset, 2);
+    assert_int_equal(r->now_ms, 1700000000000);
+    done(r, 0);
+    expect(con, "16 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"offset\":2}");
+    feed(con, req(CQ_MQ_REQ_OFFSET, 3, 3, "orders"));
+    r = take(CQ_WRITER_GET_OFFSET, "orders");
+    assert_string_equal(r->consumer, "m2");
+    done(r, -ENOENT); /* never committed */
+    expect(con, "22 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":0,\"offset\":0,"
+                "\"committed\":false,\"last_offset\":2}");
+    feed(con, req(CQ_MQ_REQ_OFFSET, 4, 4, "orders"));
+    r = take(CQ_WRITER_GET_OFFSET, "orders");
+    r->offset = 2;
+    done(r, 0);
+    expect(con, "22 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":0,\"offset\":2,"
+                "\"committed\":true,\"last_offset\":2}");
+    feed(con, req(CQ_MQ_REQ_OFFSET, 5, 5, "orders"));
+    done(take(CQ_WRITER_GET_OFFSET, "orders"), CQ_ESTORE);
+    expect(con, "22 5 {\"askid\":5,\"topic\":\"orders\",\"err_code\":12,\"err_msg\":\"offset: "
+                "storage error (the store handle has the details)\"}");
+    fconn_free(con);
+    eng_stop();
+    /* an offline topic still answers commit; an unknown one does not */
+    eng_start(false, 0);
+    con = fconn_new();
+    connect_as(con, 2, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    m = req(CQ_MQ_REQ_COMMIT, 2, 2, "paused");
+    m->offset = 1;
+    m->has |= CQ_MQ_F_OFFSET;
+    feed(con, m);
+    r = take(CQ_WRITER_COMMIT_OFFSET, "Paused");
+    done(r, 0);
+    expect(con, "16 2 {\"askid\":2,\"topic\":\"paused\",\"err_code\":0,\"offset\":1}");
+    m = req(CQ_MQ_REQ_COMMIT, 3, 3, "nosuch");
+    m->offset = 1;
+    m->has |= CQ_MQ_F_OFFSET;
+    feed(con, m);
+    expect(con, "16 3 {\"askid\":3,\"topic\":\"nosuch\",\"err_code\":8,\"err_msg\":\"commit: "
+                "topic \\\"nosuch\\\" does not exist\"}");
+    fconn_free(con);
+    eng_stop();
+}
+
+/* ---- watch and push ------------------------------------------------------------------------- */
+
+static void test_watch_push(void **state)
+{
+    (void)state;
+    eng_start(false, 0);
+    fconn_t *p = fconn_new(), *w1 = fconn_new(), *w2 = fconn_new();
+    connect_as(p, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    connect_as(w1, 2, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0}");
+    connect_as(w2, 2, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":3,\"err_code\":0}");
+    feed(w1, req(CQ_MQ_REQ_WATCH, 2, 2, "orders"));
+    expect(w1, "8 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1}");
+    feed(w1, req(CQ_MQ_REQ_WATCH, 3, 3, "ORDERS")); /* already watching */
+    expect(w1, "8 3 {\"askid\":3,\"topic\":\"ORDERS\",\"err_code\":0,\"topic_nums\":1}");
+    feed(w2, req(CQ_MQ_REQ_WATCH, 2, 2, "orders"));
+    expect(w2, "8 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1}");
+    feed(w2, req(CQ_MQ_REQ_WATCH, 3, 3, "Paused"));
+    expect(w2, "8 3 {\"askid\":3,\"topic\":\"Paused\",\"err_code\":9,\"err_msg\":\"watch: topic "
+               "\\\"Paused\\\" is offline\"}");
+    /* two produces completed in one drain give one push per watcher */
+    feed(p, produce_req(4, "orders", 2, 0));
+    feed(p, produce_req(5, "orders", 1, 0));
+    cq_writer_req_t *a = take(CQ_WRITER_PRODUCE, "orders"), *b = take(CQ_WRITER_PRODUCE, "orders");
+    a->offsets[0] = 3;
+    a->offsets[1] = 4;
+    b->offsets[0] = 6;
+    cq_mqsrv_complete(eng, a);
+    cq_mqsrv_complete(eng, b);
+    cq_mqsrv_flush(eng);
+    expect(p, "12 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[3,4]}");
+    expect(p, "12 5 {\"askid\":5,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[6]}");
+    const char *push = "18 0 {\"topic\":\"orders\",\"offset\":6,\"messages\":["
+                       "{\"offset_id\":3,\"message\":\"m0\",\"time\":1700000000000},"
+                       "{\"offset_id\":4,\"message\":\"m1\",\"time\":1700000000000},"
+                       "{\"offset_id\":6,\"message\":\"m0\",\"time\":1700000000000}],"
+                       "\"message_count\":3}";
+    expect(w1, push);
+    expect(w2, push);
+    expect_nothing(p);
+    /* an idempotent retry acknowledged with old offsets is not pushed again */
+    feed(p, produce_req(6, "orders", 1, 0));
+    done_produce(take(CQ_WRITER_PRODUCE, "orders"), 4);
+    expect(p, "12 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[4]}");
+    expect_nothing(w1);
+    feed(w1, req(CQ_MQ_REQ_UNWATCH, 7, 7, "orders"));
+    expect(w1, "10 7 {\"askid\":7,\"topic\":\"orders\",\"err_code\":0}");
+    feed(p, produce_req(8, "orders", 1, 0));
+    done_produce(take(CQ_WRITER_PRODUCE, "orders"), 9);
+    expect(p, "12 8 {\"askid\":8,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[9]}");
+    expect_nothing(w1);
+    expect(w2, "18 0 {\"topic\":\"orders\",\"offset\":9,\"messages\":[{\"offset_id\":9,"
+               "\"message\":\"m0\",\"time\":1700000000000}],\"message_count\":1}");
+    cq_mqsrv_stats_t st;
+    cq_mqsrv_stats(eng, &st);
+    assert_int_equal(st.pushes, 3);
+    /* a watcher that goes away is forgotten */
+    fconn_free(w2);
+    feed(p, produce_req(10, "orders", 1, 0));
+    done_produce(take(CQ_WRITER_PRODUCE, "orders"), 11);
+    expect(p, "12 10 {\"askid\":10,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[11]}");
+    fconn_free(p);
+    fconn_free(w1);
+    eng_stop();
+}
+
+/* ---- the engine's own requests ----------------------------------------------------------------
+ */
+
+static void test_online_retention(void **state)
+{
+    (void)state;
+    eng_start(false, 0);
+    fconn_t *p = fconn_new();
+    connect_as(p, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    assert_int_equal(cq_mqsrv_topic_set_online(eng, "nosuch", true), CQ_ENOTOPIC);
+    assert_int_equal(cq_mqsrv_topic_set_online(eng, "ORDERS", false), 0);
+    cq_writer_req_t *r = take(CQ_WRITER_TOPIC_SET_ONLINE, "orders");
+    assert_false(r->online);
+    feed(p, produce_req(2, "orders", 1, 0)); /* still online until the store recorded it */
+    done(r, 0);
+    done_produce(take(CQ_WRITER_PRODUCE, "orders"), 3);
+    expect(p, "12 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[3]}");
+    feed(p, produce_req(3, "orders", 1, 0));
+    expect(p, "12 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":9,\"err_msg\":\"produce: topic "
+              "\\\"orders\\\" is offline\"}");
+    /* retention: one purge per topic with a retention, repeated while a purge was full */
+    cq_mqsrv_retention(eng, 1700000000000);
+    r = take(CQ_WRITER_PURGE, "Paused");
+    assert_int_equal(r->max, CQ_MQSRV_PURGE_ROWS);
+    assert_int_equal(r->older_than_ms, 1700000000000 - 7 * 86400000LL);
+    cq_writer_req_t *r2 = take(CQ_WRITER_PURGE, "orders");
+    assert_int_equal(fp.npending, 0);
+    cq_mqsrv_retention(eng, 1700000000001); /* purges in flight: nothing new */
+    assert_int_equal(fp.npending, 0);
+    r->purged = CQ_MQSRV_PURGE_ROWS;
+    done(r, 0);
+    r = take(CQ_WRITER_PURGE, "Paused");
+    assert_int_equal(r->older_than_ms, 1700000000000 - 7 * 86400000LL);
+    r->purged = 3;
+    done(r, 0);
+    done(r2, CQ_ESTORE);
+    assert_int_equal(fp.npending, 0);
+    cq_mqsrv_retention(eng, 1700000000002);
+    done(take(CQ_WRITER_PURGE, "Paused"), 0);
+    done(take(CQ_WRITER_PURGE, "orders"), 0);
+    fconn_free(p);
+    eng_stop();
+}
+
+/* A connection that goes away with requests in flight: nothing is answered, nothing leaks. */
+static void test_close_in_flight(void **state)
+{
+    (void)state;
+    eng_start(false, 0);
+    fconn_t *p = fconn_new();
+    connect_as(p, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    feed(p, produce_req(2, "orders", 1, 0));
+    feed(p, consume_req(3, "orders", 0, -1));
+    feed(p, req(CQ_MQ_REQ_ADD_TOPIC, 4, 4, "later"));
+    fconn_free(p);
+    done_produce(take(CQ_WRITER_PRODUCE, "orders"), 3);
+    done_read(take(CQ_WRITER_READ, "orders"), 3, 1);
+    done(take(CQ_WRITER_TOPIC_CREATE, "later"), 0);
+    cq_mqsrv_stats_t st;
+    cq_mqsrv_stats(eng, &st);
+    assert_int_equal(st.produced, 1);
+    eng_stop();
+}
+
+/* ---- HTTP answers --------------------------------------------------------------------------- */
+
+/* Sends one request with body (NULL: none) as module:token (NULL: no Authorization). */
+static void http(fconn_t *f, const char *method, const char *path, const char *auth,
+                 const char *body)
+{
+    char text[4096];
+    int n = snprintf(text, sizeof(text), "%s %s HTTP/1.1\r\n", method, path);
+    if (auth)
+        n += snprintf(text + n, sizeof(text) - (size_t)n, "Authorization: Bearer %s\r\n", auth);
+    if (body)
+        n += snprintf(text + n, sizeof(text) - (size_t)n, "Content-Length: %zu\r\n", strlen(body));
+    n += snprintf(text + n, sizeof(text) - (size_t)n, "\r\n%s", body ? body : "");
+    feed_raw(f, text, (size_t)n);
+}
+
+/* Checks the next response: "<status> <reason>" and its JSON body. */
+static void expect_resp(fconn_t *f, const char *status, const char *body)
+{
+    char want[8192];
+    snprintf(want, sizeof(want),
+             "HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+             status, strlen(body), body);
+    expect_http(f, want);
+}
+
+static void test_http_ops(void **state)
+{
+    (void)state;
+    eng_start(true, 0);
+    fconn_t *f = fhttp_new();
+    http(f, "POST", "/v1/topics/orders/messages", "2:s2", "{\"content\":\"a\"}");
+    expect_resp(f, "403 Forbidden",
+                "{\"err_code\":7,\"err_msg\":\"module 2 may not produce to topic orders\"}");
+    http(f, "POST", "/v1/topics/paused/messages", "3:s3", "{\"content\":\"a\"}");
+    expect_resp(f, "409 Conflict",
+                "{\"err_code\":9,\"err_msg\":\"topic \\\"Paused\\\" is offline\"}");
+    http(f, "POST", "/v1/topics/nosuch/messages", "1:s1", "{\"content\":\"a\"}");
+    expect_resp(f, "403 Forbidden", /* admin is not the produce right */
+                "{\"err_code\":7,\"err_msg\":\"module 1 may not produce to topic nosuch\"}");
+    http(f, "POST", "/v1/topics/orders/messages", "3:s3",
+         "{\"messages\":[{\"content\":\"a\",\"producer_id\":5,\"seq\":1},{}]}");
+    expect_resp(f, "400 Bad Request",
+                "{\"err_code\":5,\"err_msg\":\"message 1: field \\\"content\\\": must be a string "
+                "or an object\"}");
+    http(f, "POST", "/v1/topics/ORDERS/messages", "3:s3",
+         "{\"messages\":[{\"content\":\"a\",\"producer_id\":5,\"seq\":1},{\"content\":{\"k\":1},"
+         "\"seq\":2}]}");
+    expect_resp(f, "400 Bad Request",
+                "{\"err_code\":5,\"err_msg\":\"message 1: \\\"producer_id\\\" (>= 1) and "
+                "\\\"seq\\\" go together\"}");
+    http(f, "POST", "/v1/topics/ORDERS/messages", "3:s3",
+         "{\"messages\":[{\"content\":\"a\",\"producer_id\":5,\"seq\":1},{\"content\":{\"k\":1},"
+         "\"producer_id\":5,\"seq\":2}]}");
+    cq_writer_req_t *r = take(CQ_WRITER_PRODUCE, "orders");
+    assert_int_equal(r->n_msgs, 2);
+    assert_int_equal(r->msgs[0].producer_id, 5);
+    assert_int_equal(r->msgs[1].seq, 2);
+    assert_int_equal(r->msgs[1].len, 7);
+    assert_memory_equal(r->msgs[1].content, "{\"k\":1}", 7);
+    done_produce(r, 40);
+    expect_resp(f, "200 OK", "{\"offsets\":[40,42]}");
+    http(f, "POST", "/v1/topics/orders/messages", "3:s3", "{\"content\":\"z\"}");
+    done(take(CQ_WRITER_PRODUCE, "orders"), CQ_ESTORE);
+    expect_resp(f, "503 Service Unavailable",
+                "{\"err_code\":12,\"err_msg\":\"storage error (the store handle has the details): "
+                "disk on fire; nothing was acknowledged\"}");
+    http(f, "GET", "/v1/topics/orders/messages?offset=3&max=5000", "2:s2", NULL);
+    r = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(r->max, CQ_MQ_DEFAULT_MAX_BATCH);
+    assert_int_equal(r->from_offset, 3);
+    done_read(r, 4, 1);
+    expect_resp(f, "200 OK",
+                "{\"messages\":[{\"offset\":4,\"content\":\"r4\",\"create_time\":1000}],"
+                "\"next_offset\":4}");
+    http(f, "GET", "/v1/topics/orders/messages?max=0", "2:s2", NULL);
+    r = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(r->max, 1);
+    assert_int_equal(r->from_offset, 0);
+    done_read(r, 0, 0);
+    expect_resp(f, "200 OK", "{\"messages\":[],\"next_offset\":0}");
+    http(f, "POST", "/v1/topics/orders/consumers/c1/offset", "2:s2", "{\"offset\":4}");
+    r = take(CQ_WRITER_COMMIT_OFFSET, "orders");
+    assert_string_equal(r->consumer, "c1");
+    assert_int_equal(r->offset, 4);
+    done(r, 0);
+    expect_resp(f, "200 OK", "{\"topic\":\"orders\",\"consumer\":\"c1\",\"offset\":4}");
+    http(f, "GET", "/v1/topics/orders/consumers/c2/offset", "2:s2", NULL);
+    done(take(CQ_WRITER_GET_OFFSET, "orders"), -ENOENT);
+    expect_resp(f, "200 OK",
+                "{\"topic\":\"orders\",\"consumer\":\"c2\",\"offset\":0,\"committed\":false}");
+    http(f, "GET", "/v1/topics/orders/consumers/c2/offset", "2:s2", NULL);
+    r = take(CQ_WRITER_GET_OFFSET, "orders");
+    r->offset = 4;
+    done(r, 0);
+    expect_resp(f, "200 OK",
+                "{\"topic\":\"orders\",\"consumer\":\"c2\",\"offset\":4,\"committed\":true}");
+    http(f, "POST", "/v1/topics", "3:s3", "{\"topic\":\"new\"}");
+    expect_resp(f, "403 Forbidden",
+                "{\"err_code\":7,\"err_msg\":\"module 3 may not administer topics\"}");
+    http(f, "POST", "/v1/topics", "1:s1", "{\"topic\":\"new\",\"retention_days\":3}");
+    r = take(CQ_WRITER_TOPIC_CREATE, "new");
+    assert_int_equal(r->retention_days, 3);
+    assert_int_equal(r->now_ms, 1700000000000);
+    done(r, 0);
+    expect_resp(f, "200 OK", "{\"topic\":\"new\",\"created\":true}");
+    http(f, "POST", "/v1/topics", "1:s1", "{\"topic\":\"NEW\"}");
+    expect_resp(f, "200 OK", "{\"topic\":\"new\",\"created\":false}");
+    http(f, "POST", "/v1/topics", "1:s1", "{\"topic\":\"other\"}");
+    done(take(CQ_WRITER_TOPIC_CREATE, "other"), CQ_EEXIST);
+    expect_resp(f, "200 OK", "{\"topic\":\"other\",\"created\":false}");
+    http(f, "POST", "/v1/topics/new/offline", "1:s1", NULL);
+    r = take(CQ_WRITER_TOPIC_SET_ONLINE, "new");
+    assert_false(r->online);
+    done(r, 0);
+    expect_resp(f, "200 OK", "{\"topic\":\"new\",\"online\":false}");
+    http(f, "POST", "/v1/topics/new/online", "3:s3", NULL);
+    expect_resp(f, "403 Forbidden",
+                "{\"err_code\":7,\"err_msg\":\"module 3 may not administer topics\"}");
+    http(f, "GET", "/v1/topics", "2:s2", NULL);
+    expect_resp(f, "200 OK",
+                "{\"topics\":["
+                "{\"topic\":\"Paused\",\"online\":false,\"retention_days\":7,\"last_offset\":0},"
+                "{\"topic\":\"keep\",\"online\":true,\"retention_days\":0,\"last_offset\":0},"
+                "{\"topic\":\"orders\",\"online\":true,\"retention_days\":30,\"last_offset\":42},"
+                "{\"topic\":\"new\",\"online\":false,\"retention_days\":3,\"last_offset\":0},"
+                "{\"topic\":\"other\",\"online\":true,\"retention_days\":30,\"last_offset\":0}]}");
+    http(f, "GET", "/v1/health", NULL, NULL);
+    expect_resp(f, "200 OK", "{\"ok\":true,\"topics\":5,\"produced\":2,\"consumed\":1}");
+    fp.fail = CQ_ELIMIT;
+    http(f, "GET", "/v1/topics/orders/messages", "2:s2", NULL);
+    expect_resp(f, "429 Too Many Requests",
+                "{\"err_code\":11,\"err_msg\":\"busy: pending writes over the limit, retry "
+                "later\"}");
+    fp.fail = 0;
+    http(f, "GET", "/v1/topics/orders/messages", "2:s2", NULL);
+    done(take(CQ_WRITER_READ, "orders"), CQ_ESTORE);
+    expect_resp(f, "503 Service Unavailable",
+                "{\"err_code\":12,\"err_msg\":\"storage error (the store handle has the details): "
+                "disk on fire; not done\"}");
+    cq_mqsrv_stats_t st;
+    cq_mqsrv_stats(eng, &st);
+    assert_int_equal(st.busy, 1);
+    assert_int_equal(st.consumed, 1);
+    fconn_free(f);
+    eng_stop();
+    /* without permissions every module may do everything */
+    eng_start(false, 0);
+    f = fhttp_new();
+    http(f, "POST", "/v1/topics/nosuch/messages", NULL, "{\"content\":\"a\"}");
+    expect_resp(f, "404 Not Found",
+                "{\"err_code\":8,\"err_msg\":\"topic \\\"nosuch\\\" does not exist\"}");
+    http(f, "POST", "/v1/topics/keep/online", "7:x", NULL);
+    done(take(CQ_WRITER_TOPIC_SET_ONLINE, "keep"), CQ_ESTORE);
+    expect_resp(f, "503 Service Unavailable",
+                "{\"err_code\":12,\"err_msg\":\"storage error (the store handle has the details): "
+                "disk on fire; not done\"}");
+    fconn_free(f);
+    eng_stop();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_session),         cmocka_unit_test(test_bad_frames),
+        cmocka_unit_test(test_add_topic),       cmocka_unit_test(test_produce),
+        cmocka_unit_test(test_consume),         cmocka_unit_test(test_commit_offset),
+        cmocka_unit_test(test_watch_push),      cmocka_unit_test(test_online_retention),
+        cmocka_unit_test(test_close_in_flight), cmocka_unit_test(test_http_ops),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
