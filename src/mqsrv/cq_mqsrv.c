@@ -1,4 +1,6 @@
-/* cq_mqsrv.c - the engine: topics cache, connections, frames in, frames out. See cq_mqsrv.h. */
+/* cq_mqsrv.c - the engine: the topic cache, seed connections, frames in and out, pushes. The
+ * requests themselves are decoded by handlers.c and run by ops.c (see mqsrv_int.h). See
+ * cq_mqsrv.h. */
 #include "cq_alloc.h"
 #include "cq_err.h"
 #include "cq_log.h"
@@ -132,51 +134,53 @@ cq_mqsrv_conn_t *cq_mqsrv_conn_new(cq_mqsrv_t *s, const cq_mqsrv_conn_ops_t *ops
     cq_mqsrv_conn_t *c = cq_calloc(1, sizeof(*c));
     if (!c)
         return NULL;
-    c->s = s;
-    c->ops = ops;
-    c->ud = ud;
+    c->l = (mq_link_t){.s = s, .fe = &cq__mqsrv_fe, .ops = ops, .ud = ud};
     c->id = s->next_conn_id++;
     cq_sbuf_init(&c->in);
     s->st.conns++;
     return c;
 }
 
-/* Frees c once the edge closed it and no store request refers to it. */
-void cq__mqsrv_conn_put(cq_mqsrv_conn_t *c)
+void cq__mqsrv_conn_free(mq_link_t *l)
 {
-    if (!c->dead || c->inflight)
-        return;
+    cq_mqsrv_conn_t *c = (cq_mqsrv_conn_t *)l;
     cq_sbuf_done(&c->in);
     cq_free(c);
 }
 
+void cq__mq_link_put(mq_link_t *l)
+{
+    if (l->dead && !l->inflight)
+        l->fe->free(l);
+}
+
 void cq_mqsrv_conn_close(cq_mqsrv_conn_t *c)
 {
-    if (!c || c->dead)
+    if (!c || c->l.dead)
         return;
-    cq_mqsrv_t *s = c->s;
+    cq_mqsrv_t *s = c->l.s;
     for (size_t i = 0; i < s->ntopics; i++)
         cq__mqsrv_watch(s->topics[i], c, false);
-    c->dead = true;
+    c->l.dead = true;
     cq_sbuf_done(&c->in);
-    cq__mqsrv_conn_put(c);
+    cq__mq_link_put(&c->l);
 }
 
 void cq__mqsrv_close(cq_mqsrv_conn_t *c)
 {
-    if (c->closing || c->dead)
+    if (c->l.closing || c->l.dead)
         return;
-    c->closing = true;
-    c->ops->close(c->ud);
+    c->l.closing = true;
+    c->l.ops->close(c->l.ud);
 }
 
 static void send_frame(cq_mqsrv_conn_t *c, uint8_t *frame, size_t len)
 {
-    if (c->dead || c->closing) {
+    if (c->l.dead || c->l.closing) {
         cq_free(frame);
         return;
     }
-    if (c->ops->send(c->ud, frame, len) < 0)
+    if (c->l.ops->send(c->l.ud, frame, len) < 0)
         cq__mqsrv_close(c);
 }
 
@@ -209,30 +213,6 @@ void cq__mqsrv_reply(cq_mqsrv_conn_t *c, const cq_mq_msg_t *req, int err, const 
     cq__mqsrv_send(c, cq_mq_resp_new(req, err, fmt ? msg : NULL));
 }
 
-/* Submits req for connection c (NULL: the engine's own) with m (taken) as its context.
- * Returns 0 or the submit error (then req and m are still the caller's). */
-int cq__mqsrv_submit(cq_mqsrv_t *s, cq_mqsrv_conn_t *c, cq_mq_msg_t *m, cq_writer_req_t *req)
-{
-    mq_pend_t *p = cq_malloc(sizeof(*p));
-    if (!p)
-        return -ENOMEM;
-    *p = (mq_pend_t){c, m, NULL};
-    req->ud = p;
-    int r = s->submit(s->submit_ud, req);
-    if (r < 0) {
-        req->ud = NULL;
-        cq_free(p);
-        if (r == CQ_EBUSY)
-            s->st.busy++;
-        return r;
-    }
-    /* completions run on this thread, later: counting after the submit is not too late */
-    cq__mqsrv_metrics_submitted(s, req);
-    if (c)
-        c->inflight++;
-    return 0;
-}
-
 /* ---- input ------------------------------------------------------------------------------ */
 
 /* A header or length error: the stream cannot be resynchronised. */
@@ -244,7 +224,7 @@ static void bad_stream(cq_mqsrv_conn_t *c, int err)
         m->has |= CQ_MQ_F_ERR_CODE;
         cq_mq_msg_set_str(m, CQ_MQ_F_ERR_MSG, cq_strerror(err));
     }
-    c->s->st.bad_frames++;
+    c->l.s->st.bad_frames++;
     cq__mqsrv_send(c, m);
     cq__mqsrv_close(c);
 }
@@ -253,8 +233,8 @@ static void handle_frame(cq_mqsrv_conn_t *c, const cq_mq_frame_t *f)
 {
     char err[CQ_MQ_ERR_MSG_MAX] = "";
     cq_mq_msg_t *m = NULL;
-    c->s->st.frames++;
-    int r = cq_mq_decode(f, &c->s->lim, &m, err, sizeof(err));
+    c->l.s->st.frames++;
+    int r = cq_mq_decode(f, &c->l.s->lim, &m, err, sizeof(err));
     if (r == 0 && !cq_mq_is_request(m->type)) {
         snprintf(err, sizeof(err), "message type %d is not a request", m->type);
         m = cq_mq_msg_free(m);
@@ -266,7 +246,7 @@ static void handle_frame(cq_mqsrv_conn_t *c, const cq_mq_frame_t *f)
     }
     uint8_t *buf;
     size_t len;
-    c->s->st.bad_frames++;
+    c->l.s->st.bad_frames++;
     if (cq_mq_encode_error(f, r, err, &buf, &len) == 0)
         send_frame(c, buf, len);
 }
@@ -275,9 +255,9 @@ static void handle_frame(cq_mqsrv_conn_t *c, const cq_mq_frame_t *f)
 static ssize_t parse_frames(cq_mqsrv_conn_t *c, const uint8_t *p, size_t n)
 {
     size_t off = 0;
-    while (off < n && !c->closing && !c->dead) {
+    while (off < n && !c->l.closing && !c->l.dead) {
         cq_mq_frame_t f;
-        ssize_t r = cq_mq_parse(p + off, n - off, c->s->lim.max_total, &f);
+        ssize_t r = cq_mq_parse(p + off, n - off, c->l.s->lim.max_total, &f);
         if (r == 0)
             break;
         if (r < 0) {
@@ -292,24 +272,24 @@ static ssize_t parse_frames(cq_mqsrv_conn_t *c, const uint8_t *p, size_t n)
 
 int cq_mqsrv_conn_input(cq_mqsrv_conn_t *c, const uint8_t *p, size_t n)
 {
-    if (c->closing || c->dead)
+    if (c->l.closing || c->l.dead)
         return CQ_ECLOSED;
     if (c->in.len == 0) { /* common case: parse in place, keep only a partial frame */
         ssize_t r = parse_frames(c, p, n);
         if (r < 0)
             return (int)r;
-        if ((size_t)r < n && !c->closing && cq_sbuf_append(&c->in, p + r, n - (size_t)r) < 0)
+        if ((size_t)r < n && !c->l.closing && cq_sbuf_append(&c->in, p + r, n - (size_t)r) < 0)
             goto oom;
-        return c->closing ? CQ_ECLOSED : 0;
+        return c->l.closing ? CQ_ECLOSED : 0;
     }
     if (cq_sbuf_append(&c->in, p, n) < 0)
         goto oom;
     ssize_t r = parse_frames(c, c->in.data, c->in.len);
     if (r < 0)
         return (int)r;
-    if (!c->dead)
+    if (!c->l.dead)
         cq_sbuf_consume(&c->in, (size_t)r);
-    return c->closing ? CQ_ECLOSED : 0;
+    return c->l.closing ? CQ_ECLOSED : 0;
 oom:
     cq__mqsrv_close(c);
     return -ENOMEM;
@@ -319,23 +299,7 @@ oom:
 
 void cq_mqsrv_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
 {
-    mq_pend_t *p = req->ud;
-    cq__mqsrv_metrics_completed(s, req);
-    if (p && p->h) {
-        cq__mqhttp_completed(s, req, p);
-        p->h->inflight--;
-        cq__mqhttp_conn_put(p->h);
-    } else {
-        cq__mqsrv_completed(s, req, p);
-    }
-    if (p && p->c) {
-        p->c->inflight--;
-        cq__mqsrv_conn_put(p->c);
-    }
-    if (p)
-        cq_mq_msg_free(p->req);
-    cq_free(p);
-    cq_writer_req_free(req);
+    cq__mqop_complete(s, req);
 }
 
 static void flush_topic(cq_mqsrv_t *s, mq_topic_t *t)
@@ -370,52 +334,44 @@ void cq_mqsrv_flush(cq_mqsrv_t *s)
             flush_topic(s, s->topics[i]);
 }
 
-int cq__mqsrv_set_online(cq_mqsrv_t *s, const char *topic, bool online, cq_mqhttp_conn_t *h)
+/* Queues the newly committed messages of a produce for the topic's watchers. */
+static void queue_push(cq_mqsrv_t *s, const cq_writer_req_t *req)
 {
-    mq_topic_t *t = cq__mqsrv_topic(s, topic);
+    mq_topic_t *t = cq__mqsrv_topic(s, req->topic);
     if (!t)
-        return CQ_ENOTOPIC;
-    cq_writer_req_t *req;
-    int r = cq_writer_req_new(CQ_WRITER_TOPIC_SET_ONLINE, t->name, NULL, &req);
-    if (r < 0)
-        return r;
-    req->online = online;
-    r = cq__mqsrv_submit(s, NULL, NULL, req);
-    if (r < 0) {
-        cq_writer_req_free(req);
-        return r;
+        return;
+    for (size_t i = 0; i < req->n_msgs; i++) {
+        if (req->offsets[i] <= t->last_offset)
+            continue; /* an idempotent retry: already delivered */
+        t->last_offset = req->offsets[i];
+        if (!t->nwatchers)
+            continue;
+        if (!t->push && (t->push = cq_mq_msg_new(CQ_MQ_PUSH, 0)) &&
+            cq_mq_msg_set_topic(t->push, t->name) == 0)
+            t->push->has |= CQ_MQ_F_MESSAGES | CQ_MQ_F_OFFSET;
+        const cq_store_msg_t *sm = &req->msgs[i];
+        if (!t->push || cq_mq_msg_add_item(t->push, (int64_t)req->offsets[i], s->now_ms,
+                                           sm->content, sm->len, false) < 0)
+            continue;
+        t->push->offset = (int64_t)req->offsets[i];
+        if (t->push->nitems >= s->lim.max_batch)
+            cq_mqsrv_flush(s);
     }
-    if (h) { /* req is in flight: no completion can have run yet on this thread */
-        ((mq_pend_t *)req->ud)->h = h;
-        h->inflight++;
-    }
-    return 0;
+}
+
+void cq__mqsrv_produced(cq_mqsrv_t *s, const cq_writer_req_t *req)
+{
+    s->st.produced += req->n_msgs;
+    queue_push(s, req);
 }
 
 int cq_mqsrv_topic_set_online(cq_mqsrv_t *s, const char *topic, bool online)
 {
-    return cq__mqsrv_set_online(s, topic, online, NULL);
-}
-
-static void purge_topic(cq_mqsrv_t *s, mq_topic_t *t, int64_t now_ms)
-{
-    cq_writer_req_t *req;
-    if (cq_writer_req_new(CQ_WRITER_PURGE, t->name, NULL, &req) < 0)
-        return;
-    req->max = CQ_MQSRV_PURGE_ROWS;
-    req->older_than_ms = now_ms - (int64_t)t->retention_days * 86400000;
-    if (cq__mqsrv_submit(s, NULL, NULL, req) < 0) {
-        cq_writer_req_free(req);
-        return;
-    }
-    t->purging = true;
+    const char *why;
+    return cq__mqop_set_online(s, NULL, topic, online, &why);
 }
 
 void cq_mqsrv_retention(cq_mqsrv_t *s, int64_t now_unix_ms)
 {
-    for (size_t i = 0; i < s->ntopics; i++) {
-        mq_topic_t *t = s->topics[i];
-        if (t->retention_days > 0 && !t->purging)
-            purge_topic(s, t, now_unix_ms);
-    }
+    cq__mqop_retention(s, now_unix_ms);
 }

@@ -6,7 +6,8 @@
  * and receives frames to send through cq_mqsrv_conn_ops_t. Store work goes out as cq_writer
  * requests through opts.submit and comes back, on this thread, through cq_mqsrv_complete().
  *
- * Per connection: bytes -> frames (cq_mq_parse) -> cq_mq_decode -> one handler per type:
+ * Per connection: bytes -> frames (cq_mq_parse) -> cq_mq_decode -> one handler per type (a
+ * table row in handlers.c) -> the operation layer shared with the HTTP API (ops.c):
  *   connect    module_id + token checked against the permissions; client_type recorded
  *   keepalive  answered at once (weight)
  *   add_topic  an existing topic the module may produce/consume is registered; a missing one is

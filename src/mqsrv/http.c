@@ -1,5 +1,7 @@
-/* http.c - the HTTP/JSON API: connections, routing, handlers and answers from store
- * completions. See cq_mqhttp.h and doc/protocol-mq.md §HTTP. No I/O. */
+/* http.c - the HTTP/JSON API's front end: connections, routing, handlers that decode a request
+ * and run it through the operation layer (ops.c), and the answers to store completions. The
+ * policy (rights, topics, counts) is not here. See cq_mqhttp.h and doc/protocol-mq.md §HTTP.
+ * No I/O. */
 #include "cq_alloc.h"
 #include "cq_err.h"
 #include "mqsrv_int.h"
@@ -81,16 +83,16 @@ static int status_of(int err)
 
 static void h_close(cq_mqhttp_conn_t *h)
 {
-    if (h->closing || h->dead)
+    if (h->l.closing || h->l.dead)
         return;
-    h->closing = true;
-    h->ops->close(h->ud);
+    h->l.closing = true;
+    h->l.ops->close(h->l.ud);
 }
 
 /* Sends status with body v (taken; NULL: answered 503 internal instead). */
 static void respond(cq_mqhttp_conn_t *h, int status, json_t *v)
 {
-    if (h->dead || h->closing) {
+    if (h->l.dead || h->l.closing) {
         json_decref(v);
         return;
     }
@@ -117,7 +119,7 @@ static void respond(cq_mqhttp_conn_t *h, int status, json_t *v)
     if (blen)
         json_dumpb(v, (char *)buf + hn, blen, JSON_COMPACT);
     json_decref(v);
-    if (h->ops->send(h->ud, buf, (size_t)hn + blen) < 0 || !h->keep_alive)
+    if (h->l.ops->send(h->l.ud, buf, (size_t)hn + blen) < 0 || !h->keep_alive)
         h_close(h);
 }
 
@@ -180,7 +182,7 @@ static bool seg_copy(const hreq_t *q, size_t i, char *out, size_t cap)
 static bool authenticate(hreq_t *q)
 {
     const cq_mqhttp_req_t *rq = q->rq;
-    const cq_mqperm_t *perms = q->h->s->perms;
+    const cq_mqperm_t *perms = q->h->l.s->perms;
     char tok[CQ_MQ_TOKEN_MAX + 1];
     uint64_t id = 0;
     size_t i = 7;
@@ -195,7 +197,7 @@ static bool authenticate(hreq_t *q)
         tok[rq->auth_len - i - 1] = '\0';
     }
     if (!perms) {
-        q->module_id = ok ? (uint32_t)id : 0;
+        q->module_id = q->h->l.module_id = ok ? (uint32_t)id : 0;
         return true;
     }
     if (!ok || !cq_mqperm_auth(perms, (uint32_t)id, tok)) {
@@ -204,14 +206,14 @@ static bool authenticate(hreq_t *q)
                 : "missing or malformed \"Authorization: Bearer <module_id>:<token>\"");
         return false;
     }
-    q->module_id = (uint32_t)id;
+    q->module_id = q->h->l.module_id = (uint32_t)id;
     return true;
 }
 
 static bool allowed(hreq_t *q, cq_mqperm_right_t right, const char *topic)
 {
     static const char *const what[] = {"", "produce to", "consume", "administer"};
-    if (cq_mqperm_allows(q->h->s->perms, q->module_id, right, topic))
+    if (cq__mqop_may(q->h->l.s, q->module_id, right, topic))
         return true;
     FAIL(q->h, CQ_EACL, "module %u may not %s%s%s", q->module_id, what[right],
          right == CQ_MQPERM_ADMIN ? " topics" : " topic ", right == CQ_MQPERM_ADMIN ? "" : topic);
@@ -246,48 +248,21 @@ static bool int_field(hreq_t *q, json_t *o, const char *key, int64_t max, int64_
     return true;
 }
 
-/* Submits req (taken) for h; answers the submit error. */
-static void submit(cq_mqhttp_conn_t *h, cq_writer_req_t *req)
+/* After a submission that returned r: 0 (h waits for the completion) or the refusal, answered
+ * with *why (read only now: an argument is evaluated before the call). */
+static void submitted(cq_mqhttp_conn_t *h, int r, const char *const *why)
 {
-    cq_mqsrv_t *s = h->s;
-    mq_pend_t *p = cq_malloc(sizeof(*p));
-    int r = -ENOMEM;
-    if (p) {
-        *p = (mq_pend_t){NULL, NULL, h};
-        req->ud = p;
-        r = s->submit(s->submit_ud, req);
-    }
-    if (r == 0) {
-        cq__mqsrv_metrics_submitted(s, req);
-        h->inflight++;
-        h->busy = true;
-        return;
-    }
-    cq_free(p);
-    cq_writer_req_free(req);
-    if (r == CQ_EBUSY || r == CQ_ELIMIT) {
-        s->st.busy++;
-        r = CQ_EBUSY;
-    }
-    FAIL(h, r, "%s", cq_strerror(r));
-}
-
-static cq_writer_req_t *new_req(hreq_t *q, cq_writer_op_t op, const char *topic,
-                                const char *consumer)
-{
-    cq_writer_req_t *req;
-    int r = cq_writer_req_new(op, topic, consumer, &req);
     if (r == 0)
-        return req;
-    FAIL(q->h, r, "%s", cq_strerror(r));
-    return NULL;
+        h->busy = true;
+    else
+        FAIL(h, r, "%s", *why);
 }
 
 /* ---- handlers --------------------------------------------------------------------------- */
 
 static void on_health(hreq_t *q)
 {
-    const cq_mqsrv_t *s = q->h->s;
+    const cq_mqsrv_t *s = q->h->l.s;
     respond(q->h, 200,
             json_pack("{s:b,s:I,s:I,s:I}", "ok", 1, "topics", (json_int_t)s->ntopics, "produced",
                       (json_int_t)s->st.produced, "consumed", (json_int_t)s->st.consumed));
@@ -295,15 +270,17 @@ static void on_health(hreq_t *q)
 
 static void on_list(hreq_t *q)
 {
-    const cq_mqsrv_t *s = q->h->s;
-    json_t *arr = json_array();
-    for (size_t i = 0; arr && i < s->ntopics; i++) {
-        const mq_topic_t *t = s->topics[i];
+    mq_topic_t **v = NULL;
+    size_t n = 0;
+    json_t *arr = cq__mqop_topics(q->h->l.s, false, 0, &v, &n) == 0 ? json_array() : NULL;
+    for (size_t i = 0; arr && i < n; i++) {
+        const mq_topic_t *t = v[i];
         if (json_array_append_new(arr, json_pack("{s:s,s:b,s:i,s:I}", "topic", t->name, "online",
                                                  t->online, "retention_days", t->retention_days,
                                                  "last_offset", (json_int_t)t->last_offset)) < 0)
             arr = (json_decref(arr), NULL);
     }
+    cq_free(v);
     respond(q->h, 200, arr ? json_pack("{s:o}", "topics", arr) : NULL);
 }
 
@@ -320,16 +297,13 @@ static void on_create(hreq_t *q)
     if (!json_is_string(tv) || !cq_mq_topic_valid(json_string_value(tv), json_string_length(tv)))
         FAIL(q->h, CQ_EBADTOPIC, "field \"topic\": must be a string matching [A-Za-z0-9_]{1,64}");
     else if (int_field(q, o, "retention_days", 36500, &days, &has)) {
-        const mq_topic_t *t = cq__mqsrv_topic(q->h->s, json_string_value(tv));
-        cq_writer_req_t *req =
-            t ? NULL : new_req(q, CQ_WRITER_TOPIC_CREATE, json_string_value(tv), NULL);
-        if (t) {
+        const mq_topic_t *t = cq__mqsrv_topic(q->h->l.s, json_string_value(tv));
+        const char *why;
+        if (t)
             respond(q->h, 200, json_pack("{s:s,s:b}", "topic", t->name, "created", 0));
-        } else if (req) {
-            req->retention_days = (int)days;
-            req->now_ms = q->h->s->now_ms;
-            submit(q->h, req);
-        }
+        else
+            submitted(q->h, cq__mqop_create(&q->h->l, json_string_value(tv), (int)days, NULL, &why),
+                      &why);
     }
     json_decref(o);
 }
@@ -339,16 +313,15 @@ static void on_create(hreq_t *q)
 static mq_topic_t *topic_of(hreq_t *q, cq_mqperm_right_t right, bool need_online)
 {
     char name[CQ_MQ_TOPIC_MAX + 1];
+    mq_topic_t *t = NULL;
     if (!seg_copy(q, 1, name, sizeof(name)) || !allowed(q, right, name))
         return NULL;
-    mq_topic_t *t = cq__mqsrv_topic(q->h->s, name);
-    if (!t)
-        FAIL(q->h, CQ_ENOTOPIC, "topic \"%s\" does not exist", name);
-    else if (need_online && !t->online)
-        FAIL(q->h, CQ_EOFFLINE, "topic \"%s\" is offline", t->name);
-    else
-        return t;
-    return NULL;
+    int r = cq__mqop_topic(q->h->l.s, q->module_id, right, name, need_online, &t);
+    if (r == CQ_ENOTOPIC)
+        FAIL(q->h, r, "topic \"%s\" does not exist", name);
+    else if (r == CQ_EOFFLINE)
+        FAIL(q->h, r, "topic \"%s\" is offline", t->name);
+    return r == 0 ? t : NULL;
 }
 
 static void on_set_online(hreq_t *q, bool online)
@@ -356,14 +329,8 @@ static void on_set_online(hreq_t *q, bool online)
     mq_topic_t *t = topic_of(q, CQ_MQPERM_ADMIN, false);
     if (!t)
         return;
-    int r = cq__mqsrv_set_online(q->h->s, t->name, online, q->h);
-    if (r == 0) {
-        q->h->busy = true;
-        return;
-    }
-    if (r == CQ_ELIMIT)
-        r = CQ_EBUSY;
-    FAIL(q->h, r, "%s", cq_strerror(r));
+    const char *why;
+    submitted(q->h, cq__mqop_set_online(q->h->l.s, &q->h->l, t->name, online, &why), &why);
 }
 
 /* Adds one {"content", "producer_id"?, "seq"?} (or the top-level object) to req. */
@@ -384,9 +351,9 @@ static bool add_message(hreq_t *q, cq_writer_req_t *req, json_t *m, size_t idx)
         return false;
     }
     size_t len = json_is_string(c) ? json_string_length(c) : json_dumpb(c, NULL, 0, JSON_COMPACT);
-    if (len > q->h->s->lim.max_content) {
+    if (len > q->h->l.s->lim.max_content) {
         FAIL(q->h, CQ_ECONTENT, "message %zu: content of %zu bytes is over the limit of %u", idx,
-             len, q->h->s->lim.max_content);
+             len, q->h->l.s->lim.max_content);
         return false;
     }
     char *buf = cq_malloc(len ? len : 1);
@@ -406,10 +373,10 @@ static bool fill_produce(hreq_t *q, cq_writer_req_t *req, json_t *o)
     if (!msgs)
         return add_message(q, req, o, 0);
     size_t n = json_is_array(msgs) ? json_array_size(msgs) : 0;
-    if (n == 0 || n > q->h->s->lim.max_batch || json_object_get(o, "content")) {
-        FAIL(q->h, n > q->h->s->lim.max_batch ? CQ_ECONTENT : CQ_EFIELD,
+    if (n == 0 || n > q->h->l.s->lim.max_batch || json_object_get(o, "content")) {
+        FAIL(q->h, n > q->h->l.s->lim.max_batch ? CQ_ECONTENT : CQ_EFIELD,
              "field \"messages\": must be an array of 1..%u messages, without \"content\" beside",
-             q->h->s->lim.max_batch);
+             q->h->l.s->lim.max_batch);
         return false;
     }
     for (size_t i = 0; i < n; i++)
@@ -420,11 +387,15 @@ static bool fill_produce(hreq_t *q, cq_writer_req_t *req, json_t *o)
 
 static void on_produce(hreq_t *q)
 {
+    const char *why;
+    cq_writer_req_t *req = NULL;
     mq_topic_t *t = topic_of(q, CQ_MQPERM_PRODUCE, true);
     json_t *o = t ? body_object(q) : NULL;
-    cq_writer_req_t *req = o ? new_req(q, CQ_WRITER_PRODUCE, t->name, NULL) : NULL;
+    int r = o ? cq_writer_req_new(CQ_WRITER_PRODUCE, t->name, NULL, &req) : 0;
+    if (r < 0)
+        FAIL(q->h, r, "%s", cq_strerror(r));
     if (req && fill_produce(q, req, o))
-        submit(q->h, req);
+        submitted(q->h, cq__mqop_produce(&q->h->l, req, NULL, &why), &why);
     else
         cq_writer_req_free(req);
     json_decref(o);
@@ -458,19 +429,11 @@ static bool query_u64(hreq_t *q, const char *name, uint64_t *ret)
 static void on_consume(hreq_t *q)
 {
     uint64_t from = 0, max = CQ_MQSRV_CONSUME_DFL;
+    const char *why;
     mq_topic_t *t = topic_of(q, CQ_MQPERM_CONSUME, true);
     if (!t || !query_u64(q, "offset", &from) || !query_u64(q, "max", &max))
         return;
-    cq_writer_req_t *req = new_req(q, CQ_WRITER_READ, t->name, NULL);
-    if (!req)
-        return;
-    if (max > q->h->s->lim.max_batch)
-        max = q->h->s->lim.max_batch;
-    if (max > CQ_WRITER_READ_MAX)
-        max = CQ_WRITER_READ_MAX;
-    req->max = max ? (size_t)max : 1;
-    req->from_offset = from;
-    submit(q->h, req);
+    submitted(q->h, cq__mqop_consume(&q->h->l, t, from, true, max, NULL, &why), &why);
 }
 
 static void on_offset(hreq_t *q, bool commit)
@@ -494,13 +457,9 @@ static void on_offset(hreq_t *q, bool commit)
         return;
     }
     json_decref(o);
-    cq_writer_req_t *req =
-        new_req(q, commit ? CQ_WRITER_COMMIT_OFFSET : CQ_WRITER_GET_OFFSET, t->name, consumer);
-    if (!req)
-        return;
-    req->offset = (uint64_t)off;
-    req->now_ms = q->h->s->now_ms;
-    submit(q->h, req);
+    const char *why;
+    submitted(q->h, cq__mqop_offset(&q->h->l, t, consumer, commit, (uint64_t)off, NULL, &why),
+              &why);
 }
 
 /* Routes /v1/topics/<t>/... once the topic segment is valid and the caller authenticated. */
@@ -570,51 +529,50 @@ static json_t *read_answer(cq_mqsrv_t *s, const cq_writer_req_t *req)
     return arr ? json_pack("{s:o,s:I}", "messages", arr, "next_offset", (json_int_t)next) : NULL;
 }
 
-static json_t *answer(cq_mqsrv_t *s, const cq_writer_req_t *req)
+static json_t *answer(cq_mqsrv_t *s, const cq_writer_req_t *req, const mq_result_t *res)
 {
     switch (req->op) {
     case CQ_WRITER_PRODUCE:
         return produce_answer(req);
     case CQ_WRITER_READ:
         return read_answer(s, req);
+    case CQ_WRITER_TOPIC_CREATE:
+        return json_pack("{s:s,s:b}", "topic", req->topic, "created", res->created);
     case CQ_WRITER_TOPIC_SET_ONLINE:
         return json_pack("{s:s,s:b}", "topic", req->topic, "online", req->online);
     case CQ_WRITER_GET_OFFSET:
         return json_pack("{s:s,s:s,s:I,s:b}", "topic", req->topic, "consumer", req->consumer,
-                         "offset", (json_int_t)(req->err ? 0 : req->offset), "committed",
-                         req->err == 0);
+                         "offset", (json_int_t)res->offset, "committed", res->committed);
     default:
         return json_pack("{s:s,s:s,s:I}", "topic", req->topic, "consumer", req->consumer, "offset",
-                         (json_int_t)req->offset);
+                         (json_int_t)res->offset);
     }
 }
 
 static void process(cq_mqhttp_conn_t *h);
 
-void cq__mqhttp_completed(cq_mqsrv_t *s, cq_writer_req_t *req, mq_pend_t *p)
+static void done(mq_link_t *l, cq_writer_req_t *req, const mq_result_t *res, void *ctx)
 {
-    cq_mqhttp_conn_t *h = p->h;
-    int err = req->err;
-    bool existed = req->op == CQ_WRITER_TOPIC_CREATE && err == CQ_EEXIST;
-    if (req->op == CQ_WRITER_TOPIC_CREATE && (err == 0 || existed))
-        err = cq__mqsrv_topic_add(s, req->topic, true, req->retention_days) ? 0 : -ENOMEM;
-    if (req->op == CQ_WRITER_GET_OFFSET && err == -ENOENT)
-        err = 0; /* never committed: offset 0, "committed": false */
-    cq__mqsrv_apply(s, req);
+    cq_mqhttp_conn_t *h = (cq_mqhttp_conn_t *)l;
     h->busy = false;
-    if (h->dead)
+    if (l->dead)
         return;
-    if (err)
-        FAIL(h, err, "%s%s%s; %s", cq_strerror(err), req->errmsg[0] ? ": " : "", req->errmsg,
-             req->op == CQ_WRITER_PRODUCE ? "nothing was acknowledged" : "not done");
-    else if (req->op == CQ_WRITER_TOPIC_CREATE)
-        respond(h, 200, json_pack("{s:s,s:b}", "topic", req->topic, "created", !existed));
+    if (res->err)
+        FAIL(h, res->err, "%s%s%s; %s", cq_strerror(res->err), req->errmsg[0] ? ": " : "",
+             req->errmsg, req->op == CQ_WRITER_PRODUCE ? "nothing was acknowledged" : "not done");
     else
-        respond(h, 200, answer(s, req));
-    h->inflight++; /* process() must not free h under cq_mqsrv_complete */
-    process(h);
-    h->inflight--;
+        respond(h, 200, answer(l->s, req, res));
+    process(h); /* h stays: its request is in flight until this returns */
 }
+
+static void conn_free(mq_link_t *l)
+{
+    cq_mqhttp_conn_t *h = (cq_mqhttp_conn_t *)l;
+    cq_sbuf_done(&h->in);
+    cq_free(h);
+}
+
+const mq_fe_t cq__mqhttp_fe = {done, conn_free};
 
 /* ---- connections ------------------------------------------------------------------------ */
 
@@ -629,30 +587,20 @@ cq_mqhttp_conn_t *cq_mqhttp_conn_new(cq_mqsrv_t *s, const cq_mqsrv_conn_ops_t *o
     cq_mqhttp_conn_t *h = cq_calloc(1, sizeof(*h));
     if (!h)
         return NULL;
-    h->s = s;
-    h->ops = ops;
-    h->ud = ud;
+    h->l = (mq_link_t){.s = s, .fe = &cq__mqhttp_fe, .ops = ops, .ud = ud};
     h->keep_alive = true;
     cq_sbuf_init(&h->in);
     s->st.conns++;
     return h;
 }
 
-void cq__mqhttp_conn_put(cq_mqhttp_conn_t *h)
-{
-    if (!h->dead || h->inflight)
-        return;
-    cq_sbuf_done(&h->in);
-    cq_free(h);
-}
-
 void cq_mqhttp_conn_close(cq_mqhttp_conn_t *h)
 {
-    if (!h || h->dead)
+    if (!h || h->l.dead)
         return;
-    h->dead = true;
+    h->l.dead = true;
     cq_sbuf_done(&h->in);
-    cq__mqhttp_conn_put(h);
+    cq__mq_link_put(&h->l);
 }
 
 /* Handles the request at the head of h->in, if complete. Returns the bytes it used (0: need
@@ -660,14 +608,14 @@ void cq_mqhttp_conn_close(cq_mqhttp_conn_t *h)
 static size_t one_request(cq_mqhttp_conn_t *h)
 {
     cq_mqhttp_req_t rq;
-    size_t max_body = cq_mqhttp_max_body(h->s);
+    size_t max_body = cq_mqhttp_max_body(h->l.s);
     ssize_t r = cq_mqhttp_parse((const char *)h->in.data, h->in.len, CQ_MQHTTP_HEAD_MAX, &rq);
     if (r == 0)
         return 0;
-    h->s->st.frames++;
+    h->l.s->st.frames++;
     if (r < 0 || rq.chunked || rq.content_length > max_body) {
         h->keep_alive = false;
-        h->s->st.bad_frames++;
+        h->l.s->st.bad_frames++;
         if (r == CQ_EBADLEN)
             FAIL(h, CQ_EBADLEN, "request head over %u bytes", CQ_MQHTTP_HEAD_MAX);
         else if (r < 0 || rq.chunked)
@@ -691,20 +639,20 @@ static size_t one_request(cq_mqhttp_conn_t *h)
 
 static void process(cq_mqhttp_conn_t *h)
 {
-    while (!h->busy && !h->closing && !h->dead && h->in.len) {
+    while (!h->busy && !h->l.closing && !h->l.dead && h->in.len) {
         size_t used = one_request(h);
         if (!used)
             return;
-        if (!h->dead)
+        if (!h->l.dead)
             cq_sbuf_consume(&h->in, used);
     }
 }
 
 int cq_mqhttp_conn_input(cq_mqhttp_conn_t *h, const uint8_t *p, size_t n)
 {
-    if (h->closing || h->dead)
+    if (h->l.closing || h->l.dead)
         return CQ_ECLOSED;
-    if (h->in.len + n > 2 * CQ_MQHTTP_HEAD_MAX + cq_mqhttp_max_body(h->s)) {
+    if (h->in.len + n > 2 * CQ_MQHTTP_HEAD_MAX + cq_mqhttp_max_body(h->l.s)) {
         h_close(h); /* pipelining beyond what one request may hold */
         return CQ_ECLOSED;
     }
@@ -713,5 +661,5 @@ int cq_mqhttp_conn_input(cq_mqhttp_conn_t *h, const uint8_t *p, size_t n)
         return -ENOMEM;
     }
     process(h);
-    return h->closing ? CQ_ECLOSED : 0;
+    return h->l.closing ? CQ_ECLOSED : 0;
 }

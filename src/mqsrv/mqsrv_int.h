@@ -1,4 +1,13 @@
-/* mqsrv_int.h - internals shared by the files of the mqsrv module. Engine thread only. */
+/* mqsrv_int.h - internals shared by the files of the mqsrv module. Engine thread only.
+ *
+ * The module in layers, top to bottom:
+ *   front ends   handlers.c (seed protocol), http.c (HTTP API): decode a request, call the
+ *                operation layer, encode its answer; nothing else
+ *   operations   ops.c: produce, consume, commit, offset, create, set_online and the topics
+ *                list; the permission, topic and clamp policy; submission and completions
+ *   engine       cq_mqsrv.c: the topic cache, seed connections and their frames, pushes
+ *   store        the port (opts.submit) and the completions that come back
+ */
 #ifndef CQ_MQSRV_INT_H
 #define CQ_MQSRV_INT_H
 
@@ -20,7 +29,7 @@ typedef struct mq_topic {
     uint64_t last_offset;       /* highest offset committed (and pushed) so far */
     cq_mqsrv_conn_t **watchers; /* borrowed; a connection removes itself when it closes */
     size_t nwatchers, watchers_cap;
-    cq_mq_msg_t *push; /* owned: messages waiting for cq_mqsrv_flush, or NULL */
+    cq_mq_msg_t *push; /* owned: messages waiting for the next push, or NULL */
     /* metrics (metrics.c) */
     uint64_t produced;        /* messages acknowledged since start */
     uint64_t pending;         /* messages of produces submitted and not yet completed */
@@ -41,71 +50,144 @@ struct cq_mqsrv {
     cq_mqsrv_stats_t st;
 };
 
-struct cq_mqsrv_conn {
+/* ---- links: what seed and HTTP connections share ------------------------------------------ */
+
+typedef struct mq_link mq_link_t;
+
+/* The outcome of a completed store request, as the operation layer settled it for the answer. */
+typedef struct mq_result {
+    int err;              /* 0, or the code to answer */
+    bool created;         /* TOPIC_CREATE: false when the topic existed already */
+    bool committed;       /* GET_OFFSET: false when the consumer never committed (offset 0) */
+    uint64_t offset;      /* COMMIT_OFFSET: stored; GET_OFFSET: read (0 when never committed) */
+    uint64_t last_offset; /* GET_OFFSET: the topic's last offset at completion */
+} mq_result_t;
+
+/* A front end's side of its links. */
+typedef struct mq_fe {
+    /* Answers the completed req (borrowed; the front end may move record contents out of it)
+     * with res, on l, and takes ctx (the front end's answer context given at submission, may be
+     * NULL). l may be dead (the edge closed it): then nothing is sent, ctx is freed. */
+    void (*done)(mq_link_t *l, cq_writer_req_t *req, const mq_result_t *res, void *ctx);
+    /* Frees the connection l is the first member of (dead, nothing in flight). */
+    void (*free)(mq_link_t *l);
+} mq_fe_t;
+
+/* The first member of cq_mqsrv_conn_t and cq_mqhttp_conn_t. */
+struct mq_link {
     cq_mqsrv_t *s;
-    const cq_mqsrv_conn_ops_t *ops;
-    void *ud;
+    const mq_fe_t *fe;
+    const cq_mqsrv_conn_ops_t *ops; /* the edge's */
+    void *ud;                       /* the edge's */
+    uint32_t module_id;             /* who asks (seed: after connect; HTTP: per request) */
+    size_t inflight;                /* store requests submitted and not yet completed */
+    bool closing;                   /* ops->close was called */
+    bool dead;                      /* the edge closed it: ops are gone */
+};
+
+/* Frees l's connection once the edge closed it and no store request refers to it. */
+void cq__mq_link_put(mq_link_t *l);
+
+struct cq_mqsrv_conn {
+    mq_link_t l;
     cq_sbuf_t in; /* bytes of an incomplete frame */
     uint64_t id;
-    uint32_t module_id, client_type;
+    uint32_t client_type;
     uint32_t registered, watching; /* topic_nums of add_topic / watch responses */
-    size_t inflight;               /* store requests not yet completed */
     bool authed;
-    bool closing; /* ops->close was called */
-    bool dead;    /* the edge closed it: ops are gone */
 };
 
 /* An HTTP API connection (http.c). At most one store request in flight. */
 struct cq_mqhttp_conn {
-    cq_mqsrv_t *s;
-    const cq_mqsrv_conn_ops_t *ops;
-    void *ud;
-    cq_sbuf_t in; /* received bytes not yet handled (pipelined requests included) */
-    size_t inflight;
+    mq_link_t l;
+    cq_sbuf_t in;    /* received bytes not yet handled (pipelined requests included) */
     bool busy;       /* a request waits for its store completion: parse nothing more */
     bool keep_alive; /* of the request being answered */
-    bool closing, dead;
 };
 
-/* A submitted request's context (writer req->ud). */
-typedef struct mq_pend {
-    cq_mqsrv_conn_t *c;  /* NULL for the engine's own requests and HTTP ones */
-    cq_mq_msg_t *req;    /* owned: the decoded request, for the response's echoes */
-    cq_mqhttp_conn_t *h; /* the HTTP connection waiting for it, or NULL */
-} mq_pend_t;
+/* ---- the operation layer (ops.c) ------------------------------------------------------------
+ * Protocol-neutral: the inputs are who asks (a link's module), a topic name, counts, offsets;
+ * the outputs are 0 or a chanq code, and at completion an mq_result_t. The checks are separate
+ * calls because each protocol answers its errors in its own order (the HTTP API refuses a
+ * non-admin before reading the body, the seed protocol registers an existing topic without
+ * the admin right); each submission applies the policy that has no order: defaults, clamps,
+ * times, the in-flight limit and the store's refusals.
+ *
+ * Submissions return 0 (the answer comes from the completion, through l->fe->done) or a code
+ * to answer at once with *ret_why, its text: "too many requests in flight on this connection"
+ * or cq_strerror(code). ctx (the front end's answer context) is taken only on success; a
+ * request given to a submission is taken either way. */
 
-/* cq_mqsrv.c */
+/* True when module may use topic for right (any topic for CQ_MQPERM_ADMIN). */
+bool cq__mqop_may(const cq_mqsrv_t *s, uint32_t module_id, cq_mqperm_right_t right,
+                  const char *topic);
+/* True when module may see topic: admin, or the produce or consume right on it. */
+bool cq__mqop_may_see(const cq_mqsrv_t *s, uint32_t module_id, const char *topic);
+/* The topic check of produce, consume, commit, offset and watch, in this order: right on name
+ * (CQ_EACL), the topic exists (CQ_ENOTOPIC), and with need_online it is online (CQ_EOFFLINE).
+ * Returns 0 with *ret_t; *ret_t is also set with CQ_EOFFLINE (answers name the store's
+ * spelling or the client's, as each protocol did). */
+int cq__mqop_topic(const cq_mqsrv_t *s, uint32_t module_id, cq_mqperm_right_t right,
+                   const char *name, bool need_online, mq_topic_t **ret_t);
+
+/* produce: req is a PRODUCE on t's name holding the messages (taken). */
+int cq__mqop_produce(mq_link_t *l, cq_writer_req_t *req, void *ctx, const char **ret_why);
+/* consume: reads after from; at most max (CQ_MQSRV_CONSUME_DFL without has_max), capped at the
+ * batch limit and CQ_WRITER_READ_MAX, at least 1. */
+int cq__mqop_consume(mq_link_t *l, const mq_topic_t *t, uint64_t from, bool has_max, uint64_t max,
+                     void *ctx, const char **ret_why);
+/* commit (store consumer's offset) or, with commit false, offset (read it back). */
+int cq__mqop_offset(mq_link_t *l, const mq_topic_t *t, const char *consumer, bool commit,
+                    uint64_t offset, void *ctx, const char **ret_why);
+/* create: topic (client's spelling) with retention_days; the cache learns it at completion. */
+int cq__mqop_create(mq_link_t *l, const char *topic, int retention_days, void *ctx,
+                    const char **ret_why);
+/* set_online: for l, or for no one (l NULL: the engine's own). The cache follows at completion.
+ * CQ_ENOTOPIC when the topic is not known. */
+int cq__mqop_set_online(cq_mqsrv_t *s, mq_link_t *l, const char *topic, bool online,
+                        const char **ret_why);
+/* The topics list, returned owned (cq_free; NULL when *ret_n is 0): with visible_to_module,
+ * the ones module may see, sorted by name (ASCII case-insensitive), at most CQ_MQ_TOPICS_MAX;
+ * otherwise every topic in cache order. -ENOMEM. */
+int cq__mqop_topics(const cq_mqsrv_t *s, bool visible_to_module, uint32_t module_id,
+                    mq_topic_t ***ret_v, size_t *ret_n);
+/* retention: one purge per topic with a retention and none in flight. */
+void cq__mqop_retention(cq_mqsrv_t *s, int64_t now_unix_ms);
+/* A submitted request came back (taken): metrics, the engine's side (cache, pushes, purges),
+ * then the answer through its link's front end. */
+void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req);
+
+/* ---- the engine (cq_mqsrv.c) ---------------------------------------------------------------- */
+
 mq_topic_t *cq__mqsrv_topic(const cq_mqsrv_t *s, const char *name);
 mq_topic_t *cq__mqsrv_topic_add(cq_mqsrv_t *s, const char *name, bool online, int retention);
+/* Encodes and sends m (taken) on c. */
 void cq__mqsrv_send(cq_mqsrv_conn_t *c, cq_mq_msg_t *m);
+/* Answers req (borrowed) on c with err (0 or a code) and an optional message. */
 void cq__mqsrv_reply(cq_mqsrv_conn_t *c, const cq_mq_msg_t *req, int err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-int cq__mqsrv_submit(cq_mqsrv_t *s, cq_mqsrv_conn_t *c, cq_mq_msg_t *m, cq_writer_req_t *req);
 bool cq__mqsrv_watch(mq_topic_t *t, cq_mqsrv_conn_t *c, bool on);
-void cq__mqsrv_conn_put(cq_mqsrv_conn_t *c);
+/* The seed front end's mq_fe_t.free. */
+void cq__mqsrv_conn_free(mq_link_t *l);
 void cq__mqsrv_close(cq_mqsrv_conn_t *c);
-/* Submits a TOPIC_SET_ONLINE of t for h (NULL: no one waits). The cache follows on completion.
- * Returns 0 or the submit error (nothing submitted). */
-int cq__mqsrv_set_online(cq_mqsrv_t *s, const char *topic, bool online, cq_mqhttp_conn_t *h);
-
-/* handlers.c */
-void cq__mqsrv_dispatch(cq_mqsrv_conn_t *c, cq_mq_msg_t *m);
-void cq__mqsrv_completed(cq_mqsrv_t *s, cq_writer_req_t *req, mq_pend_t *p);
 /* A produce committed (err 0): counters, high water and pushes to the topic's watchers. */
 void cq__mqsrv_produced(cq_mqsrv_t *s, const cq_writer_req_t *req);
-/* The engine side of a completed store request: cache updates (topic created, online flag). */
-void cq__mqsrv_apply(cq_mqsrv_t *s, const cq_writer_req_t *req);
 
-/* metrics.c */
+/* ---- the seed front end (handlers.c) -------------------------------------------------------- */
+
+extern const mq_fe_t cq__mqsrv_fe;
+/* Handles one decoded request m (taken) on c. */
+void cq__mqsrv_dispatch(cq_mqsrv_conn_t *c, cq_mq_msg_t *m);
+
+/* ---- the HTTP front end (http.c) ------------------------------------------------------------ */
+
+extern const mq_fe_t cq__mqhttp_fe;
+
+/* ---- metrics (metrics.c) -------------------------------------------------------------------- */
+
 /* Counts a request going to the store (pending produce messages). */
 void cq__mqsrv_metrics_submitted(cq_mqsrv_t *s, const cq_writer_req_t *req);
 /* Counts a completed store request: pending, purged rows, consumer offsets. */
 void cq__mqsrv_metrics_completed(cq_mqsrv_t *s, const cq_writer_req_t *req);
-
-/* http.c */
-/* Answers p->h's request from the completed req, then resumes its pipelined input. */
-void cq__mqhttp_completed(cq_mqsrv_t *s, cq_writer_req_t *req, mq_pend_t *p);
-/* Frees h once the edge closed it and its store request completed. */
-void cq__mqhttp_conn_put(cq_mqhttp_conn_t *h);
 
 #endif

@@ -1,0 +1,278 @@
+/* ops.c - the operation layer: what a produce, consume, commit, offset, create or set_online
+ * does, whichever protocol asked (mosquitto's db__ side of its handle_* files).
+ *
+ * Why a layer of its own: the seed protocol (handlers.c) and the HTTP API (http.c) used to
+ * each check rights, look the topic up, clamp counts, build store requests, count refusals and
+ * apply completions to the cache, in two copies that had started to differ. Here that policy
+ * exists once; the front ends only decode requests and encode answers. The shard router and
+ * failover fencing will sit below this file, behind the store port, not in the front ends.
+ */
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_log.h"
+#include "mqsrv_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* A submitted request's context (writer req->ud). */
+typedef struct mq_pend {
+    mq_link_t *l; /* NULL for the engine's own requests */
+    void *ctx;    /* the front end's answer context (taken) */
+} mq_pend_t;
+
+static const char inflight_why[] = "too many requests in flight on this connection";
+
+/* ---- checks --------------------------------------------------------------------------------- */
+
+bool cq__mqop_may(const cq_mqsrv_t *s, uint32_t module_id, cq_mqperm_right_t right,
+                  const char *topic)
+{
+    return cq_mqperm_allows(s->perms, module_id, right, topic);
+}
+
+bool cq__mqop_may_see(const cq_mqsrv_t *s, uint32_t module_id, const char *topic)
+{
+    return cq__mqop_may(s, module_id, CQ_MQPERM_ADMIN, NULL) ||
+           cq__mqop_may(s, module_id, CQ_MQPERM_PRODUCE, topic) ||
+           cq__mqop_may(s, module_id, CQ_MQPERM_CONSUME, topic);
+}
+
+int cq__mqop_topic(const cq_mqsrv_t *s, uint32_t module_id, cq_mqperm_right_t right,
+                   const char *name, bool need_online, mq_topic_t **ret_t)
+{
+    if (!cq__mqop_may(s, module_id, right, name))
+        return CQ_EACL;
+    mq_topic_t *t = cq__mqsrv_topic(s, name);
+    if (!t)
+        return CQ_ENOTOPIC;
+    *ret_t = t;
+    return need_online && !t->online ? CQ_EOFFLINE : 0;
+}
+
+/* ---- submission ----------------------------------------------------------------------------- */
+
+/* Hands req (taken, freed on failure) to the store for l (NULL: the engine's own) with ctx
+ * (taken on success). Returns 0 or the code to answer with *ret_why. */
+static int submit(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ctx,
+                  const char **ret_why)
+{
+    int r = -ENOMEM;
+    mq_pend_t *p = NULL;
+    if (l && l->inflight >= CQ_MQSRV_CONN_INFLIGHT) {
+        *ret_why = inflight_why;
+        cq_writer_req_free(req);
+        return CQ_EBUSY;
+    }
+    if ((p = cq_malloc(sizeof(*p)))) {
+        *p = (mq_pend_t){l, ctx};
+        req->ud = p;
+        r = s->submit(s->submit_ud, req);
+    }
+    if (r < 0) {
+        if (r == CQ_EBUSY || r == CQ_ELIMIT) { /* ELIMIT: a produce that never fits */
+            s->st.busy++;
+            r = CQ_EBUSY;
+        }
+        cq_free(p);
+        cq_writer_req_free(req);
+        *ret_why = cq_strerror(r);
+        return r;
+    }
+    /* completions run on this thread, later: counting after the submit is not too late */
+    cq__mqsrv_metrics_submitted(s, req);
+    if (l)
+        l->inflight++;
+    return 0;
+}
+
+/* A new request of op on topic; *ret_why set on failure. */
+static int new_req(cq_writer_op_t op, const char *topic, const char *consumer,
+                   cq_writer_req_t **ret, const char **ret_why)
+{
+    int r = cq_writer_req_new(op, topic, consumer, ret);
+    if (r < 0)
+        *ret_why = cq_strerror(r);
+    return r;
+}
+
+int cq__mqop_produce(mq_link_t *l, cq_writer_req_t *req, void *ctx, const char **ret_why)
+{
+    return submit(l->s, l, req, ctx, ret_why);
+}
+
+int cq__mqop_consume(mq_link_t *l, const mq_topic_t *t, uint64_t from, bool has_max, uint64_t max,
+                     void *ctx, const char **ret_why)
+{
+    cq_writer_req_t *req;
+    int r = new_req(CQ_WRITER_READ, t->name, NULL, &req, ret_why);
+    if (r < 0)
+        return r;
+    if (!has_max)
+        max = CQ_MQSRV_CONSUME_DFL;
+    if (max > l->s->lim.max_batch)
+        max = l->s->lim.max_batch;
+    if (max > CQ_WRITER_READ_MAX)
+        max = CQ_WRITER_READ_MAX;
+    req->max = max ? (size_t)max : 1;
+    req->from_offset = from;
+    return submit(l->s, l, req, ctx, ret_why);
+}
+
+int cq__mqop_offset(mq_link_t *l, const mq_topic_t *t, const char *consumer, bool commit,
+                    uint64_t offset, void *ctx, const char **ret_why)
+{
+    cq_writer_req_t *req;
+    cq_writer_op_t op = commit ? CQ_WRITER_COMMIT_OFFSET : CQ_WRITER_GET_OFFSET;
+    int r = new_req(op, t->name, consumer, &req, ret_why);
+    if (r < 0)
+        return r;
+    req->offset = commit ? offset : 0;
+    req->now_ms = l->s->now_ms;
+    return submit(l->s, l, req, ctx, ret_why);
+}
+
+int cq__mqop_create(mq_link_t *l, const char *topic, int retention_days, void *ctx,
+                    const char **ret_why)
+{
+    cq_writer_req_t *req;
+    int r = new_req(CQ_WRITER_TOPIC_CREATE, topic, NULL, &req, ret_why);
+    if (r < 0)
+        return r;
+    req->retention_days = retention_days;
+    req->now_ms = l->s->now_ms;
+    return submit(l->s, l, req, ctx, ret_why);
+}
+
+int cq__mqop_set_online(cq_mqsrv_t *s, mq_link_t *l, const char *topic, bool online,
+                        const char **ret_why)
+{
+    mq_topic_t *t = cq__mqsrv_topic(s, topic);
+    cq_writer_req_t *req;
+    if (!t) {
+        *ret_why = cq_strerror(CQ_ENOTOPIC);
+        return CQ_ENOTOPIC;
+    }
+    int r = new_req(CQ_WRITER_TOPIC_SET_ONLINE, t->name, NULL, &req, ret_why);
+    if (r < 0)
+        return r;
+    req->online = online;
+    return submit(s, l, req, NULL, ret_why);
+}
+
+static int topic_name_cmp(const void *a, const void *b)
+{
+    return strcasecmp((*(mq_topic_t *const *)a)->name, (*(mq_topic_t *const *)b)->name);
+}
+
+int cq__mqop_topics(const cq_mqsrv_t *s, bool visible_to_module, uint32_t module_id,
+                    mq_topic_t ***ret_v, size_t *ret_n)
+{
+    mq_topic_t **v = s->ntopics ? cq_malloc(s->ntopics * sizeof(*v)) : NULL;
+    size_t n = 0;
+    if (s->ntopics && !v)
+        return -ENOMEM;
+    for (size_t i = 0; i < s->ntopics; i++)
+        if (!visible_to_module || cq__mqop_may_see(s, module_id, s->topics[i]->name))
+            v[n++] = s->topics[i];
+    if (visible_to_module && n > CQ_MQ_TOPICS_MAX)
+        n = CQ_MQ_TOPICS_MAX;
+    if (visible_to_module && n > 1)
+        qsort(v, n, sizeof(*v), topic_name_cmp);
+    *ret_v = v;
+    *ret_n = n;
+    return 0;
+}
+
+static int purge(cq_mqsrv_t *s, mq_topic_t *t, size_t max, int64_t older_than_ms)
+{
+    const char *why;
+    cq_writer_req_t *req;
+    int r = new_req(CQ_WRITER_PURGE, t->name, NULL, &req, &why);
+    if (r < 0)
+        return r;
+    req->max = max;
+    req->older_than_ms = older_than_ms;
+    r = submit(s, NULL, req, NULL, &why);
+    if (r == 0)
+        t->purging = true;
+    return r;
+}
+
+void cq__mqop_retention(cq_mqsrv_t *s, int64_t now_unix_ms)
+{
+    for (size_t i = 0; i < s->ntopics; i++) {
+        mq_topic_t *t = s->topics[i];
+        if (t->retention_days > 0 && !t->purging)
+            purge(s, t, CQ_MQSRV_PURGE_ROWS, now_unix_ms - (int64_t)t->retention_days * 86400000);
+    }
+}
+
+/* ---- completions ---------------------------------------------------------------------------- */
+
+/* The engine's own requests: logged failures, and purges repeated while a batch was full. */
+static void done_internal(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *t)
+{
+    if (req->err)
+        CQ_WARN("mq", "topic %s: store request %d failed: %s %s", req->topic, (int)req->op,
+                cq_strerror(req->err), req->errmsg);
+    if (!t || req->op != CQ_WRITER_PURGE)
+        return;
+    t->purging = false;
+    if (req->err == 0 && req->purged == req->max)
+        purge(s, t, req->max, req->older_than_ms);
+}
+
+/* The engine's side of a completion: the cache and the pushes follow the store; the result is
+ * what the answer says. */
+static void apply(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *t, mq_result_t *res)
+{
+    *res = (mq_result_t){.err = req->err, .offset = req->offset};
+    switch (req->op) {
+    case CQ_WRITER_PRODUCE:
+        if (req->err == 0)
+            cq__mqsrv_produced(s, req);
+        else if (req->err == CQ_ESTORE)
+            CQ_WARN("mq", "produce to %s failed: %s", req->topic, req->errmsg);
+        break;
+    case CQ_WRITER_TOPIC_CREATE:
+        res->created = req->err == 0;
+        if (req->err == 0 || req->err == CQ_EEXIST)
+            res->err = cq__mqsrv_topic_add(s, req->topic, true, req->retention_days) ? 0 : -ENOMEM;
+        break;
+    case CQ_WRITER_TOPIC_SET_ONLINE:
+        if (req->err == 0 && t)
+            t->online = req->online;
+        break;
+    case CQ_WRITER_GET_OFFSET:
+        res->committed = req->err == 0;
+        if (req->err == -ENOENT) /* never committed: offset 0 */
+            res->err = 0;
+        res->offset = res->committed ? req->offset : 0;
+        res->last_offset = t ? t->last_offset : 0;
+        break;
+    default:
+        break;
+    }
+}
+
+void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
+{
+    mq_pend_t *p = req->ud;
+    mq_link_t *l = p ? p->l : NULL;
+    mq_topic_t *t = req->op == CQ_WRITER_TOPIC_LIST ? NULL : cq__mqsrv_topic(s, req->topic);
+    mq_result_t res;
+    cq__mqsrv_metrics_completed(s, req);
+    apply(s, req, t, &res);
+    if (l) {
+        l->fe->done(l, req, &res, p->ctx);
+        l->inflight--;
+        cq__mq_link_put(l);
+    } else {
+        done_internal(s, req, t);
+    }
+    cq_free(p);
+    cq_writer_req_free(req);
+}
