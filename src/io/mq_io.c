@@ -266,10 +266,8 @@ static void on_retention(uv_timer_t *t)
 static void metrics_refresh(cq_mqio_t *io)
 {
     cq_sbuf_t b;
-    cq_writer_stats_t ws;
     cq_sbuf_init(&b);
-    cq_writer_stats(io->w, &ws);
-    if (cq_mqsrv_metrics(io->srv, &ws, &b) < 0) {
+    if (cq_mqsrv_metrics(io->srv, &b) < 0) {
         cq_sbuf_done(&b);
         return; /* out of memory: keep the previous snapshot */
     }
@@ -326,12 +324,6 @@ cq_mqio_t *cq_mqio_new(void)
     return io;
 }
 
-static int srv_submit(void *ud, cq_writer_req_t *req)
-{
-    cq_mqio_t *io = ud;
-    return cq_writer_submit(io->w, req);
-}
-
 static int make_engine(cq_mqio_t *io, const cq_mqio_opts_t *o)
 {
     cq_mqsrv_opts_t so = {
@@ -340,8 +332,7 @@ static int make_engine(cq_mqio_t *io, const cq_mqio_opts_t *o)
         .topics = o->topics,
         .high_water = o->high_water,
         .ntopics = o->ntopics,
-        .submit = srv_submit,
-        .submit_ud = io,
+        .port = cq_mqport_writer(io->w),
     };
     /* a frame must hold at least one message of the largest size, with its JSON around it */
     uint64_t total = (uint64_t)o->max_content + 4096;

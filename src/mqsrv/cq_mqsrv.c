@@ -82,7 +82,7 @@ bool cq__mqsrv_watch(mq_topic_t *t, cq_mqsrv_conn_t *c, bool on)
 
 cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
 {
-    if (!o || !o->submit)
+    if (!o || !o->port.ops || !o->port.ops->submit)
         return NULL;
     cq_mqsrv_t *s = cq_calloc(1, sizeof(*s));
     if (!s)
@@ -93,8 +93,7 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
     if (!s->lim.max_content)
         s->lim.max_content = CQ_MQ_DEFAULT_MAX_CONTENT;
     s->perms = o->perms;
-    s->submit = o->submit;
-    s->submit_ud = o->submit_ud;
+    s->port = o->port;
     s->next_conn_id = 1;
     for (size_t i = 0; i < o->ntopics; i++) {
         const cq_store_topic_t *st = &o->topics[i];

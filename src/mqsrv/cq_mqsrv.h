@@ -4,7 +4,8 @@
  * and every function below must be called from that thread. It reads nothing from the network
  * and writes nothing: the edge (src/io/mq_io.c) feeds received bytes with cq_mqsrv_conn_input()
  * and receives frames to send through cq_mqsrv_conn_ops_t. Store work goes out as cq_writer
- * requests through opts.submit and comes back, on this thread, through cq_mqsrv_complete().
+ * requests through the store port (opts.port, cq_mqport.h) and comes back, on this thread,
+ * through cq_mqsrv_complete().
  *
  * Per connection: bytes -> frames (cq_mq_parse) -> cq_mq_decode -> one handler per type (a
  * table row in handlers.c) -> the operation layer shared with the HTTP API (ops.c):
@@ -34,6 +35,7 @@
 
 #include "cq_mq.h"
 #include "cq_mqperm.h"
+#include "cq_mqport.h"
 #include "cq_sbuf.h"
 #include "cq_store.h"
 #include "cq_writer.h"
@@ -65,10 +67,9 @@ typedef struct cq_mqsrv_opts {
     const cq_store_topic_t *topics; /* borrowed during cq_mqsrv_new: the topics at start */
     const uint64_t *high_water;     /* borrowed, ntopics entries or NULL: last offsets at start */
     size_t ntopics;
-    /* Hands req to the store thread (cq_writer_submit). Returns 0 (req taken until it comes back
-     * through cq_mqsrv_complete) or a negative code (not taken). Required. */
-    int (*submit)(void *ud, cq_writer_req_t *req);
-    void *submit_ud;
+    /* Where store requests go (required): a submitted request comes back through
+     * cq_mqsrv_complete(). */
+    cq_mqport_t port;
 } cq_mqsrv_opts_t;
 
 /* Counters; read on the engine's thread. */
@@ -76,7 +77,8 @@ typedef struct cq_mqsrv_stats {
     uint64_t conns, frames, bad_frames, keepalives, produced, consumed, pushes, busy;
 } cq_mqsrv_stats_t;
 
-/* Returns a new engine (owned; cq_mqsrv_free) or NULL on OOM / missing submit. o is borrowed. */
+/* Returns a new engine (owned; cq_mqsrv_free) or NULL on OOM / a port without submit. o is
+ * borrowed. */
 cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o);
 /* Frees the engine. Every connection must have been closed and every submitted request
  * completed (or dropped by the store's shutdown having completed it). Accepts NULL. */
@@ -118,9 +120,9 @@ void cq_mqsrv_stats(const cq_mqsrv_t *s, cq_mqsrv_stats_t *ret_stats);
  * engine's counters; per topic its acknowledged messages, last offset, pending messages, purged
  * rows and online flag; per (topic, consumer) whose offset was committed or read since start
  * (seed consumers are "m<module_id>", HTTP ones their own ids) the offset and the lag (last
- * offset - committed offset: an upper bound, offsets are not dense); and, when ws is not NULL,
- * the store thread's counters and histograms of transaction size and duration. Engine thread.
- * Returns 0 or -ENOMEM (out then holds part of the text). */
-int cq_mqsrv_metrics(const cq_mqsrv_t *s, const cq_writer_stats_t *ws, cq_sbuf_t *out);
+ * offset - committed offset: an upper bound, offsets are not dense); and, when the store port
+ * answers CQ_MQPORT_WRITER_STATS, the store thread's counters and histograms of transaction size
+ * and duration. Engine thread. Returns 0 or -ENOMEM (out then holds part of the text). */
+int cq_mqsrv_metrics(const cq_mqsrv_t *s, cq_sbuf_t *out);
 
 #endif

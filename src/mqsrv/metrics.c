@@ -227,13 +227,15 @@ static void writer_metrics(out_t *o, const cq_writer_stats_t *w)
               cq_writer_commit_bounds, w->commit_us_sum, 1e6);
 }
 
-int cq_mqsrv_metrics(const cq_mqsrv_t *s, const cq_writer_stats_t *ws, cq_sbuf_t *out)
+int cq_mqsrv_metrics(const cq_mqsrv_t *s, cq_sbuf_t *out)
 {
     out_t o = {out, 0};
+    cq_writer_stats_t ws;
+    const cq_mqport_ops_t *ops = s->port.ops;
     engine_metrics(&o, s);
     topic_metrics(&o, s);
     consumer_metrics(&o, s);
-    if (ws)
-        writer_metrics(&o, ws);
+    if (ops->control && ops->control(s->port.ud, CQ_MQPORT_WRITER_STATS, &ws) == 0)
+        writer_metrics(&o, &ws);
     return o.err;
 }

@@ -6,7 +6,7 @@
  *   operations   ops.c: produce, consume, commit, offset, create, set_online and the topics
  *                list; the permission, topic and clamp policy; submission and completions
  *   engine       cq_mqsrv.c: the topic cache, seed connections and their frames, pushes
- *   store        the port (opts.submit) and the completions that come back
+ *   store        the port (cq_mqport.h, writer_port.c) and the completions that come back
  */
 #ifndef CQ_MQSRV_INT_H
 #define CQ_MQSRV_INT_H
@@ -41,8 +41,7 @@ typedef struct mq_topic {
 struct cq_mqsrv {
     cq_mq_limits_t lim;
     const cq_mqperm_t *perms;
-    int (*submit)(void *ud, cq_writer_req_t *req);
-    void *submit_ud;
+    cq_mqport_t port;
     mq_topic_t **topics; /* owned */
     size_t ntopics, topics_cap;
     int64_t now_ms;

@@ -69,7 +69,7 @@ static int submit(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ctx,
     if ((p = cq_malloc(sizeof(*p)))) {
         *p = (mq_pend_t){l, ctx};
         req->ud = p;
-        r = s->submit(s->submit_ud, req);
+        r = s->port.ops->submit(s->port.ud, req);
     }
     if (r < 0) {
         if (r == CQ_EBUSY || r == CQ_ELIMIT) { /* ELIMIT: a produce that never fits */

@@ -65,7 +65,8 @@ static cq_mqsrv_t *new_engine(bool online)
     memset(&fk, 0, sizeof(fk));
     cq_store_topic_t t = {.online = online, .retention_days = 30};
     snprintf(t.name, sizeof(t.name), "orders");
-    cq_mqsrv_opts_t o = {.topics = &t, .ntopics = 1, .submit = fake_submit};
+    static const cq_mqport_ops_t port_ops = {fake_submit, NULL};
+    cq_mqsrv_opts_t o = {.topics = &t, .ntopics = 1, .port = {&port_ops, NULL}};
     cq_mqsrv_t *s = cq_mqsrv_new(&o);
     assert_non_null(s);
     return s;

@@ -71,6 +71,17 @@ static void fake_close(void *ud)
     f->closed++;
 }
 
+/* Answers CQ_MQPORT_WRITER_STATS with a few counters; nothing else. */
+static int fake_control(void *ud, int op, void *arg)
+{
+    (void)ud;
+    if (op != CQ_MQPORT_WRITER_STATS)
+        return -ENOTSUP;
+    *(cq_writer_stats_t *)arg = (cq_writer_stats_t){.transactions = 7, .messages = 70};
+    return 0;
+}
+
+static const cq_mqport_ops_t fport_ops = {fake_submit, fake_control};
 static const cq_mqsrv_conn_ops_t fops = {fake_send, fake_close};
 
 /* ---- helpers -------------------------------------------------------------------------------- */
@@ -101,7 +112,7 @@ static void eng_start(bool with_perms, uint32_t max_batch)
                          .topics = t,
                          .high_water = hw,
                          .ntopics = 3,
-                         .submit = fake_submit};
+                         .port = {&fport_ops, NULL}};
     eng = cq_mqsrv_new(&o);
     assert_non_null(eng);
     cq_mqsrv_set_now(eng, 1700000000000);
@@ -763,6 +774,41 @@ static void test_close_in_flight(void **state)
     eng_stop();
 }
 
+/* ---- metrics and the store port's control ---------------------------------------------------- */
+
+static void test_metrics_port(void **state)
+{
+    (void)state;
+    eng_start(false, 0);
+    cq_sbuf_t b;
+    cq_sbuf_init(&b);
+    assert_int_equal(cq_mqsrv_metrics(eng, &b), 0);
+    assert_int_equal(cq_sbuf_append(&b, "", 1), 0);
+    const char *text = (const char *)b.data;
+    assert_non_null(strstr(text, "\nchanq_mq_topics 3\n"));
+    assert_non_null(strstr(text, "\nchanq_mq_topic_last_offset{topic=\"orders\"} 2\n"));
+    assert_non_null(strstr(text, "\nchanq_mq_writer_transactions_total 7\n"));
+    assert_non_null(strstr(text, "\nchanq_mq_writer_messages_total 70\n"));
+    cq_sbuf_done(&b);
+    eng_stop();
+    /* a port without control: no store-thread metrics */
+    static const cq_mqport_ops_t bare = {fake_submit, NULL};
+    cq_mqsrv_opts_t o = {.port = {&bare, NULL}};
+    eng = cq_mqsrv_new(&o);
+    assert_non_null(eng);
+    cq_sbuf_init(&b);
+    assert_int_equal(cq_mqsrv_metrics(eng, &b), 0);
+    assert_int_equal(cq_sbuf_append(&b, "", 1), 0);
+    assert_non_null(strstr((const char *)b.data, "\nchanq_mq_topics 0\n"));
+    assert_null(strstr((const char *)b.data, "chanq_mq_writer_"));
+    cq_sbuf_done(&b);
+    eng = cq_mqsrv_free(eng);
+    /* no submit: no engine */
+    static const cq_mqport_ops_t none = {NULL, NULL};
+    o.port.ops = &none;
+    assert_null(cq_mqsrv_new(&o));
+}
+
 /* ---- HTTP answers --------------------------------------------------------------------------- */
 
 /* Sends one request with body (NULL: none) as module:token (NULL: no Authorization). */
@@ -931,7 +977,8 @@ int main(void)
         cmocka_unit_test(test_add_topic),       cmocka_unit_test(test_produce),
         cmocka_unit_test(test_consume),         cmocka_unit_test(test_commit_offset),
         cmocka_unit_test(test_watch_push),      cmocka_unit_test(test_online_retention),
-        cmocka_unit_test(test_close_in_flight), cmocka_unit_test(test_http_ops),
+        cmocka_unit_test(test_close_in_flight), cmocka_unit_test(test_metrics_port),
+        cmocka_unit_test(test_http_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
