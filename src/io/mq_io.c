@@ -1,12 +1,11 @@
-/* mq_io.c - the durable-topic port's loop thread: listener, TCP connections and writer
- * completions. See cq_mqio.h. The protocol is in src/mqsrv; this file only moves bytes. */
+/* mq_io.c - the durable-topic port's loop thread: listeners, TCP connections and the engine's
+ * loop hooks. See cq_mqio.h. The protocol is in src/mqsrv; this file only moves bytes. */
 #include "cq_mqio.h"
 
 #include "cq_alloc.h"
 #include "cq_clock.h"
 #include "cq_err.h"
 #include "cq_log.h"
-#include "cq_mpsc.h"
 #include "cq_mqhttp.h"
 #include "cq_mqsrv.h"
 #include "cq_util.h"
@@ -30,12 +29,10 @@ struct cq_mqio {
     uv_timer_t retention;
     uv_timer_t metrics;
     uv_thread_t thread;
-    cq_mpsc_t done; /* completed writer requests (req->node: the writer is done with it) */
     pthread_mutex_t lock;
-    bool alive; /* under lock: wake may be signalled */
+    bool alive; /* under lock: cq_mqio_stop() may signal wake */
     _Atomic int stopping;
-    cq_mqsrv_t *srv;
-    cq_writer_t *w;
+    cq_mqsrv_t *srv; /* borrowed: the composition root's */
     uint8_t *rbuf;
     int keepalive_s;
     uint64_t retention_ms;
@@ -211,23 +208,19 @@ static void on_accept_http(uv_stream_t *server, int status)
 
 /* ---- completions and housekeeping -------------------------------------------------------- */
 
-void cq_mqio_writer_done(void *ud, cq_writer_req_t *req)
+/* Engine op (any thread, under the engine's inbox lock): completions are waiting. */
+static void engine_wake(void *ud)
 {
     cq_mqio_t *io = ud;
-    cq_mpsc_push(&io->done, &req->node);
-    pthread_mutex_lock(&io->lock);
-    if (io->alive)
-        uv_async_send(&io->wake);
-    pthread_mutex_unlock(&io->lock);
+    uv_async_send(&io->wake);
 }
+
+static const cq_mqsrv_ops_t engine_ops = {engine_wake};
 
 static void drain_done(cq_mqio_t *io)
 {
-    cq_mpsc_node_t *n;
     cq_mqsrv_set_now(io->srv, (int64_t)unix_ms());
-    while ((n = cq_mpsc_pop(&io->done)))
-        cq_mqsrv_complete(io->srv, cq_container_of(n, cq_writer_req_t, node));
-    cq_mqsrv_flush(io->srv);
+    cq_mqsrv_drain(io->srv);
 }
 
 static void close_walk(uv_handle_t *h, void *arg)
@@ -241,6 +234,7 @@ static void close_walk(uv_handle_t *h, void *arg)
         return;
     }
     if (h == (uv_handle_t *)&io->wake) {
+        cq_mqsrv_set_ops(io->srv, NULL, NULL); /* completions only queue from now on */
         pthread_mutex_lock(&io->lock);
         io->alive = false;
         pthread_mutex_unlock(&io->lock);
@@ -318,27 +312,9 @@ cq_mqio_t *cq_mqio_new(void)
     cq_mqio_t *io = cq_calloc(1, sizeof(*io));
     if (!io)
         return NULL;
-    cq_mpsc_init(&io->done);
     pthread_mutex_init(&io->lock, NULL);
     pthread_mutex_init(&io->metrics_mu, NULL);
     return io;
-}
-
-static int make_engine(cq_mqio_t *io, const cq_mqio_opts_t *o)
-{
-    cq_mqsrv_opts_t so = {
-        .limits = {.max_content = (uint32_t)o->max_content},
-        .perms = o->perms,
-        .topics = o->topics,
-        .high_water = o->high_water,
-        .ntopics = o->ntopics,
-        .port = cq_mqport_writer(io->w),
-    };
-    /* a frame must hold at least one message of the largest size, with its JSON around it */
-    uint64_t total = (uint64_t)o->max_content + 4096;
-    so.limits.max_total = total > CQ_MQ_DEFAULT_MAX_TOTAL ? (uint32_t)total : 0;
-    io->srv = cq_mqsrv_new(&so);
-    return io->srv ? 0 : -ENOMEM;
 }
 
 static int listen_on(cq_mqio_t *io, uv_tcp_t *l, uv_connection_cb cb, const char *addr, char *bound,
@@ -357,15 +333,15 @@ static int listen_on(cq_mqio_t *io, uv_tcp_t *l, uv_connection_cb cb, const char
     return 0;
 }
 
-int cq_mqio_start(cq_mqio_t *io, cq_writer_t *w, const cq_mqio_opts_t *opts, char *bound,
+int cq_mqio_start(cq_mqio_t *io, cq_mqsrv_t *srv, const cq_mqio_opts_t *opts, char *bound,
                   size_t blen, char *err, size_t errlen)
 {
-    io->w = w;
+    io->srv = srv;
     io->keepalive_s = opts->tcp_keepalive_s;
     io->retention_ms =
         (uint64_t)(opts->retention_check_s > 0 ? opts->retention_check_s : 60) * 1000;
     io->rbuf = cq_malloc(MQ_READ_BUF);
-    if (!io->rbuf || make_engine(io, opts) < 0 || uv_loop_init(&io->loop) < 0) {
+    if (!io->rbuf || uv_loop_init(&io->loop) < 0) {
         snprintf(err, errlen, "mq: out of memory");
         return -ENOMEM;
     }
@@ -373,6 +349,7 @@ int cq_mqio_start(cq_mqio_t *io, cq_writer_t *w, const cq_mqio_opts_t *opts, cha
     uv_async_init(&io->loop, &io->wake, on_wake);
     io->wake.data = io;
     io->alive = true;
+    cq_mqsrv_set_ops(srv, &engine_ops, io);
     uv_timer_init(&io->loop, &io->retention);
     io->retention.data = io;
     uv_timer_start(&io->retention, on_retention, io->retention_ms, io->retention_ms);
@@ -428,11 +405,8 @@ cq_mqio_t *cq_mqio_free(cq_mqio_t *io)
     if (!io)
         return NULL;
     cq_mqio_stop(io);
-    if (io->srv)
-        drain_done(io);
     if (io->loop_ok)
         uv_loop_close(&io->loop);
-    io->srv = cq_mqsrv_free(io->srv);
     metrics_unpublish(io);
     pthread_mutex_destroy(&io->lock);
     pthread_mutex_destroy(&io->metrics_mu);

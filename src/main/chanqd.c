@@ -11,6 +11,7 @@
 #include "cq_log.h"
 #include "cq_mqio.h"
 #include "cq_mqperm.h"
+#include "cq_mqport.h"
 #include "cq_schema.h"
 #include "cq_settings.h"
 #include "cq_store.h"
@@ -36,6 +37,7 @@ typedef struct app {
     cq_io_t *io;
     cq_mqperm_t *perms; /* NULL: every module may do everything */
     cq_writer_t *writer;
+    cq_mqsrv_t *mqsrv; /* the engine; runs on the MQ loop while mq runs */
     cq_mqio_t *mq;
 } app_t;
 
@@ -221,6 +223,26 @@ static int list_topics(cq_store_t *st, cq_store_topic_t **ret_topics, uint64_t *
     return 0;
 }
 
+/* The engine over the store thread: limits, permissions and the topics at start. */
+static int make_engine(app_t *a, const cq_store_topic_t *topics, const uint64_t *hw, size_t n)
+{
+    const cq_config_t *c = &a->cfg;
+    cq_mqsrv_opts_t so = {
+        .limits = {.max_content = (uint32_t)c->mq_max_content},
+        .perms = a->perms,
+        .topics = topics,
+        .high_water = hw,
+        .ntopics = n,
+        .port = cq_mqport_writer(a->writer),
+    };
+    /* a frame must hold at least one message of the largest size, with its JSON around it */
+    uint64_t total = (uint64_t)c->mq_max_content + 4096;
+    so.limits.max_total = total > CQ_MQ_DEFAULT_MAX_TOTAL ? (uint32_t)total : 0;
+    a->mqsrv = cq_mqsrv_new(&so);
+    return a->mqsrv ? 0 : -ENOMEM;
+}
+
+/* Composes the durable topics: store thread, engine, then the edge that runs the engine. */
 static int start_mq(app_t *a, char *bound, size_t blen)
 {
     const cq_config_t *c = &a->cfg;
@@ -235,8 +257,6 @@ static int start_mq(app_t *a, char *bound, size_t blen)
         r = open_store(c, &rd);
     if (r == 0)
         r = list_topics(st, &topics, &hw, &n);
-    if (r == 0 && !(a->mq = cq_mqio_new()))
-        r = -ENOMEM;
     if (r < 0) {
         cq_store_close(st);
         cq_store_close(rd);
@@ -244,21 +264,19 @@ static int start_mq(app_t *a, char *bound, size_t blen)
     }
     cq_writer_opts_t wo = {.max_wait_us = -1,
                            .max_pending = (size_t)c->mq_max_pending,
-                           .done = cq_mqio_writer_done,
-                           .ud = a->mq,
+                           .done = cq_mqsrv_complete,
                            .reader = rd};
     a->writer = cq_writer_new(st, &wo); /* takes st and rd */
     cq_mqio_opts_t mo = {.addr = c->mq_addr,
                          .http_addr = c->mq_http_addr,
-                         .max_content = c->mq_max_content,
-                         .perms = a->perms,
                          .retention_check_s = c->retention_check_s,
-                         .tcp_keepalive_s = c->tcp_keepalive_s,
-                         .topics = topics,
-                         .high_water = hw,
-                         .ntopics = n};
+                         .tcp_keepalive_s = c->tcp_keepalive_s};
     char err[512] = "cannot start the store thread";
-    r = a->writer ? cq_mqio_start(a->mq, a->writer, &mo, bound, blen, err, sizeof(err)) : -ENOMEM;
+    r = a->writer ? make_engine(a, topics, hw, n) : -ENOMEM;
+    if (r == 0 && !(a->mq = cq_mqio_new()))
+        r = -ENOMEM;
+    if (r == 0)
+        r = cq_mqio_start(a->mq, a->mqsrv, &mo, bound, blen, err, sizeof(err));
     if (r == 0 && (r = cq_admin_add_source(a->admin, "mq", cq_mqio_metrics_append, a->mq)) < 0)
         snprintf(err, sizeof(err), "cannot register the MQ metrics: %s", cq_strerror(r));
     if (r < 0)
@@ -270,6 +288,9 @@ static int start_mq(app_t *a, char *bound, size_t blen)
     return r;
 }
 
+/* Stops in the order that answers every request in flight: the edge first (no new requests,
+ * connections closed), then the store thread, which completes what it holds (produces commit),
+ * then the engine, which runs those completions and frees the requests. */
 static void stop_mq(app_t *a)
 {
     if (a->mq)
@@ -278,6 +299,7 @@ static void stop_mq(app_t *a)
     if (a->writer)
         cq_writer_shutdown(a->writer); /* completes every queued request */
     a->mq = cq_mqio_free(a->mq);
+    a->mqsrv = cq_mqsrv_free(a->mqsrv); /* runs those completions */
     a->writer = cq_writer_free(a->writer);
     a->perms = cq_mqperm_free(a->perms);
 }

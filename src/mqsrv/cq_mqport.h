@@ -1,4 +1,6 @@
-/* cq_mqport.h - the durable-topic engine's store port: where the engine's store requests go.
+/* cq_mqport.h - the durable-topic engine's store side: the store port, the engine's
+ * construction from the store's topics, and its completion inbox. The composition root
+ * (src/main) and the tests include it; the edge (src/io) does not, it sees cq_mqsrv.h only.
  *
  * The engine (cq_mqsrv_t) never names the store thread: it talks to a port, an ops table plus
  * its ud, with two entries:
@@ -12,12 +14,22 @@
  * once this node's epoch is stale, and control carries the epoch changes). Tests plug in fakes.
  *
  * Threads: the engine calls both entries on its own thread (the MQ loop). A port must not call
- * back into the engine from submit or control: completions come back through the engine's
- * completion path only.
+ * back into the engine from submit or control: completions come back through
+ * cq_mqsrv_complete() only, from any thread.
+ *
+ * Lifecycle, in the composition root:
+ *   w = cq_writer_new(store, {.done = cq_mqsrv_complete})    the store thread
+ *   s = cq_mqsrv_new({.port = cq_mqport_writer(w), ...})     the engine
+ *   the edge runs s (cq_mqsrv_set_ops, input, drain, ...) and stops
+ *   cq_writer_shutdown(w)   every queued request completes: produces commit, answers to closed
+ *                           connections go nowhere, nothing acknowledged is lost
+ *   cq_mqsrv_free(s)        runs what the inbox still holds, frees the engine
+ *   cq_writer_free(w)
  */
 #ifndef CQ_MQPORT_H
 #define CQ_MQPORT_H
 
+#include "cq_mqsrv.h"
 #include "cq_writer.h"
 
 /* control op codes. A port answers -ENOTSUP for an op it does not know. */
@@ -39,6 +51,28 @@ typedef struct cq_mqport {
     const cq_mqport_ops_t *ops; /* borrowed (static) */
     void *ud;                   /* the port's; borrowed, must outlive the engine */
 } cq_mqport_t;
+
+typedef struct cq_mqsrv_opts {
+    cq_mq_limits_t limits;          /* zero fields take the codec defaults */
+    const cq_mqperm_t *perms;       /* borrowed, must outlive the engine; NULL = all allowed */
+    const cq_store_topic_t *topics; /* borrowed during cq_mqsrv_new: the topics at start */
+    const uint64_t *high_water;     /* borrowed, ntopics entries or NULL: last offsets at start */
+    size_t ntopics;
+    cq_mqport_t port; /* where store requests go (required) */
+} cq_mqsrv_opts_t;
+
+/* Returns a new engine (owned; cq_mqsrv_free) or NULL on OOM / a port without submit. o is
+ * borrowed. */
+cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o);
+/* Frees the engine after running the completions still in its inbox. Every connection must have
+ * been closed and the store must have completed every request the engine submitted (its
+ * shutdown completes them). Accepts NULL; returns NULL. */
+cq_mqsrv_t *cq_mqsrv_free(cq_mqsrv_t *s);
+
+/* The store's completion callback (cq_writer_opts_t.done): queues req (taken) on the inbox of
+ * the engine that submitted it and wakes that engine's loop. ud is unused: each request carries
+ * its engine, so one store may serve several engines. Any thread; never blocks on the engine. */
+void cq_mqsrv_complete(void *ud, cq_writer_req_t *req);
 
 /* The port over the store thread w (borrowed, must outlive every engine that uses the port):
  * submit is cq_writer_submit(), CQ_MQPORT_WRITER_STATS is cq_writer_stats(). Any thread. */

@@ -4,6 +4,7 @@
 #include "cq_alloc.h"
 #include "cq_err.h"
 #include "cq_log.h"
+#include "cq_util.h"
 #include "mqsrv_int.h"
 
 #include <errno.h>
@@ -94,6 +95,8 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
         s->lim.max_content = CQ_MQ_DEFAULT_MAX_CONTENT;
     s->perms = o->perms;
     s->port = o->port;
+    cq_mpsc_init(&s->inbox);
+    pthread_mutex_init(&s->inbox_mu, NULL);
     s->next_conn_id = 1;
     for (size_t i = 0; i < o->ntopics; i++) {
         const cq_store_topic_t *st = &o->topics[i];
@@ -109,6 +112,8 @@ cq_mqsrv_t *cq_mqsrv_free(cq_mqsrv_t *s)
 {
     if (!s)
         return NULL;
+    cq_mqsrv_drain(s);
+    pthread_mutex_destroy(&s->inbox_mu);
     for (size_t i = 0; i < s->ntopics; i++)
         topic_free(s->topics[i]);
     cq_free(s->topics);
@@ -296,9 +301,31 @@ oom:
 
 /* ---- completions, pushes, housekeeping -------------------------------------------------- */
 
-void cq_mqsrv_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
+void cq_mqsrv_set_ops(cq_mqsrv_t *s, const cq_mqsrv_ops_t *ops, void *ud)
 {
-    cq__mqop_complete(s, req);
+    pthread_mutex_lock(&s->inbox_mu);
+    s->ops = ops;
+    s->ops_ud = ud;
+    pthread_mutex_unlock(&s->inbox_mu);
+}
+
+void cq_mqsrv_complete(void *ud, cq_writer_req_t *req)
+{
+    cq_mqsrv_t *s = cq__mqop_engine(req);
+    (void)ud;
+    cq_mpsc_push(&s->inbox, &req->node); /* the store is done with req->node */
+    pthread_mutex_lock(&s->inbox_mu);
+    if (s->ops)
+        s->ops->wake(s->ops_ud);
+    pthread_mutex_unlock(&s->inbox_mu);
+}
+
+void cq_mqsrv_drain(cq_mqsrv_t *s)
+{
+    cq_mpsc_node_t *n;
+    while ((n = cq_mpsc_pop(&s->inbox)))
+        cq__mqop_complete(s, cq_container_of(n, cq_writer_req_t, node));
+    cq__mqsrv_flush_pushes(s);
 }
 
 static void flush_topic(cq_mqsrv_t *s, mq_topic_t *t)
@@ -326,7 +353,7 @@ static void flush_topic(cq_mqsrv_t *s, mq_topic_t *t)
         cq_free(buf);
 }
 
-void cq_mqsrv_flush(cq_mqsrv_t *s)
+void cq__mqsrv_flush_pushes(cq_mqsrv_t *s)
 {
     for (size_t i = 0; i < s->ntopics; i++)
         if (s->topics[i]->push)
@@ -354,7 +381,7 @@ static void queue_push(cq_mqsrv_t *s, const cq_writer_req_t *req)
             continue;
         t->push->offset = (int64_t)req->offsets[i];
         if (t->push->nitems >= s->lim.max_batch)
-            cq_mqsrv_flush(s);
+            cq__mqsrv_flush_pushes(s);
     }
 }
 

@@ -1,11 +1,15 @@
 /* cq_mqsrv.h - the durable-topic session engine: the seed protocol's server side, sans I/O.
+ * This header is what the edge (src/io/mq_io.c) sees; the store side (the port, construction
+ * and completions) is in cq_mqport.h, which only the composition root and tests include, so
+ * the edge never depends on the store.
  *
- * One cq_mqsrv_t serves every connection of the MQ port; it lives on ONE thread (the MQ loop)
- * and every function below must be called from that thread. It reads nothing from the network
- * and writes nothing: the edge (src/io/mq_io.c) feeds received bytes with cq_mqsrv_conn_input()
- * and receives frames to send through cq_mqsrv_conn_ops_t. Store work goes out as cq_writer
- * requests through the store port (opts.port, cq_mqport.h) and comes back, on this thread,
- * through cq_mqsrv_complete().
+ * One cq_mqsrv_t serves every connection of the MQ port; it lives on ONE thread (the MQ loop
+ * while it runs; whoever stopped the loop afterwards) and every function below must be called
+ * from that thread unless it says otherwise. It reads nothing from the network and writes
+ * nothing: the edge feeds received bytes with cq_mqsrv_conn_input() and receives frames to send
+ * through cq_mqsrv_conn_ops_t. Store work goes out through the store port and comes back, from
+ * any thread, into the engine's completion inbox; the engine then calls ops->wake and the edge
+ * calls cq_mqsrv_drain() on the engine's thread.
  *
  * Per connection: bytes -> frames (cq_mq_parse) -> cq_mq_decode -> one handler per type (a
  * table row in handlers.c) -> the operation layer shared with the HTTP API (ops.c):
@@ -18,12 +22,12 @@
  *   consume    consume permission, topic online, writer READ after offset (max_count, capped)
  *   commit     consume permission; COMMIT_OFFSET for consumer "m<module_id>" of the topic
  *   watch      consume permission; after each completed produce on the topic, watchers get a push
- *              (type 18) with the new messages, at most one push per topic per cq_mqsrv_flush()
+ *              (type 18) with the new messages, at most one push per topic per cq_mqsrv_drain()
  *   unwatch    stops that
  * Every response echoes the request's msg id and askid. A frame that does not decode gets
  * cq_mq_encode_error(); a bad header or length gets one error frame (msg id 0) and a close.
  *
- * Online flags are cached: loaded from opts.topics at start and updated by
+ * Online flags are cached: loaded from the store's topics at start and updated by
  * cq_mqsrv_topic_set_online() once the store recorded them.
  *
  * Ownership: connections are owned by the engine. The edge calls cq_mqsrv_conn_close() when its
@@ -35,10 +39,7 @@
 
 #include "cq_mq.h"
 #include "cq_mqperm.h"
-#include "cq_mqport.h"
 #include "cq_sbuf.h"
-#include "cq_store.h"
-#include "cq_writer.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -61,28 +62,22 @@ typedef struct cq_mqsrv_conn_ops {
     void (*close)(void *ud);
 } cq_mqsrv_conn_ops_t;
 
-typedef struct cq_mqsrv_opts {
-    cq_mq_limits_t limits;          /* zero fields take the codec defaults */
-    const cq_mqperm_t *perms;       /* borrowed, must outlive the engine; NULL = all allowed */
-    const cq_store_topic_t *topics; /* borrowed during cq_mqsrv_new: the topics at start */
-    const uint64_t *high_water;     /* borrowed, ntopics entries or NULL: last offsets at start */
-    size_t ntopics;
-    /* Where store requests go (required): a submitted request comes back through
-     * cq_mqsrv_complete(). */
-    cq_mqport_t port;
-} cq_mqsrv_opts_t;
+/* The edge's side of the engine. */
+typedef struct cq_mqsrv_ops {
+    /* Asks the engine's loop to call cq_mqsrv_drain() soon (uv_async_send). Any thread, with the
+     * engine's inbox lock held: it must not block and must not call the engine. */
+    void (*wake)(void *ud);
+} cq_mqsrv_ops_t;
 
 /* Counters; read on the engine's thread. */
 typedef struct cq_mqsrv_stats {
     uint64_t conns, frames, bad_frames, keepalives, produced, consumed, pushes, busy;
 } cq_mqsrv_stats_t;
 
-/* Returns a new engine (owned; cq_mqsrv_free) or NULL on OOM / a port without submit. o is
- * borrowed. */
-cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o);
-/* Frees the engine. Every connection must have been closed and every submitted request
- * completed (or dropped by the store's shutdown having completed it). Accepts NULL. */
-cq_mqsrv_t *cq_mqsrv_free(cq_mqsrv_t *s);
+/* Sets the edge's callbacks: ops borrowed (static) and ud, or NULL (completions then only
+ * queue until the next cq_mqsrv_drain()). Any thread; once it returns the previous ops are
+ * never called again. */
+void cq_mqsrv_set_ops(cq_mqsrv_t *s, const cq_mqsrv_ops_t *ops, void *ud);
 
 /* A new connection. ops is borrowed (static), ud the edge's. Returns the connection (owned by
  * the engine) or NULL on OOM. */
@@ -95,11 +90,9 @@ int cq_mqsrv_conn_input(cq_mqsrv_conn_t *c, const uint8_t *p, size_t n);
  * store request completes. */
 void cq_mqsrv_conn_close(cq_mqsrv_conn_t *c);
 
-/* A request submitted through opts.submit came back (taken). Answers its connection, updates the
- * topic cache and queues pushes. */
-void cq_mqsrv_complete(cq_mqsrv_t *s, cq_writer_req_t *req);
-/* Sends the pushes queued by completions. Call after a batch of cq_mqsrv_complete(). */
-void cq_mqsrv_flush(cq_mqsrv_t *s);
+/* Runs the store completions waiting in the inbox (each answers its connection, updates the
+ * topic cache and queues pushes), then sends the pushes. Call from ops->wake's loop callback. */
+void cq_mqsrv_drain(cq_mqsrv_t *s);
 
 /* Sets a topic online or offline in the store, then in the cache. Returns 0 (submitted),
  * CQ_ENOTOPIC, or the submit error. */

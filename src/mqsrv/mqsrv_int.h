@@ -11,9 +11,12 @@
 #ifndef CQ_MQSRV_INT_H
 #define CQ_MQSRV_INT_H
 
+#include "cq_mpsc.h"
 #include "cq_mqhttp.h"
-#include "cq_mqsrv.h"
+#include "cq_mqport.h"
 #include "cq_sbuf.h"
+
+#include <pthread.h>
 
 /* A consumer's last known committed offset (metrics only). */
 typedef struct mq_consumer {
@@ -42,7 +45,13 @@ struct cq_mqsrv {
     cq_mq_limits_t lim;
     const cq_mqperm_t *perms;
     cq_mqport_t port;
-    mq_topic_t **topics; /* owned */
+    /* The completion inbox: the store's threads push, the engine's thread drains. The mutex
+     * orders ops->wake with cq_mqsrv_set_ops(); nothing else takes it. */
+    cq_mpsc_t inbox;
+    pthread_mutex_t inbox_mu;
+    const cq_mqsrv_ops_t *ops; /* under inbox_mu */
+    void *ops_ud;              /* under inbox_mu */
+    mq_topic_t **topics;       /* owned */
     size_t ntopics, topics_cap;
     int64_t now_ms;
     uint64_t next_conn_id;
@@ -155,6 +164,8 @@ void cq__mqop_retention(cq_mqsrv_t *s, int64_t now_unix_ms);
 /* A submitted request came back (taken): metrics, the engine's side (cache, pushes, purges),
  * then the answer through its link's front end. */
 void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req);
+/* The engine that submitted req (any thread: read-only after submission). */
+cq_mqsrv_t *cq__mqop_engine(const cq_writer_req_t *req);
 
 /* ---- the engine (cq_mqsrv.c) ---------------------------------------------------------------- */
 
@@ -171,6 +182,8 @@ void cq__mqsrv_conn_free(mq_link_t *l);
 void cq__mqsrv_close(cq_mqsrv_conn_t *c);
 /* A produce committed (err 0): counters, high water and pushes to the topic's watchers. */
 void cq__mqsrv_produced(cq_mqsrv_t *s, const cq_writer_req_t *req);
+/* Sends the pushes queued by completions. */
+void cq__mqsrv_flush_pushes(cq_mqsrv_t *s);
 
 /* ---- the seed front end (handlers.c) -------------------------------------------------------- */
 

@@ -19,8 +19,9 @@
 
 /* A submitted request's context (writer req->ud). */
 typedef struct mq_pend {
-    mq_link_t *l; /* NULL for the engine's own requests */
-    void *ctx;    /* the front end's answer context (taken) */
+    cq_mqsrv_t *s; /* the engine: its inbox receives the completion */
+    mq_link_t *l;  /* NULL for the engine's own requests */
+    void *ctx;     /* the front end's answer context (taken) */
 } mq_pend_t;
 
 static const char inflight_why[] = "too many requests in flight on this connection";
@@ -67,7 +68,7 @@ static int submit(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ctx,
         return CQ_EBUSY;
     }
     if ((p = cq_malloc(sizeof(*p)))) {
-        *p = (mq_pend_t){l, ctx};
+        *p = (mq_pend_t){s, l, ctx};
         req->ud = p;
         r = s->port.ops->submit(s->port.ud, req);
     }
@@ -256,6 +257,11 @@ static void apply(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *t, mq_r
     default:
         break;
     }
+}
+
+cq_mqsrv_t *cq__mqop_engine(const cq_writer_req_t *req)
+{
+    return ((const mq_pend_t *)req->ud)->s;
 }
 
 void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req)

@@ -11,7 +11,7 @@
 #include "cq_alloc.h"
 #include "cq_err.h"
 #include "cq_mqhttp.h"
-#include "cq_mqsrv.h"
+#include "cq_mqport.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,8 +83,8 @@ static void complete_next(cq_mqsrv_t *s, uint64_t first)
         for (size_t i = 0; i < req->n_msgs; i++)
             req->offsets[i] = first + i;
     }
-    cq_mqsrv_complete(s, req);
-    cq_mqsrv_flush(s);
+    cq_mqsrv_complete(NULL, req);
+    cq_mqsrv_drain(s);
 }
 
 /* ---- the parser ----------------------------------------------------------------------------- */

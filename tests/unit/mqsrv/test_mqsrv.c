@@ -14,9 +14,10 @@
 #include "cq_mq.h"
 #include "cq_mqhttp.h"
 #include "cq_mqperm.h"
-#include "cq_mqsrv.h"
+#include "cq_mqport.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,8 +287,8 @@ static void done(cq_writer_req_t *r, int err)
     r->err = err;
     if (err)
         snprintf(r->errmsg, sizeof(r->errmsg), "disk on fire");
-    cq_mqsrv_complete(eng, r);
-    cq_mqsrv_flush(eng);
+    cq_mqsrv_complete(NULL, r);
+    cq_mqsrv_drain(eng);
 }
 
 static void done_produce(cq_writer_req_t *r, uint64_t first)
@@ -671,9 +672,9 @@ static void test_watch_push(void **state)
     a->offsets[0] = 3;
     a->offsets[1] = 4;
     b->offsets[0] = 6;
-    cq_mqsrv_complete(eng, a);
-    cq_mqsrv_complete(eng, b);
-    cq_mqsrv_flush(eng);
+    cq_mqsrv_complete(NULL, a);
+    cq_mqsrv_complete(NULL, b);
+    cq_mqsrv_drain(eng);
     expect(p, "12 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[3,4]}");
     expect(p, "12 5 {\"askid\":5,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[6]}");
     const char *push = "18 0 {\"topic\":\"orders\",\"offset\":6,\"messages\":["
@@ -771,6 +772,53 @@ static void test_close_in_flight(void **state)
     cq_mqsrv_stats_t st;
     cq_mqsrv_stats(eng, &st);
     assert_int_equal(st.produced, 1);
+    eng_stop();
+}
+
+/* ---- the completion inbox ------------------------------------------------------------------- */
+
+static int wakes;
+
+static void fake_wake(void *ud)
+{
+    assert_ptr_equal(ud, &wakes);
+    wakes++;
+}
+
+static void *complete_thread(void *arg)
+{
+    cq_mqsrv_complete(NULL, arg); /* as the store thread does */
+    return NULL;
+}
+
+/* Completions from another thread queue and wake; the engine's thread drains them. */
+static void test_inbox(void **state)
+{
+    (void)state;
+    static const cq_mqsrv_ops_t ops = {fake_wake};
+    eng_start(false, 0);
+    wakes = 0;
+    cq_mqsrv_set_ops(eng, &ops, &wakes);
+    fconn_t *p = fconn_new();
+    connect_as(p, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    feed(p, produce_req(2, "orders", 1, 0));
+    cq_writer_req_t *r = take(CQ_WRITER_PRODUCE, "orders");
+    r->offsets[0] = 5;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, complete_thread, r), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(wakes, 1);
+    expect_nothing(p); /* not before the drain */
+    cq_mqsrv_drain(eng);
+    expect(p, "12 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[5]}");
+    /* without ops completions only queue; freeing the engine runs them */
+    cq_mqsrv_set_ops(eng, NULL, NULL);
+    feed(p, produce_req(3, "orders", 1, 0));
+    r = take(CQ_WRITER_PRODUCE, "orders");
+    r->offsets[0] = 6;
+    cq_mqsrv_complete(NULL, r);
+    assert_int_equal(wakes, 1);
+    fconn_free(p);
     eng_stop();
 }
 
@@ -977,8 +1025,8 @@ int main(void)
         cmocka_unit_test(test_add_topic),       cmocka_unit_test(test_produce),
         cmocka_unit_test(test_consume),         cmocka_unit_test(test_commit_offset),
         cmocka_unit_test(test_watch_push),      cmocka_unit_test(test_online_retention),
-        cmocka_unit_test(test_close_in_flight), cmocka_unit_test(test_metrics_port),
-        cmocka_unit_test(test_http_ops),
+        cmocka_unit_test(test_close_in_flight), cmocka_unit_test(test_inbox),
+        cmocka_unit_test(test_metrics_port),    cmocka_unit_test(test_http_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
