@@ -20,6 +20,8 @@
 #ifndef CQ_MQ_H
 #define CQ_MQ_H
 
+#include "cq_buf.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -205,6 +207,9 @@ int cq_mq_decode(const cq_mq_frame_t *f, const cq_mq_limits_t *lim, cq_mq_msg_t 
  * set, or a value is out of range), CQ_EBADTOPIC, CQ_EBADLEN (over 4 GiB) or -ENOMEM.
  * Deterministic: equal messages give equal bytes. */
 int cq_mq_encode(const cq_mq_msg_t *m, uint8_t **ret, size_t *ret_len);
+/* The same frame, encoded straight into a refcounted buffer: *ret is returned owned (one
+ * reference, len set), for a server to queue by reference on one or many connections. */
+int cq_mq_encode_buf(const cq_mq_msg_t *m, cq_buf_t **ret);
 
 /* Returns an owned, empty message of the given type, or NULL on OOM. */
 cq_mq_msg_t *cq_mq_msg_new(uint8_t type, uint16_t msg_id);
@@ -253,6 +258,8 @@ cq_mq_msg_t *cq_mq_resp_new(const cq_mq_msg_t *req, int err, const char *err_msg
  * err_msg: borrowed. Output and errors as cq_mq_encode(). */
 int cq_mq_encode_error(const cq_mq_frame_t *f, int err, const char *err_msg, uint8_t **ret,
                        size_t *ret_len);
+/* The same answer in a refcounted buffer (see cq_mq_encode_buf). */
+int cq_mq_encode_error_buf(const cq_mq_frame_t *f, int err, const char *err_msg, cq_buf_t **ret);
 
 /* ---- names and codes ------------------------------------------------------------------ */
 

@@ -209,27 +209,25 @@ static int build_object(const cq_mq_msg_t *m, const type_desc_t *t, json_t *root
     return 0;
 }
 
-static int dump_frame(const cq_mq_msg_t *m, json_t *root, uint8_t **ret, size_t *ret_len)
+static int dump_frame(const cq_mq_msg_t *m, json_t *root, mq_out_t *o, bool shared)
 {
     size_t len = json_dumpb(root, NULL, 0, JSON_COMPACT);
     if (len == 0)
         return -ENOMEM; /* an object dumps to at least "{}" */
     if (len > UINT32_MAX - CQ_MQ_HDR_LEN)
         return CQ_EBADLEN;
-    uint8_t *buf = cq_malloc(CQ_MQ_HDR_LEN + len);
-    if (!buf)
-        return -ENOMEM;
-    if (json_dumpb(root, (char *)buf + CQ_MQ_HDR_LEN, len, JSON_COMPACT) != len) {
-        cq_free(buf);
+    int rc = cq__mq_out_init(o, CQ_MQ_HDR_LEN + len, shared);
+    if (rc < 0)
+        return rc;
+    if (json_dumpb(root, (char *)o->p + CQ_MQ_HDR_LEN, len, JSON_COMPACT) != len) {
+        cq__mq_out_done(o);
         return -ENOMEM;
     }
-    cq_mq_header_write(buf, (uint32_t)(CQ_MQ_HDR_LEN + len), m->type, m->msg_id);
-    *ret = buf;
-    *ret_len = CQ_MQ_HDR_LEN + len;
-    return 0;
+    o->len = CQ_MQ_HDR_LEN + len;
+    return cq__mq_out_finish(o, m);
 }
 
-int cq__mq_encode_jansson(const cq_mq_msg_t *m, uint8_t **ret, size_t *ret_len)
+int cq__mq_encode_jansson_out(const cq_mq_msg_t *m, mq_out_t *o, bool shared)
 {
     const type_desc_t *t = cq__mq_type_of(m->type);
     if (!t)
@@ -239,16 +237,111 @@ int cq__mq_encode_jansson(const cq_mq_msg_t *m, uint8_t **ret, size_t *ret_len)
         return -ENOMEM;
     int rc = build_object(m, t, root);
     if (rc == 0)
-        rc = dump_frame(m, root, ret, ret_len);
+        rc = dump_frame(m, root, o, shared);
     json_decref(root);
     return rc;
 }
 
-int cq_mq_encode(const cq_mq_msg_t *m, uint8_t **ret, size_t *ret_len)
+int cq__mq_encode_jansson(const cq_mq_msg_t *m, uint8_t **ret, size_t *ret_len)
+{
+    mq_out_t o;
+    int rc = cq__mq_encode_jansson_out(m, &o, false);
+    if (rc == 0) {
+        *ret = o.p;
+        *ret_len = o.len;
+    }
+    return rc;
+}
+
+/* ---- output: an array or a shared buffer ---------------------------------------------------- */
+
+int cq__mq_out_init(mq_out_t *o, size_t cap, bool shared)
+{
+    *o = (mq_out_t){NULL, 0, 0, NULL};
+    if (cap > UINT32_MAX)
+        return CQ_EBADLEN;
+    if (shared) {
+        o->buf = cq_buf_new(cap);
+        o->p = o->buf ? o->buf->data : NULL;
+    } else {
+        o->p = cq_malloc(cap ? cap : 1);
+    }
+    if (!o->p)
+        return -ENOMEM;
+    o->cap = cap;
+    return 0;
+}
+
+int cq__mq_out_grow(mq_out_t *o, size_t need)
+{
+    size_t cap = o->cap * 2 > o->len + need ? o->cap * 2 : o->len + need + 256;
+    if (cap > UINT32_MAX)
+        cap = UINT32_MAX;
+    int rc = o->len + need > cap ? CQ_EBADLEN : 0;
+    uint8_t *p = NULL;
+    cq_buf_t *b = NULL;
+    if (rc == 0 && o->buf && (b = cq_buf_new(cap)))
+        p = memcpy(b->data, o->p, o->len);
+    else if (rc == 0 && !o->buf)
+        p = cq_realloc(o->p, cap);
+    if (!p) {
+        cq__mq_out_done(o);
+        return rc ? rc : -ENOMEM;
+    }
+    if (o->buf)
+        cq_buf_unref(o->buf);
+    o->buf = b;
+    o->p = p;
+    o->cap = cap;
+    return 0;
+}
+
+void cq__mq_out_done(mq_out_t *o)
+{
+    if (o->buf)
+        cq_buf_unref(o->buf);
+    else
+        cq_free(o->p);
+    *o = (mq_out_t){NULL, 0, 0, NULL};
+}
+
+int cq__mq_out_finish(mq_out_t *o, const cq_mq_msg_t *m)
+{
+    if (o->len > UINT32_MAX)
+        return CQ_EBADLEN;
+    cq_mq_header_write(o->p, (uint32_t)o->len, m->type, m->msg_id);
+    if (o->buf)
+        o->buf->len = (uint32_t)o->len;
+    return 0;
+}
+
+/* ---- the entry points ----------------------------------------------------------------------- */
+
+static int encode_out(const cq_mq_msg_t *m, mq_out_t *o, bool shared)
 {
     const type_desc_t *t = cq__mq_type_of(m->type);
     if (!t)
         return CQ_ENOTYPE;
-    return cq__mq_encode_direct_fits(m, t) ? cq__mq_encode_direct(m, t, ret, ret_len)
-                                           : cq__mq_encode_jansson(m, ret, ret_len);
+    return cq__mq_encode_direct_fits(m, t) ? cq__mq_encode_direct(m, t, o, shared)
+                                           : cq__mq_encode_jansson_out(m, o, shared);
+}
+
+int cq_mq_encode(const cq_mq_msg_t *m, uint8_t **ret, size_t *ret_len)
+{
+    mq_out_t o;
+    int rc = encode_out(m, &o, false);
+    if (rc == 0) {
+        *ret = o.p;
+        *ret_len = o.len;
+    }
+    return rc;
+}
+
+int cq_mq_encode_buf(const cq_mq_msg_t *m, cq_buf_t **ret)
+{
+    mq_out_t o;
+    int rc = encode_out(m, &o, true);
+    if (rc == 0)
+        *ret = o.buf;
+    return rc;
 }

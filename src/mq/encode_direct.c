@@ -15,8 +15,7 @@
  * JSON-object content or a topic list still take the jansson path. */
 
 typedef struct jw {
-    uint8_t *p;
-    size_t len, cap;
+    mq_out_t o;
     int err;
 } jw_t;
 
@@ -24,18 +23,10 @@ static void jw_put(jw_t *w, const void *s, size_t n)
 {
     if (w->err)
         return;
-    if (w->len + n > w->cap) {
-        size_t cap = w->cap * 2 > w->len + n ? w->cap * 2 : w->len + n + 256;
-        uint8_t *p = cq_realloc(w->p, cap);
-        if (!p) {
-            w->err = -ENOMEM;
-            return;
-        }
-        w->p = p;
-        w->cap = cap;
-    }
-    memcpy(w->p + w->len, s, n);
-    w->len += n;
+    if (w->o.len + n > w->o.cap && (w->err = cq__mq_out_grow(&w->o, n)) < 0)
+        return;
+    memcpy(w->o.p + w->o.len, s, n);
+    w->o.len += n;
 }
 
 static void jw_lit(jw_t *w, const char *s)
@@ -208,7 +199,7 @@ bool cq__mq_encode_direct_fits(const cq_mq_msg_t *m, const type_desc_t *t)
     return true;
 }
 
-int cq__mq_encode_direct(const cq_mq_msg_t *m, const type_desc_t *t, uint8_t **ret, size_t *ret_len)
+int cq__mq_encode_direct(const cq_mq_msg_t *m, const type_desc_t *t, mq_out_t *o, bool shared)
 {
     if ((t->req & m->has) != t->req)
         return CQ_EFIELD;
@@ -216,17 +207,15 @@ int cq__mq_encode_direct(const cq_mq_msg_t *m, const type_desc_t *t, uint8_t **r
         (!(m->has & CQ_MQ_F_CONTENT) == !(m->has & CQ_MQ_F_BATCH) ||
          !(m->has & CQ_MQ_F_PRODUCER_ID) != !(m->has & CQ_MQ_F_SEQ)))
         return CQ_EFIELD;
-    jw_t w = {NULL, 0, 0, 0};
+    jw_t w = {{NULL, 0, 0, NULL}, 0};
     size_t guess = CQ_MQ_HDR_LEN + 64;
     for (size_t i = 0; i < m->nitems; i++)
         guess += m->items[i].len + 48;
-    w.p = cq_malloc(guess);
-    if (!w.p)
-        return -ENOMEM;
-    w.cap = guess;
-    w.len = CQ_MQ_HDR_LEN;
+    int rc = cq__mq_out_init(&w.o, guess, shared);
+    if (rc < 0)
+        return rc;
+    w.o.len = CQ_MQ_HDR_LEN;
     bool first = true;
-    int rc = 0;
     jw_put(&w, "{", 1);
     for (size_t i = 0; rc == 0 && i < CQ__MQ_NFIELDS; i++) {
         if (cq__mq_field_wanted(t, 1u << i, m))
@@ -235,14 +224,12 @@ int cq__mq_encode_direct(const cq_mq_msg_t *m, const type_desc_t *t, uint8_t **r
     jw_put(&w, "}", 1);
     if (rc == 0)
         rc = w.err;
-    if (rc == 0 && w.len > UINT32_MAX)
-        rc = CQ_EBADLEN;
+    if (rc == 0)
+        rc = cq__mq_out_finish(&w.o, m);
     if (rc < 0) {
-        cq_free(w.p);
+        cq__mq_out_done(&w.o);
         return rc;
     }
-    cq_mq_header_write(w.p, (uint32_t)w.len, m->type, m->msg_id);
-    *ret = w.p;
-    *ret_len = w.len;
+    *o = w.o;
     return 0;
 }

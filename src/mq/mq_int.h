@@ -10,6 +10,7 @@
 #ifndef CQ_MQ_INT_H
 #define CQ_MQ_INT_H
 
+#include "cq_buf.h"
 #include "cq_mq.h"
 
 #include <jansson.h>
@@ -88,12 +89,31 @@ int cq__mq_check_message(const dctx_t *c, const cq_mq_msg_t *m);
 /* Decodes f on the direct path; NULL when it cannot (the jansson path then decides). */
 cq_mq_msg_t *cq__mq_decode_direct(const cq_mq_frame_t *f, const type_desc_t *t, const dctx_t *c);
 
-/* ---- encode (encode_direct.c) ------------------------------------------------------------- */
+/* ---- encode (encode.c, encode_direct.c) --------------------------------------------------- */
+
+/* Where an encoder writes a frame: a cq_malloc'd array (cq_mq_encode) or a refcounted cq_buf
+ * (cq_mq_encode_buf), so that either gets the bytes with no copy. */
+typedef struct mq_out {
+    uint8_t *p; /* the frame: header, then body */
+    size_t len, cap;
+    cq_buf_t *buf; /* non-NULL: p is buf->data */
+} mq_out_t;
+
+/* Starts o with cap bytes, in a cq_buf when shared. 0, CQ_EBADLEN (over 4 GiB) or -ENOMEM. */
+int cq__mq_out_init(mq_out_t *o, size_t cap, bool shared);
+/* Makes room for need more bytes (the contents move when they must). 0, CQ_EBADLEN or -ENOMEM
+ * (o is then released). */
+int cq__mq_out_grow(mq_out_t *o, size_t need);
+/* Releases what o holds (on failure). */
+void cq__mq_out_done(mq_out_t *o);
+/* Writes the header over o's first CQ_MQ_HDR_LEN bytes once the body is complete. */
+int cq__mq_out_finish(mq_out_t *o, const cq_mq_msg_t *m);
 
 /* True when the direct writer can encode m: no JSON-object content, no topic list. */
 bool cq__mq_encode_direct_fits(const cq_mq_msg_t *m, const type_desc_t *t);
-/* cq_mq_encode() for a message that fits the direct writer. */
-int cq__mq_encode_direct(const cq_mq_msg_t *m, const type_desc_t *t, uint8_t **ret,
-                         size_t *ret_len);
+/* Encodes m into o (initialised here) with the direct writer. */
+int cq__mq_encode_direct(const cq_mq_msg_t *m, const type_desc_t *t, mq_out_t *o, bool shared);
+/* Encodes m into o (initialised here) through jansson. */
+int cq__mq_encode_jansson_out(const cq_mq_msg_t *m, mq_out_t *o, bool shared);
 
 #endif

@@ -66,8 +66,8 @@ static bool peek_askid(const cq_mq_frame_t *f, uint32_t *askid)
     return ok;
 }
 
-int cq_mq_encode_error(const cq_mq_frame_t *f, int err, const char *err_msg, uint8_t **ret,
-                       size_t *ret_len)
+/* The answer to a frame that did not decode, as a message (returned owned). */
+static int error_msg(const cq_mq_frame_t *f, int err, const char *err_msg, cq_mq_msg_t **ret)
 {
     uint32_t askid = 0;
     bool has_askid = f && peek_askid(f, &askid);
@@ -80,8 +80,31 @@ int cq_mq_encode_error(const cq_mq_frame_t *f, int err, const char *err_msg, uin
     m->askid = askid;
     m->has |= has_askid ? CQ_MQ_F_ASKID : 0;
     int rc = set_err(m, err, err_msg);
+    if (rc < 0) {
+        cq_mq_msg_free(m);
+        return rc;
+    }
+    *ret = m;
+    return 0;
+}
+
+int cq_mq_encode_error(const cq_mq_frame_t *f, int err, const char *err_msg, uint8_t **ret,
+                       size_t *ret_len)
+{
+    cq_mq_msg_t *m = NULL;
+    int rc = error_msg(f, err, err_msg, &m);
     if (rc == 0)
         rc = cq_mq_encode(m, ret, ret_len);
+    cq_mq_msg_free(m);
+    return rc;
+}
+
+int cq_mq_encode_error_buf(const cq_mq_frame_t *f, int err, const char *err_msg, cq_buf_t **ret)
+{
+    cq_mq_msg_t *m = NULL;
+    int rc = error_msg(f, err, err_msg, &m);
+    if (rc == 0)
+        rc = cq_mq_encode_buf(m, ret);
     cq_mq_msg_free(m);
     return rc;
 }

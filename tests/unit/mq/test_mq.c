@@ -105,6 +105,13 @@ static void roundtrip(const cq_mq_msg_t *m, const cq_mq_limits_t *lim)
     assert_int_equal(cq__mq_encode_jansson(m, &b, &blen), 0);
     assert_int_equal(alen, blen);
     assert_memory_equal(a, b, alen);
+    /* and so does the encoder into a refcounted buffer */
+    cq_buf_t *buf = NULL;
+    assert_int_equal(cq_mq_encode_buf(m, &buf), 0);
+    assert_int_equal(buf->len, alen);
+    assert_int_equal(cq_buf_refs(buf), 1);
+    assert_memory_equal(buf->data, a, alen);
+    cq_buf_unref(buf);
     cq_mq_msg_free(d);
     cq_free(a);
     cq_free(b);
@@ -1058,6 +1065,71 @@ static int failn_op(void)
     return rc;
 }
 
+/* Frames encoded into a cq_buf: the same bytes as cq_mq_encode on both writers, when the first
+ * guess of the size is too small too (escapes grow the body), and for error answers. */
+static void test_encode_buf(void **state)
+{
+    (void)state;
+    cq_mq_msg_t *m = cq_mq_msg_new(CQ_MQ_PUSH, 0);
+    assert_non_null(m);
+    assert_int_equal(cq_mq_msg_set_topic(m, "t"), 0);
+    char ctl[2000];
+    memset(ctl, 0x01, sizeof(ctl)); /* written as \u0001: six times the guess */
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(cq_mq_msg_add_item(m, i + 1, -1, ctl, sizeof(ctl), false), 0);
+    m->offset = 50;
+    m->has |= CQ_MQ_F_MESSAGES | CQ_MQ_F_OFFSET;
+    uint8_t *a;
+    size_t alen;
+    cq_buf_t *b;
+    assert_int_equal(cq_mq_encode(m, &a, &alen), 0);
+    assert_true(alen > 6 * 50 * sizeof(ctl));
+    assert_int_equal(cq_mq_encode_buf(m, &b), 0);
+    assert_int_equal(b->len, alen);
+    assert_true(b->cap >= b->len);
+    assert_memory_equal(b->data, a, alen);
+    cq_buf_unref(b);
+    cq_free(a);
+    /* a JSON-object content takes the jansson path */
+    cq_mq_msg_t *p = cq_mq_msg_new(CQ_MQ_REQ_PRODUCE, 3);
+    p->askid = 1;
+    assert_int_equal(cq_mq_msg_set_topic(p, "t"), 0);
+    assert_int_equal(cq_mq_msg_add_item(p, 0, -1, "{\"k\":[1,2]}", 11, true), 0);
+    p->has |= CQ_MQ_F_ASKID | CQ_MQ_F_CONTENT;
+    assert_int_equal(cq_mq_encode(p, &a, &alen), 0);
+    assert_int_equal(cq_mq_encode_buf(p, &b), 0);
+    assert_int_equal(b->len, alen);
+    assert_memory_equal(b->data, a, alen);
+    cq_buf_unref(b);
+    cq_free(a);
+    /* an error answer */
+    const char *body = "{\"askid\":77,\"topic\":\"a;b\"}";
+    cq_mq_frame_t f = {(const uint8_t *)body, (uint32_t)strlen(body), 1, CQ_MQ_REQ_WATCH};
+    assert_int_equal(cq_mq_encode_error(&f, CQ_EBADTOPIC, "no", &a, &alen), 0);
+    assert_int_equal(cq_mq_encode_error_buf(&f, CQ_EBADTOPIC, "no", &b), 0);
+    assert_int_equal(b->len, alen);
+    assert_memory_equal(b->data, a, alen);
+    cq_buf_unref(b);
+    cq_free(a);
+    /* every allocation failing in turn: a clean -ENOMEM, nothing live */
+    for (unsigned long n = 1;; n++) {
+        long live = cq_buf_live();
+        test_alloc_install(n, false);
+        b = NULL;
+        int rc = cq_mq_encode_buf(n & 1 ? m : p, &b);
+        cq_buf_unref(b);
+        unsigned long failed = test_alloc_failed();
+        test_alloc_remove();
+        assert_int_equal(test_alloc_live(), 0);
+        assert_int_equal(cq_buf_live(), live);
+        assert_true(rc == 0 || rc == -ENOMEM);
+        if (failed == 0 && n > 8)
+            break;
+    }
+    cq_mq_msg_free(p);
+    cq_mq_msg_free(m);
+}
+
 static void test_fail_n(void **state)
 {
     (void)state;
@@ -1117,6 +1189,7 @@ int main(void)
         cmocka_unit_test(test_offset_and_topics),
         cmocka_unit_test(test_encode_escapes),
         cmocka_unit_test(test_decoders_agree),
+        cmocka_unit_test(test_encode_buf),
         cmocka_unit_test(test_fail_n),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
