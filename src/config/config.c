@@ -199,6 +199,14 @@ static const opt_t opts[] = {
          "Largest content of one durable message; larger ones are refused, never truncated."),
     INT("mq-max-pending", NULL, mq_max_pending, "100000", 1, 100000000, "N",
         "Durable writes pending in the store thread before producers get err busy."),
+    SIZE("mq-sendq-soft-limit", NULL, mq_sendq_soft_limit, "0", 0, GIB,
+         "Unsent bytes a durable-topic connection (seed or HTTP) may hold for at most "
+         "--mq-sendq-soft-seconds; 0 disables the soft limit."),
+    INT("mq-sendq-soft-seconds", NULL, mq_sendq_soft_seconds, "10", 0, 3600, "SECONDS",
+        "Seconds a durable-topic connection may stay over --mq-sendq-soft-limit before it is "
+        "closed as a slow consumer."),
+    SIZE("mq-sendq-hard-limit", NULL, mq_sendq_hard_limit, "64m", 4 * KIB, GIB,
+         "Unsent bytes that close a durable-topic connection at once (a slow consumer)."),
     INT("retention-check-s", NULL, retention_check_s, "60", 1, 86400, "SECONDS",
         "Seconds between purges of messages older than their topic's retention."),
     {"config", NULL, OPT_STRING, "", 0, 0, NULL, "FILE", OFF(config), ACT_NONE, F_CONFIG,
@@ -520,6 +528,14 @@ int cq_config_check(const cq_config_t *c, char *err, size_t errlen)
         fmt_size((long long)c->sendq_hard_limit, hard, sizeof(hard));
         return cq_err_fmt(err, errlen, CQ_ECONFIG,
                           "--sendq-soft-limit: %s is above --sendq-hard-limit %s", soft, hard);
+    }
+    if (c->mq_sendq_soft_limit > c->mq_sendq_hard_limit) {
+        char soft[32], hard[32];
+        fmt_size((long long)c->mq_sendq_soft_limit, soft, sizeof(soft));
+        fmt_size((long long)c->mq_sendq_hard_limit, hard, sizeof(hard));
+        return cq_err_fmt(err, errlen, CQ_ECONFIG,
+                          "--mq-sendq-soft-limit: %s is above --mq-sendq-hard-limit %s", soft,
+                          hard);
     }
     if (strcmp(c->auth_provider, "file") == 0 && c->auth_token_file[0] == '\0')
         return cq_err_fmt(err, errlen, CQ_ECONFIG, "--auth-provider: file needs --auth-token-file");

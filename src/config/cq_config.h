@@ -85,11 +85,14 @@ typedef struct cq_config {
     char *mysql_user;
     char *mysql_password;
     char *mysql_database;
-    char *mq_permissions_file; /* JSON module permissions; "" = everything allowed */
-    size_t mq_max_content;     /* bytes of one message's content */
-    int mq_max_pending;        /* pending durable writes before producers get busy */
-    int retention_check_s;     /* seconds between retention purges */
-    char *config;              /* the last config file loaded, "" if none */
+    char *mq_permissions_file;  /* JSON module permissions; "" = everything allowed */
+    size_t mq_max_content;      /* bytes of one message's content */
+    int mq_max_pending;         /* pending durable writes before producers get busy */
+    size_t mq_sendq_soft_limit; /* MQ connections: unsent bytes allowed mq_sendq_soft_seconds */
+    int mq_sendq_soft_seconds;
+    size_t mq_sendq_hard_limit; /* MQ connections: unsent bytes that close at once */
+    int retention_check_s;      /* seconds between retention purges */
+    char *config;               /* the last config file loaded, "" if none */
 } cq_config_t;
 
 /* Fills c with the defaults. c's previous contents are not freed (call cq_config_done first

@@ -11,6 +11,7 @@
 #include "cq_sendq.h"
 #include "cq_util.h"
 #include "io_int.h"
+#include "io_stream.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -47,36 +48,17 @@ static void on_write(uv_write_t *req, int status)
     tcp_flush(ic);
 }
 
-/* Writes batches with uv_try_write; the rest goes to one uv_write. */
+/* Writes batches with uv_try_write; the rest goes to one uv_write (io_stream.c). */
 static int write_some(io_conn_t *ic, bool may_queue)
 {
-    cq_sendq_t *q = cq_conn_sendq(ic->conn);
-    for (;;) {
-        const struct iovec *iov;
-        int n;
-        if (cq_sendq_prepare(q, &iov, &n) < 0)
-            return -ENOMEM;
-        if (n == 0)
-            return 0;
-        int r = uv_try_write((uv_stream_t *)&ic->tcp, (const uv_buf_t *)iov, (unsigned)n);
-        if (r < 0 && r != UV_EAGAIN)
-            return r;
-        if (r > 0 && cq_sendq_written(q, (size_t)r))
-            continue;
-        if (!may_queue)
-            return 0;
-        cq_sendq_prepare(q, &iov, &n);
-        size_t left = 0;
-        for (int i = 0; i < n; i++)
-            left += iov[i].iov_len;
-        r = uv_write(&ic->wreq, (uv_stream_t *)&ic->tcp, (const uv_buf_t *)iov, (unsigned)n,
-                     on_write);
-        if (r < 0)
-            return r;
+    size_t left = 0;
+    int r = cq__io_stream_write((uv_stream_t *)&ic->tcp, cq_conn_sendq(ic->conn), &ic->wreq,
+                                on_write, may_queue, &left);
+    if (r == 0 && left) {
         ic->writing = 1;
         ic->inflight = left;
-        return 0;
     }
+    return r;
 }
 
 static void tcp_flush(void *tctx)

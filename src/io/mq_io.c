@@ -10,6 +10,7 @@
 #include "cq_mqsrv.h"
 #include "cq_util.h"
 #include "io_int.h"
+#include "io_stream.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -18,14 +19,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MQ_READ_BUF    (64u * 1024u)
-#define MQ_QUEUED_HARD (64u * 1024u * 1024u) /* unsent bytes that close a connection */
+#define MQ_READ_BUF (64u * 1024u)
+#define MQ_TICK_MS  100 /* send queue housekeeping (soft limits) */
 
 struct cq_mqio {
     uv_loop_t loop;
     uv_async_t wake;
     uv_tcp_t listener;
     uv_tcp_t http_listener; /* the HTTP API, when http_on */
+    uv_prepare_t prepare;   /* writes the connections with queued output, once per iteration */
+    uv_timer_t tick;
     uv_timer_t retention;
     uv_timer_t metrics;
     uv_thread_t thread;
@@ -47,85 +50,42 @@ struct cq_mqio {
     bool metrics_on;    /* under metrics_mu */
 };
 
+/* One TCP connection: the engine queues frames in its send queue; this side writes them. */
 typedef struct mq_conn {
     uv_tcp_t tcp;
+    uv_write_t wreq;
     uv_shutdown_t sreq;
     cq_mqio_t *io;
     cq_mqsrv_conn_t *conn;  /* seed protocol, or */
     cq_mqhttp_conn_t *http; /* the HTTP API */
-    size_t queued;          /* bytes handed to uv_write and not yet written */
-    bool closing;
+    cq_sendq_t *q;          /* the engine connection's send queue */
+    size_t inflight;        /* bytes of the uv_write in flight */
+    bool writing;           /* a uv_write is in flight */
+    bool closing;           /* close asked: stop reading, write what is queued, shut down */
+    bool shut;              /* uv_shutdown was called */
+    bool dropped;           /* uv_close was called: nothing is written any more */
 } mq_conn_t;
-
-typedef struct mq_write {
-    uv_write_t req;
-    mq_conn_t *mc;
-    uint8_t *frame;
-    size_t len;
-} mq_write_t;
 
 static uint64_t unix_ms(void)
 {
     return (uint64_t)(cq_clock_unix_ns() / 1000000);
 }
 
-/* ---- connections ------------------------------------------------------------------------ */
+/* ---- connections: the transport ops ------------------------------------------------------ */
 
 static void conn_closed(uv_handle_t *h)
 {
     mq_conn_t *mc = h->data;
-    cq_mqsrv_conn_close(mc->conn);
+    cq_mqsrv_conn_close(mc->conn); /* after every write callback: the queue may go */
     cq_mqhttp_conn_close(mc->http);
     cq_free(mc);
 }
 
 static void conn_drop(mq_conn_t *mc)
 {
-    mc->closing = true;
+    mc->closing = mc->dropped = true;
     if (!uv_is_closing((uv_handle_t *)&mc->tcp))
         uv_close((uv_handle_t *)&mc->tcp, conn_closed);
-}
-
-static void on_written(uv_write_t *req, int status)
-{
-    mq_write_t *wr = cq_container_of(req, mq_write_t, req);
-    mq_conn_t *mc = wr->mc;
-    mc->queued -= wr->len;
-    cq_free(wr->frame);
-    cq_free(wr);
-    if (status < 0 && status != UV_ECANCELED)
-        conn_drop(mc);
-}
-
-/* Engine op: queue one frame (taken). */
-static int conn_send(void *ud, uint8_t *frame, size_t len)
-{
-    mq_conn_t *mc = ud;
-    if (uv_is_closing((uv_handle_t *)&mc->tcp)) {
-        cq_free(frame);
-        return CQ_ECLOSED;
-    }
-    if (mc->queued + len > MQ_QUEUED_HARD) { /* a consumer that does not read: drop it now */
-        CQ_WARN("mq", "closing a connection with %zu unsent bytes", mc->queued);
-        cq_free(frame);
-        conn_drop(mc);
-        return CQ_ESLOW;
-    }
-    mq_write_t *wr = cq_malloc(sizeof(*wr));
-    if (!wr) {
-        cq_free(frame);
-        return -ENOMEM;
-    }
-    *wr = (mq_write_t){.mc = mc, .frame = frame, .len = len};
-    uv_buf_t b = uv_buf_init((char *)frame, (unsigned)len);
-    int r = uv_write(&wr->req, (uv_stream_t *)&mc->tcp, &b, 1, on_written);
-    if (r < 0) {
-        cq_free(frame);
-        cq_free(wr);
-        return r;
-    }
-    mc->queued += len;
-    return 0;
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status)
@@ -133,20 +93,84 @@ static void on_shutdown(uv_shutdown_t *req, int status)
     conn_drop(req->data);
 }
 
-/* Engine op: close once the queued frames are written. */
-static void conn_close(void *ud)
+/* A closing connection that wrote everything: shut the write side down, then close. */
+static void conn_finish(mq_conn_t *mc)
 {
-    mq_conn_t *mc = ud;
-    if (mc->closing)
+    if (mc->dropped || mc->writing || mc->shut || !cq_sendq_idle(mc->q))
         return;
-    mc->closing = true;
-    uv_read_stop((uv_stream_t *)&mc->tcp);
+    mc->shut = true;
     mc->sreq.data = mc;
     if (uv_shutdown(&mc->sreq, (uv_stream_t *)&mc->tcp, on_shutdown) < 0)
         conn_drop(mc);
 }
 
-static const cq_mqsrv_conn_ops_t conn_ops = {conn_send, conn_close};
+static void on_written(uv_write_t *req, int status);
+
+/* Transport op: writes the send queue (io_stream.c); a write left in flight continues from
+ * on_written. */
+static void conn_flush(void *tctx)
+{
+    mq_conn_t *mc = tctx;
+    size_t left = 0;
+    if (mc->dropped || mc->writing)
+        return;
+    int r = cq__io_stream_write((uv_stream_t *)&mc->tcp, mc->q, &mc->wreq, on_written, true, &left);
+    if (r < 0) {
+        conn_drop(mc);
+        return;
+    }
+    mc->writing = left > 0;
+    mc->inflight = left;
+    if (mc->closing)
+        conn_finish(mc);
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+    mq_conn_t *mc = cq_container_of(req, mq_conn_t, wreq);
+    mc->writing = false;
+    if (mc->dropped)
+        return; /* canceled by the close */
+    if (status < 0) {
+        conn_drop(mc);
+        return;
+    }
+    cq_sendq_written(mc->q, mc->inflight);
+    mc->inflight = 0;
+    conn_flush(mc);
+}
+
+/* Transport op: stop reading, write what is queued, then close. */
+static void conn_close(void *tctx)
+{
+    mq_conn_t *mc = tctx;
+    if (mc->closing)
+        return;
+    mc->closing = true;
+    uv_read_stop((uv_stream_t *)&mc->tcp);
+    conn_flush(mc);
+}
+
+/* Engine op: a slow consumer, closed at once with what it did not read. */
+static void conn_abort(void *tctx, int reason, const char *why)
+{
+    mq_conn_t *mc = tctx;
+    CQ_WARN("mq", "closing a connection with %zu unsent bytes: %s (%s)", cq_sendq_bytes(mc->q), why,
+            cq_strerror(reason));
+    conn_drop(mc);
+}
+
+static int conn_peer(void *tctx, char *buf, size_t len)
+{
+    mq_conn_t *mc = tctx;
+    struct sockaddr_storage ss;
+    int sl = sizeof(ss);
+    int r = uv_tcp_getpeername(&mc->tcp, (struct sockaddr *)&ss, &sl);
+    return r < 0 ? r : cq__io_addr_str((struct sockaddr *)&ss, buf, len);
+}
+
+static const cq_mqsrv_conn_ops_t conn_ops = {{"tcp", conn_flush, conn_close, conn_peer},
+                                             conn_abort};
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
@@ -182,10 +206,11 @@ static void accept_conn(uv_stream_t *server, int status, bool http)
     uv_tcp_init(&io->loop, &mc->tcp);
     mc->tcp.data = mc;
     bool ok = uv_accept(server, (uv_stream_t *)&mc->tcp) == 0;
-    if (ok && http)
-        ok = (mc->http = cq_mqhttp_conn_new(io->srv, &conn_ops, mc)) != NULL;
-    else if (ok)
-        ok = (mc->conn = cq_mqsrv_conn_new(io->srv, &conn_ops, mc)) != NULL;
+    if (ok && http && (mc->http = cq_mqhttp_conn_new(io->srv, &conn_ops, mc)))
+        mc->q = cq_mqhttp_conn_sendq(mc->http);
+    else if (ok && !http && (mc->conn = cq_mqsrv_conn_new(io->srv, &conn_ops, mc)))
+        mc->q = cq_mqsrv_conn_sendq(mc->conn);
+    ok = mc->q != NULL;
     if (!ok) {
         conn_drop(mc);
         return;
@@ -248,6 +273,18 @@ static void on_wake(uv_async_t *a)
     drain_done(io);
     if (atomic_load(&io->stopping))
         uv_walk(&io->loop, close_walk, io);
+}
+
+static void on_prepare(uv_prepare_t *p)
+{
+    cq_mqio_t *io = p->data;
+    cq_mqsrv_flush(io->srv);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    cq_mqio_t *io = t->data;
+    cq_mqsrv_tick(io->srv, uv_now(&io->loop));
 }
 
 static void on_retention(uv_timer_t *t)
@@ -350,6 +387,12 @@ int cq_mqio_start(cq_mqio_t *io, cq_mqsrv_t *srv, const cq_mqio_opts_t *opts, ch
     io->wake.data = io;
     io->alive = true;
     cq_mqsrv_set_ops(srv, &engine_ops, io);
+    uv_prepare_init(&io->loop, &io->prepare);
+    io->prepare.data = io;
+    uv_prepare_start(&io->prepare, on_prepare);
+    uv_timer_init(&io->loop, &io->tick);
+    io->tick.data = io;
+    uv_timer_start(&io->tick, on_tick, MQ_TICK_MS, MQ_TICK_MS);
     uv_timer_init(&io->loop, &io->retention);
     io->retention.data = io;
     uv_timer_start(&io->retention, on_retention, io->retention_ms, io->retention_ms);

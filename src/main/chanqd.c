@@ -234,6 +234,9 @@ static int make_engine(app_t *a, const cq_store_topic_t *topics, const uint64_t 
         .high_water = hw,
         .ntopics = n,
         .port = cq_mqport_writer(a->writer),
+        .sendq_soft_limit = c->mq_sendq_soft_limit,
+        .sendq_soft_seconds = (uint32_t)c->mq_sendq_soft_seconds,
+        .sendq_hard_limit = c->mq_sendq_hard_limit,
     };
     /* a frame must hold at least one message of the largest size, with its JSON around it */
     uint64_t total = (uint64_t)c->mq_max_content + 4096;

@@ -64,5 +64,7 @@ int cq_mqhttp_conn_input(cq_mqhttp_conn_t *h, const uint8_t *p, size_t n);
 /* The edge is done with h: ops are never called again; h is freed when its store request (if
  * any) completes. Accepts NULL. */
 void cq_mqhttp_conn_close(cq_mqhttp_conn_t *h);
+/* h's send queue (borrowed, valid until cq_mqhttp_conn_close): what ops->t.flush writes. */
+cq_sendq_t *cq_mqhttp_conn_sendq(cq_mqhttp_conn_t *h);
 
 #endif

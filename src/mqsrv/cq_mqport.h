@@ -59,6 +59,11 @@ typedef struct cq_mqsrv_opts {
     const uint64_t *high_water;     /* borrowed, ntopics entries or NULL: last offsets at start */
     size_t ntopics;
     cq_mqport_t port; /* where store requests go (required) */
+    /* Queued bytes per connection: over the hard limit a connection is closed at once (0:
+     * CQ_MQSRV_SENDQ_HARD_DFL); over the soft limit (0: none) for soft_seconds, at the next
+     * cq_mqsrv_tick(). */
+    size_t sendq_soft_limit, sendq_hard_limit;
+    uint32_t sendq_soft_seconds;
 } cq_mqsrv_opts_t;
 
 /* Returns a new engine (owned; cq_mqsrv_free) or NULL on OOM / a port without submit. o is

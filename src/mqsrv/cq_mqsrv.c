@@ -97,6 +97,11 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
     s->port = o->port;
     cq_mpsc_init(&s->inbox);
     pthread_mutex_init(&s->inbox_mu, NULL);
+    cq_list_init(&s->pending);
+    cq_list_init(&s->soft);
+    s->sendq_soft = o->sendq_soft_limit;
+    s->sendq_soft_s = o->sendq_soft_seconds;
+    s->sendq_hard = o->sendq_hard_limit ? o->sendq_hard_limit : CQ_MQSRV_SENDQ_HARD_DFL;
     s->next_conn_id = 1;
     for (size_t i = 0; i < o->ntopics; i++) {
         const cq_store_topic_t *st = &o->topics[i];
@@ -138,7 +143,7 @@ cq_mqsrv_conn_t *cq_mqsrv_conn_new(cq_mqsrv_t *s, const cq_mqsrv_conn_ops_t *ops
     cq_mqsrv_conn_t *c = cq_calloc(1, sizeof(*c));
     if (!c)
         return NULL;
-    c->l = (mq_link_t){.s = s, .fe = &cq__mqsrv_fe, .ops = ops, .ud = ud};
+    cq__mq_link_init(&c->l, s, &cq__mqsrv_fe, ops, ud);
     c->id = s->next_conn_id++;
     cq_sbuf_init(&c->in);
     s->st.conns++;
@@ -152,12 +157,6 @@ void cq__mqsrv_conn_free(mq_link_t *l)
     cq_free(c);
 }
 
-void cq__mq_link_put(mq_link_t *l)
-{
-    if (l->dead && !l->inflight)
-        l->fe->free(l);
-}
-
 void cq_mqsrv_conn_close(cq_mqsrv_conn_t *c)
 {
     if (!c || c->l.dead)
@@ -165,42 +164,33 @@ void cq_mqsrv_conn_close(cq_mqsrv_conn_t *c)
     cq_mqsrv_t *s = c->l.s;
     for (size_t i = 0; i < s->ntopics; i++)
         cq__mqsrv_watch(s->topics[i], c, false);
-    c->l.dead = true;
+    cq__mq_link_dead(&c->l);
     cq_sbuf_done(&c->in);
     cq__mq_link_put(&c->l);
 }
 
-void cq__mqsrv_close(cq_mqsrv_conn_t *c)
+cq_sendq_t *cq_mqsrv_conn_sendq(cq_mqsrv_conn_t *c)
 {
-    if (c->l.closing || c->l.dead)
-        return;
-    c->l.closing = true;
-    c->l.ops->close(c->l.ud);
+    return &c->l.sendq;
 }
 
-static void send_frame(cq_mqsrv_conn_t *c, uint8_t *frame, size_t len)
+void cq__mqsrv_close(cq_mqsrv_conn_t *c)
 {
-    if (c->l.dead || c->l.closing) {
-        cq_free(frame);
-        return;
-    }
-    if (c->l.ops->send(c->l.ud, frame, len) < 0)
-        cq__mqsrv_close(c);
+    cq__mq_link_close(&c->l);
 }
 
 /* Encodes and sends m (taken). */
 void cq__mqsrv_send(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
 {
-    uint8_t *buf;
-    size_t len;
+    cq_buf_t *b;
     if (!m)
         return;
-    int r = cq_mq_encode(m, &buf, &len);
+    int r = cq_mq_encode_buf(m, &b);
     if (r < 0)
         CQ_WARN("mq", "conn %llu: cannot encode %s: %s", (unsigned long long)c->id,
                 cq_mq_type_name(m->type), cq_strerror(r));
     else
-        send_frame(c, buf, len);
+        cq__mq_link_send(&c->l, b);
     cq_mq_msg_free(m);
 }
 
@@ -248,11 +238,10 @@ static void handle_frame(cq_mqsrv_conn_t *c, const cq_mq_frame_t *f)
         cq__mqsrv_dispatch(c, m);
         return;
     }
-    uint8_t *buf;
-    size_t len;
+    cq_buf_t *b;
     c->l.s->st.bad_frames++;
-    if (cq_mq_encode_error(f, r, err, &buf, &len) == 0)
-        send_frame(c, buf, len);
+    if (cq_mq_encode_error_buf(f, r, err, &b) == 0)
+        cq__mq_link_send(&c->l, b);
 }
 
 /* Handles every whole frame in p[0..n); returns the bytes consumed or a negative code. */
@@ -328,29 +317,24 @@ void cq_mqsrv_drain(cq_mqsrv_t *s)
     cq__mqsrv_flush_pushes(s);
 }
 
+/* Encodes t's push once; every watcher's queue takes a reference to the same bytes. */
 static void flush_topic(cq_mqsrv_t *s, mq_topic_t *t)
 {
     cq_mq_msg_t *m = t->push;
     t->push = NULL;
-    uint8_t *buf;
-    size_t len;
-    int r = cq_mq_encode(m, &buf, &len);
+    cq_buf_t *b;
+    int r = cq_mq_encode_buf(m, &b);
     cq_mq_msg_free(m);
     if (r < 0) {
         CQ_WARN("mq", "topic %s: cannot encode push: %s", t->name, cq_strerror(r));
         return;
     }
+    cq_buf_ref_n(b, (uint32_t)t->nwatchers); /* one per watcher, taken by each send */
     for (size_t i = 0; i < t->nwatchers; i++) {
-        uint8_t *copy = i + 1 == t->nwatchers ? buf : cq_malloc(len);
-        if (!copy)
-            continue;
-        if (copy != buf)
-            memcpy(copy, buf, len);
         s->st.pushes++;
-        send_frame(t->watchers[i], copy, len);
+        cq__mq_link_send(&t->watchers[i]->l, b);
     }
-    if (t->nwatchers == 0)
-        cq_free(buf);
+    cq_buf_unref(b);
 }
 
 void cq__mqsrv_flush_pushes(cq_mqsrv_t *s)

@@ -40,6 +40,8 @@
 #include "cq_mq.h"
 #include "cq_mqperm.h"
 #include "cq_sbuf.h"
+#include "cq_sendq.h"
+#include "cq_transport.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -51,15 +53,24 @@ typedef struct cq_mqsrv_conn cq_mqsrv_conn_t;
 #define CQ_MQSRV_CONSUME_DFL   100  /* consume max_count when absent */
 #define CQ_MQSRV_CONN_INFLIGHT 1024 /* store requests in flight per connection */
 #define CQ_MQSRV_PURGE_ROWS    1000 /* rows per retention purge transaction */
+/* Queued bytes that close a connection at once (opts.sendq_hard_limit 0). */
+#define CQ_MQSRV_SENDQ_HARD_DFL (64u * 1024u * 1024u)
 
-/* The edge's side of one connection. ud is the edge's per-connection pointer. */
+/* The edge's side of one connection (seed protocol or HTTP API): the transport ops every chanq
+ * connection has (src/transport/cq_transport.h), plus abort. tctx is the edge's per-connection
+ * pointer. Frames reach the edge as refcounted buffers in the connection's send queue
+ * (cq_mqsrv_conn_sendq, cq_mqhttp_conn_sendq), never copied per connection:
+ *   t.flush  writes what the send queue holds, gathered, without blocking; may leave a write in
+ *            flight and continue it from its own callback. cq_mqsrv_flush() calls it.
+ *   t.close  stops reading, writes what is queued, then closes the socket.
+ *   t.peer   the peer address as text.
+ * After close or abort the edge calls cq_mqsrv_conn_close() / cq_mqhttp_conn_close() once the
+ * socket is gone, never from inside an op. */
 typedef struct cq_mqsrv_conn_ops {
-    /* Queues frame[0..len) for sending; frame (cq_malloc'd) is taken, also on failure.
-     * Returns 0 or a negative code (the engine then closes the connection). */
-    int (*send)(void *ud, uint8_t *frame, size_t len);
-    /* Asks the edge to close the connection once what was queued is written. The edge later
-     * calls cq_mqsrv_conn_close(). */
-    void (*close)(void *ud);
+    cq_transport_ops_t t;
+    /* Closes at once and drops what is queued: a slow consumer. reason (CQ_ESLOW) and why
+     * (borrowed text) are for the edge's log. */
+    void (*abort)(void *tctx, int reason, const char *why);
 } cq_mqsrv_conn_ops_t;
 
 /* The edge's side of the engine. */
@@ -72,6 +83,7 @@ typedef struct cq_mqsrv_ops {
 /* Counters; read on the engine's thread. */
 typedef struct cq_mqsrv_stats {
     uint64_t conns, frames, bad_frames, keepalives, produced, consumed, pushes, busy;
+    uint64_t slow; /* connections closed as slow consumers (send queue limits) */
 } cq_mqsrv_stats_t;
 
 /* Sets the edge's callbacks: ops borrowed (static) and ud, or NULL (completions then only
@@ -89,6 +101,15 @@ int cq_mqsrv_conn_input(cq_mqsrv_conn_t *c, const uint8_t *p, size_t n);
 /* The edge is done with c (socket closed): ops are never called again; c is freed when its last
  * store request completes. */
 void cq_mqsrv_conn_close(cq_mqsrv_conn_t *c);
+/* c's send queue (borrowed, valid until cq_mqsrv_conn_close): what ops->t.flush writes. */
+cq_sendq_t *cq_mqsrv_conn_sendq(cq_mqsrv_conn_t *c);
+
+/* Calls t.flush of every connection (seed and HTTP) that queued output since the last call,
+ * once each. Call once per loop iteration, just before the loop blocks (uv_prepare). */
+void cq_mqsrv_flush(cq_mqsrv_t *s);
+/* Send queue housekeeping: a connection over the soft limit for the configured seconds is
+ * aborted as a slow consumer. now_ms is a monotonic clock (uv_now); call every 100 ms or so. */
+void cq_mqsrv_tick(cq_mqsrv_t *s, uint64_t now_ms);
 
 /* Runs the store completions waiting in the inbox (each answers its connection, updates the
  * topic cache and queues pushes), then sends the pushes. Call from ops->wake's loop callback. */

@@ -83,10 +83,7 @@ static int status_of(int err)
 
 static void h_close(cq_mqhttp_conn_t *h)
 {
-    if (h->l.closing || h->l.dead)
-        return;
-    h->l.closing = true;
-    h->l.ops->close(h->l.ud);
+    cq__mq_link_close(&h->l);
 }
 
 /* Sends status with body v (taken; NULL: answered 503 internal instead). */
@@ -109,17 +106,18 @@ static void respond(cq_mqhttp_conn_t *h, int status, json_t *v)
                       "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
                       "Content-Length: %zu\r\n%s\r\n",
                       status, reason(status), blen, h->keep_alive ? "" : "Connection: close\r\n");
-    uint8_t *buf = cq_malloc((size_t)hn + blen);
-    if (!buf) {
+    cq_buf_t *b = cq_buf_new((size_t)hn + blen); /* the answer is written straight into it */
+    if (!b) {
         json_decref(v);
         h_close(h);
         return;
     }
-    memcpy(buf, head, (size_t)hn);
+    memcpy(b->data, head, (size_t)hn);
     if (blen)
-        json_dumpb(v, (char *)buf + hn, blen, JSON_COMPACT);
+        json_dumpb(v, (char *)b->data + hn, blen, JSON_COMPACT);
+    b->len = (uint32_t)((size_t)hn + blen);
     json_decref(v);
-    if (h->l.ops->send(h->l.ud, buf, (size_t)hn + blen) < 0 || !h->keep_alive)
+    if (cq__mq_link_send(&h->l, b) < 0 || !h->keep_alive)
         h_close(h);
 }
 
@@ -587,18 +585,23 @@ cq_mqhttp_conn_t *cq_mqhttp_conn_new(cq_mqsrv_t *s, const cq_mqsrv_conn_ops_t *o
     cq_mqhttp_conn_t *h = cq_calloc(1, sizeof(*h));
     if (!h)
         return NULL;
-    h->l = (mq_link_t){.s = s, .fe = &cq__mqhttp_fe, .ops = ops, .ud = ud};
+    cq__mq_link_init(&h->l, s, &cq__mqhttp_fe, ops, ud);
     h->keep_alive = true;
     cq_sbuf_init(&h->in);
     s->st.conns++;
     return h;
 }
 
+cq_sendq_t *cq_mqhttp_conn_sendq(cq_mqhttp_conn_t *h)
+{
+    return &h->l.sendq;
+}
+
 void cq_mqhttp_conn_close(cq_mqhttp_conn_t *h)
 {
     if (!h || h->l.dead)
         return;
-    h->l.dead = true;
+    cq__mq_link_dead(&h->l);
     cq_sbuf_done(&h->in);
     cq__mq_link_put(&h->l);
 }

@@ -124,6 +124,10 @@ static void engine_metrics(out_t *o, const cq_mqsrv_t *s)
          offsetof(cq_mqsrv_stats_t, pushes)},
         {"chanq_mq_busy_total", "Requests refused as busy (pending writes over the limit).",
          offsetof(cq_mqsrv_stats_t, busy)},
+        {"chanq_mq_slow_consumers_total",
+         "Connections closed as slow consumers (queued bytes over mq-sendq-hard-limit, or over "
+         "mq-sendq-soft-limit for too long).",
+         offsetof(cq_mqsrv_stats_t, slow)},
     };
     for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
         head(o, c[i].name, "counter", c[i].help);

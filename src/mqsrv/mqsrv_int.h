@@ -11,6 +11,7 @@
 #ifndef CQ_MQSRV_INT_H
 #define CQ_MQSRV_INT_H
 
+#include "cq_list.h"
 #include "cq_mpsc.h"
 #include "cq_mqhttp.h"
 #include "cq_mqport.h"
@@ -51,7 +52,11 @@ struct cq_mqsrv {
     pthread_mutex_t inbox_mu;
     const cq_mqsrv_ops_t *ops; /* under inbox_mu */
     void *ops_ud;              /* under inbox_mu */
-    mq_topic_t **topics;       /* owned */
+    cq_list_t pending;         /* mq_link_t with queued output, written by cq_mqsrv_flush() */
+    cq_list_t soft;            /* mq_link_t over the soft limit of queued bytes */
+    size_t sendq_soft, sendq_hard;
+    uint32_t sendq_soft_s;
+    mq_topic_t **topics; /* owned */
     size_t ntopics, topics_cap;
     int64_t now_ms;
     uint64_t next_conn_id;
@@ -81,18 +86,31 @@ typedef struct mq_fe {
     void (*free)(mq_link_t *l);
 } mq_fe_t;
 
-/* The first member of cq_mqsrv_conn_t and cq_mqhttp_conn_t. */
+/* The first member of cq_mqsrv_conn_t and cq_mqhttp_conn_t (link.c). */
 struct mq_link {
     cq_mqsrv_t *s;
     const mq_fe_t *fe;
     const cq_mqsrv_conn_ops_t *ops; /* the edge's */
     void *ud;                       /* the edge's */
+    cq_sendq_t sendq;               /* frames queued by reference, written by the edge */
+    cq_list_t pending_node;         /* in s->pending while the edge has something to write */
+    cq_list_t soft_node;            /* in s->soft while over the soft limit */
     uint32_t module_id;             /* who asks (seed: after connect; HTTP: per request) */
     size_t inflight;                /* store requests submitted and not yet completed */
-    bool closing;                   /* ops->close was called */
+    bool closing;                   /* close or abort was called: nothing more is sent */
     bool dead;                      /* the edge closed it: ops are gone */
 };
 
+void cq__mq_link_init(mq_link_t *l, cq_mqsrv_t *s, const mq_fe_t *fe,
+                      const cq_mqsrv_conn_ops_t *ops, void *ud);
+/* Queues b (the caller's reference, taken) on l and marks l pending. Over the hard limit l is
+ * closed at once as a slow consumer. Returns 0, CQ_ECLOSED (l is closing), CQ_ESLOW or
+ * -ENOMEM (then l is closing). */
+int cq__mq_link_send(mq_link_t *l, cq_buf_t *b);
+/* Asks the edge to close l once what is queued is written (idempotent). */
+void cq__mq_link_close(mq_link_t *l);
+/* The edge closed l: its ops are gone, its queue is dropped. */
+void cq__mq_link_dead(mq_link_t *l);
 /* Frees l's connection once the edge closed it and no store request refers to it. */
 void cq__mq_link_put(mq_link_t *l);
 

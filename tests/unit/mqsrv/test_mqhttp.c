@@ -27,7 +27,8 @@ typedef struct fake {
     char out[65536]; /* everything sent */
     size_t outlen;
     int closed;
-    int busy; /* submit answers CQ_EBUSY */
+    int busy;            /* submit answers CQ_EBUSY */
+    cq_mqhttp_conn_t *h; /* the connection whose send queue the fake edge writes */
 } fake_t;
 
 static fake_t fk;
@@ -41,24 +42,56 @@ static int fake_submit(void *ud, cq_writer_req_t *req)
     return 0;
 }
 
-static int fake_send(void *ud, uint8_t *frame, size_t len)
+/* The edge writes everything queued, as the socket would take it. */
+static void fake_flush(void *ud)
 {
     (void)ud;
-    assert_true(fk.outlen + len < sizeof(fk.out));
-    memcpy(fk.out + fk.outlen, frame, len);
-    fk.outlen += len;
-    fk.out[fk.outlen] = '\0';
-    cq_free(frame);
-    return 0;
+    cq_sendq_t *q = cq_mqhttp_conn_sendq(fk.h);
+    const struct iovec *iov;
+    int n;
+    while (cq_sendq_prepare(q, &iov, &n) == 0 && n > 0) {
+        size_t len = 0;
+        for (int i = 0; i < n; i++) {
+            assert_true(fk.outlen + iov[i].iov_len < sizeof(fk.out));
+            memcpy(fk.out + fk.outlen, iov[i].iov_base, iov[i].iov_len);
+            fk.outlen += iov[i].iov_len;
+            len += iov[i].iov_len;
+        }
+        fk.out[fk.outlen] = '\0';
+        cq_sendq_written(q, len);
+    }
 }
 
 static void fake_close(void *ud)
 {
+    fk.closed++;
+    fake_flush(ud); /* what was queued is written before the close */
+}
+
+static void fake_abort(void *ud, int reason, const char *why)
+{
     (void)ud;
+    (void)reason;
+    (void)why;
     fk.closed++;
 }
 
-static const cq_mqsrv_conn_ops_t ops = {fake_send, fake_close};
+static int fake_peer(void *ud, char *buf, size_t len)
+{
+    (void)ud;
+    snprintf(buf, len, "fake");
+    return 0;
+}
+
+static const cq_mqsrv_conn_ops_t ops = {{"fake", fake_flush, fake_close, fake_peer}, fake_abort};
+
+/* Feeds bytes; the edge then writes what the engine queued (once per loop iteration). */
+static int input(cq_mqsrv_t *s, cq_mqhttp_conn_t *h, const void *p, size_t n)
+{
+    int r = cq_mqhttp_conn_input(h, p, n);
+    cq_mqsrv_flush(s);
+    return r;
+}
 
 static cq_mqsrv_t *new_engine(bool online)
 {
@@ -85,6 +118,7 @@ static void complete_next(cq_mqsrv_t *s, uint64_t first)
     }
     cq_mqsrv_complete(NULL, req);
     cq_mqsrv_drain(s);
+    cq_mqsrv_flush(s);
 }
 
 /* ---- the parser ----------------------------------------------------------------------------- */
@@ -162,11 +196,11 @@ static const char stream[] =
 static void run_split(size_t i, size_t j, char *out, size_t cap)
 {
     cq_mqsrv_t *s = new_engine(true);
-    cq_mqhttp_conn_t *h = cq_mqhttp_conn_new(s, &ops, NULL);
+    cq_mqhttp_conn_t *h = fk.h = cq_mqhttp_conn_new(s, &ops, NULL);
     assert_non_null(h);
     size_t n = strlen(stream), cut[3] = {i, j, n}, at = 0;
     for (size_t k = 0; k < 3; k++) {
-        int r = fk.closed ? 0 : cq_mqhttp_conn_input(h, (const uint8_t *)stream + at, cut[k] - at);
+        int r = fk.closed ? 0 : input(s, h, (const uint8_t *)stream + at, cut[k] - at);
         assert_true(r == 0 || (r == CQ_ECLOSED && fk.closed));
         at = cut[k];
         while (fk.npending)
@@ -204,8 +238,8 @@ static void test_every_split(void **state)
 static cq_mqsrv_t *one(const char *req, bool online, bool complete)
 {
     cq_mqsrv_t *s = new_engine(online);
-    cq_mqhttp_conn_t *h = cq_mqhttp_conn_new(s, &ops, NULL);
-    cq_mqhttp_conn_input(h, (const uint8_t *)req, strlen(req));
+    cq_mqhttp_conn_t *h = fk.h = cq_mqhttp_conn_new(s, &ops, NULL);
+    input(s, h, (const uint8_t *)req, strlen(req));
     while (complete && fk.npending)
         complete_next(s, 1);
     cq_mqhttp_conn_close(h);
@@ -239,9 +273,9 @@ static void test_errors(void **state)
     fk.busy = 1;
     cq_mqsrv_t *s = new_engine(true);
     fk.busy = 1;
-    cq_mqhttp_conn_t *h = cq_mqhttp_conn_new(s, &ops, NULL);
+    cq_mqhttp_conn_t *h = fk.h = cq_mqhttp_conn_new(s, &ops, NULL);
     const char req[] = "GET /v1/topics/orders/messages HTTP/1.1\r\n\r\n";
-    cq_mqhttp_conn_input(h, (const uint8_t *)req, strlen(req));
+    input(s, h, (const uint8_t *)req, strlen(req));
     assert_memory_equal(fk.out, "HTTP/1.1 429", 12);
     cq_mqhttp_conn_close(h);
     cq_mqsrv_free(s);

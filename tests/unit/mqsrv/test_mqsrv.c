@@ -27,13 +27,16 @@
 #define MAX_PENDING 2048
 #define OUT_CAP     (1u << 20)
 
-/* The edge side of one connection: everything it was asked to send, and closes. */
+/* The edge side of one connection: everything it wrote, and closes. */
 typedef struct fconn {
     cq_mqsrv_conn_t *c;
     cq_mqhttp_conn_t *h;
     uint8_t *out;
     size_t len, at; /* bytes received, bytes already checked */
-    int closed;
+    int closed, flushes, aborted;
+    bool stalled; /* the peer reads nothing: flush writes nothing */
+    int abort_reason;
+    char abort_why[128];
 } fconn_t;
 
 /* The store port: submitted requests wait here until the test completes them. */
@@ -56,20 +59,52 @@ static int fake_submit(void *ud, cq_writer_req_t *req)
     return 0;
 }
 
-static int fake_send(void *ud, uint8_t *frame, size_t len)
+static cq_sendq_t *fconn_sendq(fconn_t *f)
 {
-    fconn_t *f = ud;
-    assert_true(f->len + len <= OUT_CAP);
-    memcpy(f->out + f->len, frame, len);
-    f->len += len;
-    cq_free(frame);
-    return 0;
+    return f->c ? cq_mqsrv_conn_sendq(f->c) : cq_mqhttp_conn_sendq(f->h);
 }
 
+/* Transport op: writes everything queued, as a socket that takes it all would. */
+static void fake_flush(void *ud)
+{
+    fconn_t *f = ud;
+    cq_sendq_t *q = fconn_sendq(f);
+    const struct iovec *iov;
+    int n;
+    f->flushes++;
+    while (!f->stalled && cq_sendq_prepare(q, &iov, &n) == 0 && n > 0) {
+        size_t len = 0;
+        for (int i = 0; i < n; i++) {
+            assert_true(f->len + iov[i].iov_len <= OUT_CAP);
+            memcpy(f->out + f->len, iov[i].iov_base, iov[i].iov_len);
+            f->len += iov[i].iov_len;
+            len += iov[i].iov_len;
+        }
+        cq_sendq_written(q, len);
+    }
+}
+
+/* Transport op: what is queued is written, then the socket would close. */
 static void fake_close(void *ud)
 {
     fconn_t *f = ud;
     f->closed++;
+    fake_flush(ud);
+}
+
+static void fake_abort(void *ud, int reason, const char *why)
+{
+    fconn_t *f = ud;
+    f->aborted++;
+    f->abort_reason = reason;
+    snprintf(f->abort_why, sizeof(f->abort_why), "%s", why);
+}
+
+static int fake_peer(void *ud, char *buf, size_t len)
+{
+    (void)ud;
+    snprintf(buf, len, "fake");
+    return 0;
 }
 
 /* Answers CQ_MQPORT_WRITER_STATS with a few counters; nothing else. */
@@ -83,7 +118,7 @@ static int fake_control(void *ud, int op, void *arg)
 }
 
 static const cq_mqport_ops_t fport_ops = {fake_submit, fake_control};
-static const cq_mqsrv_conn_ops_t fops = {fake_send, fake_close};
+static const cq_mqsrv_conn_ops_t fops = {{"fake", fake_flush, fake_close, fake_peer}, fake_abort};
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -93,6 +128,8 @@ static const char perms_json[] =
     " \"3\": {\"token\": \"s3\", \"produce\": [\"orders\", \"Paused\"]}}";
 
 static cq_mqperm_t *perms;
+static size_t sq_soft, sq_hard; /* send queue limits of the next eng_start (0: defaults) */
+static uint32_t sq_soft_s;
 
 /* An engine with the topics orders (online, 2 messages so far), Paused (offline) and keep
  * (retention 0), all allowed (with_perms false) or under perms_json. */
@@ -113,7 +150,10 @@ static void eng_start(bool with_perms, uint32_t max_batch)
                          .topics = t,
                          .high_water = hw,
                          .ntopics = 3,
-                         .port = {&fport_ops, NULL}};
+                         .port = {&fport_ops, NULL},
+                         .sendq_soft_limit = sq_soft,
+                         .sendq_hard_limit = sq_hard,
+                         .sendq_soft_seconds = sq_soft_s};
     eng = cq_mqsrv_new(&o);
     assert_non_null(eng);
     cq_mqsrv_set_now(eng, 1700000000000);
@@ -126,6 +166,8 @@ static void eng_stop(void)
     assert_int_equal(fp.npending, 0);
     eng = cq_mqsrv_free(eng);
     perms = cq_mqperm_free(perms);
+    sq_soft = sq_hard = 0;
+    sq_soft_s = 0;
 }
 
 static fconn_t *fconn_new(void)
@@ -168,6 +210,7 @@ static void feed_raw(fconn_t *f, const void *p, size_t n)
         cq_mqsrv_conn_input(f->c, p, n);
     else
         cq_mqhttp_conn_input(f->h, p, n);
+    cq_mqsrv_flush(eng); /* the edge writes once per loop iteration */
 }
 
 /* Encodes m (taken) and feeds it. */
@@ -289,6 +332,7 @@ static void done(cq_writer_req_t *r, int err)
         snprintf(r->errmsg, sizeof(r->errmsg), "disk on fire");
     cq_mqsrv_complete(NULL, r);
     cq_mqsrv_drain(eng);
+    cq_mqsrv_flush(eng);
 }
 
 static void done_produce(cq_writer_req_t *r, uint64_t first)
@@ -675,6 +719,7 @@ static void test_watch_push(void **state)
     cq_mqsrv_complete(NULL, a);
     cq_mqsrv_complete(NULL, b);
     cq_mqsrv_drain(eng);
+    cq_mqsrv_flush(eng);
     expect(p, "12 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[3,4]}");
     expect(p, "12 5 {\"askid\":5,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[6]}");
     const char *push = "18 0 {\"topic\":\"orders\",\"offset\":6,\"messages\":["
@@ -708,6 +753,151 @@ static void test_watch_push(void **state)
     expect(p, "12 10 {\"askid\":10,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[11]}");
     fconn_free(p);
     fconn_free(w1);
+    eng_stop();
+}
+
+/* ---- one connection shape: refcounted frames, one flush, limits ---------------------------- */
+
+/* A push to N watchers is encoded once: their queues hold N references to one buffer. */
+static void test_push_refs(void **state)
+{
+    (void)state;
+    eng_start(false, 0);
+    fconn_t *p = fconn_new(), *w[3];
+    connect_as(p, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    for (int i = 0; i < 3; i++) {
+        char want[128];
+        w[i] = fconn_new();
+        snprintf(want, sizeof(want),
+                 "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":%d,\"err_code\":0}", i + 2);
+        connect_as(w[i], 2, "", want);
+        feed(w[i], req(CQ_MQ_REQ_WATCH, 2, 2, "orders"));
+        expect(w[i], "8 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1}");
+        w[i]->stalled = true;
+    }
+    long live = cq_buf_live();
+    feed(p, produce_req(3, "orders", 2, 0));
+    cq_writer_req_t *r = take(CQ_WRITER_PRODUCE, "orders");
+    r->offsets[0] = 3;
+    r->offsets[1] = 4;
+    cq_mqsrv_complete(NULL, r);
+    cq_mqsrv_drain(eng);
+    cq_buf_t *b = NULL;
+    for (int i = 0; i < 3; i++) {
+        cq_sendq_t *q = cq_mqsrv_conn_sendq(w[i]->c);
+        assert_int_equal(q->count, 1);
+        cq_buf_t *e = q->ring[q->head & (q->cap - 1)].buf;
+        assert_true(b == NULL || e == b); /* the same bytes, not a copy */
+        b = e;
+    }
+    assert_int_equal(cq_buf_refs(b), 3);
+    assert_int_equal(cq_buf_live(), live + 2); /* the push and the producer's answer */
+    cq_mqsrv_flush(eng);
+    expect(p, "12 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[3,4]}");
+    for (int i = 0; i < 3; i++) {
+        w[i]->stalled = false;
+        fake_flush(w[i]);
+        expect(w[i], "18 0 {\"topic\":\"orders\",\"offset\":4,\"messages\":["
+                     "{\"offset_id\":3,\"message\":\"m0\",\"time\":1700000000000},"
+                     "{\"offset_id\":4,\"message\":\"m1\",\"time\":1700000000000}],"
+                     "\"message_count\":2}");
+        if (i < 2)
+            assert_int_equal(cq_buf_refs(b), 2 - i);
+        else
+            assert_int_equal(cq_buf_live(), live); /* the last reference went: freed */
+    }
+    /* answers queued in one loop iteration are written with one flush */
+    int before = p->flushes;
+    cq_mq_msg_t *k1 = req(CQ_MQ_REQ_KEEPALIVE, 7, 7, NULL),
+                *k2 = req(CQ_MQ_REQ_KEEPALIVE, 8, 8, NULL);
+    uint8_t *a1, *a2;
+    size_t n1, n2;
+    assert_int_equal(cq_mq_encode(k1, &a1, &n1), 0);
+    assert_int_equal(cq_mq_encode(k2, &a2, &n2), 0);
+    uint8_t both[256];
+    memcpy(both, a1, n1);
+    memcpy(both + n1, a2, n2);
+    feed_raw(p, both, n1 + n2);
+    assert_int_equal(p->flushes, before + 1);
+    expect(p, "4 7 {\"askid\":7,\"err_code\":0,\"weight\":100}");
+    expect(p, "4 8 {\"askid\":8,\"err_code\":0,\"weight\":100}");
+    cq_free(a1);
+    cq_free(a2);
+    cq_mq_msg_free(k1);
+    cq_mq_msg_free(k2);
+    for (int i = 0; i < 3; i++)
+        fconn_free(w[i]);
+    fconn_free(p);
+    eng_stop();
+}
+
+/* Fills f's queue (the peer reads nothing) with keepalive answers, n at a time. */
+static void keepalives(fconn_t *f, int n)
+{
+    for (int i = 0; i < n; i++) {
+        feed(f, req(CQ_MQ_REQ_KEEPALIVE, 9, 9, NULL));
+    }
+}
+
+#define KA_LEN 49 /* one keepalive answer: 12 + {"askid":9,"err_code":0,"weight":100} */
+
+static void test_sendq_limits(void **state)
+{
+    (void)state;
+    cq_mqsrv_stats_t st;
+    sq_hard = 100 * KA_LEN;
+    sq_soft = 20 * KA_LEN;
+    sq_soft_s = 2;
+    eng_start(false, 0);
+    /* hard: the answer that would go over closes at once */
+    fconn_t *h = fconn_new();
+    h->stalled = true;
+    keepalives(h, 100);
+    assert_int_equal(cq_sendq_bytes(cq_mqsrv_conn_sendq(h->c)), 100 * KA_LEN);
+    assert_int_equal(h->aborted, 0);
+    keepalives(h, 1);
+    assert_int_equal(h->aborted, 1);
+    assert_int_equal(h->abort_reason, CQ_ESLOW);
+    assert_string_equal(h->abort_why, "slow consumer: over mq-sendq-hard-limit");
+    assert_int_equal(h->closed, 0); /* not the graceful close: nothing more is written */
+    assert_int_equal(cq_mqsrv_conn_input(h->c, (const uint8_t *)"x", 1), CQ_ECLOSED);
+    cq_mqsrv_stats(eng, &st);
+    assert_int_equal(st.slow, 1);
+    cq_mqsrv_tick(eng, 1000); /* no longer watched by the soft limit */
+    assert_int_equal(h->aborted, 1);
+    h->at = h->len;
+    fconn_free(h);
+    /* soft: over the limit for sq_soft_s seconds, counted from the first tick that saw it */
+    fconn_t *s = fconn_new(), *ok = fconn_new();
+    s->stalled = ok->stalled = true;
+    keepalives(s, 21);
+    keepalives(ok, 21);
+    cq_mqsrv_tick(eng, 10000); /* both over: their clocks start */
+    ok->stalled = false;
+    fake_flush(ok); /* this one catches up */
+    for (int i = 0; i < 21; i++)
+        expect(ok, "4 9 {\"askid\":9,\"err_code\":0,\"weight\":100}");
+    cq_mqsrv_tick(eng, 11999);
+    assert_int_equal(s->aborted, 0);
+    cq_mqsrv_tick(eng, 12000);
+    assert_int_equal(s->aborted, 1);
+    assert_int_equal(s->abort_reason, CQ_ESLOW);
+    assert_string_equal(s->abort_why, "slow consumer: over mq-sendq-soft-limit too long");
+    assert_int_equal(ok->aborted, 0);
+    cq_mqsrv_tick(eng, 20000);
+    assert_int_equal(s->aborted, 1);
+    cq_mqsrv_stats(eng, &st);
+    assert_int_equal(st.slow, 2);
+    s->at = s->len;
+    fconn_free(s);
+    fconn_free(ok);
+    /* the metric */
+    cq_sbuf_t b;
+    cq_sbuf_init(&b);
+    assert_int_equal(cq_mqsrv_metrics(eng, &b), 0);
+    assert_int_equal(cq_sbuf_append(&b, "", 1), 0);
+    assert_non_null(strstr((const char *)b.data, "\nchanq_mq_slow_consumers_total 2\n"));
+    cq_sbuf_done(&b);
     eng_stop();
 }
 
@@ -810,6 +1000,7 @@ static void test_inbox(void **state)
     assert_int_equal(wakes, 1);
     expect_nothing(p); /* not before the drain */
     cq_mqsrv_drain(eng);
+    cq_mqsrv_flush(eng);
     expect(p, "12 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[5]}");
     /* without ops completions only queue; freeing the engine runs them */
     cq_mqsrv_set_ops(eng, NULL, NULL);
@@ -1025,7 +1216,8 @@ int main(void)
         cmocka_unit_test(test_add_topic),       cmocka_unit_test(test_produce),
         cmocka_unit_test(test_consume),         cmocka_unit_test(test_commit_offset),
         cmocka_unit_test(test_watch_push),      cmocka_unit_test(test_online_retention),
-        cmocka_unit_test(test_close_in_flight), cmocka_unit_test(test_inbox),
+        cmocka_unit_test(test_close_in_flight), cmocka_unit_test(test_push_refs),
+        cmocka_unit_test(test_sendq_limits),    cmocka_unit_test(test_inbox),
         cmocka_unit_test(test_metrics_port),    cmocka_unit_test(test_http_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
