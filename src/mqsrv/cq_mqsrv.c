@@ -11,16 +11,12 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 
 /* ---- topics ----------------------------------------------------------------------------- */
 
 mq_topic_t *cq__mqsrv_topic(const cq_mqsrv_t *s, const char *name)
 {
-    for (size_t i = 0; i < s->ntopics; i++)
-        if (strcasecmp(s->topics[i]->name, name) == 0)
-            return s->topics[i];
-    return NULL;
+    return cq_smap_get(&s->topic_idx, name);
 }
 
 mq_topic_t *cq__mqsrv_topic_add(cq_mqsrv_t *s, const char *name, bool online, int retention)
@@ -42,6 +38,10 @@ mq_topic_t *cq__mqsrv_topic_add(cq_mqsrv_t *s, const char *name, bool online, in
     snprintf(t->name, sizeof(t->name), "%s", name);
     t->online = online;
     t->retention_days = retention;
+    if (cq_smap_put(&s->topic_idx, t->name, t) < 0) { /* the key is the topic's own name */
+        cq_free(t);
+        return NULL;
+    }
     s->topics[s->ntopics++] = t;
     return t;
 }
@@ -95,6 +95,7 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
         s->lim.max_content = CQ_MQ_DEFAULT_MAX_CONTENT;
     s->perms = o->perms;
     s->port = o->port;
+    cq_smap_init(&s->topic_idx, true);
     cq_mpsc_init(&s->inbox);
     pthread_mutex_init(&s->inbox_mu, NULL);
     cq_list_init(&s->pending);
@@ -122,6 +123,7 @@ cq_mqsrv_t *cq_mqsrv_free(cq_mqsrv_t *s)
     for (size_t i = 0; i < s->ntopics; i++)
         topic_free(s->topics[i]);
     cq_free(s->topics);
+    cq_smap_done(&s->topic_idx);
     cq_free(s);
     return NULL;
 }

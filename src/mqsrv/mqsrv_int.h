@@ -16,6 +16,7 @@
 #include "cq_mqhttp.h"
 #include "cq_mqport.h"
 #include "cq_sbuf.h"
+#include "cq_smap.h"
 
 #include <pthread.h>
 
@@ -56,8 +57,9 @@ struct cq_mqsrv {
     cq_list_t soft;            /* mq_link_t over the soft limit of queued bytes */
     size_t sendq_soft, sendq_hard;
     uint32_t sendq_soft_s;
-    mq_topic_t **topics; /* owned */
+    mq_topic_t **topics; /* owned, in the order they became known (lists and metrics) */
     size_t ntopics, topics_cap;
+    cq_smap_t topic_idx; /* name (ASCII case folded, as the store compares) -> mq_topic_t */
     int64_t now_ms;
     uint64_t next_conn_id;
     cq_mqsrv_stats_t st;

@@ -17,6 +17,7 @@
 #include "cq_alloc.h"
 #include "cq_clock.h"
 #include "cq_err.h"
+#include "cq_smap.h"
 #include "cq_util.h"
 
 #include <errno.h>
@@ -25,7 +26,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 /* The reader thread (opts.reader): READ requests only, same wake-up protocol as the writer. */
@@ -41,11 +41,14 @@ typedef struct reader {
     bool started;
 } reader_t;
 
-/* Produce requests of one topic waiting for their transaction, oldest first. */
+/* Produce requests of one topic waiting for their transaction, oldest first. A group lives as
+ * long as the writer once its topic had a produce (found by name in w->group_idx); it is in
+ * w->active while it holds requests. */
 typedef struct group {
-    char topic[CQ_STORE_TOPIC_MAX + 1];
+    char topic[CQ_STORE_TOPIC_MAX + 1]; /* the first waiting request's spelling; the index key */
     cq_writer_req_t *head, *tail;
     size_t n_msgs;
+    bool active;
 } group_t;
 
 struct cq_writer {
@@ -78,8 +81,9 @@ struct cq_writer {
 
     /* writer thread only */
     cq_store_t *store;
-    group_t *groups;
-    size_t n_groups, cap_groups;
+    cq_smap_t group_idx; /* topic (ASCII case folded, as the store compares) -> group_t, owned */
+    group_t **active;    /* the groups holding requests */
+    size_t n_active, cap_active;
     cq_store_msg_t *scratch; /* one transaction's messages (shallow copies) */
     uint64_t *offs;
     size_t cap_scratch;
@@ -310,40 +314,57 @@ static bool group_due(const cq_writer_t *w, const group_t *g, uint64_t now_ns, b
            now_ns >= g->head->submit_ns + w->max_wait_ns;
 }
 
-/* Commits every batch that is due (all of them when all is set); drops emptied groups. */
+/* Commits every batch that is due (all of them when all is set); emptied groups leave the
+ * active list. */
 static void flush_due(cq_writer_t *w, bool all)
 {
     uint64_t now = cq_clock_mono_ns();
-    for (size_t i = 0; i < w->n_groups;) {
-        group_t *g = &w->groups[i];
+    for (size_t i = 0; i < w->n_active;) {
+        group_t *g = w->active[i];
         while (group_due(w, g, now, all))
             commit_batch(w, g);
         if (g->head) {
             i++;
             continue;
         }
-        w->groups[i] = w->groups[--w->n_groups];
+        g->active = false;
+        w->active[i] = w->active[--w->n_active];
     }
 }
 
+/* The group of topic (any case), made active for a request spelled topic. */
 static group_t *group_get(cq_writer_t *w, const char *topic)
 {
-    for (size_t i = 0; i < w->n_groups; i++) {
-        if (strcasecmp(w->groups[i].topic, topic) == 0)
-            return &w->groups[i];
+    group_t *g = cq_smap_get(&w->group_idx, topic);
+    if (!g && (g = cq_calloc(1, sizeof(*g)))) {
+        snprintf(g->topic, sizeof(g->topic), "%s", topic);
+        if (cq_smap_put(&w->group_idx, g->topic, g) < 0)
+            g = (cq_free(g), NULL);
     }
-    if (w->n_groups == w->cap_groups) {
-        size_t cap = w->cap_groups ? w->cap_groups * 2 : 8;
-        group_t *gs = cq_realloc(w->groups, cap * sizeof(*gs));
-        if (!gs)
+    if (!g || g->active)
+        return g;
+    if (w->n_active == w->cap_active) {
+        size_t cap = w->cap_active ? w->cap_active * 2 : 8;
+        group_t **a = cq_realloc(w->active, cap * sizeof(*a));
+        if (!a)
             return NULL;
-        w->groups = gs;
-        w->cap_groups = cap;
+        w->active = a;
+        w->cap_active = cap;
     }
-    group_t *g = &w->groups[w->n_groups++];
-    *g = (group_t){.n_msgs = 0};
-    snprintf(g->topic, sizeof(g->topic), "%s", topic);
+    snprintf(g->topic, sizeof(g->topic), "%s", topic); /* same key, folded: the index holds */
+    g->active = true;
+    w->active[w->n_active++] = g;
     return g;
+}
+
+static void groups_free(cq_writer_t *w)
+{
+    uint32_t it = 0;
+    void *g;
+    while (cq_smap_next(&w->group_idx, &it, NULL, &g))
+        cq_free(g);
+    cq_smap_done(&w->group_idx);
+    cq_free(w->active);
 }
 
 /* Rejects a produce request alone when one of its messages can never be stored. */
@@ -466,8 +487,8 @@ static void drain(cq_writer_t *w)
 static uint64_t next_deadline(const cq_writer_t *w)
 {
     uint64_t d = 0;
-    for (size_t i = 0; i < w->n_groups; i++) {
-        uint64_t t = w->groups[i].head->submit_ns + w->max_wait_ns;
+    for (size_t i = 0; i < w->n_active; i++) {
+        uint64_t t = w->active[i]->head->submit_ns + w->max_wait_ns;
         if (d == 0 || t < d)
             d = t;
     }
@@ -659,6 +680,7 @@ cq_writer_t *cq_writer_new(cq_store_t *store, const cq_writer_opts_t *o)
     w->max_wait_ns = (uint64_t)wait_us * 1000u;
     w->done = o->done;
     w->ud = o->ud;
+    cq_smap_init(&w->group_idx, true);
     cq_mpsc_init(&w->q);
     if (scratch_reserve(w, w->max_batch) < 0 || sync_init(w) < 0)
         goto fail_free;
@@ -781,7 +803,7 @@ cq_writer_t *cq_writer_free(cq_writer_t *w)
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     cq_store_close(w->store);
-    cq_free(w->groups);
+    groups_free(w);
     cq_free(w->scratch);
     cq_free(w->offs);
     cq_free(w);

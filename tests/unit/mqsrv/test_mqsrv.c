@@ -901,6 +901,66 @@ static void test_sendq_limits(void **state)
     eng_stop();
 }
 
+/* ---- the topic cache: many topics, any case ------------------------------------------------- */
+
+#define CACHE_TOPICS 600
+
+static void test_topic_cache(void **state)
+{
+    (void)state;
+    static cq_store_topic_t t[CACHE_TOPICS];
+    static uint64_t hw[CACHE_TOPICS];
+    for (int i = 0; i < CACHE_TOPICS; i++) {
+        t[i] = (cq_store_topic_t){.online = i % 5 != 0, .retention_days = 1};
+        snprintf(t[i].name, sizeof(t[i].name), "Topic_%d_x", i);
+        hw[i] = (uint64_t)i * 10;
+    }
+    memset(&fp, 0, sizeof(fp));
+    cq_mqsrv_opts_t o = {
+        .topics = t, .high_water = hw, .ntopics = CACHE_TOPICS, .port = {&fport_ops, NULL}};
+    eng = cq_mqsrv_new(&o);
+    assert_non_null(eng);
+    cq_mqsrv_set_now(eng, 1700000000000);
+    fconn_t *p = fconn_new();
+    connect_as(p, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    unsigned seed = 7;
+    for (int k = 0; k < 2000; k++) {
+        int i = (int)(rand_r(&seed) % CACHE_TOPICS);
+        char name[CQ_MQ_TOPIC_MAX + 1], want[256];
+        snprintf(name, sizeof(name), "%s", t[i].name);
+        for (char *c = name; *c; c++) /* a random spelling of the same name */
+            if (rand_r(&seed) & 1)
+                *c = (char)(*c >= 'a' && *c <= 'z'   ? *c - 32
+                            : *c >= 'A' && *c <= 'Z' ? *c + 32
+                                                     : *c);
+        feed(p, req(CQ_MQ_REQ_OFFSET, 2, 2, name));
+        /* the store sees its own spelling; offline topics (every fifth) answer offsets too */
+        done(take(CQ_WRITER_GET_OFFSET, t[i].name), -ENOENT);
+        snprintf(want, sizeof(want),
+                 "22 2 {\"askid\":2,\"topic\":\"%s\",\"err_code\":0,\"offset\":0,"
+                 "\"committed\":false,\"last_offset\":%d}",
+                 name, i * 10);
+        expect(p, want);
+    }
+    feed(p, req(CQ_MQ_REQ_OFFSET, 3, 3, "Topic_600_x")); /* one past the last */
+    expect(p, "22 3 {\"askid\":3,\"topic\":\"Topic_600_x\",\"err_code\":8,\"err_msg\":"
+              "\"offset: topic \\\"Topic_600_x\\\" does not exist\"}");
+    /* a created topic joins the cache under the store's answer */
+    feed(p, req(CQ_MQ_REQ_ADD_TOPIC, 4, 4, "NewOne"));
+    done(take(CQ_WRITER_TOPIC_CREATE, "NewOne"), 0);
+    expect(p, "6 4 {\"askid\":4,\"topic\":\"NewOne\",\"err_code\":0,\"topic_nums\":1}");
+    feed(p, req(CQ_MQ_REQ_ADD_TOPIC, 5, 5, "NEWONE"));
+    expect(p, "6 5 {\"askid\":5,\"topic\":\"NEWONE\",\"err_code\":0,\"topic_nums\":2}");
+    cq_sbuf_t b;
+    cq_sbuf_init(&b);
+    assert_int_equal(cq_mqsrv_metrics(eng, &b), 0);
+    assert_int_equal(cq_sbuf_append(&b, "", 1), 0);
+    assert_non_null(strstr((const char *)b.data, "\nchanq_mq_topics 601\n"));
+    cq_sbuf_done(&b);
+    fconn_free(p);
+    eng_stop();
+}
+
 /* ---- the engine's own requests ----------------------------------------------------------------
  */
 
@@ -1217,8 +1277,9 @@ int main(void)
         cmocka_unit_test(test_consume),         cmocka_unit_test(test_commit_offset),
         cmocka_unit_test(test_watch_push),      cmocka_unit_test(test_online_retention),
         cmocka_unit_test(test_close_in_flight), cmocka_unit_test(test_push_refs),
-        cmocka_unit_test(test_sendq_limits),    cmocka_unit_test(test_inbox),
-        cmocka_unit_test(test_metrics_port),    cmocka_unit_test(test_http_ops),
+        cmocka_unit_test(test_sendq_limits),    cmocka_unit_test(test_topic_cache),
+        cmocka_unit_test(test_inbox),           cmocka_unit_test(test_metrics_port),
+        cmocka_unit_test(test_http_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

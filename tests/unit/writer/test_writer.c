@@ -317,6 +317,51 @@ static void test_stress_small_pending(void **state)
 
 /* ---- batching ------------------------------------------------------------------------------ */
 
+/* Many topics, each produced to under several spellings: one group (one transaction) per topic
+ * and round, whatever the case, also when a group comes back after it emptied. */
+#define MANY_TOPICS 120
+static void test_many_topics_mixed_case(void **state)
+{
+    fx_t *f = *state;
+    start(f, (cq_writer_opts_t){.max_wait_us = 0}, MANY_TOPICS, 0);
+    cq_writer_req_t *reqs[2][MANY_TOPICS][3];
+    for (int round = 0; round < 2; round++) {
+        cq__writer_pause(f->w, true);
+        for (int k = 0; k < 3; k++) {
+            for (int i = 0; i < MANY_TOPICS; i++) {
+                char name[16];
+                snprintf(name, sizeof(name), "%c%d", (i + k + round) % 2 ? 'T' : 't', i);
+                reqs[round][i][k] = produce_req(name, "x", 0, 0);
+                assert_int_equal(cq_writer_submit(f->w, reqs[round][i][k]), 0);
+            }
+        }
+        cq__writer_pause(f->w, false);
+        wait_done(f, (size_t)(round + 1) * 3 * MANY_TOPICS);
+        cq_writer_stats_t st;
+        stats(f, &st);
+        assert_int_equal(st.transactions, (uint64_t)(round + 1) * MANY_TOPICS);
+        assert_int_equal(st.failed_txns, 0);
+        assert_int_equal(st.max_txn_msgs, 3);
+        for (int i = 0; i < MANY_TOPICS; i++) {
+            for (int k = 0; k < 3; k++) {
+                assert_int_equal(reqs[round][i][k]->err, 0);
+                if (k)
+                    assert_true(reqs[round][i][k]->offsets[0] > reqs[round][i][k - 1]->offsets[0]);
+                else if (round)
+                    assert_true(reqs[round][i][0]->offsets[0] > reqs[0][i][2]->offsets[0]);
+            }
+        }
+    }
+    for (int round = 0; round < 2; round++)
+        for (int i = 0; i < MANY_TOPICS; i++)
+            for (int k = 0; k < 3; k++)
+                cq_writer_req_free(reqs[round][i][k]);
+    cq_writer_free(f->w);
+    f->w = NULL;
+    assert_int_equal(count_rows(f->dir, "t0"), 6);
+    assert_int_equal(count_rows(f->dir, "T119"), 6);
+}
+
 static void test_max_batch(void **state)
 {
     fx_t *f = *state;
@@ -788,6 +833,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ops_through_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_topics_mixed_case, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_then_full, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversize_fails_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_batch_fails_all, setup, teardown),
