@@ -3,8 +3,9 @@
  * An HTTP connection belongs to a cq_mqsrv_t engine and shares its topic cache, permissions,
  * store submission and completions with the seed-protocol sessions; like them it lives on the
  * engine's thread (the MQ loop) and every function below must be called from that thread. The
- * edge (src/io/mq_io.c) feeds received bytes with cq_mqhttp_conn_input() and sends the
- * responses handed to ops->send. doc/protocol-mq.md §HTTP lists the endpoints.
+ * edge (src/io/mq_io.c) feeds received bytes with cq_mqhttp_conn_input() and writes the
+ * responses queued on the connection's send queue (cq_mqhttp_conn_sendq, by ops->t.flush).
+ * doc/protocol-mq.md §HTTP lists the endpoints.
  *
  * HTTP/1.0 and 1.1, one request at a time per connection: the request head (request line and
  * headers) is at most CQ_MQHTTP_HEAD_MAX bytes, the body is delimited by Content-Length (no
@@ -59,7 +60,7 @@ size_t cq_mqhttp_max_body(const cq_mqsrv_t *s);
  * (owned by the engine) or NULL on OOM. */
 cq_mqhttp_conn_t *cq_mqhttp_conn_new(cq_mqsrv_t *s, const cq_mqsrv_conn_ops_t *ops, void *ud);
 /* Feeds received bytes (borrowed). Returns 0, or a negative code when the connection is closing
- * (ops->close was called). */
+ * (a close op was called). */
 int cq_mqhttp_conn_input(cq_mqhttp_conn_t *h, const uint8_t *p, size_t n);
 /* The edge is done with h: ops are never called again; h is freed when its store request (if
  * any) completes. Accepts NULL. */

@@ -94,9 +94,9 @@ void cq_mqsrv_set_ops(cq_mqsrv_t *s, const cq_mqsrv_ops_t *ops, void *ud);
 /* A new connection. ops is borrowed (static), ud the edge's. Returns the connection (owned by
  * the engine) or NULL on OOM. */
 cq_mqsrv_conn_t *cq_mqsrv_conn_new(cq_mqsrv_t *s, const cq_mqsrv_conn_ops_t *ops, void *ud);
-/* Feeds received bytes (borrowed). Frames are handled and answered through ops->send as they
- * complete. Returns 0, or a negative code when the connection must close (ops->close was called
- * already). */
+/* Feeds received bytes (borrowed). Frames are handled as they complete; their answers are queued
+ * on c's send queue. Returns 0, or a negative code when the connection must close (a close op
+ * was called already). */
 int cq_mqsrv_conn_input(cq_mqsrv_conn_t *c, const uint8_t *p, size_t n);
 /* The edge is done with c (socket closed): ops are never called again; c is freed when its last
  * store request completes. */
