@@ -299,7 +299,7 @@ static cq_mq_msg_t *produce_req(uint16_t msg_id, const char *topic, size_t n, in
 {
     cq_mq_msg_t *m = req(CQ_MQ_REQ_PRODUCE, msg_id, msg_id, topic);
     for (size_t i = 0; i < n; i++) {
-        char c[16];
+        char c[24];
         snprintf(c, sizeof(c), "m%zu", i);
         assert_int_equal(cq_mq_msg_add_item(m, 0, -1, c, strlen(c), false), 0);
     }
