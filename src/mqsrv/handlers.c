@@ -116,7 +116,7 @@ static void on_add_topic(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
         cq__mqsrv_reply(c, m, CQ_EACL, "add_topic: module %u may not create topics",
                         c->l.module_id);
     } else {
-        int r = cq__mqop_create(&c->l, m->topic, CQ_STORE_DEFAULT_RETENTION, m, &why);
+        int r = cq__mqop_create(&c->l, m->topic, -1, m, &why);
         submitted(c, m, r, &why);
         return;
     }

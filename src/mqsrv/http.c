@@ -290,7 +290,7 @@ static void on_create(hreq_t *q)
     if (!o)
         return;
     json_t *tv = json_object_get(o, "topic");
-    int64_t days = CQ_STORE_DEFAULT_RETENTION;
+    int64_t days = 0;
     bool has;
     if (!json_is_string(tv) || !cq_mq_topic_valid(json_string_value(tv), json_string_length(tv)))
         FAIL(q->h, CQ_EBADTOPIC, "field \"topic\": must be a string matching [A-Za-z0-9_]{1,64}");
@@ -300,8 +300,10 @@ static void on_create(hreq_t *q)
         if (t)
             respond(q->h, 200, json_pack("{s:s,s:b}", "topic", t->name, "created", 0));
         else
-            submitted(q->h, cq__mqop_create(&q->h->l, json_string_value(tv), (int)days, NULL, &why),
-                      &why);
+            submitted(
+                q->h,
+                cq__mqop_create(&q->h->l, json_string_value(tv), has ? (int)days : -1, NULL, &why),
+                &why);
     }
     json_decref(o);
 }

@@ -167,7 +167,8 @@ int cq__mqop_consume(mq_link_t *l, const mq_topic_t *t, uint64_t from, bool has_
 /* commit (store consumer's offset) or, with commit false, offset (read it back). */
 int cq__mqop_offset(mq_link_t *l, const mq_topic_t *t, const char *consumer, bool commit,
                     uint64_t offset, void *ctx, const char **ret_why);
-/* create: topic (client's spelling) with retention_days; the cache learns it at completion. */
+/* create: topic (client's spelling) with retention_days (< 0: CQ_STORE_DEFAULT_RETENTION, the
+ * seed's 30 days); the cache learns it at completion. */
 int cq__mqop_create(mq_link_t *l, const char *topic, int retention_days, void *ctx,
                     const char **ret_why);
 /* set_online: for l, or for no one (l NULL: the engine's own). The cache follows at completion.

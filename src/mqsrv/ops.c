@@ -142,7 +142,7 @@ int cq__mqop_create(mq_link_t *l, const char *topic, int retention_days, void *c
     int r = new_req(CQ_WRITER_TOPIC_CREATE, topic, NULL, &req, ret_why);
     if (r < 0)
         return r;
-    req->retention_days = retention_days;
+    req->retention_days = retention_days < 0 ? CQ_STORE_DEFAULT_RETENTION : retention_days;
     req->now_ms = l->s->now_ms;
     return submit(l->s, l, req, ctx, ret_why);
 }
