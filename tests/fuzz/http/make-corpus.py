@@ -4,7 +4,7 @@
 Seeds are request heads from the tests of the parser's three callers: the admin endpoint
 (GET /metrics, /healthz), the MQ HTTP API (tests/unit/mqsrv/test_mqhttp.c and the
 it-mqhttp requests: keep-alive, Authorization, Content-Length, pipelining, each malformed form)
-and the WebSocket upgrade (tests/unit/ws/test_wsup.c: a valid upgrade, bare LF, obs-fold,
+and the WebSocket upgrade (tests/unit/transport/ws/test_wsup.c: a valid upgrade, bare LF, obs-fold,
 duplicates, the size limit), plus one head per fault of pkg/http. Files are named by the SHA-1
 of their content. The generated files are committed; rerun this after editing it. -merge=1
 keeps 28 of the 30; the Prometheus scrape and the authorized GET add no coverage but are the

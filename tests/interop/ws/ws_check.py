@@ -3,7 +3,7 @@
 echo server, over ws and over wss, and sums up.
 
 Usage:
-  ws_check.py --c-echo BUILD/tests/unit/ws/cq_ws_echo   chanq's engines (cq_wsup, cq_ws, cq_tls)
+  ws_check.py --c-echo BUILD/tests/unit/transport/ws/cq_ws_echo   chanq's engines (cq_wsup, cq_ws, cq_tls)
   ws_check.py --node-echo [--ws-node-dir DIR] [--npm-install]
                                                       npm ws (the reference peer)
 

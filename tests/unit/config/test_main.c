@@ -1,4 +1,7 @@
-/* test_main.c - runs the config, FSM and settings cases as one cmocka group (one TAP plan). */
+/* test_main.c - the loader tests' harness: files, a counting allocator and main. Two
+ * executables use it: `config` (src/config, TU_GROUP_CONFIG) and `core-loaders` (the FSM and
+ * channel-settings loaders of src/core, TU_GROUP_LOADERS), each one cmocka group (one TAP
+ * plan). */
 #include "test_util.h"
 
 #include "cq_alloc.h"
@@ -113,18 +116,28 @@ long tu_alloc_live(void)
 
 int main(int argc, char **argv)
 {
-    const struct CMUnitTest *lists[] = {test_config_cases, test_fsm_cases, test_settings_cases};
-    const size_t counts[] = {test_config_count, test_fsm_count, test_settings_count};
-    size_t total = counts[0] + counts[1] + counts[2];
+#if defined(TU_GROUP_LOADERS)
+    static const char group[] = "core-loaders";
+    const struct CMUnitTest *lists[] = {test_fsm_cases, test_settings_cases};
+    const size_t counts[] = {test_fsm_count, test_settings_count};
+#else
+    static const char group[] = "config";
+    const struct CMUnitTest *lists[] = {test_config_cases};
+    const size_t counts[] = {test_config_count};
+#endif
+    const size_t nlists = sizeof(counts) / sizeof(counts[0]);
+    size_t total = 0;
+    for (size_t i = 0; i < nlists; i++)
+        total += counts[i];
     struct CMUnitTest *all = calloc(total, sizeof(*all));
     if (!all)
         return 1;
-    for (size_t i = 0, k = 0; i < 3; k += counts[i], i++)
+    for (size_t i = 0, k = 0; i < nlists; k += counts[i], i++)
         memcpy(all + k, lists[i], counts[i] * sizeof(*all));
     cq_alloc_set(&counting);
     if (argc > 1)
         cmocka_set_test_filter(argv[1]); /* run one case: test_config NAME-GLOB */
-    int r = _cmocka_run_group_tests("config", all, total, NULL, NULL);
+    int r = _cmocka_run_group_tests(group, all, total, NULL, NULL);
     free(all);
     return r;
 }

@@ -1,4 +1,4 @@
-/* tests/unit/ws: TLS over memory BIOs (src/transport/ws/cq_tls).
+/* tests/unit/transport/ws: TLS over memory BIOs (src/transport/ws/cq_tls).
  *
  * A self-signed certificate is generated with the OpenSSL API into a temp directory; an
  * OpenSSL client, also on memory BIOs and verifying that certificate, talks to cq_tls in the

@@ -1,5 +1,5 @@
-/* tests/unit/ws: the WebSocket session (src/transport/ws/cq_ws) fed hand-built masked client
- * frames, with the server's output decoded back into frames.
+/* tests/unit/transport/ws: the WebSocket session (src/transport/ws/cq_ws) fed hand-built masked
+ * client frames, with the server's output decoded back into frames.
  *
  * Covers the RFC 6455 checklist of transports.md section 7 at the unit level: 7/16/64-bit
  * lengths, every two-way split, fragmentation with an interleaved ping, control-frame rules,

@@ -1,7 +1,7 @@
-/* tests/unit/writer: cmocka cases for src/store/cq_writer (the store thread with group commit)
- * over the SQLite backend. Every case runs in its own temp dir. Batching is made deterministic
- * with the pause hook: requests submitted while the thread is paused are all dequeued in one
- * round when it resumes. */
+/* tests/unit/store/test_writer.c: cmocka cases for src/store/cq_writer (the store thread with group
+ * commit) over the SQLite backend. Every case runs in its own temp dir. Batching is made
+ * deterministic with the pause hook: requests submitted while the thread is paused are all dequeued
+ * in one round when it resumes. */
 #include "cq_writer.h"
 
 #include "cq_alloc.h"

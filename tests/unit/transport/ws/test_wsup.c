@@ -1,4 +1,4 @@
-/* tests/unit/ws: the HTTP upgrade parser (src/transport/ws/cq_wsup).
+/* tests/unit/transport/ws: the HTTP upgrade parser (src/transport/ws/cq_wsup).
  *
  * Habits from style.md §12: every prefix and every two-way split of valid requests, input
  * placed right before a PROT_NONE guard page, every error status with its response, and a

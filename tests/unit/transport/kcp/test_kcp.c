@@ -1,4 +1,4 @@
-/* tests/unit/kcp: the KCP engine over a simulated datagram link (style.md §12 habit 4).
+/* tests/unit/transport/kcp: the KCP engine over a simulated datagram link (style.md §12 habit 4).
  *
  * Two engines talk through an in-memory link with seeded loss, duplication, latency and
  * jitter (reordering), driven by a manual clock that jumps to the next event (a due

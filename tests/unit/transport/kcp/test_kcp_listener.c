@@ -1,5 +1,5 @@
-/* tests/unit/kcp: the KCP listener policy (src/transport/kcp/cq_kcp_listener), one case per
- * rule, with a manual clock and exact outcomes: the verdict, the drop reason, the displaced
+/* tests/unit/transport/kcp: the KCP listener policy (src/transport/kcp/cq_kcp_listener), one case
+ * per rule, with a manual clock and exact outcomes: the verdict, the drop reason, the displaced
  * session, the listener's counts and the shared per-IP count. */
 #include <setjmp.h>
 #include <stdarg.h>
