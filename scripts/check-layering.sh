@@ -19,5 +19,17 @@ check 'openssl/' '^(src/transport/ws/|tests/)'
 if git grep -nE '#include "(cq_core|cq_io|cq_sendq|cq_wire|cq_framing)\.h"' -- 'pkg/*' >/dev/null; then
   echo "layering: pkg/ includes a src/ header"; bad=1
 fi
+# src/io moves bytes: it does not know the store (src/main wires the engine to the writer).
+hits=$(git grep -lE '#include "(cq_store|cq_store_impl|cq_writer|mysql_int)\.h"' -- 'src/io/*' || true)
+if [ -n "$hits" ]; then echo "layering: src/io includes a store header: $hits"; bad=1; fi
+# No process globals in src/io: file-scope variables must be const (state lives in cq_io_t,
+# cq_mqio_t and the workers; what other modules need is passed in or registered by src/main).
+hits=$(git grep -nE '^(static )?[A-Za-z_][A-Za-z0-9_ *]*( =.*)?; *(/\*.*)?$' -- 'src/io/*.c' |
+       grep -vE ':(static )?const |:typedef |:struct [a-z_]+;$' || true)
+if [ -n "$hits" ]; then echo "layering: process globals in src/io: $hits"; bad=1; fi
+# One HTTP request-head parser (pkg/http): nobody else looks for the end of a head.
+head_end='(memmem|strstr)\(.*\\r\\n\\r\\n|== .\\r. &&'
+hits=$(git grep -lE "$head_end" -- 'src/*.c' 'pkg/*.c' | grep -v '^pkg/http/' || true)
+if [ -n "$hits" ]; then echo "layering: an HTTP head parser outside pkg/http: $hits"; bad=1; fi
 [ $bad -eq 0 ] && echo "layering: ok"
 exit $bad
