@@ -8,6 +8,7 @@
 #include "cq_fsm.h"
 #include "cq_file.h"
 #include "cq_io.h"
+#include "cq_limits.h"
 #include "cq_log.h"
 #include "cq_mqio.h"
 #include "cq_mqperm.h"
@@ -122,6 +123,8 @@ static void core_opts(const app_t *a, cq_core_opts_t *o)
     const cq_config_t *c = &a->cfg;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     memset(o, 0, sizeof(*o));
+    if (ncpu > CQ_MAX_WORKERS) /* --workers 0 on a big machine: as many as the core allows */
+        ncpu = CQ_MAX_WORKERS;
     o->workers = c->workers > 0 ? c->workers : (int)(ncpu > 0 ? ncpu : 1);
     o->client_fsm = a->client_fsm;
     o->server_fsm = a->server_fsm;
