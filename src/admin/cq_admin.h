@@ -1,7 +1,7 @@
 /* cq_admin.h - admin HTTP requests, sans I/O: request bytes in, response bytes out.
  *
  * Endpoints: GET /metrics (Prometheus text), GET /healthz ("ok"). The parser is bounded:
- * a request head over CQ_ADMIN_MAX_HEAD bytes is answered 431 and the connection closed.
+ * a request head over CQ_ADMIN_MAX_HEAD bytes is answered 400 and the connection closed.
  *
  * /metrics is the concatenation of the registered metrics sources, in registration order.
  * Modules do not know the admin listener: the composition root (src/main) registers each
