@@ -316,23 +316,26 @@ uint32_t cq_wire_sfm_client(const uint8_t *p, size_t n)
     const uint8_t *end = p + n;
     uint32_t id = 0;
     while (p < end) {
-        uint64_t tag, v;
+        uint64_t tag, v = 0;
         size_t k = cq_varint_get(p, end, &tag);
         if (!k)
             break;
         p += k;
-        k = cq_varint_get(p, end, &v);
-        if (!k)
-            break;
-        if ((tag & 7) == 0) {
-            if ((tag >> 3) == 1)
-                id = (uint32_t)v;
-            p += k;
-        } else if ((tag & 7) == 2) {
-            p += k + v;
+        unsigned wt = (unsigned)(tag & 7);
+        /* Only varints and lengths are varints: a fixed field's bytes are skipped as they are
+         * (read as a varint, eight 0x80 bytes would end the walk before a later clientConnId). */
+        if (wt == 0 || wt == 2) {
+            k = cq_varint_get(p, end, &v);
+            if (!k)
+                break;
         } else {
-            p += (tag & 7) == 1 ? 8 : 4;
+            k = wt == 1 ? 8 : 4;
         }
+        if ((size_t)(end - p) < k || (wt == 2 && v > (uint64_t)(end - p) - k))
+            break;
+        if (wt == 0 && (tag >> 3) == 1)
+            id = (uint32_t)v;
+        p += wt == 2 ? k + (size_t)v : k;
     }
     return id;
 }

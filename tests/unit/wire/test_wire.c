@@ -930,6 +930,13 @@ static void test_sfm_valid_and_client(void **state)
         {"unknown fixed32", {0x25, 1, 2, 3, 4, 0x08, 0x04}, 7, 4},
         {"unknown fixed64", {0x29, 1, 2, 3, 4, 5, 6, 7, 8, 0x08, 0x06}, 11, 6},
         {"unknown bytes", {0x32, 0x03, 'a', 'b', 'c', 0x08, 0x0b}, 7, 11},
+        /* fixed bytes that, read as a varint with the next tag (field 2048, three bytes), make
+         * one of eleven bytes */
+        {"unknown fixed64 of 0x80s",
+         {0x29, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0x00, 0x08, 0x0d},
+         15,
+         13},
+        {"unknown fixed32 of 0x80s", {0x25, 0x80, 0x80, 0x80, 0x80, 0x08, 0x0e}, 7, 14},
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         if (!cq_wire_sfm_valid(ok[i].b, ok[i].n))
