@@ -271,8 +271,12 @@ static void on_wake(uv_async_t *a)
 {
     cq_mqio_t *io = a->data;
     drain_done(io);
-    if (atomic_load(&io->stopping))
+    if (atomic_load(&io->stopping)) {
+        /* The answers the drain just queued (acks of committed produces among them) go out
+         * now: the per-iteration flush hook is closed by the walk and never runs again. */
+        cq_mqsrv_flush(io->srv);
         uv_walk(&io->loop, close_walk, io);
+    }
 }
 
 static void on_prepare(uv_prepare_t *p)
