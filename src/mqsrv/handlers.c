@@ -112,13 +112,14 @@ static void on_add_topic(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
         else
             cq__mqsrv_reply(c, m, CQ_EACL, "add_topic: module %u has no right on topic \"%s\"",
                             c->l.module_id, m->topic);
-    } else if (!cq__mqop_may(s, c->l.module_id, CQ_MQPERM_ADMIN, NULL)) {
+    } else {
+        int r = cq__mqop_create(&c->l, c->l.module_id, m->topic, -1, m, &why);
+        if (r != CQ_EACL) {
+            submitted(c, m, r, &why);
+            return;
+        }
         cq__mqsrv_reply(c, m, CQ_EACL, "add_topic: module %u may not create topics",
                         c->l.module_id);
-    } else {
-        int r = cq__mqop_create(&c->l, m->topic, -1, m, &why);
-        submitted(c, m, r, &why);
-        return;
     }
     cq_mq_msg_free(m);
 }

@@ -208,13 +208,19 @@ static bool authenticate(hreq_t *q)
     return true;
 }
 
-static bool allowed(hreq_t *q, cq_mqperm_right_t right, const char *topic)
+/* Answers CQ_EACL for right on topic (NULL with CQ_MQPERM_ADMIN). */
+static void acl_fail(hreq_t *q, cq_mqperm_right_t right, const char *topic)
 {
     static const char *const what[] = {"", "produce to", "consume", "administer"};
-    if (cq__mqop_may(q->h->l.s, q->module_id, right, topic))
-        return true;
     FAIL(q->h, CQ_EACL, "module %u may not %s%s%s", q->module_id, what[right],
          right == CQ_MQPERM_ADMIN ? " topics" : " topic ", right == CQ_MQPERM_ADMIN ? "" : topic);
+}
+
+static bool allowed(hreq_t *q, cq_mqperm_right_t right, const char *topic)
+{
+    if (cq__mqop_may(q->h->l.s, q->module_id, right, topic))
+        return true;
+    acl_fail(q, right, topic);
     return false;
 }
 
@@ -300,10 +306,10 @@ static void on_create(hreq_t *q)
         if (t)
             respond(q->h, 200, json_pack("{s:s,s:b}", "topic", t->name, "created", 0));
         else
-            submitted(
-                q->h,
-                cq__mqop_create(&q->h->l, json_string_value(tv), has ? (int)days : -1, NULL, &why),
-                &why);
+            submitted(q->h,
+                      cq__mqop_create(&q->h->l, q->module_id, json_string_value(tv),
+                                      has ? (int)days : -1, NULL, &why),
+                      &why);
     }
     json_decref(o);
 }
@@ -314,10 +320,12 @@ static mq_topic_t *topic_of(hreq_t *q, cq_mqperm_right_t right, bool need_online
 {
     char name[CQ_MQ_TOPIC_MAX + 1];
     mq_topic_t *t = NULL;
-    if (!seg_copy(q, 1, name, sizeof(name)) || !allowed(q, right, name))
+    if (!seg_copy(q, 1, name, sizeof(name)))
         return NULL;
     int r = cq__mqop_topic(q->h->l.s, q->module_id, right, name, need_online, &t);
-    if (r == CQ_ENOTOPIC)
+    if (r == CQ_EACL)
+        acl_fail(q, right, name);
+    else if (r == CQ_ENOTOPIC)
         FAIL(q->h, r, "topic \"%s\" does not exist", name);
     else if (r == CQ_EOFFLINE)
         FAIL(q->h, r, "topic \"%s\" is offline", t->name);
@@ -428,12 +436,12 @@ static bool query_u64(hreq_t *q, const char *name, uint64_t *ret)
 
 static void on_consume(hreq_t *q)
 {
-    uint64_t from = 0, max = CQ_MQSRV_CONSUME_DFL;
+    uint64_t from = 0, max = UINT64_MAX; /* query_u64 reads at most 15 digits */
     const char *why;
     mq_topic_t *t = topic_of(q, CQ_MQPERM_CONSUME, true);
     if (!t || !query_u64(q, "offset", &from) || !query_u64(q, "max", &max))
         return;
-    submitted(q->h, cq__mqop_consume(&q->h->l, t, from, true, max, NULL, &why), &why);
+    submitted(q->h, cq__mqop_consume(&q->h->l, t, from, max != UINT64_MAX, max, NULL, &why), &why);
 }
 
 static void on_offset(hreq_t *q, bool commit)

@@ -168,9 +168,10 @@ int cq__mqop_consume(mq_link_t *l, const mq_topic_t *t, uint64_t from, bool has_
 int cq__mqop_offset(mq_link_t *l, const mq_topic_t *t, const char *consumer, bool commit,
                     uint64_t offset, void *ctx, const char **ret_why);
 /* create: topic (client's spelling) with retention_days (< 0: CQ_STORE_DEFAULT_RETENTION, the
- * seed's 30 days); the cache learns it at completion. */
-int cq__mqop_create(mq_link_t *l, const char *topic, int retention_days, void *ctx,
-                    const char **ret_why);
+ * seed's 30 days) for module_id, which must have the admin right (else CQ_EACL, nothing
+ * submitted); the cache learns it at completion. */
+int cq__mqop_create(mq_link_t *l, uint32_t module_id, const char *topic, int retention_days,
+                    void *ctx, const char **ret_why);
 /* set_online: for l, or for no one (l NULL: the engine's own). The cache follows at completion.
  * CQ_ENOTOPIC when the topic is not known. */
 int cq__mqop_set_online(cq_mqsrv_t *s, mq_link_t *l, const char *topic, bool online,

@@ -135,9 +135,13 @@ int cq__mqop_offset(mq_link_t *l, const mq_topic_t *t, const char *consumer, boo
     return submit(l->s, l, req, ctx, ret_why);
 }
 
-int cq__mqop_create(mq_link_t *l, const char *topic, int retention_days, void *ctx,
-                    const char **ret_why)
+int cq__mqop_create(mq_link_t *l, uint32_t module_id, const char *topic, int retention_days,
+                    void *ctx, const char **ret_why)
 {
+    if (!cq__mqop_may(l->s, module_id, CQ_MQPERM_ADMIN, NULL)) {
+        *ret_why = "may not create topics";
+        return CQ_EACL;
+    }
     cq_writer_req_t *req;
     int r = new_req(CQ_WRITER_TOPIC_CREATE, topic, NULL, &req, ret_why);
     if (r < 0)

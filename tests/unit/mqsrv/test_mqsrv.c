@@ -1183,6 +1183,12 @@ static void test_http_ops(void **state)
     expect_resp(f, "200 OK",
                 "{\"messages\":[{\"offset\":4,\"content\":\"r4\",\"create_time\":1000}],"
                 "\"next_offset\":4}");
+    http(f, "GET", "/v1/topics/orders/messages?offset=7", "2:s2", NULL); /* no max: the default */
+    r = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(r->max, CQ_MQSRV_CONSUME_DFL);
+    assert_int_equal(r->from_offset, 7);
+    done_read(r, 0, 0);
+    expect_resp(f, "200 OK", "{\"messages\":[],\"next_offset\":7}");
     http(f, "GET", "/v1/topics/orders/messages?max=0", "2:s2", NULL);
     r = take(CQ_WRITER_READ, "orders");
     assert_int_equal(r->max, 1);
