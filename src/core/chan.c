@@ -97,19 +97,21 @@ void cq__chan_free_all(cq_core_t *c)
 }
 
 /* Notifies every subscriber, drops every subscription everywhere, frees the id. */
-/* Frees the id on worker 0 first: the notified subscribers may create a channel at once, and
- * worker 0's inbox then holds FREE_ID ahead of their CREATE, so the id is reused as channeld
- * does. This worker finishes the removal before it handles anything for the reused id. */
+/* Frees the id on the directory worker first: the notified subscribers may create a channel at
+ * once, and the directory's inbox then holds FREE_ID ahead of their CREATE, so the id is reused
+ * as channeld does. This worker finishes the removal before it handles anything for the reused
+ * id. */
 static void free_id(cq_core_t *c, uint32_t id)
 {
-    if (c->index == 0) {
+    int w = cq__place_dir_worker(c);
+    if (c->index == w) {
         cq__dir_free_id(c, id);
         return;
     }
     cq_xmsg_t *m = cq__xmsg_new(XM_FREE_ID, 0);
     if (m) {
         m->chan_id = id;
-        cq__xmsg_post(c, 0, m);
+        cq__xmsg_post(c, w, m);
     }
 }
 
@@ -364,7 +366,7 @@ void cq__handle_create_here(cq_core_t *c, cq_req_t *r, uint32_t id)
         cq_xmsg_t *x = cq__xmsg_new(XM_FREE_ID, 0);
         if (x) {
             x->chan_id = id;
-            cq__xmsg_post(c, 0, x);
+            cq__xmsg_post(c, cq__place_dir_worker(c), x);
         }
         return;
     }

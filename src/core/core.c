@@ -43,8 +43,9 @@ cq_core_t *cq_core_new(cq_shared_t *sh, int index)
     sh->cores[index] = c;
     if (!c->scratch || !c->sm)
         return cq_core_free(c);
-    if (index == 0 && (!cq__chan_create(c, 0, CHANNELDPB__CHANNEL_TYPE__GLOBAL, "", 0, 0) ||
-                       cq__dir_add(c, 0, CHANNELDPB__CHANNEL_TYPE__GLOBAL, "") < 0))
+    if (index == cq__place_dir_worker(c) &&
+        (!cq__chan_create(c, 0, CHANNELDPB__CHANNEL_TYPE__GLOBAL, "", 0, 0) ||
+         cq__dir_add(c, 0, CHANNELDPB__CHANNEL_TYPE__GLOBAL, "") < 0))
         return cq_core_free(c);
     return c;
 }

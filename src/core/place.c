@@ -113,6 +113,11 @@ int cq__chan_worker(const cq_core_t *c, uint32_t chan_id)
     return (int)(chan_id % (uint32_t)c->nworkers);
 }
 
+int cq__place_dir_worker(const cq_core_t *c)
+{
+    return cq__chan_worker(c, CQ_CHAN_ID_GLOBAL);
+}
+
 void cq__place_route(cq_core_t *c, uint32_t conn_id, int worker)
 {
     cq_map_put(&c->routes, conn_id, (void *)(uintptr_t)(worker + 1));

@@ -101,6 +101,9 @@ bool cq__id_chan_node(const cq_idl_t *l, uint32_t chan_id, uint32_t *ret_node, u
 int cq__conn_worker(const cq_core_t *c, uint32_t conn_id);
 /* The worker that owns chan_id: id % workers. */
 int cq__chan_worker(const cq_core_t *c, uint32_t chan_id);
+/* The worker that keeps the process-wide registries: the channel directory (LIST, id
+ * allocation) and the recovery handles of dropped servers. It is GLOBAL's worker. */
+int cq__place_dir_worker(const cq_core_t *c);
 /* This worker adopts conn_id although it is not its home (a recovered id): routes it here and
  * tells every other worker (XM_ROUTE). */
 void cq__place_adopt_conn(cq_core_t *c, uint32_t conn_id);
@@ -120,8 +123,8 @@ enum {
     XM_CONN_GONE, /* conn_id closed: drop its subscriptions and ownerships */
     XM_CLOSE,     /* close conn_id (DISCONNECT) */
     XM_CREATE,    /* create channel u1 (allocated id) for the request in mp */
-    XM_FREE_ID,   /* worker 0: channel chan_id no longer exists */
-    XM_META,      /* worker 0: channel chan_id's metadata/type changed */
+    XM_FREE_ID,   /* directory worker: channel chan_id no longer exists */
+    XM_META,      /* directory worker: channel chan_id's metadata/type changed */
     XM_REMOVE,    /* REMOVE_CHANNEL of channel u1, checked where it lives */
     XM_ROUTE,     /* connection conn_id now lives on worker u1 (recovered id) */
     XM_SENDMANY,  /* deliver buf to every conn id in body (uint32_t array) */

@@ -886,11 +886,22 @@ static void test_msg_flags_behaviour(void **state)
 /* Every cross-worker message kind has a row. */
 static void test_xm_rows(void **state)
 {
-    for (int k = 0; k < XM__COUNT; k++)
-        assert_non_null(cq__xm_name(k));
-    assert_string_equal(cq__xm_name(XM_DISPATCH), "DISPATCH");
-    assert_string_equal(cq__xm_name(XM_ROUTE), "ROUTE");
-    assert_string_equal(cq__xm_name(XM_RECOVER), "RECOVER");
+    /* every kind has its own row, at its own index */
+    static const struct {
+        int kind;
+        const char *name;
+    } want[] = {
+        {XM_DISPATCH, "DISPATCH"}, {XM_SEND, "SEND"},         {XM_FANOUT, "FANOUT"},
+        {XM_LSUB_ADD, "LSUB_ADD"}, {XM_LSUB_DEL, "LSUB_DEL"}, {XM_CONN_GONE, "CONN_GONE"},
+        {XM_CLOSE, "CLOSE"},       {XM_CREATE, "CREATE"},     {XM_FREE_ID, "FREE_ID"},
+        {XM_META, "META"},         {XM_REMOVE, "REMOVE"},     {XM_ROUTE, "ROUTE"},
+        {XM_SENDMANY, "SENDMANY"}, {XM_SCHEMA, "SCHEMA"},     {XM_RECOVER, "RECOVER"},
+    };
+    assert_int_equal(sizeof(want) / sizeof(want[0]), XM__COUNT);
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        assert_non_null(cq__xm_name(want[i].kind));
+        assert_string_equal(cq__xm_name(want[i].kind), want[i].name);
+    }
     assert_null(cq__xm_name(XM__COUNT));
     assert_null(cq__xm_name(-1));
 }
