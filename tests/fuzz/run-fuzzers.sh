@@ -37,9 +37,8 @@ for t in fuzz_framing fuzz_wire_packet fuzz_snappy fuzz_merge fuzz_mq fuzz_wsup 
     dict=""
     case $t in
     fuzz_framing | fuzz_wire_packet) dict="-dict=$here/fuzz_framing.dict" ;;
-    fuzz_wsup) dict="-dict=$here/ws/fuzz_wsup.dict" ;;
-    fuzz_config) dict="-dict=$here/config/fuzz_config.dict" ;; \
-    fuzz_wsup | fuzz_http)
+    fuzz_wsup | fuzz_http) dict="-dict=$here/ws/fuzz_wsup.dict" ;;
+    fuzz_config) dict="-dict=$here/config/fuzz_config.dict" ;;
     esac
     echo "== $t: $secs s, scratch corpus $work/$t"
     exe="$build/tests/fuzz/$t"

@@ -122,6 +122,38 @@ static void test_other_endpoints(void **state)
     cq_admin_free(a);
 }
 
+static ssize_t parse(const char *head, char *method, char *path)
+{
+    return cq_admin_parse_head(head, strlen(head), method, 16, path, 256);
+}
+
+static void test_parse_head(void **state)
+{
+    (void)state;
+    char method[16], path[256];
+    const char *ok = "GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n";
+    assert_int_equal(parse(ok, method, path), (ssize_t)strlen(ok));
+    assert_string_equal(method, "GET");
+    assert_string_equal(path, "/metrics");  /* the query is dropped */
+    for (size_t n = 0; n < strlen(ok); n++) /* every prefix needs more */
+        assert_int_equal(cq_admin_parse_head(ok, n, method, 16, path, 256), 0);
+    /* malformed heads are answered 400: the request line, and (since the parser is pkg/http)
+     * the header lines too */
+    assert_int_equal(parse("GET /metrics\r\n\r\n", method, path), -1);
+    assert_int_equal(parse("GET /metrics FTP/1.1\r\n\r\n", method, path), -1);
+    assert_int_equal(parse("GET /metrics HTTP/1.1\r\nno colon\r\n\r\n", method, path), -1);
+    assert_int_equal(parse("GET /metrics HTTP/1.1\r\n folded\r\n\r\n", method, path), -1);
+    assert_int_equal(parse("GET /metrics HTTP/1.1\r\nHost : a\r\n\r\n", method, path), -1);
+    /* the method and the path must fit the caller's buffers */
+    assert_int_equal(parse("GETTTTTTTTTTTTTTT / HTTP/1.1\r\n\r\n", method, path), -1);
+    /* no end within CQ_ADMIN_MAX_HEAD bytes */
+    static char big[CQ_ADMIN_MAX_HEAD + 1];
+    memset(big, 'a', sizeof(big) - 1);
+    memcpy(big, "GET / HTTP/1.1\r\nX: ", 20);
+    assert_int_equal(cq_admin_parse_head(big, CQ_ADMIN_MAX_HEAD, method, 16, path, 256), -1);
+    assert_int_equal(cq_admin_parse_head(big, CQ_ADMIN_MAX_HEAD - 1, method, 16, path, 256), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -130,6 +162,7 @@ int main(void)
         cmocka_unit_test(test_source_limit_and_null),
         cmocka_unit_test(test_source_error_fails_the_scrape),
         cmocka_unit_test(test_other_endpoints),
+        cmocka_unit_test(test_parse_head),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
