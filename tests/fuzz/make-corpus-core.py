@@ -9,6 +9,8 @@ no protobuf module is needed. The generated files are committed; rerun this afte
 """
 import os
 
+from corpus_pb import ld, record, varint, vi  # noqa: F401 (shared helpers)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "corpus", "fuzz_core")
 
@@ -19,34 +21,6 @@ AUTH, CREATE, REMOVE, LIST, SUB, UNSUB, DATA, DISCONNECT, CREATE_SPATIAL = 1, 3,
 GLOBAL, PRIVATE, SUBWORLD, SPATIAL = 1, 2, 3, 4
 TESTPB = b"type.googleapis.com/testpb.TestChannelDataMessage"
 CHATROOM = b"type.googleapis.com/chanqtest.ChatRoom"
-
-
-def varint(v):
-    v &= (1 << 64) - 1
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-def ld(field, payload):
-    return varint(field << 3 | 2) + varint(len(payload)) + payload
-
-
-def vi(field, v):
-    return varint(field << 3) + varint(v)
-
-
-def record(ch=0, bc=0, stub=0, mtype=0, body=b""):
-    mp = b""
-    for f, v in ((1, ch), (2, bc), (3, stub), (4, mtype)):
-        if v:
-            mp += vi(f, v)
-    if body:
-        mp += ld(5, body)
-    return ld(1, mp)
 
 
 def any_(url, value):

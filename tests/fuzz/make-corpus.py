@@ -7,35 +7,10 @@ snappy module is needed. The generated files are committed; rerun this after edi
 """
 import os
 
+from corpus_pb import ld, record, varint, vi  # noqa: F401 (shared helpers)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TYPE_URL = b"type.googleapis.com/testpb.TestChannelDataMessage"
-
-
-def varint(v):
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-def ld(field, payload):
-    return varint(field << 3 | 2) + varint(len(payload)) + payload
-
-
-def vi(field, v):
-    return varint(field << 3) + varint(v)
-
-
-def record(ch=0, bc=0, stub=0, mtype=0, body=b""):
-    mp = b""
-    for f, v in ((1, ch), (2, bc), (3, stub), (4, mtype)):
-        if v:
-            mp += vi(f, v)
-    if body:
-        mp += ld(5, body)
-    return ld(1, mp)
 
 
 def frame(body, ct=0, legacy=False):
