@@ -166,6 +166,17 @@ def seeds():
                        + refuse(3) + req(0, 5, 5, topic="another") + refuse(0)
                        + req(0, 13, 6, topic="orders", offset=0) + complete(0x18) + DRAIN
                        + req(0, 13, 7, topic="orders", offset=0) + close(0) + complete(0x30) + DRAIN)
+    # completions for connections the edge closed: nothing may reach them
+    s["close_in_flight"] = (bytes([0]) + connect(0, 1)
+                            + req(0, 11, 2, topic="orders", content="gone")
+                            + req(0, 13, 3, topic="orders", offset=0) + req(0, 5, 4, topic="later")
+                            + http("POST", "/v1/topics/orders/messages", "1:a", {"content": "h"})
+                            + close(0) + close(2) + complete_all(0x10) + DRAIN
+                            + req(0, 3, 5) + req(0, 23, 6))
+    # bit 2: the connections go away with requests in flight, the engine frees with its inbox
+    s["inbox_at_free"] = (bytes([4]) + connect(0, 1) + req(0, 11, 2, topic="orders", content="a")
+                          + req(0, 13, 3, topic="orders", offset=0) + complete(0)
+                          + http("GET", "/v1/topics/orders/messages", "1:a"))
     return s
 
 
