@@ -35,6 +35,7 @@ typedef struct fconn {
     size_t len, at; /* bytes received, bytes already checked */
     int closed, flushes, aborted;
     bool stalled; /* the peer reads nothing: flush writes nothing */
+    bool gone;    /* the edge closed the socket: the engine must not call its ops */
     int abort_reason;
     char abort_why[128];
 } fconn_t;
@@ -68,6 +69,7 @@ static cq_sendq_t *fconn_sendq(fconn_t *f)
 static void fake_flush(void *ud)
 {
     fconn_t *f = ud;
+    assert_false(f->gone);
     cq_sendq_t *q = fconn_sendq(f);
     const struct iovec *iov;
     int n;
@@ -88,6 +90,7 @@ static void fake_flush(void *ud)
 static void fake_close(void *ud)
 {
     fconn_t *f = ud;
+    assert_false(f->gone);
     f->closed++;
     fake_flush(ud);
 }
@@ -95,6 +98,7 @@ static void fake_close(void *ud)
 static void fake_abort(void *ud, int reason, const char *why)
 {
     fconn_t *f = ud;
+    assert_false(f->gone);
     f->aborted++;
     f->abort_reason = reason;
     snprintf(f->abort_why, sizeof(f->abort_why), "%s", why);
@@ -102,7 +106,7 @@ static void fake_abort(void *ud, int reason, const char *why)
 
 static int fake_peer(void *ud, char *buf, size_t len)
 {
-    (void)ud;
+    assert_false(((fconn_t *)ud)->gone);
     snprintf(buf, len, "fake");
     return 0;
 }
@@ -192,14 +196,24 @@ static fconn_t *fhttp_new(void)
     return f;
 }
 
-/* The edge closed the socket: the engine must never call ops again. */
-static void fconn_free(fconn_t *f)
+/* The edge closed the socket: the engine must never call ops again. f stays, so a call would
+ * be seen. */
+static void fconn_gone(fconn_t *f)
 {
     if (f->c)
         cq_mqsrv_conn_close(f->c);
     if (f->h)
         cq_mqhttp_conn_close(f->h);
+    f->c = NULL;
+    f->h = NULL;
+    f->gone = true;
     assert_int_equal(f->at, f->len); /* every answer was checked */
+}
+
+static void fconn_free(fconn_t *f)
+{
+    if (!f->gone)
+        fconn_gone(f);
     free(f->out);
     free(f);
 }
@@ -1005,24 +1019,88 @@ static void test_online_retention(void **state)
     eng_stop();
 }
 
-/* A connection that goes away with requests in flight: nothing is answered, nothing leaks. */
+/* cq_malloc's blocks, passed through to libc and counted; freeing the watched one is seen. */
+static long walloc_live;
+static const void *walloc_watch;
+static bool walloc_watch_freed;
+
+static void *w_malloc(size_t size)
+{
+    void *p = malloc(size);
+    walloc_live += p != NULL;
+    return p;
+}
+
+static void *w_realloc(void *ptr, size_t size)
+{
+    void *p = realloc(ptr, size);
+    walloc_live += !ptr && p;
+    return p;
+}
+
+static void w_free(void *ptr)
+{
+    walloc_watch_freed |= ptr == walloc_watch;
+    walloc_live--; /* cq_free() never passes NULL */
+    free(ptr);
+}
+
+static const cq_allocator_t walloc = {w_malloc, w_realloc, w_free};
+
+/* A connection that goes away with requests in flight: nothing more reaches its edge, each
+ * completion still does the engine's part (the high water, the topic cache), the connection is
+ * freed with its last completion, and the engine frees with nothing left. */
 static void test_close_in_flight(void **state)
 {
     (void)state;
+    long bufs = cq_buf_live();
+    walloc_live = 0;
+    cq_alloc_set(&walloc);
     eng_start(false, 0);
     fconn_t *p = fconn_new();
     connect_as(p, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
     feed(p, produce_req(2, "orders", 1, 0));
     feed(p, consume_req(3, "orders", 0, -1));
     feed(p, req(CQ_MQ_REQ_ADD_TOPIC, 4, 4, "later"));
-    fconn_free(p);
+    expect_nothing(p);
+    walloc_watch = p->c;
+    walloc_watch_freed = false;
+    fconn_gone(p);
+    int flushes = p->flushes;
+    size_t len = p->len;
     done_produce(take(CQ_WRITER_PRODUCE, "orders"), 3);
+    assert_false(walloc_watch_freed); /* two requests still refer to it */
     done_read(take(CQ_WRITER_READ, "orders"), 3, 1);
+    assert_false(walloc_watch_freed);
     done(take(CQ_WRITER_TOPIC_CREATE, "later"), 0);
+    assert_true(walloc_watch_freed); /* with its last completion */
+    walloc_watch = NULL;
+    /* nothing was written, flushed, closed or aborted on the dead connection */
+    assert_int_equal(p->flushes, flushes);
+    assert_int_equal(p->len, len);
+    assert_int_equal(p->closed, 0);
+    assert_int_equal(p->aborted, 0);
     cq_mqsrv_stats_t st;
     cq_mqsrv_stats(eng, &st);
     assert_int_equal(st.produced, 1);
+    /* the topic it created is in the cache: registered without a store round trip, listed */
+    fconn_t *q = fconn_new();
+    connect_as(q, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0}");
+    feed(q, req(CQ_MQ_REQ_ADD_TOPIC, 2, 2, "LATER"));
+    expect(q, "6 2 {\"askid\":2,\"topic\":\"LATER\",\"err_code\":0,\"topic_nums\":1}");
+    assert_int_equal(fp.npending, 0);
+    feed(q, req(CQ_MQ_REQ_TOPICS, 3, 3, NULL));
+    expect(q, "24 3 {\"askid\":3,\"err_code\":0,\"topic_nums\":4,\"topics\":["
+              "{\"topic\":\"keep\",\"online\":true,\"retention_days\":0,\"last_offset\":0},"
+              "{\"topic\":\"later\",\"online\":true,\"retention_days\":30,\"last_offset\":0},"
+              "{\"topic\":\"orders\",\"online\":true,\"retention_days\":30,\"last_offset\":3},"
+              "{\"topic\":\"Paused\",\"online\":false,\"retention_days\":7,\"last_offset\":0}]}");
+    fconn_free(q);
+    fconn_free(p);
     eng_stop();
+    cq_alloc_set(NULL);
+    assert_int_equal(walloc_live, 0); /* the engine freed everything it allocated */
+    assert_int_equal(cq_buf_live(), bufs);
 }
 
 /* ---- the completion inbox ------------------------------------------------------------------- */
