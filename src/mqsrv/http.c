@@ -122,6 +122,39 @@ static void respond(cq_mqhttp_conn_t *h, int status, json_t *v)
 }
 
 /* Answers an error: status, {"err_code": wire code, "err_msg": text}. */
+/* Length of the valid UTF-8 sequence at p (at most n bytes), or 0 when it is not one. Overlong
+ * forms and surrogates count as valid here: jansson takes them, and this only has to keep
+ * jansson from refusing the message. */
+static size_t utf8_seq(const unsigned char *p, size_t n)
+{
+    size_t k = p[0] < 0x80             ? 1
+               : (p[0] & 0xe0) == 0xc0 ? 2
+               : (p[0] & 0xf0) == 0xe0 ? 3
+               : (p[0] & 0xf8) == 0xf0 ? 4
+                                       : 0;
+    if (!k || k > n)
+        return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    return k;
+}
+
+/* Error messages quote what the client sent (a path, a query name): a byte that is not part of
+ * valid UTF-8 (or a sequence cut by the length limit) becomes '?', so that the answer can be
+ * built as JSON and says what was wrong, instead of failing as "cannot build the answer". */
+static void utf8_scrub(char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
+        if (!k)
+            s[i++] = '?';
+        else
+            i += k;
+    }
+}
+
 static void fail_status(cq_mqhttp_conn_t *h, int status, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void fail_status(cq_mqhttp_conn_t *h, int status, int code, const char *fmt, ...)
@@ -131,6 +164,7 @@ static void fail_status(cq_mqhttp_conn_t *h, int status, int code, const char *f
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    utf8_scrub(msg);
     respond(h, status, json_pack("{s:i,s:s}", "err_code", code, "err_msg", msg));
 }
 

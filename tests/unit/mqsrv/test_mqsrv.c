@@ -1344,6 +1344,13 @@ static void test_http_ops(void **state)
     http(f, "POST", "/v1/topics/nosuch/messages", NULL, "{\"content\":\"a\"}");
     expect_resp(f, "404 Not Found",
                 "{\"err_code\":8,\"err_msg\":\"topic \\\"nosuch\\\" does not exist\"}");
+    /* a path that is not UTF-8 is quoted with '?' for the bad bytes, not refused as a 503 */
+    http(f, "GET", "/v1/topics/nosuch/mess\xaages\xc3", NULL, NULL);
+    expect_resp(f, "404 Not Found",
+                "{\"err_code\":4,\"err_msg\":\"no endpoint GET /v1/topics/nosuch/mess?ges?\"}");
+    http(f, "GET", "/v1/\xc3\xa9t\xc3\xa9", NULL, NULL); /* valid UTF-8 is kept */
+    expect_resp(f, "404 Not Found",
+                "{\"err_code\":4,\"err_msg\":\"no endpoint GET /v1/\xc3\xa9t\xc3\xa9\"}");
     http(f, "POST", "/v1/topics/keep/online", "7:x", NULL);
     done(take(CQ_WRITER_TOPIC_SET_ONLINE, "keep"), CQ_ESTORE);
     expect_resp(f, "503 Service Unavailable",
