@@ -38,7 +38,8 @@
 #             there (meson release, build-bench-base/build/); the load generators are always
 #             the working tree's. Each chanq-wN in TARGETS gets a base-wN right after it
 #             (TARGETS "chanq-w1 chanq-w2 redis nats" runs chanq-w1 base-w1 chanq-w2 base-w2
-#             redis nats, interleaved per rep as usual; the data and transports shapes take the
+#             redis nats, interleaved per rep as usual, each chanq/base pair in the other order
+#             on even reps, since going first is not neutral; the data and transports shapes take the
 #             base-wN targets too), and each backend in DUR_BACKENDS a base-<backend> (mysql
 #             base-mysql sqlite base-sqlite: both on the same MariaDB, each in its own
 #             database). The closed-loop tables gain a "vs base" column (deliveries per server
@@ -150,6 +151,7 @@ if [ -n "${BASE_REV:-}" ]; then
     }
     # shellcheck disable=SC2086
     TARGETS=$(with_base 'chanq-w*' $TARGETS)
+    BASE_PAIRS=1
     # shellcheck disable=SC2086
     DUR_BACKENDS=$(with_base '*' $DUR_BACKENDS)
 fi
@@ -366,18 +368,39 @@ dsync_rate() {
     python3 -c "print(round(1000 / ($t1 - $t0)))"
 }
 
+# rep_order REP LIST...: LIST as it is on odd reps; on even reps with BASE_REV, each X followed
+# by base-X is run base-X first. Which of two back-to-back runs goes first is not neutral on this
+# 2-core machine (measured: the first of a pair gets about 20 % more system time in the 1000
+# msg/s shape, whichever binary it is), so a pair alternates its order.
+rep_order() {
+    local rep=$1 out=() i
+    shift
+    local -a l=("$@")
+    for ((i = 0; i < ${#l[@]}; i++)); do
+        if [ -n "${BASE_PAIRS:-}" ] && ((rep % 2 == 0)) && ((i + 1 < ${#l[@]})) &&
+            [ "${l[i + 1]}" = "base-${l[i]#chanq-}" ]; then
+            out+=("${l[i + 1]}" "${l[i]}")
+            i=$((i + 1))
+        else
+            out+=("${l[i]}")
+        fi
+    done
+    echo "${out[*]}"
+}
+
 # ---- shapes ----------------------------------------------------------------------------------
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 T0=$(date +%s)
 log "load at start: $LOAD_START; results -> $JSONL"
 
 run_shape() { # shape
-    local shape=$1 t
+    local shape=$1 t rep
     case "$shape" in
     closed100 | closed1000 | rate100)
         start_all
-        for _ in $(seq 1 "$REPS"); do
-            for t in $TARGETS; do
+        for rep in $(seq 1 "$REPS"); do
+            # shellcheck disable=SC2086
+            for t in $(rep_order "$rep" $TARGETS); do
                 # shellcheck disable=SC2086
                 case "$shape" in
                 closed100) bench "$shape/$t" ${TARGS[$t]} --pid "${TPID[$t]}" --mode closed \
@@ -393,8 +416,9 @@ run_shape() { # shape
         ;;
     idle)
         # A fresh server per run, so the RSS baseline is that of an unused server.
-        for _ in $(seq 1 "$IDLE_REPS"); do
-            for t in $TARGETS; do
+        for rep in $(seq 1 "$IDLE_REPS"); do
+            # shellcheck disable=SC2086
+            for t in $(rep_order "$rep" $TARGETS); do
                 start_target "$t"
                 sleep 0.5
                 bench "idle/$t" "${ARGS[@]}" --pid "$SPID" --mode idle --subs "$IDLE_CONNS" \
@@ -407,9 +431,10 @@ run_shape() { # shape
         # Channel data: a fresh chanqd (with the test type's descriptor set) per run, so that
         # RSS and channel state start from zero. chanq targets only.
         local n any=0
-        for _ in $(seq 1 "$DATA_REPS"); do
+        for rep in $(seq 1 "$DATA_REPS"); do
             for n in $DATA_SUBS; do
-                for t in $TARGETS; do
+                # shellcheck disable=SC2086
+                for t in $(rep_order "$rep" $TARGETS); do
                     chanq_target "$t" || continue
                     any=1
                     SERVER_BIN=$T_BIN start_chanq "$W" --channel-data-types "$FDS"
@@ -491,7 +516,8 @@ run_durable() {
                 --mysql-port "$my_port" --mysql-user root --mysql-database rawbench \
                 --topic "rawa_r$r" --batch "$DUR_RAW_BATCH" --pid "mariadbd=$my_pid" "${common[@]}"
         fi
-        for b in $DUR_BACKENDS; do
+        # shellcheck disable=SC2086
+        for b in $(rep_order "$r" $DUR_BACKENDS); do
             [ -n "${MQADDR[$b]:-}" ] || continue
             mq=${MQADDR[$b]}
             cpid=(--pid "chanqd=${MQPID[$b]}")
@@ -587,7 +613,7 @@ run_transports() {
         for i in "${!trs[@]}"; do
             order+=("${trs[$(((i + r - 1) % ${#trs[@]}))]}")
         done
-        for t in "${chanqs[@]}"; do
+        for t in $(rep_order "$r" "${chanqs[@]}"); do
             for tr in "${order[@]}"; do
                 tr_wait_idle "${tadmin[$t]}"
                 # shellcheck disable=SC2086
