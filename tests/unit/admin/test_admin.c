@@ -96,29 +96,25 @@ static void test_source_error_fails_the_scrape(void **state)
 static void test_other_endpoints(void **state)
 {
     (void)state;
+    static const struct {
+        const char *method, *path;
+        int bad;
+        const char *status, *body;
+    } cases[] = {
+        {"GET", "/healthz", 0, "200 OK", "ok\n"},
+        {"GET", "/nope", 0, "404 Not Found", "not found\n"},
+        {"POST", "/metrics", 0, "405 Method Not Allowed", "only GET\n"},
+        {"", "", 1, "400 Bad Request", "bad request\n"},
+    };
     cq_admin_t *a = cq_admin_new();
-    const char *t = "Content-Type: text/plain; charset=utf-8\r\n";
-    char want[256];
-    snprintf(want, sizeof(want),
-             "HTTP/1.1 200 OK\r\n%sContent-Length: 3\r\n"
-             "Connection: close\r\n\r\nok\n",
-             t);
-    assert_response(a, "GET", "/healthz", 0, want);
-    snprintf(want, sizeof(want),
-             "HTTP/1.1 404 Not Found\r\n%sContent-Length: 10\r\n"
-             "Connection: close\r\n\r\nnot found\n",
-             t);
-    assert_response(a, "GET", "/nope", 0, want);
-    snprintf(want, sizeof(want),
-             "HTTP/1.1 405 Method Not Allowed\r\n%sContent-Length: 9\r\n"
-             "Connection: close\r\n\r\nonly GET\n",
-             t);
-    assert_response(a, "POST", "/metrics", 0, want);
-    snprintf(want, sizeof(want),
-             "HTTP/1.1 400 Bad Request\r\n%sContent-Length: 12\r\n"
-             "Connection: close\r\n\r\nbad request\n",
-             t);
-    assert_response(a, "", "", 1, want);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char want[256];
+        snprintf(want, sizeof(want),
+                 "HTTP/1.1 %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                 "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                 cases[i].status, strlen(cases[i].body), cases[i].body);
+        assert_response(a, cases[i].method, cases[i].path, cases[i].bad, want);
+    }
     cq_admin_free(a);
 }
 
