@@ -3,6 +3,7 @@
  * fan-outs the subscribers receive, each sampled by its newest update.
  */
 #include "cqbench_int.h"
+#include "cq_varint.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,44 +11,23 @@
 
 /* ---- the update payload ------------------------------------------------------------------ */
 
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static size_t put_varint(uint8_t *p, uint64_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        p[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    p[n++] = (uint8_t)v;
-    return n;
-}
-
 /* Serializes TestChannelDataMessage{text = "<rts> xxx...", num} into out (O.size bytes
  * available); returns its length (O.size, or one byte less at a varint-length boundary). */
 size_t cqb_testpb_encode(uint8_t *out, uint64_t rts, uint64_t num)
 {
     size_t size = (size_t)O.size;
-    size_t tail = 1 + varint_len(num); /* field 2: tag + varint */
-    size_t tlen = size - tail - 1 - varint_len(size);
+    size_t tail = 1 + cq_varint_size(num); /* field 2: tag + varint */
+    size_t tlen = size - tail - 1 - cq_varint_size(size);
     size_t k = 0;
     out[k++] = 0x0a; /* field 1, length-delimited */
-    k += put_varint(out + k, tlen);
+    k += cq_varint_put(out + k, tlen);
     int d = snprintf((char *)out + k, tlen + 1, "%" PRIu64 " ", rts);
     if (d < 0 || (size_t)d >= tlen)
         cqb_die("--size too small for the data payload");
     memset(out + k + (size_t)d, 'x', tlen - (size_t)d);
     k += tlen;
     out[k++] = 0x10; /* field 2, varint */
-    k += put_varint(out + k, num);
+    k += cq_varint_put(out + k, num);
     return k;
 }
 
