@@ -193,12 +193,9 @@ static int put_field(json_t *obj, const field_desc_t *fd, const cq_mq_msg_t *m)
 
 static int build_object(const cq_mq_msg_t *m, const type_desc_t *t, json_t *root)
 {
-    if ((t->req & m->has) != t->req)
-        return CQ_EFIELD;
-    if (m->type == CQ_MQ_REQ_PRODUCE &&
-        (!(m->has & CQ_MQ_F_CONTENT) == !(m->has & CQ_MQ_F_BATCH) ||
-         !(m->has & CQ_MQ_F_PRODUCER_ID) != !(m->has & CQ_MQ_F_SEQ)))
-        return CQ_EFIELD;
+    int r = cq__mq_encode_check(m, t);
+    if (r < 0)
+        return r;
     for (size_t i = 0; i < CQ__MQ_NFIELDS; i++) {
         if (!cq__mq_field_wanted(t, 1u << i, m))
             continue;

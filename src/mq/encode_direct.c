@@ -201,12 +201,9 @@ bool cq__mq_encode_direct_fits(const cq_mq_msg_t *m, const type_desc_t *t)
 
 int cq__mq_encode_direct(const cq_mq_msg_t *m, const type_desc_t *t, mq_out_t *o, bool shared)
 {
-    if ((t->req & m->has) != t->req)
-        return CQ_EFIELD;
-    if (m->type == CQ_MQ_REQ_PRODUCE &&
-        (!(m->has & CQ_MQ_F_CONTENT) == !(m->has & CQ_MQ_F_BATCH) ||
-         !(m->has & CQ_MQ_F_PRODUCER_ID) != !(m->has & CQ_MQ_F_SEQ)))
-        return CQ_EFIELD;
+    int r = cq__mq_encode_check(m, t);
+    if (r < 0)
+        return r;
     jw_t w = {{NULL, 0, 0, NULL}, 0};
     size_t guess = CQ_MQ_HDR_LEN + 64;
     for (size_t i = 0; i < m->nitems; i++)

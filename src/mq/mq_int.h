@@ -59,6 +59,9 @@ const type_desc_t *cq__mq_type_of(int type);
 bool cq__mq_utf8_valid(const char *s, size_t len);
 /* True when an encoder writes field bit of m (message_count follows the messages array). */
 bool cq__mq_field_wanted(const type_desc_t *t, uint32_t bit, const cq_mq_msg_t *m);
+/* What both encoders refuse to write: a message of type t without its required fields, or a
+ * produce whose fields do not go together. 0 or CQ_EFIELD. */
+int cq__mq_encode_check(const cq_mq_msg_t *m, const type_desc_t *t);
 
 /* ---- the message model (msg.c) ------------------------------------------------------------ */
 

@@ -2,6 +2,7 @@
  * cq_mq_msg_t) and one row per message type (its required and optional fields). Decode and
  * encode, on both paths, read these two tables only, so they cannot drift apart; the names
  * and text checks every part of the codec shares live here too. See cq_mq.h. */
+#include "cq_err.h"
 #include "mq_int.h"
 
 #include <stddef.h>
@@ -154,4 +155,16 @@ bool cq__mq_field_wanted(const type_desc_t *t, uint32_t bit, const cq_mq_msg_t *
     if (bit == CQ_MQ_F_MESSAGE_COUNT) /* derived from the messages array */
         return (m->has & CQ_MQ_F_MESSAGES) != 0;
     return (m->has & bit) != 0;
+}
+
+int cq__mq_encode_check(const cq_mq_msg_t *m, const type_desc_t *t)
+{
+    if ((t->req & m->has) != t->req)
+        return CQ_EFIELD;
+    /* a produce has content or a batch, not both, and producer_id and seq together */
+    if (m->type == CQ_MQ_REQ_PRODUCE &&
+        (!(m->has & CQ_MQ_F_CONTENT) == !(m->has & CQ_MQ_F_BATCH) ||
+         !(m->has & CQ_MQ_F_PRODUCER_ID) != !(m->has & CQ_MQ_F_SEQ)))
+        return CQ_EFIELD;
+    return 0;
 }
