@@ -5,7 +5,10 @@
 #   3. the JS client's node tests and the browser demo test (chromium via playwright-core)
 #   4. libFuzzer smoke run of every fuzz target (clang-14), FUZZ_SECONDS each (default 20)
 #   5. clang-format and layering checks
-# Ends with "N passed, N failed" (test cases counted from TAP output where there is some).
+# Ends with "N passed, N failed[, N skipped]" (test cases counted from TAP output where there is
+# some). A suite whose setup or build fails counts as one failure, a node test cancelled by a
+# failed hook counts as failed, and every skip (a skipped test, the browser test's exit 77, a
+# missing clang-14) reaches the skipped count.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh test || { echo "dependency install failed"; echo "0 passed, 1 failed"; exit 1; }
@@ -13,18 +16,9 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 jobs=$(nproc)
 fail=0
 logs=()
+extra_fail=0 extra_skip=0
 
-step() { echo; echo "=== $*"; }
-
-run_suite() { # dir, setup args...
-  local dir=$1; shift
-  if [ ! -f "$dir/build.ninja" ]; then
-    meson setup "$dir" "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; fail=1; return; }
-  fi
-  ninja -C "$dir" >"$dir.build.log" 2>&1 || { tail -50 "$dir.build.log"; fail=1; return; }
-  meson test -C "$dir" --num-processes "$jobs" --print-errorlogs "${MESON_TEST_ARGS[@]}" || fail=1
-  logs+=("$dir/meson-logs/testlog.json")
-}
+. scripts/lib-test.sh
 
 step "gcc build, all suites"
 MESON_TEST_ARGS=()
@@ -38,23 +32,17 @@ run_suite build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
 step "JS client (node --test) and the chat-rooms demo in chromium (playwright-core)"
-js_pass=0 js_fail=0
-js_count() { # node --test output file: adds its "# pass N" / "# fail N"
-  local p f
-  p=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$1" | tail -1)
-  f=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$1" | tail -1)
-  js_pass=$((js_pass + ${p:-0}))
-  js_fail=$((js_fail + ${f:-1}))
-}
+node_logs=()
 export CHANQD="$PWD/build-test/src/main/chanqd"
 if (cd clients/js && npm ci --no-audit --no-fund --loglevel=error && npm test) >build-js.log 2>&1
-then js_count build-js.log; else js_count build-js.log; tail -40 build-js.log; fail=1; fi
+then node_logs+=(--node build-js.log)
+else tail -40 build-js.log; fail=1; node_logs+=(--node-failed build-js.log); fi
 mkdir -p build-test/artifacts
 CHANQ_ARTIFACTS="$PWD/build-test/artifacts" tests/browser/run.sh >build-browser.log 2>&1
 rc=$?
-if [ $rc -eq 77 ]; then grep SKIP build-browser.log
-elif [ $rc -eq 0 ]; then js_count build-browser.log; grep -i "screenshot" build-browser.log
-else js_count build-browser.log; tail -40 build-browser.log; fail=1; fi
+if [ $rc -eq 77 ]; then grep SKIP build-browser.log; extra_skip=$((extra_skip + 1))
+elif [ $rc -eq 0 ]; then grep -i "screenshot" build-browser.log; node_logs+=(--node build-browser.log)
+else tail -40 build-browser.log; fail=1; node_logs+=(--node-failed build-browser.log); fi
 unset CHANQD
 
 step "libFuzzer smoke run (${FUZZ_SECONDS}s per target)"
@@ -62,6 +50,8 @@ fuzz_pass=0 fuzz_fail=0
 if command -v clang-14 >/dev/null; then
   if tests/fuzz/run-fuzzers.sh "$FUZZ_SECONDS" >build-fuzz.log 2>&1; then fuzz_pass=1
   else tail -40 build-fuzz.log; fuzz_fail=1; fail=1; fi
+else
+  echo "SKIP: clang-14 is not installed, no libFuzzer run"; extra_skip=$((extra_skip + 1))
 fi
 
 step "clang-format and layering checks"
@@ -71,6 +61,7 @@ for check in scripts/check-format.sh scripts/check-layering.sh; do
 done
 
 step "summary"
-python3 scripts/count-tests.py "${logs[@]}" --extra-pass $((fuzz_pass + fmt_pass + js_pass)) \
-  --extra-fail $((fuzz_fail + fmt_fail + js_fail))
+python3 scripts/count-tests.py "${logs[@]}" "${node_logs[@]}" \
+  --extra-pass $((fuzz_pass + fmt_pass)) --extra-fail $((fuzz_fail + fmt_fail + extra_fail)) \
+  --extra-skip "$extra_skip"
 exit $fail
