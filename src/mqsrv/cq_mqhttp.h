@@ -31,6 +31,11 @@
 #define CQ_MQHTTP_BODY_CAP     (64u * 1024u * 1024u) /* upper bound of the body limit */
 #define CQ_MQHTTP_BODY_SLACK   (64u * 1024u)         /* JSON around the contents */
 #define CQ_MQHTTP_CONSUMER_MAX 128
+#define CQ_MQHTTP_HOSTS_DFL    "127.0.0.1,localhost,[::1]" /* Host names answered by default */
+/* A request refused before its body (credentials, Host, Origin, Content-Type) has the body
+ * skipped, keeping the connection, when it is at most this long; a longer one is not read: the
+ * answer closes the connection. */
+#define CQ_MQHTTP_DISCARD_MAX (64u * 1024u)
 
 typedef struct cq_mqhttp_conn cq_mqhttp_conn_t;
 
@@ -38,10 +43,21 @@ typedef struct cq_mqhttp_conn cq_mqhttp_conn_t;
 typedef struct cq_mqhttp_req {
     const char *method, *path, *query, *auth; /* query and auth NULL when absent */
     size_t method_len, path_len, query_len, auth_len;
+    const char *host, *origin, *ctype; /* Host, Origin, Content-Type: NULL when absent */
+    size_t host_len, origin_len, ctype_len;
     uint64_t content_length; /* 0 when absent */
     bool keep_alive;         /* after the response: HTTP version and Connection header */
     bool chunked;            /* a Transfer-Encoding header was present */
 } cq_mqhttp_req_t;
+
+/* True when the Host value h[0..n) names one of hosts (comma-separated names, "*" for any; an
+ * IPv6 address in brackets), ignoring h's port, ASCII case-insensitively. */
+bool cq_mqhttp_host_ok(const char *hosts, const char *h, size_t n);
+/* True when the Origin value o[0..n) is one of origins (comma-separated, exact but for ASCII
+ * case; "" allows none). */
+bool cq_mqhttp_origin_ok(const char *origins, const char *o, size_t n);
+/* True when the Content-Type value v[0..n) is application/json, with or without parameters. */
+bool cq_mqhttp_ctype_json(const char *v, size_t n);
 
 /* Parses a request head at p[0..n) with the shared head parser (pkg/http/cq_http.h; CRLF line
  * ends only) and the API's own rules. Pure; allocates only for a head of more than

@@ -2,6 +2,7 @@
 #include "cq_mqperm.h"
 
 #include "cq_alloc.h"
+#include "cq_authlim.h"
 #include "cq_err.h"
 #include "cq_mq.h"
 
@@ -81,6 +82,8 @@ static int load_module(const char *key, json_t *obj, perm_module_t *m, char *err
     if (!json_is_object(obj))
         return cq_err_fmt(err, errlen, CQ_EFIELD, "module %s: must be an object", key);
     m->id = (uint32_t)id;
+    if (!json_object_get(obj, "token")) /* an empty token would let anyone in as this module */
+        return cq_err_fmt(err, errlen, CQ_EFIELD, "module %s: \"token\" is missing", key);
     const char *k;
     json_t *v;
     json_object_foreach(obj, k, v)
@@ -161,7 +164,7 @@ bool cq_mqperm_auth(const cq_mqperm_t *p, uint32_t module_id, const char *token)
     if (!p)
         return true;
     const perm_module_t *m = find_module(p, module_id);
-    return m && strcmp(m->token ? m->token : "", token ? token : "") == 0;
+    return m && cq_token_eq(m->token, token);
 }
 
 bool cq_mqperm_allows(const cq_mqperm_t *p, uint32_t module_id, cq_mqperm_right_t right,

@@ -5,12 +5,14 @@
  *   {"<module_id>": {"token": "...", "produce": ["orders", "*"], "consume": [...],
  *                    "admin": true}}
  *
- * module_id is a decimal u32. token is compared exactly (an absent token means ""). "produce" and
+ * module_id is a decimal u32. token is required (a module without one fails to load, naming the
+ * module) and compared exactly, in constant time. "produce" and
  * "consume" list topic names ([A-Za-z0-9_]{1,64}, matched case-insensitively, as the store names
  * topics) or "*" for every topic. "admin" lets the module create topics with add_topic.
  * Unknown keys are refused, so a typo does not silently grant or withhold a right.
  *
- * A NULL table means "every module may do everything" (no permissions file configured).
+ * A NULL table means "every module may do everything" (no permissions file configured); the
+ * operation layer still refuses writes from peers that are not on loopback then (ops.c).
  * Pure: no I/O, no clock. A loaded table is read-only and may be shared between threads.
  */
 #ifndef CQ_MQPERM_H

@@ -64,6 +64,12 @@ typedef struct cq_mqsrv_opts {
      * cq_mqsrv_tick(). */
     size_t sendq_soft_limit, sendq_hard_limit;
     uint32_t sendq_soft_seconds;
+    /* The per-address budget of failed authentications (seed connect, HTTP Authorization),
+     * shared with the channel ports; borrowed, thread-safe, NULL for none. */
+    struct cq_authlim *authlim;
+    /* The HTTP API's Host names and allowed Origins, comma-separated (borrowed, must outlive
+     * the engine). NULL hosts: CQ_MQHTTP_HOSTS_DFL; NULL or "" origins: none allowed. */
+    const char *http_hosts, *http_origins;
 } cq_mqsrv_opts_t;
 
 /* Returns a new engine (owned; cq_mqsrv_free) or NULL on OOM / a port without submit. o is
@@ -73,6 +79,13 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o);
  * been closed and the store must have completed every request the engine submitted (its
  * shutdown completes them). Accepts NULL; returns NULL. */
 cq_mqsrv_t *cq_mqsrv_free(cq_mqsrv_t *s);
+
+/* Replaces the permissions table (p taken, non-NULL) for every request that follows: the
+ * engine swaps it in on its own thread at its next cq_mqsrv_drain(), which this call asks for
+ * (ops->wake), and frees the table it replaces if it owned it (the one of the options is the
+ * caller's). Any thread: a reload builds the table off the engine's thread and hands it over
+ * under the inbox lock. */
+void cq_mqsrv_set_perms(cq_mqsrv_t *s, cq_mqperm_t *p);
 
 /* The store's completion callback (cq_writer_opts_t.done): queues req (taken) on the inbox of
  * the engine that submitted it and wakes that engine's loop. ud is unused: each request carries

@@ -94,6 +94,9 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
     if (!s->lim.max_content)
         s->lim.max_content = CQ_MQ_DEFAULT_MAX_CONTENT;
     s->perms = o->perms;
+    s->authlim = o->authlim;
+    s->http_hosts = o->http_hosts ? o->http_hosts : CQ_MQHTTP_HOSTS_DFL;
+    s->http_origins = o->http_origins ? o->http_origins : "";
     s->port = o->port;
     cq_smap_init(&s->topic_idx, true);
     cq_mpsc_init(&s->inbox);
@@ -119,6 +122,8 @@ cq_mqsrv_t *cq_mqsrv_free(cq_mqsrv_t *s)
     if (!s)
         return NULL;
     cq_mqsrv_drain(s);
+    cq_mqperm_free(s->perms_owned);
+    cq_mqperm_free(s->perms_next);
     pthread_mutex_destroy(&s->inbox_mu);
     for (size_t i = 0; i < s->ntopics; i++)
         topic_free(s->topics[i]);
@@ -311,9 +316,38 @@ void cq_mqsrv_complete(void *ud, cq_writer_req_t *req)
     pthread_mutex_unlock(&s->inbox_mu);
 }
 
+void cq_mqsrv_set_perms(cq_mqsrv_t *s, cq_mqperm_t *p)
+{
+    pthread_mutex_lock(&s->inbox_mu);
+    cq_mqperm_t *old = s->perms_next; /* two reloads before a drain: the last one wins */
+    s->perms_next = p;
+    s->perms_handed = true;
+    if (s->ops)
+        s->ops->wake(s->ops_ud);
+    pthread_mutex_unlock(&s->inbox_mu);
+    cq_mqperm_free(old);
+}
+
+/* A table handed over by cq_mqsrv_set_perms takes effect (engine thread). */
+static void perms_swap(cq_mqsrv_t *s)
+{
+    pthread_mutex_lock(&s->inbox_mu);
+    bool handed = s->perms_handed;
+    cq_mqperm_t *p = s->perms_next;
+    s->perms_next = NULL;
+    s->perms_handed = false;
+    pthread_mutex_unlock(&s->inbox_mu);
+    if (!handed)
+        return;
+    cq_mqperm_free(s->perms_owned);
+    s->perms_owned = p;
+    s->perms = p;
+}
+
 void cq_mqsrv_drain(cq_mqsrv_t *s)
 {
     cq_mpsc_node_t *n;
+    perms_swap(s);
     while ((n = cq_mpsc_pop(&s->inbox)))
         cq__mqop_complete(s, cq_container_of(n, cq_writer_req_t, node));
     cq__mqsrv_flush_pushes(s);

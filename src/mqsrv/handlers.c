@@ -7,7 +7,10 @@
  * back to done() at completion.
  */
 #include "cq_alloc.h"
+#include "cq_authlim.h"
+#include "cq_clock.h"
 #include "cq_err.h"
+#include "cq_log.h"
 #include "mqsrv_int.h"
 
 #include <errno.h>
@@ -66,14 +69,34 @@ static void reply_counted(cq_mqsrv_conn_t *c, const cq_mq_msg_t *m, uint32_t num
 
 /* ---- handlers: each takes m ----------------------------------------------------------------- */
 
+/* The credentials of a connect: the address budget first (a blocked address is refused
+ * whatever it sends), then the permissions. False (answered, closing) when refused. */
+static bool connect_auth(cq_mqsrv_conn_t *c, const cq_mq_msg_t *m)
+{
+    cq_mqsrv_t *s = c->l.s;
+    uint64_t now = cq_clock_mono_ns() / 1000000u;
+    char note[48];
+    bool blocked = cq_authlim_blocked(s->authlim, c->l.peer, CQ_AUTHLIM_MQ, now);
+    if (!blocked && cq_mqperm_auth(s->perms, m->module_id, m->token))
+        return true;
+    bool now_blocked = !blocked && cq_authlim_failed(s->authlim, c->l.peer, now);
+    if (cq_authlim_log_allow(s->authlim, now, note, sizeof(note)))
+        CQ_INFO("mq", "connect from %s, module %u: %s%s%s", c->l.peer, m->module_id,
+                blocked ? "refused: too many failed authentications from this address"
+                        : "authentication failed",
+                now_blocked ? ", address now blocked" : "", note);
+    cq__mqsrv_reply(c, m, CQ_EAUTH, "connect: %s",
+                    blocked ? "too many failed authentications from this address, retry later"
+                            : "unknown module_id or wrong token");
+    cq__mqsrv_close(c);
+    return false;
+}
+
 static void on_connect(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
 {
     if (m->client_type != CQ_MQ_PRODUCER && m->client_type != CQ_MQ_CONSUMER) {
         cq__mqsrv_reply(c, m, CQ_EFIELD, "connect: field \"client_type\": must be 1 or 2");
-    } else if (!cq_mqperm_auth(c->l.s->perms, m->module_id, m->token)) {
-        cq__mqsrv_reply(c, m, CQ_EAUTH, "connect: unknown module_id or wrong token");
-        cq__mqsrv_close(c);
-    } else {
+    } else if (connect_auth(c, m)) {
         c->authed = true;
         c->l.module_id = m->module_id;
         c->client_type = m->client_type;
@@ -118,8 +141,7 @@ static void on_add_topic(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
             submitted(c, m, r, &why);
             return;
         }
-        cq__mqsrv_reply(c, m, CQ_EACL, "add_topic: module %u may not create topics",
-                        c->l.module_id);
+        cq__mqsrv_reply(c, m, CQ_EACL, "add_topic: module %u %s", c->l.module_id, why);
     }
     cq_mq_msg_free(m);
 }

@@ -3,7 +3,10 @@
  * policy (rights, topics, counts) is not here. See cq_mqhttp.h and doc/protocol-mq.md §HTTP.
  * No I/O. */
 #include "cq_alloc.h"
+#include "cq_authlim.h"
+#include "cq_clock.h"
 #include "cq_err.h"
+#include "cq_log.h"
 #include "mqsrv_int.h"
 
 #include <errno.h>
@@ -45,6 +48,10 @@ static const char *reason(int status)
         return "Conflict";
     case 413:
         return "Content Too Large";
+    case 415:
+        return "Unsupported Media Type";
+    case 421:
+        return "Misdirected Request";
     case 429:
         return "Too Many Requests";
     default:
@@ -209,12 +216,29 @@ static bool seg_copy(const hreq_t *q, size_t i, char *out, size_t cap)
     return true;
 }
 
-/* Checks the Authorization header against the permissions. Answers and returns false when the
- * caller is not authenticated. */
+/* A credential that failed: the address budget, and a rate-limited log line. */
+static void auth_failed(hreq_t *q, uint64_t now, uint32_t id)
+{
+    cq_mqsrv_t *s = q->h->l.s;
+    char note[48];
+    bool now_blocked = cq_authlim_failed(s->authlim, q->h->l.peer, now);
+    if (cq_authlim_log_allow(s->authlim, now, note, sizeof(note)))
+        CQ_INFO("mq", "HTTP request from %s, module %u: authentication failed%s%s", q->h->l.peer,
+                id, now_blocked ? ", address now blocked" : "", note);
+}
+
+/* Checks the Authorization header against the permissions, after the address budget. Answers
+ * and returns false when the caller is not authenticated. */
 static bool authenticate(hreq_t *q)
 {
     const cq_mqhttp_req_t *rq = q->rq;
     const cq_mqperm_t *perms = q->h->l.s->perms;
+    uint64_t now = cq_clock_mono_ns() / 1000000u;
+    if (cq_authlim_blocked(q->h->l.s->authlim, q->h->l.peer, CQ_AUTHLIM_MQHTTP, now)) {
+        fail_status(q->h, 429, CQ_MQ_ERR_UNAUTHENTICATED,
+                    "too many failed authentications from this address, retry later");
+        return false;
+    }
     char tok[CQ_MQ_TOKEN_MAX + 1];
     uint64_t id = 0;
     size_t i = 7;
@@ -233,6 +257,7 @@ static bool authenticate(hreq_t *q)
         return true;
     }
     if (!ok || !cq_mqperm_auth(perms, (uint32_t)id, tok)) {
+        auth_failed(q, now, (uint32_t)id);
         FAIL(q->h, CQ_EAUTH,
              ok ? "unknown module_id or wrong token"
                 : "missing or malformed \"Authorization: Bearer <module_id>:<token>\"");
@@ -519,20 +544,68 @@ static bool route_topic(hreq_t *q)
     return true;
 }
 
-static void dispatch(hreq_t *q)
+/* ---- before the body ------------------------------------------------------------------- */
+
+/* The cross-site rules. A web page the operator visits can send requests to the API (it runs
+ * on the operator's machine, next to the API), and a page of a name that resolves to us (DNS
+ * rebinding) can read the answers as its own. So the Host must be one the API is known by, a
+ * browser's Origin must be allowed, and a POST must say application/json, which a page can
+ * only send to another origin after a CORS preflight this API never answers. A request without
+ * Host (HTTP/1.0) or Origin is not a browser's and passes. Answers and returns false when one
+ * fails. */
+static bool cross_site_ok(hreq_t *q)
 {
-    bool known = split_path(q);
+    const cq_mqhttp_req_t *rq = q->rq;
+    const cq_mqsrv_t *s = q->h->l.s;
+    if (rq->host && !cq_mqhttp_host_ok(s->http_hosts, rq->host, rq->host_len)) {
+        fail_status(q->h, 421, CQ_MQ_ERR_NO_PERMISSION,
+                    "Host \"%.*s\" is not a name of this API (--mq-http-hosts)",
+                    (int)(rq->host_len > 100 ? 100 : rq->host_len), rq->host);
+        return false;
+    }
+    if (rq->origin && !cq_mqhttp_origin_ok(s->http_origins, rq->origin, rq->origin_len)) {
+        fail_status(q->h, 403, CQ_MQ_ERR_NO_PERMISSION,
+                    "Origin \"%.*s\" is not allowed (--mq-http-origins)",
+                    (int)(rq->origin_len > 100 ? 100 : rq->origin_len), rq->origin);
+        return false;
+    }
+    if (method_is(q, "POST") && !(rq->ctype && cq_mqhttp_ctype_json(rq->ctype, rq->ctype_len))) {
+        fail_status(q->h, 415, CQ_MQ_ERR_BAD_HEADER, "POST needs Content-Type: application/json");
+        return false;
+    }
+    return true;
+}
+
+/* What is decided from the head alone, before a byte of the body is held: the cross-site
+ * rules, the topic name, the credentials and, without a permissions file, whether the peer may
+ * write. Answers and returns false when the request is refused. */
+static bool gate(hreq_t *q, bool known)
+{
+    const char *why;
+    if (!cross_site_ok(q))
+        return false;
+    if (!known || !seg_is(q, 0, "topics"))
+        return true;
+    if (q->nseg >= 2 && !cq_mq_topic_valid(q->seg[1], q->seg_len[1])) {
+        FAIL(q->h, CQ_EBADTOPIC, "topic name: must match [A-Za-z0-9_]{1,64}");
+        return false;
+    }
+    if (!authenticate(q))
+        return false;
+    if (method_is(q, "POST") && cq__mqop_may_write(&q->h->l, &why) < 0) {
+        FAIL(q->h, CQ_EACL, "module %u %s", q->module_id, why);
+        return false;
+    }
+    return true;
+}
+
+/* Routes a request that passed the gate, its body received. */
+static void dispatch(hreq_t *q, bool known)
+{
     if (known && seg_is(q, 0, "health") && q->nseg == 1 && method_is(q, "GET")) {
         on_health(q);
         return;
     }
-    if (known && seg_is(q, 0, "topics") && q->nseg >= 2 &&
-        !cq_mq_topic_valid(q->seg[1], q->seg_len[1])) {
-        FAIL(q->h, CQ_EBADTOPIC, "topic name: must match [A-Za-z0-9_]{1,64}");
-        return;
-    }
-    if (known && seg_is(q, 0, "topics") && !authenticate(q))
-        return;
     if (known && seg_is(q, 0, "topics") && q->nseg == 1 && method_is(q, "GET"))
         on_list(q);
     else if (known && seg_is(q, 0, "topics") && q->nseg == 1 && method_is(q, "POST"))
@@ -650,8 +723,22 @@ void cq_mqhttp_conn_close(cq_mqhttp_conn_t *h)
     cq__mq_link_put(&h->l);
 }
 
-/* Handles the request at the head of h->in, if complete. Returns the bytes it used (0: need
- * more). A request whose framing is bad is answered with a close. */
+/* After a refusal answered from the head: the bytes of h->in to drop. A short body is skipped
+ * (what is buffered now, the rest as it arrives); a longer one is never read, the answer closed
+ * the connection. */
+static size_t skip_body(cq_mqhttp_conn_t *h, size_t head, uint64_t cl)
+{
+    if (cl > CQ_MQHTTP_DISCARD_MAX)
+        return h->in.len;
+    size_t have = h->in.len - head;
+    size_t take = have < cl ? have : (size_t)cl;
+    h->discard = cl - take;
+    return head + take;
+}
+
+/* Handles the request at the head of h->in: its head is checked as soon as it is complete (the
+ * gate, once per request), then the request runs when its body is in. Returns the bytes it used
+ * (0: need more). A request whose framing is bad is answered with a close. */
 static size_t one_request(cq_mqhttp_conn_t *h)
 {
     cq_mqhttp_req_t rq;
@@ -673,14 +760,24 @@ static size_t one_request(cq_mqhttp_conn_t *h)
                  (unsigned long long)rq.content_length, max_body);
         return h->in.len;
     }
-    if (h->in.len - (size_t)r < rq.content_length)
-        return 0;
     hreq_t q = {.h = h,
                 .rq = &rq,
                 .body = (const char *)h->in.data + r,
                 .body_len = (size_t)rq.content_length};
+    bool known = split_path(&q);
+    if (!h->gated) {
+        /* a refusal closes unless its body can be skipped */
+        h->keep_alive = rq.keep_alive && rq.content_length <= CQ_MQHTTP_DISCARD_MAX;
+        if (!gate(&q, known))
+            return skip_body(h, (size_t)r, rq.content_length);
+        h->gated = true;
+    }
+    if (h->in.len - (size_t)r < rq.content_length)
+        return 0;
+    h->gated = false;
     h->keep_alive = rq.keep_alive;
-    dispatch(&q);
+    q.module_id = h->l.module_id;
+    dispatch(&q, known);
     return (size_t)r + (size_t)rq.content_length;
 }
 
@@ -699,6 +796,10 @@ int cq_mqhttp_conn_input(cq_mqhttp_conn_t *h, const uint8_t *p, size_t n)
 {
     if (h->l.closing || h->l.dead)
         return CQ_ECLOSED;
+    size_t skip = h->discard < n ? (size_t)h->discard : n; /* a refused request's body */
+    h->discard -= skip;
+    p += skip;
+    n -= skip;
     if (h->in.len + n > 2 * CQ_MQHTTP_HEAD_MAX + cq_mqhttp_max_body(h->l.s)) {
         h_close(h); /* pipelining beyond what one request may hold */
         return CQ_ECLOSED;

@@ -2,7 +2,8 @@
  *
  * The bytes are parsed by the shared head parser (pkg/http, CRLF line ends only); what is
  * particular to the HTTP API is checked here: HTTP/1.0 or 1.1, an origin-form target, and the
- * four headers it reads (Content-Length, Transfer-Encoding, Connection, Authorization).
+ * headers it reads (Content-Length, Transfer-Encoding, Connection, Authorization, Host, Origin,
+ * Content-Type), and the Host, Origin and Content-Type rules of the API's cross-site defence.
  */
 #include "cq_err.h"
 #include "cq_http.h"
@@ -65,6 +66,17 @@ static int header(const cq_http_header_t *h, cq_mqhttp_req_t *r, hdr_state_t *hs
     else if (cq_http_name_is(h, "authorization")) {
         r->auth = h->value;
         r->auth_len = h->value_len;
+    } else if (cq_http_name_is(h, "host")) {
+        if (r->host) /* two Hosts: which one a proxy or the browser meant is unknowable */
+            return CQ_EHEADER;
+        r->host = h->value;
+        r->host_len = h->value_len;
+    } else if (cq_http_name_is(h, "origin")) {
+        r->origin = h->value;
+        r->origin_len = h->value_len;
+    } else if (cq_http_name_is(h, "content-type")) {
+        r->ctype = h->value;
+        r->ctype_len = h->value_len;
     }
     return 0;
 }
@@ -86,6 +98,71 @@ static int request_line(const cq_http_head_t *h, cq_mqhttp_req_t *r, bool *http1
         r->path_len = (size_t)(q - r->path);
     }
     return 0;
+}
+
+/* Calls f on each comma-separated, blank-trimmed item of list until it returns true. */
+static bool any_item(const char *list, const char *v, size_t n,
+                     bool (*f)(const char *item, size_t ilen, const char *v, size_t n))
+{
+    for (const char *p = list; p && *p;) {
+        const char *c = strchr(p, ',');
+        const char *e = c ? c : p + strlen(p);
+        const char *s = p;
+        while (s < e && (*s == ' ' || *s == '\t'))
+            s++;
+        while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        if (e > s && f(s, (size_t)(e - s), v, n))
+            return true;
+        p = c ? c + 1 : NULL;
+    }
+    return false;
+}
+
+/* The host part of a Host value or list item: "[v6]:port" -> "[v6]", "name:port" -> "name". */
+static size_t host_part(const char *h, size_t n)
+{
+    if (n && h[0] == '[') {
+        const char *b = memchr(h, ']', n);
+        return b ? (size_t)(b - h) + 1 : n;
+    }
+    const char *c = memchr(h, ':', n);
+    return c ? (size_t)(c - h) : n;
+}
+
+static bool host_match(const char *item, size_t ilen, const char *h, size_t n)
+{
+    if (ilen == 1 && item[0] == '*')
+        return true;
+    size_t a = host_part(item, ilen), b = host_part(h, n);
+    return a == b && strncasecmp(item, h, a) == 0;
+}
+
+bool cq_mqhttp_host_ok(const char *hosts, const char *h, size_t n)
+{
+    return any_item(hosts, h, n, host_match);
+}
+
+static bool origin_match(const char *item, size_t ilen, const char *o, size_t n)
+{
+    return ilen == n && strncasecmp(item, o, n) == 0;
+}
+
+bool cq_mqhttp_origin_ok(const char *origins, const char *o, size_t n)
+{
+    return any_item(origins, o, n, origin_match);
+}
+
+bool cq_mqhttp_ctype_json(const char *v, size_t n)
+{
+    static const char want[] = "application/json";
+    const size_t wl = sizeof(want) - 1;
+    if (n < wl || strncasecmp(v, want, wl) != 0)
+        return false;
+    size_t i = wl;
+    while (i < n && (v[i] == ' ' || v[i] == '\t'))
+        i++;
+    return i == n || v[i] == ';';
 }
 
 ssize_t cq_mqhttp_parse(const char *p, size_t n, size_t max_head, cq_mqhttp_req_t *ret)

@@ -8,17 +8,23 @@
  * buffer with N references, written with the connection's other frames in one system call.
  */
 #include "cq_alloc.h"
+#include "cq_authlim.h"
 #include "cq_err.h"
 #include "cq_log.h"
 #include "cq_util.h"
 #include "mqsrv_int.h"
 
 #include <errno.h>
+#include <stdio.h>
 
 void cq__mq_link_init(mq_link_t *l, cq_mqsrv_t *s, const mq_fe_t *fe,
                       const cq_mqsrv_conn_ops_t *ops, void *ud)
 {
     *l = (mq_link_t){.s = s, .fe = fe, .ops = ops, .ud = ud};
+    /* Who the peer is, once: the per-address failure budget and the loopback rule need it. */
+    if (ops->t.peer(ud, l->peer, sizeof(l->peer)) < 0)
+        snprintf(l->peer, sizeof(l->peer), "?");
+    l->peer_loopback = cq_peer_is_loopback(l->peer);
     cq_sendq_init(&l->sendq, CQ_FRAMING_FIXED); /* PACKET entries only: the mode is unused */
     cq_list_init(&l->pending_node);
     cq_list_init(&l->soft_node);

@@ -45,7 +45,12 @@ typedef struct mq_topic {
 
 struct cq_mqsrv {
     cq_mq_limits_t lim;
-    const cq_mqperm_t *perms;
+    const cq_mqperm_t *perms;   /* in force: the one of the options, or perms_owned */
+    cq_mqperm_t *perms_owned;   /* a table reloaded by cq_mqsrv_set_perms, or NULL */
+    cq_mqperm_t *perms_next;    /* under inbox_mu: handed over, swapped in by the next drain */
+    bool perms_handed;          /* under inbox_mu: perms_next is waiting */
+    struct cq_authlim *authlim; /* borrowed: per-address failure budget, or NULL */
+    const char *http_hosts, *http_origins; /* borrowed: the HTTP API's Host and Origin lists */
     cq_mqport_t port;
     /* The completion inbox: the store's threads push, the engine's thread drains. The mutex
      * orders ops->wake with cq_mqsrv_set_ops(); nothing else takes it. */
@@ -98,6 +103,8 @@ struct mq_link {
     cq_list_t pending_node;         /* in s->pending while the edge has something to write */
     cq_list_t soft_node;            /* in s->soft while over the soft limit */
     uint32_t module_id;             /* who asks (seed: after connect; HTTP: per request) */
+    char peer[64];                  /* the peer's address (ops->t.peer at init), or "?" */
+    bool peer_loopback;             /* peer is a loopback address: writes need no permissions */
     size_t inflight;                /* store requests submitted and not yet completed */
     bool closing;                   /* close or abort was called: nothing more is sent */
     bool dead;                      /* the edge closed it: ops are gone */
@@ -128,9 +135,11 @@ struct cq_mqsrv_conn {
 /* An HTTP API connection (http.c). At most one store request in flight. */
 struct cq_mqhttp_conn {
     mq_link_t l;
-    cq_sbuf_t in;    /* received bytes not yet handled (pipelined requests included) */
-    bool busy;       /* a request waits for its store completion: parse nothing more */
-    bool keep_alive; /* of the request being answered */
+    cq_sbuf_t in;     /* received bytes not yet handled (pipelined requests included) */
+    bool busy;        /* a request waits for its store completion: parse nothing more */
+    bool keep_alive;  /* of the request being answered */
+    bool gated;       /* the head at the start of in passed the checks before the body */
+    uint64_t discard; /* body bytes of a request refused before its body, still to skip */
 };
 
 /* ---- the operation layer (ops.c) ------------------------------------------------------------
@@ -146,6 +155,9 @@ struct cq_mqhttp_conn {
  * or cq_strerror(code). ctx (the front end's answer context) is taken only on success; a
  * request given to a submission is taken either way. */
 
+/* Writes (create, produce, commit, set_online) from l: 0, or CQ_EACL with *ret_why when no
+ * permissions file is configured and l's peer is not a loopback address. */
+int cq__mqop_may_write(const mq_link_t *l, const char **ret_why);
 /* True when module may use topic for right (any topic for CQ_MQPERM_ADMIN). */
 bool cq__mqop_may(const cq_mqsrv_t *s, uint32_t module_id, cq_mqperm_right_t right,
                   const char *topic);

@@ -28,6 +28,20 @@ static const char inflight_why[] = "too many requests in flight on this connecti
 
 /* ---- checks --------------------------------------------------------------------------------- */
 
+/* Without a permissions file every module may do everything: fine on a developer's machine,
+ * not for whoever reaches the port over the network. So writes (create, produce, commit,
+ * set_online) then need a loopback peer; reads stay open as before. */
+static const char write_why[] = "needs a permissions file (--mq-permissions-file) to write from "
+                                "an address that is not loopback";
+
+int cq__mqop_may_write(const mq_link_t *l, const char **ret_why)
+{
+    if (l->s->perms || l->peer_loopback)
+        return 0;
+    *ret_why = write_why;
+    return CQ_EACL;
+}
+
 bool cq__mqop_may(const cq_mqsrv_t *s, uint32_t module_id, cq_mqperm_right_t right,
                   const char *topic)
 {
@@ -101,6 +115,11 @@ static int new_req(cq_writer_op_t op, const char *topic, const char *consumer,
 
 int cq__mqop_produce(mq_link_t *l, cq_writer_req_t *req, void *ctx, const char **ret_why)
 {
+    int r = cq__mqop_may_write(l, ret_why);
+    if (r < 0) {
+        cq_writer_req_free(req);
+        return r;
+    }
     return submit(l->s, l, req, ctx, ret_why);
 }
 
@@ -127,7 +146,10 @@ int cq__mqop_offset(mq_link_t *l, const mq_topic_t *t, const char *consumer, boo
 {
     cq_writer_req_t *req;
     cq_writer_op_t op = commit ? CQ_WRITER_COMMIT_OFFSET : CQ_WRITER_GET_OFFSET;
-    int r = new_req(op, t->name, consumer, &req, ret_why);
+    int r = commit ? cq__mqop_may_write(l, ret_why) : 0;
+    if (r < 0)
+        return r;
+    r = new_req(op, t->name, consumer, &req, ret_why);
     if (r < 0)
         return r;
     req->offset = commit ? offset : 0;
@@ -143,7 +165,10 @@ int cq__mqop_create(mq_link_t *l, uint32_t module_id, const char *topic, int ret
         return CQ_EACL;
     }
     cq_writer_req_t *req;
-    int r = new_req(CQ_WRITER_TOPIC_CREATE, topic, NULL, &req, ret_why);
+    int r = cq__mqop_may_write(l, ret_why);
+    if (r < 0)
+        return r;
+    r = new_req(CQ_WRITER_TOPIC_CREATE, topic, NULL, &req, ret_why);
     if (r < 0)
         return r;
     req->retention_days = retention_days < 0 ? CQ_STORE_DEFAULT_RETENTION : retention_days;
@@ -156,6 +181,8 @@ int cq__mqop_set_online(cq_mqsrv_t *s, mq_link_t *l, const char *topic, bool onl
 {
     mq_topic_t *t = cq__mqsrv_topic(s, topic);
     cq_writer_req_t *req;
+    if (l && cq__mqop_may_write(l, ret_why) < 0)
+        return CQ_EACL;
     if (!t) {
         *ret_why = cq_strerror(CQ_ENOTOPIC);
         return CQ_ENOTOPIC;

@@ -128,7 +128,9 @@ static hresp_t hread(int fd)
 static void hsend(int fd, const char *method, const char *path, const char *auth, const char *body)
 {
     char buf[16384];
-    int n = snprintf(buf, sizeof(buf), "%s %s HTTP/1.1\r\nHost: t\r\n", method, path);
+    int n = snprintf(buf, sizeof(buf), "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n", method, path);
+    if (strcmp(method, "POST") == 0)
+        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "Content-Type: application/json\r\n");
     if (*auth)
         n += snprintf(buf + n, sizeof(buf) - (size_t)n, "Authorization: Bearer %s\r\n", auth);
     n += snprintf(buf + n, sizeof(buf) - (size_t)n, "Content-Length: %zu\r\n\r\n%s",
@@ -365,9 +367,11 @@ static void test_pipelined_split(void **state)
     (void)state;
     start_srv(NULL);
     expect("POST", "/v1/topics", "", "{\"topic\": \"orders\"}", 200, 0);
-    const char req[] = "POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Length: 17\r\n\r\n"
+    const char req[] = "POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Length: 17\r\n"
+                       "Content-Type: application/json\r\n\r\n"
                        "{\"content\": \"a\"}\n"
-                       "POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Length: 16\r\n\r\n"
+                       "POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Length: 16\r\n"
+                       "Content-Type: application/json\r\n\r\n"
                        "{\"content\": \"b\"}"
                        "GET /v1/topics/orders/messages?offset=0 HTTP/1.1\r\n\r\n";
     int fd = hopen();

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "cq_alloc.h"
+#include "cq_authlim.h"
 #include "cq_err.h"
 #include "cq_mqhttp.h"
 #include "cq_mqport.h"
@@ -76,10 +77,14 @@ static void fake_abort(void *ud, int reason, const char *why)
     fk.closed++;
 }
 
+/* The peer address every new connection reports: loopback unless a test says otherwise (writes
+ * from other addresses need a permissions file). */
+static const char *fake_peer_addr = "127.0.0.1:4000";
+
 static int fake_peer(void *ud, char *buf, size_t len)
 {
     (void)ud;
-    snprintf(buf, len, "fake");
+    snprintf(buf, len, "%s", fake_peer_addr);
     return 0;
 }
 
@@ -93,13 +98,21 @@ static int input(cq_mqsrv_t *s, cq_mqhttp_conn_t *h, const void *p, size_t n)
     return r;
 }
 
+/* Engine options of the next new_engine (reset by it). */
+static cq_mqsrv_opts_t next_opts;
+
 static cq_mqsrv_t *new_engine(bool online)
 {
+    cq_mqsrv_opts_t extra = next_opts;
+    memset(&next_opts, 0, sizeof(next_opts));
     memset(&fk, 0, sizeof(fk));
     cq_store_topic_t t = {.online = online, .retention_days = 30};
     snprintf(t.name, sizeof(t.name), "orders");
     static const cq_mqport_ops_t port_ops = {fake_submit, NULL};
-    cq_mqsrv_opts_t o = {.topics = &t, .ntopics = 1, .port = {&port_ops, NULL}};
+    cq_mqsrv_opts_t o = extra;
+    o.topics = &t;
+    o.ntopics = 1;
+    o.port = (cq_mqport_t){&port_ops, NULL};
     cq_mqsrv_t *s = cq_mqsrv_new(&o);
     assert_non_null(s);
     return s;
@@ -187,7 +200,8 @@ static void test_parse_bad(void **state)
 
 static const char stream[] =
     "GET /v1/health HTTP/1.1\r\n\r\n"
-    "POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Length: 45\r\n\r\n"
+    "POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Type: application/json\r\n"
+    "Content-Length: 45\r\n\r\n"
     "{\"messages\":[{\"content\":\"a\"},{\"content\":{}}]}"
     "GET /v1/topics HTTP/1.1\r\nConnection: close\r\n\r\n";
 
@@ -259,8 +273,9 @@ static void expect_status(const char *req, bool online, const char *status, cons
 static void test_errors(void **state)
 {
     (void)state;
-    expect_status("POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Length: 4\r\n\r\n{bad", true,
-                  "HTTP/1.1 400", "\"err_code\":3");
+    expect_status("POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Type: application/json\r\n"
+                  "Content-Length: 4\r\n\r\n{bad",
+                  true, "HTTP/1.1 400", "\"err_code\":3");
     expect_status("GET /v1/topics/or'ders/messages HTTP/1.1\r\n\r\n", true, "HTTP/1.1 400",
                   "\"err_code\":13");
     expect_status("GET /v1/topics/orders/messages HTTP/1.1\r\n\r\n", false, "HTTP/1.1 409",
@@ -285,7 +300,8 @@ static void test_close_in_flight(void **state)
 {
     (void)state;
     /* the edge closes while the produce is in the store: answered to no one, freed after */
-    cq_mqsrv_t *s = one("POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Length: 15\r\n\r\n"
+    cq_mqsrv_t *s = one("POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Length: 15\r\n"
+                        "Content-Type: application/json\r\n\r\n"
                         "{\"content\":\"a\"}GET /v1/health HTTP/1.1\r\n\r\n",
                         true, false);
     assert_int_equal(fk.npending, 1);
@@ -295,12 +311,205 @@ static void test_close_in_flight(void **state)
     cq_mqsrv_free(s);
 }
 
+/* ---- before the body: credentials, cross-site rules, writes from other addresses ---------- */
+
+static const char PERMS[] =
+    "{\"1\": {\"token\": \"tok\", \"produce\": [\"*\"], \"consume\": [\"*\"]}}";
+
+static cq_mqperm_t *perms(void)
+{
+    cq_mqperm_t *p = NULL;
+    char err[128];
+    assert_int_equal(cq_mqperm_load(PERMS, strlen(PERMS), &p, err, sizeof(err)), 0);
+    return p;
+}
+
+/* Unauthenticated heads are answered before their body: a long body is never read (the answer
+ * closes the connection at once), a short one is skipped and the connection serves on. */
+static void test_auth_before_body(void **state)
+{
+    (void)state;
+    cq_mqperm_t *p = perms();
+    next_opts.perms = p;
+    cq_mqsrv_t *s = new_engine(true);
+    cq_mqhttp_conn_t *h = fk.h = cq_mqhttp_conn_new(s, &ops, NULL);
+    const char big[] = "POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Type: application/json"
+                       "\r\nContent-Length: 60000000\r\n\r\n{\"content\":";
+    assert_int_equal(input(s, h, big, strlen(big)), CQ_ECLOSED);
+    assert_int_equal(fk.closed, 1);
+    assert_int_equal(fk.npending, 0);
+    assert_memory_equal(fk.out, "HTTP/1.1 401 Unauthorized\r\n", 27);
+    assert_non_null(strstr(fk.out, "Connection: close\r\n"));
+    assert_non_null(strstr(fk.out, "\"err_code\":6"));
+    cq_mqhttp_conn_close(h);
+    cq_mqsrv_free(s);
+
+    /* a short body: skipped as it arrives, in pieces; the next request is served */
+    next_opts.perms = p;
+    s = new_engine(true);
+    h = fk.h = cq_mqhttp_conn_new(s, &ops, NULL);
+    const char small[] =
+        "POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Type: application/json"
+        "\r\nAuthorization: Bearer 1:nope\r\nContent-Length: 15\r\n\r\n{\"con";
+    assert_int_equal(input(s, h, small, strlen(small)), 0);
+    assert_memory_equal(fk.out, "HTTP/1.1 401 Unauthorized\r\n", 27);
+    assert_null(strstr(fk.out, "Connection: close"));
+    assert_int_equal(input(s, h, "tent\":", 6), 0);
+    const char rest[] = "\"a\"}GET /v1/topics HTTP/1.1\r\nAuthorization: Bearer 1:tok\r\n\r\n";
+    assert_int_equal(input(s, h, rest, strlen(rest)), 0);
+    assert_int_equal(fk.closed, 0);
+    assert_int_equal(fk.npending, 0);
+    const char *second = strstr(fk.out + 1, "HTTP/1.1 ");
+    assert_non_null(second);
+    assert_memory_equal(second, "HTTP/1.1 200 OK\r\n", 17);
+    assert_non_null(strstr(second, "\"topic\":\"orders\""));
+    cq_mqhttp_conn_close(h);
+    cq_mqsrv_free(s);
+    cq_mqperm_free(p);
+}
+
+static void test_cross_site(void **state)
+{
+    (void)state;
+    const char *const post = "POST /v1/topics/orders/messages HTTP/1.1\r\n";
+    char req[512];
+#define CASE(hdrs, status, code)                                                                   \
+    do {                                                                                           \
+        snprintf(req, sizeof(req), "%s%sContent-Length: 15\r\n\r\n{\"content\":\"a\"}", post,      \
+                 hdrs);                                                                            \
+        next_opts.http_origins = "https://ops.example, http://127.0.0.1:9000";                     \
+        expect_status(req, true, status, code);                                                    \
+    } while (0)
+    CASE("Host: evil.example\r\nContent-Type: application/json\r\n", "HTTP/1.1 421 Misdirected",
+         "\"err_code\":7");
+    CASE("Host: 127.0.0.1.evil.example\r\nContent-Type: application/json\r\n", "HTTP/1.1 421",
+         "Host \\\"127.0.0.1.evil.example\\\" is not a name of this API");
+    CASE("Host: localhost:12111\r\nOrigin: https://evil.example\r\n"
+         "Content-Type: application/json\r\n",
+         "HTTP/1.1 403 Forbidden", "\"err_code\":7");
+    CASE("Host: localhost\r\nOrigin: null\r\nContent-Type: application/json\r\n", "HTTP/1.1 403",
+         "Origin \\\"null\\\" is not allowed");
+    CASE("Host: 127.0.0.1:1\r\nContent-Type: text/plain\r\n", "HTTP/1.1 415 Unsupported",
+         "\"err_code\":1");
+    CASE("Host: 127.0.0.1:1\r\n", "HTTP/1.1 415", "POST needs Content-Type: application/json");
+    CASE("Host: 127.0.0.1:1\r\nContent-Type: application/jsonx\r\n", "HTTP/1.1 415", "err_code");
+    /* passes: loopback names with or without a port, an allowed Origin, JSON with parameters */
+    CASE("Host: [::1]:8\r\nOrigin: HTTPS://ops.example\r\nContent-Type: application/json\r\n",
+         "HTTP/1.1 200", "{\"offsets\":[1]}");
+    CASE("Host: LOCALHOST\r\nContent-Type: Application/JSON; charset=utf-8\r\n", "HTTP/1.1 200",
+         "{\"offsets\":[1]}");
+    CASE("", "HTTP/1.1 415", "err_code"); /* no Host (HTTP/1.0 style): only the type is missing */
+#undef CASE
+    /* GET needs no Content-Type; a wrong Host is refused on every path */
+    expect_status("GET /v1/health HTTP/1.1\r\nHost: rebind.example:12111\r\n\r\n", true,
+                  "HTTP/1.1 421", "\"err_code\":7");
+    next_opts.http_hosts = "*";
+    expect_status("GET /v1/health HTTP/1.1\r\nHost: any.example\r\n\r\n", true, "HTTP/1.1 200",
+                  "\"ok\":true");
+    next_opts.http_hosts = "api.example";
+    expect_status("GET /v1/health HTTP/1.1\r\nHost: localhost\r\n\r\n", true, "HTTP/1.1 421",
+                  "err_code");
+    /* two Host headers: a bad head */
+    expect_status("GET /v1/health HTTP/1.1\r\nHost: localhost\r\nHost: evil\r\n\r\n", true,
+                  "HTTP/1.1 400", "\"err_code\":1");
+}
+
+/* Without a permissions file, writes need a loopback peer: refused before the body, err_code 7
+ * with the reason; reads stay open; with a permissions file the address does not matter. */
+static void test_writes_need_loopback_or_perms(void **state)
+{
+    (void)state;
+    static const char *const writes[] = {
+        "POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Type: application/json\r\n"
+        "Content-Length: 15\r\n\r\n{\"content\":\"a\"}",
+        "POST /v1/topics HTTP/1.1\r\nContent-Type: application/json\r\n"
+        "Content-Length: 16\r\n\r\n{\"topic\":\"news\"}",
+        "POST /v1/topics/orders/offline HTTP/1.1\r\nContent-Type: application/json\r\n\r\n",
+        "POST /v1/topics/orders/consumers/c1/offset HTTP/1.1\r\nContent-Type: application/json\r\n"
+        "Content-Length: 12\r\n\r\n{\"offset\":1}",
+    };
+    for (size_t i = 0; i < sizeof(writes) / sizeof(writes[0]); i++) {
+        fake_peer_addr = "192.0.2.7:5000";
+        cq_mqsrv_t *s = one(writes[i], true, false);
+        if (strncmp(fk.out, "HTTP/1.1 403", 12) != 0)
+            fprintf(stderr, "# %s -> %s\n", writes[i], fk.out);
+        assert_memory_equal(fk.out, "HTTP/1.1 403 Forbidden\r\n", 24);
+        assert_non_null(strstr(fk.out, "\"err_code\":7,\"err_msg\":\"module 0 needs a permissions "
+                                       "file (--mq-permissions-file) to write from an address "
+                                       "that is not loopback\"}"));
+        assert_int_equal(fk.npending, 0);
+        cq_mqsrv_free(s);
+        fake_peer_addr = "127.0.0.1:4000"; /* the same from loopback: submitted */
+        s = one(writes[i], true, false);
+        assert_int_equal(fk.outlen, 0);
+        assert_int_equal(fk.npending, 1);
+        while (fk.npending)
+            complete_next(s, 1);
+        cq_mqsrv_free(s);
+    }
+    /* reads from anywhere */
+    fake_peer_addr = "[2001:db8::1]:5000";
+    expect_status("GET /v1/topics/orders/messages?offset=0 HTTP/1.1\r\n\r\n", true, "HTTP/1.1 200",
+                  "\"messages\":[]");
+    /* with a permissions file, the module's rights decide */
+    cq_mqperm_t *p = perms();
+    next_opts.perms = p;
+    expect_status("POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Type: application/json\r\n"
+                  "Authorization: Bearer 1:tok\r\nContent-Length: 15\r\n\r\n{\"content\":\"a\"}",
+                  true, "HTTP/1.1 200", "{\"offsets\":[1]}");
+    cq_mqperm_free(p);
+    fake_peer_addr = "127.0.0.1:4000";
+}
+
+/* The per-address budget: N wrong Authorization headers from one address, over new
+ * connections, then any request from it gets 429 until the block ends, a right token too. */
+static void test_auth_budget(void **state)
+{
+    (void)state;
+    cq_authlim_opts_t lo = {.max_failures = 3, .window_ms = 600000, .backoff_ms = 600000};
+    cq_authlim_t *lim = cq_authlim_new(&lo);
+    cq_mqperm_t *p = perms();
+    const char bad[] = "GET /v1/topics HTTP/1.1\r\nAuthorization: Bearer 1:guess\r\n\r\n";
+    const char good[] = "GET /v1/topics HTTP/1.1\r\nAuthorization: Bearer 1:tok\r\n\r\n";
+    fake_peer_addr = "10.1.1.1:1";
+    for (int i = 0; i < 3; i++) {
+        next_opts.perms = p;
+        next_opts.authlim = lim;
+        expect_status(bad, true, "HTTP/1.1 401", "\"err_code\":6");
+    }
+    next_opts.perms = p;
+    next_opts.authlim = lim;
+    expect_status(good, true, "HTTP/1.1 429 Too Many Requests",
+                  "\"err_code\":6,\"err_msg\":\"too many failed authentications from this "
+                  "address, retry later\"");
+    fake_peer_addr = "10.1.1.2:1"; /* another address is not blocked */
+    next_opts.perms = p;
+    next_opts.authlim = lim;
+    expect_status(good, true, "HTTP/1.1 200", "\"topics\":[");
+    cq_sbuf_t b;
+    cq_sbuf_init(&b);
+    assert_int_equal(cq_authlim_metrics_append(lim, &b), 0);
+    assert_int_equal(cq_sbuf_append(&b, "", 1), 0);
+    assert_non_null(strstr((char *)b.data, "chanq_auth_addr_refused_total{port=\"mqhttp\"} 1\n"));
+    assert_non_null(strstr((char *)b.data, "chanq_auth_addr_blocks_total 1\n"));
+    cq_sbuf_done(&b);
+    fake_peer_addr = "127.0.0.1:4000";
+    cq_mqperm_free(p);
+    cq_authlim_free(lim);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_prefixes),  cmocka_unit_test(test_parse_bad),
-        cmocka_unit_test(test_every_split),     cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_parse_prefixes),
+        cmocka_unit_test(test_parse_bad),
+        cmocka_unit_test(test_every_split),
+        cmocka_unit_test(test_errors),
         cmocka_unit_test(test_close_in_flight),
+        cmocka_unit_test(test_auth_before_body),
+        cmocka_unit_test(test_cross_site),
+        cmocka_unit_test(test_writes_need_loopback_or_perms),
+        cmocka_unit_test(test_auth_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "cq_alloc.h"
+#include "cq_authlim.h"
 #include "cq_err.h"
 #include "cq_mq.h"
 #include "cq_mqhttp.h"
@@ -104,10 +105,14 @@ static void fake_abort(void *ud, int reason, const char *why)
     snprintf(f->abort_why, sizeof(f->abort_why), "%s", why);
 }
 
+/* The peer address every new connection reports: loopback unless a test says otherwise (writes
+ * from other addresses need a permissions file). */
+static const char *fake_peer_addr = "127.0.0.1:4000";
+
 static int fake_peer(void *ud, char *buf, size_t len)
 {
     assert_false(((fconn_t *)ud)->gone);
-    snprintf(buf, len, "fake");
+    snprintf(buf, len, "%s", fake_peer_addr);
     return 0;
 }
 
@@ -132,7 +137,8 @@ static const char perms_json[] =
     " \"3\": {\"token\": \"s3\", \"produce\": [\"orders\", \"Paused\"]}}";
 
 static cq_mqperm_t *perms;
-static size_t sq_soft, sq_hard; /* send queue limits of the next eng_start (0: defaults) */
+static struct cq_authlim *next_authlim; /* the failure budget of the next eng_start */
+static size_t sq_soft, sq_hard;         /* send queue limits of the next eng_start (0: defaults) */
 static uint32_t sq_soft_s;
 
 /* An engine with the topics orders (online, 2 messages so far), Paused (offline) and keep
@@ -157,7 +163,8 @@ static void eng_start(bool with_perms, uint32_t max_batch)
                          .port = {&fport_ops, NULL},
                          .sendq_soft_limit = sq_soft,
                          .sendq_hard_limit = sq_hard,
-                         .sendq_soft_seconds = sq_soft_s};
+                         .sendq_soft_seconds = sq_soft_s,
+                         .authlim = next_authlim};
     eng = cq_mqsrv_new(&o);
     assert_non_null(eng);
     cq_mqsrv_set_now(eng, 1700000000000);
@@ -1196,6 +1203,8 @@ static void http(fconn_t *f, const char *method, const char *path, const char *a
     int n = snprintf(text, sizeof(text), "%s %s HTTP/1.1\r\n", method, path);
     if (auth)
         n += snprintf(text + n, sizeof(text) - (size_t)n, "Authorization: Bearer %s\r\n", auth);
+    if (strcmp(method, "POST") == 0) /* what a browser cannot send cross-site */
+        n += snprintf(text + n, sizeof(text) - (size_t)n, "Content-Type: application/json\r\n");
     if (body)
         n += snprintf(text + n, sizeof(text) - (size_t)n, "Content-Length: %zu\r\n", strlen(body));
     n += snprintf(text + n, sizeof(text) - (size_t)n, "\r\n%s", body ? body : "");
@@ -1360,6 +1369,125 @@ static void test_http_ops(void **state)
     eng_stop();
 }
 
+/* ---- issue 10: writes without a permissions file, the failure budget, reloads ------------ */
+
+/* Without a permissions file, a peer that is not on loopback may read but not write: create
+ * (add_topic of a new topic), produce and commit get err_code 7 naming the file. */
+static void test_writes_need_loopback(void **state)
+{
+    (void)state;
+    eng_start(false, 0);
+    fake_peer_addr = "192.0.2.7:5000";
+    fconn_t *f = fconn_new();
+    fake_peer_addr = "127.0.0.1:4000";
+    connect_as(f, 9, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    feed(f, req(CQ_MQ_REQ_ADD_TOPIC, 2, 2, "fresh"));
+    expect(f, "6 2 {\"askid\":2,\"topic\":\"fresh\",\"err_code\":7,\"err_msg\":\"add_topic: "
+              "module 9 needs a permissions file (--mq-permissions-file) to write from an "
+              "address that is not loopback\"}");
+    feed(f, req(CQ_MQ_REQ_ADD_TOPIC, 3, 3, "orders")); /* registering an existing one is a read */
+    expect(f, "6 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1}");
+    feed(f, produce_req(4, "orders", 1, 0));
+    expect(f, "12 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":7,\"err_msg\":\"produce: "
+              "needs a permissions file (--mq-permissions-file) to write from an address that is "
+              "not loopback\"}");
+    cq_mq_msg_t *m = req(CQ_MQ_REQ_COMMIT, 5, 5, "orders");
+    m->offset = 1;
+    m->has |= CQ_MQ_F_OFFSET;
+    feed(f, m);
+    expect(f, "16 5 {\"askid\":5,\"topic\":\"orders\",\"err_code\":7,\"err_msg\":\"commit: "
+              "needs a permissions file (--mq-permissions-file) to write from an address that is "
+              "not loopback\"}");
+    assert_int_equal(fp.npending, 0);
+    feed(f, consume_req(6, "orders", 0, 10)); /* reads go on */
+    done_read(take(CQ_WRITER_READ, "orders"), 1, 0);
+    expect(f, "14 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":0,\"offset\":0,\"messages\":[],"
+              "\"message_count\":0}");
+    fconn_free(f);
+    eng_stop();
+}
+
+/* The seed connect and the failure budget: N wrong tokens from one address, on new
+ * connections, then even the right token is refused (and the connection closed). */
+static void test_connect_budget(void **state)
+{
+    (void)state;
+    cq_authlim_opts_t lo = {.max_failures = 2, .window_ms = 600000, .backoff_ms = 600000};
+    next_authlim = cq_authlim_new(&lo);
+    eng_start(true, 0);
+    fake_peer_addr = "10.9.9.9:1";
+    for (int i = 0; i < 2; i++) {
+        fconn_t *g = fconn_new();
+        connect_as(g, 3, "guess",
+                   "2 1 {\"askid\":1,\"client_type\":1,\"err_code\":6,\"err_msg\":"
+                   "\"connect: unknown module_id or wrong token\"}");
+        assert_int_equal(g->closed, 1);
+        fconn_free(g);
+    }
+    fconn_t *g = fconn_new();
+    connect_as(g, 3, "s3",
+               "2 1 {\"askid\":1,\"client_type\":1,\"err_code\":6,\"err_msg\":\"connect: too "
+               "many failed authentications from this address, retry later\"}");
+    assert_int_equal(g->closed, 1);
+    fconn_free(g);
+    fake_peer_addr = "10.9.9.8:1"; /* its neighbour is another address */
+    g = fconn_new();
+    connect_as(g, 3, "s3", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":4,\"err_code\":0}");
+    fconn_free(g);
+    fake_peer_addr = "127.0.0.1:4000";
+    cq_sbuf_t b;
+    cq_sbuf_init(&b);
+    assert_int_equal(cq_authlim_metrics_append(next_authlim, &b), 0);
+    assert_int_equal(cq_sbuf_append(&b, "", 1), 0);
+    assert_non_null(strstr((char *)b.data, "chanq_auth_addr_refused_total{port=\"mq\"} 1\n"));
+    cq_sbuf_done(&b);
+    eng_stop();
+    next_authlim = cq_authlim_free(next_authlim);
+}
+
+/* A permissions file without a token for a module does not load, naming the module. */
+static void test_perm_token_required(void **state)
+{
+    (void)state;
+    cq_mqperm_t *p = NULL;
+    char err[256];
+    const char j[] = "{\"1\": {\"token\": \"a\"}, \"7\": {\"produce\": [\"*\"]}}";
+    assert_int_equal(cq_mqperm_load(j, strlen(j), &p, err, sizeof(err)), CQ_EFIELD);
+    assert_string_equal(err, "module 7: \"token\" is missing");
+    assert_null(p);
+    const char ok[] = "{\"1\": {\"token\": \"\"}}"; /* explicitly empty is the operator's word */
+    assert_int_equal(cq_mqperm_load(ok, strlen(ok), &p, err, sizeof(err)), 0);
+    assert_true(cq_mqperm_auth(p, 1, ""));
+    assert_true(cq_mqperm_auth(p, 1, NULL));
+    assert_false(cq_mqperm_auth(p, 1, "x"));
+    assert_false(cq_mqperm_auth(p, 2, ""));
+    cq_mqperm_free(p);
+}
+
+/* A reloaded table takes effect at the engine's next drain; the handed-over one is owned. */
+static void test_perms_reload(void **state)
+{
+    (void)state;
+    eng_start(true, 0);
+    const char j[] = "{\"3\": {\"token\": \"new3\", \"produce\": [\"orders\"]}}";
+    cq_mqperm_t *p = NULL;
+    char err[128];
+    assert_int_equal(cq_mqperm_load(j, strlen(j), &p, err, sizeof(err)), 0);
+    cq_mqsrv_set_perms(eng, p);
+    fconn_t *f = fconn_new();
+    connect_as(f, 3, "s3", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    cq_mqsrv_drain(eng); /* the edge drains when woken */
+    fconn_t *o = fconn_new(), *g = fconn_new();
+    connect_as(o, 3, "s3",
+               "2 1 {\"askid\":1,\"client_type\":1,\"err_code\":6,\"err_msg\":"
+               "\"connect: unknown module_id or wrong token\"}");
+    connect_as(g, 3, "new3", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":3,\"err_code\":0}");
+    fconn_free(f);
+    fconn_free(g);
+    fconn_free(o);
+    eng_stop(); /* frees the reloaded table (ASan would see a leak) */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1370,7 +1498,9 @@ int main(void)
         cmocka_unit_test(test_close_in_flight), cmocka_unit_test(test_push_refs),
         cmocka_unit_test(test_sendq_limits),    cmocka_unit_test(test_topic_cache),
         cmocka_unit_test(test_inbox),           cmocka_unit_test(test_metrics_port),
-        cmocka_unit_test(test_http_ops),
+        cmocka_unit_test(test_http_ops),        cmocka_unit_test(test_writes_need_loopback),
+        cmocka_unit_test(test_connect_budget),  cmocka_unit_test(test_perm_token_required),
+        cmocka_unit_test(test_perms_reload),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
