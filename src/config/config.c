@@ -3,6 +3,7 @@
 #include "cq_config.h"
 
 #include "cq_alloc.h"
+#include "cq_authlim.h"
 #include "cq_err.h"
 #include "cq_log.h"
 #include "cq_util.h"
@@ -26,6 +27,9 @@ typedef enum { OPT_BOOL, OPT_INT, OPT_SIZE, OPT_STRING, OPT_LOGLEVEL, OPT_ACTION
 typedef enum { ACT_NONE, ACT_HELP, ACT_VERSION, ACT_DUMP, ACT_MARKDOWN } opt_action_t;
 
 #define F_CONFIG 1u /* the --config option: loaded before the rest, never in a file or a dump */
+/* A string of choices "auto|true|false" that also reads like a boolean: bare --name is true,
+ * --no-name false, and every boolean spelling is accepted (stored as "true" or "false"). */
+#define F_AUTOBOOL 2u
 
 typedef struct opt {
     const char *name;  /* long name: --name on the command line, name in a file */
@@ -49,6 +53,7 @@ typedef struct opt {
 #define STR(n, a, f, d, ch, m, h) {n, a, OPT_STRING, d, 0, 0, ch, m, OFF(f), ACT_NONE, 0, h}
 #define LOGLVL(n, a, f, d, h) {n, a, OPT_LOGLEVEL, d, 0, 0, NULL, "LEVEL", OFF(f), ACT_NONE, 0, h}
 #define ACTION(n, act, h) {n, NULL, OPT_ACTION, NULL, 0, 0, NULL, NULL, 0, act, 0, h}
+#define AUTOBOOL(n, a, f, d, h) {n, a, OPT_STRING, d, 0, 0, "auto|true|false", "auto|BOOL", OFF(f), ACT_NONE, F_AUTOBOOL, h}
 /* clang-format on */
 #define KIB (1024LL)
 #define MIB (1024LL * 1024)
@@ -110,8 +115,8 @@ static const opt_t opts[] = {
     STR("admin-addr", NULL, admin_addr, "127.0.0.1:8080", NULL, "HOST:PORT",
         "Address of the HTTP listener serving /metrics; empty disables it."),
     BOOL("dev", "dev", dev, "false",
-         "Development mode: sequential connection ids, and AUTH accepted without a real "
-         "provider."),
+         "Development mode: allows --auth-provider=dev (every AUTH accepted) on listeners that "
+         "are not on loopback; without it chanqd refuses to start that way."),
     LOGLVL("log-level", "loglevel", log_level, "info",
            "Lowest level logged; channeld's numbers -1 (debug) to 3 are accepted too."),
     STR("client-fsm", "cfsm", client_fsm, "", NULL, "FILE",
@@ -123,8 +128,10 @@ static const opt_t opts[] = {
     STR("channel-settings", "chs", channel_settings, "", NULL, "FILE",
         "Channel settings file (channeld format); empty uses the built-in "
         "channel_settings_hifi.json."),
-    BOOL("server-bypass-auth", "sba", server_bypass_auth, "true",
-         "Server connections skip authentication."),
+    AUTOBOOL("server-bypass-auth", "sba", server_bypass_auth, "auto",
+             "Server connections skip authentication (any token is accepted): auto only for "
+             "connections from a loopback address, true for every server connection (channeld's "
+             "default), false never. A bare --server-bypass-auth means true."),
     BOOL("server-conn-recoverable", "scr", server_conn_recoverable, "false",
          "A server connection that drops unexpectedly can be recovered by a new server "
          "connection authenticating with the same PIT: it takes over the old connection id, "
@@ -136,14 +143,28 @@ static const opt_t opts[] = {
         "Compression advertised to clients in AuthResult: 0 none, 1 Snappy."),
     STR("auth-provider", NULL, auth_provider, "dev", "dev|file", "NAME",
         "How AUTH is checked: dev accepts every login; file checks the token against "
-        "--auth-token-file."),
+        "--auth-token-file. dev needs --dev unless every client and server listener is on a "
+        "loopback address."),
     STR("auth-token-file", NULL, auth_token_file, "", NULL, "FILE",
-        "JSON object mapping player identifier (PIT) to login token, for --auth-provider=file."),
+        "JSON object mapping player identifier (PIT) to login token, for --auth-provider=file; "
+        "reloaded on SIGHUP (a file that does not load keeps the current tokens)."),
     INT("auth-timeout-ms", "cat", auth_timeout_ms, "5000", 0, 3600000, "MS",
         "Close connections that have not authenticated after this many milliseconds; 0 "
         "disables."),
     INT("max-failed-auth", "mfaa", max_failed_auth, "5", 0, 1000, "N",
-        "Close a connection after this many failed AUTH attempts; 0 means no limit."),
+        "Close a connection after this many failed AUTH attempts; 0 means no limit. A "
+        "successful AUTH resets the connection's count."),
+    INT("auth-addr-max-failures", NULL, auth_addr_max_failures, "10", 0, 1000000, "N",
+        "Failed authentications (channel AUTH, MQ connect, MQ HTTP Authorization) from one "
+        "source IP address, across connections, before the address is blocked for "
+        "--auth-addr-backoff-ms; while blocked every authentication from it is refused, a right "
+        "one included. A success does not reset the count. 0 disables the budget."),
+    INT("auth-addr-window-ms", NULL, auth_addr_window_ms, "60000", 1, 86400000, "MS",
+        "An address's failures and backoff are forgotten after this long without a failure "
+        "(counted from the end of its last block)."),
+    INT("auth-addr-backoff-ms", NULL, auth_addr_backoff_ms, "10000", 1, 86400000, "MS",
+        "How long an address over --auth-addr-max-failures is blocked; doubled for each "
+        "further block in a row, at most 64 times."),
     INT("conn-id-bits", "mcb", conn_id_bits, "31", 8, 31, "N", "Maximum bits of a connection id."),
     INT("idle-timeout-ms", NULL, idle_timeout_ms, "0", 0, 86400000, "MS",
         "Close connections that send nothing for this many milliseconds; 0 disables."),
@@ -195,7 +216,15 @@ static const opt_t opts[] = {
         "MariaDB database ([A-Za-z0-9_]{1,64}); created if missing."),
     STR("mq-permissions-file", NULL, mq_permissions_file, "", NULL, "FILE",
         "JSON object {\"<module_id>\": {\"token\": \"...\", \"produce\": [\"topic\", \"*\"], "
-        "\"consume\": [...], \"admin\": true}}; empty lets every module do everything."),
+        "\"consume\": [...], \"admin\": true}}; every module needs a token. Empty lets every "
+        "module do everything from loopback addresses, and only read (consume, watch, offsets) "
+        "from others. Reloaded on SIGHUP (a file that does not load keeps the current one)."),
+    STR("mq-http-hosts", NULL, mq_http_hosts, "127.0.0.1,localhost,[::1]", NULL, "LIST",
+        "Comma-separated host names the MQ HTTP API answers (the Host header, with or without "
+        "a port); another Host gets 421, against DNS rebinding. * allows any."),
+    STR("mq-http-origins", NULL, mq_http_origins, "", NULL, "LIST",
+        "Comma-separated Origin values (e.g. https://ops.example) allowed to call the MQ HTTP "
+        "API from a browser; a request with another Origin gets 403. Empty allows none."),
     SIZE("mq-max-content", NULL, mq_max_content, "64k", 1, 16 * MIB,
          "Largest content of one durable message; larger ones are refused, never truncated."),
     INT("mq-max-pending", NULL, mq_max_pending, "100000", 1, 100000000, "N",
@@ -360,6 +389,9 @@ static bool in_choices(const char *choices, const char *v)
 static int set_string(cq_config_t *c, const opt_t *o, const char *label, const char *v, char *err,
                       size_t errlen)
 {
+    bool b;
+    if ((o->flags & F_AUTOBOOL) && parse_bool(v, &b) == 0)
+        v = b ? "true" : "false";
     if (o->choices && !in_choices(o->choices, v)) {
         char list[128];
         size_t n = 0;
@@ -521,6 +553,28 @@ int cq_config_load_file(cq_config_t *c, const char *path, char *err, size_t errl
     return r;
 }
 
+/* --auth-provider=dev accepts every AUTH: without --dev it may only listen on loopback, so that
+ * a deployment that forgot to configure authentication does not start open to the network.
+ * The durable-topic and admin ports have rules of their own (permissions file, loopback peers). */
+static int check_dev_provider(const cq_config_t *c, char *err, size_t errlen)
+{
+    static const char *const names[] = {"client-addr",    "server-addr", "ws-addr",
+                                        "wss-addr",       "kcp-addr",    "server-ws-addr",
+                                        "server-kcp-addr"};
+    const char *const addrs[] = {c->client_addr, c->server_addr,    c->ws_addr,        c->wss_addr,
+                                 c->kcp_addr,    c->server_ws_addr, c->server_kcp_addr};
+    if (c->dev || strcmp(c->auth_provider, "dev") != 0)
+        return 0;
+    for (size_t i = 0; i < CQ_ARRAY_SIZE(addrs); i++)
+        if (addrs[i] && *addrs[i] && !cq_peer_is_loopback(addrs[i]))
+            return cq_err_fmt(err, errlen, CQ_ECONFIG,
+                              "--auth-provider=dev accepts every login and --%s %s is not a "
+                              "loopback address: configure --auth-provider=file with "
+                              "--auth-token-file, keep the listeners on loopback, or add --dev",
+                              names[i], addrs[i]);
+    return 0;
+}
+
 int cq_config_check(const cq_config_t *c, char *err, size_t errlen)
 {
     if (c->sendq_soft_limit > c->sendq_hard_limit) {
@@ -540,7 +594,7 @@ int cq_config_check(const cq_config_t *c, char *err, size_t errlen)
     }
     if (strcmp(c->auth_provider, "file") == 0 && c->auth_token_file[0] == '\0')
         return cq_err_fmt(err, errlen, CQ_ECONFIG, "--auth-provider: file needs --auth-token-file");
-    return 0;
+    return check_dev_provider(c, err, errlen);
 }
 
 /* ---- command line --------------------------------------------------------------------- */
@@ -580,12 +634,13 @@ static int split_arg(int argc, char **argv, int i, arg_t *a, char *err, size_t e
     snprintf(a->label, sizeof(a->label), "--%s%s", negated ? "no-" : "", a->o->name);
     a->used = 1;
     a->value = eq ? eq + 1 : NULL;
-    if (negated && a->o->type != OPT_BOOL)
+    bool boolish = a->o->type == OPT_BOOL || (a->o->flags & F_AUTOBOOL);
+    if (negated && !boolish)
         return cq_err_fmt(err, errlen, CQ_ECONFIG, "%s: only boolean options can be negated",
                           a->label);
     if ((negated || a->o->type == OPT_ACTION) && eq)
         return cq_err_fmt(err, errlen, CQ_ECONFIG, "%s: takes no value", a->label);
-    if (negated || (a->o->type == OPT_BOOL && !eq))
+    if (negated || (boolish && !eq))
         a->value = negated ? "false" : "true";
     else if (a->o->type != OPT_ACTION && !eq) {
         if (i + 1 >= argc)

@@ -55,7 +55,7 @@ typedef struct cq_config {
     char *client_fsm;             /* client FSM file; "" = built-in client_non_authoratative */
     char *server_fsm;             /* server FSM file; "" = built-in server_authoratative */
     char *channel_settings;       /* channel settings file; "" = built-in hifi */
-    bool server_bypass_auth;      /* server connections skip authentication */
+    char *server_bypass_auth;     /* "auto" (loopback peers only), "true" or "false" */
     bool server_conn_recoverable; /* dropped server connections can be recovered */
     int server_conn_recover_timeout_ms; /* 0 = recoverable forever */
     int compression_type;               /* advertised in AuthResult: 0 none, 1 Snappy */
@@ -63,6 +63,9 @@ typedef struct cq_config {
     char *auth_token_file;        /* JSON object PIT -> login token, for auth_provider "file" */
     int auth_timeout_ms;          /* close unauthenticated connections after this; 0 = never */
     int max_failed_auth;          /* close after this many failed AUTH attempts; 0 = no limit */
+    int auth_addr_max_failures;   /* failed authentications per source address; 0 = no budget */
+    int auth_addr_window_ms;      /* how long a source address's failures count */
+    int auth_addr_backoff_ms;     /* first block of an address over its budget (doubles) */
     int conn_id_bits;             /* bits of a connection id, 8..31 */
     int idle_timeout_ms;          /* close connections silent this long; 0 = off */
     int tcp_keepalive_s;          /* TCP keepalive delay; 0 = off */
@@ -86,6 +89,8 @@ typedef struct cq_config {
     char *mysql_password;
     char *mysql_database;
     char *mq_permissions_file;  /* JSON module permissions; "" = everything allowed */
+    char *mq_http_hosts;        /* comma-separated Host names the MQ HTTP API answers */
+    char *mq_http_origins;      /* comma-separated Origins allowed on the MQ HTTP API */
     size_t mq_max_content;      /* bytes of one message's content */
     int mq_max_pending;         /* pending durable writes before producers get busy */
     size_t mq_sendq_soft_limit; /* MQ connections: unsent bytes allowed mq_sendq_soft_seconds */
@@ -114,7 +119,8 @@ int cq_config_parse_args(cq_config_t *c, int argc, char **argv, char *err, size_
 int cq_config_load_file(cq_config_t *c, const char *path, char *err, size_t errlen);
 
 /* Checks rules that span options (the soft send-queue limit must not exceed the hard one;
- * auth-provider=file needs auth-token-file). Returns 0 or CQ_ECONFIG with a message. Called
+ * auth-provider=file needs auth-token-file; auth-provider=dev needs --dev unless every channel
+ * listener is on loopback). Returns 0 or CQ_ECONFIG with a message. Called
  * by cq_config_parse_args; call it yourself after cq_config_load_file alone. */
 int cq_config_check(const cq_config_t *c, char *err, size_t errlen);
 

@@ -2,20 +2,31 @@
  *
  * AUTH is the one message handled on the sender's worker (its row in msgtab.c says so): it
  * changes only the connection (state, FSM state, PIT), which lives there, and needs no
- * channel. The token file is loaded once into the shared state and never changes, so
- * checking a token reads no mutable shared state. The check is synchronous because both
+ * channel. The token table is shared by every worker and replaced as a whole on SIGHUP
+ * (cq_shared_reload_tokens): a check looks the token up under tokens_mu, and a reload swaps the
+ * table under it, so no worker ever reads a table being freed. AUTH is not a hot path (one per
+ * connection), so a mutex costs nothing that matters. The check is synchronous because both
  * providers are local; an asynchronous provider would have to answer through the inbox like
- * any other cross-worker work. */
+ * any other cross-worker work.
+ *
+ * Brute force: besides the per-connection limit (--max-failed-auth; a success resets it), every
+ * failure counts in the per-address budget shared with the durable-topic ports
+ * (pkg/base/cq_authlim.h). An address over its budget gets INVALID_LT and a close for any AUTH,
+ * a right one included, until its block ends. Tokens are compared in constant time, and failure
+ * log lines are rate limited process-wide. */
 #include "core_int.h"
 
 #include "cq_alloc.h"
+#include "cq_authlim.h"
+#include "cq_clock.h"
 #include "cq_err.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
-int cq__tokens_load(cq_shared_t *sh, const char *path, char *err, size_t errlen)
+/* Loads path into a new table (*ret, owned). */
+static int tokens_read(const char *path, json_t **ret, char *err, size_t errlen)
 {
     if (!path || !*path) {
         snprintf(err, errlen, "auth-provider=file needs --auth-token-file");
@@ -42,7 +53,34 @@ int cq__tokens_load(cq_shared_t *sh, const char *path, char *err, size_t errlen)
             return CQ_ECONFIG;
         }
     }
-    sh->tokens = root;
+    *ret = root;
+    return 0;
+}
+
+int cq__tokens_load(cq_shared_t *sh, const char *path, char *err, size_t errlen)
+{
+    json_t *t;
+    int r = tokens_read(path, &t, err, errlen);
+    if (r == 0)
+        sh->tokens = t;
+    return r;
+}
+
+int cq_shared_reload_tokens(cq_shared_t *sh, const char *path, char *err, size_t errlen)
+{
+    json_t *t, *old;
+    if (sh->o.auth_provider != CQ_AUTH_FILE) {
+        snprintf(err, errlen, "the auth provider is not file");
+        return CQ_ECONFIG;
+    }
+    int r = tokens_read(path, &t, err, errlen);
+    if (r < 0)
+        return r;
+    pthread_mutex_lock(&sh->tokens_mu);
+    old = sh->tokens;
+    sh->tokens = t;
+    pthread_mutex_unlock(&sh->tokens_mu);
+    json_decref(old);
     return 0;
 }
 
@@ -53,22 +91,33 @@ void cq__tokens_free(cq_shared_t *sh)
     sh->tokens = NULL;
 }
 
-/* The provider: returns an AuthResult value (0 success, 1 INVALID_PIT, 2 INVALID_LT). */
-static int provider_check(const cq_shared_t *sh, const cq_conn_t *conn, const char *pit,
-                          const char *lt)
+static uint64_t mono_ms(void)
 {
-    if (conn->type == CQ_CONN_SERVER && sh->o.server_bypass_auth)
-        return CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__SUCCESSFUL;
-    if (sh->o.auth_provider != CQ_AUTH_FILE)
-        return CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__SUCCESSFUL;
-    json_t *want = json_object_get((json_t *)sh->tokens, pit ? pit : "");
-    if (!pit || !*pit || !want)
-        return CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__INVALID_PIT;
-    if (!lt || strcmp(json_string_value(want), lt) != 0)
-        return CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__INVALID_LT;
-    return CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__SUCCESSFUL;
+    return cq_clock_mono_ns() / 1000000u;
 }
 
+static bool bypass(const cq_shared_t *sh, const cq_conn_t *conn, const char *peer)
+{
+    return conn->type == CQ_CONN_SERVER && sh->o.server_bypass_auth &&
+           (!sh->o.server_bypass_loopback || cq_peer_is_loopback(peer));
+}
+
+/* The provider: returns an AuthResult value (0 success, 1 INVALID_PIT, 2 INVALID_LT). */
+static int provider_check(cq_shared_t *sh, const cq_conn_t *conn, const char *peer, const char *pit,
+                          const char *lt)
+{
+    if (bypass(sh, conn, peer) || sh->o.auth_provider != CQ_AUTH_FILE)
+        return CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__SUCCESSFUL;
+    int res = CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__SUCCESSFUL;
+    pthread_mutex_lock(&sh->tokens_mu);
+    json_t *want = json_object_get((json_t *)sh->tokens, pit ? pit : "");
+    if (!pit || !*pit || !want)
+        res = CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__INVALID_PIT;
+    else if (!lt || !cq_token_eq(json_string_value(want), lt))
+        res = CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__INVALID_LT;
+    pthread_mutex_unlock(&sh->tokens_mu);
+    return res;
+}
 static void auth_success(cq_core_t *c, cq_conn_t *conn, const char *pit)
 {
     if (!conn->pit)
@@ -80,13 +129,38 @@ static void auth_success(cq_core_t *c, cq_conn_t *conn, const char *pit)
     cq_list_remove(&conn->unauth_node);
 }
 
+/* A failed AUTH (its result already sent): counts, the address budget, a rate-limited log
+ * line, and the close when the connection or its address is over its limit. */
+static void auth_failed(cq_core_t *c, cq_conn_t *conn, const char *peer, int res, bool blocked)
+{
+    cq_authlim_t *lim = c->sh->o.authlim;
+    uint64_t now = mono_ms();
+    char note[48];
+    CQ_METRIC_ADD(c, M_AUTH_FAILED, conn->type, 1);
+    bool now_blocked = !blocked && cq_authlim_failed(lim, peer, now);
+    if (cq_authlim_log_allow(lim, now, note, sizeof(note)))
+        CQ_INFO("auth", "conn %u (%s): authentication failed (%s), attempt %u%s%s", conn->id, peer,
+                blocked    ? "address blocked after too many failures"
+                : res == 1 ? "INVALID_PIT"
+                           : "INVALID_LT",
+                conn->failed_auth + 1u, now_blocked ? ", address now blocked" : "", note);
+    if (blocked)
+        cq_core_conn_close(c, conn, CQ_EAUTH, "too many failed authentications from its address");
+    else if (++conn->failed_auth >= c->sh->o.max_failed_auth && c->sh->o.max_failed_auth)
+        cq_core_conn_close(c, conn, CQ_EAUTH, "too many failed AUTH attempts");
+}
+
 void cq__handle_auth(cq_core_t *c, cq_req_t *r)
 {
     cq_conn_t *conn = r->conn;
     Channeldpb__AuthMessage *m = cq__req_body(c, r);
     if (!m || !conn)
         return;
-    int res = provider_check(c->sh, conn, m->playeridentifiertoken, m->logintoken);
+    char peer[64] = "?";
+    conn->tops->peer(conn->tctx, peer, sizeof(peer));
+    bool blocked = cq_authlim_blocked(c->sh->o.authlim, peer, CQ_AUTHLIM_CHANNEL, mono_ms());
+    int res = blocked ? CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__INVALID_LT
+                      : provider_check(c->sh, conn, peer, m->playeridentifiertoken, m->logintoken);
     uint32_t old = 0;
     bool recovering = false;
     if (res == 0) {
@@ -111,9 +185,5 @@ void cq__handle_auth(cq_core_t *c, cq_req_t *r)
             cq__recover_apply(c, old, conn->pit);
         return;
     }
-    CQ_METRIC_ADD(c, M_AUTH_FAILED, conn->type, 1);
-    CQ_INFO("auth", "conn %u: authentication failed (%s), attempt %u", conn->id,
-            res == 1 ? "INVALID_PIT" : "INVALID_LT", conn->failed_auth + 1u);
-    if (++conn->failed_auth >= c->sh->o.max_failed_auth && c->sh->o.max_failed_auth)
-        cq_core_conn_close(c, conn, CQ_EAUTH, "too many failed AUTH attempts");
+    auth_failed(c, conn, peer, res, blocked);
 }

@@ -109,7 +109,8 @@ struct cq_shared {
     pthread_mutex_t dir_lock;
     cq_map_t dir;                  /* conn id -> cq_dir_ent_t*, under dir_lock */
     uint32_t next_conn;            /* under dir_lock */
-    void *tokens;                  /* json_t* PIT -> LT, immutable after load */
+    pthread_mutex_t tokens_mu;     /* the AUTH check and a reload's swap: not a hot path */
+    void *tokens;                  /* json_t* PIT -> LT, under tokens_mu (read-only content) */
     struct cq_recov_handle *recov; /* dropped recoverable servers, under dir_lock */
     int64_t unix_offset_ns;        /* unix time - monotonic time, for subTime */
     cq_idl_t ids;                  /* id layout (place.h): node bits 0 today */

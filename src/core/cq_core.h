@@ -37,13 +37,15 @@ typedef struct cq_core_opts {
     const cq_settings_t *settings; /* borrowed */
     bool dev;
     bool server_bypass_auth;
-    bool server_recoverable;            /* channeld -scr */
+    bool server_bypass_loopback; /* the bypass applies only to connections from loopback peers */
+    bool server_recoverable;     /* channeld -scr */
     uint32_t server_recover_timeout_ms; /* channeld -scrt; 0 = forever */
     uint32_t compression_type;          /* advertised in AuthResult */
     int auth_provider;                  /* CQ_AUTH_DEV or CQ_AUTH_FILE */
     const char *auth_token_file;        /* JSON object PIT -> login token */
     uint32_t auth_timeout_ms;           /* 0 = off */
     uint32_t max_failed_auth;
+    struct cq_authlim *authlim; /* per-address failure budget (borrowed, thread-safe); NULL none */
     uint32_t conn_id_bits;
     uint32_t idle_timeout_ms; /* 0 = off */
     uint32_t max_packet_size;
@@ -72,6 +74,11 @@ typedef struct cq_core_ops {
  * token file if configured. Returns 0 or a negative error (message in err). */
 int cq_shared_new(const cq_core_opts_t *opts, const cq_core_ops_t *ops, void *ops_ud,
                   cq_shared_t **ret, char *err, size_t errlen);
+/* Reloads the token file of --auth-provider=file (SIGHUP) from path (borrowed): the new table
+ * replaces the old one for every AUTH that follows, on every worker. Any thread. A file that
+ * does not load changes nothing. Returns 0, CQ_ECONFIG when the provider is not file, or the
+ * load error (message in err). */
+int cq_shared_reload_tokens(cq_shared_t *sh, const char *path, char *err, size_t errlen);
 /* Sets the io layer's callbacks (ops borrowed, static). The io layer calls it once, before any
  * worker runs: no worker reads them concurrently. */
 void cq_shared_set_ops(cq_shared_t *sh, const cq_core_ops_t *ops, void *ops_ud);

@@ -39,6 +39,7 @@ int cq_shared_new(const cq_core_opts_t *opts, const cq_core_ops_t *ops, void *op
     sh->ops = ops;
     sh->ops_ud = ops_ud;
     pthread_mutex_init(&sh->dir_lock, NULL);
+    pthread_mutex_init(&sh->tokens_mu, NULL);
     cq_map_init(&sh->dir);
     sh->next_conn = 1;
     sh->unix_offset_ns = cq_clock_unix_ns() - (int64_t)cq_clock_mono_ns();
@@ -70,6 +71,7 @@ cq_shared_t *cq_shared_free(cq_shared_t *sh)
     cq_map_done(&sh->dir);
     pthread_mutex_destroy(&sh->dir_lock);
     cq__tokens_free(sh);
+    pthread_mutex_destroy(&sh->tokens_mu);
     cq__recov_handles_free(sh);
     cq_free(sh);
     return NULL;

@@ -1,6 +1,7 @@
 /* chanqd - config -> modules -> run. The composition root. */
 #include "cq_admin.h"
 #include "cq_alloc.h"
+#include "cq_authlim.h"
 #include "cq_config.h"
 #include "cq_core.h"
 #include "cq_embedded.h"
@@ -36,7 +37,8 @@ typedef struct app {
     cq_shared_t *sh;
     cq_admin_t *admin; /* /metrics sources: the core's, then the MQ port's */
     cq_io_t *io;
-    cq_mqperm_t *perms; /* NULL: every module may do everything */
+    cq_mqperm_t *perms;    /* NULL: every module may do everything (writes from loopback only) */
+    cq_authlim_t *authlim; /* the per-address failure budget of every authenticating port */
     cq_writer_t *writer;
     cq_mqsrv_t *mqsrv; /* the engine; runs on the MQ loop while mq runs */
     cq_mqio_t *mq;
@@ -102,11 +104,53 @@ static int load_schema(app_t *a)
     return list && *list ? load_schema_files(list, &a->schema) : 0;
 }
 
-/* SIGHUP: reload the descriptor sets; workers resolve channels of newly known types. */
+static int read_perms(const char *path, cq_mqperm_t **ret)
+{
+    char *buf = NULL, err[512] = "";
+    size_t len;
+    int r = cq_file_read(path, 16u << 20, &buf, &len);
+    if (r < 0) {
+        CQ_ERROR("main", "--mq-permissions-file %s: %s", path, cq_strerror(r));
+        return r;
+    }
+    r = cq_mqperm_load(buf, len, ret, err, sizeof(err));
+    cq_free(buf);
+    if (r < 0)
+        CQ_ERROR("main", "--mq-permissions-file %s: %s", path, err);
+    return r;
+}
+
+/* SIGHUP, the credentials: the token file and the permissions file are read here, on the main
+ * thread; the core swaps its token table under its lock, the MQ engine takes the new table on
+ * its own loop (cq_mqsrv_set_perms). A file that does not load keeps the one in force. */
+static void reload_credentials(app_t *a)
+{
+    char err[512] = "";
+    const cq_config_t *c = &a->cfg;
+    cq_mqperm_t *p = NULL;
+    if (strcasecmp(c->auth_provider, "file") == 0) {
+        if (cq_shared_reload_tokens(a->sh, c->auth_token_file, err, sizeof(err)) < 0)
+            CQ_ERROR("main", "SIGHUP: keeping the current tokens: %s", err);
+        else
+            CQ_INFO("main", "SIGHUP: tokens reloaded from %s", c->auth_token_file);
+    }
+    if (!a->mqsrv || !*c->mq_permissions_file)
+        return;
+    if (read_perms(c->mq_permissions_file, &p) < 0) {
+        CQ_ERROR("main", "SIGHUP: keeping the current MQ permissions");
+        return;
+    }
+    cq_mqsrv_set_perms(a->mqsrv, p);
+    CQ_INFO("main", "SIGHUP: MQ permissions reloaded from %s", c->mq_permissions_file);
+}
+
+/* SIGHUP: reload the credentials, and the descriptor sets (workers resolve channels of newly
+ * known types). */
 static void on_hup(void *ud)
 {
     app_t *a = ud;
     cq_schema_t *s;
+    reload_credentials(a);
     const char *list = a->cfg.channel_data_types;
     if (!list || !*list || a->n_old >= (int)(sizeof(a->old_schemas) / sizeof(a->old_schemas[0])))
         return;
@@ -130,7 +174,9 @@ static void core_opts(const app_t *a, cq_core_opts_t *o)
     o->server_fsm = a->server_fsm;
     o->settings = a->settings;
     o->dev = c->dev;
-    o->server_bypass_auth = c->server_bypass_auth;
+    o->server_bypass_auth = strcmp(c->server_bypass_auth, "false") != 0;
+    o->server_bypass_loopback = strcmp(c->server_bypass_auth, "auto") == 0;
+    o->authlim = a->authlim;
     o->server_recoverable = c->server_conn_recoverable;
     o->server_recover_timeout_ms = (uint32_t)c->server_conn_recover_timeout_ms;
     o->compression_type = (uint32_t)c->compression_type;
@@ -156,20 +202,7 @@ static void core_opts(const app_t *a, cq_core_opts_t *o)
 static int load_perms(app_t *a)
 {
     const char *path = a->cfg.mq_permissions_file;
-    char *buf = NULL, err[512] = "";
-    size_t len;
-    if (!*path)
-        return 0;
-    int r = cq_file_read(path, 16u << 20, &buf, &len);
-    if (r < 0) {
-        CQ_ERROR("main", "--mq-permissions-file %s: %s", path, cq_strerror(r));
-        return r;
-    }
-    r = cq_mqperm_load(buf, len, &a->perms, err, sizeof(err));
-    cq_free(buf);
-    if (r < 0)
-        CQ_ERROR("main", "--mq-permissions-file %s: %s", path, err);
-    return r;
+    return *path ? read_perms(path, &a->perms) : 0;
 }
 
 static int open_store(const cq_config_t *c, cq_store_t **ret)
@@ -240,6 +273,9 @@ static int make_engine(app_t *a, const cq_store_topic_t *topics, const uint64_t 
         .sendq_soft_limit = c->mq_sendq_soft_limit,
         .sendq_soft_seconds = (uint32_t)c->mq_sendq_soft_seconds,
         .sendq_hard_limit = c->mq_sendq_hard_limit,
+        .authlim = a->authlim,
+        .http_hosts = c->mq_http_hosts,
+        .http_origins = c->mq_http_origins,
     };
     /* a frame must hold at least one message of the largest size, with its JSON around it */
     uint64_t total = (uint64_t)c->mq_max_content + 4096;
@@ -315,6 +351,14 @@ static void stop_mq(app_t *a)
 static int start(app_t *a)
 {
     cq_core_opts_t o;
+    const cq_config_t *c = &a->cfg;
+    cq_authlim_opts_t lo = {.max_failures = (uint32_t)c->auth_addr_max_failures,
+                            .window_ms = (uint32_t)c->auth_addr_window_ms,
+                            .backoff_ms = (uint32_t)c->auth_addr_backoff_ms};
+    if (!(a->authlim = cq_authlim_new(&lo))) {
+        CQ_ERROR("main", "out of memory");
+        return -ENOMEM;
+    }
     core_opts(a, &o);
     char err[512] = "";
     int r = cq_shared_new(&o, NULL, NULL, &a->sh, err, sizeof(err));
@@ -323,11 +367,11 @@ static int start(app_t *a)
         return r;
     }
     if (!(a->admin = cq_admin_new()) ||
-        cq_admin_add_source(a->admin, "core", cq_shared_metrics_append, a->sh) < 0) {
+        cq_admin_add_source(a->admin, "core", cq_shared_metrics_append, a->sh) < 0 ||
+        cq_admin_add_source(a->admin, "auth", cq_authlim_metrics_append, a->authlim) < 0) {
         CQ_ERROR("main", "out of memory");
         return -ENOMEM;
     }
-    const cq_config_t *c = &a->cfg;
     cq_io_opts_t io = {
         .client_addr = c->client_addr,
         .server_addr = c->server_addr,
@@ -399,6 +443,7 @@ int main(int argc, char **argv)
     cq_io_free(a.io);
     cq_admin_free(a.admin);
     cq_shared_free(a.sh);
+    cq_authlim_free(a.authlim);
     cq_settings_free(a.settings);
     cq_schema_free(a.schema);
     for (int i = 0; i < a.n_old; i++)

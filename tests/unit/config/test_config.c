@@ -150,7 +150,12 @@ static void test_defaults(void **state)
     assert_string_equal(c.client_fsm, "");
     assert_string_equal(c.server_fsm, "");
     assert_string_equal(c.channel_settings, "");
-    assert_true(c.server_bypass_auth);
+    assert_string_equal(c.server_bypass_auth, "auto");
+    assert_int_equal(c.auth_addr_max_failures, 10);
+    assert_int_equal(c.auth_addr_window_ms, 60000);
+    assert_int_equal(c.auth_addr_backoff_ms, 10000);
+    assert_string_equal(c.mq_http_hosts, "127.0.0.1,localhost,[::1]");
+    assert_string_equal(c.mq_http_origins, "");
     assert_int_equal(c.compression_type, 0);
     assert_string_equal(c.auth_provider, "dev");
     assert_string_equal(c.auth_token_file, "");
@@ -181,7 +186,7 @@ static void test_types(void **state)
     cq_config_t c;
     PARSE_OK(&c, "--workers=4", "--max-channels", "100", "--client-addr=0.0.0.0:1", "--server-addr",
              "", "--log-level=debug", "--sendq-hard-limit=16m", "--sendq-soft-limit", "64K",
-             "--client-legacy-tag", "--server-legacy-tag=true");
+             "--client-legacy-tag", "--server-legacy-tag=true", "--dev");
     assert_int_equal(c.workers, 4);
     assert_int_equal(c.max_channels, 100);
     assert_string_equal(c.client_addr, "0.0.0.0:1");
@@ -230,7 +235,7 @@ static void test_aliases(void **state)
     assert_true(c.dev);
     cq_config_done(&c);
     /* Long names work with one dash too, like Go's flag package; later values win. */
-    PARSE_OK(&c, "-workers", "2", "-client-addr=:9", "--workers=3");
+    PARSE_OK(&c, "-workers", "2", "-client-addr=:9", "--workers=3", "-dev");
     assert_int_equal(c.workers, 3);
     assert_string_equal(c.client_addr, ":9");
     cq_config_done(&c);
@@ -242,21 +247,21 @@ static void test_go_bools(void **state)
     cq_config_t c;
     PARSE_OK(&c, "-dev", "-sba=false");
     assert_true(c.dev);
-    assert_false(c.server_bypass_auth);
+    assert_string_equal(c.server_bypass_auth, "false");
     cq_config_done(&c);
     PARSE_OK(&c, "-dev=false", "--no-server-bypass-auth", "--no-client-legacy-tag");
     assert_false(c.dev);
-    assert_false(c.server_bypass_auth);
+    assert_string_equal(c.server_bypass_auth, "false");
     assert_false(c.client_legacy_tag);
     cq_config_done(&c);
     PARSE_OK(&c, "--dev=1", "-sba=0", "--client-legacy-tag=yes", "--server-legacy-tag=T");
     assert_true(c.dev);
-    assert_false(c.server_bypass_auth);
+    assert_string_equal(c.server_bypass_auth, "false");
     assert_true(c.client_legacy_tag);
     assert_true(c.server_legacy_tag);
     cq_config_done(&c);
     PARSE_OK(&c, "--no-sba", "--dev=off", "--dev=ON");
-    assert_false(c.server_bypass_auth);
+    assert_string_equal(c.server_bypass_auth, "false");
     assert_true(c.dev);
     cq_config_done(&c);
     /* A boolean never consumes the next argument. */
@@ -309,7 +314,9 @@ static void test_bounds_errors(void **state)
     PARSE_ERR("--sendq-soft-limit: 99999999999g is above the maximum 1g",
               "--sendq-soft-limit=99999999999g");
     PARSE_ERR("--dev: \"maybe\" is not a boolean (true or false)", "--dev=maybe");
-    PARSE_ERR("--server-bypass-auth: \"\" is not a boolean (true or false)", "-sba=");
+    PARSE_ERR("--server-bypass-auth: \"\" is not one of: auto, true, false", "-sba=");
+    PARSE_ERR("--server-bypass-auth: \"loopback\" is not one of: auto, true, false",
+              "--server-bypass-auth=loopback");
     PARSE_ERR("--client-network: \"udp\" is not one of: tcp, ws, kcp", "-cn", "udp");
     PARSE_ERR("--server-network: \"quic\" is not one of: tcp, ws, kcp", "--server-network=quic");
     PARSE_ERR("--auth-provider: \"ldap\" is not one of: dev, file", "--auth-provider=ldap");
@@ -347,12 +354,69 @@ static void test_cross_checks(void **state)
     cq_config_done(&c);
 }
 
+/* --server-bypass-auth is auto, or a boolean in any spelling (channeld's -sba is a Go bool). */
+static void test_bypass_auto(void **state)
+{
+    (void)state;
+    cq_config_t c;
+    PARSE_OK(&c, "-sba");
+    assert_string_equal(c.server_bypass_auth, "true");
+    cq_config_done(&c);
+    PARSE_OK(&c, "--server-bypass-auth", "--dev");
+    assert_string_equal(c.server_bypass_auth, "true");
+    assert_true(c.dev);
+    cq_config_done(&c);
+    PARSE_OK(&c, "-sba=yes", "--server-bypass-auth=auto");
+    assert_string_equal(c.server_bypass_auth, "auto");
+    cq_config_done(&c);
+    PARSE_OK(&c, "-sba=ON");
+    assert_string_equal(c.server_bypass_auth, "true");
+    cq_config_done(&c);
+    PARSE_OK(&c, "-sba=f");
+    assert_string_equal(c.server_bypass_auth, "false");
+    cq_config_done(&c);
+}
+
+/* The dev provider accepts every login: without --dev it may listen on loopback only. */
+static void test_dev_provider_needs_dev(void **state)
+{
+    (void)state;
+    cq_config_t c;
+    PARSE_ERR("--auth-provider=dev accepts every login and --client-addr 0.0.0.0:12108 is not a "
+              "loopback address: configure --auth-provider=file with --auth-token-file, keep the "
+              "listeners on loopback, or add --dev",
+              "--client-addr=0.0.0.0:12108");
+    PARSE_ERR("--auth-provider=dev accepts every login and --server-addr :11288 is not a "
+              "loopback address: configure --auth-provider=file with --auth-token-file, keep the "
+              "listeners on loopback, or add --dev",
+              "-sa", ":11288");
+    PARSE_ERR("--auth-provider=dev accepts every login and --kcp-addr 192.0.2.1:1 is not a "
+              "loopback address: configure --auth-provider=file with --auth-token-file, keep the "
+              "listeners on loopback, or add --dev",
+              "--kcp-addr=192.0.2.1:1");
+    PARSE_ERR("--auth-provider=dev accepts every login and --server-ws-addr [::]:1 is not a "
+              "loopback address: configure --auth-provider=file with --auth-token-file, keep the "
+              "listeners on loopback, or add --dev",
+              "--server-ws-addr=[::]:1");
+    /* loopback everywhere (names and v6 too), --dev, or a real provider */
+    PARSE_OK(&c, "--client-addr=localhost:1", "--server-addr=[::1]:2", "--ws-addr=127.0.0.2:3",
+             "--wss-addr=", "--kcp-addr=");
+    cq_config_done(&c);
+    PARSE_OK(&c, "--client-addr=0.0.0.0:1", "--dev");
+    cq_config_done(&c);
+    PARSE_OK(&c, "--client-addr=0.0.0.0:1", "--auth-provider=file", "--auth-token-file=t.json");
+    cq_config_done(&c);
+    /* the durable-topic and admin ports have rules of their own */
+    PARSE_OK(&c, "--mq-addr=0.0.0.0:1", "--mq-http-addr=:2", "--admin-addr=:3");
+    cq_config_done(&c);
+}
+
 static void test_negative_value_taken_from_next_arg(void **state)
 {
     (void)state;
     cq_config_t c;
     /* Like Go, a value option takes the next argument even if it starts with a dash. */
-    PARSE_OK(&c, "--client-addr", "-dev");
+    PARSE_OK(&c, "--client-addr", "-dev", "--auth-provider=file", "--auth-token-file=t.json");
     assert_string_equal(c.client_addr, "-dev");
     assert_false(c.dev);
     cq_config_done(&c);
@@ -560,7 +624,7 @@ static void test_dump_round_trip(void **state)
     assert_non_null(strstr(dump, "\nlog-level = error\n"));
     assert_non_null(strstr(dump, "\nsendq-hard-limit = 1g\n"));
     assert_non_null(strstr(dump, "\nsendq-soft-limit = 12345\n"));
-    assert_non_null(strstr(dump, "\nserver-bypass-auth = false\n"));
+    assert_non_null(strstr(dump, "\nserver-bypass-auth = \"false\"\n"));
     assert_null(strstr(dump, "\nconfig ="));
     char *path = tu_write_temp(dump);
     cq_config_defaults(&b);
@@ -611,6 +675,8 @@ const struct CMUnitTest test_config_cases[] = {
     cmocka_unit_test(test_syntax_errors),
     cmocka_unit_test(test_cross_checks),
     cmocka_unit_test(test_negative_value_taken_from_next_arg),
+    cmocka_unit_test(test_bypass_auto),
+    cmocka_unit_test(test_dev_provider_needs_dev),
     cmocka_unit_test(test_file),
     cmocka_unit_test(test_file_errors),
     cmocka_unit_test(test_help),
