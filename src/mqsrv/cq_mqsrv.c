@@ -342,6 +342,7 @@ static void perms_swap(cq_mqsrv_t *s)
     cq_mqperm_free(s->perms_owned);
     s->perms_owned = p;
     s->perms = p;
+    CQ_INFO("mq", "permissions table replaced");
 }
 
 void cq_mqsrv_drain(cq_mqsrv_t *s)

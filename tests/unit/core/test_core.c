@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -69,8 +70,15 @@ static void fake_close(void *tctx)
     ((fconn_t *)tctx)->closed = 1;
 }
 
+/* The address every fake connection reports; NULL: "test:<index>" (not an IP address). */
+static const char *fake_peer_addr;
+
 static int fake_peer(void *tctx, char *buf, size_t len)
 {
+    if (fake_peer_addr) {
+        snprintf(buf, len, "%s", fake_peer_addr);
+        return 0;
+    }
     snprintf(buf, len, "test:%d", (int)((fconn_t *)tctx - E.fc));
     return 0;
 }
@@ -434,6 +442,41 @@ static void auth_pit(fconn_t *f, const char *pit, Channeldpb__AuthResultMessage 
     assert_int_equal(scan(f, 1, &mp, body), 1);
     *ret = channeldpb__auth_result_message__unpack(NULL, mp.body_len, body);
     assert_non_null(*ret);
+}
+
+/* --server-bypass-auth auto: the bypass holds for server connections from loopback only; true
+ * holds for every address. The token file would refuse the login ("srv" wants "right"). */
+static int bypass_result(bool loopback_only, const char *peer)
+{
+    char path[] = "/tmp/chanq-tokens-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char tokens[] = "{\"srv\": \"right\"}";
+    assert_int_equal(write(fd, tokens, strlen(tokens)), (ssize_t)strlen(tokens));
+    close(fd);
+    cq_core_opts_t o = {.auth_provider = CQ_AUTH_FILE,
+                        .auth_token_file = path,
+                        .server_bypass_loopback = loopback_only};
+    env_up(1, &o);
+    fake_peer_addr = peer;
+    fconn_t *f = connect_as(CQ_CONN_SERVER);
+    Channeldpb__AuthResultMessage *ar;
+    auth_pit(f, "srv", &ar);
+    int res = ar->result;
+    channeldpb__auth_result_message__free_unpacked(ar, NULL);
+    fake_peer_addr = NULL;
+    env_down();
+    unlink(path);
+    return res;
+}
+
+static void test_server_bypass_loopback(void **state)
+{
+    assert_int_equal(bypass_result(true, "192.0.2.1:5000"), 2);     /* INVALID_LT */
+    assert_int_equal(bypass_result(true, "[2001:db8::1]:5000"), 2); /* INVALID_LT */
+    assert_int_equal(bypass_result(true, "127.0.0.1:5000"), 0);
+    assert_int_equal(bypass_result(true, "[::1]:5000"), 0);
+    assert_int_equal(bypass_result(false, "192.0.2.1:5000"), 0); /* true: channeld's bypass */
 }
 
 static void tick_all(uint64_t now)
@@ -918,6 +961,7 @@ int main(void)
         cmocka_unit_test(test_slow_consumer_cut_others_served),
         cmocka_unit_test(test_channel_id_reuse_and_list),
         cmocka_unit_test(test_server_recovery),
+        cmocka_unit_test(test_server_bypass_loopback),
         cmocka_unit_test(test_inbound_flow_control),
         cmocka_unit_test(test_drop_logs_rate_limited),
         cmocka_unit_test(test_channel_data_fanout),
