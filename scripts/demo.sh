@@ -2,8 +2,8 @@
 # The chat-rooms demo in one command: installs what is missing (build packages, Node and npm),
 # builds chanqd, the chat descriptor set and the demo page, then runs chanqd serving the page
 # and the WebSocket on the same port. Open http://127.0.0.1:12112/ in two browser windows.
-# Extra arguments go to chanqd (e.g. --ws-addr 0.0.0.0:12112, or --wss-addr with --tls-cert and
-# --tls-key for https/wss).
+# Extra arguments go to chanqd (e.g. --dev --ws-addr 0.0.0.0:12112: the demo's dev auth provider
+# needs --dev off loopback; or --wss-addr with --tls-cert and --tls-key for https/wss).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh build
