@@ -427,6 +427,31 @@ void test_merge_opt_truncate_top(void **state)
     done(&wa, &wb, &out);
 }
 
+/* An element that the list limit drops is still validated: a malformed ChatMessage fails the
+ * whole merge (cq_merge.h), whichever end the limit keeps. */
+void test_merge_opt_limit_validates_dropped(void **state)
+{
+    const cq_msgdesc_t *d = T("chanqtest.ChatRoom");
+    cq_sbuf_t good, bad, out;
+    RAW(&good, 0x12, 0x02, 0x18, 0x01); /* messages: {time: 1} */
+    RAW(&bad, 0x12, 0x02, 0x18, 0x80);  /* messages: {time: a truncated varint} */
+    cq_merge_opts_t first = {.list_size_limit = 1};
+    cq_merge_opts_t last = {.list_size_limit = 1, .truncate_top = true};
+    cq_sbuf_init(&out);
+    assert_int_equal(cq_sbuf_append(&out, "xy", 2), 0);
+    /* The bad element is the second: the first-N limit drops it. */
+    assert_int_equal(cq_merge(d, good.data, good.len, bad.data, bad.len, &first, &out), CQ_EDECODE);
+    assert_int_equal(out.len, 2);
+    /* The bad element is the first: the last-N limit drops it. */
+    assert_int_equal(cq_merge(d, bad.data, bad.len, good.data, good.len, &last, &out), CQ_EDECODE);
+    assert_int_equal(out.len, 2);
+    /* Both good: the limit keeps exactly one element. */
+    out.len = 0;
+    assert_int_equal(cq_merge(d, good.data, good.len, good.data, good.len, &first, &out), 0);
+    EXPECT(&out, 0x12, 0x02, 0x18, 0x01);
+    done(&good, &bad, &out);
+}
+
 void test_merge_opt_removable(void **state)
 {
     const cq_msgdesc_t *d = T("chanqtest.EntityWorld");

@@ -104,6 +104,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_merge_opt_replace_list),
         cmocka_unit_test(test_merge_opt_limit_first),
         cmocka_unit_test(test_merge_opt_truncate_top),
+        cmocka_unit_test(test_merge_opt_limit_validates_dropped),
         cmocka_unit_test(test_merge_opt_removable),
         cmocka_unit_test(test_merge_opts_top_level_only),
         cmocka_unit_test(test_merge_unknown_fields),

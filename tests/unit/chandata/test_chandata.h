@@ -59,6 +59,7 @@ void test_merge_oneof(void **state);
 void test_merge_opt_replace_list(void **state);
 void test_merge_opt_limit_first(void **state);
 void test_merge_opt_truncate_top(void **state);
+void test_merge_opt_limit_validates_dropped(void **state);
 void test_merge_opt_removable(void **state);
 void test_merge_opts_top_level_only(void **state);
 void test_merge_unknown_fields(void **state);
