@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 
 int it_workers = 1;
 const char *it_transport = "tcp";
@@ -16,6 +17,7 @@ static pid_t g_bridge;
 
 static cq_testsrv_t g_srv;
 static bool g_srv_init;
+static size_t g_log_off; /* it_log_*: the log cursor */
 static it_conn_t *g_conns[MAX_CONNS];
 static char *g_files[MAX_FILES];
 
@@ -185,6 +187,7 @@ void it_startv(const char *const *args)
     while (args && *args && n < 63)
         all[n++] = *args++;
     all[n] = NULL;
+    g_log_off = 0;
     int r = cq_testsrv_start(&g_srv, all);
     if (r < 0) {
         char *log = cq_testsrv_log(&g_srv);
@@ -208,6 +211,60 @@ void it_start(const char *arg0, ...)
     va_end(ap);
     args[n] = NULL;
     it_startv(args);
+}
+
+/* The log after the cursor, or NULL when there is no log; *len gets the whole log's length. */
+static char *log_tail(char **whole, size_t *len)
+{
+    *whole = cq_testsrv_log(&g_srv);
+    if (!*whole)
+        return NULL;
+    *len = strlen(*whole);
+    return *whole + (g_log_off < *len ? g_log_off : *len);
+}
+
+size_t it_log_mark(void)
+{
+    char *whole;
+    size_t len = 0;
+    log_tail(&whole, &len);
+    free(whole);
+    g_log_off = len;
+    return len;
+}
+
+void it_log_expect(const char *needle)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        char *whole;
+        size_t len = 0;
+        char *tail = log_tail(&whole, &len);
+        char *hit = tail ? strstr(tail, needle) : NULL;
+        if (hit)
+            g_log_off = (size_t)(hit - whole) + strlen(needle);
+        free(whole);
+        if (hit)
+            return;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= IT_TIMEOUT_MS)
+            break;
+        struct timespec ten = {0, 10 * 1000 * 1000};
+        nanosleep(&ten, NULL);
+    }
+    fail_msg("the log has no \"%s\" after offset %zu", needle, g_log_off);
+}
+
+int it_log_count(const char *needle)
+{
+    char *whole;
+    size_t len = 0;
+    int n = 0;
+    for (char *p = log_tail(&whole, &len); p && (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    free(whole);
+    return n;
 }
 
 it_conn_t *it_connect(bool server, const chanq_opts_t *opts)

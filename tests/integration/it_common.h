@@ -82,6 +82,15 @@ cq_testsrv_t *it_srv(void);
  * (valid until teardown). */
 const char *it_file(const char *name, const char *content);
 
+/* The server log read as a cursor, so that each check sees only what was logged after the
+ * previous one. it_start() puts the cursor at the start of the log. it_log_mark() moves it to
+ * the log's current end (and returns that offset). it_log_expect() waits up to IT_TIMEOUT_MS
+ * for needle after the cursor, asserts it is there, and moves the cursor just past it.
+ * it_log_count() counts the occurrences of needle after the cursor without moving it. */
+size_t it_log_mark(void);
+void it_log_expect(const char *needle);
+int it_log_count(const char *needle);
+
 /* Connects without authenticating (asserts). */
 it_conn_t *it_connect(bool server, const chanq_opts_t *opts);
 /* Authenticates c with pit/lt and asserts SUCCESSFUL; sets c->id. */
