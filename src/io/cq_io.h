@@ -54,7 +54,9 @@ int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *
  * renamed, so a reader never sees half a line. Returns 0 or -errno. Main thread. */
 int cq_io_write_ready(cq_io_t *io, const char *mq_bound, const char *mqhttp_bound);
 /* Blocks until SIGINT/SIGTERM, then stops the workers. Returns 0. Main thread only. On SIGHUP
- * it calls on_hup(ud) (may be NULL) on the main thread and keeps running. */
+ * it calls on_hup(ud) (may be NULL) on the main thread and keeps running; SIGHUPs that arrive
+ * before a reload starts are merged into that one reload, and one that arrives during a reload
+ * causes another after it: a request is never lost. */
 int cq_io_run_until_signal(cq_io_t *io, void (*on_hup)(void *ud), void *ud);
 /* Stops and joins every worker (idempotent) and frees everything. Accepts NULL. */
 cq_io_t *cq_io_free(cq_io_t *io);

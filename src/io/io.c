@@ -382,18 +382,34 @@ fail_early:
     return r;
 }
 
+/* SIGHUP reloads coalesce: a signal only marks a reload as requested and arms a 0 ms timer;
+ * the timer runs one reload for every request that arrived before it fired. A SIGHUP that
+ * arrives while a reload runs is dispatched by libuv afterwards and arms the timer again, so
+ * no request is ever lost, and a burst of them costs one reload. */
 typedef struct hup_ctx {
     void (*fn)(void *ud);
     void *ud;
+    uv_timer_t timer;
+    uint32_t requests; /* SIGHUPs since the last reload started */
 } hup_ctx_t;
+
+static void on_reload(uv_timer_t *t)
+{
+    hup_ctx_t *h = t->data;
+    uint32_t n = h->requests;
+    h->requests = 0;
+    CQ_INFO("main", "SIGHUP: reloading (%u request%s merged into this reload)", n,
+            n == 1 ? "" : "s");
+    if (h->fn)
+        h->fn(h->ud);
+}
 
 static void on_signal(uv_signal_t *s, int signum)
 {
     if (signum == SIGHUP) {
         hup_ctx_t *h = s->data;
-        CQ_INFO("main", "SIGHUP: reloading");
-        if (h->fn)
-            h->fn(h->ud);
+        if (h->requests++ == 0)
+            uv_timer_start(&h->timer, on_reload, 0, 0);
         return;
     }
     CQ_INFO("main", "signal %d: shutting down", signum);
@@ -404,12 +420,14 @@ int cq_io_run_until_signal(cq_io_t *io, void (*on_hup)(void *ud), void *ud)
 {
     uv_loop_t loop;
     uv_signal_t si, st, sh;
-    hup_ctx_t hup = {on_hup, ud};
+    hup_ctx_t hup = {.fn = on_hup, .ud = ud};
     uv_loop_init(&loop);
     uv_signal_init(&loop, &si);
     uv_signal_init(&loop, &st);
     uv_signal_init(&loop, &sh);
+    uv_timer_init(&loop, &hup.timer);
     sh.data = &hup;
+    hup.timer.data = &hup;
     uv_signal_start(&si, on_signal, SIGINT);
     uv_signal_start(&st, on_signal, SIGTERM);
     uv_signal_start(&sh, on_signal, SIGHUP);
@@ -417,6 +435,7 @@ int cq_io_run_until_signal(cq_io_t *io, void (*on_hup)(void *ud), void *ud)
     uv_close((uv_handle_t *)&si, NULL);
     uv_close((uv_handle_t *)&st, NULL);
     uv_close((uv_handle_t *)&sh, NULL);
+    uv_close((uv_handle_t *)&hup.timer, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
     (void)io;

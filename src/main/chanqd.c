@@ -32,8 +32,8 @@ typedef struct app {
     cq_fsm_t *client_fsm, *server_fsm;
     cq_settings_t *settings;
     cq_schema_t *schema;
-    cq_schema_t *old_schemas[64]; /* earlier schemas: channels may still point into them */
-    int n_old;
+    cq_schema_t **old_schemas; /* earlier schemas (owned): channels may still point into them */
+    int n_old, cap_old;
     cq_shared_t *sh;
     cq_admin_t *admin; /* /metrics sources: the core's, then the MQ port's */
     cq_io_t *io;
@@ -120,6 +120,22 @@ static int read_perms(const char *path, cq_mqperm_t **ret)
     return r;
 }
 
+/* Keeps s until exit: channels resolved against it keep pointing into it. Returns 0 or
+ * -ENOMEM. There is no fixed cap, so no reload is ever refused for lack of room. */
+static int keep_old_schema(app_t *a, cq_schema_t *s)
+{
+    if (a->n_old == a->cap_old) {
+        int cap = a->cap_old ? a->cap_old * 2 : 8;
+        cq_schema_t **p = cq_realloc(a->old_schemas, (size_t)cap * sizeof(*p));
+        if (!p)
+            return -ENOMEM;
+        a->old_schemas = p;
+        a->cap_old = cap;
+    }
+    a->old_schemas[a->n_old++] = s;
+    return 0;
+}
+
 /* SIGHUP, the credentials: the token file and the permissions file are read here, on the main
  * thread; the core swaps its token table under its lock, the MQ engine takes the new table on
  * its own loop (cq_mqsrv_set_perms). A file that does not load keeps the one in force. */
@@ -152,12 +168,15 @@ static void on_hup(void *ud)
     cq_schema_t *s;
     reload_credentials(a);
     const char *list = a->cfg.channel_data_types;
-    if (!list || !*list || a->n_old >= (int)(sizeof(a->old_schemas) / sizeof(a->old_schemas[0])))
+    if (!list || !*list)
         return;
     if (load_schema_files(list, &s) < 0)
-        return; /* keep the current types */
-    if (a->schema)
-        a->old_schemas[a->n_old++] = a->schema;
+        return; /* keep the current types (the loader logged why) */
+    if (a->schema && keep_old_schema(a, a->schema) < 0) {
+        CQ_WARN("main", "SIGHUP: out of memory; channel data types not reloaded");
+        cq_schema_free(s);
+        return;
+    }
     a->schema = s;
     cq_shared_set_schema(a->sh, s);
 }
@@ -448,6 +467,7 @@ int main(int argc, char **argv)
     cq_schema_free(a.schema);
     for (int i = 0; i < a.n_old; i++)
         cq_schema_free(a.old_schemas[i]);
+    cq_free(a.old_schemas);
     cq_fsm_free(a.client_fsm);
     cq_fsm_free(a.server_fsm);
     cq_config_done(&a.cfg);

@@ -327,13 +327,23 @@ static size_t full_state_len(it_conn_t *s, uint32_t ch, Testpb__TestChannelDataM
     return len;
 }
 
-/* A channel of a type chanqd does not know yet merges by concatenation (correct, not compact);
- * once the type's descriptor set is loaded (SIGHUP), its state is compacted. */
-static void test_type_known_later_is_compacted(void **state)
+static void copy_file(const char *from, const char *to)
 {
-    const char *types = it_file("types.fds", ""); /* an empty descriptor set at first */
-    it_start("--channel-data-types", types, NULL);
-    it_conn_t *s = it_server();
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+        assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    fclose(out);
+}
+
+/* A channel of type URL_TEST created while the type is unknown, with state "x" then num 1..5
+ * concatenated (13 bytes). */
+static uint32_t unknown_type_channel(it_conn_t *s)
+{
     Testpb__TestChannelDataMessage t0 = TESTPB__TEST_CHANNEL_DATA_MESSAGE__INIT;
     t0.text = "x";
     uint32_t ch = create_with(s, URL_TEST, &t0.base, NULL);
@@ -345,18 +355,12 @@ static void test_type_known_later_is_compacted(void **state)
     assert_string_equal(t->text, "x");
     assert_int_equal(t->num, 5);
     testpb__test_channel_data_message__free_unpacked(t, NULL);
+    return ch;
+}
 
-    FILE *in = fopen(getenv("TESTPB_FDS"), "rb"), *out = fopen(types, "wb");
-    assert_non_null(in);
-    assert_non_null(out);
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
-        assert_int_equal(fwrite(buf, 1, n, out), n);
-    fclose(in);
-    fclose(out);
-    assert_int_equal(kill(it_srv()->pid, SIGHUP), 0);
-    assert_true(cq_testsrv_log_wait(it_srv(), "now known; state compacted", IT_TIMEOUT_MS));
+static void expect_compacted(it_conn_t *s, uint32_t ch)
+{
+    Testpb__TestChannelDataMessage *t;
     size_t after = full_state_len(s, ch, &t);
     assert_int_equal(after, 3 + 2); /* compact: text "x", num 5 */
     assert_string_equal(t->text, "x");
@@ -364,12 +368,47 @@ static void test_type_known_later_is_compacted(void **state)
     testpb__test_channel_data_message__free_unpacked(t, NULL);
 }
 
+/* A channel of a type chanqd does not know yet merges by concatenation (correct, not compact);
+ * once the type's descriptor set is loaded (SIGHUP), its state is compacted. */
+static void test_type_known_later_is_compacted(void **state)
+{
+    const char *types = it_file("types.fds", ""); /* an empty descriptor set at first */
+    it_start("--channel-data-types", types, NULL);
+    it_conn_t *s = it_server();
+    uint32_t ch = unknown_type_channel(s);
+    copy_file(getenv("TESTPB_FDS"), types);
+    assert_int_equal(kill(it_srv()->pid, SIGHUP), 0);
+    it_log_expect("now known; state compacted");
+    expect_compacted(s, ch);
+}
+
+/* Item 12: every SIGHUP reload is applied, however many came before (the 65th used to be
+ * ignored silently), and a burst of them is merged into reloads without losing the last. */
+static void test_reload_after_100_sighups(void **state)
+{
+    const char *types = it_file("types.fds", "");
+    it_start("--channel-data-types", types, NULL);
+    it_conn_t *s = it_server();
+    uint32_t ch = unknown_type_channel(s);
+    it_log_mark();
+    for (int i = 0; i < 100; i++) { /* one at a time: 100 reloads really run */
+        assert_int_equal(kill(it_srv()->pid, SIGHUP), 0);
+        it_log_expect("SIGHUP: reloading");
+        it_log_expect("channel data types: 0 message types loaded");
+    }
+    for (int i = 0; i < 100; i++) /* a burst: merged, in as many reloads as it takes */
+        assert_int_equal(kill(it_srv()->pid, SIGHUP), 0);
+    copy_file(getenv("TESTPB_FDS"), types);
+    assert_int_equal(kill(it_srv()->pid, SIGHUP), 0);
+    it_log_expect("now known; state compacted");
+    expect_compacted(s, ch);
+    assert_true(cq_testsrv_running(it_srv()));
+}
+
 static const struct CMUnitTest tests[] = {
-    IT_TEST(test_type_known_later_is_compacted),
-    IT_TEST(test_entities_merge_remove_masks),
-    IT_TEST(test_chat_list_limit),
-    IT_TEST(test_client_write_skip_self_first),
-    IT_TEST(test_zero_interval_does_not_stall),
+    IT_TEST(test_type_known_later_is_compacted), IT_TEST(test_reload_after_100_sighups),
+    IT_TEST(test_entities_merge_remove_masks),   IT_TEST(test_chat_list_limit),
+    IT_TEST(test_client_write_skip_self_first),  IT_TEST(test_zero_interval_does_not_stall),
 };
 
 IT_MAIN(tests)
