@@ -175,9 +175,11 @@ static const opt_t opts[] = {
     INT("max-connections", NULL, max_connections, "100000", 1, 10000000, "N",
         "Connections accepted at the same time; more are closed on accept."),
     INT("max-channels", NULL, max_channels, "65535", 1, 65535, "N",
-        "Channels alive at the same time."),
+        "Channels alive at the same time (GLOBAL included); a CREATE_CHANNEL beyond closes the "
+        "creator, logged and counted in chanq_limit_closed."),
     INT("max-subs-per-conn", NULL, max_subs_per_conn, "1024", 1, 65535, "N",
-        "Channel subscriptions per connection."),
+        "Channel subscriptions per connection; a SUB beyond closes the connection it was for, "
+        "logged and counted in chanq_limit_closed."),
     SIZE("sendq-soft-limit", NULL, sendq_soft_limit, "1m", 4 * KIB, GIB,
          "Queued outbound bytes a connection may hold for at most --sendq-soft-seconds."),
     INT("sendq-soft-seconds", NULL, sendq_soft_seconds, "10", 0, 3600, "SECONDS",

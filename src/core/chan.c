@@ -13,6 +13,7 @@
 #include "cq_err.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 static int type_slot(uint32_t type)
@@ -277,8 +278,7 @@ static void subscribe_creator(cq_core_t *c, cq_req_t *r, cq_chan_t *ch,
     cq_sub_t *s;
     int rc = cq__sub_add(c, ch, r->conn_id, r->conn_type, o, &s);
     if (rc < 0) {
-        CQ_MSG_LOG(c, "chan", "conn %u: cannot subscribe to its channel %u: %s", r->conn_id, ch->id,
-                   cq_strerror(rc));
+        cq__sub_refused(c, r, r->conn_id, ch->id, rc);
         return;
     }
     cq_req_t third = *r;
@@ -316,6 +316,16 @@ static void possess_global(cq_core_t *c, cq_req_t *r, Channeldpb__CreateChannelM
         subscribe_creator(c, r, g, m->suboptions);
 }
 
+/* channeld has no error reply and only logs "non-spatial channels are full"; a creator left
+ * without an answer waits forever, so the refusal closes it, with the reason logged. */
+static void create_refused(cq_core_t *c, const cq_req_t *r)
+{
+    char why[96];
+    snprintf(why, sizeof(why), "CREATE_CHANNEL over max-channels (%u channels)",
+             c->sh->o.max_channels);
+    cq__close_conn(c, r->conn_id, CQ_ELIMIT, why);
+}
+
 void cq__handle_create(cq_core_t *c, cq_req_t *r)
 {
     Channeldpb__CreateChannelMessage *m = create_msg(c, r);
@@ -337,9 +347,12 @@ void cq__handle_create(cq_core_t *c, cq_req_t *r)
         break;
     }
     uint32_t id = id_alloc(c);
-    if (!id || cq__dir_add(c, id, (uint32_t)m->channeltype, m->metadata) < 0) {
-        CQ_WARN("chan", "conn %u: cannot create a channel: %s", r->conn_id,
-                id ? "out of memory" : "non-spatial channels are full (max-channels)");
+    if (!id) {
+        create_refused(c, r);
+        return;
+    }
+    if (cq__dir_add(c, id, (uint32_t)m->channeltype, m->metadata) < 0) {
+        CQ_WARN("chan", "conn %u: cannot create a channel: out of memory", r->conn_id);
         return;
     }
     int w = cq__chan_worker(c, id);

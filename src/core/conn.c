@@ -139,8 +139,28 @@ void cq_core_conn_release(cq_core_t *c, cq_conn_t *conn)
 void cq__close_local(cq_core_t *c, uint32_t conn_id, int reason, const char *why)
 {
     cq_conn_t *conn = cq_map_get(&c->conns, conn_id);
-    if (conn)
-        cq_core_conn_close(c, conn, reason, why);
+    if (!conn || conn->state == CONN_CLOSING)
+        return;
+    if (reason == CQ_ELIMIT)
+        CQ_METRIC_ADD(c, M_LIMIT_CLOSED, conn->type, 1);
+    cq_core_conn_close(c, conn, reason, why);
+}
+
+void cq__close_conn(cq_core_t *c, uint32_t conn_id, int reason, const char *why)
+{
+    int w = cq__conn_worker(c, conn_id);
+    if (w == c->index) {
+        cq__close_local(c, conn_id, reason, why);
+        return;
+    }
+    size_t n = strlen(why) + 1;
+    cq_xmsg_t *x = cq__xmsg_new(XM_CLOSE, n);
+    if (!x)
+        return;
+    x->conn_id = conn_id;
+    x->u1 = (uint32_t)-reason;
+    memcpy(x->body, why, n);
+    cq__xmsg_post(c, w, x);
 }
 
 /* ---- inbound ---------------------------------------------------------------------------- */

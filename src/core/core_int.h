@@ -70,6 +70,7 @@ enum {
     M_AUTH_TIMEOUT,
     M_IDLE_TIMEOUT,
     M_DROPPED,
+    M_LIMIT_CLOSED,
     M__COUNT
 };
 
@@ -318,6 +319,9 @@ void cq__reply(cq_core_t *c, const cq_req_t *r, uint32_t chan_id, uint32_t msg_t
 void cq__notify(cq_core_t *c, uint32_t conn_id, uint32_t chan_id, uint32_t msg_type,
                 const ProtobufCMessage *msg);
 void cq__close_local(cq_core_t *c, uint32_t conn_id, int reason, const char *why);
+/* Closes conn_id on whichever worker holds it (why is copied). A close for CQ_ELIMIT (a
+ * request that a limit refuses) is counted in chanq_limit_closed. */
+void cq__close_conn(cq_core_t *c, uint32_t conn_id, int reason, const char *why);
 
 /* ---- the message table (msgtab.c) ---- */
 
@@ -409,6 +413,10 @@ int cq__sub_add(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type
                 const Channeldpb__ChannelSubscriptionOptions *req, cq_sub_t **ret);
 void cq__sub_remove(cq_core_t *c, cq_sub_t *s, bool dir_update);
 void cq__sub_result(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s, const cq_req_t *r);
+/* A subscription of target to chan_id failed with rc (cq__sub_add). Over max-subs-per-conn
+ * (CQ_ELIMIT) the target is closed with the reason logged, as channeld has no error reply and
+ * a requester left without an answer waits forever; other failures are logged. */
+void cq__sub_refused(cq_core_t *c, const cq_req_t *r, uint32_t target, uint32_t chan_id, int rc);
 void cq__lsub_add(cq_core_t *c, uint32_t chan_id, uint32_t conn_id);
 void cq__lsub_del(cq_core_t *c, uint32_t chan_id, uint32_t conn_id);
 void cq__lsub_conn_drop(cq_core_t *c, cq_conn_t *conn);

@@ -137,10 +137,10 @@ int cq_shared_workers(const cq_shared_t *sh)
 /* ---- metrics ---------------------------------------------------------------------------- */
 
 static const char *const counter_names[M__COUNT] = {
-    "messages_in",     "messages_out", "packets_in",          "packets_out",
-    "bytes_in",        "bytes_out",    "connection_closed",   "slow_consumer_closed",
-    "fsm_disallowed",  "auth_failed",  "auth_timeout_closed", "idle_timeout_closed",
-    "messages_dropped"};
+    "messages_in",      "messages_out",      "packets_in",          "packets_out",
+    "bytes_in",         "bytes_out",         "connection_closed",   "slow_consumer_closed",
+    "fsm_disallowed",   "auth_failed",       "auth_timeout_closed", "idle_timeout_closed",
+    "messages_dropped", "chanq_limit_closed"};
 static const char *const conn_types[3] = {"NO_CONNECTION", "SERVER", "CLIENT"};
 static const char *const chan_types[8] = {"OTHER",   "GLOBAL", "PRIVATE", "SUBWORLD",
                                           "SPATIAL", "ENTITY", "TEST",    ""};

@@ -14,6 +14,7 @@
 #include "cq_util.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- options ---------------------------------------------------------------------------- */
@@ -356,6 +357,19 @@ static void unsub_result(cq_core_t *c, const cq_chan_t *ch, const cq_req_t *r, u
 
 /* ---- SUB_TO_CHANNEL / UNSUB_FROM_CHANNEL ------------------------------------------------ */
 
+void cq__sub_refused(cq_core_t *c, const cq_req_t *r, uint32_t target, uint32_t chan_id, int rc)
+{
+    if (rc != CQ_ELIMIT) {
+        CQ_MSG_LOG(c, "sub", "conn %u: cannot subscribe conn %u to channel %u: %s", r->conn_id,
+                   target, chan_id, cq_strerror(rc));
+        return;
+    }
+    char why[96];
+    snprintf(why, sizeof(why), "SUB to channel %u over max-subs-per-conn (%u)", chan_id,
+             c->sh->o.max_subs_per_conn);
+    cq__close_conn(c, target, rc, why);
+}
+
 static void resubscribe(cq_core_t *c, cq_chan_t *ch, cq_sub_t *s, const cq_req_t *r,
                         const Channeldpb__ChannelSubscriptionOptions *o)
 {
@@ -393,8 +407,7 @@ void cq__handle_sub(cq_core_t *c, cq_req_t *r)
     /* The directory counts it against max-subs-per-conn and supplies the subscriber's type. */
     int rc = cq__sub_add(c, ch, target, target == r->conn_id ? r->conn_type : 0, m->suboptions, &s);
     if (rc < 0) {
-        CQ_MSG_LOG(c, "sub", "conn %u: cannot subscribe conn %u to channel %u: %s", r->conn_id,
-                   target, ch->id, cq_strerror(rc));
+        cq__sub_refused(c, r, target, ch->id, rc);
         return;
     }
     cq__sub_result(c, ch, s, r);

@@ -1,6 +1,7 @@
 /* test_it_channels.c - CREATE / REMOVE / LIST and GLOBAL possession (§1.7, §2.1, §2.2). */
 #include "it_common.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static Channeldpb__ListChannelResultMessage *list(it_conn_t *c, uint32_t stub, uint32_t type,
@@ -221,10 +222,38 @@ static void test_create_spatial_msgtype_nonspatial(void **state)
     chanq_unpack_free(cr);
 }
 
+/* Item 12: a CREATE_CHANNEL over --max-channels used to get no reply. channeld only logs
+ * "non-spatial channels are full"; chanq closes the creator with the reason logged and counted
+ * in chanq_limit_closed, and the channels that exist stay. */
+static void test_create_over_max_channels_closes(void **state)
+{
+    it_start("--max-channels", "3", NULL); /* GLOBAL and two more */
+    it_conn_t *g = it_gowner();
+    it_conn_t *s = it_server();
+    it_create(s, CT_SUBWORLD, "a", 1);
+    uint32_t b = it_create(g, CT_SUBWORLD, "b", 2);
+    it_log_mark();
+    assert_int_equal(chanq_sync_create_channel(s->s, 3, CT_SUBWORLD, "over", NULL), 0);
+    it_expect_closed(s);
+    char line[96];
+    snprintf(line, sizeof(line), "closing conn %u (SERVER, ", s->id);
+    it_log_expect(line);
+    it_log_expect("CREATE_CHANNEL over max-channels (3 channels): a configured limit was reached");
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_limit_closed"), 1);
+    /* g is still served; channel b stays (a goes with its owner: SUBWORLD removes itself) */
+    Channeldpb__ListChannelResultMessage *lr = list(g, 4, CT_SUBWORLD, NULL, 0);
+    assert_non_null(find(lr, b, NULL));
+    chanq_unpack_free(lr);
+}
+
 static const struct CMUnitTest tests[] = {
-    IT_TEST(test_global_possession), IT_TEST(test_create_results_and_copy),
-    IT_TEST(test_channel_id_reuse),  IT_TEST(test_remove_notifies_subscribers),
-    IT_TEST(test_list_filters),      IT_TEST(test_create_spatial_msgtype_nonspatial),
+    IT_TEST(test_global_possession),
+    IT_TEST(test_create_results_and_copy),
+    IT_TEST(test_channel_id_reuse),
+    IT_TEST(test_remove_notifies_subscribers),
+    IT_TEST(test_list_filters),
+    IT_TEST(test_create_spatial_msgtype_nonspatial),
+    IT_TEST(test_create_over_max_channels_closes),
 };
 
 IT_MAIN(tests)

@@ -1,6 +1,7 @@
 /* test_it_subs.c - SUB_TO_CHANNEL / UNSUB_FROM_CHANNEL (§1.7) and the channel ACL (§2.3). */
 #include "it_common.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* channeld's client_authoratative_fsm.json */
@@ -97,6 +98,89 @@ static void test_sub_other_by_server(void **state)
     it_expect_sub(o, ch, 10, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
     it_expect_sub(c, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
     it_expect_sub(s, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+}
+
+/* ---- the subscription limit -------------------------------------------------------------- */
+
+/* The owner s hears that c left: one UNSUB result (stub 0) per channel c was in, a and b, in
+ * either order (they may live on different workers). */
+static void expect_lost(it_conn_t *s, it_conn_t *c, uint32_t a, uint32_t b)
+{
+    bool seen_a = false, seen_b = false;
+    for (int i = 0; i < 2; i++) {
+        chanq_owned_msg_t env;
+        Channeldpb__UnsubscribedFromChannelResultMessage *ur =
+            it_expect(s, MT_UNSUB, 0,
+                      &channeldpb__unsubscribed_from_channel_result_message__descriptor, &env);
+        assert_int_equal(ur->connid, c->id);
+        assert_int_equal(ur->conntype, CONN_CLIENT);
+        seen_a |= env.channel_id == a;
+        seen_b |= env.channel_id == b;
+        chanq_owned_msg_done(&env);
+        chanq_unpack_free(ur);
+    }
+    assert_true(seen_a && seen_b);
+}
+
+static void expect_limit_close(it_conn_t *c, const char *type, uint32_t chan, int64_t count)
+{
+    it_expect_closed(c);
+    char line[160];
+    snprintf(line, sizeof(line), "closing conn %u (%s, ", c->id, type);
+    it_log_expect(line);
+    snprintf(line, sizeof(line),
+             "SUB to channel %u over max-subs-per-conn (2): a configured limit was reached", chan);
+    it_log_expect(line);
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_limit_closed"), count);
+}
+
+/* Item 12: a SUB over --max-subs-per-conn used to get no reply, so the requester waited
+ * forever. channeld has no error reply: the connection that would hold the subscription is
+ * closed, with the reason logged and counted in chanq_limit_closed. */
+static void test_sub_over_limit_closes(void **state)
+{
+    it_need_visible_close("the refusal is a close of the client");
+    it_start("--client-fsm", it_file("client_fsm.json", CLIENT_AUTH_FSM), "--max-subs-per-conn",
+             "2", NULL);
+    it_conn_t *s = it_server();
+    uint32_t a = it_create(s, CT_SUBWORLD, "a", 1);
+    uint32_t b = it_create(s, CT_SUBWORLD, "b", 2); /* s now holds 2 */
+
+    /* a client subscribing itself: the third (GLOBAL, no owner) is refused */
+    it_conn_t *c = it_client();
+    it_sub(c, 5, a, 0, -1);
+    it_expect_sub(c, a, 5, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_expect_sub(s, a, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_sub(c, 6, b, 0, -1);
+    it_expect_sub(c, b, 6, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_expect_sub(s, b, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_sub(c, 7, 0, 0, -1);
+    expect_limit_close(c, "CLIENT", 0, 1);
+    expect_lost(s, c, a, b);
+
+    /* the owner subscribing a client: the client is closed, the owner gets no SUB result
+     * (its next reply is LIST's) */
+    it_conn_t *c2 = it_client();
+    it_sub(s, 8, a, c2->id, -1);
+    it_expect_sub(s, a, 8, c2->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_expect_sub(c2, a, 0, c2->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_sub(s, 9, b, c2->id, -1);
+    it_expect_sub(s, b, 9, c2->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_expect_sub(c2, b, 0, c2->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_sub(s, 10, 0, c2->id, -1);
+    expect_limit_close(c2, "CLIENT", 0, 2);
+    expect_lost(s, c2, a, b);
+    assert_int_equal(chanq_sync_list_channel(s->s, 11, 0, NULL, 0), 0);
+    Channeldpb__ListChannelResultMessage *lr =
+        it_expect(s, MT_LIST, 11, &channeldpb__list_channel_result_message__descriptor, NULL);
+    assert_int_equal(lr->n_channels, 3); /* GLOBAL, a, b */
+    chanq_unpack_free(lr);
+
+    /* others are unaffected */
+    it_conn_t *c3 = it_client();
+    it_sub(c3, 12, a, 0, -1);
+    it_expect_sub(c3, a, 12, c3->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_expect_sub(s, a, 0, c3->id, CONN_CLIENT, CT_SUBWORLD, 1);
 }
 
 /* ---- ACL ---------------------------------------------------------------------------------- */
@@ -268,6 +352,7 @@ static void test_acl_levels(void **state)
 static const struct CMUnitTest tests[] = {
     IT_TEST(test_sub_client_self),
     IT_TEST(test_sub_other_by_server),
+    IT_TEST(test_sub_over_limit_closes),
     IT_TEST(test_acl_levels),
 };
 
