@@ -405,10 +405,67 @@ static void test_reload_after_100_sighups(void **state)
     assert_true(cq_testsrv_running(it_srv()));
 }
 
+/* --max-channel-data-size, known type: an update whose merge would grow the state beyond the
+ * limit is refused (logged); the state is what it was, and later updates still apply. */
+static void test_data_size_limit_known_type(void **state)
+{
+    it_start("--channel-data-types", getenv("TESTPB_FDS"), "--max-channel-data-size", "4k", NULL);
+    it_conn_t *s = it_server();
+    Testpb__TestChannelDataMessage t0 = TESTPB__TEST_CHANNEL_DATA_MESSAGE__INIT;
+    t0.text = "x";
+    uint32_t ch = create_with(s, URL_TEST, &t0.base, NULL);
+    char big[5000];
+    memset(big, 'b', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    it_log_mark();
+    test_update(s, ch, big, 1);
+    char line[160];
+    snprintf(line, sizeof(line),
+             "update of channel %u (" URL_TEST ") refused: a configured limit was reached", ch);
+    it_log_expect(line);
+    test_update(s, ch, "", 7);
+    Testpb__TestChannelDataMessage *t;
+    assert_int_equal(full_state_len(s, ch, &t), 3 + 2); /* text "x", num 7 */
+    assert_string_equal(t->text, "x");
+    assert_int_equal(t->num, 7);
+    testpb__test_channel_data_message__free_unpacked(t, NULL);
+}
+
+/* --max-channel-data-size, unknown type (merged by concatenation, so it only grows): the update
+ * that would take the state beyond the limit is refused. */
+static void test_data_size_limit_unknown_type(void **state)
+{
+    it_start("--channel-data-types", it_file("types.fds", ""), "--max-channel-data-size", "4k",
+             NULL);
+    it_conn_t *s = it_server();
+    Testpb__TestChannelDataMessage t0 = TESTPB__TEST_CHANNEL_DATA_MESSAGE__INIT;
+    t0.text = "x";
+    uint32_t ch = create_with(s, URL_TEST, &t0.base, NULL); /* 3 bytes */
+    char txt[3][1501];
+    for (int i = 0; i < 3; i++) {
+        memset(txt[i], 'a' + i, 1500);
+        txt[i][1500] = '\0';
+    }
+    it_log_mark();
+    test_update(s, ch, txt[0], 0); /* + 1503: 1506 */
+    test_update(s, ch, txt[1], 0); /* + 1503: 3009 */
+    test_update(s, ch, txt[2], 0); /* + 1503: 4512 > 4096, refused */
+    char line[160];
+    snprintf(line, sizeof(line),
+             "update of channel %u (" URL_TEST ") refused: a configured limit was reached", ch);
+    it_log_expect(line);
+    assert_int_equal(it_log_count("refused: a configured limit was reached"), 0);
+    Testpb__TestChannelDataMessage *t;
+    assert_int_equal(full_state_len(s, ch, &t), 3 + 2 * 1503);
+    assert_string_equal(t->text, txt[1]); /* the last applied update wins */
+    testpb__test_channel_data_message__free_unpacked(t, NULL);
+}
+
 static const struct CMUnitTest tests[] = {
     IT_TEST(test_type_known_later_is_compacted), IT_TEST(test_reload_after_100_sighups),
     IT_TEST(test_entities_merge_remove_masks),   IT_TEST(test_chat_list_limit),
     IT_TEST(test_client_write_skip_self_first),  IT_TEST(test_zero_interval_does_not_stall),
+    IT_TEST(test_data_size_limit_known_type),    IT_TEST(test_data_size_limit_unknown_type),
 };
 
 IT_MAIN(tests)

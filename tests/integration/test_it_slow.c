@@ -1,5 +1,6 @@
 /* test_it_slow.c - a subscriber that never reads is closed at --sendq-hard-limit while the
- * others receive every message of a broadcast flood, in order.
+ * others receive every message of a broadcast flood, in order; a silent connection is closed at
+ * --idle-timeout-ms.
  *
  * Sizes: on Linux loopback the kernel alone absorbs about 4 MB for a peer that never reads
  * (the sender's SO_SNDBUF autotunes up to tcp_wmem[2]), so the flood is 8000 x 1 KiB = 8 MiB:
@@ -125,16 +126,36 @@ static void test_slow_subscriber_closed(void **state)
         print_error("stalled conn %u not closed (%d); it had %zu messages to read\n", stalled->id,
                     closed, chanq_sync_queued(stalled->s));
     assert_int_equal(closed, 1);
-    assert_true(cq_testsrv_metric_wait_ge(it_srv(), "slow_consumer_closed", 1, IT_TIMEOUT_MS) >= 1);
-    assert_true(cq_testsrv_log_wait(it_srv(), "slow consumer", IT_TIMEOUT_MS));
+    assert_int_equal(cq_testsrv_metric_wait_ge(it_srv(), "slow_consumer_closed", 1, IT_TIMEOUT_MS),
+                     1);
+    char line[64];
+    snprintf(line, sizeof(line), "closing conn %u (CLIENT, ", stalled->id);
+    it_log_expect(line);
+    it_log_expect("slow consumer: over sendq-hard-limit");
     /* the readers are still connected and subscribed */
     it_sfwd(g, 0, BC_ALL | BC_BUT_SERVER, 121, 0, "done");
     for (int i = 0; i < N_READERS; i++)
         it_expect_user(rd[i].c, 0, 121, BC_ALL | BC_BUT_SERVER, 0, 0, "done");
 }
 
+/* --idle-timeout-ms: a connection that sends nothing for that long is closed, with the reason
+ * logged and counted in idle_timeout_closed. */
+static void test_idle_timeout_closes(void **state)
+{
+    it_need_visible_close("the timeout is a close of the client");
+    it_start("--idle-timeout-ms", "300", NULL);
+    it_conn_t *c = it_client();
+    it_expect_closed(c);
+    char line[64];
+    snprintf(line, sizeof(line), "closing conn %u (CLIENT, ", c->id);
+    it_log_expect(line);
+    it_log_expect("idle: nothing received for idle-timeout-ms");
+    assert_int_equal(cq_testsrv_metric(it_srv(), "idle_timeout_closed"), 1);
+}
+
 static const struct CMUnitTest tests[] = {
     IT_TEST(test_slow_subscriber_closed),
+    IT_TEST(test_idle_timeout_closes),
 };
 
 IT_MAIN(tests)
