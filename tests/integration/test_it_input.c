@@ -1,6 +1,7 @@
 /* test_it_input.c - what the server accepts and refuses on the wire: custom FSM filtering and
  * transitions (§3.3), the legacy tag (§1.2), Snappy (§1.3), and malformed input (§1.2, §8.2:
- * chanq closes instead of wedging), each checked against the logged reason. */
+ * chanq closes instead of wedging), each checked against the logged reason. The log is read
+ * as a cursor (it_log_expect): each check finds a line written after the previous one. */
 #include "it_common.h"
 
 #include <errno.h>
@@ -47,7 +48,8 @@ static void test_fsm_custom(void **state)
     it_expect_sub(g, 0, 2, c->id, CONN_CLIENT, CT_GLOBAL, 1);
     it_expect_sub(c, 0, 0, c->id, CONN_CLIENT, CT_GLOBAL, 1);
     int64_t before = cq_testsrv_metric(it_srv(), "fsm_disallowed");
-    assert_true(before >= 0);
+    assert_int_equal(before, 0);
+    it_log_mark();
 
     roundtrip(g, c, 100, "a100");
     roundtrip(g, c, 200, "a200");
@@ -67,10 +69,10 @@ static void test_fsm_custom(void **state)
     assert_int_equal(chanq_sync_unsub_from_channel(c->s, 9, 0, c->id), 0);
     it_expect_unsub(c, 0, 9, c->id, CONN_CLIENT, CT_GLOBAL);
     it_expect_unsub(g, 0, 0, c->id, CONN_CLIENT, CT_GLOBAL); /* not "muted" */
-    assert_true(cq_testsrv_metric_wait_ge(it_srv(), "fsm_disallowed", before + 5, IT_TIMEOUT_MS) ==
-                before + 5);
-    assert_true(
-        cq_testsrv_log_wait(it_srv(), "not allowed by the connection's FSM state", IT_TIMEOUT_MS));
+    assert_int_equal(cq_testsrv_metric_wait_ge(it_srv(), "fsm_disallowed", 5, IT_TIMEOUT_MS), 5);
+    for (int i = 0; i < 5; i++) /* 150, 201, 250, 3, then 100 in QUIET */
+        it_log_expect("not allowed by the connection's FSM state");
+    assert_int_equal(it_log_count("not allowed by the connection's FSM state"), 0);
     /* another client is unaffected by c's state */
     it_conn_t *c2 = it_client();
     roundtrip(g, c2, 100, "c2");
@@ -208,9 +210,15 @@ static void bad_raw(it_conn_t *g, it_conn_t *k, const void *bytes, size_t n, con
     assert_int_equal(cq_raw_write(fd, bytes, n), 0);
     raw_expect_closed(fd);
     close(fd);
-    assert_true(cq_testsrv_log_wait(it_srv(), reason, IT_TIMEOUT_MS));
+    it_log_expect(reason);
     roundtrip(g, k, 100, tag); /* the healthy connection still works */
 }
+
+#define WHY_MAGIC  "bad packet header: bad packet magic (expected 'C','H')"
+#define WHY_ZERO   "bad packet header: packet length is zero"
+#define WHY_BIG    "bad packet header: packet length exceeds the limit"
+#define WHY_NOTPB  "body is not a channeldpb.Packet: body is not a valid protobuf message"
+#define WHY_SNAPPY "bad snappy body: body is not a valid snappy block"
 
 static void test_bad_input(void **state)
 {
@@ -220,42 +228,55 @@ static void test_bad_input(void **state)
     it_conn_t *k = it_client();
     roundtrip(g, k, 100, "before");
     int64_t closed0 = cq_testsrv_metric(it_srv(), "connection_closed");
+    assert_int_equal(closed0, 0);
+    it_log_mark();
 
     static const uint8_t magic[] = {0x58, 0x48, 0x00, 0x02, 0x00, 0x0a, 0x00};
-    bad_raw(g, k, magic, sizeof(magic), "bad packet header", "after-magic");
+    bad_raw(g, k, magic, sizeof(magic), WHY_MAGIC, "after-magic");
     static const uint8_t magic2[] = {0x43, 0x00, 0x00, 0x02, 0x00, 0x0a, 0x00};
-    bad_raw(g, k, magic2, sizeof(magic2), "bad packet header", "after-magic2");
+    bad_raw(g, k, magic2, sizeof(magic2), WHY_MAGIC, "after-magic2");
     static const uint8_t zero[] = {0x43, 0x48, 0x00, 0x00, 0x00};
-    bad_raw(g, k, zero, sizeof(zero), "bad packet header", "after-zero");
+    bad_raw(g, k, zero, sizeof(zero), WHY_ZERO, "after-zero");
     static uint8_t big[5 + 2000];
     memset(big, 0, sizeof(big));
     big[0] = 0x43;
     big[1] = 0x48;
     big[2] = 2000 >> 8;
     big[3] = 2000 & 0xff;
-    bad_raw(g, k, big, 5, "bad packet header", "after-oversize-header");
-    bad_raw(g, k, big, sizeof(big), "bad packet header", "after-oversize");
+    bad_raw(g, k, big, 5, WHY_BIG, "after-oversize-header");
+    bad_raw(g, k, big, sizeof(big), WHY_BIG, "after-oversize");
     static const uint8_t notpb[] = {0x43, 0x48, 0x00, 0x03, 0x00, 0xff, 0xff, 0xff};
-    bad_raw(g, k, notpb, sizeof(notpb), "body is not a channeldpb.Packet", "after-notpb");
-    /* a bad packet after a good one on an authenticated connection */
-    it_conn_t *v = it_client();
-    assert_int_equal(chanq_sync_write_raw(v->s, notpb, sizeof(notpb)), 0);
-    it_expect_closed(v);
-    roundtrip(g, k, 100, "after-victim");
-    assert_true(cq_testsrv_metric(it_srv(), "connection_closed") >= closed0 + 7);
+    bad_raw(g, k, notpb, sizeof(notpb), WHY_NOTPB, "after-notpb");
+    /* Snappy (byte 4 = 1): uncompressed length 10, then a literal whose byte is missing */
+    static const uint8_t badsnappy[] = {0x43, 0x48, 0x00, 0x02, 0x01, 0x0a, 0x00};
+    bad_raw(g, k, badsnappy, sizeof(badsnappy), WHY_SNAPPY, "after-snappy");
+    /* a bad packet, then a bad Snappy body, after a good one on an authenticated connection */
+    const uint8_t *const victims[] = {notpb, badsnappy};
+    const size_t vlen[] = {sizeof(notpb), sizeof(badsnappy)};
+    const char *const vwhy[] = {WHY_NOTPB, WHY_SNAPPY};
+    for (int i = 0; i < 2; i++) {
+        it_conn_t *v = it_client();
+        assert_int_equal(chanq_sync_write_raw(v->s, victims[i], vlen[i]), 0);
+        it_expect_closed(v);
+        char line[64];
+        snprintf(line, sizeof(line), "closing conn %u (CLIENT, ", v->id);
+        it_log_expect(line);
+        it_log_expect(vwhy[i]);
+        roundtrip(g, k, 100, "after-victim");
+    }
+    assert_int_equal(cq_testsrv_metric(it_srv(), "connection_closed"), 9);
 
     /* unknown channel: dropped, the connection stays */
     it_conn_t *u = it_client();
     assert_int_equal(chanq_sync_user_msg(u->s, 4242, 0, 100, "lost", 4), 0);
-    assert_true(cq_testsrv_log_wait(it_srv(), "unknown channel 4242", IT_TIMEOUT_MS));
+    it_log_expect("unknown channel 4242");
     roundtrip(g, u, 100, "u-still-here");
     roundtrip(g, k, 100, "after-unknown");
 
     /* a type the FSM forbids (CREATE_CHANNEL from a non-authoritative client): dropped */
     it_conn_t *f = it_client();
     assert_int_equal(chanq_sync_create_channel(f->s, 3, CT_PRIVATE, "nope", NULL), 0);
-    assert_true(
-        cq_testsrv_log_wait(it_srv(), "not allowed by the connection's FSM state", IT_TIMEOUT_MS));
+    it_log_expect("not allowed by the connection's FSM state");
     roundtrip(g, f, 100, "f-still-here");
     roundtrip(g, k, 100, "after-fsm");
 
