@@ -45,7 +45,7 @@ static void test_owner_leaves_channel_kept(void **state)
     char line[96];
     snprintf(line, sizeof(line), "channel %u: owner conn %u left", ch, s->id);
     it_close(s);
-    assert_true(cq_testsrv_log_wait(it_srv(), line, IT_TIMEOUT_MS));
+    it_log_expect(line);
 
     /* the channel still exists: the GLOBAL owner (ACL 2) subscribes c2 to it */
     it_sub(g, 5, ch, c2->id, -1);
@@ -54,7 +54,7 @@ static void test_owner_leaves_channel_kept(void **state)
 
     /* a client's user message on the ownerless channel is dropped */
     assert_int_equal(chanq_sync_user_msg(c1->s, ch, 0, 100, "lost", 4), 0);
-    assert_true(cq_testsrv_log_wait(it_srv(), "channel has no owner", IT_TIMEOUT_MS));
+    it_log_expect("channel has no owner");
     /* SINGLE_CONNECTION with clientConnId 0 on an ownerless channel: dropped (channeld
      * panics here); the server stays up and broadcasts still work */
     it_sfwd(g, ch, BC_SINGLE, 101, 0, "to-nobody");
@@ -109,7 +109,7 @@ static void test_owner_unsub_self_loses_ownership(void **state)
      * later message on a channel s still owns */
     uint32_t ch2 = it_create(s, CT_SUBWORLD, "w2", 4);
     assert_int_equal(chanq_sync_user_msg(c->s, ch, 0, 100, "nobody", 6), 0);
-    assert_true(cq_testsrv_log_wait(it_srv(), "channel has no owner", IT_TIMEOUT_MS));
+    it_log_expect("channel has no owner");
     assert_int_equal(chanq_sync_user_msg(c->s, ch2, 0, 100, "owned", 5), 0);
     it_expect_user(s, ch2, 100, 0, 0, c->id, "owned");
 }
@@ -123,7 +123,7 @@ static void test_global_owner_leaves(void **state)
     it_close(g1);
     char line[64];
     snprintf(line, sizeof(line), "GLOBAL unpossessed: owner conn %u left", g1id);
-    assert_true(cq_testsrv_log_wait(it_srv(), line, IT_TIMEOUT_MS));
+    it_log_expect(line);
     it_conn_t *g2 = it_gowner(); /* asserts CreateChannelResult{GLOBAL, owner g2} */
     assert_int_not_equal(g2->id, g1id);
     /* the new owner gets copies of AuthResults and the client's messages */
