@@ -74,6 +74,9 @@ int chanq_mq_err(uint32_t err_code)
         [CQ_MQ_ERR_BUSY] = CQ_EBUSY,
         [CQ_MQ_ERR_STORAGE] = CQ_ESTORE,
         [CQ_MQ_ERR_BAD_TOPIC_NAME] = CQ_EBADTOPIC,
+        [CQ_MQ_ERR_INTERNAL] = -EREMOTEIO,
+        [CQ_MQ_ERR_SEQUENCE_CONFLICT] = CQ_ESEQCONFLICT,
+        [CQ_MQ_ERR_SEQUENCE_OUT_OF_ORDER] = CQ_ESEQORDER,
     };
     if (err_code < sizeof(map) / sizeof(map[0]))
         return map[err_code];

@@ -87,7 +87,9 @@ typedef enum cq_mq_errcode {
     CQ_MQ_ERR_STORAGE = 12,
     CQ_MQ_ERR_BAD_TOPIC_NAME = 13,
     CQ_MQ_ERR_INTERNAL = 14,
-    CQ_MQ_ERRCODE_MAX = 14
+    CQ_MQ_ERR_SEQUENCE_CONFLICT = 15,
+    CQ_MQ_ERR_SEQUENCE_OUT_OF_ORDER = 16,
+    CQ_MQ_ERRCODE_MAX = 16
 } cq_mq_errcode_t;
 
 /* Field bits of cq_mq_msg_t.has, in the order encode writes them. */

@@ -26,6 +26,8 @@ static const struct {
     {CQ_EBUSY, CQ_MQ_ERR_BUSY, "busy"},
     {CQ_ESTORE, CQ_MQ_ERR_STORAGE, "storage"},
     {CQ_EBADTOPIC, CQ_MQ_ERR_BAD_TOPIC_NAME, "bad_topic_name"},
+    {CQ_ESEQCONFLICT, CQ_MQ_ERR_SEQUENCE_CONFLICT, "sequence_conflict"},
+    {CQ_ESEQORDER, CQ_MQ_ERR_SEQUENCE_OUT_OF_ORDER, "sequence_out_of_order"},
     {1, CQ_MQ_ERR_INTERNAL, "internal"}, /* err 1 never occurs: matched by code only */
 };
 #define NERRMAP (sizeof(errmap) / sizeof(errmap[0]))

@@ -76,6 +76,8 @@ static int status_of(int err)
     case CQ_ENOTOPIC:
         return 404;
     case CQ_EOFFLINE:
+    case CQ_ESEQCONFLICT:
+    case CQ_ESEQORDER:
         return 409;
     case CQ_ECONTENT:
     case CQ_EBADLEN:

@@ -285,15 +285,16 @@ static void test_push_routing(void **state)
 static void test_error_mapping(void **state)
 {
     (void)state;
-    static const int want[] = {0,           CQ_EHEADER, CQ_EBADLEN, CQ_EJSON,     CQ_ENOTYPE,
-                               CQ_EFIELD,   CQ_EAUTH,   CQ_EACL,    CQ_ENOTOPIC,  CQ_EOFFLINE,
-                               CQ_ECONTENT, CQ_EBUSY,   CQ_ESTORE,  CQ_EBADTOPIC, -EREMOTEIO};
+    static const int want[] = {
+        0,         CQ_EHEADER,   CQ_EBADLEN,  CQ_EJSON,        CQ_ENOTYPE,  CQ_EFIELD,
+        CQ_EAUTH,  CQ_EACL,      CQ_ENOTOPIC, CQ_EOFFLINE,     CQ_ECONTENT, CQ_EBUSY,
+        CQ_ESTORE, CQ_EBADTOPIC, -EREMOTEIO,  CQ_ESEQCONFLICT, CQ_ESEQORDER};
     for (uint32_t i = 0; i <= CQ_MQ_ERRCODE_MAX; i++) {
         assert_int_equal(chanq_mq_err(i), want[i]);
         if (i)
             assert_int_equal(cq_mq_errcode(want[i]), (int)i); /* the codec's inverse */
     }
-    assert_int_equal(chanq_mq_err(15), -EREMOTEIO);
+    assert_int_equal(chanq_mq_err(CQ_MQ_ERRCODE_MAX + 1), -EREMOTEIO);
     assert_int_equal(chanq_mq_err(UINT32_MAX), -EREMOTEIO);
 
     rec_t done = {0}, dflt = {0};

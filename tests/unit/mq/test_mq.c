@@ -818,12 +818,14 @@ static void test_errcodes(void **state)
         {-ENOMEM, 14, "internal"},
         {CQ_EMAGIC, 14, "internal"},
         {1, 14, "internal"},
+        {CQ_ESEQCONFLICT, 15, "sequence_conflict"},
+        {CQ_ESEQORDER, 16, "sequence_out_of_order"},
     };
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
         assert_int_equal(cq_mq_errcode(map[i].err), map[i].code);
         assert_string_equal(cq_mq_errcode_name(map[i].code), map[i].name);
     }
-    assert_string_equal(cq_mq_errcode_name(15), "unknown");
+    assert_string_equal(cq_mq_errcode_name(17), "unknown");
     assert_string_equal(cq_mq_type_name(11), "produce");
     assert_string_equal(cq_mq_type_name(12), "produce_resp");
     assert_null(cq_mq_type_name(17));
