@@ -136,6 +136,16 @@ int cq_store_append_batch(cq_store_t *s, const char *topic, const cq_store_msg_t
     return s->ops->append_batch(s, topic, msgs, n, ret_offsets);
 }
 
+size_t cq_store_append_bad(const cq_store_t *s)
+{
+    return s->append_bad;
+}
+
+uint64_t cq_store_append_base(const cq_store_t *s)
+{
+    return s->append_base;
+}
+
 int cq_store_read(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive, size_t max,
                   cq_store_rec_t *ret_recs, size_t *ret_n)
 {

@@ -22,7 +22,8 @@
  *
  * Errors: 0 on success, otherwise a negative code. CQ_EBADTOPIC (name not [A-Za-z0-9_]{1,64}),
  * CQ_ENOTOPIC (no such topic), CQ_EEXIST (topic exists; names are unique case-insensitively),
- * CQ_ECONTENT (content over opts.max_content), CQ_ESTORE (the backend failed: its text is in
+ * CQ_ECONTENT (content over opts.max_content), CQ_ESEQCONFLICT / CQ_ESEQORDER
+ * (append: see the sequence rules there), CQ_ESTORE (the backend failed: its text is in
  * cq_store_errmsg()), -EINVAL (bad argument), -ENOMEM, -ENOENT (get_offset: consumer never
  * committed). Output parameters (ret_*) are written only on success.
  */
@@ -153,12 +154,30 @@ int cq_store_topic_set_online(cq_store_t *s, const char *topic, bool online);
 /* Appends n (>= 1) messages in ONE transaction: either all are committed (durably: when this
  * returns 0 the transaction is on disk) or none is visible. ret_offsets (n entries, caller's
  * array) receives each message's offset, increasing in msgs order for new messages.
- * Idempotent: a message whose (producer_id, seq) is already stored, or repeated earlier in the
- * same batch, is not inserted again and gets the original offset. CQ_ECONTENT when any content
- * is over the limit (the whole batch fails). The caller must serialize appends per topic (one
- * writer per topic) so offsets become visible in order. */
+ * CQ_ECONTENT when any content is over the limit (the whole batch fails). The caller must
+ * serialize appends per topic (one writer per topic) so offsets become visible in order.
+ *
+ * Idempotence and sequence rules, per (topic, producer_id), for messages with a producer id.
+ * The store remembers every message it still holds (a purge forgets the rows it removes), and
+ * a producer's last seq is the highest seq among them:
+ *   - a message whose (producer_id, seq) is stored, or repeated earlier in the same batch, with
+ *     the same content is a retry: not inserted again, it gets the original offset;
+ *   - with other content it is CQ_ESEQCONFLICT;
+ *   - a new seq must be above the producer's last seq (messages earlier in the batch count), else
+ *     CQ_ESEQORDER (a producer that reset its sequence would otherwise lose messages silently).
+ * Seqs need not be dense. Sequence errors fail the whole batch; cq_store_append_bad() then names
+ * the first offending message, so that a caller batching several requests can fail that one
+ * alone and append the others again. seq is compared as a signed 64-bit value by SQLite: keep
+ * seqs below 2^63 (the server keeps them below 2^53). */
 int cq_store_append_batch(cq_store_t *s, const char *topic, const cq_store_msg_t *msgs, size_t n,
                           uint64_t *ret_offsets);
+/* After cq_store_append_batch() failed with CQ_ESEQCONFLICT or CQ_ESEQORDER: the index in msgs
+ * of the message that broke the rule. Otherwise unspecified. */
+size_t cq_store_append_bad(const cq_store_t *s);
+/* After cq_store_append_batch() returned 0: the topic's high water (see cq_store_high_water())
+ * before the batch, read under the batch's lock. Offsets above it and not in the batch's
+ * results were committed by someone else (or by an append whose answer was lost) in between. */
+uint64_t cq_store_append_base(const cq_store_t *s);
 /* Reads up to max (>= 1) valid (state 1) messages with offset > from_offset_exclusive, in
  * offset order, into ret_recs (caller's array of max entries). *ret_n may be 0. The records'
  * contents are returned owned: release with cq_store_recs_done(ret_recs, *ret_n). */

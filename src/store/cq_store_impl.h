@@ -15,6 +15,8 @@ struct cq_store {
     size_t max_content;        /* resolved limit (never 0) */
     uint64_t sql_count;        /* statements prepared or run; see cq__store_sql_count() */
     unsigned fault;            /* tests: CQ__STORE_FAULT_* bits (cq__store_fault()) */
+    size_t append_bad;         /* cq_store_append_bad() */
+    uint64_t append_base;      /* cq_store_append_base() */
     char errmsg[CQ_STORE_ERRMSG_MAX];
 };
 

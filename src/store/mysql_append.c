@@ -254,6 +254,145 @@ static int append_lookup(append_ctx_t *c)
     return r;
 }
 
+/* ---- sequence rules (cq_store.h) ----------------------------------------------------------- */
+
+/* Fails the batch with a sequence error on message i. */
+static int seq_fail(append_ctx_t *c, int code, size_t i, const char *why, uint64_t other)
+{
+    const cq_store_msg_t *m = &c->msgs[i];
+    c->q->base.append_bad = i;
+    return cq__store_fail(&c->q->base, code,
+                          "message %zu: producer_id %" PRIu64 " seq %" PRIu64 " %s %" PRIu64, i,
+                          m->producer_id, m->seq, why, other);
+}
+
+static bool same_content(const cq_store_msg_t *a, const cq_store_msg_t *b)
+{
+    return a->len == b->len && (a->len == 0 || memcmp(a->content, b->content, a->len) == 0);
+}
+
+/* A (producer_id, seq) repeated in the batch must repeat its first occurrence's content. */
+static int seq_check_repeats(append_ctx_t *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        size_t f = c->first[i];
+        if (f != i && !same_content(&c->msgs[i], &c->msgs[f]))
+            return seq_fail(c, CQ_ESEQCONFLICT, i, "has other content than message", (uint64_t)f);
+    }
+    return 0;
+}
+
+/* Marks, among the k stored messages at idx[0..k), those whose stored content equals theirs:
+ * one statement matching (id, content) pairs. */
+static int seq_match_chunk(append_ctx_t *c, const size_t *idx, size_t k, bool *same)
+{
+    char head[MY_SQL_MAX];
+    my_pbind_t p;
+    MYSQL_STMT *st = NULL;
+    MYSQL_BIND res[1];
+    uint64_t id = 0;
+    int r = MY_TOPIC_SQL(c->q, head, "SELECT id FROM `t_%s` WHERE ", c->t->tbl);
+    if (r < 0)
+        return r;
+    char *sql = sql_repeat(c->q, head, "(id = ? AND content = ?) OR ", k, strlen(" OR "));
+    if (!sql)
+        return -ENOMEM;
+    r = cq__mysql_p_init_heap(c->q, &p, 2 * k);
+    for (size_t j = 0; r == 0 && j < k; j++) {
+        const cq_store_msg_t *m = &c->msgs[idx[j]];
+        cq__mysql_p_u64(&p, c->offs[idx[j]]);
+        cq__mysql_p_bytes(&p, MYSQL_TYPE_BLOB, m->content ? m->content : "", m->len);
+    }
+    if (r == 0)
+        r = cq__mysql_st_run(c->q, sql, &p, &st);
+    cq__mysql_r_u64(&res[0], &id, NULL);
+    while (r == 0 && (r = cq__mysql_st_fetch(c->q, st, res)) == 1) {
+        for (size_t j = 0; j < k; j++)
+            same[j] = same[j] || c->offs[idx[j]] == id;
+        r = 0;
+    }
+    if (st)
+        mysql_stmt_close(st);
+    cq__mysql_p_done(&p);
+    cq_free(sql);
+    return r;
+}
+
+/* A stored (producer_id, seq) must be retried with its stored content. Retries are rare, so
+ * their content goes to the server once more (statements of LOOKUP_ROWS messages and about
+ * CHUNK_BYTES) rather than a hash being kept with every row. */
+static int seq_check_stored(append_ctx_t *c)
+{
+    size_t idx[LOOKUP_ROWS], k = 0, bytes = 0;
+    bool same[LOOKUP_ROWS];
+    int r = 0;
+    for (size_t i = 0; r == 0 && i <= c->n; i++) {
+        bool flush = k && (i == c->n || k == LOOKUP_ROWS || bytes + c->msgs[i].len > CHUNK_BYTES);
+        if (flush) {
+            memset(same, 0, sizeof(same));
+            r = seq_match_chunk(c, idx, k, same);
+            for (size_t j = 0; r == 0 && j < k; j++)
+                if (!same[j])
+                    r = seq_fail(c, CQ_ESEQCONFLICT, idx[j],
+                                 "is stored with other content at offset", c->offs[idx[j]]);
+            k = bytes = 0;
+        }
+        if (r == 0 && i < c->n && c->offs[i] && c->first[i] == i) {
+            idx[k++] = i;
+            bytes += c->msgs[i].len;
+        }
+    }
+    return r;
+}
+
+/* The highest stored seq of producer_id; *ret_any false when it has no stored message. */
+static int seq_last(append_ctx_t *c, uint64_t producer_id, uint64_t *ret_last, bool *ret_any)
+{
+    char sql[MY_SQL_MAX];
+    my_pbind_t p;
+    MYSQL_STMT *st = NULL;
+    MYSQL_BIND res[1];
+    my_bool is_null = 1;
+    *ret_last = 0;
+    cq__mysql_r_u64(&res[0], ret_last, &is_null);
+    cq__mysql_p_init(&p);
+    cq__mysql_p_u64(&p, producer_id);
+    int r = MY_TOPIC_SQL(c->q, sql, "SELECT MAX(seq) FROM `t_%s` WHERE producer_id = ?", c->t->tbl);
+    if (r == 0)
+        r = cq__mysql_stc_run(c->q, sql, &p, &st);
+    if (r == 0)
+        r = cq__mysql_st_fetch(c->q, st, res);
+    cq__mysql_stc_done(st);
+    *ret_any = r == 1 && !is_null;
+    return r < 0 ? r : 0;
+}
+
+/* New seqs of a producer must rise above its last stored seq, in batch order. The keys are
+ * sorted by seq, so its new messages (first occurrences not stored) must also be in batch
+ * order, the first above the stored last. */
+static int seq_check_order(append_ctx_t *c)
+{
+    int r = 0;
+    for (size_t pos = 0, end; r == 0 && pos < c->nkeys; pos = end) {
+        uint64_t pid = c->keys[pos].producer_id, last = 0;
+        bool any = false, looked = false;
+        size_t prev = SIZE_MAX; /* the previous new message's index */
+        for (end = pos; end < c->nkeys && c->keys[end].producer_id == pid; end++) {
+            size_t i = c->keys[end].idx;
+            if (r < 0 || c->offs[i] || c->first[i] != i)
+                continue; /* a retry or a repeat */
+            if (!looked && (r = seq_last(c, pid, &last, &any)) == 0)
+                looked = true;
+            if (r == 0 && prev == SIZE_MAX && any && c->msgs[i].seq < last)
+                r = seq_fail(c, CQ_ESEQORDER, i, "is below its last stored seq", last);
+            else if (r == 0 && prev != SIZE_MAX && i < prev)
+                r = seq_fail(c, CQ_ESEQORDER, prev, "comes after the batch's seq", c->msgs[i].seq);
+            prev = i;
+        }
+    }
+    return r;
+}
+
 /* Records the offset of new message i; offsets must rise above everything before them. */
 static int append_new_id(append_ctx_t *c, size_t i, uint64_t id)
 {
@@ -456,7 +595,13 @@ static int append_insert(append_ctx_t *c)
 static int append_rows(append_ctx_t *c)
 {
     append_keys(c);
-    int r = append_lookup(c);
+    int r = seq_check_repeats(c);
+    if (r == 0)
+        r = append_lookup(c);
+    if (r == 0)
+        r = seq_check_stored(c);
+    if (r == 0)
+        r = seq_check_order(c);
     if (r == 0)
         r = append_insert(c);
     if (r < 0)
@@ -591,6 +736,7 @@ int cq__mysql_append_batch(cq_store_t *s, const char *topic, const cq_store_msg_
         r = append_check(q, msgs, n);
     if (r == 0) {
         c.hw = t.high_water;
+        s->append_base = t.high_water;
         r = append_rows(&c);
     }
     if (r == 0)

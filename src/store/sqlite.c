@@ -275,8 +275,12 @@ static int sq_topic_set_online(cq_store_t *s, const char *topic, bool online)
 
 typedef struct append_ctx {
     sq_store_t *q;
-    sqlite3_stmt *ins; /* insert, ignoring a (producer_id, seq) conflict */
-    sqlite3_stmt *dup; /* offset of an existing (producer_id, seq) */
+    sqlite3_stmt *ins;  /* insert */
+    sqlite3_stmt *dup;  /* offset of a stored (producer_id, seq), and whether content is equal */
+    sqlite3_stmt *last; /* a producer's highest stored seq */
+    uint64_t pid;       /* the producer whose last seq is in pid_last (0: none yet) */
+    bool pid_any;       /* pid has a stored message */
+    int64_t pid_last;
     int64_t now_ms;
 } append_ctx_t;
 
@@ -285,31 +289,103 @@ static int append_prepare(append_ctx_t *c, const char *canon)
     char sql[SQL_MAX];
     int r = TOPIC_SQL(c->q, sql,
                       "INSERT INTO \"t_%s\" (create_time, content, state, producer_id, seq) "
-                      "VALUES (?1, ?2, 1, ?3, ?4) ON CONFLICT (producer_id, seq) DO NOTHING",
+                      "VALUES (?1, ?2, 1, ?3, ?4)",
                       canon);
     if (r == 0)
         r = prep(c->q, sql, &c->ins);
     if (r == 0)
-        r = TOPIC_SQL(c->q, sql, "SELECT id FROM \"t_%s\" WHERE producer_id = ?1 AND seq = ?2",
+        r = TOPIC_SQL(c->q, sql,
+                      "SELECT id, content = ?3 FROM \"t_%s\" WHERE producer_id = ?1 AND seq = ?2",
                       canon);
     if (r == 0)
         r = prep(c->q, sql, &c->dup);
+    if (r == 0)
+        r = TOPIC_SQL(c->q, sql, "SELECT MAX(seq) FROM \"t_%s\" WHERE producer_id = ?1", canon);
+    if (r == 0)
+        r = prep(c->q, sql, &c->last);
     return r;
 }
 
-/* The offset of the stored message with m's (producer_id, seq). */
-static int append_find_dup(append_ctx_t *c, const cq_store_msg_t *m, uint64_t *ret_offset)
+/* The topic's high water before the batch: its AUTOINCREMENT counter, under the write lock. */
+static int append_base(append_ctx_t *c, const char *canon)
+{
+    char name[CQ_STORE_TOPIC_MAX + 3];
+    sqlite3_stmt *st = NULL;
+    snprintf(name, sizeof(name), "t_%s", canon);
+    int r = prep(c->q, "SELECT seq FROM sqlite_sequence WHERE name = ?1", &st);
+    if (r < 0)
+        return r;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    c->q->base.append_base = rc == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        r = db_fail(c->q, "high water");
+    sqlite3_finalize(st);
+    return r;
+}
+
+/* Looks m's (producer_id, seq) up: 1 with its offset and whether the stored content is m's, 0
+ * when it is not stored. */
+static int append_find_dup(append_ctx_t *c, const cq_store_msg_t *m, uint64_t *ret_offset,
+                           bool *ret_same)
 {
     sqlite3_stmt *st = c->dup;
     sqlite3_reset(st);
     sqlite3_bind_int64(st, 1, (sqlite3_int64)m->producer_id);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)m->seq);
+    sqlite3_bind_blob(st, 3, m->content ? m->content : "", (int)m->len, SQLITE_STATIC);
     int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE)
+        return 0;
     if (rc != SQLITE_ROW)
-        return rc == SQLITE_DONE ? cq__store_fail(&c->q->base, CQ_ESTORE, "dedup row vanished")
-                                 : db_fail(c->q, "dedup lookup");
+        return db_fail(c->q, "dedup lookup");
     *ret_offset = (uint64_t)sqlite3_column_int64(st, 0);
+    *ret_same = sqlite3_column_int(st, 1) == 1;
+    return 1;
+}
+
+/* Loads pid's highest stored seq into c (once per run of one producer's messages). */
+static int append_last_seq(append_ctx_t *c, uint64_t pid)
+{
+    if (c->pid == pid)
+        return 0;
+    sqlite3_stmt *st = c->last;
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)pid);
+    if (sqlite3_step(st) != SQLITE_ROW)
+        return db_fail(c->q, "last seq");
+    c->pid = pid;
+    c->pid_any = sqlite3_column_type(st, 0) != SQLITE_NULL;
+    c->pid_last = sqlite3_column_int64(st, 0);
     return 0;
+}
+
+/* The sequence rules of a message with a producer id (cq_store.h): 1 with *ret_offset for a
+ * retry, 0 when it is new, or a sequence error naming message i. */
+static int append_seq_check(append_ctx_t *c, size_t i, const cq_store_msg_t *m,
+                            uint64_t *ret_offset)
+{
+    cq_store_t *s = &c->q->base;
+    bool same = false;
+    int r = append_find_dup(c, m, ret_offset, &same);
+    if (r == 1 && !same) {
+        s->append_bad = i;
+        return cq__store_fail(s, CQ_ESEQCONFLICT,
+                              "message %zu: producer_id %" PRIu64 " seq %" PRIu64
+                              " is stored at offset %" PRIu64 " with other content",
+                              i, m->producer_id, m->seq, *ret_offset);
+    }
+    if (r != 0)
+        return r;
+    r = append_last_seq(c, m->producer_id);
+    if (r == 0 && c->pid_any && (int64_t)m->seq < c->pid_last) {
+        s->append_bad = i;
+        return cq__store_fail(s, CQ_ESEQORDER,
+                              "message %zu: producer_id %" PRIu64 " seq %" PRIu64
+                              " is below its last seq %" PRId64 " and not a retry",
+                              i, m->producer_id, m->seq, c->pid_last);
+    }
+    return r;
 }
 
 static int append_one(append_ctx_t *c, size_t i, const cq_store_msg_t *m, uint64_t *ret_offset)
@@ -320,6 +396,9 @@ static int append_one(append_ctx_t *c, size_t i, const cq_store_msg_t *m, uint64
                               m->len, s->max_content);
     if (m->len > INT32_MAX || (m->len && !m->content))
         return cq__store_fail(s, -EINVAL, "message %zu: bad content", i);
+    int r = m->producer_id ? append_seq_check(c, i, m, ret_offset) : 0;
+    if (r != 0)
+        return r < 0 ? r : 0; /* 1: a retry, *ret_offset is the original */
     sqlite3_stmt *st = c->ins;
     sqlite3_reset(st);
     sqlite3_bind_int64(st, 1, m->create_ms ? m->create_ms : c->now_ms);
@@ -331,11 +410,13 @@ static int append_one(append_ctx_t *c, size_t i, const cq_store_msg_t *m, uint64
         sqlite3_bind_null(st, 3);
         sqlite3_bind_null(st, 4);
     }
-    int r = step_done(c->q, st);
+    r = step_done(c->q, st);
     if (r < 0)
         return r;
-    if (sqlite3_changes(c->q->db) == 0)
-        return append_find_dup(c, m, ret_offset);
+    if (m->producer_id) { /* the producer's last seq is now this one */
+        c->pid_any = true;
+        c->pid_last = (int64_t)m->seq;
+    }
     *ret_offset = (uint64_t)sqlite3_last_insert_rowid(c->q->db);
     return 0;
 }
@@ -355,10 +436,13 @@ static int sq_append_batch(cq_store_t *s, const char *topic, const cq_store_msg_
     r = topic_resolve(q, topic, canon);
     if (r == 0)
         r = append_prepare(&c, canon);
+    if (r == 0)
+        r = append_base(&c, canon);
     for (size_t i = 0; r == 0 && i < n; i++)
         r = append_one(&c, i, &msgs[i], &offs[i]);
     sqlite3_finalize(c.ins);
     sqlite3_finalize(c.dup);
+    sqlite3_finalize(c.last);
     r = tx_end(q, r);
     if (r == 0)
         memcpy(ret_offsets, offs, n * sizeof(*offs));

@@ -1021,17 +1021,19 @@ static void test_mariadb_crash(void **state)
     print_message("# mariadb crash: %d sent, %d acked, %d failed while it was down\n", k.next,
                   k.nacked, k.nfailed);
     mariadb_ctl("restart");
-    /* chanqd connects again by itself: new produces succeed */
+    /* chanqd connects again by itself. The producer retries what was not acked with the same
+     * producer id and seq, in seq order (a seq below its last stored one that is not a retry is
+     * sequence_out_of_order); what was acked keeps its offset (an acked message was committed,
+     * and is stored once) */
     int fresh = k.next++;
-    k.acked[fresh] = dbc_produce_until_ok(c, fresh);
-    /* the producer retries what was not acked with the same producer id and seq; what was acked
-     * keeps its offset (an acked message was committed, and is stored once) */
     for (int s = 0; s < fresh; s++) {
         int64_t off = dbc_produce_until_ok(c, s);
         if (k.acked[s])
             assert_int_equal(off, k.acked[s]);
         k.acked[s] = off;
     }
+    /* and new produces succeed */
+    k.acked[fresh] = dbc_produce_until_ok(c, fresh);
     /* every message is there exactly once, at the offset it was acked with */
     static uint8_t seen[CRASH_MAX];
     memset(seen, 0, sizeof(seen));

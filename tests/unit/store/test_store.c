@@ -677,6 +677,48 @@ static void test_idempotent_retry(void **state)
     cq_store_recs_done(r, 5);
 }
 
+/* The sequence rules of cq_store.h: conflicts and seqs going down are refused whole, naming the
+ * message; retries of older seqs and gaps are fine. */
+static void test_sequence_rules(void **state)
+{
+    fx_t *f = *state;
+    uint64_t a[2], b[3];
+    cq_store_rec_t r[8];
+    create(f->s, "t");
+    cq_store_msg_t m1[2] = {msg("a", 4, 10), msg("b", 4, 12)};
+    assert_int_equal(cq_store_append_batch(f->s, "t", m1, 2, a), 0);
+    assert_int_equal(cq_store_append_base(f->s), 0);
+    /* (4, 12) is stored with other content */
+    cq_store_msg_t m2[2] = {msg("c", 4, 13), msg("B", 4, 12)};
+    assert_int_equal(cq_store_append_batch(f->s, "t", m2, 2, b), CQ_ESEQCONFLICT);
+    assert_int_equal(cq_store_append_bad(f->s), 1);
+    assert_non_null(strstr(cq_store_errmsg(f->s), "other content"));
+    /* repeated in the batch with other content */
+    cq_store_msg_t m3[3] = {msg("c", 4, 13), msg("x", 5, 1), msg("C", 4, 13)};
+    assert_int_equal(cq_store_append_batch(f->s, "t", m3, 3, b), CQ_ESEQCONFLICT);
+    assert_int_equal(cq_store_append_bad(f->s), 2);
+    /* a retry of seq 10 is fine, a new seq 11 below the last stored 12 is not */
+    cq_store_msg_t m4[2] = {msg("a", 4, 10), msg("d", 4, 11)};
+    assert_int_equal(cq_store_append_batch(f->s, "t", m4, 2, b), CQ_ESEQORDER);
+    assert_int_equal(cq_store_append_bad(f->s), 1);
+    /* going down inside the batch */
+    cq_store_msg_t m5[2] = {msg("e", 4, 20), msg("f", 4, 15)};
+    assert_int_equal(cq_store_append_batch(f->s, "t", m5, 2, b), CQ_ESEQORDER);
+    assert_int_equal(cq_store_append_bad(f->s), 1);
+    /* nothing of those was stored: a retry, a gap and another producer's first seq */
+    cq_store_msg_t m6[3] = {msg("b", 4, 12), msg("g", 4, 30), msg("h", 6, 1)};
+    assert_int_equal(cq_store_append_batch(f->s, "t", m6, 3, b), 0);
+    assert_int_equal(cq_store_append_base(f->s), a[1]);
+    assert_int_equal(b[0], a[1]);
+    assert_true(b[1] > a[1] && b[2] > b[1]);
+    assert_int_equal(read_all(f->s, "t", 0, r, 8), 4);
+    assert_rec(&r[0], a[0], "a");
+    assert_rec(&r[1], a[1], "b");
+    assert_rec(&r[2], b[1], "g");
+    assert_rec(&r[3], b[2], "h");
+    cq_store_recs_done(r, 4);
+}
+
 /* A batch bigger than one statement (MariaDB splits it): retries, new rows and repeats mixed. */
 static void test_big_batch(void **state)
 {
@@ -1082,10 +1124,11 @@ static void test_crash_sigkill(void **state)
     T(test_migrations_once), T(test_open_refuses_newer_schema), T(test_topics),                    \
         T(test_topic_list_order), T(test_topic_case_insensitive_ops),                              \
         T(test_append_offsets_in_order), T(test_append_empty_content), T(test_append_atomic),      \
-        T(test_append_bad_args), T(test_idempotent_retry), T(test_big_batch),                      \
-        T(test_no_dedup_without_producer), T(test_big_producer_ids), T(test_read_from_offset),     \
-        T(test_repeat_updates), T(test_offsets_survive_reopen), T(test_consumer_offsets),          \
-        T(test_consumer_ids_exact), T(test_purge), T(test_bad_topic_names), T(test_crash_sigkill)
+        T(test_append_bad_args), T(test_idempotent_retry), T(test_sequence_rules),                 \
+        T(test_big_batch), T(test_no_dedup_without_producer), T(test_big_producer_ids),            \
+        T(test_read_from_offset), T(test_repeat_updates), T(test_offsets_survive_reopen),          \
+        T(test_consumer_offsets), T(test_consumer_ids_exact), T(test_purge),                       \
+        T(test_bad_topic_names), T(test_crash_sigkill)
 
 static int run_sqlite(void)
 {
