@@ -260,24 +260,70 @@ static cq_writer_req_t *take_batch(cq_writer_t *w, group_t *g, size_t *ret_n)
     return first;
 }
 
-/* Commits the next batch of g in one transaction and completes its requests. */
+/* Appends chain (n messages) in one transaction; offsets to w->offs. */
+static int append_chain(cq_writer_t *w, const group_t *g, cq_writer_req_t *chain, size_t n)
+{
+    int r = scratch_reserve(w, n);
+    if (r < 0)
+        return r;
+    size_t k = 0;
+    for (cq_writer_req_t *q = chain; q; q = q->next) {
+        memcpy(&w->scratch[k], q->msgs, q->n_msgs * sizeof(*q->msgs));
+        k += q->n_msgs;
+    }
+    uint64_t t0 = cq_clock_mono_ns();
+    r = cq_store_append_batch(w->store, g->topic, w->scratch, n, w->offs);
+    uint64_t us = (cq_clock_mono_ns() - t0) / 1000;
+    stat_hist(w->st_commit, cq_writer_commit_bounds, us);
+    stat_add(&w->st_commit_sum, us);
+    return r;
+}
+
+/* After a sequence error: detaches from *chain the request holding message bad (of the batch),
+ * fails it with err and the store's text, and completes it; *n loses its messages. */
+static void reject_seq(cq_writer_t *w, cq_writer_req_t **chain, size_t *n, size_t bad, int err)
+{
+    cq_writer_req_t **pp = chain, *q = *chain;
+    while (q->next && bad >= q->n_msgs) {
+        bad -= q->n_msgs;
+        pp = &q->next;
+        q = q->next;
+    }
+    *pp = q->next;
+    q->next = NULL;
+    *n -= q->n_msgs;
+    fail_req(q, err, cq_store_errmsg(w->store));
+    stat_add(&w->st_rejected, 1); /* before done */
+    complete(w, q);
+}
+
+/* Fills each acknowledged request's offsets and prev_offset from one committed append. */
+static void ack_chain(cq_writer_t *w, cq_writer_req_t *chain)
+{
+    uint64_t hw = cq_store_append_base(w->store);
+    size_t k = 0;
+    for (cq_writer_req_t *q = chain; q; q = q->next) {
+        memcpy(q->offsets, &w->offs[k], q->n_msgs * sizeof(*q->offsets));
+        q->prev_offset = hw;
+        for (size_t i = 0; i < q->n_msgs; i++)
+            hw = q->offsets[i] > hw ? q->offsets[i] : hw;
+        k += q->n_msgs;
+    }
+}
+
+/* Commits the next batch of g in one transaction and completes its requests. A request that
+ * breaks the sequence rules fails alone and the rest is appended again. */
 static void commit_batch(cq_writer_t *w, group_t *g)
 {
     size_t n = 0;
     cq_writer_req_t *chain = take_batch(w, g, &n);
-    int r = scratch_reserve(w, n);
-    if (r == 0) {
-        size_t k = 0;
-        for (cq_writer_req_t *q = chain; q; q = q->next) {
-            memcpy(&w->scratch[k], q->msgs, q->n_msgs * sizeof(*q->msgs));
-            k += q->n_msgs;
-        }
-        uint64_t t0 = cq_clock_mono_ns();
-        r = cq_store_append_batch(w->store, g->topic, w->scratch, n, w->offs);
-        uint64_t us = (cq_clock_mono_ns() - t0) / 1000;
-        stat_hist(w->st_commit, cq_writer_commit_bounds, us);
-        stat_add(&w->st_commit_sum, us);
+    int r = append_chain(w, g, chain, n);
+    while ((r == CQ_ESEQCONFLICT || r == CQ_ESEQORDER) && chain) {
+        reject_seq(w, &chain, &n, cq_store_append_bad(w->store), r);
+        r = chain ? append_chain(w, g, chain, n) : 0;
     }
+    if (!chain)
+        return;
     /* counters first, so that a done callback already sees its transaction counted */
     stat_add(&w->st_txns, 1);
     stat_max(&w->st_max_txn, n);
@@ -291,17 +337,14 @@ static void commit_batch(cq_writer_t *w, group_t *g)
             reqs++;
         stat_add(&w->st_msgs, n);
         stat_add(&w->st_reqs, reqs);
+        ack_chain(w, chain);
     }
     const char *msg = r < 0 ? cq_store_errmsg(w->store) : "";
-    size_t k = 0;
     for (cq_writer_req_t *q = chain, *next; q; q = next) {
         next = q->next;
         q->next = NULL;
-        if (r == 0)
-            memcpy(q->offsets, &w->offs[k], q->n_msgs * sizeof(*q->offsets));
-        else
+        if (r < 0)
             fail_req(q, r, msg);
-        k += q->n_msgs;
         complete(w, q);
     }
 }

@@ -24,6 +24,8 @@
  *   - CQ_ECONTENT: a message larger than the store's max_content (checked on the writer thread
  *     against the store handle's resolved limit, so one oversize message never fails others);
  *   - -EINVAL: no messages, or content NULL with len > 0.
+ * A request that breaks the store's sequence rules (CQ_ESEQCONFLICT, CQ_ESEQORDER: cq_store.h)
+ * fails alone: the transaction is rolled back and the batch is appended again without it.
  * Every request of a batch fails with the same code and store text (none is acknowledged, none
  * of its messages is visible) when cq_store_append_batch() fails: CQ_ESTORE (the backend failed:
  * I/O, disk full, lock timeout, lost connection; the transaction was rolled back), CQ_ENOTOPIC
@@ -128,7 +130,12 @@ struct cq_writer_req {
     int err;                           /* 0 or a negative code */
     char errmsg[CQ_WRITER_ERRMSG_MAX]; /* store text on failure, else "" */
     uint64_t *offsets;                 /* PRODUCE: n_msgs entries, owned by the request */
-    cq_store_rec_t *recs;              /* READ: n_recs records, owned by the request */
+    uint64_t prev_offset; /* PRODUCE: the highest offset committed in the topic before this
+                           * request's new messages: the store's high water before the
+                           * transaction, or an earlier request's offset in it. An offset
+                           * above prev_offset that the engine never saw acknowledged was
+                           * committed without its answer (an unknown COMMIT outcome). */
+    cq_store_rec_t *recs; /* READ: n_recs records, owned by the request */
     size_t n_recs;
     cq_store_topic_t *topics; /* TOPIC_LIST: owned by the request */
     size_t n_topics;
@@ -182,7 +189,7 @@ typedef struct cq_writer_stats {
     uint64_t failed_txns;  /* append transactions that failed (all their requests failed) */
     uint64_t messages;     /* messages acknowledged (committed) */
     uint64_t produce_reqs; /* produce requests acknowledged */
-    uint64_t rejected;     /* produce requests failed alone (CQ_ECONTENT, -EINVAL) */
+    uint64_t rejected;     /* produce requests failed alone (CQ_ECONTENT, -EINVAL, sequence) */
     uint64_t busy;         /* submits refused with CQ_EBUSY */
     uint64_t other_ops;    /* non-produce requests run */
     uint64_t max_txn_msgs; /* largest transaction, in messages */

@@ -617,6 +617,42 @@ static void test_idempotent_retry(void **state)
     assert_int_equal(count_rows(f->dir, "t0"), 3);
 }
 
+/* A request that breaks the sequence rules fails alone; the others of its batch commit, and
+ * each learns the offset committed below its own new messages. */
+static void test_sequence_error_alone(void **state)
+{
+    fx_t *f = *state;
+    start(f, (cq_writer_opts_t){.max_wait_us = 0}, 1, 0);
+    cq_writer_req_t *orig = produce_req("t0", "original", 2, 1);
+    assert_int_equal(run(f, orig), 0);
+    cq__writer_pause(f->w, true);
+    cq_writer_req_t *good1 = produce_req("t0", "one", 1, 1);
+    cq_writer_req_t *bad = produce_req("t0", "other", 2, 1);
+    cq_writer_req_t *good2 = produce_req("t0", "three", 3, 1);
+    assert_int_equal(cq_writer_submit(f->w, good1), 0);
+    assert_int_equal(cq_writer_submit(f->w, bad), 0);
+    assert_int_equal(cq_writer_submit(f->w, good2), 0);
+    size_t before = done_count(f);
+    cq__writer_pause(f->w, false);
+    wait_done(f, before + 3);
+    assert_int_equal(bad->err, CQ_ESEQCONFLICT);
+    assert_non_null(strstr(bad->errmsg, "other content"));
+    assert_int_equal(good1->err, 0);
+    assert_int_equal(good2->err, 0);
+    assert_int_equal(good1->prev_offset, orig->offsets[0]);
+    assert_int_equal(good2->prev_offset, good1->offsets[0]);
+    assert_true(good2->offsets[0] > good1->offsets[0]);
+    cq_writer_stats_t st;
+    cq_writer_stats(f->w, &st);
+    assert_int_equal(st.rejected, 1);
+    cq_writer_req_free(orig);
+    cq_writer_req_free(good1);
+    cq_writer_req_free(bad);
+    cq_writer_req_free(good2);
+    f->w = cq_writer_free(f->w);
+    assert_int_equal(count_rows(f->dir, "t0"), 3);
+}
+
 /* ---- shutdown ------------------------------------------------------------------------------ */
 
 static void test_shutdown_drains(void **state)
@@ -839,6 +875,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failed_batch_fails_all, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotent_retry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sequence_error_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_drains, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stress_group_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stress_small_pending, setup, teardown),
