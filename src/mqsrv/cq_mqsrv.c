@@ -113,6 +113,7 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
         if (!t)
             return cq_mqsrv_free(s);
         t->last_offset = o->high_water ? o->high_water[i] : 0;
+        t->pushed = t->last_offset; /* a watcher sees what commits after it watched */
     }
     return s;
 }
@@ -381,28 +382,84 @@ void cq__mqsrv_flush_pushes(cq_mqsrv_t *s)
             flush_topic(s, s->topics[i]);
 }
 
-/* Queues the newly committed messages of a produce for the topic's watchers. */
+/* Adds the committed message at offset to t's next push (for its watchers, if any). */
+static void push_add(cq_mqsrv_t *s, mq_topic_t *t, uint64_t offset, int64_t time_ms,
+                     const void *content, size_t len)
+{
+    t->pushed = offset;
+    if (!t->nwatchers)
+        return;
+    if (!t->push && (t->push = cq_mq_msg_new(CQ_MQ_PUSH, 0)) &&
+        cq_mq_msg_set_topic(t->push, t->name) == 0)
+        t->push->has |= CQ_MQ_F_MESSAGES | CQ_MQ_F_OFFSET;
+    if (!t->push || cq_mq_msg_add_item(t->push, (int64_t)offset, time_ms, content, len, false) < 0)
+        return;
+    t->push->offset = (int64_t)offset;
+    if (t->push->nitems >= s->lim.max_batch)
+        cq__mqsrv_flush_pushes(s);
+}
+
+/* Reads the next rows after t->pushed back from the store, unless a read is in flight; ends
+ * the catch-up once pushed reached catchup_to. A read that cannot be submitted now (busy) is
+ * tried again at the topic's next completion. */
+static void catch_up(cq_mqsrv_t *s, mq_topic_t *t)
+{
+    if (t->catchup_reading)
+        return;
+    if (t->pushed >= t->catchup_to) {
+        t->catchup_to = 0;
+        return;
+    }
+    size_t max = s->lim.max_batch < CQ_WRITER_READ_MAX ? s->lim.max_batch : CQ_WRITER_READ_MAX;
+    if (cq__mqop_read_log(s, t, t->pushed, max) == 0)
+        t->catchup_reading = true;
+}
+
+void cq__mqsrv_log_read(cq_mqsrv_t *s, mq_topic_t *t, const cq_writer_req_t *req)
+{
+    t->catchup_reading = false;
+    if (req->err)
+        return; /* logged; read again at the next completion */
+    for (size_t i = 0; i < req->n_recs; i++) {
+        const cq_store_rec_t *r = &req->recs[i];
+        if (r->offset > t->pushed)
+            push_add(s, t, r->offset, r->create_ms, r->content, r->len);
+    }
+    /* A short read saw every committed row: what is missing below catchup_to was purged or
+     * invalidated, and is not delivered anyway. */
+    if (req->n_recs < req->max && t->pushed < t->catchup_to)
+        t->pushed = t->catchup_to;
+    catch_up(s, t);
+}
+
+/* Queues the newly committed messages of a produce for the topic's watchers, in offset order,
+ * each once: from the completion itself, unless rows committed without an answer lie between
+ * the last pushed offset and this request (or a catch-up is running): then from the store. */
 static void queue_push(cq_mqsrv_t *s, const cq_writer_req_t *req)
 {
     mq_topic_t *t = cq__mqsrv_topic(s, req->topic);
     if (!t)
         return;
+    uint64_t hi = req->prev_offset;
+    for (size_t i = 0; i < req->n_msgs; i++)
+        hi = req->offsets[i] > hi ? req->offsets[i] : hi;
+    if (hi > t->last_offset)
+        t->last_offset = hi;
+    if (t->catchup_to || req->prev_offset > t->pushed) {
+        if (!t->nwatchers && !t->catchup_reading) { /* no one to catch up */
+            t->pushed = t->last_offset;
+            t->catchup_to = 0;
+            return;
+        }
+        t->catchup_to = t->last_offset;
+        catch_up(s, t);
+        return;
+    }
     for (size_t i = 0; i < req->n_msgs; i++) {
-        if (req->offsets[i] <= t->last_offset)
-            continue; /* an idempotent retry: already delivered */
-        t->last_offset = req->offsets[i];
-        if (!t->nwatchers)
-            continue;
-        if (!t->push && (t->push = cq_mq_msg_new(CQ_MQ_PUSH, 0)) &&
-            cq_mq_msg_set_topic(t->push, t->name) == 0)
-            t->push->has |= CQ_MQ_F_MESSAGES | CQ_MQ_F_OFFSET;
+        if (req->offsets[i] <= t->pushed)
+            continue; /* an idempotent retry, or a repeat: already delivered */
         const cq_store_msg_t *sm = &req->msgs[i];
-        if (!t->push || cq_mq_msg_add_item(t->push, (int64_t)req->offsets[i], s->now_ms,
-                                           sm->content, sm->len, false) < 0)
-            continue;
-        t->push->offset = (int64_t)req->offsets[i];
-        if (t->push->nitems >= s->lim.max_batch)
-            cq__mqsrv_flush_pushes(s);
+        push_add(s, t, req->offsets[i], s->now_ms, sm->content, sm->len);
     }
 }
 

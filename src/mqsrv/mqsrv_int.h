@@ -31,7 +31,14 @@ typedef struct mq_topic {
     bool online;
     bool purging; /* a retention purge is in flight */
     int retention_days;
-    uint64_t last_offset;       /* highest offset committed (and pushed) so far */
+    uint64_t last_offset; /* highest offset known committed (completions, the store) */
+    /* Pushes follow the store's log, not this process's acknowledgements alone: watchers have
+     * been sent every message up to pushed. A completion that shows rows committed above
+     * pushed without their answer (prev_offset, cq_writer.h) switches the topic to catching
+     * up: the rows up to catchup_to are read back from the store, in order, and pushed. */
+    uint64_t pushed;
+    uint64_t catchup_to;        /* 0: not catching up */
+    bool catchup_reading;       /* a catch-up READ is in flight */
     cq_mqsrv_conn_t **watchers; /* borrowed; a connection removes itself when it closes */
     size_t nwatchers, watchers_cap;
     cq_mq_msg_t *push; /* owned: messages waiting for the next push, or NULL */
@@ -193,6 +200,8 @@ int cq__mqop_set_online(cq_mqsrv_t *s, mq_link_t *l, const char *topic, bool onl
  * otherwise every topic in cache order. -ENOMEM. */
 int cq__mqop_topics(const cq_mqsrv_t *s, bool visible_to_module, uint32_t module_id,
                     mq_topic_t ***ret_v, size_t *ret_n);
+/* The engine's own READ of up to max messages of t after from (catching watchers up). */
+int cq__mqop_read_log(cq_mqsrv_t *s, const mq_topic_t *t, uint64_t from, size_t max);
 /* retention: one purge per topic with a retention and none in flight. */
 void cq__mqop_retention(cq_mqsrv_t *s, int64_t now_unix_ms);
 /* A submitted request came back (taken): metrics, the engine's side (cache, pushes, purges),
@@ -216,6 +225,8 @@ void cq__mqsrv_conn_free(mq_link_t *l);
 void cq__mqsrv_close(cq_mqsrv_conn_t *c);
 /* A produce committed (err 0): counters, high water and pushes to the topic's watchers. */
 void cq__mqsrv_produced(cq_mqsrv_t *s, const cq_writer_req_t *req);
+/* A catch-up READ of t came back: its messages go to t's watchers. */
+void cq__mqsrv_log_read(cq_mqsrv_t *s, mq_topic_t *t, const cq_writer_req_t *req);
 /* Sends the pushes queued by completions. */
 void cq__mqsrv_flush_pushes(cq_mqsrv_t *s);
 

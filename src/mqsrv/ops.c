@@ -233,6 +233,18 @@ static int purge(cq_mqsrv_t *s, mq_topic_t *t, size_t max, int64_t older_than_ms
     return r;
 }
 
+int cq__mqop_read_log(cq_mqsrv_t *s, const mq_topic_t *t, uint64_t from, size_t max)
+{
+    const char *why;
+    cq_writer_req_t *req;
+    int r = new_req(CQ_WRITER_READ, t->name, NULL, &req, &why);
+    if (r < 0)
+        return r;
+    req->max = max;
+    req->from_offset = from;
+    return submit(s, NULL, req, NULL, &why);
+}
+
 void cq__mqop_retention(cq_mqsrv_t *s, int64_t now_unix_ms)
 {
     for (size_t i = 0; i < s->ntopics; i++) {
@@ -244,12 +256,15 @@ void cq__mqop_retention(cq_mqsrv_t *s, int64_t now_unix_ms)
 
 /* ---- completions ---------------------------------------------------------------------------- */
 
-/* The engine's own requests: logged failures, and purges repeated while a batch was full. */
+/* The engine's own requests: logged failures, catch-up reads, and purges repeated while a
+ * batch was full. */
 static void done_internal(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *t)
 {
     if (req->err)
         CQ_WARN("mq", "topic %s: store request %d failed: %s %s", req->topic, (int)req->op,
                 cq_strerror(req->err), req->errmsg);
+    if (t && req->op == CQ_WRITER_READ)
+        cq__mqsrv_log_read(s, t, req);
     if (!t || req->op != CQ_WRITER_PURGE)
         return;
     t->purging = false;
