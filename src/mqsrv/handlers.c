@@ -156,6 +156,14 @@ static cq_writer_req_t *produce_req(cq_mqsrv_conn_t *c, cq_mq_msg_t *m, const mq
         return NULL;
     }
     bool keyed = m->has & CQ_MQ_F_PRODUCER_ID;
+    if (keyed && m->nitems && (uint64_t)m->seq > (uint64_t)CQ_MQ_MAX_U53 - (m->nitems - 1)) {
+        /* message i's seq is seq + i: the last one must stay a JSON-safe integer too */
+        cq__mqsrv_reply(c, m, CQ_EFIELD,
+                        "produce: field \"seq\": %lld + %zu messages - 1 exceeds 2^53 - 1",
+                        (long long)m->seq, m->nitems);
+        cq_writer_req_free(req);
+        return NULL;
+    }
     for (size_t i = 0; i < m->nitems; i++) {
         cq_mq_item_t *it = &m->items[i];
         r = cq_writer_req_add_msg_take(req, it->content, it->len,
@@ -292,6 +300,11 @@ void cq__mqsrv_dispatch(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
 static void done_produce(cq_mqsrv_conn_t *c, const cq_writer_req_t *req, int err,
                          const cq_mq_msg_t *m)
 {
+    if (err == CQ_ESEQCONFLICT || err == CQ_ESEQORDER) { /* the store names the message */
+        cq__mqsrv_reply(c, m, err, "produce: %s: %s; nothing was acknowledged", cq_strerror(err),
+                        req->errmsg);
+        return;
+    }
     if (err) {
         cq__mqsrv_reply(c, m, err, "produce: %s; nothing was acknowledged", cq_strerror(err));
         return;

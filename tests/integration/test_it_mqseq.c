@@ -1,0 +1,707 @@
+/* test_it_mqseq.c - idempotent produce and pushes to watchers, end to end (issue 10, items 9 and
+ * 10): a real chanqd on SQLite (--backend=sqlite) or on the MariaDB server run_mariadb.sh
+ * started (--backend=mysql, CQ_MARIADB_PORT), driven over the seed protocol and the HTTP API.
+ *
+ *   - (producer_id, seq) reused with other content is sequence_conflict (15), a seq below the
+ *     producer's last one that is not a retry is sequence_out_of_order (16), a seq past 2^53 - 1
+ *     is bad_field (5) naming "seq"; the refused messages are not stored;
+ *   - an idempotent retry is acknowledged with the original offsets and not pushed again;
+ *   - MariaDB only: a loopback TCP proxy between chanqd and MariaDB lets one COMMIT through and
+ *     drops its reply (then refuses connections, so chanqd cannot check the outcome): the produce
+ *     is answered storage (12) although it committed. The producer's retry gets the original
+ *     offsets after a later produce moved the topic on, and a watcher must still receive every
+ *     message exactly once, in offset order.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "cq_alloc.h"
+#include "cq_mq.h"
+#include "cq_testsrv.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define TMO     5000
+#define MAX_U53 ((((int64_t)1) << 53) - 1)
+
+static bool use_mysql;
+static unsigned mysql_port;
+static int db_seq;
+static char db_name[64];
+static cq_testsrv_t srv;
+
+/* ---- server --------------------------------------------------------------------------------- */
+
+/* Starts chanqd on the test's store; db_port: where MariaDB is reached (the proxy, or 0 for
+ * the server itself). */
+static void start_srv_via(unsigned db_port)
+{
+    char port[16];
+    const char *args[16];
+    size_t n = 0;
+    snprintf(port, sizeof(port), "%u", db_port ? db_port : mysql_port);
+    if (use_mysql) {
+        const char *my[] = {"--store-backend", "mysql", "--mysql-port",     port,
+                            "--mysql-user",    "root",  "--mysql-database", db_name};
+        for (size_t i = 0; i < sizeof(my) / sizeof(my[0]); i++)
+            args[n++] = my[i];
+    }
+    args[n] = NULL;
+    int r = cq_testsrv_start(&srv, args);
+    if (r < 0) {
+        char *log = cq_testsrv_log(&srv);
+        fprintf(stderr, "# chanqd did not start (%d):\n%s\n", r, log ? log : "");
+        free(log);
+    }
+    assert_int_equal(r, 0);
+    assert_true(srv.mq_port > 0 && srv.mq_http_port > 0);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    assert_int_equal(cq_testsrv_init(&srv), 0);
+    snprintf(db_name, sizeof(db_name), "cqseq_%d_%d", (int)getpid(), ++db_seq);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    cq_testsrv_stop(&srv);
+    return 0;
+}
+
+/* ---- a tiny blocking seed-protocol client --------------------------------------------------- */
+
+typedef struct mqc {
+    int fd;
+    uint8_t buf[1 << 20];
+    size_t len;
+    uint32_t askid;
+} mqc_t;
+
+static mqc_t *mqc_connected(void)
+{
+    mqc_t *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    c->fd = cq_raw_connect(srv.mq_port);
+    assert_true(c->fd >= 0);
+    return c;
+}
+
+static void mqc_close(mqc_t *c)
+{
+    close(c->fd);
+    free(c);
+}
+
+static void mqc_send(mqc_t *c, cq_mq_msg_t *m)
+{
+    uint8_t *b;
+    size_t n;
+    assert_int_equal(cq_mq_encode(m, &b, &n), 0);
+    assert_int_equal(cq_raw_write(c->fd, b, n), 0);
+    cq_free(b);
+    cq_mq_msg_free(m);
+}
+
+/* The next message from the server (asserts one arrives within TMO). */
+static cq_mq_msg_t *mqc_recv(mqc_t *c)
+{
+    for (;;) {
+        cq_mq_frame_t f;
+        ssize_t r = cq_mq_parse(c->buf, c->len, 0, &f);
+        assert_true(r >= 0);
+        if (r > 0) {
+            cq_mq_msg_t *m = NULL;
+            char err[256] = "";
+            assert_int_equal(cq_mq_decode(&f, NULL, &m, err, sizeof(err)), 0);
+            memmove(c->buf, c->buf + r, c->len - (size_t)r);
+            c->len -= (size_t)r;
+            return m;
+        }
+        struct pollfd p = {c->fd, POLLIN, 0};
+        assert_int_equal(poll(&p, 1, TMO), 1);
+        ssize_t k = recv(c->fd, c->buf + c->len, sizeof(c->buf) - c->len, 0);
+        assert_true(k > 0);
+        c->len += (size_t)k;
+    }
+}
+
+static cq_mq_msg_t *req_new(mqc_t *c, uint8_t type, const char *topic)
+{
+    cq_mq_msg_t *m = cq_mq_msg_new(type, (uint16_t)(c->askid + 1));
+    assert_non_null(m);
+    m->askid = ++c->askid;
+    m->has |= CQ_MQ_F_ASKID;
+    if (topic) {
+        assert_int_equal(cq_mq_msg_set_topic(m, topic), 0);
+        m->has |= CQ_MQ_F_TOPIC;
+    }
+    return m;
+}
+
+/* Sends m and returns its response (asserts type and askid). */
+static cq_mq_msg_t *call(mqc_t *c, cq_mq_msg_t *m)
+{
+    uint8_t type = m->type;
+    uint32_t askid = m->askid;
+    mqc_send(c, m);
+    cq_mq_msg_t *r = mqc_recv(c);
+    assert_int_equal(r->type, type + 1);
+    assert_int_equal(r->askid, askid);
+    return r;
+}
+
+static uint32_t call_code(mqc_t *c, cq_mq_msg_t *m)
+{
+    cq_mq_msg_t *r = call(c, m);
+    uint32_t code = r->err_code;
+    cq_mq_msg_free(r);
+    return code;
+}
+
+static mqc_t *producer(void)
+{
+    mqc_t *c = mqc_connected();
+    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_CONNECT, NULL);
+    m->module_id = 1;
+    m->client_type = CQ_MQ_PRODUCER;
+    m->has |= CQ_MQ_F_MODULE_ID | CQ_MQ_F_CLIENT_TYPE;
+    assert_int_equal(cq_mq_msg_set_str(m, CQ_MQ_F_TOKEN, ""), 0);
+    assert_int_equal(call_code(c, m), CQ_MQ_OK);
+    return c;
+}
+
+/* A producer connection that created topic and watches it. */
+static mqc_t *watcher(const char *topic)
+{
+    mqc_t *c = producer();
+    assert_int_equal(call_code(c, req_new(c, CQ_MQ_REQ_ADD_TOPIC, topic)), CQ_MQ_OK);
+    assert_int_equal(call_code(c, req_new(c, CQ_MQ_REQ_WATCH, topic)), CQ_MQ_OK);
+    return c;
+}
+
+/* Produces the n texts (pid 0: no idempotence key; message i has seq + i). Returns the
+ * response: err_code, err_msg, offsets. */
+static cq_mq_msg_t *produce_texts(mqc_t *c, const char *topic, const char *const *texts, size_t n,
+                                  int64_t pid, int64_t seq)
+{
+    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_PRODUCE, topic);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(cq_mq_msg_add_item(m, 0, -1, texts[i], strlen(texts[i]), false), 0);
+    m->has |= n == 1 ? CQ_MQ_F_CONTENT : CQ_MQ_F_BATCH;
+    if (pid) {
+        m->producer_id = pid;
+        m->seq = seq;
+        m->has |= CQ_MQ_F_PRODUCER_ID | CQ_MQ_F_SEQ;
+    }
+    return call(c, m);
+}
+
+/* Produces one text; returns its err_code and, on success, its offset in *off. */
+static uint32_t produce1(mqc_t *c, const char *topic, const char *text, int64_t pid, int64_t seq,
+                         int64_t *off)
+{
+    cq_mq_msg_t *r = produce_texts(c, topic, &text, 1, pid, seq);
+    uint32_t code = r->err_code;
+    if (code == 0) {
+        assert_int_equal(r->noffsets, 1);
+        if (off)
+            *off = r->offsets[0];
+    }
+    cq_mq_msg_free(r);
+    return code;
+}
+
+/* Asserts that topic holds exactly the n texts, in order, at offs. */
+static void expect_log(mqc_t *c, const char *topic, const char *const *texts, const int64_t *offs,
+                       size_t n)
+{
+    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_CONSUME, topic);
+    m->offset = 0;
+    m->max_count = 100;
+    m->has |= CQ_MQ_F_OFFSET | CQ_MQ_F_MAX_COUNT;
+    cq_mq_msg_t *r = call(c, m);
+    assert_int_equal(r->err_code, 0);
+    assert_int_equal(r->nitems, n);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(r->items[i].offset, offs[i]);
+        assert_string_equal(r->items[i].content, texts[i]);
+    }
+    cq_mq_msg_free(r);
+}
+
+/* Reads pushes on w until n messages came; asserts their offsets and contents, in order. */
+static void expect_pushed(mqc_t *w, const char *const *texts, const int64_t *offs, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        cq_mq_msg_t *m = mqc_recv(w);
+        assert_int_equal(m->type, CQ_MQ_PUSH);
+        for (size_t i = 0; i < m->nitems; i++, got++) {
+            assert_true(got < n);
+            if (m->items[i].offset != offs[got])
+                fprintf(stderr, "# push %zu: offset %lld, want %lld\n", got,
+                        (long long)m->items[i].offset, (long long)offs[got]);
+            assert_int_equal(m->items[i].offset, offs[got]);
+            assert_string_equal(m->items[i].content, texts[got]);
+        }
+        cq_mq_msg_free(m);
+    }
+}
+
+/* ---- a tiny HTTP client -----------------------------------------------------------------------
+ */
+
+typedef struct hresp {
+    int status;
+    json_t *body; /* owned */
+} hresp_t;
+
+/* One request on a new connection (Connection: close); reads the whole answer. */
+static hresp_t http(const char *method, const char *path, const char *body)
+{
+    char req[4096], resp[8192];
+    int fd = cq_raw_connect(srv.mq_http_port);
+    assert_true(fd >= 0);
+    int n = snprintf(req, sizeof(req),
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nContent-Type: application/json\r\n"
+                     "Connection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                     method, path, (unsigned)srv.mq_http_port, strlen(body), body);
+    assert_true(n > 0 && (size_t)n < sizeof(req));
+    assert_int_equal(cq_raw_write(fd, req, (size_t)n), 0);
+    size_t len = 0;
+    for (;;) {
+        struct pollfd p = {fd, POLLIN, 0};
+        assert_int_equal(poll(&p, 1, TMO), 1);
+        ssize_t k = recv(fd, resp + len, sizeof(resp) - 1 - len, 0);
+        assert_true(k >= 0);
+        if (k == 0)
+            break;
+        len += (size_t)k;
+    }
+    close(fd);
+    resp[len] = '\0';
+    hresp_t r = {0, NULL};
+    assert_int_equal(sscanf(resp, "HTTP/1.1 %d", &r.status), 1);
+    const char *b = strstr(resp, "\r\n\r\n");
+    assert_non_null(b);
+    r.body = json_loads(b + 4, 0, NULL);
+    assert_non_null(r.body);
+    return r;
+}
+
+static int64_t jint(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    assert_true(json_is_integer(v));
+    return (int64_t)json_integer_value(v);
+}
+
+/* POSTs body as a produce to topic; asserts status and err_code (0: success, returns the first
+ * offset). A failure's err_msg must contain want_msg when given. */
+static int64_t http_produce(const char *topic, const char *body, int status, int err_code,
+                            const char *want_msg)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/topics/%s/messages", topic);
+    hresp_t r = http("POST", path, body);
+    if (r.status != status) {
+        char *s = json_dumps(r.body, 0);
+        fprintf(stderr, "# %s: %d %s\n", body, r.status, s);
+        free(s);
+    }
+    assert_int_equal(r.status, status);
+    int64_t off = 0;
+    if (err_code) {
+        assert_int_equal(jint(r.body, "err_code"), err_code);
+        const char *msg = json_string_value(json_object_get(r.body, "err_msg"));
+        assert_non_null(msg);
+        if (want_msg && !strstr(msg, want_msg))
+            fprintf(stderr, "# err_msg: %s\n", msg);
+        assert_true(!want_msg || strstr(msg, want_msg));
+    } else {
+        json_t *offs = json_object_get(r.body, "offsets");
+        assert_true(json_is_array(offs));
+        off = (int64_t)json_integer_value(json_array_get(offs, 0));
+    }
+    json_decref(r.body);
+    return off;
+}
+
+/* ---- a MariaDB proxy that loses one COMMIT's answer ------------------------------------------ */
+
+enum { PX_PASS, PX_ARMED, PX_BLOCKED };
+
+typedef struct px_pair {
+    int cfd, sfd; /* client (chanqd) side, server (MariaDB) side; -1 when unused */
+    uint8_t *in;  /* client bytes not yet forwarded: whole packets go on */
+    size_t len, cap;
+    bool drop; /* forwarded the armed COMMIT: drop the server's answer, then close */
+} px_pair_t;
+
+#define PX_PAIRS 32
+
+typedef struct proxy {
+    int lfd;
+    uint16_t port, upstream;
+    pthread_t th;
+    atomic_int mode;    /* PX_*: ARMED loses the next COMMIT's answer, BLOCKED refuses peers */
+    atomic_int dropped; /* COMMIT answers dropped */
+    atomic_bool stop;
+    px_pair_t pairs[PX_PAIRS];
+} proxy_t;
+
+static proxy_t px;
+
+static void px_pair_close(px_pair_t *p)
+{
+    close(p->cfd);
+    close(p->sfd);
+    free(p->in);
+    *p = (px_pair_t){.cfd = -1, .sfd = -1};
+}
+
+static void px_accept(proxy_t *x)
+{
+    int cfd = accept(x->lfd, NULL, NULL);
+    if (cfd < 0)
+        return;
+    if (atomic_load(&x->mode) == PX_BLOCKED) { /* the database is unreachable */
+        close(cfd);
+        return;
+    }
+    int sfd = cq_raw_connect(x->upstream);
+    for (int i = 0; sfd >= 0 && i < PX_PAIRS; i++) {
+        if (x->pairs[i].cfd < 0) {
+            x->pairs[i] = (px_pair_t){.cfd = cfd, .sfd = sfd};
+            return;
+        }
+    }
+    close(cfd);
+    if (sfd >= 0)
+        close(sfd);
+}
+
+/* Client bytes: forwards whole MySQL packets (3-byte length, sequence id, payload). When armed,
+ * the packet COM_QUERY "COMMIT" goes on and its pair starts dropping the server's answer. */
+static bool px_from_client(proxy_t *x, px_pair_t *p)
+{
+    if (p->cap - p->len < 65536) {
+        p->cap = p->cap ? p->cap * 2 : 1 << 17;
+        p->in = realloc(p->in, p->cap);
+        assert_non_null(p->in);
+    }
+    ssize_t k = recv(p->cfd, p->in + p->len, p->cap - p->len, 0);
+    if (k <= 0)
+        return false;
+    p->len += (size_t)k;
+    size_t off = 0;
+    while (p->len - off >= 4) {
+        size_t plen = p->in[off] | (size_t)p->in[off + 1] << 8 | (size_t)p->in[off + 2] << 16;
+        if (p->len - off < 4 + plen)
+            break;
+        int armed = PX_ARMED;
+        if (plen == 7 &&
+            memcmp(p->in + off + 4,
+                   "\x03"
+                   "COMMIT",
+                   7) == 0 &&
+            atomic_compare_exchange_strong(&x->mode, &armed, PX_BLOCKED))
+            p->drop = true;
+        if (cq_raw_write(p->sfd, p->in + off, 4 + plen) < 0)
+            return false;
+        off += 4 + plen;
+    }
+    memmove(p->in, p->in + off, p->len - off);
+    p->len -= off;
+    return true;
+}
+
+/* Server bytes: forwarded, unless they answer the dropped COMMIT (it was carried out). */
+static bool px_from_server(proxy_t *x, px_pair_t *p)
+{
+    uint8_t b[65536];
+    ssize_t k = recv(p->sfd, b, sizeof(b), 0);
+    if (k <= 0)
+        return false;
+    if (p->drop) {
+        atomic_fetch_add(&x->dropped, 1);
+        return false;
+    }
+    return cq_raw_write(p->cfd, b, (size_t)k) == 0;
+}
+
+static void *px_run(void *arg)
+{
+    proxy_t *x = arg;
+    while (!atomic_load(&x->stop)) {
+        struct pollfd fds[1 + 2 * PX_PAIRS];
+        int map[1 + 2 * PX_PAIRS];
+        nfds_t n = 0;
+        fds[n] = (struct pollfd){x->lfd, POLLIN, 0};
+        map[n++] = -1;
+        for (int i = 0; i < PX_PAIRS; i++) {
+            if (x->pairs[i].cfd < 0)
+                continue;
+            fds[n] = (struct pollfd){x->pairs[i].cfd, POLLIN, 0};
+            map[n++] = 2 * i;
+            fds[n] = (struct pollfd){x->pairs[i].sfd, POLLIN, 0};
+            map[n++] = 2 * i + 1;
+        }
+        if (poll(fds, n, 50) <= 0)
+            continue;
+        for (nfds_t j = 0; j < n; j++) {
+            if (!fds[j].revents)
+                continue;
+            if (map[j] < 0) {
+                px_accept(x);
+                continue;
+            }
+            px_pair_t *p = &x->pairs[map[j] / 2];
+            if (p->cfd < 0)
+                continue; /* closed by its other half in this round */
+            bool ok = map[j] % 2 ? px_from_server(x, p) : px_from_client(x, p);
+            if (!ok)
+                px_pair_close(p);
+        }
+    }
+    return NULL;
+}
+
+static void px_start(uint16_t upstream)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    memset(&px, 0, sizeof(px));
+    for (int i = 0; i < PX_PAIRS; i++)
+        px.pairs[i] = (px_pair_t){.cfd = -1, .sfd = -1};
+    px.upstream = upstream;
+    px.lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(px.lfd >= 0);
+    assert_int_equal(bind(px.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(px.lfd, 16), 0);
+    assert_int_equal(getsockname(px.lfd, (struct sockaddr *)&a, &alen), 0);
+    px.port = ntohs(a.sin_port);
+    assert_int_equal(pthread_create(&px.th, NULL, px_run, &px), 0);
+}
+
+static void px_stop(void)
+{
+    atomic_store(&px.stop, true);
+    pthread_join(px.th, NULL);
+    for (int i = 0; i < PX_PAIRS; i++)
+        if (px.pairs[i].cfd >= 0)
+            px_pair_close(&px.pairs[i]);
+    close(px.lfd);
+}
+
+/* ---- cases ---------------------------------------------------------------------------------- */
+
+/* (producer_id, seq) with other content: 15, nothing stored, the original still answers. */
+static void test_conflict_seed(void **state)
+{
+    (void)state;
+    start_srv_via(0);
+    mqc_t *w = watcher("orders"), *c = producer();
+    int64_t o1 = 0, o2 = 0, again = 0;
+    assert_int_equal(produce1(c, "orders", "buy 1", 5, 1, &o1), CQ_MQ_OK);
+    cq_mq_msg_t *r = produce_texts(c, "orders", (const char *[]){"buy 2"}, 1, 5, 1);
+    assert_int_equal(r->err_code, CQ_MQ_ERR_SEQUENCE_CONFLICT);
+    assert_int_equal(r->noffsets, 0);
+    assert_non_null(strstr(r->err_msg, "other content"));
+    cq_mq_msg_free(r);
+    /* A batch whose second message (seq 2) is new and whose first conflicts fails whole. */
+    r = produce_texts(c, "orders", (const char *[]){"buy 1!", "buy 3"}, 2, 5, 1);
+    assert_int_equal(r->err_code, CQ_MQ_ERR_SEQUENCE_CONFLICT);
+    cq_mq_msg_free(r);
+    /* Same content: a retry, the original offset; other producers are not affected. */
+    assert_int_equal(produce1(c, "orders", "buy 1", 5, 1, &again), CQ_MQ_OK);
+    assert_int_equal(again, o1);
+    assert_int_equal(produce1(c, "orders", "buy 2", 6, 1, &o2), CQ_MQ_OK);
+    assert_true(o2 > o1);
+    expect_pushed(w, (const char *[]){"buy 1", "buy 2"}, (int64_t[]){o1, o2}, 2);
+    expect_log(c, "orders", (const char *[]){"buy 1", "buy 2"}, (int64_t[]){o1, o2}, 2);
+    mqc_close(w);
+    mqc_close(c);
+}
+
+/* A seq below the producer's last one that is not a retry: 16; retries of older ones work. */
+static void test_order_seed(void **state)
+{
+    (void)state;
+    start_srv_via(0);
+    mqc_t *w = watcher("orders"), *c = producer();
+    int64_t o[4] = {0}, again = 0;
+    cq_mq_msg_t *r = produce_texts(c, "orders", (const char *[]){"s10", "s11"}, 2, 9, 10);
+    assert_int_equal(r->err_code, CQ_MQ_OK);
+    o[0] = r->offsets[0];
+    o[1] = r->offsets[1];
+    cq_mq_msg_free(r);
+    r = produce_texts(c, "orders", (const char *[]){"s5"}, 1, 9, 5); /* the producer reset */
+    assert_int_equal(r->err_code, CQ_MQ_ERR_SEQUENCE_OUT_OF_ORDER);
+    assert_int_equal(r->noffsets, 0);
+    assert_non_null(strstr(r->err_msg, "below its last"));
+    cq_mq_msg_free(r);
+    assert_int_equal(produce1(c, "orders", "s10", 9, 10, &again), CQ_MQ_OK); /* an old retry */
+    assert_int_equal(again, o[0]);
+    assert_int_equal(produce1(c, "orders", "s7", 9, 7, NULL), CQ_MQ_ERR_SEQUENCE_OUT_OF_ORDER);
+    assert_int_equal(produce1(c, "orders", "s20", 9, 20, &o[2]), CQ_MQ_OK); /* gaps are fine */
+    assert_int_equal(produce1(c, "orders", "s5", 10, 5, &o[3]), CQ_MQ_OK);  /* another producer */
+    expect_pushed(w, (const char *[]){"s10", "s11", "s20", "s5"}, o, 4);
+    mqc_close(w);
+    mqc_close(c);
+}
+
+/* seq stays a JSON-safe integer: the last message of a batch has seq + n - 1. */
+static void test_seq_range_seed(void **state)
+{
+    (void)state;
+    start_srv_via(0);
+    mqc_t *c = producer();
+    assert_int_equal(call_code(c, req_new(c, CQ_MQ_REQ_ADD_TOPIC, "orders")), CQ_MQ_OK);
+    cq_mq_msg_t *r = produce_texts(c, "orders", (const char *[]){"a", "b", "c"}, 3, 4, MAX_U53 - 1);
+    assert_int_equal(r->err_code, CQ_MQ_ERR_BAD_FIELD);
+    assert_non_null(strstr(r->err_msg, "field \"seq\""));
+    cq_mq_msg_free(r);
+    r = produce_texts(c, "orders", (const char *[]){"a", "b"}, 2, 4, MAX_U53 - 1);
+    assert_int_equal(r->err_code, CQ_MQ_OK); /* exactly the limit */
+    cq_mq_msg_free(r);
+    mqc_close(c);
+}
+
+/* The same rules over the HTTP API, with their statuses. */
+static void test_rules_http(void **state)
+{
+    (void)state;
+    start_srv_via(0);
+    hresp_t r = http("POST", "/v1/topics", "{\"topic\":\"orders\"}");
+    assert_int_equal(r.status, 200);
+    json_decref(r.body);
+    int64_t o1 =
+        http_produce("orders", "{\"content\":\"x\",\"producer_id\":3,\"seq\":4}", 200, 0, NULL);
+    assert_int_equal(
+        http_produce("orders", "{\"content\":\"x\",\"producer_id\":3,\"seq\":4}", 200, 0, NULL),
+        o1);
+    http_produce("orders", "{\"content\":\"y\",\"producer_id\":3,\"seq\":4}", 409,
+                 CQ_MQ_ERR_SEQUENCE_CONFLICT, "other content");
+    http_produce("orders", "{\"content\":\"z\",\"producer_id\":3,\"seq\":2}", 409,
+                 CQ_MQ_ERR_SEQUENCE_OUT_OF_ORDER, "below its last");
+    /* Inside one request: a repeat with other content, and a seq going down. */
+    http_produce("orders",
+                 "{\"messages\":[{\"content\":\"p\",\"producer_id\":3,\"seq\":8},"
+                 "{\"content\":\"q\",\"producer_id\":3,\"seq\":8}]}",
+                 409, CQ_MQ_ERR_SEQUENCE_CONFLICT, "other content");
+    http_produce("orders",
+                 "{\"messages\":[{\"content\":\"p\",\"producer_id\":3,\"seq\":9},"
+                 "{\"content\":\"q\",\"producer_id\":3,\"seq\":6}]}",
+                 409, CQ_MQ_ERR_SEQUENCE_OUT_OF_ORDER, NULL);
+    http_produce("orders", "{\"content\":\"w\",\"producer_id\":3,\"seq\":9007199254740992}", 400,
+                 CQ_MQ_ERR_BAD_FIELD, "seq");
+    int64_t o2 = http_produce(
+        "orders", "{\"content\":\"w\",\"producer_id\":3,\"seq\":9007199254740991}", 200, 0, NULL);
+    assert_true(o2 > o1);
+    /* Nothing refused was stored. */
+    mqc_t *c = producer();
+    expect_log(c, "orders", (const char *[]){"x", "w"}, (int64_t[]){o1, o2}, 2);
+    mqc_close(c);
+}
+
+/* An idempotent retry is acknowledged again but pushed once. */
+static void test_retry_pushed_once(void **state)
+{
+    (void)state;
+    start_srv_via(0);
+    mqc_t *w = watcher("feed"), *p = producer();
+    const char *const texts[] = {"r-1", "r-2"};
+    cq_mq_msg_t *a = produce_texts(p, "feed", texts, 2, 11, 1);
+    assert_int_equal(a->err_code, CQ_MQ_OK);
+    expect_pushed(w, texts, a->offsets, 2);
+    cq_mq_msg_t *b = produce_texts(p, "feed", texts, 2, 11, 1);
+    assert_int_equal(b->err_code, CQ_MQ_OK);
+    assert_memory_equal(b->offsets, a->offsets, 2 * sizeof(int64_t));
+    int64_t next = 0;
+    assert_int_equal(produce1(p, "feed", "n", 0, 0, &next), CQ_MQ_OK);
+    expect_pushed(w, (const char *[]){"n"}, &next, 1); /* the next push is the new message */
+    cq_mq_msg_free(a);
+    cq_mq_msg_free(b);
+    mqc_close(w);
+    mqc_close(p);
+}
+
+/* MariaDB: COMMIT carried out, its answer lost, the outcome not checkable: storage (12). The
+ * watcher still gets every message once, in offset order, though the retry's offsets are
+ * below a later produce's. */
+static void test_push_gap_mariadb(void **state)
+{
+    (void)state;
+    px_start((uint16_t)mysql_port);
+    start_srv_via(px.port);
+    mqc_t *w = watcher("gap"), *p = producer(), *q = producer();
+    const char *const a[] = {"a-1", "a-2", "a-3"};
+    atomic_store(&px.mode, PX_ARMED);
+    cq_mq_msg_t *r = produce_texts(p, "gap", a, 3, 7, 1);
+    assert_int_equal(r->err_code, CQ_MQ_ERR_STORAGE);
+    cq_mq_msg_free(r);
+    assert_int_equal(atomic_load(&px.dropped), 1); /* MariaDB carried the COMMIT out */
+    assert_true(cq_testsrv_log_wait(&srv, "COMMIT outcome unknown", TMO));
+    atomic_store(&px.mode, PX_PASS); /* the database is back */
+    int64_t all[5];
+    assert_int_equal(produce1(q, "gap", "b", 0, 0, &all[3]), CQ_MQ_OK);
+    r = produce_texts(p, "gap", a, 3, 7, 1); /* the retry finds the committed rows */
+    assert_int_equal(r->err_code, CQ_MQ_OK);
+    memcpy(all, r->offsets, 3 * sizeof(int64_t));
+    cq_mq_msg_free(r);
+    assert_true(all[2] < all[3]);
+    assert_int_equal(produce1(q, "gap", "c", 0, 0, &all[4]), CQ_MQ_OK);
+    expect_pushed(w, (const char *[]){"a-1", "a-2", "a-3", "b", "c"}, all, 5);
+    expect_log(w, "gap", (const char *[]){"a-1", "a-2", "a-3", "b", "c"}, all, 5);
+    mqc_close(w);
+    mqc_close(p);
+    mqc_close(q);
+    cq_testsrv_stop(&srv);
+    px_stop();
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--backend=mysql") == 0)
+            use_mysql = true;
+    if (use_mysql) {
+        const char *p = getenv("CQ_MARIADB_PORT");
+        if (!p || !*p) {
+            printf("1..0 # SKIP no MariaDB server (CQ_MARIADB_PORT unset)\n");
+            return 0;
+        }
+        mysql_port = (unsigned)atoi(p);
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_conflict_seed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_order_seed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_seq_range_seed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rules_http, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retry_pushed_once, setup, teardown),
+        /* MariaDB only */
+        cmocka_unit_test_setup_teardown(test_push_gap_mariadb, setup, teardown),
+    };
+    size_t n = sizeof(tests) / sizeof(tests[0]) - (use_mysql ? 0 : 1);
+    return _cmocka_run_group_tests(use_mysql ? "it-mqseq-mariadb" : "it-mqseq-sqlite", tests, n,
+                                   NULL, NULL);
+}
