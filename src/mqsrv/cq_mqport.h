@@ -70,6 +70,12 @@ typedef struct cq_mqsrv_opts {
     /* The HTTP API's Host names and allowed Origins, comma-separated (borrowed, must outlive
      * the engine). NULL hosts: CQ_MQHTTP_HOSTS_DFL; NULL or "" origins: none allowed. */
     const char *http_hosts, *http_origins;
+    /* Before a successful connect a seed connection may send frames of at most preauth_frame
+     * bytes (0: CQ_MQSRV_PREAUTH_FRAME_DFL; a larger one is answered bad_length and closed) and
+     * hold at most CQ_MQSRV_PREAUTH_SENDQ unsent bytes. input_budget bounds the bytes of partial
+     * frames all seed connections hold together (0: CQ_MQSRV_INPUT_BUDGET_DFL): the connection
+     * whose bytes would go over it is answered busy and closed. */
+    size_t preauth_frame, input_budget;
 } cq_mqsrv_opts_t;
 
 /* Returns a new engine (owned; cq_mqsrv_free) or NULL on OOM / a port without submit. o is

@@ -106,6 +106,8 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
     s->sendq_soft = o->sendq_soft_limit;
     s->sendq_soft_s = o->sendq_soft_seconds;
     s->sendq_hard = o->sendq_hard_limit ? o->sendq_hard_limit : CQ_MQSRV_SENDQ_HARD_DFL;
+    s->preauth_frame = o->preauth_frame ? o->preauth_frame : CQ_MQSRV_PREAUTH_FRAME_DFL;
+    s->input_budget = o->input_budget ? o->input_budget : CQ_MQSRV_INPUT_BUDGET_DFL;
     s->next_conn_id = 1;
     for (size_t i = 0; i < o->ntopics; i++) {
         const cq_store_topic_t *st = &o->topics[i];
@@ -153,6 +155,7 @@ cq_mqsrv_conn_t *cq_mqsrv_conn_new(cq_mqsrv_t *s, const cq_mqsrv_conn_ops_t *ops
         return NULL;
     cq__mq_link_init(&c->l, s, &cq__mqsrv_fe, ops, ud);
     c->id = s->next_conn_id++;
+    c->l.hard_limit = CQ_MQSRV_PREAUTH_SENDQ; /* until connect succeeds */
     cq_sbuf_init(&c->in);
     s->st.conns++;
     return c;
@@ -173,6 +176,7 @@ void cq_mqsrv_conn_close(cq_mqsrv_conn_t *c)
     for (size_t i = 0; i < s->ntopics; i++)
         cq__mqsrv_watch(s->topics[i], c, false);
     cq__mq_link_dead(&c->l);
+    s->st.input_bytes -= c->in.len;
     cq_sbuf_done(&c->in);
     cq__mq_link_put(&c->l);
 }
@@ -180,6 +184,12 @@ void cq_mqsrv_conn_close(cq_mqsrv_conn_t *c)
 cq_sendq_t *cq_mqsrv_conn_sendq(cq_mqsrv_conn_t *c)
 {
     return &c->l.sendq;
+}
+
+void cq_mqsrv_conn_progress(const cq_mqsrv_conn_t *c, uint64_t *ret_frames, bool *ret_authed)
+{
+    *ret_frames = c->frames;
+    *ret_authed = c->authed;
 }
 
 void cq__mqsrv_close(cq_mqsrv_conn_t *c)
@@ -236,6 +246,7 @@ static void handle_frame(cq_mqsrv_conn_t *c, const cq_mq_frame_t *f)
     char err[CQ_MQ_ERR_MSG_MAX] = "";
     cq_mq_msg_t *m = NULL;
     c->l.s->st.frames++;
+    c->frames++;
     int r = cq_mq_decode(f, &c->l.s->lim, &m, err, sizeof(err));
     if (r == 0 && !cq_mq_is_request(m->type)) {
         snprintf(err, sizeof(err), "message type %d is not a request", m->type);
@@ -244,6 +255,8 @@ static void handle_frame(cq_mqsrv_conn_t *c, const cq_mq_frame_t *f)
     }
     if (r == 0) {
         cq__mqsrv_dispatch(c, m);
+        if (c->authed)
+            c->l.hard_limit = 0; /* the engine's send limits from now on */
         return;
     }
     cq_buf_t *b;
@@ -252,13 +265,23 @@ static void handle_frame(cq_mqsrv_conn_t *c, const cq_mq_frame_t *f)
         cq__mq_link_send(&c->l, b);
 }
 
+/* The largest frame c may send now: before connect, at most the pre-connect limit. */
+static uint32_t frame_max(const cq_mqsrv_conn_t *c)
+{
+    const cq_mqsrv_t *s = c->l.s;
+    uint32_t max = s->lim.max_total ? s->lim.max_total : CQ_MQ_DEFAULT_MAX_TOTAL;
+    if (!c->authed && s->preauth_frame < max)
+        max = (uint32_t)s->preauth_frame;
+    return max;
+}
+
 /* Handles every whole frame in p[0..n); returns the bytes consumed or a negative code. */
 static ssize_t parse_frames(cq_mqsrv_conn_t *c, const uint8_t *p, size_t n)
 {
     size_t off = 0;
     while (off < n && !c->l.closing && !c->l.dead) {
         cq_mq_frame_t f;
-        ssize_t r = cq_mq_parse(p + off, n - off, c->l.s->lim.max_total, &f);
+        ssize_t r = cq_mq_parse(p + off, n - off, frame_max(c), &f);
         if (r == 0)
             break;
         if (r < 0) {
@@ -271,6 +294,36 @@ static ssize_t parse_frames(cq_mqsrv_conn_t *c, const uint8_t *p, size_t n)
     return (ssize_t)off;
 }
 
+/* Over the input budget: one busy error frame (msg id 0), then the close. */
+static int refuse_busy(cq_mqsrv_conn_t *c)
+{
+    cq_mq_msg_t *m = cq_mq_msg_new(CQ_MQ_RESP_ERROR, 0);
+    if (m) {
+        m->err_code = (uint32_t)cq_mq_errcode(CQ_EBUSY);
+        m->has |= CQ_MQ_F_ERR_CODE;
+        cq_mq_msg_set_str(m, CQ_MQ_F_ERR_MSG,
+                          "the server holds too many partial frames (mq-input-budget): retry");
+    }
+    c->l.s->st.input_refused++;
+    cq__mqsrv_send(c, m);
+    cq__mqsrv_close(c);
+    return CQ_EBUSY;
+}
+
+/* Keeps the n bytes of a partial frame in c->in, within the engine's input budget. */
+static int hold(cq_mqsrv_conn_t *c, const uint8_t *p, size_t n)
+{
+    cq_mqsrv_t *s = c->l.s;
+    if (s->st.input_bytes + n > s->input_budget)
+        return refuse_busy(c);
+    if (cq_sbuf_append(&c->in, p, n) < 0) {
+        cq__mqsrv_close(c);
+        return -ENOMEM;
+    }
+    s->st.input_bytes += n;
+    return 0;
+}
+
 int cq_mqsrv_conn_input(cq_mqsrv_conn_t *c, const uint8_t *p, size_t n)
 {
     if (c->l.closing || c->l.dead)
@@ -279,21 +332,22 @@ int cq_mqsrv_conn_input(cq_mqsrv_conn_t *c, const uint8_t *p, size_t n)
         ssize_t r = parse_frames(c, p, n);
         if (r < 0)
             return (int)r;
-        if ((size_t)r < n && !c->l.closing && cq_sbuf_append(&c->in, p + r, n - (size_t)r) < 0)
-            goto oom;
+        int h = (size_t)r < n && !c->l.closing ? hold(c, p + r, n - (size_t)r) : 0;
+        if (h < 0)
+            return h;
         return c->l.closing ? CQ_ECLOSED : 0;
     }
-    if (cq_sbuf_append(&c->in, p, n) < 0)
-        goto oom;
+    int h = hold(c, p, n);
+    if (h < 0)
+        return h;
     ssize_t r = parse_frames(c, c->in.data, c->in.len);
     if (r < 0)
         return (int)r;
-    if (!c->l.dead)
+    if (!c->l.dead) {
         cq_sbuf_consume(&c->in, (size_t)r);
+        c->l.s->st.input_bytes -= (size_t)r;
+    }
     return c->l.closing ? CQ_ECLOSED : 0;
-oom:
-    cq__mqsrv_close(c);
-    return -ENOMEM;
 }
 
 /* ---- completions, pushes, housekeeping -------------------------------------------------- */

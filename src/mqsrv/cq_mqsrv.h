@@ -55,6 +55,13 @@ typedef struct cq_mqsrv_conn cq_mqsrv_conn_t;
 #define CQ_MQSRV_PURGE_ROWS    1000 /* rows per retention purge transaction */
 /* Queued bytes that close a connection at once (opts.sendq_hard_limit 0). */
 #define CQ_MQSRV_SENDQ_HARD_DFL (64u * 1024u * 1024u)
+/* Before connect: the largest frame (opts.preauth_frame 0) and the unsent bytes that close the
+ * connection at once. A connect frame is a few hundred bytes; a peer that has not shown a token
+ * gets no more of the server's memory than this. */
+#define CQ_MQSRV_PREAUTH_FRAME_DFL (4u * 1024u)
+#define CQ_MQSRV_PREAUTH_SENDQ     (64u * 1024u)
+/* Bytes of partial frames held by all seed connections together (opts.input_budget 0). */
+#define CQ_MQSRV_INPUT_BUDGET_DFL (64u * 1024u * 1024u)
 
 /* The edge's side of one connection (seed protocol or HTTP API): the transport ops every chanq
  * connection has (src/transport/cq_transport.h), plus abort. tctx is the edge's per-connection
@@ -83,7 +90,9 @@ typedef struct cq_mqsrv_ops {
 /* Counters; read on the engine's thread. */
 typedef struct cq_mqsrv_stats {
     uint64_t conns, frames, bad_frames, keepalives, produced, consumed, pushes, busy;
-    uint64_t slow; /* connections closed as slow consumers (send queue limits) */
+    uint64_t slow;          /* connections closed as slow consumers (send queue limits) */
+    uint64_t input_bytes;   /* bytes of partial frames held now, all seed connections */
+    uint64_t input_refused; /* connections closed busy: their bytes went over the budget */
 } cq_mqsrv_stats_t;
 
 /* Sets the edge's callbacks: ops borrowed (static) and ud, or NULL (completions then only
@@ -103,6 +112,9 @@ int cq_mqsrv_conn_input(cq_mqsrv_conn_t *c, const uint8_t *p, size_t n);
 void cq_mqsrv_conn_close(cq_mqsrv_conn_t *c);
 /* c's send queue (borrowed, valid until cq_mqsrv_conn_close): what ops->t.flush writes. */
 cq_sendq_t *cq_mqsrv_conn_sendq(cq_mqsrv_conn_t *c);
+/* For the edge's timeouts: the whole frames c received so far and whether its connect
+ * succeeded. */
+void cq_mqsrv_conn_progress(const cq_mqsrv_conn_t *c, uint64_t *ret_frames, bool *ret_authed);
 
 /* Calls t.flush of every connection (seed and HTTP) that queued output since the last call,
  * once each. Call once per loop iteration, just before the loop blocks (uv_prepare). */

@@ -61,10 +61,13 @@ int cq__mq_link_send(mq_link_t *l, cq_buf_t *b)
         cq_buf_unref(b);
         return CQ_ECLOSED;
     }
-    int r = cq_sendq_push_ref(&l->sendq, b, CQ_SENDQ_PACKET, s->sendq_hard);
+    bool pre = l->hard_limit && l->hard_limit < s->sendq_hard; /* before connect */
+    int r = cq_sendq_push_ref(&l->sendq, b, CQ_SENDQ_PACKET, pre ? l->hard_limit : s->sendq_hard);
     if (r < 0) {
         cq_buf_unref(b);
-        if (r == CQ_ESLOW)
+        if (r == CQ_ESLOW && pre)
+            link_abort(l, "over the unsent bytes allowed before connect");
+        else if (r == CQ_ESLOW)
             link_abort(l, "slow consumer: over mq-sendq-hard-limit");
         else
             cq__mq_link_close(l);

@@ -69,6 +69,7 @@ struct cq_mqsrv {
     cq_list_t soft;            /* mq_link_t over the soft limit of queued bytes */
     size_t sendq_soft, sendq_hard;
     uint32_t sendq_soft_s;
+    size_t preauth_frame, input_budget; /* see cq_mqsrv_opts_t */
     mq_topic_t **topics; /* owned, in the order they became known (lists and metrics) */
     size_t ntopics, topics_cap;
     cq_smap_t topic_idx; /* name (ASCII case folded, as the store compares) -> mq_topic_t */
@@ -113,6 +114,7 @@ struct mq_link {
     char peer[64];                  /* the peer's address (ops->t.peer at init), or "?" */
     bool peer_loopback;             /* peer is a loopback address: writes need no permissions */
     size_t inflight;                /* store requests submitted and not yet completed */
+    size_t hard_limit;              /* unsent bytes that close it; 0: the engine's sendq_hard */
     bool closing;                   /* close or abort was called: nothing more is sent */
     bool dead;                      /* the edge closed it: ops are gone */
 };
@@ -136,6 +138,7 @@ struct cq_mqsrv_conn {
     uint64_t id;
     uint32_t client_type;
     uint32_t registered, watching; /* topic_nums of add_topic / watch responses */
+    uint64_t frames;               /* whole frames received */
     bool authed;
 };
 
