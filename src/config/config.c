@@ -114,6 +114,12 @@ static const opt_t opts[] = {
         "same time; players behind one carrier-grade NAT share an address."),
     STR("admin-addr", NULL, admin_addr, "127.0.0.1:8080", NULL, "HOST:PORT",
         "Address of the HTTP listener serving /metrics; empty disables it."),
+    INT("admin-max-connections", NULL, admin_max_connections, "16", 1, 100000, "N",
+        "Admin listener connections at the same time; more are closed on accept. A scraper "
+        "and a health check need one each."),
+    INT("admin-timeout-ms", NULL, admin_timeout_ms, "10000", 0, 3600000, "MS",
+        "Longest life of an admin connection (one request and its answer) from accept; 0 "
+        "disables. Slower peers, e.g. one sending its request a byte at a time, are closed."),
     BOOL("dev", "dev", dev, "false",
          "Development mode: allows --auth-provider=dev (every AUTH accepted) on listeners that "
          "are not on loopback; without it chanqd refuses to start that way."),
@@ -172,8 +178,17 @@ static const opt_t opts[] = {
         "TCP keepalive idle time in seconds; 0 disables keepalive."),
     INT("max-packet-size", NULL, max_packet_size, "65535", 64, 65535, "BYTES",
         "Largest inbound packet body; a larger one closes the connection."),
-    INT("max-connections", NULL, max_connections, "100000", 1, 10000000, "N",
-        "Connections accepted at the same time; more are closed on accept."),
+    INT("max-connections", NULL, max_connections, "0", 0, 10000000, "N",
+        "Channel connections (every client and server listener and transport) at the same "
+        "time; more are closed on accept. 0: what the open-file limit leaves after the other "
+        "caps and --fd-reserve, at most 100000. A value that does not fit in the open-file "
+        "limit stops chanqd at start."),
+    INT("fd-reserve", NULL, fd_reserve, "256", 0, 1000000, "N",
+        "File descriptors chanqd keeps for itself beyond the connection caps (store files, "
+        "listeners, loops, timers, logs). At start chanqd raises its open-file limit "
+        "(RLIMIT_NOFILE) to the hard limit and refuses to start when --max-connections, "
+        "--mq-max-connections, --mq-http-max-connections, --admin-max-connections and this do "
+        "not fit in it."),
     INT("max-channels", NULL, max_channels, "65535", 1, 65535, "N",
         "Channels alive at the same time (GLOBAL included); a CREATE_CHANNEL beyond closes the "
         "creator, logged and counted in chanq_limit_closed."),
@@ -229,6 +244,29 @@ static const opt_t opts[] = {
         "API from a browser; a request with another Origin gets 403. Empty allows none."),
     SIZE("mq-max-content", NULL, mq_max_content, "64k", 1, 16 * MIB,
          "Largest content of one durable message; larger ones are refused, never truncated."),
+    INT("mq-max-connections", NULL, mq_max_connections, "1024", 1, 1000000, "N",
+        "Seed-protocol (--mq-addr) connections at the same time; more are closed on accept. "
+        "Producers and consumers are backend services holding long-lived connections."),
+    INT("mq-auth-timeout-ms", NULL, mq_auth_timeout_ms, "10000", 0, 3600000, "MS",
+        "Close seed-protocol connections that have not completed connect this long after "
+        "accept; 0 disables."),
+    INT("mq-idle-timeout-ms", NULL, mq_idle_timeout_ms, "300000", 0, 86400000, "MS",
+        "Close seed-protocol connections that sent no whole frame for this long; 0 disables. "
+        "Clients that hold a quiet connection (a watcher) send keepalive more often than this: "
+        "the default leaves room for a keepalive every 60 s to be missed four times."),
+    INT("mq-http-max-connections", NULL, mq_http_max_connections, "256", 1, 1000000, "N",
+        "HTTP API (--mq-http-addr) connections at the same time; more are closed on accept."),
+    INT("mq-http-timeout-ms", NULL, mq_http_timeout_ms, "30000", 0, 3600000, "MS",
+        "Close HTTP API connections that got no answer for this long, counted from accept or "
+        "from the previous answer: a request not whole (or not answered) in time, and an idle "
+        "keep-alive connection; 0 disables."),
+    SIZE("mq-preauth-max-frame", NULL, mq_preauth_max_frame, "4k", 64, 16 * MIB,
+         "Largest seed-protocol frame before a successful connect (a connect is a few hundred "
+         "bytes); a larger one is answered bad_length and the connection closed."),
+    SIZE("mq-input-budget", NULL, mq_input_budget, "64m", 64 * KIB, 64 * GIB,
+         "Bytes of partial seed-protocol frames all connections may hold together; the "
+         "connection whose bytes would go over it is answered busy and closed. At least the "
+         "largest frame (--mq-max-content + 4 KiB, at least 1 MiB)."),
     INT("mq-max-pending", NULL, mq_max_pending, "100000", 1, 100000000, "N",
         "Durable writes pending in the store thread before producers get err busy."),
     SIZE("mq-sendq-soft-limit", NULL, mq_sendq_soft_limit, "0", 0, GIB,

@@ -98,6 +98,17 @@ typedef struct cq_config {
     size_t mq_sendq_hard_limit; /* MQ connections: unsent bytes that close at once */
     int retention_check_s;      /* seconds between retention purges */
     char *config;               /* the last config file loaded, "" if none */
+    /* listener limits (issue 10): caps, timeouts, pre-connect memory, file descriptors */
+    int fd_reserve;              /* fds beyond the connection caps the start check keeps */
+    int mq_max_connections;      /* seed connections at once */
+    int mq_auth_timeout_ms;      /* seed: connect within this from accept; 0 = never */
+    int mq_idle_timeout_ms;      /* seed: a whole frame at least this often; 0 = never */
+    int mq_http_max_connections; /* HTTP API connections at once */
+    int mq_http_timeout_ms;      /* HTTP API: an answer at least this often; 0 = never */
+    int admin_max_connections;   /* admin listener connections at once */
+    int admin_timeout_ms;        /* admin connection lifetime; 0 = unbounded */
+    size_t mq_preauth_max_frame; /* seed: largest frame before connect */
+    size_t mq_input_budget;      /* seed: bytes of partial frames, all connections */
 } cq_config_t;
 
 /* Fills c with the defaults. c's previous contents are not freed (call cq_config_done first

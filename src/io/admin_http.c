@@ -1,6 +1,11 @@
 /* admin_http.c - the admin HTTP listener on worker 0 (one request per connection). It only moves
  * bytes: what a request gets is cq_admin_respond()'s, over the metrics sources that src/main
- * registered (opts.admin). */
+ * registered (opts.admin).
+ *
+ * Limits, because the listener serves before any authentication: at most opts.admin_max_conns
+ * connections (more are accepted and closed at once, so the kernel backlog never fills), and a
+ * connection lives at most opts.admin_timeout_ms from accept to close, whatever it sends (a
+ * slowloris peer dribbling its head, or one that never reads the answer). */
 #include "cq_admin.h"
 #include "cq_alloc.h"
 #include "cq_log.h"
@@ -17,6 +22,8 @@ typedef struct admin_conn {
     uv_tcp_t tcp;
     uv_write_t wreq;
     io_worker_t *w;
+    cq_list_t node; /* in w->admin_conns until closed */
+    uint64_t accepted_ms;
     cq_sbuf_t in, out;
     uint8_t done;
 } admin_conn_t;
@@ -31,6 +38,11 @@ static void admin_closed(uv_handle_t *h)
 
 static void admin_close(admin_conn_t *a)
 {
+    if (!cq_list_empty(&a->node)) {
+        cq_list_remove(&a->node);
+        cq_list_init(&a->node);
+        a->w->admin_n--;
+    }
     if (!uv_is_closing((uv_handle_t *)&a->tcp))
         uv_close((uv_handle_t *)&a->tcp, admin_closed);
 }
@@ -76,55 +88,73 @@ static void admin_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         admin_close(a);
 }
 
-static void admin_accept(uv_stream_t *server, int status)
+static void admin_accept(io_lsn_t *l, int fd)
 {
-    io_worker_t *w = server->data;
-    if (status < 0)
+    io_worker_t *w = l->data;
+    if (w->admin_n >= w->io->opts.admin_max_conns) {
+        cq__io_lsn_refused(l, fd, "admin-max-connections reached");
         return;
+    }
     admin_conn_t *a = cq_calloc(1, sizeof(*a));
-    if (!a)
+    if (!a) {
+        close(fd);
         return;
+    }
     a->w = w;
     uv_tcp_init(&w->loop, &a->tcp);
     a->tcp.data = a;
-    if (uv_accept(server, (uv_stream_t *)&a->tcp) < 0) {
+    cq_list_insert_tail(&w->admin_conns, &a->node);
+    w->admin_n++;
+    a->accepted_ms = uv_now(&w->loop);
+    if (uv_tcp_open(&a->tcp, fd) < 0) {
+        close(fd);
         admin_close(a);
         return;
     }
     uv_read_start((uv_stream_t *)&a->tcp, admin_alloc, admin_read);
 }
 
+void cq__io_admin_sweep(io_worker_t *w, uint64_t now_ms)
+{
+    uint64_t tmo = w->io->opts.admin_timeout_ms;
+    cq_list_t *n, *t;
+    if (!tmo)
+        return;
+    cq_list_foreach_safe(n, t, &w->admin_conns)
+    {
+        admin_conn_t *a = cq_container_of(n, admin_conn_t, node);
+        if (now_ms - a->accepted_ms < tmo)
+            return; /* oldest first: the rest are younger */
+        cq__io_lsn_count(&w->admin, IO_CLOSE_TIMEOUT);
+        admin_close(a);
+    }
+}
+
 int cq__io_admin_start(io_worker_t *w, char *err, size_t errlen)
 {
     const char *addr = w->io->opts.admin_addr;
+    cq_list_init(&w->admin_conns);
     if (!addr || !*addr) {
-        strcpy(w->io->bound[2], "-");
+        strcpy(w->io->bound[IO_B_ADMIN], "-");
         return 0;
     }
     if (!w->io->opts.admin) {
         snprintf(err, errlen, "admin address %s without a metrics registry", addr);
         return -EINVAL;
     }
-    int fd;
-    int r = cq__io_listen(addr, &fd, w->io->bound[2], sizeof(w->io->bound[2]), err, errlen);
+    w->admin.reasons = 1u << IO_CLOSE_CAP | 1u << IO_CLOSE_TIMEOUT;
+    int r =
+        cq__io_lsn_start(&w->admin, &w->loop, addr, "admin", admin_accept, w,
+                         w->io->bound[IO_B_ADMIN], sizeof(w->io->bound[IO_B_ADMIN]), err, errlen);
     if (r < 0)
         return r;
-    uv_tcp_init(&w->loop, &w->admin);
-    w->admin.data = w;
-    w->admin_active = 1;
-    if (uv_tcp_open(&w->admin, fd) < 0 ||
-        uv_listen((uv_stream_t *)&w->admin, 128, admin_accept) < 0) {
-        snprintf(err, errlen, "cannot listen on admin address %s", addr);
-        return -EINVAL;
-    }
-    CQ_INFO("io", "admin HTTP (/metrics, /healthz) on %s", w->io->bound[2]);
+    CQ_INFO("io", "admin HTTP (/metrics, /healthz) on %s", w->io->bound[IO_B_ADMIN]);
     return 0;
 }
 
 void cq__io_admin_close(io_worker_t *w)
 {
-    if (w->admin_active) {
-        w->admin_active = 0;
-        uv_close((uv_handle_t *)&w->admin, NULL);
-    }
+    cq__io_lsn_close(&w->admin);
+    while (w->admin_conns.next && !cq_list_empty(&w->admin_conns))
+        admin_close(cq_container_of(w->admin_conns.next, admin_conn_t, node));
 }

@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cq_admin.h"
 #include "cq_core.h"
@@ -40,7 +41,9 @@ typedef struct cq_io_opts {
     bool kcp_fast;                  /* fast KCP profile, else kcp-go's defaults */
     int kcp_idle_timeout_ms;
     int kcp_max_per_addr;
-    size_t max_packet_size; /* largest packet body (for KCP/WS buffers) */
+    size_t max_packet_size;    /* largest packet body (for KCP/WS buffers) */
+    uint32_t admin_max_conns;  /* admin connections at once; more are closed on accept */
+    uint32_t admin_timeout_ms; /* an admin connection's whole life; 0 = unbounded */
 } cq_io_opts_t;
 
 /* Binds the listeners, starts the workers and returns once they run. opts is copied; sh is
@@ -58,6 +61,11 @@ int cq_io_write_ready(cq_io_t *io, const char *mq_bound, const char *mqhttp_boun
  * before a reload starts are merged into that one reload, and one that arrives during a reload
  * causes another after it: a request is never lost. */
 int cq_io_run_until_signal(cq_io_t *io, void (*on_hup)(void *ud), void *ud);
+/* A metrics source for the admin registry (ud is the cq_io_t): the listeners' counters,
+ * chanq_accept_errors_total{port,reason="emfile"} (connections accepted and closed at once
+ * because the process was out of file descriptors) and chanq_listener_closes_total{port,reason}
+ * (the channel listeners' "cap", the admin listener's "cap" and "timeout"). Any thread. */
+int cq_io_metrics_append(void *ud, cq_sbuf_t *out);
 /* Stops and joins every worker (idempotent) and frees everything. Accepts NULL. */
 cq_io_t *cq_io_free(cq_io_t *io);
 

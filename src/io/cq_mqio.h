@@ -25,11 +25,24 @@ typedef struct cq_mqio cq_mqio_t;
 
 #define CQ_MQIO_METRICS_MS 250 /* how often the loop publishes its metrics snapshot */
 
+/* Connection limits of the two listeners: a connection over a cap is accepted and closed at
+ * once; the timeouts close a connection (0 disables each):
+ *   auth_timeout_ms  seed connections that have not completed connect, from accept
+ *   idle_timeout_ms  seed connections that sent no whole frame for this long
+ *   http_timeout_ms  HTTP connections with no answer for this long from accept or from the
+ *                    previous answer: a request that is not whole (or not answered) in time,
+ *                    and a keep-alive connection left idle */
+typedef struct cq_mqio_limits {
+    uint32_t max_conns, http_max_conns;
+    uint32_t auth_timeout_ms, idle_timeout_ms, http_timeout_ms;
+} cq_mqio_limits_t;
+
 typedef struct cq_mqio_opts {
     const char *addr;      /* "HOST:PORT" */
     const char *http_addr; /* "HOST:PORT" of the HTTP API; NULL or "" = none */
     int retention_check_s; /* seconds between retention purges */
     int tcp_keepalive_s;   /* 0 = off */
+    cq_mqio_limits_t lim;
 } cq_mqio_opts_t;
 
 /* Returns an owned, not yet started object, or NULL on OOM. */

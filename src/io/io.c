@@ -236,6 +236,8 @@ static void on_tick(uv_timer_t *t)
 {
     io_worker_t *w = t->data;
     cq_core_tick(w->core, uv_now(&w->loop));
+    if (w->index == 0)
+        cq__io_admin_sweep(w, uv_now(&w->loop));
     if (!cq_list_empty(&w->paused))
         resume_paused(w);
 }
@@ -380,6 +382,19 @@ fail_early:
     cq_kcp_ipcount_free(io->kcp_ips);
     cq_free(io);
     return r;
+}
+
+int cq_io_metrics_append(void *ud, cq_sbuf_t *out)
+{
+    cq_io_t *io = ud;
+    io_worker_t *w0 = &io->workers[0];
+    io_lsn_t *v[IO_MAX_ACCEPTORS + 1];
+    size_t n = 0;
+    for (int i = 0; i < IO_MAX_ACCEPTORS; i++)
+        v[n++] = &w0->acceptors[i].lsn;
+    v[n++] = &w0->admin;
+    return cq__io_lsn_metrics_all(v, n, "chanq_accept_errors_total", "chanq_listener_closes_total",
+                                  out);
 }
 
 /* SIGHUP reloads coalesce: a signal only marks a reload as requested and arms a 0 ms timer;

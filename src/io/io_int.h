@@ -10,6 +10,7 @@
 #include "cq_io.h"
 #include "cq_list.h"
 #include "cq_mpsc.h"
+#include "cq_sbuf.h"
 
 typedef struct cq_io cq_io_t;
 struct cq_tls_ctx;
@@ -36,13 +37,61 @@ enum {
 #define IO_MAX_UDP       4
 #define IO_POOL_BYTES    (4u << 20) /* freed send batches and KCP segments a worker keeps */
 
-typedef struct io_acceptor {
+/* A listening socket on a loop (accept.c): accept4 from a uv_poll, each accepted socket handed
+ * to cb. Out of file descriptors (EMFILE, ENFILE) it does what production servers do instead of
+ * retrying accept4 at once (which spins the loop and floods the log): it closes its reserved fd,
+ * accepts and closes at once what the backlog holds (libuv's trick: the peers get a close rather
+ * than a hang), reopens the reserve, and stops polling for IO_LSN_PAUSE_MS (nginx's habit) while
+ * the loop keeps serving its connections. The log line is rate limited (one per IO_LSN_LOG_MS
+ * per listener, with the count suppressed since the last one). */
+typedef struct io_lsn io_lsn_t;
+
+/* Why a listener's owner closed a connection (chanq_listener_closes_total's reason label). */
+enum { IO_CLOSE_CAP, IO_CLOSE_TIMEOUT, IO_CLOSE_PREAUTH, IO_CLOSE_IDLE, IO_CLOSE__COUNT };
+typedef void (*io_lsn_cb)(io_lsn_t *l, int fd);
+
+#define IO_LSN_PAUSE_MS 100
+#define IO_LSN_LOG_MS   10000
+
+struct io_lsn {
     uv_poll_t poll;
-    int fd;
+    uv_timer_t pause;
+    int fd, reserve; /* reserve: an fd on /dev/null given up when out of fds; -1 when none */
+    io_lsn_cb cb;
+    void *data;            /* the owner's */
+    const char *name;      /* metrics label and logs: "client", "mq", ... (static) */
+    uint64_t log_ms;       /* uv_now of the last EMFILE line, 0 before */
+    uint64_t suppressed;   /* EMFILE events since that line */
+    _Atomic uint64_t shed; /* connections closed at once for lack of fds (any thread reads) */
+    _Atomic uint64_t closes[IO_CLOSE__COUNT]; /* by the owner, per reason (IO_CLOSE_*) */
+    unsigned reasons;                         /* bit per IO_CLOSE_* the metrics show */
+    uint8_t active, paused;
+};
+
+/* Binds addr and starts accepting on loop. name is static. bound gets the actual address. */
+int cq__io_lsn_start(io_lsn_t *l, uv_loop_t *loop, const char *addr, const char *name, io_lsn_cb cb,
+                     void *data, char *bound, size_t blen, char *err, size_t errlen);
+/* Stops accepting and closes the socket (from close callbacks: l must stay valid until the
+ * loop ran them). Idempotent. */
+void cq__io_lsn_close(io_lsn_t *l);
+/* Closes fd, accepted over the owner's cap (text for the rate-limited log line), and counts it. */
+void cq__io_lsn_refused(io_lsn_t *l, int fd, const char *cap);
+/* True when h is one of l's handles (loop walks). */
+bool cq__io_lsn_owns(const io_lsn_t *l, const uv_handle_t *h);
+/* Counts a close by the owner for reason (IO_CLOSE_*). Any thread. */
+void cq__io_lsn_count(io_lsn_t *l, int reason);
+/* Appends two counter families (TYPE lines included) over the started listeners in v: accept
+ * errors, {port,reason="emfile"}: connections accepted and closed at once because the process
+ * was out of file descriptors; and closes by the owner, {port,reason} for each reason in a
+ * listener's reasons. Any thread. Returns 0 or -ENOMEM. */
+int cq__io_lsn_metrics_all(io_lsn_t *const *v, size_t n, const char *errors_family,
+                           const char *closes_family, cq_sbuf_t *out);
+
+typedef struct io_acceptor {
+    io_lsn_t lsn;
     int type; /* CQ_CONN_CLIENT or CQ_CONN_SERVER */
     int kind; /* IO_TCP, IO_WS or IO_WSS */
     cq_framing_mode_t mode;
-    uint8_t active;
 } io_acceptor_t;
 
 /* A stream connection (TCP, WS or WSS) on a worker. ws is NULL for raw TCP. */
@@ -77,8 +126,9 @@ typedef struct io_worker {
     struct io_kcp *kcp[IO_MAX_UDP]; /* this worker's KCP sockets (kcp.c), NULL when off */
     /* worker 0 only */
     io_acceptor_t acceptors[IO_MAX_ACCEPTORS];
-    uv_tcp_t admin;
-    uint8_t admin_active;
+    io_lsn_t admin;        /* the admin HTTP listener (admin_http.c) */
+    cq_list_t admin_conns; /* its open connections, oldest first */
+    uint32_t admin_n;      /* how many */
 } io_worker_t;
 
 struct cq_io {
@@ -128,6 +178,9 @@ int cq__io_listen(const char *addr, int *ret_fd, char *bound, size_t blen, char 
 
 /* admin_http.c */
 int cq__io_admin_start(io_worker_t *w, char *err, size_t errlen);
+/* Closes the listener and every admin connection. */
 void cq__io_admin_close(io_worker_t *w);
+/* Closes the admin connections older than opts.admin_timeout_ms (worker 0's tick). */
+void cq__io_admin_sweep(io_worker_t *w, uint64_t now_ms);
 
 #endif

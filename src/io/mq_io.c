@@ -25,8 +25,8 @@
 struct cq_mqio {
     uv_loop_t loop;
     uv_async_t wake;
-    uv_tcp_t listener;
-    uv_tcp_t http_listener; /* the HTTP API, when http_on */
+    io_lsn_t listener;      /* the seed protocol (accept.c: EMFILE-safe accepts) */
+    io_lsn_t http_listener; /* the HTTP API, when http_on */
     uv_prepare_t prepare;   /* writes the connections with queued output, once per iteration */
     uv_timer_t tick;
     uv_timer_t retention;
@@ -39,6 +39,9 @@ struct cq_mqio {
     uint8_t *rbuf;
     int keepalive_s;
     uint64_t retention_ms;
+    cq_mqio_limits_t lim; /* connection caps and timeouts */
+    cq_list_t conns;      /* every mq_conn_t, for the timeout sweep */
+    uint32_t nconns[2];   /* open seed [0] and HTTP [1] connections */
     bool loop_ok, started, http_on;
     char http_bound[80]; /* "" when the HTTP API is off */
     /* The metrics snapshot that the admin listener (worker 0, another thread) serves: the MQ
@@ -64,6 +67,10 @@ typedef struct mq_conn {
     bool closing;           /* close asked: stop reading, write what is queued, shut down */
     bool shut;              /* uv_shutdown was called */
     bool dropped;           /* uv_close was called: nothing is written any more */
+    cq_list_t node;         /* in io->conns until closed */
+    uint64_t accepted_ms;   /* uv_now at accept */
+    uint64_t active_ms;     /* last progress: a whole frame (seed), an answer (HTTP) */
+    uint64_t frames;        /* whole frames the engine had taken at active_ms (seed) */
 } mq_conn_t;
 
 static uint64_t unix_ms(void)
@@ -81,9 +88,19 @@ static void conn_closed(uv_handle_t *h)
     cq_free(mc);
 }
 
+static void conn_unlist(mq_conn_t *mc)
+{
+    if (cq_list_empty(&mc->node))
+        return;
+    cq_list_remove(&mc->node);
+    cq_list_init(&mc->node);
+    mc->io->nconns[mc->http != NULL]--;
+}
+
 static void conn_drop(mq_conn_t *mc)
 {
     mc->closing = mc->dropped = true;
+    conn_unlist(mc);
     if (!uv_is_closing((uv_handle_t *)&mc->tcp))
         uv_close((uv_handle_t *)&mc->tcp, conn_closed);
 }
@@ -112,6 +129,8 @@ static void conn_flush(void *tctx)
 {
     mq_conn_t *mc = tctx;
     size_t left = 0;
+    if (mc->http && !cq_sendq_idle(mc->q))
+        mc->active_ms = uv_now(&mc->io->loop); /* an answer: the request was whole */
     if (mc->dropped || mc->writing)
         return;
     int r = cq__io_stream_write((uv_stream_t *)&mc->tcp, mc->q, &mc->wreq, on_written, true, &left);
@@ -172,6 +191,21 @@ static int conn_peer(void *tctx, char *buf, size_t len)
 static const cq_mqsrv_conn_ops_t conn_ops = {{"tcp", conn_flush, conn_close, conn_peer},
                                              conn_abort};
 
+/* A seed connection made progress when the engine took a whole frame since the last look:
+ * bytes alone (a frame dribbled one byte at a time) are not. */
+static void seed_progress(mq_conn_t *mc)
+{
+    uint64_t frames;
+    bool authed;
+    if (mc->dropped)
+        return;
+    cq_mqsrv_conn_progress(mc->conn, &frames, &authed);
+    if (frames != mc->frames) {
+        mc->frames = frames;
+        mc->active_ms = uv_now(&mc->io->loop);
+    }
+}
+
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
     mq_conn_t *mc = h->data;
@@ -188,24 +222,35 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     cq_mqsrv_set_now(mc->io->srv, (int64_t)unix_ms());
-    if (mc->http)
+    if (mc->http) {
         cq_mqhttp_conn_input(mc->http, (const uint8_t *)buf->base, (size_t)nread);
-    else
-        cq_mqsrv_conn_input(mc->conn, (const uint8_t *)buf->base, (size_t)nread);
+        return;
+    }
+    cq_mqsrv_conn_input(mc->conn, (const uint8_t *)buf->base, (size_t)nread);
+    seed_progress(mc);
 }
 
-static void accept_conn(uv_stream_t *server, int status, bool http)
+static void accept_conn(io_lsn_t *l, int fd, bool http)
 {
-    cq_mqio_t *io = server->data;
-    if (status < 0)
+    cq_mqio_t *io = l->data;
+    uint32_t cap = http ? io->lim.http_max_conns : io->lim.max_conns;
+    if (io->nconns[http] >= cap) {
+        cq__io_lsn_refused(l, fd,
+                           http ? "mq-http-max-connections reached" : "mq-max-connections reached");
         return;
+    }
     mq_conn_t *mc = cq_calloc(1, sizeof(*mc));
-    if (!mc)
+    if (!mc) {
+        close(fd);
         return;
+    }
     mc->io = io;
     uv_tcp_init(&io->loop, &mc->tcp);
     mc->tcp.data = mc;
-    bool ok = uv_accept(server, (uv_stream_t *)&mc->tcp) == 0;
+    cq_list_init(&mc->node);
+    bool ok = uv_tcp_open(&mc->tcp, fd) == 0;
+    if (!ok)
+        close(fd);
     if (ok && http && (mc->http = cq_mqhttp_conn_new(io->srv, &conn_ops, mc)))
         mc->q = cq_mqhttp_conn_sendq(mc->http);
     else if (ok && !http && (mc->conn = cq_mqsrv_conn_new(io->srv, &conn_ops, mc)))
@@ -215,20 +260,61 @@ static void accept_conn(uv_stream_t *server, int status, bool http)
         conn_drop(mc);
         return;
     }
+    cq_list_insert_tail(&io->conns, &mc->node);
+    io->nconns[http]++;
+    mc->accepted_ms = mc->active_ms = uv_now(&io->loop);
     uv_tcp_nodelay(&mc->tcp, 1);
     if (io->keepalive_s > 0)
         uv_tcp_keepalive(&mc->tcp, 1, (unsigned)io->keepalive_s);
     uv_read_start((uv_stream_t *)&mc->tcp, on_alloc, on_read);
 }
 
-static void on_accept(uv_stream_t *server, int status)
+static void on_accept(io_lsn_t *l, int fd)
 {
-    accept_conn(server, status, false);
+    accept_conn(l, fd, false);
 }
 
-static void on_accept_http(uv_stream_t *server, int status)
+static void on_accept_http(io_lsn_t *l, int fd)
 {
-    accept_conn(server, status, true);
+    accept_conn(l, fd, true);
+}
+
+/* ---- timeouts ------------------------------------------------------------------------------
+ * Checked on the tick (every MQ_TICK_MS), so a limit holds to within that. A connection over a
+ * limit is dropped at once, with what it has queued: a peer that dribbles bytes or never reads
+ * gets no more of the server's memory or time. */
+
+/* The reason mc is over a limit at now (IO_CLOSE_*), or -1. */
+static int conn_expired(const mq_conn_t *mc, uint64_t now)
+{
+    const cq_mqio_limits_t *lim = &mc->io->lim;
+    if (mc->http)
+        return lim->http_timeout_ms && now - mc->active_ms >= lim->http_timeout_ms
+                   ? IO_CLOSE_TIMEOUT
+                   : -1;
+    uint64_t frames;
+    bool authed;
+    cq_mqsrv_conn_progress(mc->conn, &frames, &authed);
+    if (!authed && lim->auth_timeout_ms && now - mc->accepted_ms >= lim->auth_timeout_ms)
+        return IO_CLOSE_PREAUTH;
+    if (lim->idle_timeout_ms && now - mc->active_ms >= lim->idle_timeout_ms)
+        return IO_CLOSE_IDLE;
+    return -1;
+}
+
+static void sweep_conns(cq_mqio_t *io)
+{
+    uint64_t now = uv_now(&io->loop);
+    cq_list_t *n, *t;
+    cq_list_foreach_safe(n, t, &io->conns)
+    {
+        mq_conn_t *mc = cq_container_of(n, mq_conn_t, node);
+        int why = conn_expired(mc, now);
+        if (why < 0)
+            continue;
+        cq__io_lsn_count(mc->http ? &io->http_listener : &io->listener, why);
+        conn_drop(mc);
+    }
 }
 
 /* ---- completions and housekeeping -------------------------------------------------------- */
@@ -253,9 +339,13 @@ static void close_walk(uv_handle_t *h, void *arg)
     cq_mqio_t *io = arg;
     if (uv_is_closing(h))
         return;
-    if (h->type == UV_TCP && h != (uv_handle_t *)&io->listener &&
-        h != (uv_handle_t *)&io->http_listener) {
+    if (h->type == UV_TCP) {
         conn_drop(h->data);
+        return;
+    }
+    if (cq__io_lsn_owns(&io->listener, h) || cq__io_lsn_owns(&io->http_listener, h)) {
+        cq__io_lsn_close(&io->listener);
+        cq__io_lsn_close(&io->http_listener);
         return;
     }
     if (h == (uv_handle_t *)&io->wake) {
@@ -289,6 +379,7 @@ static void on_tick(uv_timer_t *t)
 {
     cq_mqio_t *io = t->data;
     cq_mqsrv_tick(io->srv, uv_now(&io->loop));
+    sweep_conns(io);
 }
 
 static void on_retention(uv_timer_t *t)
@@ -297,12 +388,35 @@ static void on_retention(uv_timer_t *t)
     cq_mqsrv_retention(io->srv, (int64_t)unix_ms());
 }
 
+/* The edge's own counters: its listeners' and the engine's pre-connect and input budget refusals
+ * (MQ loop thread). */
+static int edge_metrics(cq_mqio_t *io, cq_sbuf_t *b)
+{
+    io_lsn_t *v[2] = {&io->listener, &io->http_listener};
+    cq_mqsrv_stats_t st;
+    char t[512];
+    cq_mqsrv_stats(io->srv, &st);
+    int n = snprintf(t, sizeof(t),
+                     "# TYPE chanq_mq_connections gauge\n"
+                     "chanq_mq_connections{port=\"mq\"} %u\n"
+                     "chanq_mq_connections{port=\"mqhttp\"} %u\n"
+                     "# TYPE chanq_mq_input_bytes gauge\nchanq_mq_input_bytes %llu\n"
+                     "# TYPE chanq_mq_input_refused_total counter\n"
+                     "chanq_mq_input_refused_total %llu\n",
+                     io->nconns[0], io->nconns[1], (unsigned long long)st.input_bytes,
+                     (unsigned long long)st.input_refused);
+    int r = cq_sbuf_append(b, t, (size_t)n);
+    return r < 0 ? r
+                 : cq__io_lsn_metrics_all(v, io->http_on ? 2 : 1, "chanq_mq_accept_errors_total",
+                                          "chanq_mq_closes_total", b);
+}
+
 /* Renders the metrics and publishes them (MQ loop thread). */
 static void metrics_refresh(cq_mqio_t *io)
 {
     cq_sbuf_t b;
     cq_sbuf_init(&b);
-    if (cq_mqsrv_metrics(io->srv, &b) < 0) {
+    if (cq_mqsrv_metrics(io->srv, &b) < 0 || edge_metrics(io, &b) < 0) {
         cq_sbuf_done(&b);
         return; /* out of memory: keep the previous snapshot */
     }
@@ -358,27 +472,13 @@ cq_mqio_t *cq_mqio_new(void)
     return io;
 }
 
-static int listen_on(cq_mqio_t *io, uv_tcp_t *l, uv_connection_cb cb, const char *addr, char *bound,
-                     size_t blen, char *err, size_t errlen)
-{
-    int fd;
-    int r = cq__io_listen(addr, &fd, bound, blen, err, errlen);
-    if (r < 0)
-        return r;
-    uv_tcp_init(&io->loop, l);
-    l->data = io;
-    if ((r = uv_tcp_open(l, fd)) < 0 || (r = uv_listen((uv_stream_t *)l, 1024, cb)) < 0) {
-        snprintf(err, errlen, "cannot listen on mq address %s: %s", addr, uv_strerror(r));
-        return r;
-    }
-    return 0;
-}
-
 int cq_mqio_start(cq_mqio_t *io, cq_mqsrv_t *srv, const cq_mqio_opts_t *opts, char *bound,
                   size_t blen, char *err, size_t errlen)
 {
     io->srv = srv;
     io->keepalive_s = opts->tcp_keepalive_s;
+    io->lim = opts->lim;
+    cq_list_init(&io->conns);
     io->retention_ms =
         (uint64_t)(opts->retention_check_s > 0 ? opts->retention_check_s : 60) * 1000;
     io->rbuf = cq_malloc(MQ_READ_BUF);
@@ -403,13 +503,18 @@ int cq_mqio_start(cq_mqio_t *io, cq_mqsrv_t *srv, const cq_mqio_opts_t *opts, ch
     uv_timer_init(&io->loop, &io->metrics);
     io->metrics.data = io;
     uv_timer_start(&io->metrics, on_metrics, CQ_MQIO_METRICS_MS, CQ_MQIO_METRICS_MS);
-    metrics_refresh(io); /* before the thread starts: /metrics has the MQ part at once */
-    int r = listen_on(io, &io->listener, on_accept, opts->addr, bound, blen, err, errlen);
+    io->listener.reasons = 1u << IO_CLOSE_CAP | 1u << IO_CLOSE_PREAUTH | 1u << IO_CLOSE_IDLE;
+    io->http_listener.reasons = 1u << IO_CLOSE_CAP | 1u << IO_CLOSE_TIMEOUT;
+    int r = cq__io_lsn_start(&io->listener, &io->loop, opts->addr, "mq", on_accept, io, bound, blen,
+                             err, errlen);
     if (r == 0 && opts->http_addr && *opts->http_addr) {
-        r = listen_on(io, &io->http_listener, on_accept_http, opts->http_addr, io->http_bound,
-                      sizeof(io->http_bound), err, errlen);
+        r = cq__io_lsn_start(&io->http_listener, &io->loop, opts->http_addr, "mqhttp",
+                             on_accept_http, io, io->http_bound, sizeof(io->http_bound), err,
+                             errlen);
         io->http_on = r == 0;
     }
+    if (r == 0)
+        metrics_refresh(io); /* before the thread starts: /metrics has the MQ part at once */
     if (r == 0 && uv_thread_create(&io->thread, loop_main, io) < 0) {
         snprintf(err, errlen, "mq: cannot create the loop thread");
         r = -EAGAIN;

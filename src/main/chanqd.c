@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -216,6 +217,54 @@ static void core_opts(const app_t *a, cq_core_opts_t *o)
     o->max_channel_data = c->max_channel_data_size;
 }
 
+/* ---- file descriptors --------------------------------------------------------------------- */
+
+#define AUTO_MAX_CONNECTIONS 100000 /* --max-connections 0, when the open-file limit allows */
+
+/* Raises the open-file limit to the hard limit: a server that holds one fd per connection must
+ * not stop at the login shell's 1024. */
+static rlim_t raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return 0;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t cur = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            rl.rlim_cur = cur; /* e.g. RLIM_INFINITY above fs.nr_open */
+    }
+    return rl.rlim_cur;
+}
+
+/* Every connection cap plus --fd-reserve must fit in the open-file limit, or fd exhaustion is a
+ * matter of time; --max-connections 0 takes what is left (at most AUTO_MAX_CONNECTIONS). */
+static int fit_fd_limit(cq_config_t *c)
+{
+    rlim_t lim = raise_nofile();
+    unsigned long long mq = *c->mq_addr ? (unsigned long long)c->mq_max_connections : 0;
+    unsigned long long http = *c->mq_addr && *c->mq_http_addr ? c->mq_http_max_connections : 0;
+    unsigned long long adm = *c->admin_addr ? (unsigned long long)c->admin_max_connections : 0;
+    unsigned long long other = mq + http + adm + (unsigned long long)c->fd_reserve;
+    if (c->max_connections == 0 && lim > other)
+        c->max_connections =
+            (int)(lim - other > AUTO_MAX_CONNECTIONS ? AUTO_MAX_CONNECTIONS : lim - other);
+    unsigned long long need = other + (unsigned long long)c->max_connections;
+    if (c->max_connections > 0 && need <= lim) {
+        CQ_INFO("main", "open-file limit %llu: --max-connections %d", (unsigned long long)lim,
+                c->max_connections);
+        return 0;
+    }
+    CQ_ERROR("main",
+             "open-file limit %llu is below the %llu file descriptors the caps need "
+             "(--max-connections %d + --mq-max-connections %llu + --mq-http-max-connections %llu "
+             "+ --admin-max-connections %llu + --fd-reserve %d): raise the limit (ulimit -Hn, "
+             "LimitNOFILE=) or lower the caps",
+             (unsigned long long)lim, need + (c->max_connections ? 0 : 1), c->max_connections, mq,
+             http, adm, c->fd_reserve);
+    return CQ_ECONFIG;
+}
+
 /* ---- durable topics ---------------------------------------------------------------------- */
 
 static int load_perms(app_t *a)
@@ -295,10 +344,21 @@ static int make_engine(app_t *a, const cq_store_topic_t *topics, const uint64_t 
         .authlim = a->authlim,
         .http_hosts = c->mq_http_hosts,
         .http_origins = c->mq_http_origins,
+        .preauth_frame = c->mq_preauth_max_frame,
+        .input_budget = c->mq_input_budget,
     };
     /* a frame must hold at least one message of the largest size, with its JSON around it */
     uint64_t total = (uint64_t)c->mq_max_content + 4096;
     so.limits.max_total = total > CQ_MQ_DEFAULT_MAX_TOTAL ? (uint32_t)total : 0;
+    if (c->mq_input_budget < (total > CQ_MQ_DEFAULT_MAX_TOTAL ? total : CQ_MQ_DEFAULT_MAX_TOTAL)) {
+        CQ_ERROR("main",
+                 "--mq-input-budget %zu is below the largest frame (%llu bytes): one "
+                 "frame could never be received",
+                 c->mq_input_budget,
+                 (unsigned long long)(total > CQ_MQ_DEFAULT_MAX_TOTAL ? total
+                                                                      : CQ_MQ_DEFAULT_MAX_TOTAL));
+        return CQ_ECONFIG;
+    }
     a->mqsrv = cq_mqsrv_new(&so);
     return a->mqsrv ? 0 : -ENOMEM;
 }
@@ -331,9 +391,16 @@ static int start_mq(app_t *a, char *bound, size_t blen)
     cq_mqio_opts_t mo = {.addr = c->mq_addr,
                          .http_addr = c->mq_http_addr,
                          .retention_check_s = c->retention_check_s,
-                         .tcp_keepalive_s = c->tcp_keepalive_s};
+                         .tcp_keepalive_s = c->tcp_keepalive_s,
+                         .lim = {.max_conns = (uint32_t)c->mq_max_connections,
+                                 .http_max_conns = (uint32_t)c->mq_http_max_connections,
+                                 .auth_timeout_ms = (uint32_t)c->mq_auth_timeout_ms,
+                                 .idle_timeout_ms = (uint32_t)c->mq_idle_timeout_ms,
+                                 .http_timeout_ms = (uint32_t)c->mq_http_timeout_ms}};
     char err[512] = "cannot start the store thread";
     r = a->writer ? make_engine(a, topics, hw, n) : -ENOMEM;
+    if (r == CQ_ECONFIG)
+        snprintf(err, sizeof(err), "durable topics not started");
     if (r == 0 && !(a->mq = cq_mqio_new()))
         r = -ENOMEM;
     if (r == 0)
@@ -418,8 +485,12 @@ static int start(app_t *a)
         .kcp_idle_timeout_ms = c->kcp_idle_timeout_ms,
         .kcp_max_per_addr = c->kcp_max_per_addr,
         .max_packet_size = (size_t)c->max_packet_size,
+        .admin_max_conns = (uint32_t)c->admin_max_connections,
+        .admin_timeout_ms = (uint32_t)c->admin_timeout_ms,
     };
     r = cq_io_start(a->sh, &io, &a->io, err, sizeof(err));
+    if (r == 0 && (r = cq_admin_add_source(a->admin, "io", cq_io_metrics_append, a->io)) < 0)
+        snprintf(err, sizeof(err), "cannot register the listener metrics: %s", cq_strerror(r));
     if (r < 0) {
         CQ_ERROR("main", "%s", err);
         return r;
@@ -451,7 +522,9 @@ int main(int argc, char **argv)
         return r < 0 ? 2 : 0;
     }
     cq_log_set_level((cq_log_level_t)a.cfg.log_level);
-    r = load_config_files(&a);
+    r = fit_fd_limit(&a.cfg);
+    if (r == 0)
+        r = load_config_files(&a);
     if (r == 0)
         r = load_schema(&a);
     if (r == 0)
@@ -459,6 +532,8 @@ int main(int argc, char **argv)
     if (r == 0)
         cq_io_run_until_signal(a.io, on_hup, &a);
     stop_mq(&a);
+    if (a.io)
+        cq_admin_remove_source(a.admin, cq_io_metrics_append, a.io);
     cq_io_free(a.io);
     cq_admin_free(a.admin);
     cq_shared_free(a.sh);

@@ -165,7 +165,17 @@ static void test_defaults(void **state)
     assert_int_equal(c.idle_timeout_ms, 0);
     assert_int_equal(c.tcp_keepalive_s, 60);
     assert_int_equal(c.max_packet_size, 65535);
-    assert_int_equal(c.max_connections, 100000);
+    assert_int_equal(c.max_connections, 0); /* what the open-file limit leaves */
+    assert_int_equal(c.fd_reserve, 256);
+    assert_int_equal(c.mq_max_connections, 1024);
+    assert_int_equal(c.mq_auth_timeout_ms, 10000);
+    assert_int_equal(c.mq_idle_timeout_ms, 300000);
+    assert_int_equal(c.mq_http_max_connections, 256);
+    assert_int_equal(c.mq_http_timeout_ms, 30000);
+    assert_int_equal(c.admin_max_connections, 16);
+    assert_int_equal(c.admin_timeout_ms, 10000);
+    assert_int_equal(c.mq_preauth_max_frame, 4 * KIB);
+    assert_int_equal(c.mq_input_budget, 64 * MIB);
     assert_int_equal(c.max_channels, 65535);
     assert_int_equal(c.max_subs_per_conn, 1024);
     assert_int_equal(c.sendq_soft_limit, MIB);
