@@ -20,7 +20,8 @@
  *   seed    every request frame that decodes gets exactly one answer (request type + 1) echoing
  *           its msg id and askid; pushes (18) are not answers. A frame that does not decode gets
  *           one error answer, shaped as cq_mq_encode_error() shapes it. A bad header or length
- *           gets one error frame (msg id 0, err_code 1 or 2) and closes the connection, as does
+ *           gets one error frame (msg id 0, err_code 1 or 2; before a successful connect a
+ *           frame over 4 KiB is a bad length) and closes the connection, as does
  *           a refused connect; nothing else closes one (but a slow consumer's abort). Closed,
  *           no further answers are owed.
  *   HTTP    one response per complete request, in order; "Connection: close" exactly when the
@@ -94,6 +95,7 @@ typedef struct fconn {
     bool gone;          /* the edge called cq_*_conn_close: the engine must not call its ops */
     bool will_close;    /* the ledger saw a request after which the engine must close */
     bool halted;        /* ... and reads no further requests */
+    bool authed;        /* the ledger saw a connect succeed: the full frame size applies */
     struct fconn *next; /* every connection of the input */
 } fconn_t;
 
@@ -195,9 +197,12 @@ static void expect_frame(fconn_t *f, const cq_mq_frame_t *fr)
                                   .has_askid = m->has & CQ_MQ_F_ASKID,
                                   .askid = m->askid});
         if (m->type == CQ_MQ_REQ_CONNECT &&
-            (m->client_type == CQ_MQ_PRODUCER || m->client_type == CQ_MQ_CONSUMER) &&
-            !cq_mqperm_auth(fz.perms, m->module_id, m->token))
-            f->will_close = f->halted = true; /* answered, then closed */
+            (m->client_type == CQ_MQ_PRODUCER || m->client_type == CQ_MQ_CONSUMER)) {
+            if (cq_mqperm_auth(fz.perms, m->module_id, m->token))
+                f->authed = true;
+            else
+                f->will_close = f->halted = true; /* answered, then closed */
+        }
         cq_mq_msg_free(m);
         return;
     }
@@ -224,8 +229,10 @@ static void expect_frames(fconn_t *f, const uint8_t *p, size_t n)
     ssize_t r;
     size_t off = 0;
     FUZZ_CHECK(cq_sbuf_append(&f->in, p, n) == 0);
+    /* before connect a frame is at most CQ_MQSRV_PREAUTH_FRAME_DFL bytes */
     while (!f->halted && off < f->in.len &&
-           (r = cq_mq_parse(f->in.data + off, f->in.len - off, 0, &fr)) != 0) {
+           (r = cq_mq_parse(f->in.data + off, f->in.len - off,
+                            f->authed ? 0 : CQ_MQSRV_PREAUTH_FRAME_DFL, &fr)) != 0) {
         if (r < 0) { /* the stream cannot be resynchronised */
             expect_push(f, (expect_t){.type = CQ_MQ_RESP_ERROR, .code = cq_mq_errcode((int)r)});
             f->will_close = f->halted = true;
