@@ -43,7 +43,8 @@ typedef struct io_ws {
     cq_sbuf_t pend;  /* wire bytes waiting for the next write */
     cq_sbuf_t out;   /* wire bytes of the uv_write in flight */
     uint8_t state;
-    uint8_t end_after_write; /* HTTP response or failed upgrade: close once written */
+    uint8_t end_after_write; /* last words queued (HTTP answer, Close): close once written */
+    int end_err;             /* the reason handed to the core then */
     const char *end_why;
 } io_ws_t;
 
@@ -132,7 +133,7 @@ static void ws_kick(io_conn_t *ic)
         return;
     }
     if (iw->end_after_write)
-        cq__io_conn_lost(ic, 0, iw->end_why);
+        cq__io_conn_lost(ic, iw->end_err, iw->end_why);
 }
 
 /* ---- packets of the send queue -> binary messages ---------------------------------------- */
@@ -279,11 +280,14 @@ static void on_ws_close(void *ud, int code, const uint8_t *reason, size_t len)
     CQ_DEBUG("ws", "conn %p: peer sent Close %d", (void *)iw->ic, code);
 }
 
-/* Ends the exchange after what is in pend has been written (HTTP answers). */
-static void end_after_write(io_ws_t *iw, const char *why)
+/* Ends the exchange after what is in pend has been written (an HTTP answer, the Close frame
+ * of a failed connection): reading stops now, and the core hears of the end (err, why) once
+ * the last byte is out, so the TCP close never overtakes it. */
+static void end_after_write(io_ws_t *iw, int err, const char *why)
 {
     iw->state = WS_ENDING;
     iw->end_after_write = 1;
+    iw->end_err = err;
     iw->end_why = why;
     uv_read_stop((uv_stream_t *)&iw->ic->tcp);
 }
@@ -297,7 +301,7 @@ static int answer_http_error(io_ws_t *iw, int status, const char *reason)
     char peer[64] = "?";
     cq__io_ws_ops.peer(iw->ic, peer, sizeof(peer));
     CQ_INFO("ws", "HTTP %d to %s: %s", status, peer, reason);
-    end_after_write(iw, "bad WebSocket upgrade request");
+    end_after_write(iw, 0, "bad WebSocket upgrade request");
     return 0;
 }
 
@@ -358,7 +362,7 @@ static void serve_plain(io_ws_t *iw, const cq_wsup_request_t *req)
     }
     cq_sbuf_done(&body);
     CQ_DEBUG("ws", "HTTP %d for %s", status, req->path);
-    end_after_write(iw, "HTTP request served");
+    end_after_write(iw, 0, "HTTP request served");
 }
 
 static int upgrade(io_ws_t *iw, const cq_wsup_request_t *req)
@@ -433,14 +437,14 @@ void cq__io_ws_input(io_conn_t *ic, const uint8_t *p, size_t n)
             cq__io_tcp_peer(ic, peer, sizeof(peer));
             CQ_INFO("ws", "TLS error from %s: %s", peer, cq_tls_error(iw->tls));
         }
-        try_write_pend(ic);
-        cq__io_conn_lost(ic, r == CQ_ECLOSED ? 0 : r,
-                         r == CQ_ECLOSED ? "TLS closed by peer" : ws_error_text(r));
+        end_after_write(iw, r == CQ_ECLOSED ? 0 : r,
+                        r == CQ_ECLOSED ? "TLS closed by peer" : ws_error_text(r));
+        ws_kick(ic);
         return;
     }
     if (iw->ws && cq_ws_done(iw->ws)) {
-        try_write_pend(ic);
-        cq__io_conn_lost(ic, 0, "WebSocket closed by peer");
+        end_after_write(iw, 0, "WebSocket closed by peer");
+        ws_kick(ic);
         return;
     }
     if (s < 0) {

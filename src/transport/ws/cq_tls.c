@@ -27,7 +27,8 @@ struct cq_tls_ctx {
 struct cq_tls {
     SSL *ssl;
     BIO *rbio, *wbio; /* owned by ssl */
-    bool dead;        /* failed or closed by the peer */
+    bool dead;        /* failed or closed by the peer: nothing more in or out */
+    bool in_done;     /* plain() refused input: no more input, but output still works */
     bool shut;        /* our close_notify was queued */
     char err[200];
 };
@@ -176,7 +177,10 @@ static int read_plain(cq_tls_t *t, cq_tls_plain_fn plain, void *ud)
             return ssl_fail(t, n);
         int r = plain(ud, buf, (size_t)n);
         if (r < 0) {
-            t->dead = true;
+            /* The layer above rejected what it read (a bad WebSocket frame, say) and has
+             * queued its last words (a Close frame). TLS itself is healthy: keep encrypting
+             * until the caller shuts down, or the peer never sees why it was dropped. */
+            t->in_done = true;
             return r;
         }
     }
@@ -184,7 +188,7 @@ static int read_plain(cq_tls_t *t, cq_tls_plain_fn plain, void *ud)
 
 int cq_tls_input(cq_tls_t *t, const uint8_t *cipher, size_t len, cq_tls_plain_fn plain, void *ud)
 {
-    if (t->dead)
+    if (t->dead || t->in_done)
         return CQ_ECLOSED;
     ERR_clear_error();
     int r = feed(t, cipher, len);

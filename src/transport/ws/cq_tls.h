@@ -54,8 +54,11 @@ void cq_tls_free(cq_tls_t *t);
  *   CQ_ETLS      fatal TLS error; cq_tls_error() has the OpenSSL reason, and an alert may be
  *                queued for cq_tls_out;
  *   -ENOMEM, or the error returned by plain().
- * After a non-zero return the session is dead: further input returns CQ_ECLOSED. Drain
- * cq_tls_out() afterwards in every case, then close on error. */
+ * After a non-zero return, further input returns CQ_ECLOSED. After CQ_ECLOSED, CQ_ETLS and
+ * -ENOMEM the session is dead (cq_tls_write returns CQ_ECLOSED); after an error of plain() it
+ * can still encrypt, so the caller can send its last words (a WebSocket Close frame) with
+ * cq_tls_write and cq_tls_shutdown. Drain cq_tls_out() afterwards in every case, then close
+ * on error. */
 int cq_tls_input(cq_tls_t *t, const uint8_t *cipher, size_t len, cq_tls_plain_fn plain, void *ud);
 
 /* Encrypts len bytes of plaintext (borrowed; all of it is taken). Only valid once the

@@ -3,12 +3,13 @@
 
 Stands in for the Autobahn fuzzingclient, which is not available offline (transports.md
 section 7). It speaks raw frames over a plain or TLS socket and runs the 26 cases of that
-section, each on a fresh connection, printing one line per case and then "N passed, N failed".
+section (27 with --max-message N, the server's message limit: a message of N + 1 bytes must
+fail with 1009), each on a fresh connection, printing one line per case and then "N passed, N failed".
 The exit status is 1 if any case failed (2 for usage errors).
 
 Usage:
   ws_conformance.py [--mode echo|chanq] [--tls] [--timeout S] [--origin O] [--case NAME]...
-                    ws://HOST:PORT/PATH          (wss://... implies --tls)
+                    [--max-message N] ws://HOST:PORT/PATH          (wss://... implies --tls)
   ws_conformance.py --list
 
 Modes:
@@ -19,8 +20,10 @@ Modes:
          longer message; or the packet split across messages), and a case succeeds when a
          binary message whose payload starts with b"CH" comes back.
 
-"Fail the connection" cases accept a Close with the expected code or a TCP close; any other
-Close code, or data in reply, fails them. With --tls the certificate is not verified.
+"Fail the connection" cases require the server's Close frame with the expected code, then the
+TCP close (for wss, after the Close frame); a TCP close without that Close frame (what a
+browser reports as 1006), another code, data in reply or bytes after the Close fail them.
+With --tls the certificate is not verified.
 """
 import argparse
 import base64
@@ -277,18 +280,16 @@ def describe(ev):
 
 
 def expect_fail(conn, code):
-    """The server must fail the connection: a Close with code, or a TCP close."""
+    """The server must fail the connection: its Close frame with code, then the TCP close."""
     while True:
         ev = conn.read_event()
-        if ev is None:
-            return
-        if ev[0] == "pong":
-            continue
-        if ev[0] == "close":
-            if ev[1] != code:
-                raise Failed("expected Close %d, got Close %d" % (code, ev[1]))
-            return
+        if ev is None or ev[0] != "pong":
+            break
+    if ev is None or ev[0] != "close" or ev[1] != code:
         raise Failed("expected Close %d, got %s" % (code, describe(ev)))
+    ev = conn.read_event()
+    if ev is not None:
+        raise Failed("expected the TCP close after Close %d, got %s" % (code, describe(ev)))
 
 
 def expect_close(conn, code):
@@ -451,6 +452,15 @@ def c_unmasked(c, m):
     expect_fail(c, 1002)
 
 
+def c_too_big(c, m):
+    # The length in the header is enough to fail; the client stops sending after 1 KiB of the
+    # payload, since a server that closes while the client is still sending makes the kernel
+    # answer with a reset, which can cost the client the Close frame (lingering close).
+    d = frame(BIN, m.data(c.args.max_message + 1))
+    c.send(d[:14 + 1024])
+    expect_fail(c, 1009)
+
+
 def c_bad_version(c, m):
     key = base64.b64encode(os.urandom(16)).decode()
     status, hdrs = c.request(["Upgrade: websocket", "Connection: Upgrade",
@@ -496,6 +506,7 @@ CASES = [
     ("close_reason_invalid_utf8_1007", c_close_reason_utf8, True),
     ("data_after_close", c_data_after_close, True),
     ("unmasked_client_frame_1002", c_unmasked, True),
+    ("message_too_big_1009", c_too_big, True),  # only with --max-message
     ("bad_version_426", c_bad_version, False),
     ("missing_upgrade_4xx", c_missing_upgrade, False),
 ]
@@ -519,6 +530,8 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per read (5)")
     p.add_argument("--origin", default="", help="send this Origin header")
     p.add_argument("--case", action="append", default=[], help="run only these cases")
+    p.add_argument("--max-message", type=int, default=0,
+                   help="the server's message size limit: adds message_too_big_1009")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     args = p.parse_args(argv)
     if args.list:
@@ -547,6 +560,8 @@ def main(argv):
     passed = failed = 0
     for i, (name, fn, upgrade) in enumerate(CASES, 1):
         if args.case and name not in args.case:
+            continue
+        if fn is c_too_big and not args.max_message:
             continue
         try:
             run_case(args, mode, fn, upgrade)

@@ -367,6 +367,18 @@ static void test_plain_callback_error(void **state)
     p->plain_fail = CQ_EWSPROTO;
     assert_int_equal(SSL_write(p->c, "data", 4), 4);
     assert_int_equal(pump_c2s(p), CQ_EWSPROTO);
+    /* Input is over, but the session still encrypts the caller's last words (the WebSocket
+     * Close frame of a failed connection), then its close_notify. */
+    assert_int_equal(cq_tls_input(p->s, (const uint8_t *)"x", 1, plain_cb, p), CQ_ECLOSED);
+    static const uint8_t close1002[] = {0x88, 0x02, 0x03, 0xea};
+    assert_int_equal(cq_tls_write(p->s, close1002, sizeof(close1002)), 0);
+    assert_int_equal(cq_tls_shutdown(p->s), 0);
+    assert_int_equal(pump_c2s(p), 0);
+    buf_t got = {0};
+    assert_int_equal(client_read(p, &got), SSL_ERROR_ZERO_RETURN);
+    assert_int_equal(got.len, sizeof(close1002));
+    assert_memory_equal(got.p, close1002, sizeof(close1002));
+    free(got.p);
     pair_free(p);
 }
 
