@@ -60,6 +60,11 @@ bool cq_conn_closing(const cq_conn_t *conn)
     return conn->state == CONN_CLOSING;
 }
 
+int cq_conn_close_reason(const cq_conn_t *conn)
+{
+    return conn->close_reason;
+}
+
 static void dir_remove(cq_shared_t *sh, uint32_t id)
 {
     pthread_mutex_lock(&sh->dir_lock);
@@ -100,6 +105,7 @@ void cq_core_conn_close(cq_core_t *c, cq_conn_t *conn, int reason, const char *w
     else
         CQ_DEBUG("conn", "closing conn %u (%s): %s", conn->id, peer, why ? why : "closed");
     conn->state = CONN_CLOSING;
+    conn->close_reason = reason;
     cq_list_remove(&conn->unauth_node);
     cq_list_remove(&conn->soft_node);
     cq_list_remove(&conn->pending_node);

@@ -157,6 +157,7 @@ struct cq_conn {
     uint64_t accepted_ms, last_rx_ms;
     cq_conn_chan_t *chans; /* local fan-out lists this connection is in */
     uint32_t n_chans, cap_chans;
+    int close_reason; /* the reason given to cq_core_conn_close (0 until then) */
 };
 
 /* ---- channels (owned by the worker chan_id % workers) ---- */

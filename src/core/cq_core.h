@@ -133,6 +133,10 @@ void cq_core_conn_release(cq_core_t *c, cq_conn_t *conn);
 cq_sendq_t *cq_conn_sendq(cq_conn_t *conn);
 uint32_t cq_conn_id(const cq_conn_t *conn);
 bool cq_conn_closing(const cq_conn_t *conn);
+/* Why the connection is closing: the reason given to cq_core_conn_close (0 for a normal close,
+ * a negative code otherwise; 0 before the close). For transports that can tell the peer (a
+ * WebSocket Close code). */
+int cq_conn_close_reason(const cq_conn_t *conn);
 /* True when the transport should stop reading this connection: the worker its messages go to
  * is behind (inbound flow control). Poll cq_core_conn_resume() (each loop iteration and tick)
  * and restart reading when it returns true. */

@@ -242,6 +242,26 @@ static void try_write_pend(io_conn_t *ic)
         cq_sbuf_consume(&iw->pend, (size_t)r);
 }
 
+/* The Close code for a close the core decided, by its reason (doc/transports.md, "Close
+ * codes"): a malformed channeld packet is a protocol error, a refusal under the server's rules
+ * (failed AUTH, timeouts, limits, a slow reader) a policy violation. */
+static uint16_t close_code(int reason)
+{
+    switch (reason) {
+    case 0:
+        return 1000;
+    case CQ_EAUTH:
+    case CQ_ETIMEOUT:
+    case CQ_ELIMIT:
+    case CQ_ESLOW:
+    case CQ_EFSM:
+    case CQ_EACL:
+        return 1008;
+    default: /* every other project code is about the peer's bytes; -errno is ours */
+        return reason <= CQ_EMAGIC ? 1002 : 1011;
+    }
+}
+
 static void ws_close(void *tctx)
 {
     io_conn_t *ic = tctx;
@@ -249,8 +269,11 @@ static void ws_close(void *tctx)
     if (ic->closing)
         return;
     if (iw->ws && cq_ws_can_send(iw->ws)) {
+        int reason = cq_conn_close_reason(ic->conn);
+        char text[124]; /* a Close reason is at most 123 bytes */
+        snprintf(text, sizeof(text), "%s", reason ? cq_strerror(reason) : "closed by server");
         ws_flush(ic); /* replies queued before the close */
-        cq_ws_close(iw->ws, 1000, "closed by server");
+        cq_ws_close(iw->ws, close_code(reason), text);
     }
     if (iw->tls && cq_tls_ready(iw->tls)) {
         seal(iw);

@@ -1,10 +1,12 @@
 /* it_common.c - see it_common.h. */
 #include "it_common.h"
 
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -82,11 +84,17 @@ static int lossy_proxy(const char *bin)
     return port;
 }
 
+/* The ws/wss bridge's --close-log: the Close code of each connection (ws_bridge.py). */
+static void close_log_path(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/ws-closes.log", g_srv.dir);
+}
+
 /* Starts the bridge for it_transport towards chanqd and points client connections at it. */
 static void bridge_start(void)
 {
-    char target[64];
-    const char *argv[12];
+    char target[64], close_log[320];
+    const char *argv[14];
     int n = 0;
     if (strncmp(it_transport, "ws", 2) == 0) {
         const char *py = getenv("CHANQ_WS_BRIDGE");
@@ -99,6 +107,9 @@ static void bridge_start(void)
         argv[n++] = py;
         argv[n++] = "--listen";
         argv[n++] = "127.0.0.1:0";
+        close_log_path(close_log, sizeof(close_log));
+        argv[n++] = "--close-log";
+        argv[n++] = close_log;
         argv[n++] = target;
     } else {
         const char *bin = getenv("CHANQ_KCP_PEER");
@@ -407,6 +418,38 @@ void it_expect_closed(it_conn_t *c)
     if (r != 1)
         print_error("conn %u: expected the server to close it (got %d)\n", c->id, r);
     assert_int_equal(r, 1);
+}
+
+int it_ws_close_code(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&ss, &sl), 0);
+    unsigned port = ntohs(((struct sockaddr_in *)&ss)->sin_port); /* same offset in _in6 */
+    char path[320], line[256];
+    close_log_path(path, sizeof(path));
+    FILE *f = fopen(path, "r");
+    int code = -1;
+    unsigned p;
+    int c;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "%u %d", &p, &c) == 2 && p == port)
+            code = c; /* the last one: ports are reused */
+    if (f)
+        fclose(f);
+    return code;
+}
+
+void it_expect_closed_ws(it_conn_t *c, int ws_code)
+{
+    it_expect_closed(c);
+    if (strncmp(it_transport, "ws", 2) != 0)
+        return;
+    int code = it_ws_close_code(chanq_sync_fd(c->s));
+    if (code != ws_code)
+        print_error("conn %u: expected WebSocket Close %d, the bridge saw %d\n", c->id, ws_code,
+                    code);
+    assert_int_equal(code, ws_code);
 }
 
 uint32_t it_create(it_conn_t *c, uint32_t type, const char *metadata, uint32_t stub)

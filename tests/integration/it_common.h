@@ -121,6 +121,15 @@ void it_need_visible_close(const char *why);
  * connection's close cannot be observed: the test is then skipped at this point. */
 void it_expect_closed(it_conn_t *c);
 
+/* Over ws/wss: the status code of the server's WebSocket Close frame for the client TCP
+ * connection fd (a libchanq or raw connection to the bridge), as the bridge recorded it before
+ * closing fd's TCP side: 1005 for a Close without a code, 1006 for no Close at all, -1 when
+ * nothing is recorded. Call after the close was seen. */
+int it_ws_close_code(int fd);
+/* it_expect_closed(c), then over ws/wss asserts that the server's Close frame carried
+ * ws_code (over TCP there is no code to check). */
+void it_expect_closed_ws(it_conn_t *c, int ws_code);
+
 /* Creates a channel (stub `stub`) and consumes the CreateChannelResult (asserting its fields)
  * and the creator's SUB result. Returns the new channel id. */
 uint32_t it_create(it_conn_t *c, uint32_t type, const char *metadata, uint32_t stub);

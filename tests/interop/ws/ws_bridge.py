@@ -4,7 +4,7 @@ TCP-speaking clients (chanq's C integration tests) over a real WebSocket client 
 
 Usage:
   ws_bridge.py [--listen 127.0.0.1:0] [--cafile CA.pem] [--origin O] [--max-size BYTES]
-               ws://HOST:PORT/PATH | wss://HOST:PORT/PATH
+               [--close-log FILE] ws://HOST:PORT/PATH | wss://HOST:PORT/PATH
 
 Listens on --listen (port 0 picks a free port) and prints "ready <port>" on stdout. For each
 TCP connection it opens a WebSocket client connection to the URL (wss: the certificate is not
@@ -14,7 +14,13 @@ checked unless --cafile is given), then
   - when either side closes, closes the other: TCP EOF sends a Close 1000 and waits for the
     server's Close; a WebSocket close (or error) closes the TCP connection.
 A failed WebSocket handshake closes the TCP connection at once. No compression, no keepalive
-pings. Run with /usr/bin/python3 (Debian's python3-websockets). Stops on SIGTERM/SIGINT.
+pings.
+
+A TCP connection cannot carry a Close code, so with --close-log the bridge appends one line per
+connection to FILE before it closes the TCP side: "<tcp-port> <code> <reason>", where tcp-port
+is the TCP client's own port (its getsockname) and code the status of the server's Close frame
+(1005 for a Close without one, 1006 when the server sent no Close at all). A test that sees
+its TCP connection end can then look up the code the server sent. Run with /usr/bin/python3 (Debian's python3-websockets). Stops on SIGTERM/SIGINT.
 """
 import argparse
 import asyncio
@@ -63,6 +69,17 @@ async def ws_to_tcp(ws, writer):
         pass
 
 
+def log_close(args, writer, ws):
+    """Records the server's Close for the TCP client (see --close-log)."""
+    if not args.close_log:
+        return
+    rcvd = getattr(ws, "close_rcvd", None)  # websockets 10: the Close frame received, if any
+    code, reason = (rcvd.code, rcvd.reason) if rcvd is not None else (1006, "")
+    port = writer.get_extra_info("peername")[1]
+    with open(args.close_log, "a") as f:
+        f.write("%d %d %s\n" % (port, code, reason.replace("\n", " ")))
+
+
 async def bridge(args, reader, writer):
     headers = {"Origin": args.origin} if args.origin else None
     try:
@@ -88,6 +105,7 @@ async def bridge(args, reader, writer):
             await t
         except (asyncio.CancelledError, websockets.ConnectionClosed, ConnectionError):
             pass
+    log_close(args, writer, ws)  # before the TCP close, which is what the test waits for
     await ws.close()
     writer.close()
 
@@ -112,6 +130,7 @@ def parse_args(argv):
     p.add_argument("--cafile", default="", help="verify the wss certificate against this CA")
     p.add_argument("--origin", default="", help="send this Origin header")
     p.add_argument("--max-size", type=int, default=1 << 24, help="largest inbound message")
+    p.add_argument("--close-log", default="", help="append each server Close code to this file")
     args = p.parse_args(argv)
     if not args.url.startswith(("ws://", "wss://")):
         p.error("the URL must start with ws:// or wss://")
