@@ -94,8 +94,10 @@ static const opt_t opts[] = {
     STR("ws-path", NULL, ws_path, "/", NULL, "PATH",
         "Request path of WebSocket upgrades; other paths get 404."),
     STR("ws-origins", NULL, ws_origins, "", NULL, "LIST",
-        "Comma-separated Origin values allowed to upgrade (e.g. https://game.example); empty "
-        "allows any Origin."),
+        "Comma-separated Origin values allowed to upgrade (e.g. https://game.example), or * for "
+        "any. Empty: on a loopback listener any Origin; on any other listener only a page of "
+        "the listener's own origin (Origin host and port = Host header). Clients that send no "
+        "Origin (not browsers) are always allowed."),
     SIZE("ws-max-message", NULL, ws_max_message, "256k", 1 * KIB, 16 * MIB,
          "Largest inbound WebSocket message; a larger one fails the connection with close "
          "1009. Messages are never truncated."),

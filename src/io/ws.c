@@ -21,8 +21,10 @@
 #include "cq_wsup.h"
 #include "io_int.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -479,6 +481,36 @@ void cq__io_ws_input(io_conn_t *ic, const uint8_t *p, size_t n)
 
 /* ---- lifecycle -------------------------------------------------------------------------- */
 
+static bool loopback_addr(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss->ss_family != AF_INET6)
+        return false;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+/* True when the listener that accepted ic is on loopback: the connection arrived on a loopback
+ * address, and not through a wildcard listener on that port (which serves every address). */
+static bool listener_on_loopback(io_conn_t *ic)
+{
+    struct sockaddr_storage ss;
+    int sl = sizeof(ss);
+    if (uv_tcp_getsockname(&ic->tcp, (struct sockaddr *)&ss, &sl) < 0 || !loopback_addr(&ss))
+        return false;
+    unsigned port = ntohs(((struct sockaddr_in *)&ss)->sin_port); /* same offset in _in6 */
+    char any4[32], any6[32];
+    snprintf(any4, sizeof(any4), "0.0.0.0:%u", port);
+    snprintf(any6, sizeof(any6), "[::]:%u", port);
+    for (int i = 0; i < IO_B__COUNT; i++) {
+        const char *b = ic->w->io->bound[i];
+        if (strcmp(b, any4) == 0 || strcmp(b, any6) == 0)
+            return false;
+    }
+    return true;
+}
+
 int cq__io_ws_start(io_conn_t *ic)
 {
     const cq_io_opts_t *o = &ic->w->io->opts;
@@ -489,7 +521,8 @@ int cq__io_ws_start(io_conn_t *ic)
     cq_sbuf_init(&iw->plain);
     cq_sbuf_init(&iw->pend);
     cq_sbuf_init(&iw->out);
-    cq_wsup_config_t cfg = {o->ws_path, o->ws_origins, 0};
+    /* With no --ws-origins, a listener other hosts can reach refuses cross-site pages. */
+    cq_wsup_config_t cfg = {o->ws_path, o->ws_origins, !listener_on_loopback(ic), 0};
     iw->up = cq_wsup_new(&cfg);
     if (ic->kind == IO_WSS)
         iw->tls = cq_tls_new(ic->w->io->tls);

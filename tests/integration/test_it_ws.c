@@ -1,7 +1,8 @@
 /* test_it_ws.c - chanqd's WebSocket listener at the HTTP level, with raw sockets: static files
  * from --web-root (and what must not be served), upgrade refusals (path, Origin, version), the
- * message size limit, and a WSS listener with an unusable certificate refusing to start.
- * Frame-level conformance is run_ws_conformance.sh; full scenarios run through the bridges. */
+ * default Origin rule on public and loopback listeners, the message size limit, and a WSS listener
+ * with an unusable certificate refusing to start. Frame-level conformance is run_ws_conformance.sh;
+ * full scenarios run through the bridges. */
 #include "it_common.h"
 
 #include "cq_err.h"
@@ -92,6 +93,62 @@ static void test_upgrade_refusals(void **state)
     assert_non_null(strstr(r, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="));
 }
 
+/* The answer's status line to an upgrade to "/" with Host host and Origin origin (NULL: none). */
+static const char *upgrade_status(const char *host, const char *origin)
+{
+    char req[512];
+    snprintf(req, sizeof(req),
+             "GET / HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+             "Sec-WebSocket-Key: " KEY "\r\nSec-WebSocket-Version: 13\r\n%s%s%s\r\n",
+             host, origin ? "Origin: " : "", origin ? origin : "", origin ? "\r\n" : "");
+    int fd = cq_raw_connect(it_srv()->ws_port);
+    assert_true(fd >= 0);
+    assert_int_equal(cq_raw_write(fd, req, strlen(req)), 0);
+    static char buf[4096];
+    size_t n = 0;
+    while (n + 1 < sizeof(buf) && !memmem(buf, n, "\r\n", 2)) {
+        struct pollfd p = {fd, POLLIN, 0};
+        ssize_t k = poll(&p, 1, IT_TIMEOUT_MS) == 1 ? read(fd, buf + n, sizeof(buf) - 1 - n) : 0;
+        if (k <= 0)
+            break;
+        n += (size_t)k;
+    }
+    close(fd);
+    buf[n] = '\0';
+    char *eol = strstr(buf, "\r\n");
+    if (eol)
+        *eol = '\0';
+    return buf;
+}
+
+/* Without --ws-origins, a listener other hosts can reach (here: every address) refuses pages
+ * of another origin with 403; its own pages and clients that send no Origin (not browsers)
+ * still upgrade. */
+static void test_origin_default_public(void **state)
+{
+    it_start("--ws-addr", "0.0.0.0:0", "--dev", NULL);
+    char host[64], self[80];
+    snprintf(host, sizeof(host), "127.0.0.1:%u", it_srv()->ws_port);
+    snprintf(self, sizeof(self), "http://%s", host);
+    assert_string_equal(upgrade_status(host, "https://evil.example"), "HTTP/1.1 403 Forbidden");
+    assert_string_equal(upgrade_status(host, "null"), "HTTP/1.1 403 Forbidden");
+    assert_string_equal(upgrade_status(host, self), "HTTP/1.1 101 Switching Protocols");
+    assert_string_equal(upgrade_status(host, NULL), "HTTP/1.1 101 Switching Protocols");
+    assert_true(cq_testsrv_log_wait(it_srv(), "HTTP 403", IT_TIMEOUT_MS));
+}
+
+/* On loopback the default stays open: a page served from another local port may connect. */
+static void test_origin_default_loopback(void **state)
+{
+    it_start(NULL);
+    char host[64];
+    snprintf(host, sizeof(host), "127.0.0.1:%u", it_srv()->ws_port);
+    assert_string_equal(upgrade_status(host, "http://localhost:8080"),
+                        "HTTP/1.1 101 Switching Protocols");
+    assert_string_equal(upgrade_status(host, "https://evil.example"),
+                        "HTTP/1.1 101 Switching Protocols");
+}
+
 /* A message over --ws-max-message fails that connection with 1009; others keep working. */
 static void test_message_limit(void **state)
 {
@@ -130,6 +187,8 @@ static void test_bad_certificate(void **state)
 static const struct CMUnitTest tests[] = {
     IT_TEST(test_web_root),
     IT_TEST(test_upgrade_refusals),
+    IT_TEST(test_origin_default_public),
+    IT_TEST(test_origin_default_loopback),
     IT_TEST(test_message_limit),
     IT_TEST(test_bad_certificate),
 };

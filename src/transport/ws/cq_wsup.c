@@ -39,6 +39,7 @@ struct cq_wsup {
     int status;
     const char *reason;
     char *path_cfg, *origins;
+    bool same_origin;
     char *proto; /* owned join of repeated Sec-WebSocket-Protocol values */
     cq_wsup_request_t req;
 };
@@ -86,6 +87,7 @@ cq_wsup_t *cq_wsup_new(const cq_wsup_config_t *cfg)
     p->max_head = cfg && cfg->max_head ? cfg->max_head : CQ_WSUP_DEFAULT_MAX_HEAD;
     p->path_cfg = cq_strdup(path);
     p->origins = cq_strdup(origins);
+    p->same_origin = cfg && cfg->same_origin;
     if (!p->path_cfg || !p->origins) {
         cq_wsup_free(p);
         return NULL;
@@ -269,10 +271,38 @@ static bool key_valid(const char *key)
     return true;
 }
 
-static bool origin_allowed(const cq_wsup_t *p, const char *origin)
+/* Writes "host:port" for authority s (host, host:port, [v6] or [v6]:port), with the scheme's
+ * default port when s has none. Returns false if it does not fit. */
+static bool authority(const char *s, bool https, char *out, size_t cap)
 {
-    if (p->origins[0] == '\0' || !origin)
+    size_t n = strcspn(s, "/?#");
+    const char *v6end = memchr(s, ']', n);
+    const char *from = v6end ? v6end : s;
+    bool has_port = memchr(from, ':', n - (size_t)(from - s)) != NULL;
+    int k = has_port ? snprintf(out, cap, "%.*s", (int)n, s)
+                     : snprintf(out, cap, "%.*s:%s", (int)n, s, https ? "443" : "80");
+    return n > 0 && k > 0 && (size_t)k < cap;
+}
+
+/* True when origin ("scheme://host[:port]") names the host and port of the Host header. An
+ * opaque Origin ("null", from sandboxed pages and files) matches nothing. */
+static bool same_site(const char *origin, const char *host)
+{
+    const char *sep = strstr(origin, "://");
+    if (!sep || !host)
+        return false;
+    bool https = sep - origin == 5 && strncasecmp(origin, "https", 5) == 0;
+    char a[300], b[300];
+    return authority(sep + 3, https, a, sizeof(a)) && authority(host, https, b, sizeof(b)) &&
+           strcasecmp(a, b) == 0;
+}
+
+static bool origin_allowed(const cq_wsup_t *p, const char *origin, const char *host)
+{
+    if (!origin)
         return true;
+    if (p->origins[0] == '\0')
+        return !p->same_origin || same_site(origin, host);
     return list_has(p->origins, "*") || list_has(p->origins, origin);
 }
 
@@ -292,7 +322,7 @@ static int check_websocket(cq_wsup_t *p, const wsup_fields_t *f)
         return fail(p, 400, "missing or invalid Sec-WebSocket-Key");
     if (strcmp(p->req.path, p->path_cfg) != 0)
         return fail(p, 404, "no WebSocket endpoint at this path");
-    if (!origin_allowed(p, f->origin))
+    if (!origin_allowed(p, f->origin, f->host))
         return fail(p, 403, "Origin not allowed");
     return CQ_WSUP_WEBSOCKET;
 }

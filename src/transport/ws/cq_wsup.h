@@ -19,8 +19,10 @@
  *        duplicate Host/Sec-WebSocket-Key/Sec-WebSocket-Version/Origin, a request body
  *        (Content-Length > 0 or Transfer-Encoding), missing Host, HTTP/1.0 upgrade, missing
  *        or wrong Upgrade/Connection tokens, bad Sec-WebSocket-Key
- *   403  Origin present and not in the allow-list (a request without Origin is allowed:
- *        only browsers send it, and the check exists to stop cross-site pages)
+ *   403  Origin present and not allowed: not in the allow-list; or, with an empty list and
+ *        same_origin set, naming another host or port than the Host header (a request
+ *        without Origin is allowed: only browsers send it, and the check exists to stop
+ *        cross-site pages)
  *   404  WebSocket upgrade for a path other than the configured one (the query is ignored)
  *   405  a method other than GET (or HEAD for plain requests)
  *   426  Sec-WebSocket-Version missing or not 13 (the response carries
@@ -46,8 +48,11 @@
 typedef struct cq_wsup_config {
     const char *path;    /* upgrade path; NULL or "" = "/" */
     const char *origins; /* comma-separated allowed Origins (exact, case-insensitive match,
-                            e.g. "https://game.example, http://localhost:8080"); NULL or ""
-                            allows any */
+                            e.g. "https://game.example, http://localhost:8080"), or "*" for
+                            any; NULL or "": see same_origin */
+    bool same_origin;    /* with no origins: allow only an Origin whose host and port are
+                            the Host header's (default ports implied: 80 for http, 443 for
+                            https); false allows any Origin */
     size_t max_head;     /* limit on the request head in bytes; 0 = CQ_WSUP_DEFAULT_MAX_HEAD */
 } cq_wsup_config_t;
 

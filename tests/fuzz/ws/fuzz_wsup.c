@@ -107,6 +107,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const cq_wsup_config_t cfgs[] = {
         {0},
         {.path = "/chat", .origins = "https://a.example, http://localhost:8080", .max_head = 512},
+        {.same_origin = true},
     };
     for (size_t c = 0; c < sizeof(cfgs) / sizeof(cfgs[0]); c++) {
         outcome_t whole = run(&cfgs[c], data, size, 0);

@@ -348,6 +348,56 @@ static void test_origin_allow_list(void **state)
     assert_int_equal(parse(NULL, req, NULL), CQ_WSUP_WEBSOCKET);
 }
 
+/* An upgrade for Host host carrying Origin origin (NULL: none), parsed with cfg. */
+static int with_origin(const cq_wsup_config_t *cfg, const char *host, const char *origin,
+                       int *ret_status)
+{
+    char req[512];
+    snprintf(req, sizeof(req), "GET / HTTP/1.1\r\nHost: %s\r\n" U C K V "%s%s%s\r\n", host,
+             origin ? "Origin: " : "", origin ? origin : "", origin ? "\r\n" : "");
+    return parse(cfg, req, ret_status);
+}
+
+/* No allow-list on a listener others can reach: only same-origin pages (and non-browsers). */
+static void test_origin_same_site(void **state)
+{
+    (void)state;
+    cq_wsup_config_t cfg = {.same_origin = true};
+    static const struct {
+        const char *host, *origin;
+        int want; /* CQ_WSUP_WEBSOCKET or an HTTP status */
+    } cases[] = {
+        {"game.example", NULL, CQ_WSUP_WEBSOCKET},
+        {"game.example", "https://game.example", CQ_WSUP_WEBSOCKET},
+        {"game.example:443", "https://game.example", CQ_WSUP_WEBSOCKET},
+        {"Game.Example", "http://game.example:80", CQ_WSUP_WEBSOCKET},
+        {"10.0.0.5:9000", "http://10.0.0.5:9000", CQ_WSUP_WEBSOCKET},
+        {"[::1]:9000", "http://[::1]:9000", CQ_WSUP_WEBSOCKET},
+        {"game.example", "https://evil.example", 403},
+        {"game.example", "https://game.example.evil", 403},
+        {"game.example", "http://game.example:8080", 403},
+        {"game.example:9000", "http://game.example", 403},
+        {"[::1]:9000", "http://[::1]", 403},
+        {"game.example", "null", 403},
+        {"game.example", "game.example", 403},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int status = 0;
+        int r = with_origin(&cfg, cases[i].host, cases[i].origin, &status);
+        if (r != (cases[i].want == CQ_WSUP_WEBSOCKET ? CQ_WSUP_WEBSOCKET : CQ_EHTTP) ||
+            (r == CQ_EHTTP && status != cases[i].want))
+            fail_msg("Host %s, Origin %s: got r=%d status=%d, want %d", cases[i].host,
+                     cases[i].origin ? cases[i].origin : "(none)", r, status, cases[i].want);
+    }
+    /* an allow-list replaces the rule; without same_origin any Origin passes (loopback) */
+    cq_wsup_config_t listed = {.origins = "https://evil.example", .same_origin = true};
+    assert_int_equal(with_origin(&listed, "game.example", "https://evil.example", NULL),
+                     CQ_WSUP_WEBSOCKET);
+    cq_wsup_config_t open = {0};
+    assert_int_equal(with_origin(&open, "game.example", "https://evil.example", NULL),
+                     CQ_WSUP_WEBSOCKET);
+}
+
 /* ---- responses ------------------------------------------------------------------------- */
 
 static void test_accept_and_101(void **state)
@@ -459,13 +509,21 @@ static void test_fail_n(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_upgrade_whole),        cmocka_unit_test(test_upgrade_every_split),
-        cmocka_unit_test(test_upgrade_byte_by_byte), cmocka_unit_test(test_upgrade_lenient_forms),
-        cmocka_unit_test(test_default_path),         cmocka_unit_test(test_plain_get_and_head),
-        cmocka_unit_test(test_status_400),           cmocka_unit_test(test_status_405_426_404),
-        cmocka_unit_test(test_status_431),           cmocka_unit_test(test_origin_allow_list),
-        cmocka_unit_test(test_accept_and_101),       cmocka_unit_test(test_error_responses),
-        cmocka_unit_test(test_file_responses),       cmocka_unit_test(test_fail_n),
+        cmocka_unit_test(test_upgrade_whole),
+        cmocka_unit_test(test_upgrade_every_split),
+        cmocka_unit_test(test_upgrade_byte_by_byte),
+        cmocka_unit_test(test_upgrade_lenient_forms),
+        cmocka_unit_test(test_default_path),
+        cmocka_unit_test(test_plain_get_and_head),
+        cmocka_unit_test(test_status_400),
+        cmocka_unit_test(test_status_405_426_404),
+        cmocka_unit_test(test_status_431),
+        cmocka_unit_test(test_origin_allow_list),
+        cmocka_unit_test(test_origin_same_site),
+        cmocka_unit_test(test_accept_and_101),
+        cmocka_unit_test(test_error_responses),
+        cmocka_unit_test(test_file_responses),
+        cmocka_unit_test(test_fail_n),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
