@@ -13,7 +13,6 @@ import { dirname, join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { buildFds, chanqdHelp, hasFlag, makeCert, startChanqd } from '../../clients/js/test/server.js';
-import { startBridge } from '../../clients/js/test/bridge.js';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const jsDir = join(repo, 'clients', 'js');
@@ -25,7 +24,6 @@ const WAIT = { timeout: 20000 }; // upper bound for a page to show something, no
 const skip = !BIN ? 'CHANQD is not set' : !existsSync(CHROMIUM) ? `no chromium at ${CHROMIUM}` : false;
 
 let srv;
-let bridge;
 let browser;
 let baseUrl;
 const pageErrors = [];
@@ -39,18 +37,14 @@ before(async () => {
   const { cert, key } = makeCert(dir);
   const fds = buildFds(dir, join(repo, 'proto', 'chat.proto'), join(repo, 'proto'));
   const help = chanqdHelp(BIN);
-  const args = ['--channel-data-types', fds];
-  const native = hasFlag(help, 'wss-addr') && hasFlag(help, 'web-root');
-  if (native)
-    args.push('--wss-addr', '127.0.0.1:0', '--tls-cert', cert, '--tls-key', key, '--web-root', webRoot);
+  // chanqd serves the page and the wss endpoint itself; there is no stand-in for either.
+  for (const flag of ['wss-addr', 'web-root'])
+    assert.ok(hasFlag(help, flag), `this chanqd has no --${flag}`);
+  const args = ['--channel-data-types', fds, '--wss-addr', '127.0.0.1:0', '--tls-cert', cert,
+    '--tls-key', key, '--web-root', webRoot];
   srv = await startChanqd(BIN, args, { dir });
-  if (native) {
-    baseUrl = `https://${srv.ready.wss}/`;
-  } else {
-    console.log('this chanqd has no --wss-addr/--web-root: serving the page through a Node WSS-to-TCP bridge');
-    bridge = await startBridge({ webRoot, cert, key, chanqd: srv.ready.client });
-    baseUrl = `https://127.0.0.1:${bridge.port}/`;
-  }
+  assert.ok(srv.ready.wss, 'the ready file has no wss address');
+  baseUrl = `https://${srv.ready.wss}/`;
   const { chromium } = createRequire(join(jsDir, 'package.json'))('playwright-core');
   browser = await chromium.launch({
     executablePath: CHROMIUM,
@@ -61,7 +55,6 @@ before(async () => {
 
 after(async () => {
   await browser?.close();
-  await bridge?.close();
   if (srv) {
     if (failed)
       console.log(`chanqd log:\n${srv.log()}`);
