@@ -281,6 +281,10 @@ static const opt_t opts[] = {
          "Unsent bytes that close a durable-topic connection at once (a slow consumer)."),
     INT("retention-check-s", NULL, retention_check_s, "60", 1, 86400, "SECONDS",
         "Seconds between purges of messages older than their topic's retention."),
+    INT("shutdown-grace-ms", NULL, shutdown_grace_ms, "10000", 0, 600000, "MS",
+        "On SIGTERM/SIGINT, how long durable-topic connections may take to receive the answers "
+        "of the requests already read (acks of committed produces among them) before they are "
+        "closed anyway; 0 closes them at once."),
     {"config", NULL, OPT_STRING, "", 0, 0, NULL, "FILE", OFF(config), ACT_NONE, F_CONFIG,
      "Load options from this file first; the command line overrides it."},
     ACTION("dump-config", ACT_DUMP,

@@ -97,6 +97,7 @@ typedef struct cq_config {
     int mq_sendq_soft_seconds;
     size_t mq_sendq_hard_limit; /* MQ connections: unsent bytes that close at once */
     int retention_check_s;      /* seconds between retention purges */
+    int shutdown_grace_ms;      /* MQ connections: time to send every answer on SIGTERM */
     char *config;               /* the last config file loaded, "" if none */
     /* listener limits (issue 10): caps, timeouts, pre-connect memory, file descriptors */
     int fd_reserve;              /* fds beyond the connection caps the start check keeps */

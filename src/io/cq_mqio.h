@@ -43,6 +43,7 @@ typedef struct cq_mqio_opts {
     int retention_check_s; /* seconds between retention purges */
     int tcp_keepalive_s;   /* 0 = off */
     cq_mqio_limits_t lim;
+    int shutdown_grace_ms; /* cq_mqio_stop(): longest wait for the last answers; 0 = none */
 } cq_mqio_opts_t;
 
 /* Returns an owned, not yet started object, or NULL on OOM. */
@@ -59,8 +60,12 @@ const char *cq_mqio_http_bound(const cq_mqio_t *io);
  * metrics snapshot (Prometheus text, see cq_mqsrv_metrics(); at most CQ_MQIO_METRICS_MS old) to
  * out; nothing when the port does not run. Any thread. Returns 0 or -ENOMEM. */
 int cq_mqio_metrics_append(void *ud, cq_sbuf_t *out);
-/* Stops the loop thread (idempotent): every connection is closed, the engine's wake unset; the
- * engine is the calling thread's afterwards. Main thread. */
+/* Stops the loop thread (idempotent) without losing an answer: the listeners close and no
+ * connection is read any more; the store requests in flight complete and are answered (a
+ * produce committed now is acknowledged); then every connection writes what is queued and
+ * closes. opts.shutdown_grace_ms bounds the whole wait: after it connections are dropped as
+ * they are. The engine's wake is unset; the engine is the calling thread's afterwards. Main
+ * thread; blocks for at most the grace period (plus a store request that does not return). */
 void cq_mqio_stop(cq_mqio_t *io);
 /* Stops if needed and frees. The engine is not freed. Accepts NULL; returns NULL. */
 cq_mqio_t *cq_mqio_free(cq_mqio_t *io);

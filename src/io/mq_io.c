@@ -31,6 +31,7 @@ struct cq_mqio {
     uv_timer_t tick;
     uv_timer_t retention;
     uv_timer_t metrics;
+    uv_timer_t grace; /* shutdown: bounds the wait for the last answers */
     uv_thread_t thread;
     pthread_mutex_t lock;
     bool alive; /* under lock: cq_mqio_stop() may signal wake */
@@ -42,6 +43,9 @@ struct cq_mqio {
     cq_mqio_limits_t lim; /* connection caps and timeouts */
     cq_list_t conns;      /* every mq_conn_t, for the timeout sweep */
     uint32_t nconns[2];   /* open seed [0] and HTTP [1] connections */
+    uint64_t grace_ms;
+    size_t nlive;                     /* connections not yet closed (callback run) */
+    enum { RUN, DRAIN, CLOSE } phase; /* loop thread: the shutdown's progress */
     bool loop_ok, started, http_on;
     char http_bound[80]; /* "" when the HTTP API is off */
     /* The metrics snapshot that the admin listener (worker 0, another thread) serves: the MQ
@@ -80,12 +84,17 @@ static uint64_t unix_ms(void)
 
 /* ---- connections: the transport ops ------------------------------------------------------ */
 
+static void grace_closed(cq_mqio_t *io);
+
 static void conn_closed(uv_handle_t *h)
 {
     mq_conn_t *mc = h->data;
+    cq_mqio_t *io = mc->io;
     cq_mqsrv_conn_close(mc->conn); /* after every write callback: the queue may go */
     cq_mqhttp_conn_close(mc->http);
     cq_free(mc);
+    if (--io->nlive == 0 && io->phase == CLOSE)
+        grace_closed(io);
 }
 
 static void conn_unlist(mq_conn_t *mc)
@@ -247,6 +256,7 @@ static void accept_conn(io_lsn_t *l, int fd, bool http)
     mc->io = io;
     uv_tcp_init(&io->loop, &mc->tcp);
     mc->tcp.data = mc;
+    io->nlive++;
     cq_list_init(&mc->node);
     bool ok = uv_tcp_open(&mc->tcp, fd) == 0;
     if (!ok)
@@ -334,6 +344,9 @@ static void drain_done(cq_mqio_t *io)
     cq_mqsrv_drain(io->srv);
 }
 
+static bool is_listener(const cq_mqio_t *io, const uv_handle_t *h);
+static void close_listeners(cq_mqio_t *io);
+
 static void close_walk(uv_handle_t *h, void *arg)
 {
     cq_mqio_t *io = arg;
@@ -343,9 +356,8 @@ static void close_walk(uv_handle_t *h, void *arg)
         conn_drop(h->data);
         return;
     }
-    if (cq__io_lsn_owns(&io->listener, h) || cq__io_lsn_owns(&io->http_listener, h)) {
-        cq__io_lsn_close(&io->listener);
-        cq__io_lsn_close(&io->http_listener);
+    if (is_listener(io, h)) {
+        close_listeners(io);
         return;
     }
     if (h == (uv_handle_t *)&io->wake) {
@@ -357,16 +369,133 @@ static void close_walk(uv_handle_t *h, void *arg)
     uv_close(h, NULL);
 }
 
+/* ---- shutdown ------------------------------------------------------------------------------
+ * SIGTERM must not lose acks: a produce read before it is committed by the store thread and
+ * answered. So the loop stops in three steps: DRAIN (listeners closed, no connection read any
+ * more, so no new request can start; the store requests in flight complete and are answered as
+ * usual), then CLOSE once the engine is idle (every connection writes what it has queued, shuts
+ * its write side down and closes), and the loop ends when the last connection closed. The grace
+ * timer, started at DRAIN, bounds both steps: when it fires every connection is dropped as it is
+ * and the requests still in the store thread complete without an answer. */
+
+/* The listeners are poll and timer handles (accept.c), so every TCP handle is a connection. */
+static bool is_conn(const cq_mqio_t *io, const uv_handle_t *h)
+{
+    (void)io;
+    return h->type == UV_TCP;
+}
+
+static bool is_listener(const cq_mqio_t *io, const uv_handle_t *h)
+{
+    return cq__io_lsn_owns(&io->listener, h) || cq__io_lsn_owns(&io->http_listener, h);
+}
+
+static void close_listeners(cq_mqio_t *io)
+{
+    cq__io_lsn_close(&io->listener);
+    cq__io_lsn_close(&io->http_listener);
+}
+
+/* Closes a loop handle that is not a connection (the grace timer last). */
+static void close_handle(cq_mqio_t *io, uv_handle_t *h)
+{
+    if (uv_is_closing(h) || h == (uv_handle_t *)&io->grace)
+        return;
+    if (is_listener(io, h)) {
+        close_listeners(io);
+        return;
+    }
+    if (h == (uv_handle_t *)&io->wake) {
+        cq_mqsrv_set_ops(io->srv, NULL, NULL); /* completions only queue from now on */
+        pthread_mutex_lock(&io->lock);
+        io->alive = false;
+        pthread_mutex_unlock(&io->lock);
+    }
+    uv_close(h, NULL);
+}
+
+static void grace_closed(cq_mqio_t *io)
+{
+    if (!uv_is_closing((uv_handle_t *)&io->grace))
+        uv_close((uv_handle_t *)&io->grace, NULL);
+}
+
+static void drain_walk(uv_handle_t *h, void *arg)
+{
+    cq_mqio_t *io = arg;
+    if (uv_is_closing(h))
+        return;
+    if (is_conn(io, h))
+        uv_read_stop((uv_stream_t *)h); /* what was read is handled; nothing more is read */
+    else if (is_listener(io, h))
+        close_listeners(io);
+    else if (h == (uv_handle_t *)&io->retention)
+        uv_close(h, NULL); /* retention would submit new store work */
+}
+
+/* CLOSE: each connection writes what is queued, then shuts down and closes (conn_close); with
+ * drop, each is closed at once. The other handles close now, the grace timer with the last
+ * connection. */
+static void close_walk_graceful(uv_handle_t *h, void *arg)
+{
+    cq_mqio_t *io = arg;
+    if (uv_is_closing(h))
+        return;
+    if (is_conn(io, h))
+        conn_close(h->data);
+    else
+        close_handle(io, h);
+}
+
+static void drop_walk(uv_handle_t *h, void *arg)
+{
+    cq_mqio_t *io = arg;
+    if (!uv_is_closing(h) && is_conn(io, h))
+        conn_drop(h->data);
+    else if (!uv_is_closing(h))
+        close_handle(io, h);
+}
+
+static void stop_close(cq_mqio_t *io)
+{
+    io->phase = CLOSE;
+    cq_mqsrv_flush(io->srv); /* the answers the last drain queued */
+    uv_walk(&io->loop, close_walk_graceful, io);
+    if (io->nlive == 0)
+        grace_closed(io);
+}
+
+static void on_grace(uv_timer_t *t)
+{
+    cq_mqio_t *io = t->data;
+    CQ_WARN("mq", "shutdown: --shutdown-grace-ms (%llu) is over: closing %zu connections%s",
+            (unsigned long long)io->grace_ms, io->nlive,
+            cq_mqsrv_idle(io->srv) ? "" : " with store requests still unanswered");
+    io->phase = CLOSE;
+    uv_walk(&io->loop, drop_walk, io);
+    grace_closed(io);
+}
+
+/* One step of the shutdown: called when it starts and after every drain of completions. */
+static void stop_step(cq_mqio_t *io)
+{
+    if (io->phase == RUN) {
+        io->phase = DRAIN;
+        uv_walk(&io->loop, drain_walk, io);
+        uv_timer_init(&io->loop, &io->grace);
+        io->grace.data = io;
+        uv_timer_start(&io->grace, on_grace, io->grace_ms, 0);
+    }
+    if (io->phase == DRAIN && cq_mqsrv_idle(io->srv))
+        stop_close(io);
+}
+
 static void on_wake(uv_async_t *a)
 {
     cq_mqio_t *io = a->data;
     drain_done(io);
-    if (atomic_load(&io->stopping)) {
-        /* The answers the drain just queued (acks of committed produces among them) go out
-         * now: the per-iteration flush hook is closed by the walk and never runs again. */
-        cq_mqsrv_flush(io->srv);
-        uv_walk(&io->loop, close_walk, io);
-    }
+    if (atomic_load(&io->stopping))
+        stop_step(io);
 }
 
 static void on_prepare(uv_prepare_t *p)
@@ -379,7 +508,8 @@ static void on_tick(uv_timer_t *t)
 {
     cq_mqio_t *io = t->data;
     cq_mqsrv_tick(io->srv, uv_now(&io->loop));
-    sweep_conns(io);
+    if (io->phase == RUN) /* a shutdown has its own bound, the grace period */
+        sweep_conns(io);
 }
 
 static void on_retention(uv_timer_t *t)
@@ -479,6 +609,7 @@ int cq_mqio_start(cq_mqio_t *io, cq_mqsrv_t *srv, const cq_mqio_opts_t *opts, ch
     io->keepalive_s = opts->tcp_keepalive_s;
     io->lim = opts->lim;
     cq_list_init(&io->conns);
+    io->grace_ms = (uint64_t)(opts->shutdown_grace_ms > 0 ? opts->shutdown_grace_ms : 0);
     io->retention_ms =
         (uint64_t)(opts->retention_check_s > 0 ? opts->retention_check_s : 60) * 1000;
     io->rbuf = cq_malloc(MQ_READ_BUF);

@@ -396,7 +396,8 @@ static int start_mq(app_t *a, char *bound, size_t blen)
                                  .http_max_conns = (uint32_t)c->mq_http_max_connections,
                                  .auth_timeout_ms = (uint32_t)c->mq_auth_timeout_ms,
                                  .idle_timeout_ms = (uint32_t)c->mq_idle_timeout_ms,
-                                 .http_timeout_ms = (uint32_t)c->mq_http_timeout_ms}};
+                                 .http_timeout_ms = (uint32_t)c->mq_http_timeout_ms},
+                         .shutdown_grace_ms = c->shutdown_grace_ms};
     char err[512] = "cannot start the store thread";
     r = a->writer ? make_engine(a, topics, hw, n) : -ENOMEM;
     if (r == CQ_ECONFIG)
@@ -416,8 +417,10 @@ static int start_mq(app_t *a, char *bound, size_t blen)
     return r;
 }
 
-/* Stops in the order that answers every request in flight: the edge first (no new requests,
- * connections closed), then the store thread, which completes what it holds (produces commit),
+/* Stops in the order that answers every request in flight: the edge first (it stops reading,
+ * waits until the store thread completed every request already read and their answers are
+ * written, then closes the connections; bounded by --shutdown-grace-ms), then the store thread,
+ * which completes what it still holds when the grace ran out (produces commit, unanswered),
  * then the engine, which runs those completions and frees the requests. */
 static void stop_mq(app_t *a)
 {

@@ -136,6 +136,11 @@ cq_mqsrv_t *cq_mqsrv_free(cq_mqsrv_t *s)
     return NULL;
 }
 
+bool cq_mqsrv_idle(const cq_mqsrv_t *s)
+{
+    return s->inflight == 0;
+}
+
 void cq_mqsrv_set_now(cq_mqsrv_t *s, int64_t now_unix_ms)
 {
     s->now_ms = now_unix_ms;

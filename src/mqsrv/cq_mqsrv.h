@@ -127,6 +127,11 @@ void cq_mqsrv_tick(cq_mqsrv_t *s, uint64_t now_ms);
  * topic cache and queues pushes), then sends the pushes. Call from ops->wake's loop callback. */
 void cq_mqsrv_drain(cq_mqsrv_t *s);
 
+/* True when no store request the engine submitted waits for its completion (every answer
+ * owed so far was queued on its connection). The edge's shutdown waits for it after it stopped
+ * reading, so that produces committed during the shutdown are acknowledged. */
+bool cq_mqsrv_idle(const cq_mqsrv_t *s);
+
 /* Sets a topic online or offline in the store, then in the cache. Returns 0 (submitted),
  * CQ_ENOTOPIC, or the submit error. */
 int cq_mqsrv_topic_set_online(cq_mqsrv_t *s, const char *topic, bool online);

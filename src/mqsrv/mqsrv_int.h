@@ -75,6 +75,7 @@ struct cq_mqsrv {
     cq_smap_t topic_idx; /* name (ASCII case folded, as the store compares) -> mq_topic_t */
     int64_t now_ms;
     uint64_t next_conn_id;
+    size_t inflight; /* store requests submitted and not yet completed (shutdown waits for 0) */
     cq_mqsrv_stats_t st;
 };
 

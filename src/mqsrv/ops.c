@@ -98,6 +98,7 @@ static int submit(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ctx,
     }
     /* completions run on this thread, later: counting after the submit is not too late */
     cq__mqsrv_metrics_submitted(s, req);
+    s->inflight++;
     if (l)
         l->inflight++;
     return 0;
@@ -317,6 +318,7 @@ void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
     mq_topic_t *t = req->op == CQ_WRITER_TOPIC_LIST ? NULL : cq__mqsrv_topic(s, req->topic);
     mq_result_t res;
     cq__mqsrv_metrics_completed(s, req);
+    s->inflight--;
     apply(s, req, t, &res);
     if (l) {
         l->fe->done(l, req, &res, p->ctx);

@@ -1,0 +1,381 @@
+/* test_it_mqedge.c - the durable-topic port at its edges (issue 10): a SIGTERM in the middle of
+ * a produce stream loses no ack, consume replies stay within the frame maximum and the
+ * 1000-message cap, the send queue limit applies to consume replies, and the seed's counters
+ * and error codes. Runs on the embedded SQLite store (--backend=sqlite) and on the MariaDB
+ * server run_mariadb.sh started (--backend=mysql, CQ_MARIADB_PORT).
+ *
+ * The client is a small blocking one over a socket using the codec, as in test_it_mq.c; it
+ * also records the length of every frame it receives.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_mq.h"
+#include "cq_testsrv.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define TMO     5000
+#define SLOWTMO 60000 /* a hang detector for the big cases, not a timing assertion */
+
+static bool use_mysql;
+static unsigned mysql_port;
+static int db_seq;
+static char db_name[64];
+static cq_testsrv_t srv;
+
+/* ---- server --------------------------------------------------------------------------------- */
+
+static void start_srv(const char *const *extra)
+{
+    char port[16];
+    const char *args[32];
+    size_t n = 0;
+    snprintf(port, sizeof(port), "%u", mysql_port);
+    if (use_mysql) {
+        const char *my[] = {"--store-backend", "mysql", "--mysql-port",     port,
+                            "--mysql-user",    "root",  "--mysql-database", db_name};
+        for (size_t i = 0; i < sizeof(my) / sizeof(my[0]); i++)
+            args[n++] = my[i];
+    }
+    while (extra && *extra && n < 30)
+        args[n++] = *extra++;
+    args[n] = NULL;
+    int r = cq_testsrv_start(&srv, args);
+    if (r < 0) {
+        char *log = cq_testsrv_log(&srv);
+        fprintf(stderr, "# chanqd did not start (%d):\n%s\n", r, log ? log : "");
+        free(log);
+    }
+    assert_int_equal(r, 0);
+    assert_true(srv.mq_port > 0);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    assert_int_equal(cq_testsrv_init(&srv), 0);
+    snprintf(db_name, sizeof(db_name), "cqedge_%d_%d", (int)getpid(), ++db_seq);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    cq_testsrv_stop(&srv);
+    return 0;
+}
+
+/* ---- a small blocking client ---------------------------------------------------------------- */
+
+typedef struct mqc {
+    int fd;
+    uint8_t buf[4 << 20];
+    size_t len;
+    uint32_t askid;
+    size_t last_frame; /* total length of the last frame received */
+} mqc_t;
+
+static mqc_t *mqc_open(void)
+{
+    mqc_t *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    c->fd = cq_raw_connect(srv.mq_port);
+    assert_true(c->fd >= 0);
+    return c;
+}
+
+static void mqc_close(mqc_t *c)
+{
+    if (c) {
+        close(c->fd);
+        free(c);
+    }
+}
+
+static void mqc_send(mqc_t *c, cq_mq_msg_t *m)
+{
+    uint8_t *b;
+    size_t n;
+    assert_int_equal(cq_mq_encode(m, &b, &n), 0);
+    assert_int_equal(cq_raw_write(c->fd, b, n), 0);
+    cq_free(b);
+    cq_mq_msg_free(m);
+}
+
+/* Sends m without blocking; false when the whole frame could not be written at once (the
+ * server stopped reading or closed). */
+static bool mqc_try_send(mqc_t *c, cq_mq_msg_t *m)
+{
+    uint8_t *b;
+    size_t n;
+    assert_int_equal(cq_mq_encode(m, &b, &n), 0);
+    ssize_t k = send(c->fd, b, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    cq_free(b);
+    cq_mq_msg_free(m);
+    return k == (ssize_t)n;
+}
+
+static bool mqc_fill(mqc_t *c, int timeout_ms)
+{
+    struct pollfd p = {c->fd, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0)
+        return false;
+    ssize_t k = recv(c->fd, c->buf + c->len, sizeof(c->buf) - c->len, 0);
+    if (k <= 0)
+        return false;
+    c->len += (size_t)k;
+    return true;
+}
+
+/* The next message from the server, or NULL on EOF / timeout. Frames up to the client's
+ * buffer are accepted (the server's maximum is checked by the tests, not by the parser). */
+static cq_mq_msg_t *mqc_recv_tmo(mqc_t *c, int timeout_ms)
+{
+    for (;;) {
+        cq_mq_frame_t f;
+        ssize_t r = cq_mq_parse(c->buf, c->len, sizeof(c->buf), &f);
+        assert_true(r >= 0);
+        if (r > 0) {
+            cq_mq_msg_t *m = NULL;
+            char err[256] = "";
+            cq_mq_limits_t lim = {.max_total = sizeof(c->buf)};
+            int d = cq_mq_decode(&f, &lim, &m, err, sizeof(err));
+            if (d < 0)
+                fprintf(stderr, "# decode: %s\n", err);
+            assert_int_equal(d, 0);
+            c->last_frame = (size_t)r;
+            memmove(c->buf, c->buf + r, c->len - (size_t)r);
+            c->len -= (size_t)r;
+            return m;
+        }
+        if (!mqc_fill(c, timeout_ms))
+            return NULL;
+    }
+}
+
+static cq_mq_msg_t *mqc_recv(mqc_t *c)
+{
+    cq_mq_msg_t *m = mqc_recv_tmo(c, SLOWTMO);
+    assert_non_null(m);
+    return m;
+}
+
+static cq_mq_msg_t *req_new(mqc_t *c, uint8_t type, const char *topic)
+{
+    cq_mq_msg_t *m = cq_mq_msg_new(type, (uint16_t)(c->askid + 1));
+    assert_non_null(m);
+    m->askid = ++c->askid;
+    m->has |= CQ_MQ_F_ASKID;
+    if (topic) {
+        assert_int_equal(cq_mq_msg_set_topic(m, topic), 0);
+        m->has |= CQ_MQ_F_TOPIC;
+    }
+    return m;
+}
+
+static cq_mq_msg_t *call(mqc_t *c, cq_mq_msg_t *m)
+{
+    uint8_t type = m->type;
+    uint32_t askid = m->askid;
+    mqc_send(c, m);
+    cq_mq_msg_t *r = mqc_recv(c);
+    assert_int_equal(r->type, type + 1);
+    assert_int_equal(r->askid, askid);
+    return r;
+}
+
+static uint32_t call_code(mqc_t *c, cq_mq_msg_t *m)
+{
+    cq_mq_msg_t *r = call(c, m);
+    uint32_t code = r->err_code;
+    cq_mq_msg_free(r);
+    return code;
+}
+
+static mqc_t *connected(void)
+{
+    mqc_t *c = mqc_open();
+    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_CONNECT, NULL);
+    m->module_id = 1;
+    m->client_type = CQ_MQ_PRODUCER;
+    m->has |= CQ_MQ_F_MODULE_ID | CQ_MQ_F_CLIENT_TYPE;
+    assert_int_equal(cq_mq_msg_set_str(m, CQ_MQ_F_TOKEN, ""), 0);
+    assert_int_equal(call_code(c, m), CQ_MQ_OK);
+    return c;
+}
+
+static uint32_t add_topic(mqc_t *c, const char *topic)
+{
+    return call_code(c, req_new(c, CQ_MQ_REQ_ADD_TOPIC, topic));
+}
+
+/* A produce of n messages: "<prefix>-<first+i>" padded with pad bytes of fill (none when pad
+ * is 0); pid 0 = no idempotence key. */
+static cq_mq_msg_t *produce_msg(mqc_t *c, const char *topic, const char *prefix, size_t first,
+                                size_t n, size_t pad, char fill, int64_t pid)
+{
+    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_PRODUCE, topic);
+    char *s = malloc(pad + 64);
+    assert_non_null(s);
+    for (size_t i = 0; i < n; i++) {
+        int k = snprintf(s, 64, "%s-%zu", prefix, first + i);
+        memset(s + k, fill, pad);
+        assert_int_equal(cq_mq_msg_add_item(m, 0, -1, s, (size_t)k + pad, false), 0);
+    }
+    free(s);
+    m->has |= n == 1 ? CQ_MQ_F_CONTENT : CQ_MQ_F_BATCH;
+    if (pid) {
+        m->producer_id = pid;
+        m->seq = (int64_t)first;
+        m->has |= CQ_MQ_F_PRODUCER_ID | CQ_MQ_F_SEQ;
+    }
+    return m;
+}
+
+static cq_mq_msg_t *consume_msg(mqc_t *c, const char *topic, int64_t offset, uint32_t max)
+{
+    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_CONSUME, topic);
+    m->offset = offset;
+    m->has |= CQ_MQ_F_OFFSET;
+    if (max) {
+        m->max_count = max;
+        m->has |= CQ_MQ_F_MAX_COUNT;
+    }
+    return m;
+}
+
+static cq_mq_msg_t *consume(mqc_t *c, const char *topic, int64_t offset, uint32_t max)
+{
+    cq_mq_msg_t *r = call(c, consume_msg(c, topic, offset, max));
+    assert_int_equal(r->err_code, CQ_MQ_OK);
+    return r;
+}
+
+/* ---- SIGTERM in the middle of a produce stream ---------------------------------------------- */
+
+#define TERM_N      20000 /* produces the producer wants to make */
+#define TERM_WINDOW 256   /* produces in flight */
+#define TERM_AT     3000  /* acks before the SIGTERM */
+#define TERM_PID    91
+
+typedef struct term {
+    int64_t acked[TERM_N]; /* offset acknowledged for seq, 0 if not acked */
+    uint32_t askid_seq[1 << 16];
+    int next, nacked, inflight;
+} term_t;
+
+static bool term_send(mqc_t *c, term_t *k, bool nonblocking)
+{
+    k->askid_seq[(c->askid + 1) & 0xffff] = (uint32_t)k->next;
+    cq_mq_msg_t *m = produce_msg(c, "term", "t", (size_t)k->next, 1, 0, 0, TERM_PID);
+    if (nonblocking && !mqc_try_send(c, m))
+        return false;
+    if (!nonblocking)
+        mqc_send(c, m);
+    k->next++;
+    k->inflight++;
+    return true;
+}
+
+/* Reads one produce answer; false on EOF. Every answer is an ack: nothing fails here. */
+static bool term_read(mqc_t *c, term_t *k)
+{
+    cq_mq_msg_t *r = mqc_recv_tmo(c, SLOWTMO);
+    if (!r)
+        return false;
+    assert_int_equal(r->type, CQ_MQ_RESP_PRODUCE);
+    assert_int_equal(r->err_code, CQ_MQ_OK);
+    assert_int_equal(r->noffsets, 1);
+    int seq = (int)k->askid_seq[r->askid & 0xffff];
+    assert_int_equal(k->acked[seq], 0);
+    k->acked[seq] = r->offsets[0];
+    k->nacked++;
+    k->inflight--;
+    cq_mq_msg_free(r);
+    return true;
+}
+
+/* The producer keeps its window full until the server stops taking requests, SIGTERM arrives
+ * after TERM_AT acks; then every answer is read until the server closes. After a restart, the
+ * topic holds exactly the acknowledged messages, at their acknowledged offsets: nothing was
+ * committed without its ack, and the requests the server had not read were not committed. */
+static void test_sigterm_acks(void **state)
+{
+    (void)state;
+    static term_t k;
+    memset(&k, 0, sizeof(k));
+    start_srv(NULL);
+    mqc_t *c = connected();
+    assert_int_equal(add_topic(c, "term"), CQ_MQ_OK);
+    bool termed = false, open = true;
+    while (k.next < TERM_N || k.inflight > 0) {
+        while (open && k.inflight < TERM_WINDOW && k.next < TERM_N)
+            open = term_send(c, &k, termed);
+        if (!term_read(c, &k))
+            break;
+        if (!termed && k.nacked == TERM_AT) {
+            assert_int_equal(kill(srv.pid, SIGTERM), 0);
+            termed = true;
+        }
+    }
+    assert_true(termed);
+    while (term_read(c, &k)) /* the rest, until the server closes */
+        ;
+    mqc_close(c);
+    assert_int_equal(cq_testsrv_kill(&srv, 0), 0); /* a clean exit */
+    print_message("# sigterm: %d sent, %d acked\n", k.next, k.nacked);
+
+    start_srv(NULL);
+    c = connected();
+    int64_t from = 0;
+    int committed = 0;
+    for (;;) {
+        cq_mq_msg_t *r = consume(c, "term", from, 1000);
+        size_t n = r->nitems;
+        for (size_t i = 0; i < n; i++) {
+            int seq = atoi(r->items[i].content + 2); /* "t-<seq>" */
+            assert_true(seq >= 0 && seq < k.next);
+            assert_int_equal(r->items[i].offset, k.acked[seq]); /* acked, at that offset */
+            committed++;
+        }
+        from = r->offset;
+        cq_mq_msg_free(r);
+        if (n == 0)
+            break;
+    }
+    assert_int_equal(committed, k.nacked); /* every committed message was acknowledged */
+    mqc_close(c);
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--backend=mysql") == 0)
+            use_mysql = true;
+    if (use_mysql) {
+        const char *p = getenv("CQ_MARIADB_PORT");
+        if (!p || !*p) {
+            printf("1..0 # SKIP no MariaDB server (CQ_MARIADB_PORT unset)\n");
+            return 0;
+        }
+        mysql_port = (unsigned)atoi(p);
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_sigterm_acks, setup, teardown),
+    };
+    return _cmocka_run_group_tests(use_mysql ? "it-mqedge-mariadb" : "it-mqedge-sqlite", tests,
+                                   sizeof(tests) / sizeof(tests[0]), NULL, NULL);
+}
