@@ -263,6 +263,21 @@ int cq_mq_encode_error(const cq_mq_frame_t *f, int err, const char *err_msg, uin
 /* The same answer in a refcounted buffer (see cq_mq_encode_buf). */
 int cq_mq_encode_error_buf(const cq_mq_frame_t *f, int err, const char *err_msg, cq_buf_t **ret);
 
+/* ---- sizes ---------------------------------------------------------------------------- */
+
+/* Bytes of s[0..len) (valid UTF-8) as a JSON string, quotes included, with the escapes both
+ * encoders (and jansson) write. Pure. */
+size_t cq_mq_json_str_len(const char *s, size_t len);
+/* Bytes one item takes in the "messages" array of a consume answer or push as the encoders
+ * write it ({"offset_id":N,"message":"...","time":T}; no time when time is -1), without the
+ * comma that separates items. */
+size_t cq_mq_answer_item_len(int64_t offset, int64_t time, const char *content, size_t len);
+/* An upper bound of a consume answer's bytes besides its items: the header, askid, topic,
+ * client_id, err_code, total, offset, message_count and the brackets (no err_msg). A server
+ * keeps an answer within max_total by adding items while their lengths (plus one comma each
+ * after the first) stay within max_total - CQ_MQ_ANSWER_HEAD_MAX. */
+#define CQ_MQ_ANSWER_HEAD_MAX 512
+
 /* ---- names and codes ------------------------------------------------------------------ */
 
 /* The wire err_code for a chanq error code (0 -> CQ_MQ_OK; unmapped -> CQ_MQ_ERR_INTERNAL). */

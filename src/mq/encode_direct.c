@@ -69,6 +69,34 @@ static void jw_str(jw_t *w, const char *s, size_t len)
     jw_put(w, "\"", 1);
 }
 
+size_t cq_mq_json_str_len(const char *s, size_t len)
+{
+    size_t n = len + 2; /* the quotes */
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\' || c == '\b' || c == '\t' || c == '\n' || c == '\f' || c == '\r')
+            n += 1;
+        else if (c < 0x20)
+            n += 5;
+    }
+    return n;
+}
+
+static size_t int_len(int64_t v)
+{
+    char b[24];
+    return (size_t)snprintf(b, sizeof(b), "%lld", (long long)v);
+}
+
+size_t cq_mq_answer_item_len(int64_t offset, int64_t time, const char *content, size_t len)
+{
+    size_t n = sizeof("{\"offset_id\":,\"message\":}") - 1 + int_len(offset);
+    n += cq_mq_json_str_len(content, len);
+    if (time != -1)
+        n += sizeof(",\"time\":") - 1 + int_len(time);
+    return n;
+}
+
 static void jw_key(jw_t *w, const char *key, bool *first)
 {
     if (!*first)

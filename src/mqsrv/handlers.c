@@ -316,9 +316,11 @@ static void done_produce(cq_mqsrv_conn_t *c, const cq_writer_req_t *req, int err
     cq__mqsrv_send(c, resp);
 }
 
-/* The records' contents move into the answer (no copy). */
+/* The records' contents move into the answer (no copy), as many as fit in the frame maximum
+ * once encoded; the answer's offset says where the next consume continues. */
 static void done_read(cq_mqsrv_conn_t *c, cq_writer_req_t *req, int err, const cq_mq_msg_t *m)
 {
+    size_t budget = cq__mqop_reply_budget(c->l.s), used = 0;
     if (err) {
         cq__mqsrv_reply(c, m, err, "consume: %s", cq_strerror(err));
         return;
@@ -330,6 +332,11 @@ static void done_read(cq_mqsrv_conn_t *c, cq_writer_req_t *req, int err, const c
     resp->offset = m->offset;
     for (size_t i = 0; i < req->n_recs; i++) {
         cq_store_rec_t *r = &req->recs[i];
+        size_t len = cq_mq_answer_item_len((int64_t)r->offset, r->create_ms, r->content, r->len);
+        len += i > 0; /* the comma */
+        if (i > 0 && used + len > budget)
+            break; /* the rest is read again by the next consume */
+        used += len;
         char *content = r->content;
         r->content = NULL; /* taken, also on failure */
         if (cq_mq_msg_add_item_take(resp, (int64_t)r->offset, r->create_ms, content, r->len) < 0) {
@@ -340,7 +347,7 @@ static void done_read(cq_mqsrv_conn_t *c, cq_writer_req_t *req, int err, const c
         }
         resp->offset = (int64_t)r->offset;
     }
-    c->l.s->st.consumed += req->n_recs;
+    c->l.s->st.consumed += resp->nitems;
     cq__mqsrv_send(c, resp);
 }
 

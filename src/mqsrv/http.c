@@ -628,12 +628,29 @@ static json_t *produce_answer(const cq_writer_req_t *req)
     return arr ? json_pack("{s:o}", "offsets", arr) : NULL;
 }
 
+/* Bytes of one record in the consume answer's "messages", comma excluded. */
+static size_t read_item_len(const cq_store_rec_t *r)
+{
+    char num[48];
+    int k = snprintf(num, sizeof(num), "%llu%lld", (unsigned long long)r->offset,
+                     (long long)r->create_ms);
+    return sizeof("{\"offset\":,\"content\":,\"create_time\":}") - 1 + (size_t)k +
+           cq_mq_json_str_len(r->content, r->len);
+}
+
+/* The records that fit in the seed protocol's frame maximum, as there; next_offset says where
+ * the next consume continues. */
 static json_t *read_answer(cq_mqsrv_t *s, const cq_writer_req_t *req)
 {
     json_t *arr = json_array();
     uint64_t next = req->from_offset;
-    for (size_t i = 0; arr && i < req->n_recs; i++) {
+    size_t budget = cq__mqop_reply_budget(s), used = 0, n = 0;
+    for (size_t i = 0; arr && i < req->n_recs; i++, n++) {
         const cq_store_rec_t *r = &req->recs[i];
+        size_t len = read_item_len(r) + (i > 0);
+        if (i > 0 && used + len > budget)
+            break;
+        used += len;
         json_t *c = json_stringn(r->content, r->len);
         if (!c || !json_is_string(c) ||
             json_array_append_new(arr, json_pack("{s:I,s:o,s:I}", "offset", (json_int_t)r->offset,
@@ -642,7 +659,7 @@ static json_t *read_answer(cq_mqsrv_t *s, const cq_writer_req_t *req)
             arr = (json_decref(arr), NULL);
         next = r->offset;
     }
-    s->st.consumed += arr ? req->n_recs : 0;
+    s->st.consumed += arr ? n : 0;
     return arr ? json_pack("{s:o,s:I}", "messages", arr, "next_offset", (json_int_t)next) : NULL;
 }
 

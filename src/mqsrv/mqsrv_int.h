@@ -187,6 +187,10 @@ int cq__mqop_produce(mq_link_t *l, cq_writer_req_t *req, void *ctx, const char *
  * batch limit and CQ_WRITER_READ_MAX, at least 1. */
 int cq__mqop_consume(mq_link_t *l, const mq_topic_t *t, uint64_t from, bool has_max, uint64_t max,
                      void *ctx, const char **ret_why);
+/* The bytes of items a consume answer may hold (seed or HTTP): the frame maximum less the
+ * answer's own fields (CQ_MQ_ANSWER_HEAD_MAX). Consume reads at most this many content bytes and
+ * the front ends trim the answer's messages to it, encoded. */
+size_t cq__mqop_reply_budget(const cq_mqsrv_t *s);
 /* commit (store consumer's offset) or, with commit false, offset (read it back). */
 int cq__mqop_offset(mq_link_t *l, const mq_topic_t *t, const char *consumer, bool commit,
                     uint64_t offset, void *ctx, const char **ret_why);

@@ -124,6 +124,12 @@ int cq__mqop_produce(mq_link_t *l, cq_writer_req_t *req, void *ctx, const char *
     return submit(l->s, l, req, ctx, ret_why);
 }
 
+size_t cq__mqop_reply_budget(const cq_mqsrv_t *s)
+{
+    size_t total = s->lim.max_total ? s->lim.max_total : CQ_MQ_DEFAULT_MAX_TOTAL;
+    return total - CQ_MQ_ANSWER_HEAD_MAX;
+}
+
 int cq__mqop_consume(mq_link_t *l, const mq_topic_t *t, uint64_t from, bool has_max, uint64_t max,
                      void *ctx, const char **ret_why)
 {
@@ -138,6 +144,9 @@ int cq__mqop_consume(mq_link_t *l, const mq_topic_t *t, uint64_t from, bool has_
     if (max > CQ_WRITER_READ_MAX)
         max = CQ_WRITER_READ_MAX;
     req->max = max ? (size_t)max : 1;
+    /* Contents are never longer than their encoding: what the answer cannot hold is not read,
+     * so one big read neither fills memory nor keeps the store thread long. */
+    req->max_bytes = cq__mqop_reply_budget(l->s);
     req->from_offset = from;
     return submit(l->s, l, req, ctx, ret_why);
 }

@@ -146,15 +146,21 @@ uint64_t cq_store_append_base(const cq_store_t *s)
     return s->append_base;
 }
 
-int cq_store_read(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive, size_t max,
-                  cq_store_rec_t *ret_recs, size_t *ret_n)
+int cq_store_read_bounded(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive,
+                          size_t max, size_t max_bytes, cq_store_rec_t *ret_recs, size_t *ret_n)
 {
     int r = enter(s, topic);
     if (r < 0)
         return r;
     if (max == 0 || !ret_recs || !ret_n)
         return cq__store_fail(s, -EINVAL, "read: max must be >= 1");
-    return s->ops->read(s, topic, from_offset_exclusive, max, ret_recs, ret_n);
+    return s->ops->read(s, topic, from_offset_exclusive, max, max_bytes, ret_recs, ret_n);
+}
+
+int cq_store_read(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive, size_t max,
+                  cq_store_rec_t *ret_recs, size_t *ret_n)
+{
+    return cq_store_read_bounded(s, topic, from_offset_exclusive, max, 0, ret_recs, ret_n);
 }
 
 void cq_store_recs_done(cq_store_rec_t *recs, size_t n)

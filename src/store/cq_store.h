@@ -97,7 +97,7 @@ typedef struct cq_store_ops {
     int (*append_batch)(cq_store_t *s, const char *topic, const cq_store_msg_t *msgs, size_t n,
                         uint64_t *ret_offsets);
     int (*read)(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive, size_t max,
-                cq_store_rec_t *ret_recs, size_t *ret_n);
+                size_t max_bytes, cq_store_rec_t *ret_recs, size_t *ret_n);
     int (*invalidate)(cq_store_t *s, const char *topic, uint64_t offset);
     int (*commit_offset)(cq_store_t *s, const char *topic, const char *consumer_id, uint64_t offset,
                          int64_t now_ms);
@@ -183,6 +183,12 @@ uint64_t cq_store_append_base(const cq_store_t *s);
  * contents are returned owned: release with cq_store_recs_done(ret_recs, *ret_n). */
 int cq_store_read(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive, size_t max,
                   cq_store_rec_t *ret_recs, size_t *ret_n);
+/* The same, bounded by bytes too: stops before the record that would take the sum of the
+ * contents read over max_bytes (0: no byte bound). The first record is returned whatever its
+ * size. The backend reads no content it does not return, so one call holds at most about
+ * max_bytes (plus one record) in memory. */
+int cq_store_read_bounded(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive,
+                          size_t max, size_t max_bytes, cq_store_rec_t *ret_recs, size_t *ret_n);
 /* Frees the contents of n records (not the array). Accepts recs == NULL. */
 void cq_store_recs_done(cq_store_rec_t *recs, size_t n);
 /* Sets the message at offset to state 0 (invalid): it is never delivered again. -ENOENT if no

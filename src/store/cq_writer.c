@@ -463,7 +463,8 @@ static int run_read(cq_store_t *store, cq_writer_req_t *req)
     if (!recs)
         return -ENOMEM;
     size_t n = 0;
-    int r = cq_store_read(store, req->topic, req->from_offset, req->max, recs, &n);
+    int r = cq_store_read_bounded(store, req->topic, req->from_offset, req->max, req->max_bytes,
+                                  recs, &n);
     if (r < 0) {
         cq_free(recs);
         return r;

@@ -142,9 +142,9 @@ static int op_append_batch(cq_store_t *s, const char *topic, const cq_store_msg_
 }
 
 static int op_read(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive, size_t max,
-                   cq_store_rec_t *ret_recs, size_t *ret_n)
+                   size_t max_bytes, cq_store_rec_t *ret_recs, size_t *ret_n)
 {
-    RUN(s, cq__mysql_read(s, topic, from_offset_exclusive, max, ret_recs, ret_n));
+    RUN(s, cq__mysql_read(s, topic, from_offset_exclusive, max, max_bytes, ret_recs, ret_n));
 }
 
 static int op_invalidate(cq_store_t *s, const char *topic, uint64_t offset)

@@ -184,7 +184,7 @@ int cq__mysql_append_batch(cq_store_t *s, const char *topic, const cq_store_msg_
 
 /* mysql_read.c */
 int cq__mysql_read(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive, size_t max,
-                   cq_store_rec_t *ret_recs, size_t *ret_n);
+                   size_t max_bytes, cq_store_rec_t *ret_recs, size_t *ret_n);
 int cq__mysql_invalidate(cq_store_t *s, const char *topic, uint64_t offset);
 int cq__mysql_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset);
 int cq__mysql_commit_offset(cq_store_t *s, const char *topic, const char *consumer_id,

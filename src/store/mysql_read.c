@@ -86,24 +86,75 @@ static int read_rows(my_store_t *q, MYSQL_STMT *st, size_t max, cq_store_rec_t *
     return 0;
 }
 
+/* The byte bound, before any content is fetched: reads the ids and content lengths of the rows
+ * a read would return and narrows it to the rows whose contents fit in max_bytes (at least one),
+ * as *ret_max rows up to offset *ret_last. *ret_max 0: no row. */
+static int bound_rows(my_store_t *q, const my_topic_t *t, uint64_t from, size_t max,
+                      size_t max_bytes, uint64_t *ret_last, size_t *ret_max)
+{
+    char sql[MY_SQL_MAX];
+    MYSQL_STMT *st = NULL;
+    MYSQL_BIND res[2];
+    uint64_t id = 0, len = 0, bytes = 0;
+    size_t n = 0;
+    int r = MY_TOPIC_SQL(q, sql,
+                         "SELECT id, LENGTH(content) FROM `t_%s` WHERE id > ? AND state = 1 "
+                         "ORDER BY id LIMIT ?",
+                         t->tbl);
+    if (r == 0) {
+        my_pbind_t p;
+        cq__mysql_p_init(&p);
+        cq__mysql_p_u64(&p, from);
+        cq__mysql_p_u64(&p, max > INT64_MAX ? INT64_MAX : (uint64_t)max);
+        r = cq__mysql_st_run(q, sql, &p, &st);
+    }
+    cq__mysql_r_u64(&res[0], &id, NULL);
+    cq__mysql_r_u64(&res[1], &len, NULL);
+    while (r == 0 && (r = cq__mysql_st_fetch(q, st, n ? NULL : res)) == 1) {
+        if (n > 0 && bytes + len > max_bytes) {
+            r = 0;
+            break;
+        }
+        bytes += len;
+        *ret_last = id;
+        n++;
+        r = 0;
+    }
+    if (st)
+        mysql_stmt_close(st); /* discards the rows not fetched */
+    if (r == 0)
+        *ret_max = n;
+    return r;
+}
+
 int cq__mysql_read(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive, size_t max,
-                   cq_store_rec_t *ret_recs, size_t *ret_n)
+                   size_t max_bytes, cq_store_rec_t *ret_recs, size_t *ret_n)
 {
     my_store_t *q = my_store(s);
     my_topic_t t;
     char sql[MY_SQL_MAX];
     MYSQL_STMT *st = NULL;
     size_t n = 0;
+    uint64_t last = UINT64_MAX;
     int r = cq__mysql_topic_resolve(q, topic, false, &t);
+    if (r == 0 && max_bytes)
+        r = bound_rows(q, &t, from_offset_exclusive, max, max_bytes, &last, &max);
+    if (r == 0 && max == 0) { /* nothing after the offset */
+        r = cq__mysql_tx_end(q, 0);
+        if (r == 0)
+            *ret_n = 0;
+        return r;
+    }
     if (r == 0)
         r = MY_TOPIC_SQL(q, sql,
                          "SELECT id, create_time, content, producer_id, seq FROM `t_%s` "
-                         "WHERE id > ? AND state = 1 ORDER BY id LIMIT ?",
+                         "WHERE id > ? AND id <= ? AND state = 1 ORDER BY id LIMIT ?",
                          t.tbl);
     if (r == 0) {
         my_pbind_t p;
         cq__mysql_p_init(&p);
         cq__mysql_p_u64(&p, from_offset_exclusive);
+        cq__mysql_p_u64(&p, last > INT64_MAX ? INT64_MAX : last);
         cq__mysql_p_u64(&p, max > INT64_MAX ? INT64_MAX : (uint64_t)max);
         r = cq__mysql_st_run(q, sql, &p, &st);
     }

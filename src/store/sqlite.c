@@ -472,18 +472,27 @@ static int rec_from_row(sq_store_t *q, sqlite3_stmt *st, cq_store_rec_t *rec)
     return 0;
 }
 
-static int read_rows(sq_store_t *q, sqlite3_stmt *st, size_t max, cq_store_rec_t *recs,
-                     size_t *ret_n)
+/* Steps through the rows one at a time: a row over the byte bound is looked at (its length)
+ * but its content is not copied, and nothing after it is read. */
+static int read_rows(sq_store_t *q, sqlite3_stmt *st, size_t max, size_t max_bytes,
+                     cq_store_rec_t *recs, size_t *ret_n)
 {
-    size_t n = 0;
+    size_t n = 0, bytes = 0;
     int rc = SQLITE_DONE, r = 0;
+    bool full = false;
     while (n < max && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        size_t len = (size_t)sqlite3_column_bytes(st, 2);
+        if (max_bytes && n > 0 && bytes + len > max_bytes) {
+            full = true;
+            break;
+        }
         r = rec_from_row(q, st, &recs[n]);
         if (r < 0)
             break;
+        bytes += len;
         n++;
     }
-    if (r == 0 && n < max && rc != SQLITE_DONE)
+    if (r == 0 && !full && n < max && rc != SQLITE_DONE)
         r = db_fail(q, "read");
     if (r < 0) {
         cq_store_recs_done(recs, n);
@@ -494,7 +503,7 @@ static int read_rows(sq_store_t *q, sqlite3_stmt *st, size_t max, cq_store_rec_t
 }
 
 static int sq_read(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive, size_t max,
-                   cq_store_rec_t *ret_recs, size_t *ret_n)
+                   size_t max_bytes, cq_store_rec_t *ret_recs, size_t *ret_n)
 {
     sq_store_t *q = SQ(s);
     char canon[CQ_STORE_TOPIC_MAX + 1], sql[SQL_MAX];
@@ -514,7 +523,7 @@ static int sq_read(cq_store_t *s, const char *topic, uint64_t from_offset_exclus
     if (r == 0) {
         sqlite3_bind_int64(st, 1, (sqlite3_int64)from_offset_exclusive);
         sqlite3_bind_int64(st, 2, max > INT64_MAX ? INT64_MAX : (sqlite3_int64)max);
-        r = read_rows(q, st, max, ret_recs, ret_n);
+        r = read_rows(q, st, max, max_bytes, ret_recs, ret_n);
     }
     sqlite3_finalize(st);
     return r;

@@ -245,6 +245,17 @@ static cq_mq_msg_t *produce_msg(mqc_t *c, const char *topic, const char *prefix,
     return m;
 }
 
+/* Produces and returns the answer (err_code asserted 0). */
+__attribute__((unused)) static cq_mq_msg_t *produce_ok(mqc_t *c, const char *topic,
+                                                       const char *prefix, size_t first, size_t n,
+                                                       size_t pad, char fill)
+{
+    cq_mq_msg_t *r = call(c, produce_msg(c, topic, prefix, first, n, pad, fill, 0));
+    assert_int_equal(r->err_code, CQ_MQ_OK);
+    assert_int_equal(r->noffsets, n);
+    return r;
+}
+
 static cq_mq_msg_t *consume_msg(mqc_t *c, const char *topic, int64_t offset, uint32_t max)
 {
     cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_CONSUME, topic);
@@ -360,6 +371,123 @@ static void test_sigterm_acks(void **state)
     mqc_close(c);
 }
 
+/* ---- consume replies: the 1000-message cap and the frame maximum ------------------------- */
+
+/* Asks for more than the cap: exactly 1000 come back, and the answer says where to continue. */
+static void test_consume_cap(void **state)
+{
+    (void)state;
+    start_srv(NULL);
+    mqc_t *c = connected();
+    assert_int_equal(add_topic(c, "cap"), CQ_MQ_OK);
+    int64_t off[1500];
+    for (size_t b = 0; b < 3; b++) {
+        cq_mq_msg_t *r = produce_ok(c, "cap", "c", b * 500, 500, 0, 0);
+        for (size_t i = 0; i < 500; i++)
+            off[b * 500 + i] = r->offsets[i];
+        cq_mq_msg_free(r);
+    }
+    cq_mq_msg_t *r = consume(c, "cap", 0, 5000);
+    assert_int_equal(r->nitems, 1000);
+    assert_int_equal(r->offset, off[999]);
+    for (size_t i = 0; i < 1000; i++)
+        assert_int_equal(r->items[i].offset, off[i]);
+    assert_string_equal(r->items[999].content, "c-999");
+    cq_mq_msg_free(r);
+    r = consume(c, "cap", off[999], 5000);
+    assert_int_equal(r->nitems, 500);
+    assert_int_equal(r->items[0].offset, off[1000]);
+    assert_int_equal(r->offset, off[1499]);
+    cq_mq_msg_free(r);
+    mqc_close(c);
+}
+
+#define BIG_LEN   60000 /* padding of a big message: 17 fit in one answer, 18 do not */
+#define BIG_N     40
+#define FRAME_MAX 1048588u /* doc/protocol-mq.md: CQ_MQ_DEFAULT_MAX_TOTAL */
+
+/* Produces BIG_N messages of BIG_LEN bytes of fill on topic, one per request. */
+static void produce_big(mqc_t *c, const char *topic, char fill, int64_t *off)
+{
+    assert_int_equal(add_topic(c, topic), CQ_MQ_OK);
+    for (size_t i = 0; i < BIG_N; i++) {
+        cq_mq_msg_t *r = produce_ok(c, topic, "b", i, 1, BIG_LEN, fill);
+        off[i] = r->offsets[0];
+        cq_mq_msg_free(r);
+    }
+}
+
+/* Reads the topic with consumes of max 100 from offset 0; each answer must be within the frame
+ * maximum and hold exactly per[k] messages, continuing where the previous one stopped. */
+static void consume_in_parts(mqc_t *c, const char *topic, const int64_t *off, const size_t *per,
+                             size_t nper)
+{
+    int64_t from = 0;
+    size_t seen = 0;
+    for (size_t k = 0; k < nper; k++) {
+        cq_mq_msg_t *r = consume(c, topic, from, 100);
+        assert_true(c->last_frame <= FRAME_MAX);
+        assert_int_equal(r->nitems, per[k]);
+        for (size_t i = 0; i < r->nitems; i++) {
+            assert_int_equal(r->items[i].offset, off[seen + i]);
+            assert_int_equal(r->items[i].len, strlen("b-") + (seen + i >= 10) + 1 + BIG_LEN);
+        }
+        seen += r->nitems;
+        if (r->nitems)
+            assert_int_equal(r->offset, off[seen - 1]);
+        from = r->offset;
+        cq_mq_msg_free(r);
+    }
+    assert_int_equal(seen, BIG_N);
+}
+
+/* 40 messages of 60 KB: 2.4 MB that one consume asked for. Each answer stays within the frame
+ * maximum, trimmed to 17 messages, and says where to continue; a content that JSON escapes six
+ * times over (control bytes) is trimmed by its encoded size, 2 per answer. */
+static void test_consume_bounded(void **state)
+{
+    (void)state;
+    start_srv(NULL);
+    mqc_t *c = connected();
+    static int64_t off[BIG_N];
+    produce_big(c, "big", 'a', off);
+    static const size_t plain[] = {17, 17, 6, 0};
+    consume_in_parts(c, "big", off, plain, 4);
+    produce_big(c, "esc", '\x01', off);
+    static const size_t esc[] = {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 0};
+    consume_in_parts(c, "esc", off, esc, sizeof(esc) / sizeof(esc[0]));
+    mqc_close(c);
+}
+
+/* The send queue's hard limit applies to consume answers: a consumer that asks for 60 answers
+ * of 1 MB and reads none is closed as a slow consumer, once. */
+static void test_consume_sendq_limit(void **state)
+{
+    (void)state;
+    const char *args[] = {"--mq-sendq-hard-limit", "4m", NULL};
+    start_srv(args);
+    mqc_t *c = connected();
+    static int64_t off[BIG_N];
+    produce_big(c, "slow", 'a', off);
+    for (int i = 0; i < 60; i++)
+        mqc_send(c, consume_msg(c, "slow", 0, 100));
+    assert_int_equal(cq_testsrv_metric_wait_ge(&srv, "chanq_mq_slow_consumers_total", 1, SLOWTMO),
+                     1);
+    int answers = 0;
+    cq_mq_msg_t *r;
+    while ((r = mqc_recv_tmo(c, SLOWTMO))) {
+        assert_int_equal(r->type, CQ_MQ_RESP_CONSUME);
+        assert_int_equal(r->nitems, 17);
+        answers++;
+        cq_mq_msg_free(r);
+    }
+    assert_true(answers < 60); /* closed before the rest was queued */
+    char b;
+    assert_true(recv(c->fd, &b, 1, MSG_DONTWAIT) <= 0); /* closed, not a timeout */
+    assert_int_equal(cq_testsrv_metric(&srv, "chanq_mq_slow_consumers_total"), 1);
+    mqc_close(c);
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -375,6 +503,9 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sigterm_acks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_consume_cap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_consume_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_consume_sendq_limit, setup, teardown),
     };
     return _cmocka_run_group_tests(use_mysql ? "it-mqedge-mariadb" : "it-mqedge-sqlite", tests,
                                    sizeof(tests) / sizeof(tests[0]), NULL, NULL);

@@ -812,6 +812,49 @@ static void test_read_from_offset(void **state)
     assert_int_equal(cq_store_read(f->s, "nope", 0, 4, r, &n), CQ_ENOTOPIC);
 }
 
+/* A read bounded by bytes stops before the record that would go over, returns the first record
+ * whatever its size, skips invalid rows as a plain read does, and a bound of 0 is none. */
+static void test_read_bounded(void **state)
+{
+    fx_t *f = *state;
+    static const char *const text[] = {"aaaa", "bbbbbbbbbb", "cc", "dddddd", "e"};
+    uint64_t off[5];
+    cq_store_msg_t m[5];
+    cq_store_rec_t r[8];
+    size_t n = 99;
+    for (size_t i = 0; i < 5; i++)
+        m[i] = msg(text[i], 0, 0);
+    create(f->s, "t");
+    assert_int_equal(cq_store_append_batch(f->s, "t", m, 5, off), 0);
+    /* 4 + 10 > 13: one record; 4 + 10 = 14: two */
+    assert_int_equal(cq_store_read_bounded(f->s, "t", 0, 8, 13, r, &n), 0);
+    assert_int_equal(n, 1);
+    assert_rec(&r[0], off[0], "aaaa");
+    cq_store_recs_done(r, n);
+    assert_int_equal(cq_store_read_bounded(f->s, "t", 0, 8, 14, r, &n), 0);
+    assert_int_equal(n, 2);
+    assert_rec(&r[1], off[1], "bbbbbbbbbb");
+    cq_store_recs_done(r, n);
+    /* the first record alone is over the bound: returned anyway */
+    assert_int_equal(cq_store_read_bounded(f->s, "t", off[0], 8, 3, r, &n), 0);
+    assert_int_equal(n, 1);
+    assert_rec(&r[0], off[1], "bbbbbbbbbb");
+    cq_store_recs_done(r, n);
+    /* an invalid row costs nothing: after aaaa, cc + dddddd + e = 9 */
+    assert_int_equal(cq_store_invalidate(f->s, "t", off[1]), 0);
+    assert_int_equal(cq_store_read_bounded(f->s, "t", off[0], 8, 9, r, &n), 0);
+    assert_int_equal(n, 3);
+    assert_rec(&r[0], off[2], "cc");
+    assert_rec(&r[2], off[4], "e");
+    cq_store_recs_done(r, n);
+    /* the count still bounds; 0 bytes is no bound; nothing after the end */
+    assert_int_equal(cq_store_read_bounded(f->s, "t", 0, 2, 0, r, &n), 0);
+    assert_int_equal(n, 2);
+    cq_store_recs_done(r, n);
+    assert_int_equal(cq_store_read_bounded(f->s, "t", off[4], 8, 100, r, &n), 0);
+    assert_int_equal(n, 0);
+}
+
 /* Setting what is already set succeeds (MariaDB reports 0 changed rows for it). */
 static void test_repeat_updates(void **state)
 {
@@ -1126,7 +1169,8 @@ static void test_crash_sigkill(void **state)
         T(test_append_offsets_in_order), T(test_append_empty_content), T(test_append_atomic),      \
         T(test_append_bad_args), T(test_idempotent_retry), T(test_sequence_rules),                 \
         T(test_big_batch), T(test_no_dedup_without_producer), T(test_big_producer_ids),            \
-        T(test_read_from_offset), T(test_repeat_updates), T(test_offsets_survive_reopen),          \
+        T(test_read_from_offset), T(test_read_bounded),\
+        T(test_repeat_updates), T(test_offsets_survive_reopen),          \
         T(test_consumer_offsets), T(test_consumer_ids_exact), T(test_purge),                       \
         T(test_bad_topic_names), T(test_crash_sigkill)
 
