@@ -1,7 +1,9 @@
 /* test_it_mqhttp.c - the durable-topic HTTP/JSON API end to end: a real chanqd on the embedded
- * SQLite store, driven by a tiny blocking HTTP/1.1 client over a socket (keep-alive; JSON bodies
- * parsed with jansson). Every endpoint, permissions, offline topics, and bad input; each bad
- * request is followed by a request proving the server still serves.
+ * SQLite store (--backend=sqlite) or on the MariaDB server run_mariadb.sh started
+ * (--backend=mysql, CQ_MARIADB_PORT), driven by a tiny blocking HTTP/1.1 client over a socket
+ * (keep-alive; JSON bodies parsed with jansson). Every endpoint, permissions, offline topics,
+ * bad input, consume bounds and storage errors; each bad request is followed by a request
+ * proving the server still serves.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +17,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <poll.h>
+#include <sqlite3.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +28,10 @@
 #define TMO 5000
 
 static cq_testsrv_t srv;
+static bool use_mysql;
+static unsigned mysql_port;
+static int db_seq;
+static char db_name[64];
 
 static const char perms_json[] =
     "{\"1\": {\"token\": \"s1\", \"admin\": true, \"produce\": [\"*\"], \"consume\": [\"*\"]},"
@@ -35,7 +42,20 @@ static const char perms_json[] =
 
 static void start_srv(const char *const *extra)
 {
-    int r = cq_testsrv_start(&srv, extra);
+    char port[16];
+    const char *args[32];
+    size_t n = 0;
+    snprintf(port, sizeof(port), "%u", mysql_port);
+    if (use_mysql) {
+        const char *my[] = {"--store-backend", "mysql", "--mysql-port",     port,
+                            "--mysql-user",    "root",  "--mysql-database", db_name};
+        for (size_t i = 0; i < sizeof(my) / sizeof(my[0]); i++)
+            args[n++] = my[i];
+    }
+    while (extra && *extra && n < 30)
+        args[n++] = *extra++;
+    args[n] = NULL;
+    int r = cq_testsrv_start(&srv, args);
     if (r < 0) {
         char *log = cq_testsrv_log(&srv);
         fprintf(stderr, "# chanqd did not start (%d):\n%s\n", r, log ? log : "");
@@ -56,6 +76,7 @@ static void start_with_perms(void)
 static int setup(void **state)
 {
     (void)state;
+    snprintf(db_name, sizeof(db_name), "cqhttp_%d_%d", (int)getpid(), ++db_seq);
     return cq_testsrv_init(&srv);
 }
 
@@ -114,10 +135,11 @@ static hresp_t hread(int fd)
     r.close = strstr(head, "Connection: close") != NULL;
     char *body = malloc(len + 1);
     assert_non_null(body);
-    for (size_t i = 0; i < len; i++) {
-        int c = read_byte(fd);
-        assert_true(c >= 0);
-        body[i] = (char)c;
+    for (size_t i = 0; i < len;) { /* the body's length is known: read it in chunks */
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        ssize_t k = poll(&p, 1, TMO) == 1 ? read(fd, body + i, len - i) : -1;
+        assert_true(k > 0);
+        i += (size_t)k;
     }
     r.body = json_loadb(body, len, 0, NULL);
     free(body);
@@ -127,16 +149,19 @@ static hresp_t hread(int fd)
 /* Sends one request: auth "" = no Authorization header, body NULL = none. */
 static void hsend(int fd, const char *method, const char *path, const char *auth, const char *body)
 {
-    char buf[16384];
-    int n = snprintf(buf, sizeof(buf), "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n", method, path);
+    size_t cap = 16384 + (body ? strlen(body) : 0);
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    int n = snprintf(buf, cap, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n", method, path);
     if (strcmp(method, "POST") == 0)
-        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "Content-Type: application/json\r\n");
+        n += snprintf(buf + n, cap - (size_t)n, "Content-Type: application/json\r\n");
     if (*auth)
-        n += snprintf(buf + n, sizeof(buf) - (size_t)n, "Authorization: Bearer %s\r\n", auth);
-    n += snprintf(buf + n, sizeof(buf) - (size_t)n, "Content-Length: %zu\r\n\r\n%s",
+        n += snprintf(buf + n, cap - (size_t)n, "Authorization: Bearer %s\r\n", auth);
+    n += snprintf(buf + n, cap - (size_t)n, "Content-Length: %zu\r\n\r\n%s",
                   body ? strlen(body) : 0, body ? body : "");
-    assert_true(n > 0 && (size_t)n < sizeof(buf));
+    assert_true(n > 0 && (size_t)n < cap);
     assert_int_equal(cq_raw_write(fd, buf, (size_t)n), 0);
+    free(buf);
 }
 
 static int conn_fd = -1;
@@ -400,13 +425,148 @@ static void test_pipelined_split(void **state)
     hclose_all();
 }
 
-int main(void)
+/* ---- consume: next_offset, the caps; storage errors ---------------------------------------- */
+
+static hresp_t call_ok(const char *method, const char *path, const char *body)
 {
+    hresp_t r = call(method, path, "", body);
+    assert_int_equal(r.status, 200);
+    assert_non_null(r.body);
+    return r;
+}
+
+/* GET messages after offset (max 0: none asked); asserts n messages and next_offset. */
+static void consume_expect(const char *topic, int64_t offset, int max, size_t n, int64_t next)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "/v1/topics/%s/messages?offset=%lld%s%.0d", topic,
+             (long long)offset, max ? "&max=" : "", max);
+    hresp_t r = call_ok("GET", path, NULL);
+    assert_int_equal(json_array_size(json_object_get(r.body, "messages")), n);
+    assert_int_equal(jint(r.body, "next_offset"), next);
+    json_decref(r.body);
+}
+
+/* Produces n messages "<i>" padded with pad bytes 'p', in requests of at most 500; returns the
+ * last offset. */
+static int64_t produce_n(const char *topic, size_t n, size_t pad, int64_t *offs)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "/v1/topics/%s/messages", topic);
+    size_t cap = 500 * (pad + 48) + 64;
+    char *body = malloc(cap);
+    assert_non_null(body);
+    int64_t last = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = (size_t)snprintf(body, cap, "{\"messages\": [");
+        for (size_t k = 0; k < 500 && i + k < n; k++) {
+            len += (size_t)snprintf(body + len, cap - len, "%s{\"content\": \"%zu", k ? "," : "",
+                                    i + k);
+            memset(body + len, 'p', pad);
+            len += pad;
+            len += (size_t)snprintf(body + len, cap - len, "\"}");
+        }
+        snprintf(body + len, cap - len, "]}");
+        hresp_t r = call_ok("POST", path, body);
+        json_t *o = json_object_get(r.body, "offsets");
+        for (size_t k = 0; k < json_array_size(o); k++, i++) {
+            last = (int64_t)json_integer_value(json_array_get(o, k));
+            if (offs)
+                offs[i] = last;
+        }
+        json_decref(r.body);
+    }
+    free(body);
+    return last;
+}
+
+/* next_offset is the offset asked for when nothing comes back (never 0); max is capped at 1000;
+ * big messages are trimmed to what fits in the seed protocol's frame maximum. */
+static void test_consume_limits(void **state)
+{
+    (void)state;
+    start_srv(NULL);
+    expect("POST", "/v1/topics", "", "{\"topic\": \"many\"}", 200, 0);
+    consume_expect("many", 0, 0, 0, 0);
+    consume_expect("many", 12345, 0, 0, 12345); /* empty topic, an offset past the end */
+    static int64_t off[1500];
+    int64_t last = produce_n("many", 1500, 0, off);
+    consume_expect("many", last, 10, 0, last);
+    consume_expect("many", last + 77, 0, 0, last + 77);
+    consume_expect("many", 0, 5000, 1000, off[999]);
+    consume_expect("many", off[999], 5000, 500, last);
+    /* 40 messages of 60 KB: 17 fit in one answer (about 1 MiB), as over the seed protocol */
+    expect("POST", "/v1/topics", "", "{\"topic\": \"big\"}", 200, 0);
+    static int64_t big[40];
+    produce_n("big", 40, 60000, big);
+    consume_expect("big", 0, 100, 17, big[16]);
+    consume_expect("big", big[16], 100, 17, big[33]);
+    consume_expect("big", big[33], 100, 6, big[39]);
+    hclose_all();
+}
+
+/* Drops a topic's message table behind chanqd's back: every later statement on it fails. */
+static void drop_table(const char *table)
+{
+    char sql[128];
+    snprintf(sql, sizeof(sql), "DROP TABLE %s", table);
+    if (use_mysql) {
+        char cmd[512];
+        snprintf(cmd, sizeof(cmd), "mariadb -h 127.0.0.1 -P %u -u root %s -e '%s' >/dev/null 2>&1",
+                 mysql_port, db_name, sql);
+        assert_int_equal(system(cmd), 0);
+        return;
+    }
+    char path[400];
+    snprintf(path, sizeof(path), "%s/chanq.db", srv.store_path);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    char *err = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &err);
+    if (rc != SQLITE_OK)
+        fprintf(stderr, "# sqlite: %s\n", err ? err : "?");
+    sqlite3_free(err);
+    sqlite3_close(db);
+    assert_int_equal(rc, SQLITE_OK);
+}
+
+/* A store failure is 503 with err_code 12 (storage), not 500; the server keeps serving. */
+static void test_storage_error(void **state)
+{
+    (void)state;
+    start_srv(NULL);
+    expect("POST", "/v1/topics", "", "{\"topic\": \"gone\"}", 200, 0);
+    expect("POST", "/v1/topics", "", "{\"topic\": \"kept\"}", 200, 0);
+    expect("POST", "/v1/topics/gone/messages", "", "{\"content\": \"a\"}", 200, 0);
+    drop_table("t_gone");
+    expect("POST", "/v1/topics/gone/messages", "", "{\"content\": \"b\"}", 503, CQ_MQ_ERR_STORAGE);
+    expect("GET", "/v1/topics/gone/messages?offset=0", "", NULL, 503, CQ_MQ_ERR_STORAGE);
+    expect("POST", "/v1/topics/kept/messages", "", "{\"content\": \"c\"}", 200, 0);
+    alive();
+    hclose_all();
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--backend=mysql") == 0)
+            use_mysql = true;
+    if (use_mysql) {
+        const char *p = getenv("CQ_MARIADB_PORT");
+        if (!p || !*p) {
+            printf("1..0 # SKIP no MariaDB server (CQ_MARIADB_PORT unset)\n");
+            return 0;
+        }
+        mysql_port = (unsigned)atoi(p);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_endpoints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_permissions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipelined_split, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_consume_limits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_storage_error, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
