@@ -12,7 +12,7 @@ check 'uv\.h>' '^(src/io/|clients/c/chanq_uv|bench/|tests/)'
 check 'snappy-c\.h>' '^pkg/codec/'
 check 'jansson\.h>' '^(src/core/(auth\.c|cq_fsm\.c|cq_settings\.c|cq_json\.[ch])|src/config/|src/mq/|src/mqsrv/(cq_mqperm|http)\.c|tests/)'
 check 'mysql\.h>' '^(src/store/mysql(_[a-z]+)?\.[ch]|bench/)'
-check 'sqlite3\.h>' '^(src/store/sqlite\.c|tests/unit/store/)'
+check 'sqlite3\.h>' '^(src/store/sqlite\.c|tests/)'
 check 'wslay/' '^(src/transport/ws/|tests/)'
 check 'openssl/' '^(src/transport/ws/|tests/)'
 # pkg/ must not depend on src/

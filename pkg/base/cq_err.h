@@ -38,10 +38,11 @@
     X(EBUSY, -1025, "busy: pending writes over the limit, retry later")                            \
     X(ENOTOPIC, -1040, "unknown topic")                                                            \
     X(EBADTOPIC, -1041, "bad topic name (allowed: [A-Za-z0-9_], 1 to 64 characters)")              \
-    X(ESTORE, -1042, "storage error (the store handle has the details)")                           \
+    X(ESTORE, -1042, "storage error")                                                              \
     X(ECONTENT, -1043, "message content exceeds the size limit")                                   \
     X(ESEQCONFLICT, -1044, "producer_id and seq already stored with other content")                \
     X(ESEQORDER, -1045, "seq below the producer's last stored seq, and not a retry")               \
+    X(EOFFRANGE, -1046, "offset beyond the topic's last offset")                                   \
     X(EKCPCONV, -1050, "KCP segment for another conversation (conv mismatch)")                     \
     X(EKCPCMD, -1051, "unknown KCP segment command")                                               \
     X(EKCPTRUNC, -1052, "truncated KCP segment")                                                   \

@@ -303,18 +303,21 @@ static int open_store(const cq_config_t *c, cq_store_t **ret)
     return r;
 }
 
-/* Reads the topics and their high-water offsets for the engine's cache. */
+/* Reads the topics, their high-water offsets and message counts for the engine's cache. hw
+ * holds 2 * n entries: the high waters, then the counts. */
 static int list_topics(cq_store_t *st, cq_store_topic_t **ret_topics, uint64_t **ret_hw,
                        size_t *ret_n)
 {
     cq_store_topic_t *t = NULL;
     size_t n = 0;
     int r = cq_store_topic_list(st, &t, &n);
-    uint64_t *hw = r == 0 && n ? cq_calloc(n, sizeof(*hw)) : NULL;
+    uint64_t *hw = r == 0 && n ? cq_calloc(2 * n, sizeof(*hw)) : NULL;
     if (r == 0 && n && !hw)
         r = -ENOMEM;
     for (size_t i = 0; r == 0 && i < n; i++)
         r = cq_store_high_water(st, t[i].name, &hw[i]);
+    for (size_t i = 0; r == 0 && i < n; i++)
+        r = cq_store_count(st, t[i].name, &hw[n + i]);
     if (r < 0) {
         CQ_ERROR("main", "store: cannot list topics: %s", cq_store_errmsg(st));
         cq_free(t);
@@ -336,6 +339,7 @@ static int make_engine(app_t *a, const cq_store_topic_t *topics, const uint64_t 
         .perms = a->perms,
         .topics = topics,
         .high_water = hw,
+        .counts = hw ? hw + n : NULL,
         .ntopics = n,
         .port = cq_mqport_writer(a->writer),
         .sendq_soft_limit = c->mq_sendq_soft_limit,

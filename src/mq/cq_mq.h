@@ -89,7 +89,8 @@ typedef enum cq_mq_errcode {
     CQ_MQ_ERR_INTERNAL = 14,
     CQ_MQ_ERR_SEQUENCE_CONFLICT = 15,
     CQ_MQ_ERR_SEQUENCE_OUT_OF_ORDER = 16,
-    CQ_MQ_ERRCODE_MAX = 16
+    CQ_MQ_ERR_OFFSET_OUT_OF_RANGE = 17, /* commit beyond the topic's last offset */
+    CQ_MQ_ERRCODE_MAX = 17
 } cq_mq_errcode_t;
 
 /* Field bits of cq_mq_msg_t.has, in the order encode writes them. */

@@ -57,6 +57,7 @@ typedef struct cq_mqsrv_opts {
     const cq_mqperm_t *perms;       /* borrowed, must outlive the engine; NULL = all allowed */
     const cq_store_topic_t *topics; /* borrowed during cq_mqsrv_new: the topics at start */
     const uint64_t *high_water;     /* borrowed, ntopics entries or NULL: last offsets at start */
+    const uint64_t *counts;         /* borrowed, ntopics entries or NULL: messages at start */
     size_t ntopics;
     cq_mqport_t port; /* where store requests go (required) */
     /* Queued bytes per connection: over the hard limit a connection is closed at once (0:

@@ -116,6 +116,7 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
             return cq_mqsrv_free(s);
         t->last_offset = o->high_water ? o->high_water[i] : 0;
         t->pushed = t->last_offset; /* a watcher sees what commits after it watched */
+        t->count = o->counts ? o->counts[i] : 0;
     }
     return s;
 }

@@ -57,12 +57,15 @@ static void submitted(cq_mqsrv_conn_t *c, cq_mq_msg_t *m, int r, const char *con
     cq_mq_msg_free(m);
 }
 
+/* add_topic_resp and watch_resp: the client's topic count and the topic's message count. */
 static void reply_counted(cq_mqsrv_conn_t *c, const cq_mq_msg_t *m, uint32_t nums)
 {
     cq_mq_msg_t *resp = cq_mq_resp_new(m, 0, NULL);
+    const mq_topic_t *t = cq__mqsrv_topic(c->l.s, m->topic);
     if (resp) {
         resp->topic_nums = nums;
-        resp->has |= CQ_MQ_F_TOPIC_NUMS;
+        resp->topic_message_total = t ? (int64_t)t->count : 0;
+        resp->has |= CQ_MQ_F_TOPIC_NUMS | CQ_MQ_F_TOPIC_MESSAGE_TOTAL;
     }
     cq__mqsrv_send(c, resp);
 }
@@ -297,19 +300,32 @@ void cq__mqsrv_dispatch(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
 
 /* ---- answers to completed store requests ---------------------------------------------------- */
 
+/* total (produce_resp, consume_resp): the messages in the topic now. */
+static void set_total(cq_mqsrv_conn_t *c, cq_mq_msg_t *resp, const char *topic)
+{
+    const mq_topic_t *t = cq__mqsrv_topic(c->l.s, topic);
+    if (resp && t) {
+        resp->total = (int64_t)t->count;
+        resp->has |= CQ_MQ_F_TOTAL;
+    }
+}
+
 static void done_produce(cq_mqsrv_conn_t *c, const cq_writer_req_t *req, int err,
                          const cq_mq_msg_t *m)
 {
+    char why[CQ_MQ_ERR_MSG_MAX];
     if (err == CQ_ESEQCONFLICT || err == CQ_ESEQORDER) { /* the store names the message */
         cq__mqsrv_reply(c, m, err, "produce: %s: %s; nothing was acknowledged", cq_strerror(err),
                         req->errmsg);
         return;
     }
     if (err) {
-        cq__mqsrv_reply(c, m, err, "produce: %s; nothing was acknowledged", cq_strerror(err));
+        cq__mqsrv_reply(c, m, err, "produce: %s; nothing was acknowledged",
+                        cq__mqop_err_text(req, err, why, sizeof(why)));
         return;
     }
     cq_mq_msg_t *resp = cq_mq_resp_new(m, 0, NULL);
+    set_total(c, resp, req->topic);
     for (size_t i = 0; resp && i < req->n_msgs; i++)
         if (cq_mq_msg_add_offset(resp, (int64_t)req->offsets[i]) < 0)
             resp = cq_mq_msg_free(resp);
@@ -321,8 +337,9 @@ static void done_produce(cq_mqsrv_conn_t *c, const cq_writer_req_t *req, int err
 static void done_read(cq_mqsrv_conn_t *c, cq_writer_req_t *req, int err, const cq_mq_msg_t *m)
 {
     size_t budget = cq__mqop_reply_budget(c->l.s), used = 0;
+    char why[CQ_MQ_ERR_MSG_MAX];
     if (err) {
-        cq__mqsrv_reply(c, m, err, "consume: %s", cq_strerror(err));
+        cq__mqsrv_reply(c, m, err, "consume: %s", cq__mqop_err_text(req, err, why, sizeof(why)));
         return;
     }
     cq_mq_msg_t *resp = cq_mq_resp_new(m, 0, NULL);
@@ -330,6 +347,7 @@ static void done_read(cq_mqsrv_conn_t *c, cq_writer_req_t *req, int err, const c
         return;
     resp->has |= CQ_MQ_F_MESSAGES | CQ_MQ_F_OFFSET;
     resp->offset = m->offset;
+    set_total(c, resp, req->topic);
     for (size_t i = 0; i < req->n_recs; i++) {
         cq_store_rec_t *r = &req->recs[i];
         size_t len = cq_mq_answer_item_len((int64_t)r->offset, r->create_ms, r->content, r->len);
@@ -359,8 +377,10 @@ static void done_simple(cq_mqsrv_conn_t *c, const cq_writer_req_t *req, const mq
         cq__mqsrv_reply(c, m, -ENOMEM, "add_topic: out of memory");
         return;
     }
+    char why[CQ_MQ_ERR_MSG_MAX];
     if (res->err) {
-        cq__mqsrv_reply(c, m, res->err, "%s: %s", NAME(m), cq_strerror(res->err));
+        cq__mqsrv_reply(c, m, res->err, "%s: %s", NAME(m),
+                        cq__mqop_err_text(req, res->err, why, sizeof(why)));
         return;
     }
     if (req->op == CQ_WRITER_TOPIC_CREATE) {

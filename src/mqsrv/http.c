@@ -66,6 +66,7 @@ static int status_of(int err)
     case CQ_EJSON:
     case CQ_EFIELD:
     case CQ_EBADTOPIC:
+    case CQ_EOFFRANGE:
     case CQ_EHEADER:
     case -EINVAL:
         return 400;
@@ -691,9 +692,10 @@ static void done(mq_link_t *l, cq_writer_req_t *req, const mq_result_t *res, voi
     h->busy = false;
     if (l->dead)
         return;
+    char why[CQ_MQ_ERR_MSG_MAX];
     if (res->err)
-        FAIL(h, res->err, "%s%s%s; %s", cq_strerror(res->err), req->errmsg[0] ? ": " : "",
-             req->errmsg, req->op == CQ_WRITER_PRODUCE ? "nothing was acknowledged" : "not done");
+        FAIL(h, res->err, "%s; %s", cq__mqop_err_text(req, res->err, why, sizeof(why)),
+             req->op == CQ_WRITER_PRODUCE ? "nothing was acknowledged" : "not done");
     else
         respond(h, 200, answer(l->s, req, res));
     process(h); /* h stays: its request is in flight until this returns */

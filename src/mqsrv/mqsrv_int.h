@@ -39,6 +39,9 @@ typedef struct mq_topic {
     uint64_t pushed;
     uint64_t catchup_to;        /* 0: not catching up */
     bool catchup_reading;       /* a catch-up READ is in flight */
+    uint64_t count;             /* messages in the topic: the seed's topic_message_total */
+    uint64_t read_offset;       /* highest offset a consume returned (a read may see a commit
+                                 * before its produce completion reached the engine) */
     cq_mqsrv_conn_t **watchers; /* borrowed; a connection removes itself when it closes */
     size_t nwatchers, watchers_cap;
     cq_mq_msg_t *push; /* owned: messages waiting for the next push, or NULL */
@@ -215,6 +218,12 @@ void cq__mqop_retention(cq_mqsrv_t *s, int64_t now_unix_ms);
 /* A submitted request came back (taken): metrics, the engine's side (cache, pushes, purges),
  * then the answer through its link's front end. */
 void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req);
+/* The text that explains err, the code a completed req is answered with: cq_strerror(err), and
+ * for CQ_ESTORE the store's own text (req->errmsg) after it, with every quoted part ('...',
+ * "...", `...`) replaced by '?': the database error's kind stays ("Table '?' doesn't exist",
+ * "Lost connection to server"), the names, values, user names and hosts it quotes do not.
+ * Returns buf. */
+const char *cq__mqop_err_text(const cq_writer_req_t *req, int err, char *buf, size_t len);
 /* The engine that submitted req (any thread: read-only after submission). */
 cq_mqsrv_t *cq__mqop_engine(const cq_writer_req_t *req);
 

@@ -12,7 +12,9 @@
 #include "cq_log.h"
 #include "mqsrv_int.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -159,6 +161,12 @@ int cq__mqop_offset(mq_link_t *l, const mq_topic_t *t, const char *consumer, boo
     int r = commit ? cq__mqop_may_write(l, ret_why) : 0;
     if (r < 0)
         return r;
+    if (commit && offset > t->last_offset && offset > t->read_offset) {
+        /* A consumer cannot have processed what was never committed: such an offset would make
+         * it skip the messages produced up to it. */
+        *ret_why = "offset is beyond the topic's last offset";
+        return CQ_EOFFRANGE;
+    }
     r = new_req(op, t->name, consumer, &req, ret_why);
     if (r < 0)
         return r;
@@ -278,8 +286,23 @@ static void done_internal(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t 
     if (!t || req->op != CQ_WRITER_PURGE)
         return;
     t->purging = false;
+    if (req->err == 0)
+        t->count = req->purged < t->count ? t->count - req->purged : 0;
     if (req->err == 0 && req->purged == req->max)
         purge(s, t, req->max, req->older_than_ms);
+}
+
+/* Counts the messages a committed produce added: those above the topic's last offset (the
+ * others were stored before, an idempotent retry's). Before the last offset moves. */
+static void count_new(mq_topic_t *t, const cq_writer_req_t *req)
+{
+    uint64_t hi = t->last_offset;
+    for (size_t i = 0; i < req->n_msgs; i++) {
+        if (req->offsets[i] > hi) {
+            hi = req->offsets[i];
+            t->count++;
+        }
+    }
 }
 
 /* The engine's side of a completion: the cache and the pushes follow the store; the result is
@@ -289,6 +312,8 @@ static void apply(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *t, mq_r
     *res = (mq_result_t){.err = req->err, .offset = req->offset};
     switch (req->op) {
     case CQ_WRITER_PRODUCE:
+        if (req->err == 0 && t)
+            count_new(t, req);
         if (req->err == 0)
             cq__mqsrv_produced(s, req);
         else if (req->err == CQ_ESTORE)
@@ -303,6 +328,10 @@ static void apply(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *t, mq_r
         if (req->err == 0 && t)
             t->online = req->online;
         break;
+    case CQ_WRITER_READ:
+        if (req->err == 0 && t && req->n_recs && req->recs[req->n_recs - 1].offset > t->read_offset)
+            t->read_offset = req->recs[req->n_recs - 1].offset;
+        break;
     case CQ_WRITER_GET_OFFSET:
         res->committed = req->err == 0;
         if (req->err == -ENOENT) /* never committed: offset 0 */
@@ -313,6 +342,33 @@ static void apply(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *t, mq_r
     default:
         break;
     }
+}
+
+const char *cq__mqop_err_text(const cq_writer_req_t *req, int err, char *buf, size_t len)
+{
+    size_t n = (size_t)snprintf(buf, len, "%s", cq_strerror(err));
+    if (err != CQ_ESTORE || !req->errmsg[0] || n + 3 >= len)
+        return buf;
+    buf[n++] = ':';
+    buf[n++] = ' ';
+    char quote = 0;
+    for (const char *p = req->errmsg; *p && n + 2 < len; p++) {
+        /* a quote opens after a non-word character only: "doesn't" has no quoted part */
+        bool word = p > req->errmsg && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        bool q = !word && (*p == '\'' || *p == '"' || *p == '`');
+        if (quote && *p == quote) { /* the closing quote */
+            buf[n++] = *p;
+            quote = 0;
+        } else if (!quote && q) {
+            buf[n++] = *p;
+            buf[n++] = '?';
+            quote = *p;
+        } else if (!quote) {
+            buf[n++] = *p;
+        }
+    }
+    buf[n] = '\0';
+    return buf;
 }
 
 cq_mqsrv_t *cq__mqop_engine(const cq_writer_req_t *req)

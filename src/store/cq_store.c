@@ -190,6 +190,14 @@ int cq_store_purge(cq_store_t *s, const char *topic, int64_t older_than_unix_ms,
     return s->ops->purge(s, topic, older_than_unix_ms, max_rows, ret_purged);
 }
 
+int cq_store_count(cq_store_t *s, const char *topic, uint64_t *ret_n)
+{
+    int r = enter(s, topic);
+    if (r == 0 && !ret_n)
+        r = cq__store_fail(s, -EINVAL, "count: no output");
+    return r < 0 ? r : s->ops->count(s, topic, ret_n);
+}
+
 int cq_store_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset)
 {
     int r = enter(s, topic);

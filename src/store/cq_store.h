@@ -106,6 +106,7 @@ typedef struct cq_store_ops {
     int (*purge)(cq_store_t *s, const char *topic, int64_t older_than_unix_ms, size_t max_rows,
                  size_t *ret_purged);
     int (*high_water)(cq_store_t *s, const char *topic, uint64_t *ret_offset);
+    int (*count)(cq_store_t *s, const char *topic, uint64_t *ret_n);
 } cq_store_ops_t;
 
 /* The embedded SQLite backend (src/store/sqlite.c). */
@@ -201,6 +202,10 @@ int cq_store_purge(cq_store_t *s, const char *topic, int64_t older_than_unix_ms,
                    size_t *ret_purged);
 /* The highest offset ever committed in topic (0 if none), even if purged since. */
 int cq_store_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset);
+
+/* The number of valid (state 1) messages in topic: the seed's topic_message_total. Counts the
+ * rows (O(rows)): chanqd calls it once per topic at start and keeps the count itself. */
+int cq_store_count(cq_store_t *s, const char *topic, uint64_t *ret_n);
 
 /* ---- consumers ----------------------------------------------------------------------------- */
 

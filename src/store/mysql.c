@@ -170,6 +170,11 @@ static int op_purge(cq_store_t *s, const char *topic, int64_t older_than_unix_ms
     RUN(s, cq__mysql_purge(s, topic, older_than_unix_ms, max_rows, ret_purged));
 }
 
+static int op_count(cq_store_t *s, const char *topic, uint64_t *ret_n)
+{
+    RUN(s, cq__mysql_count(s, topic, ret_n));
+}
+
 static int op_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset)
 {
     RUN(s, cq__mysql_high_water(s, topic, ret_offset));
@@ -189,4 +194,5 @@ const cq_store_ops_t cq_store_mysql_ops = {
     .get_offset = op_get_offset,
     .purge = op_purge,
     .high_water = op_high_water,
+    .count = op_count,
 };

@@ -206,6 +206,24 @@ int cq__mysql_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset)
     return r;
 }
 
+int cq__mysql_count(cq_store_t *s, const char *topic, uint64_t *ret_n)
+{
+    my_store_t *q = my_store(s);
+    my_topic_t t;
+    char sql[MY_SQL_MAX];
+    uint64_t n = 0;
+    bool found = false;
+    int r = cq__mysql_topic_resolve(q, topic, false, &t);
+    if (r == 0)
+        r = MY_TOPIC_SQL(q, sql, "SELECT COUNT(*) FROM `t_%s` WHERE state = 1", t.tbl);
+    if (r == 0)
+        r = cq__mysql_query_u64(q, sql, NULL, &n, &found);
+    r = cq__mysql_tx_end(q, r);
+    if (r == 0)
+        *ret_n = n;
+    return r;
+}
+
 /* ---- consumer offsets ---------------------------------------------------------------------- */
 
 int cq__mysql_commit_offset(cq_store_t *s, const char *topic, const char *consumer_id,

@@ -639,6 +639,28 @@ static int sq_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset)
     return r;
 }
 
+static int sq_count(cq_store_t *s, const char *topic, uint64_t *ret_n)
+{
+    sq_store_t *q = SQ(s);
+    char canon[CQ_STORE_TOPIC_MAX + 1], sql[SQL_MAX];
+    sqlite3_stmt *st = NULL;
+    int r = topic_resolve(q, topic, canon);
+    if (r == 0)
+        r = TOPIC_SQL(q, sql, "SELECT COUNT(*) FROM \"t_%s\" WHERE state = 1", canon);
+    if (r == 0)
+        r = prep(q, sql, &st);
+    if (r < 0)
+        return r;
+    int rc = sqlite3_step(st);
+    uint64_t n = rc == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
+    if (rc != SQLITE_ROW)
+        r = db_fail(q, "count");
+    sqlite3_finalize(st);
+    if (r == 0)
+        *ret_n = n;
+    return r;
+}
+
 /* ---- consumer offsets ---------------------------------------------------------------------- */
 
 static int sq_commit_offset(cq_store_t *s, const char *topic, const char *consumer_id,
@@ -831,4 +853,5 @@ const cq_store_ops_t cq_store_sqlite_ops = {
     .get_offset = sq_get_offset,
     .purge = sq_purge,
     .high_water = sq_high_water,
+    .count = sq_count,
 };

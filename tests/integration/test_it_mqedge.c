@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -488,6 +489,141 @@ static void test_consume_sendq_limit(void **state)
     mqc_close(c);
 }
 
+/* ---- the seed's counters and error texts ------------------------------------------------ */
+
+static cq_mq_msg_t *commit_msg(mqc_t *c, const char *topic, int64_t offset)
+{
+    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_COMMIT, topic);
+    m->offset = offset;
+    m->has |= CQ_MQ_F_OFFSET;
+    return m;
+}
+
+/* add_topic / watch answer topic_message_total, produce / consume answer total: the messages in
+ * the topic (an idempotent retry adds none), also after a restart. */
+static void test_counters(void **state)
+{
+    (void)state;
+    start_srv(NULL);
+    mqc_t *c = connected();
+    cq_mq_msg_t *r = call(c, req_new(c, CQ_MQ_REQ_ADD_TOPIC, "cnt"));
+    assert_int_equal(r->err_code, 0);
+    assert_true(r->has & CQ_MQ_F_TOPIC_MESSAGE_TOTAL);
+    assert_int_equal(r->topic_message_total, 0);
+    assert_int_equal(r->topic_nums, 1);
+    cq_mq_msg_free(r);
+    r = produce_ok(c, "cnt", "n", 0, 3, 0, 0);
+    assert_true(r->has & CQ_MQ_F_TOTAL);
+    assert_int_equal(r->total, 3);
+    cq_mq_msg_free(r);
+    int64_t first = 0;
+    for (int k = 0; k < 2; k++) { /* the second time: a retry, stored once */
+        r = call(c, produce_msg(c, "cnt", "k", 0, 2, 0, 0, 5));
+        assert_int_equal(r->err_code, 0);
+        assert_int_equal(r->total, 5);
+        if (k == 0)
+            first = r->offsets[0];
+        assert_int_equal(r->offsets[0], first);
+        cq_mq_msg_free(r);
+    }
+    r = consume(c, "cnt", 0, 2);
+    assert_true(r->has & CQ_MQ_F_TOTAL);
+    assert_int_equal(r->total, 5);
+    assert_int_equal(r->nitems, 2);
+    cq_mq_msg_free(r);
+    r = call(c, req_new(c, CQ_MQ_REQ_WATCH, "cnt"));
+    assert_int_equal(r->err_code, 0);
+    assert_int_equal(r->topic_message_total, 5);
+    assert_int_equal(r->topic_nums, 1);
+    cq_mq_msg_free(r);
+    mqc_close(c);
+    assert_int_equal(cq_testsrv_kill(&srv, SIGTERM), 0);
+    start_srv(NULL);
+    c = connected();
+    r = call(c, req_new(c, CQ_MQ_REQ_ADD_TOPIC, "cnt"));
+    assert_int_equal(r->topic_message_total, 5); /* counted by the store at start */
+    cq_mq_msg_free(r);
+    mqc_close(c);
+}
+
+/* Committing an offset beyond the topic's last offset is refused with offset_out_of_range (17);
+ * the last offset itself and 0 (a rewind) are accepted. */
+static void test_commit_out_of_range(void **state)
+{
+    (void)state;
+    start_srv(NULL);
+    mqc_t *c = connected();
+    assert_int_equal(add_topic(c, "range"), CQ_MQ_OK);
+    assert_int_equal(call_code(c, commit_msg(c, "range", 1)), CQ_MQ_ERR_OFFSET_OUT_OF_RANGE);
+    cq_mq_msg_t *p = produce_ok(c, "range", "r", 0, 2, 0, 0);
+    int64_t last = p->offsets[1];
+    cq_mq_msg_free(p);
+    cq_mq_msg_t *r = call(c, commit_msg(c, "range", last + 1));
+    assert_int_equal(r->err_code, CQ_MQ_ERR_OFFSET_OUT_OF_RANGE);
+    assert_string_equal(r->err_msg, "commit: offset is beyond the topic's last offset");
+    cq_mq_msg_free(r);
+    assert_int_equal(call_code(c, commit_msg(c, "range", last)), CQ_MQ_OK);
+    assert_int_equal(call_code(c, commit_msg(c, "range", 0)), CQ_MQ_OK);
+    r = call(c, req_new(c, CQ_MQ_REQ_OFFSET, "range"));
+    assert_int_equal(r->offset, 0);
+    assert_true(r->committed);
+    cq_mq_msg_free(r);
+    mqc_close(c);
+}
+
+/* Drops a topic's message table behind chanqd's back: every later statement on it fails. */
+static void drop_table(const char *table)
+{
+    char sql[128];
+    snprintf(sql, sizeof(sql), "DROP TABLE %s", table);
+    if (use_mysql) {
+        char cmd[512];
+        snprintf(cmd, sizeof(cmd), "mariadb -h 127.0.0.1 -P %u -u root %s -e '%s' >/dev/null 2>&1",
+                 mysql_port, db_name, sql);
+        assert_int_equal(system(cmd), 0);
+        return;
+    }
+    char path[400];
+    snprintf(path, sizeof(path), "%s/chanq.db", srv.store_path);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+    sqlite3_close(db);
+    assert_int_equal(rc, SQLITE_OK);
+}
+
+/* storage (12) carries the database's error, with what it quotes (names, values, users) left
+ * out: here the missing table's kind of error, not the database's name. */
+static void test_storage_err_msg(void **state)
+{
+    (void)state;
+    start_srv(NULL);
+    mqc_t *c = connected();
+    assert_int_equal(add_topic(c, "gone"), CQ_MQ_OK);
+    drop_table("t_gone");
+    cq_mq_msg_t *r = call(c, produce_msg(c, "gone", "g", 0, 1, 0, 0, 0));
+    assert_int_equal(r->err_code, CQ_MQ_ERR_STORAGE);
+    print_message("# err_msg: %s\n", r->err_msg);
+    const char *pre = "produce: storage error: ", *post = "; nothing was acknowledged";
+    size_t n = strlen(r->err_msg);
+    assert_int_equal(strncmp(r->err_msg, pre, strlen(pre)), 0);
+    assert_true(n > strlen(pre) + strlen(post));
+    assert_string_equal(r->err_msg + n - strlen(post), post);
+    assert_non_null(strcasestr(r->err_msg, "table"));
+    assert_null(strstr(r->err_msg, db_name));
+    if (use_mysql) /* the quoted name is left out, the rest of the text stays */
+        assert_non_null(strstr(r->err_msg, "Table '?' doesn't exist"));
+    cq_mq_msg_free(r);
+    r = consume_msg(c, "gone", 0, 10);
+    r = call(c, r);
+    assert_int_equal(r->err_code, CQ_MQ_ERR_STORAGE);
+    assert_non_null(strcasestr(r->err_msg, "table"));
+    assert_null(strstr(r->err_msg, db_name));
+    cq_mq_msg_free(r);
+    mqc_close(c);
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -506,6 +642,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_consume_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consume_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consume_sendq_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_counters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_commit_out_of_range, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_storage_err_msg, setup, teardown),
     };
     return _cmocka_run_group_tests(use_mysql ? "it-mqedge-mariadb" : "it-mqedge-sqlite", tests,
                                    sizeof(tests) / sizeof(tests[0]), NULL, NULL);

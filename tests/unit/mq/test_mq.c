@@ -815,6 +815,7 @@ static void test_errcodes(void **state)
         {CQ_EBUSY, 11, "busy"},
         {CQ_ESTORE, 12, "storage"},
         {CQ_EBADTOPIC, 13, "bad_topic_name"},
+        {CQ_EOFFRANGE, 17, "offset_out_of_range"},
         {-ENOMEM, 14, "internal"},
         {CQ_EMAGIC, 14, "internal"},
         {1, 14, "internal"},
@@ -825,7 +826,7 @@ static void test_errcodes(void **state)
         assert_int_equal(cq_mq_errcode(map[i].err), map[i].code);
         assert_string_equal(cq_mq_errcode_name(map[i].code), map[i].name);
     }
-    assert_string_equal(cq_mq_errcode_name(17), "unknown");
+    assert_string_equal(cq_mq_errcode_name(18), "unknown");
     assert_string_equal(cq_mq_type_name(11), "produce");
     assert_string_equal(cq_mq_type_name(12), "produce_resp");
     assert_null(cq_mq_type_name(17));

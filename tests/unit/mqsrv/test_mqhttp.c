@@ -426,7 +426,7 @@ static void test_writes_need_loopback_or_perms(void **state)
         "Content-Length: 16\r\n\r\n{\"topic\":\"news\"}",
         "POST /v1/topics/orders/offline HTTP/1.1\r\nContent-Type: application/json\r\n\r\n",
         "POST /v1/topics/orders/consumers/c1/offset HTTP/1.1\r\nContent-Type: application/json\r\n"
-        "Content-Length: 12\r\n\r\n{\"offset\":1}",
+        "Content-Length: 12\r\n\r\n{\"offset\":0}", /* 0: within the empty topic (err 17) */
     };
     for (size_t i = 0; i < sizeof(writes) / sizeof(writes[0]); i++) {
         fake_peer_addr = "192.0.2.7:5000";

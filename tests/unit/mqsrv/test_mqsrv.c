@@ -473,7 +473,9 @@ static void test_add_topic(void **state)
     connect_as(con, 2, "s2", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0}");
     connect_as(pro, 3, "s3", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":3,\"err_code\":0}");
     feed(con, req(CQ_MQ_REQ_ADD_TOPIC, 2, 2, "ORDERS")); /* exists (any case): registered */
-    expect(con, "6 2 {\"askid\":2,\"topic\":\"ORDERS\",\"err_code\":0,\"topic_nums\":1}");
+    expect(con, "6 2 "
+                "{\"askid\":2,\"topic\":\"ORDERS\",\"err_code\":0,\"topic_nums\":1,\"topic_message_"
+                "total\":0}");
     feed(con, req(CQ_MQ_REQ_ADD_TOPIC, 3, 3, "keep"));
     expect(con, "6 3 {\"askid\":3,\"topic\":\"keep\",\"err_code\":7,\"err_msg\":\"add_topic: "
                 "module 2 has no right on topic \\\"keep\\\"\"}");
@@ -487,14 +489,18 @@ static void test_add_topic(void **state)
     assert_int_equal(r->retention_days, 30);
     assert_int_equal(r->now_ms, 1700000000000);
     done(r, 0);
-    expect(adm, "6 5 {\"askid\":5,\"topic\":\"fresh\",\"err_code\":0,\"topic_nums\":1}");
+    expect(adm, "6 5 "
+                "{\"askid\":5,\"topic\":\"fresh\",\"err_code\":0,\"topic_nums\":1,\"topic_message_"
+                "total\":0}");
     feed(adm, req(CQ_MQ_REQ_ADD_TOPIC, 6, 6, "again"));
     done(take(CQ_WRITER_TOPIC_CREATE, "again"), CQ_EEXIST); /* created by someone else */
-    expect(adm, "6 6 {\"askid\":6,\"topic\":\"again\",\"err_code\":0,\"topic_nums\":2}");
+    expect(adm, "6 6 "
+                "{\"askid\":6,\"topic\":\"again\",\"err_code\":0,\"topic_nums\":2,\"topic_message_"
+                "total\":0}");
     feed(adm, req(CQ_MQ_REQ_ADD_TOPIC, 7, 7, "broken"));
     done(take(CQ_WRITER_TOPIC_CREATE, "broken"), CQ_ESTORE);
     expect(adm, "6 7 {\"askid\":7,\"topic\":\"broken\",\"err_code\":12,\"err_msg\":\"add_topic: "
-                "storage error (the store handle has the details)\"}");
+                "storage error: disk on fire\"}");
     /* the cache knows the created topics: sorted by name, as this module may see them */
     feed(adm, req(CQ_MQ_REQ_TOPICS, 8, 8, NULL));
     expect(adm, "24 8 {\"askid\":8,\"err_code\":0,\"topic_nums\":5,\"topics\":["
@@ -540,13 +546,15 @@ static void test_produce(void **state)
     assert_int_equal(r->msgs[2].producer_id, 77);
     assert_int_equal(r->msgs[2].seq, 12);
     done_produce(r, 10);
-    expect(pro, "12 5 {\"askid\":5,\"topic\":\"Orders\",\"err_code\":0,\"offsets\":[10,12,14]}");
+    expect(pro,
+           "12 5 "
+           "{\"askid\":5,\"topic\":\"Orders\",\"err_code\":0,\"total\":3,\"offsets\":[10,12,14]}");
     feed(pro, produce_req(6, "orders", 1, 0));
     r = take(CQ_WRITER_PRODUCE, "orders");
     assert_int_equal(r->msgs[0].producer_id, 0);
     done(r, CQ_ESTORE);
     expect(pro, "12 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":12,\"err_msg\":\"produce: "
-                "storage error (the store handle has the details); nothing was acknowledged\"}");
+                "storage error: disk on fire; nothing was acknowledged\"}");
     /* the store refuses at submit */
     fp.fail = CQ_EBUSY;
     feed(pro, produce_req(7, "orders", 1, 0));
@@ -575,8 +583,9 @@ static void test_produce(void **state)
         done_produce(take(CQ_WRITER_PRODUCE, "orders"), 100 + i);
         char want[128];
         snprintf(want, sizeof(want),
-                 "12 10 {\"askid\":10,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[%zu]}",
-                 100 + i);
+                 "12 10 {\"askid\":10,\"topic\":\"orders\",\"err_code\":0,\"total\":%zu,"
+                 "\"offsets\":[%zu]}",
+                 4 + i, 100 + i);
         expect(pro, want);
     }
     fconn_free(pro);
@@ -614,15 +623,20 @@ static void test_consume(void **state)
     assert_int_equal(r->max, CQ_MQSRV_CONSUME_DFL);
     assert_int_equal(r->from_offset, 5);
     done_read(r, 6, 2);
-    expect(con, "14 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":0,\"offset\":7,\"messages\":["
-                "{\"offset_id\":6,\"message\":\"r6\",\"time\":1000},"
-                "{\"offset_id\":7,\"message\":\"r7\",\"time\":1001}],\"message_count\":2}");
+    expect(
+        con,
+        "14 4 "
+        "{\"askid\":4,\"topic\":\"orders\",\"err_code\":0,\"total\":0,\"offset\":7,\"messages\":["
+        "{\"offset_id\":6,\"message\":\"r6\",\"time\":1000},"
+        "{\"offset_id\":7,\"message\":\"r7\",\"time\":1001}],\"message_count\":2}");
     feed(con, consume_req(5, "orders", 9, 5000)); /* capped at max_batch */
     r = take(CQ_WRITER_READ, "orders");
     assert_int_equal(r->max, CQ_MQ_DEFAULT_MAX_BATCH);
     done_read(r, 0, 0);
-    expect(con, "14 5 {\"askid\":5,\"topic\":\"orders\",\"err_code\":0,\"offset\":9,\"messages\":"
-                "[],\"message_count\":0}");
+    expect(con,
+           "14 5 "
+           "{\"askid\":5,\"topic\":\"orders\",\"err_code\":0,\"total\":0,\"offset\":9,\"messages\":"
+           "[],\"message_count\":0}");
     feed(con, consume_req(6, "orders", 9, 3));
     r = take(CQ_WRITER_READ, "orders");
     assert_int_equal(r->max, 3);
@@ -635,7 +649,7 @@ static void test_consume(void **state)
     feed(con, consume_req(7, "orders", 9, 3));
     done(take(CQ_WRITER_READ, "orders"), CQ_ESTORE);
     expect(con, "14 7 {\"askid\":7,\"topic\":\"orders\",\"err_code\":12,\"err_msg\":\"consume: "
-                "storage error (the store handle has the details)\"}");
+                "storage error: disk on fire\"}");
     cq_mqsrv_stats_t st;
     cq_mqsrv_stats(eng, &st);
     assert_int_equal(st.consumed, 2);
@@ -650,8 +664,10 @@ static void test_consume(void **state)
     r = take(CQ_WRITER_READ, "orders");
     assert_int_equal(r->max, CQ_WRITER_READ_MAX);
     done_read(r, 0, 0);
-    expect(con, "14 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"offset\":0,\"messages\":"
-                "[],\"message_count\":0}");
+    expect(con,
+           "14 2 "
+           "{\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"total\":0,\"offset\":0,\"messages\":"
+           "[],\"message_count\":0}");
     fconn_free(con);
     eng_stop();
 }
@@ -684,10 +700,18 @@ static void test_commit_offset(void **state)
     done(r, 0);
     expect(con, "22 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":0,\"offset\":2,"
                 "\"committed\":true,\"last_offset\":2}");
+    /* beyond the topic's last offset (2): refused, nothing submitted */
+    m = req(CQ_MQ_REQ_COMMIT, 6, 6, "orders");
+    m->offset = 3;
+    m->has |= CQ_MQ_F_OFFSET;
+    feed(con, m);
+    expect(con, "16 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":17,\"err_msg\":\"commit: "
+                "offset is beyond the topic's last offset\"}");
+    assert_int_equal(fp.npending, 0);
     feed(con, req(CQ_MQ_REQ_OFFSET, 5, 5, "orders"));
     done(take(CQ_WRITER_GET_OFFSET, "orders"), CQ_ESTORE);
     expect(con, "22 5 {\"askid\":5,\"topic\":\"orders\",\"err_code\":12,\"err_msg\":\"offset: "
-                "storage error (the store handle has the details)\"}");
+                "storage error: disk on fire\"}");
     fconn_free(con);
     eng_stop();
     /* an offline topic still answers commit; an unknown one does not */
@@ -695,12 +719,12 @@ static void test_commit_offset(void **state)
     con = fconn_new();
     connect_as(con, 2, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
     m = req(CQ_MQ_REQ_COMMIT, 2, 2, "paused");
-    m->offset = 1;
+    m->offset = 0;
     m->has |= CQ_MQ_F_OFFSET;
     feed(con, m);
     r = take(CQ_WRITER_COMMIT_OFFSET, "Paused");
     done(r, 0);
-    expect(con, "16 2 {\"askid\":2,\"topic\":\"paused\",\"err_code\":0,\"offset\":1}");
+    expect(con, "16 2 {\"askid\":2,\"topic\":\"paused\",\"err_code\":0,\"offset\":0}");
     m = req(CQ_MQ_REQ_COMMIT, 3, 3, "nosuch");
     m->offset = 1;
     m->has |= CQ_MQ_F_OFFSET;
@@ -722,11 +746,17 @@ static void test_watch_push(void **state)
     connect_as(w1, 2, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0}");
     connect_as(w2, 2, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":3,\"err_code\":0}");
     feed(w1, req(CQ_MQ_REQ_WATCH, 2, 2, "orders"));
-    expect(w1, "8 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1}");
+    expect(w1, "8 2 "
+               "{\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1,\"topic_message_"
+               "total\":0}");
     feed(w1, req(CQ_MQ_REQ_WATCH, 3, 3, "ORDERS")); /* already watching */
-    expect(w1, "8 3 {\"askid\":3,\"topic\":\"ORDERS\",\"err_code\":0,\"topic_nums\":1}");
+    expect(w1, "8 3 "
+               "{\"askid\":3,\"topic\":\"ORDERS\",\"err_code\":0,\"topic_nums\":1,\"topic_message_"
+               "total\":0}");
     feed(w2, req(CQ_MQ_REQ_WATCH, 2, 2, "orders"));
-    expect(w2, "8 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1}");
+    expect(w2, "8 2 "
+               "{\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1,\"topic_message_"
+               "total\":0}");
     feed(w2, req(CQ_MQ_REQ_WATCH, 3, 3, "Paused"));
     expect(w2, "8 3 {\"askid\":3,\"topic\":\"Paused\",\"err_code\":9,\"err_msg\":\"watch: topic "
                "\\\"Paused\\\" is offline\"}");
@@ -741,8 +771,9 @@ static void test_watch_push(void **state)
     cq_mqsrv_complete(NULL, b);
     cq_mqsrv_drain(eng);
     cq_mqsrv_flush(eng);
-    expect(p, "12 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[3,4]}");
-    expect(p, "12 5 {\"askid\":5,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[6]}");
+    expect(p,
+           "12 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":0,\"total\":2,\"offsets\":[3,4]}");
+    expect(p, "12 5 {\"askid\":5,\"topic\":\"orders\",\"err_code\":0,\"total\":3,\"offsets\":[6]}");
     const char *push = "18 0 {\"topic\":\"orders\",\"offset\":6,\"messages\":["
                        "{\"offset_id\":3,\"message\":\"m0\",\"time\":1700000000000},"
                        "{\"offset_id\":4,\"message\":\"m1\",\"time\":1700000000000},"
@@ -754,13 +785,13 @@ static void test_watch_push(void **state)
     /* an idempotent retry acknowledged with old offsets is not pushed again */
     feed(p, produce_req(6, "orders", 1, 0));
     done_produce(take(CQ_WRITER_PRODUCE, "orders"), 4);
-    expect(p, "12 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[4]}");
+    expect(p, "12 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":0,\"total\":3,\"offsets\":[4]}");
     expect_nothing(w1);
     feed(w1, req(CQ_MQ_REQ_UNWATCH, 7, 7, "orders"));
     expect(w1, "10 7 {\"askid\":7,\"topic\":\"orders\",\"err_code\":0}");
     feed(p, produce_req(8, "orders", 1, 0));
     done_produce(take(CQ_WRITER_PRODUCE, "orders"), 9);
-    expect(p, "12 8 {\"askid\":8,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[9]}");
+    expect(p, "12 8 {\"askid\":8,\"topic\":\"orders\",\"err_code\":0,\"total\":4,\"offsets\":[9]}");
     expect_nothing(w1);
     expect(w2, "18 0 {\"topic\":\"orders\",\"offset\":9,\"messages\":[{\"offset_id\":9,"
                "\"message\":\"m0\",\"time\":1700000000000}],\"message_count\":1}");
@@ -771,7 +802,8 @@ static void test_watch_push(void **state)
     fconn_free(w2);
     feed(p, produce_req(10, "orders", 1, 0));
     done_produce(take(CQ_WRITER_PRODUCE, "orders"), 11);
-    expect(p, "12 10 {\"askid\":10,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[11]}");
+    expect(p,
+           "12 10 {\"askid\":10,\"topic\":\"orders\",\"err_code\":0,\"total\":5,\"offsets\":[11]}");
     fconn_free(p);
     fconn_free(w1);
     eng_stop();
@@ -793,7 +825,9 @@ static void test_push_refs(void **state)
                  "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":%d,\"err_code\":0}", i + 2);
         connect_as(w[i], 2, "", want);
         feed(w[i], req(CQ_MQ_REQ_WATCH, 2, 2, "orders"));
-        expect(w[i], "8 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1}");
+        expect(w[i], "8 2 "
+                     "{\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1,\"topic_"
+                     "message_total\":0}");
         w[i]->stalled = true;
     }
     long live = cq_buf_live();
@@ -814,7 +848,8 @@ static void test_push_refs(void **state)
     assert_int_equal(cq_buf_refs(b), 3);
     assert_int_equal(cq_buf_live(), live + 2); /* the push and the producer's answer */
     cq_mqsrv_flush(eng);
-    expect(p, "12 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[3,4]}");
+    expect(p,
+           "12 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":0,\"total\":2,\"offsets\":[3,4]}");
     for (int i = 0; i < 3; i++) {
         w[i]->stalled = false;
         fake_flush(w[i]);
@@ -969,9 +1004,13 @@ static void test_topic_cache(void **state)
     /* a created topic joins the cache under the store's answer */
     feed(p, req(CQ_MQ_REQ_ADD_TOPIC, 4, 4, "NewOne"));
     done(take(CQ_WRITER_TOPIC_CREATE, "NewOne"), 0);
-    expect(p, "6 4 {\"askid\":4,\"topic\":\"NewOne\",\"err_code\":0,\"topic_nums\":1}");
+    expect(p, "6 4 "
+              "{\"askid\":4,\"topic\":\"NewOne\",\"err_code\":0,\"topic_nums\":1,\"topic_message_"
+              "total\":0}");
     feed(p, req(CQ_MQ_REQ_ADD_TOPIC, 5, 5, "NEWONE"));
-    expect(p, "6 5 {\"askid\":5,\"topic\":\"NEWONE\",\"err_code\":0,\"topic_nums\":2}");
+    expect(p, "6 5 "
+              "{\"askid\":5,\"topic\":\"NEWONE\",\"err_code\":0,\"topic_nums\":2,\"topic_message_"
+              "total\":0}");
     cq_sbuf_t b;
     cq_sbuf_init(&b);
     assert_int_equal(cq_mqsrv_metrics(eng, &b), 0);
@@ -998,7 +1037,7 @@ static void test_online_retention(void **state)
     feed(p, produce_req(2, "orders", 1, 0)); /* still online until the store recorded it */
     done(r, 0);
     done_produce(take(CQ_WRITER_PRODUCE, "orders"), 3);
-    expect(p, "12 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[3]}");
+    expect(p, "12 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"total\":1,\"offsets\":[3]}");
     feed(p, produce_req(3, "orders", 1, 0));
     expect(p, "12 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":9,\"err_msg\":\"produce: topic "
               "\\\"orders\\\" is offline\"}");
@@ -1094,7 +1133,9 @@ static void test_close_in_flight(void **state)
     fconn_t *q = fconn_new();
     connect_as(q, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0}");
     feed(q, req(CQ_MQ_REQ_ADD_TOPIC, 2, 2, "LATER"));
-    expect(q, "6 2 {\"askid\":2,\"topic\":\"LATER\",\"err_code\":0,\"topic_nums\":1}");
+    expect(q, "6 2 "
+              "{\"askid\":2,\"topic\":\"LATER\",\"err_code\":0,\"topic_nums\":1,\"topic_message_"
+              "total\":0}");
     assert_int_equal(fp.npending, 0);
     feed(q, req(CQ_MQ_REQ_TOPICS, 3, 3, NULL));
     expect(q, "24 3 {\"askid\":3,\"err_code\":0,\"topic_nums\":4,\"topics\":["
@@ -1146,7 +1187,7 @@ static void test_inbox(void **state)
     expect_nothing(p); /* not before the drain */
     cq_mqsrv_drain(eng);
     cq_mqsrv_flush(eng);
-    expect(p, "12 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"offsets\":[5]}");
+    expect(p, "12 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"total\":1,\"offsets\":[5]}");
     /* without ops completions only queue; freeing the engine runs them */
     cq_mqsrv_set_ops(eng, NULL, NULL);
     feed(p, produce_req(3, "orders", 1, 0));
@@ -1259,9 +1300,9 @@ static void test_http_ops(void **state)
     expect_resp(f, "200 OK", "{\"offsets\":[40,42]}");
     http(f, "POST", "/v1/topics/orders/messages", "3:s3", "{\"content\":\"z\"}");
     done(take(CQ_WRITER_PRODUCE, "orders"), CQ_ESTORE);
-    expect_resp(f, "503 Service Unavailable",
-                "{\"err_code\":12,\"err_msg\":\"storage error (the store handle has the details): "
-                "disk on fire; nothing was acknowledged\"}");
+    expect_resp(
+        f, "503 Service Unavailable",
+        "{\"err_code\":12,\"err_msg\":\"storage error: disk on fire; nothing was acknowledged\"}");
     http(f, "GET", "/v1/topics/orders/messages?offset=3&max=5000", "2:s2", NULL);
     r = take(CQ_WRITER_READ, "orders");
     assert_int_equal(r->max, CQ_MQ_DEFAULT_MAX_BATCH);
@@ -1339,8 +1380,7 @@ static void test_http_ops(void **state)
     http(f, "GET", "/v1/topics/orders/messages", "2:s2", NULL);
     done(take(CQ_WRITER_READ, "orders"), CQ_ESTORE);
     expect_resp(f, "503 Service Unavailable",
-                "{\"err_code\":12,\"err_msg\":\"storage error (the store handle has the details): "
-                "disk on fire; not done\"}");
+                "{\"err_code\":12,\"err_msg\":\"storage error: disk on fire; not done\"}");
     cq_mqsrv_stats_t st;
     cq_mqsrv_stats(eng, &st);
     assert_int_equal(st.busy, 1);
@@ -1363,8 +1403,7 @@ static void test_http_ops(void **state)
     http(f, "POST", "/v1/topics/keep/online", "7:x", NULL);
     done(take(CQ_WRITER_TOPIC_SET_ONLINE, "keep"), CQ_ESTORE);
     expect_resp(f, "503 Service Unavailable",
-                "{\"err_code\":12,\"err_msg\":\"storage error (the store handle has the details): "
-                "disk on fire; not done\"}");
+                "{\"err_code\":12,\"err_msg\":\"storage error: disk on fire; not done\"}");
     fconn_free(f);
     eng_stop();
 }
@@ -1386,7 +1425,9 @@ static void test_writes_need_loopback(void **state)
               "module 9 needs a permissions file (--mq-permissions-file) to write from an "
               "address that is not loopback\"}");
     feed(f, req(CQ_MQ_REQ_ADD_TOPIC, 3, 3, "orders")); /* registering an existing one is a read */
-    expect(f, "6 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1}");
+    expect(f, "6 3 "
+              "{\"askid\":3,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1,\"topic_message_"
+              "total\":0}");
     feed(f, produce_req(4, "orders", 1, 0));
     expect(f, "12 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":7,\"err_msg\":\"produce: "
               "needs a permissions file (--mq-permissions-file) to write from an address that is "
@@ -1401,8 +1442,11 @@ static void test_writes_need_loopback(void **state)
     assert_int_equal(fp.npending, 0);
     feed(f, consume_req(6, "orders", 0, 10)); /* reads go on */
     done_read(take(CQ_WRITER_READ, "orders"), 1, 0);
-    expect(f, "14 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":0,\"offset\":0,\"messages\":[],"
-              "\"message_count\":0}");
+    expect(
+        f,
+        "14 6 "
+        "{\"askid\":6,\"topic\":\"orders\",\"err_code\":0,\"total\":0,\"offset\":0,\"messages\":[],"
+        "\"message_count\":0}");
     fconn_free(f);
     eng_stop();
 }
