@@ -314,11 +314,6 @@ static void done_produce(cq_mqsrv_conn_t *c, const cq_writer_req_t *req, int err
                          const cq_mq_msg_t *m)
 {
     char why[CQ_MQ_ERR_MSG_MAX];
-    if (err == CQ_ESEQCONFLICT || err == CQ_ESEQORDER) { /* the store names the message */
-        cq__mqsrv_reply(c, m, err, "produce: %s: %s; nothing was acknowledged", cq_strerror(err),
-                        req->errmsg);
-        return;
-    }
     if (err) {
         cq__mqsrv_reply(c, m, err, "produce: %s; nothing was acknowledged",
                         cq__mqop_err_text(req, err, why, sizeof(why)));

@@ -222,7 +222,8 @@ void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req);
  * for CQ_ESTORE the store's own text (req->errmsg) after it, with every quoted part ('...',
  * "...", `...`) replaced by '?': the database error's kind stays ("Table '?' doesn't exist",
  * "Lost connection to server"), the names, values, user names and hosts it quotes do not.
- * Returns buf. */
+ * For CQ_ESEQCONFLICT and CQ_ESEQORDER the store's text (which message, which seq) follows as
+ * it is: it is chanq's, not the database's. Returns buf. */
 const char *cq__mqop_err_text(const cq_writer_req_t *req, int err, char *buf, size_t len);
 /* The engine that submitted req (any thread: read-only after submission). */
 cq_mqsrv_t *cq__mqop_engine(const cq_writer_req_t *req);

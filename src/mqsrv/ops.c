@@ -347,6 +347,11 @@ static void apply(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *t, mq_r
 const char *cq__mqop_err_text(const cq_writer_req_t *req, int err, char *buf, size_t len)
 {
     size_t n = (size_t)snprintf(buf, len, "%s", cq_strerror(err));
+    if ((err == CQ_ESEQCONFLICT || err == CQ_ESEQORDER) && req->errmsg[0]) {
+        /* the store's own words: which message and seq broke the rule, no database text */
+        snprintf(buf + n, n < len ? len - n : 0, ": %s", req->errmsg);
+        return buf;
+    }
     if (err != CQ_ESTORE || !req->errmsg[0] || n + 3 >= len)
         return buf;
     buf[n++] = ':';
