@@ -563,9 +563,15 @@ int cq_kcp_input(cq_kcp_t *k, const uint8_t *dgram, size_t len, uint64_t now_ms)
     }
     if (seen.any)
         cq__kcp_parse_fastack(k, seen.maxack, seen.ts);
-    if (cq__kcp_diff(k->snd_una, prev_una) > 0)
+    bool slid = cq__kcp_diff(k->snd_una, prev_una) > 0;
+    if (slid)
         cq__kcp_grow_cwnd(k);
-    if (k->o.ack_nodelay && (k->ack_count || k->probe)) {
+    if (slid) {
+        /* kcp-go's Input: the window slid, so send what it now admits (and the ACKs) at once
+         * rather than at the next interval tick, which under loss costs up to an interval per
+         * round trip. */
+        cq_kcp_flush(k, now_ms);
+    } else if (k->o.ack_nodelay && (k->ack_count || k->probe)) {
         cq__kcp_flush_acks(k);
         cq__kcp_emit(k);
     }
@@ -788,6 +794,7 @@ static uint32_t cq__kcp_backoff(const cq_kcp_t *k, uint32_t rto)
 
 typedef struct cq__kcp_flush_res {
     bool lost, fast;
+    bool admitted; /* this flush took new segments into the window */
 } cq__kcp_flush_res_t;
 
 /* Decides whether segment s goes out in this flush, updating its timers. */
@@ -807,6 +814,15 @@ static bool cq__kcp_due(cq_kcp_t *k, cq__kcp_seg_t *s, cq__kcp_flush_res_t *res)
         return true;
     }
     if (k->o.resend && s->fastack >= k->o.resend) {
+        s->fastack = 0;
+        s->resendts = k->current + s->rto;
+        k->st.fast_retrans++;
+        res->fast = true;
+        return true;
+    }
+    if (s->fastack > 0 && !res->admitted) {
+        /* kcp-go's early retransmit: a later segment was acknowledged and no new data is
+         * going out to draw more ACKs, so fast resend would never trigger. */
         s->fastack = 0;
         s->resendts = k->current + s->rto;
         k->st.fast_retrans++;
@@ -858,8 +874,9 @@ void cq_kcp_flush(cq_kcp_t *k, uint64_t now_ms)
     cq__kcp_probe_timer(k);
     cq__kcp_flush_acks(k);
     uint32_t wnd = cq__kcp_send_window(k);
+    uint32_t nxt = k->snd_nxt;
     cq__kcp_admit(k, wnd);
-    cq__kcp_flush_res_t res = {false, false};
+    cq__kcp_flush_res_t res = {false, false, k->snd_nxt != nxt};
     cq__kcp_flush_data(k, &res);
     cq__kcp_emit(k);
     cq__kcp_adjust_cwnd(k, &res, wnd);

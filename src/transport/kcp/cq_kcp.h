@@ -65,7 +65,9 @@ typedef struct cq_kcp_opts {
     uint32_t rcv_wnd;     /* receive window in segments, 1..CQ_KCP_WND_MAX */
     uint32_t interval;    /* flush period in ms, CQ_KCP_INTERVAL_MIN..MAX */
     uint32_t nodelay;     /* 0 normal, 1 or 2 fast (smaller minimum RTO, gentler backoff) */
-    uint32_t resend;      /* fast resend after this many later ACKs; 0 disables */
+    uint32_t resend;      /* fast resend after this many later ACKs; 0 disables. Either way a
+                             flush that admits no new data resends every segment a later ACK
+                             skipped (kcp-go's early retransmit) */
     bool nc;              /* no congestion window (send window = min(snd_wnd, peer's wnd)) */
     bool ack_nodelay;     /* send ACKs at the end of every cq_kcp_input, not at the next flush */
     uint32_t minrto;      /* minimum RTO in ms; 0 = 100 when nodelay is 0, else 30 */
@@ -99,8 +101,10 @@ void cq_kcp_set_pool(cq_kcp_t *k, struct cq_pool *pool);
  * or the first error, after which the rest of the datagram is dropped (segments before it stay
  * processed): CQ_EKCPCONV (conv differs), CQ_EKCPCMD (unknown cmd), CQ_EKCPTRUNC (len runs
  * past the datagram), CQ_ETOOBIG (PUSH bigger than the receive limit). An error never harms
- * the engine; the caller decides whether it ends the connection. May call out (ack_nodelay, or
- * a full ACK list). */
+ * the engine; the caller decides whether it ends the connection. May call out: as kcp-go's
+ * Input, a datagram that advances snd_una (the window slid) flushes at once, sending the ACKs
+ * and whatever the window now admits; otherwise ack_nodelay sends the ACKs, and a full ACK list
+ * is sent in any case. */
 int cq_kcp_input(cq_kcp_t *k, const uint8_t *dgram, size_t len, uint64_t now_ms);
 
 /* Copies up to cap in-order payload bytes into buf; returns the count, 0 when none are ready.
@@ -153,7 +157,7 @@ typedef struct cq_kcp_stats {
     uint64_t out_dgrams;   /* datagrams passed to out */
     uint64_t out_segs;     /* segments sent (all commands) */
     uint64_t retrans;      /* data segments resent after their RTO expired */
-    uint64_t fast_retrans; /* data segments resent by fast resend */
+    uint64_t fast_retrans; /* data segments resent by fast resend or early retransmit */
     uint32_t srtt, rttval; /* smoothed RTT and its variation, ms */
     uint32_t rto;          /* current base retransmission timeout, ms */
     uint32_t cwnd;         /* congestion window, segments */

@@ -404,8 +404,9 @@ static void test_cwnd_slow_start(void **state)
     uint8_t ackd[24];
     cq__kcp_hdr_t h = {7, CQ_KCP_CMD_ACK, 0, 32, 0, 0, 0, 0};
     cq__kcp_encode(ackd, &h);
-    assert_int_equal(cq_kcp_input(a, ackd, sizeof(ackd), 20), 0);
     ca.n = 0;
+    assert_int_equal(cq_kcp_input(a, ackd, sizeof(ackd), 20), 0);
+    assert_int_equal(ca.n, 2); /* sent by the input that opened the window (kcp-go) */
     cq_kcp_flush(a, 20);
     assert_int_equal(ca.n, 2);
     cq_kcp_stats_t st;
@@ -415,6 +416,63 @@ static void test_cwnd_slow_start(void **state)
     assert_int_equal(st.snd_nxt, 3);
     assert_int_equal(st.srtt, 20);
     cq_kcp_free(a);
+}
+
+static void assert_push(const capture_t *c, int i, uint32_t sn, uint32_t ts)
+{
+    cq__kcp_hdr_t h;
+    assert_true(i < c->n);
+    assert_int_equal(c->len[i], 1400);
+    cq__kcp_decode(c->d[i], &h);
+    assert_int_equal(h.cmd, CQ_KCP_CMD_PUSH);
+    assert_int_equal(h.sn, sn);
+    assert_int_equal(h.ts, ts);
+}
+
+/* Item 13: on kcp-go's defaults (interval 100, congestion window on), the ACK that opens the
+ * window sends the queued segments inside that same cq_kcp_input, as kcp-go's Input does, not
+ * at the next interval tick; their retransmission is then due at send time + RTO. */
+static void test_ack_opens_window(void **state)
+{
+    (void)state;
+    capture_t c = {0};
+    cq_kcp_t *k = cq_kcp_new(7, NULL, cap_out, &c);
+    assert_non_null(k);
+    uint8_t buf[1376 * 4] = {0};
+    assert_int_equal(cq_kcp_send(k, buf, sizeof(buf)), (ssize_t)sizeof(buf));
+    cq_kcp_update(k, 0); /* cwnd 1: sn 0 only; the next tick is at 100 */
+    assert_int_equal(c.n, 1);
+    assert_push(&c, 0, 0, 0);
+    assert_int_equal(cq_kcp_check(k, 20), 100);
+    uint8_t ackd[24];
+    cq__kcp_hdr_t h = {7, CQ_KCP_CMD_ACK, 0, 32, 0, 0, 1, 0};
+    cq__kcp_encode(ackd, &h);
+    c.n = 0;
+    assert_int_equal(cq_kcp_input(k, ackd, sizeof(ackd), 20), 0);
+    /* cwnd 2: sn 1 and 2 leave at 20, one full segment per datagram, nothing else. */
+    assert_int_equal(c.n, 2);
+    assert_push(&c, 0, 1, 20);
+    assert_push(&c, 1, 2, 20);
+    cq_kcp_stats_t st;
+    cq_kcp_stats(k, &st);
+    assert_int_equal(st.snd_nxt, 3);
+    assert_int_equal(st.out_dgrams, 3);
+    /* RTT 20: rto = 20 + max(interval 100, 4 * 10) = 120, first resend at 20 + 120 + 120 / 8. */
+    assert_int_equal(st.rto, 120);
+    c.n = 0;
+    cq_kcp_update(k, 100); /* the tick: nothing is due */
+    assert_int_equal(c.n, 0);
+    assert_int_equal(cq_kcp_check(k, 100), 155);
+    cq_kcp_update(k, 154);
+    assert_int_equal(c.n, 0);
+    cq_kcp_update(k, 155);
+    assert_int_equal(c.n, 2);
+    assert_push(&c, 0, 1, 155);
+    assert_push(&c, 1, 2, 155);
+    cq_kcp_stats(k, &st);
+    assert_int_equal(st.retrans, 2);
+    assert_int_equal(st.snd_nxt, 3);
+    cq_kcp_free(k);
 }
 
 /* Every prefix of an ACK + PUSH datagram: header-short tails are ignored, a cut PUSH is
@@ -698,7 +756,8 @@ static void test_window_caps(void **state)
     cq_kcp_free(k);
 }
 
-/* Two later ACKs resend a segment before its RTO (resend = 2); with resend = 0 they do not. */
+/* Two later ACKs resend a segment before its RTO (resend = 2); with resend = 0 they do not
+ * while new data goes out in the same flush (else early retransmit applies: see below). */
 static void test_fast_resend(void **state)
 {
     (void)state;
@@ -720,12 +779,16 @@ static void test_fast_resend(void **state)
             assert_int_equal(cq_kcp_input(k, ackd, sizeof(ackd), 5 + sn), 0);
         }
         c.n = 0;
-        cq_kcp_flush(k, 8); /* the RTO (200 ms) is far away */
+        assert_int_equal(cq_kcp_send(k, buf, 10), 10); /* sn 4, admitted by the next flush */
+        cq_kcp_flush(k, 8);                            /* the RTO (200 ms) is far away */
         cq_kcp_stats_t st;
         cq_kcp_stats(k, &st);
         assert_int_equal(st.retrans, 0);
         assert_int_equal(st.fast_retrans, (uint64_t)on);
-        assert_int_equal(c.n, on);
+        assert_int_equal(c.n, 1 + on);
+        cq__kcp_hdr_t hn;
+        cq__kcp_decode(c.d[on], &hn);
+        assert_int_equal(hn.sn, 4);
         if (on) {
             cq__kcp_hdr_t h;
             cq__kcp_decode(c.d[0], &h);
@@ -754,6 +817,48 @@ static void test_fast_resend(void **state)
         }
         cq_kcp_free(k);
     }
+}
+
+/* kcp-go's early retransmit: one later ACK resends the skipped segment at the next flush that
+ * sends no new data, whatever resend says; a flush that sends new data does not. */
+static void test_early_retransmit(void **state)
+{
+    (void)state;
+    cq_kcp_opts_t o = cq_kcp_opts_default();
+    o.nc = true; /* all four in flight at once */
+    capture_t c = {0};
+    cq_kcp_t *k = cq_kcp_new(1, &o, cap_out, &c);
+    assert_non_null(k);
+    uint8_t buf[4 * 1376] = {0};
+    assert_int_equal(cq_kcp_send(k, buf, sizeof(buf)), (ssize_t)sizeof(buf));
+    cq_kcp_flush(k, 0);
+    assert_int_equal(c.n, 4);
+    uint8_t ackd[24];
+    cq__kcp_hdr_t h = {1, CQ_KCP_CMD_ACK, 0, 32, 0, 1, 0, 0}; /* sn 1 arrived, sn 0 did not */
+    cq__kcp_encode(ackd, &h);
+    assert_int_equal(cq_kcp_input(k, ackd, sizeof(ackd), 30), 0);
+    c.n = 0;
+    assert_int_equal(cq_kcp_send(k, buf, 10), 10);
+    cq_kcp_flush(k, 40); /* new data (sn 4) goes out: no early retransmit */
+    assert_int_equal(c.n, 1);
+    cq__kcp_hdr_t d;
+    cq__kcp_decode(c.d[0], &d);
+    assert_int_equal(d.sn, 4);
+    c.n = 0;
+    cq_kcp_flush(k, 50); /* nothing new: sn 0 is resent now, long before its RTO */
+    assert_int_equal(c.n, 1);
+    cq__kcp_decode(c.d[0], &d);
+    assert_int_equal(d.cmd, CQ_KCP_CMD_PUSH);
+    assert_int_equal(d.sn, 0);
+    assert_int_equal(d.ts, 50);
+    cq_kcp_stats_t st;
+    cq_kcp_stats(k, &st);
+    assert_int_equal(st.fast_retrans, 1);
+    assert_int_equal(st.retrans, 0);
+    c.n = 0;
+    cq_kcp_flush(k, 60); /* once per later ACK */
+    assert_int_equal(c.n, 0);
+    cq_kcp_free(k);
 }
 
 /* ---- timers --------------------------------------------------------------------------------- */
@@ -1279,6 +1384,7 @@ int main(void)
         cmocka_unit_test(test_listener_helpers), cmocka_unit_test(test_opts),
         cmocka_unit_test(test_send_bound),       cmocka_unit_test(test_peek_consume),
         cmocka_unit_test(test_fail_n),           cmocka_unit_test(test_pooled_segments),
+        cmocka_unit_test(test_ack_opens_window), cmocka_unit_test(test_early_retransmit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
