@@ -61,7 +61,8 @@ typedef struct kcp_sess {
 struct io_kcp {
     io_worker_t *w;
     uv_udp_t udp;
-    uv_timer_t timer;
+    uv_timer_t timer; /* one-shot, at the earliest session deadline (at most an interval) */
+    uint64_t timer_due;
     uv_check_t check; /* after the reads of a loop iteration: flush dirty sessions */
     int type;         /* CQ_CONN_CLIENT or CQ_CONN_SERVER */
     int handles;      /* open uv handles */
@@ -81,6 +82,21 @@ struct io_kcp {
 };
 
 static const cq_transport_ops_t kcp_ops;
+static void on_timer(uv_timer_t *t);
+
+/* Makes the timer fire by loop time `when` (or earlier if it is already due earlier). kcp-go
+ * schedules each session at its next deadline (a retransmission can be due before the next
+ * interval tick); a fixed tick delayed every retransmission by up to an interval. */
+static void timer_arm(io_kcp_t *ks, uint64_t when)
+{
+    uint64_t now = uv_now(&ks->w->loop);
+    if (when < now)
+        when = now;
+    if (uv_is_active((uv_handle_t *)&ks->timer) && ks->timer_due <= when)
+        return;
+    ks->timer_due = when;
+    uv_timer_start(&ks->timer, on_timer, when - now, 0);
+}
 
 /* ---- addresses -------------------------------------------------------------------------- */
 
@@ -212,6 +228,7 @@ static void kcp_flush(void *tctx)
     uint64_t now = uv_now(&s->sock->w->loop);
     cq_kcp_flush(s->k, now);
     s->next_check = cq_kcp_check(s->k, now);
+    timer_arm(s->sock, s->next_check);
     out_flush(s->sock);
     if (r < 0)
         cq_core_conn_lost(s->sock->w->core, s->conn, r, "KCP send failed");
@@ -328,6 +345,9 @@ static void on_datagram(io_kcp_t *ks, const uint8_t *p, size_t n, const struct s
         cq_core_conn_lost(w->core, s->conn, r, cq_strerror(r));
         return;
     }
+    /* The input may have sent segments (an ACK opened the window) with their own RTO. */
+    s->next_check = cq_kcp_check(s->k, now);
+    timer_arm(ks, s->next_check);
     deliver(s, now);
     if (live(s) && !s->dirty && !cq_sendq_idle(cq_conn_sendq(s->conn))) {
         s->dirty = 1; /* ACKs may have made room: move more once this iteration's reads are in */
@@ -412,6 +432,21 @@ static void tick_one(io_kcp_t *ks, kcp_sess_t *s, uint64_t now)
     }
 }
 
+/* The earliest deadline of the live sessions, at most an interval away (idle expiry and the
+ * reaping of closed sessions run on this timer too). */
+static uint64_t next_due(io_kcp_t *ks, uint64_t now)
+{
+    uint64_t due = now + ks->kopts.interval;
+    cq_list_t *n;
+    cq_list_foreach(n, &ks->sessions)
+    {
+        const kcp_sess_t *s = cq_container_of(n, kcp_sess_t, node);
+        if (live(s) && s->next_check < due)
+            due = s->next_check;
+    }
+    return due;
+}
+
 static void on_timer(uv_timer_t *t)
 {
     io_kcp_t *ks = t->data;
@@ -424,6 +459,7 @@ static void on_timer(uv_timer_t *t)
         tick_one(ks, cq_container_of(n, kcp_sess_t, node), now);
     }
     reap(ks);
+    timer_arm(ks, next_due(ks, now));
 }
 
 /* ---- start / stop ----------------------------------------------------------------------- */
@@ -538,7 +574,7 @@ static int kcp_sock_start(io_worker_t *w, int i, const udp_spec_t *sp, char *err
     uv_udp_recv_start(&ks->udp, on_alloc, on_recv);
     uv_check_start(&ks->check, on_check);
     uv_fileno((uv_handle_t *)&ks->udp, &ks->fd);
-    uv_timer_start(&ks->timer, on_timer, ks->kopts.interval, ks->kopts.interval);
+    timer_arm(ks, uv_now(&w->loop) + ks->kopts.interval);
     if (w->index == 0)
         CQ_INFO("io", "listening for %s connections over kcp on udp %s (%s profile)",
                 sp->type == CQ_CONN_CLIENT ? "CLIENT" : "SERVER", w->io->bound[sp->slot],
