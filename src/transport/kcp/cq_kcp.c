@@ -55,6 +55,8 @@ struct cq_kcp {
     uint32_t rx_rto, rx_minrto, rx_srtt, rx_rttval;
     uint32_t ts_flush, probe, probe_wait, ts_probe;
     bool have_rtt, updated, dead;
+    bool verified;  /* the peer echoed one of our ts: the amplification limit is off */
+    bool amp_probe; /* a datagram was held back by the limit: send a WASK at the flush's end */
     /* send */
     cq__kcp_seg_t *sq_head, *sq_tail;
     uint32_t sq_count;
@@ -276,11 +278,25 @@ static void cq__kcp_decode(const uint8_t *p, cq__kcp_hdr_t *h)
     h->len = cq__kcp_get32(p + 20);
 }
 
+/* True if len more bytes fit in the anti-amplification budget (or none applies). */
+static bool cq__kcp_amp_allows(const cq_kcp_t *k, size_t len)
+{
+    return !k->o.amp_factor || k->verified ||
+           k->st.out_bytes + len <= (uint64_t)k->o.amp_factor * k->st.in_bytes;
+}
+
 static void cq__kcp_emit(cq_kcp_t *k)
 {
     if (k->olen == 0)
         return;
+    if (!cq__kcp_amp_allows(k, k->olen)) {
+        k->st.amp_blocked++;
+        k->amp_probe = true;
+        k->olen = 0; /* its segments go again at their timeout */
+        return;
+    }
     k->st.out_dgrams++;
+    k->st.out_bytes += k->olen;
     k->out(k->ud, k->obuf, k->olen);
     k->olen = 0;
 }
@@ -299,6 +315,8 @@ static void cq__kcp_put(cq_kcp_t *k, uint8_t cmd, uint32_t ts, uint32_t sn, cons
 {
     if (k->olen + CQ_KCP_OVERHEAD + len > k->o.mtu)
         cq__kcp_emit(k);
+    if (cmd == CQ_KCP_CMD_PUSH)
+        ts += k->o.ts_offset; /* our own clock: echoed back in the ACK */
     cq__kcp_hdr_t h = {k->conv, cmd, 0, cq__kcp_wnd_unused(k), ts, sn, k->rcv_nxt, len};
     cq__kcp_encode(k->obuf + k->olen, &h);
     if (len)
@@ -512,6 +530,8 @@ static void cq__kcp_ack_rtt(cq_kcp_t *k, const cq__kcp_hdr_t *h)
     const cq__kcp_seg_t *s = *cq__kcp_sslot(k, h->sn);
     if (s && h->ts == s->ts_first)
         cq__kcp_rtt_sample(k, cq__kcp_diff(k->current, h->ts));
+    if (s && (h->ts == s->ts_first || h->ts == s->ts))
+        k->verified = true; /* the peer saw a copy of this segment: it receives from us */
 }
 
 static int cq__kcp_on_seg(cq_kcp_t *k, const cq__kcp_hdr_t *h, const uint8_t *data,
@@ -546,6 +566,7 @@ int cq_kcp_input(cq_kcp_t *k, const uint8_t *dgram, size_t len, uint64_t now_ms)
 {
     k->current = (uint32_t)now_ms;
     k->st.in_dgrams++;
+    k->st.in_bytes += len;
     uint32_t prev_una = k->snd_una;
     cq__kcp_acks_seen_t seen = {false, 0, 0};
     int r = 0;
@@ -554,6 +575,8 @@ int cq_kcp_input(cq_kcp_t *k, const uint8_t *dgram, size_t len, uint64_t now_ms)
         r = cq__kcp_check_seg(k, dgram, len, &h);
         if (r < 0)
             break;
+        if (h.cmd == CQ_KCP_CMD_ACK)
+            h.ts -= k->o.ts_offset; /* back to our clock (see cq__kcp_put) */
         r = cq__kcp_on_seg(k, &h, dgram + CQ_KCP_OVERHEAD, &seen);
         if (r < 0)
             break;
@@ -880,6 +903,15 @@ void cq_kcp_flush(cq_kcp_t *k, uint64_t now_ms)
     cq__kcp_flush_data(k, &res);
     cq__kcp_emit(k);
     cq__kcp_adjust_cwnd(k, &res, wnd);
+    if (k->amp_probe) {
+        /* Something was held back: a 24-byte WASK makes a real peer answer with a WINS, whose
+         * bytes add budget for the retransmission; a spoofed address stays mute. */
+        k->amp_probe = false;
+        if (cq__kcp_amp_allows(k, CQ_KCP_OVERHEAD)) {
+            cq__kcp_put(k, CQ_KCP_CMD_WASK, 0, 0, NULL, 0);
+            cq__kcp_emit(k);
+        }
+    }
 }
 
 static bool cq__kcp_resend_due(const cq_kcp_t *k)
@@ -960,6 +992,7 @@ void cq_kcp_stats(const cq_kcp_t *k, cq_kcp_stats_t *st)
     st->rcv_nxt = k->rcv_nxt;
     st->rcv_queue = k->rq_count;
     st->rcv_buf = k->rb_count;
+    st->verified = k->verified;
     st->xmit_max = 0;
     for (uint32_t i = 0; i < k->o.snd_wnd; i++)
         if (k->sbuf[i] && k->sbuf[i]->xmit > st->xmit_max)

@@ -73,6 +73,17 @@ typedef struct cq_kcp_opts {
     uint32_t minrto;      /* minimum RTO in ms; 0 = 100 when nodelay is 0, else 30 */
     uint32_t dead_link;   /* transmissions of one segment after which cq_kcp_dead() is true */
     size_t max_snd_bytes; /* payload bytes accepted but not yet acknowledged, >= mss */
+    /* Anti-amplification, for a server whose peer's address is unproven (UDP sources can be
+     * spoofed). Until the peer acknowledges one of our segments echoing the ts we sent it
+     * (see ts_offset), the datagrams sent total at most amp_factor times the bytes received
+     * (QUIC uses 3): a datagram that does not fit is not sent (its segments wait for their
+     * next timeout), and a 24-byte WASK goes out instead when that fits, which a real KCP
+     * peer answers with a WINS, earning budget for the retransmission. 0: no limit. */
+    uint32_t amp_factor;
+    /* Added to the ts of every PUSH we send and taken off every ts echoed in an ACK: with a
+     * random value per engine the echo proves the peer saw our segment (a blind guess of
+     * sn and ts is 1 in 2^32). Peers only echo ts, so this is invisible on the wire. */
+    uint32_t ts_offset;
 } cq_kcp_opts_t;
 
 /* kcp-go's defaults, i.e. what a channeld connection runs: mtu 1400, windows 32/32, interval
@@ -169,6 +180,10 @@ typedef struct cq_kcp_stats {
     uint32_t rcv_buf;      /* out-of-order segments held */
     uint32_t xmit_max;     /* most transmissions of one unacknowledged segment: the dead-link
                               counter (cq_kcp_dead() once it reaches dead_link) */
+    uint64_t in_bytes;     /* bytes of the datagrams given to cq_kcp_input */
+    uint64_t out_bytes;    /* bytes of the datagrams passed to out */
+    uint64_t amp_blocked;  /* datagrams not sent: over the amp_factor budget */
+    bool verified;         /* the peer echoed a ts of ours (amp_factor no longer applies) */
 } cq_kcp_stats_t;
 void cq_kcp_stats(const cq_kcp_t *k, cq_kcp_stats_t *st);
 

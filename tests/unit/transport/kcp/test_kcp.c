@@ -861,6 +861,170 @@ static void test_early_retransmit(void **state)
     cq_kcp_free(k);
 }
 
+/* ---- anti-amplification (item 14) ------------------------------------------------------------ */
+
+#define AMP_OFF 0x5a5a0000u
+
+/* A server engine (kcp-go defaults, no congestion window, amp_factor 3, ts_offset AMP_OFF) that
+ * received one 43-byte PUSH sn 0 (19 payload bytes) at time 0 and queued reply bytes. */
+static cq_kcp_t *amp_server(capture_t *c, size_t reply)
+{
+    cq_kcp_opts_t o = cq_kcp_opts_default();
+    o.nc = true;
+    o.amp_factor = 3;
+    o.ts_offset = AMP_OFF;
+    cq_kcp_t *k = cq_kcp_new(5, &o, cap_out, c);
+    assert_non_null(k);
+    uint8_t d[43] = {0};
+    cq__kcp_hdr_t h = {5, CQ_KCP_CMD_PUSH, 0, 32, 0, 0, 0, 19};
+    cq__kcp_encode(d, &h);
+    assert_int_equal(cq_kcp_input(k, d, sizeof(d), 0), 0);
+    uint8_t buf[5000] = {0};
+    assert_int_equal(cq_kcp_recv(k, buf, sizeof(buf)), 19);
+    assert_int_equal(cq_kcp_send(k, buf, reply), (ssize_t)reply);
+    return k;
+}
+
+static void amp_input(cq_kcp_t *k, uint8_t cmd, uint32_t sn, uint32_t ts, uint32_t una,
+                      uint64_t now)
+{
+    uint8_t d[24];
+    cq__kcp_hdr_t h = {5, cmd, 0, 32, ts, sn, una, 0};
+    cq__kcp_encode(d, &h);
+    assert_int_equal(cq_kcp_input(k, d, sizeof(d), now), 0);
+}
+
+/* A spoofed source that never answers: 43 bytes in, at most 129 out, whatever the timers do. */
+static void test_amp_spoofed(void **state)
+{
+    (void)state;
+    capture_t c = {0};
+    cq_kcp_t *k = amp_server(&c, 17);
+    for (uint64_t t = 0; t <= 60000; t += 5)
+        cq_kcp_update(k, t);
+    /* At 0: ACK + PUSH (24 + 24 + 17 = 65). At 225 (rto 200 + 200 / 8) the resend, 41 bytes:
+     * 106 in all. Each later resend (625, 1425, 3025, 6225, 12625, 25425, 51025: rto doubling)
+     * would pass 129, and so would a WASK (130): 7 held back. */
+    assert_int_equal(c.n, 2);
+    assert_int_equal(c.len[0], 65);
+    assert_int_equal(c.len[1], 41);
+    cq__kcp_hdr_t h;
+    cq__kcp_decode(c.d[0] + 24, &h);
+    assert_int_equal(h.cmd, CQ_KCP_CMD_PUSH);
+    assert_int_equal(h.ts, AMP_OFF); /* sent at 0: the ts carries the offset */
+    cq__kcp_decode(c.d[1], &h);
+    assert_int_equal(h.ts, AMP_OFF + 225);
+    cq_kcp_stats_t st;
+    cq_kcp_stats(k, &st);
+    assert_int_equal(st.in_bytes, 43);
+    assert_int_equal(st.out_bytes, 106);
+    assert_int_equal(st.out_dgrams, 2);
+    assert_int_equal(st.amp_blocked, 7);
+    assert_int_equal(st.xmit_max, 9);
+    assert_false(st.verified);
+    cq_kcp_free(k);
+}
+
+/* An ACK proves the peer receives only if it echoes the ts we sent (offset included); then the
+ * limit is off for good. */
+static void test_amp_echo_proves(void **state)
+{
+    (void)state;
+    capture_t c = {0};
+    cq_kcp_t *k = amp_server(&c, 17);
+    cq_kcp_flush(k, 0); /* sn 0: 65 bytes */
+    uint8_t buf[5000] = {0};
+    assert_int_equal(cq_kcp_send(k, buf, 17), 17);
+    cq_kcp_flush(k, 10); /* sn 1: 41 bytes, 106 in all */
+    assert_int_equal(c.n, 2);
+    amp_input(k, CQ_KCP_CMD_ACK, 0, 0, 0, 20); /* a blind guess of our clock: no proof */
+    cq_kcp_stats_t st;
+    cq_kcp_stats(k, &st);
+    assert_false(st.verified);
+    assert_int_equal(st.snd_una, 1);
+    assert_int_equal(cq_kcp_send(k, buf, 17), 17);
+    cq_kcp_flush(k, 30); /* sn 2 would make 147 of the 201 allowed: sent */
+    assert_int_equal(c.n, 3);
+    assert_int_equal(cq_kcp_send(k, buf, 100), 100);
+    cq_kcp_flush(k, 40); /* sn 3, 124 bytes: over; the WASK (24) fits: 171 */
+    assert_int_equal(c.n, 4);
+    assert_int_equal(c.len[3], 24);
+    cq__kcp_hdr_t h;
+    cq__kcp_decode(c.d[3], &h);
+    assert_int_equal(h.cmd, CQ_KCP_CMD_WASK);
+    amp_input(k, CQ_KCP_CMD_ACK, 1, AMP_OFF + 10, 0, 50); /* the echo of sn 1 */
+    cq_kcp_stats(k, &st);
+    assert_true(st.verified);
+    assert_int_equal(st.amp_blocked, 1);
+    c.n = 0;
+    assert_int_equal(cq_kcp_send(k, buf, 4000), 4000);
+    cq_kcp_flush(k, 60); /* no limit now: 1376 + 1376 + 1248 bytes (sn 3 waits its timeout) */
+    assert_int_equal(c.n, 3);
+    cq_kcp_stats(k, &st);
+    assert_int_equal(st.out_bytes, 171 + 1400 + 1400 + 1272);
+    assert_int_equal(st.amp_blocked, 1);
+    cq_kcp_free(k);
+}
+
+/* A reply too big for the budget: the WASK goes first, the real peer's WINS adds 72 bytes of
+ * budget, and the retransmission then fits. */
+static void test_amp_wask_probe(void **state)
+{
+    (void)state;
+    capture_t c = {0};
+    cq_kcp_t *k = amp_server(&c, 100);
+    cq_kcp_flush(k, 0); /* ACK + PUSH = 148 > 129: held back, WASK sent */
+    assert_int_equal(c.n, 1);
+    assert_int_equal(c.len[0], 24);
+    cq__kcp_hdr_t h;
+    cq__kcp_decode(c.d[0], &h);
+    assert_int_equal(h.cmd, CQ_KCP_CMD_WASK);
+    amp_input(k, CQ_KCP_CMD_WINS, 0, 0, 0, 30); /* budget 3 * 67 = 201 */
+    cq_kcp_flush(k, 224);
+    assert_int_equal(c.n, 1);
+    cq_kcp_flush(k, 225); /* the timeout of sn 0: 124 bytes, 148 in all */
+    assert_int_equal(c.n, 2);
+    assert_int_equal(c.len[1], 124);
+    cq__kcp_decode(c.d[1], &h);
+    assert_int_equal(h.cmd, CQ_KCP_CMD_PUSH);
+    assert_int_equal(h.ts, AMP_OFF + 225);
+    amp_input(k, CQ_KCP_CMD_ACK, 0, AMP_OFF + 225, 1, 240);
+    cq_kcp_stats_t st;
+    cq_kcp_stats(k, &st);
+    assert_true(st.verified);
+    assert_int_equal(st.snd_una, 1);
+    assert_int_equal(st.out_bytes, 148);
+    assert_int_equal(st.amp_blocked, 1);
+    cq_kcp_free(k);
+}
+
+/* Both are off in the profiles (clients, kcp_echo): no limit, and ts is the clock. */
+static void test_amp_off(void **state)
+{
+    (void)state;
+    cq_kcp_opts_t d = cq_kcp_opts_default(), f = cq_kcp_opts_fast();
+    assert_int_equal(d.amp_factor, 0);
+    assert_int_equal(d.ts_offset, 0);
+    assert_int_equal(f.amp_factor, 0);
+    assert_int_equal(f.ts_offset, 0);
+    capture_t c = {0};
+    d.nc = true;
+    cq_kcp_t *k = cq_kcp_new(5, &d, cap_out, &c);
+    assert_non_null(k);
+    uint8_t buf[3000] = {0};
+    assert_int_equal(cq_kcp_send(k, buf, sizeof(buf)), (ssize_t)sizeof(buf));
+    cq_kcp_flush(k, 70); /* nothing received, and still all of it goes out */
+    assert_int_equal(c.n, 3);
+    cq__kcp_hdr_t h;
+    cq__kcp_decode(c.d[2], &h);
+    assert_int_equal(h.ts, 70);
+    cq_kcp_stats_t st;
+    cq_kcp_stats(k, &st);
+    assert_int_equal(st.out_bytes, 3000 + 3 * 24);
+    assert_int_equal(st.amp_blocked, 0);
+    cq_kcp_free(k);
+}
+
 /* ---- timers --------------------------------------------------------------------------------- */
 
 /* Transmission times of a's first data segment while everything a sends is lost. */
@@ -1385,6 +1549,8 @@ int main(void)
         cmocka_unit_test(test_send_bound),       cmocka_unit_test(test_peek_consume),
         cmocka_unit_test(test_fail_n),           cmocka_unit_test(test_pooled_segments),
         cmocka_unit_test(test_ack_opens_window), cmocka_unit_test(test_early_retransmit),
+        cmocka_unit_test(test_amp_spoofed),      cmocka_unit_test(test_amp_echo_proves),
+        cmocka_unit_test(test_amp_wask_probe),   cmocka_unit_test(test_amp_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
