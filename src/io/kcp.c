@@ -17,6 +17,7 @@
  * so the send queue's limits still close a slow reader; a paused connection (inbound flow
  * control) stops draining the engine's receive queue, whose window then stops the peer.
  */
+#include "cq_admin.h"
 #include "cq_alloc.h"
 #include "cq_err.h"
 #include "cq_kcp.h"
@@ -32,6 +33,7 @@
 #include <netinet/udp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,6 +42,10 @@
 #define KCP_RBUF  (KCP_DGRAM * KCP_MMSG)
 #define GSO_SEGS  64u    /* datagrams per UDP_SEGMENT send (the kernel's limit) */
 #define GSO_BYTES 65000u /* bytes per UDP_SEGMENT send */
+/* Anti-amplification: until a peer echoes one of our segments' ts, it gets at most this many
+ * times the bytes it sent (QUIC's factor): a spoofed source cannot turn chanqd into a
+ * reflector. See cq_kcp_opts_t.amp_factor. */
+#define KCP_AMP_FACTOR 3u
 
 typedef struct io_kcp io_kcp_t;
 
@@ -274,6 +280,18 @@ static void deliver(kcp_sess_t *s, uint64_t now)
     }
 }
 
+/* A per-session ts offset nobody else can guess (cq_kcp_opts_t.ts_offset). */
+static uint32_t ts_offset(const kcp_sess_t *s)
+{
+    uint32_t v;
+    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) == (ssize_t)sizeof(v))
+        return v;
+    /* No entropy yet (early boot): still unknown to a remote sender. */
+    uint64_t x = uv_hrtime() ^ (uint64_t)(uintptr_t)s;
+    x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15ULL;
+    return (uint32_t)(x >> 32);
+}
+
 /* A session for the policy's new peer. Returns it, or NULL when none could be set up (the
  * peer is then a tombstone, or forgotten if even the session could not be allocated). */
 static kcp_sess_t *sess_new(io_kcp_t *ks, cq_kcp_peer_t *peer, uint32_t conv,
@@ -295,7 +313,9 @@ static kcp_sess_t *sess_new(io_kcp_t *ks, cq_kcp_peer_t *peer, uint32_t conv,
     uint32_t id = cq_shared_conn_id_alloc_on(w->io->sh, ks->type, w->index);
     if (!id)
         CQ_WARN("kcp", "refusing a KCP connection: max-connections reached");
-    s->k = id ? cq_kcp_new(conv, &ks->kopts, kcp_out, s) : NULL;
+    cq_kcp_opts_t ko = ks->kopts;
+    ko.ts_offset = ts_offset(s);
+    s->k = id ? cq_kcp_new(conv, &ko, kcp_out, s) : NULL;
     if (s->k)
         cq_kcp_set_pool(s->k, w->pool);
     if (s->k)
@@ -398,6 +418,9 @@ static void reap(io_kcp_t *ks)
         cq_list_remove(&s->node);
         if (s->peer)
             cq_kcp_listener_bury(ks->lis, s->peer); /* a tombstone from now on */
+        cq_kcp_stats_t st;
+        cq_kcp_stats(s->k, &st);
+        cq_kcp_ipcount_add_amp(ks->w->io->kcp_ips, st.amp_blocked);
         cq_kcp_free(s->k);
         cq_core_conn_release(ks->w->core, s->conn);
         cq_free(s);
@@ -557,6 +580,7 @@ static int kcp_sock_start(io_worker_t *w, int i, const udp_spec_t *sp, char *err
     ks->w = w;
     ks->type = sp->type;
     ks->kopts = w->io->opts.kcp_fast ? cq_kcp_opts_fast() : cq_kcp_opts_default();
+    ks->kopts.amp_factor = KCP_AMP_FACTOR;
     cq_list_init(&ks->sessions);
     cq_list_init(&ks->reap);
     cq_list_init(&ks->dirty);
@@ -582,6 +606,14 @@ static int kcp_sock_start(io_worker_t *w, int i, const udp_spec_t *sp, char *err
     return 0;
 }
 
+/* The admin registry's source for the counters all workers share (admin thread). */
+static int kcp_metrics_append(void *ud, cq_sbuf_t *out)
+{
+    char buf[1024];
+    size_t n = cq_kcp_ipcount_metrics(ud, buf, sizeof(buf));
+    return cq_sbuf_append(out, buf, CQ_MIN(n, sizeof(buf) - 1));
+}
+
 int cq__io_kcp_start(io_worker_t *w, char *err, size_t errlen)
 {
     udp_spec_t sp[IO_MAX_UDP];
@@ -590,6 +622,14 @@ int cq__io_kcp_start(io_worker_t *w, char *err, size_t errlen)
         int r = kcp_sock_start(w, i, &sp[i], err, errlen);
         if (r < 0)
             return r;
+    }
+    cq_admin_t *admin = w->io->opts.admin;
+    if (n && w->index == 0 && admin) {
+        int r = cq_admin_add_source(admin, "kcp", kcp_metrics_append, w->io->kcp_ips);
+        if (r < 0) {
+            snprintf(err, errlen, "cannot register the KCP metrics: %s", cq_strerror(r));
+            return r;
+        }
     }
     return 0;
 }
@@ -605,6 +645,8 @@ static void on_handle_closed(uv_handle_t *h)
 
 void cq__io_kcp_close(io_worker_t *w)
 {
+    if (w->index == 0 && w->io->opts.admin)
+        cq_admin_remove_source(w->io->opts.admin, kcp_metrics_append, w->io->kcp_ips);
     for (int i = 0; i < IO_MAX_UDP; i++) {
         io_kcp_t *ks = w->kcp[i];
         if (!ks)

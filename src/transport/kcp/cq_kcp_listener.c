@@ -15,6 +15,8 @@
 #include "cq_util.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 enum { PEER_LIVE, PEER_CLOSING, PEER_TOMB };
@@ -39,6 +41,7 @@ struct cq_kcp_ipcount {
     pthread_mutex_t lock; /* guards per_ip; taken only when peers come or go */
     cq_map_t per_ip;      /* IP hash -> peers (as uintptr_t) */
     uint32_t max;
+    _Atomic uint64_t refused, amp_blocked; /* see cq_kcp_ipcount_metrics */
 };
 
 /* ---- addresses -------------------------------------------------------------------------- */
@@ -115,6 +118,32 @@ uint32_t cq_kcp_ipcount_get(cq_kcp_ipcount_t *c, const cq_kcp_addr_t *a)
     return (uint32_t)n;
 }
 
+void cq_kcp_ipcount_add_amp(cq_kcp_ipcount_t *c, uint64_t n)
+{
+    atomic_fetch_add_explicit(&c->amp_blocked, n, memory_order_relaxed);
+}
+
+uint64_t cq_kcp_ipcount_refused(cq_kcp_ipcount_t *c)
+{
+    return atomic_load_explicit(&c->refused, memory_order_relaxed);
+}
+
+size_t cq_kcp_ipcount_metrics(cq_kcp_ipcount_t *c, char *buf, size_t cap)
+{
+    int n = snprintf(
+        buf, cap,
+        "# HELP chanq_kcp_refused_total KCP datagrams from a new address dropped by a limit.\n"
+        "# TYPE chanq_kcp_refused_total counter\n"
+        "chanq_kcp_refused_total{reason=\"max_per_addr\"} %llu\n"
+        "# HELP chanq_kcp_amp_blocked_total KCP datagrams held back from peers that had not "
+        "proved their address (anti-amplification), counted when the session ends.\n"
+        "# TYPE chanq_kcp_amp_blocked_total counter\n"
+        "chanq_kcp_amp_blocked_total %llu\n",
+        (unsigned long long)cq_kcp_ipcount_refused(c),
+        (unsigned long long)atomic_load_explicit(&c->amp_blocked, memory_order_relaxed));
+    return n < 0 ? 0 : (size_t)n;
+}
+
 /* ---- peers ------------------------------------------------------------------------------ */
 
 static cq_kcp_peer_t *peer_find(cq_kcp_listener_t *l, const cq_kcp_addr_t *a, uint32_t hkey)
@@ -130,6 +159,8 @@ static cq_kcp_peer_t *peer_new(cq_kcp_listener_t *l, const cq_kcp_addr_t *a, uin
 {
     uint32_t ipkey = ip_key(a);
     int r = ipcount_add(l->o.ipcount, ipkey, 1);
+    if (r == CQ_ELIMIT)
+        atomic_fetch_add_explicit(&l->o.ipcount->refused, 1, memory_order_relaxed);
     if (r < 0) {
         *ret_why = r == CQ_ELIMIT ? CQ_KCP_DROP_LIMIT : CQ_KCP_DROP_NOMEM;
         return NULL;

@@ -49,6 +49,17 @@ cq_kcp_ipcount_t *cq_kcp_ipcount_new(uint32_t max_per_ip);
 cq_kcp_ipcount_t *cq_kcp_ipcount_free(cq_kcp_ipcount_t *c);
 /* How many peers a's IP holds now. Any thread. */
 uint32_t cq_kcp_ipcount_get(cq_kcp_ipcount_t *c, const cq_kcp_addr_t *a);
+/* Counters every worker adds to (atomics; any thread). refused: datagrams from a new address
+ * dropped because its IP holds max_per_ip peers (cq_kcp_listener_input counts them).
+ * amp_blocked: datagrams the engines held back under their anti-amplification limit
+ * (cq_kcp_opts_t.amp_factor), added by the caller with cq_kcp_ipcount_add_amp() when a session
+ * ends. */
+void cq_kcp_ipcount_add_amp(cq_kcp_ipcount_t *c, uint64_t n);
+uint64_t cq_kcp_ipcount_refused(cq_kcp_ipcount_t *c);
+/* Writes the counters as Prometheus text (chanq_kcp_refused_total{reason="max_per_addr"},
+ * chanq_kcp_amp_blocked_total) into buf[0..cap) and returns the length, or the length needed
+ * if it is cap or more (snprintf's rule). Any thread. */
+size_t cq_kcp_ipcount_metrics(cq_kcp_ipcount_t *c, char *buf, size_t cap);
 
 /* ---- the listener ---------------------------------------------------------------------- */
 

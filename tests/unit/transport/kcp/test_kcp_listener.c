@@ -328,6 +328,14 @@ static void test_per_ip_limit(void **state)
     assert_drop(push0(&a3, 7, 10), CQ_KCP_DROP_LIMIT);
     cq_kcp_listener_bury(fx.l, p1);
     assert_drop(push0(&a3, 7, 10), CQ_KCP_DROP_LIMIT);
+    /* each refused datagram is counted for chanq_kcp_refused_total */
+    assert_int_equal(cq_kcp_ipcount_refused(fx.ips), 4);
+    cq_kcp_ipcount_add_amp(fx.ips, 5);
+    char text[1024];
+    size_t tl = cq_kcp_ipcount_metrics(fx.ips, text, sizeof(text));
+    assert_true(tl < sizeof(text));
+    assert_non_null(strstr(text, "\nchanq_kcp_refused_total{reason=\"max_per_addr\"} 4\n"));
+    assert_non_null(strstr(text, "\nchanq_kcp_amp_blocked_total 5\n"));
     cq_kcp_listener_expire(fx.l, IDLE, on_idle, &fx);
     assert_int_equal(cq_kcp_ipcount_get(fx.ips, &a1), 1);
     open_sess(&a3, 7, IDLE, 3);
