@@ -179,6 +179,60 @@ static int64_t wait_conns(int64_t want)
     return v;
 }
 
+/* The server log's length now: checks below look only at what was logged after it. */
+static size_t log_len(void)
+{
+    char *log = cq_testsrv_log(it_srv());
+    size_t n = log ? strlen(log) : 0;
+    free(log);
+    return n;
+}
+
+/* True if needle appears in the log after offset off within timeout_ms. */
+static bool log_has_from(size_t off, const char *needle, int timeout_ms)
+{
+    uint64_t end = cq_clock_mono_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        char *log = cq_testsrv_log(it_srv());
+        bool found = log && strlen(log) > off && strstr(log + off, needle);
+        free(log);
+        if (found || cq_clock_mono_ms() >= end)
+            return found;
+        usleep(10 * 1000);
+    }
+}
+
+/* Polls the metric until it equals want (or IT_TIMEOUT_MS passes); returns the last value. */
+static int64_t wait_metric(const char *name, int64_t want)
+{
+    int64_t v = -1;
+    for (int i = 0; i < IT_TIMEOUT_MS / 20; i++) {
+        v = cq_testsrv_metric(it_srv(), name);
+        if (v == want)
+            break;
+        usleep(20 * 1000);
+    }
+    return v;
+}
+
+/* Moves the client's queued bytes into its engine and sends them with one flush, as one
+ * datagram for a small request; nothing is resent after (the engine is not updated). */
+static size_t kc_send_once(kc_t *c)
+{
+    const uint8_t *p;
+    size_t n;
+    while (chanq_client_out(c->cli, &p, &n) == 0 && n) {
+        ssize_t took = cq_kcp_send(c->k, p, n);
+        assert_true(took > 0);
+        chanq_client_out_consume(c->cli, (size_t)took);
+    }
+    cq_kcp_flush(c->k, cq_clock_mono_ms());
+    cq_kcp_stats_t st;
+    cq_kcp_stats(c->k, &st);
+    assert_int_equal(st.out_dgrams, 1);
+    return (size_t)st.out_bytes;
+}
+
 static void start_kcp(const char *extra)
 {
     if (extra)
@@ -357,7 +411,8 @@ static void test_kcp_malformed_closes_one(void **state)
     kc_free(b);
 }
 
-/* --kcp-max-per-addr bounds the connections one source address can open. */
+/* --kcp-max-per-addr bounds the connections one source address can open: the server refuses
+ * the third address's one datagram (chanq_kcp_refused_total, its log line) and opens nothing. */
 static void test_kcp_per_addr_limit(void **state)
 {
     it_start("--kcp-max-per-addr", "2", NULL);
@@ -366,17 +421,117 @@ static void test_kcp_per_addr_limit(void **state)
         c[i] = kc_new(it_srv()->kcp_port, 0x5000u + (uint32_t)i);
     kc_auth(c[0]);
     kc_auth(c[1]);
+    assert_int_equal(cq_testsrv_metric(it_srv(), "connection_num"), 2);
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_kcp_refused_total"), 0);
+    size_t off = log_len();
     assert_int_equal(chanq_client_auth(c[2]->cli, 1, "kcp", "lt"), 0);
-    chanq_owned_msg_t m;
-    assert_false(kc_wait(c[2], MT_AUTH, &m, 800));
+    kc_send_once(c[2]);
+    assert_int_equal(wait_metric("chanq_kcp_refused_total", 1), 1);
+    assert_true(log_has_from(off, "refusing a KCP connection: --kcp-max-per-addr reached", 0));
+    assert_int_equal(cq_testsrv_metric(it_srv(), "connection_num"), 2);
     for (int i = 0; i < 3; i++)
         kc_free(c[i]);
+}
+
+/* Item 15: datagrams from a live session's address with another conv that do not start a
+ * conversation (an ACK, a PUSH with sn 1) are dropped: the session is neither closed nor
+ * replaced, and keeps receiving. */
+static void test_kcp_other_conv_keeps_session(void **state)
+{
+    start_kcp(NULL);
+    it_conn_t *srv = it_gowner();
+    kc_t *a = kc_new(it_srv()->kcp_port, 0xc0c00001u);
+    kc_auth(a);
+    assert_int_equal(cq_testsrv_metric(it_srv(), "connection_num"), 2);
+    size_t off = log_len();
+    uint8_t d[24 + 4] = {0};
+    uint32_t conv = 0xc0c00002u;
+    memcpy(d, &conv, 4);
+    d[4] = CQ_KCP_CMD_ACK;
+    assert_int_equal(send(a->fd, d, 24, 0), 24);
+    d[4] = CQ_KCP_CMD_PUSH;
+    d[12] = 1; /* sn 1 */
+    d[20] = 4; /* len 4 */
+    assert_int_equal(send(a->fd, d, sizeof(d), 0), (ssize_t)sizeof(d));
+    kc_pump(a, 300); /* lets chanqd read both before the forward below */
+    it_sfwd(srv, 0, BC_SINGLE, 310, a->conn_id, "after");
+    chanq_owned_msg_t m;
+    assert_true(kc_wait(a, 310, &m, IT_TIMEOUT_MS));
+    Channeldpb__ServerForwardMessage *f =
+        chanq_unpack(&channeldpb__server_forward_message__descriptor, m.body, m.body_len);
+    assert_non_null(f);
+    assert_int_equal(f->payload.len, 5);
+    assert_memory_equal(f->payload.data, "after", 5);
+    chanq_unpack_free(f);
+    chanq_owned_msg_done(&m);
+    assert_int_equal(cq_testsrv_metric(it_srv(), "connection_num"), 2);
+    char closing[64];
+    snprintf(closing, sizeof(closing), "closing conn %u (", a->conn_id);
+    assert_false(log_has_from(off, closing, 0));
+    assert_false(log_has_from(off, "KCP peer started a new conversation", 0));
+    kc_free(a);
+}
+
+/* Item 14: one AUTH datagram from an address that never acknowledges (a spoofed source). Over
+ * the whole idle timeout chanqd sends back at most 3 times its bytes: the ACK, the AuthResult
+ * and its resends while they fit, then 24-byte WASKs while they fit, then nothing. */
+static void test_kcp_spoofed_auth(void **state)
+{
+    start_kcp("2000");
+    kc_t *c = kc_new(it_srv()->kcp_port, 0x0badu);
+    assert_int_equal(chanq_client_auth(c->cli, 1, "kcp", "lt"), 0);
+    size_t budget = 3 * kc_send_once(c);
+    size_t lens[64];
+    uint8_t cmds[64];
+    int n = 0;
+    uint64_t quiet_until = 0, stop = cq_clock_mono_ms() + 30000;
+    for (;;) { /* what comes back until the session is closed, and half a second more */
+        struct pollfd pf = {c->fd, POLLIN, 0};
+        if (poll(&pf, 1, 50) > 0) {
+            uint8_t buf[2048];
+            ssize_t k = recv(c->fd, buf, sizeof(buf), 0);
+            assert_true(k >= 24 && n < 64);
+            uint32_t conv;
+            memcpy(&conv, buf, 4);
+            assert_int_equal(conv, 0x0badu);
+            lens[n] = (size_t)k;
+            cmds[n++] = buf[4];
+        }
+        uint64_t now = cq_clock_mono_ms();
+        if (!quiet_until && n && cq_testsrv_metric(it_srv(), "connection_num") == 0)
+            quiet_until = now + 500;
+        if (quiet_until && now >= quiet_until)
+            break;
+        assert_true(now < stop); /* a safety stop */
+    }
+    assert_true(n >= 2);
+    assert_int_equal(cmds[0], CQ_KCP_CMD_ACK); /* at once (ACK no-delay) */
+    assert_int_equal(lens[0], 24);
+    assert_int_equal(cmds[1], CQ_KCP_CMD_PUSH); /* the AuthResult */
+    size_t push = lens[1], out = 24 + push;
+    int i = 2;
+    for (;; i++) { /* each later timeout: the resend if it fits, else a WASK if that fits */
+        size_t want = out + push <= budget ? push : out + 24 <= budget ? 24 : 0;
+        if (!want)
+            break;
+        assert_true(i < n);
+        assert_int_equal(lens[i], want);
+        assert_int_equal(cmds[i], want == 24 ? CQ_KCP_CMD_WASK : CQ_KCP_CMD_PUSH);
+        out += want;
+    }
+    assert_int_equal(n, i);
+    assert_true(out <= budget);
+    print_message("# spoofed AUTH: %zu bytes in, %d datagrams and %zu bytes back\n", budget / 3, n,
+                  out);
+    assert_true(cq_testsrv_metric(it_srv(), "chanq_kcp_amp_blocked_total") > 0);
+    kc_free(c);
 }
 
 static const struct CMUnitTest tests[] = {
     IT_TEST(test_kcp_broadcast_lossy_big), IT_TEST(test_kcp_go_profile_lossy_broadcasts),
     IT_TEST(test_kcp_idle_timeout),        IT_TEST(test_kcp_malformed_closes_one),
-    IT_TEST(test_kcp_per_addr_limit),
+    IT_TEST(test_kcp_per_addr_limit),      IT_TEST(test_kcp_other_conv_keeps_session),
+    IT_TEST(test_kcp_spoofed_auth),
 };
 
 IT_MAIN(tests)
