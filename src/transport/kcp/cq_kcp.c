@@ -29,6 +29,7 @@
 #define ASK_TELL     2u /* send WINS */
 #define ACK_CAP_INIT 16u
 #define RMT_WND_INIT 32 /* the peer's window until it tells us: kcp-go's default rcv_wnd */
+#define AMP_RESERVE  48 /* amplification budget kept for resending the oldest segment, probes */
 
 typedef struct cq__kcp_seg {
     struct cq__kcp_seg *next; /* snd_queue / rcv_queue link */
@@ -36,6 +37,7 @@ typedef struct cq__kcp_seg {
     uint32_t ts_first;        /* send side: when first sent */
     uint32_t resendts, rto;   /* send side: next timeout and its current RTO */
     uint32_t fastack, xmit;   /* send side: later ACKs seen, transmissions */
+    bool held;                /* send side: its last transmission was held back (amp_factor) */
     uint32_t len, cap;        /* payload bytes, allocated payload bytes */
     uint8_t data[];
 } cq__kcp_seg_t;
@@ -56,7 +58,9 @@ struct cq_kcp {
     uint32_t ts_flush, probe, probe_wait, ts_probe;
     bool have_rtt, updated, dead;
     bool verified;  /* the peer echoed one of our ts: the amplification limit is off */
-    bool amp_probe; /* a datagram was held back by the limit: send a WASK at the flush's end */
+    bool amp_probe; /* a segment was held back by the limit: probe at the flush's end */
+    bool probe_out; /* a proof probe (empty PUSH probe_sn at probe_ts) was sent */
+    uint32_t probe_sn, probe_ts;
     /* send */
     cq__kcp_seg_t *sq_head, *sq_tail;
     uint32_t sq_count;
@@ -278,23 +282,22 @@ static void cq__kcp_decode(const uint8_t *p, cq__kcp_hdr_t *h)
     h->len = cq__kcp_get32(p + 20);
 }
 
-/* True if len more bytes fit in the anti-amplification budget (or none applies). */
-static bool cq__kcp_amp_allows(const cq_kcp_t *k, size_t len)
+/* True if a segment of n bytes fits in the anti-amplification budget, after what was sent and
+ * what the datagram being built holds (or if no limit applies). New data leaves AMP_RESERVE
+ * bytes of it unused: a peer whose ACK was lost may send nothing more, and the proof then has
+ * to come from the resend of the oldest segment or a probe, which must still fit. */
+static bool cq__kcp_amp_fits(const cq_kcp_t *k, size_t n, bool reserve)
 {
-    return !k->o.amp_factor || k->verified ||
-           k->st.out_bytes + len <= (uint64_t)k->o.amp_factor * k->st.in_bytes;
+    if (!k->o.amp_factor || k->verified)
+        return true;
+    uint64_t need = k->st.out_bytes + k->olen + n + (reserve ? AMP_RESERVE : 0);
+    return need <= (uint64_t)k->o.amp_factor * k->st.in_bytes;
 }
 
 static void cq__kcp_emit(cq_kcp_t *k)
 {
     if (k->olen == 0)
         return;
-    if (!cq__kcp_amp_allows(k, k->olen)) {
-        k->st.amp_blocked++;
-        k->amp_probe = true;
-        k->olen = 0; /* its segments go again at their timeout */
-        return;
-    }
     k->st.out_dgrams++;
     k->st.out_bytes += k->olen;
     k->out(k->ud, k->obuf, k->olen);
@@ -309,10 +312,18 @@ static uint16_t cq__kcp_wnd_unused(const cq_kcp_t *k)
 }
 
 /* Appends one segment to the datagram being built, sending the datagram first if the segment
- * would not fit. len <= mss always holds for what we send. */
-static void cq__kcp_put(cq_kcp_t *k, uint8_t cmd, uint32_t ts, uint32_t sn, const uint8_t *data,
+ * would not fit. len <= mss always holds for what we send. Returns false, appending nothing,
+ * when the segment is over the anti-amplification budget: it is then as if lost. Checking each
+ * segment rather than each datagram lets the oldest ones (an AuthResult) through first. */
+static bool cq__kcp_put(cq_kcp_t *k, uint8_t cmd, uint32_t ts, uint32_t sn, const uint8_t *data,
                         uint32_t len)
 {
+    bool reserve = cmd == CQ_KCP_CMD_PUSH && len && sn != k->snd_una;
+    if (!cq__kcp_amp_fits(k, CQ_KCP_OVERHEAD + len, reserve)) {
+        k->st.amp_blocked++;
+        k->amp_probe = true;
+        return false;
+    }
     if (k->olen + CQ_KCP_OVERHEAD + len > k->o.mtu)
         cq__kcp_emit(k);
     if (cmd == CQ_KCP_CMD_PUSH)
@@ -323,6 +334,7 @@ static void cq__kcp_put(cq_kcp_t *k, uint8_t cmd, uint32_t ts, uint32_t sn, cons
         memcpy(k->obuf + k->olen + CQ_KCP_OVERHEAD, data, len);
     k->olen += CQ_KCP_OVERHEAD + len;
     k->st.out_segs++;
+    return true;
 }
 
 /* ---- RTT and the send buffer --------------------------------------------------------------- */
@@ -525,6 +537,8 @@ typedef struct cq__kcp_acks_seen {
  * firing before the ACK comes. Runs before the una of the same header drops the segment. */
 static void cq__kcp_ack_rtt(cq_kcp_t *k, const cq__kcp_hdr_t *h)
 {
+    if (k->probe_out && h->sn == k->probe_sn && h->ts == k->probe_ts)
+        k->verified = true; /* the echo of our proof probe */
     if (!cq__kcp_in_flight(k, h->sn))
         return;
     const cq__kcp_seg_t *s = *cq__kcp_sslot(k, h->sn);
@@ -562,12 +576,24 @@ static int cq__kcp_on_seg(cq_kcp_t *k, const cq__kcp_hdr_t *h, const uint8_t *da
 
 static void cq__kcp_flush_acks(cq_kcp_t *k);
 
+/* The peer just proved its address: segments the limit held back are due now, not at their
+ * (backed-off) timeout. */
+static void cq__kcp_release_held(cq_kcp_t *k)
+{
+    for (uint32_t sn = k->snd_una; sn != k->snd_nxt; sn++) {
+        cq__kcp_seg_t *s = *cq__kcp_sslot(k, sn);
+        if (s && s->held)
+            s->resendts = k->current;
+    }
+}
+
 int cq_kcp_input(cq_kcp_t *k, const uint8_t *dgram, size_t len, uint64_t now_ms)
 {
     k->current = (uint32_t)now_ms;
     k->st.in_dgrams++;
     k->st.in_bytes += len;
     uint32_t prev_una = k->snd_una;
+    bool was_verified = k->verified;
     cq__kcp_acks_seen_t seen = {false, 0, 0};
     int r = 0;
     while (len >= CQ_KCP_OVERHEAD) {
@@ -589,7 +615,10 @@ int cq_kcp_input(cq_kcp_t *k, const uint8_t *dgram, size_t len, uint64_t now_ms)
     bool slid = cq__kcp_diff(k->snd_una, prev_una) > 0;
     if (slid)
         cq__kcp_grow_cwnd(k);
-    if (slid) {
+    bool proved = k->o.amp_factor && k->verified && !was_verified;
+    if (proved)
+        cq__kcp_release_held(k);
+    if (slid || proved) {
         /* kcp-go's Input: the window slid, so send what it now admits (and the ACKs) at once
          * rather than at the next interval tick, which under loss costs up to an interval per
          * round trip. */
@@ -797,6 +826,7 @@ static void cq__kcp_admit(cq_kcp_t *k, uint32_t wnd)
         s->sn = k->snd_nxt++;
         s->xmit = 0;
         s->fastack = 0;
+        s->held = false;
         *cq__kcp_sslot(k, s->sn) = s;
         k->sb_bytes += s->len;
     }
@@ -865,7 +895,7 @@ static void cq__kcp_flush_data(cq_kcp_t *k, cq__kcp_flush_res_t *res)
         s->ts = k->current;
         if (s->xmit == 1)
             s->ts_first = s->ts;
-        cq__kcp_put(k, CQ_KCP_CMD_PUSH, s->ts, s->sn, s->data, s->len);
+        s->held = !cq__kcp_put(k, CQ_KCP_CMD_PUSH, s->ts, s->sn, s->data, s->len);
         if (s->xmit >= k->o.dead_link)
             k->dead = true;
     }
@@ -891,6 +921,23 @@ static void cq__kcp_adjust_cwnd(cq_kcp_t *k, const cq__kcp_flush_res_t *res, uin
     }
 }
 
+/* Something was held back: 24 bytes that make a real peer answer, which a spoofed address
+ * cannot. Once the peer has acknowledged something (snd_una > 0), an empty PUSH with the last
+ * delivered sn: every KCP receiver acknowledges an old sn again (echoing our ts, which proves
+ * the address) and stores nothing. Before that, a WASK: its WINS answer only adds budget, for
+ * the resend of the first segments, whose ACK is then the proof. */
+static void cq__kcp_amp_probe(cq_kcp_t *k)
+{
+    if (k->snd_una == 0) {
+        cq__kcp_put(k, CQ_KCP_CMD_WASK, 0, 0, NULL, 0);
+        return;
+    }
+    k->probe_out = true;
+    k->probe_sn = k->snd_una - 1;
+    k->probe_ts = k->current;
+    cq__kcp_put(k, CQ_KCP_CMD_PUSH, k->probe_ts, k->probe_sn, NULL, 0);
+}
+
 void cq_kcp_flush(cq_kcp_t *k, uint64_t now_ms)
 {
     k->current = (uint32_t)now_ms;
@@ -901,17 +948,13 @@ void cq_kcp_flush(cq_kcp_t *k, uint64_t now_ms)
     cq__kcp_admit(k, wnd);
     cq__kcp_flush_res_t res = {false, false, k->snd_nxt != nxt};
     cq__kcp_flush_data(k, &res);
+    if (k->amp_probe) {
+        k->amp_probe = false;
+        if (cq__kcp_amp_fits(k, CQ_KCP_OVERHEAD, false))
+            cq__kcp_amp_probe(k);
+    }
     cq__kcp_emit(k);
     cq__kcp_adjust_cwnd(k, &res, wnd);
-    if (k->amp_probe) {
-        /* Something was held back: a 24-byte WASK makes a real peer answer with a WINS, whose
-         * bytes add budget for the retransmission; a spoofed address stays mute. */
-        k->amp_probe = false;
-        if (cq__kcp_amp_allows(k, CQ_KCP_OVERHEAD)) {
-            cq__kcp_put(k, CQ_KCP_CMD_WASK, 0, 0, NULL, 0);
-            cq__kcp_emit(k);
-        }
-    }
 }
 
 static bool cq__kcp_resend_due(const cq_kcp_t *k)

@@ -76,9 +76,10 @@ typedef struct cq_kcp_opts {
     /* Anti-amplification, for a server whose peer's address is unproven (UDP sources can be
      * spoofed). Until the peer acknowledges one of our segments echoing the ts we sent it
      * (see ts_offset), the datagrams sent total at most amp_factor times the bytes received
-     * (QUIC uses 3): a datagram that does not fit is not sent (its segments wait for their
-     * next timeout), and a 24-byte WASK goes out instead when that fits, which a real KCP
-     * peer answers with a WINS, earning budget for the retransmission. 0: no limit. */
+     * (QUIC uses 3): a segment that does not fit is not sent (as if lost: it waits for its
+     * next timeout), and a 24-byte WASK ends the flush when that fits, which a real KCP peer
+     * answers with a WINS, earning budget for the retransmission. Once the peer proves its
+     * address, the held-back segments are sent at once. 0: no limit. */
     uint32_t amp_factor;
     /* Added to the ts of every PUSH we send and taken off every ts echoed in an ACK: with a
      * random value per engine the echo proves the peer saw our segment (a blind guess of
@@ -182,7 +183,7 @@ typedef struct cq_kcp_stats {
                               counter (cq_kcp_dead() once it reaches dead_link) */
     uint64_t in_bytes;     /* bytes of the datagrams given to cq_kcp_input */
     uint64_t out_bytes;    /* bytes of the datagrams passed to out */
-    uint64_t amp_blocked;  /* datagrams not sent: over the amp_factor budget */
+    uint64_t amp_blocked;  /* segments not sent: over the amp_factor budget */
     bool verified;         /* the peer echoed a ts of ours (amp_factor no longer applies) */
 } cq_kcp_stats_t;
 void cq_kcp_stats(const cq_kcp_t *k, cq_kcp_stats_t *st);

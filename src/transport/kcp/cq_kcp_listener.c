@@ -135,7 +135,7 @@ size_t cq_kcp_ipcount_metrics(cq_kcp_ipcount_t *c, char *buf, size_t cap)
         "# HELP chanq_kcp_refused_total KCP datagrams from a new address dropped by a limit.\n"
         "# TYPE chanq_kcp_refused_total counter\n"
         "chanq_kcp_refused_total{reason=\"max_per_addr\"} %llu\n"
-        "# HELP chanq_kcp_amp_blocked_total KCP datagrams held back from peers that had not "
+        "# HELP chanq_kcp_amp_blocked_total KCP segments held back from peers that had not "
         "proved their address (anti-amplification), counted when the session ends.\n"
         "# TYPE chanq_kcp_amp_blocked_total counter\n"
         "chanq_kcp_amp_blocked_total %llu\n",

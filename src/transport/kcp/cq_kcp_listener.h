@@ -51,7 +51,7 @@ cq_kcp_ipcount_t *cq_kcp_ipcount_free(cq_kcp_ipcount_t *c);
 uint32_t cq_kcp_ipcount_get(cq_kcp_ipcount_t *c, const cq_kcp_addr_t *a);
 /* Counters every worker adds to (atomics; any thread). refused: datagrams from a new address
  * dropped because its IP holds max_per_ip peers (cq_kcp_listener_input counts them).
- * amp_blocked: datagrams the engines held back under their anti-amplification limit
+ * amp_blocked: segments the engines held back under their anti-amplification limit
  * (cq_kcp_opts_t.amp_factor), added by the caller with cq_kcp_ipcount_add_amp() when a session
  * ends. */
 void cq_kcp_ipcount_add_amp(cq_kcp_ipcount_t *c, uint64_t n);

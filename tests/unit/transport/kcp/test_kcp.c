@@ -925,64 +925,142 @@ static void test_amp_spoofed(void **state)
     cq_kcp_free(k);
 }
 
+/* The same on chanqd's fast profile: the ACK leaves at once, alone. */
+static void test_amp_spoofed_fast(void **state)
+{
+    (void)state;
+    cq_kcp_opts_t o = cq_kcp_opts_fast();
+    o.amp_factor = 3;
+    o.ts_offset = AMP_OFF;
+    capture_t c = {0};
+    cq_kcp_t *k = cq_kcp_new(5, &o, cap_out, &c);
+    assert_non_null(k);
+    uint8_t d[43] = {0};
+    cq__kcp_hdr_t h = {5, CQ_KCP_CMD_PUSH, 0, 32, 0, 0, 0, 19};
+    cq__kcp_encode(d, &h);
+    assert_int_equal(cq_kcp_input(k, d, sizeof(d), 0), 0);
+    assert_int_equal(c.n, 1); /* the ACK, 24 */
+    uint8_t buf[19];
+    assert_int_equal(cq_kcp_recv(k, buf, sizeof(buf)), 19);
+    assert_int_equal(cq_kcp_send(k, buf, 17), 17);
+    for (uint64_t t = 0; t <= 10000; t += 5)
+        cq_kcp_update(k, t);
+    /* sn 0 at 0 (41) and at 200 (41): 106. Then 500, 950, 1625, 2637, 4155, 6432, 9847 (rto
+     * x1.5) are over 129, and so is a WASK (130). */
+    assert_int_equal(c.n, 3);
+    assert_int_equal(c.len[0], 24);
+    assert_int_equal(c.len[1], 41);
+    assert_int_equal(c.len[2], 41);
+    cq_kcp_stats_t st;
+    cq_kcp_stats(k, &st);
+    assert_int_equal(st.out_bytes, 106);
+    assert_int_equal(st.amp_blocked, 7);
+    assert_false(st.verified);
+    cq_kcp_free(k);
+}
+
 /* An ACK proves the peer receives only if it echoes the ts we sent (offset included); then the
- * limit is off for good. */
+ * limit is off for good. New data keeps 48 bytes of the budget for resending the oldest segment
+ * or a probe; the oldest segment may use all of it. */
 static void test_amp_echo_proves(void **state)
 {
     (void)state;
     capture_t c = {0};
-    cq_kcp_t *k = amp_server(&c, 17);
-    cq_kcp_flush(k, 0); /* sn 0: 65 bytes */
+    cq_kcp_t *k = amp_server(&c, 17); /* 43 in: 129 allowed */
+    cq_kcp_flush(k, 0);               /* ACK + sn 0: 65 */
     uint8_t buf[5000] = {0};
     assert_int_equal(cq_kcp_send(k, buf, 17), 17);
-    cq_kcp_flush(k, 10); /* sn 1: 41 bytes, 106 in all */
+    cq_kcp_flush(k, 10); /* sn 1 (41) would leave less than 48: held; a WASK (24): 89 */
     assert_int_equal(c.n, 2);
+    assert_int_equal(c.len[1], 24);
+    cq__kcp_hdr_t h;
+    cq__kcp_decode(c.d[1], &h);
+    assert_int_equal(h.cmd, CQ_KCP_CMD_WASK);
     amp_input(k, CQ_KCP_CMD_ACK, 0, 0, 0, 20); /* a blind guess of our clock: no proof */
     cq_kcp_stats_t st;
     cq_kcp_stats(k, &st);
     assert_false(st.verified);
-    assert_int_equal(st.snd_una, 1);
-    assert_int_equal(cq_kcp_send(k, buf, 17), 17);
-    cq_kcp_flush(k, 30); /* sn 2 would make 147 of the 201 allowed: sent */
+    assert_int_equal(st.snd_una, 1); /* it still acknowledges sn 0 */
+    assert_int_equal(c.n, 2);
+    cq_kcp_flush(k, 234);
+    assert_int_equal(c.n, 2);
+    cq_kcp_flush(k, 235); /* sn 1's timeout (10 + 200 + 25); the oldest now: 130 of 201 */
     assert_int_equal(c.n, 3);
-    assert_int_equal(cq_kcp_send(k, buf, 100), 100);
-    cq_kcp_flush(k, 40); /* sn 3, 124 bytes: over; the WASK (24) fits: 171 */
-    assert_int_equal(c.n, 4);
-    assert_int_equal(c.len[3], 24);
-    cq__kcp_hdr_t h;
-    cq__kcp_decode(c.d[3], &h);
-    assert_int_equal(h.cmd, CQ_KCP_CMD_WASK);
-    amp_input(k, CQ_KCP_CMD_ACK, 1, AMP_OFF + 10, 0, 50); /* the echo of sn 1 */
+    assert_int_equal(c.len[2], 41);
+    cq__kcp_decode(c.d[2], &h);
+    assert_int_equal(h.sn, 1);
+    assert_int_equal(h.ts, AMP_OFF + 235);
+    amp_input(k, CQ_KCP_CMD_ACK, 1, AMP_OFF + 235, 0, 245); /* the echo */
     cq_kcp_stats(k, &st);
     assert_true(st.verified);
     assert_int_equal(st.amp_blocked, 1);
     c.n = 0;
     assert_int_equal(cq_kcp_send(k, buf, 4000), 4000);
-    cq_kcp_flush(k, 60); /* no limit now: 1376 + 1376 + 1248 bytes (sn 3 waits its timeout) */
+    cq_kcp_flush(k, 250); /* no limit now: 1376 + 1376 + 1248 bytes */
     assert_int_equal(c.n, 3);
     cq_kcp_stats(k, &st);
-    assert_int_equal(st.out_bytes, 171 + 1400 + 1400 + 1272);
+    assert_int_equal(st.out_bytes, 130 + 1400 + 1400 + 1272);
     assert_int_equal(st.amp_blocked, 1);
     cq_kcp_free(k);
 }
 
-/* A reply too big for the budget: the WASK goes first, the real peer's WINS adds 72 bytes of
+/* Nothing of ours in flight was acknowledged by echo (una took it): the empty PUSH probe's ACK
+ * is the proof, and releases what was held back in the same input. */
+static void test_amp_probe_echo(void **state)
+{
+    (void)state;
+    capture_t c = {0};
+    cq_kcp_t *k = amp_server(&c, 17);
+    cq_kcp_flush(k, 0);                         /* ACK + sn 0: 65 */
+    amp_input(k, CQ_KCP_CMD_WINS, 0, 0, 1, 30); /* una 1 takes sn 0; budget 3 * 67 = 201 */
+    uint8_t buf[2000] = {0};
+    assert_int_equal(cq_kcp_send(k, buf, sizeof(buf)), (ssize_t)sizeof(buf));
+    c.n = 0;
+    cq_kcp_flush(k, 40); /* sn 1 (1400) and sn 2 (648) are over: only the probe goes, 89 */
+    assert_int_equal(c.n, 1);
+    assert_int_equal(c.len[0], 24);
+    cq__kcp_hdr_t h;
+    cq__kcp_decode(c.d[0], &h);
+    assert_int_equal(h.cmd, CQ_KCP_CMD_PUSH);
+    assert_int_equal(h.sn, 0);
+    assert_int_equal(h.len, 0);
+    assert_int_equal(h.ts, AMP_OFF + 40);
+    amp_input(k, CQ_KCP_CMD_ACK, 0, AMP_OFF + 39, 1, 45); /* a wrong echo proves nothing */
+    cq_kcp_stats_t st;
+    cq_kcp_stats(k, &st);
+    assert_false(st.verified);
+    assert_int_equal(c.n, 1);
+    amp_input(k, CQ_KCP_CMD_ACK, 0, AMP_OFF + 40, 1, 50); /* the echo */
+    cq_kcp_stats(k, &st);
+    assert_true(st.verified);
+    assert_int_equal(c.n, 3); /* sn 1 and 2 released inside that input */
+    assert_int_equal(c.len[1], 1400);
+    assert_int_equal(c.len[2], 648);
+    cq__kcp_decode(c.d[2], &h);
+    assert_int_equal(h.sn, 2);
+    assert_int_equal(st.amp_blocked, 2);
+    cq_kcp_free(k);
+}
+
+/* A reply too big for the budget: the ACK and a WASK go, the real peer's WINS adds 72 bytes of
  * budget, and the retransmission then fits. */
 static void test_amp_wask_probe(void **state)
 {
     (void)state;
     capture_t c = {0};
     cq_kcp_t *k = amp_server(&c, 100);
-    cq_kcp_flush(k, 0); /* ACK + PUSH = 148 > 129: held back, WASK sent */
+    cq_kcp_flush(k, 0); /* ACK (24) fits, PUSH (124) would make 148: held back; WASK: 48 */
     assert_int_equal(c.n, 1);
-    assert_int_equal(c.len[0], 24);
+    assert_int_equal(c.len[0], 48);
     cq__kcp_hdr_t h;
     cq__kcp_decode(c.d[0], &h);
+    assert_int_equal(h.cmd, CQ_KCP_CMD_ACK);
+    cq__kcp_decode(c.d[0] + 24, &h);
     assert_int_equal(h.cmd, CQ_KCP_CMD_WASK);
     amp_input(k, CQ_KCP_CMD_WINS, 0, 0, 0, 30); /* budget 3 * 67 = 201 */
     cq_kcp_flush(k, 224);
     assert_int_equal(c.n, 1);
-    cq_kcp_flush(k, 225); /* the timeout of sn 0: 124 bytes, 148 in all */
+    cq_kcp_flush(k, 225); /* the timeout of sn 0: 124 bytes, 172 in all */
     assert_int_equal(c.n, 2);
     assert_int_equal(c.len[1], 124);
     cq__kcp_decode(c.d[1], &h);
@@ -993,7 +1071,7 @@ static void test_amp_wask_probe(void **state)
     cq_kcp_stats(k, &st);
     assert_true(st.verified);
     assert_int_equal(st.snd_una, 1);
-    assert_int_equal(st.out_bytes, 148);
+    assert_int_equal(st.out_bytes, 172);
     assert_int_equal(st.amp_blocked, 1);
     cq_kcp_free(k);
 }
@@ -1551,6 +1629,7 @@ int main(void)
         cmocka_unit_test(test_ack_opens_window), cmocka_unit_test(test_early_retransmit),
         cmocka_unit_test(test_amp_spoofed),      cmocka_unit_test(test_amp_echo_proves),
         cmocka_unit_test(test_amp_wask_probe),   cmocka_unit_test(test_amp_off),
+        cmocka_unit_test(test_amp_probe_echo),   cmocka_unit_test(test_amp_spoofed_fast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
