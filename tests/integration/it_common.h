@@ -117,8 +117,9 @@ void *it_expect(it_conn_t *c, uint32_t msg_type, uint32_t stub_id,
 void it_need_tcp(const char *why);
 void it_need_visible_close(const char *why);
 
-/* Asserts the server closes c within IT_TIMEOUT_MS. Over KCP, which has no close, a client
- * connection's close cannot be observed: the test is then skipped at this point. */
+/* Asserts the server closes c within IT_TIMEOUT_MS. Over KCP, which has no close, the client
+ * cannot observe it: the server's log must then show it closing c (by id) after c connected;
+ * an unauthenticated KCP client cannot be matched, and the test is skipped at this point. */
 void it_expect_closed(it_conn_t *c);
 
 /* Over ws/wss: the status code of the server's WebSocket Close frame for the client TCP
