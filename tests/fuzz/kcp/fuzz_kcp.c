@@ -62,6 +62,10 @@ static cq_kcp_opts_t pick_opts(uint8_t b)
         o.mtu = 200;
     if (b & 8)
         o.ack_nodelay = !o.ack_nodelay;
+    if (b & 16) { /* a server's anti-amplification limit */
+        o.amp_factor = 3;
+        o.ts_offset = 0x9e3779b9u;
+    }
     o.max_snd_bytes = 16 * 1024;
     return o;
 }
@@ -74,6 +78,8 @@ static void check_state(const cq_kcp_t *k, const cq_kcp_opts_t *o)
     FUZZ_CHECK(st.snd_nxt - st.snd_una <= o->snd_wnd);
     FUZZ_CHECK(st.rto <= CQ_KCP_RTO_MAX);
     FUZZ_CHECK(cq_kcp_send_space(k) <= o->max_snd_bytes);
+    /* Before the peer's proof, never more than amp_factor times what came in. */
+    FUZZ_CHECK(!o->amp_factor || st.verified || st.out_bytes <= o->amp_factor * st.in_bytes);
 }
 
 static void op_recv(cq_kcp_t *k, size_t cap)
