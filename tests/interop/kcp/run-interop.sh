@@ -12,6 +12,9 @@
 #   5. kcp-go fast -> proxy 10 % loss, reordering, duplication -> engine, fast profile
 #   6. TCP -> bridge (kcp-go defaults) -> engine, fast profile (checks the bridge mode)
 #   7. kcp-go client -> kcp-go echo (checks the tool itself)
+#   8. kcp-go fast -> proxy 10 % loss -> engine, kcp-go defaults: 200 messages of 1000 bytes,
+#      10 ms apart (issue 10 item 13, the game-client case), and 9. the same against a kcp-go
+#      echo, for comparison of the printed times
 # Prints one line per case with the client's elapsed time; exits 1 if any case failed.
 # Processes are started in a temp dir and stopped by PID.
 set -u
@@ -83,6 +86,10 @@ start bridge "$peer" bridge -kcp "127.0.0.1:$p_fast"
 p_bridge=$port
 start goecho "$peer" echo
 p_goecho=$port
+start proxy_def "$peer" proxy -to "127.0.0.1:$p_def" -loss 0.1 -seed 9
+p_loss_def=$port
+start proxy_go "$peer" proxy -to "127.0.0.1:$p_goecho" -loss 0.1 -seed 9
+p_loss_go=$port
 
 check "kcp-go defaults -> engine fast" "$peer" client -kcp "127.0.0.1:$p_fast"
 check "kcp-go fast -> engine fast" "$peer" client -kcp "127.0.0.1:$p_fast" -fast
@@ -108,6 +115,11 @@ if bytes(got[:total]) != data or len(got) != total:
 print("ok bytes=%d ms=%d" % (total, (time.monotonic() - start) * 1000))
 EOF
 check "kcp-go client -> kcp-go echo (tool check)" "$peer" client -kcp "127.0.0.1:$p_goecho"
+game=(-fast -n 200 -sizes 1000 -gap 10ms)
+check "kcp-go fast -> 10% loss -> engine defaults, 200 x 1000 B" \
+    "$peer" client -kcp "127.0.0.1:$p_loss_def" "${game[@]}"
+check "kcp-go fast -> 10% loss -> kcp-go echo, 200 x 1000 B (comparison)" \
+    "$peer" client -kcp "127.0.0.1:$p_loss_go" "${game[@]}"
 
 for p in "${pids[@]}"; do
     kill "$p" 2>/dev/null
