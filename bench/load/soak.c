@@ -6,7 +6,7 @@
  *
  * F is chanqd's ready file (client=, server= and mq= addresses); P its pid, for the RSS and CPU
  * samples. The phases: setup (every connection authenticated and subscribed, the topic created
- * and watched; at most 60 s), run (--duration s of load at the given rates), drain (the load
+ * and watched; at most 120 s), run (--duration s of load at the given rates), drain (the load
  * stops; every subscriber must reach the last message, every produce be acked, pushed and
  * consumed; at most --drain s), check. See soak_int.h for the parts and --help for the knobs.
  *
@@ -27,7 +27,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#define SETUP_TIMEOUT_MS 60000u
+#define SETUP_TIMEOUT_MS 120000u
 #define PRINT_PER_KIND   5
 #define MAX_RSS_SAMPLES  100000
 
@@ -36,7 +36,7 @@ soak_opts_t SO = {
     .warmup_frac = 0.2,
     .rss_every = 2,
     .rss_tol = 0.10,
-    .drain = 30,
+    .drain = 60,
     .bc_subs = 50,
     .bc_rate = 1000,
     .bc_size = 64,
@@ -312,7 +312,7 @@ static void usage(void)
     printf("usage: soak --ready-file F [--pid P] [options]\n"
            "  --duration S [120]  --warmup-frac F [0.2]  --rss-every S [2]  --rss-tol F [0.10]\n"
            "  (--rss-tol 0: RSS reported, not checked)\n"
-           "  --drain S [30]  --topic T [soak]\n"
+           "  --drain S [60]  --topic T [soak]\n"
            "  --bc-subs N [50]  --bc-rate MSG/S [1000]  --bc-size B [64]\n"
            "  --data-subs N [50]  --data-rate UPD/S [500]  --data-interval MS [20]\n"
            "  --mq-rate MSG/S [5000]  --mq-batch N [50]  --mq-window N [8]  --mq-size B [128]\n"
