@@ -163,16 +163,18 @@ DATA_MAX_SUBS=0
 for n in $DATA_SUBS; do
     [ "$n" -gt "$DATA_MAX_SUBS" ] && DATA_MAX_SUBS=$n
 done
-FD_NEED=$((DATA_MAX_SUBS + 256))
+# chanqd's automatic --max-connections is what the limit leaves after its other caps (MQ 1024,
+# MQ HTTP 256, admin 16) and --fd-reserve (256): 1552 more than the subscribers need.
+FD_NEED=$((DATA_MAX_SUBS + 256 + 1552))
 if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$FD_NEED" ]; then
     ulimit -Hn "$FD_NEED" 2>/dev/null || true
     ulimit -n "$FD_NEED" 2>/dev/null || true
     if [ "$(ulimit -n)" -lt "$FD_NEED" ]; then
-        log "warning: ulimit -n is $(ulimit -n), data runs above $(($(ulimit -n) - 256)) subscribers will fail"
+        log "warning: ulimit -n is $(ulimit -n), data runs above $(($(ulimit -n) - 1808)) subscribers will fail"
     fi
 fi
-# chanqd accepts --max-connections (default 100000) connections; the loopback client ports come
-# from the ephemeral range.
+# chanqd accepts at most 100000 connections by default (--max-connections 0: automatic); the
+# loopback client ports come from the ephemeral range.
 EPH_RANGE=$(awk '{print $2 - $1 + 1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 28232)
 if [ "$DATA_MAX_SUBS" -ge 100000 ] || [ "$DATA_MAX_SUBS" -ge "$EPH_RANGE" ]; then
     log "DATA_SUBS up to $DATA_MAX_SUBS exceeds chanqd's --max-connections default or the ephemeral port range"
