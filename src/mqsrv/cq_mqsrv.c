@@ -460,8 +460,9 @@ static void push_add(cq_mqsrv_t *s, mq_topic_t *t, uint64_t offset, int64_t time
 }
 
 /* Reads the next rows after t->pushed back from the store, unless a read is in flight; ends
- * the catch-up once pushed reached catchup_to. A read that cannot be submitted now (busy) is
- * tried again at the topic's next completion. */
+ * the catch-up once pushed reached catchup_to. A read that cannot be submitted now (busy), or
+ * that failed, is tried again at the topic's next completion or the next tick
+ * (cq__mqsrv_catchup_retry), whichever comes first. */
 static void catch_up(cq_mqsrv_t *s, mq_topic_t *t)
 {
     if (t->catchup_reading)
@@ -475,11 +476,20 @@ static void catch_up(cq_mqsrv_t *s, mq_topic_t *t)
         t->catchup_reading = true;
 }
 
+void cq__mqsrv_catchup_retry(cq_mqsrv_t *s)
+{
+    for (size_t i = 0; i < s->ntopics; i++) {
+        mq_topic_t *t = s->topics[i];
+        if (t->catchup_to && !t->catchup_reading)
+            catch_up(s, t);
+    }
+}
+
 void cq__mqsrv_log_read(cq_mqsrv_t *s, mq_topic_t *t, const cq_writer_req_t *req)
 {
     t->catchup_reading = false;
     if (req->err)
-        return; /* logged; read again at the next completion */
+        return; /* logged; read again at the next completion or tick */
     for (size_t i = 0; i < req->n_recs; i++) {
         const cq_store_rec_t *r = &req->recs[i];
         if (r->offset > t->pushed)

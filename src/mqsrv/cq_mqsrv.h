@@ -119,8 +119,9 @@ void cq_mqsrv_conn_progress(const cq_mqsrv_conn_t *c, uint64_t *ret_frames, bool
 /* Calls t.flush of every connection (seed and HTTP) that queued output since the last call,
  * once each. Call once per loop iteration, just before the loop blocks (uv_prepare). */
 void cq_mqsrv_flush(cq_mqsrv_t *s);
-/* Send queue housekeeping: a connection over the soft limit for the configured seconds is
- * aborted as a slow consumer. now_ms is a monotonic clock (uv_now); call every 100 ms or so. */
+/* Housekeeping: a connection over the send queue's soft limit for the configured seconds is
+ * aborted as a slow consumer, and a watcher catch-up whose store read failed is read again.
+ * now_ms is a monotonic clock (uv_now); call every 100 ms or so. */
 void cq_mqsrv_tick(cq_mqsrv_t *s, uint64_t now_ms);
 
 /* Runs the store completions waiting in the inbox (each answers its connection, updates the

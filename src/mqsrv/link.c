@@ -108,6 +108,9 @@ void cq_mqsrv_flush(cq_mqsrv_t *s)
 void cq_mqsrv_tick(cq_mqsrv_t *s, uint64_t now_ms)
 {
     cq_list_t *n, *tmp;
+    /* Watchers waiting on a catch-up whose read failed must not wait for the next produce on a
+     * topic that may stay quiet. */
+    cq__mqsrv_catchup_retry(s);
     uint64_t soft_ms = (uint64_t)s->sendq_soft_s * 1000;
     cq_list_foreach_safe(n, tmp, &s->soft)
     {

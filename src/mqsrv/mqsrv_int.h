@@ -245,6 +245,9 @@ void cq__mqsrv_close(cq_mqsrv_conn_t *c);
 void cq__mqsrv_produced(cq_mqsrv_t *s, const cq_writer_req_t *req);
 /* A catch-up READ of t came back: its messages go to t's watchers. */
 void cq__mqsrv_log_read(cq_mqsrv_t *s, mq_topic_t *t, const cq_writer_req_t *req);
+/* The tick: restarts the catch-up of every topic whose catch-up read failed or could not be
+ * submitted, so its watchers don't wait for the topic's next produce. */
+void cq__mqsrv_catchup_retry(cq_mqsrv_t *s);
 /* Sends the pushes queued by completions. */
 void cq__mqsrv_flush_pushes(cq_mqsrv_t *s);
 

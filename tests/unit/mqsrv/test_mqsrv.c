@@ -737,6 +737,45 @@ static void test_commit_offset(void **state)
 
 /* ---- watch and push ------------------------------------------------------------------------- */
 
+/* A catch-up read (rows committed without their answer) that fails is read again at the next
+ * tick: the watchers of a topic that stays quiet must not wait for its next produce. */
+static void test_catchup_retry_on_tick(void **state)
+{
+    (void)state;
+    eng_start(false, 0);
+    fconn_t *p = fconn_new(), *w = fconn_new();
+    connect_as(p, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    connect_as(w, 2, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0}");
+    feed(w, req(CQ_MQ_REQ_WATCH, 2, 2, "orders"));
+    expect(w, "8 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1,"
+              "\"topic_message_total\":0}");
+    /* "orders" starts at offset 2; 3 and 4 committed without an answer, this produce got 5 */
+    feed(p, produce_req(3, "orders", 1, 0));
+    cq_writer_req_t *r = take(CQ_WRITER_PRODUCE, "orders");
+    r->prev_offset = 4;
+    done_produce(r, 5);
+    expect(p, "12 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":0,\"total\":1,"
+              "\"offsets\":[5]}");
+    r = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(r->from_offset, 2);
+    done(r, CQ_ESTORE); /* the read failed: nothing pushed, nothing read again yet */
+    expect_nothing(w);
+    assert_int_equal(fp.npending, 0);
+    cq_mqsrv_tick(eng, 100);
+    r = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(r->from_offset, 2);
+    done_read(r, 3, 3);
+    expect(w, "18 0 {\"topic\":\"orders\",\"offset\":5,\"messages\":["
+              "{\"offset_id\":3,\"message\":\"r3\",\"time\":1000},"
+              "{\"offset_id\":4,\"message\":\"r4\",\"time\":1001},"
+              "{\"offset_id\":5,\"message\":\"r5\",\"time\":1002}],\"message_count\":3}");
+    cq_mqsrv_tick(eng, 200); /* caught up: no more reads */
+    assert_int_equal(fp.npending, 0);
+    fconn_free(p);
+    fconn_free(w);
+    eng_stop();
+}
+
 static void test_watch_push(void **state)
 {
     (void)state;
@@ -1535,15 +1574,25 @@ static void test_perms_reload(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_session),         cmocka_unit_test(test_bad_frames),
-        cmocka_unit_test(test_add_topic),       cmocka_unit_test(test_produce),
-        cmocka_unit_test(test_consume),         cmocka_unit_test(test_commit_offset),
-        cmocka_unit_test(test_watch_push),      cmocka_unit_test(test_online_retention),
-        cmocka_unit_test(test_close_in_flight), cmocka_unit_test(test_push_refs),
-        cmocka_unit_test(test_sendq_limits),    cmocka_unit_test(test_topic_cache),
-        cmocka_unit_test(test_inbox),           cmocka_unit_test(test_metrics_port),
-        cmocka_unit_test(test_http_ops),        cmocka_unit_test(test_writes_need_loopback),
-        cmocka_unit_test(test_connect_budget),  cmocka_unit_test(test_perm_token_required),
+        cmocka_unit_test(test_session),
+        cmocka_unit_test(test_bad_frames),
+        cmocka_unit_test(test_add_topic),
+        cmocka_unit_test(test_produce),
+        cmocka_unit_test(test_consume),
+        cmocka_unit_test(test_commit_offset),
+        cmocka_unit_test(test_watch_push),
+        cmocka_unit_test(test_catchup_retry_on_tick),
+        cmocka_unit_test(test_online_retention),
+        cmocka_unit_test(test_close_in_flight),
+        cmocka_unit_test(test_push_refs),
+        cmocka_unit_test(test_sendq_limits),
+        cmocka_unit_test(test_topic_cache),
+        cmocka_unit_test(test_inbox),
+        cmocka_unit_test(test_metrics_port),
+        cmocka_unit_test(test_http_ops),
+        cmocka_unit_test(test_writes_need_loopback),
+        cmocka_unit_test(test_connect_budget),
+        cmocka_unit_test(test_perm_token_required),
         cmocka_unit_test(test_perms_reload),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
