@@ -253,9 +253,10 @@ static const opt_t opts[] = {
         "Close seed-protocol connections that have not completed connect this long after "
         "accept; 0 disables."),
     INT("mq-idle-timeout-ms", NULL, mq_idle_timeout_ms, "300000", 0, 86400000, "MS",
-        "Close seed-protocol connections that sent no whole frame for this long; 0 disables. "
-        "Clients that hold a quiet connection (a watcher) send keepalive more often than this: "
-        "the default leaves room for a keepalive every 60 s to be missed four times."),
+        "Close connected seed-protocol connections that neither sent a whole frame nor took "
+        "any output (answers, pushes) for this long; 0 disables. A watcher of a quiet topic "
+        "sends keepalive more often than this: the default leaves room for a keepalive every "
+        "60 s to be missed four times."),
     INT("mq-http-max-connections", NULL, mq_http_max_connections, "256", 1, 1000000, "N",
         "HTTP API (--mq-http-addr) connections at the same time; more are closed on accept."),
     INT("mq-http-timeout-ms", NULL, mq_http_timeout_ms, "30000", 0, 3600000, "MS",

@@ -132,6 +132,20 @@ static void conn_finish(mq_conn_t *mc)
 
 static void on_written(uv_write_t *req, int status);
 
+/* An authenticated seed connection whose output reached the socket is not idle: a watcher that
+ * only receives pushes sends no frames, and the socket draining shows its peer is there. (Before
+ * connect, output doesn't count: the pre-auth timeout bounds those connections anyway.) */
+static void seed_delivered(mq_conn_t *mc)
+{
+    uint64_t frames;
+    bool authed;
+    if (mc->http || mc->dropped)
+        return;
+    cq_mqsrv_conn_progress(mc->conn, &frames, &authed);
+    if (authed)
+        mc->active_ms = uv_now(&mc->io->loop);
+}
+
 /* Transport op: writes the send queue (io_stream.c); a write left in flight continues from
  * on_written. */
 static void conn_flush(void *tctx)
@@ -142,11 +156,14 @@ static void conn_flush(void *tctx)
         mc->active_ms = uv_now(&mc->io->loop); /* an answer: the request was whole */
     if (mc->dropped || mc->writing)
         return;
+    bool had = !cq_sendq_idle(mc->q);
     int r = cq__io_stream_write((uv_stream_t *)&mc->tcp, mc->q, &mc->wreq, on_written, true, &left);
     if (r < 0) {
         conn_drop(mc);
         return;
     }
+    if (had && left == 0)
+        seed_delivered(mc);
     mc->writing = left > 0;
     mc->inflight = left;
     if (mc->closing)
@@ -165,6 +182,7 @@ static void on_written(uv_write_t *req, int status)
     }
     cq_sendq_written(mc->q, mc->inflight);
     mc->inflight = 0;
+    seed_delivered(mc);
     conn_flush(mc);
 }
 

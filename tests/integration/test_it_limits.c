@@ -499,6 +499,78 @@ static void test_slowloris(void **state)
     assert_int_equal(metric("chanq_mq_closes_total{port=\"mq\",reason=\"cap\"}"), 0);
 }
 
+/* ---- idle: a watcher that takes pushes is not idle ----------------------------------------- */
+
+/* A connected watcher sends nothing after its watch. While pushes reach it, it is not idle; once
+ * they stop, the idle timeout closes it. (The soak found a watcher of a busy topic closed.) */
+static void test_idle_watcher(void **state)
+{
+    (void)state;
+    const char *args[] = {"--mq-idle-timeout-ms", "1000", "--ws-addr", "", "--kcp-addr", "", NULL};
+    start(args);
+    int w = mq_connected(), p = mq_connected();
+    cq_mq_msg_t *m = cq_mq_msg_new(CQ_MQ_REQ_WATCH, 2);
+    m->askid = 2;
+    m->has |= CQ_MQ_F_ASKID;
+    assert_int_equal(cq_mq_msg_set_topic(m, "idle_t"), 0);
+    m->has |= CQ_MQ_F_TOPIC;
+    mq_send(w, m);
+    cq_mq_msg_t *a = mq_recv(w, TMO);
+    assert_non_null(a);
+    assert_int_equal(a->type, CQ_MQ_RESP_WATCH);
+    assert_int_equal(a->err_code, 8); /* unknown topic: create it, then watch again */
+    cq_mq_msg_free(a);
+    m = cq_mq_msg_new(CQ_MQ_REQ_ADD_TOPIC, 3);
+    m->askid = 3;
+    m->has |= CQ_MQ_F_ASKID;
+    assert_int_equal(cq_mq_msg_set_topic(m, "idle_t"), 0);
+    m->has |= CQ_MQ_F_TOPIC;
+    mq_send(p, m);
+    a = mq_recv(p, TMO);
+    assert_non_null(a);
+    assert_int_equal(a->err_code, 0);
+    cq_mq_msg_free(a);
+    m = cq_mq_msg_new(CQ_MQ_REQ_WATCH, 4);
+    m->askid = 4;
+    m->has |= CQ_MQ_F_ASKID;
+    assert_int_equal(cq_mq_msg_set_topic(m, "idle_t"), 0);
+    m->has |= CQ_MQ_F_TOPIC;
+    mq_send(w, m);
+    a = mq_recv(w, TMO);
+    assert_non_null(a);
+    assert_int_equal(a->err_code, 0);
+    cq_mq_msg_free(a);
+    /* 3 s of pushes, one every 200 ms: three idle timeouts without a frame from the watcher */
+    for (int i = 0; i < 15; i++) {
+        m = cq_mq_msg_new(CQ_MQ_REQ_PRODUCE, (uint16_t)(10 + i));
+        m->askid = (uint32_t)(10 + i);
+        m->has |= CQ_MQ_F_ASKID;
+        assert_int_equal(cq_mq_msg_set_topic(m, "idle_t"), 0);
+        m->has |= CQ_MQ_F_TOPIC;
+        assert_int_equal(cq_mq_msg_add_item(m, 0, -1, "x", 1, false), 0);
+        m->has |= CQ_MQ_F_CONTENT;
+        mq_send(p, m);
+        a = mq_recv(p, TMO);
+        assert_non_null(a);
+        assert_int_equal(a->type, CQ_MQ_RESP_PRODUCE);
+        assert_int_equal(a->err_code, 0);
+        cq_mq_msg_free(a);
+        a = mq_recv(w, TMO);
+        assert_non_null(a);
+        assert_int_equal(a->type, CQ_MQ_PUSH);
+        assert_int_equal(a->offset, a->items[0].offset);
+        cq_mq_msg_free(a);
+        keepalive(p); /* the producer's keepalive spaces the produces */
+        struct timespec d = {0, 200 * 1000 * 1000};
+        nanosleep(&d, NULL);
+    }
+    assert_int_equal(metric("chanq_mq_closes_total{port=\"mq\",reason=\"idle\"}"), 0);
+    close(p); /* the producer leaves (not an idle close); pushes stop: the watcher is idle now */
+    assert_true(wait_closed(w, TMO));
+    assert_int_equal(metric_wait("chanq_mq_closes_total{port=\"mq\",reason=\"idle\"}", 1), 1);
+    close(w);
+}
+
 /* ---- caps: connection N+1 is refused, N are served ---------------------------------------- */
 
 static void test_caps(void **state)
@@ -657,6 +729,7 @@ int main(void)
         cmocka_unit_test_teardown(test_caps_must_fit, teardown),
         cmocka_unit_test_teardown(test_emfile, teardown),
         cmocka_unit_test_teardown(test_slowloris, teardown),
+        cmocka_unit_test_teardown(test_idle_watcher, teardown),
         cmocka_unit_test_teardown(test_caps, teardown),
         cmocka_unit_test_teardown(test_preauth_frame, teardown),
         cmocka_unit_test_teardown(test_input_budget, teardown),
