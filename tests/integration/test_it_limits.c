@@ -22,6 +22,7 @@
 #include "cq_err.h"
 #include "cq_mq.h"
 #include "cq_testsrv.h"
+#include "it_mq.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -37,32 +38,10 @@
 #define SAFETY  15000 /* a server close that must come */
 #define NATTACK 276
 
-static cq_testsrv_t srv;
-
-static int teardown(void **state)
-{
-    (void)state;
-    cq_testsrv_stop(&srv);
-    return 0;
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void start(const char *const *args)
 {
     assert_int_equal(cq_testsrv_init(&srv), 0);
-    int r = cq_testsrv_start(&srv, args);
-    if (r < 0) {
-        char *log = cq_testsrv_log(&srv);
-        fprintf(stderr, "# chanqd did not start (%d):\n%s\n", r, log ? log : "");
-        free(log);
-    }
-    assert_int_equal(r, 0);
+    assert_int_equal(itmq_start_logged(args), 0);
 }
 
 /* Runs chanqd under RLIMIT_NOFILE soft = hard = 256 (a wrapper script around $CHANQD). */
@@ -87,11 +66,11 @@ static int start_low_nofile(const char *const *args)
  * that arrive first are read and dropped. */
 static bool wait_closed(int fd, int tmo)
 {
-    int64_t end = now_ms() + tmo;
+    int64_t end = itmq_now_ms() + tmo;
     char b[4096];
-    while (now_ms() < end) {
+    while (itmq_now_ms() < end) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, (int)(end - now_ms())) <= 0)
+        if (poll(&p, 1, (int)(end - itmq_now_ms())) <= 0)
             continue;
         ssize_t n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
@@ -112,10 +91,10 @@ static bool is_closed(int fd)
 static ssize_t read_all(int fd, char *buf, size_t cap, int tmo)
 {
     size_t len = 0;
-    int64_t end = now_ms() + tmo;
-    while (len + 1 < cap && now_ms() < end) {
+    int64_t end = itmq_now_ms() + tmo;
+    while (len + 1 < cap && itmq_now_ms() < end) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, (int)(end - now_ms())) <= 0)
+        if (poll(&p, 1, (int)(end - itmq_now_ms())) <= 0)
             continue;
         ssize_t n = recv(fd, buf + len, cap - 1 - len, 0);
         if (n == 0)
@@ -128,7 +107,7 @@ static ssize_t read_all(int fd, char *buf, size_t cap, int tmo)
         len += (size_t)n;
     }
     buf[len] = '\0';
-    return now_ms() < end ? (ssize_t)len : -1;
+    return itmq_now_ms() < end ? (ssize_t)len : -1;
 }
 
 /* One HTTP/1.0 request on a new connection; the whole response (until the server closes) in
@@ -163,8 +142,8 @@ static int64_t metric(const char *series)
 /* Polls until series == want (the MQ snapshot is up to 250 ms old); returns the last value. */
 static int64_t metric_wait(const char *series, int64_t want)
 {
-    int64_t v = -1, end = now_ms() + SAFETY;
-    while (now_ms() < end && (v = metric(series)) != want)
+    int64_t v = -1, end = itmq_now_ms() + SAFETY;
+    while (itmq_now_ms() < end && (v = metric(series)) != want)
         usleep(50 * 1000);
     return v;
 }
@@ -187,10 +166,10 @@ static cq_mq_msg_t *mq_recv(int fd, int tmo)
     uint8_t hdr[CQ_MQ_HDR_LEN];
     size_t got = 0, total = 0;
     uint8_t *buf = NULL;
-    int64_t end = now_ms() + tmo;
-    while (now_ms() < end) {
+    int64_t end = itmq_now_ms() + tmo;
+    while (itmq_now_ms() < end) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, (int)(end - now_ms())) <= 0)
+        if (poll(&p, 1, (int)(end - itmq_now_ms())) <= 0)
             continue;
         uint8_t *dst = total ? buf + got : hdr + got;
         size_t want = total ? total - got : CQ_MQ_HDR_LEN - got;
@@ -353,7 +332,7 @@ static void test_emfile(void **state)
     assert_int_equal(start_low_nofile(args), 0);
     int keeper = mq_connected();
     int att[NATTACK];
-    int64_t t0 = now_ms();
+    int64_t t0 = itmq_now_ms();
     for (int i = 0; i < NATTACK; i++) {
         att[i] = cq_raw_connect(srv.mq_port); /* the kernel completes it: backlog 1024 */
         assert_true(att[i] >= 0);
@@ -380,7 +359,7 @@ static void test_emfile(void **state)
     keepalive(keeper);
     for (int i = 0; i < NATTACK; i++)
         close(att[i]);
-    int64_t held_s = (now_ms() - t0) / 1000;
+    int64_t held_s = (itmq_now_ms() - t0) / 1000;
     /* The server closed the attacker's connections it held: only the keeper is left. */
     assert_int_equal(metric_wait("chanq_mq_connections{port=\"mq\"}", 1), 1);
     assert_int_equal(
@@ -411,8 +390,8 @@ static int dribble(int *fd, const char *req, size_t len)
 {
     bool closed[NSLOW] = {false};
     int nclosed = 0;
-    int64_t end = now_ms() + SAFETY;
-    for (size_t k = 0; nclosed < NSLOW && now_ms() < end; k++) {
+    int64_t end = itmq_now_ms() + SAFETY;
+    for (size_t k = 0; nclosed < NSLOW && itmq_now_ms() < end; k++) {
         for (int i = 0; i < NSLOW; i++) {
             if (closed[i])
                 continue;
@@ -726,13 +705,13 @@ static void test_input_budget(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_caps_must_fit, teardown),
-        cmocka_unit_test_teardown(test_emfile, teardown),
-        cmocka_unit_test_teardown(test_slowloris, teardown),
-        cmocka_unit_test_teardown(test_idle_watcher, teardown),
-        cmocka_unit_test_teardown(test_caps, teardown),
-        cmocka_unit_test_teardown(test_preauth_frame, teardown),
-        cmocka_unit_test_teardown(test_input_budget, teardown),
+        cmocka_unit_test_teardown(test_caps_must_fit, itmq_teardown),
+        cmocka_unit_test_teardown(test_emfile, itmq_teardown),
+        cmocka_unit_test_teardown(test_slowloris, itmq_teardown),
+        cmocka_unit_test_teardown(test_idle_watcher, itmq_teardown),
+        cmocka_unit_test_teardown(test_caps, itmq_teardown),
+        cmocka_unit_test_teardown(test_preauth_frame, itmq_teardown),
+        cmocka_unit_test_teardown(test_input_budget, itmq_teardown),
     };
     return cmocka_run_group_tests_name("limits", tests, NULL, NULL);
 }

@@ -2,9 +2,9 @@
  * the store behind it (--backend=sqlite, or --backend=mysql against the MariaDB server that
  * run_mariadb.sh started: CQ_MARIADB_PORT).
  *
- * The client is a tiny blocking one over a socket using the codec (cq_mq_encode / cq_mq_parse /
- * cq_mq_decode). Every bad-input case is followed by a round trip proving the server still
- * serves. The crash case SIGKILLs chanqd in the middle of a pipelined produce stream; on
+ * The client is it_mq.h's tiny blocking one over a socket using the codec (cq_mq_encode /
+ * cq_mq_parse / cq_mq_decode). Every bad-input case is followed by a round trip proving the server
+ * still serves. The crash case SIGKILLs chanqd in the middle of a pipelined produce stream; on
  * MariaDB, test_mariadb_crash SIGKILLs the database server instead (mariadb.sh kill), restarts it
  * on the same data dir and port, and checks that every produce was answered (acked, or failed
  * with storage), that chanqd reconnects by itself, and that with idempotent retries every
@@ -21,6 +21,7 @@
 #include "cq_mq.h"
 #include "cq_store.h"
 #include "cq_testsrv.h"
+#include "it_mq.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -34,52 +35,12 @@
 
 #define TMO 5000
 
-static bool use_mysql;
-static unsigned mysql_port;
-static int db_seq;
-static char db_name[64];
-static cq_testsrv_t srv;
-
 /* ---- server --------------------------------------------------------------------------------- */
-
-/* Starts chanqd (again, on the same data) with the store args and extra args. */
-static void start_srv(const char *const *extra)
-{
-    char port[16];
-    const char *args[32];
-    size_t n = 0;
-    snprintf(port, sizeof(port), "%u", mysql_port);
-    if (use_mysql) {
-        const char *my[] = {"--store-backend", "mysql", "--mysql-port",     port,
-                            "--mysql-user",    "root",  "--mysql-database", db_name};
-        for (size_t i = 0; i < sizeof(my) / sizeof(my[0]); i++)
-            args[n++] = my[i];
-    }
-    while (extra && *extra && n < 30)
-        args[n++] = *extra++;
-    args[n] = NULL;
-    int r = cq_testsrv_start(&srv, args);
-    if (r < 0) {
-        char *log = cq_testsrv_log(&srv);
-        fprintf(stderr, "# chanqd did not start (%d):\n%s\n", r, log ? log : "");
-        free(log);
-    }
-    assert_int_equal(r, 0);
-    assert_true(srv.mq_port > 0);
-}
 
 static int setup(void **state)
 {
     (void)state;
-    assert_int_equal(cq_testsrv_init(&srv), 0);
-    snprintf(db_name, sizeof(db_name), "cqit_%d_%d", (int)getpid(), ++db_seq);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    cq_testsrv_stop(&srv);
+    itmq_init("cqit");
     return 0;
 }
 
@@ -104,178 +65,22 @@ static cq_store_t *open_store(void)
     return st;
 }
 
-/* ---- a tiny blocking client ----------------------------------------------------------------- */
-
-typedef struct mqc {
-    int fd;
-    uint8_t buf[1 << 21];
-    size_t len;
-    uint32_t askid;
-} mqc_t;
-
-static mqc_t *mqc_open(void)
-{
-    mqc_t *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    c->fd = cq_raw_connect(srv.mq_port);
-    assert_true(c->fd >= 0);
-    return c;
-}
-
-static void mqc_close(mqc_t *c)
-{
-    if (c) {
-        close(c->fd);
-        free(c);
-    }
-}
-
-static void mqc_send(mqc_t *c, cq_mq_msg_t *m)
-{
-    uint8_t *b;
-    size_t n;
-    assert_int_equal(cq_mq_encode(m, &b, &n), 0);
-    assert_int_equal(cq_raw_write(c->fd, b, n), 0);
-    cq_free(b);
-    cq_mq_msg_free(m);
-}
-
-/* Sends a frame with the given type and body text. */
-static void mqc_send_raw(mqc_t *c, uint8_t type, const char *body)
-{
-    size_t n = strlen(body);
-    uint8_t *b = malloc(CQ_MQ_HDR_LEN + n);
-    cq_mq_header_write(b, (uint32_t)(CQ_MQ_HDR_LEN + n), type, 7);
-    memcpy(b + CQ_MQ_HDR_LEN, body, n);
-    assert_int_equal(cq_raw_write(c->fd, b, CQ_MQ_HDR_LEN + n), 0);
-    free(b);
-}
-
-/* Reads more bytes; returns false on EOF, error or timeout. */
-static bool mqc_fill(mqc_t *c, int timeout_ms)
-{
-    struct pollfd p = {c->fd, POLLIN, 0};
-    if (poll(&p, 1, timeout_ms) <= 0)
-        return false;
-    ssize_t k = recv(c->fd, c->buf + c->len, sizeof(c->buf) - c->len, 0);
-    if (k <= 0)
-        return false;
-    c->len += (size_t)k;
-    return true;
-}
-
-/* The next message from the server, or NULL on EOF / timeout. */
-static cq_mq_msg_t *mqc_recv_tmo(mqc_t *c, int timeout_ms)
-{
-    for (;;) {
-        cq_mq_frame_t f;
-        ssize_t r = cq_mq_parse(c->buf, c->len, 0, &f);
-        assert_true(r >= 0);
-        if (r > 0) {
-            cq_mq_msg_t *m = NULL;
-            char err[256] = "";
-            int d = cq_mq_decode(&f, NULL, &m, err, sizeof(err));
-            if (d < 0)
-                fprintf(stderr, "# decode: %s\n", err);
-            assert_int_equal(d, 0);
-            memmove(c->buf, c->buf + r, c->len - (size_t)r);
-            c->len -= (size_t)r;
-            return m;
-        }
-        if (!mqc_fill(c, timeout_ms))
-            return NULL;
-    }
-}
-
-static cq_mq_msg_t *mqc_recv(mqc_t *c)
-{
-    cq_mq_msg_t *m = mqc_recv_tmo(c, TMO);
-    assert_non_null(m);
-    return m;
-}
-
-/* True if the server closed the connection (after any frames it sent). */
-static bool mqc_eof(mqc_t *c)
-{
-    cq_mq_msg_t *m;
-    while ((m = mqc_recv_tmo(c, TMO)))
-        cq_mq_msg_free(m);
-    char b;
-    return recv(c->fd, &b, 1, MSG_DONTWAIT) == 0;
-}
-
-static cq_mq_msg_t *req_new(mqc_t *c, uint8_t type, const char *topic)
-{
-    cq_mq_msg_t *m = cq_mq_msg_new(type, (uint16_t)(c->askid + 1));
-    assert_non_null(m);
-    m->askid = ++c->askid;
-    m->has |= CQ_MQ_F_ASKID;
-    if (topic) {
-        assert_int_equal(cq_mq_msg_set_topic(m, topic), 0);
-        m->has |= CQ_MQ_F_TOPIC;
-    }
-    return m;
-}
-
-/* Sends m and returns the response (asserts the type and the askid / msg id echo). */
-static cq_mq_msg_t *call(mqc_t *c, cq_mq_msg_t *m)
-{
-    uint8_t type = m->type;
-    uint32_t askid = m->askid;
-    uint16_t id = m->msg_id;
-    mqc_send(c, m);
-    cq_mq_msg_t *r = mqc_recv(c);
-    assert_int_equal(r->type, type + 1);
-    assert_int_equal(r->askid, askid);
-    assert_int_equal(r->msg_id, id);
-    return r;
-}
-
-/* Calls and returns only the err_code. */
-static uint32_t call_code(mqc_t *c, cq_mq_msg_t *m)
-{
-    cq_mq_msg_t *r = call(c, m);
-    uint32_t code = r->err_code;
-    cq_mq_msg_free(r);
-    return code;
-}
-
-static uint32_t mq_connect(mqc_t *c, uint32_t module, const char *token, uint32_t type)
-{
-    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_CONNECT, NULL);
-    m->module_id = module;
-    m->client_type = type;
-    m->has |= CQ_MQ_F_MODULE_ID | CQ_MQ_F_CLIENT_TYPE;
-    assert_int_equal(cq_mq_msg_set_str(m, CQ_MQ_F_TOKEN, token), 0);
-    return call_code(c, m);
-}
-
-static mqc_t *connected(uint32_t module, const char *token)
-{
-    mqc_t *c = mqc_open();
-    assert_int_equal(mq_connect(c, module, token, CQ_MQ_PRODUCER), CQ_MQ_OK);
-    return c;
-}
+/* ---- the seed client (it_mq.h) ------------------------------------------------------------- */
 
 /* A keepalive round trip: the server still serves this connection. */
 static void roundtrip(mqc_t *c)
 {
-    cq_mq_msg_t *r = call(c, req_new(c, CQ_MQ_REQ_KEEPALIVE, NULL));
+    cq_mq_msg_t *r = mqc_call(c, mqc_req(c, CQ_MQ_REQ_KEEPALIVE, NULL));
     assert_int_equal(r->err_code, 0);
     assert_true(r->has & CQ_MQ_F_WEIGHT);
     cq_mq_msg_free(r);
-}
-
-static uint32_t add_topic(mqc_t *c, const char *topic)
-{
-    return call_code(c, req_new(c, CQ_MQ_REQ_ADD_TOPIC, topic));
 }
 
 /* Builds a produce of n messages "<prefix>-<i>"; pid 0 = no idempotence key. */
 static cq_mq_msg_t *produce_msg(mqc_t *c, const char *topic, const char *prefix, size_t n,
                                 int64_t pid, int64_t seq)
 {
-    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_PRODUCE, topic);
+    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_PRODUCE, topic);
     for (size_t i = 0; i < n; i++) {
         char s[64];
         int k = snprintf(s, sizeof(s), "%s-%zu", prefix, (size_t)seq + i);
@@ -294,7 +99,7 @@ static cq_mq_msg_t *produce_msg(mqc_t *c, const char *topic, const char *prefix,
 static uint32_t produce(mqc_t *c, const char *topic, const char *prefix, size_t n, int64_t pid,
                         int64_t seq, int64_t *offsets)
 {
-    cq_mq_msg_t *r = call(c, produce_msg(c, topic, prefix, n, pid, seq));
+    cq_mq_msg_t *r = mqc_call(c, produce_msg(c, topic, prefix, n, pid, seq));
     uint32_t code = r->err_code;
     if (code == 0) {
         assert_int_equal(r->noffsets, n);
@@ -307,14 +112,14 @@ static uint32_t produce(mqc_t *c, const char *topic, const char *prefix, size_t 
 
 static cq_mq_msg_t *consume(mqc_t *c, const char *topic, int64_t offset, uint32_t max)
 {
-    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_CONSUME, topic);
+    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_CONSUME, topic);
     m->offset = offset;
     m->has |= CQ_MQ_F_OFFSET;
     if (max) {
         m->max_count = max;
         m->has |= CQ_MQ_F_MAX_COUNT;
     }
-    return call(c, m);
+    return mqc_call(c, m);
 }
 
 static const char perms_json[] =
@@ -327,7 +132,7 @@ static void start_with_perms(void)
     char path[512];
     assert_int_equal(cq_testsrv_file(&srv, "perms.json", perms_json, path, sizeof(path)), 0);
     const char *args[] = {"--mq-permissions-file", path, NULL};
-    start_srv(args);
+    itmq_start(args, ITMQ_SEED);
 }
 
 /* ---- cases ---------------------------------------------------------------------------------- */
@@ -338,24 +143,24 @@ static void test_connect_permissions(void **state)
     start_with_perms();
     mqc_t *c = mqc_open();
     /* a request before connect */
-    assert_int_equal(add_topic(c, "orders"), CQ_MQ_ERR_UNAUTHENTICATED);
+    assert_int_equal(mqc_add_topic(c, "orders"), CQ_MQ_ERR_UNAUTHENTICATED);
     roundtrip(c);
     /* a wrong token is answered, then the connection is closed */
-    assert_int_equal(mq_connect(c, 1, "nope", CQ_MQ_PRODUCER), CQ_MQ_ERR_UNAUTHENTICATED);
+    assert_int_equal(mqc_connect(c, 1, "nope", CQ_MQ_PRODUCER), CQ_MQ_ERR_UNAUTHENTICATED);
     assert_true(mqc_eof(c));
     mqc_close(c);
     c = mqc_open();
-    assert_int_equal(mq_connect(c, 9, "", CQ_MQ_CONSUMER), CQ_MQ_ERR_UNAUTHENTICATED);
+    assert_int_equal(mqc_connect(c, 9, "", CQ_MQ_CONSUMER), CQ_MQ_ERR_UNAUTHENTICATED);
     mqc_close(c);
 
-    mqc_t *admin = connected(1, "s1");
-    mqc_t *cons = connected(2, "s2");
-    mqc_t *prod = connected(3, "s3");
-    assert_int_equal(add_topic(cons, "other"), CQ_MQ_ERR_NO_PERMISSION); /* no admin right */
+    mqc_t *admin = mqc_connected(1, "s1");
+    mqc_t *cons = mqc_connected(2, "s2");
+    mqc_t *prod = mqc_connected(3, "s3");
+    assert_int_equal(mqc_add_topic(cons, "other"), CQ_MQ_ERR_NO_PERMISSION); /* no admin right */
     roundtrip(cons);
-    assert_int_equal(add_topic(admin, "orders"), CQ_MQ_OK);
-    assert_int_equal(add_topic(admin, "other"), CQ_MQ_OK);
-    assert_int_equal(add_topic(prod, "orders"), CQ_MQ_OK); /* exists: registered */
+    assert_int_equal(mqc_add_topic(admin, "orders"), CQ_MQ_OK);
+    assert_int_equal(mqc_add_topic(admin, "other"), CQ_MQ_OK);
+    assert_int_equal(mqc_add_topic(prod, "orders"), CQ_MQ_OK); /* exists: registered */
     assert_int_equal(produce(cons, "orders", "x", 1, 0, 0, NULL), CQ_MQ_ERR_NO_PERMISSION);
     roundtrip(cons);
     assert_int_equal(produce(prod, "other", "x", 1, 0, 0, NULL), CQ_MQ_ERR_NO_PERMISSION);
@@ -379,9 +184,9 @@ static void test_connect_permissions(void **state)
 static void test_produce_consume(void **state)
 {
     (void)state;
-    start_srv(NULL);
-    mqc_t *c = connected(5, "");
-    assert_int_equal(add_topic(c, "events"), CQ_MQ_OK);
+    itmq_start(NULL, ITMQ_SEED);
+    mqc_t *c = mqc_connected(5, "");
+    assert_int_equal(mqc_add_topic(c, "events"), CQ_MQ_OK);
     assert_int_equal(produce(c, "unknown_topic", "a", 1, 0, 0, NULL), CQ_MQ_ERR_UNKNOWN_TOPIC);
     int64_t o1[1], o5[5], again[5];
     assert_int_equal(produce(c, "events", "m", 1, 42, 0, o1), CQ_MQ_OK);
@@ -420,10 +225,10 @@ static void test_produce_consume(void **state)
 
 static uint32_t commit(mqc_t *c, const char *topic, int64_t offset)
 {
-    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_COMMIT, topic);
+    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_COMMIT, topic);
     m->offset = offset;
     m->has |= CQ_MQ_F_OFFSET;
-    cq_mq_msg_t *r = call(c, m);
+    cq_mq_msg_t *r = mqc_call(c, m);
     uint32_t code = r->err_code;
     if (code == 0)
         assert_int_equal(r->offset, offset);
@@ -434,17 +239,17 @@ static uint32_t commit(mqc_t *c, const char *topic, int64_t offset)
 static void test_commit_survives_restart(void **state)
 {
     (void)state;
-    start_srv(NULL);
-    mqc_t *c = connected(7, "");
-    assert_int_equal(add_topic(c, "jobs"), CQ_MQ_OK);
+    itmq_start(NULL, ITMQ_SEED);
+    mqc_t *c = mqc_connected(7, "");
+    assert_int_equal(mqc_add_topic(c, "jobs"), CQ_MQ_OK);
     int64_t off[3];
     assert_int_equal(produce(c, "jobs", "j", 3, 0, 0, off), CQ_MQ_OK);
     assert_int_equal(commit(c, "jobs", off[1]), CQ_MQ_OK);
     assert_int_equal(commit(c, "nojobs", off[1]), CQ_MQ_ERR_UNKNOWN_TOPIC);
     mqc_close(c);
     assert_int_equal(cq_testsrv_kill(&srv, SIGKILL), 128 + SIGKILL);
-    start_srv(NULL);
-    c = connected(7, "");
+    itmq_start(NULL, ITMQ_SEED);
+    c = mqc_connected(7, "");
     cq_mq_msg_t *r = consume(c, "jobs", off[1], 10); /* resume after the committed offset */
     assert_int_equal(r->nitems, 1);
     assert_int_equal(r->items[0].offset, off[2]);
@@ -464,13 +269,14 @@ static void test_offset_topics(void **state)
 {
     (void)state;
     start_with_perms();
-    mqc_t *admin = connected(1, "s1"), *cons = connected(2, "s2"), *prod = connected(3, "s3");
-    assert_int_equal(add_topic(admin, "orders"), CQ_MQ_OK);
-    assert_int_equal(add_topic(admin, "other"), CQ_MQ_OK);
+    mqc_t *admin = mqc_connected(1, "s1"), *cons = mqc_connected(2, "s2"),
+          *prod = mqc_connected(3, "s3");
+    assert_int_equal(mqc_add_topic(admin, "orders"), CQ_MQ_OK);
+    assert_int_equal(mqc_add_topic(admin, "other"), CQ_MQ_OK);
     int64_t off[3];
     assert_int_equal(produce(admin, "orders", "o", 3, 0, 0, off), CQ_MQ_OK);
     /* topics, filtered by the module's rights, sorted */
-    cq_mq_msg_t *r = call(admin, req_new(admin, CQ_MQ_REQ_TOPICS, NULL));
+    cq_mq_msg_t *r = mqc_call(admin, mqc_req(admin, CQ_MQ_REQ_TOPICS, NULL));
     assert_int_equal(r->err_code, 0);
     assert_int_equal(r->ntopic_infos, 2);
     assert_int_equal(r->topic_nums, 2);
@@ -483,13 +289,13 @@ static void test_offset_topics(void **state)
     cq_mq_msg_free(r);
     mqc_t *who[2] = {cons, prod};
     for (int i = 0; i < 2; i++) {
-        r = call(who[i], req_new(who[i], CQ_MQ_REQ_TOPICS, NULL));
+        r = mqc_call(who[i], mqc_req(who[i], CQ_MQ_REQ_TOPICS, NULL));
         assert_int_equal(r->ntopic_infos, 1);
         assert_string_equal(r->topic_infos[0].topic, "orders");
         cq_mq_msg_free(r);
     }
     /* offset: none yet, then the committed one; no right, unknown topic */
-    r = call(cons, req_new(cons, CQ_MQ_REQ_OFFSET, "orders"));
+    r = mqc_call(cons, mqc_req(cons, CQ_MQ_REQ_OFFSET, "orders"));
     assert_int_equal(r->err_code, 0);
     assert_true(r->has & CQ_MQ_F_COMMITTED);
     assert_false(r->committed);
@@ -497,24 +303,24 @@ static void test_offset_topics(void **state)
     assert_int_equal(r->last_offset, off[2]);
     cq_mq_msg_free(r);
     assert_int_equal(commit(cons, "orders", off[1]), CQ_MQ_OK);
-    r = call(cons, req_new(cons, CQ_MQ_REQ_OFFSET, "orders"));
+    r = mqc_call(cons, mqc_req(cons, CQ_MQ_REQ_OFFSET, "orders"));
     assert_true(r->committed);
     assert_int_equal(r->offset, off[1]);
     assert_string_equal(r->topic, "orders");
     cq_mq_msg_free(r);
-    assert_int_equal(call_code(prod, req_new(prod, CQ_MQ_REQ_OFFSET, "orders")),
+    assert_int_equal(mqc_call_code(prod, mqc_req(prod, CQ_MQ_REQ_OFFSET, "orders")),
                      CQ_MQ_ERR_NO_PERMISSION);
-    assert_int_equal(call_code(cons, req_new(cons, CQ_MQ_REQ_OFFSET, "other")),
+    assert_int_equal(mqc_call_code(cons, mqc_req(cons, CQ_MQ_REQ_OFFSET, "other")),
                      CQ_MQ_ERR_NO_PERMISSION);
-    assert_int_equal(call_code(admin, req_new(admin, CQ_MQ_REQ_OFFSET, "nosuch")),
+    assert_int_equal(mqc_call_code(admin, mqc_req(admin, CQ_MQ_REQ_OFFSET, "nosuch")),
                      CQ_MQ_ERR_UNKNOWN_TOPIC);
     /* another module's consumer is its own: admin never committed */
-    r = call(admin, req_new(admin, CQ_MQ_REQ_OFFSET, "orders"));
+    r = mqc_call(admin, mqc_req(admin, CQ_MQ_REQ_OFFSET, "orders"));
     assert_false(r->committed);
     cq_mq_msg_free(r);
     /* before connect: unauthenticated, and the connection keeps serving */
     mqc_t *anon = mqc_open();
-    assert_int_equal(call_code(anon, req_new(anon, CQ_MQ_REQ_TOPICS, NULL)),
+    assert_int_equal(mqc_call_code(anon, mqc_req(anon, CQ_MQ_REQ_TOPICS, NULL)),
                      CQ_MQ_ERR_UNAUTHENTICATED);
     roundtrip(anon);
     mqc_close(anon);
@@ -524,8 +330,8 @@ static void test_offset_topics(void **state)
     mqc_close(prod);
     assert_int_equal(cq_testsrv_kill(&srv, SIGKILL), 128 + SIGKILL);
     start_with_perms();
-    cons = connected(2, "s2");
-    r = call(cons, req_new(cons, CQ_MQ_REQ_OFFSET, "orders"));
+    cons = mqc_connected(2, "s2");
+    r = mqc_call(cons, mqc_req(cons, CQ_MQ_REQ_OFFSET, "orders"));
     assert_true(r->committed);
     assert_int_equal(r->offset, off[1]);
     assert_int_equal(r->last_offset, off[2]);
@@ -536,12 +342,13 @@ static void test_offset_topics(void **state)
 static void test_watch_push(void **state)
 {
     (void)state;
-    start_srv(NULL);
-    mqc_t *p = connected(1, ""), *w = connected(2, ""), *w2 = connected(2, "");
-    assert_int_equal(add_topic(p, "feed"), CQ_MQ_OK);
-    assert_int_equal(call_code(w, req_new(w, CQ_MQ_REQ_WATCH, "feed")), CQ_MQ_OK);
-    assert_int_equal(call_code(w2, req_new(w2, CQ_MQ_REQ_WATCH, "feed")), CQ_MQ_OK);
-    assert_int_equal(call_code(w, req_new(w, CQ_MQ_REQ_WATCH, "nofeed")), CQ_MQ_ERR_UNKNOWN_TOPIC);
+    itmq_start(NULL, ITMQ_SEED);
+    mqc_t *p = mqc_connected(1, ""), *w = mqc_connected(2, ""), *w2 = mqc_connected(2, "");
+    assert_int_equal(mqc_add_topic(p, "feed"), CQ_MQ_OK);
+    assert_int_equal(mqc_call_code(w, mqc_req(w, CQ_MQ_REQ_WATCH, "feed")), CQ_MQ_OK);
+    assert_int_equal(mqc_call_code(w2, mqc_req(w2, CQ_MQ_REQ_WATCH, "feed")), CQ_MQ_OK);
+    assert_int_equal(mqc_call_code(w, mqc_req(w, CQ_MQ_REQ_WATCH, "nofeed")),
+                     CQ_MQ_ERR_UNKNOWN_TOPIC);
     int64_t off[3];
     assert_int_equal(produce(p, "feed", "f", 3, 0, 0, off), CQ_MQ_OK);
     mqc_t *ws[2] = {w, w2};
@@ -555,7 +362,7 @@ static void test_watch_push(void **state)
         assert_string_equal(m->items[2].content, "f-2");
         cq_mq_msg_free(m);
     }
-    assert_int_equal(call_code(w, req_new(w, CQ_MQ_REQ_UNWATCH, "feed")), CQ_MQ_OK);
+    assert_int_equal(mqc_call_code(w, mqc_req(w, CQ_MQ_REQ_UNWATCH, "feed")), CQ_MQ_OK);
     assert_int_equal(produce(p, "feed", "g", 1, 0, 0, off), CQ_MQ_OK);
     cq_mq_msg_t *m = mqc_recv(w2);
     assert_int_equal(m->type, CQ_MQ_PUSH);
@@ -570,23 +377,24 @@ static void test_watch_push(void **state)
 static void test_offline_topic(void **state)
 {
     (void)state;
-    start_srv(NULL);
-    mqc_t *c = connected(1, "");
-    assert_int_equal(add_topic(c, "paused"), CQ_MQ_OK);
-    assert_int_equal(add_topic(c, "live"), CQ_MQ_OK);
+    itmq_start(NULL, ITMQ_SEED);
+    mqc_t *c = mqc_connected(1, "");
+    assert_int_equal(mqc_add_topic(c, "paused"), CQ_MQ_OK);
+    assert_int_equal(mqc_add_topic(c, "live"), CQ_MQ_OK);
     assert_int_equal(produce(c, "paused", "p", 1, 0, 0, NULL), CQ_MQ_OK);
     mqc_close(c);
     cq_testsrv_kill(&srv, SIGTERM);
     cq_store_t *st = open_store();
     assert_int_equal(cq_store_topic_set_online(st, "paused", false), 0);
     cq_store_close(st);
-    start_srv(NULL);
-    c = connected(1, "");
+    itmq_start(NULL, ITMQ_SEED);
+    c = mqc_connected(1, "");
     assert_int_equal(produce(c, "paused", "p", 1, 0, 0, NULL), CQ_MQ_ERR_TOPIC_OFFLINE);
     cq_mq_msg_t *r = consume(c, "paused", 0, 10);
     assert_int_equal(r->err_code, CQ_MQ_ERR_TOPIC_OFFLINE);
     cq_mq_msg_free(r);
-    assert_int_equal(call_code(c, req_new(c, CQ_MQ_REQ_WATCH, "paused")), CQ_MQ_ERR_TOPIC_OFFLINE);
+    assert_int_equal(mqc_call_code(c, mqc_req(c, CQ_MQ_REQ_WATCH, "paused")),
+                     CQ_MQ_ERR_TOPIC_OFFLINE);
     assert_int_equal(produce(c, "live", "l", 1, 0, 0, NULL), CQ_MQ_OK);
     mqc_close(c);
 }
@@ -602,7 +410,7 @@ static void expect_error(mqc_t *c, uint8_t type, uint32_t code)
 
 static void expect_close(const uint8_t *bytes, size_t n, uint32_t code)
 {
-    mqc_t *c = connected(1, "");
+    mqc_t *c = mqc_connected(1, "");
     assert_int_equal(cq_raw_write(c->fd, bytes, n), 0);
     expect_error(c, CQ_MQ_RESP_ERROR, code);
     assert_true(mqc_eof(c));
@@ -612,9 +420,9 @@ static void expect_close(const uint8_t *bytes, size_t n, uint32_t code)
 static void test_bad_input(void **state)
 {
     (void)state;
-    start_srv(NULL);
-    mqc_t *c = connected(1, "");
-    assert_int_equal(add_topic(c, "safe"), CQ_MQ_OK);
+    itmq_start(NULL, ITMQ_SEED);
+    mqc_t *c = mqc_connected(1, "");
+    assert_int_equal(mqc_add_topic(c, "safe"), CQ_MQ_OK);
     mqc_send_raw(c, CQ_MQ_REQ_PRODUCE, "{bad");
     expect_error(c, CQ_MQ_RESP_ERROR, CQ_MQ_ERR_BAD_JSON);
     roundtrip(c);
@@ -652,18 +460,18 @@ static void test_bad_input(void **state)
     char *text = malloc(big + 1);
     memset(text, 'a', big);
     text[big] = '\0';
-    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_PRODUCE, "safe");
+    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_PRODUCE, "safe");
     assert_int_equal(cq_mq_msg_add_item(m, 0, -1, text, big, false), 0);
     m->has |= CQ_MQ_F_CONTENT;
     free(text);
-    assert_int_equal(call_code(c, m), CQ_MQ_ERR_CONTENT_TOO_LARGE);
+    assert_int_equal(mqc_call_code(c, m), CQ_MQ_ERR_CONTENT_TOO_LARGE);
     roundtrip(c);
     /* a wrong client_id */
-    m = req_new(c, CQ_MQ_REQ_CONSUME, "safe");
+    m = mqc_req(c, CQ_MQ_REQ_CONSUME, "safe");
     m->offset = 0;
     m->client_id = 999999;
     m->has |= CQ_MQ_F_OFFSET | CQ_MQ_F_CLIENT_ID;
-    assert_int_equal(call_code(c, m), CQ_MQ_ERR_BAD_FIELD);
+    assert_int_equal(mqc_call_code(c, m), CQ_MQ_ERR_BAD_FIELD);
     roundtrip(c);
     /* the topic table is intact */
     assert_int_equal(produce(c, "safe", "s", 1, 0, 0, NULL), CQ_MQ_OK);
@@ -683,7 +491,7 @@ static void test_bad_input(void **state)
     expect_close(h, sizeof(h), CQ_MQ_ERR_BAD_LENGTH);
     h[0] = 0x7f; /* total length over the maximum */
     expect_close(h, sizeof(h), CQ_MQ_ERR_BAD_LENGTH);
-    c = connected(1, "");
+    c = mqc_connected(1, "");
     roundtrip(c);
     mqc_close(c);
 }
@@ -692,9 +500,9 @@ static void test_busy(void **state)
 {
     (void)state;
     const char *args[] = {"--mq-max-pending", "2", NULL};
-    start_srv(args);
-    mqc_t *c = connected(1, "");
-    assert_int_equal(add_topic(c, "small"), CQ_MQ_OK);
+    itmq_start(args, ITMQ_SEED);
+    mqc_t *c = mqc_connected(1, "");
+    assert_int_equal(mqc_add_topic(c, "small"), CQ_MQ_OK);
     assert_int_equal(produce(c, "small", "b", 3, 0, 0, NULL), CQ_MQ_ERR_BUSY); /* never fits */
     roundtrip(c);
     int64_t off[2];
@@ -768,9 +576,9 @@ static void test_metrics(void **state)
 {
     (void)state;
     start_with_perms();
-    mqc_t *admin = connected(1, "s1"), *cons = connected(2, "s2");
-    assert_int_equal(add_topic(admin, "orders"), CQ_MQ_OK);
-    assert_int_equal(add_topic(admin, "other"), CQ_MQ_OK);
+    mqc_t *admin = mqc_connected(1, "s1"), *cons = mqc_connected(2, "s2");
+    assert_int_equal(mqc_add_topic(admin, "orders"), CQ_MQ_OK);
+    assert_int_equal(mqc_add_topic(admin, "other"), CQ_MQ_OK);
     int64_t off[5], o2[2];
     assert_int_equal(produce(admin, "orders", "m", 5, 0, 0, off), CQ_MQ_OK);
     assert_int_equal(produce(admin, "other", "n", 1, 0, 0, o2), CQ_MQ_OK);
@@ -847,7 +655,7 @@ static bool crash_read(mqc_t *c, crash_t *k, const uint32_t *askid_seq, int time
 /* Streams produces with a window, kills chanqd after CRASH_KILL sends, reads what was acked. */
 static void crash_stream(crash_t *k)
 {
-    mqc_t *c = connected(1, "");
+    mqc_t *c = mqc_connected(1, "");
     static uint32_t askid_seq[CRASH_MAX];
     int inflight = 0;
     while (k->next < CRASH_KILL) {
@@ -870,14 +678,14 @@ static void test_crash(void **state)
     (void)state;
     static crash_t k;
     memset(&k, 0, sizeof(k));
-    start_srv(NULL);
-    mqc_t *c = connected(1, "");
-    assert_int_equal(add_topic(c, "crash"), CQ_MQ_OK);
+    itmq_start(NULL, ITMQ_SEED);
+    mqc_t *c = mqc_connected(1, "");
+    assert_int_equal(mqc_add_topic(c, "crash"), CQ_MQ_OK);
     mqc_close(c);
     crash_stream(&k);
     print_message("# crash: %d sent, %d acked before SIGKILL\n", k.next, k.nacked);
-    start_srv(NULL);
-    c = connected(1, "");
+    itmq_start(NULL, ITMQ_SEED);
+    c = mqc_connected(1, "");
     /* the producer retries everything not acked, with the same producer id and seq */
     for (int s = 0; s < k.next; s++) {
         int64_t off;
@@ -999,9 +807,9 @@ static void test_mariadb_crash(void **state)
     (void)state;
     static dbcrash_t k;
     memset(&k, 0, sizeof(k));
-    start_srv(NULL);
-    mqc_t *c = connected(1, "");
-    assert_int_equal(add_topic(c, "dbcrash"), CQ_MQ_OK);
+    itmq_start(NULL, ITMQ_SEED);
+    mqc_t *c = mqc_connected(1, "");
+    assert_int_equal(mqc_add_topic(c, "dbcrash"), CQ_MQ_OK);
     /* a stream with DBC_WINDOW produces in flight; MariaDB dies in the middle of it */
     while (k.nacked < DBC_ACKED) {
         while (k.inflight < DBC_WINDOW)
@@ -1062,33 +870,26 @@ static void test_mariadb_crash(void **state)
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--backend=mysql") == 0)
-            use_mysql = true;
-    if (use_mysql) {
-        const char *p = getenv("CQ_MARIADB_PORT");
-#ifndef CQ_HAVE_MYSQL
-        p = NULL;
+#ifdef CQ_HAVE_MYSQL
+    bool have_mysql = true;
+#else
+    bool have_mysql = false;
 #endif
-        if (!p || !*p) {
-            printf("1..0 # SKIP no MariaDB server (CQ_MARIADB_PORT unset, or no libmariadb)\n");
-            return 0;
-        }
-        mysql_port = (unsigned)atoi(p);
-    }
+    if (!itmq_backend(argc, argv, have_mysql))
+        return 0;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_connect_permissions, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_produce_consume, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_commit_survives_restart, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_offset_topics, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_watch_push, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_offline_topic, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_crash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_connect_permissions, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_produce_consume, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_commit_survives_restart, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_offset_topics, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_watch_push, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_offline_topic, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_input, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_busy, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_metrics, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_crash, setup, itmq_teardown),
         /* MariaDB only (run_mariadb.sh says how to kill and restart its server) */
-        cmocka_unit_test_setup_teardown(test_mariadb_crash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mariadb_crash, setup, itmq_teardown),
     };
     size_t n = sizeof(tests) / sizeof(tests[0]);
     if (!use_mysql || !getenv("CQ_MARIADB_SH") || !getenv("CQ_MARIADB_BASE"))

@@ -11,6 +11,7 @@
 
 #include "chanq_mq_sync.h"
 #include "cq_testsrv.h"
+#include "it_mq.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -23,38 +24,10 @@
 
 #define TMO 5000
 
-static cq_testsrv_t srv;
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int setup(void **state)
 {
     (void)state;
     return cq_testsrv_init(&srv);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    cq_testsrv_stop(&srv);
-    return 0;
-}
-
-static void start_srv(const char *const *args)
-{
-    int r = cq_testsrv_start(&srv, args);
-    if (r < 0) {
-        char *log = cq_testsrv_log(&srv);
-        fprintf(stderr, "# chanqd did not start (%d):\n%s\n", r, log ? log : "");
-        free(log);
-    }
-    assert_int_equal(r, 0);
-    assert_true(srv.mq_port > 0);
 }
 
 static chanq_mq_sync_t *open_client(uint32_t module, const char *token, uint32_t type)
@@ -74,7 +47,7 @@ static chanq_mq_sync_t *open_client(uint32_t module, const char *token, uint32_t
 static void test_produce_ack_batch_retry(void **state)
 {
     (void)state;
-    start_srv(NULL);
+    itmq_start(NULL, ITMQ_SEED);
     chanq_mq_sync_t *s = open_client(5, "", CQ_MQ_PRODUCER);
     uint32_t weight = 0;
     assert_int_equal(chanq_mq_sync_keepalive(s, &weight), 0);
@@ -127,7 +100,7 @@ static void test_produce_ack_batch_retry(void **state)
 static void test_consume_commit_order(void **state)
 {
     (void)state;
-    start_srv(NULL);
+    itmq_start(NULL, ITMQ_SEED);
     chanq_mq_sync_t *p = open_client(5, "", CQ_MQ_PRODUCER);
     assert_int_equal(chanq_mq_sync_add_topic(p, "events"), 0);
     int64_t off[20];
@@ -166,7 +139,7 @@ static void test_consume_commit_order(void **state)
 static void test_watch_push(void **state)
 {
     (void)state;
-    start_srv(NULL);
+    itmq_start(NULL, ITMQ_SEED);
     chanq_mq_sync_t *p = open_client(5, "", CQ_MQ_PRODUCER);
     chanq_mq_sync_t *c = open_client(5, "", CQ_MQ_CONSUMER);
     assert_int_equal(chanq_mq_sync_add_topic(p, "feed"), 0);
@@ -179,7 +152,7 @@ static void test_watch_push(void **state)
     chanq_mq_produce_t req = {"feed", two, 2, 0, -1, -1};
     assert_int_equal(chanq_mq_sync_produce(p, &req, off), 0);
     int got = 0;
-    int64_t t0 = mono_ms();
+    int64_t t0 = itmq_now_ms();
     while (got < 2) {
         assert_int_equal(chanq_mq_sync_wait_push(c, TMO, &m), 0);
         assert_int_equal(m->type, CQ_MQ_PUSH);
@@ -190,7 +163,7 @@ static void test_watch_push(void **state)
         }
         cq_mq_msg_free(m);
     }
-    assert_true(mono_ms() - t0 < TMO / 2); /* returned on arrival, not at the timeout */
+    assert_true(itmq_now_ms() - t0 < TMO / 2); /* returned on arrival, not at the timeout */
     /* pushes arriving while a call waits are queued, not lost */
     assert_int_equal(chanq_mq_sync_produce1(p, "feed", "p2", &off[0]), 0);
     assert_int_equal(chanq_mq_sync_keepalive(c, NULL), 0);
@@ -216,7 +189,7 @@ static void test_auth_refused(void **state)
                                      path, sizeof(path)),
                      0);
     const char *args[] = {"--mq-permissions-file", path, NULL};
-    start_srv(args);
+    itmq_start(args, ITMQ_SEED);
     chanq_mq_sync_t *s = NULL;
     char err[256] = "";
     assert_int_equal(chanq_mq_sync_connect("127.0.0.1", srv.mq_port, 1, "wrong", CQ_MQ_PRODUCER,
@@ -280,7 +253,7 @@ static int run_cli(const char *const *args, const char *in, char *out, size_t ca
 static void test_cli(void **state)
 {
     (void)state;
-    start_srv(NULL);
+    itmq_start(NULL, ITMQ_SEED);
     char out[4096], want[512];
     assert_int_equal(
         run_cli((const char *[]){"add-topic", "clitopic", NULL}, NULL, out, sizeof(out)), 0);
@@ -360,7 +333,7 @@ static void test_cli(void **state)
 static void test_cli_tail_push(void **state)
 {
     (void)state;
-    start_srv(NULL);
+    itmq_start(NULL, ITMQ_SEED);
     chanq_mq_sync_t *p = open_client(5, "", CQ_MQ_PRODUCER);
     assert_int_equal(chanq_mq_sync_add_topic(p, "live"), 0);
     int64_t base = 0;
@@ -412,12 +385,12 @@ static void test_cli_tail_push(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_produce_ack_batch_retry, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_consume_commit_order, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_watch_push, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_auth_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cli, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cli_tail_push, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_produce_ack_batch_retry, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_consume_commit_order, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_watch_push, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_auth_refused, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_cli, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_cli_tail_push, setup, itmq_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

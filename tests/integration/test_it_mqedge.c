@@ -4,8 +4,8 @@
  * and error codes. Runs on the embedded SQLite store (--backend=sqlite) and on the MariaDB
  * server run_mariadb.sh started (--backend=mysql, CQ_MARIADB_PORT).
  *
- * The client is a small blocking one over a socket using the codec, as in test_it_mq.c; it
- * also records the length of every frame it receives.
+ * The client is it_mq.h's small blocking one over a socket using the codec; it also records
+ * the length of every frame it receives, and accepts frames up to its buffer.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,11 +17,11 @@
 #include "cq_err.h"
 #include "cq_mq.h"
 #include "cq_testsrv.h"
+#include "it_mq.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,196 +31,13 @@
 #define TMO     5000
 #define SLOWTMO 60000 /* a hang detector for the big cases, not a timing assertion */
 
-static bool use_mysql;
-static unsigned mysql_port;
-static int db_seq;
-static char db_name[64];
-static cq_testsrv_t srv;
-
-/* ---- server --------------------------------------------------------------------------------- */
-
-static void start_srv(const char *const *extra)
-{
-    char port[16];
-    const char *args[32];
-    size_t n = 0;
-    snprintf(port, sizeof(port), "%u", mysql_port);
-    if (use_mysql) {
-        const char *my[] = {"--store-backend", "mysql", "--mysql-port",     port,
-                            "--mysql-user",    "root",  "--mysql-database", db_name};
-        for (size_t i = 0; i < sizeof(my) / sizeof(my[0]); i++)
-            args[n++] = my[i];
-    }
-    while (extra && *extra && n < 30)
-        args[n++] = *extra++;
-    args[n] = NULL;
-    int r = cq_testsrv_start(&srv, args);
-    if (r < 0) {
-        char *log = cq_testsrv_log(&srv);
-        fprintf(stderr, "# chanqd did not start (%d):\n%s\n", r, log ? log : "");
-        free(log);
-    }
-    assert_int_equal(r, 0);
-    assert_true(srv.mq_port > 0);
-}
+/* ---- server and client (it_mq.h) ---------------------------------------------------------- */
 
 static int setup(void **state)
 {
     (void)state;
-    assert_int_equal(cq_testsrv_init(&srv), 0);
-    snprintf(db_name, sizeof(db_name), "cqedge_%d_%d", (int)getpid(), ++db_seq);
+    itmq_init("cqedge");
     return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    cq_testsrv_stop(&srv);
-    return 0;
-}
-
-/* ---- a small blocking client ---------------------------------------------------------------- */
-
-typedef struct mqc {
-    int fd;
-    uint8_t buf[4 << 20];
-    size_t len;
-    uint32_t askid;
-    size_t last_frame; /* total length of the last frame received */
-} mqc_t;
-
-static mqc_t *mqc_open(void)
-{
-    mqc_t *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    c->fd = cq_raw_connect(srv.mq_port);
-    assert_true(c->fd >= 0);
-    return c;
-}
-
-static void mqc_close(mqc_t *c)
-{
-    if (c) {
-        close(c->fd);
-        free(c);
-    }
-}
-
-static void mqc_send(mqc_t *c, cq_mq_msg_t *m)
-{
-    uint8_t *b;
-    size_t n;
-    assert_int_equal(cq_mq_encode(m, &b, &n), 0);
-    assert_int_equal(cq_raw_write(c->fd, b, n), 0);
-    cq_free(b);
-    cq_mq_msg_free(m);
-}
-
-/* Sends m without blocking; false when the whole frame could not be written at once (the
- * server stopped reading or closed). */
-static bool mqc_try_send(mqc_t *c, cq_mq_msg_t *m)
-{
-    uint8_t *b;
-    size_t n;
-    assert_int_equal(cq_mq_encode(m, &b, &n), 0);
-    ssize_t k = send(c->fd, b, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-    cq_free(b);
-    cq_mq_msg_free(m);
-    return k == (ssize_t)n;
-}
-
-static bool mqc_fill(mqc_t *c, int timeout_ms)
-{
-    struct pollfd p = {c->fd, POLLIN, 0};
-    if (poll(&p, 1, timeout_ms) <= 0)
-        return false;
-    ssize_t k = recv(c->fd, c->buf + c->len, sizeof(c->buf) - c->len, 0);
-    if (k <= 0)
-        return false;
-    c->len += (size_t)k;
-    return true;
-}
-
-/* The next message from the server, or NULL on EOF / timeout. Frames up to the client's
- * buffer are accepted (the server's maximum is checked by the tests, not by the parser). */
-static cq_mq_msg_t *mqc_recv_tmo(mqc_t *c, int timeout_ms)
-{
-    for (;;) {
-        cq_mq_frame_t f;
-        ssize_t r = cq_mq_parse(c->buf, c->len, sizeof(c->buf), &f);
-        assert_true(r >= 0);
-        if (r > 0) {
-            cq_mq_msg_t *m = NULL;
-            char err[256] = "";
-            cq_mq_limits_t lim = {.max_total = sizeof(c->buf)};
-            int d = cq_mq_decode(&f, &lim, &m, err, sizeof(err));
-            if (d < 0)
-                fprintf(stderr, "# decode: %s\n", err);
-            assert_int_equal(d, 0);
-            c->last_frame = (size_t)r;
-            memmove(c->buf, c->buf + r, c->len - (size_t)r);
-            c->len -= (size_t)r;
-            return m;
-        }
-        if (!mqc_fill(c, timeout_ms))
-            return NULL;
-    }
-}
-
-static cq_mq_msg_t *mqc_recv(mqc_t *c)
-{
-    cq_mq_msg_t *m = mqc_recv_tmo(c, SLOWTMO);
-    assert_non_null(m);
-    return m;
-}
-
-static cq_mq_msg_t *req_new(mqc_t *c, uint8_t type, const char *topic)
-{
-    cq_mq_msg_t *m = cq_mq_msg_new(type, (uint16_t)(c->askid + 1));
-    assert_non_null(m);
-    m->askid = ++c->askid;
-    m->has |= CQ_MQ_F_ASKID;
-    if (topic) {
-        assert_int_equal(cq_mq_msg_set_topic(m, topic), 0);
-        m->has |= CQ_MQ_F_TOPIC;
-    }
-    return m;
-}
-
-static cq_mq_msg_t *call(mqc_t *c, cq_mq_msg_t *m)
-{
-    uint8_t type = m->type;
-    uint32_t askid = m->askid;
-    mqc_send(c, m);
-    cq_mq_msg_t *r = mqc_recv(c);
-    assert_int_equal(r->type, type + 1);
-    assert_int_equal(r->askid, askid);
-    return r;
-}
-
-static uint32_t call_code(mqc_t *c, cq_mq_msg_t *m)
-{
-    cq_mq_msg_t *r = call(c, m);
-    uint32_t code = r->err_code;
-    cq_mq_msg_free(r);
-    return code;
-}
-
-static mqc_t *connected(void)
-{
-    mqc_t *c = mqc_open();
-    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_CONNECT, NULL);
-    m->module_id = 1;
-    m->client_type = CQ_MQ_PRODUCER;
-    m->has |= CQ_MQ_F_MODULE_ID | CQ_MQ_F_CLIENT_TYPE;
-    assert_int_equal(cq_mq_msg_set_str(m, CQ_MQ_F_TOKEN, ""), 0);
-    assert_int_equal(call_code(c, m), CQ_MQ_OK);
-    return c;
-}
-
-static uint32_t add_topic(mqc_t *c, const char *topic)
-{
-    return call_code(c, req_new(c, CQ_MQ_REQ_ADD_TOPIC, topic));
 }
 
 /* A produce of n messages: "<prefix>-<first+i>" padded with pad bytes of fill (none when pad
@@ -228,7 +45,7 @@ static uint32_t add_topic(mqc_t *c, const char *topic)
 static cq_mq_msg_t *produce_msg(mqc_t *c, const char *topic, const char *prefix, size_t first,
                                 size_t n, size_t pad, char fill, int64_t pid)
 {
-    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_PRODUCE, topic);
+    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_PRODUCE, topic);
     char *s = malloc(pad + 64);
     assert_non_null(s);
     for (size_t i = 0; i < n; i++) {
@@ -251,7 +68,7 @@ __attribute__((unused)) static cq_mq_msg_t *produce_ok(mqc_t *c, const char *top
                                                        const char *prefix, size_t first, size_t n,
                                                        size_t pad, char fill)
 {
-    cq_mq_msg_t *r = call(c, produce_msg(c, topic, prefix, first, n, pad, fill, 0));
+    cq_mq_msg_t *r = mqc_call(c, produce_msg(c, topic, prefix, first, n, pad, fill, 0));
     assert_int_equal(r->err_code, CQ_MQ_OK);
     assert_int_equal(r->noffsets, n);
     return r;
@@ -259,7 +76,7 @@ __attribute__((unused)) static cq_mq_msg_t *produce_ok(mqc_t *c, const char *top
 
 static cq_mq_msg_t *consume_msg(mqc_t *c, const char *topic, int64_t offset, uint32_t max)
 {
-    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_CONSUME, topic);
+    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_CONSUME, topic);
     m->offset = offset;
     m->has |= CQ_MQ_F_OFFSET;
     if (max) {
@@ -271,7 +88,7 @@ static cq_mq_msg_t *consume_msg(mqc_t *c, const char *topic, int64_t offset, uin
 
 static cq_mq_msg_t *consume(mqc_t *c, const char *topic, int64_t offset, uint32_t max)
 {
-    cq_mq_msg_t *r = call(c, consume_msg(c, topic, offset, max));
+    cq_mq_msg_t *r = mqc_call(c, consume_msg(c, topic, offset, max));
     assert_int_equal(r->err_code, CQ_MQ_OK);
     return r;
 }
@@ -329,9 +146,9 @@ static void test_sigterm_acks(void **state)
     (void)state;
     static term_t k;
     memset(&k, 0, sizeof(k));
-    start_srv(NULL);
-    mqc_t *c = connected();
-    assert_int_equal(add_topic(c, "term"), CQ_MQ_OK);
+    itmq_start(NULL, ITMQ_SEED);
+    mqc_t *c = mqc_connected(1, "");
+    assert_int_equal(mqc_add_topic(c, "term"), CQ_MQ_OK);
     bool termed = false, open = true;
     while (k.next < TERM_N || k.inflight > 0) {
         while (open && k.inflight < TERM_WINDOW && k.next < TERM_N)
@@ -350,8 +167,8 @@ static void test_sigterm_acks(void **state)
     assert_int_equal(cq_testsrv_kill(&srv, 0), 0); /* a clean exit */
     print_message("# sigterm: %d sent, %d acked\n", k.next, k.nacked);
 
-    start_srv(NULL);
-    c = connected();
+    itmq_start(NULL, ITMQ_SEED);
+    c = mqc_connected(1, "");
     int64_t from = 0;
     int committed = 0;
     for (;;) {
@@ -378,9 +195,9 @@ static void test_sigterm_acks(void **state)
 static void test_consume_cap(void **state)
 {
     (void)state;
-    start_srv(NULL);
-    mqc_t *c = connected();
-    assert_int_equal(add_topic(c, "cap"), CQ_MQ_OK);
+    itmq_start(NULL, ITMQ_SEED);
+    mqc_t *c = mqc_connected(1, "");
+    assert_int_equal(mqc_add_topic(c, "cap"), CQ_MQ_OK);
     int64_t off[1500];
     for (size_t b = 0; b < 3; b++) {
         cq_mq_msg_t *r = produce_ok(c, "cap", "c", b * 500, 500, 0, 0);
@@ -410,7 +227,7 @@ static void test_consume_cap(void **state)
 /* Produces BIG_N messages of BIG_LEN bytes of fill on topic, one per request. */
 static void produce_big(mqc_t *c, const char *topic, char fill, int64_t *off)
 {
-    assert_int_equal(add_topic(c, topic), CQ_MQ_OK);
+    assert_int_equal(mqc_add_topic(c, topic), CQ_MQ_OK);
     for (size_t i = 0; i < BIG_N; i++) {
         cq_mq_msg_t *r = produce_ok(c, topic, "b", i, 1, BIG_LEN, fill);
         off[i] = r->offsets[0];
@@ -448,8 +265,8 @@ static void consume_in_parts(mqc_t *c, const char *topic, const int64_t *off, co
 static void test_consume_bounded(void **state)
 {
     (void)state;
-    start_srv(NULL);
-    mqc_t *c = connected();
+    itmq_start(NULL, ITMQ_SEED);
+    mqc_t *c = mqc_connected(1, "");
     static int64_t off[BIG_N];
     produce_big(c, "big", 'a', off);
     static const size_t plain[] = {17, 17, 6, 0};
@@ -466,8 +283,8 @@ static void test_consume_sendq_limit(void **state)
 {
     (void)state;
     const char *args[] = {"--mq-sendq-hard-limit", "4m", NULL};
-    start_srv(args);
-    mqc_t *c = connected();
+    itmq_start(args, ITMQ_SEED);
+    mqc_t *c = mqc_connected(1, "");
     static int64_t off[BIG_N];
     produce_big(c, "slow", 'a', off);
     for (int i = 0; i < 60; i++)
@@ -493,7 +310,7 @@ static void test_consume_sendq_limit(void **state)
 
 static cq_mq_msg_t *commit_msg(mqc_t *c, const char *topic, int64_t offset)
 {
-    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_COMMIT, topic);
+    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_COMMIT, topic);
     m->offset = offset;
     m->has |= CQ_MQ_F_OFFSET;
     return m;
@@ -504,9 +321,9 @@ static cq_mq_msg_t *commit_msg(mqc_t *c, const char *topic, int64_t offset)
 static void test_counters(void **state)
 {
     (void)state;
-    start_srv(NULL);
-    mqc_t *c = connected();
-    cq_mq_msg_t *r = call(c, req_new(c, CQ_MQ_REQ_ADD_TOPIC, "cnt"));
+    itmq_start(NULL, ITMQ_SEED);
+    mqc_t *c = mqc_connected(1, "");
+    cq_mq_msg_t *r = mqc_call(c, mqc_req(c, CQ_MQ_REQ_ADD_TOPIC, "cnt"));
     assert_int_equal(r->err_code, 0);
     assert_true(r->has & CQ_MQ_F_TOPIC_MESSAGE_TOTAL);
     assert_int_equal(r->topic_message_total, 0);
@@ -518,7 +335,7 @@ static void test_counters(void **state)
     cq_mq_msg_free(r);
     int64_t first = 0;
     for (int k = 0; k < 2; k++) { /* the second time: a retry, stored once */
-        r = call(c, produce_msg(c, "cnt", "k", 0, 2, 0, 0, 5));
+        r = mqc_call(c, produce_msg(c, "cnt", "k", 0, 2, 0, 0, 5));
         assert_int_equal(r->err_code, 0);
         assert_int_equal(r->total, 5);
         if (k == 0)
@@ -531,16 +348,16 @@ static void test_counters(void **state)
     assert_int_equal(r->total, 5);
     assert_int_equal(r->nitems, 2);
     cq_mq_msg_free(r);
-    r = call(c, req_new(c, CQ_MQ_REQ_WATCH, "cnt"));
+    r = mqc_call(c, mqc_req(c, CQ_MQ_REQ_WATCH, "cnt"));
     assert_int_equal(r->err_code, 0);
     assert_int_equal(r->topic_message_total, 5);
     assert_int_equal(r->topic_nums, 1);
     cq_mq_msg_free(r);
     mqc_close(c);
     assert_int_equal(cq_testsrv_kill(&srv, SIGTERM), 0);
-    start_srv(NULL);
-    c = connected();
-    r = call(c, req_new(c, CQ_MQ_REQ_ADD_TOPIC, "cnt"));
+    itmq_start(NULL, ITMQ_SEED);
+    c = mqc_connected(1, "");
+    r = mqc_call(c, mqc_req(c, CQ_MQ_REQ_ADD_TOPIC, "cnt"));
     assert_int_equal(r->topic_message_total, 5); /* counted by the store at start */
     cq_mq_msg_free(r);
     mqc_close(c);
@@ -551,46 +368,24 @@ static void test_counters(void **state)
 static void test_commit_out_of_range(void **state)
 {
     (void)state;
-    start_srv(NULL);
-    mqc_t *c = connected();
-    assert_int_equal(add_topic(c, "range"), CQ_MQ_OK);
-    assert_int_equal(call_code(c, commit_msg(c, "range", 1)), CQ_MQ_ERR_OFFSET_OUT_OF_RANGE);
+    itmq_start(NULL, ITMQ_SEED);
+    mqc_t *c = mqc_connected(1, "");
+    assert_int_equal(mqc_add_topic(c, "range"), CQ_MQ_OK);
+    assert_int_equal(mqc_call_code(c, commit_msg(c, "range", 1)), CQ_MQ_ERR_OFFSET_OUT_OF_RANGE);
     cq_mq_msg_t *p = produce_ok(c, "range", "r", 0, 2, 0, 0);
     int64_t last = p->offsets[1];
     cq_mq_msg_free(p);
-    cq_mq_msg_t *r = call(c, commit_msg(c, "range", last + 1));
+    cq_mq_msg_t *r = mqc_call(c, commit_msg(c, "range", last + 1));
     assert_int_equal(r->err_code, CQ_MQ_ERR_OFFSET_OUT_OF_RANGE);
     assert_string_equal(r->err_msg, "commit: offset is beyond the topic's last offset");
     cq_mq_msg_free(r);
-    assert_int_equal(call_code(c, commit_msg(c, "range", last)), CQ_MQ_OK);
-    assert_int_equal(call_code(c, commit_msg(c, "range", 0)), CQ_MQ_OK);
-    r = call(c, req_new(c, CQ_MQ_REQ_OFFSET, "range"));
+    assert_int_equal(mqc_call_code(c, commit_msg(c, "range", last)), CQ_MQ_OK);
+    assert_int_equal(mqc_call_code(c, commit_msg(c, "range", 0)), CQ_MQ_OK);
+    r = mqc_call(c, mqc_req(c, CQ_MQ_REQ_OFFSET, "range"));
     assert_int_equal(r->offset, 0);
     assert_true(r->committed);
     cq_mq_msg_free(r);
     mqc_close(c);
-}
-
-/* Drops a topic's message table behind chanqd's back: every later statement on it fails. */
-static void drop_table(const char *table)
-{
-    char sql[128];
-    snprintf(sql, sizeof(sql), "DROP TABLE %s", table);
-    if (use_mysql) {
-        char cmd[512];
-        snprintf(cmd, sizeof(cmd), "mariadb -h 127.0.0.1 -P %u -u root %s -e '%s' >/dev/null 2>&1",
-                 mysql_port, db_name, sql);
-        assert_int_equal(system(cmd), 0);
-        return;
-    }
-    char path[400];
-    snprintf(path, sizeof(path), "%s/chanq.db", srv.store_path);
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    sqlite3_busy_timeout(db, 5000);
-    int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
-    sqlite3_close(db);
-    assert_int_equal(rc, SQLITE_OK);
 }
 
 /* storage (12) carries the database's error, with what it quotes (names, values, users) left
@@ -598,11 +393,11 @@ static void drop_table(const char *table)
 static void test_storage_err_msg(void **state)
 {
     (void)state;
-    start_srv(NULL);
-    mqc_t *c = connected();
-    assert_int_equal(add_topic(c, "gone"), CQ_MQ_OK);
-    drop_table("t_gone");
-    cq_mq_msg_t *r = call(c, produce_msg(c, "gone", "g", 0, 1, 0, 0, 0));
+    itmq_start(NULL, ITMQ_SEED);
+    mqc_t *c = mqc_connected(1, "");
+    assert_int_equal(mqc_add_topic(c, "gone"), CQ_MQ_OK);
+    itmq_drop_table("t_gone");
+    cq_mq_msg_t *r = mqc_call(c, produce_msg(c, "gone", "g", 0, 1, 0, 0, 0));
     assert_int_equal(r->err_code, CQ_MQ_ERR_STORAGE);
     print_message("# err_msg: %s\n", r->err_msg);
     const char *pre = "produce: storage error: ", *post = "; nothing was acknowledged";
@@ -616,7 +411,7 @@ static void test_storage_err_msg(void **state)
         assert_non_null(strstr(r->err_msg, "Table '?' doesn't exist"));
     cq_mq_msg_free(r);
     r = consume_msg(c, "gone", 0, 10);
-    r = call(c, r);
+    r = mqc_call(c, r);
     assert_int_equal(r->err_code, CQ_MQ_ERR_STORAGE);
     assert_non_null(strcasestr(r->err_msg, "table"));
     assert_null(strstr(r->err_msg, db_name));
@@ -626,25 +421,18 @@ static void test_storage_err_msg(void **state)
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--backend=mysql") == 0)
-            use_mysql = true;
-    if (use_mysql) {
-        const char *p = getenv("CQ_MARIADB_PORT");
-        if (!p || !*p) {
-            printf("1..0 # SKIP no MariaDB server (CQ_MARIADB_PORT unset)\n");
-            return 0;
-        }
-        mysql_port = (unsigned)atoi(p);
-    }
+    if (!itmq_backend(argc, argv, true))
+        return 0;
+    mqc_tmo = SLOWTMO;
+    mqc_max_frame = MQC_BUF; /* the server's maximum is checked by the tests, not by the parser */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_sigterm_acks, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_consume_cap, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_consume_bounded, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_consume_sendq_limit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_counters, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_commit_out_of_range, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_storage_err_msg, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sigterm_acks, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_consume_cap, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_consume_bounded, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_consume_sendq_limit, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_counters, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_commit_out_of_range, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_storage_err_msg, setup, itmq_teardown),
     };
     return _cmocka_run_group_tests(use_mysql ? "it-mqedge-mariadb" : "it-mqedge-sqlite", tests,
                                    sizeof(tests) / sizeof(tests[0]), NULL, NULL);

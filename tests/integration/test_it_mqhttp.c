@@ -13,11 +13,11 @@
 
 #include "cq_mq.h"
 #include "cq_testsrv.h"
+#include "it_mq.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <poll.h>
-#include <sqlite3.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,12 +27,6 @@
 
 #define TMO 5000
 
-static cq_testsrv_t srv;
-static bool use_mysql;
-static unsigned mysql_port;
-static int db_seq;
-static char db_name[64];
-
 static const char perms_json[] =
     "{\"1\": {\"token\": \"s1\", \"admin\": true, \"produce\": [\"*\"], \"consume\": [\"*\"]},"
     " \"2\": {\"token\": \"s2\", \"consume\": [\"orders\"]},"
@@ -40,44 +34,19 @@ static const char perms_json[] =
 
 /* ---- server --------------------------------------------------------------------------------- */
 
-static void start_srv(const char *const *extra)
-{
-    char port[16];
-    const char *args[32];
-    size_t n = 0;
-    snprintf(port, sizeof(port), "%u", mysql_port);
-    if (use_mysql) {
-        const char *my[] = {"--store-backend", "mysql", "--mysql-port",     port,
-                            "--mysql-user",    "root",  "--mysql-database", db_name};
-        for (size_t i = 0; i < sizeof(my) / sizeof(my[0]); i++)
-            args[n++] = my[i];
-    }
-    while (extra && *extra && n < 30)
-        args[n++] = *extra++;
-    args[n] = NULL;
-    int r = cq_testsrv_start(&srv, args);
-    if (r < 0) {
-        char *log = cq_testsrv_log(&srv);
-        fprintf(stderr, "# chanqd did not start (%d):\n%s\n", r, log ? log : "");
-        free(log);
-    }
-    assert_int_equal(r, 0);
-    assert_true(srv.mq_http_port > 0);
-}
-
 static void start_with_perms(void)
 {
     char path[512];
     assert_int_equal(cq_testsrv_file(&srv, "perms.json", perms_json, path, sizeof(path)), 0);
     const char *args[] = {"--mq-permissions-file", path, "--mq-max-content", "100", NULL};
-    start_srv(args);
+    itmq_start(args, ITMQ_HTTP);
 }
 
 static int setup(void **state)
 {
     (void)state;
-    snprintf(db_name, sizeof(db_name), "cqhttp_%d_%d", (int)getpid(), ++db_seq);
-    return cq_testsrv_init(&srv);
+    itmq_init("cqhttp");
+    return 0;
 }
 
 static void hclose_all(void);
@@ -219,7 +188,7 @@ static void alive(void)
 static void test_endpoints(void **state)
 {
     (void)state;
-    start_srv(NULL);
+    itmq_start(NULL, ITMQ_HTTP);
     hresp_t r = call("GET", "/v1/health", "", NULL);
     assert_int_equal(r.status, 200);
     assert_true(json_is_true(json_object_get(r.body, "ok")));
@@ -281,7 +250,7 @@ static void test_endpoints(void **state)
     expect("GET", "/v1/topics/orders/messages", "", NULL, 409, CQ_MQ_ERR_TOPIC_OFFLINE);
     hclose_all();
     assert_true(cq_testsrv_kill(&srv, SIGTERM) >= 0); /* keeps the store */
-    start_srv(NULL);
+    itmq_start(NULL, ITMQ_HTTP);
     expect("GET", "/v1/topics/orders/messages", "", NULL, 409, CQ_MQ_ERR_TOPIC_OFFLINE);
     expect("POST", "/v1/topics/orders/online", "", NULL, 200, 0);
     expect("GET", "/v1/topics/orders/messages", "", NULL, 200, 0);
@@ -341,7 +310,7 @@ static void raw_expect(const char *bytes, int status, int err_code, bool closes)
 static void test_bad_input(void **state)
 {
     (void)state;
-    start_srv(NULL);
+    itmq_start(NULL, ITMQ_HTTP);
     expect("POST", "/v1/topics", "", "{\"topic\": \"orders\"}", 200, 0);
     /* bad JSON, wrong shapes */
     expect("POST", "/v1/topics/orders/messages", "", "{bad", 400, CQ_MQ_ERR_BAD_JSON);
@@ -390,7 +359,7 @@ static void test_bad_input(void **state)
 static void test_pipelined_split(void **state)
 {
     (void)state;
-    start_srv(NULL);
+    itmq_start(NULL, ITMQ_HTTP);
     expect("POST", "/v1/topics", "", "{\"topic\": \"orders\"}", 200, 0);
     const char req[] = "POST /v1/topics/orders/messages HTTP/1.1\r\nContent-Length: 17\r\n"
                        "Content-Type: application/json\r\n\r\n"
@@ -485,7 +454,7 @@ static int64_t produce_n(const char *topic, size_t n, size_t pad, int64_t *offs)
 static void test_consume_limits(void **state)
 {
     (void)state;
-    start_srv(NULL);
+    itmq_start(NULL, ITMQ_HTTP);
     expect("POST", "/v1/topics", "", "{\"topic\": \"many\"}", 200, 0);
     consume_expect("many", 0, 0, 0, 0);
     consume_expect("many", 12345, 0, 0, 12345); /* empty topic, an offset past the end */
@@ -505,41 +474,15 @@ static void test_consume_limits(void **state)
     hclose_all();
 }
 
-/* Drops a topic's message table behind chanqd's back: every later statement on it fails. */
-static void drop_table(const char *table)
-{
-    char sql[128];
-    snprintf(sql, sizeof(sql), "DROP TABLE %s", table);
-    if (use_mysql) {
-        char cmd[512];
-        snprintf(cmd, sizeof(cmd), "mariadb -h 127.0.0.1 -P %u -u root %s -e '%s' >/dev/null 2>&1",
-                 mysql_port, db_name, sql);
-        assert_int_equal(system(cmd), 0);
-        return;
-    }
-    char path[400];
-    snprintf(path, sizeof(path), "%s/chanq.db", srv.store_path);
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    sqlite3_busy_timeout(db, 5000);
-    char *err = NULL;
-    int rc = sqlite3_exec(db, sql, NULL, NULL, &err);
-    if (rc != SQLITE_OK)
-        fprintf(stderr, "# sqlite: %s\n", err ? err : "?");
-    sqlite3_free(err);
-    sqlite3_close(db);
-    assert_int_equal(rc, SQLITE_OK);
-}
-
 /* A store failure is 503 with err_code 12 (storage), not 500; the server keeps serving. */
 static void test_storage_error(void **state)
 {
     (void)state;
-    start_srv(NULL);
+    itmq_start(NULL, ITMQ_HTTP);
     expect("POST", "/v1/topics", "", "{\"topic\": \"gone\"}", 200, 0);
     expect("POST", "/v1/topics", "", "{\"topic\": \"kept\"}", 200, 0);
     expect("POST", "/v1/topics/gone/messages", "", "{\"content\": \"a\"}", 200, 0);
-    drop_table("t_gone");
+    itmq_drop_table("t_gone");
     expect("POST", "/v1/topics/gone/messages", "", "{\"content\": \"b\"}", 503, CQ_MQ_ERR_STORAGE);
     expect("GET", "/v1/topics/gone/messages?offset=0", "", NULL, 503, CQ_MQ_ERR_STORAGE);
     expect("POST", "/v1/topics/kept/messages", "", "{\"content\": \"c\"}", 200, 0);
@@ -549,17 +492,8 @@ static void test_storage_error(void **state)
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--backend=mysql") == 0)
-            use_mysql = true;
-    if (use_mysql) {
-        const char *p = getenv("CQ_MARIADB_PORT");
-        if (!p || !*p) {
-            printf("1..0 # SKIP no MariaDB server (CQ_MARIADB_PORT unset)\n");
-            return 0;
-        }
-        mysql_port = (unsigned)atoi(p);
-    }
+    if (!itmq_backend(argc, argv, true))
+        return 0;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_endpoints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_permissions, setup, teardown),

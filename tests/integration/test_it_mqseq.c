@@ -21,6 +21,7 @@
 #include "cq_alloc.h"
 #include "cq_mq.h"
 #include "cq_testsrv.h"
+#include "it_mq.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -38,162 +39,28 @@
 #define TMO     5000
 #define MAX_U53 ((((int64_t)1) << 53) - 1)
 
-static bool use_mysql;
-static unsigned mysql_port;
-static int db_seq;
-static char db_name[64];
-static cq_testsrv_t srv;
+/* ---- server and seed client (it_mq.h) ----------------------------------------------------- */
 
-/* ---- server --------------------------------------------------------------------------------- */
+static int setup(void **state)
+{
+    (void)state;
+    itmq_init("cqseq");
+    return 0;
+}
 
 /* Starts chanqd on the test's store; db_port: where MariaDB is reached (the proxy, or 0 for
  * the server itself). */
 static void start_srv_via(unsigned db_port)
 {
-    char port[16];
-    const char *args[16];
-    size_t n = 0;
-    snprintf(port, sizeof(port), "%u", db_port ? db_port : mysql_port);
-    if (use_mysql) {
-        const char *my[] = {"--store-backend", "mysql", "--mysql-port",     port,
-                            "--mysql-user",    "root",  "--mysql-database", db_name};
-        for (size_t i = 0; i < sizeof(my) / sizeof(my[0]); i++)
-            args[n++] = my[i];
-    }
-    args[n] = NULL;
-    int r = cq_testsrv_start(&srv, args);
-    if (r < 0) {
-        char *log = cq_testsrv_log(&srv);
-        fprintf(stderr, "# chanqd did not start (%d):\n%s\n", r, log ? log : "");
-        free(log);
-    }
-    assert_int_equal(r, 0);
-    assert_true(srv.mq_port > 0 && srv.mq_http_port > 0);
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    assert_int_equal(cq_testsrv_init(&srv), 0);
-    snprintf(db_name, sizeof(db_name), "cqseq_%d_%d", (int)getpid(), ++db_seq);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    cq_testsrv_stop(&srv);
-    return 0;
-}
-
-/* ---- a tiny blocking seed-protocol client --------------------------------------------------- */
-
-typedef struct mqc {
-    int fd;
-    uint8_t buf[1 << 20];
-    size_t len;
-    uint32_t askid;
-} mqc_t;
-
-static mqc_t *mqc_connected(void)
-{
-    mqc_t *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    c->fd = cq_raw_connect(srv.mq_port);
-    assert_true(c->fd >= 0);
-    return c;
-}
-
-static void mqc_close(mqc_t *c)
-{
-    close(c->fd);
-    free(c);
-}
-
-static void mqc_send(mqc_t *c, cq_mq_msg_t *m)
-{
-    uint8_t *b;
-    size_t n;
-    assert_int_equal(cq_mq_encode(m, &b, &n), 0);
-    assert_int_equal(cq_raw_write(c->fd, b, n), 0);
-    cq_free(b);
-    cq_mq_msg_free(m);
-}
-
-/* The next message from the server (asserts one arrives within TMO). */
-static cq_mq_msg_t *mqc_recv(mqc_t *c)
-{
-    for (;;) {
-        cq_mq_frame_t f;
-        ssize_t r = cq_mq_parse(c->buf, c->len, 0, &f);
-        assert_true(r >= 0);
-        if (r > 0) {
-            cq_mq_msg_t *m = NULL;
-            char err[256] = "";
-            assert_int_equal(cq_mq_decode(&f, NULL, &m, err, sizeof(err)), 0);
-            memmove(c->buf, c->buf + r, c->len - (size_t)r);
-            c->len -= (size_t)r;
-            return m;
-        }
-        struct pollfd p = {c->fd, POLLIN, 0};
-        assert_int_equal(poll(&p, 1, TMO), 1);
-        ssize_t k = recv(c->fd, c->buf + c->len, sizeof(c->buf) - c->len, 0);
-        assert_true(k > 0);
-        c->len += (size_t)k;
-    }
-}
-
-static cq_mq_msg_t *req_new(mqc_t *c, uint8_t type, const char *topic)
-{
-    cq_mq_msg_t *m = cq_mq_msg_new(type, (uint16_t)(c->askid + 1));
-    assert_non_null(m);
-    m->askid = ++c->askid;
-    m->has |= CQ_MQ_F_ASKID;
-    if (topic) {
-        assert_int_equal(cq_mq_msg_set_topic(m, topic), 0);
-        m->has |= CQ_MQ_F_TOPIC;
-    }
-    return m;
-}
-
-/* Sends m and returns its response (asserts type and askid). */
-static cq_mq_msg_t *call(mqc_t *c, cq_mq_msg_t *m)
-{
-    uint8_t type = m->type;
-    uint32_t askid = m->askid;
-    mqc_send(c, m);
-    cq_mq_msg_t *r = mqc_recv(c);
-    assert_int_equal(r->type, type + 1);
-    assert_int_equal(r->askid, askid);
-    return r;
-}
-
-static uint32_t call_code(mqc_t *c, cq_mq_msg_t *m)
-{
-    cq_mq_msg_t *r = call(c, m);
-    uint32_t code = r->err_code;
-    cq_mq_msg_free(r);
-    return code;
-}
-
-static mqc_t *producer(void)
-{
-    mqc_t *c = mqc_connected();
-    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_CONNECT, NULL);
-    m->module_id = 1;
-    m->client_type = CQ_MQ_PRODUCER;
-    m->has |= CQ_MQ_F_MODULE_ID | CQ_MQ_F_CLIENT_TYPE;
-    assert_int_equal(cq_mq_msg_set_str(m, CQ_MQ_F_TOKEN, ""), 0);
-    assert_int_equal(call_code(c, m), CQ_MQ_OK);
-    return c;
+    itmq_start_via(db_port, NULL, ITMQ_SEED | ITMQ_HTTP);
 }
 
 /* A producer connection that created topic and watches it. */
 static mqc_t *watcher(const char *topic)
 {
-    mqc_t *c = producer();
-    assert_int_equal(call_code(c, req_new(c, CQ_MQ_REQ_ADD_TOPIC, topic)), CQ_MQ_OK);
-    assert_int_equal(call_code(c, req_new(c, CQ_MQ_REQ_WATCH, topic)), CQ_MQ_OK);
+    mqc_t *c = mqc_connected(1, "");
+    assert_int_equal(mqc_call_code(c, mqc_req(c, CQ_MQ_REQ_ADD_TOPIC, topic)), CQ_MQ_OK);
+    assert_int_equal(mqc_call_code(c, mqc_req(c, CQ_MQ_REQ_WATCH, topic)), CQ_MQ_OK);
     return c;
 }
 
@@ -202,7 +69,7 @@ static mqc_t *watcher(const char *topic)
 static cq_mq_msg_t *produce_texts(mqc_t *c, const char *topic, const char *const *texts, size_t n,
                                   int64_t pid, int64_t seq)
 {
-    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_PRODUCE, topic);
+    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_PRODUCE, topic);
     for (size_t i = 0; i < n; i++)
         assert_int_equal(cq_mq_msg_add_item(m, 0, -1, texts[i], strlen(texts[i]), false), 0);
     m->has |= n == 1 ? CQ_MQ_F_CONTENT : CQ_MQ_F_BATCH;
@@ -211,7 +78,7 @@ static cq_mq_msg_t *produce_texts(mqc_t *c, const char *topic, const char *const
         m->seq = seq;
         m->has |= CQ_MQ_F_PRODUCER_ID | CQ_MQ_F_SEQ;
     }
-    return call(c, m);
+    return mqc_call(c, m);
 }
 
 /* Produces one text; returns its err_code and, on success, its offset in *off. */
@@ -233,11 +100,11 @@ static uint32_t produce1(mqc_t *c, const char *topic, const char *text, int64_t 
 static void expect_log(mqc_t *c, const char *topic, const char *const *texts, const int64_t *offs,
                        size_t n)
 {
-    cq_mq_msg_t *m = req_new(c, CQ_MQ_REQ_CONSUME, topic);
+    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_CONSUME, topic);
     m->offset = 0;
     m->max_count = 100;
     m->has |= CQ_MQ_F_OFFSET | CQ_MQ_F_MAX_COUNT;
-    cq_mq_msg_t *r = call(c, m);
+    cq_mq_msg_t *r = mqc_call(c, m);
     assert_int_equal(r->err_code, 0);
     assert_int_equal(r->nitems, n);
     for (size_t i = 0; i < n; i++) {
@@ -519,7 +386,7 @@ static void test_conflict_seed(void **state)
 {
     (void)state;
     start_srv_via(0);
-    mqc_t *w = watcher("orders"), *c = producer();
+    mqc_t *w = watcher("orders"), *c = mqc_connected(1, "");
     int64_t o1 = 0, o2 = 0, again = 0;
     assert_int_equal(produce1(c, "orders", "buy 1", 5, 1, &o1), CQ_MQ_OK);
     cq_mq_msg_t *r = produce_texts(c, "orders", (const char *[]){"buy 2"}, 1, 5, 1);
@@ -547,7 +414,7 @@ static void test_order_seed(void **state)
 {
     (void)state;
     start_srv_via(0);
-    mqc_t *w = watcher("orders"), *c = producer();
+    mqc_t *w = watcher("orders"), *c = mqc_connected(1, "");
     int64_t o[4] = {0}, again = 0;
     cq_mq_msg_t *r = produce_texts(c, "orders", (const char *[]){"s10", "s11"}, 2, 9, 10);
     assert_int_equal(r->err_code, CQ_MQ_OK);
@@ -574,8 +441,8 @@ static void test_seq_range_seed(void **state)
 {
     (void)state;
     start_srv_via(0);
-    mqc_t *c = producer();
-    assert_int_equal(call_code(c, req_new(c, CQ_MQ_REQ_ADD_TOPIC, "orders")), CQ_MQ_OK);
+    mqc_t *c = mqc_connected(1, "");
+    assert_int_equal(mqc_call_code(c, mqc_req(c, CQ_MQ_REQ_ADD_TOPIC, "orders")), CQ_MQ_OK);
     cq_mq_msg_t *r = produce_texts(c, "orders", (const char *[]){"a", "b", "c"}, 3, 4, MAX_U53 - 1);
     assert_int_equal(r->err_code, CQ_MQ_ERR_BAD_FIELD);
     assert_non_null(strstr(r->err_msg, "field \"seq\""));
@@ -618,7 +485,7 @@ static void test_rules_http(void **state)
         "orders", "{\"content\":\"w\",\"producer_id\":3,\"seq\":9007199254740991}", 200, 0, NULL);
     assert_true(o2 > o1);
     /* Nothing refused was stored. */
-    mqc_t *c = producer();
+    mqc_t *c = mqc_connected(1, "");
     expect_log(c, "orders", (const char *[]){"x", "w"}, (int64_t[]){o1, o2}, 2);
     mqc_close(c);
 }
@@ -628,7 +495,7 @@ static void test_retry_pushed_once(void **state)
 {
     (void)state;
     start_srv_via(0);
-    mqc_t *w = watcher("feed"), *p = producer();
+    mqc_t *w = watcher("feed"), *p = mqc_connected(1, "");
     const char *const texts[] = {"r-1", "r-2"};
     cq_mq_msg_t *a = produce_texts(p, "feed", texts, 2, 11, 1);
     assert_int_equal(a->err_code, CQ_MQ_OK);
@@ -653,7 +520,7 @@ static void test_push_gap_mariadb(void **state)
     (void)state;
     px_start((uint16_t)mysql_port);
     start_srv_via(px.port);
-    mqc_t *w = watcher("gap"), *p = producer(), *q = producer();
+    mqc_t *w = watcher("gap"), *p = mqc_connected(1, ""), *q = mqc_connected(1, "");
     const char *const a[] = {"a-1", "a-2", "a-3"};
     atomic_store(&px.mode, PX_ARMED);
     cq_mq_msg_t *r = produce_texts(p, "gap", a, 3, 7, 1);
@@ -681,25 +548,16 @@ static void test_push_gap_mariadb(void **state)
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--backend=mysql") == 0)
-            use_mysql = true;
-    if (use_mysql) {
-        const char *p = getenv("CQ_MARIADB_PORT");
-        if (!p || !*p) {
-            printf("1..0 # SKIP no MariaDB server (CQ_MARIADB_PORT unset)\n");
-            return 0;
-        }
-        mysql_port = (unsigned)atoi(p);
-    }
+    if (!itmq_backend(argc, argv, true))
+        return 0;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_conflict_seed, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_order_seed, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_seq_range_seed, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rules_http, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_retry_pushed_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_conflict_seed, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_order_seed, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_seq_range_seed, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_rules_http, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_retry_pushed_once, setup, itmq_teardown),
         /* MariaDB only */
-        cmocka_unit_test_setup_teardown(test_push_gap_mariadb, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_push_gap_mariadb, setup, itmq_teardown),
     };
     size_t n = sizeof(tests) / sizeof(tests[0]) - (use_mysql ? 0 : 1);
     return _cmocka_run_group_tests(use_mysql ? "it-mqseq-mariadb" : "it-mqseq-sqlite", tests, n,
