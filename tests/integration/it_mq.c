@@ -287,3 +287,36 @@ uint32_t mqc_add_topic(mqc_t *c, const char *topic)
 {
     return mqc_call_code(c, mqc_req(c, CQ_MQ_REQ_ADD_TOPIC, topic));
 }
+
+cq_mq_msg_t *mqc_produce_msg(mqc_t *c, const char *topic, const char *prefix, size_t first,
+                             size_t n, size_t pad, char fill, int64_t pid)
+{
+    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_PRODUCE, topic);
+    char *s = malloc(pad + 64);
+    assert_non_null(s);
+    for (size_t i = 0; i < n; i++) {
+        int k = snprintf(s, 64, "%s-%zu", prefix, first + i);
+        memset(s + k, fill, pad);
+        assert_int_equal(cq_mq_msg_add_item(m, 0, -1, s, (size_t)k + pad, false), 0);
+    }
+    free(s);
+    m->has |= n == 1 ? CQ_MQ_F_CONTENT : CQ_MQ_F_BATCH;
+    if (pid) {
+        m->producer_id = pid;
+        m->seq = (int64_t)first;
+        m->has |= CQ_MQ_F_PRODUCER_ID | CQ_MQ_F_SEQ;
+    }
+    return m;
+}
+
+cq_mq_msg_t *mqc_consume_msg(mqc_t *c, const char *topic, int64_t offset, uint32_t max)
+{
+    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_CONSUME, topic);
+    m->offset = offset;
+    m->has |= CQ_MQ_F_OFFSET;
+    if (max) {
+        m->max_count = max;
+        m->has |= CQ_MQ_F_MAX_COUNT;
+    }
+    return m;
+}

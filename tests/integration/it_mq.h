@@ -107,5 +107,11 @@ uint32_t mqc_connect(mqc_t *c, uint32_t module, const char *token, uint32_t type
 mqc_t *mqc_connected(uint32_t module, const char *token);
 /* Adds topic; returns the err_code. */
 uint32_t mqc_add_topic(mqc_t *c, const char *topic);
+/* A produce of n messages "<prefix>-<first+i>", each padded with pad bytes of fill (none when
+ * pad is 0); pid 0 = no idempotence key, else producer_id pid and seq first. */
+cq_mq_msg_t *mqc_produce_msg(mqc_t *c, const char *topic, const char *prefix, size_t first,
+                             size_t n, size_t pad, char fill, int64_t pid);
+/* A consume from offset; max 0 = no max_count. */
+cq_mq_msg_t *mqc_consume_msg(mqc_t *c, const char *topic, int64_t offset, uint32_t max);
 
 #endif

@@ -80,19 +80,7 @@ static void roundtrip(mqc_t *c)
 static cq_mq_msg_t *produce_msg(mqc_t *c, const char *topic, const char *prefix, size_t n,
                                 int64_t pid, int64_t seq)
 {
-    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_PRODUCE, topic);
-    for (size_t i = 0; i < n; i++) {
-        char s[64];
-        int k = snprintf(s, sizeof(s), "%s-%zu", prefix, (size_t)seq + i);
-        assert_int_equal(cq_mq_msg_add_item(m, 0, -1, s, (size_t)k, false), 0);
-    }
-    m->has |= n == 1 ? CQ_MQ_F_CONTENT : CQ_MQ_F_BATCH;
-    if (pid) {
-        m->producer_id = pid;
-        m->seq = seq;
-        m->has |= CQ_MQ_F_PRODUCER_ID | CQ_MQ_F_SEQ;
-    }
-    return m;
+    return mqc_produce_msg(c, topic, prefix, (size_t)seq, n, 0, 0, pid);
 }
 
 /* Produces and copies the offsets; returns the err_code. */
@@ -112,14 +100,7 @@ static uint32_t produce(mqc_t *c, const char *topic, const char *prefix, size_t 
 
 static cq_mq_msg_t *consume(mqc_t *c, const char *topic, int64_t offset, uint32_t max)
 {
-    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_CONSUME, topic);
-    m->offset = offset;
-    m->has |= CQ_MQ_F_OFFSET;
-    if (max) {
-        m->max_count = max;
-        m->has |= CQ_MQ_F_MAX_COUNT;
-    }
-    return mqc_call(c, m);
+    return mqc_call(c, mqc_consume_msg(c, topic, offset, max));
 }
 
 static const char perms_json[] =

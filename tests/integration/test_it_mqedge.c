@@ -40,55 +40,20 @@ static int setup(void **state)
     return 0;
 }
 
-/* A produce of n messages: "<prefix>-<first+i>" padded with pad bytes of fill (none when pad
- * is 0); pid 0 = no idempotence key. */
-static cq_mq_msg_t *produce_msg(mqc_t *c, const char *topic, const char *prefix, size_t first,
-                                size_t n, size_t pad, char fill, int64_t pid)
-{
-    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_PRODUCE, topic);
-    char *s = malloc(pad + 64);
-    assert_non_null(s);
-    for (size_t i = 0; i < n; i++) {
-        int k = snprintf(s, 64, "%s-%zu", prefix, first + i);
-        memset(s + k, fill, pad);
-        assert_int_equal(cq_mq_msg_add_item(m, 0, -1, s, (size_t)k + pad, false), 0);
-    }
-    free(s);
-    m->has |= n == 1 ? CQ_MQ_F_CONTENT : CQ_MQ_F_BATCH;
-    if (pid) {
-        m->producer_id = pid;
-        m->seq = (int64_t)first;
-        m->has |= CQ_MQ_F_PRODUCER_ID | CQ_MQ_F_SEQ;
-    }
-    return m;
-}
-
 /* Produces and returns the answer (err_code asserted 0). */
 __attribute__((unused)) static cq_mq_msg_t *produce_ok(mqc_t *c, const char *topic,
                                                        const char *prefix, size_t first, size_t n,
                                                        size_t pad, char fill)
 {
-    cq_mq_msg_t *r = mqc_call(c, produce_msg(c, topic, prefix, first, n, pad, fill, 0));
+    cq_mq_msg_t *r = mqc_call(c, mqc_produce_msg(c, topic, prefix, first, n, pad, fill, 0));
     assert_int_equal(r->err_code, CQ_MQ_OK);
     assert_int_equal(r->noffsets, n);
     return r;
 }
 
-static cq_mq_msg_t *consume_msg(mqc_t *c, const char *topic, int64_t offset, uint32_t max)
-{
-    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_CONSUME, topic);
-    m->offset = offset;
-    m->has |= CQ_MQ_F_OFFSET;
-    if (max) {
-        m->max_count = max;
-        m->has |= CQ_MQ_F_MAX_COUNT;
-    }
-    return m;
-}
-
 static cq_mq_msg_t *consume(mqc_t *c, const char *topic, int64_t offset, uint32_t max)
 {
-    cq_mq_msg_t *r = mqc_call(c, consume_msg(c, topic, offset, max));
+    cq_mq_msg_t *r = mqc_call(c, mqc_consume_msg(c, topic, offset, max));
     assert_int_equal(r->err_code, CQ_MQ_OK);
     return r;
 }
@@ -109,7 +74,7 @@ typedef struct term {
 static bool term_send(mqc_t *c, term_t *k, bool nonblocking)
 {
     k->askid_seq[(c->askid + 1) & 0xffff] = (uint32_t)k->next;
-    cq_mq_msg_t *m = produce_msg(c, "term", "t", (size_t)k->next, 1, 0, 0, TERM_PID);
+    cq_mq_msg_t *m = mqc_produce_msg(c, "term", "t", (size_t)k->next, 1, 0, 0, TERM_PID);
     if (nonblocking && !mqc_try_send(c, m))
         return false;
     if (!nonblocking)
@@ -288,7 +253,7 @@ static void test_consume_sendq_limit(void **state)
     static int64_t off[BIG_N];
     produce_big(c, "slow", 'a', off);
     for (int i = 0; i < 60; i++)
-        mqc_send(c, consume_msg(c, "slow", 0, 100));
+        mqc_send(c, mqc_consume_msg(c, "slow", 0, 100));
     assert_int_equal(cq_testsrv_metric_wait_ge(&srv, "chanq_mq_slow_consumers_total", 1, SLOWTMO),
                      1);
     int answers = 0;
@@ -335,7 +300,7 @@ static void test_counters(void **state)
     cq_mq_msg_free(r);
     int64_t first = 0;
     for (int k = 0; k < 2; k++) { /* the second time: a retry, stored once */
-        r = mqc_call(c, produce_msg(c, "cnt", "k", 0, 2, 0, 0, 5));
+        r = mqc_call(c, mqc_produce_msg(c, "cnt", "k", 0, 2, 0, 0, 5));
         assert_int_equal(r->err_code, 0);
         assert_int_equal(r->total, 5);
         if (k == 0)
@@ -397,7 +362,7 @@ static void test_storage_err_msg(void **state)
     mqc_t *c = mqc_connected(1, "");
     assert_int_equal(mqc_add_topic(c, "gone"), CQ_MQ_OK);
     itmq_drop_table("t_gone");
-    cq_mq_msg_t *r = mqc_call(c, produce_msg(c, "gone", "g", 0, 1, 0, 0, 0));
+    cq_mq_msg_t *r = mqc_call(c, mqc_produce_msg(c, "gone", "g", 0, 1, 0, 0, 0));
     assert_int_equal(r->err_code, CQ_MQ_ERR_STORAGE);
     print_message("# err_msg: %s\n", r->err_msg);
     const char *pre = "produce: storage error: ", *post = "; nothing was acknowledged";
@@ -410,7 +375,7 @@ static void test_storage_err_msg(void **state)
     if (use_mysql) /* the quoted name is left out, the rest of the text stays */
         assert_non_null(strstr(r->err_msg, "Table '?' doesn't exist"));
     cq_mq_msg_free(r);
-    r = consume_msg(c, "gone", 0, 10);
+    r = mqc_consume_msg(c, "gone", 0, 10);
     r = mqc_call(c, r);
     assert_int_equal(r->err_code, CQ_MQ_ERR_STORAGE);
     assert_non_null(strcasestr(r->err_msg, "table"));

@@ -100,11 +100,7 @@ static uint32_t produce1(mqc_t *c, const char *topic, const char *text, int64_t 
 static void expect_log(mqc_t *c, const char *topic, const char *const *texts, const int64_t *offs,
                        size_t n)
 {
-    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_CONSUME, topic);
-    m->offset = 0;
-    m->max_count = 100;
-    m->has |= CQ_MQ_F_OFFSET | CQ_MQ_F_MAX_COUNT;
-    cq_mq_msg_t *r = mqc_call(c, m);
+    cq_mq_msg_t *r = mqc_call(c, mqc_consume_msg(c, topic, 0, 100));
     assert_int_equal(r->err_code, 0);
     assert_int_equal(r->nitems, n);
     for (size_t i = 0; i < n; i++) {
