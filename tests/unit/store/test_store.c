@@ -1169,10 +1169,9 @@ static void test_crash_sigkill(void **state)
         T(test_append_offsets_in_order), T(test_append_empty_content), T(test_append_atomic),      \
         T(test_append_bad_args), T(test_idempotent_retry), T(test_sequence_rules),                 \
         T(test_big_batch), T(test_no_dedup_without_producer), T(test_big_producer_ids),            \
-        T(test_read_from_offset), T(test_read_bounded),\
-        T(test_repeat_updates), T(test_offsets_survive_reopen),          \
-        T(test_consumer_offsets), T(test_consumer_ids_exact), T(test_purge),                       \
-        T(test_bad_topic_names), T(test_crash_sigkill)
+        T(test_read_from_offset), T(test_read_bounded), T(test_repeat_updates),                    \
+        T(test_offsets_survive_reopen), T(test_consumer_offsets), T(test_consumer_ids_exact),      \
+        T(test_purge), T(test_bad_topic_names), T(test_crash_sigkill)
 
 static int run_sqlite(void)
 {
