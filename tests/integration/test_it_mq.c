@@ -720,6 +720,7 @@ static pid_t mariadb_ctl_start(const char *cmd)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        dup2(2, 1); /* "restart" prints the port: keep it out of the TAP stream on stdout */
         execlp("sh", "sh", getenv("CQ_MARIADB_SH"), cmd, getenv("CQ_MARIADB_BASE"), (char *)NULL);
         _exit(127);
     }
