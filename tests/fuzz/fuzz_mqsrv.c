@@ -52,6 +52,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define NCONN       3
@@ -372,6 +373,20 @@ static bool head_refusal(fconn_t *f, int status, bool closes)
     return true;
 }
 
+/* True when f's ledger holds a request whose head is complete and whose body is not, and whose
+ * refusal from the head would close the connection (not keep-alive, or a body over
+ * CQ_MQHTTP_DISCARD_MAX): the engine may close before a stalled peer reads that answer. */
+static bool head_would_close(fconn_t *f)
+{
+    cq_mqhttp_req_t rq;
+    if (!f->h || f->halted)
+        return false;
+    ssize_t r = cq_mqhttp_parse((const char *)f->in.data, f->in.len, CQ_MQHTTP_HEAD_MAX, &rq);
+    return r > 0 && !rq.chunked && rq.content_length <= cq_mqhttp_max_body(fz.s) &&
+           f->in.len - (size_t)r < rq.content_length &&
+           (!rq.keep_alive || rq.content_length > CQ_MQHTTP_DISCARD_MAX);
+}
+
 /* An HTTP response reached the edge: it answers the oldest request still owed. */
 static void http_answer(fconn_t *f, int status, bool closes, const char *body, size_t blen)
 {
@@ -577,7 +592,9 @@ static void edge_flush(void *tctx)
 static void edge_close(void *tctx)
 {
     fconn_t *f = tctx;
-    edge_flush(f); /* what is queued is written, then the socket closes */
+    edge_flush(f);           /* what is queued is written, then the socket closes */
+    if (head_would_close(f)) /* a refusal from the head, unread by a stalled peer */
+        f->will_close = f->halted = true;
     /* only a bad header, a refused connect or an HTTP request that ends the connection (or
      * pipelining beyond what one request may hold) close it */
     FUZZ_CHECK(f->will_close ||
