@@ -362,31 +362,6 @@ static void drain_done(cq_mqio_t *io)
     cq_mqsrv_drain(io->srv);
 }
 
-static bool is_listener(const cq_mqio_t *io, const uv_handle_t *h);
-static void close_listeners(cq_mqio_t *io);
-
-static void close_walk(uv_handle_t *h, void *arg)
-{
-    cq_mqio_t *io = arg;
-    if (uv_is_closing(h))
-        return;
-    if (h->type == UV_TCP) {
-        conn_drop(h->data);
-        return;
-    }
-    if (is_listener(io, h)) {
-        close_listeners(io);
-        return;
-    }
-    if (h == (uv_handle_t *)&io->wake) {
-        cq_mqsrv_set_ops(io->srv, NULL, NULL); /* completions only queue from now on */
-        pthread_mutex_lock(&io->lock);
-        io->alive = false;
-        pthread_mutex_unlock(&io->lock);
-    }
-    uv_close(h, NULL);
-}
-
 /* ---- shutdown ------------------------------------------------------------------------------
  * SIGTERM must not lose acks: a produce read before it is committed by the store thread and
  * answered. So the loop stops in three steps: DRAIN (listeners closed, no connection read any
@@ -691,7 +666,7 @@ void cq_mqio_stop(cq_mqio_t *io)
         uv_thread_join(&io->thread);
         io->started = false;
     } else {
-        uv_walk(&io->loop, close_walk, io);
+        uv_walk(&io->loop, drop_walk, io); /* never started: no grace timer */
     }
     uv_run(&io->loop, UV_RUN_DEFAULT); /* close callbacks not yet run */
 }
