@@ -43,6 +43,8 @@
     X(ESEQCONFLICT, -1044, "producer_id and seq already stored with other content")                \
     X(ESEQORDER, -1045, "seq below the producer's last stored seq, and not a retry")               \
     X(EOFFRANGE, -1046, "offset beyond the topic's last offset")                                   \
+    X(ENOTMASTER, -1047, "not the shard's master: produce on another server")                      \
+    X(ECONFLICT, -1070, "version conflict: someone else wrote first")                              \
     X(EKCPCONV, -1050, "KCP segment for another conversation (conv mismatch)")                     \
     X(EKCPCMD, -1051, "unknown KCP segment command")                                               \
     X(EKCPTRUNC, -1052, "truncated KCP segment")                                                   \

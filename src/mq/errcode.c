@@ -29,6 +29,7 @@ static const struct {
     {CQ_ESEQCONFLICT, CQ_MQ_ERR_SEQUENCE_CONFLICT, "sequence_conflict"},
     {CQ_ESEQORDER, CQ_MQ_ERR_SEQUENCE_OUT_OF_ORDER, "sequence_out_of_order"},
     {CQ_EOFFRANGE, CQ_MQ_ERR_OFFSET_OUT_OF_RANGE, "offset_out_of_range"},
+    {CQ_ENOTMASTER, CQ_MQ_ERR_NOT_MASTER, "not_master"},
     {1, CQ_MQ_ERR_INTERNAL, "internal"}, /* err 1 never occurs: matched by code only */
 };
 #define NERRMAP (sizeof(errmap) / sizeof(errmap[0]))

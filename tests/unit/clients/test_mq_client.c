@@ -285,10 +285,25 @@ static void test_push_routing(void **state)
 static void test_error_mapping(void **state)
 {
     (void)state;
-    static const int want[] = {
-        0,         CQ_EHEADER,   CQ_EBADLEN,  CQ_EJSON,        CQ_ENOTYPE,   CQ_EFIELD,
-        CQ_EAUTH,  CQ_EACL,      CQ_ENOTOPIC, CQ_EOFFLINE,     CQ_ECONTENT,  CQ_EBUSY,
-        CQ_ESTORE, CQ_EBADTOPIC, -EREMOTEIO,  CQ_ESEQCONFLICT, CQ_ESEQORDER, CQ_EOFFRANGE};
+    static const int want[] = {0,
+                               CQ_EHEADER,
+                               CQ_EBADLEN,
+                               CQ_EJSON,
+                               CQ_ENOTYPE,
+                               CQ_EFIELD,
+                               CQ_EAUTH,
+                               CQ_EACL,
+                               CQ_ENOTOPIC,
+                               CQ_EOFFLINE,
+                               CQ_ECONTENT,
+                               CQ_EBUSY,
+                               CQ_ESTORE,
+                               CQ_EBADTOPIC,
+                               -EREMOTEIO,
+                               CQ_ESEQCONFLICT,
+                               CQ_ESEQORDER,
+                               CQ_EOFFRANGE,
+                               CQ_ENOTMASTER};
     for (uint32_t i = 0; i <= CQ_MQ_ERRCODE_MAX; i++) {
         assert_int_equal(chanq_mq_err(i), want[i]);
         if (i)

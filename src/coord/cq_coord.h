@@ -1,0 +1,179 @@
+/* cq_coord.h - a shard's roles and fencing, as a sans-I/O state machine.
+ *
+ * Each chanqd of shard N is a member of ZooKeeper's /<root>/shards/N/members: an EPHEMERAL |
+ * SEQUENCE node whose data describes it (cq_coord_member_t, text "v1 adv=H:P db=H:P elig=0|1").
+ * The eligible member with the lowest sequence number is the master; the others are slaves.
+ * Every change of master increments the shard's epoch, a persistent node /<root>/shards/N/epoch
+ * whose data is "E seq db" (epoch, the master's member sequence, the master's database), written
+ * with a version check (compare-and-set) by the member that becomes master.
+ *
+ * The machine does no I/O and reads no clock: events and `now` (a monotonic clock in ms) go in,
+ * actions come out. The runtime (cq_coordrt.h) owns the ZooKeeper session and the database
+ * control connection, turns their results into events, and carries out the actions.
+ *
+ * Fencing, the rule this module exists for: a master may acknowledge a write only while
+ * cq_coord_may_ack(now) is true. That needs all of:
+ *   - the machine is MASTER (epoch written by us, own database writable);
+ *   - the session is connected: CONNECTING (the client lost the server) ends it at once;
+ *   - the lease: now < sent + session_ms / 2, where sent is when the last heartbeat that came
+ *     back was sent. The ensemble expires a session no sooner than about 2/3 of its timeout
+ *     after the client's last contact, and every contact is later than the heartbeat's send
+ *     time, so a frozen master (SIGSTOP, a GC pause, a partition) stops acknowledging before
+ *     another member can have been elected: when it wakes, `now` is past its lease before it
+ *     processes any stale event.
+ *   - the heartbeat reads the epoch: an epoch other than ours ends it at once.
+ * The database side fences too: a new master makes the previous master's database read_only
+ * (best effort: it may be down) and makes its own writable only after its epoch write
+ * succeeded; a member that loses the role makes its own database read_only.
+ *
+ * Threads: one machine belongs to one thread (the runtime's).
+ */
+#ifndef CQ_COORD_H
+#define CQ_COORD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CQ_COORD_ADDR_MAX    127 /* "host:port" text, without the NUL */
+#define CQ_COORD_MEMBERS_MAX 16  /* members of one shard the machine looks at */
+
+typedef enum cq_coord_role {
+    CQ_COORD_DOWN = 0, /* no session, or not a member yet */
+    CQ_COORD_SLAVE,    /* member, not master: reads only */
+    CQ_COORD_ELECTED,  /* lowest eligible member, taking the role (epoch, fencing, database) */
+    CQ_COORD_MASTER,   /* writes allowed while cq_coord_may_ack() */
+} cq_coord_role_t;
+
+/* What a member publishes in its node. */
+typedef struct cq_coord_member {
+    uint64_t seq;                       /* the sequence number of its node */
+    char adv[CQ_COORD_ADDR_MAX + 1];    /* its MQ seed address, for SDK discovery */
+    char db[CQ_COORD_ADDR_MAX + 1];     /* its own database, host:port */
+    bool eligible;                      /* may be master (see cq_coord_opts_t.promote) */
+} cq_coord_member_t;
+
+typedef struct cq_coord_opts {
+    uint32_t shard;
+    const char *adv; /* borrowed during cq_coord_new: our MQ address */
+    const char *db;  /* borrowed during cq_coord_new: our database, host:port */
+    /* The session timeout we ask for; the negotiated one arrives with EV_SESSION. */
+    uint32_t session_ms;
+    /* A master whose database is unreachable this long gives up the role (0: 5000). */
+    uint32_t db_down_ms;
+    /* How often the database is probed (0: 500). */
+    uint32_t db_probe_ms;
+    /* Promotion: a member whose own database is a replica may become master (it then promotes
+     * its database). Off: such a member stays a slave and only serves reads, as the seed says. */
+    bool promote;
+} cq_coord_opts_t;
+
+typedef enum cq_coord_ev_type {
+    /* The session changed: arg = CQ_COORD_SESS_*; session_ms = the negotiated timeout (on
+     * CONNECTED). */
+    CQ_COORD_EV_SESSION = 1,
+    /* JOIN done: rc 0 and seq = our node's sequence, or rc < 0. */
+    CQ_COORD_EV_JOINED,
+    /* LIST done: rc 0 and members[0..nmembers) sorted by seq (data that did not parse: that
+     * member is skipped), or rc < 0. A one-shot watch was set by the LIST. */
+    CQ_COORD_EV_MEMBERS,
+    /* The member list changed (the LIST's watch fired). */
+    CQ_COORD_EV_MEMBERS_CHANGED,
+    /* READ_EPOCH done or PING done: rc 0 with epoch, version (the node's version for the
+     * compare-and-set), owner_seq, owner_db; rc CQ_ENOENT when the epoch node does not exist
+     * yet (epoch 0, version -1); or rc < 0 (sent_ms is the PING's send time, for the lease). */
+    CQ_COORD_EV_EPOCH,
+    /* SET_EPOCH done: rc 0, or CQ_ECONFLICT (someone else wrote it first: version moved). */
+    CQ_COORD_EV_EPOCH_SET,
+    /* A database action completed: arg = the action type (CQ_COORD_ACT_DB_*), rc, and for
+     * DB_PROBE: db_replica (own database replicates from another) and db_read_only. */
+    CQ_COORD_EV_DB,
+    /* LEAVE done (our node deleted): rc. */
+    CQ_COORD_EV_LEFT,
+} cq_coord_ev_type_t;
+
+enum { CQ_COORD_SESS_CONNECTED = 1, CQ_COORD_SESS_CONNECTING, CQ_COORD_SESS_EXPIRED };
+
+typedef struct cq_coord_ev {
+    cq_coord_ev_type_t type;
+    int arg;
+    int rc;
+    uint32_t session_ms;
+    uint64_t seq;
+    uint64_t sent_ms; /* PING: when it was sent (the action's now) */
+    bool is_ping;     /* EV_EPOCH: the answer to a PING, not to READ_EPOCH */
+    uint64_t epoch;
+    int32_t version;
+    uint64_t owner_seq;
+    char owner_db[CQ_COORD_ADDR_MAX + 1];
+    bool db_replica, db_read_only;
+    const cq_coord_member_t *members; /* borrowed for the call */
+    size_t nmembers;
+} cq_coord_ev_t;
+
+typedef enum cq_coord_act_type {
+    CQ_COORD_ACT_JOIN = 1,   /* create our EPHEMERAL|SEQUENCE member node, data = text */
+    CQ_COORD_ACT_LIST,       /* list the members with their data, and watch the list */
+    CQ_COORD_ACT_READ_EPOCH, /* read the epoch node (its data and version) */
+    CQ_COORD_ACT_SET_EPOCH,  /* write text to the epoch node if its version is still version
+                              * (create it when version is -1) */
+    CQ_COORD_ACT_PING,       /* read the epoch node as a heartbeat; report sent_ms = now */
+    CQ_COORD_ACT_LEAVE,      /* delete our member node (give up the role) */
+    CQ_COORD_ACT_RECONNECT,  /* the session expired: open a new one */
+    CQ_COORD_ACT_ROLE,       /* tell the engine: role, epoch */
+    CQ_COORD_ACT_DB_PROBE,   /* is our database reachable; is it a replica; read_only? */
+    CQ_COORD_ACT_DB_FENCE,   /* make the database `peer` read_only (best effort; the previous
+                              * master's) and wait until ours received all it committed */
+    CQ_COORD_ACT_DB_PROMOTE, /* our database: apply what it received, stop replicating,
+                              * read_only off, semi-sync master on */
+    CQ_COORD_ACT_DB_WRITABLE, /* our database (already a primary): read_only off, semi-sync on */
+    CQ_COORD_ACT_DB_READ_ONLY, /* our database: read_only on */
+    CQ_COORD_ACT_DB_FOLLOW,    /* our database: replicate from `peer` (no-op when it does) */
+} cq_coord_act_type_t;
+
+typedef struct cq_coord_act {
+    cq_coord_act_type_t type;
+    char text[2 * CQ_COORD_ADDR_MAX + 64]; /* JOIN: member data; SET_EPOCH: epoch data */
+    int32_t version;                       /* SET_EPOCH */
+    char peer[CQ_COORD_ADDR_MAX + 1];      /* DB_FENCE, DB_FOLLOW */
+    cq_coord_role_t role;                  /* ROLE */
+    uint64_t epoch;                        /* ROLE, SET_EPOCH */
+} cq_coord_act_t;
+
+typedef struct cq_coord cq_coord_t;
+
+/* Returns an owned machine (o borrowed) or NULL on OOM or invalid options. */
+cq_coord_t *cq_coord_new(const cq_coord_opts_t *o);
+/* Accepts NULL; returns NULL. */
+cq_coord_t *cq_coord_free(cq_coord_t *co);
+
+/* Feeds one event at now. Then take the actions with cq_coord_next_action(). */
+void cq_coord_event(cq_coord_t *co, const cq_coord_ev_t *ev, uint64_t now);
+/* Runs the timers due at now (heartbeat, database probe, database-down deadline, retries). */
+void cq_coord_tick(cq_coord_t *co, uint64_t now);
+/* Pops the next action into *ret; false when there is none. */
+bool cq_coord_next_action(cq_coord_t *co, cq_coord_act_t *ret);
+/* The next time cq_coord_tick() has work (UINT64_MAX: none). */
+uint64_t cq_coord_next_deadline(const cq_coord_t *co);
+
+/* The fencing rule above. */
+bool cq_coord_may_ack(const cq_coord_t *co, uint64_t now);
+/* The last moment (monotonic ms) at which may_ack holds without a new event, or 0 when it does
+ * not hold: the runtime publishes it to the engine's thread as one atomic. */
+uint64_t cq_coord_ack_until(const cq_coord_t *co);
+
+cq_coord_role_t cq_coord_role(const cq_coord_t *co);
+uint64_t cq_coord_epoch(const cq_coord_t *co);
+/* The current master's member (borrowed until the next event), or NULL when there is none. */
+const cq_coord_member_t *cq_coord_master(const cq_coord_t *co);
+const char *cq_coord_role_name(cq_coord_role_t r);
+
+/* Member data <-> text ("v1 adv=H:P db=H:P elig=0|1"). Parse returns 0 or CQ_EFIELD. */
+int cq_coord_member_format(const cq_coord_member_t *m, char *out, size_t outlen);
+int cq_coord_member_parse(const char *text, size_t len, cq_coord_member_t *ret);
+/* Epoch data <-> text ("E seq db"). Parse returns 0 or CQ_EFIELD. */
+int cq_coord_epoch_format(uint64_t epoch, uint64_t seq, const char *db, char *out, size_t outlen);
+int cq_coord_epoch_parse(const char *text, size_t len, uint64_t *ret_epoch, uint64_t *ret_seq,
+                         char *ret_db, size_t dblen);
+
+#endif
