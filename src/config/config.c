@@ -233,6 +233,43 @@ static const opt_t opts[] = {
         "MariaDB password; empty means none."),
     STR("mysql-database", NULL, mysql_database, "chanq", NULL, "NAME",
         "MariaDB database ([A-Za-z0-9_]{1,64}); created if missing."),
+    INT("shard", NULL, shard, "0", 0, 1023, "N",
+        "The durable-topic shard this server belongs to (doc/cluster.md). Used with "
+        "--zk-hosts."),
+    STR("zk-hosts", NULL, zk_hosts, "", NULL, "LIST",
+        "ZooKeeper ensemble (host:port,...) deciding each shard's master; empty runs a single "
+        "node that is always master."),
+    STR("zk-root", NULL, zk_root, "/chanq", NULL, "PATH",
+        "The cluster's ZooKeeper subtree: shards/N/members and shards/N/epoch live under it."),
+    INT("zk-session-ms", NULL, zk_session_ms, "4000", 1000, 60000, "MS",
+        "ZooKeeper session timeout asked for. A master stops acknowledging writes half of it "
+        "after its last heartbeat answer, before its session can expire; a new master is "
+        "elected about this long after the old one died."),
+    STR("cluster-advertise", NULL, cluster_advertise, "", NULL, "HOST:PORT",
+        "The seed-protocol address SDKs should use for this server, published in ZooKeeper; "
+        "empty publishes --mq-addr."),
+    BOOL("cluster-promote", NULL, cluster_promote, "false",
+         "Let a server whose MariaDB is a standby become master when the master is gone: it "
+         "fences the old primary, waits for what it received, and promotes its database. Off: "
+         "the standby only serves reads, as the seed's design says."),
+    INT("cluster-db-down-ms", NULL, cluster_db_down_ms, "5000", 100, 600000, "MS",
+        "A master whose MariaDB does not answer for this long gives up its role."),
+    STR("repl-admin-user", NULL, repl_admin_user, "root", NULL, "USER",
+        "MariaDB user for replication control (read_only, promotion, status); needs SUPER or "
+        "the REPLICATION and READ_ONLY ADMIN privileges. --mysql-user must NOT have them, or "
+        "read_only would not fence it."),
+    STR("repl-admin-password", NULL, repl_admin_password, "", NULL, "PASSWORD",
+        "Password of --repl-admin-user; empty means none."),
+    STR("repl-user", NULL, repl_user, "repl", NULL, "USER",
+        "MariaDB user a standby replicates as (CHANGE MASTER TO ... MASTER_USER)."),
+    STR("repl-password", NULL, repl_password, "", NULL, "PASSWORD", "Password of --repl-user."),
+    INT("repl-semi-sync-timeout-ms", NULL, repl_semi_sync_timeout_ms, "2000", 1, 3600000, "MS",
+        "rpl_semi_sync_master_timeout set on the master's MariaDB: how long a commit waits "
+        "for the standby's receipt before semi-sync falls back to async "
+        "(chanq_mq_repl_semi_sync_on 0)."),
+    BOOL("repl-semi-sync-wait-no-slave", NULL, repl_semi_sync_wait_no_slave, "true",
+         "rpl_semi_sync_master_wait_no_slave: with no standby connected, true makes a commit "
+         "wait the timeout before falling back; false falls back at once."),
     STR("mq-permissions-file", NULL, mq_permissions_file, "", NULL, "FILE",
         "JSON object {\"<module_id>\": {\"token\": \"...\", \"produce\": [\"topic\", \"*\"], "
         "\"consume\": [...], \"admin\": true}}; every module needs a token. Empty lets every "

@@ -88,11 +88,25 @@ typedef struct cq_config {
     char *mysql_user;
     char *mysql_password;
     char *mysql_database;
-    char *mq_permissions_file;  /* JSON module permissions; "" = everything allowed */
-    char *mq_http_hosts;        /* comma-separated Host names the MQ HTTP API answers */
-    char *mq_http_origins;      /* comma-separated Origins allowed on the MQ HTTP API */
-    size_t mq_max_content;      /* bytes of one message's content */
-    int mq_max_pending;         /* pending durable writes before producers get busy */
+    /* The cluster (doc/cluster.md); zk_hosts "" = a single node, no roles. */
+    int shard;               /* this server's shard */
+    char *zk_hosts;          /* ZooKeeper connect string */
+    char *zk_root;           /* our subtree in ZooKeeper */
+    int zk_session_ms;       /* session timeout asked for */
+    char *cluster_advertise; /* the seed address SDKs use; "" = --mq-addr */
+    bool cluster_promote;    /* a server whose database is a replica may take master */
+    int cluster_db_down_ms;  /* a master without its database gives up after this */
+    char *repl_admin_user;   /* replication control (read_only, promotion): an admin */
+    char *repl_admin_password;
+    char *repl_user; /* what a standby replicates as (CHANGE MASTER) */
+    char *repl_password;
+    int repl_semi_sync_timeout_ms;     /* rpl_semi_sync_master_timeout */
+    bool repl_semi_sync_wait_no_slave; /* rpl_semi_sync_master_wait_no_slave */
+    char *mq_permissions_file;         /* JSON module permissions; "" = everything allowed */
+    char *mq_http_hosts;               /* comma-separated Host names the MQ HTTP API answers */
+    char *mq_http_origins;             /* comma-separated Origins allowed on the MQ HTTP API */
+    size_t mq_max_content;             /* bytes of one message's content */
+    int mq_max_pending;                /* pending durable writes before producers get busy */
     size_t mq_sendq_soft_limit; /* MQ connections: unsent bytes allowed mq_sendq_soft_seconds */
     int mq_sendq_soft_seconds;
     size_t mq_sendq_hard_limit; /* MQ connections: unsent bytes that close at once */
