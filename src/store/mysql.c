@@ -84,6 +84,10 @@ static int my_open(const cq_store_opts_t *opts, cq_store_t **ret_store, char *er
         r = cq__mysql_connect(q);
     if (r == 0)
         r = cq__mysql_migrate(q);
+    if (r == CQ_ENOTMASTER) { /* a read_only replica: see schema_ensure() */
+        q->schema_pending = true;
+        r = 0;
+    }
     if (r < 0) {
         cq_err_fmt(err, errlen, r, "mysql store %s:%u/%s: %s", q->host ? q->host : "?", q->port,
                    q->database ? q->database : "?", q->base.errmsg);
@@ -96,11 +100,24 @@ static int my_open(const cq_store_opts_t *opts, cq_store_t **ret_store, char *er
 
 /* ---- the ops table ------------------------------------------------------------------------- */
 
+/* A store opened on a read_only replica whose schema was behind (issue 11: a standby, before
+ * replication brought the tables, or before its promotion to a primary) migrates at the first
+ * operation that finds the database writable or the tables replicated. Until then operations
+ * run anyway: reads of missing tables fail, writes answer CQ_ENOTMASTER. */
+static int schema_ensure(my_store_t *q)
+{
+    int r = cq__mysql_migrate(q);
+    if (r == 0)
+        q->schema_pending = false;
+    return r == CQ_ENOTMASTER ? 0 : r;
+}
+
 /* Every operation connects again first if the connection was lost by an earlier call. */
 static int ensure(cq_store_t *s)
 {
     my_store_t *q = my_store(s);
-    return q->db && !q->lost ? 0 : cq__mysql_connect(q);
+    int r = q->db && !q->lost ? 0 : cq__mysql_connect(q);
+    return r == 0 && q->schema_pending ? schema_ensure(q) : r;
 }
 
 /* Runs call on a live connection. When it fails because the connection broke (a server restart,

@@ -30,6 +30,10 @@ static bool conn_lost(unsigned err)
 static int fail_code(my_store_t *q, const char *what, unsigned err, const char *msg)
 {
     int code = err == CR_OUT_OF_MEMORY ? -ENOMEM : CQ_ESTORE;
+    /* 1290: the server runs with read_only, which a plain user (the store's, in a cluster) cannot
+     * pass: this database was fenced, its chanqd is no longer the shard's master (issue 11). */
+    if (err == ER_OPTION_PREVENTS_STATEMENT)
+        code = CQ_ENOTMASTER;
     cq__store_fail(&q->base, code, "mysql %s: %s (%u)", what, msg, err);
     if (conn_lost(err))
         q->lost = true;
@@ -66,14 +70,16 @@ static int session_setup(my_store_t *q)
     /* The name was checked by my_open(); checked again here, where it becomes SQL. */
     if (r == 0 && !cq__mysql_db_name_ok(q->database))
         r = cq__store_fail(&q->base, -EINVAL, "bad database name");
-    if (r == 0) {
+    /* Created only when absent: a read_only replica refuses even CREATE ... IF NOT EXISTS. */
+    bool exists = r == 0 && mysql_select_db(q->db, q->database) == 0;
+    if (r == 0 && !exists) {
         snprintf(sql, sizeof(sql),
                  "CREATE DATABASE IF NOT EXISTS `%s` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
                  q->database);
         r = cq__mysql_query(q, sql);
+        if (r == 0 && mysql_select_db(q->db, q->database) != 0)
+            r = cq__mysql_db_fail(q, "select database");
     }
-    if (r == 0 && mysql_select_db(q->db, q->database) != 0)
-        r = cq__mysql_db_fail(q, "select database");
     bool found = false;
     if (r == 0)
         r = cq__mysql_query_u64(q, "SELECT @@SESSION.auto_increment_increment", NULL,

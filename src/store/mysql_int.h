@@ -52,6 +52,7 @@ typedef struct my_store {
     char *host, *user, *password, *database;
     unsigned port;
     unsigned lock_wait_s;
+    bool schema_pending; /* opened read_only with migrations not applied (mysql.c) */
 } my_store_t;
 
 /* A resolved topic: its stored spelling, table suffix and high water. */
