@@ -137,9 +137,17 @@ static int ensure(cq_store_t *s)
         return run_r_;                                                                             \
     } while (0)
 
+/* A write on a read_only replica without the schema: what the tables would have answered. */
+static int schema_write(cq_store_t *s)
+{
+    return cq__store_fail(s, CQ_ENOTMASTER, "mysql: read_only database without the schema");
+}
+
+#define RUN_WRITE(s, call) RUN(s, my_store(s)->schema_pending ? schema_write(s) : (call))
+
 static int op_topic_create(cq_store_t *s, const char *topic, int retention_days, int64_t now_ms)
 {
-    RUN(s, cq__mysql_topic_create(s, topic, retention_days, now_ms));
+    RUN_WRITE(s, cq__mysql_topic_create(s, topic, retention_days, now_ms));
 }
 
 static int op_topic_list(cq_store_t *s, cq_store_topic_t **ret_topics, size_t *ret_n)
@@ -155,7 +163,7 @@ static int op_topic_set_online(cq_store_t *s, const char *topic, bool online)
 static int op_append_batch(cq_store_t *s, const char *topic, const cq_store_msg_t *msgs, size_t n,
                            uint64_t *ret_offsets)
 {
-    RUN(s, cq__mysql_append_batch(s, topic, msgs, n, ret_offsets));
+    RUN_WRITE(s, cq__mysql_append_batch(s, topic, msgs, n, ret_offsets));
 }
 
 static int op_read(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive, size_t max,
