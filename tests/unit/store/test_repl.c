@@ -16,8 +16,11 @@
 #include "cq_repl.h"
 #include "cq_sbuf.h"
 #include "cq_store.h"
+#include "cq_writer.h"
+#include "cq_mq.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -137,18 +140,23 @@ static cq_repl_t *repl_open(unsigned port, bool wait_no_slave)
     return r;
 }
 
-static int store_open(unsigned port, cq_store_t **ret)
+static int store_open_db(unsigned port, const char *database, cq_store_t **ret)
 {
     cq_store_opts_t o = {.host = "127.0.0.1",
                          .port = port,
                          .user = "chanq",
                          .password = "chanqpw",
-                         .database = "chanq"};
+                         .database = database};
     char err[512] = "";
     int r = cq_store_open(&cq_store_mysql_ops, &o, ret, err, sizeof(err));
     if (r < 0)
         print_message("# store open :%u: %s (%s)\n", port, cq_errname(r), err);
     return r;
+}
+
+static int store_open(unsigned port, cq_store_t **ret)
+{
+    return store_open_db(port, "chanq", ret);
 }
 
 /* Appends one message (its own transaction); its offset in *ret_off when not NULL. */
@@ -206,6 +214,42 @@ static void wait_semi_on(cq_repl_t *r)
     } while (now_ms() - t0 < SAFETY_MS);
     fail_msg("semi-sync stayed %s with %" PRIu64 " clients", st.semi_sync_on ? "ON" : "OFF",
              st.semi_sync_clients);
+}
+
+/* One produce through the writer thread (the engine's path) on a store of port; its err. */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static cq_writer_req_t *g_done;
+
+static void on_done(void *ud, cq_writer_req_t *req)
+{
+    (void)ud;
+    pthread_mutex_lock(&g_mu);
+    g_done = req;
+    pthread_cond_signal(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+}
+
+static int writer_produce(unsigned port)
+{
+    cq_store_t *s = NULL;
+    assert_int_equal(store_open(port, &s), 0);
+    cq_writer_opts_t o = {.max_wait_us = 0, .done = on_done};
+    cq_writer_t *w = cq_writer_new(s, &o);
+    assert_non_null(w);
+    cq_writer_req_t *req = NULL;
+    assert_int_equal(cq_writer_req_new(CQ_WRITER_PRODUCE, TOPIC, NULL, &req), 0);
+    assert_int_equal(cq_writer_req_add_msg(req, "w", 1, 0, 0), 0);
+    g_done = NULL;
+    assert_int_equal(cq_writer_submit(w, req), 0);
+    pthread_mutex_lock(&g_mu);
+    while (!g_done)
+        pthread_cond_wait(&g_cv, &g_mu);
+    pthread_mutex_unlock(&g_mu);
+    int err = g_done->err;
+    cq_writer_req_free(g_done);
+    cq_writer_free(w);
+    return err;
 }
 
 static bool has_line(const cq_sbuf_t *b, const char *line)
@@ -362,6 +406,8 @@ static void test_fence_store_user(void **state)
                              out, sizeof(out)),
                          0);
     assert_non_null(strstr(out, "ERROR 1290"));
+    assert_int_equal(writer_produce(g_pport), CQ_ENOTMASTER); /* answered with err_code 18 */
+    assert_int_equal(cq_mq_errcode(CQ_ENOTMASTER), 18);
     assert_int_equal(cq_repl_writable(g_rp), 0);
     assert_int_equal(root_int(g_pport, "SELECT @@GLOBAL.rpl_semi_sync_master_timeout"), SEMI_MS);
     assert_int_equal(root_int(g_pport, "SELECT @@GLOBAL.read_only"), 0);
@@ -382,6 +428,34 @@ static void test_open_on_replica(void **state)
     assert_int_equal(append1(g_ss, "no", NULL), CQ_ENOTMASTER);
     assert_int_equal(cq_store_topic_create(g_ss, "other", 0, 0), CQ_ENOTMASTER);
     assert_int_equal(root_int(g_sport, "SELECT COUNT(*) FROM chanq.t_rt"), g_rows);
+}
+
+/* The store opens on the standby before the primary created the schema (a database without
+ * tables): the migrations wait, and run, or find themselves replicated, at a later operation. */
+static void test_open_replica_no_schema(void **state)
+{
+    (void)state;
+    need_pair();
+    char out[256];
+    cq_store_t *s = NULL, *p = NULL;
+    uint64_t n = 9;
+    assert_int_equal(cli(g_pport, "root", "",
+                         "CREATE DATABASE pend; GRANT ALL ON pend.* TO 'chanq'@'%'", out,
+                         sizeof(out)),
+                     0);
+    wait_applied(g_rp, g_rs);
+    assert_int_equal(store_open_db(g_sport, "pend", &s), 0);
+    assert_int_equal(cq_store_count(s, TOPIC, &n), CQ_ESTORE); /* no tables yet */
+    assert_int_equal(cq_store_topic_create(s, TOPIC, 0, 0), CQ_ENOTMASTER);
+    assert_int_equal(append1(s, "no", NULL), CQ_ENOTMASTER);
+    assert_int_equal(store_open_db(g_pport, "pend", &p), 0);
+    assert_int_equal(cq_store_topic_create(p, TOPIC, 0, 0), 0);
+    assert_int_equal(append1(p, "one", NULL), 0);
+    wait_applied(g_rp, g_rs);
+    assert_int_equal(cq_store_count(s, TOPIC, &n), 0);
+    assert_int_equal(n, 1);
+    cq_store_close(s);
+    cq_store_close(p);
 }
 
 /* With the SQL thread stopped, the lag is the exact number of transactions received. */
@@ -570,6 +644,7 @@ int main(void)
         PAIR_TEST(test_probe),
         PAIR_TEST(test_fence_store_user),
         PAIR_TEST(test_open_on_replica),
+        PAIR_TEST(test_open_replica_no_schema),
         PAIR_TEST(test_lag),
         PAIR_TEST(test_standby_dies),
         PAIR_TEST(test_promote),
