@@ -24,7 +24,6 @@
 #include "cq_err.h"
 
 #include <errno.h>
-#include <pthread.h>
 
 #define DFL_HOST     "127.0.0.1"
 #define DFL_PORT     3306
@@ -60,19 +59,9 @@ static int copy_opts(my_store_t *q, const cq_store_opts_t *o)
     return 0;
 }
 
-static int lib_init_rc = -1;
-
-static void lib_init(void)
-{
-    lib_init_rc = mysql_library_init(0, NULL, NULL);
-}
-
 static int my_open(const cq_store_opts_t *opts, cq_store_t **ret_store, char *err, size_t errlen)
 {
-    /* mysql_init() would initialize the library on first use, which is not thread-safe. */
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, lib_init);
-    if (lib_init_rc != 0)
+    if (cq__mysql_lib_init() != 0)
         return cq_err_fmt(err, errlen, CQ_ESTORE, "mysql store: cannot initialize the client");
     if (opts->database && !cq__mysql_db_name_ok(opts->database))
         return cq_err_fmt(err, errlen, -EINVAL, "mysql store: bad database name");

@@ -10,6 +10,7 @@
 #include <errmsg.h>
 #include <errno.h>
 #include <mysqld_error.h>
+#include <pthread.h>
 #include <stdio.h>
 
 #define CONNECT_TIMEOUT_S 10
@@ -48,6 +49,24 @@ int cq__mysql_db_fail(my_store_t *q, const char *what)
 int cq__mysql_st_fail(my_store_t *q, MYSQL_STMT *st, const char *what)
 {
     return fail_code(q, what, mysql_stmt_errno(st), mysql_stmt_error(st));
+}
+
+/* ---- the client library -------------------------------------------------------------------- */
+
+static int lib_init_rc = -1;
+
+static void lib_init(void)
+{
+    lib_init_rc = mysql_library_init(0, NULL, NULL);
+}
+
+/* mysql_init() would initialize the library on first use, which is not thread-safe: the store
+ * thread and the coord runtime's database thread (mysql_repl.c) both come through here. */
+int cq__mysql_lib_init(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, lib_init);
+    return lib_init_rc;
 }
 
 /* ---- connect ------------------------------------------------------------------------------ */

@@ -11,11 +11,11 @@
 #include "cq_clock.h"
 #include "cq_coord.h"
 #include "cq_err.h"
+#include "mysql_int.h"
 
 #include <errmsg.h>
 #include <inttypes.h>
 #include <mysql.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,16 +65,11 @@ static int db_fail(cq_repl_t *r, MYSQL *db, const char *what)
     return fail(r, code, "%s: %s (%u)", what, mysql_error(db), err);
 }
 
-static void lib_init(void)
-{
-    mysql_library_init(0, NULL, NULL); /* mysql_init() would do it unsafely on first use */
-}
-
 /* Connects to host:port as the admin user; *ret owned (mysql_close). */
 static int conn_open(cq_repl_t *r, const char *host, unsigned port, MYSQL **ret)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, lib_init);
+    if (cq__mysql_lib_init() != 0)
+        return fail(r, CQ_ESTORE, "cannot initialize the MariaDB client library");
     unsigned t = r->timeout_s;
     my_bool off = 0;
     MYSQL *db = mysql_init(NULL);
@@ -595,6 +590,8 @@ static int do_status(cq_repl_t *r, void *arg)
 
 int cq_repl_status(cq_repl_t *r, cq_repl_status_t *ret)
 {
+    memset(ret, 0, sizeof(*ret)); /* as after a failure, also when connecting fails */
+    ret->lag_seconds = ret->lag_transactions = -1;
     return with_own(r, do_status, ret);
 }
 

@@ -341,6 +341,12 @@ static void test_bad_peer(void **state)
     /* nothing listens on port 1: our own database is down */
     cq_repl_probe_t p;
     assert_int_equal(cq_repl_probe(r, &p), CQ_REPL_EDOWN);
+    cq_repl_status_t st;
+    memset(&st, 0xff, sizeof(st));
+    assert_int_equal(cq_repl_status(r, &st), CQ_REPL_EDOWN);
+    assert_false(st.up);
+    assert_int_equal(st.lag_seconds, -1);
+    assert_int_equal(st.semi_sync_clients, 0);
     cq_repl_close(r);
     cq_repl_close(NULL);
 }
