@@ -92,7 +92,8 @@ int cq_repl_probe(cq_repl_t *r, cq_repl_probe_t *ret);
 /* Fences the previous master's database peer ("host:port"): SET GLOBAL read_only=1 there, then
  * waits up to wait_ms until our database RECEIVED all the peer's binlog has (our Gtid_IO_Pos, or
  * our gtid_current_pos when we do not replicate, covers the peer's @@gtid_binlog_pos).
- * CQ_REPL_EDOWN: the peer cannot be reached (a down primary writes nothing: go on);
+ * CQ_REPL_EDOWN: the peer cannot be reached (a down primary writes nothing: go on); a peer
+ * that answered and then broke or timed out is CQ_ESTORE (it may still take writes);
  * CQ_ETIMEOUT: the peer is read_only now but we lack some of its transactions. */
 int cq_repl_fence_peer(cq_repl_t *r, const char *peer);
 

@@ -383,13 +383,14 @@ static int peer_fence(cq_repl_t *r, const char *peer, char *pos, size_t poslen)
     int rc = peer_parse(r, peer, host, sizeof(host), &port);
     if (rc == 0)
         rc = conn_open(r, host, port, &db);
-    if (rc == 0)
-        rc = exec(r, db, "SET GLOBAL read_only = 1");
+    if (rc < 0)
+        return rc; /* CQ_REPL_EDOWN here: unreachable, so it commits nothing either */
+    rc = exec(r, db, "SET GLOBAL read_only = 1");
     if (rc == 0)
         rc = query_text(r, db, "SELECT @@GLOBAL.gtid_binlog_pos", pos, poslen);
-    if (db)
-        mysql_close(db);
-    return rc;
+    mysql_close(db);
+    /* It answered, then broke or timed out: it may still take writes, so it is not "down". */
+    return rc == CQ_REPL_EDOWN ? CQ_ESTORE : rc;
 }
 
 typedef struct fence_arg {
