@@ -24,7 +24,6 @@
 #include "cq_err.h"
 
 #include <errno.h>
-#include <pthread.h>
 
 #define DFL_HOST     "127.0.0.1"
 #define DFL_PORT     3306
@@ -60,19 +59,9 @@ static int copy_opts(my_store_t *q, const cq_store_opts_t *o)
     return 0;
 }
 
-static int lib_init_rc = -1;
-
-static void lib_init(void)
-{
-    lib_init_rc = mysql_library_init(0, NULL, NULL);
-}
-
 static int my_open(const cq_store_opts_t *opts, cq_store_t **ret_store, char *err, size_t errlen)
 {
-    /* mysql_init() would initialize the library on first use, which is not thread-safe. */
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, lib_init);
-    if (lib_init_rc != 0)
+    if (cq__mysql_lib_init() != 0)
         return cq_err_fmt(err, errlen, CQ_ESTORE, "mysql store: cannot initialize the client");
     if (opts->database && !cq__mysql_db_name_ok(opts->database))
         return cq_err_fmt(err, errlen, -EINVAL, "mysql store: bad database name");
@@ -84,6 +73,10 @@ static int my_open(const cq_store_opts_t *opts, cq_store_t **ret_store, char *er
         r = cq__mysql_connect(q);
     if (r == 0)
         r = cq__mysql_migrate(q);
+    if (r == CQ_ENOTMASTER) { /* a read_only replica: see schema_ensure() */
+        q->schema_pending = true;
+        r = 0;
+    }
     if (r < 0) {
         cq_err_fmt(err, errlen, r, "mysql store %s:%u/%s: %s", q->host ? q->host : "?", q->port,
                    q->database ? q->database : "?", q->base.errmsg);
@@ -96,11 +89,24 @@ static int my_open(const cq_store_opts_t *opts, cq_store_t **ret_store, char *er
 
 /* ---- the ops table ------------------------------------------------------------------------- */
 
+/* A store opened on a read_only replica whose schema was behind (issue 11: a standby, before
+ * replication brought the tables, or before its promotion to a primary) migrates at the first
+ * operation that finds the database writable or the tables replicated. Until then operations
+ * run anyway: reads of missing tables fail, writes answer CQ_ENOTMASTER. */
+static int schema_ensure(my_store_t *q)
+{
+    int r = cq__mysql_migrate(q);
+    if (r == 0)
+        q->schema_pending = false;
+    return r == CQ_ENOTMASTER ? 0 : r;
+}
+
 /* Every operation connects again first if the connection was lost by an earlier call. */
 static int ensure(cq_store_t *s)
 {
     my_store_t *q = my_store(s);
-    return q->db && !q->lost ? 0 : cq__mysql_connect(q);
+    int r = q->db && !q->lost ? 0 : cq__mysql_connect(q);
+    return r == 0 && q->schema_pending ? schema_ensure(q) : r;
 }
 
 /* Runs call on a live connection. When it fails because the connection broke (a server restart,
@@ -120,9 +126,17 @@ static int ensure(cq_store_t *s)
         return run_r_;                                                                             \
     } while (0)
 
+/* A write on a read_only replica without the schema: what the tables would have answered. */
+static int schema_write(cq_store_t *s)
+{
+    return cq__store_fail(s, CQ_ENOTMASTER, "mysql: read_only database without the schema");
+}
+
+#define RUN_WRITE(s, call) RUN(s, my_store(s)->schema_pending ? schema_write(s) : (call))
+
 static int op_topic_create(cq_store_t *s, const char *topic, int retention_days, int64_t now_ms)
 {
-    RUN(s, cq__mysql_topic_create(s, topic, retention_days, now_ms));
+    RUN_WRITE(s, cq__mysql_topic_create(s, topic, retention_days, now_ms));
 }
 
 static int op_topic_list(cq_store_t *s, cq_store_topic_t **ret_topics, size_t *ret_n)
@@ -138,7 +152,7 @@ static int op_topic_set_online(cq_store_t *s, const char *topic, bool online)
 static int op_append_batch(cq_store_t *s, const char *topic, const cq_store_msg_t *msgs, size_t n,
                            uint64_t *ret_offsets)
 {
-    RUN(s, cq__mysql_append_batch(s, topic, msgs, n, ret_offsets));
+    RUN_WRITE(s, cq__mysql_append_batch(s, topic, msgs, n, ret_offsets));
 }
 
 static int op_read(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive, size_t max,

@@ -10,6 +10,7 @@
 #include <errmsg.h>
 #include <errno.h>
 #include <mysqld_error.h>
+#include <pthread.h>
 #include <stdio.h>
 
 #define CONNECT_TIMEOUT_S 10
@@ -30,6 +31,10 @@ static bool conn_lost(unsigned err)
 static int fail_code(my_store_t *q, const char *what, unsigned err, const char *msg)
 {
     int code = err == CR_OUT_OF_MEMORY ? -ENOMEM : CQ_ESTORE;
+    /* 1290: the server runs with read_only, which a plain user (the store's, in a cluster) cannot
+     * pass: this database was fenced, its chanqd is no longer the shard's master (issue 11). */
+    if (err == ER_OPTION_PREVENTS_STATEMENT)
+        code = CQ_ENOTMASTER;
     cq__store_fail(&q->base, code, "mysql %s: %s (%u)", what, msg, err);
     if (conn_lost(err))
         q->lost = true;
@@ -44,6 +49,24 @@ int cq__mysql_db_fail(my_store_t *q, const char *what)
 int cq__mysql_st_fail(my_store_t *q, MYSQL_STMT *st, const char *what)
 {
     return fail_code(q, what, mysql_stmt_errno(st), mysql_stmt_error(st));
+}
+
+/* ---- the client library -------------------------------------------------------------------- */
+
+static int lib_init_rc = -1;
+
+static void lib_init(void)
+{
+    lib_init_rc = mysql_library_init(0, NULL, NULL);
+}
+
+/* mysql_init() would initialize the library on first use, which is not thread-safe: the store
+ * thread and the coord runtime's database thread (mysql_repl.c) both come through here. */
+int cq__mysql_lib_init(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, lib_init);
+    return lib_init_rc;
 }
 
 /* ---- connect ------------------------------------------------------------------------------ */
@@ -66,14 +89,16 @@ static int session_setup(my_store_t *q)
     /* The name was checked by my_open(); checked again here, where it becomes SQL. */
     if (r == 0 && !cq__mysql_db_name_ok(q->database))
         r = cq__store_fail(&q->base, -EINVAL, "bad database name");
-    if (r == 0) {
+    /* Created only when absent: a read_only replica refuses even CREATE ... IF NOT EXISTS. */
+    bool exists = r == 0 && mysql_select_db(q->db, q->database) == 0;
+    if (r == 0 && !exists) {
         snprintf(sql, sizeof(sql),
                  "CREATE DATABASE IF NOT EXISTS `%s` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
                  q->database);
         r = cq__mysql_query(q, sql);
+        if (r == 0 && mysql_select_db(q->db, q->database) != 0)
+            r = cq__mysql_db_fail(q, "select database");
     }
-    if (r == 0 && mysql_select_db(q->db, q->database) != 0)
-        r = cq__mysql_db_fail(q, "select database");
     bool found = false;
     if (r == 0)
         r = cq__mysql_query_u64(q, "SELECT @@SESSION.auto_increment_increment", NULL,

@@ -11,6 +11,8 @@
  *   mysql_append.c  produce: idempotent array-bound inserts, COMMIT-uncertainty resolution
  *   mysql_read.c    reads, invalidation, the high water, consumer offsets
  *   mysql_purge.c   retention purge
+ * mysql_repl.c (cq_repl.h, replication control) is not part of the backend; it shares only
+ * cq__mysql_lib_init().
  * Only these files include <mysql.h> (scripts/check-layering.sh). Every function here runs on the
  * store thread that owns the handle; none calls back. Functions returning int return 0 or a
  * negative code and record the error text on the handle (cq__store_fail()).
@@ -52,6 +54,7 @@ typedef struct my_store {
     char *host, *user, *password, *database;
     unsigned port;
     unsigned lock_wait_s;
+    bool schema_pending; /* opened read_only with migrations not applied (mysql.c) */
 } my_store_t;
 
 /* A resolved topic: its stored spelling, table suffix and high water. */
@@ -85,6 +88,9 @@ static inline my_store_t *my_store(cq_store_t *s)
  * connection sets q->lost; the next call connects again. */
 int cq__mysql_db_fail(my_store_t *q, const char *what);
 int cq__mysql_st_fail(my_store_t *q, MYSQL_STMT *st, const char *what);
+
+/* Initializes the client library once per process (any thread); 0 or non-zero on failure. */
+int cq__mysql_lib_init(void);
 
 /* True when name may be a database name (the topic name rule: [A-Za-z0-9_]{1,64}). */
 bool cq__mysql_db_name_ok(const char *name);
