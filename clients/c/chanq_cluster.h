@@ -210,8 +210,9 @@ size_t chanq_cluster_cached(const chanq_cluster_t *c, size_t *ret_bytes);
 /* The cluster's producer_id and the seq its next automatic request will use. */
 int64_t chanq_cluster_producer_id(const chanq_cluster_t *c);
 int64_t chanq_cluster_next_seq(const chanq_cluster_t *c);
-/* The server list as known now (shards learned included); borrowed. */
-const chanq_cluster_server_t *chanq_cluster_servers(const chanq_cluster_t *c, size_t *ret_n);
+/* The server list as known now (shards learned included); borrowed, valid until the next call
+ * on c. */
+const chanq_cluster_server_t *chanq_cluster_servers(chanq_cluster_t *c, size_t *ret_n);
 
 /* ---- consumer -------------------------------------------------------------------------- */
 
