@@ -44,11 +44,17 @@ static int st_keepalive(void *ud, uint32_t idx, chanq_cluster_hello_t *ret)
     sync_tr_t *t = ud;
     if (!t->conn[idx])
         return CQ_ECLOSED;
-    uint32_t w = 0;
-    int rc = map_err(t, idx, chanq_mq_sync_keepalive(t->conn[idx], &w));
-    /* shard / master: not decoded by this libchanq version yet (unknown). */
-    if (rc == 0)
-        ret->weight = w;
+    cq_mq_msg_t *m = NULL;
+    int rc = map_err(t, idx, chanq_mq_sync_keepalive_resp(t->conn[idx], &m));
+    if (rc == 0 && (m->has & CQ_MQ_F_WEIGHT))
+        ret->weight = m->weight;
+#ifdef CHANQ_MQ_HAVE_SHARD /* the codec decodes the cluster fields (meson checks) */
+    if (rc == 0 && (m->has & CQ_MQ_F_SHARD))
+        ret->shard = m->shard;
+    if (rc == 0 && (m->has & CQ_MQ_F_MASTER))
+        ret->master = m->master ? 1 : 0;
+#endif
+    cq_mq_msg_free(m);
     return rc;
 }
 
@@ -92,8 +98,13 @@ static int st_consume(void *ud, uint32_t idx, uint32_t shard, const char *topic,
     int rc = map_err(t, idx, chanq_mq_sync_consume(t->conn[idx], topic, offset, max_count, &m));
     for (size_t i = 0; rc == 0 && i < m->nitems; i++) {
         const cq_mq_item_t *it = &m->items[i];
-        /* producer_id / seq of consumed items: not decoded by this libchanq version yet. */
-        rc = chanq_cluster_batch_add(out, shard, it->offset, it->time, 0, 0, it->content, it->len);
+        int64_t pid = 0, seq = 0;
+#ifdef CHANQ_MQ_HAVE_SHARD
+        pid = it->producer_id;
+        seq = it->seq;
+#endif
+        rc = chanq_cluster_batch_add(out, shard, it->offset, it->time, pid, seq, it->content,
+                                     it->len);
     }
     if (rc == 0 && (m->has & CQ_MQ_F_OFFSET))
         out->last_offset = m->offset;
