@@ -302,7 +302,7 @@ int main(void)
 {
     if (!getenv("CHANQD")) {
         printf("1..0 # SKIP CHANQD is not set\n");
-        return 77;
+        return 0;
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_failover_and_cache, setup, teardown),

@@ -155,7 +155,7 @@ int main(void)
     hosts = getenv("CQ_ZK_HOSTS");
     if (!hosts) {
         printf("1..0 # SKIP CQ_ZK_HOSTS is not set (run through run_zk.sh)\n");
-        return 77;
+        return 0;
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_discover, setup, teardown),
