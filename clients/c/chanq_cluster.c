@@ -114,7 +114,7 @@ static uint32_t weight_of(const srv_t *s)
 
 static void apply_hello(chanq_cluster_t *c, srv_t *s, const chanq_cluster_hello_t *h)
 {
-    if (h->shard != CHANQ_CLUSTER_SHARD_UNKNOWN)
+    if (s->s.shard == CHANQ_CLUSTER_SHARD_UNKNOWN) /* a shard given in the list stays */
         s->s.shard = h->shard;
     if (h->weight >= 0)
         s->weight = h->weight;

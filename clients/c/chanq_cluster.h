@@ -9,7 +9,8 @@
  * SERVERS. Each entry is {shard, addr "host:port", index}; index is the entry's position in
  * the list and is the round-robin order. The shard comes from the static list
  * ("1/h:p,1/h:p,2/h:p") or, for "h:p" entries, from the server's connect_resp / keepalive_resp
- * `shard` once it sends one; until then each such server counts as a shard of its own. A
+ * `shard` once it sends one; until then each such server counts as a shard of its own (a shard
+ * given in the list or by ZooKeeper is kept even if the server announces another one). A
  * server is believed master until it says otherwise (connect/keepalive `master` false, a
  * keepalive `weight` of 0, or a not_master answer); a not_master belief expires after
  * opts.recheck_ms, or when a keepalive says it is master again.

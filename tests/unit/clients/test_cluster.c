@@ -279,6 +279,15 @@ static void test_round_robin_lowest(void **state)
     assert_int_equal(sv[1].shard, 2);
     assert_int_equal(sv[2].shard, 3);
     chanq_cluster_free(c);
+
+    /* A shard given in the list stays, whatever the server announces. */
+    c = cluster("5/a:1", NULL);
+    assert_int_equal(produce(c, "m", &off, &shard), 0);
+    assert_int_equal(shard, 5);
+    assert_int_equal(chanq_cluster_tick(c), 0);
+    sv = chanq_cluster_servers(c, &n);
+    assert_int_equal(sv[0].shard, 5);
+    chanq_cluster_free(c);
 }
 
 /* not_master from every server of shard 1 moves the message to shard 2 with the same key; the
