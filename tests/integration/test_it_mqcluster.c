@@ -229,6 +229,13 @@ static void test_failover_and_cache(void **state)
     for (size_t i = 0; i < b.n; i++)
         assert_int_equal(b.items[i].shard, 1);
     assert_string_equal(b.items[5].content, "d0");
+#ifdef CHANQ_MQ_HAVE_SHARD /* consumed items carry their (producer_id, seq) */
+    const int64_t seqs[] = {0, 1, 2, 5, 6, 7};
+    for (size_t i = 0; i < b.n; i++) {
+        assert_int_equal(b.items[i].producer_id, 4242);
+        assert_int_equal(b.items[i].seq, seqs[i]);
+    }
+#endif
     chanq_cluster_batch_clear(&b);
     start(&sb, pb);
     for (t0 = 0; b.n == 0; t0 += 50) {
@@ -241,6 +248,28 @@ static void test_failover_and_cache(void **state)
     assert_string_equal(b.items[0].content, "b0");
     assert_string_equal(b.items[1].content, "b1");
     chanq_cluster_batch_clear(&b);
+#ifdef CHANQ_MQ_HAVE_SHARD
+    /* A cross-shard duplicate (the key of a0, stored on shard 2 too) is dropped by the dedupe
+     * set; b0, b1 (seqs 3, 4) are not. */
+    chanq_mq_sync_t *s = open_direct(pb);
+    chanq_mq_content_t m = {"a0", 2, false, -1};
+    chanq_mq_produce_t r = {TOPIC, &m, 1, 4242, 0, -1};
+    assert_int_equal(chanq_mq_sync_produce(s, &r, NULL), 0);
+    chanq_mq_sync_close(s);
+    chanq_cluster_consumer_t *all = chanq_cluster_consumer_new(k, TOPIC, false);
+    chanq_cluster_dedupe_t *d = chanq_cluster_dedupe_new(0);
+    assert_int_equal(chanq_cluster_consume(all, 0, &b), 0);
+    assert_int_equal(b.n, 9);
+    char kept[128] = "";
+    for (size_t i = 0; i < b.n; i++)
+        if (!chanq_cluster_dedupe_seen(d, b.items[i].producer_id, b.items[i].seq))
+            snprintf(kept + strlen(kept), sizeof(kept) - strlen(kept), "%s%s", i ? "," : "",
+                     b.items[i].content);
+    assert_string_equal(kept, "a0,a1,a2,c0,c1,d0,b0,b1");
+    chanq_cluster_batch_clear(&b);
+    chanq_cluster_dedupe_free(d);
+    chanq_cluster_consumer_free(all);
+#endif
     chanq_cluster_consumer_free(cons);
     chanq_cluster_free(k);
 }
