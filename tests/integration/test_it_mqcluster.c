@@ -249,11 +249,12 @@ static void test_failover_and_cache(void **state)
     assert_string_equal(b.items[1].content, "b1");
     chanq_cluster_batch_clear(&b);
 #ifdef CHANQ_MQ_HAVE_SHARD
-    /* A cross-shard duplicate (the key of a0, stored on shard 2 too) is dropped by the dedupe
-     * set; b0, b1 (seqs 3, 4) are not. */
+    /* A cross-shard duplicate (d0's key, as if its answer from shard 1 had been lost and the
+     * SDK had moved it: shard 2's last seq of 4242 is 4, so 7 is in order there) is dropped by
+     * the dedupe set; b0, b1 (seqs 3, 4) are not. */
     chanq_mq_sync_t *s = open_direct(pb);
-    chanq_mq_content_t m = {"a0", 2, false, -1};
-    chanq_mq_produce_t r = {TOPIC, &m, 1, 4242, 0, -1};
+    chanq_mq_content_t m = {"d0", 2, false, -1};
+    chanq_mq_produce_t r = {TOPIC, &m, 1, 4242, 7, -1};
     assert_int_equal(chanq_mq_sync_produce(s, &r, NULL), 0);
     chanq_mq_sync_close(s);
     chanq_cluster_consumer_t *all = chanq_cluster_consumer_new(k, TOPIC, false);
