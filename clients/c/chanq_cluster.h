@@ -23,7 +23,7 @@
  *  2. Every message gets (producer_id, seq) before its first try: the cluster's producer_id
  *     (opts.producer_id, or a random one) and the next seq of the cluster, increasing across
  *     all shards (a request of n messages takes seq..seq+n-1). A caller that sets
- *     req->producer_id keeps its own key and seq.
+ *     req->producer_id keeps its own key and must set seq (>= 0).
  *  3. The request goes to the first candidate's shard. A retry stays on the SAME shard with the
  *     SAME (producer_id, seq) while the shard is reachable: after busy or storage (the store
  *     may have committed: the retry is then acknowledged with the original offsets) up to
@@ -146,7 +146,8 @@ typedef enum chanq_cluster_policy {
 } chanq_cluster_policy_t;
 
 /* Outcome of a cached request once flushed: err 0 with offsets[0..n), or an error from rule 5
- * (the request is then dropped from the queue). first_seq: its first seq. */
+ * (the request is then dropped from the queue). first_seq: its first seq. Runs inside
+ * chanq_cluster_flush / tick / produce: it must not call the cluster. */
 typedef void (*chanq_cluster_cached_cb)(void *ud, const char *topic, int64_t producer_id,
                                         int64_t first_seq, size_t n, int err, uint32_t shard,
                                         const int64_t *offsets);
@@ -197,7 +198,8 @@ chanq_cluster_t *chanq_cluster_free(chanq_cluster_t *c);
 
 /* Produces req (borrowed; producer_id 0 and seq -1: the cluster's key, see rule 2). Returns
  * 0 with req->n offsets in ret_offsets (may be NULL) and the shard in *ret_shard (may be
- * NULL), CHANQ_CLUSTER_CACHED, or an error. */
+ * NULL), CHANQ_CLUSTER_CACHED, or an error. Blocks for at most one transport timeout per
+ * server tried (and shard_tries per shard). */
 int chanq_cluster_produce(chanq_cluster_t *c, const chanq_mq_produce_t *req, int64_t *ret_offsets,
                           uint32_t *ret_shard);
 /* Sends the cached requests in order until one cannot go (it stays first). Returns the number
