@@ -543,6 +543,18 @@ static void test_drop(void **state)
     assert_int_equal(produce(c, "m", NULL, NULL), CQ_ENOTMASTER);
     assert_int_equal(F.nlog, 2);
     chanq_cluster_free(c);
+
+    /* A keepalive weight of 0 (master not sent) marks a slave: not tried while other servers
+     * are down, until the belief expires. */
+    fake_reset();
+    fake_srv(0, 1, -1, 0);
+    fake_srv(1, 2, -1, -1);
+    F.s[1].up = false;
+    c = cluster("a:1,b:2", NULL);
+    assert_int_equal(chanq_cluster_tick(c), 0);
+    assert_int_equal(produce(c, "m", NULL, NULL), -ECONNREFUSED);
+    assert_int_equal(F.s[0].produces, 0);
+    chanq_cluster_free(c);
 }
 
 /* The consumer reads every shard, from a slave while the master is down, and the dedupe set
