@@ -7,10 +7,17 @@
  *   chanq [...] add-topic TOPIC
  *   chanq [...] offset TOPIC
  *   chanq [...] topics
+ *   chanq --servers LIST | --zk HOSTS [--zk-root R] produce|consume|tail|watch TOPIC [...]
+ *
+ * With --servers or --zk the command runs over the cluster client (libchanq/chanq_cluster.h):
+ * produce fails over between shards (--policy cache|drop when no master is reachable) and
+ * prints SHARD<TAB>OFFSET per message; consume and tail read every shard and print
+ * SHARD<TAB>OFFSET<TAB>CONTENT, dropping duplicates by (producer_id, seq). `watch` is `tail`.
  *
  * Exit codes: 0 success; 1 the server refused a request (err_code, its name and err_msg are
  * printed on stderr) or the connection failed; 2 usage.
  */
+#include "chanq_cluster.h"
 #include "chanq_mq_sync.h"
 
 #include "cq_err.h"
@@ -23,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define EXIT_SERVER   1
 #define EXIT_USAGE    2
@@ -36,12 +44,16 @@ typedef struct cli {
     int timeout_ms;
     const char *cmd;
     const char *topic;
-    int64_t from;     /* -1: not given */
-    int64_t max;      /* consume: -1 = all */
-    int64_t count;    /* tail: -1 = until interrupted */
-    size_t batch;     /* produce: lines per request */
-    int64_t producer; /* produce: idempotence key, 0 = none */
-    bool commit;      /* consume: commit the last offset printed */
+    int64_t from;        /* -1: not given */
+    int64_t max;         /* consume: -1 = all */
+    int64_t count;       /* tail: -1 = until interrupted */
+    size_t batch;        /* produce: lines per request */
+    int64_t producer;    /* produce: idempotence key, 0 = none */
+    bool commit;         /* consume: commit the last offset printed */
+    const char *servers; /* cluster: static list, or NULL */
+    const char *zk;      /* cluster: ZooKeeper hosts, or NULL */
+    const char *zk_root;
+    bool cache; /* cluster produce: cache when no master is reachable */
 } cli_t;
 
 static volatile sig_atomic_t interrupted;
@@ -63,7 +75,7 @@ static void usage(FILE *f)
                "  consume TOPIC     prints OFFSET<TAB>CONTENT for messages after --from\n"
                "                    [--from OFFSET] (default 0: from the start) [--max N]\n"
                "                    [--commit] commit the last offset printed\n"
-               "  tail TOPIC        watches the topic and prints pushed messages until\n"
+               "  tail|watch TOPIC  watches the topic and prints pushed messages until\n"
                "                    interrupted; [--from OFFSET] prints the backlog first,\n"
                "                    [--count N] stops after N messages\n"
                "  add-topic TOPIC   registers (creates, for an admin module) the topic\n"
@@ -77,6 +89,11 @@ static void usage(FILE *f)
                "  --module M        module_id (default 0)\n"
                "  --token T         the module's token (default empty)\n"
                "  --timeout MS      per-request timeout (default 10000)\n"
+               "  --servers LIST    cluster mode: \"H:P,...\" or \"SHARD/H:P,...\"\n"
+               "  --zk HOSTS        cluster mode: servers from ZooKeeper (H:P,...)\n"
+               "  --zk-root PATH    the cluster's ZooKeeper root (default /chanq)\n"
+               "  --policy P        cluster produce without a master: drop (default) or\n"
+               "                    cache (kept in memory, sent in order within --timeout)\n"
                "  -h, --help        this text\n"
                "\n"
                "Exit codes: 0 ok, 1 server or connection error, 2 usage.\n");
@@ -105,7 +122,11 @@ enum {
     O_COUNT,
     O_BATCH,
     O_PID,
-    O_COMMIT
+    O_COMMIT,
+    O_SERVERS,
+    O_ZK,
+    O_ZK_ROOT,
+    O_POLICY
 };
 
 static int parse_opt(cli_t *c, int o, const char *arg)
@@ -120,6 +141,20 @@ static int parse_opt(cli_t *c, int o, const char *arg)
         return 0;
     case O_COMMIT:
         c->commit = true;
+        return 0;
+    case O_SERVERS:
+        c->servers = arg;
+        return 0;
+    case O_ZK:
+        c->zk = arg;
+        return 0;
+    case O_ZK_ROOT:
+        c->zk_root = arg;
+        return 0;
+    case O_POLICY:
+        if (strcmp(arg, "cache") != 0 && strcmp(arg, "drop") != 0)
+            return -1;
+        c->cache = strcmp(arg, "cache") == 0;
         return 0;
     case O_MODULE:
         if (!parse_i64(arg, 0, &v) || v > UINT32_MAX)
@@ -163,6 +198,10 @@ static int parse_args(cli_t *c, int argc, char **argv)
         {"batch", required_argument, NULL, O_BATCH},
         {"producer-id", required_argument, NULL, O_PID},
         {"commit", no_argument, NULL, O_COMMIT},
+        {"servers", required_argument, NULL, O_SERVERS},
+        {"zk", required_argument, NULL, O_ZK},
+        {"zk-root", required_argument, NULL, O_ZK_ROOT},
+        {"policy", required_argument, NULL, O_POLICY},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -237,6 +276,11 @@ static int open_conn(const cli_t *c, uint32_t type, chanq_mq_sync_t **ret_s)
 static void print_item(const cq_mq_item_t *it)
 {
     printf("%" PRId64 "\t%s\n", it->offset, it->content);
+}
+
+static bool is_tail(const char *cmd)
+{
+    return strcmp(cmd, "tail") == 0 || strcmp(cmd, "watch") == 0;
 }
 
 /* ---- commands ------------------------------------------------------------------------------ */
@@ -404,10 +448,203 @@ static int cmd_topics(chanq_mq_sync_t *s)
     return 0;
 }
 
+/* ---- cluster mode -------------------------------------------------------------------------- */
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void print_shard(uint32_t shard)
+{
+    if (shard == CHANQ_CLUSTER_SHARD_UNKNOWN)
+        printf("-");
+    else
+        printf("%" PRIu32, shard);
+}
+
+static int cluster_fail(const char *what, int err)
+{
+    fprintf(stderr, "chanq: %s: %s (%s)\n", what, cq_strerror(err), cq_errname(err));
+    return EXIT_SERVER;
+}
+
+/* A cached request sent at last (or refused). */
+static void cluster_on_cached(void *ud, const char *topic, int64_t pid, int64_t first_seq, size_t n,
+                              int err, uint32_t shard, const int64_t *offsets)
+{
+    (void)topic, (void)pid, (void)first_seq;
+    int *rc = ud;
+    for (size_t i = 0; i < n && err == 0; i++) {
+        print_shard(shard);
+        printf("\t%" PRId64 "\n", offsets[i]);
+    }
+    if (err)
+        *rc = cluster_fail("produce (cached)", err);
+    fflush(stdout);
+}
+
+static int cluster_open(const cli_t *c, uint32_t type, int *cached_rc, chanq_cluster_t **ret)
+{
+    chanq_cluster_server_t sv[CHANQ_CLUSTER_SERVERS_MAX];
+    size_t n = 0;
+    char err[256] = "";
+    int r = c->servers ? chanq_cluster_parse_servers(c->servers, sv, CHANQ_CLUSTER_SERVERS_MAX, &n)
+                       : chanq_cluster_discover_zk(c->zk, c->zk_root, c->timeout_ms, sv,
+                                                   CHANQ_CLUSTER_SERVERS_MAX, &n, err, sizeof(err));
+    if (r < 0) {
+        fprintf(stderr, "chanq: %s: %s\n", c->servers ? "bad --servers" : "--zk",
+                c->servers ? c->servers : err);
+        return c->servers ? EXIT_USAGE : EXIT_SERVER;
+    }
+    chanq_cluster_opts_t o = {.policy = c->cache ? CHANQ_CLUSTER_CACHE : CHANQ_CLUSTER_DROP,
+                              .producer_id = c->producer,
+                              .on_cached = cluster_on_cached,
+                              .cached_ud = cached_rc};
+    *ret = chanq_cluster_sync_new(sv, n, c->module, c->token, type, c->timeout_ms, &o);
+    return *ret ? 0 : cluster_fail("cluster", -ENOMEM);
+}
+
+static int cluster_produce_flush(chanq_cluster_t *k, const cli_t *c, lines_t *l)
+{
+    chanq_mq_content_t msgs[CQ_MQ_DEFAULT_MAX_BATCH];
+    int64_t offs[CQ_MQ_DEFAULT_MAX_BATCH];
+    for (size_t i = 0; i < l->n; i++)
+        msgs[i] = (chanq_mq_content_t){l->v[i], l->len[i], false, -1};
+    chanq_mq_produce_t req = {c->topic, msgs, l->n, 0, -1, -1};
+    uint32_t shard = CHANQ_CLUSTER_SHARD_UNKNOWN;
+    int r = l->n ? chanq_cluster_produce(k, &req, offs, &shard) : 0;
+    for (size_t i = 0; i < l->n; i++) {
+        if (r == 0) {
+            print_shard(shard);
+            printf("\t%" PRId64 "\n", offs[i]);
+        }
+        free(l->v[i]);
+    }
+    l->n = 0;
+    fflush(stdout);
+    return r < 0 ? cluster_fail("produce", r) : 0;
+}
+
+/* Sends what the cache still holds, ticking until --timeout. */
+static int cluster_drain(chanq_cluster_t *k, const cli_t *c)
+{
+    for (int waited = 0; chanq_cluster_tick(k) > 0; waited += 100) {
+        if (waited >= c->timeout_ms || interrupted) {
+            fprintf(stderr, "chanq: produce: %zu messages still cached (no master)\n",
+                    chanq_cluster_cached(k, NULL));
+            return EXIT_SERVER;
+        }
+        sleep_ms(100);
+    }
+    return 0;
+}
+
+static int cluster_produce(chanq_cluster_t *k, const cli_t *c, const int *cached_rc)
+{
+    char *v[CQ_MQ_DEFAULT_MAX_BATCH];
+    size_t len[CQ_MQ_DEFAULT_MAX_BATCH];
+    lines_t l = {v, len, 0};
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int rc = 0;
+    while (rc == 0 && (n = getline(&line, &cap, stdin)) >= 0) {
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            line[--n] = '\0';
+        l.v[l.n] = line;
+        l.len[l.n++] = (size_t)n;
+        line = NULL;
+        cap = 0;
+        if (l.n == c->batch)
+            rc = cluster_produce_flush(k, c, &l);
+    }
+    free(line);
+    rc = rc ? rc : cluster_produce_flush(k, c, &l);
+    rc = rc ? rc : cluster_drain(k, c);
+    return rc ? rc : *cached_rc;
+}
+
+/* Prints the batch without duplicates; returns how many were printed. */
+static int64_t cluster_print(chanq_cluster_dedupe_t *d, chanq_cluster_batch_t *b, int64_t left)
+{
+    int64_t printed = 0;
+    for (size_t i = 0; i < b->n && (left < 0 || printed < left); i++) {
+        const chanq_cluster_item_t *it = &b->items[i];
+        if (chanq_cluster_dedupe_seen(d, it->producer_id, it->seq))
+            continue;
+        print_shard(it->shard);
+        printf("\t%" PRId64 "\t%s\n", it->offset, it->content);
+        printed++;
+    }
+    fflush(stdout);
+    chanq_cluster_batch_clear(b);
+    return printed;
+}
+
+/* consume: every shard from its start until nothing is left; tail: from the ends (or from the
+ * start with --from 0), polling until --count or a signal. */
+static int cluster_read(chanq_cluster_t *k, const cli_t *c, bool tail)
+{
+    chanq_cluster_consumer_t *cons = chanq_cluster_consumer_new(k, c->topic, tail && c->from < 0);
+    chanq_cluster_dedupe_t *d = chanq_cluster_dedupe_new(0);
+    chanq_cluster_batch_t b = {0};
+    int64_t left = tail ? c->count : c->max;
+    int rc = cons && d ? 0 : cluster_fail("consume", -ENOMEM);
+    if (tail) {
+        struct sigaction sa = {.sa_handler = on_signal};
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+    }
+    for (int idle = 0; rc == 0 && left != 0 && !interrupted;) {
+        int r = chanq_cluster_consume(cons, CONSUME_CHUNK, &b);
+        if (r < 0 && !tail) {
+            rc = cluster_fail("consume", r);
+            break;
+        }
+        size_t got = b.n;
+        int64_t printed = cluster_print(d, &b, left);
+        if (left > 0)
+            left -= printed;
+        if (got > 0)
+            continue;
+        if (!tail)
+            break;
+        if (++idle % 10 == 0)
+            chanq_cluster_tick(k); /* reconnects servers whose backoff ended */
+        sleep_ms(100);
+    }
+    chanq_cluster_batch_clear(&b);
+    chanq_cluster_dedupe_free(d);
+    chanq_cluster_consumer_free(cons);
+    return rc;
+}
+
+static int cluster_run(const cli_t *c)
+{
+    bool produce = strcmp(c->cmd, "produce") == 0;
+    if (!produce && strcmp(c->cmd, "consume") != 0 && !is_tail(c->cmd)) {
+        fprintf(stderr, "chanq: %s: not available with --servers / --zk\n", c->cmd);
+        return EXIT_USAGE;
+    }
+    int cached_rc = 0;
+    chanq_cluster_t *k = NULL;
+    int rc = cluster_open(c, produce ? CQ_MQ_PRODUCER : CQ_MQ_CONSUMER, &cached_rc, &k);
+    if (rc)
+        return rc;
+    rc = produce ? cluster_produce(k, c, &cached_rc) : cluster_read(k, c, is_tail(c->cmd));
+    chanq_cluster_free(k);
+    return rc;
+}
+
 static int run(const cli_t *c)
 {
+    if (c->servers || c->zk)
+        return cluster_run(c);
     bool producer = strcmp(c->cmd, "produce") == 0 || strcmp(c->cmd, "add-topic") == 0;
-    bool consumer = strcmp(c->cmd, "consume") == 0 || strcmp(c->cmd, "tail") == 0 ||
+    bool consumer = strcmp(c->cmd, "consume") == 0 || is_tail(c->cmd) ||
                     strcmp(c->cmd, "offset") == 0 || strcmp(c->cmd, "topics") == 0;
     if (!producer && !consumer) {
         fprintf(stderr, "chanq: unknown command \"%s\"\n", c->cmd);
@@ -422,7 +659,7 @@ static int run(const cli_t *c)
         rc = cmd_produce(s, c);
     else if (strcmp(c->cmd, "consume") == 0)
         rc = cmd_consume(s, c);
-    else if (strcmp(c->cmd, "tail") == 0)
+    else if (is_tail(c->cmd))
         rc = cmd_tail(s, c);
     else if (strcmp(c->cmd, "offset") == 0)
         rc = cmd_offset(s, c);

@@ -229,14 +229,18 @@ static int queued(chanq_mq_sync_t *s, int r)
     return r;
 }
 
-int chanq_mq_sync_keepalive(chanq_mq_sync_t *s, uint32_t *ret_weight)
+int chanq_mq_sync_keepalive_resp(chanq_mq_sync_t *s, cq_mq_msg_t **ret_resp)
 {
     call_t c = {0};
     uint32_t id = 0;
-    cq_mq_msg_t *resp = NULL;
     int r = queued(s, chanq_mq_keepalive(s->core, on_done, &c, &id));
-    if (r == 0)
-        r = finish(s, &c, id, &resp);
+    return r < 0 ? r : finish(s, &c, id, ret_resp);
+}
+
+int chanq_mq_sync_keepalive(chanq_mq_sync_t *s, uint32_t *ret_weight)
+{
+    cq_mq_msg_t *resp = NULL;
+    int r = chanq_mq_sync_keepalive_resp(s, &resp);
     if (r == 0 && ret_weight)
         *ret_weight = resp->weight;
     cq_mq_msg_free(resp);

@@ -56,6 +56,9 @@ const char *chanq_mq_sync_errmsg(const chanq_mq_sync_t *s);
 
 /* The server's weight (health score) in *ret_weight when not NULL. */
 int chanq_mq_sync_keepalive(chanq_mq_sync_t *s, uint32_t *ret_weight);
+/* The same, with the whole keepalive_resp in *ret_resp (returned owned, cq_mq_msg_free()):
+ * weight, and in a cluster the server's shard and whether it is master now. */
+int chanq_mq_sync_keepalive_resp(chanq_mq_sync_t *s, cq_mq_msg_t **ret_resp);
 int chanq_mq_sync_add_topic(chanq_mq_sync_t *s, const char *topic);
 /* Produces req (borrowed; see chanq_mq_produce_t for producer_id / seq) and, once acked,
  * writes req->n offsets to ret_offsets (may be NULL). */
