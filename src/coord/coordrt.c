@@ -539,7 +539,8 @@ size_t cq_coordrt_members(cq_coordrt_t *rt, cq_coord_member_t *out, size_t n)
 {
     pthread_mutex_lock(&rt->mem_mu);
     size_t have = rt->nmembers;
-    memcpy(out, rt->members, (n < have ? n : have) * sizeof out[0]);
+    if (n > 0)
+        memcpy(out, rt->members, (n < have ? n : have) * sizeof out[0]);
     pthread_mutex_unlock(&rt->mem_mu);
     return have;
 }
