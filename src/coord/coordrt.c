@@ -6,7 +6,10 @@
 #include "cq_err.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -14,12 +17,33 @@
 /* A failed (re)connect is tried again this much later: zookeeper_init fails only on a bad host
  * list or OOM, so retrying at once would spin. */
 #define RT_RECONNECT_RETRY_MS 1000
+/* A failed topic listing or write is tried again this much later. */
+#define RT_TOPIC_RETRY_MS 200
+
+typedef enum rt_msg_kind {
+    M_EV,             /* ev: for the machine */
+    M_TOPICS,         /* rc, topics[0..ntopics): a registry listing */
+    M_TOPICS_CHANGED, /* the registry changed */
+    M_PUT,            /* topics[0]: publish it (from cq_coordrt_publish_topic) */
+    M_PUT_DONE,       /* rc, topics[0].name: a write completed */
+} rt_msg_kind_t;
 
 typedef struct rt_msg {
     struct rt_msg *next;
-    cq_coord_ev_t ev; /* ev.members is set to members when it is fed */
+    rt_msg_kind_t kind;
+    cq_coord_ev_t ev; /* M_EV; ev.members is set to members when it is fed */
     cq_coord_member_t members[CQ_COORD_MEMBERS_MAX];
+    int rc;
+    cq_coord_topic_t *topics; /* owned */
+    size_t ntopics;
 } rt_msg_t;
+
+/* A publish waiting to be written, or being written. */
+typedef struct rt_put {
+    struct rt_put *next;
+    cq_coord_topic_t t;
+    bool inflight;
+} rt_put_t;
 
 typedef struct db_job {
     struct db_job *next;
@@ -38,6 +62,14 @@ struct cq_coordrt {
     cq_coord_t *co;        /* runtime thread only (and start/stop, when it does not run) */
     void *sess;            /* runtime thread only */
     uint64_t reconnect_at; /* runtime thread only: 0, or when to try connect() again */
+
+    /* The topic registry (runtime thread only). */
+    cq_coordrt_topics_fn on_topics;
+    void *topics_ud;
+    bool topics_needed, topics_inflight;
+    uint64_t topics_retry_at; /* 0, or when to list again after a failure */
+    rt_put_t *puts;           /* in publish order */
+    uint64_t puts_retry_at;
 
     /* The inbox. */
     pthread_mutex_t mu;
@@ -62,7 +94,7 @@ struct cq_coordrt {
 
     _Atomic uint64_t ack_until;
     _Atomic int role, session;
-    _Atomic uint64_t epoch, elections, fences, sessions, member_changes;
+    _Atomic uint64_t epoch, elections, fences, sessions, member_changes, ntopics;
 };
 
 /* ---- the inbox ---------------------------------------------------------------------------- */
@@ -73,6 +105,9 @@ static rt_msg_t *rt_msg_new(const cq_coord_ev_t *ev)
     if (!m)
         return NULL;
     m->next = NULL;
+    m->kind = M_EV;
+    m->topics = NULL;
+    m->ntopics = 0;
     m->ev = *ev;
     m->ev.members = NULL;
     m->ev.nmembers = 0;
@@ -82,6 +117,30 @@ static rt_msg_t *rt_msg_new(const cq_coord_ev_t *ev)
         m->ev.nmembers = n;
     }
     return m;
+}
+
+static void rt_msg_free(rt_msg_t *m)
+{
+    if (m)
+        cq_free(m->topics);
+    cq_free(m);
+}
+
+/* Queues m (owned). gen_check: drop it when it comes from an older session. */
+static void rt_push(cq_coordrt_t *rt, rt_msg_t *m, bool gen_check, uint64_t gen)
+{
+    pthread_mutex_lock(&rt->mu);
+    if (!gen_check || gen == rt->gen) {
+        if (rt->tail)
+            rt->tail->next = m;
+        else
+            rt->head = m;
+        rt->tail = m;
+        m = NULL;
+        pthread_cond_signal(&rt->cv);
+    }
+    pthread_mutex_unlock(&rt->mu);
+    rt_msg_free(m);
 }
 
 static bool ev_is_down(const cq_coord_ev_t *ev)
@@ -124,6 +183,51 @@ static void rt_sink_post(void *ud, uint64_t gen, const cq_coord_ev_t *ev)
     rt_enqueue(ud, false, gen, ev);
 }
 
+/* The registry's messages belong to one session: an older session's are dropped (the runtime
+ * forgets what was in flight when it replaces the session). */
+static void rt_sink_topics(void *ud, uint64_t gen, int rc, const cq_coord_topic_t *t, size_t n)
+{
+    rt_msg_t *m = cq_calloc(1, sizeof *m);
+    if (m && rc == 0 && n) {
+        m->topics = cq_malloc(n * sizeof *t);
+        if (m->topics)
+            memcpy(m->topics, t, n * sizeof *t);
+        else
+            rc = -ENOMEM;
+    }
+    if (!m)
+        return; /* OOM: the listing stays in flight until the next session */
+    m->kind = M_TOPICS;
+    m->rc = rc;
+    m->ntopics = rc == 0 ? n : 0;
+    rt_push(ud, m, true, gen);
+}
+
+static void rt_sink_topics_changed(void *ud, uint64_t gen)
+{
+    rt_msg_t *m = cq_calloc(1, sizeof *m);
+    if (!m)
+        return;
+    m->kind = M_TOPICS_CHANGED;
+    rt_push(ud, m, true, gen);
+}
+
+static void rt_sink_put_done(void *ud, uint64_t gen, const char *name, int rc)
+{
+    rt_msg_t *m = cq_calloc(1, sizeof *m);
+    if (m)
+        m->topics = cq_calloc(1, sizeof *m->topics);
+    if (!m || !m->topics) {
+        rt_msg_free(m);
+        return;
+    }
+    m->kind = M_PUT_DONE;
+    m->rc = rc;
+    m->ntopics = 1;
+    snprintf(m->topics[0].name, sizeof m->topics[0].name, "%s", name);
+    rt_push(ud, m, true, gen);
+}
+
 static void rt_complete(cq_coordrt_t *rt, cq_coord_ev_type_t type, int rc)
 {
     cq_coord_ev_t ev = {.type = type, .rc = rc};
@@ -134,7 +238,7 @@ static void rt_free_msgs(rt_msg_t *m)
 {
     while (m) {
         rt_msg_t *next = m->next;
-        cq_free(m);
+        rt_msg_free(m);
         m = next;
     }
 }
@@ -202,7 +306,12 @@ static void db_submit(cq_coordrt_t *rt, const cq_coord_act_t *a)
 static int rt_connect(cq_coordrt_t *rt, uint64_t now)
 {
     pthread_mutex_lock(&rt->mu);
-    cq_coord_zk_sink_t sink = {.post = rt_sink_post, .ud = rt, .gen = ++rt->gen};
+    cq_coord_zk_sink_t sink = {.post = rt_sink_post,
+                               .topics = rt_sink_topics,
+                               .topics_changed = rt_sink_topics_changed,
+                               .put_done = rt_sink_put_done,
+                               .ud = rt,
+                               .gen = ++rt->gen};
     pthread_mutex_unlock(&rt->mu);
     int rc = rt->zk->connect(rt->zk_ud, &rt->conf, &sink, &rt->sess);
     if (rc < 0) {
@@ -223,6 +332,10 @@ static void rt_reconnect(cq_coordrt_t *rt, uint64_t now)
     rt->zk->close(rt->sess);
     rt->sess = NULL;
     atomic_store(&rt->session, CQ_COORDRT_SESS_NONE);
+    /* What the old session had in flight is dropped with its messages: do it again. */
+    rt->topics_inflight = false;
+    for (rt_put_t *p = rt->puts; p; p = p->next)
+        p->inflight = false;
     (void)rt_connect(rt, now);
 }
 
@@ -311,10 +424,137 @@ static void rt_drain(cq_coordrt_t *rt, uint64_t now)
         rt_act(rt, &a, now);
 }
 
+/* ---- the topic registry ------------------------------------------------------------------- */
+
+static bool rt_connected(const cq_coordrt_t *rt)
+{
+    return rt->sess && atomic_load(&rt->session) == CQ_COORD_SESS_CONNECTED;
+}
+
+static void rt_put_done(cq_coordrt_t *rt, const rt_msg_t *m, uint64_t now)
+{
+    rt_put_t **pp = &rt->puts;
+    while (*pp && !((*pp)->inflight && strcmp((*pp)->t.name, m->topics[0].name) == 0))
+        pp = &(*pp)->next;
+    rt_put_t *p = *pp;
+    if (!p)
+        return;
+    if (m->rc < 0) {
+        p->inflight = false;
+        rt->puts_retry_at = now + RT_TOPIC_RETRY_MS;
+        return;
+    }
+    *pp = p->next;
+    cq_free(p);
+}
+
+static void rt_topics_listed(cq_coordrt_t *rt, const rt_msg_t *m, uint64_t now)
+{
+    rt->topics_inflight = false;
+    if (m->rc < 0) {
+        rt->topics_needed = true;
+        rt->topics_retry_at = now + RT_TOPIC_RETRY_MS;
+        return;
+    }
+    atomic_store(&rt->ntopics, m->ntopics);
+    if (rt->on_topics)
+        rt->on_topics(rt->topics_ud, m->topics, m->ntopics);
+}
+
+/* The first queued publish of a name that has none in flight (publishes of one name go in
+ * order, one at a time). */
+static rt_put_t *rt_next_put(cq_coordrt_t *rt)
+{
+    for (rt_put_t *p = rt->puts; p; p = p->next) {
+        if (p->inflight)
+            continue;
+        bool busy = false;
+        for (rt_put_t *q = rt->puts; q != p; q = q->next)
+            busy |= strcmp(q->t.name, p->t.name) == 0;
+        if (!busy)
+            return p;
+    }
+    return NULL;
+}
+
+static void rt_topics_step(cq_coordrt_t *rt, uint64_t now)
+{
+    if (!rt_connected(rt))
+        return;
+    if (now >= rt->puts_retry_at) {
+        rt_put_t *p;
+        while ((p = rt_next_put(rt))) {
+            char text[64];
+            cq_coord_topic_format(&p->t, text, sizeof text);
+            if (rt->zk->put_topic(rt->sess, p->t.name, text) < 0) {
+                rt->puts_retry_at = now + RT_TOPIC_RETRY_MS;
+                break;
+            }
+            p->inflight = true;
+        }
+    }
+    if (rt->on_topics && rt->topics_needed && !rt->topics_inflight && now >= rt->topics_retry_at) {
+        if (rt->zk->topics(rt->sess) < 0) {
+            rt->topics_retry_at = now + RT_TOPIC_RETRY_MS;
+            return;
+        }
+        rt->topics_needed = false;
+        rt->topics_inflight = true;
+    }
+}
+
+static uint64_t rt_topics_deadline(const cq_coordrt_t *rt)
+{
+    uint64_t dl = UINT64_MAX;
+    if (rt->topics_needed && !rt->topics_inflight && rt->topics_retry_at)
+        dl = rt->topics_retry_at;
+    for (rt_put_t *p = rt->puts; p; p = p->next)
+        if (!p->inflight && rt->puts_retry_at && rt->puts_retry_at < dl)
+            dl = rt->puts_retry_at;
+    return dl;
+}
+
+static void rt_put_add(cq_coordrt_t *rt, const cq_coord_topic_t *t)
+{
+    rt_put_t *p = cq_calloc(1, sizeof *p);
+    if (!p)
+        return; /* OOM: the publish is lost, as if it had not been made */
+    p->t = *t;
+    rt_put_t **pp = &rt->puts;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = p;
+}
+
+/* Runtime thread: a message that is not for the machine. */
+static void rt_feed_topics(cq_coordrt_t *rt, rt_msg_t *m, uint64_t now)
+{
+    switch (m->kind) {
+    case M_TOPICS:
+        rt_topics_listed(rt, m, now);
+        break;
+    case M_TOPICS_CHANGED:
+        rt->topics_needed = true;
+        break;
+    case M_PUT:
+        rt_put_add(rt, &m->topics[0]);
+        break;
+    case M_PUT_DONE:
+        rt_put_done(rt, m, now);
+        break;
+    default:
+        break;
+    }
+}
+
 /* ---- the runtime thread ------------------------------------------------------------------- */
 
 static void rt_feed(cq_coordrt_t *rt, rt_msg_t *m, uint64_t now)
 {
+    if (m->kind != M_EV) {
+        rt_feed_topics(rt, m, now);
+        return;
+    }
     cq_coord_ev_t *ev = &m->ev;
     if (ev->type == CQ_COORD_EV_MEMBERS) {
         ev->members = m->members;
@@ -327,6 +567,8 @@ static void rt_feed(cq_coordrt_t *rt, rt_msg_t *m, uint64_t now)
         }
     } else if (ev->type == CQ_COORD_EV_SESSION) {
         atomic_store(&rt->session, ev->arg);
+        if (ev->arg == CQ_COORD_SESS_CONNECTED)
+            rt->topics_needed = true; /* changes may have been missed while disconnected */
     }
     cq_coord_event(rt->co, ev, now);
     rt_drain(rt, now);
@@ -348,6 +590,9 @@ static void rt_wait(cq_coordrt_t *rt)
     uint64_t dl = cq_coord_next_deadline(rt->co);
     if (rt->reconnect_at && rt->reconnect_at < dl)
         dl = rt->reconnect_at;
+    uint64_t tdl = rt_topics_deadline(rt);
+    if (tdl < dl)
+        dl = tdl;
     while (!rt->head && !rt->stopping) {
         uint64_t now = cq_clock_mono_ms();
         if (dl <= now)
@@ -377,6 +622,7 @@ static void rt_round(cq_coordrt_t *rt, rt_msg_t *msgs)
     cq_coord_tick(rt->co, now);
     rt_drain(rt, now);
     rt_publish(rt);
+    rt_topics_step(rt, now);
 }
 
 static void *rt_main(void *arg)
@@ -404,6 +650,10 @@ static void *rt_main(void *arg)
 static void rt_free(cq_coordrt_t *rt)
 {
     rt_free_msgs(rt->head);
+    for (rt_put_t *p = rt->puts, *next; p; p = next) {
+        next = p->next;
+        cq_free(p);
+    }
     for (db_job_t *j = rt->db_head, *next; j; j = next) {
         next = j->next;
         cq_free(j);
@@ -451,6 +701,8 @@ static int rt_new(const cq_coordrt_opts_t *o, cq_coordrt_t **ret)
     rt->db_ud = o->db_ud;
     rt->on_role = o->on_role;
     rt->role_ud = o->role_ud;
+    rt->on_topics = o->on_topics;
+    rt->topics_ud = o->topics_ud;
     rt->hosts = cq_strdup(o->zk_hosts);
     rt->root = cq_strdup(o->zk_root ? o->zk_root : "/chanq");
     if (!rt->hosts || !rt->root) {
@@ -528,6 +780,83 @@ void cq_coordrt_stop(cq_coordrt_t *rt)
     rt_free(rt);
 }
 
+static bool topic_name_valid(const char *name)
+{
+    size_t n = strnlen(name, CQ_COORD_TOPIC_MAX + 1);
+    if (n == 0 || n > CQ_COORD_TOPIC_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_'))
+            return false;
+    }
+    return true;
+}
+
+int cq_coordrt_publish_topic(cq_coordrt_t *rt, const cq_coord_topic_t *t)
+{
+    if (!topic_name_valid(t->name))
+        return -EINVAL;
+    rt_msg_t *m = cq_calloc(1, sizeof *m);
+    if (m)
+        m->topics = cq_malloc(sizeof *m->topics);
+    if (!m || !m->topics) {
+        rt_msg_free(m);
+        return -ENOMEM;
+    }
+    m->kind = M_PUT;
+    m->topics[0] = *t;
+    m->ntopics = 1;
+    rt_push(rt, m, false, 0);
+    return 0;
+}
+
+int cq_coord_topic_format(const cq_coord_topic_t *t, char *out, size_t outlen)
+{
+    int n = snprintf(out, outlen, "online=%d retention=%" PRIu64, t->online ? 1 : 0, t->retention);
+    return n < 0 || (size_t)n >= outlen ? -ENOSPC : 0;
+}
+
+/* Consumes the literal lit at *p. */
+static bool eat(const char **p, const char *end, const char *lit)
+{
+    size_t n = strlen(lit);
+    if ((size_t)(end - *p) < n || memcmp(*p, lit, n) != 0)
+        return false;
+    *p += n;
+    return true;
+}
+
+/* Decimal digits up to end, at least one, no sign, no overflow. */
+static bool digits_u64(const char *p, const char *end, uint64_t *ret)
+{
+    uint64_t v = 0;
+    if (p == end)
+        return false;
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9' || v > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    *ret = v;
+    return true;
+}
+
+int cq_coord_topic_parse(const char *text, size_t len, cq_coord_topic_t *ret)
+{
+    const char *p = text, *end = text + len;
+    uint64_t retention;
+    if (!eat(&p, end, "online=") || p == end || (*p != '0' && *p != '1'))
+        return CQ_EFIELD;
+    bool online = *p++ == '1';
+    if (!eat(&p, end, " retention=") || !digits_u64(p, end, &retention))
+        return CQ_EFIELD;
+    ret->online = online;
+    ret->retention = retention;
+    return 0;
+}
+
 /* ---- queries ------------------------------------------------------------------------------ */
 
 uint64_t cq_coordrt_ack_until(const cq_coordrt_t *rt)
@@ -558,5 +887,6 @@ void cq_coordrt_stats(const cq_coordrt_t *rt, cq_coordrt_stats_t *ret)
         .fences = atomic_load(&rt->fences),
         .sessions = atomic_load(&rt->sessions),
         .member_changes = atomic_load(&rt->member_changes),
+        .topics = atomic_load(&rt->ntopics),
     };
 }

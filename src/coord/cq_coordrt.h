@@ -27,11 +27,32 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The cluster-wide topic registry: /<root>/topics/<name>, data "online=0|1 retention=N". */
+#define CQ_COORD_TOPIC_MAX 64 /* a topic name, without the NUL (the seed protocol's limit) */
+
+typedef struct cq_coord_topic {
+    char name[CQ_COORD_TOPIC_MAX + 1];
+    bool online;
+    uint64_t retention; /* as the engine defines it (0: none) */
+} cq_coord_topic_t;
+
+/* Topic data <-> text ("online=0|1 retention=N"). Parse returns 0 or CQ_EFIELD and leaves
+ * ret->name alone. */
+int cq_coord_topic_format(const cq_coord_topic_t *t, char *out, size_t outlen);
+int cq_coord_topic_parse(const char *text, size_t len, cq_coord_topic_t *ret);
+
 /* Where a ZK adapter sends what it learns. post() may be called from any thread, until the
  * adapter's close() returned; ev and what it points to are borrowed for the call. gen tells the
  * runtime which session the event belongs to (events of a closed session are dropped). */
 typedef struct cq_coord_zk_sink {
     void (*post)(void *ud, uint64_t gen, const cq_coord_ev_t *ev);
+    /* The topic registry (topics()): rc 0 and t[0..n) sorted by name (data that did not parse:
+     * skipped), or rc < 0. */
+    void (*topics)(void *ud, uint64_t gen, int rc, const cq_coord_topic_t *t, size_t n);
+    /* The registry changed (a topic added, removed or rewritten): list it again. */
+    void (*topics_changed)(void *ud, uint64_t gen);
+    /* put_topic(name) done: rc. */
+    void (*put_done)(void *ud, uint64_t gen, const char *name, int rc);
     void *ud;
     uint64_t gen;
 } cq_coord_zk_sink_t;
@@ -64,6 +85,12 @@ typedef struct cq_coord_zk_ops {
     int (*set_epoch)(void *sess, const char *text, int32_t version);
     /* Deletes our member node: EV_LEFT. */
     int (*leave)(void *sess);
+    /* Lists the topic registry with each topic's data and watches the list and every topic:
+     * sink.topics, then sink.topics_changed on a change. Creates /<root>/topics when missing. */
+    int (*topics)(void *sess);
+    /* Writes one topic's data (creating its node, and /<root>/topics, when missing; no version
+     * check: the last writer wins): sink.put_done. */
+    int (*put_topic)(void *sess, const char *name, const char *text);
     /* Closes the session (its ephemeral node goes at once when the ensemble is reachable) and
      * frees sess. Blocks until the adapter's threads no longer call the sink. Accepts NULL. */
     void (*close)(void *sess);
@@ -83,6 +110,10 @@ typedef struct cq_coord_db_ops {
 typedef void (*cq_coordrt_role_fn)(void *ud, cq_coord_role_t role, uint64_t epoch,
                                    const cq_coord_member_t *master);
 
+/* Called on the runtime thread with the whole topic registry (borrowed for the call; sorted by
+ * name) once the session is connected and after every change. Must not block. */
+typedef void (*cq_coordrt_topics_fn)(void *ud, const cq_coord_topic_t *t, size_t n);
+
 typedef struct cq_coordrt_opts {
     cq_coord_opts_t coord;       /* shard, adv, db, session_ms, ...: borrowed during start */
     const char *zk_hosts;        /* borrowed during start */
@@ -94,6 +125,9 @@ typedef struct cq_coordrt_opts {
     void *db_ud;
     cq_coordrt_role_fn on_role; /* may be NULL */
     void *role_ud;
+    /* NULL: the registry is not watched (cq_coordrt_publish_topic() still writes). */
+    cq_coordrt_topics_fn on_topics;
+    void *topics_ud;
 } cq_coordrt_opts_t;
 
 enum { CQ_COORDRT_SESS_NONE = 0 }; /* else CQ_COORD_SESS_* */
@@ -107,6 +141,7 @@ typedef struct cq_coordrt_stats {
     uint64_t fences;             /* DB_FENCE actions completed */
     uint64_t sessions;           /* sessions opened (1 + reconnects) */
     uint64_t member_changes;     /* member lists received */
+    uint64_t topics;             /* topics in the last registry listing */
 } cq_coordrt_stats_t;
 
 typedef struct cq_coordrt cq_coordrt_t;
@@ -119,6 +154,11 @@ int cq_coordrt_start(const cq_coordrt_opts_t *o, cq_coordrt_t **ret);
  * database action in progress is waited for) and frees rt. No callback runs after it returns.
  * Accepts NULL. Not from a callback. */
 void cq_coordrt_stop(cq_coordrt_t *rt);
+
+/* Publishes a topic to the registry (any thread). The runtime thread writes it once the session
+ * is connected, and again after a failure (200 ms later) until it is written; publishes of one
+ * name are written in order. Returns 0, -EINVAL (name not 1..64 of [A-Za-z0-9_]) or -ENOMEM. */
+int cq_coordrt_publish_topic(cq_coordrt_t *rt, const cq_coord_topic_t *t);
 
 /* The last moment (monotonic ms) at which this member may acknowledge a write; 0 when it may
  * not. Any thread, lock-free. */

@@ -30,6 +30,7 @@ typedef struct zk_sess {
     char root[ZK_PATH_MAX];    /* "/chanq" */
     char members[ZK_PATH_MAX]; /* "/chanq/shards/N/members" */
     char epoch[ZK_PATH_MAX];   /* "/chanq/shards/N/epoch" */
+    char topics[ZK_PATH_MAX];  /* "/chanq/topics" */
     pthread_mutex_t node_mu;   /* node: written by a completion, read by leave */
     char node[ZK_PATH_MAX];    /* our member node, once joined ("" before and after leave) */
 } zk_sess_t;
@@ -104,6 +105,7 @@ static int zk_paths(zk_sess_t *s, const cq_coord_zk_conf_t *c)
     memcpy(s->root, c->root, rl + 1);
     snprintf(s->members, sizeof s->members, "%s/shards/%" PRIu32 "/members", c->root, c->shard);
     snprintf(s->epoch, sizeof s->epoch, "%s/shards/%" PRIu32 "/epoch", c->root, c->shard);
+    snprintf(s->topics, sizeof s->topics, "%s/topics", c->root);
     return 0;
 }
 
@@ -445,6 +447,277 @@ static int zk_leave(void *sess)
     return zk_rc(zoo_adelete(s->zh, node, -1, left, s));
 }
 
+/* ---- persistent paths --------------------------------------------------------------------- */
+
+typedef void (*mk_then_fn)(void *arg, int zrc);
+
+/* Creates every component of path that is missing, one after the other, then calls then(arg,
+ * ZOK) - or then(arg, error) at the first failure. */
+typedef struct mk_ctx {
+    zk_sess_t *s;
+    char path[ZK_PATH_MAX];
+    size_t at; /* the end of the prefix being created */
+    mk_then_fn then;
+    void *arg;
+} mk_ctx_t;
+
+static void mk_step(mk_ctx_t *m);
+
+static void mk_finish(mk_ctx_t *m, int zrc)
+{
+    mk_then_fn then = m->then;
+    void *arg = m->arg;
+    cq_free(m);
+    then(arg, zrc);
+}
+
+static void mk_created(int zrc, const char *name, const void *data)
+{
+    (void)name;
+    mk_ctx_t *m = (mk_ctx_t *)data;
+    if (zrc != ZOK && zrc != ZNODEEXISTS)
+        mk_finish(m, zrc);
+    else
+        mk_step(m);
+}
+
+static void mk_step(mk_ctx_t *m)
+{
+    size_t n = strlen(m->path);
+    if (m->at >= n) {
+        mk_finish(m, ZOK);
+        return;
+    }
+    const char *slash = strchr(m->path + m->at + 1, '/');
+    m->at = slash ? (size_t)(slash - m->path) : n;
+    char prefix[ZK_PATH_MAX];
+    snprintf(prefix, sizeof prefix, "%.*s", (int)m->at, m->path);
+    int zrc =
+        zoo_acreate(m->s->zh, prefix, "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, mk_created, m);
+    if (zrc != ZOK)
+        mk_finish(m, zrc);
+}
+
+/* Returns 0 (then will be called, maybe before this returns) or -ENOMEM (it will not). */
+static int zk_mkpath(zk_sess_t *s, const char *path, mk_then_fn then, void *arg)
+{
+    mk_ctx_t *m = cq_calloc(1, sizeof *m);
+    if (!m)
+        return -ENOMEM;
+    m->s = s;
+    snprintf(m->path, sizeof m->path, "%s", path);
+    m->then = then;
+    m->arg = arg;
+    mk_step(m);
+    return 0;
+}
+
+/* ---- the topic registry ------------------------------------------------------------------- */
+
+typedef struct tlist_ctx {
+    zk_sess_t *s;
+    int pending;
+    int rc;
+    size_t n, cap;
+    cq_coord_topic_t *t;
+} tlist_ctx_t;
+
+typedef struct tget_ctx {
+    tlist_ctx_t *l;
+    char name[CQ_COORD_TOPIC_MAX + 1];
+} tget_ctx_t;
+
+static int topic_cmp(const void *a, const void *b)
+{
+    return strcmp(((const cq_coord_topic_t *)a)->name, ((const cq_coord_topic_t *)b)->name);
+}
+
+static void tlist_finish(tlist_ctx_t *l)
+{
+    if (l->rc == 0)
+        qsort(l->t, l->n, sizeof l->t[0], topic_cmp);
+    l->s->sink.topics(l->s->sink.ud, l->s->sink.gen, l->rc, l->t, l->rc == 0 ? l->n : 0);
+    cq_free(l->t);
+    cq_free(l);
+}
+
+static void topics_watch(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh, (void)state, (void)path;
+    zk_sess_t *s = ctx;
+    if (type == ZOO_CHILD_EVENT || type == ZOO_CHANGED_EVENT || type == ZOO_DELETED_EVENT ||
+        type == ZOO_CREATED_EVENT)
+        s->sink.topics_changed(s->sink.ud, s->sink.gen);
+}
+
+static void tlist_got(int zrc, const char *value, int len, const struct Stat *st, const void *data)
+{
+    (void)st;
+    tget_ctx_t *g = (tget_ctx_t *)data;
+    tlist_ctx_t *l = g->l;
+    cq_coord_topic_t t = {0};
+    /* A topic gone since the listing, or with data we cannot read, is skipped. */
+    if (zrc == ZOK && value && len > 0 && l->n < l->cap &&
+        cq_coord_topic_parse(value, (size_t)len, &t) == 0) {
+        memcpy(t.name, g->name, sizeof t.name);
+        l->t[l->n++] = t;
+    } else if (zrc != ZOK && zrc != ZNONODE && l->rc == 0) {
+        l->rc = zk_rc(zrc);
+    }
+    cq_free(g);
+    if (--l->pending == 0)
+        tlist_finish(l);
+}
+
+static void tlist_get(tlist_ctx_t *l, const char *name)
+{
+    char path[ZK_PATH_MAX + CQ_COORD_TOPIC_MAX + 2];
+    tget_ctx_t *g = cq_malloc(sizeof *g);
+    size_t n = strlen(name);
+    if (!g || n == 0 || n > CQ_COORD_TOPIC_MAX ||
+        snprintf(path, sizeof path, "%s/%s", l->s->topics, name) >= (int)sizeof path) {
+        cq_free(g);
+        return;
+    }
+    g->l = l;
+    memcpy(g->name, name, n + 1);
+    l->pending++;
+    /* Watch each topic's data too: an online flag or a retention that changes is a change. */
+    int zrc = zoo_awget(l->s->zh, path, topics_watch, l->s, tlist_got, g);
+    if (zrc != ZOK) {
+        l->pending--;
+        cq_free(g);
+        if (l->rc == 0)
+            l->rc = zk_rc(zrc);
+    }
+}
+
+static void tlist_children(int zrc, const struct String_vector *v, const void *data)
+{
+    tlist_ctx_t *l = (tlist_ctx_t *)data;
+    if (zrc != ZOK) {
+        l->rc = zk_rc(zrc);
+        tlist_finish(l);
+        return;
+    }
+    l->cap = v->count > 0 ? (size_t)v->count : 1;
+    l->t = cq_calloc(l->cap, sizeof l->t[0]);
+    if (!l->t) {
+        l->rc = -ENOMEM;
+        tlist_finish(l);
+        return;
+    }
+    l->pending = 1; /* ours, dropped below */
+    for (int i = 0; i < v->count; i++)
+        tlist_get(l, v->data[i]);
+    if (--l->pending == 0)
+        tlist_finish(l);
+}
+
+static void tlist_start(void *arg, int zrc)
+{
+    tlist_ctx_t *l = arg;
+    if (zrc == ZOK)
+        zrc = zoo_awget_children(l->s->zh, l->s->topics, topics_watch, l->s, tlist_children, l);
+    if (zrc != ZOK) {
+        l->rc = zk_rc(zrc);
+        tlist_finish(l);
+    }
+}
+
+static int zk_topics(void *sess)
+{
+    zk_sess_t *s = sess;
+    tlist_ctx_t *l = cq_calloc(1, sizeof *l);
+    if (!l)
+        return -ENOMEM;
+    l->s = s;
+    int rc = zk_mkpath(s, s->topics, tlist_start, l); /* a child watch needs the node */
+    if (rc < 0)
+        cq_free(l);
+    return rc;
+}
+
+/* A write: set (any version); missing: create; created meanwhile by another: set again. */
+typedef struct tput_ctx {
+    zk_sess_t *s;
+    char name[CQ_COORD_TOPIC_MAX + 1];
+    char path[ZK_PATH_MAX + CQ_COORD_TOPIC_MAX + 2];
+    char data[DATA_MAX];
+    int len;
+    int tries;
+} tput_ctx_t;
+
+static void tput_finish(tput_ctx_t *p, int zrc)
+{
+    zk_sess_t *s = p->s;
+    char name[CQ_COORD_TOPIC_MAX + 1];
+    memcpy(name, p->name, sizeof name);
+    cq_free(p);
+    s->sink.put_done(s->sink.ud, s->sink.gen, name, zk_rc(zrc));
+}
+
+static void tput_set(tput_ctx_t *p);
+
+static void tput_created(int zrc, const char *name, const void *data)
+{
+    (void)name;
+    tput_ctx_t *p = (tput_ctx_t *)data;
+    if (zrc == ZNODEEXISTS && p->tries++ < 3)
+        tput_set(p);
+    else
+        tput_finish(p, zrc);
+}
+
+static void tput_written(int zrc, const struct Stat *st, const void *data)
+{
+    (void)st;
+    tput_ctx_t *p = (tput_ctx_t *)data;
+    if (zrc == ZNONODE && p->tries++ < 3) {
+        zrc = zoo_acreate(p->s->zh, p->path, p->data, p->len, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT,
+                          tput_created, p);
+        if (zrc == ZOK)
+            return;
+    }
+    tput_finish(p, zrc);
+}
+
+static void tput_set(tput_ctx_t *p)
+{
+    int zrc = zoo_aset(p->s->zh, p->path, p->data, p->len, -1, tput_written, p);
+    if (zrc != ZOK)
+        tput_finish(p, zrc);
+}
+
+static void tput_start(void *arg, int zrc)
+{
+    tput_ctx_t *p = arg;
+    if (zrc != ZOK)
+        tput_finish(p, zrc);
+    else
+        tput_set(p);
+}
+
+static int zk_put_topic(void *sess, const char *name, const char *text)
+{
+    zk_sess_t *s = sess;
+    size_t nl = strlen(name), tl = strlen(text);
+    if (nl == 0 || nl > CQ_COORD_TOPIC_MAX || tl >= DATA_MAX)
+        return -EINVAL;
+    tput_ctx_t *p = cq_calloc(1, sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    p->s = s;
+    memcpy(p->name, name, nl + 1);
+    snprintf(p->path, sizeof p->path, "%s/%s", s->topics, name);
+    memcpy(p->data, text, tl + 1);
+    p->len = (int)tl;
+    int rc = zk_mkpath(s, s->topics, tput_start, p);
+    if (rc < 0)
+        cq_free(p);
+    return rc;
+}
+
 const cq_coord_zk_ops_t cq_coord_zk_libzk = {
     .connect = zk_connect,
     .join = zk_join,
@@ -452,5 +725,7 @@ const cq_coord_zk_ops_t cq_coord_zk_libzk = {
     .read_epoch = zk_read_epoch,
     .set_epoch = zk_set_epoch,
     .leave = zk_leave,
+    .topics = zk_topics,
+    .put_topic = zk_put_topic,
     .close = zk_close,
 };

@@ -32,6 +32,7 @@ typedef struct fsess {
     uint32_t session_ms;
     uint64_t node; /* our member's seq, 0: none */
     bool watch;    /* a LIST's watch is armed */
+    bool twatch;   /* a topic listing's watch is armed */
 } fsess_t;
 
 typedef struct fnode {
@@ -52,6 +53,10 @@ struct fz {
     int connects, closes, lists, pings;
     bool gate_pings; /* PINGs wait in read_epoch until this is false */
     int ping_waiting;
+    cq_coord_topic_t topics[MAXS]; /* the registry, in write order */
+    size_t ntopics;
+    int puts, topic_lists;
+    int fail_puts; /* this many next writes fail with -ENOTCONN */
 };
 
 static void fz_init(fz_t *z)
@@ -232,7 +237,59 @@ static void f_close(void *sess)
     free(s);
 }
 
+static int topic_cmp(const void *a, const void *b)
+{
+    return strcmp(((const cq_coord_topic_t *)a)->name, ((const cq_coord_topic_t *)b)->name);
+}
+
+static int f_topics(void *sess)
+{
+    fsess_t *s = sess;
+    fz_t *z = s->z;
+    cq_coord_topic_t t[MAXS];
+    pthread_mutex_lock(&z->mu);
+    memcpy(t, z->topics, z->ntopics * sizeof t[0]);
+    qsort(t, z->ntopics, sizeof t[0], topic_cmp);
+    s->twatch = true;
+    z->topic_lists++;
+    s->sink.topics(s->sink.ud, s->sink.gen, 0, t, z->ntopics);
+    pthread_mutex_unlock(&z->mu);
+    return 0;
+}
+
+static int f_put_topic(void *sess, const char *name, const char *text)
+{
+    fsess_t *s = sess;
+    fz_t *z = s->z;
+    int rc = 0;
+    pthread_mutex_lock(&z->mu);
+    z->puts++;
+    if (z->fail_puts > 0) {
+        z->fail_puts--;
+        rc = -ENOTCONN;
+    } else {
+        size_t i = 0;
+        while (i < z->ntopics && strcmp(z->topics[i].name, name) != 0)
+            i++;
+        if (i == z->ntopics)
+            z->ntopics++;
+        snprintf(z->topics[i].name, sizeof z->topics[i].name, "%s", name);
+        assert_int_equal(cq_coord_topic_parse(text, strlen(text), &z->topics[i]), 0);
+        for (int k = 0; k < MAXS; k++) {
+            if (z->sess[k] && z->sess[k]->twatch) {
+                z->sess[k]->twatch = false;
+                z->sess[k]->sink.topics_changed(z->sess[k]->sink.ud, z->sess[k]->sink.gen);
+            }
+        }
+    }
+    s->sink.put_done(s->sink.ud, s->sink.gen, name, rc);
+    pthread_mutex_unlock(&z->mu);
+    return 0;
+}
+
 static const cq_coord_zk_ops_t fz_ops = {
+    .topics = f_topics,
+    .put_topic = f_put_topic,
     .connect = f_connect,
     .join = f_join,
     .list = f_list,
@@ -273,7 +330,40 @@ typedef struct member {
     bool gated; /* a DB action waits at the gate */
     char adv[32], db[32];
     cq_coordrt_t *rt;
+    cq_coord_topic_t topics[MAXS]; /* the last registry seen */
+    size_t ntopics;
+    int topic_calls;
 } member_t;
+
+static void on_topics(void *ud, const cq_coord_topic_t *t, size_t n)
+{
+    member_t *mb = ud;
+    pthread_mutex_lock(&mb->mu);
+    mb->ntopics = n < MAXS ? n : MAXS;
+    memcpy(mb->topics, t, mb->ntopics * sizeof t[0]);
+    mb->topic_calls++;
+    pthread_mutex_unlock(&mb->mu);
+}
+
+/* "name:online:retention,..." of the last registry the member saw. */
+static void topics_text(member_t *mb, char *out, size_t n)
+{
+    size_t off = 0;
+    out[0] = '\0';
+    pthread_mutex_lock(&mb->mu);
+    for (size_t i = 0; i < mb->ntopics && off < n; i++)
+        off +=
+            (size_t)snprintf(out + off, n - off, "%s%s:%d:%llu", i ? "," : "", mb->topics[i].name,
+                             mb->topics[i].online, (unsigned long long)mb->topics[i].retention);
+    pthread_mutex_unlock(&mb->mu);
+}
+
+static bool topics_are(member_t *mb, const char *want)
+{
+    char got[512];
+    topics_text(mb, got, sizeof got);
+    return strcmp(got, want) == 0;
+}
 
 static void on_role(void *ud, cq_coord_role_t role, uint64_t epoch, const cq_coord_member_t *m)
 {
@@ -319,6 +409,8 @@ static void member_start(member_t *mb, fz_t *z, int i)
         .db_ud = mb,
         .on_role = on_role,
         .role_ud = mb,
+        .on_topics = on_topics,
+        .topics_ud = mb,
     };
     assert_int_equal(cq_coordrt_start(&o, &mb->rt), 0);
 }
@@ -613,6 +705,77 @@ static void test_stop(void **state)
     fz_destroy(&z);
 }
 
+/* The registry: a publish on one member reaches every member's on_topics, in order, a failed
+ * write is retried, and a bad name is refused. */
+static void test_topic_registry(void **state)
+{
+    (void)state;
+    fz_t z;
+    member_t a, b;
+    fz_init(&z);
+    member_start(&a, &z, 1);
+    member_start(&b, &z, 2);
+    WAIT_UNTIL(nroles(&b) >= 1);
+    cq_coord_topic_t t = {.name = "orders", .online = true, .retention = 100};
+    pthread_mutex_lock(&z.mu);
+    z.fail_puts = 1;
+    pthread_mutex_unlock(&z.mu);
+    assert_int_equal(cq_coordrt_publish_topic(a.rt, &t), 0);
+    WAIT_UNTIL(topics_are(&b, "orders:1:100"));
+    assert_int_equal(zint(&z, &z.puts), 2); /* the failed write, then its retry */
+    t.online = false;
+    assert_int_equal(cq_coordrt_publish_topic(a.rt, &t), 0);
+    cq_coord_topic_t u = {.name = "audit_log", .online = true, .retention = 0};
+    assert_int_equal(cq_coordrt_publish_topic(b.rt, &u), 0);
+    WAIT_UNTIL(topics_are(&a, "audit_log:1:0,orders:0:100"));
+    WAIT_UNTIL(topics_are(&b, "audit_log:1:0,orders:0:100"));
+    cq_coordrt_stats_t st;
+    cq_coordrt_stats(a.rt, &st);
+    assert_int_equal(st.topics, 2);
+
+    cq_coord_topic_t bad = {.name = "no-dash"};
+    assert_int_equal(cq_coordrt_publish_topic(a.rt, &bad), -EINVAL);
+    memset(bad.name, 'x', CQ_COORD_TOPIC_MAX);
+    bad.name[CQ_COORD_TOPIC_MAX] = '\0';
+    assert_int_equal(cq_coordrt_publish_topic(a.rt, &bad), 0); /* 64 is the limit */
+    bad.name[0] = '\0';
+    assert_int_equal(cq_coordrt_publish_topic(a.rt, &bad), -EINVAL);
+    member_stop(&b);
+    member_stop(&a);
+    fz_destroy(&z);
+}
+
+static void test_topic_text(void **state)
+{
+    (void)state;
+    cq_coord_topic_t t = {.name = "keep"};
+    char buf[64];
+    assert_int_equal(cq_coord_topic_parse("online=1 retention=0", 20, &t), 0);
+    assert_true(t.online);
+    assert_int_equal(t.retention, 0);
+    assert_string_equal(t.name, "keep");
+    const char *max = "online=0 retention=18446744073709551615";
+    assert_int_equal(cq_coord_topic_parse(max, strlen(max), &t), 0);
+    assert_false(t.online);
+    assert_true(t.retention == UINT64_MAX);
+    assert_int_equal(cq_coord_topic_format(&t, buf, sizeof buf), 0);
+    assert_string_equal(buf, max);
+    assert_int_equal(cq_coord_topic_format(&t, buf, 10), -ENOSPC);
+    const char *bad[] = {"",
+                         "online=2 retention=1",
+                         "online=1 retention=",
+                         "online=1 retention=-1",
+                         "online=1  retention=1",
+                         "online=1 retention=1 ",
+                         "online=1",
+                         "online=1 retention=18446744073709551616",
+                         "online=1 retention=1x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(cq_coord_topic_parse(bad[i], strlen(bad[i]), &t), CQ_EFIELD);
+    /* Only len bytes count: the 5 is not part of the text. */
+    assert_int_equal(cq_coord_topic_parse("online=1 retention=5", 19, &t), CQ_EFIELD);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -622,6 +785,8 @@ int main(void)
         cmocka_unit_test(test_failover_two_members),
         cmocka_unit_test(test_db_thread_does_not_block),
         cmocka_unit_test(test_stop),
+        cmocka_unit_test(test_topic_registry),
+        cmocka_unit_test(test_topic_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

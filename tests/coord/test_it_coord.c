@@ -74,7 +74,28 @@ typedef struct member {
     int n;
     char adv[32], db[32];
     cq_coordrt_t *rt;
+    char topics[512]; /* the last registry seen, "name:online:retention,..." */
 } member_t;
+
+static void on_topics(void *ud, const cq_coord_topic_t *t, size_t n)
+{
+    member_t *mb = ud;
+    size_t off = 0;
+    pthread_mutex_lock(&mb->mu);
+    mb->topics[0] = '\0';
+    for (size_t i = 0; i < n && off < sizeof mb->topics; i++)
+        off += (size_t)snprintf(mb->topics + off, sizeof mb->topics - off, "%s%s:%d:%" PRIu64,
+                                i ? "," : "", t[i].name, t[i].online, t[i].retention);
+    pthread_mutex_unlock(&mb->mu);
+}
+
+static bool topics_are(member_t *mb, const char *want)
+{
+    pthread_mutex_lock(&mb->mu);
+    bool eq = strcmp(mb->topics, want) == 0;
+    pthread_mutex_unlock(&mb->mu);
+    return eq;
+}
 
 static void on_role(void *ud, cq_coord_role_t role, uint64_t epoch, const cq_coord_member_t *m)
 {
@@ -98,6 +119,8 @@ static void member_start(member_t *mb, const char *root, int i, uint32_t session
         .zk = &cq_coord_zk_libzk,
         .on_role = on_role,
         .role_ud = mb,
+        .on_topics = on_topics,
+        .topics_ud = mb,
     };
     assert_int_equal(cq_coordrt_start(&o, &mb->rt), 0);
 }
@@ -219,6 +242,31 @@ static void test_kill_zk_leader(void **state)
     assert_int_equal(zksh("start-node", killed, NULL, 0), 0);
     for (int i = 0; i < 3; i++)
         member_stop(&m[i]);
+}
+
+/* The topic registry on ZooKeeper: a publish reaches the other members (a new topic, a changed
+ * one), and a member that starts later gets the whole registry. */
+static void test_topic_registry(void **state)
+{
+    (void)state;
+    member_t a, b, c;
+    member_start(&a, "/it/topics", 1, SESSION_MS);
+    member_start(&b, "/it/topics", 2, SESSION_MS);
+    WAIT_UNTIL(nlog(&a) >= 1 && nlog(&b) >= 1);
+    cq_coord_topic_t t = {.name = "orders", .online = true, .retention = 3600};
+    assert_int_equal(cq_coordrt_publish_topic(a.rt, &t), 0);
+    WAIT_UNTIL(topics_are(&b, "orders:1:3600"));
+    t.online = false; /* a change of data, not of the list */
+    assert_int_equal(cq_coordrt_publish_topic(a.rt, &t), 0);
+    WAIT_UNTIL(topics_are(&b, "orders:0:3600"));
+    cq_coord_topic_t u = {.name = "audit", .online = true};
+    assert_int_equal(cq_coordrt_publish_topic(b.rt, &u), 0);
+    WAIT_UNTIL(topics_are(&a, "audit:1:0,orders:0:3600"));
+    member_start(&c, "/it/topics", 3, SESSION_MS);
+    WAIT_UNTIL(topics_are(&c, "audit:1:0,orders:0:3600"));
+    member_stop(&c);
+    member_stop(&b);
+    member_stop(&a);
 }
 
 /* ---- the frozen member (a process) -------------------------------------------------------- */
@@ -368,6 +416,7 @@ int main(void)
         cmocka_unit_test(test_elect_and_failover),
         cmocka_unit_test(test_kill_zk_leader),
         cmocka_unit_test(test_frozen_master),
+        cmocka_unit_test(test_topic_registry),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
