@@ -457,8 +457,9 @@ static void rt_topics_listed(cq_coordrt_t *rt, const rt_msg_t *m, uint64_t now)
         return;
     }
     atomic_store(&rt->ntopics, m->ntopics);
+    static const cq_coord_topic_t none[1]; /* never NULL for the callback, even when empty */
     if (rt->on_topics)
-        rt->on_topics(rt->topics_ud, m->topics, m->ntopics);
+        rt->on_topics(rt->topics_ud, m->topics ? m->topics : none, m->ntopics);
 }
 
 /* The first queued publish of a name that has none in flight (publishes of one name go in
