@@ -32,5 +32,10 @@ if [ -n "$hits" ]; then echo "layering: process globals in src/io: $hits"; bad=1
 head_end='(memmem|strstr)\(.*\\r\\n\\r\\n|== .\\r. &&'
 hits=$(git grep -lE "$head_end" -- 'src/*.c' 'pkg/*.c' | grep -v '^pkg/http/' || true)
 if [ -n "$hits" ]; then echo "layering: an HTTP head parser outside pkg/http: $hits"; bad=1; fi
+# The coord state machine is sans-I/O: no ZooKeeper, loop, database, socket, thread or clock
+# (its runtime in src/coord owns those and feeds it events and now).
+hits=$(git grep -nE '#include <(zookeeper|uv\.h|mysql|sys/socket|pthread|time\.h)|clock_gettime|gettimeofday' \
+       -- src/coord/cq_coord.c src/coord/text.c src/coord/cq_coord.h src/coord/coord_int.h || true)
+if [ -n "$hits" ]; then echo "layering: I/O or a clock in the coord machine: $hits"; bad=1; fi
 [ $bad -eq 0 ] && echo "layering: ok"
 exit $bad
