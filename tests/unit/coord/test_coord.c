@@ -9,6 +9,7 @@
 
 #include "cq_coord.h"
 #include "cq_err.h"
+#include "test_alloc.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -695,6 +696,26 @@ static void test_new_rejects(void **state)
     assert_null(cq_coord_new(&o));
 }
 
+/* Fail-N: the one allocation of cq_coord_new fails cleanly, with nothing leaked. */
+static void test_new_oom(void **state)
+{
+    (void)state;
+    cq_coord_opts_t o = {.adv = ADV_A, .db = DB_A};
+    for (unsigned long n = 1;; n++) {
+        test_alloc_install(n, true);
+        cq_coord_t *co = cq_coord_new(&o);
+        bool ok = co != NULL;
+        if (co) {
+            cq_coord_act_t a;
+            assert_true(cq_coord_next_action(co, &a));
+            assert_int_equal(a.type, CQ_COORD_ACT_DB_PROBE);
+        }
+        cq_coord_free(co);
+        if (test_alloc_round_end(ok))
+            break;
+    }
+}
+
 static void test_member_text(void **state)
 {
     (void)state;
@@ -813,6 +834,7 @@ int main(void)
         cmocka_unit_test(test_node_missing_and_orphan),
         cmocka_unit_test(test_list_retry_and_change),
         cmocka_unit_test(test_new_rejects),
+        cmocka_unit_test(test_new_oom),
         cmocka_unit_test(test_member_text),
         cmocka_unit_test(test_epoch_text),
     };
