@@ -16,12 +16,12 @@
  *   - the machine is MASTER (epoch written by us, own database writable);
  *   - the session is connected: CONNECTING (the client lost the server) ends it at once;
  *   - the lease: now < sent + session_ms / 2, where sent is when the last heartbeat that came
- *     back was sent. The ensemble expires a session no sooner than about 2/3 of its timeout
- *     after the client's last contact, and every contact is later than the heartbeat's send
- *     time, so a frozen master (SIGSTOP, a GC pause, a partition) stops acknowledging before
- *     another member can have been elected: when it wakes, `now` is past its lease before it
- *     processes any stale event.
- *   - the heartbeat reads the epoch: an epoch other than ours ends it at once.
+ *     back was sent (the now at which the machine queued it). The ensemble expires a session no
+ * sooner than about 2/3 of its timeout after the client's last contact, and every contact is later
+ * than the heartbeat's send time, so a frozen master (SIGSTOP, a GC pause, a partition) stops
+ * acknowledging before another member can have been elected: when it wakes, `now` is past its lease
+ * before it processes any stale event.
+ *   - the heartbeat reads the epoch: a newer epoch, or ours with another owner, ends it at once.
  * The database side fences too: a new master makes the previous master's database read_only
  * (best effort: it may be down) and makes its own writable only after its epoch write
  * succeeded; a member that loses the role makes its own database read_only.
@@ -80,7 +80,7 @@
 #include <stdint.h>
 
 #define CQ_COORD_ADDR_MAX    127 /* "host:port" text, without the NUL */
-#define CQ_COORD_MEMBERS_MAX 16  /* members of one shard the machine looks at */
+#define CQ_COORD_MEMBERS_MAX 16  /* a size for the runtime's list buffer (the machine scans all) */
 
 typedef enum cq_coord_role {
     CQ_COORD_DOWN = 0, /* no session, or not a member yet */
@@ -114,7 +114,7 @@ typedef struct cq_coord_opts {
 
 typedef enum cq_coord_ev_type {
     /* The session changed: arg = CQ_COORD_SESS_*; session_ms = the negotiated timeout (on
-     * CONNECTED). */
+     * CONNECTED; 0 keeps the one asked for). */
     CQ_COORD_EV_SESSION = 1,
     /* JOIN done: rc 0 and seq = our node's sequence, or rc < 0. */
     CQ_COORD_EV_JOINED,
@@ -166,7 +166,8 @@ typedef enum cq_coord_act_type {
     CQ_COORD_ACT_PING,         /* read the epoch node as a heartbeat; report sent_ms = now */
     CQ_COORD_ACT_LEAVE,        /* delete our member node (give up the role) */
     CQ_COORD_ACT_RECONNECT,    /* the session expired: open a new one */
-    CQ_COORD_ACT_ROLE,         /* tell the engine: role, epoch */
+    CQ_COORD_ACT_ROLE,         /* tell the engine: role (DOWN, SLAVE or MASTER, only when it
+                                * changes), epoch (ours as master, else the last one seen) */
     CQ_COORD_ACT_DB_PROBE,     /* is our database reachable; is it a replica; read_only? */
     CQ_COORD_ACT_DB_FENCE,     /* make the database `peer` read_only (best effort; the previous
                                 * master's) and wait until ours received all it committed */
