@@ -1,0 +1,731 @@
+/* zk.c - the ZK ops of the coord runtime (cq_coordrt.h) over libzookeeper-mt.
+ *
+ * The only file that includes <zookeeper/zookeeper.h> (scripts/check-layering.sh). Every call
+ * is asynchronous; completions and watchers run on the library's completion thread, where they
+ * turn results into cq_coord_ev_t and post them to the sink. Only async calls are made there.
+ * zookeeper_close() calls the pending completions (with ZCLOSING) before it returns, so every
+ * context allocated here is freed by its completion.
+ */
+#define THREADED
+#include "cq_coordzk.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zookeeper/zookeeper.h>
+
+#define ZK_PATH_MAX 512
+#define MEMBER_NAME "m_" /* member nodes: m_0000000012 */
+#define DATA_MAX    1024 /* member and epoch data are short texts */
+
+typedef struct zk_sess {
+    zhandle_t *zh;
+    cq_coord_zk_sink_t sink;
+    char root[ZK_PATH_MAX];    /* "/chanq" */
+    char members[ZK_PATH_MAX]; /* "/chanq/shards/N/members" */
+    char epoch[ZK_PATH_MAX];   /* "/chanq/shards/N/epoch" */
+    char topics[ZK_PATH_MAX];  /* "/chanq/topics" */
+    pthread_mutex_t node_mu;   /* node: written by a completion, read by leave */
+    char node[ZK_PATH_MAX];    /* our member node, once joined ("" before and after leave) */
+} zk_sess_t;
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+/* A ZooKeeper error as a chanq code. */
+static int zk_rc(int zrc)
+{
+    switch (zrc) {
+    case ZOK:
+        return 0;
+    case ZNONODE:
+        return -ENOENT;
+    case ZNODEEXISTS:
+    case ZBADVERSION:
+        return CQ_ECONFLICT;
+    case ZOPERATIONTIMEOUT:
+        return CQ_ETIMEOUT;
+    case ZCONNECTIONLOSS:
+    case ZSESSIONEXPIRED:
+    case ZINVALIDSTATE:
+    case ZCLOSING:
+        return -ENOTCONN;
+    case ZSYSTEMERROR:
+    case ZMARSHALLINGERROR:
+        return -ENOMEM;
+    default:
+        return -EIO;
+    }
+}
+
+static void zk_post(zk_sess_t *s, const cq_coord_ev_t *ev)
+{
+    s->sink.post(s->sink.ud, s->sink.gen, ev);
+}
+
+static void zk_post_rc(zk_sess_t *s, cq_coord_ev_type_t type, int rc)
+{
+    cq_coord_ev_t ev = {.type = type, .rc = rc};
+    zk_post(s, &ev);
+}
+
+/* ---- session ------------------------------------------------------------------------------ */
+
+static void zk_session_watch(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)path;
+    zk_sess_t *s = ctx;
+    if (type != ZOO_SESSION_EVENT)
+        return;
+    cq_coord_ev_t ev = {.type = CQ_COORD_EV_SESSION};
+    if (state == ZOO_CONNECTED_STATE) {
+        ev.arg = CQ_COORD_SESS_CONNECTED;
+        int t = zoo_recv_timeout(zh);
+        ev.session_ms = t > 0 ? (uint32_t)t : 0;
+    } else if (state == ZOO_CONNECTING_STATE || state == ZOO_ASSOCIATING_STATE) {
+        ev.arg = CQ_COORD_SESS_CONNECTING;
+    } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
+        ev.arg = CQ_COORD_SESS_EXPIRED;
+    } else {
+        return;
+    }
+    zk_post(s, &ev);
+}
+
+static int zk_paths(zk_sess_t *s, const cq_coord_zk_conf_t *c)
+{
+    size_t rl = strlen(c->root);
+    if (rl == 0 || c->root[0] != '/' || c->root[rl - 1] == '/' || rl >= ZK_PATH_MAX / 2)
+        return -EINVAL;
+    memcpy(s->root, c->root, rl + 1);
+    snprintf(s->members, sizeof s->members, "%s/shards/%" PRIu32 "/members", c->root, c->shard);
+    snprintf(s->epoch, sizeof s->epoch, "%s/shards/%" PRIu32 "/epoch", c->root, c->shard);
+    snprintf(s->topics, sizeof s->topics, "%s/topics", c->root);
+    return 0;
+}
+
+static int zk_connect(void *ud, const cq_coord_zk_conf_t *conf, const cq_coord_zk_sink_t *sink,
+                      void **ret_sess)
+{
+    (void)ud;
+    *ret_sess = NULL;
+    zk_sess_t *s = cq_calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    s->sink = *sink;
+    pthread_mutex_init(&s->node_mu, NULL);
+    int rc = zk_paths(s, conf);
+    if (rc < 0)
+        goto fail;
+    /* The library logs to stderr; errors only (chanqd logs the session events itself). */
+    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+    s->zh = zookeeper_init(conf->hosts, zk_session_watch, (int)conf->session_ms, NULL, s, 0);
+    if (!s->zh) {
+        rc = errno ? -errno : -EINVAL;
+        goto fail;
+    }
+    *ret_sess = s;
+    return 0;
+fail:
+    pthread_mutex_destroy(&s->node_mu);
+    cq_free(s);
+    return rc;
+}
+
+static void zk_close(void *sess)
+{
+    zk_sess_t *s = sess;
+    if (!s)
+        return;
+    if (s->zh)
+        zookeeper_close(s->zh);
+    pthread_mutex_destroy(&s->node_mu);
+    cq_free(s);
+}
+
+/* ---- join: the persistent parents, then our member node ----------------------------------- */
+
+/* The parents to create, one prefix of the members path at a time: "/chanq", "/chanq/shards",
+ * ".../N", ".../members". */
+typedef struct join_ctx {
+    zk_sess_t *s;
+    size_t at; /* the end of the prefix being created */
+    char data[DATA_MAX];
+    int len;
+} join_ctx_t;
+
+static void join_step(join_ctx_t *j);
+
+static void join_created(int zrc, const char *name, const void *data)
+{
+    join_ctx_t *j = (join_ctx_t *)data;
+    zk_sess_t *s = j->s;
+    cq_coord_ev_t ev = {.type = CQ_COORD_EV_JOINED, .rc = zk_rc(zrc)};
+    if (zrc == ZOK) {
+        pthread_mutex_lock(&s->node_mu);
+        snprintf(s->node, sizeof s->node, "%s", name);
+        pthread_mutex_unlock(&s->node_mu);
+        const char *p = strrchr(name, '/');
+        p = p ? p + 1 : name;
+        ev.seq = strtoull(p + strlen(MEMBER_NAME), NULL, 10);
+    }
+    cq_free(j);
+    zk_post(s, &ev);
+}
+
+static void join_parent_done(int zrc, const char *name, const void *data)
+{
+    (void)name;
+    join_ctx_t *j = (join_ctx_t *)data;
+    if (zrc != ZOK && zrc != ZNODEEXISTS) {
+        zk_sess_t *s = j->s;
+        cq_free(j);
+        zk_post_rc(s, CQ_COORD_EV_JOINED, zk_rc(zrc));
+        return;
+    }
+    join_step(j);
+}
+
+static void join_step(join_ctx_t *j)
+{
+    zk_sess_t *s = j->s;
+    size_t n = strlen(s->members);
+    int zrc;
+    if (j->at < n) {
+        const char *slash = strchr(s->members + j->at + 1, '/');
+        j->at = slash ? (size_t)(slash - s->members) : n;
+        char path[ZK_PATH_MAX];
+        snprintf(path, sizeof path, "%.*s", (int)j->at, s->members);
+        zrc = zoo_acreate(s->zh, path, "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT,
+                          join_parent_done, j);
+    } else {
+        char path[ZK_PATH_MAX + sizeof MEMBER_NAME + 1];
+        if (snprintf(path, sizeof path, "%s/" MEMBER_NAME, s->members) >= (int)sizeof path)
+            zrc = ZBADARGUMENTS;
+        else
+            zrc = zoo_acreate(s->zh, path, j->data, j->len, &ZOO_OPEN_ACL_UNSAFE,
+                              ZOO_EPHEMERAL | ZOO_SEQUENCE, join_created, j);
+    }
+    if (zrc != ZOK) {
+        cq_free(j);
+        zk_post_rc(s, CQ_COORD_EV_JOINED, zk_rc(zrc));
+    }
+}
+
+static int zk_join(void *sess, const char *text)
+{
+    zk_sess_t *s = sess;
+    join_ctx_t *j = cq_calloc(1, sizeof *j);
+    if (!j)
+        return -ENOMEM;
+    size_t len = strlen(text);
+    if (len >= sizeof j->data) {
+        cq_free(j);
+        return -EINVAL;
+    }
+    j->s = s;
+    memcpy(j->data, text, len + 1);
+    j->len = (int)len;
+    j->at = 0;
+    join_step(j); /* posts EV_JOINED on failure too */
+    return 0;
+}
+
+/* ---- list: the children, then each child's data ------------------------------------------- */
+
+typedef struct list_ctx {
+    zk_sess_t *s;
+    int pending; /* data reads not answered yet */
+    int rc;
+    size_t n;
+    cq_coord_member_t m[CQ_COORD_MEMBERS_MAX];
+} list_ctx_t;
+
+typedef struct get_ctx {
+    list_ctx_t *l;
+    uint64_t seq;
+} get_ctx_t;
+
+static int member_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const cq_coord_member_t *)a)->seq, y = ((const cq_coord_member_t *)b)->seq;
+    return x < y ? -1 : x > y;
+}
+
+static void list_finish(list_ctx_t *l)
+{
+    cq_coord_ev_t ev = {.type = CQ_COORD_EV_MEMBERS, .rc = l->rc};
+    if (l->rc == 0) {
+        qsort(l->m, l->n, sizeof l->m[0], member_cmp);
+        ev.members = l->m;
+        ev.nmembers = l->n;
+    }
+    zk_sess_t *s = l->s;
+    zk_post(s, &ev);
+    cq_free(l);
+}
+
+static void list_got(int zrc, const char *value, int len, const struct Stat *st, const void *data)
+{
+    (void)st;
+    get_ctx_t *g = (get_ctx_t *)data;
+    list_ctx_t *l = g->l;
+    cq_coord_member_t m;
+    /* A member gone since the listing (ZNONODE) or with data we cannot read is skipped: the
+     * watch reports the change. */
+    if (zrc == ZOK && value && len > 0 && l->n < CQ_COORD_MEMBERS_MAX &&
+        cq_coord_member_parse(value, (size_t)len, &m) == 0) {
+        m.seq = g->seq;
+        l->m[l->n++] = m;
+    } else if (zrc != ZOK && zrc != ZNONODE && l->rc == 0) {
+        l->rc = zk_rc(zrc);
+    }
+    cq_free(g);
+    if (--l->pending == 0)
+        list_finish(l);
+}
+
+static void list_watch(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh, (void)state, (void)path;
+    /* Session events reach this watcher too: the session watcher handles them. */
+    if (type == ZOO_CHILD_EVENT || type == ZOO_DELETED_EVENT || type == ZOO_CREATED_EVENT)
+        zk_post_rc(ctx, CQ_COORD_EV_MEMBERS_CHANGED, 0);
+}
+
+static bool member_seq(const char *name, uint64_t *ret)
+{
+    size_t pl = strlen(MEMBER_NAME);
+    if (strncmp(name, MEMBER_NAME, pl) != 0 || !name[pl])
+        return false;
+    char *end;
+    *ret = strtoull(name + pl, &end, 10);
+    return *end == '\0';
+}
+
+static void list_children(int zrc, const struct String_vector *v, const void *data)
+{
+    list_ctx_t *l = (list_ctx_t *)data;
+    if (zrc != ZOK) {
+        l->rc = zk_rc(zrc);
+        list_finish(l);
+        return;
+    }
+    l->pending = 1; /* ours, dropped below: the list finishes after the last read */
+    for (int i = 0; i < v->count; i++) {
+        get_ctx_t *g = cq_malloc(sizeof *g);
+        char path[ZK_PATH_MAX];
+        if (!g || !member_seq(v->data[i], &g->seq) ||
+            snprintf(path, sizeof path, "%s/%s", l->s->members, v->data[i]) >= (int)sizeof path) {
+            cq_free(g);
+            continue;
+        }
+        g->l = l;
+        l->pending++;
+        int rc = zoo_aget(l->s->zh, path, 0, list_got, g);
+        if (rc != ZOK) {
+            l->pending--;
+            cq_free(g);
+            if (l->rc == 0)
+                l->rc = zk_rc(rc);
+        }
+    }
+    if (--l->pending == 0)
+        list_finish(l);
+}
+
+static int zk_list(void *sess)
+{
+    zk_sess_t *s = sess;
+    list_ctx_t *l = cq_calloc(1, sizeof *l);
+    if (!l)
+        return -ENOMEM;
+    l->s = s;
+    int zrc = zoo_awget_children(s->zh, s->members, list_watch, s, list_children, l);
+    if (zrc != ZOK) {
+        cq_free(l);
+        return zk_rc(zrc);
+    }
+    return 0;
+}
+
+/* ---- the epoch node ----------------------------------------------------------------------- */
+
+typedef struct epoch_ctx {
+    zk_sess_t *s;
+    bool is_ping;
+    uint64_t sent_ms;
+} epoch_ctx_t;
+
+static void epoch_got(int zrc, const char *value, int len, const struct Stat *st, const void *data)
+{
+    epoch_ctx_t *e = (epoch_ctx_t *)data;
+    cq_coord_ev_t ev = {.type = CQ_COORD_EV_EPOCH,
+                        .is_ping = e->is_ping,
+                        .sent_ms = e->sent_ms,
+                        .rc = zk_rc(zrc),
+                        .version = -1};
+    if (zrc == ZOK) {
+        ev.version = st->version;
+        ev.rc = cq_coord_epoch_parse(value ? value : "", len > 0 ? (size_t)len : 0, &ev.epoch,
+                                     &ev.owner_seq, ev.owner_db, sizeof ev.owner_db);
+    }
+    zk_sess_t *s = e->s;
+    cq_free(e);
+    zk_post(s, &ev);
+}
+
+static int zk_read_epoch(void *sess, bool is_ping, uint64_t sent_ms)
+{
+    zk_sess_t *s = sess;
+    epoch_ctx_t *e = cq_malloc(sizeof *e);
+    if (!e)
+        return -ENOMEM;
+    *e = (epoch_ctx_t){.s = s, .is_ping = is_ping, .sent_ms = sent_ms};
+    int zrc = zoo_aget(s->zh, s->epoch, 0, epoch_got, e);
+    if (zrc != ZOK) {
+        cq_free(e);
+        return zk_rc(zrc);
+    }
+    return 0;
+}
+
+static void epoch_set_done(int zrc, const void *data)
+{
+    zk_post_rc((zk_sess_t *)data, CQ_COORD_EV_EPOCH_SET, zk_rc(zrc));
+}
+
+static void epoch_created(int zrc, const char *name, const void *data)
+{
+    (void)name;
+    epoch_set_done(zrc, data);
+}
+
+static void epoch_written(int zrc, const struct Stat *st, const void *data)
+{
+    (void)st;
+    /* The node vanished under a versioned write: someone else changed it, same as a conflict. */
+    epoch_set_done(zrc == ZNONODE ? ZBADVERSION : zrc, data);
+}
+
+static int zk_set_epoch(void *sess, const char *text, int32_t version)
+{
+    zk_sess_t *s = sess;
+    int len = (int)strlen(text), zrc;
+    if (version < 0)
+        zrc = zoo_acreate(s->zh, s->epoch, text, len, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT,
+                          epoch_created, s);
+    else
+        zrc = zoo_aset(s->zh, s->epoch, text, len, version, epoch_written, s);
+    return zk_rc(zrc);
+}
+
+/* ---- leave -------------------------------------------------------------------------------- */
+
+static void left(int zrc, const void *data)
+{
+    zk_post_rc((zk_sess_t *)data, CQ_COORD_EV_LEFT, zrc == ZNONODE ? 0 : zk_rc(zrc));
+}
+
+static int zk_leave(void *sess)
+{
+    zk_sess_t *s = sess;
+    char node[ZK_PATH_MAX];
+    pthread_mutex_lock(&s->node_mu);
+    memcpy(node, s->node, sizeof node);
+    s->node[0] = '\0';
+    pthread_mutex_unlock(&s->node_mu);
+    if (!node[0]) {
+        zk_post_rc(s, CQ_COORD_EV_LEFT, 0);
+        return 0;
+    }
+    return zk_rc(zoo_adelete(s->zh, node, -1, left, s));
+}
+
+/* ---- persistent paths --------------------------------------------------------------------- */
+
+typedef void (*mk_then_fn)(void *arg, int zrc);
+
+/* Creates every component of path that is missing, one after the other, then calls then(arg,
+ * ZOK) - or then(arg, error) at the first failure. */
+typedef struct mk_ctx {
+    zk_sess_t *s;
+    char path[ZK_PATH_MAX];
+    size_t at; /* the end of the prefix being created */
+    mk_then_fn then;
+    void *arg;
+} mk_ctx_t;
+
+static void mk_step(mk_ctx_t *m);
+
+static void mk_finish(mk_ctx_t *m, int zrc)
+{
+    mk_then_fn then = m->then;
+    void *arg = m->arg;
+    cq_free(m);
+    then(arg, zrc);
+}
+
+static void mk_created(int zrc, const char *name, const void *data)
+{
+    (void)name;
+    mk_ctx_t *m = (mk_ctx_t *)data;
+    if (zrc != ZOK && zrc != ZNODEEXISTS)
+        mk_finish(m, zrc);
+    else
+        mk_step(m);
+}
+
+static void mk_step(mk_ctx_t *m)
+{
+    size_t n = strlen(m->path);
+    if (m->at >= n) {
+        mk_finish(m, ZOK);
+        return;
+    }
+    const char *slash = strchr(m->path + m->at + 1, '/');
+    m->at = slash ? (size_t)(slash - m->path) : n;
+    char prefix[ZK_PATH_MAX];
+    snprintf(prefix, sizeof prefix, "%.*s", (int)m->at, m->path);
+    int zrc =
+        zoo_acreate(m->s->zh, prefix, "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, mk_created, m);
+    if (zrc != ZOK)
+        mk_finish(m, zrc);
+}
+
+/* Returns 0 (then will be called, maybe before this returns) or -ENOMEM (it will not). */
+static int zk_mkpath(zk_sess_t *s, const char *path, mk_then_fn then, void *arg)
+{
+    mk_ctx_t *m = cq_calloc(1, sizeof *m);
+    if (!m)
+        return -ENOMEM;
+    m->s = s;
+    snprintf(m->path, sizeof m->path, "%s", path);
+    m->then = then;
+    m->arg = arg;
+    mk_step(m);
+    return 0;
+}
+
+/* ---- the topic registry ------------------------------------------------------------------- */
+
+typedef struct tlist_ctx {
+    zk_sess_t *s;
+    int pending;
+    int rc;
+    size_t n, cap;
+    cq_coord_topic_t *t;
+} tlist_ctx_t;
+
+typedef struct tget_ctx {
+    tlist_ctx_t *l;
+    char name[CQ_COORD_TOPIC_MAX + 1];
+} tget_ctx_t;
+
+static int topic_cmp(const void *a, const void *b)
+{
+    return strcmp(((const cq_coord_topic_t *)a)->name, ((const cq_coord_topic_t *)b)->name);
+}
+
+static void tlist_finish(tlist_ctx_t *l)
+{
+    if (l->rc == 0)
+        qsort(l->t, l->n, sizeof l->t[0], topic_cmp);
+    l->s->sink.topics(l->s->sink.ud, l->s->sink.gen, l->rc, l->t, l->rc == 0 ? l->n : 0);
+    cq_free(l->t);
+    cq_free(l);
+}
+
+static void topics_watch(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh, (void)state, (void)path;
+    zk_sess_t *s = ctx;
+    if (type == ZOO_CHILD_EVENT || type == ZOO_CHANGED_EVENT || type == ZOO_DELETED_EVENT ||
+        type == ZOO_CREATED_EVENT)
+        s->sink.topics_changed(s->sink.ud, s->sink.gen);
+}
+
+static void tlist_got(int zrc, const char *value, int len, const struct Stat *st, const void *data)
+{
+    (void)st;
+    tget_ctx_t *g = (tget_ctx_t *)data;
+    tlist_ctx_t *l = g->l;
+    cq_coord_topic_t t = {0};
+    /* A topic gone since the listing, or with data we cannot read, is skipped. */
+    if (zrc == ZOK && value && len > 0 && l->n < l->cap &&
+        cq_coord_topic_parse(value, (size_t)len, &t) == 0) {
+        memcpy(t.name, g->name, sizeof t.name);
+        l->t[l->n++] = t;
+    } else if (zrc != ZOK && zrc != ZNONODE && l->rc == 0) {
+        l->rc = zk_rc(zrc);
+    }
+    cq_free(g);
+    if (--l->pending == 0)
+        tlist_finish(l);
+}
+
+static void tlist_get(tlist_ctx_t *l, const char *name)
+{
+    char path[ZK_PATH_MAX + CQ_COORD_TOPIC_MAX + 2];
+    tget_ctx_t *g = cq_malloc(sizeof *g);
+    size_t n = strlen(name);
+    if (!g || n == 0 || n > CQ_COORD_TOPIC_MAX ||
+        snprintf(path, sizeof path, "%s/%s", l->s->topics, name) >= (int)sizeof path) {
+        cq_free(g);
+        return;
+    }
+    g->l = l;
+    memcpy(g->name, name, n + 1);
+    l->pending++;
+    /* Watch each topic's data too: an online flag or a retention that changes is a change. */
+    int zrc = zoo_awget(l->s->zh, path, topics_watch, l->s, tlist_got, g);
+    if (zrc != ZOK) {
+        l->pending--;
+        cq_free(g);
+        if (l->rc == 0)
+            l->rc = zk_rc(zrc);
+    }
+}
+
+static void tlist_children(int zrc, const struct String_vector *v, const void *data)
+{
+    tlist_ctx_t *l = (tlist_ctx_t *)data;
+    if (zrc != ZOK) {
+        l->rc = zk_rc(zrc);
+        tlist_finish(l);
+        return;
+    }
+    l->cap = v->count > 0 ? (size_t)v->count : 1;
+    l->t = cq_calloc(l->cap, sizeof l->t[0]);
+    if (!l->t) {
+        l->rc = -ENOMEM;
+        tlist_finish(l);
+        return;
+    }
+    l->pending = 1; /* ours, dropped below */
+    for (int i = 0; i < v->count; i++)
+        tlist_get(l, v->data[i]);
+    if (--l->pending == 0)
+        tlist_finish(l);
+}
+
+static void tlist_start(void *arg, int zrc)
+{
+    tlist_ctx_t *l = arg;
+    if (zrc == ZOK)
+        zrc = zoo_awget_children(l->s->zh, l->s->topics, topics_watch, l->s, tlist_children, l);
+    if (zrc != ZOK) {
+        l->rc = zk_rc(zrc);
+        tlist_finish(l);
+    }
+}
+
+static int zk_topics(void *sess)
+{
+    zk_sess_t *s = sess;
+    tlist_ctx_t *l = cq_calloc(1, sizeof *l);
+    if (!l)
+        return -ENOMEM;
+    l->s = s;
+    int rc = zk_mkpath(s, s->topics, tlist_start, l); /* a child watch needs the node */
+    if (rc < 0)
+        cq_free(l);
+    return rc;
+}
+
+/* A write: set (any version); missing: create; created meanwhile by another: set again. */
+typedef struct tput_ctx {
+    zk_sess_t *s;
+    char name[CQ_COORD_TOPIC_MAX + 1];
+    char path[ZK_PATH_MAX + CQ_COORD_TOPIC_MAX + 2];
+    char data[DATA_MAX];
+    int len;
+    int tries;
+} tput_ctx_t;
+
+static void tput_finish(tput_ctx_t *p, int zrc)
+{
+    zk_sess_t *s = p->s;
+    char name[CQ_COORD_TOPIC_MAX + 1];
+    memcpy(name, p->name, sizeof name);
+    cq_free(p);
+    s->sink.put_done(s->sink.ud, s->sink.gen, name, zk_rc(zrc));
+}
+
+static void tput_set(tput_ctx_t *p);
+
+static void tput_created(int zrc, const char *name, const void *data)
+{
+    (void)name;
+    tput_ctx_t *p = (tput_ctx_t *)data;
+    if (zrc == ZNODEEXISTS && p->tries++ < 3)
+        tput_set(p);
+    else
+        tput_finish(p, zrc);
+}
+
+static void tput_written(int zrc, const struct Stat *st, const void *data)
+{
+    (void)st;
+    tput_ctx_t *p = (tput_ctx_t *)data;
+    if (zrc == ZNONODE && p->tries++ < 3) {
+        zrc = zoo_acreate(p->s->zh, p->path, p->data, p->len, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT,
+                          tput_created, p);
+        if (zrc == ZOK)
+            return;
+    }
+    tput_finish(p, zrc);
+}
+
+static void tput_set(tput_ctx_t *p)
+{
+    int zrc = zoo_aset(p->s->zh, p->path, p->data, p->len, -1, tput_written, p);
+    if (zrc != ZOK)
+        tput_finish(p, zrc);
+}
+
+static void tput_start(void *arg, int zrc)
+{
+    tput_ctx_t *p = arg;
+    if (zrc != ZOK)
+        tput_finish(p, zrc);
+    else
+        tput_set(p);
+}
+
+static int zk_put_topic(void *sess, const char *name, const char *text)
+{
+    zk_sess_t *s = sess;
+    size_t nl = strlen(name), tl = strlen(text);
+    if (nl == 0 || nl > CQ_COORD_TOPIC_MAX || tl >= DATA_MAX)
+        return -EINVAL;
+    tput_ctx_t *p = cq_calloc(1, sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    p->s = s;
+    memcpy(p->name, name, nl + 1);
+    snprintf(p->path, sizeof p->path, "%s/%s", s->topics, name);
+    memcpy(p->data, text, tl + 1);
+    p->len = (int)tl;
+    int rc = zk_mkpath(s, s->topics, tput_start, p);
+    if (rc < 0)
+        cq_free(p);
+    return rc;
+}
+
+const cq_coord_zk_ops_t cq_coord_zk_libzk = {
+    .connect = zk_connect,
+    .join = zk_join,
+    .list = zk_list,
+    .read_epoch = zk_read_epoch,
+    .set_epoch = zk_set_epoch,
+    .leave = zk_leave,
+    .topics = zk_topics,
+    .put_topic = zk_put_topic,
+    .close = zk_close,
+};

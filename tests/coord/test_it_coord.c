@@ -1,0 +1,422 @@
+/* test_it_coord.c - elections on a real 3-node ZooKeeper ensemble (tests/support/zk.sh), with
+ * the coord runtime over libzookeeper-mt and no database control (every DB action succeeds).
+ * Members run in this process, except the frozen one of the freeze case, which runs in
+ * coord_member (a process of its own, so SIGSTOP freezes its ZK threads too). Each case uses
+ * its own root, so the ensemble is shared. Exact roles and epochs; waits on conditions with a
+ * safety stop of 30 s.
+ *
+ * Environment: ZK_SH (tests/support/zk.sh), COORD_MEMBER (the helper). Skips (TAP "1..0 #
+ * SKIP") when zk.sh reports that java or ZooKeeper is missing.
+ */
+#include "cq_clock.h"
+#include "cq_coordzk.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define SESSION_MS 6000 /* members that must survive a leader change on a loaded machine */
+#define FROZEN_MS  2000 /* the member that is frozen: expires soon */
+#define WAIT_MS    30000
+#define MAXLOG     32
+
+static char g_base[256];
+static pid_t g_child; /* a coord_member still running (stopped by the teardown on failure) */
+static char g_hosts[256];
+static const char *g_zksh;
+
+/* ---- the ensemble ------------------------------------------------------------------------- */
+
+/* Runs "zk.sh CMD BASE [ARG]"; the first line of its output goes to out. Returns its status. */
+static int zksh(const char *cmd, const char *arg, char *out, size_t outlen)
+{
+    char line[1024];
+    snprintf(line, sizeof line, "'%s' %s '%s' %s", g_zksh, cmd, g_base, arg ? arg : "");
+    FILE *f = popen(line, "r");
+    if (!f)
+        return -1;
+    if (out && outlen) {
+        out[0] = '\0';
+        if (fgets(out, (int)outlen, f))
+            out[strcspn(out, "\n")] = '\0';
+    }
+    char sink[256];
+    while (fgets(sink, sizeof sink, f))
+        ;
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* ---- in-process members ------------------------------------------------------------------- */
+
+typedef struct rec {
+    cq_coord_role_t role;
+    uint64_t epoch;
+    int64_t master; /* its seq, -1: none */
+} rec_t;
+
+typedef struct member {
+    pthread_mutex_t mu;
+    rec_t log[MAXLOG];
+    int n;
+    char adv[32], db[32];
+    cq_coordrt_t *rt;
+    char topics[512]; /* the last registry seen, "name:online:retention,..." */
+} member_t;
+
+static void on_topics(void *ud, const cq_coord_topic_t *t, size_t n)
+{
+    member_t *mb = ud;
+    size_t off = 0;
+    pthread_mutex_lock(&mb->mu);
+    mb->topics[0] = '\0';
+    for (size_t i = 0; i < n && off < sizeof mb->topics; i++)
+        off += (size_t)snprintf(mb->topics + off, sizeof mb->topics - off, "%s%s:%d:%" PRIu64,
+                                i ? "," : "", t[i].name, t[i].online, t[i].retention);
+    pthread_mutex_unlock(&mb->mu);
+}
+
+static bool topics_are(member_t *mb, const char *want)
+{
+    pthread_mutex_lock(&mb->mu);
+    bool eq = strcmp(mb->topics, want) == 0;
+    pthread_mutex_unlock(&mb->mu);
+    return eq;
+}
+
+static void on_role(void *ud, cq_coord_role_t role, uint64_t epoch, const cq_coord_member_t *m)
+{
+    member_t *mb = ud;
+    pthread_mutex_lock(&mb->mu);
+    if (mb->n < MAXLOG)
+        mb->log[mb->n++] = (rec_t){role, epoch, m ? (int64_t)m->seq : -1};
+    pthread_mutex_unlock(&mb->mu);
+}
+
+static void member_start(member_t *mb, const char *root, int i, uint32_t session_ms)
+{
+    memset(mb, 0, sizeof *mb);
+    pthread_mutex_init(&mb->mu, NULL);
+    snprintf(mb->adv, sizeof mb->adv, "127.0.0.1:%d", 27100 + i);
+    snprintf(mb->db, sizeof mb->db, "127.0.0.1:%d", 23400 + i);
+    cq_coordrt_opts_t o = {
+        .coord = {.shard = 1, .adv = mb->adv, .db = mb->db, .session_ms = session_ms},
+        .zk_hosts = g_hosts,
+        .zk_root = root,
+        .zk = &cq_coord_zk_libzk,
+        .on_role = on_role,
+        .role_ud = mb,
+        .on_topics = on_topics,
+        .topics_ud = mb,
+    };
+    assert_int_equal(cq_coordrt_start(&o, &mb->rt), 0);
+}
+
+static void member_stop(member_t *mb)
+{
+    cq_coordrt_stop(mb->rt);
+    mb->rt = NULL;
+    pthread_mutex_destroy(&mb->mu);
+}
+
+static int nlog(member_t *mb)
+{
+    pthread_mutex_lock(&mb->mu);
+    int n = mb->n;
+    pthread_mutex_unlock(&mb->mu);
+    return n;
+}
+
+static rec_t at(member_t *mb, int i)
+{
+    pthread_mutex_lock(&mb->mu);
+    rec_t r = mb->log[i];
+    pthread_mutex_unlock(&mb->mu);
+    return r;
+}
+
+static bool acking(member_t *mb)
+{
+    return cq_coordrt_ack_until(mb->rt) > cq_clock_mono_ms();
+}
+
+#define WAIT_UNTIL(cond)                                                                           \
+    do {                                                                                           \
+        uint64_t end_ = cq_clock_mono_ms() + WAIT_MS;                                              \
+        while (!(cond)) {                                                                          \
+            if (cq_clock_mono_ms() > end_)                                                         \
+                fail_msg("timed out waiting for %s", #cond);                                       \
+            usleep(2000);                                                                          \
+        }                                                                                          \
+    } while (0)
+
+static void assert_rec(member_t *mb, int i, cq_coord_role_t role, uint64_t epoch, int64_t master)
+{
+    rec_t r = at(mb, i);
+    assert_string_equal(cq_coord_role_name(r.role), cq_coord_role_name(role));
+    assert_int_equal(r.epoch, epoch);
+    assert_int_equal(r.master, master);
+}
+
+/* Three members, started one after the other (seqs 0, 1, 2): the first is MASTER with epoch 1,
+ * the others SLAVE and know it; only the master may acknowledge. Members see each other. */
+static void start_three(member_t m[3], const char *root)
+{
+    member_start(&m[0], root, 1, SESSION_MS);
+    WAIT_UNTIL(nlog(&m[0]) >= 1);
+    member_start(&m[1], root, 2, SESSION_MS);
+    WAIT_UNTIL(nlog(&m[1]) >= 1);
+    member_start(&m[2], root, 3, SESSION_MS);
+    WAIT_UNTIL(nlog(&m[2]) >= 1);
+    assert_rec(&m[0], 0, CQ_COORD_MASTER, 1, 0);
+    assert_rec(&m[1], 0, CQ_COORD_SLAVE, 0, 0); /* a slave never read the epoch */
+    assert_rec(&m[2], 0, CQ_COORD_SLAVE, 0, 0);
+    WAIT_UNTIL(acking(&m[0]));
+    assert_false(acking(&m[1]));
+    assert_false(acking(&m[2]));
+    cq_coord_member_t ms[4];
+    WAIT_UNTIL(cq_coordrt_members(m[0].rt, ms, 4) == 3);
+    assert_int_equal(ms[2].seq, 2);
+    assert_string_equal(ms[2].adv, "127.0.0.1:27103");
+    assert_string_equal(ms[2].db, "127.0.0.1:23403");
+}
+
+static void test_elect_and_failover(void **state)
+{
+    (void)state;
+    member_t m[3];
+    start_three(m, "/it/failover");
+
+    /* Closing the master's session deletes its node at once: the next lowest takes over. */
+    member_stop(&m[0]);
+    WAIT_UNTIL(nlog(&m[1]) >= 2);
+    assert_rec(&m[1], 1, CQ_COORD_MASTER, 2, 1);
+    WAIT_UNTIL(acking(&m[1]));
+    WAIT_UNTIL(nlog(&m[2]) >= 1 && cq_coordrt_members(m[2].rt, NULL, 0) == 2);
+    /* m[2] stays a slave; the engine is told again only when the role changes. */
+    assert_int_equal(nlog(&m[2]), 1);
+    assert_false(acking(&m[2]));
+    cq_coordrt_stats_t st;
+    cq_coordrt_stats(m[1].rt, &st);
+    assert_int_equal(st.role, CQ_COORD_MASTER);
+    assert_int_equal(st.epoch, 2);
+    assert_int_equal(st.elections, 1);
+    assert_int_equal(st.sessions, 1);
+    member_stop(&m[1]);
+    member_stop(&m[2]);
+}
+
+/* The ZooKeeper leader dies: clients reconnect to the other nodes within their sessions; the
+ * master keeps its role and epoch, nobody is told anything new, and it acknowledges again. */
+static void test_kill_zk_leader(void **state)
+{
+    (void)state;
+    member_t m[3];
+    start_three(m, "/it/leader");
+    char killed[16];
+    assert_int_equal(zksh("kill-leader", NULL, killed, sizeof killed), 0);
+    /* A heartbeat after the change proves the master's session works: ack_until moves on. */
+    uint64_t before = cq_coordrt_ack_until(m[0].rt);
+    WAIT_UNTIL(cq_coordrt_ack_until(m[0].rt) > before && acking(&m[0]));
+    for (int i = 0; i < 3; i++) {
+        cq_coordrt_stats_t st;
+        cq_coordrt_stats(m[i].rt, &st);
+        assert_int_equal(st.sessions, 1); /* no session expired */
+        assert_int_equal(st.session, CQ_COORD_SESS_CONNECTED);
+        assert_int_equal(nlog(&m[i]), 1);
+    }
+    assert_rec(&m[0], 0, CQ_COORD_MASTER, 1, 0);
+    assert_int_equal(zksh("start-node", killed, NULL, 0), 0);
+    for (int i = 0; i < 3; i++)
+        member_stop(&m[i]);
+}
+
+/* The topic registry on ZooKeeper: a publish reaches the other members (a new topic, a changed
+ * one), and a member that starts later gets the whole registry. */
+static void test_topic_registry(void **state)
+{
+    (void)state;
+    member_t a, b, c;
+    member_start(&a, "/it/topics", 1, SESSION_MS);
+    member_start(&b, "/it/topics", 2, SESSION_MS);
+    WAIT_UNTIL(nlog(&a) >= 1 && nlog(&b) >= 1);
+    cq_coord_topic_t t = {.name = "orders", .online = true, .retention = 3600};
+    assert_int_equal(cq_coordrt_publish_topic(a.rt, &t), 0);
+    WAIT_UNTIL(topics_are(&b, "orders:1:3600"));
+    t.online = false; /* a change of data, not of the list */
+    assert_int_equal(cq_coordrt_publish_topic(a.rt, &t), 0);
+    WAIT_UNTIL(topics_are(&b, "orders:0:3600"));
+    cq_coord_topic_t u = {.name = "audit", .online = true};
+    assert_int_equal(cq_coordrt_publish_topic(b.rt, &u), 0);
+    WAIT_UNTIL(topics_are(&a, "audit:1:0,orders:0:3600"));
+    member_start(&c, "/it/topics", 3, SESSION_MS);
+    WAIT_UNTIL(topics_are(&c, "audit:1:0,orders:0:3600"));
+    member_stop(&c);
+    member_stop(&b);
+    member_stop(&a);
+}
+
+/* ---- the frozen member (a process) -------------------------------------------------------- */
+
+typedef struct child {
+    pid_t pid;
+    int out; /* its stdout */
+    char buf[4096];
+    size_t len;
+} child_t;
+
+static void child_start(child_t *c, const char *root, int i, uint32_t session_ms)
+{
+    int fds[2];
+    char adv[32], db[32], sess[16];
+    snprintf(adv, sizeof adv, "127.0.0.1:%d", 27100 + i);
+    snprintf(db, sizeof db, "127.0.0.1:%d", 23400 + i);
+    snprintf(sess, sizeof sess, "%" PRIu32, session_ms);
+    assert_int_equal(pipe(fds), 0);
+    c->pid = fork();
+    assert_true(c->pid >= 0);
+    if (c->pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        const char *exe = getenv("COORD_MEMBER");
+        execl(exe, exe, g_hosts, root, "1", adv, db, sess, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    g_child = c->pid;
+    c->out = fds[0];
+    c->len = 0;
+}
+
+/* The next line the child printed, within WAIT_MS. */
+static void child_line(child_t *c, char *out, size_t outlen)
+{
+    uint64_t end = cq_clock_mono_ms() + WAIT_MS;
+    for (;;) {
+        char *nl = memchr(c->buf, '\n', c->len);
+        if (nl) {
+            size_t n = (size_t)(nl - c->buf);
+            snprintf(out, outlen, "%.*s", (int)n, c->buf);
+            memmove(c->buf, nl + 1, c->len - n - 1);
+            c->len -= n + 1;
+            return;
+        }
+        uint64_t now = cq_clock_mono_ms();
+        if (now > end)
+            fail_msg("timed out waiting for a line of coord_member");
+        struct pollfd p = {.fd = c->out, .events = POLLIN};
+        if (poll(&p, 1, (int)(end - now)) <= 0)
+            continue;
+        ssize_t r = read(c->out, c->buf + c->len, sizeof c->buf - c->len - 1);
+        if (r <= 0)
+            fail_msg("coord_member closed its output");
+        c->len += (size_t)r;
+    }
+}
+
+static void child_stop(child_t *c)
+{
+    kill(c->pid, SIGCONT);
+    kill(c->pid, SIGTERM);
+    int st;
+    waitpid(c->pid, &st, 0);
+    g_child = 0;
+    close(c->out);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* The master is frozen (SIGSTOP) past its session: the ensemble expires it, the other member
+ * takes the role with epoch 2. Thawed, the old master learns it lost the session: DOWN, may not
+ * acknowledge, then joins again behind the new master and is its slave. */
+static void test_frozen_master(void **state)
+{
+    (void)state;
+    char line[256];
+    child_t c;
+    member_t b;
+    child_start(&c, "/it/frozen", 1, FROZEN_MS);
+    child_line(&c, line, sizeof line);
+    assert_string_equal(line, "role master epoch 1 master 0 ack 0");
+    member_start(&b, "/it/frozen", 2, SESSION_MS);
+    WAIT_UNTIL(nlog(&b) >= 1);
+    assert_rec(&b, 0, CQ_COORD_SLAVE, 0, 0);
+
+    kill(c.pid, SIGSTOP);
+    WAIT_UNTIL(nlog(&b) >= 2);
+    assert_rec(&b, 1, CQ_COORD_MASTER, 2, 1);
+    WAIT_UNTIL(acking(&b));
+    kill(c.pid, SIGCONT);
+    child_line(&c, line, sizeof line);
+    assert_string_equal(line, "role down epoch 1 master -1 ack 0");
+    child_line(&c, line, sizeof line);
+    assert_string_equal(line, "role slave epoch 1 master 1 ack 0");
+    assert_int_equal(nlog(&b), 2); /* the new master never lost its role */
+    assert_true(acking(&b));
+    child_stop(&c);
+    member_stop(&b);
+}
+
+/* ---- main --------------------------------------------------------------------------------- */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    if (g_child > 0) {
+        kill(g_child, SIGKILL);
+        waitpid(g_child, NULL, 0);
+    }
+    zksh("stop", NULL, NULL, 0);
+    return 0;
+}
+
+int main(void)
+{
+    g_zksh = getenv("ZK_SH");
+    if (!g_zksh || !getenv("COORD_MEMBER")) {
+        printf("1..0 # SKIP ZK_SH and COORD_MEMBER must be set (meson test sets them)\n");
+        return 0;
+    }
+    snprintf(g_base, sizeof g_base, "/tmp/cq-it-coord.XXXXXX");
+    if (!mkdtemp(g_base)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    int rc = zksh("start", NULL, g_hosts, sizeof g_hosts);
+    if (rc == 2) {
+        rmdir(g_base);
+        printf("1..0 # SKIP ZooKeeper or java is missing (scripts/deps.sh installs them)\n");
+        return 0;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "zk.sh start failed (%d); logs in %s\n", rc, g_base);
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_elect_and_failover),
+        cmocka_unit_test(test_kill_zk_leader),
+        cmocka_unit_test(test_frozen_master),
+        cmocka_unit_test(test_topic_registry),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
