@@ -595,8 +595,13 @@ static bool gate(hreq_t *q, bool known)
     }
     if (!authenticate(q))
         return false;
-    if (method_is(q, "POST") && cq__mqop_may_write(&q->h->l, &why) < 0) {
-        FAIL(q->h, CQ_EACL, "module %u %s", q->module_id, why);
+    int r = method_is(q, "POST") ? cq__mqop_may_write(&q->h->l, &why) : 0;
+    if (r == CQ_EACL) {
+        FAIL(q->h, r, "module %u %s", q->module_id, why);
+        return false;
+    }
+    if (r < 0) { /* CQ_ENOTMASTER: 503 with err_code 18 */
+        FAIL(q->h, r, "%s", why);
         return false;
     }
     return true;

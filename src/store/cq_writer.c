@@ -877,6 +877,7 @@ void cq_writer_stats(const cq_writer_t *w, cq_writer_stats_t *ret_stats)
         .other_ops = ld(&w->st_other),
         .max_txn_msgs = ld(&w->st_max_txn),
         .pending = atomic_load_explicit(&w->pending, memory_order_relaxed),
+        .max_pending = w->max_pending,
         .batch_sum = ld(&w->st_batch_sum),
         .commit_us_sum = ld(&w->st_commit_sum),
     };

@@ -199,6 +199,7 @@ typedef struct cq_writer_stats {
     uint64_t other_ops;    /* non-produce requests run */
     uint64_t max_txn_msgs; /* largest transaction, in messages */
     uint64_t pending;      /* current pending units (see max_pending) */
+    uint64_t max_pending;  /* the limit of pending units (the server's load = pending / it) */
     /* Per append transaction (committed or failed), not cumulative: batch[i] counts the
      * transactions of at most cq_writer_batch_bounds[i] messages (and above the previous bound),
      * commit_us[i] those whose cq_store_append_batch() took at most cq_writer_commit_bounds[i]
