@@ -116,14 +116,26 @@ static int fake_peer(void *ud, char *buf, size_t len)
     return 0;
 }
 
-/* Answers CQ_MQPORT_WRITER_STATS with a few counters; nothing else. */
+/* What fake_control answers for CQ_MQPORT_WRITER_STATS (reset by eng_start). */
+static const cq_writer_stats_t wstats_dfl = {.transactions = 7, .messages = 70};
+static cq_writer_stats_t wstats;
+
+/* Answers CQ_MQPORT_WRITER_STATS with wstats; nothing else. */
 static int fake_control(void *ud, int op, void *arg)
 {
     (void)ud;
     if (op != CQ_MQPORT_WRITER_STATS)
         return -ENOTSUP;
-    *(cq_writer_stats_t *)arg = (cq_writer_stats_t){.transactions = 7, .messages = 70};
+    *(cq_writer_stats_t *)arg = wstats;
     return 0;
+}
+
+/* The fence of the cluster (issue 11): what the coordination runtime would say. */
+static bool fence_open;
+static bool fake_may_write(void *ud)
+{
+    assert_ptr_equal(ud, &fence_open);
+    return fence_open;
 }
 
 static const cq_mqport_ops_t fport_ops = {fake_submit, fake_control};
@@ -140,6 +152,8 @@ static cq_mqperm_t *perms;
 static struct cq_authlim *next_authlim; /* the failure budget of the next eng_start */
 static size_t sq_soft, sq_hard;         /* send queue limits of the next eng_start (0: defaults) */
 static uint32_t sq_soft_s;
+static bool next_fence, next_slave; /* the next eng_start: fenced (fake_may_write), a slave */
+static uint32_t next_shard;
 
 /* An engine with the topics orders (online, 2 messages so far), Paused (offline) and keep
  * (retention 0), all allowed (with_perms false) or under perms_json. */
@@ -164,7 +178,15 @@ static void eng_start(bool with_perms, uint32_t max_batch)
                          .sendq_soft_limit = sq_soft,
                          .sendq_hard_limit = sq_hard,
                          .sendq_soft_seconds = sq_soft_s,
-                         .authlim = next_authlim};
+                         .authlim = next_authlim,
+                         .may_write = next_fence ? fake_may_write : NULL,
+                         .fence_ud = &fence_open,
+                         .shard = next_shard,
+                         .slave = next_slave};
+    wstats = wstats_dfl;
+    fence_open = true;
+    next_fence = next_slave = false; /* taken: a failed test does not leak them */
+    next_shard = 0;
     eng = cq_mqsrv_new(&o);
     assert_non_null(eng);
     cq_mqsrv_set_now(eng, 1700000000000);
@@ -1667,6 +1689,309 @@ static void test_perms_reload(void **state)
     eng_stop(); /* frees the reloaded table (ASan would see a leak) */
 }
 
+/* ---- the cluster (issue 11) ------------------------------------------------------------------ */
+
+static cq_mq_msg_t *offset_req(uint8_t type, uint16_t id, const char *topic, int64_t offset)
+{
+    cq_mq_msg_t *m = req(type, id, id, topic);
+    m->offset = offset;
+    m->has |= CQ_MQ_F_OFFSET;
+    return m;
+}
+
+/* A write is answered not_master (18) while the fence is closed, at admission (nothing reaches
+ * the store) and at completion (committed, not acknowledged, not pushed); reads are served. */
+static void test_fence(void **state)
+{
+    (void)state;
+    cq_mqsrv_stats_t st;
+    next_fence = true;
+    next_shard = 3;
+    eng_start(false, 0);
+    fconn_t *p = fconn_new(), *w = fconn_new();
+    connect_as(p, 1, "",
+               "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":3,"
+               "\"master\":true}");
+    connect_as(w, 2, "",
+               "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0,\"shard\":3,"
+               "\"master\":true}");
+    feed(w, req(CQ_MQ_REQ_WATCH, 2, 2, "orders"));
+    expect(w, "8 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1,"
+              "\"topic_message_total\":0}");
+    /* the fence closes between the submission and the commit */
+    feed(p, produce_req(3, "orders", 2, 7));
+    cq_writer_req_t *r = take(CQ_WRITER_PRODUCE, "orders");
+    fence_open = false;
+    r->prev_offset = 2;
+    done_produce(r, 3);
+    expect(p, "12 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":18,\"err_msg\":\"produce: this "
+              "server lost its shard's master role before the commit was acknowledged; the "
+              "messages may be stored: retry with the same producer_id and seq on the shard's "
+              "master\",\"shard\":3}");
+    expect_nothing(w); /* pushes are what was acknowledged */
+    /* closed: refused at admission, nothing submitted */
+    feed(p, produce_req(4, "orders", 1, 0));
+    expect(p, "12 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":18,\"err_msg\":\"produce: this "
+              "server is not its shard's master now\",\"shard\":3}");
+    feed(p, offset_req(CQ_MQ_REQ_COMMIT, 5, "orders", 1));
+    expect(p, "16 5 {\"askid\":5,\"topic\":\"orders\",\"err_code\":18,\"err_msg\":\"commit: this "
+              "server is not its shard's master now\"}");
+    feed(p, req(CQ_MQ_REQ_ADD_TOPIC, 6, 6, "brand_new"));
+    expect(p, "6 6 {\"askid\":6,\"topic\":\"brand_new\",\"err_code\":18,\"err_msg\":\"add_topic: "
+              "this server is not its shard's master now\"}");
+    assert_int_equal(cq_mqsrv_topic_set_online(eng, "orders", false), CQ_ENOTMASTER);
+    cq_mqsrv_retention(eng, 1800000000000);
+    assert_int_equal(fp.npending, 0);
+    /* reads are served: an existing topic registers, consume, offset, topics, keepalive */
+    feed(p, req(CQ_MQ_REQ_ADD_TOPIC, 7, 7, "orders"));
+    expect(p, "6 7 {\"askid\":7,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1,"
+              "\"topic_message_total\":0}");
+    feed(p, consume_req(8, "orders", 0, 5));
+    r = take(CQ_WRITER_READ, "orders");
+    r->recs = cq_calloc(2, sizeof(*r->recs));
+    r->recs[0] = (cq_store_rec_t){.offset = 3,
+                                  .create_ms = 5,
+                                  .content = cq_strdup("a"),
+                                  .len = 1,
+                                  .producer_id = 7,
+                                  .seq = 10};
+    r->recs[1] = (cq_store_rec_t){
+        .offset = 4, .create_ms = 6, .content = cq_strdup("b"), .len = 1}; /* no key: none sent */
+    r->n_recs = 2;
+    done(r, 0);
+    expect(p, "14 8 {\"askid\":8,\"topic\":\"orders\",\"err_code\":0,\"total\":0,\"offset\":4,"
+              "\"messages\":[{\"offset_id\":3,\"message\":\"a\",\"time\":5,\"producer_id\":7,"
+              "\"seq\":10},{\"offset_id\":4,\"message\":\"b\",\"time\":6}],\"message_count\":2,"
+              "\"shard\":3}");
+    feed(p, req(CQ_MQ_REQ_OFFSET, 9, 9, "orders"));
+    done(take(CQ_WRITER_GET_OFFSET, "orders"), -ENOENT);
+    expect(p, "22 9 {\"askid\":9,\"topic\":\"orders\",\"err_code\":0,\"offset\":0,"
+              "\"committed\":false,\"last_offset\":2,\"shard\":3}");
+    feed(p, req(CQ_MQ_REQ_KEEPALIVE, 10, 10, NULL));
+    expect(p, "4 10 {\"askid\":10,\"err_code\":0,\"weight\":0,\"shard\":3,\"master\":false}");
+    cq_mqsrv_stats(eng, &st);
+    assert_int_equal(st.not_master, 5); /* 1 at completion, 4 at admission */
+    assert_int_equal(st.produced, 0);
+    /* open again: the same produce is acknowledged */
+    fence_open = true;
+    feed(p, produce_req(11, "orders", 1, 0));
+    r = take(CQ_WRITER_PRODUCE, "orders");
+    r->prev_offset = 4; /* the store's high water before it */
+    done_produce(r, 5);
+    expect(p, "12 11 {\"askid\":11,\"topic\":\"orders\",\"err_code\":0,\"total\":1,"
+              "\"offsets\":[5],\"shard\":3}");
+    /* rows 3 and 4 committed without an answer: the watcher gets them from the store, once */
+    done_read(take(CQ_WRITER_READ, "orders"), 3, 3);
+    expect(w, "18 0 {\"topic\":\"orders\",\"offset\":5,\"messages\":["
+              "{\"offset_id\":3,\"message\":\"r3\",\"time\":1000},"
+              "{\"offset_id\":4,\"message\":\"r4\",\"time\":1001},"
+              "{\"offset_id\":5,\"message\":\"r5\",\"time\":1002}],\"message_count\":3,"
+              "\"shard\":3}");
+    fconn_free(p);
+    fconn_free(w);
+    eng_stop();
+}
+
+/* HTTP writes on a server that may not write: 503 with err_code 18; reads are served. */
+static void test_fence_http(void **state)
+{
+    (void)state;
+    next_fence = true;
+    eng_start(true, 0);
+    fence_open = false;
+    fconn_t *f = fhttp_new();
+    http(f, "POST", "/v1/topics/orders/messages", "3:s3", "{\"content\":\"a\"}");
+    expect_resp(f, "503 Service Unavailable",
+                "{\"err_code\":18,\"err_msg\":\"this server is not its shard's master now\"}");
+    http(f, "POST", "/v1/topics", "1:s1", "{\"topic\":\"x\"}");
+    expect_resp(f, "503 Service Unavailable",
+                "{\"err_code\":18,\"err_msg\":\"this server is not its shard's master now\"}");
+    http(f, "GET", "/v1/topics/orders/messages?offset=0", "2:s2", NULL);
+    done_read(take(CQ_WRITER_READ, "orders"), 1, 0);
+    expect_resp(f, "200 OK", "{\"messages\":[],\"next_offset\":0}");
+    fconn_free(f);
+    eng_stop();
+}
+
+/* A record of content "r<offset>" with an idempotence key. */
+static void set_rec(cq_store_rec_t *rec, uint64_t offset, uint64_t pid, uint64_t seq)
+{
+    char *c = cq_malloc(24);
+    assert_non_null(c);
+    snprintf(c, 24, "r%llu", (unsigned long long)offset);
+    *rec = (cq_store_rec_t){.offset = offset,
+                            .create_ms = 9,
+                            .content = c,
+                            .len = strlen(c),
+                            .producer_id = pid,
+                            .seq = seq};
+}
+
+/* A slave: its watchers get what replication brought, in order, exactly once, from polls of
+ * the store; the topic list and the high waters are read again every second. */
+static void test_slave_poll(void **state)
+{
+    (void)state;
+    next_slave = true;
+    next_shard = 1;
+    eng_start(false, 2);
+    fconn_t *w = fconn_new();
+    connect_as(w, 2, "",
+               "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":1,"
+               "\"master\":false}");
+    feed(w, req(CQ_MQ_REQ_WATCH, 2, 2, "orders"));
+    expect(w, "8 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1,"
+              "\"topic_message_total\":0}");
+    cq_mqsrv_tick(eng, 1000);
+    cq_writer_req_t *rd = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(rd->from_offset, 2); /* after what the watcher was sent */
+    assert_int_equal(rd->max, 2);
+    cq_writer_req_t *ls = take(CQ_WRITER_TOPIC_LIST, NULL);
+    cq_writer_req_t *hw[3];
+    hw[0] = take(CQ_WRITER_HIGH_WATER, "Paused"); /* in cache order */
+    hw[1] = take(CQ_WRITER_HIGH_WATER, "keep");
+    hw[2] = take(CQ_WRITER_HIGH_WATER, "orders");
+    assert_int_equal(fp.npending, 0);
+    /* a full read: the next one follows at once */
+    rd->recs = cq_calloc(2, sizeof(*rd->recs));
+    set_rec(&rd->recs[0], 3, 7, 1);
+    set_rec(&rd->recs[1], 5, 0, 0);
+    rd->n_recs = 2;
+    done(rd, 0);
+    expect(w, "18 0 {\"topic\":\"orders\",\"offset\":5,\"messages\":["
+              "{\"offset_id\":3,\"message\":\"r3\",\"time\":9,\"producer_id\":7,\"seq\":1},"
+              "{\"offset_id\":5,\"message\":\"r5\",\"time\":9}],\"message_count\":2,"
+              "\"shard\":1}");
+    rd = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(rd->from_offset, 5);
+    rd->recs = cq_calloc(1, sizeof(*rd->recs));
+    set_rec(&rd->recs[0], 6, 7, 2);
+    rd->n_recs = 1;
+    done(rd, 0); /* short: caught up until the next poll */
+    expect(w, "18 0 {\"topic\":\"orders\",\"offset\":6,\"messages\":["
+              "{\"offset_id\":6,\"message\":\"r6\",\"time\":9,\"producer_id\":7,\"seq\":2}],"
+              "\"message_count\":1,\"shard\":1}");
+    assert_int_equal(fp.npending, 0);
+    cq_mqsrv_tick(eng, 1100); /* too soon for the next poll */
+    assert_int_equal(fp.npending, 0);
+    cq_mqsrv_tick(eng, 1150);
+    rd = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(rd->from_offset, 6);
+    done_read(rd, 7, 0);
+    expect_nothing(w);
+    /* the list brings a topic created on the master; its high water is read before polls */
+    ls->topics = cq_calloc(2, sizeof(*ls->topics));
+    ls->topics[0] = (cq_store_topic_t){.name = "fresh", .online = true, .retention_days = 3};
+    ls->topics[1] = (cq_store_topic_t){.name = "Paused", .online = true, .retention_days = 7};
+    ls->n_topics = 2;
+    done(ls, 0);
+    cq_writer_req_t *fh = take(CQ_WRITER_HIGH_WATER, "fresh");
+    hw[2]->offset = 9; /* replication went on */
+    for (int i = 0; i < 3; i++)
+        done(hw[i], 0);
+    fh->offset = 40;
+    done(fh, 0);
+    feed(w, req(CQ_MQ_REQ_TOPICS, 3, 3, NULL));
+    expect(w, "24 3 {\"askid\":3,\"err_code\":0,\"topic_nums\":4,\"topics\":["
+              "{\"topic\":\"fresh\",\"online\":true,\"retention_days\":3,\"last_offset\":40},"
+              "{\"topic\":\"keep\",\"online\":true,\"retention_days\":0,\"last_offset\":0},"
+              "{\"topic\":\"orders\",\"online\":true,\"retention_days\":30,\"last_offset\":9},"
+              "{\"topic\":\"Paused\",\"online\":true,\"retention_days\":7,\"last_offset\":0}]}");
+    /* a watcher of the new topic sees what commits after its high water */
+    feed(w, req(CQ_MQ_REQ_WATCH, 4, 4, "fresh"));
+    expect(w, "8 4 {\"askid\":4,\"topic\":\"fresh\",\"err_code\":0,\"topic_nums\":2,"
+              "\"topic_message_total\":0}");
+    cq_mqsrv_tick(eng, 1300);
+    rd = take(CQ_WRITER_READ, "orders"); /* in cache order */
+    assert_int_equal(rd->from_offset, 6);
+    done_read(rd, 7, 0);
+    rd = take(CQ_WRITER_READ, "fresh");
+    assert_int_equal(rd->from_offset, 40);
+    done_read(rd, 41, 1);
+    expect(w, "18 0 {\"topic\":\"fresh\",\"offset\":41,\"messages\":["
+              "{\"offset_id\":41,\"message\":\"r41\",\"time\":1000}],\"message_count\":1,"
+              "\"shard\":1}");
+    assert_int_equal(fp.npending, 0);
+    fconn_free(w);
+    eng_stop();
+}
+
+/* A slave that becomes master reads each topic's high water and count back before it takes
+ * produces to it; shard and epoch come with the role. */
+static void test_role_handover(void **state)
+{
+    (void)state;
+    next_slave = true;
+    eng_start(false, 0);
+    fconn_t *p = fconn_new();
+    connect_as(p, 1, "",
+               "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":false}");
+    cq_mqsrv_set_role(eng, true, 2, 5);
+    cq_mqsrv_drain(eng);
+    cq_writer_req_t *ls = take(CQ_WRITER_TOPIC_LIST, NULL);
+    cq_writer_req_t *paused = take(CQ_WRITER_TOPIC_STATS, "Paused");
+    cq_writer_req_t *keep = take(CQ_WRITER_TOPIC_STATS, "keep");
+    cq_writer_req_t *st = take(CQ_WRITER_TOPIC_STATS, "orders");
+    feed(p, produce_req(2, "orders", 1, 0));
+    expect(p, "12 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":11,\"err_msg\":\"produce: this "
+              "server is taking over as its shard's master: retry\",\"shard\":2}");
+    st->offset = 9;
+    st->count = 5;
+    done(st, 0);
+    feed(p, produce_req(3, "orders", 1, 0));
+    cq_writer_req_t *r = take(CQ_WRITER_PRODUCE, "orders");
+    r->prev_offset = 9;
+    done_produce(r, 11);
+    expect(p, "12 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":0,\"total\":6,"
+              "\"offsets\":[11],\"shard\":2}");
+    /* a failed reload is tried again at the tick */
+    done(keep, CQ_ESTORE);
+    done(paused, 0);
+    done(ls, 0);
+    cq_mqsrv_tick(eng, 1000);
+    keep = take(CQ_WRITER_TOPIC_STATS, "keep");
+    assert_int_equal(fp.npending, 0); /* a master neither polls nor refreshes */
+    done(keep, 0);
+    feed(p, req(CQ_MQ_REQ_KEEPALIVE, 4, 4, NULL));
+    expect(p, "4 4 {\"askid\":4,\"err_code\":0,\"weight\":100,\"shard\":2,\"master\":true}");
+    cq_mqsrv_set_role(eng, false, 2, 6);
+    cq_mqsrv_drain(eng);
+    feed(p, req(CQ_MQ_REQ_KEEPALIVE, 5, 5, NULL));
+    expect(p, "4 5 {\"askid\":5,\"err_code\":0,\"weight\":0,\"shard\":2,\"master\":false}");
+    fconn_free(p);
+    eng_stop();
+}
+
+/* The keepalive weight: 100 scaled by the writer's free pending room and by the recent mean
+ * commit time over CQ_MQSRV_WEIGHT_SLOW_US; never 0 while writable. */
+static void test_weight(void **state)
+{
+    (void)state;
+    eng_start(false, 0);
+    fconn_t *p = fconn_new();
+    wstats.pending = 250;
+    wstats.max_pending = 1000;
+    feed(p, req(CQ_MQ_REQ_KEEPALIVE, 1, 1, NULL));
+    expect(p, "4 1 {\"askid\":1,\"err_code\":0,\"weight\":75,\"shard\":0,\"master\":true}");
+    wstats.transactions = 7;
+    wstats.commit_us_sum = 7 * 40000; /* 40 ms per commit */
+    cq_mqsrv_tick(eng, 1000);
+    feed(p, req(CQ_MQ_REQ_KEEPALIVE, 2, 2, NULL));
+    expect(p, "4 2 {\"askid\":2,\"err_code\":0,\"weight\":18,\"shard\":0,\"master\":true}");
+    wstats.transactions = 17;
+    wstats.commit_us_sum += 10 * 5000; /* the last second: 5 ms per commit */
+    wstats.pending = 1000;
+    cq_mqsrv_tick(eng, 2000);
+    feed(p, req(CQ_MQ_REQ_KEEPALIVE, 3, 3, NULL));
+    expect(p, "4 3 {\"askid\":3,\"err_code\":0,\"weight\":1,\"shard\":0,\"master\":true}");
+    wstats.pending = 0;
+    feed(p, req(CQ_MQ_REQ_KEEPALIVE, 4, 4, NULL));
+    expect(p, "4 4 {\"askid\":4,\"err_code\":0,\"weight\":100,\"shard\":0,\"master\":true}");
+    fconn_free(p);
+    eng_stop();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1686,6 +2011,11 @@ int main(void)
         cmocka_unit_test(test_inbox),
         cmocka_unit_test(test_metrics_port),
         cmocka_unit_test(test_http_ops),
+        cmocka_unit_test(test_fence),
+        cmocka_unit_test(test_fence_http),
+        cmocka_unit_test(test_slave_poll),
+        cmocka_unit_test(test_role_handover),
+        cmocka_unit_test(test_weight),
         cmocka_unit_test(test_writes_need_loopback),
         cmocka_unit_test(test_connect_budget),
         cmocka_unit_test(test_perm_token_required),
