@@ -698,7 +698,12 @@ static void done(mq_link_t *l, cq_writer_req_t *req, const mq_result_t *res, voi
     if (l->dead)
         return;
     char why[CQ_MQ_ERR_MSG_MAX];
-    if (res->err)
+    if (res->err == CQ_ENOTMASTER) /* fenced before the answer: the rows may be stored */
+        FAIL(h, res->err,
+             "%s; the messages may be stored: retry with the same producer_id and "
+             "seq on the shard's master",
+             cq_strerror(res->err));
+    else if (res->err)
         FAIL(h, res->err, "%s; %s", cq__mqop_err_text(req, res->err, why, sizeof(why)),
              req->op == CQ_WRITER_PRODUCE ? "nothing was acknowledged" : "not done");
     else

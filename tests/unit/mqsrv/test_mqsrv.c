@@ -1809,6 +1809,17 @@ static void test_fence_http(void **state)
     http(f, "GET", "/v1/topics/orders/messages?offset=0", "2:s2", NULL);
     done_read(take(CQ_WRITER_READ, "orders"), 1, 0);
     expect_resp(f, "200 OK", "{\"messages\":[],\"next_offset\":0}");
+    /* the fence closes between the submission and the commit */
+    fence_open = true;
+    http(f, "POST", "/v1/topics/orders/messages", "3:s3",
+         "{\"content\":\"a\",\"producer_id\":4,\"seq\":1}");
+    cq_writer_req_t *r = take(CQ_WRITER_PRODUCE, "orders");
+    fence_open = false;
+    done_produce(r, 3);
+    expect_resp(f, "503 Service Unavailable",
+                "{\"err_code\":18,\"err_msg\":\"not the shard's master: produce on another "
+                "server; the messages may be stored: retry with the same producer_id and seq on "
+                "the shard's master\"}");
     fconn_free(f);
     eng_stop();
 }
