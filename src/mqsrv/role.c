@@ -153,19 +153,17 @@ static void high_water(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *t)
 {
     if (req->offset > t->last_offset)
         t->last_offset = req->offset;
-    if (t->hw_unknown) { /* a watcher sees what commits after it watched */
+    /* a watcher sees what commits after it watched (on a slave: after the last refresh) */
+    bool idle = !t->nwatchers && !t->catchup_reading && !t->catchup_to;
+    if (t->hw_unknown || idle)
         t->pushed = t->last_offset;
-        t->hw_unknown = false;
-    }
+    t->hw_unknown = false;
     if (req->op != CQ_WRITER_TOPIC_STATS)
         return;
     t->count = req->count;
     t->reload = false;
-    if (t->pushed < t->last_offset && t->nwatchers && !t->catchup_reading) {
+    if (t->pushed < t->last_offset && t->nwatchers)
         cq__mqsrv_poll(s, t); /* what the watchers have not seen yet, before new produces */
-    } else if (!t->nwatchers && !t->catchup_reading && !t->catchup_to) {
-        t->pushed = t->last_offset;
-    }
 }
 
 void cq__mqsrv_role_done(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *t)

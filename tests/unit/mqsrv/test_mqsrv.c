@@ -1898,6 +1898,7 @@ static void test_slave_poll(void **state)
     done(ls, 0);
     cq_writer_req_t *fh = take(CQ_WRITER_HIGH_WATER, "fresh");
     hw[2]->offset = 9; /* replication went on */
+    hw[1]->offset = 12;
     for (int i = 0; i < 3; i++)
         done(hw[i], 0);
     fh->offset = 40;
@@ -1905,15 +1906,22 @@ static void test_slave_poll(void **state)
     feed(w, req(CQ_MQ_REQ_TOPICS, 3, 3, NULL));
     expect(w, "24 3 {\"askid\":3,\"err_code\":0,\"topic_nums\":4,\"topics\":["
               "{\"topic\":\"fresh\",\"online\":true,\"retention_days\":3,\"last_offset\":40},"
-              "{\"topic\":\"keep\",\"online\":true,\"retention_days\":0,\"last_offset\":0},"
+              "{\"topic\":\"keep\",\"online\":true,\"retention_days\":0,\"last_offset\":12},"
               "{\"topic\":\"orders\",\"online\":true,\"retention_days\":30,\"last_offset\":9},"
               "{\"topic\":\"Paused\",\"online\":true,\"retention_days\":7,\"last_offset\":0}]}");
     /* a watcher of the new topic sees what commits after its high water */
     feed(w, req(CQ_MQ_REQ_WATCH, 4, 4, "fresh"));
     expect(w, "8 4 {\"askid\":4,\"topic\":\"fresh\",\"err_code\":0,\"topic_nums\":2,"
               "\"topic_message_total\":0}");
+    /* so does one of a topic no one watched: from the high water of the last refresh */
+    feed(w, req(CQ_MQ_REQ_WATCH, 5, 5, "keep"));
+    expect(w, "8 5 {\"askid\":5,\"topic\":\"keep\",\"err_code\":0,\"topic_nums\":3,"
+              "\"topic_message_total\":0}");
     cq_mqsrv_tick(eng, 1300);
-    rd = take(CQ_WRITER_READ, "orders"); /* in cache order */
+    rd = take(CQ_WRITER_READ, "keep"); /* in cache order */
+    assert_int_equal(rd->from_offset, 12);
+    done_read(rd, 13, 0);
+    rd = take(CQ_WRITER_READ, "orders");
     assert_int_equal(rd->from_offset, 6);
     done_read(rd, 7, 0);
     rd = take(CQ_WRITER_READ, "fresh");
