@@ -14,7 +14,7 @@
  * Per connection: bytes -> frames (cq_mq_parse) -> cq_mq_decode -> one handler per type (a
  * table row in handlers.c) -> the operation layer shared with the HTTP API (ops.c):
  *   connect    module_id + token checked against the permissions; client_type recorded
- *   keepalive  answered at once (weight)
+ *   keepalive  answered at once (weight: health, 0 when the server may not write)
  *   add_topic  an existing topic the module may produce/consume is registered; a missing one is
  *              created (TOPIC_CREATE) when the module has the admin right
  *   produce    produce permission, topic known and online, then a writer PRODUCE; answered ONLY
@@ -125,7 +125,10 @@ void cq_mqsrv_conn_progress(const cq_mqsrv_conn_t *c, uint64_t *ret_frames, bool
  * once each. Call once per loop iteration, just before the loop blocks (uv_prepare). */
 void cq_mqsrv_flush(cq_mqsrv_t *s);
 /* Housekeeping: a connection over the send queue's soft limit for the configured seconds is
- * aborted as a slow consumer, and a watcher catch-up whose store read failed is read again.
+ * aborted as a slow consumer, and a watcher catch-up whose store read failed is read again. In
+ * a cluster (cq_mqport.h, cq_mqsrv_set_role) a server that may not write reads its watched
+ * topics' new rows (every CQ_MQSRV_POLL_MS) and the topic list (every CQ_MQSRV_REFRESH_MS),
+ * and a new master retries the reads of its reload.
  * now_ms is a monotonic clock (uv_now); call every 100 ms or so. */
 void cq_mqsrv_tick(cq_mqsrv_t *s, uint64_t now_ms);
 

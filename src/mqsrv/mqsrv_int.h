@@ -5,7 +5,8 @@
  *                operation layer, encode its answer; nothing else
  *   operations   ops.c: produce, consume, commit, offset, create, set_online and the topics
  *                list; the permission, topic and clamp policy; submission and completions
- *   engine       cq_mqsrv.c: the topic cache, seed connections and their frames, pushes
+ *   engine       cq_mqsrv.c: the topic cache, seed connections and their frames, pushes;
+ *                role.c: the cluster (fence, role, a slave's polls, a new master's reload)
  *   store        the port (cq_mqport.h, writer_port.c) and the completions that come back
  */
 #ifndef CQ_MQSRV_INT_H
