@@ -122,6 +122,8 @@ typedef enum cq_mq_field {
     CQ_MQ_F_LAST_OFFSET = 1u << 23,   /* resp_offset: the topic's last offset */
     CQ_MQ_F_TOPICS = 1u << 24,        /* resp_topics: [{topic, online, retention_days,
                                        * last_offset}], topic_infos[] */
+    CQ_MQ_F_SHARD = 1u << 25,         /* the answering server's shard (cluster) */
+    CQ_MQ_F_MASTER = 1u << 26,        /* JSON bool: the answering server may write now */
 } cq_mq_field_t;
 
 typedef struct cq_mq_limits {
@@ -150,6 +152,9 @@ typedef struct cq_mq_item {
     char *content;  /* owned, NUL-terminated, len bytes, valid UTF-8 without NUL */
     size_t len;
     bool json; /* content is compact JSON text of an object (else a JSON string) */
+    /* consume/push: the message's idempotence key, written after "time" when producer_id is
+     * not 0 (a consumer of several shards drops duplicates by it); 0 and 0 when absent. */
+    int64_t producer_id, seq;
 } cq_mq_item_t;
 
 /* One entry of a topics_resp. */
@@ -166,9 +171,9 @@ typedef struct cq_mq_msg {
     uint8_t type; /* cq_mq_type_t */
     uint16_t msg_id;
     uint32_t has; /* CQ_MQ_F_* bits present */
-    uint32_t askid, module_id, client_type, err_code, weight, topic_nums, max_count;
+    uint32_t askid, module_id, client_type, err_code, weight, topic_nums, max_count, shard;
     int64_t client_id, topic_message_total, total, offset, time, producer_id, seq, last_offset;
-    bool committed;
+    bool committed, master;
     char topic[CQ_MQ_TOPIC_MAX + 1];
     char *token;         /* owned */
     char *err_msg;       /* owned */
@@ -274,6 +279,9 @@ size_t cq_mq_json_str_len(const char *s, size_t len);
  * write it ({"offset_id":N,"message":"...","time":T}; no time when time is -1), without the
  * comma that separates items. */
 size_t cq_mq_answer_item_len(int64_t offset, int64_t time, const char *content, size_t len);
+/* The bytes an item's idempotence key adds to cq_mq_answer_item_len() (0 when producer_id is
+ * 0): ,"producer_id":P,"seq":S. */
+size_t cq_mq_answer_key_len(int64_t producer_id, int64_t seq);
 /* An upper bound of a consume answer's bytes besides its items: the header, askid, topic,
  * client_id, err_code, total, offset, message_count and the brackets (no err_msg). A server
  * keeps an answer within max_total by adding items while their lengths (plus one comma each

@@ -94,6 +94,23 @@ too_big:
                      *len, c->lim->max_content);
 }
 
+/* An answer item's idempotence key: producer_id and seq, both or neither (key stays 0, 0). */
+static int get_item_key(const dctx_t *c, json_t *it, size_t idx, int64_t key[2])
+{
+    static const char *const names[2] = {"producer_id", "seq"};
+    json_t *v[2] = {json_object_get(it, names[0]), json_object_get(it, names[1])};
+    char name[64];
+    for (int i = 0; i < 2; i++) {
+        snprintf(name, sizeof(name), "messages[%zu].%s", idx, names[i]);
+        if (!v[i] && v[1 - i])
+            return field_err(c, CQ_EFIELD, name, "missing (producer_id and seq go together)");
+        int rc = v[i] ? get_int(c, name, v[i], i == 0 ? 1 : 0, U53_MAX_, &key[i]) : 0;
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* One element of "messages": produce batch {content, time?} or answer {offset_id, message,
  * time?}. */
 static int get_item(const dctx_t *c, cq_mq_msg_t *m, json_t *it, size_t idx, bool answer)
@@ -116,6 +133,9 @@ static int get_item(const dctx_t *c, cq_mq_msg_t *m, json_t *it, size_t idx, boo
     snprintf(name, sizeof(name), "messages[%zu].time", idx);
     if ((v = json_object_get(it, "time")) && (rc = get_int(c, name, v, 0, U53_MAX_, &time)) < 0)
         return rc;
+    int64_t key[2] = {0, 0};
+    if (answer && (rc = get_item_key(c, it, idx, key)) < 0)
+        return rc;
     snprintf(name, sizeof(name), "messages[%zu].%s", idx, ckey);
     if (!(v = json_object_get(it, ckey)))
         return field_err(c, CQ_EFIELD, name, "missing");
@@ -124,7 +144,11 @@ static int get_item(const dctx_t *c, cq_mq_msg_t *m, json_t *it, size_t idx, boo
     bool is_json;
     if ((rc = get_content(c, name, v, &content, &len, &is_json)) < 0)
         return rc;
-    return cq__mq_push_item(m, offset, time, content, len, is_json);
+    if ((rc = cq__mq_push_item(m, offset, time, content, len, is_json)) == 0) {
+        m->items[m->nitems - 1].producer_id = key[0];
+        m->items[m->nitems - 1].seq = key[1];
+    }
+    return rc;
 }
 
 static int get_items(const dctx_t *c, const field_desc_t *fd, json_t *v, cq_mq_msg_t *m)

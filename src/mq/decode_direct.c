@@ -215,8 +215,8 @@ static bool jr_item(jr_t *r, cq_mq_msg_t *m, bool answer)
     char key[16];
     char *content = NULL;
     size_t len = 0;
-    int64_t offset = 0, time = -1;
-    bool has_off = false, has_time = false;
+    int64_t offset = 0, time = -1, pid = 0, seq = 0;
+    bool has_off = false, has_time = false, has_pid = false, has_seq = false;
     if (!jr_ch(r, '{'))
         return false;
     for (bool first = true; !jr_ch(r, '}'); first = false) {
@@ -233,13 +233,25 @@ static bool jr_item(jr_t *r, cq_mq_msg_t *m, bool answer)
             has_off = jr_int(r, 0, U53_MAX_, &offset);
             if (!has_off)
                 goto fail;
+        } else if (answer && strcmp(key, "producer_id") == 0 && !has_pid) {
+            has_pid = jr_int(r, 1, U53_MAX_, &pid);
+            if (!has_pid)
+                goto fail;
+        } else if (answer && strcmp(key, "seq") == 0 && !has_seq) {
+            has_seq = jr_int(r, 0, U53_MAX_, &seq);
+            if (!has_seq)
+                goto fail;
         } else {
             goto fail;
         }
     }
-    if (!content || (answer && !has_off))
-        goto fail;
-    return cq__mq_push_item(m, offset, time, content, len, false) == 0;
+    if (!content || (answer && !has_off) || has_pid != has_seq)
+        goto fail; /* the jansson path names what is wrong */
+    if (cq__mq_push_item(m, offset, time, content, len, false) < 0)
+        return false;
+    m->items[m->nitems - 1].producer_id = pid;
+    m->items[m->nitems - 1].seq = seq;
+    return true;
 fail:
     cq_free(content);
     return false;

@@ -78,6 +78,10 @@ static int item_json(const cq_mq_item_t *it, bool answer, json_t **ret)
         rc = put_content(o, answer ? "message" : "content", it);
     if (rc == 0 && it->time != -1)
         rc = put_int(o, "time", it->time, 0, U53_MAX_);
+    if (rc == 0 && answer && it->producer_id)
+        rc = put_int(o, "producer_id", it->producer_id, 1, U53_MAX_);
+    if (rc == 0 && answer && it->producer_id)
+        rc = put_int(o, "seq", it->seq, 0, U53_MAX_);
     if (rc < 0) {
         json_decref(o);
         return rc;

@@ -97,6 +97,13 @@ size_t cq_mq_answer_item_len(int64_t offset, int64_t time, const char *content, 
     return n;
 }
 
+size_t cq_mq_answer_key_len(int64_t producer_id, int64_t seq)
+{
+    if (!producer_id)
+        return 0;
+    return sizeof(",\"producer_id\":,\"seq\":") - 1 + int_len(producer_id) + int_len(seq);
+}
+
 static void jw_key(jw_t *w, const char *key, bool *first)
 {
     if (!*first)
@@ -127,6 +134,10 @@ static int jw_item(jw_t *w, const cq_mq_item_t *it, bool answer)
     jw_key(w, answer ? "message" : "content", &first);
     jw_str(w, it->content, it->len);
     if (it->time != -1 && jw_int_field(w, "time", &first, it->time, 0, U53_MAX_) < 0)
+        return CQ_EFIELD;
+    if (answer && it->producer_id &&
+        (jw_int_field(w, "producer_id", &first, it->producer_id, 1, U53_MAX_) < 0 ||
+         jw_int_field(w, "seq", &first, it->seq, 0, U53_MAX_) < 0))
         return CQ_EFIELD;
     jw_put(w, "}", 1);
     return 0;

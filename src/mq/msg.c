@@ -115,7 +115,7 @@ int cq__mq_push_item(cq_mq_msg_t *m, int64_t offset, int64_t time, char *content
         cq_free(content);
         return -ENOMEM;
     }
-    m->items[m->nitems++] = (cq_mq_item_t){offset, time, content, len, json};
+    m->items[m->nitems++] = (cq_mq_item_t){offset, time, content, len, json, 0, 0};
     return 0;
 }
 

@@ -39,16 +39,20 @@ const field_desc_t cq__mq_fields[CQ__MQ_NFIELDS] = {
     {"committed", K_BOOL, AT(committed), 0, 0},
     {"last_offset", K_U53, AT(last_offset), 0, U53_MAX_},
     {"topics", K_TOPICS, 0, 0, 0},
+    {"shard", K_U32, AT(shard), 0, U32_MAX_},
+    {"master", K_BOOL, AT(master), 0, 0},
 };
 #define F(x)          CQ_MQ_F_##x
 #define RESP          (F(ASKID) | F(ERR_CODE))
 #define COUNTERS_RESP (F(TOPIC) | F(ERR_MSG) | F(TOPIC_MESSAGE_TOTAL) | F(TOPIC_NUMS))
+#define ROLE          (F(SHARD) | F(MASTER))
 
 static const type_desc_t types[CQ_MQ_TYPE_MAX + 1] = {
     [CQ_MQ_REQ_CONNECT] = {"connect", F(ASKID) | F(MODULE_ID) | F(TOKEN) | F(CLIENT_TYPE), 0},
-    [CQ_MQ_RESP_CONNECT] = {"connect_resp", RESP, F(ERR_MSG) | F(CLIENT_TYPE) | F(CLIENT_ID)},
+    [CQ_MQ_RESP_CONNECT] = {"connect_resp", RESP,
+                            F(ERR_MSG) | F(CLIENT_TYPE) | F(CLIENT_ID) | ROLE},
     [CQ_MQ_REQ_KEEPALIVE] = {"keepalive", F(ASKID), F(CLIENT_ID)},
-    [CQ_MQ_RESP_KEEPALIVE] = {"keepalive_resp", RESP, F(ERR_MSG) | F(WEIGHT)},
+    [CQ_MQ_RESP_KEEPALIVE] = {"keepalive_resp", RESP, F(ERR_MSG) | F(WEIGHT) | ROLE},
     [CQ_MQ_REQ_ADD_TOPIC] = {"add_topic", F(ASKID) | F(TOPIC), F(CLIENT_ID)},
     [CQ_MQ_RESP_ADD_TOPIC] = {"add_topic_resp", RESP, COUNTERS_RESP},
     [CQ_MQ_REQ_WATCH] = {"watch", F(ASKID) | F(TOPIC), F(CLIENT_ID)},
@@ -59,19 +63,21 @@ static const type_desc_t types[CQ_MQ_TYPE_MAX + 1] = {
                            F(CLIENT_ID) | F(TIME) | F(PRODUCER_ID) | F(SEQ) | F(CONTENT) |
                                F(BATCH)},
     [CQ_MQ_RESP_PRODUCE] = {"produce_resp", RESP,
-                            F(TOPIC) | F(CLIENT_ID) | F(ERR_MSG) | F(TOTAL) | F(OFFSETS)},
+                            F(TOPIC) | F(CLIENT_ID) | F(ERR_MSG) | F(TOTAL) | F(OFFSETS) |
+                                F(SHARD)},
     [CQ_MQ_REQ_CONSUME] = {"consume", F(ASKID) | F(TOPIC) | F(OFFSET), F(CLIENT_ID) | F(MAX_COUNT)},
     [CQ_MQ_RESP_CONSUME] = {"consume_resp", RESP,
                             F(TOPIC) | F(CLIENT_ID) | F(ERR_MSG) | F(TOTAL) | F(OFFSET) |
-                                F(MESSAGES) | F(MESSAGE_COUNT)},
+                                F(MESSAGES) | F(MESSAGE_COUNT) | F(SHARD)},
     [CQ_MQ_REQ_COMMIT] = {"commit", F(ASKID) | F(TOPIC) | F(OFFSET), F(CLIENT_ID)},
     [CQ_MQ_RESP_COMMIT] = {"commit_resp", RESP, F(TOPIC) | F(CLIENT_ID) | F(ERR_MSG) | F(OFFSET)},
-    [CQ_MQ_PUSH] = {"push", F(TOPIC) | F(MESSAGES), F(TOTAL) | F(OFFSET) | F(MESSAGE_COUNT)},
+    [CQ_MQ_PUSH] = {"push", F(TOPIC) | F(MESSAGES),
+                    F(TOTAL) | F(OFFSET) | F(MESSAGE_COUNT) | F(SHARD)},
     [CQ_MQ_RESP_ERROR] = {"error", F(ERR_CODE), F(ASKID) | F(ERR_MSG)},
     [CQ_MQ_REQ_OFFSET] = {"offset", F(ASKID) | F(TOPIC), F(CLIENT_ID)},
     [CQ_MQ_RESP_OFFSET] = {"offset_resp", RESP,
                            F(TOPIC) | F(CLIENT_ID) | F(ERR_MSG) | F(OFFSET) | F(COMMITTED) |
-                               F(LAST_OFFSET)},
+                               F(LAST_OFFSET) | F(SHARD)},
     [CQ_MQ_REQ_TOPICS] = {"topics", F(ASKID), F(CLIENT_ID)},
     [CQ_MQ_RESP_TOPICS] = {"topics_resp", RESP, F(ERR_MSG) | F(TOPIC_NUMS) | F(TOPICS)},
 };
@@ -83,7 +89,7 @@ const type_desc_t *cq__mq_type_of(int type)
     return &types[type];
 }
 
-_Static_assert(CQ_MQ_F_TOPICS == 1u << (CQ__MQ_NFIELDS - 1), "one field row per CQ_MQ_F_* bit");
+_Static_assert(CQ_MQ_F_MASTER == 1u << (CQ__MQ_NFIELDS - 1), "one field row per CQ_MQ_F_* bit");
 
 /* ---- types and names ---------------------------------------------------------------------- */
 

@@ -33,6 +33,14 @@
 #include "cq_writer.h"
 
 /* control op codes. A port answers -ENOTSUP for an op it does not know. */
+/* Hands over this server's role in its shard: master (writes allowed, subject to the fence),
+ * the shard it serves and the epoch of that decision (logged). Any thread, like
+ * cq_mqsrv_set_perms: applied at the engine's next cq_mqsrv_drain(), which this asks for. A
+ * slave serves reads, polls its watched topics for rows that replication brought (every
+ * CQ_MQSRV_POLL_MS) and reads the topic list again (every CQ_MQSRV_REFRESH_MS); becoming
+ * master, it reads each topic's high water and count back before it accepts produces to it. */
+void cq_mqsrv_set_role(cq_mqsrv_t *s, bool master, uint32_t shard, uint64_t epoch);
+
 typedef enum cq_mqport_ctl {
     CQ_MQPORT_WRITER_STATS = 1, /* arg: cq_writer_stats_t *, filled in */
 } cq_mqport_ctl_t;
@@ -77,6 +85,17 @@ typedef struct cq_mqsrv_opts {
      * frames all seed connections hold together (0: CQ_MQSRV_INPUT_BUDGET_DFL): the connection
      * whose bytes would go over it is answered busy and closed. */
     size_t preauth_frame, input_budget;
+    /* The cluster (issue 11, doc/cluster.md). A write (produce, commit, add_topic that creates,
+     * set online, retention) is accepted, and a produce acknowledged at its completion, only
+     * while the server is master and may_write(fence_ud) returns true; otherwise the answer is
+     * CQ_ENOTMASTER. may_write is called on the engine's thread, must be cheap and must not call
+     * the engine (chanqd: atomic_load(ack_until) > monotonic ms). NULL: always true. shard is
+     * sent in answers; slave starts the engine as a slave (cq_mqsrv_set_role makes it master);
+     * false: master from the start (one server, today's behaviour). */
+    bool (*may_write)(void *fence_ud);
+    void *fence_ud;
+    uint32_t shard;
+    bool slave;
 } cq_mqsrv_opts_t;
 
 /* Returns a new engine (owned; cq_mqsrv_free) or NULL on OOM / a port without submit. o is

@@ -109,6 +109,10 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
     s->preauth_frame = o->preauth_frame ? o->preauth_frame : CQ_MQSRV_PREAUTH_FRAME_DFL;
     s->input_budget = o->input_budget ? o->input_budget : CQ_MQSRV_INPUT_BUDGET_DFL;
     s->next_conn_id = 1;
+    s->may_write = o->may_write;
+    s->fence_ud = o->fence_ud;
+    s->shard = o->shard;
+    s->master = !o->slave;
     for (size_t i = 0; i < o->ntopics; i++) {
         const cq_store_topic_t *st = &o->topics[i];
         mq_topic_t *t = cq__mqsrv_topic_add(s, st->name, st->online, st->retention_days);
@@ -209,6 +213,7 @@ void cq__mqsrv_send(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
     cq_buf_t *b;
     if (!m)
         return;
+    cq__mqsrv_stamp(c->l.s, m);
     int r = cq_mq_encode_buf(m, &b);
     if (r < 0)
         CQ_WARN("mq", "conn %llu: cannot encode %s: %s", (unsigned long long)c->id,
@@ -410,6 +415,7 @@ void cq_mqsrv_drain(cq_mqsrv_t *s)
 {
     cq_mpsc_node_t *n;
     perms_swap(s);
+    cq__mqsrv_role_swap(s);
     while ((n = cq_mpsc_pop(&s->inbox)))
         cq__mqop_complete(s, cq_container_of(n, cq_writer_req_t, node));
     cq__mqsrv_flush_pushes(s);
@@ -421,6 +427,7 @@ static void flush_topic(cq_mqsrv_t *s, mq_topic_t *t)
     cq_mq_msg_t *m = t->push;
     t->push = NULL;
     cq_buf_t *b;
+    cq__mqsrv_stamp(s, m);
     int r = cq_mq_encode_buf(m, &b);
     cq_mq_msg_free(m);
     if (r < 0) {
@@ -442,9 +449,18 @@ void cq__mqsrv_flush_pushes(cq_mqsrv_t *s)
             flush_topic(s, s->topics[i]);
 }
 
-/* Adds the committed message at offset to t's next push (for its watchers, if any). */
+void cq__mqsrv_item_key(cq_mq_item_t *it, uint64_t producer_id, uint64_t seq)
+{
+    if (producer_id && producer_id <= (uint64_t)CQ_MQ_MAX_U53 && seq <= (uint64_t)CQ_MQ_MAX_U53) {
+        it->producer_id = (int64_t)producer_id;
+        it->seq = (int64_t)seq;
+    }
+}
+
+/* Adds the committed message at offset to t's next push (for its watchers, if any), with its
+ * idempotence key (producer_id 0: none; keys beyond 2^53 - 1 are not sent). */
 static void push_add(cq_mqsrv_t *s, mq_topic_t *t, uint64_t offset, int64_t time_ms,
-                     const void *content, size_t len)
+                     const void *content, size_t len, uint64_t producer_id, uint64_t seq)
 {
     t->pushed = offset;
     if (!t->nwatchers)
@@ -454,6 +470,7 @@ static void push_add(cq_mqsrv_t *s, mq_topic_t *t, uint64_t offset, int64_t time
         t->push->has |= CQ_MQ_F_MESSAGES | CQ_MQ_F_OFFSET;
     if (!t->push || cq_mq_msg_add_item(t->push, (int64_t)offset, time_ms, content, len, false) < 0)
         return;
+    cq__mqsrv_item_key(&t->push->items[t->push->nitems - 1], producer_id, seq);
     t->push->offset = (int64_t)offset;
     if (t->push->nitems >= s->lim.max_batch)
         cq__mqsrv_flush_pushes(s);
@@ -485,6 +502,15 @@ void cq__mqsrv_catchup_retry(cq_mqsrv_t *s)
     }
 }
 
+void cq__mqsrv_poll(cq_mqsrv_t *s, mq_topic_t *t)
+{
+    if (t->catchup_reading || t->catchup_to || t->hw_unknown)
+        return; /* a read is in flight; or where to start is not known yet */
+    size_t max = s->lim.max_batch < CQ_WRITER_READ_MAX ? s->lim.max_batch : CQ_WRITER_READ_MAX;
+    if (cq__mqop_read_log(s, t, t->pushed, max) == 0)
+        t->catchup_reading = true;
+}
+
 void cq__mqsrv_log_read(cq_mqsrv_t *s, mq_topic_t *t, const cq_writer_req_t *req)
 {
     t->catchup_reading = false;
@@ -492,8 +518,18 @@ void cq__mqsrv_log_read(cq_mqsrv_t *s, mq_topic_t *t, const cq_writer_req_t *req
         return; /* logged; read again at the next completion or tick */
     for (size_t i = 0; i < req->n_recs; i++) {
         const cq_store_rec_t *r = &req->recs[i];
-        if (r->offset > t->pushed)
-            push_add(s, t, r->offset, r->create_ms, r->content, r->len);
+        if (r->offset <= t->pushed)
+            continue;
+        if (r->offset > t->last_offset) { /* a slave: replication brought it */
+            t->last_offset = r->offset;
+            t->count++;
+        }
+        push_add(s, t, r->offset, r->create_ms, r->content, r->len, r->producer_id, r->seq);
+    }
+    if (!t->catchup_to) { /* a poll: a full read says more may be waiting */
+        if (req->n_recs == req->max)
+            cq__mqsrv_poll(s, t);
+        return;
     }
     /* A short read saw every committed row: what is missing below catchup_to was purged or
      * invalidated, and is not delivered anyway. */
@@ -529,7 +565,7 @@ static void queue_push(cq_mqsrv_t *s, const cq_writer_req_t *req)
         if (req->offsets[i] <= t->pushed)
             continue; /* an idempotent retry, or a repeat: already delivered */
         const cq_store_msg_t *sm = &req->msgs[i];
-        push_add(s, t, req->offsets[i], s->now_ms, sm->content, sm->len);
+        push_add(s, t, req->offsets[i], s->now_ms, sm->content, sm->len, sm->producer_id, sm->seq);
     }
 }
 

@@ -14,7 +14,7 @@
  * Per connection: bytes -> frames (cq_mq_parse) -> cq_mq_decode -> one handler per type (a
  * table row in handlers.c) -> the operation layer shared with the HTTP API (ops.c):
  *   connect    module_id + token checked against the permissions; client_type recorded
- *   keepalive  answered at once (weight)
+ *   keepalive  answered at once (weight: health, 0 when the server may not write)
  *   add_topic  an existing topic the module may produce/consume is registered; a missing one is
  *              created (TOPIC_CREATE) when the module has the admin right
  *   produce    produce permission, topic known and online, then a writer PRODUCE; answered ONLY
@@ -53,6 +53,10 @@ typedef struct cq_mqsrv_conn cq_mqsrv_conn_t;
 #define CQ_MQSRV_CONSUME_DFL   100  /* consume max_count when absent */
 #define CQ_MQSRV_CONN_INFLIGHT 1024 /* store requests in flight per connection */
 #define CQ_MQSRV_PURGE_ROWS    1000 /* rows per retention purge transaction */
+#define CQ_MQSRV_POLL_MS       150  /* a slave reads its watched topics' new rows this often */
+#define CQ_MQSRV_REFRESH_MS    1000 /* a slave reads the topic list and high waters this often */
+/* A mean commit time above this lowers the keepalive weight in proportion (doc/protocol-mq.md). */
+#define CQ_MQSRV_WEIGHT_SLOW_US 10000
 /* Queued bytes that close a connection at once (opts.sendq_hard_limit 0). */
 #define CQ_MQSRV_SENDQ_HARD_DFL (64u * 1024u * 1024u)
 /* Before connect: the largest frame (opts.preauth_frame 0) and the unsent bytes that close the
@@ -93,6 +97,7 @@ typedef struct cq_mqsrv_stats {
     uint64_t slow;          /* connections closed as slow consumers (send queue limits) */
     uint64_t input_bytes;   /* bytes of partial frames held now, all seed connections */
     uint64_t input_refused; /* connections closed busy: their bytes went over the budget */
+    uint64_t not_master;    /* writes answered not_master (err 18): refused, or fenced produces */
 } cq_mqsrv_stats_t;
 
 /* Sets the edge's callbacks: ops borrowed (static) and ud, or NULL (completions then only
@@ -120,7 +125,10 @@ void cq_mqsrv_conn_progress(const cq_mqsrv_conn_t *c, uint64_t *ret_frames, bool
  * once each. Call once per loop iteration, just before the loop blocks (uv_prepare). */
 void cq_mqsrv_flush(cq_mqsrv_t *s);
 /* Housekeeping: a connection over the send queue's soft limit for the configured seconds is
- * aborted as a slow consumer, and a watcher catch-up whose store read failed is read again.
+ * aborted as a slow consumer, and a watcher catch-up whose store read failed is read again. In
+ * a cluster (cq_mqport.h, cq_mqsrv_set_role) a server that may not write reads its watched
+ * topics' new rows (every CQ_MQSRV_POLL_MS) and the topic list (every CQ_MQSRV_REFRESH_MS),
+ * and a new master retries the reads of its reload.
  * now_ms is a monotonic clock (uv_now); call every 100 ms or so. */
 void cq_mqsrv_tick(cq_mqsrv_t *s, uint64_t now_ms);
 

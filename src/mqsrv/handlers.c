@@ -119,7 +119,7 @@ static void on_keepalive(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
     c->l.s->st.keepalives++;
     cq_mq_msg_t *resp = cq_mq_resp_new(m, 0, NULL);
     if (resp) {
-        resp->weight = 100;
+        resp->weight = cq__mqsrv_weight(c->l.s);
         resp->has |= CQ_MQ_F_WEIGHT;
     }
     cq__mqsrv_send(c, resp);
@@ -314,6 +314,13 @@ static void done_produce(cq_mqsrv_conn_t *c, const cq_writer_req_t *req, int err
                          const cq_mq_msg_t *m)
 {
     char why[CQ_MQ_ERR_MSG_MAX];
+    if (err == CQ_ENOTMASTER) {
+        cq__mqsrv_reply(c, m, err,
+                        "produce: this server lost its shard's master role before the commit "
+                        "was acknowledged; the messages may be stored: retry with the same "
+                        "producer_id and seq on the shard's master");
+        return;
+    }
     if (err) {
         cq__mqsrv_reply(c, m, err, "produce: %s; nothing was acknowledged",
                         cq__mqop_err_text(req, err, why, sizeof(why)));
@@ -345,8 +352,10 @@ static void done_read(cq_mqsrv_conn_t *c, cq_writer_req_t *req, int err, const c
     set_total(c, resp, req->topic);
     for (size_t i = 0; i < req->n_recs; i++) {
         cq_store_rec_t *r = &req->recs[i];
+        cq_mq_item_t key = {0};
+        cq__mqsrv_item_key(&key, r->producer_id, r->seq);
         size_t len = cq_mq_answer_item_len((int64_t)r->offset, r->create_ms, r->content, r->len);
-        len += i > 0; /* the comma */
+        len += cq_mq_answer_key_len(key.producer_id, key.seq) + (i > 0); /* i > 0: the comma */
         if (i > 0 && used + len > budget)
             break; /* the rest is read again by the next consume */
         used += len;
@@ -358,6 +367,8 @@ static void done_read(cq_mqsrv_conn_t *c, cq_writer_req_t *req, int err, const c
             cq_mq_msg_free(resp);
             return;
         }
+        resp->items[resp->nitems - 1].producer_id = key.producer_id;
+        resp->items[resp->nitems - 1].seq = key.seq;
         resp->offset = (int64_t)r->offset;
     }
     c->l.s->st.consumed += resp->nitems;

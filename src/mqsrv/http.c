@@ -595,8 +595,13 @@ static bool gate(hreq_t *q, bool known)
     }
     if (!authenticate(q))
         return false;
-    if (method_is(q, "POST") && cq__mqop_may_write(&q->h->l, &why) < 0) {
-        FAIL(q->h, CQ_EACL, "module %u %s", q->module_id, why);
+    int r = method_is(q, "POST") ? cq__mqop_may_write(&q->h->l, &why) : 0;
+    if (r == CQ_EACL) {
+        FAIL(q->h, r, "module %u %s", q->module_id, why);
+        return false;
+    }
+    if (r < 0) { /* CQ_ENOTMASTER: 503 with err_code 18 */
+        FAIL(q->h, r, "%s", why);
         return false;
     }
     return true;
@@ -693,7 +698,12 @@ static void done(mq_link_t *l, cq_writer_req_t *req, const mq_result_t *res, voi
     if (l->dead)
         return;
     char why[CQ_MQ_ERR_MSG_MAX];
-    if (res->err)
+    if (res->err == CQ_ENOTMASTER) /* fenced before the answer: the rows may be stored */
+        FAIL(h, res->err,
+             "%s; the messages may be stored: retry with the same producer_id and "
+             "seq on the shard's master",
+             cq_strerror(res->err));
+    else if (res->err)
         FAIL(h, res->err, "%s; %s", cq__mqop_err_text(req, res->err, why, sizeof(why)),
              req->op == CQ_WRITER_PRODUCE ? "nothing was acknowledged" : "not done");
     else

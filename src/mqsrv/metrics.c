@@ -128,6 +128,10 @@ static void engine_metrics(out_t *o, const cq_mqsrv_t *s)
          "Connections closed as slow consumers (queued bytes over mq-sendq-hard-limit, or over "
          "mq-sendq-soft-limit for too long).",
          offsetof(cq_mqsrv_stats_t, slow)},
+        {"chanq_mq_not_master_total",
+         "Writes answered not_master (err 18): refused on a slave or a fenced master, or "
+         "produces committed after the fence closed (not acknowledged).",
+         offsetof(cq_mqsrv_stats_t, not_master)},
     };
     for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
         head(o, c[i].name, "counter", c[i].help);

@@ -5,7 +5,8 @@
  *                operation layer, encode its answer; nothing else
  *   operations   ops.c: produce, consume, commit, offset, create, set_online and the topics
  *                list; the permission, topic and clamp policy; submission and completions
- *   engine       cq_mqsrv.c: the topic cache, seed connections and their frames, pushes
+ *   engine       cq_mqsrv.c: the topic cache, seed connections and their frames, pushes;
+ *                role.c: the cluster (fence, role, a slave's polls, a new master's reload)
  *   store        the port (cq_mqport.h, writer_port.c) and the completions that come back
  */
 #ifndef CQ_MQSRV_INT_H
@@ -45,6 +46,11 @@ typedef struct mq_topic {
     cq_mqsrv_conn_t **watchers; /* borrowed; a connection removes itself when it closes */
     size_t nwatchers, watchers_cap;
     cq_mq_msg_t *push; /* owned: messages waiting for the next push, or NULL */
+    /* The cluster (role.c). hw_reading: a HIGH_WATER or TOPIC_STATS is in flight. reload: this
+     * server became master and has not yet read the topic's high water and count back (they
+     * moved by replication): its produces are answered busy until it has. hw_unknown: learnt
+     * from a topic refresh, pushed not yet set to its high water (nothing is polled). */
+    bool hw_reading, reload, hw_unknown;
     /* metrics (metrics.c) */
     uint64_t produced;        /* messages acknowledged since start */
     uint64_t pending;         /* messages of produces submitted and not yet completed */
@@ -78,6 +84,22 @@ struct cq_mqsrv {
     cq_smap_t topic_idx; /* name (ASCII case folded, as the store compares) -> mq_topic_t */
     int64_t now_ms;
     uint64_t next_conn_id;
+    /* The cluster (role.c). Fencing: writes are acknowledged only while writable (master and
+     * may_write). role_next*: under inbox_mu, handed over by cq_mqsrv_set_role(). */
+    bool (*may_write)(void *ud);
+    void *fence_ud;
+    bool master;
+    uint32_t shard;
+    uint64_t epoch;
+    bool role_handed, role_next_master;
+    uint32_t role_next_shard;
+    uint64_t role_next_epoch;
+    bool listing;                            /* a TOPIC_LIST is in flight */
+    bool reload_list;                        /* became master: the topic list is to be read again */
+    uint64_t poll_ms, refresh_ms, health_ms; /* monotonic ms of the last slave poll, topic
+                                              * refresh and commit latency sample */
+    uint64_t health_txns, health_us;         /* writer counters at the last sample */
+    uint64_t commit_us_recent; /* mean commit time over the last sample period, 0: none */
     size_t inflight; /* store requests submitted and not yet completed (shutdown waits for 0) */
     cq_mqsrv_stats_t st;
 };
@@ -211,6 +233,8 @@ int cq__mqop_set_online(cq_mqsrv_t *s, mq_link_t *l, const char *topic, bool onl
  * otherwise every topic in cache order. -ENOMEM. */
 int cq__mqop_topics(const cq_mqsrv_t *s, bool visible_to_module, uint32_t module_id,
                     mq_topic_t ***ret_v, size_t *ret_n);
+/* Submits the engine's own request req (taken): 0 or the submit error. */
+int cq__mqop_submit_own(cq_mqsrv_t *s, cq_writer_req_t *req);
 /* The engine's own READ of up to max messages of t after from (catching watchers up). */
 int cq__mqop_read_log(cq_mqsrv_t *s, const mq_topic_t *t, uint64_t from, size_t max);
 /* retention: one purge per topic with a retention and none in flight. */
@@ -245,11 +269,32 @@ void cq__mqsrv_close(cq_mqsrv_conn_t *c);
 void cq__mqsrv_produced(cq_mqsrv_t *s, const cq_writer_req_t *req);
 /* A catch-up READ of t came back: its messages go to t's watchers. */
 void cq__mqsrv_log_read(cq_mqsrv_t *s, mq_topic_t *t, const cq_writer_req_t *req);
+/* A slave's poll of t: reads the rows after t->pushed (nothing when a read is in flight). */
+void cq__mqsrv_poll(cq_mqsrv_t *s, mq_topic_t *t);
 /* The tick: restarts the catch-up of every topic whose catch-up read failed or could not be
  * submitted, so its watchers don't wait for the topic's next produce. */
 void cq__mqsrv_catchup_retry(cq_mqsrv_t *s);
+/* Sets it's idempotence key from a stored message's (none when producer_id is 0, or when a key
+ * is beyond 2^53 - 1: the wire cannot carry it). */
+void cq__mqsrv_item_key(cq_mq_item_t *it, uint64_t producer_id, uint64_t seq);
 /* Sends the pushes queued by completions. */
 void cq__mqsrv_flush_pushes(cq_mqsrv_t *s);
+
+/* ---- the cluster (role.c) ----------------------------------------------------------------- */
+
+/* True when this server may acknowledge writes now: master and its fence allows it. */
+bool cq__mqsrv_writable(const cq_mqsrv_t *s);
+/* A role handed over by cq_mqsrv_set_role() takes effect (drain). */
+void cq__mqsrv_role_swap(cq_mqsrv_t *s);
+/* The tick's cluster work: a slave polls its watched topics and refreshes its topics; a new
+ * master retries its reload; the commit latency is sampled for the weight. */
+void cq__mqsrv_role_tick(cq_mqsrv_t *s, uint64_t now_ms);
+/* The engine's own TOPIC_LIST, HIGH_WATER and TOPIC_STATS came back (t: the topic or NULL). */
+void cq__mqsrv_role_done(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *t);
+/* The keepalive weight (doc/protocol-mq.md): 0 when not writable. */
+uint32_t cq__mqsrv_weight(const cq_mqsrv_t *s);
+/* Sets the cluster fields m's type carries: shard, and master on connect and keepalive. */
+void cq__mqsrv_stamp(const cq_mqsrv_t *s, cq_mq_msg_t *m);
 
 /* ---- the seed front end (handlers.c) -------------------------------------------------------- */
 

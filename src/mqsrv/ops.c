@@ -36,12 +36,21 @@ static const char inflight_why[] = "too many requests in flight on this connecti
 static const char write_why[] = "needs a permissions file (--mq-permissions-file) to write from "
                                 "an address that is not loopback";
 
+/* A write answered not_master (err 18): the client goes to its shard's master. */
+static const char not_master_why[] = "this server is not its shard's master now";
+
 int cq__mqop_may_write(const mq_link_t *l, const char **ret_why)
 {
-    if (l->s->perms || l->peer_loopback)
-        return 0;
-    *ret_why = write_why;
-    return CQ_EACL;
+    if (!l->s->perms && !l->peer_loopback) {
+        *ret_why = write_why;
+        return CQ_EACL;
+    }
+    if (!cq__mqsrv_writable(l->s)) {
+        l->s->st.not_master++;
+        *ret_why = not_master_why;
+        return CQ_ENOTMASTER;
+    }
+    return 0;
 }
 
 bool cq__mqop_may(const cq_mqsrv_t *s, uint32_t module_id, cq_mqperm_right_t right,
@@ -119,6 +128,12 @@ static int new_req(cq_writer_op_t op, const char *topic, const char *consumer,
 int cq__mqop_produce(mq_link_t *l, cq_writer_req_t *req, void *ctx, const char **ret_why)
 {
     int r = cq__mqop_may_write(l, ret_why);
+    const mq_topic_t *t = cq__mqsrv_topic(l->s, req->topic);
+    if (r == 0 && t && t->reload) {
+        /* a new master answers only once it knows the offsets replication moved */
+        *ret_why = "this server is taking over as its shard's master: retry";
+        r = CQ_EBUSY;
+    }
     if (r < 0) {
         cq_writer_req_free(req);
         return r;
@@ -199,13 +214,19 @@ int cq__mqop_set_online(cq_mqsrv_t *s, mq_link_t *l, const char *topic, bool onl
 {
     mq_topic_t *t = cq__mqsrv_topic(s, topic);
     cq_writer_req_t *req;
-    if (l && cq__mqop_may_write(l, ret_why) < 0)
-        return CQ_EACL;
+    int r = l ? cq__mqop_may_write(l, ret_why) : 0;
+    if (r == 0 && !cq__mqsrv_writable(s)) {
+        s->st.not_master++;
+        *ret_why = not_master_why;
+        r = CQ_ENOTMASTER;
+    }
+    if (r < 0)
+        return r;
     if (!t) {
         *ret_why = cq_strerror(CQ_ENOTOPIC);
         return CQ_ENOTOPIC;
     }
-    int r = new_req(CQ_WRITER_TOPIC_SET_ONLINE, t->name, NULL, &req, ret_why);
+    r = new_req(CQ_WRITER_TOPIC_SET_ONLINE, t->name, NULL, &req, ret_why);
     if (r < 0)
         return r;
     req->online = online;
@@ -251,6 +272,12 @@ static int purge(cq_mqsrv_t *s, mq_topic_t *t, size_t max, int64_t older_than_ms
     return r;
 }
 
+int cq__mqop_submit_own(cq_mqsrv_t *s, cq_writer_req_t *req)
+{
+    const char *why;
+    return submit(s, NULL, req, NULL, &why);
+}
+
 int cq__mqop_read_log(cq_mqsrv_t *s, const mq_topic_t *t, uint64_t from, size_t max)
 {
     const char *why;
@@ -265,6 +292,8 @@ int cq__mqop_read_log(cq_mqsrv_t *s, const mq_topic_t *t, uint64_t from, size_t 
 
 void cq__mqop_retention(cq_mqsrv_t *s, int64_t now_unix_ms)
 {
+    if (!cq__mqsrv_writable(s))
+        return; /* the master purges; its deletes reach the replicas */
     for (size_t i = 0; i < s->ntopics; i++) {
         mq_topic_t *t = s->topics[i];
         if (t->retention_days > 0 && !t->purging)
@@ -283,12 +312,15 @@ static void done_internal(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t 
                 cq_strerror(req->err), req->errmsg);
     if (t && req->op == CQ_WRITER_READ)
         cq__mqsrv_log_read(s, t, req);
+    if (req->op == CQ_WRITER_TOPIC_LIST || req->op == CQ_WRITER_HIGH_WATER ||
+        req->op == CQ_WRITER_TOPIC_STATS)
+        cq__mqsrv_role_done(s, req, t);
     if (!t || req->op != CQ_WRITER_PURGE)
         return;
     t->purging = false;
     if (req->err == 0)
         t->count = req->purged < t->count ? t->count - req->purged : 0;
-    if (req->err == 0 && req->purged == req->max)
+    if (req->err == 0 && req->purged == req->max && cq__mqsrv_writable(s))
         purge(s, t, req->max, req->older_than_ms);
 }
 
@@ -387,6 +419,13 @@ void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
     mq_link_t *l = p ? p->l : NULL;
     mq_topic_t *t = req->op == CQ_WRITER_TOPIC_LIST ? NULL : cq__mqsrv_topic(s, req->topic);
     mq_result_t res;
+    if (req->op == CQ_WRITER_PRODUCE && req->err == 0 && !cq__mqsrv_writable(s)) {
+        /* Fenced between submission and commit: another server may be master already, so this
+         * one acknowledges nothing and pushes nothing, as if the commit had failed. The rows may
+         * be stored: a retry with the same (producer_id, seq) on the shard's master finds them. */
+        req->err = CQ_ENOTMASTER;
+        s->st.not_master++;
+    }
     cq__mqsrv_metrics_completed(s, req);
     s->inflight--;
     apply(s, req, t, &res);

@@ -93,7 +93,7 @@ struct cq_writer {
 
 static bool op_valid(cq_writer_op_t op)
 {
-    return op >= CQ_WRITER_PRODUCE && op <= CQ_WRITER_INVALIDATE;
+    return op >= CQ_WRITER_PRODUCE && op <= CQ_WRITER_TOPIC_STATS;
 }
 
 static bool op_has_consumer(cq_writer_op_t op)
@@ -496,6 +496,10 @@ static int run_op(cq_writer_t *w, cq_writer_req_t *req)
         return cq_store_high_water(s, req->topic, &req->offset);
     case CQ_WRITER_INVALIDATE:
         return cq_store_invalidate(s, req->topic, req->offset);
+    case CQ_WRITER_TOPIC_STATS: {
+        int r = cq_store_high_water(s, req->topic, &req->offset);
+        return r < 0 ? r : cq_store_count(s, req->topic, &req->count);
+    }
     case CQ_WRITER_PRODUCE:
         break;
     }
@@ -873,6 +877,7 @@ void cq_writer_stats(const cq_writer_t *w, cq_writer_stats_t *ret_stats)
         .other_ops = ld(&w->st_other),
         .max_txn_msgs = ld(&w->st_max_txn),
         .pending = atomic_load_explicit(&w->pending, memory_order_relaxed),
+        .max_pending = w->max_pending,
         .batch_sum = ld(&w->st_batch_sum),
         .commit_us_sum = ld(&w->st_commit_sum),
     };

@@ -98,6 +98,8 @@ typedef enum cq_writer_op {
     CQ_WRITER_PURGE,
     CQ_WRITER_HIGH_WATER,
     CQ_WRITER_INVALIDATE,
+    CQ_WRITER_TOPIC_STATS, /* high water (offset) and messages (count): a new master reloads
+                            * what replication moved */
 } cq_writer_op_t;
 
 /* A request. Allocate with cq_writer_req_new(), fill the inputs of its op, submit, read the
@@ -121,7 +123,8 @@ struct cq_writer_req {
     uint64_t from_offset;                     /* READ: exclusive */
     size_t max;            /* READ: records (1..CQ_WRITER_READ_MAX); PURGE: rows (>= 1) */
     size_t max_bytes;      /* READ: bound of the contents' bytes (cq_store_read_bounded), 0 none */
-    uint64_t offset;       /* COMMIT_OFFSET, INVALIDATE: input; GET_OFFSET, HIGH_WATER: output */
+    uint64_t offset;       /* COMMIT_OFFSET, INVALIDATE: input; GET_OFFSET, HIGH_WATER, TOPIC_STATS:
+                            * output */
     int64_t now_ms;        /* COMMIT_OFFSET, TOPIC_CREATE: unix ms */
     int64_t older_than_ms; /* PURGE: unix ms */
     int retention_days;    /* TOPIC_CREATE */
@@ -140,7 +143,8 @@ struct cq_writer_req {
     size_t n_recs;
     cq_store_topic_t *topics; /* TOPIC_LIST: owned by the request */
     size_t n_topics;
-    size_t purged; /* PURGE */
+    size_t purged;  /* PURGE */
+    uint64_t count; /* TOPIC_STATS: messages in the topic (also sets offset: its high water) */
 };
 
 /* Allocates a request for op on topic (ignored, may be NULL, for CQ_WRITER_TOPIC_LIST).
@@ -195,6 +199,7 @@ typedef struct cq_writer_stats {
     uint64_t other_ops;    /* non-produce requests run */
     uint64_t max_txn_msgs; /* largest transaction, in messages */
     uint64_t pending;      /* current pending units (see max_pending) */
+    uint64_t max_pending;  /* the limit of pending units (the server's load = pending / it) */
     /* Per append transaction (committed or failed), not cumulative: batch[i] counts the
      * transactions of at most cq_writer_batch_bounds[i] messages (and above the previous bound),
      * commit_us[i] those whose cq_store_append_batch() took at most cq_writer_commit_bounds[i]

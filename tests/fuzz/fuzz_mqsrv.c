@@ -13,6 +13,8 @@
  *   6 retention                        7 set a topic online or offline (next byte)
  *   8 the edge closes the connection   9 stall / unstall its reader
  *   a the port refuses the next submits with next byte % 4: none, busy, limit, closed
+ *   b the cluster (next byte): bit 0 the fence is open, bit 1 the role handed over is master,
+ *     the rest the shard (cq_mqsrv_set_role; applied at the next drain)
  * After each op the engine's pending connections are flushed, as once per loop iteration.
  *
  * The contract checked (cq_mqsrv.h, cq_mqhttp.h, doc/protocol-mq.md), with a ledger per
@@ -28,8 +30,9 @@
  *           request does not keep the connection alive or its framing was bad, and then the
  *           connection closes (nothing else closes it, but a slow consumer's abort).
  *   produce answered only once the fake store completed its request: err_code 0 with exactly
- *           the offsets the store assigned, or the error the store returned; a storage error or
- *           a success never comes from anywhere else.
+ *           the offsets the store assigned, or the error the store returned, or, for a success
+ *           drained behind a closed fence, not_master saying the messages may be stored; a
+ *           storage error, a success or that never comes from anywhere else.
  *   edge    once the engine closed or aborted a connection it never calls its ops again, and
  *           once the edge closed it (cq_mqsrv_conn_close) the engine never touches it.
  * Ending: with bit 2 of byte 0 clear, the store completes everything (outcome 0), the readers
@@ -118,6 +121,7 @@ typedef struct fuzz {
     int refuse;           /* what submit answers (0: takes the request) */
     uint64_t next_offset; /* offsets handed out by produces */
     uint64_t now_ms;      /* monotonic, for ticks */
+    bool fence;           /* what may_write answers */
 } fuzz_t;
 
 static fuzz_t fz;
@@ -164,24 +168,28 @@ static void record(fconn_t *f, const cq_writer_req_t *req)
  * storage error is the store's completion, and consumes the oldest one that says exactly that;
  * any other code may also be a refusal before the store (rights, topic, busy, closed) or the
  * answer to a produce frame that did not decode. */
-static void produce_answered(fconn_t *f, int code, const int64_t *offsets, size_t n)
+static void produce_answered(fconn_t *f, int code, const int64_t *offsets, size_t n, bool fenced)
 {
     size_t i;
+    if (fenced) /* a commit the fence closed on: the oldest success not yet answered */
+        FUZZ_CHECK(code == CQ_MQ_ERR_NOT_MASTER);
     for (i = 0; i < f->nrec; i++) {
         const done_rec_t *d = &f->rec[i];
-        bool same = d->code == code && (code != 0 || d->n == n);
+        if (fenced && d->code == 0)
+            break;
+        bool same = !fenced && d->code == code && (code != 0 || d->n == n);
         for (size_t k = 0; same && code == 0 && k < n; k++)
             same = d->offsets[k] == (uint64_t)offsets[k];
         if (same)
             break;
     }
     if (i == f->nrec) {
-        if (code == CQ_MQ_OK || code == CQ_MQ_ERR_STORAGE)
+        if (code == CQ_MQ_OK || code == CQ_MQ_ERR_STORAGE || fenced)
             fprintf(stderr,
                     "produce answered err_code %d (%zu offsets) without a store "
                     "completion that says so\n",
                     code, n);
-        FUZZ_CHECK(code != CQ_MQ_OK && code != CQ_MQ_ERR_STORAGE);
+        FUZZ_CHECK(code != CQ_MQ_OK && code != CQ_MQ_ERR_STORAGE && !fenced);
         return;
     }
     free(f->rec[i].offsets);
@@ -322,7 +330,8 @@ static void seed_answer(fconn_t *f, const cq_mq_msg_t *m)
     FUZZ_CHECK(i < f->nexp); /* never unasked, never twice */
     expect_drop(f, i);
     if (m->type == CQ_MQ_RESP_PRODUCE)
-        produce_answered(f, (int)m->err_code, m->offsets, m->err_code ? 0 : m->noffsets);
+        produce_answered(f, (int)m->err_code, m->offsets, m->err_code ? 0 : m->noffsets,
+                         m->err_msg && strstr(m->err_msg, "may be stored"));
 }
 
 /* The offsets of an HTTP produce's 200 body, {"offsets":[a,b,...]}. Returns the count. */
@@ -412,7 +421,7 @@ static void http_answer(fconn_t *f, int status, bool closes, const char *body, s
         code = atoi(body + sizeof(ec) - 1);
         FUZZ_CHECK(code > 0);
     }
-    produce_answered(f, code, offsets, n);
+    produce_answered(f, code, offsets, n, memmem(body, blen, "may be stored", 13) != NULL);
     free(offsets);
 }
 
@@ -442,6 +451,12 @@ static int port_control(void *ud, int op, void *arg)
 }
 
 static const cq_mqport_ops_t port_ops = {port_submit, port_control};
+
+static bool fence_open(void *ud)
+{
+    (void)ud;
+    return fz.fence;
+}
 
 /* Fills req's outputs as the store thread would, the outcome chosen by o. */
 static void fill(cq_writer_req_t *req, uint8_t o)
@@ -478,6 +493,19 @@ static void fill(cq_writer_req_t *req, uint8_t o)
         break;
     case CQ_WRITER_PURGE:
         req->purged = o & 8 ? req->max : 0;
+        break;
+    case CQ_WRITER_HIGH_WATER:
+    case CQ_WRITER_TOPIC_STATS: /* replication moved the high water */
+        req->offset = fz.next_offset += o >> 4;
+        req->count = o;
+        break;
+    case CQ_WRITER_TOPIC_LIST: /* bit 3: a topic created on the master */
+        req->topics = cq_calloc(1, sizeof(*req->topics));
+        if (req->topics && (o & 8)) {
+            snprintf(req->topics[0].name, sizeof(req->topics[0].name), "new%u", o >> 4);
+            req->topics[0].online = o & 16;
+            req->n_topics = 1;
+        }
         break;
     default:
         break;
@@ -706,8 +734,10 @@ static cq_mqperm_t *start(uint8_t flags)
                          .port = {&port_ops, NULL},
                          .sendq_soft_limit = flags & 2 ? 1024 : 0,
                          .sendq_soft_seconds = 1,
-                         .sendq_hard_limit = flags & 2 ? 4096 : 0};
+                         .sendq_hard_limit = flags & 2 ? 4096 : 0,
+                         .may_write = fence_open};
     memset(&fz, 0, sizeof(fz));
+    fz.fence = true;
     fz.perms = perms;
     fz.next_offset = 5;
     fz.s = cq_mqsrv_new(&o);
@@ -769,6 +799,10 @@ static size_t op(const uint8_t *p, size_t n)
     case 10:
         fz.refuse = refusals[arg & 3];
         return 2;
+    case 11:
+        fz.fence = arg & 1;
+        cq_mqsrv_set_role(fz.s, arg & 2, arg >> 2, fz.now_ms);
+        return 2;
     default:
         return 1;
     }
@@ -779,6 +813,8 @@ static size_t op(const uint8_t *p, size_t n)
 static void settle(void)
 {
     fz.refuse = 0;
+    fz.fence = true;
+    cq_mqsrv_set_role(fz.s, true, 0, 0); /* a master answers every produce it completes */
     for (int i = 0; i < NCONN; i++) {
         fz.conn[i]->stalled = false;
         edge_flush(fz.conn[i]); /* the edge's write continues by itself */

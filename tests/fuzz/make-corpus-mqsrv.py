@@ -66,6 +66,10 @@ def refuse(mode):
     return bytes([0xA0, mode])
 
 
+def cluster(fence, master, shard=0):
+    return bytes([0xB0, (1 if fence else 0) | (2 if master else 0) | shard << 2])
+
+
 def connect(conn, module, token="", ctype=1, askid=1):
     return feed(conn, frame(1, 1, {"askid": askid, "module_id": module, "token": token,
                                    "client_type": ctype}))
@@ -177,6 +181,22 @@ def seeds():
     s["inbox_at_free"] = (bytes([4]) + connect(0, 1) + req(0, 11, 2, topic="orders", content="a")
                           + req(0, 13, 3, topic="orders", offset=0) + complete(0)
                           + http("GET", "/v1/topics/orders/messages", "1:a"))
+    # the cluster: a fence that closes between a produce's submission and its commit, a slave
+    # whose watcher is fed by polls and topic refreshes, and the handover back to master
+    s["cluster"] = (bytes([0]) + connect(0, 1) + connect(1, 2, ctype=2)
+                    + req(1, 7, 2, topic="orders")
+                    + req(0, 11, 3, topic="orders", producer_id=3, seq=1, content="a")
+                    + cluster(False, True, 1) + complete(0) + DRAIN
+                    + req(0, 11, 4, topic="orders", content="b") + req(0, 15, 5, topic="orders",
+                                                                       offset=1)
+                    + req(0, 5, 6, topic="brand_new") + req(0, 3, 7)
+                    + cluster(False, False, 1) + DRAIN + tick(2) + complete(0x20)
+                    + complete(0x18) + complete(0x10) + DRAIN + tick(10) + complete_all(0x38)
+                    + DRAIN + http("POST", "/v1/topics/orders/messages", "1:a", {"content": "h"})
+                    + cluster(True, True, 2) + DRAIN
+                    + req(0, 11, 8, topic="orders", content="c") + complete_all(0x10) + DRAIN
+                    + req(0, 11, 9, topic="orders", content="d") + complete(0) + DRAIN
+                    + req(0, 3, 10))
     return s
 
 

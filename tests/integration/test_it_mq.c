@@ -162,11 +162,32 @@ static void test_connect_permissions(void **state)
     mqc_close(prod);
 }
 
+/* The cluster's fields (issue 11) of one server: shard 0, master, writable. */
+static void check_role(mqc_t *c)
+{
+    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_CONNECT, NULL);
+    m->module_id = 5;
+    m->client_type = CQ_MQ_PRODUCER;
+    m->has |= CQ_MQ_F_MODULE_ID | CQ_MQ_F_CLIENT_TYPE;
+    assert_int_equal(cq_mq_msg_set_str(m, CQ_MQ_F_TOKEN, ""), 0);
+    cq_mq_msg_t *r = mqc_call(c, m);
+    assert_int_equal(r->err_code, 0);
+    assert_true((r->has & (CQ_MQ_F_SHARD | CQ_MQ_F_MASTER)) == (CQ_MQ_F_SHARD | CQ_MQ_F_MASTER));
+    assert_int_equal(r->shard, 0);
+    assert_true(r->master);
+    cq_mq_msg_free(r);
+    r = mqc_call(c, mqc_req(c, CQ_MQ_REQ_KEEPALIVE, NULL));
+    assert_true(r->master && (r->has & CQ_MQ_F_SHARD) && r->shard == 0);
+    assert_true(r->weight >= 1 && r->weight <= 100); /* load and commit time may lower it */
+    cq_mq_msg_free(r);
+}
+
 static void test_produce_consume(void **state)
 {
     (void)state;
     itmq_start(NULL, ITMQ_SEED);
-    mqc_t *c = mqc_connected(5, "");
+    mqc_t *c = mqc_open();
+    check_role(c);
     assert_int_equal(mqc_add_topic(c, "events"), CQ_MQ_OK);
     assert_int_equal(produce(c, "unknown_topic", "a", 1, 0, 0, NULL), CQ_MQ_ERR_UNKNOWN_TOPIC);
     int64_t o1[1], o5[5], again[5];
@@ -189,8 +210,13 @@ static void test_produce_consume(void **state)
         snprintf(want, sizeof(want), "m-%zu", i);
         assert_string_equal(r->items[i].content, want);
         assert_int_equal(r->items[i].offset, i ? o5[i - 1] : o1[0]);
+        /* the idempotence key comes back from the store: a consumer of several shards drops
+         * duplicates by it */
+        assert_int_equal(r->items[i].producer_id, 42);
+        assert_int_equal(r->items[i].seq, i);
     }
     assert_int_equal(r->offset, o5[4]);
+    assert_true((r->has & CQ_MQ_F_SHARD) && r->shard == 0);
     cq_mq_msg_free(r);
     r = consume(c, "events", o5[1], 2); /* after an offset, bounded by max_count */
     assert_int_equal(r->nitems, 2);
@@ -341,6 +367,8 @@ static void test_watch_push(void **state)
         for (int i = 0; i < 3; i++)
             assert_int_equal(m->items[i].offset, off[i]);
         assert_string_equal(m->items[2].content, "f-2");
+        assert_int_equal(m->items[2].producer_id, 0); /* produced without a key: none */
+        assert_true((m->has & CQ_MQ_F_SHARD) && m->shard == 0);
         cq_mq_msg_free(m);
     }
     assert_int_equal(mqc_call_code(w, mqc_req(w, CQ_MQ_REQ_UNWATCH, "feed")), CQ_MQ_OK);

@@ -1171,6 +1171,91 @@ static void test_fail_n(void **state)
     }
 }
 
+/* Encodes m and compares its body with want, then round-trips it. */
+static void expect_body(const cq_mq_msg_t *m, const char *want)
+{
+    uint8_t *out;
+    size_t n;
+    assert_int_equal(cq_mq_encode(m, &out, &n), 0);
+    if (n != CQ_MQ_HDR_LEN + strlen(want) || memcmp(out + CQ_MQ_HDR_LEN, want, strlen(want)))
+        fail_msg("got %.*s\nwant %s", (int)(n - CQ_MQ_HDR_LEN), (const char *)out + CQ_MQ_HDR_LEN,
+                 want);
+    cq_free(out);
+    roundtrip(m, NULL);
+}
+
+/* The cluster's fields (issue 11): shard and master, and the idempotence key of consumed and
+ * pushed messages, on both encoders and both decoders. */
+static void test_cluster_fields(void **state)
+{
+    (void)state;
+    cq_mq_msg_t *m = cq_mq_msg_new(CQ_MQ_RESP_CONNECT, 1);
+    m->askid = 1;
+    m->client_id = 5;
+    m->shard = 3;
+    m->master = false;
+    m->has |= CQ_MQ_F_ASKID | CQ_MQ_F_ERR_CODE | CQ_MQ_F_CLIENT_ID | CQ_MQ_F_SHARD | CQ_MQ_F_MASTER;
+    expect_body(m, "{\"askid\":1,\"client_id\":5,\"err_code\":0,\"shard\":3,\"master\":false}");
+    m->type = CQ_MQ_RESP_KEEPALIVE;
+    m->has &= ~CQ_MQ_F_CLIENT_ID;
+    m->weight = 40;
+    m->master = true;
+    m->has |= CQ_MQ_F_WEIGHT;
+    expect_body(m, "{\"askid\":1,\"err_code\":0,\"weight\":40,\"shard\":3,\"master\":true}");
+    cq_mq_msg_free(m);
+
+    m = cq_mq_msg_new(CQ_MQ_PUSH, 0);
+    set_topic(m, "t");
+    m->shard = 4294967295u;
+    m->has |= CQ_MQ_F_MESSAGES | CQ_MQ_F_SHARD | CQ_MQ_F_MASTER; /* push has no master */
+    assert_int_equal(cq_mq_msg_add_item(m, 1, 2, "a", 1, false), 0);
+    assert_int_equal(cq_mq_msg_add_item(m, 2, -1, "b", 1, false), 0);
+    m->items[1].producer_id = CQ_MQ_MAX_U53;
+    m->items[1].seq = 0;
+    static const char push[] =
+        "{\"topic\":\"t\",\"messages\":[{\"offset_id\":1,\"message\":\"a\",\"time\":2},"
+        "{\"offset_id\":2,\"message\":\"b\",\"producer_id\":9007199254740991,\"seq\":0}],"
+        "\"message_count\":2,\"shard\":4294967295}";
+    expect_body(m, push);
+    /* a consume answer's budget counts the key's bytes */
+    assert_int_equal(cq_mq_answer_item_len(2, -1, "b", 1) + cq_mq_answer_key_len(CQ_MQ_MAX_U53, 0),
+                     strlen("{\"offset_id\":2,\"message\":\"b\",\"producer_id\":9007199254740991,"
+                            "\"seq\":0}"));
+    assert_int_equal(cq_mq_answer_key_len(0, 9), 0);
+    /* both decoders read the key back */
+    cq_mq_msg_t *d = decode_ok(CQ_MQ_PUSH, push);
+    assert_int_equal(d->items[0].producer_id, 0);
+    assert_int_equal(d->items[1].producer_id, CQ_MQ_MAX_U53);
+    assert_int_equal(d->shard, 4294967295u);
+    cq_mq_msg_free(d);
+    /* out of range keys are not written */
+    m->items[1].seq = -1;
+    uint8_t *out;
+    size_t n;
+    assert_int_equal(cq_mq_encode(m, &out, &n), CQ_EFIELD);
+    assert_int_equal(cq__mq_encode_jansson(m, &out, &n), CQ_EFIELD);
+    cq_mq_msg_free(m);
+
+    /* producer_id and seq go together; producer_id 0 is no key */
+    expect_err(CQ_MQ_PUSH,
+               "{\"topic\":\"t\",\"messages\":[{\"offset_id\":1,\"message\":\"a\",\"seq\":1}]}",
+               CQ_EFIELD,
+               "push: field \"messages[0].producer_id\": missing (producer_id and seq "
+               "go together)");
+    expect_err(CQ_MQ_PUSH,
+               "{\"topic\":\"t\",\"messages\":[{\"offset_id\":1,\"message\":\"a\","
+               "\"producer_id\":0,\"seq\":1}]}",
+               CQ_EFIELD, NULL);
+    expect_err(CQ_MQ_RESP_CONSUME,
+               "{\"askid\":1,\"err_code\":0,\"messages\":[{\"offset_id\":1,\"message\":\"a\","
+               "\"producer_id\":1}]}",
+               CQ_EFIELD,
+               "consume_resp: field \"messages[0].seq\": missing (producer_id and "
+               "seq go together)");
+    expect_err(CQ_MQ_RESP_CONNECT, "{\"askid\":1,\"err_code\":0,\"master\":1}", CQ_EFIELD, NULL);
+    expect_err(CQ_MQ_RESP_CONNECT, "{\"askid\":1,\"err_code\":0,\"shard\":-1}", CQ_EFIELD, NULL);
+}
+
 int main(void)
 {
     json_set_alloc_funcs(cq_malloc, cq_free);
@@ -1195,6 +1280,7 @@ int main(void)
         cmocka_unit_test(test_decoders_agree),
         cmocka_unit_test(test_encode_buf),
         cmocka_unit_test(test_fail_n),
+        cmocka_unit_test(test_cluster_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

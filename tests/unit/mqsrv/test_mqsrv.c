@@ -116,14 +116,26 @@ static int fake_peer(void *ud, char *buf, size_t len)
     return 0;
 }
 
-/* Answers CQ_MQPORT_WRITER_STATS with a few counters; nothing else. */
+/* What fake_control answers for CQ_MQPORT_WRITER_STATS (reset by eng_start). */
+static const cq_writer_stats_t wstats_dfl = {.transactions = 7, .messages = 70};
+static cq_writer_stats_t wstats;
+
+/* Answers CQ_MQPORT_WRITER_STATS with wstats; nothing else. */
 static int fake_control(void *ud, int op, void *arg)
 {
     (void)ud;
     if (op != CQ_MQPORT_WRITER_STATS)
         return -ENOTSUP;
-    *(cq_writer_stats_t *)arg = (cq_writer_stats_t){.transactions = 7, .messages = 70};
+    *(cq_writer_stats_t *)arg = wstats;
     return 0;
+}
+
+/* The fence of the cluster (issue 11): what the coordination runtime would say. */
+static bool fence_open;
+static bool fake_may_write(void *ud)
+{
+    assert_ptr_equal(ud, &fence_open);
+    return fence_open;
 }
 
 static const cq_mqport_ops_t fport_ops = {fake_submit, fake_control};
@@ -140,6 +152,8 @@ static cq_mqperm_t *perms;
 static struct cq_authlim *next_authlim; /* the failure budget of the next eng_start */
 static size_t sq_soft, sq_hard;         /* send queue limits of the next eng_start (0: defaults) */
 static uint32_t sq_soft_s;
+static bool next_fence, next_slave; /* the next eng_start: fenced (fake_may_write), a slave */
+static uint32_t next_shard;
 
 /* An engine with the topics orders (online, 2 messages so far), Paused (offline) and keep
  * (retention 0), all allowed (with_perms false) or under perms_json. */
@@ -164,7 +178,15 @@ static void eng_start(bool with_perms, uint32_t max_batch)
                          .sendq_soft_limit = sq_soft,
                          .sendq_hard_limit = sq_hard,
                          .sendq_soft_seconds = sq_soft_s,
-                         .authlim = next_authlim};
+                         .authlim = next_authlim,
+                         .may_write = next_fence ? fake_may_write : NULL,
+                         .fence_ud = &fence_open,
+                         .shard = next_shard,
+                         .slave = next_slave};
+    wstats = wstats_dfl;
+    fence_open = true;
+    next_fence = next_slave = false; /* taken: a failed test does not leak them */
+    next_shard = 0;
     eng = cq_mqsrv_new(&o);
     assert_non_null(eng);
     cq_mqsrv_set_now(eng, 1700000000000);
@@ -387,15 +409,18 @@ static void test_session(void **state)
     eng_start(true, 0);
     fconn_t *f = fconn_new();
     feed(f, req(CQ_MQ_REQ_KEEPALIVE, 3, 9, NULL)); /* answered before connect too */
-    expect(f, "4 3 {\"askid\":9,\"err_code\":0,\"weight\":100}");
+    expect(f, "4 3 {\"askid\":9,\"err_code\":0,\"weight\":100,\"shard\":0,\"master\":true}");
     feed(f, req(CQ_MQ_REQ_TOPICS, 4, 10, NULL));
     expect(f, "24 4 {\"askid\":10,\"err_code\":6,\"err_msg\":\"topics: connect first\"}");
-    connect_as(f, 3, "s3", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    connect_as(f, 3, "s3",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     cq_mq_msg_t *m = req(CQ_MQ_REQ_KEEPALIVE, 5, 11, NULL);
     m->client_id = 2;
     m->has |= CQ_MQ_F_CLIENT_ID;
     feed(f, m); /* keepalive does not check client_id */
-    expect(f, "4 5 {\"askid\":11,\"err_code\":0,\"weight\":100}");
+    expect(f, "4 5 {\"askid\":11,\"err_code\":0,\"weight\":100,\"shard\":0,\"master\":true}");
     m = req(CQ_MQ_REQ_ADD_TOPIC, 6, 12, "orders");
     m->client_id = 2;
     m->has |= CQ_MQ_F_CLIENT_ID;
@@ -407,7 +432,7 @@ static void test_session(void **state)
     fconn_t *g = fconn_new();
     connect_as(g, 3, "nope",
                "2 1 {\"askid\":1,\"client_type\":1,\"err_code\":6,\"err_msg\":"
-               "\"connect: unknown module_id or wrong token\"}");
+               "\"connect: unknown module_id or wrong token\",\"shard\":0,\"master\":true}");
     assert_int_equal(g->closed, 1);
     fconn_free(g);
     fconn_free(f);
@@ -455,8 +480,8 @@ static void test_bad_frames(void **state)
         feed_raw(f, two, cut < n ? cut : n);
         if (cut < n)
             feed_raw(f, two + cut, n - cut);
-        expect(f, "4 1 {\"askid\":1,\"err_code\":0,\"weight\":100}");
-        expect(f, "4 2 {\"askid\":22,\"err_code\":0,\"weight\":100}");
+        expect(f, "4 1 {\"askid\":1,\"err_code\":0,\"weight\":100,\"shard\":0,\"master\":true}");
+        expect(f, "4 2 {\"askid\":22,\"err_code\":0,\"weight\":100,\"shard\":0,\"master\":true}");
         fconn_free(f);
     }
     eng_stop();
@@ -469,9 +494,18 @@ static void test_add_topic(void **state)
     (void)state;
     eng_start(true, 0);
     fconn_t *adm = fconn_new(), *con = fconn_new(), *pro = fconn_new();
-    connect_as(adm, 1, "s1", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
-    connect_as(con, 2, "s2", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0}");
-    connect_as(pro, 3, "s3", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":3,\"err_code\":0}");
+    connect_as(adm, 1, "s1",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
+    connect_as(con, 2, "s2",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
+    connect_as(pro, 3, "s3",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":3,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     feed(con, req(CQ_MQ_REQ_ADD_TOPIC, 2, 2, "ORDERS")); /* exists (any case): registered */
     expect(con, "6 2 "
                 "{\"askid\":2,\"topic\":\"ORDERS\",\"err_code\":0,\"topic_nums\":1,\"topic_message_"
@@ -526,17 +560,23 @@ static void test_produce(void **state)
     (void)state;
     eng_start(true, 0);
     fconn_t *pro = fconn_new(), *con = fconn_new();
-    connect_as(pro, 3, "s3", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
-    connect_as(con, 2, "s2", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0}");
+    connect_as(pro, 3, "s3",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
+    connect_as(con, 2, "s2",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     feed(con, produce_req(2, "orders", 1, 0));
     expect(con, "12 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":7,\"err_msg\":\"produce: "
-                "module 2 may not produce to topic \\\"orders\\\"\"}");
+                "module 2 may not produce to topic \\\"orders\\\"\",\"shard\":0}");
     feed(pro, produce_req(3, "Paused", 1, 0));
     expect(pro, "12 3 {\"askid\":3,\"topic\":\"Paused\",\"err_code\":9,\"err_msg\":\"produce: "
-                "topic \\\"Paused\\\" is offline\"}");
+                "topic \\\"Paused\\\" is offline\",\"shard\":0}");
     feed(pro, produce_req(4, "paused", 1, 0));
     expect(pro, "12 4 {\"askid\":4,\"topic\":\"paused\",\"err_code\":9,\"err_msg\":\"produce: "
-                "topic \\\"paused\\\" is offline\"}");
+                "topic \\\"paused\\\" is offline\",\"shard\":0}");
     feed(pro, produce_req(5, "Orders", 3, 77)); /* the store's spelling reaches the store */
     expect_nothing(pro);
     cq_writer_req_t *r = take(CQ_WRITER_PRODUCE, "orders");
@@ -546,28 +586,28 @@ static void test_produce(void **state)
     assert_int_equal(r->msgs[2].producer_id, 77);
     assert_int_equal(r->msgs[2].seq, 12);
     done_produce(r, 10);
-    expect(pro,
-           "12 5 "
-           "{\"askid\":5,\"topic\":\"Orders\",\"err_code\":0,\"total\":3,\"offsets\":[10,12,14]}");
+    expect(pro, "12 5 "
+                "{\"askid\":5,\"topic\":\"Orders\",\"err_code\":0,\"total\":3,\"offsets\":[10,12,"
+                "14],\"shard\":0}");
     feed(pro, produce_req(6, "orders", 1, 0));
     r = take(CQ_WRITER_PRODUCE, "orders");
     assert_int_equal(r->msgs[0].producer_id, 0);
     done(r, CQ_ESTORE);
     expect(pro, "12 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":12,\"err_msg\":\"produce: "
-                "storage error: disk on fire; nothing was acknowledged\"}");
+                "storage error: disk on fire; nothing was acknowledged\",\"shard\":0}");
     /* the store refuses at submit */
     fp.fail = CQ_EBUSY;
     feed(pro, produce_req(7, "orders", 1, 0));
     expect(pro, "12 7 {\"askid\":7,\"topic\":\"orders\",\"err_code\":11,\"err_msg\":\"produce: "
-                "busy: pending writes over the limit, retry later\"}");
+                "busy: pending writes over the limit, retry later\",\"shard\":0}");
     fp.fail = CQ_ELIMIT;
     feed(pro, produce_req(8, "orders", 1, 0));
     expect(pro, "12 8 {\"askid\":8,\"topic\":\"orders\",\"err_code\":11,\"err_msg\":\"produce: "
-                "busy: pending writes over the limit, retry later\"}");
+                "busy: pending writes over the limit, retry later\",\"shard\":0}");
     fp.fail = CQ_ECLOSED;
     feed(pro, produce_req(9, "orders", 1, 0));
     expect(pro, "12 9 {\"askid\":9,\"topic\":\"orders\",\"err_code\":14,\"err_msg\":\"produce: "
-                "connection is closing\"}");
+                "connection is closing\",\"shard\":0}");
     fp.fail = 0;
     cq_mqsrv_stats_t st;
     cq_mqsrv_stats(eng, &st);
@@ -578,13 +618,13 @@ static void test_produce(void **state)
         feed(pro, produce_req(10, "orders", 1, 0));
     feed(pro, produce_req(11, "orders", 1, 0));
     expect(pro, "12 11 {\"askid\":11,\"topic\":\"orders\",\"err_code\":11,\"err_msg\":\"produce: "
-                "too many requests in flight on this connection\"}");
+                "too many requests in flight on this connection\",\"shard\":0}");
     for (size_t i = 0; i < CQ_MQSRV_CONN_INFLIGHT; i++) {
         done_produce(take(CQ_WRITER_PRODUCE, "orders"), 100 + i);
         char want[128];
         snprintf(want, sizeof(want),
                  "12 10 {\"askid\":10,\"topic\":\"orders\",\"err_code\":0,\"total\":%zu,"
-                 "\"offsets\":[%zu]}",
+                 "\"offsets\":[%zu],\"shard\":0}",
                  4 + i, 100 + i);
         expect(pro, want);
     }
@@ -610,14 +650,20 @@ static void test_consume(void **state)
     (void)state;
     eng_start(true, 0);
     fconn_t *con = fconn_new(), *pro = fconn_new();
-    connect_as(con, 2, "s2", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
-    connect_as(pro, 3, "s3", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0}");
+    connect_as(con, 2, "s2",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
+    connect_as(pro, 3, "s3",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     feed(pro, consume_req(2, "orders", 0, -1));
     expect(pro, "14 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":7,\"err_msg\":\"consume: "
-                "module 3 may not consume topic \\\"orders\\\"\"}");
+                "module 3 may not consume topic \\\"orders\\\"\",\"shard\":0}");
     feed(con, consume_req(3, "nosuch", 0, -1));
     expect(con, "14 3 {\"askid\":3,\"topic\":\"nosuch\",\"err_code\":7,\"err_msg\":\"consume: "
-                "module 2 may not consume topic \\\"nosuch\\\"\"}");
+                "module 2 may not consume topic \\\"nosuch\\\"\",\"shard\":0}");
     feed(con, consume_req(4, "orders", 5, -1)); /* default count */
     cq_writer_req_t *r = take(CQ_WRITER_READ, "orders");
     assert_int_equal(r->max, CQ_MQSRV_CONSUME_DFL);
@@ -628,7 +674,7 @@ static void test_consume(void **state)
         "14 4 "
         "{\"askid\":4,\"topic\":\"orders\",\"err_code\":0,\"total\":0,\"offset\":7,\"messages\":["
         "{\"offset_id\":6,\"message\":\"r6\",\"time\":1000},"
-        "{\"offset_id\":7,\"message\":\"r7\",\"time\":1001}],\"message_count\":2}");
+        "{\"offset_id\":7,\"message\":\"r7\",\"time\":1001}],\"message_count\":2,\"shard\":0}");
     feed(con, consume_req(5, "orders", 9, 5000)); /* capped at max_batch */
     r = take(CQ_WRITER_READ, "orders");
     assert_int_equal(r->max, CQ_MQ_DEFAULT_MAX_BATCH);
@@ -636,7 +682,7 @@ static void test_consume(void **state)
     expect(con,
            "14 5 "
            "{\"askid\":5,\"topic\":\"orders\",\"err_code\":0,\"total\":0,\"offset\":9,\"messages\":"
-           "[],\"message_count\":0}");
+           "[],\"message_count\":0,\"shard\":0}");
     feed(con, consume_req(6, "orders", 9, 3));
     r = take(CQ_WRITER_READ, "orders");
     assert_int_equal(r->max, 3);
@@ -645,11 +691,11 @@ static void test_consume(void **state)
     r->n_recs = 1;
     done(r, 0);
     expect(con, "14 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":5,\"err_msg\":\"consume: "
-                "message 11 is not valid UTF-8 text\"}");
+                "message 11 is not valid UTF-8 text\",\"shard\":0}");
     feed(con, consume_req(7, "orders", 9, 3));
     done(take(CQ_WRITER_READ, "orders"), CQ_ESTORE);
     expect(con, "14 7 {\"askid\":7,\"topic\":\"orders\",\"err_code\":12,\"err_msg\":\"consume: "
-                "storage error: disk on fire\"}");
+                "storage error: disk on fire\",\"shard\":0}");
     cq_mqsrv_stats_t st;
     cq_mqsrv_stats(eng, &st);
     assert_int_equal(st.consumed, 2);
@@ -659,7 +705,10 @@ static void test_consume(void **state)
     /* a batch limit over the store's read limit */
     eng_start(false, 20000);
     con = fconn_new();
-    connect_as(con, 2, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    connect_as(con, 2, "",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     feed(con, consume_req(2, "orders", 0, 15000));
     r = take(CQ_WRITER_READ, "orders");
     assert_int_equal(r->max, CQ_WRITER_READ_MAX);
@@ -667,7 +716,7 @@ static void test_consume(void **state)
     expect(con,
            "14 2 "
            "{\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"total\":0,\"offset\":0,\"messages\":"
-           "[],\"message_count\":0}");
+           "[],\"message_count\":0,\"shard\":0}");
     fconn_free(con);
     eng_stop();
 }
@@ -677,7 +726,10 @@ static void test_commit_offset(void **state)
     (void)state;
     eng_start(true, 0);
     fconn_t *con = fconn_new();
-    connect_as(con, 2, "s2", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    connect_as(con, 2, "s2",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     cq_mq_msg_t *m = req(CQ_MQ_REQ_COMMIT, 2, 2, "orders");
     m->offset = 2;
     m->has |= CQ_MQ_F_OFFSET;
@@ -693,13 +745,13 @@ static void test_commit_offset(void **state)
     assert_string_equal(r->consumer, "m2");
     done(r, -ENOENT); /* never committed */
     expect(con, "22 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":0,\"offset\":0,"
-                "\"committed\":false,\"last_offset\":2}");
+                "\"committed\":false,\"last_offset\":2,\"shard\":0}");
     feed(con, req(CQ_MQ_REQ_OFFSET, 4, 4, "orders"));
     r = take(CQ_WRITER_GET_OFFSET, "orders");
     r->offset = 2;
     done(r, 0);
     expect(con, "22 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":0,\"offset\":2,"
-                "\"committed\":true,\"last_offset\":2}");
+                "\"committed\":true,\"last_offset\":2,\"shard\":0}");
     /* beyond the topic's last offset (2): refused, nothing submitted */
     m = req(CQ_MQ_REQ_COMMIT, 6, 6, "orders");
     m->offset = 3;
@@ -711,13 +763,16 @@ static void test_commit_offset(void **state)
     feed(con, req(CQ_MQ_REQ_OFFSET, 5, 5, "orders"));
     done(take(CQ_WRITER_GET_OFFSET, "orders"), CQ_ESTORE);
     expect(con, "22 5 {\"askid\":5,\"topic\":\"orders\",\"err_code\":12,\"err_msg\":\"offset: "
-                "storage error: disk on fire\"}");
+                "storage error: disk on fire\",\"shard\":0}");
     fconn_free(con);
     eng_stop();
     /* an offline topic still answers commit; an unknown one does not */
     eng_start(false, 0);
     con = fconn_new();
-    connect_as(con, 2, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    connect_as(con, 2, "",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     m = req(CQ_MQ_REQ_COMMIT, 2, 2, "paused");
     m->offset = 0;
     m->has |= CQ_MQ_F_OFFSET;
@@ -744,8 +799,14 @@ static void test_catchup_retry_on_tick(void **state)
     (void)state;
     eng_start(false, 0);
     fconn_t *p = fconn_new(), *w = fconn_new();
-    connect_as(p, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
-    connect_as(w, 2, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0}");
+    connect_as(p, 1, "",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
+    connect_as(w, 2, "",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     feed(w, req(CQ_MQ_REQ_WATCH, 2, 2, "orders"));
     expect(w, "8 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1,"
               "\"topic_message_total\":0}");
@@ -755,7 +816,7 @@ static void test_catchup_retry_on_tick(void **state)
     r->prev_offset = 4;
     done_produce(r, 5);
     expect(p, "12 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":0,\"total\":1,"
-              "\"offsets\":[5]}");
+              "\"offsets\":[5],\"shard\":0}");
     r = take(CQ_WRITER_READ, "orders");
     assert_int_equal(r->from_offset, 2);
     done(r, CQ_ESTORE); /* the read failed: nothing pushed, nothing read again yet */
@@ -765,10 +826,11 @@ static void test_catchup_retry_on_tick(void **state)
     r = take(CQ_WRITER_READ, "orders");
     assert_int_equal(r->from_offset, 2);
     done_read(r, 3, 3);
-    expect(w, "18 0 {\"topic\":\"orders\",\"offset\":5,\"messages\":["
-              "{\"offset_id\":3,\"message\":\"r3\",\"time\":1000},"
-              "{\"offset_id\":4,\"message\":\"r4\",\"time\":1001},"
-              "{\"offset_id\":5,\"message\":\"r5\",\"time\":1002}],\"message_count\":3}");
+    expect(w,
+           "18 0 {\"topic\":\"orders\",\"offset\":5,\"messages\":["
+           "{\"offset_id\":3,\"message\":\"r3\",\"time\":1000},"
+           "{\"offset_id\":4,\"message\":\"r4\",\"time\":1001},"
+           "{\"offset_id\":5,\"message\":\"r5\",\"time\":1002}],\"message_count\":3,\"shard\":0}");
     cq_mqsrv_tick(eng, 200); /* caught up: no more reads */
     assert_int_equal(fp.npending, 0);
     fconn_free(p);
@@ -781,9 +843,18 @@ static void test_watch_push(void **state)
     (void)state;
     eng_start(false, 0);
     fconn_t *p = fconn_new(), *w1 = fconn_new(), *w2 = fconn_new();
-    connect_as(p, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
-    connect_as(w1, 2, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0}");
-    connect_as(w2, 2, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":3,\"err_code\":0}");
+    connect_as(p, 1, "",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
+    connect_as(w1, 2, "",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
+    connect_as(w2, 2, "",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":3,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     feed(w1, req(CQ_MQ_REQ_WATCH, 2, 2, "orders"));
     expect(w1, "8 2 "
                "{\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1,\"topic_message_"
@@ -810,30 +881,37 @@ static void test_watch_push(void **state)
     cq_mqsrv_complete(NULL, b);
     cq_mqsrv_drain(eng);
     cq_mqsrv_flush(eng);
-    expect(p,
-           "12 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":0,\"total\":2,\"offsets\":[3,4]}");
-    expect(p, "12 5 {\"askid\":5,\"topic\":\"orders\",\"err_code\":0,\"total\":3,\"offsets\":[6]}");
+    expect(p, "12 4 "
+              "{\"askid\":4,\"topic\":\"orders\",\"err_code\":0,\"total\":2,\"offsets\":[3,4],"
+              "\"shard\":0}");
+    expect(p, "12 5 "
+              "{\"askid\":5,\"topic\":\"orders\",\"err_code\":0,\"total\":3,\"offsets\":[6],"
+              "\"shard\":0}");
     const char *push = "18 0 {\"topic\":\"orders\",\"offset\":6,\"messages\":["
                        "{\"offset_id\":3,\"message\":\"m0\",\"time\":1700000000000},"
                        "{\"offset_id\":4,\"message\":\"m1\",\"time\":1700000000000},"
                        "{\"offset_id\":6,\"message\":\"m0\",\"time\":1700000000000}],"
-                       "\"message_count\":3}";
+                       "\"message_count\":3,\"shard\":0}";
     expect(w1, push);
     expect(w2, push);
     expect_nothing(p);
     /* an idempotent retry acknowledged with old offsets is not pushed again */
     feed(p, produce_req(6, "orders", 1, 0));
     done_produce(take(CQ_WRITER_PRODUCE, "orders"), 4);
-    expect(p, "12 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":0,\"total\":3,\"offsets\":[4]}");
+    expect(p, "12 6 "
+              "{\"askid\":6,\"topic\":\"orders\",\"err_code\":0,\"total\":3,\"offsets\":[4],"
+              "\"shard\":0}");
     expect_nothing(w1);
     feed(w1, req(CQ_MQ_REQ_UNWATCH, 7, 7, "orders"));
     expect(w1, "10 7 {\"askid\":7,\"topic\":\"orders\",\"err_code\":0}");
     feed(p, produce_req(8, "orders", 1, 0));
     done_produce(take(CQ_WRITER_PRODUCE, "orders"), 9);
-    expect(p, "12 8 {\"askid\":8,\"topic\":\"orders\",\"err_code\":0,\"total\":4,\"offsets\":[9]}");
+    expect(p, "12 8 "
+              "{\"askid\":8,\"topic\":\"orders\",\"err_code\":0,\"total\":4,\"offsets\":[9],"
+              "\"shard\":0}");
     expect_nothing(w1);
     expect(w2, "18 0 {\"topic\":\"orders\",\"offset\":9,\"messages\":[{\"offset_id\":9,"
-               "\"message\":\"m0\",\"time\":1700000000000}],\"message_count\":1}");
+               "\"message\":\"m0\",\"time\":1700000000000}],\"message_count\":1,\"shard\":0}");
     cq_mqsrv_stats_t st;
     cq_mqsrv_stats(eng, &st);
     assert_int_equal(st.pushes, 3);
@@ -841,8 +919,9 @@ static void test_watch_push(void **state)
     fconn_free(w2);
     feed(p, produce_req(10, "orders", 1, 0));
     done_produce(take(CQ_WRITER_PRODUCE, "orders"), 11);
-    expect(p,
-           "12 10 {\"askid\":10,\"topic\":\"orders\",\"err_code\":0,\"total\":5,\"offsets\":[11]}");
+    expect(p, "12 10 "
+              "{\"askid\":10,\"topic\":\"orders\",\"err_code\":0,\"total\":5,\"offsets\":[11],"
+              "\"shard\":0}");
     fconn_free(p);
     fconn_free(w1);
     eng_stop();
@@ -856,12 +935,18 @@ static void test_push_refs(void **state)
     (void)state;
     eng_start(false, 0);
     fconn_t *p = fconn_new(), *w[3];
-    connect_as(p, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    connect_as(p, 1, "",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     for (int i = 0; i < 3; i++) {
         char want[128];
         w[i] = fconn_new();
         snprintf(want, sizeof(want),
-                 "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":%d,\"err_code\":0}", i + 2);
+                 "2 1 "
+                 "{\"askid\":1,\"client_type\":1,\"client_id\":%d,\"err_code\":0,\"shard\":0,"
+                 "\"master\":true}",
+                 i + 2);
         connect_as(w[i], 2, "", want);
         feed(w[i], req(CQ_MQ_REQ_WATCH, 2, 2, "orders"));
         expect(w[i], "8 2 "
@@ -887,15 +972,16 @@ static void test_push_refs(void **state)
     assert_int_equal(cq_buf_refs(b), 3);
     assert_int_equal(cq_buf_live(), live + 2); /* the push and the producer's answer */
     cq_mqsrv_flush(eng);
-    expect(p,
-           "12 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":0,\"total\":2,\"offsets\":[3,4]}");
+    expect(p, "12 3 "
+              "{\"askid\":3,\"topic\":\"orders\",\"err_code\":0,\"total\":2,\"offsets\":[3,4],"
+              "\"shard\":0}");
     for (int i = 0; i < 3; i++) {
         w[i]->stalled = false;
         fake_flush(w[i]);
         expect(w[i], "18 0 {\"topic\":\"orders\",\"offset\":4,\"messages\":["
                      "{\"offset_id\":3,\"message\":\"m0\",\"time\":1700000000000},"
                      "{\"offset_id\":4,\"message\":\"m1\",\"time\":1700000000000}],"
-                     "\"message_count\":2}");
+                     "\"message_count\":2,\"shard\":0}");
         if (i < 2)
             assert_int_equal(cq_buf_refs(b), 2 - i);
         else
@@ -914,8 +1000,8 @@ static void test_push_refs(void **state)
     memcpy(both + n1, a2, n2);
     feed_raw(p, both, n1 + n2);
     assert_int_equal(p->flushes, before + 1);
-    expect(p, "4 7 {\"askid\":7,\"err_code\":0,\"weight\":100}");
-    expect(p, "4 8 {\"askid\":8,\"err_code\":0,\"weight\":100}");
+    expect(p, "4 7 {\"askid\":7,\"err_code\":0,\"weight\":100,\"shard\":0,\"master\":true}");
+    expect(p, "4 8 {\"askid\":8,\"err_code\":0,\"weight\":100,\"shard\":0,\"master\":true}");
     cq_free(a1);
     cq_free(a2);
     cq_mq_msg_free(k1);
@@ -934,7 +1020,7 @@ static void keepalives(fconn_t *f, int n)
     }
 }
 
-#define KA_LEN 49 /* one keepalive answer: 12 + {"askid":9,"err_code":0,"weight":100} */
+#define KA_LEN 73 /* 12 + {"askid":9,"err_code":0,"weight":100,"shard":0,"master":true} */
 
 static void test_sendq_limits(void **state)
 {
@@ -971,7 +1057,7 @@ static void test_sendq_limits(void **state)
     ok->stalled = false;
     fake_flush(ok); /* this one catches up */
     for (int i = 0; i < 21; i++)
-        expect(ok, "4 9 {\"askid\":9,\"err_code\":0,\"weight\":100}");
+        expect(ok, "4 9 {\"askid\":9,\"err_code\":0,\"weight\":100,\"shard\":0,\"master\":true}");
     cq_mqsrv_tick(eng, 11999);
     assert_int_equal(s->aborted, 0);
     cq_mqsrv_tick(eng, 12000);
@@ -1017,7 +1103,10 @@ static void test_topic_cache(void **state)
     assert_non_null(eng);
     cq_mqsrv_set_now(eng, 1700000000000);
     fconn_t *p = fconn_new();
-    connect_as(p, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    connect_as(p, 1, "",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     unsigned seed = 7;
     for (int k = 0; k < 2000; k++) {
         int i = (int)(rand_r(&seed) % CACHE_TOPICS);
@@ -1033,13 +1122,13 @@ static void test_topic_cache(void **state)
         done(take(CQ_WRITER_GET_OFFSET, t[i].name), -ENOENT);
         snprintf(want, sizeof(want),
                  "22 2 {\"askid\":2,\"topic\":\"%s\",\"err_code\":0,\"offset\":0,"
-                 "\"committed\":false,\"last_offset\":%d}",
+                 "\"committed\":false,\"last_offset\":%d,\"shard\":0}",
                  name, i * 10);
         expect(p, want);
     }
     feed(p, req(CQ_MQ_REQ_OFFSET, 3, 3, "Topic_600_x")); /* one past the last */
     expect(p, "22 3 {\"askid\":3,\"topic\":\"Topic_600_x\",\"err_code\":8,\"err_msg\":"
-              "\"offset: topic \\\"Topic_600_x\\\" does not exist\"}");
+              "\"offset: topic \\\"Topic_600_x\\\" does not exist\",\"shard\":0}");
     /* a created topic joins the cache under the store's answer */
     feed(p, req(CQ_MQ_REQ_ADD_TOPIC, 4, 4, "NewOne"));
     done(take(CQ_WRITER_TOPIC_CREATE, "NewOne"), 0);
@@ -1068,7 +1157,10 @@ static void test_online_retention(void **state)
     (void)state;
     eng_start(false, 0);
     fconn_t *p = fconn_new();
-    connect_as(p, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    connect_as(p, 1, "",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     assert_int_equal(cq_mqsrv_topic_set_online(eng, "nosuch", true), CQ_ENOTOPIC);
     assert_int_equal(cq_mqsrv_topic_set_online(eng, "ORDERS", false), 0);
     cq_writer_req_t *r = take(CQ_WRITER_TOPIC_SET_ONLINE, "orders");
@@ -1076,10 +1168,12 @@ static void test_online_retention(void **state)
     feed(p, produce_req(2, "orders", 1, 0)); /* still online until the store recorded it */
     done(r, 0);
     done_produce(take(CQ_WRITER_PRODUCE, "orders"), 3);
-    expect(p, "12 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"total\":1,\"offsets\":[3]}");
+    expect(p, "12 2 "
+              "{\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"total\":1,\"offsets\":[3],"
+              "\"shard\":0}");
     feed(p, produce_req(3, "orders", 1, 0));
     expect(p, "12 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":9,\"err_msg\":\"produce: topic "
-              "\\\"orders\\\" is offline\"}");
+              "\\\"orders\\\" is offline\",\"shard\":0}");
     /* retention: one purge per topic with a retention, repeated while a purge was full */
     cq_mqsrv_retention(eng, 1700000000000);
     r = take(CQ_WRITER_PURGE, "Paused");
@@ -1143,7 +1237,10 @@ static void test_close_in_flight(void **state)
     cq_alloc_set(&walloc);
     eng_start(false, 0);
     fconn_t *p = fconn_new();
-    connect_as(p, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    connect_as(p, 1, "",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     feed(p, produce_req(2, "orders", 1, 0));
     feed(p, consume_req(3, "orders", 0, -1));
     feed(p, req(CQ_MQ_REQ_ADD_TOPIC, 4, 4, "later"));
@@ -1170,7 +1267,10 @@ static void test_close_in_flight(void **state)
     assert_int_equal(st.produced, 1);
     /* the topic it created is in the cache: registered without a store round trip, listed */
     fconn_t *q = fconn_new();
-    connect_as(q, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0}");
+    connect_as(q, 1, "",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     feed(q, req(CQ_MQ_REQ_ADD_TOPIC, 2, 2, "LATER"));
     expect(q, "6 2 "
               "{\"askid\":2,\"topic\":\"LATER\",\"err_code\":0,\"topic_nums\":1,\"topic_message_"
@@ -1215,7 +1315,10 @@ static void test_inbox(void **state)
     wakes = 0;
     cq_mqsrv_set_ops(eng, &ops, &wakes);
     fconn_t *p = fconn_new();
-    connect_as(p, 1, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    connect_as(p, 1, "",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     feed(p, produce_req(2, "orders", 1, 0));
     cq_writer_req_t *r = take(CQ_WRITER_PRODUCE, "orders");
     r->offsets[0] = 5;
@@ -1226,7 +1329,9 @@ static void test_inbox(void **state)
     expect_nothing(p); /* not before the drain */
     cq_mqsrv_drain(eng);
     cq_mqsrv_flush(eng);
-    expect(p, "12 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"total\":1,\"offsets\":[5]}");
+    expect(p, "12 2 "
+              "{\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"total\":1,\"offsets\":[5],"
+              "\"shard\":0}");
     /* without ops completions only queue; freeing the engine runs them */
     cq_mqsrv_set_ops(eng, NULL, NULL);
     feed(p, produce_req(3, "orders", 1, 0));
@@ -1458,7 +1563,10 @@ static void test_writes_need_loopback(void **state)
     fake_peer_addr = "192.0.2.7:5000";
     fconn_t *f = fconn_new();
     fake_peer_addr = "127.0.0.1:4000";
-    connect_as(f, 9, "", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    connect_as(f, 9, "",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     feed(f, req(CQ_MQ_REQ_ADD_TOPIC, 2, 2, "fresh"));
     expect(f, "6 2 {\"askid\":2,\"topic\":\"fresh\",\"err_code\":7,\"err_msg\":\"add_topic: "
               "module 9 needs a permissions file (--mq-permissions-file) to write from an "
@@ -1470,7 +1578,7 @@ static void test_writes_need_loopback(void **state)
     feed(f, produce_req(4, "orders", 1, 0));
     expect(f, "12 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":7,\"err_msg\":\"produce: "
               "needs a permissions file (--mq-permissions-file) to write from an address that is "
-              "not loopback\"}");
+              "not loopback\",\"shard\":0}");
     cq_mq_msg_t *m = req(CQ_MQ_REQ_COMMIT, 5, 5, "orders");
     m->offset = 1;
     m->has |= CQ_MQ_F_OFFSET;
@@ -1485,7 +1593,7 @@ static void test_writes_need_loopback(void **state)
         f,
         "14 6 "
         "{\"askid\":6,\"topic\":\"orders\",\"err_code\":0,\"total\":0,\"offset\":0,\"messages\":[],"
-        "\"message_count\":0}");
+        "\"message_count\":0,\"shard\":0}");
     fconn_free(f);
     eng_stop();
 }
@@ -1503,19 +1611,23 @@ static void test_connect_budget(void **state)
         fconn_t *g = fconn_new();
         connect_as(g, 3, "guess",
                    "2 1 {\"askid\":1,\"client_type\":1,\"err_code\":6,\"err_msg\":"
-                   "\"connect: unknown module_id or wrong token\"}");
+                   "\"connect: unknown module_id or wrong token\",\"shard\":0,\"master\":true}");
         assert_int_equal(g->closed, 1);
         fconn_free(g);
     }
     fconn_t *g = fconn_new();
     connect_as(g, 3, "s3",
                "2 1 {\"askid\":1,\"client_type\":1,\"err_code\":6,\"err_msg\":\"connect: too "
-               "many failed authentications from this address, retry later\"}");
+               "many failed authentications from this address, retry "
+               "later\",\"shard\":0,\"master\":true}");
     assert_int_equal(g->closed, 1);
     fconn_free(g);
     fake_peer_addr = "10.9.9.8:1"; /* its neighbour is another address */
     g = fconn_new();
-    connect_as(g, 3, "s3", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":4,\"err_code\":0}");
+    connect_as(g, 3, "s3",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":4,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     fconn_free(g);
     fake_peer_addr = "127.0.0.1:4000";
     cq_sbuf_t b;
@@ -1558,17 +1670,345 @@ static void test_perms_reload(void **state)
     assert_int_equal(cq_mqperm_load(j, strlen(j), &p, err, sizeof(err)), 0);
     cq_mqsrv_set_perms(eng, p);
     fconn_t *f = fconn_new();
-    connect_as(f, 3, "s3", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0}");
+    connect_as(f, 3, "s3",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     cq_mqsrv_drain(eng); /* the edge drains when woken */
     fconn_t *o = fconn_new(), *g = fconn_new();
     connect_as(o, 3, "s3",
                "2 1 {\"askid\":1,\"client_type\":1,\"err_code\":6,\"err_msg\":"
-               "\"connect: unknown module_id or wrong token\"}");
-    connect_as(g, 3, "new3", "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":3,\"err_code\":0}");
+               "\"connect: unknown module_id or wrong token\",\"shard\":0,\"master\":true}");
+    connect_as(g, 3, "new3",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":3,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
     fconn_free(f);
     fconn_free(g);
     fconn_free(o);
     eng_stop(); /* frees the reloaded table (ASan would see a leak) */
+}
+
+/* ---- the cluster (issue 11) ------------------------------------------------------------------ */
+
+static cq_mq_msg_t *offset_req(uint8_t type, uint16_t id, const char *topic, int64_t offset)
+{
+    cq_mq_msg_t *m = req(type, id, id, topic);
+    m->offset = offset;
+    m->has |= CQ_MQ_F_OFFSET;
+    return m;
+}
+
+/* A write is answered not_master (18) while the fence is closed, at admission (nothing reaches
+ * the store) and at completion (committed, not acknowledged, not pushed); reads are served. */
+static void test_fence(void **state)
+{
+    (void)state;
+    cq_mqsrv_stats_t st;
+    next_fence = true;
+    next_shard = 3;
+    eng_start(false, 0);
+    fconn_t *p = fconn_new(), *w = fconn_new();
+    connect_as(p, 1, "",
+               "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":3,"
+               "\"master\":true}");
+    connect_as(w, 2, "",
+               "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":2,\"err_code\":0,\"shard\":3,"
+               "\"master\":true}");
+    feed(w, req(CQ_MQ_REQ_WATCH, 2, 2, "orders"));
+    expect(w, "8 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1,"
+              "\"topic_message_total\":0}");
+    /* the fence closes between the submission and the commit */
+    feed(p, produce_req(3, "orders", 2, 7));
+    cq_writer_req_t *r = take(CQ_WRITER_PRODUCE, "orders");
+    fence_open = false;
+    r->prev_offset = 2;
+    done_produce(r, 3);
+    expect(p, "12 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":18,\"err_msg\":\"produce: this "
+              "server lost its shard's master role before the commit was acknowledged; the "
+              "messages may be stored: retry with the same producer_id and seq on the shard's "
+              "master\",\"shard\":3}");
+    expect_nothing(w); /* pushes are what was acknowledged */
+    /* closed: refused at admission, nothing submitted */
+    feed(p, produce_req(4, "orders", 1, 0));
+    expect(p, "12 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":18,\"err_msg\":\"produce: this "
+              "server is not its shard's master now\",\"shard\":3}");
+    feed(p, offset_req(CQ_MQ_REQ_COMMIT, 5, "orders", 1));
+    expect(p, "16 5 {\"askid\":5,\"topic\":\"orders\",\"err_code\":18,\"err_msg\":\"commit: this "
+              "server is not its shard's master now\"}");
+    feed(p, req(CQ_MQ_REQ_ADD_TOPIC, 6, 6, "brand_new"));
+    expect(p, "6 6 {\"askid\":6,\"topic\":\"brand_new\",\"err_code\":18,\"err_msg\":\"add_topic: "
+              "this server is not its shard's master now\"}");
+    assert_int_equal(cq_mqsrv_topic_set_online(eng, "orders", false), CQ_ENOTMASTER);
+    cq_mqsrv_retention(eng, 1800000000000);
+    assert_int_equal(fp.npending, 0);
+    /* reads are served: an existing topic registers, consume, offset, topics, keepalive */
+    feed(p, req(CQ_MQ_REQ_ADD_TOPIC, 7, 7, "orders"));
+    expect(p, "6 7 {\"askid\":7,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1,"
+              "\"topic_message_total\":0}");
+    feed(p, consume_req(8, "orders", 0, 5));
+    r = take(CQ_WRITER_READ, "orders");
+    r->recs = cq_calloc(2, sizeof(*r->recs));
+    r->recs[0] = (cq_store_rec_t){.offset = 3,
+                                  .create_ms = 5,
+                                  .content = cq_strdup("a"),
+                                  .len = 1,
+                                  .producer_id = 7,
+                                  .seq = 10};
+    r->recs[1] = (cq_store_rec_t){
+        .offset = 4, .create_ms = 6, .content = cq_strdup("b"), .len = 1}; /* no key: none sent */
+    r->n_recs = 2;
+    done(r, 0);
+    expect(p, "14 8 {\"askid\":8,\"topic\":\"orders\",\"err_code\":0,\"total\":0,\"offset\":4,"
+              "\"messages\":[{\"offset_id\":3,\"message\":\"a\",\"time\":5,\"producer_id\":7,"
+              "\"seq\":10},{\"offset_id\":4,\"message\":\"b\",\"time\":6}],\"message_count\":2,"
+              "\"shard\":3}");
+    feed(p, req(CQ_MQ_REQ_OFFSET, 9, 9, "orders"));
+    done(take(CQ_WRITER_GET_OFFSET, "orders"), -ENOENT);
+    expect(p, "22 9 {\"askid\":9,\"topic\":\"orders\",\"err_code\":0,\"offset\":0,"
+              "\"committed\":false,\"last_offset\":2,\"shard\":3}");
+    feed(p, req(CQ_MQ_REQ_KEEPALIVE, 10, 10, NULL));
+    expect(p, "4 10 {\"askid\":10,\"err_code\":0,\"weight\":0,\"shard\":3,\"master\":false}");
+    cq_mqsrv_stats(eng, &st);
+    assert_int_equal(st.not_master, 5); /* 1 at completion, 4 at admission */
+    assert_int_equal(st.produced, 0);
+    /* open again: the same produce is acknowledged */
+    fence_open = true;
+    feed(p, produce_req(11, "orders", 1, 0));
+    r = take(CQ_WRITER_PRODUCE, "orders");
+    r->prev_offset = 4; /* the store's high water before it */
+    done_produce(r, 5);
+    expect(p, "12 11 {\"askid\":11,\"topic\":\"orders\",\"err_code\":0,\"total\":1,"
+              "\"offsets\":[5],\"shard\":3}");
+    /* rows 3 and 4 committed without an answer: the watcher gets them from the store, once */
+    done_read(take(CQ_WRITER_READ, "orders"), 3, 3);
+    expect(w, "18 0 {\"topic\":\"orders\",\"offset\":5,\"messages\":["
+              "{\"offset_id\":3,\"message\":\"r3\",\"time\":1000},"
+              "{\"offset_id\":4,\"message\":\"r4\",\"time\":1001},"
+              "{\"offset_id\":5,\"message\":\"r5\",\"time\":1002}],\"message_count\":3,"
+              "\"shard\":3}");
+    fconn_free(p);
+    fconn_free(w);
+    eng_stop();
+}
+
+/* HTTP writes on a server that may not write: 503 with err_code 18; reads are served. */
+static void test_fence_http(void **state)
+{
+    (void)state;
+    next_fence = true;
+    eng_start(true, 0);
+    fence_open = false;
+    fconn_t *f = fhttp_new();
+    http(f, "POST", "/v1/topics/orders/messages", "3:s3", "{\"content\":\"a\"}");
+    expect_resp(f, "503 Service Unavailable",
+                "{\"err_code\":18,\"err_msg\":\"this server is not its shard's master now\"}");
+    http(f, "POST", "/v1/topics", "1:s1", "{\"topic\":\"x\"}");
+    expect_resp(f, "503 Service Unavailable",
+                "{\"err_code\":18,\"err_msg\":\"this server is not its shard's master now\"}");
+    http(f, "GET", "/v1/topics/orders/messages?offset=0", "2:s2", NULL);
+    done_read(take(CQ_WRITER_READ, "orders"), 1, 0);
+    expect_resp(f, "200 OK", "{\"messages\":[],\"next_offset\":0}");
+    /* the fence closes between the submission and the commit */
+    fence_open = true;
+    http(f, "POST", "/v1/topics/orders/messages", "3:s3",
+         "{\"content\":\"a\",\"producer_id\":4,\"seq\":1}");
+    cq_writer_req_t *r = take(CQ_WRITER_PRODUCE, "orders");
+    fence_open = false;
+    done_produce(r, 3);
+    expect_resp(f, "503 Service Unavailable",
+                "{\"err_code\":18,\"err_msg\":\"not the shard's master: produce on another "
+                "server; the messages may be stored: retry with the same producer_id and seq on "
+                "the shard's master\"}");
+    fconn_free(f);
+    eng_stop();
+}
+
+/* A record of content "r<offset>" with an idempotence key. */
+static void set_rec(cq_store_rec_t *rec, uint64_t offset, uint64_t pid, uint64_t seq)
+{
+    char *c = cq_malloc(24);
+    assert_non_null(c);
+    snprintf(c, 24, "r%llu", (unsigned long long)offset);
+    *rec = (cq_store_rec_t){.offset = offset,
+                            .create_ms = 9,
+                            .content = c,
+                            .len = strlen(c),
+                            .producer_id = pid,
+                            .seq = seq};
+}
+
+/* A slave: its watchers get what replication brought, in order, exactly once, from polls of
+ * the store; the topic list and the high waters are read again every second. */
+static void test_slave_poll(void **state)
+{
+    (void)state;
+    next_slave = true;
+    next_shard = 1;
+    eng_start(false, 2);
+    fconn_t *w = fconn_new();
+    connect_as(w, 2, "",
+               "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":1,"
+               "\"master\":false}");
+    feed(w, req(CQ_MQ_REQ_WATCH, 2, 2, "orders"));
+    expect(w, "8 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1,"
+              "\"topic_message_total\":0}");
+    cq_mqsrv_tick(eng, 1000);
+    cq_writer_req_t *rd = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(rd->from_offset, 2); /* after what the watcher was sent */
+    assert_int_equal(rd->max, 2);
+    cq_writer_req_t *ls = take(CQ_WRITER_TOPIC_LIST, NULL);
+    cq_writer_req_t *hw[3];
+    hw[0] = take(CQ_WRITER_HIGH_WATER, "Paused"); /* in cache order */
+    hw[1] = take(CQ_WRITER_HIGH_WATER, "keep");
+    hw[2] = take(CQ_WRITER_HIGH_WATER, "orders");
+    assert_int_equal(fp.npending, 0);
+    /* a full read: the next one follows at once */
+    rd->recs = cq_calloc(2, sizeof(*rd->recs));
+    set_rec(&rd->recs[0], 3, 7, 1);
+    set_rec(&rd->recs[1], 5, 0, 0);
+    rd->n_recs = 2;
+    done(rd, 0);
+    expect(w, "18 0 {\"topic\":\"orders\",\"offset\":5,\"messages\":["
+              "{\"offset_id\":3,\"message\":\"r3\",\"time\":9,\"producer_id\":7,\"seq\":1},"
+              "{\"offset_id\":5,\"message\":\"r5\",\"time\":9}],\"message_count\":2,"
+              "\"shard\":1}");
+    rd = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(rd->from_offset, 5);
+    rd->recs = cq_calloc(1, sizeof(*rd->recs));
+    set_rec(&rd->recs[0], 6, 7, 2);
+    rd->n_recs = 1;
+    done(rd, 0); /* short: caught up until the next poll */
+    expect(w, "18 0 {\"topic\":\"orders\",\"offset\":6,\"messages\":["
+              "{\"offset_id\":6,\"message\":\"r6\",\"time\":9,\"producer_id\":7,\"seq\":2}],"
+              "\"message_count\":1,\"shard\":1}");
+    assert_int_equal(fp.npending, 0);
+    cq_mqsrv_tick(eng, 1100); /* too soon for the next poll */
+    assert_int_equal(fp.npending, 0);
+    cq_mqsrv_tick(eng, 1150);
+    rd = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(rd->from_offset, 6);
+    done_read(rd, 7, 0);
+    expect_nothing(w);
+    /* the list brings a topic created on the master; its high water is read before polls */
+    ls->topics = cq_calloc(2, sizeof(*ls->topics));
+    ls->topics[0] = (cq_store_topic_t){.name = "fresh", .online = true, .retention_days = 3};
+    ls->topics[1] = (cq_store_topic_t){.name = "Paused", .online = true, .retention_days = 7};
+    ls->n_topics = 2;
+    done(ls, 0);
+    cq_writer_req_t *fh = take(CQ_WRITER_HIGH_WATER, "fresh");
+    hw[2]->offset = 9; /* replication went on */
+    hw[1]->offset = 12;
+    for (int i = 0; i < 3; i++)
+        done(hw[i], 0);
+    fh->offset = 40;
+    done(fh, 0);
+    feed(w, req(CQ_MQ_REQ_TOPICS, 3, 3, NULL));
+    expect(w, "24 3 {\"askid\":3,\"err_code\":0,\"topic_nums\":4,\"topics\":["
+              "{\"topic\":\"fresh\",\"online\":true,\"retention_days\":3,\"last_offset\":40},"
+              "{\"topic\":\"keep\",\"online\":true,\"retention_days\":0,\"last_offset\":12},"
+              "{\"topic\":\"orders\",\"online\":true,\"retention_days\":30,\"last_offset\":9},"
+              "{\"topic\":\"Paused\",\"online\":true,\"retention_days\":7,\"last_offset\":0}]}");
+    /* a watcher of the new topic sees what commits after its high water */
+    feed(w, req(CQ_MQ_REQ_WATCH, 4, 4, "fresh"));
+    expect(w, "8 4 {\"askid\":4,\"topic\":\"fresh\",\"err_code\":0,\"topic_nums\":2,"
+              "\"topic_message_total\":0}");
+    /* so does one of a topic no one watched: from the high water of the last refresh */
+    feed(w, req(CQ_MQ_REQ_WATCH, 5, 5, "keep"));
+    expect(w, "8 5 {\"askid\":5,\"topic\":\"keep\",\"err_code\":0,\"topic_nums\":3,"
+              "\"topic_message_total\":0}");
+    cq_mqsrv_tick(eng, 1300);
+    rd = take(CQ_WRITER_READ, "keep"); /* in cache order */
+    assert_int_equal(rd->from_offset, 12);
+    done_read(rd, 13, 0);
+    rd = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(rd->from_offset, 6);
+    done_read(rd, 7, 0);
+    rd = take(CQ_WRITER_READ, "fresh");
+    assert_int_equal(rd->from_offset, 40);
+    done_read(rd, 41, 1);
+    expect(w, "18 0 {\"topic\":\"fresh\",\"offset\":41,\"messages\":["
+              "{\"offset_id\":41,\"message\":\"r41\",\"time\":1000}],\"message_count\":1,"
+              "\"shard\":1}");
+    assert_int_equal(fp.npending, 0);
+    fconn_free(w);
+    eng_stop();
+}
+
+/* A slave that becomes master reads each topic's high water and count back before it takes
+ * produces to it; shard and epoch come with the role. */
+static void test_role_handover(void **state)
+{
+    (void)state;
+    next_slave = true;
+    eng_start(false, 0);
+    fconn_t *p = fconn_new();
+    connect_as(p, 1, "",
+               "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":false}");
+    cq_mqsrv_set_role(eng, true, 2, 5);
+    cq_mqsrv_drain(eng);
+    cq_writer_req_t *ls = take(CQ_WRITER_TOPIC_LIST, NULL);
+    cq_writer_req_t *paused = take(CQ_WRITER_TOPIC_STATS, "Paused");
+    cq_writer_req_t *keep = take(CQ_WRITER_TOPIC_STATS, "keep");
+    cq_writer_req_t *st = take(CQ_WRITER_TOPIC_STATS, "orders");
+    feed(p, produce_req(2, "orders", 1, 0));
+    expect(p, "12 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":11,\"err_msg\":\"produce: this "
+              "server is taking over as its shard's master: retry\",\"shard\":2}");
+    st->offset = 9;
+    st->count = 5;
+    done(st, 0);
+    feed(p, produce_req(3, "orders", 1, 0));
+    cq_writer_req_t *r = take(CQ_WRITER_PRODUCE, "orders");
+    r->prev_offset = 9;
+    done_produce(r, 11);
+    expect(p, "12 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":0,\"total\":6,"
+              "\"offsets\":[11],\"shard\":2}");
+    /* a failed reload is tried again at the tick */
+    done(keep, CQ_ESTORE);
+    done(paused, 0);
+    done(ls, 0);
+    cq_mqsrv_tick(eng, 1000);
+    keep = take(CQ_WRITER_TOPIC_STATS, "keep");
+    assert_int_equal(fp.npending, 0); /* a master neither polls nor refreshes */
+    done(keep, 0);
+    feed(p, req(CQ_MQ_REQ_KEEPALIVE, 4, 4, NULL));
+    expect(p, "4 4 {\"askid\":4,\"err_code\":0,\"weight\":100,\"shard\":2,\"master\":true}");
+    cq_mqsrv_set_role(eng, false, 2, 6);
+    cq_mqsrv_drain(eng);
+    feed(p, req(CQ_MQ_REQ_KEEPALIVE, 5, 5, NULL));
+    expect(p, "4 5 {\"askid\":5,\"err_code\":0,\"weight\":0,\"shard\":2,\"master\":false}");
+    fconn_free(p);
+    eng_stop();
+}
+
+/* The keepalive weight: 100 scaled by the writer's free pending room and by the recent mean
+ * commit time over CQ_MQSRV_WEIGHT_SLOW_US; never 0 while writable. */
+static void test_weight(void **state)
+{
+    (void)state;
+    eng_start(false, 0);
+    fconn_t *p = fconn_new();
+    wstats.pending = 250;
+    wstats.max_pending = 1000;
+    feed(p, req(CQ_MQ_REQ_KEEPALIVE, 1, 1, NULL));
+    expect(p, "4 1 {\"askid\":1,\"err_code\":0,\"weight\":75,\"shard\":0,\"master\":true}");
+    wstats.transactions = 7;
+    wstats.commit_us_sum = 7 * 40000; /* 40 ms per commit */
+    cq_mqsrv_tick(eng, 1000);
+    feed(p, req(CQ_MQ_REQ_KEEPALIVE, 2, 2, NULL));
+    expect(p, "4 2 {\"askid\":2,\"err_code\":0,\"weight\":18,\"shard\":0,\"master\":true}");
+    wstats.transactions = 17;
+    wstats.commit_us_sum += 10 * 5000; /* the last second: 5 ms per commit */
+    wstats.pending = 1000;
+    cq_mqsrv_tick(eng, 2000);
+    feed(p, req(CQ_MQ_REQ_KEEPALIVE, 3, 3, NULL));
+    expect(p, "4 3 {\"askid\":3,\"err_code\":0,\"weight\":1,\"shard\":0,\"master\":true}");
+    wstats.pending = 0;
+    feed(p, req(CQ_MQ_REQ_KEEPALIVE, 4, 4, NULL));
+    expect(p, "4 4 {\"askid\":4,\"err_code\":0,\"weight\":100,\"shard\":0,\"master\":true}");
+    fconn_free(p);
+    eng_stop();
 }
 
 int main(void)
@@ -1590,6 +2030,11 @@ int main(void)
         cmocka_unit_test(test_inbox),
         cmocka_unit_test(test_metrics_port),
         cmocka_unit_test(test_http_ops),
+        cmocka_unit_test(test_fence),
+        cmocka_unit_test(test_fence_http),
+        cmocka_unit_test(test_slave_poll),
+        cmocka_unit_test(test_role_handover),
+        cmocka_unit_test(test_weight),
         cmocka_unit_test(test_writes_need_loopback),
         cmocka_unit_test(test_connect_budget),
         cmocka_unit_test(test_perm_token_required),

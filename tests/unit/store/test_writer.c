@@ -744,6 +744,14 @@ static void test_ops_through_thread(void **state)
     assert_int_equal(run(f, req), 0);
     assert_int_equal(req->offset, off[2]);
     cq_writer_req_free(req);
+    req = op_req(CQ_WRITER_TOPIC_STATS, "orders", NULL);
+    assert_int_equal(run(f, req), 0);
+    assert_int_equal(req->offset, off[2]);
+    assert_int_equal(req->count, 3);
+    cq_writer_req_free(req);
+    req = op_req(CQ_WRITER_TOPIC_STATS, "nosuch", NULL);
+    assert_int_equal(run(f, req), CQ_ENOTOPIC);
+    cq_writer_req_free(req);
 
     req = op_req(CQ_WRITER_TOPIC_SET_ONLINE, "orders", NULL);
     req->online = false;
@@ -776,7 +784,7 @@ static void test_ops_through_thread(void **state)
 
     cq_writer_stats_t st;
     stats(f, &st);
-    assert_int_equal(st.other_ops, 12);
+    assert_int_equal(st.other_ops, 14);
     assert_int_equal(st.transactions, 1);
 }
 
