@@ -1,4 +1,5 @@
 /* chanqd - config -> modules -> run. The composition root. */
+#include "cluster.h"
 #include "cq_admin.h"
 #include "cq_alloc.h"
 #include "cq_authlim.h"
@@ -43,6 +44,7 @@ typedef struct app {
     cq_writer_t *writer;
     cq_mqsrv_t *mqsrv; /* the engine; runs on the MQ loop while mq runs */
     cq_mqio_t *mq;
+    cq_main_cluster_t *cluster; /* with --zk-hosts: roles, fencing, replication control */
 } app_t;
 
 static int load_fsm(const char *path, const char *builtin, size_t blen, cq_fsm_t **ret,
@@ -350,7 +352,10 @@ static int make_engine(app_t *a, const cq_store_topic_t *topics, const uint64_t 
         .http_origins = c->mq_http_origins,
         .preauth_frame = c->mq_preauth_max_frame,
         .input_budget = c->mq_input_budget,
+        .shard = (uint32_t)c->shard,
     };
+    if (a->cluster)
+        cq_main_cluster_fence(a->cluster, &so);
     /* a frame must hold at least one message of the largest size, with its JSON around it */
     uint64_t total = (uint64_t)c->mq_max_content + 4096;
     so.limits.max_total = total > CQ_MQ_DEFAULT_MAX_TOTAL ? (uint32_t)total : 0;
@@ -403,7 +408,10 @@ static int start_mq(app_t *a, char *bound, size_t blen)
                                  .http_timeout_ms = (uint32_t)c->mq_http_timeout_ms},
                          .shutdown_grace_ms = c->shutdown_grace_ms};
     char err[512] = "cannot start the store thread";
-    r = a->writer ? make_engine(a, topics, hw, n) : -ENOMEM;
+    if (*c->zk_hosts && !(a->cluster = cq_main_cluster_new(c)))
+        r = -ENOMEM;
+    if (r == 0)
+        r = a->writer ? make_engine(a, topics, hw, n) : -ENOMEM;
     if (r == CQ_ECONFIG)
         snprintf(err, sizeof(err), "durable topics not started");
     if (r == 0 && !(a->mq = cq_mqio_new()))
@@ -412,6 +420,8 @@ static int start_mq(app_t *a, char *bound, size_t blen)
         r = cq_mqio_start(a->mq, a->mqsrv, &mo, bound, blen, err, sizeof(err));
     if (r == 0 && (r = cq_admin_add_source(a->admin, "mq", cq_mqio_metrics_append, a->mq)) < 0)
         snprintf(err, sizeof(err), "cannot register the MQ metrics: %s", cq_strerror(r));
+    if (r == 0 && a->cluster)
+        r = cq_main_cluster_start(a->cluster, a->mqsrv, a->admin, bound, err, sizeof(err));
     if (r < 0)
         CQ_ERROR("main", "%s", err);
     else
@@ -433,6 +443,9 @@ static void stop_mq(app_t *a)
     cq_mqio_stop(a->mq);
     if (a->writer)
         cq_writer_shutdown(a->writer); /* completes every queued request */
+    /* The fence held while the edge drained; from here nothing more is acknowledged. */
+    cq_main_cluster_stop(a->cluster, a->admin);
+    a->cluster = NULL;
     a->mq = cq_mqio_free(a->mq);
     a->mqsrv = cq_mqsrv_free(a->mqsrv); /* runs those completions */
     a->writer = cq_writer_free(a->writer);

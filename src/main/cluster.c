@@ -1,0 +1,295 @@
+/* cluster.c - chanqd's cluster composition: the coord runtime (src/coord) over ZooKeeper, the
+ * control of our own MariaDB (src/store cq_repl), the engine's fence and role, and metrics.
+ *
+ * Threads: the coord runtime has its own thread and a database thread (cq_coordrt.h); the
+ * role callback runs on the runtime thread and hands the role to the engine through its inbox
+ * (cq_mqsrv_set_role: lock + uv_async_send). The fence is read on the MQ loop: one atomic load
+ * and a clock read. A monitor thread of ours reads the replication status every second into a
+ * snapshot under a mutex, which the admin thread renders; it has its own database connection,
+ * so a slow status query never delays a fence or a promotion. */
+#include "cluster.h"
+
+#include "cq_alloc.h"
+#include "cq_clock.h"
+#include "cq_coord.h"
+#include "cq_coordrt.h"
+#include "cq_err.h"
+#include "cq_log.h"
+#if CQ_HAVE_MYSQL
+#include "cq_repl.h"
+#endif
+#if CQ_HAVE_ZOOKEEPER
+#include "cq_coordzk.h"
+#endif
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define MONITOR_MS 1000
+
+struct cq_main_cluster {
+    const cq_config_t *cfg;
+    cq_coordrt_t *rt;
+    struct cq_repl *ctl; /* the runtime's database thread only */
+    struct cq_repl *mon; /* the monitor thread only */
+    bool use_db;         /* mysql backend: our database is controlled */
+    cq_mqsrv_t *engine;
+    _Atomic(cq_coordrt_t *) live; /* the fence reads it; NULL: no writes */
+    cq_coord_db_ops_t db_ops;
+    pthread_t mon_thread;
+    bool mon_started, mon_stop;
+    pthread_mutex_t mu; /* st, mon_stop */
+    pthread_cond_t cv;
+#if CQ_HAVE_MYSQL
+    cq_repl_status_t st;
+#endif
+    char adv[CQ_COORD_ADDR_MAX + 1], db[CQ_COORD_ADDR_MAX + 1];
+};
+
+static bool may_write(void *ud)
+{
+    cq_main_cluster_t *k = ud;
+    cq_coordrt_t *rt = atomic_load_explicit(&k->live, memory_order_acquire);
+    return rt && cq_coordrt_ack_until(rt) > cq_clock_mono_ms();
+}
+
+static void on_role(void *ud, cq_coord_role_t role, uint64_t epoch, const cq_coord_member_t *master)
+{
+    cq_main_cluster_t *k = ud;
+    CQ_INFO("cluster", "shard %d: %s, epoch %llu, master %s", k->cfg->shard,
+            cq_coord_role_name(role), (unsigned long long)epoch, master ? master->adv : "none");
+    cq_mqsrv_set_role(k->engine, role == CQ_COORD_MASTER, (uint32_t)k->cfg->shard, epoch);
+}
+
+cq_main_cluster_t *cq_main_cluster_new(const cq_config_t *c)
+{
+    cq_main_cluster_t *k = cq_calloc(1, sizeof(*k));
+    if (!k)
+        return NULL;
+    k->cfg = c;
+#if CQ_HAVE_MYSQL
+    k->use_db = strcmp(c->store_backend, "mysql") == 0;
+#endif
+    pthread_mutex_init(&k->mu, NULL);
+    pthread_cond_init(&k->cv, NULL);
+    return k;
+}
+
+void cq_main_cluster_fence(cq_main_cluster_t *k, cq_mqsrv_opts_t *o)
+{
+    o->may_write = may_write;
+    o->fence_ud = k;
+    o->shard = (uint32_t)k->cfg->shard;
+    o->slave = true; /* a member writes only once the runtime made it master */
+}
+
+/* ---- the replication monitor ------------------------------------------------------------ */
+#if CQ_HAVE_MYSQL
+
+static void *monitor_main(void *arg)
+{
+    cq_main_cluster_t *k = arg;
+    pthread_mutex_lock(&k->mu);
+    while (!k->mon_stop) {
+        pthread_mutex_unlock(&k->mu);
+        cq_repl_status_t st;
+        memset(&st, 0, sizeof(st));
+        (void)cq_repl_status(k->mon, &st); /* st.up false when it cannot */
+        pthread_mutex_lock(&k->mu);
+        k->st = st;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += MONITOR_MS / 1000;
+        while (!k->mon_stop && pthread_cond_timedwait(&k->cv, &k->mu, &ts) != ETIMEDOUT) {
+        }
+    }
+    pthread_mutex_unlock(&k->mu);
+    return NULL;
+}
+
+static int open_repl(const cq_config_t *c, cq_repl_t **ret)
+{
+    cq_repl_opts_t o = {.host = c->mysql_host,
+                        .port = (unsigned)c->mysql_port,
+                        .admin_user = c->repl_admin_user,
+                        .admin_password = c->repl_admin_password,
+                        .repl_user = c->repl_user,
+                        .repl_password = c->repl_password,
+                        .semi_sync_timeout_ms = (unsigned)c->repl_semi_sync_timeout_ms,
+                        .semi_sync_wait_no_slave = c->repl_semi_sync_wait_no_slave};
+    return cq_repl_open(&o, ret);
+}
+#endif
+
+/* ---- metrics ------------------------------------------------------------------------------ */
+
+__attribute__((format(printf, 2, 3))) static int put(cq_sbuf_t *out, const char *fmt, ...)
+{
+    char text[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(text))
+        return -EOVERFLOW;
+    return cq_sbuf_append(out, text, (size_t)n);
+}
+
+static int metrics(void *ud, cq_sbuf_t *out)
+{
+    cq_main_cluster_t *k = ud;
+    cq_coordrt_stats_t s;
+    memset(&s, 0, sizeof(s));
+    cq_coordrt_t *rt = atomic_load_explicit(&k->live, memory_order_acquire);
+    if (rt)
+        cq_coordrt_stats(rt, &s);
+    int sh = k->cfg->shard;
+    int r = put(
+        out,
+        "# HELP chanq_mq_cluster_role This server's role in its shard (1 for the current one).\n"
+        "# TYPE chanq_mq_cluster_role gauge\n"
+        "chanq_mq_cluster_role{shard=\"%d\",role=\"down\"} %d\n"
+        "chanq_mq_cluster_role{shard=\"%d\",role=\"slave\"} %d\n"
+        "chanq_mq_cluster_role{shard=\"%d\",role=\"elected\"} %d\n"
+        "chanq_mq_cluster_role{shard=\"%d\",role=\"master\"} %d\n"
+        "# HELP chanq_mq_cluster_epoch The shard's epoch as this server last knew it.\n"
+        "# TYPE chanq_mq_cluster_epoch gauge\n"
+        "chanq_mq_cluster_epoch{shard=\"%d\"} %llu\n"
+        "# HELP chanq_mq_cluster_may_write 1 while this server may acknowledge writes.\n"
+        "# TYPE chanq_mq_cluster_may_write gauge\n"
+        "chanq_mq_cluster_may_write{shard=\"%d\"} %d\n"
+        "# HELP chanq_mq_cluster_lease_remaining_seconds Time left on the master's lease.\n"
+        "# TYPE chanq_mq_cluster_lease_remaining_seconds gauge\n"
+        "chanq_mq_cluster_lease_remaining_seconds{shard=\"%d\"} %.3f\n"
+        "# HELP chanq_mq_cluster_zk_connected 1 while the ZooKeeper session is connected.\n"
+        "# TYPE chanq_mq_cluster_zk_connected gauge\n"
+        "chanq_mq_cluster_zk_connected %d\n"
+        "# HELP chanq_mq_cluster_elections_total Times this server became master.\n"
+        "# TYPE chanq_mq_cluster_elections_total counter\n"
+        "chanq_mq_cluster_elections_total %llu\n"
+        "# HELP chanq_mq_cluster_fences_total Previous masters' databases fenced by this server.\n"
+        "# TYPE chanq_mq_cluster_fences_total counter\n"
+        "chanq_mq_cluster_fences_total %llu\n"
+        "# HELP chanq_mq_cluster_sessions_total ZooKeeper sessions opened.\n"
+        "# TYPE chanq_mq_cluster_sessions_total counter\n"
+        "chanq_mq_cluster_sessions_total %llu\n",
+        sh, s.role == CQ_COORD_DOWN, sh, s.role == CQ_COORD_SLAVE, sh, s.role == CQ_COORD_ELECTED,
+        sh, s.role == CQ_COORD_MASTER, sh, (unsigned long long)s.epoch, sh, may_write(k), sh,
+        (double)s.lease_remaining_ms / 1000.0, s.session == CQ_COORD_SESS_CONNECTED,
+        (unsigned long long)s.elections, (unsigned long long)s.fences,
+        (unsigned long long)s.sessions);
+    if (r < 0 || !k->use_db)
+        return r < 0 ? r : 0;
+#if CQ_HAVE_MYSQL
+    cq_repl_status_t st;
+    pthread_mutex_lock(&k->mu);
+    st = k->st;
+    pthread_mutex_unlock(&k->mu);
+    r = cq_repl_metrics(&st, out);
+#endif
+    return r;
+}
+
+/* ---- start and stop ------------------------------------------------------------------------ */
+
+static int start_db(cq_main_cluster_t *k, char *err, size_t errlen)
+{
+#if !CQ_HAVE_MYSQL
+    (void)k;
+    (void)err;
+    (void)errlen;
+    return 0;
+#else
+    int r = open_repl(k->cfg, &k->ctl);
+    if (r == 0)
+        r = open_repl(k->cfg, &k->mon);
+    if (r == 0 && pthread_create(&k->mon_thread, NULL, monitor_main, k) != 0)
+        r = -EAGAIN;
+    if (r < 0) {
+        snprintf(err, errlen, "cluster: replication control: %s", cq_strerror(r));
+        return r;
+    }
+    k->mon_started = true;
+    k->db_ops.run = cq_repl_db_run;
+    return 0;
+#endif
+}
+
+int cq_main_cluster_start(cq_main_cluster_t *k, cq_mqsrv_t *s, cq_admin_t *admin, const char *bound,
+                          char *err, size_t errlen)
+{
+#if !CQ_HAVE_ZOOKEEPER
+    (void)s;
+    (void)admin;
+    (void)bound;
+    snprintf(err, errlen, "--zk-hosts: this chanqd was built without libzookeeper-mt");
+    (void)k;
+    return CQ_ECONFIG;
+#else
+    const cq_config_t *c = k->cfg;
+    k->engine = s;
+    snprintf(k->adv, sizeof(k->adv), "%s", *c->cluster_advertise ? c->cluster_advertise : bound);
+    snprintf(k->db, sizeof(k->db), "%s:%d", c->mysql_host, c->mysql_port);
+    int r = k->use_db ? start_db(k, err, errlen) : 0;
+    if (r < 0)
+        return r;
+    if (!k->use_db)
+        CQ_WARN("cluster", "--store-backend %s: no database to fence or promote; roles only",
+                c->store_backend);
+    cq_coordrt_opts_t o = {
+        .coord = {.shard = (uint32_t)c->shard,
+                  .adv = k->adv,
+                  .db = k->db,
+                  .session_ms = (uint32_t)c->zk_session_ms,
+                  .db_down_ms = (uint32_t)c->cluster_db_down_ms,
+                  .promote = c->cluster_promote},
+        .zk_hosts = c->zk_hosts,
+        .zk_root = c->zk_root,
+        .zk = &cq_coord_zk_libzk,
+        .db = k->use_db ? &k->db_ops : NULL,
+        .db_ud = k->ctl,
+        .on_role = on_role,
+        .role_ud = k,
+    };
+    r = cq_coordrt_start(&o, &k->rt);
+    if (r < 0) {
+        snprintf(err, errlen, "cluster: cannot start the coordinator (%s): %s", c->zk_hosts,
+                 cq_strerror(r));
+        return r;
+    }
+    atomic_store_explicit(&k->live, k->rt, memory_order_release);
+    if ((r = cq_admin_add_source(admin, "cluster", metrics, k)) < 0)
+        snprintf(err, errlen, "cannot register the cluster metrics: %s", cq_strerror(r));
+    CQ_INFO("cluster", "shard %d: member %s (database %s), ZooKeeper %s%s, session %d ms", c->shard,
+            k->adv, k->db, c->zk_hosts, c->zk_root, c->zk_session_ms);
+    return r;
+#endif
+}
+
+void cq_main_cluster_stop(cq_main_cluster_t *k, cq_admin_t *admin)
+{
+    if (!k)
+        return;
+    cq_admin_remove_source(admin, metrics, k);
+    atomic_store_explicit(&k->live, NULL, memory_order_release); /* no write from here on */
+    cq_coordrt_stop(k->rt);
+    if (k->mon_started) {
+        pthread_mutex_lock(&k->mu);
+        k->mon_stop = true;
+        pthread_cond_signal(&k->cv);
+        pthread_mutex_unlock(&k->mu);
+        pthread_join(k->mon_thread, NULL);
+    }
+#if CQ_HAVE_MYSQL
+    cq_repl_close(k->ctl);
+    cq_repl_close(k->mon);
+#endif
+    pthread_cond_destroy(&k->cv);
+    pthread_mutex_destroy(&k->mu);
+    cq_free(k);
+}

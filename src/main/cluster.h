@@ -1,0 +1,32 @@
+/* cluster.h - chanqd's cluster composition (doc/cluster.md): the coord runtime over ZooKeeper,
+ * the control of our own MariaDB, the engine's fence and role, and their metrics.
+ *
+ * Lifecycle, in chanqd.c: cq_main_cluster_new() before the engine (the engine's options take
+ * the fence from it), cq_main_cluster_start() once the engine exists (the role callbacks go to
+ * it), cq_main_cluster_stop() before the engine is freed (it zeroes the fence first).
+ */
+#ifndef CQ_MAIN_CLUSTER_H
+#define CQ_MAIN_CLUSTER_H
+
+#include "cq_admin.h"
+#include "cq_config.h"
+#include "cq_mqport.h"
+
+#include <stdbool.h>
+
+typedef struct cq_main_cluster cq_main_cluster_t;
+
+/* Returns an owned cluster part (c borrowed, must outlive it) or NULL on OOM. Nothing runs yet.
+ * Call only when c->zk_hosts is set. */
+cq_main_cluster_t *cq_main_cluster_new(const cq_config_t *c);
+/* The engine's fence: fills may_write, fence_ud, shard and slave of o. */
+void cq_main_cluster_fence(cq_main_cluster_t *k, cq_mqsrv_opts_t *o);
+/* Starts the runtime (ZooKeeper session, database control, metrics) for engine s (borrowed,
+ * must outlive the runtime); bound is the MQ listener's address, published unless
+ * --cluster-advertise is set. Returns 0 or a negative code with err filled. */
+int cq_main_cluster_start(cq_main_cluster_t *k, cq_mqsrv_t *s, cq_admin_t *admin, const char *bound,
+                          char *err, size_t errlen);
+/* Stops everything and frees k. Accepts NULL. */
+void cq_main_cluster_stop(cq_main_cluster_t *k, cq_admin_t *admin);
+
+#endif
