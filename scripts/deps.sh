@@ -11,6 +11,9 @@ if [ "$level" = test ] || [ "$level" = bench ]; then
         mariadb-server mariadb-client python3-websockets golang-go golang-github-xtaci-kcp-dev
         chromium openssl)
   command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
+  # the cluster tests and scripts/cluster.sh: a 3-node ZooKeeper ensemble (Java) and its C client
+  pkgs+=(zookeeper libzookeeper-mt-dev)
+  command -v java >/dev/null || pkgs+=(default-jre-headless)
 fi
 if [ "$level" = bench ]; then
   pkgs+=(redis-server nats-server linux-perf)
