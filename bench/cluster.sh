@@ -78,7 +78,8 @@ sql() { # sql PORT SQL: as root, tab-separated, no column names
 
 declare -A PPORT SPORT PPID_ MQ CQPID
 start_shard() { # start_shard S: its MariaDB pair and its chanqd
-    local s=$1 ports dir="$TMP/chanq$s" rc=0
+    local s=$1 ports dir rc=0
+    dir="$TMP/chanq$s"
     ports=$(MARIADB_PAIR_BUFFER_POOL=$POOL MARIADB_PAIR_SEMI_TIMEOUT_MS=$SEMI_TIMEOUT_MS \
         "$PAIR" start "$TMP/pair$s") || rc=$?
     [ "$rc" = 0 ] || { log "mariadb-pair.sh start failed (exit $rc)"; exit 1; }
