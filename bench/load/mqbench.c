@@ -9,11 +9,13 @@
  *       array binding (STMT_ATTR_ARRAY_SIZE, MariaDB's bulk protocol: the fastest method in
  *       durable.md, and the one chanqd's store uses). Reports rows/s and the latency of one
  *       INSERT (= one durable commit).
- *   mqbench produce --addr H:P [--producers 8 --window 4 --batch 100]
+ *   mqbench produce --addr H:P[,H:P...] [--producers 8 --window 4 --batch 100]
  *       P producer connections driven by one poll() loop over the sans-I/O core (chanq_mq.h),
  *       each keeping W produce requests of B messages in flight. Only acked messages (the
  *       produce_resp, which chanqd sends after the commit) count; latency is per request, from
- *       queueing it to its answer.
+ *       queueing it to its answer. With several addresses (one chanqd per shard, issue 11)
+ *       producer i connects to address i mod N, so the load is split evenly, and the topic is
+ *       created on each; the figures are those of the whole run (all shards together).
  *   mqbench rate --addr H:P [--rate 2000]
  *       One connection, open loop: single-message produces scheduled every 1/rate s (not
  *       waiting for acks); latency from the scheduled send time to the ack.
@@ -57,6 +59,7 @@
 #endif
 
 #define MAX_PIDS    4
+#define MAX_ADDRS   16
 #define MAX_CONNS   256
 #define RATE_CAP    20000 /* requests in flight in rate mode before it stops scheduling */
 #define MODULE_ID   1u
@@ -214,6 +217,27 @@ static void die(const char *what, int err)
     exit(1);
 }
 
+/* --addr split at its commas (one chanqd per shard); points into addr_buf. */
+static char addr_buf[1024];
+static const char *addrs[MAX_ADDRS];
+static int naddrs;
+
+static void split_addr_list(const char *list)
+{
+    if (strlen(list) >= sizeof(addr_buf))
+        die("--addr too long", -EINVAL);
+    snprintf(addr_buf, sizeof(addr_buf), "%s", list);
+    naddrs = 0;
+    for (char *save = NULL, *a = strtok_r(addr_buf, ",", &save); a;
+         a = strtok_r(NULL, ",", &save)) {
+        if (naddrs == MAX_ADDRS)
+            die("too many --addr entries", -EINVAL);
+        addrs[naddrs++] = a;
+    }
+    if (naddrs == 0)
+        die("empty --addr", -EINVAL);
+}
+
 static int split_addr(const char *addr, char *host, size_t cap, uint16_t *port)
 {
     return chanq_mq_sync_parse_addr(addr, host, cap, port);
@@ -325,18 +349,18 @@ static void conn_read(conn_t *c)
     }
 }
 
-/* Creates the topic (add_topic over a blocking connection). */
-static void ensure_topic(void)
+/* Creates the topic on the chanqd at addr (add_topic over a blocking connection). */
+static void ensure_topic(const char *addr)
 {
     char host[256], err[256] = "";
     uint16_t port;
-    if (split_addr(O.addr, host, sizeof(host), &port) != 0)
+    if (split_addr(addr, host, sizeof(host), &port) != 0)
         die("bad --addr", -EINVAL);
     chanq_mq_sync_t *s = NULL;
     int r = chanq_mq_sync_connect(host, port, MODULE_ID, NULL, CQ_MQ_PRODUCER, 10000, err,
                                   sizeof(err), &s);
     if (r != 0) {
-        fprintf(stderr, "mqbench: connect %s: %d %s\n", O.addr, r, err);
+        fprintf(stderr, "mqbench: connect %s: %d %s\n", addr, r, err);
         exit(1);
     }
     r = chanq_mq_sync_add_topic(s, O.topic);
@@ -354,7 +378,9 @@ static void run_produce(bool rate)
     uint32_t batch = rate ? 1u : (uint32_t)O.batch;
     if (nconn < 1 || nconn > MAX_CONNS || batch < 1 || O.window < 1 || (rate && O.rate <= 0))
         die("bad --producers/--batch/--window/--rate", -EINVAL);
-    ensure_topic();
+    split_addr_list(O.addr);
+    for (int i = 0; i < naddrs; i++)
+        ensure_topic(addrs[i]);
 
     chanq_mq_content_t *msgs = calloc(batch, sizeof(*msgs));
     conn_t *cs = calloc((size_t)nconn, sizeof(*cs));
@@ -364,7 +390,7 @@ static void run_produce(bool rate)
     for (uint32_t i = 0; i < batch; i++)
         msgs[i] = (chanq_mq_content_t){.data = content, .len = O.size, .json = false, .time = -1};
     for (int i = 0; i < nconn; i++) {
-        cs[i].fd = tcp_connect(O.addr);
+        cs[i].fd = tcp_connect(addrs[i % naddrs]);
         cs[i].mq = chanq_mq_new(NULL);
         if (!cs[i].mq)
             die("chanq_mq_new", -ENOMEM);
@@ -470,7 +496,7 @@ static void run_consume(void)
     uint16_t port;
     if (split_addr(O.addr, host, sizeof(host), &port) != 0)
         die("bad --addr", -EINVAL);
-    ensure_topic();
+    ensure_topic(O.addr);
     chanq_mq_sync_t *s = NULL;
     int r = chanq_mq_sync_connect(host, port, MODULE_ID, NULL, CQ_MQ_CONSUMER, 10000, err,
                                   sizeof(err), &s);
@@ -700,7 +726,8 @@ static void run_raw_mysql(void)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: mqbench raw-mysql|produce|rate|consume [--addr H:P] [--topic T] [--size N]\n"
+            "usage: mqbench raw-mysql|produce|rate|consume [--addr H:P[,H:P...]] [--topic T]\n"
+            "  [--size N]\n"
             "  [--duration S] [--warmup S] [--producers P] [--window W] [--batch B] [--rate R]\n"
             "  [--max-count N] [--max-msgs N] [--label L] [--pid NAME=PID]...\n"
             "  [--mysql-host H] [--mysql-port P] [--mysql-user U] [--mysql-password PW]\n"

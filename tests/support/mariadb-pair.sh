@@ -5,7 +5,7 @@
 #   mariadb-pair.sh start BASE
 #       creates BASE (must not exist or be empty), runs mariadb-install-db once and copies the
 #       data dir twice, starts the PRIMARY (server-id 1, BASE/primary) and the STANDBY
-#       (server-id 2, BASE/standby, --read-only=ON) on 127.0.0.1 at free non-default ports.
+#       (server-id 2, BASE/standby, --read-only=ON) on 127.0.0.1 at free ports in 22000-23999.
 #       Both: binlog (ROW, sync-binlog=1, flush at every commit), GTID strict mode,
 #       log-slave-updates, semi-sync AFTER_SYNC (timeout 2000 ms; slave side enabled on both),
 #       parallel optimistic apply (4 threads). The standby replicates from the primary
@@ -77,11 +77,27 @@ find_prog() {
     return 1
 }
 
+# A port in 22000-23999 that nothing listens on now (other users of the machine take 24xxx and
+# 25xxx, zk.sh and scripts/cluster.sh take 26000-29999; the ephemeral range starts above 32767,
+# so no client socket holds it either). Not $1 (the port the other server took).
 free_port() {
-    python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
+    python3 - "${1:-0}" <<'PY'
+import random, socket, sys
+for _ in range(1000):
+    p = random.randint(22000, 23999)
+    if p == int(sys.argv[1]):
+        continue
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(p)
+    sys.exit(0)
+sys.exit(1)
+PY
 }
 
 find_progs() {
@@ -153,8 +169,9 @@ launch() {
 start_server() {
     _name=$1
     shift
+    _other=$(cat "$BASE/primary/port" 2>/dev/null || echo 0)
     for _ in 1 2 3; do
-        _fp=$(free_port)
+        _fp=$(free_port "$_other")
         if launch "$_name" "$_fp" "$@"; then
             echo "$_fp" >"$BASE/$_name/port"
             return 0
