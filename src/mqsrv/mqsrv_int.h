@@ -110,7 +110,7 @@ struct cq_mqsrv {
     struct mq_decl *decls; /* owned */
     size_t ndecls;
     bool decl_dirty, decl_failed;
-    uint64_t decl_ms; /* monotonic ms of the last retry */
+    uint64_t decl_ms;                 /* monotonic ms of the last retry */
     cq_mqsrv_topic_decl_t *decl_next; /* owned, under inbox_mu */
     size_t decl_next_n;
     bool decl_handed;

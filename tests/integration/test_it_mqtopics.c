@@ -37,8 +37,8 @@ static void sleep_ms(int ms)
 /* Starts a chanqd for shard in the cluster and waits until it is its shard's master. */
 static void start_shard(cq_testsrv_t *s, const char *shard)
 {
-    const char *args[] = {"--zk-hosts", hosts,           "--zk-root", root, "--shard",
-                          shard,        "--zk-session-ms", "4000",    NULL};
+    const char *args[] = {"--zk-hosts",      hosts,  "--zk-root", root, "--shard", shard,
+                          "--zk-session-ms", "4000", NULL};
     assert_int_equal(cq_testsrv_start(s, args), 0);
     assert_int_equal(cq_testsrv_metric_wait_ge(s, "chanq_mq_cluster_may_write", 1, WAIT_MS), 1);
 }

@@ -2049,8 +2049,8 @@ static void test_topics_apply(void **state)
 {
     (void)state;
     eng_start(false, 0);
-    cq_mqsrv_topic_decl_t d[4] = {{"orders", false, 30}, {"keep", true, 0},
-                                  {"fresh", true, 5},    {"cold", false, 9}};
+    cq_mqsrv_topic_decl_t d[4] = {
+        {"orders", false, 30}, {"keep", true, 0}, {"fresh", true, 5}, {"cold", false, 9}};
     declare(d, 4);
     cq_writer_req_t *off = take(CQ_WRITER_TOPIC_SET_ONLINE, "orders");
     assert_false(off->online);
