@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -66,6 +67,43 @@ static void on_role(void *ud, cq_coord_role_t role, uint64_t epoch, const cq_coo
     cq_mqsrv_set_role(k->engine, role == CQ_COORD_MASTER, (uint32_t)k->cfg->shard, epoch);
 }
 
+/* ---- cluster-wide topics (doc/cluster.md "Topics") ---------------------------------------- */
+
+/* The registry's whole list (runtime thread): handed to the engine, which creates or sets on
+ * its database what a master must. */
+static void on_topics(void *ud, const cq_coord_topic_t *t, size_t n)
+{
+    cq_main_cluster_t *k = ud;
+    cq_mqsrv_topic_decl_t *v = cq_calloc(n ? n : 1, sizeof(*v));
+    int r = v ? 0 : -ENOMEM;
+    for (size_t i = 0; i < n && v; i++) {
+        snprintf(v[i].name, sizeof(v[i].name), "%s", t[i].name);
+        v[i].online = t[i].online;
+        v[i].retention_days = t[i].retention > UINT32_MAX ? UINT32_MAX : (uint32_t)t[i].retention;
+    }
+    if (r == 0)
+        r = cq_mqsrv_topics_apply(k->engine, v, n);
+    cq_free(v);
+    if (r < 0)
+        CQ_WARN("cluster", "topic registry: %zu topics not applied: %s", n, cq_strerror(r));
+}
+
+/* A topic created or set online/offline through our engine (engine thread): to the registry,
+ * where every shard's master applies it. Publishing queues; the runtime writes it. */
+static void on_topic(void *ud, const char *name, bool online, uint32_t retention_days)
+{
+    cq_main_cluster_t *k = ud;
+    cq_coordrt_t *rt = atomic_load_explicit(&k->live, memory_order_acquire);
+    cq_coord_topic_t t = {.online = online, .retention = retention_days};
+    snprintf(t.name, sizeof(t.name), "%s", name);
+    int r = rt ? cq_coordrt_publish_topic(rt, &t) : CQ_ECLOSED;
+    if (r < 0)
+        CQ_WARN("cluster", "topic %s: not published to the registry: %s", name, cq_strerror(r));
+    else
+        CQ_INFO("cluster", "topic %s: published (online=%d retention=%u)", name, online,
+                retention_days);
+}
+
 cq_main_cluster_t *cq_main_cluster_new(const cq_config_t *c)
 {
     cq_main_cluster_t *k = cq_calloc(1, sizeof(*k));
@@ -86,6 +124,8 @@ void cq_main_cluster_fence(cq_main_cluster_t *k, cq_mqsrv_opts_t *o)
     o->fence_ud = k;
     o->shard = (uint32_t)k->cfg->shard;
     o->slave = true; /* a member writes only once the runtime made it master */
+    o->on_topic = on_topic;
+    o->topic_ud = k;
 }
 
 /* ---- the replication monitor ------------------------------------------------------------ */
@@ -255,6 +295,8 @@ int cq_main_cluster_start(cq_main_cluster_t *k, cq_mqsrv_t *s, cq_admin_t *admin
         .db_ud = k->ctl,
         .on_role = on_role,
         .role_ud = k,
+        .on_topics = on_topics,
+        .topics_ud = k,
     };
     r = cq_coordrt_start(&o, &k->rt);
     if (r < 0) {

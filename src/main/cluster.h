@@ -19,7 +19,8 @@ typedef struct cq_main_cluster cq_main_cluster_t;
 /* Returns an owned cluster part (c borrowed, must outlive it) or NULL on OOM. Nothing runs yet.
  * Call only when c->zk_hosts is set. */
 cq_main_cluster_t *cq_main_cluster_new(const cq_config_t *c);
-/* The engine's fence: fills may_write, fence_ud, shard and slave of o. */
+/* The engine's cluster options: fills may_write, fence_ud, shard and slave of o (the fence) and
+ * on_topic, topic_ud (what the engine creates or sets online goes to the topic registry). */
 void cq_main_cluster_fence(cq_main_cluster_t *k, cq_mqsrv_opts_t *o);
 /* Starts the runtime (ZooKeeper session, database control, metrics) for engine s (borrowed,
  * must outlive the runtime); bound is the MQ listener's address, published unless

@@ -96,6 +96,14 @@ typedef struct cq_mqsrv_opts {
     void *fence_ud;
     uint32_t shard;
     bool slave;
+    /* Cluster-wide topics (doc/cluster.md "Topics"): called on the engine's thread once the store
+     * recorded a topic creation (err 0: not one that existed) or an online change made through
+     * this engine (seed add_topic, HTTP create and online/offline, cq_mqsrv_topic_set_online),
+     * never for what cq_mqsrv_topics_apply() caused. name is borrowed for the call. Must not
+     * block and must not call the engine (chanqd: cq_coordrt_publish_topic, which queues).
+     * NULL: nothing is told. */
+    void (*on_topic)(void *topic_ud, const char *name, bool online, uint32_t retention_days);
+    void *topic_ud;
 } cq_mqsrv_opts_t;
 
 /* Returns a new engine (owned; cq_mqsrv_free) or NULL on OOM / a port without submit. o is
@@ -112,6 +120,25 @@ cq_mqsrv_t *cq_mqsrv_free(cq_mqsrv_t *s);
  * caller's). Any thread: a reload builds the table off the engine's thread and hands it over
  * under the inbox lock. */
 void cq_mqsrv_set_perms(cq_mqsrv_t *s, cq_mqperm_t *p);
+
+/* One topic as the cluster declares it (the registry of src/coord). */
+typedef struct cq_mqsrv_topic_decl {
+    char name[CQ_MQ_TOPIC_MAX + 1];
+    bool online;
+    uint32_t retention_days; /* for a creation */
+} cq_mqsrv_topic_decl_t;
+
+/* Declares the cluster's topics, t[0..n) (borrowed; copied): the whole list, which replaces the
+ * previous one. Any thread, like cq_mqsrv_set_perms: applied at the engine's next
+ * cq_mqsrv_drain(), which this asks for. While the engine may write, and once a new master has
+ * read its topic list back, each declared topic that is new or changed since the last
+ * declaration is made so in the store, as an admin would: missing from the cache -> created
+ * (TOPIC_CREATE with its retention), online flag different -> set (TOPIC_SET_ONLINE). A slave
+ * only keeps the declaration; becoming master it applies every declared topic again (a shard
+ * whose master was down when the topic was added gets it then). Failures are tried again at the
+ * tick, every CQ_MQSRV_REFRESH_MS. Nothing it causes reaches opts.on_topic (no loop). Topics
+ * not declared are left alone. Returns 0 or -ENOMEM (the previous declaration stays). */
+int cq_mqsrv_topics_apply(cq_mqsrv_t *s, const cq_mqsrv_topic_decl_t *t, size_t n);
 
 /* The store's completion callback (cq_writer_opts_t.done): queues req (taken) on the inbox of
  * the engine that submitted it and wakes that engine's loop. ud is unused: each request carries

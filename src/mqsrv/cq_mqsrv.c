@@ -113,6 +113,8 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
     s->fence_ud = o->fence_ud;
     s->shard = o->shard;
     s->master = !o->slave;
+    s->on_topic = o->on_topic;
+    s->topic_ud = o->topic_ud;
     for (size_t i = 0; i < o->ntopics; i++) {
         const cq_store_topic_t *st = &o->topics[i];
         mq_topic_t *t = cq__mqsrv_topic_add(s, st->name, st->online, st->retention_days);
@@ -132,6 +134,7 @@ cq_mqsrv_t *cq_mqsrv_free(cq_mqsrv_t *s)
     cq_mqsrv_drain(s);
     cq_mqperm_free(s->perms_owned);
     cq_mqperm_free(s->perms_next);
+    cq__mqsrv_decl_free(s);
     pthread_mutex_destroy(&s->inbox_mu);
     for (size_t i = 0; i < s->ntopics; i++)
         topic_free(s->topics[i]);
@@ -416,8 +419,10 @@ void cq_mqsrv_drain(cq_mqsrv_t *s)
     cq_mpsc_node_t *n;
     perms_swap(s);
     cq__mqsrv_role_swap(s);
+    cq__mqsrv_decl_swap(s);
     while ((n = cq_mpsc_pop(&s->inbox)))
         cq__mqop_complete(s, cq_container_of(n, cq_writer_req_t, node));
+    cq__mqsrv_decl_pass(s); /* after the completions: a new master's topic list may be in */
     cq__mqsrv_flush_pushes(s);
 }
 

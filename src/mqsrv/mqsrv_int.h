@@ -102,6 +102,18 @@ struct cq_mqsrv {
     uint64_t commit_us_recent; /* mean commit time over the last sample period, 0: none */
     size_t inflight; /* store requests submitted and not yet completed (shutdown waits for 0) */
     cq_mqsrv_stats_t st;
+    /* Cluster-wide topics (topics.c). decls: the last declaration, in force; decl_next*: under
+     * inbox_mu, handed over by cq_mqsrv_topics_apply(). decl_dirty: a pass is due (some decl is
+     * pending); decl_failed: a pass or a request failed, tried again at the tick. */
+    void (*on_topic)(void *ud, const char *name, bool online, uint32_t retention_days);
+    void *topic_ud;
+    struct mq_decl *decls; /* owned */
+    size_t ndecls;
+    bool decl_dirty, decl_failed;
+    uint64_t decl_ms;                 /* monotonic ms of the last retry */
+    cq_mqsrv_topic_decl_t *decl_next; /* owned, under inbox_mu */
+    size_t decl_next_n;
+    bool decl_handed;
 };
 
 /* ---- links: what seed and HTTP connections share ------------------------------------------ */
@@ -235,6 +247,9 @@ int cq__mqop_topics(const cq_mqsrv_t *s, bool visible_to_module, uint32_t module
                     mq_topic_t ***ret_v, size_t *ret_n);
 /* Submits the engine's own request req (taken): 0 or the submit error. */
 int cq__mqop_submit_own(cq_mqsrv_t *s, cq_writer_req_t *req);
+/* The same for a request of the cluster's declaration (topics.c): its completion goes to
+ * cq__mqsrv_decl_done(), never to opts.on_topic. */
+int cq__mqop_submit_decl(cq_mqsrv_t *s, cq_writer_req_t *req);
 /* The engine's own READ of up to max messages of t after from (catching watchers up). */
 int cq__mqop_read_log(cq_mqsrv_t *s, const mq_topic_t *t, uint64_t from, size_t max);
 /* retention: one purge per topic with a retention and none in flight. */
@@ -295,6 +310,24 @@ void cq__mqsrv_role_done(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *
 uint32_t cq__mqsrv_weight(const cq_mqsrv_t *s);
 /* Sets the cluster fields m's type carries: shard, and master on connect and keepalive. */
 void cq__mqsrv_stamp(const cq_mqsrv_t *s, cq_mq_msg_t *m);
+
+/* ---- cluster-wide topics (topics.c) --------------------------------------------------------- */
+
+/* A declaration handed over by cq_mqsrv_topics_apply() takes effect (drain). */
+void cq__mqsrv_decl_swap(cq_mqsrv_t *s);
+/* Submits what the pending declared topics need, when the engine may write (drain, tick). */
+void cq__mqsrv_decl_pass(cq_mqsrv_t *s);
+/* The tick: failed declared topics are tried again every CQ_MQSRV_REFRESH_MS. */
+void cq__mqsrv_decl_tick(cq_mqsrv_t *s, uint64_t now_ms);
+/* Became master: every declared topic is applied again. */
+void cq__mqsrv_decl_all(cq_mqsrv_t *s);
+/* A request of the declaration (cq__mqop_submit_decl) completed: req borrowed. */
+void cq__mqsrv_decl_done(cq_mqsrv_t *s, const cq_writer_req_t *req);
+/* Any other TOPIC_CREATE or TOPIC_SET_ONLINE completed (after the cache took it; t: the topic
+ * or NULL): the creation or change goes to opts.on_topic. */
+void cq__mqsrv_topic_changed(cq_mqsrv_t *s, const cq_writer_req_t *req, const mq_topic_t *t);
+/* Frees the declarations (cq_mqsrv_free). */
+void cq__mqsrv_decl_free(cq_mqsrv_t *s);
 
 /* ---- the seed front end (handlers.c) -------------------------------------------------------- */
 

@@ -24,6 +24,7 @@ typedef struct mq_pend {
     cq_mqsrv_t *s; /* the engine: its inbox receives the completion */
     mq_link_t *l;  /* NULL for the engine's own requests */
     void *ctx;     /* the front end's answer context (taken) */
+    bool decl;     /* the cluster's declaration asked for it (topics.c): not told on_topic */
 } mq_pend_t;
 
 static const char inflight_why[] = "too many requests in flight on this connection";
@@ -81,9 +82,10 @@ int cq__mqop_topic(const cq_mqsrv_t *s, uint32_t module_id, cq_mqperm_right_t ri
 /* ---- submission ----------------------------------------------------------------------------- */
 
 /* Hands req (taken, freed on failure) to the store for l (NULL: the engine's own) with ctx
- * (taken on success). Returns 0 or the code to answer with *ret_why. */
-static int submit(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ctx,
-                  const char **ret_why)
+ * (taken on success); decl: for the cluster's declaration. Returns 0 or the code to answer with
+ * *ret_why. */
+static int submit_as(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ctx, bool decl,
+                     const char **ret_why)
 {
     int r = -ENOMEM;
     mq_pend_t *p = NULL;
@@ -93,7 +95,7 @@ static int submit(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ctx,
         return CQ_EBUSY;
     }
     if ((p = cq_malloc(sizeof(*p)))) {
-        *p = (mq_pend_t){s, l, ctx};
+        *p = (mq_pend_t){s, l, ctx, decl};
         req->ud = p;
         r = s->port.ops->submit(s->port.ud, req);
     }
@@ -113,6 +115,12 @@ static int submit(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ctx,
     if (l)
         l->inflight++;
     return 0;
+}
+
+static int submit(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ctx,
+                  const char **ret_why)
+{
+    return submit_as(s, l, req, ctx, false, ret_why);
 }
 
 /* A new request of op on topic; *ret_why set on failure. */
@@ -278,6 +286,12 @@ int cq__mqop_submit_own(cq_mqsrv_t *s, cq_writer_req_t *req)
     return submit(s, NULL, req, NULL, &why);
 }
 
+int cq__mqop_submit_decl(cq_mqsrv_t *s, cq_writer_req_t *req)
+{
+    const char *why;
+    return submit_as(s, NULL, req, NULL, true, &why);
+}
+
 int cq__mqop_read_log(cq_mqsrv_t *s, const mq_topic_t *t, uint64_t from, size_t max)
 {
     const char *why;
@@ -429,6 +443,10 @@ void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
     cq__mqsrv_metrics_completed(s, req);
     s->inflight--;
     apply(s, req, t, &res);
+    if (p && p->decl)
+        cq__mqsrv_decl_done(s, req);
+    else if (req->op == CQ_WRITER_TOPIC_CREATE || req->op == CQ_WRITER_TOPIC_SET_ONLINE)
+        cq__mqsrv_topic_changed(s, req, t);
     if (l) {
         l->fe->done(l, req, &res, p->ctx);
         l->inflight--;

@@ -80,6 +80,7 @@ void cq__mqsrv_role_swap(cq_mqsrv_t *s)
     for (size_t i = 0; i < s->ntopics; i++)
         s->topics[i]->reload = true;
     s->reload_list = true;
+    cq__mqsrv_decl_all(s); /* applied once the topic list was read back */
     reload(s);
 }
 

@@ -138,6 +138,15 @@ static bool fake_may_write(void *ud)
     return fence_open;
 }
 
+/* What the engine told opts.on_topic: "name online retention;" per call (reset by eng_start). */
+static char topic_log[1024];
+static void fake_on_topic(void *ud, const char *name, bool online, uint32_t retention_days)
+{
+    assert_ptr_equal(ud, topic_log);
+    size_t n = strlen(topic_log);
+    snprintf(topic_log + n, sizeof(topic_log) - n, "%s %d %u;", name, online, retention_days);
+}
+
 static const cq_mqport_ops_t fport_ops = {fake_submit, fake_control};
 static const cq_mqsrv_conn_ops_t fops = {{"fake", fake_flush, fake_close, fake_peer}, fake_abort};
 
@@ -182,7 +191,10 @@ static void eng_start(bool with_perms, uint32_t max_batch)
                          .may_write = next_fence ? fake_may_write : NULL,
                          .fence_ud = &fence_open,
                          .shard = next_shard,
-                         .slave = next_slave};
+                         .slave = next_slave,
+                         .on_topic = fake_on_topic,
+                         .topic_ud = topic_log};
+    topic_log[0] = '\0';
     wstats = wstats_dfl;
     fence_open = true;
     next_fence = next_slave = false; /* taken: a failed test does not leak them */
@@ -1982,6 +1994,162 @@ static void test_role_handover(void **state)
     eng_stop();
 }
 
+/* ---- cluster-wide topics -------------------------------------------------------------------- */
+
+static void declare(const cq_mqsrv_topic_decl_t *d, size_t n)
+{
+    assert_int_equal(cq_mqsrv_topics_apply(eng, d, n), 0);
+    cq_mqsrv_drain(eng);
+}
+
+/* on_topic: once per creation and online change the store recorded, through the seed protocol,
+ * the HTTP API or the engine's own call; never for a topic that existed or a failed request. */
+static void test_topic_told(void **state)
+{
+    (void)state;
+    eng_start(true, 0);
+    fconn_t *adm = fconn_new(), *h = fhttp_new();
+    connect_as(adm, 1, "s1",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
+    feed(adm, req(CQ_MQ_REQ_ADD_TOPIC, 2, 2, "orders")); /* exists: registered, not created */
+    expect(adm, "6 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1,"
+                "\"topic_message_total\":0}");
+    feed(adm, req(CQ_MQ_REQ_ADD_TOPIC, 3, 3, "fresh"));
+    done(take(CQ_WRITER_TOPIC_CREATE, "fresh"), 0);
+    expect(adm, "6 3 {\"askid\":3,\"topic\":\"fresh\",\"err_code\":0,\"topic_nums\":2,"
+                "\"topic_message_total\":0}");
+    assert_string_equal(topic_log, "fresh 1 30;");
+    feed(adm, req(CQ_MQ_REQ_ADD_TOPIC, 4, 4, "again"));
+    done(take(CQ_WRITER_TOPIC_CREATE, "again"), CQ_EEXIST); /* someone else's: they told it */
+    feed(adm, req(CQ_MQ_REQ_ADD_TOPIC, 5, 5, "broken"));
+    done(take(CQ_WRITER_TOPIC_CREATE, "broken"), CQ_ESTORE);
+    adm->at = adm->len;
+    assert_string_equal(topic_log, "fresh 1 30;");
+    http(h, "POST", "/v1/topics", "1:s1", "{\"topic\":\"web\",\"retention_days\":3}");
+    done(take(CQ_WRITER_TOPIC_CREATE, "web"), 0);
+    expect_resp(h, "200 OK", "{\"topic\":\"web\",\"created\":true}");
+    http(h, "POST", "/v1/topics/WEB/offline", "1:s1", NULL);
+    done(take(CQ_WRITER_TOPIC_SET_ONLINE, "web"), 0);
+    expect_resp(h, "200 OK", "{\"topic\":\"web\",\"online\":false}");
+    assert_int_equal(cq_mqsrv_topic_set_online(eng, "paused", true), 0);
+    done(take(CQ_WRITER_TOPIC_SET_ONLINE, "Paused"), 0);
+    assert_int_equal(cq_mqsrv_topic_set_online(eng, "orders", false), 0);
+    done(take(CQ_WRITER_TOPIC_SET_ONLINE, "orders"), CQ_ESTORE);
+    assert_string_equal(topic_log, "fresh 1 30;web 1 3;web 0 3;Paused 1 7;");
+    fconn_free(adm);
+    fconn_free(h);
+    eng_stop();
+}
+
+/* A master applies what is new or changed: creates the missing topics with their retention,
+ * sets the online flags that differ, and tells on_topic none of it. */
+static void test_topics_apply(void **state)
+{
+    (void)state;
+    eng_start(false, 0);
+    cq_mqsrv_topic_decl_t d[4] = {
+        {"orders", false, 30}, {"keep", true, 0}, {"fresh", true, 5}, {"cold", false, 9}};
+    declare(d, 4);
+    cq_writer_req_t *off = take(CQ_WRITER_TOPIC_SET_ONLINE, "orders");
+    assert_false(off->online);
+    cq_writer_req_t *fresh = take(CQ_WRITER_TOPIC_CREATE, "fresh");
+    assert_int_equal(fresh->retention_days, 5);
+    assert_int_equal(fresh->now_ms, 1700000000000);
+    cq_writer_req_t *cold = take(CQ_WRITER_TOPIC_CREATE, "cold");
+    assert_int_equal(cold->retention_days, 9);
+    assert_int_equal(fp.npending, 0); /* keep is as declared */
+    done(off, 0);
+    done(fresh, 0);
+    done(cold, 0); /* created online: then set offline, as declared */
+    cq_writer_req_t *r = take(CQ_WRITER_TOPIC_SET_ONLINE, "cold");
+    assert_false(r->online);
+    done(r, 0);
+    assert_int_equal(fp.npending, 0);
+    assert_string_equal(topic_log, ""); /* nothing goes back to the registry */
+    /* the same declaration again (a listing after another topic changed): nothing to do, even
+     * where this server changed a topic since (its publication is not yet in the listing) */
+    assert_int_equal(cq_mqsrv_topic_set_online(eng, "orders", true), 0);
+    done(take(CQ_WRITER_TOPIC_SET_ONLINE, "orders"), 0);
+    assert_string_equal(topic_log, "orders 1 30;");
+    declare(d, 4);
+    assert_int_equal(fp.npending, 0);
+    /* a changed declaration is applied; a failure is tried again at the tick */
+    d[0].online = true;
+    d[1].online = false;
+    declare(d, 4);
+    done(take(CQ_WRITER_TOPIC_SET_ONLINE, "keep"), CQ_ESTORE);
+    assert_int_equal(fp.npending, 0); /* orders is online already */
+    cq_mqsrv_tick(eng, 5000);
+    r = take(CQ_WRITER_TOPIC_SET_ONLINE, "keep");
+    assert_false(r->online);
+    done(r, 0);
+    cq_mqsrv_tick(eng, 10000);
+    assert_int_equal(fp.npending, 0);
+    assert_string_equal(topic_log, "orders 1 30;");
+    eng_stop();
+}
+
+/* A slave only remembers; becoming master (and once its fence opens) it applies the whole
+ * declaration, after its topic list was read back. */
+static void test_topics_apply_at_promotion(void **state)
+{
+    (void)state;
+    next_slave = true;
+    next_fence = true;
+    eng_start(false, 0);
+    cq_mqsrv_topic_decl_t d[2] = {{"orders", false, 30}, {"fresh", true, 5}};
+    declare(d, 2);
+    cq_mqsrv_tick(eng, 1000);
+    cq_writer_req_t *ls = take(CQ_WRITER_TOPIC_LIST, NULL); /* a slave's refresh */
+    for (int i = 0; i < 3; i++)
+        done(take(CQ_WRITER_HIGH_WATER, NULL), 0);
+    done(ls, 0);
+    assert_int_equal(fp.npending, 0); /* nothing written as a slave */
+    fence_open = false;
+    cq_mqsrv_set_role(eng, true, 1, 3);
+    cq_mqsrv_drain(eng);
+    ls = take(CQ_WRITER_TOPIC_LIST, NULL);
+    for (int i = 0; i < 3; i++)
+        done(take(CQ_WRITER_TOPIC_STATS, NULL), 0);
+    assert_int_equal(fp.npending, 0); /* the list is not back yet */
+    fence_open = true;
+    cq_mqsrv_tick(eng, 1100);
+    assert_int_equal(fp.npending, 0);
+    done(ls, 0);
+    cq_writer_req_t *off = take(CQ_WRITER_TOPIC_SET_ONLINE, "orders");
+    assert_false(off->online);
+    done(take(CQ_WRITER_TOPIC_CREATE, "fresh"), 0);
+    done(off, 0);
+    assert_int_equal(fp.npending, 0);
+    /* slave again: its database shows orders online (written by another master); the
+     * declaration did not change, yet a new master applies all of it once more */
+    cq_mqsrv_set_role(eng, false, 1, 4);
+    cq_mqsrv_drain(eng);
+    cq_mqsrv_tick(eng, 3000);
+    ls = take(CQ_WRITER_TOPIC_LIST, NULL);
+    for (int i = 0; i < 4; i++)
+        done(take(CQ_WRITER_HIGH_WATER, NULL), 0);
+    ls->topics = cq_calloc(1, sizeof(*ls->topics));
+    ls->topics[0] = (cq_store_topic_t){.name = "orders", .online = true, .retention_days = 30};
+    ls->n_topics = 1;
+    done(ls, 0);
+    assert_int_equal(fp.npending, 0);
+    cq_mqsrv_set_role(eng, true, 1, 5);
+    cq_mqsrv_drain(eng);
+    ls = take(CQ_WRITER_TOPIC_LIST, NULL);
+    for (int i = 0; i < 4; i++)
+        done(take(CQ_WRITER_TOPIC_STATS, NULL), 0);
+    done(ls, 0);
+    off = take(CQ_WRITER_TOPIC_SET_ONLINE, "orders");
+    assert_false(off->online);
+    done(off, 0);
+    assert_int_equal(fp.npending, 0);
+    assert_string_equal(topic_log, "");
+    eng_stop();
+}
+
 /* The keepalive weight: 100 scaled by the writer's free pending room and by the recent mean
  * commit time over CQ_MQSRV_WEIGHT_SLOW_US; never 0 while writable. */
 static void test_weight(void **state)
@@ -2035,6 +2203,9 @@ int main(void)
         cmocka_unit_test(test_slave_poll),
         cmocka_unit_test(test_role_handover),
         cmocka_unit_test(test_weight),
+        cmocka_unit_test(test_topic_told),
+        cmocka_unit_test(test_topics_apply),
+        cmocka_unit_test(test_topics_apply_at_promotion),
         cmocka_unit_test(test_writes_need_loopback),
         cmocka_unit_test(test_connect_budget),
         cmocka_unit_test(test_perm_token_required),
