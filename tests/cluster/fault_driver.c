@@ -217,7 +217,7 @@ static int w_produce(void *ud, uint32_t idx, const chanq_mq_produce_t *req, int6
         w->last_ok = idx;
     else
         log_line("try %" PRId64 " %s %d %s %" PRId64 "\n", req->seq, w->srv.v[idx].addr, rc,
-             cq_errname(rc), wall_ms());
+                 cq_errname(rc), wall_ms());
     return rc;
 }
 
@@ -245,8 +245,7 @@ static void w_free(void *ud)
 /* A cluster client over srv (only the servers of shard when shard is not UNKNOWN); *ret_w
  * (may be NULL) gets the wrapper, owned by the cluster. NULL on failure. */
 static chanq_cluster_t *open_cluster(const opts_t *o, const servers_t *srv, uint32_t shard,
-                                     uint32_t type, const chanq_cluster_opts_t *co,
-                                     wrap_t **ret_w)
+                                     uint32_t type, const chanq_cluster_opts_t *co, wrap_t **ret_w)
 {
     wrap_t *w = calloc(1, sizeof(*w));
     if (!w || chanq_cluster_sync_transport(o->module, "", type, o->timeout_ms, &w->in) < 0) {
@@ -339,7 +338,7 @@ static void on_cached(void *ud, const char *topic, int64_t pid, int64_t first_se
             log_ack(ud, first_seq + (int64_t)i, shard, offsets[i]);
         else
             log_line("err %" PRId64 " %d %s %" PRId64 "\n", first_seq + (int64_t)i, err,
-                 cq_errname(err), wall_ms());
+                     cq_errname(err), wall_ms());
     }
 }
 
@@ -385,7 +384,7 @@ static void flush_cache(producer_t *p)
     size_t left = chanq_cluster_cached(p->c, NULL);
     if (left > 0)
         log_line("# producer: %zu message(s) still cached after %d ms (never acked)\n", left,
-             p->o->drain_ms);
+                 p->o->drain_ms);
 }
 
 /* ---- run: watcher ------------------------------------------------------------------------ */
@@ -409,8 +408,8 @@ static void note_seen(const chanq_cluster_item_t *it, int64_t our_pid)
         log_line("# seen a foreign message at %u/%" PRId64 "\n", it->shard, it->offset);
         return;
     }
-    log_line("seen %u %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 "\n", it->shard, it->offset, pid,
-         seq, t);
+    log_line("seen %u %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 "\n", it->shard, it->offset,
+             pid, seq, t);
     if (pid != our_pid)
         return;
     pthread_mutex_lock(&recs.mu);
@@ -485,7 +484,7 @@ static size_t unseen_count(int64_t nseq, bool print)
     for (int64_t s = 0; s < nseq && (size_t)s < recs.n; s++)
         if (recs.v[s].acked && !recs.v[s].seen && n++ < LIST_SHOWN && print)
             log_line("# unseen %" PRId64 " (acked at %u/%" PRId64 ")\n", s, recs.v[s].shard,
-                 recs.v[s].offset);
+                     recs.v[s].offset);
     pthread_mutex_unlock(&recs.mu);
     return n;
 }
@@ -516,7 +515,7 @@ static int do_run(const opts_t *o, const servers_t *srv)
         return 1;
     }
     log_line("# run: producer_id %" PRId64 " topic %s rate %d/s servers %zu start %" PRId64 "\n",
-         o->producer_id, o->topic, o->rate, srv->n, wall_ms());
+             o->producer_id, o->topic, o->rate, srv->n, wall_ms());
     int64_t nseq = produce_loop(&p);
     log_line("# producer: stopped after %" PRId64 " produce(s) at %" PRId64 "\n", nseq, wall_ms());
     flush_cache(&p);
@@ -527,7 +526,7 @@ static int do_run(const opts_t *o, const servers_t *srv)
     pthread_join(th, NULL);
     size_t unseen = unseen_count(nseq, true);
     log_line("# run: done at %" PRId64 "; %zu acked seq(s) unseen by the watcher\n", wall_ms(),
-         unseen);
+             unseen);
     chanq_cluster_free(p.c);
     watcher_close(&w);
     return 0;
@@ -543,8 +542,8 @@ typedef struct logsum {
     size_t fenced_bad;
 } logsum_t;
 
-static void note_ack_line(const opts_t *o, logsum_t *ls, int64_t seq, uint32_t shard,
-                          int64_t off, int64_t t, const char *addr)
+static void note_ack_line(const opts_t *o, logsum_t *ls, int64_t seq, uint32_t shard, int64_t off,
+                          int64_t t, const char *addr)
 {
     rec_t *r = rec_at(seq);
     if (!r)
@@ -713,26 +712,34 @@ static size_t check_acked(size_t *ret_unseen, size_t *ret_cross)
     return missing;
 }
 
+/* "+N ms" after the fault, or "never". */
+static const char *rel(const opts_t *o, int64_t t, char *buf, size_t cap)
+{
+    if (t < 0)
+        return "never";
+    snprintf(buf, cap, "+%" PRId64 " ms", t - o->fault_ms);
+    return buf;
+}
+
 static void print_times(const opts_t *o, const logsum_t *ls)
 {
+    char a[32], b[32];
     if (o->fault_ms <= 0)
         return;
-#define REL(t) ((t) < 0 ? (int64_t)-1 : (t) - o->fault_ms)
     if (ls->first_err_after < 0)
         printf("TIME produce: no failure after the fault\n");
     else
-        printf("TIME produce: first failure +%" PRId64 " ms, succeeded again +%" PRId64
-               " ms (-1: never)\n",
-               REL(ls->first_err_after), REL(ls->first_ack_after_err));
-    printf("TIME shard %u: first ack after the fault +%" PRId64 " ms (-1: never)\n",
-           o->fault_shard, REL(ls->shard_ack_after));
+        printf("TIME produce: first failure %s, succeeded again %s\n",
+               rel(o, ls->first_err_after, a, sizeof(a)),
+               rel(o, ls->first_ack_after_err, b, sizeof(b)));
+    printf("TIME shard %u: first ack after the fault %s\n", o->fault_shard,
+           rel(o, ls->shard_ack_after, a, sizeof(a)));
     if (ls->shard_unread_at < 0)
         printf("TIME reads of shard %u: never failed after the fault\n", o->fault_shard);
     else
-        printf("TIME reads of shard %u: failing +%" PRId64 " ms, resumed +%" PRId64
-               " ms (-1: never)\n",
-               o->fault_shard, REL(ls->shard_unread_at), REL(ls->shard_read_again));
-#undef REL
+        printf("TIME reads of shard %u: failing %s, resumed %s\n", o->fault_shard,
+               rel(o, ls->shard_unread_at, a, sizeof(a)),
+               rel(o, ls->shard_read_again, b, sizeof(b)));
 }
 
 static int do_verify(const opts_t *o, const servers_t *srv)
@@ -772,8 +779,14 @@ static int usage(void)
 
 static int parse_args(int argc, char **argv, opts_t *o)
 {
-    *o = (opts_t){.zk_root = "/chanq", .rate = 300, .timeout_ms = 1000, .drain_ms = 20000,
-                  .producer_id = 4242, .module = 1, .cache = true, .fault_shard = 1};
+    *o = (opts_t){.zk_root = "/chanq",
+                  .rate = 300,
+                  .timeout_ms = 1000,
+                  .drain_ms = 20000,
+                  .producer_id = 4242,
+                  .module = 1,
+                  .cache = true,
+                  .fault_shard = 1};
     if (argc < 2)
         return -1;
     o->mode = argv[1];

@@ -132,9 +132,12 @@ wait_for() {
         sleep 0.1
     done
 }
-# ack_after SHARD T: an ack on SHARD (any shard when empty) received after T (wall ms).
-ack_after() { awk -v s="$1" -v t="$2" '$1 == "ack" && (s == "" || $3 == s) && $5 > t { f = 1; exit }
-    END { exit !f }' "$LOG"; }
+# ack_after SHARD T [NOT_ADDR]: an ack on SHARD received after T (wall ms) from a server other
+# than NOT_ADDR.
+ack_after() {
+    awk -v s="$1" -v t="$2" -v x="${3:-}" '$1 == "ack" && $3 == s && $5 > t && $6 != x { f = 1; exit }
+        END { exit !f }' "$LOG"
+}
 # last_acker SHARD: the server address of the last ack on SHARD.
 last_acker() { awk -v s="$1" '$1 == "ack" && $3 == s { a = $6 } END { print a }' "$LOG"; }
 metric() { # metric ADMIN NAME: the value of an unlabelled metric ("" when absent / no answer)
@@ -204,12 +207,15 @@ case "$FAULT" in
 esac
 
 # ---- recovery ---------------------------------------------------------------------------------
+# Faults 1-3 end the master's role: shard 1 is back when another server acknowledges there
+# (promotion). Faults 4-5 keep the roles: back at the first ack after the fault (+0.5 s for
+# answers that were on the way when it struck).
+NOT=
 case "$FAULT" in
-3) SINCE=$TC ;;
-5) SINCE=$((T + SEMI_TIMEOUT_MS)) ;;
-*) SINCE=$T ;;
+1 | 2 | 3) SINCE=$T NOT=$MASTER ;;
+*) SINCE=$((T + 500)) ;;
 esac
-if wait_for "$RECOVER_S" "shard 1 to take writes again" ack_after 1 "$SINCE"; then
+if wait_for "$RECOVER_S" "shard 1 to take writes again" ack_after 1 "$SINCE" "$NOT"; then
     say "shard 1 took writes again: $(last_acker 1) (+$(($(ms) - T)) ms at most)"
 else
     say "NOTE: shard 1 took no writes within $RECOVER_S s after the fault (printed, not asserted)"
