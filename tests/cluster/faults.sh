@@ -20,7 +20,8 @@
 #
 # Exit: 0 pass, 1 fail (the logs' tails are printed), 77 skip (java / ZooKeeper / MariaDB missing).
 # Env: CLUSTER_FAULT_LONG=1 (30 s before and after the fault instead of 3), ZK_SESSION_MS [4000],
-#   DB_DOWN_MS [3000], SEMI_TIMEOUT_MS [2000], RATE [300], KEEP=1 (keep the cluster's dir on failure
+#   DB_DOWN_MS [3000], SEMI_TIMEOUT_MS [2000], RATE [300], DISCOVERY [zk] (static: the SDK gets the
+#   cluster's server list instead of reading ZooKeeper), KEEP=1 (keep the cluster's dir on failure
 #   - the services are stopped anyway).
 set -euo pipefail
 
@@ -114,10 +115,25 @@ say "servers $SERVERS"
 # node_of ADDR: "S N" of the chanqd whose seed address is ADDR.
 node_of() { sed -n "s|^shard=\([0-9]*\) node=\([0-9]*\) mq=$1 .*|\1 \2|p" "$BASE/cluster.out"; }
 
-"$DRIVER" setup --servers "$SERVERS" --topic "$TOPIC" | tail -n 4
+# The SDK finds the servers in ZooKeeper (DISCOVERY=zk, the default) or takes the static list.
+SRV=(--servers "$SERVERS")
+SETUP_DONE=0
+if [ "${DISCOVERY:-zk}" = zk ]; then
+    if "$DRIVER" setup --zk "$(cat "$DIR/zk_hosts")" --zk-root /chanq --topic "$TOPIC" \
+        >"$BASE/setup.out" 2>&1; then
+        SRV=(--zk "$(cat "$DIR/zk_hosts")" --zk-root /chanq)
+        SETUP_DONE=1
+        tail -n 4 "$BASE/setup.out"
+    else
+        say "NOTE: setup through ZooKeeper discovery failed; the static list is used:"
+        sed 's/^/#   /' "$BASE/setup.out"
+    fi
+fi
+say "servers: ${SRV[*]}"
+[ "$SETUP_DONE" = 1 ] || "$DRIVER" setup "${SRV[@]}" --topic "$TOPIC" | tail -n 4
 
 # ---- the run ----------------------------------------------------------------------------------
-"$DRIVER" run --servers "$SERVERS" --topic "$TOPIC" --rate "$RATE" >"$LOG" 2>"$BASE/driver.err" &
+"$DRIVER" run "${SRV[@]}" --topic "$TOPIC" --rate "$RATE" >"$LOG" 2>"$BASE/driver.err" &
 DPID=$!
 
 # wait_for SECONDS WHAT CMD...: polls CMD every 100 ms; 0 when it held, 1 on timeout.
@@ -246,7 +262,7 @@ if [ "$FAULT" = 3 ]; then
         "chanq_mq_produced_total=$(metric "$MADMIN" chanq_mq_produced_total)"
 fi
 say "acks by server: $(awk '$1 == "ack" { n[$6]++ } END { for (a in n) printf "%s=%d ", a, n[a] }' "$LOG")"
-"$DRIVER" verify --servers "$SERVERS" --topic "$TOPIC" --log "$LOG" --fault-ms "$T" \
+"$DRIVER" verify "${SRV[@]}" --topic "$TOPIC" --log "$LOG" --fault-ms "$T" \
     --fault-shard 1 "${VERIFY_EXTRA[@]}" || FAILED=1
 [ "$FAILED" = 0 ] && say "PASS: fault $FAULT" || say "FAIL: fault $FAULT"
 exit "$FAILED"
