@@ -2,17 +2,18 @@
 # tests/cluster/faults.sh N DRIVER CHANQD - one fault of issue 11's fault run, on a fresh local
 # cluster (scripts/cluster.sh: 3 ZooKeeper nodes, shards 1 and 2 of 2 MariaDB + 2 chanqd).
 #
-#   1  SIGKILL the master chanqd of shard 1
-#   2  SIGKILL the primary MariaDB of shard 1
-#   3  SIGSTOP the master chanqd of shard 1 for the session timeout + 2 s, then SIGCONT: it must
+#   1  SIGKILL the master chanqd of shard FS
+#   2  SIGKILL the primary MariaDB of shard FS
+#   3  SIGSTOP the master chanqd of shard FS for the session timeout + 2 s, then SIGCONT: it must
 #      acknowledge nothing after its lease (freeze + session/2)
 #   4  SIGKILL the ZooKeeper leader
-#   5  SIGKILL the standby MariaDB of shard 1: its master goes on, and its
+#   5  SIGKILL the standby MariaDB of shard FS: its master goes on, and its
 #      chanq_mq_repl_semi_sync_on goes from exactly 1 to exactly 0
 #
-# Shard 1 is the one faulted because the producer starts there (its master is the lowest-numbered
-# server). The run: fault_driver setup, then `fault_driver run` (producer + watcher) for PRE
-# seconds, the fault, then until shard 1 takes writes again (or RECOVER_S), POST seconds more,
+# FS is the shard the producer writes to when the fault strikes. The run: fault_driver setup,
+# then `fault_driver run` (producer + watcher) for PRE seconds, the fault, then until the
+# shard's other server is master (faults 1-3; the metric chanq_mq_cluster_role) or the
+# fallback shows (5), until produce acks again (at most RECOVER_S each), POST seconds more,
 # SIGTERM to the driver (it stops producing, flushes its cache and lets the watcher drain), and
 # `fault_driver verify`: every acknowledged message stored exactly once at its (shard, offset),
 # seen by the watcher, nothing acknowledged by a fenced server. The recovery times are printed
@@ -21,8 +22,8 @@
 # Exit: 0 pass, 1 fail (the logs' tails are printed), 77 skip (java / ZooKeeper / MariaDB missing).
 # Env: CLUSTER_FAULT_LONG=1 (30 s before and after the fault instead of 3), ZK_SESSION_MS [4000],
 #   DB_DOWN_MS [3000], SEMI_TIMEOUT_MS [2000], RATE [300], DISCOVERY [zk] (static: the SDK gets the
-#   cluster's server list instead of reading ZooKeeper), KEEP=1 (keep the cluster's dir on failure
-#   - the services are stopped anyway).
+#   cluster's server list instead of reading ZooKeeper), KEEP=1 (keep a copy of the cluster's dir and
+#   logs; the services are stopped anyway), FREEZE_MS [session + 2000] (fault 3).
 set -euo pipefail
 
 [ $# -eq 3 ] || {
@@ -80,7 +81,7 @@ cleanup() {
             tail -n 15 "$f"
         done
     fi
-    if [ "$rc" != 0 ] && [ "${KEEP:-0}" = 1 ]; then
+    if [ "${KEEP:-0}" = 1 ]; then
         "$CLUSTER" status "$DIR" 2>&1 | sed 's/^/# /' || true
         # stop by PID, keep the files: cluster.sh stop would remove the dir
         for f in "$DIR"/shard*/node*/pid; do [ -f "$f" ] && kill -CONT "$(cat "$f")" 2>/dev/null; done
@@ -138,83 +139,103 @@ DPID=$!
 
 # wait_for SECONDS WHAT CMD...: polls CMD every 100 ms; 0 when it held, 1 on timeout.
 wait_for() {
-    local end=$((SECONDS + $1)) what=$2
+    local secs=$1 what=$2
+    local end=$((SECONDS + secs))
     shift 2
     until "$@"; do
         if [ $SECONDS -ge "$end" ]; then
-            say "timed out after $1 s waiting for $what"
+            say "timed out after $secs s waiting for $what"
             return 1
         fi
         sleep 0.1
     done
 }
-# ack_after SHARD T [NOT_ADDR]: an ack on SHARD received after T (wall ms) from a server other
-# than NOT_ADDR.
+# ack_after SHARD T: an ack on SHARD (any shard when "") received after T (wall ms).
 ack_after() {
-    awk -v s="$1" -v t="$2" -v x="${3:-}" '$1 == "ack" && $3 == s && $5 > t && $6 != x { f = 1; exit }
+    awk -v s="$1" -v t="$2" '$1 == "ack" && (s == "" || $3 == s) && $5 > t { f = 1; exit }
         END { exit !f }' "$LOG"
 }
 # last_acker SHARD: the server address of the last ack on SHARD.
 last_acker() { awk -v s="$1" '$1 == "ack" && $3 == s { a = $6 } END { print a }' "$LOG"; }
-metric() { # metric ADMIN NAME: the value of an unlabelled metric ("" when absent / no answer)
+metric() { # metric ADMIN NAME: the value of a metric line "NAME VALUE" ("" when absent / down)
     curl -s --max-time 2 "http://$1/metrics" 2>/dev/null | awk -v n="$2" '$1 == n { print $2 }'
 }
+# is_master ADMIN: its chanq_mq_cluster_role{role="master"} is 1.
+is_master() { [ "$(metric "$1" "chanq_mq_cluster_role{shard=\"$FS\",role=\"master\"}")" = 1 ]; }
+not_master() { [ "$(metric "$1" "chanq_mq_cluster_role{shard=\"$FS\",role=\"master\"}")" = 0 ]; }
 
-wait_for 60 "the first ack on shard 1" ack_after 1 0 || exit 1
+wait_for 90 "the first ack" ack_after "" 0 || exit 1
 sleep "$PRE"
-MASTER=$(last_acker 1)
+# The faulted shard is the one the producer writes to now (the SDK prefers the healthier
+# shard, so it need not be the lowest), and its master is the server that acknowledged last.
+FS=$(awk '$1 == "ack" { s = $3 } END { print s }' "$LOG")
+MASTER=$(last_acker "$FS")
 read -r MS MN <<<"$(node_of "$MASTER")"
-[ "$MS" = 1 ] || {
-    say "FAIL: the master of shard 1 ($MASTER) is not in the cluster's list"
+[ "$MS" = "$FS" ] || {
+    say "FAIL: the master of shard $FS ($MASTER) is not in the cluster's list"
     exit 1
 }
-MADMIN=$(field 1 "$MN" admin)
-MPID=$(field 1 "$MN" pid)
-say "shard 1: master is node $MN ($MASTER, admin $MADMIN, pid $MPID)"
+ON=$((3 - MN)) # the shard's other node
+MADMIN=$(field "$FS" "$MN" admin)
+MPID=$(field "$FS" "$MN" pid)
+OADMIN=$(field "$FS" "$ON" admin)
+OTHER=$(field "$FS" "$ON" mq)
+say "shard $FS: master node $MN ($MASTER, admin $MADMIN, pid $MPID, master metric" \
+    "$(is_master "$MADMIN" && echo 1 || echo 0)); slave node $ON ($OTHER)"
+# node N stores in the pair's primary dir when N = 1, else in its standby dir (the names of the
+# pair's dirs stay those of the roles they were started with)
+dbdir() { [ "$1" = 1 ] && echo primary || echo standby; }
 
 VERIFY_EXTRA=()
 case "$FAULT" in
 1)
     T=$(ms)
     kill -KILL "$MPID"
-    say "fault 1: SIGKILLed chanqd node $MN at $T"
+    say "fault 1: SIGKILLed the master chanqd (shard $FS node $MN) at $T"
     ;;
 2)
-    # node 1 stores in the pair's primary, node 2 in its standby; the master's DB is the primary
-    [ "$MN" = 1 ] || say "note: node $MN is master; its database is the pair's standby dir"
     T=$(ms)
-    if [ "$MN" = 1 ]; then which=primary; else which=standby; fi
-    "$ROOT/tests/support/mariadb-pair.sh" "kill-$which" "$DIR/shard1/db"
-    say "fault 2: SIGKILLed the master's MariaDB ($which of shard 1) at $T"
+    "$ROOT/tests/support/mariadb-pair.sh" "kill-$(dbdir "$MN")" "$DIR/shard$FS/db"
+    say "fault 2: SIGKILLed the master's MariaDB (shard $FS, $(dbdir "$MN") dir) at $T"
     ;;
 3)
-    T=$(ms)
     kill -STOP "$MPID"
     T=$(ms) # after the signal: the server may have run until then
-    say "fault 3: SIGSTOPped chanqd node $MN at $T for $((ZK_SESSION_MS + 2000)) ms"
-    sleep "$(((ZK_SESSION_MS + 2000) / 1000))"
+    FREEZE_MS=${FREEZE_MS:-$((ZK_SESSION_MS + 2000))}
+    say "fault 3: SIGSTOPped the master chanqd (shard $FS node $MN) at $T for $FREEZE_MS ms"
+    # while it is frozen: when does the other node say it is master?
+    TP=
+    while [ $(($(ms) - T)) -lt "$FREEZE_MS" ]; do
+        [ -z "$TP" ] && is_master "$OADMIN" && TP=$(ms)
+        sleep 0.1
+    done
     kill -CONT "$MPID"
+    if [ -n "$TP" ]; then
+        say "shard $FS: node $ON is master +$((TP - T)) ms after the freeze (before SIGCONT)"
+    else
+        say "NOTE: shard $FS: node $ON was not master before SIGCONT"
+    fi
     TC=$(ms)
-    say "fault 3: SIGCONT at $TC"
-    LEASE_END=$((T + ZK_SESSION_MS / 2))
-    VERIFY_EXTRA=(--fenced "$MASTER" --after "$LEASE_END")
+    say "fault 3: SIGCONT at $TC (+$((TC - T)) ms)"
+    # its lease ended at most session/2 after its last heartbeat, which was before the freeze
+    VERIFY_EXTRA=(--fenced "$MASTER" --after "$((T + ZK_SESSION_MS / 2))")
     ;;
 4)
     T=$(ms)
     L=$("$ROOT/tests/support/zk.sh" kill-leader "$DIR/zk")
-    say "fault 4: SIGKILLed the ZooKeeper leader zk$L at $T; the ensemble serves again at $(ms)"
+    say "fault 4: SIGKILLed the ZooKeeper leader zk$L at $T; the ensemble serves again" \
+        "+$(($(ms) - T)) ms"
     ;;
 5)
     v=$(metric "$MADMIN" chanq_mq_repl_semi_sync_on)
-    say "before: chanq_mq_repl_semi_sync_on=$v on $MADMIN"
+    say "before: chanq_mq_repl_semi_sync_on=$v on the master"
     [ "$v" = 1 ] || {
         say "FAIL: chanq_mq_repl_semi_sync_on of the master is '$v' before the fault, expected 1"
         FAILED=1
     }
-    if [ "$MN" = 1 ]; then which=standby; else which=primary; fi
     T=$(ms)
-    "$ROOT/tests/support/mariadb-pair.sh" "kill-$which" "$DIR/shard1/db"
-    say "fault 5: SIGKILLed the standby MariaDB ($which dir of shard 1) at $T"
+    "$ROOT/tests/support/mariadb-pair.sh" "kill-$(dbdir "$ON")" "$DIR/shard$FS/db"
+    say "fault 5: SIGKILLed the standby MariaDB (shard $FS, $(dbdir "$ON") dir) at $T"
     ;;
 *)
     say "FAIL: no fault $FAULT"
@@ -223,30 +244,42 @@ case "$FAULT" in
 esac
 
 # ---- recovery ---------------------------------------------------------------------------------
-# Faults 1-3 end the master's role: shard 1 is back when another server acknowledges there
-# (promotion). Faults 4-5 keep the roles: back at the first ack after the fault (+0.5 s for
-# answers that were on the way when it struck).
-NOT=
 case "$FAULT" in
-1 | 2 | 3) SINCE=$T NOT=$MASTER ;;
-*) SINCE=$((T + 500)) ;;
-esac
-if wait_for "$RECOVER_S" "shard 1 to take writes again" ack_after 1 "$SINCE" "$NOT"; then
-    say "shard 1 took writes again: $(last_acker 1) (+$(($(ms) - T)) ms at most)"
-else
-    say "NOTE: shard 1 took no writes within $RECOVER_S s after the fault (printed, not asserted)"
-fi
-if [ "$FAULT" = 5 ]; then
+1 | 2 | 3)
+    # the role moves: the slave promotes its standby (--cluster-promote), printed not asserted
+    if wait_for "$RECOVER_S" "node $ON to become master" is_master "$OADMIN"; then
+        say "shard $FS: node $ON is master +$(($(ms) - T)) ms after the fault"
+    else
+        say "NOTE: shard $FS: node $ON did not become master within $RECOVER_S s"
+    fi
+    if [ "$FAULT" = 3 ]; then
+        wait_for 30 "the thawed node $MN to report it is not master" not_master "$MADMIN" || true
+        say "thawed node $MN: master metric $(metric "$MADMIN" \
+            "chanq_mq_cluster_role{shard=\"$FS\",role=\"master\"}")" \
+            "not_master_total=$(metric "$MADMIN" chanq_mq_not_master_total)" \
+            "produced_total=$(metric "$MADMIN" chanq_mq_produced_total)"
+    fi
+    ;;
+4)
+    sleep 1
+    say "after: node $MN master metric $(is_master "$MADMIN" && echo 1 || echo 0) (roles kept?)"
+    ;;
+5)
     semi_off() { [ "$(metric "$MADMIN" chanq_mq_repl_semi_sync_on)" = 0 ]; }
-    wait_for 30 "chanq_mq_repl_semi_sync_on 0 on $MADMIN" semi_off || true
+    wait_for 30 "chanq_mq_repl_semi_sync_on 0 on the master" semi_off || true
     v=$(metric "$MADMIN" chanq_mq_repl_semi_sync_on)
-    say "after: chanq_mq_repl_semi_sync_on=$v" \
+    say "after +$(($(ms) - T)) ms: chanq_mq_repl_semi_sync_on=$v" \
         "chanq_mq_repl_semi_sync_no_tx_total=$(metric "$MADMIN" chanq_mq_repl_semi_sync_no_tx_total)"
     [ "$v" = 0 ] || {
-        say "FAIL: chanq_mq_repl_semi_sync_on of the master is '$v' after the standby died, expected 0"
+        say "FAIL: chanq_mq_repl_semi_sync_on of the master is '$v' after its standby died," \
+            "expected 0"
         FAILED=1
     }
-fi
+    ;;
+esac
+TR=$(ms)
+wait_for "$RECOVER_S" "an ack after the recovery" ack_after "" "$TR" ||
+    say "NOTE: nothing was acknowledged for $RECOVER_S s after the recovery"
 sleep "$POST"
 
 # ---- stop, drain, verify ----------------------------------------------------------------------
@@ -263,6 +296,6 @@ if [ "$FAULT" = 3 ]; then
 fi
 say "acks by server: $(awk '$1 == "ack" { n[$6]++ } END { for (a in n) printf "%s=%d ", a, n[a] }' "$LOG")"
 "$DRIVER" verify "${SRV[@]}" --topic "$TOPIC" --log "$LOG" --fault-ms "$T" \
-    --fault-shard 1 "${VERIFY_EXTRA[@]}" || FAILED=1
+    --fault-shard "$FS" "${VERIFY_EXTRA[@]}" || FAILED=1
 [ "$FAILED" = 0 ] && say "PASS: fault $FAULT" || say "FAIL: fault $FAULT"
 exit "$FAILED"
