@@ -367,8 +367,11 @@ static int64_t produce_loop(producer_t *p)
     for (; !stop_producing; seq++) {
         sleep_ms(start + seq * 1000 / p->o->rate - wall_ms());
         produce_one(p, seq);
-        if (chanq_cluster_cached(p->c, NULL) > 0 && wall_ms() - last_tick >= 200) {
-            chanq_cluster_tick(p->c); /* flushes when a master is back */
+        /* keepalives (weights, roles) each second, as an SDK user does; while messages are
+         * cached, each 200 ms (the tick flushes them when a master is back) */
+        int64_t every = chanq_cluster_cached(p->c, NULL) > 0 ? 200 : 1000;
+        if (wall_ms() - last_tick >= every) {
+            chanq_cluster_tick(p->c);
             last_tick = wall_ms();
         }
     }
@@ -440,12 +443,21 @@ static void watch_once(watch_shard_t *ws, int64_t our_pid)
 
 static int64_t g_pid; /* our producer_id, for the watcher */
 
+/* Polls every shard each 30 ms. Every 500 ms a tick (keepalives) lets the client learn which
+ * server is master now: without it a consumer keeps reading from a server whose database
+ * answers errors, since only connection failures move it to the shard's next server. */
 static void *watch_thread(void *arg)
 {
     watcher_t *w = arg;
+    int64_t last_tick = wall_ms();
     while (!stop_watching) {
         for (size_t i = 0; i < w->n; i++)
             watch_once(&w->sh[i], g_pid);
+        if (wall_ms() - last_tick >= 500) {
+            for (size_t i = 0; i < w->n; i++)
+                chanq_cluster_tick(w->sh[i].c);
+            last_tick = wall_ms();
+        }
         sleep_ms(30);
     }
     return NULL;

@@ -67,6 +67,7 @@ FAILED=0
 
 cleanup() {
     local rc=$?
+    set +e # stop everything whatever fails here
     if [ -n "$DPID" ] && kill -0 "$DPID" 2>/dev/null; then
         kill -KILL "$DPID" 2>/dev/null || true
         wait "$DPID" 2>/dev/null || true
@@ -84,7 +85,7 @@ cleanup() {
     if [ "${KEEP:-0}" = 1 ]; then
         "$CLUSTER" status "$DIR" 2>&1 | sed 's/^/# /' || true
         # stop by PID, keep the files: cluster.sh stop would remove the dir
-        for f in "$DIR"/shard*/node*/pid; do [ -f "$f" ] && kill -CONT "$(cat "$f")" 2>/dev/null; done
+        for f in "$DIR"/shard*/node*/pid; do [ -f "$f" ] && kill -CONT "$(cat "$f")" 2>/dev/null || true; done
         cp -a "$DIR" "$BASE/kept" 2>/dev/null || true
         say "kept $BASE"
         "$CLUSTER" stop "$DIR" >/dev/null 2>&1 || true
