@@ -227,12 +227,22 @@ start() {
     }
     find_progs
     mkdir -p "$BASE/primary" "$BASE/standby"
-    if ! "$INSTALL_DB" --no-defaults --datadir="$BASE/tpl" $user_opt \
-        --auth-root-authentication-method=normal --skip-test-db >"$BASE/install.log" 2>&1; then
-        echo "mariadb-install-db failed:" >&2
-        tail -n 20 "$BASE/install.log" >&2
-        exit 1
-    fi
+    # Installs run one at a time on this machine (flock), and a failed one is retried once:
+    # concurrent installs under load failed now and then (issue 11's fault runs); the head of
+    # the log, where the reason is, is printed.
+    _ok=0
+    for _try in 1 2; do
+        rm -rf "$BASE/tpl"
+        if flock "${TMPDIR:-/tmp}/chanq-mariadb-install.lock" "$INSTALL_DB" --no-defaults \
+            --datadir="$BASE/tpl" $user_opt --auth-root-authentication-method=normal \
+            --skip-test-db >"$BASE/install.log" 2>&1; then
+            _ok=1
+            break
+        fi
+        echo "mariadb-install-db failed (try $_try):" >&2
+        head -n 30 "$BASE/install.log" >&2
+    done
+    [ "$_ok" = 1 ] || exit 1
     # One install copied twice: MariaDB has no per-server UUID, and it saves ~2 s.
     cp -a "$BASE/tpl" "$BASE/primary/data"
     mv "$BASE/tpl" "$BASE/standby/data"
