@@ -710,7 +710,9 @@ int chanq_cluster_consume(chanq_cluster_consumer_t *k, uint32_t max_per_shard,
                 any = true;
             if (rc != 0)
                 last = rc;
-            if (!conn_err(rc))
+            /* storage and busy are this server's trouble (a master whose database is gone):
+             * the shard's other server may serve the read, as after a connection error. */
+            if (!movable(rc) || rc == CQ_ENOTMASTER)
                 break;
         }
     }

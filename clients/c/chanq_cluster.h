@@ -51,7 +51,10 @@
  *
  * CONSUME. A chanq_cluster_consumer_t keeps one offset per shard and reads each shard from its
  * master, or from any reachable server of the shard while no master is (a slave serves
- * consume and watch). chanq_cluster_consume() returns the items of every shard, each tagged
+ * consume and watch). A server that answers storage or busy (a master whose database is gone)
+ * is passed over for the shard's next server in the same call, like one that is unreachable;
+ * call chanq_cluster_tick() now and then so that the cluster learns the new roles.
+ * chanq_cluster_consume() returns the items of every shard, each tagged
  * with its shard and offset: within a shard in offset order, shards one after the other
  * (there is no order across shards). Identity of a message: (shard, offset).
  *

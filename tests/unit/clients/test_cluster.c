@@ -42,6 +42,7 @@ typedef struct fsrv {
     int fail[NFAIL]; /* then these, one per produce, before serving */
     size_t nfail, ifail;
     int connects, produces;
+    int consume_err; /* answer every consume with this (0: serve) */
 } fsrv_t;
 
 typedef struct call {
@@ -134,6 +135,8 @@ static int f_consume(void *ud, uint32_t idx, uint32_t shard, const char *topic, 
     (void)ud, (void)topic;
     if (!F.s[idx].up)
         return CQ_ECLOSED;
+    if (F.s[idx].consume_err)
+        return F.s[idx].consume_err;
     fshard_t *sh = &F.shard[F.s[idx].hello.shard];
     uint32_t k = 0;
     for (size_t i = 0; i < sh->n && (max_count == 0 || k < max_count); i++) {
@@ -620,6 +623,39 @@ static void test_consume_merge_dedupe(void **state)
     chanq_cluster_free(c);
 }
 
+/* A master whose database is gone answers consume with storage (or busy): the consumer reads
+ * the shard from its other server in the same call, and a final error stops at the first. */
+static void test_consume_store_error(void **state)
+{
+    (void)state;
+    fake_reset();
+    fake_srv(0, 1, 1, -1);
+    fake_srv(1, 1, 0, -1);
+    store(&F.shard[1], 5, 0, "a", 1);
+    store(&F.shard[1], 5, 1, "b", 1);
+    F.s[0].consume_err = CQ_ESTORE;
+    chanq_cluster_t *c = cluster("1/a:1,1/b:2", NULL);
+    chanq_cluster_consumer_t *k = chanq_cluster_consumer_new(c, "t", false);
+    chanq_cluster_batch_t b = {0};
+    assert_int_equal(chanq_cluster_consume(k, 0, &b), 0);
+    assert_int_equal(b.n, 2);
+    assert_string_equal(b.items[1].content, "b");
+    assert_int_equal(chanq_cluster_consumer_offset(k, 1), 2);
+    chanq_cluster_batch_clear(&b);
+    F.s[0].consume_err = CQ_EBUSY;
+    store(&F.shard[1], 5, 2, "c", 1);
+    assert_int_equal(chanq_cluster_consume(k, 0, &b), 0);
+    assert_int_equal(b.n, 1);
+    assert_string_equal(b.items[0].content, "c");
+    chanq_cluster_batch_clear(&b);
+    /* unknown_topic is the same answer everywhere: no second server is asked. */
+    F.s[0].consume_err = CQ_ENOTOPIC;
+    F.s[1].consume_err = CQ_EACL;
+    assert_int_equal(chanq_cluster_consume(k, 0, &b), CQ_ENOTOPIC);
+    chanq_cluster_consumer_free(k);
+    chanq_cluster_free(c);
+}
+
 static void test_dedupe(void **state)
 {
     (void)state;
@@ -682,6 +718,7 @@ int main(void)
         cmocka_unit_test(test_cache),
         cmocka_unit_test(test_drop),
         cmocka_unit_test(test_consume_merge_dedupe),
+        cmocka_unit_test(test_consume_store_error),
         cmocka_unit_test(test_dedupe),
         cmocka_unit_test(test_lifecycle),
     };
