@@ -79,35 +79,11 @@ chanqd_cmd() {
 # free_ports N: N distinct ports in 26000-29999 that nothing listens on and that this cluster
 # has not taken (one python run: it takes a second on a loaded machine).
 free_ports() {
-    python3 - "$DIR" "$1" <<'PY'
-import glob, random, socket, sys
-taken = set()
-d = sys.argv[1]
-for f in glob.glob(d + '/zk/zk*/*port*') + glob.glob(d + '/shard*/db/*/port') + \
-        glob.glob(d + '/shard*/node*/*_port'):
-    try:
-        taken.update(int(x) for x in open(f).read().split())
-    except (OSError, ValueError):
-        pass
-got = []
-for _ in range(2000):
-    p = random.randint(26000, 29999)
-    if p in taken:
-        continue
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    got.append(p)
-    taken.add(p)
-    if len(got) == int(sys.argv[2]):
-        print(*got)
-        sys.exit(0)
-sys.exit(1)
-PY
+    local taken
+    taken=$(cat "$DIR"/zk/zk*/*port* "$DIR"/shard*/db/*/port "$DIR"/shard*/node*/*_port \
+        2>/dev/null | tr -s ' \n' ' ' || true)
+    # shellcheck disable=SC2086 # taken is a list of numbers
+    python3 "$ROOT/tests/support/free-ports.py" 26000 29999 "$1" $taken
 }
 
 # True while pid runs (a zombie counts as gone).

@@ -35,24 +35,7 @@ ok() { # ok DESCRIPTION CONDITION-EXIT-CODE
 }
 
 free_port() {
-    python3 - "$@" <<'PY'
-import random, socket, sys
-taken = set(sys.argv[1:])
-for _ in range(1000):
-    p = random.randint(26000, 29999)
-    if str(p) in taken:
-        continue
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    print(p)
-    sys.exit(0)
-sys.exit(1)
-PY
+    python3 "$(dirname "$0")/../support/free-ports.py" 26000 29999 1 "$@"
 }
 
 start() { # start I PORT

@@ -81,23 +81,7 @@ find_prog() {
 # 25xxx, zk.sh and scripts/cluster.sh take 26000-29999; the ephemeral range starts above 32767,
 # so no client socket holds it either). Not $1 (the port the other server took).
 free_port() {
-    python3 - "${1:-0}" <<'PY'
-import random, socket, sys
-for _ in range(1000):
-    p = random.randint(22000, 23999)
-    if p == int(sys.argv[1]):
-        continue
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    print(p)
-    sys.exit(0)
-sys.exit(1)
-PY
+    python3 "$(dirname "$0")/free-ports.py" 22000 23999 1 "${1:-0}"
 }
 
 find_progs() {

@@ -59,24 +59,7 @@ need_progs() {
 # A port in 26000-29999 that nothing listens on now (other users of the machine take 24xxx and
 # 25xxx; the kernel's ephemeral range starts above 32767).
 free_port() {
-    python3 - "$@" <<'PY'
-import random, socket, sys
-taken = set(int(a) for a in sys.argv[1:])
-for _ in range(1000):
-    p = random.randint(26000, 29999)
-    if p in taken:
-        continue
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    print(p)
-    sys.exit(0)
-sys.exit(1)
-PY
+    python3 "$(dirname "$0")/free-ports.py" 26000 29999 1 "$@"
 }
 
 port_of() { cat "$BASE/zk$1/client_port"; }
