@@ -198,20 +198,14 @@ uint32_t cq__mqsrv_weight(const cq_mqsrv_t *s)
 
 void cq__mqsrv_stamp(const cq_mqsrv_t *s, cq_mq_msg_t *m)
 {
-    switch (m->type) {
-    case CQ_MQ_RESP_CONNECT:
-    case CQ_MQ_RESP_KEEPALIVE:
+    bool hello = m->type == CQ_MQ_RESP_CONNECT || m->type == CQ_MQ_RESP_KEEPALIVE;
+    if (hello) {
         m->master = cq__mqsrv_writable(s);
         m->has |= CQ_MQ_F_MASTER;
-        /* fall through */
-    case CQ_MQ_RESP_PRODUCE:
-    case CQ_MQ_RESP_CONSUME:
-    case CQ_MQ_RESP_OFFSET:
-    case CQ_MQ_PUSH:
+    }
+    if (hello || m->type == CQ_MQ_RESP_PRODUCE || m->type == CQ_MQ_RESP_CONSUME ||
+        m->type == CQ_MQ_RESP_OFFSET || m->type == CQ_MQ_PUSH) {
         m->shard = s->shard;
         m->has |= CQ_MQ_F_SHARD;
-        break;
-    default:
-        break;
     }
 }
