@@ -24,7 +24,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -168,18 +167,6 @@ static int open_repl(const cq_config_t *c, cq_repl_t **ret)
 
 /* ---- metrics ------------------------------------------------------------------------------ */
 
-__attribute__((format(printf, 2, 3))) static int put(cq_sbuf_t *out, const char *fmt, ...)
-{
-    char text[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof(text))
-        return -EOVERFLOW;
-    return cq_sbuf_append(out, text, (size_t)n);
-}
-
 static int metrics(void *ud, cq_sbuf_t *out)
 {
     cq_main_cluster_t *k = ud;
@@ -189,7 +176,7 @@ static int metrics(void *ud, cq_sbuf_t *out)
     if (rt)
         cq_coordrt_stats(rt, &s);
     int sh = k->cfg->shard;
-    int r = put(
+    int r = cq_sbuf_printf(
         out,
         "# HELP chanq_mq_cluster_role This server's role in its shard (1 for the current one).\n"
         "# TYPE chanq_mq_cluster_role gauge\n"

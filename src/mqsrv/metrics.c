@@ -78,13 +78,11 @@ typedef struct out {
 
 __attribute__((format(printf, 2, 3))) static void put(out_t *o, const char *fmt, ...)
 {
-    char line[512];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    if (o->err == 0)
+        o->err = cq_sbuf_vprintf(o->sb, fmt, ap);
     va_end(ap);
-    if (o->err == 0 && n > 0 && cq_sbuf_append(o->sb, line, (size_t)n) < 0)
-        o->err = -ENOMEM;
 }
 
 /* A label value with \, " and newline escaped (Prometheus text format). */

@@ -378,3 +378,23 @@ void test_sbuf_oom(void **state)
         test_alloc_remove();
     }
 }
+
+/* Formatted appends of any length: short ones, one longer than any line buffer the metrics
+ * writers used to have (they copied n bytes from a 512-byte line when the text was longer). */
+void test_sbuf_printf(void **state)
+{
+    (void)state;
+    cq_sbuf_t b;
+    cq_sbuf_init(&b);
+    assert_int_equal(cq_sbuf_printf(&b, "a=%d ", 42), 0);
+    char big[5000];
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    assert_int_equal(cq_sbuf_printf(&b, "%s|%s", big, "end"), 0);
+    assert_int_equal(b.len, 5 + 4999 + 4);
+    assert_memory_equal(b.data, "a=42 x", 6);
+    assert_memory_equal(b.data + b.len - 5, "x|end", 5);
+    assert_int_equal(cq_sbuf_printf(&b, "%s", ""), 0);
+    assert_int_equal(b.len, 5 + 4999 + 4);
+    cq_sbuf_done(&b);
+}

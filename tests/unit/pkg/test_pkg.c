@@ -35,6 +35,7 @@ int main(void)
         cmocka_unit_test(test_arena_huge_request),
         cmocka_unit_test(test_sbuf_huge_reserve),
         cmocka_unit_test(test_sbuf_append_zero),
+        cmocka_unit_test(test_sbuf_printf),
         cmocka_unit_test(test_sbuf_append_consume),
         cmocka_unit_test(test_sbuf_oom),
         cmocka_unit_test(test_varint_round_trip),

@@ -44,6 +44,7 @@ void test_arena_oom(void **state);
 void test_arena_huge_request(void **state);
 void test_sbuf_huge_reserve(void **state);
 void test_sbuf_append_zero(void **state);
+void test_sbuf_printf(void **state);
 void test_sbuf_append_consume(void **state);
 void test_sbuf_oom(void **state);
 
