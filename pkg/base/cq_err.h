@@ -45,6 +45,8 @@
     X(EOFFRANGE, -1046, "offset beyond the topic's last offset")                                   \
     X(ENOTMASTER, -1047, "not the shard's master: produce on another server")                      \
     X(ECONFLICT, -1070, "version conflict: someone else wrote first")                              \
+    X(EOFFGRID, -1080, "position is off the spatial grid")                                         \
+    X(EBADQUERY, -1081, "invalid spatial query (missing centre, bad extent or radius)")            \
     X(EKCPCONV, -1050, "KCP segment for another conversation (conv mismatch)")                     \
     X(EKCPCMD, -1051, "unknown KCP segment command")                                               \
     X(EKCPTRUNC, -1052, "truncated KCP segment")                                                   \

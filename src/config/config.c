@@ -136,6 +136,14 @@ static const opt_t opts[] = {
     STR("channel-settings", "chs", channel_settings, "", NULL, "FILE",
         "Channel settings file (channeld format); empty uses the built-in "
         "channel_settings_hifi.json."),
+    STR("spatial-settings", "scc", spatial_settings, "", NULL, "LAYOUT|FILE",
+        "Spatial controller (channeld's spatial_static JSON, plus chanq's optional \"Handover\" "
+        "section, doc/spatial.md): a shipped layout (2x2, 4x1, benchmark, tanks_small, "
+        "tanks_big) or a file. Empty: no spatial channels."),
+    INT("spatial-chan-start", "scs", spatial_chan_start, "65536", 1, 16777216, "ID",
+        "First spatial channel id: cell i is this + i."),
+    INT("entity-chan-start", "ecs", entity_chan_start, "524288", 2, 2147483647, "ID",
+        "First entity channel id: CREATE_ENTITY_CHANNEL needs entityId >= this."),
     AUTOBOOL("server-bypass-auth", "sba", server_bypass_auth, "auto",
              "Server connections skip authentication (any token is accepted): auto only for "
              "connections from a loopback address, true for every server connection (channeld's "

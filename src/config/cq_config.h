@@ -55,6 +55,9 @@ typedef struct cq_config {
     char *client_fsm;             /* client FSM file; "" = built-in client_non_authoratative */
     char *server_fsm;             /* server FSM file; "" = built-in server_authoratative */
     char *channel_settings;       /* channel settings file; "" = built-in hifi */
+    char *spatial_settings;       /* spatial controller: layout name or file; "" = none */
+    int spatial_chan_start;       /* first spatial channel id (-scs) */
+    int entity_chan_start;        /* first entity channel id (-ecs) */
     char *server_bypass_auth;     /* "auto" (loopback peers only), "true" or "false" */
     bool server_conn_recoverable; /* dropped server connections can be recovered */
     int server_conn_recover_timeout_ms; /* 0 = recoverable forever */

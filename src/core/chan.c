@@ -339,6 +339,10 @@ void cq__handle_create(cq_core_t *c, cq_req_t *r)
         possess_global(c, r, m);
         return;
     case CHANNELDPB__CHANNEL_TYPE__SPATIAL:
+        if (c->sh->spatial) {
+            cq__handle_create_spatial(c, r);
+            return;
+        }
         CQ_MSG_LOG(c, "chan",
                    "conn %u: SPATIAL channels need a spatial controller (not configured)",
                    r->conn_id);

@@ -21,6 +21,7 @@
 #include "cq_sbuf.h"
 #include "cq_sendq.h"
 #include "cq_settings.h"
+#include "cq_spatial.h"
 #include "cq_wire.h"
 #include "place.h"
 
@@ -38,10 +39,19 @@ enum {
     MT_DATA_UPDATE = 8,
     MT_DISCONNECT = 9,
     MT_CREATE_SPATIAL = 10,
+    MT_QUERY_SPATIAL = 11,
+    MT_DATA_HANDOVER = 12,
+    MT_REGIONS_UPDATE = 13,
+    MT_UPDATE_INTEREST = 14,
+    MT_CREATE_ENTITY = 15,
+    MT_GROUP_ADD = 16,
+    MT_GROUP_REMOVE = 17,
+    MT_SPATIAL_READY = 18,
     MT_RECOVERY_CHANNEL_DATA = 20,
     MT_RECOVERY_END = 21,
     MT_CHANNEL_OWNER_LOST = 22,
     MT_CHANNEL_OWNER_RECOVERED = 23,
+    MT_DEBUG_REGIONS = 99,
 };
 
 enum {
@@ -115,6 +125,23 @@ struct cq_shared {
     struct cq_recov_handle *recov; /* dropped recoverable servers, under dir_lock */
     int64_t unix_offset_ns;        /* unix time - monotonic time, for subTime */
     cq_idl_t ids;                  /* id layout (place.h): node bits 0 today */
+    /* Spatial and entity channels (issue 12; doc/spatial.md). spatial is o.spatial: NULL
+     * without a spatial controller. slot_owner[i] is the connection holding server slot i
+     * (0 = free): written only by the directory worker (GLOBAL's), read by any worker
+     * (entity creation on GLOBAL, cross-server handover); place.h lists it. */
+    const cq_spatial_cfg_t *spatial;
+    _Atomic uint32_t *slot_owner;
+    /* Entity groups are shared sets across entities that live on different workers: one
+     * table under groups_mu, a leaf lock taken by ENTITY_GROUP_ADD/REMOVE and by a handover
+     * decision, never per message. */
+    pthread_mutex_t groups_mu;
+    cq_entgroups_t *groups;
+    /* Well-known entity channels (CreateEntityChannelMessage.isWellKnown): every client that
+     * authenticates later subscribes to them. Under wk_mu, a leaf lock taken when one is
+     * created or removed and once per client AUTH. */
+    pthread_mutex_t wk_mu;
+    uint32_t *wk_ids;
+    uint32_t n_wk, cap_wk;
 };
 
 /* A dropped recoverable server connection, waiting for a successor with the same PIT. */
@@ -463,6 +490,23 @@ void cq__sendmany_add(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec);
 void cq__sendmany_flush(cq_core_t *c);
 void cq__sendmany_deliver(cq_core_t *c, const cq_xmsg_t *m);
 void cq__sendmany_free(cq_core_t *c);
+
+/* spatial.c: the spatial controller (GLOBAL's worker) and its messages */
+void cq__handle_create_spatial(cq_core_t *c, cq_req_t *r); /* 10, and 3 with SPATIAL */
+void cq__handle_query_spatial(cq_core_t *c, cq_req_t *r);  /* 11 */
+void cq__handle_debug_regions(cq_core_t *c, cq_req_t *r);  /* 99 */
+
+/* entity.c: entity channels and their groups */
+void cq__handle_create_entity(cq_core_t *c, cq_req_t *r); /* 15 */
+void cq__handle_group_add(cq_core_t *c, cq_req_t *r);     /* 16 */
+void cq__handle_group_remove(cq_core_t *c, cq_req_t *r);  /* 17 */
+
+/* interest.c: UPDATE_SPATIAL_INTEREST */
+void cq__handle_update_interest(cq_core_t *c, cq_req_t *r); /* 14 */
+
+/* handover.c: an entity channel's data moved it to another cell (called by data.c after an
+ * accepted update of an ENTITY channel; sender as in cq__handle_data_update). */
+void cq__handover_check(cq_core_t *c, cq_chan_t *ch, const cq_req_t *r);
 
 /* forward.c */
 void cq__handle_user(cq_core_t *c, cq_req_t *r);

@@ -57,6 +57,10 @@ typedef struct cq_core_opts {
     size_t sendq_hard_limit;
     const struct cq_schema *schema; /* channel data types (borrowed); NULL = none known */
     size_t max_channel_data;        /* bytes of one channel's data; 0 = no limit */
+    /* Spatial controller (--spatial-settings; borrowed): NULL = no spatial channels. Its
+     * chan_start and entity_start are channeld's -scs and -ecs. */
+    const struct cq_spatial_cfg *spatial;
+    uint32_t entity_chan_start; /* -ecs, used also without a spatial controller */
 } cq_core_opts_t;
 
 enum { CQ_AUTH_DEV = 0, CQ_AUTH_FILE = 1 };

@@ -435,6 +435,8 @@ void cq__handle_data_update(cq_core_t *c, cq_req_t *r)
     if (rc < 0)
         CQ_MSG_LOG(c, "data", "conn %u: update of channel %u (%s) refused: %s", r->conn_id, ch->id,
                    m->data->type_url, cq_strerror(rc));
+    else if (ch->type == CHANNELDPB__CHANNEL_TYPE__ENTITY)
+        cq__handover_check(c, ch, r);
     reschedule(c, ch);
 }
 

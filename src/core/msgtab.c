@@ -49,6 +49,28 @@ const cq_msg_def_t cq__msg_table[CQ_USER_SPACE_START] = {
     [MT_CREATE_SPATIAL] = {MT_CREATE_SPATIAL, "CREATE_SPATIAL_CHANNEL",
         &channeldpb__create_channel_message__descriptor, cq__handle_create,
         CQ_WHERE_GLOBAL, 0},
+    [MT_QUERY_SPATIAL] = {MT_QUERY_SPATIAL, "QUERY_SPATIAL_CHANNEL",
+        &channeldpb__query_spatial_channel_message__descriptor, cq__handle_query_spatial,
+        CQ_WHERE_GLOBAL, 0},
+    /* Any existing channel (channeld: the client's cell, or GLOBAL); handled where connId lives. */
+    [MT_UPDATE_INTEREST] = {MT_UPDATE_INTEREST, "UPDATE_SPATIAL_INTEREST",
+        &channeldpb__update_spatial_interest_message__descriptor, cq__handle_update_interest,
+        CQ_WHERE_CHANNEL, 0},
+    /* On GLOBAL or a spatial cell. */
+    [MT_CREATE_ENTITY] = {MT_CREATE_ENTITY, "CREATE_ENTITY_CHANNEL",
+        &channeldpb__create_entity_channel_message__descriptor, cq__handle_create_entity,
+        CQ_WHERE_CHANNEL, 0},
+    /* On the entity's channel, from its owner. */
+    [MT_GROUP_ADD] = {MT_GROUP_ADD, "ENTITY_GROUP_ADD",
+        &channeldpb__add_entity_group_message__descriptor, cq__handle_group_add,
+        CQ_WHERE_CHANNEL, 0},
+    [MT_GROUP_REMOVE] = {MT_GROUP_REMOVE, "ENTITY_GROUP_REMOVE",
+        &channeldpb__remove_entity_group_message__descriptor, cq__handle_group_remove,
+        CQ_WHERE_CHANNEL, 0},
+    /* --dev only (the handler checks). */
+    [MT_DEBUG_REGIONS] = {MT_DEBUG_REGIONS, "DEBUG_GET_SPATIAL_REGIONS",
+        &channeldpb__debug_get_spatial_regions_message__descriptor, cq__handle_debug_regions,
+        CQ_WHERE_GLOBAL, 0},
 };
 
 /* Every user-space type: the body is the game's own, forwarded as it is (a server's must be a

@@ -43,6 +43,15 @@ int cq_shared_new(const cq_core_opts_t *opts, const cq_core_ops_t *ops, void *op
     cq_map_init(&sh->dir);
     sh->next_conn = 1;
     sh->unix_offset_ns = cq_clock_unix_ns() - (int64_t)cq_clock_mono_ns();
+    pthread_mutex_init(&sh->groups_mu, NULL);
+    pthread_mutex_init(&sh->wk_mu, NULL);
+    sh->spatial = opts->spatial;
+    if (!(sh->groups = cq_entgroups_new()) ||
+        (sh->spatial &&
+         !(sh->slot_owner = cq_calloc(cq_spatial_servers(sh->spatial), sizeof(*sh->slot_owner))))) {
+        cq_shared_free(sh);
+        return -ENOMEM;
+    }
     if (opts->auth_provider == CQ_AUTH_FILE) {
         r = cq__tokens_load(sh, opts->auth_token_file, err, errlen);
         if (r < 0) {
@@ -73,6 +82,11 @@ cq_shared_t *cq_shared_free(cq_shared_t *sh)
     cq__tokens_free(sh);
     pthread_mutex_destroy(&sh->tokens_mu);
     cq__recov_handles_free(sh);
+    cq_entgroups_free(sh->groups);
+    pthread_mutex_destroy(&sh->groups_mu);
+    cq_free(sh->slot_owner);
+    cq_free(sh->wk_ids);
+    pthread_mutex_destroy(&sh->wk_mu);
     cq_free(sh);
     return NULL;
 }

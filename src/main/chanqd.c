@@ -17,6 +17,7 @@
 #include "cq_mqport.h"
 #include "cq_schema.h"
 #include "cq_settings.h"
+#include "cq_spatial.h"
 #include "cq_store.h"
 #include "cq_writer.h"
 
@@ -33,6 +34,8 @@ typedef struct app {
     cq_config_t cfg;
     cq_fsm_t *client_fsm, *server_fsm;
     cq_settings_t *settings;
+    cq_spatial_cfg_t spatial; /* valid when has_spatial */
+    bool has_spatial;
     cq_schema_t *schema;
     cq_schema_t **old_schemas; /* earlier schemas (owned): channels may still point into them */
     int n_old, cap_old;
@@ -73,9 +76,30 @@ static int load_config_files(app_t *a)
             ? cq_settings_load_file(c->channel_settings, &a->settings, err, sizeof(err))
             : cq_settings_load_json(cq_embedded_settings, cq_embedded_settings_len, &a->settings,
                                     err, sizeof(err));
-    if (r < 0)
+    if (r < 0) {
         CQ_ERROR("main", "channel settings: %s", err);
-    return r;
+        return r;
+    }
+    if (!*c->spatial_settings)
+        return 0;
+    r = cq_spatial_cfg_load(c->spatial_settings, &a->spatial, err, sizeof(err));
+    if (r < 0) {
+        CQ_ERROR("main", "--spatial-settings %s: %s", c->spatial_settings, err);
+        return r;
+    }
+    a->spatial.chan_start = (uint32_t)c->spatial_chan_start;
+    a->spatial.entity_start = (uint32_t)c->entity_chan_start;
+    if ((uint64_t)a->spatial.chan_start + cq_spatial_cells(&a->spatial) > a->spatial.entity_start) {
+        CQ_ERROR("main",
+                 "--spatial-settings %s: %u cells from --spatial-chan-start %u reach "
+                 "--entity-chan-start %u",
+                 c->spatial_settings, cq_spatial_cells(&a->spatial), a->spatial.chan_start,
+                 a->spatial.entity_start);
+        cq_spatial_cfg_done(&a->spatial);
+        return CQ_ECONFIG;
+    }
+    a->has_spatial = true;
+    return 0;
 }
 
 /* Loads every descriptor set named in --channel-data-types into a new schema. */
@@ -195,6 +219,8 @@ static void core_opts(const app_t *a, cq_core_opts_t *o)
     o->client_fsm = a->client_fsm;
     o->server_fsm = a->server_fsm;
     o->settings = a->settings;
+    o->spatial = a->has_spatial ? &a->spatial : NULL;
+    o->entity_chan_start = (uint32_t)c->entity_chan_start;
     o->dev = c->dev;
     o->server_bypass_auth = strcmp(c->server_bypass_auth, "false") != 0;
     o->server_bypass_loopback = strcmp(c->server_bypass_auth, "auto") == 0;
@@ -559,6 +585,7 @@ int main(int argc, char **argv)
     cq_shared_free(a.sh);
     cq_authlim_free(a.authlim);
     cq_settings_free(a.settings);
+    cq_spatial_cfg_done(&a.spatial);
     cq_schema_free(a.schema);
     for (int i = 0; i < a.n_old; i++)
         cq_schema_free(a.old_schemas[i]);
