@@ -22,7 +22,13 @@
  *     GLOBAL owner's copies of AuthResult and CreateChannelResult; written where GLOBAL is
  *     possessed (chan.c) and where its owner closes (conn.c);
  *   - the other workers' inbox byte counts (atomic), for flow control (below);
- *   - the metrics (relaxed atomics), written on the hot path and read only by /metrics.
+ *   - the metrics (relaxed atomics), written on the hot path and read only by /metrics;
+ *   - the spatial server slots' holders (cq_shared_t.slot_owner, atomics): written by GLOBAL's
+ *     worker when a spatial server takes or frees a slot, read where an entity is created on
+ *     GLOBAL and by a handover (who owns the destination cell);
+ *   - the entity groups (cq_shared_t.groups under groups_mu) and the well-known entities
+ *     (wk_ids under wk_mu): leaf locks taken on ENTITY_GROUP_ADD/REMOVE, a handover decision,
+ *     an entity's creation or removal and a client's AUTH, never per message.
  * With nodes, each becomes a message or a replicated view.
  */
 #ifndef CQ_PLACE_H
