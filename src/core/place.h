@@ -136,6 +136,11 @@ enum {
     XM_SENDMANY,  /* deliver buf to every conn id in body (uint32_t array) */
     XM_SCHEMA,    /* ptr is the new channel-data schema: resolve unknown types */
     XM_RECOVER,   /* conn_id took over a dropped server with PIT body: restore its channels */
+    /* B: spatial cells and entity channels (spatial.c, entity.c) */
+    XM_SP_CELL, /* create/take over cell u1 for the request (u2 = mode), or subscribe u3 */
+    XM_DIR_ADD, /* directory worker: channel chan_id (type u1, metadata body) now exists */
+    XM_ENTITY,  /* create entity channel u1 for the request in mp */
+    XM_WK_SUB,  /* subscribe client conn_id to well-known entity chan_id */
     XM__COUNT
 };
 
