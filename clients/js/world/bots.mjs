@@ -269,7 +269,9 @@ async function main() {
     log: (s) => console.log(`world-bots: ${s}`),
   };
   const { state, stop } = await runBots(opts);
+  let leaving = false;
   const bye = () => {
+    leaving = true;
     stop();
     process.exit(0);
   };
@@ -277,6 +279,8 @@ async function main() {
   process.on('SIGTERM', bye);
   for (const s of state.servers)
     s.client.on('close', (why) => {
+      if (leaving)
+        return;
       console.error(`world-bots: server ${s.index} closed: ${why}`);
       process.exit(1);
     });
