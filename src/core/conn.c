@@ -138,6 +138,7 @@ void cq_core_conn_release(cq_core_t *c, cq_conn_t *conn)
     cq_sendq_done(&conn->sendq);
     cq_sbuf_done(&conn->rbuf);
     cq_free(conn->chans);
+    cq_free(conn->aoi);
     cq_free(conn->pit);
     cq_free(conn);
 }

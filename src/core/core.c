@@ -212,6 +212,22 @@ static void xm_recover(cq_core_t *c, cq_xmsg_t *m)
     cq__recover_apply(c, m->conn_id, (const char *)m->body);
 }
 
+/* C: spatial interest, ADJACENT broadcast, handover */
+static void xm_interest(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__interest_apply(c, m);
+}
+
+static void xm_adjacent(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__adjacent_deliver(c, m);
+}
+
+static void xm_handover(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__handover_stage(c, m);
+}
+
 typedef struct xm_def {
     uint8_t kind; /* also the row's index */
     const char *name;
@@ -235,6 +251,10 @@ static const xm_def_t xm_table[XM__COUNT] = {
     [XM_SENDMANY] = {XM_SENDMANY, "SENDMANY", xm_sendmany},
     [XM_SCHEMA] = {XM_SCHEMA, "SCHEMA", xm_schema},
     [XM_RECOVER] = {XM_RECOVER, "RECOVER", xm_recover},
+    /* C */
+    [XM_INTEREST] = {XM_INTEREST, "INTEREST", xm_interest},
+    [XM_ADJACENT] = {XM_ADJACENT, "ADJACENT", xm_adjacent},
+    [XM_HANDOVER] = {XM_HANDOVER, "HANDOVER", xm_handover},
 };
 
 const char *cq__xm_name(int kind)
