@@ -70,6 +70,7 @@ cq_core_t *cq_core_free(cq_core_t *c)
     cq_buf_unref(c->emit_src);
     cq_free(c->due);
     cq__chaninfo_free_all(c);
+    cq__spatial_free(c);
     it = 0;
     while (cq_map_next(&c->connrefs, &it, NULL, &v))
         cq_free(v);
@@ -228,6 +229,31 @@ static void xm_handover(cq_core_t *c, cq_xmsg_t *m)
     cq__handover_stage(c, m);
 }
 
+/* B: spatial cells and entity channels */
+static void xm_sp_cell(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq_req_t r = xm_req(c, m);
+    cq__spatial_cell(c, &r, m->u1, m->u2, m->u3);
+    cq_wire_arena_reset(&c->arena);
+}
+
+static void xm_dir_add(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__dir_add(c, m->chan_id, m->u1, m->body_len ? (const char *)m->body : "");
+}
+
+static void xm_entity(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq_req_t r = xm_req(c, m);
+    cq__entity_create_here(c, &r, m->u1);
+    cq_wire_arena_reset(&c->arena);
+}
+
+static void xm_wk_sub(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__entity_wk_sub(c, m->chan_id, m->conn_id);
+}
+
 typedef struct xm_def {
     uint8_t kind; /* also the row's index */
     const char *name;
@@ -255,6 +281,11 @@ static const xm_def_t xm_table[XM__COUNT] = {
     [XM_INTEREST] = {XM_INTEREST, "INTEREST", xm_interest},
     [XM_ADJACENT] = {XM_ADJACENT, "ADJACENT", xm_adjacent},
     [XM_HANDOVER] = {XM_HANDOVER, "HANDOVER", xm_handover},
+    /* B */
+    [XM_SP_CELL] = {XM_SP_CELL, "SP_CELL", xm_sp_cell},
+    [XM_DIR_ADD] = {XM_DIR_ADD, "DIR_ADD", xm_dir_add},
+    [XM_ENTITY] = {XM_ENTITY, "ENTITY", xm_entity},
+    [XM_WK_SUB] = {XM_WK_SUB, "WK_SUB", xm_wk_sub},
 };
 
 const char *cq__xm_name(int kind)

@@ -313,6 +313,9 @@ struct cq_core {
     cq_map_t chaninfo;  /* chan id -> cq_chaninfo_t* */
     uint32_t id_cursor; /* rotating non-spatial id cursor */
     uint32_t adj_gen;   /* C: ADJACENT broadcasts handled by this worker (forward.c) */
+    /* B: the spatial controller's server slots (directory worker only; holder NULL until the
+     * first CREATE_SPATIAL_CHANNEL). sh->slot_owner mirrors them for the other workers. */
+    cq_spatial_slots_t slots;
 };
 
 /* A subscription or ownership of a dropped recoverable server, kept for its successor. */
@@ -464,6 +467,10 @@ cq_connref_t *cq__connref(cq_core_t *c, uint32_t conn_id, bool create);
 void cq__connref_gc(cq_core_t *c, uint32_t conn_id);
 void cq__subopts_done(cq_subopts_t *o);
 void cq__subopts_to_pb(const cq_subopts_t *o, Channeldpb__ChannelSubscriptionOptions *pb);
+/* *ret = the channel type's default options merged with req (may be NULL), as cq__sub_add
+ * makes them. Returns 0 or -ENOMEM; *ret owns its masks (cq__subopts_done) either way. */
+int cq__subopts_make(const cq_chan_settings_t *st, const Channeldpb__ChannelSubscriptionOptions *req,
+                     cq_subopts_t *ret);
 
 /* recover.c */
 void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit);
@@ -504,11 +511,34 @@ void cq__sendmany_free(cq_core_t *c);
 void cq__handle_create_spatial(cq_core_t *c, cq_req_t *r); /* 10, and 3 with SPATIAL */
 void cq__handle_query_spatial(cq_core_t *c, cq_req_t *r);  /* 11 */
 void cq__handle_debug_regions(cq_core_t *c, cq_req_t *r);  /* 99 */
+/* XM_SP_CELL, on cell id's worker: mode SP_CELL_OWN creates the cell (or takes it over) for
+ * `who`, the request's sender, and subscribes it silently; SP_CELL_BORDER subscribes `who`
+ * silently (border interest). The request r carries the CreateChannelMessage. */
+enum { SP_CELL_OWN = 0, SP_CELL_BORDER = 1 };
+void cq__spatial_cell(cq_core_t *c, cq_req_t *r, uint32_t id, uint32_t mode, uint32_t who);
+/* Connection conn_id closed (every worker calls it; only the directory worker acts): frees its
+ * server slot unless it is recoverable (then the slot waits for cq__spatial_release). */
+void cq__spatial_conn_gone(cq_core_t *c, uint32_t conn_id, bool recoverable);
+/* Directory worker: frees the slot conn_id holds (a recovery handle expired). */
+void cq__spatial_release(cq_core_t *c, uint32_t conn_id);
+/* True when ch is one of the grid's cells: cells are never removed for losing their owner
+ * (the grid is fixed; a server that takes the slot over takes the cells over). */
+bool cq__spatial_is_cell(const cq_core_t *c, const cq_chan_t *ch);
+void cq__spatial_free(cq_core_t *c);
 
 /* entity.c: entity channels and their groups */
 void cq__handle_create_entity(cq_core_t *c, cq_req_t *r); /* 15 */
 void cq__handle_group_add(cq_core_t *c, cq_req_t *r);     /* 16 */
 void cq__handle_group_remove(cq_core_t *c, cq_req_t *r);  /* 17 */
+/* XM_ENTITY, on entity id's worker: creates the entity channel for request r (15). */
+void cq__entity_create_here(cq_core_t *c, cq_req_t *r, uint32_t id);
+/* XM_WK_SUB, on chan_id's worker: subscribes client conn_id to well-known entity chan_id with
+ * fanOutDelayMs = 1000 and sends it the SUB result. */
+void cq__entity_wk_sub(cq_core_t *c, uint32_t chan_id, uint32_t conn_id);
+/* A CLIENT authenticated (its worker): subscribe it to every well-known entity. */
+void cq__entity_client_authed(cq_core_t *c, uint32_t conn_id);
+/* An entity channel is being removed: it leaves its groups and the well-known list. */
+void cq__entity_removed(cq_core_t *c, const cq_chan_t *ch);
 
 /* interest.c: UPDATE_SPATIAL_INTEREST */
 void cq__handle_update_interest(cq_core_t *c, cq_req_t *r); /* 14 */
