@@ -469,8 +469,8 @@ void cq__subopts_done(cq_subopts_t *o);
 void cq__subopts_to_pb(const cq_subopts_t *o, Channeldpb__ChannelSubscriptionOptions *pb);
 /* *ret = the channel type's default options merged with req (may be NULL), as cq__sub_add
  * makes them. Returns 0 or -ENOMEM; *ret owns its masks (cq__subopts_done) either way. */
-int cq__subopts_make(const cq_chan_settings_t *st, const Channeldpb__ChannelSubscriptionOptions *req,
-                     cq_subopts_t *ret);
+int cq__subopts_make(const cq_chan_settings_t *st,
+                     const Channeldpb__ChannelSubscriptionOptions *req, cq_subopts_t *ret);
 
 /* recover.c */
 void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit);
