@@ -31,6 +31,7 @@ cq_core_t *cq_core_new(cq_shared_t *sh, int index)
     cq_map_init(&c->lsubs);
     cq_map_init(&c->chaninfo);
     cq_map_init(&c->routes);
+    cq_map_init(&c->aoi);
     cq_list_init(&c->recsubs);
     cq_list_init(&c->pending);
     cq_list_init(&c->unauth);
@@ -79,6 +80,10 @@ cq_core_t *cq_core_free(cq_core_t *c)
         cq_free(((cq_lsubs_t *)v)->conns);
         cq_free(v);
     }
+    it = 0;
+    while (cq_map_next(&c->aoi, &it, NULL, &v))
+        cq_free(v);
+    cq_map_done(&c->aoi);
     cq_map_done(&c->conns);
     cq_map_done(&c->chans);
     cq_map_done(&c->connrefs);

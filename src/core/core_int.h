@@ -185,10 +185,7 @@ struct cq_conn {
     cq_conn_chan_t *chans; /* local fan-out lists this connection is in */
     uint32_t n_chans, cap_chans;
     int close_reason; /* the reason given to cq_core_conn_close (0 until then) */
-    /* C: spatial interest (interest.c) and ADJACENT delivery (forward.c) */
-    uint32_t *aoi; /* the cells the last UPDATE_SPATIAL_INTEREST asked for */
-    uint32_t n_aoi;
-    uint32_t adj_gen; /* the last ADJACENT broadcast delivered here (once each) */
+    uint32_t adj_gen; /* C: the last ADJACENT broadcast delivered here (forward.c) */
 };
 
 /* ---- channels (owned by the worker chan_id % workers) ---- */
@@ -313,6 +310,7 @@ struct cq_core {
     cq_map_t chaninfo;  /* chan id -> cq_chaninfo_t* */
     uint32_t id_cursor; /* rotating non-spatial id cursor */
     uint32_t adj_gen;   /* C: ADJACENT broadcasts handled by this worker (forward.c) */
+    cq_map_t aoi;       /* C: conn id -> cq_aoi_t*, its last interest (interest.c) */
     /* B: the spatial controller's server slots (directory worker only; holder NULL until the
      * first CREATE_SPATIAL_CHANNEL). sh->slot_owner mirrors them for the other workers. */
     cq_spatial_slots_t slots;
@@ -542,6 +540,11 @@ void cq__entity_removed(cq_core_t *c, const cq_chan_t *ch);
 
 /* interest.c: UPDATE_SPATIAL_INTEREST */
 void cq__handle_update_interest(cq_core_t *c, cq_req_t *r); /* 14 */
+/* The cells a client's last UPDATE_SPATIAL_INTEREST asked for (on the client's worker). */
+typedef struct cq_aoi {
+    uint32_t n;
+    uint32_t cells[];
+} cq_aoi_t;
 /* XM_INTEREST on the client's worker: diff and post the SUBs and UNSUBs. */
 void cq__interest_apply(cq_core_t *c, const cq_xmsg_t *m);
 

@@ -172,14 +172,15 @@ static void post_as_client(cq_core_t *c, const cq_conn_t *conn, uint32_t cell, b
 }
 
 /* The cells conn is in or asked for: its interest set plus its confirmed spatial lists. */
-static int current_cells(const cq_core_t *c, const cq_conn_t *conn, uint32_t **ret, uint32_t *n)
+static int current_cells(cq_core_t *c, const cq_conn_t *conn, uint32_t **ret, uint32_t *n)
 {
-    uint32_t cap = conn->n_aoi + conn->n_chans, k = 0;
+    const cq_aoi_t *a = cq_map_get(&c->aoi, conn->id);
+    uint32_t na = a ? a->n : 0, cap = na + conn->n_chans, k = 0;
     uint32_t *v = cq_malloc((cap ? cap : 1) * sizeof(*v));
     if (!v)
         return -ENOMEM;
-    for (uint32_t i = 0; i < conn->n_aoi; i++)
-        v[k++] = conn->aoi[i];
+    for (uint32_t i = 0; i < na; i++)
+        v[k++] = a->cells[i];
     for (uint32_t i = 0; i < conn->n_chans; i++) {
         uint32_t id = conn->chans[i].chan_id;
         if (is_cell(c, id) && !has_id(v, k, id))
@@ -197,7 +198,8 @@ void cq__interest_apply(cq_core_t *c, const cq_xmsg_t *m)
         return;
     const cq_spatial_hit_t *hits = (const cq_spatial_hit_t *)m->body;
     uint32_t nh = m->body_len / sizeof(*hits);
-    uint32_t *want = cq_malloc((nh ? nh : 1) * sizeof(*want)), *cur = NULL, ncur = 0;
+    cq_aoi_t *want = cq_malloc(sizeof(*want) + (size_t)nh * sizeof(uint32_t));
+    uint32_t *cur = NULL, ncur = 0;
     if (!want || current_cells(c, conn, &cur, &ncur) < 0) {
         cq_free(want);
         CQ_WARN("interest", "conn %u: out of memory applying an interest update", conn->id);
@@ -209,12 +211,13 @@ void cq__interest_apply(cq_core_t *c, const cq_xmsg_t *m)
     uint32_t def =
         cq_settings_get(c->sh->o.settings, CHANNELDPB__CHANNEL_TYPE__SPATIAL)->fanout_interval_ms;
     for (uint32_t i = 0; i < nh; i++) {
-        want[i] = hits[i].chan_id;
+        want->cells[i] = hits[i].chan_id;
         post_as_client(c, conn, hits[i].chan_id, true, 0, 0,
                        cq_spatial_damping_ms(hits[i].dist, def));
     }
     cq_free(cur);
-    cq_free(conn->aoi);
-    conn->aoi = want;
-    conn->n_aoi = nh;
+    want->n = nh;
+    cq_free(cq_map_del(&c->aoi, conn->id));
+    if (cq_map_put(&c->aoi, conn->id, want) < 0)
+        cq_free(want);
 }
