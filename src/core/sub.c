@@ -67,8 +67,8 @@ static int opts_merge(cq_subopts_t *o, const Channeldpb__ChannelSubscriptionOpti
     return 0;
 }
 
-int cq__subopts_make(const cq_chan_settings_t *st, const Channeldpb__ChannelSubscriptionOptions *req,
-                     cq_subopts_t *ret)
+int cq__subopts_make(const cq_chan_settings_t *st,
+                     const Channeldpb__ChannelSubscriptionOptions *req, cq_subopts_t *ret)
 {
     opts_default(ret, st);
     return opts_merge(ret, req);
