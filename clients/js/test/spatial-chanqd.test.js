@@ -63,7 +63,8 @@ describe('spatial channels on chanqd (4x1)', { skip }, () => {
       [65538, 1, 0, -500, 1000, 500],
       [65539, 1, 1000, -500, 2000, 500],
     ]);
-    assert.equal(reg.regions[0].min.y, -3.4028234663852886e38 / 2);
+    // §4.2: exactly -3.40282347e38 / 2 (channeld's decimal literal, not FLT_MAX / 2).
+    assert.equal(reg.regions[0].min.y, -3.40282347e38 / 2);
 
     // QUERY_SPATIAL_CHANNEL: §4.2's cells, 0 off the grid.
     assert.deepEqual(await s0.querySpatialChannel([{ x: -1500 }, { x: 1999, z: 499 }, { x: 2000 }, { x: -2000, z: -500 }]),
