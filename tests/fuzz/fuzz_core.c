@@ -10,16 +10,15 @@
  * Input: one option byte, then operations. Options: bit 0 server-conn-recoverable, bit 1 a
  * 4 KiB send-queue hard limit (slow consumers), bit 2 a permissive client FSM (every type
  * allowed), bit 3 auth and idle timeouts, bit 4 at most 2 subscriptions per connection, bit 5
- * no schema (every data type unknown). An operation is one byte: bits 0-2 pick the slot
- * (mod 6), bits 3-5 the action, bits 6-7 are flags:
- *   0-3  packet: a 2-byte little-endian length n, then n bytes of Packet body, framed by the
- *        harness; flag 6 feeds it in two reads, flag 7 compresses it with Snappy;
- *   4    raw: a 1-byte length n, then n bytes fed as they are (headers, partial packets);
- *   5    clock: advance by (next byte) * 20 ms, then tick and run the due channel fan-outs;
- *   6    the connection goes away: lost (flag 6) or closed;
- *   7    a new connection in the slot if it is free: SERVER (flag 6) or CLIENT, authed with
- *        PIT "p<slot>" if flag 7.
- * After each operation the inboxes are drained until quiet and output is flushed.
+ * no schema (every data type unknown), bit 6 a spatial controller (the 4x1 layout with a
+ * Handover section for chanqworld's types, and --dev for DEBUG_GET_SPATIAL_REGIONS). An operation
+ * is one byte: bits 0-2 pick the slot (mod 6), bits 3-5 the action, bits 6-7 are flags: 0-3 packet:
+ * a 2-byte little-endian length n, then n bytes of Packet body, framed by the harness; flag 6 feeds
+ * it in two reads, flag 7 compresses it with Snappy; 4    raw: a 1-byte length n, then n bytes fed
+ * as they are (headers, partial packets); 5    clock: advance by (next byte) * 20 ms, then tick and
+ * run the due channel fan-outs; 6    the connection goes away: lost (flag 6) or closed; 7    a new
+ * connection in the slot if it is free: SERVER (flag 6) or CLIENT, authed with PIT "p<slot>" if
+ * flag 7. After each operation the inboxes are drained until quiet and output is flushed.
  *
  * CHANQ_FUZZ_LOG=1 prints the core's log lines and every message each connection receives, to
  * check what a seed does.
@@ -50,6 +49,18 @@
 #ifndef FUZZ_CORE_FDS2
 #define FUZZ_CORE_FDS2 "testpb.fds"
 #endif
+#ifndef FUZZ_CORE_FDS3
+#define FUZZ_CORE_FDS3 "world.fds"
+#endif
+
+/* 4x1 (channeld's layout) with chanq's Handover section for proto/world.proto. */
+static const char spatial_json[] =
+    "{\"SpatialControllerType\": \"Static2DSpatialController\", \"Config\": {"
+    "\"WorldOffsetX\": -2000, \"WorldOffsetZ\": -500, \"GridWidth\": 1000, "
+    "\"GridHeight\": 1000, \"GridCols\": 4, \"GridRows\": 1, \"ServerCols\": 2, "
+    "\"ServerRows\": 1, \"ServerInterestBorderSize\": 1}, \"Handover\": {"
+    "\"PositionPath\": \"transform.position\", \"Axes\": \"xyz\", "
+    "\"EntitiesField\": \"entities\", \"EntityDataField\": \"entityData\"}}";
 
 #define NSLOT      6
 #define NWORKER    2
@@ -66,6 +77,7 @@ static struct {
     cq_fsm_t *client, *permissive, *server;
     cq_settings_t *settings;
     cq_schema_t *schema;
+    cq_spatial_cfg_t spatial;
     bool verbose; /* CHANQ_FUZZ_LOG: print log lines and what each connection receives */
 } G;
 
@@ -83,6 +95,7 @@ static void load_once(void)
         return;
     char err[256] = "";
     const char *p1 = getenv("CHANQ_FUZZ_FDS"), *p2 = getenv("CHANQ_FUZZ_FDS2");
+    const char *p3 = getenv("CHANQ_FUZZ_FDS3");
     FUZZ_CHECK(cq_fsm_load_json(cq_embedded_client_fsm, cq_embedded_client_fsm_len, &G.client, err,
                                 sizeof(err)) == 0);
     FUZZ_CHECK(cq_fsm_load_json(permissive_fsm, strlen(permissive_fsm), &G.permissive, err,
@@ -91,12 +104,17 @@ static void load_once(void)
                                 sizeof(err)) == 0);
     FUZZ_CHECK(cq_schema_new(&G.schema) == 0);
     if (cq_schema_load_file(G.schema, p1 ? p1 : FUZZ_CORE_FDS, err, sizeof(err)) < 0 ||
-        cq_schema_load_file(G.schema, p2 ? p2 : FUZZ_CORE_FDS2, err, sizeof(err)) < 0) {
+        cq_schema_load_file(G.schema, p2 ? p2 : FUZZ_CORE_FDS2, err, sizeof(err)) < 0 ||
+        cq_schema_load_file(G.schema, p3 ? p3 : FUZZ_CORE_FDS3, err, sizeof(err)) < 0) {
         fprintf(stderr, "fuzz_core: %s\n", err);
         abort();
     }
     FUZZ_CHECK(cq_settings_load_json(cq_embedded_settings, cq_embedded_settings_len, &G.settings,
                                      err, sizeof(err)) == 0);
+    FUZZ_CHECK(cq_spatial_cfg_parse(spatial_json, strlen(spatial_json), &G.spatial, err,
+                                    sizeof(err)) == 0);
+    G.spatial.chan_start = CQ_CHAN_ID_SPATIAL_START;
+    G.spatial.entity_start = CQ_CHAN_ID_ENTITY_START;
     /* Log lines are formatted (so their arguments are exercised) and thrown away, unless
      * CHANQ_FUZZ_LOG is set (to see what a seed does). */
     cq_log_set_level(CQ_LOG_DEBUG);
@@ -306,6 +324,9 @@ static void world_up(uint8_t opt)
     o.max_failed_auth = 3;
     o.schema = (opt & 32) ? NULL : G.schema;
     o.max_channel_data = 16384;
+    o.spatial = (opt & 64) ? &G.spatial : NULL;
+    o.dev = (opt & 64) != 0;
+    o.entity_chan_start = CQ_CHAN_ID_ENTITY_START;
     char err[256];
     FUZZ_CHECK(cq_shared_new(&o, &core_ops, NULL, &W.sh, err, sizeof(err)) == 0);
     for (int w = 0; w < NWORKER; w++)

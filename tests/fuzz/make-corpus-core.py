@@ -8,6 +8,7 @@ from the field numbers in proto/channeld.proto, proto/options.proto and tests/da
 no protobuf module is needed. The generated files are committed; rerun this after editing it.
 """
 import os
+import struct
 
 from corpus_pb import ld, record, varint, vi  # noqa: F401 (shared helpers)
 
@@ -15,10 +16,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "corpus", "fuzz_core")
 
 # Options (first byte)
-RECOVERABLE, SMALL_SENDQ, PERMISSIVE, TIMEOUTS, FEW_SUBS, NO_SCHEMA = 1, 2, 4, 8, 16, 32
+RECOVERABLE, SMALL_SENDQ, PERMISSIVE, TIMEOUTS, FEW_SUBS, NO_SCHEMA, SPATIAL_CTL = 1, 2, 4, 8, 16, 32, 64
 # Message types
 AUTH, CREATE, REMOVE, LIST, SUB, UNSUB, DATA, DISCONNECT, CREATE_SPATIAL = 1, 3, 4, 5, 6, 7, 8, 9, 10
-GLOBAL, PRIVATE, SUBWORLD, SPATIAL = 1, 2, 3, 4
+QUERY, INTEREST, CREATE_ENTITY, GROUP_ADD, GROUP_REMOVE, DEBUG_REGIONS = 11, 14, 15, 16, 17, 99
+GLOBAL, PRIVATE, SUBWORLD, SPATIAL, ENTITY = 1, 2, 3, 4, 5
+ENTITY_DATA = b"type.googleapis.com/chanqworld.EntityChannelData"
+CELL_DATA = b"type.googleapis.com/chanqworld.SpatialChannelData"
 TESTPB = b"type.googleapis.com/testpb.TestChannelDataMessage"
 CHATROOM = b"type.googleapis.com/chanqtest.ChatRoom"
 
@@ -67,6 +71,33 @@ def testpb(text=b"", num=0):
 
 def chat(sender, text, time):
     return ld(1, sender) + ld(2, text) + vi(3, time)
+
+
+def f32(field, v):
+    return varint(field << 3 | 5) + struct.pack("<f", v)
+
+
+def f64(field, v):
+    return varint(field << 3 | 1) + struct.pack("<d", v)
+
+
+def point(x, y, z):
+    """SpatialInfo {1 x, 2 y, 3 z} (doubles)."""
+    return f64(1, x) + f64(2, y) + f64(3, z)
+
+
+def entity_data(x, z, seq):
+    """chanqworld.EntityChannelData {transform {position {x, y, z}}, seq, trail += seq}."""
+    pos = f32(1, x) + f32(2, 0.0) + f32(3, z)
+    return ld(1, ld(2, pos)) + vi(3, seq) + ld(4, varint(seq))
+
+
+def interest(conn, query):
+    return vi(1, conn) + ld(2, query)
+
+
+def sphere(x, z, r):
+    return ld(3, ld(1, point(x, 0, z)) + f64(2, r))
 
 
 # Operations
@@ -221,6 +252,73 @@ SEEDS = {
         raw(5, b"CH\x00\x03\x01\x02\x00\x00"),
         connect(4, authed=True),
         packet(4, b""),
+    ),
+    # The spatial controller (option 64: 4x1 with a Handover section, --dev): two servers
+    # fill the slots, a client's interest, an entity walking across every cell and both
+    # servers (handovers), groups and a lock, ADJACENT broadcasts, queries, bad queries.
+    "spatial_world": seed(
+        SPATIAL_CTL | PERMISSIVE,
+        packet(0, record(stub=1, mtype=CREATE, body=create(GLOBAL))),
+        packet(0, record(stub=2, mtype=CREATE_SPATIAL, body=create(
+            SPATIAL, b"cells", subopts(interval=20), any_(CELL_DATA, b"")))),
+        packet(1, record(stub=3, mtype=CREATE, body=create(SPATIAL, b"cells"))),
+        packet(2, record(stub=4, mtype=QUERY, body=ld(1, point(-1500, 0, 0)) +
+                         ld(1, point(1999, 0, 499)) + ld(1, point(5000, 0, 0)))),
+        packet(2, record(stub=5, mtype=DEBUG_REGIONS)),
+        packet(0, record(ch=0x10000, stub=6, mtype=INTEREST,
+                         body=interest(3, sphere(-1500, 0, 2500)))),
+        packet(0, record(ch=0x10000, stub=7, mtype=CREATE_ENTITY, body=vi(1, 0x80000) +
+                         ld(2, b"walker") + ld(4, any_(ENTITY_DATA, entity_data(-1900, 0, 1))))),
+        packet(0, record(stub=8, mtype=CREATE_ENTITY, body=vi(1, 0x80001) +
+                         ld(4, any_(ENTITY_DATA, entity_data(-1800, 100, 1))) + vi(6, 1))),
+        packet(2, record(ch=0x80000, mtype=SUB, body=vi(1, 3))),
+        clock(40),
+        packet(0, record(ch=0x80000, mtype=DATA, body=ld(1, any_(ENTITY_DATA, entity_data(-900, 0, 2))))),
+        clock(40),
+        packet(0, record(ch=0x80000, mtype=DATA, body=ld(1, any_(ENTITY_DATA, entity_data(100, 0, 3))))),
+        clock(40),
+        packet(1, record(ch=0x80000, mtype=DATA, body=ld(1, any_(ENTITY_DATA, entity_data(1100, 0, 4))))),
+        clock(40),
+        packet(1, record(ch=0x80000, mtype=GROUP_ADD, body=vi(1, 0) + ld(2, varint(0x80001)))),
+        packet(1, record(ch=0x80000, mtype=GROUP_ADD, body=vi(1, 1) + ld(2, varint(0x80000)))),
+        packet(1, record(ch=0x80000, mtype=DATA, body=ld(1, any_(ENTITY_DATA, entity_data(-1100, 0, 5))))),
+        packet(1, record(ch=0x80000, mtype=GROUP_REMOVE, body=vi(1, 1) + ld(2, varint(0x80000)))),
+        packet(1, record(ch=0x80000, mtype=DATA, body=ld(1, any_(ENTITY_DATA, entity_data(-1200, 0, 6))))),
+        clock(60),
+        packet(0, record(ch=0x10001, bc=64, mtype=100, body=sfm(3, b"adjacent"))),
+        packet(1, record(ch=0x10002, bc=64 | 8 | 4, mtype=101, body=sfm(payload=b"ring"))),
+        packet(0, record(ch=1, bc=64, mtype=102, body=sfm(payload=b"not spatial"))),
+        packet(0, record(ch=0x10000, stub=9, mtype=INTEREST,
+                         body=interest(3, ld(2, ld(1, point(0, 0, 0)) + ld(2, point(600, 0, 300)))))),
+        packet(0, record(ch=0x10000, stub=10, mtype=INTEREST,
+                         body=interest(3, ld(4, ld(1, point(-1500, 0, 0)) + ld(2, point(1, 0, 0)) +
+                                                f64(3, 0.5) + f64(4, 3000))))),
+        packet(0, record(ch=0x10000, stub=11, mtype=INTEREST,
+                         body=interest(3, ld(1, ld(1, point(-1500, 0, 0)) + ld(1, point(500, 0, 0)) +
+                                                ld(2, varint(0) + varint(3)))))),
+        packet(0, record(ch=0, stub=12, mtype=INTEREST, body=interest(3, ld(3, f64(2, 1e9))))),
+        packet(0, record(ch=0, stub=13, mtype=INTEREST, body=interest(3, sphere(-1500, 0, 1e300)))),
+        clock(100),
+        gone(1),
+        connect(1, server=True, authed=True),
+        packet(1, record(stub=14, mtype=CREATE_SPATIAL, body=create(SPATIAL))),
+        clock(100),
+    ),
+    # The same under server-conn-recoverable: a spatial server drops and comes back.
+    "spatial_recovery": seed(
+        SPATIAL_CTL | RECOVERABLE,
+        packet(0, record(stub=1, mtype=CREATE_SPATIAL, body=create(SPATIAL))),
+        packet(1, record(stub=2, mtype=CREATE_SPATIAL, body=create(SPATIAL))),
+        packet(0, sub_rec(0x10000, 3)),
+        gone(0, lost=True),
+        clock(200),
+        connect(0, server=True, authed=True),
+        clock(1200),
+        packet(0, record(ch=0x10000, bc=2, mtype=100, body=sfm(payload=b"back"))),
+        gone(1, lost=True),
+        clock(4000),
+        connect(1, server=True, authed=True),
+        packet(1, record(stub=3, mtype=CREATE_SPATIAL, body=create(SPATIAL))),
     ),
 }
 
