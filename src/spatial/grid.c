@@ -6,7 +6,6 @@
 #include "cq_err.h"
 
 #include <errno.h>
-#include <float.h>
 #include <math.h>
 
 uint32_t cq_spatial_cells(const cq_spatial_cfg_t *g)
@@ -63,8 +62,9 @@ uint32_t cq_spatial_cell_server(const cq_spatial_cfg_t *g, uint32_t index)
 void cq_spatial_region(const cq_spatial_cfg_t *g, uint32_t index, cq_spatial_region_t *ret)
 {
     uint32_t gx = index % g->cols, gz = index / g->cols;
-    /* channeld's MinY/MaxY: the float32 max halved, as a float64 constant. */
-    const double half = (double)FLT_MAX / 2;
+    /* channeld's MinY/MaxY: Go's constant 3.40282347e+38 / 2, the decimal float32 max
+     * rounded to float64 (1.701411735e38), not FLT_MAX / 2 (1.7014117331926443e38). */
+    const double half = 3.40282347e38 / 2;
     ret->min = (cq_spatial_vec_t){g->off_x + g->cell_w * (double)gx, -half,
                                   g->off_z + g->cell_h * (double)gz};
     ret->max = (cq_spatial_vec_t){g->off_x + g->cell_w * (double)(gx + 1), half,
