@@ -31,6 +31,7 @@ cq_core_t *cq_core_new(cq_shared_t *sh, int index)
     cq_map_init(&c->lsubs);
     cq_map_init(&c->chaninfo);
     cq_map_init(&c->routes);
+    cq_map_init(&c->aoi);
     cq_list_init(&c->recsubs);
     cq_list_init(&c->pending);
     cq_list_init(&c->unauth);
@@ -79,6 +80,10 @@ cq_core_t *cq_core_free(cq_core_t *c)
         cq_free(((cq_lsubs_t *)v)->conns);
         cq_free(v);
     }
+    it = 0;
+    while (cq_map_next(&c->aoi, &it, NULL, &v))
+        cq_free(v);
+    cq_map_done(&c->aoi);
     cq_map_done(&c->conns);
     cq_map_done(&c->chans);
     cq_map_done(&c->connrefs);
@@ -213,6 +218,22 @@ static void xm_recover(cq_core_t *c, cq_xmsg_t *m)
     cq__recover_apply(c, m->conn_id, (const char *)m->body);
 }
 
+/* C: spatial interest, ADJACENT broadcast, handover */
+static void xm_interest(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__interest_apply(c, m);
+}
+
+static void xm_adjacent(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__adjacent_deliver(c, m);
+}
+
+static void xm_handover(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__handover_stage(c, m);
+}
+
 /* B: spatial cells and entity channels */
 static void xm_sp_cell(cq_core_t *c, cq_xmsg_t *m)
 {
@@ -261,6 +282,10 @@ static const xm_def_t xm_table[XM__COUNT] = {
     [XM_SENDMANY] = {XM_SENDMANY, "SENDMANY", xm_sendmany},
     [XM_SCHEMA] = {XM_SCHEMA, "SCHEMA", xm_schema},
     [XM_RECOVER] = {XM_RECOVER, "RECOVER", xm_recover},
+    /* C */
+    [XM_INTEREST] = {XM_INTEREST, "INTEREST", xm_interest},
+    [XM_ADJACENT] = {XM_ADJACENT, "ADJACENT", xm_adjacent},
+    [XM_HANDOVER] = {XM_HANDOVER, "HANDOVER", xm_handover},
     /* B */
     [XM_SP_CELL] = {XM_SP_CELL, "SP_CELL", xm_sp_cell},
     [XM_DIR_ADD] = {XM_DIR_ADD, "DIR_ADD", xm_dir_add},

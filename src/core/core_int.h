@@ -136,6 +136,9 @@ struct cq_shared {
      * decision, never per message. */
     pthread_mutex_t groups_mu;
     cq_entgroups_t *groups;
+    /* C: bumped by every ENTITY_GROUP_ADD/REMOVE: a handover a locked group refused is
+     * retried once the groups changed (handover.c). */
+    _Atomic uint32_t groups_gen;
     /* Well-known entity channels (CreateEntityChannelMessage.isWellKnown): every client that
      * authenticates later subscribes to them. Under wk_mu, a leaf lock taken when one is
      * created or removed and once per client AUTH. */
@@ -185,6 +188,7 @@ struct cq_conn {
     cq_conn_chan_t *chans; /* local fan-out lists this connection is in */
     uint32_t n_chans, cap_chans;
     int close_reason; /* the reason given to cq_core_conn_close (0 until then) */
+    uint32_t adj_gen; /* C: the last ADJACENT broadcast delivered here (forward.c) */
 };
 
 /* ---- channels (owned by the worker chan_id % workers) ---- */
@@ -241,6 +245,11 @@ typedef struct cq_chan {
     uint32_t *wcount;     /* subscribers per worker */
     cq_list_t owner_node; /* in the owner's connref */
     cq_chandata_t *data;
+    /* C: an entity channel's handover state (handover.c) */
+    uint32_t cell;       /* the spatial cell the entity is in, 0 = not known yet */
+    uint32_t ho_blocked; /* a cell a locked group kept it out of: not retried */
+    uint32_t ho_blocked_gen; /* sh->groups_gen when ho_blocked was set */
+    bool ho_pending;     /* a handover it started has not reached its entity stage yet */
 } cq_chan_t;
 
 /* Per-worker reverse index for one connection id: what this worker's channels hold of it. */
@@ -304,6 +313,8 @@ struct cq_core {
     /* worker 0 only */
     cq_map_t chaninfo;  /* chan id -> cq_chaninfo_t* */
     uint32_t id_cursor; /* rotating non-spatial id cursor */
+    uint32_t adj_gen;   /* C: ADJACENT broadcasts handled by this worker (forward.c) */
+    cq_map_t aoi;       /* C: conn id -> cq_aoi_t*, its last interest (interest.c) */
     /* B: the spatial controller's server slots (directory worker only; holder NULL until the
      * first CREATE_SPATIAL_CHANNEL). sh->slot_owner mirrors them for the other workers. */
     cq_spatial_slots_t slots;
@@ -533,15 +544,34 @@ void cq__entity_removed(cq_core_t *c, const cq_chan_t *ch);
 
 /* interest.c: UPDATE_SPATIAL_INTEREST */
 void cq__handle_update_interest(cq_core_t *c, cq_req_t *r); /* 14 */
+/* The cells a client's last UPDATE_SPATIAL_INTEREST asked for (on the client's worker). */
+typedef struct cq_aoi {
+    uint32_t n;
+    uint32_t cells[];
+} cq_aoi_t;
+/* XM_INTEREST on the client's worker: diff and post the SUBs and UNSUBs. */
+void cq__interest_apply(cq_core_t *c, const cq_xmsg_t *m);
 
 /* handover.c: an entity channel's data moved it to another cell (called by data.c after an
  * accepted update of an ENTITY channel; sender as in cq__handle_data_update). */
 void cq__handover_check(cq_core_t *c, cq_chan_t *ch, const cq_req_t *r);
+/* XM_HANDOVER: one stage of a handover. */
+void cq__handover_stage(cq_core_t *c, const cq_xmsg_t *m);
+/* The entity's position from its data at the configured path, mapped to channeld's axes.
+ * Returns 1 (and *ret), 0 when the data has none (no handover config, no known type, field
+ * absent), or a negative code (CQ_EFIELD: path not in the type; CQ_EDECODE). */
+int cq__entity_position(cq_core_t *c, const cq_chan_t *ch, cq_spatial_vec_t *ret);
+/* Sets the entity channel's current cell from its data (at creation; 0 when unknown). */
+void cq__entity_init_cell(cq_core_t *c, cq_chan_t *ch);
+/* The entity groups changed (ENTITY_GROUP_ADD/REMOVE): refused handovers may be retried. */
+void cq__handover_groups_changed(cq_core_t *c);
 
 /* forward.c */
 void cq__handle_user(cq_core_t *c, cq_req_t *r);
 void cq__fanout(cq_core_t *c, cq_chan_t *ch, cq_buf_t *rec, uint32_t sender, uint32_t flags);
 void cq__local_fanout(cq_core_t *c, uint32_t chan_id, cq_buf_t *rec, uint32_t sender,
                       uint32_t owner, uint32_t flags);
+/* XM_ADJACENT: delivers m->buf once to each local subscriber of the cells in m->body. */
+void cq__adjacent_deliver(cq_core_t *c, const cq_xmsg_t *m);
 
 #endif

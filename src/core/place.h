@@ -136,6 +136,11 @@ enum {
     XM_SENDMANY,  /* deliver buf to every conn id in body (uint32_t array) */
     XM_SCHEMA,    /* ptr is the new channel-data schema: resolve unknown types */
     XM_RECOVER,   /* conn_id took over a dropped server with PIT body: restore its channels */
+    /* C (interest.c, forward.c, handover.c) */
+    XM_INTEREST, /* client conn_id's wanted cells (body: cq_spatial_hit_t[]); stub u1, bc u2 */
+    XM_ADJACENT, /* deliver buf once to the local subscribers of the cells in body (uint32[]);
+                  * u1 sender, u2 clientConnId to skip, u3 broadcast flags */
+    XM_HANDOVER, /* a stage of a handover (handover.c); body: its context */
     /* B: spatial cells and entity channels (spatial.c, entity.c) */
     XM_SP_CELL, /* create/take over cell u1 for the request (u2 = mode), or subscribe u3 */
     XM_DIR_ADD, /* directory worker: channel chan_id (type u1, metadata body) now exists */

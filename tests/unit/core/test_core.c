@@ -954,6 +954,10 @@ static void test_xm_rows(void **state)
         {XM_DIR_ADD, "DIR_ADD"},
         {XM_ENTITY, "ENTITY"},
         {XM_WK_SUB, "WK_SUB"},
+        /* C */
+        {XM_INTEREST, "INTEREST"},
+        {XM_ADJACENT, "ADJACENT"},
+        {XM_HANDOVER, "HANDOVER"},
     };
     assert_int_equal(sizeof(want) / sizeof(want[0]), XM__COUNT);
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
