@@ -198,6 +198,33 @@ static void subscribe_owner(cq_core_t *c, cq_req_t *r, cq_chan_t *ch,
     cq__sub_result(c, ch, s, &third);
 }
 
+/* §4.5 step 3: an entity created on GLOBAL whose data puts it in a cell belongs to that cell's
+ * server (the holder of its slot), and the creation is answered to that server instead of the
+ * sender, under MessagePack channelId = the cell, with the request's stub (channeld overwrites
+ * the reply context's connection and channel, not its stub); that server, not the sender, is
+ * then subscribed with subOptions. A cell whose slot is free leaves the sender the owner.
+ * `to` (a copy of r) is redirected in place. */
+static void spatially_owned(cq_core_t *c, const cq_req_t *r, cq_chan_t *ch, cq_req_t *to)
+{
+    uint32_t idx;
+    if (r->mp.channel_id != CQ_CHAN_ID_GLOBAL || !c->sh->spatial || !ch->cell ||
+        !cq_spatial_chan_index(c->sh->spatial, ch->cell, &idx))
+        return;
+    uint32_t owner = atomic_load(&c->sh->slot_owner[cq_spatial_cell_server(c->sh->spatial, idx)]);
+    if (!owner) {
+        CQ_MSG_LOG(c, EN_LOG, "entity channel %u: cell %u has no server; conn %u keeps it", ch->id,
+                   ch->cell, r->conn_id);
+        return;
+    }
+    CQ_INFO(EN_LOG, "entity channel %u belongs to conn %u, the server of cell %u", ch->id, owner,
+            ch->cell);
+    cq__chan_set_owner(c, ch, owner, CQ_CONN_SERVER);
+    to->conn_id = owner;
+    to->conn_type = CQ_CONN_SERVER;
+    to->conn = owner == r->conn_id ? r->conn : NULL;
+    to->mp.channel_id = ch->cell;
+}
+
 void cq__entity_create_here(cq_core_t *c, cq_req_t *r, uint32_t id)
 {
     Channeldpb__CreateEntityChannelMessage *m = cq__req_body(c, r);
@@ -221,12 +248,12 @@ void cq__entity_create_here(cq_core_t *c, cq_req_t *r, uint32_t id)
                    r->conn_id, id);
     cq__entity_init_cell(c, ch);
     dir_add_entity(c, ch);
-    /* §4.5 step 3 (created on GLOBAL with a position: the cell's owner owns it) waits for
-     * helper C's cq__entity_position (handover.c). */
-    reply_entity(c, r, ch);
+    cq_req_t to = *r;
+    spatially_owned(c, r, ch, &to);
+    reply_entity(c, &to, ch);
     if (m->iswellknown)
         wk_register(c, ch);
-    subscribe_owner(c, r, ch, m->suboptions);
+    subscribe_owner(c, &to, ch, m->suboptions);
 }
 
 void cq__handle_create_entity(cq_core_t *c, cq_req_t *r)
