@@ -8,10 +8,11 @@
  * creation leaves that one worker, in channeld's order.
  *
  * Well-known entities: the list sh->wk_ids (under wk_mu) is appended by the entity's worker
- * after the channel exists and before it snapshots the clients of the connection directory;
- * a client that authenticates later reads the list and asks the entity's worker (XM_WK_SUB).
- * Every client is thus in the snapshot or reads the list after the append; one in both is
- * subscribed once (the second request finds the subscription). */
+ * after the channel exists and before it snapshots the authenticated clients of the
+ * connection directory; a client that authenticates marks itself authenticated in the
+ * directory (under dir_lock), then reads the list and asks the entity's worker (XM_WK_SUB).
+ * Every authenticated client is thus in the snapshot or reads the list after the append; one
+ * in both is subscribed once (the second request finds the subscription). */
 #include "core_int.h"
 
 #include "cq_alloc.h"
@@ -76,7 +77,10 @@ static int wk_append(cq_shared_t *sh, uint32_t id)
     return rc;
 }
 
-/* The CLIENT connections of the directory (returned owned; *ret_n of them). */
+/* The authenticated CLIENT connections of the directory (returned owned; *ret_n of them). A
+ * connected client that has not authenticated yet is left out: channeld's allConnections
+ * includes it (§4.5 step 5 says "every existing client"), but it would get the entity's
+ * fan-outs before its AUTH; it gets the subscription at AUTH instead (delay 1000). */
 static uint32_t *dir_clients(cq_shared_t *sh, uint32_t *ret_n)
 {
     *ret_n = 0;
@@ -85,7 +89,7 @@ static uint32_t *dir_clients(cq_shared_t *sh, uint32_t *ret_n)
     uint32_t it = 0, id;
     void *v;
     while (ids && cq_map_next(&sh->dir, &it, &id, &v))
-        if (((cq_dir_ent_t *)v)->type == CQ_CONN_CLIENT)
+        if (((cq_dir_ent_t *)v)->type == CQ_CONN_CLIENT && ((cq_dir_ent_t *)v)->authed)
             ids[(*ret_n)++] = id;
     pthread_mutex_unlock(&sh->dir_lock);
     return ids;
@@ -109,9 +113,16 @@ void cq__entity_wk_sub(cq_core_t *c, uint32_t chan_id, uint32_t conn_id)
         wk_subscribe(c, ch, conn_id, true);
 }
 
+/* Marks the client authenticated in the directory, then reads the list (see the top of the
+ * file: the mark before the read, the append before the snapshot). */
 void cq__entity_client_authed(cq_core_t *c, uint32_t conn_id)
 {
     cq_shared_t *sh = c->sh;
+    pthread_mutex_lock(&sh->dir_lock);
+    cq_dir_ent_t *e = cq_map_get(&sh->dir, conn_id);
+    if (e)
+        e->authed = 1;
+    pthread_mutex_unlock(&sh->dir_lock);
     pthread_mutex_lock(&sh->wk_mu);
     uint32_t n = sh->n_wk;
     uint32_t *ids = n ? cq_malloc(n * sizeof(uint32_t)) : NULL;

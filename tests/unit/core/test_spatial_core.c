@@ -698,7 +698,9 @@ static void test_well_known_entities(void **state)
     auth_pit(s, "s");
     fconn_t *c1 = connect_as(CQ_CONN_CLIENT);
     auth_pit(c1, "c1");
+    fconn_t *c0 = connect_as(CQ_CONN_CLIENT); /* connected, not authenticated */
     create_entity(s, 0, E0 + 7, true, 6);
+    assert_int_equal(msgs(c0), 0); /* not an existing CLIENT yet */
     assert_int_equal(msgs(s), 2);
     expect_entity_created(0, 0, 6, E0 + 7, cid(s));
     expect_sub(1, E0 + 7, cid(s), 1, 5, 20, 0);
@@ -713,6 +715,9 @@ static void test_well_known_entities(void **state)
     expect(0, 1, 0, 0);
     expect_sub(1, E0 + 7, cid(c2), 2, 5, 20, 1000); /* later: delayed 1 s */
     assert_int_equal(msgs(s), 0);                   /* the owner gets no copies */
+    send_msg(c0, 0, 0, 0, 1, &am.base);             /* c0 authenticates now: delayed too */
+    assert_int_equal(msgs(c0), 2);
+    expect_sub(1, E0 + 7, cid(c0), 2, 5, 20, 1000);
     assert_int_equal(E.sh->n_wk, 1);
     Channeldpb__RemoveChannelMessage rm = CHANNELDPB__REMOVE_CHANNEL_MESSAGE__INIT;
     rm.channelid = E0 + 7;
