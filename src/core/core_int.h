@@ -514,11 +514,13 @@ void cq__sendmany_free(cq_core_t *c);
 void cq__handle_create_spatial(cq_core_t *c, cq_req_t *r); /* 10, and 3 with SPATIAL */
 void cq__handle_query_spatial(cq_core_t *c, cq_req_t *r);  /* 11 */
 void cq__handle_debug_regions(cq_core_t *c, cq_req_t *r);  /* 99 */
-/* XM_SP_CELL, on cell id's worker: mode SP_CELL_OWN creates the cell (or takes it over) for
- * `who`, the request's sender, and subscribes it silently; SP_CELL_BORDER subscribes `who`
- * silently (border interest). The request r carries the CreateChannelMessage. */
-enum { SP_CELL_OWN = 0, SP_CELL_BORDER = 1 };
+/* On cell id's worker: mode SP_CELL_OWN creates the cell (or takes it over) for `who`, the
+ * request's sender; SP_CELL_SUB subscribes `who` silently (its own cell, border interest). The
+ * request r carries the CreateChannelMessage. */
+enum { SP_CELL_OWN = 0, SP_CELL_SUB = 1 };
 void cq__spatial_cell(cq_core_t *c, cq_req_t *r, uint32_t id, uint32_t mode, uint32_t who);
+/* XM_SP_CELL: runs a creation's remaining reply steps p[0..n) (spatial.c), from this worker on. */
+void cq__spatial_chain(cq_core_t *c, cq_req_t *r, const uint8_t *p, size_t n);
 /* Connection conn_id closed (every worker calls it; only the directory worker acts): frees its
  * server slot unless it is recoverable (then the slot waits for cq__spatial_release). */
 void cq__spatial_conn_gone(cq_core_t *c, uint32_t conn_id, bool recoverable);
