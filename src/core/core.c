@@ -238,7 +238,8 @@ static void xm_handover(cq_core_t *c, cq_xmsg_t *m)
 static void xm_sp_cell(cq_core_t *c, cq_xmsg_t *m)
 {
     cq_req_t r = xm_req(c, m);
-    cq__spatial_cell(c, &r, m->u1, m->u2, m->u3);
+    if (m->u1 <= m->body_len)
+        cq__spatial_chain(c, &r, m->body + m->u1, m->body_len - m->u1);
     cq_wire_arena_reset(&c->arena);
 }
 

@@ -107,7 +107,8 @@ typedef struct cq_metrics {
 
 typedef struct cq_dir_ent {
     uint8_t type;
-    uint32_t subs; /* subscriptions held, for max-subs-per-conn */
+    uint8_t authed; /* B: a CLIENT that authenticated (well-known entities, entity.c) */
+    uint32_t subs;  /* subscriptions held, for max-subs-per-conn */
 } cq_dir_ent_t;
 
 struct cq_shared {
@@ -136,6 +137,9 @@ struct cq_shared {
      * decision, never per message. */
     pthread_mutex_t groups_mu;
     cq_entgroups_t *groups;
+    /* C: bumped by every ENTITY_GROUP_ADD/REMOVE: a handover a locked group refused is
+     * retried once the groups changed (handover.c). */
+    _Atomic uint32_t groups_gen;
     /* Well-known entity channels (CreateEntityChannelMessage.isWellKnown): every client that
      * authenticates later subscribes to them. Under wk_mu, a leaf lock taken when one is
      * created or removed and once per client AUTH. */
@@ -243,9 +247,10 @@ typedef struct cq_chan {
     cq_list_t owner_node; /* in the owner's connref */
     cq_chandata_t *data;
     /* C: an entity channel's handover state (handover.c) */
-    uint32_t cell;       /* the spatial cell the entity is in, 0 = not known yet */
-    uint32_t ho_blocked; /* a cell a locked group kept it out of: not retried */
-    bool ho_pending;     /* a handover it started has not reached its entity stage yet */
+    uint32_t cell;           /* the spatial cell the entity is in, 0 = not known yet */
+    uint32_t ho_blocked;     /* a cell a locked group kept it out of: not retried */
+    uint32_t ho_blocked_gen; /* sh->groups_gen when ho_blocked was set */
+    bool ho_pending;         /* a handover it started has not reached its entity stage yet */
 } cq_chan_t;
 
 /* Per-worker reverse index for one connection id: what this worker's channels hold of it. */
@@ -509,11 +514,13 @@ void cq__sendmany_free(cq_core_t *c);
 void cq__handle_create_spatial(cq_core_t *c, cq_req_t *r); /* 10, and 3 with SPATIAL */
 void cq__handle_query_spatial(cq_core_t *c, cq_req_t *r);  /* 11 */
 void cq__handle_debug_regions(cq_core_t *c, cq_req_t *r);  /* 99 */
-/* XM_SP_CELL, on cell id's worker: mode SP_CELL_OWN creates the cell (or takes it over) for
- * `who`, the request's sender, and subscribes it silently; SP_CELL_BORDER subscribes `who`
- * silently (border interest). The request r carries the CreateChannelMessage. */
-enum { SP_CELL_OWN = 0, SP_CELL_BORDER = 1 };
+/* On cell id's worker: mode SP_CELL_OWN creates the cell (or takes it over) for `who`, the
+ * request's sender; SP_CELL_SUB subscribes `who` silently (its own cell, border interest). The
+ * request r carries the CreateChannelMessage. */
+enum { SP_CELL_OWN = 0, SP_CELL_SUB = 1 };
 void cq__spatial_cell(cq_core_t *c, cq_req_t *r, uint32_t id, uint32_t mode, uint32_t who);
+/* XM_SP_CELL: runs a creation's remaining reply steps p[0..n) (spatial.c), from this worker on. */
+void cq__spatial_chain(cq_core_t *c, cq_req_t *r, const uint8_t *p, size_t n);
 /* Connection conn_id closed (every worker calls it; only the directory worker acts): frees its
  * server slot unless it is recoverable (then the slot waits for cq__spatial_release). */
 void cq__spatial_conn_gone(cq_core_t *c, uint32_t conn_id, bool recoverable);
@@ -559,6 +566,8 @@ void cq__handover_stage(cq_core_t *c, const cq_xmsg_t *m);
 int cq__entity_position(cq_core_t *c, const cq_chan_t *ch, cq_spatial_vec_t *ret);
 /* Sets the entity channel's current cell from its data (at creation; 0 when unknown). */
 void cq__entity_init_cell(cq_core_t *c, cq_chan_t *ch);
+/* The entity groups changed (ENTITY_GROUP_ADD/REMOVE): refused handovers may be retried. */
+void cq__handover_groups_changed(cq_core_t *c);
 
 /* forward.c */
 void cq__handle_user(cq_core_t *c, cq_req_t *r);

@@ -8,10 +8,11 @@
  * creation leaves that one worker, in channeld's order.
  *
  * Well-known entities: the list sh->wk_ids (under wk_mu) is appended by the entity's worker
- * after the channel exists and before it snapshots the clients of the connection directory;
- * a client that authenticates later reads the list and asks the entity's worker (XM_WK_SUB).
- * Every client is thus in the snapshot or reads the list after the append; one in both is
- * subscribed once (the second request finds the subscription). */
+ * after the channel exists and before it snapshots the authenticated clients of the
+ * connection directory; a client that authenticates marks itself authenticated in the
+ * directory (under dir_lock), then reads the list and asks the entity's worker (XM_WK_SUB).
+ * Every authenticated client is thus in the snapshot or reads the list after the append; one
+ * in both is subscribed once (the second request finds the subscription). */
 #include "core_int.h"
 
 #include "cq_alloc.h"
@@ -76,7 +77,10 @@ static int wk_append(cq_shared_t *sh, uint32_t id)
     return rc;
 }
 
-/* The CLIENT connections of the directory (returned owned; *ret_n of them). */
+/* The authenticated CLIENT connections of the directory (returned owned; *ret_n of them). A
+ * connected client that has not authenticated yet is left out: channeld's allConnections
+ * includes it (§4.5 step 5 says "every existing client"), but it would get the entity's
+ * fan-outs before its AUTH; it gets the subscription at AUTH instead (delay 1000). */
 static uint32_t *dir_clients(cq_shared_t *sh, uint32_t *ret_n)
 {
     *ret_n = 0;
@@ -85,7 +89,7 @@ static uint32_t *dir_clients(cq_shared_t *sh, uint32_t *ret_n)
     uint32_t it = 0, id;
     void *v;
     while (ids && cq_map_next(&sh->dir, &it, &id, &v))
-        if (((cq_dir_ent_t *)v)->type == CQ_CONN_CLIENT)
+        if (((cq_dir_ent_t *)v)->type == CQ_CONN_CLIENT && ((cq_dir_ent_t *)v)->authed)
             ids[(*ret_n)++] = id;
     pthread_mutex_unlock(&sh->dir_lock);
     return ids;
@@ -109,9 +113,16 @@ void cq__entity_wk_sub(cq_core_t *c, uint32_t chan_id, uint32_t conn_id)
         wk_subscribe(c, ch, conn_id, true);
 }
 
+/* Marks the client authenticated in the directory, then reads the list (see the top of the
+ * file: the mark before the read, the append before the snapshot). */
 void cq__entity_client_authed(cq_core_t *c, uint32_t conn_id)
 {
     cq_shared_t *sh = c->sh;
+    pthread_mutex_lock(&sh->dir_lock);
+    cq_dir_ent_t *e = cq_map_get(&sh->dir, conn_id);
+    if (e)
+        e->authed = 1;
+    pthread_mutex_unlock(&sh->dir_lock);
     pthread_mutex_lock(&sh->wk_mu);
     uint32_t n = sh->n_wk;
     uint32_t *ids = n ? cq_malloc(n * sizeof(uint32_t)) : NULL;
@@ -198,6 +209,33 @@ static void subscribe_owner(cq_core_t *c, cq_req_t *r, cq_chan_t *ch,
     cq__sub_result(c, ch, s, &third);
 }
 
+/* §4.5 step 3: an entity created on GLOBAL whose data puts it in a cell belongs to that cell's
+ * server (the holder of its slot), and the creation is answered to that server instead of the
+ * sender, under MessagePack channelId = the cell, with the request's stub (channeld overwrites
+ * the reply context's connection and channel, not its stub); that server, not the sender, is
+ * then subscribed with subOptions. A cell whose slot is free leaves the sender the owner.
+ * `to` (a copy of r) is redirected in place. */
+static void spatially_owned(cq_core_t *c, const cq_req_t *r, cq_chan_t *ch, cq_req_t *to)
+{
+    uint32_t idx;
+    if (r->mp.channel_id != CQ_CHAN_ID_GLOBAL || !c->sh->spatial || !ch->cell ||
+        !cq_spatial_chan_index(c->sh->spatial, ch->cell, &idx))
+        return;
+    uint32_t owner = atomic_load(&c->sh->slot_owner[cq_spatial_cell_server(c->sh->spatial, idx)]);
+    if (!owner) {
+        CQ_MSG_LOG(c, EN_LOG, "entity channel %u: cell %u has no server; conn %u keeps it", ch->id,
+                   ch->cell, r->conn_id);
+        return;
+    }
+    CQ_INFO(EN_LOG, "entity channel %u belongs to conn %u, the server of cell %u", ch->id, owner,
+            ch->cell);
+    cq__chan_set_owner(c, ch, owner, CQ_CONN_SERVER);
+    to->conn_id = owner;
+    to->conn_type = CQ_CONN_SERVER;
+    to->conn = owner == r->conn_id ? r->conn : NULL;
+    to->mp.channel_id = ch->cell;
+}
+
 void cq__entity_create_here(cq_core_t *c, cq_req_t *r, uint32_t id)
 {
     Channeldpb__CreateEntityChannelMessage *m = cq__req_body(c, r);
@@ -219,13 +257,14 @@ void cq__entity_create_here(cq_core_t *c, cq_req_t *r, uint32_t id)
     if (cq__data_create(c, ch, m->data, m->mergeoptions) < 0) /* §4.5 step 2: not fatal */
         CQ_MSG_LOG(c, EN_LOG, "conn %u: entity channel %u: bad initial data; starts without data",
                    r->conn_id, id);
+    cq__entity_init_cell(c, ch);
     dir_add_entity(c, ch);
-    /* §4.5 step 3 (created on GLOBAL with a position: the cell's owner owns it) waits for
-     * helper C's cq__entity_position (handover.c). */
-    reply_entity(c, r, ch);
+    cq_req_t to = *r;
+    spatially_owned(c, r, ch, &to);
+    reply_entity(c, &to, ch);
     if (m->iswellknown)
         wk_register(c, ch);
-    subscribe_owner(c, r, ch, m->suboptions);
+    subscribe_owner(c, &to, ch, m->suboptions);
 }
 
 void cq__handle_create_entity(cq_core_t *c, cq_req_t *r)
@@ -284,6 +323,7 @@ void cq__handle_group_add(cq_core_t *c, cq_req_t *r)
     int rc = cq_entgroups_add(c->sh->groups, ch->id, (cq_entgroup_type_t)m->type, m->entitiestoadd,
                               m->n_entitiestoadd);
     pthread_mutex_unlock(&c->sh->groups_mu);
+    cq__handover_groups_changed(c);
     if (rc < 0)
         CQ_MSG_LOG(c, EN_LOG, "conn %u: ENTITY_GROUP_ADD on %u: %s", r->conn_id, ch->id,
                    cq_strerror(rc));
@@ -299,6 +339,7 @@ void cq__handle_group_remove(cq_core_t *c, cq_req_t *r)
     int rc = cq_entgroups_remove(c->sh->groups, ch->id, (cq_entgroup_type_t)m->type,
                                  m->entitiestoremove, m->n_entitiestoremove);
     pthread_mutex_unlock(&c->sh->groups_mu);
+    cq__handover_groups_changed(c);
     if (rc < 0)
         CQ_MSG_LOG(c, EN_LOG, "conn %u: ENTITY_GROUP_REMOVE on %u: %s", r->conn_id, ch->id,
                    cq_strerror(rc));

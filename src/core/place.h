@@ -142,7 +142,7 @@ enum {
                   * u1 sender, u2 clientConnId to skip, u3 broadcast flags */
     XM_HANDOVER, /* a stage of a handover (handover.c); body: its context */
     /* B: spatial cells and entity channels (spatial.c, entity.c) */
-    XM_SP_CELL, /* create/take over cell u1 for the request (u2 = mode), or subscribe u3 */
+    XM_SP_CELL, /* the rest of a spatial creation's steps (body after the request, at u1) */
     XM_DIR_ADD, /* directory worker: channel chan_id (type u1, metadata body) now exists */
     XM_ENTITY,  /* create entity channel u1 for the request in mp */
     XM_WK_SUB,  /* subscribe client conn_id to well-known entity chan_id */

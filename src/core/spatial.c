@@ -3,18 +3,23 @@
  *
  * The slots live here (c->slots, directory worker only) and are mirrored in sh->slot_owner for
  * the other workers. Cells are ordinary channels with the grid's fixed ids, living on the
- * worker their id hashes to; this worker creates (or takes over) them and subscribes their
- * owner and the border servers through XM_SP_CELL, silently.
+ * worker their id hashes to; this worker creates (or takes over) them, and their workers
+ * subscribe the owner and the border servers (XM_SP_CELL).
  *
- * Reply order (§4.3 steps 4-5). Every reply of a CREATE_SPATIAL_CHANNEL - the border SUB
- * results, SPATIAL_CHANNELS_READY, the CreateSpatialChannelsResult, the owner's SUB results and
- * SPATIAL_REGIONS_UPDATE - is sent by this worker, in channeld's order. A recipient's replies
- * therefore leave one producer (this worker) for one consumer (the recipient's worker) and
- * arrive in the order they were queued: the MPSC inbox is FIFO per producer. The SUB results'
- * contents are known here without asking the cells (the connection, the request's subOptions
- * merged over SPATIAL's defaults, SERVER, SPATIAL). The cells' workers subscribe silently; each
- * XM_SP_CELL is posted before the replies that announce it, and a cell is created by the
- * XM_SP_CELL posted before any border subscription to it (same producer, same FIFO).
+ * Reply order (§4.3 steps 4-5). This worker first creates (or takes over) the slot's cells: one
+ * XM_SP_CELL each, posted straight to the cell's worker, so a cell exists before anything that
+ * announces it, and before any later step for it (every later step is causally after). Then it
+ * builds the replies as a chain of steps in channeld's order - border subscriptions with their
+ * SUB results, SPATIAL_CHANNELS_READY, the CreateSpatialChannelsResult (and the GLOBAL owner's
+ * copy), the owner's subscriptions with their SUB results, SPATIAL_REGIONS_UPDATE - and runs it
+ * (cq__spatial_chain): a step that subscribes someone to a cell runs on that cell's worker, which
+ * subscribes silently and sends the SUB result itself (contents known in advance: the
+ * connection, the request's subOptions merged over SPATIAL's defaults, SERVER, SPATIAL), then
+ * runs the following steps or hands them to the next worker in one XM_SP_CELL. So (1) one
+ * recipient's records enter its worker's inbox in chain order: each is posted causally after
+ * the previous one, and the Vyukov MPSC queue is linearizable; (2) a SUB result leaves the
+ * cell's worker before any fan-out or broadcast that worker sends the new subscriber. Sending
+ * every reply from this worker (the earlier design) kept (1) but not (2).
  *
  * §8.2 fixes: an unknown data Any does not stop the creation (the cells start with the bytes
  * as they are, or without data, and the replies still go out); a server that takes over the
@@ -130,34 +135,109 @@ void cq__spatial_cell(cq_core_t *c, cq_req_t *r, uint32_t id, uint32_t mode, uin
     cq_chan_t *ch = cq__chan_get(c, id);
     if (mode == SP_CELL_OWN) {
         if (!ch)
-            ch = cell_create(c, r, m, id, who);
+            cell_create(c, r, m, id, who);
         else
             cell_take_over(c, r, m, ch, who);
+        return;
     }
     if (!ch) {
-        CQ_MSG_LOG(c, SP_LOG, "spatial channel %u missing for conn %u's border interest", id, who);
+        CQ_MSG_LOG(c, SP_LOG, "spatial channel %u missing for conn %u's subscription", id, who);
         return;
     }
     cell_subscribe(c, r, ch, who, m->suboptions);
 }
 
-/* ---- on the directory worker ------------------------------------------------------------ */
+/* ---- the reply chain -------------------------------------------------------------------- */
 
-static void post_cell(cq_core_t *c, const cq_req_t *r, uint32_t id, uint32_t mode, uint32_t who)
+/* A step of a creation's replies: on cell's worker (0: anywhere) run cq__spatial_cell(cell,
+ * mode, who), then send the len record bytes that follow the step to `to` (0: none). */
+typedef struct sp_step {
+    uint32_t cell, mode, who, to, len;
+} sp_step_t;
+
+typedef struct sp_chain {
+    cq_sbuf_t b; /* sp_step_t, record bytes, sp_step_t, ... */
+    int err;
+} sp_chain_t;
+
+static void chain_add(sp_chain_t *ch, uint32_t cell, uint32_t mode, uint32_t who, uint32_t to,
+                      cq_buf_t *rec)
 {
-    int w = cq__chan_worker(c, id);
-    if (w == c->index) {
-        cq_req_t copy = *r;
-        cq__spatial_cell(c, &copy, id, mode, who);
+    sp_step_t st = {cell, mode, who, rec ? to : 0, rec ? (uint32_t)rec->len : 0};
+    if (cq_sbuf_append(&ch->b, &st, sizeof(st)) < 0 ||
+        (rec && cq_sbuf_append(&ch->b, rec->data, rec->len) < 0))
+        ch->err = -ENOMEM;
+}
+
+/* Appends a step sending msg to `to` under (chan_id, bc, stub), after (cell, mode, who). */
+static void chain_msg(sp_chain_t *ch, uint32_t cell, uint32_t mode, uint32_t who, uint32_t to,
+                      uint32_t chan_id, uint32_t bc, uint32_t stub, uint32_t type,
+                      const ProtobufCMessage *msg)
+{
+    cq_buf_t *rec = cq_wire_record_msg(chan_id, bc, stub, type, msg);
+    if (!rec) {
+        ch->err = -ENOMEM;
         return;
     }
-    cq_xmsg_t *x = cq__xmsg_req(XM_SP_CELL, r, true);
-    if (!x)
+    chain_add(ch, cell, mode, who, to, rec);
+    cq_buf_unref(rec);
+}
+
+static void chain_post(cq_core_t *c, const cq_req_t *r, int w, const uint8_t *p, size_t n)
+{
+    cq_xmsg_t *x = cq__xmsg_new(XM_SP_CELL, r->mp.body_len + n);
+    if (!x) {
+        CQ_WARN(SP_LOG, "conn %u: spatial creation replies lost: out of memory", r->conn_id);
         return;
-    x->u1 = id;
-    x->u2 = mode;
-    x->u3 = who;
+    }
+    x->conn_id = r->conn_id;
+    x->conn_type = r->conn_type;
+    x->mp = r->mp;
+    if (r->mp.body_len)
+        memcpy(x->body, r->mp.body, r->mp.body_len);
+    memcpy(x->body + r->mp.body_len, p, n);
+    x->u1 = (uint32_t)r->mp.body_len;
     cq__xmsg_post(c, w, x);
+}
+
+/* Runs the steps p[0..n) here until one belongs to another worker, then hands the rest to it.
+ * Each worker posts the records of its steps before it hands the rest on, so every record of a
+ * chain enters its recipient's inbox after the previous one (causal order on a linearizable
+ * MPSC queue), and a SUB result leaves the cell's worker right after the subscription, before
+ * anything that worker sends the subscriber later. */
+void cq__spatial_chain(cq_core_t *c, cq_req_t *r, const uint8_t *p, size_t n)
+{
+    size_t off = 0;
+    while (off + sizeof(sp_step_t) <= n) {
+        sp_step_t st;
+        memcpy(&st, p + off, sizeof(st));
+        if (st.len > n - off - sizeof(st))
+            return;
+        if (st.cell) {
+            int w = cq__chan_worker(c, st.cell);
+            if (w != c->index) {
+                chain_post(c, r, w, p + off, n - off);
+                return;
+            }
+            cq__spatial_cell(c, r, st.cell, st.mode, st.who);
+        }
+        cq_buf_t *rec = st.to ? cq_buf_from(p + off + sizeof(st), st.len) : NULL;
+        if (rec) {
+            cq__send_to(c, st.to, rec);
+            cq_buf_unref(rec);
+        }
+        off += sizeof(st) + st.len;
+    }
+}
+
+/* ---- on the directory worker ------------------------------------------------------------ */
+
+/* Creates (or takes over) cell id for who: one step posted straight from this worker, so that
+ * it precedes, on the cell's FIFO, every later chain step for the cell (causally after it). */
+static void post_create(cq_core_t *c, cq_req_t *r, uint32_t id, uint32_t who)
+{
+    sp_step_t st = {id, SP_CELL_OWN, who, 0, 0};
+    cq__spatial_chain(c, r, (const uint8_t *)&st, sizeof(st));
 }
 
 static void dir_register(cq_core_t *c, uint32_t id, const char *metadata)
@@ -168,8 +248,8 @@ static void dir_register(cq_core_t *c, uint32_t id, const char *metadata)
         CQ_WARN(SP_LOG, "spatial channel %u: not listed: out of memory", id);
 }
 
-/* The SUB result a cell's worker would send for a silent subscription of `who` with opts. */
-static void sub_result_to(cq_core_t *c, uint32_t who, uint32_t cell, const cq_subopts_t *opts)
+/* Subscribes `who` to cell silently on the cell's worker, which then sends the SUB result. */
+static void chain_sub(sp_chain_t *ch, uint32_t who, uint32_t cell, const cq_subopts_t *opts)
 {
     Channeldpb__ChannelSubscriptionOptions o;
     cq__subopts_to_pb(opts, &o);
@@ -179,44 +259,44 @@ static void sub_result_to(cq_core_t *c, uint32_t who, uint32_t cell, const cq_su
     out.suboptions = &o;
     out.conntype = CHANNELDPB__CONNECTION_TYPE__SERVER;
     out.channeltype = CHANNELDPB__CHANNEL_TYPE__SPATIAL;
-    cq__notify(c, who, cell, MT_SUB, &out.base);
+    chain_msg(ch, cell, SP_CELL_SUB, who, who, cell, 0, 0, MT_SUB, &out.base);
 }
 
-static void send_ready(cq_core_t *c, uint32_t to, uint32_t count)
+static void chain_ready(sp_chain_t *ch, uint32_t to, uint32_t count)
 {
     Channeldpb__SpatialChannelsReadyMessage out = CHANNELDPB__SPATIAL_CHANNELS_READY_MESSAGE__INIT;
     out.serverindex = count; /* channeld puts the count in both fields */
     out.servercount = count;
-    cq__notify(c, to, 0, MT_SPATIAL_READY, &out.base);
+    if (to)
+        chain_msg(ch, 0, 0, 0, to, 0, 0, 0, MT_SPATIAL_READY, &out.base);
 }
 
 /* The last slot was filled (§4.3 step 4): border interest for every server, then READY. */
-static void all_ready(cq_core_t *c, const cq_req_t *r, const cq_subopts_t *opts)
+static void all_ready(cq_core_t *c, sp_chain_t *chain, const cq_subopts_t *opts)
 {
     const cq_spatial_cfg_t *g = c->sh->spatial;
     uint32_t cap = cq_spatial_cells(g);
     uint32_t *cells = cq_calloc(cap ? cap : 1, sizeof(uint32_t));
     if (!cells) {
-        CQ_WARN(SP_LOG, "spatial channels ready: out of memory");
+        chain->err = -ENOMEM;
         return;
     }
     for (uint32_t s = 0; s < c->slots.n; s++) {
         uint32_t who = c->slots.holder[s];
         uint32_t n = cq_spatial_border_cells(g, s, cells, cap);
-        for (uint32_t i = 0; i < n && i < cap; i++) {
-            post_cell(c, r, cells[i], SP_CELL_BORDER, who);
-            sub_result_to(c, who, cells[i], opts);
-        }
+        for (uint32_t i = 0; i < n && i < cap; i++)
+            chain_sub(chain, who, cells[i], opts);
     }
     cq_free(cells);
     for (uint32_t s = 0; s < c->slots.n; s++)
-        send_ready(c, c->slots.holder[s], c->slots.n);
-    send_ready(c, atomic_load(&c->sh->global_owner), c->slots.n);
+        chain_ready(chain, c->slots.holder[s], c->slots.n);
+    chain_ready(chain, atomic_load(&c->sh->global_owner), c->slots.n);
     CQ_INFO(SP_LOG, "spatial channels ready: %u servers", c->slots.n);
 }
 
-static void reply_created(cq_core_t *c, const cq_req_t *r,
-                          const Channeldpb__CreateChannelMessage *m, uint32_t *cells, uint32_t n)
+static void chain_created(sp_chain_t *ch, const cq_req_t *r,
+                          const Channeldpb__CreateChannelMessage *m, uint32_t *cells, uint32_t n,
+                          uint32_t gowner)
 {
     Channeldpb__CreateSpatialChannelsResultMessage out =
         CHANNELDPB__CREATE_SPATIAL_CHANNELS_RESULT_MESSAGE__INIT;
@@ -224,25 +304,24 @@ static void reply_created(cq_core_t *c, const cq_req_t *r,
     out.spatialchannelid = cells;
     out.metadata = m->metadata;
     out.ownerconnid = r->conn_id;
-    cq__reply(c, r, r->mp.channel_id, MT_CREATE_SPATIAL, &out.base);
-    uint32_t g = atomic_load(&c->sh->global_owner);
-    if (g && g != r->conn_id)
-        cq__notify(c, g, r->mp.channel_id, MT_CREATE_SPATIAL, &out.base);
+    chain_msg(ch, 0, 0, 0, r->conn_id, r->mp.channel_id, r->mp.broadcast, r->mp.stub_id,
+              MT_CREATE_SPATIAL, &out.base);
+    if (gowner && gowner != r->conn_id)
+        chain_msg(ch, 0, 0, 0, gowner, r->mp.channel_id, 0, 0, MT_CREATE_SPATIAL, &out.base);
 }
 
-/* SpatialRegionsUpdateMessage with every cell's region, in cell order, sent as msgType 13
- * under r's MessagePack (channelId 0) with the given stub. */
-static void send_regions(cq_core_t *c, const cq_req_t *r, uint32_t stub)
+/* SpatialRegionsUpdateMessage with every cell's region, in cell order, as msgType 13 under
+ * (chan_id, bc, stub); NULL on OOM. */
+static cq_buf_t *regions_record(cq_core_t *c, uint32_t chan_id, uint32_t bc, uint32_t stub)
 {
     const cq_spatial_cfg_t *g = c->sh->spatial;
     uint32_t n = cq_spatial_cells(g);
+    cq_buf_t *rec = NULL;
     Channeldpb__SpatialRegion *regs = cq_calloc(n ? n : 1, sizeof(*regs));
     Channeldpb__SpatialRegion **ptrs = cq_calloc(n ? n : 1, sizeof(*ptrs));
     Channeldpb__SpatialInfo *pts = cq_calloc(2 * (size_t)(n ? n : 1), sizeof(*pts));
-    if (!regs || !ptrs || !pts) {
-        CQ_WARN(SP_LOG, "regions for conn %u: out of memory", r->conn_id);
+    if (!regs || !ptrs || !pts)
         goto out;
-    }
     for (uint32_t i = 0; i < n; i++) {
         cq_spatial_region_t reg;
         cq_spatial_region(g, i, &reg);
@@ -265,48 +344,62 @@ static void send_regions(cq_core_t *c, const cq_req_t *r, uint32_t stub)
     Channeldpb__SpatialRegionsUpdateMessage out = CHANNELDPB__SPATIAL_REGIONS_UPDATE_MESSAGE__INIT;
     out.n_regions = n;
     out.regions = ptrs;
-    cq_req_t copy = *r;
-    copy.mp.stub_id = stub;
-    cq__reply(c, &copy, r->mp.channel_id, MT_REGIONS_UPDATE, &out.base);
+    rec = cq_wire_record_msg(chan_id, bc, stub, MT_REGIONS_UPDATE, &out.base);
 out:
     cq_free(regs);
     cq_free(ptrs);
     cq_free(pts);
+    return rec;
 }
 
-/* The requester's replies (§4.3 step 5). */
-static void reply_all(cq_core_t *c, const cq_req_t *r, const Channeldpb__CreateChannelMessage *m,
-                      uint32_t *cells, uint32_t n, const cq_subopts_t *opts)
+/* The requester's replies (§4.3 step 5); its own cells' subscriptions happen on their workers
+ * right before their SUB results. */
+static void reply_all(cq_core_t *c, sp_chain_t *ch, const cq_req_t *r,
+                      const Channeldpb__CreateChannelMessage *m, uint32_t *cells, uint32_t n,
+                      const cq_subopts_t *opts)
 {
-    reply_created(c, r, m, cells, n);
-    for (uint32_t i = 0; i < n; i++)
-        sub_result_to(c, r->conn_id, cells[i], opts);
     uint32_t g = atomic_load(&c->sh->global_owner);
-    send_regions(c, r, g && g != r->conn_id ? 0 : r->mp.stub_id);
+    chain_created(ch, r, m, cells, n, g);
+    for (uint32_t i = 0; i < n; i++)
+        chain_sub(ch, r->conn_id, cells[i], opts);
+    uint32_t stub = g && g != r->conn_id ? 0 : r->mp.stub_id;
+    cq_buf_t *rec = regions_record(c, r->mp.channel_id, r->mp.broadcast, stub);
+    if (!rec)
+        ch->err = -ENOMEM;
+    chain_add(ch, 0, 0, 0, r->conn_id, rec);
+    cq_buf_unref(rec);
 }
 
+/* Creates the slot's cells, then runs the chain of every reply in channeld's order. */
 static void create_in_slot(cq_core_t *c, cq_req_t *r, const Channeldpb__CreateChannelMessage *m,
                            int slot, bool filled)
 {
     const cq_spatial_cfg_t *g = c->sh->spatial;
     uint32_t n = cq_spatial_slot_cells(g, (uint32_t)slot, NULL, 0);
     uint32_t *cells = cq_calloc(n ? n : 1, sizeof(uint32_t));
+    sp_chain_t chain = {.err = 0};
+    cq_sbuf_init(&chain.b);
     cq_subopts_t opts;
     int rc = cq__subopts_make(cq_settings_get(c->sh->o.settings, CHANNELDPB__CHANNEL_TYPE__SPATIAL),
                               m->suboptions, &opts);
-    if (!cells || rc < 0) {
-        CQ_WARN(SP_LOG, "conn %u: cannot create spatial channels: out of memory", r->conn_id);
-        goto out;
-    }
+    if (!cells || rc < 0)
+        goto oom;
     n = cq_spatial_slot_cells(g, (uint32_t)slot, cells, n);
     for (uint32_t i = 0; i < n; i++) {
         dir_register(c, cells[i], m->metadata);
-        post_cell(c, r, cells[i], SP_CELL_OWN, r->conn_id);
+        post_create(c, r, cells[i], r->conn_id);
     }
     if (filled)
-        all_ready(c, r, &opts);
-    reply_all(c, r, m, cells, n, &opts);
+        all_ready(c, &chain, &opts);
+    reply_all(c, &chain, r, m, cells, n, &opts);
+    if (chain.err < 0)
+        goto oom;
+    cq__spatial_chain(c, r, chain.b.data, chain.b.len);
+    goto out;
+oom:
+    CQ_WARN(SP_LOG, "conn %u: spatial channels: replies lost: out of memory", r->conn_id);
 out:
+    cq_sbuf_done(&chain.b);
     cq__subopts_done(&opts);
     cq_free(cells);
 }
@@ -375,5 +468,14 @@ void cq__handle_debug_regions(cq_core_t *c, cq_req_t *r)
                    c->sh->o.dev ? "no spatial controller" : "not in --dev mode");
         return;
     }
-    send_regions(c, r, r->mp.stub_id);
+    cq_buf_t *rec = regions_record(c, r->mp.channel_id, r->mp.broadcast, r->mp.stub_id);
+    if (!rec) {
+        CQ_WARN(SP_LOG, "regions for conn %u: out of memory", r->conn_id);
+        return;
+    }
+    if (r->conn)
+        cq__conn_push(c, r->conn, rec);
+    else
+        cq__send_to(c, r->conn_id, rec);
+    cq_buf_unref(rec);
 }

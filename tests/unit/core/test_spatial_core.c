@@ -17,6 +17,7 @@
 #include "cq_embedded.h"
 #include "cq_err.h"
 #include "cq_fsm.h"
+#include "cq_schema.h"
 #include "cq_sbuf.h"
 #include "cq_sendq.h"
 #include "cq_settings.h"
@@ -697,7 +698,9 @@ static void test_well_known_entities(void **state)
     auth_pit(s, "s");
     fconn_t *c1 = connect_as(CQ_CONN_CLIENT);
     auth_pit(c1, "c1");
+    fconn_t *c0 = connect_as(CQ_CONN_CLIENT); /* connected, not authenticated */
     create_entity(s, 0, E0 + 7, true, 6);
+    assert_int_equal(msgs(c0), 0); /* not an existing CLIENT yet */
     assert_int_equal(msgs(s), 2);
     expect_entity_created(0, 0, 6, E0 + 7, cid(s));
     expect_sub(1, E0 + 7, cid(s), 1, 5, 20, 0);
@@ -712,6 +715,9 @@ static void test_well_known_entities(void **state)
     expect(0, 1, 0, 0);
     expect_sub(1, E0 + 7, cid(c2), 2, 5, 20, 1000); /* later: delayed 1 s */
     assert_int_equal(msgs(s), 0);                   /* the owner gets no copies */
+    send_msg(c0, 0, 0, 0, 1, &am.base);             /* c0 authenticates now: delayed too */
+    assert_int_equal(msgs(c0), 2);
+    expect_sub(1, E0 + 7, cid(c0), 2, 5, 20, 1000);
     assert_int_equal(E.sh->n_wk, 1);
     Channeldpb__RemoveChannelMessage rm = CHANNELDPB__REMOVE_CHANNEL_MESSAGE__INIT;
     rm.channelid = E0 + 7;
@@ -721,6 +727,89 @@ static void test_well_known_entities(void **state)
     auth_pit(c3, "c3");
     assert_int_equal(msgs(c3), 0);
     spatial_down();
+}
+
+/* ---- §4.5 step 3: an entity created on GLOBAL with a position ---------------------------- */
+
+static const char *world_fds; /* argv[1]: build/proto/world.fds */
+
+static const char WORLD_4X1[] =
+    "{\"Config\": {\"WorldOffsetX\": -2000, \"WorldOffsetZ\": -500, \"GridWidth\": 1000,"
+    " \"GridHeight\": 1000, \"GridCols\": 4, \"GridRows\": 1, \"ServerCols\": 2,"
+    " \"ServerRows\": 1, \"ServerInterestBorderSize\": 1},"
+    " \"Handover\": {\"PositionPath\": \"transform.position\", \"Axes\": \"xyz\"}}";
+
+/* chanqworld.EntityChannelData {transform {position {x, z}}}, encoded by hand (14 bytes). */
+static size_t entity_at(float x, float z, uint8_t *out)
+{
+    static const uint8_t head[] = {0x0a, 0x0c, 0x12, 0x0a};
+    memcpy(out, head, 4);
+    out[4] = 0x0d; /* position.x: field 1, fixed32 */
+    memcpy(out + 5, &x, 4);
+    out[9] = 0x1d; /* position.z: field 3, fixed32 */
+    memcpy(out + 10, &z, 4);
+    return 14;
+}
+
+static void create_entity_at(fconn_t *f, uint32_t chan, uint32_t id, float x, float z,
+                             uint32_t stub)
+{
+    uint8_t bytes[14];
+    Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
+    any.type_url = "type.googleapis.com/chanqworld.EntityChannelData";
+    any.value.len = entity_at(x, z, bytes);
+    any.value.data = bytes;
+    Channeldpb__CreateEntityChannelMessage m = CHANNELDPB__CREATE_ENTITY_CHANNEL_MESSAGE__INIT;
+    m.entityid = id;
+    m.metadata = "ent";
+    m.data = &any;
+    send_msg(f, chan, 0, stub, 15, &m.base);
+}
+
+static void test_entity_owned_by_cell_server(void **state)
+{
+    char err[256];
+    cq_schema_t *schema;
+    assert_int_equal(cq_schema_new(&schema), 0);
+    assert_int_equal(cq_schema_load_file(schema, world_fds, err, sizeof(err)), 0);
+    assert_int_equal(cq_spatial_cfg_parse(WORLD_4X1, strlen(WORLD_4X1), &CFG, err, sizeof(err)), 0);
+    CFG.chan_start = S0;
+    CFG.entity_start = E0;
+    cq_core_opts_t o = {0};
+    o.spatial = &CFG;
+    o.entity_chan_start = E0;
+    o.schema = schema;
+    env_up(3, &o);
+    fconn_t *m = connect_as(CQ_CONN_SERVER); /* the "master" server creating on GLOBAL */
+    auth_pit(m, "m");
+    fconn_t *a, *b;
+    fill_4x1(&a, &b);
+    /* x 1500 is in cell 65539 (server 1 = b): b owns it and gets the reply, channelId the cell,
+     * the request's stub; then b's SUB result. The sender hears nothing. */
+    create_entity_at(m, 0, E0 + 3, 1500.0f, 0.0f, 21);
+    assert_int_equal(msgs(m), 0);
+    assert_int_equal(msgs(a), 0);
+    assert_int_equal(msgs(b), 2);
+    expect_entity_created(0, S0 + 3, 21, E0 + 3, cid(b));
+    expect_sub(1, E0 + 3, cid(b), 1, 5, 20, 0);
+    cq_chan_t *ch = chan_of(E0 + 3);
+    assert_int_equal(ch->owner, cid(b));
+    assert_int_equal(ch->cell, S0 + 3);
+    assert_non_null(cq_map_get(&ch->subs, cid(b)));
+    assert_null(cq_map_get(&ch->subs, cid(m)));
+    /* Off the grid: no cell, the sender keeps it (reply on GLOBAL). */
+    create_entity_at(m, 0, E0 + 4, 9000.0f, 0.0f, 22);
+    assert_int_equal(msgs(m), 2);
+    expect_entity_created(0, 0, 22, E0 + 4, cid(m));
+    /* Created on a cell: no redirection even with a position (step 3 is for GLOBAL only). */
+    create_entity_at(m, S0 + 2, E0 + 5, -1500.0f, 0.0f, 23);
+    assert_int_equal(msgs(a), 0);
+    assert_int_equal(msgs(m), 2);
+    expect_entity_created(0, S0 + 2, 23, E0 + 5, cid(m));
+    assert_int_equal(chan_of(E0 + 5)->cell, S0);
+    env_down();
+    cq_spatial_cfg_done(&CFG);
+    cq_schema_free(schema);
 }
 
 static void group_msg(fconn_t *f, uint32_t ent, uint32_t type, uint32_t other)
@@ -761,8 +850,9 @@ static void test_groups_owner_only(void **state)
     spatial_down();
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    world_fds = argc > 1 ? argv[1] : "proto/world.fds";
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_order_4x1),
         cmocka_unit_test(test_create_global_owner_copies),
@@ -774,6 +864,7 @@ int main(void)
         cmocka_unit_test(test_debug_regions_dev_only),
         cmocka_unit_test(test_entity_range_and_duplicate),
         cmocka_unit_test(test_well_known_entities),
+        cmocka_unit_test(test_entity_owned_by_cell_server),
         cmocka_unit_test(test_groups_owner_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
