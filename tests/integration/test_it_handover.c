@@ -42,8 +42,7 @@ static void start(void)
 {
     const char *fds = getenv("WORLD_FDS");
     assert_non_null(fds);
-    it_start("--channel-data-types", fds, "--spatial-settings", it_file("4x1.json", LAYOUT),
-             NULL);
+    it_start("--channel-data-types", fds, "--spatial-settings", it_file("4x1.json", LAYOUT), NULL);
 }
 
 /* ---- receiving ------------------------------------------------------------------------ */
@@ -96,22 +95,22 @@ static void check_sub(const chanq_owned_msg_t *m, uint32_t chan, uint32_t who, u
 }
 
 /* A SUB result (stub 0) for chan with the given subscriber, skipping data. */
-static void expect_sub0(it_conn_t *c, uint32_t chan, uint32_t who, uint32_t ctype,
-                        uint32_t chtype, uint32_t interval)
+static void expect_sub0(it_conn_t *c, uint32_t chan, uint32_t who, uint32_t ctype, uint32_t chtype,
+                        uint32_t interval)
 {
     chanq_owned_msg_t m;
     next(c, true, &m);
     if (m.msg_type != MT_SUB || m.channel_id != chan)
-        print_error("conn %u: expected SUB on %u, got type %u chan %u\n", c->id, chan,
-                    m.msg_type, m.channel_id);
+        print_error("conn %u: expected SUB on %u, got type %u chan %u\n", c->id, chan, m.msg_type,
+                    m.channel_id);
     check_sub(&m, chan, who, ctype, chtype, interval);
     chanq_owned_msg_done(&m);
 }
 
 /* n SUB results (stub 0) on cells first..first+n-1 in any order (they leave different workers),
  * each for subscriber who, with intervals iv[cell - first] (0: not checked). */
-static void expect_cell_subs(it_conn_t *c, uint32_t first, uint32_t n, uint32_t who,
-                             uint32_t ctype, const uint32_t *iv)
+static void expect_cell_subs(it_conn_t *c, uint32_t first, uint32_t n, uint32_t who, uint32_t ctype,
+                             const uint32_t *iv)
 {
     bool seen[8] = {0};
     for (uint32_t i = 0; i < n; i++) {
@@ -405,14 +404,14 @@ static void check_ho_ids(const chanq_owned_msg_t *m, uint32_t src, uint32_t dst,
 
 /* A handover to a new subscriber: ENT's reference plus its full data, which must be the walk's
  * state after some update k (trail 1..k, seq k, at step k's x). Returns k. */
-static uint32_t check_ho_full(const chanq_owned_msg_t *m, uint32_t src, uint32_t dst,
-                              uint32_t ctx, uint32_t owner, float x0)
+static uint32_t check_ho_full(const chanq_owned_msg_t *m, uint32_t src, uint32_t dst, uint32_t ctx,
+                              uint32_t owner, float x0)
 {
     Channeldpb__ChannelDataHandoverMessage *h = check_ho(m, src, dst, ctx);
     assert_non_null(h->data);
     assert_string_equal(h->data->type_url, URL_CELL);
-    Chanqworld__SpatialChannelData *d = chanqworld__spatial_channel_data__unpack(
-        NULL, h->data->value.len, h->data->value.data);
+    Chanqworld__SpatialChannelData *d =
+        chanqworld__spatial_channel_data__unpack(NULL, h->data->value.len, h->data->value.data);
     assert_non_null(d);
     assert_int_equal(d->n_entities, 1);
     assert_int_equal(d->entities[0]->key, ENT);
@@ -444,9 +443,9 @@ static uint32_t check_ho_full(const chanq_owned_msg_t *m, uint32_t src, uint32_t
 
 typedef struct view {
     uint32_t trail[STEPS + 8];
-    uint32_t n;           /* trail elements seen so far, in arrival order */
-    uint32_t handovers;   /* CHANNEL_DATA_HANDOVERs seen */
-    bool subscribed;      /* the SUB result for ENT arrived */
+    uint32_t n;         /* trail elements seen so far, in arrival order */
+    uint32_t handovers; /* CHANNEL_DATA_HANDOVERs seen */
+    bool subscribed;    /* the SUB result for ENT arrived */
 } view_t;
 
 static void view_trail(view_t *v, const uint32_t *t, size_t n)
@@ -626,7 +625,6 @@ static void test_handover_walk(void **state)
         chanq_owned_msg_done(&m);
     }
 }
-
 
 /* A LOCK group keeps ENT in 65537 (no handover, s0 stays the owner), and the refusal is not
  * retried on the next update in the same cell; once the group is gone the next update hands it
