@@ -126,6 +126,42 @@ static void expect_cell_subs(it_conn_t *c, uint32_t first, uint32_t n, uint32_t 
     }
 }
 
+/* m is an UNSUB result with stub for cl on one of cells[0..n); returns the cell's index. */
+static int check_unsub(const chanq_owned_msg_t *m, uint32_t stub, const uint32_t *cells, uint32_t n,
+                       uint32_t who)
+{
+    assert_int_equal(m->msg_type, MT_UNSUB);
+    assert_int_equal(m->stub_id, stub);
+    int k = -1;
+    for (uint32_t i = 0; i < n; i++)
+        if (cells[i] == m->channel_id)
+            k = (int)i;
+    assert_true(k >= 0);
+    Channeldpb__UnsubscribedFromChannelResultMessage *r =
+        chanq_sync_decode(m, &channeldpb__unsubscribed_from_channel_result_message__descriptor);
+    assert_non_null(r);
+    assert_int_equal(r->connid, who);
+    assert_int_equal(r->conntype, CONN_CLIENT);
+    assert_int_equal(r->channeltype, CT_SPATIAL);
+    chanq_unpack_free(r);
+    return k;
+}
+
+/* n UNSUB results with stub for who, one per cell of cells (any order), data skipped. */
+static void expect_unsubs(it_conn_t *c, uint32_t stub, const uint32_t *cells, uint32_t n,
+                          uint32_t who)
+{
+    bool seen[8] = {0};
+    for (uint32_t i = 0; i < n; i++) {
+        chanq_owned_msg_t m;
+        next(c, true, &m);
+        int k = check_unsub(&m, stub, cells, n, who);
+        assert_false(seen[k]);
+        seen[k] = true;
+        chanq_owned_msg_done(&m);
+    }
+}
+
 /* ---- sending ---------------------------------------------------------------------------- */
 
 static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
@@ -510,7 +546,7 @@ static void view_msg(view_t *v, it_conn_t *cl, uint32_t ctx, uint32_t owner0)
 
 /* A sphere around x -1500 (cell 65536), radius 2500: every cell with its damped interval; the
  * owners get copies. A second, smaller update unsubscribes the cells it no longer covers with
- * the update's stub. */
+ * the update's stub; an invalid query changes nothing. */
 static void test_interest_sphere(void **state)
 {
     (void)state;
@@ -523,7 +559,36 @@ static void test_interest_sphere(void **state)
     expect_cell_subs(cl, S0, 4, cl->id, CONN_CLIENT, iv);
     expect_cell_subs(s0, S0, 2, cl->id, CONN_CLIENT, iv);
     expect_cell_subs(s1, S0 + 2, 2, cl->id, CONN_CLIENT, iv + 2);
-    (void)s1;
+    /* Radius 400 keeps 65536 only (silently: same interval); the others are left with the
+     * request's stub, the owners get copies with stub 0. */
+    sphere_interest(s0, 22, cl->id, -1500, 400);
+    static const uint32_t gone[3] = {S0 + 1, S0 + 2, S0 + 3};
+    expect_unsubs(cl, 22, gone, 3, cl->id);
+    expect_unsubs(s0, 0, gone, 1, cl->id);
+    expect_unsubs(s1, 0, gone + 1, 2, cl->id);
+    /* A sphere without its centre changes nothing (§8.2); the next valid one moves the client
+     * from 65536 to 65539: its messages come first, nothing with stub 23 came before. */
+    Channeldpb__SphereAOI sp = CHANNELDPB__SPHERE_AOI__INIT;
+    sp.radius = 400;
+    Channeldpb__SpatialInterestQuery q = CHANNELDPB__SPATIAL_INTEREST_QUERY__INIT;
+    q.sphereaoi = &sp;
+    Channeldpb__UpdateSpatialInterestMessage bad =
+        CHANNELDPB__UPDATE_SPATIAL_INTEREST_MESSAGE__INIT;
+    bad.connid = cl->id;
+    bad.query = &q;
+    send_msg(s0, 0, 0, 23, MT_INTEREST, &bad.base);
+    sphere_interest(s0, 24, cl->id, 1500, 400);
+    static const uint32_t first[1] = {S0};
+    chanq_owned_msg_t m[2];
+    next(cl, true, &m[0]);
+    next(cl, true, &m[1]);
+    int u = m[0].msg_type == MT_UNSUB ? 0 : 1; /* two workers: either order */
+    check_unsub(&m[u], 24, first, 1, cl->id);
+    check_sub(&m[1 - u], S0 + 3, cl->id, CONN_CLIENT, CT_SPATIAL, 20);
+    chanq_owned_msg_done(&m[0]);
+    chanq_owned_msg_done(&m[1]);
+    expect_unsubs(s0, 0, first, 1, cl->id);
+    expect_sub0(s1, S0 + 3, cl->id, CONN_CLIENT, CT_SPATIAL, 20);
 }
 
 /* Walks ENT from x -1950 to 1950 across the four cells and both servers. */
