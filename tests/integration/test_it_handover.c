@@ -270,27 +270,27 @@ static void spots_interest(it_conn_t *s, uint32_t who, const double *xs, size_t 
 }
 
 /* The entity's reference in the cells' SpatialChannelData. */
-static void entity_ref(Chanqworld__SpatialEntityState *st, Chanqworld__EntityRef *ref,
+static void entity_ref(Chanqworld__SpatialEntityState *st, Chanqworld__EntityRef *ref, uint32_t id,
                        uint32_t owner)
 {
     chanqworld__entity_ref__init(ref);
-    ref->netid = ENT;
+    ref->netid = id;
     ref->classpath = "tank";
     ref->owningconnid = owner;
     chanqworld__spatial_entity_state__init(st);
     st->objref = ref;
 }
 
-/* s0 puts ENT's reference into cell's data. */
-static void put_ref(it_conn_t *s, uint32_t cell, uint32_t owner)
+/* s0 puts entity id's reference into cell's data. */
+static void put_ref(it_conn_t *s, uint32_t cell, uint32_t id, uint32_t owner)
 {
     Chanqworld__SpatialEntityState st;
     Chanqworld__EntityRef ref;
-    entity_ref(&st, &ref, owner);
+    entity_ref(&st, &ref, id, owner);
     Chanqworld__SpatialChannelData__EntitiesEntry kv =
         CHANQWORLD__SPATIAL_CHANNEL_DATA__ENTITIES_ENTRY__INIT;
     Chanqworld__SpatialChannelData__EntitiesEntry *kvs[1] = {&kv};
-    kv.key = ENT;
+    kv.key = id;
     kv.value = &st;
     Chanqworld__SpatialChannelData d = CHANQWORLD__SPATIAL_CHANNEL_DATA__INIT;
     d.n_entities = 1;
@@ -319,8 +319,8 @@ static uint8_t *entity_data(float x, uint32_t seq, size_t *len)
     return pack(&d.base, len);
 }
 
-/* s0 creates ENT on GLOBAL at x; consumes the result and its SUB result. */
-static void create_entity(it_conn_t *s, float x)
+/* s creates entity id on GLOBAL at x; consumes the result and its SUB result. */
+static void create_entity(it_conn_t *s, uint32_t id, float x)
 {
     size_t len;
     uint8_t *v = entity_data(x, 0, &len);
@@ -329,18 +329,18 @@ static void create_entity(it_conn_t *s, float x)
     any.value.data = v;
     any.value.len = len;
     Channeldpb__CreateEntityChannelMessage m = CHANNELDPB__CREATE_ENTITY_CHANNEL_MESSAGE__INIT;
-    m.entityid = ENT;
+    m.entityid = id;
     m.metadata = "tank";
     m.data = &any;
     send_msg(s, 0, 0, 31, MT_CREATE_ENTITY, &m.base);
     free(v);
     Channeldpb__CreateChannelResultMessage *r = expect_skip(
         s, MT_CREATE_ENTITY, 0, 31, &channeldpb__create_channel_result_message__descriptor);
-    assert_int_equal(r->channelid, ENT);
+    assert_int_equal(r->channelid, id);
     assert_int_equal(r->ownerconnid, s->id);
     assert_int_equal(r->channeltype, CT_ENTITY);
     chanq_unpack_free(r);
-    expect_sub0(s, ENT, s->id, CONN_SERVER, CT_ENTITY, 0);
+    expect_sub0(s, id, s->id, CONN_SERVER, CT_ENTITY, 0);
 }
 
 /* The owner (or a server) moves ENT to x with seq; contextConnId ctx. */
@@ -359,9 +359,10 @@ static void move(it_conn_t *s, float x, uint32_t seq, uint32_t ctx)
     free(v);
 }
 
-static void group(it_conn_t *s, Channeldpb__EntityGroupType type, bool add)
+/* ENTITY_GROUP_ADD/REMOVE on ENT's channel for member. */
+static void group(it_conn_t *s, Channeldpb__EntityGroupType type, bool add, uint32_t member)
 {
-    uint32_t ids[1] = {ENT};
+    uint32_t ids[1] = {member};
     if (add) {
         Channeldpb__AddEntityGroupMessage m = CHANNELDPB__ADD_ENTITY_GROUP_MESSAGE__INIT;
         m.type = type;
@@ -379,16 +380,16 @@ static void group(it_conn_t *s, Channeldpb__EntityGroupType type, bool add)
 
 /* ---- checking handovers ----------------------------------------------------------------- */
 
-/* The exact bytes of SpatialChannelData{entities: {ENT: ref}} (owner = the ref's owner). */
-static uint8_t *ref_bytes(uint32_t owner, size_t *len)
+/* The exact bytes of SpatialChannelData{entities: {id: ref}} (owner = the ref's owner). */
+static uint8_t *ref_bytes(uint32_t id, uint32_t owner, size_t *len)
 {
     Chanqworld__SpatialEntityState st;
     Chanqworld__EntityRef ref;
-    entity_ref(&st, &ref, owner);
+    entity_ref(&st, &ref, id, owner);
     Chanqworld__SpatialChannelData__EntitiesEntry kv =
         CHANQWORLD__SPATIAL_CHANNEL_DATA__ENTITIES_ENTRY__INIT;
     Chanqworld__SpatialChannelData__EntitiesEntry *kvs[1] = {&kv};
-    kv.key = ENT;
+    kv.key = id;
     kv.value = &st;
     Chanqworld__SpatialChannelData d = CHANQWORLD__SPATIAL_CHANNEL_DATA__INIT;
     d.n_entities = 1;
@@ -417,13 +418,13 @@ static Channeldpb__ChannelDataHandoverMessage *check_ho(const chanq_owned_msg_t 
 
 /* A handover whose data is exactly ENT's reference (a subscriber that already had ENT). */
 static void check_ho_ref(const chanq_owned_msg_t *m, uint32_t src, uint32_t dst, uint32_t ctx,
-                         uint32_t owner)
+                         uint32_t id, uint32_t owner)
 {
     Channeldpb__ChannelDataHandoverMessage *h = check_ho(m, src, dst, ctx);
     assert_non_null(h->data);
     assert_string_equal(h->data->type_url, URL_CELL);
     size_t len;
-    uint8_t *want = ref_bytes(owner, &len);
+    uint8_t *want = ref_bytes(id, owner, &len);
     assert_int_equal(h->data->value.len, len);
     assert_memory_equal(h->data->value.data, want, len);
     free(want);
@@ -438,10 +439,10 @@ static void check_ho_ids(const chanq_owned_msg_t *m, uint32_t src, uint32_t dst,
     chanq_unpack_free(h);
 }
 
-/* A handover to a new subscriber: ENT's reference plus its full data, which must be the walk's
- * state after some update k (trail 1..k, seq k, at step k's x). Returns k. */
+/* A handover to a new subscriber: entity id's reference plus its full data, which must be the
+ * walk's state after some update k (trail 1..k, seq k, at x0 + 100 k). Returns k. */
 static uint32_t check_ho_full(const chanq_owned_msg_t *m, uint32_t src, uint32_t dst, uint32_t ctx,
-                              uint32_t owner, float x0)
+                              uint32_t id, uint32_t owner, float x0)
 {
     Channeldpb__ChannelDataHandoverMessage *h = check_ho(m, src, dst, ctx);
     assert_non_null(h->data);
@@ -450,10 +451,10 @@ static uint32_t check_ho_full(const chanq_owned_msg_t *m, uint32_t src, uint32_t
         chanqworld__spatial_channel_data__unpack(NULL, h->data->value.len, h->data->value.data);
     assert_non_null(d);
     assert_int_equal(d->n_entities, 1);
-    assert_int_equal(d->entities[0]->key, ENT);
+    assert_int_equal(d->entities[0]->key, id);
     Chanqworld__SpatialEntityState *st = d->entities[0]->value;
     assert_non_null(st->objref);
-    assert_int_equal(st->objref->netid, ENT);
+    assert_int_equal(st->objref->netid, id);
     assert_string_equal(st->objref->classpath, "tank");
     assert_int_equal(st->objref->owningconnid, owner);
     assert_non_null(st->entitydata);
@@ -530,12 +531,12 @@ static void view_msg(view_t *v, it_conn_t *cl, uint32_t ctx, uint32_t owner0)
         assert_in_range(v->handovers, 0, 2);
         uint32_t s = src[v->handovers];
         if (v->handovers == 0) {
-            uint32_t k = check_ho_full(&m, s, s + 1, ctx, owner0, -1950.0f);
+            uint32_t k = check_ho_full(&m, s, s + 1, ctx, ENT, owner0, -1950.0f);
             assert_in_range(k, 10, 20); /* k 10 moved it; s1 sends k 21 after 65538 */
             for (uint32_t i = 1; i <= k; i++)
                 view_trail(v, &i, 1);
         } else {
-            check_ho_ref(&m, s, s + 1, ctx, owner0);
+            check_ho_ref(&m, s, s + 1, ctx, ENT, owner0);
         }
         v->handovers++;
     }
@@ -599,12 +600,12 @@ static void test_handover_walk(void **state)
     it_conn_t *s0, *s1;
     fill_grid(&s0, &s1);
     it_conn_t *cl = it_client();
-    put_ref(s0, S0, s0->id);
+    put_ref(s0, S0, ENT, s0->id);
     sphere_interest(s0, 21, cl->id, -1500, 2500);
     expect_cell_subs(cl, S0, 4, cl->id, CONN_CLIENT, NULL);
     expect_cell_subs(s0, S0, 2, cl->id, CONN_CLIENT, NULL);
     expect_cell_subs(s1, S0 + 2, 2, cl->id, CONN_CLIENT, NULL);
-    create_entity(s0, -1950.0f);
+    create_entity(s0, ENT, -1950.0f);
     view_t v = {0};
     for (uint32_t k = 1; k <= STEPS; k++) {
         move(k <= 20 ? s0 : s1, -1950.0f + 100.0f * (float)k, k, cl->id);
@@ -615,10 +616,10 @@ static void test_handover_walk(void **state)
         expect_sub0(s1, ENT, s1->id, CONN_SERVER, CT_ENTITY, 0);
         chanq_owned_msg_t m;
         next(s1, true, &m);
-        assert_in_range(check_ho_full(&m, S0, S0 + 1, cl->id, s0->id, -1950.0f), 10, 20);
+        assert_in_range(check_ho_full(&m, S0, S0 + 1, cl->id, ENT, s0->id, -1950.0f), 10, 20);
         chanq_owned_msg_done(&m);
         next(s1, true, &m);
-        check_ho_ref(&m, S0 + 1, S0 + 2, cl->id, s0->id);
+        check_ho_ref(&m, S0 + 1, S0 + 2, cl->id, ENT, s0->id);
         chanq_owned_msg_done(&m);
     }
     while (v.handovers < 3 || v.n < STEPS)
@@ -644,16 +645,16 @@ static void test_handover_walk(void **state)
         chanq_owned_msg_done(&m);
     }
     next(s0, true, &m);
-    check_ho_ref(&m, S0, S0 + 1, cl->id, s0->id);
+    check_ho_ref(&m, S0, S0 + 1, cl->id, ENT, s0->id);
     chanq_owned_msg_done(&m);
     next(s0, true, &m);
-    check_ho_ref(&m, S0 + 1, S0 + 2, cl->id, s0->id);
+    check_ho_ref(&m, S0 + 1, S0 + 2, cl->id, ENT, s0->id);
     chanq_owned_msg_done(&m);
     next(s0, true, &m);
     check_ho_ids(&m, S0 + 2, S0 + 3, cl->id);
     chanq_owned_msg_done(&m);
     next(s1, true, &m);
-    check_ho_ref(&m, S0 + 2, S0 + 3, cl->id, s0->id);
+    check_ho_ref(&m, S0 + 2, S0 + 3, cl->id, ENT, s0->id);
     chanq_owned_msg_done(&m);
     /* The owner is s1 now: the client's message for the owner goes there. */
     assert_int_equal(chanq_sync_user_msg(cl->s, ENT, 0, MT_USER, "hi", 2), 0);
@@ -701,9 +702,9 @@ static void test_locked_group_stays(void **state)
     it_conn_t *s0, *s1;
     fill_grid(&s0, &s1);
     it_conn_t *cl = it_client();
-    put_ref(s0, S0 + 1, s0->id);
-    create_entity(s0, -50.0f);
-    group(s0, CHANNELDPB__ENTITY_GROUP_TYPE__LOCK, true);
+    put_ref(s0, S0 + 1, ENT, s0->id);
+    create_entity(s0, ENT, -50.0f);
+    group(s0, CHANNELDPB__ENTITY_GROUP_TYPE__LOCK, true, ENT);
     it_log_mark();
     move(s0, 50.0f, 1, 0);
     it_log_expect("entity 524288: 65537 -> 65538 refused: locked");
@@ -716,17 +717,17 @@ static void test_locked_group_stays(void **state)
     assert_int_equal(m.msg_type, MT_USER);
     assert_int_equal(m.channel_id, ENT);
     chanq_owned_msg_done(&m);
-    group(s0, CHANNELDPB__ENTITY_GROUP_TYPE__LOCK, false);
+    group(s0, CHANNELDPB__ENTITY_GROUP_TYPE__LOCK, false, ENT);
     move(s0, 250.0f, 3, cl->id);
     /* The first handover s0 sees is the third update's: the locked ones handed nothing over. */
     next(s0, true, &m);
-    check_ho_ref(&m, S0 + 1, S0 + 2, cl->id, s0->id);
+    check_ho_ref(&m, S0 + 1, S0 + 2, cl->id, ENT, s0->id);
     chanq_owned_msg_done(&m);
     assert_int_equal(it_log_count("refused: locked"), 0);
     /* s1 was subscribed by the handover (new: the full data, trail 1..3). */
     expect_sub0(s1, ENT, s1->id, CONN_SERVER, CT_ENTITY, 0);
     next(s1, true, &m);
-    assert_int_equal(check_ho_full(&m, S0 + 1, S0 + 2, cl->id, s0->id, -50.0f), 3);
+    assert_int_equal(check_ho_full(&m, S0 + 1, S0 + 2, cl->id, ENT, s0->id, -50.0f), 3);
     chanq_owned_msg_done(&m);
     assert_int_equal(chanq_sync_user_msg(cl->s, ENT, 0, MT_USER, "two", 3), 0);
     assert_int_equal(chanq_sync_flush(cl->s, IT_TIMEOUT_MS), 0);
@@ -734,6 +735,83 @@ static void test_locked_group_stays(void **state)
     assert_int_equal(m.msg_type, MT_USER);
     assert_int_equal(m.channel_id, ENT);
     chanq_owned_msg_done(&m);
+}
+
+/* A HANDOVER group moves together: ENT's move hands ENT and ENT+1 over from 65537 to 65538, one
+ * CHANNEL_DATA_HANDOVER per entity (each with its own reference, and its own full data for the
+ * new subscriber s1), and s1 owns both afterwards. */
+static void test_group_handover(void **state)
+{
+    (void)state;
+    start();
+    it_conn_t *s0, *s1;
+    fill_grid(&s0, &s1);
+    it_conn_t *cl = it_client();
+    put_ref(s0, S0 + 1, ENT, s0->id);
+    put_ref(s0, S0 + 1, ENT + 1, s0->id);
+    create_entity(s0, ENT, -50.0f);
+    create_entity(s0, ENT + 1, -40.0f);
+    group(s0, CHANNELDPB__ENTITY_GROUP_TYPE__HANDOVER, true, ENT + 1);
+    move(s0, 50.0f, 1, cl->id);
+    /* s1: per entity its SUB result, then its handover (the entities' workers interleave). */
+    int subbed[2] = {0, 0}, handed[2] = {0, 0};
+    for (int i = 0; i < 4; i++) {
+        chanq_owned_msg_t m;
+        next(s1, true, &m);
+        if (m.msg_type == MT_SUB) {
+            uint32_t k = m.channel_id - ENT;
+            assert_in_range(k, 0, 1);
+            check_sub(&m, ENT + k, s1->id, CONN_SERVER, CT_ENTITY, 0);
+            subbed[k]++;
+        } else {
+            Channeldpb__ChannelDataHandoverMessage *h = check_ho(&m, S0 + 1, S0 + 2, cl->id);
+            Chanqworld__SpatialChannelData *d = chanqworld__spatial_channel_data__unpack(
+                NULL, h->data->value.len, h->data->value.data);
+            assert_non_null(d);
+            assert_int_equal(d->n_entities, 1);
+            uint32_t k = d->entities[0]->key - ENT;
+            assert_in_range(k, 0, 1);
+            chanqworld__spatial_channel_data__free_unpacked(d, NULL);
+            chanq_unpack_free(h);
+            assert_int_equal(subbed[k], 1); /* the subscription first */
+            /* ENT: after update 1 at x 50; ENT+1: as created at x -40 (no update). */
+            assert_int_equal(
+                check_ho_full(&m, S0 + 1, S0 + 2, cl->id, ENT + k, s0->id, k ? -40.0f : -50.0f),
+                k ? 0 : 1);
+            handed[k]++;
+        }
+        chanq_owned_msg_done(&m);
+    }
+    assert_int_equal(handed[0], 1);
+    assert_int_equal(handed[1], 1);
+    /* s0 watches 65538: one handover per entity with its reference only. */
+    bool seen[2] = {false, false};
+    for (int i = 0; i < 2; i++) {
+        chanq_owned_msg_t m;
+        next(s0, true, &m);
+        Channeldpb__ChannelDataHandoverMessage *h = check_ho(&m, S0 + 1, S0 + 2, cl->id);
+        Chanqworld__SpatialChannelData *d =
+            chanqworld__spatial_channel_data__unpack(NULL, h->data->value.len, h->data->value.data);
+        assert_non_null(d);
+        uint32_t k = d->entities[0]->key - ENT;
+        assert_in_range(k, 0, 1);
+        assert_false(seen[k]);
+        seen[k] = true;
+        chanqworld__spatial_channel_data__free_unpacked(d, NULL);
+        chanq_unpack_free(h);
+        check_ho_ref(&m, S0 + 1, S0 + 2, cl->id, ENT + k, s0->id);
+        chanq_owned_msg_done(&m);
+    }
+    /* Both are s1's now. */
+    for (uint32_t k = 0; k < 2; k++) {
+        assert_int_equal(chanq_sync_user_msg(cl->s, ENT + k, 0, MT_USER, "x", 1), 0);
+        assert_int_equal(chanq_sync_flush(cl->s, IT_TIMEOUT_MS), 0);
+        chanq_owned_msg_t m;
+        next(s1, true, &m);
+        assert_int_equal(m.msg_type, MT_USER);
+        assert_int_equal(m.channel_id, ENT + k);
+        chanq_owned_msg_done(&m);
+    }
 }
 
 /* The next user message of c (data skipped): ServerForwardMessage{0, payload} on chan. */
@@ -811,10 +889,8 @@ static void test_adjacent(void **state)
 }
 
 static const struct CMUnitTest tests[] = {
-    IT_TEST(test_interest_sphere),
-    IT_TEST(test_handover_walk),
-    IT_TEST(test_locked_group_stays),
-    IT_TEST(test_adjacent),
+    IT_TEST(test_interest_sphere), IT_TEST(test_handover_walk), IT_TEST(test_locked_group_stays),
+    IT_TEST(test_group_handover),  IT_TEST(test_adjacent),
 };
 
 IT_MAIN(tests)
