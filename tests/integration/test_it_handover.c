@@ -319,7 +319,8 @@ static uint8_t *entity_data(float x, uint32_t seq, size_t *len)
     return pack(&d.base, len);
 }
 
-/* s creates entity id on GLOBAL at x; consumes the result and its SUB result. */
+/* s (the owner of x's cell) creates entity id on GLOBAL at x; consumes the result and its SUB
+ * result. */
 static void create_entity(it_conn_t *s, uint32_t id, float x)
 {
     size_t len;
@@ -334,8 +335,11 @@ static void create_entity(it_conn_t *s, uint32_t id, float x)
     m.data = &any;
     send_msg(s, 0, 0, 31, MT_CREATE_ENTITY, &m.base);
     free(v);
+    /* §4.5 step 3: created on GLOBAL with a position on the grid (4x1: x from -2000, cells of
+     * 1000), the reply comes with channelId = the position's cell. */
+    uint32_t cell = 0x10000u + (uint32_t)((x + 2000.0f) / 1000.0f);
     Channeldpb__CreateChannelResultMessage *r = expect_skip(
-        s, MT_CREATE_ENTITY, 0, 31, &channeldpb__create_channel_result_message__descriptor);
+        s, MT_CREATE_ENTITY, cell, 31, &channeldpb__create_channel_result_message__descriptor);
     assert_int_equal(r->channelid, id);
     assert_int_equal(r->ownerconnid, s->id);
     assert_int_equal(r->channeltype, CT_ENTITY);
