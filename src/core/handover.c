@@ -370,16 +370,25 @@ static void send_e(cq_core_t *c, const cq_chan_t *e, const ho_t *ho, const bool 
     const char *url = ho->h.dst_url;
     const cq_msgdesc_t *cd = c->schema && *url ? cq_schema_find_type_url(c->schema, url) : NULL;
     const cq_fielddesc_t *f = cq_mapops_field(cd, c->sh->spatial->handover.entities_field);
+    /* Two contents at most (with and without the full entity data): each is encoded once and
+     * shared by its recipients' queues. */
+    cq_buf_t *recs[2] = {NULL, NULL};
+    bool made[2] = {false, false};
     for (uint32_t i = 0; i < ho->h.n_dsubs; i++) {
-        cq_sbuf_t data;
-        cq_sbuf_init(&data);
-        bool with = f && ho_data(c, e, ho, entry, elen, fresh[i], f, &data) == 0;
-        cq_buf_t *rec = handover_record(ho, with ? url : NULL, with ? &data : NULL);
-        if (rec)
-            cq__send_to(c, ho->dsubs[i], rec);
-        cq_buf_unref(rec);
-        cq_sbuf_done(&data);
+        int k = fresh[i] ? 1 : 0;
+        if (!made[k]) {
+            made[k] = true;
+            cq_sbuf_t data;
+            cq_sbuf_init(&data);
+            bool with = f && ho_data(c, e, ho, entry, elen, k == 1, f, &data) == 0;
+            recs[k] = handover_record(ho, with ? url : NULL, with ? &data : NULL);
+            cq_sbuf_done(&data);
+        }
+        if (recs[k])
+            cq__send_to(c, ho->dsubs[i], recs[k]);
     }
+    cq_buf_unref(recs[0]);
+    cq_buf_unref(recs[1]);
 }
 
 static void stage_e(cq_core_t *c, ho_t *ho)
