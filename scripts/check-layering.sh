@@ -10,7 +10,7 @@ check() { # header-regex allowed-path-regex
 }
 check 'uv\.h>' '^(src/io/|clients/c/chanq_uv|bench/|tests/)'
 check 'snappy-c\.h>' '^pkg/codec/'
-check 'jansson\.h>' '^(src/core/(auth\.c|cq_fsm\.c|cq_settings\.c|cq_json\.[ch])|src/config/|src/mq/|src/mqsrv/(cq_mqperm|http)\.c|tests/)'
+check 'jansson\.h>' '^(src/spatial/|src/core/(auth\.c|cq_fsm\.c|cq_settings\.c|cq_json\.[ch])|src/config/|src/mq/|src/mqsrv/(cq_mqperm|http)\.c|tests/)'
 check 'mysql\.h>' '^(src/store/mysql(_[a-z]+)?\.[ch]|bench/)'
 check 'sqlite3\.h>' '^(src/store/sqlite\.c|tests/)'
 check 'wslay/' '^(src/transport/ws/|tests/)'
@@ -37,5 +37,9 @@ if [ -n "$hits" ]; then echo "layering: an HTTP head parser outside pkg/http: $h
 hits=$(git grep -nE '#include <(zookeeper|uv\.h|mysql|sys/socket|pthread|time\.h)|clock_gettime|gettimeofday' \
        -- src/coord/cq_coord.c src/coord/text.c src/coord/cq_coord.h src/coord/coord_int.h || true)
 if [ -n "$hits" ]; then echo "layering: I/O or a clock in the coord machine: $hits"; bad=1; fi
+# The spatial engine is pure: no loop, socket, thread or clock (the core calls it with its state).
+hits=$(git grep -nE '#include <(uv\.h|sys/socket|pthread|time\.h)|clock_gettime|gettimeofday' \
+       -- 'src/spatial/*' || true)
+if [ -n "$hits" ]; then echo "layering: I/O or a clock in the spatial engine: $hits"; bad=1; fi
 [ $bad -eq 0 ] && echo "layering: ok"
 exit $bad

@@ -65,6 +65,50 @@ export interface UnsubscribedFromChannelResultMessage {
   connId: number; connType: number; channelType: number;
 }
 
+// ---- spatial (channeld-protocol.md §4) --------------------------------------------------------
+
+export declare const EntityGroupType: Readonly<{ HANDOVER: 0; LOCK: 1 }>;
+/** A point; absent coordinates are 0 (and are left out on the wire, as Go leaves zeros out). */
+export interface SpatialInfo { x?: number; y?: number; z?: number }
+export interface SpatialRegion {
+  min: Required<SpatialInfo>; max: Required<SpatialInfo>; channelId: number; serverIndex: number;
+}
+export interface CreateSpatialChannelsResultMessage {
+  spatialChannelId: number[]; metadata: string; ownerConnId: number;
+}
+/** The friendly form of a SpatialInterestQuery (see spatialQuery). */
+export interface SpatialQuery {
+  spots?: (SpatialInfo & { dist?: number })[];
+  box?: { center?: SpatialInfo; extent?: SpatialInfo };
+  sphere?: { center?: SpatialInfo; radius: number };
+  /** angle: the half-angle in radians. */
+  cone?: { center?: SpatialInfo; direction?: SpatialInfo; angle: number; radius: number };
+}
+/** channeldpb.SpatialInterestQuery as sent. */
+export interface SpatialInterestQuery {
+  spotsAOI?: { spots: SpatialInfo[]; dists?: number[] };
+  boxAOI?: { center?: SpatialInfo; extent?: SpatialInfo };
+  sphereAOI?: { center?: SpatialInfo; radius?: number };
+  coneAOI?: { center?: SpatialInfo; direction?: SpatialInfo; angle?: number; radius?: number };
+}
+/** A SpatialInterestQuery from the friendly form (a SpatialInterestQuery passes through). */
+export declare function spatialQuery(q: SpatialQuery | SpatialInterestQuery): SpatialInterestQuery;
+/** Damping (§4.4): 0 -> 20, 1 -> 50, 2 -> 100, farther -> defaultMs (20). */
+export declare function dampingIntervalMs(dist: number, defaultMs?: number): number;
+/** Gives every Any nested in a decoded message typeName and data (decoded, or null). */
+export declare function unpackNested<T>(registry: TypeRegistry, obj: T): T;
+
+export interface HandoverEvent {
+  /** The MessagePack channelId: the destination cell. */
+  channelId: number;
+  srcChannelId: number; dstChannelId: number; contextConnId: number;
+  /** The data's type ('' when the handover carried none), e.g. "chanqworld.SpatialChannelData". */
+  typeName: string;
+  /** The decoded data (its nested Anys have typeName and data), or null when unregistered. */
+  data: Record<string, any> | null;
+  any: Any;
+}
+
 // ---- events ---------------------------------------------------------------------------------
 
 export interface ChannelDataEvent {
@@ -92,6 +136,16 @@ export interface ChanqEvents {
   unsubscribed: UnsubscribedFromChannelResultMessage & { channelId: number };
   channelRemoved: { channelId: number };
   channelCreated: CreateChannelResultMessage;
+  /** A CREATE_SPATIAL_CHANNEL result (10): the requester's, or the GLOBAL owner's copy. */
+  spatialChannelsCreated: CreateSpatialChannelsResultMessage & { channelId: number; stubId: number };
+  /** A CREATE_ENTITY_CHANNEL result (15); requestChannelId is 0 or the cell it was sent on. */
+  entityChannelCreated: CreateChannelResultMessage & { requestChannelId: number };
+  /** SPATIAL_REGIONS_UPDATE (13), also the answer to debugGetSpatialRegions(). */
+  spatialRegions: { channelId: number; stubId: number; regions: SpatialRegion[] };
+  /** SPATIAL_CHANNELS_READY (18): both fields carry the server count (§4.3). */
+  spatialChannelsReady: { serverIndex: number; serverCount: number };
+  /** CHANNEL_DATA_HANDOVER (12). */
+  handover: HandoverEvent;
   error: Error;
   /** The connection closed; the argument says why. */
   close: string;
@@ -143,6 +197,8 @@ export declare class ChanqClient {
   compressionType: number;
   /** channelId -> effective options of this connection's subscriptions. */
   readonly subscriptions: Map<number, Required<ChannelSubscriptionOptions>>;
+  /** channelId -> ChannelType of those subscriptions. */
+  readonly subscriptionTypes: Map<number, number>;
   readonly connected: boolean;
 
   /** ws://, wss:// (browser or Node) or tcp://host:port (Node). */
@@ -172,8 +228,35 @@ export declare class ChanqClient {
   /** Server connections: a user message wrapped in ServerForwardMessage. */
   sendForward(channelId: number, broadcast: number, msgType: number, clientConnId: number,
     payload: Uint8Array | string | TypedValue, opts?: { stubId?: number }): void;
-  /** Any request by stubId; resolves with the reply carrying the same stubId. */
-  request(channelId: number, msgType: number, body: Uint8Array, opts?: RpcOptions):
+
+  // Spatial and entity channels (servers, except debugGetSpatialRegions and spatialSubscriptions).
+  /** CREATE_SPATIAL_CHANNEL (or CREATE_CHANNEL{SPATIAL} with msgType 3): the slot's cells. */
+  createSpatialChannels(metadata?: string, data?: TypedValue | Any | null,
+    opts?: RpcOptions & { msgType?: 3 | 10; subOptions?: ChannelSubscriptionOptions;
+      mergeOptions?: ChannelDataMergeOptions },
+  ): Promise<CreateSpatialChannelsResultMessage>;
+  /** QUERY_SPATIAL_CHANNEL: the cell of each point, 0 when off the grid. */
+  querySpatialChannel(points: SpatialInfo[], opts?: RpcOptions): Promise<number[]>;
+  /** UPDATE_SPATIAL_INTEREST for connId; the results go to connId as SUB/UNSUB results. */
+  updateSpatialInterest(connId: number, query: SpatialQuery | SpatialInterestQuery,
+    opts?: { channelId?: number; stubId?: number }): void;
+  /** CREATE_ENTITY_CHANNEL; resolves with the CreateChannelResultMessage (msgType 15). */
+  createEntityChannel(entityId: number, data?: TypedValue | Any | null,
+    opts?: RpcOptions & { channelId?: number; metadata?: string; subOptions?: ChannelSubscriptionOptions;
+      mergeOptions?: ChannelDataMergeOptions; isWellKnown?: boolean },
+  ): Promise<CreateChannelResultMessage>;
+  addEntityGroup(entityId: number, type: number, entities: number[]): void;
+  removeEntityGroup(entityId: number, type: number, entities: number[]): void;
+  /** DEBUG_GET_SPATIAL_REGIONS (chanqd --dev): every cell's region, in cell order. */
+  debugGetSpatialRegions(opts?: RpcOptions): Promise<SpatialRegion[]>;
+  /** This connection's SPATIAL subscriptions: cell -> options (fanOutIntervalMs = damping). */
+  spatialSubscriptions(): Map<number, Required<ChannelSubscriptionOptions>>;
+
+  /**
+   * Any request by stubId; resolves with the reply carrying the same stubId (and, with
+   * opts.replyTypes, one of those msgTypes).
+   */
+  request(channelId: number, msgType: number, body: Uint8Array, opts?: RpcOptions & { replyTypes?: number[] }):
     Promise<{ pack: MessagePack; msg: Record<string, any> | null }>;
   /** Queues one MessagePack (sent with others of the same event-loop turn in one packet). */
   send(channelId: number, msgType: number, body?: Uint8Array,

@@ -685,6 +685,11 @@ static int sub_new(cq_sched_t *s, uint32_t conn_id, const cq_sched_subopts_t *o,
     apply_opts(s, u, o);
     u->last = now + u->delay;
     u->had_first = u->skip_first;
+    /* A window never reaches back before the subscription unless the delay does: an update
+     * buffered in the same ms just before it (arrival == now == last) is not the
+     * subscriber's, e.g. it is already in the snapshot a handover sent with skip_first. */
+    if (u->delay >= 0)
+        u->floor = s->seq_next;
     u->own_seq = find_own(s, conn_id);
     u->order = s->order_next++;
     heap_push(s, u);

@@ -162,9 +162,9 @@ void cq__handle_auth(cq_core_t *c, cq_req_t *r)
     int res = blocked ? CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__INVALID_LT
                       : provider_check(c->sh, conn, peer, m->playeridentifiertoken, m->logintoken);
     uint32_t old = 0;
-    bool recovering = false;
+    bool recovering = false, first = false;
     if (res == 0) {
-        bool first = conn->state == CONN_UNAUTH;
+        first = conn->state == CONN_UNAUTH;
         auth_success(c, conn, m->playeridentifiertoken);
         recovering = first && cq__recover_takeover(c, conn, &old);
     }
@@ -183,6 +183,8 @@ void cq__handle_auth(cq_core_t *c, cq_req_t *r)
                 m->playeridentifiertoken ? m->playeridentifiertoken : "");
         if (recovering)
             cq__recover_apply(c, old, conn->pit);
+        else if (first && conn->type == CQ_CONN_CLIENT)
+            cq__entity_client_authed(c, conn->id);
         return;
     }
     auth_failed(c, conn, peer, res, blocked);

@@ -119,6 +119,8 @@ static void free_id(cq_core_t *c, uint32_t id)
 /* Notifies every subscriber, drops every subscription everywhere, frees the id. */
 void cq__chan_remove(cq_core_t *c, cq_chan_t *ch, uint32_t notify_chan_id)
 {
+    if (ch->type == CHANNELDPB__CHANNEL_TYPE__ENTITY)
+        cq__entity_removed(c, ch);
     free_id(c, ch->id);
     Channeldpb__RemoveChannelMessage rm = CHANNELDPB__REMOVE_CHANNEL_MESSAGE__INIT;
     rm.channelid = ch->id;

@@ -31,6 +31,7 @@ cq_core_t *cq_core_new(cq_shared_t *sh, int index)
     cq_map_init(&c->lsubs);
     cq_map_init(&c->chaninfo);
     cq_map_init(&c->routes);
+    cq_map_init(&c->aoi);
     cq_list_init(&c->recsubs);
     cq_list_init(&c->pending);
     cq_list_init(&c->unauth);
@@ -70,6 +71,7 @@ cq_core_t *cq_core_free(cq_core_t *c)
     cq_buf_unref(c->emit_src);
     cq_free(c->due);
     cq__chaninfo_free_all(c);
+    cq__spatial_free(c);
     it = 0;
     while (cq_map_next(&c->connrefs, &it, NULL, &v))
         cq_free(v);
@@ -78,6 +80,10 @@ cq_core_t *cq_core_free(cq_core_t *c)
         cq_free(((cq_lsubs_t *)v)->conns);
         cq_free(v);
     }
+    it = 0;
+    while (cq_map_next(&c->aoi, &it, NULL, &v))
+        cq_free(v);
+    cq_map_done(&c->aoi);
     cq_map_done(&c->conns);
     cq_map_done(&c->chans);
     cq_map_done(&c->connrefs);
@@ -212,6 +218,47 @@ static void xm_recover(cq_core_t *c, cq_xmsg_t *m)
     cq__recover_apply(c, m->conn_id, (const char *)m->body);
 }
 
+/* C: spatial interest, ADJACENT broadcast, handover */
+static void xm_interest(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__interest_apply(c, m);
+}
+
+static void xm_adjacent(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__adjacent_deliver(c, m);
+}
+
+static void xm_handover(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__handover_stage(c, m);
+}
+
+/* B: spatial cells and entity channels */
+static void xm_sp_cell(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq_req_t r = xm_req(c, m);
+    cq__spatial_cell(c, &r, m->u1, m->u2, m->u3);
+    cq_wire_arena_reset(&c->arena);
+}
+
+static void xm_dir_add(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__dir_add(c, m->chan_id, m->u1, m->body_len ? (const char *)m->body : "");
+}
+
+static void xm_entity(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq_req_t r = xm_req(c, m);
+    cq__entity_create_here(c, &r, m->u1);
+    cq_wire_arena_reset(&c->arena);
+}
+
+static void xm_wk_sub(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__entity_wk_sub(c, m->chan_id, m->conn_id);
+}
+
 typedef struct xm_def {
     uint8_t kind; /* also the row's index */
     const char *name;
@@ -235,6 +282,15 @@ static const xm_def_t xm_table[XM__COUNT] = {
     [XM_SENDMANY] = {XM_SENDMANY, "SENDMANY", xm_sendmany},
     [XM_SCHEMA] = {XM_SCHEMA, "SCHEMA", xm_schema},
     [XM_RECOVER] = {XM_RECOVER, "RECOVER", xm_recover},
+    /* C */
+    [XM_INTEREST] = {XM_INTEREST, "INTEREST", xm_interest},
+    [XM_ADJACENT] = {XM_ADJACENT, "ADJACENT", xm_adjacent},
+    [XM_HANDOVER] = {XM_HANDOVER, "HANDOVER", xm_handover},
+    /* B */
+    [XM_SP_CELL] = {XM_SP_CELL, "SP_CELL", xm_sp_cell},
+    [XM_DIR_ADD] = {XM_DIR_ADD, "DIR_ADD", xm_dir_add},
+    [XM_ENTITY] = {XM_ENTITY, "ENTITY", xm_entity},
+    [XM_WK_SUB] = {XM_WK_SUB, "WK_SUB", xm_wk_sub},
 };
 
 const char *cq__xm_name(int kind)

@@ -185,6 +185,7 @@ struct cq_conn {
     cq_conn_chan_t *chans; /* local fan-out lists this connection is in */
     uint32_t n_chans, cap_chans;
     int close_reason; /* the reason given to cq_core_conn_close (0 until then) */
+    uint32_t adj_gen; /* C: the last ADJACENT broadcast delivered here (forward.c) */
 };
 
 /* ---- channels (owned by the worker chan_id % workers) ---- */
@@ -241,6 +242,10 @@ typedef struct cq_chan {
     uint32_t *wcount;     /* subscribers per worker */
     cq_list_t owner_node; /* in the owner's connref */
     cq_chandata_t *data;
+    /* C: an entity channel's handover state (handover.c) */
+    uint32_t cell;       /* the spatial cell the entity is in, 0 = not known yet */
+    uint32_t ho_blocked; /* a cell a locked group kept it out of: not retried */
+    bool ho_pending;     /* a handover it started has not reached its entity stage yet */
 } cq_chan_t;
 
 /* Per-worker reverse index for one connection id: what this worker's channels hold of it. */
@@ -304,6 +309,11 @@ struct cq_core {
     /* worker 0 only */
     cq_map_t chaninfo;  /* chan id -> cq_chaninfo_t* */
     uint32_t id_cursor; /* rotating non-spatial id cursor */
+    uint32_t adj_gen;   /* C: ADJACENT broadcasts handled by this worker (forward.c) */
+    cq_map_t aoi;       /* C: conn id -> cq_aoi_t*, its last interest (interest.c) */
+    /* B: the spatial controller's server slots (directory worker only; holder NULL until the
+     * first CREATE_SPATIAL_CHANNEL). sh->slot_owner mirrors them for the other workers. */
+    cq_spatial_slots_t slots;
 };
 
 /* A subscription or ownership of a dropped recoverable server, kept for its successor. */
@@ -455,6 +465,10 @@ cq_connref_t *cq__connref(cq_core_t *c, uint32_t conn_id, bool create);
 void cq__connref_gc(cq_core_t *c, uint32_t conn_id);
 void cq__subopts_done(cq_subopts_t *o);
 void cq__subopts_to_pb(const cq_subopts_t *o, Channeldpb__ChannelSubscriptionOptions *pb);
+/* *ret = the channel type's default options merged with req (may be NULL), as cq__sub_add
+ * makes them. Returns 0 or -ENOMEM; *ret owns its masks (cq__subopts_done) either way. */
+int cq__subopts_make(const cq_chan_settings_t *st,
+                     const Channeldpb__ChannelSubscriptionOptions *req, cq_subopts_t *ret);
 
 /* recover.c */
 void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit);
@@ -495,23 +509,63 @@ void cq__sendmany_free(cq_core_t *c);
 void cq__handle_create_spatial(cq_core_t *c, cq_req_t *r); /* 10, and 3 with SPATIAL */
 void cq__handle_query_spatial(cq_core_t *c, cq_req_t *r);  /* 11 */
 void cq__handle_debug_regions(cq_core_t *c, cq_req_t *r);  /* 99 */
+/* XM_SP_CELL, on cell id's worker: mode SP_CELL_OWN creates the cell (or takes it over) for
+ * `who`, the request's sender, and subscribes it silently; SP_CELL_BORDER subscribes `who`
+ * silently (border interest). The request r carries the CreateChannelMessage. */
+enum { SP_CELL_OWN = 0, SP_CELL_BORDER = 1 };
+void cq__spatial_cell(cq_core_t *c, cq_req_t *r, uint32_t id, uint32_t mode, uint32_t who);
+/* Connection conn_id closed (every worker calls it; only the directory worker acts): frees its
+ * server slot unless it is recoverable (then the slot waits for cq__spatial_release). */
+void cq__spatial_conn_gone(cq_core_t *c, uint32_t conn_id, bool recoverable);
+/* Directory worker: frees the slot conn_id holds (a recovery handle expired). */
+void cq__spatial_release(cq_core_t *c, uint32_t conn_id);
+/* True when ch is one of the grid's cells: cells are never removed for losing their owner
+ * (the grid is fixed; a server that takes the slot over takes the cells over). */
+bool cq__spatial_is_cell(const cq_core_t *c, const cq_chan_t *ch);
+void cq__spatial_free(cq_core_t *c);
 
 /* entity.c: entity channels and their groups */
 void cq__handle_create_entity(cq_core_t *c, cq_req_t *r); /* 15 */
 void cq__handle_group_add(cq_core_t *c, cq_req_t *r);     /* 16 */
 void cq__handle_group_remove(cq_core_t *c, cq_req_t *r);  /* 17 */
+/* XM_ENTITY, on entity id's worker: creates the entity channel for request r (15). */
+void cq__entity_create_here(cq_core_t *c, cq_req_t *r, uint32_t id);
+/* XM_WK_SUB, on chan_id's worker: subscribes client conn_id to well-known entity chan_id with
+ * fanOutDelayMs = 1000 and sends it the SUB result. */
+void cq__entity_wk_sub(cq_core_t *c, uint32_t chan_id, uint32_t conn_id);
+/* A CLIENT authenticated (its worker): subscribe it to every well-known entity. */
+void cq__entity_client_authed(cq_core_t *c, uint32_t conn_id);
+/* An entity channel is being removed: it leaves its groups and the well-known list. */
+void cq__entity_removed(cq_core_t *c, const cq_chan_t *ch);
 
 /* interest.c: UPDATE_SPATIAL_INTEREST */
 void cq__handle_update_interest(cq_core_t *c, cq_req_t *r); /* 14 */
+/* The cells a client's last UPDATE_SPATIAL_INTEREST asked for (on the client's worker). */
+typedef struct cq_aoi {
+    uint32_t n;
+    uint32_t cells[];
+} cq_aoi_t;
+/* XM_INTEREST on the client's worker: diff and post the SUBs and UNSUBs. */
+void cq__interest_apply(cq_core_t *c, const cq_xmsg_t *m);
 
 /* handover.c: an entity channel's data moved it to another cell (called by data.c after an
  * accepted update of an ENTITY channel; sender as in cq__handle_data_update). */
 void cq__handover_check(cq_core_t *c, cq_chan_t *ch, const cq_req_t *r);
+/* XM_HANDOVER: one stage of a handover. */
+void cq__handover_stage(cq_core_t *c, const cq_xmsg_t *m);
+/* The entity's position from its data at the configured path, mapped to channeld's axes.
+ * Returns 1 (and *ret), 0 when the data has none (no handover config, no known type, field
+ * absent), or a negative code (CQ_EFIELD: path not in the type; CQ_EDECODE). */
+int cq__entity_position(cq_core_t *c, const cq_chan_t *ch, cq_spatial_vec_t *ret);
+/* Sets the entity channel's current cell from its data (at creation; 0 when unknown). */
+void cq__entity_init_cell(cq_core_t *c, cq_chan_t *ch);
 
 /* forward.c */
 void cq__handle_user(cq_core_t *c, cq_req_t *r);
 void cq__fanout(cq_core_t *c, cq_chan_t *ch, cq_buf_t *rec, uint32_t sender, uint32_t flags);
 void cq__local_fanout(cq_core_t *c, uint32_t chan_id, cq_buf_t *rec, uint32_t sender,
                       uint32_t owner, uint32_t flags);
+/* XM_ADJACENT: delivers m->buf once to each local subscriber of the cells in m->body. */
+void cq__adjacent_deliver(cq_core_t *c, const cq_xmsg_t *m);
 
 #endif

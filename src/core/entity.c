@@ -1,21 +1,305 @@
 /* entity.c - entity channels (CREATE_ENTITY_CHANNEL, well-known entities) and their groups
- * (ENTITY_GROUP_ADD/REMOVE), channeld-protocol.md §4.5. */
+ * (ENTITY_GROUP_ADD/REMOVE), channeld-protocol.md §4.5.
+ *
+ * CREATE_ENTITY_CHANNEL arrives on GLOBAL or a spatial cell (that channel's worker checks the
+ * id range) and is handed to the entity's own worker (XM_ENTITY), which alone can tell whether
+ * the id is taken, creates the channel, replies, subscribes the well-known clients and the
+ * owner, and tells the directory (XM_DIR_ADD) so that LIST shows it. Every reply of one
+ * creation leaves that one worker, in channeld's order.
+ *
+ * Well-known entities: the list sh->wk_ids (under wk_mu) is appended by the entity's worker
+ * after the channel exists and before it snapshots the clients of the connection directory;
+ * a client that authenticates later reads the list and asks the entity's worker (XM_WK_SUB).
+ * Every client is thus in the snapshot or reads the list after the append; one in both is
+ * subscribed once (the second request finds the subscription). */
 #include "core_int.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define EN_LOG            "entity"
+#define WK_LATER_DELAY_MS 1000 /* channeld: clients that authenticate after the creation */
+
+static uint32_t entity_start(const cq_core_t *c)
+{
+    return c->sh->o.entity_chan_start ? c->sh->o.entity_chan_start : CQ_CHAN_ID_ENTITY_START;
+}
+
+/* ---- well-known entities ---------------------------------------------------------------- */
+
+/* The SUB result for a well-known subscription goes to the client alone (stub 0). */
+static void wk_subscribe(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, bool later)
+{
+    if (cq_map_get(&ch->subs, conn_id))
+        return;
+    Channeldpb__ChannelSubscriptionOptions o = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
+    o.has_fanoutdelayms = 1;
+    o.fanoutdelayms = WK_LATER_DELAY_MS;
+    cq_sub_t *s;
+    int rc = cq__sub_add(c, ch, conn_id, CQ_CONN_CLIENT, later ? &o : NULL, &s);
+    if (rc < 0) {
+        CQ_MSG_LOG(c, EN_LOG, "conn %u: not subscribed to well-known entity %u: %s", conn_id,
+                   ch->id, cq_strerror(rc));
+        return;
+    }
+    Channeldpb__ChannelSubscriptionOptions so;
+    cq__subopts_to_pb(&s->opts, &so);
+    Channeldpb__SubscribedToChannelResultMessage out =
+        CHANNELDPB__SUBSCRIBED_TO_CHANNEL_RESULT_MESSAGE__INIT;
+    out.connid = conn_id;
+    out.suboptions = &so;
+    out.conntype = CHANNELDPB__CONNECTION_TYPE__CLIENT;
+    out.channeltype = CHANNELDPB__CHANNEL_TYPE__ENTITY;
+    cq__notify(c, conn_id, ch->id, MT_SUB, &out.base);
+}
+
+static int wk_append(cq_shared_t *sh, uint32_t id)
+{
+    int rc = 0;
+    pthread_mutex_lock(&sh->wk_mu);
+    if (sh->n_wk == sh->cap_wk) {
+        uint32_t ncap = sh->cap_wk ? sh->cap_wk * 2 : 8;
+        uint32_t *n = cq_realloc(sh->wk_ids, ncap * sizeof(*n));
+        if (n) {
+            sh->wk_ids = n;
+            sh->cap_wk = ncap;
+        }
+    }
+    if (sh->n_wk < sh->cap_wk)
+        sh->wk_ids[sh->n_wk++] = id;
+    else
+        rc = -ENOMEM;
+    pthread_mutex_unlock(&sh->wk_mu);
+    return rc;
+}
+
+/* The CLIENT connections of the directory (returned owned; *ret_n of them). */
+static uint32_t *dir_clients(cq_shared_t *sh, uint32_t *ret_n)
+{
+    *ret_n = 0;
+    pthread_mutex_lock(&sh->dir_lock);
+    uint32_t *ids = cq_malloc((cq_map_count(&sh->dir) + 1) * sizeof(uint32_t));
+    uint32_t it = 0, id;
+    void *v;
+    while (ids && cq_map_next(&sh->dir, &it, &id, &v))
+        if (((cq_dir_ent_t *)v)->type == CQ_CONN_CLIENT)
+            ids[(*ret_n)++] = id;
+    pthread_mutex_unlock(&sh->dir_lock);
+    return ids;
+}
+
+static void wk_register(cq_core_t *c, cq_chan_t *ch)
+{
+    if (wk_append(c->sh, ch->id) < 0)
+        CQ_WARN(EN_LOG, "well-known entity %u: out of memory; later clients miss it", ch->id);
+    uint32_t n;
+    uint32_t *ids = dir_clients(c->sh, &n);
+    for (uint32_t i = 0; i < n; i++)
+        wk_subscribe(c, ch, ids[i], false);
+    cq_free(ids);
+}
+
+void cq__entity_wk_sub(cq_core_t *c, uint32_t chan_id, uint32_t conn_id)
+{
+    cq_chan_t *ch = cq__chan_get(c, chan_id);
+    if (ch && ch->type == CHANNELDPB__CHANNEL_TYPE__ENTITY)
+        wk_subscribe(c, ch, conn_id, true);
+}
+
+void cq__entity_client_authed(cq_core_t *c, uint32_t conn_id)
+{
+    cq_shared_t *sh = c->sh;
+    pthread_mutex_lock(&sh->wk_mu);
+    uint32_t n = sh->n_wk;
+    uint32_t *ids = n ? cq_malloc(n * sizeof(uint32_t)) : NULL;
+    if (ids)
+        memcpy(ids, sh->wk_ids, n * sizeof(uint32_t));
+    pthread_mutex_unlock(&sh->wk_mu);
+    if (!ids)
+        return;
+    for (uint32_t i = 0; i < n; i++) {
+        int w = cq__chan_worker(c, ids[i]);
+        if (w == c->index) {
+            cq__entity_wk_sub(c, ids[i], conn_id);
+            continue;
+        }
+        cq_xmsg_t *x = cq__xmsg_new(XM_WK_SUB, 0);
+        if (!x)
+            continue;
+        x->chan_id = ids[i];
+        x->conn_id = conn_id;
+        cq__xmsg_post(c, w, x);
+    }
+    cq_free(ids);
+}
+
+void cq__entity_removed(cq_core_t *c, const cq_chan_t *ch)
+{
+    cq_shared_t *sh = c->sh;
+    pthread_mutex_lock(&sh->groups_mu);
+    cq_entgroups_forget(sh->groups, ch->id);
+    pthread_mutex_unlock(&sh->groups_mu);
+    pthread_mutex_lock(&sh->wk_mu);
+    for (uint32_t i = 0; i < sh->n_wk; i++) {
+        if (sh->wk_ids[i] == ch->id) {
+            sh->wk_ids[i] = sh->wk_ids[--sh->n_wk];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&sh->wk_mu);
+}
+
+/* ---- CREATE_ENTITY_CHANNEL -------------------------------------------------------------- */
+
+static void dir_add_entity(cq_core_t *c, const cq_chan_t *ch)
+{
+    int w = cq__place_dir_worker(c);
+    if (w == c->index) {
+        cq__dir_add(c, ch->id, ch->type, ch->metadata);
+        return;
+    }
+    size_t n = strlen(ch->metadata) + 1;
+    cq_xmsg_t *x = cq__xmsg_new(XM_DIR_ADD, n);
+    if (!x)
+        return;
+    x->chan_id = ch->id;
+    x->u1 = ch->type;
+    memcpy(x->body, ch->metadata, n);
+    cq__xmsg_post(c, w, x);
+}
+
+static void reply_entity(cq_core_t *c, const cq_req_t *r, const cq_chan_t *ch)
+{
+    Channeldpb__CreateChannelResultMessage out = CHANNELDPB__CREATE_CHANNEL_RESULT_MESSAGE__INIT;
+    out.channeltype = CHANNELDPB__CHANNEL_TYPE__ENTITY;
+    out.metadata = ch->metadata;
+    out.ownerconnid = ch->owner;
+    out.channelid = ch->id;
+    cq__reply(c, r, r->mp.channel_id, MT_CREATE_ENTITY, &out.base); /* no GLOBAL-owner copy */
+}
+
+static void subscribe_owner(cq_core_t *c, cq_req_t *r, cq_chan_t *ch,
+                            const Channeldpb__ChannelSubscriptionOptions *o)
+{
+    cq_sub_t *s = cq_map_get(&ch->subs, ch->owner);
+    if (s)
+        return;
+    int rc = cq__sub_add(c, ch, ch->owner, ch->owner_type, o, &s);
+    if (rc < 0) {
+        cq__sub_refused(c, r, ch->owner, ch->id, rc);
+        return;
+    }
+    cq_req_t third = *r;
+    third.mp.stub_id = 0;
+    third.mp.broadcast = 0;
+    cq__sub_result(c, ch, s, &third);
+}
+
+void cq__entity_create_here(cq_core_t *c, cq_req_t *r, uint32_t id)
+{
+    Channeldpb__CreateEntityChannelMessage *m = cq__req_body(c, r);
+    if (!m)
+        return;
+    if (cq__chan_get(c, id)) {
+        CQ_MSG_LOG(c, EN_LOG, "conn %u: CREATE_ENTITY_CHANNEL: channel %u already exists",
+                   r->conn_id, id);
+        return;
+    }
+    cq_chan_t *ch = cq__chan_create(c, id, CHANNELDPB__CHANNEL_TYPE__ENTITY, m->metadata,
+                                    r->conn_id, r->conn_type);
+    if (!ch) {
+        CQ_WARN(EN_LOG, "conn %u: cannot create entity channel %u: out of memory", r->conn_id, id);
+        return;
+    }
+    CQ_INFO(EN_LOG, "conn %u created entity channel %u%s", r->conn_id, id,
+            m->iswellknown ? " (well-known)" : "");
+    if (cq__data_create(c, ch, m->data, m->mergeoptions) < 0) /* §4.5 step 2: not fatal */
+        CQ_MSG_LOG(c, EN_LOG, "conn %u: entity channel %u: bad initial data; starts without data",
+                   r->conn_id, id);
+    dir_add_entity(c, ch);
+    /* §4.5 step 3 (created on GLOBAL with a position: the cell's owner owns it) waits for
+     * helper C's cq__entity_position (handover.c). */
+    reply_entity(c, r, ch);
+    if (m->iswellknown)
+        wk_register(c, ch);
+    subscribe_owner(c, r, ch, m->suboptions);
+}
 
 void cq__handle_create_entity(cq_core_t *c, cq_req_t *r)
 {
-    (void)c;
-    (void)r;
+    cq_chan_t *ch = cq__chan_get(c, r->mp.channel_id);
+    Channeldpb__CreateEntityChannelMessage *m = cq__req_body(c, r);
+    if (!ch || !m)
+        return;
+    if (ch->type != CHANNELDPB__CHANNEL_TYPE__GLOBAL &&
+        ch->type != CHANNELDPB__CHANNEL_TYPE__SPATIAL) {
+        CQ_MSG_LOG(c, EN_LOG, "conn %u: CREATE_ENTITY_CHANNEL on channel %u (type %u) dropped",
+                   r->conn_id, ch->id, ch->type);
+        return;
+    }
+    if (m->entityid < entity_start(c)) {
+        CQ_MSG_LOG(c, EN_LOG, "conn %u: entity id %u is below the entity range (%u)", r->conn_id,
+                   m->entityid, entity_start(c));
+        return;
+    }
+    int w = cq__chan_worker(c, m->entityid);
+    if (w == c->index) {
+        cq__entity_create_here(c, r, m->entityid);
+        return;
+    }
+    cq_xmsg_t *x = cq__xmsg_req(XM_ENTITY, r, true);
+    if (!x)
+        return;
+    x->u1 = m->entityid;
+    cq__xmsg_post(c, w, x);
+}
+
+/* ---- ENTITY_GROUP_ADD / ENTITY_GROUP_REMOVE --------------------------------------------- */
+
+/* The entity channel of r if the sender owns it, else NULL (logged). */
+static cq_chan_t *group_chan(cq_core_t *c, const cq_req_t *r, const char *what)
+{
+    cq_chan_t *ch = cq__chan_get(c, r->mp.channel_id);
+    if (!ch)
+        return NULL;
+    if (ch->type != CHANNELDPB__CHANNEL_TYPE__ENTITY || ch->owner != r->conn_id) {
+        CQ_MSG_LOG(c, EN_LOG, "conn %u: %s on channel %u dropped (%s)", r->conn_id, what, ch->id,
+                   ch->type != CHANNELDPB__CHANNEL_TYPE__ENTITY ? "not an entity channel"
+                                                                : "only its owner may");
+        return NULL;
+    }
+    return ch;
 }
 
 void cq__handle_group_add(cq_core_t *c, cq_req_t *r)
 {
-    (void)c;
-    (void)r;
+    Channeldpb__AddEntityGroupMessage *m = cq__req_body(c, r);
+    cq_chan_t *ch = m ? group_chan(c, r, "ENTITY_GROUP_ADD") : NULL;
+    if (!ch)
+        return;
+    pthread_mutex_lock(&c->sh->groups_mu);
+    int rc = cq_entgroups_add(c->sh->groups, ch->id, (cq_entgroup_type_t)m->type, m->entitiestoadd,
+                              m->n_entitiestoadd);
+    pthread_mutex_unlock(&c->sh->groups_mu);
+    if (rc < 0)
+        CQ_MSG_LOG(c, EN_LOG, "conn %u: ENTITY_GROUP_ADD on %u: %s", r->conn_id, ch->id,
+                   cq_strerror(rc));
 }
 
 void cq__handle_group_remove(cq_core_t *c, cq_req_t *r)
 {
-    (void)c;
-    (void)r;
+    Channeldpb__RemoveEntityGroupMessage *m = cq__req_body(c, r);
+    cq_chan_t *ch = m ? group_chan(c, r, "ENTITY_GROUP_REMOVE") : NULL;
+    if (!ch)
+        return;
+    pthread_mutex_lock(&c->sh->groups_mu);
+    int rc = cq_entgroups_remove(c->sh->groups, ch->id, (cq_entgroup_type_t)m->type,
+                                 m->entitiestoremove, m->n_entitiestoremove);
+    pthread_mutex_unlock(&c->sh->groups_mu);
+    if (rc < 0)
+        CQ_MSG_LOG(c, EN_LOG, "conn %u: ENTITY_GROUP_REMOVE on %u: %s", r->conn_id, ch->id,
+                   cq_strerror(rc));
 }

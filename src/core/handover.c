@@ -1,9 +1,459 @@
-/* handover.c - entity handover between spatial cells (channeld-protocol.md §4.6). */
+/* handover.c - entity handover between spatial cells (channeld-protocol.md §4.6).
+ *
+ * chanq has no compiled-in game types: an entity's position is read from its channel data at
+ * the configured field path (cq_spatial_handover_cfg_t, cq_fieldpath.h). When an accepted
+ * update moves entity E from cell S to cell D, the handover runs as a chain of XM_HANDOVER
+ * stages, each on the worker that owns what it touches (place.h), so no channel is locked:
+ *   S  (S's worker)  collect S's subscribers; take the entities' entries out of S's data;
+ *   D  (D's worker)  collect D's subscribers; put the entries into D's data; send the
+ *                    ids-only CHANNEL_DATA_HANDOVER to the S-only subscribers;
+ *   E  (each entity's worker, one message per entity)  on a cross-server handover unsubscribe
+ *                    the source server unless it is in D, and move the ownership; subscribe
+ *                    every D subscriber not yet subscribed (skipSelf, skipFirst); set the cell;
+ *                    send each D subscriber its CHANNEL_DATA_HANDOVER, with the entity's full
+ *                    data for a subscription that just started.
+ * The E stage snapshots the entity's data, creates the subscriptions and sends the handover
+ * in one step on the entity's thread, so the entity's later fan-outs follow the handover on
+ * the same FIFO and start exactly after the snapshot (cq_sched floors a new subscription at
+ * the next update): no gap, no duplicate. A group is handed over as one such message per
+ * entity (doc/threads.md), which keeps that argument per entity.
+ */
 #include "core_int.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_fieldpath.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define HO_MAX_ENTS 64
+
+enum { ST_S = 1, ST_D = 2, ST_E = 3 };
+
+/* The context travelling between the stages (the XM_HANDOVER body):
+ *   hdr, ents[n_ents], ssubs[n_ssubs], dsubs[n_dsubs], entry lengths[n_ents], entry bytes. */
+typedef struct ho_hdr {
+    uint32_t src, dst, ctx;
+    uint32_t n_ents, n_ssubs, n_dsubs;
+    uint32_t entity;   /* ST_E: the entity this message is for */
+    char dst_url[192]; /* ST_E: the type URL of D's data (set by ST_D), "" = none */
+} ho_hdr_t;
+
+typedef struct ho {
+    ho_hdr_t h;
+    uint32_t *ents, *ssubs, *dsubs, *elen;
+    const uint8_t *ebytes;
+} ho_t;
+
+/* ---- position --------------------------------------------------------------------------- */
+
+int cq__entity_position(cq_core_t *c, const cq_chan_t *ch, cq_spatial_vec_t *ret)
+{
+    const cq_spatial_cfg_t *g = c->sh->spatial;
+    const cq_chandata_t *d = ch->data;
+    if (!g || !*g->handover.position_path || !d || !d->desc || !d->state)
+        return 0;
+    double v[3];
+    int r = cq_fieldpath_vec3(d->desc, g->handover.position_path, d->state->data, d->state->len, v);
+    if (r <= 0)
+        return r;
+    ret->x = v[g->handover.axes[0]];
+    ret->y = v[g->handover.axes[1]];
+    ret->z = v[g->handover.axes[2]];
+    return 1;
+}
+
+/* The cell the entity's data puts it in, or 0. */
+static uint32_t entity_cell(cq_core_t *c, const cq_chan_t *ch)
+{
+    cq_spatial_vec_t p;
+    uint32_t idx;
+    if (cq__entity_position(c, ch, &p) <= 0 || cq_spatial_cell_of(c->sh->spatial, p.x, p.z, &idx))
+        return 0;
+    return cq_spatial_chan_id(c->sh->spatial, idx);
+}
+
+void cq__entity_init_cell(cq_core_t *c, cq_chan_t *ch)
+{
+    ch->cell = entity_cell(c, ch);
+}
+
+/* ---- the context ------------------------------------------------------------------------- */
+
+static int ho_parse(const cq_xmsg_t *m, ho_t *ho)
+{
+    if (m->body_len < sizeof(ho_hdr_t))
+        return CQ_EDECODE;
+    memcpy(&ho->h, m->body, sizeof(ho->h));
+    size_t nw = (size_t)ho->h.n_ents * 2 + ho->h.n_ssubs + ho->h.n_dsubs;
+    if (ho->h.n_ents > HO_MAX_ENTS || sizeof(ho->h) + nw * 4 > m->body_len)
+        return CQ_EDECODE;
+    uint32_t *w = (uint32_t *)(void *)(m->body + sizeof(ho->h)); /* body is 4-aligned */
+    ho->ents = w;
+    ho->ssubs = ho->ents + ho->h.n_ents;
+    ho->dsubs = ho->ssubs + ho->h.n_ssubs;
+    ho->elen = ho->dsubs + ho->h.n_dsubs;
+    ho->ebytes = (const uint8_t *)(ho->elen + ho->h.n_ents);
+    size_t total = 0;
+    for (uint32_t i = 0; i < ho->h.n_ents; i++)
+        total += ho->elen[i];
+    return sizeof(ho->h) + nw * 4 + total > m->body_len ? CQ_EDECODE : 0;
+}
+
+static uint8_t *put_ids(uint8_t *p, const uint32_t *v, uint32_t n)
+{
+    if (n)
+        memcpy(p, v, n * 4u);
+    return p + n * 4u;
+}
+
+/* Posts stage `stage` of ho to worker, with the entries entries[i] (NULL: ho's own). */
+static void ho_post(cq_core_t *c, int worker, int stage, const ho_t *ho, const cq_sbuf_t *entries)
+{
+    size_t total = 0;
+    for (uint32_t i = 0; i < ho->h.n_ents; i++)
+        total += entries ? entries[i].len : ho->elen[i];
+    size_t nw = (size_t)ho->h.n_ents * 2 + ho->h.n_ssubs + ho->h.n_dsubs;
+    cq_xmsg_t *m = cq__xmsg_new(XM_HANDOVER, sizeof(ho->h) + nw * 4 + total);
+    if (!m) {
+        CQ_WARN("handover", "out of memory: handover %u -> %u lost", ho->h.src, ho->h.dst);
+        return;
+    }
+    m->u1 = (uint32_t)stage;
+    uint8_t *p = m->body;
+    memcpy(p, &ho->h, sizeof(ho->h));
+    p += sizeof(ho->h);
+    p = put_ids(p, ho->ents, ho->h.n_ents);
+    p = put_ids(p, ho->ssubs, ho->h.n_ssubs);
+    p = put_ids(p, ho->dsubs, ho->h.n_dsubs);
+    for (uint32_t i = 0; i < ho->h.n_ents; i++) {
+        uint32_t l = entries ? (uint32_t)entries[i].len : ho->elen[i];
+        memcpy(p, &l, 4);
+        p += 4;
+    }
+    const uint8_t *src = ho->ebytes;
+    for (uint32_t i = 0; i < ho->h.n_ents; i++) {
+        size_t l = entries ? entries[i].len : ho->elen[i];
+        if (l)
+            memcpy(p, entries ? entries[i].data : src, l);
+        src += entries ? 0 : l;
+        p += l;
+    }
+    cq__xmsg_post(c, worker, m);
+}
+
+/* The subscriber ids of ch (NULL: none) in a new array; *n its length. */
+static uint32_t *subs_of(const cq_chan_t *ch, uint32_t *n)
+{
+    *n = ch ? cq_map_count(&ch->subs) : 0;
+    uint32_t *v = cq_malloc((*n ? *n : 1) * sizeof(*v)), k = 0, it = 0, key;
+    if (!v)
+        return NULL;
+    while (ch && cq_map_next(&ch->subs, &it, &key, NULL) && k < *n)
+        v[k++] = key;
+    *n = k;
+    return v;
+}
+
+static bool has_id(const uint32_t *v, uint32_t n, uint32_t id)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i] == id)
+            return true;
+    return false;
+}
+
+/* The entities field of a cell's data, when configured and the data's type has it. */
+static const cq_fielddesc_t *cell_map(const cq_core_t *c, const cq_chan_t *cell)
+{
+    if (!cell || !cell->data || !cell->data->desc || !cell->data->state)
+        return NULL;
+    return cq_mapops_field(cell->data->desc, c->sh->spatial->handover.entities_field);
+}
+
+static void set_state(cq_chan_t *ch, cq_sbuf_t *sb)
+{
+    cq_buf_t *b = cq_buf_from(sb->data, sb->len);
+    if (!b)
+        return;
+    cq_buf_unref(ch->data->state);
+    ch->data->state = b;
+}
+
+/* ---- stage S: the source cell --------------------------------------------------------------- */
+
+static void stage_s(cq_core_t *c, ho_t *ho)
+{
+    cq_chan_t *s = cq__chan_get(c, ho->h.src);
+    uint32_t n;
+    uint32_t *subs = subs_of(s, &n);
+    cq_sbuf_t taken[HO_MAX_ENTS], rest;
+    if (!subs)
+        return;
+    cq_sbuf_init(&rest);
+    for (uint32_t i = 0; i < ho->h.n_ents; i++)
+        cq_sbuf_init(&taken[i]);
+    const cq_fielddesc_t *f = cell_map(c, s);
+    if (f && cq_mapops_take(f, s->data->state->data, s->data->state->len, ho->ents, ho->h.n_ents,
+                            &rest, taken, NULL) == 0)
+        set_state(s, &rest);
+    ho->h.n_ssubs = n;
+    ho->ssubs = subs;
+    ho->h.n_dsubs = 0;
+    ho_post(c, cq__chan_worker(c, ho->h.dst), ST_D, ho, taken);
+    for (uint32_t i = 0; i < ho->h.n_ents; i++)
+        cq_sbuf_done(&taken[i]);
+    cq_sbuf_done(&rest);
+    cq_free(subs);
+}
+
+/* ---- stage D: the destination cell ------------------------------------------------------- */
+
+static cq_buf_t *handover_record(const ho_t *ho, const char *type_url, const cq_sbuf_t *data)
+{
+    Channeldpb__ChannelDataHandoverMessage out = CHANNELDPB__CHANNEL_DATA_HANDOVER_MESSAGE__INIT;
+    Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
+    out.srcchannelid = ho->h.src;
+    out.dstchannelid = ho->h.dst;
+    out.contextconnid = ho->h.ctx;
+    if (data && type_url) {
+        any.type_url = (char *)type_url;
+        any.value.data = data->data;
+        any.value.len = data->len;
+        out.data = &any;
+    }
+    return cq_wire_record_msg(ho->h.dst, 0, 0, MT_DATA_HANDOVER, &out.base);
+}
+
+static void put_entries(cq_core_t *c, cq_chan_t *d, const ho_t *ho)
+{
+    const cq_fielddesc_t *f = cell_map(c, d);
+    if (!f)
+        return;
+    cq_sbuf_t sb;
+    cq_sbuf_init(&sb);
+    /* take first so that the entries replace any stale ones, then append */
+    int r = cq_mapops_take(f, d->data->state->data, d->data->state->len, ho->ents, ho->h.n_ents,
+                           &sb, NULL, NULL);
+    const uint8_t *p = ho->ebytes;
+    for (uint32_t i = 0; r == 0 && i < ho->h.n_ents; p += ho->elen[i], i++)
+        if (ho->elen[i])
+            r = cq_mapops_put(f, ho->ents[i], p, ho->elen[i], &sb);
+    if (r == 0)
+        set_state(d, &sb);
+    cq_sbuf_done(&sb);
+}
+
+static void stage_d(cq_core_t *c, ho_t *ho)
+{
+    cq_chan_t *d = cq__chan_get(c, ho->h.dst);
+    uint32_t n;
+    uint32_t *subs = subs_of(d, &n);
+    if (!subs)
+        return;
+    if (d)
+        put_entries(c, d, ho);
+    cq_buf_t *rec = handover_record(ho, NULL, NULL);
+    for (uint32_t i = 0; rec && i < ho->h.n_ssubs; i++)
+        if (!has_id(subs, n, ho->ssubs[i]))
+            cq__send_to(c, ho->ssubs[i], rec);
+    cq_buf_unref(rec);
+    ho->h.n_dsubs = n;
+    ho->dsubs = subs;
+    memset(ho->h.dst_url, 0, sizeof(ho->h.dst_url));
+    if (d && d->data && d->data->type_url && strlen(d->data->type_url) < sizeof(ho->h.dst_url))
+        strcpy(ho->h.dst_url, d->data->type_url);
+    for (uint32_t i = 0; i < ho->h.n_ents; i++) {
+        ho->h.entity = ho->ents[i];
+        ho_post(c, cq__chan_worker(c, ho->ents[i]), ST_E, ho, NULL);
+    }
+    cq_free(subs);
+}
+
+/* ---- stage E: each entity ----------------------------------------------------------------- */
+
+static uint32_t cell_owner(const cq_core_t *c, uint32_t cell)
+{
+    uint32_t idx;
+    if (!cq_spatial_chan_index(c->sh->spatial, cell, &idx))
+        return 0;
+    return atomic_load(&c->sh->slot_owner[cq_spatial_cell_server(c->sh->spatial, idx)]);
+}
+
+static void notify_unsub(cq_core_t *c, const cq_chan_t *e, uint32_t conn_id)
+{
+    Channeldpb__UnsubscribedFromChannelResultMessage out =
+        CHANNELDPB__UNSUBSCRIBED_FROM_CHANNEL_RESULT_MESSAGE__INIT;
+    out.connid = conn_id;
+    out.conntype = CHANNELDPB__CONNECTION_TYPE__SERVER;
+    out.channeltype = (Channeldpb__ChannelType)e->type;
+    cq__notify(c, conn_id, e->id, MT_UNSUB, &out.base);
+}
+
+/* Cross-server: the source server leaves (unless it watches D) and the owner moves. */
+static void move_owner(cq_core_t *c, cq_chan_t *e, const ho_t *ho)
+{
+    uint32_t from = cell_owner(c, ho->h.src), to = cell_owner(c, ho->h.dst);
+    if (!from || !to || from == to)
+        return;
+    cq_sub_t *s = cq_map_get(&e->subs, from);
+    if (s && !has_id(ho->dsubs, ho->h.n_dsubs, from)) {
+        cq__sub_remove(c, s, true);
+        notify_unsub(c, e, from);
+    }
+    cq__chan_set_owner(c, e, to, CQ_CONN_SERVER);
+}
+
+/* Subscribes conn to e as a handover does; true when the subscription is new. */
+static bool ho_subscribe(cq_core_t *c, cq_chan_t *e, uint32_t conn)
+{
+    if (cq_map_get(&e->subs, conn))
+        return false;
+    cq_subopts_t o = {
+        .data_access = conn == e->owner ? CHANNELDPB__CHANNEL_DATA_ACCESS__WRITE_ACCESS
+                                        : CHANNELDPB__CHANNEL_DATA_ACCESS__READ_ACCESS,
+        .interval_ms = e->settings->fanout_interval_ms,
+        .delay_ms = e->settings->fanout_delay_ms,
+        .skip_self = true,
+        .skip_first = true,
+    };
+    cq_sub_t *s;
+    int r = cq__sub_add_opts(c, e, conn, 0, &o, c->now_ms, &s);
+    if (r < 0) {
+        CQ_MSG_LOG(c, "handover", "cannot subscribe conn %u to entity %u: %s", conn, e->id,
+                   cq_strerror(r));
+        return false;
+    }
+    cq_req_t r0 = {conn, s->conn_type, {0}, NULL};
+    r0.mp.msg_type = MT_SUB;
+    r0.mp.channel_id = e->id;
+    cq__sub_result(c, e, s, &r0);
+    return true;
+}
+
+/* SpatialChannelData{entities: {E: entry (+ entityData = full data when full)}}. */
+static int ho_data(cq_core_t *c, const cq_chan_t *e, const ho_t *ho, const uint8_t *entry,
+                   size_t elen, bool full, const cq_fielddesc_t *f, cq_sbuf_t *out)
+{
+    const cq_spatial_handover_cfg_t *hc = &c->sh->spatial->handover;
+    if (!full || !*hc->entity_data_field || !e->data || !e->data->state)
+        return cq_mapops_put(f, ho->h.entity, entry, elen, out);
+    const cq_fielddesc_t *any =
+        f->msg->map_value && f->msg->map_value->msg
+            ? cq_msgdesc_field_by_name(f->msg->map_value->msg, hc->entity_data_field,
+                                       strlen(hc->entity_data_field))
+            : NULL;
+    if (!any)
+        return cq_mapops_put(f, ho->h.entity, entry, elen, out);
+    cq_sbuf_t v;
+    cq_sbuf_init(&v);
+    int r = cq_fieldpath_set_any(entry, elen, any->number, e->data->type_url, e->data->state->data,
+                                 e->data->state->len, &v);
+    if (r == 0)
+        r = cq_mapops_put(f, ho->h.entity, v.data, v.len, out);
+    cq_sbuf_done(&v);
+    return r;
+}
+
+static void send_e(cq_core_t *c, const cq_chan_t *e, const ho_t *ho, const bool *fresh)
+{
+    const uint8_t *entry = ho->ebytes;
+    size_t elen = 0;
+    for (uint32_t i = 0; i < ho->h.n_ents; entry += ho->elen[i], i++)
+        if (ho->ents[i] == ho->h.entity) {
+            elen = ho->elen[i];
+            break;
+        }
+    const char *url = ho->h.dst_url;
+    const cq_msgdesc_t *cd = c->schema && *url ? cq_schema_find_type_url(c->schema, url) : NULL;
+    const cq_fielddesc_t *f = cq_mapops_field(cd, c->sh->spatial->handover.entities_field);
+    for (uint32_t i = 0; i < ho->h.n_dsubs; i++) {
+        cq_sbuf_t data;
+        cq_sbuf_init(&data);
+        bool with = f && ho_data(c, e, ho, entry, elen, fresh[i], f, &data) == 0;
+        cq_buf_t *rec = handover_record(ho, with ? url : NULL, with ? &data : NULL);
+        if (rec)
+            cq__send_to(c, ho->dsubs[i], rec);
+        cq_buf_unref(rec);
+        cq_sbuf_done(&data);
+    }
+}
+
+static void stage_e(cq_core_t *c, ho_t *ho)
+{
+    cq_chan_t *e = cq__chan_get(c, ho->h.entity);
+    if (!e)
+        return;
+    e->ho_pending = false;
+    move_owner(c, e, ho);
+    bool *fresh = cq_calloc(ho->h.n_dsubs ? ho->h.n_dsubs : 1, sizeof(*fresh));
+    if (!fresh)
+        return;
+    for (uint32_t i = 0; i < ho->h.n_dsubs; i++)
+        fresh[i] = ho_subscribe(c, e, ho->dsubs[i]);
+    e->cell = ho->h.dst;
+    send_e(c, e, ho, fresh);
+    cq_free(fresh);
+}
+
+void cq__handover_stage(cq_core_t *c, const cq_xmsg_t *m)
+{
+    ho_t ho;
+    if (!c->sh->spatial || ho_parse(m, &ho) < 0)
+        return;
+    if (m->u1 == ST_S)
+        stage_s(c, &ho);
+    else if (m->u1 == ST_D)
+        stage_d(c, &ho);
+    else if (m->u1 == ST_E)
+        stage_e(c, &ho);
+}
+
+/* ---- the trigger --------------------------------------------------------------------------- */
+
+static uint32_t context_conn(cq_core_t *c, const cq_req_t *r)
+{
+    if (r->conn_type == CQ_CONN_CLIENT)
+        return r->conn_id;
+    Channeldpb__ChannelDataUpdateMessage *m = cq__req_body(c, r);
+    return m ? m->contextconnid : 0;
+}
 
 void cq__handover_check(cq_core_t *c, cq_chan_t *ch, const cq_req_t *r)
 {
-    (void)c;
-    (void)ch;
-    (void)r;
+    if (!c->sh->spatial || !*c->sh->spatial->handover.position_path || ch->ho_pending)
+        return;
+    uint32_t dst = entity_cell(c, ch);
+    if (!dst || dst == ch->cell) {
+        ch->ho_blocked = 0;
+        return;
+    }
+    if (!ch->cell) { /* first known position: no handover, the entity starts there */
+        ch->cell = dst;
+        return;
+    }
+    if (dst == ch->ho_blocked)
+        return; /* locked: not retried until the cell changes again */
+    uint32_t ents[HO_MAX_ENTS];
+    pthread_mutex_lock(&c->sh->groups_mu);
+    size_t n = cq_entgroups_handover_set(c->sh->groups, ch->id, ents, HO_MAX_ENTS);
+    pthread_mutex_unlock(&c->sh->groups_mu);
+    if (!n) {
+        CQ_MSG_LOG(c, "handover", "entity %u: %u -> %u refused: locked", ch->id, ch->cell, dst);
+        ch->ho_blocked = dst;
+        return;
+    }
+    ho_t ho = {{ch->cell, dst, context_conn(c, r), (uint32_t)n, 0, 0, 0, ""},
+               ents,
+               NULL,
+               NULL,
+               NULL,
+               NULL};
+    ch->ho_pending = true;
+    ch->ho_blocked = 0;
+    cq_sbuf_t none[HO_MAX_ENTS];
+    for (size_t i = 0; i < n; i++)
+        cq_sbuf_init(&none[i]);
+    ho_post(c, cq__chan_worker(c, ho.h.src), ST_S, &ho, none);
 }

@@ -22,7 +22,13 @@
  *     GLOBAL owner's copies of AuthResult and CreateChannelResult; written where GLOBAL is
  *     possessed (chan.c) and where its owner closes (conn.c);
  *   - the other workers' inbox byte counts (atomic), for flow control (below);
- *   - the metrics (relaxed atomics), written on the hot path and read only by /metrics.
+ *   - the metrics (relaxed atomics), written on the hot path and read only by /metrics;
+ *   - the spatial server slots' holders (cq_shared_t.slot_owner, atomics): written by GLOBAL's
+ *     worker when a spatial server takes or frees a slot, read where an entity is created on
+ *     GLOBAL and by a handover (who owns the destination cell);
+ *   - the entity groups (cq_shared_t.groups under groups_mu) and the well-known entities
+ *     (wk_ids under wk_mu): leaf locks taken on ENTITY_GROUP_ADD/REMOVE, a handover decision,
+ *     an entity's creation or removal and a client's AUTH, never per message.
  * With nodes, each becomes a message or a replicated view.
  */
 #ifndef CQ_PLACE_H
@@ -130,6 +136,16 @@ enum {
     XM_SENDMANY,  /* deliver buf to every conn id in body (uint32_t array) */
     XM_SCHEMA,    /* ptr is the new channel-data schema: resolve unknown types */
     XM_RECOVER,   /* conn_id took over a dropped server with PIT body: restore its channels */
+    /* C (interest.c, forward.c, handover.c) */
+    XM_INTEREST, /* client conn_id's wanted cells (body: cq_spatial_hit_t[]); stub u1, bc u2 */
+    XM_ADJACENT, /* deliver buf once to the local subscribers of the cells in body (uint32[]);
+                  * u1 sender, u2 clientConnId to skip, u3 broadcast flags */
+    XM_HANDOVER, /* a stage of a handover (handover.c); body: its context */
+    /* B: spatial cells and entity channels (spatial.c, entity.c) */
+    XM_SP_CELL, /* create/take over cell u1 for the request (u2 = mode), or subscribe u3 */
+    XM_DIR_ADD, /* directory worker: channel chan_id (type u1, metadata body) now exists */
+    XM_ENTITY,  /* create entity channel u1 for the request in mp */
+    XM_WK_SUB,  /* subscribe client conn_id to well-known entity chan_id */
     XM__COUNT
 };
 

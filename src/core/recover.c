@@ -98,23 +98,30 @@ void cq__recov_handles_free(cq_shared_t *sh)
     }
 }
 
-static void handles_expire(cq_shared_t *sh, uint64_t now)
+/* On the directory worker. An expired handle also frees the spatial server slot its
+ * connection kept while it was recoverable (released after dir_lock: a leaf lock). */
+static void handles_expire(cq_core_t *c, uint64_t now)
 {
+    cq_shared_t *sh = c->sh;
     uint32_t to = sh->o.server_recover_timeout_ms;
     if (!to)
         return;
+    uint32_t gone[16], n_gone = 0;
     pthread_mutex_lock(&sh->dir_lock);
     for (cq_recov_handle_t **pp = &sh->recov; *pp;) {
         cq_recov_handle_t *h = *pp;
-        if (now - h->since_ms < to) {
+        if (now - h->since_ms < to || n_gone == 16) { /* the rest expire on the next tick */
             pp = &h->next;
             continue;
         }
         *pp = h->next;
+        gone[n_gone++] = h->old_id;
         cq_free(h->pit);
         cq_free(h);
     }
     pthread_mutex_unlock(&sh->dir_lock);
+    for (uint32_t i = 0; i < n_gone; i++)
+        cq__spatial_release(c, gone[i]);
 }
 
 /* ---- a recoverable server dropped ------------------------------------------------------- */
@@ -294,7 +301,7 @@ void cq__recover_tick(cq_core_t *c, uint64_t now_ms)
     timed_tick(c, now_ms);
     uint32_t to = c->sh->o.server_recover_timeout_ms;
     if (c->index == cq__place_dir_worker(c))
-        handles_expire(c->sh, now_ms);
+        handles_expire(c, now_ms);
     if (!to)
         return;
     cq_list_t *n, *t;
@@ -305,7 +312,7 @@ void cq__recover_tick(cq_core_t *c, uint64_t now_ms)
             continue;
         cq_chan_t *ch = cq__chan_get(c, r->chan_id);
         bool remove = r->was_owner && ch && !ch->owner && ch->id != 0 &&
-                      ch->settings->remove_after_owner_removed;
+                      ch->settings->remove_after_owner_removed && !cq__spatial_is_cell(c, ch);
         recsub_free(r);
         if (remove) {
             CQ_INFO("recover", "channel %u: owner not recovered in time; removing", ch->id);

@@ -1,20 +1,379 @@
 /* spatial.c - the spatial controller: server slots, cell channels, border interest, regions,
- * queries (channeld-protocol.md §4.1-§4.3). Runs on GLOBAL's worker. */
+ * queries (channeld-protocol.md §4.1-§4.3). Runs on GLOBAL's worker (the directory worker).
+ *
+ * The slots live here (c->slots, directory worker only) and are mirrored in sh->slot_owner for
+ * the other workers. Cells are ordinary channels with the grid's fixed ids, living on the
+ * worker their id hashes to; this worker creates (or takes over) them and subscribes their
+ * owner and the border servers through XM_SP_CELL, silently.
+ *
+ * Reply order (§4.3 steps 4-5). Every reply of a CREATE_SPATIAL_CHANNEL - the border SUB
+ * results, SPATIAL_CHANNELS_READY, the CreateSpatialChannelsResult, the owner's SUB results and
+ * SPATIAL_REGIONS_UPDATE - is sent by this worker, in channeld's order. A recipient's replies
+ * therefore leave one producer (this worker) for one consumer (the recipient's worker) and
+ * arrive in the order they were queued: the MPSC inbox is FIFO per producer. The SUB results'
+ * contents are known here without asking the cells (the connection, the request's subOptions
+ * merged over SPATIAL's defaults, SERVER, SPATIAL). The cells' workers subscribe silently; each
+ * XM_SP_CELL is posted before the replies that announce it, and a cell is created by the
+ * XM_SP_CELL posted before any border subscription to it (same producer, same FIFO).
+ *
+ * §8.2 fixes: an unknown data Any does not stop the creation (the cells start with the bytes
+ * as they are, or without data, and the replies still go out); a server that takes over the
+ * slot of a closed one takes its cells over (owner changes, subscribers stay) instead of
+ * re-creating them, because cells are never removed for losing their owner. A server holds at
+ * most one slot: repeating the request repeats the replies for the same slot (channeld would
+ * hand it a second free slot). */
 #include "core_int.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define SP_LOG "spatial"
+
+/* ---- slots ------------------------------------------------------------------------------ */
+
+static int slots_ready(cq_core_t *c)
+{
+    if (c->slots.holder)
+        return 0;
+    return cq_spatial_slots_init(&c->slots, c->sh->spatial);
+}
+
+static void slot_publish(cq_core_t *c)
+{
+    for (uint32_t i = 0; i < c->slots.n; i++)
+        atomic_store(&c->sh->slot_owner[i], c->slots.holder[i]);
+}
+
+void cq__spatial_release(cq_core_t *c, uint32_t conn_id)
+{
+    if (!c->sh->spatial || !c->slots.holder || c->index != cq__place_dir_worker(c))
+        return;
+    if (cq_spatial_slots_release(&c->slots, conn_id)) {
+        CQ_INFO(SP_LOG, "conn %u left its spatial server slot", conn_id);
+        slot_publish(c);
+    }
+}
+
+void cq__spatial_conn_gone(cq_core_t *c, uint32_t conn_id, bool recoverable)
+{
+    if (!recoverable)
+        cq__spatial_release(c, conn_id);
+}
+
+bool cq__spatial_is_cell(const cq_core_t *c, const cq_chan_t *ch)
+{
+    const cq_spatial_cfg_t *g = c->sh->spatial;
+    return g && ch->type == CHANNELDPB__CHANNEL_TYPE__SPATIAL &&
+           cq_spatial_chan_index(g, ch->id, NULL);
+}
+
+void cq__spatial_free(cq_core_t *c)
+{
+    if (c->slots.holder)
+        cq_spatial_slots_done(&c->slots);
+    memset(&c->slots, 0, sizeof(c->slots));
+}
+
+/* ---- on a cell's worker ----------------------------------------------------------------- */
+
+static void cell_subscribe(cq_core_t *c, cq_req_t *r, cq_chan_t *ch, uint32_t who,
+                           const Channeldpb__ChannelSubscriptionOptions *o)
+{
+    if (cq_map_get(&ch->subs, who))
+        return; /* already there (a redone border, a repeated request): options unchanged */
+    cq_sub_t *s;
+    int rc = cq__sub_add(c, ch, who, CQ_CONN_SERVER, o, &s);
+    if (rc < 0)
+        cq__sub_refused(c, r, who, ch->id, rc);
+}
+
+static cq_chan_t *cell_create(cq_core_t *c, cq_req_t *r, Channeldpb__CreateChannelMessage *m,
+                              uint32_t id, uint32_t who)
+{
+    cq_chan_t *ch =
+        cq__chan_create(c, id, CHANNELDPB__CHANNEL_TYPE__SPATIAL, m->metadata, who, CQ_CONN_SERVER);
+    if (!ch) {
+        CQ_WARN(SP_LOG, "conn %u: cannot create spatial channel %u: out of memory", r->conn_id, id);
+        return NULL;
+    }
+    if (cq__data_create(c, ch, m->data, m->mergeoptions) < 0)
+        CQ_MSG_LOG(c, SP_LOG, "conn %u: spatial channel %u: bad initial data; starts without data",
+                   r->conn_id, id);
+    CQ_INFO(SP_LOG, "conn %u created spatial channel %u", who, id);
+    return ch;
+}
+
+/* The slot's new holder takes an existing cell over: owner, and data only if it has none. */
+static void cell_take_over(cq_core_t *c, cq_req_t *r, Channeldpb__CreateChannelMessage *m,
+                           cq_chan_t *ch, uint32_t who)
+{
+    if (ch->owner != who) {
+        CQ_INFO(SP_LOG, "conn %u takes spatial channel %u over from conn %u", who, ch->id,
+                ch->owner);
+        cq__chan_set_owner(c, ch, who, CQ_CONN_SERVER);
+    }
+    bool new_data = m->data && m->data->type_url && *m->data->type_url;
+    if (ch->data->state || !new_data)
+        cq__data_set_merge_opts(ch, m->mergeoptions);
+    else if (cq__data_create(c, ch, m->data, m->mergeoptions) < 0)
+        CQ_MSG_LOG(c, SP_LOG, "conn %u: spatial channel %u: bad initial data", r->conn_id, ch->id);
+}
+
+void cq__spatial_cell(cq_core_t *c, cq_req_t *r, uint32_t id, uint32_t mode, uint32_t who)
+{
+    Channeldpb__CreateChannelMessage *m = cq__req_body(c, r);
+    if (!m)
+        return;
+    cq_chan_t *ch = cq__chan_get(c, id);
+    if (mode == SP_CELL_OWN) {
+        if (!ch)
+            ch = cell_create(c, r, m, id, who);
+        else
+            cell_take_over(c, r, m, ch, who);
+    }
+    if (!ch) {
+        CQ_MSG_LOG(c, SP_LOG, "spatial channel %u missing for conn %u's border interest", id, who);
+        return;
+    }
+    cell_subscribe(c, r, ch, who, m->suboptions);
+}
+
+/* ---- on the directory worker ------------------------------------------------------------ */
+
+static void post_cell(cq_core_t *c, const cq_req_t *r, uint32_t id, uint32_t mode, uint32_t who)
+{
+    int w = cq__chan_worker(c, id);
+    if (w == c->index) {
+        cq_req_t copy = *r;
+        cq__spatial_cell(c, &copy, id, mode, who);
+        return;
+    }
+    cq_xmsg_t *x = cq__xmsg_req(XM_SP_CELL, r, true);
+    if (!x)
+        return;
+    x->u1 = id;
+    x->u2 = mode;
+    x->u3 = who;
+    cq__xmsg_post(c, w, x);
+}
+
+static void dir_register(cq_core_t *c, uint32_t id, const char *metadata)
+{
+    if (cq_map_get(&c->chaninfo, id))
+        cq__dir_set_meta(c, id, CHANNELDPB__CHANNEL_TYPE__SPATIAL, metadata ? metadata : "");
+    else if (cq__dir_add(c, id, CHANNELDPB__CHANNEL_TYPE__SPATIAL, metadata) < 0)
+        CQ_WARN(SP_LOG, "spatial channel %u: not listed: out of memory", id);
+}
+
+/* The SUB result a cell's worker would send for a silent subscription of `who` with opts. */
+static void sub_result_to(cq_core_t *c, uint32_t who, uint32_t cell, const cq_subopts_t *opts)
+{
+    Channeldpb__ChannelSubscriptionOptions o;
+    cq__subopts_to_pb(opts, &o);
+    Channeldpb__SubscribedToChannelResultMessage out =
+        CHANNELDPB__SUBSCRIBED_TO_CHANNEL_RESULT_MESSAGE__INIT;
+    out.connid = who;
+    out.suboptions = &o;
+    out.conntype = CHANNELDPB__CONNECTION_TYPE__SERVER;
+    out.channeltype = CHANNELDPB__CHANNEL_TYPE__SPATIAL;
+    cq__notify(c, who, cell, MT_SUB, &out.base);
+}
+
+static void send_ready(cq_core_t *c, uint32_t to, uint32_t count)
+{
+    Channeldpb__SpatialChannelsReadyMessage out = CHANNELDPB__SPATIAL_CHANNELS_READY_MESSAGE__INIT;
+    out.serverindex = count; /* channeld puts the count in both fields */
+    out.servercount = count;
+    cq__notify(c, to, 0, MT_SPATIAL_READY, &out.base);
+}
+
+/* The last slot was filled (§4.3 step 4): border interest for every server, then READY. */
+static void all_ready(cq_core_t *c, const cq_req_t *r, const cq_subopts_t *opts)
+{
+    const cq_spatial_cfg_t *g = c->sh->spatial;
+    uint32_t cap = cq_spatial_cells(g);
+    uint32_t *cells = cq_calloc(cap ? cap : 1, sizeof(uint32_t));
+    if (!cells) {
+        CQ_WARN(SP_LOG, "spatial channels ready: out of memory");
+        return;
+    }
+    for (uint32_t s = 0; s < c->slots.n; s++) {
+        uint32_t who = c->slots.holder[s];
+        uint32_t n = cq_spatial_border_cells(g, s, cells, cap);
+        for (uint32_t i = 0; i < n && i < cap; i++) {
+            post_cell(c, r, cells[i], SP_CELL_BORDER, who);
+            sub_result_to(c, who, cells[i], opts);
+        }
+    }
+    cq_free(cells);
+    for (uint32_t s = 0; s < c->slots.n; s++)
+        send_ready(c, c->slots.holder[s], c->slots.n);
+    send_ready(c, atomic_load(&c->sh->global_owner), c->slots.n);
+    CQ_INFO(SP_LOG, "spatial channels ready: %u servers", c->slots.n);
+}
+
+static void reply_created(cq_core_t *c, const cq_req_t *r,
+                          const Channeldpb__CreateChannelMessage *m, uint32_t *cells, uint32_t n)
+{
+    Channeldpb__CreateSpatialChannelsResultMessage out =
+        CHANNELDPB__CREATE_SPATIAL_CHANNELS_RESULT_MESSAGE__INIT;
+    out.n_spatialchannelid = n;
+    out.spatialchannelid = cells;
+    out.metadata = m->metadata;
+    out.ownerconnid = r->conn_id;
+    cq__reply(c, r, r->mp.channel_id, MT_CREATE_SPATIAL, &out.base);
+    uint32_t g = atomic_load(&c->sh->global_owner);
+    if (g && g != r->conn_id)
+        cq__notify(c, g, r->mp.channel_id, MT_CREATE_SPATIAL, &out.base);
+}
+
+/* SpatialRegionsUpdateMessage with every cell's region, in cell order, sent as msgType 13
+ * under r's MessagePack (channelId 0) with the given stub. */
+static void send_regions(cq_core_t *c, const cq_req_t *r, uint32_t stub)
+{
+    const cq_spatial_cfg_t *g = c->sh->spatial;
+    uint32_t n = cq_spatial_cells(g);
+    Channeldpb__SpatialRegion *regs = cq_calloc(n ? n : 1, sizeof(*regs));
+    Channeldpb__SpatialRegion **ptrs = cq_calloc(n ? n : 1, sizeof(*ptrs));
+    Channeldpb__SpatialInfo *pts = cq_calloc(2 * (size_t)(n ? n : 1), sizeof(*pts));
+    if (!regs || !ptrs || !pts) {
+        CQ_WARN(SP_LOG, "regions for conn %u: out of memory", r->conn_id);
+        goto out;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        cq_spatial_region_t reg;
+        cq_spatial_region(g, i, &reg);
+        Channeldpb__SpatialInfo *lo = &pts[2 * i], *hi = &pts[2 * i + 1];
+        channeldpb__spatial_info__init(lo);
+        channeldpb__spatial_info__init(hi);
+        lo->x = reg.min.x;
+        lo->y = reg.min.y;
+        lo->z = reg.min.z;
+        hi->x = reg.max.x;
+        hi->y = reg.max.y;
+        hi->z = reg.max.z;
+        channeldpb__spatial_region__init(&regs[i]);
+        regs[i].min = lo;
+        regs[i].max = hi;
+        regs[i].channelid = reg.chan_id;
+        regs[i].serverindex = reg.server;
+        ptrs[i] = &regs[i];
+    }
+    Channeldpb__SpatialRegionsUpdateMessage out = CHANNELDPB__SPATIAL_REGIONS_UPDATE_MESSAGE__INIT;
+    out.n_regions = n;
+    out.regions = ptrs;
+    cq_req_t copy = *r;
+    copy.mp.stub_id = stub;
+    cq__reply(c, &copy, r->mp.channel_id, MT_REGIONS_UPDATE, &out.base);
+out:
+    cq_free(regs);
+    cq_free(ptrs);
+    cq_free(pts);
+}
+
+/* The requester's replies (§4.3 step 5). */
+static void reply_all(cq_core_t *c, const cq_req_t *r, const Channeldpb__CreateChannelMessage *m,
+                      uint32_t *cells, uint32_t n, const cq_subopts_t *opts)
+{
+    reply_created(c, r, m, cells, n);
+    for (uint32_t i = 0; i < n; i++)
+        sub_result_to(c, r->conn_id, cells[i], opts);
+    uint32_t g = atomic_load(&c->sh->global_owner);
+    send_regions(c, r, g && g != r->conn_id ? 0 : r->mp.stub_id);
+}
+
+static void create_in_slot(cq_core_t *c, cq_req_t *r, const Channeldpb__CreateChannelMessage *m,
+                           int slot, bool filled)
+{
+    const cq_spatial_cfg_t *g = c->sh->spatial;
+    uint32_t n = cq_spatial_slot_cells(g, (uint32_t)slot, NULL, 0);
+    uint32_t *cells = cq_calloc(n ? n : 1, sizeof(uint32_t));
+    cq_subopts_t opts;
+    int rc = cq__subopts_make(cq_settings_get(c->sh->o.settings, CHANNELDPB__CHANNEL_TYPE__SPATIAL),
+                              m->suboptions, &opts);
+    if (!cells || rc < 0) {
+        CQ_WARN(SP_LOG, "conn %u: cannot create spatial channels: out of memory", r->conn_id);
+        goto out;
+    }
+    n = cq_spatial_slot_cells(g, (uint32_t)slot, cells, n);
+    for (uint32_t i = 0; i < n; i++) {
+        dir_register(c, cells[i], m->metadata);
+        post_cell(c, r, cells[i], SP_CELL_OWN, r->conn_id);
+    }
+    if (filled)
+        all_ready(c, r, &opts);
+    reply_all(c, r, m, cells, n, &opts);
+out:
+    cq__subopts_done(&opts);
+    cq_free(cells);
+}
 
 void cq__handle_create_spatial(cq_core_t *c, cq_req_t *r)
 {
-    CQ_MSG_LOG(c, "spatial", "conn %u: spatial channels are not implemented yet", r->conn_id);
+    Channeldpb__CreateChannelMessage *m = cq__req_body(c, r);
+    if (!m)
+        return;
+    if (r->conn_type != CQ_CONN_SERVER) {
+        CQ_MSG_LOG(c, SP_LOG, "conn %u: only SERVER connections create spatial channels",
+                   r->conn_id);
+        return;
+    }
+    if (slots_ready(c) < 0) {
+        CQ_WARN(SP_LOG, "conn %u: spatial slots: out of memory", r->conn_id);
+        return;
+    }
+    bool was_full = cq_spatial_slots_full(&c->slots);
+    int slot = cq_spatial_slots_take(&c->slots, r->conn_id);
+    if (slot < 0) {
+        /* channeld answers nothing; the server may retry once a slot frees */
+        CQ_MSG_LOG(c, SP_LOG, "conn %u: no free spatial server slot (%u servers)", r->conn_id,
+                   c->slots.n);
+        return;
+    }
+    slot_publish(c);
+    CQ_INFO(SP_LOG, "conn %u holds spatial server slot %d", r->conn_id, slot);
+    create_in_slot(c, r, m, slot, !was_full && cq_spatial_slots_full(&c->slots));
 }
+
+/* ---- QUERY_SPATIAL_CHANNEL, DEBUG_GET_SPATIAL_REGIONS ------------------------------------ */
 
 void cq__handle_query_spatial(cq_core_t *c, cq_req_t *r)
 {
-    (void)c;
-    (void)r;
+    const cq_spatial_cfg_t *g = c->sh->spatial;
+    Channeldpb__QuerySpatialChannelMessage *m = cq__req_body(c, r);
+    if (!m)
+        return;
+    if (!g) { /* channeld: no controller, no answer */
+        CQ_MSG_LOG(c, SP_LOG, "conn %u: QUERY_SPATIAL_CHANNEL without a spatial controller",
+                   r->conn_id);
+        return;
+    }
+    uint32_t *ids = cq_calloc(m->n_spatialinfo ? m->n_spatialinfo : 1, sizeof(uint32_t));
+    if (!ids)
+        return;
+    for (size_t i = 0; i < m->n_spatialinfo; i++) {
+        const Channeldpb__SpatialInfo *p = m->spatialinfo[i];
+        uint32_t idx;
+        if (p && cq_spatial_cell_of(g, p->x, p->z, &idx) == 0)
+            ids[i] = cq_spatial_chan_id(g, idx);
+    }
+    Channeldpb__QuerySpatialChannelResultMessage out =
+        CHANNELDPB__QUERY_SPATIAL_CHANNEL_RESULT_MESSAGE__INIT;
+    out.n_channelid = m->n_spatialinfo;
+    out.channelid = ids;
+    cq__reply(c, r, r->mp.channel_id, MT_QUERY_SPATIAL, &out.base);
+    cq_free(ids);
 }
 
 void cq__handle_debug_regions(cq_core_t *c, cq_req_t *r)
 {
-    (void)c;
-    (void)r;
+    if (!c->sh->o.dev || !c->sh->spatial) {
+        CQ_MSG_LOG(c, SP_LOG, "conn %u: DEBUG_GET_SPATIAL_REGIONS dropped (%s)", r->conn_id,
+                   c->sh->o.dev ? "no spatial controller" : "not in --dev mode");
+        return;
+    }
+    send_regions(c, r, r->mp.stub_id);
 }

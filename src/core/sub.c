@@ -67,6 +67,13 @@ static int opts_merge(cq_subopts_t *o, const Channeldpb__ChannelSubscriptionOpti
     return 0;
 }
 
+int cq__subopts_make(const cq_chan_settings_t *st,
+                     const Channeldpb__ChannelSubscriptionOptions *req, cq_subopts_t *ret)
+{
+    opts_default(ret, st);
+    return opts_merge(ret, req);
+}
+
 void cq__subopts_to_pb(const cq_subopts_t *o, Channeldpb__ChannelSubscriptionOptions *pb)
 {
     channeldpb__channel_subscription_options__init(pb);
@@ -452,7 +459,7 @@ static void owner_gone(cq_core_t *c, cq_chan_t *ch)
         CQ_INFO("chan", "GLOBAL unpossessed: owner conn %u left", owner);
         return;
     }
-    if (ch->settings->remove_after_owner_removed) {
+    if (ch->settings->remove_after_owner_removed && !cq__spatial_is_cell(c, ch)) {
         CQ_INFO("chan", "channel %u: owner conn %u left; removing (RemoveChannelAfterOwnerRemoved)",
                 ch->id, owner);
         cq__chan_remove(c, ch, 0);
@@ -465,6 +472,7 @@ void cq__conn_gone(cq_core_t *c, uint32_t conn_id, uint8_t conn_type, const char
 {
     (void)conn_type;
     cq__place_forget(c, conn_id);
+    cq__spatial_conn_gone(c, conn_id, pit != NULL);
     if (pit) {
         cq__recover_store(c, conn_id, pit);
         return;

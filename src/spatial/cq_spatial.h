@@ -92,7 +92,8 @@ typedef struct cq_spatial_vec {
 } cq_spatial_vec_t;
 
 typedef struct cq_spatial_region {
-    cq_spatial_vec_t min, max; /* y bounds are -/+ FLT_MAX / 2 exactly, as channeld's */
+    cq_spatial_vec_t min, max; /* y bounds are -/+ 3.40282347e38 / 2 exactly, channeld's
+                                * MinY/MaxY (the decimal literal, not FLT_MAX / 2) */
     uint32_t chan_id;
     uint32_t server;
 } cq_spatial_region_t;

@@ -1,6 +1,7 @@
 // Builds the browser artefacts (all gitignored):
 //   dist/chanq.js          the client as one ES module (protobufjs bundled in)
 //   dist/demo/             the chat-rooms page: index.html, style.css, app.js (one ES module)
+//   dist/world/            the spatial world page: index.html, style.css, world.js
 // The Node entry point (src/index.js) needs no build beyond the generated descriptors (gen/).
 import { copyFileSync, mkdirSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -28,8 +29,12 @@ const common = {
 
 rmSync(dist, { recursive: true, force: true });
 mkdirSync(join(dist, 'demo'), { recursive: true });
+mkdirSync(join(dist, 'world'), { recursive: true });
 await esbuild.build({ ...common, entryPoints: [join(root, 'src', 'index.js')], outfile: join(dist, 'chanq.js') });
 await esbuild.build({ ...common, entryPoints: [join(root, 'demo', 'app.js')], outfile: join(dist, 'demo', 'app.js') });
-for (const f of ['index.html', 'style.css'])
-  copyFileSync(join(root, 'demo', f), join(dist, 'demo', f));
-console.log(`built ${join(dist, 'chanq.js')} and ${join(dist, 'demo')}/`);
+await esbuild.build({ ...common, entryPoints: [join(root, 'world', 'world.js')], outfile: join(dist, 'world', 'world.js') });
+for (const d of ['demo', 'world']) {
+  for (const f of ['index.html', 'style.css'])
+    copyFileSync(join(root, d, f), join(dist, d, f));
+}
+console.log(`built ${join(dist, 'chanq.js')}, ${join(dist, 'demo')}/ and ${join(dist, 'world')}/`);

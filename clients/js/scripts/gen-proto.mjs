@@ -1,6 +1,7 @@
 // Generates protobufjs JSON descriptors from the repository's .proto text (../../proto):
 //   gen/channeld.js  channeldpb.* and google.protobuf.Any (the wire protocol)
 //   gen/chat.js      chatpb.* (the chat-rooms demo's channel data)
+//   gen/world.js     chanqworld.* (the spatial world demo's entity and cell data)
 // Each module is `export default <descriptor>;`, loaded with protobuf.Root.fromJSON at run time,
 // so the browser bundle needs only protobufjs/light. The output is gitignored.
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -29,3 +30,4 @@ function write(name, json, what) {
 mkdirSync(outDir, { recursive: true });
 write('channeld.js', load(['channeld.proto']), 'proto/channeld.proto');
 write('chat.js', load(['chat.proto']), 'proto/chat.proto');
+write('world.js', load(['world.proto']), 'proto/world.proto');

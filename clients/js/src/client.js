@@ -10,6 +10,7 @@ import {
   decodePacket,
   encodeAny,
 } from './proto.js';
+import { installSpatial } from './spatial.js';
 import { openTransport } from './transport.js';
 
 const PB = 'channeldpb.';
@@ -82,6 +83,8 @@ export class ChanqClient {
     this.compressionType = 0;
     /** channelId -> effective ChannelSubscriptionOptions of this connection's subscriptions. */
     this.subscriptions = new Map();
+    /** channelId -> ChannelType of those subscriptions (from the SUB results). */
+    this.subscriptionTypes = new Map();
     this.transport = null;
     this.reader = null;
     this.listeners = new Map();
@@ -193,6 +196,7 @@ export class ChanqClient {
     this.outq = [];
     this.outSize = 0;
     this.subscriptions.clear();
+    this.subscriptionTypes.clear();
     for (const [stub, p] of this.pending) {
       this.pending.delete(stub);
       if (p.timer)
@@ -261,13 +265,16 @@ export class ChanqClient {
    * stubId: {pack, msg}, where msg is the decoded body (null for unknown types).
    */
   request(channelId, msgType, body, opts = {}) {
-    return this.rpc(channelId, msgType, body, opts, (pack, msg) => ({ pack, msg }));
+    return this.rpc(channelId, msgType, body, opts, (pack, msg) => ({ pack, msg }), opts.replyTypes ?? null);
   }
 
-  rpc(channelId, msgType, body, opts, shape) {
+  // replyTypes: the msgTypes that answer this request (null = any). A message with the stubId
+  // but another type (e.g. the SPATIAL_REGIONS_UPDATE that follows a spatial create with the
+  // same stub, §4.3) is then only an event and cannot resolve a later request that reused it.
+  rpc(channelId, msgType, body, opts, shape, replyTypes = [msgType]) {
     const stubId = this.allocStub();
     return new Promise((resolve, reject) => {
-      const p = { resolve, reject, shape, timer: null };
+      const p = { resolve, reject, shape, timer: null, replyTypes };
       this.pending.set(stubId, p);
       const timeoutMs = opts.timeoutMs ?? this.rpcTimeoutMs;
       if (timeoutMs > 0) {
@@ -436,7 +443,9 @@ export class ChanqClient {
         return;
       }
     }
-    const p = pack.stubId ? this.pending.get(pack.stubId) : undefined;
+    let p = pack.stubId ? this.pending.get(pack.stubId) : undefined;
+    if (p && p.replyTypes && !p.replyTypes.includes(pack.msgType))
+      p = undefined;
     if (p) {
       this.pending.delete(pack.stubId);
       if (p.timer)
@@ -451,12 +460,16 @@ export class ChanqClient {
 
   // Keeps this.subscriptions current.
   track(pack, msg) {
-    if (pack.msgType === MT.SUB_TO_CHANNEL && msg.connId === this.connId)
+    if (pack.msgType === MT.SUB_TO_CHANNEL && msg.connId === this.connId) {
       this.subscriptions.set(pack.channelId, msg.subOptions);
-    else if (pack.msgType === MT.UNSUB_FROM_CHANNEL && msg.connId === this.connId)
+      this.subscriptionTypes.set(pack.channelId, msg.channelType);
+    } else if (pack.msgType === MT.UNSUB_FROM_CHANNEL && msg.connId === this.connId) {
       this.subscriptions.delete(pack.channelId);
-    else if (pack.msgType === MT.REMOVE_CHANNEL)
+      this.subscriptionTypes.delete(pack.channelId);
+    } else if (pack.msgType === MT.REMOVE_CHANNEL) {
       this.subscriptions.delete(msg.channelId);
+      this.subscriptionTypes.delete(msg.channelId);
+    }
   }
 
   emitTyped(pack, msg) {
@@ -478,6 +491,8 @@ export class ChanqClient {
       this.emit('channelCreated', msg);
       break;
     default:
+      if (this.emitSpatial(pack, msg))
+        break;
       if (pack.msgType >= MT.USER_SPACE_START) {
         this.emit('userMessage', {
           channelId,
@@ -509,5 +524,7 @@ export class ChanqClient {
     });
   }
 }
+
+installSpatial(ChanqClient);
 
 export { TYPE_URL_PREFIX, encodeAny };

@@ -24,4 +24,5 @@ export {
   encodePacket,
   typeNameOf,
 } from './proto.js';
+export { EntityGroupType, dampingIntervalMs, spatialQuery, unpackNested } from './spatial.js';
 export { openTransport } from './transport.js';

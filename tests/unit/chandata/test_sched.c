@@ -304,6 +304,24 @@ static void test_skip_first(void **state)
     fx_free(f);
 }
 
+/* An update in the same ms just before a skip_first subscription (the snapshot a handover
+ * sends) is not repeated in its first window; one just after it is sent. */
+static void test_skip_first_same_ms(void **state)
+{
+    (void)state;
+    fx_t *f = fx_new(10);
+    cq_sched_subopts_t keep = opts(1000, 0, true), o = opts(50, 0, true);
+    sub(f, 1, &keep, 0);
+    upd(f, "snap", C0, 10);
+    sub(f, 2, &o, 10);
+    upd(f, "b", C0, 10);
+    for (int64_t t = 10; t <= 100; t += 10)
+        assert_int_equal(tick(f, t), 0);
+    assert_int_equal(f->nrec, 1);
+    expect(f, 0, 2, 60, "b");
+    fx_free(f);
+}
+
 static void test_negative_delay(void **state)
 {
     (void)state;
@@ -768,6 +786,7 @@ int main(void)
         cmocka_unit_test(test_timeline_exact),
         cmocka_unit_test(test_timeline_defaults),
         cmocka_unit_test(test_skip_first),
+        cmocka_unit_test(test_skip_first_same_ms),
         cmocka_unit_test(test_negative_delay),
         cmocka_unit_test(test_skip_self),
         cmocka_unit_test(test_skip_self_before_sub),
