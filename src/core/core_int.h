@@ -136,6 +136,9 @@ struct cq_shared {
      * decision, never per message. */
     pthread_mutex_t groups_mu;
     cq_entgroups_t *groups;
+    /* C: bumped by every ENTITY_GROUP_ADD/REMOVE: a handover a locked group refused is
+     * retried once the groups changed (handover.c). */
+    _Atomic uint32_t groups_gen;
     /* Well-known entity channels (CreateEntityChannelMessage.isWellKnown): every client that
      * authenticates later subscribes to them. Under wk_mu, a leaf lock taken when one is
      * created or removed and once per client AUTH. */
@@ -245,6 +248,7 @@ typedef struct cq_chan {
     /* C: an entity channel's handover state (handover.c) */
     uint32_t cell;       /* the spatial cell the entity is in, 0 = not known yet */
     uint32_t ho_blocked; /* a cell a locked group kept it out of: not retried */
+    uint32_t ho_blocked_gen; /* sh->groups_gen when ho_blocked was set */
     bool ho_pending;     /* a handover it started has not reached its entity stage yet */
 } cq_chan_t;
 
@@ -559,6 +563,8 @@ void cq__handover_stage(cq_core_t *c, const cq_xmsg_t *m);
 int cq__entity_position(cq_core_t *c, const cq_chan_t *ch, cq_spatial_vec_t *ret);
 /* Sets the entity channel's current cell from its data (at creation; 0 when unknown). */
 void cq__entity_init_cell(cq_core_t *c, cq_chan_t *ch);
+/* The entity groups changed (ENTITY_GROUP_ADD/REMOVE): refused handovers may be retried. */
+void cq__handover_groups_changed(cq_core_t *c);
 
 /* forward.c */
 void cq__handle_user(cq_core_t *c, cq_req_t *r);

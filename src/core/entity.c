@@ -219,6 +219,7 @@ void cq__entity_create_here(cq_core_t *c, cq_req_t *r, uint32_t id)
     if (cq__data_create(c, ch, m->data, m->mergeoptions) < 0) /* §4.5 step 2: not fatal */
         CQ_MSG_LOG(c, EN_LOG, "conn %u: entity channel %u: bad initial data; starts without data",
                    r->conn_id, id);
+    cq__entity_init_cell(c, ch);
     dir_add_entity(c, ch);
     /* §4.5 step 3 (created on GLOBAL with a position: the cell's owner owns it) waits for
      * helper C's cq__entity_position (handover.c). */
@@ -284,6 +285,7 @@ void cq__handle_group_add(cq_core_t *c, cq_req_t *r)
     int rc = cq_entgroups_add(c->sh->groups, ch->id, (cq_entgroup_type_t)m->type, m->entitiestoadd,
                               m->n_entitiestoadd);
     pthread_mutex_unlock(&c->sh->groups_mu);
+    cq__handover_groups_changed(c);
     if (rc < 0)
         CQ_MSG_LOG(c, EN_LOG, "conn %u: ENTITY_GROUP_ADD on %u: %s", r->conn_id, ch->id,
                    cq_strerror(rc));
@@ -299,6 +301,7 @@ void cq__handle_group_remove(cq_core_t *c, cq_req_t *r)
     int rc = cq_entgroups_remove(c->sh->groups, ch->id, (cq_entgroup_type_t)m->type,
                                  m->entitiestoremove, m->n_entitiestoremove);
     pthread_mutex_unlock(&c->sh->groups_mu);
+    cq__handover_groups_changed(c);
     if (rc < 0)
         CQ_MSG_LOG(c, EN_LOG, "conn %u: ENTITY_GROUP_REMOVE on %u: %s", r->conn_id, ch->id,
                    cq_strerror(rc));

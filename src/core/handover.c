@@ -271,6 +271,8 @@ static void stage_d(cq_core_t *c, ho_t *ho)
     cq_free(subs);
 }
 
+static void ho_start(cq_core_t *c, cq_chan_t *ch, uint32_t ctx);
+
 /* ---- stage E: each entity ----------------------------------------------------------------- */
 
 static uint32_t cell_owner(const cq_core_t *c, uint32_t cell)
@@ -385,6 +387,7 @@ static void stage_e(cq_core_t *c, ho_t *ho)
     cq_chan_t *e = cq__chan_get(c, ho->h.entity);
     if (!e)
         return;
+    bool trigger = e->ho_pending;
     e->ho_pending = false;
     move_owner(c, e, ho);
     bool *fresh = cq_calloc(ho->h.n_dsubs ? ho->h.n_dsubs : 1, sizeof(*fresh));
@@ -395,6 +398,10 @@ static void stage_e(cq_core_t *c, ho_t *ho)
     e->cell = ho->h.dst;
     send_e(c, e, ho, fresh);
     cq_free(fresh);
+    /* Updates that arrived meanwhile were not checked (ho_pending): the entity may already be
+     * past D, and no later update may come to notice it. */
+    if (trigger)
+        ho_start(c, e, ho->h.ctx);
 }
 
 void cq__handover_stage(cq_core_t *c, const cq_xmsg_t *m)
@@ -410,6 +417,11 @@ void cq__handover_stage(cq_core_t *c, const cq_xmsg_t *m)
         stage_e(c, &ho);
 }
 
+void cq__handover_groups_changed(cq_core_t *c)
+{
+    atomic_fetch_add(&c->sh->groups_gen, 1);
+}
+
 /* ---- the trigger --------------------------------------------------------------------------- */
 
 static uint32_t context_conn(cq_core_t *c, const cq_req_t *r)
@@ -420,10 +432,9 @@ static uint32_t context_conn(cq_core_t *c, const cq_req_t *r)
     return m ? m->contextconnid : 0;
 }
 
-void cq__handover_check(cq_core_t *c, cq_chan_t *ch, const cq_req_t *r)
+/* Hands ch over if its data puts it in another cell than ch->cell. */
+static void ho_start(cq_core_t *c, cq_chan_t *ch, uint32_t ctx)
 {
-    if (!c->sh->spatial || !*c->sh->spatial->handover.position_path || ch->ho_pending)
-        return;
     uint32_t dst = entity_cell(c, ch);
     if (!dst || dst == ch->cell) {
         ch->ho_blocked = 0;
@@ -433,8 +444,9 @@ void cq__handover_check(cq_core_t *c, cq_chan_t *ch, const cq_req_t *r)
         ch->cell = dst;
         return;
     }
-    if (dst == ch->ho_blocked)
-        return; /* locked: not retried until the cell changes again */
+    uint32_t gen = atomic_load(&c->sh->groups_gen);
+    if (dst == ch->ho_blocked && gen == ch->ho_blocked_gen)
+        return; /* locked: not retried until the cell or the groups change */
     uint32_t ents[HO_MAX_ENTS];
     pthread_mutex_lock(&c->sh->groups_mu);
     size_t n = cq_entgroups_handover_set(c->sh->groups, ch->id, ents, HO_MAX_ENTS);
@@ -442,18 +454,21 @@ void cq__handover_check(cq_core_t *c, cq_chan_t *ch, const cq_req_t *r)
     if (!n) {
         CQ_MSG_LOG(c, "handover", "entity %u: %u -> %u refused: locked", ch->id, ch->cell, dst);
         ch->ho_blocked = dst;
+        ch->ho_blocked_gen = gen;
         return;
     }
-    ho_t ho = {{ch->cell, dst, context_conn(c, r), (uint32_t)n, 0, 0, 0, ""},
-               ents,
-               NULL,
-               NULL,
-               NULL,
-               NULL};
+    ho_t ho = {{ch->cell, dst, ctx, (uint32_t)n, 0, 0, 0, ""}, ents, NULL, NULL, NULL, NULL};
     ch->ho_pending = true;
     ch->ho_blocked = 0;
     cq_sbuf_t none[HO_MAX_ENTS];
     for (size_t i = 0; i < n; i++)
         cq_sbuf_init(&none[i]);
     ho_post(c, cq__chan_worker(c, ho.h.src), ST_S, &ho, none);
+}
+
+void cq__handover_check(cq_core_t *c, cq_chan_t *ch, const cq_req_t *r)
+{
+    if (!c->sh->spatial || !*c->sh->spatial->handover.position_path || ch->ho_pending)
+        return;
+    ho_start(c, ch, context_conn(c, r));
 }
