@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # bench/spatial.sh - the spatial benchmark (issue 12): chanqd with the `benchmark` layout (15x15
 # cells of 2000, 3x3 servers) and chanqworld's types (world.fds + a Handover section), driven by
-# spatialbench: 9 spatial servers, CLIENTS clients each with a wandering entity updated RATE times
-# a second, and a sphere interest of RADIUS cells (1.5: about 9 cells) set by its server once a
-# second. Prints spatialbench's JSON line per run and a summary with the machine's load.
+# spatialbench: 9 spatial servers, CLIENTS clients each with a wandering entity whose owner sends
+# RATE times a second an entity update and a cell update (the clients read the cells), and a
+# sphere interest of RADIUS cells (1.5: about 10 cells) set by its server when it changes cell. Prints spatialbench's JSON line per run and a summary with the machine's load.
 #
 # Environment knobs [defaults]:
 #   CLIENTS [2000]  RATE [10]  DURATION [10] s  WARMUP [3]  RADIUS [1.5] cells  SPEED [0.5] cells/s
 #   WORKERS [1]  REPS [1]  BUILD [build-bench] (meson release build, created if missing)
 #   SPATIAL_SMOKE [0]  1: 200 clients, 5 s, 1 s warmup, and the count checks (--check): every
-#                      entity created, updates and fan-outs flowed, no lost handover. The meson
+#                      entity created, updates and fan-outs flowed, no lost handover, no
+#                      update refused (chanqd's log). The meson
 #                      test `spatial-smoke` (suite bench) runs this with CHANQD/SPATIALBENCH/
 #                      WORLD_FDS set to the build's files.
 #   CHANQD, SPATIALBENCH, WORLD_FDS: use these binaries/files instead of building.
@@ -62,7 +63,8 @@ JSON
 run_once() {
     rm -f "$TMP/ready"
     "$CHANQD" --client-addr 127.0.0.1:0 --server-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
-        --spatial-settings "$TMP/spatial.json" --channel-data-types "$WORLD_FDS" \
+        --mq-addr 127.0.0.1:0 --mq-http-addr 127.0.0.1:0 --ws-addr 127.0.0.1:0 \
+        --kcp-addr 127.0.0.1:0 --store-dir "$TMP/store" --spatial-settings "$TMP/spatial.json" --channel-data-types "$WORLD_FDS" \
         --workers "$WORKERS" --ready-file "$TMP/ready" >"$TMP/chanqd.log" 2>&1 &
     PID=$!
     for _ in $(seq 100); do [ -s "$TMP/ready" ] && break; sleep 0.1; done
@@ -72,8 +74,16 @@ run_once() {
     local rc=0
     "$SPATIALBENCH" --server "$srv" --servers 9 --clients "$CLIENTS" --rate "$RATE" \
         --seconds "$DURATION" --warmup "$WARMUP" --radius "$RADIUS" --speed "$SPEED" \
-        --pid "$PID" "${CHECK[@]}" | tee -a "$RESULTS" || rc=$?
+        --pid "$PID" --spatial-settings "$TMP/spatial.json" "${CHECK[@]}" >"$TMP/line" || rc=$?
     kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null || true; PID=
+    # Updates chanqd refused (rate-limited log lines: a lower bound; 0 means none).
+    local refused
+    refused=$(grep -c 'refused\|no write access' "$TMP/chanqd.log" || true)
+    sed "s/,\"ok\"/,\"refused_log_lines\":$refused,\"ok\"/" "$TMP/line" | tee -a "$RESULTS"
+    if [ ${#CHECK[@]} -gt 0 ] && [ "$refused" != 0 ]; then
+        log "chanqd refused updates:"; grep 'refused\|no write access' "$TMP/chanqd.log" | head -5 >&2
+        rc=3
+    fi
     return $rc
 }
 

@@ -1,26 +1,34 @@
 /* spatialbench.c - the spatial benchmark's load generator (issue 12; bench/spatial.sh runs it).
  *
  * One libuv loop drives --servers spatial servers and --clients client connections against one
- * chanqd (started with --spatial-settings benchmark and world.fds). Setup: the servers create
+ * chanqd started with the same --spatial-settings FILE and world.fds. Setup: the servers create
  * the spatial channels; every client authenticates and gets an entity (id entity-start + i) at a
  * random position, created by the server owning that cell (CREATE_ENTITY_CHANNEL on the cell).
- * Run: every entity walks at random and its owner sends an EntityChannelData update --rate
- * times a second; once a second each entity's owner sets its client's interest to a sphere of
- * --radius cells around the entity (UPDATE_SPATIAL_INTEREST). Ownership moves on
- * CHANNEL_DATA_HANDOVER (destination owner) or a SUB result with WRITE for the server itself.
+ *
+ * Run (the lead's design for issue 12: damping applies to CELL subscriptions, so positions
+ * reach clients through the cells' data): every entity walks at random and, --rate times a
+ * second, its owner sends
+ *   (a) an EntityChannelData update to the ENTITY channel (what drives chanqd's handover), and
+ *   (b) a SpatialChannelData update {entities: {E: {objRef, entityData: Any(EntityChannelData)}}}
+ *       to the entity's current cell (map entries replace per key).
+ * Clients are not subscribed to entity channels. When its entity enters another cell (and at
+ * the start), the entity's owner sets the client's interest to a sphere of --radius cells
+ * around it (UPDATE_SPATIAL_INTEREST, sent on the entity channel). The benchmark runs the same
+ * query through the spatial engine (cq_spatial_query) to know each subscription's damping
+ * distance and interval: chanqd applies a changed interval silently (no SUB result).
+ * Ownership moves on CHANNEL_DATA_HANDOVER (destination owner) or a SUB result with WRITE.
  *
  * Measured, after --warmup seconds, for --seconds:
- *   fanouts/s at the clients (CHANNEL_DATA_UPDATE on entity channels) against the ideal: every
- *     second, the sum over the clients' entity subscriptions of min(1000/interval, rate);
- *   latency: the sender records each update's send time by (entity, seq) (a ring in this
- *     process: equivalent to a timestamp in the data, without growing it); a client that
- *     receives an update reads every new seq of its trail and records now - send time, per
- *     interval bucket of that subscription (20, 50, 100, other), as p50/p99;
- *   gaps and duplicates: a trail seq <= the last one seen on that subscription is a duplicate, a
- *     jump of more than 1 a gap (after the first fan-out);
+ *   fanouts/s at the clients (CHANNEL_DATA_UPDATE on cell channels) against the ideal: each
+ *     second, for every expected cell subscription, the number of its interval windows in that
+ *     second during which the benchmark sent the cell an update (a millisecond bitmap per cell);
+ *   latency per damping distance (0, 1, 2, 3+): receive time - the newest send time among the
+ *     fan-out's entries, skipping a subscription's first fan-out (the full state). The send
+ *     time of (entity, seq) is kept in a ring in this process, which stands for a timestamp in
+ *     the data without growing it; the fan-out carries the seq;
  *   handovers/s: entities handed to a destination owner (CHANNEL_DATA_HANDOVER at servers);
- *   lost handovers: at the end (after a drain), entities whose position's cell belongs to
- *     another server than the one that last received them;
+ *   lost handovers: at the end (after a drain), entities whose cell belongs to another server
+ *     than the one that owns them here (refused updates are in chanqd's log: bench/spatial.sh);
  *   chanqd CPU (--pid): (utime+stime) delta / wall time, from /proc/PID/stat.
  * Prints one JSON line. Exit status 0, 1 on setup failure, 2 on bad options; with --check, 3 if
  * a count check fails (every entity created, updates sent, fan-outs received, no lost handover).
@@ -29,6 +37,7 @@
 #include "chanq_spatial.h"
 #include "chanq_uv.h"
 #include "cq_alloc.h"
+#include "cq_spatial.h"
 #include "world.pb-c.h"
 
 #include <errno.h>
@@ -43,10 +52,9 @@
 #define RING       64
 #define URL_ENTITY "type.googleapis.com/chanqworld.EntityChannelData"
 #define URL_CELLS  "type.googleapis.com/chanqworld.SpatialChannelData"
-#define N_BUCKETS  4
-#define LAT_CAP    (1u << 21)
-
-static const uint32_t bucket_iv[N_BUCKETS] = {20, 50, 100, 0};
+#define N_BUCKETS  4 /* damping distance 0, 1, 2, 3+ */
+#define LAT_CAP    (1u << 22)
+#define MAX_HITS   64
 
 typedef struct opts {
     char host[64];
@@ -56,16 +64,12 @@ typedef struct opts {
     uint32_t seed, entity_start;
     int pid;
     bool check;
+    const char *settings;
 } opts_t;
 
-typedef struct region {
-    uint32_t chan, server_index;
-    double x0, z0, x1, z1;
-} region_t;
-
 typedef struct sub {
-    uint32_t chan, interval, last_seq;
-    bool seen;
+    uint32_t chan, interval, dist;
+    bool seen; /* its first (full-state) fan-out arrived */
 } sub_t;
 
 typedef struct peer {
@@ -75,12 +79,12 @@ typedef struct peer {
     uint32_t conn_id;
     int index; /* server: its server index */
     uint32_t first_cell;
-    sub_t *subs; /* client: its entity subscriptions */
-    size_t n_subs, cap_subs;
+    sub_t subs[MAX_HITS]; /* client: the cell subscriptions its last interest asked for */
+    size_t n_subs;
 } peer_t;
 
 typedef struct ent {
-    uint32_t id, seq;
+    uint32_t id, seq, cell, interest_cell; /* cell channel ids; 0 = none yet */
     double x, z, heading;
     int owner;
     bool created;
@@ -90,23 +94,25 @@ typedef struct ent {
 typedef struct lat {
     uint32_t *us; /* microseconds */
     size_t n;
+    uint32_t interval;
 } lat_t;
 
 typedef struct bench {
     opts_t o;
+    cq_spatial_cfg_t g;
+    uint32_t n_cells;
+    uint8_t (*sent_ms)[125]; /* per cell: the milliseconds of this second with an update */
+    uint64_t sec_start;
     uv_loop_t *loop;
     uv_timer_t timer;
     peer_t *srv, *cli;
     ent_t *ents;
-    region_t *regions;
-    size_t n_regions;
-    double x0, z0, x1, z1, cell_w;
     int authed, created_srv, ready, created_ent, closed;
     int phase; /* 0 setup, 1 warmup, 2 measure, 3 drain, 4 done */
-    uint64_t t0, t_measure, t_end, next_update_ns, next_interest_ns, next_ideal_ns;
+    uint64_t t0, t_measure, t_end, next_update_ns, next_ideal_ns;
     size_t cursor; /* next entity to update */
     double cpu0;
-    uint64_t updates, fanouts, handovers, dups, gaps;
+    uint64_t updates, fanouts, handovers, interests, subs_sum, subs_samples;
     double ideal;
     lat_t lat[N_BUCKETS];
     int err;
@@ -127,26 +133,13 @@ static double rnd(void)
     return (double)x / 4294967296.0;
 }
 
-static const region_t *region_at(double x, double z)
+/* The cell channel at (x, z) as chanqd sees it (the position travels as float), or 0. */
+static uint32_t cell_at(double x, double z)
 {
-    if (B.n_regions == 0)
-        return NULL;
-    /* Regular grid: index from the first region's size, then verify. */
-    int cols = (int)llround((B.x1 - B.x0) / B.cell_w);
-    double h = B.regions[0].z1 - B.regions[0].z0;
-    long gx = (long)floor((x - B.x0) / B.cell_w), gz = (long)floor((z - B.z0) / h);
-    size_t i = (size_t)(gx + gz * cols);
-    if (gx < 0 || gz < 0 || gx >= cols || i >= B.n_regions)
-        return NULL;
-    return &B.regions[i];
-}
-
-static const region_t *region_of_chan(uint32_t chan)
-{
-    for (size_t i = 0; i < B.n_regions; i++)
-        if (B.regions[i].chan == chan)
-            return &B.regions[i];
-    return NULL;
+    uint32_t idx;
+    if (cq_spatial_cell_of(&B.g, (float)x, (float)z, &idx) < 0)
+        return 0;
+    return cq_spatial_chan_id(&B.g, idx);
 }
 
 static int srv_of_index(uint32_t si)
@@ -157,10 +150,12 @@ static int srv_of_index(uint32_t si)
     return -1;
 }
 
-static int cell_owner(double x, double z)
+static int srv_of_cell(uint32_t chan)
 {
-    const region_t *r = region_at(x, z);
-    return r ? srv_of_index(r->server_index) : -1;
+    uint32_t idx;
+    if (!cq_spatial_chan_index(&B.g, chan, &idx))
+        return -1;
+    return srv_of_index(cq_spatial_cell_server(&B.g, idx));
 }
 
 static ent_t *ent_of(uint32_t id)
@@ -170,71 +165,137 @@ static ent_t *ent_of(uint32_t id)
     return &B.ents[id - B.o.entity_start];
 }
 
-static sub_t *sub_find(peer_t *p, uint32_t chan, bool add)
+static sub_t *sub_find(peer_t *p, uint32_t chan)
 {
     for (size_t i = 0; i < p->n_subs; i++)
         if (p->subs[i].chan == chan)
             return &p->subs[i];
-    if (!add)
-        return NULL;
-    if (p->n_subs == p->cap_subs) {
-        size_t nc = p->cap_subs ? p->cap_subs * 2 : 16;
-        sub_t *ns = cq_realloc(p->subs, nc * sizeof(*ns));
-        if (!ns)
-            return NULL;
-        p->subs = ns;
-        p->cap_subs = nc;
-    }
-    p->subs[p->n_subs] = (sub_t){chan, 0, 0, false};
-    return &p->subs[p->n_subs++];
+    return NULL;
 }
 
-static int bucket_of(uint32_t iv)
+static void lat_add(uint32_t dist, uint32_t interval, uint64_t ns)
 {
-    for (int b = 0; b < N_BUCKETS - 1; b++)
-        if (iv == bucket_iv[b])
-            return b;
-    return N_BUCKETS - 1;
-}
-
-static void lat_add(int b, uint64_t ns)
-{
-    lat_t *l = &B.lat[b];
+    lat_t *l = &B.lat[dist < N_BUCKETS ? dist : N_BUCKETS - 1];
     if (!l->us)
         l->us = cq_malloc(LAT_CAP * sizeof(*l->us));
+    l->interval = interval;
     if (l->us && l->n < LAT_CAP)
         l->us[l->n++] = (uint32_t)(ns / 1000);
 }
 
-/* ---- inbound: servers ------------------------------------------------------------------------ */
+/* ---- a minimal protobuf reader (the clients' hot path: no allocation) -------------------- */
 
-static void on_regions(const chanq_msg_t *m)
+typedef struct pbr {
+    const uint8_t *p, *end;
+} pbr_t;
+
+static bool pb_varint(pbr_t *r, uint64_t *v)
 {
-    Channeldpb__SpatialRegionsUpdateMessage *ru = NULL;
-    if (B.n_regions || chanq_decode_spatial_regions(m, &ru) < 0 || ru->n_regions == 0) {
-        chanq_unpack_free(ru);
-        return;
+    *v = 0;
+    for (int sh = 0; sh < 64 && r->p < r->end; sh += 7) {
+        uint8_t b = *r->p++;
+        *v |= (uint64_t)(b & 0x7f) << sh;
+        if (!(b & 0x80))
+            return true;
     }
-    B.regions = cq_calloc(ru->n_regions, sizeof(*B.regions));
-    if (!B.regions) {
-        chanq_unpack_free(ru);
-        return;
-    }
-    B.x0 = B.z0 = INFINITY;
-    B.x1 = B.z1 = -INFINITY;
-    for (size_t i = 0; i < ru->n_regions; i++) {
-        const Channeldpb__SpatialRegion *r = ru->regions[i];
-        B.regions[i] =
-            (region_t){r->channelid, r->serverindex, r->min->x, r->min->z, r->max->x, r->max->z};
-        B.x0 = fmin(B.x0, r->min->x);
-        B.z0 = fmin(B.z0, r->min->z);
-        B.x1 = fmax(B.x1, r->max->x);
-        B.z1 = fmax(B.z1, r->max->z);
-    }
-    B.cell_w = B.regions[0].x1 - B.regions[0].x0;
-    B.n_regions = ru->n_regions;
-    chanq_unpack_free(ru);
+    return false;
 }
+
+/* The next field: its number, and its varint value (wire type 0) or bytes (2). Skips fixed32
+ * and fixed64. Returns false at the end or on malformed input. */
+static bool pb_next(pbr_t *r, uint32_t *field, uint64_t *v, pbr_t *sub)
+{
+    uint64_t key, len;
+    if (r->p >= r->end || !pb_varint(r, &key))
+        return false;
+    *field = (uint32_t)(key >> 3);
+    switch (key & 7) {
+    case 0:
+        return pb_varint(r, v);
+    case 1:
+    case 5: {
+        size_t n = (key & 7) == 1 ? 8 : 4;
+        if ((size_t)(r->end - r->p) < n)
+            return false;
+        r->p += n;
+        *v = 0;
+        return true;
+    }
+    case 2:
+        if (!pb_varint(r, &len) || len > (uint64_t)(r->end - r->p))
+            return false;
+        *sub = (pbr_t){r->p, r->p + len};
+        r->p += len;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The bytes of field f (wire type 2) in r, the last one if repeated. */
+static bool pb_find(pbr_t r, uint32_t f, pbr_t *ret)
+{
+    uint32_t field;
+    uint64_t v;
+    pbr_t sub;
+    bool found = false;
+    while (pb_next(&r, &field, &v, &sub))
+        if (field == f) {
+            *ret = sub;
+            found = true;
+        }
+    return found;
+}
+
+/* The seq (field 3) of an EntityChannelData inside a SpatialEntityState (entityData = 3, Any's
+ * value = 2), or false. */
+static bool entry_seq(pbr_t state, uint32_t *seq)
+{
+    pbr_t any, ecd;
+    if (!pb_find(state, 3, &any) || !pb_find(any, 2, &ecd))
+        return false;
+    uint32_t field;
+    uint64_t v;
+    pbr_t sub;
+    while (pb_next(&ecd, &field, &v, &sub))
+        if (field == 3) {
+            *seq = (uint32_t)v;
+            return true;
+        }
+    return false;
+}
+
+/* The newest send time among the entries of a SpatialChannelData fan-out, or 0. */
+static uint64_t newest_sent(const uint8_t *body, size_t len)
+{
+    pbr_t msg = {body, body + len}, any, scd;
+    if (!pb_find(msg, 1, &any) || !pb_find(any, 2, &scd))
+        return 0;
+    uint64_t newest = 0;
+    uint32_t field;
+    uint64_t v;
+    pbr_t entry;
+    while (pb_next(&scd, &field, &v, &entry)) {
+        if (field != 1)
+            continue;
+        uint64_t key = 0;
+        uint32_t f2, seq;
+        pbr_t state = {0}, sub;
+        while (pb_next(&entry, &f2, &v, &sub)) {
+            if (f2 == 1)
+                key = v;
+            else if (f2 == 2)
+                state = sub;
+        }
+        ent_t *e = ent_of((uint32_t)key);
+        if (e && state.p && entry_seq(state, &seq) && e->seq - seq < RING && seq &&
+            e->sent_ns[seq % RING] > newest)
+            newest = e->sent_ns[seq % RING];
+    }
+    return newest;
+}
+
+/* ---- inbound: servers ------------------------------------------------------------------------ */
 
 static void set_owner(ent_t *e, int k, bool handover)
 {
@@ -248,9 +309,8 @@ static void on_handover(peer_t *p, const chanq_msg_t *m)
     Channeldpb__ChannelDataHandoverMessage *h = NULL;
     if (chanq_decode_handover(m, &h) < 0)
         return;
-    const region_t *dst = region_of_chan(h->dstchannelid);
     Chanqworld__SpatialChannelData *d = NULL;
-    if (dst && srv_of_index(dst->server_index) == p->idx && h->data)
+    if (srv_of_cell(h->dstchannelid) == p->idx && h->data)
         d = chanqworld__spatial_channel_data__unpack(chanq_pb_allocator(), h->data->value.len,
                                                      h->data->value.data);
     for (size_t i = 0; d && i < d->n_entities; i++) {
@@ -288,9 +348,6 @@ static void on_server_msg(peer_t *p, const chanq_msg_t *m)
         chanq_unpack_free(r);
         break;
     }
-    case CHANNELDPB__MESSAGE_TYPE__SPATIAL_REGIONS_UPDATE:
-        on_regions(m);
-        break;
     case CHANNELDPB__MESSAGE_TYPE__SPATIAL_CHANNELS_READY:
         B.ready++;
         break;
@@ -317,65 +374,31 @@ static void on_server_msg(peer_t *p, const chanq_msg_t *m)
 
 /* ---- inbound: clients ------------------------------------------------------------------------ */
 
-static void on_client_sub(peer_t *p, const chanq_msg_t *m, bool sub)
-{
-    if (!ent_of(m->channel_id))
-        return;
-    if (!sub) {
-        sub_t *s = sub_find(p, m->channel_id, false);
-        if (s)
-            *s = p->subs[--p->n_subs];
-        return;
-    }
-    Channeldpb__SubscribedToChannelResultMessage *r = chanq_unpack(
-        &channeldpb__subscribed_to_channel_result_message__descriptor, m->body, m->body_len);
-    sub_t *s = r ? sub_find(p, m->channel_id, true) : NULL;
-    if (s && r->suboptions && r->suboptions->has_fanoutintervalms)
-        s->interval = r->suboptions->fanoutintervalms;
-    chanq_unpack_free(r);
-}
-
 static void on_client_data(peer_t *p, const chanq_msg_t *m)
 {
-    ent_t *e = ent_of(m->channel_id);
-    sub_t *s = e ? sub_find(p, m->channel_id, true) : NULL;
-    Channeldpb__ChannelDataUpdateMessage *u = NULL;
-    if (!s || chanq_decode_data_update(m, &u) < 0)
+    uint32_t idx;
+    if (!cq_spatial_chan_index(&B.g, m->channel_id, &idx))
         return;
-    Chanqworld__EntityChannelData *d = chanqworld__entity_channel_data__unpack(
-        chanq_pb_allocator(), u->data->value.len, u->data->value.data);
     uint64_t now = bench_now_ns();
-    bool measure = B.phase == 2;
-    if (measure)
-        B.fanouts++;
-    bool had = s->seen, fresh = false;
-    for (size_t i = 0; d && i < d->n_trail; i++) {
-        uint32_t seq = d->trail[i];
-        if (s->seen && seq <= s->last_seq)
-            continue; /* a full first fan-out repeats older seqs */
-        if (s->seen && seq > s->last_seq + 1 && measure)
-            B.gaps++;
-        s->seen = fresh = true;
-        s->last_seq = seq;
-        if (measure && e->seq - seq < RING)
-            lat_add(bucket_of(s->interval), now - e->sent_ns[seq % RING]);
+    if (B.phase != 2)
+        return;
+    B.fanouts++;
+    sub_t *s = sub_find(p, m->channel_id);
+    if (!s)
+        return; /* a cell the last interest dropped, before its UNSUB */
+    if (!s->seen) {
+        s->seen = true; /* the first fan-out is the full state */
+        return;
     }
-    /* A fan-out carrying no new seq repeats data the subscriber already had. */
-    if (had && !fresh && measure)
-        B.dups++;
-    if (d)
-        chanqworld__entity_channel_data__free_unpacked(d, chanq_pb_allocator());
-    chanq_unpack_free(u);
+    uint64_t t = newest_sent(m->body, m->body_len);
+    if (t && t <= now)
+        lat_add(s->dist, s->interval, now - t);
 }
 
 static void on_client_msg(peer_t *p, const chanq_msg_t *m)
 {
     if (m->msg_type == CHANNELDPB__MESSAGE_TYPE__CHANNEL_DATA_UPDATE)
         on_client_data(p, m);
-    else if (m->msg_type == CHANNELDPB__MESSAGE_TYPE__SUB_TO_CHANNEL)
-        on_client_sub(p, m, true);
-    else if (m->msg_type == CHANNELDPB__MESSAGE_TYPE__UNSUB_FROM_CHANNEL)
-        on_client_sub(p, m, false);
 }
 
 static void on_message(chanq_uv_t *c, const chanq_msg_t *m, void *ud)
@@ -416,8 +439,7 @@ static void on_close(chanq_uv_t *c, int err, void *ud)
     }
 }
 
-/* ---- outbound ----------------------------------------------------------------------------------
- */
+/* ---- outbound ------------------------------------------------------------------------------- */
 
 static int connect_peer(peer_t *p)
 {
@@ -444,58 +466,143 @@ static size_t pack_entity(const ent_t *e, uint8_t *buf, size_t cap)
     return n <= cap ? chanqworld__entity_channel_data__pack(&d, buf) : 0;
 }
 
+/* SpatialChannelData {entities: {E: {objRef {netId E}, entityData: Any(ecd)}}}. */
+static size_t pack_cell_entry(const ent_t *e, const uint8_t *ecd, size_t ecd_len, uint8_t *buf,
+                              size_t cap)
+{
+    Chanqworld__EntityRef ref = CHANQWORLD__ENTITY_REF__INIT;
+    Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
+    Chanqworld__SpatialEntityState st = CHANQWORLD__SPATIAL_ENTITY_STATE__INIT;
+    Chanqworld__SpatialChannelData__EntitiesEntry ent =
+        CHANQWORLD__SPATIAL_CHANNEL_DATA__ENTITIES_ENTRY__INIT;
+    Chanqworld__SpatialChannelData d = CHANQWORLD__SPATIAL_CHANNEL_DATA__INIT;
+    Chanqworld__SpatialChannelData__EntitiesEntry *ents[1] = {&ent};
+    ref.netid = e->id;
+    any.type_url = URL_ENTITY;
+    any.value.data = (uint8_t *)ecd;
+    any.value.len = ecd_len;
+    st.objref = &ref;
+    st.entitydata = &any;
+    ent.key = e->id;
+    ent.value = &st;
+    d.n_entities = 1;
+    d.entities = ents;
+    size_t n = chanqworld__spatial_channel_data__get_packed_size(&d);
+    return n <= cap ? chanqworld__spatial_channel_data__pack(&d, buf) : 0;
+}
+
 static void create_entities(void)
 {
     Channeldpb__ChannelDataMergeOptions mo = CHANNELDPB__CHANNEL_DATA_MERGE_OPTIONS__INIT;
     mo.listsizelimit = 32;
     mo.truncatetop = 1;
+    double w = B.g.cell_w * B.g.cols, h = B.g.cell_h * B.g.rows;
     for (int i = 0; i < B.o.clients; i++) {
         ent_t *e = &B.ents[i];
         e->id = B.o.entity_start + (uint32_t)i;
-        e->x = B.x0 + (0.001 + 0.998 * rnd()) * (B.x1 - B.x0);
-        e->z = B.z0 + (0.001 + 0.998 * rnd()) * (B.z1 - B.z0);
+        e->x = B.g.off_x + (0.001 + 0.998 * rnd()) * w;
+        e->z = B.g.off_z + (0.001 + 0.998 * rnd()) * h;
         e->heading = rnd() * 2 * M_PI;
-        e->owner = cell_owner(e->x, e->z);
-        const region_t *cell = region_at(e->x, e->z);
-        if (e->owner < 0 || !cell || !B.srv[e->owner].cu) {
+        e->cell = cell_at(e->x, e->z);
+        e->owner = srv_of_cell(e->cell);
+        if (e->owner < 0 || !B.srv[e->owner].cu) {
             B.err = CQ_EDECODE;
             return;
         }
         uint8_t buf[128];
         size_t n = pack_entity(e, buf, sizeof(buf));
         chanq_channel_data_t d = {URL_ENTITY, buf, n, &mo};
-        chanq_client_create_entity(chanq_uv_client(B.srv[e->owner].cu), 0, cell->chan, e->id, "sb",
+        chanq_client_create_entity(chanq_uv_client(B.srv[e->owner].cu), 0, e->cell, e->id, "sb",
                                    NULL, &d, false);
     }
 }
 
-static void send_interests(void)
+/* The entity's owner sets its client's sphere interest; the benchmark runs the same query to
+ * know the subscriptions' damping distances (kept seen flags for the cells that stay). */
+static void send_interest(int i)
 {
-    double r = B.o.radius_cells * B.cell_w;
-    for (int i = 0; i < B.o.clients; i++) {
-        ent_t *e = &B.ents[i];
-        peer_t *c = &B.cli[i], *s = &B.srv[e->owner];
-        if (c->conn_id && s->cu)
-            chanq_client_interest_sphere(chanq_uv_client(s->cu), 0, 0, c->conn_id,
-                                         (chanq_vec3_t){e->x, 0, e->z}, r);
+    ent_t *e = &B.ents[i];
+    peer_t *c = &B.cli[i], *s = &B.srv[e->owner];
+    if (!c->conn_id || !s->cu)
+        return;
+    double r = B.o.radius_cells * B.g.cell_w;
+    cq_spatial_vec_t ctr = {(float)e->x, 0, (float)e->z};
+    cq_spatial_query_t q = {0};
+    q.sphere = q.sphere_has_center = true;
+    q.sphere_center = ctr;
+    q.sphere_radius = r;
+    cq_spatial_hits_t hits = {0};
+    if (cq_spatial_query(&B.g, &q, &hits) < 0 ||
+        chanq_client_interest_sphere(chanq_uv_client(s->cu), 0, e->id, c->conn_id,
+                                     (chanq_vec3_t){ctr.x, 0, ctr.z}, r) < 0) {
+        cq_spatial_hits_done(&hits);
+        return;
     }
+    sub_t next[MAX_HITS];
+    size_t n = 0;
+    for (uint32_t k = 0; k < hits.n && n < MAX_HITS; k++) {
+        const sub_t *old = sub_find(c, hits.v[k].chan_id);
+        next[n++] = (sub_t){hits.v[k].chan_id, cq_spatial_damping_ms(hits.v[k].dist, 20),
+                            hits.v[k].dist, old && old->seen};
+    }
+    memcpy(c->subs, next, n * sizeof(*next));
+    c->n_subs = n;
+    e->interest_cell = e->cell;
+    B.interests++;
+    cq_spatial_hits_done(&hits);
 }
 
 static void step(ent_t *e, double dt)
 {
-    double speed = B.o.speed_cells * B.cell_w;
+    double speed = B.o.speed_cells * B.g.cell_w;
+    double x0 = B.g.off_x, z0 = B.g.off_z;
+    double x1 = x0 + B.g.cell_w * B.g.cols, z1 = z0 + B.g.cell_h * B.g.rows;
     e->heading += (rnd() - 0.5) * 0.6;
     double nx = e->x + cos(e->heading) * speed * dt, nz = e->z + sin(e->heading) * speed * dt;
-    if (nx < B.x0 + 1 || nx > B.x1 - 1) {
+    if (nx < x0 + 1 || nx > x1 - 1) {
         e->heading = M_PI - e->heading;
-        nx = fmin(fmax(nx, B.x0 + 1), B.x1 - 1);
+        nx = fmin(fmax(nx, x0 + 1), x1 - 1);
     }
-    if (nz < B.z0 + 1 || nz > B.z1 - 1) {
+    if (nz < z0 + 1 || nz > z1 - 1) {
         e->heading = -e->heading;
-        nz = fmin(fmax(nz, B.z0 + 1), B.z1 - 1);
+        nz = fmin(fmax(nz, z0 + 1), z1 - 1);
     }
     e->x = nx;
     e->z = nz;
+}
+
+static void mark_sent(uint32_t cell, uint64_t now)
+{
+    uint32_t idx;
+    if (B.phase != 2 || !cq_spatial_chan_index(&B.g, cell, &idx))
+        return;
+    uint64_t ms = (now - B.sec_start) / 1000000;
+    if (ms > 999)
+        ms = 999;
+    B.sent_ms[idx][ms / 8] |= (uint8_t)(1u << (ms % 8));
+}
+
+/* One entity's tick: walk, (a) the entity update, (b) the cell update, and a new interest when
+ * the entity entered another cell. */
+static void update_entity(ent_t *e, int i, uint64_t now)
+{
+    step(e, 1.0 / B.o.rate);
+    e->seq++;
+    e->sent_ns[e->seq % RING] = now;
+    e->cell = cell_at(e->x, e->z);
+    peer_t *s = &B.srv[e->owner];
+    if (!s->cu || !e->cell)
+        return;
+    uint8_t ecd[128], cell[256];
+    size_t n = pack_entity(e, ecd, sizeof(ecd));
+    size_t m = pack_cell_entry(e, ecd, n, cell, sizeof(cell));
+    chanq_client_t *cc = chanq_uv_client(s->cu);
+    if (chanq_client_data_update(cc, e->id, URL_ENTITY, ecd, n) == 0 &&
+        chanq_client_data_update(cc, e->cell, URL_CELLS, cell, m) == 0 && B.phase == 2)
+        B.updates++;
+    mark_sent(e->cell, now);
+    if (e->cell != e->interest_cell)
+        send_interest(i);
 }
 
 /* Sends the updates due by now: entity i is due at slot i of each 1/rate period. */
@@ -505,30 +612,51 @@ static void send_updates(uint64_t now)
     if (slot == 0)
         slot = 1;
     while (B.next_update_ns <= now) {
-        ent_t *e = &B.ents[B.cursor];
-        step(e, 1.0 / B.o.rate);
-        e->seq++;
-        e->sent_ns[e->seq % RING] = bench_now_ns();
-        uint8_t buf[128];
-        size_t n = pack_entity(e, buf, sizeof(buf));
-        peer_t *s = &B.srv[e->owner];
-        if (s->cu &&
-            chanq_client_data_update(chanq_uv_client(s->cu), e->id, URL_ENTITY, buf, n) == 0 &&
-            B.phase == 2)
-            B.updates++;
+        update_entity(&B.ents[B.cursor], (int)B.cursor, bench_now_ns());
         B.cursor = (B.cursor + 1) % (size_t)B.o.clients;
         B.next_update_ns += slot;
     }
 }
 
-/* Once a second while measuring: the ideal fan-outs of the current subscriptions. */
-static void add_ideal(void)
+/* Windows of iv ms in this second in which cell idx was sent an update. */
+static uint32_t windows(uint32_t idx, uint32_t iv)
 {
-    for (int i = 0; i < B.o.clients; i++)
-        for (size_t j = 0; j < B.cli[i].n_subs; j++) {
-            uint32_t iv = B.cli[i].subs[j].interval ? B.cli[i].subs[j].interval : 20;
-            B.ideal += fmin(1000.0 / iv, B.o.rate);
+    uint32_t n = 0;
+    for (uint32_t w0 = 0; w0 < 1000; w0 += iv) {
+        for (uint32_t ms = w0; ms < w0 + iv && ms < 1000; ms++)
+            if (B.sent_ms[idx][ms / 8] & (1u << (ms % 8))) {
+                n++;
+                break;
+            }
+    }
+    return n;
+}
+
+/* Once a second while measuring: the ideal fan-outs of the expected subscriptions. */
+static void add_ideal(uint64_t now)
+{
+    static const uint32_t ivs[3] = {20, 50, 100};
+    uint32_t(*cnt)[3] = cq_calloc(B.n_cells, sizeof(*cnt));
+    if (!cnt)
+        return;
+    for (uint32_t c = 0; c < B.n_cells; c++)
+        for (int k = 0; k < 3; k++)
+            cnt[c][k] = windows(c, ivs[k]);
+    for (int i = 0; i < B.o.clients; i++) {
+        const peer_t *p = &B.cli[i];
+        B.subs_sum += p->n_subs;
+        B.subs_samples++;
+        for (size_t j = 0; j < p->n_subs; j++) {
+            uint32_t idx, iv = p->subs[j].interval;
+            if (!cq_spatial_chan_index(&B.g, p->subs[j].chan, &idx))
+                continue;
+            int k = iv == 20 ? 0 : iv == 50 ? 1 : iv == 100 ? 2 : -1;
+            B.ideal += k >= 0 ? cnt[idx][k] : windows(idx, iv ? iv : 20);
         }
+    }
+    cq_free(cnt);
+    memset(B.sent_ms, 0, B.n_cells * sizeof(*B.sent_ms));
+    B.sec_start = now;
 }
 
 /* ---- phases ------------------------------------------------------------------------------------
@@ -543,11 +671,12 @@ static bool setup_step(void)
         for (int k = 0; k < B.o.servers; k++)
             chanq_client_create_spatial(chanq_uv_client(B.srv[k].cu), 1, "sb", NULL, &d);
         stage = 1;
-    } else if (stage == 1 && B.created_srv == B.o.servers && B.ready >= B.o.servers &&
-               B.n_regions) {
+    } else if (stage == 1 && B.created_srv == B.o.servers && B.ready >= B.o.servers) {
         for (int k = 0; k < B.o.servers; k++) {
-            const region_t *r = region_of_chan(B.srv[k].first_cell);
-            B.srv[k].index = r ? (int)r->server_index : -1;
+            uint32_t idx;
+            B.srv[k].index = cq_spatial_chan_index(&B.g, B.srv[k].first_cell, &idx)
+                                 ? (int)cq_spatial_cell_server(&B.g, idx)
+                                 : -1;
         }
         create_entities();
         stage = 2;
@@ -567,7 +696,7 @@ static void on_timer(uv_timer_t *t)
     }
     if (B.phase == 0 && setup_step()) {
         B.phase = 1;
-        B.next_update_ns = B.next_interest_ns = now;
+        B.next_update_ns = now;
         B.t_measure = now + (uint64_t)(B.o.warmup * 1e9);
         B.t_end = B.t_measure + (uint64_t)(B.o.seconds * 1e9);
     }
@@ -575,16 +704,13 @@ static void on_timer(uv_timer_t *t)
         B.phase = 2;
         B.cpu0 = B.o.pid ? bench_proc_cpu_s(B.o.pid, NULL) : 0;
         B.next_ideal_ns = now + 1000000000ull;
+        B.sec_start = now;
+        memset(B.sent_ms, 0, B.n_cells * sizeof(*B.sent_ms));
     }
-    if (B.phase == 1 || B.phase == 2) {
+    if (B.phase == 1 || B.phase == 2)
         send_updates(now);
-        if (now >= B.next_interest_ns) {
-            send_interests();
-            B.next_interest_ns += 1000000000ull;
-        }
-    }
     if (B.phase == 2 && now >= B.next_ideal_ns) {
-        add_ideal();
+        add_ideal(now);
         B.next_ideal_ns += 1000000000ull;
     }
     if (B.phase == 2 && now >= B.t_end) {
@@ -624,7 +750,7 @@ static int lost_handovers(void)
 {
     int n = 0;
     for (int i = 0; i < B.o.clients; i++)
-        n += cell_owner(B.ents[i].x, B.ents[i].z) != B.ents[i].owner;
+        n += srv_of_cell(cell_at(B.ents[i].x, B.ents[i].z)) != B.ents[i].owner;
     return n;
 }
 
@@ -632,21 +758,21 @@ static void report(double cpu_s)
 {
     double secs = B.o.seconds;
     printf("{\"servers\":%d,\"clients\":%d,\"rate\":%g,\"seconds\":%g,\"created\":%d,"
-           "\"updates\":%" PRIu64 ",\"updates_per_s\":%.0f,\"fanouts\":%" PRIu64
-           ",\"fanouts_per_s\":%.0f,\"ideal_per_s\":%.0f,\"handovers\":%" PRIu64
-           ",\"handovers_per_s\":%.1f,\"lost_handovers\":%d,\"gaps\":%" PRIu64 ",\"dups\":%" PRIu64
-           ",\"cpu_cores\":%.3f",
+           "\"updates\":%" PRIu64 ",\"updates_per_s\":%.0f,\"interests\":%" PRIu64
+           ",\"subs_per_client\":%.2f,\"fanouts\":%" PRIu64
+           ",\"fanouts_per_s\":%.0f,\"ideal_per_s\":%.0f,\"fanout_pct\":%.1f,\"handovers\":%" PRIu64
+           ",\"handovers_per_s\":%.1f,\"lost_handovers\":%d,\"cpu_cores\":%.3f",
            B.o.servers, B.o.clients, B.o.rate, secs, B.created_ent, B.updates, B.updates / secs,
-           B.fanouts, B.fanouts / secs, B.ideal / secs, B.handovers, B.handovers / secs,
-           lost_handovers(), B.gaps, B.dups, cpu_s >= 0 ? cpu_s / secs : -1.0);
+           B.interests, B.subs_samples ? (double)B.subs_sum / (double)B.subs_samples : 0.0,
+           B.fanouts, B.fanouts / secs, B.ideal / secs,
+           B.ideal > 0 ? 100.0 * (double)B.fanouts / B.ideal : 0.0, B.handovers, B.handovers / secs,
+           lost_handovers(), cpu_s >= 0 ? cpu_s / secs : -1.0);
     for (int b = 0; b < N_BUCKETS; b++) {
         lat_t *l = &B.lat[b];
         if (l->n)
             qsort(l->us, l->n, sizeof(*l->us), cmp_u32);
-        char name[16];
-        snprintf(name, sizeof(name), b < N_BUCKETS - 1 ? "%u" : "other", bucket_iv[b]);
-        printf(",\"lat_%s\":{\"n\":%zu,\"p50_ms\":%.2f,\"p99_ms\":%.2f}", name, l->n, pct(l, 0.5),
-               pct(l, 0.99));
+        printf(",\"lat_d%d%s\":{\"interval_ms\":%u,\"n\":%zu,\"p50_ms\":%.2f,\"p99_ms\":%.2f}", b,
+               b == N_BUCKETS - 1 ? "plus" : "", l->interval, l->n, pct(l, 0.5), pct(l, 0.99));
     }
     printf(",\"ok\":%s}\n", B.err ? "false" : "true");
 }
@@ -668,9 +794,10 @@ static int parse_opts(opts_t *o, int argc, char **argv)
                                        {"entity-start", 1, 0, 'E'},
                                        {"pid", 1, 0, 'p'},
                                        {"check", 0, 0, 'C'},
+                                       {"spatial-settings", 1, 0, 'G'},
                                        {0, 0, 0, 0}};
-    *o = (opts_t){"127.0.0.1", 11288, 9, 2000, 10, 10, 2, 1.5, 0.5, 1, CHANQ_ENTITY_CHAN_START,
-                  0,           false};
+    *o = (opts_t){"127.0.0.1", 11288, 9,   2000, 10, 10, 2, 1.5, 0.5, 1, CHANQ_ENTITY_CHAN_START,
+                  0,           false, NULL};
     int ch;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
@@ -716,12 +843,15 @@ static int parse_opts(opts_t *o, int argc, char **argv)
         case 'C':
             o->check = true;
             break;
+        case 'G':
+            o->settings = optarg;
+            break;
         default:
             return -EINVAL;
         }
     }
     if (o->servers < 1 || o->servers > MAX_SRV || o->clients < 1 || o->rate <= 0 ||
-        o->seconds <= 0 || o->port <= 0 || o->port > 65535)
+        o->seconds <= 0 || o->port <= 0 || o->port > 65535 || !o->settings)
         return -EINVAL;
     return 0;
 }
@@ -732,14 +862,21 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: spatialbench [--server H:P] [--servers 9] [--clients 2000] "
                         "[--rate 10] [--seconds 10] [--warmup 2] [--radius 1.5 (cells)] "
                         "[--speed 0.5 (cells/s)] [--seed N] [--entity-start ID] [--pid N] "
-                        "[--check]\n");
+                        "[--check] --spatial-settings FILE (chanqd's)\n");
         return 2;
     }
+    char err[256];
+    if (cq_spatial_cfg_load(B.o.settings, &B.g, err, sizeof(err)) < 0) {
+        fprintf(stderr, "spatialbench: %s: %s\n", B.o.settings, err);
+        return 2;
+    }
+    B.n_cells = cq_spatial_cells(&B.g);
+    B.sent_ms = cq_calloc(B.n_cells, sizeof(*B.sent_ms));
     B.loop = uv_default_loop();
     B.srv = cq_calloc((size_t)B.o.servers, sizeof(*B.srv));
     B.cli = cq_calloc((size_t)B.o.clients, sizeof(*B.cli));
     B.ents = cq_calloc((size_t)B.o.clients, sizeof(*B.ents));
-    if (!B.srv || !B.cli || !B.ents)
+    if (!B.srv || !B.cli || !B.ents || !B.sent_ms)
         return 1;
     for (int i = 0; i < B.o.servers + B.o.clients; i++) {
         peer_t *p = i < B.o.servers ? &B.srv[i] : &B.cli[i - B.o.servers];
@@ -761,11 +898,10 @@ int main(int argc, char **argv)
     if (!rc && B.o.check &&
         (B.created_ent != B.o.clients || B.updates == 0 || B.fanouts == 0 || lost_handovers()))
         rc = 3;
-    for (int i = 0; i < B.o.clients; i++)
-        cq_free(B.cli[i].subs);
     for (int b = 0; b < N_BUCKETS; b++)
         cq_free(B.lat[b].us);
-    cq_free(B.regions);
+    cq_free(B.sent_ms);
+    cq_spatial_cfg_done(&B.g);
     cq_free(B.srv);
     cq_free(B.cli);
     cq_free(B.ents);
