@@ -3,7 +3,8 @@
 # cells of 2000, 3x3 servers) and chanqworld's types (world.fds + a Handover section), driven by
 # spatialbench: 9 spatial servers, CLIENTS clients each with a wandering entity whose owner sends
 # RATE times a second an entity update and a cell update (the clients read the cells), and a
-# sphere interest of RADIUS cells (1.5: about 10 cells) set by its server when it changes cell. Prints spatialbench's JSON line per run and a summary with the machine's load.
+# sphere interest of RADIUS cells (1.5: about 10 cells) set by its server when it changes cell.
+# Prints spatialbench's JSON line per run and a summary with the machine's load.
 #
 # Environment knobs [defaults]:
 #   CLIENTS [2000]  RATE [10]  DURATION [10] s  WARMUP [3]  RADIUS [1.5] cells  SPEED [0.5] cells/s
