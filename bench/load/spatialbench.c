@@ -21,7 +21,10 @@
  * Measured, after --warmup seconds, for --seconds:
  *   fanouts/s at the clients (CHANNEL_DATA_UPDATE on cell channels) against the ideal: each
  *     second, for every expected cell subscription, the number of its interval windows in that
- *     second during which the benchmark sent the cell an update (a millisecond bitmap per cell);
+ *     second during which the cell's data changed (a millisecond bitmap per cell, set when the
+ *     benchmark sends the cell an update and, for both cells, when a handover reaches the
+ *     destination owner); fanout_pct leaves out the "stray" fan-outs of cells the last
+ *     interest dropped (before their UNSUB), which the ideal does not expect;
  *   latency per damping distance (0, 1, 2, 3+): receive time - the newest send time among the
  *     fan-out's entries, skipping a subscription's first fan-out (the full state). The send
  *     time of (entity, seq) is kept in a ring in this process, which stands for a timestamp in
@@ -71,7 +74,8 @@ typedef struct opts {
 
 typedef struct sub {
     uint32_t chan, interval, dist;
-    bool seen; /* its first (full-state) fan-out arrived */
+    bool seen;       /* its first (full-state) fan-out arrived */
+    uint64_t newest; /* the newest send time it has received */
 } sub_t;
 
 typedef struct peer {
@@ -115,8 +119,8 @@ typedef struct bench {
     size_t cursor; /* next entity to update */
     double drain_s;
     double cpu0, cpu_chanqd, self0, cpu_self; /* CPU seconds: at the start, over the window */
-    uint64_t updates, fanouts, fanouts_first, fanouts_stray, handovers, interests, subs_sum,
-        subs_samples;
+    uint64_t updates, fanouts, fanouts_first, fanouts_stray, fanouts_old, handovers, interests,
+        subs_sum, subs_samples;
     double ideal;
     lat_t lat[N_BUCKETS];
     int err;
@@ -125,6 +129,7 @@ typedef struct bench {
 static bench_t B;
 
 static int lost_handovers(void);
+static void mark_sent(uint32_t cell, uint64_t now);
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
@@ -316,7 +321,12 @@ static void on_handover(peer_t *p, const chanq_msg_t *m)
     if (chanq_decode_handover(m, &h) < 0)
         return;
     Chanqworld__SpatialChannelData *d = NULL;
-    if (srv_of_cell(h->dstchannelid) == p->idx && h->data)
+    bool dst_owner = srv_of_cell(h->dstchannelid) == p->idx;
+    if (dst_owner) { /* the handover changed both cells' data: fan-outs are due (once) */
+        mark_sent(h->srcchannelid, bench_now_ns());
+        mark_sent(h->dstchannelid, bench_now_ns());
+    }
+    if (dst_owner && h->data)
         d = chanqworld__spatial_channel_data__unpack(chanq_pb_allocator(), h->data->value.len,
                                                      h->data->value.data);
     for (size_t i = 0; d && i < d->n_entities; i++) {
@@ -394,13 +404,19 @@ static void on_client_data(peer_t *p, const chanq_msg_t *m)
         B.fanouts_stray++; /* a cell the last interest dropped, before its UNSUB */
         return;
     }
+    uint64_t t = newest_sent(m->body, m->body_len);
     if (!s->seen) {
         s->seen = true; /* the first fan-out is the full state */
+        s->newest = t;
         B.fanouts_first++;
         return;
     }
-    uint64_t t = newest_sent(m->body, m->body_len);
-    if (t && t <= now)
+    if (t <= s->newest) {
+        B.fanouts_old++; /* nothing newer than before (e.g. a handover moving older entries) */
+        return;
+    }
+    s->newest = t;
+    if (t <= now)
         lat_add(s->dist, s->interval, now - t);
 }
 
@@ -552,7 +568,7 @@ static void send_interest(int i)
     for (uint32_t k = 0; k < hits.n && n < MAX_HITS; k++) {
         const sub_t *old = sub_find(c, hits.v[k].chan_id);
         next[n++] = (sub_t){hits.v[k].chan_id, cq_spatial_damping_ms(hits.v[k].dist, 20),
-                            hits.v[k].dist, old && old->seen};
+                            hits.v[k].dist, old && old->seen, old ? old->newest : 0};
     }
     memcpy(c->subs, next, n * sizeof(*next));
     c->n_subs = n;
@@ -714,6 +730,7 @@ static void on_timer(uv_timer_t *t)
         B.cpu0 = B.o.pid ? bench_proc_cpu_s(B.o.pid, NULL) : 0;
         B.self0 = bench_proc_cpu_s(getpid(), NULL);
         B.next_ideal_ns = now + 1000000000ull;
+        B.t_end = now + (uint64_t)(B.o.seconds * 1e9); /* the ideal's seconds end with it */
         B.sec_start = now;
         memset(B.sent_ms, 0, B.n_cells * sizeof(*B.sent_ms));
     }
@@ -780,7 +797,8 @@ static void report(double cpu_s)
     printf("{\"servers\":%d,\"clients\":%d,\"rate\":%g,\"seconds\":%g,\"created\":%d,"
            "\"updates\":%" PRIu64 ",\"updates_per_s\":%.0f,\"interests\":%" PRIu64
            ",\"subs_per_client\":%.2f,\"fanouts\":%" PRIu64
-           ",\"fanouts_per_s\":%.0f,\"first_per_s\":%.0f,\"stray_per_s\":%.0f,\"ideal_per_s\":%.0f,"
+           ",\"fanouts_per_s\":%.0f,\"first_per_s\":%.0f,\"stray_per_s\":%.0f,\"old_per_s\":%.0f,"
+           "\"ideal_per_s\":%.0f,"
            "\"fanout_pct\":%.1f,\"handovers\":%" PRIu64
            ",\"handovers_per_s\":%.1f,\"lost_handovers\":%d,\"drain_s\":%.1f,\"cpu_cores\":%.3f,"
            "\"bench_cpu_cores\":"
@@ -788,7 +806,8 @@ static void report(double cpu_s)
            B.o.servers, B.o.clients, B.o.rate, secs, B.created_ent, B.updates, B.updates / secs,
            B.interests, B.subs_samples ? (double)B.subs_sum / (double)B.subs_samples : 0.0,
            B.fanouts, B.fanouts / secs, B.fanouts_first / secs, B.fanouts_stray / secs,
-           B.ideal / secs, B.ideal > 0 ? 100.0 * (double)B.fanouts / B.ideal : 0.0, B.handovers,
+           B.fanouts_old / secs, B.ideal / secs,
+           B.ideal > 0 ? 100.0 * (double)(B.fanouts - B.fanouts_stray) / B.ideal : 0.0, B.handovers,
            B.handovers / secs, lost_handovers(), B.drain_s, cpu_s >= 0 ? cpu_s / secs : -1.0,
            B.cpu_self / secs);
     for (int b = 0; b < N_BUCKETS; b++) {
