@@ -246,10 +246,10 @@ typedef struct cq_chan {
     cq_list_t owner_node; /* in the owner's connref */
     cq_chandata_t *data;
     /* C: an entity channel's handover state (handover.c) */
-    uint32_t cell;       /* the spatial cell the entity is in, 0 = not known yet */
-    uint32_t ho_blocked; /* a cell a locked group kept it out of: not retried */
+    uint32_t cell;           /* the spatial cell the entity is in, 0 = not known yet */
+    uint32_t ho_blocked;     /* a cell a locked group kept it out of: not retried */
     uint32_t ho_blocked_gen; /* sh->groups_gen when ho_blocked was set */
-    bool ho_pending;     /* a handover it started has not reached its entity stage yet */
+    bool ho_pending;         /* a handover it started has not reached its entity stage yet */
 } cq_chan_t;
 
 /* Per-worker reverse index for one connection id: what this worker's channels hold of it. */

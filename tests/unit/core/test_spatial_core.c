@@ -256,7 +256,7 @@ static int msgs(fconn_t *f)
         while (cq_wire_packet_next(&it, &mp) == 1) {
             assert_true(n < 32 && mp.body_len <= sizeof(R[0].body));
             R[n] = (rmsg_t){mp.msg_type, mp.channel_id, mp.stub_id, mp.body_len, {0}};
-            if (mp.body_len)
+            if (mp.body_len) /* an empty body is NULL */
                 memcpy(R[n].body, mp.body, mp.body_len);
             n++;
         }
