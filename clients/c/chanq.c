@@ -15,6 +15,7 @@ typedef struct stub {
     uint32_t id;
     chanq_msg_fn fn;
     void *ud;
+    chanq_stub_drop_fn drop; /* NULL, or frees ud when the stub dies without firing */
 } stub_t;
 
 struct chanq_client {
@@ -105,6 +106,9 @@ chanq_client_t *chanq_client_free(chanq_client_t *c)
     cq_sbuf_done(&c->pend);
     cq_sbuf_done(&c->out);
     cq_free(c->inflate);
+    for (size_t i = 0; i < c->n_stubs; i++)
+        if (c->stubs[i].drop)
+            c->stubs[i].drop(c->stubs[i].ud);
     cq_free(c->stubs);
     cq_free(c);
     return NULL;
@@ -140,6 +144,12 @@ void chanq_client_set_compress(chanq_client_t *c, bool on)
 
 int chanq_client_stub_alloc(chanq_client_t *c, chanq_msg_fn fn, void *ud, uint32_t *ret_stub)
 {
+    return chanq_client_stub_alloc_owned(c, fn, ud, NULL, ret_stub);
+}
+
+int chanq_client_stub_alloc_owned(chanq_client_t *c, chanq_msg_fn fn, void *ud,
+                                  chanq_stub_drop_fn drop, uint32_t *ret_stub)
+{
     if (!fn || !ret_stub)
         return -EINVAL;
     if (c->n_stubs == c->cap_stubs) {
@@ -155,7 +165,7 @@ int chanq_client_stub_alloc(chanq_client_t *c, chanq_msg_fn fn, void *ud, uint32
     while (i < c->n_stubs && c->stubs[i].id == i + 1)
         i++;
     memmove(&c->stubs[i + 1], &c->stubs[i], (c->n_stubs - i) * sizeof(stub_t));
-    c->stubs[i] = (stub_t){(uint32_t)(i + 1), fn, ud};
+    c->stubs[i] = (stub_t){(uint32_t)(i + 1), fn, ud, drop};
     c->n_stubs++;
     *ret_stub = (uint32_t)(i + 1);
     return 0;
@@ -188,7 +198,10 @@ int chanq_client_stub_cancel(chanq_client_t *c, uint32_t stub)
     stub_t *s = stub_find(c, stub);
     if (!s)
         return -ENOENT;
+    stub_t copy = *s;
     stub_remove(c, s);
+    if (copy.drop)
+        copy.drop(copy.ud);
     return 0;
 }
 

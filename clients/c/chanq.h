@@ -153,7 +153,18 @@ size_t chanq_client_out_pending(const chanq_client_t *c);
  * Returns 0 or -ENOMEM. Use the id with any send function below. */
 int chanq_client_stub_alloc(chanq_client_t *c, chanq_msg_fn fn, void *ud, uint32_t *ret_stub);
 
-/* Removes the registration for stub without calling it. Returns 0 or -ENOENT. */
+/* Frees a stub's ud when the stub dies without firing (see chanq_client_stub_alloc_owned). */
+typedef void (*chanq_stub_drop_fn)(void *ud);
+
+/* Like chanq_client_stub_alloc, but ud is owned by the registration: drop(ud) is called when the
+ * stub is cancelled or the client is freed before the stub fired (drop may be NULL). When the
+ * stub fires, fn receives ud and owns it from then on. Used by typed RPC helpers
+ * (chanq_spatial.h) whose per-call context must not leak. */
+int chanq_client_stub_alloc_owned(chanq_client_t *c, chanq_msg_fn fn, void *ud,
+                                  chanq_stub_drop_fn drop, uint32_t *ret_stub);
+
+/* Removes the registration for stub without calling it (its drop function, if any, runs).
+ * Returns 0 or -ENOENT. */
 int chanq_client_stub_cancel(chanq_client_t *c, uint32_t stub);
 
 /* Number of registered stubs. */
