@@ -210,7 +210,8 @@ typedef struct cq_sub {
     cq_subopts_t opts;
     uint64_t sub_time_ms;
     struct cq_chan *chan;
-    cq_list_t by_conn; /* in the worker's connref for conn_id */
+    cq_list_t by_conn;   /* in the worker's connref for conn_id */
+    uint8_t by_handover; /* made by an entity handover (handover.c), not asked for */
 } cq_sub_t;
 
 /* Field masks shared by subscribers (their scheduler masks id is index + 1). */

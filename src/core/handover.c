@@ -25,6 +25,7 @@
 #include "cq_fieldpath.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define HO_MAX_ENTS 64
@@ -36,6 +37,7 @@ enum { ST_S = 1, ST_D = 2, ST_E = 3 };
 typedef struct ho_hdr {
     uint32_t src, dst, ctx;
     uint32_t n_ents, n_ssubs, n_dsubs;
+    uint32_t n_dserv;  /* dsubs[0, n_dserv) are servers, the rest clients; each part sorted */
     uint32_t entity;   /* ST_E: the entity this message is for */
     char dst_url[192]; /* ST_E: the type URL of D's data (set by ST_D), "" = none */
 } ho_hdr_t;
@@ -143,25 +145,42 @@ static void ho_post(cq_core_t *c, int worker, int stage, const ho_t *ho, const c
     cq__xmsg_post(c, worker, m);
 }
 
-/* The subscriber ids of ch (NULL: none) in a new array; *n its length. */
-static uint32_t *subs_of(const cq_chan_t *ch, uint32_t *n)
+static int cmp_u32(const void *a, const void *b)
 {
-    *n = ch ? cq_map_count(&ch->subs) : 0;
-    uint32_t *v = cq_malloc((*n ? *n : 1) * sizeof(*v)), k = 0, it = 0, key;
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The subscriber ids of ch (NULL: none) in a new array, servers first, each part sorted (the
+ * stages test membership by binary search: cells may have thousands of subscribers); *n its
+ * length, *n_serv the servers'. */
+static uint32_t *subs_of(const cq_chan_t *ch, uint32_t *n, uint32_t *n_serv)
+{
+    uint32_t cnt = ch ? cq_map_count(&ch->subs) : 0, ns = 0, nc = 0, it = 0, key;
+    uint32_t *v = cq_malloc((cnt ? cnt : 1) * sizeof(*v));
+    void *val;
     if (!v)
         return NULL;
-    while (ch && cq_map_next(&ch->subs, &it, &key, NULL) && k < *n)
-        v[k++] = key;
-    *n = k;
+    while (ch && cq_map_next(&ch->subs, &it, &key, &val) && ns + nc < cnt)
+        if (((const cq_sub_t *)val)->conn_type != CQ_CONN_CLIENT)
+            v[ns++] = key;
+    it = 0;
+    while (ch && cq_map_next(&ch->subs, &it, &key, &val) && ns + nc < cnt)
+        if (((const cq_sub_t *)val)->conn_type == CQ_CONN_CLIENT)
+            v[ns + nc++] = key;
+    qsort(v, ns, sizeof(*v), cmp_u32);
+    qsort(v + ns, nc, sizeof(*v), cmp_u32);
+    *n = ns + nc;
+    if (n_serv)
+        *n_serv = ns;
     return v;
 }
 
-static bool has_id(const uint32_t *v, uint32_t n, uint32_t id)
+/* True when id is in v[0, n), sorted in the two parts [0, split) and [split, n). */
+static bool has_id(const uint32_t *v, uint32_t split, uint32_t n, uint32_t id)
 {
-    for (uint32_t i = 0; i < n; i++)
-        if (v[i] == id)
-            return true;
-    return false;
+    return (split && bsearch(&id, v, split, sizeof(*v), cmp_u32)) ||
+           (n > split && bsearch(&id, v + split, n - split, sizeof(*v), cmp_u32));
 }
 
 /* The entities field of a cell's data, when configured and the data's type has it. */
@@ -187,7 +206,7 @@ static void stage_s(cq_core_t *c, ho_t *ho)
 {
     cq_chan_t *s = cq__chan_get(c, ho->h.src);
     uint32_t n;
-    uint32_t *subs = subs_of(s, &n);
+    uint32_t *subs = subs_of(s, &n, NULL);
     cq_sbuf_t taken[HO_MAX_ENTS], rest;
     if (!subs)
         return;
@@ -248,18 +267,19 @@ static void put_entries(cq_core_t *c, cq_chan_t *d, const ho_t *ho)
 static void stage_d(cq_core_t *c, ho_t *ho)
 {
     cq_chan_t *d = cq__chan_get(c, ho->h.dst);
-    uint32_t n;
-    uint32_t *subs = subs_of(d, &n);
+    uint32_t n, ns;
+    uint32_t *subs = subs_of(d, &n, &ns);
     if (!subs)
         return;
     if (d)
         put_entries(c, d, ho);
     cq_buf_t *rec = handover_record(ho, NULL, NULL);
     for (uint32_t i = 0; rec && i < ho->h.n_ssubs; i++)
-        if (!has_id(subs, n, ho->ssubs[i]))
+        if (!has_id(subs, ns, n, ho->ssubs[i]))
             cq__send_to(c, ho->ssubs[i], rec);
     cq_buf_unref(rec);
     ho->h.n_dsubs = n;
+    ho->h.n_dserv = ns;
     ho->dsubs = subs;
     memset(ho->h.dst_url, 0, sizeof(ho->h.dst_url));
     if (d && d->data && d->data->type_url && strlen(d->data->type_url) < sizeof(ho->h.dst_url))
@@ -300,11 +320,34 @@ static void move_owner(cq_core_t *c, cq_chan_t *e, const ho_t *ho)
     if (!from || !to || from == to)
         return;
     cq_sub_t *s = cq_map_get(&e->subs, from);
-    if (s && !has_id(ho->dsubs, ho->h.n_dsubs, from)) {
+    if (s && !has_id(ho->dsubs, ho->h.n_dserv, ho->h.n_dsubs, from)) {
         cq__sub_remove(c, s, true);
         notify_unsub(c, e, from);
     }
     cq__chan_set_owner(c, e, to, CQ_CONN_SERVER);
+}
+
+/* The entity left every cell of the S-only subscribers: a subscription a handover made for one
+ * of them goes (channeld keeps it, so a client collects every entity that ever crossed its
+ * interest until max-subs-per-conn; it applies this rule to the source server only). A
+ * subscription asked for with SUB_TO_CHANNEL stays. */
+static void drop_left(cq_core_t *c, cq_chan_t *e, const ho_t *ho)
+{
+    for (uint32_t i = 0; i < ho->h.n_ssubs; i++) {
+        uint32_t id = ho->ssubs[i];
+        cq_sub_t *s = cq_map_get(&e->subs, id);
+        if (!s || !s->by_handover || id == e->owner ||
+            has_id(ho->dsubs, ho->h.n_dserv, ho->h.n_dsubs, id))
+            continue;
+        uint8_t type = s->conn_type;
+        cq__sub_remove(c, s, true);
+        Channeldpb__UnsubscribedFromChannelResultMessage out =
+            CHANNELDPB__UNSUBSCRIBED_FROM_CHANNEL_RESULT_MESSAGE__INIT;
+        out.connid = id;
+        out.conntype = (Channeldpb__ConnectionType)type;
+        out.channeltype = (Channeldpb__ChannelType)e->type;
+        cq__notify(c, id, e->id, MT_UNSUB, &out.base);
+    }
 }
 
 /* Subscribes conn to e as a handover does; true when the subscription is new. */
@@ -327,6 +370,7 @@ static bool ho_subscribe(cq_core_t *c, cq_chan_t *e, uint32_t conn)
                    cq_strerror(r));
         return false;
     }
+    s->by_handover = 1;
     cq_req_t r0 = {conn, s->conn_type, {0}, NULL};
     r0.mp.msg_type = MT_SUB;
     r0.mp.channel_id = e->id;
@@ -399,10 +443,12 @@ static void stage_e(cq_core_t *c, ho_t *ho)
     bool trigger = e->ho_pending;
     e->ho_pending = false;
     move_owner(c, e, ho);
+    drop_left(c, e, ho);
     bool *fresh = cq_calloc(ho->h.n_dsubs ? ho->h.n_dsubs : 1, sizeof(*fresh));
     if (!fresh)
         return;
-    for (uint32_t i = 0; i < ho->h.n_dsubs; i++)
+    uint32_t n = c->sh->spatial->handover.subscribe_clients ? ho->h.n_dsubs : ho->h.n_dserv;
+    for (uint32_t i = 0; i < n; i++)
         fresh[i] = ho_subscribe(c, e, ho->dsubs[i]);
     e->cell = ho->h.dst;
     send_e(c, e, ho, fresh);
@@ -466,7 +512,7 @@ static void ho_start(cq_core_t *c, cq_chan_t *ch, uint32_t ctx)
         ch->ho_blocked_gen = gen;
         return;
     }
-    ho_t ho = {{ch->cell, dst, ctx, (uint32_t)n, 0, 0, 0, ""}, ents, NULL, NULL, NULL, NULL};
+    ho_t ho = {{ch->cell, dst, ctx, (uint32_t)n, 0, 0, 0, 0, ""}, ents, NULL, NULL, NULL, NULL};
     ch->ho_pending = true;
     ch->ho_blocked = 0;
     cq_sbuf_t none[HO_MAX_ENTS];

@@ -381,6 +381,7 @@ static void resubscribe(cq_core_t *c, cq_chan_t *ch, cq_sub_t *s, const cq_req_t
                         const Channeldpb__ChannelSubscriptionOptions *o)
 {
     uint32_t before = s->opts.data_access;
+    s->by_handover = 0; /* asked for now: a handover no longer takes it away */
     if (opts_merge(&s->opts, o) < 0)
         return;
     sub_schedule(c, ch, s); /* option updates keep the subscriber's timing */

@@ -102,6 +102,15 @@ bad:
                       "Handover.Axes: \"%s\" is not a permutation of \"xyz\"", s);
 }
 
+static int get_bool(json_t *obj, const char *name, bool def, bool *ret, char *err, size_t errlen)
+{
+    json_t *v = find(obj, name);
+    if (v && !json_is_null(v) && !json_is_boolean(v))
+        return cq_err_fmt(err, errlen, CQ_ECONFIG, "Handover.%s: must be true or false", name);
+    *ret = v && json_is_boolean(v) ? json_is_true(v) : def;
+    return 0;
+}
+
 static int parse_handover(json_t *root, cq_spatial_handover_cfg_t *h, char *err, size_t errlen)
 {
     json_t *o = find(root, "Handover");
@@ -122,6 +131,8 @@ static int parse_handover(json_t *root, cq_spatial_handover_cfg_t *h, char *err,
         r = get_str(o, "Axes", "xyz", &axes, err, errlen);
     if (r == 0)
         r = parse_axes(axes, h->axes, err, errlen);
+    if (r == 0)
+        r = get_bool(o, "SubscribeClients", true, &h->subscribe_clients, err, errlen);
     cq_free(axes);
     json_decref(empty);
     return r;

@@ -31,6 +31,10 @@ typedef struct cq_spatial_handover_cfg {
                               * entities; "" = the cells' data is not touched */
     char *entity_data_field; /* google.protobuf.Any field of M that carries an entity's full data
                               * in a handover to a new subscriber; "" = none */
+    bool subscribe_clients;  /* "SubscribeClients" (default true, channeld's §4.6): a handover
+                              * subscribes the destination cell's CLIENT subscribers to the
+                              * moved entities too; false: only servers, and clients see the
+                              * entities through the cells' data */
 } cq_spatial_handover_cfg_t;
 
 typedef struct cq_spatial_cfg {
@@ -50,7 +54,8 @@ typedef struct cq_spatial_cfg {
  *    "Config": {"WorldOffsetX", "WorldOffsetZ", "GridWidth", "GridHeight", "GridCols", "GridRows",
  *               "ServerCols", "ServerRows", "ServerInterestBorderSize"},
  *    "Handover": {"PositionPath": "transform.position", "Axes": "xzy",
- *                 "EntitiesField": "entities", "EntityDataField": "entityData"}}   (optional)
+ *                 "EntitiesField": "entities", "EntityDataField": "entityData",
+ *                 "SubscribeClients": true}}   (optional)
  * chan_start/entity_start are set by the caller after parsing (defaults 0x10000/0x80000).
  * Validation (each error message starts with the JSON field's name and says what is wrong):
  *   - numbers finite; GridWidth/GridHeight > 0; GridCols/GridRows/ServerCols/ServerRows >= 1;

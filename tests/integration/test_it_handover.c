@@ -38,11 +38,26 @@ static const char LAYOUT[] =
     " \"Handover\": {\"PositionPath\": \"transform.position\", \"Axes\": \"xyz\",\n"
     "  \"EntitiesField\": \"entities\", \"EntityDataField\": \"entityData\"}}\n";
 
-static void start(void)
+/* LAYOUT with "SubscribeClients": false: a handover subscribes servers only. */
+static const char LAYOUT_NO_CLIENTS[] =
+    "{\"SpatialControllerType\": \"Static2DSpatialController\",\n"
+    " \"Config\": {\"WorldOffsetX\": -2000, \"WorldOffsetZ\": -500, \"GridWidth\": 1000,\n"
+    "  \"GridHeight\": 1000, \"GridCols\": 4, \"GridRows\": 1, \"ServerCols\": 2,\n"
+    "  \"ServerRows\": 1, \"ServerInterestBorderSize\": 1},\n"
+    " \"Handover\": {\"PositionPath\": \"transform.position\", \"Axes\": \"xyz\",\n"
+    "  \"EntitiesField\": \"entities\", \"EntityDataField\": \"entityData\",\n"
+    "  \"SubscribeClients\": false}}\n";
+
+static void start_with(const char *layout)
 {
     const char *fds = getenv("WORLD_FDS");
     assert_non_null(fds);
-    it_start("--channel-data-types", fds, "--spatial-settings", it_file("4x1.json", LAYOUT), NULL);
+    it_start("--channel-data-types", fds, "--spatial-settings", it_file("4x1.json", layout), NULL);
+}
+
+static void start(void)
+{
+    start_with(LAYOUT);
 }
 
 /* ---- receiving ------------------------------------------------------------------------ */
@@ -892,9 +907,98 @@ static void test_adjacent(void **state)
     }
 }
 
+/* s subscribes conn `who` to ENT; who must get a NEW subscription's result (so it was not
+ * subscribed before: a re-subscription with the same access answers nothing). */
+static void expect_not_subscribed(it_conn_t *s, it_conn_t *who)
+{
+    Channeldpb__SubscribedToChannelMessage m = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
+    m.connid = who->id;
+    send_msg(s, ENT, 0, 0, MT_SUB, &m.base);
+    expect_sub0(who, ENT, who->id, CONN_CLIENT, CT_ENTITY, 20);
+}
+
+/* A client watching only 65537 (spots) is subscribed to ENT by the handover that brings ENT into
+ * 65537 (its SUB result, then the handover with ENT's full data), and loses that subscription
+ * (an ids-only handover and an UNSUB result) when ENT leaves for 65538, which it does not watch:
+ * an entity that left every cell a client watches leaves the client. */
+static void test_handover_subscription_follows_interest(void **state)
+{
+    (void)state;
+    start();
+    it_conn_t *s0, *s1;
+    fill_grid(&s0, &s1);
+    it_conn_t *cl = it_client();
+    const double at[1] = {-500};
+    spots_interest(s0, cl->id, at, 1);
+    expect_sub0(cl, S0 + 1, cl->id, CONN_CLIENT, CT_SPATIAL, 20);
+    expect_sub0(s0, S0 + 1, cl->id, CONN_CLIENT, CT_SPATIAL, 20); /* the cell owner's copy */
+    put_ref(s0, S0, ENT, s0->id);
+    create_entity(s0, ENT, -1500.0f);
+    move(s0, -500.0f, 1, 0); /* 65536 -> 65537 */
+    expect_sub0(cl, ENT, cl->id, CONN_CLIENT, CT_ENTITY, 20);
+    chanq_owned_msg_t m;
+    next(cl, true, &m);
+    assert_int_equal(check_ho_full(&m, S0, S0 + 1, 0, ENT, s0->id, -600.0f), 1);
+    chanq_owned_msg_done(&m);
+    move(s0, 500.0f, 2, 0); /* 65537 -> 65538: cl watches the source only */
+    int ids = 0, unsubs = 0;
+    for (int i = 0; i < 2; i++) { /* two workers' messages: either order */
+        next(cl, true, &m);
+        if (m.msg_type == MT_HANDOVER) {
+            check_ho_ids(&m, S0 + 1, S0 + 2, 0);
+            ids++;
+        } else {
+            assert_int_equal(m.msg_type, MT_UNSUB);
+            assert_int_equal(m.channel_id, ENT);
+            assert_int_equal(m.stub_id, 0);
+            Channeldpb__UnsubscribedFromChannelResultMessage *u = chanq_sync_decode(
+                &m, &channeldpb__unsubscribed_from_channel_result_message__descriptor);
+            assert_non_null(u);
+            assert_int_equal(u->connid, cl->id);
+            assert_int_equal(u->conntype, CONN_CLIENT);
+            assert_int_equal(u->channeltype, CT_ENTITY);
+            chanq_unpack_free(u);
+            unsubs++;
+        }
+        chanq_owned_msg_done(&m);
+    }
+    assert_int_equal(ids, 1);
+    assert_int_equal(unsubs, 1);
+    expect_not_subscribed(s1, cl);
+}
+
+/* "SubscribeClients": false: the client watching the destination gets the handover with ENT's
+ * reference only (no entity data: it is not subscribed), and no SUB result. */
+static void test_handover_servers_only(void **state)
+{
+    (void)state;
+    start_with(LAYOUT_NO_CLIENTS);
+    it_conn_t *s0, *s1;
+    fill_grid(&s0, &s1);
+    it_conn_t *cl = it_client();
+    const double at[1] = {-500};
+    spots_interest(s0, cl->id, at, 1);
+    expect_sub0(cl, S0 + 1, cl->id, CONN_CLIENT, CT_SPATIAL, 20);
+    expect_sub0(s0, S0 + 1, cl->id, CONN_CLIENT, CT_SPATIAL, 20); /* the cell owner's copy */
+    put_ref(s0, S0, ENT, s0->id);
+    create_entity(s0, ENT, -1500.0f);
+    move(s0, -500.0f, 1, 0);
+    chanq_owned_msg_t m;
+    next(cl, true, &m);
+    check_ho_ref(&m, S0, S0 + 1, 0, ENT, s0->id);
+    chanq_owned_msg_done(&m);
+    expect_not_subscribed(s0, cl);
+    (void)s1;
+}
+
 static const struct CMUnitTest tests[] = {
-    IT_TEST(test_interest_sphere), IT_TEST(test_handover_walk), IT_TEST(test_locked_group_stays),
-    IT_TEST(test_group_handover),  IT_TEST(test_adjacent),
+    IT_TEST(test_handover_subscription_follows_interest),
+    IT_TEST(test_handover_servers_only),
+    IT_TEST(test_interest_sphere),
+    IT_TEST(test_handover_walk),
+    IT_TEST(test_locked_group_stays),
+    IT_TEST(test_group_handover),
+    IT_TEST(test_adjacent),
 };
 
 IT_MAIN(tests)

@@ -102,6 +102,13 @@ static void test_handover_section(void **state)
     assert_int_equal(c.handover.axes[0], 0);
     assert_int_equal(c.handover.axes[1], 2);
     assert_int_equal(c.handover.axes[2], 1);
+    assert_true(c.handover.subscribe_clients); /* default: channeld's §4.6 */
+    cq_spatial_cfg_done(&c);
+    const char *js2 = "{\"Config\":{\"GridWidth\":1,\"GridHeight\":1,\"GridCols\":1,"
+                      "\"GridRows\":1,\"ServerCols\":1,\"ServerRows\":1},"
+                      "\"Handover\":{\"SubscribeClients\":false}}";
+    assert_int_equal(cq_spatial_cfg_parse(js2, strlen(js2), &c, err, sizeof(err)), 0);
+    assert_false(c.handover.subscribe_clients);
     cq_spatial_cfg_done(&c);
 }
 
@@ -167,6 +174,9 @@ static void test_validation_messages(void **state)
         {"{\"Config\":{\"GridWidth\":1,\"GridHeight\":1,\"GridCols\":1,\"GridRows\":1,"
          "\"ServerCols\":1,\"ServerRows\":1},\"Handover\":{\"PositionPath\":3}}",
          "Handover.PositionPath: must be a string"},
+        {"{\"Config\":{\"GridWidth\":1,\"GridHeight\":1,\"GridCols\":1,\"GridRows\":1,"
+         "\"ServerCols\":1,\"ServerRows\":1},\"Handover\":{\"SubscribeClients\":1}}",
+         "Handover.SubscribeClients: must be true or false"},
     };
     for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
         assert_int_equal(
