@@ -9,6 +9,9 @@
 # Environment knobs [defaults]:
 #   CLIENTS [2000]  RATE [10]  DURATION [10] s  WARMUP [3]  RADIUS [1.5] cells  SPEED [0.5] cells/s
 #   WORKERS [1]  REPS [1]  BUILD [build-bench] (meson release build, created if missing)
+#   SUBSCRIBE_CLIENTS [false]  the Handover section's SubscribeClients: false, clients read the
+#                      cells (their interest's damping); true, channeld's §4.6, a handover also
+#                      subscribes every client watching the destination to the moved entities
 #   SPATIAL_SMOKE [0]  1: 200 clients, 5 s, 1 s warmup, and the count checks (--check): every
 #                      entity created, updates and fan-outs flowed, no lost handover, no
 #                      update refused (chanqd's log). The meson
@@ -48,7 +51,7 @@ cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; wait 2>/dev/null || true; 
 trap cleanup EXIT
 
 # The benchmark layout plus chanq's Handover section for chanqworld.EntityChannelData.
-cat > "$TMP/spatial.json" <<'JSON'
+cat > "$TMP/spatial.json" <<JSON
 {
     "SpatialControllerType": "Static2DSpatialController",
     "Config": {
@@ -57,7 +60,8 @@ cat > "$TMP/spatial.json" <<'JSON'
         "ServerInterestBorderSize": 1
     },
     "Handover": {"PositionPath": "transform.position", "Axes": "xyz",
-                 "EntitiesField": "entities", "EntityDataField": "entityData"}
+                 "EntitiesField": "entities", "EntityDataField": "entityData",
+                 "SubscribeClients": ${SUBSCRIBE_CLIENTS:-false}}
 }
 JSON
 

@@ -27,7 +27,7 @@ typedef struct sub {
     uint32_t masks;
     uint32_t hidx; /* position in the heap */
     int32_t delay;
-    bool skip_self, skip_first, had_first;
+    bool skip_self, skip_first, had_first, align;
     int64_t last;     /* start of the next window */
     uint64_t floor;   /* entries with seq < floor are already in a full state it received */
     uint64_t own_seq; /* 1 + seq of its newest own update, 0 = none */
@@ -77,6 +77,13 @@ static int64_t to_ms(uint64_t now_ms)
 static int64_t due_of(const sub_t *u)
 {
     return u->last + (int64_t)u->interval;
+}
+
+/* The grid point of interval iv at or before t (t may be negative). */
+static int64_t align_down(int64_t t, uint32_t iv)
+{
+    int64_t m = t % (int64_t)iv;
+    return t - (m < 0 ? m + (int64_t)iv : m);
 }
 
 static uint32_t clamp_interval(const cq_sched_t *s, uint32_t ms)
@@ -548,7 +555,8 @@ static int run_sub(cq_sched_t *s, sub_t *u, int64_t now)
             r = send_full(s, u);
             if (!r) {
                 u->had_first = true;
-                u->last = now;
+                /* the floor keeps what the full state held out of the aligned window */
+                u->last = u->align ? align_down(now, u->interval) : now;
                 u->floor = s->seq_next;
             }
         } else {
@@ -657,6 +665,23 @@ static void apply_opts(cq_sched_t *s, sub_t *u, const cq_sched_subopts_t *o)
         u->skip_first = o->skip_first;
     if (o->set & CQ_SCHED_SET_MASKS)
         u->masks = o->masks_id;
+    if (o->set & CQ_SCHED_SET_ALIGN)
+        u->align = o->align;
+}
+
+/* An aligned subscriber whose interval changed: its next window starts on the new grid, at or
+ * before the old start. What it already received (before the old start) is floored out, so
+ * nothing is sent twice, and nothing is skipped. */
+static void realign(cq_sched_t *s, sub_t *u)
+{
+    int64_t old = u->last, a = align_down(old, u->interval);
+    if (!u->align || a == old)
+        return;
+    uint32_t i = lb_time(s, 0, old);
+    uint64_t first = i < s->count ? at(s, i)->seq : s->seq_next;
+    u->last = a;
+    if (u->had_first && first > u->floor)
+        u->floor = first;
 }
 
 /* 1 + seq of the newest buffered update from conn, 0 if none. */
@@ -684,6 +709,8 @@ static int sub_new(cq_sched_t *s, uint32_t conn_id, const cq_sched_subopts_t *o,
     u->skip_self = true;
     apply_opts(s, u, o);
     u->last = now + u->delay;
+    if (u->align)
+        u->last = align_down(u->last, u->interval);
     u->had_first = u->skip_first;
     /* A window never reaches back before the subscription unless the delay does: an update
      * buffered in the same ms just before it (arrival == now == last) is not the
@@ -705,7 +732,10 @@ int cq_sched_sub(cq_sched_t *s, uint32_t conn_id, const cq_sched_subopts_t *o, u
     sub_t *u = cq_map_get(&s->by_conn, conn_id);
     if (!u)
         return sub_new(s, conn_id, o, to_ms(now_ms));
+    uint32_t iv = u->interval;
     apply_opts(s, u, o);
+    if (u->interval != iv)
+        realign(s, u);
     sift_up(s, u->hidx);
     sift_down(s, u->hidx);
     recompute_max_interval(s);

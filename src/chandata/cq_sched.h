@@ -113,6 +113,7 @@ enum {
     CQ_SCHED_SET_SKIP_SELF = 1u << 2,
     CQ_SCHED_SET_SKIP_FIRST = 1u << 3,
     CQ_SCHED_SET_MASKS = 1u << 4,
+    CQ_SCHED_SET_ALIGN = 1u << 5,
 };
 
 /* Subscription options (§2.4). Fields whose CQ_SCHED_SET_* bit is clear are ignored: a new
@@ -125,6 +126,14 @@ typedef struct cq_sched_subopts {
     bool skip_self;       /* do not send the subscriber its own updates */
     bool skip_first;      /* never send the full state */
     uint32_t masks_id;    /* 0 = no masks; equal masks must have equal ids */
+    /* Windows on the interval's grid of the clock (window starts are multiples of the
+     * interval), so that the subscriptions of one connection to many channels (a client's
+     * spatial cells) come due in the same millisecond and leave in one write. The first window
+     * then ends at the first grid point after subscription + delay (up to one interval before
+     * channeld's sub + delay + interval), and never holds an update from before the
+     * subscription (delay >= 0); a new interval re-aligns the next window without resending
+     * or skipping an update. */
+    bool align;
 } cq_sched_subopts_t;
 
 /* Read-only view of one subscriber, for tests and /debug. */

@@ -322,6 +322,81 @@ static void test_skip_first_same_ms(void **state)
     fx_free(f);
 }
 
+/* ---- windows on the interval grid (align, spatial cells and entities) ---- */
+
+static cq_sched_subopts_t aligned(uint32_t interval, bool skip_first)
+{
+    cq_sched_subopts_t o = opts(interval, 0, skip_first);
+    o.set |= CQ_SCHED_SET_ALIGN;
+    o.align = true;
+    return o;
+}
+
+/* Subscribed at 7 with interval 10: the first window closes on the grid at 10 (channeld's rule
+ * would say 17) and holds what came after the subscription only; then every 10 ms on the grid. */
+static void test_align_first_window(void **state)
+{
+    (void)state;
+    fx_t *f = fx_new(1);
+    cq_sched_subopts_t keep = opts(1000, 0, true), o = aligned(10, true);
+    sub(f, 1, &keep, 0); /* holds the buffer */
+    upd(f, "early", C0, 5);
+    sub(f, 2, &o, 7);
+    upd(f, "a", C0, 8);
+    for (int64_t t = 7; t <= 30; t++) {
+        if (t == 23)
+            upd(f, "b", C0, t);
+        assert_int_equal(tick(f, t), 0);
+    }
+    assert_int_equal(f->nrec, 2);
+    expect(f, 0, 2, 10, "a");
+    expect(f, 1, 2, 30, "b");
+    fx_free(f);
+}
+
+/* Without skip_first the full state comes at the first grid point, and the next window starts
+ * on the grid even when the tick that sent it was late. */
+static void test_align_full_state(void **state)
+{
+    (void)state;
+    fx_t *f = fx_new(1);
+    cq_sched_subopts_t o = aligned(10, false);
+    sub(f, 2, &o, 7);
+    upd(f, "a", C0, 8);
+    assert_int_equal(tick(f, 13), 0); /* late: due at 10 */
+    upd(f, "b", C0, 14);
+    for (int64_t t = 14; t <= 20; t++)
+        assert_int_equal(tick(f, t), 0);
+    assert_int_equal(f->nrec, 2);
+    expect(f, 0, 2, 13, "Sa");
+    expect(f, 1, 2, 20, "b");
+    fx_free(f);
+}
+
+/* An interval change re-aligns the next window on the new grid, sending nothing twice and
+ * skipping nothing: interval 50 -> 20 at 55 moves the window [50, 100) to [40, 60). */
+static void test_align_new_interval(void **state)
+{
+    (void)state;
+    fx_t *f = fx_new(1);
+    cq_sched_subopts_t o = aligned(50, true), o20 = aligned(20, true);
+    sub(f, 2, &o, 0);
+    upd(f, "u10", C0, 10);
+    assert_int_equal(tick(f, 50), 0);
+    upd(f, "u52", C0, 52);
+    sub(f, 2, &o20, 55);
+    for (int64_t t = 55; t <= 80; t++) {
+        if (t == 61)
+            upd(f, "u61", C0, t);
+        assert_int_equal(tick(f, t), 0);
+    }
+    assert_int_equal(f->nrec, 3);
+    expect(f, 0, 2, 50, "u10");
+    expect(f, 1, 2, 60, "u52");
+    expect(f, 2, 2, 80, "u61");
+    fx_free(f);
+}
+
 static void test_negative_delay(void **state)
 {
     (void)state;
@@ -787,6 +862,9 @@ int main(void)
         cmocka_unit_test(test_timeline_defaults),
         cmocka_unit_test(test_skip_first),
         cmocka_unit_test(test_skip_first_same_ms),
+        cmocka_unit_test(test_align_first_window),
+        cmocka_unit_test(test_align_full_state),
+        cmocka_unit_test(test_align_new_interval),
         cmocka_unit_test(test_negative_delay),
         cmocka_unit_test(test_skip_self),
         cmocka_unit_test(test_skip_self_before_sub),
