@@ -1,9 +1,11 @@
 #include "cq_file.h"
 
 #include "cq_alloc.h"
+#include "cq_err.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 int cq_file_read(const char *path, size_t max, char **ret_buf, size_t *ret_len)
 {
@@ -37,5 +39,23 @@ int cq_file_read(const char *path, size_t max, char **ret_buf, size_t *ret_len)
     }
     *ret_buf = buf;
     *ret_len = len;
+    return 0;
+}
+
+int cq_file_load(const char *path, size_t max, cq_file_loader_fn load, void *ret, char *err,
+                 size_t errlen)
+{
+    if (err && errlen)
+        err[0] = '\0';
+    char *buf = NULL;
+    size_t len = 0;
+    int r = cq_file_read(path, max, &buf, &len);
+    if (r < 0)
+        return cq_err_fmt(err, errlen, r, "%s: %s", path, strerror(-r));
+    char msg[256];
+    r = load(buf, len, ret, msg, sizeof(msg));
+    cq_free(buf);
+    if (r < 0)
+        return cq_err_fmt(err, errlen, r, "%s: %s", path, msg);
     return 0;
 }

@@ -8,4 +8,13 @@
  * over max bytes. Returns 0, -errno, -ENOMEM or -EFBIG; *ret_* are written only on success. */
 int cq_file_read(const char *path, size_t max, char **ret_buf, size_t *ret_len);
 
+/* Parses a document already in memory into *ret (a typed out-pointer passed as void *). */
+typedef int (*cq_file_loader_fn)(const char *doc, size_t len, void *ret, char *err, size_t errlen);
+
+/* Reads path (at most max bytes) and runs load on its contents: the one way config files are
+ * loaded (FSMs, channel settings, spatial settings). Errors are prefixed with the path in err.
+ * Returns load's result, or -errno/-EFBIG/-ENOMEM for the read. */
+int cq_file_load(const char *path, size_t max, cq_file_loader_fn load, void *ret, char *err,
+                 size_t errlen);
+
 #endif

@@ -217,15 +217,6 @@ int cq_mapops_take(const cq_fielddesc_t *f, const uint8_t *p, size_t n, const ui
     return 0;
 }
 
-static int put_varint(cq_sbuf_t *out, uint64_t v)
-{
-    int r = cq_sbuf_reserve(out, 10);
-    if (r < 0)
-        return r;
-    out->len += cq_varint_put(out->data + out->len, v);
-    return 0;
-}
-
 int cq_mapops_put(const cq_fielddesc_t *f, uint32_t key, const uint8_t *v, size_t vlen,
                   cq_sbuf_t *out)
 {
@@ -236,7 +227,7 @@ int cq_mapops_put(const cq_fielddesc_t *f, uint32_t key, const uint8_t *v, size_
     if (!r)
         r = cq__merge_put_tag(out, 1, WT_VARINT);
     if (!r)
-        r = put_varint(out, key);
+        r = cq__merge_put_varint(out, key);
     if (!r)
         r = cq__merge_put_tag(out, 2, WT_LEN);
     if (!r)
@@ -270,9 +261,11 @@ int cq_fieldpath_set_any(const uint8_t *p, size_t n, uint32_t number, const char
         r = cq__merge_put_tag(out, number, WT_LEN);
     if (!r)
         r = cq__merge_begin_len(out, &off);
-    if (!r && ulen && !(r = cq__merge_put_tag(out, 1, WT_LEN)) && !(r = put_varint(out, ulen)))
+    if (!r && ulen && !(r = cq__merge_put_tag(out, 1, WT_LEN)) &&
+        !(r = cq__merge_put_varint(out, ulen)))
         r = cq_sbuf_append(out, type_url, ulen);
-    if (!r && vlen && !(r = cq__merge_put_tag(out, 2, WT_LEN)) && !(r = put_varint(out, vlen)))
+    if (!r && vlen && !(r = cq__merge_put_tag(out, 2, WT_LEN)) &&
+        !(r = cq__merge_put_varint(out, vlen)))
         r = cq_sbuf_append(out, v, vlen);
     if (!r)
         r = cq__merge_end_len(out, off);

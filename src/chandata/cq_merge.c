@@ -153,7 +153,7 @@ int cq__merge_put_tag(cq_sbuf_t *out, uint32_t number, uint8_t wt)
     return 0;
 }
 
-static int put_varint(cq_sbuf_t *out, uint64_t v)
+int cq__merge_put_varint(cq_sbuf_t *out, uint64_t v)
 {
     int r = cq_sbuf_reserve(out, 10);
     if (r < 0)
@@ -232,7 +232,7 @@ static uint64_t norm_varint(const cq_fielddesc_t *f, uint64_t v)
 static int put_scalar(cq_sbuf_t *out, const cq_fielddesc_t *f, uint64_t v)
 {
     if (f->kind != CQ_FK_FIXED32 && f->kind != CQ_FK_FIXED64)
-        return put_varint(out, norm_varint(f, v));
+        return cq__merge_put_varint(out, norm_varint(f, v));
     size_t w = f->kind == CQ_FK_FIXED32 ? 4 : 8;
     int r = cq_sbuf_reserve(out, w);
     if (r < 0)

@@ -81,6 +81,9 @@ bool cq__merge_wt_ok(const cq_fielddesc_t *f, uint8_t wt);
 /* Appends a tag; 0 or -ENOMEM. */
 int cq__merge_put_tag(cq_sbuf_t *out, uint32_t number, uint8_t wt);
 
+/* Appends a varint; 0 or -ENOMEM. */
+int cq__merge_put_varint(cq_sbuf_t *out, uint64_t v);
+
 /* Length-delimited bodies written in place: cq__merge_begin_len() reserves the length and
  * returns the body offset through *ret_off; cq__merge_end_len() writes the body's length. */
 int cq__merge_begin_len(cq_sbuf_t *out, size_t *ret_off);

@@ -9,6 +9,7 @@
 #include "cq_fsm.h"
 
 #include "cq_alloc.h"
+#include "cq_file.h"
 #include "cq_json.h"
 #include "cq_err.h"
 
@@ -317,7 +318,7 @@ static int load_json(const char *json, size_t len, void *ret, char *err, size_t 
 
 int cq_fsm_load_file(const char *path, cq_fsm_t **ret, char *err, size_t errlen)
 {
-    return cq_json_load_file(path, MAX_FILE_SIZE, load_json, ret, err, errlen);
+    return cq_file_load(path, MAX_FILE_SIZE, load_json, ret, err, errlen);
 }
 
 cq_fsm_t *cq_fsm_free(cq_fsm_t *fsm)

@@ -36,21 +36,3 @@ int cq_json_pick(json_t *obj, const char *const names[], json_t *out[], const ch
     }
     return 0;
 }
-
-int cq_json_load_file(const char *path, size_t max, cq_json_loader_fn load, void *ret, char *err,
-                      size_t errlen)
-{
-    if (err && errlen)
-        err[0] = '\0';
-    char *buf = NULL;
-    size_t len = 0;
-    int r = cq_file_read(path, max, &buf, &len);
-    if (r < 0)
-        return cq_err_fmt(err, errlen, r, "%s: %s", path, strerror(-r));
-    char msg[256];
-    r = load(buf, len, ret, msg, sizeof(msg));
-    cq_free(buf);
-    if (r < 0)
-        return cq_err_fmt(err, errlen, r, "%s: %s", path, msg);
-    return 0;
-}

@@ -12,12 +12,4 @@
 int cq_json_pick(json_t *obj, const char *const names[], json_t *out[], const char *where,
                  char *err, size_t errlen);
 
-/* Parses a JSON document already in memory into *ret (a typed out-pointer passed as void *). */
-typedef int (*cq_json_loader_fn)(const char *json, size_t len, void *ret, char *err, size_t errlen);
-
-/* Reads path (at most max bytes) and runs load on its contents. Errors are prefixed with the
- * path in err. Returns load's result, or -errno/-EFBIG/-ENOMEM for the read. */
-int cq_json_load_file(const char *path, size_t max, cq_json_loader_fn load, void *ret, char *err,
-                      size_t errlen);
-
 #endif

@@ -7,6 +7,7 @@
 #include "cq_settings.h"
 
 #include "cq_alloc.h"
+#include "cq_file.h"
 #include "cq_json.h"
 #include "cq_err.h"
 
@@ -285,7 +286,7 @@ static int load_json(const char *json, size_t len, void *ret, char *err, size_t 
 
 int cq_settings_load_file(const char *path, cq_settings_t **ret, char *err, size_t errlen)
 {
-    return cq_json_load_file(path, MAX_FILE_SIZE, load_json, ret, err, errlen);
+    return cq_file_load(path, MAX_FILE_SIZE, load_json, ret, err, errlen);
 }
 
 cq_settings_t *cq_settings_new_default(void)

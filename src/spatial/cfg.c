@@ -289,23 +289,18 @@ static const struct {
     {"tanks_big", cq_embedded_spatial_tanks_big, &cq_embedded_spatial_tanks_big_len},
 };
 
+static int load_doc(const char *json, size_t len, void *ret, char *err, size_t errlen)
+{
+    return cq_spatial_cfg_parse(json, len, ret, err, errlen);
+}
+
 int cq_spatial_cfg_load(const char *spec, cq_spatial_cfg_t *ret, char *err, size_t errlen)
 {
     for (size_t i = 0; i < sizeof(shipped) / sizeof(shipped[0]); i++)
         if (strcmp(spec, shipped[i].name) == 0)
             return cq_spatial_cfg_parse(shipped[i].json, *shipped[i].len, ret, err, errlen);
     memset(ret, 0, sizeof(*ret));
-    char *buf = NULL;
-    size_t len = 0;
-    int r = cq_file_read(spec, MAX_FILE_SIZE, &buf, &len);
-    if (r < 0)
-        return cq_err_fmt(err, errlen, r, "%s: %s", spec, strerror(-r));
-    char msg[256];
-    r = cq_spatial_cfg_parse(buf, len, ret, msg, sizeof(msg));
-    cq_free(buf);
-    if (r < 0)
-        return cq_err_fmt(err, errlen, r, "%s: %s", spec, msg);
-    return 0;
+    return cq_file_load(spec, MAX_FILE_SIZE, load_doc, ret, err, errlen);
 }
 
 void cq_spatial_cfg_done(cq_spatial_cfg_t *c)
