@@ -139,7 +139,8 @@ static void ho_post(cq_core_t *c, int worker, int stage, const ho_t *ho, const c
         size_t l = entries ? entries[i].len : ho->elen[i];
         if (l)
             memcpy(p, entries ? entries[i].data : src, l);
-        src += entries ? 0 : l;
+        if (!entries) /* src is NULL when the entries come from `entries` */
+            src += l;
         p += l;
     }
     cq__xmsg_post(c, worker, m);
