@@ -4,7 +4,10 @@
  * is asynchronous; completions and watchers run on the library's completion thread, where they
  * turn results into cq_coord_ev_t and post them to the sink. Only async calls are made there.
  * zookeeper_close() calls the pending completions (with ZCLOSING) before it returns, so every
- * context allocated here is freed by its completion.
+ * context allocated here is freed by its completion. A request issued while it drains (a
+ * completion chaining the next step) would never get its completion, and its context would
+ * leak: every request goes through the zk_a* gates below, which refuse with ZCLOSING once
+ * zk_close has begun.
  */
 #define THREADED
 #include "cq_coordzk.h"
@@ -15,6 +18,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +37,8 @@ typedef struct zk_sess {
     char topics[ZK_PATH_MAX];  /* "/chanq/topics" */
     pthread_mutex_t node_mu;   /* node: written by a completion, read by leave */
     char node[ZK_PATH_MAX];    /* our member node, once joined ("" before and after leave) */
+    pthread_mutex_t gate_mu;   /* held while a request is issued; closing is set under it */
+    bool closing;              /* zk_close has begun: no request is issued any more */
 } zk_sess_t;
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -119,6 +125,7 @@ static int zk_connect(void *ud, const cq_coord_zk_conf_t *conf, const cq_coord_z
         return -ENOMEM;
     s->sink = *sink;
     pthread_mutex_init(&s->node_mu, NULL);
+    pthread_mutex_init(&s->gate_mu, NULL);
     int rc = zk_paths(s, conf);
     if (rc < 0)
         goto fail;
@@ -133,6 +140,7 @@ static int zk_connect(void *ud, const cq_coord_zk_conf_t *conf, const cq_coord_z
     return 0;
 fail:
     pthread_mutex_destroy(&s->node_mu);
+    pthread_mutex_destroy(&s->gate_mu);
     cq_free(s);
     return rc;
 }
@@ -142,10 +150,80 @@ static void zk_close(void *sess)
     zk_sess_t *s = sess;
     if (!s)
         return;
+    pthread_mutex_lock(&s->gate_mu);
+    s->closing = true; /* no request from a completion can slip into the close below */
+    pthread_mutex_unlock(&s->gate_mu);
     if (s->zh)
         zookeeper_close(s->zh);
     pthread_mutex_destroy(&s->node_mu);
+    pthread_mutex_destroy(&s->gate_mu);
     cq_free(s);
+}
+
+/* ---- the request gates: every asynchronous call goes through one of these -------------- */
+
+static bool gate_enter(zk_sess_t *s)
+{
+    pthread_mutex_lock(&s->gate_mu);
+    if (!s->closing)
+        return true;
+    pthread_mutex_unlock(&s->gate_mu);
+    return false;
+}
+
+static void gate_leave(zk_sess_t *s)
+{
+    pthread_mutex_unlock(&s->gate_mu);
+}
+
+static int zk_acreate(zk_sess_t *s, const char *path, const char *v, int len, int flags,
+                      string_completion_t done, const void *data)
+{
+    if (!gate_enter(s))
+        return ZCLOSING;
+    int zrc = zoo_acreate(s->zh, path, v, len, &ZOO_OPEN_ACL_UNSAFE, flags, done, data);
+    gate_leave(s);
+    return zrc;
+}
+
+static int zk_aget(zk_sess_t *s, const char *path, watcher_fn w, void *wctx, data_completion_t done,
+                   const void *data)
+{
+    if (!gate_enter(s))
+        return ZCLOSING;
+    int zrc =
+        w ? zoo_awget(s->zh, path, w, wctx, done, data) : zoo_aget(s->zh, path, 0, done, data);
+    gate_leave(s);
+    return zrc;
+}
+
+static int zk_achildren(zk_sess_t *s, const char *path, watcher_fn w, void *wctx,
+                        strings_completion_t done, const void *data)
+{
+    if (!gate_enter(s))
+        return ZCLOSING;
+    int zrc = zoo_awget_children(s->zh, path, w, wctx, done, data);
+    gate_leave(s);
+    return zrc;
+}
+
+static int zk_aset(zk_sess_t *s, const char *path, const char *v, int len, int version,
+                   stat_completion_t done, const void *data)
+{
+    if (!gate_enter(s))
+        return ZCLOSING;
+    int zrc = zoo_aset(s->zh, path, v, len, version, done, data);
+    gate_leave(s);
+    return zrc;
+}
+
+static int zk_adelete(zk_sess_t *s, const char *path, void_completion_t done, const void *data)
+{
+    if (!gate_enter(s))
+        return ZCLOSING;
+    int zrc = zoo_adelete(s->zh, path, -1, done, data);
+    gate_leave(s);
+    return zrc;
 }
 
 /* ---- join: the persistent parents, then our member node ----------------------------------- */
@@ -201,15 +279,14 @@ static void join_step(join_ctx_t *j)
         j->at = slash ? (size_t)(slash - s->members) : n;
         char path[ZK_PATH_MAX];
         snprintf(path, sizeof path, "%.*s", (int)j->at, s->members);
-        zrc = zoo_acreate(s->zh, path, "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT,
-                          join_parent_done, j);
+        zrc = zk_acreate(s, path, "", 0, ZOO_PERSISTENT, join_parent_done, j);
     } else {
         char path[ZK_PATH_MAX + sizeof MEMBER_NAME + 1];
         if (snprintf(path, sizeof path, "%s/" MEMBER_NAME, s->members) >= (int)sizeof path)
             zrc = ZBADARGUMENTS;
         else
-            zrc = zoo_acreate(s->zh, path, j->data, j->len, &ZOO_OPEN_ACL_UNSAFE,
-                              ZOO_EPHEMERAL | ZOO_SEQUENCE, join_created, j);
+            zrc =
+                zk_acreate(s, path, j->data, j->len, ZOO_EPHEMERAL | ZOO_SEQUENCE, join_created, j);
     }
     if (zrc != ZOK) {
         cq_free(j);
@@ -327,7 +404,7 @@ static void list_children(int zrc, const struct String_vector *v, const void *da
         }
         g->l = l;
         l->pending++;
-        int rc = zoo_aget(l->s->zh, path, 0, list_got, g);
+        int rc = zk_aget(l->s, path, NULL, NULL, list_got, g);
         if (rc != ZOK) {
             l->pending--;
             cq_free(g);
@@ -346,7 +423,7 @@ static int zk_list(void *sess)
     if (!l)
         return -ENOMEM;
     l->s = s;
-    int zrc = zoo_awget_children(s->zh, s->members, list_watch, s, list_children, l);
+    int zrc = zk_achildren(s, s->members, list_watch, s, list_children, l);
     if (zrc != ZOK) {
         cq_free(l);
         return zk_rc(zrc);
@@ -387,7 +464,7 @@ static int zk_read_epoch(void *sess, bool is_ping, uint64_t sent_ms)
     if (!e)
         return -ENOMEM;
     *e = (epoch_ctx_t){.s = s, .is_ping = is_ping, .sent_ms = sent_ms};
-    int zrc = zoo_aget(s->zh, s->epoch, 0, epoch_got, e);
+    int zrc = zk_aget(s, s->epoch, NULL, NULL, epoch_got, e);
     if (zrc != ZOK) {
         cq_free(e);
         return zk_rc(zrc);
@@ -418,10 +495,9 @@ static int zk_set_epoch(void *sess, const char *text, int32_t version)
     zk_sess_t *s = sess;
     int len = (int)strlen(text), zrc;
     if (version < 0)
-        zrc = zoo_acreate(s->zh, s->epoch, text, len, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT,
-                          epoch_created, s);
+        zrc = zk_acreate(s, s->epoch, text, len, ZOO_PERSISTENT, epoch_created, s);
     else
-        zrc = zoo_aset(s->zh, s->epoch, text, len, version, epoch_written, s);
+        zrc = zk_aset(s, s->epoch, text, len, version, epoch_written, s);
     return zk_rc(zrc);
 }
 
@@ -444,7 +520,7 @@ static int zk_leave(void *sess)
         zk_post_rc(s, CQ_COORD_EV_LEFT, 0);
         return 0;
     }
-    return zk_rc(zoo_adelete(s->zh, node, -1, left, s));
+    return zk_rc(zk_adelete(s, node, left, s));
 }
 
 /* ---- persistent paths --------------------------------------------------------------------- */
@@ -492,8 +568,7 @@ static void mk_step(mk_ctx_t *m)
     m->at = slash ? (size_t)(slash - m->path) : n;
     char prefix[ZK_PATH_MAX];
     snprintf(prefix, sizeof prefix, "%.*s", (int)m->at, m->path);
-    int zrc =
-        zoo_acreate(m->s->zh, prefix, "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, mk_created, m);
+    int zrc = zk_acreate(m->s, prefix, "", 0, ZOO_PERSISTENT, mk_created, m);
     if (zrc != ZOK)
         mk_finish(m, zrc);
 }
@@ -583,7 +658,7 @@ static void tlist_get(tlist_ctx_t *l, const char *name)
     memcpy(g->name, name, n + 1);
     l->pending++;
     /* Watch each topic's data too: an online flag or a retention that changes is a change. */
-    int zrc = zoo_awget(l->s->zh, path, topics_watch, l->s, tlist_got, g);
+    int zrc = zk_aget(l->s, path, topics_watch, l->s, tlist_got, g);
     if (zrc != ZOK) {
         l->pending--;
         cq_free(g);
@@ -618,7 +693,7 @@ static void tlist_start(void *arg, int zrc)
 {
     tlist_ctx_t *l = arg;
     if (zrc == ZOK)
-        zrc = zoo_awget_children(l->s->zh, l->s->topics, topics_watch, l->s, tlist_children, l);
+        zrc = zk_achildren(l->s, l->s->topics, topics_watch, l->s, tlist_children, l);
     if (zrc != ZOK) {
         l->rc = zk_rc(zrc);
         tlist_finish(l);
@@ -674,8 +749,7 @@ static void tput_written(int zrc, const struct Stat *st, const void *data)
     (void)st;
     tput_ctx_t *p = (tput_ctx_t *)data;
     if (zrc == ZNONODE && p->tries++ < 3) {
-        zrc = zoo_acreate(p->s->zh, p->path, p->data, p->len, &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT,
-                          tput_created, p);
+        zrc = zk_acreate(p->s, p->path, p->data, p->len, ZOO_PERSISTENT, tput_created, p);
         if (zrc == ZOK)
             return;
     }
@@ -684,7 +758,7 @@ static void tput_written(int zrc, const struct Stat *st, const void *data)
 
 static void tput_set(tput_ctx_t *p)
 {
-    int zrc = zoo_aset(p->s->zh, p->path, p->data, p->len, -1, tput_written, p);
+    int zrc = zk_aset(p->s, p->path, p->data, p->len, -1, tput_written, p);
     if (zrc != ZOK)
         tput_finish(p, zrc);
 }
