@@ -79,6 +79,7 @@ int chanq_mq_err(uint32_t err_code)
         [CQ_MQ_ERR_SEQUENCE_OUT_OF_ORDER] = CQ_ESEQORDER,
         [CQ_MQ_ERR_OFFSET_OUT_OF_RANGE] = CQ_EOFFRANGE,
         [CQ_MQ_ERR_NOT_MASTER] = CQ_ENOTMASTER,
+        [CQ_MQ_ERR_SERVER_OFFLINE] = CQ_ESRVOFFLINE,
     };
     if (err_code < sizeof(map) / sizeof(map[0]))
         return map[err_code];

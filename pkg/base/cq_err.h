@@ -44,6 +44,7 @@
     X(ESEQORDER, -1045, "seq below the producer's last stored seq, and not a retry")               \
     X(EOFFRANGE, -1046, "offset beyond the topic's last offset")                                   \
     X(ENOTMASTER, -1047, "not the shard's master: produce on another server")                      \
+    X(ESRVOFFLINE, -1048, "server taken offline by an operator: produce on another server")        \
     X(ECONFLICT, -1070, "version conflict: someone else wrote first")                              \
     X(EOFFGRID, -1080, "position is off the spatial grid")                                         \
     X(EBADQUERY, -1081, "invalid spatial query (missing centre, bad extent or radius)")            \

@@ -278,6 +278,65 @@ static const opt_t opts[] = {
     BOOL("repl-semi-sync-wait-no-slave", NULL, repl_semi_sync_wait_no_slave, "true",
          "rpl_semi_sync_master_wait_no_slave: with no standby connected, true makes a commit "
          "wait the timeout before falling back; false falls back at once."),
+    /* The management service (issue 13, doc/mgr.md): the manager role's own options, then a
+     * durable-topic server's link to its managers. */
+    STR("role", NULL, role, "server", "server|mgr", "NAME",
+        "What this process is: server (channels and durable topics) or mgr (the management "
+        "service: the seed's management protocol on --mgr-addr and the admin console on "
+        "--mgr-http-addr)."),
+    STR("mgr-addr", NULL, mgr_addr, "127.0.0.1:12120", NULL, "HOST:PORT",
+        "--role mgr: the management protocol listener (SDKs ask it for servers, servers "
+        "report to it and take its commands)."),
+    STR("mgr-http-addr", NULL, mgr_http_addr, "127.0.0.1:12121", NULL, "HOST:PORT",
+        "--role mgr: the admin console and its JSON API; empty disables it."),
+    STR("mgr-state-file", NULL, mgr_state_file, "chanq-mgr-state.json", NULL, "FILE",
+        "--role mgr without --zk-hosts: where the managed configuration (modules, "
+        "permissions, topics, offline servers) is kept. With --zk-hosts it lives in "
+        "ZooKeeper under --zk-root."),
+    STR("mgr-admin-token-file", NULL, mgr_admin_token_file, "", NULL, "FILE",
+        "--role mgr: file holding the console's admin token. Empty: a random token is "
+        "generated at start, written next to --mgr-state-file (mode 0600) and its path "
+        "logged."),
+    STR("mgr-audit-log", NULL, mgr_audit_log, "chanq-mgr-audit.log", NULL, "FILE",
+        "--role mgr: every change made through the console or the API is appended here, one "
+        "JSON line each."),
+    STR("mgr-http-hosts", NULL, mgr_http_hosts, "127.0.0.1,localhost,[::1]", NULL, "LIST",
+        "--role mgr: Host names the console answers (another Host gets 421, against DNS "
+        "rebinding); * allows any."),
+    INT("mgr-max-connections", NULL, mgr_max_connections, "1024", 1, 1000000, "N",
+        "--role mgr: management-protocol connections at the same time; more are closed on "
+        "accept."),
+    INT("mgr-http-max-connections", NULL, mgr_http_max_connections, "64", 1, 100000, "N",
+        "--role mgr: console connections at the same time; more are closed on accept."),
+    INT("mgr-auth-timeout-ms", NULL, mgr_auth_timeout_ms, "10000", 0, 3600000, "MS",
+        "--role mgr: close management connections whose first request has not come this "
+        "long after accept; 0 disables."),
+    INT("mgr-idle-timeout-ms", NULL, mgr_idle_timeout_ms, "60000", 0, 86400000, "MS",
+        "--role mgr: close management connections that sent no whole frame for this long; 0 "
+        "disables. Servers report every --mgr-report-ms."),
+    INT("mgr-http-timeout-ms", NULL, mgr_http_timeout_ms, "30000", 0, 3600000, "MS",
+        "--role mgr: close console connections with no answer for this long; 0 disables."),
+    INT("mgr-stale-ms", NULL, mgr_stale_ms, "6000", 100, 3600000, "MS",
+        "--role mgr: a server whose reports stopped this long ago is marked stale and left "
+        "out of server lists."),
+    INT("mgr-lag-alert-ms", NULL, mgr_lag_alert_ms, "30000", 1, 86400000, "MS",
+        "--role mgr: replication lag over this raises the shard's alert "
+        "(chanq_mgr_repl_lag_alert 1); the seed's threshold is 30 s."),
+    STR("mgr-servers", NULL, mgr_servers, "", NULL, "LIST",
+        "--role server: managers (host:port,...) this server reports to and takes commands "
+        "from; empty: not managed."),
+    STR("mgr-token-file", NULL, mgr_token_file, "", NULL, "FILE",
+        "File holding the secret servers present to the manager (both roles read it). "
+        "Empty on the manager refuses every server report unless --dev."),
+    INT("mgr-report-ms", NULL, mgr_report_ms, "2000", 100, 600000, "MS",
+        "--role server: how often this server sends its figures (sync_serverinfo) to the "
+        "manager."),
+    INT("group-id", NULL, group_id, "0", 0, 2147483647, "N",
+        "--role server: the seed's group_id, the server group this server belongs to; modules "
+        "may be limited to groups."),
+    INT("appid", NULL, appid, "0", 0, 2147483647, "N",
+        "--role server: the seed's appid, this process's unique id at the manager; 0 derives "
+        "one from --shard and the advertised port."),
     STR("mq-permissions-file", NULL, mq_permissions_file, "", NULL, "FILE",
         "JSON object {\"<module_id>\": {\"token\": \"...\", \"produce\": [\"topic\", \"*\"], "
         "\"consume\": [...], \"admin\": true}}; every module needs a token. Empty lets every "

@@ -105,6 +105,22 @@ typedef struct cq_config {
     char *repl_password;
     int repl_semi_sync_timeout_ms;     /* rpl_semi_sync_master_timeout */
     bool repl_semi_sync_wait_no_slave; /* rpl_semi_sync_master_wait_no_slave */
+    /* the management service (issue 13) */
+    char *role;                 /* "server" or "mgr" */
+    char *mgr_addr;             /* mgr: management protocol listener */
+    char *mgr_http_addr;        /* mgr: console + JSON API; "" = none */
+    char *mgr_state_file;       /* mgr without ZooKeeper: the managed configuration */
+    char *mgr_admin_token_file; /* mgr: console admin token; "" = generated */
+    char *mgr_audit_log;        /* mgr: JSON lines, one per change */
+    char *mgr_http_hosts;       /* mgr: Host names the console answers */
+    int mgr_max_connections, mgr_http_max_connections;
+    int mgr_auth_timeout_ms, mgr_idle_timeout_ms, mgr_http_timeout_ms;
+    int mgr_stale_ms;     /* mgr: reports older than this mark a server stale */
+    int mgr_lag_alert_ms; /* mgr: replication lag alert threshold */
+    char *mgr_servers;    /* server: managers to report to; "" = unmanaged */
+    char *mgr_token_file; /* both: the servers' shared secret */
+    int mgr_report_ms;    /* server: sync_serverinfo period */
+    int group_id, appid;  /* server: the seed's ids */
     char *mq_permissions_file;         /* JSON module permissions; "" = everything allowed */
     char *mq_http_hosts;               /* comma-separated Host names the MQ HTTP API answers */
     char *mq_http_origins;             /* comma-separated Origins allowed on the MQ HTTP API */

@@ -30,6 +30,7 @@ static const struct {
     {CQ_ESEQORDER, CQ_MQ_ERR_SEQUENCE_OUT_OF_ORDER, "sequence_out_of_order"},
     {CQ_EOFFRANGE, CQ_MQ_ERR_OFFSET_OUT_OF_RANGE, "offset_out_of_range"},
     {CQ_ENOTMASTER, CQ_MQ_ERR_NOT_MASTER, "not_master"},
+    {CQ_ESRVOFFLINE, CQ_MQ_ERR_SERVER_OFFLINE, "server_offline"},
     {1, CQ_MQ_ERR_INTERNAL, "internal"}, /* err 1 never occurs: matched by code only */
 };
 #define NERRMAP (sizeof(errmap) / sizeof(errmap[0]))
