@@ -115,17 +115,17 @@ typedef struct cq_config {
     char *mgr_http_hosts;       /* mgr: Host names the console answers */
     int mgr_max_connections, mgr_http_max_connections;
     int mgr_auth_timeout_ms, mgr_idle_timeout_ms, mgr_http_timeout_ms;
-    int mgr_stale_ms;     /* mgr: reports older than this mark a server stale */
-    int mgr_lag_alert_ms; /* mgr: replication lag alert threshold */
-    char *mgr_servers;    /* server: managers to report to; "" = unmanaged */
-    char *mgr_token_file; /* both: the servers' shared secret */
-    int mgr_report_ms;    /* server: sync_serverinfo period */
-    int group_id, appid;  /* server: the seed's ids */
-    char *mq_permissions_file;         /* JSON module permissions; "" = everything allowed */
-    char *mq_http_hosts;               /* comma-separated Host names the MQ HTTP API answers */
-    char *mq_http_origins;             /* comma-separated Origins allowed on the MQ HTTP API */
-    size_t mq_max_content;             /* bytes of one message's content */
-    int mq_max_pending;                /* pending durable writes before producers get busy */
+    int mgr_stale_ms;           /* mgr: reports older than this mark a server stale */
+    int mgr_lag_alert_ms;       /* mgr: replication lag alert threshold */
+    char *mgr_servers;          /* server: managers to report to; "" = unmanaged */
+    char *mgr_token_file;       /* both: the servers' shared secret */
+    int mgr_report_ms;          /* server: sync_serverinfo period */
+    int group_id, appid;        /* server: the seed's ids */
+    char *mq_permissions_file;  /* JSON module permissions; "" = everything allowed */
+    char *mq_http_hosts;        /* comma-separated Host names the MQ HTTP API answers */
+    char *mq_http_origins;      /* comma-separated Origins allowed on the MQ HTTP API */
+    size_t mq_max_content;      /* bytes of one message's content */
+    int mq_max_pending;         /* pending durable writes before producers get busy */
     size_t mq_sendq_soft_limit; /* MQ connections: unsent bytes allowed mq_sendq_soft_seconds */
     int mq_sendq_soft_seconds;
     size_t mq_sendq_hard_limit; /* MQ connections: unsent bytes that close at once */
