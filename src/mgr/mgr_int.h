@@ -1,0 +1,46 @@
+/* mgr_int.h - inside the management engine: the contract between the engine (mgr.c, state,
+ * registry, protocol: the mgr helper) and the console API (api.c: the console helper).
+ * Engine thread only.
+ */
+#ifndef CQ_MGR_INT_H
+#define CQ_MGR_INT_H
+
+#include "cq_mgr.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* --- provided by the engine, called by api.c ---------------------------------------------- */
+
+/* The options the engine was built with (borrowed, engine lifetime). */
+const cq_mgr_opts_t *cq__mgr_opts(const cq_mgr_t *m);
+/* The state changes. Each validates (err names the field: "produce[2]: must be a topic name or
+ * \"*\""), applies at once in memory, bumps the version, pushes publish_config (or the offline
+ * command) to every connected server, queues the save, and returns the new version (> 0), or a
+ * negative code: CQ_EFIELD / CQ_EJSON (400), CQ_ENOTFOUND-like absence as -ENOENT (404),
+ * -ENOMEM. json is the request body (a module object as in the state document). */
+int64_t cq__mgr_module_put(cq_mgr_t *m, uint32_t id, const char *json, size_t len, char *err,
+                           size_t errlen);
+int64_t cq__mgr_module_delete(cq_mgr_t *m, uint32_t id, char *err, size_t errlen);
+int64_t cq__mgr_topic_set_online(cq_mgr_t *m, const char *topic, bool online, char *err,
+                                 size_t errlen);
+int64_t cq__mgr_server_set_offline(cq_mgr_t *m, uint32_t appid, bool offline, char *err,
+                                   size_t errlen);
+/* GET /api/state's body (common.md contract 3), appended to out. 0 or -ENOMEM. */
+int cq__mgr_state_json(const cq_mgr_t *m, uint64_t now_ms, cq_sbuf_t *out);
+/* Writes one audit line through ops.audit (the engine counts it in chanq_mgr_audit_total). */
+void cq__mgr_audit_write(cq_mgr_t *m, const char *line, size_t len);
+
+/* --- provided by api.c, called by the engine ------------------------------------------------ */
+
+typedef struct cq_mgr_api cq_mgr_api_t;
+/* Built by cq_mgr_new() / freed by cq_mgr_free() (accepts NULL). */
+cq_mgr_api_t *cq__mgr_api_new(cq_mgr_t *m);
+cq_mgr_api_t *cq__mgr_api_free(cq_mgr_api_t *a);
+/* The engine's api state (set by cq_mgr_new). */
+cq_mgr_api_t *cq__mgr_api(const cq_mgr_t *m);
+/* cq_mgr_flush() and cq_mgr_tick() call these for the HTTP side. */
+void cq__mgr_api_flush(cq_mgr_api_t *a);
+void cq__mgr_api_tick(cq_mgr_api_t *a, uint64_t now_ms);
+
+#endif
