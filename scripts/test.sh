@@ -3,7 +3,7 @@
 #   1. gcc build (-Werror): unit, proto, fuzz-regress and integration suites
 #   2. ASan+UBSan build of the whole suite
 #   3. the JS client's node tests and the browser demo test (chromium via playwright-core)
-#   4. libFuzzer smoke run of every fuzz target (clang-14), FUZZ_SECONDS each (default 20)
+#   4. libFuzzer smoke run of every fuzz target (clang-14), FUZZ_SECONDS each (default 12)
 #   5. clang-format and layering checks
 # Ends with "N passed, N failed[, N skipped]" (test cases counted from TAP output where there is
 # some). A suite whose setup or build fails counts as one failure, a node test cancelled by a
@@ -12,7 +12,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh test || { echo "dependency install failed"; echo "0 passed, 1 failed"; exit 1; }
-FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+FUZZ_SECONDS=${FUZZ_SECONDS:-12}
 jobs=$(nproc)
 fail=0
 logs=()
