@@ -55,11 +55,6 @@ static void start_with(const char *layout)
     it_start("--channel-data-types", fds, "--spatial-settings", it_file("4x1.json", layout), NULL);
 }
 
-static void start(void)
-{
-    start_with(LAYOUT);
-}
-
 /* ---- receiving ------------------------------------------------------------------------ */
 
 /* The next message of c; CHANNEL_DATA_UPDATE fan-outs are skipped when skip_data. */
@@ -247,6 +242,20 @@ static void fill_grid(it_conn_t **s0, it_conn_t **s1)
     chanq_unpack_free(expect_skip(*s1, MT_REGIONS, 0, 9, NULL));
     expect_sub0(*s0, S0 + 2, (*s0)->id, CONN_SERVER, CT_SPATIAL, 20);
     expect_ready(*s0);
+}
+
+/* Every test's start: chanqd with the layout, both servers holding their slots, one client. */
+typedef struct world {
+    it_conn_t *s0, *s1, *cl;
+} world_t;
+
+static world_t world(const char *layout)
+{
+    world_t w;
+    start_with(layout);
+    fill_grid(&w.s0, &w.s1);
+    w.cl = it_client();
+    return w;
 }
 
 /* UPDATE_SPATIAL_INTEREST for client `who`, sent by s on GLOBAL. */
@@ -570,10 +579,8 @@ static void view_msg(view_t *v, it_conn_t *cl, uint32_t ctx, uint32_t owner0)
 static void test_interest_sphere(void **state)
 {
     (void)state;
-    start();
-    it_conn_t *s0, *s1;
-    fill_grid(&s0, &s1);
-    it_conn_t *cl = it_client();
+    world_t w = world(LAYOUT);
+    it_conn_t *s0 = w.s0, *s1 = w.s1, *cl = w.cl;
     sphere_interest(s0, 21, cl->id, -1500, 2500);
     static const uint32_t iv[4] = {20, 50, 100, 100};
     expect_cell_subs(cl, S0, 4, cl->id, CONN_CLIENT, iv);
@@ -615,10 +622,8 @@ static void test_interest_sphere(void **state)
 static void test_handover_walk(void **state)
 {
     (void)state;
-    start();
-    it_conn_t *s0, *s1;
-    fill_grid(&s0, &s1);
-    it_conn_t *cl = it_client();
+    world_t w = world(LAYOUT);
+    it_conn_t *s0 = w.s0, *s1 = w.s1, *cl = w.cl;
     put_ref(s0, S0, ENT, s0->id);
     sphere_interest(s0, 21, cl->id, -1500, 2500);
     expect_cell_subs(cl, S0, 4, cl->id, CONN_CLIENT, NULL);
@@ -717,10 +722,8 @@ static void test_handover_walk(void **state)
 static void test_locked_group_stays(void **state)
 {
     (void)state;
-    start();
-    it_conn_t *s0, *s1;
-    fill_grid(&s0, &s1);
-    it_conn_t *cl = it_client();
+    world_t w = world(LAYOUT);
+    it_conn_t *s0 = w.s0, *s1 = w.s1, *cl = w.cl;
     put_ref(s0, S0 + 1, ENT, s0->id);
     create_entity(s0, ENT, -50.0f);
     group(s0, CHANNELDPB__ENTITY_GROUP_TYPE__LOCK, true, ENT);
@@ -762,10 +765,8 @@ static void test_locked_group_stays(void **state)
 static void test_group_handover(void **state)
 {
     (void)state;
-    start();
-    it_conn_t *s0, *s1;
-    fill_grid(&s0, &s1);
-    it_conn_t *cl = it_client();
+    world_t w = world(LAYOUT);
+    it_conn_t *s0 = w.s0, *s1 = w.s1, *cl = w.cl;
     put_ref(s0, S0 + 1, ENT, s0->id);
     put_ref(s0, S0 + 1, ENT + 1, s0->id);
     create_entity(s0, ENT, -50.0f);
@@ -875,10 +876,9 @@ static void spots_for(it_conn_t *s0, it_conn_t *s1, it_conn_t *cl, const double 
 static void test_adjacent(void **state)
 {
     (void)state;
-    start();
-    it_conn_t *s0, *s1;
-    fill_grid(&s0, &s1);
-    it_conn_t *a = it_client(), *b = it_client(), *cc = it_client(), *d = it_client();
+    world_t w = world(LAYOUT);
+    it_conn_t *s0 = w.s0, *s1 = w.s1;
+    it_conn_t *a = w.cl, *b = it_client(), *cc = it_client(), *d = it_client();
     static const double xa[] = {-1500}, xb[] = {1500}, xc[] = {-500}, xd[] = {-1500, -500, 500};
     spots_for(s0, s1, a, xa, 1);
     spots_for(s0, s1, b, xb, 1);
@@ -924,10 +924,8 @@ static void expect_not_subscribed(it_conn_t *s, it_conn_t *who)
 static void test_handover_subscription_follows_interest(void **state)
 {
     (void)state;
-    start();
-    it_conn_t *s0, *s1;
-    fill_grid(&s0, &s1);
-    it_conn_t *cl = it_client();
+    world_t w = world(LAYOUT);
+    it_conn_t *s0 = w.s0, *s1 = w.s1, *cl = w.cl;
     const double at[1] = {-500};
     spots_interest(s0, cl->id, at, 1);
     expect_sub0(cl, S0 + 1, cl->id, CONN_CLIENT, CT_SPATIAL, 20);
@@ -972,10 +970,8 @@ static void test_handover_subscription_follows_interest(void **state)
 static void test_handover_servers_only(void **state)
 {
     (void)state;
-    start_with(LAYOUT_NO_CLIENTS);
-    it_conn_t *s0, *s1;
-    fill_grid(&s0, &s1);
-    it_conn_t *cl = it_client();
+    world_t w = world(LAYOUT_NO_CLIENTS);
+    it_conn_t *s0 = w.s0, *s1 = w.s1, *cl = w.cl;
     const double at[1] = {-500};
     spots_interest(s0, cl->id, at, 1);
     expect_sub0(cl, S0 + 1, cl->id, CONN_CLIENT, CT_SPATIAL, 20);
