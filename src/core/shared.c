@@ -179,8 +179,8 @@ uint64_t cq_shared_counter(cq_shared_t *sh, const char *name)
 
 void cq_shared_gauges(cq_shared_t *sh, int64_t *ret_connections, int64_t ret_channels[6])
 {
-    *ret_connections = atomic_load(&sh->metrics.connections[1]) +
-                       atomic_load(&sh->metrics.connections[2]);
+    *ret_connections =
+        atomic_load(&sh->metrics.connections[1]) + atomic_load(&sh->metrics.connections[2]);
     for (int t = 0; t < 6; t++)
         ret_channels[t] = atomic_load(&sh->metrics.channels[t]);
 }

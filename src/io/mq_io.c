@@ -541,17 +541,18 @@ static int edge_metrics(cq_mqio_t *io, cq_sbuf_t *b)
     cq_mqsrv_stats_t st;
     char t[768];
     cq_mqsrv_stats(io->srv, &st);
-    int n = snprintf(t, sizeof(t),
-                     "# TYPE chanq_mq_connections gauge\n"
-                     "chanq_mq_connections{port=\"mq\"} %u\n"
-                     "chanq_mq_connections{port=\"mqhttp\"} %u\n"
-                     "# TYPE chanq_mq_input_bytes gauge\nchanq_mq_input_bytes %llu\n"
-                     "# TYPE chanq_mq_input_refused_total counter\n"
-                     "chanq_mq_input_refused_total %llu\n"
-                     "# HELP chanq_mq_mgr_connected 1 while connected to a manager (--mgr-servers).\n"
-                     "# TYPE chanq_mq_mgr_connected gauge\nchanq_mq_mgr_connected %d\n",
-                     io->nconns[0], io->nconns[1], (unsigned long long)st.input_bytes,
-                     (unsigned long long)st.input_refused, cq__mq_mgr_connected(io->mgr) ? 1 : 0);
+    int n =
+        snprintf(t, sizeof(t),
+                 "# TYPE chanq_mq_connections gauge\n"
+                 "chanq_mq_connections{port=\"mq\"} %u\n"
+                 "chanq_mq_connections{port=\"mqhttp\"} %u\n"
+                 "# TYPE chanq_mq_input_bytes gauge\nchanq_mq_input_bytes %llu\n"
+                 "# TYPE chanq_mq_input_refused_total counter\n"
+                 "chanq_mq_input_refused_total %llu\n"
+                 "# HELP chanq_mq_mgr_connected 1 while connected to a manager (--mgr-servers).\n"
+                 "# TYPE chanq_mq_mgr_connected gauge\nchanq_mq_mgr_connected %d\n",
+                 io->nconns[0], io->nconns[1], (unsigned long long)st.input_bytes,
+                 (unsigned long long)st.input_refused, cq__mq_mgr_connected(io->mgr) ? 1 : 0);
     int r = cq_sbuf_append(b, t, (size_t)n);
     return r < 0 ? r
                  : cq__io_lsn_metrics_all(v, io->http_on ? 2 : 1, "chanq_mq_accept_errors_total",

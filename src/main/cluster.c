@@ -47,7 +47,7 @@ struct cq_main_cluster {
     pthread_cond_t cv;
 #if CQ_HAVE_MYSQL
     cq_repl_status_t st;
-    bool st_read;         /* st holds a sample */
+    bool st_read;          /* st holds a sample */
     uint64_t caught_up_ms; /* monotonic ms of the last sample with nothing waiting to apply */
 #endif
     char adv[CQ_COORD_ADDR_MAX + 1], db[CQ_COORD_ADDR_MAX + 1];

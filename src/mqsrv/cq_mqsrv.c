@@ -589,8 +589,9 @@ int cq_mqsrv_topic_set_online(cq_mqsrv_t *s, const char *topic, bool online)
 void cq_mqsrv_set_offline(cq_mqsrv_t *s, bool offline)
 {
     if (offline != s->offline)
-        CQ_INFO("mq", "%s", offline ? "offline: new produces are refused (server_offline)"
-                                    : "online: produces accepted again");
+        CQ_INFO("mq", "%s",
+                offline ? "offline: new produces are refused (server_offline)"
+                        : "online: produces accepted again");
     s->offline = offline;
 }
 

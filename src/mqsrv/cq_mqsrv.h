@@ -94,10 +94,10 @@ typedef struct cq_mqsrv_ops {
 /* Counters; read on the engine's thread. */
 typedef struct cq_mqsrv_stats {
     uint64_t conns, frames, bad_frames, keepalives, produced, consumed, pushes, busy;
-    uint64_t slow;          /* connections closed as slow consumers (send queue limits) */
-    uint64_t input_bytes;   /* bytes of partial frames held now, all seed connections */
-    uint64_t input_refused; /* connections closed busy: their bytes went over the budget */
-    uint64_t not_master;    /* writes answered not_master (err 18): refused, or fenced produces */
+    uint64_t slow;            /* connections closed as slow consumers (send queue limits) */
+    uint64_t input_bytes;     /* bytes of partial frames held now, all seed connections */
+    uint64_t input_refused;   /* connections closed busy: their bytes went over the budget */
+    uint64_t not_master;      /* writes answered not_master (err 18): refused, or fenced produces */
     uint64_t offline_refused; /* produces and creations answered server_offline (err 19) */
 } cq_mqsrv_stats_t;
 

@@ -1,33 +1,20 @@
 /* mgrlink.c - a server's link to its managers: sync reports out, commands in. See cq_mgrlink.h.
- *
- * Why the bodies are built and read with jansson here rather than through cq_mq_msg_t: the
- * management messages (serverinfo, ext, content) are nested objects the seed codec's flat
- * message has no room for; the frame header is the seed's (cq_mq_parse, cq_mq_header_write).
- */
+ * The messages go through the management port's codec (src/mq cq_mqmgr.h), the same one the
+ * manager decodes them with. */
 #include "cq_mgrlink.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"
 #include "cq_log.h"
+#include "cq_mqmgr.h"
 #include "cq_mqperm.h"
 #include "mqsrv_int.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-enum {
-    MGR_REQ_SYNC = 1,
-    MGR_RESP_SYNC = 2,
-    MGR_REQ_COMMAND = 3,
-    MGR_RESP_COMMAND = 4,
-    MGR_ERROR = 20,
-    CMD_PUBLISH_CONFIG = 1,
-    CMD_OFFLINE = 2,
-};
 
 /* A topic as the manager's configuration wants it. */
 typedef struct mgr_topic {
@@ -122,129 +109,135 @@ void cq_mgrlink_stats(const cq_mgrlink_t *l, cq_mgrlink_stats_t *ret)
 
 /* ---- frames out ------------------------------------------------------------------------------ */
 
-static int dump_cb(const char *p, size_t n, void *ud)
+/* Queues m (borrowed) encoded. 0, -ENOMEM, CQ_EFIELD, or CQ_EBADLEN when over max bytes. */
+static int send_msg(cq_mgrlink_t *l, cq_mqmgr_msg_t *m, size_t max)
 {
-    return cq_sbuf_append(ud, p, n) < 0 ? -1 : 0;
-}
-
-/* Appends v as compact JSON to b. 0 or -ENOMEM. */
-static int dump(const json_t *v, cq_sbuf_t *b)
-{
-    return json_dump_callback(v, dump_cb, b, JSON_COMPACT) < 0 ? -ENOMEM : 0;
-}
-
-/* Queues body (taken) as a frame of type. 0, -ENOMEM, or CQ_EBADLEN when over max. */
-static int send_body(cq_mgrlink_t *l, uint8_t type, json_t *body, size_t max)
-{
-    size_t at = l->out.len;
-    uint8_t hdr[CQ_MQ_HDR_LEN] = {0};
-    int r = body ? cq_sbuf_append(&l->out, hdr, sizeof(hdr)) : -ENOMEM;
-    if (r == 0)
-        r = dump(body, &l->out);
-    json_decref(body);
-    size_t total = l->out.len - at;
-    if (r == 0 && total > max)
+    uint8_t *p = NULL;
+    size_t n = 0;
+    m->msg_id = l->next_msg_id;
+    int r = cq_mqmgr_encode(m, &p, &n);
+    if (r == 0 && n > max)
         r = CQ_EBADLEN;
-    if (r < 0) {
-        l->out.len = at; /* nothing of it is sent */
-        return r;
-    }
-    cq_mq_header_write(l->out.data + at, (uint32_t)total, type, l->next_msg_id++);
-    return 0;
+    if (r == 0)
+        r = cq_sbuf_append(&l->out, p, n);
+    cq_free(p);
+    if (r == 0)
+        l->next_msg_id++;
+    return r;
 }
 
-/* json_object_set_new that tells failure: counts into *bad. */
-static void set(json_t *o, const char *k, json_t *v, int *bad)
-{
-    if (!v || json_object_set_new(o, k, v) < 0)
-        (*bad)++;
-}
-
-static json_t *serverinfo(const cq_mgrlink_t *l, const cq_mgrlink_host_t *h)
+static void serverinfo(const cq_mgrlink_t *l, const cq_mgrlink_host_t *h, cq_mqmgr_info_t *i)
 {
     cq_writer_stats_t ws;
     const cq_mqport_t *p = &l->s->port;
     uint64_t pending = 0;
     if (p->ops->control && p->ops->control(p->ud, CQ_MQPORT_WRITER_STATS, &ws) == 0)
         pending = ws.pending;
+    /* packages: units waiting for the store thread plus the KiB queued for sending */
     uint64_t packages = pending + (h->queued_bytes + 1023) / 1024;
-    return json_pack("{s:I,s:I,s:I,s:I,s:I}", "threads", (json_int_t)h->threads, "packages",
-                     (json_int_t)(packages > UINT32_MAX ? UINT32_MAX : packages), "cpu",
-                     (json_int_t)h->cpu, "mem", (json_int_t)h->mem, "sockets",
-                     (json_int_t)h->sockets);
+    *i = (cq_mqmgr_info_t){.threads = h->threads,
+                           .packages = packages > UINT32_MAX ? UINT32_MAX : (uint32_t)packages,
+                           .cpu = h->cpu,
+                           .mem = h->mem,
+                           .sockets = h->sockets};
 }
 
-static json_t *repl_obj(const cq_mgrlink_repl_t *r)
+static int64_t i53(uint64_t v)
 {
-    return json_pack("{s:b,s:b,s:b,s:I,s:I,s:I}", "replica", r->replica, "io_running",
-                     r->io_running, "sql_running", r->sql_running, "lag_seconds",
-                     (json_int_t)r->lag_seconds, "lag_transactions",
-                     (json_int_t)r->lag_transactions, "behind_ms", (json_int_t)r->behind_ms);
+    return v > (uint64_t)CQ_MQ_MAX_U53 ? CQ_MQ_MAX_U53 : (int64_t)v;
 }
 
-static json_t *relay_obj(const cq_mgrlink_relay_t *r)
+static void ext_repl(cq_mqmgr_ext_t *x, const cq_mgrlink_repl_t *r)
 {
-    const uint64_t *c = r->channels;
-    return json_pack(
-        "{s:{s:I,s:I,s:I,s:I},s:{s:I,s:I,s:I,s:I,s:I},s:I,s:I,s:I}", "connections", "tcp",
-        (json_int_t)r->tcp, "ws", (json_int_t)r->ws, "wss", (json_int_t)r->wss, "kcp",
-        (json_int_t)r->kcp, "channels", "GLOBAL", (json_int_t)c[CQ_MGRLINK_CHAN_GLOBAL], "PRIVATE",
-        (json_int_t)c[CQ_MGRLINK_CHAN_PRIVATE], "SUBWORLD", (json_int_t)c[CQ_MGRLINK_CHAN_SUBWORLD],
-        "SPATIAL", (json_int_t)c[CQ_MGRLINK_CHAN_SPATIAL], "ENTITY",
-        (json_int_t)c[CQ_MGRLINK_CHAN_ENTITY], "subscribers", (json_int_t)r->subscribers,
-        "fanouts_total", (json_int_t)r->fanouts_total, "slow_consumer_closes_total",
-        (json_int_t)r->slow_consumer_closes_total);
+    x->has |= CQ_MQMGR_X_REPL;
+    x->repl = (cq_mqmgr_repl_t){.replica = r->replica,
+                                .io_running = r->io_running,
+                                .sql_running = r->sql_running,
+                                .lag_seconds = r->lag_seconds < -1 ? -1 : r->lag_seconds,
+                                .lag_transactions = i53(r->lag_transactions),
+                                .behind_ms = i53(r->behind_ms)};
 }
 
-static json_t *topic_obj(const mq_topic_t *t)
+static void ext_relay(cq_mqmgr_ext_t *x, const cq_mgrlink_relay_t *r)
 {
-    json_t *cons = json_array();
-    size_t n = t->nconsumers < CQ_MGRLINK_CONSUMERS_MAX ? t->nconsumers : CQ_MGRLINK_CONSUMERS_MAX;
-    for (size_t i = 0; cons && i < n; i++) {
-        uint64_t off = t->consumers[i].offset;
-        json_array_append_new(
-            cons, json_pack("{s:s,s:I,s:I}", "id", t->consumers[i].id, "offset", (json_int_t)off,
-                            "lag", (json_int_t)(t->last_offset > off ? t->last_offset - off : 0)));
+    x->has |= CQ_MQMGR_X_RELAY;
+    cq_mqmgr_relay_t *o = &x->relay;
+    o->connections[0] = i53(r->tcp);
+    o->connections[1] = i53(r->ws);
+    o->connections[2] = i53(r->wss);
+    o->connections[3] = i53(r->kcp);
+    for (int t = 0; t < CQ_MGRLINK_CHAN_N && t < CQ_MQMGR_NCHANTYPES; t++)
+        o->channels[t] = i53(r->channels[t]);
+    o->subscribers = i53(r->subscribers);
+    o->fanouts_total = i53(r->fanouts_total);
+    o->slow_consumer_closes_total = i53(r->slow_consumer_closes_total);
+}
+
+/* The engine's first ntopics topics and their consumers. 0 or -ENOMEM. */
+static int ext_topics(cq_mqmgr_msg_t *m, const cq_mqsrv_t *s, size_t ntopics)
+{
+    m->ext.has |= CQ_MQMGR_X_TOPICS;
+    for (size_t i = 0; i < s->ntopics && i < ntopics; i++) {
+        const mq_topic_t *t = s->topics[i];
+        int r =
+            cq_mqmgr_msg_add_topic(m, t->name, t->online, i53(t->last_offset), i53(t->produced));
+        if (r == -ENOMEM)
+            return r;
+        if (r < 0)
+            continue; /* a name the codec refuses is not reported */
+        size_t n = 0;
+        for (size_t j = 0; j < t->nconsumers && n < CQ_MGRLINK_CONSUMERS_MAX; j++) {
+            uint64_t off = t->consumers[j].offset;
+            r = cq_mqmgr_msg_add_consumer(m, t->consumers[j].id, i53(off),
+                                          i53(t->last_offset > off ? t->last_offset - off : 0));
+            if (r == -ENOMEM)
+                return r;
+            n += r == 0;
+        }
     }
-    return json_pack("{s:s,s:b,s:I,s:I,s:o*}", "name", t->name, "online", t->online, "last_offset",
-                     (json_int_t)t->last_offset, "produced_total", (json_int_t)t->produced,
-                     "consumers", cons);
+    return 0;
 }
 
-/* chanq's extension of the report, with at most ntopics topics. */
-static json_t *ext_obj(const cq_mgrlink_t *l, const cq_mgrlink_host_t *h, size_t ntopics)
+/* A sync of h's figures and the engine's with at most ntopics topics, owned in *ret. */
+static int sync_msg(const cq_mgrlink_t *l, const cq_mgrlink_host_t *h, size_t ntopics,
+                    cq_mqmgr_msg_t **ret)
 {
     const cq_mqsrv_t *s = l->s;
-    bool offline, draining;
-    int bad = 0;
-    cq_mqsrv_offline_state(s, &offline, &draining);
-    json_t *e = json_object(), *topics = json_array();
-    if (!e || !topics) {
-        json_decref(e);
-        json_decref(topics);
-        return NULL;
+    cq_mqmgr_msg_t *m = cq_mqmgr_msg_new(CQ_MQMGR_SYNC, 0);
+    if (!m)
+        return -ENOMEM;
+    m->askid = l->next_askid;
+    m->has_askid = true;
+    m->group_id = l->group_id;
+    m->appid = l->appid;
+    int r = cq_mqmgr_msg_set_str(m, &m->token, l->token);
+    serverinfo(l, h, &m->info);
+    cq_mqmgr_ext_t *x = &m->ext;
+    x->has |= CQ_MQMGR_X_EXT | CQ_MQMGR_X_SHARD | CQ_MQMGR_X_MASTER | CQ_MQMGR_X_OFFLINE |
+              CQ_MQMGR_X_DRAINING | CQ_MQMGR_X_CONFIG_VERSION | CQ_MQMGR_X_PRODUCED |
+              CQ_MQMGR_X_CONSUMED;
+    if (l->addr[0]) {
+        x->has |= CQ_MQMGR_X_ADDR;
+        snprintf(x->addr, sizeof(x->addr), "%s", l->addr);
     }
-    set(e, "addr", json_string(l->addr), &bad);
-    set(e, "shard", json_integer(s->shard), &bad);
-    set(e, "master", json_boolean(cq__mqsrv_writable(s)), &bad);
-    set(e, "offline", json_boolean(offline), &bad);
-    set(e, "draining", json_boolean(draining), &bad);
-    set(e, "config_version", json_integer((json_int_t)l->st.config_version), &bad);
-    set(e, "produced_total", json_integer((json_int_t)s->st.produced), &bad);
-    set(e, "consumed_total", json_integer((json_int_t)s->st.consumed), &bad);
+    x->shard = s->shard;
+    x->master = cq__mqsrv_writable(s);
+    cq_mqsrv_offline_state(s, &x->offline, &x->draining);
+    x->config_version = i53(l->st.config_version);
+    x->produced_total = i53(s->st.produced);
+    x->consumed_total = i53(s->st.consumed);
     if (h->has_repl)
-        set(e, "repl", repl_obj(&h->repl), &bad);
-    for (size_t i = 0; i < s->ntopics && i < ntopics; i++)
-        if (json_array_append_new(topics, topic_obj(s->topics[i])) < 0)
-            bad++;
-    set(e, "topics", topics, &bad);
+        ext_repl(x, &h->repl);
     if (h->has_relay)
-        set(e, "relay", relay_obj(&h->relay), &bad);
-    if (bad) {
-        json_decref(e);
-        return NULL;
+        ext_relay(x, &h->relay);
+    if (r == 0)
+        r = ext_topics(m, s, ntopics);
+    if (r < 0) {
+        cq_mqmgr_msg_free(m);
+        return r;
     }
-    return e;
+    *ret = m;
+    return 0;
 }
 
 bool cq_mgrlink_sync_due(const cq_mgrlink_t *l, uint64_t now_ms)
@@ -259,15 +252,11 @@ int cq_mgrlink_sync(cq_mgrlink_t *l, const cq_mgrlink_host_t *h, uint64_t now_ms
     size_t ntopics = CQ_MGRLINK_TOPICS_MAX;
     int r;
     for (;;) {
-        json_t *b =
-            json_pack("{s:I,s:I,s:I,s:s,s:o*,s:o*}", "askid", (json_int_t)l->next_askid, "group_id",
-                      (json_int_t)l->group_id, "appid", (json_int_t)l->appid, "token", l->token,
-                      "serverinfo", serverinfo(l, h), "ext", ext_obj(l, h, ntopics));
-        if (b && (!json_object_get(b, "serverinfo") || !json_object_get(b, "ext"))) {
-            json_decref(b);
-            b = NULL;
-        }
-        r = send_body(l, MGR_REQ_SYNC, b, max);
+        cq_mqmgr_msg_t *m = NULL;
+        r = sync_msg(l, h, ntopics, &m);
+        if (r == 0)
+            r = send_msg(l, m, max);
+        cq_mqmgr_msg_free(m);
         if (r != CQ_EBADLEN || ntopics == 0)
             break;
         ntopics /= 2; /* too many topics or consumers for one frame: report fewer */
@@ -283,59 +272,25 @@ int cq_mgrlink_sync(cq_mgrlink_t *l, const cq_mgrlink_host_t *h, uint64_t now_ms
 
 /* ---- commands ---------------------------------------------------------------------------- */
 
-static void answer(cq_mgrlink_t *l, json_int_t askid, json_int_t cmdid, int err, const char *why)
+static void answer(cq_mgrlink_t *l, uint32_t askid, uint32_t cmdid, int err, const char *why)
 {
-    json_t *b =
-        json_pack("{s:I,s:I,s:i}", "askid", askid, "cmdid", cmdid, "err_code", cq_mq_errcode(err));
-    if (b && err && why)
-        json_object_set_new(b, "err_msg", json_string(why));
+    cq_mqmgr_msg_t *m = cq_mqmgr_msg_new(CQ_MQMGR_COMMAND_RESP, 0);
+    int r = m ? 0 : -ENOMEM;
+    if (m) {
+        m->askid = askid;
+        m->has_askid = true;
+        m->cmdid = cmdid;
+        m->err_code = (uint32_t)cq_mq_errcode(err);
+    }
+    if (r == 0 && err && why)
+        r = cq_mqmgr_msg_set_str(m, &m->err_msg, why);
+    if (r == 0)
+        r = send_msg(l, m, CQ_MGRLINK_MAX);
+    cq_mqmgr_msg_free(m);
     if (err)
         l->st.command_errors++;
-    if (send_body(l, MGR_RESP_COMMAND, b, CQ_MGRLINK_MAX) < 0)
-        CQ_WARN("mgr", "cannot queue the answer to command %lld", (long long)askid);
-}
-
-static bool is_u53(const json_t *v)
-{
-    return json_is_integer(v) && json_integer_value(v) >= 0 &&
-           json_integer_value(v) <= CQ_MQ_MAX_U53;
-}
-
-/* content.topics into a new array (*ret owned). 0 or CQ_EFIELD with why. */
-static int parse_topics(const json_t *topics, mgr_topic_t **ret, size_t *ret_n, char *why,
-                        size_t wlen)
-{
-    size_t n = topics ? json_object_size(topics) : 0, i = 0;
-    const char *k;
-    json_t *v;
-    if (topics && !json_is_object(topics)) {
-        snprintf(why, wlen, "content.topics: not an object");
-        return CQ_EFIELD;
-    }
-    mgr_topic_t *t = cq_calloc(n ? n : 1, sizeof(*t));
-    if (!t)
-        return -ENOMEM;
-    json_object_foreach((json_t *)topics, k, v)
-    {
-        json_t *on = json_object_get(v, "online"), *ret_s = json_object_get(v, "retention");
-        const char *bad = !json_is_object(v)                   ? "not an object"
-                          : strlen(k) > CQ_MQ_TOPIC_MAX || !*k ? "bad topic name"
-                          : on && !json_is_boolean(on)         ? "online: not a boolean"
-                          : ret_s && !is_u53(ret_s) ? "retention: not an integer 0..2^53-1"
-                                                    : NULL;
-        if (bad) {
-            snprintf(why, wlen, "content.topics.%.64s: %s", k, bad);
-            cq_free(t);
-            return CQ_EFIELD;
-        }
-        snprintf(t[i].name, sizeof(t[i].name), "%s", k);
-        t[i].online = on ? json_is_true(on) : true;
-        t[i].retention_s = ret_s ? (uint64_t)json_integer_value(ret_s) : 0;
-        i++;
-    }
-    *ret = t;
-    *ret_n = n;
-    return 0;
+    if (r < 0)
+        CQ_WARN("mgr", "cannot queue the answer to command %u: %s", askid, cq_strerror(r));
 }
 
 /* A master makes each managed flag so (through the operation layer, as an admin's set_online
@@ -363,117 +318,103 @@ static void apply_topics(cq_mgrlink_t *l, uint64_t now_ms, bool retention)
     }
 }
 
-static int publish_config(cq_mgrlink_t *l, const json_t *c, uint64_t now_ms, char *why, size_t wlen)
+/* publish_config: the permissions first (a table that does not load changes nothing), then the
+ * topics. 0, or CQ_EFIELD / -ENOMEM with why. */
+static int publish_config(cq_mgrlink_t *l, const cq_mqmgr_config_t *c, uint64_t now_ms, char *why,
+                          size_t wlen)
 {
-    json_t *ver = json_object_get(c, "version"), *mods = json_object_get(c, "modules");
-    mgr_topic_t *topics = NULL;
-    size_t ntopics = 0;
     cq_mqperm_t *perms = NULL;
     char err[256] = "";
-    if (!is_u53(ver)) {
-        snprintf(why, wlen, "content.version: required, an integer 0..2^53-1");
-        return CQ_EFIELD;
-    }
-    if (!json_is_object(mods)) {
-        snprintf(why, wlen, "content.modules: required, an object");
-        return CQ_EFIELD;
-    }
-    cq_sbuf_t text;
-    cq_sbuf_init(&text);
-    int r = parse_topics(json_object_get(c, "topics"), &topics, &ntopics, why, wlen);
-    if (r == 0)
-        r = dump(mods, &text);
-    if (r == 0 &&
-        (r = cq_mqperm_load((const char *)text.data, text.len, &perms, err, sizeof(err))) < 0)
-        snprintf(why, wlen, "content.modules: %s", err);
-    cq_sbuf_done(&text);
+    mgr_topic_t *topics = cq_calloc(c->ntopics ? c->ntopics : 1, sizeof(*topics));
+    if (!topics)
+        return -ENOMEM;
+    int r = c->modules ? cq_mqperm_load(c->modules, c->modules_len, &perms, err, sizeof(err))
+                       : CQ_EFIELD;
     if (r < 0) {
+        snprintf(why, wlen, "content.modules: %s", c->modules ? err : "required");
         cq_free(topics);
         return r == -ENOMEM ? r : CQ_EFIELD;
+    }
+    for (size_t i = 0; i < c->ntopics; i++) {
+        snprintf(topics[i].name, sizeof(topics[i].name), "%s", c->topics[i].name);
+        topics[i].online = c->topics[i].online;
+        topics[i].retention_s = c->topics[i].retention > 0 ? (uint64_t)c->topics[i].retention : 0;
     }
     cq_mqsrv_set_perms(l->s, perms); /* the SIGHUP path: swapped in at the next drain */
     cq_free(l->topics);
     l->topics = topics;
-    l->ntopics = ntopics;
-    l->st.config_version = (uint64_t)json_integer_value(ver);
+    l->ntopics = c->ntopics;
+    l->st.config_version = c->version > 0 ? (uint64_t)c->version : 0;
     apply_topics(l, now_ms, true);
     CQ_INFO("mgr", "configuration version %llu applied (%zu topics managed)",
-            (unsigned long long)l->st.config_version, ntopics);
+            (unsigned long long)l->st.config_version, c->ntopics);
     return 0;
 }
 
-static void on_command(cq_mgrlink_t *l, const json_t *b, uint64_t now_ms)
+static void on_command(cq_mgrlink_t *l, const cq_mqmgr_msg_t *m, uint64_t now_ms)
 {
-    json_t *askid = json_object_get(b, "askid"), *cmdid = json_object_get(b, "cmdid");
-    json_t *content = json_object_get(b, "content"), *off;
     char why[320] = "";
     int r = 0;
     l->st.commands++;
-    if (!json_is_integer(askid) || json_integer_value(askid) < 0 ||
-        json_integer_value(askid) > UINT32_MAX) {
-        CQ_WARN("mgr", "a command without a valid askid: ignored");
-        l->st.command_errors++;
-        return;
-    }
-    json_int_t cmd = json_is_integer(cmdid) ? json_integer_value(cmdid) : -1;
-    if (!json_is_object(content)) {
-        snprintf(why, sizeof(why), "content: required, an object");
-        r = CQ_EFIELD;
-    } else if (cmd == CMD_PUBLISH_CONFIG) {
-        r = publish_config(l, content, now_ms, why, sizeof(why));
-    } else if (cmd == CMD_OFFLINE && json_is_boolean(off = json_object_get(content, "offline"))) {
-        cq_mqsrv_set_offline(l->s, json_is_true(off));
-    } else if (cmd == CMD_OFFLINE) {
-        snprintf(why, sizeof(why), "content.offline: required, a boolean");
-        r = CQ_EFIELD;
-    } else {
-        snprintf(why, sizeof(why), "cmdid: unknown (1 publish_config, 2 offline)");
-        r = CQ_EFIELD;
-    }
+    if (m->cmdid == CQ_MQMGR_CMD_PUBLISH_CONFIG)
+        r = publish_config(l, &m->config, now_ms, why, sizeof(why));
+    else if (m->cmdid == CQ_MQMGR_CMD_OFFLINE)
+        cq_mqsrv_set_offline(l->s, m->offline);
     if (r < 0)
-        CQ_WARN("mgr", "command %lld refused: %s", (long long)cmd, why[0] ? why : cq_strerror(r));
-    answer(l, json_integer_value(askid), cmd < 0 ? 0 : cmd, r, why[0] ? why : cq_strerror(r));
+        CQ_WARN("mgr", "command %u refused: %s", m->cmdid, why[0] ? why : cq_strerror(r));
+    answer(l, m->askid, m->cmdid, r, why[0] ? why : cq_strerror(r));
 }
 
-/* The manager's answer to a sync: 0, or CQ_EAUTH when it refused us (the edge closes and tries
- * again after its back-off). */
-static int on_sync_answer(cq_mgrlink_t *l, const json_t *b)
+/* The manager's answer to a sync: 0, or CQ_EAUTH when it refused our token. */
+static int on_sync_answer(cq_mgrlink_t *l, const cq_mqmgr_msg_t *m)
 {
-    json_t *code = json_object_get(b, "err_code"), *ver = json_object_get(b, "config_version");
-    if (is_u53(ver))
-        l->st.mgr_version = (uint64_t)json_integer_value(ver);
-    if (!json_is_integer(code) || json_integer_value(code) == 0)
+    if (m->config_version > 0)
+        l->st.mgr_version = (uint64_t)m->config_version;
+    if (m->err_code == 0)
         return 0;
-    const char *msg = json_string_value(json_object_get(b, "err_msg"));
     l->st.sync_errors++;
-    CQ_WARN("mgr", "the manager refused our report: err_code %lld (%s)%s%s",
-            (long long)json_integer_value(code), cq_mq_errcode_name((int)json_integer_value(code)),
-            msg ? ": " : "", msg ? msg : "");
-    return json_integer_value(code) == CQ_MQ_ERR_UNAUTHENTICATED ? CQ_EAUTH : 0;
+    CQ_WARN("mgr", "the manager refused our report: err_code %u (%s)%s%s", m->err_code,
+            cq_mq_errcode_name((int)m->err_code), m->err_msg ? ": " : "",
+            m->err_msg ? m->err_msg : "");
+    return m->err_code == CQ_MQ_ERR_UNAUTHENTICATED ? CQ_EAUTH : 0;
+}
+
+/* A command that did not decode is answered as the codec says (err 5 naming the field, the
+ * askid and cmdid echoed); anything else broken closes. */
+static int on_bad_frame(cq_mgrlink_t *l, const cq_mq_frame_t *f, int err, const char *why)
+{
+    CQ_WARN("mgr", "a frame of type %u from the manager does not decode: %s", f->type, why);
+    if (f->type != CQ_MQMGR_REQ_COMMAND || err == CQ_EJSON || err == -ENOMEM)
+        return err;
+    cq_buf_t *b = NULL;
+    l->st.commands++;
+    l->st.command_errors++;
+    int r = cq_mqmgr_encode_error_buf(f, err, why, 0, &b);
+    if (r == 0)
+        r = cq_sbuf_append(&l->out, b->data, b->len);
+    cq_buf_unref(b);
+    return r;
 }
 
 static int on_frame(cq_mgrlink_t *l, const cq_mq_frame_t *f, uint64_t now_ms)
 {
-    json_error_t je;
-    json_t *b = json_loadb((const char *)f->body, f->body_len, JSON_REJECT_DUPLICATES, &je);
-    int r = 0;
-    if (!json_is_object(b)) {
-        CQ_WARN("mgr", "a frame of type %u that is not a JSON object: closing", f->type);
-        json_decref(b);
-        return CQ_EJSON;
-    }
-    if (f->type == MGR_REQ_COMMAND) {
-        on_command(l, b, now_ms);
-    } else if (f->type == MGR_RESP_SYNC) {
-        r = on_sync_answer(l, b);
-    } else if (f->type == MGR_ERROR) {
-        const char *msg = json_string_value(json_object_get(b, "err_msg"));
-        CQ_WARN("mgr", "the manager answered an error frame: %s", msg ? msg : "(no err_msg)");
-        r = CQ_EHEADER;
+    cq_mqmgr_msg_t *m = NULL;
+    char err[CQ_MQ_ERR_MSG_MAX];
+    int r = cq_mqmgr_decode(f, 0, &m, err, sizeof(err));
+    if (r < 0)
+        return on_bad_frame(l, f, r, err);
+    if (m->kind == CQ_MQMGR_COMMAND) {
+        on_command(l, m, now_ms);
+    } else if (m->kind == CQ_MQMGR_SYNC_RESP) {
+        r = on_sync_answer(l, m);
+    } else if (m->kind == CQ_MQMGR_ERROR_FRAME) {
+        CQ_WARN("mgr", "the manager answered an error frame: err_code %u %s", m->err_code,
+                m->err_msg ? m->err_msg : "");
+        r = m->err_code == CQ_MQ_ERR_UNAUTHENTICATED ? CQ_EAUTH : CQ_EHEADER;
     } else {
-        CQ_WARN("mgr", "a frame of unknown type %u from the manager: ignored", f->type);
+        CQ_WARN("mgr", "a %s frame from the manager: ignored", cq_mqmgr_kind_name(m->kind));
     }
-    json_decref(b);
+    cq_mqmgr_msg_free(m);
     return r;
 }
 
@@ -485,7 +426,7 @@ int cq_mgrlink_input(cq_mgrlink_t *l, const uint8_t *p, size_t n, uint64_t now_m
     int r = 0;
     while (r == 0 && at < l->in.len) {
         cq_mq_frame_t f;
-        ssize_t k = cq_mq_parse(l->in.data + at, l->in.len - at, CQ_MGRLINK_MAX, &f);
+        ssize_t k = cq_mq_parse(l->in.data + at, l->in.len - at, CQ_MQMGR_MAX_TOTAL, &f);
         if (k <= 0) {
             r = (int)k;
             break;
