@@ -208,12 +208,12 @@ int cq_mqmgr_encode_buf(const cq_mqmgr_msg_t *m, cq_buf_t **ret);
 /* The same into a cq_malloc'd array (*ret, cq_free) of *ret_len bytes. */
 int cq_mqmgr_encode(const cq_mqmgr_msg_t *m, uint8_t **ret, size_t *ret_len);
 
-/* The answer to a frame f that did not decode with err (contract 1): CQ_EFIELD, CQ_EBADTOPIC
- * or CQ_ELIMIT of a type 1 or 3 body → that type's response (svrconfig: askid and module_id
- * echoed when valid, servers []; sync: askid, config_version; command: askid, cmdid echoed when
- * valid) with err_code cq_mq_errcode(err) and err_msg; anything else (CQ_EJSON, CQ_ENOTYPE, a
- * response that did not decode) → an error frame 20 with the askid when the body has a valid
- * one. f may be NULL (then frame 20 with msg_id 0). */
+/* The answer to a request f refused with err (contract 1): a type 1 or 3 body refused for what
+ * it says (CQ_EFIELD, CQ_EBADTOPIC, CQ_EAUTH...) → that type's response (svrconfig: askid and
+ * module_id echoed when valid, servers []; sync: askid, config_version; command: askid, cmdid
+ * echoed when valid) with err_code cq_mq_errcode(err) and err_msg (cut to 512 bytes);
+ * anything else (CQ_EJSON, CQ_ENOTYPE, CQ_EBADLEN, CQ_EHEADER, a response) → an error frame 20
+ * with the askid when the body has a valid one. f may be NULL (frame 20, msg_id 0). */
 int cq_mqmgr_encode_error_buf(const cq_mq_frame_t *f, int err, const char *err_msg,
                               int64_t config_version, cq_buf_t **ret);
 

@@ -494,8 +494,10 @@ static bool peek_u32(json_t *root, const char *key, uint32_t *out)
 
 static bool typed_answer(const cq_mq_frame_t *f, int err)
 {
-    return f && (err == CQ_EFIELD || err == CQ_EBADTOPIC || err == CQ_ELIMIT) &&
-           (f->type == CQ_MQMGR_REQ || f->type == CQ_MQMGR_REQ_COMMAND);
+    /* a body that is not a message (bad JSON, unknown type, a broken frame) gets frame 20 */
+    bool body_ok = err != CQ_EJSON && err != CQ_ENOTYPE && err != CQ_EBADLEN && err != CQ_EHEADER &&
+                   err != -ENOMEM;
+    return f && body_ok && (f->type == CQ_MQMGR_REQ || f->type == CQ_MQMGR_REQ_COMMAND);
 }
 
 static cq_mqmgr_kind_t error_kind(const cq_mq_frame_t *f, int err, json_t *root)

@@ -535,8 +535,11 @@ static void test_error_answers2(void **state)
                   "{\"askid\":0,\"module_id\":0,\"err_code\":5,\"err_msg\":\"m\",\"servers\":[]}");
     expect_answer(1, "{\"askid\":4,\"serverinfo\":1}", CQ_EFIELD, "m", 2,
                   "{\"askid\":4,\"err_code\":5,\"err_msg\":\"m\",\"config_version\":42}");
-    expect_answer(1, "{\"askid\":4,\"serverinfo\":1}", CQ_EAUTH, NULL, 20,
-                  "{\"askid\":4,\"err_code\":6,\"err_msg\":\"authentication failed\"}");
+    expect_answer(1, "{\"askid\":4,\"serverinfo\":1}", CQ_EAUTH, NULL, 2,
+                  "{\"askid\":4,\"err_code\":6,\"err_msg\":\"authentication failed\","
+                  "\"config_version\":42}");
+    expect_answer(1, "{\"askid\":4,\"serverinfo\":1}", CQ_EHEADER, "h", 20,
+                  "{\"askid\":4,\"err_code\":1,\"err_msg\":\"h\"}");
     expect_answer(3, "{\"askid\":4,\"cmdid\":9}", CQ_EFIELD, "m", 4,
                   "{\"askid\":4,\"cmdid\":9,\"err_code\":5,\"err_msg\":\"m\"}");
     expect_answer(4, "{\"askid\":4}", CQ_EFIELD, "m", 20,
