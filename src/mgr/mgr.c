@@ -145,7 +145,8 @@ void cq_mgr_store_done(cq_mgr_t *m, int err, int64_t new_ver)
         m->ops->reload(m->ud);
         return;
     }
-    cq__mgr_save_kick(m);
+    if (err == 0) /* a failed save waits for the tick */
+        cq__mgr_save_kick(m);
 }
 
 /* Applies the pending ops on top of doc (each bumps the version); an op that no longer applies
