@@ -120,6 +120,8 @@ void cq__mgr_save_kick(cq_mgr_t *m)
 
 static void drop_pending(cq_mgr_t *m, size_t n)
 {
+    if (n == 0)
+        return; /* pending may be NULL */
     for (size_t i = 0; i < n; i++)
         cq__mgr_op_done(&m->pending[i]);
     memmove(m->pending, m->pending + n, (m->npending - n) * sizeof(*m->pending));
