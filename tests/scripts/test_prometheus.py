@@ -151,7 +151,9 @@ def main():
         srv = start("chanqd", [chanqd, "--client-addr", "127.0.0.1:0", "--server-addr",
                                "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--mq-addr",
                                "127.0.0.1:0", "--mq-http-addr", "", "--ws-addr", "",
-                               "--kcp-addr", "", "--store-backend", "sqlite", "--store-dir",
+                               "--kcp-addr", "",
+                               # the K raw connections never authenticate: keep them
+                               "--auth-timeout-ms", "0", "--store-backend", "sqlite", "--store-dir",
                                tmp + "/data", "--mgr-servers", mr["mgr"] if mr else "",
                                "--mgr-report-ms", "200", "--ready-file", tmp + "/srv.ready"],
                     tmp + "/srv.log")
