@@ -9,6 +9,7 @@
 #define CQ_COORDZK_H
 
 #include "cq_coordrt.h"
+#include "cq_mgrstore.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -18,7 +19,7 @@ extern const cq_coord_zk_ops_t cq_coord_zk_libzk;
 /* ---- the manager's state store (doc/cluster.md "The manager's state") ----------------------
  * The whole state document in one node, <root>/mgr/state, on a session of its own. These are
  * the functions of the manager's store table (cq_mgrstore.h: load, save, watch, free, in that
- * order, ud = the store); cq_coord_zkstore_ops is that table.
+ * order, ud = the store); cq_coord_zkstore_ops is that table, ud from cq_coord_zkstore_new.
  *
  * new: starts connecting (does not wait); *ret owned (free). -EINVAL (no hosts; a root that is
  * not "/x"), -ENOMEM or the library's refusal.
@@ -39,5 +40,6 @@ int cq_coord_zkstore_save(void *ud, const char *json, size_t len, int64_t expect
                           int64_t *new_ver);
 void cq_coord_zkstore_watch(void *ud, void (*changed)(void *arg), void *arg);
 void cq_coord_zkstore_free(void *ud);
+extern const cq_mgrstore_ops_t cq_coord_zkstore_ops;
 
 #endif

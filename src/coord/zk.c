@@ -1154,6 +1154,13 @@ int cq_coord_zkstore_new(const char *hosts, const char *root, uint32_t session_m
     return 0;
 }
 
+const cq_mgrstore_ops_t cq_coord_zkstore_ops = {
+    .load = cq_coord_zkstore_load,
+    .save = cq_coord_zkstore_save,
+    .watch = cq_coord_zkstore_watch,
+    .free = cq_coord_zkstore_free,
+};
+
 const cq_coord_zk_ops_t cq_coord_zk_libzk = {
     .connect = zk_connect,
     .join = zk_join,

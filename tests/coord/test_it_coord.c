@@ -408,6 +408,7 @@ static void test_mgr_store(void **state)
 {
     (void)state;
     const char *root = "/it-mgrstore";
+    const cq_mgrstore_ops_t *ops = &cq_coord_zkstore_ops; /* B goes through the table */
     void *a = NULL, *b = NULL;
     assert_int_equal(cq_coord_zkstore_new(g_hosts, root, SESSION_MS, &a), 0);
     assert_int_equal(cq_coord_zkstore_new(g_hosts, root, SESSION_MS, &b), 0);
@@ -419,19 +420,19 @@ static void test_mgr_store(void **state)
     assert_int_equal(len, 0);
     assert_int_equal(ver, -1);
     atomic_store(&g_changed, 0);
-    cq_coord_zkstore_watch(b, on_changed, &g_changed);
+    ops->watch(b, on_changed, &g_changed);
 
     const char *d1 = "{\"version\":1}";
     assert_int_equal(cq_coord_zkstore_save(a, d1, strlen(d1), -1, &nv), 0);
     assert_int_equal(nv, 0);
     WAIT_UNTIL(atomic_load(&g_changed) >= 1); /* B learns of the creation */
-    assert_int_equal(cq_coord_zkstore_load(b, &json, &len, &ver), 0);
+    assert_int_equal(ops->load(b, &json, &len, &ver), 0);
     assert_int_equal(ver, 0);
     assert_int_equal(len, strlen(d1));
     assert_string_equal(json, d1);
     cq_free(json);
     /* Creating again is a conflict: the document exists. */
-    assert_int_equal(cq_coord_zkstore_save(b, d1, strlen(d1), -1, &nv), CQ_ECONFLICT);
+    assert_int_equal(ops->save(b, d1, strlen(d1), -1, &nv), CQ_ECONFLICT);
     assert_int_equal(nv, -1);
 
     const char *d2 = "{\"version\":2}";
@@ -441,13 +442,13 @@ static void test_mgr_store(void **state)
     WAIT_UNTIL(atomic_load(&g_changed) > before); /* the watch was re-armed */
     /* B still believes version 0: its write loses and the document is A's. */
     const char *d3 = "{\"version\":3}";
-    assert_int_equal(cq_coord_zkstore_save(b, d3, strlen(d3), 0, &nv), CQ_ECONFLICT);
-    assert_int_equal(cq_coord_zkstore_load(b, &json, &len, &ver), 0);
+    assert_int_equal(ops->save(b, d3, strlen(d3), 0, &nv), CQ_ECONFLICT);
+    assert_int_equal(ops->load(b, &json, &len, &ver), 0);
     assert_int_equal(ver, 1);
     assert_string_equal(json, d2);
     cq_free(json);
     /* After reloading, B writes; A's stale version now loses. */
-    assert_int_equal(cq_coord_zkstore_save(b, d3, strlen(d3), 1, &nv), 0);
+    assert_int_equal(ops->save(b, d3, strlen(d3), 1, &nv), 0);
     assert_int_equal(nv, 2);
     assert_int_equal(cq_coord_zkstore_save(a, d2, strlen(d2), 1, &nv), CQ_ECONFLICT);
     assert_int_equal(cq_coord_zkstore_load(a, &json, &len, &ver), 0);
@@ -455,7 +456,7 @@ static void test_mgr_store(void **state)
     assert_string_equal(json, d3);
     cq_free(json);
     cq_coord_zkstore_free(a);
-    cq_coord_zkstore_free(b);
+    ops->free(b);
 }
 
 int main(void)
