@@ -16,7 +16,7 @@
 
 extern const cq_coord_zk_ops_t cq_coord_zk_libzk;
 
-/* ---- the manager's state store (doc/cluster.md "The manager's state") ----------------------
+/* ---- the manager's state store (doc/cluster.md "The manager's state in ZooKeeper") ----------
  * The whole state document in one node, <root>/mgr/state, on a session of its own. These are
  * the functions of the manager's store table (cq_mgrstore.h: load, save, watch, free, in that
  * order, ud = the store); cq_coord_zkstore_ops is that table, ud from cq_coord_zkstore_new.
