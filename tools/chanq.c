@@ -9,6 +9,7 @@
  *   chanq [...] topics
  *   chanq --servers LIST | --zk HOSTS [--zk-root R] produce|consume|tail|watch TOPIC [...]
  *   chanq --mgr H:P[,H:P] [--zk HOSTS] produce|consume|tail|watch TOPIC [...]
+ *   chanq admin [--mgr-http H:P] --admin-token-file F COMMAND ...   (chanq_admin.c)
  *
  * With --servers or --zk the command runs over the cluster client (libchanq/chanq_cluster.h):
  * produce fails over between shards (--policy cache|drop when no master is reachable) and
@@ -18,6 +19,7 @@
  * Exit codes: 0 success; 1 the server refused a request (err_code, its name and err_msg are
  * printed on stderr) or the connection failed; 2 usage.
  */
+#include "chanq_admin.h"
 #include "chanq_cluster.h"
 #include "chanq_mq_sync.h"
 
@@ -85,6 +87,8 @@ static void usage(FILE *f)
                "                    committed (- if never) and the topic's last offset\n"
                "  topics            prints TOPIC<TAB>online|offline<TAB>RETENTION_DAYS<TAB>\n"
                "                    LAST_OFFSET for each topic this module may use\n"
+               "  admin ...         the manager's operations (servers, shards, topics,\n"
+               "                    modules, offline, online...): chanq admin --help\n"
                "\n"
                "Options:\n"
                "  --addr H:P        chanqd's --mq-addr (default " DEFAULT_ADDR ")\n"
@@ -718,6 +722,10 @@ static int run(const cli_t *c)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "admin") == 0) {
+        signal(SIGPIPE, SIG_IGN);
+        return chanq_admin_main(argc - 1, argv + 1);
+    }
     cli_t c = {.addr = DEFAULT_ADDR,
                .token = "",
                .timeout_ms = CHANQ_MQ_SYNC_DEFAULT_TIMEOUT_MS,

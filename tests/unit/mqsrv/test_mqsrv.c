@@ -1369,7 +1369,7 @@ static void test_metrics_port(void **state)
     assert_int_equal(cq_sbuf_append(&b, "", 1), 0);
     const char *text = (const char *)b.data;
     assert_non_null(strstr(text, "\nchanq_mq_topics 3\n"));
-    assert_non_null(strstr(text, "\nchanq_mq_topic_last_offset{topic=\"orders\"} 2\n"));
+    assert_non_null(strstr(text, "\nchanq_mq_topic_last_offset{topic=\"orders\",shard=\"0\"} 2\n"));
     assert_non_null(strstr(text, "\nchanq_mq_writer_transactions_total 7\n"));
     assert_non_null(strstr(text, "\nchanq_mq_writer_messages_total 70\n"));
     cq_sbuf_done(&b);
