@@ -180,6 +180,14 @@ uint64_t cq_shared_counter(cq_shared_t *sh, const char *name)
     return 0;
 }
 
+void cq_shared_gauges(cq_shared_t *sh, int64_t *ret_connections, int64_t ret_channels[6])
+{
+    *ret_connections =
+        atomic_load(&sh->metrics.connections[1]) + atomic_load(&sh->metrics.connections[2]);
+    for (int t = 0; t < 6; t++)
+        ret_channels[t] = atomic_load(&sh->metrics.channels[t]);
+}
+
 static size_t put(char *buf, size_t cap, size_t off, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

@@ -136,6 +136,12 @@ static void engine_metrics(out_t *o, const cq_mqsrv_t *s)
         put(o, "%s %" PRIu64 "\n", c[i].name,
             *(const uint64_t *)(const void *)((const char *)&s->st + c[i].off));
     }
+    head(o, "chanq_mq_offline_refused_total", "counter",
+         "Produces and topic creations answered server_offline (err 19) while offline.");
+    put(o, "chanq_mq_offline_refused_total %" PRIu64 "\n", s->st.offline_refused);
+    head(o, "chanq_mq_offline", "gauge",
+         "1 while the manager holds this server offline (produces go to other servers).");
+    put(o, "chanq_mq_offline %d\n", s->offline ? 1 : 0);
     head(o, "chanq_mq_topics", "gauge", "Durable topics.");
     put(o, "chanq_mq_topics %zu\n", s->ntopics);
     head(o, "chanq_mq_role", "gauge",
