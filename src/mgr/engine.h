@@ -56,9 +56,9 @@ void cq__mgr_op_done(mgr_op_t *op);
 /* ---- the registry (registry.c) ---------------------------------------------------------- */
 typedef struct mgr_server {
     uint32_t appid, group_id;
-    cq_mgr_conn_t *conn;   /* its current connection, or NULL */
-    cq_mqmgr_msg_t *last;  /* the last sync (owned) */
-    cq_mqmgr_msg_t *prev;  /* the one before (owned; rates), or NULL */
+    cq_mgr_conn_t *conn;  /* its current connection, or NULL */
+    cq_mqmgr_msg_t *last; /* the last sync (owned) */
+    cq_mqmgr_msg_t *prev; /* the one before (owned; rates), or NULL */
     uint64_t last_ms, prev_ms;
 } mgr_server_t;
 
@@ -120,12 +120,12 @@ struct cq_mgr {
     cq_mgr_api_t *api;
     cq_authlim_t *authlim;
     /* the state */
-    json_t *doc;          /* current, with the pending ops applied */
-    int64_t store_ver;    /* the store's version doc was based on (-1: none) */
-    bool loaded;          /* a load answered at least once */
-    mgr_op_t *pending;    /* changes not saved yet, oldest first */
+    json_t *doc;       /* current, with the pending ops applied */
+    int64_t store_ver; /* the store's version doc was based on (-1: none) */
+    bool loaded;       /* a load answered at least once */
+    mgr_op_t *pending; /* changes not saved yet, oldest first */
     size_t npending, pending_cap;
-    size_t ninflight;     /* pending[0..ninflight) are in the save in flight */
+    size_t ninflight; /* pending[0..ninflight) are in the save in flight */
     bool saving, save_failed, reload_wanted;
     /* the registry */
     mgr_server_t **servers; /* by appid, sorted */

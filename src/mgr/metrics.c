@@ -12,8 +12,8 @@ static int counts(const cq_mgr_t *m, cq_sbuf_t *out)
                                  "# TYPE chanq_mgr_commands_total counter\n");
     for (int c = 0; rc == 0 && c < 2; c++)
         for (int r = 0; rc == 0 && r < 3; r++)
-            rc = cq_sbuf_printf(out, "chanq_mgr_commands_total{cmd=\"%s\",result=\"%s\"} %" PRIu64
-                                     "\n",
+            rc = cq_sbuf_printf(out,
+                                "chanq_mgr_commands_total{cmd=\"%s\",result=\"%s\"} %" PRIu64 "\n",
                                 cmds[c], results[r], m->commands[c][r]);
     if (rc == 0)
         rc = cq_sbuf_printf(
@@ -30,8 +30,7 @@ static int counts(const cq_mgr_t *m, cq_sbuf_t *out)
             "# HELP chanq_mgr_state_save_errors_total Saves that failed (retried).\n"
             "# TYPE chanq_mgr_state_save_errors_total counter\n"
             "chanq_mgr_state_save_errors_total %" PRIu64 "\n",
-            m->svrconfig_total, m->sync_total, m->audit_total, m->save_conflicts,
-            m->save_errors);
+            m->svrconfig_total, m->sync_total, m->audit_total, m->save_conflicts, m->save_errors);
     return rc;
 }
 
@@ -87,11 +86,11 @@ static int repl(const cq_mgr_t *m, uint64_t now, cq_sbuf_t *out)
         done[ndone++] = sh;
         int64_t behind;
         bool alert = cq__mgr_shard_alert(m, sh, now, &behind);
-        rc = cq_sbuf_printf(out, "chanq_mgr_repl_behind_seconds{shard=\"%" PRIu32 "\"} %.3f\n",
-                            sh, (double)behind / 1000.0);
+        rc = cq_sbuf_printf(out, "chanq_mgr_repl_behind_seconds{shard=\"%" PRIu32 "\"} %.3f\n", sh,
+                            (double)behind / 1000.0);
         if (rc == 0)
-            rc = cq_sbuf_printf(&alerts, "chanq_mgr_repl_lag_alert{shard=\"%" PRIu32 "\"} %d\n",
-                                sh, alert ? 1 : 0);
+            rc = cq_sbuf_printf(&alerts, "chanq_mgr_repl_lag_alert{shard=\"%" PRIu32 "\"} %d\n", sh,
+                                alert ? 1 : 0);
     }
     if (rc == 0)
         rc = cq_sbuf_append(out, alerts.data, alerts.len);

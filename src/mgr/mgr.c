@@ -120,6 +120,8 @@ void cq__mgr_save_kick(cq_mgr_t *m)
 
 static void drop_pending(cq_mgr_t *m, size_t n)
 {
+    if (n == 0)
+        return; /* pending may be NULL */
     for (size_t i = 0; i < n; i++)
         cq__mgr_op_done(&m->pending[i]);
     memmove(m->pending, m->pending + n, (m->npending - n) * sizeof(*m->pending));
@@ -145,7 +147,8 @@ void cq_mgr_store_done(cq_mgr_t *m, int err, int64_t new_ver)
         m->ops->reload(m->ud);
         return;
     }
-    cq__mgr_save_kick(m);
+    if (err == 0) /* a failed save waits for the tick */
+        cq__mgr_save_kick(m);
 }
 
 /* Applies the pending ops on top of doc (each bumps the version); an op that no longer applies

@@ -135,16 +135,16 @@ void cq__mgr_send_offline(cq_mgr_conn_t *c, bool offline)
 
 void cq__mgr_broadcast(cq_mgr_t *m, const json_t *old_doc)
 {
-    uint32_t askid = ++m->next_askid;
-    cq_buf_t *b = NULL;
-    if (config_buf(m, askid, &b) < 0)
-        return; /* out of memory: servers get the state on their next connection */
+    uint32_t askid = 0;
+    cq_buf_t *b = NULL; /* encoded once, for the first server that gets it */
     cq_list_t *pos;
     cq_list_foreach(pos, &m->conns)
     {
         cq_mgr_conn_t *c = (cq_mgr_conn_t *)((char *)pos - offsetof(cq_mgr_conn_t, node));
         if (!c->synced || c->closing || !c->srv)
             continue;
+        if (!b && config_buf(m, askid = ++m->next_askid, &b) < 0)
+            return; /* out of memory: servers get the state on their next connection */
         send_cmd_buf(c, b, askid, CQ_MQMGR_CMD_PUBLISH_CONFIG);
         bool now = cq__mgr_state_offline(m->doc, c->srv->appid);
         if (old_doc && cq__mgr_state_offline(old_doc, c->srv->appid) != now)
@@ -217,8 +217,8 @@ static int list_servers(cq_mgr_t *m, const json_t *mod, cq_mqmgr_msg_t *r, uint6
         for (size_t i = 0; i < m->nservers; i++) {
             const mgr_server_t *s = m->servers[i];
             if (cq__mgr_server_stale(m, s, now) || !cq__mgr_server_master(s) ||
-                cq__mgr_server_offline(m, s) || (s->last->ext.has & CQ_MQMGR_X_OFFLINE &&
-                                                 s->last->ext.offline) ||
+                cq__mgr_server_offline(m, s) ||
+                (s->last->ext.has & CQ_MQMGR_X_OFFLINE && s->last->ext.offline) ||
                 !(s->last->ext.has & CQ_MQMGR_X_ADDR) || !in_groups(mod, s->group_id))
                 continue;
             uint32_t sh = cq__mgr_server_shard(s);
@@ -241,8 +241,7 @@ static int list_servers(cq_mgr_t *m, const json_t *mod, cq_mqmgr_msg_t *r, uint6
     return 0;
 }
 
-static int on_svrconfig(cq_mgr_conn_t *c, const cq_mq_frame_t *f, cq_mqmgr_msg_t *req,
-                        uint64_t now)
+static int on_svrconfig(cq_mgr_conn_t *c, const cq_mq_frame_t *f, cq_mqmgr_msg_t *req, uint64_t now)
 {
     cq_mgr_t *m = c->m;
     m->svrconfig_total++;
@@ -251,7 +250,7 @@ static int on_svrconfig(cq_mgr_conn_t *c, const cq_mq_frame_t *f, cq_mqmgr_msg_t
     json_t *mod = cq__mgr_state_module(m->doc, req->module_id);
     const char *tok = json_string_value(json_object_get(mod, "token"));
     /* compare even when the module is absent, so that timing does not tell which exist */
-    bool ok = cq_token_eq(tok ? tok : "\x01absent", req->token) && mod;
+    bool ok = cq_token_eq(tok ? tok : "\001absent", req->token) && mod;
     if (!ok)
         return auth_failed(c, f, "svrconfig: unknown module_id or wrong token", now);
     c->authed = true;

@@ -120,13 +120,11 @@ static int check_topic(const char *name, json_t *t, char *err, size_t errlen)
         return cq_err_fmt(err, errlen, CQ_EFIELD, "topics.%s: must be an object", name);
     json_t *o = json_object_get(t, "online"), *r = json_object_get(t, "retention");
     if (!json_is_boolean(o))
-        return cq_err_fmt(err, errlen, CQ_EFIELD, "topics.%s.online: must be true or false",
-                          name);
-    if (r && (!json_is_integer(r) || json_integer_value(r) < 0 ||
-              json_integer_value(r) > CQ_MQ_MAX_U53))
+        return cq_err_fmt(err, errlen, CQ_EFIELD, "topics.%s.online: must be true or false", name);
+    if (r &&
+        (!json_is_integer(r) || json_integer_value(r) < 0 || json_integer_value(r) > CQ_MQ_MAX_U53))
         return cq_err_fmt(err, errlen, CQ_EFIELD,
-                          "topics.%s.retention: must be an integer in [0, 9007199254740991]",
-                          name);
+                          "topics.%s.retention: must be an integer in [0, 9007199254740991]", name);
     if (!r && json_object_set_new(t, "retention", json_integer(0)) < 0)
         return -ENOMEM;
     return 0;
@@ -195,8 +193,7 @@ int cq__mgr_state_check(json_t *doc, char *err, size_t errlen)
     if (!json_is_object(doc))
         return cq_err_fmt(err, errlen, CQ_EJSON, "the state must be a JSON object");
     json_t *v = json_object_get(doc, "version");
-    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        json_integer_value(v) > CQ_MQ_MAX_U53)
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > CQ_MQ_MAX_U53)
         return cq_err_fmt(err, errlen, CQ_EFIELD,
                           "version: must be an integer in [0, 9007199254740991]");
     json_t *mods = section(doc, "modules", json_object);

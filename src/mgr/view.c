@@ -25,8 +25,8 @@ static void append(json_t *a, json_t *v, bool *ok)
 static json_t *info_json(const cq_mqmgr_info_t *i)
 {
     return json_pack("{s:I, s:I, s:I, s:I, s:I}", "threads", (json_int_t)i->threads, "packages",
-                     (json_int_t)i->packages, "cpu", (json_int_t)i->cpu, "mem",
-                     (json_int_t)i->mem, "sockets", (json_int_t)i->sockets);
+                     (json_int_t)i->packages, "cpu", (json_int_t)i->cpu, "mem", (json_int_t)i->mem,
+                     "sockets", (json_int_t)i->sockets);
 }
 
 static json_t *repl_json(const cq_mqmgr_repl_t *r)
@@ -54,8 +54,7 @@ static json_t *relay_json(const cq_mqmgr_relay_t *r)
     bool ok = true;
     set(o, "connections",
         counts_json(cq_mqmgr_transport_names, r->connections, CQ_MQMGR_NTRANSPORTS), &ok);
-    set(o, "channels", counts_json(cq_mqmgr_chantype_names, r->channels, CQ_MQMGR_NCHANTYPES),
-        &ok);
+    set(o, "channels", counts_json(cq_mqmgr_chantype_names, r->channels, CQ_MQMGR_NCHANTYPES), &ok);
     set(o, "subscribers", json_integer(r->subscribers), &ok);
     set(o, "fanouts_total", json_integer(r->fanouts_total), &ok);
     set(o, "slow_consumer_closes_total", json_integer(r->slow_consumer_closes_total), &ok);
@@ -133,8 +132,7 @@ static size_t shard_list(const cq_mgr_t *m, uint32_t *shards, size_t cap)
     return n;
 }
 
-static json_t *shard_json(const cq_mgr_t *m, uint32_t shard, uint64_t now, json_t *alerts,
-                          bool *ok)
+static json_t *shard_json(const cq_mgr_t *m, uint32_t shard, uint64_t now, json_t *alerts, bool *ok)
 {
     json_t *o = json_object(), *standbys = json_array(), *master = NULL, *repl = NULL;
     for (size_t i = 0; i < m->nservers; i++) {
@@ -153,8 +151,8 @@ static json_t *shard_json(const cq_mgr_t *m, uint32_t shard, uint64_t now, json_
         const cq_mqmgr_repl_t *r = &s->last->ext.repl;
         if (!repl && live && (s->last->ext.has & CQ_MQMGR_X_REPL))
             repl = json_pack("{s:b, s:b, s:I, s:I}", "io_running", r->io_running, "sql_running",
-                             r->sql_running, "lag_seconds", (json_int_t)r->lag_seconds,
-                             "behind_ms", (json_int_t)r->behind_ms);
+                             r->sql_running, "lag_seconds", (json_int_t)r->lag_seconds, "behind_ms",
+                             (json_int_t)r->behind_ms);
     }
     int64_t behind = 0;
     bool alert = cq__mgr_shard_alert(m, shard, now, &behind);
@@ -205,8 +203,8 @@ static json_t *topic_json(const cq_mgr_t *m, const char *name, uint64_t now)
         for (size_t k = 0; k < t->nconsumers; k++)
             append(consumers,
                    json_pack("{s:s, s:I, s:I, s:I}", "id", t->consumers[k].id, "shard",
-                             (json_int_t)sh, "offset", (json_int_t)t->consumers[k].offset,
-                             "lag", (json_int_t)t->consumers[k].lag),
+                             (json_int_t)sh, "offset", (json_int_t)t->consumers[k].offset, "lag",
+                             (json_int_t)t->consumers[k].lag),
                    &ok);
     }
     set(o, "name", json_string(name), &ok);
@@ -264,8 +262,7 @@ static json_t *relay_sum(const cq_mgr_t *m, uint64_t now)
     double fan = 0;
     for (size_t i = 0; i < m->nservers; i++) {
         const mgr_server_t *s = m->servers[i];
-        if (!s->last || cq__mgr_server_stale(m, s, now) ||
-            !(s->last->ext.has & CQ_MQMGR_X_RELAY))
+        if (!s->last || cq__mgr_server_stale(m, s, now) || !(s->last->ext.has & CQ_MQMGR_X_RELAY))
             continue;
         const cq_mqmgr_relay_t *r = &s->last->ext.relay;
         for (int k = 0; k < CQ_MQMGR_NTRANSPORTS; k++)
