@@ -152,7 +152,9 @@ static int write_ready(mgr_app_t *a)
     FILE *f = fopen(tmp, "w");
     if (!f)
         return -errno;
-    fprintf(f, "mgr=%s http=%s admin=%s\n", cq_mgrio_bound(a->io), cq_mgrio_http_bound(a->io),
+    /* mgrhttp= repeats http= under the name the server's mqhttp= suggests (tests use both) */
+    const char *http = cq_mgrio_http_bound(a->io);
+    fprintf(f, "mgr=%s http=%s mgrhttp=%s admin=%s\n", cq_mgrio_bound(a->io), http, http,
             cq_mgrio_admin_bound(a->io));
     if (fclose(f) != 0)
         return -EIO;
