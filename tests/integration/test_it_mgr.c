@@ -44,7 +44,7 @@
 #define MTOKEN    "m7-token"
 #define ADMIN_TOK "admin-token-it"
 #define SRV_TOK   "server-secret-it"
-#define NMSG      120
+#define NMSG      60
 
 static const char *hosts;
 static char root[64], dir[256];
@@ -468,7 +468,6 @@ static void test_offline_drain(void **state)
         if (frozen >= 0 && acks[nacked].shard == 1)
             after_drain_on_1++;
         nacked++;
-        sleep_ms(10);
     }
     int on1 = 0;
     for (int i = 0; i < nacked; i++)
@@ -504,6 +503,43 @@ static void test_offline_drain(void **state)
     assert_true(off > frozen);
 }
 
+/* `chanq --mgr` produces through the managers' list; a wrong token is refused by them. */
+static void test_cli_mgr(void **state)
+{
+    (void)state;
+    const char *cli = getenv("CHANQ_CLI");
+    if (!cli)
+        skip();
+    char out[400], cmd[1400];
+    snprintf(out, sizeof(out), "%s/cli.out", dir);
+    snprintf(cmd, sizeof(cmd),
+             "printf 'c0\\nc1\\n' | %s --mgr %s --module 7 --token " MTOKEN
+             " produce orders > %s 2>&1",
+             cli, mgr_addr, out);
+    assert_int_equal(system(cmd), 0);
+    FILE *fp = fopen(out, "r");
+    assert_non_null(fp);
+    unsigned shard[2] = {0, 0};
+    long long off[2] = {0, 0};
+    assert_int_equal(fscanf(fp, "%u\t%lld\n%u\t%lld\n", &shard[0], &off[0], &shard[1], &off[1]), 4);
+    fclose(fp);
+    for (int i = 0; i < 2; i++) {
+        assert_true(shard[i] == 1 || shard[i] == 2);
+        assert_true(off[i] > 0);
+    }
+    snprintf(cmd, sizeof(cmd),
+             "echo x | %s --mgr %s --module 7 --token wrong produce orders > %s 2>&1", cli,
+             mgr_addr, out);
+    assert_int_equal(WEXITSTATUS(system(cmd)), 1);
+    fp = fopen(out, "r");
+    assert_non_null(fp);
+    char got[512];
+    size_t k = fread(got, 1, sizeof(got) - 1, fp);
+    got[k] = '\0';
+    fclose(fp);
+    assert_non_null(strstr(got, "chanq: --mgr: manager 127.0.0.1:"));
+}
+
 int main(void)
 {
     hosts = getenv("CQ_ZK_HOSTS");
@@ -515,6 +551,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_permission_enforced),
         cmocka_unit_test(test_offline_drain),
+        cmocka_unit_test(test_cli_mgr),
     };
     return cmocka_run_group_tests_name("it-mgr", tests, setup, teardown);
 }
