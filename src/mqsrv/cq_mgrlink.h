@@ -111,7 +111,8 @@ bool cq_mgrlink_sync_due(const cq_mgrlink_t *l, uint64_t now_ms);
 /* Queues a sync of h's figures (borrowed) and the engine's. 0 or -ENOMEM. */
 int cq_mgrlink_sync(cq_mgrlink_t *l, const cq_mgrlink_host_t *h, uint64_t now_ms);
 /* Housekeeping: managed topic flags a master has not applied yet are set (every
- * CQ_MGRLINK_RETRY_MS). Call on the MQ tick. */
+ * CQ_MGRLINK_RETRY_MS), and a managed topic that appeared since gets its retention. Call on the
+ * MQ tick. */
 void cq_mgrlink_tick(cq_mgrlink_t *l, uint64_t now_ms);
 /* The bytes to send to the manager (borrowed): the edge writes them and consumes what it wrote
  * (cq_sbuf_consume). */

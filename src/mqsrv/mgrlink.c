@@ -294,8 +294,9 @@ static void answer(cq_mgrlink_t *l, uint32_t askid, uint32_t cmdid, int err, con
 }
 
 /* A master makes each managed flag so (through the operation layer, as an admin's set_online
- * would); retention is this engine's own and applies on every role. */
-static void apply_topics(cq_mgrlink_t *l, uint64_t now_ms, bool retention)
+ * would); retention is this engine's own and applies on every role, also to a managed topic
+ * that appears after the configuration came. */
+static void apply_topics(cq_mgrlink_t *l, uint64_t now_ms)
 {
     cq_mqsrv_t *s = l->s;
     bool writable = cq__mqsrv_writable(s);
@@ -304,7 +305,7 @@ static void apply_topics(cq_mgrlink_t *l, uint64_t now_ms, bool retention)
         const mq_topic_t *t = cq__mqsrv_topic(s, m->name);
         if (!t)
             continue; /* a topic this shard does not have: the registry creates topics */
-        if (retention)
+        if (!t->retention_managed || t->retention_s != m->retention_s)
             cq_mqsrv_topic_set_retention(s, m->name, m->retention_s);
         if (!writable || t->online == m->online)
             continue;
@@ -345,7 +346,7 @@ static int publish_config(cq_mgrlink_t *l, const cq_mqmgr_config_t *c, uint64_t 
     l->topics = topics;
     l->ntopics = c->ntopics;
     l->st.config_version = c->version > 0 ? (uint64_t)c->version : 0;
-    apply_topics(l, now_ms, true);
+    apply_topics(l, now_ms);
     CQ_INFO("mgr", "configuration version %llu applied (%zu topics managed)",
             (unsigned long long)l->st.config_version, c->ntopics);
     return 0;
@@ -442,5 +443,5 @@ int cq_mgrlink_input(cq_mgrlink_t *l, const uint8_t *p, size_t n, uint64_t now_m
 
 void cq_mgrlink_tick(cq_mgrlink_t *l, uint64_t now_ms)
 {
-    apply_topics(l, now_ms, false);
+    apply_topics(l, now_ms);
 }
