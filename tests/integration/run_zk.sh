@@ -1,6 +1,8 @@
 #!/bin/bash
 # run_zk.sh TEST [ARGS...] - runs TEST with CQ_ZK_HOSTS set to a throwaway 3-node ZooKeeper
-# ensemble (tests/support/zk.sh), stopped by PID afterwards whatever TEST's outcome.
+# ensemble (tests/support/zk.sh), stopped by PID afterwards whatever TEST's outcome. With
+# CQ_ZK_NODES=1 in the environment: one standalone node (a test that needs no quorum starts
+# faster).
 # Skips (TAP "1..0 # SKIP", exit 0) when java or ZooKeeper is not installed.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)

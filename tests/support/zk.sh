@@ -2,6 +2,8 @@
 # tests/support/zk.sh - run a throwaway 3-node ZooKeeper ensemble for tests, without systemd.
 # (cluster-recipes.md §3: tickTime 500, syncLimit 4, session timeouts 1000..30000 ms.)
 #
+#   (CQ_ZK_NODES=1 zk.sh start BASE: one standalone node instead, for tests that need a
+#   ZooKeeper but not its quorum; the other commands then see one node.)
 #   zk.sh start BASE        creates BASE (must not exist or be empty), writes three node configs
 #                           with free loopback ports (26000-29999), starts the three nodes, waits
 #                           until all serve (a "Mode:" line to srvr) and prints the connect string
@@ -97,9 +99,19 @@ wait_until() { # wait_until WHAT CMD...: poll CMD until it succeeds, at most WAI
 serving() { [ -n "$(zk_mode "$1")" ]; }
 gone() { ! alive "$1"; }
 
-write_config() {
-    local used="" i p d
+# The nodes of BASE: those it has directories for (start: CQ_ZK_NODES, 1 or 3, default 3).
+nodes() {
+    local i
     for i in 1 2 3; do
+        [ -d "$BASE/zk$i" ] && echo $i
+    done
+    return 0
+}
+
+write_config() {
+    local used="" i p d n=${CQ_ZK_NODES:-3}
+    [ "$n" = 1 ] || [ "$n" = 3 ] || die "CQ_ZK_NODES must be 1 or 3"
+    for i in $(seq 1 "$n"); do
         mkdir -p "$BASE/zk$i/data"
         echo "$i" >"$BASE/zk$i/data/myid"
         for p in client_port quorum_port election_port; do
@@ -109,7 +121,7 @@ write_config() {
             echo "$port" >"$BASE/zk$i/$p"
         done
     done
-    for i in 1 2 3; do
+    for i in $(nodes); do
         d="$BASE/zk$i"
         cat >"$d/zoo.cfg" <<CFG
 tickTime=500
@@ -123,6 +135,7 @@ admin.enableServer=false
 minSessionTimeout=1000
 maxSessionTimeout=30000
 CFG
+        [ "$n" = 1 ] && continue # standalone: no quorum
         for p in 1 2 3; do
             echo "server.$p=127.0.0.1:$(cat "$BASE/zk$p/quorum_port"):$(cat "$BASE/zk$p/election_port")" \
                 >>"$d/zoo.cfg"
@@ -146,8 +159,8 @@ signal_node() { # signal_node I SIG
 
 hosts() {
     local i out=""
-    for i in 1 2 3; do
-        out="$out${out:+,}127.0.0.1:$(port_of $i)"
+    for i in $(nodes); do
+        out="$out${out:+,}127.0.0.1:$(port_of "$i")"
     done
     echo "$out"
 }
@@ -165,8 +178,8 @@ start)
     mkdir -p "$BASE"
     [ -z "$(ls -A "$BASE")" ] || die "$BASE is not empty"
     write_config
-    for i in 1 2 3; do start_node $i; done
-    for i in 1 2 3; do wait_until "node $i to serve" serving $i; done
+    for i in $(nodes); do start_node "$i"; done
+    for i in $(nodes); do wait_until "node $i to serve" serving "$i"; done
     hosts
     ;;
 hosts) hosts ;;
