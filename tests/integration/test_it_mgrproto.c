@@ -14,7 +14,8 @@
  *  4. offline through the JSON API: the server receives cmdid 2 {offline:true} and svrconfig no
  *     longer lists it; online again: listed;
  *  5. stale: a server that stops reporting drops out of svrconfig after --mgr-stale-ms and
- *     /api/state marks it stale.
+ *     /api/state marks it stale;
+ *  6. SIGHUP: a new --mgr-token-file is read; the old secret gets err 6, the new one is taken.
  * Every wait has a 10 s safety stop; nothing asserts on elapsed time.
  */
 #include <setjmp.h>
@@ -568,6 +569,30 @@ static void test_stale(void **state)
     close(fc.fd);
 }
 
+/* ---- 6. SIGHUP reloads the server token ---------------------------------------------------- */
+
+static void test_sighup_tokens(void **state)
+{
+    write_file("srv.token", "it-server-token-2\n");
+    assert_int_equal(kill(mgr_pid, SIGHUP), 0);
+    /* the old token works until the reload ran, then is refused (err 6, closed) */
+    uint32_t code = 0;
+    for (int64_t end = mono_ms() + WAIT_MS; mono_ms() < end && code == 0; sleep_ms(50)) {
+        fake_t x = {mconnect(), 150, 0, true};
+        sync_send(&x, SRV_TOK);
+        cq_mqmgr_msg_t *m = recv_msg(x.fd, NULL);
+        if (m->kind == CQ_MQMGR_SYNC_RESP)
+            code = m->err_code;
+        cq_mqmgr_msg_free(m);
+        close(x.fd);
+    }
+    assert_int_equal(code, CQ_MQ_ERR_UNAUTHENTICATED);
+    fake_t y = {mconnect(), 151, 0, true};
+    sync_send(&y, "it-server-token-2");
+    assert_int_equal(sync_answer(&y, NULL, 0), 4); /* the new token; the version is still 4 */
+    close(y.fd);
+}
+
 int main(void)
 {
     if (!getenv("CHANQD")) {
@@ -581,6 +606,7 @@ int main(void)
         cmocka_unit_test(test_sync_and_svrconfig),
         cmocka_unit_test(test_offline),
         cmocka_unit_test(test_stale),
+        cmocka_unit_test(test_sighup_tokens),
     };
     return cmocka_run_group_tests_name("it-mgrproto", tests, start_mgr, stop_mgr);
 }
