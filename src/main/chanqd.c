@@ -183,6 +183,11 @@ static void reload_credentials(app_t *a)
     }
     if (!a->mqsrv || !*c->mq_permissions_file)
         return;
+    if (cq_mgrlink_perms_managed(a->mgrlink)) {
+        CQ_INFO("main", "SIGHUP: MQ permissions are the manager's; %s not reloaded",
+                c->mq_permissions_file);
+        return;
+    }
     if (read_perms(c->mq_permissions_file, &p) < 0) {
         CQ_ERROR("main", "SIGHUP: keeping the current MQ permissions");
         return;

@@ -285,18 +285,9 @@ fail:
     return NULL;
 }
 
-int cq__mgr_state_config(const json_t *doc, cq_mqmgr_config_t *cfg)
+static int config_topics(const json_t *doc, cq_mqmgr_config_t *cfg)
 {
-    cfg->version = cq__mgr_state_version(doc);
-    json_t *mods = modules_for_servers(doc);
-    char *text = mods ? json_dumps(mods, JSON_COMPACT) : NULL;
-    json_decref(mods);
-    if (!text)
-        return -ENOMEM;
-    int rc = cq_mqmgr_config_set_modules(cfg, text, strlen(text));
-    json_free_t jfree;
-    json_get_alloc_funcs(NULL, &jfree);
-    jfree(text);
+    int rc = 0;
     const char *name;
     json_t *t;
     json_object_foreach(json_object_get(doc, "topics"), name, t)
@@ -307,6 +298,23 @@ int cq__mgr_state_config(const json_t *doc, cq_mqmgr_config_t *cfg)
                                        json_integer_value(json_object_get(t, "retention")));
     }
     return rc;
+}
+
+int cq__mgr_state_config(const json_t *doc, cq_mqmgr_config_t *cfg)
+{
+    cfg->version = cq__mgr_state_version(doc);
+    if (json_object_size(json_object_get(doc, "modules")) == 0)
+        return config_topics(doc, cfg); /* no module yet: permissions not managed */
+    json_t *mods = modules_for_servers(doc);
+    char *text = mods ? json_dumps(mods, JSON_COMPACT) : NULL;
+    json_decref(mods);
+    if (!text)
+        return -ENOMEM;
+    int rc = cq_mqmgr_config_set_modules(cfg, text, strlen(text));
+    json_free_t jfree;
+    json_get_alloc_funcs(NULL, &jfree);
+    jfree(text);
+    return rc < 0 ? rc : config_topics(doc, cfg);
 }
 
 /* ---- changes ----------------------------------------------------------------------------- */
@@ -356,8 +364,17 @@ static int module_delete(json_t *doc, uint32_t id, char *err, size_t errlen)
 {
     char key[16];
     snprintf(key, sizeof(key), "%" PRIu32, id);
-    if (json_object_del(json_object_get(doc, "modules"), key) < 0)
+    json_t *mods = json_object_get(doc, "modules");
+    if (!json_object_get(mods, key))
         return cq_err_fmt(err, errlen, -ENOENT, "module %s: no such module", key);
+    /* Why: with no module left the servers would fall back to their own permissions (their
+     * file, or every module from loopback), which is not what deleting a module asks for. */
+    if (json_object_size(mods) == 1)
+        return cq_err_fmt(err, errlen, CQ_ECONFLICT,
+                          "module %s: the last module cannot be deleted (the servers would go back "
+                          "to their own permissions); add another module first",
+                          key);
+    json_object_del(mods, key);
     return 0;
 }
 

@@ -140,7 +140,8 @@ typedef struct cq_mqmgr_cfg_topic {
 typedef struct cq_mqmgr_config {
     int64_t version;
     char *modules; /* owned compact JSON text of the "modules" object: exactly the
-                    * --mq-permissions-file document (cq_mqperm_load reads it) */
+                    * --mq-permissions-file document (cq_mqperm_load reads it); NULL when
+                    * absent: the manager has no module, the servers keep their own table */
     size_t modules_len;
     cq_mqmgr_cfg_topic_t *topics; /* owned, ntopics, in the order received */
     size_t ntopics;

@@ -529,7 +529,8 @@ static int get_config(const mctx_t *c, json_t *content, cq_mqmgr_config_t *cfg)
     json_t *v = req(c, content, "version", "content.version", &rc);
     if (v)
         rc = get_int(c, "content.version", v, 0, U53_MAX_, &cfg->version);
-    json_t *mv = rc == 0 ? req(c, content, "modules", "content.modules", &rc) : NULL;
+    /* modules is optional: a manager with no module does not manage permissions (doc/mgr.md). */
+    json_t *mv = rc == 0 ? json_object_get(content, "modules") : NULL;
     if (mv)
         rc = get_cfg_modules(c, mv, cfg);
     json_t *tv = rc == 0 ? req(c, content, "topics", "content.topics", &rc) : NULL;

@@ -352,10 +352,12 @@ static json_t *enc_config(const cq_mqmgr_config_t *c, int *rc)
     json_t *o = json_object();
     put_u53(o, "version", c->version, rc);
     json_error_t jerr;
-    json_t *mods = c->modules ? cq__mq_load_json(c->modules, c->modules_len, &jerr) : json_object();
-    if (*rc == 0 && !json_is_object(mods))
-        *rc = mods || (c->modules && !cq__mq_jansson_oom(&jerr)) ? CQ_EFIELD : -ENOMEM;
-    put(o, "modules", mods, rc);
+    if (c->modules) { /* absent: permissions not managed */
+        json_t *mods = cq__mq_load_json(c->modules, c->modules_len, &jerr);
+        if (*rc == 0 && !json_is_object(mods))
+            *rc = mods || !cq__mq_jansson_oom(&jerr) ? CQ_EFIELD : -ENOMEM;
+        put(o, "modules", mods, rc);
+    }
     json_t *topics = json_object();
     for (size_t i = 0; topics && *rc == 0 && i < c->ntopics; i++) {
         json_t *t = json_object();

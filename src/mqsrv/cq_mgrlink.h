@@ -93,6 +93,9 @@ cq_mgrlink_t *cq_mgrlink_new(cq_mqsrv_t *s, const cq_mgrlink_opts_t *o);
 void cq_mgrlink_bound(cq_mgrlink_t *l, const char *bound);
 /* The appid reports carry. */
 uint32_t cq_mgrlink_appid(const cq_mgrlink_t *l);
+/* True once a manager's module table replaced this server's own (a publish_config with
+ * modules); from then on SIGHUP leaves the permissions file alone. Any thread; NULL: false. */
+bool cq_mgrlink_perms_managed(cq_mgrlink_t *l);
 /* Accepts NULL; returns NULL. */
 cq_mgrlink_t *cq_mgrlink_free(cq_mgrlink_t *l);
 

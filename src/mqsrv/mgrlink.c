@@ -11,6 +11,7 @@
 #include "mqsrv_int.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@ struct cq_mgrlink {
     mgr_topic_t *topics; /* owned: the last publish_config's topics */
     size_t ntopics;
     cq_mgrlink_stats_t st;
+    atomic_bool perms_managed; /* a manager's module table is in force (read by SIGHUP) */
 };
 
 cq_mgrlink_t *cq_mgrlink_new(cq_mqsrv_t *s, const cq_mgrlink_opts_t *o)
@@ -63,6 +65,11 @@ void cq_mgrlink_bound(cq_mgrlink_t *l, const char *bound)
         snprintf(l->addr, sizeof(l->addr), "%s", bound);
     if (!l->appid && colon)
         l->appid = l->s->shard * 65536u + (uint32_t)strtoul(colon + 1, NULL, 10);
+}
+
+bool cq_mgrlink_perms_managed(cq_mgrlink_t *l)
+{
+    return l && atomic_load(&l->perms_managed);
 }
 
 uint32_t cq_mgrlink_appid(const cq_mgrlink_t *l)
@@ -329,10 +336,10 @@ static int publish_config(cq_mgrlink_t *l, const cq_mqmgr_config_t *c, uint64_t 
     mgr_topic_t *topics = cq_calloc(c->ntopics ? c->ntopics : 1, sizeof(*topics));
     if (!topics)
         return -ENOMEM;
-    int r = c->modules ? cq_mqperm_load(c->modules, c->modules_len, &perms, err, sizeof(err))
-                       : CQ_EFIELD;
+    /* No modules: the manager has none yet and leaves this server's own table in force. */
+    int r = c->modules ? cq_mqperm_load(c->modules, c->modules_len, &perms, err, sizeof(err)) : 0;
     if (r < 0) {
-        snprintf(why, wlen, "content.modules: %s", c->modules ? err : "required");
+        snprintf(why, wlen, "content.modules: %s", err);
         cq_free(topics);
         return r == -ENOMEM ? r : CQ_EFIELD;
     }
@@ -341,7 +348,10 @@ static int publish_config(cq_mgrlink_t *l, const cq_mqmgr_config_t *c, uint64_t 
         topics[i].online = c->topics[i].online;
         topics[i].retention_s = c->topics[i].retention > 0 ? (uint64_t)c->topics[i].retention : 0;
     }
-    cq_mqsrv_set_perms(l->s, perms); /* the SIGHUP path: swapped in at the next drain */
+    if (c->modules) {
+        cq_mqsrv_set_perms(l->s, perms); /* the SIGHUP path: swapped in at the next drain */
+        atomic_store(&l->perms_managed, true);
+    }
     cq_free(l->topics);
     l->topics = topics;
     l->ntopics = c->ntopics;

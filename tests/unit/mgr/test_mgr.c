@@ -331,8 +331,7 @@ static void test_changes_and_commands(void **state)
     cq_mgr_store_done(m, 0, 0);
     send_frame(s, 1, sync_body(11, 1, "srv", "{\"addr\":\"h:1\"}"), 10);
     expect_frame(s, 2, "{\"askid\":11,\"err_code\":0,\"config_version\":1}");
-    expect_frame(
-        s, 3, "{\"askid\":1,\"cmdid\":1,\"content\":{\"version\":1,\"modules\":{},\"topics\":{}}}");
+    expect_frame(s, 3, "{\"askid\":1,\"cmdid\":1,\"content\":{\"version\":1,\"topics\":{}}}");
     char err[256] = "";
     /* a module without a token is refused; with one it is added */
     assert_int_equal(cq__mgr_module_put(m, 7, "{\"produce\":[]}", 14, err, sizeof(err)), CQ_EFIELD);
@@ -399,6 +398,10 @@ static void test_changes_and_commands(void **state)
     expect_none(s);
     assert_int_equal(cq__mgr_module_delete(m, 42, err, sizeof(err)), -ENOENT);
     assert_int_equal(cq__mgr_module_delete(m, 9, err, sizeof(err)), 13);
+    /* the last module stays: deleting it would hand the servers back their own tables */
+    assert_int_equal(cq__mgr_module_delete(m, 7, err, sizeof(err)), CQ_ECONFLICT);
+    assert_string_equal(err, "module 7: the last module cannot be deleted (the servers would go "
+                             "back to their own permissions); add another module first");
     cq_sbuf_t sb;
     cq_sbuf_init(&sb);
     assert_int_equal(cq_mgr_metrics(m, 20, &sb), 0);

@@ -2467,6 +2467,41 @@ static void test_mgrlink_commands(void **state)
     eng_stop();
 }
 
+/* A publish_config without modules (the manager has none yet) leaves the server's own table in
+ * force: module 3 still produces; one with modules replaces it, and from then on SIGHUP leaves
+ * the permissions file alone (cq_mgrlink_perms_managed). */
+static void test_mgrlink_unmanaged(void **state)
+{
+    (void)state;
+    eng_start(false, 0);
+    cq_mgrlink_t *l = link_new(42);
+    cq_mgrlink_connected(l);
+    fconn_t *p = fconn_new();
+    connect_as(p, 3, "s3",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
+    cq_mqmgr_msg_t *m = command(77, CQ_MQMGR_CMD_PUBLISH_CONFIG);
+    m->config.version = 1;
+    assert_int_equal(link_in(l, m, 1), 0);
+    expect_answer(l, 77, 1, 0, NULL);
+    assert_false(cq_mgrlink_perms_managed(l));
+    feed(p, produce_req(2, "keep", 1, 0));
+    done_produce(take(CQ_WRITER_PRODUCE, "keep"), 1);
+    expect_prefix(p, "12 2 {\"askid\":2,\"topic\":\"keep\",\"err_code\":0");
+    assert_int_equal(
+        link_in(l, publish(78, 2, "{\"3\":{\"token\":\"s3\",\"consume\":[\"keep\"]}}", false), 2),
+        0);
+    expect_answer(l, 78, 1, 0, NULL);
+    assert_true(cq_mgrlink_perms_managed(l));
+    done(take(CQ_WRITER_TOPIC_SET_ONLINE, "orders"), 0); /* the drain swaps the table in */
+    feed(p, produce_req(3, "keep", 1, 0));
+    expect_prefix(p, "12 3 {\"askid\":3,\"topic\":\"keep\",\"err_code\":7");
+    fconn_free(p);
+    cq_mgrlink_free(l);
+    eng_stop();
+}
+
 /* A slave records the managed flags; once it is master the tick sets them. */
 static void test_mgrlink_slave(void **state)
 {
@@ -2524,6 +2559,7 @@ int main(void)
         cmocka_unit_test(test_offline),
         cmocka_unit_test(test_mgrlink_sync),
         cmocka_unit_test(test_mgrlink_commands),
+        cmocka_unit_test(test_mgrlink_unmanaged),
         cmocka_unit_test(test_mgrlink_slave),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
