@@ -27,11 +27,14 @@ import time
 import urllib.parse
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cqproc  # noqa: E402
+
 N = 37  # messages produced
 K = 3  # raw client connections held open
 WAIT_S = 30.0
 
-procs = []  # (name, Popen) started here, stopped by PID
+procs = cqproc.Procs()  # started here, stopped by PID
 results = []
 
 
@@ -44,50 +47,6 @@ def tap(ok, what):
 def skip(why):
     results.append(True)
     print("ok %d # SKIP %s" % (len(results), why), flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def start(name, argv, log):
-    f = open(log, "wb")
-    p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    f.close()
-    procs.append((name, p))
-    return p
-
-
-def stop_all():
-    for name, p in reversed(procs):
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-
-
-def wait_ready(path, p, what):
-    """The ready file's key=value pairs once the process wrote it."""
-    end = time.time() + WAIT_S
-    while time.time() < end:
-        if p.poll() is not None:
-            raise RuntimeError("%s exited with %s before it was ready" % (what, p.returncode))
-        try:
-            with open(path) as f:
-                text = f.read()
-            if text.endswith("\n") or text.strip():
-                return dict(kv.split("=", 1) for kv in text.split() if "=" in kv)
-        except FileNotFoundError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError("%s: no ready file after %ss" % (what, WAIT_S))
 
 
 def http_get(url, timeout=5):
@@ -134,31 +93,16 @@ def main():
     held = []
     try:
         print("1..8", flush=True)
-        mgr = start("mgr", [chanqd, "--role", "mgr", "--dev", "--mgr-addr", "127.0.0.1:0",
-                            "--mgr-http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
-                            "--mgr-state-file", tmp + "/mgr-state.json",
-                            "--mgr-admin-token-file", "",
-                            "--ready-file", tmp + "/mgr.ready"], tmp + "/mgr.log")
         try:
-            mr = wait_ready(tmp + "/mgr.ready", mgr, "the manager")
-            if "mgr" not in mr:
-                mgr.terminate()
-                mgr.wait()
-                raise RuntimeError("no mgr= in its ready file")
-        except RuntimeError as e:  # TEMPORARY until h-mgr is merged: the role is not built
-            print("# the manager did not start (%s): its checks are skipped" % e)
+            mr = cqproc.start_mgr(procs, chanqd, tmp, ["--dev"])
+        except cqproc.NotBuilt as e:  # TEMPORARY until the manager's edge is merged
+            print("# %s: its checks are skipped" % e)
             mr = None
-        srv = start("chanqd", [chanqd, "--client-addr", "127.0.0.1:0", "--server-addr",
-                               "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--mq-addr",
-                               "127.0.0.1:0", "--mq-http-addr", "", "--ws-addr", "",
-                               "--kcp-addr", "",
-                               # the K raw connections never authenticate: keep them
-                               "--auth-timeout-ms", "0", "--store-backend", "sqlite", "--store-dir",
-                               tmp + "/data", "--mgr-servers", mr["mgr"] if mr else "",
-                               "--mgr-report-ms", "200", "--ready-file", tmp + "/srv.ready"],
-                    tmp + "/srv.log")
-        sr = wait_ready(tmp + "/srv.ready", srv, "chanqd")
-        port = free_port()
+        # the K raw connections never authenticate: --auth-timeout-ms 0 keeps them
+        sr = cqproc.start_server(procs, chanqd, tmp, "srv", [
+            "--auth-timeout-ms", "0", "--mgr-servers", mr["mgr"] if mr else "",
+            "--mgr-report-ms", "200"])
+        port = cqproc.free_port()
         base = "http://127.0.0.1:%d" % port
         with open(tmp + "/prometheus.yml", "w") as f:
             f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
@@ -166,11 +110,12 @@ def main():
                     "  - job_name: chanqd\n    static_configs:\n"
                     "      - targets: ['%s']\n"
                     "  - job_name: mgr\n    static_configs:\n"
-                    "      - targets: ['%s']\n" % (sr["admin"], mr["admin"] if mr else "127.0.0.1:1"))
-        pr = start("prometheus", [prom, "--config.file", tmp + "/prometheus.yml",
-                                  "--storage.tsdb.path", tmp + "/tsdb",
-                                  "--web.listen-address", "127.0.0.1:%d" % port],
-                   tmp + "/prometheus.log")
+                    "      - targets: ['%s']\n"
+                    % (sr["admin"], mr["admin"] if mr else "127.0.0.1:1"))
+        pr = procs.start([prom, "--config.file", tmp + "/prometheus.yml",
+                          "--storage.tsdb.path", tmp + "/tsdb",
+                          "--web.listen-address", "127.0.0.1:%d" % port],
+                         tmp + "/prometheus.log")
         end = time.time() + WAIT_S
         ready = False
         while time.time() < end and not ready:
@@ -218,7 +163,7 @@ def main():
     finally:
         for s in held:
             s.close()
-        stop_all()
+        procs.stop_all()
         if all(results) and len(results) == 8:
             shutil.rmtree(tmp, ignore_errors=True)
         else:
