@@ -11,14 +11,16 @@ with a 20 s safety stop. TAP output.
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cqproc  # noqa: E402
+
 results = []
-procs = []
+procs = cqproc.Procs()
 
 
 def tap(ok, what, detail=""):
@@ -28,19 +30,6 @@ def tap(ok, what, detail=""):
         for line in str(detail).splitlines():
             print("#   " + line)
     return ok
-
-
-def wait_ready(path, p, what):
-    end = time.time() + 20
-    while time.time() < end:
-        if p.poll() is not None:
-            raise RuntimeError("%s exited (%s)" % (what, p.returncode))
-        if os.path.exists(path):
-            text = open(path).read()
-            if text.strip():
-                return dict(kv.split("=", 1) for kv in text.split() if "=" in kv)
-        time.sleep(0.05)
-    raise RuntimeError("%s: no ready file" % what)
 
 
 class Admin:
@@ -84,31 +73,20 @@ def main():
     with open(tmp + "/wrong.token", "w") as f:
         f.write("nope\n")
     os.chmod(tmp + "/admin.token", 0o600)
-    print("1..21", flush=True)
+    skipped = False
     try:
-        mgr = subprocess.Popen(
-            [chanqd, "--role", "mgr", "--mgr-addr", "127.0.0.1:0", "--mgr-http-addr",
-             "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--mgr-state-file",
-             tmp + "/state.json", "--mgr-admin-token-file", tmp + "/admin.token",
-             "--mgr-token-file", tmp + "/server.token", "--mgr-audit-log", tmp + "/audit.log",
-             "--ready-file", tmp + "/mgr.ready"],
-            stdout=open(tmp + "/mgr.log", "wb"), stderr=subprocess.STDOUT)
-        procs.append(mgr)
-        mr = wait_ready(tmp + "/mgr.ready", mgr, "the manager")
-        if "mgrhttp" not in mr:  # TEMPORARY until h-mgr's role is merged
-            print("# the manager role is not built yet: skipping")
-            results.extend([True] * 21)
+        try:
+            mr = cqproc.start_mgr(procs, chanqd, tmp, [
+                "--mgr-admin-token-file", tmp + "/admin.token", "--mgr-token-file",
+                tmp + "/server.token", "--mgr-audit-log", tmp + "/audit.log"])
+        except cqproc.NotBuilt as e:  # TEMPORARY until the manager's edge is merged
+            print("1..0 # SKIP %s" % e)
+            skipped = True
             return 0
-        srv = subprocess.Popen(
-            [chanqd, "--client-addr", "127.0.0.1:0", "--server-addr", "127.0.0.1:0",
-             "--admin-addr", "127.0.0.1:0", "--mq-addr", "127.0.0.1:0", "--mq-http-addr", "",
-             "--ws-addr", "", "--kcp-addr", "", "--store-dir", tmp + "/data",
-             "--mgr-servers", mr["mgr"], "--mgr-token-file", tmp + "/server.token",
-             "--mgr-report-ms", "200", "--group-id", "1", "--appid", "41",
-             "--ready-file", tmp + "/srv.ready"],
-            stdout=open(tmp + "/srv.log", "wb"), stderr=subprocess.STDOUT)
-        procs.append(srv)
-        wait_ready(tmp + "/srv.ready", srv, "chanqd")
+        print("1..21", flush=True)
+        cqproc.start_server(procs, chanqd, tmp, "srv", [
+            "--mgr-servers", mr["mgr"], "--mgr-token-file", tmp + "/server.token",
+            "--mgr-report-ms", "200", "--group-id", "1", "--appid", "41"])
         a = Admin(chanq, mr["mgrhttp"], tmp + "/admin.token")
 
         # usage (2) and refusals (1)
@@ -202,15 +180,8 @@ def main():
     except Exception as e:
         print("# error: %r" % e, flush=True)
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        while len(results) < 21:
+        procs.stop_all()
+        while not skipped and len(results) < 21:
             tap(False, "not reached")
         if all(results):
             shutil.rmtree(tmp, ignore_errors=True)
