@@ -24,15 +24,15 @@ typedef struct cq_mgr_conn cq_mgr_conn_t;   /* a management-protocol connection 
 typedef struct cq_mgr_hconn cq_mgr_hconn_t; /* a console/API HTTP connection */
 
 typedef struct cq_mgr_opts {
-    const char *admin_token;   /* the console's admin token (borrowed, copied); required */
-    const char *server_token;  /* what servers present in sync; "" refuses them unless dev */
-    const char *http_hosts;    /* Host names the console answers ("*" any) */
-    const char *audit_path;    /* informative: the edge writes the lines (ops.audit) */
-    bool dev;                  /* --dev: servers need no token */
-    uint32_t stale_ms;         /* a server's reports older than this: stale */
-    uint32_t lag_alert_ms;     /* replication lag alert threshold */
-    size_t preauth_max_frame;  /* frame limit before the first authenticated request */
-    size_t max_frame;          /* frame limit after it */
+    const char *admin_token;  /* the console's admin token (borrowed, copied); required */
+    const char *server_token; /* what servers present in sync; "" refuses them unless dev */
+    const char *http_hosts;   /* Host names the console answers ("*" any) */
+    const char *audit_path;   /* informative: the edge writes the lines (ops.audit) */
+    bool dev;                 /* --dev: servers need no token */
+    uint32_t stale_ms;        /* a server's reports older than this: stale */
+    uint32_t lag_alert_ms;    /* replication lag alert threshold */
+    size_t preauth_max_frame; /* frame limit before the first authenticated request */
+    size_t max_frame;         /* frame limit after it */
 } cq_mgr_opts_t;
 
 /* The edge's side of the engine. */
@@ -70,6 +70,12 @@ int cq_mgr_store_loaded(cq_mgr_t *m, const char *json, size_t len, int64_t ver, 
  * engine reloads, re-applies its pending change and saves again); another code: kept in memory,
  * saved again at the next tick. */
 void cq_mgr_store_done(cq_mgr_t *m, int err, int64_t new_ver);
+/* True when every change is saved and no save is in flight (the edge's shutdown waits for it,
+ * within its grace period). */
+bool cq_mgr_store_idle(const cq_mgr_t *m);
+/* SIGHUP: replaces the admin token and the servers' token (borrowed, copied). Connections and
+ * console sessions already authenticated stay. 0 or -ENOMEM (the old tokens are kept). */
+int cq_mgr_set_tokens(cq_mgr_t *m, const char *admin_token, const char *server_token);
 
 /* Management-protocol connections. peer_ip borrowed (copied). */
 cq_mgr_conn_t *cq_mgr_conn_new(cq_mgr_t *m, const cq_mgr_conn_ops_t *ops, void *tctx,
@@ -82,6 +88,9 @@ void cq_mgr_conn_close(cq_mgr_conn_t *c);
 cq_sendq_t *cq_mgr_conn_sendq(cq_mgr_conn_t *c);
 /* For the edge's timeouts: whether the connection sent an authenticated request yet. */
 bool cq_mgr_conn_authed(const cq_mgr_conn_t *c);
+/* Whole frames the connection sent so far (the edge's idle timeout: bytes alone, a frame dribbled
+ * one byte at a time, are no progress). */
+uint64_t cq_mgr_conn_frames(const cq_mgr_conn_t *c);
 
 /* Console/API connections (implemented in api.c). */
 cq_mgr_hconn_t *cq_mgr_hconn_new(cq_mgr_t *m, const cq_mgr_conn_ops_t *ops, void *tctx,
