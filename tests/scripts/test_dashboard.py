@@ -127,10 +127,7 @@ def main(argv):
     tmp = tempfile.mkdtemp(prefix="cq-dash.")
     procs = cqproc.Procs()
     try:
-        try:
-            mr = cqproc.start_mgr(procs, chanqd, tmp, ["--dev"])
-        except cqproc.NotBuilt:  # TEMPORARY until the manager's edge is merged
-            mr = None
+        mr = cqproc.start_mgr(procs, chanqd, tmp, ["--dev"])
         sr = cqproc.start_server(procs, chanqd, tmp, "srv", ["--mq-http-addr", "127.0.0.1:0",
                                                              "--ws-addr", "127.0.0.1:0",
                                                              "--kcp-addr", "127.0.0.1:0"])
@@ -143,24 +140,18 @@ def main(argv):
                        stdout=subprocess.DEVNULL)
         time.sleep(0.3)  # the MQ loop renders its metrics every 250 ms
         s_fam, s_all = emitted(get(sr["admin"]))
-        m_fam, m_all = emitted(get(mr["admin"])) if mr else (set(), set())
+        m_fam, m_all = emitted(get(mr["admin"]))
     finally:
         procs.stop_all()
         shutil.rmtree(tmp, ignore_errors=True)
 
     tap("chanq_mq_topic_produced_total" in s_all and "connection_num" in s_all,
         "chanqd's /metrics read (%d families)" % len(s_fam))
-    mgr_names = {n for n in used if n.startswith("chanq_mgr_")}
-    missing = sorted(n for n in used if n not in s_all | m_all and
-                     not (mr is None and n in mgr_names))
+    missing = sorted(n for n in used if n not in s_all | m_all)
     tap(not missing, "every name the dashboard uses is emitted", "\n".join(
         "%s (in %s)" % (n, used[n]) for n in missing))
-    if mr is None:
-        undocumented = sorted(n for n in mgr_names if n not in documented)
-        tap(not undocumented, "manager names (role not built: checked against doc/metrics.md) "
-            "# SKIP the manager role is not built", "\n".join(undocumented))
-    else:
-        tap("chanq_mgr_servers" in m_fam, "the manager's /metrics read (%d families)" % len(m_fam))
+    tap("chanq_mgr_servers" in m_fam and "chanq_mgr_repl_lag_alert" in m_fam,
+        "the manager's /metrics read (%d families)" % len(m_fam))
     undocumented = sorted((s_fam | m_fam) - documented)
     tap(not undocumented, "every family chanqd and the manager emit is in doc/metrics.md",
         "\n".join(undocumented))
