@@ -73,7 +73,7 @@ def main():
     with open(tmp + "/wrong.token", "w") as f:
         f.write("nope\n")
     os.chmod(tmp + "/admin.token", 0o600)
-    print("1..21", flush=True)
+    print("1..23", flush=True)
     try:
         mr = cqproc.start_mgr(procs, chanqd, tmp, [
             "--mgr-admin-token-file", tmp + "/admin.token", "--mgr-token-file",
@@ -157,10 +157,18 @@ def main():
         rc, out, err = a.run("online", "41")
         tap(rc == 0 and out == "version %d\n" % (ver_m7 + 5), "online 41", out + err)
 
+        last = ("module 7: the last module cannot be deleted (the servers would go back to "
+                "their own permissions); add another module first")
         rc, out, err = a.run("module", "delete", "7")
-        tap(rc == 0 and out == "version %d\n" % (ver_m7 + 6) and "7" not in a.json("modules"),
+        tap(rc == 1 and ": 409: " in err and last in err and "7" in a.json("modules"),
+            "module delete 7, the last one: exit 1, 409, kept", out + err)
+        rc, out, err = a.run("module", "set", "9", "--produce", "a", "--consume", "a",
+                             "--token-file", tmp + "/m7.token")
+        tap(rc == 0 and out == "version %d\n" % (ver_m7 + 6), "module set 9", out + err)
+        rc, out, err = a.run("module", "delete", "7")
+        tap(rc == 0 and out == "version %d\n" % (ver_m7 + 7) and "7" not in a.json("modules"),
             "module delete 7", out + err)
-        au = a.json("audit", "--limit", "8")
+        au = a.json("audit", "--limit", "10")
         actions = [(e.get("action"), e.get("target"), e.get("result"), e.get("auth"))
                    for e in au.get("entries", [])]
         want = [("module.put", "7", "ok", "bearer"),
@@ -170,14 +178,16 @@ def main():
                 ("topic.online", "orders", "ok", "bearer"),
                 ("server.offline", "41", "ok", "bearer"),
                 ("server.online", "41", "ok", "bearer"),
+                ("module.delete", "7", last, "bearer"),
+                ("module.put", "9", "ok", "bearer"),
                 ("module.delete", "7", "ok", "bearer")]
-        tap(actions == want, "audit --json --limit 8: every change (a refused one too), in order, as bearer",
+        tap(actions == want, "audit --json --limit 10: every change (a refused one too), in order, as bearer",
             json.dumps(actions))
     except Exception as e:
         print("# error: %r" % e, flush=True)
     finally:
         procs.stop_all()
-        while len(results) < 21:
+        while len(results) < 23:
             tap(False, "not reached")
         if all(results):
             shutil.rmtree(tmp, ignore_errors=True)
