@@ -21,7 +21,9 @@
 #   SHARDS [2], ZK_ROOT [/chanq], ZK_SESSION_MS [4000], DB_DOWN_MS [5000],
 #   SEMI_TIMEOUT_MS [2000], LOG_LEVEL [info], CLUSTER_OPTS [1] (0: start chanqd without the
 #   cluster options, i.e. two standalone chanqd per shard, both on the primary, since a
-#   standalone chanqd cannot open a read-only store - for checking the other services).
+#   standalone chanqd cannot open a read-only store - for checking the other services),
+#   CHANQD_ARGS [""] (more options for every chanqd, split on blanks: e.g. the managers to
+#   report to, "--mgr-servers 127.0.0.1:12120 --mgr-token-file F").
 # Only processes this script (or zk.sh / mariadb-pair.sh) started are ever signalled.
 set -euo pipefail
 
@@ -35,6 +37,7 @@ DB_DOWN_MS=${DB_DOWN_MS:-5000}
 SEMI_TIMEOUT_MS=${SEMI_TIMEOUT_MS:-2000}
 LOG_LEVEL=${LOG_LEVEL:-info}
 CLUSTER_OPTS=${CLUSTER_OPTS:-1}
+CHANQD_ARGS=${CHANQD_ARGS:-}
 
 usage() {
     echo "usage: $0 start|stop|status DIR" >&2
@@ -66,13 +69,16 @@ chanqd_cmd() {
         --ws-addr '' --kcp-addr '' --ready-file "$d/ready" --log-level "$LOG_LEVEL"
         --store-backend mysql --mysql-host 127.0.0.1 --mysql-port "$DB_PORT"
         --mysql-user chanq --mysql-password chanqpw --mysql-database chanq)
-    [ "$CLUSTER_OPTS" = 1 ] || return 0
-    CMD+=(--shard "$s" --zk-hosts "$(cat "$DIR/zk_hosts")" --zk-root "$ZK_ROOT"
-        --zk-session-ms "$ZK_SESSION_MS" --cluster-advertise "127.0.0.1:$mq"
-        --cluster-promote --cluster-db-down-ms "$DB_DOWN_MS"
-        --repl-admin-user cqadmin --repl-admin-password cqadminpw
-        --repl-user repl --repl-password replpw
-        --repl-semi-sync-timeout-ms "$SEMI_TIMEOUT_MS" --repl-semi-sync-wait-no-slave)
+    if [ "$CLUSTER_OPTS" = 1 ]; then
+        CMD+=(--shard "$s" --zk-hosts "$(cat "$DIR/zk_hosts")" --zk-root "$ZK_ROOT"
+            --zk-session-ms "$ZK_SESSION_MS" --cluster-advertise "127.0.0.1:$mq"
+            --cluster-promote --cluster-db-down-ms "$DB_DOWN_MS"
+            --repl-admin-user cqadmin --repl-admin-password cqadminpw
+            --repl-user repl --repl-password replpw
+            --repl-semi-sync-timeout-ms "$SEMI_TIMEOUT_MS" --repl-semi-sync-wait-no-slave)
+    fi
+    # shellcheck disable=SC2206 # CHANQD_ARGS is a word list on purpose
+    [ -z "$CHANQD_ARGS" ] || CMD+=($CHANQD_ARGS)
 }
 
 # ---- helpers -----------------------------------------------------------------------------------

@@ -24,15 +24,15 @@ typedef struct cq_mgr_conn cq_mgr_conn_t;   /* a management-protocol connection 
 typedef struct cq_mgr_hconn cq_mgr_hconn_t; /* a console/API HTTP connection */
 
 typedef struct cq_mgr_opts {
-    const char *admin_token;   /* the console's admin token (borrowed, copied); required */
-    const char *server_token;  /* what servers present in sync; "" refuses them unless dev */
-    const char *http_hosts;    /* Host names the console answers ("*" any) */
-    const char *audit_path;    /* informative: the edge writes the lines (ops.audit) */
-    bool dev;                  /* --dev: servers need no token */
-    uint32_t stale_ms;         /* a server's reports older than this: stale */
-    uint32_t lag_alert_ms;     /* replication lag alert threshold */
-    size_t preauth_max_frame;  /* frame limit before the first authenticated request */
-    size_t max_frame;          /* frame limit after it */
+    const char *admin_token;  /* the console's admin token (borrowed, copied); required */
+    const char *server_token; /* what servers present in sync; "" refuses them unless dev */
+    const char *http_hosts;   /* Host names the console answers ("*" any) */
+    const char *audit_path;   /* informative: the edge writes the lines (ops.audit) */
+    bool dev;                 /* --dev: servers need no token */
+    uint32_t stale_ms;        /* a server's reports older than this: stale */
+    uint32_t lag_alert_ms;    /* replication lag alert threshold */
+    size_t preauth_max_frame; /* frame limit before the first authenticated request */
+    size_t max_frame;         /* frame limit after it */
 } cq_mgr_opts_t;
 
 /* The edge's side of the engine. */

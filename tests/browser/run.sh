@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Browser test of the chat-rooms demo: installs the JS client's npm packages (into the
 # gitignored clients/js/node_modules), builds the bundle and the demo, and runs
-# tests/browser/chat.test.mjs and world.test.mjs against chanqd with Debian's chromium.
+# tests/browser/chat.test.mjs, world.test.mjs and console.test.mjs (the manager's admin console,
+# with a one-shard cluster from scripts/cluster.sh) against chanqd with Debian's chromium.
 # Usage: CHANQD=build/src/main/chanqd [CHANQ_ARTIFACTS=dir] tests/browser/run.sh
 # Exits 77 (skipped) when node, npm or chromium is missing.
 set -euo pipefail
@@ -34,4 +35,4 @@ else
 fi
 npm run --silent build
 export CHANQD CHROMIUM="$chromium"
-exec node --test "$here/chat.test.mjs" "$here/world.test.mjs"
+exec node --test "$here/chat.test.mjs" "$here/world.test.mjs" "$here/console.test.mjs"

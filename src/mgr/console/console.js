@@ -1,0 +1,395 @@
+// console.js - the chanq manager's admin console (doc/mgr.md "Console"). Plain JS, no build
+// step, no external URLs, no inline code (the page is served with CSP default-src 'self').
+// Logs in with the admin token (POST /api/login: a session cookie plus a CSRF token kept in
+// sessionStorage), polls GET /api/state every second and renders the views; changes go through
+// the JSON API with the X-CSRF-Token header. Data is written with textContent only.
+'use strict';
+
+(function () {
+  const POLL_MS = 1000;
+  const VIEWS = ['shards', 'servers', 'topics', 'modules', 'relay', 'audit'];
+  const TRANSPORTS = ['tcp', 'ws', 'wss', 'kcp'];
+  const CHANNEL_TYPES = ['GLOBAL', 'PRIVATE', 'SUBWORLD', 'SPATIAL', 'ENTITY'];
+
+  let csrf = sessionStorage.getItem('chanq_csrf') || '';
+  let view = sessionStorage.getItem('chanq_view') || 'shards';
+  let timer = null;
+  let polling = false;
+  const dirtyModules = new Set(); // module ids whose inputs the operator is editing
+
+  const $ = (id) => document.getElementById(id);
+
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === 'testid')
+        e.dataset.testid = v;
+      else if (k === 'class')
+        e.className = v;
+      else if (k === 'text')
+        e.textContent = v;
+      else
+        e.setAttribute(k, v);
+    }
+    for (const c of children)
+      e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    return e;
+  }
+
+  function td(text, testid, cls) {
+    const a = { text: text === undefined || text === null ? '-' : String(text) };
+    if (testid)
+      a.testid = testid;
+    if (cls)
+      a.class = cls;
+    return el('td', a);
+  }
+
+  function fmtRate(x) {
+    return typeof x === 'number' ? x.toFixed(1) : '-';
+  }
+
+  function yesNo(b) {
+    return b === true ? 'yes' : b === false ? 'no' : '-';
+  }
+
+  function showError(msg) {
+    const e = $('action-error');
+    e.textContent = msg;
+    e.hidden = !msg;
+  }
+
+  // ---- API -----------------------------------------------------------------------------------
+
+  async function api(method, path, body) {
+    const headers = {};
+    if (method !== 'GET') {
+      headers['Content-Type'] = 'application/json';
+      headers['X-CSRF-Token'] = csrf;
+    }
+    const res = await fetch(path, {
+      method,
+      headers,
+      credentials: 'same-origin',
+      body: method === 'GET' ? undefined : JSON.stringify(body || {}),
+    });
+    let data = null;
+    try {
+      data = await res.json();
+    } catch (e) {
+      data = null;
+    }
+    if (res.status === 401 && path !== '/api/login')
+      showLogin('');
+    return { status: res.status, data };
+  }
+
+  async function change(method, path, body, what) {
+    const r = await api(method, path, body);
+    if (r.status !== 200) {
+      showError(`${what}: ${(r.data && r.data.error) || 'HTTP ' + r.status}`);
+      return false;
+    }
+    showError('');
+    $('status').textContent = `${what}: version ${r.data.version}`;
+    await poll();
+    return true;
+  }
+
+  // ---- login ---------------------------------------------------------------------------------
+
+  function showLogin(err) {
+    csrf = '';
+    sessionStorage.removeItem('chanq_csrf');
+    stopPolling();
+    $('view-login').hidden = false;
+    $('nav').hidden = true;
+    $('logout').hidden = true;
+    $('alert-banner').hidden = true;
+    for (const v of VIEWS)
+      $('view-' + v).hidden = true;
+    const e = $('login-error');
+    e.textContent = err || '';
+    e.hidden = !err;
+  }
+
+  function showConsole() {
+    $('view-login').hidden = true;
+    $('nav').hidden = false;
+    $('logout').hidden = false;
+    selectView(view);
+    startPolling();
+  }
+
+  async function login(ev) {
+    ev.preventDefault();
+    const r = await api('POST', '/api/login', { token: $('login-token').value });
+    if (r.status !== 200) {
+      showLogin((r.data && r.data.error) || 'HTTP ' + r.status);
+      return;
+    }
+    csrf = r.data.csrf;
+    sessionStorage.setItem('chanq_csrf', csrf);
+    $('login-token').value = '';
+    showConsole();
+  }
+
+  async function logout() {
+    await api('POST', '/api/logout', {});
+    showLogin('');
+  }
+
+  // ---- views ---------------------------------------------------------------------------------
+
+  function selectView(v) {
+    view = VIEWS.includes(v) ? v : 'shards';
+    sessionStorage.setItem('chanq_view', view);
+    for (const x of VIEWS) {
+      $('view-' + x).hidden = x !== view;
+      document.querySelector(`[data-view="${x}"]`).classList.toggle('active', x === view);
+    }
+    if (view === 'audit')
+      loadAudit();
+  }
+
+  function renderBanner(st) {
+    const b = $('alert-banner');
+    const alerts = (st.alerts || []).filter((a) => a.kind === 'repl_lag');
+    b.textContent = alerts.map((a) =>
+      `Replication lag alert: shard ${a.shard} standby is ${a.behind_ms} ms behind ` +
+      `(threshold ${st.lag_alert_ms} ms)`).join(' \u00b7 ');
+    b.hidden = alerts.length === 0;
+  }
+
+  function renderShards(st) {
+    const body = $('shards-body');
+    body.replaceChildren();
+    for (const s of st.shards || []) {
+      const r = s.repl || {};
+      const tr = el('tr', { testid: `shard-row-${s.shard}`, class: s.alert ? 'alert' : '' });
+      tr.dataset.alert = s.alert ? '1' : '0';
+      tr.append(td(s.shard),
+        td(s.master === null || s.master === undefined ? 'none' : s.master, `shard-master-${s.shard}`),
+        td((s.standbys || []).join(', ') || 'none', `shard-standbys-${s.shard}`),
+        td(s.repl ? yesNo(r.io_running) : '-', `shard-io-${s.shard}`),
+        td(s.repl ? yesNo(r.sql_running) : '-', `shard-sql-${s.shard}`),
+        td(s.repl && r.lag_seconds >= 0 ? r.lag_seconds : '-', `shard-lag-${s.shard}`),
+        td(s.repl ? r.behind_ms : '-', `shard-behind-${s.shard}`));
+      body.append(tr);
+    }
+    if (!body.children.length)
+      body.append(el('tr', {}, el('td', { colspan: '7', text: 'no shard reported yet' })));
+  }
+
+  function serverState(s) {
+    if (s.offline)
+      return s.draining ? 'offline (draining)' : 'offline';
+    return s.stale ? 'stale' : 'live';
+  }
+
+  function renderServers(st) {
+    const body = $('servers-body');
+    body.replaceChildren();
+    for (const s of st.servers || []) {
+      const si = s.serverinfo || {};
+      const id = s.appid;
+      const tr = el('tr', { testid: `server-row-${id}`, class: s.stale ? 'stale' : s.offline ? 'offline' : '' });
+      const btn = el('button', { type: 'button', testid: `server-toggle-${id}`,
+        text: s.offline ? 'Bring online' : 'Take offline' });
+      btn.addEventListener('click', () => change('POST',
+        `/api/servers/${id}/${s.offline ? 'online' : 'offline'}`, {},
+        `server ${id} ${s.offline ? 'online' : 'offline'}`));
+      tr.append(td(id), td(s.group_id), td(s.addr, `server-addr-${id}`), td(s.shard),
+        td(s.master ? 'master' : 'slave', `server-role-${id}`),
+        td(serverState(s) + (s.stale ? ` (${Math.round(s.age_ms / 1000)} s)` : ''), `server-state-${id}`),
+        td(si.threads), td(si.cpu, `server-cpu-${id}`), td(si.mem, `server-mem-${id}`),
+        td(si.sockets, `server-sockets-${id}`), td(si.packages, `server-packages-${id}`),
+        td(fmtRate(s.produce_rate), `server-produce-rate-${id}`),
+        td(fmtRate(s.consume_rate), `server-consume-rate-${id}`),
+        td(s.config_version, `server-config-${id}`), el('td', {}, btn));
+      body.append(tr);
+    }
+    if (!body.children.length)
+      body.append(el('tr', {}, el('td', { colspan: '15', text: 'no server reported yet' })));
+  }
+
+  function renderTopics(st) {
+    const body = $('topics-body');
+    body.replaceChildren();
+    for (const t of st.topics || []) {
+      const n = t.name;
+      const tr = el('tr', { testid: `topic-row-${n}`, class: t.online ? '' : 'offline' });
+      const shards = (t.shards || []).map((s) => `shard ${s.shard}: ${s.last_offset}`).join('; ');
+      const cons = (t.consumers || []).map((c) => `${c.id}@${c.shard}: ${c.lag}`).join('; ');
+      const btn = el('button', { type: 'button', testid: `topic-toggle-${n}`,
+        text: t.online ? 'Take offline' : 'Bring online' });
+      btn.addEventListener('click', () => change('POST',
+        `/api/topics/${encodeURIComponent(n)}/${t.online ? 'offline' : 'online'}`, {},
+        `topic ${n} ${t.online ? 'offline' : 'online'}`));
+      tr.append(td(n), td(t.online ? 'online' : 'offline', `topic-state-${n}`), td(t.retention),
+        td(fmtRate(t.produce_rate), `topic-rate-${n}`), td(shards || '-', `topic-shards-${n}`),
+        td(cons || '-', `topic-consumers-${n}`), el('td', {}, btn));
+      body.append(tr);
+    }
+    if (!body.children.length)
+      body.append(el('tr', {}, el('td', { colspan: '7', text: 'no topic yet' })));
+  }
+
+  function splitList(s) {
+    return s.split(',').map((x) => x.trim()).filter((x) => x.length > 0);
+  }
+
+  function moduleBody(produce, consume, admin, groups, token) {
+    const b = { produce: splitList(produce), consume: splitList(consume), admin };
+    const g = splitList(groups);
+    if (g.length)
+      b.groups = g.map((x) => Number(x));
+    if (token)
+      b.token = token;
+    return b;
+  }
+
+  function moduleRow(id, m) {
+    const tr = el('tr', { testid: `module-row-${id}` });
+    const mark = () => dirtyModules.add(id);
+    const prod = el('input', { testid: `module-produce-${id}`, value: (m.produce || []).join(', ') });
+    const cons = el('input', { testid: `module-consume-${id}`, value: (m.consume || []).join(', ') });
+    const adm = el('input', { type: 'checkbox', testid: `module-admin-${id}` });
+    adm.checked = !!m.admin;
+    const grp = el('input', { size: '6', testid: `module-groups-${id}`,
+      value: (m.groups || []).join(', ') });
+    for (const i of [prod, cons, adm, grp])
+      i.addEventListener('input', mark);
+    const save = el('button', { type: 'button', testid: `module-save-${id}`, text: 'Save' });
+    save.addEventListener('click', async () => {
+      const ok = await change('PUT', `/api/modules/${id}`,
+        moduleBody(prod.value, cons.value, adm.checked, grp.value, ''), `module ${id} saved`);
+      if (ok) {
+        dirtyModules.delete(id);
+        await poll();
+      }
+    });
+    const del = el('button', { type: 'button', testid: `module-delete-${id}`, text: 'Delete' });
+    del.addEventListener('click', async () => {
+      if (await change('DELETE', `/api/modules/${id}`, {}, `module ${id} deleted`))
+        dirtyModules.delete(id);
+    });
+    tr.append(td(id), el('td', {}, prod), el('td', {}, cons), el('td', {}, adm), el('td', {}, grp),
+      el('td', {}, save), el('td', {}, del));
+    tr.dataset.json = JSON.stringify(m);
+    return tr;
+  }
+
+  // Rows being edited are kept as they are; the others follow the state.
+  function renderModules(st) {
+    const body = $('modules-body');
+    const mods = st.modules || {};
+    const ids = Object.keys(mods).sort((a, b) => Number(a) - Number(b));
+    const old = new Map([...body.querySelectorAll('tr[data-testid^="module-row-"]')]
+      .map((r) => [r.dataset.testid.slice('module-row-'.length), r]));
+    const rows = ids.map((id) => {
+      const o = old.get(id);
+      if (o && (dirtyModules.has(id) || o.dataset.json === JSON.stringify(mods[id])))
+        return o;
+      return moduleRow(id, mods[id]);
+    });
+    for (const id of dirtyModules)
+      if (!(id in mods))
+        dirtyModules.delete(id);
+    if (rows.length !== body.children.length || rows.some((r, i) => body.children[i] !== r))
+      body.replaceChildren(...rows);
+  }
+
+  async function addModule() {
+    const id = $('module-new-id').value.trim();
+    const ok = await change('PUT', `/api/modules/${encodeURIComponent(id)}`,
+      moduleBody($('module-new-produce').value, $('module-new-consume').value,
+        $('module-new-admin').checked, $('module-new-groups').value, $('module-new-token').value),
+      `module ${id} added`);
+    if (ok)
+      for (const f of ['id', 'produce', 'consume', 'groups', 'token'])
+        $('module-new-' + f).value = '';
+  }
+
+  function kv(tbody, obj, keys, prefix) {
+    tbody.replaceChildren(...keys.map((k) => el('tr', {}, el('th', { text: k }),
+      td(obj && obj[k] !== undefined ? obj[k] : 0, `${prefix}-${k}`))));
+  }
+
+  function renderRelay(st) {
+    const r = st.relay || {};
+    kv($('relay-conns'), r.connections, TRANSPORTS, 'relay-conn');
+    kv($('relay-chans'), r.channels, CHANNEL_TYPES, 'relay-chan');
+    $('relay-subscribers').textContent = r.subscribers ?? 0;
+    $('relay-fanouts').textContent = fmtRate(r.fanouts_per_s ?? 0);
+    $('relay-slow').textContent = r.slow_consumer_closes ?? 0;
+  }
+
+  async function loadAudit() {
+    const r = await api('GET', '/api/audit?limit=100');
+    if (r.status !== 200)
+      return;
+    const body = $('audit-body');
+    const entries = (r.data.entries || []).slice().reverse(); // newest first
+    body.replaceChildren(...entries.map((e, i) => el('tr', { testid: `audit-row-${i}` },
+      td(e.time), td(e.addr), td(e.auth), td(e.action, `audit-action-${i}`),
+      td(e.target, `audit-target-${i}`), td(e.version), td(e.result, `audit-result-${i}`))));
+  }
+
+  function render(st) {
+    $('status').textContent = `config version ${st.version} \u00b7 ${(st.servers || []).length} servers \u00b7 ` +
+      new Date(st.now_ms).toISOString().slice(11, 19) + ' UTC';
+    $('status').dataset.version = String(st.version);
+    renderBanner(st);
+    renderShards(st);
+    renderServers(st);
+    renderTopics(st);
+    renderModules(st);
+    renderRelay(st);
+  }
+
+  // ---- polling -------------------------------------------------------------------------------
+
+  async function poll() {
+    if (polling)
+      return;
+    polling = true;
+    try {
+      const r = await api('GET', '/api/state');
+      if (r.status === 200) {
+        render(r.data);
+        if (view === 'audit')
+          await loadAudit();
+      }
+    } catch (e) {
+      $('status').textContent = 'manager unreachable';
+    } finally {
+      polling = false;
+    }
+  }
+
+  function startPolling() {
+    if (timer === null) {
+      poll();
+      timer = setInterval(poll, POLL_MS);
+    }
+  }
+
+  function stopPolling() {
+    if (timer !== null)
+      clearInterval(timer);
+    timer = null;
+  }
+
+  document.addEventListener('DOMContentLoaded', () => {
+    $('login-form').addEventListener('submit', login);
+    $('logout').addEventListener('click', logout);
+    $('module-new-save').addEventListener('click', addModule);
+    for (const b of document.querySelectorAll('nav button'))
+      b.addEventListener('click', () => selectView(b.dataset.view));
+    if (csrf)
+      showConsole(); // a reload: the cookie may still be good; a 401 shows the login
+    else
+      showLogin('');
+  });
+})();

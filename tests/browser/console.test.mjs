@@ -1,0 +1,367 @@
+// Browser test of the manager's admin console (src/mgr/console, doc/mgr.md "Console"): a real
+// `chanqd --role mgr --mgr-lag-alert-ms 2000` (env CHANQD) and one shard of a real cluster
+// (scripts/cluster.sh with SHARDS=1: a 3-node ZooKeeper, a MariaDB primary + standby pair, the
+// master chanqd on the primary and the slave on the standby) reporting to it. Debian's chromium
+// (playwright-core) drives the page:
+//   - a wrong token is refused, the right one logs in;
+//   - shards: shard 1 with the master (the primary's chanqd) and its standby; servers: both live;
+//   - topics: "orders" taken offline in the page -> the master answers produce with err_code 9;
+//     back online -> the produce is acknowledged;
+//   - modules: module 2's produce list edited in the page -> its produce gets err_code 7;
+//   - STOP SLAVE SQL_THREAD on the standby, produces until the standby's server reports
+//     behind_ms over 2000: the alert banner and the red shard row show, and the manager's
+//     /metrics has chanq_mgr_repl_lag_alert{shard="1"} 1; START SLAVE SQL_THREAD: both clear;
+//   - the audit view lists the changes.
+// Screenshots of every view go to $CHANQ_ARTIFACTS (default: a new temp dir). Run it with
+// tests/browser/run.sh. Skips when MariaDB or ZooKeeper is not installed.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { after, before, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const jsDir = join(repo, 'clients', 'js');
+const BIN = process.env.CHANQD;
+const CLI = process.env.CHANQ_CLI || (BIN ? resolve(dirname(BIN), '..', '..', 'tools', 'chanq') : '');
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const WAIT = { timeout: 30000 }; // an upper bound for the page to show something, not a timing check
+const ADMIN_TOKEN = 'console-test-admin-token-0123456789';
+const SHARD = 1; // scripts/cluster.sh numbers shards from 1
+
+function which(name) {
+  return ['/usr/sbin', '/usr/bin', '/usr/local/sbin', '/usr/local/bin'].some((d) => existsSync(join(d, name)));
+}
+
+const skip = !BIN ? 'CHANQD is not set'
+  : !existsSync(CHROMIUM) ? `no chromium at ${CHROMIUM}`
+    : !existsSync(CLI) ? `no chanq CLI at ${CLI}`
+      : !which('mariadbd') ? 'MariaDB is not installed (scripts/deps.sh)'
+        : !existsSync('/usr/share/java/zookeeper.jar') ? 'ZooKeeper is not installed (scripts/deps.sh)'
+          : false;
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+let dir;
+let mgr; // {proc, ready: {mgr, http, admin}, log()}
+let cluster; // {dir, zk, nodes: {1: {mq, admin}, 2: ...}, dbPrimary, dbStandby}
+let browser;
+let failed = false;
+const pageErrors = [];
+
+function parseKv(line) {
+  const out = {};
+  for (const tok of line.trim().split(/\s+/)) {
+    const i = tok.indexOf('=');
+    if (i > 0)
+      out[tok.slice(0, i)] = tok.slice(i + 1);
+  }
+  return out;
+}
+
+async function startMgr() {
+  const ready = join(dir, 'mgr.ready');
+  const logPath = join(dir, 'mgr.log');
+  writeFileSync(join(dir, 'admin.token'), ADMIN_TOKEN + '\n', { mode: 0o600 });
+  writeFileSync(join(dir, 'server.token'), 'console-test-server-secret\n', { mode: 0o600 });
+  const args = ['--role', 'mgr', '--mgr-addr', '127.0.0.1:0', '--mgr-http-addr', '127.0.0.1:0',
+    '--admin-addr', '127.0.0.1:0', '--mgr-state-file', join(dir, 'state.json'),
+    '--mgr-audit-log', join(dir, 'audit.log'), '--mgr-admin-token-file', join(dir, 'admin.token'),
+    '--mgr-token-file', join(dir, 'server.token'), '--mgr-lag-alert-ms', '2000',
+    '--ready-file', ready, '--log-level', 'debug'];
+  const proc = spawn(BIN, args, { stdio: ['ignore', openSync(logPath, 'w'), openSync(logPath, 'a')] });
+  let exited = null;
+  proc.on('exit', (c, s) => { exited = s || c; });
+  const log = () => (existsSync(logPath) ? readFileSync(logPath, 'utf8') : '');
+  for (let i = 0; i < 200 && !existsSync(ready) && exited === null; i++)
+    await sleep(50);
+  if (!existsSync(ready))
+    throw new Error(`the manager did not start (exit ${exited}):\n${log()}`);
+  return { proc, ready: parseKv(readFileSync(ready, 'utf8')), log, exited: () => exited };
+}
+
+function startCluster() {
+  const cdir = join(dir, 'cluster');
+  const r = spawnSync(join(repo, 'scripts', 'cluster.sh'), ['start', cdir], {
+    encoding: 'utf8',
+    timeout: 240000,
+    env: {
+      ...process.env, CHANQD: BIN, SHARDS: '1',
+      CHANQD_ARGS: `--mgr-servers ${mgr.ready.mgr} --mgr-token-file ${join(dir, 'server.token')} ` +
+        '--mgr-report-ms 300',
+    },
+  });
+  if (r.status !== 0)
+    throw new Error(`scripts/cluster.sh start failed (${r.status}):\n${r.stdout}\n${r.stderr}`);
+  const c = { dir: cdir, nodes: {} };
+  for (const line of r.stdout.split('\n')) {
+    const kv = parseKv(line);
+    if (kv.zk)
+      c.zk = kv.zk;
+    if (kv.db_primary) {
+      c.dbPrimary = Number(kv.db_primary.split(':')[1]);
+      c.dbStandby = Number(kv.db_standby.split(':')[1]);
+    }
+    if (kv.node)
+      c.nodes[kv.node] = kv;
+  }
+  assert.ok(c.nodes[1] && c.nodes[2] && c.dbStandby, `cluster.sh printed:\n${r.stdout}`);
+  return c;
+}
+
+function stopCluster() {
+  if (cluster)
+    spawnSync(join(repo, 'scripts', 'cluster.sh'), ['stop', cluster.dir], { stdio: 'ignore', timeout: 120000 });
+}
+
+async function apiCall(method, path, body) {
+  const res = await fetch(`http://${mgr.ready.http}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${ADMIN_TOKEN}`, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const data = await res.json();
+  assert.equal(res.status, 200, `${method} ${path}: ${JSON.stringify(data)}`);
+  return data;
+}
+
+/** One produce through the chanq CLI: {status, out, err}. */
+function produce(module, token, topic, text) {
+  const r = spawnSync(CLI, ['--addr', cluster.nodes[1].mq, '--module', String(module), '--token', token,
+    '--timeout', '5000', 'produce', topic], { input: `${text}\n`, encoding: 'utf8', timeout: 20000 });
+  return { status: r.status, out: r.stdout, err: r.stderr };
+}
+
+/** Produces until the answer matches want (a predicate); returns the last answer. */
+async function produceUntil(module, token, topic, want, what) {
+  let last;
+  for (let i = 0; i < 100; i++) { // a safety stop: 100 tries, 200 ms apart
+    last = produce(module, token, topic, `m${i}`);
+    if (want(last))
+      return last;
+    await sleep(200);
+  }
+  assert.fail(`${what}: the last produce answered ${JSON.stringify(last)}`);
+}
+
+function sql(port, q) {
+  const r = spawnSync('mariadb', ['--no-defaults', '-uroot', '-h127.0.0.1', `-P${port}`, '-N', '-B', '-e', q],
+    { encoding: 'utf8', timeout: 20000 });
+  assert.equal(r.status, 0, `mariadb ${q}: ${r.stderr}`);
+  return r.stdout;
+}
+
+async function mgrMetrics() {
+  const res = await fetch(`http://${mgr.ready.admin}/metrics`);
+  assert.equal(res.status, 200);
+  return res.text();
+}
+
+function artifactsDir() {
+  const d = process.env.CHANQ_ARTIFACTS || mkdtempSync(join(tmpdir(), 'chanq-artifacts-'));
+  mkdirSync(d, { recursive: true });
+  return d;
+}
+
+async function shot(page, name) {
+  const file = join(artifactsDir(), `console-${name}.png`);
+  await page.screenshot({ path: file, fullPage: true });
+  console.log(`screenshot: ${file}`);
+}
+
+before(async () => {
+  if (skip)
+    return;
+  dir = mkdtempSync(join(tmpdir(), 'chanq-console-'));
+  try {
+    mgr = await startMgr();
+    // The managed configuration before any server reports: module 1 (admin, the test's
+    // producer), module 2 (the one whose permission the page edits), the topic.
+    await apiCall('PUT', '/api/modules/1', { token: 'tok1', produce: ['*'], consume: ['*'], admin: true });
+    await apiCall('PUT', '/api/modules/2', { token: 'tok2', produce: ['orders'], consume: ['orders'], admin: false });
+    cluster = startCluster();
+    const add = spawnSync(CLI, ['--addr', cluster.nodes[1].mq, '--module', '1', '--token', 'tok1',
+      'add-topic', 'orders'], { encoding: 'utf8', timeout: 20000 });
+    assert.equal(add.status, 0, `add-topic: ${add.stderr}`);
+    await apiCall('POST', '/api/topics/orders/online', {});
+    const { chromium } = createRequire(join(jsDir, 'package.json'))('playwright-core');
+    browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox'] });
+  } catch (err) {
+    failed = true;
+    throw err;
+  }
+});
+
+after(async () => {
+  await browser?.close();
+  if (failed && mgr)
+    console.log(`manager log:\n${mgr.log().slice(-6000)}`);
+  if (failed && cluster)
+    for (const n of [1, 2]) {
+      const p = join(cluster.dir, `shard${SHARD}`, `node${n}`, 'log');
+      if (existsSync(p))
+        console.log(`chanqd node ${n} log:\n${readFileSync(p, 'utf8').slice(-4000)}`);
+    }
+  stopCluster();
+  if (mgr && mgr.exited() === null) {
+    mgr.proc.kill('SIGTERM');
+    for (let i = 0; i < 100 && mgr.exited() === null; i++)
+      await sleep(50);
+    if (mgr.exited() === null)
+      mgr.proc.kill('SIGKILL');
+  }
+  if (dir && !failed)
+    rmSync(dir, { recursive: true, force: true });
+});
+
+test('the console: login, shards and servers, topic and permission changes, the lag alert', { skip }, async () => {
+  try {
+    await consolePage();
+  } catch (err) {
+    failed = true;
+    throw err;
+  }
+});
+
+const text = (page, id) => page.locator(`[data-testid="${id}"]`).innerText();
+const waitText = (page, id, want) => page.waitForFunction(([i, w]) => {
+  const e = document.querySelector(`[data-testid="${i}"]`);
+  return e && e.textContent === w;
+}, [id, want], WAIT);
+
+async function consolePage() {
+  const ctx = await browser.newContext({ viewport: { width: 1500, height: 800 } });
+  const page = await ctx.newPage();
+  page.on('pageerror', (err) => pageErrors.push(err.message));
+  // Failed requests are checked by URL (a console line does not name it): only the wrong login's
+  // 401 and the browser's own favicon request may fail.
+  page.on('response', (r) => {
+    const u = new URL(r.url());
+    if (r.status() >= 400 && u.pathname !== '/favicon.ico' && !(u.pathname === '/api/login' && r.status() === 401))
+      pageErrors.push(`${r.status()} ${r.request().method()} ${u.pathname}`);
+  });
+  page.on('console', (msg) => msg.type() === 'error' && !/^Failed to load resource/.test(msg.text()) &&
+    pageErrors.push(msg.text()));
+  const res = await page.goto(`http://${mgr.ready.http}/`);
+  assert.equal(res.headers()['content-security-policy'], "default-src 'self'; frame-ancestors 'none'");
+  assert.equal(res.headers()['x-frame-options'], 'DENY');
+
+  // Login: a wrong token is refused, the right one opens the console.
+  await page.fill('[data-testid="login-token"]', 'wrong');
+  await page.click('[data-testid="login-submit"]');
+  await waitText(page, 'login-error', 'token: wrong admin token');
+  await shot(page, 'login');
+  await page.fill('[data-testid="login-token"]', ADMIN_TOKEN);
+  await page.click('[data-testid="login-submit"]');
+  await page.waitForSelector('[data-testid="shards-view"]:not([hidden])', WAIT);
+
+  // Shards: the master is the primary's chanqd, the standby the other; both servers live.
+  const st = await apiCall('GET', '/api/state');
+  await page.waitForFunction((s) => {
+    const m = document.querySelector(`[data-testid="shard-master-${s}"]`);
+    const b = document.querySelector(`[data-testid="shard-standbys-${s}"]`);
+    return m && b && m.textContent !== 'none' && b.textContent !== 'none';
+  }, SHARD, WAIT);
+  const state = await apiCall('GET', '/api/state');
+  const byAddr = Object.fromEntries(state.servers.map((s) => [s.addr, s]));
+  const master = byAddr[cluster.nodes[1].mq];
+  const slave = byAddr[cluster.nodes[2].mq];
+  assert.ok(master && slave, `servers reported: ${JSON.stringify(state.servers.map((s) => s.addr))} (state before: ${st.servers.length})`);
+  assert.equal(master.master, true);
+  assert.equal(slave.master, false);
+  assert.equal(await text(page, `shard-master-${SHARD}`), String(master.appid));
+  assert.equal(await text(page, `shard-standbys-${SHARD}`), String(slave.appid));
+  await shot(page, 'shards');
+  await page.click('[data-testid="nav-servers"]');
+  await waitText(page, `server-state-${master.appid}`, 'live');
+  await waitText(page, `server-state-${slave.appid}`, 'live');
+  assert.equal(await text(page, `server-addr-${master.appid}`), cluster.nodes[1].mq);
+  assert.equal(await text(page, `server-role-${master.appid}`), 'master');
+  assert.equal(await text(page, `server-role-${slave.appid}`), 'slave');
+  await shot(page, 'servers');
+
+  // Topics: offline in the page -> err_code 9 from the master; online again -> acknowledged.
+  await page.click('[data-testid="nav-topics"]');
+  await waitText(page, 'topic-state-orders', 'online');
+  await page.click('[data-testid="topic-toggle-orders"]');
+  await waitText(page, 'topic-state-orders', 'offline');
+  const off = await produceUntil(1, 'tok1', 'orders', (r) => r.status !== 0, 'topic offline');
+  assert.equal(off.status, 1);
+  assert.match(off.err, /^chanq: produce: err_code 9 /m);
+  await shot(page, 'topics-offline');
+  await page.click('[data-testid="topic-toggle-orders"]');
+  await waitText(page, 'topic-state-orders', 'online');
+  const on = await produceUntil(1, 'tok1', 'orders', (r) => r.status === 0, 'topic online');
+  assert.match(on.out, /^\d+\n$/);
+  await shot(page, 'topics');
+
+  // Modules: module 2 may produce to "orders"; the page limits it to "other" -> err_code 7.
+  assert.equal(produce(2, 'tok2', 'orders', 'allowed').status, 0);
+  await page.click('[data-testid="nav-modules"]');
+  await page.waitForSelector('[data-testid="module-produce-2"]', WAIT);
+  assert.equal(await page.inputValue('[data-testid="module-produce-2"]'), 'orders');
+  await page.fill('[data-testid="module-produce-2"]', 'other');
+  await page.click('[data-testid="module-save-2"]');
+  await page.waitForFunction(() => /module 2 saved: version \d+/.test(document.querySelector('[data-testid="status"]').textContent) ||
+    document.querySelector('[data-testid="module-row-2"]')?.dataset.json?.includes('"other"'), null, WAIT);
+  const refused = await produceUntil(2, 'tok2', 'orders', (r) => r.status !== 0, 'permission edit');
+  assert.match(refused.err, /^chanq: produce: err_code 7 /m);
+  assert.deepEqual((await apiCall('GET', '/api/state')).modules['2'].produce, ['other']);
+  await shot(page, 'modules');
+
+  // Relay: the figures the servers report, summed.
+  await page.click('[data-testid="nav-relay"]');
+  await page.waitForSelector('[data-testid="relay-conn-tcp"]', WAIT);
+  assert.match(await text(page, 'relay-conn-tcp'), /^\d+$/);
+  assert.match(await text(page, 'relay-chan-GLOBAL'), /^\d+$/);
+  await shot(page, 'relay');
+
+  // Replication lag: the standby stops applying while the master takes writes.
+  await page.click('[data-testid="nav-shards"]');
+  assert.equal(await page.locator('[data-testid="alert-banner"]').isHidden(), true);
+  sql(cluster.dbStandby, 'STOP SLAVE SQL_THREAD');
+  let alerted = false;
+  for (let i = 0; i < 150 && !alerted; i++) { // a safety stop: 150 produces, 200 ms apart
+    assert.equal(produce(1, 'tok1', 'orders', `lag${i}`).status, 0);
+    alerted = await page.locator('[data-testid="alert-banner"]').isVisible();
+    if (!alerted)
+      await sleep(200);
+  }
+  assert.ok(alerted, 'the lag alert did not show');
+  assert.match(await text(page, 'alert-banner'),
+    new RegExp(`^Replication lag alert: shard ${SHARD} standby is \\d+ ms behind \\(threshold 2000 ms\\)$`));
+  const behind = Number(await text(page, `shard-behind-${SHARD}`));
+  assert.ok(behind > 2000, `behind_ms ${behind}`);
+  assert.equal(await page.getAttribute(`[data-testid="shard-row-${SHARD}"]`, 'data-alert'), '1');
+  assert.equal(await text(page, `shard-sql-${SHARD}`), 'no');
+  assert.match(await mgrMetrics(), new RegExp(`^chanq_mgr_repl_lag_alert\\{shard="${SHARD}"\\} 1$`, 'm'));
+  await shot(page, 'lag-alert');
+  sql(cluster.dbStandby, 'START SLAVE SQL_THREAD');
+  await page.waitForSelector('[data-testid="alert-banner"]', { state: 'hidden', ...WAIT });
+  await page.waitForFunction((s) => document.querySelector(`[data-testid="shard-row-${s}"]`)?.dataset.alert === '0', SHARD, WAIT);
+  assert.equal(await text(page, `shard-sql-${SHARD}`), 'yes');
+  let metrics = '';
+  for (let i = 0; i < 50; i++) { // the alert cleared in the state; the metric follows at once
+    metrics = await mgrMetrics();
+    if (new RegExp(`^chanq_mgr_repl_lag_alert\\{shard="${SHARD}"\\} 0$`, 'm').test(metrics))
+      break;
+    await sleep(200);
+  }
+  assert.match(metrics, new RegExp(`^chanq_mgr_repl_lag_alert\\{shard="${SHARD}"\\} 0$`, 'm'));
+  await shot(page, 'shards-recovered');
+
+  // Audit: the page's changes, newest first.
+  await page.click('[data-testid="nav-audit"]');
+  await page.waitForSelector('[data-testid="audit-row-0"]', WAIT);
+  const actions = await page.$$eval('[data-testid^="audit-action-"]', (es) => es.map((e) => e.textContent));
+  const targets = await page.$$eval('[data-testid^="audit-target-"]', (es) => es.map((e) => e.textContent));
+  const pairs = actions.map((a, i) => `${a} ${targets[i]}`);
+  for (const want of ['module.put 2', 'topic.online orders', 'topic.offline orders', 'login ', 'login.failed '])
+    assert.ok(pairs.includes(want), `audit view: ${JSON.stringify(pairs)}`);
+  assert.equal(pairs[0], 'module.put 2');
+  await shot(page, 'audit');
+  assert.deepEqual(pageErrors, []);
+  await ctx.close();
+}
