@@ -81,7 +81,7 @@ perms() { # perms PRODUCE-LIST-OF-MODULE-2
  "2": {"token": "t2", "produce": [%s], "consume": ["*"]}}\n' "$1" >"$T/perms.json"
 }
 
-echo "1..9"
+echo "1..10"
 echo '{"alice": "secret"}' >"$T/tokens.json"
 perms '"orders"'
 conf error ""
@@ -128,4 +128,11 @@ same "a config file that does not parse is reported" 1 \
         "$T/log")"
 same "and the server still serves (module 1 produces offset 2)" 2 \
     "$(echo three | "$CHANQ" --addr "$MQ" --module 1 --token t1 produce orders 2>&1)"
+# the exit path frees what the reloads made (under ASan a leak fails here)
+kill -TERM "$PID"
+wait "$PID"
+rc=$?
+PID=
+same "chanqd exits 0 on SIGTERM, without a sanitizer report" "0 0" \
+    "$rc $(grep -c 'Sanitizer' "$T/log")"
 exit $failed

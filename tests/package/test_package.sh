@@ -115,8 +115,9 @@ INSTALLED=1
 getent passwd chanq >/dev/null
 ok "postinst created the chanq system user" $?
 same "postinst generated the secrets 0640 root:chanq" \
-    "640 root chanq 640 root chanq" \
-    "$(stat -c '%a %U %G' /etc/chanq/tokens.json /etc/chanq/mq-permissions.json | xargs)"
+    "640 root chanq 640 root chanq 640 root chanq" \
+    "$(stat -c '%a %U %G' /etc/chanq/tokens.json /etc/chanq/mq-permissions.json \
+        /etc/chanq/mgr-token | xargs)"
 TOKEN=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["1"]["token"])' \
     /etc/chanq/mq-permissions.json 2>/dev/null)
 [[ "$TOKEN" =~ ^[0-9a-f]{32}$ ]]
@@ -229,7 +230,8 @@ $SUDO "${APT[@]}" purge chanqd libchanq-dev >"$T/purge.log" 2>&1
 rc=$?
 INSTALLED=0
 [ $rc = 0 ] && [ ! -e /usr/bin/chanqd ] && [ ! -e /usr/include/chanq/chanq.h ] &&
-    [ ! -e /etc/chanq/mq-permissions.json ] && [ ! -e /etc/chanq/chanqd.conf ]
+    [ ! -e /etc/chanq/mq-permissions.json ] && [ ! -e /etc/chanq/mgr-token ] &&
+    [ ! -e /etc/chanq/chanqd.conf ]
 ok "purge removes the binaries, the headers, the config and the generated secrets" $?
 [ $rc = 0 ] || diag "$T/purge.log"
 exit $failed
