@@ -1,5 +1,6 @@
 /* chanqd - config -> modules -> run. The composition root. */
 #include "cluster.h"
+#include "mgr_main.h"
 #include "mgrfig.h"
 #include "reload.h"
 #include "cq_admin.h"
@@ -622,6 +623,11 @@ int main(int argc, char **argv)
         return r < 0 ? 2 : 0;
     }
     cq_log_set_level((cq_log_level_t)a.cfg.log_level);
+    if (strcmp(a.cfg.role, "mgr") == 0) { /* the management service: a composition of its own */
+        r = cq_main_mgr(&a.cfg);
+        cq_config_done(&a.cfg);
+        return r == 0 ? 0 : 1;
+    }
     /* before fit_fd_limit() fills --max-connections 0: SIGHUP compares with what was asked */
     if (!(a.reload = cq_main_reload_new(&a.cfg, argc, argv))) {
         CQ_ERROR("main", "out of memory");
