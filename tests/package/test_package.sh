@@ -15,7 +15,9 @@
 #   6. compiles a client against the installed libchanq-dev (headers + pkg-config --static)
 #      and runs it against that server;
 #   7. the unit's ExecReload (SIGHUP) applies a changed module token;
-#   8. purges both packages: binaries and generated secrets are gone.
+#   8. chanq-mgr.service's command with the example manager config (adapted the same way), and
+#      the installed chanqd reporting to it with the package's shared secret;
+#   9. purges both packages: binaries and generated secrets are gone.
 # Skips (TAP "1..0 # SKIP") only when debhelper is missing or packages cannot be installed
 # (not root and no password-less sudo). PKG_TEST_DEBS=DIR reuses .debs built before (by hand).
 set -uo pipefail
@@ -38,16 +40,18 @@ fi
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/cqpkg.XXXXXX")
 PID=
+MGRPID=
 INSTALLED=0
 n=0
 failed=0
 APT=(env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=300)
 
 cleanup() {
-    if [ -n "$PID" ]; then
-        kill -TERM "$PID" 2>/dev/null
-        wait "$PID" 2>/dev/null
-    fi
+    local p
+    for p in $PID $MGRPID; do
+        kill -TERM "$p" 2>/dev/null
+        wait "$p" 2>/dev/null
+    done
     [ "$INSTALLED" = 1 ] && $SUDO "${APT[@]}" purge chanqd libchanq-dev >/dev/null 2>&1
     rm -rf "$T"
 }
@@ -67,6 +71,20 @@ same() {
         printf '# expected: %q\n# actual:   %q\n' "$2" "$3"
     fi
 }
+# start_as_chanq DIR LOG COMMAND...: as the units run a service: user chanq, the open-file limit
+# $NOFILE, no capabilities, no new privileges, in DIR (its state directory). setpriv execs, so
+# PID is the service itself, as $MAINPID is; waits for DIR/ready (or the process's end).
+start_as_chanq() {
+    local dir=$1 log=$2
+    shift 2
+    (cd "$dir" && exec prlimit --nofile="$NOFILE:$NOFILE" setpriv --reuid=chanq --regid=chanq \
+        --init-groups --no-new-privs --inh-caps=-all --bounding-set=-all "$@") >"$log" 2>&1 &
+    PID=$!
+    for _ in $(seq 1 400); do
+        [ -s "$dir/ready" ] || ! kill -0 "$PID" 2>/dev/null && break
+        sleep 0.05
+    done
+}
 diag() { sed 's/^/# /' "$@" | tail -40; }
 bail() { # a step the rest depends on failed
     echo "Bail out! $*"
@@ -74,7 +92,7 @@ bail() { # a step the rest depends on failed
 }
 
 # ---- 1. build --------------------------------------------------------------------------------
-echo "1..26"
+echo "1..30"
 meson_ver=$(sed -n "s/^  version: '\([^']*\)',$/\1/p" "$SRC/meson.build")
 deb_ver=$(sed -n '1s/^chanq (\([^)]*\)).*/\1/p' "$SRC/debian/changelog")
 same "debian/changelog version is meson.build's project version" "$meson_ver" "$deb_ver"
@@ -167,22 +185,15 @@ same "the adapted config differs from the installed one only in addresses and pa
     "admin-addr auth-token-file client-addr kcp-addr mq-addr mq-http-addr mq-permissions-file server-addr store-dir ws-addr" \
     "$(diff /etc/chanq/chanqd.conf "$T/etc/chanqd.conf" | sed -n 's/^> \([a-z-]*\) = .*/\1/p' |
         sort | xargs)"
-# as the unit runs it: user chanq, LimitNOFILE=1048576, no capabilities, no new privileges,
-# in its state directory (setpriv execs: $! is chanqd itself, as $MAINPID is). A container
-# whose hard limit is lower (and that may not raise it) gets its hard limit.
+# as the unit runs it, with LimitNOFILE=1048576; a container whose hard limit is lower (and
+# that may not raise it) gets its hard limit.
 NOFILE=$(ulimit -Hn)
 [ "$NOFILE" = unlimited ] || [ "$NOFILE" -gt 1048576 ] && NOFILE=1048576
 # the caps beside --max-connections with the example config: mq 1024 + mq-http 256 + admin 16
 # + fd-reserve 256
 AUTO=$((NOFILE - 1552 > 100000 ? 100000 : NOFILE - 1552))
-(cd "$T/var" && exec prlimit --nofile=$NOFILE:$NOFILE setpriv --reuid=chanq --regid=chanq \
-    --init-groups --no-new-privs --inh-caps=-all --bounding-set=-all /usr/bin/chanqd --config "$T/etc/chanqd.conf" --ready-file "$T/var/ready") \
-    >"$T/chanqd.log" 2>&1 &
-PID=$!
-for _ in $(seq 1 400); do
-    [ -s "$T/var/ready" ] || ! kill -0 "$PID" 2>/dev/null && break
-    sleep 0.05
-done
+start_as_chanq "$T/var" "$T/chanqd.log" /usr/bin/chanqd --config "$T/etc/chanqd.conf" \
+    --ready-file "$T/var/ready"
 MQ=$(tr ' ' '\n' <"$T/var/ready" 2>/dev/null | sed -n 's/^mq=//p')
 [ -n "$MQ" ]
 ok "the installed chanqd starts as chanq with the example config (mq=$MQ)" $?
@@ -237,7 +248,59 @@ wait "$PID"
 ok "chanqd exits 0 on SIGTERM" $?
 PID=
 
-# ---- 8. purge --------------------------------------------------------------------------------
+# ---- 8. the manager: chanq-mgr.service's command with the example manager config ----------
+mkdir -p "$T/log" "$T/mgr"
+chown chanq:chanq "$T/log" "$T/mgr"
+chmod 0750 "$T/log" "$T/mgr"
+cp -p /etc/chanq/mgr-token "$T/etc/"
+sed -e 's/127\.0\.0\.1:[0-9][0-9]*/127.0.0.1:0/g' -e "s#/etc/chanq/#$T/etc/#g" \
+    -e "s#/var/lib/chanq#$T/mgr#g" -e "s#/var/log/chanq#$T/log#g" \
+    /usr/share/doc/chanqd/examples/chanq-mgr.conf >"$T/etc/chanq-mgr.conf"
+mgr_exec=$(sed -n 's/^ExecStart=//p' /lib/systemd/system/chanq-mgr.service)
+mgr_exec=${mgr_exec//\/etc\/chanq\//$T/etc/}
+# the unit's command line, split on blanks as systemd splits it (no quotes in it)
+# shellcheck disable=SC2086
+start_as_chanq "$T/mgr" "$T/mgr.log" $mgr_exec --ready-file "$T/mgr/ready"
+MGRPID=$PID
+PID=
+MGR=$(tr ' ' '\n' <"$T/mgr/ready" 2>/dev/null | sed -n 's/^mgr=//p')
+MGRHTTP=$(tr ' ' '\n' <"$T/mgr/ready" 2>/dev/null | sed -n 's/^mgrhttp=//p')
+[ -n "$MGR" ] && [ -n "$MGRHTTP" ]
+ok "the installed manager starts as chanq with the example config (mgr=$MGR)" $?
+[ -n "$MGR" ] || diag "$T/mgr.log"
+same "it generated the console admin token next to its state, 0600 chanq" "600 chanq" \
+    "$(stat -c '%a %U' "$T/mgr/chanq-mgr-admin-token" 2>&1)"
+# the server again, reporting to it with the package's shared secret
+rm -f "$T/var/ready"
+start_as_chanq "$T/var" "$T/chanqd2.log" /usr/bin/chanqd --config "$T/etc/chanqd.conf" \
+    --ready-file "$T/var/ready" --mgr-servers "$MGR" --mgr-token-file "$T/etc/mgr-token"
+MQ=$(tr ' ' '\n' <"$T/var/ready" 2>/dev/null | sed -n 's/^mq=//p')
+cat >"$T/state.py" <<'PY'
+import json, sys, urllib.request
+tok = open(sys.argv[2]).read().strip()
+req = urllib.request.Request("http://%s/api/state" % sys.argv[1],
+                             headers={"Authorization": "Bearer " + tok, "Host": "127.0.0.1"})
+s = json.load(urllib.request.urlopen(req, timeout=5))
+print(" ".join("%s,connected=%s,stale=%s" % (x["addr"], x["connected"], x["stale"])
+               for x in s["servers"]))
+PY
+state=
+for _ in $(seq 1 200); do
+    state=$(python3 "$T/state.py" "$MGRHTTP" "$T/mgr/chanq-mgr-admin-token" 2>&1)
+    [ -n "$state" ] && break
+    sleep 0.1
+done
+same "chanqd reports to the manager (GET /api/state with the admin token)" \
+    "$MQ,connected=True,stale=False" "$state"
+kill -TERM "$PID" "$MGRPID"
+wait "$PID"
+rc1=$?
+wait "$MGRPID"
+same "both exit 0 on SIGTERM" "0 0" "$rc1 $?"
+PID=
+MGRPID=
+
+# ---- 9. purge --------------------------------------------------------------------------------
 $SUDO "${APT[@]}" purge chanqd libchanq-dev >"$T/purge.log" 2>&1
 rc=$?
 INSTALLED=0
