@@ -2,6 +2,7 @@
 #include "cluster.h"
 #include "mgr_main.h"
 #include "mgrfig.h"
+#include "reload.h"
 #include "cq_admin.h"
 #include "cq_alloc.h"
 #include "cq_authlim.h"
@@ -52,6 +53,7 @@ typedef struct app {
     cq_main_cluster_t *cluster; /* with --zk-hosts: roles, fencing, replication control */
     cq_mgrlink_t *mgrlink;      /* with --mgr-servers: the reports and commands (MQ loop) */
     cq_main_figures_t figs;     /* the host's figures in those reports */
+    cq_main_reload_t *reload;   /* SIGHUP: the configuration parsed again */
 } app_t;
 
 static int load_fsm(const char *path, const char *builtin, size_t blen, cq_fsm_t **ret,
@@ -196,12 +198,13 @@ static void reload_credentials(app_t *a)
     CQ_INFO("main", "SIGHUP: MQ permissions reloaded from %s", c->mq_permissions_file);
 }
 
-/* SIGHUP: reload the credentials, and the descriptor sets (workers resolve channels of newly
- * known types). */
+/* SIGHUP: the configuration first (its log level applies to what follows), the credentials,
+ * and the descriptor sets (workers resolve channels of newly known types). */
 static void on_hup(void *ud)
 {
     app_t *a = ud;
     cq_schema_t *s;
+    cq_main_reload_config(a->reload);
     reload_credentials(a);
     const char *list = a->cfg.channel_data_types;
     if (!list || !*list)
@@ -630,7 +633,13 @@ int main(int argc, char **argv)
         cq_config_done(&a.cfg);
         return r == 0 ? 0 : 1;
     }
-    r = fit_fd_limit(&a.cfg);
+    /* before fit_fd_limit() fills --max-connections 0: SIGHUP compares with what was asked */
+    if (!(a.reload = cq_main_reload_new(&a.cfg, argc, argv))) {
+        CQ_ERROR("main", "out of memory");
+        r = -ENOMEM;
+    }
+    if (r == 0)
+        r = fit_fd_limit(&a.cfg);
     if (r == 0)
         r = load_config_files(&a);
     if (r == 0)
@@ -654,6 +663,7 @@ int main(int argc, char **argv)
     cq_free(a.old_schemas);
     cq_fsm_free(a.client_fsm);
     cq_fsm_free(a.server_fsm);
+    cq_main_reload_free(a.reload);
     cq_config_done(&a.cfg);
     return r == 0 ? 0 : 1;
 }
