@@ -629,7 +629,7 @@ int main(int argc, char **argv)
     }
     cq_log_set_level((cq_log_level_t)a.cfg.log_level);
     if (strcmp(a.cfg.role, "mgr") == 0) { /* the management service: a composition of its own */
-        r = cq_main_mgr(&a.cfg);
+        r = cq_main_mgr(&a.cfg, argc, argv);
         cq_config_done(&a.cfg);
         return r == 0 ? 0 : 1;
     }

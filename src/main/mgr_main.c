@@ -2,6 +2,7 @@
  * Tokens, the state store (a file, or ZooKeeper with --zk-hosts), the edge (src/io/mgr_io.c)
  * with its engine, the admin registry, the ready file and the signals. */
 #include "mgr_main.h"
+#include "reload.h"
 
 #include "cq_admin.h"
 #include "cq_alloc.h"
@@ -31,6 +32,7 @@ typedef struct mgr_app {
     char server_token[CQ_MQ_TOKEN_MAX + 1];
     cq_admin_t *admin;
     cq_mgrio_t *io;
+    cq_main_reload_t *reload; /* SIGHUP: --log-level from the options parsed again */
 } mgr_app_t;
 
 /* A token file's text, trailing whitespace removed, into buf. "" path: buf "". */
@@ -220,6 +222,7 @@ static int start(mgr_app_t *a)
 static void on_hup(void *ud)
 {
     mgr_app_t *a = ud;
+    cq_main_reload_config(a->reload);
     char keep_admin[sizeof(a->admin_token)], keep_server[sizeof(a->server_token)];
     memcpy(keep_admin, a->admin_token, sizeof(keep_admin));
     memcpy(keep_server, a->server_token, sizeof(keep_server));
@@ -232,18 +235,20 @@ static void on_hup(void *ud)
     CQ_INFO("mgr", "SIGHUP: tokens reloaded");
 }
 
-int cq_main_mgr(const cq_config_t *c)
+int cq_main_mgr(const cq_config_t *c, int argc, char **argv)
 {
     mgr_app_t a;
     memset(&a, 0, sizeof(a));
     a.c = c;
-    int r = start(&a);
+    a.reload = cq_main_reload_new(c, argc, argv);
+    int r = a.reload ? start(&a) : -ENOMEM;
     if (r == 0)
         cq_io_run_until_signal(NULL, on_hup, &a);
     if (a.io)
         cq_admin_remove_source(a.admin, cq_mgrio_metrics_append, a.io);
     a.io = cq_mgrio_free(a.io);
     cq_admin_free(a.admin);
+    cq_main_reload_free(a.reload);
     explicit_bzero(a.admin_token, sizeof(a.admin_token));
     explicit_bzero(a.server_token, sizeof(a.server_token));
     return r;

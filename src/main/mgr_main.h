@@ -5,8 +5,9 @@
 
 #include "cq_config.h"
 
-/* Runs the management service until SIGINT/SIGTERM (SIGHUP reloads the token files). c borrowed.
- * Returns 0, or < 0 when it could not start (logged). */
-int cq_main_mgr(const cq_config_t *c);
+/* Runs the management service until SIGINT/SIGTERM. SIGHUP reloads the token files and parses
+ * argv and the --config file again for --log-level (reload.h; other changes are named in a
+ * warning). c borrowed. Returns 0, or < 0 when it could not start (logged). */
+int cq_main_mgr(const cq_config_t *c, int argc, char **argv);
 
 #endif
