@@ -10,7 +10,7 @@ check() { # header-regex allowed-path-regex
 }
 check 'uv\.h>' '^(src/io/|clients/c/chanq_uv|bench/|tests/)'
 check 'snappy-c\.h>' '^pkg/codec/'
-check 'jansson\.h>' '^(src/spatial/|src/core/(auth\.c|cq_fsm\.c|cq_settings\.c|cq_json\.[ch])|src/config/|src/mq/|src/mqsrv/(cq_mqperm|http)\.c|src/mgr/|tests/)'
+check 'jansson\.h>' '^(src/spatial/|src/core/(auth\.c|cq_fsm\.c|cq_settings\.c|cq_json\.[ch])|src/config/|src/mq/|src/mqsrv/(cq_mqperm|http)\.c|src/mgr/|tools/chanq_admin\.c|tests/)'
 check 'mysql\.h>' '^(src/store/mysql(_[a-z]+)?\.[ch]|bench/)'
 check 'sqlite3\.h>' '^(src/store/sqlite\.c|tests/)'
 check 'wslay/' '^(src/transport/ws/|tests/)'

@@ -8,6 +8,8 @@
  *   chanq [...] offset TOPIC
  *   chanq [...] topics
  *   chanq --servers LIST | --zk HOSTS [--zk-root R] produce|consume|tail|watch TOPIC [...]
+ *   chanq --mgr H:P[,H:P] [--zk HOSTS] produce|consume|tail|watch TOPIC [...]
+ *   chanq admin [--mgr-http H:P] --admin-token-file F COMMAND ...   (chanq_admin.c)
  *
  * With --servers or --zk the command runs over the cluster client (libchanq/chanq_cluster.h):
  * produce fails over between shards (--policy cache|drop when no master is reachable) and
@@ -17,6 +19,7 @@
  * Exit codes: 0 success; 1 the server refused a request (err_code, its name and err_msg are
  * printed on stderr) or the connection failed; 2 usage.
  */
+#include "chanq_admin.h"
 #include "chanq_cluster.h"
 #include "chanq_mq_sync.h"
 
@@ -53,7 +56,8 @@ typedef struct cli {
     const char *servers; /* cluster: static list, or NULL */
     const char *zk;      /* cluster: ZooKeeper hosts, or NULL */
     const char *zk_root;
-    bool cache; /* cluster produce: cache when no master is reachable */
+    const char *mgr; /* cluster: managers asked for the server list (svrconfig), or NULL */
+    bool cache;      /* cluster produce: cache when no master is reachable */
 } cli_t;
 
 static volatile sig_atomic_t interrupted;
@@ -83,6 +87,8 @@ static void usage(FILE *f)
                "                    committed (- if never) and the topic's last offset\n"
                "  topics            prints TOPIC<TAB>online|offline<TAB>RETENTION_DAYS<TAB>\n"
                "                    LAST_OFFSET for each topic this module may use\n"
+               "  admin ...         the manager's operations (servers, shards, topics,\n"
+               "                    modules, offline, online...): chanq admin --help\n"
                "\n"
                "Options:\n"
                "  --addr H:P        chanqd's --mq-addr (default " DEFAULT_ADDR ")\n"
@@ -92,6 +98,9 @@ static void usage(FILE *f)
                "  --servers LIST    cluster mode: \"H:P,...\" or \"SHARD/H:P,...\"\n"
                "  --zk HOSTS        cluster mode: servers from ZooKeeper (H:P,...)\n"
                "  --zk-root PATH    the cluster's ZooKeeper root (default /chanq)\n"
+               "  --mgr H:P,...     cluster mode: servers from the managers (svrconfig with\n"
+               "                    --module and --token), refreshed every 5 s; --zk is the\n"
+               "                    fallback when no manager answers\n"
                "  --policy P        cluster produce without a master: drop (default) or\n"
                "                    cache (kept in memory, sent in order within --timeout)\n"
                "  -h, --help        this text\n"
@@ -126,7 +135,8 @@ enum {
     O_SERVERS,
     O_ZK,
     O_ZK_ROOT,
-    O_POLICY
+    O_POLICY,
+    O_MGR
 };
 
 static int parse_opt(cli_t *c, int o, const char *arg)
@@ -150,6 +160,9 @@ static int parse_opt(cli_t *c, int o, const char *arg)
         return 0;
     case O_ZK_ROOT:
         c->zk_root = arg;
+        return 0;
+    case O_MGR:
+        c->mgr = arg;
         return 0;
     case O_POLICY:
         if (strcmp(arg, "cache") != 0 && strcmp(arg, "drop") != 0)
@@ -202,6 +215,7 @@ static int parse_args(cli_t *c, int argc, char **argv)
         {"zk", required_argument, NULL, O_ZK},
         {"zk-root", required_argument, NULL, O_ZK_ROOT},
         {"policy", required_argument, NULL, O_POLICY},
+        {"mgr", required_argument, NULL, O_MGR},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -485,23 +499,56 @@ static void cluster_on_cached(void *ud, const char *topic, int64_t pid, int64_t 
     fflush(stdout);
 }
 
+/* The managers' list (opts.refresh of the cluster): ud is the cli. */
+static int mgr_refresh(void *ud, chanq_cluster_server_t *ret, size_t cap, size_t *ret_n)
+{
+    const cli_t *c = ud;
+    char err[256] = "";
+    int r = chanq_cluster_svrconfig(c->mgr, c->module, c->token, c->timeout_ms, ret, cap, ret_n,
+                                    err, sizeof(err));
+    if (r < 0)
+        fprintf(stderr, "chanq: --mgr: %s\n", err);
+    return r;
+}
+
+/* The server list: --servers, else the managers (--mgr), else (or when no manager gave one)
+ * ZooKeeper (--zk). */
+static int cluster_list(const cli_t *c, chanq_cluster_server_t *sv, size_t *n)
+{
+    char err[256] = "";
+    int r = -ENOENT;
+    if (c->servers) {
+        if (chanq_cluster_parse_servers(c->servers, sv, CHANQ_CLUSTER_SERVERS_MAX, n) == 0)
+            return 0;
+        fprintf(stderr, "chanq: bad --servers: %s\n", c->servers);
+        return EXIT_USAGE;
+    }
+    if (c->mgr && (r = mgr_refresh((void *)c, sv, CHANQ_CLUSTER_SERVERS_MAX, n)) == 0 && *n)
+        return 0;
+    if (c->mgr && r == 0)
+        fprintf(stderr, "chanq: --mgr: no server may be used now\n");
+    if (!c->zk)
+        return EXIT_SERVER;
+    r = chanq_cluster_discover_zk(c->zk, c->zk_root, c->timeout_ms, sv, CHANQ_CLUSTER_SERVERS_MAX,
+                                  n, err, sizeof(err));
+    if (r < 0)
+        fprintf(stderr, "chanq: --zk: %s\n", err);
+    return r < 0 ? EXIT_SERVER : 0;
+}
+
 static int cluster_open(const cli_t *c, uint32_t type, int *cached_rc, chanq_cluster_t **ret)
 {
     chanq_cluster_server_t sv[CHANQ_CLUSTER_SERVERS_MAX];
     size_t n = 0;
-    char err[256] = "";
-    int r = c->servers ? chanq_cluster_parse_servers(c->servers, sv, CHANQ_CLUSTER_SERVERS_MAX, &n)
-                       : chanq_cluster_discover_zk(c->zk, c->zk_root, c->timeout_ms, sv,
-                                                   CHANQ_CLUSTER_SERVERS_MAX, &n, err, sizeof(err));
-    if (r < 0) {
-        fprintf(stderr, "chanq: %s: %s\n", c->servers ? "bad --servers" : "--zk",
-                c->servers ? c->servers : err);
-        return c->servers ? EXIT_USAGE : EXIT_SERVER;
-    }
+    int rc = cluster_list(c, sv, &n);
+    if (rc)
+        return rc;
     chanq_cluster_opts_t o = {.policy = c->cache ? CHANQ_CLUSTER_CACHE : CHANQ_CLUSTER_DROP,
                               .producer_id = c->producer,
                               .on_cached = cluster_on_cached,
-                              .cached_ud = cached_rc};
+                              .cached_ud = cached_rc,
+                              .refresh = c->mgr ? mgr_refresh : NULL,
+                              .refresh_ud = (void *)c};
     *ret = chanq_cluster_sync_new(sv, n, c->module, c->token, type, c->timeout_ms, &o);
     return *ret ? 0 : cluster_fail("cluster", -ENOMEM);
 }
@@ -641,7 +688,7 @@ static int cluster_run(const cli_t *c)
 
 static int run(const cli_t *c)
 {
-    if (c->servers || c->zk)
+    if (c->servers || c->zk || c->mgr)
         return cluster_run(c);
     bool producer = strcmp(c->cmd, "produce") == 0 || strcmp(c->cmd, "add-topic") == 0;
     bool consumer = strcmp(c->cmd, "consume") == 0 || is_tail(c->cmd) ||
@@ -675,6 +722,10 @@ static int run(const cli_t *c)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "admin") == 0) {
+        signal(SIGPIPE, SIG_IGN);
+        return chanq_admin_main(argc - 1, argv + 1);
+    }
     cli_t c = {.addr = DEFAULT_ADDR,
                .token = "",
                .timeout_ms = CHANQ_MQ_SYNC_DEFAULT_TIMEOUT_MS,

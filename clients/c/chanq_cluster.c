@@ -45,6 +45,7 @@ struct chanq_cluster {
     creq_t *head, *tail;
     size_t cached_msgs, cached_bytes;
     chanq_cluster_server_t view[CHANQ_CLUSTER_SERVERS_MAX]; /* chanq_cluster_servers() */
+    uint64_t refreshed_ms; /* when opts.refresh last ran (0: never) */
 };
 
 /* Per-shard state of a consumer. */
@@ -86,7 +87,8 @@ static bool conn_err(int rc)
 /* Errors that let a request move on (rule 3/4 of the header); anything else is final. */
 static bool movable(int rc)
 {
-    return conn_err(rc) || rc == CQ_ENOTMASTER || rc == CQ_EBUSY || rc == CQ_ESTORE;
+    return conn_err(rc) || rc == CQ_ENOTMASTER || rc == CQ_ESRVOFFLINE || rc == CQ_EBUSY ||
+           rc == CQ_ESTORE;
 }
 
 /* Servers of unknown shard are a shard of their own. */
@@ -118,7 +120,8 @@ static void apply_hello(chanq_cluster_t *c, srv_t *s, const chanq_cluster_hello_
         s->s.shard = h->shard;
     if (h->weight >= 0)
         s->weight = h->weight;
-    bool slave = h->master == 0 || (h->master < 0 && h->weight == 0);
+    /* weight 0 from a master: taken offline by an operator (it refuses produces) */
+    bool slave = h->master == 0 || h->weight == 0;
     if (slave)
         s->notmaster_until = now(c) + c->o.recheck_ms;
     else if (h->master == 1 || h->weight > 0)
@@ -205,7 +208,7 @@ static int produce_srv(chanq_cluster_t *c, srv_t *s, const chanq_mq_produce_t *r
             rc = c->tr.produce(c->tr.ud, s->s.index, req, offsets);
         if (rc == 0 || !movable(rc))
             return rc;
-        if (rc == CQ_ENOTMASTER) {
+        if (rc == CQ_ENOTMASTER || rc == CQ_ESRVOFFLINE) {
             mark_not_master(c, s);
             oc->not_master = true;
             return rc;
@@ -236,7 +239,7 @@ static int produce_shard(chanq_cluster_t *c, uint64_t key, const chanq_mq_produc
         if (!movable(rc) || rc == CQ_EBUSY || rc == CQ_ESTORE)
             return rc;
     }
-    return rc;
+    return rc == CQ_ESRVOFFLINE ? CQ_ENOTMASTER : rc;
 }
 
 /* Rules 1-4: the shards in the order of their best master. Returns 0, a final error, or the
@@ -397,8 +400,47 @@ int chanq_cluster_produce(chanq_cluster_t *c, const chanq_mq_produce_t *req, int
     return cache_put(c, &r);
 }
 
+/* The list's source, every refresh_ms. */
+static void refresh(chanq_cluster_t *c)
+{
+    chanq_cluster_server_t v[CHANQ_CLUSTER_SERVERS_MAX];
+    size_t n = 0;
+    uint64_t t = now(c);
+    if (!c->o.refresh || (c->refreshed_ms && t - c->refreshed_ms < c->o.refresh_ms))
+        return;
+    c->refreshed_ms = t ? t : 1;
+    if (c->o.refresh(c->o.refresh_ud, v, CHANQ_CLUSTER_SERVERS_MAX, &n) == 0 && n > 0)
+        (void)chanq_cluster_set_servers(c, v, n);
+}
+
+int chanq_cluster_set_servers(chanq_cluster_t *c, const chanq_cluster_server_t *servers, size_t n)
+{
+    if (n == 0 || n > CHANQ_CLUSTER_SERVERS_MAX || !servers)
+        return -EINVAL;
+    for (size_t i = 0; i < c->n || i < n; i++) {
+        srv_t *s = &c->srv[i];
+        bool same = i < c->n && i < n && strcmp(s->s.addr, servers[i].addr) == 0;
+        if (same) {
+            if (servers[i].shard != CHANQ_CLUSTER_SHARD_UNKNOWN)
+                s->s.shard = servers[i].shard;
+            continue;
+        }
+        if (i < c->n && s->connected && c->tr.disconnect)
+            c->tr.disconnect(c->tr.ud, (uint32_t)i);
+        memset(s, 0, sizeof(*s));
+        if (i >= n)
+            continue;
+        s->s = servers[i];
+        s->s.index = (uint32_t)i;
+        s->weight = -1;
+    }
+    c->n = n;
+    return 0;
+}
+
 size_t chanq_cluster_tick(chanq_cluster_t *c)
 {
+    refresh(c);
     for (size_t i = 0; i < c->n; i++) {
         srv_t *s = &c->srv[i];
         if (!s->connected) {
@@ -467,6 +509,8 @@ static void opts_defaults(chanq_cluster_opts_t *o)
         o->recheck_ms = DEF_RECHECK_MS;
     if (!o->now_ms)
         o->now_ms = mono_ms;
+    if (!o->refresh_ms)
+        o->refresh_ms = 5000;
 }
 
 chanq_cluster_t *chanq_cluster_new(const chanq_cluster_server_t *servers, size_t n,

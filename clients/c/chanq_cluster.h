@@ -37,6 +37,9 @@
  *     (chanq_cluster_dedupe_t). Keeping the key (rather than a new seq) is what lets them.
  *     Seqs stay increasing per shard because a blocking producer sends in seq order, and the
  *     cache flushes in order, before any newer message.
+ *     server_offline (err 19, a server an operator took out of service) counts as not_master:
+ *     the server is passed over (for opts.recheck_ms, or until a keepalive shows a weight above
+ *     0) and the next server of the shard, then the next shard, gets the same key.
  *  5. Errors that another server would answer the same way (no_permission, unknown_topic,
  *     topic_offline, content_too_large, bad_field, bad_topic_name, sequence_conflict,
  *     sequence_out_of_order, unauthenticated) return to the caller at once.
@@ -167,6 +170,13 @@ typedef struct chanq_cluster_opts {
     void *clock_ud;
     chanq_cluster_cached_cb on_cached;
     void *cached_ud;
+    /* The server list's source (managers: chanq_cluster_svrconfig; ZooKeeper): called by
+     * chanq_cluster_tick() every refresh_ms (0: 5000) with ret[0..cap); 0 with *ret_n > 0
+     * replaces the list (chanq_cluster_set_servers); an error or an empty list keeps it. NULL:
+     * the list given at creation stays. */
+    int (*refresh)(void *ud, chanq_cluster_server_t *ret, size_t cap, size_t *ret_n);
+    void *refresh_ud;
+    uint32_t refresh_ms;
 } chanq_cluster_opts_t;
 
 /* ---- server lists ---------------------------------------------------------------------- */
@@ -187,6 +197,32 @@ int chanq_cluster_discover_zk(const char *hosts, const char *root, int timeout_m
 /* Parses a member node's data "v1 adv=H:P db=H:P elig=0|1" (adv into adv[0..cap)). Returns 0
  * or -EINVAL. */
 int chanq_cluster_parse_member(const char *data, char *adv, size_t cap, bool *ret_eligible);
+
+/* ---- managers (issue 13, doc/cluster.md "Managers") -------------------------------------- */
+
+/* How a svrconfig request reaches a manager: send req[0..n) to addr ("host:port") and read one
+ * whole answer frame into resp[0..cap), within timeout_ms. Returns 0 with *ret_n, or
+ * -ECONNREFUSED, CQ_ETIMEOUT, CQ_ECLOSED, CQ_EBADLEN (an answer over cap), -errno. Tests plug a
+ * fake manager in here; NULL in chanq_cluster_svrconfig_io: TCP sockets. */
+typedef struct chanq_cluster_mgr_io {
+    int (*exchange)(void *ud, const char *addr, const uint8_t *req, size_t n, uint8_t *resp,
+                    size_t cap, size_t *ret_n, int timeout_ms);
+    void *ud;
+} chanq_cluster_mgr_io_t;
+
+/* Asks the managers mgrs ("h:p,h:p"), one after the other until one answers err 0, for the
+ * servers module_id (token: its token in the managed configuration) may use: masters that are
+ * not offline, ordered by shard; each entry gets its shard. Returns 0 with ret[0..*ret_n)
+ * (possibly empty), or the last manager's failure: the CQ_E* code of its err_code (CQ_EAUTH:
+ * wrong token), a connection failure, CQ_ELIMIT (more servers than cap), -EINVAL (mgrs);
+ * err[0..errlen) says which manager answered what. */
+int chanq_cluster_svrconfig(const char *mgrs, uint32_t module_id, const char *token, int timeout_ms,
+                            chanq_cluster_server_t *ret, size_t cap, size_t *ret_n, char *err,
+                            size_t errlen);
+int chanq_cluster_svrconfig_io(const chanq_cluster_mgr_io_t *io, const char *mgrs,
+                               uint32_t module_id, const char *token, int timeout_ms,
+                               chanq_cluster_server_t *ret, size_t cap, size_t *ret_n, char *err,
+                               size_t errlen);
 
 /* ---- cluster --------------------------------------------------------------------------- */
 
@@ -216,6 +252,11 @@ size_t chanq_cluster_cached(const chanq_cluster_t *c, size_t *ret_bytes);
 /* The cluster's producer_id and the seq its next automatic request will use. */
 int64_t chanq_cluster_producer_id(const chanq_cluster_t *c);
 int64_t chanq_cluster_next_seq(const chanq_cluster_t *c);
+/* Replaces the server list (servers[0..n) copied, index reset to the position): an entry with
+ * the same address at the same position keeps its connection and beliefs; any other position's
+ * connection is closed. The cache and the consumers' offsets (per shard) stay. Returns 0 or
+ * -EINVAL (n 0 or over CHANQ_CLUSTER_SERVERS_MAX). */
+int chanq_cluster_set_servers(chanq_cluster_t *c, const chanq_cluster_server_t *servers, size_t n);
 /* The server list as known now (shards learned included); borrowed, valid until the next call
  * on c. */
 const chanq_cluster_server_t *chanq_cluster_servers(chanq_cluster_t *c, size_t *ret_n);

@@ -436,6 +436,11 @@ static int tcp_connect(const char *host, uint16_t port, int64_t deadline)
     return fd;
 }
 
+int chanq__mq_tcp_connect(const char *host, uint16_t port, int timeout_ms)
+{
+    return tcp_connect(host, port, timeout_ms < 0 ? -1 : now_ms() + timeout_ms);
+}
+
 int chanq_mq_sync_connect(const char *host, uint16_t port, uint32_t module_id, const char *token,
                           uint32_t client_type, int timeout_ms, char *err, size_t errlen,
                           chanq_mq_sync_t **ret_s)

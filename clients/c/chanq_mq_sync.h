@@ -88,4 +88,8 @@ int chanq_mq_sync_unwatch(chanq_mq_sync_t *s, const char *topic);
  * 0, CQ_ETIMEOUT, CQ_ECLOSED or a socket / stream error. */
 int chanq_mq_sync_wait_push(chanq_mq_sync_t *s, int timeout_ms, cq_mq_msg_t **ret_push);
 
+/* Internal (libchanq's cluster client): a blocking TCP connect with TCP_NODELAY, the socket
+ * left non-blocking. Returns the fd, -EINVAL, CQ_ETIMEOUT or -errno. */
+int chanq__mq_tcp_connect(const char *host, uint16_t port, int timeout_ms);
+
 #endif

@@ -12,6 +12,8 @@ static _Atomic int level = CQ_LOG_INFO;
 static cq_log_sink_fn sink_fn;
 static void *sink_ud;
 
+static _Atomic unsigned long long counts[CQ_LOG_OFF]; /* lines logged, by level */
+
 static const char *const names[] = {"DEBUG", "INFO", "WARN", "ERROR", "OFF"};
 
 void cq_log_set_level(cq_log_level_t lvl)
@@ -71,6 +73,8 @@ void cq_log(cq_log_level_t lvl, const char *topic, const char *fmt, ...)
 {
     if (lvl < cq_log_get_level() || lvl >= CQ_LOG_OFF)
         return;
+    if (lvl >= CQ_LOG_WARN)
+        atomic_fetch_add_explicit(&counts[lvl], 1, memory_order_relaxed);
     char line[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -80,4 +84,11 @@ void cq_log(cq_log_level_t lvl, const char *topic, const char *fmt, ...)
         sink_fn(sink_ud, lvl, topic, line);
     else
         stderr_sink(lvl, topic, line);
+}
+
+unsigned long long cq_log_count(cq_log_level_t lvl)
+{
+    if (lvl < CQ_LOG_WARN || lvl >= CQ_LOG_OFF)
+        return 0;
+    return atomic_load_explicit(&counts[lvl], memory_order_relaxed);
 }

@@ -28,6 +28,9 @@ void cq_log_set_sink(cq_log_sink_fn fn, void *ud);
 
 void cq_log(cq_log_level_t lvl, const char *topic, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Lines logged at lvl (WARN and ERROR are counted; others read 0) since the start: the
+ * logs{level} metric. Any thread. */
+unsigned long long cq_log_count(cq_log_level_t lvl);
 
 #define cq_log_enabled(lvl) ((lvl) >= cq_log_get_level())
 #define CQ_DEBUG(topic, ...)                                                                       \

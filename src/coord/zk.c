@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zookeeper/zookeeper.h>
 
 #define ZK_PATH_MAX 512
@@ -791,6 +792,374 @@ static int zk_put_topic(void *sess, const char *name, const char *text)
         cq_free(p);
     return rc;
 }
+
+/* ---- the manager's state store (cq_mgrstore.h over one node) ------------------------------
+ *
+ * One session of its own (a manager runs no coord runtime), <root>/mgr/state holding the whole
+ * state document. load/save block the caller (the manager's store thread): each issues one
+ * asynchronous request through the gates and waits for its completion on a condition variable,
+ * with a safety stop. The waiter and the completion share the call record (two references), so
+ * a completion arriving after the caller gave up frees it. The watch is an exists-watch (it
+ * fires on creation, change and deletion), re-armed from the watcher itself; it also fires on
+ * our own saves, and once when the session expired (the next call opens a new session).
+ */
+
+typedef struct zk_store {
+    zk_sess_t *sess;       /* the current session; replaced after an expiry (op_mu) */
+    pthread_mutex_t op_mu; /* serializes load/save/watch/reopen */
+    pthread_mutex_t mu;    /* calls, expired, changed */
+    pthread_cond_t cv;     /* a call completed */
+    bool expired;          /* the session died: reopen before the next request */
+    void (*changed)(void *arg);
+    void *changed_arg;
+    char hosts[ZK_PATH_MAX];
+    char root[ZK_PATH_MAX];
+    char parent[ZK_PATH_MAX]; /* "<root>/mgr" */
+    char path[ZK_PATH_MAX];   /* "<root>/mgr/state" */
+    uint32_t session_ms;
+} zk_store_t;
+
+typedef struct zs_call {
+    zk_store_t *st;
+    int refs; /* under st->mu: the waiter and the completion */
+    bool done;
+    int zrc;
+    char *data; /* get: owned copy */
+    int len;
+    int64_t ver;
+} zs_call_t;
+
+static void zs_sink_post(void *ud, uint64_t gen, const cq_coord_ev_t *ev)
+{
+    (void)gen;
+    zk_store_t *st = ud;
+    if (ev->type != CQ_COORD_EV_SESSION || ev->arg != CQ_COORD_SESS_EXPIRED)
+        return;
+    pthread_mutex_lock(&st->mu);
+    st->expired = true;
+    void (*fn)(void *) = st->changed;
+    void *arg = st->changed_arg;
+    pthread_mutex_unlock(&st->mu);
+    if (fn)
+        fn(arg); /* the manager reloads: that call opens a new session and re-arms the watch */
+}
+
+static void zs_sink_topics(void *ud, uint64_t gen, int rc, const cq_coord_topic_t *t, size_t n)
+{
+    (void)ud, (void)gen, (void)rc, (void)t, (void)n;
+}
+
+static void zs_sink_changed(void *ud, uint64_t gen)
+{
+    (void)ud, (void)gen;
+}
+
+static void zs_sink_put(void *ud, uint64_t gen, const char *name, int rc)
+{
+    (void)ud, (void)gen, (void)name, (void)rc;
+}
+
+static int zs_open(zk_store_t *st)
+{
+    cq_coord_zk_sink_t sink = {.post = zs_sink_post,
+                               .topics = zs_sink_topics,
+                               .topics_changed = zs_sink_changed,
+                               .put_done = zs_sink_put,
+                               .ud = st};
+    cq_coord_zk_conf_t conf = {.hosts = st->hosts, .root = st->root, .session_ms = st->session_ms};
+    void *sess = NULL;
+    int rc = zk_connect(NULL, &conf, &sink, &sess);
+    pthread_mutex_lock(&st->mu);
+    st->sess = sess;
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+static zs_call_t *zs_call_new(zk_store_t *st)
+{
+    zs_call_t *c = cq_calloc(1, sizeof *c);
+    if (c) {
+        c->st = st;
+        c->refs = 2;
+        c->ver = -1;
+    }
+    return c;
+}
+
+/* Drops one reference (st->mu held); the last one frees. */
+static void zs_call_unref(zs_call_t *c)
+{
+    if (--c->refs == 0) {
+        cq_free(c->data);
+        cq_free(c);
+    }
+}
+
+/* The completion side: records the result, wakes the waiter, drops its reference. */
+static void zs_call_finish(zs_call_t *c, int zrc, const char *data, int len, int64_t ver)
+{
+    zk_store_t *st = c->st;
+    pthread_mutex_lock(&st->mu);
+    c->zrc = zrc;
+    c->ver = ver;
+    if (zrc == ZOK && data && len > 0) {
+        c->data = cq_malloc((size_t)len + 1);
+        if (c->data) {
+            memcpy(c->data, data, (size_t)len);
+            c->data[len] = '\0';
+            c->len = len;
+        } else {
+            c->zrc = ZSYSTEMERROR;
+        }
+    }
+    c->done = true;
+    pthread_cond_broadcast(&st->cv);
+    zs_call_unref(c);
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* The waiter side: zrc as issued (the request never went out: the completion's reference is
+ * dropped here too), then waits. Returns the request's ZooKeeper code, ZOPERATIONTIMEOUT at the
+ * safety stop. On ZOK, *ret takes the call (the caller frees it with zs_call_done). */
+static int zs_call_wait(zk_store_t *st, zs_call_t *c, int issued)
+{
+    pthread_mutex_lock(&st->mu);
+    if (issued != ZOK) {
+        c->refs--; /* no completion will come */
+        c->done = true;
+        c->zrc = issued;
+    }
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    uint64_t wait_ms = (uint64_t)st->session_ms + 5000;
+    dl.tv_sec += (time_t)(wait_ms / 1000);
+    dl.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    while (!c->done)
+        if (pthread_cond_timedwait(&st->cv, &st->mu, &dl) != 0)
+            break;
+    int zrc = c->done ? c->zrc : ZOPERATIONTIMEOUT;
+    pthread_mutex_unlock(&st->mu);
+    return zrc;
+}
+
+static void zs_call_done(zk_store_t *st, zs_call_t *c)
+{
+    pthread_mutex_lock(&st->mu);
+    zs_call_unref(c);
+    pthread_mutex_unlock(&st->mu);
+}
+
+static void zs_arm(zk_store_t *st, zk_sess_t *s);
+
+/* An expired session cannot come back: close it and open a new one (op_mu held). */
+static int zs_ensure(zk_store_t *st)
+{
+    pthread_mutex_lock(&st->mu);
+    bool expired = st->expired;
+    st->expired = false;
+    pthread_mutex_unlock(&st->mu);
+    if (!expired && st->sess)
+        return 0;
+    pthread_mutex_lock(&st->mu);
+    zk_sess_t *old = st->sess;
+    st->sess = NULL; /* the old session's watcher re-arms nothing now */
+    bool watched = st->changed != NULL;
+    pthread_mutex_unlock(&st->mu);
+    zk_close(old);
+    int rc = zs_open(st);
+    if (rc == 0 && watched)
+        zs_arm(st, st->sess);
+    return rc;
+}
+
+static void zs_mk_done(void *arg, int zrc)
+{
+    zs_call_finish(arg, zrc, NULL, 0, -1);
+}
+
+static void zs_got(int zrc, const char *value, int len, const struct Stat *st, const void *data)
+{
+    zs_call_finish((zs_call_t *)data, zrc, value, len, zrc == ZOK && st ? st->version : -1);
+}
+
+static void zs_created(int zrc, const char *name, const void *data)
+{
+    (void)name;
+    zs_call_finish((zs_call_t *)data, zrc, NULL, 0, zrc == ZOK ? 0 : -1);
+}
+
+static void zs_written(int zrc, const struct Stat *st, const void *data)
+{
+    zs_call_finish((zs_call_t *)data, zrc, NULL, 0, zrc == ZOK && st ? st->version : -1);
+}
+
+/* Creates <root>/mgr when missing (op_mu held). */
+static int zs_parents(zk_store_t *st)
+{
+    zs_call_t *c = zs_call_new(st);
+    if (!c)
+        return -ENOMEM;
+    int rc = zk_mkpath(st->sess, st->parent, zs_mk_done, c);
+    int zrc = zs_call_wait(st, c, rc < 0 ? ZSYSTEMERROR : ZOK);
+    zs_call_done(st, c);
+    return zk_rc(zrc);
+}
+
+int cq_coord_zkstore_load(void *ud, char **json, size_t *len, int64_t *ver)
+{
+    zk_store_t *st = ud;
+    *json = NULL;
+    *len = 0;
+    *ver = -1;
+    pthread_mutex_lock(&st->op_mu);
+    int rc = zs_ensure(st);
+    if (rc == 0)
+        rc = zs_parents(st);
+    zs_call_t *c = rc == 0 ? zs_call_new(st) : NULL;
+    if (rc == 0 && !c)
+        rc = -ENOMEM;
+    if (rc == 0) {
+        int zrc = zs_call_wait(st, c, zk_aget(st->sess, st->path, NULL, NULL, zs_got, c));
+        if (zrc == ZNONODE) {
+            rc = 0; /* no document yet: ver -1 */
+        } else if ((rc = zk_rc(zrc)) == 0) {
+            *ver = c->ver;
+            *len = (size_t)c->len;
+            *json = c->data ? c->data : cq_calloc(1, 1);
+            c->data = NULL;
+            if (!*json)
+                rc = -ENOMEM;
+        }
+        zs_call_done(st, c);
+    }
+    pthread_mutex_unlock(&st->op_mu);
+    return rc;
+}
+
+int cq_coord_zkstore_save(void *ud, const char *json, size_t len, int64_t expect_ver,
+                          int64_t *new_ver)
+{
+    zk_store_t *st = ud;
+    *new_ver = -1;
+    if (len > INT32_MAX)
+        return -EINVAL;
+    pthread_mutex_lock(&st->op_mu);
+    int rc = zs_ensure(st);
+    if (rc == 0 && expect_ver < 0)
+        rc = zs_parents(st);
+    zs_call_t *c = rc == 0 ? zs_call_new(st) : NULL;
+    if (rc == 0 && !c)
+        rc = -ENOMEM;
+    if (rc == 0) {
+        int zrc;
+        if (expect_ver < 0)
+            zrc = zk_acreate(st->sess, st->path, json, (int)len, ZOO_PERSISTENT, zs_created, c);
+        else if (expect_ver > INT32_MAX)
+            zrc = ZBADVERSION;
+        else
+            zrc = zk_aset(st->sess, st->path, json, (int)len, (int)expect_ver, zs_written, c);
+        zrc = zs_call_wait(st, c, zrc);
+        /* A node that vanished under a versioned write was changed by someone else. */
+        rc = zk_rc(zrc == ZNONODE ? ZBADVERSION : zrc);
+        if (rc == 0)
+            *new_ver = c->ver;
+        zs_call_done(st, c);
+    }
+    pthread_mutex_unlock(&st->op_mu);
+    return rc;
+}
+
+static void zs_exists_done(int zrc, const struct Stat *stat, const void *data)
+{
+    (void)zrc, (void)stat, (void)data; /* the watch is what matters */
+}
+
+static void zs_watch_fn(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh, (void)state, (void)path;
+    if (type != ZOO_CREATED_EVENT && type != ZOO_CHANGED_EVENT && type != ZOO_DELETED_EVENT)
+        return; /* session events: zs_sink_post */
+    zk_store_t *st = ctx;
+    pthread_mutex_lock(&st->mu);
+    void (*fn)(void *) = st->changed;
+    void *arg = st->changed_arg;
+    zk_sess_t *s = st->sess;
+    pthread_mutex_unlock(&st->mu);
+    if (s)
+        zs_arm(st, s); /* before the callback: a change right after it is not missed */
+    if (fn)
+        fn(arg);
+}
+
+static void zs_arm(zk_store_t *st, zk_sess_t *s)
+{
+    if (!gate_enter(s))
+        return;
+    zoo_awexists(s->zh, st->path, zs_watch_fn, st, zs_exists_done, NULL);
+    gate_leave(s);
+}
+
+void cq_coord_zkstore_watch(void *ud, void (*changed)(void *arg), void *arg)
+{
+    zk_store_t *st = ud;
+    pthread_mutex_lock(&st->op_mu);
+    pthread_mutex_lock(&st->mu);
+    st->changed = changed;
+    st->changed_arg = arg;
+    pthread_mutex_unlock(&st->mu);
+    if (zs_ensure(st) == 0)
+        zs_arm(st, st->sess);
+    pthread_mutex_unlock(&st->op_mu);
+}
+
+void cq_coord_zkstore_free(void *ud)
+{
+    zk_store_t *st = ud;
+    if (!st)
+        return;
+    zk_close(st->sess); /* completions (ZCLOSING) and watchers are done when it returns */
+    pthread_cond_destroy(&st->cv);
+    pthread_mutex_destroy(&st->mu);
+    pthread_mutex_destroy(&st->op_mu);
+    cq_free(st);
+}
+
+int cq_coord_zkstore_new(const char *hosts, const char *root, uint32_t session_ms, void **ret)
+{
+    *ret = NULL;
+    if (!hosts || !hosts[0] || !root || strlen(hosts) >= ZK_PATH_MAX ||
+        strlen(root) >= ZK_PATH_MAX - 16)
+        return -EINVAL;
+    zk_store_t *st = cq_calloc(1, sizeof *st);
+    if (!st)
+        return -ENOMEM;
+    pthread_mutex_init(&st->op_mu, NULL);
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->cv, NULL);
+    snprintf(st->hosts, sizeof st->hosts, "%s", hosts);
+    snprintf(st->root, sizeof st->root, "%s", root);
+    snprintf(st->parent, sizeof st->parent, "%s/mgr", root);
+    snprintf(st->path, sizeof st->path, "%s/mgr/state", root);
+    st->session_ms = session_ms ? session_ms : 10000;
+    int rc = zs_open(st);
+    if (rc < 0) {
+        cq_coord_zkstore_free(st);
+        return rc;
+    }
+    *ret = st;
+    return 0;
+}
+
+const cq_mgrstore_ops_t cq_coord_zkstore_ops = {
+    .load = cq_coord_zkstore_load,
+    .save = cq_coord_zkstore_save,
+    .watch = cq_coord_zkstore_watch,
+    .free = cq_coord_zkstore_free,
+};
 
 const cq_coord_zk_ops_t cq_coord_zk_libzk = {
     .connect = zk_connect,

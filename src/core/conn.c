@@ -45,6 +45,19 @@ cq_conn_t *cq_core_conn_new(cq_core_t *c, uint32_t id, int type, cq_framing_mode
     return conn;
 }
 
+void cq_core_conn_set_transport(cq_core_t *c, cq_conn_t *conn, int transport)
+{
+    if (conn->transport || transport < 0 || transport >= CQ_CONN_TRANSPORTS)
+        return;
+    conn->transport = (uint8_t)(transport + 1);
+    atomic_fetch_add(&c->sh->metrics.by_transport[transport][conn->type], 1);
+}
+
+void cq_core_note_tick(cq_core_t *c, uint64_t ns)
+{
+    atomic_store_explicit(&c->counters.tick_ns, ns, memory_order_relaxed);
+}
+
 cq_sendq_t *cq_conn_sendq(cq_conn_t *conn)
 {
     return &conn->sendq;
@@ -68,7 +81,10 @@ int cq_conn_close_reason(const cq_conn_t *conn)
 static void dir_remove(cq_shared_t *sh, uint32_t id)
 {
     pthread_mutex_lock(&sh->dir_lock);
-    cq_free(cq_map_del(&sh->dir, id));
+    cq_dir_ent_t *e = cq_map_del(&sh->dir, id);
+    if (e) /* its subscriptions go with it (their records are dropped without dir_sub_dec) */
+        atomic_fetch_sub(&sh->metrics.subscriptions, e->subs);
+    cq_free(e);
     pthread_mutex_unlock(&sh->dir_lock);
 }
 
@@ -135,6 +151,8 @@ void cq_core_conn_release(cq_core_t *c, cq_conn_t *conn)
     }
     cq_map_del(&c->conns, conn->id);
     atomic_fetch_sub(&c->sh->metrics.connections[conn->type], 1);
+    if (conn->transport)
+        atomic_fetch_sub(&c->sh->metrics.by_transport[conn->transport - 1][conn->type], 1);
     cq_sendq_done(&conn->sendq);
     cq_sbuf_done(&conn->rbuf);
     cq_free(conn->chans);
@@ -198,6 +216,7 @@ static ssize_t parse_all(cq_core_t *c, cq_conn_t *conn, const uint8_t *p, size_t
                                      c->sh->o.max_packet_size, &f);
         if (k <= 0)
             return k < 0 ? k : (ssize_t)off;
+        CQ_METRIC_ADD(c, M_PACKETS_COMB, conn->type, 1);
         int r = handle_frame(c, conn, &f);
         if (r < 0)
             return r;
@@ -253,6 +272,8 @@ int cq_core_conn_input(cq_core_t *c, cq_conn_t *conn, const uint8_t *data, size_
         cq_core_conn_close(c, conn, (int)k, input_why((int)k));
         return (int)k;
     }
+    if (conn->rbuf.len) /* this read ended mid-header or mid-packet */
+        CQ_METRIC_ADD(c, M_PACKETS_FRAG, conn->type, 1);
     if (conn->rbuf.len == 0 && conn->rbuf.cap > 4096)
         cq_sbuf_done(&conn->rbuf); /* idle connections keep no read buffer */
     return 0;

@@ -81,6 +81,11 @@ enum {
     M_IDLE_TIMEOUT,
     M_DROPPED,
     M_LIMIT_CLOSED,
+    M_PACKETS_DROP,         /* channeld registers it and never adds to it: neither do we */
+    M_PACKETS_FRAG,         /* reads that ended mid-header or mid-packet */
+    M_PACKETS_COMB,         /* packets parsed */
+    M__LABELED,             /* the counters above carry connType; those below only slot 0 */
+    M_FANOUTS = M__LABELED, /* records queued to subscribers by a channel fan-out */
     M__COUNT
 };
 
@@ -88,11 +93,14 @@ enum {
  * the per-message path. Relaxed atomic loads and stores compile to plain moves. */
 typedef struct cq_counters {
     _Atomic uint64_t c[M__COUNT][3]; /* [counter][connType 0 none, 1 server, 2 client] */
+    _Atomic uint64_t tick_ns;        /* the duration of the last housekeeping tick */
 } cq_counters_t;
 
 typedef struct cq_metrics {
     _Atomic int64_t connections[3];
     _Atomic int64_t channels[8]; /* by channel type: index = type for 1..5, 0 other, 6 test */
+    _Atomic int64_t by_transport[CQ_CONN_TRANSPORTS][3]; /* [transport][connType] */
+    _Atomic int64_t subscriptions; /* channel subscriptions held (every connection) */
 } cq_metrics_t;
 
 /* Adds n to counter m of the worker core `core` (its own thread only). */
@@ -173,10 +181,11 @@ struct cq_conn {
     uint8_t out_ct;  /* Snappy once the peer sent Snappy; never reset */
     uint8_t framing; /* cq_framing_mode_t */
     uint8_t failed_auth;
-    uint8_t pending; /* on the flush list */
-    uint8_t lost;    /* the peer went away (recoverable if a SERVER) */
-    uint8_t paused;  /* reading paused: a target inbox is over CQ_INBOX_HIGH */
-    char *pit;       /* after a successful AUTH */
+    uint8_t pending;   /* on the flush list */
+    uint8_t lost;      /* the peer went away (recoverable if a SERVER) */
+    uint8_t paused;    /* reading paused: a target inbox is over CQ_INBOX_HIGH */
+    uint8_t transport; /* CQ_CONN_TCP.. + 1 once cq_core_conn_set_transport ran; 0 unknown */
+    char *pit;         /* after a successful AUTH */
     const cq_fsm_t *fsm;
     const cq_transport_ops_t *tops;
     void *tctx;

@@ -29,6 +29,8 @@ typedef struct cq_settings cq_settings_t;
 typedef struct cq_sendq cq_sendq_t;
 
 enum { CQ_CONN_SERVER = 1, CQ_CONN_CLIENT = 2 };
+/* The transport a connection arrived on, for chanq_connections{transport} (metrics only). */
+enum { CQ_CONN_TCP = 0, CQ_CONN_WS, CQ_CONN_WSS, CQ_CONN_KCP, CQ_CONN_TRANSPORTS };
 
 typedef struct cq_core_opts {
     int workers;                   /* number of cores/workers (>= 1) */
@@ -108,6 +110,9 @@ size_t cq_shared_metrics(cq_shared_t *sh, char *buf, size_t cap);
  * cq_shared_t). Any thread. Returns 0 or -ENOMEM. */
 int cq_shared_metrics_append(void *ud, cq_sbuf_t *out);
 uint64_t cq_shared_counter(cq_shared_t *sh, const char *name);
+/* The gauges the manager's report carries (cq_mgrlink.h): open connections (server + client)
+ * and channels by type (index = channel type 1..5: GLOBAL..ENTITY; 0 unused). Any thread. */
+void cq_shared_gauges(cq_shared_t *sh, int64_t *ret_connections, int64_t ret_channels[6]);
 
 /* ---- per worker ---- */
 
@@ -122,6 +127,12 @@ cq_core_t *cq_core_free(cq_core_t *c);
  * the caller closes the transport). */
 cq_conn_t *cq_core_conn_new(cq_core_t *c, uint32_t id, int type, cq_framing_mode_t mode,
                             const cq_transport_ops_t *tops, void *tctx, uint64_t now_ms);
+/* Tells the core which transport (CQ_CONN_TCP..) conn arrived on; once, right after
+ * cq_core_conn_new. Only counted in chanq_connections{transport}. */
+void cq_core_conn_set_transport(cq_core_t *c, cq_conn_t *conn, int transport);
+/* The duration of the last housekeeping tick (cq_core_tick) as the edge measured it:
+ * channel_tick_duration. This worker's thread. */
+void cq_core_note_tick(cq_core_t *c, uint64_t ns);
 /* Feeds received bytes. Returns 0, or a negative error after which the core has already
  * begun closing the connection (the reason is logged here, once). */
 int cq_core_conn_input(cq_core_t *c, cq_conn_t *conn, const uint8_t *data, size_t n,

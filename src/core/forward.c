@@ -44,6 +44,7 @@ void cq__local_fanout(cq_core_t *c, uint32_t chan_id, cq_buf_t *rec, uint32_t se
             conn->out_ct == CQ_CT_SNAPPY ? snappy++ : plain++;
     }
     cq_buf_ref_n(rec, plain);
+    CQ_METRIC_ADD(c, M_FANOUTS, 0, plain + snappy);
     cq_buf_t *packet = NULL;
     for (uint32_t i = l->n; i-- > 0;) {
         l = cq_map_get(&c->lsubs, chan_id);

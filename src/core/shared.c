@@ -12,6 +12,7 @@
 #include "cq_alloc.h"
 #include "cq_clock.h"
 #include "cq_err.h"
+#include "cq_log.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -151,11 +152,13 @@ int cq_shared_workers(const cq_shared_t *sh)
 /* ---- metrics ---------------------------------------------------------------------------- */
 
 static const char *const counter_names[M__COUNT] = {
-    "messages_in",      "messages_out",      "packets_in",          "packets_out",
-    "bytes_in",         "bytes_out",         "connection_closed",   "slow_consumer_closed",
-    "fsm_disallowed",   "auth_failed",       "auth_timeout_closed", "idle_timeout_closed",
-    "messages_dropped", "chanq_limit_closed"};
+    "messages_in",      "messages_out",       "packets_in",          "packets_out",
+    "bytes_in",         "bytes_out",          "connection_closed",   "slow_consumer_closed",
+    "fsm_disallowed",   "auth_failed",        "auth_timeout_closed", "idle_timeout_closed",
+    "messages_dropped", "chanq_limit_closed", "packets_drop",        "packets_frag",
+    "packets_comb",     "chanq_fanouts_total"};
 static const char *const conn_types[3] = {"NO_CONNECTION", "SERVER", "CLIENT"};
+static const char *const transports[CQ_CONN_TRANSPORTS] = {"tcp", "ws", "wss", "kcp"};
 static const char *const chan_types[8] = {"OTHER",   "GLOBAL", "PRIVATE", "SUBWORLD",
                                           "SPATIAL", "ENTITY", "TEST",    ""};
 
@@ -177,6 +180,14 @@ uint64_t cq_shared_counter(cq_shared_t *sh, const char *name)
     return 0;
 }
 
+void cq_shared_gauges(cq_shared_t *sh, int64_t *ret_connections, int64_t ret_channels[6])
+{
+    *ret_connections =
+        atomic_load(&sh->metrics.connections[1]) + atomic_load(&sh->metrics.connections[2]);
+    for (int t = 0; t < 6; t++)
+        ret_channels[t] = atomic_load(&sh->metrics.channels[t]);
+}
+
 static size_t put(char *buf, size_t cap, size_t off, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -191,10 +202,43 @@ static size_t put(char *buf, size_t cap, size_t off, const char *fmt, ...)
     return n < 0 ? off : off + (size_t)n;
 }
 
+/* The longest housekeeping tick of the last round, over every worker, in ms. */
+static double tick_ms(cq_shared_t *sh)
+{
+    uint64_t ns = 0;
+    for (int w = 0; w < sh->o.workers; w++)
+        if (sh->cores[w]) {
+            uint64_t v =
+                atomic_load_explicit(&sh->cores[w]->counters.tick_ns, memory_order_relaxed);
+            ns = v > ns ? v : ns;
+        }
+    return (double)ns / 1e6;
+}
+
+/* chanq's own relay metrics (doc/metrics.md): by transport, subscribers, fan-outs. */
+static size_t metrics_chanq(cq_shared_t *sh, char *buf, size_t cap, size_t o)
+{
+    o = put(buf, cap, o, "# TYPE chanq_connections gauge\n");
+    for (int tr = 0; tr < CQ_CONN_TRANSPORTS; tr++)
+        for (int t = 1; t < 3; t++)
+            o = put(buf, cap, o, "chanq_connections{transport=\"%s\",type=\"%s\"} %lld\n",
+                    transports[tr], conn_types[t],
+                    (long long)atomic_load(&sh->metrics.by_transport[tr][t]));
+    o = put(buf, cap, o, "# TYPE chanq_subscribers gauge\nchanq_subscribers %lld\n",
+            (long long)atomic_load(&sh->metrics.subscriptions));
+    o = put(buf, cap, o, "# TYPE chanq_fanouts_total counter\nchanq_fanouts_total %llu\n",
+            (unsigned long long)counter_sum(sh, M_FANOUTS, 0));
+    o = put(buf, cap, o, "# TYPE logs counter\nlogs{level=\"warn\"} %llu\n",
+            (unsigned long long)cq_log_count(CQ_LOG_WARN));
+    o = put(buf, cap, o, "logs{level=\"error\"} %llu\n",
+            (unsigned long long)cq_log_count(CQ_LOG_ERROR));
+    return o;
+}
+
 size_t cq_shared_metrics(cq_shared_t *sh, char *buf, size_t cap)
 {
     size_t o = 0;
-    for (int m = 0; m < M__COUNT; m++) {
+    for (int m = 0; m < M__LABELED; m++) {
         o = put(buf, cap, o, "# TYPE %s counter\n", counter_names[m]);
         for (int t = 1; t < 3; t++)
             o = put(buf, cap, o, "%s{connType=\"%s\"} %llu\n", counter_names[m], conn_types[t],
@@ -208,6 +252,12 @@ size_t cq_shared_metrics(cq_shared_t *sh, char *buf, size_t cap)
     for (int t = 0; t < 7; t++)
         o = put(buf, cap, o, "channel_num{type=\"%s\"} %lld\n", chan_types[t],
                 (long long)atomic_load(&sh->metrics.channels[t]));
+    /* chanq ticks no channel: every type reports the last worker housekeeping tick. */
+    o = put(buf, cap, o, "# TYPE channel_tick_duration gauge\n");
+    double tk = tick_ms(sh);
+    for (int t = 0; t < 7; t++)
+        o = put(buf, cap, o, "channel_tick_duration{type=\"%s\"} %.3f\n", chan_types[t], tk);
+    o = metrics_chanq(sh, buf, cap, o);
     o = put(buf, cap, o, "# TYPE buffers_live gauge\nbuffers_live %ld\n", cq_buf_live());
     return o < cap ? o : cap;
 }

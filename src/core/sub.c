@@ -225,6 +225,7 @@ static int dir_sub_inc(cq_shared_t *sh, uint32_t conn_id, uint8_t *type)
     else {
         e->subs++;
         *type = e->type;
+        atomic_fetch_add(&sh->metrics.subscriptions, 1);
     }
     pthread_mutex_unlock(&sh->dir_lock);
     return r;
@@ -234,8 +235,10 @@ static void dir_sub_dec(cq_shared_t *sh, uint32_t conn_id)
 {
     pthread_mutex_lock(&sh->dir_lock);
     cq_dir_ent_t *e = cq_map_get(&sh->dir, conn_id);
-    if (e && e->subs)
+    if (e && e->subs) {
         e->subs--;
+        atomic_fetch_sub(&sh->metrics.subscriptions, 1);
+    }
     pthread_mutex_unlock(&sh->dir_lock);
 }
 

@@ -15,6 +15,7 @@
 #ifndef CQ_MQIO_H
 #define CQ_MQIO_H
 
+#include "cq_mgrlink.h"
 #include "cq_mqsrv.h"
 #include "cq_sbuf.h"
 
@@ -44,6 +45,14 @@ typedef struct cq_mqio_opts {
     int tcp_keepalive_s;   /* 0 = off */
     cq_mqio_limits_t lim;
     int shutdown_grace_ms; /* cq_mqio_stop(): longest wait for the last answers; 0 = none */
+    /* The managers to report to (--mgr-servers, "H:P,..."; NULL or "" = unmanaged): the loop
+     * keeps one connection to the first reachable one (mq_mgr.c) and drives mgr_link (borrowed,
+     * the composition root's, running on this loop like the engine). mgr_figures fills the
+     * host's figures when a report is due (MQ loop thread; must not block). */
+    const char *mgr_servers;
+    cq_mgrlink_t *mgr_link;
+    void (*mgr_figures)(void *ud, cq_mgrlink_host_t *h);
+    void *mgr_figures_ud;
 } cq_mqio_opts_t;
 
 /* Returns an owned, not yet started object, or NULL on OOM. */

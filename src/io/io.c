@@ -190,6 +190,10 @@ void cq__io_adopt(io_worker_t *w, int fd, uint32_t id, int type, int kind, cq_fr
         return;
     }
     cq_sendq_set_pool(cq_conn_sendq(ic->conn), w->pool);
+    cq_core_conn_set_transport(w->core, ic->conn,
+                               kind == IO_WSS  ? CQ_CONN_WSS
+                               : kind == IO_WS ? CQ_CONN_WS
+                                               : CQ_CONN_TCP);
     uv_read_start((uv_stream_t *)&ic->tcp, cq__io_on_alloc, on_read);
 }
 
@@ -235,7 +239,9 @@ static void on_prepare(uv_prepare_t *p)
 static void on_tick(uv_timer_t *t)
 {
     io_worker_t *w = t->data;
+    uint64_t t0 = cq_clock_mono_ns();
     cq_core_tick(w->core, uv_now(&w->loop));
+    cq_core_note_tick(w->core, cq_clock_mono_ns() - t0);
     if (w->index == 0)
         cq__io_admin_sweep(w, uv_now(&w->loop));
     if (!cq_list_empty(&w->paused))

@@ -328,6 +328,7 @@ static kcp_sess_t *sess_new(io_kcp_t *ks, cq_kcp_peer_t *peer, uint32_t conv,
         return NULL;
     }
     cq_sendq_set_pool(cq_conn_sendq(s->conn), w->pool);
+    cq_core_conn_set_transport(w->core, s->conn, CQ_CONN_KCP);
     cq_kcp_listener_attach(ks->lis, peer, s);
     cq_list_insert_tail(&ks->sessions, &s->node);
     return s;

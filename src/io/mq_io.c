@@ -11,6 +11,7 @@
 #include "cq_util.h"
 #include "io_int.h"
 #include "io_stream.h"
+#include "mq_mgr.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -55,6 +56,7 @@ struct cq_mqio {
     pthread_mutex_t metrics_mu;
     cq_sbuf_t snapshot; /* under metrics_mu; empty while the port does not run */
     bool metrics_on;    /* under metrics_mu */
+    mq_mgr_t *mgr;      /* the connection to a manager, or NULL (unmanaged) */
 };
 
 /* One TCP connection: the engine queues frames in its send queue; this side writes them. */
@@ -374,8 +376,7 @@ static void drain_done(cq_mqio_t *io)
 /* The listeners are poll and timer handles (accept.c), so every TCP handle is a connection. */
 static bool is_conn(const cq_mqio_t *io, const uv_handle_t *h)
 {
-    (void)io;
-    return h->type == UV_TCP;
+    return h->type == UV_TCP && !cq__mq_mgr_owns(io->mgr, h);
 }
 
 static bool is_listener(const cq_mqio_t *io, const uv_handle_t *h)
@@ -396,6 +397,10 @@ static void close_handle(cq_mqio_t *io, uv_handle_t *h)
         return;
     if (is_listener(io, h)) {
         close_listeners(io);
+        return;
+    }
+    if (cq__mq_mgr_owns(io->mgr, h)) {
+        cq__mq_mgr_close(io->mgr);
         return;
     }
     if (h == (uv_handle_t *)&io->wake) {
@@ -474,6 +479,7 @@ static void stop_step(cq_mqio_t *io)
 {
     if (io->phase == RUN) {
         io->phase = DRAIN;
+        cq__mq_mgr_close(io->mgr); /* the manager sees the server go; nothing more is reported */
         uv_walk(&io->loop, drain_walk, io);
         uv_timer_init(&io->loop, &io->grace);
         io->grace.data = io;
@@ -497,12 +503,28 @@ static void on_prepare(uv_prepare_t *p)
     cq_mqsrv_flush(io->srv);
 }
 
+/* The MQ port's queued output, for the manager's packages figure. */
+static uint64_t queued_bytes(cq_mqio_t *io)
+{
+    uint64_t n = 0;
+    cq_list_t *p;
+    cq_list_foreach(p, &io->conns)
+    {
+        mq_conn_t *mc = cq_container_of(p, mq_conn_t, node);
+        n += mc->q ? cq_sendq_bytes(mc->q) : 0;
+    }
+    return n;
+}
+
 static void on_tick(uv_timer_t *t)
 {
     cq_mqio_t *io = t->data;
     cq_mqsrv_tick(io->srv, uv_now(&io->loop));
     if (io->phase == RUN) /* a shutdown has its own bound, the grace period */
         sweep_conns(io);
+    if (io->mgr && io->phase == RUN)
+        cq__mq_mgr_tick(io->mgr, uv_now(&io->loop), io->nconns[0] + io->nconns[1],
+                        queued_bytes(io));
 }
 
 static void on_retention(uv_timer_t *t)
@@ -517,17 +539,20 @@ static int edge_metrics(cq_mqio_t *io, cq_sbuf_t *b)
 {
     io_lsn_t *v[2] = {&io->listener, &io->http_listener};
     cq_mqsrv_stats_t st;
-    char t[512];
+    char t[768];
     cq_mqsrv_stats(io->srv, &st);
-    int n = snprintf(t, sizeof(t),
-                     "# TYPE chanq_mq_connections gauge\n"
-                     "chanq_mq_connections{port=\"mq\"} %u\n"
-                     "chanq_mq_connections{port=\"mqhttp\"} %u\n"
-                     "# TYPE chanq_mq_input_bytes gauge\nchanq_mq_input_bytes %llu\n"
-                     "# TYPE chanq_mq_input_refused_total counter\n"
-                     "chanq_mq_input_refused_total %llu\n",
-                     io->nconns[0], io->nconns[1], (unsigned long long)st.input_bytes,
-                     (unsigned long long)st.input_refused);
+    int n =
+        snprintf(t, sizeof(t),
+                 "# TYPE chanq_mq_connections gauge\n"
+                 "chanq_mq_connections{port=\"mq\"} %u\n"
+                 "chanq_mq_connections{port=\"mqhttp\"} %u\n"
+                 "# TYPE chanq_mq_input_bytes gauge\nchanq_mq_input_bytes %llu\n"
+                 "# TYPE chanq_mq_input_refused_total counter\n"
+                 "chanq_mq_input_refused_total %llu\n"
+                 "# HELP chanq_mq_mgr_connected 1 while connected to a manager (--mgr-servers).\n"
+                 "# TYPE chanq_mq_mgr_connected gauge\nchanq_mq_mgr_connected %d\n",
+                 io->nconns[0], io->nconns[1], (unsigned long long)st.input_bytes,
+                 (unsigned long long)st.input_refused, cq__mq_mgr_connected(io->mgr) ? 1 : 0);
     int r = cq_sbuf_append(b, t, (size_t)n);
     return r < 0 ? r
                  : cq__io_lsn_metrics_all(v, io->http_on ? 2 : 1, "chanq_mq_accept_errors_total",
@@ -637,6 +662,11 @@ int cq_mqio_start(cq_mqio_t *io, cq_mqsrv_t *srv, const cq_mqio_opts_t *opts, ch
                              errlen);
         io->http_on = r == 0;
     }
+    if (r == 0 && opts->mgr_servers && *opts->mgr_servers && opts->mgr_link)
+        cq_mgrlink_bound(opts->mgr_link, bound); /* the loop does not run yet */
+    if (r == 0 && opts->mgr_servers && *opts->mgr_servers && opts->mgr_link)
+        r = cq__mq_mgr_start(&io->loop, opts->mgr_servers, opts->mgr_link, opts->mgr_figures,
+                             opts->mgr_figures_ud, &io->mgr, err, errlen);
     if (r == 0)
         metrics_refresh(io); /* before the thread starts: /metrics has the MQ part at once */
     if (r == 0 && uv_thread_create(&io->thread, loop_main, io) < 0) {
@@ -683,6 +713,7 @@ cq_mqio_t *cq_mqio_free(cq_mqio_t *io)
     cq_mqio_stop(io);
     if (io->loop_ok)
         uv_loop_close(&io->loop);
+    cq__mq_mgr_free(io->mgr); /* its handles closed with the loop's */
     metrics_unpublish(io);
     pthread_mutex_destroy(&io->lock);
     pthread_mutex_destroy(&io->metrics_mu);

@@ -1,5 +1,7 @@
 /* chanqd - config -> modules -> run. The composition root. */
 #include "cluster.h"
+#include "mgr_main.h"
+#include "mgrfig.h"
 #include "cq_admin.h"
 #include "cq_alloc.h"
 #include "cq_authlim.h"
@@ -48,6 +50,8 @@ typedef struct app {
     cq_mqsrv_t *mqsrv; /* the engine; runs on the MQ loop while mq runs */
     cq_mqio_t *mq;
     cq_main_cluster_t *cluster; /* with --zk-hosts: roles, fencing, replication control */
+    cq_mgrlink_t *mgrlink;      /* with --mgr-servers: the reports and commands (MQ loop) */
+    cq_main_figures_t figs;     /* the host's figures in those reports */
 } app_t;
 
 static int load_fsm(const char *path, const char *builtin, size_t blen, cq_fsm_t **ret,
@@ -398,6 +402,51 @@ static int make_engine(app_t *a, const cq_store_topic_t *topics, const uint64_t 
     return a->mqsrv ? 0 : -ENOMEM;
 }
 
+/* The servers' shared secret (--mgr-token-file), trailing whitespace removed, into buf. */
+static int read_mgr_token(const char *path, char *buf, size_t len)
+{
+    char *t = NULL;
+    size_t n = 0;
+    buf[0] = '\0';
+    if (!*path)
+        return 0;
+    int r = cq_file_read(path, 4096, &t, &n);
+    if (r < 0) {
+        CQ_ERROR("main", "--mgr-token-file %s: %s", path, cq_strerror(r));
+        return r;
+    }
+    while (n && (t[n - 1] == '\n' || t[n - 1] == '\r' || t[n - 1] == ' ' || t[n - 1] == '\t'))
+        n--;
+    snprintf(buf, len, "%.*s", (int)n, t);
+    cq_free(t);
+    return 0;
+}
+
+/* The link to the managers (--mgr-servers): created here, driven by the MQ loop. */
+static int make_mgrlink(app_t *a, cq_mqio_opts_t *mo)
+{
+    const cq_config_t *c = &a->cfg;
+    char token[CQ_MQ_TOKEN_MAX + 1];
+    if (!*c->mgr_servers)
+        return 0;
+    int r = read_mgr_token(c->mgr_token_file, token, sizeof(token));
+    if (r < 0)
+        return r;
+    cq_mgrlink_opts_t lo = {.group_id = (uint32_t)c->group_id,
+                            .appid = (uint32_t)c->appid,
+                            .token = token,
+                            .addr = c->cluster_advertise,
+                            .report_ms = (uint32_t)c->mgr_report_ms};
+    if (!(a->mgrlink = cq_mgrlink_new(a->mqsrv, &lo)))
+        return -ENOMEM;
+    a->figs = (cq_main_figures_t){.sh = a->sh, .cluster = a->cluster};
+    mo->mgr_servers = c->mgr_servers;
+    mo->mgr_link = a->mgrlink;
+    mo->mgr_figures = cq_main_figures;
+    mo->mgr_figures_ud = &a->figs;
+    return 0;
+}
+
 /* Composes the durable topics: store thread, engine, then the edge that runs the engine. */
 static int start_mq(app_t *a, char *bound, size_t blen)
 {
@@ -440,6 +489,8 @@ static int start_mq(app_t *a, char *bound, size_t blen)
         r = a->writer ? make_engine(a, topics, hw, n) : -ENOMEM;
     if (r == CQ_ECONFIG)
         snprintf(err, sizeof(err), "durable topics not started");
+    if (r == 0 && (r = make_mgrlink(a, &mo)) < 0)
+        snprintf(err, sizeof(err), "--mgr-servers: cannot start the link to the managers");
     if (r == 0 && !(a->mq = cq_mqio_new()))
         r = -ENOMEM;
     if (r == 0)
@@ -473,7 +524,8 @@ static void stop_mq(app_t *a)
     cq_main_cluster_stop(a->cluster, a->admin);
     a->cluster = NULL;
     a->mq = cq_mqio_free(a->mq);
-    a->mqsrv = cq_mqsrv_free(a->mqsrv); /* runs those completions */
+    a->mgrlink = cq_mgrlink_free(a->mgrlink); /* the loop that drove it is gone */
+    a->mqsrv = cq_mqsrv_free(a->mqsrv);       /* runs those completions */
     a->writer = cq_writer_free(a->writer);
     a->perms = cq_mqperm_free(a->perms);
 }
@@ -568,6 +620,11 @@ int main(int argc, char **argv)
         return r < 0 ? 2 : 0;
     }
     cq_log_set_level((cq_log_level_t)a.cfg.log_level);
+    if (strcmp(a.cfg.role, "mgr") == 0) { /* the management service: a composition of its own */
+        r = cq_main_mgr(&a.cfg);
+        cq_config_done(&a.cfg);
+        return r == 0 ? 0 : 1;
+    }
     r = fit_fd_limit(&a.cfg);
     if (r == 0)
         r = load_config_files(&a);

@@ -47,6 +47,8 @@ struct cq_main_cluster {
     pthread_cond_t cv;
 #if CQ_HAVE_MYSQL
     cq_repl_status_t st;
+    bool st_read;          /* st holds a sample */
+    uint64_t caught_up_ms; /* monotonic ms of the last sample with nothing waiting to apply */
 #endif
     char adv[CQ_COORD_ADDR_MAX + 1], db[CQ_COORD_ADDR_MAX + 1];
 };
@@ -141,6 +143,9 @@ static void *monitor_main(void *arg)
         (void)cq_repl_status(k->mon, &st); /* st.up false when it cannot */
         pthread_mutex_lock(&k->mu);
         k->st = st;
+        k->st_read = true;
+        if (!st.replica || st.lag_transactions <= 0 || !k->caught_up_ms)
+            k->caught_up_ms = cq_clock_mono_ms();
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += MONITOR_MS / 1000;
@@ -220,6 +225,35 @@ static int metrics(void *ud, cq_sbuf_t *out)
     r = cq_repl_metrics(&st, out);
 #endif
     return r;
+}
+
+bool cq_main_cluster_repl(cq_main_cluster_t *k, cq_mgrlink_repl_t *ret)
+{
+#if CQ_HAVE_MYSQL
+    if (!k || !k->use_db)
+        return false;
+    pthread_mutex_lock(&k->mu);
+    cq_repl_status_t st = k->st;
+    bool read = k->st_read;
+    uint64_t since = k->caught_up_ms;
+    pthread_mutex_unlock(&k->mu);
+    if (!read || !st.up)
+        return false;
+    uint64_t now = cq_clock_mono_ms();
+    *ret = (cq_mgrlink_repl_t){
+        .replica = st.replica,
+        .io_running = st.io_running,
+        .sql_running = st.sql_running,
+        .lag_seconds = st.lag_seconds,
+        .lag_transactions = st.lag_transactions > 0 ? (uint64_t)st.lag_transactions : 0,
+        .behind_ms = st.replica && st.lag_transactions > 0 && now > since ? now - since : 0,
+    };
+    return true;
+#else
+    (void)k;
+    (void)ret;
+    return false;
+#endif
 }
 
 /* ---- start and stop ------------------------------------------------------------------------ */

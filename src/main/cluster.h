@@ -10,6 +10,7 @@
 
 #include "cq_admin.h"
 #include "cq_config.h"
+#include "cq_mgrlink.h"
 #include "cq_mqport.h"
 
 #include <stdbool.h>
@@ -27,6 +28,11 @@ void cq_main_cluster_fence(cq_main_cluster_t *k, cq_mqsrv_opts_t *o);
  * --cluster-advertise is set. Returns 0 or a negative code with err filled. */
 int cq_main_cluster_start(cq_main_cluster_t *k, cq_mqsrv_t *s, cq_admin_t *admin, const char *bound,
                           char *err, size_t errlen);
+/* The replication figures of the manager's report (cq_mgrlink_repl_t) from the monitor's last
+ * sample: false when no database is controlled (no MariaDB backend) or none was read yet.
+ * behind_ms: 0 while nothing received waits to be applied, else ms since that last held. Any
+ * thread (the MQ loop calls it when a report is due). */
+bool cq_main_cluster_repl(cq_main_cluster_t *k, cq_mgrlink_repl_t *ret);
 /* Stops everything and frees k. Accepts NULL. */
 void cq_main_cluster_stop(cq_main_cluster_t *k, cq_admin_t *admin);
 

@@ -70,6 +70,12 @@ int cq_mgr_store_loaded(cq_mgr_t *m, const char *json, size_t len, int64_t ver, 
  * engine reloads, re-applies its pending change and saves again); another code: kept in memory,
  * saved again at the next tick. */
 void cq_mgr_store_done(cq_mgr_t *m, int err, int64_t new_ver);
+/* True when every change is saved and no save is in flight (the edge's shutdown waits for it,
+ * within its grace period). */
+bool cq_mgr_store_idle(const cq_mgr_t *m);
+/* SIGHUP: replaces the admin token and the servers' token (borrowed, copied). Connections and
+ * console sessions already authenticated stay. 0 or -ENOMEM (the old tokens are kept). */
+int cq_mgr_set_tokens(cq_mgr_t *m, const char *admin_token, const char *server_token);
 
 /* Management-protocol connections. peer_ip borrowed (copied). */
 cq_mgr_conn_t *cq_mgr_conn_new(cq_mgr_t *m, const cq_mgr_conn_ops_t *ops, void *tctx,
@@ -82,6 +88,9 @@ void cq_mgr_conn_close(cq_mgr_conn_t *c);
 cq_sendq_t *cq_mgr_conn_sendq(cq_mgr_conn_t *c);
 /* For the edge's timeouts: whether the connection sent an authenticated request yet. */
 bool cq_mgr_conn_authed(const cq_mgr_conn_t *c);
+/* Whole frames the connection sent so far (the edge's idle timeout: bytes alone, a frame dribbled
+ * one byte at a time, are no progress). */
+uint64_t cq_mgr_conn_frames(const cq_mgr_conn_t *c);
 
 /* Console/API connections (implemented in api.c). */
 cq_mgr_hconn_t *cq_mgr_hconn_new(cq_mgr_t *m, const cq_mgr_conn_ops_t *ops, void *tctx,

@@ -97,6 +97,7 @@ struct cq_mgr_conn {
         uint32_t askid, cmdid;
     } cmds[MGR_CMDS_PENDING]; /* commands sent and not answered (ring) */
     uint32_t ncmds, cmd_head;
+    uint64_t frames; /* whole frames taken (the edge's idle timeout) */
 };
 
 /* Queues a buffer (borrowed) on c and marks it for the flush. false: c was closed (slow). */

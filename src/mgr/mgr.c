@@ -215,6 +215,28 @@ int cq_mgr_store_loaded(cq_mgr_t *m, const char *json, size_t len, int64_t ver, 
     return 0;
 }
 
+bool cq_mgr_store_idle(const cq_mgr_t *m)
+{
+    return !m->saving && !m->npending && !m->save_failed;
+}
+
+int cq_mgr_set_tokens(cq_mgr_t *m, const char *admin_token, const char *server_token)
+{
+    if (!admin_token || !admin_token[0])
+        return CQ_ECONFIG;
+    char *a = cq_strdup(admin_token), *s = cq_strdup(server_token ? server_token : "");
+    if (!a || !s) {
+        cq_free(a);
+        cq_free(s);
+        return -ENOMEM;
+    }
+    cq_free(m->admin_token);
+    cq_free(m->server_token);
+    m->o.admin_token = m->admin_token = a;
+    m->o.server_token = m->server_token = s;
+    return 0;
+}
+
 /* ---- changes ------------------------------------------------------------------------------- */
 
 int64_t cq__mgr_change(cq_mgr_t *m, mgr_op_t *op, char *err, size_t errlen)

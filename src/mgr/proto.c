@@ -418,6 +418,7 @@ static ssize_t consume(cq_mgr_conn_t *c, const uint8_t *p, size_t n, uint64_t no
             conn_abort(c);
             return r;
         }
+        c->frames++;
         int rc = on_frame(c, &f, now);
         if (rc < 0) {
             conn_abort(c);
@@ -479,4 +480,9 @@ cq_sendq_t *cq_mgr_conn_sendq(cq_mgr_conn_t *c)
 bool cq_mgr_conn_authed(const cq_mgr_conn_t *c)
 {
     return c->authed;
+}
+
+uint64_t cq_mgr_conn_frames(const cq_mgr_conn_t *c)
+{
+    return c->frames;
 }

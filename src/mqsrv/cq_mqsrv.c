@@ -586,6 +586,34 @@ int cq_mqsrv_topic_set_online(cq_mqsrv_t *s, const char *topic, bool online)
     return cq__mqop_set_online(s, NULL, topic, online, &why);
 }
 
+void cq_mqsrv_set_offline(cq_mqsrv_t *s, bool offline)
+{
+    if (offline != s->offline)
+        CQ_INFO("mq", "%s",
+                offline ? "offline: new produces are refused (server_offline)"
+                        : "online: produces accepted again");
+    s->offline = offline;
+}
+
+void cq_mqsrv_offline_state(const cq_mqsrv_t *s, bool *ret_offline, bool *ret_draining)
+{
+    uint64_t pending = 0;
+    for (size_t i = 0; i < s->ntopics; i++)
+        pending += s->topics[i]->pending;
+    *ret_offline = s->offline;
+    *ret_draining = s->offline && pending > 0;
+}
+
+int cq_mqsrv_topic_set_retention(cq_mqsrv_t *s, const char *topic, uint64_t seconds)
+{
+    mq_topic_t *t = cq__mqsrv_topic(s, topic);
+    if (!t)
+        return CQ_ENOTOPIC;
+    t->retention_managed = true;
+    t->retention_s = seconds;
+    return 0;
+}
+
 void cq_mqsrv_retention(cq_mqsrv_t *s, int64_t now_unix_ms)
 {
     cq__mqop_retention(s, now_unix_ms);

@@ -94,10 +94,11 @@ typedef struct cq_mqsrv_ops {
 /* Counters; read on the engine's thread. */
 typedef struct cq_mqsrv_stats {
     uint64_t conns, frames, bad_frames, keepalives, produced, consumed, pushes, busy;
-    uint64_t slow;          /* connections closed as slow consumers (send queue limits) */
-    uint64_t input_bytes;   /* bytes of partial frames held now, all seed connections */
-    uint64_t input_refused; /* connections closed busy: their bytes went over the budget */
-    uint64_t not_master;    /* writes answered not_master (err 18): refused, or fenced produces */
+    uint64_t slow;            /* connections closed as slow consumers (send queue limits) */
+    uint64_t input_bytes;     /* bytes of partial frames held now, all seed connections */
+    uint64_t input_refused;   /* connections closed busy: their bytes went over the budget */
+    uint64_t not_master;      /* writes answered not_master (err 18): refused, or fenced produces */
+    uint64_t offline_refused; /* produces and creations answered server_offline (err 19) */
 } cq_mqsrv_stats_t;
 
 /* Sets the edge's callbacks: ops borrowed (static) and ud, or NULL (completions then only
@@ -144,6 +145,19 @@ bool cq_mqsrv_idle(const cq_mqsrv_t *s);
 /* Sets a topic online or offline in the store, then in the cache. Returns 0 (submitted),
  * CQ_ENOTOPIC, or the submit error. */
 int cq_mqsrv_topic_set_online(cq_mqsrv_t *s, const char *topic, bool online);
+/* Takes the server out of service (offline true) or back in (false), as the manager's offline
+ * command asks (doc/protocol-mq.md "Offline"). Offline, a produce or an add_topic that would
+ * create a topic is answered server_offline (err 19, CQ_ESRVOFFLINE) before it reaches the
+ * store; produces submitted before stay in flight and are acknowledged at their completion (the
+ * drain). Commits, consumes, watches and the HTTP API's reads keep working: consumers follow
+ * their offsets on any server. keepalive answers weight 0. Engine thread. */
+void cq_mqsrv_set_offline(cq_mqsrv_t *s, bool offline);
+/* offline: as set. draining: offline with produce messages still waiting for their commit. */
+void cq_mqsrv_offline_state(const cq_mqsrv_t *s, bool *ret_offline, bool *ret_draining);
+/* Sets a topic's retention in seconds as the manager manages it (0 = keep forever): it replaces
+ * the days the store recorded at creation for this engine's purges, and a topic refresh no
+ * longer overwrites it. Only the master purges. Returns 0 or CQ_ENOTOPIC. Engine thread. */
+int cq_mqsrv_topic_set_retention(cq_mqsrv_t *s, const char *topic, uint64_t seconds);
 /* Retention: submits one purge of rows older than each topic's retention (now_unix_ms - days),
  * repeating while a purge removed a full batch. Call every retention-check-s. */
 void cq_mqsrv_retention(cq_mqsrv_t *s, int64_t now_unix_ms);

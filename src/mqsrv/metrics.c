@@ -136,8 +136,17 @@ static void engine_metrics(out_t *o, const cq_mqsrv_t *s)
         put(o, "%s %" PRIu64 "\n", c[i].name,
             *(const uint64_t *)(const void *)((const char *)&s->st + c[i].off));
     }
+    head(o, "chanq_mq_offline_refused_total", "counter",
+         "Produces and topic creations answered server_offline (err 19) while offline.");
+    put(o, "chanq_mq_offline_refused_total %" PRIu64 "\n", s->st.offline_refused);
+    head(o, "chanq_mq_offline", "gauge",
+         "1 while the manager holds this server offline (produces go to other servers).");
+    put(o, "chanq_mq_offline %d\n", s->offline ? 1 : 0);
     head(o, "chanq_mq_topics", "gauge", "Durable topics.");
     put(o, "chanq_mq_topics %zu\n", s->ntopics);
+    head(o, "chanq_mq_role", "gauge",
+         "1 while this server is its shard's master (writes may be acknowledged), else 0.");
+    put(o, "chanq_mq_role{shard=\"%" PRIu32 "\"} %d\n", s->shard, cq__mqsrv_writable(s) ? 1 : 0);
 }
 
 /* One line per topic of the value at off in mq_topic_t. */
@@ -147,7 +156,7 @@ static void topic_series(out_t *o, const cq_mqsrv_t *s, const char *name, const 
     head(o, name, type, help);
     for (size_t i = 0; i < s->ntopics; i++) {
         const mq_topic_t *t = s->topics[i];
-        put(o, "%s{topic=\"%s\"} %" PRIu64 "\n", name, t->name,
+        put(o, "%s{topic=\"%s\",shard=\"%" PRIu32 "\"} %" PRIu64 "\n", name, t->name, s->shard,
             *(const uint64_t *)(const void *)((const char *)t + off));
     }
 }
@@ -164,8 +173,8 @@ static void topic_metrics(out_t *o, const cq_mqsrv_t *s)
                  "Rows removed by retention since start.", offsetof(mq_topic_t, purged));
     head(o, "chanq_mq_topic_online", "gauge", "1 when the topic is online, 0 when offline.");
     for (size_t i = 0; i < s->ntopics; i++)
-        put(o, "chanq_mq_topic_online{topic=\"%s\"} %d\n", s->topics[i]->name,
-            s->topics[i]->online ? 1 : 0);
+        put(o, "chanq_mq_topic_online{topic=\"%s\",shard=\"%" PRIu32 "\"} %d\n", s->topics[i]->name,
+            s->shard, s->topics[i]->online ? 1 : 0);
 }
 
 static void consumer_metrics(out_t *o, const cq_mqsrv_t *s)
@@ -177,8 +186,10 @@ static void consumer_metrics(out_t *o, const cq_mqsrv_t *s)
         const mq_topic_t *t = s->topics[i];
         for (size_t j = 0; j < t->nconsumers; j++) {
             label(t->consumers[j].id, id, sizeof(id));
-            put(o, "chanq_mq_consumer_offset{topic=\"%s\",consumer=\"%s\"} %" PRIu64 "\n", t->name,
-                id, t->consumers[j].offset);
+            put(o,
+                "chanq_mq_consumer_offset{topic=\"%s\",consumer=\"%s\",shard=\"%" PRIu32
+                "\"} %" PRIu64 "\n",
+                t->name, id, s->shard, t->consumers[j].offset);
         }
     }
     head(o, "chanq_mq_consumer_lag", "gauge",
@@ -189,8 +200,10 @@ static void consumer_metrics(out_t *o, const cq_mqsrv_t *s)
         for (size_t j = 0; j < t->nconsumers; j++) {
             uint64_t off = t->consumers[j].offset;
             label(t->consumers[j].id, id, sizeof(id));
-            put(o, "chanq_mq_consumer_lag{topic=\"%s\",consumer=\"%s\"} %" PRIu64 "\n", t->name, id,
-                t->last_offset > off ? t->last_offset - off : 0);
+            put(o,
+                "chanq_mq_consumer_lag{topic=\"%s\",consumer=\"%s\",shard=\"%" PRIu32 "\"} %" PRIu64
+                "\n",
+                t->name, id, s->shard, t->last_offset > off ? t->last_offset - off : 0);
         }
     }
 }

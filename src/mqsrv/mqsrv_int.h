@@ -32,6 +32,10 @@ typedef struct mq_topic {
     bool online;
     bool purging; /* a retention purge is in flight */
     int retention_days;
+    /* The manager's retention (cq_mqsrv_topic_set_retention) in seconds, 0 = keep forever;
+     * in force instead of retention_days while retention_managed. */
+    bool retention_managed;
+    uint64_t retention_s;
     uint64_t last_offset; /* highest offset known committed (completions, the store) */
     /* Pushes follow the store's log, not this process's acknowledgements alone: watchers have
      * been sent every message up to pushed. A completion that shows rows committed above
@@ -100,6 +104,7 @@ struct cq_mqsrv {
                                               * refresh and commit latency sample */
     uint64_t health_txns, health_us;         /* writer counters at the last sample */
     uint64_t commit_us_recent; /* mean commit time over the last sample period, 0: none */
+    bool offline;              /* the manager took this server out of service (produces err 19) */
     size_t inflight; /* store requests submitted and not yet completed (shutdown waits for 0) */
     cq_mqsrv_stats_t st;
     /* Cluster-wide topics (topics.c). decls: the last declaration, in force; decl_next*: under

@@ -37,6 +37,20 @@ static const char inflight_why[] = "too many requests in flight on this connecti
 static const char write_why[] = "needs a permissions file (--mq-permissions-file) to write from "
                                 "an address that is not loopback";
 
+/* A write answered server_offline (err 19): the client goes to another server. */
+static const char offline_why[] = "this server was taken offline by an operator: produce on "
+                                  "another server";
+
+/* Produces and creations on a server taken out of service: refused before the store. */
+static int refuse_offline(cq_mqsrv_t *s, const char **ret_why)
+{
+    if (!s->offline)
+        return 0;
+    s->st.offline_refused++;
+    *ret_why = offline_why;
+    return CQ_ESRVOFFLINE;
+}
+
 /* A write answered not_master (err 18): the client goes to its shard's master. */
 static const char not_master_why[] = "this server is not its shard's master now";
 
@@ -137,6 +151,8 @@ int cq__mqop_produce(mq_link_t *l, cq_writer_req_t *req, void *ctx, const char *
 {
     int r = cq__mqop_may_write(l, ret_why);
     const mq_topic_t *t = cq__mqsrv_topic(l->s, req->topic);
+    if (r == 0)
+        r = refuse_offline(l->s, ret_why);
     if (r == 0 && t && t->reload) {
         /* a new master answers only once it knows the offsets replication moved */
         *ret_why = "this server is taking over as its shard's master: retry";
@@ -207,6 +223,8 @@ int cq__mqop_create(mq_link_t *l, uint32_t module_id, const char *topic, int ret
     }
     cq_writer_req_t *req;
     int r = cq__mqop_may_write(l, ret_why);
+    if (r == 0)
+        r = refuse_offline(l->s, ret_why);
     if (r < 0)
         return r;
     r = new_req(CQ_WRITER_TOPIC_CREATE, topic, NULL, &req, ret_why);
@@ -310,8 +328,10 @@ void cq__mqop_retention(cq_mqsrv_t *s, int64_t now_unix_ms)
         return; /* the master purges; its deletes reach the replicas */
     for (size_t i = 0; i < s->ntopics; i++) {
         mq_topic_t *t = s->topics[i];
-        if (t->retention_days > 0 && !t->purging)
-            purge(s, t, CQ_MQSRV_PURGE_ROWS, now_unix_ms - (int64_t)t->retention_days * 86400000);
+        int64_t keep_ms = t->retention_managed ? (int64_t)t->retention_s * 1000
+                                               : (int64_t)t->retention_days * 86400000;
+        if (keep_ms > 0 && !t->purging)
+            purge(s, t, CQ_MQSRV_PURGE_ROWS, now_unix_ms - keep_ms);
     }
 }
 

@@ -137,7 +137,7 @@ static void listed(cq_mqsrv_t *s, const cq_writer_req_t *req)
         mq_topic_t *t = cq__mqsrv_topic(s, st->name);
         if (t) {
             t->online = st->online;
-            t->retention_days = st->retention_days;
+            t->retention_days = st->retention_days; /* a managed retention stays in force */
             continue;
         }
         t = cq__mqsrv_topic_add(s, st->name, st->online, st->retention_days);
@@ -184,7 +184,7 @@ void cq__mqsrv_role_done(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *
 
 uint32_t cq__mqsrv_weight(const cq_mqsrv_t *s)
 {
-    if (!cq__mqsrv_writable(s))
+    if (!cq__mqsrv_writable(s) || s->offline)
         return 0;
     uint64_t w = 100;
     cq_writer_stats_t st;

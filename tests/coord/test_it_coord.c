@@ -9,7 +9,9 @@
  * SKIP") when zk.sh reports that java or ZooKeeper is missing.
  */
 #include "cq_clock.h"
+#include "cq_alloc.h"
 #include "cq_coordzk.h"
+#include "cq_err.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +19,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -390,6 +393,72 @@ static int group_teardown(void **state)
     return 0;
 }
 
+/* ---- the manager's state store (cq_coord_zkstore_*) ---------------------------------------- */
+
+static atomic_int g_changed; /* watch callbacks seen by store B */
+
+static void on_changed(void *arg)
+{
+    atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+/* Two managers' stores on one root: the absent document, a create, a load by the other, a CAS
+ * conflict each way, and B's watch firing on A's saves (twice: it re-arms itself). */
+static void test_mgr_store(void **state)
+{
+    (void)state;
+    const char *root = "/it-mgrstore";
+    const cq_mgrstore_ops_t *ops = &cq_coord_zkstore_ops; /* B goes through the table */
+    void *a = NULL, *b = NULL;
+    assert_int_equal(cq_coord_zkstore_new(g_hosts, root, SESSION_MS, &a), 0);
+    assert_int_equal(cq_coord_zkstore_new(g_hosts, root, SESSION_MS, &b), 0);
+    char *json = (char *)"x";
+    size_t len = 99;
+    int64_t ver = 99, nv = 99;
+    assert_int_equal(cq_coord_zkstore_load(a, &json, &len, &ver), 0);
+    assert_null(json);
+    assert_int_equal(len, 0);
+    assert_int_equal(ver, -1);
+    atomic_store(&g_changed, 0);
+    ops->watch(b, on_changed, &g_changed);
+
+    const char *d1 = "{\"version\":1}";
+    assert_int_equal(cq_coord_zkstore_save(a, d1, strlen(d1), -1, &nv), 0);
+    assert_int_equal(nv, 0);
+    WAIT_UNTIL(atomic_load(&g_changed) >= 1); /* B learns of the creation */
+    assert_int_equal(ops->load(b, &json, &len, &ver), 0);
+    assert_int_equal(ver, 0);
+    assert_int_equal(len, strlen(d1));
+    assert_string_equal(json, d1);
+    cq_free(json);
+    /* Creating again is a conflict: the document exists. */
+    assert_int_equal(ops->save(b, d1, strlen(d1), -1, &nv), CQ_ECONFLICT);
+    assert_int_equal(nv, -1);
+
+    const char *d2 = "{\"version\":2}";
+    int before = atomic_load(&g_changed);
+    assert_int_equal(cq_coord_zkstore_save(a, d2, strlen(d2), 0, &nv), 0);
+    assert_int_equal(nv, 1);
+    WAIT_UNTIL(atomic_load(&g_changed) > before); /* the watch was re-armed */
+    /* B still believes version 0: its write loses and the document is A's. */
+    const char *d3 = "{\"version\":3}";
+    assert_int_equal(ops->save(b, d3, strlen(d3), 0, &nv), CQ_ECONFLICT);
+    assert_int_equal(ops->load(b, &json, &len, &ver), 0);
+    assert_int_equal(ver, 1);
+    assert_string_equal(json, d2);
+    cq_free(json);
+    /* After reloading, B writes; A's stale version now loses. */
+    assert_int_equal(ops->save(b, d3, strlen(d3), 1, &nv), 0);
+    assert_int_equal(nv, 2);
+    assert_int_equal(cq_coord_zkstore_save(a, d2, strlen(d2), 1, &nv), CQ_ECONFLICT);
+    assert_int_equal(cq_coord_zkstore_load(a, &json, &len, &ver), 0);
+    assert_int_equal(ver, 2);
+    assert_string_equal(json, d3);
+    cq_free(json);
+    cq_coord_zkstore_free(a);
+    ops->free(b);
+}
+
 int main(void)
 {
     g_zksh = getenv("ZK_SH");
@@ -413,9 +482,8 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_elect_and_failover),
-        cmocka_unit_test(test_kill_zk_leader),
-        cmocka_unit_test(test_frozen_master),
+        cmocka_unit_test(test_mgr_store),      cmocka_unit_test(test_elect_and_failover),
+        cmocka_unit_test(test_kill_zk_leader), cmocka_unit_test(test_frozen_master),
         cmocka_unit_test(test_topic_registry),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -120,12 +120,66 @@ static void test_errors(void **state)
            "HTTP/1.1 200 OK\r\n" TEXT "Content-Length: 3\r\nConnection: close\r\n\r\nok\n");
 }
 
+/* The value of the sample `series` (name and labels, exactly as written) in /metrics; -1 when
+ * absent. */
+static double series(const char *name_labels)
+{
+    char *got = ask("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    char needle[256];
+    snprintf(needle, sizeof needle, "\n%s ", name_labels);
+    char *p = strstr(got, needle);
+    double v = p ? strtod(p + strlen(needle), NULL) : -1;
+    free(got);
+    return v;
+}
+
+/* channeld's names (logs, packets_drop/frag/comb, channel_tick_duration) and chanq's own relay
+ * metrics (doc/metrics.md), with exact values: two authenticated TCP clients and one raw
+ * connection that sent half a packet header. */
+static void test_relay_metrics(void **state)
+{
+    (void)state;
+    chanq_sync_t *a = cq_testsrv_connect(&srv, false, NULL, NULL);
+    chanq_sync_t *b = cq_testsrv_connect(&srv, false, NULL, NULL);
+    assert_non_null(a);
+    assert_non_null(b);
+    int res = -1;
+    assert_int_equal(chanq_sync_auth(a, "pit", "lt", TMO, &res, NULL), 0);
+    assert_int_equal(res, 0);
+    assert_int_equal(chanq_sync_auth(b, "pit", "lt", TMO, &res, NULL), 0);
+    assert_int_equal(res, 0);
+    int fd = cq_raw_connect(srv.client_port);
+    assert_true(fd >= 0);
+    assert_int_equal(cq_raw_write(fd, "CH", 2), 0); /* a read that ends mid-header */
+    assert_int_equal(cq_testsrv_metric_wait_ge(&srv, "packets_frag", 1, TMO), 1);
+    assert_true(series("chanq_connections{transport=\"tcp\",type=\"CLIENT\"}") == 3);
+    assert_true(series("chanq_connections{transport=\"tcp\",type=\"SERVER\"}") == 0);
+    assert_true(series("chanq_connections{transport=\"ws\",type=\"CLIENT\"}") == 0);
+    assert_true(series("chanq_connections{transport=\"kcp\",type=\"CLIENT\"}") == 0);
+    assert_true(series("connection_num{type=\"CLIENT\"}") == 3);
+    assert_true(series("packets_frag{connType=\"CLIENT\"}") == 1);
+    /* one AUTH packet parsed per client */
+    assert_true(series("packets_comb{connType=\"CLIENT\"}") == 2);
+    assert_true(series("packets_in{connType=\"CLIENT\"}") == 2);
+    assert_true(series("packets_drop{connType=\"CLIENT\"}") == 0);
+    assert_true(series("chanq_subscribers") == 0);
+    assert_true(series("chanq_fanouts_total") == 0);
+    assert_true(series("channel_tick_duration{type=\"GLOBAL\"}") >= 0);
+    assert_true(series("logs{level=\"warn\"}") >= 0);
+    assert_true(series("logs{level=\"error\"}") >= 0);
+    assert_true(series("chanq_mq_role{shard=\"0\"}") == 1);
+    close(fd);
+    chanq_sync_free(a);
+    chanq_sync_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_healthz, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_relay_metrics, setup, teardown),
     };
     return cmocka_run_group_tests_name("admin", tests, NULL, NULL);
 }

@@ -65,6 +65,10 @@ static void test_server_broadcast_flags(void **state)
 {
     world_t w;
     world_init(&w);
+    /* chanq_fanouts_total (doc/metrics.md): one ALL broadcast queues one record per subscriber */
+    int64_t f0 = cq_testsrv_metric(it_srv(), "chanq_fanouts_total");
+    check_recipients(&w, 0, 0, 0, 0, 0, "");
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_fanouts_total"), f0 + 4);
     struct {
         uint32_t bc;
         unsigned mask;

@@ -593,16 +593,18 @@ static void test_metrics(void **state)
     assert_int_equal(produce(admin, "other", "n", 1, 0, 0, o2), CQ_MQ_OK);
     assert_int_equal(produce(admin, "other", "n", 1, 0, 0, o2 + 1), CQ_MQ_OK);
     assert_int_equal(commit(cons, "orders", off[1]), CQ_MQ_OK);
-    char *b = metrics_when("chanq_mq_consumer_offset{topic=\"orders\",consumer=\"m2\"}", off[1]);
-    assert_int_equal(sample(b, "chanq_mq_topic_produced_total{topic=\"orders\"}"), 5);
-    assert_int_equal(sample(b, "chanq_mq_topic_produced_total{topic=\"other\"}"), 2);
-    assert_int_equal(sample(b, "chanq_mq_topic_last_offset{topic=\"orders\"}"), off[4]);
-    assert_int_equal(sample(b, "chanq_mq_topic_last_offset{topic=\"other\"}"), o2[1]);
-    assert_int_equal(sample(b, "chanq_mq_topic_pending_messages{topic=\"orders\"}"), 0);
-    assert_int_equal(sample(b, "chanq_mq_topic_purged_total{topic=\"orders\"}"), 0);
-    assert_int_equal(sample(b, "chanq_mq_topic_online{topic=\"orders\"}"), 1);
-    assert_int_equal(sample(b, "chanq_mq_consumer_lag{topic=\"orders\",consumer=\"m2\"}"),
-                     off[4] - off[1]);
+    char *b = metrics_when("chanq_mq_consumer_offset{topic=\"orders\",consumer=\"m2\",shard=\"0\"}",
+                           off[1]);
+    assert_int_equal(sample(b, "chanq_mq_topic_produced_total{topic=\"orders\",shard=\"0\"}"), 5);
+    assert_int_equal(sample(b, "chanq_mq_topic_produced_total{topic=\"other\",shard=\"0\"}"), 2);
+    assert_int_equal(sample(b, "chanq_mq_topic_last_offset{topic=\"orders\",shard=\"0\"}"), off[4]);
+    assert_int_equal(sample(b, "chanq_mq_topic_last_offset{topic=\"other\",shard=\"0\"}"), o2[1]);
+    assert_int_equal(sample(b, "chanq_mq_topic_pending_messages{topic=\"orders\",shard=\"0\"}"), 0);
+    assert_int_equal(sample(b, "chanq_mq_topic_purged_total{topic=\"orders\",shard=\"0\"}"), 0);
+    assert_int_equal(sample(b, "chanq_mq_topic_online{topic=\"orders\",shard=\"0\"}"), 1);
+    assert_int_equal(
+        sample(b, "chanq_mq_consumer_lag{topic=\"orders\",consumer=\"m2\",shard=\"0\"}"),
+        off[4] - off[1]);
     assert_int_equal(sample(b, "chanq_mq_produced_total"), 7);
     assert_int_equal(sample(b, "chanq_mq_topics"), 2);
     /* the writer: 3 produce transactions (5 + 1 + 1 messages) in the histograms */
@@ -621,10 +623,11 @@ static void test_metrics(void **state)
     free(b);
     /* reading an offset back records it too, and the lag follows new produces */
     assert_int_equal(produce(admin, "orders", "m", 1, 0, 0, off), CQ_MQ_OK);
-    b = metrics_when("chanq_mq_topic_produced_total{topic=\"orders\"}", 6);
-    assert_int_equal(sample(b, "chanq_mq_consumer_lag{topic=\"orders\",consumer=\"m2\"}"),
-                     off[0] - sample(b, "chanq_mq_consumer_offset{topic=\"orders\","
-                                        "consumer=\"m2\"}"));
+    b = metrics_when("chanq_mq_topic_produced_total{topic=\"orders\",shard=\"0\"}", 6);
+    assert_int_equal(
+        sample(b, "chanq_mq_consumer_lag{topic=\"orders\",consumer=\"m2\",shard=\"0\"}"),
+        off[0] - sample(b, "chanq_mq_consumer_offset{topic=\"orders\","
+                           "consumer=\"m2\",shard=\"0\"}"));
     free(b);
     mqc_close(admin);
     mqc_close(cons);

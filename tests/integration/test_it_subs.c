@@ -31,6 +31,8 @@ static void test_sub_client_self(void **state)
     it_sub(c, 5, ch, 999, -1);
     it_expect_sub(c, ch, 5, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
     it_expect_sub(s, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 1); /* owner copy, stub 0 */
+    /* chanq_subscribers (doc/metrics.md): the owner's subscription and c's */
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_subscribers"), 2);
 
     /* same access again: no reply; changed access: a reply (so c's next is stub 7) */
     it_sub(c, 6, ch, 0, 1);
@@ -42,6 +44,7 @@ static void test_sub_client_self(void **state)
     assert_int_equal(chanq_sync_unsub_from_channel(c->s, 8, ch, c->id), 0);
     it_expect_unsub(c, ch, 8, c->id, CONN_CLIENT, CT_SUBWORLD);
     it_expect_unsub(s, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD);
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_subscribers"), 1);
 
     /* UNSUB again: not subscribed, nothing is sent; SUB again works (stub 10 is next) */
     assert_int_equal(chanq_sync_unsub_from_channel(c->s, 9, ch, c->id), 0);
@@ -52,6 +55,7 @@ static void test_sub_client_self(void **state)
     it_sub(c, 11, 4242, 0, -1);
     it_sub(c, 12, ch, 0, 2);
     it_expect_sub(c, ch, 12, c->id, CONN_CLIENT, CT_SUBWORLD, 2);
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_subscribers"), 2);
 }
 
 static void test_sub_other_by_server(void **state)

@@ -16,6 +16,7 @@
 
 #include "chanq_cluster.h"
 #include "cq_alloc.h"
+#include "cq_mqmgr.h"
 
 /* ---- the fake transport ---------------------------------------------------------------------- */
 
@@ -705,6 +706,176 @@ static void test_lifecycle(void **state)
 #endif
 }
 
+/* ---- managers (issue 13) ----------------------------------------------------------------------
+ */
+
+/* server_offline (19) counts as not_master: the next server of the shard, then the next shard,
+ * with the same key; a keepalive weight 0 from a master (offline) keeps it passed over. */
+static void test_failover_offline(void **state)
+{
+    (void)state;
+    fake_reset();
+    fake_srv(0, 1, 1, 100);
+    fake_srv(1, 2, 1, 100);
+    F.s[0].always = CQ_ESRVOFFLINE;
+    chanq_cluster_opts_t o = {.recheck_ms = 500};
+    chanq_cluster_t *c = cluster("1/a:1,2/b:2", &o);
+    uint32_t shard = 0;
+    int64_t off = 0;
+    assert_int_equal(produce(c, "x", &off, &shard), 0);
+    assert_int_equal(shard, 2);
+    assert_int_equal(F.nlog, 2);
+    assert_int_equal(F.log[0].idx, 0);
+    assert_int_equal(F.log[1].idx, 1);
+    assert_int_equal(F.log[1].seq, F.log[0].seq); /* the same key */
+    F.s[0].hello.weight = 0;                      /* what an offline master's keepalive says */
+    F.now += 600;
+    chanq_cluster_tick(c);
+    assert_int_equal(produce(c, "y", &off, &shard), 0);
+    assert_int_equal(F.nlog, 3);
+    assert_int_equal(F.log[2].idx, 1); /* not tried again */
+    /* every server offline: the caller sees not_master */
+    F.s[1].always = CQ_ESRVOFFLINE;
+    F.s[0].hello.weight = 100;
+    F.now += 600;
+    chanq_cluster_tick(c);
+    assert_int_equal(produce(c, "z", &off, &shard), CQ_ENOTMASTER);
+    chanq_cluster_free(c);
+}
+
+/* The fake manager: what it was asked, what it answers. */
+typedef struct fmgr {
+    char asked[8][64]; /* "addr module token" */
+    int nasked;
+    uint32_t err_code[4]; /* per manager index: 0 serves */
+    bool down[4];
+} fmgr_t;
+
+static int fm_exchange(void *ud, const char *addr, const uint8_t *req, size_t n, uint8_t *resp,
+                       size_t cap, size_t *ret_n, int timeout_ms)
+{
+    fmgr_t *fm = ud;
+    (void)timeout_ms;
+    int i = addr[1] - '0'; /* "m0:1", "m1:1", ... */
+    cq_mq_frame_t f;
+    assert_true(cq_mq_parse(req, n, 0, &f) > 0);
+    cq_mqmgr_msg_t *m = NULL;
+    char err[128];
+    assert_int_equal(cq_mqmgr_decode(&f, 0, &m, err, sizeof(err)), 0);
+    assert_int_equal(m->kind, CQ_MQMGR_SVRCONFIG);
+    assert_true(fm->nasked < 8);
+    snprintf(fm->asked[fm->nasked++], sizeof(fm->asked[0]), "%s %u %s", addr, m->module_id,
+             m->token);
+    cq_mqmgr_msg_t *a = cq_mqmgr_msg_new(CQ_MQMGR_SVRCONFIG_RESP, m->msg_id);
+    a->askid = m->askid;
+    a->has_askid = true;
+    a->module_id = m->module_id;
+    a->err_code = fm->err_code[i];
+    cq_mqmgr_msg_free(m);
+    if (fm->down[i]) {
+        cq_mqmgr_msg_free(a);
+        return -ECONNREFUSED;
+    }
+    if (!a->err_code) {
+        assert_int_equal(cq_mqmgr_msg_add_server(a, "10.0.0.1", 7001, 1), 0);
+        assert_int_equal(cq_mqmgr_msg_add_server(a, "::1", 7002, 2), 0);
+    }
+    uint8_t *b;
+    size_t bn;
+    assert_int_equal(cq_mqmgr_encode(a, &b, &bn), 0);
+    cq_mqmgr_msg_free(a);
+    assert_true(bn <= cap);
+    memcpy(resp, b, bn);
+    cq_free(b);
+    *ret_n = bn;
+    return 0;
+}
+
+/* svrconfig: managers in turn until one answers err 0; the list with its shards. */
+static void test_svrconfig(void **state)
+{
+    (void)state;
+    fmgr_t fm = {.err_code = {6, 0}, .down = {false, false, true}};
+    chanq_cluster_mgr_io_t io = {fm_exchange, &fm};
+    chanq_cluster_server_t sv[4];
+    size_t n = 0;
+    char err[256] = "";
+    assert_int_equal(
+        chanq_cluster_svrconfig_io(&io, "m0:1,m1:1", 7, "tok", 1000, sv, 4, &n, err, sizeof(err)),
+        0);
+    assert_int_equal(fm.nasked, 2);
+    assert_string_equal(fm.asked[0], "m0:1 7 tok");
+    assert_string_equal(fm.asked[1], "m1:1 7 tok");
+    assert_int_equal(n, 2);
+    assert_string_equal(sv[0].addr, "10.0.0.1:7001");
+    assert_int_equal(sv[0].shard, 1);
+    assert_string_equal(sv[1].addr, "[::1]:7002");
+    assert_int_equal(sv[1].shard, 2);
+    /* every manager fails: the last one's error, named */
+    assert_int_equal(
+        chanq_cluster_svrconfig_io(&io, "m0:1,m2:1", 7, "tok", 1000, sv, 4, &n, err, sizeof(err)),
+        -ECONNREFUSED);
+    assert_non_null(strstr(err, "manager m2:1"));
+    assert_int_equal(
+        chanq_cluster_svrconfig_io(&io, "m0:1", 7, "bad", 1000, sv, 4, &n, err, sizeof(err)),
+        CQ_EAUTH);
+    assert_int_equal(
+        chanq_cluster_svrconfig_io(&io, "m1:1", 7, "tok", 1000, sv, 1, &n, err, sizeof(err)),
+        CQ_ELIMIT);
+    assert_int_equal(
+        chanq_cluster_svrconfig_io(&io, ",", 7, "tok", 1000, sv, 4, &n, err, sizeof(err)), -EINVAL);
+}
+
+static int refreshes;
+static chanq_cluster_server_t next_list[2];
+static size_t next_n;
+
+static int fake_refresh(void *ud, chanq_cluster_server_t *ret, size_t cap, size_t *ret_n)
+{
+    (void)ud, (void)cap;
+    refreshes++;
+    memcpy(ret, next_list, next_n * sizeof(*ret));
+    *ret_n = next_n;
+    return 0;
+}
+
+/* The list's source runs every refresh_ms from tick; a new list replaces the old one (the same
+ * address at the same position keeps its connection), an empty one is ignored. */
+static void test_refresh(void **state)
+{
+    (void)state;
+    fake_reset();
+    fake_srv(0, 1, 1, 100);
+    fake_srv(1, 2, 1, 100);
+    chanq_cluster_opts_t o = {.refresh = fake_refresh, .refresh_ms = 1000};
+    chanq_cluster_t *c = cluster("1/a:1,2/b:2", &o);
+    next_n = 0;
+    refreshes = 0;
+    chanq_cluster_tick(c); /* connects both, refresh: empty, kept */
+    assert_int_equal(refreshes, 1);
+    size_t n;
+    const chanq_cluster_server_t *v = chanq_cluster_servers(c, &n);
+    assert_int_equal(n, 2);
+    next_list[0] = (chanq_cluster_server_t){.shard = 1, .addr = "a:1"};
+    next_n = 1; /* b:2 went offline */
+    F.now += 999;
+    chanq_cluster_tick(c);
+    assert_int_equal(refreshes, 1);
+    F.now += 1;
+    chanq_cluster_tick(c);
+    assert_int_equal(refreshes, 2);
+    v = chanq_cluster_servers(c, &n);
+    assert_int_equal(n, 1);
+    assert_string_equal(v[0].addr, "a:1");
+    int connects = F.s[0].connects;
+    uint32_t shard = 0;
+    int64_t off = 0;
+    assert_int_equal(produce(c, "x", &off, &shard), 0);
+    assert_int_equal(shard, 1);
+    assert_int_equal(F.s[0].connects, connects); /* kept its connection */
+    chanq_cluster_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -721,6 +892,9 @@ int main(void)
         cmocka_unit_test(test_consume_store_error),
         cmocka_unit_test(test_dedupe),
         cmocka_unit_test(test_lifecycle),
+        cmocka_unit_test(test_failover_offline),
+        cmocka_unit_test(test_svrconfig),
+        cmocka_unit_test(test_refresh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,7 +13,9 @@
 #include "cq_authlim.h"
 #include "cq_err.h"
 #include "cq_mq.h"
+#include "cq_mgrlink.h"
 #include "cq_mqhttp.h"
+#include "cq_mqmgr.h"
 #include "cq_mqperm.h"
 #include "cq_mqport.h"
 
@@ -1367,7 +1369,7 @@ static void test_metrics_port(void **state)
     assert_int_equal(cq_sbuf_append(&b, "", 1), 0);
     const char *text = (const char *)b.data;
     assert_non_null(strstr(text, "\nchanq_mq_topics 3\n"));
-    assert_non_null(strstr(text, "\nchanq_mq_topic_last_offset{topic=\"orders\"} 2\n"));
+    assert_non_null(strstr(text, "\nchanq_mq_topic_last_offset{topic=\"orders\",shard=\"0\"} 2\n"));
     assert_non_null(strstr(text, "\nchanq_mq_writer_transactions_total 7\n"));
     assert_non_null(strstr(text, "\nchanq_mq_writer_messages_total 70\n"));
     cq_sbuf_done(&b);
@@ -2179,6 +2181,315 @@ static void test_weight(void **state)
     eng_stop();
 }
 
+/* ---- the manager's link (issue 13) ------------------------------------------------------------
+ */
+
+/* Checks that the next frame sent to f starts with want ("<type> <msg id> <body prefix>"). */
+static void expect_prefix(fconn_t *f, const char *want)
+{
+    cq_mq_frame_t fr;
+    ssize_t r = cq_mq_parse(f->out + f->at, f->len - f->at, 0, &fr);
+    assert_true(r > 0);
+    char got[4096];
+    snprintf(got, sizeof(got), "%u %u %.*s", fr.type, fr.msg_id, (int)fr.body_len,
+             (const char *)fr.body);
+    if (strncmp(got, want, strlen(want)) != 0)
+        fprintf(stderr, "# want %s...\n#  got %s\n", want, got);
+    assert_int_equal(strncmp(got, want, strlen(want)), 0);
+    f->at += (size_t)r;
+}
+
+/* Takes the submitted request of op on topic wherever it is in the queue. */
+static cq_writer_req_t *take_any(cq_writer_op_t op, const char *topic)
+{
+    for (size_t i = 0; i < fp.npending; i++) {
+        cq_writer_req_t *r = fp.pending[i];
+        if (r->op == op && (!topic || strcmp(r->topic, topic) == 0)) {
+            memmove(fp.pending + i, fp.pending + i + 1, (--fp.npending - i) * sizeof(r));
+            return r;
+        }
+    }
+    fail_msg("no request %d on %s was submitted", (int)op, topic ? topic : "-");
+    return NULL;
+}
+
+static void done_all(void)
+{
+    while (fp.npending)
+        done(take(fp.pending[0]->op, NULL), 0);
+}
+
+static const char offline_msg[] = "\"err_code\":19,\"err_msg\":\"produce: this server was taken "
+                                  "offline by an operator: produce on another server\"";
+
+/* Offline: a produce admitted before is acknowledged at its completion (draining meanwhile);
+ * new produces and creating add_topics are answered server_offline (19) before the store; a
+ * consume still works; keepalive weight 0; online again takes produces. */
+static void test_offline(void **state)
+{
+    (void)state;
+    eng_start(false, 0);
+    fconn_t *p = fconn_new();
+    connect_as(p, 1, "s1",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
+    feed(p, produce_req(2, "orders", 1, 0));
+    cq_writer_req_t *before = take(CQ_WRITER_PRODUCE, "orders");
+    cq_mqsrv_set_offline(eng, true);
+    bool off, draining;
+    cq_mqsrv_offline_state(eng, &off, &draining);
+    assert_true(off);
+    assert_true(draining);
+    feed(p, produce_req(3, "orders", 1, 0));
+    char want[512];
+    snprintf(want, sizeof(want), "12 3 {\"askid\":3,\"topic\":\"orders\",%s,\"shard\":0}",
+             offline_msg);
+    expect(p, want);
+    feed(p, req(CQ_MQ_REQ_ADD_TOPIC, 4, 4, "fresh"));
+    expect_prefix(p, "6 4 {\"askid\":4,\"topic\":\"fresh\",\"err_code\":19,");
+    assert_int_equal(fp.npending, 0); /* nothing reached the store */
+    feed(p, req(CQ_MQ_REQ_KEEPALIVE, 5, 5, NULL));
+    expect(p, "4 5 {\"askid\":5,\"err_code\":0,\"weight\":0,\"shard\":0,\"master\":true}");
+    done_produce(before, 10); /* the drain: acknowledged */
+    expect_prefix(p, "12 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0");
+    cq_mqsrv_offline_state(eng, &off, &draining);
+    assert_false(draining);
+    cq_sbuf_t m;
+    cq_sbuf_init(&m);
+    assert_int_equal(cq_mqsrv_metrics(eng, &m), 0);
+    assert_int_equal(cq_sbuf_append(&m, "", 1), 0);
+    assert_non_null(strstr((char *)m.data, "\nchanq_mq_offline 1\n"));
+    assert_non_null(strstr((char *)m.data, "\nchanq_mq_offline_refused_total 2\n"));
+    cq_sbuf_done(&m);
+    cq_mqsrv_set_offline(eng, false);
+    feed(p, produce_req(6, "orders", 1, 0));
+    done_produce(take(CQ_WRITER_PRODUCE, "orders"), 20);
+    expect_prefix(p, "12 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":0");
+    fconn_free(p);
+    eng_stop();
+}
+
+/* The link's output, decoded: exactly one frame of kind. */
+static cq_mqmgr_msg_t *link_out(cq_mgrlink_t *l, cq_mqmgr_kind_t kind)
+{
+    cq_sbuf_t *o = cq_mgrlink_output(l);
+    cq_mq_frame_t f;
+    ssize_t n = cq_mq_parse(o->data, o->len, CQ_MQMGR_MAX_TOTAL, &f);
+    assert_true(n > 0);
+    assert_int_equal((size_t)n, o->len);
+    cq_mqmgr_msg_t *m = NULL;
+    char err[256];
+    assert_int_equal(cq_mqmgr_decode(&f, 0, &m, err, sizeof(err)), 0);
+    cq_sbuf_consume(o, (size_t)n);
+    assert_int_equal(m->kind, kind);
+    return m;
+}
+
+/* Feeds m (taken) to the link as the manager would send it. */
+static int link_in(cq_mgrlink_t *l, cq_mqmgr_msg_t *m, uint64_t now)
+{
+    uint8_t *b;
+    size_t n;
+    assert_int_equal(cq_mqmgr_encode(m, &b, &n), 0);
+    cq_mqmgr_msg_free(m);
+    int r = cq_mgrlink_input(l, b, n, now);
+    cq_free(b);
+    return r;
+}
+
+static cq_mgrlink_t *link_new(uint32_t appid)
+{
+    cq_mgrlink_opts_t o = {.group_id = 3, .appid = appid, .token = "sek", .report_ms = 2000};
+    cq_mgrlink_t *l = cq_mgrlink_new(eng, &o);
+    assert_non_null(l);
+    cq_mgrlink_bound(l, "127.0.0.1:7001");
+    return l;
+}
+
+/* A sync: the seed's serverinfo and chanq's ext from the host's figures and the engine's; one
+ * per report period; the manager's err 6 closes. */
+static void test_mgrlink_sync(void **state)
+{
+    (void)state;
+    eng_start(true, 0);
+    cq_mgrlink_t *l = link_new(0);
+    assert_int_equal(cq_mgrlink_appid(l), 7001); /* shard 0 * 65536 + port */
+    assert_false(cq_mgrlink_sync_due(l, 5));
+    cq_mgrlink_connected(l);
+    assert_true(cq_mgrlink_sync_due(l, 5));
+    cq_mgrlink_host_t h = {.threads = 9,
+                           .cpu = 12,
+                           .mem = 34,
+                           .sockets = 5,
+                           .queued_bytes = 1025,
+                           .has_repl = true,
+                           .repl = {.replica = true,
+                                    .io_running = true,
+                                    .lag_seconds = 3,
+                                    .lag_transactions = 4,
+                                    .behind_ms = 5000}};
+    wstats.pending = 7;
+    assert_int_equal(cq_mgrlink_sync(l, &h, 5), 0);
+    cq_mqmgr_msg_t *m = link_out(l, CQ_MQMGR_SYNC);
+    assert_int_equal(m->askid, 1);
+    assert_int_equal(m->group_id, 3);
+    assert_int_equal(m->appid, 7001);
+    assert_string_equal(m->token, "sek");
+    assert_int_equal(m->info.threads, 9);
+    assert_int_equal(m->info.packages, 9); /* 7 pending + 2 KiB queued */
+    assert_int_equal(m->info.cpu, 12);
+    assert_int_equal(m->info.mem, 34);
+    assert_int_equal(m->info.sockets, 5);
+    assert_string_equal(m->ext.addr, "127.0.0.1:7001");
+    assert_true(m->ext.master);
+    assert_false(m->ext.offline);
+    assert_true(m->ext.has & CQ_MQMGR_X_REPL);
+    assert_false(m->ext.repl.sql_running);
+    assert_int_equal(m->ext.repl.behind_ms, 5000);
+    assert_int_equal(m->ext.ntopics, 3);
+    assert_string_equal(m->ext.topics[2].name, "orders");
+    assert_int_equal(m->ext.topics[2].last_offset, 2);
+    cq_mqmgr_msg_free(m);
+    assert_false(cq_mgrlink_sync_due(l, 2004));
+    assert_true(cq_mgrlink_sync_due(l, 2005));
+    /* the manager refuses the token */
+    m = cq_mqmgr_msg_new(CQ_MQMGR_SYNC_RESP, 1);
+    m->askid = 1;
+    m->has_askid = true;
+    m->err_code = 6;
+    assert_int_equal(link_in(l, m, 10), CQ_EAUTH);
+    cq_mgrlink_disconnected(l);
+    assert_false(cq_mgrlink_sync_due(l, 99999));
+    cq_mgrlink_free(l);
+    eng_stop();
+}
+
+static cq_mqmgr_msg_t *command(uint32_t askid, uint32_t cmdid)
+{
+    cq_mqmgr_msg_t *m = cq_mqmgr_msg_new(CQ_MQMGR_COMMAND, (uint16_t)askid);
+    assert_non_null(m);
+    m->askid = askid;
+    m->has_askid = true;
+    m->cmdid = cmdid;
+    return m;
+}
+
+static cq_mqmgr_msg_t *publish(uint32_t askid, int64_t version, const char *modules,
+                               bool orders_online)
+{
+    cq_mqmgr_msg_t *m = command(askid, CQ_MQMGR_CMD_PUBLISH_CONFIG);
+    m->config.version = version;
+    assert_int_equal(cq_mqmgr_config_set_modules(&m->config, modules, strlen(modules)), 0);
+    assert_int_equal(cq_mqmgr_config_add_topic(&m->config, "orders", orders_online, 3600), 0);
+    return m;
+}
+
+/* The answer to a command: askid, cmdid, err_code and the start of err_msg. */
+static void expect_answer(cq_mgrlink_t *l, uint32_t askid, uint32_t cmdid, uint32_t err,
+                          const char *msg)
+{
+    cq_mqmgr_msg_t *m = link_out(l, CQ_MQMGR_COMMAND_RESP);
+    assert_int_equal(m->askid, askid);
+    assert_int_equal(m->cmdid, cmdid);
+    assert_int_equal(m->err_code, err);
+    if (msg) {
+        assert_non_null(m->err_msg);
+        if (strncmp(m->err_msg, msg, strlen(msg)) != 0)
+            fprintf(stderr, "# err_msg %s\n", m->err_msg);
+        assert_int_equal(strncmp(m->err_msg, msg, strlen(msg)), 0);
+    }
+    cq_mqmgr_msg_free(m);
+}
+
+/* publish_config swaps the permissions (enforced at the next drain), sets a topic offline
+ * through the store and takes its retention in seconds; a bad one changes nothing and is
+ * answered 5; offline refuses produces with 19. */
+static void test_mgrlink_commands(void **state)
+{
+    (void)state;
+    eng_start(false, 0);
+    cq_mgrlink_t *l = link_new(42);
+    cq_mgrlink_connected(l);
+    fconn_t *p = fconn_new();
+    connect_as(p, 3, "s3",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
+    assert_int_equal(
+        link_in(l, publish(77, 5, "{\"3\":{\"token\":\"s3\",\"produce\":[\"keep\"]}}", false), 1),
+        0);
+    expect_answer(l, 77, 1, 0, NULL);
+    cq_writer_req_t *r = take(CQ_WRITER_TOPIC_SET_ONLINE, "orders");
+    assert_false(r->online);
+    done(r, 0); /* the drain also swaps the permissions in */
+    feed(p, produce_req(2, "orders", 1, 0));
+    expect_prefix(p, "12 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":7");
+    cq_mqsrv_retention(eng, 10000000);
+    done(take(CQ_WRITER_PURGE, "Paused"), 0);
+    r = take(CQ_WRITER_PURGE, "orders");
+    assert_int_equal(r->older_than_ms, 10000000 - 3600 * 1000); /* seconds, not the store's days */
+    done(r, 0);
+    cq_mgrlink_stats_t st;
+    cq_mgrlink_stats(l, &st);
+    assert_int_equal(st.config_version, 5);
+    /* a table that does not load: answered 5, nothing changes */
+    assert_int_equal(link_in(l, publish(78, 6, "{\"3\":{\"token\":5}}", true), 2), 0);
+    expect_answer(l, 78, 1, 5, "content.modules: ");
+    cq_mgrlink_stats(l, &st);
+    assert_int_equal(st.config_version, 5);
+    assert_int_equal(fp.npending, 0);
+    /* offline, then online */
+    cq_mqmgr_msg_t *m = command(79, CQ_MQMGR_CMD_OFFLINE);
+    m->offline = true;
+    assert_int_equal(link_in(l, m, 3), 0);
+    expect_answer(l, 79, 2, 0, NULL);
+    feed(p, produce_req(3, "keep", 1, 0));
+    char want[512];
+    snprintf(want, sizeof(want), "12 3 {\"askid\":3,\"topic\":\"keep\",%s", offline_msg);
+    expect_prefix(p, want);
+    cq_mgrlink_host_t h = {0};
+    assert_int_equal(cq_mgrlink_sync(l, &h, 4), 0);
+    m = link_out(l, CQ_MQMGR_SYNC);
+    assert_true(m->ext.offline);
+    assert_int_equal(m->ext.config_version, 5);
+    assert_int_equal(m->appid, 42);
+    cq_mqmgr_msg_free(m);
+    m = command(80, CQ_MQMGR_CMD_OFFLINE);
+    m->offline = false;
+    assert_int_equal(link_in(l, m, 5), 0);
+    expect_answer(l, 80, 2, 0, NULL);
+    feed(p, produce_req(4, "keep", 1, 0));
+    done_produce(take(CQ_WRITER_PRODUCE, "keep"), 1);
+    expect_prefix(p, "12 4 {\"askid\":4,\"topic\":\"keep\",\"err_code\":0");
+    fconn_free(p);
+    cq_mgrlink_free(l);
+    eng_stop();
+}
+
+/* A slave records the managed flags; once it is master the tick sets them. */
+static void test_mgrlink_slave(void **state)
+{
+    (void)state;
+    next_slave = true;
+    eng_start(false, 0);
+    cq_mgrlink_t *l = link_new(1);
+    cq_mgrlink_connected(l);
+    assert_int_equal(link_in(l, publish(5, 2, "{}", false), 1), 0);
+    expect_answer(l, 5, 1, 0, NULL);
+    cq_mgrlink_tick(l, 2);
+    assert_int_equal(fp.npending, 0);
+    cq_mqsrv_set_role(eng, true, 0, 1);
+    cq_mqsrv_drain(eng);
+    cq_mgrlink_tick(l, 3);
+    cq_writer_req_t *r = take_any(CQ_WRITER_TOPIC_SET_ONLINE, "orders");
+    assert_false(r->online);
+    done(r, 0);
+    done_all();
+    cq_mgrlink_free(l);
+    eng_stop();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2210,6 +2521,10 @@ int main(void)
         cmocka_unit_test(test_connect_budget),
         cmocka_unit_test(test_perm_token_required),
         cmocka_unit_test(test_perms_reload),
+        cmocka_unit_test(test_offline),
+        cmocka_unit_test(test_mgrlink_sync),
+        cmocka_unit_test(test_mgrlink_commands),
+        cmocka_unit_test(test_mgrlink_slave),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,80 @@
+/* mgrfig.c - the host's figures for the manager's report. See mgrfig.h. Everything here is
+ * read from /proc, getrusage or atomics: nothing locks a hot path. */
+#include "mgrfig.h"
+
+#include "cq_clock.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+/* Threads of this process ("Threads:" of /proc/self/status), 0 when unknown. */
+static uint32_t proc_threads(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned n = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "Threads: %u", &n) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Resident memory in MiB (/proc/self/statm), 0 when unknown. */
+static uint32_t proc_rss_mib(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, rss = 0;
+    if (f && fscanf(f, "%lu %lu", &size, &rss) != 2)
+        rss = 0;
+    if (f)
+        fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    return (uint32_t)(rss * (unsigned long)(page > 0 ? page : 4096) / (1024 * 1024));
+}
+
+/* CPU time of the process since the previous sample, in % of one core. */
+static uint32_t cpu_percent(cq_main_figures_t *f)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) < 0)
+        return 0;
+    uint64_t cpu = (uint64_t)ru.ru_utime.tv_sec * 1000000 + (uint64_t)ru.ru_utime.tv_usec +
+                   (uint64_t)ru.ru_stime.tv_sec * 1000000 + (uint64_t)ru.ru_stime.tv_usec;
+    uint64_t wall = cq_clock_mono_ms() * 1000;
+    uint64_t pct = 0;
+    if (f->wall_us && wall > f->wall_us)
+        pct = (cpu - f->cpu_us) * 100 / (wall - f->wall_us);
+    f->cpu_us = cpu;
+    f->wall_us = wall;
+    return (uint32_t)pct;
+}
+
+static void relay(cq_shared_t *sh, cq_mgrlink_relay_t *r)
+{
+    int64_t conns, chans[6];
+    cq_shared_gauges(sh, &conns, chans);
+    /* The core counts connections, not their transports: all of them show under tcp. */
+    r->tcp = conns > 0 ? (uint64_t)conns : 0;
+    for (int t = 0; t < CQ_MGRLINK_CHAN_N; t++)
+        r->channels[t] = chans[t + 1] > 0 ? (uint64_t)chans[t + 1] : 0;
+    r->fanouts_total = cq_shared_counter(sh, "messages_out");
+    r->slow_consumer_closes_total = cq_shared_counter(sh, "slow_consumer_closed");
+}
+
+void cq_main_figures(void *ud, cq_mgrlink_host_t *h)
+{
+    cq_main_figures_t *f = ud;
+    h->threads = proc_threads();
+    h->mem = proc_rss_mib();
+    h->cpu = cpu_percent(f);
+    if (f->sh) {
+        h->has_relay = true;
+        relay(f->sh, &h->relay);
+        h->sockets += (uint32_t)h->relay.tcp;
+    }
+    h->has_repl = f->cluster && cq_main_cluster_repl(f->cluster, &h->repl);
+}
