@@ -111,8 +111,10 @@ size_t cq_shared_metrics(cq_shared_t *sh, char *buf, size_t cap);
 int cq_shared_metrics_append(void *ud, cq_sbuf_t *out);
 uint64_t cq_shared_counter(cq_shared_t *sh, const char *name);
 /* The gauges the manager's report carries (cq_mgrlink.h): open connections (server + client)
- * and channels by type (index = channel type 1..5: GLOBAL..ENTITY; 0 unused). Any thread. */
-void cq_shared_gauges(cq_shared_t *sh, int64_t *ret_connections, int64_t ret_channels[6]);
+ * by transport (CQ_CONN_TCP..), channels by type (index = channel type 1..5: GLOBAL..ENTITY;
+ * 0 unused) and subscriptions held. Any thread. */
+void cq_shared_gauges(cq_shared_t *sh, int64_t ret_connections[CQ_CONN_TRANSPORTS],
+                      int64_t ret_channels[6], int64_t *ret_subscribers);
 
 /* ---- per worker ---- */
 

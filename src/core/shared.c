@@ -180,12 +180,15 @@ uint64_t cq_shared_counter(cq_shared_t *sh, const char *name)
     return 0;
 }
 
-void cq_shared_gauges(cq_shared_t *sh, int64_t *ret_connections, int64_t ret_channels[6])
+void cq_shared_gauges(cq_shared_t *sh, int64_t ret_connections[CQ_CONN_TRANSPORTS],
+                      int64_t ret_channels[6], int64_t *ret_subscribers)
 {
-    *ret_connections =
-        atomic_load(&sh->metrics.connections[1]) + atomic_load(&sh->metrics.connections[2]);
+    for (int tr = 0; tr < CQ_CONN_TRANSPORTS; tr++)
+        ret_connections[tr] = atomic_load(&sh->metrics.by_transport[tr][1]) +
+                              atomic_load(&sh->metrics.by_transport[tr][2]);
     for (int t = 0; t < 6; t++)
         ret_channels[t] = atomic_load(&sh->metrics.channels[t]);
+    *ret_subscribers = atomic_load(&sh->metrics.subscriptions);
 }
 
 static size_t put(char *buf, size_t cap, size_t off, const char *fmt, ...)

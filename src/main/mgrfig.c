@@ -53,15 +53,23 @@ static uint32_t cpu_percent(cq_main_figures_t *f)
     return (uint32_t)pct;
 }
 
+static uint64_t pos(int64_t v)
+{
+    return v > 0 ? (uint64_t)v : 0;
+}
+
 static void relay(cq_shared_t *sh, cq_mgrlink_relay_t *r)
 {
-    int64_t conns, chans[6];
-    cq_shared_gauges(sh, &conns, chans);
-    /* The core counts connections, not their transports: all of them show under tcp. */
-    r->tcp = conns > 0 ? (uint64_t)conns : 0;
+    int64_t conns[CQ_CONN_TRANSPORTS], chans[6], subs;
+    cq_shared_gauges(sh, conns, chans, &subs);
+    r->tcp = pos(conns[CQ_CONN_TCP]);
+    r->ws = pos(conns[CQ_CONN_WS]);
+    r->wss = pos(conns[CQ_CONN_WSS]);
+    r->kcp = pos(conns[CQ_CONN_KCP]);
     for (int t = 0; t < CQ_MGRLINK_CHAN_N; t++)
-        r->channels[t] = chans[t + 1] > 0 ? (uint64_t)chans[t + 1] : 0;
-    r->fanouts_total = cq_shared_counter(sh, "messages_out");
+        r->channels[t] = pos(chans[t + 1]);
+    r->subscribers = pos(subs);
+    r->fanouts_total = cq_shared_counter(sh, "chanq_fanouts_total");
     r->slow_consumer_closes_total = cq_shared_counter(sh, "slow_consumer_closed");
 }
 
@@ -74,7 +82,7 @@ void cq_main_figures(void *ud, cq_mgrlink_host_t *h)
     if (f->sh) {
         h->has_relay = true;
         relay(f->sh, &h->relay);
-        h->sockets += (uint32_t)h->relay.tcp;
+        h->sockets += (uint32_t)(h->relay.tcp + h->relay.ws + h->relay.wss + h->relay.kcp);
     }
     h->has_repl = f->cluster && cq_main_cluster_repl(f->cluster, &h->repl);
 }
