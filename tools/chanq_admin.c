@@ -231,7 +231,7 @@ static int http(const adm_t *o, const char *method, const char *path, const char
                       "Accept: application/json\r\nConnection: close\r\n"
                       "%sContent-Length: %zu\r\n\r\n",
                       method, path, o->mgr, o->token,
-                      body ? "Content-Type: application/json\r\n" : "", blen);
+                      strcmp(method, "GET") ? "Content-Type: application/json\r\n" : "", blen);
     int r = hn > 0 && (size_t)hn < sizeof(head) ? write_all(fd, head, (size_t)hn) : -EINVAL;
     if (r == 0 && blen)
         r = write_all(fd, body, blen);

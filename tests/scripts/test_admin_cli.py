@@ -11,14 +11,16 @@ with a 20 s safety stop. TAP output.
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cqproc  # noqa: E402
+
 results = []
-procs = []
+procs = cqproc.Procs()
 
 
 def tap(ok, what, detail=""):
@@ -28,19 +30,6 @@ def tap(ok, what, detail=""):
         for line in str(detail).splitlines():
             print("#   " + line)
     return ok
-
-
-def wait_ready(path, p, what):
-    end = time.time() + 20
-    while time.time() < end:
-        if p.poll() is not None:
-            raise RuntimeError("%s exited (%s)" % (what, p.returncode))
-        if os.path.exists(path):
-            text = open(path).read()
-            if text.strip():
-                return dict(kv.split("=", 1) for kv in text.split() if "=" in kv)
-        time.sleep(0.05)
-    raise RuntimeError("%s: no ready file" % what)
 
 
 class Admin:
@@ -86,29 +75,12 @@ def main():
     os.chmod(tmp + "/admin.token", 0o600)
     print("1..21", flush=True)
     try:
-        mgr = subprocess.Popen(
-            [chanqd, "--role", "mgr", "--mgr-addr", "127.0.0.1:0", "--mgr-http-addr",
-             "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--mgr-state-file",
-             tmp + "/state.json", "--mgr-admin-token-file", tmp + "/admin.token",
-             "--mgr-token-file", tmp + "/server.token", "--mgr-audit-log", tmp + "/audit.log",
-             "--ready-file", tmp + "/mgr.ready"],
-            stdout=open(tmp + "/mgr.log", "wb"), stderr=subprocess.STDOUT)
-        procs.append(mgr)
-        mr = wait_ready(tmp + "/mgr.ready", mgr, "the manager")
-        if "mgrhttp" not in mr:  # TEMPORARY until h-mgr's role is merged
-            print("# the manager role is not built yet: skipping")
-            results.extend([True] * 21)
-            return 0
-        srv = subprocess.Popen(
-            [chanqd, "--client-addr", "127.0.0.1:0", "--server-addr", "127.0.0.1:0",
-             "--admin-addr", "127.0.0.1:0", "--mq-addr", "127.0.0.1:0", "--mq-http-addr", "",
-             "--ws-addr", "", "--kcp-addr", "", "--store-dir", tmp + "/data",
-             "--mgr-servers", mr["mgr"], "--mgr-token-file", tmp + "/server.token",
-             "--mgr-report-ms", "200", "--group-id", "1", "--appid", "41",
-             "--ready-file", tmp + "/srv.ready"],
-            stdout=open(tmp + "/srv.log", "wb"), stderr=subprocess.STDOUT)
-        procs.append(srv)
-        wait_ready(tmp + "/srv.ready", srv, "chanqd")
+        mr = cqproc.start_mgr(procs, chanqd, tmp, [
+            "--mgr-admin-token-file", tmp + "/admin.token", "--mgr-token-file",
+            tmp + "/server.token", "--mgr-audit-log", tmp + "/audit.log"])
+        cqproc.start_server(procs, chanqd, tmp, "srv", [
+            "--mgr-servers", mr["mgr"], "--mgr-token-file", tmp + "/server.token",
+            "--mgr-report-ms", "200", "--group-id", "1", "--appid", "41"])
         a = Admin(chanq, mr["mgrhttp"], tmp + "/admin.token")
 
         # usage (2) and refusals (1)
@@ -188,28 +160,23 @@ def main():
         rc, out, err = a.run("module", "delete", "7")
         tap(rc == 0 and out == "version %d\n" % (ver_m7 + 6) and "7" not in a.json("modules"),
             "module delete 7", out + err)
-        au = a.json("audit", "--limit", "7")
+        au = a.json("audit", "--limit", "8")
         actions = [(e.get("action"), e.get("target"), e.get("result"), e.get("auth"))
                    for e in au.get("entries", [])]
-        want = [("module.put", "7", "ok", "bearer"), ("module.put", "7", "ok", "bearer"),
+        want = [("module.put", "7", "ok", "bearer"),
+                ("module.put", "8", "token: required for a new module", "bearer"),
+                ("module.put", "7", "ok", "bearer"),
                 ("topic.offline", "orders", "ok", "bearer"),
                 ("topic.online", "orders", "ok", "bearer"),
                 ("server.offline", "41", "ok", "bearer"),
                 ("server.online", "41", "ok", "bearer"),
                 ("module.delete", "7", "ok", "bearer")]
-        tap(actions == want, "audit --json --limit 7: every change, in order, as bearer",
+        tap(actions == want, "audit --json --limit 8: every change (a refused one too), in order, as bearer",
             json.dumps(actions))
     except Exception as e:
         print("# error: %r" % e, flush=True)
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        procs.stop_all()
         while len(results) < 21:
             tap(False, "not reached")
         if all(results):

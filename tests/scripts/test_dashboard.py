@@ -13,12 +13,14 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cqproc  # noqa: E402
 
 # PromQL functions, aggregations and keywords: identifiers of an expression that are no metric.
 PROMQL = set("""
@@ -93,17 +95,6 @@ def emitted(text):
     return fam, samples | fam
 
 
-def wait_ready(path, p, what):
-    end = time.time() + 20
-    while time.time() < end:
-        if p.poll() is not None:
-            raise RuntimeError("%s exited (%s)" % (what, p.returncode))
-        if os.path.exists(path) and open(path).read().strip():
-            return dict(kv.split("=", 1) for kv in open(path).read().split() if "=" in kv)
-        time.sleep(0.05)
-    raise RuntimeError("%s: no ready file" % what)
-
-
 def get(addr, path="/metrics"):
     with urllib.request.urlopen("http://%s%s" % (addr, path), timeout=5) as r:
         return r.read().decode()
@@ -134,27 +125,12 @@ def main(argv):
         sorted(used))
 
     tmp = tempfile.mkdtemp(prefix="cq-dash.")
-    procs = []
+    procs = cqproc.Procs()
     try:
-        mgr = subprocess.Popen([chanqd, "--role", "mgr", "--dev", "--mgr-addr", "127.0.0.1:0",
-                                "--mgr-http-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
-                                "--mgr-state-file", tmp + "/mgr.json",
-                                "--ready-file", tmp + "/mgr.ready"],
-                               stdout=open(tmp + "/mgr.log", "wb"), stderr=subprocess.STDOUT)
-        procs.append(mgr)
-        mr = wait_ready(tmp + "/mgr.ready", mgr, "the manager")
-        if "mgr" not in mr:  # TEMPORARY until h-mgr is merged: the role is not built
-            mgr.send_signal(signal.SIGTERM)
-            mgr.wait()
-            mr = None
-        srv = subprocess.Popen([chanqd, "--client-addr", "127.0.0.1:0", "--server-addr",
-                                "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--mq-addr",
-                                "127.0.0.1:0", "--mq-http-addr", "127.0.0.1:0", "--ws-addr",
-                                "127.0.0.1:0", "--kcp-addr", "127.0.0.1:0", "--store-dir",
-                                tmp + "/data", "--ready-file", tmp + "/srv.ready"],
-                               stdout=open(tmp + "/srv.log", "wb"), stderr=subprocess.STDOUT)
-        procs.append(srv)
-        sr = wait_ready(tmp + "/srv.ready", srv, "chanqd")
+        mr = cqproc.start_mgr(procs, chanqd, tmp, ["--dev"])
+        sr = cqproc.start_server(procs, chanqd, tmp, "srv", ["--mq-http-addr", "127.0.0.1:0",
+                                                             "--ws-addr", "127.0.0.1:0",
+                                                             "--kcp-addr", "127.0.0.1:0"])
         mq = sr["mq"]
         subprocess.run([chanq, "--addr", mq, "add-topic", "t"], check=True,
                        stdout=subprocess.DEVNULL)
@@ -164,31 +140,18 @@ def main(argv):
                        stdout=subprocess.DEVNULL)
         time.sleep(0.3)  # the MQ loop renders its metrics every 250 ms
         s_fam, s_all = emitted(get(sr["admin"]))
-        m_fam, m_all = emitted(get(mr["admin"])) if mr else (set(), set())
+        m_fam, m_all = emitted(get(mr["admin"]))
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        procs.stop_all()
         shutil.rmtree(tmp, ignore_errors=True)
 
     tap("chanq_mq_topic_produced_total" in s_all and "connection_num" in s_all,
         "chanqd's /metrics read (%d families)" % len(s_fam))
-    mgr_names = {n for n in used if n.startswith("chanq_mgr_")}
-    missing = sorted(n for n in used if n not in s_all | m_all and
-                     not (mr is None and n in mgr_names))
+    missing = sorted(n for n in used if n not in s_all | m_all)
     tap(not missing, "every name the dashboard uses is emitted", "\n".join(
         "%s (in %s)" % (n, used[n]) for n in missing))
-    if mr is None:
-        undocumented = sorted(n for n in mgr_names if n not in documented)
-        tap(not undocumented, "manager names (role not built: checked against doc/metrics.md) "
-            "# SKIP the manager role is not built", "\n".join(undocumented))
-    else:
-        tap("chanq_mgr_servers" in m_fam, "the manager's /metrics read (%d families)" % len(m_fam))
+    tap("chanq_mgr_servers" in m_fam and "chanq_mgr_repl_lag_alert" in m_fam,
+        "the manager's /metrics read (%d families)" % len(m_fam))
     undocumented = sorted((s_fam | m_fam) - documented)
     tap(not undocumented, "every family chanqd and the manager emit is in doc/metrics.md",
         "\n".join(undocumented))
