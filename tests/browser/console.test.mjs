@@ -82,10 +82,24 @@ async function startMgr() {
   return { proc, ready: parseKv(readFileSync(ready, 'utf8')), log, exited: () => exited };
 }
 
-function startCluster() {
+/** Runs a command without blocking the event loop (a spawnSync of half a minute would leave
+ * fetch's pooled keep-alive sockets unserviced: the manager closes them meanwhile and the next
+ * request on one fails). Resolves {status, stdout, stderr}. */
+function run(cmd, args, opts) {
+  return new Promise((resolve, reject) => {
+    const p = spawn(cmd, args, { ...opts, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (d) => { stdout += d; });
+    p.stderr.on('data', (d) => { stderr += d; });
+    p.on('error', reject);
+    p.on('close', (status) => resolve({ status, stdout, stderr }));
+  });
+}
+
+async function startCluster() {
   const cdir = join(dir, 'cluster');
-  const r = spawnSync(join(repo, 'scripts', 'cluster.sh'), ['start', cdir], {
-    encoding: 'utf8',
+  const r = await run(join(repo, 'scripts', 'cluster.sh'), ['start', cdir], {
     timeout: 240000,
     env: {
       ...process.env, CHANQD: BIN, SHARDS: '1',
@@ -181,7 +195,7 @@ before(async () => {
     // producer), module 2 (the one whose permission the page edits), the topic.
     await apiCall('PUT', '/api/modules/1', { token: 'tok1', produce: ['*'], consume: ['*'], admin: true });
     await apiCall('PUT', '/api/modules/2', { token: 'tok2', produce: ['orders'], consume: ['orders'], admin: false });
-    cluster = startCluster();
+    cluster = await startCluster();
     const add = spawnSync(CLI, ['--addr', cluster.nodes[1].mq, '--module', '1', '--token', 'tok1',
       'add-topic', 'orders'], { encoding: 'utf8', timeout: 20000 });
     assert.equal(add.status, 0, `add-topic: ${add.stderr}`);
@@ -197,7 +211,7 @@ before(async () => {
 after(async () => {
   await browser?.close();
   if (failed && mgr)
-    console.log(`manager log:\n${mgr.log().slice(-6000)}`);
+    console.log(`manager (exit ${mgr.exited()}) log:\n${mgr.log().slice(-6000)}`);
   if (failed && cluster)
     for (const n of [1, 2]) {
       const p = join(cluster.dir, `shard${SHARD}`, `node${n}`, 'log');
