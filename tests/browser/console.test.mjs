@@ -189,6 +189,11 @@ before(async () => {
   if (skip)
     return;
   dir = mkdtempSync(join(tmpdir(), 'chanq-console-'));
+  // Chromium starts while the cluster does (that takes most of the test's time); the promise
+  // is awaited on every path so that no browser outlives a failed start.
+  const { chromium } = createRequire(join(jsDir, 'package.json'))('playwright-core');
+  const launching = chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox'] })
+    .then((b) => { browser = b; });
   try {
     mgr = await startMgr();
     // The managed configuration before any server reports: module 1 (admin, the test's
@@ -200,10 +205,10 @@ before(async () => {
       'add-topic', 'orders'], { encoding: 'utf8', timeout: 20000 });
     assert.equal(add.status, 0, `add-topic: ${add.stderr}`);
     await apiCall('POST', '/api/topics/orders/online', {});
-    const { chromium } = createRequire(join(jsDir, 'package.json'))('playwright-core');
-    browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox'] });
+    await launching;
   } catch (err) {
     failed = true;
+    await launching.catch(() => {});
     throw err;
   }
 });
