@@ -11,7 +11,8 @@
 //   - STOP SLAVE SQL_THREAD on the standby, produces until the standby's server reports
 //     behind_ms over 2000: the alert banner and the red shard row show, and the manager's
 //     /metrics has chanq_mgr_repl_lag_alert{shard="1"} 1; START SLAVE SQL_THREAD: both clear;
-//   - the audit view lists the changes.
+//   - topics: the shard's last offset (the last ack) and module 1's lag after a commit;
+//   - the audit view lists the changes; the manager exits 0 on SIGTERM (ASan: no leak).
 // Screenshots of every view go to $CHANQ_ARTIFACTS (default: a new temp dir). Run it with
 // tests/browser/run.sh. Skips when MariaDB or ZooKeeper is not installed.
 import assert from 'node:assert/strict';
@@ -349,8 +350,10 @@ async function consolePage() {
   assert.equal(await page.locator('[data-testid="alert-banner"]').isHidden(), true);
   sql(cluster.dbStandby, 'STOP SLAVE SQL_THREAD');
   let alerted = false;
+  let lastAck;
   for (let i = 0; i < 150 && !alerted; i++) { // a safety stop: 150 produces, 200 ms apart
-    assert.equal(produce(1, 'tok1', 'orders', `lag${i}`).status, 0);
+    lastAck = produce(1, 'tok1', 'orders', `lag${i}`);
+    assert.equal(lastAck.status, 0);
     alerted = await page.locator('[data-testid="alert-banner"]').isVisible();
     if (!alerted)
       await sleep(200);
@@ -377,6 +380,19 @@ async function consolePage() {
   }
   assert.match(metrics, new RegExp(`^chanq_mgr_repl_lag_alert\\{shard="${SHARD}"\\} 0$`, 'm'));
   await shot(page, 'shards-recovered');
+
+  // Topics' figures: the master's last offset (the last produce's ack) and a consumer's lag
+  // after module 1 commits the first message.
+  const last = Number(lastAck.out.trim());
+  const cons = spawnSync(CLI, ['--addr', cluster.nodes[1].mq, '--module', '1', '--token', 'tok1',
+    'consume', 'orders', '--max', '1', '--commit'], { encoding: 'utf8', timeout: 20000 });
+  assert.equal(cons.status, 0, `consume: ${cons.stderr}`);
+  const committed = Number(cons.stdout.split('\t')[0]);
+  assert.ok(committed >= 1 && committed < last, `consume printed ${JSON.stringify(cons.stdout)}`);
+  await page.click('[data-testid="nav-topics"]');
+  await waitText(page, 'topic-shards-orders', `shard ${SHARD}: ${last}`);
+  await waitText(page, 'topic-consumers-orders', `m1@${SHARD}: ${last - committed}`);
+  await shot(page, 'topics-figures');
 
   // Audit: the page's changes, newest first.
   await page.click('[data-testid="nav-audit"]');
