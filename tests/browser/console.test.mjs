@@ -5,6 +5,7 @@
 // (playwright-core) drives the page:
 //   - a wrong token is refused, the right one logs in;
 //   - shards: shard 1 with the master (the primary's chanqd) and its standby; servers: both live;
+//     the master taken offline in the page -> produce gets err_code 19; back online -> acked;
 //   - topics: "orders" taken offline in the page -> the master answers produce with err_code 9;
 //     back online -> the produce is acknowledged;
 //   - modules: module 2's produce list edited in the page -> its produce gets err_code 7;
@@ -309,6 +310,18 @@ async function consolePage() {
   assert.equal(await text(page, `server-role-${slave.appid}`), 'slave');
   await shot(page, 'servers');
 
+  // Servers: the master taken offline in the page -> its produce answers err_code 19
+  // (server_offline); back online -> acknowledged.
+  await page.click(`[data-testid="server-toggle-${master.appid}"]`);
+  await page.waitForFunction((id) => /^offline/.test(document.querySelector(`[data-testid="server-state-${id}"]`)?.textContent),
+    master.appid, WAIT);
+  const srvOff = await produceUntil(1, 'tok1', 'orders', (r) => r.status !== 0, 'server offline');
+  assert.match(srvOff.err, /^chanq: produce: err_code 19 /m);
+  await shot(page, 'servers-offline');
+  await page.click(`[data-testid="server-toggle-${master.appid}"]`);
+  await waitText(page, `server-state-${master.appid}`, 'live');
+  await produceUntil(1, 'tok1', 'orders', (r) => r.status === 0, 'server online');
+
   // Topics: offline in the page -> err_code 9 from the master; online again -> acknowledged.
   await page.click('[data-testid="nav-topics"]');
   await waitText(page, 'topic-state-orders', 'online');
@@ -400,7 +413,8 @@ async function consolePage() {
   const actions = await page.$$eval('[data-testid^="audit-action-"]', (es) => es.map((e) => e.textContent));
   const targets = await page.$$eval('[data-testid^="audit-target-"]', (es) => es.map((e) => e.textContent));
   const pairs = actions.map((a, i) => `${a} ${targets[i]}`);
-  for (const want of ['module.put 2', 'topic.online orders', 'topic.offline orders', 'login ', 'login.failed '])
+  for (const want of ['module.put 2', 'topic.online orders', 'topic.offline orders', `server.offline ${master.appid}`,
+    `server.online ${master.appid}`, 'login ', 'login.failed '])
     assert.ok(pairs.includes(want), `audit view: ${JSON.stringify(pairs)}`);
   assert.equal(pairs[0], 'module.put 2');
   await shot(page, 'audit');
