@@ -5,13 +5,14 @@
 # http://127.0.0.1:12121/, its /metrics on 127.0.0.1:8081) that chanqd reports to. The
 # manager's files live in chanq-mgr/ (state.json, audit.log, admin.token, server.token: the
 # tokens are generated once, mode 0600). The console URL and the admin token's file are printed.
+# chanq admin (build/tools/chanq) is built too.
 # Extra arguments go to chanqd, e.g. scripts/run.sh --workers 2 --log-level debug
 # CHANQ_MGR=0 runs chanqd alone, as before.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh build
 [ -f build/build.ninja ] || meson setup build -Dtests=disabled >/dev/null
-ninja -C build src/main/chanqd >/dev/null
+ninja -C build src/main/chanqd tools/chanq >/dev/null
 [ "${CHANQ_MGR:-1}" = 1 ] || exec build/src/main/chanqd "$@"
 
 mgr_dir=chanq-mgr
@@ -47,5 +48,6 @@ cat <<EOF
 chanq console: http://${http:-127.0.0.1:12121}/
   log in with the admin token in $PWD/$mgr_dir/admin.token
   (manager log: $mgr_dir/mgr.log, audit log: $mgr_dir/audit.log)
+  durable topics take the manager's modules: add one (Modules view, or build/tools/chanq admin)
 EOF
 build/src/main/chanqd --mgr-servers 127.0.0.1:12120 --mgr-token-file "$mgr_dir/server.token" "$@"

@@ -5,13 +5,15 @@
 // (playwright-core) drives the page:
 //   - a wrong token is refused, the right one logs in;
 //   - shards: shard 1 with the master (the primary's chanqd) and its standby; servers: both live;
+//     the master taken offline in the page -> produce gets err_code 19; back online -> acked;
 //   - topics: "orders" taken offline in the page -> the master answers produce with err_code 9;
 //     back online -> the produce is acknowledged;
 //   - modules: module 2's produce list edited in the page -> its produce gets err_code 7;
 //   - STOP SLAVE SQL_THREAD on the standby, produces until the standby's server reports
 //     behind_ms over 2000: the alert banner and the red shard row show, and the manager's
 //     /metrics has chanq_mgr_repl_lag_alert{shard="1"} 1; START SLAVE SQL_THREAD: both clear;
-//   - the audit view lists the changes.
+//   - topics: the shard's last offset (the last ack) and module 1's lag after a commit;
+//   - the audit view lists the changes; the manager exits 0 on SIGTERM (ASan: no leak).
 // Screenshots of every view go to $CHANQ_ARTIFACTS (default: a new temp dir). Run it with
 // tests/browser/run.sh. Skips when MariaDB or ZooKeeper is not installed.
 import assert from 'node:assert/strict';
@@ -82,10 +84,24 @@ async function startMgr() {
   return { proc, ready: parseKv(readFileSync(ready, 'utf8')), log, exited: () => exited };
 }
 
-function startCluster() {
+/** Runs a command without blocking the event loop (a spawnSync of half a minute would leave
+ * fetch's pooled keep-alive sockets unserviced: the manager closes them meanwhile and the next
+ * request on one fails). Resolves {status, stdout, stderr}. */
+function run(cmd, args, opts) {
+  return new Promise((resolve, reject) => {
+    const p = spawn(cmd, args, { ...opts, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (d) => { stdout += d; });
+    p.stderr.on('data', (d) => { stderr += d; });
+    p.on('error', reject);
+    p.on('close', (status) => resolve({ status, stdout, stderr }));
+  });
+}
+
+async function startCluster() {
   const cdir = join(dir, 'cluster');
-  const r = spawnSync(join(repo, 'scripts', 'cluster.sh'), ['start', cdir], {
-    encoding: 'utf8',
+  const r = await run(join(repo, 'scripts', 'cluster.sh'), ['start', cdir], {
     timeout: 240000,
     env: {
       ...process.env, CHANQD: BIN, SHARDS: '1',
@@ -109,11 +125,6 @@ function startCluster() {
   }
   assert.ok(c.nodes[1] && c.nodes[2] && c.dbStandby, `cluster.sh printed:\n${r.stdout}`);
   return c;
-}
-
-function stopCluster() {
-  if (cluster)
-    spawnSync(join(repo, 'scripts', 'cluster.sh'), ['stop', cluster.dir], { stdio: 'ignore', timeout: 120000 });
 }
 
 async function apiCall(method, path, body) {
@@ -175,21 +186,26 @@ before(async () => {
   if (skip)
     return;
   dir = mkdtempSync(join(tmpdir(), 'chanq-console-'));
+  // Chromium starts while the cluster does (that takes most of the test's time); the promise
+  // is awaited on every path so that no browser outlives a failed start.
+  const { chromium } = createRequire(join(jsDir, 'package.json'))('playwright-core');
+  const launching = chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox'] })
+    .then((b) => { browser = b; });
   try {
     mgr = await startMgr();
     // The managed configuration before any server reports: module 1 (admin, the test's
     // producer), module 2 (the one whose permission the page edits), the topic.
     await apiCall('PUT', '/api/modules/1', { token: 'tok1', produce: ['*'], consume: ['*'], admin: true });
     await apiCall('PUT', '/api/modules/2', { token: 'tok2', produce: ['orders'], consume: ['orders'], admin: false });
-    cluster = startCluster();
+    cluster = await startCluster();
     const add = spawnSync(CLI, ['--addr', cluster.nodes[1].mq, '--module', '1', '--token', 'tok1',
       'add-topic', 'orders'], { encoding: 'utf8', timeout: 20000 });
     assert.equal(add.status, 0, `add-topic: ${add.stderr}`);
     await apiCall('POST', '/api/topics/orders/online', {});
-    const { chromium } = createRequire(join(jsDir, 'package.json'))('playwright-core');
-    browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox'] });
+    await launching;
   } catch (err) {
     failed = true;
+    await launching.catch(() => {});
     throw err;
   }
 });
@@ -197,23 +213,35 @@ before(async () => {
 after(async () => {
   await browser?.close();
   if (failed && mgr)
-    console.log(`manager log:\n${mgr.log().slice(-6000)}`);
+    console.log(`manager (exit ${mgr.exited()}) log:\n${mgr.log().slice(-6000)}`);
   if (failed && cluster)
     for (const n of [1, 2]) {
       const p = join(cluster.dir, `shard${SHARD}`, `node${n}`, 'log');
       if (existsSync(p))
         console.log(`chanqd node ${n} log:\n${readFileSync(p, 'utf8').slice(-4000)}`);
     }
-  stopCluster();
-  if (mgr && mgr.exited() === null) {
-    mgr.proc.kill('SIGTERM');
-    for (let i = 0; i < 100 && mgr.exited() === null; i++)
-      await sleep(50);
+  // The cluster and the manager stop side by side; the manager must exit 0 on SIGTERM (a crash
+  // or, under ASan, a leak report at exit fails the test).
+  const stopping = cluster
+    ? run(join(repo, 'scripts', 'cluster.sh'), ['stop', cluster.dir], { timeout: 120000 }) : null;
+  let mgrExit = null;
+  if (mgr) {
     if (mgr.exited() === null)
+      mgr.proc.kill('SIGTERM');
+    for (let i = 0; i < 300 && mgr.exited() === null; i++) // a safety stop: 15 s
+      await sleep(50);
+    mgrExit = mgr.exited();
+    if (mgrExit === null)
       mgr.proc.kill('SIGKILL');
   }
-  if (dir && !failed)
+  await stopping;
+  const clean = !mgr || mgrExit === 0;
+  if (!clean && !failed)
+    console.log(`manager log:\n${mgr.log().slice(-6000)}`);
+  if (dir && !failed && clean)
     rmSync(dir, { recursive: true, force: true });
+  if (mgr)
+    assert.equal(mgrExit, 0, 'the manager exits 0 on SIGTERM');
 });
 
 test('the console: login, shards and servers, topic and permission changes, the lag alert', { skip }, async () => {
@@ -282,6 +310,18 @@ async function consolePage() {
   assert.equal(await text(page, `server-role-${slave.appid}`), 'slave');
   await shot(page, 'servers');
 
+  // Servers: the master taken offline in the page -> its produce answers err_code 19
+  // (server_offline); back online -> acknowledged.
+  await page.click(`[data-testid="server-toggle-${master.appid}"]`);
+  await page.waitForFunction((id) => /^offline/.test(document.querySelector(`[data-testid="server-state-${id}"]`)?.textContent),
+    master.appid, WAIT);
+  const srvOff = await produceUntil(1, 'tok1', 'orders', (r) => r.status !== 0, 'server offline');
+  assert.match(srvOff.err, /^chanq: produce: err_code 19 /m);
+  await shot(page, 'servers-offline');
+  await page.click(`[data-testid="server-toggle-${master.appid}"]`);
+  await waitText(page, `server-state-${master.appid}`, 'live');
+  await produceUntil(1, 'tok1', 'orders', (r) => r.status === 0, 'server online');
+
   // Topics: offline in the page -> err_code 9 from the master; online again -> acknowledged.
   await page.click('[data-testid="nav-topics"]');
   await waitText(page, 'topic-state-orders', 'online');
@@ -323,8 +363,10 @@ async function consolePage() {
   assert.equal(await page.locator('[data-testid="alert-banner"]').isHidden(), true);
   sql(cluster.dbStandby, 'STOP SLAVE SQL_THREAD');
   let alerted = false;
+  let lastAck;
   for (let i = 0; i < 150 && !alerted; i++) { // a safety stop: 150 produces, 200 ms apart
-    assert.equal(produce(1, 'tok1', 'orders', `lag${i}`).status, 0);
+    lastAck = produce(1, 'tok1', 'orders', `lag${i}`);
+    assert.equal(lastAck.status, 0);
     alerted = await page.locator('[data-testid="alert-banner"]').isVisible();
     if (!alerted)
       await sleep(200);
@@ -352,13 +394,27 @@ async function consolePage() {
   assert.match(metrics, new RegExp(`^chanq_mgr_repl_lag_alert\\{shard="${SHARD}"\\} 0$`, 'm'));
   await shot(page, 'shards-recovered');
 
+  // Topics' figures: the master's last offset (the last produce's ack) and a consumer's lag
+  // after module 1 commits the first message.
+  const last = Number(lastAck.out.trim());
+  const cons = spawnSync(CLI, ['--addr', cluster.nodes[1].mq, '--module', '1', '--token', 'tok1',
+    'consume', 'orders', '--max', '1', '--commit'], { encoding: 'utf8', timeout: 20000 });
+  assert.equal(cons.status, 0, `consume: ${cons.stderr}`);
+  const committed = Number(cons.stdout.split('\t')[0]);
+  assert.ok(committed >= 1 && committed < last, `consume printed ${JSON.stringify(cons.stdout)}`);
+  await page.click('[data-testid="nav-topics"]');
+  await waitText(page, 'topic-shards-orders', `shard ${SHARD}: ${last}`);
+  await waitText(page, 'topic-consumers-orders', `m1@${SHARD}: ${last - committed}`);
+  await shot(page, 'topics-figures');
+
   // Audit: the page's changes, newest first.
   await page.click('[data-testid="nav-audit"]');
   await page.waitForSelector('[data-testid="audit-row-0"]', WAIT);
   const actions = await page.$$eval('[data-testid^="audit-action-"]', (es) => es.map((e) => e.textContent));
   const targets = await page.$$eval('[data-testid^="audit-target-"]', (es) => es.map((e) => e.textContent));
   const pairs = actions.map((a, i) => `${a} ${targets[i]}`);
-  for (const want of ['module.put 2', 'topic.online orders', 'topic.offline orders', 'login ', 'login.failed '])
+  for (const want of ['module.put 2', 'topic.online orders', 'topic.offline orders', `server.offline ${master.appid}`,
+    `server.online ${master.appid}`, 'login ', 'login.failed '])
     assert.ok(pairs.includes(want), `audit view: ${JSON.stringify(pairs)}`);
   assert.equal(pairs[0], 'module.put 2');
   await shot(page, 'audit');
