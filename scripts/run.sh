@@ -48,6 +48,7 @@ cat <<EOF
 chanq console: http://${http:-127.0.0.1:12121}/
   log in with the admin token in $PWD/$mgr_dir/admin.token
   (manager log: $mgr_dir/mgr.log, audit log: $mgr_dir/audit.log)
-  durable topics take the manager's modules: add one (Modules view, or build/tools/chanq admin)
+  durable topics: chanqd's own permissions until the manager has a module (Modules view, or
+  build/tools/chanq admin module set), then only the manager's modules
 EOF
 build/src/main/chanqd --mgr-servers 127.0.0.1:12120 --mgr-token-file "$mgr_dir/server.token" "$@"
