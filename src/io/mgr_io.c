@@ -11,6 +11,8 @@
 #include "cq_log.h"
 #include "cq_util.h"
 #include "io_int.h"
+#include "io_drain.h"
+#include "io_snapshot.h"
 #include "io_sqconn.h"
 
 #include <errno.h>
@@ -44,20 +46,17 @@ struct cq_mgrio {
     char bound[3][80]; /* "-" when off */
     uv_prepare_t prepare;
     uv_timer_t tick;
-    uv_timer_t grace;
-    bool grace_on; /* grace was initialised (the shutdown started) */
     uv_thread_t thread;
     bool loop_ok, started;
     _Atomic int stopping;
-    enum { RUN, DRAIN, CLOSE } phase;
-    cq_mgr_t *m; /* owned; the loop thread's while it runs */
+    io_drain_t drain; /* the shutdown (loop thread) */
+    cq_mgr_t *m;      /* owned; the loop thread's while it runs */
     cq_mgrio_opts_t o;
     cq_admin_t *admin;
     uint8_t *rbuf;
     io_sqclass_t cls[2];  /* K_MGR, K_HTTP connections: hooks, limits, counts */
     cq_list_t conns;      /* their connections (timeouts) */
     io_adminset_t admins; /* K_ADMIN connections */
-    size_t nlive;         /* handles of connections not yet closed (callback run) */
     int audit_fd;         /* -1 when off */
     uint64_t audit_errors;
     uint64_t load_retry_at; /* uv_now when a failed load is asked again; 0 = not waiting */
@@ -76,10 +75,7 @@ struct cq_mgrio {
     st_result_t *res_head, *res_tail;
     char *tok_admin, *tok_server; /* SIGHUP: new tokens for the loop (owned) */
     bool tok_new;
-    /* the metrics snapshot the admin listener serves (mq_io.c's pattern) */
-    pthread_mutex_t metrics_mu;
-    cq_sbuf_t snapshot;
-    bool metrics_on;
+    io_snapshot_t snap; /* the metrics the admin listener serves (io_snapshot.c) */
 };
 
 /* One management or console connection (io_sqconn.c). */
@@ -277,14 +273,6 @@ static void drain_results(cq_mgrio_t *io)
 
 /* ---- connections (io_sqconn.c) ----------------------------------------------------------- */
 
-static void grace_closed(cq_mgrio_t *io);
-
-static void live_closed(cq_mgrio_t *io)
-{
-    if (--io->nlive == 0 && io->phase == CLOSE)
-        grace_closed(io);
-}
-
 static void conn_closed(io_sqconn_t *c)
 {
     mgr_conn_t *mc = (mgr_conn_t *)c;
@@ -292,7 +280,7 @@ static void conn_closed(io_sqconn_t *c)
     cq_mgr_conn_close(mc->conn);
     cq_mgr_hconn_close(mc->http);
     cq_free(mc);
-    live_closed(io);
+    cq__io_drain_closed(&io->drain);
 }
 
 static const cq_mgr_conn_ops_t conn_ops = {
@@ -338,7 +326,7 @@ static void accept_conn(io_lsn_t *l, int fd, int kind)
         return;
     }
     mc->io = io;
-    io->nlive++;
+    cq__io_drain_opened(&io->drain);
     bool ok = cq__io_sqconn_open(&mc->sc, &io->cls[kind], &io->loop, fd) == 0;
     char host[80] = "?";
     if (ok)
@@ -395,14 +383,14 @@ static void init_classes(cq_mgrio_t *io)
 
 static void admin_closed(void *ud)
 {
-    live_closed(ud);
+    cq__io_drain_closed(&((cq_mgrio_t *)ud)->drain);
 }
 
 static void on_accept_admin(io_lsn_t *l, int fd)
 {
     cq_mgrio_t *io = l->data;
     if (cq__io_adminset_accept(&io->admins, fd))
-        io->nlive++;
+        cq__io_drain_opened(&io->drain);
 }
 
 static void sweep_conns(cq_mgrio_t *io)
@@ -444,44 +432,24 @@ static void metrics_refresh(cq_mgrio_t *io)
         cq_sbuf_done(&b);
         return; /* out of memory: keep the previous snapshot */
     }
-    pthread_mutex_lock(&io->metrics_mu);
-    cq_sbuf_t old = io->snapshot;
-    io->snapshot = b;
-    io->metrics_on = true;
-    pthread_mutex_unlock(&io->metrics_mu);
-    cq_sbuf_done(&old);
+    cq__io_snapshot_publish(&io->snap, &b);
 }
 
 int cq_mgrio_metrics_append(void *ud, cq_sbuf_t *out)
 {
-    cq_mgrio_t *io = ud;
-    int r = 0;
-    pthread_mutex_lock(&io->metrics_mu);
-    if (io->metrics_on && io->snapshot.len)
-        r = cq_sbuf_append(out, io->snapshot.data, io->snapshot.len);
-    pthread_mutex_unlock(&io->metrics_mu);
-    return r;
+    return cq__io_snapshot_append(&((cq_mgrio_t *)ud)->snap, out);
 }
 
-static void metrics_unpublish(cq_mgrio_t *io)
-{
-    pthread_mutex_lock(&io->metrics_mu);
-    cq_sbuf_t old = io->snapshot;
-    cq_sbuf_init(&io->snapshot);
-    io->metrics_on = false;
-    pthread_mutex_unlock(&io->metrics_mu);
-    cq_sbuf_done(&old);
-}
+/* ---- shutdown (io_drain.c) -----------------------------------------------------------------
+ * DRAIN: no new change can start; the changes made so far are saved (the tick retries a failed
+ * save). CLOSE, once the engine's store is idle: every connection writes what is queued and
+ * closes. */
 
-/* ---- shutdown -----------------------------------------------------------------------------
- * DRAIN: the listeners close and no connection is read any more, so no new change can start;
- * the changes made so far are saved (the tick retries a failed save). CLOSE, once the engine's
- * store is idle: every connection writes what is queued and closes. The grace timer bounds both
- * steps: when it fires every connection is dropped as it is. */
-
-static bool is_conn(const uv_handle_t *h)
+/* The listeners are poll and timer handles (accept.c), so every TCP handle is a connection: an
+ * io_sqconn_t, or an admin connection, which closing() has closed before a walk gets to it. */
+static bool is_conn(void *ud, const uv_handle_t *h)
 {
-    return h->type == UV_TCP; /* the listeners are poll and timer handles (accept.c) */
+    return h->type == UV_TCP;
 }
 
 static bool is_listener(const cq_mgrio_t *io, const uv_handle_t *h)
@@ -499,16 +467,26 @@ static void close_listeners(cq_mgrio_t *io)
             cq__io_lsn_close(&io->lsn[i]);
 }
 
-static void grace_closed(cq_mgrio_t *io)
+static bool store_idle(void *ud)
 {
-    if (io->grace_on && !uv_is_closing((uv_handle_t *)&io->grace))
-        uv_close((uv_handle_t *)&io->grace, NULL);
+    return cq_mgr_store_idle(((cq_mgrio_t *)ud)->m);
 }
 
-static void close_handle(cq_mgrio_t *io, uv_handle_t *h)
+static void eng_flush(void *ud)
 {
-    if (uv_is_closing(h) || h == (uv_handle_t *)&io->grace)
-        return;
+    cq_mgr_flush(((cq_mgrio_t *)ud)->m);
+}
+
+static void drain_handle(void *ud, uv_handle_t *h)
+{
+    cq_mgrio_t *io = ud;
+    if (is_listener(io, h))
+        close_listeners(io);
+}
+
+static void close_handle(void *ud, uv_handle_t *h)
+{
+    cq_mgrio_t *io = ud;
     if (is_listener(io, h)) {
         close_listeners(io);
         return;
@@ -521,84 +499,31 @@ static void close_handle(cq_mgrio_t *io, uv_handle_t *h)
     uv_close(h, NULL);
 }
 
-static void drain_walk(uv_handle_t *h, void *arg)
+static void close_admins(void *ud)
 {
-    cq_mgrio_t *io = arg;
-    if (uv_is_closing(h))
-        return;
-    if (is_conn(h))
-        uv_read_stop((uv_stream_t *)h);
-    else if (is_listener(io, h))
-        close_listeners(io);
+    cq__io_adminset_close_all(&((cq_mgrio_t *)ud)->admins);
 }
 
-static void close_walk(uv_handle_t *h, void *arg)
+static void grace_over(void *ud)
 {
-    cq_mgrio_t *io = arg;
-    if (uv_is_closing(h))
-        return;
-    if (is_conn(h))
-        cq__io_sqconn_close(h->data);
-    else
-        close_handle(io, h);
-}
-
-static void drop_walk(uv_handle_t *h, void *arg)
-{
-    cq_mgrio_t *io = arg;
-    if (uv_is_closing(h))
-        return;
-    if (is_conn(h))
-        cq__io_sqconn_drop(h->data);
-    else
-        close_handle(io, h);
-}
-
-static void stop_close(cq_mgrio_t *io)
-{
-    io->phase = CLOSE;
-    cq_mgr_flush(io->m);
-    cq__io_adminset_close_all(&io->admins);
-    uv_walk(&io->loop, close_walk, io);
-    if (io->nlive == 0)
-        grace_closed(io);
-}
-
-static void on_grace(uv_timer_t *t)
-{
-    cq_mgrio_t *io = t->data;
+    cq_mgrio_t *io = ud;
     if (!cq_mgr_store_idle(io->m))
         CQ_WARN("mgr", "shutdown: --shutdown-grace-ms is over with changes not saved");
-    io->phase = CLOSE;
-    cq__io_adminset_close_all(&io->admins);
-    uv_walk(&io->loop, drop_walk, io);
-    grace_closed(io);
 }
 
-static void stop_step(cq_mgrio_t *io)
-{
-    if (io->phase == RUN) {
-        io->phase = DRAIN;
-        uv_walk(&io->loop, drain_walk, io);
-        uv_timer_init(&io->loop, &io->grace);
-        io->grace_on = true;
-        io->grace.data = io;
-        uv_timer_start(&io->grace, on_grace, (uint64_t)io->o.shutdown_grace_ms, 0);
-    }
-    if (io->phase == DRAIN && cq_mgr_store_idle(io->m))
-        stop_close(io);
-}
+static const io_drain_ops_t drain_ops = {is_conn,      store_idle,   eng_flush, drain_handle,
+                                         close_handle, close_admins, grace_over};
 
 /* ---- loop callbacks ---------------------------------------------------------------------- */
 
 static void on_wake(uv_async_t *a)
 {
     cq_mgrio_t *io = a->data;
-    if (io->phase == CLOSE)
+    if (io->drain.phase == IO_CLOSE)
         return;
     drain_results(io);
     if (atomic_load(&io->stopping))
-        stop_step(io);
+        cq__io_drain_step(&io->drain);
 }
 
 static void on_prepare(uv_prepare_t *p)
@@ -616,11 +541,11 @@ static void on_tick(uv_timer_t *t)
         st_changed(io);
     }
     cq_mgr_tick(io->m, unix_ms());
-    if (io->phase == RUN)
+    if (io->drain.phase == IO_RUN)
         sweep_conns(io);
-    else if (io->phase == DRAIN && cq_mgr_store_idle(io->m))
-        stop_close(io);
-    if (io->phase != CLOSE)
+    else if (io->drain.phase == IO_DRAIN)
+        cq__io_drain_step(&io->drain); /* CLOSE once the store is idle */
+    if (io->drain.phase != IO_CLOSE)
         metrics_refresh(io);
 }
 
@@ -640,7 +565,7 @@ cq_mgrio_t *cq_mgrio_new(void)
     io->audit_fd = -1;
     pthread_mutex_init(&io->st_mu, NULL);
     pthread_cond_init(&io->st_cv, NULL);
-    pthread_mutex_init(&io->metrics_mu, NULL);
+    cq__io_snapshot_init(&io->snap);
     for (int i = 0; i < 3; i++)
         strcpy(io->bound[i], "-");
     return io;
@@ -711,6 +636,7 @@ int cq_mgrio_start(cq_mgrio_t *io, const cq_mgr_opts_t *mopts, const cq_mgrstore
     cq_list_init(&io->conns);
     if (io->o.shutdown_grace_ms < 0)
         io->o.shutdown_grace_ms = 0;
+    cq__io_drain_init(&io->drain, &io->loop, (uint64_t)io->o.shutdown_grace_ms, &drain_ops, io);
     io->rbuf = cq_malloc(MGR_READ_BUF);
     if (!io->rbuf || uv_loop_init(&io->loop) < 0)
         return cq_err_fmt(err, errlen, -ENOMEM, "mgr: out of memory");
@@ -795,7 +721,7 @@ void cq_mgrio_stop(cq_mgrio_t *io)
 {
     if (!io || !io->loop_ok)
         return;
-    metrics_unpublish(io);
+    cq__io_snapshot_unpublish(&io->snap);
     atomic_store(&io->stopping, 1);
     if (io->started) {
         pthread_mutex_lock(&io->st_mu);
@@ -804,9 +730,7 @@ void cq_mgrio_stop(cq_mgrio_t *io)
         uv_thread_join(&io->thread);
         io->started = false;
     } else {
-        io->phase = CLOSE;
-        cq__io_adminset_close_all(&io->admins);
-        uv_walk(&io->loop, drop_walk, io); /* never started: no grace timer */
+        cq__io_drain_drop(&io->drain); /* never started: no grace timer */
     }
     uv_run(&io->loop, UV_RUN_DEFAULT); /* close callbacks not yet run */
     stop_store_thread(io);
@@ -822,7 +746,6 @@ cq_mgrio_t *cq_mgrio_free(cq_mgrio_t *io)
     if (io->store && io->store->free) /* after it returns no watch callback runs */
         io->store->free(io->store_ud);
     io->m = cq_mgr_free(io->m);
-    metrics_unpublish(io);
     for (st_result_t *r = io->res_head, *n; r; r = n) {
         n = r->next;
         cq_free(r->json);
@@ -835,7 +758,7 @@ cq_mgrio_t *cq_mgrio_free(cq_mgrio_t *io)
     cq_free(io->tok_server);
     pthread_mutex_destroy(&io->st_mu);
     pthread_cond_destroy(&io->st_cv);
-    pthread_mutex_destroy(&io->metrics_mu);
+    cq__io_snapshot_done(&io->snap);
     cq_free(io->rbuf);
     cq_free(io);
     return NULL;

@@ -10,6 +10,8 @@
 #include "cq_mqsrv.h"
 #include "cq_util.h"
 #include "io_int.h"
+#include "io_drain.h"
+#include "io_snapshot.h"
 #include "io_sqconn.h"
 #include "mq_mgr.h"
 
@@ -32,7 +34,6 @@ struct cq_mqio {
     uv_timer_t tick;
     uv_timer_t retention;
     uv_timer_t metrics;
-    uv_timer_t grace; /* shutdown: bounds the wait for the last answers */
     uv_thread_t thread;
     pthread_mutex_t lock;
     bool alive; /* under lock: cq_mqio_stop() may signal wake */
@@ -42,19 +43,13 @@ struct cq_mqio {
     uint64_t retention_ms;
     io_sqclass_t cls[2]; /* seed [0] and HTTP [1] connections: hooks, limits, counts */
     cq_list_t conns;     /* every mq_conn_t, for the timeout sweep */
-    uint64_t grace_ms;
-    size_t nlive;                     /* connections not yet closed (callback run) */
-    enum { RUN, DRAIN, CLOSE } phase; /* loop thread: the shutdown's progress */
+    io_drain_t drain;    /* the shutdown (loop thread) */
     bool loop_ok, started, http_on;
     char http_bound[80]; /* "" when the HTTP API is off */
-    /* The metrics snapshot that the admin listener (worker 0, another thread) serves: the MQ
-     * loop renders its engine's and writer's metrics into a private buffer every
-     * CQ_MQIO_METRICS_MS and swaps it in under metrics_mu; readers copy it under the same mutex.
-     * Neither side is a channel hot path. */
-    pthread_mutex_t metrics_mu;
-    cq_sbuf_t snapshot; /* under metrics_mu; empty while the port does not run */
-    bool metrics_on;    /* under metrics_mu */
-    mq_mgr_t *mgr;      /* the connection to a manager, or NULL (unmanaged) */
+    /* The metrics the admin listener (worker 0, another thread) serves: the MQ loop renders its
+     * engine's and writer's metrics every CQ_MQIO_METRICS_MS (io_snapshot.c). */
+    io_snapshot_t snap;
+    mq_mgr_t *mgr; /* the connection to a manager, or NULL (unmanaged) */
 };
 
 /* One TCP connection (io_sqconn.c): the engine queues frames in its send queue; sc writes them. */
@@ -72,8 +67,6 @@ static uint64_t unix_ms(void)
 
 /* ---- connections: the transport ops ------------------------------------------------------ */
 
-static void grace_closed(cq_mqio_t *io);
-
 static void conn_closed(io_sqconn_t *c)
 {
     mq_conn_t *mc = (mq_conn_t *)c;
@@ -81,8 +74,7 @@ static void conn_closed(io_sqconn_t *c)
     cq_mqsrv_conn_close(mc->conn);
     cq_mqhttp_conn_close(mc->http);
     cq_free(mc);
-    if (--io->nlive == 0 && io->phase == CLOSE)
-        grace_closed(io);
+    cq__io_drain_closed(&io->drain);
 }
 
 /* An authenticated seed connection whose output reached the socket is not idle: a watcher that
@@ -154,7 +146,7 @@ static void accept_conn(io_lsn_t *l, int fd, bool http)
         return;
     }
     mc->io = io;
-    io->nlive++;
+    cq__io_drain_opened(&io->drain);
     bool ok = cq__io_sqconn_open(&mc->sc, &io->cls[http], &io->loop, fd) == 0;
     if (ok && http && (mc->http = cq_mqhttp_conn_new(io->srv, &conn_ops, &mc->sc)))
         mc->sc.q = cq_mqhttp_conn_sendq(mc->http);
@@ -222,18 +214,16 @@ static void drain_done(cq_mqio_t *io)
     cq_mqsrv_drain(io->srv);
 }
 
-/* ---- shutdown ------------------------------------------------------------------------------
+/* ---- shutdown (io_drain.c) -----------------------------------------------------------------
  * SIGTERM must not lose acks: a produce read before it is committed by the store thread and
- * answered. So the loop stops in three steps: DRAIN (listeners closed, no connection read any
- * more, so no new request can start; the store requests in flight complete and are answered as
- * usual), then CLOSE once the engine is idle (every connection writes what it has queued, shuts
- * its write side down and closes), and the loop ends when the last connection closed. The grace
- * timer, started at DRAIN, bounds both steps: when it fires every connection is dropped as it is
- * and the requests still in the store thread complete without an answer. */
+ * answered. DRAIN waits for the store requests in flight (answered as usual); when the grace
+ * timer fires, the requests still in the store thread complete without an answer. */
 
-/* The listeners are poll and timer handles (accept.c), so every TCP handle is a connection. */
-static bool is_conn(const cq_mqio_t *io, const uv_handle_t *h)
+/* The listeners are poll and timer handles (accept.c), so every other TCP handle is a
+ * connection. */
+static bool is_conn(void *ud, const uv_handle_t *h)
 {
+    cq_mqio_t *io = ud;
     return h->type == UV_TCP && !cq__mq_mgr_owns(io->mgr, h);
 }
 
@@ -248,11 +238,29 @@ static void close_listeners(cq_mqio_t *io)
     cq__io_lsn_close(&io->http_listener);
 }
 
-/* Closes a loop handle that is not a connection (the grace timer last). */
-static void close_handle(cq_mqio_t *io, uv_handle_t *h)
+static bool eng_idle(void *ud)
 {
-    if (uv_is_closing(h) || h == (uv_handle_t *)&io->grace)
-        return;
+    return cq_mqsrv_idle(((cq_mqio_t *)ud)->srv);
+}
+
+static void eng_flush(void *ud)
+{
+    cq_mqsrv_flush(((cq_mqio_t *)ud)->srv);
+}
+
+static void drain_handle(void *ud, uv_handle_t *h)
+{
+    cq_mqio_t *io = ud;
+    if (is_listener(io, h))
+        close_listeners(io);
+    else if (h == (uv_handle_t *)&io->retention)
+        uv_close(h, NULL); /* retention would submit new store work */
+}
+
+/* Closes a loop handle that is not a connection. */
+static void close_handle(void *ud, uv_handle_t *h)
+{
+    cq_mqio_t *io = ud;
     if (is_listener(io, h)) {
         close_listeners(io);
         return;
@@ -270,81 +278,23 @@ static void close_handle(cq_mqio_t *io, uv_handle_t *h)
     uv_close(h, NULL);
 }
 
-static void grace_closed(cq_mqio_t *io)
+static void grace_over(void *ud)
 {
-    if (!uv_is_closing((uv_handle_t *)&io->grace))
-        uv_close((uv_handle_t *)&io->grace, NULL);
-}
-
-static void drain_walk(uv_handle_t *h, void *arg)
-{
-    cq_mqio_t *io = arg;
-    if (uv_is_closing(h))
-        return;
-    if (is_conn(io, h))
-        uv_read_stop((uv_stream_t *)h); /* what was read is handled; nothing more is read */
-    else if (is_listener(io, h))
-        close_listeners(io);
-    else if (h == (uv_handle_t *)&io->retention)
-        uv_close(h, NULL); /* retention would submit new store work */
-}
-
-/* CLOSE: each connection writes what is queued, then shuts down and closes (conn_close); with
- * drop, each is closed at once. The other handles close now, the grace timer with the last
- * connection. */
-static void close_walk_graceful(uv_handle_t *h, void *arg)
-{
-    cq_mqio_t *io = arg;
-    if (uv_is_closing(h))
-        return;
-    if (is_conn(io, h))
-        cq__io_sqconn_close(h->data);
-    else
-        close_handle(io, h);
-}
-
-static void drop_walk(uv_handle_t *h, void *arg)
-{
-    cq_mqio_t *io = arg;
-    if (!uv_is_closing(h) && is_conn(io, h))
-        cq__io_sqconn_drop(h->data);
-    else if (!uv_is_closing(h))
-        close_handle(io, h);
-}
-
-static void stop_close(cq_mqio_t *io)
-{
-    io->phase = CLOSE;
-    cq_mqsrv_flush(io->srv); /* the answers the last drain queued */
-    uv_walk(&io->loop, close_walk_graceful, io);
-    if (io->nlive == 0)
-        grace_closed(io);
-}
-
-static void on_grace(uv_timer_t *t)
-{
-    cq_mqio_t *io = t->data;
+    cq_mqio_t *io = ud;
     CQ_WARN("mq", "shutdown: --shutdown-grace-ms (%llu) is over: closing %zu connections%s",
-            (unsigned long long)io->grace_ms, io->nlive,
+            (unsigned long long)io->drain.grace_ms, io->drain.nlive,
             cq_mqsrv_idle(io->srv) ? "" : " with store requests still unanswered");
-    io->phase = CLOSE;
-    uv_walk(&io->loop, drop_walk, io);
-    grace_closed(io);
 }
+
+static const io_drain_ops_t drain_ops = {is_conn,      eng_idle, eng_flush, drain_handle,
+                                         close_handle, NULL,     grace_over};
 
 /* One step of the shutdown: called when it starts and after every drain of completions. */
 static void stop_step(cq_mqio_t *io)
 {
-    if (io->phase == RUN) {
-        io->phase = DRAIN;
+    if (io->drain.phase == IO_RUN)
         cq__mq_mgr_close(io->mgr); /* the manager sees the server go; nothing more is reported */
-        uv_walk(&io->loop, drain_walk, io);
-        uv_timer_init(&io->loop, &io->grace);
-        io->grace.data = io;
-        uv_timer_start(&io->grace, on_grace, io->grace_ms, 0);
-    }
-    if (io->phase == DRAIN && cq_mqsrv_idle(io->srv))
-        stop_close(io);
+    cq__io_drain_step(&io->drain);
 }
 
 static void on_wake(uv_async_t *a)
@@ -378,9 +328,9 @@ static void on_tick(uv_timer_t *t)
 {
     cq_mqio_t *io = t->data;
     cq_mqsrv_tick(io->srv, uv_now(&io->loop));
-    if (io->phase == RUN) /* a shutdown has its own bound, the grace period */
+    if (io->drain.phase == IO_RUN) /* a shutdown has its own bound, the grace period */
         cq__io_sqconn_sweep(&io->conns, uv_now(&io->loop));
-    if (io->mgr && io->phase == RUN)
+    if (io->mgr && io->drain.phase == IO_RUN)
         cq__mq_mgr_tick(io->mgr, uv_now(&io->loop), io->cls[0].nopen + io->cls[1].nopen,
                         queued_bytes(io));
 }
@@ -426,12 +376,7 @@ static void metrics_refresh(cq_mqio_t *io)
         cq_sbuf_done(&b);
         return; /* out of memory: keep the previous snapshot */
     }
-    pthread_mutex_lock(&io->metrics_mu);
-    cq_sbuf_t old = io->snapshot;
-    io->snapshot = b;
-    io->metrics_on = true;
-    pthread_mutex_unlock(&io->metrics_mu);
-    cq_sbuf_done(&old);
+    cq__io_snapshot_publish(&io->snap, &b);
 }
 
 static void on_metrics(uv_timer_t *t)
@@ -441,23 +386,7 @@ static void on_metrics(uv_timer_t *t)
 
 int cq_mqio_metrics_append(void *ud, cq_sbuf_t *out)
 {
-    cq_mqio_t *io = ud;
-    int r = 0;
-    pthread_mutex_lock(&io->metrics_mu);
-    if (io->metrics_on && io->snapshot.len)
-        r = cq_sbuf_append(out, io->snapshot.data, io->snapshot.len);
-    pthread_mutex_unlock(&io->metrics_mu);
-    return r;
-}
-
-static void metrics_unpublish(cq_mqio_t *io)
-{
-    pthread_mutex_lock(&io->metrics_mu);
-    cq_sbuf_t old = io->snapshot;
-    cq_sbuf_init(&io->snapshot);
-    io->metrics_on = false;
-    pthread_mutex_unlock(&io->metrics_mu);
-    cq_sbuf_done(&old);
+    return cq__io_snapshot_append(&((cq_mqio_t *)ud)->snap, out);
 }
 
 static void loop_main(void *arg)
@@ -474,7 +403,7 @@ cq_mqio_t *cq_mqio_new(void)
     if (!io)
         return NULL;
     pthread_mutex_init(&io->lock, NULL);
-    pthread_mutex_init(&io->metrics_mu, NULL);
+    cq__io_snapshot_init(&io->snap);
     return io;
 }
 
@@ -483,7 +412,9 @@ int cq_mqio_start(cq_mqio_t *io, cq_mqsrv_t *srv, const cq_mqio_opts_t *opts, ch
 {
     io->srv = srv;
     cq_list_init(&io->conns);
-    io->grace_ms = (uint64_t)(opts->shutdown_grace_ms > 0 ? opts->shutdown_grace_ms : 0);
+    cq__io_drain_init(&io->drain, &io->loop,
+                      (uint64_t)(opts->shutdown_grace_ms > 0 ? opts->shutdown_grace_ms : 0),
+                      &drain_ops, io);
     io->retention_ms =
         (uint64_t)(opts->retention_check_s > 0 ? opts->retention_check_s : 60) * 1000;
     io->rbuf = cq_malloc(MQ_READ_BUF);
@@ -543,7 +474,7 @@ void cq_mqio_stop(cq_mqio_t *io)
 {
     if (!io || !io->loop_ok)
         return;
-    metrics_unpublish(io);
+    cq__io_snapshot_unpublish(&io->snap);
     atomic_store(&io->stopping, 1);
     if (io->started) {
         pthread_mutex_lock(&io->lock);
@@ -553,7 +484,7 @@ void cq_mqio_stop(cq_mqio_t *io)
         uv_thread_join(&io->thread);
         io->started = false;
     } else {
-        uv_walk(&io->loop, drop_walk, io); /* never started: no grace timer */
+        cq__io_drain_drop(&io->drain); /* never started: no grace timer */
     }
     uv_run(&io->loop, UV_RUN_DEFAULT); /* close callbacks not yet run */
 }
@@ -571,9 +502,8 @@ cq_mqio_t *cq_mqio_free(cq_mqio_t *io)
     if (io->loop_ok)
         uv_loop_close(&io->loop);
     cq__mq_mgr_free(io->mgr); /* its handles closed with the loop's */
-    metrics_unpublish(io);
     pthread_mutex_destroy(&io->lock);
-    pthread_mutex_destroy(&io->metrics_mu);
+    cq__io_snapshot_done(&io->snap);
     cq_free(io->rbuf);
     cq_free(io);
     return NULL;
