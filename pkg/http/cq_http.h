@@ -33,6 +33,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* Flags of cq_http_opts_t. */
@@ -126,5 +127,45 @@ void cq_http_headers_done(cq_http_headers_t *hs);
 
 /* True if the header's name is name, compared case-insensitively (name is ASCII). */
 bool cq_http_name_is(const cq_http_header_t *h, const char *name);
+
+/* ---- request rules and answers shared by the JSON APIs (cq_httpmsg.c) ----------------------
+ * What the MQ HTTP API (src/mqsrv) and the manager's console API (src/mgr) both apply to a
+ * parsed head, and how both write an answer's head. Pure; no logging. */
+
+/* The request line of an API: HTTP/1.0 or 1.1 and an origin-form target ("/path?query").
+ * Returns 0 with *http11 and the path and query slices (query NULL without '?'), or CQ_EHEADER. */
+int cq_http_origin_target(const cq_http_head_t *h, bool *http11, const char **path,
+                          size_t *path_len, const char **query, size_t *query_len);
+/* A Content-Length value: 1 to 18 digits. *seen tells whether one was already taken (a repeat
+ * must carry the same value); on success *seen is set and *len holds the value. Returns 0 or
+ * CQ_EHEADER. */
+int cq_http_content_length(const char *v, size_t n, bool *seen, uint64_t *len);
+/* Scans a comma-separated Connection value: sets *close on "close", *keep on "keep-alive"
+ * (case-insensitive); other tokens are ignored. */
+void cq_http_connection(const char *v, size_t n, bool *close, bool *keep);
+/* True when the Content-Type value v[0..n) is the media type type (lower case), optionally
+ * followed by blanks and ";" parameters. v NULL: false. */
+bool cq_http_ctype_is(const char *v, size_t n, const char *type);
+/* Calls f on each comma-separated, blank-trimmed, non-empty item of list (NULL: none) until it
+ * returns true; returns whether one did. */
+bool cq_http_list_any(const char *list, const char *v, size_t n,
+                      bool (*f)(const char *item, size_t ilen, const char *v, size_t n));
+/* True when the Host value h[0..n) is in list, comma-separated names with optional blanks
+ * around them ("*" matches any Host, also none; a name matches whatever port, "[v6]" the same
+ * way). list NULL or "", or h NULL (no Host header) with a list without "*": false. */
+bool cq_http_host_listed(const char *list, const char *h, size_t n);
+
+/* The reason phrase of a status the APIs answer ("Service Unavailable" for any other). */
+const char *cq_http_reason(int status);
+/* Writes an answer's head into buf[cap]: "HTTP/1.1 <status> <reason>", Content-Type (unless
+ * ctype is NULL), Content-Length, the header lines extra[0..nextra) (each CRLF-terminated; NULL
+ * items skipped), "Connection: close" unless keep_alive, then the empty line. Returns the head's
+ * length, or -1 when it does not fit in cap. */
+int cq_http_answer_head(char *buf, size_t cap, int status, const char *ctype, size_t body_len,
+                        const char *const *extra, size_t nextra, bool keep_alive);
+/* Answers quote requests (a path segment, a name): a byte of s that is not part of valid UTF-8
+ * (or a sequence cut short) becomes '?', so that a JSON answer can still be built. Overlong forms
+ * and surrogates pass: jansson takes them. */
+void cq_http_scrub_utf8(char *s);
 
 #endif

@@ -11,6 +11,7 @@
 #include "cq_list.h"
 #include "cq_mpsc.h"
 #include "cq_sbuf.h"
+#include "io_adminconn.h"
 
 typedef struct cq_io cq_io_t;
 struct cq_tls_ctx;
@@ -126,9 +127,8 @@ typedef struct io_worker {
     struct io_kcp *kcp[IO_MAX_UDP]; /* this worker's KCP sockets (kcp.c), NULL when off */
     /* worker 0 only */
     io_acceptor_t acceptors[IO_MAX_ACCEPTORS];
-    io_lsn_t admin;        /* the admin HTTP listener (admin_http.c) */
-    cq_list_t admin_conns; /* its open connections, oldest first */
-    uint32_t admin_n;      /* how many */
+    io_lsn_t admin;       /* the admin HTTP listener (admin_http.c) */
+    io_adminset_t admins; /* its open connections (io_adminconn.c) */
 } io_worker_t;
 
 struct cq_io {

@@ -1,6 +1,7 @@
 /* mgr_io.c - the management service's loop thread, store thread and audit file. See cq_mgrio.h.
- * The protocols are in src/mgr; this file only moves bytes (and runs the store's calls). Modeled
- * on mq_io.c: the same transport ops over cq_sendq, the accept helper, a tick for the timeouts. */
+ * The protocols are in src/mgr; this file only moves bytes (and runs the store's calls). The
+ * connections are mq_io.c's (io_sqconn.c) and admin_http.c's (io_adminconn.c); a tick checks
+ * their timeouts. */
 #include "cq_mgrio.h"
 
 #include "cq_alloc.h"
@@ -10,11 +11,12 @@
 #include "cq_log.h"
 #include "cq_util.h"
 #include "io_int.h"
-#include "io_stream.h"
+#include "io_drain.h"
+#include "io_snapshot.h"
+#include "io_sqconn.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stddef.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -44,21 +46,18 @@ struct cq_mgrio {
     char bound[3][80]; /* "-" when off */
     uv_prepare_t prepare;
     uv_timer_t tick;
-    uv_timer_t grace;
-    bool grace_on; /* grace was initialised (the shutdown started) */
     uv_thread_t thread;
     bool loop_ok, started;
     _Atomic int stopping;
-    enum { RUN, DRAIN, CLOSE } phase;
-    cq_mgr_t *m; /* owned; the loop thread's while it runs */
+    io_drain_t drain; /* the shutdown (loop thread) */
+    cq_mgr_t *m;      /* owned; the loop thread's while it runs */
     cq_mgrio_opts_t o;
     cq_admin_t *admin;
     uint8_t *rbuf;
-    cq_list_t conns;    /* mgr and HTTP connections (timeouts) */
-    cq_list_t admins;   /* admin connections, oldest first */
-    uint32_t nconns[3]; /* open connections per K_* */
-    size_t nlive;       /* handles of connections not yet closed (callback run) */
-    int audit_fd;       /* -1 when off */
+    io_sqclass_t cls[2];  /* K_MGR, K_HTTP connections: hooks, limits, counts */
+    cq_list_t conns;      /* their connections (timeouts) */
+    io_adminset_t admins; /* K_ADMIN connections */
+    int audit_fd;         /* -1 when off */
     uint64_t audit_errors;
     uint64_t load_retry_at; /* uv_now when a failed load is asked again; 0 = not waiting */
     uint64_t load_log_ms;   /* the last log line of a failed load */
@@ -76,39 +75,16 @@ struct cq_mgrio {
     st_result_t *res_head, *res_tail;
     char *tok_admin, *tok_server; /* SIGHUP: new tokens for the loop (owned) */
     bool tok_new;
-    /* the metrics snapshot the admin listener serves (mq_io.c's pattern) */
-    pthread_mutex_t metrics_mu;
-    cq_sbuf_t snapshot;
-    bool metrics_on;
+    io_snapshot_t snap; /* the metrics the admin listener serves (io_snapshot.c) */
 };
 
-/* One management or console connection. */
+/* One management or console connection (io_sqconn.c). */
 typedef struct mgr_conn {
-    uv_tcp_t tcp;
-    int kind; /* K_MGR or K_HTTP */
-    uv_write_t wreq;
-    uv_shutdown_t sreq;
+    io_sqconn_t sc; /* first: the handle's data */
     cq_mgrio_t *io;
-    cq_mgr_conn_t *conn;
-    cq_mgr_hconn_t *http;
-    cq_sendq_t *q;
-    size_t inflight;
-    bool writing, closing, shut, dropped;
-    cq_list_t node; /* io->conns until closed */
-    uint64_t accepted_ms, active_ms, frames;
+    cq_mgr_conn_t *conn;  /* the management protocol, or */
+    cq_mgr_hconn_t *http; /* the console and JSON API */
 } mgr_conn_t;
-
-/* One admin connection: one request, one answer (admin_http.c's way). */
-typedef struct admin_conn {
-    uv_tcp_t tcp;
-    int kind; /* K_ADMIN */
-    uv_write_t wreq;
-    cq_mgrio_t *io;
-    cq_list_t node;
-    uint64_t accepted_ms;
-    cq_sbuf_t in, out;
-    bool done;
-} admin_conn_t;
 
 static uint64_t unix_ms(void)
 {
@@ -295,144 +271,46 @@ static void drain_results(cq_mgrio_t *io)
     }
 }
 
-/* ---- connections: the transport ops ------------------------------------------------------ */
+/* ---- connections (io_sqconn.c) ----------------------------------------------------------- */
 
-static void grace_closed(cq_mgrio_t *io);
-
-static void conn_closed(uv_handle_t *h)
+static void conn_closed(io_sqconn_t *c)
 {
-    mgr_conn_t *mc = h->data;
+    mgr_conn_t *mc = (mgr_conn_t *)c;
     cq_mgrio_t *io = mc->io;
-    cq_mgr_conn_close(mc->conn); /* after every write callback: the queue may go */
+    cq_mgr_conn_close(mc->conn);
     cq_mgr_hconn_close(mc->http);
     cq_free(mc);
-    if (--io->nlive == 0 && io->phase == CLOSE)
-        grace_closed(io);
+    cq__io_drain_closed(&io->drain);
 }
 
-static void conn_unlist(mgr_conn_t *mc)
-{
-    if (cq_list_empty(&mc->node))
-        return;
-    cq_list_remove(&mc->node);
-    cq_list_init(&mc->node);
-    mc->io->nconns[mc->kind]--;
-}
+static const cq_mgr_conn_ops_t conn_ops = {
+    {"tcp", cq__io_sqconn_flush, cq__io_sqconn_close, cq__io_sqconn_peer}};
 
-static void conn_drop(mgr_conn_t *mc)
+static void mgr_input(io_sqconn_t *c, const uint8_t *p, size_t n)
 {
-    mc->closing = mc->dropped = true;
-    conn_unlist(mc);
-    if (!uv_is_closing((uv_handle_t *)&mc->tcp))
-        uv_close((uv_handle_t *)&mc->tcp, conn_closed);
-}
-
-static void on_shutdown(uv_shutdown_t *req, int status)
-{
-    conn_drop(req->data);
-}
-
-/* A closing connection that wrote everything: shut the write side down, then close. */
-static void conn_finish(mgr_conn_t *mc)
-{
-    if (mc->dropped || mc->writing || mc->shut || !cq_sendq_idle(mc->q))
-        return;
-    mc->shut = true;
-    mc->sreq.data = mc;
-    if (uv_shutdown(&mc->sreq, (uv_stream_t *)&mc->tcp, on_shutdown) < 0)
-        conn_drop(mc);
-}
-
-static void on_written(uv_write_t *req, int status);
-
-static void conn_flush(void *tctx)
-{
-    mgr_conn_t *mc = tctx;
-    size_t left = 0;
-    if (mc->kind == K_HTTP && !cq_sendq_idle(mc->q))
-        mc->active_ms = uv_now(&mc->io->loop); /* an answer: the request was whole */
-    if (mc->dropped || mc->writing)
-        return;
-    int r = cq__io_stream_write((uv_stream_t *)&mc->tcp, mc->q, &mc->wreq, on_written, true, &left);
-    if (r < 0) {
-        conn_drop(mc);
-        return;
+    mgr_conn_t *mc = (mgr_conn_t *)c;
+    cq_mgr_conn_input(mc->conn, p, n, unix_ms());
+    if (!c->dropped && cq_mgr_conn_frames(mc->conn) != c->frames) {
+        c->frames = cq_mgr_conn_frames(mc->conn);
+        c->active_ms = uv_now(&mc->io->loop);
     }
-    mc->writing = left > 0;
-    mc->inflight = left;
-    if (mc->closing)
-        conn_finish(mc);
 }
 
-static void on_written(uv_write_t *req, int status)
+static void http_input(io_sqconn_t *c, const uint8_t *p, size_t n)
 {
-    mgr_conn_t *mc = cq_container_of(req, mgr_conn_t, wreq);
-    mc->writing = false;
-    if (mc->dropped)
-        return;
-    if (status < 0) {
-        conn_drop(mc);
-        return;
-    }
-    cq_sendq_written(mc->q, mc->inflight);
-    mc->inflight = 0;
-    conn_flush(mc);
+    cq_mgr_hconn_input(((mgr_conn_t *)c)->http, p, n, unix_ms());
 }
 
-/* Transport op: stop reading, write what is queued, then close. */
-static void conn_close(void *tctx)
+static bool mgr_authed(const io_sqconn_t *c)
 {
-    mgr_conn_t *mc = tctx;
-    if (mc->closing)
-        return;
-    mc->closing = true;
-    uv_read_stop((uv_stream_t *)&mc->tcp);
-    conn_flush(mc);
-}
-
-static int conn_peer(void *tctx, char *buf, size_t len)
-{
-    mgr_conn_t *mc = tctx;
-    struct sockaddr_storage ss;
-    int sl = sizeof(ss);
-    int r = uv_tcp_getpeername(&mc->tcp, (struct sockaddr *)&ss, &sl);
-    return r < 0 ? r : cq__io_addr_str((struct sockaddr *)&ss, buf, len);
-}
-
-static const cq_mgr_conn_ops_t conn_ops = {{"tcp", conn_flush, conn_close, conn_peer}};
-
-static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
-{
-    mgr_conn_t *mc = h->data;
-    *buf = uv_buf_init((char *)mc->io->rbuf, MGR_READ_BUF);
-}
-
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
-{
-    mgr_conn_t *mc = s->data;
-    if (nread == 0 || mc->closing)
-        return;
-    if (nread < 0) {
-        conn_drop(mc);
-        return;
-    }
-    uint64_t now = unix_ms();
-    if (mc->http) {
-        cq_mgr_hconn_input(mc->http, (const uint8_t *)buf->base, (size_t)nread, now);
-        return;
-    }
-    cq_mgr_conn_input(mc->conn, (const uint8_t *)buf->base, (size_t)nread, now);
-    if (!mc->dropped && cq_mgr_conn_frames(mc->conn) != mc->frames) {
-        mc->frames = cq_mgr_conn_frames(mc->conn);
-        mc->active_ms = uv_now(&mc->io->loop);
-    }
+    return cq_mgr_conn_authed(((const mgr_conn_t *)c)->conn);
 }
 
 /* The peer's address without the port (the engine's per-address budgets). */
 static void peer_host(mgr_conn_t *mc, char *out, size_t cap)
 {
     char p[80];
-    if (conn_peer(mc, p, sizeof(p)) < 0)
+    if (cq__io_sqconn_peer(&mc->sc, p, sizeof(p)) < 0)
         snprintf(p, sizeof(p), "?");
     cq_peer_host(p, out, cap);
 }
@@ -440,45 +318,28 @@ static void peer_host(mgr_conn_t *mc, char *out, size_t cap)
 static void accept_conn(io_lsn_t *l, int fd, int kind)
 {
     cq_mgrio_t *io = l->data;
-    uint32_t cap = kind == K_HTTP ? io->o.http_max_conns : io->o.max_conns;
-    if (io->nconns[kind] >= cap) {
-        cq__io_lsn_refused(l, fd,
-                           kind == K_HTTP ? "mgr-http-max-connections reached"
-                                          : "mgr-max-connections reached");
+    if (cq__io_sqclass_full(&io->cls[kind], fd))
         return;
-    }
     mgr_conn_t *mc = cq_calloc(1, sizeof(*mc));
     if (!mc) {
         close(fd);
         return;
     }
     mc->io = io;
-    mc->kind = kind;
-    uv_tcp_init(&io->loop, &mc->tcp);
-    mc->tcp.data = mc;
-    io->nlive++;
-    cq_list_init(&mc->node);
-    bool ok = uv_tcp_open(&mc->tcp, fd) == 0;
-    if (!ok)
-        close(fd);
+    cq__io_drain_opened(&io->drain);
+    bool ok = cq__io_sqconn_open(&mc->sc, &io->cls[kind], &io->loop, fd) == 0;
     char host[80] = "?";
     if (ok)
         peer_host(mc, host, sizeof(host));
-    if (ok && kind == K_HTTP && (mc->http = cq_mgr_hconn_new(io->m, &conn_ops, mc, host)))
-        mc->q = cq_mgr_hconn_sendq(mc->http);
-    else if (ok && kind == K_MGR && (mc->conn = cq_mgr_conn_new(io->m, &conn_ops, mc, host)))
-        mc->q = cq_mgr_conn_sendq(mc->conn);
-    if (!mc->q) {
-        conn_drop(mc);
+    if (ok && kind == K_HTTP && (mc->http = cq_mgr_hconn_new(io->m, &conn_ops, &mc->sc, host)))
+        mc->sc.q = cq_mgr_hconn_sendq(mc->http);
+    else if (ok && kind == K_MGR && (mc->conn = cq_mgr_conn_new(io->m, &conn_ops, &mc->sc, host)))
+        mc->sc.q = cq_mgr_conn_sendq(mc->conn);
+    if (!mc->sc.q) {
+        cq__io_sqconn_drop(&mc->sc);
         return;
     }
-    cq_list_insert_tail(&io->conns, &mc->node);
-    io->nconns[kind]++;
-    mc->accepted_ms = mc->active_ms = uv_now(&io->loop);
-    uv_tcp_nodelay(&mc->tcp, 1);
-    if (io->o.tcp_keepalive_s > 0)
-        uv_tcp_keepalive(&mc->tcp, 1, (unsigned)io->o.tcp_keepalive_s);
-    uv_read_start((uv_stream_t *)&mc->tcp, on_alloc, on_read);
+    cq__io_sqconn_start(&mc->sc, &io->conns);
 }
 
 static void on_accept_mgr(io_lsn_t *l, int fd)
@@ -491,145 +352,52 @@ static void on_accept_http(io_lsn_t *l, int fd)
     accept_conn(l, fd, K_HTTP);
 }
 
-/* ---- the admin listener (/metrics, /healthz): one request per connection --------------- */
-
-static void admin_closed(uv_handle_t *h)
+/* The two classes of connection with their limits (timeouts: io_sqconn.c, on the tick). */
+static void init_classes(cq_mgrio_t *io)
 {
-    admin_conn_t *a = h->data;
-    cq_mgrio_t *io = a->io;
-    cq_sbuf_done(&a->in);
-    cq_sbuf_done(&a->out);
-    cq_free(a);
-    if (--io->nlive == 0 && io->phase == CLOSE)
-        grace_closed(io);
+    const cq_mgrio_opts_t *o = &io->o;
+    io_sqclass_t *m = &io->cls[K_MGR], *h = &io->cls[K_HTTP];
+    *m = (io_sqclass_t){.input = mgr_input,
+                        .closed = conn_closed,
+                        .authed = mgr_authed,
+                        .auth_timeout_ms = o->auth_timeout_ms,
+                        .idle_timeout_ms = o->idle_timeout_ms,
+                        .lsn = &io->lsn[K_MGR],
+                        .max_conns = o->max_conns,
+                        .cap_text = "mgr-max-connections reached"};
+    *h = (io_sqclass_t){.input = http_input,
+                        .closed = conn_closed,
+                        .http = true,
+                        .timeout_ms = o->http_timeout_ms,
+                        .lsn = &io->lsn[K_HTTP],
+                        .max_conns = o->http_max_conns,
+                        .cap_text = "mgr-http-max-connections reached"};
+    for (int i = 0; i < 2; i++) {
+        io->cls[i].keepalive_s = o->tcp_keepalive_s;
+        io->cls[i].rbuf = io->rbuf;
+        io->cls[i].rlen = MGR_READ_BUF;
+    }
 }
 
-static void admin_close(admin_conn_t *a)
-{
-    if (!cq_list_empty(&a->node)) {
-        cq_list_remove(&a->node);
-        cq_list_init(&a->node);
-        a->io->nconns[K_ADMIN]--;
-    }
-    if (!uv_is_closing((uv_handle_t *)&a->tcp))
-        uv_close((uv_handle_t *)&a->tcp, admin_closed);
-}
+/* ---- the admin listener (/metrics, /healthz): io_adminconn.c ----------------------------- */
 
-static void admin_written(uv_write_t *req, int status)
+static void admin_closed(void *ud)
 {
-    admin_close(cq_container_of(req, admin_conn_t, wreq));
-}
-
-static void admin_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
-{
-    admin_conn_t *a = h->data;
-    if (cq_sbuf_reserve(&a->in, 1024) < 0) {
-        *buf = uv_buf_init(NULL, 0);
-        return;
-    }
-    *buf = uv_buf_init((char *)a->in.data + a->in.len, 1024);
-}
-
-static void admin_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
-{
-    admin_conn_t *a = s->data;
-    if (nread < 0) {
-        admin_close(a);
-        return;
-    }
-    if (a->done || nread == 0)
-        return;
-    a->in.len += (size_t)nread;
-    char method[16], path[256];
-    ssize_t h = cq_admin_parse_head((const char *)a->in.data, a->in.len, method, sizeof(method),
-                                    path, sizeof(path));
-    if (h == 0)
-        return;
-    a->done = true;
-    uv_read_stop(s);
-    if (cq_admin_respond(a->io->admin, method, path, h < 0, &a->out) < 0) {
-        admin_close(a);
-        return;
-    }
-    uv_buf_t b = uv_buf_init((char *)a->out.data, (unsigned)a->out.len);
-    if (uv_write(&a->wreq, s, &b, 1, admin_written) < 0)
-        admin_close(a);
+    cq__io_drain_closed(&((cq_mgrio_t *)ud)->drain);
 }
 
 static void on_accept_admin(io_lsn_t *l, int fd)
 {
     cq_mgrio_t *io = l->data;
-    if (io->nconns[K_ADMIN] >= io->o.admin_max_conns) {
-        cq__io_lsn_refused(l, fd, "admin-max-connections reached");
-        return;
-    }
-    admin_conn_t *a = cq_calloc(1, sizeof(*a));
-    if (!a) {
-        close(fd);
-        return;
-    }
-    a->io = io;
-    a->kind = K_ADMIN;
-    uv_tcp_init(&io->loop, &a->tcp);
-    a->tcp.data = a;
-    io->nlive++;
-    cq_list_insert_tail(&io->admins, &a->node);
-    io->nconns[K_ADMIN]++;
-    a->accepted_ms = uv_now(&io->loop);
-    if (uv_tcp_open(&a->tcp, fd) < 0) {
-        close(fd);
-        admin_close(a);
-        return;
-    }
-    uv_read_start((uv_stream_t *)&a->tcp, admin_alloc, admin_read);
-}
-
-static void admin_sweep(cq_mgrio_t *io, uint64_t now)
-{
-    cq_list_t *n, *t;
-    if (!io->o.admin_timeout_ms)
-        return;
-    cq_list_foreach_safe(n, t, &io->admins)
-    {
-        admin_conn_t *a = cq_container_of(n, admin_conn_t, node);
-        if (now - a->accepted_ms < io->o.admin_timeout_ms)
-            return; /* oldest first */
-        cq__io_lsn_count(&io->lsn[K_ADMIN], IO_CLOSE_TIMEOUT);
-        admin_close(a);
-    }
-}
-
-/* ---- timeouts ---------------------------------------------------------------------------- */
-
-/* The reason mc is over a limit at now (IO_CLOSE_*), or -1. */
-static int conn_expired(const mgr_conn_t *mc, uint64_t now)
-{
-    const cq_mgrio_opts_t *o = &mc->io->o;
-    if (mc->kind == K_HTTP)
-        return o->http_timeout_ms && now - mc->active_ms >= o->http_timeout_ms ? IO_CLOSE_TIMEOUT
-                                                                               : -1;
-    if (!cq_mgr_conn_authed(mc->conn) && o->auth_timeout_ms &&
-        now - mc->accepted_ms >= o->auth_timeout_ms)
-        return IO_CLOSE_PREAUTH;
-    if (o->idle_timeout_ms && now - mc->active_ms >= o->idle_timeout_ms)
-        return IO_CLOSE_IDLE;
-    return -1;
+    if (cq__io_adminset_accept(&io->admins, fd))
+        cq__io_drain_opened(&io->drain);
 }
 
 static void sweep_conns(cq_mgrio_t *io)
 {
     uint64_t now = uv_now(&io->loop);
-    cq_list_t *n, *t;
-    cq_list_foreach_safe(n, t, &io->conns)
-    {
-        mgr_conn_t *mc = cq_container_of(n, mgr_conn_t, node);
-        int why = conn_expired(mc, now);
-        if (why < 0)
-            continue;
-        cq__io_lsn_count(&io->lsn[mc->kind], why);
-        conn_drop(mc);
-    }
-    admin_sweep(io, now);
+    cq__io_sqconn_sweep(&io->conns, now);
+    cq__io_adminset_sweep(&io->admins, now);
 }
 
 /* ---- metrics ----------------------------------------------------------------------------- */
@@ -639,13 +407,14 @@ static int edge_metrics(cq_mgrio_t *io, cq_sbuf_t *b)
     io_lsn_t *v[3];
     size_t n = 0;
     char t[512];
-    int k = snprintf(t, sizeof(t),
-                     "# TYPE chanq_mgr_connections gauge\n"
-                     "chanq_mgr_connections{port=\"mgr\"} %u\n"
-                     "chanq_mgr_connections{port=\"mgrhttp\"} %u\n"
-                     "# TYPE chanq_mgr_audit_write_errors_total counter\n"
-                     "chanq_mgr_audit_write_errors_total %llu\n",
-                     io->nconns[K_MGR], io->nconns[K_HTTP], (unsigned long long)io->audit_errors);
+    int k =
+        snprintf(t, sizeof(t),
+                 "# TYPE chanq_mgr_connections gauge\n"
+                 "chanq_mgr_connections{port=\"mgr\"} %u\n"
+                 "chanq_mgr_connections{port=\"mgrhttp\"} %u\n"
+                 "# TYPE chanq_mgr_audit_write_errors_total counter\n"
+                 "chanq_mgr_audit_write_errors_total %llu\n",
+                 io->cls[K_MGR].nopen, io->cls[K_HTTP].nopen, (unsigned long long)io->audit_errors);
     int r = cq_sbuf_append(b, t, (size_t)k);
     for (int i = 0; i < 3; i++)
         if (io->lsn_on[i])
@@ -663,44 +432,24 @@ static void metrics_refresh(cq_mgrio_t *io)
         cq_sbuf_done(&b);
         return; /* out of memory: keep the previous snapshot */
     }
-    pthread_mutex_lock(&io->metrics_mu);
-    cq_sbuf_t old = io->snapshot;
-    io->snapshot = b;
-    io->metrics_on = true;
-    pthread_mutex_unlock(&io->metrics_mu);
-    cq_sbuf_done(&old);
+    cq__io_snapshot_publish(&io->snap, &b);
 }
 
 int cq_mgrio_metrics_append(void *ud, cq_sbuf_t *out)
 {
-    cq_mgrio_t *io = ud;
-    int r = 0;
-    pthread_mutex_lock(&io->metrics_mu);
-    if (io->metrics_on && io->snapshot.len)
-        r = cq_sbuf_append(out, io->snapshot.data, io->snapshot.len);
-    pthread_mutex_unlock(&io->metrics_mu);
-    return r;
+    return cq__io_snapshot_append(&((cq_mgrio_t *)ud)->snap, out);
 }
 
-static void metrics_unpublish(cq_mgrio_t *io)
-{
-    pthread_mutex_lock(&io->metrics_mu);
-    cq_sbuf_t old = io->snapshot;
-    cq_sbuf_init(&io->snapshot);
-    io->metrics_on = false;
-    pthread_mutex_unlock(&io->metrics_mu);
-    cq_sbuf_done(&old);
-}
+/* ---- shutdown (io_drain.c) -----------------------------------------------------------------
+ * DRAIN: no new change can start; the changes made so far are saved (the tick retries a failed
+ * save). CLOSE, once the engine's store is idle: every connection writes what is queued and
+ * closes. */
 
-/* ---- shutdown -----------------------------------------------------------------------------
- * DRAIN: the listeners close and no connection is read any more, so no new change can start;
- * the changes made so far are saved (the tick retries a failed save). CLOSE, once the engine's
- * store is idle: every connection writes what is queued and closes. The grace timer bounds both
- * steps: when it fires every connection is dropped as it is. */
-
-static bool is_conn(const uv_handle_t *h)
+/* The listeners are poll and timer handles (accept.c), so every TCP handle is a connection: an
+ * io_sqconn_t, or an admin connection, which closing() has closed before a walk gets to it. */
+static bool is_conn(void *ud, const uv_handle_t *h)
 {
-    return h->type == UV_TCP; /* the listeners are poll and timer handles (accept.c) */
+    return h->type == UV_TCP;
 }
 
 static bool is_listener(const cq_mgrio_t *io, const uv_handle_t *h)
@@ -718,16 +467,26 @@ static void close_listeners(cq_mgrio_t *io)
             cq__io_lsn_close(&io->lsn[i]);
 }
 
-static void grace_closed(cq_mgrio_t *io)
+static bool store_idle(void *ud)
 {
-    if (io->grace_on && !uv_is_closing((uv_handle_t *)&io->grace))
-        uv_close((uv_handle_t *)&io->grace, NULL);
+    return cq_mgr_store_idle(((cq_mgrio_t *)ud)->m);
 }
 
-static void close_handle(cq_mgrio_t *io, uv_handle_t *h)
+static void eng_flush(void *ud)
 {
-    if (uv_is_closing(h) || h == (uv_handle_t *)&io->grace)
-        return;
+    cq_mgr_flush(((cq_mgrio_t *)ud)->m);
+}
+
+static void drain_handle(void *ud, uv_handle_t *h)
+{
+    cq_mgrio_t *io = ud;
+    if (is_listener(io, h))
+        close_listeners(io);
+}
+
+static void close_handle(void *ud, uv_handle_t *h)
+{
+    cq_mgrio_t *io = ud;
     if (is_listener(io, h)) {
         close_listeners(io);
         return;
@@ -740,96 +499,31 @@ static void close_handle(cq_mgrio_t *io, uv_handle_t *h)
     uv_close(h, NULL);
 }
 
-/* Closes a connection: gracefully (what is queued is written) or at once. */
-static void conn_end(uv_handle_t *h, bool graceful)
+static void close_admins(void *ud)
 {
-    /* both connection structs start with (tcp, kind) */
-    _Static_assert(offsetof(mgr_conn_t, kind) == offsetof(admin_conn_t, kind), "layout");
-    int kind = *(const int *)((const char *)h->data + offsetof(mgr_conn_t, kind));
-    if (kind == K_ADMIN)
-        admin_close(h->data);
-    else if (graceful)
-        conn_close(h->data);
-    else
-        conn_drop(h->data);
+    cq__io_adminset_close_all(&((cq_mgrio_t *)ud)->admins);
 }
 
-static void drain_walk(uv_handle_t *h, void *arg)
+static void grace_over(void *ud)
 {
-    cq_mgrio_t *io = arg;
-    if (uv_is_closing(h))
-        return;
-    if (is_conn(h))
-        uv_read_stop((uv_stream_t *)h);
-    else if (is_listener(io, h))
-        close_listeners(io);
-}
-
-static void close_walk(uv_handle_t *h, void *arg)
-{
-    cq_mgrio_t *io = arg;
-    if (uv_is_closing(h))
-        return;
-    if (is_conn(h))
-        conn_end(h, true);
-    else
-        close_handle(io, h);
-}
-
-static void drop_walk(uv_handle_t *h, void *arg)
-{
-    cq_mgrio_t *io = arg;
-    if (uv_is_closing(h))
-        return;
-    if (is_conn(h))
-        conn_end(h, false);
-    else
-        close_handle(io, h);
-}
-
-static void stop_close(cq_mgrio_t *io)
-{
-    io->phase = CLOSE;
-    cq_mgr_flush(io->m);
-    uv_walk(&io->loop, close_walk, io);
-    if (io->nlive == 0)
-        grace_closed(io);
-}
-
-static void on_grace(uv_timer_t *t)
-{
-    cq_mgrio_t *io = t->data;
+    cq_mgrio_t *io = ud;
     if (!cq_mgr_store_idle(io->m))
         CQ_WARN("mgr", "shutdown: --shutdown-grace-ms is over with changes not saved");
-    io->phase = CLOSE;
-    uv_walk(&io->loop, drop_walk, io);
-    grace_closed(io);
 }
 
-static void stop_step(cq_mgrio_t *io)
-{
-    if (io->phase == RUN) {
-        io->phase = DRAIN;
-        uv_walk(&io->loop, drain_walk, io);
-        uv_timer_init(&io->loop, &io->grace);
-        io->grace_on = true;
-        io->grace.data = io;
-        uv_timer_start(&io->grace, on_grace, (uint64_t)io->o.shutdown_grace_ms, 0);
-    }
-    if (io->phase == DRAIN && cq_mgr_store_idle(io->m))
-        stop_close(io);
-}
+static const io_drain_ops_t drain_ops = {is_conn,      store_idle,   eng_flush, drain_handle,
+                                         close_handle, close_admins, grace_over};
 
 /* ---- loop callbacks ---------------------------------------------------------------------- */
 
 static void on_wake(uv_async_t *a)
 {
     cq_mgrio_t *io = a->data;
-    if (io->phase == CLOSE)
+    if (io->drain.phase == IO_CLOSE)
         return;
     drain_results(io);
     if (atomic_load(&io->stopping))
-        stop_step(io);
+        cq__io_drain_step(&io->drain);
 }
 
 static void on_prepare(uv_prepare_t *p)
@@ -847,11 +541,11 @@ static void on_tick(uv_timer_t *t)
         st_changed(io);
     }
     cq_mgr_tick(io->m, unix_ms());
-    if (io->phase == RUN)
+    if (io->drain.phase == IO_RUN)
         sweep_conns(io);
-    else if (io->phase == DRAIN && cq_mgr_store_idle(io->m))
-        stop_close(io);
-    if (io->phase != CLOSE)
+    else if (io->drain.phase == IO_DRAIN)
+        cq__io_drain_step(&io->drain); /* CLOSE once the store is idle */
+    if (io->drain.phase != IO_CLOSE)
         metrics_refresh(io);
 }
 
@@ -871,7 +565,7 @@ cq_mgrio_t *cq_mgrio_new(void)
     io->audit_fd = -1;
     pthread_mutex_init(&io->st_mu, NULL);
     pthread_cond_init(&io->st_cv, NULL);
-    pthread_mutex_init(&io->metrics_mu, NULL);
+    cq__io_snapshot_init(&io->snap);
     for (int i = 0; i < 3; i++)
         strcpy(io->bound[i], "-");
     return io;
@@ -940,12 +634,15 @@ int cq_mgrio_start(cq_mgrio_t *io, const cq_mgr_opts_t *mopts, const cq_mgrstore
     io->o = *opts;
     io->admin = opts->admin;
     cq_list_init(&io->conns);
-    cq_list_init(&io->admins);
     if (io->o.shutdown_grace_ms < 0)
         io->o.shutdown_grace_ms = 0;
+    cq__io_drain_init(&io->drain, &io->loop, (uint64_t)io->o.shutdown_grace_ms, &drain_ops, io);
     io->rbuf = cq_malloc(MGR_READ_BUF);
     if (!io->rbuf || uv_loop_init(&io->loop) < 0)
         return cq_err_fmt(err, errlen, -ENOMEM, "mgr: out of memory");
+    init_classes(io);
+    cq__io_adminset_init(&io->admins, &io->loop, io->admin, &io->lsn[K_ADMIN],
+                         io->o.admin_max_conns, io->o.admin_timeout_ms, admin_closed, io);
     io->loop_ok = true;
     if (!(io->m = cq_mgr_new(mopts, &engine_ops, io, err, errlen)))
         return CQ_ECONFIG;
@@ -1024,7 +721,7 @@ void cq_mgrio_stop(cq_mgrio_t *io)
 {
     if (!io || !io->loop_ok)
         return;
-    metrics_unpublish(io);
+    cq__io_snapshot_unpublish(&io->snap);
     atomic_store(&io->stopping, 1);
     if (io->started) {
         pthread_mutex_lock(&io->st_mu);
@@ -1033,8 +730,7 @@ void cq_mgrio_stop(cq_mgrio_t *io)
         uv_thread_join(&io->thread);
         io->started = false;
     } else {
-        io->phase = CLOSE;
-        uv_walk(&io->loop, drop_walk, io); /* never started: no grace timer */
+        cq__io_drain_drop(&io->drain); /* never started: no grace timer */
     }
     uv_run(&io->loop, UV_RUN_DEFAULT); /* close callbacks not yet run */
     stop_store_thread(io);
@@ -1050,7 +746,6 @@ cq_mgrio_t *cq_mgrio_free(cq_mgrio_t *io)
     if (io->store && io->store->free) /* after it returns no watch callback runs */
         io->store->free(io->store_ud);
     io->m = cq_mgr_free(io->m);
-    metrics_unpublish(io);
     for (st_result_t *r = io->res_head, *n; r; r = n) {
         n = r->next;
         cq_free(r->json);
@@ -1063,7 +758,7 @@ cq_mgrio_t *cq_mgrio_free(cq_mgrio_t *io)
     cq_free(io->tok_server);
     pthread_mutex_destroy(&io->st_mu);
     pthread_cond_destroy(&io->st_cv);
-    pthread_mutex_destroy(&io->metrics_mu);
+    cq__io_snapshot_done(&io->snap);
     cq_free(io->rbuf);
     cq_free(io);
     return NULL;

@@ -102,40 +102,6 @@ typedef struct req {
 
 /* ---- answers ------------------------------------------------------------------------------ */
 
-static const char *reason(int status)
-{
-    switch (status) {
-    case 200:
-        return "OK";
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 403:
-        return "Forbidden";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 409:
-        return "Conflict";
-    case 413:
-        return "Content Too Large";
-    case 415:
-        return "Unsupported Media Type";
-    case 421:
-        return "Misdirected Request";
-    case 429:
-        return "Too Many Requests";
-    case 431:
-        return "Request Header Fields Too Large";
-    case 500:
-        return "Internal Server Error";
-    default:
-        return "Service Unavailable";
-    }
-}
-
 static void h_close(cq_mgr_hconn_t *h)
 {
     if (h->closing)
@@ -151,20 +117,15 @@ static void respond_raw(req_t *q, int status, const char *ctype, const void *bod
     cq_mgr_hconn_t *h = q->h;
     if (h->closing)
         return;
+    static const char sec[] =
+        "Content-Security-Policy: default-src 'self'; frame-ancestors 'none'\r\n"
+        "X-Frame-Options: DENY\r\n"
+        "X-Content-Type-Options: nosniff\r\n"
+        "Referrer-Policy: no-referrer\r\n";
+    const char *extra[] = {sec, q->api ? "Cache-Control: no-store\r\n" : NULL, q->extra};
     char head[1024];
-    int hn =
-        snprintf(head, sizeof(head),
-                 "HTTP/1.1 %d %s\r\n"
-                 "Content-Type: %s\r\n"
-                 "Content-Length: %zu\r\n"
-                 "Content-Security-Policy: default-src 'self'; frame-ancestors 'none'\r\n"
-                 "X-Frame-Options: DENY\r\n"
-                 "X-Content-Type-Options: nosniff\r\n"
-                 "Referrer-Policy: no-referrer\r\n"
-                 "%s%s%s\r\n",
-                 status, reason(status), ctype, blen, q->api ? "Cache-Control: no-store\r\n" : "",
-                 q->extra ? q->extra : "", h->keep_alive ? "" : "Connection: close\r\n");
-    if (hn < 0 || (size_t)hn >= sizeof(head)) {
+    int hn = cq_http_answer_head(head, sizeof(head), status, ctype, blen, extra, 3, h->keep_alive);
+    if (hn < 0) {
         h_close(h);
         return;
     }
@@ -203,36 +164,6 @@ static void respond_json(req_t *q, int status, json_t *v)
     free(s);
 }
 
-/* Length of the valid UTF-8 sequence at p (at most n bytes), or 0. */
-static size_t utf8_seq(const unsigned char *p, size_t n)
-{
-    size_t k = p[0] < 0x80             ? 1
-               : (p[0] & 0xe0) == 0xc0 ? 2
-               : (p[0] & 0xf0) == 0xe0 ? 3
-               : (p[0] & 0xf8) == 0xf0 ? 4
-                                       : 0;
-    if (!k || k > n)
-        return 0;
-    for (size_t i = 1; i < k; i++)
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-    return k;
-}
-
-/* An error text may quote the request (a path segment): bytes that are not UTF-8 become '?' so
- * that the answer can still be built as JSON. */
-static void utf8_scrub(char *s)
-{
-    size_t n = strlen(s);
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
-        if (!k)
-            s[i++] = '?';
-        else
-            i += k;
-    }
-}
-
 static void fail(req_t *q, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void fail(req_t *q, int status, const char *fmt, ...)
 {
@@ -241,7 +172,7 @@ static void fail(req_t *q, int status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    utf8_scrub(msg);
+    cq_http_scrub_utf8(msg);
     respond_json(q, status, json_pack("{s:s}", "error", msg));
 }
 
@@ -284,8 +215,8 @@ static void audit(req_t *q, const char *action, const char *target, int64_t vers
     iso_time(q->h->now, t, sizeof(t));
     snprintf(tgt, sizeof(tgt), "%s", target);
     snprintf(res, sizeof(res), "%s", result);
-    utf8_scrub(tgt);
-    utf8_scrub(res);
+    cq_http_scrub_utf8(tgt);
+    cq_http_scrub_utf8(res);
     json_t *v = json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:s}", "time", t, "addr", q->h->addr, "auth",
                           q->authkind ? q->authkind : "none", "action", action, "target", tgt,
                           "version", (json_int_t)(version > 0 ? version : 0), "result", res);
@@ -373,47 +304,6 @@ static api_session_t *session_find(cq_mgr_api_t *a, const char *sid, size_t n, u
 
 /* ---- request head ------------------------------------------------------------------------- */
 
-static bool word_eq(const char *p, size_t n, const char *w)
-{
-    return strlen(w) == n && strncasecmp(p, w, n) == 0;
-}
-
-static void connection_value(req_t *q, const char *v, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
-            i++;
-        size_t s = i;
-        while (i < n && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
-            i++;
-        if (word_eq(v + s, i - s, "close"))
-            q->conn_close = true;
-        else if (word_eq(v + s, i - s, "keep-alive"))
-            q->conn_keep = true;
-    }
-}
-
-static void content_length(req_t *q, const char *v, size_t n)
-{
-    uint64_t x = 0;
-    if (n == 0 || n > 18) {
-        q->bad = true;
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (v[i] < '0' || v[i] > '9') {
-            q->bad = true;
-            return;
-        }
-        x = x * 10 + (uint64_t)(v[i] - '0');
-    }
-    if (q->cl_seen && x != q->content_length)
-        q->bad = true;
-    q->cl_seen = true;
-    q->content_length = x;
-}
-
 /* Finds chanq_session=<value> among the "; "-separated pairs of a Cookie header. */
 static void cookie_value(req_t *q, const char *v, size_t n)
 {
@@ -438,12 +328,13 @@ static void cookie_value(req_t *q, const char *v, size_t n)
 
 static void header(req_t *q, const cq_http_header_t *hd)
 {
-    if (cq_http_name_is(hd, "content-length"))
-        content_length(q, hd->value, hd->value_len);
-    else if (cq_http_name_is(hd, "transfer-encoding"))
+    if (cq_http_name_is(hd, "content-length")) {
+        if (cq_http_content_length(hd->value, hd->value_len, &q->cl_seen, &q->content_length) < 0)
+            q->bad = true;
+    } else if (cq_http_name_is(hd, "transfer-encoding"))
         q->chunked = true;
     else if (cq_http_name_is(hd, "connection"))
-        connection_value(q, hd->value, hd->value_len);
+        cq_http_connection(hd->value, hd->value_len, &q->conn_close, &q->conn_keep);
     else if (cq_http_name_is(hd, "host")) {
         q->bad = q->bad || q->host != NULL; /* which of two Hosts was meant is unknowable */
         q->host = hd->value;
@@ -471,19 +362,10 @@ static ssize_t parse_head(req_t *q, bool *http11)
     ssize_t end = cq_http_parse_all((const char *)h->in.data, h->in.len, 0, &o, &hh, &hs);
     if (end <= 0)
         return end;
-    if (hh.minor_version > 1 || hh.target[0] != '/')
+    if (cq_http_origin_target(&hh, http11, &q->path, &q->path_len, &q->query, &q->query_len) < 0)
         q->bad = true;
-    *http11 = hh.minor_version == 1;
     q->method = hh.method;
     q->method_len = hh.method_len;
-    q->path = hh.target;
-    q->path_len = hh.target_len;
-    const char *qm = memchr(q->path, '?', q->path_len);
-    if (qm) {
-        q->query = qm + 1;
-        q->query_len = q->path_len - (size_t)(qm + 1 - q->path);
-        q->path_len = (size_t)(qm - q->path);
-    }
     for (size_t i = 0; i < hs.n; i++)
         header(q, &hs.v[i]);
     cq_http_headers_done(&hs);
@@ -552,52 +434,13 @@ static bool parse_u32(const char *s, size_t n, uint32_t *ret)
 
 static bool ctype_json(const req_t *q)
 {
-    static const char want[] = "application/json";
-    const size_t wl = sizeof(want) - 1;
-    if (!q->ctype || q->ctype_len < wl || strncasecmp(q->ctype, want, wl) != 0)
-        return false;
-    size_t i = wl;
-    while (i < q->ctype_len && (q->ctype[i] == ' ' || q->ctype[i] == '\t'))
-        i++;
-    return i == q->ctype_len || q->ctype[i] == ';';
-}
-
-/* The host part of a Host value or a list item: "[v6]:port" -> "[v6]", "name:port" -> "name". */
-static size_t host_part(const char *h, size_t n)
-{
-    if (n && h[0] == '[') {
-        const char *b = memchr(h, ']', n);
-        return b ? (size_t)(b - h) + 1 : n;
-    }
-    const char *c = memchr(h, ':', n);
-    return c ? (size_t)(c - h) : n;
+    return cq_http_ctype_is(q->ctype, q->ctype_len, "application/json");
 }
 
 /* True when Host is one of the comma-separated --mgr-http-hosts ("*": any, also none). */
 static bool host_ok(const req_t *q)
 {
-    const char *list = cq__mgr_opts(q->h->a->m)->http_hosts;
-    for (const char *p = list ? list : ""; *p;) {
-        const char *c = strchr(p, ',');
-        const char *e = c ? c : p + strlen(p);
-        const char *s = p;
-        while (s < e && (*s == ' ' || *s == '\t'))
-            s++;
-        while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
-            e--;
-        size_t il = (size_t)(e - s);
-        if (il == 1 && *s == '*')
-            return true;
-        if (il && q->host) {
-            size_t a = host_part(s, il), b = host_part(q->host, q->host_len);
-            if (a == b && strncasecmp(s, q->host, a) == 0)
-                return true;
-        }
-        p = c ? c + 1 : NULL;
-        if (!p)
-            break;
-    }
-    return false;
+    return cq_http_host_listed(cq__mgr_opts(q->h->a->m)->http_hosts, q->host, q->host_len);
 }
 
 /* ---- static assets ------------------------------------------------------------------------ */

@@ -6,6 +6,7 @@
 #include "cq_authlim.h"
 #include "cq_clock.h"
 #include "cq_err.h"
+#include "cq_http.h"
 #include "cq_log.h"
 #include "mqsrv_int.h"
 
@@ -30,34 +31,6 @@ typedef struct hreq {
 } hreq_t;
 
 /* ---- responses -------------------------------------------------------------------------- */
-
-static const char *reason(int status)
-{
-    switch (status) {
-    case 200:
-        return "OK";
-    case 400:
-        return "Bad Request";
-    case 401:
-        return "Unauthorized";
-    case 403:
-        return "Forbidden";
-    case 404:
-        return "Not Found";
-    case 409:
-        return "Conflict";
-    case 413:
-        return "Content Too Large";
-    case 415:
-        return "Unsupported Media Type";
-    case 421:
-        return "Misdirected Request";
-    case 429:
-        return "Too Many Requests";
-    default:
-        return "Service Unavailable";
-    }
-}
 
 /* The HTTP status of a chanq error code. */
 static int status_of(int err)
@@ -112,11 +85,9 @@ static void respond(cq_mqhttp_conn_t *h, int status, json_t *v)
     if (v && !blen)
         status = 503;
     char head[192];
-    int hn = snprintf(head, sizeof(head),
-                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
-                      "Content-Length: %zu\r\n%s\r\n",
-                      status, reason(status), blen, h->keep_alive ? "" : "Connection: close\r\n");
-    cq_buf_t *b = cq_buf_new((size_t)hn + blen); /* the answer is written straight into it */
+    int hn = cq_http_answer_head(head, sizeof(head), status, "application/json", blen, NULL, 0,
+                                 h->keep_alive);
+    cq_buf_t *b = hn < 0 ? NULL : cq_buf_new((size_t)hn + blen); /* the answer goes into it */
     if (!b) {
         json_decref(v);
         h_close(h);
@@ -132,39 +103,6 @@ static void respond(cq_mqhttp_conn_t *h, int status, json_t *v)
 }
 
 /* Answers an error: status, {"err_code": wire code, "err_msg": text}. */
-/* Length of the valid UTF-8 sequence at p (at most n bytes), or 0 when it is not one. Overlong
- * forms and surrogates count as valid here: jansson takes them, and this only has to keep
- * jansson from refusing the message. */
-static size_t utf8_seq(const unsigned char *p, size_t n)
-{
-    size_t k = p[0] < 0x80             ? 1
-               : (p[0] & 0xe0) == 0xc0 ? 2
-               : (p[0] & 0xf0) == 0xe0 ? 3
-               : (p[0] & 0xf8) == 0xf0 ? 4
-                                       : 0;
-    if (!k || k > n)
-        return 0;
-    for (size_t i = 1; i < k; i++)
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-    return k;
-}
-
-/* Error messages quote what the client sent (a path, a query name): a byte that is not part of
- * valid UTF-8 (or a sequence cut by the length limit) becomes '?', so that the answer can be
- * built as JSON and says what was wrong, instead of failing as "cannot build the answer". */
-static void utf8_scrub(char *s)
-{
-    size_t n = strlen(s);
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
-        if (!k)
-            s[i++] = '?';
-        else
-            i += k;
-    }
-}
-
 static void fail_status(cq_mqhttp_conn_t *h, int status, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void fail_status(cq_mqhttp_conn_t *h, int status, int code, const char *fmt, ...)
@@ -174,7 +112,7 @@ static void fail_status(cq_mqhttp_conn_t *h, int status, int code, const char *f
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    utf8_scrub(msg);
+    cq_http_scrub_utf8(msg); /* msg quotes the request: a JSON answer must still be built */
     respond(h, status, json_pack("{s:i,s:s}", "err_code", code, "err_msg", msg));
 }
 

@@ -26,7 +26,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,8 +168,6 @@ static void stop_mgr(void)
 /* One console API request with the admin bearer token; returns the status, body in body. */
 static int api(const char *method, const char *path, const char *json, char *body, size_t cap)
 {
-    int fd = cq_raw_connect(mgr_http_port);
-    assert_true(fd >= 0);
     char req[2048];
     size_t blen = json ? strlen(json) : 0;
     int n = snprintf(req, sizeof(req),
@@ -178,24 +175,8 @@ static int api(const char *method, const char *path, const char *json, char *bod
                      "\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
                      "Connection: close\r\n\r\n%s",
                      method, path, blen, json ? json : "");
-    assert_int_equal(cq_raw_write(fd, req, (size_t)n), 0);
-    static char got[1 << 20];
-    size_t len = 0;
-    for (;;) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        assert_int_equal(poll(&p, 1, TMO), 1);
-        ssize_t k = read(fd, got + len, sizeof(got) - 1 - len);
-        assert_true(k >= 0);
-        if (k == 0)
-            break;
-        len += (size_t)k;
-    }
-    close(fd);
-    got[len] = '\0';
-    int status = 0;
-    assert_int_equal(sscanf(got, "HTTP/1.1 %d", &status), 1);
-    const char *b = strstr(got, "\r\n\r\n");
-    snprintf(body, cap, "%s", b ? b + 4 : "");
+    int status = cq_raw_http(mgr_http_port, req, (size_t)n, TMO, body, cap);
+    assert_true(status > 0);
     return status;
 }
 

@@ -15,7 +15,6 @@
 #include "cq_mq.h"
 #include "cq_testsrv.h"
 
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,32 +78,14 @@ static int wait_state(chanq_mq_sync_t *c, const char *topic, int want)
  * the body in body[0..cap). */
 static int http_post(const cq_testsrv_t *s, const char *path, char *body, size_t cap)
 {
-    int fd = cq_raw_connect(s->mq_http_port);
-    assert_true(fd >= 0);
     char req[512];
     int n = snprintf(req, sizeof(req),
                      "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      "Content-Length: 0\r\n"
                      "Connection: close\r\n\r\n",
                      path);
-    assert_int_equal(cq_raw_write(fd, req, (size_t)n), 0);
-    char got[4096];
-    size_t len = 0;
-    for (;;) { /* until the server closes */
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        assert_int_equal(poll(&p, 1, TMO), 1);
-        ssize_t k = read(fd, got + len, sizeof(got) - 1 - len);
-        assert_true(k >= 0);
-        if (k == 0)
-            break;
-        len += (size_t)k;
-    }
-    close(fd);
-    got[len] = '\0';
-    int status = 0;
-    assert_int_equal(sscanf(got, "HTTP/1.1 %d", &status), 1);
-    const char *b = strstr(got, "\r\n\r\n");
-    snprintf(body, cap, "%s", b ? b + 4 : "");
+    int status = cq_raw_http(s->mq_http_port, req, (size_t)n, TMO, body, cap);
+    assert_true(status > 0);
     return status;
 }
 

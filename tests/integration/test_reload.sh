@@ -12,8 +12,8 @@ CHANQD=$1
 CHANQ=$2
 T=$(mktemp -d "${TMPDIR:-/tmp}/cqreload.XXXXXX")
 PID=
-n=0
-failed=0
+# shellcheck source=tests/support/tap.sh
+. "$(dirname "$0")/../support/tap.sh" # ok, same
 
 cleanup() {
     if [ -n "$PID" ]; then
@@ -24,19 +24,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok() { # ok DESCRIPTION EXIT-CODE
-    n=$((n + 1))
-    if [ "$2" = 0 ]; then echo "ok $n - $1"; else
-        echo "not ok $n - $1"
-        failed=1
-    fi
-}
-same() { # same DESCRIPTION EXPECTED ACTUAL
-    if [ "$2" = "$3" ]; then ok "$1" 0; else
-        ok "$1" 1
-        printf '# expected: %q\n# actual:   %q\n' "$2" "$3"
-    fi
-}
 # waits (safety stop 20 s) until the log has a line matching the pattern
 log_wait() {
     for _ in $(seq 1 400); do

@@ -42,8 +42,8 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/cqpkg.XXXXXX")
 PID=
 MGRPID=
 INSTALLED=0
-n=0
-failed=0
+# shellcheck source=tests/support/tap.sh
+. "$(dirname "$0")/../support/tap.sh" # ok, same
 APT=(env DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout=300)
 
 cleanup() {
@@ -57,20 +57,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok() { # ok DESCRIPTION EXIT-CODE
-    n=$((n + 1))
-    if [ "$2" = 0 ]; then echo "ok $n - $1"; else
-        echo "not ok $n - $1"
-        failed=1
-    fi
-}
-# same DESCRIPTION EXPECTED ACTUAL: exact comparison, both shown on failure
-same() {
-    if [ "$2" = "$3" ]; then ok "$1" 0; else
-        ok "$1" 1
-        printf '# expected: %q\n# actual:   %q\n' "$2" "$3"
-    fi
-}
 # start_as_chanq DIR LOG COMMAND...: as the units run a service: user chanq, the open-file limit
 # $NOFILE, no capabilities, no new privileges, in DIR (its state directory). setpriv execs, so
 # PID is the service itself, as $MAINPID is; waits for DIR/ready (or the process's end).

@@ -385,6 +385,52 @@ int cq_raw_write(int fd, const void *p, size_t n)
     return 0;
 }
 
+#define RAW_HTTP_MAX (1u << 20)
+
+/* Reads from fd into buf[0..cap) until EOF; *len gets the count. 0 or a negative error. */
+static int read_to_eof(int fd, char *buf, size_t cap, int timeout_ms, size_t *len)
+{
+    *len = 0;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r = poll(&p, 1, timeout_ms);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return r < 0 ? -errno : CQ_ETIMEOUT;
+        if (*len == cap)
+            return -EMSGSIZE;
+        ssize_t k = read(fd, buf + *len, cap - *len);
+        if (k < 0 && errno != EINTR)
+            return -errno;
+        if (k == 0)
+            return 0;
+        *len += k > 0 ? (size_t)k : 0;
+    }
+}
+
+int cq_raw_http(uint16_t port, const char *req, size_t n, int timeout_ms, char *body, size_t cap)
+{
+    int fd = cq_raw_connect(port);
+    if (fd < 0)
+        return fd;
+    char *got = malloc(RAW_HTTP_MAX + 1);
+    size_t len = 0;
+    int r = got ? cq_raw_write(fd, req, n) : -ENOMEM;
+    if (r == 0)
+        r = read_to_eof(fd, got, RAW_HTTP_MAX, timeout_ms, &len);
+    close(fd);
+    int status = 0;
+    if (r == 0) {
+        got[len] = '\0';
+        r = sscanf(got, "HTTP/1.1 %d", &status) == 1 ? status : -EPROTO;
+        const char *b = strstr(got, "\r\n\r\n");
+        snprintf(body, cap, "%s", b ? b + 4 : "");
+    }
+    free(got);
+    return r;
+}
+
 /* Reads exactly n bytes before the deadline. */
 static int read_exact(int fd, uint8_t *p, size_t n, int64_t deadline)
 {

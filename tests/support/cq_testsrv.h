@@ -97,6 +97,13 @@ int cq_raw_connect(uint16_t port);
 /* Writes all of p[0..n). Returns 0 or -errno. */
 int cq_raw_write(int fd, const void *p, size_t n);
 
+/* One HTTP exchange: sends req[0..n) on a new connection to 127.0.0.1:port (the request asks
+ * for "Connection: close") and reads the answer until the server closes, each read waiting up to
+ * timeout_ms. Returns the status of the "HTTP/1.1 NNN" line, with what follows the head in
+ * body[0..cap) (NUL-terminated, cut to fit); or a negative error: -errno, CQ_ETIMEOUT, -EMSGSIZE
+ * (an answer over 1 MiB), -EPROTO (no status line). */
+int cq_raw_http(uint16_t port, const char *req, size_t n, int timeout_ms, char *body, size_t cap);
+
 /* Reads exactly one packet (fixed framing: 5-byte header, length in bytes 2-3; with legacy
  * true, `43 48 4E len` means a body of len bytes) into buf[0..cap). Returns its total length
  * (header included), CQ_ETIMEOUT, CHANQ_SYNC_EOF, -EMSGSIZE if it does not fit, or -errno. */

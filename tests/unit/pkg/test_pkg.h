@@ -73,6 +73,10 @@ void test_http_header_limit(void **state);
 void test_http_malformed(void **state);
 void test_http_parse_all(void **state);
 void test_http_parse_all_fail_n(void **state);
+/* pkg_httpmsg.c */
+void test_httpmsg_request_rules(void **state);
+void test_httpmsg_hosts(void **state);
+void test_httpmsg_answer(void **state);
 
 /* xorshift64*, deterministic per seed; shared by the randomized cases. */
 static inline uint64_t test_rand(uint64_t *s)

@@ -1,0 +1,118 @@
+/* pkg/http/cq_httpmsg.c: the request rules and the answer head the JSON APIs share (the MQ HTTP
+ * API and the manager's console API call these; their own suites cover the wiring). */
+#include "test_pkg.h"
+
+#include "cq_err.h"
+#include "cq_http.h"
+
+#include <string.h>
+
+static int target(const char *t, int minor, bool *h11, char *path, char *query)
+{
+    cq_http_head_t h = {.target = t, .target_len = strlen(t), .minor_version = minor};
+    const char *p, *q;
+    size_t pl, ql;
+    int r = cq_http_origin_target(&h, h11, &p, &pl, &q, &ql);
+    if (r == 0) {
+        memcpy(path, p, pl);
+        path[pl] = '\0';
+        strcpy(query, "(none)");
+        if (q) {
+            memcpy(query, q, ql);
+            query[ql] = '\0';
+        }
+    }
+    return r;
+}
+
+void test_httpmsg_request_rules(void **state)
+{
+    (void)state;
+    char path[64], query[64];
+    bool h11 = false;
+    assert_int_equal(target("/api/state?limit=5", 1, &h11, path, query), 0);
+    assert_true(h11);
+    assert_string_equal(path, "/api/state");
+    assert_string_equal(query, "limit=5");
+    assert_int_equal(target("/x", 0, &h11, path, query), 0);
+    assert_false(h11);
+    assert_string_equal(query, "(none)");
+    assert_int_equal(target("/x?", 1, &h11, path, query), 0);
+    assert_string_equal(query, "");
+    assert_int_equal(target("http://h/x", 1, &h11, path, query), CQ_EHEADER);
+    assert_int_equal(target("/x", 2, &h11, path, query), CQ_EHEADER);
+
+    bool seen = false;
+    uint64_t len = 0;
+    assert_int_equal(cq_http_content_length("17", 2, &seen, &len), 0);
+    assert_true(seen);
+    assert_int_equal(len, 17);
+    assert_int_equal(cq_http_content_length("17", 2, &seen, &len), 0); /* the same again */
+    assert_int_equal(cq_http_content_length("18", 2, &seen, &len), CQ_EHEADER);
+    assert_int_equal(len, 17);
+    seen = false;
+    assert_int_equal(cq_http_content_length("", 0, &seen, &len), CQ_EHEADER);
+    assert_int_equal(cq_http_content_length("+1", 2, &seen, &len), CQ_EHEADER);
+    assert_int_equal(cq_http_content_length("1234567890123456789", 19, &seen, &len), CQ_EHEADER);
+    assert_false(seen);
+
+    bool close = false, keep = false;
+    cq_http_connection("Upgrade, Keep-Alive", 19, &close, &keep);
+    assert_false(close);
+    assert_true(keep);
+    cq_http_connection(" ,close", 7, &close, &keep);
+    assert_true(close);
+    close = keep = false;
+    cq_http_connection("closed, keep-alives", 19, &close, &keep);
+    assert_false(close || keep);
+
+    assert_true(cq_http_ctype_is("Application/JSON ; charset=utf-8", 32, "application/json"));
+    assert_true(cq_http_ctype_is("application/json", 16, "application/json"));
+    assert_false(cq_http_ctype_is("application/jsonx", 17, "application/json"));
+    assert_false(cq_http_ctype_is("text/plain", 10, "application/json"));
+    assert_false(cq_http_ctype_is(NULL, 0, "application/json"));
+}
+
+void test_httpmsg_hosts(void **state)
+{
+    (void)state;
+    const char *list = " localhost , [::1],chanq.example:8080 ";
+    assert_true(cq_http_host_listed(list, "localhost:12121", 15));
+    assert_true(cq_http_host_listed(list, "LOCALHOST", 9));
+    assert_true(cq_http_host_listed(list, "[::1]:12121", 11));
+    assert_true(cq_http_host_listed(list, "chanq.example", 13)); /* any port */
+    assert_false(cq_http_host_listed(list, "evil.example", 12));
+    assert_false(cq_http_host_listed(list, "localhost.evil", 14));
+    assert_false(cq_http_host_listed(list, NULL, 0));
+    assert_true(cq_http_host_listed("a, *", NULL, 0)); /* "*": any, also none */
+    assert_false(cq_http_host_listed("", "a", 1));
+    assert_false(cq_http_host_listed(NULL, "a", 1));
+    assert_false(cq_http_host_listed(" , ", "a", 1));
+}
+
+void test_httpmsg_answer(void **state)
+{
+    (void)state;
+    char b[256];
+    const char *extra[] = {"X-A: 1\r\n", NULL, "X-B: 2\r\n"};
+    int n = cq_http_answer_head(b, sizeof(b), 415, "application/json", 12, extra, 3, false);
+    static const char want[] = "HTTP/1.1 415 Unsupported Media Type\r\n"
+                               "Content-Type: application/json\r\n"
+                               "Content-Length: 12\r\n"
+                               "X-A: 1\r\nX-B: 2\r\n"
+                               "Connection: close\r\n\r\n";
+    assert_int_equal(n, sizeof(want) - 1);
+    assert_string_equal(b, want);
+    n = cq_http_answer_head(b, sizeof(b), 599, NULL, 0, NULL, 0, true);
+    assert_string_equal(b, "HTTP/1.1 599 Service Unavailable\r\nContent-Length: 0\r\n\r\n");
+    assert_int_equal(
+        cq_http_answer_head(b, sizeof(want) - 1, 415, "application/json", 12, extra, 3, false),
+        -1); /* one byte short for the NUL */
+    assert_int_equal(cq_http_answer_head(b, 10, 200, "a", 0, NULL, 0, true), -1);
+    assert_string_equal(cq_http_reason(421), "Misdirected Request");
+    assert_string_equal(cq_http_reason(405), "Method Not Allowed");
+
+    char s[] = "ok \xc3\xa9 \xff cut \xe2\x82";
+    cq_http_scrub_utf8(s);
+    assert_string_equal(s, "ok \xc3\xa9 ? cut ??");
+}
