@@ -3,11 +3,30 @@
  * The only file that includes <zookeeper/zookeeper.h> (scripts/check-layering.sh). Every call
  * is asynchronous; completions and watchers run on the library's completion thread, where they
  * turn results into cq_coord_ev_t and post them to the sink. Only async calls are made there.
- * zookeeper_close() calls the pending completions (with ZCLOSING) before it returns, so every
- * context allocated here is freed by its completion. A request issued while it drains (a
- * completion chaining the next step) would never get its completion, and its context would
- * leak: every request goes through the zk_a* gates below, which refuse with ZCLOSING once
- * zk_close has begun.
+ * Every context allocated here is freed by its completion, so every request must get exactly one.
+ *
+ * libzookeeper-mt (3.8) does not promise that at close. zookeeper_close() sets close_requested,
+ * then free_completions() turns every request still in sent_requests into a fake ZCLOSING reply
+ * queued on completions_to_process, and adaptor_finish() joins the threads. But the completion
+ * thread (mt_adaptor.c do_completion) loops `while (!close_requested)`: when it is awake at
+ * that moment (running a completion, e.g. list_children issuing the member reads), its
+ * process_completions() returns on an empty queue and it exits before the fakes are queued; a
+ * reply the IO thread queued late goes the same way. destroy() queues what is left once more,
+ * and in the mt build nothing ever processes completions_to_process (process_async() is 0):
+ * the library leaks its records and never calls our completion, which leaked our contexts.
+ *
+ * So, on our side: (1) every request goes through the zk_a* gates below, which refuse with
+ * ZCLOSING once zk_close has begun (a completion chaining the next step while the session
+ * closes gets a synchronous error, no request). (2) Each request passes a zk_req_t record to
+ * the library instead of its context, with a trampoline per completion type; the record is
+ * linked in the session's list until its completion ran. (3) zk_close first waits (bounded,
+ * ZK_DRAIN_MS) until that list is empty, so nothing is outstanding when zookeeper_close()
+ * starts and the library has nothing to drop; completions that run once close began report
+ * ZCLOSING, as the library's own fakes do. (4) After zookeeper_close() returns (its threads are
+ * joined: nothing runs any more) zk_close calls, on its own thread, the completion of every
+ * record still linked, with ZCLOSING: each kind frees its context as always (the list with its
+ * member reads, the epoch read, the topic listing, the manager store's call record...).
+ * The library's own records are only lost in (4), i.e. when the drain timed out.
  */
 #define THREADED
 #include "cq_coordzk.h"
@@ -18,6 +37,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +48,9 @@
 #define ZK_PATH_MAX 512
 #define MEMBER_NAME "m_" /* member nodes: m_0000000012 */
 #define DATA_MAX    1024 /* member and epoch data are short texts */
+#define ZK_DRAIN_MS 2000 /* zk_close waits this long at most for the requests in flight */
+
+struct zk_req;
 
 typedef struct zk_sess {
     zhandle_t *zh;
@@ -39,8 +62,29 @@ typedef struct zk_sess {
     pthread_mutex_t node_mu;   /* node: written by a completion, read by leave */
     char node[ZK_PATH_MAX];    /* our member node, once joined ("" before and after leave) */
     pthread_mutex_t gate_mu;   /* held while a request is issued; closing is set under it */
-    bool closing;              /* zk_close has begun: no request is issued any more */
+    atomic_bool closing;       /* zk_close has begun: no request is issued any more */
+    pthread_mutex_t req_mu;    /* reqs */
+    pthread_cond_t req_cv;     /* reqs became empty (CLOCK_MONOTONIC) */
+    struct zk_req *reqs;       /* the requests whose completion has not run yet */
 } zk_sess_t;
+
+/* One request in flight: the library gets this record as the completion's data and a trampoline
+ * (req_* below) as the completion; the trampoline unlinks it, then calls fn with ud. */
+typedef enum { ZR_STRING, ZR_DATA, ZR_STRINGS, ZR_STAT, ZR_VOID } zk_req_kind_t;
+
+typedef struct zk_req {
+    struct zk_req *prev, *next;
+    zk_sess_t *s;
+    zk_req_kind_t kind;
+    union {
+        string_completion_t string;
+        data_completion_t data;
+        strings_completion_t strings;
+        stat_completion_t stat;
+        void_completion_t vd;
+    } fn;
+    const void *ud;
+} zk_req_t;
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -116,6 +160,15 @@ static int zk_paths(zk_sess_t *s, const cq_coord_zk_conf_t *c)
     return 0;
 }
 
+static void zk_sess_free(zk_sess_t *s)
+{
+    pthread_mutex_destroy(&s->node_mu);
+    pthread_mutex_destroy(&s->gate_mu);
+    pthread_mutex_destroy(&s->req_mu);
+    pthread_cond_destroy(&s->req_cv);
+    cq_free(s);
+}
+
 static int zk_connect(void *ud, const cq_coord_zk_conf_t *conf, const cq_coord_zk_sink_t *sink,
                       void **ret_sess)
 {
@@ -127,6 +180,12 @@ static int zk_connect(void *ud, const cq_coord_zk_conf_t *conf, const cq_coord_z
     s->sink = *sink;
     pthread_mutex_init(&s->node_mu, NULL);
     pthread_mutex_init(&s->gate_mu, NULL);
+    pthread_mutex_init(&s->req_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->req_cv, &ca);
+    pthread_condattr_destroy(&ca);
     int rc = zk_paths(s, conf);
     if (rc < 0)
         goto fail;
@@ -140,10 +199,159 @@ static int zk_connect(void *ud, const cq_coord_zk_conf_t *conf, const cq_coord_z
     *ret_sess = s;
     return 0;
 fail:
-    pthread_mutex_destroy(&s->node_mu);
-    pthread_mutex_destroy(&s->gate_mu);
-    cq_free(s);
+    zk_sess_free(s);
     return rc;
+}
+
+/* ---- requests in flight ------------------------------------------------------------------ */
+
+/* A linked record for a request about to be issued (NULL: out of memory). */
+static zk_req_t *req_new(zk_sess_t *s, zk_req_kind_t kind, const void *ud)
+{
+    zk_req_t *r = cq_calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->s = s;
+    r->kind = kind;
+    r->ud = ud;
+    pthread_mutex_lock(&s->req_mu);
+    r->next = s->reqs;
+    if (s->reqs)
+        s->reqs->prev = r;
+    s->reqs = r;
+    pthread_mutex_unlock(&s->req_mu);
+    return r;
+}
+
+/* Unlinks and frees r; wakes zk_close's drain after the last one. */
+static void req_end(zk_req_t *r)
+{
+    zk_sess_t *s = r->s;
+    pthread_mutex_lock(&s->req_mu);
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        s->reqs = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    if (!s->reqs)
+        pthread_cond_broadcast(&s->req_cv);
+    pthread_mutex_unlock(&s->req_mu);
+    cq_free(r);
+}
+
+/* The code a completion reports: ZCLOSING once close began (the session's results no longer
+ * count), like the library's own fakes; else the request's. */
+static int req_rc(const zk_req_t *r, int zrc)
+{
+    return atomic_load(&r->s->closing) ? ZCLOSING : zrc;
+}
+
+static void req_string(int zrc, const char *name, const void *data)
+{
+    zk_req_t *r = (zk_req_t *)data;
+    string_completion_t fn = r->fn.string;
+    const void *ud = r->ud;
+    zrc = req_rc(r, zrc);
+    req_end(r);
+    fn(zrc, zrc == ZOK ? name : NULL, ud);
+}
+
+static void req_data(int zrc, const char *value, int len, const struct Stat *st, const void *data)
+{
+    zk_req_t *r = (zk_req_t *)data;
+    data_completion_t fn = r->fn.data;
+    const void *ud = r->ud;
+    zrc = req_rc(r, zrc);
+    req_end(r);
+    if (zrc == ZOK)
+        fn(zrc, value, len, st, ud);
+    else
+        fn(zrc, NULL, 0, NULL, ud);
+}
+
+static void req_strings(int zrc, const struct String_vector *v, const void *data)
+{
+    zk_req_t *r = (zk_req_t *)data;
+    strings_completion_t fn = r->fn.strings;
+    const void *ud = r->ud;
+    zrc = req_rc(r, zrc);
+    req_end(r);
+    fn(zrc, zrc == ZOK ? v : NULL, ud);
+}
+
+static void req_stat(int zrc, const struct Stat *st, const void *data)
+{
+    zk_req_t *r = (zk_req_t *)data;
+    stat_completion_t fn = r->fn.stat;
+    const void *ud = r->ud;
+    zrc = req_rc(r, zrc);
+    req_end(r);
+    fn(zrc, zrc == ZOK ? st : NULL, ud);
+}
+
+static void req_void(int zrc, const void *data)
+{
+    zk_req_t *r = (zk_req_t *)data;
+    void_completion_t fn = r->fn.vd;
+    const void *ud = r->ud;
+    zrc = req_rc(r, zrc);
+    req_end(r);
+    fn(zrc, ud);
+}
+
+/* What the library never completed: its completion, with ZCLOSING, on the caller's thread. */
+static void req_fail(zk_req_t *r)
+{
+    switch (r->kind) {
+    case ZR_STRING:
+        req_string(ZCLOSING, NULL, r);
+        break;
+    case ZR_DATA:
+        req_data(ZCLOSING, NULL, 0, NULL, r);
+        break;
+    case ZR_STRINGS:
+        req_strings(ZCLOSING, NULL, r);
+        break;
+    case ZR_STAT:
+        req_stat(ZCLOSING, NULL, r);
+        break;
+    case ZR_VOID:
+        req_void(ZCLOSING, r);
+        break;
+    }
+}
+
+/* Waits (at most ZK_DRAIN_MS) until every request issued has had its completion. */
+static void req_drain(zk_sess_t *s)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += ZK_DRAIN_MS / 1000;
+    dl.tv_nsec += (long)(ZK_DRAIN_MS % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->req_mu);
+    while (s->reqs)
+        if (pthread_cond_timedwait(&s->req_cv, &s->req_mu, &dl) != 0)
+            break;
+    pthread_mutex_unlock(&s->req_mu);
+}
+
+/* Completes (ZCLOSING) whatever the library dropped; its threads are joined. A completion may
+ * chain a request: the gate refuses it, so the list only shrinks. */
+static void req_fail_all(zk_sess_t *s)
+{
+    for (;;) {
+        pthread_mutex_lock(&s->req_mu);
+        zk_req_t *r = s->reqs;
+        pthread_mutex_unlock(&s->req_mu);
+        if (!r)
+            return;
+        req_fail(r);
+    }
 }
 
 static void zk_close(void *sess)
@@ -152,13 +360,13 @@ static void zk_close(void *sess)
     if (!s)
         return;
     pthread_mutex_lock(&s->gate_mu);
-    s->closing = true; /* no request from a completion can slip into the close below */
+    atomic_store(&s->closing, true); /* no request from a completion can slip in any more */
     pthread_mutex_unlock(&s->gate_mu);
+    req_drain(s); /* nothing outstanding: the library has nothing to drop (header) */
     if (s->zh)
         zookeeper_close(s->zh);
-    pthread_mutex_destroy(&s->node_mu);
-    pthread_mutex_destroy(&s->gate_mu);
-    cq_free(s);
+    req_fail_all(s);
+    zk_sess_free(s);
 }
 
 /* ---- the request gates: every asynchronous call goes through one of these -------------- */
@@ -166,7 +374,7 @@ static void zk_close(void *sess)
 static bool gate_enter(zk_sess_t *s)
 {
     pthread_mutex_lock(&s->gate_mu);
-    if (!s->closing)
+    if (!atomic_load(&s->closing))
         return true;
     pthread_mutex_unlock(&s->gate_mu);
     return false;
@@ -177,54 +385,99 @@ static void gate_leave(zk_sess_t *s)
     pthread_mutex_unlock(&s->gate_mu);
 }
 
+/* gate_enter, then a record for the request (NULL: refused, *zrc says why). */
+static zk_req_t *gate_req(zk_sess_t *s, zk_req_kind_t kind, const void *ud, int *zrc)
+{
+    if (!gate_enter(s)) {
+        *zrc = ZCLOSING;
+        return NULL;
+    }
+    zk_req_t *r = req_new(s, kind, ud);
+    if (!r) {
+        gate_leave(s);
+        *zrc = ZSYSTEMERROR;
+    }
+    return r;
+}
+
+/* The request was issued (zrc ZOK: its completion will run) or not (no completion: unlink). */
+static int gate_done(zk_sess_t *s, zk_req_t *r, int zrc)
+{
+    if (zrc != ZOK)
+        req_end(r);
+    gate_leave(s);
+    return zrc;
+}
+
 static int zk_acreate(zk_sess_t *s, const char *path, const char *v, int len, int flags,
                       string_completion_t done, const void *data)
 {
-    if (!gate_enter(s))
-        return ZCLOSING;
-    int zrc = zoo_acreate(s->zh, path, v, len, &ZOO_OPEN_ACL_UNSAFE, flags, done, data);
-    gate_leave(s);
-    return zrc;
+    int zrc;
+    zk_req_t *r = gate_req(s, ZR_STRING, data, &zrc);
+    if (!r)
+        return zrc;
+    r->fn.string = done;
+    zrc = zoo_acreate(s->zh, path, v, len, &ZOO_OPEN_ACL_UNSAFE, flags, req_string, r);
+    return gate_done(s, r, zrc);
 }
 
 static int zk_aget(zk_sess_t *s, const char *path, watcher_fn w, void *wctx, data_completion_t done,
                    const void *data)
 {
-    if (!gate_enter(s))
-        return ZCLOSING;
-    int zrc =
-        w ? zoo_awget(s->zh, path, w, wctx, done, data) : zoo_aget(s->zh, path, 0, done, data);
-    gate_leave(s);
-    return zrc;
+    int zrc;
+    zk_req_t *r = gate_req(s, ZR_DATA, data, &zrc);
+    if (!r)
+        return zrc;
+    r->fn.data = done;
+    zrc = w ? zoo_awget(s->zh, path, w, wctx, req_data, r) : zoo_aget(s->zh, path, 0, req_data, r);
+    return gate_done(s, r, zrc);
 }
 
 static int zk_achildren(zk_sess_t *s, const char *path, watcher_fn w, void *wctx,
                         strings_completion_t done, const void *data)
 {
-    if (!gate_enter(s))
-        return ZCLOSING;
-    int zrc = zoo_awget_children(s->zh, path, w, wctx, done, data);
-    gate_leave(s);
-    return zrc;
+    int zrc;
+    zk_req_t *r = gate_req(s, ZR_STRINGS, data, &zrc);
+    if (!r)
+        return zrc;
+    r->fn.strings = done;
+    zrc = zoo_awget_children(s->zh, path, w, wctx, req_strings, r);
+    return gate_done(s, r, zrc);
 }
 
 static int zk_aset(zk_sess_t *s, const char *path, const char *v, int len, int version,
                    stat_completion_t done, const void *data)
 {
-    if (!gate_enter(s))
-        return ZCLOSING;
-    int zrc = zoo_aset(s->zh, path, v, len, version, done, data);
-    gate_leave(s);
-    return zrc;
+    int zrc;
+    zk_req_t *r = gate_req(s, ZR_STAT, data, &zrc);
+    if (!r)
+        return zrc;
+    r->fn.stat = done;
+    zrc = zoo_aset(s->zh, path, v, len, version, req_stat, r);
+    return gate_done(s, r, zrc);
+}
+
+static int zk_aexists(zk_sess_t *s, const char *path, watcher_fn w, void *wctx,
+                      stat_completion_t done, const void *data)
+{
+    int zrc;
+    zk_req_t *r = gate_req(s, ZR_STAT, data, &zrc);
+    if (!r)
+        return zrc;
+    r->fn.stat = done;
+    zrc = zoo_awexists(s->zh, path, w, wctx, req_stat, r);
+    return gate_done(s, r, zrc);
 }
 
 static int zk_adelete(zk_sess_t *s, const char *path, void_completion_t done, const void *data)
 {
-    if (!gate_enter(s))
-        return ZCLOSING;
-    int zrc = zoo_adelete(s->zh, path, -1, done, data);
-    gate_leave(s);
-    return zrc;
+    int zrc;
+    zk_req_t *r = gate_req(s, ZR_VOID, data, &zrc);
+    if (!r)
+        return zrc;
+    r->fn.vd = done;
+    zrc = zoo_adelete(s->zh, path, -1, req_void, r);
+    return gate_done(s, r, zrc);
 }
 
 /* ---- join: the persistent parents, then our member node ----------------------------------- */
@@ -1097,10 +1350,7 @@ static void zs_watch_fn(zhandle_t *zh, int type, int state, const char *path, vo
 
 static void zs_arm(zk_store_t *st, zk_sess_t *s)
 {
-    if (!gate_enter(s))
-        return;
-    zoo_awexists(s->zh, st->path, zs_watch_fn, st, zs_exists_done, NULL);
-    gate_leave(s);
+    (void)zk_aexists(s, st->path, zs_watch_fn, st, zs_exists_done, NULL);
 }
 
 void cq_coord_zkstore_watch(void *ud, void (*changed)(void *arg), void *arg)
