@@ -86,6 +86,8 @@ static void handle_add(cq_shared_t *sh, const char *pit, uint32_t old_id, uint64
     h->next = sh->recov;
     sh->recov = h;
     pthread_mutex_unlock(&sh->dir_lock);
+    /* Once per lost connection: from here a successor with this pit gets shouldRecover. */
+    CQ_INFO("recover", "conn %u lost; recoverable by pit \"%s\"", old_id, pit);
 }
 
 void cq__recov_handles_free(cq_shared_t *sh)
