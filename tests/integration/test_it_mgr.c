@@ -52,19 +52,6 @@ static uint16_t mgr_port, mgr_http_port;
 static char mgr_addr[64];
 static cq_testsrv_t s1, s2;
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A loopback port nothing listens on now. */
 static uint16_t free_port(void)
 {
@@ -152,7 +139,7 @@ static void start_mgr(void)
         }
         if (waited >= TMO)
             fail_msg("the manager did not listen within 10 s (log: %s)", log);
-        sleep_ms(50);
+        cq_test_sleep_ms(50);
     }
 }
 
@@ -275,7 +262,7 @@ static void wait_listed(const char *want)
     char got[128];
     listed(got, sizeof(got));
     for (int waited = 0; strcmp(got, want) != 0 && waited < WAIT_MS; waited += 100) {
-        sleep_ms(100);
+        cq_test_sleep_ms(100);
         listed(got, sizeof(got));
     }
     assert_string_equal(got, want);
@@ -298,7 +285,7 @@ static int setup(void **state)
     c = connect_to(&s2);
     for (int waited = 0; chanq_mq_sync_add_topic(c, "orders") != 0; waited += 100) {
         assert_true(waited < WAIT_MS);
-        sleep_ms(100);
+        cq_test_sleep_ms(100);
     }
     chanq_mq_sync_close(c);
     return 0;
@@ -328,12 +315,12 @@ static int64_t wait_produce(const cq_testsrv_t *s, int want, int64_t since)
 {
     int64_t off;
     int r = produce_on(s, &off);
-    while (r != want && now_ms() - since < 10000) {
-        sleep_ms(5);
+    while (r != want && cq_test_mono_ms() - since < 10000) {
+        cq_test_sleep_ms(5);
         r = produce_on(s, &off);
     }
     assert_int_equal(r, want);
-    return now_ms() - since;
+    return cq_test_mono_ms() - since;
 }
 
 static void test_permission_enforced(void **state)
@@ -342,7 +329,7 @@ static void test_permission_enforced(void **state)
     int64_t off;
     assert_int_equal(produce_on(&s1, &off), 0);
     assert_int_equal(produce_on(&s2, &off), 0);
-    int64_t t0 = now_ms();
+    int64_t t0 = cq_test_mono_ms();
     put_module("[]"); /* no produce right any more */
     int64_t t1 = wait_produce(&s1, CQ_EACL, t0), t2 = wait_produce(&s2, CQ_EACL, t0);
     fprintf(stderr,
@@ -354,7 +341,7 @@ static void test_permission_enforced(void **state)
     assert_int_equal(chanq_mq_sync_produce1(c, "orders", "x", &off), CQ_EACL);
     assert_int_equal(chanq_mq_sync_errcode(c), 7);
     chanq_mq_sync_close(c);
-    t0 = now_ms();
+    t0 = cq_test_mono_ms();
     put_module("[\"orders\"]");
     t1 = wait_produce(&s1, 0, t0);
     t2 = wait_produce(&s2, 0, t0);

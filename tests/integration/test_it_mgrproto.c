@@ -49,19 +49,6 @@ static char dir[256];
 static pid_t mgr_pid;
 static uint16_t mgr_port, http_port;
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void path_in(char *out, size_t cap, const char *name)
 {
     snprintf(out, cap, "%s/%s", dir, name);
@@ -142,7 +129,7 @@ static int start_mgr(void **state)
         execv(bin, (char *const *)argv);
         _exit(127);
     }
-    for (int64_t end = mono_ms() + WAIT_MS; mono_ms() < end; sleep_ms(20)) {
+    for (int64_t end = cq_test_mono_ms() + WAIT_MS; cq_test_mono_ms() < end; cq_test_sleep_ms(20)) {
         char line[512] = "";
         FILE *f = fopen(ready, "r");
         if (f && fgets(line, sizeof(line), f) && strchr(line, '\n')) {
@@ -525,7 +512,8 @@ static void test_stale(void **state)
 {
     /* 103 stops reporting (its connection stays open); 101 goes on */
     char got[512] = "";
-    for (int64_t end = mono_ms() + WAIT_MS; mono_ms() < end; sleep_ms(200)) {
+    for (int64_t end = cq_test_mono_ms() + WAIT_MS; cq_test_mono_ms() < end;
+         cq_test_sleep_ms(200)) {
         report(&fa, NULL, 0);
         cq_mqmgr_msg_t *m = svrconfig(M7_TOK);
         servers_text(m, got, sizeof(got));
@@ -559,7 +547,8 @@ static void test_sighup_tokens(void **state)
     assert_int_equal(kill(mgr_pid, SIGHUP), 0);
     /* the old token works until the reload ran, then is refused (err 6, closed) */
     uint32_t code = 0;
-    for (int64_t end = mono_ms() + WAIT_MS; mono_ms() < end && code == 0; sleep_ms(50)) {
+    for (int64_t end = cq_test_mono_ms() + WAIT_MS; cq_test_mono_ms() < end && code == 0;
+         cq_test_sleep_ms(50)) {
         fake_t x = {mconnect(), 150, 0, true};
         sync_send(&x, SRV_TOK);
         cq_mqmgr_msg_t *m = recv_msg(x.fd, NULL);

@@ -675,3 +675,16 @@ pid_t cq_testsrv_spawn_ready(const char *const *argv, int *ret_port)
     *ret_port = port;
     return pid;
 }
+
+void cq_test_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+int64_t cq_test_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}

@@ -102,6 +102,10 @@ int cq_raw_write(int fd, const void *p, size_t n);
  * timeout_ms. Returns the status of the "HTTP/1.1 NNN" line, with what follows the head in
  * body[0..cap) (NUL-terminated, cut to fit); or a negative error: -errno, CQ_ETIMEOUT, -EMSGSIZE
  * (an answer over 1 MiB), -EPROTO (no status line). */
+/* The tests' clock: sleeps ms milliseconds; the monotonic clock in ms. */
+void cq_test_sleep_ms(int ms);
+int64_t cq_test_mono_ms(void);
+
 int cq_raw_http(uint16_t port, const char *req, size_t n, int timeout_ms, char *body, size_t cap);
 
 /* Reads exactly one packet (fixed framing: 5-byte header, length in bytes 2-3; with legacy

@@ -2405,17 +2405,25 @@ static void expect_answer(cq_mgrlink_t *l, uint32_t askid, uint32_t cmdid, uint3
 /* publish_config swaps the permissions (enforced at the next drain), sets a topic offline
  * through the store and takes its retention in seconds; a bad one changes nothing and is
  * answered 5; offline refuses produces with 19. */
-static void test_mgrlink_commands(void **state)
+/* A master engine with a connected link (appid 42) and module 3 connected as a producer. */
+static cq_mgrlink_t *link_producer(fconn_t **ret_p)
 {
-    (void)state;
     eng_start(false, 0);
     cq_mgrlink_t *l = link_new(42);
     cq_mgrlink_connected(l);
-    fconn_t *p = fconn_new();
-    connect_as(p, 3, "s3",
+    *ret_p = fconn_new();
+    connect_as(*ret_p, 3, "s3",
                "2 1 "
                "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
                "\"master\":true}");
+    return l;
+}
+
+static void test_mgrlink_commands(void **state)
+{
+    (void)state;
+    fconn_t *p;
+    cq_mgrlink_t *l = link_producer(&p);
     assert_int_equal(
         link_in(l, publish(77, 5, "{\"3\":{\"token\":\"s3\",\"produce\":[\"keep\"]}}", false), 1),
         0);
@@ -2473,14 +2481,8 @@ static void test_mgrlink_commands(void **state)
 static void test_mgrlink_unmanaged(void **state)
 {
     (void)state;
-    eng_start(false, 0);
-    cq_mgrlink_t *l = link_new(42);
-    cq_mgrlink_connected(l);
-    fconn_t *p = fconn_new();
-    connect_as(p, 3, "s3",
-               "2 1 "
-               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
-               "\"master\":true}");
+    fconn_t *p;
+    cq_mgrlink_t *l = link_producer(&p);
     cq_mqmgr_msg_t *m = command(77, CQ_MQMGR_CMD_PUBLISH_CONFIG);
     m->config.version = 1;
     assert_int_equal(link_in(l, m, 1), 0);
