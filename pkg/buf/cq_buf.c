@@ -42,6 +42,16 @@ void cq_buf_unref(cq_buf_t *b)
     }
 }
 
+void cq_buf_unref_n(cq_buf_t *b, uint32_t n)
+{
+    if (!b || !n)
+        return;
+    if (atomic_fetch_sub_explicit(&b->refs, n, memory_order_acq_rel) == n) {
+        atomic_fetch_sub_explicit(&live, 1, memory_order_relaxed);
+        cq_free(b);
+    }
+}
+
 long cq_buf_live(void)
 {
     return atomic_load_explicit(&live, memory_order_relaxed);

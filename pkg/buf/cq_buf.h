@@ -37,6 +37,9 @@ static inline void cq_buf_ref_n(cq_buf_t *b, uint32_t n)
 }
 /* Drops one reference; frees at zero. Accepts NULL. */
 void cq_buf_unref(cq_buf_t *b);
+/* Drops n references at once (those a fan-out took and did not use); frees at zero. Accepts
+ * NULL and n = 0. */
+void cq_buf_unref_n(cq_buf_t *b, uint32_t n);
 static inline uint32_t cq_buf_refs(const cq_buf_t *b)
 {
     return atomic_load_explicit(&b->refs, memory_order_relaxed);

@@ -60,7 +60,7 @@ void cq_sendq_done(cq_sendq_t *q)
     cq_free(q->ring);
     batch_free(q, q->batch);
     cq_pool_t *pool = q->pool;
-    cq_sendq_init(q, (cq_framing_mode_t)q->mode);
+    cq_sendq_init(q, (cq_framing_mode_t)q->mode); /* runs = 0 */
     q->pool = pool;
 }
 
@@ -79,17 +79,16 @@ static int ring_grow(cq_sendq_t *q)
     return 0;
 }
 
+/* What an entry adds to queued: its bytes, plus a header for records and slices (a slice is
+ * charged one header however many records it grew by). */
 static size_t ent_cost(const cq_sendq_ent_t *e)
 {
-    return e->buf->len + (e->kind == CQ_SENDQ_RECORD ? CQ_FRAME_HDR_LEN : 0);
+    return e->len + (e->kind != CQ_SENDQ_PACKET ? CQ_FRAME_HDR_LEN : 0);
 }
 
-int cq_sendq_push_ref(cq_sendq_t *q, cq_buf_t *buf, uint32_t kind, size_t hard_limit)
+static int ring_append(cq_sendq_t *q, cq_sendq_ent_t e)
 {
-    cq_sendq_ent_t e = {buf, kind};
     size_t cost = ent_cost(&e);
-    if (hard_limit && q->queued + cost > hard_limit)
-        return CQ_ESLOW;
     if (q->count == q->cap) {
         int r = ring_grow(q);
         if (r < 0)
@@ -101,6 +100,40 @@ int cq_sendq_push_ref(cq_sendq_t *q, cq_buf_t *buf, uint32_t kind, size_t hard_l
     return 0;
 }
 
+int cq_sendq_push_ref(cq_sendq_t *q, cq_buf_t *buf, uint32_t kind, size_t hard_limit)
+{
+    size_t cost = buf->len + (kind == CQ_SENDQ_RECORD ? CQ_FRAME_HDR_LEN : 0);
+    if (hard_limit && q->queued + cost > hard_limit)
+        return CQ_ESLOW;
+    return ring_append(q, (cq_sendq_ent_t){buf, 0, buf->len, kind, 0});
+}
+
+int cq_sendq_push_slice(cq_sendq_t *q, cq_buf_t *buf, uint32_t off, uint32_t len,
+                        const cq_buf_t *prev, size_t hard_limit)
+{
+    cq_sendq_ent_t *t = q->count ? &q->ring[(q->head + q->count - 1) & (q->cap - 1)] : NULL;
+    if (t && t->kind == CQ_SENDQ_SLICE && t->buf == buf && t->off + t->len == off &&
+        t->len + len <= CQ_SENDQ_SLICE_MAX) {
+        if (hard_limit && q->queued + len > hard_limit)
+            return CQ_ESLOW;
+        t->len += len;
+        q->queued += len;
+        return CQ_SENDQ_EXTENDED;
+    }
+    /* t->buf, not prev, is read: prev may be gone, but then no entry refers to it. */
+    bool follows = t && t->kind == CQ_SENDQ_SLICE && t->buf == prev && off == 0 &&
+                   t->off + t->len == t->buf->len;
+    if (!follows && q->runs >= CQ_SENDQ_RUNS)
+        return CQ_SENDQ_APART;
+    if (hard_limit && q->queued + len + CQ_FRAME_HDR_LEN > hard_limit)
+        return CQ_ESLOW;
+    int r = ring_append(q, (cq_sendq_ent_t){buf, off, len, CQ_SENDQ_SLICE, !follows});
+    if (r < 0)
+        return r;
+    q->runs += !follows;
+    return CQ_SENDQ_ADDED;
+}
+
 int cq_sendq_push(cq_sendq_t *q, cq_buf_t *buf, uint32_t kind, size_t hard_limit)
 {
     int r = cq_sendq_push_ref(q, cq_buf_ref(buf), kind, hard_limit);
@@ -109,9 +142,15 @@ int cq_sendq_push(cq_sendq_t *q, cq_buf_t *buf, uint32_t kind, size_t hard_limit
     return r;
 }
 
+/* A slice is a run of whole records, so it frames like one record. */
+static bool is_record(const cq_sendq_ent_t *e)
+{
+    return e->kind != CQ_SENDQ_PACKET;
+}
+
 static bool copied(const cq_sendq_ent_t *e)
 {
-    return e->kind == CQ_SENDQ_RECORD && e->buf->len <= COPY_MAX;
+    return is_record(e) && e->len <= COPY_MAX;
 }
 
 /* Sizes the next batch: entries taken, iovecs, held references and scratch bytes (upper
@@ -126,19 +165,19 @@ static uint32_t batch_plan(const cq_sendq_t *q, int *ret_iov, uint32_t *ret_held
         const cq_sendq_ent_t *e = &q->ring[(q->head + n) & (q->cap - 1)];
         if (e->kind == CQ_SENDQ_PACKET) {
             body = 0;
-        } else if (!body || body + e->buf->len > CQ_FRAME_MAX_BODY - PAD_ROOM) {
+        } else if (!body || body + e->len > CQ_FRAME_MAX_BODY - PAD_ROOM) {
             iov += 2; /* header + pad slot */
             scratch += CQ_FRAME_HDR_LEN + PAD_ROOM;
             body = 0;
         }
-        if (e->kind == CQ_SENDQ_RECORD)
-            body += e->buf->len;
+        if (is_record(e))
+            body += e->len;
         if (copied(e))
-            scratch += e->buf->len;
+            scratch += e->len;
         else
             held++;
         iov++;
-        bytes += e->buf->len;
+        bytes += e->len;
         n++;
     }
     *ret_iov = iov;
@@ -186,12 +225,12 @@ static void add_bytes(cq_sendq_batch_t *b, cq_sendq_ent_t e, uint8_t **scratch)
 {
     if (!copied(&e)) {
         b->ents[b->n_ents++] = e;
-        b->iov[b->n_iov++] = (struct iovec){e.buf->data, e.buf->len};
+        b->iov[b->n_iov++] = (struct iovec){e.buf->data + e.off, e.len};
         return;
     }
-    memcpy(*scratch, e.buf->data, e.buf->len);
-    add_scratch(b, *scratch, e.buf->len);
-    *scratch += e.buf->len;
+    memcpy(*scratch, e.buf->data + e.off, e.len);
+    add_scratch(b, *scratch, e.len);
+    *scratch += e.len;
     cq_buf_unref(e.buf);
 }
 
@@ -227,8 +266,9 @@ static int batch_form(cq_sendq_t *q)
     for (uint32_t i = 0; i < n; i++) {
         cq_sendq_ent_t e = q->ring[(q->head + i) & (q->cap - 1)];
         b->cost += ent_cost(&e);
-        bool rec = e.kind == CQ_SENDQ_RECORD;
-        if (hdr && (!rec || body + e.buf->len > CQ_FRAME_MAX_BODY - PAD_ROOM)) {
+        q->runs -= e.run;
+        bool rec = is_record(&e);
+        if (hdr && (!rec || body + e.len > CQ_FRAME_MAX_BODY - PAD_ROOM)) {
             close_run(b, q->mode, hdr, body, &scratch);
             hdr = NULL;
         }
@@ -237,7 +277,7 @@ static int batch_form(cq_sendq_t *q)
             body = 0;
         }
         if (rec)
-            body += e.buf->len;
+            body += e.len;
         add_bytes(b, e, &scratch);
     }
     if (hdr)

@@ -6,6 +6,10 @@
  * Snappy-compressed output. Nothing is copied per connection: a flush builds an iovec over the
  * shared bytes plus a small per-batch scratch holding the headers.
  *
+ * A SLICE is a run of whole records inside a buffer its owner appends to (a worker's fan-out
+ * buffer, see cq_sendq_push_slice): a broadcast of many small records to many connections then
+ * costs each queue one entry that grows, not one entry (and one reference) per record.
+ *
  * A flush forms one batch (cq_sendq_prepare) and must write it completely (cq_sendq_written,
  * possibly over several calls) before the next batch is formed, because the headers of a batch
  * fix which records each packet holds. Owned by the connection's worker thread.
@@ -22,12 +26,24 @@
 #include "cq_framing.h"
 #include "cq_pool.h"
 
-enum { CQ_SENDQ_RECORD = 0, CQ_SENDQ_PACKET = 1 };
+enum { CQ_SENDQ_RECORD = 0, CQ_SENDQ_PACKET = 1, CQ_SENDQ_SLICE = 2 };
+
+/* Results of cq_sendq_push_slice other than errors. */
+enum { CQ_SENDQ_EXTENDED = 0, CQ_SENDQ_ADDED = 1, CQ_SENDQ_APART = 2 };
+
+/* A slice never grows past this (it must fit one packet with room for legacy padding). */
+#define CQ_SENDQ_SLICE_MAX (60u * 1024u)
 
 typedef struct cq_sendq_ent {
     cq_buf_t *buf;
-    uint32_t kind;
+    uint32_t off;      /* first byte of buf (a SLICE; 0 otherwise) */
+    uint32_t len : 29; /* bytes from off */
+    uint32_t kind : 2;
+    uint32_t run : 1; /* a SLICE that starts a run (not the continuation of the one before) */
 } cq_sendq_ent_t;
+
+/* Slice runs a queue may hold waiting (a batch in flight holds at most as many). */
+#define CQ_SENDQ_RUNS 8
 
 typedef struct cq_sendq_batch cq_sendq_batch_t;
 
@@ -35,6 +51,7 @@ typedef struct cq_sendq {
     cq_sendq_ent_t *ring;
     uint32_t head, count, cap;
     uint8_t mode;            /* cq_framing_mode_t of the peer */
+    uint8_t runs;            /* slice runs among the waiting entries */
     size_t queued;           /* bytes queued or in flight, not yet written */
     uint64_t soft_since_ms;  /* when queued first went over the soft limit; 0 when under */
     cq_sendq_batch_t *batch; /* the batch being written, or NULL */
@@ -58,6 +75,20 @@ int cq_sendq_push(cq_sendq_t *q, cq_buf_t *buf, uint32_t kind, size_t hard_limit
 /* Like cq_sendq_push, but takes a reference the caller already holds (a fan-out takes its
  * recipients' references in one atomic add). On error the caller still owns it. */
 int cq_sendq_push_ref(cq_sendq_t *q, cq_buf_t *buf, uint32_t kind, size_t hard_limit);
+
+/* Queues bytes [off, off + len) of buf: whole records the caller appended to buf, a buffer
+ * only the caller's thread writes, and only past its len (bytes below it never change).
+ * prev is the buffer the caller appended to before buf (compared, never read; NULL: none).
+ * The slice continues the last entry when that is a slice of buf ending at off, or a slice
+ * ending at the end of prev with off 0; otherwise it starts a run, which a queue takes only
+ * while it holds fewer than CQ_SENDQ_RUNS waiting. A run is contiguous in the caller's buffers,
+ * so beyond its queued bytes a connection keeps alive at most the partly used first and last
+ * buffer of each run: 2 x CQ_SENDQ_RUNS buffers waiting and as many in flight.
+ * Returns CQ_SENDQ_EXTENDED (the last entry grew; no reference used), CQ_SENDQ_ADDED (a new
+ * entry, which took one reference on buf the caller holds), CQ_SENDQ_APART (not taken: queue
+ * the record by itself), CQ_ESLOW over hard_limit, or -ENOMEM. */
+int cq_sendq_push_slice(cq_sendq_t *q, cq_buf_t *buf, uint32_t off, uint32_t len,
+                        const cq_buf_t *prev, size_t hard_limit);
 
 static inline bool cq_sendq_idle(const cq_sendq_t *q)
 {

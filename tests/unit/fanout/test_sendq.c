@@ -158,6 +158,121 @@ static void test_hard_limit_refuses(void **state)
     assert_int_equal(cq_buf_live(), 0);
 }
 
+/* A fan-out buffer: records appended in order, as a worker's channel buffer is. */
+static uint32_t fb_add(cq_buf_t *fb, const cq_buf_t *rec)
+{
+    uint32_t off = fb->len;
+    assert_true(fb->cap - fb->len >= rec->len);
+    memcpy(fb->data + off, rec->data, rec->len);
+    fb->len += rec->len;
+    return off;
+}
+
+/* Slices: the first is added (a reference used), the next contiguous ones extend it, the
+ * bytes and the accounting are exact, and the buffer's references all come back. */
+static void test_slices_extend_and_follow(void **state)
+{
+    cq_sendq_t q;
+    cq_sendq_init(&q, CQ_FRAMING_FIXED);
+    cq_buf_t *fb1 = cq_buf_new(64), *fb2 = cq_buf_new(1024);
+    cq_buf_t *r[4];
+    for (int i = 0; i < 4; i++)
+        r[i] = record(100 + (uint32_t)i, 20, (uint8_t)('a' + i));
+    uint32_t o0 = fb_add(fb1, r[0]), o1 = fb_add(fb1, r[1]);
+    cq_buf_ref_n(fb1, 2);
+    assert_int_equal(cq_sendq_push_slice(&q, fb1, o0, r[0]->len, NULL, 0), CQ_SENDQ_ADDED);
+    assert_int_equal(cq_sendq_push_slice(&q, fb1, o1, r[1]->len, NULL, 0), CQ_SENDQ_EXTENDED);
+    cq_buf_unref(fb1); /* the unused reference */
+    assert_int_equal(q.count, 1);
+    assert_int_equal(cq_sendq_bytes(&q), r[0]->len + r[1]->len + 5);
+    /* fb1 is full: the next record goes to fb2 at 0, following fb1's last byte. */
+    uint32_t o2 = fb_add(fb2, r[2]), o3 = fb_add(fb2, r[3]);
+    cq_buf_ref_n(fb2, 2);
+    assert_int_equal(cq_sendq_push_slice(&q, fb2, o2, r[2]->len, fb1, 0), CQ_SENDQ_ADDED);
+    assert_int_equal(cq_sendq_push_slice(&q, fb2, o3, r[3]->len, fb1, 0), CQ_SENDQ_EXTENDED);
+    cq_buf_unref(fb2);
+    assert_int_equal(q.count, 2);
+    assert_int_equal(q.runs, 1); /* one run over two buffers */
+    cq_buf_unref(fb1);
+    cq_buf_unref(fb2); /* the owner's references: the queue keeps both alive */
+    static uint8_t out[4096];
+    size_t n = drain(&q, out, sizeof(out));
+    int packets;
+    assert_int_equal(count_messages(out, n, CQ_FRAMING_FIXED, &packets), 4);
+    assert_int_equal(packets, 1);
+    size_t off = 5;
+    for (int i = 0; i < 4; i++) {
+        assert_memory_equal(out + off, r[i]->data, r[i]->len);
+        off += r[i]->len;
+        cq_buf_unref(r[i]);
+    }
+    assert_int_equal(off, n);
+    assert_int_equal(cq_sendq_bytes(&q), 0);
+    assert_int_equal(q.runs, 0);
+    cq_sendq_done(&q);
+    assert_int_equal(cq_buf_live(), 0);
+}
+
+/* A slice that does not continue the queue starts a run, up to CQ_SENDQ_RUNS waiting; then the
+ * queue refuses (APART) and the caller queues the record itself, in order. */
+static void test_slice_runs_bounded(void **state)
+{
+    cq_sendq_t q;
+    cq_sendq_init(&q, CQ_FRAMING_FIXED);
+    cq_buf_t *fb = cq_buf_new(8192);
+    cq_buf_t *r = record(100, 10, 'r');
+    cq_buf_ref_n(fb, 2 * CQ_SENDQ_RUNS);
+    int used = 0;
+    for (int i = 0; i < CQ_SENDQ_RUNS; i++) {
+        uint32_t o = fb_add(fb, r);
+        fb_add(fb, r); /* a record this queue does not get: the next one is apart */
+        assert_int_equal(cq_sendq_push_slice(&q, fb, o, r->len, NULL, 0), CQ_SENDQ_ADDED);
+        used++;
+    }
+    uint32_t o = fb_add(fb, r);
+    assert_int_equal(cq_sendq_push_slice(&q, fb, o, r->len, NULL, 0), CQ_SENDQ_APART);
+    assert_int_equal(cq_sendq_push(&q, r, CQ_SENDQ_RECORD, 0), 0);
+    /* A record entry at the tail: a contiguous slice after it would reorder, so it is apart. */
+    assert_int_equal(cq_sendq_push_slice(&q, fb, fb_add(fb, r), r->len, NULL, 0), CQ_SENDQ_APART);
+    cq_buf_unref_n(fb, 2 * CQ_SENDQ_RUNS - (uint32_t)used);
+    assert_int_equal(q.runs, CQ_SENDQ_RUNS);
+    static uint8_t out[8192];
+    size_t n = drain(&q, out, sizeof(out));
+    int packets;
+    assert_int_equal(count_messages(out, n, CQ_FRAMING_FIXED, &packets), CQ_SENDQ_RUNS + 1);
+    assert_int_equal(q.runs, 0);
+    /* Drained: a new run may start. */
+    cq_buf_ref(fb);
+    assert_int_equal(cq_sendq_push_slice(&q, fb, fb_add(fb, r), r->len, NULL, 0), CQ_SENDQ_ADDED);
+    cq_buf_unref(fb);
+    cq_buf_unref(r);
+    cq_sendq_done(&q);
+    assert_int_equal(cq_buf_live(), 0);
+}
+
+/* The hard limit applies to slices too, added or extended. */
+static void test_slice_hard_limit(void **state)
+{
+    cq_sendq_t q;
+    cq_sendq_init(&q, CQ_FRAMING_FIXED);
+    cq_buf_t *fb = cq_buf_new(16384);
+    cq_buf_t *r = record(100, 1000, 's');
+    cq_buf_ref(fb);
+    assert_int_equal(cq_sendq_push_slice(&q, fb, fb_add(fb, r), r->len, NULL, 4096),
+                     CQ_SENDQ_ADDED);
+    int ok = 1, res;
+    while ((res = cq_sendq_push_slice(&q, fb, fb_add(fb, r), r->len, NULL, 4096)) ==
+           CQ_SENDQ_EXTENDED)
+        ok++;
+    assert_int_equal(res, CQ_ESLOW);
+    assert_int_equal(ok, (4096 - 5) / r->len); /* one header for the whole slice */
+    assert_int_equal(cq_sendq_bytes(&q), 4 * r->len + 5);
+    cq_buf_unref(fb);
+    cq_buf_unref(r);
+    cq_sendq_done(&q);
+    assert_int_equal(cq_buf_live(), 0);
+}
+
 static void test_soft_limit_needs_duration(void **state)
 {
     cq_sendq_t q;
@@ -346,6 +461,9 @@ int main(void)
         cmocka_unit_test(test_splits_packets_at_64k),
         cmocka_unit_test(test_partial_writes_keep_bytes_exact),
         cmocka_unit_test(test_hard_limit_refuses),
+        cmocka_unit_test(test_slices_extend_and_follow),
+        cmocka_unit_test(test_slice_runs_bounded),
+        cmocka_unit_test(test_slice_hard_limit),
         cmocka_unit_test(test_soft_limit_needs_duration),
         cmocka_unit_test(test_legacy_mode_headers_and_pad),
         cmocka_unit_test(test_compress_record),
