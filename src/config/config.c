@@ -63,6 +63,9 @@ static const opt_t opts[] = {
     /* The maximum is the core's CQ_MAX_WORKERS (src/core/cq_limits.h); test_config.c checks. */
     INT("workers", NULL, workers, "0", 0, 64, "N",
         "Worker threads; 0 means one per CPU core, at most 64."),
+    STR("pin-workers", NULL, pin_workers, "auto", "auto|on|off", "MODE",
+        "Pin worker i to the i-th CPU the process may use: on; auto pins only when there are "
+        "more such CPUs than workers (one left for the other threads); off never."),
     STR("client-addr", "ca", client_addr, "127.0.0.1:12108", NULL, "HOST:PORT",
         "Address of the client listener. Port 0 picks a free port (see --ready-file)."),
     STR("server-addr", "sa", server_addr, "127.0.0.1:11288", NULL, "HOST:PORT",

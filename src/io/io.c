@@ -18,6 +18,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -274,7 +276,43 @@ void cq__io_worker_shutdown(io_worker_t *w)
 static void worker_main(void *arg)
 {
     io_worker_t *w = arg;
+    if (w->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(w->cpu, &set);
+        int r = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+        if (r != 0)
+            CQ_WARN("io", "worker %d: cannot pin to CPU %d: %s", w->index, w->cpu, strerror(r));
+    }
     uv_run(&w->loop, UV_RUN_DEFAULT);
+}
+
+/* --pin-workers: worker i gets the i-th CPU of the process's affinity mask. Why "auto" needs a
+ * spare CPU: pinned workers cannot move away from the main, MQ and storage threads (or a
+ * client on the same machine), so with no CPU left over pinning makes them wait for each
+ * other. */
+static void plan_pinning(cq_io_t *io)
+{
+    cpu_set_t set;
+    int cpus[CPU_SETSIZE], ncpu = 0;
+    for (int i = 0; i < io->nworkers; i++)
+        io->workers[i].cpu = -1;
+    if (io->opts.pin_workers == CQ_IO_PIN_OFF || sched_getaffinity(0, sizeof(set), &set) < 0)
+        return;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set))
+            cpus[ncpu++] = c;
+    bool pin = io->opts.pin_workers == CQ_IO_PIN_ON ? ncpu >= io->nworkers : ncpu > io->nworkers;
+    if (!pin) {
+        if (io->opts.pin_workers == CQ_IO_PIN_ON)
+            CQ_WARN("io", "--pin-workers on: %d workers but %d CPUs; not pinned", io->nworkers,
+                    ncpu);
+        return;
+    }
+    for (int i = 0; i < io->nworkers; i++)
+        io->workers[i].cpu = cpus[i];
+    CQ_INFO("io", "%d workers pinned to CPUs %d..%d", io->nworkers, cpus[0],
+            cpus[io->nworkers - 1]);
 }
 
 static int worker_init(cq_io_t *io, int i)
@@ -365,6 +403,7 @@ int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *
         r = cq__io_kcp_start(&io->workers[i], err, errlen);
     if (r < 0)
         goto fail;
+    plan_pinning(io);
     for (int i = 0; i < n; i++) {
         if (uv_thread_create(&io->workers[i].thread, worker_main, &io->workers[i]) < 0) {
             snprintf(err, errlen, "cannot create worker thread %d", i);

@@ -118,6 +118,7 @@ typedef struct io_worker {
     uv_timer_t tick;
     uv_timer_t due; /* next channel-data fan-out of this worker */
     uv_thread_t thread;
+    int cpu; /* the CPU it is pinned to, or -1 */
     cq_core_t *core;
     uint8_t *rbuf;        /* shared by this worker's reads; input is consumed synchronously */
     struct cq_pool *pool; /* recycles its connections' send batches and KCP segments */

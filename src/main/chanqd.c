@@ -590,6 +590,9 @@ static int start(app_t *a)
         .kcp_fast = strcmp(c->kcp_profile, "fast") == 0,
         .kcp_idle_timeout_ms = c->kcp_idle_timeout_ms,
         .kcp_max_per_addr = c->kcp_max_per_addr,
+        .pin_workers = strcmp(c->pin_workers, "on") == 0    ? CQ_IO_PIN_ON
+                       : strcmp(c->pin_workers, "off") == 0 ? CQ_IO_PIN_OFF
+                                                            : CQ_IO_PIN_AUTO,
         .max_packet_size = (size_t)c->max_packet_size,
         .admin_max_conns = (uint32_t)c->admin_max_connections,
         .admin_timeout_ms = (uint32_t)c->admin_timeout_ms,
