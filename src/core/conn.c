@@ -120,6 +120,7 @@ void cq_core_conn_close(cq_core_t *c, cq_conn_t *conn, int reason, const char *w
                 why ? ": " : "", cq_strerror(reason));
     else
         CQ_DEBUG("conn", "closing conn %u (%s): %s", conn->id, peer, why ? why : "closed");
+    cq__seg_close(c); /* what was fanned out before the close is queued first */
     conn->state = CONN_CLOSING;
     conn->close_reason = reason;
     cq_list_remove(&conn->unauth_node);
@@ -289,13 +290,10 @@ static void mark_pending(cq_core_t *c, cq_conn_t *conn)
     }
 }
 
-/* Queues an already-built buffer of the given kind; closes the connection over the limits. */
-/* Queues b taking one reference the caller holds (dropped here on failure). */
-static void push_ref(cq_core_t *c, cq_conn_t *conn, cq_buf_t *b, uint32_t kind)
+/* Accounts n messages of len bytes queued (r: the queue's result); closes the connection over
+ * the limits. */
+static void pushed(cq_core_t *c, cq_conn_t *conn, int r, uint32_t n, uint32_t len)
 {
-    int r = cq_sendq_push_ref(&conn->sendq, b, kind, c->sh->o.sendq_hard_limit);
-    if (r < 0)
-        cq_buf_unref(b);
     if (r == CQ_ESLOW) {
         CQ_METRIC_ADD(c, M_SLOW_CONSUMER, conn->type, 1);
         cq_core_conn_close(c, conn, r, "slow consumer: over sendq-hard-limit");
@@ -305,8 +303,8 @@ static void push_ref(cq_core_t *c, cq_conn_t *conn, cq_buf_t *b, uint32_t kind)
         cq_core_conn_close(c, conn, r, "cannot queue output");
         return;
     }
-    CQ_METRIC_ADD(c, M_MESSAGES_OUT, conn->type, 1);
-    CQ_METRIC_ADD(c, M_BYTES_OUT, conn->type, b->len);
+    CQ_METRIC_ADD(c, M_MESSAGES_OUT, conn->type, n);
+    CQ_METRIC_ADD(c, M_BYTES_OUT, conn->type, len);
     if (c->sh->o.sendq_soft_limit && cq_sendq_bytes(&conn->sendq) > c->sh->o.sendq_soft_limit &&
         !conn->sendq.soft_since_ms) {
         conn->sendq.soft_since_ms = c->now_ms ? c->now_ms : 1;
@@ -315,15 +313,28 @@ static void push_ref(cq_core_t *c, cq_conn_t *conn, cq_buf_t *b, uint32_t kind)
     mark_pending(c, conn);
 }
 
-static void push_kind(cq_core_t *c, cq_conn_t *conn, cq_buf_t *b, uint32_t kind)
+/* Queues b (n messages) taking one reference the caller holds (dropped here on failure). Every
+ * queueing on this worker comes here or to cq__conn_push_slice: the open fan-out segment goes
+ * first, so it keeps its place in every queue. */
+static void push_ref(cq_core_t *c, cq_conn_t *conn, cq_buf_t *b, uint32_t kind, uint32_t n)
 {
-    push_ref(c, conn, cq_buf_ref(b), kind);
+    cq__seg_close(c);
+    uint32_t len = b->len;
+    int r = cq_sendq_push_ref(&conn->sendq, b, kind, c->sh->o.sendq_hard_limit);
+    if (r < 0)
+        cq_buf_unref(b);
+    pushed(c, conn, r, n, len);
+}
+
+static void push_kind(cq_core_t *c, cq_conn_t *conn, cq_buf_t *b, uint32_t kind, uint32_t n)
+{
+    push_ref(c, conn, cq_buf_ref(b), kind, n);
 }
 
 void cq__conn_push_packet(cq_core_t *c, cq_conn_t *conn, cq_buf_t *packet)
 {
     if (conn->state != CONN_CLOSING)
-        push_kind(c, conn, packet, CQ_SENDQ_PACKET);
+        push_kind(c, conn, packet, CQ_SENDQ_PACKET, 1);
 }
 
 void cq__conn_push_record_ref(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec)
@@ -331,15 +342,28 @@ void cq__conn_push_record_ref(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec)
     if (conn->state == CONN_CLOSING)
         cq_buf_unref(rec);
     else
-        push_ref(c, conn, rec, CQ_SENDQ_RECORD);
+        push_ref(c, conn, rec, CQ_SENDQ_RECORD, 1);
 }
 
-void cq__conn_push(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec)
+int cq__conn_push_slice(cq_core_t *c, cq_conn_t *conn, cq_buf_t *fb, uint32_t off, uint32_t len,
+                        uint32_t n, const cq_buf_t *prev)
+{
+    if (conn->state == CONN_CLOSING)
+        return CQ_SENDQ_EXTENDED;
+    cq__seg_close(c);
+    int r = cq_sendq_push_slice(&conn->sendq, fb, off, len, prev, c->sh->o.sendq_hard_limit);
+    if (r == CQ_SENDQ_APART)
+        return r;
+    pushed(c, conn, r < 0 ? r : 0, n, len);
+    return r == CQ_SENDQ_ADDED ? r : CQ_SENDQ_EXTENDED;
+}
+
+static void push_records(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec, uint32_t n)
 {
     if (conn->state == CONN_CLOSING)
         return;
     if (conn->out_ct != CQ_CT_SNAPPY) {
-        push_kind(c, conn, rec, CQ_SENDQ_RECORD);
+        push_kind(c, conn, rec, CQ_SENDQ_RECORD, n);
         return;
     }
     cq_buf_t *p = cq_sendq_compress_record(rec, (cq_framing_mode_t)conn->framing);
@@ -347,8 +371,18 @@ void cq__conn_push(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec)
         cq_core_conn_close(c, conn, -ENOMEM, "cannot compress output");
         return;
     }
-    push_kind(c, conn, p, CQ_SENDQ_PACKET);
+    push_kind(c, conn, p, CQ_SENDQ_PACKET, n);
     cq_buf_unref(p);
+}
+
+void cq__conn_push(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec)
+{
+    push_records(c, conn, rec, 1);
+}
+
+void cq__conn_push_run(cq_core_t *c, cq_conn_t *conn, cq_buf_t *run, uint32_t n)
+{
+    push_records(c, conn, run, n);
 }
 
 void cq__send_to(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec)

@@ -29,6 +29,7 @@ cq_core_t *cq_core_new(cq_shared_t *sh, int index)
     cq_map_init(&c->chans);
     cq_map_init(&c->connrefs);
     cq_map_init(&c->lsubs);
+    cq_list_init(&c->fb_open);
     cq_map_init(&c->chaninfo);
     cq_map_init(&c->routes);
     cq_map_init(&c->aoi);
@@ -75,8 +76,10 @@ cq_core_t *cq_core_free(cq_core_t *c)
     it = 0;
     while (cq_map_next(&c->connrefs, &it, NULL, &v))
         cq_free(v);
+    c->seg.l = NULL; /* an open segment is dropped with its queues */
     it = 0;
     while (cq_map_next(&c->lsubs, &it, NULL, &v)) {
+        cq__fanbuf_release(v);
         cq_free(((cq_lsubs_t *)v)->conns);
         cq_free(v);
     }
@@ -314,6 +317,8 @@ void cq_core_drain(cq_core_t *c, uint64_t now_ms)
 
 void cq_core_flush(cq_core_t *c)
 {
+    cq__seg_close(c);
+    cq__xmsg_wake_posted(c); /* first: the other workers run while this one writes */
     while (!cq_list_empty(&c->pending)) {
         cq_list_t *n = c->pending.next;
         cq_list_remove(n);
@@ -322,6 +327,7 @@ void cq_core_flush(cq_core_t *c)
         if (conn->state != CONN_CLOSING)
             conn->tops->flush(conn->tctx);
     }
+    cq__fanbuf_release_all(c); /* the queues that took slices hold their own references */
 }
 
 static void tick_auth(cq_core_t *c, uint64_t now)

@@ -273,7 +273,21 @@ typedef struct cq_connref {
 typedef struct cq_lsubs {
     cq_conn_t **conns;
     uint32_t n, cap;
+    uint32_t chan_id;
+    /* This loop iteration's fan-out buffer (forward.c): the open segment's records appended in
+     * order, which the recipients' queues take as slices. Released at the flush. */
+    cq_buf_t *fb;            /* one reference; NULL when none this iteration */
+    const cq_buf_t *fb_prev; /* the buffer before fb in this iteration (compared, not held) */
+    cq_list_t fb_node;       /* in cq_core.fb_open while fb is set */
 } cq_lsubs_t;
+
+/* The worker's open fan-out segment (forward.c): bytes [off, off + len) of l->fb, n records
+ * of one channel with one sender and flags, due to `plain` recipients. */
+typedef struct cq_seg {
+    cq_lsubs_t *l; /* NULL: none open */
+    uint32_t off, len, n, plain;
+    uint32_t sender, owner, flags;
+} cq_seg_t;
 
 /* Channel directory entry, worker 0 only (LIST, id allocation). */
 typedef struct cq_chaninfo {
@@ -300,11 +314,15 @@ struct cq_core {
     int nworkers;
     cq_mpsc_t inbox;
     _Atomic int64_t inbox_bytes; /* added by producers, subtracted when handled */
+    uint64_t wake_mask;          /* workers posted to and not yet woken (bit per worker) */
     cq_map_t conns;              /* conn id -> cq_conn_t* (local connections) */
     cq_map_t chans;              /* chan id -> cq_chan_t* (channels hashed here) */
     cq_map_t connrefs;           /* conn id -> cq_connref_t* */
     cq_map_t lsubs;              /* chan id -> cq_lsubs_t* */
+    uint32_t lsub_gen;           /* bumped by every removal from a local list */
     cq_list_t pending;           /* connections with output to flush */
+    cq_list_t fb_open;           /* cq_lsubs_t with a fan-out buffer this iteration */
+    cq_seg_t seg;                /* the open fan-out segment */
     cq_list_t unauth;            /* unauthenticated connections, oldest first */
     cq_list_t soft;              /* connections over the soft send limit */
     cq_wire_arena_t arena;
@@ -366,6 +384,14 @@ void cq__conn_push(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec);
 void cq__conn_push_packet(cq_core_t *c, cq_conn_t *conn, cq_buf_t *packet);
 /* Queues a record on a non-Snappy connection taking a reference the caller holds. */
 void cq__conn_push_record_ref(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec);
+/* Queues bytes [off, off + len) of the fan-out buffer fb (n records; prev: the buffer before
+ * fb) as a slice. Returns CQ_SENDQ_ADDED when it used one of the caller's references on fb,
+ * CQ_SENDQ_APART when the queue would not take it (nothing done), else CQ_SENDQ_EXTENDED (also
+ * after an error, which closed the connection). */
+int cq__conn_push_slice(cq_core_t *c, cq_conn_t *conn, cq_buf_t *fb, uint32_t off, uint32_t len,
+                        uint32_t n, const cq_buf_t *prev);
+/* Queues run (borrowed), n whole records, as one record (compressed for Snappy peers). */
+void cq__conn_push_run(cq_core_t *c, cq_conn_t *conn, cq_buf_t *run, uint32_t n);
 void cq__send_to(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec);
 void cq__reply(cq_core_t *c, const cq_req_t *r, uint32_t chan_id, uint32_t msg_type,
                const ProtobufCMessage *msg);
@@ -582,6 +608,19 @@ void cq__handover_groups_changed(cq_core_t *c);
 /* forward.c */
 void cq__handle_user(cq_core_t *c, cq_req_t *r);
 void cq__fanout(cq_core_t *c, cq_chan_t *ch, cq_buf_t *rec, uint32_t sender, uint32_t flags);
+/* Delivers the open segment and releases every local list's fan-out buffer (the flush). */
+void cq__fanbuf_release_all(cq_core_t *c);
+/* Releases l's fan-out buffer (l is being freed; its segment was delivered). */
+void cq__fanbuf_release(cq_lsubs_t *l);
+/* Delivers the open segment to its recipients' queues. */
+void cq__seg_deliver(cq_core_t *c);
+/* Delivers the open segment, if any: before anything else is queued on this worker, and
+ * before a local list or a connection changes, so each queue keeps the fan-out order. */
+static inline void cq__seg_close(cq_core_t *c)
+{
+    if (c->seg.l)
+        cq__seg_deliver(c);
+}
 void cq__local_fanout(cq_core_t *c, uint32_t chan_id, cq_buf_t *rec, uint32_t sender,
                       uint32_t owner, uint32_t flags);
 /* XM_ADJACENT: delivers m->buf once to each local subscriber of the cells in m->body. */

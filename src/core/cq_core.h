@@ -162,8 +162,9 @@ bool cq_core_conn_resume(cq_core_t *c, cq_conn_t *conn);
 
 /* Drains the inbox (cross-worker messages). Call from the wake (uv_async) callback. */
 void cq_core_drain(cq_core_t *c, uint64_t now_ms);
-/* Calls the transport flush of every connection with queued output. Call once per loop
- * iteration, before the loop blocks (uv_prepare). */
+/* Wakes the workers this one posted to during the iteration, then calls the transport flush of
+ * every connection with queued output. Call once per loop iteration, before the loop blocks
+ * (uv_prepare): messages posted to other workers wait for it. */
 void cq_core_flush(cq_core_t *c);
 /* Periodic housekeeping (auth timeout, idle timeout, soft send limits). Every ~100 ms. */
 void cq_core_tick(cq_core_t *c, uint64_t now_ms);

@@ -7,7 +7,9 @@
 #include "core_int.h"
 
 #include "cq_alloc.h"
+#include "cq_util.h"
 
+#include <errno.h>
 #include <string.h>
 
 /* ---- fan-out ---------------------------------------------------------------------------- */
@@ -27,29 +29,152 @@ static bool skip(const cq_conn_t *conn, uint32_t sender, uint32_t owner, uint32_
     return false;
 }
 
-/* Plain recipients first: their references are taken with one atomic add, then each queue
- * takes one. Snappy recipients share one compressed packet built for this worker. The walk is
- * backwards and re-reads the list, because a push may close a slow subscriber, which
- * swap-removes it. */
-void cq__local_fanout(cq_core_t *c, uint32_t chan_id, cq_buf_t *rec, uint32_t sender,
+/* ---- the open segment ----
+ *
+ * Why: a burst of small broadcasts on one channel (the common game message, and a publisher
+ * that sends faster than one message per loop iteration) used to cost every recipient one
+ * queue entry, one reference and one release per message. Instead the worker keeps one open
+ * segment: consecutive small records of one channel with the same sender and flags are
+ * appended to the channel's fan-out buffer, and the recipients are computed once, when the
+ * segment opens. The segment is delivered (each recipient's queue takes the bytes as one slice,
+ * or extends the slice it has) when anything else is about to be queued on this worker, when
+ * the channel's subscribers change, when a connection closes, and at the flush. So every
+ * connection still receives everything in the order it was fanned out, and a burst of K
+ * messages costs each recipient one queue operation instead of K.
+ *
+ * The fan-out buffers of an iteration are released at its flush; queues that took slices hold
+ * their own references. */
+
+#define FB_FIRST      2048u         /* first buffer of a channel in an iteration */
+#define FB_NEXT       (16u * 1024u) /* the next ones (a burst) */
+#define FB_REC_MAX    512u          /* larger records are shared by reference */
+#define FB_RECIPIENTS 2             /* fewer plain recipients: the record is queued by itself */
+
+void cq__fanbuf_release(cq_lsubs_t *l)
+{
+    if (!l->fb)
+        return;
+    cq_list_remove(&l->fb_node);
+    cq_buf_unref(l->fb);
+    l->fb = NULL;
+    l->fb_prev = NULL;
+}
+
+void cq__fanbuf_release_all(cq_core_t *c)
+{
+    cq__seg_close(c);
+    while (!cq_list_empty(&c->fb_open))
+        cq__fanbuf_release(cq_container_of(c->fb_open.next, cq_lsubs_t, fb_node));
+}
+
+/* Appends rec to l's buffer (a new one when it is full); returns the offset, or -1 on OOM. */
+static int64_t fanbuf_append(cq_core_t *c, cq_lsubs_t *l, const cq_buf_t *rec)
+{
+    cq_buf_t *fb = l->fb;
+    if (!fb || fb->cap - fb->len < rec->len) {
+        cq_buf_t *n = cq_buf_new(CQ_MAX(fb ? FB_NEXT : FB_FIRST, rec->len));
+        if (!n)
+            return -1;
+        if (fb) {
+            l->fb_prev = fb;
+            cq_buf_unref(fb);
+        } else {
+            cq_list_insert_tail(&c->fb_open, &l->fb_node);
+        }
+        l->fb = fb = n;
+    }
+    uint32_t off = fb->len;
+    memcpy(fb->data + off, rec->data, rec->len);
+    fb->len += rec->len;
+    return off;
+}
+
+/* Whether rec can join the open segment of l. */
+static bool seg_takes(const cq_core_t *c, const cq_lsubs_t *l, const cq_buf_t *rec, uint32_t sender,
                       uint32_t owner, uint32_t flags)
 {
-    cq_lsubs_t *l = cq_map_get(&c->lsubs, chan_id);
-    if (!l)
-        return;
-    uint32_t plain = 0, snappy = 0;
-    for (uint32_t i = 0; i < l->n; i++) {
-        const cq_conn_t *conn = l->conns[i];
-        if (!skip(conn, sender, owner, flags))
-            conn->out_ct == CQ_CT_SNAPPY ? snappy++ : plain++;
+    const cq_seg_t *g = &c->seg;
+    return g->l == l && g->sender == sender && g->owner == owner && g->flags == flags &&
+           rec->len <= FB_REC_MAX && l->fb->cap - l->fb->len >= rec->len &&
+           g->len + rec->len <= CQ_SENDQ_SLICE_MAX;
+}
+
+/* Opens a segment on l with rec; false (nothing changed) on OOM. */
+static bool seg_open(cq_core_t *c, cq_lsubs_t *l, const cq_buf_t *rec, uint32_t sender,
+                     uint32_t owner, uint32_t flags, uint32_t plain)
+{
+    int64_t off = fanbuf_append(c, l, rec);
+    if (off < 0)
+        return false;
+    c->seg = (cq_seg_t){l, (uint32_t)off, rec->len, 1, plain, sender, owner, flags};
+    return true;
+}
+
+/* Delivers the segment's bytes to one recipient: a slice, or the run as a record. */
+static bool seg_push(cq_core_t *c, cq_conn_t *conn, const cq_seg_t *g, cq_buf_t *fb,
+                     const cq_buf_t *prev, cq_buf_t **run)
+{
+    if (conn->out_ct != CQ_CT_SNAPPY) {
+        int r = cq__conn_push_slice(c, conn, fb, g->off, g->len, g->n, prev);
+        if (r != CQ_SENDQ_APART)
+            return r == CQ_SENDQ_ADDED;
     }
+    if (!*run && !(*run = cq_buf_from(fb->data + g->off, g->len))) {
+        cq_core_conn_close(c, conn, -ENOMEM, "cannot queue output");
+        return false;
+    }
+    cq__conn_push_run(c, conn, *run, g->n);
+    return false;
+}
+
+/* The recipients' references on the buffer are taken with one atomic add, each queue that
+ * starts a slice keeps one, and the rest are given back with one atomic sub. The walk is
+ * backwards and re-reads the list after a removal, because a push may close a slow
+ * subscriber, which swap-removes it (and frees the list with its last member). */
+void cq__seg_deliver(cq_core_t *c)
+{
+    cq_seg_t g = c->seg;
+    c->seg.l = NULL; /* first: the pushes below find no open segment */
+    cq_lsubs_t *l = g.l;
+    cq_buf_t *fb = l->fb, *run = NULL;
+    const cq_buf_t *prev = l->fb_prev;
+    uint32_t chan_id = l->chan_id, unused = g.plain, gen = c->lsub_gen;
+    cq_buf_ref_n(fb, unused);
+    for (uint32_t i = l->n; i-- > 0;) {
+        if (gen != c->lsub_gen) {
+            gen = c->lsub_gen;
+            l = cq_map_get(&c->lsubs, chan_id);
+            if (!l || i >= l->n)
+                break;
+        }
+        cq_conn_t *conn = l->conns[i];
+        if (!unused || skip(conn, g.sender, g.owner, g.flags))
+            continue;
+        if (seg_push(c, conn, &g, fb, prev, &run))
+            unused--;
+    }
+    cq_buf_unref_n(fb, unused); /* recipients closed meanwhile, slices that grew */
+    cq_buf_unref(run);
+}
+
+/* ---- fan-out ---------------------------------------------------------------------------- */
+
+/* A record for one recipient, a large one, or one with Snappy recipients: queued by itself.
+ * Plain recipients' references are taken with one atomic add; Snappy recipients share one
+ * compressed packet built for this worker. Walks backwards as cq__seg_deliver does. */
+static void fanout_now(cq_core_t *c, cq_lsubs_t *l, cq_buf_t *rec, uint32_t sender, uint32_t owner,
+                       uint32_t flags, uint32_t plain, uint32_t snappy)
+{
+    uint32_t chan_id = l->chan_id, gen = c->lsub_gen;
     cq_buf_ref_n(rec, plain);
-    CQ_METRIC_ADD(c, M_FANOUTS, 0, plain + snappy);
     cq_buf_t *packet = NULL;
     for (uint32_t i = l->n; i-- > 0;) {
-        l = cq_map_get(&c->lsubs, chan_id);
-        if (!l || i >= l->n)
-            break;
+        if (gen != c->lsub_gen) {
+            gen = c->lsub_gen;
+            l = cq_map_get(&c->lsubs, chan_id);
+            if (!l || i >= l->n)
+                break;
+        }
         cq_conn_t *conn = l->conns[i];
         if (skip(conn, sender, owner, flags))
             continue;
@@ -67,9 +192,36 @@ void cq__local_fanout(cq_core_t *c, uint32_t chan_id, cq_buf_t *rec, uint32_t se
         else
             cq__conn_push(c, conn, rec);
     }
-    while (plain--) /* recipients closed during the walk */
-        cq_buf_unref(rec);
+    cq_buf_unref_n(rec, plain); /* recipients closed during the walk */
     cq_buf_unref(packet);
+}
+
+void cq__local_fanout(cq_core_t *c, uint32_t chan_id, cq_buf_t *rec, uint32_t sender,
+                      uint32_t owner, uint32_t flags)
+{
+    cq_lsubs_t *l = cq_map_get(&c->lsubs, chan_id);
+    if (!l)
+        return;
+    if (c->seg.l && seg_takes(c, l, rec, sender, owner, flags)) {
+        cq_seg_t *g = &c->seg;
+        memcpy(l->fb->data + l->fb->len, rec->data, rec->len);
+        l->fb->len += rec->len;
+        g->len += rec->len;
+        g->n++;
+        CQ_METRIC_ADD(c, M_FANOUTS, 0, g->plain);
+        return;
+    }
+    cq__seg_close(c);
+    uint32_t plain = 0, snappy = 0;
+    for (uint32_t i = 0; i < l->n; i++) {
+        const cq_conn_t *conn = l->conns[i];
+        if (!skip(conn, sender, owner, flags))
+            conn->out_ct == CQ_CT_SNAPPY ? snappy++ : plain++;
+    }
+    CQ_METRIC_ADD(c, M_FANOUTS, 0, plain + snappy);
+    if (snappy || plain < FB_RECIPIENTS || rec->len > FB_REC_MAX ||
+        !seg_open(c, l, rec, sender, owner, flags, plain))
+        fanout_now(c, l, rec, sender, owner, flags, plain, snappy);
 }
 
 void cq__fanout(cq_core_t *c, cq_chan_t *ch, cq_buf_t *rec, uint32_t sender, uint32_t flags)

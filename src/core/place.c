@@ -181,7 +181,21 @@ void cq__xmsg_post(cq_core_t *c, int worker, cq_xmsg_t *m)
     m->cost = (uint32_t)sizeof(*m) + m->body_len + (m->buf ? m->buf->len : 0);
     atomic_fetch_add_explicit(&t->inbox_bytes, m->cost, memory_order_relaxed);
     cq_mpsc_push(&t->inbox, &m->node);
-    c->sh->ops->wake(c->sh->ops_ud, worker);
+    c->wake_mask |= 1ull << worker;
+}
+
+/* Why deferred: a wake is a syscall (eventfd write) and, when the target sleeps, a context
+ * switch; one per message made a busy sender wake its peer hundreds of times per iteration, and
+ * each wake drained only a few messages, so the peer's writes carried small batches. */
+void cq__xmsg_wake_posted(cq_core_t *c)
+{
+    uint64_t mask = c->wake_mask;
+    c->wake_mask = 0;
+    while (mask) {
+        int w = __builtin_ctzll(mask);
+        mask &= mask - 1;
+        c->sh->ops->wake(c->sh->ops_ud, w);
+    }
 }
 
 void cq__xmsg_post_paced(cq_core_t *c, int worker, cq_xmsg_t *m, cq_conn_t *sender)

@@ -171,8 +171,11 @@ cq_xmsg_t *cq__xmsg_new(int kind, size_t body_len);
 cq_xmsg_t *cq__xmsg_req(int kind, const cq_req_t *r, bool with_body);
 /* Frees m and its buffer reference. Accepts NULL; returns NULL. */
 cq_xmsg_t *cq__xmsg_free(cq_xmsg_t *m);
-/* Posts m (taken) to worker's inbox, counts it there, and wakes the worker. */
+/* Posts m (taken) to worker's inbox and counts it there. The worker is woken once, at the end
+ * of the poster's loop iteration (cq_core_flush), however many messages it was sent. */
 void cq__xmsg_post(cq_core_t *c, int worker, cq_xmsg_t *m);
+/* Wakes every worker posted to since the last call (cq_core_flush calls it). */
+void cq__xmsg_wake_posted(cq_core_t *c);
 /* Like cq__xmsg_post for a message carrying an inbound message of sender (borrowed): the
  * sender stops being read while the target's inbox is over CQ_INBOX_HIGH. */
 void cq__xmsg_post_paced(cq_core_t *c, int worker, cq_xmsg_t *m, cq_conn_t *sender);

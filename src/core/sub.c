@@ -120,12 +120,14 @@ void cq__lsub_add(cq_core_t *c, uint32_t chan_id, uint32_t conn_id)
 {
     cq_conn_t *conn = cq_map_get(&c->conns, conn_id);
     if (!conn || conn->state == CONN_CLOSING)
-        return; /* gone: its CONN_GONE cleans the channel side */
+        return;       /* gone: its CONN_GONE cleans the channel side */
+    cq__seg_close(c); /* a new subscriber gets only what is fanned out after it */
     cq_lsubs_t *l = cq_map_get(&c->lsubs, chan_id);
     if (!l && (!(l = cq_calloc(1, sizeof(*l))) || cq_map_put(&c->lsubs, chan_id, l) < 0)) {
         cq_free(l);
         return;
     }
+    l->chan_id = chan_id;
     if (l->n == l->cap) {
         uint32_t ncap = l->cap ? l->cap * 2 : 4;
         cq_conn_t **nc = cq_realloc(l->conns, ncap * sizeof(*nc));
@@ -157,9 +159,11 @@ static cq_conn_chan_t *conn_chan(cq_conn_t *conn, uint32_t chan_id)
 /* Swap-removes position idx of the list of chan_id, fixing the moved connection's index. */
 static void lsub_unlink(cq_core_t *c, uint32_t chan_id, uint32_t idx)
 {
+    cq__seg_close(c); /* a leaving subscriber gets what was fanned out before */
     cq_lsubs_t *l = cq_map_get(&c->lsubs, chan_id);
     if (!l || idx >= l->n)
         return;
+    c->lsub_gen++; /* a fan-out walking this list re-reads it */
     cq_conn_t *moved = l->conns[--l->n];
     l->conns[idx] = moved;
     if (idx < l->n) {
@@ -169,6 +173,7 @@ static void lsub_unlink(cq_core_t *c, uint32_t chan_id, uint32_t idx)
     }
     if (l->n == 0) {
         cq_map_del(&c->lsubs, chan_id);
+        cq__fanbuf_release(l);
         cq_free(l->conns);
         cq_free(l);
     }

@@ -156,6 +156,144 @@ static void test_broadcast_across_workers(void **state)
     env_down();
 }
 
+/* The message types f received, in order (consumes the output). */
+static int types_in_order(fconn_t *f, uint32_t *types, int max)
+{
+    int n = 0;
+    size_t off = 0;
+    while (off < f->out.len) {
+        cq_frame_t fr;
+        ssize_t k =
+            cq_framing_parse(f->out.data + off, f->out.len - off, CQ_FRAMING_FIXED, 65535, &fr);
+        assert_true(k > 0);
+        cq_packet_iter_t it;
+        cq_mp_t mp;
+        cq_wire_packet_iter_init(&it, fr.body, fr.len);
+        while (cq_wire_packet_next(&it, &mp) == 1) {
+            assert_true(n < max);
+            types[n++] = mp.msg_type;
+        }
+        off += (size_t)k;
+    }
+    f->out.len = 0;
+    return n;
+}
+
+/* Appends one MessagePack {ch, bc, type, body} to a packet under construction. */
+static size_t add_msg(uint8_t *pkt, size_t len, uint32_t ch, uint32_t bc, uint32_t type,
+                      const uint8_t *body, size_t blen)
+{
+    cq_mp_t mp = {ch, bc, 0, type, body, (uint32_t)blen};
+    cq_buf_t *rec = cq_wire_record_raw(&mp);
+    memcpy(pkt + len, rec->data, rec->len);
+    len += rec->len;
+    cq_buf_unref(rec);
+    return len;
+}
+
+/* A burst in one packet, read in one loop iteration: broadcasts on two channels, a message
+ * forwarded to one client, and broadcasts that leave out the sender. The worker fans the
+ * broadcasts of one channel out as one segment; every recipient must still see exactly its
+ * messages in the order they were sent, on every worker. */
+static void test_broadcast_burst_keeps_order(void **state)
+{
+    env_up(2, NULL);
+    fconn_t *srv, *cl[4];
+    setup_broadcast(&srv, cl, 4);
+    Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
+    cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SUBWORLD;
+    uint8_t body[256];
+    cq_mp_t mp;
+    send_msg(srv, 0, 0, 7, 3, &cc.base);
+    assert_int_equal(take(srv, 3, &mp, body), 1);
+    Channeldpb__CreateChannelResultMessage *cr =
+        channeldpb__create_channel_result_message__unpack(NULL, mp.body_len, body);
+    uint32_t sub_ch = cr->channelid;
+    channeldpb__create_channel_result_message__free_unpacked(cr, NULL);
+    for (int i = 0; i < 4; i += 2) { /* clients 0 and 2 also read the subworld */
+        Channeldpb__SubscribedToChannelMessage sub =
+            CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
+        sub.connid = cq_conn_id(cl[i]->conn);
+        send_msg(srv, sub_ch, 0, 0, 6, &sub.base);
+        assert_int_equal(take(cl[i], 6, NULL, NULL), 1);
+    }
+    take(srv, 0, NULL, NULL);
+    uint8_t pay[] = {0x12, 0x02, 'h', 'i'};
+    uint8_t one[] = {0x08, (uint8_t)cq_conn_id(cl[1]->conn), 0x12, 0x02, 'h', 'i'};
+    static uint8_t pkt[4096];
+    size_t len = 5;
+    len = add_msg(pkt, len, 0, 32, 101, pay, sizeof(pay));
+    len = add_msg(pkt, len, 0, 32, 102, pay, sizeof(pay));
+    len = add_msg(pkt, len, 0, 1, 103, one, sizeof(one)); /* to client 1 only */
+    len = add_msg(pkt, len, 0, 32, 104, pay, sizeof(pay));
+    len = add_msg(pkt, len, sub_ch, 32, 105, pay, sizeof(pay));
+    len = add_msg(pkt, len, 0, 32, 106, pay, sizeof(pay));
+    len = add_msg(pkt, len, sub_ch, 32, 107, pay, sizeof(pay));
+    len = add_msg(pkt, len, sub_ch, 32, 108, pay, sizeof(pay));
+    len = add_msg(pkt, len, 0, 2 | 32, 109, pay, sizeof(pay)); /* all but sender and servers */
+    cq_framing_header(pkt, (uint32_t)(len - 5), 0, CQ_FRAMING_FIXED);
+    assert_int_equal(feed(srv, pkt, len), 0);
+    static const uint32_t both[] = {101, 102, 104, 105, 106, 107, 108, 109};
+    static const uint32_t global[] = {101, 102, 104, 106, 109};
+    static const uint32_t single[] = {101, 102, 103, 104, 106, 109};
+    uint32_t got[32];
+    for (int i = 0; i < 4; i++) {
+        int n = types_in_order(cl[i], got, 32);
+        const uint32_t *want = i == 1 ? single : i % 2 == 0 ? both : global;
+        int nwant = i == 1 ? 6 : i % 2 == 0 ? 8 : 5;
+        assert_int_equal(n, nwant);
+        for (int k = 0; k < n; k++)
+            assert_int_equal(got[k], want[k]);
+    }
+    assert_int_equal(take(srv, 0, NULL, NULL), 0);
+    /* Subscriber counts per message: 4 + 4 + 4 + 2 + 4 + 2 + 2 + 4 broadcast deliveries. */
+    assert_int_equal(cq_shared_counter(E.sh, "chanq_fanouts_total"), 26);
+    env_down();
+}
+
+/* A subscription and an unsubscription in the middle of one burst (one packet, one
+ * iteration): the new subscriber gets only what follows its SUB result, the leaving one
+ * everything before its UNSUB result. */
+static void test_burst_subscribe_between(void **state)
+{
+    env_up(1, NULL);
+    fconn_t *srv, *cl[3];
+    setup_broadcast(&srv, cl, 2);
+    cl[2] = connect_as(CQ_CONN_CLIENT);
+    auth(cl[2]);
+    uint8_t pay[] = {0x12, 0x02, 'h', 'i'};
+    Channeldpb__SubscribedToChannelMessage sub = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
+    sub.connid = cq_conn_id(cl[2]->conn);
+    Channeldpb__UnsubscribedFromChannelMessage un =
+        CHANNELDPB__UNSUBSCRIBED_FROM_CHANNEL_MESSAGE__INIT;
+    un.connid = cq_conn_id(cl[0]->conn);
+    static uint8_t pkt[1024];
+    uint8_t body[64];
+    size_t len = 5;
+    len = add_msg(pkt, len, 0, 32, 101, pay, sizeof(pay));
+    len = add_msg(pkt, len, 0, 32, 102, pay, sizeof(pay));
+    len = add_msg(pkt, len, 0, 0, 6, body,
+                  channeldpb__subscribed_to_channel_message__pack(&sub, body));
+    len = add_msg(pkt, len, 0, 32, 103, pay, sizeof(pay));
+    len = add_msg(pkt, len, 0, 0, 7, body,
+                  channeldpb__unsubscribed_from_channel_message__pack(&un, body));
+    len = add_msg(pkt, len, 0, 32, 104, pay, sizeof(pay));
+    cq_framing_header(pkt, (uint32_t)(len - 5), 0, CQ_FRAMING_FIXED);
+    assert_int_equal(feed(srv, pkt, len), 0);
+    static const uint32_t want0[] = {101, 102, 103, 7};
+    static const uint32_t want1[] = {101, 102, 103, 104};
+    static const uint32_t want2[] = {6, 103, 104};
+    const uint32_t *want[3] = {want0, want1, want2};
+    const int nwant[3] = {4, 4, 3};
+    uint32_t got[16];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(types_in_order(cl[i], got, 16), nwant[i]);
+        for (int k = 0; k < nwant[i]; k++)
+            assert_int_equal(got[k], want[i][k]);
+    }
+    env_down();
+}
+
 static void test_slow_consumer_cut_others_served(void **state)
 {
     cq_core_opts_t o = {0};
@@ -775,6 +913,8 @@ int main(void)
         cmocka_unit_test(test_bad_magic_closes_only_that_conn),
         cmocka_unit_test(test_unknown_channel_and_fsm_drop_keep_conn),
         cmocka_unit_test(test_broadcast_across_workers),
+        cmocka_unit_test(test_broadcast_burst_keeps_order),
+        cmocka_unit_test(test_burst_subscribe_between),
         cmocka_unit_test(test_slow_consumer_cut_others_served),
         cmocka_unit_test(test_channel_id_reuse_and_list),
         cmocka_unit_test(test_server_recovery),

@@ -168,6 +168,8 @@ static void test_workers_by_id_and_route(void **state)
     /* Worker 2 adopts conn 7 (home 1): it routes it to itself and tells 0 and 1. */
     cq__place_adopt_conn(e.c[2], 7);
     assert_int_equal(cq__conn_worker(e.c[2], 7), 2);
+    assert_int_equal(wakes[0], 0); /* woken at the end of worker 2's iteration */
+    cq_core_flush(e.c[2]);
     assert_int_equal(wakes[0], 1);
     assert_int_equal(wakes[1], 1);
     assert_int_equal(wakes[2], 0);
@@ -181,6 +183,7 @@ static void test_workers_by_id_and_route(void **state)
     assert_int_equal(cq__conn_worker(e.c[1], 7), 1);
     /* Adopting an id at its home changes nothing and tells nobody. */
     cq__place_adopt_conn(e.c[1], 4);
+    cq_core_flush(e.c[1]);
     assert_int_equal(wakes[0], 1);
     assert_int_equal(wakes[2], 0);
     env_down(&e);
@@ -207,10 +210,22 @@ static void test_xmsg_accounting(void **state)
     assert_int_equal(atomic_load(&e.c[1]->inbox_bytes), cost);
     assert_true(cq__inbox_over(e.c[0], 1, cost - 1));
     assert_false(cq__inbox_over(e.c[0], 1, cost));
+    /* One wake per target per iteration, however many messages: at the poster's flush. */
+    cq_xmsg_t *m2 = cq__xmsg_new(XM_FANOUT, 0);
+    assert_non_null(m2);
+    cq__xmsg_post(e.c[0], 1, m2);
+    assert_int_equal(wakes[1], 0);
+    cq_core_flush(e.c[0]);
     assert_int_equal(wakes[1], 1);
+    cq_core_flush(e.c[0]);
+    assert_int_equal(wakes[1], 1);
+    assert_int_equal(wakes[0] + wakes[2], 0);
     cq_xmsg_t *got = cq__xmsg_pop(e.c[1]);
     assert_ptr_equal(got, m);
+    cq_xmsg_t *got2 = cq__xmsg_pop(e.c[1]);
+    assert_ptr_equal(got2, m2);
     assert_null(cq__xmsg_pop(e.c[1]));
+    cq__xmsg_done(e.c[1], got2);
     cq__xmsg_done(e.c[1], got);
     assert_int_equal(atomic_load(&e.c[1]->inbox_bytes), 0);
     /* Without the body: the MessagePack is kept, its body is not. */
