@@ -19,7 +19,11 @@
  *           Every merged fan-out a subscriber receives is one "delivery"; its latency is that
  *           of the newest update it carries (scalars are last-wins, so the merged text and num
  *           are those of the last update of the window). Ideal: subs * 1000 / interval
- *           fan-outs/s.
+ *           fan-outs/s. With --target floor (the floor writer, cqfloor.c, at --addr) there is
+ *           no publisher and no protocol: N plain TCP connections, each receiving one packet
+ *           of --size bytes per window ('C' 'H' len 0, u64 window number, u64 CLOCK_REALTIME
+ *           ns of the window's end), counted and timed as the fan-outs are; ideal and output
+ *           as for chanq.
  *
  * The payload is --size bytes (>= 24): u64 sequence, u64 CLOCK_MONOTONIC ns, u64 CLOCK_REALTIME
  * ns, then filler. In data mode it is a serialized TestChannelDataMessage of --size bytes
@@ -57,7 +61,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-const char *const target_names[] = {"chanq", "redis", "nats"};
+const char *const target_names[] = {"chanq", "redis", "nats", "floor"};
 const char *const mode_names[] = {"closed", "rate", "idle", "data"};
 const char *const transport_names[] = {"tcp", "ws", "kcp"};
 
@@ -136,8 +140,8 @@ static void read_ready_file(const char *path)
 
 static void usage(FILE *f)
 {
-    fputs("Usage: cqbench --target chanq|redis|nats [options]\n"
-          "  --addr HOST:PORT         redis / nats server, or chanqd's client listener\n"
+    fputs("Usage: cqbench --target chanq|redis|nats|floor [options]\n"
+          "  --addr HOST:PORT         redis / nats / floor server, or chanqd's client listener\n"
           "  --server-addr HOST:PORT  chanqd's server listener\n"
           "  --ready-file FILE        chanqd ready file (sets the chanq addresses)\n"
           "  --transport tcp|ws|kcp   chanq subscribers' transport (default tcp; the publisher\n"
@@ -145,9 +149,10 @@ static void usage(FILE *f)
           "  --ws-addr HOST:PORT      chanqd's WebSocket listener (ws://HOST:PORT/)\n"
           "  --kcp-addr HOST:PORT     chanqd's KCP listener (UDP)\n"
           "  --pid PID                server process to sample (CPU, RSS)\n"
-          "  --mode closed|rate|idle|data  default closed (data: chanq channel data)\n"
+          "  --mode closed|rate|idle|data  default closed (data: chanq channel data, or the\n"
+          "                           floor writer's packets with --target floor)\n"
           "  --subs N                 subscriber connections (default 100)\n"
-          "  --size BYTES             payload size, >= 24 (default 64)\n"
+          "  --size BYTES             payload size, >= 24 (default 64; floor: the packet size)\n"
           "  --window N               closed mode: messages outstanding (default 500)\n"
           "  --rate R                 rate / data mode: messages per second (default 1000)\n"
           "  --interval MS            data mode: fanOutIntervalMs of the subscribers (default 20)\n"
@@ -193,6 +198,8 @@ int main(int argc, char **argv)
                 O.target = TGT_REDIS;
             else if (strcmp(optarg, "nats") == 0)
                 O.target = TGT_NATS;
+            else if (strcmp(optarg, "floor") == 0)
+                O.target = TGT_FLOOR;
             else
                 cqb_die("unknown target %s", optarg);
             break;
@@ -282,8 +289,10 @@ int main(int argc, char **argv)
     if (O.subs < 1 || O.size < 24 || O.size > 60000 || O.window < 1 || O.rate <= 0 ||
         O.duration <= 0 || O.warmup < 0 || O.parallel < 1 || O.interval < 1)
         cqb_die("bad numeric option");
-    if (O.mode == MODE_DATA && (O.target != TGT_CHANQ || O.size < 32 || O.size > 4096))
-        cqb_die("--mode data needs --target chanq and 32 <= --size <= 4096");
+    if (O.mode == MODE_DATA && O.target == TGT_CHANQ && (O.size < 32 || O.size > 4096))
+        cqb_die("--mode data needs 32 <= --size <= 4096");
+    if ((O.mode == MODE_DATA) != (O.target == TGT_FLOOR) && O.target != TGT_CHANQ)
+        cqb_die("--mode data needs --target chanq or floor, and --target floor --mode data");
     if (O.transport != TR_TCP && O.target != TGT_CHANQ)
         cqb_die("--transport ws|kcp needs --target chanq");
     if ((O.transport == TR_WS && !O.have_ws) || (O.transport == TR_KCP && !O.have_kcp))
@@ -321,10 +330,14 @@ int main(int argc, char **argv)
     uv_unref((uv_handle_t *)&G.watchdog);
 
     G.setup_t0 = cqb_now_ns();
-    if (O.target == TGT_CHANQ)
+    if (O.target == TGT_CHANQ) {
         cqb_chanq_connect_pub(&G.pub);
-    else
+    } else if (O.target == TGT_FLOOR) {
+        G.pub.ready = true; /* no publisher: the floor writer writes on its own */
+        cqb_start_more();
+    } else {
         cqb_raw_connect(&G.pub);
+    }
     uv_run(G.loop, UV_RUN_DEFAULT);
     cqb_finish("event loop ended early");
     return 1;

@@ -11,7 +11,8 @@
  *                     their WebSocket and KCP transports
  *   cqbench_chanq.c   chanqd: the channel client protocol (AUTH, CREATE_CHANNEL, SUB_TO_CHANNEL,
  *                     ServerForwardMessage) over libchanq
- *   cqbench_data.c    the data shape: the TestChannelDataMessage payload and merged fan-outs
+ *   cqbench_data.c    the data shape: the TestChannelDataMessage payload and merged fan-outs,
+ *                     and the packets of the floor writer (cqfloor.c)
  *   cqbench_report.c  percentiles, the JSON and readable result lines, the exit
  * Everything runs on the loop thread. The options (O) and the run's state (G) are process-wide:
  * cqbench measures one run per process.
@@ -49,7 +50,7 @@
 #define TESTPB_TYPE_URL  "type.googleapis.com/testpb.TestChannelDataMessage"
 #define DATA_INITIAL_TXT "cqbench initial state"
 
-typedef enum { TGT_CHANQ, TGT_REDIS, TGT_NATS } target_t;
+typedef enum { TGT_CHANQ, TGT_REDIS, TGT_NATS, TGT_FLOOR } target_t;
 typedef enum { MODE_CLOSED, MODE_RATE, MODE_IDLE, MODE_DATA } bmode_t;
 typedef enum { PH_SETUP, PH_WARMUP, PH_MEASURE, PH_DRAIN, PH_DONE } phase_t;
 typedef enum { TR_TCP, TR_WS, TR_KCP } transport_t;
@@ -259,6 +260,10 @@ size_t cqb_testpb_encode(uint8_t *out, uint64_t rts, uint64_t num);
 
 /* A merged fan-out m of the data channel on subscriber s: counted, sampled for latency. */
 void cqb_on_data_fanout(bconn_t *s, const chanq_msg_t *m);
+
+/* --target floor: parses the floor writer's packets in p[0..n) received by s (each one
+ * counted and sampled like a fan-out); returns the bytes used (an incomplete tail stays). */
+size_t cqb_floor_parse(bconn_t *s, const uint8_t *p, size_t n);
 
 /* ---- cqbench_report.c -------------------------------------------------------------------- */
 
