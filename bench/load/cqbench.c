@@ -47,7 +47,10 @@
  * thread must read N sockets for every message, so the callback-time ("app") latency of the
  * last subscriber includes the client's own serial processing of the N-1 before it; the kernel
  * receive timestamp ("kernel rx" latency) excludes that and is the server-side figure.
- * The server process (--pid) is sampled from /proc for CPU (utime+stime) and VmRSS.
+ * The server process (--pid) is sampled from /proc for CPU (utime+stime) and VmRSS; with
+ * --perf-stat EVENTS also by `perf stat -e EVENTS -p PID`, counting over the measurement window
+ * only (started disabled, enabled and disabled through its control pipe): task-clock gives the
+ * server's CPU time, cycles and instructions where the machine counts them.
  * Output: one JSON line (starts with '{') and one readable line (starts with '#') per run.
  *
  * This file holds the command line and main(); cqbench_int.h lists the files of each job.
@@ -159,7 +162,10 @@ static void usage(FILE *f)
           "  --duration S             measured seconds (default 3)\n"
           "  --warmup S               seconds before measuring (idle: settle time; default 1)\n"
           "  --parallel N             connection setups in flight (default 64)\n"
-          "  --label TEXT             copied to the output\n",
+          "  --label TEXT             copied to the output\n"
+          "  --perf-stat EVENTS       also count the server (--pid) with perf stat -e EVENTS\n"
+          "                           over the window (e.g. task-clock or\n"
+          "                           cycles,instructions,task-clock)\n",
           f);
 }
 
@@ -184,6 +190,7 @@ int main(int argc, char **argv)
         {"transport", required_argument, NULL, 'T'},
         {"ws-addr", required_argument, NULL, 'S'},
         {"kcp-addr", required_argument, NULL, 'K'},
+        {"perf-stat", required_argument, NULL, 'E'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -274,6 +281,9 @@ int main(int argc, char **argv)
             parse_addr(optarg, &O.kcp_addr);
             O.have_kcp = true;
             break;
+        case 'E':
+            O.perf_events = optarg[0] ? optarg : NULL;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -318,6 +328,7 @@ int main(int argc, char **argv)
     memset(G.payload, 'x', (size_t)O.size);
     G.m_seq1 = UINT64_MAX;
     G.pub.idx = -1;
+    G.perf_task_s = G.perf_cycles = G.perf_instr = -1;
 
     uv_timer_init(G.loop, &G.phase_timer);
     uv_timer_init(G.loop, &G.rate_timer);

@@ -200,6 +200,7 @@ static void snap_wire(int i)
 static void measure_start(uv_timer_t *t)
 {
     (void)t;
+    cqb_perf_enable(); /* first: it waits for perf's ack */
     G.phase = PH_MEASURE;
     G.m_t0 = cqb_now_ns();
     G.m_del0 = G.deliveries;
@@ -232,6 +233,7 @@ static void measure_end(uv_timer_t *t)
     G.cwait1 = cqb_proc_runq_wait_s(0);
     G.rss_end = cqb_proc_rss_kb(O.pid);
     snap_wire(1);
+    cqb_perf_stop();
     if (O.mode == MODE_IDLE || O.mode == MODE_DATA) {
         cqb_finish(NULL); /* data: fan-outs are counted by arrival within the window */
         return;
@@ -254,6 +256,8 @@ static void all_ready(void)
         uv_timer_start(&G.rate_timer, on_rate_tick, 1, 1);
     }
     /* idle: the warm-up is a settle time; nothing is sent (floor: the writer sends) */
+    if (O.mode != MODE_IDLE)
+        cqb_perf_start();
     uv_timer_start(&G.phase_timer, measure_start, (uint64_t)(O.warmup * 1000), 0);
 }
 
