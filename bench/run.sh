@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/run.sh - chanqd vs redis-server vs nats-server, shape "1 publisher -> N subscribers",
-# chanqd's channel-data fan-out (shape "data", chanqd only), and durable topics (shape
-# "durable": chanqd on MariaDB and on SQLite vs raw Connector/C bulk inserts; not in the default
-# SHAPES, run it with SHAPES=durable).
+# chanqd's channel-data fan-out (shape "data", chanqd and its floor only), and durable topics
+# (shape "durable": chanqd on MariaDB and on SQLite vs raw Connector/C bulk inserts; not in the
+# default SHAPES, run it with SHAPES=durable).
 #
 # Builds chanqd and cqbench (meson, buildtype=release, in build-bench/), starts every server on
 # loopback with non-default ports in a temp dir, runs each shape REPS times with the targets
@@ -12,13 +12,38 @@
 # Environment knobs (defaults in brackets):
 #   REPS [5] (closed-loop and rate shapes)  IDLE_REPS [3]  DURATION [3] s measured per run
 #   WARMUP [1] s  IDLE_SECONDS [10]  IDLE_CONNS [1000]
-#   SHAPES ["closed100 closed1000 rate100 idle data"]  TARGETS ["chanq-w1 chanq-w2 redis nats"]
-#   data shape (channel data, chanq-* targets only; a fresh chanqd per run, started with
+#   SHAPES ["closed100 closed1000 rate100 idle data"]
+#   TARGETS ["chanq-w1 chanq-w2 redis nats floor"]  floor runs in the data shape only, redis
+#           and nats in every shape but data (and durable, transports)
+#   data shape (channel data, chanq-* targets and floor; a fresh chanqd per run, started with
 #   --channel-data-types for testpb.TestChannelDataMessage):
 #     DATA_REPS [3]  DATA_SUBS ["1000 10000"]  DATA_RATE [1000] updates/s  DATA_SIZE [64] B
 #     DATA_INTERVAL [20] fanOutIntervalMs  DATA_DURATION [$DURATION] s  DATA_WARMUP [$WARMUP] s
 #     DATA_CONTROL [1]  1: also run the plain broadcast (rate mode) to the same N subscribers at
 #                       1000/DATA_INTERVAL msg/s, i.e. the same deliveries/s without channel data
+#     target floor: bench/load/cqfloor.c, the kernel's cost of chanqd's fan-out writes and
+#       nothing else: a plain epoll + write(2) loop (one thread, non-blocking sockets,
+#       TCP_NODELAY) that writes one FLOOR_SIZE-byte packet per DATA_INTERVAL window to each of
+#       the N connections cqbench opens (--target floor: no handshake, no publisher; the
+#       packets carry the window's due time for the kernel-rx latency). A fresh cqfloor per
+#       run, in the same reps, N, interval, warm-up and window as the chanq targets.
+#       FLOOR_SIZE [computed from DATA_SIZE: 132 for 64] bytes per write: the size of chanqd's
+#         fan-out in this shape, 5-byte header + Packet{MessageWrapper{channelId 1, msgType 8,
+#         ChannelDataUpdateMessage{Any{type_url testpb.TestChannelDataMessage, value of
+#         DATA_SIZE B}}}}; checked by `strace -e write` on chanqd (one write(2) of 132 B per
+#         fan-out at DATA_SIZE 64), and against the bytes the chanq subscribers read per
+#         fan-out in the same run (the summary says when they differ)
+#       FLOOR_ALIGN [0]  0: connection k's windows end at ms = k (mod DATA_INTERVAL), spread
+#         over the interval as chanqd's SUBWORLD subscriptions are (cq_sched aligns only
+#         spatial and entity channels' windows); 1: all on the interval's grid, one burst of N
+#         writes per window
+#   PERF_STAT [1]  1: `perf stat` counts each server (chanq-wN, redis, nats, floor) over the
+#             measurement window of the closed, rate, data and control runs (cqbench
+#             --perf-stat, perf started with its counters disabled and enabled through its
+#             control pipe): cycles and instructions per delivery where the machine counts them
+#             (probed once; a VM without a PMU says "<not supported>", the summary says so
+#             once), and task-clock, the server's CPU time, for "ns CPU / delivery". Without
+#             perf (or PERF_STAT=0) that column comes from /proc/PID/stat (utime + stime).
 #   durable shape (mqbench; chanqd --store-backend mysql against a fresh MariaDB started with
 #   tests/support/mariadb.sh (durable: binlog, flush at every commit, sync_binlog=1), and
 #   --store-backend sqlite in a temp dir; each rep runs raw-mysql, then produce / rate / consume
@@ -59,7 +84,7 @@ WARMUP=${WARMUP:-1}
 IDLE_SECONDS=${IDLE_SECONDS:-10}
 IDLE_CONNS=${IDLE_CONNS:-1000}
 SHAPES=${SHAPES-"closed100 closed1000 rate100 idle data"}
-TARGETS=${TARGETS:-"chanq-w1 chanq-w2 redis nats"}
+TARGETS=${TARGETS:-"chanq-w1 chanq-w2 redis nats floor"}
 DATA_REPS=${DATA_REPS:-3}
 DATA_SUBS=${DATA_SUBS:-"1000 10000"}
 DATA_RATE=${DATA_RATE:-1000}
@@ -69,6 +94,8 @@ DATA_DURATION=${DATA_DURATION:-$DURATION}
 DATA_WARMUP=${DATA_WARMUP:-$WARMUP}
 DATA_CONTROL=${DATA_CONTROL:-1}
 PERF=${PERF:-0}
+PERF_STAT=${PERF_STAT:-1}
+FLOOR_ALIGN=${FLOOR_ALIGN:-0}
 DUR_REPS=${DUR_REPS:-3}
 DUR_DURATION=${DUR_DURATION:-4}
 DUR_WARMUP=${DUR_WARMUP:-1}
@@ -112,10 +139,53 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 fi
 BUILD_TARGETS=(src/main/chanqd bench/cqbench)
 case " $SHAPES " in *" durable "*) BUILD_TARGETS+=(bench/mqbench) ;; esac
+case " $TARGETS " in *" floor "*) BUILD_TARGETS+=(bench/cqfloor) ;; esac
 ninja -C "$BUILD" "${BUILD_TARGETS[@]}" >/dev/null
 CHANQD="$BUILD/src/main/chanqd"
 CQBENCH="$BUILD/bench/cqbench"
 MQBENCH="$BUILD/bench/mqbench"
+CQFLOOR="$BUILD/bench/cqfloor"
+
+# FLOOR_SIZE: the bytes of chanqd's fan-out write in the data shape (see the header), from
+# DATA_SIZE: the protobuf encoding of the fan-out chanqd sends on a fresh server's first channel.
+FLOOR_SIZE=${FLOOR_SIZE:-$(python3 - "$DATA_SIZE" <<'EOF'
+import sys
+def field(n):  # tag + length varint + n bytes
+    return 1 + (1 if n < 128 else 2 if n < 16384 else 3) + n
+type_url = 'type.googleapis.com/testpb.TestChannelDataMessage'
+value = int(sys.argv[1])  # cqbench's TestChannelDataMessage, DATA_SIZE bytes
+any_ = field(len(type_url)) + field(value)
+update = field(any_)                # ChannelDataUpdateMessage{data}
+wrapper = 2 + 2 + field(update)     # channelId 1, msgType 8, msgBody
+print(5 + field(wrapper))           # header + Packet{messages}
+EOF
+)}
+
+# perf stat: the events this machine counts (cycles and instructions need a PMU; with perf's
+# -D -1 one unsupported event would leave the others uncounted, so only supported ones go).
+PERF_EVENTS=
+PERF_NOTE=
+if [ "$PERF_STAT" = 1 ] && command -v perf >/dev/null; then
+    PERF_PROBE=$(perf stat -x, -e cycles,instructions,task-clock -- sh -c : 2>&1 >/dev/null || true)
+    for ev in cycles instructions task-clock; do
+        if printf '%s\n' "$PERF_PROBE" | grep -q "^[0-9][0-9.]*,[^,]*,$ev,"; then
+            PERF_EVENTS=${PERF_EVENTS:+$PERF_EVENTS,}$ev
+        fi
+    done
+    case ",$PERF_EVENTS," in *,cycles,*) ;; *) PERF_NOTE="cycles: not supported on this machine" ;; esac
+    case ",$PERF_EVENTS," in
+    *,task-clock,*) log "perf stat: counting $PERF_EVENTS per run${PERF_NOTE:+ ($PERF_NOTE)}" ;;
+    *)
+        log "perf stat does not count task-clock here (perf_event_paranoid?); CPU from /proc"
+        PERF_EVENTS=
+        PERF_NOTE="perf stat: not usable on this machine; ns CPU / delivery from /proc"
+        ;;
+    esac
+elif [ "$PERF_STAT" = 1 ]; then
+    PERF_NOTE="perf: not installed; ns CPU / delivery from /proc"
+fi
+PSTAT=()
+[ -z "$PERF_EVENTS" ] || PSTAT=(--perf-stat "$PERF_EVENTS")
 
 # BASE_REV: the revision's chanqd, built from its committed tree (re-extracted when the
 # revision resolves to another commit), and its targets next to the working tree's.
@@ -294,6 +364,21 @@ start_nats() {
     done
     exit 1
 }
+# The floor writer (data shape only): a fresh cqfloor with the data shape's interval.
+start_floor() {
+    local dir="$TMP/floor-$RANDOM"
+    mkdir -p "$dir"
+    "$CQFLOOR" --addr 127.0.0.1:0 --ready-file "$dir/ready" --interval "$DATA_INTERVAL" \
+        --size "$FLOOR_SIZE" --align "$FLOOR_ALIGN" >"$dir/log" 2>&1 &
+    SPID=$!
+    PIDS+=("$SPID")
+    for _ in $(seq 1 100); do
+        [ -s "$dir/ready" ] && break
+        sleep 0.05
+    done
+    [ -s "$dir/ready" ] || { log "cqfloor did not start: $(cat "$dir/log")"; exit 1; }
+    ARGS=(--target floor --addr "$(sed -n 's/^addr=//p' "$dir/ready")")
+}
 # chanqd targets: chanq-wN is the working tree's chanqd with N workers, base-wN BASE_REV's.
 # chanq_target NAME: sets T_BIN (the binary) and W (workers) for a chanqd target; false for
 # any other target.
@@ -312,6 +397,7 @@ start_target() { # name
     base-w1 | base-w2) chanq_target "$1" && SERVER_BIN=$T_BIN start_chanq "$W" ;;
     redis) start_redis ;;
     nats) start_nats ;;
+    floor) start_floor ;;
     *) log "unknown target $1"; exit 1 ;;
     esac
 }
@@ -325,10 +411,17 @@ stop_server() { # pid
     PIDS=("${keep[@]}")
 }
 
+# The targets of the shapes other than data: TARGETS without floor (the floor writer has the
+# data shape's writes only).
+BC_TARGETS=
+for t in $TARGETS; do
+    [ "$t" = floor ] || BC_TARGETS=${BC_TARGETS:+$BC_TARGETS }$t
+done
+
 declare -A TPID TARGS
 start_all() {
     local t
-    for t in $TARGETS; do
+    for t in $BC_TARGETS; do
         start_target "$t"
         TPID[$t]=$SPID
         TARGS[$t]="${ARGS[*]}"
@@ -336,7 +429,7 @@ start_all() {
 }
 stop_all() {
     local t
-    for t in $TARGETS; do
+    for t in $BC_TARGETS; do
         stop_server "${TPID[$t]}"
     done
 }
@@ -402,15 +495,16 @@ run_shape() { # shape
         start_all
         for rep in $(seq 1 "$REPS"); do
             # shellcheck disable=SC2086
-            for t in $(rep_order "$rep" $TARGETS); do
+            for t in $(rep_order "$rep" $BC_TARGETS); do
                 # shellcheck disable=SC2086
                 case "$shape" in
                 closed100) bench "$shape/$t" ${TARGS[$t]} --pid "${TPID[$t]}" --mode closed \
-                    --subs 100 --duration "$DURATION" --warmup "$WARMUP" ;;
+                    --subs 100 --duration "$DURATION" --warmup "$WARMUP" "${PSTAT[@]}" ;;
                 closed1000) bench "$shape/$t" ${TARGS[$t]} --pid "${TPID[$t]}" --mode closed \
-                    --subs 1000 --duration "$DURATION" --warmup "$WARMUP" ;;
+                    --subs 1000 --duration "$DURATION" --warmup "$WARMUP" "${PSTAT[@]}" ;;
                 rate100) bench "$shape/$t" ${TARGS[$t]} --pid "${TPID[$t]}" --mode rate \
-                    --subs 100 --rate 1000 --duration "$DURATION" --warmup "$WARMUP" ;;
+                    --subs 100 --rate 1000 --duration "$DURATION" --warmup "$WARMUP" \
+                    "${PSTAT[@]}" ;;
                 esac
             done
         done
@@ -420,7 +514,7 @@ run_shape() { # shape
         # A fresh server per run, so the RSS baseline is that of an unused server.
         for rep in $(seq 1 "$IDLE_REPS"); do
             # shellcheck disable=SC2086
-            for t in $(rep_order "$rep" $TARGETS); do
+            for t in $(rep_order "$rep" $BC_TARGETS); do
                 start_target "$t"
                 sleep 0.5
                 bench "idle/$t" "${ARGS[@]}" --pid "$SPID" --mode idle --subs "$IDLE_CONNS" \
@@ -431,29 +525,38 @@ run_shape() { # shape
         ;;
     data)
         # Channel data: a fresh chanqd (with the test type's descriptor set) per run, so that
-        # RSS and channel state start from zero. chanq targets only.
+        # RSS and channel state start from zero. chanq targets and the floor writer only.
         local n any=0
         for rep in $(seq 1 "$DATA_REPS"); do
             for n in $DATA_SUBS; do
                 # shellcheck disable=SC2086
                 for t in $(rep_order "$rep" $TARGETS); do
+                    if [ "$t" = floor ]; then
+                        any=1
+                        start_floor
+                        bench "data$n/floor" "${ARGS[@]}" --pid "$SPID" --mode data --subs "$n" \
+                            --size "$FLOOR_SIZE" --interval "$DATA_INTERVAL" \
+                            --duration "$DATA_DURATION" --warmup "$DATA_WARMUP" "${PSTAT[@]}"
+                        stop_server "$SPID"
+                        continue
+                    fi
                     chanq_target "$t" || continue
                     any=1
                     SERVER_BIN=$T_BIN start_chanq "$W" --channel-data-types "$FDS"
                     bench "data$n/$t" "${ARGS[@]}" --pid "$SPID" --mode data --subs "$n" \
                         --rate "$DATA_RATE" --size "$DATA_SIZE" --interval "$DATA_INTERVAL" \
-                        --duration "$DATA_DURATION" --warmup "$DATA_WARMUP"
+                        --duration "$DATA_DURATION" --warmup "$DATA_WARMUP" "${PSTAT[@]}"
                     stop_server "$SPID"
                     [ "$DATA_CONTROL" = 1 ] || continue
                     SERVER_BIN=$T_BIN start_chanq "$W"
                     bench "bcast$n/$t" "${ARGS[@]}" --pid "$SPID" --mode rate --subs "$n" \
                         --rate "$(python3 -c "print(1000 / $DATA_INTERVAL)")" --size "$DATA_SIZE" \
-                        --duration "$DATA_DURATION" --warmup "$DATA_WARMUP"
+                        --duration "$DATA_DURATION" --warmup "$DATA_WARMUP" "${PSTAT[@]}"
                     stop_server "$SPID"
                 done
             done
         done
-        [ "$any" = 1 ] || log "shape data: no chanq-* target in TARGETS, skipped"
+        [ "$any" = 1 ] || log "shape data: no chanq-* or floor target in TARGETS, skipped"
         ;;
     durable) run_durable ;;
     transports) run_transports ;;
@@ -736,7 +839,10 @@ log "load at end: $LOAD_END; wall time $(($(date +%s) - T0)) s"
 
 # ---- summary (medians) -------------------------------------------------------------------------
 # CQ_BENCH_BASE (BASE_REV only) names the base revision; its targets get a "vs base" column.
-CQ_BENCH_BASE=${BASE_REV:+$BASE_REV ($BASE_COMMIT)} python3 - "$JSONL" "$LOAD_START" "$LOAD_END" <<'EOF'
+# CQ_PERF_NOTE: what perf stat could not count here (printed once); CQ_FLOOR_SIZE: the floor's
+# bytes per write.
+CQ_BENCH_BASE=${BASE_REV:+$BASE_REV ($BASE_COMMIT)} CQ_PERF_NOTE=$PERF_NOTE CQ_FLOOR_SIZE=$FLOOR_SIZE \
+    CQ_FLOOR_ALIGN=$FLOOR_ALIGN python3 - "$JSONL" "$LOAD_START" "$LOAD_END" <<'EOF'
 import json, os, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')]
 by = {}
@@ -744,7 +850,8 @@ for r in rows:
     by.setdefault(r['label'], []).append(r)
 
 def med(label, key):
-    v = [r[key] for r in by.get(label, []) if r.get('error') is None and r[key] is not None and r[key] >= 0]
+    v = [r.get(key) for r in by.get(label, []) if r.get('error') is None]
+    v = [x for x in v if x is not None and x >= 0]
     return statistics.median(v) if v else None
 
 def fmt(x, nd=0):
@@ -763,6 +870,21 @@ for r in rows:
 base = os.environ.get('CQ_BENCH_BASE', '')
 if base:
     print(f'base: base-wN targets are chanqd at {base}; "vs base" = chanq-wN / base-wN')
+# server CPU per delivery: perf stat's task-clock over the window (cpu_source perf), else /proc;
+# cycles per delivery only where perf counted cycles
+srcs = sorted({r.get('cpu_source', 'proc') for r in rows if r.get('error') is None})
+print('ns CPU / delivery: server CPU time over the measurement window / deliveries in it, from '
+      + (' and '.join('perf stat task-clock' if x == 'perf' else '/proc utime+stime' for x in srcs) or '-'))
+if os.environ.get('CQ_PERF_NOTE'):
+    print(os.environ['CQ_PERF_NOTE'])
+have_cycles = any(r.get('cycles_per_delivery', -1) >= 0 for r in rows)
+
+def cpu_cols(L):  # the "ns CPU / delivery" (and "cycles / delivery") cells
+    c = f' {fmt(med(L, "ns_cpu_per_delivery"))} |'
+    return c + (f' {fmt(med(L, "cycles_per_delivery"))} |' if have_cycles else '')
+
+cpu_head = ' ns CPU / delivery |' + (' cycles / delivery |' if have_cycles else '')
+cpu_rule = '---:|' + ('---:|' if have_cycles else '')
 
 def vs_base(shape, t, d):
     if not t.startswith('chanq-w'):
@@ -774,30 +896,32 @@ for shape, title in (('closed100', 'closed loop, 1 -> 100 subscribers, 64 B'),
     if not any(k.startswith(shape + '/') for k in by):
         continue
     print(f'\n### {title} (median of {max(len(by.get(shape + "/" + t, [])) for t in targets)})\n')
-    print('| target | deliveries/s | server cores | deliveries / server CPU-s | client CPU-s | missing | vs redis | vs nats |'
-          + (' vs base |' if base else ''))
-    print('|---|---:|---:|---:|---:|---:|---:|---:|' + ('---:|' if base else ''))
+    print('| target | deliveries/s | server cores | deliveries / server CPU-s |' + cpu_head
+          + ' client CPU-s | missing | vs redis | vs nats |' + (' vs base |' if base else ''))
+    print('|---|---:|---:|---:|' + cpu_rule + '---:|---:|---:|---:|' + ('---:|' if base else ''))
     for t in targets:
         L = f'{shape}/{t}'
         if L not in by:
             continue
         d = med(L, 'deliveries_per_server_cpu_s')
-        print(f'| {t} | {fmt(med(L, "deliveries_per_s"))} | {fmt(med(L, "server_cores"), 2)} | {fmt(d)} '
-              f'| {fmt(med(L, "client_cpu_s"), 2)} | {fmt(med(L, "missing"))} '
+        print(f'| {t} | {fmt(med(L, "deliveries_per_s"))} | {fmt(med(L, "server_cores"), 2)} | {fmt(d)} |'
+              + cpu_cols(L) +
+              f' {fmt(med(L, "client_cpu_s"), 2)} | {fmt(med(L, "missing"))} '
               f'| {ratio(d, med(shape + "/redis", "deliveries_per_server_cpu_s"))} '
               f'| {ratio(d, med(shape + "/nats", "deliveries_per_server_cpu_s"))} |'
               + (f' {vs_base(shape, t, d)} |' if base else ''))
 
 if any(k.startswith('rate100/') for k in by):
     print('\n### 1 -> 100 subscribers at 1000 msg/s, 64 B (medians)\n')
-    print('| target | deliveries/s | server cores | deliveries / server CPU-s | kernel-rx p50 us | kernel-rx p99 us | app p50 us | app p99 us | app max us | missing |')
-    print('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|')
+    print('| target | deliveries/s | server cores | deliveries / server CPU-s |' + cpu_head
+          + ' kernel-rx p50 us | kernel-rx p99 us | app p50 us | app p99 us | app max us | missing |')
+    print('|---|---:|---:|---:|' + cpu_rule + '---:|---:|---:|---:|---:|---:|')
     for t in targets:
         L = f'rate100/{t}'
         if L not in by:
             continue
         print(f'| {t} | {fmt(med(L, "deliveries_per_s"))} | {fmt(med(L, "server_cores"), 3)} '
-              f'| {fmt(med(L, "deliveries_per_server_cpu_s"))} | {fmt(med(L, "kp50_us"), 1)} '
+              f'| {fmt(med(L, "deliveries_per_server_cpu_s"))} |' + cpu_cols(L) + f' {fmt(med(L, "kp50_us"), 1)} '
               f'| {fmt(med(L, "kp99_us"), 1)} | {fmt(med(L, "p50_us"), 1)} | {fmt(med(L, "p99_us"), 1)} '
               f'| {fmt(med(L, "max_us"), 1)} | {fmt(med(L, "missing"))} |')
 
@@ -815,15 +939,21 @@ if any(k.startswith('idle/') for k in by):
 # channel data: one table, a row per (subscribers, target)
 data_shapes = sorted({k.split('/', 1)[0] for k in by if k.startswith('data')}, key=lambda s: int(s[4:]))
 if data_shapes:
-    r0 = by[next(k for k in by if k.startswith('data'))][0]
+    r0 = by[next((k for k in by if k.startswith('data') and not k.endswith('/floor')),
+                 next(k for k in by if k.startswith('data')))][0]
     iv = r0['interval_ms']
-    print(f'\n### channel data: owner sends {r0["rate"]:.0f} updates/s of {r0["size"]} B, '
+    what = (f'owner sends {r0["rate"]:.0f} updates/s of {r0["size"]} B' if r0['target'] != 'floor'
+            else f'floor only, one {r0["size"]} B write per subscriber and window')
+    print(f'\n### channel data: {what}, '
           f'subscribers at fanOutIntervalMs {iv} (median of '
           f'{max(len(v) for k, v in by.items() if k.startswith("data"))})\n')
-    print('| subscribers | target | fan-outs/s | of ideal | server cores | of which user mode | fan-outs / server CPU-s '
-          '| app p50 ms | app p99 ms | app max ms | kernel-rx p50 ms | kernel-rx p99 ms '
+    has_floor = any(k.startswith('data') and k.endswith('/floor') for k in by)
+    print('| subscribers | target | fan-outs/s | of ideal | server cores | of which user mode | fan-outs / server CPU-s |'
+          + cpu_head + (' server CPU / floor |' if has_floor else '') +
+          ' app p50 ms | app p99 ms | app max ms | kernel-rx p50 ms | kernel-rx p99 ms '
           '| server RSS MB | run-queue wait server / client | targets: rate, <=0.1 core, p99 |')
-    print('|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|')
+    print('|---:|---|---:|---:|---:|---:|---:|' + cpu_rule + ('---:|' if has_floor else '')
+          + '---:|---:|---:|---:|---:|---:|---:|---|')
     def medf(label, fn):
         v = [fn(r) for r in by.get(label, []) if r.get('error') is None]
         v = [x for x in v if x is not None and x >= 0]
@@ -847,18 +977,22 @@ if data_shapes:
             verdict = ', '.join((yes(None if ideal is None else ideal >= 0.99),
                                  yes(None if cores is None else cores <= 0.1),
                                  yes(None if kp99 is None else kp99 <= iv + 2)))
+            vs_floor = ''
+            if has_floor:  # CPU per fan-out against the floor writer's CPU per write, same N
+                vs_floor = ' - |' if t == 'floor' else f' {ratio(med(L, "ns_cpu_per_delivery"), med(f"{shape}/floor", "ns_cpu_per_delivery"))} |'
             print(f'| {shape[4:]} | {t} | {fmt(med(L, "deliveries_per_s"))} | {fmt(None if ideal is None else 100 * ideal, 1)} % '
-                  f'| {fmt(cores, 3)} | {fmt(med(L, "server_user_cores"), 3)} | {fmt(med(L, "deliveries_per_server_cpu_s"))} '
-                  f'| {fmt(ms(L, "p50_us"), 1)} | {fmt(p99, 1)} | {fmt(ms(L, "max_us"), 1)} '
+                  f'| {fmt(cores, 3)} | {fmt(med(L, "server_user_cores"), 3)} | {fmt(med(L, "deliveries_per_server_cpu_s"))} |'
+                  + cpu_cols(L) + vs_floor +
+                  f' {fmt(ms(L, "p50_us"), 1)} | {fmt(p99, 1)} | {fmt(ms(L, "max_us"), 1)} '
                   f'| {fmt(ms(L, "kp50_us"), 1)} | {fmt(kp99, 1)} | {fmt(None if rss is None else rss / 1024, 1)} '
                   f'| {fmt(sw, 2)} / {fmt(cw, 2)} | {verdict} |')
     ctl = sorted({k.split('/', 1)[0] for k in by if k.startswith('bcast')}, key=lambda s: int(s[5:]))
     if ctl:
         print(f'\nControl: plain broadcast (msgType 100 via GLOBAL, no channel data) to the same N subscribers at '
               f'{1000 / iv:.0f} msg/s, i.e. the same ideal deliveries/s (medians)\n')
-        print('| subscribers | target | deliveries/s | of ideal | server cores | of which user mode | deliveries / server CPU-s '
-              '| kernel-rx p50 ms | kernel-rx p99 ms | run-queue wait server / client |')
-        print('|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|')
+        print('| subscribers | target | deliveries/s | of ideal | server cores | of which user mode | deliveries / server CPU-s |'
+              + cpu_head + ' kernel-rx p50 ms | kernel-rx p99 ms | run-queue wait server / client |')
+        print('|---:|---|---:|---:|---:|---:|---:|' + cpu_rule + '---:|---:|---:|')
         for shape in ctl:
             n = int(shape[5:])
             for t in targets:
@@ -869,12 +1003,28 @@ if data_shapes:
                 sw = medf(L, lambda r: r['server_runq_wait_s'] / r['duration_s'] if r.get('server_runq_wait_s', -1) >= 0 and r['duration_s'] > 0 else None)
                 cw = medf(L, lambda r: r['client_runq_wait_s'] / r['duration_s'] if r.get('client_runq_wait_s', -1) >= 0 and r['duration_s'] > 0 else None)
                 print(f'| {n} | {t} | {fmt(d)} | {fmt(None if d is None else 100 * d / (n * 1000 / iv), 1)} % '
-                      f'| {fmt(med(L, "server_cores"), 3)} | {fmt(med(L, "server_user_cores"), 3)} | {fmt(med(L, "deliveries_per_server_cpu_s"))} '
-                      f'| {fmt(ms(L, "kp50_us"), 1)} | {fmt(ms(L, "kp99_us"), 1)} | {fmt(sw, 2)} / {fmt(cw, 2)} |')
+                      f'| {fmt(med(L, "server_cores"), 3)} | {fmt(med(L, "server_user_cores"), 3)} | {fmt(med(L, "deliveries_per_server_cpu_s"))} |'
+                      + cpu_cols(L) + f' {fmt(ms(L, "kp50_us"), 1)} | {fmt(ms(L, "kp99_us"), 1)} | {fmt(sw, 2)} / {fmt(cw, 2)} |')
     bad = sum(r['bad'] + r['stale'] + r['closed'] for k, v in by.items() if k.startswith('data') for r in v)
     print(f'\nIdeal = subscribers x 1000 / {iv} fan-outs/s. "p99" in the targets column is the kernel-rx p99 '
           f'against {iv} + 2 ms. Run-queue wait is per second of the window (0.5 = runnable but not '
           f'running half the time). Bad, stale (out-of-order) fan-outs and lost connections: {bad}.')
+    if has_floor:
+        fs = int(os.environ.get('CQ_FLOOR_SIZE', '0') or 0)
+        grid = ('all on the interval grid (one burst per window)' if os.environ.get('CQ_FLOOR_ALIGN') == '1'
+                else f'spread over the {iv} ms interval, as chanqd\'s SUBWORLD windows')
+        print(f'floor: cqfloor, one plain write(2) of {fs} B per connection and window from one epoll '
+              f'loop, {grid}; its kernel-rx latency is from the window\'s due time. "server CPU / floor" = '
+              'the target\'s ns CPU per fan-out / the floor\'s ns CPU per write, same subscribers.')
+        wire = [r['sub_rx_bytes'] / r['deliveries'] for k, v in by.items()
+                if k.startswith('data') and not k.endswith('/floor') for r in v
+                if r.get('error') is None and r.get('deliveries', 0) > 0 and r.get('sub_rx_bytes', 0) > 0]
+        if wire:
+            w = statistics.median(wire)
+            same = abs(w - fs) < 1
+            print(f'chanq fan-outs on the wire: {w:.1f} B per fan-out (median over the chanq data runs, '
+                  f'bytes read / fan-outs)' + ('; the floor writes the same size.' if same else
+                  f'; WARNING: the floor writes {fs} B (set FLOOR_SIZE to match).'))
 EOF
 log "raw results: $JSONL"
 

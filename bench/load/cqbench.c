@@ -19,7 +19,11 @@
  *           Every merged fan-out a subscriber receives is one "delivery"; its latency is that
  *           of the newest update it carries (scalars are last-wins, so the merged text and num
  *           are those of the last update of the window). Ideal: subs * 1000 / interval
- *           fan-outs/s.
+ *           fan-outs/s. With --target floor (the floor writer, cqfloor.c, at --addr) there is
+ *           no publisher and no protocol: N plain TCP connections, each receiving one packet
+ *           of --size bytes per window ('C' 'H' len 0, u64 window number, u64 CLOCK_REALTIME
+ *           ns of the window's end), counted and timed as the fan-outs are; ideal and output
+ *           as for chanq.
  *
  * The payload is --size bytes (>= 24): u64 sequence, u64 CLOCK_MONOTONIC ns, u64 CLOCK_REALTIME
  * ns, then filler. In data mode it is a serialized TestChannelDataMessage of --size bytes
@@ -43,7 +47,10 @@
  * thread must read N sockets for every message, so the callback-time ("app") latency of the
  * last subscriber includes the client's own serial processing of the N-1 before it; the kernel
  * receive timestamp ("kernel rx" latency) excludes that and is the server-side figure.
- * The server process (--pid) is sampled from /proc for CPU (utime+stime) and VmRSS.
+ * The server process (--pid) is sampled from /proc for CPU (utime+stime) and VmRSS; with
+ * --perf-stat EVENTS also by `perf stat -e EVENTS -p PID`, counting over the measurement window
+ * only (started disabled, enabled and disabled through its control pipe): task-clock gives the
+ * server's CPU time, cycles and instructions where the machine counts them.
  * Output: one JSON line (starts with '{') and one readable line (starts with '#') per run.
  *
  * This file holds the command line and main(); cqbench_int.h lists the files of each job.
@@ -57,7 +64,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-const char *const target_names[] = {"chanq", "redis", "nats"};
+const char *const target_names[] = {"chanq", "redis", "nats", "floor"};
 const char *const mode_names[] = {"closed", "rate", "idle", "data"};
 const char *const transport_names[] = {"tcp", "ws", "kcp"};
 
@@ -136,8 +143,8 @@ static void read_ready_file(const char *path)
 
 static void usage(FILE *f)
 {
-    fputs("Usage: cqbench --target chanq|redis|nats [options]\n"
-          "  --addr HOST:PORT         redis / nats server, or chanqd's client listener\n"
+    fputs("Usage: cqbench --target chanq|redis|nats|floor [options]\n"
+          "  --addr HOST:PORT         redis / nats / floor server, or chanqd's client listener\n"
           "  --server-addr HOST:PORT  chanqd's server listener\n"
           "  --ready-file FILE        chanqd ready file (sets the chanq addresses)\n"
           "  --transport tcp|ws|kcp   chanq subscribers' transport (default tcp; the publisher\n"
@@ -145,16 +152,20 @@ static void usage(FILE *f)
           "  --ws-addr HOST:PORT      chanqd's WebSocket listener (ws://HOST:PORT/)\n"
           "  --kcp-addr HOST:PORT     chanqd's KCP listener (UDP)\n"
           "  --pid PID                server process to sample (CPU, RSS)\n"
-          "  --mode closed|rate|idle|data  default closed (data: chanq channel data)\n"
+          "  --mode closed|rate|idle|data  default closed (data: chanq channel data, or the\n"
+          "                           floor writer's packets with --target floor)\n"
           "  --subs N                 subscriber connections (default 100)\n"
-          "  --size BYTES             payload size, >= 24 (default 64)\n"
+          "  --size BYTES             payload size, >= 24 (default 64; floor: the packet size)\n"
           "  --window N               closed mode: messages outstanding (default 500)\n"
           "  --rate R                 rate / data mode: messages per second (default 1000)\n"
           "  --interval MS            data mode: fanOutIntervalMs of the subscribers (default 20)\n"
           "  --duration S             measured seconds (default 3)\n"
           "  --warmup S               seconds before measuring (idle: settle time; default 1)\n"
           "  --parallel N             connection setups in flight (default 64)\n"
-          "  --label TEXT             copied to the output\n",
+          "  --label TEXT             copied to the output\n"
+          "  --perf-stat EVENTS       also count the server (--pid) with perf stat -e EVENTS\n"
+          "                           over the window (e.g. task-clock or\n"
+          "                           cycles,instructions,task-clock)\n",
           f);
 }
 
@@ -179,6 +190,7 @@ int main(int argc, char **argv)
         {"transport", required_argument, NULL, 'T'},
         {"ws-addr", required_argument, NULL, 'S'},
         {"kcp-addr", required_argument, NULL, 'K'},
+        {"perf-stat", required_argument, NULL, 'E'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -193,6 +205,8 @@ int main(int argc, char **argv)
                 O.target = TGT_REDIS;
             else if (strcmp(optarg, "nats") == 0)
                 O.target = TGT_NATS;
+            else if (strcmp(optarg, "floor") == 0)
+                O.target = TGT_FLOOR;
             else
                 cqb_die("unknown target %s", optarg);
             break;
@@ -267,6 +281,9 @@ int main(int argc, char **argv)
             parse_addr(optarg, &O.kcp_addr);
             O.have_kcp = true;
             break;
+        case 'E':
+            O.perf_events = optarg[0] ? optarg : NULL;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -282,8 +299,10 @@ int main(int argc, char **argv)
     if (O.subs < 1 || O.size < 24 || O.size > 60000 || O.window < 1 || O.rate <= 0 ||
         O.duration <= 0 || O.warmup < 0 || O.parallel < 1 || O.interval < 1)
         cqb_die("bad numeric option");
-    if (O.mode == MODE_DATA && (O.target != TGT_CHANQ || O.size < 32 || O.size > 4096))
-        cqb_die("--mode data needs --target chanq and 32 <= --size <= 4096");
+    if (O.mode == MODE_DATA && O.target == TGT_CHANQ && (O.size < 32 || O.size > 4096))
+        cqb_die("--mode data needs 32 <= --size <= 4096");
+    if ((O.mode == MODE_DATA) != (O.target == TGT_FLOOR) && O.target != TGT_CHANQ)
+        cqb_die("--mode data needs --target chanq or floor, and --target floor --mode data");
     if (O.transport != TR_TCP && O.target != TGT_CHANQ)
         cqb_die("--transport ws|kcp needs --target chanq");
     if ((O.transport == TR_WS && !O.have_ws) || (O.transport == TR_KCP && !O.have_kcp))
@@ -309,6 +328,7 @@ int main(int argc, char **argv)
     memset(G.payload, 'x', (size_t)O.size);
     G.m_seq1 = UINT64_MAX;
     G.pub.idx = -1;
+    G.perf_task_s = G.perf_cycles = G.perf_instr = -1;
 
     uv_timer_init(G.loop, &G.phase_timer);
     uv_timer_init(G.loop, &G.rate_timer);
@@ -321,10 +341,14 @@ int main(int argc, char **argv)
     uv_unref((uv_handle_t *)&G.watchdog);
 
     G.setup_t0 = cqb_now_ns();
-    if (O.target == TGT_CHANQ)
+    if (O.target == TGT_CHANQ) {
         cqb_chanq_connect_pub(&G.pub);
-    else
+    } else if (O.target == TGT_FLOOR) {
+        G.pub.ready = true; /* no publisher: the floor writer writes on its own */
+        cqb_start_more();
+    } else {
         cqb_raw_connect(&G.pub);
+    }
     uv_run(G.loop, UV_RUN_DEFAULT);
     cqb_finish("event loop ended early");
     return 1;

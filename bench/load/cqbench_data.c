@@ -1,6 +1,7 @@
-/* cqbench_data.c - the data shape (chanq only): the TestChannelDataMessage update payload the
- * owner sends (the send time in its text, the sequence in num) and the accounting of the merged
- * fan-outs the subscribers receive, each sampled by its newest update.
+/* cqbench_data.c - the data shape: the TestChannelDataMessage update payload the owner sends
+ * (the send time in its text, the sequence in num) and the accounting of the merged fan-outs
+ * the subscribers receive, each sampled by its newest update; and (--target floor) the packets
+ * of the floor writer, cqfloor.c, counted and sampled the same way.
  */
 #include "cqbench_int.h"
 #include "cq_varint.h"
@@ -77,4 +78,49 @@ void cqb_on_data_fanout(bconn_t *s, const chanq_msg_t *m)
         if (s->rx_real)
             cqb_add_sample(&G.klat, (int64_t)(s->rx_real - rts));
     }
+}
+
+/* ---- the floor writer's packets ---------------------------------------------------------- */
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Packets of cqfloor.c: 'C' 'H' len_hi len_lo 0, then len bytes: u64 window number, u64
+ * CLOCK_REALTIME ns of the window's end, filler. Each is one fan-out of O.size bytes; a window
+ * number not above the previous one is stale, a jump counts the windows skipped as lost. */
+size_t cqb_floor_parse(bconn_t *s, const uint8_t *p, size_t n)
+{
+    size_t off = 0;
+    while (n - off >= 5) {
+        const uint8_t *q = p + off;
+        if (q[0] != 'C' || q[1] != 'H')
+            cqb_die("floor: bad packet header on connection %d", s->idx);
+        size_t len = (size_t)q[2] << 8 | q[3];
+        if (n - off < 5 + len)
+            break;
+        off += 5 + len;
+        G.deliveries++;
+        G.fanout_bytes += 5 + len;
+        if (5 + len != (size_t)O.size || len < 16) {
+            G.bad++;
+            continue;
+        }
+        uint64_t win = get_u64(q + 5), rts = get_u64(q + 13);
+        if (s->next_seq && win <= s->next_seq)
+            G.stale++;
+        else if (s->next_seq && win > s->next_seq + 1)
+            G.lost += win - s->next_seq - 1;
+        s->next_seq = win;
+        if (G.phase == PH_MEASURE) {
+            cqb_add_sample(&G.lat, (int64_t)(cqb_real_ns() - rts));
+            if (s->rx_real)
+                cqb_add_sample(&G.klat, (int64_t)(s->rx_real - rts));
+        }
+    }
+    return off;
 }

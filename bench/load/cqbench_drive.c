@@ -132,6 +132,8 @@ static void publish_one(void)
         cqb_bbuf_append(&G.pub.out, "\r\n", 2);
         break;
     }
+    case TGT_FLOOR: /* nothing to publish: the floor writer writes on its own */
+        break;
     }
 }
 
@@ -198,6 +200,7 @@ static void snap_wire(int i)
 static void measure_start(uv_timer_t *t)
 {
     (void)t;
+    cqb_perf_enable(); /* first: it waits for perf's ack */
     G.phase = PH_MEASURE;
     G.m_t0 = cqb_now_ns();
     G.m_del0 = G.deliveries;
@@ -230,6 +233,7 @@ static void measure_end(uv_timer_t *t)
     G.cwait1 = cqb_proc_runq_wait_s(0);
     G.rss_end = cqb_proc_rss_kb(O.pid);
     snap_wire(1);
+    cqb_perf_stop();
     if (O.mode == MODE_IDLE || O.mode == MODE_DATA) {
         cqb_finish(NULL); /* data: fan-outs are counted by arrival within the window */
         return;
@@ -247,11 +251,13 @@ static void all_ready(void)
     G.phase = PH_WARMUP;
     if (O.mode == MODE_CLOSED) {
         uv_check_start(&G.pump, on_pump);
-    } else if (O.mode == MODE_RATE || O.mode == MODE_DATA) {
+    } else if (O.mode == MODE_RATE || (O.mode == MODE_DATA && O.target != TGT_FLOOR)) {
         G.t_pub0 = cqb_now_ns();
         uv_timer_start(&G.rate_timer, on_rate_tick, 1, 1);
     }
-    /* idle: the warm-up is a settle time; nothing is sent */
+    /* idle: the warm-up is a settle time; nothing is sent (floor: the writer sends) */
+    if (O.mode != MODE_IDLE)
+        cqb_perf_start();
     uv_timer_start(&G.phase_timer, measure_start, (uint64_t)(O.warmup * 1000), 0);
 }
 
@@ -265,7 +271,9 @@ void cqb_on_watchdog(uv_timer_t *t)
     }
     if (O.mode == MODE_IDLE || G.phase == PH_DONE)
         return;
-    if (G.deliveries == G.wd_last && G.sent * (uint64_t)O.subs > G.deliveries) {
+    /* floor: nothing is sent from here, but a packet is due on every connection every window */
+    bool owed = O.target == TGT_FLOOR || G.sent * (uint64_t)O.subs > G.deliveries;
+    if (G.deliveries == G.wd_last && owed) {
         if (++G.wd_still >= STALL_SECONDS)
             cqb_finish("stalled: no delivery for 5 s");
     } else {

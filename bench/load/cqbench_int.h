@@ -11,7 +11,9 @@
  *                     their WebSocket and KCP transports
  *   cqbench_chanq.c   chanqd: the channel client protocol (AUTH, CREATE_CHANNEL, SUB_TO_CHANNEL,
  *                     ServerForwardMessage) over libchanq
- *   cqbench_data.c    the data shape: the TestChannelDataMessage payload and merged fan-outs
+ *   cqbench_data.c    the data shape: the TestChannelDataMessage payload and merged fan-outs,
+ *                     and the packets of the floor writer (cqfloor.c)
+ *   cqbench_perf.c    perf stat on the server process over the measurement window
  *   cqbench_report.c  percentiles, the JSON and readable result lines, the exit
  * Everything runs on the loop thread. The options (O) and the run's state (G) are process-wide:
  * cqbench measures one run per process.
@@ -49,7 +51,7 @@
 #define TESTPB_TYPE_URL  "type.googleapis.com/testpb.TestChannelDataMessage"
 #define DATA_INITIAL_TXT "cqbench initial state"
 
-typedef enum { TGT_CHANQ, TGT_REDIS, TGT_NATS } target_t;
+typedef enum { TGT_CHANQ, TGT_REDIS, TGT_NATS, TGT_FLOOR } target_t;
 typedef enum { MODE_CLOSED, MODE_RATE, MODE_IDLE, MODE_DATA } bmode_t;
 typedef enum { PH_SETUP, PH_WARMUP, PH_MEASURE, PH_DRAIN, PH_DONE } phase_t;
 typedef enum { TR_TCP, TR_WS, TR_KCP } transport_t;
@@ -87,6 +89,7 @@ typedef struct cqb_opts {
     int parallel;
     int interval; /* data mode: fanOutIntervalMs of every subscription */
     const char *label;
+    const char *perf_events; /* --perf-stat: perf stat's -e list, or NULL */
 } cqb_opts_t;
 
 typedef struct bconn {
@@ -154,6 +157,10 @@ typedef struct cqb_state {
     uint64_t rx_reads, rx_bytes, tx_dgrams;
     uint64_t m_reads[2], m_bytes[2], m_txd[2], m_kdup[2];
     long long m_udrops[2]; /* kcp: drops on the server's UDP sockets (-1: unknown) */
+    /* --perf-stat over the window: CPU seconds (task-clock), cycles, instructions (-1: not
+     * measured or not supported) */
+    double perf_task_s;
+    double perf_cycles, perf_instr;
     int exit_code;
     uint64_t exit_t0;
     uv_timer_t phase_timer, rate_timer, watchdog, drain_timer, kcp_timer, exit_timer;
@@ -259,6 +266,20 @@ size_t cqb_testpb_encode(uint8_t *out, uint64_t rts, uint64_t num);
 
 /* A merged fan-out m of the data channel on subscriber s: counted, sampled for latency. */
 void cqb_on_data_fanout(bconn_t *s, const chanq_msg_t *m);
+
+/* --target floor: parses the floor writer's packets in p[0..n) received by s (each one
+ * counted and sampled like a fan-out); returns the bytes used (an incomplete tail stays). */
+size_t cqb_floor_parse(bconn_t *s, const uint8_t *p, size_t n);
+
+/* ---- cqbench_perf.c ---------------------------------------------------------------------- */
+
+/* --perf-stat: starts `perf stat -e O.perf_events -p O.pid` with its counters disabled (a
+ * no-op without --perf-stat or --pid); enables them (at the start of the window; waits for
+ * perf's ack); disables them, ends perf and reads its counts into G.perf_* (at the end). A
+ * failure leaves G.perf_* at -1 and says why on stderr; the run goes on. */
+void cqb_perf_start(void);
+void cqb_perf_enable(void);
+void cqb_perf_stop(void);
 
 /* ---- cqbench_report.c -------------------------------------------------------------------- */
 

@@ -263,7 +263,9 @@ void cqb_consume_input(bconn_t *c, const uint8_t *data, size_t n)
         p = c->in.p;
         len = c->in.len;
     }
-    size_t used = O.target == TGT_REDIS ? redis_parse(c, p, len) : nats_parse(c, p, len);
+    size_t used = O.target == TGT_REDIS   ? redis_parse(c, p, len)
+                  : O.target == TGT_FLOOR ? cqb_floor_parse(c, p, len)
+                                          : nats_parse(c, p, len);
     if (direct) {
         if (used < len)
             cqb_bbuf_append(&c->in, p + used, len - used);

@@ -68,6 +68,7 @@ void cqb_finish(const char *error)
 {
     if (G.phase == PH_DONE)
         return;
+    cqb_perf_stop(); /* ended early: perf is still counting */
     bool measured = G.m_t1 != 0;
     G.phase = PH_DONE;
     double secs = measured ? (double)(G.m_t1 - G.m_t0) / 1e9 : 0;
@@ -97,6 +98,12 @@ void cqb_finish(const char *error)
         rss_per_conn = (double)(rss - G.rss_base) * 1024.0 / conns;
     char load_end[64];
     cqb_loadavg(load_end, sizeof(load_end));
+    /* server CPU per delivery: perf's task-clock over the window when measured, else /proc */
+    bool by_perf = measured && G.perf_task_s >= 0;
+    double cpu_ns = by_perf ? G.perf_task_s * 1e9 : cpu >= 0 ? cpu * 1e9 : -1;
+    double ns_per_del = cpu_ns >= 0 && dels > 0 ? cpu_ns / dels : -1;
+    double cyc_per_del = measured && G.perf_cycles >= 0 && dels > 0 ? G.perf_cycles / dels : -1;
+    double ins_per_del = measured && G.perf_instr >= 0 && dels > 0 ? G.perf_instr / dels : -1;
 
     printf("{\"target\":\"%s\",\"label\":\"%s\",\"mode\":\"%s\",\"subs\":%d,\"size\":%d,"
            "\"window\":%d,\"rate\":%.0f,\"duration_s\":%.3f,\"sent\":%" PRIu64
@@ -112,6 +119,9 @@ void cqb_finish(const char *error)
            "\"server_runq_wait_s\":%.3f,\"client_runq_wait_s\":%.3f,\"server_user_cores\":%.4f,"
            "\"transport\":\"%s\",\"sub_reads\":%" PRIu64 ",\"sub_rx_bytes\":%" PRIu64
            ",\"sub_tx_dgrams\":%" PRIu64 ",\"kcp_dup_segs\":%" PRIu64 ",\"server_udp_drops\":%lld,"
+           "\"perf_events\":\"%s\",\"perf_task_clock_s\":%.4f,\"perf_cycles\":%.0f,"
+           "\"perf_instructions\":%.0f,\"cpu_source\":\"%s\",\"ns_cpu_per_delivery\":%.1f,"
+           "\"cycles_per_delivery\":%.1f,\"instructions_per_delivery\":%.1f,"
            "\"load_start\":\"%s\",\"load_end\":\"%s\",\"error\":%s%s%s}\n",
            target_names[O.target], O.label, mode_names[O.mode], O.subs, O.size, O.window, O.rate,
            secs, G.sent, dels, G.deliveries, missing, G.lost, G.dup, G.bad, G.closed, dps, cpu,
@@ -120,12 +130,18 @@ void cqb_finish(const char *error)
            O.mode == MODE_DATA ? O.interval : 0, ideal, ideal > 0 ? dps / ideal : 0, G.full_fanouts,
            G.stale, fanout_b, swait, cwait, ucores, transport_names[O.transport],
            G.m_reads[1] - G.m_reads[0], G.m_bytes[1] - G.m_bytes[0], G.m_txd[1] - G.m_txd[0],
-           G.m_kdup[1] - G.m_kdup[0], udrops, G.load_start, load_end, error ? "\"" : "",
-           error ? error : "null", error ? "\"" : "");
+           G.m_kdup[1] - G.m_kdup[0], udrops, O.perf_events ? O.perf_events : "",
+           measured ? G.perf_task_s : -1, measured ? G.perf_cycles : -1,
+           measured ? G.perf_instr : -1, by_perf ? "perf" : "proc", ns_per_del, cyc_per_del,
+           ins_per_del, G.load_start, load_end, error ? "\"" : "", error ? error : "null",
+           error ? "\"" : "");
     printf("# %s %s %s %s subs=%d size=%d: %.0f deliveries/s, server %.2f cores, %.0f "
-           "deliveries/server-cpu-s, client cpu %.2f s",
+           "deliveries/server-cpu-s, %.0f ns server CPU/delivery (%s)",
            target_names[O.target], O.label, mode_names[O.mode], transport_names[O.transport],
-           O.subs, O.size, dps, cores, dpc, ccpu);
+           O.subs, O.size, dps, cores, dpc, ns_per_del, by_perf ? "perf task-clock" : "/proc");
+    if (cyc_per_del >= 0)
+        printf(", %.0f cycles/delivery", cyc_per_del);
+    printf(", client cpu %.2f s", ccpu);
     if (O.mode == MODE_RATE)
         printf(", latency (app) p50 %.1f us p99 %.1f us max %.1f us, (kernel rx) p50 %.1f us p99 "
                "%.1f us max %.1f us",

@@ -141,6 +141,8 @@ static void sub_on_poll(uv_poll_t *h, int status, int events)
         uv_poll_start(&c->poll, UV_READABLE, sub_on_poll);
         if (O.target == TGT_CHANQ)
             cqb_chanq_sub_start(c);
+        else if (O.target == TGT_FLOOR)
+            cqb_sub_ready(c); /* the floor writer needs no handshake */
         else
             cqb_send_hello(c);
         return;

@@ -140,7 +140,7 @@ double cqb_self_cpu_s(void)
 
 void cqb_loadavg(char *out, size_t len)
 {
-    FILE *f = fopen("/proc/cqb_loadavg", "r");
+    FILE *f = fopen("/proc/loadavg", "r");
     double a = 0, b = 0, c = 0;
     if (f) {
         if (fscanf(f, "%lf %lf %lf", &a, &b, &c) != 3)
