@@ -5,7 +5,7 @@ set -euo pipefail
 level=${1:-build}
 pkgs=(gcc make meson ninja-build pkg-config python3 libuv1-dev libprotobuf-c-dev
       protobuf-c-compiler libsnappy-dev libjansson-dev libsqlite3-dev libmariadb-dev
-      libwslay-dev libssl-dev libzookeeper-mt-dev)
+      libwslay-dev libssl-dev libzookeeper-mt-dev liburing-dev)
 if [ "$level" = test ] || [ "$level" = bench ]; then
   pkgs+=(libcmocka-dev clang-14 libclang-rt-14-dev clang-format protobuf-compiler
         mariadb-server mariadb-client python3-websockets golang-go golang-github-xtaci-kcp-dev

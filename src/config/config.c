@@ -63,6 +63,9 @@ static const opt_t opts[] = {
     /* The maximum is the core's CQ_MAX_WORKERS (src/core/cq_limits.h); test_config.c checks. */
     INT("workers", NULL, workers, "0", 0, 64, "N",
         "Worker threads; 0 means one per CPU core, at most 64."),
+    STR("io-uring", NULL, io_uring, "auto", "auto|on|off", "MODE",
+        "Send each loop iteration's TCP writes in one io_uring submission: auto uses it when "
+        "the kernel allows a ring; on refuses to start without one; off writes with write(2)."),
     STR("pin-workers", NULL, pin_workers, "auto", "auto|on|off", "MODE",
         "Pin worker i to the i-th CPU the process may use: on; auto pins only when there are "
         "more such CPUs than workers (one left for the other threads); off never."),

@@ -30,6 +30,7 @@
 typedef struct cq_config {
     int workers;                  /* worker threads; 0 = one per core */
     const char *pin_workers;      /* auto | on | off */
+    const char *io_uring;         /* auto | on | off */
     char *client_addr;            /* client listener HOST:PORT */
     char *server_addr;            /* server listener HOST:PORT */
     char *client_network;         /* client listener network: "tcp" */

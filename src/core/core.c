@@ -315,6 +315,11 @@ void cq_core_drain(cq_core_t *c, uint64_t now_ms)
 
 /* ---- flush and housekeeping ------------------------------------------------------------- */
 
+void cq_core_wake(cq_core_t *c)
+{
+    cq__xmsg_wake_posted(c);
+}
+
 void cq_core_flush(cq_core_t *c)
 {
     cq__seg_close(c);

@@ -166,6 +166,9 @@ void cq_core_drain(cq_core_t *c, uint64_t now_ms);
  * every connection with queued output. Call once per loop iteration, before the loop blocks
  * (uv_prepare): messages posted to other workers wait for it. */
 void cq_core_flush(cq_core_t *c);
+/* Wakes the workers this one posted to since its last flush (after work done past the flush,
+ * e.g. write completions that closed connections). */
+void cq_core_wake(cq_core_t *c);
 /* Periodic housekeeping (auth timeout, idle timeout, soft send limits). Every ~100 ms. */
 void cq_core_tick(cq_core_t *c, uint64_t now_ms);
 /* Channel-data fan-outs: the earliest time a channel of this worker is due (UINT64_MAX when

@@ -42,12 +42,14 @@ typedef struct cq_io_opts {
     int kcp_idle_timeout_ms;
     int kcp_max_per_addr;
     int pin_workers;           /* CQ_IO_PIN_* */
+    int io_uring;              /* CQ_IO_URING_* */
     size_t max_packet_size;    /* largest packet body (for KCP/WS buffers) */
     uint32_t admin_max_conns;  /* admin connections at once; more are closed on accept */
     uint32_t admin_timeout_ms; /* an admin connection's whole life; 0 = unbounded */
 } cq_io_opts_t;
 
 enum { CQ_IO_PIN_AUTO = 0, CQ_IO_PIN_ON = 1, CQ_IO_PIN_OFF = 2 };
+enum { CQ_IO_URING_AUTO = 0, CQ_IO_URING_ON = 1, CQ_IO_URING_OFF = 2 };
 
 /* Binds the listeners, starts the workers and returns once they run. opts is copied; sh is
  * borrowed and must outlive cq_io_free(). io installs its core ops (wake) in sh with

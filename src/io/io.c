@@ -11,6 +11,7 @@
 #include "cq_sendq.h"
 #include "cq_util.h"
 #include "io_int.h"
+#include "io_ring.h"
 #include "io_stream.h"
 
 #include <arpa/inet.h>
@@ -68,9 +69,27 @@ static void tcp_flush(void *tctx)
     io_conn_t *ic = tctx;
     if (ic->writing || ic->closing)
         return;
+    if (cq__io_ring_queue(ic->w, ic))
+        return; /* sent with the iteration's other writes (io_ring.c) */
     int r = write_some(ic, true);
     if (r < 0)
         cq_core_conn_lost(ic->w->core, ic->conn, r, "write failed");
+}
+
+void cq__io_tcp_sent(io_conn_t *ic, int res)
+{
+    ic->writing = 0;
+    cq_sendq_t *q = cq_conn_sendq(ic->conn);
+    if (res > 0)
+        cq_sendq_written(q, (size_t)res);
+    if (ic->closing)
+        return;
+    if (res < 0 && res != -EAGAIN && res != -EINTR) {
+        cq_core_conn_lost(ic->w->core, ic->conn, res, "write failed");
+        return;
+    }
+    if (!cq_sendq_idle(q))
+        tcp_flush(ic); /* the rest: the ring's window is closed, so the plain path */
 }
 
 static void on_closed(uv_handle_t *h)
@@ -94,6 +113,8 @@ static void tcp_close(void *tctx)
 
 void cq__io_conn_shut(io_conn_t *ic)
 {
+    if (ic->ring_queued) /* its send must reach the kernel before the socket is closed */
+        cq__io_ring_submit(ic->w);
     ic->closing = 1;
     cq_list_remove(&ic->paused_node);
     uv_read_stop((uv_stream_t *)&ic->tcp);
@@ -232,7 +253,10 @@ static void arm_due(io_worker_t *w)
 static void on_prepare(uv_prepare_t *p)
 {
     io_worker_t *w = p->data;
+    cq__io_ring_open(w);
     cq_core_flush(w->core);
+    cq__io_ring_submit(w);
+    cq_core_wake(w->core); /* completions may have closed connections and posted */
     arm_due(w);
     if (!cq_list_empty(&w->paused))
         resume_paused(w);
@@ -396,6 +420,10 @@ int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *
         snprintf(err, errlen, "cannot start workers: %s", cq_strerror(r));
         goto fail;
     }
+    for (int i = 0; i < n && r == 0; i++)
+        r = cq__io_ring_init(&io->workers[i], opts->io_uring, err, errlen);
+    if (r < 0)
+        goto fail;
     r = cq__io_acceptors_start(&io->workers[0], err, errlen);
     if (r == 0)
         r = cq__io_admin_start(&io->workers[0], err, errlen);
@@ -528,6 +556,7 @@ cq_io_t *cq_io_free(cq_io_t *io)
         io_worker_t *w = &io->workers[i];
         cq__io_drain_accepts(w);
         cq_core_free(w->core); /* releases the last connections: their batches go back */
+        cq__io_ring_free(w);
         if (w->loop_ok)
             uv_loop_close(&w->loop);
         cq_free(w->rbuf);

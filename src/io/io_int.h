@@ -106,7 +106,8 @@ typedef struct io_conn {
     cq_list_t paused_node; /* in w->paused while reading is paused */
     uint8_t writing;
     uint8_t closing;
-    uint8_t kind; /* IO_TCP, IO_WS, IO_WSS */
+    uint8_t kind;        /* IO_TCP, IO_WS, IO_WSS */
+    uint8_t ring_queued; /* a send of its batch is queued on the worker's ring (io_ring.c) */
 } io_conn_t;
 
 typedef struct io_worker {
@@ -118,7 +119,8 @@ typedef struct io_worker {
     uv_timer_t tick;
     uv_timer_t due; /* next channel-data fan-out of this worker */
     uv_thread_t thread;
-    int cpu; /* the CPU it is pinned to, or -1 */
+    int cpu;              /* the CPU it is pinned to, or -1 */
+    struct io_ring *ring; /* batched first writes (io_ring.c), NULL when not used */
     cq_core_t *core;
     uint8_t *rbuf;        /* shared by this worker's reads; input is consumed synchronously */
     struct cq_pool *pool; /* recycles its connections' send batches and KCP segments */

@@ -590,6 +590,9 @@ static int start(app_t *a)
         .kcp_fast = strcmp(c->kcp_profile, "fast") == 0,
         .kcp_idle_timeout_ms = c->kcp_idle_timeout_ms,
         .kcp_max_per_addr = c->kcp_max_per_addr,
+        .io_uring = strcmp(c->io_uring, "on") == 0    ? CQ_IO_URING_ON
+                    : strcmp(c->io_uring, "off") == 0 ? CQ_IO_URING_OFF
+                                                      : CQ_IO_URING_AUTO,
         .pin_workers = strcmp(c->pin_workers, "on") == 0    ? CQ_IO_PIN_ON
                        : strcmp(c->pin_workers, "off") == 0 ? CQ_IO_PIN_OFF
                                                             : CQ_IO_PIN_AUTO,

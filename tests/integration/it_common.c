@@ -24,6 +24,7 @@ static size_t g_log_off; /* it_log_*: the log cursor */
 static it_conn_t *g_conns[MAX_CONNS];
 static size_t g_conn_log_off[MAX_CONNS]; /* the server log's length when g_conns[i] connected */
 static char *g_files[MAX_FILES];
+static const char *g_io_uring; /* --io-uring=MODE for chanqd (the write path), NULL: default */
 
 int it_run(const char *name, const struct CMUnitTest *tests, size_t n, int argc, char **argv)
 {
@@ -34,13 +35,15 @@ int it_run(const char *name, const struct CMUnitTest *tests, size_t n, int argc,
             it_workers = atoi(argv[++i]);
         else if (strncmp(argv[i], "--transport=", 12) == 0)
             it_transport = argv[i] + 12;
+        else if (strncmp(argv[i], "--io-uring=", 11) == 0)
+            g_io_uring = argv[i] + 11;
     }
     if (it_workers < 1)
         it_workers = 1;
     const char *base = strrchr(name, '/');
     char group[128];
-    snprintf(group, sizeof(group), "%s (workers=%d, %s)", base ? base + 1 : name, it_workers,
-             it_transport);
+    snprintf(group, sizeof(group), "%s (workers=%d, %s%s%s)", base ? base + 1 : name, it_workers,
+             it_transport, g_io_uring ? ", io-uring " : "", g_io_uring ? g_io_uring : "");
     return _cmocka_run_group_tests(group, tests, n, NULL, NULL);
 }
 
@@ -187,6 +190,10 @@ void it_startv(const char *const *args)
     size_t n = 0;
     all[n++] = "--workers";
     all[n++] = workers;
+    if (g_io_uring) {
+        all[n++] = "--io-uring";
+        all[n++] = g_io_uring;
+    }
     if (strcmp(it_transport, "wss") == 0) { /* certificate made by run_transport.sh */
         all[n++] = "--wss-addr";
         all[n++] = "127.0.0.1:0";
