@@ -15,6 +15,10 @@
 #   SHAPES ["closed100 closed1000 rate100 idle data"]
 #   TARGETS ["chanq-w1 chanq-w2 redis nats floor"]  floor runs in the data shape only, redis
 #           and nats in every shape but data (and durable, transports)
+#           chanq-wN-epoll: chanqd with N workers and --io-uring off (write(2) per connection;
+#           chanq-wN uses chanqd's default, io_uring where the kernel allows a ring)
+#           floor-uring: the floor writer submitting each window's writes as one io_uring
+#           batch (cqfloor --uring), the floor for chanqd's io_uring path
 #   data shape (channel data, chanq-* targets and floor; a fresh chanqd per run, started with
 #   --channel-data-types for testpb.TestChannelDataMessage):
 #     DATA_REPS [3]  DATA_SUBS ["1000 10000"]  DATA_RATE [1000] updates/s  DATA_SIZE [64] B
@@ -139,7 +143,7 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 fi
 BUILD_TARGETS=(src/main/chanqd bench/cqbench)
 case " $SHAPES " in *" durable "*) BUILD_TARGETS+=(bench/mqbench) ;; esac
-case " $TARGETS " in *" floor "*) BUILD_TARGETS+=(bench/cqfloor) ;; esac
+case " $TARGETS " in *" floor "* | *" floor-uring "*) BUILD_TARGETS+=(bench/cqfloor) ;; esac
 ninja -C "$BUILD" "${BUILD_TARGETS[@]}" >/dev/null
 CHANQD="$BUILD/src/main/chanqd"
 CQBENCH="$BUILD/bench/cqbench"
@@ -365,11 +369,12 @@ start_nats() {
     exit 1
 }
 # The floor writer (data shape only): a fresh cqfloor with the data shape's interval.
-start_floor() {
-    local dir="$TMP/floor-$RANDOM"
+start_floor() { # floor | floor-uring
+    local dir="$TMP/floor-$RANDOM" uring=()
+    [ "${1:-floor}" = floor-uring ] && uring=(--uring)
     mkdir -p "$dir"
     "$CQFLOOR" --addr 127.0.0.1:0 --ready-file "$dir/ready" --interval "$DATA_INTERVAL" \
-        --size "$FLOOR_SIZE" --align "$FLOOR_ALIGN" >"$dir/log" 2>&1 &
+        --size "$FLOOR_SIZE" --align "$FLOOR_ALIGN" "${uring[@]}" >"$dir/log" 2>&1 &
     SPID=$!
     PIDS+=("$SPID")
     for _ in $(seq 1 100); do
@@ -383,21 +388,23 @@ start_floor() {
 # chanq_target NAME: sets T_BIN (the binary) and W (workers) for a chanqd target; false for
 # any other target.
 chanq_target() {
+    T_ARGS=()
     case "$1" in
     chanq-w[0-9]*) T_BIN=$CHANQD W=${1#chanq-w} ;;
     base-w[0-9]*) T_BIN=$CHANQD_BASE W=${1#base-w} ;;
     *) return 1 ;;
     esac
+    case "$W" in # chanq-wN-epoll: the write(2) path (--io-uring off)
+    *-epoll) W=${W%-epoll} T_ARGS=(--io-uring off) ;;
+    esac
     [ -n "$T_BIN" ] || { log "target $1 needs BASE_REV"; exit 1; }
 }
 start_target() { # name
     case "$1" in
-    chanq-w1) start_chanq 1 ;;
-    chanq-w2) start_chanq 2 ;;
-    base-w1 | base-w2) chanq_target "$1" && SERVER_BIN=$T_BIN start_chanq "$W" ;;
+    chanq-w* | base-w*) chanq_target "$1" && SERVER_BIN=$T_BIN start_chanq "$W" "${T_ARGS[@]}" ;;
     redis) start_redis ;;
     nats) start_nats ;;
-    floor) start_floor ;;
+    floor | floor-uring) start_floor "$1" ;;
     *) log "unknown target $1"; exit 1 ;;
     esac
 }
@@ -415,7 +422,7 @@ stop_server() { # pid
 # data shape's writes only).
 BC_TARGETS=
 for t in $TARGETS; do
-    [ "$t" = floor ] || BC_TARGETS=${BC_TARGETS:+$BC_TARGETS }$t
+    case "$t" in floor | floor-uring) ;; *) BC_TARGETS=${BC_TARGETS:+$BC_TARGETS }$t ;; esac
 done
 
 declare -A TPID TARGS
@@ -531,10 +538,10 @@ run_shape() { # shape
             for n in $DATA_SUBS; do
                 # shellcheck disable=SC2086
                 for t in $(rep_order "$rep" $TARGETS); do
-                    if [ "$t" = floor ]; then
+                    if [ "$t" = floor ] || [ "$t" = floor-uring ]; then
                         any=1
-                        start_floor
-                        bench "data$n/floor" "${ARGS[@]}" --pid "$SPID" --mode data --subs "$n" \
+                        start_floor "$t"
+                        bench "data$n/$t" "${ARGS[@]}" --pid "$SPID" --mode data --subs "$n" \
                             --size "$FLOOR_SIZE" --interval "$DATA_INTERVAL" \
                             --duration "$DATA_DURATION" --warmup "$DATA_WARMUP" "${PSTAT[@]}"
                         stop_server "$SPID"
@@ -542,13 +549,13 @@ run_shape() { # shape
                     fi
                     chanq_target "$t" || continue
                     any=1
-                    SERVER_BIN=$T_BIN start_chanq "$W" --channel-data-types "$FDS"
+                    SERVER_BIN=$T_BIN start_chanq "$W" "${T_ARGS[@]}" --channel-data-types "$FDS"
                     bench "data$n/$t" "${ARGS[@]}" --pid "$SPID" --mode data --subs "$n" \
                         --rate "$DATA_RATE" --size "$DATA_SIZE" --interval "$DATA_INTERVAL" \
                         --duration "$DATA_DURATION" --warmup "$DATA_WARMUP" "${PSTAT[@]}"
                     stop_server "$SPID"
                     [ "$DATA_CONTROL" = 1 ] || continue
-                    SERVER_BIN=$T_BIN start_chanq "$W"
+                    SERVER_BIN=$T_BIN start_chanq "$W" "${T_ARGS[@]}"
                     bench "bcast$n/$t" "${ARGS[@]}" --pid "$SPID" --mode rate --subs "$n" \
                         --rate "$(python3 -c "print(1000 / $DATA_INTERVAL)")" --size "$DATA_SIZE" \
                         --duration "$DATA_DURATION" --warmup "$DATA_WARMUP" "${PSTAT[@]}"
@@ -939,10 +946,10 @@ if any(k.startswith('idle/') for k in by):
 # channel data: one table, a row per (subscribers, target)
 data_shapes = sorted({k.split('/', 1)[0] for k in by if k.startswith('data')}, key=lambda s: int(s[4:]))
 if data_shapes:
-    r0 = by[next((k for k in by if k.startswith('data') and not k.endswith('/floor')),
+    r0 = by[next((k for k in by if k.startswith('data') and '/floor' not in k),
                  next(k for k in by if k.startswith('data')))][0]
     iv = r0['interval_ms']
-    what = (f'owner sends {r0["rate"]:.0f} updates/s of {r0["size"]} B' if r0['target'] != 'floor'
+    what = (f'owner sends {r0["rate"]:.0f} updates/s of {r0["size"]} B' if not r0['target'].startswith('floor')
             else f'floor only, one {r0["size"]} B write per subscriber and window')
     print(f'\n### channel data: {what}, '
           f'subscribers at fanOutIntervalMs {iv} (median of '
@@ -1017,7 +1024,7 @@ if data_shapes:
               f'loop, {grid}; its kernel-rx latency is from the window\'s due time. "server CPU / floor" = '
               'the target\'s ns CPU per fan-out / the floor\'s ns CPU per write, same subscribers.')
         wire = [r['sub_rx_bytes'] / r['deliveries'] for k, v in by.items()
-                if k.startswith('data') and not k.endswith('/floor') for r in v
+                if k.startswith('data') and '/floor' not in k for r in v
                 if r.get('error') is None and r.get('deliveries', 0) > 0 and r.get('sub_rx_bytes', 0) > 0]
         if wire:
             w = statistics.median(wire)
