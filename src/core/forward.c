@@ -89,6 +89,31 @@ static int64_t fanbuf_append(cq_core_t *c, cq_lsubs_t *l, const cq_buf_t *rec)
     return off;
 }
 
+/* A walk over a local list, backwards, that re-reads the list after a removal: a push may
+ * close a slow subscriber, which swap-removes it (and frees the list with its last member). */
+typedef struct walk {
+    cq_lsubs_t *l;
+    uint32_t chan_id, i, gen;
+} walk_t;
+
+static walk_t walk_start(const cq_core_t *c, cq_lsubs_t *l)
+{
+    return (walk_t){l, l->chan_id, l->n, c->lsub_gen};
+}
+
+static cq_conn_t *walk_next(cq_core_t *c, walk_t *w)
+{
+    if (!w->i--)
+        return NULL;
+    if (w->gen != c->lsub_gen) {
+        w->gen = c->lsub_gen;
+        w->l = cq_map_get(&c->lsubs, w->chan_id);
+        if (!w->l || w->i >= w->l->n)
+            return NULL;
+    }
+    return w->l->conns[w->i];
+}
+
 /* Whether rec can join the open segment of l. */
 static bool seg_takes(const cq_core_t *c, const cq_lsubs_t *l, const cq_buf_t *rec, uint32_t sender,
                       uint32_t owner, uint32_t flags)
@@ -128,9 +153,7 @@ static bool seg_push(cq_core_t *c, cq_conn_t *conn, const cq_seg_t *g, cq_buf_t 
 }
 
 /* The recipients' references on the buffer are taken with one atomic add, each queue that
- * starts a slice keeps one, and the rest are given back with one atomic sub. The walk is
- * backwards and re-reads the list after a removal, because a push may close a slow
- * subscriber, which swap-removes it (and frees the list with its last member). */
+ * starts a slice keeps one, and the rest are given back with one atomic sub. */
 void cq__seg_deliver(cq_core_t *c)
 {
     cq_seg_t g = c->seg;
@@ -138,16 +161,11 @@ void cq__seg_deliver(cq_core_t *c)
     cq_lsubs_t *l = g.l;
     cq_buf_t *fb = l->fb, *run = NULL;
     const cq_buf_t *prev = l->fb_prev;
-    uint32_t chan_id = l->chan_id, unused = g.plain, gen = c->lsub_gen;
+    uint32_t unused = g.plain;
     cq_buf_ref_n(fb, unused);
-    for (uint32_t i = l->n; i-- > 0;) {
-        if (gen != c->lsub_gen) {
-            gen = c->lsub_gen;
-            l = cq_map_get(&c->lsubs, chan_id);
-            if (!l || i >= l->n)
-                break;
-        }
-        cq_conn_t *conn = l->conns[i];
+    walk_t wk = walk_start(c, l);
+    cq_conn_t *conn;
+    while ((conn = walk_next(c, &wk))) {
         if (!unused || skip(conn, g.sender, g.owner, g.flags))
             continue;
         if (seg_push(c, conn, &g, fb, prev, &run))
@@ -161,21 +179,15 @@ void cq__seg_deliver(cq_core_t *c)
 
 /* A record for one recipient, a large one, or one with Snappy recipients: queued by itself.
  * Plain recipients' references are taken with one atomic add; Snappy recipients share one
- * compressed packet built for this worker. Walks backwards as cq__seg_deliver does. */
+ * compressed packet built for this worker. */
 static void fanout_now(cq_core_t *c, cq_lsubs_t *l, cq_buf_t *rec, uint32_t sender, uint32_t owner,
                        uint32_t flags, uint32_t plain, uint32_t snappy)
 {
-    uint32_t chan_id = l->chan_id, gen = c->lsub_gen;
     cq_buf_ref_n(rec, plain);
     cq_buf_t *packet = NULL;
-    for (uint32_t i = l->n; i-- > 0;) {
-        if (gen != c->lsub_gen) {
-            gen = c->lsub_gen;
-            l = cq_map_get(&c->lsubs, chan_id);
-            if (!l || i >= l->n)
-                break;
-        }
-        cq_conn_t *conn = l->conns[i];
+    walk_t wk = walk_start(c, l);
+    cq_conn_t *conn;
+    while ((conn = walk_next(c, &wk))) {
         if (skip(conn, sender, owner, flags))
             continue;
         if (conn->out_ct != CQ_CT_SNAPPY) {

@@ -172,10 +172,9 @@ int take(fconn_t *f, uint32_t msg_type, cq_mp_t *last, uint8_t *body_copy)
     return n;
 }
 
-/* Like take, but leaves the output in place. */
-int scan(fconn_t *f, uint32_t msg_type, cq_mp_t *last, uint8_t *body_copy)
+/* Calls fn(ud, mp) for each MessagePack in f's output, in order. */
+static void each_msg(fconn_t *f, void (*fn)(void *ud, const cq_mp_t *mp), void *ud)
 {
-    int n = 0;
     size_t off = 0;
     while (off < f->out.len) {
         cq_frame_t fr;
@@ -185,16 +184,50 @@ int scan(fconn_t *f, uint32_t msg_type, cq_mp_t *last, uint8_t *body_copy)
         cq_packet_iter_t it;
         cq_mp_t mp;
         cq_wire_packet_iter_init(&it, fr.body, fr.len);
-        while (cq_wire_packet_next(&it, &mp) == 1) {
-            if (msg_type && mp.msg_type != msg_type)
-                continue;
-            n++;
-            if (last)
-                *last = mp;
-            if (body_copy)
-                memcpy(body_copy, mp.body, mp.body_len);
-        }
+        while (cq_wire_packet_next(&it, &mp) == 1)
+            fn(ud, &mp);
         off += (size_t)k;
     }
-    return n;
+}
+
+typedef struct scan_st {
+    uint32_t msg_type;
+    int n;
+    cq_mp_t *last;
+    uint8_t *body_copy;
+    uint32_t *types;
+    int max;
+} scan_st_t;
+
+static void scan_one(void *ud, const cq_mp_t *mp)
+{
+    scan_st_t *st = ud;
+    if (st->types) {
+        assert_true(st->n < st->max);
+        st->types[st->n++] = mp->msg_type;
+        return;
+    }
+    if (st->msg_type && mp->msg_type != st->msg_type)
+        return;
+    st->n++;
+    if (st->last)
+        *st->last = *mp;
+    if (st->body_copy)
+        memcpy(st->body_copy, mp->body, mp->body_len);
+}
+
+int take_types(fconn_t *f, uint32_t *types, int max)
+{
+    scan_st_t st = {0, 0, NULL, NULL, types, max};
+    each_msg(f, scan_one, &st);
+    f->out.len = 0;
+    return st.n;
+}
+
+/* Like take, but leaves the output in place. */
+int scan(fconn_t *f, uint32_t msg_type, cq_mp_t *last, uint8_t *body_copy)
+{
+    scan_st_t st = {msg_type, 0, last, body_copy, NULL, 0};
+    each_msg(f, scan_one, &st);
+    return st.n;
 }

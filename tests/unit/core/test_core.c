@@ -156,29 +156,6 @@ static void test_broadcast_across_workers(void **state)
     env_down();
 }
 
-/* The message types f received, in order (consumes the output). */
-static int types_in_order(fconn_t *f, uint32_t *types, int max)
-{
-    int n = 0;
-    size_t off = 0;
-    while (off < f->out.len) {
-        cq_frame_t fr;
-        ssize_t k =
-            cq_framing_parse(f->out.data + off, f->out.len - off, CQ_FRAMING_FIXED, 65535, &fr);
-        assert_true(k > 0);
-        cq_packet_iter_t it;
-        cq_mp_t mp;
-        cq_wire_packet_iter_init(&it, fr.body, fr.len);
-        while (cq_wire_packet_next(&it, &mp) == 1) {
-            assert_true(n < max);
-            types[n++] = mp.msg_type;
-        }
-        off += (size_t)k;
-    }
-    f->out.len = 0;
-    return n;
-}
-
 /* Appends one MessagePack {ch, bc, type, body} to a packet under construction. */
 static size_t add_msg(uint8_t *pkt, size_t len, uint32_t ch, uint32_t bc, uint32_t type,
                       const uint8_t *body, size_t blen)
@@ -238,7 +215,7 @@ static void test_broadcast_burst_keeps_order(void **state)
     static const uint32_t single[] = {101, 102, 103, 104, 106, 109};
     uint32_t got[32];
     for (int i = 0; i < 4; i++) {
-        int n = types_in_order(cl[i], got, 32);
+        int n = take_types(cl[i], got, 32);
         const uint32_t *want = i == 1 ? single : i % 2 == 0 ? both : global;
         int nwant = i == 1 ? 6 : i % 2 == 0 ? 8 : 5;
         assert_int_equal(n, nwant);
@@ -287,7 +264,7 @@ static void test_burst_subscribe_between(void **state)
     const int nwant[3] = {4, 4, 3};
     uint32_t got[16];
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(types_in_order(cl[i], got, 16), nwant[i]);
+        assert_int_equal(take_types(cl[i], got, 16), nwant[i]);
         for (int k = 0; k < nwant[i]; k++)
             assert_int_equal(got[k], want[i][k]);
     }
