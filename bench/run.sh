@@ -314,6 +314,16 @@ wait_port() { # port pid -> 0 when listening, 1 when the server died or never li
 # sets SDIR (its ready file and log). Durable topics are off unless the extra arguments turn
 # them on (the last --mq-addr wins), so no store is opened and the fixed MQ ports stay free.
 # start_chanq runs the working tree's chanqd, or BASE_REV's when SERVER_BIN is set to it.
+# started PID DIR NAME: records a server started in the background and waits for DIR/ready.
+started() {
+    SPID=$1
+    PIDS+=("$SPID")
+    for _ in $(seq 1 100); do
+        [ -s "$2/ready" ] && break
+        sleep 0.05
+    done
+    [ -s "$2/ready" ] || { log "$3 did not start: $(cat "$2/log")"; exit 1; }
+}
 start_chanq() { # workers [extra chanqd arguments...]
     local dir="$TMP/chanq-$1-$RANDOM" w=$1
     shift
@@ -322,13 +332,7 @@ start_chanq() { # workers [extra chanqd arguments...]
     "${SERVER_BIN:-$CHANQD}" --client-addr 127.0.0.1:0 --server-addr 127.0.0.1:0 --admin-addr '' \
         --mq-addr '' --mq-http-addr '' --ws-addr '' --kcp-addr '' \
         --ready-file "$dir/ready" --workers "$w" --log-level warn "$@" >"$dir/log" 2>&1 &
-    SPID=$!
-    PIDS+=("$SPID")
-    for _ in $(seq 1 100); do
-        [ -s "$dir/ready" ] && break
-        sleep 0.05
-    done
-    [ -s "$dir/ready" ] || { log "chanqd did not start: $(cat "$dir/log")"; exit 1; }
+    started "$!" "$dir" chanqd
     ARGS=(--target chanq --ready-file "$dir/ready")
 }
 start_redis() {
@@ -375,13 +379,7 @@ start_floor() { # floor | floor-uring
     mkdir -p "$dir"
     "$CQFLOOR" --addr 127.0.0.1:0 --ready-file "$dir/ready" --interval "$DATA_INTERVAL" \
         --size "$FLOOR_SIZE" --align "$FLOOR_ALIGN" "${uring[@]}" >"$dir/log" 2>&1 &
-    SPID=$!
-    PIDS+=("$SPID")
-    for _ in $(seq 1 100); do
-        [ -s "$dir/ready" ] && break
-        sleep 0.05
-    done
-    [ -s "$dir/ready" ] || { log "cqfloor did not start: $(cat "$dir/log")"; exit 1; }
+    started "$!" "$dir" cqfloor
     ARGS=(--target floor --addr "$(sed -n 's/^addr=//p' "$dir/ready")")
 }
 # chanqd targets: chanq-wN is the working tree's chanqd with N workers, base-wN BASE_REV's.
