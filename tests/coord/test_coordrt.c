@@ -591,8 +591,11 @@ static void test_expired_reconnects(void **state)
     fz_init(&z);
     member_start(&a, &z, 1);
     WAIT_UNTIL(nroles(&a) >= 1 && acking(&a));
+    /* ack_until is 0 from here until the new session's election; that the watcher zeroes it
+     * at once is test_watcher_zeroes_ack_until's (there the runtime is held, so it can be
+     * asserted). Not asserted here: the fake completes the new session and its election at
+     * once, so on a loaded machine the runtime may be master again before this thread reads. */
     fz_session_event(&z, 0, CQ_COORD_SESS_EXPIRED);
-    assert_int_equal(cq_coordrt_ack_until(a.rt), 0);
     WAIT_UNTIL(nroles(&a) >= 3);
     assert_int_equal(role_at(&a, 1).role, CQ_COORD_DOWN);
     assert_int_equal(role_at(&a, 2).role, CQ_COORD_MASTER);
