@@ -409,7 +409,9 @@ static void usage(FILE *f)
           "  --size BYTES         bytes per write, header included, >= 21 (default 132: chanqd's\n"
           "                       fan-out in bench/run.sh's data shape)\n"
           "  --align 0|1          1: every connection's windows on the same grid (one burst per\n"
-          "                       interval); 0 (default): spread over the interval\n",
+          "                       interval); 0 (default): spread over the interval\n"
+          "  --uring              submit each window's writes as one io_uring batch (the floor\n"
+          "                       of chanqd's io_uring path; needs liburing at build time)\n",
           f);
 }
 
