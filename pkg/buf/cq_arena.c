@@ -1,6 +1,6 @@
 #include "cq_arena.h"
 
-#include "../base/cq_alloc.h"
+#include "cq_alloc.h"
 
 #include <stdint.h>
 

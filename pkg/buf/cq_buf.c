@@ -1,6 +1,6 @@
 #include "cq_buf.h"
 
-#include "../base/cq_alloc.h"
+#include "cq_alloc.h"
 
 #include <string.h>
 

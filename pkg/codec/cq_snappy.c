@@ -1,6 +1,6 @@
 #include "cq_snappy.h"
 
-#include "../base/cq_err.h"
+#include "cq_err.h"
 
 #include <snappy-c.h>
 

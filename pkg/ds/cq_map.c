@@ -1,6 +1,6 @@
 #include "cq_map.h"
 
-#include "../base/cq_alloc.h"
+#include "cq_alloc.h"
 
 #include <errno.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * deleting never rehash a string and most failed compares stop at the hash. */
 #include "cq_smap.h"
 
-#include "../base/cq_alloc.h"
+#include "cq_alloc.h"
 
 #include <errno.h>
 #include <string.h>
