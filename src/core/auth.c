@@ -11,7 +11,7 @@
  *
  * Brute force: besides the per-connection limit (--max-failed-auth; a success resets it), every
  * failure counts in the per-address budget shared with the durable-topic ports
- * (pkg/base/cq_authlim.h). An address over its budget gets INVALID_LT and a close for any AUTH,
+ * (pkg/auth/cq_authlim.h). An address over its budget gets INVALID_LT and a close for any AUTH,
  * a right one included, until its block ends. Tokens are compared in constant time, and failure
  * log lines are rate limited process-wide. */
 #include "core_int.h"

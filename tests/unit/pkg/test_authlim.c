@@ -1,4 +1,4 @@
-/* test_authlim.c - pkg/base/cq_authlim: the per-address failure budget (count, block, backoff
+/* test_authlim.c - pkg/auth/cq_authlim: the per-address failure budget (count, block, backoff
  * doubling and its reset, the window, eviction), the failure-log rate limit, the metrics text
  * and the address helpers. */
 #include <setjmp.h>
