@@ -42,7 +42,8 @@ hits=$(git grep -nE '#include <(uv\.h|sys/socket|pthread|time\.h)|clock_gettime|
        -- 'src/spatial/*' || true)
 if [ -n "$hits" ]; then echo "layering: I/O or a clock in the spatial engine: $hits"; bad=1; fi
 # The management engine is sans-I/O like src/mqsrv: no loop, socket, thread or clock (src/io/
-# mgr_io.c feeds it bytes and now; filestore.c's blocking file calls run on the edge's store thread).
+# mgr_io.c feeds it bytes and now; the stores' blocking calls, filestore.c and zkstore.c, run on
+# the edge's store thread).
 hits=$(git grep -nE '#include <(uv\.h|sys/socket|pthread|time\.h)|clock_gettime|gettimeofday' \
        -- src/mgr/mgr.c src/mgr/state.c src/mgr/registry.c src/mgr/proto.c src/mgr/view.c \
           src/mgr/metrics.c src/mgr/engine.h src/mgr/cq_mgr.h || true)

@@ -1,4 +1,5 @@
-/* zk.c - the ZK ops of the coord runtime (cq_coordrt.h) over libzookeeper-mt.
+/* zk.c - the ZK ops of the coord runtime (cq_coordrt.h) and the one-node client (cq_zknode.h)
+ * over libzookeeper-mt.
  *
  * The only file that includes <zookeeper/zookeeper.h> (scripts/check-layering.sh). Every call
  * is asynchronous; completions and watchers run on the library's completion thread, where they
@@ -25,11 +26,12 @@
  * ZCLOSING, as the library's own fakes do. (4) After zookeeper_close() returns (its threads are
  * joined: nothing runs any more) zk_close calls, on its own thread, the completion of every
  * record still linked, with ZCLOSING: each kind frees its context as always (the list with its
- * member reads, the epoch read, the topic listing, the manager store's call record...).
+ * member reads, the epoch read, the topic listing, the one-node client's call record...).
  * The library's own records are only lost in (4), i.e. when the drain timed out.
  */
 #define THREADED
 #include "cq_coordzk.h"
+#include "cq_zknode.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"
@@ -1046,101 +1048,73 @@ static int zk_put_topic(void *sess, const char *name, const char *text)
     return rc;
 }
 
-/* ---- the manager's state store (cq_mgrstore.h over one node) ------------------------------
+/* ---- one node on a session of its own (cq_zknode.h) -------------------------------------
  *
- * One session of its own (a manager runs no coord runtime), <root>/mgr/state holding the whole
- * state document. load/save block the caller (the manager's store thread): each issues one
- * asynchronous request through the gates and waits for its completion on a condition variable,
- * with a safety stop. The waiter and the completion share the call record (two references), so
- * a completion arriving after the caller gave up frees it. The watch is an exists-watch (it
- * fires on creation, change and deletion), re-armed from the watcher itself; it also fires on
- * our own saves, and once when the session expired (the next call opens a new session).
+ * For the manager's state store (src/mgr/zkstore.c), which keeps its document in one node and
+ * must not see this library. The blocking calls each issue one asynchronous request through
+ * the gates and wait for its completion on a condition variable, with a safety stop. The
+ * waiter and the completion share the call record (two references), so a completion arriving
+ * after the caller gave up frees it. The watch is an exists-watch (it fires on creation, change
+ * and deletion); the session's expiry is reported through the same callback.
  */
 
-typedef struct zk_store {
-    zk_sess_t *sess;       /* the current session; replaced after an expiry (op_mu) */
-    pthread_mutex_t op_mu; /* serializes load/save/watch/reopen */
-    pthread_mutex_t mu;    /* calls, expired, changed */
-    pthread_cond_t cv;     /* a call completed */
-    bool expired;          /* the session died: reopen before the next request */
-    void (*changed)(void *arg);
-    void *changed_arg;
-    char hosts[ZK_PATH_MAX];
-    char root[ZK_PATH_MAX];
-    char parent[ZK_PATH_MAX]; /* "<root>/mgr" */
-    char path[ZK_PATH_MAX];   /* "<root>/mgr/state" */
+struct cq_zknode {
+    zk_sess_t *sess;
+    cq_zknode_cb_t cb;
+    void *arg;
+    pthread_mutex_t mu; /* the calls */
+    pthread_cond_t cv;  /* a call completed */
+    char parent[ZK_PATH_MAX];
+    char path[ZK_PATH_MAX];
     uint32_t session_ms;
-} zk_store_t;
+};
 
-typedef struct zs_call {
-    zk_store_t *st;
-    int refs; /* under st->mu: the waiter and the completion */
+typedef struct zn_call {
+    cq_zknode_t *n;
+    int refs; /* under n->mu: the waiter and the completion */
     bool done;
     int zrc;
     char *data; /* get: owned copy */
     int len;
     int64_t ver;
-} zs_call_t;
+} zn_call_t;
 
-static void zs_sink_post(void *ud, uint64_t gen, const cq_coord_ev_t *ev)
+static void zn_sink_post(void *ud, uint64_t gen, const cq_coord_ev_t *ev)
 {
     (void)gen;
-    zk_store_t *st = ud;
-    if (ev->type != CQ_COORD_EV_SESSION || ev->arg != CQ_COORD_SESS_EXPIRED)
-        return;
-    pthread_mutex_lock(&st->mu);
-    st->expired = true;
-    void (*fn)(void *) = st->changed;
-    void *arg = st->changed_arg;
-    pthread_mutex_unlock(&st->mu);
-    if (fn)
-        fn(arg); /* the manager reloads: that call opens a new session and re-arms the watch */
+    cq_zknode_t *n = ud;
+    if (ev->type == CQ_COORD_EV_SESSION && ev->arg == CQ_COORD_SESS_EXPIRED)
+        n->cb(n->arg, CQ_ZKNODE_EXPIRED);
 }
 
-static void zs_sink_topics(void *ud, uint64_t gen, int rc, const cq_coord_topic_t *t, size_t n)
+static void zn_sink_topics(void *ud, uint64_t gen, int rc, const cq_coord_topic_t *t, size_t n)
 {
     (void)ud, (void)gen, (void)rc, (void)t, (void)n;
 }
 
-static void zs_sink_changed(void *ud, uint64_t gen)
+static void zn_sink_changed(void *ud, uint64_t gen)
 {
     (void)ud, (void)gen;
 }
 
-static void zs_sink_put(void *ud, uint64_t gen, const char *name, int rc)
+static void zn_sink_put(void *ud, uint64_t gen, const char *name, int rc)
 {
     (void)ud, (void)gen, (void)name, (void)rc;
 }
 
-static int zs_open(zk_store_t *st)
+static zn_call_t *zn_call_new(cq_zknode_t *n)
 {
-    cq_coord_zk_sink_t sink = {.post = zs_sink_post,
-                               .topics = zs_sink_topics,
-                               .topics_changed = zs_sink_changed,
-                               .put_done = zs_sink_put,
-                               .ud = st};
-    cq_coord_zk_conf_t conf = {.hosts = st->hosts, .root = st->root, .session_ms = st->session_ms};
-    void *sess = NULL;
-    int rc = zk_connect(NULL, &conf, &sink, &sess);
-    pthread_mutex_lock(&st->mu);
-    st->sess = sess;
-    pthread_mutex_unlock(&st->mu);
-    return rc;
-}
-
-static zs_call_t *zs_call_new(zk_store_t *st)
-{
-    zs_call_t *c = cq_calloc(1, sizeof *c);
+    zn_call_t *c = cq_calloc(1, sizeof *c);
     if (c) {
-        c->st = st;
+        c->n = n;
         c->refs = 2;
         c->ver = -1;
     }
     return c;
 }
 
-/* Drops one reference (st->mu held); the last one frees. */
-static void zs_call_unref(zs_call_t *c)
+/* Drops one reference (n->mu held); the last one frees. */
+static void zn_call_unref(zn_call_t *c)
 {
     if (--c->refs == 0) {
         cq_free(c->data);
@@ -1149,10 +1123,10 @@ static void zs_call_unref(zs_call_t *c)
 }
 
 /* The completion side: records the result, wakes the waiter, drops its reference. */
-static void zs_call_finish(zs_call_t *c, int zrc, const char *data, int len, int64_t ver)
+static void zn_call_finish(zn_call_t *c, int zrc, const char *data, int len, int64_t ver)
 {
-    zk_store_t *st = c->st;
-    pthread_mutex_lock(&st->mu);
+    cq_zknode_t *n = c->n;
+    pthread_mutex_lock(&n->mu);
     c->zrc = zrc;
     c->ver = ver;
     if (zrc == ZOK && data && len > 0) {
@@ -1166,17 +1140,17 @@ static void zs_call_finish(zs_call_t *c, int zrc, const char *data, int len, int
         }
     }
     c->done = true;
-    pthread_cond_broadcast(&st->cv);
-    zs_call_unref(c);
-    pthread_mutex_unlock(&st->mu);
+    pthread_cond_broadcast(&n->cv);
+    zn_call_unref(c);
+    pthread_mutex_unlock(&n->mu);
 }
 
 /* The waiter side: zrc as issued (the request never went out: the completion's reference is
  * dropped here too), then waits. Returns the request's ZooKeeper code, ZOPERATIONTIMEOUT at the
- * safety stop. On ZOK, *ret takes the call (the caller frees it with zs_call_done). */
-static int zs_call_wait(zk_store_t *st, zs_call_t *c, int issued)
+ * safety stop. The caller drops its reference with zn_call_done. */
+static int zn_call_wait(cq_zknode_t *n, zn_call_t *c, int issued)
 {
-    pthread_mutex_lock(&st->mu);
+    pthread_mutex_lock(&n->mu);
     if (issued != ZOK) {
         c->refs--; /* no completion will come */
         c->done = true;
@@ -1184,7 +1158,7 @@ static int zs_call_wait(zk_store_t *st, zs_call_t *c, int issued)
     }
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
-    uint64_t wait_ms = (uint64_t)st->session_ms + 5000;
+    uint64_t wait_ms = (uint64_t)n->session_ms + 5000;
     dl.tv_sec += (time_t)(wait_ms / 1000);
     dl.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
     if (dl.tv_nsec >= 1000000000L) {
@@ -1192,224 +1166,168 @@ static int zs_call_wait(zk_store_t *st, zs_call_t *c, int issued)
         dl.tv_nsec -= 1000000000L;
     }
     while (!c->done)
-        if (pthread_cond_timedwait(&st->cv, &st->mu, &dl) != 0)
+        if (pthread_cond_timedwait(&n->cv, &n->mu, &dl) != 0)
             break;
     int zrc = c->done ? c->zrc : ZOPERATIONTIMEOUT;
-    pthread_mutex_unlock(&st->mu);
+    pthread_mutex_unlock(&n->mu);
     return zrc;
 }
 
-static void zs_call_done(zk_store_t *st, zs_call_t *c)
+static void zn_call_done(cq_zknode_t *n, zn_call_t *c)
 {
-    pthread_mutex_lock(&st->mu);
-    zs_call_unref(c);
-    pthread_mutex_unlock(&st->mu);
+    pthread_mutex_lock(&n->mu);
+    zn_call_unref(c);
+    pthread_mutex_unlock(&n->mu);
 }
 
-static void zs_arm(zk_store_t *st, zk_sess_t *s);
-
-/* An expired session cannot come back: close it and open a new one (op_mu held). */
-static int zs_ensure(zk_store_t *st)
+static void zn_mk_done(void *arg, int zrc)
 {
-    pthread_mutex_lock(&st->mu);
-    bool expired = st->expired;
-    st->expired = false;
-    pthread_mutex_unlock(&st->mu);
-    if (!expired && st->sess)
-        return 0;
-    pthread_mutex_lock(&st->mu);
-    zk_sess_t *old = st->sess;
-    st->sess = NULL; /* the old session's watcher re-arms nothing now */
-    bool watched = st->changed != NULL;
-    pthread_mutex_unlock(&st->mu);
-    zk_close(old);
-    int rc = zs_open(st);
-    if (rc == 0 && watched)
-        zs_arm(st, st->sess);
-    return rc;
+    zn_call_finish(arg, zrc, NULL, 0, -1);
 }
 
-static void zs_mk_done(void *arg, int zrc)
+static void zn_got(int zrc, const char *value, int len, const struct Stat *st, const void *data)
 {
-    zs_call_finish(arg, zrc, NULL, 0, -1);
+    zn_call_finish((zn_call_t *)data, zrc, value, len, zrc == ZOK && st ? st->version : -1);
 }
 
-static void zs_got(int zrc, const char *value, int len, const struct Stat *st, const void *data)
-{
-    zs_call_finish((zs_call_t *)data, zrc, value, len, zrc == ZOK && st ? st->version : -1);
-}
-
-static void zs_created(int zrc, const char *name, const void *data)
+static void zn_created(int zrc, const char *name, const void *data)
 {
     (void)name;
-    zs_call_finish((zs_call_t *)data, zrc, NULL, 0, zrc == ZOK ? 0 : -1);
+    zn_call_finish((zn_call_t *)data, zrc, NULL, 0, zrc == ZOK ? 0 : -1);
 }
 
-static void zs_written(int zrc, const struct Stat *st, const void *data)
+static void zn_written(int zrc, const struct Stat *st, const void *data)
 {
-    zs_call_finish((zs_call_t *)data, zrc, NULL, 0, zrc == ZOK && st ? st->version : -1);
+    zn_call_finish((zn_call_t *)data, zrc, NULL, 0, zrc == ZOK && st ? st->version : -1);
 }
 
-/* Creates <root>/mgr when missing (op_mu held). */
-static int zs_parents(zk_store_t *st)
+int cq_zknode_mkparents(cq_zknode_t *n)
 {
-    zs_call_t *c = zs_call_new(st);
+    zn_call_t *c = zn_call_new(n);
     if (!c)
         return -ENOMEM;
-    int rc = zk_mkpath(st->sess, st->parent, zs_mk_done, c);
-    int zrc = zs_call_wait(st, c, rc < 0 ? ZSYSTEMERROR : ZOK);
-    zs_call_done(st, c);
+    int rc = zk_mkpath(n->sess, n->parent, zn_mk_done, c);
+    int zrc = zn_call_wait(n, c, rc < 0 ? ZSYSTEMERROR : ZOK);
+    zn_call_done(n, c);
     return zk_rc(zrc);
 }
 
-int cq_coord_zkstore_load(void *ud, char **json, size_t *len, int64_t *ver)
+int cq_zknode_get(cq_zknode_t *n, char **ret_data, size_t *ret_len, int64_t *ret_ver)
 {
-    zk_store_t *st = ud;
-    *json = NULL;
-    *len = 0;
-    *ver = -1;
-    pthread_mutex_lock(&st->op_mu);
-    int rc = zs_ensure(st);
-    if (rc == 0)
-        rc = zs_parents(st);
-    zs_call_t *c = rc == 0 ? zs_call_new(st) : NULL;
-    if (rc == 0 && !c)
-        rc = -ENOMEM;
+    zn_call_t *c = zn_call_new(n);
+    if (!c)
+        return -ENOMEM;
+    int rc = zk_rc(zn_call_wait(n, c, zk_aget(n->sess, n->path, NULL, NULL, zn_got, c)));
     if (rc == 0) {
-        int zrc = zs_call_wait(st, c, zk_aget(st->sess, st->path, NULL, NULL, zs_got, c));
-        if (zrc == ZNONODE) {
-            rc = 0; /* no document yet: ver -1 */
-        } else if ((rc = zk_rc(zrc)) == 0) {
-            *ver = c->ver;
-            *len = (size_t)c->len;
-            *json = c->data ? c->data : cq_calloc(1, 1);
+        char *data = c->data ? c->data : cq_calloc(1, 1);
+        if (data) {
             c->data = NULL;
-            if (!*json)
-                rc = -ENOMEM;
+            *ret_data = data;
+            *ret_len = (size_t)c->len;
+            *ret_ver = c->ver;
+        } else {
+            rc = -ENOMEM;
         }
-        zs_call_done(st, c);
     }
-    pthread_mutex_unlock(&st->op_mu);
+    zn_call_done(n, c);
     return rc;
 }
 
-int cq_coord_zkstore_save(void *ud, const char *json, size_t len, int64_t expect_ver,
-                          int64_t *new_ver)
+int cq_zknode_create(cq_zknode_t *n, const char *data, size_t len, int64_t *ret_ver)
 {
-    zk_store_t *st = ud;
-    *new_ver = -1;
     if (len > INT32_MAX)
         return -EINVAL;
-    pthread_mutex_lock(&st->op_mu);
-    int rc = zs_ensure(st);
-    if (rc == 0 && expect_ver < 0)
-        rc = zs_parents(st);
-    zs_call_t *c = rc == 0 ? zs_call_new(st) : NULL;
-    if (rc == 0 && !c)
-        rc = -ENOMEM;
-    if (rc == 0) {
-        int zrc;
-        if (expect_ver < 0)
-            zrc = zk_acreate(st->sess, st->path, json, (int)len, ZOO_PERSISTENT, zs_created, c);
-        else if (expect_ver > INT32_MAX)
-            zrc = ZBADVERSION;
-        else
-            zrc = zk_aset(st->sess, st->path, json, (int)len, (int)expect_ver, zs_written, c);
-        zrc = zs_call_wait(st, c, zrc);
-        /* A node that vanished under a versioned write was changed by someone else. */
-        rc = zk_rc(zrc == ZNONODE ? ZBADVERSION : zrc);
-        if (rc == 0)
-            *new_ver = c->ver;
-        zs_call_done(st, c);
-    }
-    pthread_mutex_unlock(&st->op_mu);
+    zn_call_t *c = zn_call_new(n);
+    if (!c)
+        return -ENOMEM;
+    int zrc = zk_acreate(n->sess, n->path, data, (int)len, ZOO_PERSISTENT, zn_created, c);
+    int rc = zk_rc(zn_call_wait(n, c, zrc));
+    if (rc == 0)
+        *ret_ver = c->ver;
+    zn_call_done(n, c);
     return rc;
 }
 
-static void zs_exists_done(int zrc, const struct Stat *stat, const void *data)
+int cq_zknode_set(cq_zknode_t *n, const char *data, size_t len, int64_t expect_ver,
+                  int64_t *ret_ver)
+{
+    if (len > INT32_MAX || expect_ver < 0)
+        return -EINVAL;
+    zn_call_t *c = zn_call_new(n);
+    if (!c)
+        return -ENOMEM;
+    int zrc = ZBADVERSION; /* beyond INT32_MAX: no node has that version */
+    if (expect_ver <= INT32_MAX)
+        zrc = zk_aset(n->sess, n->path, data, (int)len, (int)expect_ver, zn_written, c);
+    int rc = zk_rc(zn_call_wait(n, c, zrc));
+    if (rc == 0)
+        *ret_ver = c->ver;
+    zn_call_done(n, c);
+    return rc;
+}
+
+static void zn_exists_done(int zrc, const struct Stat *stat, const void *data)
 {
     (void)zrc, (void)stat, (void)data; /* the watch is what matters */
 }
 
-static void zs_watch_fn(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+static void zn_watch_fn(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
     (void)zh, (void)state, (void)path;
     if (type != ZOO_CREATED_EVENT && type != ZOO_CHANGED_EVENT && type != ZOO_DELETED_EVENT)
-        return; /* session events: zs_sink_post */
-    zk_store_t *st = ctx;
-    pthread_mutex_lock(&st->mu);
-    void (*fn)(void *) = st->changed;
-    void *arg = st->changed_arg;
-    zk_sess_t *s = st->sess;
-    pthread_mutex_unlock(&st->mu);
-    if (s)
-        zs_arm(st, s); /* before the callback: a change right after it is not missed */
-    if (fn)
-        fn(arg);
+        return; /* session events: zn_sink_post */
+    cq_zknode_t *n = ctx;
+    n->cb(n->arg, CQ_ZKNODE_CHANGED);
 }
 
-static void zs_arm(zk_store_t *st, zk_sess_t *s)
+int cq_zknode_watch(cq_zknode_t *n)
 {
-    (void)zk_aexists(s, st->path, zs_watch_fn, st, zs_exists_done, NULL);
+    return zk_rc(zk_aexists(n->sess, n->path, zn_watch_fn, n, zn_exists_done, NULL));
 }
 
-void cq_coord_zkstore_watch(void *ud, void (*changed)(void *arg), void *arg)
+void cq_zknode_close(cq_zknode_t *n)
 {
-    zk_store_t *st = ud;
-    pthread_mutex_lock(&st->op_mu);
-    pthread_mutex_lock(&st->mu);
-    st->changed = changed;
-    st->changed_arg = arg;
-    pthread_mutex_unlock(&st->mu);
-    if (zs_ensure(st) == 0)
-        zs_arm(st, st->sess);
-    pthread_mutex_unlock(&st->op_mu);
-}
-
-void cq_coord_zkstore_free(void *ud)
-{
-    zk_store_t *st = ud;
-    if (!st)
+    if (!n)
         return;
-    zk_close(st->sess); /* completions (ZCLOSING) and watchers are done when it returns */
-    pthread_cond_destroy(&st->cv);
-    pthread_mutex_destroy(&st->mu);
-    pthread_mutex_destroy(&st->op_mu);
-    cq_free(st);
+    zk_close(n->sess); /* completions (ZCLOSING) and watchers are done when it returns */
+    pthread_cond_destroy(&n->cv);
+    pthread_mutex_destroy(&n->mu);
+    cq_free(n);
 }
 
-int cq_coord_zkstore_new(const char *hosts, const char *root, uint32_t session_ms, void **ret)
+int cq_zknode_open(const char *hosts, const char *root, const char *name, uint32_t session_ms,
+                   cq_zknode_cb_t cb, void *arg, cq_zknode_t **ret)
 {
     *ret = NULL;
-    if (!hosts || !hosts[0] || !root || strlen(hosts) >= ZK_PATH_MAX ||
-        strlen(root) >= ZK_PATH_MAX - 16)
+    size_t nl = strlen(name);
+    if (nl == 0 || name[0] == '/' || name[nl - 1] == '/' || strlen(root) + 1 + nl >= ZK_PATH_MAX)
         return -EINVAL;
-    zk_store_t *st = cq_calloc(1, sizeof *st);
-    if (!st)
+    cq_zknode_t *n = cq_calloc(1, sizeof *n);
+    if (!n)
         return -ENOMEM;
-    pthread_mutex_init(&st->op_mu, NULL);
-    pthread_mutex_init(&st->mu, NULL);
-    pthread_cond_init(&st->cv, NULL);
-    snprintf(st->hosts, sizeof st->hosts, "%s", hosts);
-    snprintf(st->root, sizeof st->root, "%s", root);
-    snprintf(st->parent, sizeof st->parent, "%s/mgr", root);
-    snprintf(st->path, sizeof st->path, "%s/mgr/state", root);
-    st->session_ms = session_ms ? session_ms : 10000;
-    int rc = zs_open(st);
+    n->cb = cb;
+    n->arg = arg;
+    n->session_ms = session_ms;
+    pthread_mutex_init(&n->mu, NULL);
+    pthread_cond_init(&n->cv, NULL);
+    snprintf(n->path, sizeof n->path, "%s/%s", root, name);
+    snprintf(n->parent, sizeof n->parent, "%.*s", (int)(strrchr(n->path, '/') - n->path), n->path);
+    cq_coord_zk_sink_t sink = {.post = zn_sink_post,
+                               .topics = zn_sink_topics,
+                               .topics_changed = zn_sink_changed,
+                               .put_done = zn_sink_put,
+                               .ud = n};
+    cq_coord_zk_conf_t conf = {.hosts = hosts, .root = root, .session_ms = session_ms};
+    void *sess = NULL;
+    int rc = zk_connect(NULL, &conf, &sink, &sess); /* checks root: -EINVAL */
+    n->sess = sess;
     if (rc < 0) {
-        cq_coord_zkstore_free(st);
+        cq_zknode_close(n);
         return rc;
     }
-    *ret = st;
+    *ret = n;
     return 0;
 }
-
-const cq_mgrstore_ops_t cq_coord_zkstore_ops = {
-    .load = cq_coord_zkstore_load,
-    .save = cq_coord_zkstore_save,
-    .watch = cq_coord_zkstore_watch,
-    .free = cq_coord_zkstore_free,
-};
 
 const cq_coord_zk_ops_t cq_coord_zk_libzk = {
     .connect = zk_connect,

@@ -13,9 +13,6 @@
 #include "cq_mgrio.h"
 #include "cq_mgrstore.h"
 #include "cq_mq.h"
-#ifdef CQ_HAVE_ZOOKEEPER
-#include "cq_coordzk.h"
-#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -131,8 +128,8 @@ static int make_store(const cq_config_t *c, const cq_mgrstore_ops_t **ops, void 
         return r;
     }
 #ifdef CQ_HAVE_ZOOKEEPER
-    *ops = &cq_coord_zkstore_ops;
-    r = cq_coord_zkstore_new(c->zk_hosts, c->zk_root, (uint32_t)c->zk_session_ms, ud);
+    *ops = &cq_mgrstore_zk_ops;
+    r = cq_mgrstore_zk_new(c->zk_hosts, c->zk_root, (uint32_t)c->zk_session_ms, ud);
     if (r < 0)
         CQ_ERROR("mgr", "--zk-hosts %s: %s", c->zk_hosts, cq_strerror(r));
     else

@@ -12,6 +12,7 @@
 #include "cq_alloc.h"
 #include "cq_coordzk.h"
 #include "cq_err.h"
+#include "cq_zknode.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -393,70 +394,75 @@ static int group_teardown(void **state)
     return 0;
 }
 
-/* ---- the manager's state store (cq_coord_zkstore_*) ---------------------------------------- */
+/* ---- the one-node client (cq_zknode_*) ---------------------------------------------------- */
 
-static atomic_int g_changed; /* watch callbacks seen by store B */
+static atomic_int g_node_changed; /* CQ_ZKNODE_CHANGED seen by client B */
 
-static void on_changed(void *arg)
+static void on_node_event(void *arg, cq_zknode_event_t ev)
 {
-    atomic_fetch_add((atomic_int *)arg, 1);
+    if (ev == CQ_ZKNODE_CHANGED)
+        atomic_fetch_add((atomic_int *)arg, 1);
 }
 
-/* Two managers' stores on one root: the absent document, a create, a load by the other, a CAS
- * conflict each way, and B's watch firing on A's saves (twice: it re-arms itself). */
-static void test_mgr_store(void **state)
+/* Two clients of one node: bad names, a missing node and its parents, a create and a second
+ * one, versioned writes (a stale version, one beyond any), an empty node; B's watch fires once
+ * per arming. */
+static void test_zknode(void **state)
 {
     (void)state;
-    const char *root = "/it-mgrstore";
-    const cq_mgrstore_ops_t *ops = &cq_coord_zkstore_ops; /* B goes through the table */
-    void *a = NULL, *b = NULL;
-    assert_int_equal(cq_coord_zkstore_new(g_hosts, root, SESSION_MS, &a), 0);
-    assert_int_equal(cq_coord_zkstore_new(g_hosts, root, SESSION_MS, &b), 0);
-    char *json = (char *)"x";
+    const char *root = "/it-zknode";
+    atomic_int *ch = &g_node_changed;
+    cq_zknode_t *a = NULL, *b = NULL;
+    assert_int_equal(cq_zknode_open(g_hosts, "it", "doc/x", SESSION_MS, on_node_event, ch, &a),
+                     -EINVAL);
+    assert_int_equal(cq_zknode_open(g_hosts, root, "/doc", SESSION_MS, on_node_event, ch, &a),
+                     -EINVAL);
+    assert_null(a);
+    assert_int_equal(cq_zknode_open(g_hosts, root, "doc/x", SESSION_MS, on_node_event, ch, &a), 0);
+    assert_int_equal(cq_zknode_open(g_hosts, root, "doc/x", SESSION_MS, on_node_event, ch, &b), 0);
+    char *data = NULL;
     size_t len = 99;
-    int64_t ver = 99, nv = 99;
-    assert_int_equal(cq_coord_zkstore_load(a, &json, &len, &ver), 0);
-    assert_null(json);
-    assert_int_equal(len, 0);
-    assert_int_equal(ver, -1);
-    atomic_store(&g_changed, 0);
-    ops->watch(b, on_changed, &g_changed);
+    int64_t ver = 99;
+    assert_int_equal(cq_zknode_get(a, &data, &len, &ver), -ENOENT);
+    assert_null(data);
+    assert_int_equal(ver, 99);                                     /* nothing written on failure */
+    assert_int_equal(cq_zknode_create(a, "v0", 2, &ver), -ENOENT); /* no parents yet */
+    assert_int_equal(cq_zknode_mkparents(a), 0);
+    assert_int_equal(cq_zknode_mkparents(b), 0); /* they exist: fine */
+    atomic_store(ch, 0);
+    assert_int_equal(cq_zknode_watch(b), 0);
 
-    const char *d1 = "{\"version\":1}";
-    assert_int_equal(cq_coord_zkstore_save(a, d1, strlen(d1), -1, &nv), 0);
-    assert_int_equal(nv, 0);
-    WAIT_UNTIL(atomic_load(&g_changed) >= 1); /* B learns of the creation */
-    assert_int_equal(ops->load(b, &json, &len, &ver), 0);
+    assert_int_equal(cq_zknode_create(a, "v0", 2, &ver), 0);
     assert_int_equal(ver, 0);
-    assert_int_equal(len, strlen(d1));
-    assert_string_equal(json, d1);
-    cq_free(json);
-    /* Creating again is a conflict: the document exists. */
-    assert_int_equal(ops->save(b, d1, strlen(d1), -1, &nv), CQ_ECONFLICT);
-    assert_int_equal(nv, -1);
+    WAIT_UNTIL(atomic_load(ch) == 1); /* B learns of the creation */
+    assert_int_equal(cq_zknode_create(b, "v0", 2, &ver), CQ_ECONFLICT);
+    assert_int_equal(cq_zknode_get(b, &data, &len, &ver), 0);
+    assert_int_equal(ver, 0);
+    assert_int_equal(len, 2);
+    assert_string_equal(data, "v0");
+    cq_free(data);
 
-    const char *d2 = "{\"version\":2}";
-    int before = atomic_load(&g_changed);
-    assert_int_equal(cq_coord_zkstore_save(a, d2, strlen(d2), 0, &nv), 0);
-    assert_int_equal(nv, 1);
-    WAIT_UNTIL(atomic_load(&g_changed) > before); /* the watch was re-armed */
-    /* B still believes version 0: its write loses and the document is A's. */
-    const char *d3 = "{\"version\":3}";
-    assert_int_equal(ops->save(b, d3, strlen(d3), 0, &nv), CQ_ECONFLICT);
-    assert_int_equal(ops->load(b, &json, &len, &ver), 0);
+    assert_int_equal(cq_zknode_set(a, "v1", 2, 0, &ver), 0);
     assert_int_equal(ver, 1);
-    assert_string_equal(json, d2);
-    cq_free(json);
-    /* After reloading, B writes; A's stale version now loses. */
-    assert_int_equal(ops->save(b, d3, strlen(d3), 1, &nv), 0);
-    assert_int_equal(nv, 2);
-    assert_int_equal(cq_coord_zkstore_save(a, d2, strlen(d2), 1, &nv), CQ_ECONFLICT);
-    assert_int_equal(cq_coord_zkstore_load(a, &json, &len, &ver), 0);
+    assert_int_equal(cq_zknode_set(b, "v2", 2, 0, &ver), CQ_ECONFLICT); /* B's version is stale */
+    assert_int_equal(cq_zknode_set(b, "v2", 2, (int64_t)INT32_MAX + 1, &ver), CQ_ECONFLICT);
+    assert_int_equal(cq_zknode_set(b, "v2", 2, -1, &ver), -EINVAL);
+    assert_int_equal(ver, 1);
+    assert_int_equal(cq_zknode_set(b, "", 0, 1, &ver), 0);
     assert_int_equal(ver, 2);
-    assert_string_equal(json, d3);
-    cq_free(json);
-    cq_coord_zkstore_free(a);
-    ops->free(b);
+    assert_int_equal(cq_zknode_get(a, &data, &len, &ver), 0);
+    assert_int_equal(ver, 2);
+    assert_int_equal(len, 0);
+    assert_string_equal(data, ""); /* an empty node is "", not NULL */
+    cq_free(data);
+    assert_int_equal(atomic_load(ch), 1); /* not re-armed: the writes after it went unseen */
+
+    assert_int_equal(cq_zknode_watch(b), 0);
+    assert_int_equal(cq_zknode_set(a, "v3", 2, 2, &ver), 0);
+    WAIT_UNTIL(atomic_load(ch) == 2);
+    cq_zknode_close(a);
+    cq_zknode_close(b);
+    cq_zknode_close(NULL);
 }
 
 /* ---- closing with requests in flight ------------------------------------------------------ */
@@ -562,7 +568,7 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mgr_store),      cmocka_unit_test(test_elect_and_failover),
+        cmocka_unit_test(test_zknode),         cmocka_unit_test(test_elect_and_failover),
         cmocka_unit_test(test_kill_zk_leader), cmocka_unit_test(test_frozen_master),
         cmocka_unit_test(test_topic_registry), cmocka_unit_test(test_close_in_flight),
     };
