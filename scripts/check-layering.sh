@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Layering check: each adapter library is included by exactly one module.
+# Layering check: the module graph, and each adapter library included by exactly one module.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bad=0
@@ -16,6 +16,10 @@ check 'sqlite3\.h>' '^(src/store/sqlite\.c|tests/)'
 check 'wslay/' '^(src/transport/ws/|tests/)'
 check 'openssl/' '^(src/transport/ws/|tests/)'
 check 'zookeeper/' '^(src/coord/zk\.c|clients/c/chanq_cluster_sync\.c|tests/)'
+# The import graph: every #include "x.h" in src/ and pkg/ resolves to a module its row in
+# doc/architecture.md's module map may depend on, the rows point downward only, and no include
+# path or #include reaches a sibling's directory ('../x'). scripts/module-graph.py says how.
+python3 scripts/module-graph.py || bad=1
 # pkg/ must not depend on src/
 if git grep -nE '#include "(cq_core|cq_io|cq_sendq|cq_wire|cq_framing)\.h"' -- 'pkg/*' >/dev/null; then
   echo "layering: pkg/ includes a src/ header"; bad=1
