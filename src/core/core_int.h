@@ -116,7 +116,7 @@ typedef struct cq_metrics {
 typedef struct cq_dir_ent {
     uint8_t type;
     uint8_t authed; /* B: a CLIENT that authenticated (well-known entities, entity.c) */
-    uint32_t subs;  /* subscriptions held, for max-subs-per-conn */
+    uint32_t subs;  /* subscriptions held, for max-subs-per-conn/-server */
 } cq_dir_ent_t;
 
 struct cq_shared {
@@ -492,9 +492,10 @@ int cq__sub_add(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type
                 const Channeldpb__ChannelSubscriptionOptions *req, cq_sub_t **ret);
 void cq__sub_remove(cq_core_t *c, cq_sub_t *s, bool dir_update);
 void cq__sub_result(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s, const cq_req_t *r);
-/* A subscription of target to chan_id failed with rc (cq__sub_add). Over max-subs-per-conn
- * (CQ_ELIMIT) the target is closed with the reason logged, as channeld has no error reply and
- * a requester left without an answer waits forever; other failures are logged. */
+/* A subscription of target to chan_id failed with rc (cq__sub_add). Over its limit (CQ_ELIMIT:
+ * max-subs-per-conn for a client, max-subs-per-server for a server) the target is closed with
+ * the reason logged, as channeld has no error reply and a requester left without an answer
+ * waits forever; other failures are logged. */
 void cq__sub_refused(cq_core_t *c, const cq_req_t *r, uint32_t target, uint32_t chan_id, int rc);
 void cq__lsub_add(cq_core_t *c, uint32_t chan_id, uint32_t conn_id);
 void cq__lsub_del(cq_core_t *c, uint32_t chan_id, uint32_t conn_id);

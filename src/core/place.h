@@ -16,8 +16,8 @@
  *   - the connection directory (cq_shared_t.dir, under dir_lock, never per message): id
  *     allocation on accept (shared.c), removal on close (conn.c), the subscription count and
  *     the type of the subscribed connection on SUB and on removal (sub.c:
- *     max-subs-per-conn, SUB of another connection), and the recovery handles of
- *     server-conn-recoverable (recover.c);
+ *     max-subs-per-conn and max-subs-per-server, SUB of another connection), and the recovery
+ *     handles of server-conn-recoverable (recover.c);
  *   - the GLOBAL owner's id (cq_shared_t.global_owner, atomic): read for the ACL and for the
  *     GLOBAL owner's copies of AuthResult and CreateChannelResult; written where GLOBAL is
  *     possessed (chan.c) and where its owner closes (conn.c);

@@ -315,6 +315,7 @@ static void world_up(uint8_t opt)
     o.max_connections = 64;
     o.max_channels = 64;
     o.max_subs_per_conn = (opt & 16) ? 2 : 0;
+    o.max_subs_per_server = (opt & 16) ? 3 : 0;
     o.conn_id_bits = 31;
     o.sendq_hard_limit = (opt & 2) ? 4096 : 1u << 20;
     o.sendq_soft_limit = (opt & 2) ? 2048 : 0;
