@@ -7,7 +7,9 @@
  * channel's worker tells it when the id is free again (XM_FREE_ID) or the metadata changed
  * (XM_META). The directory learns of a channel before it exists and of its removal just
  * after, so a LIST may show a channel one message early or one message late. */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"

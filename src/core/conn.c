@@ -7,7 +7,8 @@
  * a callback chain that still holds the connection. Output is only queued here, by
  * reference to shared records; the transport writes once per loop iteration (cq_core_flush).
  * The hard limit is checked, and the soft limit's clock started, as output is queued. */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"

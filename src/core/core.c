@@ -6,7 +6,9 @@
  * timeouts, soft send limits, recovery timers) runs from one tick that the io layer calls
  * about every 100 ms with the time: the core owns no timer, so it stays an engine with no
  * I/O that the tests drive with a manual clock. */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"

@@ -13,7 +13,9 @@
  * directory (under dir_lock), then reads the list and asks the entity's worker (XM_WK_SUB).
  * Every authenticated client is thus in the snapshot or reads the list after the append; one
  * in both is subscribed once (the second request finds the subscription). */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"

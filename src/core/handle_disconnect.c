@@ -5,7 +5,8 @@
  * says the body is a DisconnectMessage and that the handler runs on GLOBAL's worker; the
  * handler decodes the body, and reaches the target connection's worker through the placement
  * seam. */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
 
 void cq__handle_disconnect(cq_core_t *c, cq_req_t *r)
 {

@@ -18,7 +18,9 @@
  * the next update): no gap, no duplicate. A group is handed over as one such message per
  * entity (doc/threads.md), which keeps that argument per entity.
  */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"

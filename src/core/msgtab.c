@@ -7,17 +7,19 @@
  * inbound message is one bounds check and one load.
  *
  * Adding a message type (the spatial and entity types 10-18 and 99 of channeld, for example):
- *   1. name its number in the MT_ enum in core_int.h;
+ *   1. name its number in the MT_ enum in msgtab.h;
  *   2. write the handler in its own file, handle_<name>.c (handle_disconnect.c is the
  *      example): void cq__handle_<name>(cq_core_t *c, cq_req_t *r). It gets the decoded body
  *      from cq__req_body(c, r), answers with cq__reply()/cq__notify(), and reaches other
- *      workers only through the placement seam (place.c). Declare it in core_int.h and add
+ *      workers only through the placement seam (place.c). Declare it in core.h or world.h and add
  *      the file to meson.build;
  *   3. add its row below: type, channeld's name, body descriptor, handler, where it runs and
  *      its flags.
  * Who may send it is the business of the FSM files in config/, not of the table.
  * User-space types (>= CQ_USER_SPACE_START) share one row, cq__msg_user (forward.c). */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 /* clang-format off */
 const cq_msg_def_t cq__msg_table[CQ_USER_SPACE_START] = {

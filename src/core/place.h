@@ -1,5 +1,5 @@
 /* place.h - the placement seam: where a connection or a channel lives, and how work gets there.
- * Not a public header; included by core_int.h.
+ * Not a public header; core.h, msgtab.h and world.h include it.
  *
  * Today "where" is a worker thread of this process: a channel lives on worker id % workers,
  * and so does a connection, unless it took over a recovered id and lives where it was accepted

@@ -7,7 +7,9 @@
  * it sends LSUB_ADD before any fan-out that must reach the new subscriber and LSUB_DEL after
  * the last one, on the same FIFO inbox, and the subscriber's worker changes its list only on
  * those messages or when the connection closes, so the two views always agree. */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"

@@ -29,7 +29,9 @@
 #include "fuzz_common.h"
 
 #include "channeld.pb-c.h"
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 #include "cq_embedded.h"
 #include "cq_err.h"
 #include "cq_framing.h"
