@@ -43,9 +43,10 @@ cq_chan_t *cq__chan_create(cq_core_t *c, uint32_t id, uint32_t type, const char 
     ch->settings = cq_settings_get(c->sh->o.settings, type);
     cq_map_init(&ch->subs);
     cq_list_init(&ch->owner_node);
-    if (!ch->metadata || !ch->wcount || cq__data_attach(c, ch) < 0 ||
+    if (!ch->metadata || !ch->wcount || cq__chan_ts_new(ch) < 0 || cq__data_attach(c, ch) < 0 ||
         cq_map_put(&c->chans, id, ch) < 0) {
         cq__data_detach(c, ch);
+        cq__chan_ts_free(ch);
         cq_free(ch->metadata);
         cq_free(ch->wcount);
         cq_free(ch);
@@ -84,6 +85,7 @@ static void chan_destroy(cq_core_t *c, cq_chan_t *ch)
     cq_map_done(&ch->subs);
     cq_list_remove(&ch->owner_node);
     atomic_fetch_sub(&c->sh->metrics.channels[type_slot(ch->type)], 1);
+    cq__chan_ts_free(ch);
     cq_free(ch->wcount);
     cq_free(ch->metadata);
     cq_free(ch);

@@ -227,11 +227,12 @@ typedef struct cq_chan {
     uint32_t *wcount;     /* subscribers per worker */
     cq_list_t owner_node; /* in the owner's connref */
     cq_chandata_t *data;
-    /* C: an entity channel's handover state (handover.c) */
-    uint32_t cell;           /* the spatial cell the entity is in, 0 = not known yet */
-    uint32_t ho_blocked;     /* a cell a locked group kept it out of: not retried */
-    uint32_t ho_blocked_gen; /* sh->groups_gen when ho_blocked was set */
-    bool ho_pending;         /* a handover it started has not reached its entity stage yet */
+    /* What the channel's type keeps beyond the common channel (world.h), owned: allocated
+     * with a channel of that type, freed with it, NULL for a type that keeps nothing. Only
+     * the type's own operations go through it; the fan-out never does. */
+    union cq_chan_ts {
+        struct cq_entity_state *entity; /* ENTITY: its cell and its handover's state */
+    } ts;
 } cq_chan_t;
 
 /* Per-worker reverse index for one connection id: what this worker's channels hold of it. */

@@ -6,7 +6,8 @@
  *
  * The world's process-wide state (the spatial config, the slot holders, the entity groups and
  * the well-known entities) is in cq_shared and its per-worker state (the slots, the clients'
- * last interest) in cq_core (core.h). */
+ * last interest) in cq_core (core.h); an entity channel's own state is behind its channel
+ * (cq_entity_state_t). */
 #ifndef CQ_WORLD_H
 #define CQ_WORLD_H
 
@@ -18,6 +19,21 @@
 #include "place.h"
 
 typedef struct cq_chan cq_chan_t;
+
+/* An ENTITY channel's own state (cq_chan_t.ts.entity): its cell and its handover's state
+ * (handover.c). */
+typedef struct cq_entity_state {
+    uint32_t cell;           /* the spatial cell the entity is in, 0 = not known yet */
+    uint32_t ho_blocked;     /* a cell a locked group kept it out of: not retried */
+    uint32_t ho_blocked_gen; /* sh->groups_gen when ho_blocked was set */
+    bool ho_pending;         /* a handover it started has not reached its entity stage yet */
+} cq_entity_state_t;
+
+/* Allocates what ch's type keeps (cq_chan_t.ts; nothing for a type that keeps nothing), when
+ * the channel is created (chan.c). Returns 0 or -ENOMEM. */
+int cq__chan_ts_new(cq_chan_t *ch);
+/* Frees what ch's type keeps, when the channel is destroyed. */
+void cq__chan_ts_free(cq_chan_t *ch);
 
 /* spatial.c: the spatial controller (GLOBAL's worker) and its messages */
 void cq__handle_create_spatial(cq_core_t *c, cq_req_t *r); /* 10, and 3 with SPATIAL */
