@@ -186,7 +186,7 @@ static void xm_conn_gone(cq_core_t *c, cq_xmsg_t *m)
     cq__conn_gone(c, m->conn_id, m->conn_type, m->body_len ? (const char *)m->body : NULL);
 }
 
-/* DISCONNECT carries nothing; cq__close_conn carries its reason in u1 (negated) and body. */
+/* cq__close_conn carries its reason in u1 (negated) and body. */
 static void xm_close(cq_core_t *c, cq_xmsg_t *m)
 {
     cq__close_local(c, m->conn_id, -(int)m->u1,

@@ -127,7 +127,7 @@ enum {
     XM_LSUB_ADD,  /* conn_id joins the local list of chan_id */
     XM_LSUB_DEL,  /* conn_id leaves the local list of chan_id */
     XM_CONN_GONE, /* conn_id closed: drop its subscriptions and ownerships */
-    XM_CLOSE,     /* close conn_id (DISCONNECT; or u1 = -reason, body = why) */
+    XM_CLOSE,     /* close conn_id: u1 = -reason, body = why (cq__close_conn) */
     XM_CREATE,    /* create channel u1 (allocated id) for the request in mp */
     XM_FREE_ID,   /* directory worker: channel chan_id no longer exists */
     XM_META,      /* directory worker: channel chan_id's metadata/type changed */
