@@ -209,8 +209,12 @@ static const opt_t opts[] = {
         "Channels alive at the same time (GLOBAL included); a CREATE_CHANNEL beyond closes the "
         "creator, logged and counted in chanq_limit_closed."),
     INT("max-subs-per-conn", NULL, max_subs_per_conn, "1024", 1, 65535, "N",
-        "Channel subscriptions per connection; a SUB beyond closes the connection it was for, "
-        "logged and counted in chanq_limit_closed."),
+        "Channel subscriptions per client connection; a SUB beyond closes the connection it "
+        "was for, logged and counted in chanq_limit_closed."),
+    INT("max-subs-per-server", NULL, max_subs_per_server, "100000", 1, 16777216, "N",
+        "Channel subscriptions per server connection, its own subscription to each channel it "
+        "creates included (a game server owns an entity channel per entity); a SUB or creation "
+        "beyond closes the server, logged and counted in chanq_limit_closed."),
     SIZE("sendq-soft-limit", NULL, sendq_soft_limit, "1m", 4 * KIB, GIB,
          "Queued outbound bytes a connection may hold for at most --sendq-soft-seconds."),
     INT("sendq-soft-seconds", NULL, sendq_soft_seconds, "10", 0, 3600, "SECONDS",

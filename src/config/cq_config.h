@@ -77,7 +77,8 @@ typedef struct cq_config {
     int max_packet_size;          /* largest inbound packet body, 64..65535 */
     int max_connections;          /* connections accepted at once */
     int max_channels;             /* channels alive at once */
-    int max_subs_per_conn;        /* subscriptions per connection */
+    int max_subs_per_conn;        /* subscriptions per client connection */
+    int max_subs_per_server;      /* subscriptions per server connection, its own included */
     size_t sendq_soft_limit;      /* queued bytes that may persist only sendq_soft_seconds */
     int sendq_soft_seconds;       /* how long a connection may stay over the soft limit */
     size_t sendq_hard_limit;      /* queued bytes that close the connection at once */

@@ -14,7 +14,9 @@
  * (pkg/auth/cq_authlim.h). An address over its budget gets INVALID_LT and a close for any AUTH,
  * a right one included, until its block ends. Tokens are compared in constant time, and failure
  * log lines are rate limited process-wide. */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "cq_alloc.h"
 #include "cq_authlim.h"

@@ -7,7 +7,9 @@
  * channel's worker tells it when the id is free again (XM_FREE_ID) or the metadata changed
  * (XM_META). The directory learns of a channel before it exists and of its removal just
  * after, so a LIST may show a channel one message early or one message late. */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"
@@ -41,9 +43,10 @@ cq_chan_t *cq__chan_create(cq_core_t *c, uint32_t id, uint32_t type, const char 
     ch->settings = cq_settings_get(c->sh->o.settings, type);
     cq_map_init(&ch->subs);
     cq_list_init(&ch->owner_node);
-    if (!ch->metadata || !ch->wcount || cq__data_attach(c, ch) < 0 ||
+    if (!ch->metadata || !ch->wcount || cq__chan_ts_new(ch) < 0 || cq__data_attach(c, ch) < 0 ||
         cq_map_put(&c->chans, id, ch) < 0) {
         cq__data_detach(c, ch);
+        cq__chan_ts_free(ch);
         cq_free(ch->metadata);
         cq_free(ch->wcount);
         cq_free(ch);
@@ -82,6 +85,7 @@ static void chan_destroy(cq_core_t *c, cq_chan_t *ch)
     cq_map_done(&ch->subs);
     cq_list_remove(&ch->owner_node);
     atomic_fetch_sub(&c->sh->metrics.channels[type_slot(ch->type)], 1);
+    cq__chan_ts_free(ch);
     cq_free(ch->wcount);
     cq_free(ch->metadata);
     cq_free(ch);

@@ -7,7 +7,8 @@
  * a callback chain that still holds the connection. Output is only queued here, by
  * reference to shared records; the transport writes once per loop iteration (cq_core_flush).
  * The hard limit is checked, and the soft limit's clock started, as output is queued. */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"
@@ -187,6 +188,21 @@ void cq__close_conn(cq_core_t *c, uint32_t conn_id, int reason, const char *why)
     x->u1 = (uint32_t)-reason;
     memcpy(x->body, why, n);
     cq__xmsg_post(c, w, x);
+}
+
+/* ---- DISCONNECT (9) --------------------------------------------------------------------- */
+
+/* A connection, normally the GLOBAL owner, asks the server to close another one (reference
+ * §1.7): no ACL, only the FSM, and no reply. It runs on GLOBAL's worker (its row) and is a
+ * close of another worker's connection like any other, so it is answered here, with the
+ * closes. */
+void cq__handle_disconnect(cq_core_t *c, cq_req_t *r)
+{
+    Channeldpb__DisconnectMessage *m = cq__req_body(c, r);
+    if (!m || !m->connid)
+        return;
+    CQ_INFO("core", "conn %u asks to disconnect conn %u", r->conn_id, m->connid);
+    cq__close_conn(c, m->connid, 0, "DISCONNECT requested");
 }
 
 /* ---- inbound ---------------------------------------------------------------------------- */

@@ -6,7 +6,9 @@
  * timeouts, soft send limits, recovery timers) runs from one tick that the io layer calls
  * about every 100 ms with the time: the core owns no timer, so it stays an engine with no
  * I/O that the tests drive with a manual clock. */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"
@@ -184,7 +186,7 @@ static void xm_conn_gone(cq_core_t *c, cq_xmsg_t *m)
     cq__conn_gone(c, m->conn_id, m->conn_type, m->body_len ? (const char *)m->body : NULL);
 }
 
-/* DISCONNECT carries nothing; cq__close_conn carries its reason in u1 (negated) and body. */
+/* cq__close_conn carries its reason in u1 (negated) and body. */
 static void xm_close(cq_core_t *c, cq_xmsg_t *m)
 {
     cq__close_local(c, m->conn_id, -(int)m->u1,

@@ -53,7 +53,8 @@ typedef struct cq_core_opts {
     uint32_t max_packet_size;
     uint32_t max_connections;
     uint32_t max_channels;
-    uint32_t max_subs_per_conn;
+    uint32_t max_subs_per_conn;   /* a CLIENT's subscriptions; 0 = no limit */
+    uint32_t max_subs_per_server; /* a SERVER's, its own channels' included; 0 = no limit */
     size_t sendq_soft_limit;
     uint32_t sendq_soft_seconds;
     size_t sendq_hard_limit;

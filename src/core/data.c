@@ -8,7 +8,9 @@
  * ChannelDataUpdateMessage record once per distinct buffer and tick; recipients on other
  * workers get one XM_SENDMANY per (worker, record). Channels are ticked at their schedulers'
  * next due time through a per-worker min-heap. */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"

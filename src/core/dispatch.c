@@ -9,7 +9,8 @@
  * reject it early; the handler decodes it again where it runs, because the decoded message
  * lives in this worker's arena and cannot travel to another worker, and a handler does not
  * know where it was called from. */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
 
 #include "cq_err.h"
 

@@ -13,7 +13,9 @@
  * directory (under dir_lock), then reads the list and asks the entity's worker (XM_WK_SUB).
  * Every authenticated client is thus in the snapshot or reads the list after the append; one
  * in both is subscribed once (the second request finds the subscription). */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"
@@ -27,6 +29,22 @@
 static uint32_t entity_start(const cq_core_t *c)
 {
     return c->sh->o.entity_chan_start ? c->sh->o.entity_chan_start : CQ_CHAN_ID_ENTITY_START;
+}
+
+/* ---- an entity channel's own state ------------------------------------------------------ */
+
+int cq__chan_ts_new(cq_chan_t *ch)
+{
+    if (ch->type != CHANNELDPB__CHANNEL_TYPE__ENTITY)
+        return 0;
+    ch->ts.entity = cq_calloc(1, sizeof(*ch->ts.entity));
+    return ch->ts.entity ? 0 : -ENOMEM;
+}
+
+void cq__chan_ts_free(cq_chan_t *ch)
+{
+    cq_free(ch->ts.entity);
+    ch->ts.entity = NULL;
 }
 
 /* ---- well-known entities ---------------------------------------------------------------- */
@@ -217,23 +235,23 @@ static void subscribe_owner(cq_core_t *c, cq_req_t *r, cq_chan_t *ch,
  * `to` (a copy of r) is redirected in place. */
 static void spatially_owned(cq_core_t *c, const cq_req_t *r, cq_chan_t *ch, cq_req_t *to)
 {
-    uint32_t idx;
-    if (r->mp.channel_id != CQ_CHAN_ID_GLOBAL || !c->sh->spatial || !ch->cell ||
-        !cq_spatial_chan_index(c->sh->spatial, ch->cell, &idx))
+    uint32_t idx, cell = ch->ts.entity->cell;
+    if (r->mp.channel_id != CQ_CHAN_ID_GLOBAL || !c->sh->spatial || !cell ||
+        !cq_spatial_chan_index(c->sh->spatial, cell, &idx))
         return;
     uint32_t owner = atomic_load(&c->sh->slot_owner[cq_spatial_cell_server(c->sh->spatial, idx)]);
     if (!owner) {
         CQ_MSG_LOG(c, EN_LOG, "entity channel %u: cell %u has no server; conn %u keeps it", ch->id,
-                   ch->cell, r->conn_id);
+                   cell, r->conn_id);
         return;
     }
     CQ_INFO(EN_LOG, "entity channel %u belongs to conn %u, the server of cell %u", ch->id, owner,
-            ch->cell);
+            cell);
     cq__chan_set_owner(c, ch, owner, CQ_CONN_SERVER);
     to->conn_id = owner;
     to->conn_type = CQ_CONN_SERVER;
     to->conn = owner == r->conn_id ? r->conn : NULL;
-    to->mp.channel_id = ch->cell;
+    to->mp.channel_id = cell;
 }
 
 void cq__entity_create_here(cq_core_t *c, cq_req_t *r, uint32_t id)

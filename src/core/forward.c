@@ -4,7 +4,8 @@
  * own subscribers and sends one reference per other worker that has subscribers (XM_FANOUT);
  * each worker filters its local subscriber list by the broadcast flags. Snappy peers get a
  * compressed packet built once per worker per message. */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
 
 #include "cq_alloc.h"
 #include "cq_util.h"

@@ -18,7 +18,9 @@
  * the next update): no gap, no duplicate. A group is handed over as one such message per
  * entity (doc/threads.md), which keeps that argument per entity.
  */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"
@@ -78,7 +80,7 @@ static uint32_t entity_cell(cq_core_t *c, const cq_chan_t *ch)
 
 void cq__entity_init_cell(cq_core_t *c, cq_chan_t *ch)
 {
-    ch->cell = entity_cell(c, ch);
+    ch->ts.entity->cell = entity_cell(c, ch);
 }
 
 /* ---- the context ------------------------------------------------------------------------- */
@@ -441,8 +443,10 @@ static void stage_e(cq_core_t *c, ho_t *ho)
     cq_chan_t *e = cq__chan_get(c, ho->h.entity);
     if (!e)
         return;
-    bool trigger = e->ho_pending;
-    e->ho_pending = false;
+    cq_entity_state_t *es = e->ts.entity; /* NULL: a group listed a channel of another type */
+    bool trigger = es && es->ho_pending;
+    if (es)
+        es->ho_pending = false;
     move_owner(c, e, ho);
     drop_left(c, e, ho);
     bool *fresh = cq_calloc(ho->h.n_dsubs ? ho->h.n_dsubs : 1, sizeof(*fresh));
@@ -451,7 +455,8 @@ static void stage_e(cq_core_t *c, ho_t *ho)
     uint32_t n = c->sh->spatial->handover.subscribe_clients ? ho->h.n_dsubs : ho->h.n_dserv;
     for (uint32_t i = 0; i < n; i++)
         fresh[i] = ho_subscribe(c, e, ho->dsubs[i]);
-    e->cell = ho->h.dst;
+    if (es)
+        es->cell = ho->h.dst;
     send_e(c, e, ho, fresh);
     cq_free(fresh);
     /* Updates that arrived meanwhile were not checked (ho_pending): the entity may already be
@@ -488,34 +493,35 @@ static uint32_t context_conn(cq_core_t *c, const cq_req_t *r)
     return m ? m->contextconnid : 0;
 }
 
-/* Hands ch over if its data puts it in another cell than ch->cell. */
+/* Hands ch over if its data puts it in another cell than its current one. */
 static void ho_start(cq_core_t *c, cq_chan_t *ch, uint32_t ctx)
 {
+    cq_entity_state_t *es = ch->ts.entity;
     uint32_t dst = entity_cell(c, ch);
-    if (!dst || dst == ch->cell) {
-        ch->ho_blocked = 0;
+    if (!dst || dst == es->cell) {
+        es->ho_blocked = 0;
         return;
     }
-    if (!ch->cell) { /* first known position: no handover, the entity starts there */
-        ch->cell = dst;
+    if (!es->cell) { /* first known position: no handover, the entity starts there */
+        es->cell = dst;
         return;
     }
     uint32_t gen = atomic_load(&c->sh->groups_gen);
-    if (dst == ch->ho_blocked && gen == ch->ho_blocked_gen)
+    if (dst == es->ho_blocked && gen == es->ho_blocked_gen)
         return; /* locked: not retried until the cell or the groups change */
     uint32_t ents[HO_MAX_ENTS];
     pthread_mutex_lock(&c->sh->groups_mu);
     size_t n = cq_entgroups_handover_set(c->sh->groups, ch->id, ents, HO_MAX_ENTS);
     pthread_mutex_unlock(&c->sh->groups_mu);
     if (!n) {
-        CQ_MSG_LOG(c, "handover", "entity %u: %u -> %u refused: locked", ch->id, ch->cell, dst);
-        ch->ho_blocked = dst;
-        ch->ho_blocked_gen = gen;
+        CQ_MSG_LOG(c, "handover", "entity %u: %u -> %u refused: locked", ch->id, es->cell, dst);
+        es->ho_blocked = dst;
+        es->ho_blocked_gen = gen;
         return;
     }
-    ho_t ho = {{ch->cell, dst, ctx, (uint32_t)n, 0, 0, 0, 0, ""}, ents, NULL, NULL, NULL, NULL};
-    ch->ho_pending = true;
-    ch->ho_blocked = 0;
+    ho_t ho = {{es->cell, dst, ctx, (uint32_t)n, 0, 0, 0, 0, ""}, ents, NULL, NULL, NULL, NULL};
+    es->ho_pending = true;
+    es->ho_blocked = 0;
     cq_sbuf_t none[HO_MAX_ENTS];
     for (size_t i = 0; i < n; i++)
         cq_sbuf_init(&none[i]);
@@ -524,7 +530,7 @@ static void ho_start(cq_core_t *c, cq_chan_t *ch, uint32_t ctx)
 
 void cq__handover_check(cq_core_t *c, cq_chan_t *ch, const cq_req_t *r)
 {
-    if (!c->sh->spatial || !*c->sh->spatial->handover.position_path || ch->ho_pending)
+    if (!c->sh->spatial || !*c->sh->spatial->handover.position_path || ch->ts.entity->ho_pending)
         return;
     ho_start(c, ch, context_conn(c, r));
 }

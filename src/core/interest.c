@@ -15,7 +15,9 @@
  *      cell's owner, a changed interval is applied silently, and the UNSUB result carries the
  *      UPDATE request's stubId to the client and stub 0 to the owner.
  */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"

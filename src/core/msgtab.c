@@ -2,22 +2,34 @@
  *
  * A row says everything the inbound pipeline (dispatch.c) needs to know about a type: what its
  * body must decode as, which handler runs, where it runs and the type's exceptions to the common
- * path. dispatch.c has no per-type code, so a new type is a row here plus a handler in its own
- * file. The table is indexed by the type (designated initializers), so the lookup on every
- * inbound message is one bounds check and one load.
+ * path. dispatch.c has no per-type code, so a new type is a row here plus a handler. The table
+ * is indexed by the type (designated initializers), so the lookup on every inbound message is
+ * one bounds check and one load.
  *
- * Adding a message type (the spatial and entity types 10-18 and 99 of channeld, for example):
- *   1. name its number in the MT_ enum in core_int.h;
- *   2. write the handler in its own file, handle_<name>.c (handle_disconnect.c is the
- *      example): void cq__handle_<name>(cq_core_t *c, cq_req_t *r). It gets the decoded body
+ * Handlers live by message family, in the file that keeps what the family touches: auth.c
+ * (AUTH), chan.c (CREATE/REMOVE/LIST_CHANNEL), sub.c (SUB/UNSUB), data.c (CHANNEL_DATA_UPDATE),
+ * conn.c (DISCONNECT), forward.c (user-space), and for the spatial world spatial.c
+ * (CREATE_SPATIAL/QUERY_SPATIAL_CHANNEL, DEBUG_GET_SPATIAL_REGIONS), interest.c
+ * (UPDATE_SPATIAL_INTEREST) and entity.c (CREATE_ENTITY_CHANNEL, ENTITY_GROUP_ADD/REMOVE).
+ *
+ * Adding a message type: to an existing family, its handler goes in that family's file and is
+ * declared next to its siblings; a new family (doc/architecture.md walks one through) is
+ *   1. its number in the MT_ enum in msgtab.h (and its body in proto/channeld.proto if it is a
+ *      new message);
+ *   2. a file src/core/<family>.c including core.h and msgtab.h (and world.h for the spatial
+ *      world) with void cq__handle_<name>(cq_core_t *c, cq_req_t *r): it gets the decoded body
  *      from cq__req_body(c, r), answers with cq__reply()/cq__notify(), and reaches other
- *      workers only through the placement seam (place.c). Declare it in core_int.h and add
- *      the file to meson.build;
- *   3. add its row below: type, channeld's name, body descriptor, handler, where it runs and
- *      its flags.
+ *      workers only through the placement seam (place.h); the file listed in core_src in
+ *      src/core/meson.build (fuzz_core compiles core_src too);
+ *   3. the handler declared in core.h (connections, channels, subscriptions, data, forwarding)
+ *      or world.h (the spatial world), under a comment naming the file;
+ *   4. its row below: type, channeld's name, body descriptor, handler, where it runs and its
+ *      flags; and the type in the handled list of test_msg_table_rows (tests/unit/core).
  * Who may send it is the business of the FSM files in config/, not of the table.
  * User-space types (>= CQ_USER_SPACE_START) share one row, cq__msg_user (forward.c). */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 /* clang-format off */
 const cq_msg_def_t cq__msg_table[CQ_USER_SPACE_START] = {

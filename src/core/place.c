@@ -6,7 +6,8 @@
  * recovered server connection, which keeps its old id but stays on the worker that accepted
  * the successor: the worker that adopts it tells every other one, and each keeps a route map
  * that is consulted only while it is not empty, so the common path stays one division. */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"

@@ -1,5 +1,5 @@
 /* place.h - the placement seam: where a connection or a channel lives, and how work gets there.
- * Not a public header; included by core_int.h.
+ * Not a public header; core.h, msgtab.h and world.h include it.
  *
  * Today "where" is a worker thread of this process: a channel lives on worker id % workers,
  * and so does a connection, unless it took over a recovered id and lives where it was accepted
@@ -16,8 +16,8 @@
  *   - the connection directory (cq_shared_t.dir, under dir_lock, never per message): id
  *     allocation on accept (shared.c), removal on close (conn.c), the subscription count and
  *     the type of the subscribed connection on SUB and on removal (sub.c:
- *     max-subs-per-conn, SUB of another connection), and the recovery handles of
- *     server-conn-recoverable (recover.c);
+ *     max-subs-per-conn and max-subs-per-server, SUB of another connection), and the recovery
+ *     handles of server-conn-recoverable (recover.c);
  *   - the GLOBAL owner's id (cq_shared_t.global_owner, atomic): read for the ACL and for the
  *     GLOBAL owner's copies of AuthResult and CreateChannelResult; written where GLOBAL is
  *     possessed (chan.c) and where its owner closes (conn.c);
@@ -127,7 +127,7 @@ enum {
     XM_LSUB_ADD,  /* conn_id joins the local list of chan_id */
     XM_LSUB_DEL,  /* conn_id leaves the local list of chan_id */
     XM_CONN_GONE, /* conn_id closed: drop its subscriptions and ownerships */
-    XM_CLOSE,     /* close conn_id (DISCONNECT; or u1 = -reason, body = why) */
+    XM_CLOSE,     /* close conn_id: u1 = -reason, body = why (cq__close_conn) */
     XM_CREATE,    /* create channel u1 (allocated id) for the request in mp */
     XM_FREE_ID,   /* directory worker: channel chan_id no longer exists */
     XM_META,      /* directory worker: channel chan_id's metadata/type changed */

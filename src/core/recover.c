@@ -9,7 +9,9 @@
  * CHANNEL_OWNER_RECOVERED 1 s after the recovery. Unclaimed state expires after
  * server-conn-recover-timeout-ms, and then channels that remove themselves without an owner
  * are removed. */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"

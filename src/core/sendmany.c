@@ -1,7 +1,7 @@
 /* sendmany.c - channel-data fan-out to connections of other workers: records are collected per
  * target worker during a tick and sent as one XM_SENDMANY per (worker, record), so a fan-out
  * costs one cross-worker message per worker, not one per subscriber. */
-#include "core_int.h"
+#include "core.h"
 
 #include "cq_alloc.h"
 

@@ -7,7 +7,7 @@
  * changes, never per message. Connection ids are sequential, never 0 and kept within
  * conn-id-bits, as channeld's -dev mode does: 0 means "none" in several messages, and game
  * servers may pack ids into fewer bits (UE keeps them to 13, -mcb 13). */
-#include "core_int.h"
+#include "core.h"
 
 #include "cq_alloc.h"
 #include "cq_clock.h"

@@ -27,7 +27,9 @@
  * re-creating them, because cells are never removed for losing their owner. A server holds at
  * most one slot: repeating the request repeats the replies for the same slot (channeld would
  * hand it a second free slot). */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"

@@ -7,7 +7,9 @@
  * it sends LSUB_ADD before any fan-out that must reach the new subscriber and LSUB_DEL after
  * the last one, on the same FIFO inbox, and the subscriber's worker changes its list only on
  * those messages or when the connection closes, so the two views always agree. */
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"
@@ -217,15 +219,23 @@ static void lsub_post(cq_core_t *c, int kind, uint32_t chan_id, uint32_t conn_id
 
 /* ---- subscription records --------------------------------------------------------------- */
 
+/* A game server is subscribed to every channel it creates, and owns one per entity: servers
+ * get a limit of their own, sized for that, instead of a client's. */
+static uint32_t sub_limit(const cq_shared_t *sh, uint8_t conn_type)
+{
+    return conn_type == CQ_CONN_SERVER ? sh->o.max_subs_per_server : sh->o.max_subs_per_conn;
+}
+
 /* Counts the subscription against the connection's limit; fills its type if unknown. */
 static int dir_sub_inc(cq_shared_t *sh, uint32_t conn_id, uint8_t *type)
 {
     int r = 0;
     pthread_mutex_lock(&sh->dir_lock);
     cq_dir_ent_t *e = cq_map_get(&sh->dir, conn_id);
+    uint32_t limit = e ? sub_limit(sh, e->type) : 0;
     if (!e)
         r = CQ_ENOCONN;
-    else if (sh->o.max_subs_per_conn && e->subs >= sh->o.max_subs_per_conn)
+    else if (limit && e->subs >= limit)
         r = CQ_ELIMIT;
     else {
         e->subs++;
@@ -234,6 +244,16 @@ static int dir_sub_inc(cq_shared_t *sh, uint32_t conn_id, uint8_t *type)
     }
     pthread_mutex_unlock(&sh->dir_lock);
     return r;
+}
+
+/* The connection's type from the directory (0 when it is gone): only on a refusal. */
+static uint8_t dir_type(cq_shared_t *sh, uint32_t conn_id)
+{
+    pthread_mutex_lock(&sh->dir_lock);
+    cq_dir_ent_t *e = cq_map_get(&sh->dir, conn_id);
+    uint8_t type = e ? e->type : 0;
+    pthread_mutex_unlock(&sh->dir_lock);
+    return type;
 }
 
 static void dir_sub_dec(cq_shared_t *sh, uint32_t conn_id)
@@ -379,9 +399,11 @@ void cq__sub_refused(cq_core_t *c, const cq_req_t *r, uint32_t target, uint32_t 
                    target, chan_id, cq_strerror(rc));
         return;
     }
+    uint8_t type = dir_type(c->sh, target);
     char why[96];
-    snprintf(why, sizeof(why), "SUB to channel %u over max-subs-per-conn (%u)", chan_id,
-             c->sh->o.max_subs_per_conn);
+    snprintf(why, sizeof(why), "SUB to channel %u over %s (%u)", chan_id,
+             type == CQ_CONN_SERVER ? "max-subs-per-server" : "max-subs-per-conn",
+             sub_limit(c->sh, type));
     cq__close_conn(c, target, rc, why);
 }
 
@@ -420,7 +442,7 @@ void cq__handle_sub(cq_core_t *c, cq_req_t *r)
         resubscribe(c, ch, s, r, m->suboptions);
         return;
     }
-    /* The directory counts it against max-subs-per-conn and supplies the subscriber's type. */
+    /* The directory counts it against the subscriber's limit and supplies its type. */
     int rc = cq__sub_add(c, ch, target, target == r->conn_id ? r->conn_type : 0, m->suboptions, &s);
     if (rc < 0) {
         cq__sub_refused(c, r, target, ch->id, rc);

@@ -250,6 +250,7 @@ static void core_opts(const app_t *a, cq_core_opts_t *o)
     o->max_connections = (uint32_t)c->max_connections;
     o->max_channels = (uint32_t)c->max_channels;
     o->max_subs_per_conn = (uint32_t)c->max_subs_per_conn;
+    o->max_subs_per_server = (uint32_t)c->max_subs_per_server;
     o->sendq_soft_limit = c->sendq_soft_limit;
     o->sendq_soft_seconds = (uint32_t)c->sendq_soft_seconds;
     o->sendq_hard_limit = c->sendq_hard_limit;

@@ -29,7 +29,9 @@
 #include "fuzz_common.h"
 
 #include "channeld.pb-c.h"
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 #include "cq_embedded.h"
 #include "cq_err.h"
 #include "cq_framing.h"
@@ -315,6 +317,7 @@ static void world_up(uint8_t opt)
     o.max_connections = 64;
     o.max_channels = 64;
     o.max_subs_per_conn = (opt & 16) ? 2 : 0;
+    o.max_subs_per_server = (opt & 16) ? 3 : 0;
     o.conn_id_bits = 31;
     o.sendq_hard_limit = (opt & 2) ? 4096 : 1u << 20;
     o.sendq_soft_limit = (opt & 2) ? 2048 : 0;

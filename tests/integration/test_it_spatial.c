@@ -300,6 +300,31 @@ static void test_well_known_entity(void **state)
     sync_list(b, 7, MT_CREATE_ENTITY);
 }
 
+/* Issue 22, as reported: with --spatial-settings 4x1 a game server that created entity
+ * channels was closed at its 1,024th subscription ("SUB to channel 525311 over
+ * max-subs-per-conn (1024)"): it is subscribed to each entity it owns, and to its cells. A
+ * server's subscriptions are counted against --max-subs-per-server instead. */
+static void test_server_owns_many_entities(void **state)
+{
+    start(NULL);
+    it_conn_t *a, *b;
+    fill(&a, &b); /* a holds its two cells and a border cell */
+    Channeldpb__CreateEntityChannelMessage m = CHANNELDPB__CREATE_ENTITY_CHANNEL_MESSAGE__INIT;
+    m.metadata = "ent";
+    for (uint32_t i = 1; i <= 1100; i++) {
+        m.entityid = E0 + i;
+        assert_int_equal(chanq_sync_send(a->s, S0, 0, i, MT_CREATE_ENTITY, &m.base), 0);
+        Channeldpb__CreateChannelResultMessage *cr = it_expect(
+            a, MT_CREATE_ENTITY, i, &channeldpb__create_channel_result_message__descriptor, NULL);
+        assert_int_equal(cr->channelid, E0 + i);
+        assert_int_equal(cr->ownerconnid, a->id);
+        chanq_unpack_free(cr);
+        expect_entity_sub(a, E0 + i, CONN_SERVER, 0);
+    }
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_limit_closed"), 0);
+    sync_list(a, 2000, MT_CREATE_ENTITY); /* still connected, still answered */
+}
+
 static void test_spatial_server_recovers(void **state)
 {
     start("--server-conn-recoverable");
@@ -346,9 +371,8 @@ static void test_spatial_server_recovers(void **state)
 }
 
 static const struct CMUnitTest tests[] = {
-    IT_TEST(test_create_list_query_debug),
-    IT_TEST(test_client_gets_cell_data),
-    IT_TEST(test_well_known_entity),
+    IT_TEST(test_create_list_query_debug), IT_TEST(test_client_gets_cell_data),
+    IT_TEST(test_well_known_entity),       IT_TEST(test_server_owns_many_entities),
     IT_TEST(test_spatial_server_recovers),
 };
 

@@ -126,16 +126,24 @@ static void expect_lost(it_conn_t *s, it_conn_t *c, uint32_t a, uint32_t b)
     assert_true(seen_a && seen_b);
 }
 
-static void expect_limit_close(it_conn_t *c, const char *type, uint32_t chan, int64_t count)
+/* c was closed for a SUB to chan over `limit` (the option and its value, "max-subs-per-conn
+ * (2)"), the count-th close for a limit. */
+static void expect_limit_close_by(it_conn_t *c, const char *type, uint32_t chan, const char *limit,
+                                  int64_t count)
 {
     it_expect_closed(c);
     char line[160];
     snprintf(line, sizeof(line), "closing conn %u (%s, ", c->id, type);
     it_log_expect(line);
-    snprintf(line, sizeof(line),
-             "SUB to channel %u over max-subs-per-conn (2): a configured limit was reached", chan);
+    snprintf(line, sizeof(line), "SUB to channel %u over %s: a configured limit was reached", chan,
+             limit);
     it_log_expect(line);
     assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_limit_closed"), count);
+}
+
+static void expect_limit_close(it_conn_t *c, const char *type, uint32_t chan, int64_t count)
+{
+    expect_limit_close_by(c, type, chan, "max-subs-per-conn (2)", count);
 }
 
 /* Item 12: a SUB over --max-subs-per-conn used to get no reply, so the requester waited
@@ -185,6 +193,57 @@ static void test_sub_over_limit_closes(void **state)
     it_sub(c3, 12, a, 0, -1);
     it_expect_sub(c3, a, 12, c3->id, CONN_CLIENT, CT_SUBWORLD, 1);
     it_expect_sub(s, a, 0, c3->id, CONN_CLIENT, CT_SUBWORLD, 1);
+}
+
+/* Issue 22: a game server was closed when it created its 1,024th channel, because its own
+ * subscription to each channel it creates counted against --max-subs-per-conn, a client's
+ * limit. A server's subscriptions have a limit of their own, --max-subs-per-server. */
+static void test_server_owns_many_channels(void **state)
+{
+    it_start(NULL);
+    it_conn_t *s = it_server();
+    for (uint32_t i = 1; i <= 1100; i++)
+        it_create(s, CT_SUBWORLD, "m", i); /* each answered: result and the creator's SUB */
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_subscribers"), 1100);
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_limit_closed"), 0);
+    assert_int_equal(chanq_sync_list_channel(s->s, 2000, CT_SUBWORLD, NULL, 0), 0);
+    Channeldpb__ListChannelResultMessage *lr =
+        it_expect(s, MT_LIST, 2000, &channeldpb__list_channel_result_message__descriptor, NULL);
+    assert_int_equal(lr->n_channels, 1100);
+    chanq_unpack_free(lr);
+}
+
+/* The server limit is enforced as the client one is: the subscribed connection is closed with
+ * the reason logged and counted. A creation over it is answered first (the channel exists),
+ * then the creator, which cannot be subscribed, is closed. */
+static void test_server_over_limit_closes(void **state)
+{
+    it_start("--max-subs-per-server", "3", "--max-subs-per-conn", "1", NULL);
+    it_conn_t *s = it_server();
+    it_create(s, CT_SUBWORLD, "a", 1);
+    it_create(s, CT_SUBWORLD, "b", 2);
+    it_create(s, CT_SUBWORLD, "c", 3); /* 3: over a client's limit, within a server's */
+    assert_int_equal(chanq_sync_create_channel(s->s, 4, CT_SUBWORLD, "d", NULL), 0);
+    Channeldpb__CreateChannelResultMessage *cr =
+        it_expect(s, MT_CREATE, 4, &channeldpb__create_channel_result_message__descriptor, NULL);
+    uint32_t d = cr->channelid;
+    assert_int_equal(cr->ownerconnid, s->id);
+    chanq_unpack_free(cr);
+    expect_limit_close_by(s, "SERVER", d, "max-subs-per-server (3)", 1);
+
+    /* a server subscribing another server over its limit closes the subscribed one */
+    it_conn_t *full = it_server();
+    it_conn_t *owner = it_server();
+    it_create(full, CT_SUBWORLD, "e", 5);
+    it_create(full, CT_SUBWORLD, "f", 6);
+    it_create(full, CT_SUBWORLD, "g", 7);
+    uint32_t x = it_create(owner, CT_SUBWORLD, "x", 8);
+    it_sub(owner, 9, x, full->id, -1);
+    expect_limit_close_by(full, "SERVER", x, "max-subs-per-server (3)", 2);
+    /* the requester is served on: its next reply is LIST's (no SUB result) */
+    assert_int_equal(chanq_sync_list_channel(owner->s, 10, 0, NULL, 0), 0);
+    chanq_unpack_free(
+        it_expect(owner, MT_LIST, 10, &channeldpb__list_channel_result_message__descriptor, NULL));
 }
 
 /* ---- ACL ---------------------------------------------------------------------------------- */
@@ -354,10 +413,9 @@ static void test_acl_levels(void **state)
 }
 
 static const struct CMUnitTest tests[] = {
-    IT_TEST(test_sub_client_self),
-    IT_TEST(test_sub_other_by_server),
-    IT_TEST(test_sub_over_limit_closes),
-    IT_TEST(test_acl_levels),
+    IT_TEST(test_sub_client_self),          IT_TEST(test_sub_other_by_server),
+    IT_TEST(test_sub_over_limit_closes),    IT_TEST(test_server_owns_many_channels),
+    IT_TEST(test_server_over_limit_closes), IT_TEST(test_acl_levels),
 };
 
 IT_MAIN(tests)

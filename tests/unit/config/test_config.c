@@ -178,6 +178,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.mq_input_budget, 64 * MIB);
     assert_int_equal(c.max_channels, 65535);
     assert_int_equal(c.max_subs_per_conn, 1024);
+    assert_int_equal(c.max_subs_per_server, 100000);
     assert_int_equal(c.sendq_soft_limit, MIB);
     assert_int_equal(c.sendq_soft_seconds, 10);
     assert_int_equal(c.sendq_hard_limit, 8 * MIB);

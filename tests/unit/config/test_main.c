@@ -1,6 +1,5 @@
-/* test_main.c - the loader tests' harness: files, a counting allocator and main. Two
- * executables use it: `config` (src/config, TU_GROUP_CONFIG) and `core-loaders` (the FSM and
- * channel-settings loaders of src/core, TU_GROUP_LOADERS), each one cmocka group (one TAP
+/* test_main.c - the harness of the src/config tests: files, a counting allocator and main,
+ * which runs the option table's and the JSON loaders' cases as one cmocka group (one TAP
  * plan). */
 #include "test_util.h"
 
@@ -116,15 +115,9 @@ long tu_alloc_live(void)
 
 int main(int argc, char **argv)
 {
-#if defined(TU_GROUP_LOADERS)
-    static const char group[] = "core-loaders";
-    const struct CMUnitTest *lists[] = {test_fsm_cases, test_settings_cases};
-    const size_t counts[] = {test_fsm_count, test_settings_count};
-#else
     static const char group[] = "config";
-    const struct CMUnitTest *lists[] = {test_config_cases};
-    const size_t counts[] = {test_config_count};
-#endif
+    const struct CMUnitTest *lists[] = {test_config_cases, test_fsm_cases, test_settings_cases};
+    const size_t counts[] = {test_config_count, test_fsm_count, test_settings_count};
     const size_t nlists = sizeof(counts) / sizeof(counts[0]);
     size_t total = 0;
     for (size_t i = 0; i < nlists; i++)

@@ -1,5 +1,5 @@
-/* test_util.h - shared helpers and test lists of the loader unit tests (config, and the
- * FSM and channel-settings loaders in tests/unit/core). */
+/* test_util.h - shared helpers and test lists of the src/config unit tests (the option table,
+ * and the FSM and channel-settings loaders). */
 #ifndef TEST_UTIL_H
 #define TEST_UTIL_H
 
@@ -13,7 +13,7 @@
 #error "CQ_SOURCE_ROOT must name the source tree"
 #endif
 
-/* Test lists, one per file; test_main.c runs those of its executable as one group. */
+/* Test lists, one per file; test_main.c runs them as one group. */
 extern const struct CMUnitTest test_config_cases[];
 extern const size_t test_config_count;
 extern const struct CMUnitTest test_fsm_cases[];

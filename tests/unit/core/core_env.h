@@ -8,7 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 #include "cq_fsm.h"
 #include "cq_sbuf.h"
 #include "cq_settings.h"

@@ -20,7 +20,9 @@
 #include "cq_sendq.h"
 #include "cq_settings.h"
 #include "cq_wire.h"
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "core_env.h"
 

@@ -8,7 +8,9 @@
 
 #include <cmocka.h>
 
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 #include "cq_err.h"
 #include "cq_settings.h"
 

@@ -22,7 +22,9 @@
 #include "cq_sendq.h"
 #include "cq_settings.h"
 #include "cq_wire.h"
-#include "core_int.h"
+#include "core.h"
+#include "msgtab.h"
+#include "world.h"
 
 #include "core_env.h"
 
@@ -592,7 +594,8 @@ static void test_entity_owned_by_cell_server(void **state)
     expect_sub(1, E0 + 3, cid(b), 1, 5, 20, 0);
     cq_chan_t *ch = chan_of(E0 + 3);
     assert_int_equal(ch->owner, cid(b));
-    assert_int_equal(ch->cell, S0 + 3);
+    assert_int_equal(ch->ts.entity->cell, S0 + 3);
+    assert_null(chan_of(S0 + 3)->ts.entity); /* only the ENTITY type keeps state of its own */
     assert_non_null(cq_map_get(&ch->subs, cid(b)));
     assert_null(cq_map_get(&ch->subs, cid(m)));
     /* Off the grid: no cell, the sender keeps it (reply on GLOBAL). */
@@ -604,7 +607,7 @@ static void test_entity_owned_by_cell_server(void **state)
     assert_int_equal(msgs(a), 0);
     assert_int_equal(msgs(m), 2);
     expect_entity_created(0, S0 + 2, 23, E0 + 5, cid(m));
-    assert_int_equal(chan_of(E0 + 5)->cell, S0);
+    assert_int_equal(chan_of(E0 + 5)->ts.entity->cell, S0);
     env_down();
     cq_spatial_cfg_done(&CFG);
     cq_schema_free(schema);

@@ -1,6 +1,14 @@
-/* core_int.h - structures shared by the files of the core module. Not a public header. */
-#ifndef CQ_CORE_INT_H
-#define CQ_CORE_INT_H
+/* core.h - the core's own state and its connections, channels and subscriptions: the
+ * process-wide state (cq_shared), the worker (cq_core), connections, channels, subscriptions
+ * and their fan-out lists, and the functions of the files that keep them (core.c, conn.c,
+ * chan.c, sub.c, data.c, forward.c, recover.c, sendmany.c, auth.c). Not a public header.
+ *
+ * The other internal headers: msgtab.h (message types, the request a handler gets, the
+ * message table), world.h (the spatial world: spatial controller, entity channels and groups,
+ * interest, handover), place.h (ids, placement, cross-worker messages). A file includes those
+ * it uses. */
+#ifndef CQ_CORE_STATE_H
+#define CQ_CORE_STATE_H
 
 #include "cq_core.h"
 
@@ -25,44 +33,7 @@
 #include "cq_wire.h"
 #include "place.h"
 
-#define CQ_LOG_TOPIC        "core"
-#define CQ_USER_SPACE_START 100u
-
-/* MessageType values handled by the core. */
-enum {
-    MT_AUTH = 1,
-    MT_CREATE_CHANNEL = 3,
-    MT_REMOVE_CHANNEL = 4,
-    MT_LIST_CHANNEL = 5,
-    MT_SUB = 6,
-    MT_UNSUB = 7,
-    MT_DATA_UPDATE = 8,
-    MT_DISCONNECT = 9,
-    MT_CREATE_SPATIAL = 10,
-    MT_QUERY_SPATIAL = 11,
-    MT_DATA_HANDOVER = 12,
-    MT_REGIONS_UPDATE = 13,
-    MT_UPDATE_INTEREST = 14,
-    MT_CREATE_ENTITY = 15,
-    MT_GROUP_ADD = 16,
-    MT_GROUP_REMOVE = 17,
-    MT_SPATIAL_READY = 18,
-    MT_RECOVERY_CHANNEL_DATA = 20,
-    MT_RECOVERY_END = 21,
-    MT_CHANNEL_OWNER_LOST = 22,
-    MT_CHANNEL_OWNER_RECOVERED = 23,
-    MT_DEBUG_REGIONS = 99,
-};
-
-enum {
-    BC_SINGLE = 1,
-    BC_ALL = 2,
-    BC_BUT_SENDER = 4,
-    BC_BUT_OWNER = 8,
-    BC_BUT_CLIENT = 16,
-    BC_BUT_SERVER = 32,
-    BC_ADJACENT = 64
-};
+#define CQ_LOG_TOPIC "core"
 
 /* ---- metrics (atomics, relaxed) ---- */
 
@@ -116,7 +87,7 @@ typedef struct cq_metrics {
 typedef struct cq_dir_ent {
     uint8_t type;
     uint8_t authed; /* B: a CLIENT that authenticated (well-known entities, entity.c) */
-    uint32_t subs;  /* subscriptions held, for max-subs-per-conn */
+    uint32_t subs;  /* subscriptions held, for max-subs-per-conn/-server */
 } cq_dir_ent_t;
 
 struct cq_shared {
@@ -256,11 +227,12 @@ typedef struct cq_chan {
     uint32_t *wcount;     /* subscribers per worker */
     cq_list_t owner_node; /* in the owner's connref */
     cq_chandata_t *data;
-    /* C: an entity channel's handover state (handover.c) */
-    uint32_t cell;           /* the spatial cell the entity is in, 0 = not known yet */
-    uint32_t ho_blocked;     /* a cell a locked group kept it out of: not retried */
-    uint32_t ho_blocked_gen; /* sh->groups_gen when ho_blocked was set */
-    bool ho_pending;         /* a handover it started has not reached its entity stage yet */
+    /* What the channel's type keeps beyond the common channel (world.h), owned: allocated
+     * with a channel of that type, freed with it, NULL for a type that keeps nothing. Only
+     * the type's own operations go through it; the fan-out never does. */
+    union cq_chan_ts {
+        struct cq_entity_state *entity; /* ENTITY: its cell and its handover's state */
+    } ts;
 } cq_chan_t;
 
 /* Per-worker reverse index for one connection id: what this worker's channels hold of it. */
@@ -366,15 +338,6 @@ typedef struct cq_timed {
     uint32_t kind, conn_id, chan_id;
 } cq_timed_t;
 
-/* A request being handled: the inbound message and who sent it. conn is set only when the
- * sender is a connection of this worker. */
-struct cq_req {
-    uint32_t conn_id;
-    uint8_t conn_type;
-    cq_mp_t mp;
-    cq_conn_t *conn;
-};
-
 /* core.c */
 /* The name of a cross-worker message kind, or NULL when it has no row (no handler). */
 const char *cq__xm_name(int kind);
@@ -401,57 +364,7 @@ void cq__close_local(cq_core_t *c, uint32_t conn_id, int reason, const char *why
 /* Closes conn_id on whichever worker holds it (why is copied). A close for CQ_ELIMIT (a
  * request that a limit refuses) is counted in chanq_limit_closed. */
 void cq__close_conn(cq_core_t *c, uint32_t conn_id, int reason, const char *why);
-
-/* ---- the message table (msgtab.c) ---- */
-
-/* Where a type's handler runs. */
-typedef enum cq_msg_where {
-    CQ_WHERE_SENDER = 1, /* on the sender's worker, as soon as the message is admitted */
-    CQ_WHERE_CHANNEL,    /* on the worker that owns the MessagePack's channel */
-    CQ_WHERE_GLOBAL,     /* channel 0 only (GLOBAL's worker); another channel is ignored */
-} cq_msg_where_t;
-
-/* A type's exceptions to the common path (cq_msg_def_t.flags). */
-enum {
-    CQ_MSGF_CLOSE_OFF_GLOBAL = 1u << 0, /* sent on a channel other than 0: close the sender */
-    CQ_MSGF_QUIET_NO_CHANNEL = 1u << 1, /* unknown channel: dropped and counted, not logged */
-    CQ_MSGF_SERVER_SFM = 1u << 2,       /* a SERVER's body must be a ServerForwardMessage */
-};
-
-typedef void (*cq_msg_handler_t)(cq_core_t *c, cq_req_t *r);
-
-/* One row per message type. */
-typedef struct cq_msg_def {
-    uint32_t type;                          /* the MessageType; also the row's index */
-    const char *name;                       /* channeld's MessageType name */
-    const ProtobufCMessageDescriptor *body; /* the body must decode as this; NULL: not decoded */
-    cq_msg_handler_t handler;
-    uint8_t where; /* cq_msg_where_t */
-    uint8_t flags; /* CQ_MSGF_* */
-} cq_msg_def_t;
-
-extern const cq_msg_def_t cq__msg_table[CQ_USER_SPACE_START]; /* handler NULL: none */
-extern const cq_msg_def_t cq__msg_user; /* every type >= CQ_USER_SPACE_START */
-
-/* The row of a message type, or NULL when the server has no handler for it. Borrowed,
- * static. */
-static inline const cq_msg_def_t *cq__msg_def(uint32_t type)
-{
-    if (type >= CQ_USER_SPACE_START)
-        return &cq__msg_user;
-    return cq__msg_table[type].handler ? &cq__msg_table[type] : NULL;
-}
-
-/* The request's body unpacked as its row's type into the worker's arena (valid until the arena
- * is reset after the message), or NULL when it does not decode or the type has no body. */
-void *cq__req_body(cq_core_t *c, const cq_req_t *r);
-
-/* dispatch.c */
-int cq__dispatch_packet(cq_core_t *c, cq_conn_t *conn, const uint8_t *body, size_t len);
-void cq__handle_req(cq_core_t *c, cq_req_t *r);
-
-/* handle_disconnect.c */
-void cq__handle_disconnect(cq_core_t *c, cq_req_t *r);
+void cq__handle_disconnect(cq_core_t *c, cq_req_t *r); /* 9 */
 
 /* auth.c */
 void cq__handle_auth(cq_core_t *c, cq_req_t *r);
@@ -492,9 +405,10 @@ int cq__sub_add(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type
                 const Channeldpb__ChannelSubscriptionOptions *req, cq_sub_t **ret);
 void cq__sub_remove(cq_core_t *c, cq_sub_t *s, bool dir_update);
 void cq__sub_result(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s, const cq_req_t *r);
-/* A subscription of target to chan_id failed with rc (cq__sub_add). Over max-subs-per-conn
- * (CQ_ELIMIT) the target is closed with the reason logged, as channeld has no error reply and
- * a requester left without an answer waits forever; other failures are logged. */
+/* A subscription of target to chan_id failed with rc (cq__sub_add). Over its limit (CQ_ELIMIT:
+ * max-subs-per-conn for a client, max-subs-per-server for a server) the target is closed with
+ * the reason logged, as channeld has no error reply and a requester left without an answer
+ * waits forever; other failures are logged. */
 void cq__sub_refused(cq_core_t *c, const cq_req_t *r, uint32_t target, uint32_t chan_id, int rc);
 void cq__lsub_add(cq_core_t *c, uint32_t chan_id, uint32_t conn_id);
 void cq__lsub_del(cq_core_t *c, uint32_t chan_id, uint32_t conn_id);
@@ -545,65 +459,6 @@ void cq__sendmany_add(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec);
 void cq__sendmany_flush(cq_core_t *c);
 void cq__sendmany_deliver(cq_core_t *c, const cq_xmsg_t *m);
 void cq__sendmany_free(cq_core_t *c);
-
-/* spatial.c: the spatial controller (GLOBAL's worker) and its messages */
-void cq__handle_create_spatial(cq_core_t *c, cq_req_t *r); /* 10, and 3 with SPATIAL */
-void cq__handle_query_spatial(cq_core_t *c, cq_req_t *r);  /* 11 */
-void cq__handle_debug_regions(cq_core_t *c, cq_req_t *r);  /* 99 */
-/* On cell id's worker: mode SP_CELL_OWN creates the cell (or takes it over) for `who`, the
- * request's sender; SP_CELL_SUB subscribes `who` silently (its own cell, border interest). The
- * request r carries the CreateChannelMessage. */
-enum { SP_CELL_OWN = 0, SP_CELL_SUB = 1 };
-void cq__spatial_cell(cq_core_t *c, cq_req_t *r, uint32_t id, uint32_t mode, uint32_t who);
-/* XM_SP_CELL: runs a creation's remaining reply steps p[0..n) (spatial.c), from this worker on. */
-void cq__spatial_chain(cq_core_t *c, cq_req_t *r, const uint8_t *p, size_t n);
-/* Connection conn_id closed (every worker calls it; only the directory worker acts): frees its
- * server slot unless it is recoverable (then the slot waits for cq__spatial_release). */
-void cq__spatial_conn_gone(cq_core_t *c, uint32_t conn_id, bool recoverable);
-/* Directory worker: frees the slot conn_id holds (a recovery handle expired). */
-void cq__spatial_release(cq_core_t *c, uint32_t conn_id);
-/* True when ch is one of the grid's cells: cells are never removed for losing their owner
- * (the grid is fixed; a server that takes the slot over takes the cells over). */
-bool cq__spatial_is_cell(const cq_core_t *c, const cq_chan_t *ch);
-void cq__spatial_free(cq_core_t *c);
-
-/* entity.c: entity channels and their groups */
-void cq__handle_create_entity(cq_core_t *c, cq_req_t *r); /* 15 */
-void cq__handle_group_add(cq_core_t *c, cq_req_t *r);     /* 16 */
-void cq__handle_group_remove(cq_core_t *c, cq_req_t *r);  /* 17 */
-/* XM_ENTITY, on entity id's worker: creates the entity channel for request r (15). */
-void cq__entity_create_here(cq_core_t *c, cq_req_t *r, uint32_t id);
-/* XM_WK_SUB, on chan_id's worker: subscribes client conn_id to well-known entity chan_id with
- * fanOutDelayMs = 1000 and sends it the SUB result. */
-void cq__entity_wk_sub(cq_core_t *c, uint32_t chan_id, uint32_t conn_id);
-/* A CLIENT authenticated (its worker): subscribe it to every well-known entity. */
-void cq__entity_client_authed(cq_core_t *c, uint32_t conn_id);
-/* An entity channel is being removed: it leaves its groups and the well-known list. */
-void cq__entity_removed(cq_core_t *c, const cq_chan_t *ch);
-
-/* interest.c: UPDATE_SPATIAL_INTEREST */
-void cq__handle_update_interest(cq_core_t *c, cq_req_t *r); /* 14 */
-/* The cells a client's last UPDATE_SPATIAL_INTEREST asked for (on the client's worker). */
-typedef struct cq_aoi {
-    uint32_t n;
-    uint32_t cells[];
-} cq_aoi_t;
-/* XM_INTEREST on the client's worker: diff and post the SUBs and UNSUBs. */
-void cq__interest_apply(cq_core_t *c, const cq_xmsg_t *m);
-
-/* handover.c: an entity channel's data moved it to another cell (called by data.c after an
- * accepted update of an ENTITY channel; sender as in cq__handle_data_update). */
-void cq__handover_check(cq_core_t *c, cq_chan_t *ch, const cq_req_t *r);
-/* XM_HANDOVER: one stage of a handover. */
-void cq__handover_stage(cq_core_t *c, const cq_xmsg_t *m);
-/* The entity's position from its data at the configured path, mapped to channeld's axes.
- * Returns 1 (and *ret), 0 when the data has none (no handover config, no known type, field
- * absent), or a negative code (CQ_EFIELD: path not in the type; CQ_EDECODE). */
-int cq__entity_position(cq_core_t *c, const cq_chan_t *ch, cq_spatial_vec_t *ret);
-/* Sets the entity channel's current cell from its data (at creation; 0 when unknown). */
-void cq__entity_init_cell(cq_core_t *c, cq_chan_t *ch);
-/* The entity groups changed (ENTITY_GROUP_ADD/REMOVE): refused handovers may be retried. */
-void cq__handover_groups_changed(cq_core_t *c);
 
 /* forward.c */
 void cq__handle_user(cq_core_t *c, cq_req_t *r);

@@ -7,7 +7,6 @@
 #include "cq_settings.h"
 
 #include "cq_alloc.h"
-#include "cq_file.h"
 #include "cq_json.h"
 #include "cq_err.h"
 
@@ -18,8 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-#define MAX_FILE_SIZE (16u << 20)
 
 typedef struct entry {
     uint32_t type;
@@ -218,10 +215,6 @@ static const entry_t *find(const cq_settings_t *s, uint32_t type)
 
 static int load_root(cq_settings_t *s, json_t *root, char *err, size_t errlen)
 {
-    if (!json_is_object(root))
-        return cq_err_fmt(err, errlen, CQ_ECONFIG,
-                          "the top level must be a JSON object keyed by "
-                          "channel type");
     if (json_object_size(root) > 0) {
         s->entries = cq_calloc(json_object_size(root), sizeof(*s->entries));
         if (!s->entries)
@@ -257,36 +250,31 @@ static void finish(cq_settings_t *s)
 
 /* ---- public API ----------------------------------------------------------------------- */
 
-int cq_settings_load_json(const char *json, size_t len, cq_settings_t **ret, char *err,
-                          size_t errlen)
+#define TOP_LEVEL "a JSON object keyed by channel type"
+
+/* The document's part of a load (cq_json_load does the rest): *ret is set only on success. */
+static int load_doc(json_t *root, void *ret, char *err, size_t errlen)
 {
-    json_error_t jerr;
-    if (err && errlen)
-        err[0] = '\0';
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return cq_err_fmt(err, errlen, CQ_EJSON, "line %d column %d: %s", jerr.line, jerr.column,
-                          jerr.text);
     cq_settings_t *s = cq_calloc(1, sizeof(*s));
     int r = s ? load_root(s, root, err, errlen) : cq_err_fmt(err, errlen, -ENOMEM, "out of memory");
-    json_decref(root);
     if (r < 0) {
         cq_settings_free(s);
         return r;
     }
     finish(s);
-    *ret = s;
+    *(cq_settings_t **)ret = s;
     return 0;
 }
 
-static int load_json(const char *json, size_t len, void *ret, char *err, size_t errlen)
+int cq_settings_load_json(const char *json, size_t len, cq_settings_t **ret, char *err,
+                          size_t errlen)
 {
-    return cq_settings_load_json(json, len, ret, err, errlen);
+    return cq_json_load(json, len, TOP_LEVEL, load_doc, ret, err, errlen);
 }
 
 int cq_settings_load_file(const char *path, cq_settings_t **ret, char *err, size_t errlen)
 {
-    return cq_file_load(path, MAX_FILE_SIZE, load_json, ret, err, errlen);
+    return cq_json_load_file(path, TOP_LEVEL, load_doc, ret, err, errlen);
 }
 
 cq_settings_t *cq_settings_new_default(void)

@@ -9,7 +9,6 @@
 #include "cq_fsm.h"
 
 #include "cq_alloc.h"
-#include "cq_file.h"
 #include "cq_json.h"
 #include "cq_err.h"
 
@@ -20,8 +19,7 @@
 #include <string.h>
 #include <strings.h>
 
-#define BITMAP_WORDS  ((CQ_FSM_MAX_MSG_TYPE + 1) / 64)
-#define MAX_FILE_SIZE (16u << 20)
+#define BITMAP_WORDS ((CQ_FSM_MAX_MSG_TYPE + 1) / 64)
 
 typedef struct fsm_state {
     char *name;
@@ -41,8 +39,6 @@ struct cq_fsm {
     size_t ntrans;
     fsm_trans_t *trans;
 };
-
-/* ---- errors and JSON helpers ------------------------------------------------------------ */
 
 /* ---- message type lists ----------------------------------------------------------------- */
 
@@ -276,8 +272,6 @@ static int load_root(cq_fsm_t *fsm, json_t *root, char *err, size_t errlen)
 {
     static const char *const keys[] = {"States", "InitState", "Transitions", NULL};
     json_t *v[3];
-    if (!json_is_object(root))
-        return cq_err_fmt(err, errlen, CQ_ECONFIG, "the top level must be a JSON object");
     int r = cq_json_pick(root, keys, v, "top level", err, errlen);
     if (r == 0)
         r = load_states(fsm, v[0], err, errlen);
@@ -290,35 +284,28 @@ static int load_root(cq_fsm_t *fsm, json_t *root, char *err, size_t errlen)
 
 /* ---- public API ----------------------------------------------------------------------- */
 
-int cq_fsm_load_json(const char *json, size_t len, cq_fsm_t **ret, char *err, size_t errlen)
+/* The document's part of a load (cq_json_load does the rest): *ret is set only on success. */
+static int load_doc(json_t *root, void *ret, char *err, size_t errlen)
 {
-    json_error_t jerr;
-    if (err && errlen)
-        err[0] = '\0';
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return cq_err_fmt(err, errlen, CQ_EJSON, "line %d column %d: %s", jerr.line, jerr.column,
-                          jerr.text);
     cq_fsm_t *fsm = cq_calloc(1, sizeof(*fsm));
     int r =
         fsm ? load_root(fsm, root, err, errlen) : cq_err_fmt(err, errlen, -ENOMEM, "out of memory");
-    json_decref(root);
     if (r < 0) {
         cq_fsm_free(fsm);
         return r;
     }
-    *ret = fsm;
+    *(cq_fsm_t **)ret = fsm;
     return 0;
 }
 
-static int load_json(const char *json, size_t len, void *ret, char *err, size_t errlen)
+int cq_fsm_load_json(const char *json, size_t len, cq_fsm_t **ret, char *err, size_t errlen)
 {
-    return cq_fsm_load_json(json, len, ret, err, errlen);
+    return cq_json_load(json, len, "a JSON object", load_doc, ret, err, errlen);
 }
 
 int cq_fsm_load_file(const char *path, cq_fsm_t **ret, char *err, size_t errlen)
 {
-    return cq_file_load(path, MAX_FILE_SIZE, load_json, ret, err, errlen);
+    return cq_json_load_file(path, "a JSON object", load_doc, ret, err, errlen);
 }
 
 cq_fsm_t *cq_fsm_free(cq_fsm_t *fsm)
