@@ -304,6 +304,8 @@ int cq_core_conn_input(cq_core_t *c, cq_conn_t *conn, const uint8_t *data, size_
             k = -ENOMEM;
     }
     cq_wire_arena_reset(&c->arena);
+    /* connection_closed counts the closes for bad input, as channeld's counter does (§5.2), not
+     * every close. */
     if (k < 0) {
         if (k != CQ_ECLOSED)
             CQ_METRIC_ADD(c, M_CONNECTION_CLOSED, conn->type, 1);
