@@ -416,8 +416,9 @@ static uint32_t writer(const cq_chan_t *ch, const cq_req_t *r)
 }
 
 /* Merges a into the master state and hands the update itself (not the merged state) to the
- * scheduler, whose windows accumulate updates. The state is replaced, never changed in place:
- * a tick's full state is a reference to it. A refused update leaves the state as it was. */
+ * scheduler, whose windows accumulate updates. The merge writes a new buffer, which replaces
+ * the state; a first fan-out takes a reference to it, not a copy. A refused update leaves the
+ * state as it was. */
 static int apply_update(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any *a,
                         uint32_t sender)
 {
