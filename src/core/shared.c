@@ -188,6 +188,8 @@ static uint64_t counter_sum(cq_shared_t *sh, int m, int t)
     return s;
 }
 
+/* One counter by its metric name, summed over workers and connection types, for the manager's
+ * report (src/main/mgrfig.c); 0 for an unknown name. */
 uint64_t cq_shared_counter(cq_shared_t *sh, const char *name)
 {
     for (int m = 0; m < M__COUNT; m++)
@@ -238,7 +240,8 @@ static double tick_ms(cq_shared_t *sh)
     return (double)ns / 1e6;
 }
 
-/* chanq's own relay metrics (doc/metrics.md): by transport, subscribers, fan-outs. */
+/* chanq's own relay metrics (doc/metrics.md): by transport, subscribers, fan-outs. The logs
+ * counter is channeld's (warnings and errors logged), kept under its name. */
 static size_t metrics_chanq(cq_shared_t *sh, char *buf, size_t cap, size_t o)
 {
     o = put(buf, cap, o, "# TYPE chanq_connections gauge\n");
