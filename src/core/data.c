@@ -300,6 +300,8 @@ static int data_init(cq_core_t *c, cq_chan_t *ch, const char *type_url, const ui
     return 0;
 }
 
+/* ChannelDataMergeOptions as the creator gave them, applied to every later merge (top-level
+ * fields, as channeld); without them, merges follow protobuf's plain rules. */
 static void set_merge_opts(cq_chandata_t *d, const Channeldpb__ChannelDataMergeOptions *m)
 {
     d->has_mopts = m != NULL;
@@ -499,6 +501,7 @@ void cq_core_run_due(cq_core_t *c, uint64_t now_ms)
     uint32_t budget = FANOUT_BUDGET;
     while (budget && c->n_due && c->due[0]->data->due_ms <= now_ms) {
         cq_chan_t *ch = c->due[0];
+        /* A channel due with no subscriber left still costs one, so the loop always ends. */
         uint32_t n = CQ_MIN(budget, cq_sched_count(ch->data->sched));
         budget -= n ? n : 1;
         cq_sched_tick_max(ch->data->sched, now_ms, n ? n : 1);
