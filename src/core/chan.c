@@ -245,6 +245,8 @@ void cq__dir_free_id(cq_core_t *c, uint32_t id)
         c->id_cursor = id;
 }
 
+/* The directory's copy only: the channel's own metadata lives with the channel, and META keeps
+ * the two in step. */
 void cq__dir_set_meta(cq_core_t *c, uint32_t id, uint32_t type, const char *metadata)
 {
     cq_chaninfo_t *i = cq_map_get(&c->chaninfo, id);
