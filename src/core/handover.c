@@ -36,8 +36,8 @@ enum { ST_S = 1, ST_D = 2, ST_E = 3 };
 
 /* The context travelling between the stages (the XM_HANDOVER body):
  *   hdr, ents[n_ents], ssubs[n_ssubs], dsubs[n_dsubs], entry lengths[n_ents], entry bytes.
- * Flat, so a stage passes it on with one copy. A type URL that does not fit dst_url is carried
- * as none: the handover then goes without data. */
+ * Flat (no pointers), so it travels as one message body. A type URL that does not fit dst_url is
+ * carried as none: the handover then goes without data. */
 typedef struct ho_hdr {
     uint32_t src, dst, ctx;
     uint32_t n_ents, n_ssubs, n_dsubs;
@@ -279,7 +279,7 @@ static void put_entries(cq_core_t *c, cq_chan_t *d, const ho_t *ho)
 }
 
 /* On D's worker: the entries go into D's map, and the subscribers of S that are not in D get the
- * ids-only handover here, as no entity stage will send them anything. Then one E message per
+ * ids-only handover here, as no entity stage sends them a handover. Then one E message per
  * entity, each with D's subscribers and the type URL of D's data, which the entities' workers
  * cannot read themselves. */
 static void stage_d(cq_core_t *c, ho_t *ho)
