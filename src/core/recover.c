@@ -177,9 +177,9 @@ static cq_recsub_t *recsub_find(cq_core_t *c, const char *pit, uint32_t chan_id)
 /* At the CONN_GONE of a lost recoverable server, on every worker: what the connection held here
  * is set aside under its PIT. Its subscriptions go like any other (their LSUB_DELs included),
  * keeping their options and time for the successor; the channels it owned stay, ownerless, and
- * are not removed whatever their settings say (channeld §3.7): a client's user-space messages
- * to them are dropped meanwhile, for want of an owner. The shared handle is added once, by the
- * directory worker. */
+ * are not removed before the recovery times out, whatever their settings say (channeld §3.7): a
+ * client's user-space messages to them are dropped meanwhile, for want of an owner. The shared
+ * handle is added once, by the directory worker. */
 void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit)
 {
     cq_connref_t *ref = cq_map_get(&c->connrefs, conn_id);
