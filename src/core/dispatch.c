@@ -14,9 +14,8 @@
 #include "cq_err.h"
 
 /* A message that fails a check is dropped, neither answered nor closed: channeld has no error
- * reply and drops these too. Only a bad packet (framing,
- * an undecodable Packet) closes the connection (conn.c). The drop is counted and logged within
- * the worker's log budget. */
+ * reply and drops these too. Only a bad packet (framing, an undecodable Packet) closes the
+ * connection (conn.c). The drop is counted and logged within the worker's log budget. */
 static void drop(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp, const char *why)
 {
     CQ_METRIC_ADD(c, M_DROPPED, conn->type, 1);
