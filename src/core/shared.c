@@ -109,7 +109,7 @@ uint32_t cq_shared_conn_id_alloc(cq_shared_t *sh, int type)
     return cq_shared_conn_id_alloc_on(sh, type, -1);
 }
 
-/* Under dir_lock: the TCP/WS acceptors (worker 0) and every KCP worker allocate concurrently.
+/* Under dir_lock: the acceptors (worker 0) and every KCP worker allocate concurrently.
  * max-connections counts directory entries, so a closing connection stops counting at its close
  * (conn.c). With worker >= 0 the id must hash to that worker, where the KCP session's datagrams
  * arrive: ids of other workers are skipped (and left for their own allocations). */
@@ -164,8 +164,9 @@ int cq_shared_workers(const cq_shared_t *sh)
 
 /* ---- metrics ---------------------------------------------------------------------------- */
 
-/* channeld's metric names and labels (§5.2), so that its dashboards work unchanged; the series
- * chanq adds are named chanq_*. The order follows the M_* enum in core_int.h. */
+/* channeld's metric names and labels (§5.2) are kept, so that its dashboards work unchanged;
+ * chanq's own counters sit beside them (doc/metrics.md). The order follows the M_* enum in
+ * core_int.h. */
 static const char *const counter_names[M__COUNT] = {
     "messages_in",      "messages_out",       "packets_in",          "packets_out",
     "bytes_in",         "bytes_out",          "connection_closed",   "slow_consumer_closed",
