@@ -173,6 +173,7 @@ static const char *const counter_names[M__COUNT] = {
     "fsm_disallowed",   "auth_failed",        "auth_timeout_closed", "idle_timeout_closed",
     "messages_dropped", "chanq_limit_closed", "packets_drop",        "packets_frag",
     "packets_comb",     "chanq_fanouts_total"};
+/* Label values are channeld's enum names (§5.2), as its dashboards select on them. */
 static const char *const conn_types[3] = {"NO_CONNECTION", "SERVER", "CLIENT"};
 static const char *const transports[CQ_CONN_TRANSPORTS] = {"tcp", "ws", "wss", "kcp"};
 static const char *const chan_types[8] = {"OTHER",   "GLOBAL", "PRIVATE", "SUBWORLD",
@@ -262,6 +263,8 @@ static size_t metrics_chanq(cq_shared_t *sh, char *buf, size_t cap, size_t o)
     return o;
 }
 
+/* Any thread (the admin listener runs on worker 0): only atomics are read, no worker is asked,
+ * so a scrape never waits for a busy worker. */
 size_t cq_shared_metrics(cq_shared_t *sh, char *buf, size_t cap)
 {
     size_t o = 0;
