@@ -1,16 +1,16 @@
 /* conn.c - connection lifecycle, inbound framing, outbound queueing.
  *
+ * Everything here runs on the connection's worker: cq_core_conn_* for the io layer (reads,
+ * closes, the release), cq__* for the handlers, which reach a connection of another worker
+ * only through a message (cq__send_to, cq__close_conn).
+ *
  * A connection belongs to one worker for its whole life, so nothing here locks. Closing is
  * deferred (redis's freeClientAsync): cq_core_conn_close marks the connection CLOSING, drops
  * it from every list and tells every worker (XM_CONN_GONE), but its memory is freed only when
  * the transport's close completes (cq_core_conn_release), because the close may start inside
  * a callback chain that still holds the connection. Output is only queued here, by
  * reference to shared records; the transport writes once per loop iteration (cq_core_flush).
- * The hard limit is checked, and the soft limit's clock started, as output is queued.
- *
- * Everything here runs on the connection's worker: cq_core_conn_* for the io layer (reads,
- * closes, the release), cq__* for the handlers, which reach a connection of another worker
- * only through a message (cq__send_to, cq__close_conn). */
+ * The hard limit is checked, and the soft limit's clock started, as output is queued. */
 #include "core_int.h"
 
 #include "cq_alloc.h"

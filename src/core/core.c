@@ -1,16 +1,16 @@
 /* core.c - per-worker core: creation, cross-worker messages, flush and housekeeping.
  *
+ * The io layer calls in on the worker's own thread only: cq_core_drain from the wake
+ * (uv_async), cq_core_flush once per loop iteration before the loop blocks (uv_prepare),
+ * cq_core_tick from a 100 ms timer. The entry points that take the time cache it in now_ms,
+ * which the handlers below them use instead of reading a clock.
+ *
  * One cq_core_t per worker thread owns that worker's connections, channels and fan-out lists,
  * so the core's handlers never lock. Other workers reach it only through its inbox, drained
  * here through a table of message kinds (one row per kind). Periodic work (auth and idle
  * timeouts, soft send limits, recovery timers) runs from one tick that the io layer calls
  * about every 100 ms with the time: the core owns no timer, so it stays an engine with no
- * I/O that the tests drive with a manual clock.
- *
- * The io layer calls in on the worker's own thread only: cq_core_drain from the wake
- * (uv_async), cq_core_flush once per loop iteration before the loop blocks (uv_prepare),
- * cq_core_tick from a 100 ms timer. The entry points that take the time cache it in now_ms,
- * which the handlers below them use instead of reading a clock. */
+ * I/O that the tests drive with a manual clock. */
 #include "core_int.h"
 
 #include "cq_alloc.h"

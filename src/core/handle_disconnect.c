@@ -13,8 +13,6 @@ void cq__handle_disconnect(cq_core_t *c, cq_req_t *r)
     if (!m || !m->connid)
         return;
     CQ_INFO("core", "conn %u asks to disconnect conn %u", r->conn_id, m->connid);
-    /* Reason 0: a requested close is a normal one, not an error, for the log and for a
-     * WebSocket peer's Close code (cq_conn_close_reason). */
     int w = cq__conn_worker(c, m->connid);
     if (w == c->index) {
         cq__close_local(c, m->connid, 0, "DISCONNECT requested");
