@@ -1,15 +1,15 @@
 /* chan.c - channels: table, ids, create/remove/list, ownership, ACL.
  *
+ * Replies follow channeld's echo rules (§1.9): a direct reply keeps the request's msgType and
+ * channelId and echoes its stub; copies to third parties (the GLOBAL owner) carry stub 0.
+ *
  * A channel lives on the worker its id hashes to (place.c), which alone touches it. Ids and
  * LIST need a view of every channel, so worker 0, which owns GLOBAL and receives every
  * CREATE_CHANNEL and LIST_CHANNEL (channel-0 messages), keeps the channel directory: it
  * allocates the id, then hands the creation to the new channel's worker (XM_CREATE), and the
  * channel's worker tells it when the id is free again (XM_FREE_ID) or the metadata changed
  * (XM_META). The directory learns of a channel before it exists and of its removal just
- * after, so a LIST may show a channel one message early or one message late.
- *
- * Replies follow channeld's echo rules (§1.9): a direct reply keeps the request's msgType and
- * channelId and echoes its stub; copies to third parties (the GLOBAL owner) carry stub 0. */
+ * after, so a LIST may show a channel one message early or one message late. */
 #include "core_int.h"
 
 #include "cq_alloc.h"

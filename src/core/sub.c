@@ -1,17 +1,17 @@
 /* sub.c - subscriptions: options, SUB/UNSUB, local fan-out lists, connection loss.
  *
+ * The connection directory (dir_lock) counts each connection's subscriptions, as the one place
+ * that sees them on every worker: the count enforces the per-connection limit, and the entry
+ * gives the type of a connection another one subscribes. It is taken once per SUB and
+ * removal, never per message.
+ *
  * A subscription is recorded twice: by the channel's worker (cq_sub_t in the channel, with
  * the options and data schedule) and by the subscriber's worker (the channel's local fan-out
  * list, a plain array of connections), so that a broadcast is one message per worker and a
  * walk of an array there, not one message per subscriber. The channel's worker decides both:
  * it sends LSUB_ADD before any fan-out that must reach the new subscriber and LSUB_DEL after
  * the last one, on the same FIFO inbox, and the subscriber's worker changes its list only on
- * those messages or when the connection closes, so the two views always agree.
- *
- * A third record is the count in the connection directory (dir_lock), the one place that sees
- * a connection's subscriptions on every worker: it enforces the per-connection limit and gives
- * the type of a connection another one subscribes. It is taken once per SUB and removal,
- * never per message. */
+ * those messages or when the connection closes, so the two views always agree. */
 #include "core_int.h"
 
 #include "cq_alloc.h"
