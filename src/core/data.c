@@ -1,18 +1,18 @@
 /* data.c - channel data: typed state, schema-aware merge and per-subscriber fan-out
  * (reference §2.4-2.7).
  *
+ * Everything here runs on the channel's worker: updates arrive as its requests, and fan-outs
+ * run from the worker's one fan-out timer (cq_core_run_due). A fan-out's recipients are
+ * collected during the tick and pushed after it (sendmany.c), because a push may close a slow
+ * subscriber, which must not happen inside the scheduler's walk.
+ *
  * Each channel with data holds its master state as one refcounted buffer (compacted when the
  * data type is known from the loaded descriptor sets, protobuf's concatenation merge when it is
  * not), its merge options, and a scheduler (src/chandata/cq_sched) that decides which
  * subscriber gets which accumulated window. A fan-out buffer is wrapped into a
  * ChannelDataUpdateMessage record once per distinct buffer and tick; recipients on other
  * workers get one XM_SENDMANY per (worker, record). Channels are ticked at their schedulers'
- * next due time through a per-worker min-heap.
- *
- * Everything here runs on the channel's worker: updates arrive as its requests, and fan-outs
- * run from the worker's one fan-out timer (cq_core_run_due). A fan-out's recipients are
- * collected during the tick and pushed after it (sendmany.c), because a push may close a slow
- * subscriber, which must not happen inside the scheduler's walk. */
+ * next due time through a per-worker min-heap. */
 #include "core_int.h"
 
 #include "cq_alloc.h"

@@ -1,16 +1,16 @@
 /* place.c - the placement seam (place.h): where connections and channels live, the id layout
  * that leaves room for a node id, and the only ways work crosses to another worker.
  *
+ * Everything a handler sends elsewhere goes through the cq__xmsg_* functions here: the message
+ * is pushed onto the target's lock-free inbox and the target is woken once, at the end of the
+ * poster's iteration. Each post counts the message's bytes against the target's inbox, and a
+ * connection whose messages land in an inbox that is too full stops being read.
+ *
  * Placement is a pure function of the id (id % workers) so that any worker, and the io layer
  * before a connection exists, can compute it without asking anyone. The one exception is a
  * recovered server connection, which keeps its old id but stays on the worker that accepted
  * the successor: the worker that adopts it tells every other one, and each keeps a route map
- * that is consulted only while it is not empty, so the common path stays one division.
- *
- * Everything a handler sends elsewhere goes through the cq__xmsg_* functions here: the message
- * is pushed onto the target's lock-free inbox and the target is woken once, at the end of the
- * poster's iteration. Each post counts the message's bytes against the target's inbox, and a
- * connection whose messages land in an inbox that is too full stops being read. */
+ * that is consulted only while it is not empty, so the common path stays one division. */
 #include "core_int.h"
 
 #include "cq_alloc.h"
