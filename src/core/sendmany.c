@@ -1,11 +1,11 @@
-/* sendmany.c - channel-data fan-out to connections of other workers: records are collected per
- * target worker during a tick and sent as one XM_SENDMANY per (worker, record), so a fan-out
- * costs one cross-worker message per worker, not one per subscriber.
+/* sendmany.c - channel-data fan-out to connections of other workers.
  *
  * Only channel data goes this way: its recipients are known one by one (each subscriber has its
  * own window and masks), while a user-space broadcast goes to a whole local list and travels
  * as one XM_FANOUT per worker (forward.c). Runs on the channel's worker while it ticks, and on
- * each recipient's worker when the SENDMANY arrives. */
+ * each recipient's worker when the SENDMANY arrives. Records are collected per
+ * target worker during a tick and sent as one XM_SENDMANY per (worker, record), so a fan-out
+ * costs one cross-worker message per worker, not one per subscriber. */
 #include "core_int.h"
 
 #include "cq_alloc.h"

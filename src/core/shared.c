@@ -1,15 +1,15 @@
 /* shared.c - process-wide state: options, connection directory, metrics.
  *
+ * Created by the main thread before any worker runs and freed after they have all stopped, so
+ * only its locked and atomic parts are ever touched concurrently (place.h lists them).
+ *
  * This is the only state every worker can reach, so it is kept small and every part of it has
  * one discipline (place.h lists the exceptions handlers may use): options are immutable after
  * start, metrics are relaxed atomics written per worker and only summed here, and the
  * connection directory is under one leaf mutex, taken on accept, close and subscription
  * changes, never per message. Connection ids are sequential, never 0 and kept within
  * conn-id-bits, as channeld's -dev mode does: 0 means "none" in several messages, and game
- * servers may pack ids into fewer bits (UE keeps them to 13, -mcb 13).
- *
- * Created by the main thread before any worker runs and freed after they have all stopped, so
- * only its locked and atomic parts are ever touched concurrently (place.h lists them). */
+ * servers may pack ids into fewer bits (UE keeps them to 13, -mcb 13). */
 #include "core_int.h"
 
 #include "cq_alloc.h"
