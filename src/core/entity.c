@@ -7,16 +7,16 @@
  * owner, and tells the directory (XM_DIR_ADD) so that LIST shows it. Every reply of one
  * creation leaves that one worker, in channeld's order.
  *
+ * Entity groups are one table for the process (sh->groups under groups_mu): a group's members
+ * live on different workers, and a handover reads the whole group at once. The lock is a leaf,
+ * taken by ENTITY_GROUP_ADD/REMOVE, an entity's removal and a handover decision only.
+ *
  * Well-known entities: the list sh->wk_ids (under wk_mu) is appended by the entity's worker
  * after the channel exists and before it snapshots the authenticated clients of the
  * connection directory; a client that authenticates marks itself authenticated in the
  * directory (under dir_lock), then reads the list and asks the entity's worker (XM_WK_SUB).
  * Every authenticated client is thus in the snapshot or reads the list after the append; one
- * in both is subscribed once (the second request finds the subscription).
- *
- * Entity groups are one table for the process (sh->groups under groups_mu): a group's members
- * live on different workers, and a handover reads the whole group at once. The lock is a leaf,
- * taken by ENTITY_GROUP_ADD/REMOVE, an entity's removal and a handover decision only. */
+ * in both is subscribed once (the second request finds the subscription). */
 #include "core_int.h"
 
 #include "cq_alloc.h"

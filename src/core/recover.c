@@ -1,5 +1,9 @@
 /* recover.c - server connection recovery (channeld -scr, reference §3.7).
  *
+ * Recovery is per worker: each keeps what a lost server held on its own channels (c->recsubs)
+ * and restores it itself. Only the handles (PIT -> old id) are shared, under dir_lock, because a
+ * successor's claim must check and take the old id in the directory in one critical section.
+ *
  * A SERVER connection that drops unexpectedly leaves a handle (PIT -> old id) in the shared
  * state; each worker keeps what that connection held there (subscriptions with options, and
  * ownerships) and tells subscribers CHANNEL_OWNER_LOST. A new server connection that
@@ -8,11 +12,7 @@
  * RECOVERY_CHANNEL_DATA per channel and RECOVERY_END 1 s later; subscribers hear
  * CHANNEL_OWNER_RECOVERED 1 s after the recovery. Unclaimed state expires after
  * server-conn-recover-timeout-ms, and then channels that remove themselves without an owner
- * are removed.
- *
- * Each worker keeps what the lost connection held on its own channels (c->recsubs) and restores
- * it itself: only the handles (PIT -> old id) are shared, under dir_lock, because a successor's
- * claim must check and take the old id in the directory in the same critical section. */
+ * are removed. */
 #include "core_int.h"
 
 #include "cq_alloc.h"
