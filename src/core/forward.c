@@ -1,13 +1,13 @@
 /* forward.c - user-space messages (>= 100) and the encode-once fan-out.
  *
+ * The channel's worker is the only place a broadcast is ordered: it posts the FANOUTs on the
+ * same FIFOs as the LSUB_ADD/LSUB_DEL of the channel's subscriptions (sub.c), so every worker's
+ * local list agrees with the broadcasts it receives (doc/threads.md).
+ *
  * A broadcast is encoded once into a refcounted record. The channel's worker pushes it to its
  * own subscribers and sends one reference per other worker that has subscribers (XM_FANOUT);
  * each worker filters its local subscriber list by the broadcast flags. Snappy peers get a
- * compressed packet built once per worker per message.
- *
- * The channel's worker is the only place a broadcast is ordered: it posts the FANOUTs on the
- * same FIFOs as the LSUB_ADD/LSUB_DEL of the channel's subscriptions (sub.c), so every worker's
- * local list agrees with the broadcasts it receives (doc/threads.md). */
+ * compressed packet built once per worker per message. */
 #include "core_int.h"
 
 #include "cq_alloc.h"

@@ -509,6 +509,11 @@ void cq__handover_groups_changed(cq_core_t *c)
 
 /* ---- the trigger --------------------------------------------------------------------------- */
 
+/* A handover refused by a LOCK group is remembered with the cell and the groups' generation, so
+ * the entity's next updates do not take groups_mu again until one of them changes. While a
+ * handover is on its way (ho_pending) no other starts; the E stage looks at the position again
+ * when it ends. */
+
 /* contextConnId of the handover: the update's sender when a client sent it, else the update's
  * own contextConnId (channeld's latest data-update connection, §1.7). */
 static uint32_t context_conn(cq_core_t *c, const cq_req_t *r)
@@ -519,10 +524,7 @@ static uint32_t context_conn(cq_core_t *c, const cq_req_t *r)
     return m ? m->contextconnid : 0;
 }
 
-/* Hands ch over if its data puts it in another cell than ch->cell. A refusal by a LOCK group is
- * remembered with the cell and the groups' generation, so the entity's next updates do not take
- * groups_mu again until one of them changes. While a handover is on its way (ho_pending) no
- * other starts; the E stage looks at the position again when it ends. */
+/* Hands ch over if its data puts it in another cell than ch->cell. */
 static void ho_start(cq_core_t *c, cq_chan_t *ch, uint32_t ctx)
 {
     uint32_t dst = entity_cell(c, ch);
