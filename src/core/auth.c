@@ -27,7 +27,8 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Loads path into a new table (*ret, owned). */
+/* Loads path into a new table (*ret, owned). Every entry is checked before the table is used,
+ * so a reload with one bad entry changes nothing. */
 static int tokens_read(const char *path, json_t **ret, char *err, size_t errlen)
 {
     if (!path || !*path) {
@@ -59,6 +60,7 @@ static int tokens_read(const char *path, json_t **ret, char *err, size_t errlen)
     return 0;
 }
 
+/* At start, before any worker runs: no lock needed. */
 int cq__tokens_load(cq_shared_t *sh, const char *path, char *err, size_t errlen)
 {
     json_t *t;
@@ -78,6 +80,8 @@ int cq_shared_reload_tokens(cq_shared_t *sh, const char *path, char *err, size_t
     int r = tokens_read(path, &t, err, errlen);
     if (r < 0)
         return r;
+    /* The old table is freed after the swap, outside the lock: a check reads it only while it
+     * holds the lock, so none can be reading it any more. */
     pthread_mutex_lock(&sh->tokens_mu);
     old = sh->tokens;
     sh->tokens = t;
@@ -98,13 +102,19 @@ static uint64_t mono_ms(void)
     return cq_clock_mono_ns() / 1000000u;
 }
 
+/* channeld lets every server connection skip authentication (-sba). With file auth, anyone who
+ * reaches the server port could then pose as a game server, so by default (auto) only loopback
+ * peers skip it (doc/security.md). */
 static bool bypass(const cq_shared_t *sh, const cq_conn_t *conn, const char *peer)
 {
     return conn->type == CQ_CONN_SERVER && sh->o.server_bypass_auth &&
            (!sh->o.server_bypass_loopback || cq_peer_is_loopback(peer));
 }
 
-/* The provider: returns an AuthResult value (0 success, 1 INVALID_PIT, 2 INVALID_LT). */
+/* The provider: returns an AuthResult value (0 success, 1 INVALID_PIT, 2 INVALID_LT). dev
+ * accepts everything (chanqd refuses it without --dev unless every listener is on loopback). file
+ * wants a known PIT, then its login token, compared in constant time so that the answer's timing
+ * does not reveal how much of a guess was right. */
 static int provider_check(cq_shared_t *sh, const cq_conn_t *conn, const char *peer, const char *pit,
                           const char *lt)
 {
@@ -120,6 +130,10 @@ static int provider_check(cq_shared_t *sh, const cq_conn_t *conn, const char *pe
     pthread_mutex_unlock(&sh->tokens_mu);
     return res;
 }
+/* The first AUTH's PIT stays the connection's identity (recovery finds a successor by it); a
+ * repeated AUTH does not change it. Only the first success moves the FSM on, to the next state
+ * in array order, as channeld does whatever the FSM's Transitions say. A success resets the
+ * connection's failure count (not the address's: cq_authlim). */
 static void auth_success(cq_core_t *c, cq_conn_t *conn, const char *pit)
 {
     if (!conn->pit)
@@ -132,7 +146,8 @@ static void auth_success(cq_core_t *c, cq_conn_t *conn, const char *pit)
 }
 
 /* A failed AUTH (its result already sent): counts, the address budget, a rate-limited log
- * line, and the close when the connection or its address is over its limit. */
+ * line, and the close when the connection or its address is over its limit. Below them the
+ * connection stays, so a client may try again, as channeld lets it. */
 static void auth_failed(cq_core_t *c, cq_conn_t *conn, const char *peer, int res, bool blocked)
 {
     cq_authlim_t *lim = c->sh->o.authlim;
@@ -152,6 +167,11 @@ static void auth_failed(cq_core_t *c, cq_conn_t *conn, const char *peer, int res
         cq_core_conn_close(c, conn, CQ_EAUTH, "too many failed AUTH attempts");
 }
 
+/* AuthResult (stub echoed) to the sender and a copy to the GLOBAL owner, failures included
+ * (§1.7). An address over its failure budget gets INVALID_LT before its credentials are
+ * checked, a right token included: otherwise the guessing would go on and the right guess
+ * would still be answered. Recovery is applied after the reply, so the AuthResult that
+ * announces it (shouldRecover) precedes the RECOVERY_CHANNEL_DATA. */
 void cq__handle_auth(cq_core_t *c, cq_req_t *r)
 {
     cq_conn_t *conn = r->conn;
@@ -185,7 +205,7 @@ void cq__handle_auth(cq_core_t *c, cq_req_t *r)
                 m->playeridentifiertoken ? m->playeridentifiertoken : "");
         if (recovering)
             cq__recover_apply(c, old, conn->pit);
-        else if (first && conn->type == CQ_CONN_CLIENT)
+        else if (first && conn->type == CQ_CONN_CLIENT) /* well-known entities, once */
             cq__entity_client_authed(c, conn->id);
         return;
     }

@@ -1,5 +1,8 @@
 /* chan.c - channels: table, ids, create/remove/list, ownership, ACL.
  *
+ * Replies follow channeld's echo rules (§1.9): a direct reply keeps the request's msgType and
+ * channelId and echoes its stub; copies to third parties (the GLOBAL owner) carry stub 0.
+ *
  * A channel lives on the worker its id hashes to (place.c), which alone touches it. Ids and
  * LIST need a view of every channel, so worker 0, which owns GLOBAL and receives every
  * CREATE_CHANNEL and LIST_CHANNEL (channel-0 messages), keeps the channel directory: it
@@ -18,6 +21,8 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The channel_num{type} gauge slot: GLOBAL..ENTITY by number, channeld's TEST..TEST4 types
+ * together, anything else as OTHER. */
 static int type_slot(uint32_t type)
 {
     if (type >= 1 && type <= 5)
@@ -30,6 +35,10 @@ cq_chan_t *cq__chan_get(cq_core_t *c, uint32_t id)
     return cq_map_get(&c->chans, id);
 }
 
+/* Creates channel id on this worker, which must be its own (id % workers); the caller has the
+ * id already (the directory allocated it, the grid or the game chose it). It sends nothing:
+ * each caller answers in the order its message type needs. The type's settings are resolved
+ * once, as they are immutable after start; the data starts undefined (data.c). */
 cq_chan_t *cq__chan_create(cq_core_t *c, uint32_t id, uint32_t type, const char *metadata,
                            uint32_t owner, uint8_t owner_type)
 {
@@ -57,6 +66,9 @@ cq_chan_t *cq__chan_create(cq_core_t *c, uint32_t id, uint32_t type, const char 
     return ch;
 }
 
+/* The one place ownership changes. It keeps the owner's connref, so that the owner's CONN_GONE
+ * finds the channels it owned here, and for GLOBAL the atomic global_owner, which every worker
+ * reads for the ACL and for the GLOBAL owner's copies (place.h). */
 void cq__chan_set_owner(cq_core_t *c, cq_chan_t *ch, uint32_t owner, uint8_t owner_type)
 {
     cq_list_remove(&ch->owner_node);
@@ -71,6 +83,8 @@ void cq__chan_set_owner(cq_core_t *c, cq_chan_t *ch, uint32_t owner, uint8_t own
         atomic_store(&c->sh->global_owner, owner);
 }
 
+/* Frees the channel without telling anyone: after cq__chan_remove has notified and dropped the
+ * subscriptions, or at shutdown, when no worker is left to tell. */
 static void chan_destroy(cq_core_t *c, cq_chan_t *ch)
 {
     cq__data_detach(c, ch);
@@ -101,7 +115,6 @@ void cq__chan_free_all(cq_core_t *c)
     cq_map_init(&c->chans);
 }
 
-/* Notifies every subscriber, drops every subscription everywhere, frees the id. */
 /* Frees the id on the directory worker first: the notified subscribers may create a channel at
  * once, and the directory's inbox then holds FREE_ID ahead of their CREATE, so the id is reused
  * as channeld does. This worker finishes the removal before it handles anything for the reused
@@ -120,7 +133,11 @@ static void free_id(cq_core_t *c, uint32_t id)
     }
 }
 
-/* Notifies every subscriber, drops every subscription everywhere, frees the id. */
+/* Notifies every subscriber, drops every subscription everywhere, frees the id. The
+ * RemoveChannelMessage is fanned out before the subscriptions go, so on every worker its FANOUT
+ * precedes the LSUB_DELs and each subscriber gets it (channeld: every subscriber, stub 0,
+ * channelId = the request's; the requester only if subscribed; no GLOBAL owner copy).
+ * notify_chan_id is the request's channel id, 0 for a removal nobody asked for. */
 void cq__chan_remove(cq_core_t *c, cq_chan_t *ch, uint32_t notify_chan_id)
 {
     if (ch->type == CHANNELDPB__CHANNEL_TYPE__ENTITY)
@@ -158,6 +175,9 @@ static uint8_t acl_level(const cq_acl_t *a, cq_acl_access_t access)
     }
 }
 
+/* channeld's levels (§2.3). who 0 never passes an owner check, as 0 means "no owner" (and no
+ * GLOBAL owner). A type missing from the settings file has level None for all three: its other
+ * settings fall back to GLOBAL's, its ACL does not (cq_settings.c), as in channeld. */
 bool cq__acl_allows(const cq_chan_t *ch, cq_acl_access_t access, uint32_t who,
                     uint32_t global_owner)
 {
@@ -208,6 +228,8 @@ void cq__chaninfo_free_all(cq_core_t *c)
     cq_map_init(&c->chaninfo);
 }
 
+/* The directory holds every live channel (GLOBAL, cells and entities too), which is what LIST
+ * shows and what max-channels counts. */
 int cq__dir_add(cq_core_t *c, uint32_t id, uint32_t type, const char *metadata)
 {
     cq_chaninfo_t *i = info_new(id, type, metadata);
@@ -221,10 +243,14 @@ int cq__dir_add(cq_core_t *c, uint32_t id, uint32_t type, const char *metadata)
 void cq__dir_free_id(cq_core_t *c, uint32_t id)
 {
     info_free(cq_map_del(&c->chaninfo, id));
+    /* channeld: the cursor jumps back to a freed id, so ids are reused quickly. Only ids this
+     * server allocates move it; cells and entities have ids of their own. */
     if (id >= 1 && id <= cq__id_chan_max(&c->sh->ids))
-        c->id_cursor = id; /* channeld: reuse freed ids quickly */
+        c->id_cursor = id;
 }
 
+/* The directory's copy only: the channel's own metadata lives with the channel, and META keeps
+ * the two in step. */
 void cq__dir_set_meta(cq_core_t *c, uint32_t id, uint32_t type, const char *metadata)
 {
     cq_chaninfo_t *i = cq_map_get(&c->chaninfo, id);
@@ -239,7 +265,8 @@ void cq__dir_set_meta(cq_core_t *c, uint32_t id, uint32_t type, const char *meta
 }
 
 /* Rotating cursor over the non-spatial ids (1..65535 without node bits): the first free id
- * from the cursor on, wrapping. */
+ * from the cursor on, wrapping. max-channels counts every directory entry, GLOBAL included
+ * (doc/protocol.md, Limits); 0 when it is reached or the range is full. */
 static uint32_t id_alloc(cq_core_t *c)
 {
     if (cq_map_count(&c->chaninfo) >= c->sh->o.max_channels)
@@ -264,6 +291,8 @@ static Channeldpb__CreateChannelMessage *create_msg(cq_core_t *c, const cq_req_t
     return cq__req_body(c, r); /* CREATE_CHANNEL or CREATE_SPATIAL_CHANNEL */
 }
 
+/* Under the request's msgType (channeld's replies reuse it, §8.2) and channelId, stub echoed; the
+ * GLOBAL owner gets a copy with stub 0 unless it is the creator. */
 static void reply_created(cq_core_t *c, cq_req_t *r, const cq_chan_t *ch)
 {
     Channeldpb__CreateChannelResultMessage out = CHANNELDPB__CREATE_CHANNEL_RESULT_MESSAGE__INIT;
@@ -277,7 +306,10 @@ static void reply_created(cq_core_t *c, cq_req_t *r, const cq_chan_t *ch)
         cq__notify(c, g, r->mp.channel_id, r->mp.msg_type, &out.base);
 }
 
-/* Subscribes the creator and sends it the SUB result (channel id = the new channel, stub 0). */
+/* Subscribes the creator and sends it the SUB result (channel id = the new channel, stub 0).
+ * Stub 0 although it goes to the requester: its direct reply was the CreateChannelResult
+ * (§1.7 step 4). A creator over max-subs-per-conn is closed here, after its channel was
+ * created and answered (doc/protocol.md, Limits). */
 static void subscribe_creator(cq_core_t *c, cq_req_t *r, cq_chan_t *ch,
                               const Channeldpb__ChannelSubscriptionOptions *o)
 {
@@ -293,6 +325,10 @@ static void subscribe_creator(cq_core_t *c, cq_req_t *r, cq_chan_t *ch,
     cq__sub_result(c, ch, s, &third);
 }
 
+/* GLOBAL is never created, only possessed: the first CREATE_CHANNEL{GLOBAL} makes its sender the
+ * GLOBAL owner (channeld's master server); a second one is dropped without a reply, as in
+ * channeld. GLOBAL outlives its owners, so a new possessor keeps the data an earlier one left,
+ * unless it brings data of its own. */
 static void possess_global(cq_core_t *c, cq_req_t *r, Channeldpb__CreateChannelMessage *m)
 {
     cq_chan_t *g = cq__chan_get(c, 0);
@@ -302,6 +338,7 @@ static void possess_global(cq_core_t *c, cq_req_t *r, Channeldpb__CreateChannelM
         return;
     }
     cq__chan_set_owner(c, g, r->conn_id, r->conn_type);
+    /* The possessor's metadata becomes GLOBAL's (and LIST's); none keeps the previous one. */
     if (m->metadata && *m->metadata) {
         char *md = cq_strdup(m->metadata);
         if (md) {
@@ -323,7 +360,8 @@ static void possess_global(cq_core_t *c, cq_req_t *r, Channeldpb__CreateChannelM
 }
 
 /* channeld has no error reply and only logs "non-spatial channels are full"; a creator left
- * without an answer waits forever, so the refusal closes it, with the reason logged. */
+ * without an answer waits forever, so the refusal closes it, with the reason logged. No made-up
+ * result instead: a CreateChannelResult with id 0 would name GLOBAL. */
 static void create_refused(cq_core_t *c, const cq_req_t *r)
 {
     char why[96];
@@ -332,6 +370,9 @@ static void create_refused(cq_core_t *c, const cq_req_t *r)
     cq__close_conn(c, r->conn_id, CQ_ELIMIT, why);
 }
 
+/* On the directory worker (a channel-0 message). The id is allocated and entered in the
+ * directory here, before the channel exists on its own worker, so the next CREATE cannot be
+ * given the same id; the channel's worker answers (XM_CREATE). */
 void cq__handle_create(cq_core_t *c, cq_req_t *r)
 {
     Channeldpb__CreateChannelMessage *m = create_msg(c, r);
@@ -377,7 +418,11 @@ void cq__handle_create(cq_core_t *c, cq_req_t *r)
     cq__xmsg_post(c, w, x);
 }
 
-/* On the new channel's worker: create, reply, subscribe the creator. */
+/* On the new channel's worker: create, reply, subscribe the creator. A creation that fails gives
+ * the id back (FREE_ID) and answers nothing. Initial data never stops it: an unknown type is
+ * kept as bytes (data.c), and data that does not parse leaves the channel without data. channeld
+ * created the channel and then sent nothing on an unknown type, leaving the creator unsubscribed
+ * and the channel leaked (§8.2). */
 void cq__handle_create_here(cq_core_t *c, cq_req_t *r, uint32_t id)
 {
     Channeldpb__CreateChannelMessage *m = create_msg(c, r);
@@ -404,6 +449,8 @@ void cq__handle_create_here(cq_core_t *c, cq_req_t *r, uint32_t id)
 
 /* ---- REMOVE_CHANNEL --------------------------------------------------------------------- */
 
+/* Checked where the channel lives, the only worker that knows its owner. GLOBAL is never
+ * removed, whatever the settings say; a denial is dropped without a reply (channeld). */
 static void remove_here(cq_core_t *c, cq_req_t *r, uint32_t id)
 {
     cq_chan_t *ch = cq__chan_get(c, id);
@@ -420,6 +467,9 @@ static void remove_here(cq_core_t *c, cq_req_t *r, uint32_t id)
     cq__chan_remove(c, ch, r->mp.channel_id);
 }
 
+/* REMOVE_CHANNEL names its channel in the body; the MessagePack target need only exist (clients
+ * send 0, channeld §1.7). The request goes on to that channel's worker without its body: the id
+ * travels in u1. */
 void cq__handle_remove(cq_core_t *c, cq_req_t *r)
 {
     Channeldpb__RemoveChannelMessage *m = cq__req_body(c, r);
@@ -456,9 +506,12 @@ static bool list_match(const cq_chaninfo_t *i, const Channeldpb__ListChannelMess
     return false;
 }
 
+/* On the directory worker, the only one that sees every channel (§1.7: typeFilter 0 matches
+ * every type, metadataFilters are an OR of substrings, GLOBAL is listed). */
 void cq__handle_list(cq_core_t *c, cq_req_t *r)
 {
     Channeldpb__ListChannelMessage *m = cq__req_body(c, r);
+    /* Sized for every entry, as the filters only drop: one pass, no growth. */
     uint32_t n = cq_map_count(&c->chaninfo);
     Channeldpb__ListChannelResultMessage__ChannelInfo *infos = cq_calloc(n + 1, sizeof(*infos));
     Channeldpb__ListChannelResultMessage__ChannelInfo **ptrs = cq_calloc(n + 1, sizeof(*ptrs));

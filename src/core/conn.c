@@ -1,5 +1,9 @@
 /* conn.c - connection lifecycle, inbound framing, outbound queueing.
  *
+ * Everything here runs on the connection's worker: cq_core_conn_* for the io layer (reads,
+ * closes, the release), cq__* for the handlers, which reach a connection of another worker
+ * only through a message (cq__send_to, cq__close_conn).
+ *
  * A connection belongs to one worker for its whole life, so nothing here locks. Closing is
  * deferred (redis's freeClientAsync): cq_core_conn_close marks the connection CLOSING, drops
  * it from every list and tells every worker (XM_CONN_GONE), but its memory is freed only when
@@ -27,6 +31,8 @@ cq_conn_t *cq_core_conn_new(cq_core_t *c, uint32_t id, int type, cq_framing_mode
     conn->id = id;
     conn->type = (uint8_t)type;
     conn->framing = (uint8_t)mode;
+    /* channeld copies the FSM per connection; the loaded FSMs are immutable after start, so a
+     * connection keeps a pointer to its type's and only its own state index. */
     conn->fsm = type == CQ_CONN_SERVER ? c->sh->o.server_fsm : c->sh->o.client_fsm;
     conn->fsm_state = (uint8_t)cq_fsm_init_state(conn->fsm);
     conn->tops = tops;
@@ -41,11 +47,14 @@ cq_conn_t *cq_core_conn_new(cq_core_t *c, uint32_t id, int type, cq_framing_mode
         cq_free(conn);
         return NULL;
     }
+    /* At the tail: the list stays in accept order, which tick_auth's early stop relies on. */
     cq_list_insert_tail(&c->unauth, &conn->unauth_node);
     atomic_fetch_add(&c->sh->metrics.connections[type], 1);
     return conn;
 }
 
+/* Once per connection: a second call would count it twice in chanq_connections{transport}.
+ * Stored + 1 so that 0 means "not told", which the release must not uncount. */
 void cq_core_conn_set_transport(cq_core_t *c, cq_conn_t *conn, int transport)
 {
     if (conn->transport || transport < 0 || transport >= CQ_CONN_TRANSPORTS)
@@ -79,6 +88,8 @@ int cq_conn_close_reason(const cq_conn_t *conn)
     return conn->close_reason;
 }
 
+/* At the close, not the release: from here a SUB that names this connection fails (sub.c), a
+ * successor may claim its id (recover.c), and max-connections no longer counts it. */
 static void dir_remove(cq_shared_t *sh, uint32_t id)
 {
     pthread_mutex_lock(&sh->dir_lock);
@@ -101,6 +112,8 @@ static void broadcast_gone(cq_core_t *c, cq_conn_t *conn)
     cq__conn_gone(c, conn->id, conn->type, pit);
 }
 
+/* Only an authenticated connection can be recovered: its successor is found by the PIT its AUTH
+ * gave. A connection already closing keeps what its own close decided. */
 void cq_core_conn_lost(cq_core_t *c, cq_conn_t *conn, int reason, const char *why)
 {
     if (conn->state != CONN_CLOSING)
@@ -108,6 +121,10 @@ void cq_core_conn_lost(cq_core_t *c, cq_conn_t *conn, int reason, const char *wh
     cq_core_conn_close(c, conn, reason, why);
 }
 
+/* Idempotent, and safe inside the connection's own callback chain (a handler closing its
+ * sender, a push over the hard limit in the middle of a fan-out): it only marks the connection
+ * CLOSING and unlinks it, and every walk and push after it skips a CLOSING connection. The
+ * memory is freed by cq_core_conn_release once the transport's close completes. */
 void cq_core_conn_close(cq_core_t *c, cq_conn_t *conn, int reason, const char *why)
 {
     if (conn->state == CONN_CLOSING)
@@ -133,17 +150,22 @@ void cq_core_conn_close(cq_core_t *c, cq_conn_t *conn, int reason, const char *w
      * GLOBAL owner's copies to a closed connection in between. */
     uint32_t g = conn->id;
     atomic_compare_exchange_strong(&c->sh->global_owner, &g, 0);
+    /* This worker's local lists drop it now; the channels, wherever they live, drop its
+     * subscriptions and ownerships when their worker handles the CONN_GONE. */
     cq__lsub_conn_drop(c, conn);
     broadcast_gone(c, conn);
     conn->tops->close(conn->tctx);
 }
 
+/* From the transport's close callback (libuv's close_cb), so never inside the connection's own
+ * callback chain: after this nothing may hold conn. */
 void cq_core_conn_release(cq_core_t *c, cq_conn_t *conn)
 {
     if (!conn)
         return;
     if (conn->state != CONN_CLOSING) {
-        /* Released without a close (shutdown): still clean up the shared state. */
+        /* Released without a close (shutdown): still clean up the shared state. No CONN_GONE:
+         * every worker is stopping. */
         conn->state = CONN_CLOSING;
         cq_list_remove(&conn->unauth_node);
         cq_list_remove(&conn->soft_node);
@@ -163,6 +185,9 @@ void cq_core_conn_release(cq_core_t *c, cq_conn_t *conn)
     cq_free(conn);
 }
 
+/* Counted here, on the connection's worker, because chanq_limit_closed is labelled by the
+ * connection's type, which only this worker has at hand. An id that is gone or closing is
+ * left alone: two requests may race to close the same connection. */
 void cq__close_local(cq_core_t *c, uint32_t conn_id, int reason, const char *why)
 {
     cq_conn_t *conn = cq_map_get(&c->conns, conn_id);
@@ -180,6 +205,8 @@ void cq__close_conn(cq_core_t *c, uint32_t conn_id, int reason, const char *why)
         cq__close_local(c, conn_id, reason, why);
         return;
     }
+    /* why is copied into the message (the caller's buffer is gone by the time it is handled);
+     * the reason travels negated in the unsigned u1. */
     size_t n = strlen(why) + 1;
     cq_xmsg_t *x = cq__xmsg_new(XM_CLOSE, n);
     if (!x)
@@ -213,6 +240,9 @@ static int handle_frame(cq_core_t *c, cq_conn_t *conn, const cq_frame_t *f)
     size_t len = f->len;
     CQ_METRIC_ADD(c, M_PACKETS_IN, conn->type, 1);
     CQ_METRIC_ADD(c, M_BYTES_IN, conn->type, CQ_FRAME_HDR_LEN + len);
+    /* An inflated body is bounded by max-packet-size like a plain one, so a small compressed
+     * packet cannot make the worker inflate more: a block that would exceed it is refused
+     * (CQ_ETOOBIG) before it is inflated, and the connection closed. */
     if (f->ct == CQ_CT_SNAPPY) {
         int r = cq_snappy_uncompress(body, len, c->scratch, c->sh->o.max_packet_size, &len);
         if (r < 0)
@@ -223,7 +253,9 @@ static int handle_frame(cq_core_t *c, cq_conn_t *conn, const cq_frame_t *f)
     return cq__dispatch_packet(c, conn, body, len);
 }
 
-/* Parses and handles every complete packet in p[0..n); returns bytes consumed or an error. */
+/* Parses and handles every complete packet in p[0..n); returns bytes consumed or an error.
+ * Stops at a close: a handler may close its own sender (too many failed AUTHs, a limit), and
+ * the bytes after that packet must not be handled. */
 static ssize_t parse_all(cq_core_t *c, cq_conn_t *conn, const uint8_t *p, size_t n)
 {
     size_t off = 0;
@@ -260,6 +292,11 @@ static const char *input_why(int r)
     }
 }
 
+/* Zero-copy in the common case: the packets a read holds whole are parsed straight from the
+ * transport's buffer, and only an incomplete tail is copied into rbuf. Once rbuf holds part of
+ * a packet, the new bytes are appended and everything is parsed from there. Between reads rbuf
+ * holds at most one partial packet, which the framing bounds by max-packet-size. A bad packet
+ * closes this one connection with a logged reason (channeld wedges it instead, §8.2). */
 int cq_core_conn_input(cq_core_t *c, cq_conn_t *conn, const uint8_t *data, size_t n,
                        uint64_t now_ms)
 {
@@ -283,6 +320,8 @@ int cq_core_conn_input(cq_core_t *c, cq_conn_t *conn, const uint8_t *data, size_
             k = -ENOMEM;
     }
     cq_wire_arena_reset(&c->arena);
+    /* connection_closed counts the closes for bad input, as channeld's counter does (§5.2), not
+     * every close. */
     if (k < 0) {
         if (k != CQ_ECLOSED)
             CQ_METRIC_ADD(c, M_CONNECTION_CLOSED, conn->type, 1);
@@ -291,13 +330,17 @@ int cq_core_conn_input(cq_core_t *c, cq_conn_t *conn, const uint8_t *data, size_
     }
     if (conn->rbuf.len) /* this read ended mid-header or mid-packet */
         CQ_METRIC_ADD(c, M_PACKETS_FRAG, conn->type, 1);
+    /* A buffer grown for a large packet is given back once it is empty, so idle connections
+     * hold no read memory; a small one stays for the next split packet. */
     if (conn->rbuf.len == 0 && conn->rbuf.cap > 4096)
-        cq_sbuf_done(&conn->rbuf); /* idle connections keep no read buffer */
+        cq_sbuf_done(&conn->rbuf);
     return 0;
 }
 
 /* ---- outbound --------------------------------------------------------------------------- */
 
+/* Puts conn on the flush list once per iteration, so cq_core_flush writes each connection's
+ * output in one transport flush however many records were queued for it. */
 static void mark_pending(cq_core_t *c, cq_conn_t *conn)
 {
     if (!conn->pending) {
@@ -307,7 +350,9 @@ static void mark_pending(cq_core_t *c, cq_conn_t *conn)
 }
 
 /* Accounts n messages of len bytes queued (r: the queue's result); closes the connection over
- * the limits. */
+ * the limits. The queue refuses bytes over the hard limit (CQ_ESLOW): a subscriber that does
+ * not read is closed at once, and the channel and other subscribers never wait for it. Over the
+ * soft limit, the clock starts here and tick_soft closes the connection if it stays over. */
 static void pushed(cq_core_t *c, cq_conn_t *conn, int r, uint32_t n, uint32_t len)
 {
     if (r == CQ_ESLOW) {
@@ -323,7 +368,7 @@ static void pushed(cq_core_t *c, cq_conn_t *conn, int r, uint32_t n, uint32_t le
     CQ_METRIC_ADD(c, M_BYTES_OUT, conn->type, len);
     if (c->sh->o.sendq_soft_limit && cq_sendq_bytes(&conn->sendq) > c->sh->o.sendq_soft_limit &&
         !conn->sendq.soft_since_ms) {
-        conn->sendq.soft_since_ms = c->now_ms ? c->now_ms : 1;
+        conn->sendq.soft_since_ms = c->now_ms ? c->now_ms : 1; /* 0 means "under the limit" */
         cq_list_insert_tail(&c->soft, &conn->soft_node);
     }
     mark_pending(c, conn);
@@ -347,6 +392,8 @@ static void push_kind(cq_core_t *c, cq_conn_t *conn, cq_buf_t *b, uint32_t kind,
     push_ref(c, conn, cq_buf_ref(b), kind, n);
 }
 
+/* packet is already framed (and compressed) for this connection: the Snappy copy of a
+ * broadcast, built once per worker and shared by the Snappy peers there (forward.c). */
 void cq__conn_push_packet(cq_core_t *c, cq_conn_t *conn, cq_buf_t *packet)
 {
     if (conn->state != CONN_CLOSING)
@@ -365,7 +412,7 @@ int cq__conn_push_slice(cq_core_t *c, cq_conn_t *conn, cq_buf_t *fb, uint32_t of
                         uint32_t n, const cq_buf_t *prev)
 {
     if (conn->state == CONN_CLOSING)
-        return CQ_SENDQ_EXTENDED;
+        return CQ_SENDQ_EXTENDED; /* no reference used: the segment gives it back */
     cq__seg_close(c);
     int r = cq_sendq_push_slice(&conn->sendq, fb, off, len, prev, c->sh->o.sendq_hard_limit);
     if (r == CQ_SENDQ_APART)
@@ -374,6 +421,9 @@ int cq__conn_push_slice(cq_core_t *c, cq_conn_t *conn, cq_buf_t *fb, uint32_t of
     return r == CQ_SENDQ_ADDED ? r : CQ_SENDQ_EXTENDED;
 }
 
+/* A Snappy peer gets every record compressed (channeld never switches a connection back once
+ * its peer sent Snappy). Compressed here per connection, for replies and other single records;
+ * a broadcast's Snappy copy is made once per worker instead (forward.c). */
 static void push_records(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec, uint32_t n)
 {
     if (conn->state == CONN_CLOSING)
@@ -401,6 +451,9 @@ void cq__conn_push_run(cq_core_t *c, cq_conn_t *conn, cq_buf_t *run, uint32_t n)
     push_records(c, conn, run, n);
 }
 
+/* A connection of another worker gets the record by reference in an XM_SEND: nothing is copied,
+ * and the record stays alive until its last queue has written it. A connection that is gone
+ * drops the record silently: whoever sent it learns of the loss by CONN_GONE. */
 void cq__send_to(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec)
 {
     int w = cq__conn_worker(c, conn_id);
@@ -418,6 +471,9 @@ void cq__send_to(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec)
     cq__xmsg_post(c, w, m);
 }
 
+/* The direct reply to a requester echoes its stubId and broadcast (channeld §1.9), so a client
+ * can match it to its request. A reply over 64 KiB encoded is dropped with a warning: channeld
+ * has no fragmentation either. */
 void cq__reply(cq_core_t *c, const cq_req_t *r, uint32_t chan_id, uint32_t msg_type,
                const ProtobufCMessage *msg)
 {
@@ -433,6 +489,9 @@ void cq__reply(cq_core_t *c, const cq_req_t *r, uint32_t chan_id, uint32_t msg_t
     cq_buf_unref(b);
 }
 
+/* A copy for a third party (the GLOBAL owner, the channel owner, the subscribed connection)
+ * carries stub 0 and broadcast 0 (§1.9). conn_id 0 means "none" in channeld's messages (no
+ * owner, no GLOBAL owner), so it is skipped here rather than at every caller. */
 void cq__notify(cq_core_t *c, uint32_t conn_id, uint32_t chan_id, uint32_t msg_type,
                 const ProtobufCMessage *msg)
 {

@@ -1,5 +1,10 @@
 /* core.c - per-worker core: creation, cross-worker messages, flush and housekeeping.
  *
+ * The io layer calls in on the worker's own thread only: cq_core_drain from the wake
+ * (uv_async), cq_core_flush once per loop iteration before the loop blocks (uv_prepare),
+ * cq_core_tick from a 100 ms timer. The entry points that take the time cache it in now_ms,
+ * which the handlers below them use instead of reading a clock.
+ *
  * One cq_core_t per worker thread owns that worker's connections, channels and fan-out lists,
  * so the core's handlers never lock. Other workers reach it only through its inbox, drained
  * here through a table of message kinds (one row per kind). Periodic work (auth and idle
@@ -16,6 +21,10 @@
 
 #include <string.h>
 
+/* The worker's decode arena holds one inbound message's body unpacked by protobuf-c, and is
+ * reset after each message. The cap bounds what a crafted body can make protobuf-c allocate (a
+ * 64 KiB body of small repeated sub-messages unpacks into several times that); a body that
+ * needs more does not decode and is dropped like any other undecodable body. */
 #define ARENA_CAP (256u * 1024u)
 
 cq_core_t *cq_core_new(cq_shared_t *sh, int index)
@@ -40,13 +49,22 @@ cq_core_t *cq_core_new(cq_shared_t *sh, int index)
     cq_list_init(&c->unauth);
     cq_list_init(&c->soft);
     cq_wire_arena_init(&c->arena, ARENA_CAP);
+    /* Snappy bodies inflate into scratch: one body at a time per worker (the handlers finish
+     * with it before the next packet), never more than the largest packet, so no buffer per
+     * connection. sm is one SENDMANY batch per target worker (sendmany.c). Non-spatial channel
+     * ids start at 1 (0 is GLOBAL); schemas published later arrive as XM_SCHEMA. */
     c->scratch = cq_malloc(CQ_FRAME_MAX_BODY);
     c->sm = cq_calloc((size_t)c->nworkers, sizeof(cq_sendmany_t));
     c->id_cursor = 1;
     c->schema = sh->o.schema;
+    /* Registered before anything can fail: cq_core_free unregisters it, and posting needs every
+     * worker's core in place before any worker runs (cq_core.h). */
     sh->cores[index] = c;
     if (!c->scratch || !c->sm)
         return cq_core_free(c);
+    /* GLOBAL exists from the start, ownerless until a CREATE_CHANNEL{GLOBAL} possesses it (§2.1).
+     * Its worker keeps the channel directory, because CREATE_CHANNEL and LIST_CHANNEL are
+     * channel-0 messages and arrive there anyway. */
     if (index == cq__place_dir_worker(c) &&
         (!cq__chan_create(c, 0, CHANNELDPB__CHANNEL_TYPE__GLOBAL, "", 0, 0) ||
          cq__dir_add(c, 0, CHANNELDPB__CHANNEL_TYPE__GLOBAL, "") < 0))
@@ -54,6 +72,10 @@ cq_core_t *cq_core_new(cq_shared_t *sh, int index)
     return c;
 }
 
+/* Called after every worker's loop has ended, when nothing posts to this inbox any more. The
+ * messages left in it are freed unhandled: the workers have stopped, and a handler could post
+ * to a core already freed. Connections still here are released without a close: their transports
+ * are gone, and no worker is left to hear a CONN_GONE. */
 cq_core_t *cq_core_free(cq_core_t *c)
 {
     if (!c)
@@ -108,6 +130,11 @@ int cq_core_index(const cq_core_t *c)
     return c->index;
 }
 
+/* The per-message log budget behind CQ_MSG_LOG: CQ_LOG_BURST lines a second per worker, so a
+ * peer that streams bad messages can flood neither the log nor the worker's time spent
+ * formatting lines. The lines refused are counted and reported with the first line of a later
+ * window. Per worker, so the budget needs no shared state, and timed by the worker's cached
+ * now_ms, not by a clock read per line. */
 bool cq__log_allow(cq_core_t *c)
 {
     if (!cq_log_enabled(CQ_LOG_INFO))
@@ -129,7 +156,10 @@ bool cq__log_allow(cq_core_t *c)
 
 /* ---- cross-worker messages: one row per kind ---------------------------------------------- */
 
-/* The request a DISPATCH, CREATE or REMOVE message carries; its sender if it lives here. */
+/* The request a DISPATCH, CREATE or REMOVE message carries; its sender if it lives here.
+ * m->mp.body still points where the body was on the posting worker (a read buffer reused
+ * since): the body that counts is the copy that travelled in m->body. r.conn is set when the
+ * sender lives here, so that replies go straight to its queue (cq__reply). */
 static cq_req_t xm_req(cq_core_t *c, const cq_xmsg_t *m)
 {
     cq_req_t r = {m->conn_id, m->conn_type, m->mp, NULL};
@@ -138,6 +168,9 @@ static cq_req_t xm_req(cq_core_t *c, const cq_xmsg_t *m)
     return r;
 }
 
+/* The handlers of a carried request decode its body into the worker's arena; each row that runs
+ * one resets the arena after it, as dispatch.c does per inbound message, so the arena's cap is
+ * per message and nothing decoded outlives the message it came from. */
 static void xm_dispatch(cq_core_t *c, cq_xmsg_t *m)
 {
     cq_req_t r = xm_req(c, m);
@@ -159,6 +192,8 @@ static void xm_remove(cq_core_t *c, cq_xmsg_t *m)
     cq_wire_arena_reset(&c->arena);
 }
 
+/* A record for one connection of this worker. It may have closed since the SEND was posted:
+ * the record is then dropped with the message, which holds its reference. */
 static void xm_send(cq_core_t *c, cq_xmsg_t *m)
 {
     cq_conn_t *conn = cq_map_get(&c->conns, m->conn_id);
@@ -166,11 +201,16 @@ static void xm_send(cq_core_t *c, cq_xmsg_t *m)
         cq__conn_push(c, conn, m->buf);
 }
 
+/* u1 the sender, u2 the channel's owner when the broadcast left, u3 the flags: the filters
+ * travel with the record because this worker does not have the channel. */
 static void xm_fanout(cq_core_t *c, cq_xmsg_t *m)
 {
     cq__local_fanout(c, m->chan_id, m->buf, m->u1, m->u2, m->u3);
 }
 
+/* The channel's worker changes this worker's local lists only through these two, on the same
+ * FIFO as its FANOUTs: LSUB_ADD before the first fan-out meant for the new subscriber, LSUB_DEL
+ * after the last (doc/threads.md, "Ordering argument"). */
 static void xm_lsub_add(cq_core_t *c, cq_xmsg_t *m)
 {
     cq__lsub_add(c, m->chan_id, m->conn_id);
@@ -181,6 +221,8 @@ static void xm_lsub_del(cq_core_t *c, cq_xmsg_t *m)
     cq__lsub_del(c, m->chan_id, m->conn_id);
 }
 
+/* body: the PIT of a lost recoverable server, whose state is kept for a successor; empty
+ * otherwise, and then the connection's subscriptions and ownerships here are dropped. */
 static void xm_conn_gone(cq_core_t *c, cq_xmsg_t *m)
 {
     cq__conn_gone(c, m->conn_id, m->conn_type, m->body_len ? (const char *)m->body : NULL);
@@ -193,6 +235,8 @@ static void xm_close(cq_core_t *c, cq_xmsg_t *m)
                     m->body_len ? (const char *)m->body : "DISCONNECT requested");
 }
 
+/* Directory worker: a channel's own worker reports its removal (FREE_ID) and metadata changes
+ * (META), so that LIST and the id cursor follow channels that live elsewhere. */
 static void xm_free_id(cq_core_t *c, cq_xmsg_t *m)
 {
     cq__dir_free_id(c, m->chan_id);
@@ -203,6 +247,7 @@ static void xm_meta(cq_core_t *c, cq_xmsg_t *m)
     cq__dir_set_meta(c, m->chan_id, m->u1, m->body_len ? (const char *)m->body : "");
 }
 
+/* A recovered connection id now lives on worker u1, not on id % workers (place.c). */
 static void xm_route(cq_core_t *c, cq_xmsg_t *m)
 {
     cq__place_route(c, m->conn_id, (int)m->u1);
@@ -213,17 +258,21 @@ static void xm_sendmany(cq_core_t *c, cq_xmsg_t *m)
     cq__sendmany_deliver(c, m);
 }
 
+/* ptr: the schema the main thread published on SIGHUP. A pointer is enough: every schema
+ * outlives the shared state (channels keep pointing into the ones they resolved against). */
 static void xm_schema(cq_core_t *c, cq_xmsg_t *m)
 {
     cq__data_schema(c, m->ptr);
 }
 
+/* body: the PIT, NUL-terminated (cq__xmsg_post_others copies it with its NUL). */
 static void xm_recover(cq_core_t *c, cq_xmsg_t *m)
 {
     cq__recover_apply(c, m->conn_id, (const char *)m->body);
 }
 
-/* C: spatial interest, ADJACENT broadcast, handover */
+/* Spatial interest, ADJACENT broadcasts and handover stages (interest.c, forward.c, handover.c):
+ * each runs on the worker that owns what it touches, and only its message crosses. */
 static void xm_interest(cq_core_t *c, cq_xmsg_t *m)
 {
     cq__interest_apply(c, m);
@@ -239,7 +288,9 @@ static void xm_handover(cq_core_t *c, cq_xmsg_t *m)
     cq__handover_stage(c, m);
 }
 
-/* B: spatial cells and entity channels */
+/* Spatial creation steps and entity channels (spatial.c, entity.c). An SP_CELL message carries
+ * the CREATE request's body and, from offset u1, the rest of the reply chain; the bound check
+ * guards against reading past the body. */
 static void xm_sp_cell(cq_core_t *c, cq_xmsg_t *m)
 {
     cq_req_t r = xm_req(c, m);
@@ -248,6 +299,7 @@ static void xm_sp_cell(cq_core_t *c, cq_xmsg_t *m)
     cq_wire_arena_reset(&c->arena);
 }
 
+/* An entity channel, created on its own worker, joins the directory so that LIST shows it. */
 static void xm_dir_add(cq_core_t *c, cq_xmsg_t *m)
 {
     cq__dir_add(c, m->chan_id, m->u1, m->body_len ? (const char *)m->body : "");
@@ -271,7 +323,8 @@ typedef struct xm_def {
     void (*handle)(cq_core_t *c, cq_xmsg_t *m);
 } xm_def_t;
 
-/* A new kind is an XM_ value in place.h, a row here and its handler above. */
+/* A new kind is an XM_ value in place.h, a row here and its handler above. Indexed by kind, so
+ * the drain costs one load per message; a kind without a row is freed unhandled. */
 static const xm_def_t xm_table[XM__COUNT] = {
     [XM_DISPATCH] = {XM_DISPATCH, "DISPATCH", xm_dispatch},
     [XM_SEND] = {XM_SEND, "SEND", xm_send},
@@ -288,11 +341,11 @@ static const xm_def_t xm_table[XM__COUNT] = {
     [XM_SENDMANY] = {XM_SENDMANY, "SENDMANY", xm_sendmany},
     [XM_SCHEMA] = {XM_SCHEMA, "SCHEMA", xm_schema},
     [XM_RECOVER] = {XM_RECOVER, "RECOVER", xm_recover},
-    /* C */
+    /* spatial interest, ADJACENT, handover */
     [XM_INTEREST] = {XM_INTEREST, "INTEREST", xm_interest},
     [XM_ADJACENT] = {XM_ADJACENT, "ADJACENT", xm_adjacent},
     [XM_HANDOVER] = {XM_HANDOVER, "HANDOVER", xm_handover},
-    /* B */
+    /* spatial cells, entity channels */
     [XM_SP_CELL] = {XM_SP_CELL, "SP_CELL", xm_sp_cell},
     [XM_DIR_ADD] = {XM_DIR_ADD, "DIR_ADD", xm_dir_add},
     [XM_ENTITY] = {XM_ENTITY, "ENTITY", xm_entity},
@@ -304,6 +357,10 @@ const char *cq__xm_name(int kind)
     return kind >= 0 && kind < XM__COUNT && xm_table[kind].handle ? xm_table[kind].name : NULL;
 }
 
+/* Drains until the inbox is empty, including what arrives while it runs: wakes coalesce
+ * (uv_async_send), so one wake must cover every message posted before it. Each message's cost
+ * leaves inbox_bytes only once it was handled (cq__xmsg_done), so paced senders resume only after
+ * the work is done, not just dequeued. */
 void cq_core_drain(cq_core_t *c, uint64_t now_ms)
 {
     c->now_ms = now_ms;
@@ -317,11 +374,17 @@ void cq_core_drain(cq_core_t *c, uint64_t now_ms)
 
 /* ---- flush and housekeeping ------------------------------------------------------------- */
 
+/* For work done after the flush in the same iteration (write completions that closed
+ * connections post CONN_GONE): those messages must not wait for the next iteration's flush. */
 void cq_core_wake(cq_core_t *c)
 {
     cq__xmsg_wake_posted(c);
 }
 
+/* The end of the worker's iteration, before its loop may block. The open fan-out segment goes
+ * into its recipients' queues first, or its bytes would miss this write. A connection leaves
+ * the pending list before its flush, so output queued from then on marks it for the next
+ * iteration. */
 void cq_core_flush(cq_core_t *c)
 {
     cq__seg_close(c);
@@ -337,6 +400,9 @@ void cq_core_flush(cq_core_t *c)
     cq__fanbuf_release_all(c); /* the queues that took slices hold their own references */
 }
 
+/* --auth-timeout-ms bounds what a connection that never authenticates can hold. The list is in
+ * accept order and the timeout the same for all, so the walk stops at the first connection
+ * still within it: a tick costs the expired connections, not every unauthenticated one. */
 static void tick_auth(cq_core_t *c, uint64_t now)
 {
     uint32_t to = c->sh->o.auth_timeout_ms;
@@ -349,6 +415,10 @@ static void tick_auth(cq_core_t *c, uint64_t now)
     }
 }
 
+/* Only connections over the soft limit are on this list (pushed() in conn.c adds one when its
+ * queue crosses it), so the tick walks the slow consumers, not every connection. A queue found
+ * under the limit again restarts its clock (cq_sendq_check_soft) and leaves the list; one over
+ * it for sendq-soft-seconds is closed, so a slow subscriber never holds a channel back. */
 static void tick_soft(cq_core_t *c, uint64_t now)
 {
     cq_list_t *n, *t;
@@ -366,6 +436,9 @@ static void tick_soft(cq_core_t *c, uint64_t now)
     }
 }
 
+/* Off by default: channeld's protocol has no heartbeat, and a client that only listens sends
+ * nothing for minutes (TCP keepalive finds dead peers instead). When set, the tick walks every
+ * connection of the worker, as last_rx_ms changes on every read and keeps no order. */
 static void tick_idle(cq_core_t *c, uint64_t now)
 {
     uint32_t to = c->sh->o.idle_timeout_ms;

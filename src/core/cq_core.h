@@ -4,11 +4,14 @@
  * touches a socket or the event loop. Each worker thread owns one cq_core_t: the connections
  * accepted onto that worker and the channels hashed to it (channel id % workers). Cores talk to
  * each other only through cq_xmsg messages pushed onto the target worker's inbox (lock-free
- * MPSC queue) followed by ops->wake(target), which the io layer maps to uv_async_send.
+ * MPSC queue); each target is woken once per loop iteration of the poster, however many
+ * messages it was sent, by ops->wake(target) from cq_core_flush (or cq_core_wake), which the io
+ * layer maps to uv_async_send.
  *
  * Process-wide state lives in cq_shared_t: immutable configuration, the GLOBAL owner id
- * (atomic), metrics (atomics), and the connection directory (id -> type; a mutex, touched on
- * accept, close and SUB of another connection only, never per message). See doc/threads.md.
+ * (atomic), metrics (atomics), and the connection directory (id -> type and subscription count;
+ * a mutex, touched on accept, close and subscription changes only, never per message). See
+ * doc/threads.md.
  */
 #ifndef CQ_CORE_H
 #define CQ_CORE_H

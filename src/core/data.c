@@ -1,6 +1,11 @@
 /* data.c - channel data: typed state, schema-aware merge and per-subscriber fan-out
  * (reference §2.4-2.7).
  *
+ * Everything here runs on the channel's worker: updates arrive as its requests, and fan-outs
+ * run from the worker's one fan-out timer (cq_core_run_due). A fan-out's recipients are
+ * collected during the tick and pushed after it (sendmany.c), because a push may close a slow
+ * subscriber, which must not happen inside the scheduler's walk.
+ *
  * Each channel with data holds its master state as one refcounted buffer (compacted when the
  * data type is known from the loaded descriptor sets, protobuf's concatenation merge when it is
  * not), its merge options, and a scheduler (src/chandata/cq_sched) that decides which
@@ -25,6 +30,8 @@
 
 /* ---- due heap (per worker): channels with data and subscribers, by next due time ---------- */
 
+/* One timer per worker rather than per channel: the io layer arms it on the heap's top
+ * (cq_core_next_due), however many channels have data. */
 static bool heap_less(const cq_chan_t *a, const cq_chan_t *b)
 {
     return a->data->due_ms < b->data->due_ms;
@@ -62,6 +69,7 @@ static void heap_down(cq_core_t *c, uint32_t i)
     }
 }
 
+/* The last entry takes the hole and is sifted both ways: it may belong above or below. */
 static void heap_remove(cq_core_t *c, cq_chandata_t *d)
 {
     uint32_t i = d->heap_idx;
@@ -77,7 +85,10 @@ static void heap_remove(cq_core_t *c, cq_chandata_t *d)
     d->heap_idx = UINT32_MAX;
 }
 
-/* Re-reads the scheduler's next due time and fixes the channel's place in the heap. */
+/* Re-reads the scheduler's next due time and fixes the channel's place in the heap; called after
+ * anything that may change it (a subscription, an update, a tick). A channel without data has
+ * nothing to fan out and stays out of the heap. If the heap cannot grow, the channel stays out
+ * until a later reschedule finds room. */
 static void reschedule(cq_core_t *c, cq_chan_t *ch)
 {
     cq_chandata_t *d = ch->data;
@@ -118,7 +129,9 @@ static cq_buf_t *sbuf_to_buf(cq_sbuf_t *sb)
     return b;
 }
 
-/* Merges b into a (both borrowed); NULL on error. Unknown types concatenate. */
+/* Merges b into a (both borrowed); NULL on error. Unknown types concatenate: protobuf defines
+ * a merge as parsing the concatenation, so the result is right without a schema (§2.5); only
+ * compaction, masks and the merge options need the type. */
 static cq_buf_t *merge2(const cq_chandata_t *d, const cq_buf_t *a, const cq_buf_t *b,
                         const cq_merge_opts_t *opts)
 {
@@ -139,6 +152,8 @@ static cq_buf_t *merge2(const cq_chandata_t *d, const cq_buf_t *a, const cq_buf_
     return sbuf_to_buf(&out);
 }
 
+/* The first part is the base and the later ones merge into it with the channel's merge
+ * options, as channeld accumulates a window (§2.6 step 4). */
 static cq_buf_t *cb_merge(void *ud, cq_buf_t *const *parts, size_t n)
 {
     cq_chan_t *ch = ud;
@@ -158,6 +173,10 @@ static cq_buf_t *cb_full_state(void *ud)
     return ch->data->state ? cq_buf_ref(ch->data->state) : cq_buf_new(0);
 }
 
+/* Masks filter the subscriber's copy, never the master state: channeld applied the first
+ * fan-out's masks to its master data in place, so one masked subscriber destroyed fields for
+ * everyone (§2.6, fixed here). An unknown type cannot be filtered, and neither can bytes the
+ * filter fails on: the copy then goes unfiltered. */
 static cq_buf_t *cb_filter(void *ud, uint32_t masks_id, cq_buf_t *bytes)
 {
     cq_chan_t *ch = ud;
@@ -175,7 +194,8 @@ static cq_buf_t *cb_filter(void *ud, uint32_t masks_id, cq_buf_t *bytes)
     return sbuf_to_buf(&out);
 }
 
-/* Record for one fan-out buffer: ChannelDataUpdateMessage{data: Any{type_url, value}}. */
+/* Record for one fan-out buffer: ChannelDataUpdateMessage{data: Any{type_url, value}}, msgType
+ * 8 on the channel's id with stub 0, shared by every recipient of the buffer. */
 static cq_buf_t *update_record(const cq_chan_t *ch, const cq_buf_t *value)
 {
     Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
@@ -194,6 +214,9 @@ static void cb_emit(void *ud, uint32_t conn_id, cq_buf_t *msg)
     cq_sub_t *s = cq_map_get(&ch->subs, conn_id);
     if (!s || s->opts.data_access == CHANNELDPB__CHANNEL_DATA_ACCESS__NO_ACCESS)
         return;
+    /* The scheduler hands one buffer to every subscriber that shares a window, masks and
+     * skip-self case. The record is encoded again only when the buffer differs from the last
+     * one, whose reference is held so that its address cannot be reused by a new buffer. */
     if (c->emit_src != msg) { /* encode once per distinct buffer (held: no address reuse) */
         cq_buf_unref(c->emit_rec);
         cq_buf_unref(c->emit_src);
@@ -208,6 +231,8 @@ static const cq_sched_ops_t sched_ops = {cb_merge, cb_full_state, cb_filter, cb_
 
 /* ---- lifecycle -------------------------------------------------------------------------- */
 
+/* Every channel gets a scheduler when it is created, before its data exists: a subscription
+ * made before the first update starts its timing at its own subscription time. */
 int cq__data_attach(cq_core_t *c, cq_chan_t *ch)
 {
     cq_chandata_t *d = cq_calloc(1, sizeof(*d));
@@ -244,7 +269,9 @@ void cq__data_detach(cq_core_t *c, cq_chan_t *ch)
     ch->data = NULL;
 }
 
-/* Sets the channel's type and initial state from an Any (type URL and value bytes). */
+/* Sets the channel's type and initial state from an Any (type URL and value bytes). A known
+ * type is compacted at once (its canonical encoding, as a merge leaves it); an unknown one is
+ * kept as it came, to be compacted if a reload makes it known. Nothing changes on failure. */
 static int data_init(cq_core_t *c, cq_chan_t *ch, const char *type_url, const uint8_t *v, size_t n)
 {
     cq_chandata_t *d = ch->data;
@@ -275,6 +302,8 @@ static int data_init(cq_core_t *c, cq_chan_t *ch, const char *type_url, const ui
     return 0;
 }
 
+/* ChannelDataMergeOptions as the creator gave them, applied to every later merge (top-level
+ * fields, as channeld); without them, merges follow protobuf's plain rules. */
 static void set_merge_opts(cq_chandata_t *d, const Channeldpb__ChannelDataMergeOptions *m)
 {
     d->has_mopts = m != NULL;
@@ -289,6 +318,9 @@ void cq__data_set_merge_opts(cq_chan_t *ch, const Channeldpb__ChannelDataMergeOp
         set_merge_opts(ch->data, mopts);
 }
 
+/* The type comes from CREATE's Any, else from the channel type's DataMsgFullName (an empty
+ * state of that type), else from the first update (§2.5). Unlike channeld, no type needs to
+ * be compiled in: an unknown one is kept as bytes. */
 int cq__data_create(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any *data,
                     const Channeldpb__ChannelDataMergeOptions *mopts)
 {
@@ -315,7 +347,8 @@ static bool masks_equal(const cq_maskset_t *m, char *const *paths, uint32_t n)
     return true;
 }
 
-/* Subscribers with the same masks share an id, so they share filtered fan-outs. */
+/* Subscribers with the same masks (the same paths in the same order) share an id, so they share
+ * filtered fan-outs. Ids are never reused while the channel lives. On OOM: 0, no masks. */
 static uint32_t masks_id(cq_chandata_t *d, char *const *paths, uint32_t n)
 {
     if (!n)
@@ -338,6 +371,8 @@ static uint32_t masks_id(cq_chandata_t *d, char *const *paths, uint32_t n)
     return ++d->n_masks;
 }
 
+/* On a new subscription and on a re-subscription: the scheduler keeps an existing subscriber's
+ * timing and takes only the new options. */
 void cq__data_sub(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s)
 {
     cq_chandata_t *d = ch->data;
@@ -384,6 +419,10 @@ static uint32_t writer(const cq_chan_t *ch, const cq_req_t *r)
     return 0;
 }
 
+/* Merges a into the master state and hands the update itself (not the merged state) to the
+ * scheduler, whose windows accumulate updates. The merge writes a new buffer, which replaces
+ * the state; a first fan-out takes a reference to it, not a copy. A refused update leaves the
+ * state as it was. */
 static int apply_update(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any *a,
                         uint32_t sender)
 {
@@ -396,7 +435,7 @@ static int apply_update(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any
         cq_buf_unref(upd);
         return r;
     }
-    if (strcmp(d->type_url, a->type_url) != 0)
+    if (strcmp(d->type_url, a->type_url) != 0) /* the Any must be the channel's type */
         return CQ_EBADTARGET;
     size_t max = c->sh->o.max_channel_data;
     if (!d->desc && max && d->state->len + a->value.len > max)
@@ -418,6 +457,9 @@ static int apply_update(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any
     return r;
 }
 
+/* CHANNEL_DATA_UPDATE (8). A refused update is logged and dropped without a reply: channeld
+ * has none. An entity's accepted update may move it to another cell, so the handover check
+ * reads the merged state right after it. */
 void cq__handle_data_update(cq_core_t *c, cq_req_t *r)
 {
     cq_chan_t *ch = cq__chan_get(c, r->mp.channel_id);
@@ -461,9 +503,11 @@ void cq_core_run_due(cq_core_t *c, uint64_t now_ms)
     uint32_t budget = FANOUT_BUDGET;
     while (budget && c->n_due && c->due[0]->data->due_ms <= now_ms) {
         cq_chan_t *ch = c->due[0];
+        /* A channel due with no subscriber left still costs one, so the loop always ends. */
         uint32_t n = CQ_MIN(budget, cq_sched_count(ch->data->sched));
         budget -= n ? n : 1;
         cq_sched_tick_max(ch->data->sched, now_ms, n ? n : 1);
+        /* The encoded record carries this channel's id: it is not reused for the next one. */
         cq_buf_unref(c->emit_rec);
         cq_buf_unref(c->emit_src);
         c->emit_rec = NULL;
@@ -489,7 +533,9 @@ bool cq__data_any(const cq_chan_t *ch, Google__Protobuf__Any *ret)
     return true;
 }
 
-/* A new schema: channels of a type that was unknown are resolved and compacted. */
+/* A new schema: channels of a type that was unknown are resolved and compacted. A channel whose
+ * type is known keeps the descriptor it has: every schema stays alive until exit (cq_core.h),
+ * so a reload never pulls a type out from under a channel. */
 void cq__data_schema(cq_core_t *c, const cq_schema_t *schema)
 {
     c->schema = schema;

@@ -14,6 +14,9 @@
 
 #include "cq_err.h"
 
+/* A message that fails a check is dropped, neither answered nor closed: channeld has no error
+ * reply and drops these too. Only a bad packet (framing, an undecodable Packet) closes the
+ * connection (conn.c). The drop is counted and logged within the worker's log budget. */
 static void drop(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp, const char *why)
 {
     CQ_METRIC_ADD(c, M_DROPPED, conn->type, 1);
@@ -61,11 +64,15 @@ static void route(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp, const cq_msg
         cq__handle_req(c, &r);
         return;
     }
+    /* Paced: a sender whose target inbox is too full stops being read (place.c). */
     cq_xmsg_t *m = cq__xmsg_req(XM_DISPATCH, &r, true);
     if (m)
         cq__xmsg_post_paced(c, w, m, conn);
 }
 
+/* The whole Packet is checked before any of its messages is handled, so a corrupt packet closes
+ * the connection with none of it applied. AUTH on a channel other than 0 is the one message
+ * that closes the connection instead of being dropped (channeld §1.7). */
 int cq__dispatch_packet(cq_core_t *c, cq_conn_t *conn, const uint8_t *body, size_t len)
 {
     int n = cq_wire_packet_validate(body, len);
@@ -88,6 +95,9 @@ int cq__dispatch_packet(cq_core_t *c, cq_conn_t *conn, const uint8_t *body, size
 
 /* ---- handling on the channel's worker --------------------------------------------------- */
 
+/* On the channel's worker, the only one that can tell whether the channel exists: a request for
+ * an unknown channel is dropped here, unlogged for SUB and UNSUB (channeld drops those silently
+ * once a channel is removed, §2.2). */
 void cq__handle_req(cq_core_t *c, cq_req_t *r)
 {
     uint32_t t = r->mp.msg_type;

@@ -7,6 +7,10 @@
  * owner, and tells the directory (XM_DIR_ADD) so that LIST shows it. Every reply of one
  * creation leaves that one worker, in channeld's order.
  *
+ * Entity groups are one table for the process (sh->groups under groups_mu): a group's members
+ * live on different workers, and a handover reads the whole group at once. The lock is a leaf,
+ * taken by ENTITY_GROUP_ADD/REMOVE, an entity's removal and a handover decision only.
+ *
  * Well-known entities: the list sh->wk_ids (under wk_mu) is appended by the entity's worker
  * after the channel exists and before it snapshots the authenticated clients of the
  * connection directory; a client that authenticates marks itself authenticated in the
@@ -26,6 +30,7 @@
 #define EN_LOG            "entity"
 #define WK_LATER_DELAY_MS 1000 /* channeld: clients that authenticate after the creation */
 
+/* -ecs; 0 means channeld's default. */
 static uint32_t entity_start(const cq_core_t *c)
 {
     return c->sh->o.entity_chan_start ? c->sh->o.entity_chan_start : CQ_CHAN_ID_ENTITY_START;
@@ -49,7 +54,9 @@ void cq__chan_ts_free(cq_chan_t *ch)
 
 /* ---- well-known entities ---------------------------------------------------------------- */
 
-/* The SUB result for a well-known subscription goes to the client alone (stub 0). */
+/* The SUB result for a well-known subscription goes to the client alone (stub 0). A client that
+ * authenticates after the creation (later) is subscribed with fanOutDelayMs 1000, as channeld
+ * does; one already subscribed is left as it is. */
 static void wk_subscribe(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, bool later)
 {
     if (cq_map_get(&ch->subs, conn_id))
@@ -113,6 +120,7 @@ static uint32_t *dir_clients(cq_shared_t *sh, uint32_t *ret_n)
     return ids;
 }
 
+/* The append comes before the snapshot: see the top of the file. */
 static void wk_register(cq_core_t *c, cq_chan_t *ch)
 {
     if (wk_append(c->sh, ch->id) < 0)
@@ -124,6 +132,7 @@ static void wk_register(cq_core_t *c, cq_chan_t *ch)
     cq_free(ids);
 }
 
+/* The entity may have been removed since the client read the list: then nothing happens. */
 void cq__entity_wk_sub(cq_core_t *c, uint32_t chan_id, uint32_t conn_id)
 {
     cq_chan_t *ch = cq__chan_get(c, chan_id);
@@ -165,6 +174,7 @@ void cq__entity_client_authed(cq_core_t *c, uint32_t conn_id)
     cq_free(ids);
 }
 
+/* One lock after the other, never both: each is a leaf lock. */
 void cq__entity_removed(cq_core_t *c, const cq_chan_t *ch)
 {
     cq_shared_t *sh = c->sh;
@@ -183,6 +193,8 @@ void cq__entity_removed(cq_core_t *c, const cq_chan_t *ch)
 
 /* ---- CREATE_ENTITY_CHANNEL -------------------------------------------------------------- */
 
+/* The directory learns of an entity after it exists, as LIST may lag other channels by a
+ * message too (chan.c). */
 static void dir_add_entity(cq_core_t *c, const cq_chan_t *ch)
 {
     int w = cq__place_dir_worker(c);
@@ -200,6 +212,8 @@ static void dir_add_entity(cq_core_t *c, const cq_chan_t *ch)
     cq__xmsg_post(c, w, x);
 }
 
+/* A CreateChannelResultMessage under msgType 15 (channeld's reply reuses the request's type,
+ * §8.2), channelId = the request's, stub echoed; unlike CREATE_CHANNEL, no GLOBAL-owner copy. */
 static void reply_entity(cq_core_t *c, const cq_req_t *r, const cq_chan_t *ch)
 {
     Channeldpb__CreateChannelResultMessage out = CHANNELDPB__CREATE_CHANNEL_RESULT_MESSAGE__INIT;
@@ -210,6 +224,8 @@ static void reply_entity(cq_core_t *c, const cq_req_t *r, const cq_chan_t *ch)
     cq__reply(c, r, r->mp.channel_id, MT_CREATE_ENTITY, &out.base); /* no GLOBAL-owner copy */
 }
 
+/* The owner last (§4.5 step 6), with the request's subOptions and a SUB result with stub 0; an
+ * owner that was subscribed already (a well-known client) keeps its subscription. */
 static void subscribe_owner(cq_core_t *c, cq_req_t *r, cq_chan_t *ch,
                             const Channeldpb__ChannelSubscriptionOptions *o)
 {
@@ -254,6 +270,10 @@ static void spatially_owned(cq_core_t *c, const cq_req_t *r, cq_chan_t *ch, cq_r
     to->mp.channel_id = cell;
 }
 
+/* On the entity's worker, in channeld's order (§4.5): create, data, reply, well-known clients,
+ * owner. Only here can a live channel with the id be found: a taken id is logged and answered
+ * with nothing (channeld). The entity's cell is read from its data now, so its first update
+ * that changes cells is a handover, not the entity's first position. */
 void cq__entity_create_here(cq_core_t *c, cq_req_t *r, uint32_t id)
 {
     Channeldpb__CreateEntityChannelMessage *m = cq__req_body(c, r);
@@ -285,6 +305,9 @@ void cq__entity_create_here(cq_core_t *c, cq_req_t *r, uint32_t id)
     subscribe_owner(c, &to, ch, m->suboptions);
 }
 
+/* On the worker of the channel it was sent on (GLOBAL or a cell): the checks that need no entity
+ * state run here, the rest on the entity's own worker. A refusal is logged without a reply, as
+ * in channeld. */
 void cq__handle_create_entity(cq_core_t *c, cq_req_t *r)
 {
     cq_chan_t *ch = cq__chan_get(c, r->mp.channel_id);
@@ -316,7 +339,8 @@ void cq__handle_create_entity(cq_core_t *c, cq_req_t *r)
 
 /* ---- ENTITY_GROUP_ADD / ENTITY_GROUP_REMOVE --------------------------------------------- */
 
-/* The entity channel of r if the sender owns it, else NULL (logged). */
+/* The entity channel of r if the sender owns it, else NULL (logged): channeld accepts group
+ * changes from the entity's owner only. */
 static cq_chan_t *group_chan(cq_core_t *c, const cq_req_t *r, const char *what)
 {
     cq_chan_t *ch = cq__chan_get(c, r->mp.channel_id);
@@ -331,6 +355,8 @@ static cq_chan_t *group_chan(cq_core_t *c, const cq_req_t *r, const char *what)
     return ch;
 }
 
+/* Any change of the groups may unlock a handover that a LOCK group refused: the generation is
+ * bumped (even when the change failed) and each entity retries at its next update. */
 void cq__handle_group_add(cq_core_t *c, cq_req_t *r)
 {
     Channeldpb__AddEntityGroupMessage *m = cq__req_body(c, r);

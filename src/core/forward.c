@@ -1,5 +1,9 @@
 /* forward.c - user-space messages (>= 100) and the encode-once fan-out.
  *
+ * The channel's worker is the only place a broadcast is ordered: it posts the FANOUTs on the
+ * same FIFOs as the LSUB_ADD/LSUB_DEL of the channel's subscriptions (sub.c), so every worker's
+ * local list agrees with the broadcasts it receives (doc/threads.md).
+ *
  * A broadcast is encoded once into a refcounted record. The channel's worker pushes it to its
  * own subscribers and sends one reference per other worker that has subscribers (XM_FANOUT);
  * each worker filters its local subscriber list by the broadcast flags. Snappy peers get a
@@ -15,6 +19,8 @@
 
 /* ---- fan-out ---------------------------------------------------------------------------- */
 
+/* The broadcast flags of §1.8 (4 not the sender, 8 not the owner, 16 no clients, 32 no
+ * servers); a closing connection never gets anything. */
 static bool skip(const cq_conn_t *conn, uint32_t sender, uint32_t owner, uint32_t flags)
 {
     if (conn->state == CONN_CLOSING)
@@ -68,7 +74,11 @@ void cq__fanbuf_release_all(cq_core_t *c)
         cq__fanbuf_release(cq_container_of(c->fb_open.next, cq_lsubs_t, fb_node));
 }
 
-/* Appends rec to l's buffer (a new one when it is full); returns the offset, or -1 on OOM. */
+/* Appends rec to l's buffer (a new one when it is full); returns the offset, or -1 on OOM. A
+ * full buffer is replaced, never grown: queues hold slices of it, so its bytes below len must
+ * not move (cq_sendq_push_slice). fb_prev lets a queue whose slice ends at the old buffer's end
+ * continue its run in the new one. The list drops its reference to the old buffer; the queues
+ * that took slices of it hold their own. */
 static int64_t fanbuf_append(cq_core_t *c, cq_lsubs_t *l, const cq_buf_t *rec)
 {
     cq_buf_t *fb = l->fb;
@@ -115,7 +125,9 @@ static cq_conn_t *walk_next(cq_core_t *c, walk_t *w)
     return w->l->conns[w->i];
 }
 
-/* Whether rec can join the open segment of l. */
+/* Whether rec can join the open segment of l: the same channel, sender, owner and flags, so
+ * that the recipients counted when it opened are still the right ones; a small record; room in
+ * the buffer; and the segment still within one slice, which must fit one packet. */
 static bool seg_takes(const cq_core_t *c, const cq_lsubs_t *l, const cq_buf_t *rec, uint32_t sender,
                       uint32_t owner, uint32_t flags)
 {
@@ -125,7 +137,8 @@ static bool seg_takes(const cq_core_t *c, const cq_lsubs_t *l, const cq_buf_t *r
            g->len + rec->len <= CQ_SENDQ_SLICE_MAX;
 }
 
-/* Opens a segment on l with rec; false (nothing changed) on OOM. */
+/* Opens a segment on l with rec; false (nothing changed) on OOM. plain is the number of plain
+ * recipients counted at the open: the references cq__seg_deliver takes for them. */
 static bool seg_open(cq_core_t *c, cq_lsubs_t *l, const cq_buf_t *rec, uint32_t sender,
                      uint32_t owner, uint32_t flags, uint32_t plain)
 {
@@ -136,7 +149,10 @@ static bool seg_open(cq_core_t *c, cq_lsubs_t *l, const cq_buf_t *rec, uint32_t 
     return true;
 }
 
-/* Delivers the segment's bytes to one recipient: a slice, or the run as a record. */
+/* Delivers the segment's bytes to one recipient: a slice, or the run as a record. A Snappy peer,
+ * or a queue that takes no more runs (CQ_SENDQ_APART), gets the segment's records as one run
+ * record, copied once per segment and shared by every such recipient. Returns true when the
+ * recipient's queue used one of the references taken for the plain recipients. */
 static bool seg_push(cq_core_t *c, cq_conn_t *conn, const cq_seg_t *g, cq_buf_t *fb,
                      const cq_buf_t *prev, cq_buf_t **run)
 {
@@ -200,6 +216,8 @@ static void fanout_now(cq_core_t *c, cq_lsubs_t *l, cq_buf_t *rec, uint32_t send
         }
         if (!packet && snappy)
             packet = cq_sendq_compress_record(rec, CQ_FRAMING_FIXED);
+        /* The shared packet is framed with the fixed header; a legacy-tag peer gets the record,
+         * compressed for it alone. */
         if (packet && conn->framing == CQ_FRAMING_FIXED)
             cq__conn_push_packet(c, conn, packet);
         else
@@ -209,6 +227,11 @@ static void fanout_now(cq_core_t *c, cq_lsubs_t *l, cq_buf_t *rec, uint32_t send
     cq_buf_unref(packet);
 }
 
+/* On every worker with subscribers of the channel: directly on the channel's worker, from
+ * XM_FANOUT on the others. A record that extends the open segment costs one memcpy and no
+ * walk. Otherwise the open segment is delivered first (it came first), the recipients are
+ * counted, and the record opens a new segment (small, two plain recipients or more, no Snappy
+ * one) or is queued at once. chanq_fanouts_total counts the records queued to recipients. */
 void cq__local_fanout(cq_core_t *c, uint32_t chan_id, cq_buf_t *rec, uint32_t sender,
                       uint32_t owner, uint32_t flags)
 {
@@ -237,6 +260,9 @@ void cq__local_fanout(cq_core_t *c, uint32_t chan_id, cq_buf_t *rec, uint32_t se
         fanout_now(c, l, rec, sender, owner, flags, plain, snappy);
 }
 
+/* On the channel's worker. One FANOUT per other worker that has subscribers (wcount), each with
+ * one reference to the record; the owner travels with it, as the other workers do not have the
+ * channel to apply BC_BUT_OWNER. */
 void cq__fanout(cq_core_t *c, cq_chan_t *ch, cq_buf_t *rec, uint32_t sender, uint32_t flags)
 {
     for (int w = 0; w < c->nworkers; w++) {
@@ -258,6 +284,10 @@ void cq__fanout(cq_core_t *c, cq_chan_t *ch, cq_buf_t *rec, uint32_t sender, uin
 
 /* ---- user-space messages ---------------------------------------------------------------- */
 
+/* A client's user-space message goes to the channel's owner whatever its broadcast value,
+ * wrapped in a ServerForwardMessage that names the client (channeld §1.8): clients cannot
+ * broadcast. An owner lost to recovery is no owner, and the message is dropped, as channeld
+ * drops it while the owner recovers. */
 static void from_client(cq_core_t *c, cq_req_t *r, cq_chan_t *ch)
 {
     if (!ch->owner) {
@@ -276,6 +306,8 @@ static void from_client(cq_core_t *c, cq_req_t *r, cq_chan_t *ch)
     cq_buf_unref(rec);
 }
 
+/* A server's body is a ServerForwardMessage already (checked on its worker): it goes as it
+ * came, original header included. Target 0 is "nobody" and the message is dropped. */
 static void to_one(cq_core_t *c, cq_req_t *r, uint32_t target, const char *what)
 {
     if (!target) {
@@ -300,6 +332,8 @@ static void to_one(cq_core_t *c, cq_req_t *r, uint32_t target, const char *what)
  * once. Every worker is asked, because only a cell's own worker knows where its subscribers
  * are, and asking it first would cost a hop per cell. */
 
+/* As skip(), without bit 8 (with ADJACENT it means "not the centre cell"), and with the
+ * ServerForwardMessage's clientConnId (u2) left out too, as channeld does. */
 static bool adj_skip(const cq_conn_t *conn, const cq_xmsg_t *m)
 {
     if (conn->state == CONN_CLOSING || conn->id == m->u2)
@@ -320,6 +354,8 @@ static void adj_push(cq_core_t *c, const uint32_t *ids, uint32_t n, cq_buf_t *re
     }
 }
 
+/* The recipients are collected first and pushed after the walk (adj_push), so a push that
+ * closes a slow subscriber cannot change a list being walked. */
 void cq__adjacent_deliver(cq_core_t *c, const cq_xmsg_t *m)
 {
     const uint32_t *cells = (const uint32_t *)m->body;
@@ -348,6 +384,8 @@ out:
     cq_free(ids);
 }
 
+/* Bit 8 (ALL_BUT_OWNER) leaves out the centre cell instead of the owner: channeld's meaning with
+ * ADJACENT, kept (§8.2). This worker's share is delivered directly. */
 static void adjacent(cq_core_t *c, cq_req_t *r, cq_chan_t *ch, uint32_t bc)
 {
     const cq_spatial_cfg_t *g = c->sh->spatial;
@@ -383,6 +421,9 @@ static void adjacent(cq_core_t *c, cq_req_t *r, cq_chan_t *ch, uint32_t bc)
     cq_buf_unref(rec);
 }
 
+/* §1.8: broadcast 0 to the owner; 1 to clientConnId, or to the owner when that is 0 (channeld
+ * panicked on an ownerless channel there; here it is dropped, §8.2); bit 64 to the neighbouring
+ * cells; anything else to every subscriber minus the flags. */
 static void from_server(cq_core_t *c, cq_req_t *r, cq_chan_t *ch)
 {
     uint32_t bc = r->mp.broadcast;

@@ -30,12 +30,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Bounds a group handed over at once (doc/spatial.md, Deviations): the stages keep arrays of
+ * this size on the stack, and the context stays one bounded message. */
 #define HO_MAX_ENTS 64
 
 enum { ST_S = 1, ST_D = 2, ST_E = 3 };
 
 /* The context travelling between the stages (the XM_HANDOVER body):
- *   hdr, ents[n_ents], ssubs[n_ssubs], dsubs[n_dsubs], entry lengths[n_ents], entry bytes. */
+ *   hdr, ents[n_ents], ssubs[n_ssubs], dsubs[n_dsubs], entry lengths[n_ents], entry bytes.
+ * Flat (no pointers), so it travels as one message body. A type URL that does not fit dst_url is
+ * carried as none: the handover then goes without data. */
 typedef struct ho_hdr {
     uint32_t src, dst, ctx;
     uint32_t n_ents, n_ssubs, n_dsubs;
@@ -52,6 +56,8 @@ typedef struct ho {
 
 /* ---- position --------------------------------------------------------------------------- */
 
+/* Most entity data never yields a position (no handover section, an unknown type), which is
+ * not an error: 0, and the entity simply has no cell. */
 int cq__entity_position(cq_core_t *c, const cq_chan_t *ch, cq_spatial_vec_t *ret)
 {
     const cq_spatial_cfg_t *g = c->sh->spatial;
@@ -85,6 +91,8 @@ void cq__entity_init_cell(cq_core_t *c, cq_chan_t *ch)
 
 /* ---- the context ------------------------------------------------------------------------- */
 
+/* Only the stages make these messages, but the counts in the header are checked against the
+ * body anyway before any array is read. */
 static int ho_parse(const cq_xmsg_t *m, ho_t *ho)
 {
     if (m->body_len < sizeof(ho_hdr_t))
@@ -194,6 +202,9 @@ static const cq_fielddesc_t *cell_map(const cq_core_t *c, const cq_chan_t *cell)
     return cq_mapops_field(cell->data->desc, c->sh->spatial->handover.entities_field);
 }
 
+/* A cell's data is replaced by a new buffer, like any merged state (data.c); on OOM it stays
+ * as it was. This is not an update: the subscribers of both cells learn of the move
+ * from CHANNEL_DATA_HANDOVER, so nothing goes to the scheduler. */
 static void set_state(cq_chan_t *ch, cq_sbuf_t *sb)
 {
     cq_buf_t *b = cq_buf_from(sb->data, sb->len);
@@ -205,6 +216,8 @@ static void set_state(cq_chan_t *ch, cq_sbuf_t *sb)
 
 /* ---- stage S: the source cell --------------------------------------------------------------- */
 
+/* On S's worker: S's subscribers, for the later stages to compare with D's, and the entities'
+ * entries taken out of S's map, which travel to D so that D's data gets exactly what S had. */
 static void stage_s(cq_core_t *c, ho_t *ho)
 {
     cq_chan_t *s = cq__chan_get(c, ho->h.src);
@@ -267,6 +280,10 @@ static void put_entries(cq_core_t *c, cq_chan_t *d, const ho_t *ho)
     cq_sbuf_done(&sb);
 }
 
+/* On D's worker: the entries go into D's map, and the subscribers of S that are not in D get the
+ * ids-only handover here, as no entity stage sends them a handover. Then one E message per
+ * entity, each with D's subscribers and the type URL of D's data, which the entities' workers
+ * cannot read themselves. */
 static void stage_d(cq_core_t *c, ho_t *ho)
 {
     cq_chan_t *d = cq__chan_get(c, ho->h.dst);
@@ -298,6 +315,8 @@ static void ho_start(cq_core_t *c, cq_chan_t *ch, uint32_t ctx);
 
 /* ---- stage E: each entity ----------------------------------------------------------------- */
 
+/* From the published slot holders: the entity's worker cannot ask the directory worker without
+ * a round trip (place.h lists slot_owner among the shared reads). */
 static uint32_t cell_owner(const cq_core_t *c, uint32_t cell)
 {
     uint32_t idx;
@@ -316,7 +335,8 @@ static void notify_unsub(cq_core_t *c, const cq_chan_t *e, uint32_t conn_id)
     cq__notify(c, conn_id, e->id, MT_UNSUB, &out.base);
 }
 
-/* Cross-server: the source server leaves (unless it watches D) and the owner moves. */
+/* Cross-server: the source server leaves (unless it watches D) and the owner moves (§4.6 step
+ * 2). Within one server's cells nothing changes: the owner is the same. */
 static void move_owner(cq_core_t *c, cq_chan_t *e, const ho_t *ho)
 {
     uint32_t from = cell_owner(c, ho->h.src), to = cell_owner(c, ho->h.dst);
@@ -353,7 +373,10 @@ static void drop_left(cq_core_t *c, cq_chan_t *e, const ho_t *ho)
     }
 }
 
-/* Subscribes conn to e as a handover does; true when the subscription is new. */
+/* Subscribes conn to e as a handover does; true when the subscription is new. WRITE for the
+ * entity's owner, else READ; skipSelf, and skipFirst because the handover itself carries the
+ * entity's full data to a new subscriber, which the first fan-out would only repeat. The SUB
+ * result goes to the subscriber with a copy to the owner, as for any SUB. */
 static bool ho_subscribe(cq_core_t *c, cq_chan_t *e, uint32_t conn)
 {
     if (cq_map_get(&e->subs, conn))
@@ -438,6 +461,11 @@ static void send_e(cq_core_t *c, const cq_chan_t *e, const ho_t *ho, const bool 
     cq_buf_unref(recs[1]);
 }
 
+/* On the entity's worker, the only writer of its data and subscriptions: ownership,
+ * subscriptions, the cell and every handover record are done in this one step, so each new
+ * subscriber's fan-outs of the entity come after its handover and start after the snapshot the
+ * handover carries (doc/threads.md, "Handover order"). Without SubscribeClients only D's
+ * servers, dsubs[0, n_dserv), are subscribed. */
 static void stage_e(cq_core_t *c, ho_t *ho)
 {
     cq_chan_t *e = cq__chan_get(c, ho->h.entity);
@@ -478,6 +506,7 @@ void cq__handover_stage(cq_core_t *c, const cq_xmsg_t *m)
         stage_e(c, &ho);
 }
 
+/* Atomic: the entities on every worker compare it with the generation they were refused at. */
 void cq__handover_groups_changed(cq_core_t *c)
 {
     atomic_fetch_add(&c->sh->groups_gen, 1);
@@ -485,6 +514,13 @@ void cq__handover_groups_changed(cq_core_t *c)
 
 /* ---- the trigger --------------------------------------------------------------------------- */
 
+/* A handover refused by a LOCK group is remembered with the cell and the groups' generation, so
+ * the entity's next updates do not take groups_mu again until one of them changes. While a
+ * handover is on its way (ho_pending) no other starts; the E stage looks at the position again
+ * when it ends. */
+
+/* contextConnId of the handover: the update's sender when a client sent it, else the update's
+ * own contextConnId (channeld's latest data-update connection, §1.7). */
 static uint32_t context_conn(cq_core_t *c, const cq_req_t *r)
 {
     if (r->conn_type == CQ_CONN_CLIENT)
@@ -528,6 +564,8 @@ static void ho_start(cq_core_t *c, cq_chan_t *ch, uint32_t ctx)
     ho_post(c, cq__chan_worker(c, ho.h.src), ST_S, &ho, none);
 }
 
+/* After every accepted update of an entity channel (data.c), on the entity's worker: only the
+ * merged state says where the entity is now. */
 void cq__handover_check(cq_core_t *c, cq_chan_t *ch, const cq_req_t *r)
 {
     if (!c->sh->spatial || !*c->sh->spatial->handover.position_path || ch->ts.entity->ho_pending)

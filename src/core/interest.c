@@ -32,7 +32,9 @@ static cq_spatial_vec_t vec_of(const Channeldpb__SpatialInfo *s)
     return (cq_spatial_vec_t){s->x, s->y, s->z};
 }
 
-/* Fills q from the message; spots/dists point into *spots and m (freed by the caller). */
+/* Fills q from the message; spots/dists point into *spots and m (freed by the caller). A
+ * missing centre, extent or direction is passed on as missing, not as the origin: the engine
+ * refuses the whole query, where channeld dereferenced it and panicked (§8.2). */
 static int query_decode(const Channeldpb__SpatialInterestQuery *m, cq_spatial_query_t *q,
                         cq_spatial_vec_t **spots)
 {
@@ -77,6 +79,10 @@ static int query_decode(const Channeldpb__SpatialInterestQuery *m, cq_spatial_qu
     return 0;
 }
 
+/* On the worker of the channel the request was sent on (any existing channel, as channeld
+ * allows). Only the query runs here; the diff needs the client's interest set, which lives on
+ * the client's worker, so the hits go there with the request's stub and broadcast, which the
+ * UNSUB results echo. */
 void cq__handle_update_interest(cq_core_t *c, cq_req_t *r)
 {
     const cq_spatial_cfg_t *g = c->sh->spatial;
@@ -140,7 +146,11 @@ static bool hit_wanted(const cq_spatial_hit_t *h, uint32_t n, uint32_t id)
     return false;
 }
 
-/* Posts a SUB (sub) or UNSUB of conn to cell as the client's own request. */
+/* Posts a SUB (sub) or UNSUB of conn to cell as the client's own request: conn_type CLIENT and
+ * connId = the client, so no ACL applies (a connection acting on itself), as in channeld. It is
+ * posted even when the cell lives here, and so takes the path of every dispatched request
+ * (xm_dispatch: the channel check, the row's handler, the arena reset). body holds either
+ * request, whose fields are a connection id and one interval. */
 static void post_as_client(cq_core_t *c, const cq_conn_t *conn, uint32_t cell, bool sub,
                            uint32_t stub, uint32_t broadcast, uint32_t interval_ms)
 {
@@ -173,7 +183,9 @@ static void post_as_client(cq_core_t *c, const cq_conn_t *conn, uint32_t cell, b
         cq__xmsg_post(c, cq__chan_worker(c, cell), m);
 }
 
-/* The cells conn is in or asked for: its interest set plus its confirmed spatial lists. */
+/* The cells conn is in or asked for: its interest set plus its confirmed spatial lists. The set
+ * covers SUBs still on their way, so an update right after another does not miss an UNSUB; the
+ * lists add cells subscribed by other means (the client's own SUBs, a server's SUB for it). */
 static int current_cells(cq_core_t *c, const cq_conn_t *conn, uint32_t **ret, uint32_t *n)
 {
     const cq_aoi_t *a = cq_map_get(&c->aoi, conn->id);
@@ -193,6 +205,10 @@ static int current_cells(cq_core_t *c, const cq_conn_t *conn, uint32_t **ret, ui
     return 0;
 }
 
+/* XM_INTEREST on the client's worker. Cells no longer wanted get an UNSUB; every wanted cell
+ * gets a SUB with its damped interval, whether subscribed or not: an existing subscription
+ * takes the new interval silently (sub.c, as channeld merges the options). The set of wanted
+ * cells then replaces the client's interest set. */
 void cq__interest_apply(cq_core_t *c, const cq_xmsg_t *m)
 {
     cq_conn_t *conn = cq_map_get(&c->conns, m->conn_id);

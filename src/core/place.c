@@ -1,6 +1,11 @@
 /* place.c - the placement seam (place.h): where connections and channels live, the id layout
  * that leaves room for a node id, and the only ways work crosses to another worker.
  *
+ * Everything a handler sends elsewhere goes through the cq__xmsg_* functions here: the message
+ * is pushed onto the target's lock-free inbox and the target is woken once, at the end of the
+ * poster's iteration. Each post counts the message's bytes against the target's inbox, and a
+ * connection whose messages land in an inbox that is too full stops being read.
+ *
  * Placement is a pure function of the id (id % workers) so that any worker, and the io layer
  * before a connection exists, can compute it without asking anyone. The one exception is a
  * recovered server connection, which keeps its old id but stays on the worker that accepted
@@ -18,8 +23,11 @@
 /* ---- ids -------------------------------------------------------------------------------- */
 
 #define CHAN_ID_BITS 16u /* non-spatial channel ids: 1 .. 0xffff */
-#define LOCAL_MIN    8u
+#define LOCAL_MIN    8u  /* local connection id bits a node keeps at least (place.h) */
 
+/* The node bits come out of conn-id-bits, not above it: connection ids must stay within the
+ * width the game was told (-mcb; UE keeps them to 13 bits so that the NetGUIDs it makes from
+ * them land in the entity range). */
 int cq__idl_init(uint32_t conn_bits, uint32_t node_bits, cq_idl_t *ret)
 {
     if (!conn_bits)
@@ -89,6 +97,8 @@ bool cq__id_chan_node(const cq_idl_t *l, uint32_t chan_id, uint32_t *ret_node, u
 
 /* ---- where things live ------------------------------------------------------------------ */
 
+/* For the io layer, before the connection exists: the acceptor hands a new socket to the worker
+ * that will own its id. Routes are not consulted, as a new id is never a recovered one. */
 int cq_shared_conn_worker(const cq_shared_t *sh, uint32_t conn_id)
 {
     return (int)(conn_id % (uint32_t)sh->o.workers);
@@ -109,6 +119,7 @@ int cq__conn_worker(const cq_core_t *c, uint32_t conn_id)
     return (int)(conn_id % (uint32_t)c->nworkers);
 }
 
+/* Channels never move: a channel lives where its id hashes for its whole life, so no route. */
 int cq__chan_worker(const cq_core_t *c, uint32_t chan_id)
 {
     return (int)(chan_id % (uint32_t)c->nworkers);
@@ -124,6 +135,10 @@ void cq__place_route(cq_core_t *c, uint32_t conn_id, int worker)
     cq_map_put(&c->routes, conn_id, (void *)(uintptr_t)(worker + 1));
 }
 
+/* A successor accepted here takes over an old id whose home is another worker. Its socket and
+ * loop are here, so the id moves to it instead: every worker learns the route. The ROUTEs are
+ * posted before this worker posts the recovery (XM_RECOVER) to the same inboxes, so each worker
+ * knows where the id lives before it restores its subscriptions and sends it anything. */
 void cq__place_adopt_conn(cq_core_t *c, uint32_t conn_id)
 {
     if ((int)(conn_id % (uint32_t)c->nworkers) == c->index)
@@ -139,6 +154,7 @@ void cq__place_forget(cq_core_t *c, uint32_t conn_id)
 
 /* ---- cross-worker messages -------------------------------------------------------------- */
 
+/* Zeroed, so the fields a kind does not use read as 0, which every handler takes as "none". */
 cq_xmsg_t *cq__xmsg_new(int kind, size_t body_len)
 {
     cq_xmsg_t *m = cq_calloc(1, sizeof(*m) + body_len);
@@ -149,6 +165,8 @@ cq_xmsg_t *cq__xmsg_new(int kind, size_t body_len)
     return m;
 }
 
+/* The body is copied: it lies in the sender's read buffer, which is reused once the read is
+ * handled. Without the body (a REMOVE carries its target in u1) the copy is skipped. */
 cq_xmsg_t *cq__xmsg_req(int kind, const cq_req_t *r, bool with_body)
 {
     size_t blen = with_body ? r->mp.body_len : 0;
@@ -176,6 +194,9 @@ cq_xmsg_t *cq__xmsg_free(cq_xmsg_t *m)
     return NULL;
 }
 
+/* The cost counts the referenced record too, although it is shared: the target keeps it alive
+ * until it handles the message. The count is relaxed, as it only paces senders; the MPSC push
+ * is what publishes the message. wake_mask has a bit per worker (at most CQ_MAX_WORKERS, 64). */
 void cq__xmsg_post(cq_core_t *c, int worker, cq_xmsg_t *m)
 {
     cq_core_t *t = c->sh->cores[worker];
@@ -199,6 +220,9 @@ void cq__xmsg_wake_posted(cq_core_t *c)
     }
 }
 
+/* The message is posted whatever the inbox holds: nothing is dropped. Instead the sender stops
+ * being read (the io layer polls cq_conn_paused), so TCP pushes back on a peer that writes
+ * faster than the channel's worker can handle. */
 void cq__xmsg_post_paced(cq_core_t *c, int worker, cq_xmsg_t *m, cq_conn_t *sender)
 {
     cq__xmsg_post(c, worker, m);
@@ -225,6 +249,7 @@ void cq__xmsg_post_others(cq_core_t *c, int kind, uint32_t conn_id, uint8_t conn
     }
 }
 
+/* Woken at once: the caller is not a worker and has no end of iteration to defer the wake to. */
 void cq__xmsg_post_any(cq_shared_t *sh, int worker, cq_xmsg_t *m)
 {
     cq_mpsc_push(&sh->cores[worker]->inbox, &m->node);
@@ -237,6 +262,7 @@ cq_xmsg_t *cq__xmsg_pop(cq_core_t *c)
     return n ? cq_container_of(n, cq_xmsg_t, node) : NULL;
 }
 
+/* After the handler ran, so the inbox counts a message until its work is done. */
 void cq__xmsg_done(cq_core_t *c, cq_xmsg_t *m)
 {
     atomic_fetch_sub_explicit(&c->inbox_bytes, m->cost, memory_order_relaxed);
@@ -255,6 +281,9 @@ bool cq_conn_paused(const cq_conn_t *conn)
     return conn->paused && conn->state != CONN_CLOSING;
 }
 
+/* Every inbox, not only the one that paused it: the connection's next messages may go to any
+ * channel's worker. Resuming under CQ_INBOX_LOW, not CQ_INBOX_HIGH, keeps a sender from
+ * flapping between paused and read at the threshold. */
 bool cq_core_conn_resume(cq_core_t *c, cq_conn_t *conn)
 {
     for (int w = 0; w < c->nworkers; w++)

@@ -1,5 +1,9 @@
 /* recover.c - server connection recovery (channeld -scr, reference §3.7).
  *
+ * Recovery is per worker: each keeps what a lost server held on its own channels (c->recsubs)
+ * and restores it itself. Only the handles (PIT -> old id) are shared, under dir_lock, because a
+ * successor's claim must check and take the old id in the directory in one critical section.
+ *
  * A SERVER connection that drops unexpectedly leaves a handle (PIT -> old id) in the shared
  * state; each worker keeps what that connection held there (subscriptions with options, and
  * ownerships) and tells subscribers CHANNEL_OWNER_LOST. A new server connection that
@@ -20,10 +24,15 @@
 #include <errno.h>
 #include <string.h>
 
+/* channeld's ChannelDataRecoveryTimeout: RECOVERY_END and CHANNEL_OWNER_RECOVERED follow the
+ * recovery by this much (§3.7). */
 #define RECOVERY_DELAY_MS 1000
 
 /* ---- timed events ----------------------------------------------------------------------- */
 
+/* A few at a time (one per recovery and recovered channel), so an unsorted array scanned by the
+ * 100 ms tick is enough; they fire with the tick's granularity, as channeld's once-a-second loop
+ * fires RECOVERY_END. */
 void cq__timed_add(cq_core_t *c, uint64_t due_ms, uint32_t kind, uint32_t conn_id, uint32_t chan_id)
 {
     if (c->n_timed == c->cap_timed) {
@@ -37,6 +46,7 @@ void cq__timed_add(cq_core_t *c, uint64_t due_ms, uint32_t kind, uint32_t conn_i
     c->timed[c->n_timed++] = (cq_timed_t){due_ms, kind, conn_id, chan_id};
 }
 
+/* OWNER_LOST / OWNER_RECOVERED: no body, to every subscriber but the owner (channeld). */
 static void broadcast_empty(cq_core_t *c, cq_chan_t *ch, uint32_t msg_type)
 {
     cq_buf_t *rec = cq_wire_record_msg(ch->id, 0, 0, msg_type, NULL);
@@ -52,6 +62,7 @@ static void timed_fire(cq_core_t *c, const cq_timed_t *t)
         cq__notify(c, t->conn_id, 0, MT_RECOVERY_END, NULL);
         return;
     }
+    /* Only if the successor still owns the channel a second later. */
     cq_chan_t *ch = cq__chan_get(c, t->chan_id);
     if (ch && ch->owner == t->conn_id)
         broadcast_empty(c, ch, MT_CHANNEL_OWNER_RECOVERED);
@@ -103,7 +114,9 @@ void cq__recov_handles_free(cq_shared_t *sh)
 }
 
 /* On the directory worker. An expired handle also frees the spatial server slot its
- * connection kept while it was recoverable (released after dir_lock: a leaf lock). */
+ * connection kept while it was recoverable (released after dir_lock: a leaf lock). A timeout of
+ * 0 waits for ever (channeld's -scrt 0). At most 16 expire per tick, so the ids fit on the
+ * stack; the rest go at the next tick. */
 static void handles_expire(cq_core_t *c, uint64_t now)
 {
     cq_shared_t *sh = c->sh;
@@ -163,6 +176,12 @@ static cq_recsub_t *recsub_find(cq_core_t *c, const char *pit, uint32_t chan_id)
     return NULL;
 }
 
+/* At the CONN_GONE of a lost recoverable server, on every worker: what the connection held here
+ * is set aside under its PIT. Its subscriptions go like any other (their LSUB_DELs included),
+ * keeping their options and time for the successor; the channels it owned stay, ownerless, and
+ * are not removed before the recovery times out, whatever their settings say (channeld §3.7): a
+ * client's user-space messages to them are dropped meanwhile, for want of an owner. The shared
+ * handle is added once, by the directory worker. */
 void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit)
 {
     cq_connref_t *ref = cq_map_get(&c->connrefs, conn_id);
@@ -199,7 +218,9 @@ void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit)
 
 /* ---- a successor authenticated ---------------------------------------------------------- */
 
-/* Under dir_lock: claims the handle for pit if its old id is free; re-keys the directory. */
+/* Under dir_lock: claims the handle for pit if its old id is free; re-keys the directory. The
+ * old id must be free, as in channeld: if it was allocated again meanwhile, the successor keeps
+ * its new id and recovers nothing. The successor's directory entry moves to the old id. */
 static uint32_t claim(cq_shared_t *sh, const char *pit, uint32_t new_id)
 {
     uint32_t old = 0;
@@ -222,6 +243,8 @@ static uint32_t claim(cq_shared_t *sh, const char *pit, uint32_t new_id)
     return old;
 }
 
+/* At a server's first successful AUTH (auth.c), before its AuthResult is built: the result
+ * carries the old id and shouldRecover. */
 bool cq__recover_takeover(cq_core_t *c, cq_conn_t *conn, uint32_t *ret_old)
 {
     if (!c->sh->o.server_recoverable || conn->type != CQ_CONN_SERVER || !conn->pit)
@@ -239,6 +262,8 @@ bool cq__recover_takeover(cq_core_t *c, cq_conn_t *conn, uint32_t *ret_old)
     return true;
 }
 
+/* RECOVERY_CHANNEL_DATA (20), one per channel the successor gets back: the channel's full data
+ * and the restored options; subTime is the original subscription's, in unix nanoseconds. */
 static void send_recovery_data(cq_core_t *c, const cq_chan_t *ch, const cq_sub_t *s,
                                uint32_t conn_id, uint64_t sub_time_ms)
 {
@@ -259,6 +284,9 @@ static void send_recovery_data(cq_core_t *c, const cq_chan_t *ch, const cq_sub_t
     cq__notify(c, conn_id, ch->id, MT_RECOVERY_CHANNEL_DATA, &m.base);
 }
 
+/* Ownership comes back only if nobody took the channel meanwhile. The subscription comes back
+ * with its old options, with skipFirstFanOut and without a SUB result (channeld): the recovery
+ * data that follows carries the full state. */
 static void recover_one(cq_core_t *c, cq_recsub_t *r, uint32_t conn_id)
 {
     cq_chan_t *ch = cq__chan_get(c, r->chan_id);
@@ -280,7 +308,8 @@ static void recover_one(cq_core_t *c, cq_recsub_t *r, uint32_t conn_id)
     send_recovery_data(c, ch, s, conn_id, r->sub_time_ms);
 }
 
-/* After the AuthResult: every worker restores what it kept for pit. */
+/* After the AuthResult: every worker restores what it kept for pit. The successor's own worker
+ * tells the others (after the ROUTEs its adoption posted, place.c) and times RECOVERY_END. */
 void cq__recover_apply(cq_core_t *c, uint32_t conn_id, const char *pit)
 {
     if (cq__conn_worker(c, conn_id) == c->index) {
@@ -300,6 +329,9 @@ void cq__recover_apply(cq_core_t *c, uint32_t conn_id, const char *pit)
 
 /* ---- expiry ----------------------------------------------------------------------------- */
 
+/* Unclaimed state expires after server-conn-recover-timeout-ms (0: never). Only then are the
+ * channels it owned removed, if they remove themselves without an owner and are still
+ * ownerless: the grace period is what recovery is for. GLOBAL and the cells are never removed. */
 void cq__recover_tick(cq_core_t *c, uint64_t now_ms)
 {
     timed_tick(c, now_ms);

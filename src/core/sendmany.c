@@ -1,4 +1,9 @@
-/* sendmany.c - channel-data fan-out to connections of other workers: records are collected per
+/* sendmany.c - channel-data fan-out to connections of other workers.
+ *
+ * Only channel data goes this way: its recipients are known one by one (each subscriber has its
+ * own window and masks), while a user-space broadcast goes to a whole local list and travels
+ * as one XM_FANOUT per worker (forward.c). Runs on the channel's worker while it ticks, and on
+ * each recipient's worker when the SENDMANY arrives. Records are collected per
  * target worker during a tick and sent as one XM_SENDMANY per (worker, record), so a fan-out
  * costs one cross-worker message per worker, not one per subscriber. */
 #include "core.h"
@@ -8,7 +13,8 @@
 #include <string.h>
 
 /* Collects during a scheduler tick; nothing is pushed until cq__sendmany_flush(), because a
- * push may close a slow subscriber, which must not happen inside the tick. */
+ * push may close a slow subscriber, which must not happen inside the tick. Each entry holds a
+ * reference to its record. A recipient the batch cannot take (OOM) misses this fan-out. */
 void cq__sendmany_add(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec)
 {
     int w = cq__conn_worker(c, conn_id);
@@ -28,7 +34,8 @@ void cq__sendmany_add(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec)
     s->recs[s->n++] = cq_buf_ref(rec);
 }
 
-/* Sends the run [i, j) of entries that share one record. */
+/* Sends the run [i, j) of entries that share one record: one message and one reference for the
+ * run, however many recipients it has on that worker. */
 static void post_run(cq_core_t *c, int w, cq_sendmany_t *s, uint32_t i, uint32_t j)
 {
     cq_xmsg_t *m = cq__xmsg_new(XM_SENDMANY, (j - i) * sizeof(uint32_t));
@@ -39,6 +46,7 @@ static void post_run(cq_core_t *c, int w, cq_sendmany_t *s, uint32_t i, uint32_t
     cq__xmsg_post(c, w, m);
 }
 
+/* This worker's own recipients are pushed directly, now that the tick is over. */
 static void deliver_local(cq_core_t *c, cq_sendmany_t *s)
 {
     for (uint32_t i = 0; i < s->n; i++) {
@@ -48,6 +56,9 @@ static void deliver_local(cq_core_t *c, cq_sendmany_t *s)
     }
 }
 
+/* After every channel due in this call (cq_core_run_due), so records of several channels for one
+ * worker leave together, before the flush that wakes it. The batch's own references are
+ * dropped here: each message took one of its own. */
 void cq__sendmany_flush(cq_core_t *c)
 {
     for (int w = 0; w < c->nworkers; w++) {
@@ -70,6 +81,8 @@ void cq__sendmany_flush(cq_core_t *c)
     }
 }
 
+/* XM_SENDMANY on the recipients' worker: a recipient that closed meanwhile is skipped; the
+ * others' queues take their own references to the one record. */
 void cq__sendmany_deliver(cq_core_t *c, const cq_xmsg_t *m)
 {
     uint32_t n = m->body_len / sizeof(uint32_t);

@@ -1,5 +1,8 @@
 /* shared.c - process-wide state: options, connection directory, metrics.
  *
+ * Created by the main thread before any worker runs and freed after they have all stopped, so
+ * only its locked and atomic parts are ever touched concurrently (place.h lists them).
+ *
  * This is the only state every worker can reach, so it is kept small and every part of it has
  * one discipline (place.h lists the exceptions handlers may use): options are immutable after
  * start, metrics are relaxed atomics written per worker and only summed here, and the
@@ -43,9 +46,12 @@ int cq_shared_new(const cq_core_opts_t *opts, const cq_core_ops_t *ops, void *op
     pthread_mutex_init(&sh->tokens_mu, NULL);
     cq_map_init(&sh->dir);
     sh->next_conn = 1;
+    /* The workers' clock is monotonic; RECOVERY_CHANNEL_DATA.subTime is unix time (channeld's). */
     sh->unix_offset_ns = cq_clock_unix_ns() - (int64_t)cq_clock_mono_ns();
     pthread_mutex_init(&sh->groups_mu, NULL);
     pthread_mutex_init(&sh->wk_mu, NULL);
+    /* The entity groups table exists even without a spatial controller (entity channels do not
+     * need one); slot_owner has one atomic holder per server slot of the grid. */
     sh->spatial = opts->spatial;
     if (!(sh->groups = cq_entgroups_new()) ||
         (sh->spatial &&
@@ -53,6 +59,7 @@ int cq_shared_new(const cq_core_opts_t *opts, const cq_core_ops_t *ops, void *op
         cq_shared_free(sh);
         return -ENOMEM;
     }
+    /* Read now, before any worker runs: a token file that does not load stops the start. */
     if (opts->auth_provider == CQ_AUTH_FILE) {
         r = cq__tokens_load(sh, opts->auth_token_file, err, errlen);
         if (r < 0) {
@@ -102,6 +109,10 @@ uint32_t cq_shared_conn_id_alloc(cq_shared_t *sh, int type)
     return cq_shared_conn_id_alloc_on(sh, type, -1);
 }
 
+/* Under dir_lock: the acceptors (worker 0) and every KCP worker allocate concurrently.
+ * max-connections counts directory entries, so a closing connection stops counting at its close
+ * (conn.c). With worker >= 0 the id must hash to that worker, where the KCP session's datagrams
+ * arrive: ids of other workers are skipped (and left for their own allocations). */
 uint32_t cq_shared_conn_id_alloc_on(cq_shared_t *sh, int type, int worker)
 {
     uint32_t id = 0;
@@ -133,6 +144,8 @@ out:
     return id;
 }
 
+/* From the main thread (SIGHUP): each worker resolves its own channels against the new schema
+ * when its XM_SCHEMA arrives, so no channel is touched off its worker. */
 void cq_shared_set_schema(cq_shared_t *sh, const struct cq_schema *schema)
 {
     for (int w = 0; w < sh->o.workers; w++) {
@@ -151,18 +164,23 @@ int cq_shared_workers(const cq_shared_t *sh)
 
 /* ---- metrics ---------------------------------------------------------------------------- */
 
+/* channeld's metric names and labels (§5.2) are kept, so that its dashboards work unchanged;
+ * chanq's own counters sit beside them (doc/metrics.md). The order follows the M_* enum in
+ * core_int.h. */
 static const char *const counter_names[M__COUNT] = {
     "messages_in",      "messages_out",       "packets_in",          "packets_out",
     "bytes_in",         "bytes_out",          "connection_closed",   "slow_consumer_closed",
     "fsm_disallowed",   "auth_failed",        "auth_timeout_closed", "idle_timeout_closed",
     "messages_dropped", "chanq_limit_closed", "packets_drop",        "packets_frag",
     "packets_comb",     "chanq_fanouts_total"};
+/* Label values are channeld's enum names (§5.2), as its dashboards select on them. */
 static const char *const conn_types[3] = {"NO_CONNECTION", "SERVER", "CLIENT"};
 static const char *const transports[CQ_CONN_TRANSPORTS] = {"tcp", "ws", "wss", "kcp"};
 static const char *const chan_types[8] = {"OTHER",   "GLOBAL", "PRIVATE", "SUBWORLD",
                                           "SPATIAL", "ENTITY", "TEST",    ""};
 
-/* Sum of counter m for connection type t over every worker. Any thread. */
+/* Sum of counter m for connection type t over every worker. Any thread. Summed when read, so
+ * the per-message path writes only its own worker's counters (core_int.h). */
 static uint64_t counter_sum(cq_shared_t *sh, int m, int t)
 {
     uint64_t s = 0;
@@ -172,6 +190,8 @@ static uint64_t counter_sum(cq_shared_t *sh, int m, int t)
     return s;
 }
 
+/* One counter by its metric name, summed over workers and connection types, for the manager's
+ * report (src/main/mgrfig.c); 0 for an unknown name. */
 uint64_t cq_shared_counter(cq_shared_t *sh, const char *name)
 {
     for (int m = 0; m < M__COUNT; m++)
@@ -180,6 +200,8 @@ uint64_t cq_shared_counter(cq_shared_t *sh, const char *name)
     return 0;
 }
 
+/* Each series is read on its own, with no lock: the report is a snapshot that need not be
+ * consistent across series (a connection may be counted before its subscriptions). */
 void cq_shared_gauges(cq_shared_t *sh, int64_t ret_connections[CQ_CONN_TRANSPORTS],
                       int64_t ret_channels[6], int64_t *ret_subscribers)
 {
@@ -194,6 +216,8 @@ void cq_shared_gauges(cq_shared_t *sh, int64_t ret_connections[CQ_CONN_TRANSPORT
 static size_t put(char *buf, size_t cap, size_t off, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Appends to buf at off. Past cap the text is cut and every later line dropped: the result is
+ * truncated, never overrun (cq_shared_metrics clamps the length it returns). */
 static size_t put(char *buf, size_t cap, size_t off, const char *fmt, ...)
 {
     if (off >= cap)
@@ -218,7 +242,8 @@ static double tick_ms(cq_shared_t *sh)
     return (double)ns / 1e6;
 }
 
-/* chanq's own relay metrics (doc/metrics.md): by transport, subscribers, fan-outs. */
+/* chanq's own relay metrics (doc/metrics.md): by transport, subscribers, fan-outs. The logs
+ * counter is channeld's (warnings and errors logged), kept under its name. */
 static size_t metrics_chanq(cq_shared_t *sh, char *buf, size_t cap, size_t o)
 {
     o = put(buf, cap, o, "# TYPE chanq_connections gauge\n");
@@ -238,6 +263,8 @@ static size_t metrics_chanq(cq_shared_t *sh, char *buf, size_t cap, size_t o)
     return o;
 }
 
+/* Any thread (the admin listener runs on worker 0): only atomics are read, no worker is asked,
+ * so a scrape never waits for a busy worker. */
 size_t cq_shared_metrics(cq_shared_t *sh, char *buf, size_t cap)
 {
     size_t o = 0;
@@ -265,6 +292,8 @@ size_t cq_shared_metrics(cq_shared_t *sh, char *buf, size_t cap)
     return o < cap ? o : cap;
 }
 
+/* The text is a fixed set of series (no label per channel or connection), a few KiB: this
+ * leaves room to spare. */
 #define METRICS_CAP (64u * 1024u)
 
 int cq_shared_metrics_append(void *ud, cq_sbuf_t *out)

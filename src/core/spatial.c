@@ -48,6 +48,9 @@ static int slots_ready(cq_core_t *c)
     return cq_spatial_slots_init(&c->slots, c->sh->spatial);
 }
 
+/* Stores every slot, not only the one that changed: a few atomics, on a take or a release. The
+ * other workers read them (an entity created on GLOBAL, a cross-server handover) instead of
+ * asking this one, which would cost a round trip per decision. */
 static void slot_publish(cq_core_t *c)
 {
     for (uint32_t i = 0; i < c->slots.n; i++)
@@ -64,6 +67,9 @@ void cq__spatial_release(cq_core_t *c, uint32_t conn_id)
     }
 }
 
+/* A recoverable server keeps its slot for a successor with the same PIT, which takes the old id
+ * and with it the slot, its cells and its border subscriptions; recover.c releases the slot if
+ * the recovery times out. */
 void cq__spatial_conn_gone(cq_core_t *c, uint32_t conn_id, bool recoverable)
 {
     if (!recoverable)
@@ -86,6 +92,8 @@ void cq__spatial_free(cq_core_t *c)
 
 /* ---- on a cell's worker ----------------------------------------------------------------- */
 
+/* who is a server (an owner or a border holder): only servers hold slots. Silent: the chain
+ * sends the SUB result right after this step, from this worker. */
 static void cell_subscribe(cq_core_t *c, cq_req_t *r, cq_chan_t *ch, uint32_t who,
                            const Channeldpb__ChannelSubscriptionOptions *o)
 {
@@ -129,6 +137,8 @@ static void cell_take_over(cq_core_t *c, cq_req_t *r, Channeldpb__CreateChannelM
         CQ_MSG_LOG(c, SP_LOG, "conn %u: spatial channel %u: bad initial data", r->conn_id, ch->id);
 }
 
+/* On the cell's worker. The CREATE request is decoded again here, as a decoded message cannot
+ * travel between workers (dispatch.c): its metadata, data and subOptions apply to every cell. */
 void cq__spatial_cell(cq_core_t *c, cq_req_t *r, uint32_t id, uint32_t mode, uint32_t who)
 {
     Channeldpb__CreateChannelMessage *m = cq__req_body(c, r);
@@ -185,6 +195,8 @@ static void chain_msg(sp_chain_t *ch, uint32_t cell, uint32_t mode, uint32_t who
     cq_buf_unref(rec);
 }
 
+/* The rest of the chain goes to worker w with the request's body in front of it (u1 = where the
+ * steps start), so that the steps there can decode the request. */
 static void chain_post(cq_core_t *c, const cq_req_t *r, int w, const uint8_t *p, size_t n)
 {
     cq_xmsg_t *x = cq__xmsg_new(XM_SP_CELL, r->mp.body_len + n);
@@ -242,6 +254,7 @@ static void post_create(cq_core_t *c, cq_req_t *r, uint32_t id, uint32_t who)
     cq__spatial_chain(c, r, (const uint8_t *)&st, sizeof(st));
 }
 
+/* The cells are listed by LIST like any channel; a cell taken over shows its new metadata. */
 static void dir_register(cq_core_t *c, uint32_t id, const char *metadata)
 {
     if (cq_map_get(&c->chaninfo, id))
@@ -273,7 +286,10 @@ static void chain_ready(sp_chain_t *ch, uint32_t to, uint32_t count)
         chain_msg(ch, 0, 0, 0, to, 0, 0, 0, MT_SPATIAL_READY, &out.base);
 }
 
-/* The last slot was filled (§4.3 step 4): border interest for every server, then READY. */
+/* The last slot was filled (§4.3 step 4): border interest for every server, then READY. Every
+ * server's border subscriptions take the last requester's subOptions, as in channeld. READY
+ * goes to each slot holder and to the GLOBAL owner, so twice to a GLOBAL owner that is also a
+ * spatial server (channeld does the same). */
 static void all_ready(cq_core_t *c, sp_chain_t *chain, const cq_subopts_t *opts)
 {
     const cq_spatial_cfg_t *g = c->sh->spatial;
@@ -296,6 +312,7 @@ static void all_ready(cq_core_t *c, sp_chain_t *chain, const cq_subopts_t *opts)
     CQ_INFO(SP_LOG, "spatial channels ready: %u servers", c->slots.n);
 }
 
+/* Under msgType 10 whatever the request's type (a type-3 SPATIAL create too, as channeld). */
 static void chain_created(sp_chain_t *ch, const cq_req_t *r,
                           const Channeldpb__CreateChannelMessage *m, uint32_t *cells, uint32_t n,
                           uint32_t gowner)
@@ -355,7 +372,9 @@ out:
 }
 
 /* The requester's replies (§4.3 step 5); its own cells' subscriptions happen on their workers
- * right before their SUB results. */
+ * right before their SUB results. SPATIAL_REGIONS_UPDATE carries stub 0 when another connection
+ * owns GLOBAL: channeld's handler zeroes the request's stub in place when it sends the GLOBAL
+ * owner's copy of the result, and the later reply inherits it (§4.3 step 5). */
 static void reply_all(cq_core_t *c, sp_chain_t *ch, const cq_req_t *r,
                       const Channeldpb__CreateChannelMessage *m, uint32_t *cells, uint32_t n,
                       const cq_subopts_t *opts)
@@ -406,6 +425,10 @@ out:
     cq_free(cells);
 }
 
+/* On the directory worker, where the slots live. Only a SERVER creates spatial channels, and
+ * without a free slot nothing is answered (channeld). The readiness steps run only when this
+ * request filled the last free slot: a holder repeating its request gets its own replies again,
+ * not another round of border subscriptions and READY. */
 void cq__handle_create_spatial(cq_core_t *c, cq_req_t *r)
 {
     Channeldpb__CreateChannelMessage *m = cq__req_body(c, r);
@@ -435,6 +458,7 @@ void cq__handle_create_spatial(cq_core_t *c, cq_req_t *r)
 
 /* ---- QUERY_SPATIAL_CHANNEL, DEBUG_GET_SPATIAL_REGIONS ------------------------------------ */
 
+/* Each SpatialInfo to its cell's id, in order; off the grid (or NULL) gives 0 (§1.7). */
 void cq__handle_query_spatial(cq_core_t *c, cq_req_t *r)
 {
     const cq_spatial_cfg_t *g = c->sh->spatial;
@@ -463,6 +487,7 @@ void cq__handle_query_spatial(cq_core_t *c, cq_req_t *r)
     cq_free(ids);
 }
 
+/* --dev only, as in channeld; answered under msgType 13 with the request's stub. */
 void cq__handle_debug_regions(cq_core_t *c, cq_req_t *r)
 {
     if (!c->sh->o.dev || !c->sh->spatial) {

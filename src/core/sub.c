@@ -1,5 +1,10 @@
 /* sub.c - subscriptions: options, SUB/UNSUB, local fan-out lists, connection loss.
  *
+ * The connection directory (dir_lock) counts each connection's subscriptions, as the one place
+ * that sees them on every worker: the count enforces the per-connection limit, and the entry
+ * gives the type of a connection another one subscribes. It is taken once per SUB and
+ * removal, never per message.
+ *
  * A subscription is recorded twice: by the channel's worker (cq_sub_t in the channel, with
  * the options and data schedule) and by the subscriber's worker (the channel's local fan-out
  * list, a plain array of connections), so that a broadcast is one message per worker and a
@@ -30,6 +35,9 @@ void cq__subopts_done(cq_subopts_t *o)
     o->n_masks = 0;
 }
 
+/* A new subscription's options before the request's are merged (channeld §2.4): READ access
+ * (an owner writes because it owns, not by its subscription), the channel type's interval and
+ * delay, skip-self on, skip-first off, no masks. */
 static void opts_default(cq_subopts_t *o, const cq_chan_settings_t *st)
 {
     memset(o, 0, sizeof(*o));
@@ -39,7 +47,10 @@ static void opts_default(cq_subopts_t *o, const cq_chan_settings_t *st)
     o->skip_self = true;
 }
 
-/* Set fields win; masks append (channeld's protobuf Merge). Interval clamped to >= 1. */
+/* Set fields win; masks append (channeld's protobuf Merge). Interval clamped to >= 1: any
+ * connection that may SUB can send 0, which made channeld's fan-out loop spin for ever (§2.6,
+ * §8.2). Masks appending on every re-subscription is channeld's behaviour, kept for its
+ * clients (§8.2 lists it among the quirks to keep). */
 static int opts_merge(cq_subopts_t *o, const Channeldpb__ChannelSubscriptionOptions *m)
 {
     if (!m)
@@ -76,6 +87,8 @@ int cq__subopts_make(const cq_chan_settings_t *st,
     return opts_merge(ret, req);
 }
 
+/* Every field marked present: a result states the options in effect, not only those the
+ * request set. The masks are borrowed from o; pb lives only until its record is encoded. */
 void cq__subopts_to_pb(const cq_subopts_t *o, Channeldpb__ChannelSubscriptionOptions *pb)
 {
     channeldpb__channel_subscription_options__init(pb);
@@ -92,6 +105,10 @@ void cq__subopts_to_pb(const cq_subopts_t *o, Channeldpb__ChannelSubscriptionOpt
 
 /* ---- connection references (per worker reverse index) ---------------------------------- */
 
+/* What this worker's channels hold of one connection: its subscriptions and the channels it
+ * owns. A CONN_GONE then costs what the connection held here, not a walk of every channel. A
+ * ref exists only while it holds something (cq__connref_gc), so callers that remove from it
+ * look it up again afterwards. */
 cq_connref_t *cq__connref(cq_core_t *c, uint32_t conn_id, bool create)
 {
     cq_connref_t *ref = cq_map_get(&c->connrefs, conn_id);
@@ -118,6 +135,9 @@ void cq__connref_gc(cq_core_t *c, uint32_t conn_id)
 
 /* ---- local fan-out lists ---------------------------------------------------------------- */
 
+/* conn joins chan_id's local list and records its place there (conn->chans), so that a close
+ * unlinks it from every list without searching them. On OOM it is not listed and misses the
+ * channel's broadcasts; the LSUB_DEL that follows finds nothing to remove. */
 void cq__lsub_add(cq_core_t *c, uint32_t chan_id, uint32_t conn_id)
 {
     cq_conn_t *conn = cq_map_get(&c->conns, conn_id);
@@ -158,7 +178,11 @@ static cq_conn_chan_t *conn_chan(cq_conn_t *conn, uint32_t chan_id)
     return NULL;
 }
 
-/* Swap-removes position idx of the list of chan_id, fixing the moved connection's index. */
+/* Swap-removes position idx of the list of chan_id, fixing the moved connection's index. The
+ * list stays a dense array for the fan-out walk; the order of recipients is not observable
+ * (each connection's own queue keeps its order). An emptied list is freed with its fan-out
+ * buffer (its segment was delivered above), so a worker keeps lists only for channels that
+ * have subscribers here. */
 static void lsub_unlink(cq_core_t *c, uint32_t chan_id, uint32_t idx)
 {
     cq__seg_close(c); /* a leaving subscriber gets what was fanned out before */
@@ -191,6 +215,8 @@ void cq__lsub_del(cq_core_t *c, uint32_t chan_id, uint32_t conn_id)
     *e = conn->chans[--conn->n_chans];
 }
 
+/* At the close: the connection leaves every local list at once, not when the channels' LSUB_DELs
+ * arrive (they find nothing then), so no broadcast in between is queued for it. */
 void cq__lsub_conn_drop(cq_core_t *c, cq_conn_t *conn)
 {
     while (conn->n_chans) {
@@ -199,6 +225,9 @@ void cq__lsub_conn_drop(cq_core_t *c, cq_conn_t *conn)
     }
 }
 
+/* A subscriber on this worker is changed at once: its local fan-out is a direct call too
+ * (cq__fanout), so list changes and broadcasts keep their call order, as they keep their post
+ * order on another worker's FIFO. */
 static void lsub_post(cq_core_t *c, int kind, uint32_t chan_id, uint32_t conn_id)
 {
     int w = cq__conn_worker(c, conn_id);
@@ -267,7 +296,9 @@ static void dir_sub_dec(cq_shared_t *sh, uint32_t conn_id)
     pthread_mutex_unlock(&sh->dir_lock);
 }
 
-/* Creates the record; its options are the channel type's defaults. */
+/* Creates the record; its options are the channel type's defaults. The directory is asked
+ * first, so a refusal (over the limit, or the connection is gone) leaves nothing to undo. The
+ * subscription time is kept for RECOVERY_CHANNEL_DATA.subTime. */
 static int sub_new(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type, cq_sub_t **ret)
 {
     uint8_t type = conn_type;
@@ -291,7 +322,9 @@ static int sub_new(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_t
     return 0;
 }
 
-/* Links a new record into the fan-out accounting and the subscriber's local list. */
+/* Links a new record into the fan-out accounting and the subscriber's local list. wcount tells
+ * cq__fanout which workers have subscribers, so a broadcast posts nothing to the others. The
+ * LSUB_ADD leaves now, before any broadcast this worker sends the channel later. */
 static void sub_link(cq_core_t *c, cq_chan_t *ch, cq_sub_t *s)
 {
     ch->wcount[cq__conn_worker(c, s->conn_id)]++;
@@ -304,6 +337,9 @@ static void sub_schedule(cq_core_t *c, cq_chan_t *ch, cq_sub_t *s)
     cq__data_sub(c, ch, s);
 }
 
+/* For subscriptions whose options are complete already: a recovered server's (its old options
+ * and subscription time), a handover's. *opts, masks included, moves into the record on
+ * success; on failure the caller still owns it. */
 int cq__sub_add_opts(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type,
                      const cq_subopts_t *opts, uint64_t sub_time_ms, cq_sub_t **ret)
 {
@@ -319,6 +355,7 @@ int cq__sub_add_opts(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn
     return 0;
 }
 
+/* A subscription asked for: the request's options merged over the channel type's defaults. */
 int cq__sub_add(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type,
                 const Channeldpb__ChannelSubscriptionOptions *req, cq_sub_t **ret)
 {
@@ -333,6 +370,11 @@ int cq__sub_add(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type
     return 0;
 }
 
+/* The schedule forgets the subscriber first, so no fan-out is built for it any more; then the
+ * LSUB_DEL is posted after every FANOUT this worker already posted for the channel, so the
+ * leaving subscriber gets what was broadcast before it left and nothing after. dir_update is
+ * false when the directory entry is gone already (a closed connection: dir_remove took the
+ * count with it). */
 void cq__sub_remove(cq_core_t *c, cq_sub_t *s, bool dir_update)
 {
     cq_chan_t *ch = s->chan;
@@ -351,7 +393,8 @@ void cq__sub_remove(cq_core_t *c, cq_sub_t *s, bool dir_update)
 /* ---- replies ---------------------------------------------------------------------------- */
 
 /* Sends a result to the requester (stub echoed), the subject if different and the owner if
- * neither (stub 0). */
+ * neither (stub 0), as channeld does, except that channeld sends an owner that is also the
+ * subject (and not the requester) a second copy; here it gets one. */
 static void send_three(cq_core_t *c, const cq_chan_t *ch, const cq_req_t *r, uint32_t subject,
                        uint32_t msg_type, const ProtobufCMessage *msg)
 {
@@ -375,6 +418,7 @@ void cq__sub_result(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s, const cq_req
     send_three(c, ch, r, s->conn_id, MT_SUB, &out.base);
 }
 
+/* r NULL: the connection was lost, and only the owner hears of it (channeld §2.2). */
 static void unsub_result(cq_core_t *c, const cq_chan_t *ch, const cq_req_t *r, uint32_t conn_id,
                          uint8_t conn_type)
 {
@@ -407,6 +451,9 @@ void cq__sub_refused(cq_core_t *c, const cq_req_t *r, uint32_t target, uint32_t 
     cq__close_conn(c, target, rc, why);
 }
 
+/* SUB on an existing subscription: the options merge (masks append) and the result is sent
+ * only when dataAccess changed, as in channeld (§1.7); a client waiting on its stub for any
+ * other change waits in channeld too. */
 static void resubscribe(cq_core_t *c, cq_chan_t *ch, cq_sub_t *s, const cq_req_t *r,
                         const Channeldpb__ChannelSubscriptionOptions *o)
 {
@@ -431,6 +478,8 @@ void cq__handle_sub(cq_core_t *c, cq_req_t *r)
         CQ_MSG_LOG(c, "sub", "conn %u: SUB_TO_CHANNEL %u without connId", r->conn_id, ch->id);
         return;
     }
+    /* The ACL guards only acting on another connection: subscribing oneself is allowed whenever
+     * the FSM let SUB through (channeld). */
     if (target != r->conn_id &&
         !cq__acl_allows(ch, CQ_ACCESS_SUB, r->conn_id, atomic_load(&c->sh->global_owner))) {
         CQ_MSG_LOG(c, "sub", "conn %u: subscribing conn %u to channel %u denied by the ACL",
@@ -457,6 +506,8 @@ void cq__handle_unsub(cq_core_t *c, cq_req_t *r)
     Channeldpb__UnsubscribedFromChannelMessage *m = cq__req_body(c, r);
     if (!m)
         return;
+    /* Unlike SUB, connId is read from clients too (channeld): a client naming another
+     * connection needs the Unsub ACL like anyone. */
     uint32_t target = m->connid;
     if (target != r->conn_id &&
         !cq__acl_allows(ch, CQ_ACCESS_UNSUB, r->conn_id, atomic_load(&c->sh->global_owner))) {
@@ -482,6 +533,10 @@ void cq__handle_unsub(cq_core_t *c, cq_req_t *r)
 
 /* ---- a connection closed ---------------------------------------------------------------- */
 
+/* The owner closed. GLOBAL is never removed (§2.2): it waits, unpossessed, for the next
+ * CREATE_CHANNEL{GLOBAL}. Nor is a spatial cell: the grid is fixed, and the server that takes the
+ * slot over takes its cells over with their subscribers (§8.2 fix). Other channels follow their
+ * type's RemoveChannelAfterOwnerRemoved. */
 static void owner_gone(cq_core_t *c, cq_chan_t *ch)
 {
     uint32_t owner = ch->owner;
@@ -499,6 +554,10 @@ static void owner_gone(cq_core_t *c, cq_chan_t *ch)
     }
 }
 
+/* On every worker (XM_CONN_GONE; directly on the connection's own): what this worker holds of
+ * the connection goes. A lost recoverable server (pit set) keeps it instead: recover.c moves
+ * its subscriptions and ownerships aside for a successor with the same PIT. Subscriptions are
+ * removed with dir_update false: the close took the directory entry and its count. */
 void cq__conn_gone(cq_core_t *c, uint32_t conn_id, uint8_t conn_type, const char *pit)
 {
     (void)conn_type;
