@@ -1,6 +1,6 @@
 /* io_adminconn.h - the connections of an admin HTTP listener (/metrics, /healthz): one request,
  * one answer (cq_admin_respond), then close. Shared by the worker-0 admin listener
- * (admin_http.c) and the manager's loop (mgr_io.c). Loop thread of the set.
+ * (admin_http.c) and the engine-loop host's (io_engine.c: the manager's). Loop thread of the set.
  *
  * Limits, because the listener serves before any authentication: at most max connections (more
  * are accepted and closed at once, so the kernel backlog never fills), and a connection lives

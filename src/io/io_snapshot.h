@@ -1,7 +1,7 @@
-/* io_snapshot.h - a metrics text that one loop thread renders and others read: the MQ loop's
- * and the manager loop's part of /metrics, which the admin listener (another thread) serves.
- * The loop renders into a private buffer and swaps it in under the mutex; readers copy it under
- * the same mutex. Neither side is a hot path. */
+/* io_snapshot.h - a metrics text that one loop thread renders and others read: an engine-loop
+ * host's part of /metrics (io_engine.c: the MQ port's, the manager's), which the admin listener
+ * (another thread) serves. The loop renders into a private buffer and swaps it in under the mutex;
+ * readers copy it under the same mutex. Neither side is a hot path. */
 #ifndef CQ_IO_SNAPSHOT_H
 #define CQ_IO_SNAPSHOT_H
 

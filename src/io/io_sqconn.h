@@ -1,13 +1,13 @@
 /* io_sqconn.h - a TCP connection on a libuv loop whose output is a sans-I/O engine's send queue
- * (cq_sendq): the connection plumbing that the durable-topic loop (mq_io.c) and the manager's
- * loop (mgr_io.c) share. It reads into its class's buffer and hands the bytes to the class's
- * input hook; writes the queue the one way of the edge (io_stream.c: try first, then one
- * uv_write, whose callback releases what was written); closes gracefully (stop reading, write
- * what is queued, shut the write side down, close) or at once; and keeps the timestamps that the
- * class's timeouts are checked against (cq__io_sqconn_sweep). Loop thread only.
+ * (cq_sendq): the connection plumbing of the engine-loop host (io_engine.c), under the
+ * durable-topic port, the manager and the next front ends. It reads into its class's buffer and
+ * hands the bytes to the class's input hook; writes the queue the one way of the edge (io_stream.c:
+ * try first, then one uv_write, whose callback releases what was written); closes gracefully (stop
+ * reading, write what is queued, shut the write side down, close) or at once; and keeps the
+ * timestamps that the class's timeouts are checked against (cq__io_sqconn_sweep). Loop thread only.
  *
  * Ownership: the owner allocates the struct that embeds an io_sqconn_t as its FIRST member
- * (tcp.data, and h->data in a loop walk, is the io_sqconn_t) and frees it in the class's closed
+ * (tcp.data is the io_sqconn_t; the host's is an io_econn_t) and frees it in the class's closed
  * hook, which libuv runs after every write callback: the engine connection, and the send queue
  * it owns, may go there. The class is the owner's and outlives its connections. */
 #ifndef CQ_IO_SQCONN_H
