@@ -124,7 +124,13 @@ static void respond_raw(req_t *q, int status, const char *ctype, const void *bod
         "Referrer-Policy: no-referrer\r\n";
     const char *extra[] = {sec, q->api ? "Cache-Control: no-store\r\n" : NULL, q->extra};
     char head[1024];
-    int hn = cq_http_answer_head(head, sizeof(head), status, ctype, blen, extra, 3, h->keep_alive);
+    const cq_http_answer_t a = {.status = status,
+                                .ctype = ctype,
+                                .length = blen,
+                                .extra = extra,
+                                .nextra = 3,
+                                .keep_alive = h->keep_alive};
+    int hn = cq_http_answer_head(head, sizeof(head), &a);
     if (hn < 0) {
         h_close(h);
         return;
