@@ -155,6 +155,29 @@ bool cq_http_list_any(const char *list, const char *v, size_t n,
  * way). list NULL or "", or h NULL (no Host header) with a list without "*": false. */
 bool cq_http_host_listed(const char *list, const char *h, size_t n);
 
+/* The request headers both JSON APIs read, collected from a parsed head's slices (valid while
+ * the head's buffer is). Zero-initialise, pass each header to cq_http_fields_take(). */
+typedef struct cq_http_fields {
+    const char *host, *origin, *ctype, *auth; /* Host, Origin, Content-Type, Authorization:
+                                                 the last one of each; NULL when absent */
+    size_t host_len, origin_len, ctype_len, auth_len;
+    uint64_t content_length;    /* 0 when absent */
+    bool cl_seen;               /* a valid Content-Length was taken */
+    bool chunked;               /* a Transfer-Encoding header was present */
+    bool conn_close, conn_keep; /* Connection tokens "close", "keep-alive" */
+    bool bad; /* a malformed Content-Length, two that differ, or a second Host (which of two
+                 Hosts a proxy or the browser meant is unknowable) */
+} cq_http_fields_t;
+
+/* Takes h into f when it is one of the headers above (compared case-insensitively) and returns
+ * true; returns false and leaves f as it was for any other header (Cookie, X-CSRF-Token, ...),
+ * which is the caller's. Values are checked as cq_http_content_length() and
+ * cq_http_connection() do. Pure. */
+bool cq_http_fields_take(cq_http_fields_t *f, const cq_http_header_t *h);
+/* Whether the connection stays open after the answer: an HTTP/1.1 request unless it said
+ * "Connection: close", an HTTP/1.0 one only when it said "keep-alive". */
+bool cq_http_fields_keep_alive(const cq_http_fields_t *f, bool http11);
+
 /* Answers quote requests (a path segment, a name): a byte of s that is not part of valid UTF-8
  * (or a sequence cut short) becomes '?', so that a JSON answer can still be built. Overlong forms
  * and surrogates pass: jansson takes them. */

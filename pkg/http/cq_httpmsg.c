@@ -123,6 +123,43 @@ bool cq_http_host_listed(const char *list, const char *h, size_t n)
     return cq_http_list_any(list, h, n, host_match);
 }
 
+/* ---- the headers the JSON APIs read ------------------------------------------------------ */
+
+static void take_slice(const cq_http_header_t *h, const char **v, size_t *n)
+{
+    *v = h->value;
+    *n = h->value_len;
+}
+
+bool cq_http_fields_take(cq_http_fields_t *f, const cq_http_header_t *h)
+{
+    if (cq_http_name_is(h, "content-length")) {
+        if (cq_http_content_length(h->value, h->value_len, &f->cl_seen, &f->content_length) < 0)
+            f->bad = true;
+    } else if (cq_http_name_is(h, "transfer-encoding")) {
+        f->chunked = true;
+    } else if (cq_http_name_is(h, "connection")) {
+        cq_http_connection(h->value, h->value_len, &f->conn_close, &f->conn_keep);
+    } else if (cq_http_name_is(h, "host")) {
+        f->bad = f->bad || f->host != NULL;
+        take_slice(h, &f->host, &f->host_len);
+    } else if (cq_http_name_is(h, "origin")) {
+        take_slice(h, &f->origin, &f->origin_len);
+    } else if (cq_http_name_is(h, "content-type")) {
+        take_slice(h, &f->ctype, &f->ctype_len);
+    } else if (cq_http_name_is(h, "authorization")) {
+        take_slice(h, &f->auth, &f->auth_len);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+bool cq_http_fields_keep_alive(const cq_http_fields_t *f, bool http11)
+{
+    return !f->conn_close && (http11 || f->conn_keep);
+}
+
 /* ---- answer heads ------------------------------------------------------------------------ */
 
 const char *cq_http_reason(int status)
