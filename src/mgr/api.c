@@ -15,13 +15,13 @@
 #include "cq_alloc.h"
 #include "cq_authlim.h"
 #include "cq_buf.h"
-#include "cq_embedded.h"
 #include "cq_err.h"
 #include "cq_http.h"
 #include "cq_list.h"
 #include "cq_log.h"
 #include "cq_sbuf.h"
 #include "cq_util.h"
+#include "mgr_console.h"
 #include "mgr_int.h"
 
 #include <errno.h>
