@@ -135,8 +135,22 @@ def parse_deps(rows, names):
 
 # ---- headers and what each module may include ------------------------------------------------
 
+def generated_headers(files):
+    """Headers a module's meson.build generates (custom_target outputs): the module owns them."""
+    out = {}
+    for p in files:
+        if os.path.basename(p) != 'meson.build' or not module_of(p):
+            continue
+        with open(p, encoding='utf-8') as f:
+            text = f.read()
+        for m in re.finditer(r"output:\s*\[([^\]]*)\]|output:\s*'([^']*)'", text):
+            for name in re.findall(r"'([^']+\.h)'", m.group(0)):
+                out[name] = module_of(p)
+    return out
+
+
 def header_owners(files):
-    owners = {}
+    owners = generated_headers(files)
     for p in files:
         mod = module_of(p)
         if not p.endswith('.h') or not mod:

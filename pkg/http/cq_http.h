@@ -128,9 +128,9 @@ void cq_http_headers_done(cq_http_headers_t *hs);
 /* True if the header's name is name, compared case-insensitively (name is ASCII). */
 bool cq_http_name_is(const cq_http_header_t *h, const char *name);
 
-/* ---- request rules and answers shared by the JSON APIs (cq_httpmsg.c) ----------------------
+/* ---- request rules shared by the JSON APIs (cq_httpmsg.c) ---------------------------------
  * What the MQ HTTP API (src/mqsrv) and the manager's console API (src/mgr) both apply to a
- * parsed head, and how both write an answer's head. Pure; no logging. */
+ * parsed head. Pure; no logging. */
 
 /* The request line of an API: HTTP/1.0 or 1.1 and an origin-form target ("/path?query").
  * Returns 0 with *http11 and the path and query slices (query NULL without '?'), or CQ_EHEADER. */
@@ -155,17 +155,68 @@ bool cq_http_list_any(const char *list, const char *v, size_t n,
  * way). list NULL or "", or h NULL (no Host header) with a list without "*": false. */
 bool cq_http_host_listed(const char *list, const char *h, size_t n);
 
-/* The reason phrase of a status the APIs answer ("Service Unavailable" for any other). */
-const char *cq_http_reason(int status);
-/* Writes an answer's head into buf[cap]: "HTTP/1.1 <status> <reason>", Content-Type (unless
- * ctype is NULL), Content-Length, the header lines extra[0..nextra) (each CRLF-terminated; NULL
- * items skipped), "Connection: close" unless keep_alive, then the empty line. Returns the head's
- * length, or -1 when it does not fit in cap. */
-int cq_http_answer_head(char *buf, size_t cap, int status, const char *ctype, size_t body_len,
-                        const char *const *extra, size_t nextra, bool keep_alive);
+/* The request headers both JSON APIs read, collected from a parsed head's slices (valid while
+ * the head's buffer is). Zero-initialise, pass each header to cq_http_fields_take(). */
+typedef struct cq_http_fields {
+    const char *host, *origin, *ctype, *auth; /* Host, Origin, Content-Type, Authorization:
+                                                 the last one of each; NULL when absent */
+    size_t host_len, origin_len, ctype_len, auth_len;
+    uint64_t content_length;    /* 0 when absent */
+    bool cl_seen;               /* a valid Content-Length was taken */
+    bool chunked;               /* a Transfer-Encoding header was present */
+    bool conn_close, conn_keep; /* Connection tokens "close", "keep-alive" */
+    bool bad; /* a malformed Content-Length, two that differ, or a second Host (which of two
+                 Hosts a proxy or the browser meant is unknowable) */
+} cq_http_fields_t;
+
+/* Takes h into f when it is one of the headers above (compared case-insensitively) and returns
+ * true; returns false and leaves f as it was for any other header (Cookie, X-CSRF-Token, ...),
+ * which is the caller's. Values are checked as cq_http_content_length() and
+ * cq_http_connection() do. Pure. */
+bool cq_http_fields_take(cq_http_fields_t *f, const cq_http_header_t *h);
+/* Whether the connection stays open after the answer: an HTTP/1.1 request unless it said
+ * "Connection: close", an HTTP/1.0 one only when it said "keep-alive". */
+bool cq_http_fields_keep_alive(const cq_http_fields_t *f, bool http11);
+
 /* Answers quote requests (a path segment, a name): a byte of s that is not part of valid UTF-8
  * (or a sequence cut short) becomes '?', so that a JSON answer can still be built. Overlong forms
  * and surrogates pass: jansson takes them. */
 void cq_http_scrub_utf8(char *s);
+
+/* ---- answer heads: the one writer of an HTTP/1.1 status line and header block -----------
+ * Every chanq listener answers through cq_http_answer_head(): the JSON APIs (src/mqsrv,
+ * src/mgr), the admin endpoint (src/admin) and the WebSocket listener's 101, error and file
+ * answers (src/transport/ws). */
+
+/* The reason phrase of status: the standard one for each status a chanq listener answers (101,
+ * 200, 400, 401, 403, 404, 405, 409, 413, 415, 421, 426, 429, 431, 500, 503), "Service
+ * Unavailable" for any other. Static. */
+const char *cq_http_reason(int status);
+
+/* What an answer's head says. Zero-initialise and set what applies: the zero value is a
+ * "Connection: close" answer with "Content-Length: 0" and no Content-Type. */
+typedef struct cq_http_answer {
+    int status;               /* the reason phrase is cq_http_reason(status) */
+    const char *ctype;        /* Content-Type value; NULL: no Content-Type line */
+    uint64_t length;          /* Content-Length value */
+    bool no_length;           /* no Content-Length line (a 101 has no body to count) */
+    const char *const *extra; /* written in order after Content-Length (NULL items skipped):
+                                 whole header lines, or pieces of them, CRLF-terminated */
+    size_t nextra;
+    bool keep_alive; /* false: "Connection: close" after the extra lines */
+} cq_http_answer_t;
+
+/* Writes a's head into buf[cap], NUL-terminated:
+ *
+ *   HTTP/1.1 <status> <reason>\r\n
+ *   Content-Type: <ctype>\r\n          unless ctype is NULL
+ *   Content-Length: <length>\r\n       unless no_length
+ *   <extra[0]><extra[1]>...
+ *   Connection: close\r\n              unless keep_alive
+ *   \r\n
+ *
+ * Returns the head's length (without the NUL), or -ENOSPC when it does not fit in cap with its
+ * NUL. a and the strings it points to are borrowed. Pure. */
+int cq_http_answer_head(char *buf, size_t cap, const cq_http_answer_t *a);
 
 #endif

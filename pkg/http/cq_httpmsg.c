@@ -1,8 +1,12 @@
-/* cq_httpmsg.c - the request rules and the answer head of chanq's JSON APIs (see cq_http.h):
- * the MQ HTTP API and the manager's console API apply the same checks to a parsed head. */
+/* cq_httpmsg.c - the request rules of chanq's JSON APIs and the answer head of every listener
+ * (see cq_http.h): the MQ HTTP API and the manager's console API apply the same checks to a
+ * parsed head, and every answer's status line and headers are written by one function. */
 #include "cq_err.h"
 #include "cq_http.h"
 
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -119,9 +123,50 @@ bool cq_http_host_listed(const char *list, const char *h, size_t n)
     return cq_http_list_any(list, h, n, host_match);
 }
 
+/* ---- the headers the JSON APIs read ------------------------------------------------------ */
+
+static void take_slice(const cq_http_header_t *h, const char **v, size_t *n)
+{
+    *v = h->value;
+    *n = h->value_len;
+}
+
+bool cq_http_fields_take(cq_http_fields_t *f, const cq_http_header_t *h)
+{
+    if (cq_http_name_is(h, "content-length")) {
+        if (cq_http_content_length(h->value, h->value_len, &f->cl_seen, &f->content_length) < 0)
+            f->bad = true;
+    } else if (cq_http_name_is(h, "transfer-encoding")) {
+        f->chunked = true;
+    } else if (cq_http_name_is(h, "connection")) {
+        cq_http_connection(h->value, h->value_len, &f->conn_close, &f->conn_keep);
+    } else if (cq_http_name_is(h, "host")) {
+        f->bad = f->bad || f->host != NULL;
+        take_slice(h, &f->host, &f->host_len);
+    } else if (cq_http_name_is(h, "origin")) {
+        take_slice(h, &f->origin, &f->origin_len);
+    } else if (cq_http_name_is(h, "content-type")) {
+        take_slice(h, &f->ctype, &f->ctype_len);
+    } else if (cq_http_name_is(h, "authorization")) {
+        take_slice(h, &f->auth, &f->auth_len);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+bool cq_http_fields_keep_alive(const cq_http_fields_t *f, bool http11)
+{
+    return !f->conn_close && (http11 || f->conn_keep);
+}
+
+/* ---- answer heads ------------------------------------------------------------------------ */
+
 const char *cq_http_reason(int status)
 {
     switch (status) {
+    case 101:
+        return "Switching Protocols";
     case 200:
         return "OK";
     case 400:
@@ -142,6 +187,8 @@ const char *cq_http_reason(int status)
         return "Unsupported Media Type";
     case 421:
         return "Misdirected Request";
+    case 426:
+        return "Upgrade Required";
     case 429:
         return "Too Many Requests";
     case 431:
@@ -153,23 +200,38 @@ const char *cq_http_reason(int status)
     }
 }
 
-int cq_http_answer_head(char *buf, size_t cap, int status, const char *ctype, size_t body_len,
-                        const char *const *extra, size_t nextra, bool keep_alive)
+/* Where a head is written: past cap, len keeps counting, so one check at the end tells. */
+typedef struct head_out {
+    char *p;
+    size_t cap, len;
+} head_out_t;
+
+__attribute__((format(printf, 2, 3))) static void put(head_out_t *o, const char *fmt, ...)
 {
-    int n = snprintf(buf, cap, "HTTP/1.1 %d %s\r\n", status, cq_http_reason(status));
-    size_t len = n < 0 ? cap : (size_t)n;
-    if (ctype && len < cap)
-        len += (size_t)snprintf(buf + len, cap - len, "Content-Type: %s\r\n", ctype);
-    if (len < cap)
-        len += (size_t)snprintf(buf + len, cap - len, "Content-Length: %zu\r\n", body_len);
-    for (size_t i = 0; i < nextra && len < cap; i++)
-        if (extra[i])
-            len += (size_t)snprintf(buf + len, cap - len, "%s", extra[i]);
-    if (len < cap)
-        len += (size_t)snprintf(buf + len, cap - len, "%s\r\n",
-                                keep_alive ? "" : "Connection: close\r\n");
-    return len < cap ? (int)len : -1;
+    bool room = o->len < o->cap;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(room ? o->p + o->len : NULL, room ? o->cap - o->len : 0, fmt, ap);
+    va_end(ap);
+    o->len += n < 0 ? o->cap : (size_t)n;
 }
+
+int cq_http_answer_head(char *buf, size_t cap, const cq_http_answer_t *a)
+{
+    head_out_t o = {buf, cap, 0};
+    put(&o, "HTTP/1.1 %d %s\r\n", a->status, cq_http_reason(a->status));
+    if (a->ctype)
+        put(&o, "Content-Type: %s\r\n", a->ctype);
+    if (!a->no_length)
+        put(&o, "Content-Length: %" PRIu64 "\r\n", a->length);
+    for (size_t i = 0; i < a->nextra; i++)
+        if (a->extra[i])
+            put(&o, "%s", a->extra[i]);
+    put(&o, "%s\r\n", a->keep_alive ? "" : "Connection: close\r\n");
+    return o.len < cap ? (int)o.len : -ENOSPC;
+}
+
+/* ---- text in answers ---------------------------------------------------------------------- */
 
 /* Length of the valid UTF-8 sequence at p (at most n bytes), or 0 when it is not one. */
 static size_t utf8_seq(const unsigned char *p, size_t n)

@@ -10,7 +10,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <string.h>
 
 typedef struct admin_source {
@@ -106,14 +105,13 @@ ssize_t cq_admin_parse_head(const char *p, size_t n, char *method, size_t mlen, 
     return end;
 }
 
-static int respond(cq_sbuf_t *out, int status, const char *reason, const char *ctype,
-                   const char *body, size_t blen)
+static int respond(cq_sbuf_t *out, int status, const char *ctype, const char *body, size_t blen)
 {
     char head[256];
-    int n = snprintf(head, sizeof(head),
-                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                     "Connection: close\r\n\r\n",
-                     status, reason, ctype, blen);
+    const cq_http_answer_t a = {.status = status, .ctype = ctype, .length = blen};
+    int n = cq_http_answer_head(head, sizeof(head), &a);
+    if (n < 0)
+        return n;
     if (cq_sbuf_append(out, head, (size_t)n) < 0 || cq_sbuf_append(out, body, blen) < 0)
         return -ENOMEM;
     return 0;
@@ -124,20 +122,19 @@ int cq_admin_respond(cq_admin_t *a, const char *method, const char *path, int ba
 {
     static const char text[] = "text/plain; charset=utf-8";
     if (bad_request)
-        return respond(out, 400, "Bad Request", text, "bad request\n", 12);
+        return respond(out, 400, text, "bad request\n", 12);
     if (strcmp(method, "GET") != 0)
-        return respond(out, 405, "Method Not Allowed", text, "only GET\n", 9);
+        return respond(out, 405, text, "only GET\n", 9);
     if (strcmp(path, "/healthz") == 0)
-        return respond(out, 200, "OK", text, "ok\n", 3);
+        return respond(out, 200, text, "ok\n", 3);
     if (strcmp(path, "/metrics") == 0) {
         cq_sbuf_t body;
         cq_sbuf_init(&body);
         int r = cq_admin_metrics(a, &body);
         if (r == 0)
-            r = respond(out, 200, "OK", "text/plain; version=0.0.4", (const char *)body.data,
-                        body.len);
+            r = respond(out, 200, "text/plain; version=0.0.4", (const char *)body.data, body.len);
         cq_sbuf_done(&body);
         return r;
     }
-    return respond(out, 404, "Not Found", text, "not found\n", 10);
+    return respond(out, 404, text, "not found\n", 10);
 }

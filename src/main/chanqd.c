@@ -480,7 +480,6 @@ static int start_mq(app_t *a, char *bound, size_t blen)
                            .max_pending = (size_t)c->mq_max_pending,
                            .done = cq_mqsrv_complete,
                            .reader = rd};
-    a->writer = cq_writer_new(st, &wo); /* takes st and rd */
     cq_mqio_opts_t mo = {.addr = c->mq_addr,
                          .http_addr = c->mq_http_addr,
                          .retention_check_s = c->retention_check_s,
@@ -492,10 +491,11 @@ static int start_mq(app_t *a, char *bound, size_t blen)
                                  .http_timeout_ms = (uint32_t)c->mq_http_timeout_ms},
                          .shutdown_grace_ms = c->shutdown_grace_ms};
     char err[512] = "cannot start the store thread";
-    if (*c->zk_hosts && !(a->cluster = cq_main_cluster_new(c)))
+    r = cq_writer_new(st, &wo, &a->writer, err, sizeof(err)); /* takes st and rd; err says why */
+    if (r == 0 && *c->zk_hosts && !(a->cluster = cq_main_cluster_new(c)))
         r = -ENOMEM;
     if (r == 0)
-        r = a->writer ? make_engine(a, topics, hw, n) : -ENOMEM;
+        r = make_engine(a, topics, hw, n);
     if (r == CQ_ECONFIG)
         snprintf(err, sizeof(err), "durable topics not started");
     if (r == 0 && (r = make_mgrlink(a, &mo)) < 0)

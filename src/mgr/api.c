@@ -15,13 +15,13 @@
 #include "cq_alloc.h"
 #include "cq_authlim.h"
 #include "cq_buf.h"
-#include "cq_embedded.h"
 #include "cq_err.h"
 #include "cq_http.h"
 #include "cq_list.h"
 #include "cq_log.h"
 #include "cq_sbuf.h"
 #include "cq_util.h"
+#include "mgr_console.h"
 #include "mgr_int.h"
 
 #include <errno.h>
@@ -86,10 +86,10 @@ struct cq_mgr_hconn {
 /* One request: slices into h->in, valid while it is handled. */
 typedef struct req {
     cq_mgr_hconn_t *h;
-    const char *method, *path, *query, *host, *auth, *ctype, *csrf, *sid;
-    size_t method_len, path_len, query_len, host_len, auth_len, ctype_len, csrf_len, sid_len;
-    uint64_t content_length;
-    bool cl_seen, chunked, conn_close, conn_keep, bad;
+    const char *method, *path, *query, *csrf, *sid;
+    size_t method_len, path_len, query_len, csrf_len, sid_len;
+    cq_http_fields_t f; /* Content-Length, Host, Authorization, ... (pkg/http) */
+    bool bad;           /* a malformed head: target or fields */
     const char *body;
     size_t body_len;
     const char *seg[API_SEG_MAX];
@@ -124,7 +124,13 @@ static void respond_raw(req_t *q, int status, const char *ctype, const void *bod
         "Referrer-Policy: no-referrer\r\n";
     const char *extra[] = {sec, q->api ? "Cache-Control: no-store\r\n" : NULL, q->extra};
     char head[1024];
-    int hn = cq_http_answer_head(head, sizeof(head), status, ctype, blen, extra, 3, h->keep_alive);
+    const cq_http_answer_t a = {.status = status,
+                                .ctype = ctype,
+                                .length = blen,
+                                .extra = extra,
+                                .nextra = 3,
+                                .keep_alive = h->keep_alive};
+    int hn = cq_http_answer_head(head, sizeof(head), &a);
     if (hn < 0) {
         h_close(h);
         return;
@@ -326,26 +332,12 @@ static void cookie_value(req_t *q, const char *v, size_t n)
     }
 }
 
+/* The console's own headers; the ones both JSON APIs read go to q->f. */
 static void header(req_t *q, const cq_http_header_t *hd)
 {
-    if (cq_http_name_is(hd, "content-length")) {
-        if (cq_http_content_length(hd->value, hd->value_len, &q->cl_seen, &q->content_length) < 0)
-            q->bad = true;
-    } else if (cq_http_name_is(hd, "transfer-encoding"))
-        q->chunked = true;
-    else if (cq_http_name_is(hd, "connection"))
-        cq_http_connection(hd->value, hd->value_len, &q->conn_close, &q->conn_keep);
-    else if (cq_http_name_is(hd, "host")) {
-        q->bad = q->bad || q->host != NULL; /* which of two Hosts was meant is unknowable */
-        q->host = hd->value;
-        q->host_len = hd->value_len;
-    } else if (cq_http_name_is(hd, "authorization")) {
-        q->auth = hd->value;
-        q->auth_len = hd->value_len;
-    } else if (cq_http_name_is(hd, "content-type")) {
-        q->ctype = hd->value;
-        q->ctype_len = hd->value_len;
-    } else if (cq_http_name_is(hd, "x-csrf-token")) {
+    if (cq_http_fields_take(&q->f, hd))
+        return;
+    if (cq_http_name_is(hd, "x-csrf-token")) {
         q->csrf = hd->value;
         q->csrf_len = hd->value_len;
     } else if (cq_http_name_is(hd, "cookie"))
@@ -369,6 +361,7 @@ static ssize_t parse_head(req_t *q, bool *http11)
     for (size_t i = 0; i < hs.n; i++)
         header(q, &hs.v[i]);
     cq_http_headers_done(&hs);
+    q->bad = q->bad || q->f.bad;
     return end;
 }
 
@@ -434,13 +427,13 @@ static bool parse_u32(const char *s, size_t n, uint32_t *ret)
 
 static bool ctype_json(const req_t *q)
 {
-    return cq_http_ctype_is(q->ctype, q->ctype_len, "application/json");
+    return cq_http_ctype_is(q->f.ctype, q->f.ctype_len, "application/json");
 }
 
 /* True when Host is one of the comma-separated --mgr-http-hosts ("*": any, also none). */
 static bool host_ok(const req_t *q)
 {
-    return cq_http_host_listed(cq__mgr_opts(q->h->a->m)->http_hosts, q->host, q->host_len);
+    return cq_http_host_listed(cq__mgr_opts(q->h->a->m)->http_hosts, q->f.host, q->f.host_len);
 }
 
 /* ---- static assets ------------------------------------------------------------------------ */
@@ -503,17 +496,19 @@ static bool admin_token_eq(req_t *q, const char *tok)
  * session cookie plus X-CSRF-Token on anything but GET. Answers and returns false otherwise. */
 static bool authenticate(req_t *q)
 {
-    if (q->auth) {
+    if (q->f.auth) {
+        const char *auth = q->f.auth;
+        const size_t auth_len = q->f.auth_len;
         char tok[API_TOKEN_MAX + 1];
-        size_t n = q->auth_len - (q->auth_len > 7 ? 7 : q->auth_len);
+        size_t n = auth_len - (auth_len > 7 ? 7 : auth_len);
         if (blocked(q))
             return false;
-        if (q->auth_len <= 7 || strncasecmp(q->auth, "Bearer ", 7) != 0 || n > API_TOKEN_MAX) {
+        if (auth_len <= 7 || strncasecmp(auth, "Bearer ", 7) != 0 || n > API_TOKEN_MAX) {
             auth_failed(q, "malformed Authorization");
             fail(q, 401, "Authorization: must be \"Bearer <admin token>\"");
             return false;
         }
-        memcpy(tok, q->auth + 7, n);
+        memcpy(tok, auth + 7, n);
         tok[n] = '\0';
         if (!admin_token_eq(q, tok)) {
             auth_failed(q, "wrong admin token");
@@ -832,23 +827,23 @@ static size_t one_request(cq_mgr_hconn_t *h)
     ssize_t r = parse_head(&q, &http11);
     if (r == 0)
         return 0;
-    if (r < 0 || q.bad || q.chunked || q.content_length > API_BODY_MAX) {
+    if (r < 0 || q.bad || q.f.chunked || q.f.content_length > API_BODY_MAX) {
         h->keep_alive = false;
         if (r == CQ_EBADLEN || r == CQ_ELIMIT)
             fail(&q, 431, "request head over %d bytes", API_HEAD_MAX);
         else if (r < 0 || q.bad)
             fail(&q, 400, "malformed HTTP request head");
-        else if (q.chunked)
+        else if (q.f.chunked)
             fail(&q, 400, "Transfer-Encoding: not supported, send Content-Length");
         else
             fail(&q, 413, "body: over the limit of %d bytes", API_BODY_MAX);
         return h->in.len;
     }
-    if (h->in.len - (size_t)r < q.content_length)
+    if (h->in.len - (size_t)r < q.f.content_length)
         return 0;
-    h->keep_alive = !q.conn_close && (http11 || q.conn_keep);
+    h->keep_alive = cq_http_fields_keep_alive(&q.f, http11);
     q.body = (const char *)h->in.data + r;
-    q.body_len = (size_t)q.content_length;
+    q.body_len = (size_t)q.f.content_length;
     dispatch(&q);
     return (size_t)r + q.body_len;
 }

@@ -7,25 +7,10 @@
 #include "cq_err.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 /* ---- decode ---------------------------------------------------------------------------- */
-
-__attribute__((format(printf, 4, 5))) static int field_err(const dctx_t *c, int code,
-                                                           const char *field, const char *fmt, ...)
-{
-    if (c->err && c->errlen) {
-        char what[160];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(what, sizeof(what), fmt, ap);
-        va_end(ap);
-        snprintf(c->err, c->errlen, "%s: field \"%s\": %s", c->tname, field, what);
-    }
-    return code;
-}
 
 bool cq__mq_depth_ok(const uint8_t *p, size_t n, uint32_t max_depth)
 {
@@ -50,16 +35,6 @@ bool cq__mq_depth_ok(const uint8_t *p, size_t n, uint32_t max_depth)
     return true;
 }
 
-static int get_int(const dctx_t *c, const char *name, json_t *v, int64_t min, int64_t max,
-                   int64_t *out)
-{
-    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
-        return field_err(c, CQ_EFIELD, name, "must be an integer in [%lld, %lld]", (long long)min,
-                         (long long)max);
-    *out = json_integer_value(v);
-    return 0;
-}
-
 /* A content value: a JSON string (kept as its text) or object (kept as compact JSON). */
 static int get_content(const dctx_t *c, const char *name, json_t *v, char **out, size_t *len,
                        bool *is_json)
@@ -73,7 +48,7 @@ static int get_content(const dctx_t *c, const char *name, json_t *v, char **out,
         return *out ? 0 : -ENOMEM;
     }
     if (!json_is_object(v))
-        return field_err(c, CQ_EFIELD, name, "must be a string or a JSON object");
+        return cq__mq_field_err(&c->f, CQ_EFIELD, name, "must be a string or a JSON object");
     *len = json_dumpb(v, NULL, 0, JSON_COMPACT);
     if (*len == 0)
         return -ENOMEM; /* an object dumps to at least "{}" */
@@ -90,8 +65,9 @@ static int get_content(const dctx_t *c, const char *name, json_t *v, char **out,
     *is_json = true;
     return 0;
 too_big:
-    return field_err(c, CQ_ECONTENT, name, "content of %zu bytes exceeds the limit of %u bytes",
-                     *len, c->lim->max_content);
+    return cq__mq_field_err(&c->f, CQ_ECONTENT, name,
+                            "content of %zu bytes exceeds the limit of %u bytes", *len,
+                            c->lim->max_content);
 }
 
 /* An answer item's idempotence key: producer_id and seq, both or neither (key stays 0, 0). */
@@ -103,8 +79,9 @@ static int get_item_key(const dctx_t *c, json_t *it, size_t idx, int64_t key[2])
     for (int i = 0; i < 2; i++) {
         snprintf(name, sizeof(name), "messages[%zu].%s", idx, names[i]);
         if (!v[i] && v[1 - i])
-            return field_err(c, CQ_EFIELD, name, "missing (producer_id and seq go together)");
-        int rc = v[i] ? get_int(c, name, v[i], i == 0 ? 1 : 0, U53_MAX_, &key[i]) : 0;
+            return cq__mq_field_err(&c->f, CQ_EFIELD, name,
+                                    "missing (producer_id and seq go together)");
+        int rc = v[i] ? cq__mq_get_int(&c->f, name, v[i], i == 0 ? 1 : 0, U53_MAX_, &key[i]) : 0;
         if (rc < 0)
             return rc;
     }
@@ -119,26 +96,27 @@ static int get_item(const dctx_t *c, cq_mq_msg_t *m, json_t *it, size_t idx, boo
     const char *ckey = answer ? "message" : "content";
     snprintf(name, sizeof(name), "messages[%zu]", idx);
     if (!json_is_object(it))
-        return field_err(c, CQ_EFIELD, name, "must be an object");
+        return cq__mq_field_err(&c->f, CQ_EFIELD, name, "must be an object");
     int64_t offset = 0, time = -1;
     int rc = 0;
     json_t *v;
     if (answer) {
         snprintf(name, sizeof(name), "messages[%zu].offset_id", idx);
         if (!(v = json_object_get(it, "offset_id")))
-            return field_err(c, CQ_EFIELD, name, "missing");
-        if ((rc = get_int(c, name, v, 0, U53_MAX_, &offset)) < 0)
+            return cq__mq_field_err(&c->f, CQ_EFIELD, name, "missing");
+        if ((rc = cq__mq_get_int(&c->f, name, v, 0, U53_MAX_, &offset)) < 0)
             return rc;
     }
     snprintf(name, sizeof(name), "messages[%zu].time", idx);
-    if ((v = json_object_get(it, "time")) && (rc = get_int(c, name, v, 0, U53_MAX_, &time)) < 0)
+    if ((v = json_object_get(it, "time")) &&
+        (rc = cq__mq_get_int(&c->f, name, v, 0, U53_MAX_, &time)) < 0)
         return rc;
     int64_t key[2] = {0, 0};
     if (answer && (rc = get_item_key(c, it, idx, key)) < 0)
         return rc;
     snprintf(name, sizeof(name), "messages[%zu].%s", idx, ckey);
     if (!(v = json_object_get(it, ckey)))
-        return field_err(c, CQ_EFIELD, name, "missing");
+        return cq__mq_field_err(&c->f, CQ_EFIELD, name, "missing");
     char *content;
     size_t len;
     bool is_json;
@@ -156,8 +134,8 @@ static int get_items(const dctx_t *c, const field_desc_t *fd, json_t *v, cq_mq_m
     bool answer = fd->kind == K_MSGS;
     size_t n = json_is_array(v) ? json_array_size(v) : 0;
     if (!json_is_array(v) || n > c->lim->max_batch || (!answer && n == 0))
-        return field_err(c, CQ_EFIELD, fd->name, "must be an array of %u to %u messages",
-                         answer ? 0u : 1u, c->lim->max_batch);
+        return cq__mq_field_err(&c->f, CQ_EFIELD, fd->name, "must be an array of %u to %u messages",
+                                answer ? 0u : 1u, c->lim->max_batch);
     for (size_t i = 0; i < n; i++) {
         int rc = get_item(c, m, json_array_get(v, i), i, answer);
         if (rc < 0)
@@ -170,13 +148,13 @@ static int get_offsets(const dctx_t *c, const field_desc_t *fd, json_t *v, cq_mq
 {
     size_t n = json_is_array(v) ? json_array_size(v) : 0;
     if (!json_is_array(v) || n > c->lim->max_batch)
-        return field_err(c, CQ_EFIELD, fd->name, "must be an array of at most %u offsets",
-                         c->lim->max_batch);
+        return cq__mq_field_err(&c->f, CQ_EFIELD, fd->name,
+                                "must be an array of at most %u offsets", c->lim->max_batch);
     for (size_t i = 0; i < n; i++) {
         char name[48];
         int64_t off;
         snprintf(name, sizeof(name), "offsets[%zu]", i);
-        int rc = get_int(c, name, json_array_get(v, i), 0, U53_MAX_, &off);
+        int rc = cq__mq_get_int(&c->f, name, json_array_get(v, i), 0, U53_MAX_, &off);
         if (rc < 0 || (rc = cq_mq_msg_add_offset(m, off)) < 0)
             return rc;
     }
@@ -186,37 +164,36 @@ static int get_offsets(const dctx_t *c, const field_desc_t *fd, json_t *v, cq_mq
 /* One entry of "topics": {topic, online, retention_days, last_offset}, all required. */
 static int get_topic_info(const dctx_t *c, cq_mq_msg_t *m, json_t *it, size_t idx)
 {
-    char name[48];
+    char name[48], topic[CQ_MQ_TOPIC_MAX + 1];
     int64_t days = 0, last = 0;
+    bool online = false;
     int rc;
-    json_t *tv = json_object_get(it, "topic"), *ov = json_object_get(it, "online");
     snprintf(name, sizeof(name), "topics[%zu]", idx);
-    if (!json_is_object(it))
-        return field_err(c, CQ_EFIELD, name, "must be an object");
+    if ((rc = cq__mq_need_object(&c->f, name, it)) < 0)
+        return rc;
     snprintf(name, sizeof(name), "topics[%zu].topic", idx);
-    if (!json_is_string(tv) || !cq_mq_topic_valid(json_string_value(tv), json_string_length(tv)))
-        return field_err(c, CQ_EBADTOPIC, name, "must be a string matching [A-Za-z0-9_]{1,64}");
+    if ((rc = cq__mq_get_topic(&c->f, name, json_object_get(it, "topic"), topic)) < 0)
+        return rc;
     snprintf(name, sizeof(name), "topics[%zu].online", idx);
-    if (!json_is_boolean(ov))
-        return field_err(c, CQ_EFIELD, name, "must be true or false");
+    if ((rc = cq__mq_get_bool(&c->f, name, json_object_get(it, "online"), &online)) < 0)
+        return rc;
     snprintf(name, sizeof(name), "topics[%zu].retention_days", idx);
-    json_t *dv = json_object_get(it, "retention_days");
-    if (!dv || (rc = get_int(c, name, dv, 0, U32_MAX_, &days)) < 0)
-        return dv ? rc : field_err(c, CQ_EFIELD, name, "missing");
+    json_t *dv = cq__mq_required(&c->f, it, "retention_days", name, &rc);
+    if (!dv || (rc = cq__mq_get_int(&c->f, name, dv, 0, U32_MAX_, &days)) < 0)
+        return rc;
     snprintf(name, sizeof(name), "topics[%zu].last_offset", idx);
-    json_t *lv = json_object_get(it, "last_offset");
-    if (!lv || (rc = get_int(c, name, lv, 0, U53_MAX_, &last)) < 0)
-        return lv ? rc : field_err(c, CQ_EFIELD, name, "missing");
-    return cq_mq_msg_add_topic_info(m, json_string_value(tv), json_is_true(ov), (uint32_t)days,
-                                    last);
+    json_t *lv = cq__mq_required(&c->f, it, "last_offset", name, &rc);
+    if (!lv || (rc = cq__mq_get_int(&c->f, name, lv, 0, U53_MAX_, &last)) < 0)
+        return rc;
+    return cq_mq_msg_add_topic_info(m, topic, online, (uint32_t)days, last);
 }
 
 static int get_topics(const dctx_t *c, const field_desc_t *fd, json_t *v, cq_mq_msg_t *m)
 {
     size_t n = json_is_array(v) ? json_array_size(v) : 0;
     if (!json_is_array(v) || n > CQ_MQ_TOPICS_MAX)
-        return field_err(c, CQ_EFIELD, fd->name, "must be an array of at most %d topics",
-                         CQ_MQ_TOPICS_MAX);
+        return cq__mq_field_err(&c->f, CQ_EFIELD, fd->name, "must be an array of at most %d topics",
+                                CQ_MQ_TOPICS_MAX);
     for (size_t i = 0; i < n; i++) {
         int rc = get_topic_info(c, m, json_array_get(v, i), i);
         if (rc < 0)
@@ -232,32 +209,21 @@ static int get_scalar(const dctx_t *c, const field_desc_t *fd, json_t *v, cq_mq_
     int rc;
     switch (fd->kind) {
     case K_U32:
-        if ((rc = get_int(c, fd->name, v, fd->min, fd->max, &x)) < 0)
+        if ((rc = cq__mq_get_int(&c->f, fd->name, v, fd->min, fd->max, &x)) < 0)
             return rc;
         *(uint32_t *)(void *)base = (uint32_t)x;
         return 0;
     case K_U53:
-        if ((rc = get_int(c, fd->name, v, fd->min, fd->max, &x)) < 0)
+        if ((rc = cq__mq_get_int(&c->f, fd->name, v, fd->min, fd->max, &x)) < 0)
             return rc;
         *(int64_t *)(void *)base = x;
         return 0;
     case K_BOOL:
-        if (!json_is_boolean(v))
-            return field_err(c, CQ_EFIELD, fd->name, "must be true or false");
-        *(bool *)(void *)base = json_is_true(v);
-        return 0;
+        return cq__mq_get_bool(&c->f, fd->name, v, (bool *)(void *)base);
     case K_STR:
-        if (!json_is_string(v) || json_string_length(v) > (size_t)fd->max)
-            return field_err(c, CQ_EFIELD, fd->name, "must be a string of at most %lld bytes",
-                             (long long)fd->max);
-        *(char **)(void *)base = cq_strndup(json_string_value(v), json_string_length(v));
-        return *(char **)(void *)base ? 0 : -ENOMEM;
+        return cq__mq_get_strdup(&c->f, fd->name, v, (size_t)fd->max, false, (char **)(void *)base);
     default: /* K_TOPIC */
-        if (!json_is_string(v) || !cq_mq_topic_valid(json_string_value(v), json_string_length(v)))
-            return field_err(c, CQ_EBADTOPIC, fd->name,
-                             "must be a string matching [A-Za-z0-9_]{1,64}");
-        memcpy(m->topic, json_string_value(v), json_string_length(v) + 1);
-        return 0;
+        return cq__mq_get_topic(&c->f, fd->name, v, m->topic);
     }
 }
 
@@ -282,11 +248,11 @@ static int get_field(const dctx_t *c, const field_desc_t *fd, json_t *v, cq_mq_m
     case K_TOPICS:
         return get_topics(c, fd, v, m);
     case K_COUNT:
-        if ((rc = get_int(c, fd->name, v, 0, fd->max, &x)) < 0)
+        if ((rc = cq__mq_get_int(&c->f, fd->name, v, 0, fd->max, &x)) < 0)
             return rc;
         if ((size_t)x != m->nitems) /* "messages" (bit 19) was decoded before this (bit 20) */
-            return field_err(c, CQ_EFIELD, fd->name, "must equal the number of messages (%zu)",
-                             m->nitems);
+            return cq__mq_field_err(&c->f, CQ_EFIELD, fd->name,
+                                    "must equal the number of messages (%zu)", m->nitems);
         return 0;
     default:
         return get_scalar(c, fd, v, m);
@@ -299,12 +265,12 @@ int cq__mq_check_message(const dctx_t *c, const cq_mq_msg_t *m)
         return 0;
     bool content = m->has & CQ_MQ_F_CONTENT, batch = m->has & CQ_MQ_F_BATCH;
     if (content == batch)
-        return field_err(c, CQ_EFIELD, "content",
-                         "exactly one of \"content\" and \"messages\" is "
-                         "required");
+        return cq__mq_field_err(&c->f, CQ_EFIELD, "content",
+                                "exactly one of \"content\" and \"messages\" is "
+                                "required");
     if (!(m->has & CQ_MQ_F_PRODUCER_ID) != !(m->has & CQ_MQ_F_SEQ))
-        return field_err(c, CQ_EFIELD, m->has & CQ_MQ_F_SEQ ? "producer_id" : "seq",
-                         "\"producer_id\" and \"seq\" go together");
+        return cq__mq_field_err(&c->f, CQ_EFIELD, m->has & CQ_MQ_F_SEQ ? "producer_id" : "seq",
+                                "\"producer_id\" and \"seq\" go together");
     return 0;
 }
 
@@ -317,7 +283,7 @@ static int decode_object(const dctx_t *c, const type_desc_t *t, json_t *root, cq
         json_t *v = json_object_get(root, cq__mq_fields[i].name);
         if (!v) {
             if (t->req & bit)
-                return field_err(c, CQ_EFIELD, cq__mq_fields[i].name, "missing");
+                return cq__mq_field_err(&c->f, CQ_EFIELD, cq__mq_fields[i].name, "missing");
             continue;
         }
         int rc = get_field(c, &cq__mq_fields[i], v, m);
@@ -342,27 +308,6 @@ static cq_mq_limits_t limits_or_default(const cq_mq_limits_t *lim)
     return l;
 }
 
-/* Parses body as one JSON object; returns it (owned) in *ret. */
-static int load_object(const dctx_t *c, const cq_mq_frame_t *f, json_t **ret)
-{
-    if (!cq__mq_depth_ok(f->body, f->body_len, c->lim->max_depth))
-        return cq_err_fmt(c->err, c->errlen, CQ_EJSON, "%s: JSON nested deeper than %u", c->tname,
-                          c->lim->max_depth);
-    json_error_t jerr;
-    json_t *root = cq__mq_load_json((const char *)f->body, f->body_len, &jerr);
-    if (!root && cq__mq_jansson_oom(&jerr))
-        return -ENOMEM;
-    if (!root)
-        return cq_err_fmt(c->err, c->errlen, CQ_EJSON, "%s: invalid JSON at line %d column %d: %s",
-                          c->tname, jerr.line, jerr.column, jerr.text);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return cq_err_fmt(c->err, c->errlen, CQ_EJSON, "%s: body must be a JSON object", c->tname);
-    }
-    *ret = root;
-    return 0;
-}
-
 int cq__mq_decode_jansson(const cq_mq_frame_t *f, const cq_mq_limits_t *lim, cq_mq_msg_t **ret,
                           char *err, size_t errlen)
 {
@@ -370,11 +315,11 @@ int cq__mq_decode_jansson(const cq_mq_frame_t *f, const cq_mq_limits_t *lim, cq_
     if (!t)
         return cq_err_fmt(err, errlen, CQ_ENOTYPE, "unknown message type %u", f->type);
     cq_mq_limits_t l = limits_or_default(lim);
-    dctx_t c = {&l, t->name, err, errlen};
+    dctx_t c = {&l, {t->name, err, errlen}};
     json_t *root = NULL;
-    int rc = load_object(&c, f, &root);
+    int rc = cq__mq_load_object(&c.f, f, l.max_depth, &root);
     if (rc < 0)
-        return rc == -ENOMEM ? cq_err_fmt(err, errlen, rc, "%s: out of memory", t->name) : rc;
+        return rc;
     cq_mq_msg_t *m = cq_mq_msg_new(f->type, f->msg_id);
     rc = m ? decode_object(&c, t, root, m) : -ENOMEM;
     json_decref(root);
@@ -395,7 +340,7 @@ int cq_mq_decode(const cq_mq_frame_t *f, const cq_mq_limits_t *lim, cq_mq_msg_t 
     if (!t)
         return cq_err_fmt(err, errlen, CQ_ENOTYPE, "unknown message type %u", f->type);
     cq_mq_limits_t l = limits_or_default(lim);
-    dctx_t c = {&l, t->name, err, errlen};
+    dctx_t c = {&l, {t->name, err, errlen}};
     cq_mq_msg_t *m = cq__mq_decode_direct(f, t, &c);
     if (!m)
         return cq__mq_decode_jansson(f, lim, ret, err, errlen);

@@ -360,7 +360,7 @@ cq_mq_msg_t *cq__mq_decode_direct(const cq_mq_frame_t *f, const type_desc_t *t, 
     if (r.p != r.end || (t->req & m->has) != t->req ||
         ((m->has & CQ_MQ_F_MESSAGE_COUNT) && (size_t)count != m->nitems))
         goto fail;
-    dctx_t quiet = {c->lim, c->tname, NULL, 0};
+    dctx_t quiet = {c->lim, {c->f.tname, NULL, 0}};
     if (cq__mq_check_message(&quiet, m) < 0)
         goto fail;
     return m;

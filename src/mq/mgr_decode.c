@@ -8,120 +8,29 @@
 #include "cq_err.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-typedef struct mctx {
-    const char *tname;
-    char *err;
-    size_t errlen;
-} mctx_t;
-
-__attribute__((format(printf, 4, 5))) static int ferr(const mctx_t *c, int code, const char *field,
-                                                      const char *fmt, ...)
-{
-    if (c->err && c->errlen) {
-        char what[160];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(what, sizeof(what), fmt, ap);
-        va_end(ap);
-        snprintf(c->err, c->errlen, "%s: field \"%s\": %s", c->tname, field, what);
-    }
-    return code;
-}
-
-/* ---- scalars --------------------------------------------------------------------------- */
-
-static int get_int(const mctx_t *c, const char *name, json_t *v, int64_t min, int64_t max,
-                   int64_t *out)
-{
-    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
-        return ferr(c, CQ_EFIELD, name, "must be an integer in [%lld, %lld]", (long long)min,
-                    (long long)max);
-    *out = json_integer_value(v);
-    return 0;
-}
-
-static int get_u32(const mctx_t *c, const char *name, json_t *v, uint32_t *out)
-{
-    int64_t x = 0;
-    int rc = get_int(c, name, v, 0, UINT32_MAX, &x);
-    if (rc == 0)
-        *out = (uint32_t)x;
-    return rc;
-}
-
-static int get_bool(const mctx_t *c, const char *name, json_t *v, bool *out)
-{
-    if (!json_is_boolean(v))
-        return ferr(c, CQ_EFIELD, name, "must be true or false");
-    *out = json_is_true(v);
-    return 0;
-}
-
-/* A string of at most max bytes, valid UTF-8 without NUL, copied into buf (max + 1 bytes). */
-static int get_strbuf(const mctx_t *c, const char *name, json_t *v, size_t max, char *buf)
-{
-    size_t len = json_is_string(v) ? json_string_length(v) : 0;
-    if (!json_is_string(v) || len > max || !cq__mq_utf8_valid(json_string_value(v), len))
-        return ferr(c, CQ_EFIELD, name, "must be a string of at most %zu bytes", max);
-    memcpy(buf, json_string_value(v), len);
-    buf[len] = '\0';
-    return 0;
-}
-
-static int get_strdup(const mctx_t *c, const char *name, json_t *v, size_t max, char **out)
-{
-    size_t len = json_is_string(v) ? json_string_length(v) : 0;
-    if (!json_is_string(v) || len > max || !cq__mq_utf8_valid(json_string_value(v), len))
-        return ferr(c, CQ_EFIELD, name, "must be a string of at most %zu bytes", max);
-    *out = cq_strndup(json_string_value(v), len);
-    return *out ? 0 : -ENOMEM;
-}
-
-static int get_topic_name(const mctx_t *c, const char *name, json_t *v, char *buf)
-{
-    if (!json_is_string(v) || !cq_mq_topic_valid(json_string_value(v), json_string_length(v)))
-        return ferr(c, CQ_EBADTOPIC, name, "must be a string matching [A-Za-z0-9_]{1,64}");
-    memcpy(buf, json_string_value(v), json_string_length(v) + 1);
-    return 0;
-}
-
-static json_t *req(const mctx_t *c, json_t *obj, const char *key, const char *name, int *rc)
-{
-    json_t *v = json_object_get(obj, key);
-    if (!v)
-        *rc = ferr(c, CQ_EFIELD, name, "missing");
-    return v;
-}
-
-static int need_object(const mctx_t *c, const char *name, json_t *v)
-{
-    return json_is_object(v) ? 0 : ferr(c, CQ_EFIELD, name, "must be an object");
-}
-
 /* ---- sync: serverinfo and ext ------------------------------------------------------------ */
 
-static int get_info(const mctx_t *c, json_t *v, cq_mqmgr_info_t *info)
+static int get_info(const mq_fctx_t *c, json_t *v, cq_mqmgr_info_t *info)
 {
     static const char *const keys[5] = {"threads", "packages", "cpu", "mem", "sockets"};
     uint32_t *dst[5] = {&info->threads, &info->packages, &info->cpu, &info->mem, &info->sockets};
-    int rc = need_object(c, "serverinfo", v);
+    int rc = cq__mq_need_object(c, "serverinfo", v);
     for (int i = 0; rc == 0 && i < 5; i++) {
         char name[40];
         snprintf(name, sizeof(name), "serverinfo.%s", keys[i]);
-        json_t *x = req(c, v, keys[i], name, &rc);
+        json_t *x = cq__mq_required(c, v, keys[i], name, &rc);
         if (x)
-            rc = get_u32(c, name, x, dst[i]);
+            rc = cq__mq_get_u32(c, name, x, dst[i]);
     }
     return rc;
 }
 
 /* An optional integer at obj[key], named prefix.key. */
-static int opt_int(const mctx_t *c, json_t *obj, const char *prefix, const char *key, int64_t min,
-                   int64_t *out, bool *present)
+static int opt_int(const mq_fctx_t *c, json_t *obj, const char *prefix, const char *key,
+                   int64_t min, int64_t *out, bool *present)
 {
     json_t *v = json_object_get(obj, key);
     if (present)
@@ -130,10 +39,10 @@ static int opt_int(const mctx_t *c, json_t *obj, const char *prefix, const char 
         return 0;
     char name[192];
     snprintf(name, sizeof(name), "%s.%s", prefix, key);
-    return get_int(c, name, v, min, U53_MAX_, out);
+    return cq__mq_get_int(c, name, v, min, U53_MAX_, out);
 }
 
-static int opt_bool(const mctx_t *c, json_t *obj, const char *prefix, const char *key, bool *out,
+static int opt_bool(const mq_fctx_t *c, json_t *obj, const char *prefix, const char *key, bool *out,
                     bool *present)
 {
     json_t *v = json_object_get(obj, key);
@@ -143,13 +52,13 @@ static int opt_bool(const mctx_t *c, json_t *obj, const char *prefix, const char
         return 0;
     char name[192];
     snprintf(name, sizeof(name), "%s.%s", prefix, key);
-    return get_bool(c, name, v, out);
+    return cq__mq_get_bool(c, name, v, out);
 }
 
-static int get_repl(const mctx_t *c, json_t *v, cq_mqmgr_repl_t *r)
+static int get_repl(const mq_fctx_t *c, json_t *v, cq_mqmgr_repl_t *r)
 {
     const char *p = "ext.repl";
-    int rc = need_object(c, p, v);
+    int rc = cq__mq_need_object(c, p, v);
     if (rc == 0)
         rc = opt_bool(c, v, p, "replica", &r->replica, NULL);
     if (rc == 0)
@@ -165,19 +74,19 @@ static int get_repl(const mctx_t *c, json_t *v, cq_mqmgr_repl_t *r)
     return rc;
 }
 
-static int get_consumer(const mctx_t *c, json_t *v, size_t ti, size_t ci, cq_mqmgr_topic_t *t)
+static int get_consumer(const mq_fctx_t *c, json_t *v, size_t ti, size_t ci, cq_mqmgr_topic_t *t)
 {
     char p[96], name[112];
     snprintf(p, sizeof(p), "ext.topics[%zu].consumers[%zu]", ti, ci);
-    int rc = need_object(c, p, v);
+    int rc = cq__mq_need_object(c, p, v);
     if (rc < 0)
         return rc;
     cq_mqmgr_consumer_t *k = &t->consumers[t->nconsumers];
     memset(k, 0, sizeof(*k));
     snprintf(name, sizeof(name), "%s.id", p);
-    json_t *id = req(c, v, "id", name, &rc);
+    json_t *id = cq__mq_required(c, v, "id", name, &rc);
     if (id)
-        rc = get_strbuf(c, name, id, CQ_MQMGR_ID_MAX, k->id);
+        rc = cq__mq_get_strbuf(c, name, id, CQ_MQMGR_ID_MAX, k->id);
     if (rc == 0)
         rc = opt_int(c, v, p, "offset", 0, &k->offset, NULL);
     if (rc == 0)
@@ -187,14 +96,14 @@ static int get_consumer(const mctx_t *c, json_t *v, size_t ti, size_t ci, cq_mqm
     return rc;
 }
 
-static int get_consumers(const mctx_t *c, json_t *v, size_t ti, cq_mqmgr_topic_t *t)
+static int get_consumers(const mq_fctx_t *c, json_t *v, size_t ti, cq_mqmgr_topic_t *t)
 {
     char name[64];
     snprintf(name, sizeof(name), "ext.topics[%zu].consumers", ti);
     size_t n = json_is_array(v) ? json_array_size(v) : 0;
     if (!json_is_array(v) || n > CQ_MQMGR_CONSUMERS_MAX)
-        return ferr(c, CQ_EFIELD, name, "must be an array of at most %d consumers",
-                    CQ_MQMGR_CONSUMERS_MAX);
+        return cq__mq_field_err(c, CQ_EFIELD, name, "must be an array of at most %d consumers",
+                                CQ_MQMGR_CONSUMERS_MAX);
     if (n && !(t->consumers = cq_calloc(n, sizeof(*t->consumers))))
         return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
@@ -205,20 +114,20 @@ static int get_consumers(const mctx_t *c, json_t *v, size_t ti, cq_mqmgr_topic_t
     return 0;
 }
 
-static int get_topic(const mctx_t *c, json_t *v, size_t i, cq_mqmgr_ext_t *x)
+static int get_topic(const mq_fctx_t *c, json_t *v, size_t i, cq_mqmgr_ext_t *x)
 {
     char p[48], name[64];
     snprintf(p, sizeof(p), "ext.topics[%zu]", i);
-    int rc = need_object(c, p, v);
+    int rc = cq__mq_need_object(c, p, v);
     if (rc < 0)
         return rc;
     cq_mqmgr_topic_t *t = &x->topics[x->ntopics++];
     memset(t, 0, sizeof(*t));
     t->online = true;
     snprintf(name, sizeof(name), "%s.name", p);
-    json_t *nv = req(c, v, "name", name, &rc);
+    json_t *nv = cq__mq_required(c, v, "name", name, &rc);
     if (nv)
-        rc = get_topic_name(c, name, nv, t->name);
+        rc = cq__mq_get_topic(c, name, nv, t->name);
     if (rc == 0)
         rc = opt_bool(c, v, p, "online", &t->online, NULL);
     if (rc == 0)
@@ -231,12 +140,12 @@ static int get_topic(const mctx_t *c, json_t *v, size_t i, cq_mqmgr_ext_t *x)
     return rc;
 }
 
-static int get_topics(const mctx_t *c, json_t *v, cq_mqmgr_ext_t *x)
+static int get_topics(const mq_fctx_t *c, json_t *v, cq_mqmgr_ext_t *x)
 {
     size_t n = json_is_array(v) ? json_array_size(v) : 0;
     if (!json_is_array(v) || n > CQ_MQMGR_TOPICS_MAX)
-        return ferr(c, CQ_EFIELD, "ext.topics", "must be an array of at most %d topics",
-                    CQ_MQMGR_TOPICS_MAX);
+        return cq__mq_field_err(c, CQ_EFIELD, "ext.topics", "must be an array of at most %d topics",
+                                CQ_MQMGR_TOPICS_MAX);
     if (n && !(x->topics = cq_calloc(n, sizeof(*x->topics))))
         return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
@@ -248,18 +157,18 @@ static int get_topics(const mctx_t *c, json_t *v, cq_mqmgr_ext_t *x)
 }
 
 /* obj[names[i]] (optional integers) into out[i], named prefix.name. */
-static int get_counts(const mctx_t *c, json_t *obj, const char *prefix, const char *const *names,
+static int get_counts(const mq_fctx_t *c, json_t *obj, const char *prefix, const char *const *names,
                       size_t n, int64_t *out)
 {
-    int rc = need_object(c, prefix, obj);
+    int rc = cq__mq_need_object(c, prefix, obj);
     for (size_t i = 0; rc == 0 && i < n; i++)
         rc = opt_int(c, obj, prefix, names[i], 0, &out[i], NULL);
     return rc;
 }
 
-static int get_relay(const mctx_t *c, json_t *v, cq_mqmgr_relay_t *r)
+static int get_relay(const mq_fctx_t *c, json_t *v, cq_mqmgr_relay_t *r)
 {
-    int rc = need_object(c, "ext.relay", v);
+    int rc = cq__mq_need_object(c, "ext.relay", v);
     json_t *cv = rc == 0 ? json_object_get(v, "connections") : NULL;
     if (cv)
         rc = get_counts(c, cv, "ext.relay.connections", cq_mqmgr_transport_names,
@@ -284,7 +193,7 @@ static void mark(cq_mqmgr_ext_t *x, bool present, uint32_t bit)
         x->has |= bit;
 }
 
-static int get_ext_flags(const mctx_t *c, json_t *v, cq_mqmgr_ext_t *x)
+static int get_ext_flags(const mq_fctx_t *c, json_t *v, cq_mqmgr_ext_t *x)
 {
     bool p = false;
     int rc = opt_bool(c, v, "ext", "master", &x->master, &p);
@@ -307,18 +216,18 @@ static int get_ext_flags(const mctx_t *c, json_t *v, cq_mqmgr_ext_t *x)
     return rc;
 }
 
-static int get_ext(const mctx_t *c, json_t *v, cq_mqmgr_ext_t *x)
+static int get_ext(const mq_fctx_t *c, json_t *v, cq_mqmgr_ext_t *x)
 {
-    int rc = need_object(c, "ext", v);
+    int rc = cq__mq_need_object(c, "ext", v);
     if (rc < 0)
         return rc;
     x->has |= CQ_MQMGR_X_EXT;
     json_t *a = json_object_get(v, "addr");
-    if (a && (rc = get_strbuf(c, "ext.addr", a, CQ_MQMGR_HOST_MAX, x->addr)) < 0)
+    if (a && (rc = cq__mq_get_strbuf(c, "ext.addr", a, CQ_MQMGR_HOST_MAX, x->addr)) < 0)
         return rc;
     mark(x, a != NULL, CQ_MQMGR_X_ADDR);
     json_t *s = json_object_get(v, "shard");
-    if (s && (rc = get_u32(c, "ext.shard", s, &x->shard)) < 0)
+    if (s && (rc = cq__mq_get_u32(c, "ext.shard", s, &x->shard)) < 0)
         return rc;
     mark(x, s != NULL, CQ_MQMGR_X_SHARD);
     if ((rc = get_ext_flags(c, v, x)) < 0)
@@ -340,30 +249,30 @@ static int get_ext(const mctx_t *c, json_t *v, cq_mqmgr_ext_t *x)
 
 /* ---- messages -------------------------------------------------------------------------- */
 
-static int get_askid(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
+static int get_askid(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
 {
     int rc = 0;
-    json_t *v = req(c, root, "askid", "askid", &rc);
-    if (v && (rc = get_u32(c, "askid", v, &m->askid)) == 0)
+    json_t *v = cq__mq_required(c, root, "askid", "askid", &rc);
+    if (v && (rc = cq__mq_get_u32(c, "askid", v, &m->askid)) == 0)
         m->has_askid = true;
     return rc;
 }
 
-static int get_token(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
+static int get_token(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
 {
     int rc = 0;
-    json_t *v = req(c, root, "token", "token", &rc);
-    return v ? get_strdup(c, "token", v, CQ_MQ_TOKEN_MAX, &m->token) : rc;
+    json_t *v = cq__mq_required(c, root, "token", "token", &rc);
+    return v ? cq__mq_get_strdup(c, "token", v, CQ_MQ_TOKEN_MAX, true, &m->token) : rc;
 }
 
-static int get_req_u32(const mctx_t *c, json_t *root, const char *key, uint32_t *out)
+static int get_req_u32(const mq_fctx_t *c, json_t *root, const char *key, uint32_t *out)
 {
     int rc = 0;
-    json_t *v = req(c, root, key, key, &rc);
-    return v ? get_u32(c, key, v, out) : rc;
+    json_t *v = cq__mq_required(c, root, key, key, &rc);
+    return v ? cq__mq_get_u32(c, key, v, out) : rc;
 }
 
-static int dec_svrconfig(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
+static int dec_svrconfig(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
 {
     int rc = get_askid(c, root, m);
     if (rc == 0)
@@ -373,7 +282,7 @@ static int dec_svrconfig(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
     return rc;
 }
 
-static int dec_sync(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
+static int dec_sync(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
 {
     int rc = get_askid(c, root, m);
     if (rc == 0)
@@ -391,47 +300,47 @@ static int dec_sync(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
 }
 
 /* err_code (required) and err_msg (optional) of a response or the error frame. */
-static int get_err(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
+static int get_err(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
 {
     int64_t code = 0;
     int rc = 0;
-    json_t *v = req(c, root, "err_code", "err_code", &rc);
-    if (v && (rc = get_int(c, "err_code", v, 0, 65535, &code)) == 0)
+    json_t *v = cq__mq_required(c, root, "err_code", "err_code", &rc);
+    if (v && (rc = cq__mq_get_int(c, "err_code", v, 0, 65535, &code)) == 0)
         m->err_code = (uint32_t)code;
     json_t *e = json_object_get(root, "err_msg");
     if (rc == 0 && e)
-        rc = get_strdup(c, "err_msg", e, CQ_MQ_ERR_MSG_MAX, &m->err_msg);
+        rc = cq__mq_get_strdup(c, "err_msg", e, CQ_MQ_ERR_MSG_MAX, true, &m->err_msg);
     return rc;
 }
 
-static int get_server(const mctx_t *c, json_t *v, size_t i, cq_mqmgr_msg_t *m)
+static int get_server(const mq_fctx_t *c, json_t *v, size_t i, cq_mqmgr_msg_t *m)
 {
     char p[40], name[56];
     snprintf(p, sizeof(p), "servers[%zu]", i);
-    int rc = need_object(c, p, v);
+    int rc = cq__mq_need_object(c, p, v);
     if (rc < 0)
         return rc;
     cq_mqmgr_server_t *s = &m->servers[m->nservers];
     int64_t port = 0;
     snprintf(name, sizeof(name), "%s.ip", p);
-    json_t *ip = req(c, v, "ip", name, &rc);
+    json_t *ip = cq__mq_required(c, v, "ip", name, &rc);
     if (ip)
-        rc = get_strbuf(c, name, ip, CQ_MQMGR_HOST_MAX, s->ip);
+        rc = cq__mq_get_strbuf(c, name, ip, CQ_MQMGR_HOST_MAX, s->ip);
     snprintf(name, sizeof(name), "%s.port", p);
-    json_t *pv = rc == 0 ? req(c, v, "port", name, &rc) : NULL;
+    json_t *pv = rc == 0 ? cq__mq_required(c, v, "port", name, &rc) : NULL;
     if (pv)
-        rc = get_int(c, name, pv, 1, 65535, &port);
+        rc = cq__mq_get_int(c, name, pv, 1, 65535, &port);
     s->port = (uint16_t)port;
     snprintf(name, sizeof(name), "%s.shard", p);
     json_t *sv = rc == 0 ? json_object_get(v, "shard") : NULL;
     if (sv)
-        rc = get_u32(c, name, sv, &s->shard);
+        rc = cq__mq_get_u32(c, name, sv, &s->shard);
     if (rc == 0)
         m->nservers++;
     return rc;
 }
 
-static int dec_svrconfig_resp(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
+static int dec_svrconfig_resp(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
 {
     int rc = get_askid(c, root, m);
     if (rc == 0)
@@ -441,8 +350,8 @@ static int dec_svrconfig_resp(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
     json_t *v = json_object_get(root, "servers");
     size_t n = json_is_array(v) ? json_array_size(v) : 0;
     if (rc == 0 && (!json_is_array(v) || n > CQ_MQMGR_SERVERS_MAX))
-        return ferr(c, CQ_EFIELD, "servers", "must be an array of at most %d servers",
-                    CQ_MQMGR_SERVERS_MAX);
+        return cq__mq_field_err(c, CQ_EFIELD, "servers", "must be an array of at most %d servers",
+                                CQ_MQMGR_SERVERS_MAX);
     if (rc == 0 && n && !(m->servers = cq_calloc(n, sizeof(*m->servers))))
         return -ENOMEM;
     for (size_t i = 0; rc == 0 && i < n; i++)
@@ -450,49 +359,50 @@ static int dec_svrconfig_resp(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
     return rc;
 }
 
-static int dec_sync_resp(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
+static int dec_sync_resp(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
 {
     int rc = get_askid(c, root, m);
     if (rc == 0)
         rc = get_err(c, root, m);
-    json_t *v = rc == 0 ? req(c, root, "config_version", "config_version", &rc) : NULL;
+    json_t *v = rc == 0 ? cq__mq_required(c, root, "config_version", "config_version", &rc) : NULL;
     if (v)
-        rc = get_int(c, "config_version", v, 0, U53_MAX_, &m->config_version);
+        rc = cq__mq_get_int(c, "config_version", v, 0, U53_MAX_, &m->config_version);
     return rc;
 }
 
 /* ---- commands ---------------------------------------------------------------------------- */
 
-static int get_cfg_topic(const mctx_t *c, const char *key, json_t *v, cq_mqmgr_config_t *cfg)
+static int get_cfg_topic(const mq_fctx_t *c, const char *key, json_t *v, cq_mqmgr_config_t *cfg)
 {
     char p[96], name[112];
     snprintf(p, sizeof(p), "content.topics.%s", key);
     if (!cq_mq_topic_valid(key, strlen(key)))
-        return ferr(c, CQ_EBADTOPIC, p, "must be a topic name matching [A-Za-z0-9_]{1,64}");
-    int rc = need_object(c, p, v);
+        return cq__mq_field_err(c, CQ_EBADTOPIC, p,
+                                "must be a topic name matching [A-Za-z0-9_]{1,64}");
+    int rc = cq__mq_need_object(c, p, v);
     if (rc < 0)
         return rc;
     cq_mqmgr_cfg_topic_t *t = &cfg->topics[cfg->ntopics];
     memcpy(t->name, key, strlen(key) + 1);
     snprintf(name, sizeof(name), "%s.online", p);
-    json_t *o = req(c, v, "online", name, &rc);
+    json_t *o = cq__mq_required(c, v, "online", name, &rc);
     if (o)
-        rc = get_bool(c, name, o, &t->online);
+        rc = cq__mq_get_bool(c, name, o, &t->online);
     snprintf(name, sizeof(name), "%s.retention", p);
     json_t *r = rc == 0 ? json_object_get(v, "retention") : NULL;
     if (r)
-        rc = get_int(c, name, r, 0, U53_MAX_, &t->retention);
+        rc = cq__mq_get_int(c, name, r, 0, U53_MAX_, &t->retention);
     if (rc == 0)
         cfg->ntopics++;
     return rc;
 }
 
-static int get_cfg_topics(const mctx_t *c, json_t *v, cq_mqmgr_config_t *cfg)
+static int get_cfg_topics(const mq_fctx_t *c, json_t *v, cq_mqmgr_config_t *cfg)
 {
     size_t n = json_is_object(v) ? json_object_size(v) : 0;
     if (!json_is_object(v) || n > CQ_MQMGR_CFG_TOPICS_MAX)
-        return ferr(c, CQ_EFIELD, "content.topics", "must be an object of at most %d topics",
-                    CQ_MQMGR_CFG_TOPICS_MAX);
+        return cq__mq_field_err(c, CQ_EFIELD, "content.topics",
+                                "must be an object of at most %d topics", CQ_MQMGR_CFG_TOPICS_MAX);
     if (n && !(cfg->topics = cq_calloc(n, sizeof(*cfg->topics))))
         return -ENOMEM;
     const char *key;
@@ -506,10 +416,10 @@ static int get_cfg_topics(const mctx_t *c, json_t *v, cq_mqmgr_config_t *cfg)
     return 0;
 }
 
-static int get_cfg_modules(const mctx_t *c, json_t *v, cq_mqmgr_config_t *cfg)
+static int get_cfg_modules(const mq_fctx_t *c, json_t *v, cq_mqmgr_config_t *cfg)
 {
     if (!json_is_object(v))
-        return ferr(c, CQ_EFIELD, "content.modules", "must be an object");
+        return cq__mq_field_err(c, CQ_EFIELD, "content.modules", "must be an object");
     cfg->modules = json_dumps(v, JSON_COMPACT);
     if (!cfg->modules)
         return -ENOMEM;
@@ -523,47 +433,47 @@ static int get_cfg_modules(const mctx_t *c, json_t *v, cq_mqmgr_config_t *cfg)
     return copy ? 0 : -ENOMEM;
 }
 
-static int get_config(const mctx_t *c, json_t *content, cq_mqmgr_config_t *cfg)
+static int get_config(const mq_fctx_t *c, json_t *content, cq_mqmgr_config_t *cfg)
 {
     int rc = 0;
-    json_t *v = req(c, content, "version", "content.version", &rc);
+    json_t *v = cq__mq_required(c, content, "version", "content.version", &rc);
     if (v)
-        rc = get_int(c, "content.version", v, 0, U53_MAX_, &cfg->version);
+        rc = cq__mq_get_int(c, "content.version", v, 0, U53_MAX_, &cfg->version);
     /* modules is optional: a manager with no module does not manage permissions (doc/mgr.md). */
     json_t *mv = rc == 0 ? json_object_get(content, "modules") : NULL;
     if (mv)
         rc = get_cfg_modules(c, mv, cfg);
-    json_t *tv = rc == 0 ? req(c, content, "topics", "content.topics", &rc) : NULL;
+    json_t *tv = rc == 0 ? cq__mq_required(c, content, "topics", "content.topics", &rc) : NULL;
     if (tv)
         rc = get_cfg_topics(c, tv, cfg);
     return rc;
 }
 
-static int get_cmdid(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
+static int get_cmdid(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
 {
     int rc = get_req_u32(c, root, "cmdid", &m->cmdid);
     if (rc == 0 && m->cmdid != CQ_MQMGR_CMD_PUBLISH_CONFIG && m->cmdid != CQ_MQMGR_CMD_OFFLINE)
-        return ferr(c, CQ_EFIELD, "cmdid", "must be 1 (publish_config) or 2 (offline)");
+        return cq__mq_field_err(c, CQ_EFIELD, "cmdid", "must be 1 (publish_config) or 2 (offline)");
     return rc;
 }
 
-static int dec_command(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
+static int dec_command(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
 {
     int rc = get_askid(c, root, m);
     if (rc == 0)
         rc = get_cmdid(c, root, m);
-    json_t *content = rc == 0 ? req(c, root, "content", "content", &rc) : NULL;
-    if (content && (rc = need_object(c, "content", content)) == 0) {
+    json_t *content = rc == 0 ? cq__mq_required(c, root, "content", "content", &rc) : NULL;
+    if (content && (rc = cq__mq_need_object(c, "content", content)) == 0) {
         if (m->cmdid == CQ_MQMGR_CMD_PUBLISH_CONFIG)
             return get_config(c, content, &m->config);
-        json_t *o = req(c, content, "offline", "content.offline", &rc);
+        json_t *o = cq__mq_required(c, content, "offline", "content.offline", &rc);
         if (o)
-            rc = get_bool(c, "content.offline", o, &m->offline);
+            rc = cq__mq_get_bool(c, "content.offline", o, &m->offline);
     }
     return rc;
 }
 
-static int dec_command_resp(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
+static int dec_command_resp(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
 {
     int rc = get_askid(c, root, m);
     if (rc == 0)
@@ -573,10 +483,10 @@ static int dec_command_resp(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
     return rc;
 }
 
-static int dec_error(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
+static int dec_error(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
 {
     json_t *a = json_object_get(root, "askid");
-    int rc = a ? get_u32(c, "askid", a, &m->askid) : 0;
+    int rc = a ? cq__mq_get_u32(c, "askid", a, &m->askid) : 0;
     m->has_askid = a && rc == 0;
     return rc == 0 ? get_err(c, root, m) : rc;
 }
@@ -599,7 +509,7 @@ static cq_mqmgr_kind_t kind_of(uint8_t type, json_t *root)
     }
 }
 
-static int dec_kind(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
+static int dec_kind(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
 {
     switch (m->kind) {
     case CQ_MQMGR_SVRCONFIG:
@@ -619,30 +529,14 @@ static int dec_kind(const mctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
     }
 }
 
-/* The body as a JSON object (returned owned) or a CQ_EJSON with its text. */
-static int load(const cq_mq_frame_t *f, uint32_t max_depth, json_t **ret, char *err, size_t errlen)
+/* The name of a frame type in the errors about its body (before its kind is known). */
+static const char *frame_name(uint8_t type)
 {
-    const char *tname = f->type == CQ_MQMGR_REQ_COMMAND    ? "command"
-                        : f->type == CQ_MQMGR_RESP_COMMAND ? "command_resp"
-                        : f->type == CQ_MQMGR_ERROR        ? "error"
-                        : f->type == CQ_MQMGR_REQ          ? "request"
-                                                           : "response";
-    if (!cq__mq_depth_ok(f->body, f->body_len, max_depth ? max_depth : CQ_MQ_DEFAULT_MAX_DEPTH))
-        return cq_err_fmt(err, errlen, CQ_EJSON, "%s: JSON nested deeper than %u", tname,
-                          max_depth ? max_depth : CQ_MQ_DEFAULT_MAX_DEPTH);
-    json_error_t jerr;
-    json_t *root = cq__mq_load_json((const char *)f->body, f->body_len, &jerr);
-    if (!root && cq__mq_jansson_oom(&jerr))
-        return cq_err_fmt(err, errlen, -ENOMEM, "%s: out of memory", tname);
-    if (!root)
-        return cq_err_fmt(err, errlen, CQ_EJSON, "%s: invalid JSON at line %d column %d: %s", tname,
-                          jerr.line, jerr.column, jerr.text);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return cq_err_fmt(err, errlen, CQ_EJSON, "%s: body must be a JSON object", tname);
-    }
-    *ret = root;
-    return 0;
+    return type == CQ_MQMGR_REQ_COMMAND    ? "command"
+           : type == CQ_MQMGR_RESP_COMMAND ? "command_resp"
+           : type == CQ_MQMGR_ERROR        ? "error"
+           : type == CQ_MQMGR_REQ          ? "request"
+                                           : "response";
 }
 
 int cq_mqmgr_decode(const cq_mq_frame_t *f, uint32_t max_depth, cq_mqmgr_msg_t **ret, char *err,
@@ -650,13 +544,14 @@ int cq_mqmgr_decode(const cq_mq_frame_t *f, uint32_t max_depth, cq_mqmgr_msg_t *
 {
     if (f->type < CQ_MQMGR_REQ || (f->type > CQ_MQMGR_RESP_COMMAND && f->type != CQ_MQMGR_ERROR))
         return cq_err_fmt(err, errlen, CQ_ENOTYPE, "unknown message type %u", f->type);
+    mq_fctx_t c = {frame_name(f->type), err, errlen}; /* the kind's name once it is known */
     json_t *root = NULL;
-    int rc = load(f, max_depth, &root, err, errlen);
+    int rc = cq__mq_load_object(&c, f, max_depth ? max_depth : CQ_MQ_DEFAULT_MAX_DEPTH, &root);
     if (rc < 0)
         return rc;
     cq_mqmgr_kind_t kind = kind_of(f->type, root);
     cq_mqmgr_msg_t *m = cq_mqmgr_msg_new(kind, f->msg_id);
-    mctx_t c = {cq_mqmgr_kind_name(kind), err, errlen};
+    c.tname = cq_mqmgr_kind_name(kind);
     rc = m ? dec_kind(&c, root, m) : -ENOMEM;
     json_decref(root);
     if (rc < 0) {

@@ -3,9 +3,11 @@
  * The codec is split by job: frame.c (the 12-byte header), schema.c (the table of fields per
  * message type, names and text checks), msg.c (the message model and its builders), decode.c
  * and decode_direct.c (JSON body -> message: jansson, and the one-pass reader for the usual
- * shapes), encode.c and encode_direct.c (message -> frame: jansson, and the direct writer),
- * resp.c (response skeletons and error answers), errcode.c (wire err_code values). Everything
- * here is pure and keeps no state between calls.
+ * shapes), mgr_decode.c and mgr_encode.c (the management port's bodies), scalar.c (what both
+ * JSON decoders read the same way: the body object and its scalars), encode.c and encode_direct.c
+ * (message -> frame: jansson, and the direct writer), resp.c (response skeletons and error
+ * answers), errcode.c (wire err_code values). Everything here is pure and keeps no state between
+ * calls.
  */
 #ifndef CQ_MQ_INT_H
 #define CQ_MQ_INT_H
@@ -76,13 +78,56 @@ bool cq__mq_jansson_oom(const json_error_t *e);
  * from syntax errors. Returns a new reference or NULL. */
 json_t *cq__mq_load_json(const char *text, size_t len, json_error_t *jerr);
 
+/* ---- reading JSON bodies (scalar.c), for decode.c and mgr_decode.c ------------------------
+ * Each reader returns 0 and writes *out (or buf), or returns a negative code with the error
+ * text in c->err; out is left alone on failure. v may be any value, NULL included (the type
+ * check fails). name is the field's name as the error shows it ("messages[2].time"). */
+
+/* Where a decoder's errors go: "<tname>: field \"<name>\": <what>" into err[errlen] (err NULL
+ * or errlen 0: no text). */
+typedef struct mq_fctx {
+    const char *tname; /* the message type's name */
+    char *err;
+    size_t errlen;
+} mq_fctx_t;
+
+/* Writes the field error for name (what: fmt and its arguments) and returns code. */
+__attribute__((format(printf, 4, 5))) int cq__mq_field_err(const mq_fctx_t *c, int code,
+                                                           const char *field, const char *fmt, ...);
+/* f's body as one JSON object (returned owned in *ret), refused before jansson sees it when it
+ * nests deeper than max_depth. 0, CQ_EJSON (too deep, invalid, not an object) or -ENOMEM,
+ * each with its text ("<tname>: ..."). */
+int cq__mq_load_object(const mq_fctx_t *c, const cq_mq_frame_t *f, uint32_t max_depth,
+                       json_t **ret);
+/* obj[key] (borrowed), or NULL with *rc set to the "missing" error for name. */
+json_t *cq__mq_required(const mq_fctx_t *c, json_t *obj, const char *key, const char *name,
+                        int *rc);
+/* 0 when v is an object, else CQ_EFIELD "must be an object". */
+int cq__mq_need_object(const mq_fctx_t *c, const char *name, json_t *v);
+/* An integer in [min, max]. CQ_EFIELD "must be an integer in [min, max]". */
+int cq__mq_get_int(const mq_fctx_t *c, const char *name, json_t *v, int64_t min, int64_t max,
+                   int64_t *out);
+/* An integer in [0, UINT32_MAX]. */
+int cq__mq_get_u32(const mq_fctx_t *c, const char *name, json_t *v, uint32_t *out);
+/* true or false. CQ_EFIELD "must be true or false". */
+int cq__mq_get_bool(const mq_fctx_t *c, const char *name, json_t *v, bool *out);
+/* A string of at most max bytes, copied (cq_malloc'd, NUL-terminated) into *out. text: it must
+ * also be valid UTF-8 without NUL (cq__mq_utf8_valid). CQ_EFIELD "must be a string of at most
+ * max bytes", or -ENOMEM. */
+int cq__mq_get_strdup(const mq_fctx_t *c, const char *name, json_t *v, size_t max, bool text,
+                      char **out);
+/* The same with text, copied into buf (max + 1 bytes). */
+int cq__mq_get_strbuf(const mq_fctx_t *c, const char *name, json_t *v, size_t max, char *buf);
+/* A topic name (cq_mq_topic_valid), copied into buf. CQ_EBADTOPIC "must be a string matching
+ * [A-Za-z0-9_]{1,64}". */
+int cq__mq_get_topic(const mq_fctx_t *c, const char *name, json_t *v,
+                     char buf[CQ_MQ_TOPIC_MAX + 1]);
+
 /* ---- decode (decode.c, decode_direct.c) --------------------------------------------------- */
 
 typedef struct dctx {
     const cq_mq_limits_t *lim;
-    const char *tname;
-    char *err;
-    size_t errlen;
+    mq_fctx_t f; /* the type's name and the caller's error buffer */
 } dctx_t;
 
 /* Nesting depth of [ and { outside strings, so a deep body is refused before jansson sees it. */

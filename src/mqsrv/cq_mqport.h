@@ -18,7 +18,7 @@
  * cq_mqsrv_complete() only, from any thread.
  *
  * Lifecycle, in the composition root:
- *   w = cq_writer_new(store, {.done = cq_mqsrv_complete})    the store thread
+ *   cq_writer_new(store, {.done = cq_mqsrv_complete}, &w, err, errlen)   the store thread
  *   s = cq_mqsrv_new({.port = cq_mqport_writer(w), ...})     the engine
  *   the edge runs s (cq_mqsrv_set_ops, input, drain, ...) and stops
  *   cq_writer_shutdown(w)   every queued request completes: produces commit, answers to closed

@@ -85,8 +85,9 @@ static void respond(cq_mqhttp_conn_t *h, int status, json_t *v)
     if (v && !blen)
         status = 503;
     char head[192];
-    int hn = cq_http_answer_head(head, sizeof(head), status, "application/json", blen, NULL, 0,
-                                 h->keep_alive);
+    const cq_http_answer_t a = {
+        .status = status, .ctype = "application/json", .length = blen, .keep_alive = h->keep_alive};
+    int hn = cq_http_answer_head(head, sizeof(head), &a);
     cq_buf_t *b = hn < 0 ? NULL : cq_buf_new((size_t)hn + blen); /* the answer goes into it */
     if (!b) {
         json_decref(v);

@@ -1,9 +1,10 @@
 /* http_parse.c - the HTTP API's view of a request head (see cq_mqhttp.h).
  *
  * The bytes are parsed by the shared head parser (pkg/http, CRLF line ends only); what is
- * particular to the HTTP API is checked here: HTTP/1.0 or 1.1, an origin-form target, and the
+ * particular to the HTTP API is checked here: HTTP/1.0 or 1.1, an origin-form target, the
  * headers it reads (Content-Length, Transfer-Encoding, Connection, Authorization, Host, Origin,
- * Content-Type), and the Host, Origin and Content-Type rules of the API's cross-site defence.
+ * Content-Type: collected by cq_http_fields_take(), as the manager's console API does), and the
+ * Host, Origin and Content-Type rules of the API's cross-site defence.
  */
 #include "cq_err.h"
 #include "cq_http.h"
@@ -11,36 +12,6 @@
 
 #include <string.h>
 #include <strings.h>
-
-typedef struct hdr_state {
-    bool cl_seen, close, keep;
-} hdr_state_t;
-
-static int header(const cq_http_header_t *h, cq_mqhttp_req_t *r, hdr_state_t *hs)
-{
-    if (cq_http_name_is(h, "content-length"))
-        return cq_http_content_length(h->value, h->value_len, &hs->cl_seen, &r->content_length);
-    if (cq_http_name_is(h, "transfer-encoding"))
-        r->chunked = true;
-    else if (cq_http_name_is(h, "connection"))
-        cq_http_connection(h->value, h->value_len, &hs->close, &hs->keep);
-    else if (cq_http_name_is(h, "authorization")) {
-        r->auth = h->value;
-        r->auth_len = h->value_len;
-    } else if (cq_http_name_is(h, "host")) {
-        if (r->host) /* two Hosts: which one a proxy or the browser meant is unknowable */
-            return CQ_EHEADER;
-        r->host = h->value;
-        r->host_len = h->value_len;
-    } else if (cq_http_name_is(h, "origin")) {
-        r->origin = h->value;
-        r->origin_len = h->value_len;
-    } else if (cq_http_name_is(h, "content-type")) {
-        r->ctype = h->value;
-        r->ctype_len = h->value_len;
-    }
-    return 0;
-}
 
 bool cq_mqhttp_host_ok(const char *hosts, const char *h, size_t n)
 {
@@ -62,6 +33,21 @@ bool cq_mqhttp_ctype_json(const char *v, size_t n)
     return cq_http_ctype_is(v, n, "application/json");
 }
 
+static void from_fields(cq_mqhttp_req_t *r, const cq_http_fields_t *f, bool http11)
+{
+    r->auth = f->auth;
+    r->auth_len = f->auth_len;
+    r->host = f->host;
+    r->host_len = f->host_len;
+    r->origin = f->origin;
+    r->origin_len = f->origin_len;
+    r->ctype = f->ctype;
+    r->ctype_len = f->ctype_len;
+    r->content_length = f->content_length;
+    r->chunked = f->chunked;
+    r->keep_alive = cq_http_fields_keep_alive(f, http11);
+}
+
 ssize_t cq_mqhttp_parse(const char *p, size_t n, size_t max_head, cq_mqhttp_req_t *ret)
 {
     const cq_http_opts_t o = {.max_head = max_head};
@@ -72,18 +58,19 @@ ssize_t cq_mqhttp_parse(const char *p, size_t n, size_t max_head, cq_mqhttp_req_
         return end;
     cq_mqhttp_req_t r;
     memset(&r, 0, sizeof(r));
-    hdr_state_t st = {false, false, false};
+    cq_http_fields_t f;
+    memset(&f, 0, sizeof(f));
     bool http11 = false;
     /* only HTTP/1.0 and 1.1, and only origin-form targets ("/path?query") */
     int e = cq_http_origin_target(&h, &http11, &r.path, &r.path_len, &r.query, &r.query_len);
     r.method = h.method;
     r.method_len = h.method_len;
-    for (size_t i = 0; i < hs.n && e == 0; i++)
-        e = header(&hs.v[i], &r, &st);
+    for (size_t i = 0; i < hs.n; i++)
+        cq_http_fields_take(&f, &hs.v[i]);
     cq_http_headers_done(&hs);
-    if (e < 0)
-        return e;
-    r.keep_alive = !st.close && (http11 || st.keep);
+    if (e < 0 || f.bad)
+        return CQ_EHEADER;
+    from_fields(&r, &f, http11);
     *ret = r;
     return end;
 }

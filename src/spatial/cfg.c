@@ -6,6 +6,7 @@
 #include "cq_spatial.h"
 
 #include "cq_alloc.h"
+#include "cq_embedded.h" /* the shipped layouts */
 #include "cq_err.h"
 #include "cq_file.h"
 
@@ -14,18 +15,6 @@
 #include <math.h>
 #include <string.h>
 #include <strings.h>
-
-/* The embedded layouts (config/meson.build, tools/embed.py). */
-extern const char cq_embedded_spatial_2x2[];
-extern const size_t cq_embedded_spatial_2x2_len;
-extern const char cq_embedded_spatial_4x1[];
-extern const size_t cq_embedded_spatial_4x1_len;
-extern const char cq_embedded_spatial_benchmark[];
-extern const size_t cq_embedded_spatial_benchmark_len;
-extern const char cq_embedded_spatial_tanks_small[];
-extern const size_t cq_embedded_spatial_tanks_small_len;
-extern const char cq_embedded_spatial_tanks_big[];
-extern const size_t cq_embedded_spatial_tanks_big_len;
 
 #define MAX_FILE_SIZE    (1u << 20)
 #define DEF_CHAN_START   0x10000u

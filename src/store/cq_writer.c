@@ -662,25 +662,28 @@ static void reader_free(reader_t *rd)
     cq_free(rd);
 }
 
-/* Starts the reader thread on store (taken). NULL on failure (store closed). */
-static reader_t *reader_new(cq_writer_t *w, cq_store_t *store)
+/* Starts the reader thread on store (taken; closed on failure) into *ret. 0, -ENOMEM or the
+ * error of pthread_create (negative). */
+static int reader_new(cq_writer_t *w, cq_store_t *store, reader_t **ret)
 {
     reader_t *rd = cq_calloc(1, sizeof(*rd));
     if (!rd) {
         cq_store_close(store);
-        return NULL;
+        return -ENOMEM;
     }
     rd->w = w;
     rd->store = store;
     cq_mpsc_init(&rd->q);
     pthread_mutex_init(&rd->mu, NULL);
     pthread_cond_init(&rd->cv, NULL);
-    rd->started = pthread_create(&rd->thread, NULL, reader_main, rd) == 0;
+    int r = pthread_create(&rd->thread, NULL, reader_main, rd);
+    rd->started = r == 0;
     if (!rd->started) {
         reader_free(rd);
-        return NULL;
+        return -r;
     }
-    return rd;
+    *ret = rd;
+    return 0;
 }
 
 /* ---- lifecycle ----------------------------------------------------------------------------- */
@@ -712,15 +715,14 @@ static int sync_init(cq_writer_t *w)
     return 0;
 }
 
-cq_writer_t *cq_writer_new(cq_store_t *store, const cq_writer_opts_t *o)
+/* The writer with o's settings, its queue and its scratch for max_batch messages, its lock and
+ * condition; no thread yet. 0 or a negative code with its text. */
+static int writer_alloc(cq_store_t *store, const cq_writer_opts_t *o, cq_writer_t **ret, char *err,
+                        size_t errlen)
 {
-    cq_writer_t *w = NULL;
-    cq_store_t *reader = o ? o->reader : NULL;
-    if (!store || !o || !o->done)
-        goto fail;
-    w = cq_calloc(1, sizeof(*w));
+    cq_writer_t *w = cq_calloc(1, sizeof(*w));
     if (!w)
-        goto fail;
+        return cq_err_fmt(err, errlen, -ENOMEM, "store writer: out of memory");
     w->store = store;
     w->max_batch = o->max_batch ? o->max_batch : CQ_WRITER_MAX_BATCH_DFL;
     w->max_pending = o->max_pending ? o->max_pending : CQ_WRITER_MAX_PENDING_DFL;
@@ -730,28 +732,74 @@ cq_writer_t *cq_writer_new(cq_store_t *store, const cq_writer_opts_t *o)
     w->ud = o->ud;
     cq_smap_init(&w->group_idx, true);
     cq_mpsc_init(&w->q);
-    if (scratch_reserve(w, w->max_batch) < 0 || sync_init(w) < 0)
-        goto fail_free;
-    if (reader && !(w->rd = reader_new(w, reader))) {
-        reader = NULL; /* closed by reader_new */
-        goto fail_sync;
+    int r = scratch_reserve(w, w->max_batch);
+    if (r < 0) {
+        cq_err_fmt(err, errlen, r, "store writer: out of memory for a batch of %zu messages",
+                   w->max_batch);
+        goto fail;
     }
-    reader = NULL;
-    if (pthread_create(&w->thread, NULL, writer_main, w) != 0)
-        goto fail_sync;
-    return w;
-fail_sync:
-    reader_free(w->rd);
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
-fail_free:
+    if ((r = sync_init(w)) < 0) {
+        cq_err_fmt(err, errlen, r, "store writer: cannot create its lock: %s", cq_strerror(r));
+        goto fail;
+    }
+    *ret = w;
+    return 0;
+fail:
     cq_free(w->scratch);
     cq_free(w->offs);
     cq_free(w);
+    return r;
+}
+
+/* Frees a writer whose thread never started (cq_writer_new's failure path), closing its
+ * store. Accepts NULL. */
+static void writer_unstarted_free(cq_writer_t *w)
+{
+    if (!w)
+        return;
+    reader_free(w->rd);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    cq_store_close(w->store);
+    cq_free(w->scratch);
+    cq_free(w->offs);
+    cq_free(w);
+}
+
+int cq_writer_new(cq_store_t *store, const cq_writer_opts_t *o, cq_writer_t **ret, char *err,
+                  size_t errlen)
+{
+    cq_writer_t *w = NULL;
+    cq_store_t *reader = o ? o->reader : NULL;
+    int r = -EINVAL;
+    if (!store || !o || !o->done) {
+        cq_err_fmt(err, errlen, r, "store writer: %s",
+                   !store ? "no store"
+                   : !o   ? "no options"
+                          : "no done callback");
+        goto fail;
+    }
+    if ((r = writer_alloc(store, o, &w, err, errlen)) < 0)
+        goto fail;
+    store = NULL; /* w's now */
+    r = reader ? reader_new(w, reader, &w->rd) : 0;
+    reader = NULL; /* w->rd's, or closed by reader_new */
+    if (r < 0) {
+        cq_err_fmt(err, errlen, r, "store writer: cannot start the reader thread: %s",
+                   cq_strerror(r));
+        goto fail;
+    }
+    if ((r = -pthread_create(&w->thread, NULL, writer_main, w)) < 0) {
+        cq_err_fmt(err, errlen, r, "store writer: cannot start its thread: %s", cq_strerror(r));
+        goto fail;
+    }
+    *ret = w;
+    return 0;
 fail:
+    writer_unstarted_free(w);
     cq_store_close(reader);
     cq_store_close(store);
-    return NULL;
+    return r;
 }
 
 /* Units req counts against max_pending, or a negative code for a request that is never valid. */

@@ -164,10 +164,12 @@ int cq_writer_req_add_msg_take(cq_writer_req_t *req, void *content, size_t len,
 void cq_writer_req_free(cq_writer_req_t *req);
 
 /* Starts the writer thread, which owns store from now on (taken, also on failure: then it is
- * closed), and the reader thread when o->reader is set (taken likewise). o is borrowed. Returns the
- * writer owned, or NULL when o or o->done is missing, on out of memory, or when the thread cannot
- * be started. Any thread. */
-cq_writer_t *cq_writer_new(cq_store_t *store, const cq_writer_opts_t *o);
+ * closed), and the reader thread when o->reader is set (taken likewise). o is borrowed. Returns 0
+ * and the writer owned in *ret, or a negative code with what failed in err[errlen] (err NULL or
+ * errlen 0: no text; *ret untouched): -EINVAL (store, o or o->done missing), -ENOMEM, or the
+ * error of creating a lock or a thread. Any thread. */
+int cq_writer_new(cq_store_t *store, const cq_writer_opts_t *o, cq_writer_t **ret, char *err,
+                  size_t errlen);
 
 /* Hands req to the writer thread; any thread (including done). On 0 the request is taken until
  * its done. Not taken on: CQ_EBUSY (pending over max_pending: retry later), CQ_ELIMIT (a produce

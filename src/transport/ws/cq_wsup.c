@@ -426,73 +426,48 @@ int cq_wsup_accept(const char *key, char out[29])
     return 0;
 }
 
-static const char *status_text(int status)
-{
-    switch (status) {
-    case 101:
-        return "Switching Protocols";
-    case 200:
-        return "OK";
-    case 400:
-        return "Bad Request";
-    case 403:
-        return "Forbidden";
-    case 404:
-        return "Not Found";
-    case 405:
-        return "Method Not Allowed";
-    case 426:
-        return "Upgrade Required";
-    case 431:
-        return "Request Header Fields Too Large";
-    case 503:
-        return "Service Unavailable";
-    default:
-        return status >= 500 ? "Internal Server Error" : "Error";
-    }
-}
-
-static int finish(int n, size_t cap)
-{
-    return n < 0 || (size_t)n >= cap ? -ENOSPC : n;
-}
-
 int cq_wsup_response_101(const cq_wsup_request_t *req, const char *protocol, char *buf, size_t cap)
 {
     char accept[29];
     if (!req->key || cq_wsup_accept(req->key, accept) != 0)
         return -EINVAL;
-    int n = snprintf(buf, cap,
-                     "HTTP/1.1 101 Switching Protocols\r\n"
-                     "Upgrade: websocket\r\n"
-                     "Connection: Upgrade\r\n"
-                     "Sec-WebSocket-Accept: %s\r\n"
-                     "%s%s%s"
-                     "\r\n",
-                     accept, protocol ? "Sec-WebSocket-Protocol: " : "", protocol ? protocol : "",
-                     protocol ? "\r\n" : "");
-    return finish(n, cap);
+    /* Connection: Upgrade is one of the lines, in RFC 6455's order; keep_alive only means
+     * "no Connection: close". */
+    const char *const extra[] = {"Upgrade: websocket\r\n",
+                                 "Connection: Upgrade\r\n",
+                                 "Sec-WebSocket-Accept: ",
+                                 accept,
+                                 "\r\n",
+                                 protocol ? "Sec-WebSocket-Protocol: " : NULL,
+                                 protocol,
+                                 protocol ? "\r\n" : NULL};
+    const cq_http_answer_t a = {.status = 101,
+                                .no_length = true,
+                                .extra = extra,
+                                .nextra = sizeof(extra) / sizeof(extra[0]),
+                                .keep_alive = true};
+    return cq_http_answer_head(buf, cap, &a);
 }
 
 int cq_wsup_response_error(int status, const char *reason, char *buf, size_t cap)
 {
-    const char *extra = "";
+    const char *extra = NULL;
     if (status == 426)
         extra = "Sec-WebSocket-Version: 13\r\n";
     else if (status == 405)
         extra = "Allow: GET, HEAD\r\n";
     if (!reason)
-        reason = status_text(status);
-    int n = snprintf(buf, cap,
-                     "HTTP/1.1 %d %s\r\n"
-                     "Content-Type: text/plain; charset=utf-8\r\n"
-                     "Content-Length: %zu\r\n"
-                     "Connection: close\r\n"
-                     "%s"
-                     "\r\n"
-                     "%s\n",
-                     status, status_text(status), strlen(reason) + 1, extra, reason);
-    return finish(n, cap);
+        reason = cq_http_reason(status);
+    const cq_http_answer_t a = {.status = status,
+                                .ctype = "text/plain; charset=utf-8",
+                                .length = strlen(reason) + 1,
+                                .extra = &extra,
+                                .nextra = 1};
+    int n = cq_http_answer_head(buf, cap, &a);
+    if (n < 0)
+        return n;
+    int b = snprintf(buf + n, cap - (size_t)n, "%s\n", reason);
+    return b < 0 || (size_t)b >= cap - (size_t)n ? -ENOSPC : n + b;
 }
 
 static const char *content_type(const char *name)
@@ -526,15 +501,13 @@ static const char *content_type(const char *name)
 int cq_wsup_response_file(int status, const char *name, uint64_t content_length, char *buf,
                           size_t cap)
 {
-    const char *type = status == 200 ? content_type(name) : "text/plain; charset=utf-8";
-    int n = snprintf(buf, cap,
-                     "HTTP/1.1 %d %s\r\n"
-                     "Content-Type: %s\r\n"
-                     "Content-Length: %llu\r\n"
-                     "Cache-Control: no-cache\r\n"
-                     "X-Content-Type-Options: nosniff\r\n"
-                     "Connection: close\r\n"
-                     "\r\n",
-                     status, status_text(status), type, (unsigned long long)content_length);
-    return finish(n, cap);
+    static const char *const extra[] = {"Cache-Control: no-cache\r\n",
+                                        "X-Content-Type-Options: nosniff\r\n"};
+    const cq_http_answer_t a = {.status = status,
+                                .ctype = status == 200 ? content_type(name)
+                                                       : "text/plain; charset=utf-8",
+                                .length = content_length,
+                                .extra = extra,
+                                .nextra = 2};
+    return cq_http_answer_head(buf, cap, &a);
 }

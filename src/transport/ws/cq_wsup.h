@@ -105,18 +105,18 @@ const char *cq_wsup_reason(const cq_wsup_t *p);
  * written to out. Returns 0 or CQ_EHTTP if the digest fails. */
 int cq_wsup_accept(const char *key, char out[29]);
 
-/* The following builders write a complete response head into buf (cap bytes; NOT
- * NUL-terminated) and return its length, or -ENOSPC if it does not fit (512 bytes is always
- * enough for reasons of at most 200 bytes). */
+/* The following builders write a complete response head into buf (cap bytes, with
+ * cq_http_answer_head(), pkg/http) and return its length, or -ENOSPC if it does not fit with a
+ * NUL after it (512 bytes is always enough for reasons of at most 200 bytes). */
 
 /* "101 Switching Protocols" for req, with Sec-WebSocket-Protocol: protocol when protocol is
  * non-NULL (it must be one the client offered; chanq itself uses none). */
 int cq_wsup_response_101(const cq_wsup_request_t *req, const char *protocol, char *buf, size_t cap);
 
 /* An error response for status (as from cq_wsup_status()): status line, Content-Type
- * text/plain, Content-Length, Connection: close, "Sec-WebSocket-Version: 13" for 426,
- * "Allow: GET, HEAD" for 405, then the body "<reason>\n" (reason may be NULL). The caller
- * writes it and closes the connection after the write. */
+ * text/plain, Content-Length, "Sec-WebSocket-Version: 13" for 426, "Allow: GET, HEAD" for 405,
+ * Connection: close, then the body "<reason>\n" (reason may be NULL: the reason phrase). The
+ * caller writes it and closes the connection after the write. */
 int cq_wsup_response_error(int status, const char *reason, char *buf, size_t cap);
 
 /* A static-file response head for a CQ_WSUP_PLAIN request: status 200 or 404 (other values

@@ -60,6 +60,7 @@ int main(void)
         cmocka_unit_test(test_http_parse_all_fail_n),
         cmocka_unit_test(test_httpmsg_request_rules),
         cmocka_unit_test(test_httpmsg_hosts),
+        cmocka_unit_test(test_httpmsg_fields),
         cmocka_unit_test(test_httpmsg_answer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -76,6 +76,7 @@ void test_http_parse_all_fail_n(void **state);
 /* pkg_httpmsg.c */
 void test_httpmsg_request_rules(void **state);
 void test_httpmsg_hosts(void **state);
+void test_httpmsg_fields(void **state);
 void test_httpmsg_answer(void **state);
 
 /* xorshift64*, deterministic per seed; shared by the randomized cases. */

@@ -235,7 +235,10 @@ static int writer_produce(unsigned port)
     cq_store_t *s = NULL;
     assert_int_equal(store_open(port, &s), 0);
     cq_writer_opts_t o = {.max_wait_us = 0, .done = on_done};
-    cq_writer_t *w = cq_writer_new(s, &o);
+    cq_writer_t *w = NULL;
+    char why[256] = "";
+    if (cq_writer_new(s, &o, &w, why, sizeof(why)) < 0)
+        fail_msg("cq_writer_new: %s", why);
     assert_non_null(w);
     cq_writer_req_t *req = NULL;
     assert_int_equal(cq_writer_req_new(CQ_WRITER_PRODUCE, TOPIC, NULL, &req), 0);

@@ -98,7 +98,10 @@ static void start(fx_t *f, cq_writer_opts_t o, int ntopics, int busy_timeout_ms)
     }
     o.done = on_done;
     o.ud = f;
-    f->w = cq_writer_new(s, &o);
+    char err[256] = "";
+    int r = cq_writer_new(s, &o, &f->w, err, sizeof(err));
+    if (r < 0)
+        fail_msg("cq_writer_new: %s (%s)", err, cq_strerror(r));
     assert_non_null(f->w);
 }
 
@@ -578,7 +581,16 @@ static void test_bad_requests(void **state)
     assert_int_equal(cq_writer_submit(f->w, req), -EINVAL);
     cq_writer_req_free(req);
     cq_writer_opts_t o = {0};
-    assert_null(cq_writer_new(store_open(f->dir, 0), &o)); /* no done: the store is closed */
+    cq_writer_t *w = NULL;
+    char err[128] = "";
+    assert_int_equal(cq_writer_new(store_open(f->dir, 0), &o, &w, err, sizeof(err)), -EINVAL);
+    assert_string_equal(err, "store writer: no done callback"); /* and the store is closed */
+    assert_null(w);
+    o.done = on_done;
+    assert_int_equal(cq_writer_new(NULL, &o, &w, err, sizeof(err)), -EINVAL);
+    assert_string_equal(err, "store writer: no store");
+    assert_int_equal(cq_writer_new(NULL, NULL, &w, NULL, 0), -EINVAL); /* no text wanted */
+    assert_null(w);
 }
 
 /* ---- idempotency --------------------------------------------------------------------------- */

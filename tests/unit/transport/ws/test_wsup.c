@@ -438,6 +438,13 @@ static void test_error_responses(void **state)
     n = cq_wsup_response_error(405, NULL, buf, sizeof(buf));
     buf[n] = '\0';
     assert_non_null(strstr(buf, "\r\nAllow: GET, HEAD\r\n"));
+    assert_string_equal(buf, "HTTP/1.1 405 Method Not Allowed\r\n" /* exactly, reason NULL */
+                             "Content-Type: text/plain; charset=utf-8\r\n"
+                             "Content-Length: 19\r\n"
+                             "Allow: GET, HEAD\r\n"
+                             "Connection: close\r\n"
+                             "\r\n"
+                             "Method Not Allowed\n");
     static const int st[] = {400, 403, 404, 431};
     static const char *const phrase[] = {"Bad Request", "Forbidden", "Not Found",
                                          "Request Header Fields Too Large"};
