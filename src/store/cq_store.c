@@ -133,7 +133,16 @@ int cq_store_append_batch(cq_store_t *s, const char *topic, const cq_store_msg_t
         return r;
     if (!msgs || n == 0 || !ret_offsets)
         return cq__store_fail(s, -EINVAL, "append: empty batch");
-    return s->ops->append_batch(s, topic, msgs, n, ret_offsets);
+    unsigned fault = s->fault & (CQ__STORE_FAULT_FAIL_APPEND | CQ__STORE_FAULT_ANSWER_LOST);
+    s->fault &= ~fault;
+    if (fault & CQ__STORE_FAULT_FAIL_APPEND)
+        return cq__store_fail(s, CQ_ESTORE, "append failed (injected)");
+    r = s->ops->append_batch(s, topic, msgs, n, ret_offsets);
+    if (r == 0 && (fault & CQ__STORE_FAULT_ANSWER_LOST))
+        r = cq__store_fail(s, CQ_ESTORE,
+                           "connection lost at COMMIT (injected); COMMIT outcome unknown "
+                           "(cannot check)");
+    return r;
 }
 
 size_t cq_store_append_bad(const cq_store_t *s)

@@ -222,12 +222,18 @@ int cq_store_get_offset(cq_store_t *s, const char *topic, const char *consumer_i
  * that rejected input reached no SQL. */
 uint64_t cq__store_sql_count(const cq_store_t *s);
 
-/* Fault injection (mysql backend; sqlite ignores it). LOST_BEFORE_COMMIT / LOST_AFTER_COMMIT:
- * the next append loses its connection right before / right after its COMMIT and must resolve
- * the unknown outcome (fired once). NO_RECONNECT: every connect fails while set. */
+/* Fault injection. mysql backend only (sqlite ignores them): LOST_BEFORE_COMMIT /
+ * LOST_AFTER_COMMIT: the next append loses its connection right before / right after its COMMIT
+ * and must resolve the unknown outcome (fired once); NO_RECONNECT: every connect fails while set.
+ * Any backend (cq_store.c, fired once each): FAIL_APPEND: the next append fails with CQ_ESTORE
+ * before the backend sees it (nothing stored); ANSWER_LOST: the next append commits, then fails
+ * with CQ_ESTORE as if the COMMIT's answer was lost and could not be checked (its rows are
+ * stored, the caller is told nothing was acknowledged). */
 #define CQ__STORE_FAULT_LOST_BEFORE_COMMIT 1u
 #define CQ__STORE_FAULT_LOST_AFTER_COMMIT  2u
 #define CQ__STORE_FAULT_NO_RECONNECT       4u
+#define CQ__STORE_FAULT_FAIL_APPEND        8u
+#define CQ__STORE_FAULT_ANSWER_LOST        16u
 /* Sets the fault bits (replacing the previous ones). Store thread. */
 void cq__store_fault(cq_store_t *s, unsigned faults);
 
