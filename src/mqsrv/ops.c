@@ -352,17 +352,24 @@ static void done_internal(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t 
     if (!t || req->op != CQ_WRITER_PURGE)
         return;
     t->purging = false;
+    t->count += req->unseen; /* before the rows it removed: they may be among them */
     if (req->err == 0)
         t->count = req->purged < t->count ? t->count - req->purged : 0;
     if (req->err == 0 && req->purged == req->max && cq__mqsrv_writable(s))
         purge(s, t, req->max, req->older_than_ms);
 }
 
-/* Counts the messages a committed produce added: those above the topic's last offset (the
- * others were stored before, an idempotent retry's). Before the last offset moves. */
-static void count_new(mq_topic_t *t, const cq_writer_req_t *req)
+/* Counts what a produce's completion adds to its topic: the rows the store thread found
+ * committed earlier without their answer (unseen, whatever the outcome), and, when it
+ * committed, its new messages: the offsets above prev_offset (those at or below it were stored
+ * before, an idempotent retry's). Why not "above last_offset": the rows a lost COMMIT answer
+ * left lie below a later produce's offsets, and a retry finds them there. */
+static void count_produce(mq_topic_t *t, const cq_writer_req_t *req)
 {
-    uint64_t hi = t->last_offset;
+    t->count += req->unseen;
+    if (req->err)
+        return;
+    uint64_t hi = req->prev_offset;
     for (size_t i = 0; i < req->n_msgs; i++) {
         if (req->offsets[i] > hi) {
             hi = req->offsets[i];
@@ -378,8 +385,6 @@ static void apply(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *t, mq_r
     *res = (mq_result_t){.err = req->err, .offset = req->offset};
     switch (req->op) {
     case CQ_WRITER_PRODUCE:
-        if (req->err == 0 && t)
-            count_new(t, req);
         if (req->err == 0)
             cq__mqsrv_produced(s, req);
         else if (req->err == CQ_ESTORE)
@@ -453,6 +458,8 @@ void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
     mq_link_t *l = p ? p->l : NULL;
     mq_topic_t *t = req->op == CQ_WRITER_TOPIC_LIST ? NULL : cq__mqsrv_topic(s, req->topic);
     mq_result_t res;
+    if (req->op == CQ_WRITER_PRODUCE && t)
+        count_produce(t, req); /* before the fence: a fenced commit's rows are in the store */
     if (req->op == CQ_WRITER_PRODUCE && req->err == 0 && !cq__mqsrv_writable(s)) {
         /* Fenced between submission and commit: another server may be master already, so this
          * one acknowledges nothing and pushes nothing, as if the commit had failed. The rows may

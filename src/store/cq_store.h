@@ -106,7 +106,8 @@ typedef struct cq_store_ops {
     int (*purge)(cq_store_t *s, const char *topic, int64_t older_than_unix_ms, size_t max_rows,
                  size_t *ret_purged);
     int (*high_water)(cq_store_t *s, const char *topic, uint64_t *ret_offset);
-    int (*count)(cq_store_t *s, const char *topic, uint64_t *ret_n);
+    int (*count)(cq_store_t *s, const char *topic, uint64_t after, uint64_t upto,
+                 uint64_t *ret_n); /* cq_store_count_range() */
 } cq_store_ops_t;
 
 /* The embedded SQLite backend (src/store/sqlite.c). */
@@ -177,8 +178,12 @@ int cq_store_append_batch(cq_store_t *s, const char *topic, const cq_store_msg_t
 size_t cq_store_append_bad(const cq_store_t *s);
 /* After cq_store_append_batch() returned 0: the topic's high water (see cq_store_high_water())
  * before the batch, read under the batch's lock. Offsets above it and not in the batch's
- * results were committed by someone else (or by an append whose answer was lost) in between. */
+ * results were committed by someone else (or by an append whose answer was lost) in between.
+ * After it failed: the same when the batch got as far as locking the topic (rows above it may
+ * then be committed, if the failure was a COMMIT whose outcome could not be checked), else
+ * CQ_STORE_BASE_NONE (nothing of the batch was written). */
 uint64_t cq_store_append_base(const cq_store_t *s);
+#define CQ_STORE_BASE_NONE UINT64_MAX
 /* Reads up to max (>= 1) valid (state 1) messages with offset > from_offset_exclusive, in
  * offset order, into ret_recs (caller's array of max entries). *ret_n may be 0. The records'
  * contents are returned owned: release with cq_store_recs_done(ret_recs, *ret_n). */
@@ -206,6 +211,11 @@ int cq_store_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset);
 /* The number of valid (state 1) messages in topic: the seed's topic_message_total. Counts the
  * rows (O(rows)): chanqd calls it once per topic at start and keeps the count itself. */
 int cq_store_count(cq_store_t *s, const char *topic, uint64_t *ret_n);
+/* The number of valid messages with after < offset <= upto (upto is capped at 2^63 - 1): one
+ * range scan of the offsets, for a few rows whose count is not known (the store thread counts
+ * the rows a COMMIT whose answer was lost left behind). */
+int cq_store_count_range(cq_store_t *s, const char *topic, uint64_t after, uint64_t upto,
+                         uint64_t *ret_n);
 
 /* ---- consumers ----------------------------------------------------------------------------- */
 

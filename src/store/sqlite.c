@@ -639,18 +639,23 @@ static int sq_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset)
     return r;
 }
 
-static int sq_count(cq_store_t *s, const char *topic, uint64_t *ret_n)
+static int sq_count(cq_store_t *s, const char *topic, uint64_t after, uint64_t upto,
+                    uint64_t *ret_n)
 {
     sq_store_t *q = SQ(s);
     char canon[CQ_STORE_TOPIC_MAX + 1], sql[SQL_MAX];
     sqlite3_stmt *st = NULL;
     int r = topic_resolve(q, topic, canon);
     if (r == 0)
-        r = TOPIC_SQL(q, sql, "SELECT COUNT(*) FROM \"t_%s\" WHERE state = 1", canon);
+        r = TOPIC_SQL(q, sql,
+                      "SELECT COUNT(*) FROM \"t_%s\" WHERE state = 1 AND id > ?1 AND id <= ?2",
+                      canon);
     if (r == 0)
         r = prep(q, sql, &st);
     if (r < 0)
         return r;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)after);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)upto);
     int rc = sqlite3_step(st);
     uint64_t n = rc == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
     if (rc != SQLITE_ROW)

@@ -586,6 +586,55 @@ static void test_append_offsets_in_order(void **state)
     assert_int_equal(hw, off[7]);
 }
 
+/* count and count_range count valid messages only, count_range those in (after, upto]. */
+static void test_count_range(void **state)
+{
+    fx_t *f = *state;
+    uint64_t off[6], n = 99;
+    create(f->s, "t");
+    assert_int_equal(cq_store_count_range(f->s, "t", 0, UINT64_MAX, &n), 0);
+    assert_int_equal(n, 0);
+    append_n(f->s, "t", "c", 6, off);
+    assert_int_equal(cq_store_invalidate(f->s, "t", off[2]), 0);
+    assert_int_equal(cq_store_count(f->s, "t", &n), 0);
+    assert_int_equal(n, 5);
+    assert_int_equal(cq_store_count_range(f->s, "t", off[0], off[3], &n), 0);
+    assert_int_equal(n, 2); /* off[1], off[3]; off[2] is invalid */
+    assert_int_equal(cq_store_count_range(f->s, "t", off[5], UINT64_MAX, &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(cq_store_count_range(f->s, "nope", 0, 1, &n), CQ_ENOTOPIC);
+}
+
+/* The wrapper's fault seams (any backend): FAIL_APPEND fails before anything is written and
+ * leaves no base; ANSWER_LOST fails after the commit, with the base the batch locked. Each
+ * fires once. */
+static void test_append_faults(void **state)
+{
+    fx_t *f = *state;
+    uint64_t off[2] = {0, 0};
+    cq_store_msg_t m[2] = {msg("f0", 3, 1), msg("f1", 3, 2)};
+    cq_store_rec_t r[4];
+    create(f->s, "t");
+    append_n(f->s, "t", "x", 1, off);
+    cq__store_fault(f->s, CQ__STORE_FAULT_FAIL_APPEND);
+    assert_int_equal(cq_store_append_batch(f->s, "t", m, 2, off), CQ_ESTORE);
+    assert_string_equal(cq_store_errmsg(f->s), "append failed (injected)");
+    assert_int_equal(cq_store_append_base(f->s), CQ_STORE_BASE_NONE);
+    assert_int_equal(read_all(f->s, "t", 0, r, 4), 1);
+    cq_store_recs_done(r, 1);
+    cq__store_fault(f->s, CQ__STORE_FAULT_ANSWER_LOST);
+    assert_int_equal(cq_store_append_batch(f->s, "t", m, 2, off), CQ_ESTORE);
+    assert_non_null(strstr(cq_store_errmsg(f->s), "COMMIT outcome unknown"));
+    assert_int_equal(cq_store_append_base(f->s), 1);
+    assert_int_equal(read_all(f->s, "t", 0, r, 4), 3); /* committed */
+    cq_store_recs_done(r, 3);
+    assert_int_equal(cq_store_append_batch(f->s, "t", m, 2, off), 0); /* fired once: a retry */
+    assert_int_equal(cq_store_append_base(f->s), 3);
+    assert_int_equal(read_all(f->s, "t", 0, r, 4), 3);
+    assert_int_equal(r[1].offset, off[0]);
+    cq_store_recs_done(r, 3);
+}
+
 static void test_append_empty_content(void **state)
 {
     fx_t *f = *state;
@@ -1166,12 +1215,13 @@ static void test_crash_sigkill(void **state)
 #define COMMON_TESTS                                                                               \
     T(test_migrations_once), T(test_open_refuses_newer_schema), T(test_topics),                    \
         T(test_topic_list_order), T(test_topic_case_insensitive_ops),                              \
-        T(test_append_offsets_in_order), T(test_append_empty_content), T(test_append_atomic),      \
-        T(test_append_bad_args), T(test_idempotent_retry), T(test_sequence_rules),                 \
-        T(test_big_batch), T(test_no_dedup_without_producer), T(test_big_producer_ids),            \
-        T(test_read_from_offset), T(test_read_bounded), T(test_repeat_updates),                    \
-        T(test_offsets_survive_reopen), T(test_consumer_offsets), T(test_consumer_ids_exact),      \
-        T(test_purge), T(test_bad_topic_names), T(test_crash_sigkill)
+        T(test_append_offsets_in_order), T(test_count_range), T(test_append_faults),               \
+        T(test_append_empty_content), T(test_append_atomic), T(test_append_bad_args),              \
+        T(test_idempotent_retry), T(test_sequence_rules), T(test_big_batch),                       \
+        T(test_no_dedup_without_producer), T(test_big_producer_ids), T(test_read_from_offset),     \
+        T(test_read_bounded), T(test_repeat_updates), T(test_offsets_survive_reopen),              \
+        T(test_consumer_offsets), T(test_consumer_ids_exact), T(test_purge),                       \
+        T(test_bad_topic_names), T(test_crash_sigkill)
 
 static int run_sqlite(void)
 {
