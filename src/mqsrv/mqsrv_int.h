@@ -269,6 +269,10 @@ void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req);
  * For CQ_ESEQCONFLICT and CQ_ESEQORDER the store's text (which message, which seq) follows as
  * it is: it is chanq's, not the database's. Returns buf. */
 const char *cq__mqop_err_text(const cq_writer_req_t *req, int err, char *buf, size_t len);
+/* What a failed produce's answer says after the error's text, once: what was (not) done and what
+ * the producer does now (retry with the same keys after a storage error; new seqs after
+ * sequence_out_of_order). Static text. */
+const char *cq__mqop_produce_advice(int err);
 /* The engine that submitted req (any thread: read-only after submission). */
 cq_mqsrv_t *cq__mqop_engine(const cq_writer_req_t *req);
 

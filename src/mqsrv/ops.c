@@ -447,6 +447,22 @@ const char *cq__mqop_err_text(const cq_writer_req_t *req, int err, char *buf, si
     return buf;
 }
 
+const char *cq__mqop_produce_advice(int err)
+{
+    switch (err) {
+    case CQ_ESEQCONFLICT:
+    case CQ_ECONTENT:
+    case CQ_ENOTOPIC:
+    case -EINVAL:
+        return "nothing was acknowledged"; /* the same request would fail the same way */
+    case CQ_ESEQORDER:
+        return "nothing was stored: send these messages again with seqs above the producer's "
+               "last stored seq";
+    default: /* storage, internal: not stored, or stored with the answer lost */
+        return "nothing was acknowledged: retry with the same producer_id and seq";
+    }
+}
+
 cq_mqsrv_t *cq__mqop_engine(const cq_writer_req_t *req)
 {
     return ((const mq_pend_t *)req->ud)->s;

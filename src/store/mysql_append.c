@@ -682,9 +682,8 @@ static int append_resolve(append_ctx_t *c)
     if (r < 0) {
         cq__mysql_disconnect(
             q); /* the call must not be run again (RUN): the outcome is still unknown */
-        return cq__store_fail(&q->base, CQ_ESTORE,
-                              "%.100s; COMMIT outcome unknown (cannot check), nothing "
-                              "acknowledged: retry with the same producer_id and seq",
+        /* what the caller then does (retry with the same keys) is the server's to say, once */
+        return cq__store_fail(&q->base, CQ_ESTORE, "%.180s; COMMIT outcome unknown (cannot check)",
                               lost);
     }
     if (!committed)

@@ -382,7 +382,7 @@ static int append_seq_check(append_ctx_t *c, size_t i, const cq_store_msg_t *m,
         s->append_bad = i;
         return cq__store_fail(s, CQ_ESEQORDER,
                               "message %zu: producer_id %" PRIu64 " seq %" PRIu64
-                              " is below its last seq %" PRId64 " and not a retry",
+                              " is below its last stored seq %" PRId64,
                               i, m->producer_id, m->seq, c->pid_last);
     }
     return r;

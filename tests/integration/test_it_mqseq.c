@@ -535,6 +535,17 @@ static void test_push_gap_mariadb(void **state)
     atomic_store(&px.mode, PX_ARMED);
     cq_mq_msg_t *r = produce_texts(p, "gap", a, 3, 7, 1);
     assert_int_equal(r->err_code, CQ_MQ_ERR_STORAGE);
+    /* the database's words, then once what was done and what to do */
+    const char *post = "; COMMIT outcome unknown (cannot check); nothing was acknowledged: retry "
+                       "with the same producer_id and seq";
+    print_message("# err_msg: %s\n", r->err_msg);
+    assert_true(strlen(r->err_msg) > strlen(post));
+    assert_string_equal(r->err_msg + strlen(r->err_msg) - strlen(post), post);
+    assert_int_equal(strncmp(r->err_msg, "produce: storage error: ", 24), 0);
+    size_t acks = 0;
+    for (const char *at = r->err_msg; (at = strstr(at, "acknowledged")) != NULL; at++)
+        acks++;
+    assert_int_equal(acks, 1);
     cq_mq_msg_free(r);
     assert_int_equal(atomic_load(&px.dropped), 1); /* MariaDB carried the COMMIT out */
     assert_true(cq_testsrv_log_wait(&srv, "COMMIT outcome unknown", TMO));

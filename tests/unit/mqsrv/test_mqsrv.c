@@ -608,7 +608,25 @@ static void test_produce(void **state)
     assert_int_equal(r->msgs[0].producer_id, 0);
     done(r, CQ_ESTORE);
     expect(pro, "12 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":12,\"err_msg\":\"produce: "
-                "storage error: disk on fire; nothing was acknowledged\",\"shard\":0}");
+                "storage error: disk on fire; nothing was acknowledged: retry with the same "
+                "producer_id and seq\",\"shard\":0}");
+    /* each failure says once what was done and what to do */
+    feed(pro, produce_req(6, "orders", 1, 0));
+    done(take(CQ_WRITER_PRODUCE, "orders"), CQ_ESEQORDER);
+    expect(pro, "12 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":16,\"err_msg\":\"produce: "
+                "seq below the producer's last stored seq, and not a retry: disk on fire; "
+                "nothing was stored: send these messages again with seqs above the producer's "
+                "last stored seq\",\"shard\":0}");
+    feed(pro, produce_req(6, "orders", 1, 0));
+    done(take(CQ_WRITER_PRODUCE, "orders"), CQ_ESEQCONFLICT);
+    expect(pro, "12 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":15,\"err_msg\":\"produce: "
+                "producer_id and seq already stored with other content: disk on fire; nothing was "
+                "acknowledged\",\"shard\":0}");
+    feed(pro, produce_req(6, "orders", 1, 0));
+    done(take(CQ_WRITER_PRODUCE, "orders"), -ENOMEM);
+    expect(pro, "12 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":14,\"err_msg\":\"produce: "
+                "Cannot allocate memory; nothing was acknowledged: retry with the same "
+                "producer_id and seq\",\"shard\":0}");
     /* the store refuses at submit */
     fp.fail = CQ_EBUSY;
     feed(pro, produce_req(7, "orders", 1, 0));
@@ -1462,7 +1480,8 @@ static void test_http_ops(void **state)
     done(take(CQ_WRITER_PRODUCE, "orders"), CQ_ESTORE);
     expect_resp(
         f, "503 Service Unavailable",
-        "{\"err_code\":12,\"err_msg\":\"storage error: disk on fire; nothing was acknowledged\"}");
+        "{\"err_code\":12,\"err_msg\":\"storage error: disk on fire; nothing was acknowledged: "
+        "retry with the same producer_id and seq\"}");
     http(f, "GET", "/v1/topics/orders/messages?offset=3&max=5000", "2:s2", NULL);
     r = take(CQ_WRITER_READ, "orders");
     assert_int_equal(r->max, CQ_MQ_DEFAULT_MAX_BATCH);

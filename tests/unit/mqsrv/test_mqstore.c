@@ -311,6 +311,10 @@ static void test_counts_after_lost_answer(void **state)
     arm(CQ__STORE_FAULT_ANSWER_LOST);
     cq_mq_msg_t *a = call(p, produce_msg(2, "a", 3, 7, 1));
     assert_int_equal(a->err_code, CQ_MQ_ERR_STORAGE);
+    assert_string_equal(a->err_msg,
+                        "produce: storage error: connection lost at COMMIT (injected); COMMIT "
+                        "outcome unknown (cannot check); nothing was acknowledged: retry with the "
+                        "same producer_id and seq");
     cq_mq_msg_free(a);
     cq_mq_msg_t *b = produce_ok(p, 3, "b", 1, 0, 0, 4);
     cq_mq_msg_t *r = produce_ok(p, 4, "a", 3, 7, 1, 4); /* the retry finds the stored rows */
