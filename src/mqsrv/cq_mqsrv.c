@@ -51,6 +51,7 @@ static void topic_free(mq_topic_t *t)
     cq_mq_msg_free(t->push);
     cq_free(t->consumers);
     cq_free(t->watchers);
+    cq_free(t->holes);
     cq_free(t);
 }
 

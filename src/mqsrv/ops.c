@@ -95,6 +95,15 @@ int cq__mqop_topic(const cq_mqsrv_t *s, uint32_t module_id, cq_mqperm_right_t ri
 
 /* ---- submission ----------------------------------------------------------------------------- */
 
+/* req (taken) is refused with err before the store saw it: a produce's keys may become holes
+ * (a busy produce is retried with the same keys). */
+static void refused(cq_mqsrv_t *s, cq_writer_req_t *req, int err)
+{
+    if (req->op == CQ_WRITER_PRODUCE)
+        cq__mqsrv_holes_refused(s, cq__mqsrv_topic(s, req->topic), req, err);
+    cq_writer_req_free(req);
+}
+
 /* Hands req (taken, freed on failure) to the store for l (NULL: the engine's own) with ctx
  * (taken on success); decl: for the cluster's declaration. Returns 0 or the code to answer with
  * *ret_why. */
@@ -105,7 +114,7 @@ static int submit_as(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ct
     mq_pend_t *p = NULL;
     if (l && l->inflight >= CQ_MQSRV_CONN_INFLIGHT) {
         *ret_why = inflight_why;
-        cq_writer_req_free(req);
+        refused(s, req, CQ_EBUSY);
         return CQ_EBUSY;
     }
     if ((p = cq_malloc(sizeof(*p)))) {
@@ -114,12 +123,12 @@ static int submit_as(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ct
         r = s->port.ops->submit(s->port.ud, req);
     }
     if (r < 0) {
-        if (r == CQ_EBUSY || r == CQ_ELIMIT) { /* ELIMIT: a produce that never fits */
+        cq_free(p);
+        refused(s, req, r); /* before ELIMIT turns busy: a produce that never fits is no hole */
+        if (r == CQ_EBUSY || r == CQ_ELIMIT) {
             s->st.busy++;
             r = CQ_EBUSY;
         }
-        cq_free(p);
-        cq_writer_req_free(req);
         *ret_why = cq_strerror(r);
         return r;
     }
@@ -150,7 +159,7 @@ static int new_req(cq_writer_op_t op, const char *topic, const char *consumer,
 int cq__mqop_produce(mq_link_t *l, cq_writer_req_t *req, void *ctx, const char **ret_why)
 {
     int r = cq__mqop_may_write(l, ret_why);
-    const mq_topic_t *t = cq__mqsrv_topic(l->s, req->topic);
+    mq_topic_t *t = cq__mqsrv_topic(l->s, req->topic);
     if (r == 0)
         r = refuse_offline(l->s, ret_why);
     if (r == 0 && t && t->reload) {
@@ -159,9 +168,10 @@ int cq__mqop_produce(mq_link_t *l, cq_writer_req_t *req, void *ctx, const char *
         r = CQ_EBUSY;
     }
     if (r < 0) {
-        cq_writer_req_free(req);
+        refused(l->s, req, r);
         return r;
     }
+    cq__mqsrv_holes_mark(t, req); /* retries of refused keys may be below the last seq */
     return submit(l->s, l, req, ctx, ret_why);
 }
 
@@ -483,6 +493,8 @@ void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
         req->err = CQ_ENOTMASTER;
         s->st.not_master++;
     }
+    if (req->op == CQ_WRITER_PRODUCE && req->err)
+        cq__mqsrv_holes_refused(s, t, req, req->err);
     cq__mqsrv_metrics_completed(s, req);
     s->inflight--;
     apply(s, req, t, &res);

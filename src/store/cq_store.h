@@ -63,6 +63,8 @@ typedef struct cq_store_msg {
     int64_t create_ms;    /* unix ms; 0 = the store's wall clock at append time */
     uint64_t producer_id; /* 0 = no deduplication; otherwise (producer_id, seq) is unique */
     uint64_t seq;         /* producer's sequence number (any value, need not be dense) */
+    bool hole; /* the caller refused this key earlier without storing it (a retryable hole,
+                * doc/protocol-mq.md): exempt from the order rule of append_batch */
 } cq_store_msg_t;
 
 /* One message read back. content is owned by the record: release an array of records with
@@ -166,7 +168,10 @@ int cq_store_topic_set_online(cq_store_t *s, const char *topic, bool online);
  *     the same content is a retry: not inserted again, it gets the original offset;
  *   - with other content it is CQ_ESEQCONFLICT;
  *   - a new seq must be above the producer's last seq (messages earlier in the batch count), else
- *     CQ_ESEQORDER (a producer that reset its sequence would otherwise lose messages silently).
+ *     CQ_ESEQORDER (a producer that reset its sequence would otherwise lose messages silently);
+ *   - except a message marked hole: the caller knows its key was refused before, unstored, and
+ *     lets its retry in below the last seq (it is stored in batch order like any new message;
+ *     the two rules above still apply to it, and it does not lower the last seq).
  * Seqs need not be dense. Sequence errors fail the whole batch; cq_store_append_bad() then names
  * the first offending message, so that a caller batching several requests can fail that one
  * alone and append the others again. seq is compared as a signed 64-bit value by SQLite: keep

@@ -378,7 +378,7 @@ static int append_seq_check(append_ctx_t *c, size_t i, const cq_store_msg_t *m,
     if (r != 0)
         return r;
     r = append_last_seq(c, m->producer_id);
-    if (r == 0 && c->pid_any && (int64_t)m->seq < c->pid_last) {
+    if (r == 0 && !m->hole && c->pid_any && (int64_t)m->seq < c->pid_last) {
         s->append_bad = i;
         return cq__store_fail(s, CQ_ESEQORDER,
                               "message %zu: producer_id %" PRIu64 " seq %" PRIu64
@@ -413,7 +413,8 @@ static int append_one(append_ctx_t *c, size_t i, const cq_store_msg_t *m, uint64
     r = step_done(c->q, st);
     if (r < 0)
         return r;
-    if (m->producer_id) { /* the producer's last seq is now this one */
+    /* the producer's last seq is now this one, unless it is a hole's, below it */
+    if (m->producer_id && (!c->pid_any || (int64_t)m->seq > c->pid_last)) {
         c->pid_any = true;
         c->pid_last = (int64_t)m->seq;
     }

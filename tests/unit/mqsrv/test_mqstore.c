@@ -3,7 +3,9 @@
  * store disagree, seen through the seed protocol.
  *
  *   - a COMMIT whose answer is lost (the rows are stored, the produce is answered storage):
- *     total and topic_message_total must still count exactly what consume returns.
+ *     total and topic_message_total must still count exactly what consume returns;
+ *   - several produces of one producer in flight, one of them failing with a storage error
+ *     while a later seq commits: the retry with the same producer_id and seq is acknowledged.
  *
  * The writer commits one request per transaction (max_batch 1), so a fault hits exactly the
  * request it is armed for; the writer is paused while a fault is armed and while requests are
@@ -327,10 +329,68 @@ static void test_counts_after_lost_answer(void **state)
     fconn_free(p);
 }
 
+/* ---- retries after a storage error while later seqs commit --------------------------------- */
+
+/* The text of a produce answered storage: the store's words once, what to do once. */
+static const char storage_msg[] = "produce: storage error: append failed (injected); nothing "
+                                  "was acknowledged: retry with the same producer_id and seq";
+
+/* Produces of seqs 2, 3, 4 (one request each) in flight together; the transaction of seq 2
+ * fails with a storage error (nothing stored) while 3 and 4 commit. The retry of seq 2 with the
+ * same producer_id and seq is acknowledged, with an offset after seq 4's: offsets follow the
+ * commits. A second retry is a duplicate (same offset); a seq below the producer's last that
+ * was never refused is still sequence_out_of_order. */
+static void test_retry_after_storage_error(void **state)
+{
+    (void)state;
+    fconn_t *p = producer();
+    cq_mq_msg_free(produce_ok(p, 1, "s1-", 1, 7, 1, 1));
+    cq__writer_pause(wr, true);
+    for (uint32_t seq = 2; seq <= 4; seq++) {
+        char prefix[8];
+        snprintf(prefix, sizeof(prefix), "s%u-", seq);
+        send_msg(p, produce_msg(10 + seq, prefix, 1, 7, seq));
+    }
+    cq__store_fault(store, CQ__STORE_FAULT_FAIL_APPEND); /* the next transaction: seq 2's */
+    cq__writer_pause(wr, false);
+    int64_t off[5] = {0};
+    for (int i = 0; i < 3; i++) {
+        cq_mq_msg_t *a = recv_msg(p);
+        uint32_t seq = a->askid - 10;
+        if (seq == 2) {
+            assert_int_equal(a->err_code, CQ_MQ_ERR_STORAGE);
+            assert_string_equal(a->err_msg, storage_msg);
+        } else {
+            assert_int_equal(a->err_code, 0);
+            off[seq] = a->offsets[0];
+        }
+        cq_mq_msg_free(a);
+    }
+    assert_true(off[4] > off[3]);
+    cq_mq_msg_t *a = produce_ok(p, 20, "s2-", 1, 7, 2, 4);
+    off[2] = a->offsets[0];
+    assert_true(off[2] > off[4]);
+    cq_mq_msg_free(a);
+    a = produce_ok(p, 21, "s2-", 1, 7, 2, 4);
+    assert_int_equal(a->offsets[0], off[2]);
+    cq_mq_msg_free(a);
+    a = call(p, produce_msg(22, "s0-", 1, 7, 0)); /* never refused: still out of order */
+    assert_int_equal(a->err_code, CQ_MQ_ERR_SEQUENCE_OUT_OF_ORDER);
+    assert_string_equal(a->err_msg,
+                        "produce: seq below the producer's last stored seq, and not a retry: "
+                        "message 0: producer_id 7 seq 0 is below its last stored seq 4; nothing "
+                        "was stored: send these messages again with seqs above the producer's "
+                        "last stored seq");
+    cq_mq_msg_free(a);
+    expect_log(p, (const char *[]){"s1-0", "s3-0", "s4-0", "s2-0"}, 4, 4);
+    fconn_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_counts_after_lost_answer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retry_after_storage_error, setup, teardown),
     };
     return cmocka_run_group_tests_name("mqsrv-store", tests, NULL, NULL);
 }

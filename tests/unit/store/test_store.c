@@ -769,6 +769,49 @@ static void test_sequence_rules(void **state)
 }
 
 /* A batch bigger than one statement (MariaDB splits it): retries, new rows and repeats mixed. */
+static cq_store_msg_t hole(const char *text, uint64_t producer_id, uint64_t seq)
+{
+    cq_store_msg_t m = msg(text, producer_id, seq);
+    m.hole = true;
+    return m;
+}
+
+/* A message marked hole (its key was refused earlier, unstored) is stored below the producer's
+ * last seq, in batch order, beside other producers' messages, in any order with other holes; it
+ * does not lower the last seq, a second try is a duplicate, and other content is still a
+ * conflict. */
+static void test_hole_below_last(void **state)
+{
+    fx_t *f = *state;
+    uint64_t a[3], b[4], c[2];
+    cq_store_rec_t r[8];
+    create(f->s, "t");
+    cq_store_msg_t m1[3] = {msg("s10", 7, 10), msg("s30", 7, 30), msg("s40", 7, 40)};
+    assert_int_equal(cq_store_append_batch(f->s, "t", m1, 3, a), 0);
+    cq_store_msg_t m2[1] = {msg("s20", 7, 20)}; /* unmarked: out of order */
+    assert_int_equal(cq_store_append_batch(f->s, "t", m2, 1, b), CQ_ESEQORDER);
+    cq_store_msg_t m3[4] = {msg("q1", 8, 1), msg("s50", 7, 50), hole("s20", 7, 20),
+                            hole("s5", 7, 5)};
+    assert_int_equal(cq_store_append_batch(f->s, "t", m3, 4, b), 0);
+    assert_true(b[0] > a[2]);
+    for (size_t i = 1; i < 4; i++)
+        assert_true(b[i] > b[i - 1]);
+    cq_store_msg_t m4[2] = {hole("s15", 7, 15), msg("s45", 7, 45)}; /* the last is still 50 */
+    assert_int_equal(cq_store_append_batch(f->s, "t", m4, 2, c), CQ_ESEQORDER);
+    assert_int_equal(cq_store_append_bad(f->s), 1);
+    cq_store_msg_t m5[1] = {hole("S20", 7, 20)};
+    assert_int_equal(cq_store_append_batch(f->s, "t", m5, 1, c), CQ_ESEQCONFLICT);
+    cq_store_msg_t m6[2] = {hole("s20", 7, 20), msg("s60", 7, 60)};
+    assert_int_equal(cq_store_append_batch(f->s, "t", m6, 2, c), 0);
+    assert_int_equal(c[0], b[2]); /* a duplicate */
+    assert_true(c[1] > b[3]);
+    assert_int_equal(read_all(f->s, "t", 0, r, 8), 8);
+    const char *want[] = {"s10", "s30", "s40", "q1", "s50", "s20", "s5", "s60"};
+    for (size_t i = 0; i < 8; i++)
+        assert_string_equal(r[i].content, want[i]);
+    cq_store_recs_done(r, 8);
+}
+
 static void test_big_batch(void **state)
 {
     enum { OLD = 300, ALL = 600, REP = 100 };
@@ -1217,11 +1260,11 @@ static void test_crash_sigkill(void **state)
         T(test_topic_list_order), T(test_topic_case_insensitive_ops),                              \
         T(test_append_offsets_in_order), T(test_count_range), T(test_append_faults),               \
         T(test_append_empty_content), T(test_append_atomic), T(test_append_bad_args),              \
-        T(test_idempotent_retry), T(test_sequence_rules), T(test_big_batch),                       \
-        T(test_no_dedup_without_producer), T(test_big_producer_ids), T(test_read_from_offset),     \
-        T(test_read_bounded), T(test_repeat_updates), T(test_offsets_survive_reopen),              \
-        T(test_consumer_offsets), T(test_consumer_ids_exact), T(test_purge),                       \
-        T(test_bad_topic_names), T(test_crash_sigkill)
+        T(test_idempotent_retry), T(test_sequence_rules), T(test_hole_below_last),                 \
+        T(test_big_batch), T(test_no_dedup_without_producer), T(test_big_producer_ids),            \
+        T(test_read_from_offset), T(test_read_bounded), T(test_repeat_updates),                    \
+        T(test_offsets_survive_reopen), T(test_consumer_offsets), T(test_consumer_ids_exact),      \
+        T(test_purge), T(test_bad_topic_names), T(test_crash_sigkill)
 
 static int run_sqlite(void)
 {
