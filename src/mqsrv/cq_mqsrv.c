@@ -51,6 +51,7 @@ static void topic_free(mq_topic_t *t)
     cq_mq_msg_free(t->push);
     cq_free(t->consumers);
     cq_free(t->watchers);
+    cq_free(t->holes);
     cq_free(t);
 }
 
@@ -527,7 +528,10 @@ void cq__mqsrv_log_read(cq_mqsrv_t *s, mq_topic_t *t, const cq_writer_req_t *req
             continue;
         if (r->offset > t->last_offset) { /* a slave: replication brought it */
             t->last_offset = r->offset;
-            t->count++;
+            /* A master counts from its own completions only (a read may see a commit whose
+             * completion is still on its way): a slave has none, and counts what it reads. */
+            if (!s->master)
+                t->count++;
         }
         push_add(s, t, r->offset, r->create_ms, r->content, r->len, r->producer_id, r->seq);
     }

@@ -66,6 +66,13 @@ typedef struct cq_mqsrv_conn cq_mqsrv_conn_t;
 #define CQ_MQSRV_PREAUTH_SENDQ     (64u * 1024u)
 /* Bytes of partial frames held by all seed connections together (opts.input_budget 0). */
 #define CQ_MQSRV_INPUT_BUDGET_DFL (64u * 1024u * 1024u)
+/* Retryable holes (doc/protocol-mq.md, produce): the keys of produces refused with an answer
+ * that says "retry with the same producer_id and seq" are remembered per (topic, producer) as
+ * ranges of seqs, so that the retry is accepted below the producer's last stored seq. At most
+ * HOLES_MAX ranges on the server (a refusal beyond them is not remembered), each forgotten
+ * HOLE_TTL_MS after its last refusal (a range is 32 bytes: 2 MiB at most). */
+#define CQ_MQSRV_HOLES_MAX   65536
+#define CQ_MQSRV_HOLE_TTL_MS (10u * 60u * 1000u)
 
 /* The edge's side of one connection (seed protocol or HTTP API): the transport ops every chanq
  * connection has (src/transport/cq_transport.h), plus abort. tctx is the edge's per-connection
@@ -99,6 +106,8 @@ typedef struct cq_mqsrv_stats {
     uint64_t input_refused;   /* connections closed busy: their bytes went over the budget */
     uint64_t not_master;      /* writes answered not_master (err 18): refused, or fenced produces */
     uint64_t offline_refused; /* produces and creations answered server_offline (err 19) */
+    uint64_t holes;           /* retryable holes (seq ranges) remembered now */
+    uint64_t holes_dropped;   /* refusals not remembered: CQ_MQSRV_HOLES_MAX ranges were */
 } cq_mqsrv_stats_t;
 
 /* Sets the edge's callbacks: ops borrowed (static) and ud, or NULL (completions then only

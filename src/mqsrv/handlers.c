@@ -322,8 +322,8 @@ static void done_produce(cq_mqsrv_conn_t *c, const cq_writer_req_t *req, int err
         return;
     }
     if (err) {
-        cq__mqsrv_reply(c, m, err, "produce: %s; nothing was acknowledged",
-                        cq__mqop_err_text(req, err, why, sizeof(why)));
+        cq__mqsrv_reply(c, m, err, "produce: %s; %s", cq__mqop_err_text(req, err, why, sizeof(why)),
+                        cq__mqop_produce_advice(err));
         return;
     }
     cq_mq_msg_t *resp = cq_mq_resp_new(m, 0, NULL);

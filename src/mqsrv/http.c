@@ -644,7 +644,7 @@ static void done(mq_link_t *l, cq_writer_req_t *req, const mq_result_t *res, voi
              cq_strerror(res->err));
     else if (res->err)
         FAIL(h, res->err, "%s; %s", cq__mqop_err_text(req, res->err, why, sizeof(why)),
-             req->op == CQ_WRITER_PRODUCE ? "nothing was acknowledged" : "not done");
+             req->op == CQ_WRITER_PRODUCE ? cq__mqop_produce_advice(res->err) : "not done");
     else
         respond(h, 200, answer(l->s, req, res));
     process(h); /* h stays: its request is in flight until this returns */

@@ -113,6 +113,7 @@ void cq_mqsrv_tick(cq_mqsrv_t *s, uint64_t now_ms)
     cq__mqsrv_catchup_retry(s);
     cq__mqsrv_role_tick(s, now_ms);
     cq__mqsrv_decl_tick(s, now_ms);
+    cq__mqsrv_holes_tick(s, now_ms);
     uint64_t soft_ms = (uint64_t)s->sendq_soft_s * 1000;
     cq_list_foreach_safe(n, tmp, &s->soft)
     {

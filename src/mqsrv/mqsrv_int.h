@@ -27,6 +27,8 @@ typedef struct mq_consumer {
     uint64_t offset;
 } mq_consumer_t;
 
+typedef struct mq_hole mq_hole_t; /* holes.c */
+
 typedef struct mq_topic {
     char name[CQ_MQ_TOPIC_MAX + 1]; /* as the store spells it */
     bool online;
@@ -61,6 +63,8 @@ typedef struct mq_topic {
     uint64_t purged;          /* rows removed by retention since start */
     mq_consumer_t *consumers; /* owned: offsets seen in commits and offset reads since start */
     size_t nconsumers, consumers_cap;
+    mq_hole_t *holes; /* owned: retryable holes, sorted (holes.c) */
+    size_t nholes, holes_cap;
 } mq_topic_t;
 
 struct cq_mqsrv {
@@ -105,7 +109,8 @@ struct cq_mqsrv {
     uint64_t health_txns, health_us;         /* writer counters at the last sample */
     uint64_t commit_us_recent; /* mean commit time over the last sample period, 0: none */
     bool offline;              /* the manager took this server out of service (produces err 19) */
-    size_t inflight; /* store requests submitted and not yet completed (shutdown waits for 0) */
+    size_t inflight;  /* store requests submitted and not yet completed (shutdown waits for 0) */
+    uint64_t tick_ms; /* the last tick's monotonic ms (0: none yet): holes expire by it */
     cq_mqsrv_stats_t st;
     /* Cluster-wide topics (topics.c). decls: the last declaration, in force; decl_next*: under
      * inbox_mu, handed over by cq_mqsrv_topics_apply(). decl_dirty: a pass is due (some decl is
@@ -269,6 +274,10 @@ void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req);
  * For CQ_ESEQCONFLICT and CQ_ESEQORDER the store's text (which message, which seq) follows as
  * it is: it is chanq's, not the database's. Returns buf. */
 const char *cq__mqop_err_text(const cq_writer_req_t *req, int err, char *buf, size_t len);
+/* What a failed produce's answer says after the error's text, once: what was (not) done and what
+ * the producer does now (retry with the same keys after a storage error; new seqs after
+ * sequence_out_of_order). Static text. */
+const char *cq__mqop_produce_advice(int err);
 /* The engine that submitted req (any thread: read-only after submission). */
 cq_mqsrv_t *cq__mqop_engine(const cq_writer_req_t *req);
 
@@ -299,6 +308,18 @@ void cq__mqsrv_catchup_retry(cq_mqsrv_t *s);
 void cq__mqsrv_item_key(cq_mq_item_t *it, uint64_t producer_id, uint64_t seq);
 /* Sends the pushes queued by completions. */
 void cq__mqsrv_flush_pushes(cq_mqsrv_t *s);
+
+/* ---- retryable holes (holes.c) -------------------------------------------------------------- */
+
+/* A produce req (borrowed) of t (NULL: nothing) was refused with err without being stored, or
+ * with its commit's answer lost: when err's answer tells the producer to retry with the same
+ * keys (storage, internal, busy, not_master, server_offline), those keys become holes of t. */
+void cq__mqsrv_holes_refused(cq_mqsrv_t *s, mq_topic_t *t, const cq_writer_req_t *req, int err);
+/* Before req (a produce of t) goes to the store: marks its messages whose keys are holes of t
+ * (cq_store_msg_t.hole), which the store then accepts below the producer's last stored seq. */
+void cq__mqsrv_holes_mark(const mq_topic_t *t, cq_writer_req_t *req);
+/* The tick: stamps new holes and forgets those refused CQ_MQSRV_HOLE_TTL_MS ago. */
+void cq__mqsrv_holes_tick(cq_mqsrv_t *s, uint64_t now_ms);
 
 /* ---- the cluster (role.c) ----------------------------------------------------------------- */
 

@@ -95,6 +95,15 @@ int cq__mqop_topic(const cq_mqsrv_t *s, uint32_t module_id, cq_mqperm_right_t ri
 
 /* ---- submission ----------------------------------------------------------------------------- */
 
+/* req (taken) is refused with err before the store saw it: a produce's keys may become holes
+ * (a busy produce is retried with the same keys). */
+static void refused(cq_mqsrv_t *s, cq_writer_req_t *req, int err)
+{
+    if (req->op == CQ_WRITER_PRODUCE)
+        cq__mqsrv_holes_refused(s, cq__mqsrv_topic(s, req->topic), req, err);
+    cq_writer_req_free(req);
+}
+
 /* Hands req (taken, freed on failure) to the store for l (NULL: the engine's own) with ctx
  * (taken on success); decl: for the cluster's declaration. Returns 0 or the code to answer with
  * *ret_why. */
@@ -105,7 +114,7 @@ static int submit_as(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ct
     mq_pend_t *p = NULL;
     if (l && l->inflight >= CQ_MQSRV_CONN_INFLIGHT) {
         *ret_why = inflight_why;
-        cq_writer_req_free(req);
+        refused(s, req, CQ_EBUSY);
         return CQ_EBUSY;
     }
     if ((p = cq_malloc(sizeof(*p)))) {
@@ -114,12 +123,12 @@ static int submit_as(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ct
         r = s->port.ops->submit(s->port.ud, req);
     }
     if (r < 0) {
-        if (r == CQ_EBUSY || r == CQ_ELIMIT) { /* ELIMIT: a produce that never fits */
+        cq_free(p);
+        refused(s, req, r); /* before ELIMIT turns busy: a produce that never fits is no hole */
+        if (r == CQ_EBUSY || r == CQ_ELIMIT) {
             s->st.busy++;
             r = CQ_EBUSY;
         }
-        cq_free(p);
-        cq_writer_req_free(req);
         *ret_why = cq_strerror(r);
         return r;
     }
@@ -150,7 +159,7 @@ static int new_req(cq_writer_op_t op, const char *topic, const char *consumer,
 int cq__mqop_produce(mq_link_t *l, cq_writer_req_t *req, void *ctx, const char **ret_why)
 {
     int r = cq__mqop_may_write(l, ret_why);
-    const mq_topic_t *t = cq__mqsrv_topic(l->s, req->topic);
+    mq_topic_t *t = cq__mqsrv_topic(l->s, req->topic);
     if (r == 0)
         r = refuse_offline(l->s, ret_why);
     if (r == 0 && t && t->reload) {
@@ -159,9 +168,10 @@ int cq__mqop_produce(mq_link_t *l, cq_writer_req_t *req, void *ctx, const char *
         r = CQ_EBUSY;
     }
     if (r < 0) {
-        cq_writer_req_free(req);
+        refused(l->s, req, r);
         return r;
     }
+    cq__mqsrv_holes_mark(t, req); /* retries of refused keys may be below the last seq */
     return submit(l->s, l, req, ctx, ret_why);
 }
 
@@ -352,17 +362,24 @@ static void done_internal(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t 
     if (!t || req->op != CQ_WRITER_PURGE)
         return;
     t->purging = false;
+    t->count += req->unseen; /* before the rows it removed: they may be among them */
     if (req->err == 0)
         t->count = req->purged < t->count ? t->count - req->purged : 0;
     if (req->err == 0 && req->purged == req->max && cq__mqsrv_writable(s))
         purge(s, t, req->max, req->older_than_ms);
 }
 
-/* Counts the messages a committed produce added: those above the topic's last offset (the
- * others were stored before, an idempotent retry's). Before the last offset moves. */
-static void count_new(mq_topic_t *t, const cq_writer_req_t *req)
+/* Counts what a produce's completion adds to its topic: the rows the store thread found
+ * committed earlier without their answer (unseen, whatever the outcome), and, when it
+ * committed, its new messages: the offsets above prev_offset (those at or below it were stored
+ * before, an idempotent retry's). Why not "above last_offset": the rows a lost COMMIT answer
+ * left lie below a later produce's offsets, and a retry finds them there. */
+static void count_produce(mq_topic_t *t, const cq_writer_req_t *req)
 {
-    uint64_t hi = t->last_offset;
+    t->count += req->unseen;
+    if (req->err)
+        return;
+    uint64_t hi = req->prev_offset;
     for (size_t i = 0; i < req->n_msgs; i++) {
         if (req->offsets[i] > hi) {
             hi = req->offsets[i];
@@ -378,8 +395,6 @@ static void apply(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *t, mq_r
     *res = (mq_result_t){.err = req->err, .offset = req->offset};
     switch (req->op) {
     case CQ_WRITER_PRODUCE:
-        if (req->err == 0 && t)
-            count_new(t, req);
         if (req->err == 0)
             cq__mqsrv_produced(s, req);
         else if (req->err == CQ_ESTORE)
@@ -442,6 +457,22 @@ const char *cq__mqop_err_text(const cq_writer_req_t *req, int err, char *buf, si
     return buf;
 }
 
+const char *cq__mqop_produce_advice(int err)
+{
+    switch (err) {
+    case CQ_ESEQCONFLICT:
+    case CQ_ECONTENT:
+    case CQ_ENOTOPIC:
+    case -EINVAL:
+        return "nothing was acknowledged"; /* the same request would fail the same way */
+    case CQ_ESEQORDER:
+        return "nothing was stored: send these messages again with seqs above the producer's "
+               "last stored seq";
+    default: /* storage, internal: not stored, or stored with the answer lost */
+        return "nothing was acknowledged: retry with the same producer_id and seq";
+    }
+}
+
 cq_mqsrv_t *cq__mqop_engine(const cq_writer_req_t *req)
 {
     return ((const mq_pend_t *)req->ud)->s;
@@ -453,6 +484,8 @@ void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
     mq_link_t *l = p ? p->l : NULL;
     mq_topic_t *t = req->op == CQ_WRITER_TOPIC_LIST ? NULL : cq__mqsrv_topic(s, req->topic);
     mq_result_t res;
+    if (req->op == CQ_WRITER_PRODUCE && t)
+        count_produce(t, req); /* before the fence: a fenced commit's rows are in the store */
     if (req->op == CQ_WRITER_PRODUCE && req->err == 0 && !cq__mqsrv_writable(s)) {
         /* Fenced between submission and commit: another server may be master already, so this
          * one acknowledges nothing and pushes nothing, as if the commit had failed. The rows may
@@ -460,6 +493,8 @@ void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
         req->err = CQ_ENOTMASTER;
         s->st.not_master++;
     }
+    if (req->op == CQ_WRITER_PRODUCE && req->err)
+        cq__mqsrv_holes_refused(s, t, req, req->err);
     cq__mqsrv_metrics_completed(s, req);
     s->inflight--;
     apply(s, req, t, &res);

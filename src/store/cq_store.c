@@ -131,9 +131,19 @@ int cq_store_append_batch(cq_store_t *s, const char *topic, const cq_store_msg_t
     int r = enter(s, topic);
     if (r < 0)
         return r;
+    s->append_base = CQ_STORE_BASE_NONE; /* until the backend locked the topic */
     if (!msgs || n == 0 || !ret_offsets)
         return cq__store_fail(s, -EINVAL, "append: empty batch");
-    return s->ops->append_batch(s, topic, msgs, n, ret_offsets);
+    unsigned fault = s->fault & (CQ__STORE_FAULT_FAIL_APPEND | CQ__STORE_FAULT_ANSWER_LOST);
+    s->fault &= ~fault;
+    if (fault & CQ__STORE_FAULT_FAIL_APPEND)
+        return cq__store_fail(s, CQ_ESTORE, "append failed (injected)");
+    r = s->ops->append_batch(s, topic, msgs, n, ret_offsets);
+    if (r == 0 && (fault & CQ__STORE_FAULT_ANSWER_LOST))
+        r = cq__store_fail(s, CQ_ESTORE,
+                           "connection lost at COMMIT (injected); COMMIT outcome unknown "
+                           "(cannot check)");
+    return r;
 }
 
 size_t cq_store_append_bad(const cq_store_t *s)
@@ -192,10 +202,18 @@ int cq_store_purge(cq_store_t *s, const char *topic, int64_t older_than_unix_ms,
 
 int cq_store_count(cq_store_t *s, const char *topic, uint64_t *ret_n)
 {
+    return cq_store_count_range(s, topic, 0, INT64_MAX, ret_n);
+}
+
+int cq_store_count_range(cq_store_t *s, const char *topic, uint64_t after, uint64_t upto,
+                         uint64_t *ret_n)
+{
     int r = enter(s, topic);
     if (r == 0 && !ret_n)
         r = cq__store_fail(s, -EINVAL, "count: no output");
-    return r < 0 ? r : s->ops->count(s, topic, ret_n);
+    if (upto > INT64_MAX) /* SQLite's integers are signed */
+        upto = INT64_MAX;
+    return r < 0 ? r : s->ops->count(s, topic, after, upto, ret_n);
 }
 
 int cq_store_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset)

@@ -63,6 +63,8 @@ typedef struct cq_store_msg {
     int64_t create_ms;    /* unix ms; 0 = the store's wall clock at append time */
     uint64_t producer_id; /* 0 = no deduplication; otherwise (producer_id, seq) is unique */
     uint64_t seq;         /* producer's sequence number (any value, need not be dense) */
+    bool hole; /* the caller refused this key earlier without storing it (a retryable hole,
+                * doc/protocol-mq.md): exempt from the order rule of append_batch */
 } cq_store_msg_t;
 
 /* One message read back. content is owned by the record: release an array of records with
@@ -106,7 +108,8 @@ typedef struct cq_store_ops {
     int (*purge)(cq_store_t *s, const char *topic, int64_t older_than_unix_ms, size_t max_rows,
                  size_t *ret_purged);
     int (*high_water)(cq_store_t *s, const char *topic, uint64_t *ret_offset);
-    int (*count)(cq_store_t *s, const char *topic, uint64_t *ret_n);
+    int (*count)(cq_store_t *s, const char *topic, uint64_t after, uint64_t upto,
+                 uint64_t *ret_n); /* cq_store_count_range() */
 } cq_store_ops_t;
 
 /* The embedded SQLite backend (src/store/sqlite.c). */
@@ -165,7 +168,10 @@ int cq_store_topic_set_online(cq_store_t *s, const char *topic, bool online);
  *     the same content is a retry: not inserted again, it gets the original offset;
  *   - with other content it is CQ_ESEQCONFLICT;
  *   - a new seq must be above the producer's last seq (messages earlier in the batch count), else
- *     CQ_ESEQORDER (a producer that reset its sequence would otherwise lose messages silently).
+ *     CQ_ESEQORDER (a producer that reset its sequence would otherwise lose messages silently);
+ *   - except a message marked hole: the caller knows its key was refused before, unstored, and
+ *     lets its retry in below the last seq (it is stored in batch order like any new message;
+ *     the two rules above still apply to it, and it does not lower the last seq).
  * Seqs need not be dense. Sequence errors fail the whole batch; cq_store_append_bad() then names
  * the first offending message, so that a caller batching several requests can fail that one
  * alone and append the others again. seq is compared as a signed 64-bit value by SQLite: keep
@@ -177,8 +183,12 @@ int cq_store_append_batch(cq_store_t *s, const char *topic, const cq_store_msg_t
 size_t cq_store_append_bad(const cq_store_t *s);
 /* After cq_store_append_batch() returned 0: the topic's high water (see cq_store_high_water())
  * before the batch, read under the batch's lock. Offsets above it and not in the batch's
- * results were committed by someone else (or by an append whose answer was lost) in between. */
+ * results were committed by someone else (or by an append whose answer was lost) in between.
+ * After it failed: the same when the batch got as far as locking the topic (rows above it may
+ * then be committed, if the failure was a COMMIT whose outcome could not be checked), else
+ * CQ_STORE_BASE_NONE (nothing of the batch was written). */
 uint64_t cq_store_append_base(const cq_store_t *s);
+#define CQ_STORE_BASE_NONE UINT64_MAX
 /* Reads up to max (>= 1) valid (state 1) messages with offset > from_offset_exclusive, in
  * offset order, into ret_recs (caller's array of max entries). *ret_n may be 0. The records'
  * contents are returned owned: release with cq_store_recs_done(ret_recs, *ret_n). */
@@ -206,6 +216,11 @@ int cq_store_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset);
 /* The number of valid (state 1) messages in topic: the seed's topic_message_total. Counts the
  * rows (O(rows)): chanqd calls it once per topic at start and keeps the count itself. */
 int cq_store_count(cq_store_t *s, const char *topic, uint64_t *ret_n);
+/* The number of valid messages with after < offset <= upto (upto is capped at 2^63 - 1): one
+ * range scan of the offsets, for a few rows whose count is not known (the store thread counts
+ * the rows a COMMIT whose answer was lost left behind). */
+int cq_store_count_range(cq_store_t *s, const char *topic, uint64_t after, uint64_t upto,
+                         uint64_t *ret_n);
 
 /* ---- consumers ----------------------------------------------------------------------------- */
 
@@ -222,12 +237,18 @@ int cq_store_get_offset(cq_store_t *s, const char *topic, const char *consumer_i
  * that rejected input reached no SQL. */
 uint64_t cq__store_sql_count(const cq_store_t *s);
 
-/* Fault injection (mysql backend; sqlite ignores it). LOST_BEFORE_COMMIT / LOST_AFTER_COMMIT:
- * the next append loses its connection right before / right after its COMMIT and must resolve
- * the unknown outcome (fired once). NO_RECONNECT: every connect fails while set. */
+/* Fault injection. mysql backend only (sqlite ignores them): LOST_BEFORE_COMMIT /
+ * LOST_AFTER_COMMIT: the next append loses its connection right before / right after its COMMIT
+ * and must resolve the unknown outcome (fired once); NO_RECONNECT: every connect fails while set.
+ * Any backend (cq_store.c, fired once each): FAIL_APPEND: the next append fails with CQ_ESTORE
+ * before the backend sees it (nothing stored); ANSWER_LOST: the next append commits, then fails
+ * with CQ_ESTORE as if the COMMIT's answer was lost and could not be checked (its rows are
+ * stored, the caller is told nothing was acknowledged). */
 #define CQ__STORE_FAULT_LOST_BEFORE_COMMIT 1u
 #define CQ__STORE_FAULT_LOST_AFTER_COMMIT  2u
 #define CQ__STORE_FAULT_NO_RECONNECT       4u
+#define CQ__STORE_FAULT_FAIL_APPEND        8u
+#define CQ__STORE_FAULT_ANSWER_LOST        16u
 /* Sets the fault bits (replacing the previous ones). Store thread. */
 void cq__store_fault(cq_store_t *s, unsigned faults);
 

@@ -43,12 +43,21 @@ typedef struct reader {
 
 /* Produce requests of one topic waiting for their transaction, oldest first. A group lives as
  * long as the writer once its topic had a produce (found by name in w->group_idx); it is in
- * w->active while it holds requests. */
+ * w->active while it holds requests.
+ *
+ * Counting (cq_writer.h): told is the highest offset of the topic the caller was told about,
+ * from the group's first transaction on (its base: before it, the caller counted the topic
+ * itself, at start or with a TOPIC_STATS) and then from each commit. A transaction that failed
+ * after it locked the topic leaves the group unsure: its COMMIT may have gone through with the
+ * answer lost. reconcile() then counts what lies above told before the topic's next append or
+ * purge, and unseen holds that count until a completion of the topic carries it. */
 typedef struct group {
     char topic[CQ_STORE_TOPIC_MAX + 1]; /* the first waiting request's spelling; the index key */
     cq_writer_req_t *head, *tail;
     size_t n_msgs;
     bool active;
+    bool told_known, unsure;
+    uint64_t told, unseen;
 } group_t;
 
 struct cq_writer {
@@ -279,9 +288,53 @@ static int append_chain(cq_writer_t *w, const group_t *g, cq_writer_req_t *chain
     return r;
 }
 
+/* ---- counting what a lost COMMIT answer left behind (writer thread) ----------------------- */
+
+/* A completion of g's topic carries the rows reconcile() found. */
+static void hand_unseen(group_t *g, cq_writer_req_t *req)
+{
+    req->unseen = g->unseen;
+    g->unseen = 0;
+}
+
+/* Before g's next append or purge, when a failed transaction left it unsure: the rows committed
+ * above told without their answer are counted (one range scan of the few rows above told), so
+ * that the next completion hands them to the caller before anything newer, or a purge, could
+ * change them. A failure leaves g unsure: the caller of this append or purge fails with it. */
+static int reconcile(cq_writer_t *w, group_t *g)
+{
+    uint64_t hw = 0, n = 0;
+    if (!g->unsure)
+        return 0;
+    int r = cq_store_high_water(w->store, g->topic, &hw);
+    if (r == 0 && hw > g->told)
+        r = cq_store_count_range(w->store, g->topic, g->told, hw, &n);
+    if (r < 0)
+        return r;
+    g->unseen += n;
+    g->told = hw > g->told ? hw : g->told;
+    g->unsure = false;
+    return 0;
+}
+
+/* g's transaction failed with base as cq_store_append_base() says: one that locked the topic
+ * may have committed (an unknown COMMIT outcome), so g is unsure until reconciled. */
+static void note_failed(group_t *g, uint64_t base)
+{
+    if (base == CQ_STORE_BASE_NONE) /* nothing of it was written */
+        return;
+    /* the group's first transaction: up to its base, the caller counted the topic itself */
+    if (!g->told_known) {
+        g->told = base;
+        g->told_known = true;
+    }
+    g->unsure = true;
+}
+
 /* After a sequence error: detaches from *chain the request holding message bad (of the batch),
  * fails it with err and the store's text, and completes it; *n loses its messages. */
-static void reject_seq(cq_writer_t *w, cq_writer_req_t **chain, size_t *n, size_t bad, int err)
+static void reject_seq(cq_writer_t *w, group_t *g, cq_writer_req_t **chain, size_t *n, size_t bad,
+                       int err)
 {
     cq_writer_req_t **pp = chain, *q = *chain;
     while (q->next && bad >= q->n_msgs) {
@@ -294,11 +347,13 @@ static void reject_seq(cq_writer_t *w, cq_writer_req_t **chain, size_t *n, size_
     *n -= q->n_msgs;
     fail_req(q, err, cq_store_errmsg(w->store));
     stat_add(&w->st_rejected, 1); /* before done */
+    hand_unseen(g, q);
     complete(w, q);
 }
 
-/* Fills each acknowledged request's offsets and prev_offset from one committed append. */
-static void ack_chain(cq_writer_t *w, cq_writer_req_t *chain)
+/* Fills each acknowledged request's offsets and prev_offset from one committed append; g was
+ * told everything up to the highest offset. */
+static void ack_chain(cq_writer_t *w, group_t *g, cq_writer_req_t *chain)
 {
     uint64_t hw = cq_store_append_base(w->store);
     size_t k = 0;
@@ -309,6 +364,8 @@ static void ack_chain(cq_writer_t *w, cq_writer_req_t *chain)
             hw = q->offsets[i] > hw ? q->offsets[i] : hw;
         k += q->n_msgs;
     }
+    g->told = hw;
+    g->told_known = true;
 }
 
 /* Commits the next batch of g in one transaction and completes its requests. A request that
@@ -317,10 +374,16 @@ static void commit_batch(cq_writer_t *w, group_t *g)
 {
     size_t n = 0;
     cq_writer_req_t *chain = take_batch(w, g, &n);
-    int r = append_chain(w, g, chain, n);
+    int r = reconcile(w, g);
+    uint64_t base = CQ_STORE_BASE_NONE; /* the last append's, once one ran */
+    if (r == 0) {
+        r = append_chain(w, g, chain, n);
+        base = cq_store_append_base(w->store);
+    }
     while ((r == CQ_ESEQCONFLICT || r == CQ_ESEQORDER) && chain) {
-        reject_seq(w, &chain, &n, cq_store_append_bad(w->store), r);
+        reject_seq(w, g, &chain, &n, cq_store_append_bad(w->store), r);
         r = chain ? append_chain(w, g, chain, n) : 0;
+        base = cq_store_append_base(w->store);
     }
     if (!chain)
         return;
@@ -331,13 +394,14 @@ static void commit_batch(cq_writer_t *w, group_t *g)
     stat_add(&w->st_batch_sum, n);
     if (r < 0) {
         stat_add(&w->st_failed_txns, 1);
+        note_failed(g, base);
     } else {
         size_t reqs = 0;
         for (cq_writer_req_t *q = chain; q; q = q->next)
             reqs++;
         stat_add(&w->st_msgs, n);
         stat_add(&w->st_reqs, reqs);
-        ack_chain(w, chain);
+        ack_chain(w, g, chain);
     }
     const char *msg = r < 0 ? cq_store_errmsg(w->store) : "";
     for (cq_writer_req_t *q = chain, *next; q; q = next) {
@@ -345,6 +409,7 @@ static void commit_batch(cq_writer_t *w, group_t *g)
         q->next = NULL;
         if (r < 0)
             fail_req(q, r, msg);
+        hand_unseen(g, q);
         complete(w, q);
     }
 }
@@ -474,6 +539,42 @@ static int run_read(cq_store_t *store, cq_writer_req_t *req)
     return 0;
 }
 
+/* A purge of a topic whose group is unsure first counts the rows a lost COMMIT answer left: it
+ * could otherwise remove rows the caller never counted, and subtract them. */
+static int run_purge(cq_writer_t *w, cq_writer_req_t *req)
+{
+    group_t *g = cq_smap_get(&w->group_idx, req->topic);
+    int r = g ? reconcile(w, g) : 0;
+    if (r < 0)
+        return r;
+    if (g)
+        hand_unseen(g, req);
+    return cq_store_purge(w->store, req->topic, req->older_than_ms, req->max, &req->purged);
+}
+
+/* The caller counted the topic again (TOPIC_STATS, read just now): the group starts over
+ * from what it read. */
+static void stats_read(cq_writer_t *w, const cq_writer_req_t *req)
+{
+    group_t *g = cq_smap_get(&w->group_idx, req->topic);
+    if (!g)
+        return;
+    g->told = req->offset;
+    g->told_known = true;
+    g->unsure = false;
+    g->unseen = 0;
+}
+
+static int run_stats(cq_writer_t *w, cq_writer_req_t *req)
+{
+    int r = cq_store_high_water(w->store, req->topic, &req->offset);
+    if (r == 0)
+        r = cq_store_count(w->store, req->topic, &req->count);
+    if (r == 0)
+        stats_read(w, req);
+    return r;
+}
+
 static int run_op(cq_writer_t *w, cq_writer_req_t *req)
 {
     cq_store_t *s = w->store;
@@ -491,15 +592,13 @@ static int run_op(cq_writer_t *w, cq_writer_req_t *req)
     case CQ_WRITER_TOPIC_SET_ONLINE:
         return cq_store_topic_set_online(s, req->topic, req->online);
     case CQ_WRITER_PURGE:
-        return cq_store_purge(s, req->topic, req->older_than_ms, req->max, &req->purged);
+        return run_purge(w, req);
     case CQ_WRITER_HIGH_WATER:
         return cq_store_high_water(s, req->topic, &req->offset);
     case CQ_WRITER_INVALIDATE:
         return cq_store_invalidate(s, req->topic, req->offset);
-    case CQ_WRITER_TOPIC_STATS: {
-        int r = cq_store_high_water(s, req->topic, &req->offset);
-        return r < 0 ? r : cq_store_count(s, req->topic, &req->count);
-    }
+    case CQ_WRITER_TOPIC_STATS:
+        return run_stats(w, req);
     case CQ_WRITER_PRODUCE:
         break;
     }

@@ -32,6 +32,15 @@
  * (the topic does not exist, so every request in that topic's batch would fail anyway) and
  * -ENOMEM. A failure affects only the batch of one topic; other topics' batches still commit.
  *
+ * Counting. The caller keeps a topic's message count from its completions: it reads the count
+ * once (at start, or with TOPIC_STATS), then adds each produce's new messages (offsets above
+ * prev_offset) and subtracts what purges removed. A transaction whose COMMIT outcome could not
+ * be checked fails, but its rows may be stored: they are nobody's new messages, and a retry
+ * finds them as duplicates. So after any failed transaction the writer counts the rows of the
+ * topic above what it last reported (one range scan) before the topic's next append or purge,
+ * and the next completion of that topic (a produce's, whatever its outcome, or a purge's)
+ * carries the number in req->unseen. The caller's count is then exact after every path.
+ *
  * Non-produce requests (read, commit/get offset, topics, purge, high water, invalidate) run as
  * soon as the thread dequeues them, without waiting for produces queued before them in the same
  * round; they see only committed data.
@@ -143,8 +152,11 @@ struct cq_writer_req {
     size_t n_recs;
     cq_store_topic_t *topics; /* TOPIC_LIST: owned by the request */
     size_t n_topics;
-    size_t purged;  /* PURGE */
-    uint64_t count; /* TOPIC_STATS: messages in the topic (also sets offset: its high water) */
+    size_t purged;   /* PURGE */
+    uint64_t count;  /* TOPIC_STATS: messages in the topic (also sets offset: its high water) */
+    uint64_t unseen; /* PRODUCE, PURGE, whatever err says: messages of the topic committed
+                      * earlier without their answer (a COMMIT whose outcome could not be
+                      * checked), counted now; the caller adds them to its count (Counting) */
 };
 
 /* Allocates a request for op on topic (ignored, may be NULL, for CQ_WRITER_TOPIC_LIST).

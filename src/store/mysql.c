@@ -184,9 +184,10 @@ static int op_purge(cq_store_t *s, const char *topic, int64_t older_than_unix_ms
     RUN(s, cq__mysql_purge(s, topic, older_than_unix_ms, max_rows, ret_purged));
 }
 
-static int op_count(cq_store_t *s, const char *topic, uint64_t *ret_n)
+static int op_count(cq_store_t *s, const char *topic, uint64_t after, uint64_t upto,
+                    uint64_t *ret_n)
 {
-    RUN(s, cq__mysql_count(s, topic, ret_n));
+    RUN(s, cq__mysql_count(s, topic, after, upto, ret_n));
 }
 
 static int op_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset)

@@ -369,7 +369,8 @@ static int seq_last(append_ctx_t *c, uint64_t producer_id, uint64_t *ret_last, b
 
 /* New seqs of a producer must rise above its last stored seq, in batch order. The keys are
  * sorted by seq, so its new messages (first occurrences not stored) must also be in batch
- * order, the first above the stored last. */
+ * order, the first above the stored last. Holes (retries of keys the caller refused unstored)
+ * are exempt: they may lie below, and come in any order. */
 static int seq_check_order(append_ctx_t *c)
 {
     int r = 0;
@@ -379,8 +380,8 @@ static int seq_check_order(append_ctx_t *c)
         size_t prev = SIZE_MAX; /* the previous new message's index */
         for (end = pos; end < c->nkeys && c->keys[end].producer_id == pid; end++) {
             size_t i = c->keys[end].idx;
-            if (r < 0 || c->offs[i] || c->first[i] != i)
-                continue; /* a retry or a repeat */
+            if (r < 0 || c->offs[i] || c->first[i] != i || c->msgs[i].hole)
+                continue; /* a retry, a repeat or a hole */
             if (!looked && (r = seq_last(c, pid, &last, &any)) == 0)
                 looked = true;
             if (r == 0 && prev == SIZE_MAX && any && c->msgs[i].seq < last)
@@ -682,9 +683,8 @@ static int append_resolve(append_ctx_t *c)
     if (r < 0) {
         cq__mysql_disconnect(
             q); /* the call must not be run again (RUN): the outcome is still unknown */
-        return cq__store_fail(&q->base, CQ_ESTORE,
-                              "%.100s; COMMIT outcome unknown (cannot check), nothing "
-                              "acknowledged: retry with the same producer_id and seq",
+        /* what the caller then does (retry with the same keys) is the server's to say, once */
+        return cq__store_fail(&q->base, CQ_ESTORE, "%.180s; COMMIT outcome unknown (cannot check)",
                               lost);
     }
     if (!committed)

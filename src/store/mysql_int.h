@@ -193,7 +193,8 @@ int cq__mysql_read(cq_store_t *s, const char *topic, uint64_t from_offset_exclus
                    size_t max_bytes, cq_store_rec_t *ret_recs, size_t *ret_n);
 int cq__mysql_invalidate(cq_store_t *s, const char *topic, uint64_t offset);
 int cq__mysql_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset);
-int cq__mysql_count(cq_store_t *s, const char *topic, uint64_t *ret_n);
+int cq__mysql_count(cq_store_t *s, const char *topic, uint64_t after, uint64_t upto,
+                    uint64_t *ret_n);
 int cq__mysql_commit_offset(cq_store_t *s, const char *topic, const char *consumer_id,
                             uint64_t offset, int64_t now_ms);
 int cq__mysql_get_offset(cq_store_t *s, const char *topic, const char *consumer_id,

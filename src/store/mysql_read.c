@@ -206,18 +206,24 @@ int cq__mysql_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset)
     return r;
 }
 
-int cq__mysql_count(cq_store_t *s, const char *topic, uint64_t *ret_n)
+int cq__mysql_count(cq_store_t *s, const char *topic, uint64_t after, uint64_t upto,
+                    uint64_t *ret_n)
 {
     my_store_t *q = my_store(s);
     my_topic_t t;
     char sql[MY_SQL_MAX];
+    my_pbind_t p;
     uint64_t n = 0;
     bool found = false;
+    cq__mysql_p_init(&p);
+    cq__mysql_p_u64(&p, after);
+    cq__mysql_p_u64(&p, upto);
     int r = cq__mysql_topic_resolve(q, topic, false, &t);
     if (r == 0)
-        r = MY_TOPIC_SQL(q, sql, "SELECT COUNT(*) FROM `t_%s` WHERE state = 1", t.tbl);
+        r = MY_TOPIC_SQL(
+            q, sql, "SELECT COUNT(*) FROM `t_%s` WHERE state = 1 AND id > ? AND id <= ?", t.tbl);
     if (r == 0)
-        r = cq__mysql_query_u64(q, sql, NULL, &n, &found);
+        r = cq__mysql_query_u64(q, sql, &p, &n, &found);
     r = cq__mysql_tx_end(q, r);
     if (r == 0)
         *ret_n = n;

@@ -378,11 +378,11 @@ static int append_seq_check(append_ctx_t *c, size_t i, const cq_store_msg_t *m,
     if (r != 0)
         return r;
     r = append_last_seq(c, m->producer_id);
-    if (r == 0 && c->pid_any && (int64_t)m->seq < c->pid_last) {
+    if (r == 0 && !m->hole && c->pid_any && (int64_t)m->seq < c->pid_last) {
         s->append_bad = i;
         return cq__store_fail(s, CQ_ESEQORDER,
                               "message %zu: producer_id %" PRIu64 " seq %" PRIu64
-                              " is below its last seq %" PRId64 " and not a retry",
+                              " is below its last stored seq %" PRId64,
                               i, m->producer_id, m->seq, c->pid_last);
     }
     return r;
@@ -413,7 +413,8 @@ static int append_one(append_ctx_t *c, size_t i, const cq_store_msg_t *m, uint64
     r = step_done(c->q, st);
     if (r < 0)
         return r;
-    if (m->producer_id) { /* the producer's last seq is now this one */
+    /* the producer's last seq is now this one, unless it is a hole's, below it */
+    if (m->producer_id && (!c->pid_any || (int64_t)m->seq > c->pid_last)) {
         c->pid_any = true;
         c->pid_last = (int64_t)m->seq;
     }
@@ -639,18 +640,23 @@ static int sq_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset)
     return r;
 }
 
-static int sq_count(cq_store_t *s, const char *topic, uint64_t *ret_n)
+static int sq_count(cq_store_t *s, const char *topic, uint64_t after, uint64_t upto,
+                    uint64_t *ret_n)
 {
     sq_store_t *q = SQ(s);
     char canon[CQ_STORE_TOPIC_MAX + 1], sql[SQL_MAX];
     sqlite3_stmt *st = NULL;
     int r = topic_resolve(q, topic, canon);
     if (r == 0)
-        r = TOPIC_SQL(q, sql, "SELECT COUNT(*) FROM \"t_%s\" WHERE state = 1", canon);
+        r = TOPIC_SQL(q, sql,
+                      "SELECT COUNT(*) FROM \"t_%s\" WHERE state = 1 AND id > ?1 AND id <= ?2",
+                      canon);
     if (r == 0)
         r = prep(q, sql, &st);
     if (r < 0)
         return r;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)after);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)upto);
     int rc = sqlite3_step(st);
     uint64_t n = rc == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
     if (rc != SQLITE_ROW)

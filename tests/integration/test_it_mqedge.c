@@ -365,7 +365,8 @@ static void test_storage_err_msg(void **state)
     cq_mq_msg_t *r = mqc_call(c, mqc_produce_msg(c, "gone", "g", 0, 1, 0, 0, 0));
     assert_int_equal(r->err_code, CQ_MQ_ERR_STORAGE);
     print_message("# err_msg: %s\n", r->err_msg);
-    const char *pre = "produce: storage error: ", *post = "; nothing was acknowledged";
+    const char *pre = "produce: storage error: ",
+               *post = "; nothing was acknowledged: retry with the same producer_id and seq";
     size_t n = strlen(r->err_msg);
     assert_int_equal(strncmp(r->err_msg, pre, strlen(pre)), 0);
     assert_true(n > strlen(pre) + strlen(post));

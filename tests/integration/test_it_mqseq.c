@@ -10,7 +10,11 @@
  *     drops its reply (then refuses connections, so chanqd cannot check the outcome): the produce
  *     is answered storage (12) although it committed. The producer's retry gets the original
  *     offsets after a later produce moved the topic on, and a watcher must still receive every
- *     message exactly once, in offset order.
+ *     message exactly once, in offset order;
+ *   - MariaDB only: the proxy holds one COMMIT, then cuts its connection without carrying it
+ *     out and refuses the one connection chanqd makes to check: that produce is answered
+ *     storage (12), nothing stored, while a later seq of the same producer, in flight behind
+ *     it, commits. The retry with the same producer_id and seq is acknowledged.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,11 +33,13 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TMO     5000
@@ -210,13 +216,17 @@ static int64_t http_produce(const char *topic, const char *body, int status, int
 
 /* ---- a MariaDB proxy that loses one COMMIT's answer ------------------------------------------ */
 
-enum { PX_PASS, PX_ARMED, PX_BLOCKED };
+/* PASS forwards; ARMED loses the next COMMIT's answer, then BLOCKED refuses every connection;
+ * HOLD keeps the next COMMIT (then HELD, posting held), until CUT closes its connection without
+ * carrying it out, and REFUSE_ONCE refuses the next connection, then passes. */
+enum { PX_PASS, PX_ARMED, PX_BLOCKED, PX_HOLD, PX_HELD, PX_CUT, PX_REFUSE_ONCE };
 
 typedef struct px_pair {
     int cfd, sfd; /* client (chanqd) side, server (MariaDB) side; -1 when unused */
     uint8_t *in;  /* client bytes not yet forwarded: whole packets go on */
     size_t len, cap;
     bool drop; /* forwarded the armed COMMIT: drop the server's answer, then close */
+    bool hold; /* holds a COMMIT (PX_HOLD): forwards nothing more */
 } px_pair_t;
 
 #define PX_PAIRS 32
@@ -225,8 +235,9 @@ typedef struct proxy {
     int lfd;
     uint16_t port, upstream;
     pthread_t th;
-    atomic_int mode;    /* PX_*: ARMED loses the next COMMIT's answer, BLOCKED refuses peers */
+    atomic_int mode;    /* PX_* */
     atomic_int dropped; /* COMMIT answers dropped */
+    sem_t held;         /* posted when a COMMIT is held */
     atomic_bool stop;
     px_pair_t pairs[PX_PAIRS];
 } proxy_t;
@@ -246,7 +257,9 @@ static void px_accept(proxy_t *x)
     int cfd = accept(x->lfd, NULL, NULL);
     if (cfd < 0)
         return;
-    if (atomic_load(&x->mode) == PX_BLOCKED) { /* the database is unreachable */
+    int once = PX_REFUSE_ONCE;
+    if (atomic_load(&x->mode) == PX_BLOCKED ||
+        atomic_compare_exchange_strong(&x->mode, &once, PX_PASS)) { /* the database is away */
         close(cfd);
         return;
     }
@@ -280,13 +293,17 @@ static bool px_from_client(proxy_t *x, px_pair_t *p)
         size_t plen = p->in[off] | (size_t)p->in[off + 1] << 8 | (size_t)p->in[off + 2] << 16;
         if (p->len - off < 4 + plen)
             break;
-        int armed = PX_ARMED;
-        if (plen == 7 &&
-            memcmp(p->in + off + 4,
-                   "\x03"
-                   "COMMIT",
-                   7) == 0 &&
-            atomic_compare_exchange_strong(&x->mode, &armed, PX_BLOCKED))
+        int armed = PX_ARMED, hold = PX_HOLD;
+        bool commit = plen == 7 && memcmp(p->in + off + 4,
+                                          "\x03"
+                                          "COMMIT",
+                                          7) == 0;
+        if (commit && atomic_compare_exchange_strong(&x->mode, &hold, PX_HELD)) {
+            p->hold = true; /* kept, not forwarded */
+            sem_post(&x->held);
+            break;
+        }
+        if (commit && atomic_compare_exchange_strong(&x->mode, &armed, PX_BLOCKED))
             p->drop = true;
         if (cq_raw_write(p->sfd, p->in + off, 4 + plen) < 0)
             return false;
@@ -311,10 +328,22 @@ static bool px_from_server(proxy_t *x, px_pair_t *p)
     return cq_raw_write(p->cfd, b, (size_t)k) == 0;
 }
 
+/* CUT: the held COMMIT's connection closes, never carried out; chanqd's check is refused. */
+static void px_cut(proxy_t *x)
+{
+    int cut = PX_CUT;
+    if (!atomic_compare_exchange_strong(&x->mode, &cut, PX_REFUSE_ONCE))
+        return;
+    for (int i = 0; i < PX_PAIRS; i++)
+        if (x->pairs[i].cfd >= 0 && x->pairs[i].hold)
+            px_pair_close(&x->pairs[i]);
+}
+
 static void *px_run(void *arg)
 {
     proxy_t *x = arg;
     while (!atomic_load(&x->stop)) {
+        px_cut(x);
         struct pollfd fds[1 + 2 * PX_PAIRS];
         int map[1 + 2 * PX_PAIRS];
         nfds_t n = 0;
@@ -323,7 +352,7 @@ static void *px_run(void *arg)
         for (int i = 0; i < PX_PAIRS; i++) {
             if (x->pairs[i].cfd < 0)
                 continue;
-            fds[n] = (struct pollfd){x->pairs[i].cfd, POLLIN, 0};
+            fds[n] = (struct pollfd){x->pairs[i].cfd, x->pairs[i].hold ? 0 : POLLIN, 0};
             map[n++] = 2 * i;
             fds[n] = (struct pollfd){x->pairs[i].sfd, POLLIN, 0};
             map[n++] = 2 * i + 1;
@@ -356,6 +385,7 @@ static void px_start(uint16_t upstream)
     for (int i = 0; i < PX_PAIRS; i++)
         px.pairs[i] = (px_pair_t){.cfd = -1, .sfd = -1};
     px.upstream = upstream;
+    assert_int_equal(sem_init(&px.held, 0, 0), 0);
     px.lfd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(px.lfd >= 0);
     assert_int_equal(bind(px.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
@@ -373,6 +403,7 @@ static void px_stop(void)
         if (px.pairs[i].cfd >= 0)
             px_pair_close(&px.pairs[i]);
     close(px.lfd);
+    sem_destroy(&px.held);
 }
 
 /* ---- cases ---------------------------------------------------------------------------------- */
@@ -508,9 +539,23 @@ static void test_retry_pushed_once(void **state)
     mqc_close(p);
 }
 
+/* The topic's counters, add_topic's topic_message_total and consume's total, are both want. */
+static void expect_counts(mqc_t *c, const char *topic, int64_t want)
+{
+    cq_mq_msg_t *r = mqc_call(c, mqc_req(c, CQ_MQ_REQ_ADD_TOPIC, topic));
+    assert_int_equal(r->err_code, 0);
+    assert_int_equal(r->topic_message_total, want);
+    cq_mq_msg_free(r);
+    r = mqc_call(c, mqc_consume_msg(c, topic, 0, 1));
+    assert_int_equal(r->err_code, 0);
+    assert_int_equal(r->total, want);
+    cq_mq_msg_free(r);
+}
+
 /* MariaDB: COMMIT carried out, its answer lost, the outcome not checkable: storage (12). The
  * watcher still gets every message once, in offset order, though the retry's offsets are
- * below a later produce's. */
+ * below a later produce's; every answer counts the messages consume returns, the ones of the
+ * lost answer included. */
 static void test_push_gap_mariadb(void **state)
 {
     (void)state;
@@ -521,23 +566,112 @@ static void test_push_gap_mariadb(void **state)
     atomic_store(&px.mode, PX_ARMED);
     cq_mq_msg_t *r = produce_texts(p, "gap", a, 3, 7, 1);
     assert_int_equal(r->err_code, CQ_MQ_ERR_STORAGE);
+    /* the database's words, then once what was done and what to do */
+    const char *post = "; COMMIT outcome unknown (cannot check); nothing was acknowledged: retry "
+                       "with the same producer_id and seq";
+    print_message("# err_msg: %s\n", r->err_msg);
+    assert_true(strlen(r->err_msg) > strlen(post));
+    assert_string_equal(r->err_msg + strlen(r->err_msg) - strlen(post), post);
+    assert_int_equal(strncmp(r->err_msg, "produce: storage error: ", 24), 0);
+    size_t acks = 0;
+    for (const char *at = r->err_msg; (at = strstr(at, "acknowledged")) != NULL; at++)
+        acks++;
+    assert_int_equal(acks, 1);
     cq_mq_msg_free(r);
     assert_int_equal(atomic_load(&px.dropped), 1); /* MariaDB carried the COMMIT out */
     assert_true(cq_testsrv_log_wait(&srv, "COMMIT outcome unknown", TMO));
     atomic_store(&px.mode, PX_PASS); /* the database is back */
     int64_t all[5];
-    assert_int_equal(produce1(q, "gap", "b", 0, 0, &all[3]), CQ_MQ_OK);
+    r = produce_texts(q, "gap", (const char *[]){"b"}, 1, 0, 0);
+    assert_int_equal(r->err_code, CQ_MQ_OK);
+    assert_int_equal(r->total, 4); /* a-1..a-3 are stored */
+    all[3] = r->offsets[0];
+    cq_mq_msg_free(r);
     r = produce_texts(p, "gap", a, 3, 7, 1); /* the retry finds the committed rows */
     assert_int_equal(r->err_code, CQ_MQ_OK);
+    assert_int_equal(r->total, 4); /* not counted twice */
     memcpy(all, r->offsets, 3 * sizeof(int64_t));
     cq_mq_msg_free(r);
     assert_true(all[2] < all[3]);
-    assert_int_equal(produce1(q, "gap", "c", 0, 0, &all[4]), CQ_MQ_OK);
+    r = produce_texts(q, "gap", (const char *[]){"c"}, 1, 0, 0);
+    assert_int_equal(r->err_code, CQ_MQ_OK);
+    assert_int_equal(r->total, 5);
+    all[4] = r->offsets[0];
+    cq_mq_msg_free(r);
     expect_pushed(w, (const char *[]){"a-1", "a-2", "a-3", "b", "c"}, all, 5);
     expect_log(w, "gap", (const char *[]){"a-1", "a-2", "a-3", "b", "c"}, all, 5);
+    expect_counts(w, "gap", 5);
     mqc_close(w);
     mqc_close(p);
     mqc_close(q);
+    cq_testsrv_stop(&srv);
+    px_stop();
+}
+
+/* Sends a produce of text (producer pid, seq) without waiting; returns its askid. */
+static uint32_t produce_send(mqc_t *c, const char *topic, const char *text, int64_t pid,
+                             int64_t seq)
+{
+    cq_mq_msg_t *m = mqc_req(c, CQ_MQ_REQ_PRODUCE, topic);
+    assert_int_equal(cq_mq_msg_add_item(m, 0, -1, text, strlen(text), false), 0);
+    m->producer_id = pid;
+    m->seq = seq;
+    m->has |= CQ_MQ_F_CONTENT | CQ_MQ_F_PRODUCER_ID | CQ_MQ_F_SEQ;
+    uint32_t askid = m->askid;
+    mqc_send(c, m);
+    return askid;
+}
+
+/* MariaDB: seqs 2 and 3 of one producer in flight; seq 2's COMMIT is held, then its connection
+ * cut without it being carried out, and chanqd's check refused: storage (12), nothing stored.
+ * Seq 3 commits once the database answers again. The retry of seq 2, below the producer's last
+ * stored seq now, is acknowledged (this server refused it: a retryable hole), with an offset
+ * after seq 3's: offsets follow the commits. */
+static void test_retry_below_last_mariadb(void **state)
+{
+    (void)state;
+    px_start((uint16_t)mysql_port);
+    start_srv_via(px.port);
+    mqc_t *p = mqc_connected(1, "");
+    assert_int_equal(mqc_call_code(p, mqc_req(p, CQ_MQ_REQ_ADD_TOPIC, "holes")), CQ_MQ_OK);
+    int64_t off[5] = {0};
+    assert_int_equal(produce1(p, "holes", "h1", 5, 1, &off[1]), CQ_MQ_OK);
+    atomic_store(&px.mode, PX_HOLD);
+    uint32_t ask2 = produce_send(p, "holes", "h2", 5, 2);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += TMO / 1000;
+    assert_int_equal(sem_timedwait(&px.held, &ts), 0); /* seq 2's transaction is at its COMMIT */
+    uint32_t ask3 = produce_send(p, "holes", "h3", 5, 3);
+    atomic_store(&px.mode, PX_CUT);
+    for (int i = 0; i < 2; i++) {
+        cq_mq_msg_t *r = mqc_recv(p);
+        assert_int_equal(r->type, CQ_MQ_RESP_PRODUCE);
+        if (r->askid == ask2) {
+            print_message("# err_msg: %s\n", r->err_msg);
+            assert_int_equal(r->err_code, CQ_MQ_ERR_STORAGE);
+            const char *post =
+                "; nothing was acknowledged: retry with the same producer_id and seq";
+            assert_string_equal(r->err_msg + strlen(r->err_msg) - strlen(post), post);
+        } else {
+            assert_int_equal(r->askid, ask3);
+            assert_int_equal(r->err_code, CQ_MQ_OK);
+            off[3] = r->offsets[0];
+        }
+        cq_mq_msg_free(r);
+    }
+    assert_true(off[3] > off[1]);
+    assert_int_equal(produce1(p, "holes", "h2", 5, 2, &off[2]), CQ_MQ_OK); /* the retry */
+    assert_true(off[2] > off[3]);
+    int64_t again = 0;
+    assert_int_equal(produce1(p, "holes", "h2", 5, 2, &again), CQ_MQ_OK); /* a duplicate now */
+    assert_int_equal(again, off[2]);
+    assert_int_equal(produce1(p, "holes", "h0", 5, 0, NULL), CQ_MQ_ERR_SEQUENCE_OUT_OF_ORDER);
+    assert_int_equal(produce1(p, "holes", "h4", 5, 4, &off[4]), CQ_MQ_OK);
+    expect_log(p, "holes", (const char *[]){"h1", "h3", "h2", "h4"},
+               (int64_t[]){off[1], off[3], off[2], off[4]}, 4);
+    expect_counts(p, "holes", 4);
+    mqc_close(p);
     cq_testsrv_stop(&srv);
     px_stop();
 }
@@ -554,8 +688,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_retry_pushed_once, setup, itmq_teardown),
         /* MariaDB only */
         cmocka_unit_test_setup_teardown(test_push_gap_mariadb, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_retry_below_last_mariadb, setup, itmq_teardown),
     };
-    size_t n = sizeof(tests) / sizeof(tests[0]) - (use_mysql ? 0 : 1);
+    size_t n = sizeof(tests) / sizeof(tests[0]) - (use_mysql ? 0 : 2);
     return _cmocka_run_group_tests(use_mysql ? "it-mqseq-mariadb" : "it-mqseq-sqlite", tests, n,
                                    NULL, NULL);
 }

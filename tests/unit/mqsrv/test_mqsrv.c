@@ -608,7 +608,25 @@ static void test_produce(void **state)
     assert_int_equal(r->msgs[0].producer_id, 0);
     done(r, CQ_ESTORE);
     expect(pro, "12 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":12,\"err_msg\":\"produce: "
-                "storage error: disk on fire; nothing was acknowledged\",\"shard\":0}");
+                "storage error: disk on fire; nothing was acknowledged: retry with the same "
+                "producer_id and seq\",\"shard\":0}");
+    /* each failure says once what was done and what to do */
+    feed(pro, produce_req(6, "orders", 1, 0));
+    done(take(CQ_WRITER_PRODUCE, "orders"), CQ_ESEQORDER);
+    expect(pro, "12 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":16,\"err_msg\":\"produce: "
+                "seq below the producer's last stored seq, and not a retry: disk on fire; "
+                "nothing was stored: send these messages again with seqs above the producer's "
+                "last stored seq\",\"shard\":0}");
+    feed(pro, produce_req(6, "orders", 1, 0));
+    done(take(CQ_WRITER_PRODUCE, "orders"), CQ_ESEQCONFLICT);
+    expect(pro, "12 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":15,\"err_msg\":\"produce: "
+                "producer_id and seq already stored with other content: disk on fire; nothing was "
+                "acknowledged\",\"shard\":0}");
+    feed(pro, produce_req(6, "orders", 1, 0));
+    done(take(CQ_WRITER_PRODUCE, "orders"), -ENOMEM);
+    expect(pro, "12 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":14,\"err_msg\":\"produce: "
+                "Cannot allocate memory; nothing was acknowledged: retry with the same "
+                "producer_id and seq\",\"shard\":0}");
     /* the store refuses at submit */
     fp.fail = CQ_EBUSY;
     feed(pro, produce_req(7, "orders", 1, 0));
@@ -909,9 +927,11 @@ static void test_watch_push(void **state)
     expect(w1, push);
     expect(w2, push);
     expect_nothing(p);
-    /* an idempotent retry acknowledged with old offsets is not pushed again */
+    /* an idempotent retry acknowledged with old offsets is not pushed again, nor counted */
     feed(p, produce_req(6, "orders", 1, 0));
-    done_produce(take(CQ_WRITER_PRODUCE, "orders"), 4);
+    cq_writer_req_t *retry = take(CQ_WRITER_PRODUCE, "orders");
+    retry->prev_offset = 6; /* the store's high water before it */
+    done_produce(retry, 4);
     expect(p, "12 6 "
               "{\"askid\":6,\"topic\":\"orders\",\"err_code\":0,\"total\":3,\"offsets\":[4],"
               "\"shard\":0}");
@@ -1460,7 +1480,8 @@ static void test_http_ops(void **state)
     done(take(CQ_WRITER_PRODUCE, "orders"), CQ_ESTORE);
     expect_resp(
         f, "503 Service Unavailable",
-        "{\"err_code\":12,\"err_msg\":\"storage error: disk on fire; nothing was acknowledged\"}");
+        "{\"err_code\":12,\"err_msg\":\"storage error: disk on fire; nothing was acknowledged: "
+        "retry with the same producer_id and seq\"}");
     http(f, "GET", "/v1/topics/orders/messages?offset=3&max=5000", "2:s2", NULL);
     r = take(CQ_WRITER_READ, "orders");
     assert_int_equal(r->max, CQ_MQ_DEFAULT_MAX_BATCH);
@@ -1756,10 +1777,11 @@ static void test_fence(void **state)
     assert_int_equal(cq_mqsrv_topic_set_online(eng, "orders", false), CQ_ENOTMASTER);
     cq_mqsrv_retention(eng, 1800000000000);
     assert_int_equal(fp.npending, 0);
-    /* reads are served: an existing topic registers, consume, offset, topics, keepalive */
+    /* reads are served: an existing topic registers, consume, offset, topics, keepalive; the
+     * fenced produce's rows are in the store, and counted */
     feed(p, req(CQ_MQ_REQ_ADD_TOPIC, 7, 7, "orders"));
     expect(p, "6 7 {\"askid\":7,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1,"
-              "\"topic_message_total\":0}");
+              "\"topic_message_total\":2}");
     feed(p, consume_req(8, "orders", 0, 5));
     r = take(CQ_WRITER_READ, "orders");
     r->recs = cq_calloc(2, sizeof(*r->recs));
@@ -1773,7 +1795,7 @@ static void test_fence(void **state)
         .offset = 4, .create_ms = 6, .content = cq_strdup("b"), .len = 1}; /* no key: none sent */
     r->n_recs = 2;
     done(r, 0);
-    expect(p, "14 8 {\"askid\":8,\"topic\":\"orders\",\"err_code\":0,\"total\":0,\"offset\":4,"
+    expect(p, "14 8 {\"askid\":8,\"topic\":\"orders\",\"err_code\":0,\"total\":2,\"offset\":4,"
               "\"messages\":[{\"offset_id\":3,\"message\":\"a\",\"time\":5,\"producer_id\":7,"
               "\"seq\":10},{\"offset_id\":4,\"message\":\"b\",\"time\":6}],\"message_count\":2,"
               "\"shard\":3}");
@@ -1792,7 +1814,7 @@ static void test_fence(void **state)
     r = take(CQ_WRITER_PRODUCE, "orders");
     r->prev_offset = 4; /* the store's high water before it */
     done_produce(r, 5);
-    expect(p, "12 11 {\"askid\":11,\"topic\":\"orders\",\"err_code\":0,\"total\":1,"
+    expect(p, "12 11 {\"askid\":11,\"topic\":\"orders\",\"err_code\":0,\"total\":3,"
               "\"offsets\":[5],\"shard\":3}");
     /* rows 3 and 4 committed without an answer: the watcher gets them from the store, once */
     done_read(take(CQ_WRITER_READ, "orders"), 3, 3);
@@ -2219,6 +2241,122 @@ static void done_all(void)
         done(take(fp.pending[0]->op, NULL), 0);
 }
 
+/* ---- retryable holes (holes.c) -------------------------------------------------------------- */
+
+/* Feeds a produce of n messages with producer pid and seqs seq.. on p; returns what reached
+ * the store. */
+static cq_writer_req_t *produce_seq(fconn_t *p, uint16_t id, size_t n, int64_t pid, int64_t seq)
+{
+    cq_mq_msg_t *m = produce_req(id, "orders", n, pid);
+    m->seq = seq;
+    feed(p, m);
+    return take(CQ_WRITER_PRODUCE, "orders");
+}
+
+/* Completes r as the writer would acknowledge its new messages (above the high water 100). */
+static void ack_new(fconn_t *p, cq_writer_req_t *r)
+{
+    r->prev_offset = 100;
+    done_produce(r, 101);
+    expect_prefix(p, "12 ");
+}
+
+static void expect_marked(const cq_writer_req_t *r, bool hole)
+{
+    for (size_t i = 0; i < r->n_msgs; i++)
+        assert_int_equal(r->msgs[i].hole, hole);
+}
+
+static uint64_t holes(void)
+{
+    cq_mqsrv_stats_t st;
+    cq_mqsrv_stats(eng, &st);
+    return st.holes;
+}
+
+/* The keys of produces refused with "retry with the same producer_id and seq" (storage, busy)
+ * are remembered as ranges per (topic, producer): a later produce's messages with those keys
+ * are marked for the store, others are not. Touching ranges merge; refusals a retry would meet
+ * again (sequence errors, a produce that never fits) leave none; ranges expire
+ * CQ_MQSRV_HOLE_TTL_MS after the tick that first saw them, and there are at most
+ * CQ_MQSRV_HOLES_MAX. */
+static void test_holes(void **state)
+{
+    (void)state;
+    eng_start(false, 0);
+    fconn_t *p = fconn_new();
+    connect_as(p, 1, "",
+               "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
+    ack_new(p, produce_seq(p, 2, 1, 7, 1)); /* nothing refused yet: nothing marked */
+    cq_writer_req_t *r = produce_seq(p, 3, 3, 7, 10);
+    expect_marked(r, false);
+    done(r, CQ_ESTORE);
+    expect_prefix(p, "12 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":12,");
+    assert_int_equal(holes(), 1);
+    r = produce_seq(p, 4, 3, 7, 10); /* the retry */
+    expect_marked(r, true);
+    ack_new(p, r);
+    r = produce_seq(p, 5, 1, 7, 11); /* inside the range */
+    expect_marked(r, true);
+    ack_new(p, r);
+    r = produce_seq(p, 6, 2, 7, 12); /* 12 is, 13 is not */
+    assert_true(r->msgs[0].hole);
+    assert_false(r->msgs[1].hole);
+    ack_new(p, r);
+    r = produce_seq(p, 7, 1, 8, 10); /* another producer */
+    expect_marked(r, false);
+    ack_new(p, r);
+    /* a refusal a retry would meet again leaves no hole */
+    r = produce_seq(p, 8, 1, 9, 10);
+    done(r, CQ_ESEQCONFLICT);
+    expect_prefix(p, "12 8 {\"askid\":8,\"topic\":\"orders\",\"err_code\":15,");
+    fp.fail = CQ_ELIMIT;
+    feed(p, produce_req(9, "orders", 1, 9));
+    expect_prefix(p, "12 9 {\"askid\":9,\"topic\":\"orders\",\"err_code\":11,");
+    assert_int_equal(holes(), 1);
+    /* busy at submission does */
+    fp.fail = CQ_EBUSY;
+    cq_mq_msg_t *m = produce_req(10, "orders", 1, 9);
+    m->seq = 20;
+    feed(p, m);
+    expect_prefix(p, "12 10 {\"askid\":10,\"topic\":\"orders\",\"err_code\":11,");
+    fp.fail = 0;
+    assert_int_equal(holes(), 2);
+    r = produce_seq(p, 11, 1, 9, 20);
+    expect_marked(r, true);
+    ack_new(p, r);
+    /* 13 touches 10..12: one range */
+    r = produce_seq(p, 12, 1, 7, 13);
+    done(r, CQ_ESTORE);
+    expect_prefix(p, "12 12 ");
+    assert_int_equal(holes(), 2);
+    r = produce_seq(p, 13, 4, 7, 10);
+    expect_marked(r, true);
+    ack_new(p, r);
+    /* expiry: the first tick stamps, the tick HOLE_TTL_MS later forgets */
+    cq_mqsrv_tick(eng, 5000);
+    cq_mqsrv_tick(eng, 5000 + CQ_MQSRV_HOLE_TTL_MS - 1);
+    assert_int_equal(holes(), 2);
+    cq_mqsrv_tick(eng, 5000 + CQ_MQSRV_HOLE_TTL_MS);
+    assert_int_equal(holes(), 0);
+    r = produce_seq(p, 14, 1, 7, 10);
+    expect_marked(r, false);
+    ack_new(p, r);
+    /* the bound: seqs 0, 2, 4, ... each a range of its own; the last one is dropped */
+    r = produce_seq(p, 15, 1, 11, 0);
+    for (uint64_t i = 1; i <= CQ_MQSRV_HOLES_MAX; i++)
+        assert_int_equal(cq_writer_req_add_msg(r, "x", 1, 11, 2 * i), 0);
+    done(r, CQ_ESTORE);
+    expect_prefix(p, "12 15 ");
+    cq_mqsrv_stats_t st;
+    cq_mqsrv_stats(eng, &st);
+    assert_int_equal(st.holes, CQ_MQSRV_HOLES_MAX);
+    assert_int_equal(st.holes_dropped, 1);
+    fconn_free(p);
+    eng_stop();
+}
+
 static const char offline_msg[] = "\"err_code\":19,\"err_msg\":\"produce: this server was taken "
                                   "offline by an operator: produce on another server\"";
 
@@ -2559,6 +2697,7 @@ int main(void)
         cmocka_unit_test(test_perm_token_required),
         cmocka_unit_test(test_perms_reload),
         cmocka_unit_test(test_offline),
+        cmocka_unit_test(test_holes),
         cmocka_unit_test(test_mgrlink_sync),
         cmocka_unit_test(test_mgrlink_commands),
         cmocka_unit_test(test_mgrlink_unmanaged),

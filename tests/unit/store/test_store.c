@@ -586,6 +586,55 @@ static void test_append_offsets_in_order(void **state)
     assert_int_equal(hw, off[7]);
 }
 
+/* count and count_range count valid messages only, count_range those in (after, upto]. */
+static void test_count_range(void **state)
+{
+    fx_t *f = *state;
+    uint64_t off[6], n = 99;
+    create(f->s, "t");
+    assert_int_equal(cq_store_count_range(f->s, "t", 0, UINT64_MAX, &n), 0);
+    assert_int_equal(n, 0);
+    append_n(f->s, "t", "c", 6, off);
+    assert_int_equal(cq_store_invalidate(f->s, "t", off[2]), 0);
+    assert_int_equal(cq_store_count(f->s, "t", &n), 0);
+    assert_int_equal(n, 5);
+    assert_int_equal(cq_store_count_range(f->s, "t", off[0], off[3], &n), 0);
+    assert_int_equal(n, 2); /* off[1], off[3]; off[2] is invalid */
+    assert_int_equal(cq_store_count_range(f->s, "t", off[5], UINT64_MAX, &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(cq_store_count_range(f->s, "nope", 0, 1, &n), CQ_ENOTOPIC);
+}
+
+/* The wrapper's fault seams (any backend): FAIL_APPEND fails before anything is written and
+ * leaves no base; ANSWER_LOST fails after the commit, with the base the batch locked. Each
+ * fires once. */
+static void test_append_faults(void **state)
+{
+    fx_t *f = *state;
+    uint64_t off[2] = {0, 0};
+    cq_store_msg_t m[2] = {msg("f0", 3, 1), msg("f1", 3, 2)};
+    cq_store_rec_t r[4];
+    create(f->s, "t");
+    append_n(f->s, "t", "x", 1, off);
+    cq__store_fault(f->s, CQ__STORE_FAULT_FAIL_APPEND);
+    assert_int_equal(cq_store_append_batch(f->s, "t", m, 2, off), CQ_ESTORE);
+    assert_string_equal(cq_store_errmsg(f->s), "append failed (injected)");
+    assert_int_equal(cq_store_append_base(f->s), CQ_STORE_BASE_NONE);
+    assert_int_equal(read_all(f->s, "t", 0, r, 4), 1);
+    cq_store_recs_done(r, 1);
+    cq__store_fault(f->s, CQ__STORE_FAULT_ANSWER_LOST);
+    assert_int_equal(cq_store_append_batch(f->s, "t", m, 2, off), CQ_ESTORE);
+    assert_non_null(strstr(cq_store_errmsg(f->s), "COMMIT outcome unknown"));
+    assert_int_equal(cq_store_append_base(f->s), 1);
+    assert_int_equal(read_all(f->s, "t", 0, r, 4), 3); /* committed */
+    cq_store_recs_done(r, 3);
+    assert_int_equal(cq_store_append_batch(f->s, "t", m, 2, off), 0); /* fired once: a retry */
+    assert_int_equal(cq_store_append_base(f->s), 3);
+    assert_int_equal(read_all(f->s, "t", 0, r, 4), 3);
+    assert_int_equal(r[1].offset, off[0]);
+    cq_store_recs_done(r, 3);
+}
+
 static void test_append_empty_content(void **state)
 {
     fx_t *f = *state;
@@ -720,6 +769,49 @@ static void test_sequence_rules(void **state)
 }
 
 /* A batch bigger than one statement (MariaDB splits it): retries, new rows and repeats mixed. */
+static cq_store_msg_t hole(const char *text, uint64_t producer_id, uint64_t seq)
+{
+    cq_store_msg_t m = msg(text, producer_id, seq);
+    m.hole = true;
+    return m;
+}
+
+/* A message marked hole (its key was refused earlier, unstored) is stored below the producer's
+ * last seq, in batch order, beside other producers' messages, in any order with other holes; it
+ * does not lower the last seq, a second try is a duplicate, and other content is still a
+ * conflict. */
+static void test_hole_below_last(void **state)
+{
+    fx_t *f = *state;
+    uint64_t a[3], b[4], c[2];
+    cq_store_rec_t r[8];
+    create(f->s, "t");
+    cq_store_msg_t m1[3] = {msg("s10", 7, 10), msg("s30", 7, 30), msg("s40", 7, 40)};
+    assert_int_equal(cq_store_append_batch(f->s, "t", m1, 3, a), 0);
+    cq_store_msg_t m2[1] = {msg("s20", 7, 20)}; /* unmarked: out of order */
+    assert_int_equal(cq_store_append_batch(f->s, "t", m2, 1, b), CQ_ESEQORDER);
+    cq_store_msg_t m3[4] = {msg("q1", 8, 1), msg("s50", 7, 50), hole("s20", 7, 20),
+                            hole("s5", 7, 5)};
+    assert_int_equal(cq_store_append_batch(f->s, "t", m3, 4, b), 0);
+    assert_true(b[0] > a[2]);
+    for (size_t i = 1; i < 4; i++)
+        assert_true(b[i] > b[i - 1]);
+    cq_store_msg_t m4[2] = {hole("s15", 7, 15), msg("s45", 7, 45)}; /* the last is still 50 */
+    assert_int_equal(cq_store_append_batch(f->s, "t", m4, 2, c), CQ_ESEQORDER);
+    assert_int_equal(cq_store_append_bad(f->s), 1);
+    cq_store_msg_t m5[1] = {hole("S20", 7, 20)};
+    assert_int_equal(cq_store_append_batch(f->s, "t", m5, 1, c), CQ_ESEQCONFLICT);
+    cq_store_msg_t m6[2] = {hole("s20", 7, 20), msg("s60", 7, 60)};
+    assert_int_equal(cq_store_append_batch(f->s, "t", m6, 2, c), 0);
+    assert_int_equal(c[0], b[2]); /* a duplicate */
+    assert_true(c[1] > b[3]);
+    assert_int_equal(read_all(f->s, "t", 0, r, 8), 8);
+    const char *want[] = {"s10", "s30", "s40", "q1", "s50", "s20", "s5", "s60"};
+    for (size_t i = 0; i < 8; i++)
+        assert_string_equal(r[i].content, want[i]);
+    cq_store_recs_done(r, 8);
+}
+
 static void test_big_batch(void **state)
 {
     enum { OLD = 300, ALL = 600, REP = 100 };
@@ -1166,8 +1258,9 @@ static void test_crash_sigkill(void **state)
 #define COMMON_TESTS                                                                               \
     T(test_migrations_once), T(test_open_refuses_newer_schema), T(test_topics),                    \
         T(test_topic_list_order), T(test_topic_case_insensitive_ops),                              \
-        T(test_append_offsets_in_order), T(test_append_empty_content), T(test_append_atomic),      \
-        T(test_append_bad_args), T(test_idempotent_retry), T(test_sequence_rules),                 \
+        T(test_append_offsets_in_order), T(test_count_range), T(test_append_faults),               \
+        T(test_append_empty_content), T(test_append_atomic), T(test_append_bad_args),              \
+        T(test_idempotent_retry), T(test_sequence_rules), T(test_hole_below_last),                 \
         T(test_big_batch), T(test_no_dedup_without_producer), T(test_big_producer_ids),            \
         T(test_read_from_offset), T(test_read_bounded), T(test_repeat_updates),                    \
         T(test_offsets_survive_reopen), T(test_consumer_offsets), T(test_consumer_ids_exact),      \

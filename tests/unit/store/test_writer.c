@@ -39,6 +39,7 @@ typedef struct fx {
     pthread_cond_t cv;
     size_t n_done; /* under mu */
     cq_writer_t *w;
+    cq_store_t *s; /* the writer's store: faults are armed while the writer is paused */
 } fx_t;
 
 /* ---- helpers ------------------------------------------------------------------------------- */
@@ -98,6 +99,7 @@ static void start(fx_t *f, cq_writer_opts_t o, int ntopics, int busy_timeout_ms)
     }
     o.done = on_done;
     o.ud = f;
+    f->s = s;
     char err[256] = "";
     int r = cq_writer_new(s, &o, &f->w, err, sizeof(err));
     if (r < 0)
@@ -665,6 +667,65 @@ static void test_sequence_error_alone(void **state)
     assert_int_equal(count_rows(f->dir, "t0"), 3);
 }
 
+static cq_writer_req_t *op_req(cq_writer_op_t op, const char *topic, const char *consumer);
+
+/* ---- counting after a lost COMMIT answer --------------------------------------------------- */
+
+/* Arms faults on the writer's store (the writer is idle: nothing in flight). */
+static void arm(fx_t *f, unsigned faults)
+{
+    cq__writer_pause(f->w, true);
+    cq__store_fault(f->s, faults);
+    cq__writer_pause(f->w, false);
+}
+
+/* Runs req (taken) and checks its outcome and the unseen rows it carries. */
+static void run_expect(fx_t *f, cq_writer_req_t *req, int err, uint64_t unseen)
+{
+    assert_int_equal(run(f, req), err);
+    assert_int_equal(req->unseen, unseen);
+    cq_writer_req_free(req);
+}
+
+/* A transaction whose COMMIT answer was lost fails, though its rows are stored: the writer
+ * counts them before the topic's next append or purge, and that completion carries them
+ * (unseen), whatever its own outcome. A failure before anything was written, or a TOPIC_STATS
+ * (the caller counted the topic again), leaves nothing to carry. */
+static void test_unseen_rows(void **state)
+{
+    fx_t *f = *state;
+    start(f, (cq_writer_opts_t){.max_wait_us = 0}, 1, 0);
+    run_expect(f, produce_req("t0", "a", 7, 1), 0, 0);
+    arm(f, CQ__STORE_FAULT_ANSWER_LOST);
+    run_expect(f, produce_req("t0", "b", 7, 2), CQ_ESTORE, 0);
+    cq_writer_req_t *c = produce_req("t0", "c", 0, 0);
+    assert_int_equal(run(f, c), 0);
+    assert_int_equal(c->unseen, 1); /* b */
+    assert_int_equal(c->prev_offset, 2);
+    assert_int_equal(c->offsets[0], 3);
+    cq_writer_req_free(c);
+    run_expect(f, produce_req("t0", "b", 7, 2), 0, 0); /* the retry: a duplicate */
+    arm(f, CQ__STORE_FAULT_ANSWER_LOST);
+    run_expect(f, produce_req("t0", "d", 7, 3), CQ_ESTORE, 0);
+    cq_writer_req_t *p = op_req(CQ_WRITER_PURGE, "t0", NULL);
+    p->max = 10;
+    p->older_than_ms = 1;   /* nothing that old */
+    run_expect(f, p, 0, 1); /* d, counted before the purge could remove it */
+    arm(f, CQ__STORE_FAULT_FAIL_APPEND);
+    run_expect(f, produce_req("t0", "e", 7, 4), CQ_ESTORE, 0);
+    run_expect(f, produce_req("t0", "e", 7, 4), 0, 0); /* nothing was written: nothing unseen */
+    arm(f, CQ__STORE_FAULT_ANSWER_LOST);
+    run_expect(f, produce_req("t0", "g", 7, 5), CQ_ESTORE, 0);
+    cq_writer_req_t *st = op_req(CQ_WRITER_TOPIC_STATS, "t0", NULL);
+    assert_int_equal(run(f, st), 0);
+    assert_int_equal(st->count, 6); /* a, b, c, d, e, g */
+    assert_int_equal(st->offset, 6);
+    cq_writer_req_free(st);
+    run_expect(f, produce_req("t0", "h", 7, 6), 0, 0); /* g is in the count just read */
+    f->w = cq_writer_free(f->w);
+    assert_int_equal(count_rows(f->dir, "t0"), 7);
+}
+
 /* ---- shutdown ------------------------------------------------------------------------------ */
 
 static void test_shutdown_drains(void **state)
@@ -896,6 +957,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotent_retry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sequence_error_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unseen_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_drains, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stress_group_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stress_small_pending, setup, teardown),
