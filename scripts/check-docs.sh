@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Docs check: every path of the tree that README.md, DEVELOPERS.md and doc/*.md name exists in
-# it (is tracked by git, as a file or a directory), so the docs cannot point at code that moved.
+# it (a file or a directory git tracks, or a new one it does not ignore), so the docs cannot
+# point at code that moved.
 # What counts as a path:
 #   - a word starting with a top-level directory of the tree (src/ tests/ scripts/ clients/
 #     bench/ pkg/ config/ doc/ tools/ proto/ debian/ migrations/), bare or in backticks, read
@@ -21,7 +22,7 @@ files=("$@")
 top='src|tests|scripts|clients|bench|pkg|config|doc|tools|proto|debian|migrations|build(-test|-asan)?'
 # Build outputs the docs may name: the binaries, descriptor sets and artefacts of a meson tree,
 # and the JS client's generated and bundled files (gitignored).
-built='^(build(-test|-asan)?/(src/main/chanqd|tools/chanq|tools/world_bots|proto/(chat|world)\.fds|artifacts/?|meson-logs/testlog\.json)|clients/js/(dist|gen|node_modules)(/.*)?|.*\.pb-c\.[ch])$'
+built='^(build(-test|-asan)?(/(src/main/chanqd|tools/chanq|tools/world_bots|proto/(chat|world)\.fds|artifacts|meson-logs/testlog\.json))?|clients/js/(dist|gen|node_modules)(/.*)?|.*\.pb-c\.[ch])$'
 
 bad=0 checked=0
 declare -A seen
@@ -37,6 +38,10 @@ expand() { # PATH: prints it once per alternative of its first {a,b,...}, recurs
     fi
 }
 
+in_tree() { # PATH (a glob too): a file git tracks or would track, or a directory holding one
+    [ -n "$(git ls-files -co --exclude-standard -- ":(glob)$1" ":(glob)$1/**" | head -n1)" ]
+}
+
 check() { # WHERE PATH: PATH (repository-relative) must be tracked, or a known build output
     local where=$1 path=$2 p
     path=${path%/}
@@ -47,8 +52,7 @@ check() { # WHERE PATH: PATH (repository-relative) must be tracked, or a known b
             continue
         fi
         checked=$((checked + 1))
-        if [[ $p =~ $built ]] || [ -n "$(git ls-files -- ":(glob)$p" ":(glob)$p/**" | head -n1)" ]
-        then seen[$p]=ok
+        if [[ $p =~ $built ]] || in_tree "$p"; then seen[$p]=ok
         else seen[$p]=missing; echo "$where: $p does not exist"; bad=1
         fi
     done < <(expand "$path")
