@@ -11,6 +11,7 @@
 #   - a relative markdown link, [text](target), read from the page's own directory;
 #   - a word starting with build/ (or build-test/, build-asan/): a build output, which must be
 #     one of $built below, since it is not in the tree.
+# And README.md links every page of doc/ (its documentation index).
 # Placeholders are skipped: a word with <...> (src/<dir>), NNNN or "...". Installed paths
 # (/etc/chanq/..., /usr/share/...) start with / and are not read.
 # Usage: scripts/check-docs.sh [FILE.md...]   (default: README.md DEVELOPERS.md doc/*.md)
@@ -78,6 +79,11 @@ for f in "${files[@]}"; do
         check "$f:$line" "$path"
     done < <(sed -E 's/\]\([^) ]+\)/]/g' "$f" |
         grep -noE "(^|[^[:alnum:]_./-])($top)/[][[:alnum:]_./+*{},<>-]*")
+done
+
+# The README's documentation index lists every page of doc/.
+for page in doc/*.md; do
+    grep -qF "]($page)" README.md || { echo "README.md: no link to $page in its index"; bad=1; }
 done
 
 [ $bad -eq 0 ] && echo "docs: ok, $checked paths named in ${#files[@]} files exist"
