@@ -45,10 +45,13 @@ import sys
 import tempfile
 import time
 
-START_S = 180.0  # run.sh: dpkg-query and a ninja with nothing to do, then two processes start
-DEMO_S = 600.0  # demo.sh: npm ci downloads on a machine that never ran it
-CMD_S = 60.0
+# Safety stops (the test waits for conditions; these only bound a hang). Together they stay
+# under meson's timeout for the test, so the finally blocks stop what was started.
+START_S = 120.0  # run.sh: dpkg-query and a ninja with nothing to do, then two processes start
+CMD_S = 30.0  # one README command
 STOP_S = 30.0
+INSIDE_S = 2 * START_S + 10 * CMD_S + STOP_S
+DEMO_S = 300.0  # demo.sh: npm ci downloads on a machine that never ran it
 
 results = []
 
@@ -398,7 +401,12 @@ def run_demo(rd, t, ws_default):
         tap(rc is not None and group_gone(p.pid), "the demo stops on SIGTERM", "exit %s" % rc)
 
 
+def terminated(signum, frame):
+    raise SystemExit(1)  # the finally blocks stop what this process started
+
+
 def main():
+    signal.signal(signal.SIGTERM, terminated)
     if len(sys.argv) == 3 and sys.argv[1] == "--inside":
         inside(sys.argv[2])
         return 0
@@ -416,16 +424,29 @@ def main():
     with open(t + "/readme.json", "w") as f:
         json.dump(rd, f)
     ws_default = None
-    ns = subprocess.run(["unshare", "-rn", "true"], capture_output=True)
-    if ns.returncode != 0:
+    try:
+        ns = subprocess.run(["unshare", "-rn", "true"], capture_output=True)
+        why = ns.stderr.decode().strip() if ns.returncode else ""
+    except OSError as e:
+        why = str(e)
+    if why:
         skip("scripts/run.sh and the README's commands",
-             "no private network namespace here (unshare -rn: %s)" % ns.stderr.decode().strip())
+             "no private network namespace here (unshare -rn: %s)" % why)
     else:
+        p = subprocess.Popen(["unshare", "-rn", sys.executable, os.path.abspath(__file__),
+                              "--inside", t])
         try:
-            subprocess.run(["unshare", "-rn", sys.executable, os.path.abspath(__file__),
-                            "--inside", t], timeout=START_S * 2 + CMD_S * 10 + STOP_S)
+            p.wait(timeout=INSIDE_S)
         except subprocess.TimeoutExpired:
             pass
+        finally:  # SIGTERM: the inside stops run.sh's group in its finally block
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=STOP_S + 10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
         try:
             with open(t + "/inside.json") as f:
                 res = json.load(f)
@@ -434,7 +455,10 @@ def main():
         check_runsh(rd, t, res)
         if res.get("chanqd"):
             ws_default = res["chanqd"].get("ws")
-    run_demo(rd, t, ws_default)
+    if shutil.which("node") and shutil.which("npm"):
+        run_demo(rd, t, ws_default)
+    else:
+        skip("scripts/demo.sh", "no node and npm here (scripts/deps.sh test installs them)")
 
     print("1..%d" % len(results))
     for i, (ok, what, detail) in enumerate(results, 1):
