@@ -4,7 +4,7 @@
 #   2. ASan+UBSan build of the whole suite
 #   3. the JS client's node tests and the browser demo test (chromium via playwright-core)
 #   4. libFuzzer smoke run of every fuzz target (clang-14), FUZZ_SECONDS each (default 12)
-#   5. clang-format and layering checks
+#   5. clang-format, layering and docs checks (scripts/check-*.sh)
 # Ends with "N passed, N failed[, N skipped]" (test cases counted from TAP output where there is
 # some). A suite whose setup or build fails counts as one failure, a node test cancelled by a
 # failed hook counts as failed, and every skip (a skipped test, the browser test's exit 77, a
@@ -55,9 +55,9 @@ else
   echo "SKIP: clang-14 is not installed, no libFuzzer run"; extra_skip=$((extra_skip + 1))
 fi
 
-step "clang-format and layering checks"
+step "clang-format, layering and docs checks"
 fmt_pass=0 fmt_fail=0
-for check in scripts/check-format.sh scripts/check-layering.sh; do
+for check in scripts/check-format.sh scripts/check-layering.sh scripts/check-docs.sh; do
   if $check; then fmt_pass=$((fmt_pass + 1)); else fmt_fail=$((fmt_fail + 1)); fail=1; fi
 done
 
