@@ -180,7 +180,7 @@ void cq_core_conn_release(cq_core_t *c, cq_conn_t *conn)
     cq_sendq_done(&conn->sendq);
     cq_sbuf_done(&conn->rbuf);
     cq_free(conn->chans);
-    cq_free(cq_map_del(&c->aoi, conn->id)); /* C: its interest (interest.c) */
+    cq_free(cq_map_del(&c->aoi, conn->id)); /* its interest (interest.c) */
     cq_free(conn->pit);
     cq_free(conn);
 }

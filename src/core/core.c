@@ -125,11 +125,6 @@ cq_core_t *cq_core_free(cq_core_t *c)
     return NULL;
 }
 
-int cq_core_index(const cq_core_t *c)
-{
-    return c->index;
-}
-
 /* The per-message log budget behind CQ_MSG_LOG: CQ_LOG_BURST lines a second per worker, so a
  * peer that streams bad messages can flood neither the log nor the worker's time spent
  * formatting lines. The lines refused are counted and reported with the first line of a later

@@ -33,8 +33,6 @@
 #include "cq_wire.h"
 #include "place.h"
 
-#define CQ_LOG_TOPIC "core"
-
 /* ---- metrics (atomics, relaxed) ---- */
 
 enum {
@@ -86,7 +84,7 @@ typedef struct cq_metrics {
 
 typedef struct cq_dir_ent {
     uint8_t type;
-    uint8_t authed; /* B: a CLIENT that authenticated (well-known entities, entity.c) */
+    uint8_t authed; /* a CLIENT that authenticated (well-known entities, entity.c) */
     uint32_t subs;  /* subscriptions held, for max-subs-per-conn/-server */
 } cq_dir_ent_t;
 
@@ -116,7 +114,7 @@ struct cq_shared {
      * decision, never per message. */
     pthread_mutex_t groups_mu;
     cq_entgroups_t *groups;
-    /* C: bumped by every ENTITY_GROUP_ADD/REMOVE: a handover a locked group refused is
+    /* bumped by every ENTITY_GROUP_ADD/REMOVE: a handover a locked group refused is
      * retried once the groups changed (handover.c). */
     _Atomic uint32_t groups_gen;
     /* Well-known entity channels (CreateEntityChannelMessage.isWellKnown): every client that
@@ -169,7 +167,7 @@ struct cq_conn {
     cq_conn_chan_t *chans; /* local fan-out lists this connection is in */
     uint32_t n_chans, cap_chans;
     int close_reason; /* the reason given to cq_core_conn_close (0 until then) */
-    uint32_t adj_gen; /* C: the last ADJACENT broadcast delivered here (forward.c) */
+    uint32_t adj_gen; /* the last ADJACENT broadcast delivered here (forward.c) */
 };
 
 /* ---- channels (owned by the worker chan_id % workers) ---- */
@@ -314,9 +312,9 @@ struct cq_core {
     /* worker 0 only */
     cq_map_t chaninfo;  /* chan id -> cq_chaninfo_t* */
     uint32_t id_cursor; /* rotating non-spatial id cursor */
-    uint32_t adj_gen;   /* C: ADJACENT broadcasts handled by this worker (forward.c) */
-    cq_map_t aoi;       /* C: conn id -> cq_aoi_t*, its last interest (interest.c) */
-    /* B: the spatial controller's server slots (directory worker only; holder NULL until the
+    uint32_t adj_gen;   /* ADJACENT broadcasts handled by this worker (forward.c) */
+    cq_map_t aoi;       /* conn id -> cq_aoi_t*, its last interest (interest.c) */
+    /* the spatial controller's server slots (directory worker only; holder NULL until the
      * first CREATE_SPATIAL_CHANNEL). sh->slot_owner mirrors them for the other workers. */
     cq_spatial_slots_t slots;
 };

@@ -180,7 +180,5 @@ void cq_core_tick(cq_core_t *c, uint64_t now_ms);
  * worker on cq_core_next_due() and calls cq_core_run_due() when it fires. */
 uint64_t cq_core_next_due(const cq_core_t *c);
 void cq_core_run_due(cq_core_t *c, uint64_t now_ms);
-/* The index of the worker this core belongs to (0 .. workers - 1). */
-int cq_core_index(const cq_core_t *c);
 
 #endif

@@ -141,7 +141,7 @@ enum {
     XM_ADJACENT, /* deliver buf once to the local subscribers of the cells in body (uint32[]);
                   * u1 sender, u2 clientConnId to skip, u3 broadcast flags */
     XM_HANDOVER, /* a stage of a handover (handover.c); body: its context */
-    /* B: spatial cells and entity channels (spatial.c, entity.c) */
+    /* spatial cells and entity channels (spatial.c, entity.c) */
     XM_SP_CELL, /* the rest of a spatial creation's steps (body after the request, at u1) */
     XM_DIR_ADD, /* directory worker: channel chan_id (type u1, metadata body) now exists */
     XM_ENTITY,  /* create entity channel u1 for the request in mp */

@@ -166,7 +166,7 @@ int cq_shared_workers(const cq_shared_t *sh)
 
 /* channeld's metric names and labels (§5.2) are kept, so that its dashboards work unchanged;
  * chanq's own counters sit beside them (doc/metrics.md). The order follows the M_* enum in
- * core_int.h. */
+ * core.h. */
 static const char *const counter_names[M__COUNT] = {
     "messages_in",      "messages_out",       "packets_in",          "packets_out",
     "bytes_in",         "bytes_out",          "connection_closed",   "slow_consumer_closed",
@@ -180,7 +180,7 @@ static const char *const chan_types[8] = {"OTHER",   "GLOBAL", "PRIVATE", "SUBWO
                                           "SPATIAL", "ENTITY", "TEST",    ""};
 
 /* Sum of counter m for connection type t over every worker. Any thread. Summed when read, so
- * the per-message path writes only its own worker's counters (core_int.h). */
+ * the per-message path writes only its own worker's counters (core.h). */
 static uint64_t counter_sum(cq_shared_t *sh, int m, int t)
 {
     uint64_t s = 0;
