@@ -108,8 +108,7 @@ static int setup(void **state)
     assert_int_equal(cq_store_topic_create(store, TOPIC, 0, 1), 0);
     assert_int_equal(sem_init(&woken, 0, 0), 0);
     cq_writer_opts_t wo = {.max_batch = 1, .done = cq_mqsrv_complete};
-    wr = cq_writer_new(store, &wo);
-    assert_non_null(wr);
+    assert_int_equal(cq_writer_new(store, &wo, &wr, err, sizeof(err)), 0);
     cq_store_topic_t t = {.name = TOPIC, .online = true};
     uint64_t zero = 0;
     cq_mqsrv_opts_t o = {.topics = &t,
