@@ -1,5 +1,5 @@
 /* fault_driver.c - the producer, the watcher and the verifier of the cluster fault run (issue
- * 11, "The fault run"; tests/cluster/faults.sh drives it around each fault).
+ * 11, "The fault run"; tests/integration/cluster/faults.sh drives it around each fault).
  *
  *   fault_driver setup  SERVERS --topic T     adds the topic on every shard (its master)
  *   fault_driver run    SERVERS --topic T [--rate N] [--producer-id P] [--policy cache|drop]

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# tests/cluster/selftest.sh DRIVER CHANQD CHANQ - checks fault_driver itself, without ZooKeeper or
-# MariaDB: two standalone chanqd (SQLite) act as shards 1 and 2. The driver runs, shard 1's
-# server is SIGKILLed mid-run (the producer moves to shard 2), and verify must pass; then
-# verify must FAIL, naming the exact seq, on logs doctored the ways a broken cluster would
+# tests/integration/cluster/selftest.sh DRIVER CHANQD CHANQ - checks fault_driver itself, without
+# ZooKeeper or MariaDB: two standalone chanqd (SQLite) act as shards 1 and 2. The driver runs,
+# shard 1's server is SIGKILLed mid-run (the producer moves to shard 2), and verify must pass;
+# then verify must FAIL, naming the exact seq, on logs doctored the ways a broken cluster would
 # write them: an ack of a message that is not stored, an ack at the wrong offset, an acked seq
 # the watcher never saw, and acks by a server after it was fenced.
 # TAP output; exit 0 when every check holds.
@@ -48,7 +48,7 @@ wait_for() {
 }
 
 free_port() {
-    python3 "$(dirname "$0")/../support/free-ports.py" 26000 29999 1 "$@"
+    python3 "$(dirname "$0")/../../support/free-ports.py" 26000 29999 1 "$@"
 }
 
 start() { # start I PORT
