@@ -431,6 +431,10 @@ static void test_zknode(void **state)
     assert_int_equal(cq_zknode_mkparents(b), 0); /* they exist: fine */
     atomic_store(ch, 0);
     assert_int_equal(cq_zknode_watch(b), 0);
+    /* The watch is set by a request of B's session that may still wait for B to connect; B's
+     * get answers after it (one session's requests are answered in order), so from here on A's
+     * creation fires it. */
+    assert_int_equal(cq_zknode_get(b, &data, &len, &ver), -ENOENT);
 
     assert_int_equal(cq_zknode_create(a, "v0", 2, &ver), 0);
     assert_int_equal(ver, 0);
