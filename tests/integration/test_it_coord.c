@@ -478,6 +478,7 @@ static void test_zknode(void **state)
     assert_int_equal(atomic_load(ch), 1); /* not re-armed: the writes after it went unseen */
 
     assert_int_equal(cq_zknode_watch(b), 0);
+    assert_int_equal(node_version(b), 2); /* answered after the watch's request: it is set */
     assert_int_equal(cq_zknode_set(a, "v3", 2, 2, &ver), 0);
     WAIT_UNTIL(atomic_load(ch) == 2);
     cq_zknode_close(a);
