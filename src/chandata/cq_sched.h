@@ -79,6 +79,7 @@
 #include <stdint.h>
 
 #include "cq_buf.h"
+#include "cq_coarsen.h"
 
 /* Default bound of the update buffer, in entries (channeld's 512). */
 #define CQ_SCHED_BUF_MAX 512u
@@ -186,6 +187,17 @@ int cq_sched_tick(cq_sched_t *s, uint64_t now_ms);
  * due (cq_sched_next_due() <= now) for the next call, so a caller can bound the time one call
  * takes and let other work run in between. */
 int cq_sched_tick_max(cq_sched_t *s, uint64_t now_ms, uint32_t max_subs);
+
+/* Borrows the worker's overload policy (NULL: none, the default): from the next window on,
+ * windows are stretched by its level and missed windows merged (cq_coarsen.h). co must outlive
+ * the scheduler; the scheduler counts what it stretched and merged in co->st. */
+void cq_sched_set_coarsen(cq_sched_t *s, cq_coarsen_t *co);
+
+/* conn_id's connection could not take its last fan-out (it was not queued: the connection is
+ * behind, doc/spatial.md "Overload"): its next fan-out, at its next due time, is the full
+ * state, which holds everything it missed, even with skip_first. Unknown ids are ignored.
+ * Calls no callback; not from inside one. */
+void cq_sched_resync(cq_sched_t *s, uint32_t conn_id);
 
 /* Earliest time any subscriber is due (for the caller's timer), UINT64_MAX if none. O(1). */
 uint64_t cq_sched_next_due(const cq_sched_t *s);
