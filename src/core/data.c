@@ -224,7 +224,7 @@ static void cb_emit(void *ud, uint32_t conn_id, cq_buf_t *msg)
         c->emit_src = cq_buf_ref(msg);
     }
     if (c->emit_rec)
-        cq__sendmany_add(c, conn_id, c->emit_rec);
+        cq__sendmany_add(c, ch->id, conn_id, c->emit_rec);
 }
 
 static const cq_sched_ops_t sched_ops = {cb_merge, cb_full_state, cb_filter, cb_emit};
@@ -246,6 +246,7 @@ int cq__data_attach(cq_core_t *c, cq_chan_t *ch)
         cq_free(d);
         return -ENOMEM;
     }
+    cq_sched_set_coarsen(d->sched, &c->co);
     ch->data = d;
     return 0;
 }
@@ -497,9 +498,52 @@ void cq__handle_data_update(cq_core_t *c, cq_req_t *r)
  * call (bench/RESULTS.md, issue 12: 2048 gave ~2x the writes at 500 clients). */
 #define FANOUT_BUDGET 16384
 
+/* ---- graceful overload (cq_coarsen.h, doc/spatial.md "Overload") ---------------------- */
+
+#define COARSEN_LOG_MS 60000 /* one "coarsening" line a minute per worker at most */
+
+/* Logs the level's rise from 0, the moment this worker started to fall behind, once a minute
+ * at most; what happens after is in the metrics. */
+static void coarsen_log(cq_core_t *c, uint64_t now_ms)
+{
+    if (c->coarsen_log_ms && now_ms < c->coarsen_log_ms + COARSEN_LOG_MS) {
+        c->coarsen_quiet++;
+        return;
+    }
+    CQ_WARN("data",
+            "worker %d: channel-data fan-out %u ms late: coarsening (far interest's windows "
+            "stretched, missed windows merged; chanq_data_coarsen_level)%s",
+            c->index, c->co.last_late, c->coarsen_quiet ? " again" : "");
+    c->coarsen_log_ms = now_ms;
+    c->coarsen_quiet = 0;
+}
+
+static void counter_set(cq_core_t *c, int m, uint64_t v)
+{
+    atomic_store_explicit(&c->counters.c[m][0], v, memory_order_relaxed);
+}
+
+/* One lateness sample per call: how late the earliest due channel is served. Past due by more
+ * than the policy's threshold, the level rises and every scheduler of this worker stretches
+ * the windows it starts from then on. */
+static void coarsen_observe(cq_core_t *c, uint64_t now_ms)
+{
+    uint64_t due = c->n_due ? c->due[0]->data->due_ms : UINT64_MAX;
+    uint64_t late = due < now_ms ? now_ms - due : 0;
+    uint32_t before = c->co.level;
+    if (cq_coarsen_observe(&c->co, now_ms, (uint32_t)CQ_MIN(late, UINT32_MAX)) > 0 && !before)
+        coarsen_log(c, now_ms);
+    atomic_store_explicit(&c->counters.coarsen_level, c->co.level, memory_order_relaxed);
+    counter_set(c, M_DATA_STRETCHED, c->co.st.stretched);
+    counter_set(c, M_DATA_MERGED, c->co.st.merged);
+    counter_set(c, M_COARSEN_RISES, c->co.st.rises);
+    counter_set(c, M_COARSEN_FALLS, c->co.st.falls);
+}
+
 void cq_core_run_due(cq_core_t *c, uint64_t now_ms)
 {
     c->now_ms = now_ms;
+    coarsen_observe(c, now_ms);
     uint32_t budget = FANOUT_BUDGET;
     while (budget && c->n_due && c->due[0]->data->due_ms <= now_ms) {
         cq_chan_t *ch = c->due[0];
