@@ -52,7 +52,8 @@ struct grp {
     grp_t *next_free;
 };
 
-#define GRP_KEEP 8 /* empty groups kept for reuse */
+#define GRP_KEEP       8 /* empty groups kept for reuse */
+#define PREFETCH_AHEAD 4 /* members fetched ahead while a group is served */
 
 enum { K_WIN, K_FULL };
 
@@ -844,6 +845,10 @@ static int run_group(cq_sched_t *s, grp_t *g, int64_t now, uint32_t max, uint32_
         grp_sort(g);
     for (uint32_t i = 0; i < g->n; i++) {
         sub_t *u = g->v[i];
+        /* Members are separate allocations: fetching one a few ahead hides the cache miss that
+         * was half of this loop's time in a 1000-client world (perf annotate, issue 28). */
+        if (i + PREFETCH_AHEAD < g->n && g->v[i + PREFETCH_AHEAD])
+            __builtin_prefetch(g->v[i + PREFETCH_AHEAD]);
         if (!u)
             continue;
         if (*nd < max) {

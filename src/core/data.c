@@ -152,12 +152,41 @@ static cq_buf_t *merge2(const cq_chandata_t *d, const cq_buf_t *a, const cq_buf_
     return sbuf_to_buf(&out);
 }
 
+/* parts[0..n) one after the other: protobuf's merge of them when they are canonical. */
+static int concat(cq_sbuf_t *out, cq_buf_t *const *parts, size_t n)
+{
+    int r = 0;
+    for (size_t i = 0; i < n && r == 0; i++)
+        r = cq_sbuf_append(out, parts[i]->data, parts[i]->len);
+    return r;
+}
+
 /* The first part is the base and the later ones merge into it with the channel's merge
- * options, as channeld accumulates a window (§2.6 step 4). */
+ * options, as channeld accumulates a window (§2.6 step 4). Without merge options a window is
+ * compacted in one pass over the concatenation of its parts, which is their merge because
+ * every buffered update is canonical (apply_update): merging pairwise re-encoded the growing
+ * result once per part, a tenth of chanqd's CPU in a 1000-client world (bench/RESULTS.md,
+ * issue 28). An unknown type is the concatenation itself (§2.5). */
 static cq_buf_t *cb_merge(void *ud, cq_buf_t *const *parts, size_t n)
 {
     cq_chan_t *ch = ud;
     cq_chandata_t *d = ch->data;
+    if (!d->has_mopts) {
+        cq_sbuf_t cat, out;
+        cq_sbuf_init(&cat);
+        int r = concat(&cat, parts, n);
+        if (r == 0 && !d->desc)
+            return sbuf_to_buf(&cat);
+        cq_sbuf_init(&out);
+        if (r == 0)
+            r = cq_compact(d->desc, (const uint8_t *)cat.data, cat.len, &out);
+        cq_sbuf_done(&cat);
+        if (r < 0) {
+            cq_sbuf_done(&out);
+            return NULL;
+        }
+        return sbuf_to_buf(&out);
+    }
     cq_buf_t *acc = cq_buf_ref(parts[0]); /* the first update is taken as it is */
     for (size_t i = 1; i < n && acc; i++) {
         cq_buf_t *m = merge2(d, acc, parts[i], d->has_mopts ? &d->mopts : NULL);
@@ -211,9 +240,7 @@ static void cb_emit(void *ud, uint32_t conn_id, cq_buf_t *msg)
 {
     cq_chan_t *ch = ud;
     cq_core_t *c = ch->data->core;
-    cq_sub_t *s = cq_map_get(&ch->subs, conn_id);
-    if (!s || s->opts.data_access == CHANNELDPB__CHANNEL_DATA_ACCESS__NO_ACCESS)
-        return;
+    /* every subscriber the scheduler knows may read (cq__data_sub) */
     /* The scheduler hands one buffer to every subscriber that shares a window, masks and
      * skip-self case. The record is encoded again only when the buffer differs from the last
      * one, whose reference is held so that its address cannot be reused by a new buffer. */
@@ -379,6 +406,13 @@ void cq__data_sub(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s)
     cq_chandata_t *d = ch->data;
     if (!d)
         return;
+    /* Without data access a subscriber is not scheduled at all, so a fan-out never has to look
+     * it up; regaining access schedules it anew, and its first fan-out is the full state it
+     * missed (unless skipFirst). */
+    if (s->opts.data_access == CHANNELDPB__CHANNEL_DATA_ACCESS__NO_ACCESS) {
+        cq__data_unsub(c, ch, s->conn_id);
+        return;
+    }
     cq_sched_subopts_t o = {
         .set = CQ_SCHED_SET_INTERVAL | CQ_SCHED_SET_DELAY | CQ_SCHED_SET_SKIP_SELF |
                CQ_SCHED_SET_SKIP_FIRST | CQ_SCHED_SET_MASKS | CQ_SCHED_SET_ALIGN,
@@ -420,6 +454,28 @@ static uint32_t writer(const cq_chan_t *ch, const cq_req_t *r)
     return 0;
 }
 
+/* The update as the scheduler keeps it: a known type in its canonical encoding, so that the
+ * concatenation of a window's updates is their merge (cb_merge). A hand-made encoding that
+ * carries a proto3 scalar's zero explicitly would otherwise overwrite in the concatenation
+ * what the merge keeps (cq_merge.h); the canonical one carries no such zero. Sets *ret (owned); 0,
+ * CQ_EDECODE (bytes the merge would refuse too) or -ENOMEM. */
+static int canonical(const cq_chandata_t *d, const uint8_t *v, size_t n, cq_buf_t **ret)
+{
+    if (!d->desc) {
+        *ret = cq_buf_from(v, n);
+        return *ret ? 0 : -ENOMEM;
+    }
+    cq_sbuf_t out;
+    cq_sbuf_init(&out);
+    int r = cq_compact(d->desc, v, n, &out);
+    if (r < 0) {
+        cq_sbuf_done(&out);
+        return r;
+    }
+    *ret = sbuf_to_buf(&out);
+    return *ret ? 0 : -ENOMEM;
+}
+
 /* Merges a into the master state and hands the update itself (not the merged state) to the
  * scheduler, whose windows accumulate updates. The merge writes a new buffer, which replaces
  * the state; a first fan-out takes a reference to it, not a copy. A refused update leaves the
@@ -430,20 +486,18 @@ static int apply_update(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any
     cq_chandata_t *d = ch->data;
     if (!d->state) { /* the first update defines the data, and is an update too */
         int r = data_init(c, ch, a->type_url, a->value.data, a->value.len);
-        cq_buf_t *upd = r < 0 ? NULL : cq_buf_from(a->value.data, a->value.len);
-        if (upd)
-            r = cq_sched_update(d->sched, upd, sender, c->now_ms);
-        cq_buf_unref(upd);
-        return r;
+        /* the state is the update, compacted: canonical, as every buffered update is */
+        return r < 0 ? r : cq_sched_update(d->sched, d->state, sender, c->now_ms);
     }
     if (strcmp(d->type_url, a->type_url) != 0) /* the Any must be the channel's type */
         return CQ_EBADTARGET;
     size_t max = c->sh->o.max_channel_data;
     if (!d->desc && max && d->state->len + a->value.len > max)
         return CQ_ELIMIT; /* an unknown type only grows: bounded */
-    cq_buf_t *upd = cq_buf_from(a->value.data, a->value.len);
-    if (!upd)
-        return -ENOMEM;
+    cq_buf_t *upd;
+    int rc = canonical(d, a->value.data, a->value.len, &upd);
+    if (rc < 0)
+        return rc;
     cq_buf_t *next = merge2(d, d->state, upd, d->has_mopts ? &d->mopts : NULL);
     if (!next || (d->desc && max && next->len > max)) {
         int r = next ? CQ_ELIMIT : CQ_EDECODE;
