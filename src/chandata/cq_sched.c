@@ -25,19 +25,20 @@ typedef struct ent {
 
 typedef struct grp grp_t;
 
+/* What a tick reads comes first, in 64 bytes (run_group prefetches them). */
 typedef struct sub {
-    uint32_t conn;
-    uint32_t interval;
-    uint32_t masks;
-    uint32_t gi; /* position in its group's members */
-    grp_t *g;    /* the group of its due time */
-    int32_t delay;
-    bool skip_self, skip_first, had_first, align;
     int64_t last;     /* start of the next window */
     int64_t due;      /* when it closes: last + span, or the span's next grid point (align) */
     uint64_t floor;   /* entries with seq < floor are already in a full state it received */
     uint64_t own_seq; /* 1 + seq of its newest own update, 0 = none */
-    uint64_t order;   /* subscription order: ties in due time are served in it */
+    grp_t *g;         /* the group of its due time */
+    uint32_t conn;
+    uint32_t interval;
+    uint32_t masks;
+    uint32_t gi; /* position in its group's members */
+    bool skip_self, skip_first, had_first, align;
+    int32_t delay;
+    uint64_t order; /* subscription order: ties in due time are served in it */
 } sub_t;
 
 /* The subscribers due at one time (see "due groups" below). */
@@ -85,7 +86,8 @@ struct cq_sched {
     grp_t **held; /* the groups a tick took off the heap (ghcap slots) */
     uint32_t nheld;
     uint64_t order_next;
-    /* encode-once cache of the current tick */
+    /* encode-once cache of the current tick, and its last answer (memo.b borrowed from it) */
+    slot_t memo;
     slot_t *cache;
     uint32_t ccap, ccount;
 };
@@ -667,6 +669,7 @@ static int cache_reserve(cq_sched_t *s, uint32_t n)
 
 static void cache_clear(cq_sched_t *s)
 {
+    s->memo.used = 0;
     for (uint32_t i = 0; s->ccount && i < s->ccap; i++) {
         if (s->cache[i].used) {
             cq_buf_unref(s->cache[i].b);
@@ -691,45 +694,67 @@ static cq_buf_t *build_window(cq_sched_t *s, uint32_t lo, uint32_t hi, uint32_t 
     return s->ops->merge(s->ud, s->parts, n);
 }
 
-/* Sets *ret (borrowed from the cache until the end of the tick) to the output for the key: a
- * window [lo, hi) of the buffer, or the full state. Computes the unfiltered bytes and the
- * filtered copy at most once per tick. Returns 0 or -ENOMEM. */
-static int get_output(cq_sched_t *s, slot_t key, uint32_t lo, uint32_t hi, cq_buf_t **ret)
+static bool same_key(const slot_t *a, const slot_t *b)
 {
-    slot_t *sl = cache_find(s, key.kind, key.lo, key.hi, key.excl, key.masks);
+    return a->kind == b->kind && a->lo == b->lo && a->hi == b->hi && a->excl == b->excl &&
+           a->masks == b->masks;
+}
+
+static int get_output_slow(cq_sched_t *s, const slot_t *k, uint32_t lo, uint32_t hi, cq_buf_t **ret)
+{
+    slot_t *sl = cache_find(s, k->kind, k->lo, k->hi, k->excl, k->masks);
     if (sl) {
         *ret = sl->b;
         return 0;
     }
     if (cache_reserve(s, 2))
         return -ENOMEM;
-    slot_t rkey = key;
+    slot_t rkey = *k;
     rkey.masks = 0;
     sl = cache_find(s, rkey.kind, rkey.lo, rkey.hi, rkey.excl, 0);
     cq_buf_t *raw = sl ? sl->b : NULL;
     if (!raw) {
-        raw = key.kind == K_FULL ? s->ops->full_state(s->ud) : build_window(s, lo, hi, key.excl);
+        raw = k->kind == K_FULL ? s->ops->full_state(s->ud) : build_window(s, lo, hi, k->excl);
         if (!raw)
             return -ENOMEM;
         cache_put(s, rkey, raw);
     }
-    if (!key.masks || !s->ops->filter) {
+    if (!k->masks || !s->ops->filter) {
         *ret = raw;
         return 0;
     }
-    cq_buf_t *f = s->ops->filter(s->ud, key.masks, raw);
+    cq_buf_t *f = s->ops->filter(s->ud, k->masks, raw);
     if (!f)
         return -ENOMEM;
-    cache_put(s, key, f);
+    cache_put(s, *k, f);
     *ret = f;
     return 0;
+}
+
+/* Sets *ret (borrowed from the cache until the end of the tick) to the output for the key: a
+ * window [lo, hi) of the buffer, or the full state. Computes the unfiltered bytes and the
+ * filtered copy at most once per tick. Returns 0 or -ENOMEM. A group's members mostly share
+ * their window, so the previous answer is checked before the cache. */
+static int get_output(cq_sched_t *s, const slot_t *k, uint32_t lo, uint32_t hi, cq_buf_t **ret)
+{
+    if (s->memo.used && same_key(&s->memo, k)) {
+        *ret = s->memo.b;
+        return 0;
+    }
+    int r = get_output_slow(s, k, lo, hi, ret);
+    if (r == 0) {
+        s->memo = *k;
+        s->memo.b = *ret;
+        s->memo.used = 1;
+    }
+    return r;
 }
 
 static int send_full(cq_sched_t *s, sub_t *u)
 {
     slot_t key = {.kind = K_FULL, .masks = u->masks};
     cq_buf_t *out;
-    int r = get_output(s, key, 0, 0, &out);
+    int r = get_output(s, &key, 0, 0, &out);
     if (r)
         return r;
     s->ops->emit(s->ud, u->conn, out);
@@ -750,7 +775,7 @@ static int send_window(cq_sched_t *s, sub_t *u, uint32_t lo, uint32_t hi)
             key.excl = u->conn;
     }
     cq_buf_t *out;
-    int r = get_output(s, key, lo, hi, &out);
+    int r = get_output(s, &key, lo, hi, &out);
     if (r)
         return r;
     s->ops->emit(s->ud, u->conn, out);
@@ -847,8 +872,11 @@ static int run_group(cq_sched_t *s, grp_t *g, int64_t now, uint32_t max, uint32_
         sub_t *u = g->v[i];
         /* Members are separate allocations: fetching one a few ahead hides the cache miss that
          * was half of this loop's time in a 1000-client world (perf annotate, issue 28). */
-        if (i + PREFETCH_AHEAD < g->n && g->v[i + PREFETCH_AHEAD])
-            __builtin_prefetch(g->v[i + PREFETCH_AHEAD]);
+        if (i + PREFETCH_AHEAD < g->n && g->v[i + PREFETCH_AHEAD]) {
+            const char *p = (const char *)g->v[i + PREFETCH_AHEAD];
+            __builtin_prefetch(p);
+            __builtin_prefetch(p + 63); /* calloc aligns to 16: the 64 bytes may span two lines */
+        }
         if (!u)
             continue;
         if (*nd < max) {
