@@ -28,14 +28,15 @@ typedef struct grp grp_t;
 /* What a tick reads comes first, in 64 bytes (run_group prefetches them). */
 typedef struct sub {
     int64_t last;     /* start of the next window */
-    int64_t due;      /* when it closes: last + span, or the span's next grid point (align) */
+    int64_t due;      /* when it is sent: its end, or the quantum's next grid point (align) */
     uint64_t floor;   /* entries with seq < floor are already in a full state it received */
     uint64_t own_seq; /* 1 + seq of its newest own update, 0 = none */
     grp_t *g;         /* the group of its due time */
     uint32_t conn;
     uint32_t interval;
     uint32_t masks;
-    uint32_t gi; /* position in its group's members */
+    uint32_t gi;   /* position in its group's members */
+    uint32_t wlen; /* the window ends at last + wlen: span, or the span's next grid point */
     bool skip_self, skip_first, had_first, align;
     int32_t delay;
     uint64_t order; /* subscription order: ties in due time are served in it */
@@ -80,6 +81,7 @@ struct cq_sched {
     /* subscribers: by conn id, and in due groups (a min-heap, and a table by due time) */
     cq_map_t by_conn;
     uint32_t max_span; /* >= every subscriber's due - last (drop_safe) */
+    uint32_t quantum;  /* aligned windows are sent on this grid; 0: when they end */
     cq_coarsen_t *co;  /* the worker's overload level (borrowed); NULL: never coarsened */
     grp_t **gheap, **gtab, *gfree;
     uint32_t ngrp, ghcap, gtcap, gtcount, nfree;
@@ -106,6 +108,11 @@ static int64_t due_of(const sub_t *u)
     return u->due;
 }
 
+static int64_t end_of(const sub_t *u)
+{
+    return u->last + (int64_t)u->wlen;
+}
+
 /* The grid point of interval iv at or before t (t may be negative). */
 static int64_t align_down(int64_t t, uint32_t iv)
 {
@@ -121,8 +128,10 @@ static void start_window(cq_sched_t *s, sub_t *u, int64_t last)
     uint32_t span = cq_coarsen_span(s->co, u->interval);
     if (span != u->interval)
         s->co->st.stretched++;
+    int64_t end = u->align ? align_down(last, span) + span : last + span;
     u->last = last;
-    u->due = u->align ? align_down(last, span) + span : last + span;
+    u->wlen = (uint32_t)(end - last);
+    u->due = u->align && s->quantum ? align_down(end + s->quantum - 1, s->quantum) : end;
     if (u->due - last > (int64_t)s->max_span)
         s->max_span = (uint32_t)(u->due - last);
 }
@@ -796,7 +805,7 @@ static int64_t last_closed(int64_t due, uint32_t span, int64_t t)
 static int run_window(cq_sched_t *s, sub_t *u, int64_t now)
 {
     uint32_t span = cq_coarsen_span(s->co, u->interval);
-    int64_t next = due_of(u);
+    int64_t next = end_of(u);
     if (cq_coarsen_merging(s->co) && next + span <= now) {
         int64_t end = last_closed(next, span, now);
         s->co->st.merged += (uint64_t)((end - next) / span);
@@ -1126,6 +1135,11 @@ int cq_sched_tick_max(cq_sched_t *s, uint64_t now_ms, uint32_t max_subs)
     drop_safe(s);
     s->busy = false;
     return err;
+}
+
+void cq_sched_set_quantum(cq_sched_t *s, uint32_t quantum_ms)
+{
+    s->quantum = quantum_ms;
 }
 
 void cq_sched_set_coarsen(cq_sched_t *s, cq_coarsen_t *co)

@@ -188,6 +188,13 @@ int cq_sched_tick(cq_sched_t *s, uint64_t now_ms);
  * takes and let other work run in between. */
 int cq_sched_tick_max(cq_sched_t *s, uint64_t now_ms, uint32_t max_subs);
 
+/* Aligned subscriptions' fan-outs leave on the grid of quantum_ms (0, the default: when their
+ * window ends): a window that ends between two grid points is sent at the next one, with the
+ * same content. A client's 20 ms and 50 ms cells then share every write (50 a second, not 60)
+ * for at most quantum - 1 ms more latency on the 50 ms ones. Applies from each subscriber's
+ * next window on. */
+void cq_sched_set_quantum(cq_sched_t *s, uint32_t quantum_ms);
+
 /* Borrows the worker's overload policy (NULL: none, the default): from the next window on,
  * windows are stretched by its level and missed windows merged (cq_coarsen.h). co must outlive
  * the scheduler; the scheduler counts what it stretched and merged in co->st. */

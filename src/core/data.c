@@ -274,6 +274,11 @@ int cq__data_attach(cq_core_t *c, cq_chan_t *ch)
         return -ENOMEM;
     }
     cq_sched_set_coarsen(d->sched, &c->co);
+    /* A client's cells and entities (aligned, cq__data_sub) leave on the grid of the nearest
+     * damping interval, so its 50 ms cells ride on the writes of its 20 ms one. */
+    if (ch->type == CHANNELDPB__CHANNEL_TYPE__SPATIAL ||
+        ch->type == CHANNELDPB__CHANNEL_TYPE__ENTITY)
+        cq_sched_set_quantum(d->sched, cq_spatial_damping_ms(0, 0));
     ch->data = d;
     return 0;
 }

@@ -929,6 +929,7 @@ static void test_coarsen_random_streams(void **state)
         cq_coarsen_t co;
         cq_coarsen_init(&co, NULL);
         cq_sched_set_coarsen(f->s, &co);
+        cq_sched_set_quantum(f->s, (uint32_t)(rand() % 2) * 20);
         f->keep = false;
         f->check = true;
         assert_int_equal(cq_sched_set_buf_max(f->s, 8 + (uint32_t)(rand() % 24)), 0);
@@ -958,6 +959,37 @@ static void test_coarsen_random_streams(void **state)
             assert_int_equal(f->pos[c], f->ntok);
         fx_free(f);
     }
+}
+
+/* With a 20 ms quantum a 50 ms aligned window is sent at the next 20 ms point with the same
+ * content: [0, 50) at 60, [50, 100) at 100, [100, 150) at 160; the 20 ms one is unchanged. */
+static void test_quantum(void **state)
+{
+    (void)state;
+    fx_t *f = fx_new(10);
+    cq_sched_set_quantum(f->s, 20);
+    cq_sched_subopts_t near = aligned(20, true), mid = aligned(50, true);
+    sub(f, 1, &near, 0);
+    sub(f, 2, &mid, 0);
+    for (int64_t t = 0; t <= 200; t += 10) {
+        char u[8];
+        snprintf(u, sizeof(u), "%02d", (int)(t / 10));
+        upd(f, u, C0, t);
+        assert_int_equal(tick(f, t), 0);
+    }
+    int64_t last = -1;
+    assert_int_equal(count_to(f, 1, &last), 10); /* 20, 40, ..., 200 */
+    assert_int_equal(count_to(f, 2, &last), 4);
+    size_t k = 0;
+    const char *want[4][2] = {
+        {"60", "0001020304"}, {"100", "0506070809"}, {"160", "1011121314"}, {"200", "1516171819"}};
+    for (size_t i = 0; i < f->nrec; i++) {
+        if (f->recs[i].conn != 2)
+            continue;
+        expect(f, i, 2, atoi(want[k][0]), want[k][1]);
+        k++;
+    }
+    fx_free(f);
 }
 
 /* ---- failures ---- */
@@ -1042,6 +1074,7 @@ int main(void)
         cmocka_unit_test(test_bounded_100k),
         cmocka_unit_test(test_fold_resync),
         cmocka_unit_test(test_random_streams),
+        cmocka_unit_test(test_quantum),
         cmocka_unit_test(test_coarsen_stretch),
         cmocka_unit_test(test_coarsen_merge_missed),
         cmocka_unit_test(test_resync),
