@@ -26,6 +26,7 @@ void cq_coarsen_init(cq_coarsen_t *co, const cq_coarsen_cfg_t *cfg)
     co->cfg.up_ms = or_default(c.up_ms, CQ_COARSEN_UP_MS);
     co->cfg.down_ms = or_default(c.down_ms, CQ_COARSEN_DOWN_MS);
     co->cfg.step_ms = or_default(c.step_ms, CQ_COARSEN_STEP_MS);
+    co->cfg.sustain_ms = or_default(c.sustain_ms, CQ_COARSEN_SUSTAIN_MS);
     co->cfg.hold_ms = or_default(c.hold_ms, CQ_COARSEN_HOLD_MS);
 }
 
@@ -44,20 +45,23 @@ static int change(cq_coarsen_t *co, uint64_t now_ms, int dir)
 int cq_coarsen_observe(cq_coarsen_t *co, uint64_t now_ms, uint32_t late_ms)
 {
     co->last_late = late_ms;
+    /* Runs start at now + 1: a run that starts at time 0 (a manual clock) is still a run. */
     if (late_ms >= co->cfg.up_ms) {
         co->calm_since = 0;
+        if (!co->late_since)
+            co->late_since = now_ms + 1;
         /* A rise needs step_ms since the last change: the level just set has to get a chance
          * to drain the backlog before the next one is judged necessary. */
-        if (co->level < CQ_COARSEN_MAX &&
+        if (co->level < CQ_COARSEN_MAX && now_ms + 1 >= co->late_since + co->cfg.sustain_ms &&
             (co->changed_ms == 0 || now_ms >= co->changed_ms + co->cfg.step_ms))
             return change(co, now_ms, +1);
         return 0;
     }
+    co->late_since = 0;
     if (late_ms >= co->cfg.down_ms || co->level == 0) {
         co->calm_since = 0;
         return 0;
     }
-    /* now + 1: a calm run that starts at time 0 (a manual clock) must not read as "not calm" */
     if (!co->calm_since)
         co->calm_since = now_ms + 1;
     if (now_ms + 1 >= co->calm_since + co->cfg.hold_ms)

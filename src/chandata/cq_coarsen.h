@@ -8,9 +8,11 @@
  *
  * ---- The policy (doc/spatial.md "Overload") ----
  *
- * Level 0 is normal service. A sample at or above up_ms raises the level by one, at most once
- * per step_ms so that the new level has time to show its effect; samples below down_ms for
- * hold_ms lower it by one, and the calm run starts again (hysteresis: up, fast; down, slowly).
+ * Level 0 is normal service. Samples at or above up_ms for sustain_ms raise the level by one,
+ * at most once per step_ms so that the new level has time to show its effect (a worker that
+ * was descheduled once, or served one burst late, is not overloaded: its next sample is on
+ * time); samples below down_ms for hold_ms lower it by one, and the calm run starts again
+ * (hysteresis: up, fast; down, slowly).
  * At level L a subscription's window is stretched by a power of two chosen by its interval,
  * far interest first, near interest last:
  *
@@ -36,19 +38,22 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define CQ_COARSEN_MAX         4u    /* highest level */
-#define CQ_COARSEN_SPAN_CAP_MS 1000u /* a stretched window is never longer (unless its interval)   \
-                                      */
-#define CQ_COARSEN_UP_MS   30u
-#define CQ_COARSEN_DOWN_MS 10u
-#define CQ_COARSEN_STEP_MS 250u
-#define CQ_COARSEN_HOLD_MS 1000u
+#define CQ_COARSEN_MAX 4u /* highest level */
+#define CQ_COARSEN_SPAN_CAP_MS                                                                     \
+    1000u /* a stretched window is never longer (unless its interval)                              \
+           */
+#define CQ_COARSEN_UP_MS      30u
+#define CQ_COARSEN_DOWN_MS    10u
+#define CQ_COARSEN_STEP_MS    250u
+#define CQ_COARSEN_SUSTAIN_MS 100u
+#define CQ_COARSEN_HOLD_MS    1000u
 
 typedef struct cq_coarsen_cfg {
-    uint32_t up_ms;   /* lateness at or above which the level rises */
-    uint32_t down_ms; /* lateness below which the level may fall */
-    uint32_t step_ms; /* at least this long between two rises */
-    uint32_t hold_ms; /* lateness below down_ms this long before each fall */
+    uint32_t up_ms;      /* lateness at or above which the level rises */
+    uint32_t down_ms;    /* lateness below which the level may fall */
+    uint32_t step_ms;    /* at least this long between two rises */
+    uint32_t sustain_ms; /* lateness at or above up_ms this long before a rise */
+    uint32_t hold_ms;    /* lateness below down_ms this long before each fall */
 } cq_coarsen_cfg_t;
 
 /* What a worker's schedulers did because of the level; counted by the schedulers (same
@@ -63,7 +68,8 @@ typedef struct cq_coarsen {
     cq_coarsen_cfg_t cfg;
     uint32_t level;
     uint64_t changed_ms; /* when the level last changed (0: never) */
-    uint64_t calm_since; /* start of the current run of calm samples; 0: not calm */
+    uint64_t calm_since; /* 1 + start of the current run of calm samples; 0: not calm */
+    uint64_t late_since; /* 1 + start of the current run of late samples; 0: not late */
     uint32_t last_late;  /* the last sample */
     cq_coarsen_stats_t st;
 } cq_coarsen_t;

@@ -9,28 +9,47 @@
 
 #include "cq_coarsen.h"
 
-/* Rises: one per sample at or above up_ms, at most one per step_ms, never past the top. */
+/* Rises: lateness at or above up_ms (30) for sustain_ms (100) raises the level; then one more
+ * per step_ms (250) while it lasts, never past the top. */
 static void test_rise(void **state)
 {
     (void)state;
     cq_coarsen_t co;
     cq_coarsen_init(&co, NULL);
     assert_int_equal(co.level, 0);
-    assert_int_equal(cq_coarsen_observe(&co, 0, 29), 0); /* just under up_ms (30) */
+    assert_int_equal(cq_coarsen_observe(&co, 0, 29), 0); /* just under up_ms */
+    assert_int_equal(cq_coarsen_observe(&co, 1, 30), 0); /* the late run starts at 1 */
+    assert_int_equal(cq_coarsen_observe(&co, 100, 500), 0);
     assert_int_equal(co.level, 0);
-    assert_int_equal(cq_coarsen_observe(&co, 100, 30), 1);
+    assert_int_equal(cq_coarsen_observe(&co, 101, 30), 1);
     assert_int_equal(co.level, 1);
-    assert_int_equal(cq_coarsen_observe(&co, 349, 500), 0); /* 249 ms after: too soon */
+    assert_int_equal(co.changed_ms, 101);
+    assert_int_equal(cq_coarsen_observe(&co, 350, 500), 0); /* 249 ms after: too soon */
     assert_int_equal(co.level, 1);
-    assert_int_equal(cq_coarsen_observe(&co, 350, 31), 1);
-    assert_int_equal(cq_coarsen_observe(&co, 600, 31), 1);
-    assert_int_equal(cq_coarsen_observe(&co, 850, 31), 1);
+    assert_int_equal(cq_coarsen_observe(&co, 351, 31), 1);
+    assert_int_equal(cq_coarsen_observe(&co, 601, 31), 1);
+    assert_int_equal(cq_coarsen_observe(&co, 851, 31), 1);
     assert_int_equal(co.level, CQ_COARSEN_MAX);
     assert_int_equal(cq_coarsen_observe(&co, 5000, 999), 0); /* the top */
     assert_int_equal(co.level, CQ_COARSEN_MAX);
     assert_int_equal(co.st.rises, 4);
     assert_int_equal(co.st.falls, 0);
     assert_int_equal(co.last_late, 999);
+}
+
+/* One late sample is not overload: a worker descheduled once, or one burst served late, is on
+ * time again at its next sample, and the late run starts over. */
+static void test_spike(void **state)
+{
+    (void)state;
+    cq_coarsen_t co;
+    cq_coarsen_init(&co, NULL);
+    for (uint64_t t = 0; t < 5000; t += 200) {
+        assert_int_equal(cq_coarsen_observe(&co, t, 400), 0);    /* 400 ms late, once */
+        assert_int_equal(cq_coarsen_observe(&co, t + 10, 0), 0); /* then on time */
+    }
+    assert_int_equal(co.level, 0);
+    assert_int_equal(co.st.rises, 0);
 }
 
 /* Falls: hold_ms (1000) of samples below down_ms (10) per step; a sample between down and up
@@ -40,8 +59,9 @@ static void test_fall(void **state)
     (void)state;
     cq_coarsen_t co;
     cq_coarsen_init(&co, NULL);
-    assert_int_equal(cq_coarsen_observe(&co, 0, 40), 1);
-    assert_int_equal(cq_coarsen_observe(&co, 300, 40), 1);
+    assert_int_equal(cq_coarsen_observe(&co, 0, 40), 0);
+    assert_int_equal(cq_coarsen_observe(&co, 100, 40), 1);
+    assert_int_equal(cq_coarsen_observe(&co, 350, 40), 1);
     assert_int_equal(co.level, 2);
     assert_int_equal(cq_coarsen_observe(&co, 1000, 9), 0); /* calm from 1000 */
     assert_int_equal(cq_coarsen_observe(&co, 1999, 0), 0);
@@ -72,6 +92,7 @@ static void test_fall_from_zero(void **state)
     assert_int_equal(co.cfg.up_ms, 5);
     assert_int_equal(co.cfg.down_ms, CQ_COARSEN_DOWN_MS); /* 0: the default */
     assert_int_equal(co.cfg.step_ms, CQ_COARSEN_STEP_MS);
+    assert_int_equal(co.cfg.sustain_ms, CQ_COARSEN_SUSTAIN_MS);
 }
 
 /* The table of cq_coarsen.h, value by value: far (>= 100 ms) first, then mid, then near. */
@@ -112,9 +133,9 @@ static void test_span(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rise),           cmocka_unit_test(test_fall),
-        cmocka_unit_test(test_fall_from_zero), cmocka_unit_test(test_table),
-        cmocka_unit_test(test_span),
+        cmocka_unit_test(test_rise),  cmocka_unit_test(test_spike),
+        cmocka_unit_test(test_fall),  cmocka_unit_test(test_fall_from_zero),
+        cmocka_unit_test(test_table), cmocka_unit_test(test_span),
     };
     return cmocka_run_group_tests_name("coarsen", tests, NULL, NULL);
 }

@@ -949,6 +949,20 @@ static void test_coarsen_random_streams(void **state)
                 co.level = (uint32_t)(rand() % (CQ_COARSEN_MAX + 1));
             if (rand() % 40 == 0)
                 cq_sched_resync(f->s, 1 + (uint32_t)rand() % n);
+            if (rand() % 30 == 0) { /* a new interval, as an interest update gives a cell */
+                cq_sched_subopts_t o = {.set = CQ_SCHED_SET_INTERVAL,
+                                        .interval_ms = (uint32_t[]){20, 50, 100}[rand() % 3]};
+                sub(f, 1 + (uint32_t)rand() % n, &o, t);
+            }
+            if (rand() % 60 == 0) { /* left and came back: the full state restarts its stream */
+                uint32_t c = 1 + (uint32_t)rand() % n;
+                cq_sched_unsub(f->s, c);
+                cq_sched_subopts_t o = opts((uint32_t[]){20, 50, 100}[rand() % 3], 0, false);
+                o.set |= CQ_SCHED_SET_SKIP_SELF | CQ_SCHED_SET_ALIGN;
+                o.skip_self = false;
+                o.align = rand() % 2;
+                sub(f, c, &o, t);
+            }
             if (rand() % 4 == 0)
                 assert_int_equal(tick(f, t), 0);
         }
