@@ -592,11 +592,18 @@ static void coarsen_observe(cq_core_t *c, uint64_t now_ms)
     uint32_t before = c->co.level;
     if (cq_coarsen_observe(&c->co, now_ms, (uint32_t)CQ_MIN(late, UINT32_MAX)) > 0 && !before)
         coarsen_log(c, now_ms);
-    atomic_store_explicit(&c->counters.coarsen_level, c->co.level, memory_order_relaxed);
+}
+
+/* After the ticks: /metrics shows what they stretched and merged together with the level they
+ * ran at, even when the worker has nothing more due (published before them, it would wait for
+ * the next call). */
+static void coarsen_publish(cq_core_t *c)
+{
     counter_set(c, M_DATA_STRETCHED, c->co.st.stretched);
     counter_set(c, M_DATA_MERGED, c->co.st.merged);
     counter_set(c, M_COARSEN_RISES, c->co.st.rises);
     counter_set(c, M_COARSEN_FALLS, c->co.st.falls);
+    atomic_store_explicit(&c->counters.coarsen_level, c->co.level, memory_order_relaxed);
 }
 
 void cq_core_run_due(cq_core_t *c, uint64_t now_ms)
@@ -621,6 +628,7 @@ void cq_core_run_due(cq_core_t *c, uint64_t now_ms)
             break; /* nothing advanced (out of memory): retry at the next call */
     }
     cq__sendmany_flush(c);
+    coarsen_publish(c);
 }
 
 /* The full state as an Any, for RECOVERY_CHANNEL_DATA; returns false when there is none. */
