@@ -27,6 +27,7 @@ void cq_coarsen_init(cq_coarsen_t *co, const cq_coarsen_cfg_t *cfg)
     co->cfg.down_ms = or_default(c.down_ms, CQ_COARSEN_DOWN_MS);
     co->cfg.step_ms = or_default(c.step_ms, CQ_COARSEN_STEP_MS);
     co->cfg.sustain_ms = or_default(c.sustain_ms, CQ_COARSEN_SUSTAIN_MS);
+    co->cfg.burst_ms = or_default(c.burst_ms, CQ_COARSEN_BURST_MS);
     co->cfg.hold_ms = or_default(c.hold_ms, CQ_COARSEN_HOLD_MS);
 }
 
@@ -52,7 +53,9 @@ int cq_coarsen_observe(cq_coarsen_t *co, uint64_t now_ms, uint32_t late_ms)
             co->late_since = now_ms + 1;
         /* A rise needs step_ms since the last change: the level just set has to get a chance
          * to drain the backlog before the next one is judged necessary. */
-        if (co->level < CQ_COARSEN_MAX && now_ms + 1 >= co->late_since + co->cfg.sustain_ms &&
+        bool overloaded =
+            late_ms >= co->cfg.burst_ms || now_ms + 1 >= co->late_since + co->cfg.sustain_ms;
+        if (co->level < CQ_COARSEN_MAX && overloaded &&
             (co->changed_ms == 0 || now_ms >= co->changed_ms + co->cfg.step_ms))
             return change(co, now_ms, +1);
         return 0;

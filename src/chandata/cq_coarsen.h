@@ -8,11 +8,12 @@
  *
  * ---- The policy (doc/spatial.md "Overload") ----
  *
- * Level 0 is normal service. Samples at or above up_ms for sustain_ms raise the level by one,
- * at most once per step_ms so that the new level has time to show its effect (a worker that
- * was descheduled once, or served one burst late, is not overloaded: its next sample is on
- * time); samples below down_ms for hold_ms lower it by one, and the calm run starts again
- * (hysteresis: up, fast; down, slowly).
+ * Level 0 is normal service. Samples at or above up_ms for sustain_ms raise the level by one (a
+ * worker descheduled for a moment on a busy machine is on time again at its next sample), and
+ * so does one sample at or above burst_ms (a worker that stood still that long has that many
+ * windows to catch up on, which the merge makes one fan-out each); at most once per step_ms,
+ * so that the new level has time to show its effect. Samples below down_ms for hold_ms lower
+ * it by one, and the calm run starts again (hysteresis: up, fast; down, slowly).
  * At level L a subscription's window is stretched by a power of two chosen by its interval,
  * far interest first, near interest last:
  *
@@ -46,6 +47,7 @@
 #define CQ_COARSEN_DOWN_MS    10u
 #define CQ_COARSEN_STEP_MS    250u
 #define CQ_COARSEN_SUSTAIN_MS 100u
+#define CQ_COARSEN_BURST_MS   120u
 #define CQ_COARSEN_HOLD_MS    1000u
 
 typedef struct cq_coarsen_cfg {
@@ -53,6 +55,7 @@ typedef struct cq_coarsen_cfg {
     uint32_t down_ms;    /* lateness below which the level may fall */
     uint32_t step_ms;    /* at least this long between two rises */
     uint32_t sustain_ms; /* lateness at or above up_ms this long before a rise */
+    uint32_t burst_ms;   /* one sample this late is enough for a rise */
     uint32_t hold_ms;    /* lateness below down_ms this long before each fall */
 } cq_coarsen_cfg_t;
 

@@ -389,6 +389,7 @@ void cq_core_wake(cq_core_t *c)
  * iteration. */
 void cq_core_flush(cq_core_t *c)
 {
+    c->iter++;
     cq__seg_close(c);
     cq__xmsg_wake_posted(c); /* first: the other workers run while this one writes */
     while (!cq_list_empty(&c->pending)) {

@@ -175,6 +175,11 @@ struct cq_conn {
     uint32_t n_chans, cap_chans;
     int close_reason; /* the reason given to cq_core_conn_close (0 until then) */
     uint32_t adj_gen; /* the last ADJACENT broadcast delivered here (forward.c) */
+    /* What it still held from earlier loop iterations when this one's first channel data came
+     * (sendmany.c: behind or not, clamped); data_iter is the iteration it was taken in (mod
+     * 2^32: only compared for equality). */
+    uint32_t data_iter;
+    uint32_t data_base;
 };
 
 /* ---- channels (owned by the worker chan_id % workers) ---- */
@@ -320,6 +325,7 @@ struct cq_core {
      * worker's channels reads, fed the worker's lateness by cq_core_run_due. */
     cq_coarsen_t co;
     uint64_t coarsen_log_ms; /* the last "coarsening" log line (one a minute at most) */
+    uint32_t iter;           /* loop iterations flushed (cq_core_flush), mod 2^32 */
     uint32_t coarsen_quiet;  /* rises from level 0 not logged since */
     /* worker 0 only */
     cq_map_t chaninfo;  /* chan id -> cq_chaninfo_t* */

@@ -7,7 +7,8 @@
  * target worker during a tick and sent as one XM_SENDMANY per (worker, record), so a fan-out
  * costs one cross-worker message per worker, not one per subscriber.
  *
- * A recipient whose queue already holds more than --sendq-data-limit is behind: its record is
+ * A recipient whose queue still holds more than --sendq-data-limit from earlier loop
+ * iterations is behind: its record is
  * not queued, and the channel's scheduler is told to send it the full state at its next due
  * time (cq_sched_resync, on the channel's worker: XM_RESYNC when the recipient lives on
  * another). The full state holds every update it missed, so a slow reader gets fewer, larger
@@ -54,11 +55,21 @@ void cq__sendmany_add(cq_core_t *c, uint32_t chan_id, uint32_t conn_id, cq_buf_t
     s->recs[s->n++] = cq_buf_ref(rec);
 }
 
-/* The connection holds more than --sendq-data-limit (0: no limit): it is behind. */
-static bool behind(const cq_core_t *c, const cq_conn_t *conn)
+/* The connection still holds more than --sendq-data-limit (0: no limit) from earlier loop
+ * iterations: it is behind. What this iteration queued does not count: a client whose cells
+ * all fall due in one tick may take more than the limit at once and still read it all in time
+ * (a reader that keeps up was counted behind at every 100 ms mark otherwise). */
+static bool behind(const cq_core_t *c, cq_conn_t *conn)
 {
     size_t lim = c->sh->o.sendq_data_limit;
-    return lim && cq_sendq_bytes(&conn->sendq) > lim;
+    if (!lim)
+        return false;
+    if (conn->data_iter != c->iter) {
+        size_t q = cq_sendq_bytes(&conn->sendq);
+        conn->data_iter = c->iter;
+        conn->data_base = q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
+    }
+    return conn->data_base > lim;
 }
 
 /* On the channel's worker: the next fan-out of chan_id to conn_id is the full state. */

@@ -17,9 +17,9 @@ static void test_rise(void **state)
     cq_coarsen_t co;
     cq_coarsen_init(&co, NULL);
     assert_int_equal(co.level, 0);
-    assert_int_equal(cq_coarsen_observe(&co, 0, 29), 0); /* just under up_ms */
-    assert_int_equal(cq_coarsen_observe(&co, 1, 30), 0); /* the late run starts at 1 */
-    assert_int_equal(cq_coarsen_observe(&co, 100, 500), 0);
+    assert_int_equal(cq_coarsen_observe(&co, 0, 29), 0);    /* just under up_ms */
+    assert_int_equal(cq_coarsen_observe(&co, 1, 30), 0);    /* the late run starts at 1 */
+    assert_int_equal(cq_coarsen_observe(&co, 100, 119), 0); /* under burst_ms */
     assert_int_equal(co.level, 0);
     assert_int_equal(cq_coarsen_observe(&co, 101, 30), 1);
     assert_int_equal(co.level, 1);
@@ -37,19 +37,22 @@ static void test_rise(void **state)
     assert_int_equal(co.last_late, 999);
 }
 
-/* One late sample is not overload: a worker descheduled once, or one burst served late, is on
- * time again at its next sample, and the late run starts over. */
+/* One late sample under burst_ms (120) is not overload: a worker descheduled for a moment is
+ * on time again at its next sample, and the late run starts over. One at burst_ms is. */
 static void test_spike(void **state)
 {
     (void)state;
     cq_coarsen_t co;
     cq_coarsen_init(&co, NULL);
     for (uint64_t t = 0; t < 5000; t += 200) {
-        assert_int_equal(cq_coarsen_observe(&co, t, 400), 0);    /* 400 ms late, once */
+        assert_int_equal(cq_coarsen_observe(&co, t, 119), 0);    /* 119 ms late, once */
         assert_int_equal(cq_coarsen_observe(&co, t + 10, 0), 0); /* then on time */
     }
     assert_int_equal(co.level, 0);
     assert_int_equal(co.st.rises, 0);
+    assert_int_equal(cq_coarsen_observe(&co, 6000, 120), 1); /* stood still 120 ms */
+    assert_int_equal(cq_coarsen_observe(&co, 6010, 0), 0);
+    assert_int_equal(co.level, 1);
 }
 
 /* Falls: hold_ms (1000) of samples below down_ms (10) per step; a sample between down and up
@@ -93,6 +96,7 @@ static void test_fall_from_zero(void **state)
     assert_int_equal(co.cfg.down_ms, CQ_COARSEN_DOWN_MS); /* 0: the default */
     assert_int_equal(co.cfg.step_ms, CQ_COARSEN_STEP_MS);
     assert_int_equal(co.cfg.sustain_ms, CQ_COARSEN_SUSTAIN_MS);
+    assert_int_equal(co.cfg.burst_ms, CQ_COARSEN_BURST_MS);
 }
 
 /* The table of cq_coarsen.h, value by value: far (>= 100 ms) first, then mid, then near. */
