@@ -855,8 +855,8 @@ static void report(double cpu_s)
            B.fanouts, B.fanouts / secs, B.fanouts_first / secs, B.fanouts_stray / secs,
            B.fanouts_old / secs, B.ideal / secs,
            B.ideal > 0 ? 100.0 * (double)(B.fanouts - B.fanouts_stray) / B.ideal : 0.0, B.handovers,
-           B.handovers / secs, lost_handovers(), B.drain_s, B.converge_s, cpu_s >= 0 ? cpu_s / secs : -1.0,
-           B.cpu_self / secs);
+           B.handovers / secs, lost_handovers(), B.drain_s, B.converge_s,
+           cpu_s >= 0 ? cpu_s / secs : -1.0, B.cpu_self / secs);
     for (int b = 0; b < N_BUCKETS; b++) {
         lat_t *l = &B.lat[b];
         if (l->n)
