@@ -40,8 +40,17 @@
  *
  * Due subscribers are walked in order of due time (last + interval), ties in subscription order,
  * each one through all its closed windows before the next; per-connection order is what matters
- * on the wire. A min-heap keyed by due time makes a tick O(due subscribers * log n + windows) and
- * cq_sched_next_due() O(1).
+ * on the wire. Subscribers due at the same time form a group, and a min-heap orders the groups:
+ * aligned subscriptions (a world's clients) come due together window after window, so a tick
+ * moves each from one group to the next in O(1), and cq_sched_next_due() is O(1).
+ *
+ * ---- Overload (cq_coarsen.h, cq_sched_set_coarsen) ----
+ *
+ * With the worker's overload level above 0 a window's length is its interval stretched by the
+ * level (fixed when the window starts), and a subscriber more than one window late gets every
+ * closed window merged into one fan-out. cq_sched_resync() makes a subscriber's next fan-out the
+ * full state (its connection could not take the last one). With the level at 0 and no resync
+ * every rule above holds unchanged.
  *
  * ---- Encode once ----
  *
