@@ -217,6 +217,9 @@ typedef struct cq_chandata {
     char *type_url;
     const cq_msgdesc_t *desc; /* NULL: unknown type, merged by concatenation */
     cq_buf_t *state;          /* compacted master copy; replaced, never modified */
+    /* Updates not merged into state yet, one after the other (a spatial cell's, data.c
+     * "lazy state"); read the state through cq__data_state(), which merges them first. */
+    cq_sbuf_t pend;
     cq_merge_opts_t mopts;
     bool has_mopts;
     cq_sched_t *sched;
@@ -462,7 +465,10 @@ int cq__data_create(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any *da
 void cq__data_sub(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s);
 void cq__data_unsub(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id);
 void cq__handle_data_update(cq_core_t *c, cq_req_t *r);
-bool cq__data_any(const cq_chan_t *ch, Google__Protobuf__Any *ret);
+bool cq__data_any(cq_chan_t *ch, Google__Protobuf__Any *ret);
+/* The channel's merged state (borrowed; NULL before its data exists): pending updates are
+ * merged into it first. */
+cq_buf_t *cq__data_state(cq_chan_t *ch);
 void cq__data_schema(cq_core_t *c, const cq_schema_t *schema);
 
 /* sendmany.c */

@@ -198,8 +198,8 @@ static cq_buf_t *cb_merge(void *ud, cq_buf_t *const *parts, size_t n)
 
 static cq_buf_t *cb_full_state(void *ud)
 {
-    cq_chan_t *ch = ud;
-    return ch->data->state ? cq_buf_ref(ch->data->state) : cq_buf_new(0);
+    cq_buf_t *st = cq__data_state(ud);
+    return st ? cq_buf_ref(st) : cq_buf_new(0);
 }
 
 /* Masks filter the subscriber's copy, never the master state: channeld applied the first
@@ -291,6 +291,7 @@ void cq__data_detach(cq_core_t *c, cq_chan_t *ch)
     heap_remove(c, d);
     cq_sched_free(d->sched);
     cq_buf_unref(d->state);
+    cq_sbuf_done(&d->pend);
     for (uint32_t i = 0; i < d->n_masks; i++) {
         for (uint32_t k = 0; k < d->masks[i].n; k++)
             cq_free(d->masks[i].paths[k]);
@@ -328,6 +329,7 @@ static int data_init(cq_core_t *c, cq_chan_t *ch, const char *type_url, const ui
     }
     cq_free(d->type_url);
     cq_buf_unref(d->state);
+    cq_sbuf_done(&d->pend); /* the new state replaces them too */
     d->type_url = url;
     d->desc = desc;
     d->state = state;
@@ -347,8 +349,10 @@ static void set_merge_opts(cq_chandata_t *d, const Channeldpb__ChannelDataMergeO
 
 void cq__data_set_merge_opts(cq_chan_t *ch, const Channeldpb__ChannelDataMergeOptions *mopts)
 {
-    if (mopts)
-        set_merge_opts(ch->data, mopts);
+    if (!mopts)
+        return;
+    (void)cq__data_state(ch); /* what is pending was accepted under the old options */
+    set_merge_opts(ch->data, mopts);
 }
 
 /* The type comes from CREATE's Any, else from the channel type's DataMsgFullName (an empty
@@ -459,6 +463,59 @@ static uint32_t writer(const cq_chan_t *ch, const cq_req_t *r)
     return 0;
 }
 
+/* ---- lazy state ----
+ *
+ * A spatial cell is written ninety times a second in a 2000-player world and read far less:
+ * by a new subscriber's first fan-out, a resync, a handover, a recovery. Merging every update
+ * into the whole cell re-encoded the cell each time. Its updates are kept one after the other
+ * instead (they are canonical, so their concatenation after the state is the merged state, as
+ * for a window: cb_merge) and merged once when the state is read, or when what is pending
+ * outgrows the state (so the work per update stays bounded). Channels with merge options, and
+ * entities, whose position the handover check reads after every update, merge at once. */
+
+static bool lazy(const cq_chan_t *ch)
+{
+    const cq_chandata_t *d = ch->data;
+    return ch->type == CHANNELDPB__CHANNEL_TYPE__SPATIAL && d->desc && !d->has_mopts;
+}
+
+cq_buf_t *cq__data_state(cq_chan_t *ch)
+{
+    cq_chandata_t *d = ch->data;
+    if (!d->pend.len)
+        return d->state;
+    cq_sbuf_t cat, out;
+    cq_sbuf_init(&cat);
+    cq_sbuf_init(&out);
+    int r = cq_sbuf_append(&cat, d->state->data, d->state->len);
+    if (r == 0)
+        r = cq_sbuf_append(&cat, d->pend.data, d->pend.len);
+    if (r == 0)
+        r = cq_compact(d->desc, (const uint8_t *)cat.data, cat.len, &out);
+    cq_sbuf_done(&cat);
+    cq_buf_t *next = r == 0 ? sbuf_to_buf(&out) : NULL;
+    if (r < 0)
+        cq_sbuf_done(&out);
+    if (!next) /* out of memory: the last merged state, pending kept for the next read */
+        return d->state;
+    cq_buf_unref(d->state);
+    d->state = next;
+    d->pend.len = 0;
+    return d->state;
+}
+
+/* Appends one canonical update to what is pending; merges when it outgrows the state. */
+static int pend_add(cq_chan_t *ch, const cq_buf_t *upd)
+{
+    cq_chandata_t *d = ch->data;
+    int r = cq_sbuf_append(&d->pend, upd->data, upd->len);
+    if (r < 0)
+        return r;
+    if (d->pend.len > d->state->len + 4096)
+        (void)cq__data_state(ch);
+    return 0;
+}
+
 /* The update as the scheduler keeps it: a known type in its canonical encoding, so that the
  * concatenation of a window's updates is their merge (cb_merge). A hand-made encoding that
  * carries a proto3 scalar's zero explicitly would otherwise overwrite in the concatenation
@@ -503,6 +560,14 @@ static int apply_update(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any
     int rc = canonical(d, a->value.data, a->value.len, &upd);
     if (rc < 0)
         return rc;
+    if (lazy(ch) && (!max || d->state->len + d->pend.len + upd->len <= max)) {
+        rc = pend_add(ch, upd); /* under the limit even if nothing merges away */
+        if (rc == 0)
+            rc = cq_sched_update(d->sched, upd, sender, c->now_ms);
+        cq_buf_unref(upd);
+        return rc;
+    }
+    (void)cq__data_state(ch); /* the exact length decides: merge what is pending first */
     cq_buf_t *next = merge2(d, d->state, upd, d->has_mopts ? &d->mopts : NULL);
     if (!next || (d->desc && max && next->len > max)) {
         int r = next ? CQ_ELIMIT : CQ_EDECODE;
@@ -632,15 +697,15 @@ void cq_core_run_due(cq_core_t *c, uint64_t now_ms)
 }
 
 /* The full state as an Any, for RECOVERY_CHANNEL_DATA; returns false when there is none. */
-bool cq__data_any(const cq_chan_t *ch, Google__Protobuf__Any *ret)
+bool cq__data_any(cq_chan_t *ch, Google__Protobuf__Any *ret)
 {
-    const cq_chandata_t *d = ch->data;
-    if (!d || !d->state)
+    cq_buf_t *st = ch->data ? cq__data_state(ch) : NULL;
+    if (!st)
         return false;
     google__protobuf__any__init(ret);
-    ret->type_url = d->type_url;
-    ret->value.data = d->state->data;
-    ret->value.len = d->state->len;
+    ret->type_url = ch->data->type_url;
+    ret->value.data = st->data;
+    ret->value.len = st->len;
     return true;
 }
 

@@ -195,9 +195,9 @@ static bool has_id(const uint32_t *v, uint32_t split, uint32_t n, uint32_t id)
 }
 
 /* The entities field of a cell's data, when configured and the data's type has it. */
-static const cq_fielddesc_t *cell_map(const cq_core_t *c, const cq_chan_t *cell)
+static const cq_fielddesc_t *cell_map(const cq_core_t *c, cq_chan_t *cell)
 {
-    if (!cell || !cell->data || !cell->data->desc || !cell->data->state)
+    if (!cell || !cell->data || !cell->data->desc || !cq__data_state(cell))
         return NULL;
     return cq_mapops_field(cell->data->desc, c->sh->spatial->handover.entities_field);
 }
