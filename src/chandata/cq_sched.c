@@ -120,12 +120,18 @@ static int64_t align_down(int64_t t, uint32_t iv)
     return t - (m < 0 ? m + (int64_t)iv : m);
 }
 
+/* u's window length now: its interval, stretched at an overload level above 0. */
+static inline uint32_t span_of(const cq_sched_t *s, const sub_t *u)
+{
+    return s->co && s->co->level ? cq_coarsen_span(s->co, u->interval) : u->interval;
+}
+
 /* Starts u's next window at last. Its length is the interval stretched by the worker's overload
  * level (cq_coarsen.h), fixed now for the whole window; an aligned window ends on the grid of
  * that length, so the aligned subscriptions of many connections still close together. */
 static void start_window(cq_sched_t *s, sub_t *u, int64_t last)
 {
-    uint32_t span = cq_coarsen_span(s->co, u->interval);
+    uint32_t span = span_of(s, u);
     if (span != u->interval)
         s->co->st.stretched++;
     int64_t end = u->align ? align_down(last, span) + span : last + span;
@@ -804,7 +810,7 @@ static int64_t last_closed(int64_t due, uint32_t span, int64_t t)
  * window. */
 static int run_window(cq_sched_t *s, sub_t *u, int64_t now)
 {
-    uint32_t span = cq_coarsen_span(s->co, u->interval);
+    uint32_t span = span_of(s, u);
     int64_t next = end_of(u);
     if (cq_coarsen_merging(s->co) && next + span <= now) {
         int64_t end = last_closed(next, span, now);
@@ -875,6 +881,7 @@ static int run_group(cq_sched_t *s, grp_t *g, int64_t now, uint32_t max, uint32_
 {
     int err = 0;
     uint32_t w = 0;
+    grp_t *hint = NULL; /* the group the last moved member joined */
     if (g->unsorted)
         grp_sort(g);
     for (uint32_t i = 0; i < g->n; i++) {
@@ -893,8 +900,15 @@ static int run_group(cq_sched_t *s, grp_t *g, int64_t now, uint32_t max, uint32_
             int r = run_sub(s, u, now);
             if (r && !err)
                 err = r;
-            if (due_of(u) != g->due && grp_place(s, u) == 0)
-                continue;
+            if (due_of(u) != g->due) {
+                /* aligned members mostly go to the same next group: skip the table then */
+                if (hint && hint->due == due_of(u) && grp_append(hint, u) == 0)
+                    continue;
+                if (grp_place(s, u) == 0) {
+                    hint = u->g;
+                    continue;
+                }
+            }
         }
         u->g = g;
         u->gi = w;

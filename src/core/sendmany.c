@@ -103,8 +103,11 @@ static void deliver_local(cq_core_t *c, cq_sendmany_t *s)
         if (behind(c, conn)) {
             CQ_METRIC_ADD(c, M_DATA_RESYNCS, 0, 1);
             resync_here(c, s->chans[i], s->ids[i]);
+        } else if (conn->out_ct != CQ_CT_SNAPPY) {
+            cq__conn_push_record_ref(c, conn, s->recs[i]); /* the batch's reference moves */
+            s->recs[i] = NULL;
         } else {
-            cq__conn_push(c, conn, s->recs[i]);
+            cq__conn_push(c, conn, s->recs[i]); /* compressed for it: a copy of its own */
         }
     }
 }
@@ -129,7 +132,7 @@ void cq__sendmany_flush(cq_core_t *c)
             i = j;
         }
         for (uint32_t k = 0; k < s->n; k++)
-            cq_buf_unref(s->recs[k]);
+            cq_buf_unref(s->recs[k]); /* NULL where a local queue took it */
         s->n = 0;
     }
 }
