@@ -27,7 +27,17 @@
  * joined: nothing runs any more) zk_close calls, on its own thread, the completion of every
  * record still linked, with ZCLOSING: each kind frees its context as always (the list with its
  * member reads, the epoch read, the topic listing, the one-node client's call record...).
- * The library's own records are only lost in (4), i.e. when the drain timed out.
+ * (5) A server event read by the IO thread in its last iteration, once close_requested is set
+ * (a watch firing because another member just left, a session event), is lost the same way
+ * when the completion thread was busy at that moment - and it is, after (3): the drain ends
+ * inside the last completion. The event's record (completion_list_t, 168 bytes, and its buffer)
+ * is then neither run nor freed. Called on the completion thread, zookeeper_close() joins the
+ * IO thread first and detaches the caller, which runs everything queued before it exits. So
+ * zk_close issues one more request, a barrier, whose completion (closer_run) closes the handle
+ * there, and waits until that thread has exited (the destructor of a thread-specific value).
+ * When no barrier can be issued (an expired session, whose IO thread reads nothing any more)
+ * or it has no answer within ZK_DRAIN_MS, zk_close closes the handle itself as in (4).
+ * The library's own records are only lost when the drain or the barrier timed out.
  */
 #define THREADED
 #include "cq_coordzk.h"
@@ -54,6 +64,10 @@
 
 struct zk_req;
 
+/* zk_close's barrier: issued, then its completion closes the handle and the completion thread
+ * exits (DONE); or the caller closes it (no answer in time, or no exit hook). */
+typedef enum { ZC_NONE, ZC_BARRIER, ZC_CLOSING, ZC_DONE, ZC_CALLER } zk_closer_t;
+
 typedef struct zk_sess {
     zhandle_t *zh;
     cq_coord_zk_sink_t sink;
@@ -66,8 +80,9 @@ typedef struct zk_sess {
     pthread_mutex_t gate_mu;   /* held while a request is issued; closing is set under it */
     atomic_bool closing;       /* zk_close has begun: no request is issued any more */
     pthread_mutex_t req_mu;    /* reqs */
-    pthread_cond_t req_cv;     /* reqs became empty (CLOCK_MONOTONIC) */
+    pthread_cond_t req_cv;     /* reqs became empty, closer changed (CLOCK_MONOTONIC) */
     struct zk_req *reqs;       /* the requests whose completion has not run yet */
+    zk_closer_t closer;        /* req_mu: who closes the handle (zk_close) */
 } zk_sess_t;
 
 /* One request in flight: the library gets this record as the completion's data and a trampoline
@@ -324,8 +339,8 @@ static void req_fail(zk_req_t *r)
     }
 }
 
-/* Waits (at most ZK_DRAIN_MS) until every request issued has had its completion. */
-static void req_drain(zk_sess_t *s)
+/* CLOCK_MONOTONIC now + ZK_DRAIN_MS, for req_cv. */
+static struct timespec drain_deadline(void)
 {
     struct timespec dl;
     clock_gettime(CLOCK_MONOTONIC, &dl);
@@ -335,11 +350,21 @@ static void req_drain(zk_sess_t *s)
         dl.tv_sec++;
         dl.tv_nsec -= 1000000000L;
     }
+    return dl;
+}
+
+/* Waits (at most ZK_DRAIN_MS) until every request issued has had its completion; false when
+ * some had none by then. */
+static bool req_drain(zk_sess_t *s)
+{
+    struct timespec dl = drain_deadline();
     pthread_mutex_lock(&s->req_mu);
     while (s->reqs)
         if (pthread_cond_timedwait(&s->req_cv, &s->req_mu, &dl) != 0)
             break;
+    bool drained = !s->reqs;
     pthread_mutex_unlock(&s->req_mu);
+    return drained;
 }
 
 /* Completes (ZCLOSING) whatever the library dropped; its threads are joined. A completion may
@@ -356,6 +381,68 @@ static void req_fail_all(zk_sess_t *s)
     }
 }
 
+/* ---- closing the handle on the completion thread (header, (5)) -------------------------- */
+
+static pthread_key_t closer_key; /* set on a completion thread that closes its handle */
+static pthread_once_t closer_once = PTHREAD_ONCE_INIT;
+static bool closer_ok;
+
+/* The completion thread that closed the handle is exiting: the library is done with it. */
+static void closer_exited(void *arg)
+{
+    zk_sess_t *s = arg;
+    pthread_mutex_lock(&s->req_mu);
+    s->closer = ZC_DONE;
+    pthread_cond_broadcast(&s->req_cv);
+    pthread_mutex_unlock(&s->req_mu);
+}
+
+static void closer_init(void)
+{
+    closer_ok = pthread_key_create(&closer_key, closer_exited) == 0;
+}
+
+/* The barrier's completion: every reply before it has been run. Unless zk_close gave up
+ * waiting (it closes the handle itself then), close the handle here, on the completion thread. */
+static void closer_run(int zrc, const struct Stat *st, const void *data)
+{
+    (void)zrc, (void)st;
+    zk_sess_t *s = (zk_sess_t *)data;
+    pthread_mutex_lock(&s->req_mu);
+    bool mine = s->closer == ZC_BARRIER;
+    if (mine) /* the exit hook tells zk_close when this thread is gone */
+        s->closer = pthread_setspecific(closer_key, s) == 0 ? ZC_CLOSING : ZC_CALLER;
+    mine = s->closer == ZC_CLOSING;
+    pthread_cond_broadcast(&s->req_cv);
+    pthread_mutex_unlock(&s->req_mu);
+    if (mine)
+        zookeeper_close(s->zh); /* joins the IO thread; this one runs what is queued, exits */
+}
+
+/* Lets the completion thread close the handle (closer_run), then waits until it exited. false:
+ * no barrier could be issued (an expired session refuses every request; its IO thread reads
+ * nothing any more) or it had no answer within ZK_DRAIN_MS: the caller closes the handle. */
+static bool close_on_completion_thread(zk_sess_t *s)
+{
+    if (pthread_once(&closer_once, closer_init) != 0 || !closer_ok)
+        return false;
+    s->closer = ZC_BARRIER;
+    if (zoo_aexists(s->zh, "/", 0, closer_run, s) != ZOK)
+        return false;
+    struct timespec dl = drain_deadline();
+    pthread_mutex_lock(&s->req_mu);
+    while (s->closer == ZC_BARRIER)
+        if (pthread_cond_timedwait(&s->req_cv, &s->req_mu, &dl) != 0)
+            break;
+    if (s->closer == ZC_BARRIER)
+        s->closer = ZC_CALLER;
+    while (s->closer == ZC_CLOSING) /* the library's close is bounded (flush 3 s, wait 1.5 s) */
+        pthread_cond_wait(&s->req_cv, &s->req_mu);
+    bool done = s->closer == ZC_DONE;
+    pthread_mutex_unlock(&s->req_mu);
+    return done;
+}
+
 static void zk_close(void *sess)
 {
     zk_sess_t *s = sess;
@@ -364,8 +451,9 @@ static void zk_close(void *sess)
     pthread_mutex_lock(&s->gate_mu);
     atomic_store(&s->closing, true); /* no request from a completion can slip in any more */
     pthread_mutex_unlock(&s->gate_mu);
-    req_drain(s); /* nothing outstanding: the library has nothing to drop (header) */
-    if (s->zh)
+    /* nothing outstanding: the library has nothing to drop (header, (3)) */
+    bool drained = req_drain(s);
+    if (s->zh && !(drained && close_on_completion_thread(s)))
         zookeeper_close(s->zh);
     req_fail_all(s);
     zk_sess_free(s);

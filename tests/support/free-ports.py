@@ -3,8 +3,9 @@
 separated, that nothing listens on now and that are not among TAKEN. Exit 1 if it cannot.
 
 The one port picker of the test scripts (zk.sh, mariadb-pair.sh, scripts/cluster.sh,
-tests/cluster/selftest.sh). Ranges: other users of the machine take 24xxx and 25xxx; the
-kernel's ephemeral range starts above 32767, so no client socket holds a port below it.
+tests/integration/cluster/selftest.sh). Ranges: other users of the machine take 24xxx and
+25xxx; the kernel's ephemeral range starts above 32767, so no client socket holds a port below
+it.
 A port is free only at the moment of the check: callers retry a start that fails to bind."""
 import random
 import socket

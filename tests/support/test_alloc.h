@@ -4,7 +4,7 @@
  * blocks allocated while it is installed may be freed while it is installed. Counters are
  * atomic, so threads may allocate and free, but installing and removing are single-threaded.
  *
- * Shared by tests/unit/pkg and tests/unit/wire; it belongs in tests/support once that exists.
+ * Shared by the unit tests (tests/support/meson.build: test_alloc_src, test_alloc_inc).
  */
 #ifndef TEST_ALLOC_H
 #define TEST_ALLOC_H

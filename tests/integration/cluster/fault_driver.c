@@ -1,5 +1,5 @@
 /* fault_driver.c - the producer, the watcher and the verifier of the cluster fault run (issue
- * 11, "The fault run"; tests/cluster/faults.sh drives it around each fault).
+ * 11, "The fault run"; tests/integration/cluster/faults.sh drives it around each fault).
  *
  *   fault_driver setup  SERVERS --topic T     adds the topic on every shard (its master)
  *   fault_driver run    SERVERS --topic T [--rate N] [--producer-id P] [--policy cache|drop]
@@ -21,6 +21,8 @@
  *   try <seq> <server addr> <code> <name> <t_ms>        one server refused or failed a try
  *   seen <shard> <offset> <producer_id> <seq> <t_ms>    the watcher read it
  *   readable <shard> <0|1> <t_ms> <code>                a shard's reads started failing / resumed
+ *   # hello <server addr> master <m> weight <w> <t_ms>  a server's role or weight, as the
+ *                                                       producer learned it (it picks by them)
  *   # ...                                               summaries
  * verify: reads every shard from offset 0 and checks, against the log, that every acked seq is
  * stored exactly at its acked (shard, offset) with its content, that no shard holds a seq twice
@@ -189,12 +191,27 @@ typedef struct wrap {
     servers_t srv;
     uint32_t last_ok;
     int64_t cur_seq; /* the seq being produced, for the try lines */
+    bool log_hello;  /* the producer's: a hello line when a server's role or weight changes */
+    chanq_cluster_hello_t last[CHANQ_CLUSTER_SERVERS_MAX];
 } wrap_t;
+
+/* The producer picks the shard by these answers: the log shows why it moved. */
+static void note_hello(wrap_t *w, uint32_t idx, int rc, const chanq_cluster_hello_t *h)
+{
+    chanq_cluster_hello_t *l = &w->last[idx];
+    if (!w->log_hello || rc != 0 || (l->master == h->master && l->weight == h->weight))
+        return;
+    *l = *h;
+    log_line("# hello %s master %d weight %" PRId64 " %" PRId64 "\n", w->srv.v[idx].addr, h->master,
+             h->weight, wall_ms());
+}
 
 static int w_connect(void *ud, uint32_t idx, const char *addr, chanq_cluster_hello_t *ret)
 {
     wrap_t *w = ud;
-    return w->in.connect(w->in.ud, idx, addr, ret);
+    int rc = w->in.connect(w->in.ud, idx, addr, ret);
+    note_hello(w, idx, rc, ret);
+    return rc;
 }
 
 static void w_disconnect(void *ud, uint32_t idx)
@@ -206,7 +223,9 @@ static void w_disconnect(void *ud, uint32_t idx)
 static int w_keepalive(void *ud, uint32_t idx, chanq_cluster_hello_t *ret)
 {
     wrap_t *w = ud;
-    return w->in.keepalive(w->in.ud, idx, ret);
+    int rc = w->in.keepalive(w->in.ud, idx, ret);
+    note_hello(w, idx, rc, ret);
+    return rc;
 }
 
 static int w_produce(void *ud, uint32_t idx, const chanq_mq_produce_t *req, int64_t *offs)
@@ -255,8 +274,11 @@ static chanq_cluster_t *open_cluster(const opts_t *o, const servers_t *srv, uint
     for (size_t i = 0; i < srv->n; i++)
         if (shard == CHANQ_CLUSTER_SHARD_UNKNOWN || srv->v[i].shard == shard)
             w->srv.v[w->srv.n++] = srv->v[i];
-    for (size_t i = 0; i < w->srv.n; i++)
+    for (size_t i = 0; i < w->srv.n; i++) {
         w->srv.v[i].index = (uint32_t)i;
+        w->last[i] = (chanq_cluster_hello_t){.master = -2, .weight = -2}; /* none logged */
+    }
+    w->log_hello = type == CQ_MQ_PRODUCER;
     chanq_cluster_transport_t tr = {w,         w_connect, w_disconnect,  w_keepalive,
                                     w_produce, w_consume, w_last_offset, w_free};
     if (ret_w)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tests/cluster/faults.sh N DRIVER CHANQD - one fault of issue 11's fault run, on a fresh local
-# cluster (scripts/cluster.sh: 3 ZooKeeper nodes, shards 1 and 2 of 2 MariaDB + 2 chanqd).
+# tests/integration/cluster/faults.sh N DRIVER CHANQD - one fault of issue 11's fault run, on a
+# fresh local cluster (scripts/cluster.sh: 3 ZooKeeper nodes, shards 1 and 2 of 2 MariaDB + 2
+# chanqd).
 #
 #   1  SIGKILL the master chanqd of shard FS
 #   2  SIGKILL the primary MariaDB of shard FS
@@ -33,7 +34,7 @@ set -euo pipefail
 FAULT=$1
 DRIVER=$2
 export CHANQD=$3
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 CLUSTER="$ROOT/scripts/cluster.sh"
 export ZK_SESSION_MS=${ZK_SESSION_MS:-4000}
 export DB_DOWN_MS=${DB_DOWN_MS:-3000}
