@@ -189,7 +189,8 @@ void cq_sched_unsub(cq_sched_t *s, uint32_t conn_id);
 
 /* Runs the fan-out for time now_ms: every due subscriber receives its closed windows through
  * ops->emit. Calls all four callbacks. Returns 0, or -ENOMEM if a callback returned NULL: the
- * subscribers concerned keep their state and are retried at the next tick. */
+ * subscribers concerned keep their state and are retried by the next tick (possibly still in
+ * this one, when their next due time is a group this tick has yet to serve). */
 int cq_sched_tick(cq_sched_t *s, uint64_t now_ms);
 
 /* Like cq_sched_tick, but serves at most max_subs due subscribers (earliest first); the rest stay
