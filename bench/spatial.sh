@@ -18,6 +18,9 @@
 #                      test `spatial-smoke` (suite bench) runs this with CHANQD/SPATIALBENCH/
 #                      WORLD_FDS set to the build's files.
 #   CHANQD, SPATIALBENCH, WORLD_FDS: use these binaries/files instead of building.
+# Each JSON line also carries the overload policy's counters read from chanqd's /metrics after
+# the run (coarsen_level, windows_stretched_total, windows_merged_total, resyncs_total,
+# coarsen_rises_total, coarsen_falls_total; doc/spatial.md "Overload"), when chanqd has them.
 #   OUT [$BUILD/bench-results]  raw JSON lines (spatial-<time>.jsonl)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -80,11 +83,17 @@ run_once() {
     "$SPATIALBENCH" --server "$srv" --servers 9 --clients "$CLIENTS" --rate "$RATE" \
         --seconds "$DURATION" --warmup "$WARMUP" --radius "$RADIUS" --speed "$SPEED" \
         --pid "$PID" --spatial-settings "$TMP/spatial.json" "${CHECK[@]}" >"$TMP/line" || rc=$?
+    # What the overload policy did (doc/spatial.md "Overload"), from chanqd's /metrics.
+    local admin coarsen
+    admin=$(sed -n 's/.*admin=\([^ ]*\).*/\1/p' "$TMP/ready")
+    coarsen=$(curl -s "http://$admin/metrics" | awk '
+        /^chanq_data_(coarsen_level|windows_stretched_total|windows_merged_total|resyncs_total|coarsen_rises_total|coarsen_falls_total) / {
+            sub(/^chanq_data_/, "", $1); printf ",\"%s\":%s", $1, $2 }')
     kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null || true; PID=
     # Updates chanqd refused (rate-limited log lines: a lower bound; 0 means none).
     local refused
     refused=$(grep -c 'refused\|no write access' "$TMP/chanqd.log" || true)
-    sed "s/,\"ok\"/,\"refused_log_lines\":$refused,\"ok\"/" "$TMP/line" | tee -a "$RESULTS"
+    sed "s/,\"ok\"/,\"refused_log_lines\":$refused$coarsen,\"ok\"/" "$TMP/line" | tee -a "$RESULTS"
     if [ ${#CHECK[@]} -gt 0 ] && [ "$refused" != 0 ]; then
         log "chanqd refused updates:"; grep 'refused\|no write access' "$TMP/chanqd.log" | head -5 >&2
         rc=3

@@ -32,7 +32,10 @@
  *   handovers/s: entities handed to a destination owner (CHANNEL_DATA_HANDOVER at servers);
  *   lost handovers: at the end (after a drain), entities whose cell belongs to another server
  *     than the one that owns them here (refused updates are in chanqd's log: bench/spatial.sh);
- *   chanqd CPU (--pid): (utime+stime) delta / wall time, from /proc/PID/stat.
+ *   chanqd CPU (--pid): (utime+stime) delta / wall time, from /proc/PID/stat;
+ *   converge_s: from the load's stop until every client has received, in every cell it reads,
+ *     the last update the cell's owner wrote for each entity now in it (its copy is the owner's
+ *     last state), checked every 10 ms; -1 if the drain ended first.
  * Prints one JSON line. Exit status 0, 1 on setup failure, 2 on bad options; with --check, 3 if
  * a count check fails (every entity created, updates sent, fan-outs received, no lost handover).
  */
@@ -53,7 +56,7 @@
 #include <unistd.h>
 
 #define MAX_SRV     64
-#define RING        64
+#define RING        512 /* send times kept per entity: 51 s at 10 Hz, longer than a run */
 #define URL_ENTITY  "type.googleapis.com/chanqworld.EntityChannelData"
 #define URL_CELLS   "type.googleapis.com/chanqworld.SpatialChannelData"
 #define N_BUCKETS   4 /* damping distance 0, 1, 2, 3+ */
@@ -95,6 +98,7 @@ typedef struct ent {
     int owner;
     bool created;
     uint64_t sent_ns[RING];
+    uint64_t owned_ns; /* send time of its last update written by its cell's owner */
 } ent_t;
 
 typedef struct lat {
@@ -108,6 +112,7 @@ typedef struct bench {
     cq_spatial_cfg_t g;
     uint32_t n_cells;
     uint8_t (*sent_ms)[125]; /* per cell: the milliseconds of this second with an update */
+    uint64_t *cell_last;     /* per cell: the newest send time of its entities (converged) */
     uint64_t sec_start;
     uv_loop_t *loop;
     uv_timer_t timer;
@@ -118,6 +123,8 @@ typedef struct bench {
     uint64_t t0, t_measure, t_end, next_update_ns, next_ideal_ns;
     size_t cursor; /* next entity to update */
     double drain_s;
+    double converge_s;  /* load stop -> every client has every cell's last update; -1: not */
+    uint64_t next_conv; /* next convergence check (drain) */
     double cpu0, cpu_chanqd, self0, cpu_self; /* CPU seconds: at the start, over the window */
     uint64_t updates, fanouts, fanouts_first, fanouts_stray, fanouts_old, handovers, interests,
         subs_sum, subs_samples;
@@ -396,27 +403,28 @@ static void on_client_data(peer_t *p, const chanq_msg_t *m)
     if (!cq_spatial_chan_index(&B.g, m->channel_id, &idx))
         return;
     uint64_t now = bench_now_ns();
-    if (B.phase != 2)
+    if (B.phase != 2 && B.phase != 3)
         return;
-    B.fanouts++;
+    bool measure = B.phase == 2; /* the drain only follows convergence */
+    B.fanouts += measure;
     sub_t *s = sub_find(p, m->channel_id);
     if (!s) {
-        B.fanouts_stray++; /* a cell the last interest dropped, before its UNSUB */
+        B.fanouts_stray += measure; /* a cell the last interest dropped, before its UNSUB */
         return;
     }
     uint64_t t = newest_sent(m->body, m->body_len);
     if (!s->seen) {
         s->seen = true; /* the first fan-out is the full state */
         s->newest = t;
-        B.fanouts_first++;
+        B.fanouts_first += measure;
         return;
     }
     if (t <= s->newest) {
-        B.fanouts_old++; /* nothing newer than before (e.g. a handover moving older entries) */
+        B.fanouts_old += measure; /* nothing newer (e.g. a handover moving older entries) */
         return;
     }
     s->newest = t;
-    if (t <= now)
+    if (measure && t <= now)
         lat_add(s->dist, s->interval, now - t);
 }
 
@@ -623,8 +631,11 @@ static void update_entity(ent_t *e, int i, uint64_t now)
     size_t m = pack_cell_entry(e, ecd, n, cell, sizeof(cell));
     chanq_client_t *cc = chanq_uv_client(s->cu);
     if (chanq_client_data_update(cc, e->id, URL_ENTITY, ecd, n) == 0 &&
-        chanq_client_data_update(cc, e->cell, URL_CELLS, cell, m) == 0 && B.phase == 2)
-        B.updates++;
+        chanq_client_data_update(cc, e->cell, URL_CELLS, cell, m) == 0) {
+        B.updates += B.phase == 2;
+        if (srv_of_cell(e->cell) == e->owner)
+            e->owned_ns = now;
+    }
     mark_sent(e->cell, now);
     if (e->cell != e->interest_cell)
         send_interest(i);
@@ -655,6 +666,35 @@ static uint32_t windows(uint32_t idx, uint32_t iv)
             }
     }
     return n;
+}
+
+/* After the load stopped: every client has received, in every cell it reads, the last update
+ * the cell's owner wrote for the entities now in it (a fan-out's newest send time is at least
+ * that), i.e. its copy of each cell is the owner's last state. An entity that left a cell was
+ * taken out of it by its handover, so only the entities a cell holds now count; an update sent
+ * by the entity's previous owner while its handover was on its way is not the owner's. */
+static bool converged(void)
+{
+    memset(B.cell_last, 0, B.n_cells * sizeof(*B.cell_last));
+    for (int i = 0; i < B.o.clients; i++) {
+        const ent_t *e = &B.ents[i];
+        uint32_t idx;
+        if (e->owned_ns && cq_spatial_chan_index(&B.g, e->cell, &idx) &&
+            e->owned_ns > B.cell_last[idx])
+            B.cell_last[idx] = e->owned_ns;
+    }
+    for (int i = 0; i < B.o.clients; i++) {
+        const peer_t *p = &B.cli[i];
+        for (size_t k = 0; k < p->n_subs; k++) {
+            uint32_t idx;
+            const sub_t *s = &p->subs[k];
+            if (!cq_spatial_chan_index(&B.g, s->chan, &idx) || !B.cell_last[idx])
+                continue;
+            if (!s->seen || s->newest < B.cell_last[idx])
+                return false;
+        }
+    }
+    return true;
 }
 
 /* Once a second while measuring: the ideal fan-outs of the expected subscriptions. */
@@ -748,10 +788,16 @@ static void on_timer(uv_timer_t *t)
     }
     /* The drain lasts 1 s, and up to DRAIN_MAX_S while an entity's handover is still on its way
      * (a backlogged run delivers them late: late is not lost). Checked every 100 ms. */
+    if (B.phase == 3 && B.converge_s < 0 && now >= B.next_conv) {
+        B.next_conv = now + 10000000ull; /* every 10 ms */
+        if (converged())
+            B.converge_s = (double)(now - B.t_end) / 1e9;
+    }
     static uint64_t next_check;
     if (B.phase == 3 && now >= B.t_end + 1000000000ull && now >= next_check) {
         next_check = now + 100000000ull;
-        if (now >= B.t_end + DRAIN_MAX_S * 1000000000ull || lost_handovers() == 0) {
+        if (now >= B.t_end + DRAIN_MAX_S * 1000000000ull ||
+            (lost_handovers() == 0 && B.converge_s >= 0)) {
             B.drain_s = (double)(now - B.t_end) / 1e9;
             B.phase = 4;
         }
@@ -800,7 +846,8 @@ static void report(double cpu_s)
            ",\"fanouts_per_s\":%.0f,\"first_per_s\":%.0f,\"stray_per_s\":%.0f,\"old_per_s\":%.0f,"
            "\"ideal_per_s\":%.0f,"
            "\"fanout_pct\":%.1f,\"handovers\":%" PRIu64
-           ",\"handovers_per_s\":%.1f,\"lost_handovers\":%d,\"drain_s\":%.1f,\"cpu_cores\":%.3f,"
+           ",\"handovers_per_s\":%.1f,\"lost_handovers\":%d,\"drain_s\":%.1f,"
+           "\"converge_s\":%.3f,\"cpu_cores\":%.3f,"
            "\"bench_cpu_cores\":"
            "%.3f",
            B.o.servers, B.o.clients, B.o.rate, secs, B.created_ent, B.updates, B.updates / secs,
@@ -808,8 +855,8 @@ static void report(double cpu_s)
            B.fanouts, B.fanouts / secs, B.fanouts_first / secs, B.fanouts_stray / secs,
            B.fanouts_old / secs, B.ideal / secs,
            B.ideal > 0 ? 100.0 * (double)(B.fanouts - B.fanouts_stray) / B.ideal : 0.0, B.handovers,
-           B.handovers / secs, lost_handovers(), B.drain_s, cpu_s >= 0 ? cpu_s / secs : -1.0,
-           B.cpu_self / secs);
+           B.handovers / secs, lost_handovers(), B.drain_s, B.converge_s,
+           cpu_s >= 0 ? cpu_s / secs : -1.0, B.cpu_self / secs);
     for (int b = 0; b < N_BUCKETS; b++) {
         lat_t *l = &B.lat[b];
         if (l->n)
@@ -915,11 +962,13 @@ int main(int argc, char **argv)
     }
     B.n_cells = cq_spatial_cells(&B.g);
     B.sent_ms = cq_calloc(B.n_cells, sizeof(*B.sent_ms));
+    B.cell_last = cq_calloc(B.n_cells, sizeof(*B.cell_last));
+    B.converge_s = -1;
     B.loop = uv_default_loop();
     B.srv = cq_calloc((size_t)B.o.servers, sizeof(*B.srv));
     B.cli = cq_calloc((size_t)B.o.clients, sizeof(*B.cli));
     B.ents = cq_calloc((size_t)B.o.clients, sizeof(*B.ents));
-    if (!B.srv || !B.cli || !B.ents || !B.sent_ms)
+    if (!B.srv || !B.cli || !B.ents || !B.sent_ms || !B.cell_last)
         return 1;
     for (int i = 0; i < B.o.servers + B.o.clients; i++) {
         peer_t *p = i < B.o.servers ? &B.srv[i] : &B.cli[i - B.o.servers];
@@ -943,6 +992,7 @@ int main(int argc, char **argv)
     for (int b = 0; b < N_BUCKETS; b++)
         cq_free(B.lat[b].us);
     cq_free(B.sent_ms);
+    cq_free(B.cell_last);
     cq_spatial_cfg_done(&B.g);
     cq_free(B.srv);
     cq_free(B.cli);

@@ -40,8 +40,17 @@
  *
  * Due subscribers are walked in order of due time (last + interval), ties in subscription order,
  * each one through all its closed windows before the next; per-connection order is what matters
- * on the wire. A min-heap keyed by due time makes a tick O(due subscribers * log n + windows) and
- * cq_sched_next_due() O(1).
+ * on the wire. Subscribers due at the same time form a group, and a min-heap orders the groups:
+ * aligned subscriptions (a world's clients) come due together window after window, so a tick
+ * moves each from one group to the next in O(1), and cq_sched_next_due() is O(1).
+ *
+ * ---- Overload (cq_coarsen.h, cq_sched_set_coarsen) ----
+ *
+ * With the worker's overload level above 0 a window's length is its interval stretched by the
+ * level (fixed when the window starts), and a subscriber more than one window late gets every
+ * closed window merged into one fan-out. cq_sched_resync() makes a subscriber's next fan-out the
+ * full state (its connection could not take the last one). With the level at 0 and no resync
+ * every rule above holds unchanged.
  *
  * ---- Encode once ----
  *
@@ -79,6 +88,7 @@
 #include <stdint.h>
 
 #include "cq_buf.h"
+#include "cq_coarsen.h"
 
 /* Default bound of the update buffer, in entries (channeld's 512). */
 #define CQ_SCHED_BUF_MAX 512u
@@ -179,13 +189,32 @@ void cq_sched_unsub(cq_sched_t *s, uint32_t conn_id);
 
 /* Runs the fan-out for time now_ms: every due subscriber receives its closed windows through
  * ops->emit. Calls all four callbacks. Returns 0, or -ENOMEM if a callback returned NULL: the
- * subscribers concerned keep their state and are retried at the next tick. */
+ * subscribers concerned keep their state and are retried by the next tick (possibly still in
+ * this one, when their next due time is a group this tick has yet to serve). */
 int cq_sched_tick(cq_sched_t *s, uint64_t now_ms);
 
 /* Like cq_sched_tick, but serves at most max_subs due subscribers (earliest first); the rest stay
  * due (cq_sched_next_due() <= now) for the next call, so a caller can bound the time one call
  * takes and let other work run in between. */
 int cq_sched_tick_max(cq_sched_t *s, uint64_t now_ms, uint32_t max_subs);
+
+/* Aligned subscriptions' fan-outs leave on the grid of quantum_ms (0, the default: when their
+ * window ends): a window that ends between two grid points is sent at the next one, with the
+ * same content. A client's 20 ms and 50 ms cells then share every write (50 a second, not 60)
+ * for at most quantum - 1 ms more latency on the 50 ms ones. Applies from each subscriber's
+ * next window on. */
+void cq_sched_set_quantum(cq_sched_t *s, uint32_t quantum_ms);
+
+/* Borrows the worker's overload policy (NULL: none, the default): from the next window on,
+ * windows are stretched by its level and missed windows merged (cq_coarsen.h). co must outlive
+ * the scheduler; the scheduler counts what it stretched and merged in co->st. */
+void cq_sched_set_coarsen(cq_sched_t *s, cq_coarsen_t *co);
+
+/* conn_id's connection could not take its last fan-out (it was not queued: the connection is
+ * behind, doc/spatial.md "Overload"): its next fan-out, at its next due time, is the full
+ * state, which holds everything it missed, even with skip_first. Unknown ids are ignored.
+ * Calls no callback; not from inside one. */
+void cq_sched_resync(cq_sched_t *s, uint32_t conn_id);
 
 /* Earliest time any subscriber is due (for the caller's timer), UINT64_MAX if none. O(1). */
 uint64_t cq_sched_next_due(const cq_sched_t *s);

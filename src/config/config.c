@@ -219,6 +219,11 @@ static const opt_t opts[] = {
          "Queued outbound bytes a connection may hold for at most --sendq-soft-seconds."),
     INT("sendq-soft-seconds", NULL, sendq_soft_seconds, "10", 0, 3600, "SECONDS",
         "Seconds a connection may stay over --sendq-soft-limit before it is closed."),
+    SIZE("sendq-data-limit", NULL, sendq_data_limit, "256k", 0, GIB,
+         "Queued outbound bytes above which a connection is behind: its channel-data fan-outs "
+         "are not queued, and it gets the channel's full state (everything it missed, merged) "
+         "once it is below again. Replies, handovers and subscriptions are always queued. "
+         "Never above --sendq-soft-limit; 0 turns it off (doc/spatial.md, Overload)."),
     STR("channel-data-types", NULL, channel_data_types, "", NULL, "FILES",
         "Comma-separated descriptor sets (protoc --include_imports --descriptor_set_out) of the "
         "game's channel data types; channels of a known type are merged by schema, others by "

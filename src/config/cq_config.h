@@ -81,6 +81,7 @@ typedef struct cq_config {
     int max_subs_per_server;      /* subscriptions per server connection, its own included */
     size_t sendq_soft_limit;      /* queued bytes that may persist only sendq_soft_seconds */
     int sendq_soft_seconds;       /* how long a connection may stay over the soft limit */
+    size_t sendq_data_limit;      /* queued bytes above which channel data is merged, not queued */
     size_t sendq_hard_limit;      /* queued bytes that close the connection at once */
     char *channel_data_types;     /* comma-separated descriptor set files; "" = none */
     size_t max_channel_data_size; /* bytes of one channel's data state */

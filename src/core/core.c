@@ -57,6 +57,7 @@ cq_core_t *cq_core_new(cq_shared_t *sh, int index)
     c->sm = cq_calloc((size_t)c->nworkers, sizeof(cq_sendmany_t));
     c->id_cursor = 1;
     c->schema = sh->o.schema;
+    cq_coarsen_init(&c->co, NULL);
     /* Registered before anything can fail: cq_core_free unregisters it, and posting needs every
      * worker's core in place before any worker runs (cq_core.h). */
     sh->cores[index] = c;
@@ -253,6 +254,11 @@ static void xm_sendmany(cq_core_t *c, cq_xmsg_t *m)
     cq__sendmany_deliver(c, m);
 }
 
+static void xm_resync(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__sendmany_resync(c, m);
+}
+
 /* ptr: the schema the main thread published on SIGHUP. A pointer is enough: every schema
  * outlives the shared state (channels keep pointing into the ones they resolved against). */
 static void xm_schema(cq_core_t *c, cq_xmsg_t *m)
@@ -336,6 +342,7 @@ static const xm_def_t xm_table[XM__COUNT] = {
     [XM_SENDMANY] = {XM_SENDMANY, "SENDMANY", xm_sendmany},
     [XM_SCHEMA] = {XM_SCHEMA, "SCHEMA", xm_schema},
     [XM_RECOVER] = {XM_RECOVER, "RECOVER", xm_recover},
+    [XM_RESYNC] = {XM_RESYNC, "RESYNC", xm_resync},
     /* spatial interest, ADJACENT, handover */
     [XM_INTEREST] = {XM_INTEREST, "INTEREST", xm_interest},
     [XM_ADJACENT] = {XM_ADJACENT, "ADJACENT", xm_adjacent},
@@ -382,6 +389,7 @@ void cq_core_wake(cq_core_t *c)
  * iteration. */
 void cq_core_flush(cq_core_t *c)
 {
+    c->iter++;
     cq__seg_close(c);
     cq__xmsg_wake_posted(c); /* first: the other workers run while this one writes */
     while (!cq_list_empty(&c->pending)) {

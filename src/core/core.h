@@ -17,6 +17,7 @@
 
 #include "channeld.pb-c.h"
 #include "cq_buf.h"
+#include "cq_coarsen.h"
 #include "cq_fsm.h"
 #include "cq_limits.h"
 #include "cq_list.h"
@@ -55,6 +56,11 @@ enum {
     M_PACKETS_COMB,         /* packets parsed */
     M__LABELED,             /* the counters above carry connType; those below only slot 0 */
     M_FANOUTS = M__LABELED, /* records queued to subscribers by a channel fan-out */
+    M_DATA_STRETCHED,       /* channel-data windows started stretched (overload, cq_coarsen.h) */
+    M_DATA_MERGED,          /* missed windows merged into a later fan-out (overload) */
+    M_DATA_RESYNCS,         /* fan-outs not queued to a connection behind: full state next */
+    M_COARSEN_RISES,        /* overload level rises */
+    M_COARSEN_FALLS,        /* overload level falls */
     M__COUNT
 };
 
@@ -63,6 +69,7 @@ enum {
 typedef struct cq_counters {
     _Atomic uint64_t c[M__COUNT][3]; /* [counter][connType 0 none, 1 server, 2 client] */
     _Atomic uint64_t tick_ns;        /* the duration of the last housekeeping tick */
+    _Atomic uint32_t coarsen_level;  /* the worker's overload level (cq_coarsen.h) */
 } cq_counters_t;
 
 typedef struct cq_metrics {
@@ -168,6 +175,11 @@ struct cq_conn {
     uint32_t n_chans, cap_chans;
     int close_reason; /* the reason given to cq_core_conn_close (0 until then) */
     uint32_t adj_gen; /* the last ADJACENT broadcast delivered here (forward.c) */
+    /* What it still held from earlier loop iterations when this one's first channel data came
+     * (sendmany.c: behind or not, clamped); data_iter is the iteration it was taken in (mod
+     * 2^32: only compared for equality). */
+    uint32_t data_iter;
+    uint32_t data_base;
 };
 
 /* ---- channels (owned by the worker chan_id % workers) ---- */
@@ -205,6 +217,9 @@ typedef struct cq_chandata {
     char *type_url;
     const cq_msgdesc_t *desc; /* NULL: unknown type, merged by concatenation */
     cq_buf_t *state;          /* compacted master copy; replaced, never modified */
+    /* Updates not merged into state yet, one after the other (a spatial cell's, data.c
+     * "lazy state"); read the state through cq__data_state(), which merges them first. */
+    cq_sbuf_t pend;
     cq_merge_opts_t mopts;
     bool has_mopts;
     cq_sched_t *sched;
@@ -309,6 +324,12 @@ struct cq_core {
     uint32_t n_due, cap_due;
     cq_buf_t *emit_src, *emit_rec; /* last fan-out buffer and its record, within a tick */
     struct cq_sendmany *sm;        /* per worker: fan-out records for its connections */
+    /* Graceful overload (doc/spatial.md "Overload"): the level every scheduler of this
+     * worker's channels reads, fed the worker's lateness by cq_core_run_due. */
+    cq_coarsen_t co;
+    uint64_t coarsen_log_ms; /* the last "coarsening" log line (one a minute at most) */
+    uint32_t iter;           /* loop iterations flushed (cq_core_flush), mod 2^32 */
+    uint32_t coarsen_quiet;  /* rises from level 0 not logged since */
     /* worker 0 only */
     cq_map_t chaninfo;  /* chan id -> cq_chaninfo_t* */
     uint32_t id_cursor; /* rotating non-spatial id cursor */
@@ -444,16 +465,21 @@ int cq__data_create(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any *da
 void cq__data_sub(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s);
 void cq__data_unsub(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id);
 void cq__handle_data_update(cq_core_t *c, cq_req_t *r);
-bool cq__data_any(const cq_chan_t *ch, Google__Protobuf__Any *ret);
+bool cq__data_any(cq_chan_t *ch, Google__Protobuf__Any *ret);
+/* The channel's merged state (borrowed; NULL before its data exists): pending updates are
+ * merged into it first. */
+cq_buf_t *cq__data_state(cq_chan_t *ch);
 void cq__data_schema(cq_core_t *c, const cq_schema_t *schema);
 
 /* sendmany.c */
 typedef struct cq_sendmany {
-    uint32_t *ids;
+    uint32_t *ids;   /* recipients */
+    uint32_t *chans; /* the channel each record is of (to resync a recipient that is behind) */
     cq_buf_t **recs;
     uint32_t n, cap;
 } cq_sendmany_t;
-void cq__sendmany_add(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec);
+void cq__sendmany_add(cq_core_t *c, uint32_t chan_id, uint32_t conn_id, cq_buf_t *rec);
+void cq__sendmany_resync(cq_core_t *c, const cq_xmsg_t *m);
 void cq__sendmany_flush(cq_core_t *c);
 void cq__sendmany_deliver(cq_core_t *c, const cq_xmsg_t *m);
 void cq__sendmany_free(cq_core_t *c);

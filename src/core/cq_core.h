@@ -61,6 +61,7 @@ typedef struct cq_core_opts {
     size_t sendq_soft_limit;
     uint32_t sendq_soft_seconds;
     size_t sendq_hard_limit;
+    size_t sendq_data_limit; /* a connection above is behind: channel data resyncs; 0 = never */
     const struct cq_schema *schema; /* channel data types (borrowed); NULL = none known */
     size_t max_channel_data;        /* bytes of one channel's data; 0 = no limit */
     /* Spatial controller (--spatial-settings; borrowed): NULL = no spatial channels. Its

@@ -152,12 +152,41 @@ static cq_buf_t *merge2(const cq_chandata_t *d, const cq_buf_t *a, const cq_buf_
     return sbuf_to_buf(&out);
 }
 
+/* parts[0..n) one after the other: protobuf's merge of them when they are canonical. */
+static int concat(cq_sbuf_t *out, cq_buf_t *const *parts, size_t n)
+{
+    int r = 0;
+    for (size_t i = 0; i < n && r == 0; i++)
+        r = cq_sbuf_append(out, parts[i]->data, parts[i]->len);
+    return r;
+}
+
 /* The first part is the base and the later ones merge into it with the channel's merge
- * options, as channeld accumulates a window (§2.6 step 4). */
+ * options, as channeld accumulates a window (§2.6 step 4). Without merge options a window is
+ * compacted in one pass over the concatenation of its parts, which is their merge because
+ * every buffered update is canonical (apply_update): merging pairwise re-encoded the growing
+ * result once per part, a tenth of chanqd's CPU in a 1000-client world (bench/RESULTS.md,
+ * issue 28). An unknown type is the concatenation itself (§2.5). */
 static cq_buf_t *cb_merge(void *ud, cq_buf_t *const *parts, size_t n)
 {
     cq_chan_t *ch = ud;
     cq_chandata_t *d = ch->data;
+    if (!d->has_mopts) {
+        cq_sbuf_t cat, out;
+        cq_sbuf_init(&cat);
+        int r = concat(&cat, parts, n);
+        if (r == 0 && !d->desc)
+            return sbuf_to_buf(&cat);
+        cq_sbuf_init(&out);
+        if (r == 0)
+            r = cq_compact(d->desc, (const uint8_t *)cat.data, cat.len, &out);
+        cq_sbuf_done(&cat);
+        if (r < 0) {
+            cq_sbuf_done(&out);
+            return NULL;
+        }
+        return sbuf_to_buf(&out);
+    }
     cq_buf_t *acc = cq_buf_ref(parts[0]); /* the first update is taken as it is */
     for (size_t i = 1; i < n && acc; i++) {
         cq_buf_t *m = merge2(d, acc, parts[i], d->has_mopts ? &d->mopts : NULL);
@@ -169,8 +198,8 @@ static cq_buf_t *cb_merge(void *ud, cq_buf_t *const *parts, size_t n)
 
 static cq_buf_t *cb_full_state(void *ud)
 {
-    cq_chan_t *ch = ud;
-    return ch->data->state ? cq_buf_ref(ch->data->state) : cq_buf_new(0);
+    cq_buf_t *st = cq__data_state(ud);
+    return st ? cq_buf_ref(st) : cq_buf_new(0);
 }
 
 /* Masks filter the subscriber's copy, never the master state: channeld applied the first
@@ -211,9 +240,7 @@ static void cb_emit(void *ud, uint32_t conn_id, cq_buf_t *msg)
 {
     cq_chan_t *ch = ud;
     cq_core_t *c = ch->data->core;
-    cq_sub_t *s = cq_map_get(&ch->subs, conn_id);
-    if (!s || s->opts.data_access == CHANNELDPB__CHANNEL_DATA_ACCESS__NO_ACCESS)
-        return;
+    /* every subscriber the scheduler knows may read (cq__data_sub) */
     /* The scheduler hands one buffer to every subscriber that shares a window, masks and
      * skip-self case. The record is encoded again only when the buffer differs from the last
      * one, whose reference is held so that its address cannot be reused by a new buffer. */
@@ -224,7 +251,7 @@ static void cb_emit(void *ud, uint32_t conn_id, cq_buf_t *msg)
         c->emit_src = cq_buf_ref(msg);
     }
     if (c->emit_rec)
-        cq__sendmany_add(c, conn_id, c->emit_rec);
+        cq__sendmany_add(c, ch->id, conn_id, c->emit_rec);
 }
 
 static const cq_sched_ops_t sched_ops = {cb_merge, cb_full_state, cb_filter, cb_emit};
@@ -246,6 +273,12 @@ int cq__data_attach(cq_core_t *c, cq_chan_t *ch)
         cq_free(d);
         return -ENOMEM;
     }
+    cq_sched_set_coarsen(d->sched, &c->co);
+    /* A client's cells and entities (aligned, cq__data_sub) leave on the grid of the nearest
+     * damping interval, so its 50 ms cells ride on the writes of its 20 ms one. */
+    if (ch->type == CHANNELDPB__CHANNEL_TYPE__SPATIAL ||
+        ch->type == CHANNELDPB__CHANNEL_TYPE__ENTITY)
+        cq_sched_set_quantum(d->sched, cq_spatial_damping_ms(0, 0));
     ch->data = d;
     return 0;
 }
@@ -258,6 +291,7 @@ void cq__data_detach(cq_core_t *c, cq_chan_t *ch)
     heap_remove(c, d);
     cq_sched_free(d->sched);
     cq_buf_unref(d->state);
+    cq_sbuf_done(&d->pend);
     for (uint32_t i = 0; i < d->n_masks; i++) {
         for (uint32_t k = 0; k < d->masks[i].n; k++)
             cq_free(d->masks[i].paths[k]);
@@ -295,6 +329,7 @@ static int data_init(cq_core_t *c, cq_chan_t *ch, const char *type_url, const ui
     }
     cq_free(d->type_url);
     cq_buf_unref(d->state);
+    cq_sbuf_done(&d->pend); /* the new state replaces them too */
     d->type_url = url;
     d->desc = desc;
     d->state = state;
@@ -314,8 +349,10 @@ static void set_merge_opts(cq_chandata_t *d, const Channeldpb__ChannelDataMergeO
 
 void cq__data_set_merge_opts(cq_chan_t *ch, const Channeldpb__ChannelDataMergeOptions *mopts)
 {
-    if (mopts)
-        set_merge_opts(ch->data, mopts);
+    if (!mopts)
+        return;
+    (void)cq__data_state(ch); /* what is pending was accepted under the old options */
+    set_merge_opts(ch->data, mopts);
 }
 
 /* The type comes from CREATE's Any, else from the channel type's DataMsgFullName (an empty
@@ -378,6 +415,13 @@ void cq__data_sub(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s)
     cq_chandata_t *d = ch->data;
     if (!d)
         return;
+    /* Without data access a subscriber is not scheduled at all, so a fan-out never has to look
+     * it up; regaining access schedules it anew, and its first fan-out is the full state it
+     * missed (unless skipFirst). */
+    if (s->opts.data_access == CHANNELDPB__CHANNEL_DATA_ACCESS__NO_ACCESS) {
+        cq__data_unsub(c, ch, s->conn_id);
+        return;
+    }
     cq_sched_subopts_t o = {
         .set = CQ_SCHED_SET_INTERVAL | CQ_SCHED_SET_DELAY | CQ_SCHED_SET_SKIP_SELF |
                CQ_SCHED_SET_SKIP_FIRST | CQ_SCHED_SET_MASKS | CQ_SCHED_SET_ALIGN,
@@ -419,6 +463,81 @@ static uint32_t writer(const cq_chan_t *ch, const cq_req_t *r)
     return 0;
 }
 
+/* ---- lazy state ----
+ *
+ * A spatial cell is written ninety times a second in a 2000-player world and read far less:
+ * by a new subscriber's first fan-out, a resync, a handover, a recovery. Merging every update
+ * into the whole cell re-encoded the cell each time. Its updates are kept one after the other
+ * instead (they are canonical, so their concatenation after the state is the merged state, as
+ * for a window: cb_merge) and merged once when the state is read, or when what is pending
+ * outgrows the state (so the work per update stays bounded). Channels with merge options, and
+ * entities, whose position the handover check reads after every update, merge at once. */
+
+static bool lazy(const cq_chan_t *ch)
+{
+    const cq_chandata_t *d = ch->data;
+    return ch->type == CHANNELDPB__CHANNEL_TYPE__SPATIAL && d->desc && !d->has_mopts;
+}
+
+cq_buf_t *cq__data_state(cq_chan_t *ch)
+{
+    cq_chandata_t *d = ch->data;
+    if (!d->pend.len)
+        return d->state;
+    cq_sbuf_t cat, out;
+    cq_sbuf_init(&cat);
+    cq_sbuf_init(&out);
+    int r = cq_sbuf_append(&cat, d->state->data, d->state->len);
+    if (r == 0)
+        r = cq_sbuf_append(&cat, d->pend.data, d->pend.len);
+    if (r == 0)
+        r = cq_compact(d->desc, (const uint8_t *)cat.data, cat.len, &out);
+    cq_sbuf_done(&cat);
+    cq_buf_t *next = r == 0 ? sbuf_to_buf(&out) : NULL;
+    if (r < 0)
+        cq_sbuf_done(&out);
+    if (!next) /* out of memory: the last merged state, pending kept for the next read */
+        return d->state;
+    cq_buf_unref(d->state);
+    d->state = next;
+    d->pend.len = 0;
+    return d->state;
+}
+
+/* Appends one canonical update to what is pending; merges when it outgrows the state. */
+static int pend_add(cq_chan_t *ch, const cq_buf_t *upd)
+{
+    cq_chandata_t *d = ch->data;
+    int r = cq_sbuf_append(&d->pend, upd->data, upd->len);
+    if (r < 0)
+        return r;
+    if (d->pend.len > d->state->len + 4096)
+        (void)cq__data_state(ch);
+    return 0;
+}
+
+/* The update as the scheduler keeps it: a known type in its canonical encoding, so that the
+ * concatenation of a window's updates is their merge (cb_merge). A hand-made encoding that
+ * carries a proto3 scalar's zero explicitly would otherwise overwrite in the concatenation
+ * what the merge keeps (cq_merge.h); the canonical one carries no such zero. Sets *ret (owned); 0,
+ * CQ_EDECODE (bytes the merge would refuse too) or -ENOMEM. */
+static int canonical(const cq_chandata_t *d, const uint8_t *v, size_t n, cq_buf_t **ret)
+{
+    if (!d->desc) {
+        *ret = cq_buf_from(v, n);
+        return *ret ? 0 : -ENOMEM;
+    }
+    cq_sbuf_t out;
+    cq_sbuf_init(&out);
+    int r = cq_compact(d->desc, v, n, &out);
+    if (r < 0) {
+        cq_sbuf_done(&out);
+        return r;
+    }
+    *ret = sbuf_to_buf(&out);
+    return *ret ? 0 : -ENOMEM;
+}
+
 /* Merges a into the master state and hands the update itself (not the merged state) to the
  * scheduler, whose windows accumulate updates. The merge writes a new buffer, which replaces
  * the state; a first fan-out takes a reference to it, not a copy. A refused update leaves the
@@ -429,20 +548,26 @@ static int apply_update(cq_core_t *c, cq_chan_t *ch, const Google__Protobuf__Any
     cq_chandata_t *d = ch->data;
     if (!d->state) { /* the first update defines the data, and is an update too */
         int r = data_init(c, ch, a->type_url, a->value.data, a->value.len);
-        cq_buf_t *upd = r < 0 ? NULL : cq_buf_from(a->value.data, a->value.len);
-        if (upd)
-            r = cq_sched_update(d->sched, upd, sender, c->now_ms);
-        cq_buf_unref(upd);
-        return r;
+        /* the state is the update, compacted: canonical, as every buffered update is */
+        return r < 0 ? r : cq_sched_update(d->sched, d->state, sender, c->now_ms);
     }
     if (strcmp(d->type_url, a->type_url) != 0) /* the Any must be the channel's type */
         return CQ_EBADTARGET;
     size_t max = c->sh->o.max_channel_data;
     if (!d->desc && max && d->state->len + a->value.len > max)
         return CQ_ELIMIT; /* an unknown type only grows: bounded */
-    cq_buf_t *upd = cq_buf_from(a->value.data, a->value.len);
-    if (!upd)
-        return -ENOMEM;
+    cq_buf_t *upd;
+    int rc = canonical(d, a->value.data, a->value.len, &upd);
+    if (rc < 0)
+        return rc;
+    if (lazy(ch) && (!max || d->state->len + d->pend.len + upd->len <= max)) {
+        rc = pend_add(ch, upd); /* under the limit even if nothing merges away */
+        if (rc == 0)
+            rc = cq_sched_update(d->sched, upd, sender, c->now_ms);
+        cq_buf_unref(upd);
+        return rc;
+    }
+    (void)cq__data_state(ch); /* the exact length decides: merge what is pending first */
     cq_buf_t *next = merge2(d, d->state, upd, d->has_mopts ? &d->mopts : NULL);
     if (!next || (d->desc && max && next->len > max)) {
         int r = next ? CQ_ELIMIT : CQ_EDECODE;
@@ -497,9 +622,59 @@ void cq__handle_data_update(cq_core_t *c, cq_req_t *r)
  * call (bench/RESULTS.md, issue 12: 2048 gave ~2x the writes at 500 clients). */
 #define FANOUT_BUDGET 16384
 
+/* ---- graceful overload (cq_coarsen.h, doc/spatial.md "Overload") ---------------------- */
+
+#define COARSEN_LOG_MS 60000 /* one "coarsening" line a minute per worker at most */
+
+/* Logs the level's rise from 0, the moment this worker started to fall behind, once a minute
+ * at most; what happens after is in the metrics. */
+static void coarsen_log(cq_core_t *c, uint64_t now_ms)
+{
+    if (c->coarsen_log_ms && now_ms < c->coarsen_log_ms + COARSEN_LOG_MS) {
+        c->coarsen_quiet++;
+        return;
+    }
+    CQ_WARN("data",
+            "worker %d: channel-data fan-out %u ms late: coarsening (far interest's windows "
+            "stretched, missed windows merged; chanq_data_coarsen_level)%s",
+            c->index, c->co.last_late, c->coarsen_quiet ? " again" : "");
+    c->coarsen_log_ms = now_ms;
+    c->coarsen_quiet = 0;
+}
+
+static void counter_set(cq_core_t *c, int m, uint64_t v)
+{
+    atomic_store_explicit(&c->counters.c[m][0], v, memory_order_relaxed);
+}
+
+/* One lateness sample per call: how late the earliest due channel is served. Past due by more
+ * than the policy's threshold, the level rises and every scheduler of this worker stretches
+ * the windows it starts from then on. */
+static void coarsen_observe(cq_core_t *c, uint64_t now_ms)
+{
+    uint64_t due = c->n_due ? c->due[0]->data->due_ms : UINT64_MAX;
+    uint64_t late = due < now_ms ? now_ms - due : 0;
+    uint32_t before = c->co.level;
+    if (cq_coarsen_observe(&c->co, now_ms, (uint32_t)CQ_MIN(late, UINT32_MAX)) > 0 && !before)
+        coarsen_log(c, now_ms);
+}
+
+/* After the ticks: /metrics shows what they stretched and merged together with the level they
+ * ran at, even when the worker has nothing more due (published before them, it would wait for
+ * the next call). */
+static void coarsen_publish(cq_core_t *c)
+{
+    counter_set(c, M_DATA_STRETCHED, c->co.st.stretched);
+    counter_set(c, M_DATA_MERGED, c->co.st.merged);
+    counter_set(c, M_COARSEN_RISES, c->co.st.rises);
+    counter_set(c, M_COARSEN_FALLS, c->co.st.falls);
+    atomic_store_explicit(&c->counters.coarsen_level, c->co.level, memory_order_relaxed);
+}
+
 void cq_core_run_due(cq_core_t *c, uint64_t now_ms)
 {
     c->now_ms = now_ms;
+    coarsen_observe(c, now_ms);
     uint32_t budget = FANOUT_BUDGET;
     while (budget && c->n_due && c->due[0]->data->due_ms <= now_ms) {
         cq_chan_t *ch = c->due[0];
@@ -518,18 +693,19 @@ void cq_core_run_due(cq_core_t *c, uint64_t now_ms)
             break; /* nothing advanced (out of memory): retry at the next call */
     }
     cq__sendmany_flush(c);
+    coarsen_publish(c);
 }
 
 /* The full state as an Any, for RECOVERY_CHANNEL_DATA; returns false when there is none. */
-bool cq__data_any(const cq_chan_t *ch, Google__Protobuf__Any *ret)
+bool cq__data_any(cq_chan_t *ch, Google__Protobuf__Any *ret)
 {
-    const cq_chandata_t *d = ch->data;
-    if (!d || !d->state)
+    cq_buf_t *st = ch->data ? cq__data_state(ch) : NULL;
+    if (!st)
         return false;
     google__protobuf__any__init(ret);
-    ret->type_url = d->type_url;
-    ret->value.data = d->state->data;
-    ret->value.len = d->state->len;
+    ret->type_url = ch->data->type_url;
+    ret->value.data = st->data;
+    ret->value.len = st->len;
     return true;
 }
 

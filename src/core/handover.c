@@ -195,9 +195,9 @@ static bool has_id(const uint32_t *v, uint32_t split, uint32_t n, uint32_t id)
 }
 
 /* The entities field of a cell's data, when configured and the data's type has it. */
-static const cq_fielddesc_t *cell_map(const cq_core_t *c, const cq_chan_t *cell)
+static const cq_fielddesc_t *cell_map(const cq_core_t *c, cq_chan_t *cell)
 {
-    if (!cell || !cell->data || !cell->data->desc || !cell->data->state)
+    if (!cell || !cell->data || !cell->data->desc || !cq__data_state(cell))
         return NULL;
     return cq_mapops_field(cell->data->desc, c->sh->spatial->handover.entities_field);
 }
@@ -261,22 +261,36 @@ static cq_buf_t *handover_record(const ho_t *ho, const char *type_url, const cq_
     return cq_wire_record_msg(ho->h.dst, 0, 0, MT_DATA_HANDOVER, &out.base);
 }
 
+/* S's entries go into D's map. An entity that D's map holds already keeps D's entry: the
+ * entity left D (if it ever was there) by a handover that took its entry out, so an entry in D
+ * now was written after the entity moved here, by the update that moved it or a later one,
+ * while S's entry is from before the move. Putting S's over it made D's data go back in time:
+ * a later subscriber's full state missed the entity's last update for good (bench/spatial.sh's
+ * convergence check found it). */
 static void put_entries(cq_core_t *c, cq_chan_t *d, const ho_t *ho)
 {
     const cq_fielddesc_t *f = cell_map(c, d);
     if (!f)
         return;
-    cq_sbuf_t sb;
+    cq_sbuf_t sb, own[HO_MAX_ENTS];
+    uint64_t found = 0;
     cq_sbuf_init(&sb);
-    /* take first so that the entries replace any stale ones, then append */
+    for (uint32_t i = 0; i < ho->h.n_ents; i++)
+        cq_sbuf_init(&own[i]);
+    /* take first, keeping what D had, then append one entry per entity */
     int r = cq_mapops_take(f, d->data->state->data, d->data->state->len, ho->ents, ho->h.n_ents,
-                           &sb, NULL, NULL);
+                           &sb, own, &found);
     const uint8_t *p = ho->ebytes;
-    for (uint32_t i = 0; r == 0 && i < ho->h.n_ents; p += ho->elen[i], i++)
-        if (ho->elen[i])
+    for (uint32_t i = 0; r == 0 && i < ho->h.n_ents; p += ho->elen[i], i++) {
+        if (found & ((uint64_t)1 << i))
+            r = cq_mapops_put(f, ho->ents[i], (const uint8_t *)own[i].data, own[i].len, &sb);
+        else if (ho->elen[i])
             r = cq_mapops_put(f, ho->ents[i], p, ho->elen[i], &sb);
+    }
     if (r == 0)
         set_state(d, &sb);
+    for (uint32_t i = 0; i < ho->h.n_ents; i++)
+        cq_sbuf_done(&own[i]);
     cq_sbuf_done(&sb);
 }
 

@@ -136,6 +136,7 @@ enum {
     XM_SENDMANY,  /* deliver buf to every conn id in body (uint32_t array) */
     XM_SCHEMA,    /* ptr is the new channel-data schema: resolve unknown types */
     XM_RECOVER,   /* conn_id took over a dropped server with PIT body: restore its channels */
+    XM_RESYNC,    /* channel chan_id: the conn ids in body were behind and missed a fan-out */
     /* C (interest.c, forward.c, handover.c) */
     XM_INTEREST, /* client conn_id's wanted cells (body: cq_spatial_hit_t[]); stub u1, bc u2 */
     XM_ADJACENT, /* deliver buf once to the local subscribers of the cells in body (uint32[]);

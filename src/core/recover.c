@@ -264,8 +264,8 @@ bool cq__recover_takeover(cq_core_t *c, cq_conn_t *conn, uint32_t *ret_old)
 
 /* RECOVERY_CHANNEL_DATA (20), one per channel the successor gets back: the channel's full data
  * and the restored options; subTime is the original subscription's, in unix nanoseconds. */
-static void send_recovery_data(cq_core_t *c, const cq_chan_t *ch, const cq_sub_t *s,
-                               uint32_t conn_id, uint64_t sub_time_ms)
+static void send_recovery_data(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s, uint32_t conn_id,
+                               uint64_t sub_time_ms)
 {
     Channeldpb__ChannelDataRecoveryMessage m = CHANNELDPB__CHANNEL_DATA_RECOVERY_MESSAGE__INIT;
     Channeldpb__ChannelSubscriptionOptions o;

@@ -167,12 +167,29 @@ int cq_shared_workers(const cq_shared_t *sh)
 /* channeld's metric names and labels (§5.2) are kept, so that its dashboards work unchanged;
  * chanq's own counters sit beside them (doc/metrics.md). The order follows the M_* enum in
  * core.h. */
-static const char *const counter_names[M__COUNT] = {
-    "messages_in",      "messages_out",       "packets_in",          "packets_out",
-    "bytes_in",         "bytes_out",          "connection_closed",   "slow_consumer_closed",
-    "fsm_disallowed",   "auth_failed",        "auth_timeout_closed", "idle_timeout_closed",
-    "messages_dropped", "chanq_limit_closed", "packets_drop",        "packets_frag",
-    "packets_comb",     "chanq_fanouts_total"};
+static const char *const counter_names[M__COUNT] = {"messages_in",
+                                                    "messages_out",
+                                                    "packets_in",
+                                                    "packets_out",
+                                                    "bytes_in",
+                                                    "bytes_out",
+                                                    "connection_closed",
+                                                    "slow_consumer_closed",
+                                                    "fsm_disallowed",
+                                                    "auth_failed",
+                                                    "auth_timeout_closed",
+                                                    "idle_timeout_closed",
+                                                    "messages_dropped",
+                                                    "chanq_limit_closed",
+                                                    "packets_drop",
+                                                    "packets_frag",
+                                                    "packets_comb",
+                                                    "chanq_fanouts_total",
+                                                    "chanq_data_windows_stretched_total",
+                                                    "chanq_data_windows_merged_total",
+                                                    "chanq_data_resyncs_total",
+                                                    "chanq_data_coarsen_rises_total",
+                                                    "chanq_data_coarsen_falls_total"};
 /* Label values are channeld's enum names (§5.2), as its dashboards select on them. */
 static const char *const conn_types[3] = {"NO_CONNECTION", "SERVER", "CLIENT"};
 static const char *const transports[CQ_CONN_TRANSPORTS] = {"tcp", "ws", "wss", "kcp"};
@@ -242,6 +259,41 @@ static double tick_ms(cq_shared_t *sh)
     return (double)ns / 1e6;
 }
 
+/* Graceful overload (doc/spatial.md "Overload"): the highest level over the workers, and what
+ * the levels and the data limit did. */
+static size_t metrics_coarsen(cq_shared_t *sh, char *buf, size_t cap, size_t o)
+{
+    static const struct {
+        int m;
+        const char *help;
+    } rows[] = {
+        {M_DATA_STRETCHED, "Channel-data windows that started stretched by the overload level."},
+        {M_DATA_MERGED, "Missed channel-data windows merged into a later fan-out (overload)."},
+        {M_DATA_RESYNCS, "Channel-data fan-outs not queued to a connection over "
+                         "--sendq-data-limit; it gets the full state next."},
+        {M_COARSEN_RISES, "Rises of a worker's overload level."},
+        {M_COARSEN_FALLS, "Falls of a worker's overload level."},
+    };
+    uint32_t level = 0;
+    for (int w = 0; w < sh->o.workers; w++)
+        if (sh->cores[w]) {
+            uint32_t l =
+                atomic_load_explicit(&sh->cores[w]->counters.coarsen_level, memory_order_relaxed);
+            level = l > level ? l : level;
+        }
+    o = put(buf, cap, o,
+            "# HELP chanq_data_coarsen_level Highest overload level over the workers (0 normal, "
+            "%u most coarsened).\n# TYPE chanq_data_coarsen_level gauge\n"
+            "chanq_data_coarsen_level %u\n",
+            CQ_COARSEN_MAX, level);
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const char *name = counter_names[rows[i].m];
+        o = put(buf, cap, o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, rows[i].help, name,
+                name, (unsigned long long)counter_sum(sh, rows[i].m, 0));
+    }
+    return o;
+}
+
 /* chanq's own relay metrics (doc/metrics.md): by transport, subscribers, fan-outs. The logs
  * counter is channeld's (warnings and errors logged), kept under its name. */
 static size_t metrics_chanq(cq_shared_t *sh, char *buf, size_t cap, size_t o)
@@ -256,6 +308,7 @@ static size_t metrics_chanq(cq_shared_t *sh, char *buf, size_t cap, size_t o)
             (long long)atomic_load(&sh->metrics.subscriptions));
     o = put(buf, cap, o, "# TYPE chanq_fanouts_total counter\nchanq_fanouts_total %llu\n",
             (unsigned long long)counter_sum(sh, M_FANOUTS, 0));
+    o = metrics_coarsen(sh, buf, cap, o);
     o = put(buf, cap, o, "# TYPE logs counter\nlogs{level=\"warn\"} %llu\n",
             (unsigned long long)cq_log_count(CQ_LOG_WARN));
     o = put(buf, cap, o, "logs{level=\"error\"} %llu\n",

@@ -254,6 +254,9 @@ static void core_opts(const app_t *a, cq_core_opts_t *o)
     o->sendq_soft_limit = c->sendq_soft_limit;
     o->sendq_soft_seconds = (uint32_t)c->sendq_soft_seconds;
     o->sendq_hard_limit = c->sendq_hard_limit;
+    /* a connection over the soft limit would be closed for the data it was spared */
+    o->sendq_data_limit =
+        c->sendq_data_limit < c->sendq_soft_limit ? c->sendq_data_limit : c->sendq_soft_limit;
     o->schema = a->schema;
     o->max_channel_data = c->max_channel_data_size;
 }

@@ -987,9 +987,53 @@ static void test_handover_servers_only(void **state)
     (void)s1;
 }
 
+/* The destination cell holds the entity's newer entry already (its owner wrote it with the
+ * update that moved the entity, which reached the cell before the handover did): the handover
+ * keeps it, and a later subscriber's full state has it, not the source's older entry. Before
+ * the fix the source's entry replaced it, and the cell's data went back in time for good. */
+static void test_handover_keeps_newer_entry(void **state)
+{
+    (void)state;
+    world_t w = world(LAYOUT_NO_CLIENTS);
+    it_conn_t *s0 = w.s0, *cl = w.cl;
+    const double at[1] = {-500};
+    spots_interest(s0, cl->id, at, 1);
+    expect_sub0(cl, S0 + 1, cl->id, CONN_CLIENT, CT_SPATIAL, 20);
+    expect_sub0(s0, S0 + 1, cl->id, CONN_CLIENT, CT_SPATIAL, 20); /* the cell owner's copy */
+    put_ref(s0, S0, ENT, 111);                                    /* the source's entry */
+    create_entity(s0, ENT, -1500.0f);
+    put_ref(s0, S0 + 1, ENT, 222); /* the newer one, in the destination before the move */
+    move(s0, -500.0f, 1, 0);
+    chanq_owned_msg_t m;
+    next(cl, true, &m);
+    check_ho_ref(&m, S0, S0 + 1, 0, ENT, 111); /* the handover carries what the source had */
+    chanq_owned_msg_done(&m);
+    it_conn_t *s2 = it_server(); /* a new subscriber of the destination */
+    it_sub(s2, 7, S0 + 1, s2->id, 1);
+    it_expect_sub(s2, S0 + 1, 7, s2->id, CONN_SERVER, CT_SPATIAL, 1);
+    next(s2, false, &m); /* its first fan-out: the cell's full state */
+    assert_int_equal(m.msg_type, MT_DATA);
+    assert_int_equal(m.channel_id, S0 + 1);
+    Channeldpb__ChannelDataUpdateMessage *u =
+        chanq_sync_decode(&m, &channeldpb__channel_data_update_message__descriptor);
+    assert_non_null(u);
+    assert_non_null(u->data);
+    Chanqworld__SpatialChannelData *d =
+        chanqworld__spatial_channel_data__unpack(NULL, u->data->value.len, u->data->value.data);
+    assert_non_null(d);
+    assert_int_equal(d->n_entities, 1);
+    assert_int_equal(d->entities[0]->key, ENT);
+    assert_non_null(d->entities[0]->value->objref);
+    assert_int_equal(d->entities[0]->value->objref->owningconnid, 222);
+    chanqworld__spatial_channel_data__free_unpacked(d, NULL);
+    chanq_unpack_free(u);
+    chanq_owned_msg_done(&m);
+}
+
 static const struct CMUnitTest tests[] = {
     IT_TEST(test_handover_subscription_follows_interest),
     IT_TEST(test_handover_servers_only),
+    IT_TEST(test_handover_keeps_newer_entry),
     IT_TEST(test_interest_sphere),
     IT_TEST(test_handover_walk),
     IT_TEST(test_locked_group_stays),

@@ -798,6 +798,214 @@ static void test_random_streams(void **state)
     }
 }
 
+/* ---- overload: stretched windows, merged catch-up, resync (cq_coarsen.h) ---- */
+
+/* Emissions to conn, and the time of the last one. */
+static size_t count_to(const fx_t *f, uint32_t conn, int64_t *ret_last)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < f->nrec; i++)
+        if (f->recs[i].conn == conn) {
+            n++;
+            *ret_last = f->recs[i].t;
+        }
+    return n;
+}
+
+/* At level 2 a world's near (20 ms), mid (50) and far (100) windows are 20, 100 and 400 ms on
+ * their grids; back at level 0 the next windows are the plain intervals again. The far one
+ * carries every update of its 400 ms, merged once. */
+static void test_coarsen_stretch(void **state)
+{
+    (void)state;
+    fx_t *f = fx_new(10);
+    cq_coarsen_t co;
+    cq_coarsen_init(&co, NULL);
+    co.level = 2;
+    cq_sched_set_coarsen(f->s, &co);
+    cq_sched_subopts_t near = aligned(20, true), mid = aligned(50, true), far = aligned(100, true);
+    sub(f, 1, &near, 0);
+    sub(f, 2, &mid, 0);
+    sub(f, 3, &far, 0);
+    assert_int_equal(co.st.stretched, 2); /* mid and far started stretched windows */
+    char u[8];
+    for (int64_t t = 0; t <= 600; t += 10) {
+        snprintf(u, sizeof(u), "%03d", (int)(t / 10));
+        if (t < 600)
+            upd(f, u, C0, t);
+        assert_int_equal(tick(f, t), 0);
+    }
+    int64_t last = -1;
+    assert_int_equal(count_to(f, 1, &last), 30); /* 20, 40, ..., 600 */
+    assert_int_equal(last, 600);
+    assert_int_equal(count_to(f, 2, &last), 6); /* 100, 200, ..., 600 */
+    assert_int_equal(last, 600);
+    /* The grid is the clock's: T0 + 200 and T0 + 600 are multiples of 400. */
+    assert_int_equal(count_to(f, 3, &last), 2);
+    assert_int_equal(last, 600);
+    expect(f, f->nrec - 1, 3, 600,
+           "020021022023024025026027028029030031032033034035036037038039"
+           "040041042043044045046047048049050051052053054055056057058059");
+    cq_sched_info_t in;
+    assert_int_equal(cq_sched_info(f->s, 3, &in), 0);
+    assert_int_equal(in.due_ms, T0 + 1000);
+    co.level = 0; /* windows that start from now on are plain */
+    assert_int_equal(cq_sched_info(f->s, 2, &in), 0);
+    assert_int_equal(in.due_ms, T0 + 700); /* started at 600, stretched: on the 100 ms grid */
+    upd(f, "x", C0, 610);
+    assert_int_equal(tick(f, 700), 0);
+    assert_int_equal(cq_sched_info(f->s, 2, &in), 0);
+    assert_int_equal(in.due_ms, T0 + 750); /* the next one is 50 ms again */
+    assert_int_equal(co.st.merged, 0);
+    fx_free(f);
+}
+
+/* Above level 0 a late tick sends one merged fan-out, not one per missed window; the windows
+ * it folded are counted. At level 0 the same run gives one message per window
+ * (test_missed_windows). */
+static void test_coarsen_merge_missed(void **state)
+{
+    (void)state;
+    fx_t *f = fx_new(10);
+    cq_coarsen_t co;
+    cq_coarsen_init(&co, NULL);
+    cq_sched_set_coarsen(f->s, &co);
+    cq_sched_subopts_t o = opts(10, 0, true);
+    sub(f, 1, &o, 0);
+    co.level = 1; /* 10 ms is near interest: not stretched at level 1, but merged */
+    upd(f, "u5", C0, 5);
+    upd(f, "u15", C0, 15);
+    upd(f, "u35", C0, 35);
+    upd(f, "u40", C0, 40); /* in the open window [40, 50): not sent */
+    assert_int_equal(tick(f, 40), 0);
+    assert_int_equal(f->nrec, 1);
+    expect(f, 0, 1, 40, "u5u15u35");
+    assert_int_equal(co.st.merged, 3);
+    assert_int_equal(co.st.stretched, 0);
+    assert_int_equal(tick(f, 50), 0);
+    assert_int_equal(f->nrec, 2);
+    expect(f, 1, 1, 50, "u40");
+    fx_free(f);
+}
+
+/* A connection that could not take its fan-out is resynchronised: its next fan-out, at its
+ * next due time, is the full state (even with skip_first), then windows go on from there with
+ * nothing repeated; the other subscriber is untouched. */
+static void test_resync(void **state)
+{
+    (void)state;
+    fx_t *f = fx_new(10);
+    cq_sched_subopts_t o = opts(20, 0, true);
+    sub(f, 1, &o, 0);
+    sub(f, 2, &o, 0);
+    upd(f, "a", C0, 5);
+    assert_int_equal(tick(f, 20), 0);
+    assert_int_equal(f->nrec, 2);
+    cq_sched_resync(f->s, 1);
+    cq_sched_resync(f->s, 99); /* unknown: ignored */
+    upd(f, "b", C0, 25);
+    assert_int_equal(tick(f, 30), 0);
+    assert_int_equal(f->nrec, 2); /* not due before 40 */
+    assert_int_equal(tick(f, 40), 0);
+    assert_int_equal(f->nrec, 4);
+    expect(f, 2, 1, 40, "Sab");
+    expect(f, 3, 2, 40, "b");
+    upd(f, "c", C0, 45);
+    assert_int_equal(tick(f, 60), 0);
+    assert_int_equal(f->nrec, 6);
+    expect(f, 4, 1, 60, "c");
+    expect(f, 5, 2, 60, "c");
+    fx_free(f);
+}
+
+/* Random streams while the level moves and connections are resynchronised at random: every
+ * connection still sees every update exactly once and in order, and at the end has all. */
+static void test_coarsen_random_streams(void **state)
+{
+    (void)state;
+    srand(777);
+    for (int round = 0; round < 20; round++) {
+        fx_t *f = fx_new(5);
+        cq_coarsen_t co;
+        cq_coarsen_init(&co, NULL);
+        cq_sched_set_coarsen(f->s, &co);
+        cq_sched_set_quantum(f->s, (uint32_t)(rand() % 2) * 20);
+        f->keep = false;
+        f->check = true;
+        assert_int_equal(cq_sched_set_buf_max(f->s, 8 + (uint32_t)(rand() % 24)), 0);
+        uint32_t n = 2 + (uint32_t)(rand() % 30);
+        for (uint32_t c = 1; c <= n; c++) {
+            cq_sched_subopts_t o = opts((uint32_t)(rand() % 200), rand() % 100 - 50, false);
+            o.set |= CQ_SCHED_SET_SKIP_SELF | CQ_SCHED_SET_ALIGN;
+            o.skip_self = false;
+            o.align = rand() % 2;
+            sub(f, c, &o, rand() % 50);
+        }
+        int64_t t = 50;
+        for (int i = 0; i < 3000; i++) {
+            t += rand() % 3;
+            upd_tok(f, (uint32_t)(rand() % (n + 1)), t);
+            if (rand() % 50 == 0)
+                co.level = (uint32_t)(rand() % (CQ_COARSEN_MAX + 1));
+            if (rand() % 40 == 0)
+                cq_sched_resync(f->s, 1 + (uint32_t)rand() % n);
+            if (rand() % 30 == 0) { /* a new interval, as an interest update gives a cell */
+                cq_sched_subopts_t o = {.set = CQ_SCHED_SET_INTERVAL,
+                                        .interval_ms = (uint32_t[]){20, 50, 100}[rand() % 3]};
+                sub(f, 1 + (uint32_t)rand() % n, &o, t);
+            }
+            if (rand() % 60 == 0) { /* left and came back: the full state restarts its stream */
+                uint32_t c = 1 + (uint32_t)rand() % n;
+                cq_sched_unsub(f->s, c);
+                cq_sched_subopts_t o = opts((uint32_t[]){20, 50, 100}[rand() % 3], 0, false);
+                o.set |= CQ_SCHED_SET_SKIP_SELF | CQ_SCHED_SET_ALIGN;
+                o.skip_self = false;
+                o.align = rand() % 2;
+                sub(f, c, &o, t);
+            }
+            if (rand() % 4 == 0)
+                assert_int_equal(tick(f, t), 0);
+        }
+        co.level = 0;
+        assert_int_equal(tick(f, t + 2000), 0);
+        assert_int_equal(tick(f, t + 4000), 0);
+        for (uint32_t c = 1; c <= n; c++)
+            assert_int_equal(f->pos[c], f->ntok);
+        fx_free(f);
+    }
+}
+
+/* With a 20 ms quantum a 50 ms aligned window is sent at the next 20 ms point with the same
+ * content: [0, 50) at 60, [50, 100) at 100, [100, 150) at 160; the 20 ms one is unchanged. */
+static void test_quantum(void **state)
+{
+    (void)state;
+    fx_t *f = fx_new(10);
+    cq_sched_set_quantum(f->s, 20);
+    cq_sched_subopts_t near = aligned(20, true), mid = aligned(50, true);
+    sub(f, 1, &near, 0);
+    sub(f, 2, &mid, 0);
+    for (int64_t t = 0; t <= 200; t += 10) {
+        char u[8];
+        snprintf(u, sizeof(u), "%02d", (int)(t / 10));
+        upd(f, u, C0, t);
+        assert_int_equal(tick(f, t), 0);
+    }
+    int64_t last = -1;
+    assert_int_equal(count_to(f, 1, &last), 10); /* 20, 40, ..., 200 */
+    assert_int_equal(count_to(f, 2, &last), 4);
+    size_t k = 0;
+    const char *want[4][2] = {
+        {"60", "0001020304"}, {"100", "0506070809"}, {"160", "1011121314"}, {"200", "1516171819"}};
+    for (size_t i = 0; i < f->nrec; i++) {
+        if (f->recs[i].conn != 2)
+            continue;
+        expect(f, i, 2, atoi(want[k][0]), want[k][1]);
+        k++;
+    }
+    fx_free(f);
+}
+
 /* ---- failures ---- */
 
 /* A failing merge leaves the subscriber's window in place; the next tick delivers it. */
@@ -880,6 +1088,11 @@ int main(void)
         cmocka_unit_test(test_bounded_100k),
         cmocka_unit_test(test_fold_resync),
         cmocka_unit_test(test_random_streams),
+        cmocka_unit_test(test_quantum),
+        cmocka_unit_test(test_coarsen_stretch),
+        cmocka_unit_test(test_coarsen_merge_missed),
+        cmocka_unit_test(test_resync),
+        cmocka_unit_test(test_coarsen_random_streams),
         cmocka_unit_test(test_merge_failure_retry),
         cmocka_unit_test(test_fail_n),
     };

@@ -849,30 +849,14 @@ static void test_xm_rows(void **state)
         int kind;
         const char *name;
     } want[] = {
-        {XM_DISPATCH, "DISPATCH"},
-        {XM_SEND, "SEND"},
-        {XM_FANOUT, "FANOUT"},
-        {XM_LSUB_ADD, "LSUB_ADD"},
-        {XM_LSUB_DEL, "LSUB_DEL"},
-        {XM_CONN_GONE, "CONN_GONE"},
-        {XM_CLOSE, "CLOSE"},
-        {XM_CREATE, "CREATE"},
-        {XM_FREE_ID, "FREE_ID"},
-        {XM_META, "META"},
-        {XM_REMOVE, "REMOVE"},
-        {XM_ROUTE, "ROUTE"},
-        {XM_SENDMANY, "SENDMANY"},
-        {XM_SCHEMA, "SCHEMA"},
-        {XM_RECOVER, "RECOVER"},
-        /* B */
-        {XM_SP_CELL, "SP_CELL"},
-        {XM_DIR_ADD, "DIR_ADD"},
-        {XM_ENTITY, "ENTITY"},
-        {XM_WK_SUB, "WK_SUB"},
-        /* C */
-        {XM_INTEREST, "INTEREST"},
-        {XM_ADJACENT, "ADJACENT"},
-        {XM_HANDOVER, "HANDOVER"},
+        {XM_DISPATCH, "DISPATCH"}, {XM_SEND, "SEND"},         {XM_FANOUT, "FANOUT"},
+        {XM_LSUB_ADD, "LSUB_ADD"}, {XM_LSUB_DEL, "LSUB_DEL"}, {XM_CONN_GONE, "CONN_GONE"},
+        {XM_CLOSE, "CLOSE"},       {XM_CREATE, "CREATE"},     {XM_FREE_ID, "FREE_ID"},
+        {XM_META, "META"},         {XM_REMOVE, "REMOVE"},     {XM_ROUTE, "ROUTE"},
+        {XM_SENDMANY, "SENDMANY"}, {XM_SCHEMA, "SCHEMA"},     {XM_RECOVER, "RECOVER"},
+        {XM_RESYNC, "RESYNC"},     {XM_SP_CELL, "SP_CELL"},   {XM_DIR_ADD, "DIR_ADD"},
+        {XM_ENTITY, "ENTITY"},     {XM_WK_SUB, "WK_SUB"},     {XM_INTEREST, "INTEREST"},
+        {XM_ADJACENT, "ADJACENT"}, {XM_HANDOVER, "HANDOVER"},
     };
     assert_int_equal(sizeof(want) / sizeof(want[0]), XM__COUNT);
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
