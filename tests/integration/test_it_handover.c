@@ -4,7 +4,7 @@
  *
  * 4x1: cells 65536..65539 cover x in [-2000,-1000), [-1000,0), [0,1000), [1000,2000). Server 0
  * owns 65536/65537 and watches 65538 (border); server 1 owns 65538/65539 and watches 65537. */
-#include "it_common.h"
+#include "it_world.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,11 +12,10 @@
 
 #include "world.pb-c.h"
 
-#define S0       65536u
-#define ENT      524288u
-#define URL_CELL "type.googleapis.com/chanqworld.SpatialChannelData"
-#define URL_ENT  "type.googleapis.com/chanqworld.EntityChannelData"
-#define STEPS    39 /* x = -1950 + 100 k, k = 1..STEPS: 65536 -> 65537 (k 10) -> 65538 (k 20) ... */
+#define S0      65536u
+#define ENT     524288u
+#define URL_ENT "type.googleapis.com/chanqworld.EntityChannelData"
+#define STEPS   39 /* x = -1950 + 100 k, k = 1..STEPS: 65536 -> 65537 (k 10) -> 65538 (k 20) ... */
 
 enum {
     MT_HANDOVER = 12,
@@ -57,34 +56,6 @@ static void start_with(const char *layout)
 
 /* ---- receiving ------------------------------------------------------------------------ */
 
-/* The next message of c; CHANNEL_DATA_UPDATE fan-outs are skipped when skip_data. */
-static void next(it_conn_t *c, bool skip_data, chanq_owned_msg_t *m)
-{
-    for (;;) {
-        it_recv(c, m);
-        if (!skip_data || m->msg_type != MT_DATA)
-            return;
-        chanq_owned_msg_done(m);
-    }
-}
-
-static void *expect_skip(it_conn_t *c, uint32_t type, uint32_t chan, uint32_t stub,
-                         const ProtobufCMessageDescriptor *d)
-{
-    chanq_owned_msg_t m;
-    next(c, true, &m);
-    if (m.msg_type != type || m.channel_id != chan || m.stub_id != stub)
-        print_error("conn %u: expected type %u chan %u stub %u, got type %u chan %u stub %u\n",
-                    c->id, type, chan, stub, m.msg_type, m.channel_id, m.stub_id);
-    assert_int_equal(m.msg_type, type);
-    assert_int_equal(m.channel_id, chan);
-    assert_int_equal(m.stub_id, stub);
-    void *b = d ? chanq_sync_decode(&m, d) : NULL;
-    assert_true(!d || b);
-    chanq_owned_msg_done(&m);
-    return b;
-}
-
 static void check_sub(const chanq_owned_msg_t *m, uint32_t chan, uint32_t who, uint32_t ctype,
                       uint32_t chtype, uint32_t interval)
 {
@@ -109,7 +80,7 @@ static void expect_sub0(it_conn_t *c, uint32_t chan, uint32_t who, uint32_t ctyp
                         uint32_t interval)
 {
     chanq_owned_msg_t m;
-    next(c, true, &m);
+    it_next(c, true, &m);
     if (m.msg_type != MT_SUB || m.channel_id != chan)
         print_error("conn %u: expected SUB on %u, got type %u chan %u\n", c->id, chan, m.msg_type,
                     m.channel_id);
@@ -125,7 +96,7 @@ static void expect_cell_subs(it_conn_t *c, uint32_t first, uint32_t n, uint32_t 
     bool seen[8] = {0};
     for (uint32_t i = 0; i < n; i++) {
         chanq_owned_msg_t m;
-        next(c, true, &m);
+        it_next(c, true, &m);
         assert_int_equal(m.msg_type, MT_SUB);
         assert_in_range(m.channel_id, first, first + n - 1);
         uint32_t k = m.channel_id - first;
@@ -164,7 +135,7 @@ static void expect_unsubs(it_conn_t *c, uint32_t stub, const uint32_t *cells, ui
     bool seen[8] = {0};
     for (uint32_t i = 0; i < n; i++) {
         chanq_owned_msg_t m;
-        next(c, true, &m);
+        it_next(c, true, &m);
         int k = check_unsub(&m, stub, cells, n, who);
         assert_false(seen[k]);
         seen[k] = true;
@@ -174,39 +145,11 @@ static void expect_unsubs(it_conn_t *c, uint32_t stub, const uint32_t *cells, ui
 
 /* ---- sending ---------------------------------------------------------------------------- */
 
-static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
-{
-    *len = protobuf_c_message_get_packed_size(m);
-    uint8_t *b = malloc(*len ? *len : 1);
-    assert_non_null(b);
-    protobuf_c_message_pack(m, b);
-    return b;
-}
-
-static void send_msg(it_conn_t *c, uint32_t chan, uint32_t bc, uint32_t stub, uint32_t type,
-                     const ProtobufCMessage *m)
-{
-    assert_int_equal(chanq_sync_send(c->s, chan, bc, stub, type, m), 0);
-    assert_int_equal(chanq_sync_flush(c->s, IT_TIMEOUT_MS), 0);
-}
-
-/* CREATE_SPATIAL_CHANNEL with empty SpatialChannelData. */
-static void create_spatial(it_conn_t *s, uint32_t stub)
-{
-    Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
-    any.type_url = URL_CELL;
-    Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
-    cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SPATIAL;
-    cc.metadata = "world";
-    cc.data = &any;
-    send_msg(s, 0, 0, stub, MT_CREATE_SPATIAL, &cc.base);
-}
-
 static void expect_created(it_conn_t *s, uint32_t stub, uint32_t a, uint32_t b)
 {
     Channeldpb__CreateSpatialChannelsResultMessage *r =
-        expect_skip(s, MT_CREATE_SPATIAL, 0, stub,
-                    &channeldpb__create_spatial_channels_result_message__descriptor);
+        it_expect_skip(s, MT_CREATE_SPATIAL, 0, stub,
+                       &channeldpb__create_spatial_channels_result_message__descriptor);
     assert_int_equal(r->n_spatialchannelid, 2);
     assert_int_equal(r->spatialchannelid[0], a);
     assert_int_equal(r->spatialchannelid[1], b);
@@ -217,7 +160,7 @@ static void expect_created(it_conn_t *s, uint32_t stub, uint32_t a, uint32_t b)
 static void expect_ready(it_conn_t *s)
 {
     Channeldpb__SpatialChannelsReadyMessage *r =
-        expect_skip(s, MT_READY, 0, 0, &channeldpb__spatial_channels_ready_message__descriptor);
+        it_expect_skip(s, MT_READY, 0, 0, &channeldpb__spatial_channels_ready_message__descriptor);
     assert_int_equal(r->serverindex, 2);
     assert_int_equal(r->servercount, 2);
     chanq_unpack_free(r);
@@ -228,18 +171,18 @@ static void fill_grid(it_conn_t **s0, it_conn_t **s1)
 {
     *s0 = it_server();
     *s1 = it_server();
-    create_spatial(*s0, 7);
+    it_create_spatial(*s0, 7);
     expect_created(*s0, 7, S0, S0 + 1);
     expect_sub0(*s0, S0, (*s0)->id, CONN_SERVER, CT_SPATIAL, 20);
     expect_sub0(*s0, S0 + 1, (*s0)->id, CONN_SERVER, CT_SPATIAL, 20);
-    chanq_unpack_free(expect_skip(*s0, MT_REGIONS, 0, 7, NULL));
-    create_spatial(*s1, 9);
+    chanq_unpack_free(it_expect_skip(*s0, MT_REGIONS, 0, 7, NULL));
+    it_create_spatial(*s1, 9);
     expect_sub0(*s1, S0 + 1, (*s1)->id, CONN_SERVER, CT_SPATIAL, 20);
     expect_ready(*s1);
     expect_created(*s1, 9, S0 + 2, S0 + 3);
     expect_sub0(*s1, S0 + 2, (*s1)->id, CONN_SERVER, CT_SPATIAL, 20);
     expect_sub0(*s1, S0 + 3, (*s1)->id, CONN_SERVER, CT_SPATIAL, 20);
-    chanq_unpack_free(expect_skip(*s1, MT_REGIONS, 0, 9, NULL));
+    chanq_unpack_free(it_expect_skip(*s1, MT_REGIONS, 0, 9, NULL));
     expect_sub0(*s0, S0 + 2, (*s0)->id, CONN_SERVER, CT_SPATIAL, 20);
     expect_ready(*s0);
 }
@@ -271,7 +214,7 @@ static void sphere_interest(it_conn_t *s, uint32_t stub, uint32_t who, double x,
     Channeldpb__UpdateSpatialInterestMessage m = CHANNELDPB__UPDATE_SPATIAL_INTEREST_MESSAGE__INIT;
     m.connid = who;
     m.query = &q;
-    send_msg(s, 0, 0, stub, MT_INTEREST, &m.base);
+    it_send(s, 0, 0, stub, MT_INTEREST, &m.base);
 }
 
 static void spots_interest(it_conn_t *s, uint32_t who, const double *xs, size_t n)
@@ -290,7 +233,7 @@ static void spots_interest(it_conn_t *s, uint32_t who, const double *xs, size_t 
     Channeldpb__UpdateSpatialInterestMessage m = CHANNELDPB__UPDATE_SPATIAL_INTEREST_MESSAGE__INIT;
     m.connid = who;
     m.query = &q;
-    send_msg(s, 0, 0, 0, MT_INTEREST, &m.base);
+    it_send(s, 0, 0, 0, MT_INTEREST, &m.base);
 }
 
 /* The entity's reference in the cells' SpatialChannelData. */
@@ -320,7 +263,7 @@ static void put_ref(it_conn_t *s, uint32_t cell, uint32_t id, uint32_t owner)
     d.n_entities = 1;
     d.entities = kvs;
     size_t len;
-    uint8_t *v = pack(&d.base, &len);
+    uint8_t *v = it_pack(&d.base, &len);
     assert_int_equal(chanq_sync_data_update(s->s, cell, URL_CELL, v, len), 0);
     assert_int_equal(chanq_sync_flush(s->s, IT_TIMEOUT_MS), 0);
     free(v);
@@ -340,7 +283,7 @@ static uint8_t *entity_data(float x, uint32_t seq, size_t *len)
     uint32_t trail[1] = {seq};
     d.n_trail = seq ? 1 : 0;
     d.trail = trail;
-    return pack(&d.base, len);
+    return it_pack(&d.base, len);
 }
 
 /* s (the owner of x's cell) creates entity id on GLOBAL at x; consumes the result and its SUB
@@ -357,12 +300,12 @@ static void create_entity(it_conn_t *s, uint32_t id, float x)
     m.entityid = id;
     m.metadata = "tank";
     m.data = &any;
-    send_msg(s, 0, 0, 31, MT_CREATE_ENTITY, &m.base);
+    it_send(s, 0, 0, 31, MT_CREATE_ENTITY, &m.base);
     free(v);
     /* §4.5 step 3: created on GLOBAL with a position on the grid (4x1: x from -2000, cells of
      * 1000), the reply comes with channelId = the position's cell. */
     uint32_t cell = 0x10000u + (uint32_t)((x + 2000.0f) / 1000.0f);
-    Channeldpb__CreateChannelResultMessage *r = expect_skip(
+    Channeldpb__CreateChannelResultMessage *r = it_expect_skip(
         s, MT_CREATE_ENTITY, cell, 31, &channeldpb__create_channel_result_message__descriptor);
     assert_int_equal(r->channelid, id);
     assert_int_equal(r->ownerconnid, s->id);
@@ -383,7 +326,7 @@ static void move(it_conn_t *s, float x, uint32_t seq, uint32_t ctx)
     Channeldpb__ChannelDataUpdateMessage u = CHANNELDPB__CHANNEL_DATA_UPDATE_MESSAGE__INIT;
     u.data = &any;
     u.contextconnid = ctx;
-    send_msg(s, ENT, 0, 0, MT_DATA, &u.base);
+    it_send(s, ENT, 0, 0, MT_DATA, &u.base);
     free(v);
 }
 
@@ -396,13 +339,13 @@ static void group(it_conn_t *s, Channeldpb__EntityGroupType type, bool add, uint
         m.type = type;
         m.n_entitiestoadd = 1;
         m.entitiestoadd = ids;
-        send_msg(s, ENT, 0, 0, MT_GROUP_ADD, &m.base);
+        it_send(s, ENT, 0, 0, MT_GROUP_ADD, &m.base);
     } else {
         Channeldpb__RemoveEntityGroupMessage m = CHANNELDPB__REMOVE_ENTITY_GROUP_MESSAGE__INIT;
         m.type = type;
         m.n_entitiestoremove = 1;
         m.entitiestoremove = ids;
-        send_msg(s, ENT, 0, 0, MT_GROUP_REMOVE, &m.base);
+        it_send(s, ENT, 0, 0, MT_GROUP_REMOVE, &m.base);
     }
 }
 
@@ -422,7 +365,7 @@ static uint8_t *ref_bytes(uint32_t id, uint32_t owner, size_t *len)
     Chanqworld__SpatialChannelData d = CHANQWORLD__SPATIAL_CHANNEL_DATA__INIT;
     d.n_entities = 1;
     d.entities = kvs;
-    return pack(&d.base, len);
+    return it_pack(&d.base, len);
 }
 
 /* Decodes m as a handover src -> dst with contextConnId ctx; returns it (owned). */
@@ -544,7 +487,7 @@ static void view_msg(view_t *v, it_conn_t *cl, uint32_t ctx, uint32_t owner0)
 {
     static const uint32_t src[3] = {S0, S0 + 1, S0 + 2};
     chanq_owned_msg_t m;
-    next(cl, false, &m);
+    it_next(cl, false, &m);
     if (m.msg_type == MT_DATA && m.channel_id != ENT) {
         assert_in_range(m.channel_id, S0, S0 + 3);
     } else if (m.msg_type == MT_DATA) {
@@ -603,12 +546,12 @@ static void test_interest_sphere(void **state)
         CHANNELDPB__UPDATE_SPATIAL_INTEREST_MESSAGE__INIT;
     bad.connid = cl->id;
     bad.query = &q;
-    send_msg(s0, 0, 0, 23, MT_INTEREST, &bad.base);
+    it_send(s0, 0, 0, 23, MT_INTEREST, &bad.base);
     sphere_interest(s0, 24, cl->id, 1500, 400);
     static const uint32_t first[1] = {S0};
     chanq_owned_msg_t m[2];
-    next(cl, true, &m[0]);
-    next(cl, true, &m[1]);
+    it_next(cl, true, &m[0]);
+    it_next(cl, true, &m[1]);
     int u = m[0].msg_type == MT_UNSUB ? 0 : 1; /* two workers: either order */
     check_unsub(&m[u], 24, first, 1, cl->id);
     check_sub(&m[1 - u], S0 + 3, cl->id, CONN_CLIENT, CT_SPATIAL, 20);
@@ -639,10 +582,10 @@ static void test_handover_walk(void **state)
          * result and the full data), then 65537->65538 (the reference only). */
         expect_sub0(s1, ENT, s1->id, CONN_SERVER, CT_ENTITY, 0);
         chanq_owned_msg_t m;
-        next(s1, true, &m);
+        it_next(s1, true, &m);
         assert_in_range(check_ho_full(&m, S0, S0 + 1, cl->id, ENT, s0->id, -1950.0f), 10, 20);
         chanq_owned_msg_done(&m);
-        next(s1, true, &m);
+        it_next(s1, true, &m);
         check_ho_ref(&m, S0 + 1, S0 + 2, cl->id, ENT, s0->id);
         chanq_owned_msg_done(&m);
     }
@@ -656,7 +599,7 @@ static void test_handover_walk(void **state)
     chanq_owned_msg_t m;
     bool seen_s1 = false, seen_cl = false;
     for (int i = 0; i < 2; i++) {
-        next(s0, true, &m);
+        it_next(s0, true, &m);
         Channeldpb__SubscribedToChannelResultMessage *r =
             chanq_sync_decode(&m, &channeldpb__subscribed_to_channel_result_message__descriptor);
         assert_non_null(r);
@@ -668,22 +611,22 @@ static void test_handover_walk(void **state)
         *(is_s1 ? &seen_s1 : &seen_cl) = true;
         chanq_owned_msg_done(&m);
     }
-    next(s0, true, &m);
+    it_next(s0, true, &m);
     check_ho_ref(&m, S0, S0 + 1, cl->id, ENT, s0->id);
     chanq_owned_msg_done(&m);
-    next(s0, true, &m);
+    it_next(s0, true, &m);
     check_ho_ref(&m, S0 + 1, S0 + 2, cl->id, ENT, s0->id);
     chanq_owned_msg_done(&m);
-    next(s0, true, &m);
+    it_next(s0, true, &m);
     check_ho_ids(&m, S0 + 2, S0 + 3, cl->id);
     chanq_owned_msg_done(&m);
-    next(s1, true, &m);
+    it_next(s1, true, &m);
     check_ho_ref(&m, S0 + 2, S0 + 3, cl->id, ENT, s0->id);
     chanq_owned_msg_done(&m);
     /* The owner is s1 now: the client's message for the owner goes there. */
     assert_int_equal(chanq_sync_user_msg(cl->s, ENT, 0, MT_USER, "hi", 2), 0);
     assert_int_equal(chanq_sync_flush(cl->s, IT_TIMEOUT_MS), 0);
-    next(s1, true, &m);
+    it_next(s1, true, &m);
     assert_int_equal(m.msg_type, MT_USER);
     assert_int_equal(m.channel_id, ENT);
     Channeldpb__ServerForwardMessage *f =
@@ -698,7 +641,7 @@ static void test_handover_walk(void **state)
      * nothing but fan-outs (no UNSUB result). */
     move(s1, 1950.0f, STEPS + 1, cl->id);
     for (bool last = false; !last;) {
-        next(s0, false, &m);
+        it_next(s0, false, &m);
         assert_int_equal(m.msg_type, MT_DATA);
         if (m.channel_id == ENT) {
             Channeldpb__ChannelDataUpdateMessage *u =
@@ -735,25 +678,25 @@ static void test_locked_group_stays(void **state)
     assert_int_equal(chanq_sync_user_msg(cl->s, ENT, 0, MT_USER, "one", 3), 0);
     assert_int_equal(chanq_sync_flush(cl->s, IT_TIMEOUT_MS), 0);
     chanq_owned_msg_t m;
-    next(s0, true, &m);
+    it_next(s0, true, &m);
     assert_int_equal(m.msg_type, MT_USER);
     assert_int_equal(m.channel_id, ENT);
     chanq_owned_msg_done(&m);
     group(s0, CHANNELDPB__ENTITY_GROUP_TYPE__LOCK, false, ENT);
     move(s0, 250.0f, 3, cl->id);
     /* The first handover s0 sees is the third update's: the locked ones handed nothing over. */
-    next(s0, true, &m);
+    it_next(s0, true, &m);
     check_ho_ref(&m, S0 + 1, S0 + 2, cl->id, ENT, s0->id);
     chanq_owned_msg_done(&m);
     assert_int_equal(it_log_count("refused: locked"), 0);
     /* s1 was subscribed by the handover (new: the full data, trail 1..3). */
     expect_sub0(s1, ENT, s1->id, CONN_SERVER, CT_ENTITY, 0);
-    next(s1, true, &m);
+    it_next(s1, true, &m);
     assert_int_equal(check_ho_full(&m, S0 + 1, S0 + 2, cl->id, ENT, s0->id, -50.0f), 3);
     chanq_owned_msg_done(&m);
     assert_int_equal(chanq_sync_user_msg(cl->s, ENT, 0, MT_USER, "two", 3), 0);
     assert_int_equal(chanq_sync_flush(cl->s, IT_TIMEOUT_MS), 0);
-    next(s1, true, &m);
+    it_next(s1, true, &m);
     assert_int_equal(m.msg_type, MT_USER);
     assert_int_equal(m.channel_id, ENT);
     chanq_owned_msg_done(&m);
@@ -777,7 +720,7 @@ static void test_group_handover(void **state)
     int subbed[2] = {0, 0}, handed[2] = {0, 0};
     for (int i = 0; i < 4; i++) {
         chanq_owned_msg_t m;
-        next(s1, true, &m);
+        it_next(s1, true, &m);
         if (m.msg_type == MT_SUB) {
             uint32_t k = m.channel_id - ENT;
             assert_in_range(k, 0, 1);
@@ -808,7 +751,7 @@ static void test_group_handover(void **state)
     bool seen[2] = {false, false};
     for (int i = 0; i < 2; i++) {
         chanq_owned_msg_t m;
-        next(s0, true, &m);
+        it_next(s0, true, &m);
         Channeldpb__ChannelDataHandoverMessage *h = check_ho(&m, S0 + 1, S0 + 2, cl->id);
         Chanqworld__SpatialChannelData *d =
             chanqworld__spatial_channel_data__unpack(NULL, h->data->value.len, h->data->value.data);
@@ -827,7 +770,7 @@ static void test_group_handover(void **state)
         assert_int_equal(chanq_sync_user_msg(cl->s, ENT + k, 0, MT_USER, "x", 1), 0);
         assert_int_equal(chanq_sync_flush(cl->s, IT_TIMEOUT_MS), 0);
         chanq_owned_msg_t m;
-        next(s1, true, &m);
+        it_next(s1, true, &m);
         assert_int_equal(m.msg_type, MT_USER);
         assert_int_equal(m.channel_id, ENT + k);
         chanq_owned_msg_done(&m);
@@ -839,7 +782,7 @@ static void expect_fwd(it_conn_t *c, uint32_t chan, uint32_t bc, uint32_t client
                        const char *payload)
 {
     chanq_owned_msg_t m;
-    next(c, true, &m);
+    it_next(c, true, &m);
     if (m.msg_type != MT_USER + 100 || m.channel_id != chan)
         print_error("conn %u: expected user msg on %u (%s), got type %u chan %u\n", c->id, chan,
                     payload, m.msg_type, m.channel_id);
@@ -913,7 +856,7 @@ static void expect_not_subscribed(it_conn_t *s, it_conn_t *who)
 {
     Channeldpb__SubscribedToChannelMessage m = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
     m.connid = who->id;
-    send_msg(s, ENT, 0, 0, MT_SUB, &m.base);
+    it_send(s, ENT, 0, 0, MT_SUB, &m.base);
     expect_sub0(who, ENT, who->id, CONN_CLIENT, CT_ENTITY, 20);
 }
 
@@ -935,13 +878,13 @@ static void test_handover_subscription_follows_interest(void **state)
     move(s0, -500.0f, 1, 0); /* 65536 -> 65537 */
     expect_sub0(cl, ENT, cl->id, CONN_CLIENT, CT_ENTITY, 20);
     chanq_owned_msg_t m;
-    next(cl, true, &m);
+    it_next(cl, true, &m);
     assert_int_equal(check_ho_full(&m, S0, S0 + 1, 0, ENT, s0->id, -600.0f), 1);
     chanq_owned_msg_done(&m);
     move(s0, 500.0f, 2, 0); /* 65537 -> 65538: cl watches the source only */
     int ids = 0, unsubs = 0;
     for (int i = 0; i < 2; i++) { /* two workers' messages: either order */
-        next(cl, true, &m);
+        it_next(cl, true, &m);
         if (m.msg_type == MT_HANDOVER) {
             check_ho_ids(&m, S0 + 1, S0 + 2, 0);
             ids++;
@@ -980,7 +923,7 @@ static void test_handover_servers_only(void **state)
     create_entity(s0, ENT, -1500.0f);
     move(s0, -500.0f, 1, 0);
     chanq_owned_msg_t m;
-    next(cl, true, &m);
+    it_next(cl, true, &m);
     check_ho_ref(&m, S0, S0 + 1, 0, ENT, s0->id);
     chanq_owned_msg_done(&m);
     expect_not_subscribed(s0, cl);
@@ -1005,13 +948,13 @@ static void test_handover_keeps_newer_entry(void **state)
     put_ref(s0, S0 + 1, ENT, 222); /* the newer one, in the destination before the move */
     move(s0, -500.0f, 1, 0);
     chanq_owned_msg_t m;
-    next(cl, true, &m);
+    it_next(cl, true, &m);
     check_ho_ref(&m, S0, S0 + 1, 0, ENT, 111); /* the handover carries what the source had */
     chanq_owned_msg_done(&m);
     it_conn_t *s2 = it_server(); /* a new subscriber of the destination */
     it_sub(s2, 7, S0 + 1, s2->id, 1);
     it_expect_sub(s2, S0 + 1, 7, s2->id, CONN_SERVER, CT_SPATIAL, 1);
-    next(s2, false, &m); /* its first fan-out: the cell's full state */
+    it_next(s2, false, &m); /* its first fan-out: the cell's full state */
     assert_int_equal(m.msg_type, MT_DATA);
     assert_int_equal(m.channel_id, S0 + 1);
     Channeldpb__ChannelDataUpdateMessage *u =

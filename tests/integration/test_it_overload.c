@@ -20,7 +20,7 @@
  * exactly. A record is at most 64 KiB (CQ_WIRE_MAX_RECORD) and a full state must be one record:
  * NENT entities and the END key, LABEL bytes each, stay below it.
  */
-#include "it_common.h"
+#include "it_world.h"
 
 #include <linux/tcp.h>
 #include <netinet/in.h>
@@ -35,8 +35,7 @@
 
 #include "world.pb-c.h"
 
-#define URL_CELL "type.googleapis.com/chanqworld.SpatialChannelData"
-#define URL_ENT  "type.googleapis.com/chanqworld.EntityChannelData"
+#define URL_ENT "type.googleapis.com/chanqworld.EntityChannelData"
 
 #define NENT       4     /* entities of a data channel: keys 1..NENT */
 #define END_KEY    1000u /* the owner's last update sets this key: a reader is done */
@@ -79,15 +78,6 @@ static const char LAYOUT[] =
     "  \"EntitiesField\": \"entities\", \"EntityDataField\": \"entityData\"}}\n";
 
 /* ---- small helpers --------------------------------------------------------------------------- */
-
-static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
-{
-    *len = protobuf_c_message_get_packed_size(m);
-    uint8_t *b = malloc(*len ? *len : 1);
-    assert_non_null(b);
-    protobuf_c_message_pack(m, b);
-    return b;
-}
 
 static void nap(void)
 {
@@ -195,7 +185,7 @@ static uint8_t *model_bytes(const model_t *m, size_t *len)
     Chanqworld__SpatialChannelData d = CHANQWORLD__SPATIAL_CHANNEL_DATA__INIT;
     d.n_entities = n;
     d.entities = kvs;
-    return pack(&d.base, len);
+    return it_pack(&d.base, len);
 }
 
 /* Both models packed the same way are the same bytes. */
@@ -601,60 +591,14 @@ static void test_late_worker_coarsens(void **state)
 /* the largest state of a cell: the writer's entities and ENT's reference */
 #define CELL_FS (FAKE * (FAKE_LEN + 32) + 256)
 
-static void next(it_conn_t *c, chanq_owned_msg_t *m)
-{
-    for (;;) {
-        it_recv(c, m);
-        if (m->msg_type != MT_DATA)
-            return;
-        chanq_owned_msg_done(m);
-    }
-}
-
-/* The next message other than data: type, channel and stub as given; its body decoded as d. */
-static void *expect_skip(it_conn_t *c, uint32_t type, uint32_t chan, uint32_t stub,
-                         const ProtobufCMessageDescriptor *d)
-{
-    chanq_owned_msg_t m;
-    next(c, &m);
-    if (m.msg_type != type || m.channel_id != chan || m.stub_id != stub)
-        print_error("conn %u: expected type %u chan %u stub %u, got type %u chan %u stub %u\n",
-                    c->id, type, chan, stub, m.msg_type, m.channel_id, m.stub_id);
-    assert_int_equal(m.msg_type, type);
-    assert_int_equal(m.channel_id, chan);
-    assert_int_equal(m.stub_id, stub);
-    void *b = d ? chanq_sync_decode(&m, d) : NULL;
-    assert_true(!d || b);
-    chanq_owned_msg_done(&m);
-    return b;
-}
-
 /* A SUB result (stub 0) on chan for subscriber who. */
 static void expect_sub0(it_conn_t *c, uint32_t chan, uint32_t who, uint32_t ctype)
 {
-    Channeldpb__SubscribedToChannelResultMessage *r = expect_skip(
+    Channeldpb__SubscribedToChannelResultMessage *r = it_expect_skip(
         c, MT_SUB, chan, 0, &channeldpb__subscribed_to_channel_result_message__descriptor);
     assert_int_equal(r->connid, who);
     assert_int_equal(r->conntype, ctype);
     chanq_unpack_free(r);
-}
-
-static void send_msg(it_conn_t *c, uint32_t chan, uint32_t bc, uint32_t stub, uint32_t type,
-                     const ProtobufCMessage *m)
-{
-    assert_int_equal(chanq_sync_send(c->s, chan, bc, stub, type, m), 0);
-    assert_int_equal(chanq_sync_flush(c->s, IT_TIMEOUT_MS), 0);
-}
-
-static void create_spatial(it_conn_t *s, uint32_t stub)
-{
-    Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
-    any.type_url = URL_CELL;
-    Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
-    cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SPATIAL;
-    cc.metadata = "world";
-    cc.data = &any;
-    send_msg(s, 0, 0, stub, MT_CREATE_SPATIAL, &cc.base);
 }
 
 /* Two servers take the two slots of 4x1, in the order test_it_handover.c checks in detail. */
@@ -662,20 +606,20 @@ static void fill_grid(it_conn_t **s0, it_conn_t **s1)
 {
     *s0 = it_server();
     *s1 = it_server();
-    create_spatial(*s0, 7);
-    chanq_unpack_free(expect_skip(*s0, MT_CREATE_SPATIAL, 0, 7, NULL));
+    it_create_spatial(*s0, 7);
+    chanq_unpack_free(it_expect_skip(*s0, MT_CREATE_SPATIAL, 0, 7, NULL));
     expect_sub0(*s0, S0, (*s0)->id, CONN_SERVER);
     expect_sub0(*s0, S0 + 1, (*s0)->id, CONN_SERVER);
-    chanq_unpack_free(expect_skip(*s0, MT_REGIONS, 0, 7, NULL));
-    create_spatial(*s1, 9);
+    chanq_unpack_free(it_expect_skip(*s0, MT_REGIONS, 0, 7, NULL));
+    it_create_spatial(*s1, 9);
     expect_sub0(*s1, S0 + 1, (*s1)->id, CONN_SERVER);
-    chanq_unpack_free(expect_skip(*s1, MT_READY, 0, 0, NULL));
-    chanq_unpack_free(expect_skip(*s1, MT_CREATE_SPATIAL, 0, 9, NULL));
+    chanq_unpack_free(it_expect_skip(*s1, MT_READY, 0, 0, NULL));
+    chanq_unpack_free(it_expect_skip(*s1, MT_CREATE_SPATIAL, 0, 9, NULL));
     expect_sub0(*s1, S0 + 2, (*s1)->id, CONN_SERVER);
     expect_sub0(*s1, S0 + 3, (*s1)->id, CONN_SERVER);
-    chanq_unpack_free(expect_skip(*s1, MT_REGIONS, 0, 9, NULL));
+    chanq_unpack_free(it_expect_skip(*s1, MT_REGIONS, 0, 9, NULL));
     expect_sub0(*s0, S0 + 2, (*s0)->id, CONN_SERVER);
-    chanq_unpack_free(expect_skip(*s0, MT_READY, 0, 0, NULL));
+    chanq_unpack_free(it_expect_skip(*s0, MT_READY, 0, 0, NULL));
 }
 
 /* Server s points who's interest at all four cells (spots at distance 0: 20 ms windows). */
@@ -695,7 +639,7 @@ static void watch_cells(it_conn_t *s, it_conn_t *who)
     Channeldpb__UpdateSpatialInterestMessage m = CHANNELDPB__UPDATE_SPATIAL_INTEREST_MESSAGE__INIT;
     m.connid = who->id;
     m.query = &q;
-    send_msg(s, 0, 0, 0, MT_INTEREST, &m.base);
+    it_send(s, 0, 0, 0, MT_INTEREST, &m.base);
 }
 
 /* s0 points cl's interest at all four cells; cl and the cells' owners get the SUB results, in
@@ -709,7 +653,7 @@ static void watch_all(it_conn_t *s0, it_conn_t *s1, it_conn_t *cl)
         bool seen[4] = {false};
         for (uint32_t i = 0; i < count[k]; i++) {
             chanq_owned_msg_t msg;
-            next(who[k], &msg);
+            it_next(who[k], true, &msg);
             assert_int_equal(msg.msg_type, MT_SUB);
             assert_in_range(msg.channel_id, first[k], first[k] + count[k] - 1);
             assert_false(seen[msg.channel_id - S0]);
@@ -737,7 +681,7 @@ static void cell_entry(it_conn_t *w, uint32_t cell, uint32_t key, const char *cl
     d.n_entities = 1;
     d.entities = kvs;
     size_t len;
-    uint8_t *v = pack(&d.base, &len);
+    uint8_t *v = it_pack(&d.base, &len);
     assert_int_equal(chanq_sync_data_update(w->s, cell, URL_CELL, v, len), 0);
     free(v);
 }
@@ -755,7 +699,7 @@ static void send_entity_at(it_conn_t *s, uint32_t chan, uint32_t msg_type, uint3
     e.name = seq ? "" : "tank";
     e.seq = seq;
     size_t len;
-    uint8_t *v = pack(&e.base, &len);
+    uint8_t *v = it_pack(&e.base, &len);
     Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
     any.type_url = URL_ENT;
     any.value.data = v;
@@ -765,12 +709,12 @@ static void send_entity_at(it_conn_t *s, uint32_t chan, uint32_t msg_type, uint3
         m.entityid = ENT;
         m.metadata = "tank";
         m.data = &any;
-        send_msg(s, chan, 0, stub, msg_type, &m.base);
+        it_send(s, chan, 0, stub, msg_type, &m.base);
     } else {
         Channeldpb__ChannelDataUpdateMessage u = CHANNELDPB__CHANNEL_DATA_UPDATE_MESSAGE__INIT;
         u.data = &any;
         u.contextconnid = ctx;
-        send_msg(s, chan, 0, stub, msg_type, &u.base);
+        it_send(s, chan, 0, stub, msg_type, &u.base);
     }
     free(v);
 }
@@ -999,7 +943,7 @@ static void test_handover_trail_under_overload(void **state)
     watch_all(s0, s1, cl);
     cell_entry(s0, S0 + 1, ENT, "tank", s0->id); /* ENT's reference in its first cell */
     send_entity_at(s0, 0, MT_CREATE_ENTITY, 31, -500.0f, 0, 0);
-    Channeldpb__CreateChannelResultMessage *cr = expect_skip(
+    Channeldpb__CreateChannelResultMessage *cr = it_expect_skip(
         s0, MT_CREATE_ENTITY, S0 + 1, 31, &channeldpb__create_channel_result_message__descriptor);
     assert_int_equal(cr->channelid, ENT);
     chanq_unpack_free(cr);
