@@ -3,6 +3,8 @@
 
 #include <stdlib.h>
 
+#include "world.pb-c.h"
+
 uint8_t *it_pack(const ProtobufCMessage *m, size_t *len)
 {
     *len = protobuf_c_message_get_packed_size(m);
@@ -55,4 +57,23 @@ void it_create_spatial(it_conn_t *s, uint32_t stub)
     cc.metadata = "world";
     cc.data = &any;
     it_send(s, 0, 0, stub, MT_CREATE_SPATIAL, &cc.base);
+}
+
+uint8_t *it_cell_ref(uint32_t key, const char *cls, uint32_t owner, size_t *len)
+{
+    Chanqworld__EntityRef ref = CHANQWORLD__ENTITY_REF__INIT;
+    ref.netid = key;
+    ref.classpath = (char *)cls;
+    ref.owningconnid = owner;
+    Chanqworld__SpatialEntityState st = CHANQWORLD__SPATIAL_ENTITY_STATE__INIT;
+    st.objref = &ref;
+    Chanqworld__SpatialChannelData__EntitiesEntry kv =
+        CHANQWORLD__SPATIAL_CHANNEL_DATA__ENTITIES_ENTRY__INIT;
+    Chanqworld__SpatialChannelData__EntitiesEntry *kvs[1] = {&kv};
+    kv.key = key;
+    kv.value = &st;
+    Chanqworld__SpatialChannelData d = CHANQWORLD__SPATIAL_CHANNEL_DATA__INIT;
+    d.n_entities = 1;
+    d.entities = kvs;
+    return it_pack(&d.base, len);
 }

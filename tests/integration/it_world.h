@@ -23,6 +23,10 @@ void it_next(it_conn_t *c, bool skip_data, chanq_owned_msg_t *m);
 void *it_expect_skip(it_conn_t *c, uint32_t type, uint32_t chan, uint32_t stub,
                      const ProtobufCMessageDescriptor *d);
 
+/* The bytes of SpatialChannelData{entities: {key: {objRef: {netId: key, classPath: cls,
+ * owningConnId: owner}}}}, a cell's entry for one entity (free them); *len their length. */
+uint8_t *it_cell_ref(uint32_t key, const char *cls, uint32_t owner, size_t *len);
+
 /* CREATE_SPATIAL_CHANNEL with empty SpatialChannelData, stub echoed. */
 void it_create_spatial(it_conn_t *s, uint32_t stub);
 

@@ -32,9 +32,11 @@
 
 #include <cmocka.h>
 
+#define TEST_WAIT_MS 30000
+#include "test_wait.h"
+
 #define SESSION_MS 6000 /* members that must survive a leader change on a loaded machine */
 #define FROZEN_MS  2000 /* the member that is frozen: expires soon */
-#define WAIT_MS    30000
 #define MAXLOG     32
 
 static char g_base[256];
@@ -156,16 +158,6 @@ static bool acking(member_t *mb)
 {
     return cq_coordrt_ack_until(mb->rt) > cq_clock_mono_ms();
 }
-
-#define WAIT_UNTIL(cond)                                                                           \
-    do {                                                                                           \
-        uint64_t end_ = cq_clock_mono_ms() + WAIT_MS;                                              \
-        while (!(cond)) {                                                                          \
-            if (cq_clock_mono_ms() > end_)                                                         \
-                fail_msg("timed out waiting for %s", #cond);                                       \
-            usleep(2000);                                                                          \
-        }                                                                                          \
-    } while (0)
 
 static void assert_rec(member_t *mb, int i, cq_coord_role_t role, uint64_t epoch, int64_t master)
 {
@@ -306,10 +298,10 @@ static void child_start(child_t *c, const char *root, int i, uint32_t session_ms
     c->len = 0;
 }
 
-/* The next line the child printed, within WAIT_MS. */
+/* The next line the child printed, within TEST_WAIT_MS. */
 static void child_line(child_t *c, char *out, size_t outlen)
 {
-    uint64_t end = cq_clock_mono_ms() + WAIT_MS;
+    uint64_t end = cq_clock_mono_ms() + TEST_WAIT_MS;
     for (;;) {
         char *nl = memchr(c->buf, '\n', c->len);
         if (nl) {

@@ -236,34 +236,11 @@ static void spots_interest(it_conn_t *s, uint32_t who, const double *xs, size_t 
     it_send(s, 0, 0, 0, MT_INTEREST, &m.base);
 }
 
-/* The entity's reference in the cells' SpatialChannelData. */
-static void entity_ref(Chanqworld__SpatialEntityState *st, Chanqworld__EntityRef *ref, uint32_t id,
-                       uint32_t owner)
-{
-    chanqworld__entity_ref__init(ref);
-    ref->netid = id;
-    ref->classpath = "tank";
-    ref->owningconnid = owner;
-    chanqworld__spatial_entity_state__init(st);
-    st->objref = ref;
-}
-
 /* s0 puts entity id's reference into cell's data. */
 static void put_ref(it_conn_t *s, uint32_t cell, uint32_t id, uint32_t owner)
 {
-    Chanqworld__SpatialEntityState st;
-    Chanqworld__EntityRef ref;
-    entity_ref(&st, &ref, id, owner);
-    Chanqworld__SpatialChannelData__EntitiesEntry kv =
-        CHANQWORLD__SPATIAL_CHANNEL_DATA__ENTITIES_ENTRY__INIT;
-    Chanqworld__SpatialChannelData__EntitiesEntry *kvs[1] = {&kv};
-    kv.key = id;
-    kv.value = &st;
-    Chanqworld__SpatialChannelData d = CHANQWORLD__SPATIAL_CHANNEL_DATA__INIT;
-    d.n_entities = 1;
-    d.entities = kvs;
     size_t len;
-    uint8_t *v = it_pack(&d.base, &len);
+    uint8_t *v = it_cell_ref(id, "tank", owner, &len);
     assert_int_equal(chanq_sync_data_update(s->s, cell, URL_CELL, v, len), 0);
     assert_int_equal(chanq_sync_flush(s->s, IT_TIMEOUT_MS), 0);
     free(v);
@@ -354,18 +331,7 @@ static void group(it_conn_t *s, Channeldpb__EntityGroupType type, bool add, uint
 /* The exact bytes of SpatialChannelData{entities: {id: ref}} (owner = the ref's owner). */
 static uint8_t *ref_bytes(uint32_t id, uint32_t owner, size_t *len)
 {
-    Chanqworld__SpatialEntityState st;
-    Chanqworld__EntityRef ref;
-    entity_ref(&st, &ref, id, owner);
-    Chanqworld__SpatialChannelData__EntitiesEntry kv =
-        CHANQWORLD__SPATIAL_CHANNEL_DATA__ENTITIES_ENTRY__INIT;
-    Chanqworld__SpatialChannelData__EntitiesEntry *kvs[1] = {&kv};
-    kv.key = id;
-    kv.value = &st;
-    Chanqworld__SpatialChannelData d = CHANQWORLD__SPATIAL_CHANNEL_DATA__INIT;
-    d.n_entities = 1;
-    d.entities = kvs;
-    return it_pack(&d.base, len);
+    return it_cell_ref(id, "tank", owner, len);
 }
 
 /* Decodes m as a handover src -> dst with contextConnId ctx; returns it (owned). */

@@ -10,6 +10,9 @@
 
 #include <cmocka.h>
 
+#define TEST_WAIT_MS 30000
+#include "test_wait.h"
+
 #include "cq_alloc.h"
 #include "cq_clock.h"
 #include "cq_err.h"
@@ -22,19 +25,8 @@
 #include <unistd.h>
 
 #define SESSION_MS 6000
-#define WAIT_MS    30000
 
 static const char *g_hosts;
-
-#define WAIT_UNTIL(cond)                                                                           \
-    do {                                                                                           \
-        uint64_t end_ = cq_clock_mono_ms() + WAIT_MS;                                              \
-        while (!(cond)) {                                                                          \
-            if (cq_clock_mono_ms() > end_)                                                         \
-                fail_msg("timed out waiting for %s", #cond);                                       \
-            usleep(2000);                                                                          \
-        }                                                                                          \
-    } while (0)
 
 /* ---- the manager's state store (cq_mgrstore_zk_*) -------------------------------------------- */
 

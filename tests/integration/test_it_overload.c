@@ -663,25 +663,11 @@ static void watch_all(it_conn_t *s0, it_conn_t *s1, it_conn_t *cl)
     }
 }
 
-/* SpatialChannelData{entities: {key: {objRef: {netId: key, classPath, owningConnId}}}}. */
+/* A cell's entry for entity key (it_cell_ref), written by w. */
 static void cell_entry(it_conn_t *w, uint32_t cell, uint32_t key, const char *cls, uint32_t owner)
 {
-    Chanqworld__EntityRef ref = CHANQWORLD__ENTITY_REF__INIT;
-    ref.netid = key;
-    ref.classpath = (char *)cls;
-    ref.owningconnid = owner;
-    Chanqworld__SpatialEntityState st = CHANQWORLD__SPATIAL_ENTITY_STATE__INIT;
-    st.objref = &ref;
-    Chanqworld__SpatialChannelData__EntitiesEntry kv =
-        CHANQWORLD__SPATIAL_CHANNEL_DATA__ENTITIES_ENTRY__INIT;
-    Chanqworld__SpatialChannelData__EntitiesEntry *kvs[1] = {&kv};
-    kv.key = key;
-    kv.value = &st;
-    Chanqworld__SpatialChannelData d = CHANQWORLD__SPATIAL_CHANNEL_DATA__INIT;
-    d.n_entities = 1;
-    d.entities = kvs;
     size_t len;
-    uint8_t *v = it_pack(&d.base, &len);
+    uint8_t *v = it_cell_ref(key, cls, owner, &len);
     assert_int_equal(chanq_sync_data_update(w->s, cell, URL_CELL, v, len), 0);
     free(v);
 }

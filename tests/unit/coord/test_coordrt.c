@@ -17,6 +17,9 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#define TEST_WAIT_MS 10000
+#include "test_wait.h"
 #include <errno.h>
 
 #define MAXS   8
@@ -467,16 +470,6 @@ static bool is_gated(member_t *mb)
 }
 
 /* ---- waiting ------------------------------------------------------------------------------ */
-
-#define WAIT_UNTIL(cond)                                                                           \
-    do {                                                                                           \
-        uint64_t end_ = cq_clock_mono_ms() + 10000;                                                \
-        while (!(cond)) {                                                                          \
-            if (cq_clock_mono_ms() > end_)                                                         \
-                fail_msg("timed out waiting for %s", #cond);                                       \
-            usleep(1000);                                                                          \
-        }                                                                                          \
-    } while (0)
 
 static int zint(fz_t *z, const int *p)
 {
