@@ -475,18 +475,25 @@ static void test_skip_self_before_sub(void **state)
 
 /* ---- windows ---- */
 
+/* Interval 10 from 0, updates at 5, 15, 35 ([20, 30) stays empty) and 40 (in the open window
+ * [40, 50)), the first tick at 40. */
+static void fall_behind(fx_t *f)
+{
+    cq_sched_subopts_t o = opts(10, 0, true);
+    sub(f, 1, &o, 0);
+    upd(f, "u5", C0, 5);
+    upd(f, "u15", C0, 15);
+    upd(f, "u35", C0, 35);
+    upd(f, "u40", C0, 40);
+    assert_int_equal(tick(f, 40), 0);
+}
+
 /* Fell behind: interval 10, no tick for 40 ms: one message per closed non-empty window. */
 static void test_missed_windows(void **state)
 {
     (void)state;
     fx_t *f = fx_new(10);
-    cq_sched_subopts_t o = opts(10, 0, true);
-    sub(f, 1, &o, 0);
-    upd(f, "u5", C0, 5);
-    upd(f, "u15", C0, 15);
-    upd(f, "u35", C0, 35); /* [20, 30) stays empty */
-    upd(f, "u40", C0, 40); /* opens [40, 50) */
-    assert_int_equal(tick(f, 40), 0);
+    fall_behind(f);
     assert_int_equal(f->nrec, 3);
     expect(f, 0, 1, 40, "u5");
     expect(f, 1, 1, 40, "u15");
@@ -765,39 +772,6 @@ static void test_fold_resync(void **state)
     fx_free(f);
 }
 
-/* Random intervals, phases, delays and a small buffer: every subscriber's stream stays exact
- * (full states restart it) whatever the folding did. skip_self is off, so mixed folds are exact. */
-static void test_random_streams(void **state)
-{
-    (void)state;
-    srand(12345);
-    for (int round = 0; round < 20; round++) {
-        fx_t *f = fx_new(5);
-        f->keep = false;
-        f->check = true;
-        assert_int_equal(cq_sched_set_buf_max(f->s, 8 + (uint32_t)(rand() % 24)), 0);
-        uint32_t n = 2 + (uint32_t)(rand() % 30);
-        for (uint32_t c = 1; c <= n; c++) {
-            cq_sched_subopts_t o = opts((uint32_t)(rand() % 200), rand() % 100 - 50, false);
-            o.set |= CQ_SCHED_SET_SKIP_SELF;
-            o.skip_self = false;
-            sub(f, c, &o, rand() % 50);
-        }
-        int64_t t = 50;
-        for (int i = 0; i < 3000; i++) {
-            t += rand() % 3;
-            upd_tok(f, (uint32_t)(rand() % (n + 1)), t);
-            assert_true(cq_sched_buffered(f->s) <= cq_sched_buf_max(f->s));
-            if (rand() % 4 == 0)
-                assert_int_equal(tick(f, t), 0);
-        }
-        assert_int_equal(tick(f, t + 1000), 0);
-        for (uint32_t c = 1; c <= n; c++)
-            assert_int_equal(f->pos[c], f->ntok);
-        fx_free(f);
-    }
-}
-
 /* ---- overload: stretched windows, merged catch-up, resync (cq_coarsen.h) ---- */
 
 /* Emissions to conn, and the time of the last one. */
@@ -870,14 +844,8 @@ static void test_coarsen_merge_missed(void **state)
     cq_coarsen_t co;
     cq_coarsen_init(&co, NULL);
     cq_sched_set_coarsen(f->s, &co);
-    cq_sched_subopts_t o = opts(10, 0, true);
-    sub(f, 1, &o, 0);
     co.level = 1; /* 10 ms is near interest: not stretched at level 1, but merged */
-    upd(f, "u5", C0, 5);
-    upd(f, "u15", C0, 15);
-    upd(f, "u35", C0, 35);
-    upd(f, "u40", C0, 40); /* in the open window [40, 50): not sent */
-    assert_int_equal(tick(f, 40), 0);
+    fall_behind(f);
     assert_int_equal(f->nrec, 1);
     expect(f, 0, 1, 40, "u5u15u35");
     assert_int_equal(co.st.merged, 3);
@@ -918,63 +886,6 @@ static void test_resync(void **state)
     fx_free(f);
 }
 
-/* Random streams while the level moves and connections are resynchronised at random: every
- * connection still sees every update exactly once and in order, and at the end has all. */
-static void test_coarsen_random_streams(void **state)
-{
-    (void)state;
-    srand(777);
-    for (int round = 0; round < 20; round++) {
-        fx_t *f = fx_new(5);
-        cq_coarsen_t co;
-        cq_coarsen_init(&co, NULL);
-        cq_sched_set_coarsen(f->s, &co);
-        cq_sched_set_quantum(f->s, (uint32_t)(rand() % 2) * 20);
-        f->keep = false;
-        f->check = true;
-        assert_int_equal(cq_sched_set_buf_max(f->s, 8 + (uint32_t)(rand() % 24)), 0);
-        uint32_t n = 2 + (uint32_t)(rand() % 30);
-        for (uint32_t c = 1; c <= n; c++) {
-            cq_sched_subopts_t o = opts((uint32_t)(rand() % 200), rand() % 100 - 50, false);
-            o.set |= CQ_SCHED_SET_SKIP_SELF | CQ_SCHED_SET_ALIGN;
-            o.skip_self = false;
-            o.align = rand() % 2;
-            sub(f, c, &o, rand() % 50);
-        }
-        int64_t t = 50;
-        for (int i = 0; i < 3000; i++) {
-            t += rand() % 3;
-            upd_tok(f, (uint32_t)(rand() % (n + 1)), t);
-            if (rand() % 50 == 0)
-                co.level = (uint32_t)(rand() % (CQ_COARSEN_MAX + 1));
-            if (rand() % 40 == 0)
-                cq_sched_resync(f->s, 1 + (uint32_t)rand() % n);
-            if (rand() % 30 == 0) { /* a new interval, as an interest update gives a cell */
-                cq_sched_subopts_t o = {.set = CQ_SCHED_SET_INTERVAL,
-                                        .interval_ms = (uint32_t[]){20, 50, 100}[rand() % 3]};
-                sub(f, 1 + (uint32_t)rand() % n, &o, t);
-            }
-            if (rand() % 60 == 0) { /* left and came back: the full state restarts its stream */
-                uint32_t c = 1 + (uint32_t)rand() % n;
-                cq_sched_unsub(f->s, c);
-                cq_sched_subopts_t o = opts((uint32_t[]){20, 50, 100}[rand() % 3], 0, false);
-                o.set |= CQ_SCHED_SET_SKIP_SELF | CQ_SCHED_SET_ALIGN;
-                o.skip_self = false;
-                o.align = rand() % 2;
-                sub(f, c, &o, t);
-            }
-            if (rand() % 4 == 0)
-                assert_int_equal(tick(f, t), 0);
-        }
-        co.level = 0;
-        assert_int_equal(tick(f, t + 2000), 0);
-        assert_int_equal(tick(f, t + 4000), 0);
-        for (uint32_t c = 1; c <= n; c++)
-            assert_int_equal(f->pos[c], f->ntok);
-        fx_free(f);
-    }
-}
-
 /* With a 20 ms quantum a 50 ms aligned window is sent at the next 20 ms point with the same
  * content: [0, 50) at 60, [50, 100) at 100, [100, 150) at 160; the 20 ms one is unchanged. */
 static void test_quantum(void **state)
@@ -1004,6 +915,88 @@ static void test_quantum(void **state)
         k++;
     }
     fx_free(f);
+}
+
+/* A token-stream subscriber: skip_self off, so its stream holds every update. */
+static void sub_stream(fx_t *f, uint32_t c, uint32_t interval, int32_t delay, bool align, int64_t t)
+{
+    cq_sched_subopts_t o = opts(interval, delay, false);
+    o.set |= CQ_SCHED_SET_SKIP_SELF | CQ_SCHED_SET_ALIGN;
+    o.skip_self = false;
+    o.align = align;
+    sub(f, c, &o, t);
+}
+
+/* One random step of what a world does to its subscriptions, beside the updates. */
+static void churn_once(fx_t *f, cq_coarsen_t *co, uint32_t n, int64_t t)
+{
+    static const uint32_t iv[3] = {20, 50, 100};
+    if (rand() % 50 == 0)
+        co->level = (uint32_t)(rand() % (CQ_COARSEN_MAX + 1));
+    if (rand() % 40 == 0)
+        cq_sched_resync(f->s, 1 + (uint32_t)rand() % n);
+    if (rand() % 30 == 0) { /* a new interval, as an interest update gives a cell */
+        cq_sched_subopts_t o = {.set = CQ_SCHED_SET_INTERVAL, .interval_ms = iv[rand() % 3]};
+        sub(f, 1 + (uint32_t)rand() % n, &o, t);
+    }
+    if (rand() % 60 == 0) { /* left and came back: the full state restarts its stream */
+        uint32_t c = 1 + (uint32_t)rand() % n;
+        cq_sched_unsub(f->s, c);
+        sub_stream(f, c, iv[rand() % 3], 0, rand() % 2, t);
+    }
+}
+
+/* Random token streams (check_msg): 20 rounds of random subscribers, updates from any of them
+ * and ticks. With churn, also aligned windows, a quantum, a moving overload level, resyncs, new
+ * intervals, and subscribers that leave and come back. Every connection must see every update
+ * exactly once and in order, and have them all at the end. */
+static void run_streams(unsigned seed, bool churn)
+{
+    srand(seed);
+    for (int round = 0; round < 20; round++) {
+        fx_t *f = fx_new(5);
+        cq_coarsen_t co;
+        cq_coarsen_init(&co, NULL);
+        if (churn) {
+            cq_sched_set_coarsen(f->s, &co);
+            cq_sched_set_quantum(f->s, (uint32_t)(rand() % 2) * 20);
+        }
+        f->keep = false;
+        f->check = true;
+        assert_int_equal(cq_sched_set_buf_max(f->s, 8 + (uint32_t)(rand() % 24)), 0);
+        uint32_t n = 2 + (uint32_t)(rand() % 30);
+        for (uint32_t c = 1; c <= n; c++)
+            sub_stream(f, c, (uint32_t)(rand() % 200), rand() % 100 - 50, churn && rand() % 2,
+                       rand() % 50);
+        int64_t t = 50;
+        for (int i = 0; i < 3000; i++) {
+            t += rand() % 3;
+            upd_tok(f, (uint32_t)(rand() % (n + 1)), t);
+            assert_true(cq_sched_buffered(f->s) <= cq_sched_buf_max(f->s));
+            if (churn)
+                churn_once(f, &co, n, t);
+            if (rand() % 4 == 0)
+                assert_int_equal(tick(f, t), 0);
+        }
+        co.level = 0;
+        assert_int_equal(tick(f, t + 2000), 0);
+        assert_int_equal(tick(f, t + 4000), 0);
+        for (uint32_t c = 1; c <= n; c++)
+            assert_int_equal(f->pos[c], f->ntok);
+        fx_free(f);
+    }
+}
+
+static void test_random_streams(void **state)
+{
+    (void)state;
+    run_streams(12345, false);
+}
+
+static void test_coarsen_random_streams(void **state)
+{
+    (void)state;
+    run_streams(777, true);
 }
 
 /* ---- failures ---- */
