@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "test_sendq.h"
+
 #include "cq_alloc.h"
 #include "cq_authlim.h"
 #include "cq_err.h"
@@ -73,20 +75,9 @@ static void fake_flush(void *ud)
 {
     fconn_t *f = ud;
     assert_false(f->gone);
-    cq_sendq_t *q = fconn_sendq(f);
-    const struct iovec *iov;
-    int n;
     f->flushes++;
-    while (!f->stalled && cq_sendq_prepare(q, &iov, &n) == 0 && n > 0) {
-        size_t len = 0;
-        for (int i = 0; i < n; i++) {
-            assert_true(f->len + iov[i].iov_len <= OUT_CAP);
-            memcpy(f->out + f->len, iov[i].iov_base, iov[i].iov_len);
-            f->len += iov[i].iov_len;
-            len += iov[i].iov_len;
-        }
-        cq_sendq_written(q, len);
-    }
+    if (!f->stalled)
+        test_sendq_drain(fconn_sendq(f), f->out, &f->len, OUT_CAP);
 }
 
 /* Transport op: what is queued is written, then the socket would close. */

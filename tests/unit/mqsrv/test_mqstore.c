@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "test_sendq.h"
+
 #include "cq_alloc.h"
 #include "cq_err.h"
 #include "cq_mq.h"
@@ -61,19 +63,7 @@ static const cq_mqsrv_ops_t eng_ops = {on_wake};
 static void fake_flush(void *ud)
 {
     fconn_t *f = ud;
-    cq_sendq_t *q = cq_mqsrv_conn_sendq(f->c);
-    const struct iovec *iov;
-    int n;
-    while (cq_sendq_prepare(q, &iov, &n) == 0 && n > 0) {
-        size_t len = 0;
-        for (int i = 0; i < n; i++) {
-            assert_true(f->len + iov[i].iov_len <= OUT_CAP);
-            memcpy(f->out + f->len, iov[i].iov_base, iov[i].iov_len);
-            f->len += iov[i].iov_len;
-            len += iov[i].iov_len;
-        }
-        cq_sendq_written(q, len);
-    }
+    test_sendq_drain(cq_mqsrv_conn_sendq(f->c), f->out, &f->len, OUT_CAP);
 }
 
 static void fake_close(void *ud)
