@@ -39,6 +39,7 @@
 #include "cq_coarsen.h"
 #include "cq_err.h"
 #include "cq_sched.h"
+#include "test_buf.h"
 
 #include <errno.h>
 #include <string.h>
@@ -102,15 +103,8 @@ static cq_buf_t *cb_merge(void *ud, cq_buf_t *const *parts, size_t n)
     FUZZ_CHECK(n >= 2);
     if (take_fail(&f->fail_merge))
         return NULL;
-    size_t len = 0;
-    for (size_t i = 0; i < n; i++)
-        len += parts[i]->len;
-    cq_buf_t *b = cq_buf_new(len);
+    cq_buf_t *b = test_buf_concat(parts, n);
     FUZZ_CHECK(b);
-    for (size_t i = 0; i < n; i++) {
-        memcpy(b->data + b->len, parts[i]->data, parts[i]->len);
-        b->len += parts[i]->len;
-    }
     return b;
 }
 

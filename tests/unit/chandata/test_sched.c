@@ -18,6 +18,7 @@
 #include "cq_err.h"
 #include "cq_sched.h"
 #include "test_alloc.h"
+#include "test_buf.h"
 
 #define T0   1000
 #define MAXC 64
@@ -53,17 +54,7 @@ static cq_buf_t *cb_merge(void *ud, cq_buf_t *const *parts, size_t n)
         f->fail_merge--;
         return NULL;
     }
-    size_t len = 0;
-    for (size_t i = 0; i < n; i++)
-        len += parts[i]->len;
-    cq_buf_t *b = cq_buf_new(len);
-    if (!b)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        memcpy(b->data + b->len, parts[i]->data, parts[i]->len);
-        b->len += parts[i]->len;
-    }
-    return b;
+    return test_buf_concat(parts, n);
 }
 
 static cq_buf_t *cb_full(void *ud)
