@@ -77,3 +77,11 @@ uint8_t *it_cell_ref(uint32_t key, const char *cls, uint32_t owner, size_t *len)
     d.entities = kvs;
     return it_pack(&d.base, len);
 }
+
+void it_put_cell_ref(it_conn_t *c, uint32_t cell, uint32_t key, const char *cls, uint32_t owner)
+{
+    size_t len;
+    uint8_t *v = it_cell_ref(key, cls, owner, &len);
+    assert_int_equal(chanq_sync_data_update(c->s, cell, URL_CELL, v, len), 0);
+    free(v);
+}

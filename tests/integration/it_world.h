@@ -27,6 +27,9 @@ void *it_expect_skip(it_conn_t *c, uint32_t type, uint32_t chan, uint32_t stub,
  * owningConnId: owner}}}}, a cell's entry for one entity (free them); *len their length. */
 uint8_t *it_cell_ref(uint32_t key, const char *cls, uint32_t owner, size_t *len);
 
+/* Writes that entry into cell's data (CHANNEL_DATA_UPDATE from c, not flushed). */
+void it_put_cell_ref(it_conn_t *c, uint32_t cell, uint32_t key, const char *cls, uint32_t owner);
+
 /* CREATE_SPATIAL_CHANNEL with empty SpatialChannelData, stub echoed. */
 void it_create_spatial(it_conn_t *s, uint32_t stub);
 

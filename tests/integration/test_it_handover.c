@@ -239,11 +239,8 @@ static void spots_interest(it_conn_t *s, uint32_t who, const double *xs, size_t 
 /* s0 puts entity id's reference into cell's data. */
 static void put_ref(it_conn_t *s, uint32_t cell, uint32_t id, uint32_t owner)
 {
-    size_t len;
-    uint8_t *v = it_cell_ref(id, "tank", owner, &len);
-    assert_int_equal(chanq_sync_data_update(s->s, cell, URL_CELL, v, len), 0);
+    it_put_cell_ref(s, cell, id, "tank", owner);
     assert_int_equal(chanq_sync_flush(s->s, IT_TIMEOUT_MS), 0);
-    free(v);
 }
 
 /* EntityChannelData at x; seq > 0 appends seq to the trail. */

@@ -663,15 +663,6 @@ static void watch_all(it_conn_t *s0, it_conn_t *s1, it_conn_t *cl)
     }
 }
 
-/* A cell's entry for entity key (it_cell_ref), written by w. */
-static void cell_entry(it_conn_t *w, uint32_t cell, uint32_t key, const char *cls, uint32_t owner)
-{
-    size_t len;
-    uint8_t *v = it_cell_ref(key, cls, owner, &len);
-    assert_int_equal(chanq_sync_data_update(w->s, cell, URL_CELL, v, len), 0);
-    free(v);
-}
-
 /* ENT's data: at x with seq (EntityChannelData); name "tank" when seq is 0. */
 static void send_entity_at(it_conn_t *s, uint32_t chan, uint32_t msg_type, uint32_t stub, float x,
                            uint32_t seq, uint32_t ctx)
@@ -833,7 +824,7 @@ static void flood(it_conn_t *w, hoview_t *v, uint32_t *j, int n)
         for (int i = 0; i < 2 * FAKE; i++, ++*j) {
             memset(cls, 'a' + (int)(*j % 26), FAKE_LEN);
             cls[FAKE_LEN] = '\0';
-            cell_entry(w, *j % 2 ? S0 + 2 : S0, 1 + (*j / 2) % FAKE, cls, *j);
+            it_put_cell_ref(w, *j % 2 ? S0 + 2 : S0, 1 + (*j / 2) % FAKE, cls, *j);
         }
         int64_t deadline = cq_test_mono_ms() + HO_MS;
         while (atomic_load(&v->fanouts) == seen && !atomic_load(&v->err)) {
@@ -927,7 +918,7 @@ static void test_handover_trail_under_overload(void **state)
     fill_grid(&s0, &s1);
     it_conn_t *w = it_server(), *cl = it_client(), *probe = it_client();
     watch_all(s0, s1, cl);
-    cell_entry(s0, S0 + 1, ENT, "tank", s0->id); /* ENT's reference in its first cell */
+    it_put_cell_ref(s0, S0 + 1, ENT, "tank", s0->id); /* ENT's reference in its first cell */
     send_entity_at(s0, 0, MT_CREATE_ENTITY, 31, -500.0f, 0, 0);
     Channeldpb__CreateChannelResultMessage *cr = it_expect_skip(
         s0, MT_CREATE_ENTITY, S0 + 1, 31, &channeldpb__create_channel_result_message__descriptor);
