@@ -340,20 +340,47 @@ int cq_core_conn_input(cq_core_t *c, cq_conn_t *conn, const uint8_t *data, size_
 /* ---- outbound --------------------------------------------------------------------------- */
 
 /* Puts conn on the flush list once per iteration, so cq_core_flush writes each connection's
- * output in one transport flush however many records were queued for it. */
+ * output in one transport flush however many records were queued for it. A connection waiting
+ * on the lazy list moves over: what it holds leaves with this. */
 static void mark_pending(cq_core_t *c, cq_conn_t *conn)
 {
-    if (!conn->pending) {
-        conn->pending = 1;
-        cq_list_insert_tail(&c->pending, &conn->pending_node);
+    if (conn->pending == PENDING_NOW)
+        return;
+    cq_list_remove(&conn->pending_node);
+    conn->pending = PENDING_NOW;
+    cq_list_insert_tail(&c->pending, &conn->pending_node);
+}
+
+/* A client's lazy output (cq__send_lazy) waits for the next fan-out grid point, where its cells'
+ * fan-outs leave: one write then instead of one more now. A server's never waits. */
+static void mark_lazy(cq_core_t *c, cq_conn_t *conn)
+{
+    if (conn->type != CQ_CONN_CLIENT) {
+        mark_pending(c, conn);
+        return;
     }
+    if (conn->pending)
+        return;
+    if (cq_list_empty(&c->lazy)) {
+        uint64_t q = CQ_FANOUT_GRID_MS;
+        c->lazy_due = (c->now_ms / q + 1) * q;
+    }
+    conn->pending = PENDING_LAZY;
+    cq_list_insert_tail(&c->lazy, &conn->pending_node);
+}
+
+void cq__lazy_release(cq_core_t *c)
+{
+    while (!cq_list_empty(&c->lazy))
+        mark_pending(c, cq_container_of(c->lazy.next, cq_conn_t, pending_node));
+    c->lazy_due = UINT64_MAX;
 }
 
 /* Accounts n messages of len bytes queued (r: the queue's result); closes the connection over
  * the limits. The queue refuses bytes over the hard limit (CQ_ESLOW): a subscriber that does
  * not read is closed at once, and the channel and other subscribers never wait for it. Over the
  * soft limit, the clock starts here and tick_soft closes the connection if it stays over. */
-static void pushed(cq_core_t *c, cq_conn_t *conn, int r, uint32_t n, uint32_t len)
+static void pushed(cq_core_t *c, cq_conn_t *conn, int r, uint32_t n, uint32_t len, bool lazy)
 {
     if (r == CQ_ESLOW) {
         CQ_METRIC_ADD(c, M_SLOW_CONSUMER, conn->type, 1);
@@ -371,8 +398,14 @@ static void pushed(cq_core_t *c, cq_conn_t *conn, int r, uint32_t n, uint32_t le
         conn->sendq.soft_since_ms = c->now_ms ? c->now_ms : 1; /* 0 means "under the limit" */
         cq_list_insert_tail(&c->soft, &conn->soft_node);
     }
-    mark_pending(c, conn);
+    if (lazy)
+        mark_lazy(c, conn);
+    else
+        mark_pending(c, conn);
 }
+
+/* Or'ed into a CQ_SENDQ_* kind by the lazy path (cq__send_lazy). */
+#define PUSH_LAZY 0x10000u
 
 /* Queues b (n messages) taking one reference the caller holds (dropped here on failure). Every
  * queueing on this worker comes here or to cq__conn_push_slice: the open fan-out segment goes
@@ -381,10 +414,10 @@ static void push_ref(cq_core_t *c, cq_conn_t *conn, cq_buf_t *b, uint32_t kind, 
 {
     cq__seg_close(c);
     uint32_t len = b->len;
-    int r = cq_sendq_push_ref(&conn->sendq, b, kind, c->sh->o.sendq_hard_limit);
+    int r = cq_sendq_push_ref(&conn->sendq, b, kind & ~PUSH_LAZY, c->sh->o.sendq_hard_limit);
     if (r < 0)
         cq_buf_unref(b);
-    pushed(c, conn, r, n, len);
+    pushed(c, conn, r, n, len, kind & PUSH_LAZY);
 }
 
 static void push_kind(cq_core_t *c, cq_conn_t *conn, cq_buf_t *b, uint32_t kind, uint32_t n)
@@ -417,19 +450,19 @@ int cq__conn_push_slice(cq_core_t *c, cq_conn_t *conn, cq_buf_t *fb, uint32_t of
     int r = cq_sendq_push_slice(&conn->sendq, fb, off, len, prev, c->sh->o.sendq_hard_limit);
     if (r == CQ_SENDQ_APART)
         return r;
-    pushed(c, conn, r < 0 ? r : 0, n, len);
+    pushed(c, conn, r < 0 ? r : 0, n, len, false);
     return r == CQ_SENDQ_ADDED ? r : CQ_SENDQ_EXTENDED;
 }
 
 /* A Snappy peer gets every record compressed (channeld never switches a connection back once
  * its peer sent Snappy). Compressed here per connection, for replies and other single records;
  * a broadcast's Snappy copy is made once per worker instead (forward.c). */
-static void push_records(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec, uint32_t n)
+static void push_records(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec, uint32_t n, uint32_t lazy)
 {
     if (conn->state == CONN_CLOSING)
         return;
     if (conn->out_ct != CQ_CT_SNAPPY) {
-        push_kind(c, conn, rec, CQ_SENDQ_RECORD, n);
+        push_kind(c, conn, rec, CQ_SENDQ_RECORD | lazy, n);
         return;
     }
     cq_buf_t *p = cq_sendq_compress_record(rec, (cq_framing_mode_t)conn->framing);
@@ -437,38 +470,54 @@ static void push_records(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec, uint32_t 
         cq_core_conn_close(c, conn, -ENOMEM, "cannot compress output");
         return;
     }
-    push_kind(c, conn, p, CQ_SENDQ_PACKET, n);
+    push_kind(c, conn, p, CQ_SENDQ_PACKET | lazy, n);
     cq_buf_unref(p);
 }
 
 void cq__conn_push(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec)
 {
-    push_records(c, conn, rec, 1);
+    push_records(c, conn, rec, 1, 0);
+}
+
+void cq__conn_push_lazy(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec)
+{
+    push_records(c, conn, rec, 1, PUSH_LAZY);
 }
 
 void cq__conn_push_run(cq_core_t *c, cq_conn_t *conn, cq_buf_t *run, uint32_t n)
 {
-    push_records(c, conn, run, n);
+    push_records(c, conn, run, n, 0);
 }
 
 /* A connection of another worker gets the record by reference in an XM_SEND: nothing is copied,
  * and the record stays alive until its last queue has written it. A connection that is gone
  * drops the record silently: whoever sent it learns of the loss by CONN_GONE. */
-void cq__send_to(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec)
+static void send_to(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec, bool lazy)
 {
     int w = cq__conn_worker(c, conn_id);
     if (w == c->index) {
         cq_conn_t *conn = cq_map_get(&c->conns, conn_id);
         if (conn)
-            cq__conn_push(c, conn, rec);
+            push_records(c, conn, rec, 1, lazy ? PUSH_LAZY : 0);
         return;
     }
     cq_xmsg_t *m = cq__xmsg_new(XM_SEND, 0);
     if (!m)
         return;
     m->conn_id = conn_id;
+    m->u1 = lazy;
     m->buf = cq_buf_ref(rec);
     cq__xmsg_post(c, w, m);
+}
+
+void cq__send_to(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec)
+{
+    send_to(c, conn_id, rec, false);
+}
+
+void cq__send_lazy(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec)
+{
+    send_to(c, conn_id, rec, true);
 }
 
 /* The direct reply to a requester echoes its stubId and broadcast (channeld §1.9), so a client

@@ -46,6 +46,8 @@ cq_core_t *cq_core_new(cq_shared_t *sh, int index)
     cq_map_init(&c->aoi);
     cq_list_init(&c->recsubs);
     cq_list_init(&c->pending);
+    cq_list_init(&c->lazy);
+    c->lazy_due = UINT64_MAX;
     cq_list_init(&c->unauth);
     cq_list_init(&c->soft);
     cq_wire_arena_init(&c->arena, ARENA_CAP);
@@ -193,7 +195,9 @@ static void xm_remove(cq_core_t *c, cq_xmsg_t *m)
 static void xm_send(cq_core_t *c, cq_xmsg_t *m)
 {
     cq_conn_t *conn = cq_map_get(&c->conns, m->conn_id);
-    if (conn)
+    if (conn && m->u1)
+        cq__conn_push_lazy(c, conn, m->buf);
+    else if (conn)
         cq__conn_push(c, conn, m->buf);
 }
 

@@ -80,6 +80,13 @@ typedef struct cq_metrics {
 } cq_metrics_t;
 
 /* Adds n to counter m of the worker core `core` (its own thread only). */
+/* conn->pending: not on a list, on the flush list, waiting on the lazy list. */
+enum { PENDING_NO = 0, PENDING_NOW = 1, PENDING_LAZY = 2 };
+/* The grid aligned fan-outs leave on (cq_sched_set_quantum, set by cq__data_attach for cells
+ * and entities), where a client's cells come due together: the interval of damping distance 0
+ * (cq_spatial_damping_ms). Lazy output waits for its next point. */
+#define CQ_FANOUT_GRID_MS 20u
+
 #define CQ_METRIC_ADD(core, m, ctype, n)                                                           \
     do {                                                                                           \
         _Atomic uint64_t *cq__p = &(core)->counters.c[(m)][(ctype) < 3 ? (ctype) : 0];             \
@@ -157,7 +164,7 @@ struct cq_conn {
     uint8_t out_ct;  /* Snappy once the peer sent Snappy; never reset */
     uint8_t framing; /* cq_framing_mode_t */
     uint8_t failed_auth;
-    uint8_t pending;   /* on the flush list */
+    uint8_t pending;   /* PENDING_*: on the flush list, or on the lazy list */
     uint8_t lost;      /* the peer went away (recoverable if a SERVER) */
     uint8_t paused;    /* reading paused: a target inbox is over CQ_INBOX_HIGH */
     uint8_t transport; /* CQ_CONN_TCP.. + 1 once cq_core_conn_set_transport ran; 0 unknown */
@@ -306,6 +313,8 @@ struct cq_core {
     cq_map_t lsubs;              /* chan id -> cq_lsubs_t* */
     uint32_t lsub_gen;           /* bumped by every removal from a local list */
     cq_list_t pending;           /* connections with output to flush */
+    cq_list_t lazy;              /* clients whose output waits for lazy_due (cq__send_lazy) */
+    uint64_t lazy_due;           /* the grid point they leave at; UINT64_MAX: none waits */
     cq_list_t fb_open;           /* cq_lsubs_t with a fan-out buffer this iteration */
     cq_seg_t seg;                /* the open fan-out segment */
     cq_list_t unauth;            /* unauthenticated connections, oldest first */
@@ -375,6 +384,16 @@ int cq__conn_push_slice(cq_core_t *c, cq_conn_t *conn, cq_buf_t *fb, uint32_t of
 /* Queues run (borrowed), n whole records, as one record (compressed for Snappy peers). */
 void cq__conn_push_run(cq_core_t *c, cq_conn_t *conn, cq_buf_t *run, uint32_t n);
 void cq__send_to(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec);
+/* Like cq__send_to, for what a client can take with its next fan-outs: a client connection's
+ * copy waits, queued in order, for the next CQ_FANOUT_GRID_MS grid point (cq_core_run_due, which
+ * the worker's timer runs by then) and leaves in the same write as its cells' fan-outs; a
+ * server's, or anything else queued for the client meanwhile, flushes it at once. For the
+ * handover records every cell subscriber gets (1,200 handovers a second, some 170 recipients
+ * each, in a 2000-client world: a write each, before, bench/RESULTS.md issue 28). */
+void cq__send_lazy(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec);
+void cq__conn_push_lazy(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec);
+/* Moves every lazy connection to the flush list (cq_core_run_due). */
+void cq__lazy_release(cq_core_t *c);
 void cq__reply(cq_core_t *c, const cq_req_t *r, uint32_t chan_id, uint32_t msg_type,
                const ProtobufCMessage *msg);
 void cq__notify(cq_core_t *c, uint32_t conn_id, uint32_t chan_id, uint32_t msg_type,

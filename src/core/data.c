@@ -117,7 +117,8 @@ static void reschedule(cq_core_t *c, cq_chan_t *ch)
 
 uint64_t cq_core_next_due(const cq_core_t *c)
 {
-    return c->n_due ? c->due[0]->data->due_ms : UINT64_MAX;
+    uint64_t due = c->n_due ? c->due[0]->data->due_ms : UINT64_MAX;
+    return CQ_MIN(due, c->lazy_due);
 }
 
 /* ---- scheduler callbacks ---------------------------------------------------------------- */
@@ -278,7 +279,7 @@ int cq__data_attach(cq_core_t *c, cq_chan_t *ch)
      * damping interval, so its 50 ms cells ride on the writes of its 20 ms one. */
     if (ch->type == CHANNELDPB__CHANNEL_TYPE__SPATIAL ||
         ch->type == CHANNELDPB__CHANNEL_TYPE__ENTITY)
-        cq_sched_set_quantum(d->sched, cq_spatial_damping_ms(0, 0));
+        cq_sched_set_quantum(d->sched, CQ_FANOUT_GRID_MS);
     ch->data = d;
     return 0;
 }
@@ -615,12 +616,13 @@ void cq__handle_data_update(cq_core_t *c, cq_req_t *r)
 
 /* ---- ticking ---------------------------------------------------------------------------- */
 
-/* Subscribers served per call: more due at once are spread over loop iterations, so reads and
- * other channels of this worker are not held up behind them. Large enough for every
- * subscription of a spatial world's clients that falls due on one grid point (2000 clients
- * x 10 cells at the 100 ms mark), which then leave in one write per client instead of one per
- * call (bench/RESULTS.md, issue 12: 2048 gave ~2x the writes at 500 clients). */
-#define FANOUT_BUDGET 16384
+/* One call serves every channel due at or before its `now`, however many: what it queues for a
+ * connection leaves in one write at the end of the loop iteration. A call bounded by a count of
+ * subscriptions (16384 before issue 28) spread a late worker's grid point over several
+ * iterations, and every client got one write per iteration instead of one per grid point: at
+ * 1000 clients 160 writes a second each, not 50, which is what kept the worker late
+ * (bench/RESULTS.md, issue 28). A call costs the subscriptions due, each served once (missed
+ * windows are merged under overload, cq_sched.h), so inbound control waits at most that long. */
 
 /* ---- graceful overload (cq_coarsen.h, doc/spatial.md "Overload") ---------------------- */
 
@@ -675,13 +677,9 @@ void cq_core_run_due(cq_core_t *c, uint64_t now_ms)
 {
     c->now_ms = now_ms;
     coarsen_observe(c, now_ms);
-    uint32_t budget = FANOUT_BUDGET;
-    while (budget && c->n_due && c->due[0]->data->due_ms <= now_ms) {
+    while (c->n_due && c->due[0]->data->due_ms <= now_ms) {
         cq_chan_t *ch = c->due[0];
-        /* A channel due with no subscriber left still costs one, so the loop always ends. */
-        uint32_t n = CQ_MIN(budget, cq_sched_count(ch->data->sched));
-        budget -= n ? n : 1;
-        cq_sched_tick_max(ch->data->sched, now_ms, n ? n : 1);
+        cq_sched_tick(ch->data->sched, now_ms);
         /* The encoded record carries this channel's id: it is not reused for the next one. */
         cq_buf_unref(c->emit_rec);
         cq_buf_unref(c->emit_src);
@@ -693,6 +691,8 @@ void cq_core_run_due(cq_core_t *c, uint64_t now_ms)
             break; /* nothing advanced (out of memory): retry at the next call */
     }
     cq__sendmany_flush(c);
+    if (c->lazy_due <= now_ms)
+        cq__lazy_release(c);
     coarsen_publish(c);
 }
 

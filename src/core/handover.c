@@ -310,7 +310,7 @@ static void stage_d(cq_core_t *c, ho_t *ho)
     cq_buf_t *rec = handover_record(ho, NULL, NULL);
     for (uint32_t i = 0; rec && i < ho->h.n_ssubs; i++)
         if (!has_id(subs, ns, n, ho->ssubs[i]))
-            cq__send_to(c, ho->ssubs[i], rec);
+            cq__send_lazy(c, ho->ssubs[i], rec);
     cq_buf_unref(rec);
     ho->h.n_dsubs = n;
     ho->h.n_dserv = ns;
@@ -469,7 +469,7 @@ static void send_e(cq_core_t *c, const cq_chan_t *e, const ho_t *ho, const bool 
             cq_sbuf_done(&data);
         }
         if (recs[k])
-            cq__send_to(c, ho->dsubs[i], recs[k]);
+            cq__send_lazy(c, ho->dsubs[i], recs[k]);
     }
     cq_buf_unref(recs[0]);
     cq_buf_unref(recs[1]);

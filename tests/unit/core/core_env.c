@@ -31,6 +31,7 @@ static void fake_flush(void *tctx)
         assert_int_equal(cq_sendq_prepare(q, &iov, &n), 0);
         if (!n)
             return;
+        f->writes++;
         size_t tot = 0;
         for (int i = 0; i < n; i++) {
             cq_sbuf_append(&f->out, iov[i].iov_base, iov[i].iov_len);

@@ -15,13 +15,14 @@
 #include "cq_sbuf.h"
 #include "cq_settings.h"
 
-#define MAXC 16
+#define MAXC 32
 
 typedef struct fconn {
     cq_conn_t *conn;
     int worker;
     cq_sbuf_t out;
     int closed, released, stalled;
+    int writes; /* transport flushes that wrote something */
 } fconn_t;
 
 typedef struct env {
