@@ -77,10 +77,11 @@ run_once() {
     PID=$!
     for _ in $(seq 100); do [ -s "$TMP/ready" ] && break; sleep 0.1; done
     if [ ! -s "$TMP/ready" ]; then log "chanqd did not start:"; cat "$TMP/chanqd.log" >&2; return 1; fi
-    local srv
+    local srv cli
     srv=$(sed -n 's/.*server=\([^ ]*\).*/\1/p' "$TMP/ready")
+    cli=$(sed -n 's/^client=\([^ ]*\).*/\1/p' "$TMP/ready")
     local rc=0
-    "$SPATIALBENCH" --server "$srv" --servers 9 --clients "$CLIENTS" --rate "$RATE" \
+    "$SPATIALBENCH" --server "$srv" --client "$cli" --servers 9 --clients "$CLIENTS" --rate "$RATE" \
         --seconds "$DURATION" --warmup "$WARMUP" --radius "$RADIUS" --speed "$SPEED" \
         --pid "$PID" --spatial-settings "$TMP/spatial.json" "${CHECK[@]}" >"$TMP/line" || rc=$?
     # What the overload policy did (doc/spatial.md "Overload"), from chanqd's /metrics.

@@ -1,7 +1,10 @@
 /* spatialbench.c - the spatial benchmark's load generator (issue 12; bench/spatial.sh runs it).
  *
- * One libuv loop drives --servers spatial servers and --clients client connections against one
- * chanqd started with the same --spatial-settings FILE and world.fds. Setup: the servers create
+ * One libuv loop drives --servers spatial servers (on chanqd's server port, --server) and
+ * --clients client connections (on its client port, --client; without it, on the server port as
+ * before issue 28, which made every client a SERVER connection: a handover then subscribed each
+ * one to every entity entering a cell it reads, as §4.6 does for servers) against one chanqd
+ * started with the same --spatial-settings FILE and world.fds. Setup: the servers create
  * the spatial channels; every client authenticates and gets an entity (id entity-start + i) at a
  * random position, created by the server owning that cell (CREATE_ENTITY_CHANNEL on the cell).
  *
@@ -65,8 +68,10 @@
 #define DRAIN_MAX_S 15u
 
 typedef struct opts {
-    char host[64];
+    char host[64]; /* the servers' port (--server) */
     int port;
+    char chost[64]; /* the clients' port (--client); "" = the servers' */
+    int cport;
     int servers, clients;
     double rate, seconds, warmup, radius_cells, speed_cells;
     uint32_t seed, entity_start;
@@ -478,7 +483,8 @@ static int connect_peer(peer_t *p)
 {
     static const chanq_uv_cbs_t cbs = {on_connect, on_message, on_close};
     struct sockaddr_in a;
-    int r = uv_ip4_addr(B.o.host, B.o.port, &a);
+    bool cli = !p->server && B.o.chost[0];
+    int r = uv_ip4_addr(cli ? B.o.chost : B.o.host, cli ? B.o.cport : B.o.port, &a);
     return r < 0 ? r : chanq_uv_connect(B.loop, (const struct sockaddr *)&a, NULL, &cbs, p, &p->cu);
 }
 
@@ -870,9 +876,21 @@ static void report(double cpu_s)
 /* ---- options and main --------------------------------------------------------------------------
  */
 
+static int parse_hostport(const char *arg, char *host, size_t cap, int *port)
+{
+    const char *colon = strrchr(arg, ':');
+    if (!colon || (size_t)(colon - arg) >= cap)
+        return -EINVAL;
+    memcpy(host, arg, (size_t)(colon - arg));
+    host[colon - arg] = '\0';
+    *port = atoi(colon + 1);
+    return *port > 0 && *port <= 65535 ? 0 : -EINVAL;
+}
+
 static int parse_opts(opts_t *o, int argc, char **argv)
 {
     static const struct option lo[] = {{"server", 1, 0, 'S'},
+                                       {"client", 1, 0, 'L'},
                                        {"servers", 1, 0, 'n'},
                                        {"clients", 1, 0, 'c'},
                                        {"rate", 1, 0, 'r'},
@@ -886,20 +904,19 @@ static int parse_opts(opts_t *o, int argc, char **argv)
                                        {"check", 0, 0, 'C'},
                                        {"spatial-settings", 1, 0, 'G'},
                                        {0, 0, 0, 0}};
-    *o = (opts_t){"127.0.0.1", 11288, 9,   2000, 10, 10, 2, 1.5, 0.5, 1, CHANQ_ENTITY_CHAN_START,
-                  0,           false, NULL};
+    *o = (opts_t){"127.0.0.1", 11288, "", 0, 9, 2000, 10, 10, 2, 1.5, 0.5, 1,
+                  CHANQ_ENTITY_CHAN_START, 0, false, NULL};
     int ch;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
-        case 'S': {
-            const char *colon = strrchr(optarg, ':');
-            if (!colon || (size_t)(colon - optarg) >= sizeof(o->host))
+        case 'S':
+            if (parse_hostport(optarg, o->host, sizeof(o->host), &o->port) < 0)
                 return -EINVAL;
-            memcpy(o->host, optarg, (size_t)(colon - optarg));
-            o->host[colon - optarg] = '\0';
-            o->port = atoi(colon + 1);
             break;
-        }
+        case 'L':
+            if (parse_hostport(optarg, o->chost, sizeof(o->chost), &o->cport) < 0)
+                return -EINVAL;
+            break;
         case 'n':
             o->servers = atoi(optarg);
             break;
@@ -949,7 +966,7 @@ static int parse_opts(opts_t *o, int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (parse_opts(&B.o, argc, argv) < 0) {
-        fprintf(stderr, "usage: spatialbench [--server H:P] [--servers 9] [--clients 2000] "
+        fprintf(stderr, "usage: spatialbench [--server H:P] [--client H:P] [--servers 9] [--clients 2000] "
                         "[--rate 10] [--seconds 10] [--warmup 2] [--radius 1.5 (cells)] "
                         "[--speed 0.5 (cells/s)] [--seed N] [--entity-start ID] [--pid N] "
                         "[--check] --spatial-settings FILE (chanqd's)\n");
