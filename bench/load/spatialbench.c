@@ -19,7 +19,9 @@
  * around it (UPDATE_SPATIAL_INTEREST, sent on the entity channel). The benchmark runs the same
  * query through the spatial engine (cq_spatial_query) to know each subscription's damping
  * distance and interval: chanqd applies a changed interval silently (no SUB result).
- * Ownership moves on CHANNEL_DATA_HANDOVER (destination owner) or a SUB result with WRITE.
+ * Ownership moves on CHANNEL_DATA_HANDOVER (destination owner), taken in chanqd's order by
+ * chaining each record's source to the previous one's destination (ho_apply), or, before an
+ * entity's first handover, a SUB result with WRITE.
  *
  * Measured, after --warmup seconds, for --seconds:
  *   fanouts/s at the clients (CHANNEL_DATA_UPDATE on cell channels) against the ideal: each
@@ -102,6 +104,14 @@ typedef struct ent {
     double x, z, heading;
     int owner;
     bool created;
+    /* Handovers in chanqd's order: ho_cell is the cell of the last one applied (its creation
+     * cell before any); a record whose source is not ho_cell waits in pend (see ho_apply). */
+    uint32_t ho_cell;
+    uint8_t npend, nho;
+    struct {
+        uint32_t src, dst;
+        int owner;
+    } pend[4];
     uint64_t sent_ns[RING];
     uint64_t owned_ns; /* send time of its last update written by its cell's owner */
 } ent_t;
@@ -327,6 +337,33 @@ static void set_owner(ent_t *e, int k, bool handover)
     e->owner = k;
 }
 
+/* Applies handover src -> dst (dst owned by server k) to e in chanqd's order. chanqd hands an
+ * entity over once at a time, each from the cell the last one ended in, but the records go to
+ * the destination owners, which are different connections: two handovers that chanqd ran in one
+ * loop iteration can be read here in either order, and taking the later-read one as the last
+ * made a correct run report a lost handover. The chain of cells gives the order back. */
+static void ho_apply(ent_t *e, uint32_t src, uint32_t dst, int k)
+{
+    if (src != e->ho_cell && e->npend < 4) {
+        e->pend[e->npend].src = src;
+        e->pend[e->npend].dst = dst;
+        e->pend[e->npend++].owner = k;
+        return;
+    }
+    set_owner(e, k, true);
+    e->ho_cell = dst;
+    e->nho = 1;
+    for (int i = 0; i < e->npend; i++)
+        if (e->pend[i].src == e->ho_cell) {
+            int o = e->pend[i].owner;
+            uint32_t d = e->pend[i].dst;
+            e->pend[i] = e->pend[--e->npend];
+            set_owner(e, o, true);
+            e->ho_cell = d;
+            i = -1; /* the next link may be any of the rest */
+        }
+}
+
 static void on_handover(peer_t *p, const chanq_msg_t *m)
 {
     Channeldpb__ChannelDataHandoverMessage *h = NULL;
@@ -344,7 +381,7 @@ static void on_handover(peer_t *p, const chanq_msg_t *m)
     for (size_t i = 0; d && i < d->n_entities; i++) {
         ent_t *e = ent_of(d->entities[i]->key);
         if (e)
-            set_owner(e, p->idx, true);
+            ho_apply(e, h->srcchannelid, h->dstchannelid, p->idx);
     }
     if (d)
         chanqworld__spatial_channel_data__free_unpacked(d, chanq_pb_allocator());
@@ -358,7 +395,9 @@ static void on_server_sub(peer_t *p, const chanq_msg_t *m)
         return;
     Channeldpb__SubscribedToChannelResultMessage *r = chanq_unpack(
         &channeldpb__subscribed_to_channel_result_message__descriptor, m->body, m->body_len);
-    if (r && r->connid == p->conn_id && r->suboptions && r->suboptions->has_dataaccess &&
+    /* Only before its first handover: later, the handover records say who owns it, in order
+     * (ho_apply), and a SUB result read from another connection could come out of it. */
+    if (r && !e->nho && r->connid == p->conn_id && r->suboptions && r->suboptions->has_dataaccess &&
         r->suboptions->dataaccess == CHANNELDPB__CHANNEL_DATA_ACCESS__WRITE_ACCESS)
         set_owner(e, p->idx, false);
     chanq_unpack_free(r);
@@ -543,6 +582,7 @@ static void create_entities(void)
         e->z = B.g.off_z + (0.001 + 0.998 * rnd()) * h;
         e->heading = rnd() * 2 * M_PI;
         e->cell = cell_at(e->x, e->z);
+        e->ho_cell = e->cell;
         e->owner = srv_of_cell(e->cell);
         if (e->owner < 0 || !B.srv[e->owner].cu) {
             B.err = CQ_EDECODE;
