@@ -234,6 +234,7 @@ typedef struct cq_chandata {
     uint32_t n_masks;
     uint32_t heap_idx; /* in the worker's due heap, UINT32_MAX when not */
     uint64_t due_ms;
+    uint64_t due_eff; /* when it became due: due_ms, or later if made due late (reschedule) */
 } cq_chandata_t;
 
 typedef struct cq_chan {

@@ -93,6 +93,12 @@ static void reschedule(cq_core_t *c, cq_chan_t *ch)
 {
     cq_chandata_t *d = ch->data;
     d->due_ms = cq_sched_next_due(d->sched);
+    /* when it became due: its due time, or now for one that became due before its time came
+     * (due_eff UINT64_MAX: just served); one that was due and still is keeps its start */
+    if (d->due_ms > c->now_ms)
+        d->due_eff = d->due_ms;
+    else if (d->due_eff > c->now_ms)
+        d->due_eff = c->now_ms;
     if (d->due_ms == UINT64_MAX || !d->state) {
         heap_remove(c, d);
         return;
@@ -268,7 +274,7 @@ int cq__data_attach(cq_core_t *c, cq_chan_t *ch)
         return -ENOMEM;
     d->core = c;
     d->heap_idx = UINT32_MAX;
-    d->due_ms = UINT64_MAX;
+    d->due_ms = d->due_eff = UINT64_MAX;
     d->sched = cq_sched_new(&sched_ops, ch, ch->settings->tick_interval_ms);
     if (!d->sched) {
         cq_free(d);
@@ -651,10 +657,15 @@ static void counter_set(cq_core_t *c, int m, uint64_t v)
 
 /* One lateness sample per call: how late the earliest due channel is served. Past due by more
  * than the policy's threshold, the level rises and every scheduler of this worker stretches
- * the windows it starts from then on. */
+ * the windows it starts from then on. Late is counted from when the channel became due on this
+ * worker (due_eff), not from its due time: a subscription whose window already closed when it
+ * was made or changed (a new interval from an interest change, on a window started long ago at
+ * a stretched length) is due at once, which is no lag; counted from its due time it read as
+ * one sample 140-300 ms late at every interest change of a 2000-client world, rose the level to
+ * 4 and kept it there (bench/RESULTS.md, issue 28). */
 static void coarsen_observe(cq_core_t *c, uint64_t now_ms)
 {
-    uint64_t due = c->n_due ? c->due[0]->data->due_ms : UINT64_MAX;
+    uint64_t due = c->n_due ? c->due[0]->data->due_eff : UINT64_MAX;
     uint64_t late = due < now_ms ? now_ms - due : 0;
     uint32_t before = c->co.level;
     if (cq_coarsen_observe(&c->co, now_ms, (uint32_t)CQ_MIN(late, UINT32_MAX)) > 0 && !before)
@@ -686,6 +697,7 @@ void cq_core_run_due(cq_core_t *c, uint64_t now_ms)
         c->emit_rec = NULL;
         c->emit_src = NULL;
         uint64_t before = ch->data->due_ms;
+        ch->data->due_eff = UINT64_MAX; /* served: due again from its next due time */
         reschedule(c, ch);
         if (ch->data->due_ms <= before && ch->data->due_ms <= now_ms)
             break; /* nothing advanced (out of memory): retry at the next call */

@@ -213,6 +213,57 @@ static void test_run_due_serves_all_in_one_write(void **state)
     env_down();
 }
 
+/* The overload policy's lateness sample (cq_coarsen.h) counts from when a channel became due:
+ * a subscription whose new interval puts its window's end in the past is due at once, which
+ * is no lag; a timer call that comes 50 ms after a due time is 50 ms late. */
+static void test_lateness_from_becoming_due(void **state)
+{
+    env_up(1, NULL);
+    fconn_t *srv = connect_as(CQ_CONN_SERVER), *cl = connect_as(CQ_CONN_CLIENT);
+    auth(srv);
+    auth(cl);
+    E.now = 10000;
+    Google__Protobuf__Any init = GOOGLE__PROTOBUF__ANY__INIT;
+    init.type_url = (char *)TURL;
+    init.value.data = (uint8_t *)"S";
+    init.value.len = 1;
+    Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
+    cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SUBWORLD;
+    cc.data = &init;
+    send_msg(srv, 0, 0, 1, 3, &cc.base); /* channel 1 */
+    Channeldpb__ChannelSubscriptionOptions o = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
+    o.has_fanoutintervalms = o.has_skipfirstfanout = 1;
+    o.fanoutintervalms = 100;
+    o.skipfirstfanout = 1;
+    Channeldpb__SubscribedToChannelMessage sub = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
+    sub.connid = cq_conn_id(cl->conn);
+    sub.suboptions = &o;
+    send_msg(srv, 1, 0, 0, 6, &sub.base);
+    cq_core_t *c = E.cores[0];
+    /* the server's own subscription and the client's close at 10000 + their intervals */
+    uint64_t due = cq_core_next_due(c);
+    assert_true(due > E.now && due <= E.now + 100);
+    run_due_once(due);
+    assert_int_equal(c->co.last_late, 0);
+    /* 90 ms into the client's 100 ms window, a 20 ms interval: its window [last, last + 20)
+     * closed 70 ms ago, so it is due now, and not late */
+    E.now = cq_core_next_due(c) - 10;
+    uint64_t changed = E.now;
+    o.fanoutintervalms = 20;
+    send_msg(srv, 1, 0, 0, 6, &sub.base);
+    assert_true(cq_core_next_due(c) < changed);
+    run_due_once(changed);
+    assert_int_equal(c->co.last_late, 0);
+    /* a real lag: the timer runs 50 ms after the next due time */
+    due = cq_core_next_due(c);
+    assert_true(due > changed && due != UINT64_MAX);
+    send_update(srv, 1); /* an update meanwhile does not restart the clock */
+    run_due_once(due + 50);
+    assert_int_equal(c->co.last_late, 50);
+    assert_int_equal(c->co.level, 0); /* one sample 50 ms late is not overload */
+    env_down();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -220,6 +271,7 @@ int main(void)
         cmocka_unit_test(test_lazy_then_direct_one_write_in_order),
         cmocka_unit_test(test_lazy_closed_client),
         cmocka_unit_test(test_run_due_serves_all_in_one_write),
+        cmocka_unit_test(test_lateness_from_becoming_due),
     };
     return cmocka_run_group_tests_name("core-flush", tests, NULL, NULL);
 }
