@@ -944,8 +944,9 @@ static int parse_opts(opts_t *o, int argc, char **argv)
                                        {"check", 0, 0, 'C'},
                                        {"spatial-settings", 1, 0, 'G'},
                                        {0, 0, 0, 0}};
-    *o = (opts_t){"127.0.0.1", 11288, "", 0, 9, 2000, 10, 10, 2, 1.5, 0.5, 1,
-                  CHANQ_ENTITY_CHAN_START, 0, false, NULL};
+    *o = (opts_t){
+        "127.0.0.1", 11288, "",  0, 9, 2000, 10, 10, 2, 1.5, 0.5, 1, CHANQ_ENTITY_CHAN_START,
+        0,           false, NULL};
     int ch;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
@@ -1006,10 +1007,11 @@ static int parse_opts(opts_t *o, int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (parse_opts(&B.o, argc, argv) < 0) {
-        fprintf(stderr, "usage: spatialbench [--server H:P] [--client H:P] [--servers 9] [--clients 2000] "
-                        "[--rate 10] [--seconds 10] [--warmup 2] [--radius 1.5 (cells)] "
-                        "[--speed 0.5 (cells/s)] [--seed N] [--entity-start ID] [--pid N] "
-                        "[--check] --spatial-settings FILE (chanqd's)\n");
+        fprintf(stderr,
+                "usage: spatialbench [--server H:P] [--client H:P] [--servers 9] [--clients 2000] "
+                "[--rate 10] [--seconds 10] [--warmup 2] [--radius 1.5 (cells)] "
+                "[--speed 0.5 (cells/s)] [--seed N] [--entity-start ID] [--pid N] "
+                "[--check] --spatial-settings FILE (chanqd's)\n");
         return 2;
     }
     char err[256];
