@@ -47,6 +47,7 @@
     X(ESRVOFFLINE, -1048, "server taken offline by an operator: produce on another server")        \
     X(ECONFLICT, -1070, "version conflict: someone else wrote first")                              \
     X(EOFFGRID, -1080, "position is off the spatial grid")                                         \
+    X(ELINK, -1090, "malformed relay link packet")                                                 \
     X(EBADQUERY, -1081, "invalid spatial query (missing centre, bad extent or radius)")            \
     X(EKCPCONV, -1050, "KCP segment for another conversation (conv mismatch)")                     \
     X(EKCPCMD, -1051, "unknown KCP segment command")                                               \
