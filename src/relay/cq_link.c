@@ -419,7 +419,8 @@ static void drain_hold(cq_link_rx_t *rx)
         cq_buf_unref(rx->hold[k].buf);
         k++;
     }
-    memmove(rx->hold, rx->hold + k, (rx->nhold - k) * sizeof(*rx->hold));
+    if (k) /* hold is NULL until the first gap */
+        memmove(rx->hold, rx->hold + k, (rx->nhold - k) * sizeof(*rx->hold));
     rx->nhold -= k;
     if (!rx->nhold && rx->nack_due != UINT64_MAX) {
         rx->st.recovered++;
