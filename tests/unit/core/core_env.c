@@ -232,3 +232,38 @@ int scan(fconn_t *f, uint32_t msg_type, cq_mp_t *last, uint8_t *body_copy)
     each_msg(f, scan_one, &st);
     return st.n;
 }
+
+const char ENV_TURL[] = "type.googleapis.com/testpb.TestChannelDataMessage";
+
+void env_auth(fconn_t *f)
+{
+    Channeldpb__AuthMessage a = CHANNELDPB__AUTH_MESSAGE__INIT;
+    a.playeridentifiertoken = "p";
+    a.logintoken = "l";
+    send_msg(f, 0, 0, 0, 1, &a.base);
+    assert_int_equal(take(f, 1, NULL, NULL), 1);
+}
+
+void env_send_update(fconn_t *f, uint32_t ch, const void *v, size_t n)
+{
+    Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
+    any.type_url = (char *)ENV_TURL;
+    any.value.data = (uint8_t *)v;
+    any.value.len = n;
+    Channeldpb__ChannelDataUpdateMessage m = CHANNELDPB__CHANNEL_DATA_UPDATE_MESSAGE__INIT;
+    m.data = &any;
+    send_msg(f, ch, 0, 0, 8, &m.base);
+}
+
+void env_create_data_channel(fconn_t *srv, const char *init)
+{
+    Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
+    any.type_url = (char *)ENV_TURL;
+    any.value.data = (uint8_t *)init;
+    any.value.len = strlen(init);
+    Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
+    cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SUBWORLD;
+    cc.data = &any;
+    send_msg(srv, 0, 0, 1, 3, &cc.base);
+    take(srv, 0, NULL, NULL);
+}

@@ -62,4 +62,13 @@ int take(fconn_t *f, uint32_t msg_type, cq_mp_t *last, uint8_t *body_copy);
 /* The message types f received, in order, into types (at most max); consumes the output. */
 int take_types(fconn_t *f, uint32_t *types, int max);
 
+/* The type URL of the channel-data tests (unknown to the core: merged by concatenation). */
+extern const char ENV_TURL[];
+/* AUTH with pit "p" and asserts its one result. */
+void env_auth(fconn_t *f);
+/* A CHANNEL_DATA_UPDATE of v[0..n) as ENV_TURL to channel ch, from f. */
+void env_send_update(fconn_t *f, uint32_t ch, const void *v, size_t n);
+/* srv (authenticated) creates a SUBWORLD channel whose data is ENV_TURL init; drops the replies. */
+void env_create_data_channel(fconn_t *srv, const char *init);
+
 #endif

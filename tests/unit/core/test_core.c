@@ -26,15 +26,6 @@
 
 #include "core_env.h"
 
-static void auth(fconn_t *f)
-{
-    Channeldpb__AuthMessage a = CHANNELDPB__AUTH_MESSAGE__INIT;
-    a.playeridentifiertoken = "p";
-    a.logintoken = "l";
-    send_msg(f, 0, 0, 0, 1, &a.base);
-    assert_int_equal(take(f, 1, NULL, NULL), 1);
-}
-
 /* ---- tests ------------------------------------------------------------------------------ */
 
 static void test_auth_vector_bytes(void **state)
@@ -62,7 +53,7 @@ static void test_auth_timeout_manual_clock(void **state)
     env_up(1, &o);
     fconn_t *c = connect_as(CQ_CONN_CLIENT); /* accepted at 1000 */
     fconn_t *ok = connect_as(CQ_CONN_CLIENT);
-    auth(ok);
+    env_auth(ok);
     cq_core_tick(E.cores[0], 5999);
     assert_false(c->closed);
     cq_core_tick(E.cores[0], 6000);
@@ -77,7 +68,7 @@ static void test_bad_magic_closes_only_that_conn(void **state)
     env_up(1, NULL);
     fconn_t *bad = connect_as(CQ_CONN_CLIENT);
     fconn_t *good = connect_as(CQ_CONN_SERVER);
-    auth(good);
+    env_auth(good);
     assert_int_equal(feed(bad, "XH\x00\x01\x00", 5), CQ_EMAGIC);
     assert_true(bad->closed);
     static const uint8_t zero[] = {0x43, 0x48, 0, 0, 0};
@@ -98,14 +89,14 @@ static void test_unknown_channel_and_fsm_drop_keep_conn(void **state)
 {
     env_up(2, NULL);
     fconn_t *srv = connect_as(CQ_CONN_SERVER);
-    auth(srv);
+    env_auth(srv);
     Channeldpb__SubscribedToChannelMessage sub = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
     sub.connid = 1;
     send_msg(srv, 777, 0, 5, 6, &sub.base); /* unknown channel: dropped */
     assert_int_equal(take(srv, 0, NULL, NULL), 0);
     assert_false(srv->closed);
     fconn_t *cli = connect_as(CQ_CONN_CLIENT);
-    auth(cli);
+    env_auth(cli);
     send_msg(cli, 0, 0, 1, 6, &sub.base); /* client FSM (non-authoritative) forbids 6 */
     assert_int_equal(take(cli, 0, NULL, NULL), 0);
     assert_false(cli->closed);
@@ -117,14 +108,14 @@ static void test_unknown_channel_and_fsm_drop_keep_conn(void **state)
 static void setup_broadcast(fconn_t **srv, fconn_t **cl, int ncl)
 {
     *srv = connect_as(CQ_CONN_SERVER);
-    auth(*srv);
+    env_auth(*srv);
     Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
     cc.channeltype = CHANNELDPB__CHANNEL_TYPE__GLOBAL;
     send_msg(*srv, 0, 0, 1, 3, &cc.base);
     assert_int_equal(take(*srv, 3, NULL, NULL), 1);
     for (int i = 0; i < ncl; i++) {
         cl[i] = connect_as(CQ_CONN_CLIENT);
-        auth(cl[i]);
+        env_auth(cl[i]);
         Channeldpb__SubscribedToChannelMessage sub =
             CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
         sub.connid = cq_conn_id(cl[i]->conn);
@@ -239,7 +230,7 @@ static void test_burst_subscribe_between(void **state)
     fconn_t *srv, *cl[3];
     setup_broadcast(&srv, cl, 2);
     cl[2] = connect_as(CQ_CONN_CLIENT);
-    auth(cl[2]);
+    env_auth(cl[2]);
     uint8_t pay[] = {0x12, 0x02, 'h', 'i'};
     Channeldpb__SubscribedToChannelMessage sub = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
     sub.connid = cq_conn_id(cl[2]->conn);
@@ -307,7 +298,7 @@ static void test_channel_id_reuse_and_list(void **state)
 {
     env_up(2, NULL);
     fconn_t *srv = connect_as(CQ_CONN_SERVER);
-    auth(srv);
+    env_auth(srv);
     Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
     cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SUBWORLD;
     cc.metadata = "room";
@@ -418,7 +409,7 @@ static void test_server_recovery(void **state)
     assert_false(ar->shouldrecover);
     channeldpb__auth_result_message__free_unpacked(ar, NULL);
     fconn_t *cl = connect_as(CQ_CONN_CLIENT); /* id 2, worker 2 */
-    auth(cl);
+    env_auth(cl);
     Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
     cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SUBWORLD;
     send_msg(s1, 0, 0, 1, 3, &cc.base); /* channel 1, worker 1 */
@@ -479,7 +470,7 @@ static void test_unrecovered_channel_removed_after_timeout(void **state)
     auth_pit(s1, "game-2", &ar);
     channeldpb__auth_result_message__free_unpacked(ar, NULL);
     fconn_t *cl = connect_as(CQ_CONN_CLIENT);
-    auth(cl);
+    env_auth(cl);
     Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
     cc.channeltype = CHANNELDPB__CHANNEL_TYPE__PRIVATE;
     send_msg(s1, 0, 0, 1, 3, &cc.base);
@@ -513,7 +504,7 @@ static void test_inbound_flow_control(void **state)
 {
     env_up(2, NULL);
     fconn_t *srv = connect_as(CQ_CONN_SERVER); /* id 1: worker 1; GLOBAL lives on worker 0 */
-    auth(srv);
+    env_auth(srv);
     assert_int_equal(srv->worker, 1);
     static uint8_t body[60000];
     body[0] = 0x12; /* ServerForwardMessage.payload, length 59996 */
@@ -557,7 +548,7 @@ static void test_drop_logs_rate_limited(void **state)
 {
     env_up(1, NULL);
     fconn_t *cli = connect_as(CQ_CONN_CLIENT);
-    auth(cli);
+    env_auth(cli);
     log_lines = 0;
     cq_log_set_sink(count_sink, NULL);
     Channeldpb__SubscribedToChannelMessage sub = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
@@ -574,19 +565,6 @@ static void test_drop_logs_rate_limited(void **state)
 
 /* ---- channel data (no schema loaded: the type is unknown, merged by concatenation) ---- */
 
-static const char TURL[] = "type.googleapis.com/testpb.TestChannelDataMessage";
-
-static void send_update(fconn_t *f, uint32_t ch, const void *v, size_t n)
-{
-    Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
-    any.type_url = (char *)TURL;
-    any.value.data = (uint8_t *)v;
-    any.value.len = n;
-    Channeldpb__ChannelDataUpdateMessage m = CHANNELDPB__CHANNEL_DATA_UPDATE_MESSAGE__INIT;
-    m.data = &any;
-    send_msg(f, ch, 0, 0, 8, &m.base);
-}
-
 /* Returns the value bytes of the only CHANNEL_DATA_UPDATE received (as a string), or "" if
  * none; asserts there is at most one. */
 static const char *take_data(fconn_t *f, uint32_t ch)
@@ -602,7 +580,7 @@ static const char *take_data(fconn_t *f, uint32_t ch)
     Channeldpb__ChannelDataUpdateMessage *m =
         channeldpb__channel_data_update_message__unpack(NULL, mp.body_len, body);
     assert_non_null(m);
-    assert_string_equal(m->data->type_url, TURL);
+    assert_string_equal(m->data->type_url, ENV_TURL);
     snprintf(val, sizeof(val), "%.*s", (int)m->data->value.len, (char *)m->data->value.data);
     channeldpb__channel_data_update_message__free_unpacked(m, NULL);
     return val;
@@ -622,21 +600,13 @@ static void test_channel_data_fanout(void **state)
 {
     env_up(2, NULL);
     fconn_t *srv = connect_as(CQ_CONN_SERVER);
-    auth(srv);
-    Google__Protobuf__Any init = GOOGLE__PROTOBUF__ANY__INIT;
-    init.type_url = (char *)TURL;
-    init.value.data = (uint8_t *)"S";
-    init.value.len = 1;
-    Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
-    cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SUBWORLD;
-    cc.data = &init;
-    send_msg(srv, 0, 0, 1, 3, &cc.base); /* channel 1 */
-    take(srv, 0, NULL, NULL);
+    env_auth(srv);
+    env_create_data_channel(srv, "S"); /* channel 1 */
     fconn_t *c1 = connect_as(CQ_CONN_CLIENT), *c2 = connect_as(CQ_CONN_CLIENT);
     fconn_t *c3 = connect_as(CQ_CONN_CLIENT);
-    auth(c1);
-    auth(c2);
-    auth(c3);
+    env_auth(c1);
+    env_auth(c2);
+    env_auth(c3);
     Channeldpb__ChannelSubscriptionOptions o1 = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
     o1.has_fanoutintervalms = o1.has_skipfirstfanout = 1;
     o1.fanoutintervalms = 50;
@@ -663,7 +633,7 @@ static void test_channel_data_fanout(void **state)
     for (uint64_t t = 10; t <= 300; t += 10) {
         advance(t);
         if (k < 3 && at[k] == t) {
-            send_update(srv, 1, u[k], 1);
+            env_send_update(srv, 1, u[k], 1);
             k++;
         }
         if (t % 50 == 0) {
@@ -695,14 +665,14 @@ static void test_channel_data_write_access(void **state)
                       " {\"Name\": \"OPEN\", \"MsgTypeWhitelist\": \"3-8,15-65535\"}]}";
     env_up(1, NULL);
     fconn_t *srv = connect_as(CQ_CONN_SERVER);
-    auth(srv);
+    env_auth(srv);
     Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
     cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SUBWORLD;
     send_msg(srv, 0, 0, 1, 3, &cc.base);
     take(srv, 0, NULL, NULL);
     fconn_t *ro = connect_as(CQ_CONN_CLIENT), *rw = connect_as(CQ_CONN_CLIENT);
-    auth(ro);
-    auth(rw);
+    env_auth(ro);
+    env_auth(rw);
     Channeldpb__ChannelSubscriptionOptions w = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
     w.has_dataaccess = w.has_skipselfupdatefanout = 1;
     w.dataaccess = 2;
@@ -715,9 +685,9 @@ static void test_channel_data_write_access(void **state)
     send_msg(srv, 1, 0, 0, 6, &sub.base);
     take(ro, 0, NULL, NULL);
     take(rw, 0, NULL, NULL);
-    send_update(ro, 1, "x", 1);               /* READ_ACCESS: refused */
+    env_send_update(ro, 1, "x", 1);           /* READ_ACCESS: refused */
     fconn_t *sf = connect_as(CQ_CONN_CLIENT); /* skip-first: never the full state */
-    auth(sf);
+    env_auth(sf);
     Channeldpb__ChannelSubscriptionOptions f = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
     f.has_skipfirstfanout = 1;
     f.skipfirstfanout = 1;
@@ -725,12 +695,12 @@ static void test_channel_data_write_access(void **state)
     sub.suboptions = &f;
     send_msg(srv, 1, 0, 0, 6, &sub.base);
     take(sf, 0, NULL, NULL);
-    send_update(rw, 1, "a", 1); /* first update defines the data, and is an update too */
+    env_send_update(rw, 1, "a", 1); /* first update defines the data, and is an update too */
     advance(E.now + 100);
     assert_string_equal(take_data(sf, 1), "a");
     assert_string_equal(take_data(ro, 1), "a"); /* full state */
     assert_string_equal(take_data(rw, 1), "a");
-    send_update(rw, 1, "b", 1);
+    env_send_update(rw, 1, "b", 1);
     advance(E.now + 100);
     assert_string_equal(take_data(ro, 1), "b");
     assert_string_equal(take_data(rw, 1), "b"); /* skipSelfUpdateFanOut false */
@@ -801,7 +771,7 @@ static void test_msg_flags_behaviour(void **state)
 {
     env_up(2, NULL);
     fconn_t *srv = connect_as(CQ_CONN_SERVER);
-    auth(srv);
+    env_auth(srv);
     Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
     cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SUBWORLD;
     send_msg(srv, 0, 0, 1, 3, &cc.base); /* channel 1 */

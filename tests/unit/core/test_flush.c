@@ -17,17 +17,6 @@
 
 #include "core_env.h"
 
-static const char TURL[] = "type.googleapis.com/testpb.TestChannelDataMessage";
-
-static void auth(fconn_t *f)
-{
-    Channeldpb__AuthMessage a = CHANNELDPB__AUTH_MESSAGE__INIT;
-    a.playeridentifiertoken = "p";
-    a.logintoken = "l";
-    send_msg(f, 0, 0, 0, 1, &a.base);
-    assert_int_equal(take(f, 1, NULL, NULL), 1);
-}
-
 /* What the worker's timer does once at `now` on every worker, then the loop's flush. */
 static void run_due_once(uint64_t now)
 {
@@ -59,10 +48,10 @@ static void test_lazy_waits_for_grid(void **state)
 {
     env_up(2, NULL);
     fconn_t *srv = connect_as(CQ_CONN_SERVER), *c[2];
-    auth(srv);
+    env_auth(srv);
     for (int i = 0; i < 2; i++) {
         c[i] = connect_as(CQ_CONN_CLIENT);
-        auth(c[i]);
+        env_auth(c[i]);
     }
     assert_int_not_equal(c[0]->worker, c[1]->worker); /* one local, one across workers */
     E.now = 1005;
@@ -105,7 +94,7 @@ static void test_lazy_then_direct_one_write_in_order(void **state)
 {
     env_up(1, NULL);
     fconn_t *c = connect_as(CQ_CONN_CLIENT);
-    auth(c);
+    env_auth(c);
     cq_buf_t *a = record(100), *b = record(101), *d = record(102);
     int w = c->writes;
     send_lazy(0, c, a);
@@ -133,8 +122,8 @@ static void test_lazy_closed_client(void **state)
 {
     env_up(1, NULL);
     fconn_t *c = connect_as(CQ_CONN_CLIENT), *k = connect_as(CQ_CONN_CLIENT);
-    auth(c);
-    auth(k);
+    env_auth(c);
+    env_auth(k);
     cq_buf_t *a = record(100);
     send_lazy(0, c, a);
     send_lazy(0, k, a);
@@ -150,17 +139,6 @@ static void test_lazy_closed_client(void **state)
     env_down();
 }
 
-static void send_update(fconn_t *f, uint32_t ch)
-{
-    Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
-    any.type_url = (char *)TURL;
-    any.value.data = (uint8_t *)"u";
-    any.value.len = 1;
-    Channeldpb__ChannelDataUpdateMessage m = CHANNELDPB__CHANNEL_DATA_UPDATE_MESSAGE__INIT;
-    m.data = &any;
-    send_msg(f, ch, 0, 0, 8, &m.base);
-}
-
 #define NCH  1024
 #define NCLI 16
 
@@ -171,17 +149,9 @@ static void test_run_due_serves_all_in_one_write(void **state)
 {
     env_up(1, NULL);
     fconn_t *srv = connect_as(CQ_CONN_SERVER), *c[NCLI];
-    auth(srv);
-    Google__Protobuf__Any init = GOOGLE__PROTOBUF__ANY__INIT;
-    init.type_url = (char *)TURL;
-    init.value.data = (uint8_t *)"S";
-    init.value.len = 1;
-    Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
-    cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SUBWORLD;
-    cc.data = &init;
+    env_auth(srv);
     for (int i = 0; i < NCH; i++)
-        send_msg(srv, 0, 0, 1, 3, &cc.base); /* channels 1..NCH */
-    take(srv, 0, NULL, NULL);
+        env_create_data_channel(srv, "S"); /* channels 1..NCH */
     Channeldpb__ChannelSubscriptionOptions o = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
     o.has_fanoutintervalms = o.has_skipfirstfanout = 1;
     o.fanoutintervalms = 50;
@@ -190,7 +160,7 @@ static void test_run_due_serves_all_in_one_write(void **state)
     sub.suboptions = &o;
     for (int k = 0; k < NCLI; k++) {
         c[k] = connect_as(CQ_CONN_CLIENT);
-        auth(c[k]);
+        env_auth(c[k]);
         sub.connid = cq_conn_id(c[k]->conn);
         for (uint32_t ch = 1; ch <= NCH; ch++)
             send_msg(srv, ch, 0, 0, 6, &sub.base);
@@ -198,7 +168,7 @@ static void test_run_due_serves_all_in_one_write(void **state)
     }
     take(srv, 0, NULL, NULL);
     for (uint32_t ch = 1; ch <= NCH; ch++)
-        send_update(srv, ch);
+        env_send_update(srv, ch, "u", 1);
     uint64_t due = cq_core_next_due(E.cores[0]);
     assert_true(due > E.now && due != UINT64_MAX);
     int w[NCLI];
@@ -220,17 +190,10 @@ static void test_lateness_from_becoming_due(void **state)
 {
     env_up(1, NULL);
     fconn_t *srv = connect_as(CQ_CONN_SERVER), *cl = connect_as(CQ_CONN_CLIENT);
-    auth(srv);
-    auth(cl);
+    env_auth(srv);
+    env_auth(cl);
     E.now = 10000;
-    Google__Protobuf__Any init = GOOGLE__PROTOBUF__ANY__INIT;
-    init.type_url = (char *)TURL;
-    init.value.data = (uint8_t *)"S";
-    init.value.len = 1;
-    Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
-    cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SUBWORLD;
-    cc.data = &init;
-    send_msg(srv, 0, 0, 1, 3, &cc.base); /* channel 1 */
+    env_create_data_channel(srv, "S"); /* channel 1 */
     Channeldpb__ChannelSubscriptionOptions o = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
     o.has_fanoutintervalms = o.has_skipfirstfanout = 1;
     o.fanoutintervalms = 100;
@@ -257,7 +220,7 @@ static void test_lateness_from_becoming_due(void **state)
     /* a real lag: the timer runs 50 ms after the next due time */
     due = cq_core_next_due(c);
     assert_true(due > changed && due != UINT64_MAX);
-    send_update(srv, 1); /* an update meanwhile does not restart the clock */
+    env_send_update(srv, 1, "u", 1); /* an update meanwhile does not restart the clock */
     run_due_once(due + 50);
     assert_int_equal(c->co.last_late, 50);
     assert_int_equal(c->co.level, 0); /* one sample 50 ms late is not overload */
