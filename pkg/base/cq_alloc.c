@@ -1,5 +1,8 @@
 #include "cq_alloc.h"
 
+#include <errno.h>
+#include <stdint.h>
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,4 +54,20 @@ char *cq_strndup(const char *s, size_t n)
 char *cq_strdup(const char *s)
 {
     return cq_strndup(s, strlen(s));
+}
+
+int cq_grow(void *pp, uint32_t *cap, uint32_t n, size_t elem, uint32_t first)
+{
+    if (n < *cap)
+        return 0;
+    uint64_t ncap = *cap ? (uint64_t)*cap * 2 : (first ? first : 1);
+    if (ncap > UINT32_MAX || !elem || ncap > SIZE_MAX / elem)
+        return -ENOMEM;
+    void **p = pp;
+    void *q = cq_realloc(*p, (size_t)ncap * elem);
+    if (!q)
+        return -ENOMEM;
+    *p = q;
+    *cap = (uint32_t)ncap;
+    return 0;
 }

@@ -8,6 +8,7 @@
 #define CQ_ALLOC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct cq_allocator {
     void *(*malloc_fn)(size_t size);
@@ -25,5 +26,10 @@ void cq_free(void *ptr);
 /* Returns an owned copy of s (or of its first n bytes, NUL-terminated); NULL on OOM. */
 char *cq_strdup(const char *s);
 char *cq_strndup(const char *s, size_t n);
+/* Room for one more element in the array *pp of *cap elements of elem bytes when it holds n:
+ * while n < *cap, nothing; else the capacity doubles (first when it is 0) and *pp and *cap are
+ * updated. The array keeps its contents. Returns 0, or -ENOMEM with *pp and *cap unchanged
+ * (also when the new size would not fit a size_t or *cap a uint32_t). */
+int cq_grow(void *pp, uint32_t *cap, uint32_t n, size_t elem, uint32_t first);
 
 #endif

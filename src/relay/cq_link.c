@@ -352,14 +352,8 @@ cq_link_rx_t *cq_link_rx_free(cq_link_rx_t *rx)
  * the stream (see push's callers). Returns 0 or -ENOMEM. */
 static int push(cq_link_rx_t *rx, cq_link_ev_t ev)
 {
-    if (rx->nev == rx->capev) {
-        uint32_t cap = rx->capev ? rx->capev * 2 : 16;
-        cq_link_ev_t *e = cq_realloc(rx->evs, cap * sizeof(*e));
-        if (!e)
-            return -ENOMEM;
-        rx->evs = e;
-        rx->capev = cap;
-    }
+    if (cq_grow(&rx->evs, &rx->capev, rx->nev, sizeof(*rx->evs), 16) < 0)
+        return -ENOMEM;
     if (ev.buf)
         cq_buf_ref(ev.buf);
     rx->evs[rx->nev++] = ev;
@@ -439,15 +433,9 @@ static void hold(cq_link_rx_t *rx, cq_buf_t *b, uint64_t seq, uint64_t now)
         drop_ev(rx, CQ_LINK_WHY_OLD);
         return;
     }
-    if (rx->nhold == rx->caphold) {
-        uint32_t cap = rx->caphold ? rx->caphold * 2 : 16;
-        held_t *h = cq_realloc(rx->hold, cap * sizeof(*h));
-        if (!h) {
-            reset(rx, CQ_LINK_WHY_HOLD);
-            return;
-        }
-        rx->hold = h;
-        rx->caphold = cap;
+    if (cq_grow(&rx->hold, &rx->caphold, rx->nhold, sizeof(*rx->hold), 16) < 0) {
+        reset(rx, CQ_LINK_WHY_HOLD);
+        return;
     }
     memmove(rx->hold + i + 1, rx->hold + i, (rx->nhold - i) * sizeof(*rx->hold));
     rx->hold[i] = (held_t){seq, cq_buf_ref(b)};

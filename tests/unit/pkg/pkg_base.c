@@ -231,6 +231,24 @@ void test_alloc_basics(void **state)
     assert_int_equal(test_alloc_live(), 0);
     assert_int_equal(test_alloc_live_bytes(), 0);
 
+    /* cq_grow: nothing while there is room, doubling from `first`, contents kept, and a
+     * failure leaves the array as it was. */
+    uint32_t *arr = NULL, cap = 0;
+    assert_int_equal(cq_grow(&arr, &cap, 0, sizeof(*arr), 2), 0);
+    assert_int_equal(cap, 2);
+    arr[0] = 7;
+    arr[1] = 8;
+    assert_int_equal(cq_grow(&arr, &cap, 1, sizeof(*arr), 2), 0);
+    assert_int_equal(cap, 2);
+    assert_int_equal(cq_grow(&arr, &cap, 2, sizeof(*arr), 2), 0);
+    assert_int_equal(cap, 4);
+    assert_int_equal(arr[0], 7);
+    assert_int_equal(arr[1], 8);
+    uint32_t big = UINT32_MAX / 2 + 1;
+    assert_int_equal(cq_grow(&arr, &big, big, sizeof(*arr), 2), -ENOMEM);
+    assert_int_equal(big, UINT32_MAX / 2 + 1);
+    cq_free(arr);
+
     /* A failing allocator reaches every wrapper. */
     test_alloc_install(1, true);
     assert_null(cq_malloc(8));
