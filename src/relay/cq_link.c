@@ -3,6 +3,7 @@
 
 #include "cq_alloc.h"
 #include "cq_err.h"
+#include "cq_util.h"
 
 #include <errno.h>
 #include <string.h>
@@ -289,7 +290,8 @@ struct cq_link_rx {
     held_t *hold;   /* packets behind a gap, by seq */
     uint32_t nhold, caphold;
     size_t hold_bytes;
-    uint64_t nack_due; /* UINT64_MAX: no gap */
+    uint64_t announced; /* the last seq the peer said it sent (HEAD), of this epoch */
+    uint64_t nack_due;  /* UINT64_MAX: no gap */
     uint32_t tries;
     cq_link_ev_t *evs; /* queued events (their bufs referenced) */
     uint32_t nev, capev, head;
@@ -366,12 +368,21 @@ static void drop_ev(cq_link_rx_t *rx, cq_link_why_t why)
     (void)push(rx, (cq_link_ev_t){.kind = CQ_LINK_EV_DROP, .why = why});
 }
 
-/* The stream broke: what is held is lost with the gap before it; the next packet restarts it. */
+/* The last seq the open gap reaches: the last held packet or the peer's HEAD; next - 1 when
+ * there is no gap. */
+static uint64_t gap_top(const cq_link_rx_t *rx)
+{
+    uint64_t top = rx->nhold ? rx->hold[rx->nhold - 1].seq : rx->next - 1;
+    return CQ_MAX(top, rx->announced);
+}
+
+/* The stream broke: everything from next to the gap's top is lost, held packets included; the
+ * next packet restarts it. */
 static void reset(cq_link_rx_t *rx, cq_link_why_t why)
 {
-    uint64_t lost = rx->nhold;
-    if (rx->nhold)
-        lost += rx->hold[0].seq - rx->next;
+    uint64_t top = gap_top(rx);
+    uint64_t lost = top >= rx->next ? top - rx->next + 1 : 0;
+    rx->announced = 0;
     drop_hold(rx);
     rx->st.resets++;
     rx->st.lost += lost;
@@ -398,8 +409,8 @@ static void nack(cq_link_rx_t *rx, uint64_t now)
     rx->st.nacks++;
     rx->tries++;
     rx->nack_due = now + rx->cfg.nack_ms;
-    (void)push(rx,
-               (cq_link_ev_t){.kind = CQ_LINK_EV_NACK, .a = rx->next, .b = rx->hold[0].seq - 1});
+    uint64_t b = rx->nhold ? rx->hold[0].seq - 1 : rx->announced; /* a HEAD's tail gap: up to it */
+    (void)push(rx, (cq_link_ev_t){.kind = CQ_LINK_EV_NACK, .a = rx->next, .b = b});
 }
 
 /* Delivers what the hold has in order from next; a gap still open keeps its NACK clock. */
@@ -416,7 +427,7 @@ static void drain_hold(cq_link_rx_t *rx)
     if (k) /* hold is NULL until the first gap */
         memmove(rx->hold, rx->hold + k, (rx->nhold - k) * sizeof(*rx->hold));
     rx->nhold -= k;
-    if (!rx->nhold && rx->nack_due != UINT64_MAX) {
+    if (!rx->nhold && rx->announced < rx->next && rx->nack_due != UINT64_MAX) {
         rx->st.recovered++;
         rx->nack_due = UINT64_MAX;
         rx->tries = 0;
@@ -452,7 +463,36 @@ static void hold(cq_link_rx_t *rx, cq_buf_t *b, uint64_t seq, uint64_t now)
     }
 }
 
-static void on_ctrl(cq_link_rx_t *rx, const cq_buf_t *b, const cq_link_hdr_t *h)
+/* HEAD: the peer's sender last sent seq a. A tail packet lost with nothing after it shows no
+ * gap to the receiver; the HEAD the sender repeats while idle does. A HEAD of a stream this
+ * receiver has not seen a packet of (lost from its first one) starts it at 1. After a RESET the
+ * next data packet restarts the stream, so a HEAD then says nothing. */
+static void on_head(cq_link_rx_t *rx, const cq_link_hdr_t *h, uint64_t a, uint64_t now)
+{
+    if (h->epoch != rx->epoch) {
+        if (h->epoch < rx->epoch) {
+            drop_ev(rx, CQ_LINK_WHY_STALE);
+            return;
+        }
+        if (rx->epoch)
+            reset(rx, CQ_LINK_WHY_EPOCH);
+        rx->epoch = h->epoch;
+        rx->next = 1;
+        rx->restart = false;
+    }
+    if (rx->restart || a < rx->next || a <= rx->announced) {
+        rx->announced = CQ_MAX(rx->announced, a);
+        return;
+    }
+    rx->announced = a;
+    if (rx->nack_due == UINT64_MAX) {
+        rx->st.gaps++;
+        rx->tries = 0;
+        nack(rx, now);
+    }
+}
+
+static void on_ctrl(cq_link_rx_t *rx, const cq_buf_t *b, const cq_link_hdr_t *h, uint64_t now)
 {
     cq_link_rec_t r;
     uint32_t it = 0;
@@ -466,6 +506,10 @@ static void on_ctrl(cq_link_rx_t *rx, const cq_buf_t *b, const cq_link_hdr_t *h)
             reset(rx, CQ_LINK_WHY_GONE);
         else
             drop_ev(rx, CQ_LINK_WHY_OLD);
+        return;
+    }
+    if (r.kind == CQ_LINK_CTRL_HEAD) {
+        on_head(rx, h, a, now);
         return;
     }
     if (r.kind != CQ_LINK_CTRL_NACK) {
@@ -489,7 +533,7 @@ int cq_link_rx_input(cq_link_rx_t *rx, cq_buf_t *pkt, uint64_t now_ms)
         return 0;
     }
     if (h.flags & CQ_LINK_F_CTRL) {
-        on_ctrl(rx, pkt, &h);
+        on_ctrl(rx, pkt, &h, now_ms);
         return 0;
     }
     if (rx->epoch && h.epoch < rx->epoch) {

@@ -56,7 +56,9 @@
                 */
 
 enum { CQ_LINK_F_CTRL = 1u, CQ_LINK_F_RETX = 2u };
-enum { CQ_LINK_CTRL_NACK = 1, CQ_LINK_CTRL_GONE = 2 };
+/* NACK: resend [a, b]. GONE: not kept from a (b: the oldest kept). HEAD: the last seq sent is a
+ * (the sender repeats it while idle, so that a lost last packet shows as a gap). */
+enum { CQ_LINK_CTRL_NACK = 1, CQ_LINK_CTRL_GONE = 2, CQ_LINK_CTRL_HEAD = 3 };
 
 typedef struct cq_link_hdr {
     uint16_t src, dst;

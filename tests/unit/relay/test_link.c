@@ -276,6 +276,52 @@ static void test_epoch_and_ctrl(void **state)
     assert_int_equal(cq_buf_live(), 0);
 }
 
+/* HEAD: a lost last packet, with nothing after it, shows as a gap when the sender's idle HEAD
+ * arrives; the NACK brings it back. A HEAD of what was delivered says nothing; a HEAD of a
+ * stream never seen starts it at 1; after a reset a HEAD says nothing until the next packet. */
+static void test_head(void **state)
+{
+    (void)state;
+    cq_link_tx_t *tx = cq_link_tx_new(A, B, 7, 1 << 20);
+    cq_link_rx_t *rx = cq_link_rx_new(B, A, NULL);
+    feed(rx, pack(tx, 1), 0);
+    cq_buf_t *lost = pack(tx, 2); /* the last packet, lost */
+    feed(rx, cq_link_ctrl(A, B, 7, CQ_LINK_CTRL_HEAD, 1, 0), 1);
+    assert_string_equal(events(rx), "D1:p1 "); /* all delivered: nothing to do */
+    feed(rx, cq_link_ctrl(A, B, 7, CQ_LINK_CTRL_HEAD, 2, 0), 2);
+    assert_string_equal(events(rx), "N2-2 ");
+    assert_int_equal(cq_link_rx_next_due(rx), 2 + 50);
+    cq_link_rx_tick(rx, 52);
+    assert_string_equal(events(rx), "N2-2 "); /* asked again */
+    cq_buf_t *re[4], *gone = NULL;
+    assert_int_equal(cq_link_tx_nack(tx, 2, 2, re, 4, &gone), 1);
+    assert_null(gone);
+    feed(rx, re[0], 53);
+    assert_string_equal(events(rx), "D2:p2 ");
+    assert_int_equal(cq_link_rx_next_due(rx), UINT64_MAX);
+    assert_int_equal(cq_link_rx_stats(rx)->recovered, 1);
+    cq_buf_unref(lost);
+    /* unanswered, a HEAD's gap resets with what it announced counted as lost */
+    cq_buf_unref(pack(tx, 3));
+    cq_buf_unref(pack(tx, 4));
+    feed(rx, cq_link_ctrl(A, B, 7, CQ_LINK_CTRL_HEAD, 4, 0), 60);
+    for (uint64_t t = 110; t <= 60 + 50 * 5; t += 50)
+        cq_link_rx_tick(rx, t);
+    assert_string_equal(events(rx), "N3-4 N3-4 N3-4 N3-4 N3-4 R7/2 ");
+    feed(rx, cq_link_ctrl(A, B, 7, CQ_LINK_CTRL_HEAD, 4, 0), 400); /* after a reset: nothing */
+    assert_string_equal(events(rx), "");
+    feed(rx, pack(tx, 5), 401); /* restarts the stream */
+    assert_string_equal(events(rx), "D5:p5 ");
+    /* a stream never seen: its HEAD starts it at 1 */
+    cq_link_rx_t *rx2 = cq_link_rx_new(B, A, NULL);
+    feed(rx2, cq_link_ctrl(A, B, 7, CQ_LINK_CTRL_HEAD, 3, 0), 0);
+    assert_string_equal(events(rx2), "N1-3 ");
+    cq_link_tx_free(tx);
+    cq_link_rx_free(rx);
+    cq_link_rx_free(rx2);
+    assert_int_equal(cq_buf_live(), 0);
+}
+
 /* The packets held behind a gap are bounded: past hold_bytes the stream resets. */
 static void test_hold_bound(void **state)
 {
@@ -302,7 +348,7 @@ int main(void)
         cmocka_unit_test(test_format),        cmocka_unit_test(test_in_order_and_drops),
         cmocka_unit_test(test_gap_recovered), cmocka_unit_test(test_gap_unanswered_resets),
         cmocka_unit_test(test_gone),          cmocka_unit_test(test_epoch_and_ctrl),
-        cmocka_unit_test(test_hold_bound),
+        cmocka_unit_test(test_head),          cmocka_unit_test(test_hold_bound),
     };
     return cmocka_run_group_tests_name("link", tests, NULL, NULL);
 }
