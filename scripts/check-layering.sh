@@ -16,6 +16,7 @@ check 'sqlite3\.h>' '^(src/store/sqlite\.c|tests/)'
 check 'wslay/' '^(src/transport/ws/|tests/)'
 check 'openssl/' '^(src/transport/ws/|tests/)'
 check 'zookeeper/' '^(src/coord/zk\.c|clients/c/chanq_cluster_sync\.c|tests/)'
+check 'nats/' '^(src/relay/nats\.c|tests/)'
 # The import graph: every #include "x.h" in src/ and pkg/ resolves to a module its row in
 # doc/architecture.md's module map may depend on, the rows point downward only, and no include
 # path or #include reaches a sibling's directory ('../x'). scripts/module-graph.py says how.

@@ -31,7 +31,7 @@ ROOTS = ('src', 'pkg')
 MESON_ROOTS = ('src', 'pkg', 'clients', 'tools')
 # Names in the "Depends on" column that are not rows: libraries included with <...> (the
 # adapter checks in check-layering.sh own those) and the build's generated headers.
-EXTERNAL = {'jansson'}
+EXTERNAL = {'jansson', 'libnats'}
 GENERATED = {'proto': re.compile(r'.*\.pb-c\.h$'), 'embedded': re.compile(r'cq_embedded\.h$')}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
