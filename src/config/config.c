@@ -277,6 +277,35 @@ static const opt_t opts[] = {
          "the standby only serves reads, as the seed's design says."),
     INT("cluster-db-down-ms", NULL, cluster_db_down_ms, "5000", 100, 600000, "MS",
         "A master whose MariaDB does not answer for this long gives up its role."),
+    /* Relay nodes (issue 23, doc/relay-cluster.md). */
+    STR("relay-nats", NULL, relay_nats, "", NULL, "URLS",
+        "nats-server URLs (nats://host:port,...) of the relay's data plane: chanqd runs as one "
+        "node of a relay of several (doc/relay-cluster.md). Empty runs one node alone, with no "
+        "NATS."),
+    INT("relay-node-id", NULL, relay_node_id, "0", 0, 255, "N",
+        "This relay node's id, 1 .. 2^--relay-node-bits - 1, unique in the relay. Needed with "
+        "--relay-nats."),
+    INT("relay-node-bits", NULL, relay_node_bits, "4", 1, 8, "N",
+        "How many top bits of the connection and channel ids chanqd allocates name the node "
+        "(doc/relay-cluster.md); the rest are the node's own. Every node of a relay must use "
+        "the same value."),
+    STR("relay-cluster", NULL, relay_cluster, "default", NULL, "NAME",
+        "The relay's name ([A-Za-z0-9_-]{1,32}): its NATS subjects (chanq.NAME.node.ID) and "
+        "its ZooKeeper subtree. Nodes with the same name form one relay."),
+    STR("relay-nats-user", NULL, relay_nats_user, "", NULL, "USER",
+        "User of nats-server's user/password authorization; empty: none (or in the URL)."),
+    STR("relay-nats-password", NULL, relay_nats_password, "", NULL, "PASSWORD",
+        "Password of --relay-nats-user."),
+    STR("relay-nats-token", NULL, relay_nats_token, "", NULL, "TOKEN",
+        "Token of nats-server's token authorization; empty: none."),
+    BOOL("relay-nats-tls", NULL, relay_nats_tls, "false",
+         "Require TLS to nats-server (implied by --relay-nats-tls-ca)."),
+    STR("relay-nats-tls-ca", NULL, relay_nats_tls_ca, "", NULL, "FILE",
+        "PEM file of the CAs trusted for nats-server's certificate."),
+    STR("relay-nats-tls-cert", NULL, relay_nats_tls_cert, "", NULL, "FILE",
+        "PEM client certificate chain for nats-server's mutual TLS (with --relay-nats-tls-key)."),
+    STR("relay-nats-tls-key", NULL, relay_nats_tls_key, "", NULL, "FILE",
+        "PEM private key of --relay-nats-tls-cert."),
     STR("repl-admin-user", NULL, repl_admin_user, "root", NULL, "USER",
         "MariaDB user for replication control (read_only, promotion, status); needs SUPER or "
         "the REPLICATION and READ_ONLY ADMIN privileges. --mysql-user must NOT have them, or "
@@ -741,6 +770,27 @@ static int check_dev_provider(const cq_config_t *c, char *err, size_t errlen)
     return 0;
 }
 
+/* A relay node needs an id its bits can hold, and a name fit for a NATS subject token and a
+ * ZooKeeper node. */
+static int check_relay(const cq_config_t *c, char *err, size_t errlen)
+{
+    if (!*c->relay_nats)
+        return 0;
+    int max = (1 << c->relay_node_bits) - 1;
+    if (c->relay_node_id < 1 || c->relay_node_id > max)
+        return cq_err_fmt(err, errlen, CQ_ECONFIG,
+                          "--relay-node-id: %d is not in 1..%d (--relay-node-bits %d)",
+                          c->relay_node_id, max, c->relay_node_bits);
+    size_t n = strlen(c->relay_cluster);
+    if (n < 1 || n > 32 ||
+        strspn(c->relay_cluster,
+               "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") != n)
+        return cq_err_fmt(err, errlen, CQ_ECONFIG,
+                          "--relay-cluster: \"%s\" is not 1 to 32 of [A-Za-z0-9_-]",
+                          c->relay_cluster);
+    return 0;
+}
+
 int cq_config_check(const cq_config_t *c, char *err, size_t errlen)
 {
     if (c->sendq_soft_limit > c->sendq_hard_limit) {
@@ -758,6 +808,9 @@ int cq_config_check(const cq_config_t *c, char *err, size_t errlen)
                           "--mq-sendq-soft-limit: %s is above --mq-sendq-hard-limit %s", soft,
                           hard);
     }
+    int r = check_relay(c, err, errlen);
+    if (r < 0)
+        return r;
     if (strcmp(c->auth_provider, "file") == 0 && c->auth_token_file[0] == '\0')
         return cq_err_fmt(err, errlen, CQ_ECONFIG, "--auth-provider: file needs --auth-token-file");
     return check_dev_provider(c, err, errlen);

@@ -103,7 +103,19 @@ typedef struct cq_config {
     char *cluster_advertise; /* the seed address SDKs use; "" = --mq-addr */
     bool cluster_promote;    /* a server whose database is a replica may take master */
     int cluster_db_down_ms;  /* a master without its database gives up after this */
-    char *repl_admin_user;   /* replication control (read_only, promotion): an admin */
+    /* Relay nodes (issue 23, doc/relay-cluster.md); relay_nats "" = one node, no NATS. */
+    char *relay_nats;    /* nats-server URLs */
+    int relay_node_id;   /* this node, 1 .. 2^relay_node_bits - 1 */
+    int relay_node_bits; /* top bits of allocated ids that name the node */
+    char *relay_cluster; /* the relay's name: subjects and ZooKeeper paths */
+    char *relay_nats_user;
+    char *relay_nats_password;
+    char *relay_nats_token;
+    bool relay_nats_tls;
+    char *relay_nats_tls_ca;
+    char *relay_nats_tls_cert;
+    char *relay_nats_tls_key;
+    char *repl_admin_user; /* replication control (read_only, promotion): an admin */
     char *repl_admin_password;
     char *repl_user; /* what a standby replicates as (CHANGE MASTER) */
     char *repl_password;

@@ -1,5 +1,6 @@
 /* chanqd - config -> modules -> run. The composition root. */
 #include "cluster.h"
+#include "relaynode.h"
 #include "mgr_main.h"
 #include "mgrfig.h"
 #include "reload.h"
@@ -51,6 +52,7 @@ typedef struct app {
     cq_mqsrv_t *mqsrv; /* the engine; runs on the MQ loop while mq runs */
     cq_mqio_t *mq;
     cq_main_cluster_t *cluster; /* with --zk-hosts: roles, fencing, replication control */
+    cq_main_relay_t *relay;     /* with --relay-nats: this node of a relay */
     cq_mgrlink_t *mgrlink;      /* with --mgr-servers: the reports and commands (MQ loop) */
     cq_main_figures_t figs;     /* the host's figures in those reports */
     cq_main_reload_t *reload;   /* SIGHUP: the configuration parsed again */
@@ -611,6 +613,10 @@ static int start(app_t *a)
         CQ_ERROR("main", "%s", err);
         return r;
     }
+    if (*c->relay_nats && (r = cq_main_relay_start(c, a->admin, &a->relay, err, sizeof(err))) < 0) {
+        CQ_ERROR("main", "%s", err);
+        return r;
+    }
     char mq_bound[80] = "";
     if (*a->cfg.mq_addr && (r = start_mq(a, mq_bound, sizeof(mq_bound))) < 0)
         return r;
@@ -659,6 +665,7 @@ int main(int argc, char **argv)
     if (r == 0)
         cq_io_run_until_signal(a.io, on_hup, &a);
     stop_mq(&a);
+    cq_main_relay_stop(a.relay, a.admin);
     if (a.io)
         cq_admin_remove_source(a.admin, cq_io_metrics_append, a.io);
     cq_io_free(a.io);

@@ -365,6 +365,29 @@ static void test_cross_checks(void **state)
     cq_config_done(&c);
 }
 
+/* A relay node needs an id its bits can hold and a name fit for subjects and ZooKeeper; without
+ * --relay-nats neither is looked at. */
+static void test_relay_checks(void **state)
+{
+    (void)state;
+    PARSE_ERR("--relay-node-id: 0 is not in 1..15 (--relay-node-bits 4)",
+              "--relay-nats=nats://127.0.0.1:4222");
+    PARSE_ERR("--relay-node-id: 16 is not in 1..15 (--relay-node-bits 4)",
+              "--relay-nats=nats://127.0.0.1:4222", "--relay-node-id=16");
+    PARSE_ERR("--relay-node-id: 4 is not in 1..3 (--relay-node-bits 2)",
+              "--relay-nats=nats://127.0.0.1:4222", "--relay-node-id=4", "--relay-node-bits=2");
+    PARSE_ERR("--relay-cluster: \"a.b\" is not 1 to 32 of [A-Za-z0-9_-]",
+              "--relay-nats=nats://127.0.0.1:4222", "--relay-node-id=1", "--relay-cluster=a.b");
+    cq_config_t c;
+    PARSE_OK(&c, "--relay-node-id=0", "--relay-cluster=a.b"); /* one node: not used */
+    cq_config_done(&c);
+    PARSE_OK(&c, "--relay-nats=nats://127.0.0.1:4222", "--relay-node-id=255", "--relay-node-bits=8",
+             "--relay-cluster=prod-eu_1");
+    assert_int_equal(c.relay_node_id, 255);
+    assert_string_equal(c.relay_cluster, "prod-eu_1");
+    cq_config_done(&c);
+}
+
 /* --server-bypass-auth is auto, or a boolean in any spelling (channeld's -sba is a Go bool). */
 static void test_bypass_auto(void **state)
 {
@@ -685,6 +708,7 @@ const struct CMUnitTest test_config_cases[] = {
     cmocka_unit_test(test_workers_max_is_the_core_cap),
     cmocka_unit_test(test_syntax_errors),
     cmocka_unit_test(test_cross_checks),
+    cmocka_unit_test(test_relay_checks),
     cmocka_unit_test(test_negative_value_taken_from_next_arg),
     cmocka_unit_test(test_bypass_auto),
     cmocka_unit_test(test_dev_provider_needs_dev),

@@ -1,0 +1,279 @@
+/* relaynode.c - chanqd as one node of a relay (relaynode.h): composes the NATS network
+ * (cq_relay_nats.h) and the relay thread (cq_relay.h), and publishes their metrics. */
+#include "relaynode.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_log.h"
+#include "cq_relay.h"
+#include "cq_relay_nats.h"
+#include "cq_sbuf.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PEERS CQ_RELAY_MAX_PEERS
+
+struct cq_main_relay {
+    const cq_config_t *cfg;
+    cq_relay_nats_t *nats;
+    cq_relay_t *relay;
+    _Atomic(cq_relay_t *) live; /* NATS packets go here once the relay runs */
+    /* the relay thread's view of each peer's HELLO (read by /metrics: atomics) */
+    _Atomic uint32_t hello_epoch[CQ_LINK_MAX_NODE + 1];
+    _Atomic uint64_t hellos, unknown_records;
+};
+
+/* ---- callbacks ---------------------------------------------------------------------------- */
+
+/* libnats's threads: copy into the relay thread's queue. */
+static void on_packet(void *ud, const uint8_t *p, size_t n)
+{
+    cq_main_relay_t *k = ud;
+    cq_relay_t *r = atomic_load_explicit(&k->live, memory_order_acquire);
+    if (r)
+        cq_relay_input(r, p, n);
+}
+
+static void on_state(void *ud, cq_relay_nats_state_t st, const char *url)
+{
+    cq_main_relay_t *k = ud;
+    static const char *const names[] = {"", "connected to", "disconnected from NATS",
+                                        "reconnected to", "closed"};
+    if (st == CQ_RELAY_NATS_DISCONNECTED)
+        CQ_WARN("relay", "node %d: %s; reconnecting", k->cfg->relay_node_id, names[st]);
+    else
+        CQ_INFO("relay", "node %d: %s %s", k->cfg->relay_node_id, names[st], url);
+}
+
+/* "v1 node=N epoch=E" */
+static void on_hello(cq_main_relay_t *k, uint16_t from, const uint8_t *body, uint32_t len)
+{
+    char s[64];
+    unsigned node = 0, epoch = 0;
+    snprintf(s, sizeof(s), "%.*s", (int)(len < sizeof(s) - 1 ? len : sizeof(s) - 1),
+             (const char *)body);
+    if (sscanf(s, "v1 node=%u epoch=%u", &node, &epoch) != 2 || node != from || !epoch) {
+        atomic_fetch_add(&k->unknown_records, 1);
+        return;
+    }
+    uint32_t before = atomic_exchange(&k->hello_epoch[from], epoch);
+    atomic_fetch_add(&k->hellos, 1);
+    if (before != epoch)
+        CQ_INFO("relay", "node %d: node %u is up (epoch %u)", k->cfg->relay_node_id, node, epoch);
+}
+
+/* The relay thread: a record from node, in its stream's order. */
+static void on_deliver(void *ud, uint16_t node, uint8_t kind, const uint8_t *body, uint32_t len)
+{
+    cq_main_relay_t *k = ud;
+    if (kind == CQ_RELAY_REC_HELLO)
+        on_hello(k, node, body, len);
+    else
+        atomic_fetch_add(&k->unknown_records, 1);
+}
+
+static void on_reset(void *ud, uint16_t node, int why, uint64_t lost)
+{
+    cq_main_relay_t *k = ud;
+    CQ_WARN("relay", "node %d: the stream from node %u reset (reason %d): %" PRIu64 " packets lost",
+            k->cfg->relay_node_id, node, why, lost);
+}
+
+/* ---- metrics ------------------------------------------------------------------------------ */
+
+static int metrics_peer(cq_main_relay_t *k, const cq_relay_peer_stats_t *p, cq_sbuf_t *out)
+{
+    unsigned n = p->node;
+    return cq_sbuf_printf(out,
+                          "chanq_relay_link_packets_total{peer=\"%u\",dir=\"out\"} %" PRIu64 "\n"
+                          "chanq_relay_link_packets_total{peer=\"%u\",dir=\"in\"} %" PRIu64 "\n"
+                          "chanq_relay_link_records_total{peer=\"%u\",dir=\"out\"} %" PRIu64 "\n"
+                          "chanq_relay_link_records_total{peer=\"%u\",dir=\"in\"} %" PRIu64 "\n"
+                          "chanq_relay_link_bytes_out_total{peer=\"%u\"} %" PRIu64 "\n"
+                          "chanq_relay_link_gaps_total{peer=\"%u\"} %" PRIu64 "\n"
+                          "chanq_relay_link_nacks_total{peer=\"%u\"} %" PRIu64 "\n"
+                          "chanq_relay_link_recovered_total{peer=\"%u\"} %" PRIu64 "\n"
+                          "chanq_relay_link_resets_total{peer=\"%u\"} %" PRIu64 "\n"
+                          "chanq_relay_link_lost_packets_total{peer=\"%u\"} %" PRIu64 "\n"
+                          "chanq_relay_link_dropped_packets_total{peer=\"%u\"} %" PRIu64 "\n"
+                          "chanq_relay_link_retransmits_total{peer=\"%u\"} %" PRIu64 "\n"
+                          "chanq_relay_link_gone_total{peer=\"%u\"} %" PRIu64 "\n"
+                          "chanq_relay_link_publish_errors_total{peer=\"%u\"} %" PRIu64 "\n"
+                          "chanq_relay_peer_epoch{peer=\"%u\"} %u\n",
+                          n, p->tx.packets, n, p->rx.delivered, n, p->records_out, n, p->records_in,
+                          n, p->tx.bytes, n, p->rx.gaps, n, p->rx.nacks, n, p->rx.recovered, n,
+                          p->rx.resets, n, p->rx.lost, n, p->rx.dropped, n, p->tx.retransmits, n,
+                          p->tx.gone, n, p->publish_errors, n, atomic_load(&k->hello_epoch[n]));
+}
+
+static const char HELP[] =
+    "# HELP chanq_relay_node This relay node's id, epoch and relay name.\n"
+    "# TYPE chanq_relay_node gauge\n"
+    "# HELP chanq_relay_nats_connected 1 while this node is connected to a nats-server.\n"
+    "# TYPE chanq_relay_nats_connected gauge\n"
+    "# HELP chanq_relay_nats_reconnects_total Reconnections to NATS after a loss.\n"
+    "# TYPE chanq_relay_nats_reconnects_total counter\n"
+    "# HELP chanq_relay_nats_dropped_total Packets the NATS subscription dropped as a slow "
+    "consumer (the links ask for them again).\n"
+    "# TYPE chanq_relay_nats_dropped_total counter\n"
+    "# HELP chanq_relay_queue_bytes Bytes waiting for the relay thread.\n"
+    "# TYPE chanq_relay_queue_bytes gauge\n"
+    "# HELP chanq_relay_refused_sends_total Records refused because the relay's queue was "
+    "full.\n"
+    "# TYPE chanq_relay_refused_sends_total counter\n"
+    "# HELP chanq_relay_bad_packets_total Packets refused: malformed, or for another node.\n"
+    "# TYPE chanq_relay_bad_packets_total counter\n"
+    "# HELP chanq_relay_unknown_records_total Records of a kind or content this node does not "
+    "take, dropped.\n"
+    "# TYPE chanq_relay_unknown_records_total counter\n"
+    "# HELP chanq_relay_link_packets_total Data packets per peer: sent (out), delivered in "
+    "order (in).\n"
+    "# TYPE chanq_relay_link_packets_total counter\n"
+    "# HELP chanq_relay_link_records_total Records per peer, sent and delivered.\n"
+    "# TYPE chanq_relay_link_records_total counter\n"
+    "# HELP chanq_relay_link_bytes_out_total Bytes of data packets sent per peer.\n"
+    "# TYPE chanq_relay_link_bytes_out_total counter\n"
+    "# HELP chanq_relay_link_gaps_total Gaps seen in a peer's stream (lost packets).\n"
+    "# TYPE chanq_relay_link_gaps_total counter\n"
+    "# HELP chanq_relay_link_nacks_total NACKs sent to a peer for its missing packets.\n"
+    "# TYPE chanq_relay_link_nacks_total counter\n"
+    "# HELP chanq_relay_link_recovered_total Gaps closed by retransmission.\n"
+    "# TYPE chanq_relay_link_recovered_total counter\n"
+    "# HELP chanq_relay_link_resets_total Times a peer's stream broke: what came from it is "
+    "rebuilt.\n"
+    "# TYPE chanq_relay_link_resets_total counter\n"
+    "# HELP chanq_relay_link_lost_packets_total Packets of a peer lost for good (in resets).\n"
+    "# TYPE chanq_relay_link_lost_packets_total counter\n"
+    "# HELP chanq_relay_link_dropped_packets_total A peer's packets refused: duplicate, stale "
+    "or malformed.\n"
+    "# TYPE chanq_relay_link_dropped_packets_total counter\n"
+    "# HELP chanq_relay_link_retransmits_total Packets sent again on a peer's NACK.\n"
+    "# TYPE chanq_relay_link_retransmits_total counter\n"
+    "# HELP chanq_relay_link_gone_total NACKs answered GONE (no longer kept).\n"
+    "# TYPE chanq_relay_link_gone_total counter\n"
+    "# HELP chanq_relay_link_publish_errors_total Publishes NATS refused (the peer's NACK "
+    "recovers them).\n"
+    "# TYPE chanq_relay_link_publish_errors_total counter\n"
+    "# HELP chanq_relay_peer_epoch The epoch of a peer's last HELLO (0: not heard from).\n"
+    "# TYPE chanq_relay_peer_epoch gauge\n";
+
+static int metrics(void *ud, cq_sbuf_t *out)
+{
+    cq_main_relay_t *k = ud;
+    cq_relay_stats_t st;
+    cq_relay_peer_stats_t *ps = cq_malloc(MAX_PEERS * sizeof(*ps));
+    if (!ps)
+        return -ENOMEM;
+    size_t n = cq_relay_stats(k->relay, &st, ps, MAX_PEERS);
+    cq_relay_nats_stats_t ns;
+    cq_relay_nats_stats(k->nats, &ns);
+    int r = cq_sbuf_append(out, HELP, sizeof(HELP) - 1);
+    if (r == 0)
+        r = cq_sbuf_printf(out,
+                           "chanq_relay_node{node=\"%d\",cluster=\"%s\",epoch=\"%u\"} 1\n"
+                           "chanq_relay_nats_connected %d\n"
+                           "chanq_relay_nats_reconnects_total %" PRIu64 "\n"
+                           "chanq_relay_nats_dropped_total %" PRId64 "\n"
+                           "chanq_relay_queue_bytes %" PRIu64 "\n"
+                           "chanq_relay_refused_sends_total %" PRIu64 "\n"
+                           "chanq_relay_bad_packets_total %" PRIu64 "\n"
+                           "chanq_relay_unknown_records_total %" PRIu64 "\n",
+                           k->cfg->relay_node_id, k->cfg->relay_cluster, cq_relay_epoch(k->relay),
+                           ns.connected ? 1 : 0, ns.reconnects, ns.dropped, st.queued_bytes,
+                           st.refused_sends, st.bad_packets + st.unknown_src,
+                           atomic_load(&k->unknown_records));
+    for (size_t i = 0; i < n && r == 0; i++)
+        r = metrics_peer(k, &ps[i], out);
+    cq_free(ps);
+    return r;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------------- */
+
+void cq_main_relay_hello(cq_main_relay_t *k, uint16_t node)
+{
+    char s[64];
+    int n = snprintf(s, sizeof(s), "v1 node=%d epoch=%u", k->cfg->relay_node_id,
+                     cq_relay_epoch(k->relay));
+    cq_buf_t *b = cq_buf_from(s, (size_t)n);
+    if (b)
+        (void)cq_relay_send(k->relay, node, CQ_RELAY_REC_HELLO, b); /* refusals are counted */
+    cq_buf_unref(b);
+}
+
+static int open_nats(cq_main_relay_t *k, char *err, size_t errlen)
+{
+    const cq_config_t *c = k->cfg;
+    char name[64];
+    snprintf(name, sizeof(name), "chanqd-%s-node-%d", c->relay_cluster, c->relay_node_id);
+    cq_relay_nats_conf_t nc = {.urls = c->relay_nats,
+                               .user = c->relay_nats_user,
+                               .password = c->relay_nats_password,
+                               .token = c->relay_nats_token,
+                               .tls = c->relay_nats_tls,
+                               .tls_ca = c->relay_nats_tls_ca,
+                               .tls_cert = c->relay_nats_tls_cert,
+                               .tls_key = c->relay_nats_tls_key,
+                               .name = name,
+                               .on_packet = on_packet,
+                               .on_state = on_state,
+                               .ud = k};
+    return cq_relay_nats_open(&nc, &k->nats, err, errlen);
+}
+
+int cq_main_relay_start(const cq_config_t *c, cq_admin_t *admin, cq_main_relay_t **ret, char *err,
+                        size_t errlen)
+{
+    cq_main_relay_t *k = cq_calloc(1, sizeof(*k));
+    if (!k)
+        return -ENOMEM;
+    k->cfg = c;
+    int r = open_nats(k, err, errlen);
+    if (r < 0) {
+        cq_free(k);
+        return r;
+    }
+    cq_relay_conf_t rc = {.node = (uint16_t)c->relay_node_id,
+                          .cluster = c->relay_cluster,
+                          .net_ops = &cq_relay_nats_ops,
+                          .net = k->nats,
+                          .deliver = on_deliver,
+                          .reset = on_reset,
+                          .ud = k};
+    char subj[CQ_RELAY_SUBJECT_MAX];
+    r = cq_relay_start(&rc, &k->relay);
+    if (r < 0)
+        snprintf(err, errlen, "relay: cannot start the relay thread: %s", cq_strerror(r));
+    else
+        atomic_store_explicit(&k->live, k->relay, memory_order_release);
+    if (r == 0 && (r = cq_relay_subject(c->relay_cluster, (uint16_t)c->relay_node_id, subj,
+                                        sizeof(subj))) == 0)
+        r = cq_relay_nats_subscribe(k->nats, subj, err, errlen);
+    if (r == 0 && (r = cq_admin_add_source(admin, "relay", metrics, k)) < 0)
+        snprintf(err, errlen, "cannot register the relay metrics: %s", cq_strerror(r));
+    if (r < 0) {
+        cq_main_relay_stop(k, NULL);
+        return r;
+    }
+    CQ_INFO("relay", "node %d of relay \"%s\" (epoch %u) on NATS %s, subject %s", c->relay_node_id,
+            c->relay_cluster, cq_relay_epoch(k->relay), c->relay_nats, subj);
+    *ret = k;
+    return 0;
+}
+
+void cq_main_relay_stop(cq_main_relay_t *k, cq_admin_t *admin)
+{
+    if (!k)
+        return;
+    if (admin)
+        cq_admin_remove_source(admin, metrics, k);
+    /* the network first: its callbacks end before the relay they feed */
+    cq_relay_nats_close(k->nats);
+    cq_relay_stop(k->relay);
+    cq_free(k);
+}

@@ -1,0 +1,34 @@
+/* relaynode.h - chanqd as one node of a relay (issue 23, doc/relay-cluster.md): the NATS
+ * network, the relay thread over it, and their metrics.
+ *
+ * Lifecycle, in chanqd.c: cq_main_relay_start() once the admin registry exists, when
+ * --relay-nats is set; cq_main_relay_stop() before the workers stop. Without --relay-nats none
+ * of it runs and chanqd is one node alone, needing no NATS server.
+ */
+#ifndef CQ_MAIN_RELAYNODE_H
+#define CQ_MAIN_RELAYNODE_H
+
+#include "cq_admin.h"
+#include "cq_config.h"
+
+#include <stddef.h>
+
+typedef struct cq_main_relay cq_main_relay_t;
+
+/* Record kinds on the links (one byte each, cq_link.h). */
+enum {
+    CQ_RELAY_REC_HELLO = 1, /* "v1 node=N epoch=E": the sender is up; the peer's link is live */
+};
+
+/* Connects to NATS (a server that is not up yet is retried in the background), starts the
+ * relay thread, subscribes to this node's subject and registers the metrics source "relay".
+ * c is borrowed and must outlive the node. Returns 0 with *ret owned, or a negative code with
+ * err filled. */
+int cq_main_relay_start(const cq_config_t *c, cq_admin_t *admin, cq_main_relay_t **ret, char *err,
+                        size_t errlen);
+/* Says HELLO to node (a member that appeared). Any thread. */
+void cq_main_relay_hello(cq_main_relay_t *k, uint16_t node);
+/* Stops the network, then the relay thread; frees. Accepts NULL. */
+void cq_main_relay_stop(cq_main_relay_t *k, cq_admin_t *admin);
+
+#endif
