@@ -23,7 +23,7 @@ ninja -C "$build" tests/fuzz/fuzz_framing tests/fuzz/fuzz_wire_packet tests/fuzz
     tests/fuzz/fuzz_merge tests/fuzz/fuzz_mq tests/fuzz/ws/fuzz_wsup tests/fuzz/ws/fuzz_ws \
     tests/fuzz/kcp/fuzz_kcp tests/fuzz/config/fuzz_config \
     tests/fuzz/fuzz_core \
-    tests/fuzz/fuzz_sched tests/fuzz/fuzz_link \
+    tests/fuzz/fuzz_sched tests/fuzz/fuzz_link tests/fuzz/fuzz_xwire \
     tests/fuzz/http/fuzz_http \
     tests/fuzz/kcp/fuzz_kcp_listener \
     tests/fuzz/fuzz_mqsrv tests/fuzz/fuzz_coord tests/fuzz/fuzz_spatial tests/fuzz/fuzz_mgr
@@ -33,7 +33,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 failed=0
 for t in fuzz_framing fuzz_wire_packet fuzz_snappy fuzz_merge fuzz_mq fuzz_wsup fuzz_ws fuzz_kcp \
-    fuzz_sched fuzz_link \
+    fuzz_sched fuzz_link fuzz_xwire \
     fuzz_config fuzz_core fuzz_http fuzz_kcp_listener fuzz_mqsrv fuzz_coord fuzz_spatial fuzz_mgr; do
     mkdir -p "$work/$t"
     dict=""
