@@ -1,5 +1,5 @@
-/* zk.c - the ZK ops of the coord runtime (cq_coordrt.h) and the one-node client (cq_zknode.h)
- * over libzookeeper-mt.
+/* zk.c - the ZK ops of the coord runtime (cq_coordrt.h), the one-node client (cq_zknode.h) and
+ * the group membership (cq_zkgroup.h) over libzookeeper-mt.
  *
  * The only file that includes <zookeeper/zookeeper.h> (scripts/check-layering.sh). Every call
  * is asynchronous; completions and watchers run on the library's completion thread, where they
@@ -41,7 +41,9 @@
  */
 #define THREADED
 #include "cq_coordzk.h"
+#include "cq_zkgroup.h"
 #include "cq_zknode.h"
+#include "zkgroup_int.h"
 
 #include "cq_alloc.h"
 #include "cq_err.h"
@@ -339,18 +341,24 @@ static void req_fail(zk_req_t *r)
     }
 }
 
-/* CLOCK_MONOTONIC now + ZK_DRAIN_MS, for req_cv. */
-static struct timespec drain_deadline(void)
+/* CLOCK_MONOTONIC now + ms, for the condition variables on that clock. */
+static struct timespec mono_after(uint64_t ms)
 {
     struct timespec dl;
     clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_sec += ZK_DRAIN_MS / 1000;
-    dl.tv_nsec += (long)(ZK_DRAIN_MS % 1000) * 1000000L;
+    dl.tv_sec += (time_t)(ms / 1000);
+    dl.tv_nsec += (long)(ms % 1000) * 1000000L;
     if (dl.tv_nsec >= 1000000000L) {
         dl.tv_sec++;
         dl.tv_nsec -= 1000000000L;
     }
     return dl;
+}
+
+/* CLOCK_MONOTONIC now + ZK_DRAIN_MS, for req_cv. */
+static struct timespec drain_deadline(void)
+{
+    return mono_after(ZK_DRAIN_MS);
 }
 
 /* Waits (at most ZK_DRAIN_MS) until every request issued has had its completion; false when
@@ -1428,3 +1436,800 @@ const cq_coord_zk_ops_t cq_coord_zk_libzk = {
     .put_topic = zk_put_topic,
     .close = zk_close,
 };
+
+/* ---- a group membership (cq_zkgroup.h) ----------------------------------------------------
+ *
+ * One session at a time (grp_sess_t), on a zk_sess_t of its own whose sink is the group's
+ * (grp_post gets its session events). Whatever a session does once it is connected runs on its
+ * completion thread, through the gates: the join, the listings, the claims' later steps. The
+ * group's own thread (grp_keeper) only replaces an expired session: it closes the old one (its
+ * threads joined, its completions run) before it opens the next, so two sessions' callbacks
+ * never interleave. g->mu guards g->cur and every session's state; it is held while a session
+ * is opened, so that session's first event waits until g->cur names it, and while a claim
+ * issues its first request, so the keeper cannot free the session meanwhile. No callback of
+ * the caller's runs under g->mu. The pure parts (names, paths, what a listing means) are in
+ * zkgroup.c.
+ */
+
+/* Our member node: none yet, create in flight, its create's answer lost with the connection
+ * (the node may exist: the next listing looks for it by the session id in its name), ours. */
+typedef enum { GJ_NONE, GJ_CREATING, GJ_UNSURE, GJ_JOINED } grp_join_t;
+
+typedef struct grp_home {
+    struct grp_home *next;
+    cq_zkgroup_t *g;
+    char name[CQ_ZKGROUP_NAME_MAX + 1];
+    char path[CQ__ZKGROUP_FULL_MAX];
+} grp_home_t;
+
+typedef struct grp_sess {
+    cq_zkgroup_t *g;
+    zk_sess_t *zs;
+    uint64_t sessid; /* once connected */
+    grp_join_t join;
+    uint64_t self_seq; /* GJ_JOINED */
+    int join_tries;    /* creates issued since a listing last showed ours (GRP_JOIN_TRIES) */
+    bool connected, expired;
+    bool listing, relist;        /* one listing at a time; a change meanwhile: one more */
+    cq_zkgroup_state_t reported; /* the last state reported (0: none) */
+} grp_sess_t;
+
+struct cq_zkgroup {
+    cq_zkgroup_sink_t sink;
+    char *hosts;
+    char path[CQ_ZKGROUP_PATH_MAX];
+    char homes[CQ__ZKGROUP_FULL_MAX];
+    char data[CQ_ZKGROUP_DATA_MAX + 1];
+    int len;
+    uint32_t session_ms;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* reopen or closing (keeper), an expiry (kill_session); monotonic */
+    grp_sess_t *cur;   /* NULL while the keeper replaces it, and once closing */
+    bool reopen, closing;
+    pthread_t keeper;
+    grp_home_t *home_list; /* the homes claimed: their watches' contexts, until close */
+    size_t nhomes;
+    _Atomic uint64_t sessions, expiries, lists, truncations;
+};
+
+typedef enum { GN_NONE, GN_JOIN, GN_LIST } grp_next_t;
+
+/* Creates of our node before a listing shows it, after which the session gives up joining: a
+ * name it cannot read back (a counter past 2^31), or a node that some other client deletes as
+ * soon as it is made, must not create nodes for ever. */
+#define GRP_JOIN_TRIES 8
+
+/* g->mu held: gs is the group's session, not expired, and the group is not closing. */
+static bool grp_live(const grp_sess_t *gs)
+{
+    return gs->g->cur == gs && !gs->expired && !gs->g->closing;
+}
+
+static bool grp_is_live(grp_sess_t *gs)
+{
+    pthread_mutex_lock(&gs->g->mu);
+    bool live = grp_live(gs);
+    pthread_mutex_unlock(&gs->g->mu);
+    return live;
+}
+
+static bool zrc_lost(int zrc)
+{
+    return zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT;
+}
+
+static void grp_ignore(int zrc, const void *data)
+{
+    (void)zrc, (void)data;
+}
+
+static void grp_delete(grp_sess_t *gs, const cq__zkgroup_child_t *c)
+{
+    char path[CQ__ZKGROUP_FULL_MAX];
+    if (cq__zkgroup_child_path(gs->g->path, c, path, sizeof path) == 0)
+        zk_adelete(gs->zs, path, grp_ignore, NULL); /* best effort: the session takes it anyway */
+}
+
+static void grp_list(grp_sess_t *gs);
+static void grp_join(grp_sess_t *gs);
+
+static void grp_do(grp_sess_t *gs, grp_next_t next)
+{
+    if (next == GN_JOIN)
+        grp_join(gs);
+    else if (next == GN_LIST)
+        grp_list(gs);
+}
+
+/* ---- the group: joining ------------------------------------------------------------------- */
+
+/* The join did not complete: after a lost answer the node may exist (a listing tells); after a
+ * parent deleted meanwhile, try again; else wait for the next CONNECTED. */
+static void grp_join_failed(grp_sess_t *gs, int zrc)
+{
+    grp_next_t next = GN_NONE;
+    pthread_mutex_lock(&gs->g->mu);
+    if (zrc_lost(zrc)) {
+        gs->join = GJ_UNSURE;
+        next = gs->connected ? GN_LIST : GN_NONE;
+    } else {
+        gs->join = GJ_NONE;
+        if (zrc == ZNONODE)
+            next = GN_JOIN;
+    }
+    pthread_mutex_unlock(&gs->g->mu);
+    grp_do(gs, next);
+}
+
+static void grp_join_created(int zrc, const char *name, const void *data)
+{
+    grp_sess_t *gs = (grp_sess_t *)data;
+    cq__zkgroup_child_t c;
+    const char *base = name ? strrchr(name, '/') : NULL;
+    if (zrc != ZOK || !base || !cq__zkgroup_child_parse(base + 1, &c)) {
+        grp_join_failed(gs, zrc == ZOK ? ZCONNECTIONLOSS : zrc); /* unparsable: look for it */
+        return;
+    }
+    pthread_mutex_lock(&gs->g->mu);
+    bool twice = gs->join == GJ_JOINED; /* a listing found an earlier one of ours meanwhile */
+    if (!twice) {                       /* join_tries is reset once a listing shows the node */
+        gs->join = GJ_JOINED;
+        gs->self_seq = c.seq;
+    }
+    pthread_mutex_unlock(&gs->g->mu);
+    if (twice)
+        grp_delete(gs, &c);
+    else
+        grp_list(gs);
+}
+
+static void grp_join_create(void *arg, int zrc)
+{
+    grp_sess_t *gs = arg;
+    char prefix[CQ__ZKGROUP_FULL_MAX];
+    pthread_mutex_lock(&gs->g->mu);
+    uint64_t sessid = gs->sessid;
+    pthread_mutex_unlock(&gs->g->mu);
+    if (zrc == ZOK && cq__zkgroup_prefix(gs->g->path, sessid, prefix, sizeof prefix) < 0)
+        zrc = ZBADARGUMENTS;
+    if (zrc == ZOK)
+        zrc = zk_acreate(gs->zs, prefix, gs->g->data, gs->g->len, ZOO_EPHEMERAL | ZOO_SEQUENCE,
+                         grp_join_created, gs);
+    if (zrc != ZOK)
+        grp_join_failed(gs, zrc);
+}
+
+/* The persistent parents, then our EPHEMERAL|SEQUENCE node. */
+static void grp_join(grp_sess_t *gs)
+{
+    pthread_mutex_lock(&gs->g->mu);
+    bool go = grp_live(gs) && (gs->join == GJ_NONE || gs->join == GJ_UNSURE) &&
+              gs->join_tries < GRP_JOIN_TRIES;
+    if (go) {
+        gs->join = GJ_CREATING;
+        gs->join_tries++;
+    }
+    pthread_mutex_unlock(&gs->g->mu);
+    if (go && zk_mkpath(gs->zs, gs->g->path, grp_join_create, gs) < 0)
+        grp_join_failed(gs, ZSYSTEMERROR);
+}
+
+/* ---- the group: listing ------------------------------------------------------------------- */
+
+typedef struct grp_get {
+    struct grp_list *l;
+    size_t i; /* in l->m */
+    bool ok;
+} grp_get_t;
+
+typedef struct grp_list {
+    grp_sess_t *gs;
+    int pending; /* data reads not answered yet, + 1 while they are issued */
+    int zrc;     /* the first error of a read, or ZOK */
+    bool truncated;
+    size_t n; /* members read (m and gets) */
+    cq_zkgroup_member_t *m;
+    grp_get_t *gets;
+} grp_list_t;
+
+static void grp_list_free(grp_list_t *l)
+{
+    if (l) {
+        cq_free(l->m);
+        cq_free(l->gets);
+        cq_free(l);
+    }
+}
+
+/* The listing is over: list again when a change came meanwhile or its answer was lost. */
+static void grp_list_end(grp_sess_t *gs, int zrc)
+{
+    pthread_mutex_lock(&gs->g->mu);
+    gs->listing = false;
+    bool again = gs->relist || zrc_lost(zrc);
+    gs->relist = false;
+    pthread_mutex_unlock(&gs->g->mu);
+    if (again)
+        grp_list(gs);
+}
+
+/* Every read answered: the members whose data was read, to the sink. */
+static void grp_list_done(grp_list_t *l)
+{
+    grp_sess_t *gs = l->gs;
+    cq_zkgroup_t *g = gs->g;
+    int zrc = l->zrc;
+    if (zrc == ZOK && grp_is_live(gs)) {
+        size_t k = 0;
+        for (size_t i = 0; i < l->n; i++)
+            if (l->gets[i].ok)
+                l->m[k++] = l->m[i];
+        atomic_fetch_add(&g->lists, 1);
+        if (l->truncated)
+            atomic_fetch_add(&g->truncations, 1);
+        g->sink.members(g->sink.ud, l->m, k);
+    }
+    grp_list_free(l);
+    grp_list_end(gs, zrc);
+}
+
+static void grp_got(int zrc, const char *value, int len, const struct Stat *st, const void *data)
+{
+    (void)st;
+    grp_get_t *get = (grp_get_t *)data;
+    grp_list_t *l = get->l;
+    /* Gone since the listing (ZNONODE) or over the limit: left out; the watch reports the
+     * change. */
+    if (zrc == ZOK && len <= CQ_ZKGROUP_DATA_MAX) {
+        cq_zkgroup_member_t *m = &l->m[get->i];
+        m->len = len > 0 ? (size_t)len : 0;
+        if (m->len)
+            memcpy(m->data, value, m->len);
+        m->data[m->len] = '\0';
+        get->ok = true;
+    } else if (zrc != ZOK && zrc != ZNONODE && l->zrc == ZOK) {
+        l->zrc = zrc;
+    }
+    if (--l->pending == 0)
+        grp_list_done(l);
+}
+
+/* The children as members (c sorted and planned): read each listed one's data. */
+static void grp_list_read(grp_list_t *l, const cq__zkgroup_child_t *c, size_t n)
+{
+    grp_sess_t *gs = l->gs;
+    l->pending = 1; /* ours, dropped below: done after the last read */
+    for (size_t i = 0; i < n; i++) {
+        char path[CQ__ZKGROUP_FULL_MAX];
+        if (c[i].role == CQ__ZKG_EXTRA)
+            grp_delete(gs, &c[i]);
+        if ((c[i].role != CQ__ZKG_MEMBER && c[i].role != CQ__ZKG_SELF) ||
+            cq__zkgroup_child_path(gs->g->path, &c[i], path, sizeof path) < 0)
+            continue;
+        size_t k = l->n++;
+        l->m[k].seq = c[i].seq;
+        l->m[k].self = c[i].role == CQ__ZKG_SELF;
+        l->gets[k] = (grp_get_t){.l = l, .i = k};
+        l->pending++;
+        int zrc = zk_aget(gs->zs, path, NULL, NULL, grp_got, &l->gets[k]);
+        if (zrc != ZOK) {
+            l->pending--;
+            if (l->zrc == ZOK)
+                l->zrc = zrc;
+        }
+    }
+    if (--l->pending == 0)
+        grp_list_done(l);
+}
+
+/* What the listing means for our node (g->mu held): GN_LIST to read and report it, GN_JOIN
+ * when ours is not there (create it), GN_NONE while our create is in flight (no report). */
+static grp_next_t grp_list_plan(grp_sess_t *gs, cq__zkgroup_child_t *c, size_t n,
+                                cq__zkgroup_plan_t *p)
+{
+    cq__zkgroup_plan(c, n, gs->sessid, gs->join == GJ_JOINED, gs->self_seq, CQ_ZKGROUP_MEMBERS_MAX,
+                     p);
+    if (gs->join != GJ_JOINED && gs->join != GJ_UNSURE)
+        return GN_NONE;
+    if (!p->found) { /* never created, or deleted by someone: a new node */
+        gs->join = GJ_NONE;
+        return GN_JOIN;
+    }
+    gs->join = GJ_JOINED;
+    gs->self_seq = p->self_seq;
+    gs->join_tries = 0;
+    return GN_LIST;
+}
+
+static void grp_children(int zrc, const struct String_vector *v, const void *data)
+{
+    grp_list_t *l = (grp_list_t *)data;
+    grp_sess_t *gs = l->gs;
+    size_t cap = zrc == ZOK && v->count > 0 ? (size_t)v->count : 1, n = 0;
+    cq__zkgroup_child_t *c = zrc == ZOK ? cq_calloc(cap, sizeof *c) : NULL;
+    if (zrc == ZOK && !c)
+        zrc = ZSYSTEMERROR;
+    for (int i = 0; zrc == ZOK && i < v->count; i++)
+        if (cq__zkgroup_child_parse(v->data[i], &c[n])) /* others' nodes are not members */
+            n++;
+    cq__zkgroup_plan_t p;
+    grp_next_t next = GN_NONE;
+    if (zrc == ZOK) {
+        pthread_mutex_lock(&gs->g->mu);
+        next = grp_list_plan(gs, c, n, &p);
+        pthread_mutex_unlock(&gs->g->mu);
+        size_t slots = p.listed ? p.listed : 1;
+        l->truncated = p.truncated;
+        l->m = next == GN_LIST ? cq_calloc(slots, sizeof *l->m) : NULL;
+        l->gets = next == GN_LIST ? cq_calloc(slots, sizeof *l->gets) : NULL;
+        if (next == GN_LIST && (!l->m || !l->gets))
+            zrc = ZSYSTEMERROR;
+    }
+    if (zrc == ZOK && next == GN_LIST) {
+        grp_list_read(l, c, n);
+    } else {
+        grp_list_free(l);
+        grp_list_end(gs, zrc);
+        grp_do(gs, next == GN_JOIN ? next : GN_NONE);
+    }
+    cq_free(c);
+}
+
+static void grp_list_watch(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh, (void)state, (void)path;
+    /* Session events reach this watcher too: grp_post has them. */
+    if (type == ZOO_CHILD_EVENT || type == ZOO_DELETED_EVENT || type == ZOO_CREATED_EVENT)
+        grp_list(ctx);
+}
+
+/* Lists the children with a watch, then reads the members' data (grp_children). */
+static void grp_list(grp_sess_t *gs)
+{
+    pthread_mutex_lock(&gs->g->mu);
+    bool go = grp_live(gs) && !gs->listing;
+    if (go)
+        gs->listing = true;
+    else if (grp_live(gs))
+        gs->relist = true;
+    pthread_mutex_unlock(&gs->g->mu);
+    if (!go)
+        return;
+    grp_list_t *l = cq_calloc(1, sizeof *l);
+    int zrc = ZSYSTEMERROR;
+    if (l) {
+        l->gs = gs;
+        zrc = zk_achildren(gs->zs, gs->g->path, grp_list_watch, gs, grp_children, l);
+    }
+    if (zrc != ZOK) {
+        cq_free(l);
+        grp_list_end(gs, zrc);
+    }
+}
+
+/* ---- the group: its session --------------------------------------------------------------- */
+
+static cq_zkgroup_state_t grp_state(const cq_coord_ev_t *ev)
+{
+    if (ev->arg == CQ_COORD_SESS_CONNECTED)
+        return CQ_ZKGROUP_CONNECTED;
+    return ev->arg == CQ_COORD_SESS_EXPIRED ? CQ_ZKGROUP_EXPIRED : CQ_ZKGROUP_DISCONNECTED;
+}
+
+/* A session event (on the session's completion thread): reported once per change of state;
+ * CONNECTED joins (or lists again), EXPIRED wakes the keeper. */
+static void grp_post(void *ud, uint64_t gen, const cq_coord_ev_t *ev)
+{
+    (void)gen;
+    grp_sess_t *gs = ud;
+    cq_zkgroup_t *g = gs->g;
+    if (ev->type != CQ_COORD_EV_SESSION)
+        return;
+    cq_zkgroup_state_t st = grp_state(ev);
+    grp_next_t next = GN_NONE;
+    pthread_mutex_lock(&g->mu);
+    bool live = grp_live(gs), report = live && gs->reported != st;
+    if (report)
+        gs->reported = st;
+    gs->connected = st == CQ_ZKGROUP_CONNECTED;
+    if (live && st == CQ_ZKGROUP_CONNECTED) {
+        gs->sessid = (uint64_t)zoo_client_id(gs->zs->zh)->client_id;
+        next = gs->join == GJ_NONE ? GN_JOIN : gs->join == GJ_CREATING ? GN_NONE : GN_LIST;
+    } else if (live && st == CQ_ZKGROUP_EXPIRED) {
+        gs->expired = true;
+        g->reopen = true;
+        atomic_fetch_add(&g->expiries, 1);
+        pthread_cond_broadcast(&g->cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (report)
+        g->sink.session(g->sink.ud, st, st == CQ_ZKGROUP_CONNECTED ? ev->session_ms : 0);
+    grp_do(gs, next);
+}
+
+/* g->mu held: a new session becomes g->cur (its events wait for the mutex). */
+static int grp_sess_open(cq_zkgroup_t *g)
+{
+    grp_sess_t *gs = cq_calloc(1, sizeof *gs);
+    if (!gs)
+        return -ENOMEM;
+    gs->g = g;
+    cq_coord_zk_sink_t sink = {.post = grp_post,
+                               .topics = zn_sink_topics,
+                               .topics_changed = zn_sink_changed,
+                               .put_done = zn_sink_put,
+                               .ud = gs};
+    cq_coord_zk_conf_t conf = {.hosts = g->hosts, .root = g->path, .session_ms = g->session_ms};
+    void *zs = NULL;
+    int rc = zk_connect(NULL, &conf, &sink, &zs);
+    if (rc < 0) {
+        cq_free(gs);
+        return rc;
+    }
+    gs->zs = zs;
+    g->cur = gs;
+    atomic_fetch_add(&g->sessions, 1);
+    return 0;
+}
+
+/* Not under g->mu: joins the session's threads, whose last completions may take it. */
+static void grp_sess_close(grp_sess_t *gs)
+{
+    if (gs) {
+        zk_close(gs->zs);
+        cq_free(gs);
+    }
+}
+
+/* The group's thread: replaces an expired session (retries each second when it cannot). */
+static void *grp_keeper(void *arg)
+{
+    cq_zkgroup_t *g = arg;
+    pthread_mutex_lock(&g->mu);
+    while (!g->closing) {
+        if (!g->reopen) {
+            pthread_cond_wait(&g->cv, &g->mu);
+            continue;
+        }
+        grp_sess_t *old = g->cur;
+        g->cur = NULL;
+        pthread_mutex_unlock(&g->mu);
+        grp_sess_close(old);
+        pthread_mutex_lock(&g->mu);
+        if (g->closing)
+            break;
+        if (grp_sess_open(g) == 0) {
+            g->reopen = false;
+        } else {
+            struct timespec dl = mono_after(1000);
+            pthread_cond_timedwait(&g->cv, &g->mu, &dl);
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+/* ---- the group: homes --------------------------------------------------------------------- */
+
+typedef struct grp_claim {
+    grp_sess_t *gs;
+    grp_home_t *h;
+    char data[CQ_ZKGROUP_DATA_MAX + 1]; /* ours to create, then the holder's */
+    int len;
+    int tries; /* steps repeated because the home or its parent vanished meanwhile */
+    cq_zkgroup_claim_fn cb;
+    void *ud;
+} grp_claim_t;
+
+static void grp_home_watch(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh, (void)state, (void)path;
+    grp_home_t *h = ctx;
+    cq_zkgroup_t *g = h->g;
+    if (type != ZOO_DELETED_EVENT) /* session events; a change (homes are never rewritten) */
+        return;
+    pthread_mutex_lock(&g->mu);
+    bool closing = g->closing;
+    pthread_mutex_unlock(&g->mu);
+    if (!closing && g->sink.home_gone)
+        g->sink.home_gone(g->sink.ud, h->name);
+}
+
+static void claim_end(grp_claim_t *c, int zrc, const char *value, int len, bool mine)
+{
+    cq_zkgroup_t *g = c->gs->g;
+    int rc = zk_rc(zrc);
+    if (zrc == ZOK && len > CQ_ZKGROUP_DATA_MAX)
+        rc = -EIO;
+    size_t n = rc == 0 && len > 0 ? (size_t)len : 0;
+    if (n)
+        memcpy(c->data, value, n);
+    c->data[n] = '\0';
+    pthread_mutex_lock(&g->mu);
+    bool closing = g->closing;
+    pthread_mutex_unlock(&g->mu);
+    if (!closing)
+        c->cb(c->ud, c->h->name, rc, rc == 0 ? c->data : NULL, n, rc == 0 && mine);
+    cq_free(c);
+}
+
+static int claim_create(grp_claim_t *c);
+
+static void claim_got(int zrc, const char *value, int len, const struct Stat *st, const void *data)
+{
+    grp_claim_t *c = (grp_claim_t *)data;
+    if (zrc == ZNONODE && c->tries++ < 3) { /* its holder left since: take it */
+        zrc = claim_create(c);
+        if (zrc == ZOK)
+            return;
+    }
+    bool mine = false;
+    if (zrc == ZOK && st) {
+        pthread_mutex_lock(&c->gs->g->mu);
+        mine = (uint64_t)st->ephemeralOwner == c->gs->sessid;
+        pthread_mutex_unlock(&c->gs->g->mu);
+    }
+    claim_end(c, zrc, value, len, mine);
+}
+
+static void claim_mk_done(void *arg, int zrc)
+{
+    grp_claim_t *c = arg;
+    if (zrc == ZOK)
+        zrc = claim_create(c);
+    if (zrc != ZOK)
+        claim_end(c, zrc, NULL, 0, false);
+}
+
+/* Created, or held already: read the holder's data and watch the home. No parent: create the
+ * parents first. */
+static void claim_created(int zrc, const char *name, const void *data)
+{
+    (void)name;
+    grp_claim_t *c = (grp_claim_t *)data;
+    if (zrc == ZOK || zrc == ZNODEEXISTS) {
+        zrc = zk_aget(c->gs->zs, c->h->path, grp_home_watch, c->h, claim_got, c);
+    } else if (zrc == ZNONODE && c->tries++ < 3) {
+        if (zk_mkpath(c->gs->zs, c->gs->g->homes, claim_mk_done, c) == 0)
+            return;
+        zrc = ZSYSTEMERROR;
+    }
+    if (zrc != ZOK)
+        claim_end(c, zrc, NULL, 0, false);
+}
+
+static int claim_create(grp_claim_t *c)
+{
+    return zk_acreate(c->gs->zs, c->h->path, c->data, c->len, ZOO_EPHEMERAL, claim_created, c);
+}
+
+/* g->mu held: the home's record (its watch's context), found or added. */
+static int grp_home(cq_zkgroup_t *g, const char *name, grp_home_t **ret)
+{
+    for (grp_home_t *h = g->home_list; h; h = h->next) {
+        if (strcmp(h->name, name) == 0) { /* the same context: the library keeps one watch */
+            *ret = h;
+            return 0;
+        }
+    }
+    if (g->nhomes == CQ_ZKGROUP_HOMES_MAX)
+        return CQ_ELIMIT;
+    grp_home_t *h = cq_calloc(1, sizeof *h);
+    if (!h)
+        return -ENOMEM;
+    h->g = g;
+    snprintf(h->name, sizeof h->name, "%s", name);
+    if (cq__zkgroup_homes_path(g->path, name, h->path, sizeof h->path) < 0) {
+        cq_free(h);
+        return -EINVAL;
+    }
+    h->next = g->home_list;
+    g->home_list = h;
+    g->nhomes++;
+    *ret = h;
+    return 0;
+}
+
+int cq_zkgroup_claim(cq_zkgroup_t *g, const char *name, const char *data, cq_zkgroup_claim_fn cb,
+                     void *ud)
+{
+    size_t len = data ? strlen(data) : 0;
+    if (!cb || cq__zkgroup_name_check(name) < 0 || len > CQ_ZKGROUP_DATA_MAX)
+        return -EINVAL;
+    grp_claim_t *c = cq_calloc(1, sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    memcpy(c->data, data ? data : "", len + 1);
+    c->len = (int)len;
+    c->cb = cb;
+    c->ud = ud;
+    pthread_mutex_lock(&g->mu);
+    int rc = -ENOTCONN;
+    if (g->cur && grp_live(g->cur))
+        rc = grp_home(g, name, &c->h);
+    if (rc == 0) { /* under the mutex: the keeper does not close this session meanwhile */
+        c->gs = g->cur;
+        rc = zk_rc(claim_create(c));
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (rc < 0)
+        cq_free(c);
+    return rc;
+}
+
+/* ---- the group: open, close, stats -------------------------------------------------------- */
+
+static void grp_free(cq_zkgroup_t *g)
+{
+    for (grp_home_t *h = g->home_list, *next; h; h = next) {
+        next = h->next;
+        cq_free(h);
+    }
+    cq_free(g->hosts);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    cq_free(g);
+}
+
+static cq_zkgroup_t *grp_new(const cq_zkgroup_conf_t *conf, const cq_zkgroup_sink_t *sink)
+{
+    cq_zkgroup_t *g = cq_calloc(1, sizeof *g);
+    size_t hl = strlen(conf->hosts);
+    char *hosts = cq_malloc(hl + 1);
+    if (!g || !hosts) {
+        cq_free(g);
+        cq_free(hosts);
+        return NULL;
+    }
+    memcpy(hosts, conf->hosts, hl + 1);
+    g->hosts = hosts;
+    g->sink = *sink;
+    snprintf(g->path, sizeof g->path, "%s", conf->path);
+    cq__zkgroup_homes_path(conf->path, NULL, g->homes, sizeof g->homes); /* path checked */
+    g->len = (int)strlen(conf->data);
+    memcpy(g->data, conf->data, (size_t)g->len + 1);
+    g->session_ms = conf->session_ms;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return g;
+}
+
+int cq_zkgroup_open(const cq_zkgroup_conf_t *conf, const cq_zkgroup_sink_t *sink,
+                    cq_zkgroup_t **ret)
+{
+    *ret = NULL;
+    if (!conf->hosts || !conf->hosts[0] || cq__zkgroup_path_check(conf->path) < 0 || !conf->data ||
+        strlen(conf->data) > CQ_ZKGROUP_DATA_MAX || !sink->members || !sink->session)
+        return -EINVAL;
+    cq_zkgroup_t *g = grp_new(conf, sink);
+    if (!g)
+        return -ENOMEM;
+    pthread_mutex_lock(&g->mu);
+    int rc = grp_sess_open(g);
+    if (rc == 0)
+        rc = -pthread_create(&g->keeper, NULL, grp_keeper, g);
+    grp_sess_t *gs = rc < 0 ? g->cur : NULL;
+    if (rc < 0) {
+        g->closing = true;
+        g->cur = NULL;
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (rc < 0) {
+        grp_sess_close(gs);
+        grp_free(g);
+        return rc;
+    }
+    *ret = g;
+    return 0;
+}
+
+void cq_zkgroup_close(cq_zkgroup_t *g)
+{
+    if (!g)
+        return;
+    pthread_mutex_lock(&g->mu);
+    g->closing = true; /* no callback from here on */
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    pthread_join(g->keeper, NULL);
+    pthread_mutex_lock(&g->mu);
+    grp_sess_t *gs = g->cur;
+    g->cur = NULL;
+    bool joined = gs && gs->join == GJ_JOINED;
+    cq__zkgroup_child_t self = {.sess = gs ? gs->sessid : 0, .seq = gs ? gs->self_seq : 0};
+    pthread_mutex_unlock(&g->mu);
+    if (joined) /* zk_close waits for the answer (bounded) */
+        grp_delete(gs, &self);
+    grp_sess_close(gs);
+    grp_free(g);
+}
+
+void cq_zkgroup_stats(const cq_zkgroup_t *g, cq_zkgroup_stats_t *ret)
+{
+    *ret = (cq_zkgroup_stats_t){.sessions = atomic_load(&g->sessions),
+                                .expiries = atomic_load(&g->expiries),
+                                .lists = atomic_load(&g->lists),
+                                .truncations = atomic_load(&g->truncations)};
+}
+
+/* ---- the group: ending a session from the server's side (tests, drills) ------------------ */
+
+typedef struct kill_ctx {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int state; /* the second handle's last session state */
+} kill_ctx_t;
+
+static void kill_watch(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    (void)zh, (void)path;
+    kill_ctx_t *k = ctx;
+    if (type != ZOO_SESSION_EVENT)
+        return;
+    pthread_mutex_lock(&k->mu);
+    k->state = state;
+    pthread_cond_broadcast(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* A second handle on the session: once it is connected, closing it closes the session. */
+static int kill_once(cq_zkgroup_t *g, const clientid_t *id)
+{
+    kill_ctx_t k = {.state = 0};
+    pthread_mutex_init(&k.mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&k.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    int rc = 0;
+    zhandle_t *zh = zookeeper_init(g->hosts, kill_watch, (int)g->session_ms, id, &k, 0);
+    if (!zh) {
+        rc = errno ? -errno : -EINVAL;
+    } else {
+        struct timespec dl = mono_after((uint64_t)g->session_ms + 5000);
+        pthread_mutex_lock(&k.mu);
+        while (k.state != ZOO_CONNECTED_STATE && k.state != ZOO_EXPIRED_SESSION_STATE)
+            if (pthread_cond_timedwait(&k.cv, &k.mu, &dl) != 0)
+                break;
+        pthread_mutex_unlock(&k.mu);
+        zookeeper_close(zh); /* joins its threads: kill_watch is done */
+    }
+    pthread_cond_destroy(&k.cv);
+    pthread_mutex_destroy(&k.mu);
+    return rc;
+}
+
+int cq_zkgroup_kill_session(cq_zkgroup_t *g)
+{
+    for (int attempt = 0; attempt < 5; attempt++) {
+        pthread_mutex_lock(&g->mu);
+        grp_sess_t *gs = g->cur;
+        if (!gs || !grp_live(gs) || !gs->connected) {
+            pthread_mutex_unlock(&g->mu);
+            return -ENOTCONN;
+        }
+        clientid_t id = *zoo_client_id(gs->zs->zh);
+        uint64_t before = atomic_load(&g->expiries);
+        pthread_mutex_unlock(&g->mu);
+        int rc = kill_once(g, &id);
+        if (rc < 0)
+            return rc;
+        /* The session is closed unless our own handle took it back before the close went out
+         * (the server moves a session to its last connection): then try again. */
+        struct timespec dl = mono_after((uint64_t)g->session_ms + 5000);
+        pthread_mutex_lock(&g->mu);
+        while (atomic_load(&g->expiries) == before)
+            if (pthread_cond_timedwait(&g->cv, &g->mu, &dl) != 0)
+                break;
+        bool expired = atomic_load(&g->expiries) != before;
+        pthread_mutex_unlock(&g->mu);
+        if (expired)
+            return 0;
+    }
+    return CQ_ETIMEOUT;
+}

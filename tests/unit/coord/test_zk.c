@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "cq_coordzk.h"
+#include "cq_zkgroup.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -297,6 +298,13 @@ int zoo_recv_timeout(zhandle_t *zh)
     return zh->recv_timeout;
 }
 
+const clientid_t *zoo_client_id(zhandle_t *zh)
+{
+    static const clientid_t id = {0x1234, {0}}; /* the group's member names */
+    (void)zh;
+    return &id;
+}
+
 int zoo_acreate(zhandle_t *zh, const char *path, const char *value, int valuelen,
                 const struct ACL_vector *acl, int mode, string_completion_t completion,
                 const void *data)
@@ -548,12 +556,93 @@ static void test_close_unanswered(void **state)
     probe_done(&p);
 }
 
+/* ---- the group membership (cq_zkgroup.h) ------------------------------------------------ */
+
+typedef struct gprobe {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    cq_zkgroup_state_t ev[8];
+    int nev, members;
+    bool closed;
+    int after_close;
+} gprobe_t;
+
+static void gprobe_members(void *ud, const cq_zkgroup_member_t *m, size_t n)
+{
+    (void)m, (void)n;
+    gprobe_t *p = ud;
+    pthread_mutex_lock(&p->mu);
+    p->after_close += p->closed;
+    p->members++;
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void gprobe_session(void *ud, cq_zkgroup_state_t st, uint32_t session_ms)
+{
+    (void)session_ms;
+    gprobe_t *p = ud;
+    pthread_mutex_lock(&p->mu);
+    p->after_close += p->closed;
+    if (p->nev < 8)
+        p->ev[p->nev++] = st;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* A group's session expires while its join is in flight: the group closes that handle and opens
+ * a new one (EXPIRED, then CONNECTED). The model never lists our node (its children are always
+ * none), so each session gives up joining after a bounded number of creates, and reports no
+ * list (a list is reported only once we are in it). Closing then destroys every handle, runs
+ * every completion, and nothing reaches the sink afterwards. */
+static void test_group_expiry_and_close(void **state)
+{
+    (void)state;
+    model_reset();
+    gprobe_t p = {.nev = 0};
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_cond_init(&p.cv, NULL);
+    cq_zkgroup_conf_t conf = {
+        .hosts = "model:1", .path = "/t/g/members", .session_ms = 6000, .data = "v1 node=1"};
+    cq_zkgroup_sink_t sink = {.members = gprobe_members, .session = gprobe_session, .ud = &p};
+    cq_zkgroup_t *g = NULL;
+    assert_int_equal(cq_zkgroup_open(&conf, &sink, &g), 0);
+    PROBE_WAIT(&p, p.nev == 1);
+    pthread_mutex_lock(&g_mu);
+    zhandle_t *first = g_zh;
+    pthread_mutex_unlock(&g_mu);
+    model_expire(first);
+    PROBE_WAIT(&p, p.nev == 3);
+    assert_int_equal(p.ev[0], CQ_ZKGROUP_CONNECTED);
+    assert_int_equal(p.ev[1], CQ_ZKGROUP_EXPIRED);
+    assert_int_equal(p.ev[2], CQ_ZKGROUP_CONNECTED);
+    cq_zkgroup_stats_t st;
+    cq_zkgroup_stats(g, &st);
+    assert_int_equal(st.sessions, 2);
+    assert_int_equal(st.expiries, 1);
+    atomic_store(&g_closing, true);
+    cq_zkgroup_close(g);
+    pthread_mutex_lock(&p.mu);
+    p.closed = true;
+    pthread_mutex_unlock(&p.mu);
+    pthread_mutex_lock(&g_mu);
+    int live = g_live, dropped = g_dropped;
+    pthread_mutex_unlock(&g_mu);
+    assert_int_equal(live, 0);
+    assert_int_equal(dropped, 0);
+    assert_int_equal(p.members, 0);
+    assert_int_equal(p.nev, 3);
+    assert_int_equal(p.after_close, 0);
+    pthread_mutex_destroy(&p.mu);
+    pthread_cond_destroy(&p.cv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_event_while_completion_busy),
         cmocka_unit_test(test_close_expired),
         cmocka_unit_test(test_close_unanswered),
+        cmocka_unit_test(test_group_expiry_and_close),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
