@@ -5,7 +5,7 @@ set -euo pipefail
 level=${1:-build}
 pkgs=(gcc make meson ninja-build pkg-config python3 libuv1-dev libprotobuf-c-dev
       protobuf-c-compiler libsnappy-dev libjansson-dev libsqlite3-dev libmariadb-dev
-      libwslay-dev libssl-dev libzookeeper-mt-dev liburing-dev)
+      libwslay-dev libssl-dev libzookeeper-mt-dev liburing-dev libnats-dev)
 if [ "$level" = test ] || [ "$level" = bench ]; then
   pkgs+=(libcmocka-dev clang-14 libclang-rt-14-dev clang-format protobuf-compiler
         mariadb-server mariadb-client python3-websockets golang-go golang-github-xtaci-kcp-dev
@@ -15,9 +15,11 @@ if [ "$level" = test ] || [ "$level" = bench ]; then
   # the cluster tests and scripts/cluster.sh: a 3-node ZooKeeper ensemble (Java)
   pkgs+=(zookeeper)
   command -v java >/dev/null || pkgs+=(default-jre-headless)
+  # the relay cluster tests (tests/support/nats.sh)
+  pkgs+=(nats-server)
 fi
 if [ "$level" = bench ]; then
-  pkgs+=(redis-server nats-server linux-perf)
+  pkgs+=(redis-server linux-perf)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -2,7 +2,7 @@
 """free-ports.py LO HI N [TAKEN...] - prints N distinct loopback TCP ports in [LO, HI], space
 separated, that nothing listens on now and that are not among TAKEN. Exit 1 if it cannot.
 
-The one port picker of the test scripts (zk.sh, mariadb-pair.sh, scripts/cluster.sh,
+The one port picker of the test scripts (zk.sh, mariadb-pair.sh, nats.sh, scripts/cluster.sh,
 tests/integration/cluster/selftest.sh). Ranges: other users of the machine take 24xxx and
 25xxx; the kernel's ephemeral range starts above 32767, so no client socket holds a port below
 it.
