@@ -292,6 +292,9 @@ static const opt_t opts[] = {
     STR("relay-cluster", NULL, relay_cluster, "default", NULL, "NAME",
         "The relay's name ([A-Za-z0-9_-]{1,32}): its NATS subjects (chanq.NAME.node.ID) and "
         "its ZooKeeper subtree. Nodes with the same name form one relay."),
+    STR("relay-zk-hosts", NULL, relay_zk_hosts, "", NULL, "LIST",
+        "ZooKeeper ensemble (host:port,...) where the relay's nodes find each other "
+        "(--zk-root/relay/NAME); empty uses --zk-hosts. A relay node needs one of them."),
     STR("relay-nats-user", NULL, relay_nats_user, "", NULL, "USER",
         "User of nats-server's user/password authorization; empty: none (or in the URL)."),
     STR("relay-nats-password", NULL, relay_nats_password, "", NULL, "PASSWORD",
@@ -776,6 +779,10 @@ static int check_relay(const cq_config_t *c, char *err, size_t errlen)
 {
     if (!*c->relay_nats)
         return 0;
+    if (!*c->relay_zk_hosts && !*c->zk_hosts)
+        return cq_err_fmt(err, errlen, CQ_ECONFIG,
+                          "--relay-nats: the nodes find each other in ZooKeeper: set "
+                          "--relay-zk-hosts or --zk-hosts");
     int max = (1 << c->relay_node_bits) - 1;
     if (c->relay_node_id < 1 || c->relay_node_id > max)
         return cq_err_fmt(err, errlen, CQ_ECONFIG,

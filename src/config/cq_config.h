@@ -104,10 +104,11 @@ typedef struct cq_config {
     bool cluster_promote;    /* a server whose database is a replica may take master */
     int cluster_db_down_ms;  /* a master without its database gives up after this */
     /* Relay nodes (issue 23, doc/relay-cluster.md); relay_nats "" = one node, no NATS. */
-    char *relay_nats;    /* nats-server URLs */
-    int relay_node_id;   /* this node, 1 .. 2^relay_node_bits - 1 */
-    int relay_node_bits; /* top bits of allocated ids that name the node */
-    char *relay_cluster; /* the relay's name: subjects and ZooKeeper paths */
+    char *relay_nats;     /* nats-server URLs */
+    int relay_node_id;    /* this node, 1 .. 2^relay_node_bits - 1 */
+    int relay_node_bits;  /* top bits of allocated ids that name the node */
+    char *relay_cluster;  /* the relay's name: subjects and ZooKeeper paths */
+    char *relay_zk_hosts; /* membership; "" = zk_hosts */
     char *relay_nats_user;
     char *relay_nats_password;
     char *relay_nats_token;

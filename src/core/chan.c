@@ -48,7 +48,7 @@ cq_chan_t *cq__chan_create(cq_core_t *c, uint32_t id, uint32_t type, const char 
     ch->id = id;
     ch->type = type;
     ch->metadata = cq_strdup(metadata ? metadata : "");
-    ch->wcount = cq_calloc((size_t)c->nworkers, sizeof(uint32_t));
+    ch->wcount = cq_calloc((size_t)c->nplaces, sizeof(uint32_t));
     ch->settings = cq_settings_get(c->sh->o.settings, type);
     cq_map_init(&ch->subs);
     cq_list_init(&ch->owner_node);
@@ -245,8 +245,9 @@ void cq__dir_free_id(cq_core_t *c, uint32_t id)
     info_free(cq_map_del(&c->chaninfo, id));
     /* channeld: the cursor jumps back to a freed id, so ids are reused quickly. Only ids this
      * server allocates move it; cells and entities have ids of their own. */
-    if (id >= 1 && id <= cq__id_chan_max(&c->sh->ids))
-        c->id_cursor = id;
+    uint32_t node, local;
+    if (cq__id_chan_node(&c->sh->ids, id, &node, &local) && node == c->sh->node && local >= 1)
+        c->id_cursor = local;
 }
 
 /* The directory's copy only: the channel's own metadata lives with the channel, and META keeps
@@ -275,9 +276,11 @@ static uint32_t id_alloc(cq_core_t *c)
     for (uint32_t n = 0; n < max; n++) {
         if (id < 1 || id > max)
             id = 1;
-        if (!cq_map_get(&c->chaninfo, id)) {
+        /* in a relay, the top bits name this node (place.h) */
+        uint32_t full = cq__id_chan(&c->sh->ids, c->sh->node, id);
+        if (!cq_map_get(&c->chaninfo, full)) {
             c->id_cursor = id;
-            return id;
+            return full;
         }
         id++;
     }

@@ -154,6 +154,7 @@ void cq_core_conn_close(cq_core_t *c, cq_conn_t *conn, int reason, const char *w
      * subscriptions and ownerships when their worker handles the CONN_GONE. */
     cq__lsub_conn_drop(c, conn);
     broadcast_gone(c, conn);
+    cq__node_conn_gone(c, conn);
     conn->tops->close(conn->tctx);
 }
 

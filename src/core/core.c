@@ -56,14 +56,15 @@ cq_core_t *cq_core_new(cq_shared_t *sh, int index)
      * connection. sm is one SENDMANY batch per target worker (sendmany.c). Non-spatial channel
      * ids start at 1 (0 is GLOBAL); schemas published later arrive as XM_SCHEMA. */
     c->scratch = cq_malloc(CQ_FRAME_MAX_BODY);
-    c->sm = cq_calloc((size_t)c->nworkers, sizeof(cq_sendmany_t));
+    c->nplaces = cq__nplaces(sh);
+    c->sm = cq_calloc((size_t)c->nplaces, sizeof(cq_sendmany_t));
     c->id_cursor = 1;
     c->schema = sh->o.schema;
     cq_coarsen_init(&c->co, NULL);
     /* Registered before anything can fail: cq_core_free unregisters it, and posting needs every
      * worker's core in place before any worker runs (cq_core.h). */
     sh->cores[index] = c;
-    if (!c->scratch || !c->sm)
+    if (!c->scratch || !c->sm || cq__node_init(c) < 0)
         return cq_core_free(c);
     /* GLOBAL exists from the start, ownerless until a CREATE_CHANNEL{GLOBAL} possesses it (§2.1).
      * Its worker keeps the channel directory, because CREATE_CHANNEL and LIST_CHANNEL are
@@ -95,6 +96,7 @@ cq_core_t *cq_core_free(cq_core_t *c)
     cq__recover_free_all(c);
     cq__chan_free_all(c);
     cq__sendmany_free(c);
+    cq__node_free(c);
     cq_buf_unref(c->emit_rec);
     cq_buf_unref(c->emit_src);
     cq_free(c->due);
@@ -322,6 +324,13 @@ static void xm_wk_sub(cq_core_t *c, cq_xmsg_t *m)
     cq__entity_wk_sub(c, m->chan_id, m->conn_id);
 }
 
+/* Taken by the relay thread itself (node.c: the directory learns another node's connection);
+ * a worker never gets one. */
+static void xm_node_conn(cq_core_t *c, cq_xmsg_t *m)
+{
+    (void)c, (void)m;
+}
+
 typedef struct xm_def {
     uint8_t kind; /* also the row's index */
     const char *name;
@@ -356,6 +365,8 @@ static const xm_def_t xm_table[XM__COUNT] = {
     [XM_DIR_ADD] = {XM_DIR_ADD, "DIR_ADD", xm_dir_add},
     [XM_ENTITY] = {XM_ENTITY, "ENTITY", xm_entity},
     [XM_WK_SUB] = {XM_WK_SUB, "WK_SUB", xm_wk_sub},
+    /* relay nodes */
+    [XM_NODE_CONN] = {XM_NODE_CONN, "NODE_CONN", xm_node_conn},
 };
 
 const char *cq__xm_name(int kind)
@@ -395,6 +406,8 @@ void cq_core_flush(cq_core_t *c)
 {
     c->iter++;
     cq__seg_close(c);
+    if (c->n_rdirty)
+        cq__node_flush(c);
     cq__xmsg_wake_posted(c); /* first: the other workers run while this one writes */
     while (!cq_list_empty(&c->pending)) {
         cq_list_t *n = c->pending.next;

@@ -61,6 +61,7 @@ enum {
     M_DATA_RESYNCS,         /* fan-outs not queued to a connection behind: full state next */
     M_COARSEN_RISES,        /* overload level rises */
     M_COARSEN_FALLS,        /* overload level falls */
+    M_NODE_DROPPED,         /* messages for another relay node dropped (node.c) */
     M__COUNT
 };
 
@@ -99,6 +100,7 @@ enum { PENDING_NO = 0, PENDING_NOW = 1, PENDING_LAZY = 2 };
 typedef struct cq_dir_ent {
     uint8_t type;
     uint8_t authed; /* a CLIENT that authenticated (well-known entities, entity.c) */
+    uint8_t remote; /* a connection of another relay node (node.c) */
     uint32_t subs;  /* subscriptions held, for max-subs-per-conn/-server */
 } cq_dir_ent_t;
 
@@ -112,6 +114,7 @@ struct cq_shared {
     pthread_mutex_t dir_lock;
     cq_map_t dir;                  /* conn id -> cq_dir_ent_t*, under dir_lock */
     uint32_t next_conn;            /* under dir_lock */
+    uint32_t dir_remote;           /* entries of other nodes' connections, under dir_lock */
     pthread_mutex_t tokens_mu;     /* the AUTH check and a reload's swap: not a hot path */
     void *tokens;                  /* json_t* PIT -> LT, under tokens_mu (read-only content) */
     struct cq_recov_handle *recov; /* dropped recoverable servers, under dir_lock */
@@ -137,6 +140,14 @@ struct cq_shared {
     pthread_mutex_t wk_mu;
     uint32_t *wk_ids;
     uint32_t n_wk, cap_wk;
+    /* Relay nodes (node.c, doc/relay-cluster.md): node 0 without a relay. relay_send is set
+     * before the workers run; live_nodes is a bit per node, written by membership. */
+    uint16_t node;
+    cq_core_relay_send_fn relay_send;
+    void *relay_ud;
+    _Atomic bool relay_ready;
+    _Atomic uint64_t live_nodes[4];
+    _Atomic uint64_t relay_in, relay_refused; /* messages from other nodes: taken, refused */
 };
 
 /* A dropped recoverable server connection, waiting for a successor with the same PIT. */
@@ -163,6 +174,7 @@ struct cq_conn {
     uint8_t fsm_state;
     uint8_t out_ct;  /* Snappy once the peer sent Snappy; never reset */
     uint8_t framing; /* cq_framing_mode_t */
+    uint8_t node_up; /* the other relay nodes were told of it (node.c) */
     uint8_t failed_auth;
     uint8_t pending;   /* PENDING_*: on the flush list, or on the lazy list */
     uint8_t lost;      /* the peer went away (recoverable if a SERVER) */
@@ -333,7 +345,11 @@ struct cq_core {
     cq_chan_t **due;           /* min-heap of channels with data by next fan-out time */
     uint32_t n_due, cap_due;
     cq_buf_t *emit_src, *emit_rec; /* last fan-out buffer and its record, within a tick */
-    struct cq_sendmany *sm;        /* per worker: fan-out records for its connections */
+    struct cq_sendmany *sm;        /* per place: fan-out records for its connections */
+    int nplaces;                   /* workers, then the relay's nodes (node.c) */
+    cq_sbuf_t *rout;               /* per node: this iteration's messages for it (node.c) */
+    uint16_t *rdirty;              /* the nodes whose outbox is not empty */
+    uint32_t n_rdirty;
     /* Graceful overload (doc/spatial.md "Overload"): the level every scheduler of this
      * worker's channels reads, fed the worker's lateness by cq_core_run_due. */
     cq_coarsen_t co;

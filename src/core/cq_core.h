@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cq_buf.h"
 #include "cq_framing.h"
 #include "cq_sbuf.h"
 #include "cq_transport.h"
@@ -52,6 +53,8 @@ typedef struct cq_core_opts {
     uint32_t max_failed_auth;
     struct cq_authlim *authlim; /* per-address failure budget (borrowed, thread-safe); NULL none */
     uint32_t conn_id_bits;
+    uint16_t relay_node;      /* this node of a relay (1 ..); 0: one node alone */
+    uint8_t relay_node_bits;  /* the id bits that name the node (place.h) */
     uint32_t idle_timeout_ms; /* 0 = off */
     uint32_t max_packet_size;
     uint32_t max_connections;
@@ -97,6 +100,25 @@ cq_shared_t *cq_shared_free(cq_shared_t *sh);
 /* Allocates a connection id and registers it in the directory; 0 when max-connections is
  * reached. Any thread (the acceptor). */
 uint32_t cq_shared_conn_id_alloc(cq_shared_t *sh, int type);
+
+/* ---- relay nodes (issue 23, doc/relay-cluster.md; node.c) ----
+ *
+ * With opts.relay_node set, this process is node relay_node of a relay: connection and
+ * non-spatial channel ids carry it in their top relay_node_bits bits, and messages for what
+ * lives on another node leave through the send hook as records of kind CQ_CORE_REC_XMSGS. */
+#define CQ_CORE_REC_XMSGS 2
+/* Hands a record for node to the relay (a reference is taken). Called on worker threads at the
+ * end of a loop iteration; must not block. Returns 0 or < 0 (the batch is dropped, counted). */
+typedef int (*cq_core_relay_send_fn)(void *ud, uint16_t node, cq_buf_t *rec);
+/* Before any worker runs. */
+void cq_shared_set_relay(cq_shared_t *sh, cq_core_relay_send_fn send, void *ud);
+/* Once the workers run: records from other nodes are taken from now on (dropped before). */
+void cq_shared_relay_ready(cq_shared_t *sh);
+/* The live nodes of the relay (membership), this one included or not. Any thread. */
+void cq_shared_relay_members(cq_shared_t *sh, const uint16_t *nodes, size_t n);
+/* A CQ_CORE_REC_XMSGS record from node `from` (body borrowed), in its stream's order. The relay
+ * thread only. Malformed or misaddressed messages are counted and dropped. */
+void cq_shared_relay_input(cq_shared_t *sh, uint16_t from, const uint8_t *body, size_t len);
 /* Like cq_shared_conn_id_alloc, but the id belongs to `worker` (cq_shared_conn_worker): for
  * transports whose packets arrive on a fixed worker (KCP over per-worker UDP sockets). */
 uint32_t cq_shared_conn_id_alloc_on(cq_shared_t *sh, int type, int worker);

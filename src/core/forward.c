@@ -265,7 +265,7 @@ void cq__local_fanout(cq_core_t *c, uint32_t chan_id, cq_buf_t *rec, uint32_t se
  * channel to apply BC_BUT_OWNER. */
 void cq__fanout(cq_core_t *c, cq_chan_t *ch, cq_buf_t *rec, uint32_t sender, uint32_t flags)
 {
-    for (int w = 0; w < c->nworkers; w++) {
+    for (int w = 0; w < c->nplaces; w++) { /* other nodes too: once per node (node.c) */
         if (!ch->wcount[w] || w == c->index)
             continue;
         cq_xmsg_t *m = cq__xmsg_new(XM_FANOUT, 0);

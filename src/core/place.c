@@ -111,6 +111,11 @@ int cq_shared_chan_worker(const cq_shared_t *sh, uint32_t chan_id)
 
 int cq__conn_worker(const cq_core_t *c, uint32_t conn_id)
 {
+    if (cq_unlikely(c->sh->node)) {
+        uint32_t node = cq__id_conn_node(&c->sh->ids, conn_id, NULL);
+        if (node != c->sh->node)
+            return cq__place_node(c, node);
+    }
     if (cq_unlikely(cq_map_count(&c->routes))) {
         void *w = cq_map_get(&c->routes, conn_id);
         if (w)
@@ -122,6 +127,10 @@ int cq__conn_worker(const cq_core_t *c, uint32_t conn_id)
 /* Channels never move: a channel lives where its id hashes for its whole life, so no route. */
 int cq__chan_worker(const cq_core_t *c, uint32_t chan_id)
 {
+    uint32_t node;
+    if (cq_unlikely(c->sh->node) && cq__id_chan_node(&c->sh->ids, chan_id, &node, NULL) &&
+        node != c->sh->node)
+        return cq__place_node(c, node);
     return (int)(chan_id % (uint32_t)c->nworkers);
 }
 
@@ -199,6 +208,10 @@ cq_xmsg_t *cq__xmsg_free(cq_xmsg_t *m)
  * is what publishes the message. wake_mask has a bit per worker (at most CQ_MAX_WORKERS, 64). */
 void cq__xmsg_post(cq_core_t *c, int worker, cq_xmsg_t *m)
 {
+    if (cq_unlikely(worker >= c->nworkers)) {
+        cq__node_post(c, cq__place_node_of(c, worker), m);
+        return;
+    }
     cq_core_t *t = c->sh->cores[worker];
     m->cost = (uint32_t)sizeof(*m) + m->body_len + (m->buf ? m->buf->len : 0);
     atomic_fetch_add_explicit(&t->inbox_bytes, m->cost, memory_order_relaxed);
@@ -226,7 +239,8 @@ void cq__xmsg_wake_posted(cq_core_t *c)
 void cq__xmsg_post_paced(cq_core_t *c, int worker, cq_xmsg_t *m, cq_conn_t *sender)
 {
     cq__xmsg_post(c, worker, m);
-    if (cq__inbox_over(c, worker, CQ_INBOX_HIGH))
+    /* another node's inbox is not seen from here: the relay's queue bounds what waits for it */
+    if (worker < c->nworkers && cq__inbox_over(c, worker, CQ_INBOX_HIGH))
         sender->paused = 1;
 }
 

@@ -147,6 +147,8 @@ enum {
     XM_DIR_ADD, /* directory worker: channel chan_id (type u1, metadata body) now exists */
     XM_ENTITY,  /* create entity channel u1 for the request in mp */
     XM_WK_SUB,  /* subscribe client conn_id to well-known entity chan_id */
+    /* relay nodes (node.c): never posted to a worker */
+    XM_NODE_CONN, /* conn_id (conn_type) of the sending node authenticated */
     XM__COUNT
 };
 
@@ -202,5 +204,27 @@ void cq__xmsg_done(cq_core_t *c, cq_xmsg_t *m);
 
 /* True when worker's inbox holds more than limit bytes. Any worker. */
 bool cq__inbox_over(const cq_core_t *c, int worker, int64_t limit);
+
+/* ---- other nodes (node.c) ----
+ *
+ * A place is a worker of this node (0 .. nworkers - 1) or another node n (nworkers + n), so
+ * the functions above, and the arrays indexed by them (a channel's wcount, the SENDMANY
+ * batches), cover both; cq__xmsg_post sends a message for a node to it. Only connections and
+ * non-spatial channels carry their node in their id; GLOBAL, spatial and entity channels live
+ * on every node's own workers until homes are placed (doc/relay-cluster.md). */
+int cq__place_node(const cq_core_t *c, uint32_t node);
+/* The node of a place of another node, 0 for a worker of this one. */
+uint32_t cq__place_node_of(const cq_core_t *c, int place);
+/* Workers, then the relay's nodes: the size of an array indexed by place. */
+int cq__nplaces(const cq_shared_t *sh);
+bool cq__node_live(const cq_shared_t *sh, uint32_t node);
+/* Queues m (taken) for node; it leaves with cq__node_flush (cq_core_flush). */
+void cq__node_post(cq_core_t *c, uint32_t node, cq_xmsg_t *m);
+void cq__node_flush(cq_core_t *c);
+int cq__node_init(cq_core_t *c);
+void cq__node_free(cq_core_t *c);
+/* Every live node hears of a connection of this one that authenticated, and of its close. */
+void cq__node_conn_up(cq_core_t *c, cq_conn_t *conn);
+void cq__node_conn_gone(cq_core_t *c, const cq_conn_t *conn);
 
 #endif

@@ -117,7 +117,7 @@ static void deliver_local(cq_core_t *c, cq_sendmany_t *s)
  * dropped here: each message took one of its own. */
 void cq__sendmany_flush(cq_core_t *c)
 {
-    for (int w = 0; w < c->nworkers; w++) {
+    for (int w = 0; w < c->nplaces; w++) {
         cq_sendmany_t *s = &c->sm[w];
         uint32_t i = 0;
         if (w == c->index) {
@@ -180,7 +180,7 @@ void cq__sendmany_free(cq_core_t *c)
 {
     if (!c->sm)
         return;
-    for (int w = 0; w < c->nworkers; w++) {
+    for (int w = 0; w < c->nplaces; w++) {
         for (uint32_t k = 0; k < c->sm[w].n; k++)
             cq_buf_unref(c->sm[w].recs[k]);
         cq_free(c->sm[w].ids);

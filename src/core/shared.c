@@ -29,8 +29,10 @@ int cq_shared_new(const cq_core_opts_t *opts, const cq_core_ops_t *ops, void *op
         snprintf(err, errlen, "workers must be 1..%d", CQ_MAX_WORKERS);
         return CQ_ECONFIG;
     }
-    cq_idl_t ids; /* no node bits yet: today's ids */
-    int r = cq__idl_init(opts->conn_id_bits, 0, &ids);
+    cq_idl_t ids; /* node bits only in a relay of several nodes */
+    int r = cq__idl_init(opts->conn_id_bits, opts->relay_node ? opts->relay_node_bits : 0, &ids);
+    if (r == 0 && opts->relay_node >= (1u << ids.node_bits))
+        r = CQ_ECONFIG;
     if (r < 0) {
         snprintf(err, errlen, "bad connection id layout");
         return r;
@@ -40,6 +42,7 @@ int cq_shared_new(const cq_core_opts_t *opts, const cq_core_ops_t *ops, void *op
         return -ENOMEM;
     sh->o = *opts;
     sh->ids = ids;
+    sh->node = opts->relay_node;
     sh->ops = ops;
     sh->ops_ud = ops_ud;
     pthread_mutex_init(&sh->dir_lock, NULL);
@@ -117,15 +120,15 @@ uint32_t cq_shared_conn_id_alloc_on(cq_shared_t *sh, int type, int worker)
 {
     uint32_t id = 0;
     pthread_mutex_lock(&sh->dir_lock);
-    if (cq_map_count(&sh->dir) >= sh->o.max_connections)
+    if (cq_map_count(&sh->dir) - sh->dir_remote >= sh->o.max_connections)
         goto out;
     cq_dir_ent_t *e = cq_calloc(1, sizeof(*e));
     if (!e)
         goto out;
     /* Sequential from 1, wrapping within conn-id-bits, never 0, skipping ids in use. */
     for (uint32_t tries = 0; tries < id_limit(sh); tries++) {
-        uint32_t cand = sh->next_conn;
-        sh->next_conn = cand >= id_limit(sh) - 1 ? 1 : cand + 1;
+        uint32_t cand = cq__id_conn(&sh->ids, sh->node, sh->next_conn);
+        sh->next_conn = sh->next_conn >= id_limit(sh) - 1 ? 1 : sh->next_conn + 1;
         if (worker >= 0 && cq_shared_conn_worker(sh, cand) != worker)
             continue;
         if (!cq_map_get(&sh->dir, cand)) {
@@ -189,7 +192,8 @@ static const char *const counter_names[M__COUNT] = {"messages_in",
                                                     "chanq_data_windows_merged_total",
                                                     "chanq_data_resyncs_total",
                                                     "chanq_data_coarsen_rises_total",
-                                                    "chanq_data_coarsen_falls_total"};
+                                                    "chanq_data_coarsen_falls_total",
+                                                    "chanq_relay_messages_dropped_total"};
 /* Label values are channeld's enum names (§5.2), as its dashboards select on them. */
 static const char *const conn_types[3] = {"NO_CONNECTION", "SERVER", "CLIENT"};
 static const char *const transports[CQ_CONN_TRANSPORTS] = {"tcp", "ws", "wss", "kcp"};
@@ -273,6 +277,8 @@ static size_t metrics_coarsen(cq_shared_t *sh, char *buf, size_t cap, size_t o)
                          "--sendq-data-limit; it gets the full state next."},
         {M_COARSEN_RISES, "Rises of a worker's overload level."},
         {M_COARSEN_FALLS, "Falls of a worker's overload level."},
+        {M_NODE_DROPPED, "Messages for another relay node dropped: a kind that cannot cross "
+                         "nodes yet, or the relay's queue full (doc/relay-cluster.md)."},
     };
     uint32_t level = 0;
     for (int w = 0; w < sh->o.workers; w++)

@@ -247,6 +247,10 @@ static void core_opts(const app_t *a, cq_core_opts_t *o)
     o->auth_timeout_ms = (uint32_t)c->auth_timeout_ms;
     o->max_failed_auth = (uint32_t)c->max_failed_auth;
     o->conn_id_bits = (uint32_t)c->conn_id_bits;
+    if (*c->relay_nats) { /* ids carry the node (place.h) */
+        o->relay_node = (uint16_t)c->relay_node_id;
+        o->relay_node_bits = (uint8_t)c->relay_node_bits;
+    }
     o->idle_timeout_ms = (uint32_t)c->idle_timeout_ms;
     o->max_packet_size = (uint32_t)c->max_packet_size;
     o->max_connections = (uint32_t)c->max_connections;
@@ -570,6 +574,12 @@ static int start(app_t *a)
         CQ_ERROR("main", "out of memory");
         return -ENOMEM;
     }
+    /* before the workers run: they hand what they send other nodes to it */
+    if (*c->relay_nats &&
+        (r = cq_main_relay_start(c, a->sh, a->admin, &a->relay, err, sizeof(err))) < 0) {
+        CQ_ERROR("main", "%s", err);
+        return r;
+    }
     cq_io_opts_t io = {
         .client_addr = c->client_addr,
         .server_addr = c->server_addr,
@@ -613,7 +623,7 @@ static int start(app_t *a)
         CQ_ERROR("main", "%s", err);
         return r;
     }
-    if (*c->relay_nats && (r = cq_main_relay_start(c, a->admin, &a->relay, err, sizeof(err))) < 0) {
+    if (a->relay && (r = cq_main_relay_join(a->relay, err, sizeof(err))) < 0) {
         CQ_ERROR("main", "%s", err);
         return r;
     }

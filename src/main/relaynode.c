@@ -3,11 +3,13 @@
 #include "relaynode.h"
 
 #include "cq_alloc.h"
+#include "cq_core.h"
 #include "cq_err.h"
 #include "cq_log.h"
 #include "cq_relay.h"
 #include "cq_relay_nats.h"
 #include "cq_sbuf.h"
+#include "cq_util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -16,10 +18,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef CQ_HAVE_ZOOKEEPER
+#include "cq_zkgroup.h"
+#endif
+
 #define MAX_PEERS CQ_RELAY_MAX_PEERS
 
 struct cq_main_relay {
     const cq_config_t *cfg;
+    cq_shared_t *sh;
+#ifdef CQ_HAVE_ZOOKEEPER
+    cq_zkgroup_t *grp;
+#endif
+    /* the last member list's epoch per node, 0 for none (the ZooKeeper thread's) */
+    uint32_t member_epoch[CQ_LINK_MAX_NODE + 1];
+    _Atomic uint32_t members;
     cq_relay_nats_t *nats;
     cq_relay_t *relay;
     _Atomic(cq_relay_t *) live; /* NATS packets go here once the relay runs */
@@ -71,7 +84,9 @@ static void on_hello(cq_main_relay_t *k, uint16_t from, const uint8_t *body, uin
 static void on_deliver(void *ud, uint16_t node, uint8_t kind, const uint8_t *body, uint32_t len)
 {
     cq_main_relay_t *k = ud;
-    if (kind == CQ_RELAY_REC_HELLO)
+    if (kind == CQ_CORE_REC_XMSGS)
+        cq_shared_relay_input(k->sh, node, body, len);
+    else if (kind == CQ_RELAY_REC_HELLO)
         on_hello(k, node, body, len);
     else
         atomic_fetch_add(&k->unknown_records, 1);
@@ -114,6 +129,10 @@ static int metrics_peer(cq_main_relay_t *k, const cq_relay_peer_stats_t *p, cq_s
 static const char HELP[] =
     "# HELP chanq_relay_node This relay node's id, epoch and relay name.\n"
     "# TYPE chanq_relay_node gauge\n"
+    "# HELP chanq_relay_members Nodes of the relay in ZooKeeper, this one included.\n"
+    "# TYPE chanq_relay_members gauge\n"
+    "# HELP chanq_relay_peers_up Other nodes whose HELLO reached this one over NATS.\n"
+    "# TYPE chanq_relay_peers_up gauge\n"
     "# HELP chanq_relay_nats_connected 1 while this node is connected to a nats-server.\n"
     "# TYPE chanq_relay_nats_connected gauge\n"
     "# HELP chanq_relay_nats_reconnects_total Reconnections to NATS after a loss.\n"
@@ -162,6 +181,14 @@ static const char HELP[] =
     "# HELP chanq_relay_peer_epoch The epoch of a peer's last HELLO (0: not heard from).\n"
     "# TYPE chanq_relay_peer_epoch gauge\n";
 
+static unsigned peers_up(cq_main_relay_t *k)
+{
+    unsigned n = 0;
+    for (unsigned i = 1; i <= CQ_LINK_MAX_NODE; i++)
+        n += atomic_load(&k->hello_epoch[i]) != 0;
+    return n;
+}
+
 static int metrics(void *ud, cq_sbuf_t *out)
 {
     cq_main_relay_t *k = ud;
@@ -176,6 +203,8 @@ static int metrics(void *ud, cq_sbuf_t *out)
     if (r == 0)
         r = cq_sbuf_printf(out,
                            "chanq_relay_node{node=\"%d\",cluster=\"%s\",epoch=\"%u\"} 1\n"
+                           "chanq_relay_members %u\n"
+                           "chanq_relay_peers_up %u\n"
                            "chanq_relay_nats_connected %d\n"
                            "chanq_relay_nats_reconnects_total %" PRIu64 "\n"
                            "chanq_relay_nats_dropped_total %" PRId64 "\n"
@@ -184,14 +213,100 @@ static int metrics(void *ud, cq_sbuf_t *out)
                            "chanq_relay_bad_packets_total %" PRIu64 "\n"
                            "chanq_relay_unknown_records_total %" PRIu64 "\n",
                            k->cfg->relay_node_id, k->cfg->relay_cluster, cq_relay_epoch(k->relay),
-                           ns.connected ? 1 : 0, ns.reconnects, ns.dropped, st.queued_bytes,
-                           st.refused_sends, st.bad_packets + st.unknown_src,
-                           atomic_load(&k->unknown_records));
+                           atomic_load(&k->members), peers_up(k), ns.connected ? 1 : 0,
+                           ns.reconnects, ns.dropped, st.queued_bytes, st.refused_sends,
+                           st.bad_packets + st.unknown_src, atomic_load(&k->unknown_records));
     for (size_t i = 0; i < n && r == 0; i++)
         r = metrics_peer(k, &ps[i], out);
     cq_free(ps);
     return r;
 }
+
+/* ---- membership (ZooKeeper) ----------------------------------------------------------------- */
+
+/* The workers hand their records for a node to the relay thread (cq_core.h). */
+static int core_send(void *ud, uint16_t node, cq_buf_t *rec)
+{
+    cq_main_relay_t *k = ud;
+    return cq_relay_send(k->relay, node, CQ_CORE_REC_XMSGS, rec);
+}
+
+#ifdef CQ_HAVE_ZOOKEEPER
+/* The ZooKeeper thread: the live nodes are the members; a node that joined (or restarted: a
+ * new epoch) is greeted, one that left is logged (its loss is handled by issue 23's point 6,
+ * not yet). A member that claims this node's id from another session is a misconfiguration:
+ * logged, and left out. */
+static void on_members(void *ud, const cq_zkgroup_member_t *m, size_t n)
+{
+    cq_main_relay_t *k = ud;
+    uint16_t nodes[CQ_RELAY_MAX_PEERS + 1];
+    uint32_t now[CQ_LINK_MAX_NODE + 1] = {0};
+    size_t cnt = 0;
+    for (size_t i = 0; i < n && cnt < CQ_ARRAY_SIZE(nodes); i++) {
+        unsigned node = 0, epoch = 0;
+        if (sscanf(m[i].data, "v1 node=%u epoch=%u", &node, &epoch) != 2 || !node ||
+            node > CQ_LINK_MAX_NODE || !epoch || now[node])
+            continue;
+        if (node == (unsigned)k->cfg->relay_node_id && !m[i].self) {
+            CQ_ERROR("relay", "node %u: another process joined the relay with this node id", node);
+            continue;
+        }
+        now[node] = epoch;
+        nodes[cnt++] = (uint16_t)node;
+    }
+    cq_shared_relay_members(k->sh, nodes, cnt);
+    atomic_store(&k->members, (uint32_t)cnt);
+    for (unsigned node = 1; node <= CQ_LINK_MAX_NODE; node++) {
+        if (now[node] && now[node] != k->member_epoch[node] &&
+            node != (unsigned)k->cfg->relay_node_id) {
+            CQ_INFO("relay", "node %d: node %u joined (epoch %u)", k->cfg->relay_node_id, node,
+                    now[node]);
+            cq_main_relay_hello(k, (uint16_t)node);
+        } else if (!now[node] && k->member_epoch[node]) {
+            CQ_WARN("relay", "node %d: node %u left the relay", k->cfg->relay_node_id, node);
+        }
+        k->member_epoch[node] = now[node];
+    }
+}
+
+static void on_session(void *ud, cq_zkgroup_state_t st, uint32_t session_ms)
+{
+    cq_main_relay_t *k = ud;
+    if (st == CQ_ZKGROUP_CONNECTED)
+        CQ_INFO("relay", "node %d: in ZooKeeper (session %u ms)", k->cfg->relay_node_id,
+                session_ms);
+    else
+        CQ_WARN("relay", "node %d: ZooKeeper session %s", k->cfg->relay_node_id,
+                st == CQ_ZKGROUP_EXPIRED ? "expired: joining again" : "disconnected");
+}
+
+static int join(cq_main_relay_t *k, char *err, size_t errlen)
+{
+    const cq_config_t *c = k->cfg;
+    char path[256], data[64];
+    snprintf(path, sizeof(path), "%s/relay/%s/members", c->zk_root, c->relay_cluster);
+    snprintf(data, sizeof(data), "v1 node=%d epoch=%u", c->relay_node_id, cq_relay_epoch(k->relay));
+    cq_zkgroup_conf_t gc = {.hosts = *c->relay_zk_hosts ? c->relay_zk_hosts : c->zk_hosts,
+                            .path = path,
+                            .session_ms = (uint32_t)c->zk_session_ms,
+                            .data = data};
+    cq_zkgroup_sink_t sink = {.members = on_members, .session = on_session, .ud = k};
+    int r = cq_zkgroup_open(&gc, &sink, &k->grp);
+    if (r < 0)
+        snprintf(err, errlen, "relay: cannot join the relay in ZooKeeper (%s%s): %s", gc.hosts,
+                 path, cq_strerror(r));
+    return r;
+}
+#else
+static int join(cq_main_relay_t *k, char *err, size_t errlen)
+{
+    (void)k;
+    snprintf(err, errlen,
+             "relay: chanqd was built without ZooKeeper (libzookeeper-mt-dev), "
+             "where relay nodes find each other");
+    return -ENOTSUP;
+}
+#endif
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
@@ -226,13 +341,20 @@ static int open_nats(cq_main_relay_t *k, char *err, size_t errlen)
     return cq_relay_nats_open(&nc, &k->nats, err, errlen);
 }
 
-int cq_main_relay_start(const cq_config_t *c, cq_admin_t *admin, cq_main_relay_t **ret, char *err,
-                        size_t errlen)
+static void log_started(const cq_config_t *c, cq_main_relay_t *k, const char *subj)
+{
+    CQ_INFO("relay", "node %d of relay \"%s\" (epoch %u) on NATS %s, subject %s", c->relay_node_id,
+            c->relay_cluster, cq_relay_epoch(k->relay), c->relay_nats, subj);
+}
+
+int cq_main_relay_start(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
+                        cq_main_relay_t **ret, char *err, size_t errlen)
 {
     cq_main_relay_t *k = cq_calloc(1, sizeof(*k));
     if (!k)
         return -ENOMEM;
     k->cfg = c;
+    k->sh = sh;
     int r = open_nats(k, err, errlen);
     if (r < 0) {
         cq_free(k);
@@ -251,6 +373,8 @@ int cq_main_relay_start(const cq_config_t *c, cq_admin_t *admin, cq_main_relay_t
         snprintf(err, errlen, "relay: cannot start the relay thread: %s", cq_strerror(r));
     else
         atomic_store_explicit(&k->live, k->relay, memory_order_release);
+    if (r == 0)
+        cq_shared_set_relay(sh, core_send, k);
     if (r == 0 && (r = cq_relay_subject(c->relay_cluster, (uint16_t)c->relay_node_id, subj,
                                         sizeof(subj))) == 0)
         r = cq_relay_nats_subscribe(k->nats, subj, err, errlen);
@@ -260,10 +384,15 @@ int cq_main_relay_start(const cq_config_t *c, cq_admin_t *admin, cq_main_relay_t
         cq_main_relay_stop(k, NULL);
         return r;
     }
-    CQ_INFO("relay", "node %d of relay \"%s\" (epoch %u) on NATS %s, subject %s", c->relay_node_id,
-            c->relay_cluster, cq_relay_epoch(k->relay), c->relay_nats, subj);
+    log_started(c, k, subj);
     *ret = k;
     return 0;
+}
+
+int cq_main_relay_join(cq_main_relay_t *k, char *err, size_t errlen)
+{
+    cq_shared_relay_ready(k->sh);
+    return join(k, err, errlen);
 }
 
 void cq_main_relay_stop(cq_main_relay_t *k, cq_admin_t *admin)
@@ -272,6 +401,9 @@ void cq_main_relay_stop(cq_main_relay_t *k, cq_admin_t *admin)
         return;
     if (admin)
         cq_admin_remove_source(admin, metrics, k);
+#ifdef CQ_HAVE_ZOOKEEPER
+    cq_zkgroup_close(k->grp); /* the others see this node leave */
+#endif
     /* the network first: its callbacks end before the relay they feed */
     cq_relay_nats_close(k->nats);
     cq_relay_stop(k->relay);

@@ -10,6 +10,7 @@
 
 #include "cq_admin.h"
 #include "cq_config.h"
+#include "cq_core.h"
 
 #include <stddef.h>
 
@@ -24,8 +25,11 @@ enum {
  * relay thread, subscribes to this node's subject and registers the metrics source "relay".
  * c is borrowed and must outlive the node. Returns 0 with *ret owned, or a negative code with
  * err filled. */
-int cq_main_relay_start(const cq_config_t *c, cq_admin_t *admin, cq_main_relay_t **ret, char *err,
-                        size_t errlen);
+int cq_main_relay_start(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
+                        cq_main_relay_t **ret, char *err, size_t errlen);
+/* Once the workers run: takes what other nodes send, and joins the relay in ZooKeeper (the
+ * other nodes learn of this one and greet it). Returns 0 or a negative code with err filled. */
+int cq_main_relay_join(cq_main_relay_t *k, char *err, size_t errlen);
 /* Says HELLO to node (a member that appeared). Any thread. */
 void cq_main_relay_hello(cq_main_relay_t *k, uint16_t node);
 /* Stops the network, then the relay thread; frees. Accepts NULL. */

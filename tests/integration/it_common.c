@@ -311,8 +311,13 @@ static bool log_wait_from(size_t off, const char *needle, int timeout_ms)
 
 it_conn_t *it_connect(bool server, const chanq_opts_t *opts)
 {
+    return it_connect_to(&g_srv, server, opts);
+}
+
+it_conn_t *it_connect_to(cq_testsrv_t *srv, bool server, const chanq_opts_t *opts)
+{
     int err = 0;
-    chanq_sync_t *s = cq_testsrv_connect(&g_srv, server, opts, &err);
+    chanq_sync_t *s = cq_testsrv_connect(srv, server, opts, &err);
     if (!s)
         print_error("connect failed: %s\n", cq_strerror(err));
     assert_non_null(s);

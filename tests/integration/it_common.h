@@ -93,6 +93,9 @@ int it_log_count(const char *needle);
 
 /* Connects without authenticating (asserts). */
 it_conn_t *it_connect(bool server, const chanq_opts_t *opts);
+/* Like it_connect, to another server the test started itself (relay nodes: test_it_relay.c);
+ * the teardown frees the connection all the same. */
+it_conn_t *it_connect_to(cq_testsrv_t *srv, bool server, const chanq_opts_t *opts);
 /* Authenticates c with pit/lt and asserts SUCCESSFUL; sets c->id. */
 void it_auth(it_conn_t *c, const char *pit, const char *lt);
 /* Connect + AUTH("pit","lt") on the client / server listener. */

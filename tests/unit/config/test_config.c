@@ -370,19 +370,25 @@ static void test_cross_checks(void **state)
 static void test_relay_checks(void **state)
 {
     (void)state;
+    PARSE_ERR("--relay-nats: the nodes find each other in ZooKeeper: set --relay-zk-hosts or "
+              "--zk-hosts",
+              "--relay-nats=nats://127.0.0.1:4222", "--relay-node-id=1");
     PARSE_ERR("--relay-node-id: 0 is not in 1..15 (--relay-node-bits 4)",
-              "--relay-nats=nats://127.0.0.1:4222");
+              "--relay-nats=nats://127.0.0.1:4222", "--relay-zk-hosts=127.0.0.1:2181");
     PARSE_ERR("--relay-node-id: 16 is not in 1..15 (--relay-node-bits 4)",
-              "--relay-nats=nats://127.0.0.1:4222", "--relay-node-id=16");
+              "--relay-nats=nats://127.0.0.1:4222", "--relay-node-id=16",
+              "--zk-hosts=127.0.0.1:2181");
     PARSE_ERR("--relay-node-id: 4 is not in 1..3 (--relay-node-bits 2)",
-              "--relay-nats=nats://127.0.0.1:4222", "--relay-node-id=4", "--relay-node-bits=2");
+              "--relay-nats=nats://127.0.0.1:4222", "--relay-node-id=4", "--relay-node-bits=2",
+              "--zk-hosts=127.0.0.1:2181");
     PARSE_ERR("--relay-cluster: \"a.b\" is not 1 to 32 of [A-Za-z0-9_-]",
-              "--relay-nats=nats://127.0.0.1:4222", "--relay-node-id=1", "--relay-cluster=a.b");
+              "--relay-nats=nats://127.0.0.1:4222", "--relay-node-id=1", "--relay-cluster=a.b",
+              "--zk-hosts=127.0.0.1:2181");
     cq_config_t c;
     PARSE_OK(&c, "--relay-node-id=0", "--relay-cluster=a.b"); /* one node: not used */
     cq_config_done(&c);
     PARSE_OK(&c, "--relay-nats=nats://127.0.0.1:4222", "--relay-node-id=255", "--relay-node-bits=8",
-             "--relay-cluster=prod-eu_1");
+             "--relay-cluster=prod-eu_1", "--relay-zk-hosts=127.0.0.1:2181");
     assert_int_equal(c.relay_node_id, 255);
     assert_string_equal(c.relay_cluster, "prod-eu_1");
     cq_config_done(&c);

@@ -1,0 +1,354 @@
+/* node.c - this node's side of a relay of chanqd nodes (issue 23, doc/relay-cluster.md): the
+ * places that are other nodes, what a worker sends them and what arrives from them.
+ *
+ * A place is where a message goes (place.h): 0 .. nworkers - 1 are this node's workers,
+ * nworkers + n is node n. A message for another node is encoded once (xwire.h) into the
+ * worker's outbox for that node and leaves at the end of the loop iteration as one relay
+ * record (CQ_CORE_REC_XMSGS: u32 length + xwire bytes, repeated), handed to the relay thread
+ * (cq_shared_set_relay). What arrives from node n is decoded on the relay thread and posted to
+ * the worker that owns its target here: the channel's, the connection's, or every worker for a
+ * broadcast; in stream order, so the ordering arguments of doc/threads.md hold per node pair.
+ *
+ * Connections of other nodes are known here from the moment they authenticate
+ * (XM_NODE_CONN: the directory gets an entry of theirs, so a SUB of them is counted and typed
+ * as a local one is) until they close (XM_CONN_GONE from their node).
+ *
+ * Without a relay (node 0) none of this runs: every place is a worker. */
+#include "core.h"
+#include "xwire.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_log.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* ---- places ------------------------------------------------------------------------------- */
+
+int cq__place_node(const cq_core_t *c, uint32_t node)
+{
+    return c->nworkers + (int)node;
+}
+
+uint32_t cq__place_node_of(const cq_core_t *c, int place)
+{
+    return place >= c->nworkers ? (uint32_t)(place - c->nworkers) : 0;
+}
+
+int cq__nplaces(const cq_shared_t *sh)
+{
+    return sh->o.workers + (sh->node ? 1 << sh->ids.node_bits : 0);
+}
+
+/* ---- sending: the worker's outboxes --------------------------------------------------------- */
+
+/* m (taken) leaves for node with this iteration's other messages for it. A message that cannot
+ * be encoded (a kind that cannot leave the process) or queued is dropped and counted: the
+ * receiver's side of each kind says what a loss means (doc/relay-cluster.md). */
+void cq__node_post(cq_core_t *c, uint32_t node, cq_xmsg_t *m)
+{
+    cq_sbuf_t *o = &c->rout[node];
+    size_t at = o->len;
+    uint32_t len = 0;
+    int r = cq_sbuf_append(o, &len, sizeof(len)); /* patched below */
+    if (r == 0)
+        r = cq__xwire_encode(m, o);
+    if (r < 0) {
+        o->len = at;
+        CQ_METRIC_ADD(c, M_NODE_DROPPED, 0, 1);
+        CQ_MSG_LOG(c, "node", "message kind %u for node %u dropped: %s", m->kind, node,
+                   cq_strerror(r));
+    } else {
+        len = (uint32_t)(o->len - at - sizeof(len));
+        memcpy(o->data + at, &len, sizeof(len));
+        if (at == 0)
+            c->rdirty[c->n_rdirty++] = (uint16_t)node;
+    }
+    cq__xmsg_free(m);
+}
+
+/* End of the loop iteration: each node's outbox leaves as one record. */
+void cq__node_flush(cq_core_t *c)
+{
+    cq_shared_t *sh = c->sh;
+    for (uint32_t i = 0; i < c->n_rdirty; i++) {
+        uint16_t node = c->rdirty[i];
+        cq_sbuf_t *o = &c->rout[node];
+        cq_buf_t *b = cq_buf_from(o->data, o->len);
+        int r = b ? sh->relay_send(sh->relay_ud, node, b) : -ENOMEM;
+        if (r < 0) {
+            CQ_METRIC_ADD(c, M_NODE_DROPPED, 0, 1);
+            CQ_MSG_LOG(c, "node", "%zu bytes of messages for node %u dropped: %s", o->len, node,
+                       cq_strerror(r));
+        }
+        cq_buf_unref(b);
+        o->len = 0;
+        if (o->cap > (64u << 10))
+            cq_sbuf_done(o); /* a burst's buffer is not kept */
+    }
+    c->n_rdirty = 0;
+}
+
+int cq__node_init(cq_core_t *c)
+{
+    if (!c->sh->node)
+        return 0;
+    size_t n = (size_t)1 << c->sh->ids.node_bits;
+    c->rout = cq_calloc(n, sizeof(*c->rout));
+    c->rdirty = cq_calloc(n, sizeof(*c->rdirty));
+    return c->rout && c->rdirty ? 0 : -ENOMEM;
+}
+
+void cq__node_free(cq_core_t *c)
+{
+    if (c->rout)
+        for (size_t i = 0; i < ((size_t)1 << c->sh->ids.node_bits); i++)
+            cq_sbuf_done(&c->rout[i]);
+    cq_free(c->rout);
+    cq_free(c->rdirty);
+    c->rout = NULL;
+    c->rdirty = NULL;
+}
+
+/* Every live peer, for what every node must hear (a connection's arrival and departure). */
+static void post_peers(cq_core_t *c, int kind, uint32_t conn_id, uint8_t conn_type)
+{
+    cq_shared_t *sh = c->sh;
+    for (uint32_t n = 1; n < (1u << sh->ids.node_bits); n++) {
+        if (n == sh->node || !cq__node_live(sh, n))
+            continue;
+        cq_xmsg_t *m = cq__xmsg_new(kind, 0);
+        if (!m)
+            continue;
+        m->conn_id = conn_id;
+        m->conn_type = conn_type;
+        cq__node_post(c, n, m);
+    }
+}
+
+void cq__node_conn_up(cq_core_t *c, cq_conn_t *conn)
+{
+    if (!c->sh->node)
+        return;
+    post_peers(c, XM_NODE_CONN, conn->id, conn->type);
+    conn->node_up = 1;
+}
+
+void cq__node_conn_gone(cq_core_t *c, const cq_conn_t *conn)
+{
+    if (conn->node_up)
+        post_peers(c, XM_CONN_GONE, conn->id, conn->type);
+}
+
+/* ---- membership --------------------------------------------------------------------------- */
+
+bool cq__node_live(const cq_shared_t *sh, uint32_t node)
+{
+    return node < 256 &&
+           (atomic_load_explicit(&sh->live_nodes[node / 64], memory_order_relaxed) >> (node % 64)) &
+               1;
+}
+
+void cq_shared_relay_members(cq_shared_t *sh, const uint16_t *nodes, size_t n)
+{
+    uint64_t bits[4] = {0};
+    for (size_t i = 0; i < n; i++)
+        if (nodes[i] < 256)
+            bits[nodes[i] / 64] |= 1ull << (nodes[i] % 64);
+    for (int i = 0; i < 4; i++)
+        atomic_store_explicit(&sh->live_nodes[i], bits[i], memory_order_relaxed);
+}
+
+void cq_shared_set_relay(cq_shared_t *sh, cq_core_relay_send_fn send, void *ud)
+{
+    sh->relay_send = send;
+    sh->relay_ud = ud;
+}
+
+void cq_shared_relay_ready(cq_shared_t *sh)
+{
+    atomic_store_explicit(&sh->relay_ready, true, memory_order_release);
+}
+
+/* ---- receiving (the relay thread) ----------------------------------------------------------- */
+
+/* Posted from the relay thread: counted against the target's inbox like a worker's post, and
+ * woken once per record (wake below). */
+static void in_post(cq_shared_t *sh, int w, cq_xmsg_t *m, uint64_t *wake)
+{
+    cq_core_t *t = sh->cores[w];
+    m->cost = (uint32_t)sizeof(*m) + m->body_len + (m->buf ? m->buf->len : 0);
+    atomic_fetch_add_explicit(&t->inbox_bytes, m->cost, memory_order_relaxed);
+    cq_mpsc_push(&t->inbox, &m->node);
+    *wake |= 1ull << w;
+}
+
+/* A copy of m for another worker: the buffer is shared, the body copied. */
+static cq_xmsg_t *in_dup(const cq_xmsg_t *m)
+{
+    cq_xmsg_t *d = cq__xmsg_new(m->kind, m->body_len);
+    if (!d)
+        return NULL;
+    memcpy(d, m, sizeof(*d) + m->body_len);
+    d->node = (cq_mpsc_node_t){0};
+    if (d->buf)
+        cq_buf_ref(d->buf);
+    if (m->mp.body && m->body_len)
+        d->mp.body = d->body + (m->mp.body - m->body);
+    return d;
+}
+
+static void in_all(cq_shared_t *sh, cq_xmsg_t *m, uint64_t *wake)
+{
+    for (int w = 1; w < sh->o.workers; w++) {
+        cq_xmsg_t *d = in_dup(m);
+        if (d)
+            in_post(sh, w, d, wake);
+    }
+    in_post(sh, 0, m, wake);
+}
+
+/* SENDMANY: its recipients may live on several workers here: one message per worker. */
+static void in_sendmany(cq_shared_t *sh, cq_xmsg_t *m, uint64_t *wake)
+{
+    uint32_t n = m->body_len / sizeof(uint32_t);
+    int nw = sh->o.workers;
+    for (int w = 0; w < nw; w++) {
+        cq_xmsg_t *d = NULL;
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t id;
+            memcpy(&id, m->body + i * sizeof(id), sizeof(id));
+            if (cq_shared_conn_worker(sh, id) != w)
+                continue;
+            if (!d && !(d = cq__xmsg_new(XM_SENDMANY, (n - i) * sizeof(id))))
+                break;
+            memcpy(d->body + k++ * sizeof(id), &id, sizeof(id));
+        }
+        if (!d)
+            continue;
+        d->body_len = k * sizeof(uint32_t);
+        d->chan_id = m->chan_id;
+        d->buf = cq_buf_ref(m->buf);
+        in_post(sh, w, d, wake);
+    }
+    cq__xmsg_free(m);
+}
+
+/* A connection of node `from` authenticated: the directory knows it from now on. */
+static void in_conn_up(cq_shared_t *sh, uint32_t from, const cq_xmsg_t *m)
+{
+    if (cq__id_conn_node(&sh->ids, m->conn_id, NULL) != from)
+        return;
+    pthread_mutex_lock(&sh->dir_lock);
+    cq_dir_ent_t *e = cq_map_get(&sh->dir, m->conn_id);
+    if (!e && (e = cq_calloc(1, sizeof(*e)))) {
+        if (cq_map_put(&sh->dir, m->conn_id, e) < 0) {
+            cq_free(e);
+            e = NULL;
+        } else {
+            sh->dir_remote++;
+        }
+    }
+    if (e) {
+        e->type = m->conn_type;
+        e->authed = 1;
+        e->remote = 1;
+    }
+    pthread_mutex_unlock(&sh->dir_lock);
+}
+
+static void in_conn_gone(cq_shared_t *sh, uint32_t from, const cq_xmsg_t *m)
+{
+    if (cq__id_conn_node(&sh->ids, m->conn_id, NULL) != from)
+        return;
+    pthread_mutex_lock(&sh->dir_lock);
+    cq_dir_ent_t *e = cq_map_get(&sh->dir, m->conn_id);
+    if (e && e->remote) {
+        cq_map_del(&sh->dir, m->conn_id);
+        sh->dir_remote--;
+        atomic_fetch_sub(&sh->metrics.subscriptions, e->subs);
+        cq_free(e);
+    }
+    pthread_mutex_unlock(&sh->dir_lock);
+}
+
+/* Where m, from node `from`, goes here; false when it does not belong here (a forged or stale
+ * target: a connection or channel of another node). */
+static bool in_route(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m, uint64_t *wake)
+{
+    const cq_idl_t *l = &sh->ids;
+    uint32_t node;
+    switch (m->kind) {
+    case XM_DISPATCH:
+    case XM_RESYNC:
+        if (cq__id_chan_node(l, m->kind == XM_DISPATCH ? m->mp.channel_id : m->chan_id, &node,
+                             NULL) &&
+            node != sh->node)
+            return false;
+        in_post(sh,
+                cq_shared_chan_worker(sh, m->kind == XM_DISPATCH ? m->mp.channel_id : m->chan_id),
+                m, wake);
+        return true;
+    case XM_SEND:
+    case XM_CLOSE:
+    case XM_LSUB_ADD:
+    case XM_LSUB_DEL:
+        if (cq__id_conn_node(l, m->conn_id, NULL) != sh->node)
+            return false;
+        in_post(sh, cq_shared_conn_worker(sh, m->conn_id), m, wake);
+        return true;
+    case XM_SENDMANY:
+        in_sendmany(sh, m, wake);
+        return true;
+    case XM_FANOUT:
+        in_all(sh, m, wake);
+        return true;
+    case XM_NODE_CONN:
+        in_conn_up(sh, from, m);
+        cq__xmsg_free(m);
+        return true;
+    case XM_CONN_GONE:
+        if (cq__id_conn_node(l, m->conn_id, NULL) != from)
+            return false;
+        in_conn_gone(sh, from, m);
+        m->body_len = 0; /* a PIT travels only within its node (recovery across nodes: later) */
+        in_all(sh, m, wake);
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* One record of kind CQ_CORE_REC_XMSGS from node `from`, on the relay thread. */
+void cq_shared_relay_input(cq_shared_t *sh, uint16_t from, const uint8_t *p, size_t n)
+{
+    if (!atomic_load_explicit(&sh->relay_ready, memory_order_acquire) || !from ||
+        from == sh->node || from >= (1u << sh->ids.node_bits)) {
+        atomic_fetch_add(&sh->relay_refused, 1);
+        return;
+    }
+    uint64_t wake = 0;
+    size_t off = 0;
+    while (off < n) {
+        uint32_t len;
+        cq_xmsg_t *m = NULL;
+        if (n - off < sizeof(len) || (memcpy(&len, p + off, sizeof(len)), len > n - off - 4) ||
+            cq__xwire_decode(p + off + 4, len, &m) < 0) {
+            atomic_fetch_add(&sh->relay_refused, 1); /* the rest of a bad record is not read */
+            break;
+        }
+        off += sizeof(len) + len;
+        atomic_fetch_add(&sh->relay_in, 1);
+        if (!in_route(sh, from, m, &wake)) {
+            atomic_fetch_add(&sh->relay_refused, 1);
+            cq__xmsg_free(m);
+        }
+    }
+    while (wake) {
+        int w = __builtin_ctzll(wake);
+        wake &= wake - 1;
+        sh->ops->wake(sh->ops_ud, w);
+    }
+}

@@ -1,0 +1,313 @@
+/* test_it_relay.c - three chanqd nodes as one relay (issue 23, doc/relay-cluster.md): real
+ * nats-server and ZooKeeper (run_zk.sh and run_nats.sh start them: CQ_ZK_HOSTS, CQ_NATS_URLS),
+ * the game server on node 1 and the other connections spread over nodes 1-3. The channeld flow
+ * of test_it_forward.c holds across nodes: the owner subscribes connections of other nodes, a
+ * broadcast reaches exactly the recipients its flags name, SINGLE_CONNECTION reaches a client of
+ * another node, a client's message reaches the owner wrapped with its id, and a client that
+ * leaves is gone from the channel with the owner told. */
+#include "it_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NODES 3
+
+static cq_testsrv_t g_nodes[NODES + 1]; /* [1] is it_srv(); [2], [3] started here */
+static char g_cluster[32];
+static char g_fsm[64] = "/tmp/cq-relay-fsm.XXXXXX"; /* clients may SUB and UNSUB themselves */
+
+/* channeld's client_authoratative_fsm.json */
+static const char CLIENT_AUTH_FSM[] =
+    "{\"States\": [{\"Name\": \"INIT\", \"MsgTypeWhitelist\": \"1\", \"MsgTypeBlacklist\": \"\"},"
+    " {\"Name\": \"OPEN\", \"MsgTypeWhitelist\": \"3-8,15-65535\", \"MsgTypeBlacklist\": \"\"}],"
+    " \"Transitions\": []}\n";
+
+static void fsm_remove(void)
+{
+    unlink(g_fsm);
+}
+
+static void fsm_write(void)
+{
+    int fd = mkstemp(g_fsm);
+    if (fd < 0 || write(fd, CLIENT_AUTH_FSM, strlen(CLIENT_AUTH_FSM)) < 0)
+        abort();
+    close(fd);
+    atexit(fsm_remove);
+}
+
+/* Node n of the relay this test made (its own relay name, so tests do not meet). */
+static void node_args(int n, const char **a, size_t *k, char *id, size_t idlen)
+{
+    snprintf(id, idlen, "%d", n);
+    const char *v[] = {"--dev",
+                       "--ws-addr",
+                       "127.0.0.1:0",
+                       "--kcp-addr",
+                       "127.0.0.1:0",
+                       "--mq-addr",
+                       "",
+                       "--mq-http-addr",
+                       "",
+                       "--relay-nats",
+                       getenv("CQ_NATS_URLS"),
+                       "--relay-zk-hosts",
+                       getenv("CQ_ZK_HOSTS"),
+                       "--relay-cluster",
+                       g_cluster,
+                       "--relay-node-id",
+                       id,
+                       "--client-fsm",
+                       g_fsm};
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        a[(*k)++] = v[i];
+}
+
+static cq_testsrv_t *node(int n)
+{
+    return n == 1 ? it_srv() : &g_nodes[n];
+}
+
+/* Starts the three nodes and waits until each has heard every other over NATS (its HELLO): from
+ * then on the members are known everywhere and every link carries. */
+static void relay_start(void)
+{
+    static int seq;
+    snprintf(g_cluster, sizeof(g_cluster), "it%d_%d", (int)getpid(), ++seq);
+    char id[8], workers[8];
+    snprintf(workers, sizeof(workers), "%d", it_workers);
+    for (int n = 1; n <= NODES; n++) {
+        const char *a[40];
+        size_t k = 0;
+        node_args(n, a, &k, id, sizeof(id));
+        if (n == 1) {
+            a[k] = NULL;
+            it_startv(a);
+            continue;
+        }
+        a[k++] = "--workers";
+        a[k++] = workers;
+        a[k] = NULL;
+        assert_int_equal(cq_testsrv_init(&g_nodes[n]), 0);
+        int r = cq_testsrv_start(&g_nodes[n], a);
+        if (r < 0) {
+            char *log = cq_testsrv_log(&g_nodes[n]);
+            print_error("node %d did not start (%d); log:\n%s\n", n, r, log ? log : "(none)");
+            free(log);
+        }
+        assert_int_equal(r, 0);
+    }
+    for (int n = 1; n <= NODES; n++)
+        assert_int_equal(cq_testsrv_metric_wait_ge(node(n), "chanq_relay_peers_up", NODES - 1,
+                                                   10 * IT_TIMEOUT_MS),
+                         NODES - 1);
+}
+
+/* What the links saw, for the log of a failure: every count is 0 in a run without loss. */
+static void relay_report(void)
+{
+    static const char *const names[] = {
+        "chanq_relay_link_gaps_total", "chanq_relay_link_resets_total",
+        "chanq_relay_messages_dropped_total", "chanq_relay_unknown_records_total",
+        "chanq_relay_bad_packets_total"};
+    for (int n = 1; n <= NODES; n++)
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+            int64_t v = cq_testsrv_metric(node(n), names[i]);
+            if (v)
+                printf("# node %d: %s %lld\n", n, names[i], (long long)v);
+        }
+}
+
+static int relay_teardown(void **state)
+{
+    relay_report();
+    int r = it_teardown(state);
+    for (int n = 2; n <= NODES; n++)
+        if (g_nodes[n].pid)
+            cq_testsrv_stop(&g_nodes[n]);
+    return r;
+}
+
+static it_conn_t *on_node(int n, bool server)
+{
+    it_conn_t *c = it_connect_to(node(n), server, NULL);
+    it_auth(c, server ? "server" : "pit", server ? "" : "lt");
+    return c;
+}
+
+/* The world of test_it_forward.c, spread: the owner s and client c1 on node 1, the other
+ * server o on node 2, client c2 on node 3. */
+typedef struct world {
+    it_conn_t *s, *o, *c1, *c2;
+    uint32_t ch;
+} world_t;
+
+static void world_init(world_t *w)
+{
+    relay_start();
+    w->s = on_node(1, true);
+    w->o = on_node(2, true);
+    w->c1 = on_node(1, false);
+    w->c2 = on_node(3, false);
+    /* ids carry their node in the top 4 of 31 bits (--relay-node-bits 4) */
+    assert_int_equal(w->s->id >> 27, 1);
+    assert_int_equal(w->o->id >> 27, 2);
+    assert_int_equal(w->c2->id >> 27, 3);
+    w->ch = it_create(w->s, CT_SUBWORLD, "fwd", 1);
+    assert_int_equal(w->ch >> 12, 1); /* a channel of node 1 */
+    it_sub(w->o, 2, w->ch, w->o->id, -1);
+    it_expect_sub(w->o, w->ch, 2, w->o->id, CONN_SERVER, CT_SUBWORLD, 1);
+    it_expect_sub(w->s, w->ch, 0, w->o->id, CONN_SERVER, CT_SUBWORLD, 1);
+    it_conn_t *cs[2] = {w->c1, w->c2};
+    for (int i = 0; i < 2; i++) {
+        it_sub(w->s, 3, w->ch, cs[i]->id, -1);
+        it_expect_sub(w->s, w->ch, 3, cs[i]->id, CONN_CLIENT, CT_SUBWORLD, 1);
+        it_expect_sub(cs[i], w->ch, 0, cs[i]->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    }
+}
+
+static void sfwd_stub(it_conn_t *c, uint32_t ch, uint32_t bc, uint32_t type, uint32_t stub,
+                      uint32_t client, const char *payload)
+{
+    Channeldpb__ServerForwardMessage f = CHANNELDPB__SERVER_FORWARD_MESSAGE__INIT;
+    f.clientconnid = client;
+    f.payload.data = (uint8_t *)payload;
+    f.payload.len = strlen(payload);
+    assert_int_equal(chanq_sync_send(c->s, ch, bc, stub, type, &f.base), 0);
+}
+
+static unsigned g_marker;
+
+/* As in test_it_forward.c: a marker broadcast (ALL) from `from`, the test message's sender
+ * (only one connection's messages are ordered), follows; each connection gets the test
+ * message first iff its bit is in mask (s=1, o=2, c1=4, c2=8), then the marker. */
+static void check_from(world_t *w, it_conn_t *from, unsigned mask, uint32_t type, uint32_t bc,
+                       uint32_t stub, uint32_t client, const char *payload)
+{
+    char marker[32];
+    snprintf(marker, sizeof(marker), "marker-%u", ++g_marker);
+    sfwd_stub(from, w->ch, BC_ALL, 199, 0, 0, marker);
+    it_conn_t *all[4] = {w->s, w->o, w->c1, w->c2};
+    for (int i = 0; i < 4; i++) {
+        if (mask & (1u << i))
+            it_expect_user(all[i], w->ch, type, bc, stub, client, payload);
+        it_expect_user(all[i], w->ch, 199, BC_ALL, 0, 0, marker);
+    }
+}
+
+static void check_recipients(world_t *w, unsigned mask, uint32_t type, uint32_t bc, uint32_t stub,
+                             uint32_t client, const char *payload)
+{
+    check_from(w, w->o, mask, type, bc, stub, client, payload);
+}
+
+enum { R_S = 1, R_O = 2, R_C1 = 4, R_C2 = 8, R_ALL = 15 };
+
+/* Every broadcast flag from a server of node 2 on a channel of node 1, with subscribers on all
+ * three nodes: exactly the recipients of one node. */
+static void test_broadcast_flags(void **state)
+{
+    (void)state;
+    world_t w;
+    world_init(&w);
+    check_recipients(&w, 0, 0, 0, 0, 0, "");
+    struct {
+        uint32_t bc;
+        unsigned mask;
+    } cases[] = {
+        {0, R_S},
+        {BC_ALL, R_ALL},
+        {BC_ALL | BC_BUT_SENDER, R_S | R_C1 | R_C2},
+        {BC_ALL | BC_BUT_OWNER, R_O | R_C1 | R_C2},
+        {BC_ALL | BC_BUT_CLIENT, R_S | R_O},
+        {BC_ALL | BC_BUT_SERVER, R_C1 | R_C2},
+        {BC_ALL | BC_BUT_SENDER | BC_BUT_CLIENT, R_S},
+        {BC_ALL | BC_BUT_OWNER | BC_BUT_SERVER, R_C1 | R_C2},
+        {BC_ALL | BC_BUT_SENDER | BC_BUT_OWNER, R_C1 | R_C2},
+        {BC_BUT_SENDER, R_S | R_C1 | R_C2},
+        {BC_BUT_OWNER | BC_BUT_CLIENT, R_O},
+        {BC_SINGLE | BC_ALL, R_ALL},
+        {BC_ALL | BC_BUT_CLIENT | BC_BUT_SERVER, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char payload[32];
+        snprintf(payload, sizeof(payload), "case-%zu", i);
+        sfwd_stub(w.o, w.ch, cases[i].bc, 120, 33, 0, payload);
+        check_recipients(&w, cases[i].mask, 120, cases[i].bc, 33, 0, payload);
+    }
+    /* the owner's broadcasts too (node 1 to nodes 2 and 3) */
+    sfwd_stub(w.s, w.ch, BC_ALL | BC_BUT_SENDER, 121, 0, w.c2->id, "from-owner");
+    check_from(&w, w.s, R_O | R_C1 | R_C2, 121, BC_ALL | BC_BUT_SENDER, 0, w.c2->id, "from-owner");
+}
+
+/* SINGLE_CONNECTION from the owner to a client of node 3, and a client of node 3 to the owner. */
+static void test_single_and_client_to_owner(void **state)
+{
+    (void)state;
+    world_t w;
+    world_init(&w);
+    sfwd_stub(w.s, w.ch, BC_SINGLE, 130, 4, w.c2->id, "only-c2");
+    check_from(&w, w.s, R_C2, 130, BC_SINGLE, 4, w.c2->id, "only-c2");
+    sfwd_stub(w.o, w.ch, BC_SINGLE, 131, 5, w.c1->id, "only-c1");
+    check_recipients(&w, R_C1, 131, BC_SINGLE, 5, w.c1->id, "only-c1");
+    uint32_t bcs[] = {0, BC_ALL, BC_ALL | BC_BUT_SERVER};
+    for (size_t i = 0; i < sizeof(bcs) / sizeof(bcs[0]); i++) {
+        char payload[32];
+        snprintf(payload, sizeof(payload), "from-c2-%zu", i);
+        assert_int_equal(
+            chanq_sync_send_raw(w.c2->s, w.ch, bcs[i], 9, 140, payload, strlen(payload)), 0);
+        it_expect_user(w.s, w.ch, 140, bcs[i], 9, w.c2->id, payload);
+        check_recipients(&w, 0, 0, 0, 0, 0, "");
+    }
+}
+
+/* A client of node 3 unsubscribes itself, then another closes: the owner gets the UNSUB
+ * results, and broadcasts reach neither any more. */
+static void test_unsub_and_close(void **state)
+{
+    (void)state;
+    world_t w;
+    world_init(&w);
+    uint32_t c2 = w.c2->id, c1 = w.c1->id;
+    assert_int_equal(chanq_sync_unsub_from_channel(w.c2->s, 5, w.ch, c2), 0);
+    it_expect_unsub(w.c2, w.ch, 5, c2, CONN_CLIENT, CT_SUBWORLD);
+    it_expect_unsub(w.s, w.ch, 0, c2, CONN_CLIENT, CT_SUBWORLD);
+    sfwd_stub(w.o, w.ch, BC_ALL, 150, 0, 0, "after-unsub");
+    it_expect_user(w.s, w.ch, 150, BC_ALL, 0, 0, "after-unsub");
+    it_expect_user(w.o, w.ch, 150, BC_ALL, 0, 0, "after-unsub");
+    it_expect_user(w.c1, w.ch, 150, BC_ALL, 0, 0, "after-unsub");
+    /* c2 subscribes again by itself, then leaves by closing */
+    it_sub(w.c2, 6, w.ch, c2, -1);
+    it_expect_sub(w.c2, w.ch, 6, c2, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_expect_sub(w.s, w.ch, 0, c2, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_close(w.c2);
+    it_expect_unsub(w.s, w.ch, 0, c2, CONN_CLIENT, CT_SUBWORLD);
+    it_close(w.c1); /* a local client, for comparison */
+    it_expect_unsub(w.s, w.ch, 0, c1, CONN_CLIENT, CT_SUBWORLD);
+    sfwd_stub(w.o, w.ch, BC_ALL, 151, 0, 0, "after-close");
+    it_expect_user(w.s, w.ch, 151, BC_ALL, 0, 0, "after-close");
+    it_expect_user(w.o, w.ch, 151, BC_ALL, 0, 0, "after-close");
+    /* node 3 told node 1 of the close: its directory no longer holds c2 (a SUB of it fails
+     * silently, as for any gone connection: no result) */
+    it_sub(w.s, 7, w.ch, c2, -1);
+    sfwd_stub(w.s, w.ch, BC_SINGLE, 152, 0, 0, "sync");
+    it_expect_user(w.s, w.ch, 152, BC_SINGLE, 0, 0, "sync");
+}
+
+int main(int argc, char **argv)
+{
+    if (!getenv("CQ_NATS_URLS") || !getenv("CQ_ZK_HOSTS")) {
+        printf("1..0 # SKIP needs nats-server and ZooKeeper (run through run_zk.sh and "
+               "run_nats.sh)\n");
+        return 0;
+    }
+    fsm_write();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_broadcast_flags, relay_teardown),
+        cmocka_unit_test_teardown(test_single_and_client_to_owner, relay_teardown),
+        cmocka_unit_test_teardown(test_unsub_and_close, relay_teardown),
+    };
+    return it_run("relay", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
+}
