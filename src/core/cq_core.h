@@ -116,6 +116,11 @@ void cq_shared_set_relay(cq_shared_t *sh, cq_core_relay_send_fn send, void *ud);
 void cq_shared_relay_ready(cq_shared_t *sh);
 /* The live nodes of the relay (membership), this one included or not. Any thread. */
 void cq_shared_relay_members(cq_shared_t *sh, const uint16_t *nodes, size_t n);
+/* Node left the relay (membership): its connections are gone here as if they had closed, and
+ * what still comes from it is dropped until cq_shared_relay_node_up. Any thread. */
+void cq_shared_relay_node_gone(cq_shared_t *sh, uint16_t node);
+/* Node's HELLO arrived (the relay thread, in its stream's order): it is back. */
+void cq_shared_relay_node_up(cq_shared_t *sh, uint16_t node);
 /* A CQ_CORE_REC_XMSGS record from node `from` (body borrowed), in its stream's order. The relay
  * thread only. Malformed or misaddressed messages are counted and dropped. */
 void cq_shared_relay_input(cq_shared_t *sh, uint16_t from, const uint8_t *body, size_t len);

@@ -321,11 +321,81 @@ static bool in_route(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m, uint64_t *wak
     }
 }
 
+static void wake_all(cq_shared_t *sh, uint64_t wake)
+{
+    while (wake) {
+        int w = __builtin_ctzll(wake);
+        wake &= wake - 1;
+        sh->ops->wake(sh->ops_ud, w);
+    }
+}
+
+static bool node_dead(const cq_shared_t *sh, uint32_t node)
+{
+    return (atomic_load_explicit(&sh->dead_nodes[node / 64], memory_order_acquire) >> (node % 64)) &
+           1;
+}
+
+/* Node left the relay (its ZooKeeper member is gone: it died, or lost its session). Every
+ * connection of it that this node knew is gone as if it had closed: the directory forgets it
+ * and every worker drops its subscriptions and ownerships, so owners get the UNSUB results
+ * channeld sends when a connection drops. What is still in flight from it is dropped from now
+ * on, until its HELLO says it is back (a new process, or the same one after a new session). */
+void cq_shared_relay_node_gone(cq_shared_t *sh, uint16_t node)
+{
+    if (!node || node >= (1u << sh->ids.node_bits) || node == sh->node)
+        return;
+    atomic_fetch_or_explicit(&sh->dead_nodes[node / 64], 1ull << (node % 64), memory_order_acq_rel);
+    uint32_t n = 0, cap = 0, *ids = NULL;
+    uint8_t *types = NULL;
+    pthread_mutex_lock(&sh->dir_lock);
+    uint32_t it = 0, id;
+    void *v;
+    while (cq_map_next(&sh->dir, &it, &id, &v)) {
+        cq_dir_ent_t *e = v;
+        if (!e->remote || cq__id_conn_node(&sh->ids, id, NULL) != node)
+            continue;
+        uint32_t c2 = cap;
+        if (cq_grow(&ids, &cap, n + 1, sizeof(*ids), 64) < 0 ||
+            cq_grow(&types, &c2, n + 1, sizeof(*types), 64) < 0)
+            break; /* out of memory: the rest stay until the node is back or gone again */
+        ids[n] = id;
+        types[n++] = e->type;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        cq_dir_ent_t *e = cq_map_del(&sh->dir, ids[i]);
+        sh->dir_remote--;
+        atomic_fetch_sub(&sh->metrics.subscriptions, e->subs);
+        cq_free(e);
+    }
+    pthread_mutex_unlock(&sh->dir_lock);
+    uint64_t wake = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        cq_xmsg_t *m = cq__xmsg_new(XM_CONN_GONE, 0);
+        if (!m)
+            continue;
+        m->conn_id = ids[i];
+        m->conn_type = types[i];
+        in_all(sh, m, &wake);
+    }
+    wake_all(sh, wake);
+    CQ_WARN("node", "node %u left the relay: %u of its connections dropped here", node, n);
+    cq_free(ids);
+    cq_free(types);
+}
+
+void cq_shared_relay_node_up(cq_shared_t *sh, uint16_t node)
+{
+    if (node && node < (1u << sh->ids.node_bits))
+        atomic_fetch_and_explicit(&sh->dead_nodes[node / 64], ~(1ull << (node % 64)),
+                                  memory_order_acq_rel);
+}
+
 /* One record of kind CQ_CORE_REC_XMSGS from node `from`, on the relay thread. */
 void cq_shared_relay_input(cq_shared_t *sh, uint16_t from, const uint8_t *p, size_t n)
 {
     if (!atomic_load_explicit(&sh->relay_ready, memory_order_acquire) || !from ||
-        from == sh->node || from >= (1u << sh->ids.node_bits)) {
+        from == sh->node || from >= (1u << sh->ids.node_bits) || node_dead(sh, from)) {
         atomic_fetch_add(&sh->relay_refused, 1);
         return;
     }
@@ -346,9 +416,5 @@ void cq_shared_relay_input(cq_shared_t *sh, uint16_t from, const uint8_t *p, siz
             cq__xmsg_free(m);
         }
     }
-    while (wake) {
-        int w = __builtin_ctzll(wake);
-        wake &= wake - 1;
-        sh->ops->wake(sh->ops_ud, w);
-    }
+    wake_all(sh, wake);
 }

@@ -74,6 +74,7 @@ static void on_hello(cq_main_relay_t *k, uint16_t from, const uint8_t *body, uin
         atomic_fetch_add(&k->unknown_records, 1);
         return;
     }
+    cq_shared_relay_node_up(k->sh, from); /* before anything it sends after its HELLO */
     uint32_t before = atomic_exchange(&k->hello_epoch[from], epoch);
     atomic_fetch_add(&k->hellos, 1);
     if (before != epoch)
@@ -254,16 +255,23 @@ static void on_members(void *ud, const cq_zkgroup_member_t *m, size_t n)
         now[node] = epoch;
         nodes[cnt++] = (uint16_t)node;
     }
-    cq_shared_relay_members(k->sh, nodes, cnt);
-    atomic_store(&k->members, (uint32_t)cnt);
+    /* HELLOs first: the stream to a new node must carry it before any connection of this node
+     * is announced there (the workers announce to the live nodes, set below) */
     for (unsigned node = 1; node <= CQ_LINK_MAX_NODE; node++) {
         if (now[node] && now[node] != k->member_epoch[node] &&
             node != (unsigned)k->cfg->relay_node_id) {
             CQ_INFO("relay", "node %d: node %u joined (epoch %u)", k->cfg->relay_node_id, node,
                     now[node]);
             cq_main_relay_hello(k, (uint16_t)node);
-        } else if (!now[node] && k->member_epoch[node]) {
+        }
+    }
+    cq_shared_relay_members(k->sh, nodes, cnt);
+    atomic_store(&k->members, (uint32_t)cnt);
+    for (unsigned node = 1; node <= CQ_LINK_MAX_NODE; node++) {
+        if (!now[node] && k->member_epoch[node]) {
             CQ_WARN("relay", "node %d: node %u left the relay", k->cfg->relay_node_id, node);
+            atomic_store(&k->hello_epoch[node], 0);
+            cq_shared_relay_node_gone(k->sh, (uint16_t)node);
         }
         k->member_epoch[node] = now[node];
     }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <unistd.h>
 
 #define NODES 3
@@ -60,7 +61,9 @@ static void node_args(int n, const char **a, size_t *k, char *id, size_t idlen)
                        "--relay-node-id",
                        id,
                        "--client-fsm",
-                       g_fsm};
+                       g_fsm,
+                       "--zk-session-ms",
+                       "2000"};
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
         a[(*k)++] = v[i];
 }
@@ -113,7 +116,7 @@ static void relay_report(void)
         "chanq_relay_messages_dropped_total", "chanq_relay_unknown_records_total",
         "chanq_relay_bad_packets_total"};
     for (int n = 1; n <= NODES; n++)
-        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && node(n)->pid; i++) {
             int64_t v = cq_testsrv_metric(node(n), names[i]);
             if (v)
                 printf("# node %d: %s %lld\n", n, names[i], (long long)v);
@@ -296,6 +299,40 @@ static void test_unsub_and_close(void **state)
     it_expect_user(w.s, w.ch, 152, BC_SINGLE, 0, 0, "sync");
 }
 
+/* SIGKILL node 3 while its client c2 is subscribed to a channel of node 1: node 1 learns from
+ * ZooKeeper that node 3 left (its session ends: --zk-session-ms 2000 here) and drops c2 as if
+ * it had closed, so the owner gets the UNSUB result; nodes 1 and 2 carry on. */
+static void test_node_killed(void **state)
+{
+    (void)state;
+    world_t w;
+    world_init(&w);
+    uint32_t c2 = w.c2->id;
+    int64_t t0 = cq_test_mono_ms();
+    assert_int_equal(cq_testsrv_kill(&g_nodes[3], SIGKILL), 128 + SIGKILL);
+    chanq_owned_msg_t m;
+    assert_int_equal(chanq_sync_recv(w.s->s, &m, 20000), 0);
+    int64_t dt = cq_test_mono_ms() - t0;
+    assert_int_equal(m.msg_type, MT_UNSUB);
+    assert_int_equal(m.channel_id, w.ch);
+    Channeldpb__UnsubscribedFromChannelResultMessage *u =
+        channeldpb__unsubscribed_from_channel_result_message__unpack(NULL, m.body_len, m.body);
+    assert_non_null(u);
+    assert_int_equal(u->connid, c2);
+    assert_int_equal(u->conntype, CONN_CLIENT);
+    channeldpb__unsubscribed_from_channel_result_message__free_unpacked(u, NULL);
+    chanq_owned_msg_done(&m);
+    printf("# node 3 killed: its client gone from node 1's channel after %lld ms\n", (long long)dt);
+    /* the survivors: a broadcast from node 2 reaches nodes 1 and 2 */
+    sfwd_stub(w.o, w.ch, BC_ALL, 160, 0, 0, "survivors");
+    it_expect_user(w.s, w.ch, 160, BC_ALL, 0, 0, "survivors");
+    it_expect_user(w.o, w.ch, 160, BC_ALL, 0, 0, "survivors");
+    it_expect_user(w.c1, w.ch, 160, BC_ALL, 0, 0, "survivors");
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_relay_members"), 2);
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_relay_peers_up"), 1);
+    it_close(w.c2); /* its node is gone: the test's side of the socket only */
+}
+
 int main(int argc, char **argv)
 {
     if (!getenv("CQ_NATS_URLS") || !getenv("CQ_ZK_HOSTS")) {
@@ -308,6 +345,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_broadcast_flags, relay_teardown),
         cmocka_unit_test_teardown(test_single_and_client_to_owner, relay_teardown),
         cmocka_unit_test_teardown(test_unsub_and_close, relay_teardown),
+        cmocka_unit_test_teardown(test_node_killed, relay_teardown),
     };
     return it_run("relay", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }
