@@ -162,7 +162,7 @@ bool cq__log_allow(cq_core_t *c)
  * sender lives here, so that replies go straight to its queue (cq__reply). */
 static cq_req_t xm_req(cq_core_t *c, const cq_xmsg_t *m)
 {
-    cq_req_t r = {m->conn_id, m->conn_type, m->mp, NULL};
+    cq_req_t r = {m->conn_id, m->conn_type, m->mp, NULL, 0};
     r.mp.body = m->body_len ? m->body : NULL;
     r.conn = cq_map_get(&c->conns, m->conn_id);
     return r;
@@ -174,6 +174,7 @@ static cq_req_t xm_req(cq_core_t *c, const cq_xmsg_t *m)
 static void xm_dispatch(cq_core_t *c, cq_xmsg_t *m)
 {
     cq_req_t r = xm_req(c, m);
+    r.bounced = m->u3 == 1; /* node.c: XM_BOUNCE sends it back so */
     cq__handle_req(c, &r);
     cq_wire_arena_reset(&c->arena);
 }
@@ -324,8 +325,8 @@ static void xm_wk_sub(cq_core_t *c, cq_xmsg_t *m)
     cq__entity_wk_sub(c, m->chan_id, m->conn_id);
 }
 
-/* Taken by the relay thread itself (node.c: the directory learns another node's connection);
- * a worker never gets one. */
+/* NODE_CONN and BOUNCE are taken by the relay thread itself (node.c): a worker never gets
+ * one. */
 static void xm_node_conn(cq_core_t *c, cq_xmsg_t *m)
 {
     (void)c, (void)m;
@@ -367,6 +368,7 @@ static const xm_def_t xm_table[XM__COUNT] = {
     [XM_WK_SUB] = {XM_WK_SUB, "WK_SUB", xm_wk_sub},
     /* relay nodes */
     [XM_NODE_CONN] = {XM_NODE_CONN, "NODE_CONN", xm_node_conn},
+    [XM_BOUNCE] = {XM_BOUNCE, "BOUNCE", xm_node_conn},
 };
 
 const char *cq__xm_name(int kind)

@@ -54,7 +54,7 @@ static bool admit(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp, const cq_msg
  * channel are passed on again by their handlers, to where that channel lives. */
 static void route(cq_core_t *c, cq_conn_t *conn, const cq_mp_t *mp, const cq_msg_def_t *d)
 {
-    cq_req_t r = {conn->id, conn->type, *mp, conn};
+    cq_req_t r = {conn->id, conn->type, *mp, conn, 0};
     if (d->where == CQ_WHERE_SENDER) {
         d->handler(c, &r);
         return;

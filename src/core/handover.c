@@ -411,7 +411,7 @@ static bool ho_subscribe(cq_core_t *c, cq_chan_t *e, uint32_t conn)
         return false;
     }
     s->by_handover = 1;
-    cq_req_t r0 = {conn, s->conn_type, {0}, NULL};
+    cq_req_t r0 = {conn, s->conn_type, {0}, NULL, 0};
     r0.mp.msg_type = MT_SUB;
     r0.mp.channel_id = e->id;
     cq__sub_result(c, e, s, &r0);

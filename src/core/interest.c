@@ -156,7 +156,7 @@ static void post_as_client(cq_core_t *c, const cq_conn_t *conn, uint32_t cell, b
 {
     uint8_t body[64];
     size_t n;
-    cq_req_t r = {conn->id, CQ_CONN_CLIENT, {0}, NULL};
+    cq_req_t r = {conn->id, CQ_CONN_CLIENT, {0}, NULL, 0};
     if (sub) {
         Channeldpb__ChannelSubscriptionOptions o = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
         o.has_fanoutintervalms = 1;

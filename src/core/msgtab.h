@@ -59,6 +59,7 @@ struct cq_req {
     uint8_t conn_type;
     cq_mp_t mp;
     cq_conn_t *conn;
+    uint8_t bounced; /* came back from another node that vouched for its target (node.c) */
 };
 
 /* ---- the message table (msgtab.c) ---- */

@@ -141,6 +141,20 @@ void cq__node_conn_gone(cq_core_t *c, const cq_conn_t *conn)
         post_peers(c, XM_CONN_GONE, conn->id, conn->type);
 }
 
+bool cq__node_bounce(cq_core_t *c, const cq_req_t *r, uint32_t conn_id)
+{
+    cq_shared_t *sh = c->sh;
+    uint32_t node = sh->node ? cq__id_conn_node(&sh->ids, conn_id, NULL) : 0;
+    if (!node || node == sh->node || !cq__node_live(sh, node))
+        return false;
+    cq_xmsg_t *m = cq__xmsg_req(XM_BOUNCE, r, true);
+    if (!m)
+        return false;
+    m->u1 = conn_id;
+    cq__node_post(c, node, m);
+    return true;
+}
+
 /* ---- membership --------------------------------------------------------------------------- */
 
 bool cq__node_live(const cq_shared_t *sh, uint32_t node)
@@ -274,6 +288,40 @@ static void in_conn_gone(cq_shared_t *sh, uint32_t from, const cq_xmsg_t *m)
     pthread_mutex_unlock(&sh->dir_lock);
 }
 
+/* XM_BOUNCE: the request comes back as a DISPATCH marked bounced (u3 1) when its connection
+ * is one of this node's, behind this node's announcement of it (the relay's queue keeps the
+ * order the worker that announced it, and this thread, queued in). */
+static bool in_bounce(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m)
+{
+    pthread_mutex_lock(&sh->dir_lock);
+    cq_dir_ent_t *e = cq_map_get(&sh->dir, m->u1);
+    bool here = e && !e->remote && cq__id_conn_node(&sh->ids, m->u1, NULL) == sh->node;
+    pthread_mutex_unlock(&sh->dir_lock);
+    if (!here)
+        return false;
+    m->kind = XM_DISPATCH;
+    m->u1 = 0;
+    m->u3 = 1;
+    cq_sbuf_t o;
+    cq_sbuf_init(&o);
+    uint32_t len = 0;
+    int r = cq_sbuf_append(&o, &len, sizeof(len));
+    if (r == 0)
+        r = cq__xwire_encode(m, &o);
+    cq_buf_t *b = NULL;
+    if (r == 0) {
+        len = (uint32_t)(o.len - sizeof(len));
+        memcpy(o.data, &len, sizeof(len));
+        b = cq_buf_from(o.data, o.len);
+    }
+    if (!b || sh->relay_send(sh->relay_ud, (uint16_t)from, b) < 0)
+        atomic_fetch_add(&sh->relay_refused, 1);
+    cq_buf_unref(b);
+    cq_sbuf_done(&o);
+    cq__xmsg_free(m);
+    return true;
+}
+
 /* Where m, from node `from`, goes here; false when it does not belong here (a forged or stale
  * target: a connection or channel of another node). */
 static bool in_route(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m, uint64_t *wake)
@@ -305,6 +353,8 @@ static bool in_route(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m, uint64_t *wak
     case XM_FANOUT:
         in_all(sh, m, wake);
         return true;
+    case XM_BOUNCE:
+        return in_bounce(sh, from, m);
     case XM_NODE_CONN:
         in_conn_up(sh, from, m);
         cq__xmsg_free(m);

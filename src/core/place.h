@@ -149,6 +149,8 @@ enum {
     XM_WK_SUB,  /* subscribe client conn_id to well-known entity chan_id */
     /* relay nodes (node.c): never posted to a worker */
     XM_NODE_CONN, /* conn_id (conn_type) of the sending node authenticated */
+    XM_BOUNCE,    /* a request (as DISPATCH) naming connection u1 of the receiving node, which
+                   * the sender did not know yet: sent back once the receiver vouches for it */
     XM__COUNT
 };
 
@@ -223,6 +225,12 @@ void cq__node_post(cq_core_t *c, uint32_t node, cq_xmsg_t *m);
 void cq__node_flush(cq_core_t *c);
 int cq__node_init(cq_core_t *c);
 void cq__node_free(cq_core_t *c);
+/* A request that names conn_id, which the directory does not know (CQ_ENOCONN): when conn_id
+ * belongs to another live node, its announcement may still be on its way (the connection's
+ * AuthResult and its XM_NODE_CONN leave its node on different paths), so the request goes to
+ * that node, which sends it back behind the announcement if the connection is there, and
+ * drops it if not. Returns true when it went (r borrowed); false: the refusal stands. */
+bool cq__node_bounce(cq_core_t *c, const cq_req_t *r, uint32_t conn_id);
 /* Every live node hears of a connection of this one that authenticated, and of its close. */
 void cq__node_conn_up(cq_core_t *c, cq_conn_t *conn);
 void cq__node_conn_gone(cq_core_t *c, const cq_conn_t *conn);

@@ -493,6 +493,8 @@ void cq__handle_sub(cq_core_t *c, cq_req_t *r)
     }
     /* The directory counts it against the subscriber's limit and supplies its type. */
     int rc = cq__sub_add(c, ch, target, target == r->conn_id ? r->conn_type : 0, m->suboptions, &s);
+    if (rc == CQ_ENOCONN && !r->bounced && cq__node_bounce(c, r, target))
+        return; /* comes back once its node vouched for it */
     if (rc < 0) {
         cq__sub_refused(c, r, target, ch->id, rc);
         return;

@@ -9,11 +9,11 @@
 #include <string.h>
 
 #include "chanqtest.pb-c.h"
+#include "it_data.h"
 #include "testpb.pb-c.h"
 
-#define URL_WORLD "type.googleapis.com/chanqtest.EntityWorld"
-#define URL_CHAT  "type.googleapis.com/chanqtest.ChatRoom"
-#define URL_TEST  "type.googleapis.com/testpb.TestChannelDataMessage"
+#define URL_CHAT "type.googleapis.com/chanqtest.ChatRoom"
+#define URL_TEST "type.googleapis.com/testpb.TestChannelDataMessage"
 
 static const char AUTH_CLIENT_FSM[] =
     "{\"States\": [{\"Name\": \"INIT\", \"MsgTypeWhitelist\": \"1\"},"
@@ -31,96 +31,6 @@ static void start(void)
              it_file("client_fsm.json", AUTH_CLIENT_FSM), NULL);
 }
 
-/* Packs a protobuf-c message into a malloc'd buffer. */
-static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
-{
-    *len = protobuf_c_message_get_packed_size(m);
-    uint8_t *b = malloc(*len ? *len : 1);
-    protobuf_c_message_pack(m, b);
-    return b;
-}
-
-static uint32_t create_with(it_conn_t *s, const char *url, const ProtobufCMessage *init,
-                            const Channeldpb__ChannelDataMergeOptions *mo)
-{
-    size_t len;
-    uint8_t *v = pack(init, &len);
-    chanq_channel_data_t d = {url, v, len, mo};
-    /* The owner takes no fan-outs (NO_ACCESS), so its replies are not interleaved with data. */
-    Channeldpb__ChannelSubscriptionOptions own = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
-    own.has_dataaccess = 1;
-    own.dataaccess = CHANNELDPB__CHANNEL_DATA_ACCESS__NO_ACCESS;
-    assert_int_equal(
-        chanq_client_create_channel_data(chanq_sync_client(s->s), 7, CT_SUBWORLD, "data", &own, &d),
-        0);
-    assert_int_equal(chanq_sync_flush(s->s, IT_TIMEOUT_MS), 0);
-    free(v);
-    Channeldpb__CreateChannelResultMessage *cr =
-        it_expect(s, MT_CREATE, 7, &channeldpb__create_channel_result_message__descriptor, NULL);
-    uint32_t ch = cr->channelid;
-    chanq_unpack_free(cr);
-    it_expect_sub(s, ch, 0, s->id, CONN_SERVER, CT_SUBWORLD, 0);
-    return ch;
-}
-
-/* The server subscribes c with options; both get the SUB result. */
-static void sub_opts(it_conn_t *s, it_conn_t *c, uint32_t ch,
-                     const Channeldpb__ChannelSubscriptionOptions *o, uint32_t access)
-{
-    assert_int_equal(chanq_sync_sub_to_channel(s->s, 11, ch, c->id, o), 0);
-    it_expect_sub(s, ch, 11, c->id, CONN_CLIENT, CT_SUBWORLD, access);
-    it_expect_sub(c, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD, access);
-}
-
-static void update(it_conn_t *c, uint32_t ch, const char *url, const ProtobufCMessage *m)
-{
-    size_t len;
-    uint8_t *v = pack(m, &len);
-    assert_int_equal(chanq_sync_data_update(c->s, ch, url, v, len), 0);
-    free(v);
-}
-
-/* Next CHANNEL_DATA_UPDATE fan-out on ch, decoded as type d (owned). */
-static void *next_data(it_conn_t *c, uint32_t ch, const char *url,
-                       const ProtobufCMessageDescriptor *d)
-{
-    chanq_owned_msg_t env;
-    Channeldpb__ChannelDataUpdateMessage *u =
-        it_expect(c, MT_DATA, 0, &channeldpb__channel_data_update_message__descriptor, &env);
-    assert_int_equal(env.channel_id, ch);
-    chanq_owned_msg_done(&env);
-    assert_non_null(u->data);
-    assert_string_equal(u->data->type_url, url);
-    void *m = protobuf_c_message_unpack(d, NULL, u->data->value.len, u->data->value.data);
-    assert_non_null(m);
-    chanq_unpack_free(u);
-    return m;
-}
-
-static Chanqtest__Entity *entity(Chanqtest__Entity *e, const char *label, bool removed)
-{
-    chanqtest__entity__init(e);
-    e->label = (char *)label;
-    e->removed = removed;
-    return e;
-}
-
-static void world_update(it_conn_t *s, uint32_t ch, uint32_t key, Chanqtest__Entity *e,
-                         const char *name)
-{
-    Chanqtest__EntityWorld w = CHANQTEST__ENTITY_WORLD__INIT;
-    Chanqtest__EntityWorld__EntitiesEntry kv = CHANQTEST__ENTITY_WORLD__ENTITIES_ENTRY__INIT;
-    Chanqtest__EntityWorld__EntitiesEntry *kvs[1] = {&kv};
-    if (e) {
-        kv.key = key;
-        kv.value = e;
-        w.n_entities = 1;
-        w.entities = kvs;
-    }
-    w.name = (char *)(name ? name : "");
-    update(s, ch, URL_WORLD, &w.base);
-}
-
 /* Map of entities with a `removed` flag: merged by schema, removed entries deleted from the
  * master state, masked subscribers see only the masked fields. */
 static void test_entities_merge_remove_masks(void **state)
@@ -132,28 +42,28 @@ static void test_entities_merge_remove_masks(void **state)
     w0.name = "world";
     Channeldpb__ChannelDataMergeOptions mo = CHANNELDPB__CHANNEL_DATA_MERGE_OPTIONS__INIT;
     mo.shouldcheckremovablemapfield = 1;
-    uint32_t ch = create_with(s, URL_WORLD, &w0.base, &mo);
+    uint32_t ch = itd_create_with(s, URL_WORLD, &w0.base, &mo);
     Channeldpb__ChannelSubscriptionOptions o = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
-    sub_opts(s, full, ch, &o, 1);
+    itd_sub_opts(s, full, ch, &o, 1);
     char *mask[] = {"name"};
     Channeldpb__ChannelSubscriptionOptions om = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
     om.n_datafieldmasks = 1;
     om.datafieldmasks = mask;
-    sub_opts(s, masked, ch, &om, 1);
+    itd_sub_opts(s, masked, ch, &om, 1);
 
     Chanqtest__EntityWorld *w =
-        next_data(full, ch, URL_WORLD, &chanqtest__entity_world__descriptor);
+        itd_next_data(full, ch, URL_WORLD, &chanqtest__entity_world__descriptor);
     assert_string_equal(w->name, "world"); /* first fan-out: the full state */
     chanqtest__entity_world__free_unpacked(w, NULL);
 
     Chanqtest__Entity e1, e2, gone;
-    world_update(s, ch, 1, entity(&e1, "a", false), NULL);
-    world_update(s, ch, 2, entity(&e2, "b", false), NULL);
-    world_update(s, ch, 1, entity(&gone, "", true), NULL);
+    itd_world_update(s, ch, 1, itd_entity(&e1, "a", false), NULL);
+    itd_world_update(s, ch, 2, itd_entity(&e2, "b", false), NULL);
+    itd_world_update(s, ch, 1, itd_entity(&gone, "", true), NULL);
     /* A late subscriber's first fan-out is the master state: entity 1 is gone. */
     it_conn_t *late = it_client();
-    sub_opts(s, late, ch, &o, 1);
-    w = next_data(late, ch, URL_WORLD, &chanqtest__entity_world__descriptor);
+    itd_sub_opts(s, late, ch, &o, 1);
+    w = itd_next_data(late, ch, URL_WORLD, &chanqtest__entity_world__descriptor);
     assert_string_equal(w->name, "world");
     assert_int_equal(w->n_entities, 1);
     assert_int_equal(w->entities[0]->key, 2);
@@ -161,9 +71,9 @@ static void test_entities_merge_remove_masks(void **state)
     chanqtest__entity_world__free_unpacked(w, NULL);
 
     /* The masked subscriber never sees entities, and sees the name change. */
-    world_update(s, ch, 0, NULL, "world2");
+    itd_world_update(s, ch, 0, NULL, "world2");
     for (;;) {
-        w = next_data(masked, ch, URL_WORLD, &chanqtest__entity_world__descriptor);
+        w = itd_next_data(masked, ch, URL_WORLD, &chanqtest__entity_world__descriptor);
         assert_int_equal(w->n_entities, 0);
         bool done = strcmp(w->name, "world2") == 0;
         chanqtest__entity_world__free_unpacked(w, NULL);
@@ -173,7 +83,7 @@ static void test_entities_merge_remove_masks(void **state)
     /* ... while the unmasked one got the entities (in one or more windows). */
     int got_b = 0;
     for (;;) {
-        w = next_data(full, ch, URL_WORLD, &chanqtest__entity_world__descriptor);
+        w = itd_next_data(full, ch, URL_WORLD, &chanqtest__entity_world__descriptor);
         for (size_t i = 0; i < w->n_entities; i++)
             got_b |= w->entities[i]->key == 2 && strcmp(w->entities[i]->value->label, "b") == 0;
         bool done = strcmp(w->name, "world2") == 0;
@@ -194,7 +104,7 @@ static void test_chat_list_limit(void **state)
     Channeldpb__ChannelDataMergeOptions mo = CHANNELDPB__CHANNEL_DATA_MERGE_OPTIONS__INIT;
     mo.listsizelimit = 3;
     mo.truncatetop = 1;
-    uint32_t ch = create_with(s, URL_CHAT, &r0.base, &mo);
+    uint32_t ch = itd_create_with(s, URL_CHAT, &r0.base, &mo);
     char text[5][8];
     for (int i = 0; i < 5; i++) {
         Chanqtest__ChatMessage m = CHANQTEST__CHAT_MESSAGE__INIT;
@@ -205,12 +115,12 @@ static void test_chat_list_limit(void **state)
         Chanqtest__ChatRoom r = CHANQTEST__CHAT_ROOM__INIT;
         r.n_messages = 1;
         r.messages = ms;
-        update(s, ch, URL_CHAT, &r.base);
+        itd_update(s, ch, URL_CHAT, &r.base);
     }
     it_conn_t *c = it_client();
     Channeldpb__ChannelSubscriptionOptions o = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
-    sub_opts(s, c, ch, &o, 1);
-    Chanqtest__ChatRoom *r = next_data(c, ch, URL_CHAT, &chanqtest__chat_room__descriptor);
+    itd_sub_opts(s, c, ch, &o, 1);
+    Chanqtest__ChatRoom *r = itd_next_data(c, ch, URL_CHAT, &chanqtest__chat_room__descriptor);
     assert_string_equal(r->title, "lobby");
     assert_int_equal(r->n_messages, 3);
     assert_string_equal(r->messages[0]->text, "m3");
@@ -223,7 +133,7 @@ static void test_update(it_conn_t *c, uint32_t ch, const char *text, uint32_t nu
     Testpb__TestChannelDataMessage m = TESTPB__TEST_CHANNEL_DATA_MESSAGE__INIT;
     m.text = (char *)text;
     m.num = num;
-    update(c, ch, URL_TEST, &m.base);
+    itd_update(c, ch, URL_TEST, &m.base);
 }
 
 /* WRITE_ACCESS from a client, skip-self (default) and skip-first. */
@@ -234,40 +144,40 @@ static void test_client_write_skip_self_first(void **state)
     it_conn_t *writer = it_client(), *reader = it_client(), *ro = it_client();
     Testpb__TestChannelDataMessage t0 = TESTPB__TEST_CHANNEL_DATA_MESSAGE__INIT;
     t0.text = "init";
-    uint32_t ch = create_with(s, URL_TEST, &t0.base, NULL);
+    uint32_t ch = itd_create_with(s, URL_TEST, &t0.base, NULL);
     Channeldpb__ChannelSubscriptionOptions ow = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
     ow.has_dataaccess = 1;
     ow.dataaccess = CHANNELDPB__CHANNEL_DATA_ACCESS__WRITE_ACCESS;
-    sub_opts(s, writer, ch, &ow, 2);
+    itd_sub_opts(s, writer, ch, &ow, 2);
     Channeldpb__ChannelSubscriptionOptions os = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
     os.has_skipfirstfanout = 1;
     os.skipfirstfanout = 1;
-    sub_opts(s, reader, ch, &os, 1);
+    itd_sub_opts(s, reader, ch, &os, 1);
     Channeldpb__ChannelSubscriptionOptions o = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
-    sub_opts(s, ro, ch, &o, 1);
+    itd_sub_opts(s, ro, ch, &o, 1);
 
     Testpb__TestChannelDataMessage *t =
-        next_data(writer, ch, URL_TEST, &testpb__test_channel_data_message__descriptor);
+        itd_next_data(writer, ch, URL_TEST, &testpb__test_channel_data_message__descriptor);
     assert_string_equal(t->text, "init"); /* the writer's full state */
     testpb__test_channel_data_message__free_unpacked(t, NULL);
     test_update(ro, ch, "denied", 99); /* READ_ACCESS: refused */
     it_log_expect("no write access");
     test_update(writer, ch, "", 5);
     /* skip-first: the reader's first fan-out is the update, not the state */
-    t = next_data(reader, ch, URL_TEST, &testpb__test_channel_data_message__descriptor);
+    t = itd_next_data(reader, ch, URL_TEST, &testpb__test_channel_data_message__descriptor);
     assert_string_equal(t->text, "");
     assert_int_equal(t->num, 5);
     testpb__test_channel_data_message__free_unpacked(t, NULL);
     /* skip-self: the writer next sees only the server's update, not its own */
     test_update(s, ch, "srv", 0);
-    t = next_data(writer, ch, URL_TEST, &testpb__test_channel_data_message__descriptor);
+    t = itd_next_data(writer, ch, URL_TEST, &testpb__test_channel_data_message__descriptor);
     assert_string_equal(t->text, "srv");
     assert_int_equal(t->num, 0);
     testpb__test_channel_data_message__free_unpacked(t, NULL);
     /* the master state holds both: a late subscriber's full state */
     it_conn_t *late = it_client();
-    sub_opts(s, late, ch, &o, 1);
-    t = next_data(late, ch, URL_TEST, &testpb__test_channel_data_message__descriptor);
+    itd_sub_opts(s, late, ch, &o, 1);
+    t = itd_next_data(late, ch, URL_TEST, &testpb__test_channel_data_message__descriptor);
     assert_string_equal(t->text, "srv");
     assert_int_equal(t->num, 5);
     testpb__test_channel_data_message__free_unpacked(t, NULL);
@@ -280,7 +190,7 @@ static void test_zero_interval_does_not_stall(void **state)
     it_conn_t *s = it_server();
     it_conn_t *fast = it_client(), *other = it_client();
     Testpb__TestChannelDataMessage t0 = TESTPB__TEST_CHANNEL_DATA_MESSAGE__INIT;
-    uint32_t ch = create_with(s, URL_TEST, &t0.base, NULL);
+    uint32_t ch = itd_create_with(s, URL_TEST, &t0.base, NULL);
     Channeldpb__ChannelSubscriptionOptions oz = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
     oz.has_fanoutintervalms = 1;
     oz.fanoutintervalms = 0;
@@ -291,13 +201,13 @@ static void test_zero_interval_does_not_stall(void **state)
     chanq_unpack_free(sr);
     it_expect_sub(fast, ch, 0, fast->id, CONN_CLIENT, CT_SUBWORLD, 1);
     Channeldpb__ChannelSubscriptionOptions o = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
-    sub_opts(s, other, ch, &o, 1);
+    itd_sub_opts(s, other, ch, &o, 1);
     for (uint32_t i = 1; i <= 20; i++)
         test_update(s, ch, "", i);
     uint32_t last = 0;
     while (last < 20) { /* every update reaches the 0 ms subscriber, in order */
         Testpb__TestChannelDataMessage *t =
-            next_data(fast, ch, URL_TEST, &testpb__test_channel_data_message__descriptor);
+            itd_next_data(fast, ch, URL_TEST, &testpb__test_channel_data_message__descriptor);
         assert_true(t->num >= last);
         last = t->num;
         testpb__test_channel_data_message__free_unpacked(t, NULL);
@@ -315,7 +225,7 @@ static size_t full_state_len(it_conn_t *s, uint32_t ch, Testpb__TestChannelDataM
 {
     it_conn_t *c = it_client();
     Channeldpb__ChannelSubscriptionOptions o = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
-    sub_opts(s, c, ch, &o, 1);
+    itd_sub_opts(s, c, ch, &o, 1);
     chanq_owned_msg_t env;
     Channeldpb__ChannelDataUpdateMessage *u =
         it_expect(c, MT_DATA, 0, &channeldpb__channel_data_update_message__descriptor, &env);
@@ -346,7 +256,7 @@ static uint32_t unknown_type_channel(it_conn_t *s)
 {
     Testpb__TestChannelDataMessage t0 = TESTPB__TEST_CHANNEL_DATA_MESSAGE__INIT;
     t0.text = "x";
-    uint32_t ch = create_with(s, URL_TEST, &t0.base, NULL);
+    uint32_t ch = itd_create_with(s, URL_TEST, &t0.base, NULL);
     for (uint32_t i = 1; i <= 5; i++)
         test_update(s, ch, "", i);
     Testpb__TestChannelDataMessage *t;
@@ -413,7 +323,7 @@ static void test_data_size_limit_known_type(void **state)
     it_conn_t *s = it_server();
     Testpb__TestChannelDataMessage t0 = TESTPB__TEST_CHANNEL_DATA_MESSAGE__INIT;
     t0.text = "x";
-    uint32_t ch = create_with(s, URL_TEST, &t0.base, NULL);
+    uint32_t ch = itd_create_with(s, URL_TEST, &t0.base, NULL);
     char big[5000];
     memset(big, 'b', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
@@ -440,7 +350,7 @@ static void test_data_size_limit_unknown_type(void **state)
     it_conn_t *s = it_server();
     Testpb__TestChannelDataMessage t0 = TESTPB__TEST_CHANNEL_DATA_MESSAGE__INIT;
     t0.text = "x";
-    uint32_t ch = create_with(s, URL_TEST, &t0.base, NULL); /* 3 bytes */
+    uint32_t ch = itd_create_with(s, URL_TEST, &t0.base, NULL); /* 3 bytes */
     char txt[3][1501];
     for (int i = 0; i < 3; i++) {
         memset(txt[i], 'a' + i, 1500);

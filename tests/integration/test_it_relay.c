@@ -5,7 +5,7 @@
  * broadcast reaches exactly the recipients its flags name, SINGLE_CONNECTION reaches a client of
  * another node, a client's message reaches the owner wrapped with its id, and a client that
  * leaves is gone from the channel with the owner told. */
-#include "it_common.h"
+#include "it_data.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +63,9 @@ static void node_args(int n, const char **a, size_t *k, char *id, size_t idlen)
                        "--client-fsm",
                        g_fsm,
                        "--zk-session-ms",
-                       "2000"};
+                       "2000",
+                       "--channel-data-types",
+                       getenv("CHANQTEST_FDS")};
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
         a[(*k)++] = v[i];
 }
@@ -299,6 +301,73 @@ static void test_unsub_and_close(void **state)
     it_expect_user(w.s, w.ch, 152, BC_SINGLE, 0, 0, "sync");
 }
 
+/* Channel data of a channel of node 1, to subscribers on nodes 1, 2 and 3: each gets the full
+ * state first, then the merged updates; a field mask holds on another node as on this one. */
+static void test_channel_data(void **state)
+{
+    (void)state;
+    relay_start();
+    it_conn_t *s = on_node(1, true);
+    it_conn_t *local = on_node(1, false), *full = on_node(2, false), *masked = on_node(3, false);
+    Chanqtest__EntityWorld w0 = CHANQTEST__ENTITY_WORLD__INIT;
+    w0.name = "world";
+    Channeldpb__ChannelDataMergeOptions mo = CHANNELDPB__CHANNEL_DATA_MERGE_OPTIONS__INIT;
+    mo.shouldcheckremovablemapfield = 1;
+    uint32_t ch = itd_create_with(s, URL_WORLD, &w0.base, &mo);
+    Channeldpb__ChannelSubscriptionOptions o = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
+    itd_sub_opts(s, local, ch, &o, 1);
+    itd_sub_opts(s, full, ch, &o, 1);
+    char *mask[] = {"name"};
+    Channeldpb__ChannelSubscriptionOptions om = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
+    om.n_datafieldmasks = 1;
+    om.datafieldmasks = mask;
+    itd_sub_opts(s, masked, ch, &om, 1);
+    it_conn_t *all[3] = {local, full, masked};
+    for (int i = 0; i < 3; i++) { /* the full state first */
+        Chanqtest__EntityWorld *w =
+            itd_next_data(all[i], ch, URL_WORLD, &chanqtest__entity_world__descriptor);
+        assert_string_equal(w->name, "world");
+        assert_int_equal(w->n_entities, 0);
+        chanqtest__entity_world__free_unpacked(w, NULL);
+    }
+    Chanqtest__Entity e1, e2, gone;
+    itd_world_update(s, ch, 1, itd_entity(&e1, "a", false), NULL);
+    itd_world_update(s, ch, 2, itd_entity(&e2, "b", false), NULL);
+    itd_world_update(s, ch, 1, itd_entity(&gone, "", true), NULL);
+    itd_world_update(s, ch, 0, NULL, "world2");
+    /* every subscriber's copy converges to the owner's state: entity 2 "b" (1 came and went),
+     * name "world2"; the masked one sees the name only */
+    for (int i = 0; i < 3; i++) {
+        int got_b = 0, got_a = 0;
+        for (;;) {
+            Chanqtest__EntityWorld *w =
+                itd_next_data(all[i], ch, URL_WORLD, &chanqtest__entity_world__descriptor);
+            if (all[i] == masked)
+                assert_int_equal(w->n_entities, 0);
+            for (size_t k = 0; k < w->n_entities; k++) {
+                got_b |= w->entities[k]->key == 2 && !strcmp(w->entities[k]->value->label, "b");
+                got_a |= w->entities[k]->key == 1 && !strcmp(w->entities[k]->value->label, "a");
+            }
+            bool done = strcmp(w->name, "world2") == 0;
+            chanqtest__entity_world__free_unpacked(w, NULL);
+            if (done)
+                break;
+        }
+        assert_int_equal(got_b, all[i] != masked);
+        (void)got_a; /* merged away or not, by the window it fell in */
+    }
+    /* a late subscriber on node 3 gets the master state: entity 1 is gone */
+    it_conn_t *late = on_node(3, false);
+    itd_sub_opts(s, late, ch, &o, 1);
+    Chanqtest__EntityWorld *w =
+        itd_next_data(late, ch, URL_WORLD, &chanqtest__entity_world__descriptor);
+    assert_string_equal(w->name, "world2");
+    assert_int_equal(w->n_entities, 1);
+    assert_int_equal(w->entities[0]->key, 2);
+    assert_string_equal(w->entities[0]->value->label, "b");
+    chanqtest__entity_world__free_unpacked(w, NULL);
+}
+
 /* SIGKILL node 3 while its client c2 is subscribed to a channel of node 1: node 1 learns from
  * ZooKeeper that node 3 left (its session ends: --zk-session-ms 2000 here) and drops c2 as if
  * it had closed, so the owner gets the UNSUB result; nodes 1 and 2 carry on. */
@@ -345,6 +414,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_broadcast_flags, relay_teardown),
         cmocka_unit_test_teardown(test_single_and_client_to_owner, relay_teardown),
         cmocka_unit_test_teardown(test_unsub_and_close, relay_teardown),
+        cmocka_unit_test_teardown(test_channel_data, relay_teardown),
         cmocka_unit_test_teardown(test_node_killed, relay_teardown),
     };
     return it_run("relay", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);

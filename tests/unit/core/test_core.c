@@ -827,6 +827,7 @@ static void test_xm_rows(void **state)
         {XM_RESYNC, "RESYNC"},     {XM_SP_CELL, "SP_CELL"},   {XM_DIR_ADD, "DIR_ADD"},
         {XM_ENTITY, "ENTITY"},     {XM_WK_SUB, "WK_SUB"},     {XM_INTEREST, "INTEREST"},
         {XM_ADJACENT, "ADJACENT"}, {XM_HANDOVER, "HANDOVER"}, {XM_NODE_CONN, "NODE_CONN"},
+        {XM_BOUNCE, "BOUNCE"},
     };
     assert_int_equal(sizeof(want) / sizeof(want[0]), XM__COUNT);
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {

@@ -196,7 +196,7 @@ static void test_xmsg_accounting(void **state)
     env_t e;
     env_up(&e);
     uint8_t body[100] = {1, 2, 3};
-    cq_req_t r = {9, CQ_CONN_SERVER, {5, 2, 7, 150, body, sizeof(body)}, NULL};
+    cq_req_t r = {9, CQ_CONN_SERVER, {5, 2, 7, 150, body, sizeof(body)}, NULL, 0};
     cq_xmsg_t *m = cq__xmsg_req(XM_DISPATCH, &r, true);
     assert_non_null(m);
     assert_int_equal(m->conn_id, 9);

@@ -182,7 +182,7 @@ static void test_request_bytes(void **state)
 {
     (void)state;
     uint8_t req_body[3] = {'a', 'b', 'c'};
-    cq_req_t r = {9, 2, {3, 1, 4, 100, req_body, 3}, NULL};
+    cq_req_t r = {9, 2, {3, 1, 4, 100, req_body, 3}, NULL, 0};
     cq_xmsg_t *m = cq__xmsg_req(XM_DISPATCH, &r, true);
     assert_non_null(m);
     assert_ptr_equal(m->mp.body, req_body); /* what cq__xmsg_req does today */
@@ -307,7 +307,7 @@ static void test_mp_without_body(void **state)
 {
     (void)state;
     uint8_t elsewhere[4] = {0};
-    cq_req_t r = {5, 1, {44, 0, 6, 4, elsewhere, 4}, NULL};
+    cq_req_t r = {5, 1, {44, 0, 6, 4, elsewhere, 4}, NULL, 0};
     cq_xmsg_t *m = cq__xmsg_req(XM_REMOVE, &r, false);
     assert_non_null(m);
     m->u1 = 44;
