@@ -121,6 +121,9 @@ void cq_shared_relay_members(cq_shared_t *sh, const uint16_t *nodes, size_t n);
 void cq_shared_relay_node_gone(cq_shared_t *sh, uint16_t node);
 /* Node's HELLO arrived (the relay thread, in its stream's order): it is back. */
 void cq_shared_relay_node_up(cq_shared_t *sh, uint16_t node);
+/* Messages from other nodes taken, and refused (malformed, misaddressed, from a node that is not
+ * one of the relay's). Any thread. */
+void cq_shared_relay_counts(cq_shared_t *sh, uint64_t *in, uint64_t *refused);
 /* A CQ_CORE_REC_XMSGS record from node `from` (body borrowed), in its stream's order. The relay
  * thread only. Malformed or misaddressed messages are counted and dropped. */
 void cq_shared_relay_input(cq_shared_t *sh, uint16_t from, const uint8_t *body, size_t len);

@@ -396,6 +396,8 @@ void cq_shared_relay_node_gone(cq_shared_t *sh, uint16_t node)
     if (!node || node >= (1u << sh->ids.node_bits) || node == sh->node)
         return;
     atomic_fetch_or_explicit(&sh->dead_nodes[node / 64], 1ull << (node % 64), memory_order_acq_rel);
+    atomic_fetch_and_explicit(&sh->heard_nodes[node / 64], ~(1ull << (node % 64)),
+                              memory_order_acq_rel);
     uint32_t n = 0, cap = 0, *ids = NULL;
     uint8_t *types = NULL;
     pthread_mutex_lock(&sh->dir_lock);
@@ -434,18 +436,42 @@ void cq_shared_relay_node_gone(cq_shared_t *sh, uint16_t node)
     cq_free(types);
 }
 
+/* A HELLO makes a node one messages are taken from, even before this node's member list shows
+ * it (its list and ours are read at different times): it greets a node before it announces
+ * anything to it. */
 void cq_shared_relay_node_up(cq_shared_t *sh, uint16_t node)
 {
-    if (node && node < (1u << sh->ids.node_bits))
-        atomic_fetch_and_explicit(&sh->dead_nodes[node / 64], ~(1ull << (node % 64)),
-                                  memory_order_acq_rel);
+    if (!node || node >= (1u << sh->ids.node_bits))
+        return;
+    atomic_fetch_and_explicit(&sh->dead_nodes[node / 64], ~(1ull << (node % 64)),
+                              memory_order_acq_rel);
+    atomic_fetch_or_explicit(&sh->heard_nodes[node / 64], 1ull << (node % 64),
+                             memory_order_acq_rel);
+}
+
+void cq_shared_relay_counts(cq_shared_t *sh, uint64_t *in, uint64_t *refused)
+{
+    *in = atomic_load(&sh->relay_in);
+    *refused = atomic_load(&sh->relay_refused);
+}
+
+/* Messages are taken only from nodes of the relay: a member, or one that said HELLO, and not
+ * one that left since. (Who may publish on the relay's subjects at all is nats-server's
+ * authorization: doc/relay-cluster.md, "Trust".) */
+static bool node_known(const cq_shared_t *sh, uint32_t node)
+{
+    uint64_t bit = 1ull << (node % 64);
+    return !node_dead(sh, node) &&
+           ((atomic_load_explicit(&sh->live_nodes[node / 64], memory_order_relaxed) |
+             atomic_load_explicit(&sh->heard_nodes[node / 64], memory_order_acquire)) &
+            bit);
 }
 
 /* One record of kind CQ_CORE_REC_XMSGS from node `from`, on the relay thread. */
 void cq_shared_relay_input(cq_shared_t *sh, uint16_t from, const uint8_t *p, size_t n)
 {
     if (!atomic_load_explicit(&sh->relay_ready, memory_order_acquire) || !from ||
-        from == sh->node || from >= (1u << sh->ids.node_bits) || node_dead(sh, from)) {
+        from == sh->node || from >= (1u << sh->ids.node_bits) || !node_known(sh, from)) {
         atomic_fetch_add(&sh->relay_refused, 1);
         return;
     }

@@ -134,6 +134,11 @@ static const char HELP[] =
     "# TYPE chanq_relay_members gauge\n"
     "# HELP chanq_relay_peers_up Other nodes whose HELLO reached this one over NATS.\n"
     "# TYPE chanq_relay_peers_up gauge\n"
+    "# HELP chanq_relay_messages_in_total Messages from other nodes taken.\n"
+    "# TYPE chanq_relay_messages_in_total counter\n"
+    "# HELP chanq_relay_messages_refused_total Messages from other nodes refused: malformed, "
+    "misaddressed, or from a node that is not one of the relay's.\n"
+    "# TYPE chanq_relay_messages_refused_total counter\n"
     "# HELP chanq_relay_nats_connected 1 while this node is connected to a nats-server.\n"
     "# TYPE chanq_relay_nats_connected gauge\n"
     "# HELP chanq_relay_nats_reconnects_total Reconnections to NATS after a loss.\n"
@@ -200,12 +205,16 @@ static int metrics(void *ud, cq_sbuf_t *out)
     size_t n = cq_relay_stats(k->relay, &st, ps, MAX_PEERS);
     cq_relay_nats_stats_t ns;
     cq_relay_nats_stats(k->nats, &ns);
+    uint64_t min, mref;
+    cq_shared_relay_counts(k->sh, &min, &mref);
     int r = cq_sbuf_append(out, HELP, sizeof(HELP) - 1);
     if (r == 0)
         r = cq_sbuf_printf(out,
                            "chanq_relay_node{node=\"%d\",cluster=\"%s\",epoch=\"%u\"} 1\n"
                            "chanq_relay_members %u\n"
                            "chanq_relay_peers_up %u\n"
+                           "chanq_relay_messages_in_total %" PRIu64 "\n"
+                           "chanq_relay_messages_refused_total %" PRIu64 "\n"
                            "chanq_relay_nats_connected %d\n"
                            "chanq_relay_nats_reconnects_total %" PRIu64 "\n"
                            "chanq_relay_nats_dropped_total %" PRId64 "\n"
@@ -214,7 +223,7 @@ static int metrics(void *ud, cq_sbuf_t *out)
                            "chanq_relay_bad_packets_total %" PRIu64 "\n"
                            "chanq_relay_unknown_records_total %" PRIu64 "\n",
                            k->cfg->relay_node_id, k->cfg->relay_cluster, cq_relay_epoch(k->relay),
-                           atomic_load(&k->members), peers_up(k), ns.connected ? 1 : 0,
+                           atomic_load(&k->members), peers_up(k), min, mref, ns.connected ? 1 : 0,
                            ns.reconnects, ns.dropped, st.queued_bytes, st.refused_sends,
                            st.bad_packets + st.unknown_src, atomic_load(&k->unknown_records));
     for (size_t i = 0; i < n && r == 0; i++)

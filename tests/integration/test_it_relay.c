@@ -5,7 +5,13 @@
  * broadcast reaches exactly the recipients its flags name, SINGLE_CONNECTION reaches a client of
  * another node, a client's message reaches the owner wrapped with its id, and a client that
  * leaves is gone from the channel with the owner told. */
+#include "cq_core.h"
+#include "cq_link.h"
+#include "cq_relay.h"
+#include "cq_relay_nats.h"
 #include "it_data.h"
+#include "cq_wire.h"
+#include "xwire.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -368,6 +374,120 @@ static void test_channel_data(void **state)
     chanqtest__entity_world__free_unpacked(w, NULL);
 }
 
+static void ignore_packet(void *ud, const uint8_t *p, size_t n)
+{
+    (void)ud, (void)p, (void)n;
+}
+
+/* A packet from node `src` to node `dst` under epoch, with one record (kind, body), sequence
+ * number seq (the earlier ones are packed and thrown away). */
+static cq_buf_t *forge_n(uint16_t src, uint16_t dst, uint32_t epoch, uint64_t seq, uint8_t kind,
+                         const char *body, size_t len)
+{
+    cq_link_tx_t *tx = cq_link_tx_new(src, dst, epoch, 1 << 20);
+    cq_link_rec_t rec = {kind, (uint32_t)len, (const uint8_t *)body};
+    cq_buf_t *p = NULL;
+    for (uint64_t i = 1; i <= seq; i++) {
+        cq_buf_unref(p);
+        assert_int_equal(cq_link_tx_pack(tx, &rec, 1, &p), 0);
+    }
+    cq_link_tx_free(tx);
+    return p;
+}
+
+static cq_buf_t *forge(uint16_t src, uint16_t dst, uint32_t epoch, uint64_t seq, uint8_t kind,
+                       const char *body)
+{
+    return forge_n(src, dst, epoch, seq, kind, body, strlen(body));
+}
+
+/* An XMSGS record body (u32 length + xwire bytes, NUL-free here) holding a SEND of a
+ * user-space message "forged" to conn on ch; returns its length. */
+static size_t forged_send(uint32_t conn, uint32_t ch, char *out, size_t cap)
+{
+    static const char body[] = "forged";
+    cq_mp_t mp = {ch, 0, 0, 150, (const uint8_t *)body, sizeof(body) - 1};
+    cq_xmsg_t *m = cq__xmsg_new(XM_SEND, 0);
+    m->conn_id = conn;
+    m->buf = cq_wire_record_raw(&mp);
+    cq_sbuf_t o;
+    cq_sbuf_init(&o);
+    uint32_t len = 0;
+    assert_int_equal(cq_sbuf_append(&o, &len, sizeof(len)), 0);
+    assert_int_equal(cq__xwire_encode(m, &o), 0);
+    len = (uint32_t)(o.len - sizeof(len));
+    memcpy(o.data, &len, sizeof(len));
+    assert_true(o.len < cap);
+    memcpy(out, o.data, o.len);
+    out[o.len] = 0;
+    size_t n = o.len;
+    cq_sbuf_done(&o);
+    cq__xmsg_free(m);
+    return n;
+}
+
+/* Hostile packets on node 1's subject, published straight to NATS: garbage, a truncated packet,
+ * a packet for another node, a node that is not one of the relay's (its messages, and a record
+ * of a kind nobody knows), a sequence far ahead. Each is counted and dropped; nothing reaches a
+ * connection, and the relay carries on. */
+static void test_forged_packets(void **state)
+{
+    (void)state;
+    world_t w;
+    world_init(&w);
+    cq_relay_nats_t *n = NULL;
+    char err[256] = "", subj[CQ_RELAY_SUBJECT_MAX];
+    cq_relay_nats_conf_t nc = {.urls = getenv("CQ_NATS_URLS"), .on_packet = ignore_packet};
+    assert_int_equal(cq_relay_nats_open(&nc, &n, err, sizeof(err)), 0);
+    cq_relay_nats_stats_t ns;
+    for (int i = 0; i < 3000 && (cq_relay_nats_stats(n, &ns), !ns.connected); i++)
+        cq_test_sleep_ms(1);
+    assert_true(ns.connected);
+    assert_int_equal(cq_relay_subject(g_cluster, 1, subj, sizeof(subj)), 0);
+    cq_testsrv_t *n1 = it_srv();
+    int64_t bad = cq_testsrv_metric(n1, "chanq_relay_bad_packets_total");
+    int64_t refused = cq_testsrv_metric(n1, "chanq_relay_messages_refused_total");
+    int64_t unknown = cq_testsrv_metric(n1, "chanq_relay_unknown_records_total");
+    int64_t gaps = cq_testsrv_metric(n1, "chanq_relay_link_gaps_total");
+    static const char junk[] = "CQL1 this is not a packet";
+    assert_int_equal(cq_relay_nats_ops.publish(n, subj, (const uint8_t *)junk, sizeof(junk)), 0);
+    cq_buf_t *p = forge(2, 1, 7, 1, CQ_CORE_REC_XMSGS, "truncated");
+    assert_int_equal(cq_relay_nats_ops.publish(n, subj, p->data, p->len - 3), 0);
+    cq_buf_unref(p);
+    p = forge(2, 3, 7, 1, CQ_CORE_REC_XMSGS, "for node 3"); /* on node 1's subject */
+    assert_int_equal(cq_relay_nats_ops.publish(n, subj, p->data, p->len), 0);
+    cq_buf_unref(p);
+    assert_int_equal(
+        cq_testsrv_metric_wait_ge(n1, "chanq_relay_bad_packets_total", bad + 3, IT_TIMEOUT_MS),
+        bad + 3);
+    /* node 9 is no node of the relay: its messages are refused, even a well-formed SEND to c1 */
+    char sendrec[256];
+    size_t sendlen = forged_send(w.c1->id, w.ch, sendrec, sizeof(sendrec));
+    p = forge_n(9, 1, 7, 1, CQ_CORE_REC_XMSGS, sendrec, sendlen);
+    assert_int_equal(cq_relay_nats_ops.publish(n, subj, p->data, p->len), 0);
+    cq_buf_unref(p);
+    assert_int_equal(cq_testsrv_metric_wait_ge(n1, "chanq_relay_messages_refused_total",
+                                               refused + 1, IT_TIMEOUT_MS),
+                     refused + 1);
+    p = forge(9, 1, 7, 2, 77, "a kind nobody knows");
+    assert_int_equal(cq_relay_nats_ops.publish(n, subj, p->data, p->len), 0);
+    cq_buf_unref(p);
+    assert_int_equal(cq_testsrv_metric_wait_ge(n1, "chanq_relay_unknown_records_total", unknown + 1,
+                                               IT_TIMEOUT_MS),
+                     unknown + 1);
+    /* a sequence far ahead (from node 11): a gap, asked for, never answered */
+    p = forge(11, 1, 7, 40, 77, "far ahead");
+    assert_int_equal(cq_relay_nats_ops.publish(n, subj, p->data, p->len), 0);
+    cq_buf_unref(p);
+    assert_int_equal(
+        cq_testsrv_metric_wait_ge(n1, "chanq_relay_link_gaps_total", gaps + 1, IT_TIMEOUT_MS),
+        gaps + 1);
+    cq_relay_nats_close(n);
+    /* nothing forged reached a connection: the next message everyone gets is this broadcast */
+    check_recipients(&w, 0, 0, 0, 0, 0, "");
+    assert_int_equal(cq_testsrv_metric(n1, "chanq_relay_unknown_records_total"), unknown + 1);
+}
+
 /* SIGKILL node 3 while its client c2 is subscribed to a channel of node 1: node 1 learns from
  * ZooKeeper that node 3 left (its session ends: --zk-session-ms 2000 here) and drops c2 as if
  * it had closed, so the owner gets the UNSUB result; nodes 1 and 2 carry on. */
@@ -415,6 +535,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_single_and_client_to_owner, relay_teardown),
         cmocka_unit_test_teardown(test_unsub_and_close, relay_teardown),
         cmocka_unit_test_teardown(test_channel_data, relay_teardown),
+        cmocka_unit_test_teardown(test_forged_packets, relay_teardown),
         cmocka_unit_test_teardown(test_node_killed, relay_teardown),
     };
     return it_run("relay", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
