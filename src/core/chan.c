@@ -79,8 +79,10 @@ void cq__chan_set_owner(cq_core_t *c, cq_chan_t *ch, uint32_t owner, uint8_t own
         if (ref)
             cq_list_insert_tail(&ref->owned, &ch->owner_node);
     }
-    if (ch->id == 0)
+    if (ch->id == 0) {
         atomic_store(&c->sh->global_owner, owner);
+        cq__node_global_owner(c, owner); /* the other nodes read it too */
+    }
 }
 
 /* Frees the channel without telling anyone: after cq__chan_remove has notified and dropped the
@@ -245,8 +247,8 @@ void cq__dir_free_id(cq_core_t *c, uint32_t id)
     info_free(cq_map_del(&c->chaninfo, id));
     /* channeld: the cursor jumps back to a freed id, so ids are reused quickly. Only ids this
      * server allocates move it; cells and entities have ids of their own. */
-    uint32_t node, local;
-    if (cq__id_chan_node(&c->sh->ids, id, &node, &local) && node == c->sh->node && local >= 1)
+    uint32_t local;
+    if (cq__id_chan_node(&c->sh->ids, id, NULL, &local) && local >= 1)
         c->id_cursor = local;
 }
 
@@ -268,7 +270,7 @@ void cq__dir_set_meta(cq_core_t *c, uint32_t id, uint32_t type, const char *meta
 /* Rotating cursor over the non-spatial ids (1..65535 without node bits): the first free id
  * from the cursor on, wrapping. max-channels counts every directory entry, GLOBAL included
  * (doc/protocol.md, Limits); 0 when it is reached or the range is full. */
-static uint32_t id_alloc(cq_core_t *c)
+static uint32_t id_alloc(cq_core_t *c, uint32_t node)
 {
     if (cq_map_count(&c->chaninfo) >= c->sh->o.max_channels)
         return 0;
@@ -276,8 +278,8 @@ static uint32_t id_alloc(cq_core_t *c)
     for (uint32_t n = 0; n < max; n++) {
         if (id < 1 || id > max)
             id = 1;
-        /* in a relay, the top bits name this node (place.h) */
-        uint32_t full = cq__id_chan(&c->sh->ids, c->sh->node, id);
+        /* in a relay, the top bits name the node the channel will live on (place.h) */
+        uint32_t full = cq__id_chan(&c->sh->ids, node, id);
         if (!cq_map_get(&c->chaninfo, full)) {
             c->id_cursor = id;
             return full;
@@ -400,7 +402,9 @@ void cq__handle_create(cq_core_t *c, cq_req_t *r)
     default:
         break;
     }
-    uint32_t id = id_alloc(c);
+    /* In a relay the directory is GLOBAL's home, and a channel lives on its creator's node. */
+    uint32_t node = c->sh->node ? cq__id_conn_node(&c->sh->ids, r->conn_id, NULL) : 0;
+    uint32_t id = id_alloc(c, node);
     if (!id) {
         create_refused(c, r);
         return;

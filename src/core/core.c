@@ -325,8 +325,8 @@ static void xm_wk_sub(cq_core_t *c, cq_xmsg_t *m)
     cq__entity_wk_sub(c, m->chan_id, m->conn_id);
 }
 
-/* NODE_CONN and BOUNCE are taken by the relay thread itself (node.c): a worker never gets
- * one. */
+/* NODE_CONN, GLOBAL_OWNER and BOUNCE are taken by the relay thread itself (node.c): a worker never
+ * gets one. */
 static void xm_node_conn(cq_core_t *c, cq_xmsg_t *m)
 {
     (void)c, (void)m;
@@ -368,6 +368,7 @@ static const xm_def_t xm_table[XM__COUNT] = {
     [XM_WK_SUB] = {XM_WK_SUB, "WK_SUB", xm_wk_sub},
     /* relay nodes */
     [XM_NODE_CONN] = {XM_NODE_CONN, "NODE_CONN", xm_node_conn},
+    [XM_GLOBAL_OWNER] = {XM_GLOBAL_OWNER, "GLOBAL_OWNER", xm_node_conn},
     [XM_BOUNCE] = {XM_BOUNCE, "BOUNCE", xm_node_conn},
 };
 

@@ -121,6 +121,10 @@ void cq_shared_relay_members(cq_shared_t *sh, const uint16_t *nodes, size_t n);
 void cq_shared_relay_node_gone(cq_shared_t *sh, uint16_t node);
 /* Node's HELLO arrived (the relay thread, in its stream's order): it is back. */
 void cq_shared_relay_node_up(cq_shared_t *sh, uint16_t node);
+/* GLOBAL's home is node (claimed in ZooKeeper): channel-0 messages (GLOBAL's own, LIST,
+ * CREATE_CHANNEL) go there, and its directory holds every channel of the relay. 0 or this node:
+ * here. Any thread. */
+void cq_shared_relay_global_home(cq_shared_t *sh, uint16_t node);
 /* Messages from other nodes taken, and refused (malformed, misaddressed, from a node that is not
  * one of the relay's). Any thread. */
 void cq_shared_relay_counts(cq_shared_t *sh, uint64_t *in, uint64_t *refused);

@@ -127,6 +127,21 @@ static void post_peers(cq_core_t *c, int kind, uint32_t conn_id, uint8_t conn_ty
     }
 }
 
+void cq__node_global_owner(cq_core_t *c, uint32_t owner)
+{
+    cq_shared_t *sh = c->sh;
+    uint16_t home = atomic_load_explicit(&sh->global_home, memory_order_relaxed);
+    if (sh->node && (!home || home == sh->node))
+        post_peers(c, XM_GLOBAL_OWNER, owner, 0);
+}
+
+void cq_shared_relay_global_home(cq_shared_t *sh, uint16_t node)
+{
+    uint16_t before = atomic_exchange(&sh->global_home, node);
+    if (before != node)
+        CQ_INFO("node", "node %u: GLOBAL's home is node %u", sh->node, node);
+}
+
 void cq__node_conn_up(cq_core_t *c, cq_conn_t *conn)
 {
     if (!c->sh->node)
@@ -338,6 +353,22 @@ static bool in_route(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m, uint64_t *wak
         in_post(sh,
                 cq_shared_chan_worker(sh, m->kind == XM_DISPATCH ? m->mp.channel_id : m->chan_id),
                 m, wake);
+        return true;
+    case XM_CREATE:
+    case XM_REMOVE: /* u1: the channel, allocated on GLOBAL's home for a node */
+        if (!cq__id_chan_node(l, m->u1, &node, NULL) || node != sh->node)
+            return false;
+        in_post(sh, cq_shared_chan_worker(sh, m->u1), m, wake);
+        return true;
+    case XM_FREE_ID:
+    case XM_META:
+    case XM_DIR_ADD: /* for the directory: GLOBAL's home is here */
+        in_post(sh, cq_shared_chan_worker(sh, CQ_CHAN_ID_GLOBAL), m, wake);
+        return true;
+    case XM_GLOBAL_OWNER:
+        if (from == atomic_load_explicit(&sh->global_home, memory_order_relaxed))
+            atomic_store(&sh->global_owner, m->conn_id);
+        cq__xmsg_free(m);
         return true;
     case XM_SEND:
     case XM_CLOSE:

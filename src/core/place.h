@@ -148,9 +148,10 @@ enum {
     XM_ENTITY,  /* create entity channel u1 for the request in mp */
     XM_WK_SUB,  /* subscribe client conn_id to well-known entity chan_id */
     /* relay nodes (node.c): never posted to a worker */
-    XM_NODE_CONN, /* conn_id (conn_type) of the sending node authenticated */
-    XM_BOUNCE,    /* a request (as DISPATCH) naming connection u1 of the receiving node, which
-                   * the sender did not know yet: sent back once the receiver vouches for it */
+    XM_NODE_CONN,    /* conn_id (conn_type) of the sending node authenticated */
+    XM_GLOBAL_OWNER, /* GLOBAL's home: GLOBAL's owner is now conn_id (0: none) */
+    XM_BOUNCE,       /* a request (as DISPATCH) naming connection u1 of the receiving node, which
+                      * the sender did not know yet: sent back once the receiver vouches for it */
     XM__COUNT
 };
 
@@ -231,6 +232,9 @@ void cq__node_free(cq_core_t *c);
  * that node, which sends it back behind the announcement if the connection is there, and
  * drops it if not. Returns true when it went (r borrowed); false: the refusal stands. */
 bool cq__node_bounce(cq_core_t *c, const cq_req_t *r, uint32_t conn_id);
+/* GLOBAL's home tells every live node who owns GLOBAL now (any worker reads it: the ACL, the
+ * owner's copies of AuthResult and CreateChannelResult). Only on GLOBAL's home. */
+void cq__node_global_owner(cq_core_t *c, uint32_t owner);
 /* Every live node hears of a connection of this one that authenticated, and of its close. */
 void cq__node_conn_up(cq_core_t *c, cq_conn_t *conn);
 void cq__node_conn_gone(cq_core_t *c, const cq_conn_t *conn);

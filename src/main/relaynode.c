@@ -3,6 +3,7 @@
 #include "relaynode.h"
 
 #include "cq_alloc.h"
+#include "cq_clock.h"
 #include "cq_core.h"
 #include "cq_err.h"
 #include "cq_log.h"
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef CQ_HAVE_ZOOKEEPER
 #include "cq_zkgroup.h"
@@ -29,10 +31,13 @@ struct cq_main_relay {
     cq_shared_t *sh;
 #ifdef CQ_HAVE_ZOOKEEPER
     cq_zkgroup_t *grp;
+    /* grp once cq_zkgroup_open returned: its first CONNECTED may come before */
+    _Atomic(cq_zkgroup_t *) grp_live;
 #endif
     /* the last member list's epoch per node, 0 for none (the ZooKeeper thread's) */
     uint32_t member_epoch[CQ_LINK_MAX_NODE + 1];
     _Atomic uint32_t members;
+    _Atomic uint32_t global_home; /* from the claim's answer; 0 until then */
     cq_relay_nats_t *nats;
     cq_relay_t *relay;
     _Atomic(cq_relay_t *) live; /* NATS packets go here once the relay runs */
@@ -286,13 +291,54 @@ static void on_members(void *ud, const cq_zkgroup_member_t *m, size_t n)
     }
 }
 
+/* GLOBAL's home (and the channel directory's) is the node whose claim of the ZooKeeper home
+ * "global" won: compare-and-set, so every node reads the same one. */
+static void claim_global(cq_main_relay_t *k);
+
+static void on_claim(void *ud, const char *name, int rc, const char *holder, size_t len, bool mine)
+{
+    (void)name, (void)len;
+    cq_main_relay_t *k = ud;
+    unsigned node = 0;
+    if (rc < 0 || sscanf(holder, "v1 node=%u", &node) != 1 || !node || node > CQ_LINK_MAX_NODE) {
+        CQ_WARN("relay", "node %d: GLOBAL's home not claimed (%s); again at the next session",
+                k->cfg->relay_node_id, rc < 0 ? cq_strerror(rc) : "bad holder data");
+        return;
+    }
+    CQ_INFO("relay", "node %d: GLOBAL's home is node %u%s", k->cfg->relay_node_id, node,
+            mine ? " (this one)" : "");
+    cq_shared_relay_global_home(k->sh, (uint16_t)node);
+    atomic_store(&k->global_home, node);
+}
+
+static void on_home_gone(void *ud, const char *name)
+{
+    cq_main_relay_t *k = ud;
+    if (strcmp(name, "global") == 0) {
+        CQ_WARN("relay", "node %d: GLOBAL's home left; claiming it", k->cfg->relay_node_id);
+        claim_global(k);
+    }
+}
+
+static void claim_global(cq_main_relay_t *k)
+{
+    char data[32];
+    snprintf(data, sizeof(data), "v1 node=%d", k->cfg->relay_node_id);
+    cq_zkgroup_t *g = atomic_load(&k->grp_live);
+    int r = g ? cq_zkgroup_claim(g, "global", data, on_claim, k) : 0;
+    if (r < 0 && r != -ENOTCONN)
+        CQ_WARN("relay", "node %d: cannot claim GLOBAL's home: %s", k->cfg->relay_node_id,
+                cq_strerror(r));
+}
+
 static void on_session(void *ud, cq_zkgroup_state_t st, uint32_t session_ms)
 {
     cq_main_relay_t *k = ud;
-    if (st == CQ_ZKGROUP_CONNECTED)
+    if (st == CQ_ZKGROUP_CONNECTED) {
         CQ_INFO("relay", "node %d: in ZooKeeper (session %u ms)", k->cfg->relay_node_id,
                 session_ms);
-    else
+        claim_global(k);
+    } else
         CQ_WARN("relay", "node %d: ZooKeeper session %s", k->cfg->relay_node_id,
                 st == CQ_ZKGROUP_EXPIRED ? "expired: joining again" : "disconnected");
 }
@@ -307,8 +353,13 @@ static int join(cq_main_relay_t *k, char *err, size_t errlen)
                             .path = path,
                             .session_ms = (uint32_t)c->zk_session_ms,
                             .data = data};
-    cq_zkgroup_sink_t sink = {.members = on_members, .session = on_session, .ud = k};
+    cq_zkgroup_sink_t sink = {
+        .members = on_members, .session = on_session, .home_gone = on_home_gone, .ud = k};
     int r = cq_zkgroup_open(&gc, &sink, &k->grp);
+    if (r == 0) {
+        atomic_store(&k->grp_live, k->grp);
+        claim_global(k); /* if CONNECTED came first; -ENOTCONN otherwise: CONNECTED claims */
+    }
     if (r < 0)
         snprintf(err, errlen, "relay: cannot join the relay in ZooKeeper (%s%s): %s", gc.hosts,
                  path, cq_strerror(r));
@@ -406,10 +457,22 @@ int cq_main_relay_start(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin
     return 0;
 }
 
+/* Ready once GLOBAL's home is known: a channel-0 message handled here before would land in a
+ * directory that is not the relay's. Bounded: a ZooKeeper that does not answer leaves the node
+ * serving on its own GLOBAL, said in the log. */
 int cq_main_relay_join(cq_main_relay_t *k, char *err, size_t errlen)
 {
     cq_shared_relay_ready(k->sh);
-    return join(k, err, errlen);
+    int r = join(k, err, errlen);
+    uint64_t end = cq_clock_mono_ms() + 2u * (uint32_t)k->cfg->zk_session_ms + 5000;
+    while (r == 0 && !atomic_load(&k->global_home) && cq_clock_mono_ms() < end) {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (r == 0 && !atomic_load(&k->global_home))
+        CQ_WARN("relay", "node %d: GLOBAL's home not known yet; serving meanwhile",
+                k->cfg->relay_node_id);
+    return r;
 }
 
 void cq_main_relay_stop(cq_main_relay_t *k, cq_admin_t *admin)
@@ -419,6 +482,7 @@ void cq_main_relay_stop(cq_main_relay_t *k, cq_admin_t *admin)
     if (admin)
         cq_admin_remove_source(admin, metrics, k);
 #ifdef CQ_HAVE_ZOOKEEPER
+    atomic_store(&k->grp_live, NULL);
     cq_zkgroup_close(k->grp); /* the others see this node leave */
 #endif
     /* the network first: its callbacks end before the relay they feed */

@@ -488,6 +488,82 @@ static void test_forged_packets(void **state)
     assert_int_equal(cq_testsrv_metric(n1, "chanq_relay_unknown_records_total"), unknown + 1);
 }
 
+/* GLOBAL lives on its home (node 1 here: it claimed first), the channel directory with it: a
+ * game server of node 2 possesses GLOBAL; a client that authenticates on node 3 is reported to
+ * it; a channel created by a server of node 3 lives on node 3 and is in the LIST a client of
+ * node 1 gets; the GLOBAL owner removes it; a client's message on GLOBAL reaches the owner. */
+static void test_global_across_nodes(void **state)
+{
+    (void)state;
+    relay_start();
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_relay_peers_up"), 2);
+    it_conn_t *g = on_node(2, true);
+    assert_int_equal(chanq_sync_create_channel(g->s, 1, CT_GLOBAL, "", NULL), 0);
+    Channeldpb__CreateChannelResultMessage *cr =
+        it_expect(g, MT_CREATE, 1, &channeldpb__create_channel_result_message__descriptor, NULL);
+    assert_int_equal(cr->channelid, 0);
+    assert_int_equal(cr->ownerconnid, g->id);
+    chanq_unpack_free(cr);
+    it_expect_sub(g, 0, 0, g->id, CONN_SERVER, CT_GLOBAL, 1);
+    /* a client of node 3: its AuthResult reaches the GLOBAL owner on node 2 */
+    it_conn_t *c3 = on_node(3, false);
+    chanq_owned_msg_t env;
+    Channeldpb__AuthResultMessage *ar =
+        it_expect(g, MT_AUTH, 0, &channeldpb__auth_result_message__descriptor, &env);
+    assert_int_equal(env.channel_id, 0);
+    chanq_owned_msg_done(&env);
+    assert_int_equal(ar->connid, c3->id);
+    assert_int_equal(ar->result, 0);
+    chanq_unpack_free(ar);
+    /* a server of node 3 creates a channel: it lives on node 3; the owner gets the copy */
+    it_conn_t *s3 = on_node(3, true);
+    ar = it_expect(g, MT_AUTH, 0, &channeldpb__auth_result_message__descriptor, NULL);
+    assert_int_equal(ar->connid, s3->id);
+    chanq_unpack_free(ar);
+    uint32_t ch = it_create(s3, CT_SUBWORLD, "on-node-3", 4);
+    assert_int_equal(ch >> 12, 3);
+    cr = it_expect(g, MT_CREATE, 0, &channeldpb__create_channel_result_message__descriptor, NULL);
+    assert_int_equal(cr->channelid, ch);
+    assert_int_equal(cr->ownerconnid, s3->id);
+    chanq_unpack_free(cr);
+    /* a client of node 1 lists it */
+    it_conn_t *c1 = on_node(1, false);
+    ar = it_expect(g, MT_AUTH, 0, &channeldpb__auth_result_message__descriptor, NULL);
+    assert_int_equal(ar->connid, c1->id);
+    chanq_unpack_free(ar);
+    assert_int_equal(chanq_sync_list_channel(c1->s, 5, 0, NULL, 0), 0);
+    Channeldpb__ListChannelResultMessage *lr =
+        it_expect(c1, MT_LIST, 5, &channeldpb__list_channel_result_message__descriptor, NULL);
+    bool found = false;
+    for (size_t i = 0; i < lr->n_channels; i++)
+        found |= lr->channels[i]->channelid == ch &&
+                 !strcmp(lr->channels[i]->metadata, "on-node-3") &&
+                 (uint32_t)lr->channels[i]->channeltype == CT_SUBWORLD;
+    assert_true(found);
+    chanq_unpack_free(lr);
+    /* a client's message on GLOBAL reaches its owner, wherever both are */
+    assert_int_equal(chanq_sync_user_msg(c3->s, 0, 0, 150, "hi-global", 9), 0);
+    it_expect_user(g, 0, 150, 0, 0, c3->id, "hi-global");
+    /* the GLOBAL owner may remove a channel of another node; its owner hears of it */
+    assert_int_equal(chanq_sync_remove_channel(g->s, 6, ch), 0);
+    it_expect_remove(s3, ch);
+    /* the directory hears of it one hop later (doc/relay-cluster.md: LIST after a removal on
+     * another node): LIST until it is gone */
+    for (uint32_t stub = 7;; stub++) {
+        assert_int_equal(chanq_sync_list_channel(c1->s, stub, 0, NULL, 0), 0);
+        lr = it_expect(c1, MT_LIST, stub, &channeldpb__list_channel_result_message__descriptor,
+                       NULL);
+        found = false;
+        for (size_t i = 0; i < lr->n_channels; i++)
+            found |= lr->channels[i]->channelid == ch;
+        chanq_unpack_free(lr);
+        if (!found)
+            break;
+        assert_true(stub < 7 + 1000);
+        cq_test_sleep_ms(1);
+    }
+}
+
 /* SIGKILL node 3 while its client c2 is subscribed to a channel of node 1: node 1 learns from
  * ZooKeeper that node 3 left (its session ends: --zk-session-ms 2000 here) and drops c2 as if
  * it had closed, so the owner gets the UNSUB result; nodes 1 and 2 carry on. */
@@ -536,6 +612,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_unsub_and_close, relay_teardown),
         cmocka_unit_test_teardown(test_channel_data, relay_teardown),
         cmocka_unit_test_teardown(test_forged_packets, relay_teardown),
+        cmocka_unit_test_teardown(test_global_across_nodes, relay_teardown),
         cmocka_unit_test_teardown(test_node_killed, relay_teardown),
     };
     return it_run("relay", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
