@@ -65,27 +65,41 @@ static void reap(pid_t *pid)
     if (*pid > 0) {
         kill(*pid, SIGKILL); /* a test peer: nothing to shut down cleanly */
         waitpid(*pid, NULL, 0);
-        *pid = 0;
     }
+    *pid = 0;
 }
+
+/* The bridges and proxies of other servers (it_bridge): relay nodes. */
+static pid_t g_more[8];
 
 static void bridge_stop(void)
 {
     reap(&g_bridge);
     reap(&g_proxy);
+    for (size_t i = 0; i < sizeof(g_more) / sizeof(g_more[0]); i++)
+        reap(&g_more[i]);
+}
+
+static pid_t *more_slot(void)
+{
+    for (size_t i = 0; i < sizeof(g_more) / sizeof(g_more[0]); i++)
+        if (!g_more[i])
+            return &g_more[i];
+    fail_msg("too many bridges");
+    return NULL;
 }
 
 /* kcp-lossy: a kcp-go UDP proxy dropping 10% of datagrams each way, between bridge and chanqd.
  * Returns the port the bridge should dial. */
-static int lossy_proxy(const char *bin)
+static int lossy_proxy(const char *bin, const cq_testsrv_t *srv, pid_t *pid)
 {
     char to[64];
-    snprintf(to, sizeof(to), "127.0.0.1:%u", g_srv.kcp_port);
+    snprintf(to, sizeof(to), "127.0.0.1:%u", srv->kcp_port);
     const char *argv[] = {bin,     "proxy", "-listen", "127.0.0.1:0", "-to", to,
                           "-loss", "0.1",   "-seed",   "7",           NULL};
     int port = 0;
-    g_proxy = cq_testsrv_spawn_ready(argv, &port);
-    assert_true(g_proxy > 0);
+    *pid = cq_testsrv_spawn_ready(argv, &port);
+    assert_true(*pid > 0);
     return port;
 }
 
@@ -95,8 +109,8 @@ static void close_log_path(char *buf, size_t cap)
     snprintf(buf, cap, "%s/ws-closes.log", g_srv.dir);
 }
 
-/* Starts the bridge for it_transport towards chanqd and points client connections at it. */
-static void bridge_start(void)
+/* Starts the bridge for it_transport towards srv and points its client connections at it. */
+static void bridge_to(cq_testsrv_t *srv, pid_t *bridge, pid_t *proxy)
 {
     char target[64], close_log[320];
     const char *argv[14];
@@ -105,9 +119,9 @@ static void bridge_start(void)
         const char *py = getenv("CHANQ_WS_BRIDGE");
         assert_non_null(py);
         if (strcmp(it_transport, "wss") == 0)
-            snprintf(target, sizeof(target), "wss://127.0.0.1:%u/", g_srv.wss_port);
+            snprintf(target, sizeof(target), "wss://127.0.0.1:%u/", srv->wss_port);
         else
-            snprintf(target, sizeof(target), "ws://127.0.0.1:%u/", g_srv.ws_port);
+            snprintf(target, sizeof(target), "ws://127.0.0.1:%u/", srv->ws_port);
         argv[n++] = "/usr/bin/python3";
         argv[n++] = py;
         argv[n++] = "--listen";
@@ -119,7 +133,8 @@ static void bridge_start(void)
     } else {
         const char *bin = getenv("CHANQ_KCP_PEER");
         assert_non_null(bin);
-        int kport = strcmp(it_transport, "kcp-lossy") == 0 ? lossy_proxy(bin) : g_srv.kcp_port;
+        int kport =
+            strcmp(it_transport, "kcp-lossy") == 0 ? lossy_proxy(bin, srv, proxy) : srv->kcp_port;
         snprintf(target, sizeof(target), "127.0.0.1:%d", kport);
         argv[n++] = bin;
         argv[n++] = "bridge";
@@ -130,11 +145,29 @@ static void bridge_start(void)
     }
     argv[n] = NULL;
     int port = 0;
-    g_bridge = cq_testsrv_spawn_ready(argv, &port);
-    if (g_bridge <= 0)
+    *bridge = cq_testsrv_spawn_ready(argv, &port);
+    if (*bridge <= 0)
         print_error("cannot start the %s bridge (%s)\n", it_transport, argv[0]);
-    assert_true(g_bridge > 0);
-    g_srv.client_port = (uint16_t)port;
+    assert_true(*bridge > 0);
+    srv->client_port = (uint16_t)port;
+}
+
+static void bridge_start(void)
+{
+    bridge_to(&g_srv, &g_bridge, &g_proxy);
+}
+
+void it_bridge(cq_testsrv_t *srv)
+{
+    if (strcmp(it_transport, "tcp") == 0)
+        return;
+    pid_t *b = more_slot();
+    *b = -1; /* taken while the proxy's slot is found */
+    pid_t *p = more_slot();
+    pid_t bridge = 0, proxy = 0;
+    bridge_to(srv, &bridge, &proxy);
+    *b = bridge;
+    *p = proxy;
 }
 
 int it_teardown(void **state)

@@ -96,6 +96,9 @@ it_conn_t *it_connect(bool server, const chanq_opts_t *opts);
 /* Like it_connect, to another server the test started itself (relay nodes: test_it_relay.c);
  * the teardown frees the connection all the same. */
 it_conn_t *it_connect_to(cq_testsrv_t *srv, bool server, const chanq_opts_t *opts);
+/* Client connections to srv, another server the test started itself, go through a bridge of
+ * it_transport too (nothing for tcp); the teardown stops it. */
+void it_bridge(cq_testsrv_t *srv);
 /* Authenticates c with pit/lt and asserts SUCCESSFUL; sets c->id. */
 void it_auth(it_conn_t *c, const char *pit, const char *lt);
 /* Connect + AUTH("pit","lt") on the client / server listener. */
