@@ -198,9 +198,7 @@ void cq__handle_auth(cq_core_t *c, cq_req_t *r)
     out.shouldrecover = recovering;
     out.compressiontype = (Channeldpb__CompressionType)c->sh->o.compression_type;
     cq__reply(c, r, r->mp.channel_id, MT_AUTH, &out.base);
-    uint32_t gowner = atomic_load(&c->sh->global_owner);
-    if (gowner && gowner != conn->id)
-        cq__notify(c, gowner, r->mp.channel_id, MT_AUTH, &out.base);
+    cq__notify_gowner(c, conn->id, r->mp.channel_id, MT_AUTH, &out.base);
     if (res == 0) {
         CQ_INFO("auth", "conn %u (%s) authenticated, pit \"%s\"", conn->id,
                 conn->type == CQ_CONN_SERVER ? "SERVER" : "CLIENT",

@@ -306,9 +306,7 @@ static void reply_created(cq_core_t *c, cq_req_t *r, const cq_chan_t *ch)
     out.ownerconnid = ch->owner;
     out.channelid = ch->id;
     cq__reply(c, r, r->mp.channel_id, r->mp.msg_type, &out.base);
-    uint32_t g = atomic_load(&c->sh->global_owner);
-    if (g && g != r->conn_id)
-        cq__notify(c, g, r->mp.channel_id, r->mp.msg_type, &out.base);
+    cq__notify_gowner(c, r->conn_id, r->mp.channel_id, r->mp.msg_type, &out.base);
 }
 
 /* Subscribes the creator and sends it the SUB result (channel id = the new channel, stub 0).

@@ -542,6 +542,30 @@ void cq__reply(cq_core_t *c, const cq_req_t *r, uint32_t chan_id, uint32_t msg_t
 /* A copy for a third party (the GLOBAL owner, the channel owner, the subscribed connection)
  * carries stub 0 and broadcast 0 (§1.9). conn_id 0 means "none" in channeld's messages (no
  * owner, no GLOBAL owner), so it is skipped here rather than at every caller. */
+/* The GLOBAL owner's copies. In a relay, a node that is not GLOBAL's home sends them to the
+ * home, which knows the owner for sure: its replicated view here may lag a possession that the
+ * copy's cause already followed (node.c, XM_SEND to the owner). */
+void cq__notify_gowner(cq_core_t *c, uint32_t except, uint32_t chan_id, uint32_t msg_type,
+                       const ProtobufCMessage *msg)
+{
+    uint32_t home = atomic_load_explicit(&c->sh->global_home, memory_order_relaxed);
+    if (!c->sh->node || !home || home == c->sh->node) {
+        uint32_t g = atomic_load(&c->sh->global_owner);
+        if (g && g != except)
+            cq__notify(c, g, chan_id, msg_type, msg);
+        return;
+    }
+    cq_buf_t *b = cq_wire_record_msg(chan_id, 0, 0, msg_type, msg);
+    cq_xmsg_t *m = b ? cq__xmsg_new(XM_SEND, 0) : NULL;
+    if (m) {
+        m->u2 = 1;      /* to GLOBAL's owner, */
+        m->u3 = except; /* unless it is this one */
+        m->buf = cq_buf_ref(b);
+        cq__xmsg_post(c, cq__place_node(c, home), m);
+    }
+    cq_buf_unref(b);
+}
+
 void cq__notify(cq_core_t *c, uint32_t conn_id, uint32_t chan_id, uint32_t msg_type,
                 const ProtobufCMessage *msg)
 {

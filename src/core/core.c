@@ -197,6 +197,12 @@ static void xm_remove(cq_core_t *c, cq_xmsg_t *m)
  * the record is then dropped with the message, which holds its reference. */
 static void xm_send(cq_core_t *c, cq_xmsg_t *m)
 {
+    if (m->u2 == 1) { /* on GLOBAL's home, for its owner (cq__notify_gowner) */
+        uint32_t g = atomic_load(&c->sh->global_owner);
+        if (g && g != m->u3)
+            cq__send_to(c, g, m->buf);
+        return;
+    }
     cq_conn_t *conn = cq_map_get(&c->conns, m->conn_id);
     if (conn && m->u1)
         cq__conn_push_lazy(c, conn, m->buf);
@@ -332,6 +338,11 @@ static void xm_node_conn(cq_core_t *c, cq_xmsg_t *m)
     (void)c, (void)m;
 }
 
+static void xm_node_reset(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__node_reset_local(c, m);
+}
+
 typedef struct xm_def {
     uint8_t kind; /* also the row's index */
     const char *name;
@@ -369,6 +380,7 @@ static const xm_def_t xm_table[XM__COUNT] = {
     /* relay nodes */
     [XM_NODE_CONN] = {XM_NODE_CONN, "NODE_CONN", xm_node_conn},
     [XM_GLOBAL_OWNER] = {XM_GLOBAL_OWNER, "GLOBAL_OWNER", xm_node_conn},
+    [XM_NODE_RESET] = {XM_NODE_RESET, "NODE_RESET", xm_node_reset},
     [XM_BOUNCE] = {XM_BOUNCE, "BOUNCE", xm_node_conn},
 };
 

@@ -422,6 +422,9 @@ void cq__close_local(cq_core_t *c, uint32_t conn_id, int reason, const char *why
 /* Closes conn_id on whichever worker holds it (why is copied). A close for CQ_ELIMIT (a
  * request that a limit refuses) is counted in chanq_limit_closed. */
 void cq__close_conn(cq_core_t *c, uint32_t conn_id, int reason, const char *why);
+/* A copy for GLOBAL's owner (AuthResult, CreateChannelResult), unless it is `except`. */
+void cq__notify_gowner(cq_core_t *c, uint32_t except, uint32_t chan_id, uint32_t msg_type,
+                       const ProtobufCMessage *msg);
 void cq__handle_disconnect(cq_core_t *c, cq_req_t *r); /* 9 */
 
 /* auth.c */

@@ -119,6 +119,10 @@ void cq_shared_relay_members(cq_shared_t *sh, const uint16_t *nodes, size_t n);
 /* Node left the relay (membership): its connections are gone here as if they had closed, and
  * what still comes from it is dropped until cq_shared_relay_node_up. Any thread. */
 void cq_shared_relay_node_gone(cq_shared_t *sh, uint16_t node);
+/* The stream from node broke (cq_relay.h's reset; restarted: a new epoch): this node's
+ * subscribers of its channels are closed, and, if it restarted, its connections dropped. The
+ * relay thread, in stream order. */
+void cq_shared_relay_reset(cq_shared_t *sh, uint16_t node, bool restarted, uint64_t lost);
 /* Node's HELLO arrived (the relay thread, in its stream's order): it is back. */
 void cq_shared_relay_node_up(cq_shared_t *sh, uint16_t node);
 /* GLOBAL's home is node (claimed in ZooKeeper): channel-0 messages (GLOBAL's own, LIST,

@@ -20,8 +20,10 @@
 #include "cq_alloc.h"
 #include "cq_err.h"
 #include "cq_log.h"
+#include "cq_util.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- places ------------------------------------------------------------------------------- */
@@ -371,6 +373,11 @@ static bool in_route(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m, uint64_t *wak
         cq__xmsg_free(m);
         return true;
     case XM_SEND:
+        if (m->u2 == 1) { /* for GLOBAL's owner: GLOBAL's worker knows it */
+            in_post(sh, cq_shared_chan_worker(sh, CQ_CHAN_ID_GLOBAL), m, wake);
+            return true;
+        }
+        /* fall through */
     case XM_CLOSE:
     case XM_LSUB_ADD:
     case XM_LSUB_DEL:
@@ -422,13 +429,11 @@ static bool node_dead(const cq_shared_t *sh, uint32_t node)
  * and every worker drops its subscriptions and ownerships, so owners get the UNSUB results
  * channeld sends when a connection drops. What is still in flight from it is dropped from now
  * on, until its HELLO says it is back (a new process, or the same one after a new session). */
-void cq_shared_relay_node_gone(cq_shared_t *sh, uint16_t node)
+/* Every connection of node that this node knows is gone as if it had closed: the directory
+ * forgets it, and every worker drops its subscriptions and ownerships (owners get the UNSUB
+ * results channeld sends when a connection drops). Returns how many. */
+static uint32_t drop_conns(cq_shared_t *sh, uint16_t node)
 {
-    if (!node || node >= (1u << sh->ids.node_bits) || node == sh->node)
-        return;
-    atomic_fetch_or_explicit(&sh->dead_nodes[node / 64], 1ull << (node % 64), memory_order_acq_rel);
-    atomic_fetch_and_explicit(&sh->heard_nodes[node / 64], ~(1ull << (node % 64)),
-                              memory_order_acq_rel);
     uint32_t n = 0, cap = 0, *ids = NULL;
     uint8_t *types = NULL;
     pthread_mutex_lock(&sh->dir_lock);
@@ -462,9 +467,74 @@ void cq_shared_relay_node_gone(cq_shared_t *sh, uint16_t node)
         in_all(sh, m, &wake);
     }
     wake_all(sh, wake);
-    CQ_WARN("node", "node %u left the relay: %u of its connections dropped here", node, n);
     cq_free(ids);
     cq_free(types);
+    return n;
+}
+
+/* Node left the relay (its ZooKeeper member is gone: it died, or lost its session): its
+ * connections are dropped here, and what is still in flight from it is dropped from now on,
+ * until its HELLO says it is back (a new process, or the same one after a new session). */
+void cq_shared_relay_node_gone(cq_shared_t *sh, uint16_t node)
+{
+    if (!node || node >= (1u << sh->ids.node_bits) || node == sh->node)
+        return;
+    atomic_fetch_or_explicit(&sh->dead_nodes[node / 64], 1ull << (node % 64), memory_order_acq_rel);
+    atomic_fetch_and_explicit(&sh->heard_nodes[node / 64], ~(1ull << (node % 64)),
+                              memory_order_acq_rel);
+    uint32_t n = drop_conns(sh, node);
+    CQ_WARN("node", "node %u left the relay: %u of its connections dropped here", node, n);
+}
+
+/* The stream from node broke (the relay thread, cq_relay.h): what it sent since the last packet
+ * delivered may be lost, and no one can say which messages those were. Nothing may be silently
+ * wrong, so what could be is rebuilt: every connection of this node subscribed to a channel of
+ * node (or to GLOBAL, when node is its home) is closed with the reason logged, and its client
+ * reconnects and subscribes again; the CONN_GONEs tell node to forget them. When node restarted
+ * (a new epoch), its connections are gone with its old process and are dropped here first. */
+void cq_shared_relay_reset(cq_shared_t *sh, uint16_t node, bool restarted, uint64_t lost)
+{
+    if (!node || node >= (1u << sh->ids.node_bits) || node == sh->node)
+        return;
+    uint32_t n = restarted ? drop_conns(sh, node) : 0;
+    CQ_WARN("node",
+            "the stream from node %u broke (%s, %llu packets lost): closing this node's "
+            "subscribers of its channels%s",
+            node, restarted ? "it restarted" : "loss", (unsigned long long)lost,
+            restarted ? "; its connections dropped" : "");
+    (void)n;
+    uint64_t wake = 0;
+    for (int w = 0; w < sh->o.workers; w++) {
+        cq_xmsg_t *m = cq__xmsg_new(XM_NODE_RESET, 0);
+        if (!m)
+            continue;
+        m->u1 = node;
+        m->u2 = (uint32_t)CQ_MIN(lost, UINT32_MAX);
+        in_post(sh, w, m, &wake);
+    }
+    wake_all(sh, wake);
+}
+
+/* XM_NODE_RESET on every worker: its connections subscribed to a channel of node u1 close. */
+void cq__node_reset_local(cq_core_t *c, const cq_xmsg_t *m)
+{
+    cq_shared_t *sh = c->sh;
+    uint32_t node = m->u1, home = atomic_load(&sh->global_home), *ids = NULL, n = 0, cap = 0;
+    uint32_t it = 0, chan, cn;
+    void *v;
+    while (cq_map_next(&c->lsubs, &it, &chan, &v)) {
+        const cq_lsubs_t *l = v;
+        bool theirs =
+            cq__id_chan_node(&sh->ids, chan, &cn, NULL) ? cn == node : chan == 0 && home == node;
+        for (uint32_t i = 0; theirs && i < l->n; i++)
+            if (cq_grow(&ids, &cap, n + 1, sizeof(*ids), 16) == 0)
+                ids[n++] = l->conns[i]->id;
+    }
+    char why[96];
+    snprintf(why, sizeof(why), "the relay link from node %u broke (%u packets lost)", node, m->u2);
+    for (uint32_t i = 0; i < n; i++)
+        cq__close_conn(c, ids[i], CQ_ELINK, why); /* twice in ids: the second finds it closing */
+    cq_free(ids);
 }
 
 /* A HELLO makes a node one messages are taken from, even before this node's member list shows

@@ -101,6 +101,7 @@ static void on_deliver(void *ud, uint16_t node, uint8_t kind, const uint8_t *bod
 static void on_reset(void *ud, uint16_t node, int why, uint64_t lost)
 {
     cq_main_relay_t *k = ud;
+    cq_shared_relay_reset(k->sh, node, why == CQ_LINK_WHY_EPOCH, lost);
     CQ_WARN("relay", "node %d: the stream from node %u reset (reason %d): %" PRIu64 " packets lost",
             k->cfg->relay_node_id, node, why, lost);
 }

@@ -499,6 +499,63 @@ static void test_forged_packets(void **state)
     assert_int_equal(cq_testsrv_metric(n1, "chanq_relay_unknown_records_total"), unknown + 1);
 }
 
+/* Node n's epoch, from its /metrics (chanq_relay_node{...,epoch="E"}). */
+static uint32_t node_epoch(int n)
+{
+    static char body[1 << 20]; /* the whole /metrics text */
+    static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    assert_int_equal(
+        cq_raw_http(node(n)->admin_port, req, sizeof(req) - 1, IT_TIMEOUT_MS, body, sizeof(body)),
+        200);
+    const char *p = strstr(body, "chanq_relay_node{");
+    assert_non_null(p);
+    p = strstr(p, "epoch=\"");
+    assert_non_null(p);
+    return (uint32_t)strtoul(p + 7, NULL, 10);
+}
+
+/* The stream from node 2 to node 1 breaks: a packet far ahead of node 2's stream, as if all
+ * between had been lost (forged here with node 2's epoch), is asked for and never comes, and the
+ * stream resets. Node 1 cannot know what was lost, so its connections subscribed to a channel of
+ * node 2 are closed (they reconnect and subscribe again), and node 2's owner gets the UNSUB;
+ * node 2's connections stay, and its stream starts again with its next packet. */
+static void test_link_reset(void **state)
+{
+    (void)state;
+    world_t w;
+    world_init(&w);
+    uint32_t ch2 = it_create(w.o, CT_SUBWORLD, "on-node-2", 8); /* lives on node 2 */
+    assert_int_equal(ch2 >> 12, 2);
+    it_sub(w.o, 9, ch2, w.c1->id, -1);
+    it_expect_sub(w.o, ch2, 9, w.c1->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_expect_sub(w.c1, ch2, 0, w.c1->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    int64_t resets = cq_testsrv_metric(it_srv(), "chanq_relay_link_resets_total");
+    cq_relay_nats_t *n = NULL;
+    char err[256] = "", subj[CQ_RELAY_SUBJECT_MAX];
+    cq_relay_nats_conf_t nc = {.urls = getenv("CQ_NATS_URLS"), .on_packet = ignore_packet};
+    assert_int_equal(cq_relay_nats_open(&nc, &n, err, sizeof(err)), 0);
+    cq_relay_nats_stats_t ns;
+    for (int i = 0; i < 3000 && (cq_relay_nats_stats(n, &ns), !ns.connected); i++)
+        cq_test_sleep_ms(1);
+    assert_int_equal(cq_relay_subject(g_cluster, 1, subj, sizeof(subj)), 0);
+    cq_buf_t *p = forge(2, 1, node_epoch(2), 100000, 77, "far ahead");
+    assert_int_equal(cq_relay_nats_ops.publish(n, subj, p->data, p->len), 0);
+    cq_buf_unref(p);
+    cq_relay_nats_close(n);
+    assert_int_equal(cq_testsrv_metric_wait_ge(it_srv(), "chanq_relay_link_resets_total",
+                                               resets + 1, IT_TIMEOUT_MS),
+                     resets + 1);
+    /* c1 (node 1, subscribed to node 2's channel) is closed; node 2's owner hears of it */
+    it_expect_unsub(w.o, ch2, 0, w.c1->id, CONN_CLIENT, CT_SUBWORLD);
+    it_expect_unsub(w.s, w.ch, 0, w.c1->id, CONN_CLIENT, CT_SUBWORLD); /* c1 was in w.ch too */
+    it_expect_closed(w.c1);
+    /* the rest carries on: node 2's broadcast on node 1's channel reaches nodes 1, 2 and 3 */
+    sfwd_stub(w.o, w.ch, BC_ALL, 170, 0, 0, "after-reset");
+    it_expect_user(w.s, w.ch, 170, BC_ALL, 0, 0, "after-reset");
+    it_expect_user(w.o, w.ch, 170, BC_ALL, 0, 0, "after-reset");
+    it_expect_user(w.c2, w.ch, 170, BC_ALL, 0, 0, "after-reset");
+}
+
 /* GLOBAL lives on its home (node 1 here: it claimed first), the channel directory with it: a
  * game server of node 2 possesses GLOBAL; a client that authenticates on node 3 is reported to
  * it; a channel created by a server of node 3 lives on node 3 and is in the LIST a client of
@@ -624,6 +681,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_channel_data, relay_teardown),
         cmocka_unit_test_teardown(test_forged_packets, relay_teardown),
         cmocka_unit_test_teardown(test_global_across_nodes, relay_teardown),
+        cmocka_unit_test_teardown(test_link_reset, relay_teardown),
         cmocka_unit_test_teardown(test_node_killed, relay_teardown),
     };
     return it_run("relay", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);

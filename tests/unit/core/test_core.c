@@ -844,6 +844,7 @@ static void test_xm_rows(void **state)
         {XM_HANDOVER, "HANDOVER"},
         {XM_NODE_CONN, "NODE_CONN"},
         {XM_GLOBAL_OWNER, "GLOBAL_OWNER"},
+        {XM_NODE_RESET, "NODE_RESET"},
         {XM_BOUNCE, "BOUNCE"},
     };
     assert_int_equal(sizeof(want) / sizeof(want[0]), XM__COUNT);
