@@ -316,7 +316,16 @@ static void xm_sp_cell(cq_core_t *c, cq_xmsg_t *m)
 /* An entity channel, created on its own worker, joins the directory so that LIST shows it. */
 static void xm_dir_add(cq_core_t *c, cq_xmsg_t *m)
 {
-    cq__dir_add(c, m->chan_id, m->u1, m->body_len ? (const char *)m->body : "");
+    const char *md = m->body_len ? (const char *)m->body : "";
+    if (cq_map_get(&c->chaninfo, m->chan_id)) /* a channel announced again to a new home */
+        cq__dir_set_meta(c, m->chan_id, m->u1, md);
+    else
+        cq__dir_add(c, m->chan_id, m->u1, md);
+}
+
+static void xm_node_rehome(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__node_rehome_local(c, m);
 }
 
 static void xm_entity(cq_core_t *c, cq_xmsg_t *m)
@@ -381,6 +390,7 @@ static const xm_def_t xm_table[XM__COUNT] = {
     [XM_NODE_CONN] = {XM_NODE_CONN, "NODE_CONN", xm_node_conn},
     [XM_GLOBAL_OWNER] = {XM_GLOBAL_OWNER, "GLOBAL_OWNER", xm_node_conn},
     [XM_NODE_RESET] = {XM_NODE_RESET, "NODE_RESET", xm_node_reset},
+    [XM_NODE_REHOME] = {XM_NODE_REHOME, "NODE_REHOME", xm_node_rehome},
     [XM_BOUNCE] = {XM_BOUNCE, "BOUNCE", xm_node_conn},
 };
 

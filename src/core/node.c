@@ -26,6 +26,10 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Posting from the relay and ZooKeeper threads (below). */
+static void in_post(cq_shared_t *sh, int w, cq_xmsg_t *m, uint64_t *wake);
+static void wake_all(cq_shared_t *sh, uint64_t wake);
+
 /* ---- places ------------------------------------------------------------------------------- */
 
 int cq__place_node(const cq_core_t *c, uint32_t node)
@@ -137,11 +141,57 @@ void cq__node_global_owner(cq_core_t *c, uint32_t owner)
         post_peers(c, XM_GLOBAL_OWNER, owner, 0);
 }
 
+/* A new home: GLOBAL starts there ownerless (GLOBAL's state was the old home's), and every
+ * node tells it its channels, so that its directory (LIST) holds the relay's channels again. */
 void cq_shared_relay_global_home(cq_shared_t *sh, uint16_t node)
 {
     uint16_t before = atomic_exchange(&sh->global_home, node);
-    if (before != node)
-        CQ_INFO("node", "node %u: GLOBAL's home is node %u", sh->node, node);
+    if (before == node)
+        return;
+    CQ_INFO("node", "node %u: GLOBAL's home is node %u", sh->node, node);
+    if (!before || !atomic_load_explicit(&sh->relay_ready, memory_order_acquire))
+        return;
+    atomic_store(&sh->global_owner, 0);
+    uint64_t wake = 0;
+    for (int w = 0; w < sh->o.workers; w++) {
+        cq_xmsg_t *m = cq__xmsg_new(XM_NODE_REHOME, 0);
+        if (!m)
+            continue;
+        m->u1 = node;
+        in_post(sh, w, m, &wake);
+    }
+    wake_all(sh, wake);
+}
+
+void cq__node_rehome_local(cq_core_t *c, const cq_xmsg_t *m)
+{
+    /* GLOBAL's subscribers here subscribed at the old home: that state is gone */
+    cq_lsubs_t *l = cq_map_get(&c->lsubs, CQ_CHAN_ID_GLOBAL);
+    uint32_t *ids = NULL, n = 0, cap = 0;
+    for (uint32_t i = 0; l && i < l->n; i++)
+        if (cq_grow(&ids, &cap, n + 1, sizeof(*ids), 16) == 0)
+            ids[n++] = l->conns[i]->id;
+    char why[64];
+    snprintf(why, sizeof(why), "GLOBAL's home moved to node %u", m->u1);
+    for (uint32_t i = 0; i < n; i++)
+        cq__close_conn(c, ids[i], CQ_ELINK, why);
+    cq_free(ids);
+    int dir = cq__place_dir_worker(c);
+    uint32_t it = 0, id;
+    void *v;
+    while (cq_map_next(&c->chans, &it, &id, &v)) {
+        const cq_chan_t *ch = v;
+        if (id == CQ_CHAN_ID_GLOBAL)
+            continue;
+        size_t len = strlen(ch->metadata) + 1;
+        cq_xmsg_t *x = cq__xmsg_new(XM_DIR_ADD, len);
+        if (!x)
+            continue;
+        x->chan_id = id;
+        x->u1 = ch->type;
+        memcpy(x->body, ch->metadata, len);
+        cq__xmsg_post(c, dir, x);
+    }
 }
 
 void cq__node_conn_up(cq_core_t *c, cq_conn_t *conn)
@@ -475,6 +525,8 @@ static uint32_t drop_conns(cq_shared_t *sh, uint16_t node)
 /* Node left the relay (its ZooKeeper member is gone: it died, or lost its session): its
  * connections are dropped here, and what is still in flight from it is dropped from now on,
  * until its HELLO says it is back (a new process, or the same one after a new session). */
+static void close_subscribers(cq_shared_t *sh, uint16_t node, uint64_t lost);
+
 void cq_shared_relay_node_gone(cq_shared_t *sh, uint16_t node)
 {
     if (!node || node >= (1u << sh->ids.node_bits) || node == sh->node)
@@ -484,6 +536,7 @@ void cq_shared_relay_node_gone(cq_shared_t *sh, uint16_t node)
                               memory_order_acq_rel);
     uint32_t n = drop_conns(sh, node);
     CQ_WARN("node", "node %u left the relay: %u of its connections dropped here", node, n);
+    close_subscribers(sh, node, 0); /* its channels died with it */
 }
 
 /* The stream from node broke (the relay thread, cq_relay.h): what it sent since the last packet
@@ -492,6 +545,22 @@ void cq_shared_relay_node_gone(cq_shared_t *sh, uint16_t node)
  * node (or to GLOBAL, when node is its home) is closed with the reason logged, and its client
  * reconnects and subscribes again; the CONN_GONEs tell node to forget them. When node restarted
  * (a new epoch), its connections are gone with its old process and are dropped here first. */
+/* Every worker closes its connections subscribed to a channel of node (XM_NODE_RESET). */
+static void close_subscribers(cq_shared_t *sh, uint16_t node, uint64_t lost)
+{
+    uint64_t wake = 0;
+    for (int w = 0; w < sh->o.workers; w++) {
+        cq_xmsg_t *m = cq__xmsg_new(XM_NODE_RESET, 0);
+        if (!m)
+            continue;
+        m->u1 = node;
+        m->u2 = (uint32_t)CQ_MIN(lost, UINT32_MAX);
+        m->u3 = atomic_load(&sh->global_home) == node;
+        in_post(sh, w, m, &wake);
+    }
+    wake_all(sh, wake);
+}
+
 void cq_shared_relay_reset(cq_shared_t *sh, uint16_t node, bool restarted, uint64_t lost)
 {
     if (!node || node >= (1u << sh->ids.node_bits) || node == sh->node)
@@ -503,16 +572,7 @@ void cq_shared_relay_reset(cq_shared_t *sh, uint16_t node, bool restarted, uint6
             node, restarted ? "it restarted" : "loss", (unsigned long long)lost,
             restarted ? "; its connections dropped" : "");
     (void)n;
-    uint64_t wake = 0;
-    for (int w = 0; w < sh->o.workers; w++) {
-        cq_xmsg_t *m = cq__xmsg_new(XM_NODE_RESET, 0);
-        if (!m)
-            continue;
-        m->u1 = node;
-        m->u2 = (uint32_t)CQ_MIN(lost, UINT32_MAX);
-        in_post(sh, w, m, &wake);
-    }
-    wake_all(sh, wake);
+    close_subscribers(sh, node, lost);
 }
 
 /* XM_NODE_RESET on every worker: its connections subscribed to a channel of node u1 close. */
@@ -524,8 +584,9 @@ void cq__node_reset_local(cq_core_t *c, const cq_xmsg_t *m)
     void *v;
     while (cq_map_next(&c->lsubs, &it, &chan, &v)) {
         const cq_lsubs_t *l = v;
-        bool theirs =
-            cq__id_chan_node(&sh->ids, chan, &cn, NULL) ? cn == node : chan == 0 && home == node;
+        bool theirs = cq__id_chan_node(&sh->ids, chan, &cn, NULL)
+                          ? cn == node
+                          : chan == 0 && (home == node || m->u3);
         for (uint32_t i = 0; theirs && i < l->n; i++)
             if (cq_grow(&ids, &cap, n + 1, sizeof(*ids), 16) == 0)
                 ids[n++] = l->conns[i]->id;

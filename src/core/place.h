@@ -150,7 +150,9 @@ enum {
     /* relay nodes (node.c): never posted to a worker */
     XM_NODE_CONN,    /* conn_id (conn_type) of the sending node authenticated */
     XM_GLOBAL_OWNER, /* GLOBAL's home: GLOBAL's owner is now conn_id (0: none) */
-    XM_NODE_RESET,   /* the stream from node u1 broke (u2 packets lost): close its subscribers */
+    XM_NODE_RESET,   /* the stream from node u1 broke (u2 packets lost): close its subscribers;
+                      * u3: it was GLOBAL's home (GLOBAL's subscribers too) */
+    XM_NODE_REHOME,  /* GLOBAL's home is now node u1: tell it this worker's channels */
     XM_BOUNCE,       /* a request (as DISPATCH) naming connection u1 of the receiving node, which
                       * the sender did not know yet: sent back once the receiver vouches for it */
     XM__COUNT
@@ -235,6 +237,8 @@ void cq__node_free(cq_core_t *c);
 bool cq__node_bounce(cq_core_t *c, const cq_req_t *r, uint32_t conn_id);
 /* XM_NODE_RESET: this worker's connections subscribed to a channel of node m->u1 close. */
 void cq__node_reset_local(cq_core_t *c, const cq_xmsg_t *m);
+/* XM_NODE_REHOME: this worker's channels join the new home's directory (XM_DIR_ADD). */
+void cq__node_rehome_local(cq_core_t *c, const cq_xmsg_t *m);
 /* GLOBAL's home tells every live node who owns GLOBAL now (any worker reads it: the ACL, the
  * owner's copies of AuthResult and CreateChannelResult). Only on GLOBAL's home. */
 void cq__node_global_owner(cq_core_t *c, uint32_t owner);

@@ -140,6 +140,9 @@ static const char HELP[] =
     "# TYPE chanq_relay_members gauge\n"
     "# HELP chanq_relay_peers_up Other nodes whose HELLO reached this one over NATS.\n"
     "# TYPE chanq_relay_peers_up gauge\n"
+    "# HELP chanq_relay_global_home The node GLOBAL and the channel directory live on (0: not "
+    "known yet).\n"
+    "# TYPE chanq_relay_global_home gauge\n"
     "# HELP chanq_relay_messages_in_total Messages from other nodes taken.\n"
     "# TYPE chanq_relay_messages_in_total counter\n"
     "# HELP chanq_relay_messages_refused_total Messages from other nodes refused: malformed, "
@@ -219,6 +222,7 @@ static int metrics(void *ud, cq_sbuf_t *out)
                            "chanq_relay_node{node=\"%d\",cluster=\"%s\",epoch=\"%u\"} 1\n"
                            "chanq_relay_members %u\n"
                            "chanq_relay_peers_up %u\n"
+                           "chanq_relay_global_home %u\n"
                            "chanq_relay_messages_in_total %" PRIu64 "\n"
                            "chanq_relay_messages_refused_total %" PRIu64 "\n"
                            "chanq_relay_nats_connected %d\n"
@@ -229,9 +233,10 @@ static int metrics(void *ud, cq_sbuf_t *out)
                            "chanq_relay_bad_packets_total %" PRIu64 "\n"
                            "chanq_relay_unknown_records_total %" PRIu64 "\n",
                            k->cfg->relay_node_id, k->cfg->relay_cluster, cq_relay_epoch(k->relay),
-                           atomic_load(&k->members), peers_up(k), min, mref, ns.connected ? 1 : 0,
-                           ns.reconnects, ns.dropped, st.queued_bytes, st.refused_sends,
-                           st.bad_packets + st.unknown_src, atomic_load(&k->unknown_records));
+                           atomic_load(&k->members), peers_up(k), atomic_load(&k->global_home), min,
+                           mref, ns.connected ? 1 : 0, ns.reconnects, ns.dropped, st.queued_bytes,
+                           st.refused_sends, st.bad_packets + st.unknown_src,
+                           atomic_load(&k->unknown_records));
     for (size_t i = 0; i < n && r == 0; i++)
         r = metrics_peer(k, &ps[i], out);
     cq_free(ps);

@@ -632,6 +632,70 @@ static void test_global_across_nodes(void **state)
     }
 }
 
+/* SIGKILL node 1, GLOBAL's home: a client of node 2 subscribed to GLOBAL is closed (GLOBAL's
+ * state died with its home); node 2 or 3 claims the home; GLOBAL starts there ownerless, so a
+ * server of node 3 possesses it; the new home's directory holds the channels of the nodes that
+ * remain (a LIST from node 2 shows node 3's channel). */
+static void test_home_killed(void **state)
+{
+    (void)state;
+    relay_start();
+    for (int n = 1; n <= NODES; n++)
+        assert_int_equal(cq_testsrv_metric(node(n), "chanq_relay_global_home"), 1);
+    it_conn_t *s3 = on_node(3, true), *g = on_node(2, true), *c2 = on_node(2, false);
+    uint32_t ch3 = it_create(s3, CT_SUBWORLD, "kept", 2);
+    assert_int_equal(chanq_sync_create_channel(g->s, 1, CT_GLOBAL, "", NULL), 0);
+    Channeldpb__CreateChannelResultMessage *cr =
+        it_expect(g, MT_CREATE, 1, &channeldpb__create_channel_result_message__descriptor, NULL);
+    assert_int_equal(cr->ownerconnid, g->id);
+    chanq_unpack_free(cr);
+    it_expect_sub(g, 0, 0, g->id, CONN_SERVER, CT_GLOBAL, 1);
+    it_sub(c2, 3, 0, c2->id, -1);
+    it_expect_sub(c2, 0, 3, c2->id, CONN_CLIENT, CT_GLOBAL, 1);
+    assert_int_equal(cq_testsrv_kill(it_srv(), SIGKILL), 128 + SIGKILL);
+    /* GLOBAL's subscriber on node 2 is closed when node 2 sees node 1 leave (KCP has no close
+     * a client could see) */
+    if (strncmp(it_transport, "kcp", 3) != 0) {
+        chanq_owned_msg_t m;
+        int r = chanq_sync_recv(c2->s, &m, 20000);
+        assert_true(r < 0 && r != CQ_ETIMEOUT);
+    }
+    /* the new home: the same on nodes 2 and 3, not node 1 */
+    int64_t h2 = 0, h3 = 0;
+    for (int i = 0; i < 10000; i++) {
+        h2 = cq_testsrv_metric(node(2), "chanq_relay_global_home");
+        h3 = cq_testsrv_metric(node(3), "chanq_relay_global_home");
+        if (h2 == h3 && (h2 == 2 || h2 == 3))
+            break;
+        cq_test_sleep_ms(2);
+    }
+    assert_int_equal(h2, h3);
+    assert_true(h2 == 2 || h2 == 3);
+    printf("# GLOBAL's home moved to node %lld\n", (long long)h2);
+    /* GLOBAL is ownerless there: a server of node 3 possesses it */
+    assert_int_equal(chanq_sync_create_channel(s3->s, 4, CT_GLOBAL, "", NULL), 0);
+    cr = it_expect(s3, MT_CREATE, 4, &channeldpb__create_channel_result_message__descriptor, NULL);
+    assert_int_equal(cr->channelid, 0);
+    assert_int_equal(cr->ownerconnid, s3->id);
+    chanq_unpack_free(cr);
+    it_expect_sub(s3, 0, 0, s3->id, CONN_SERVER, CT_GLOBAL, 1);
+    /* the new home's directory has node 3's channel again */
+    it_conn_t *c2b = on_node(2, false);
+    bool found = false;
+    for (uint32_t stub = 5; !found; stub++) {
+        assert_int_equal(chanq_sync_list_channel(c2b->s, stub, 0, NULL, 0), 0);
+        Channeldpb__ListChannelResultMessage *lr = it_expect(
+            c2b, MT_LIST, stub, &channeldpb__list_channel_result_message__descriptor, NULL);
+        for (size_t i = 0; i < lr->n_channels; i++)
+            found |=
+                lr->channels[i]->channelid == ch3 && !strcmp(lr->channels[i]->metadata, "kept");
+        chanq_unpack_free(lr);
+        assert_true(stub < 5 + 1000);
+        if (!found)
+            cq_test_sleep_ms(1);
+    }
+}
+
 /* SIGKILL node 3 while its client c2 is subscribed to a channel of node 1: node 1 learns from
  * ZooKeeper that node 3 left (its session ends: --zk-session-ms 2000 here) and drops c2 as if
  * it had closed, so the owner gets the UNSUB result; nodes 1 and 2 carry on. */
@@ -683,6 +747,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_global_across_nodes, relay_teardown),
         cmocka_unit_test_teardown(test_link_reset, relay_teardown),
         cmocka_unit_test_teardown(test_node_killed, relay_teardown),
+        cmocka_unit_test_teardown(test_home_killed, relay_teardown),
     };
     return it_run("relay", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }

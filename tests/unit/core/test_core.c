@@ -845,6 +845,7 @@ static void test_xm_rows(void **state)
         {XM_NODE_CONN, "NODE_CONN"},
         {XM_GLOBAL_OWNER, "GLOBAL_OWNER"},
         {XM_NODE_RESET, "NODE_RESET"},
+        {XM_NODE_REHOME, "NODE_REHOME"},
         {XM_BOUNCE, "BOUNCE"},
     };
     assert_int_equal(sizeof(want) / sizeof(want[0]), XM__COUNT);
