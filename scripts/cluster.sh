@@ -8,14 +8,23 @@
 #         chanq/chanqpw, admin cqadmin/cqadminpw, replication repl/replpw), then chanqd node 1
 #         on the primary and, once node 1 is ready (so it joins ZooKeeper first and is the
 #         shard's first master), chanqd node 2 on the standby (DIR/shardS/nodeN);
-#       and prints "zk=HOSTS" and, per chanqd, "shard=S node=N mq=H:P admin=H:P pid=PID".
-#       Ports are free ones in 26000-29999 (none in 24xxx/25xxx). On any failure everything
-#       started so far is stopped again.
-#   scripts/cluster.sh stop DIR     stops every chanqd, then every MariaDB, then ZooKeeper, each
-#       by the PID this script (or the fixture scripts) recorded, and removes DIR.
+#       - a relay of RELAY_NODES chanqd nodes (default 3; doc/relay-cluster.md) over a 3-server
+#         NATS cluster (tests/support/nats.sh, DIR/nats) and the ZooKeeper above: node N
+#         (DIR/relayN) is `--relay-node-id N`, a channel node only (no durable topics), started
+#         in order (node 1 claims GLOBAL's home), and start waits until every node has heard
+#         every other (chanq_relay_peers_up = RELAY_NODES - 1);
+#       and prints "zk=HOSTS", "nats=URLS", per shard chanqd "shard=S node=N mq=H:P admin=H:P
+#       pid=PID", and per relay node "relay node=N client=H:P server=H:P ws=H:P kcp=H:P
+#       admin=H:P pid=PID". Ports are free ones in 26000-29999 (NATS: 30000-32767; none in
+#       24xxx/25xxx). On any failure everything started so far is stopped again.
+#   scripts/cluster.sh stop DIR     stops the relay nodes, then NATS, then every shard chanqd,
+#       then every MariaDB, then ZooKeeper, each by the PID this script (or the fixture scripts)
+#       recorded, and removes DIR.
 #   scripts/cluster.sh status DIR   one line per service: name, port(s), pid, up/down, role
 #       (ZooKeeper: leader/follower; MariaDB: rw/ro, semi-sync and replica state; chanqd: its
-#       role from /metrics, else from its shard's members in ZooKeeper).
+#       role from /metrics, else from its shard's members in ZooKeeper; NATS: its routes; a
+#       relay node: members, peers_up, nats_connected from /metrics), and per relay node one
+#       line per peer: its link's packets out and in, gaps and resets.
 #
 # Environment: CHANQD (default build/src/main/chanqd, built with meson/ninja when missing),
 #   SHARDS [2], ZK_ROOT [/chanq], ZK_SESSION_MS [4000], DB_DOWN_MS [5000],
@@ -23,13 +32,16 @@
 #   cluster options, i.e. two standalone chanqd per shard, both on the primary, since a
 #   standalone chanqd cannot open a read-only store - for checking the other services),
 #   CHANQD_ARGS [""] (more options for every chanqd, split on blanks: e.g. the managers to
-#   report to, "--mgr-servers 127.0.0.1:12120 --mgr-token-file F").
-# Only processes this script (or zk.sh / mariadb-pair.sh) started are ever signalled.
+#   report to, "--mgr-servers 127.0.0.1:12120 --mgr-token-file F"), RELAY_NODES [3] (0..15;
+#   0: no NATS and no relay node, the cluster as before them), RELAY_CLUSTER [local] (the
+#   relay's name, --relay-cluster).
+# Only processes this script (or zk.sh / mariadb-pair.sh / nats.sh) started are ever signalled.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ZKSH="$ROOT/tests/support/zk.sh"
 PAIR="$ROOT/tests/support/mariadb-pair.sh"
+NATSSH="$ROOT/tests/support/nats.sh"
 SHARDS=${SHARDS:-2}
 ZK_ROOT=${ZK_ROOT:-/chanq}
 ZK_SESSION_MS=${ZK_SESSION_MS:-4000}
@@ -38,6 +50,8 @@ SEMI_TIMEOUT_MS=${SEMI_TIMEOUT_MS:-2000}
 LOG_LEVEL=${LOG_LEVEL:-info}
 CLUSTER_OPTS=${CLUSTER_OPTS:-1}
 CHANQD_ARGS=${CHANQD_ARGS:-}
+RELAY_NODES=${RELAY_NODES:-3}
+RELAY_CLUSTER=${RELAY_CLUSTER:-local}
 
 usage() {
     echo "usage: $0 start|stop|status DIR" >&2
@@ -81,13 +95,29 @@ chanqd_cmd() {
     [ -z "$CHANQD_ARGS" ] || CMD+=($CHANQD_ARGS)
 }
 
+# relay_cmd N: sets CMD to the command line of relay node N, a channel node (no --mq-addr) of
+# the relay RELAY_CLUSTER over the cluster's NATS servers and ZooKeeper (ports in DIR/relayN).
+relay_cmd() {
+    local n=$1 d="$DIR/relay$1"
+    CMD=("$CHANQD" --client-addr "127.0.0.1:$(cat "$d/client_port")"
+        --server-addr "127.0.0.1:$(cat "$d/server_port")"
+        --ws-addr "127.0.0.1:$(cat "$d/ws_port")" --kcp-addr "127.0.0.1:$(cat "$d/kcp_port")"
+        --admin-addr "127.0.0.1:$(cat "$d/admin_port")" --mq-addr '' --mq-http-addr ''
+        --ready-file "$d/ready" --log-level "$LOG_LEVEL"
+        --relay-nats "$(cat "$DIR/nats_urls")" --relay-zk-hosts "$(cat "$DIR/zk_hosts")"
+        --zk-root "$ZK_ROOT" --zk-session-ms "$ZK_SESSION_MS"
+        --relay-cluster "$RELAY_CLUSTER" --relay-node-id "$n")
+    # shellcheck disable=SC2206 # CHANQD_ARGS is a word list on purpose
+    [ -z "$CHANQD_ARGS" ] || CMD+=($CHANQD_ARGS)
+}
+
 # ---- helpers -----------------------------------------------------------------------------------
 # free_ports N: N distinct ports in 26000-29999 that nothing listens on and that this cluster
 # has not taken (one python run: it takes a second on a loaded machine).
 free_ports() {
     local taken
     taken=$(cat "$DIR"/zk/zk*/*port* "$DIR"/shard*/db/*/port "$DIR"/shard*/node*/*_port \
-        2>/dev/null | tr -s ' \n' ' ' || true)
+        "$DIR"/relay*/*_port 2>/dev/null | tr -s ' \n' ' ' || true)
     # shellcheck disable=SC2086 # taken is a list of numbers
     python3 "$ROOT/tests/support/free-ports.py" 26000 29999 "$1" $taken
 }
@@ -121,20 +151,23 @@ find_chanqd() {
     [ -x "$CHANQD" ] || die "no chanqd at $CHANQD"
 }
 
-# start_chanqd S N: launches it (setsid, own process group) and waits for its ready file.
-start_chanqd() {
-    local s=$1 n=$2 d="$DIR/shard$1/node$2" p i ports
+# take_ports D NAME...: one free port per NAME, written to D/NAME_port (D is created).
+take_ports() {
+    local d=$1 p ports
+    shift
     mkdir -p "$d"
-    read -ra ports <<<"$(free_ports 4)"
-    [ ${#ports[@]} = 4 ] || die "no free ports"
-    for p in mq admin client server; do
+    read -ra ports <<<"$(free_ports $#)"
+    [ ${#ports[@]} = $# ] || die "no free ports"
+    for p in "$@"; do
         echo "${ports[0]}" >"$d/${p}_port"
         ports=("${ports[@]:1}")
     done
-    read -r DB_PORT DB_STANDBY_PORT <"$DIR/shard$s/db.ports"
-    # (a standalone chanqd, CLUSTER_OPTS=0, cannot open a read-only store: both on the primary)
-    [ "$n" = 1 ] || [ "$CLUSTER_OPTS" != 1 ] || DB_PORT=$DB_STANDBY_PORT
-    chanqd_cmd "$s" "$n"
+}
+
+# launch D WHAT: runs CMD (setsid, own process group; log, pid and cmdline in D) and waits for
+# its ready file.
+launch() {
+    local d=$1 i
     printf '%q ' "${CMD[@]}" >"$d/cmdline"
     setsid "${CMD[@]}" >"$d/log" 2>&1 </dev/null &
     echo $! >"$d/pid"
@@ -143,24 +176,74 @@ start_chanqd() {
         alive "$(cat "$d/pid")" || break
         sleep 0.05
     done
-    die "chanqd shard $s node $n did not start; $d/log: $(tail -n 5 "$d/log")"
+    die "$2 did not start; $d/log: $(tail -n 5 "$d/log")"
 }
+
+# start_chanqd S N: launches it and waits for its ready file.
+start_chanqd() {
+    local s=$1 n=$2
+    take_ports "$DIR/shard$s/node$n" mq admin client server
+    read -r DB_PORT DB_STANDBY_PORT <"$DIR/shard$s/db.ports"
+    # (a standalone chanqd, CLUSTER_OPTS=0, cannot open a read-only store: both on the primary)
+    [ "$n" = 1 ] || [ "$CLUSTER_OPTS" != 1 ] || DB_PORT=$DB_STANDBY_PORT
+    chanqd_cmd "$s" "$n"
+    launch "$DIR/shard$s/node$n" "chanqd shard $s node $n"
+}
+
+# start_relay N: launches relay node N and waits for its ready file (written once the node
+# knows GLOBAL's home).
+start_relay() {
+    take_ports "$DIR/relay$1" client server ws kcp admin
+    relay_cmd "$1"
+    launch "$DIR/relay$1" "relay node $1"
+}
+
+# metric PORT NAME: the value of the line "NAME VALUE" of the /metrics on admin port PORT
+# (nothing when it is down or has no such line).
+metric() {
+    curl -s --max-time 2 "http://127.0.0.1:$1/metrics" 2>/dev/null |
+        awk -v n="$2" '$1 == n { print $2 }' || true
+}
+
+# wait_relay: until every relay node has heard every other over NATS (60 s at most).
+wait_relay() {
+    local n end=$((SECONDS + 60))
+    for n in $(seq 1 "$RELAY_NODES"); do
+        until [ "$(metric "$(cat "$DIR/relay$n/admin_port")" chanq_relay_peers_up)" = \
+            $((RELAY_NODES - 1)) ]; do
+            alive "$(cat "$DIR/relay$n/pid")" ||
+                die "relay node $n exited; $DIR/relay$n/log: $(tail -n 5 "$DIR/relay$n/log")"
+            [ $SECONDS -lt $end ] || die "relay node $n: chanq_relay_peers_up is" \
+                "'$(metric "$(cat "$DIR/relay$n/admin_port")" chanq_relay_peers_up)'" \
+                "after 60 s, not $((RELAY_NODES - 1))"
+            sleep 0.1
+        done
+    done
+}
+
+# hostport D NAME: 127.0.0.1:<D/NAME_port>
+hostport() { echo "127.0.0.1:$(cat "$1/$2_port")"; }
 
 # ---- start / stop / status ---------------------------------------------------------------------
 start() {
     [ ! -e "$DIR" ] || [ -z "$(ls -A "$DIR")" ] || die "$DIR exists and is not empty"
+    case "$RELAY_NODES" in [0-9] | 1[0-5]) ;; *) die "RELAY_NODES must be 0..15" ;; esac
     mkdir -p "$DIR"
     DIR=$(cd "$DIR" && pwd)
     find_chanqd
     echo "$SHARDS" >"$DIR/shards"
     # whatever fails from here on (die, or set -e), everything started so far is stopped
     trap 'rc=$?; [ $rc = 0 ] || { log "start failed: stopping what was started"; stop; }' EXIT
-    local rc=0 s n zkjob
+    local rc=0 s n zkjob natsjob=
     local -a dbjob
-    # ZooKeeper and the MariaDB pairs start side by side (each takes seconds); all are waited
-    # for before any failure is acted on, so no start is still running when stop runs.
+    # ZooKeeper, NATS and the MariaDB pairs start side by side (each takes seconds); all are
+    # waited for before any failure is acted on, so no start is still running when stop runs.
     "$ZKSH" start "$DIR/zk" >"$DIR/zk_hosts" 2>"$DIR/zk_start.err" &
     zkjob=$!
+    if [ "$RELAY_NODES" -gt 0 ]; then
+        "$NATSSH" start "$DIR/nats" 3 >"$DIR/nats_urls" 2>"$DIR/nats_start.err" &
+        natsjob=$!
+    fi
     for s in $(seq 1 "$SHARDS"); do
         mkdir -p "$DIR/shard$s"
         MARIADB_PAIR_SEMI_TIMEOUT_MS=$SEMI_TIMEOUT_MS "$PAIR" start "$DIR/shard$s/db" \
@@ -168,12 +251,17 @@ start() {
         dbjob[s]=$!
     done
     wait "$zkjob" || rc=$?
+    [ -z "$natsjob" ] || wait "$natsjob" || {
+        [ $? != 2 ] || die "nats-server is not installed (scripts/deps.sh test), or RELAY_NODES=0"
+        die "NATS did not start: $(cat "$DIR/nats_start.err")"
+    }
     for s in $(seq 1 "$SHARDS"); do
         wait "${dbjob[$s]}" || { rc=$?; log "MariaDB pair $s: $(cat "$DIR/shard$s/db_start.err")"; }
     done
     [ -s "$DIR/zk_hosts" ] || die "ZooKeeper did not start: $(cat "$DIR/zk_start.err")"
     [ "$rc" = 0 ] || die "a MariaDB pair did not start"
     echo "zk=$(cat "$DIR/zk_hosts")"
+    [ "$RELAY_NODES" = 0 ] || echo "nats=$(cat "$DIR/nats_urls")"
     for s in $(seq 1 "$SHARDS"); do
         echo "shard=$s db_primary=127.0.0.1:$(cut -d' ' -f1 "$DIR/shard$s/db.ports")" \
             "db_standby=127.0.0.1:$(cut -d' ' -f2 "$DIR/shard$s/db.ports")"
@@ -186,15 +274,30 @@ start() {
                 "pid=$(cat "$DIR/shard$s/node$n/pid")"
         done
     done
+    start_relays
     trap - EXIT
+}
+
+start_relays() {
+    local n d
+    [ "$RELAY_NODES" -gt 0 ] || return 0
+    for n in $(seq 1 "$RELAY_NODES"); do start_relay "$n"; done
+    wait_relay
+    for n in $(seq 1 "$RELAY_NODES"); do
+        d="$DIR/relay$n"
+        echo "relay node=$n client=$(hostport "$d" client) server=$(hostport "$d" server)" \
+            "ws=$(hostport "$d" ws) kcp=$(hostport "$d" kcp) admin=$(hostport "$d" admin)" \
+            "pid=$(cat "$d/pid")"
+    done
 }
 
 stop() {
     [ -d "$DIR" ] || return 0
     local d s
-    for d in "$DIR"/shard*/node*; do
+    for d in "$DIR"/relay* "$DIR"/shard*/node*; do
         [ -f "$d/pid" ] && stop_pid "$(cat "$d/pid")" && rm -f "$d/pid"
     done
+    [ -d "$DIR/nats" ] && { "$NATSSH" stop "$DIR/nats" || true; }
     for s in "$DIR"/shard*; do
         [ -d "$s/db" ] && { "$PAIR" stop "$s/db" || true; }
     done
@@ -289,6 +392,58 @@ status() {
                 "$(cat "$d/mq_port")" "$pid" "$state" "$ROLE"
         done
     done
+    [ ! -d "$DIR/nats" ] || nats_status
+    for d in "$DIR"/relay*; do
+        [ ! -d "$d" ] || relay_status "$d"
+    done
+}
+
+# nats_status: per NATS server, its client port, pid, up/down and its routes (/routez).
+nats_status() {
+    local i pid state routes
+    for i in $(seq 1 "$(cat "$DIR/nats/nodes")"); do
+        pid=$("$NATSSH" pid "$DIR/nats" "$i" 2>/dev/null || echo -)
+        state=down
+        routes=-
+        if alive "$pid"; then
+            state=up
+            routes=$(curl -s --max-time 2 \
+                "http://127.0.0.1:$("$NATSSH" monitor "$DIR/nats" "$i")/routez" 2>/dev/null |
+                sed -n 's/.*"num_routes": *\([0-9]*\).*/\1/p' || true)
+        fi
+        printf '%-22s port=%-5s pid=%-7s %-4s routes=%s\n' "nats$i" \
+            "$(cat "$DIR/nats/n$i/client_port")" "$pid" "$state" "${routes:-?}"
+    done
+}
+
+# relay_status D: relay node D's line (members, peers up, NATS connection from its /metrics),
+# then one line per peer of its link counters.
+relay_status() {
+    local d=$1 name pid state=down m=""
+    name="relay node${d##*/relay}"
+    pid=$(cat "$d/pid" 2>/dev/null || echo -)
+    if alive "$pid"; then
+        state=up
+        m=$(curl -s --max-time 2 "http://127.0.0.1:$(cat "$d/admin_port")/metrics" 2>/dev/null |
+            grep '^chanq_relay_' || true)
+    fi
+    printf '%-22s port=%-5s pid=%-7s %-4s %s\n' "$name" "$(cat "$d/client_port")" "$pid" \
+        "$state" "$(echo "$m" | awk '$1 == "chanq_relay_members" { a = $2 }
+            $1 == "chanq_relay_peers_up" { b = $2 } $1 == "chanq_relay_nats_connected" { c = $2 }
+            END { if (a b c != "") printf "members=%s peers_up=%s nats_connected=%s", a, b, c }')"
+    # chanq_relay_link_packets_total{peer="2",dir="out"} 5 -> peer 2: out=5 (in the peers' order)
+    [ -z "$m" ] || echo "$m" | awk -v name="$name" '
+        match($1, /peer="[0-9]+"/) {
+            p = substr($1, RSTART + 6, RLENGTH - 7)
+            if (!(p in seen)) { seen[p] = 1; order[++np] = p }
+            if ($1 ~ /^chanq_relay_link_packets_total/ && $1 ~ /dir="out"/) out[p] = $2
+            else if ($1 ~ /^chanq_relay_link_packets_total/) in_[p] = $2
+            else if ($1 ~ /^chanq_relay_link_gaps_total/) gaps[p] = $2
+            else if ($1 ~ /^chanq_relay_link_resets_total/) resets[p] = $2
+        }
+        END { for (i = 1; i <= np; i++) { p = order[i]
+            printf "%-22s packets out=%s in=%s gaps=%s resets=%s\n", name " peer" p,
+                out[p], in_[p], gaps[p], resets[p] } }'
 }
 
 case "$cmd" in

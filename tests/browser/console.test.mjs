@@ -104,7 +104,7 @@ async function startCluster() {
   const r = await run(join(repo, 'scripts', 'cluster.sh'), ['start', cdir], {
     timeout: 240000,
     env: {
-      ...process.env, CHANQD: BIN, SHARDS: '1',
+      ...process.env, CHANQD: BIN, SHARDS: '1', RELAY_NODES: '0', // the shard only
       CHANQD_ARGS: `--mgr-servers ${mgr.ready.mgr} --mgr-token-file ${join(dir, 'server.token')} ` +
         '--mgr-report-ms 300',
     },

@@ -24,7 +24,8 @@
 # Env: CLUSTER_FAULT_LONG=1 (30 s before and after the fault instead of 3), ZK_SESSION_MS [4000],
 #   DB_DOWN_MS [3000], SEMI_TIMEOUT_MS [2000], RATE [300], DISCOVERY [zk] (static: the SDK gets the
 #   cluster's server list instead of reading ZooKeeper), KEEP=1 (keep a copy of the cluster's dir and
-#   logs; the services are stopped anyway), FREEZE_MS [session + 2000] (fault 3).
+#   logs; the services are stopped anyway), FREEZE_MS [session + 2000] (fault 3), RELAY_NODES [0]
+#   (cluster.sh's relay nodes; the faults strike the shards).
 set -euo pipefail
 
 [ $# -eq 3 ] || {
@@ -39,6 +40,7 @@ CLUSTER="$ROOT/scripts/cluster.sh"
 export ZK_SESSION_MS=${ZK_SESSION_MS:-4000}
 export DB_DOWN_MS=${DB_DOWN_MS:-3000}
 export SEMI_TIMEOUT_MS=${SEMI_TIMEOUT_MS:-2000}
+export RELAY_NODES=${RELAY_NODES:-0}
 RATE=${RATE:-300}
 if [ "${CLUSTER_FAULT_LONG:-0}" = 1 ]; then PRE=30 POST=30; else PRE=3 POST=3; fi
 RECOVER_S=$((ZK_SESSION_MS / 1000 + DB_DOWN_MS / 1000 + 20))
