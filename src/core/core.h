@@ -151,6 +151,7 @@ struct cq_shared {
     _Atomic uint64_t dead_nodes[4];  /* left the relay: their messages are dropped until HELLO */
     _Atomic uint64_t heard_nodes[4]; /* said HELLO since they last left */
     _Atomic uint64_t relay_in, relay_refused; /* messages from other nodes: taken, refused */
+    _Atomic uint64_t relay_paced;             /* records that waited for a full inbox */
 };
 
 /* A dropped recoverable server connection, waiting for a successor with the same PIT. */

@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 /* Posting from the relay and ZooKeeper threads (below). */
 static void in_post(cq_shared_t *sh, int w, cq_xmsg_t *m, uint64_t *wake);
@@ -611,10 +612,11 @@ void cq_shared_relay_node_up(cq_shared_t *sh, uint16_t node)
                              memory_order_acq_rel);
 }
 
-void cq_shared_relay_counts(cq_shared_t *sh, uint64_t *in, uint64_t *refused)
+void cq_shared_relay_counts(cq_shared_t *sh, uint64_t *in, uint64_t *refused, uint64_t *paced)
 {
     *in = atomic_load(&sh->relay_in);
     *refused = atomic_load(&sh->relay_refused);
+    *paced = atomic_load(&sh->relay_paced);
 }
 
 /* Messages are taken only from nodes of the relay: a member, or one that said HELLO, and not
@@ -629,6 +631,32 @@ static bool node_known(const cq_shared_t *sh, uint32_t node)
             bit);
 }
 
+/* Another node's messages are paced as a connection's are: while a worker's inbox holds more
+ * than CQ_INBOX_HIGH, the relay thread waits (up to PACE_MAX_MS per record) for it to fall under
+ * CQ_INBOX_LOW. The relay thread's queue then fills, then the NATS subscription's pending limit
+ * drops packets (counted), and the links ask for them again: a flood costs the sender retries,
+ * never the receiver's memory. */
+#define PACE_MAX_MS 100
+
+static bool inbox_high(const cq_shared_t *sh, int64_t limit)
+{
+    for (int w = 0; w < sh->o.workers; w++)
+        if (atomic_load_explicit(&sh->cores[w]->inbox_bytes, memory_order_relaxed) > limit)
+            return true;
+    return false;
+}
+
+static void pace(cq_shared_t *sh)
+{
+    if (!inbox_high(sh, CQ_INBOX_HIGH))
+        return;
+    atomic_fetch_add(&sh->relay_paced, 1);
+    for (int i = 0; i < PACE_MAX_MS && inbox_high(sh, CQ_INBOX_LOW); i++) {
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* One record of kind CQ_CORE_REC_XMSGS from node `from`, on the relay thread. */
 void cq_shared_relay_input(cq_shared_t *sh, uint16_t from, const uint8_t *p, size_t n)
 {
@@ -637,6 +665,7 @@ void cq_shared_relay_input(cq_shared_t *sh, uint16_t from, const uint8_t *p, siz
         atomic_fetch_add(&sh->relay_refused, 1);
         return;
     }
+    pace(sh);
     uint64_t wake = 0;
     size_t off = 0;
     while (off < n) {

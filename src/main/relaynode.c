@@ -143,6 +143,9 @@ static const char HELP[] =
     "# HELP chanq_relay_global_home The node GLOBAL and the channel directory live on (0: not "
     "known yet).\n"
     "# TYPE chanq_relay_global_home gauge\n"
+    "# HELP chanq_relay_paced_total Records from other nodes that waited for a worker's full "
+    "inbox.\n"
+    "# TYPE chanq_relay_paced_total counter\n"
     "# HELP chanq_relay_messages_in_total Messages from other nodes taken.\n"
     "# TYPE chanq_relay_messages_in_total counter\n"
     "# HELP chanq_relay_messages_refused_total Messages from other nodes refused: malformed, "
@@ -214,8 +217,8 @@ static int metrics(void *ud, cq_sbuf_t *out)
     size_t n = cq_relay_stats(k->relay, &st, ps, MAX_PEERS);
     cq_relay_nats_stats_t ns;
     cq_relay_nats_stats(k->nats, &ns);
-    uint64_t min, mref;
-    cq_shared_relay_counts(k->sh, &min, &mref);
+    uint64_t min, mref, mpaced;
+    cq_shared_relay_counts(k->sh, &min, &mref, &mpaced);
     int r = cq_sbuf_append(out, HELP, sizeof(HELP) - 1);
     if (r == 0)
         r = cq_sbuf_printf(out,
@@ -225,6 +228,7 @@ static int metrics(void *ud, cq_sbuf_t *out)
                            "chanq_relay_global_home %u\n"
                            "chanq_relay_messages_in_total %" PRIu64 "\n"
                            "chanq_relay_messages_refused_total %" PRIu64 "\n"
+                           "chanq_relay_paced_total %" PRIu64 "\n"
                            "chanq_relay_nats_connected %d\n"
                            "chanq_relay_nats_reconnects_total %" PRIu64 "\n"
                            "chanq_relay_nats_dropped_total %" PRId64 "\n"
@@ -234,8 +238,8 @@ static int metrics(void *ud, cq_sbuf_t *out)
                            "chanq_relay_unknown_records_total %" PRIu64 "\n",
                            k->cfg->relay_node_id, k->cfg->relay_cluster, cq_relay_epoch(k->relay),
                            atomic_load(&k->members), peers_up(k), atomic_load(&k->global_home), min,
-                           mref, ns.connected ? 1 : 0, ns.reconnects, ns.dropped, st.queued_bytes,
-                           st.refused_sends, st.bad_packets + st.unknown_src,
+                           mref, mpaced, ns.connected ? 1 : 0, ns.reconnects, ns.dropped,
+                           st.queued_bytes, st.refused_sends, st.bad_packets + st.unknown_src,
                            atomic_load(&k->unknown_records));
     for (size_t i = 0; i < n && r == 0; i++)
         r = metrics_peer(k, &ps[i], out);
