@@ -418,6 +418,7 @@ static void adjacent(cq_core_t *c, cq_req_t *r, cq_chan_t *ch, uint32_t bc)
             cq__xmsg_post(c, w, m);
         }
     }
+    cq__node_adjacent(c, cells, n, rec, r->conn_id, skip_client, bc);
     cq_buf_unref(rec);
 }
 

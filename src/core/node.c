@@ -195,6 +195,25 @@ void cq__node_rehome_local(cq_core_t *c, const cq_xmsg_t *m)
     }
 }
 
+void cq__node_adjacent(cq_core_t *c, const uint32_t *cells, uint32_t n, cq_buf_t *rec,
+                       uint32_t sender, uint32_t skip_client, uint32_t bc)
+{
+    cq_shared_t *sh = c->sh;
+    for (uint32_t node = 1; sh->node && node < (1u << sh->ids.node_bits); node++) {
+        if (node == sh->node || !cq__node_live(sh, node))
+            continue;
+        cq_xmsg_t *m = cq__xmsg_new(XM_ADJACENT, n * sizeof(uint32_t));
+        if (!m)
+            continue;
+        memcpy(m->body, cells, n * sizeof(uint32_t));
+        m->buf = cq_buf_ref(rec);
+        m->u1 = sender;
+        m->u2 = skip_client;
+        m->u3 = bc;
+        cq__node_post(c, node, m);
+    }
+}
+
 void cq__node_conn_up(cq_core_t *c, cq_conn_t *conn)
 {
     if (!c->sh->node)
@@ -408,8 +427,9 @@ static bool in_route(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m, uint64_t *wak
                 m, wake);
         return true;
     case XM_CREATE:
-    case XM_REMOVE: /* u1: the channel, allocated on GLOBAL's home for a node */
-        if (!cq__id_chan_node(l, m->u1, &node, NULL) || node != sh->node)
+    case XM_REMOVE: /* u1: the channel: a node's own, or a cell or entity of GLOBAL's home */
+        if (cq__id_chan_node(l, m->u1, &node, NULL) ? node != sh->node
+                                                    : atomic_load(&sh->global_home) != sh->node)
             return false;
         in_post(sh, cq_shared_chan_worker(sh, m->u1), m, wake);
         return true;
@@ -440,7 +460,16 @@ static bool in_route(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m, uint64_t *wak
         in_sendmany(sh, m, wake);
         return true;
     case XM_FANOUT:
+    case XM_ADJACENT: /* every worker walks its own lists of the cells */
         in_all(sh, m, wake);
+        return true;
+    case XM_INTEREST: /* to the client's worker: it diffs and subscribes */
+        if (cq__id_conn_node(l, m->conn_id, NULL) != sh->node)
+            return false;
+        in_post(sh, cq_shared_conn_worker(sh, m->conn_id), m, wake);
+        return true;
+    case XM_WK_SUB: /* a well-known entity lives on GLOBAL's home */
+        in_post(sh, cq_shared_chan_worker(sh, m->chan_id), m, wake);
         return true;
     case XM_BOUNCE:
         return in_bounce(sh, from, m);

@@ -131,12 +131,13 @@ int cq__chan_worker(const cq_core_t *c, uint32_t chan_id)
     if (cq_unlikely(c->sh->node)) {
         if (cq__id_chan_node(&c->sh->ids, chan_id, &node, NULL) && node != c->sh->node)
             return cq__place_node(c, node);
-        /* GLOBAL lives on its home, where the directory is too (node.c) */
-        node = chan_id == CQ_CHAN_ID_GLOBAL
-                   ? atomic_load_explicit(&c->sh->global_home, memory_order_relaxed)
-                   : 0;
-        if (node && node != c->sh->node)
-            return cq__place_node(c, node);
+        /* GLOBAL lives on its home, where the directory is too, and so do the spatial
+         * controller's cells and the entity channels, whose ids carry no node (node.c) */
+        if (cq__id_chan_kind(chan_id) != CQ_CHAN_KIND_NONSPATIAL) {
+            node = atomic_load_explicit(&c->sh->global_home, memory_order_relaxed);
+            if (node && node != c->sh->node)
+                return cq__place_node(c, node);
+        }
     }
     return (int)(chan_id % (uint32_t)c->nworkers);
 }

@@ -239,6 +239,9 @@ bool cq__node_bounce(cq_core_t *c, const cq_req_t *r, uint32_t conn_id);
 void cq__node_reset_local(cq_core_t *c, const cq_xmsg_t *m);
 /* XM_NODE_REHOME: this worker's channels join the new home's directory (XM_DIR_ADD). */
 void cq__node_rehome_local(cq_core_t *c, const cq_xmsg_t *m);
+/* ADJACENT: every other live node delivers rec to its local subscribers of cells[0..n). */
+void cq__node_adjacent(cq_core_t *c, const uint32_t *cells, uint32_t n, cq_buf_t *rec,
+                       uint32_t sender, uint32_t skip_client, uint32_t bc);
 /* GLOBAL's home tells every live node who owns GLOBAL now (any worker reads it: the ACL, the
  * owner's copies of AuthResult and CreateChannelResult). Only on GLOBAL's home. */
 void cq__node_global_owner(cq_core_t *c, uint32_t owner);

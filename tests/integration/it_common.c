@@ -37,13 +37,16 @@ int it_run(const char *name, const struct CMUnitTest *tests, size_t n, int argc,
             it_transport = argv[i] + 12;
         else if (strncmp(argv[i], "--io-uring=", 11) == 0)
             g_io_uring = argv[i] + 11;
+        else if (strcmp(argv[i], "--relay") == 0)
+            it_relay = true;
     }
     if (it_workers < 1)
         it_workers = 1;
     const char *base = strrchr(name, '/');
     char group[128];
-    snprintf(group, sizeof(group), "%s (workers=%d, %s%s%s)", base ? base + 1 : name, it_workers,
-             it_transport, g_io_uring ? ", io-uring " : "", g_io_uring ? g_io_uring : "");
+    snprintf(group, sizeof(group), "%s (workers=%d, %s%s%s%s)", base ? base + 1 : name, it_workers,
+             it_transport, g_io_uring ? ", io-uring " : "", g_io_uring ? g_io_uring : "",
+             it_relay ? ", 3 relay nodes" : "");
     return _cmocka_run_group_tests(group, tests, n, NULL, NULL);
 }
 
@@ -174,6 +177,7 @@ int it_teardown(void **state)
 {
     bridge_stop();
     conns_free();
+    it_relay_stop();
     if (g_srv_init) {
         cq_testsrv_stop(&g_srv);
         g_srv_init = false;
@@ -215,6 +219,14 @@ const char *it_file(const char *name, const char *content)
 }
 
 void it_startv(const char *const *args)
+{
+    if (it_relay)
+        it_relay_startv(args);
+    else
+        it_start_one(args);
+}
+
+void it_start_one(const char *const *args)
 {
     srv_init();
     const char *all[64];
@@ -344,7 +356,7 @@ static bool log_wait_from(size_t off, const char *needle, int timeout_ms)
 
 it_conn_t *it_connect(bool server, const chanq_opts_t *opts)
 {
-    return it_connect_to(&g_srv, server, opts);
+    return it_connect_to(it_relay ? it_node(it_relay_pick(server)) : &g_srv, server, opts);
 }
 
 it_conn_t *it_connect_to(cq_testsrv_t *srv, bool server, const chanq_opts_t *opts)

@@ -99,6 +99,24 @@ it_conn_t *it_connect_to(cq_testsrv_t *srv, bool server, const chanq_opts_t *opt
 /* Client connections to srv, another server the test started itself, go through a bridge of
  * it_transport too (nothing for tcp); the teardown stops it. */
 void it_bridge(cq_testsrv_t *srv);
+/* Starts chanqd with args (it_startv without relay mode: one node, it_srv()). */
+void it_start_one(const char *const *args);
+
+/* ---- three nodes as one relay (it_relay.c, issue 23) ---- */
+#define IT_RELAY_NODES 3
+/* Relay mode (`--relay` on the command line): it_startv starts IT_RELAY_NODES nodes and
+ * it_connect spreads connections over them (servers on 1, 2, 3...; clients on 3, 1, 2...). */
+extern bool it_relay;
+/* Starts the nodes of a relay of their own (node 1 is it_srv()), each with args, and waits
+ * until they all hear each other. Needs CQ_NATS_URLS and CQ_ZK_HOSTS (run_nats.sh, run_zk.sh). */
+void it_relay_startv(const char *const *args);
+/* Node n (1 .. IT_RELAY_NODES); the relay's name (its NATS subjects, its ZooKeeper subtree). */
+cq_testsrv_t *it_node(int n);
+const char *it_relay_name(void);
+/* The node the next connection of this kind goes to in relay mode. */
+int it_relay_pick(bool server);
+/* Stops nodes 2 .. IT_RELAY_NODES (it_teardown calls it). */
+void it_relay_stop(void);
 /* Authenticates c with pit/lt and asserts SUCCESSFUL; sets c->id. */
 void it_auth(it_conn_t *c, const char *pit, const char *lt);
 /* Connect + AUTH("pit","lt") on the client / server listener. */

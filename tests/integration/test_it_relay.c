@@ -19,10 +19,8 @@
 #include <signal.h>
 #include <unistd.h>
 
-#define NODES 3
+#define NODES IT_RELAY_NODES
 
-static cq_testsrv_t g_nodes[NODES + 1]; /* [1] is it_srv(); [2], [3] started here */
-static char g_cluster[32];
 static char g_fsm[64] = "/tmp/cq-relay-fsm.XXXXXX"; /* clients may SUB and UNSUB themselves */
 
 /* channeld's client_authoratative_fsm.json */
@@ -45,76 +43,18 @@ static void fsm_write(void)
     atexit(fsm_remove);
 }
 
-/* Node n of the relay this test made (its own relay name, so tests do not meet). */
-static void node_args(int n, const char **a, size_t *k, char *id, size_t idlen)
-{
-    snprintf(id, idlen, "%d", n);
-    const char *v[] = {"--dev",
-                       "--ws-addr",
-                       "127.0.0.1:0",
-                       "--kcp-addr",
-                       "127.0.0.1:0",
-                       "--mq-addr",
-                       "",
-                       "--mq-http-addr",
-                       "",
-                       "--relay-nats",
-                       getenv("CQ_NATS_URLS"),
-                       "--relay-zk-hosts",
-                       getenv("CQ_ZK_HOSTS"),
-                       "--relay-cluster",
-                       g_cluster,
-                       "--relay-node-id",
-                       id,
-                       "--client-fsm",
-                       g_fsm,
-                       "--zk-session-ms",
-                       "2000",
-                       "--channel-data-types",
-                       getenv("CHANQTEST_FDS")};
-    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
-        a[(*k)++] = v[i];
-}
-
 static cq_testsrv_t *node(int n)
 {
-    return n == 1 ? it_srv() : &g_nodes[n];
+    return it_node(n);
 }
 
-/* Starts the three nodes and waits until each has heard every other over NATS (its HELLO): from
- * then on the members are known everywhere and every link carries. */
+/* The three nodes (it_relay.c), with what these tests need on each: clients that may SUB and
+ * UNSUB themselves, and the chanqtest data types. */
 static void relay_start(void)
 {
-    static int seq;
-    snprintf(g_cluster, sizeof(g_cluster), "it%d_%d", (int)getpid(), ++seq);
-    char id[8], workers[8];
-    snprintf(workers, sizeof(workers), "%d", it_workers);
-    for (int n = 1; n <= NODES; n++) {
-        const char *a[40];
-        size_t k = 0;
-        node_args(n, a, &k, id, sizeof(id));
-        if (n == 1) {
-            a[k] = NULL;
-            it_startv(a);
-            continue;
-        }
-        a[k++] = "--workers";
-        a[k++] = workers;
-        a[k] = NULL;
-        assert_int_equal(cq_testsrv_init(&g_nodes[n]), 0);
-        int r = cq_testsrv_start(&g_nodes[n], a);
-        if (r < 0) {
-            char *log = cq_testsrv_log(&g_nodes[n]);
-            print_error("node %d did not start (%d); log:\n%s\n", n, r, log ? log : "(none)");
-            free(log);
-        }
-        assert_int_equal(r, 0);
-        it_bridge(&g_nodes[n]);
-    }
-    for (int n = 1; n <= NODES; n++)
-        assert_int_equal(cq_testsrv_metric_wait_ge(node(n), "chanq_relay_peers_up", NODES - 1,
-                                                   10 * IT_TIMEOUT_MS),
-                         NODES - 1);
+    const char *args[] = {
+        "--dev", "--client-fsm", g_fsm, "--channel-data-types", getenv("CHANQTEST_FDS"), NULL};
+    it_relay_startv(args);
 }
 
 /* What the links saw, for the log of a failure: every count is 0 in a run without loss. */
@@ -135,11 +75,7 @@ static void relay_report(void)
 static int relay_teardown(void **state)
 {
     relay_report();
-    int r = it_teardown(state);
-    for (int n = 2; n <= NODES; n++)
-        if (g_nodes[n].pid)
-            cq_testsrv_stop(&g_nodes[n]);
-    return r;
+    return it_teardown(state);
 }
 
 static it_conn_t *on_node(int n, bool server)
@@ -454,7 +390,7 @@ static void test_forged_packets(void **state)
     for (int i = 0; i < 3000 && (cq_relay_nats_stats(n, &ns), !ns.connected); i++)
         cq_test_sleep_ms(1);
     assert_true(ns.connected);
-    assert_int_equal(cq_relay_subject(g_cluster, 1, subj, sizeof(subj)), 0);
+    assert_int_equal(cq_relay_subject(it_relay_name(), 1, subj, sizeof(subj)), 0);
     cq_testsrv_t *n1 = it_srv();
     int64_t bad = cq_testsrv_metric(n1, "chanq_relay_bad_packets_total");
     int64_t refused = cq_testsrv_metric(n1, "chanq_relay_messages_refused_total");
@@ -537,7 +473,7 @@ static void test_link_reset(void **state)
     cq_relay_nats_stats_t ns;
     for (int i = 0; i < 3000 && (cq_relay_nats_stats(n, &ns), !ns.connected); i++)
         cq_test_sleep_ms(1);
-    assert_int_equal(cq_relay_subject(g_cluster, 1, subj, sizeof(subj)), 0);
+    assert_int_equal(cq_relay_subject(it_relay_name(), 1, subj, sizeof(subj)), 0);
     cq_buf_t *p = forge(2, 1, node_epoch(2), 100000, 77, "far ahead");
     assert_int_equal(cq_relay_nats_ops.publish(n, subj, p->data, p->len), 0);
     cq_buf_unref(p);
@@ -706,7 +642,7 @@ static void test_node_killed(void **state)
     world_init(&w);
     uint32_t c2 = w.c2->id;
     int64_t t0 = cq_test_mono_ms();
-    assert_int_equal(cq_testsrv_kill(&g_nodes[3], SIGKILL), 128 + SIGKILL);
+    assert_int_equal(cq_testsrv_kill(it_node(3), SIGKILL), 128 + SIGKILL);
     chanq_owned_msg_t m;
     assert_int_equal(chanq_sync_recv(w.s->s, &m, 20000), 0);
     int64_t dt = cq_test_mono_ms() - t0;
