@@ -337,6 +337,10 @@ static void xm_entity(cq_core_t *c, cq_xmsg_t *m)
 
 static void xm_wk_sub(cq_core_t *c, cq_xmsg_t *m)
 {
+    if (m->chan_id == CQ_CHAN_ID_GLOBAL) { /* from another node: every well-known entity */
+        cq__entity_wk_all(c, m->conn_id);
+        return;
+    }
     cq__entity_wk_sub(c, m->chan_id, m->conn_id);
 }
 

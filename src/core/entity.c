@@ -150,6 +150,25 @@ void cq__entity_client_authed(cq_core_t *c, uint32_t conn_id)
     if (e)
         e->authed = 1;
     pthread_mutex_unlock(&sh->dir_lock);
+    /* In a relay the well-known entities live on GLOBAL's home, and their list with them: the
+     * home subscribes the client (XM_WK_SUB for channel 0: all of them), after the client's
+     * announcement, which left before (node.c). */
+    uint32_t home = atomic_load_explicit(&sh->global_home, memory_order_relaxed);
+    if (sh->node && home && home != sh->node) {
+        cq_xmsg_t *x = cq__xmsg_new(XM_WK_SUB, 0);
+        if (x) {
+            x->conn_id = conn_id;
+            cq__xmsg_post(c, cq__place_node(c, home), x);
+        }
+        return;
+    }
+    cq__entity_wk_all(c, conn_id);
+}
+
+/* Subscribes client conn_id to every well-known entity (on their workers). */
+void cq__entity_wk_all(cq_core_t *c, uint32_t conn_id)
+{
+    cq_shared_t *sh = c->sh;
     pthread_mutex_lock(&sh->wk_mu);
     uint32_t n = sh->n_wk;
     uint32_t *ids = n ? cq_malloc(n * sizeof(uint32_t)) : NULL;

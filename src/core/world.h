@@ -67,6 +67,8 @@ void cq__entity_create_here(cq_core_t *c, cq_req_t *r, uint32_t id);
 void cq__entity_wk_sub(cq_core_t *c, uint32_t chan_id, uint32_t conn_id);
 /* A CLIENT authenticated (its worker): subscribe it to every well-known entity. */
 void cq__entity_client_authed(cq_core_t *c, uint32_t conn_id);
+/* Subscribes client conn_id to every well-known entity (GLOBAL's home, in a relay). */
+void cq__entity_wk_all(cq_core_t *c, uint32_t conn_id);
 /* An entity channel is being removed: it leaves its groups and the well-known list. */
 void cq__entity_removed(cq_core_t *c, const cq_chan_t *ch);
 
