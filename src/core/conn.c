@@ -343,9 +343,19 @@ int cq_core_conn_input(cq_core_t *c, cq_conn_t *conn, const uint8_t *data, size_
 /* Puts conn on the flush list once per iteration, so cq_core_flush writes each connection's
  * output in one transport flush however many records were queued for it. A connection waiting
  * on the lazy list moves over: what it holds leaves with this. */
+/* Output held while the other relay nodes learn of the connection (node.c): on no list. */
+static bool held(cq_conn_t *conn)
+{
+    if (!conn->announce_wait)
+        return false;
+    cq_list_remove(&conn->pending_node);
+    conn->pending = PENDING_HELD;
+    return true;
+}
+
 static void mark_pending(cq_core_t *c, cq_conn_t *conn)
 {
-    if (conn->pending == PENDING_NOW)
+    if (conn->pending == PENDING_NOW || held(conn))
         return;
     cq_list_remove(&conn->pending_node);
     conn->pending = PENDING_NOW;
@@ -360,7 +370,7 @@ static void mark_lazy(cq_core_t *c, cq_conn_t *conn)
         mark_pending(c, conn);
         return;
     }
-    if (conn->pending)
+    if (conn->pending || held(conn))
         return;
     if (cq_list_empty(&c->lazy)) {
         uint64_t q = CQ_FANOUT_GRID_MS;
@@ -368,6 +378,16 @@ static void mark_lazy(cq_core_t *c, cq_conn_t *conn)
     }
     conn->pending = PENDING_LAZY;
     cq_list_insert_tail(&c->lazy, &conn->pending_node);
+}
+
+void cq__conn_release_held(cq_core_t *c, cq_conn_t *conn)
+{
+    conn->announce_wait = 0;
+    cq_list_remove(&conn->unauth_node); /* off the announcing list */
+    if (conn->pending == PENDING_HELD) {
+        conn->pending = PENDING_NO;
+        mark_pending(c, conn);
+    }
 }
 
 void cq__lazy_release(cq_core_t *c)

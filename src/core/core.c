@@ -49,6 +49,7 @@ cq_core_t *cq_core_new(cq_shared_t *sh, int index)
     cq_list_init(&c->lazy);
     c->lazy_due = UINT64_MAX;
     cq_list_init(&c->unauth);
+    cq_list_init(&c->announcing);
     cq_list_init(&c->soft);
     cq_wire_arena_init(&c->arena, ARENA_CAP);
     /* Snappy bodies inflate into scratch: one body at a time per worker (the handlers finish
@@ -351,6 +352,11 @@ static void xm_node_conn(cq_core_t *c, cq_xmsg_t *m)
     (void)c, (void)m;
 }
 
+static void xm_node_conn_ack(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__node_conn_ack(c, m->conn_id);
+}
+
 static void xm_node_reset(cq_core_t *c, cq_xmsg_t *m)
 {
     cq__node_reset_local(c, m);
@@ -394,6 +400,7 @@ static const xm_def_t xm_table[XM__COUNT] = {
     [XM_NODE_CONN] = {XM_NODE_CONN, "NODE_CONN", xm_node_conn},
     [XM_GLOBAL_OWNER] = {XM_GLOBAL_OWNER, "GLOBAL_OWNER", xm_node_conn},
     [XM_NODE_RESET] = {XM_NODE_RESET, "NODE_RESET", xm_node_reset},
+    [XM_NODE_CONN_ACK] = {XM_NODE_CONN_ACK, "NODE_CONN_ACK", xm_node_conn_ack},
     [XM_NODE_REHOME] = {XM_NODE_REHOME, "NODE_REHOME", xm_node_rehome},
     [XM_BOUNCE] = {XM_BOUNCE, "BOUNCE", xm_node_conn},
 };
@@ -511,4 +518,5 @@ void cq_core_tick(cq_core_t *c, uint64_t now_ms)
     tick_soft(c, now_ms);
     tick_idle(c, now_ms);
     cq__recover_tick(c, now_ms);
+    cq__node_tick(c, now_ms);
 }

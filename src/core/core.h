@@ -82,7 +82,7 @@ typedef struct cq_metrics {
 
 /* Adds n to counter m of the worker core `core` (its own thread only). */
 /* conn->pending: not on a list, on the flush list, waiting on the lazy list. */
-enum { PENDING_NO = 0, PENDING_NOW = 1, PENDING_LAZY = 2 };
+enum { PENDING_NO = 0, PENDING_NOW = 1, PENDING_LAZY = 2, PENDING_HELD = 3 };
 /* The grid aligned fan-outs leave on (cq_sched_set_quantum, set by cq__data_attach for cells
  * and entities), where a client's cells come due together: the interval of damping distance 0
  * (cq_spatial_damping_ms). Lazy output waits for its next point. */
@@ -176,9 +176,10 @@ struct cq_conn {
     uint8_t type;
     uint8_t state;
     uint8_t fsm_state;
-    uint8_t out_ct;  /* Snappy once the peer sent Snappy; never reset */
-    uint8_t framing; /* cq_framing_mode_t */
-    uint8_t node_up; /* the other relay nodes were told of it (node.c) */
+    uint8_t out_ct;        /* Snappy once the peer sent Snappy; never reset */
+    uint8_t framing;       /* cq_framing_mode_t */
+    uint8_t node_up;       /* the other relay nodes were told of it (node.c) */
+    uint8_t announce_wait; /* their acknowledgements still awaited (<= 255 nodes): output held */
     uint8_t failed_auth;
     uint8_t pending;   /* PENDING_*: on the flush list, or on the lazy list */
     uint8_t lost;      /* the peer went away (recoverable if a SERVER) */
@@ -193,6 +194,8 @@ struct cq_conn {
     cq_list_t pending_node;
     cq_list_t unauth_node; /* in accept order while unauthenticated */
     cq_list_t soft_node;   /* while over the soft send limit */
+    /* accepted_ms: when it was accepted, then (node.c) when it was announced to the other
+     * relay nodes: the auth timeout is done with it by then */
     uint64_t accepted_ms, last_rx_ms;
     cq_conn_chan_t *chans; /* local fan-out lists this connection is in */
     uint32_t n_chans, cap_chans;
@@ -335,6 +338,7 @@ struct cq_core {
     cq_list_t fb_open;           /* cq_lsubs_t with a fan-out buffer this iteration */
     cq_seg_t seg;                /* the open fan-out segment */
     cq_list_t unauth;            /* unauthenticated connections, oldest first */
+    cq_list_t announcing;        /* authenticated ones whose output waits for the other nodes */
     cq_list_t soft;              /* connections over the soft send limit */
     cq_wire_arena_t arena;
     uint64_t log_window_ms; /* per-message log lines: at most CQ_LOG_BURST a second */
@@ -423,6 +427,8 @@ void cq__close_local(cq_core_t *c, uint32_t conn_id, int reason, const char *why
 /* Closes conn_id on whichever worker holds it (why is copied). A close for CQ_ELIMIT (a
  * request that a limit refuses) is counted in chanq_limit_closed. */
 void cq__close_conn(cq_core_t *c, uint32_t conn_id, int reason, const char *why);
+/* The output held while the other relay nodes learned of conn leaves (node.c). */
+void cq__conn_release_held(cq_core_t *c, cq_conn_t *conn);
 /* A copy for GLOBAL's owner (AuthResult, CreateChannelResult), unless it is `except`. */
 void cq__notify_gowner(cq_core_t *c, uint32_t except, uint32_t chan_id, uint32_t msg_type,
                        const ProtobufCMessage *msg);

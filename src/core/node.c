@@ -119,9 +119,10 @@ void cq__node_free(cq_core_t *c)
 }
 
 /* Every live peer, for what every node must hear (a connection's arrival and departure). */
-static void post_peers(cq_core_t *c, int kind, uint32_t conn_id, uint8_t conn_type)
+static uint32_t post_peers(cq_core_t *c, int kind, uint32_t conn_id, uint8_t conn_type)
 {
     cq_shared_t *sh = c->sh;
+    uint32_t posted = 0;
     for (uint32_t n = 1; n < (1u << sh->ids.node_bits); n++) {
         if (n == sh->node || !cq__node_live(sh, n))
             continue;
@@ -131,7 +132,9 @@ static void post_peers(cq_core_t *c, int kind, uint32_t conn_id, uint8_t conn_ty
         m->conn_id = conn_id;
         m->conn_type = conn_type;
         cq__node_post(c, n, m);
+        posted++;
     }
+    return posted;
 }
 
 void cq__node_global_owner(cq_core_t *c, uint32_t owner)
@@ -214,12 +217,45 @@ void cq__node_adjacent(cq_core_t *c, const uint32_t *cells, uint32_t n, cq_buf_t
     }
 }
 
+/* A connection that authenticated is announced to every live node, and what is queued for it
+ * from now on, its AuthResult first, is held until each has acknowledged (XM_NODE_CONN_ACK) or
+ * ANNOUNCE_MAX_MS passed: whatever its client or anyone it tells does after reading its
+ * AuthResult then reaches nodes that know it, as on one node, where the directory is shared. */
+#define ANNOUNCE_MAX_MS 1000
+
 void cq__node_conn_up(cq_core_t *c, cq_conn_t *conn)
 {
     if (!c->sh->node)
         return;
-    post_peers(c, XM_NODE_CONN, conn->id, conn->type);
+    uint32_t n = post_peers(c, XM_NODE_CONN, conn->id, conn->type);
     conn->node_up = 1;
+    if (!n)
+        return;
+    conn->announce_wait = (uint8_t)n;
+    conn->accepted_ms = c->now_ms; /* the auth timeout's use of it is over */
+    cq_list_remove(&conn->unauth_node);
+    cq_list_insert_tail(&c->announcing, &conn->unauth_node);
+}
+
+/* XM_NODE_CONN_ACK on the connection's worker: one node more knows it. */
+void cq__node_conn_ack(cq_core_t *c, uint32_t conn_id)
+{
+    cq_conn_t *conn = cq_map_get(&c->conns, conn_id);
+    if (conn && conn->announce_wait && --conn->announce_wait == 0)
+        cq__conn_release_held(c, conn);
+}
+
+/* Housekeeping: a node that never acknowledged (it died meanwhile) holds nothing for long. */
+void cq__node_tick(cq_core_t *c, uint64_t now_ms)
+{
+    while (!cq_list_empty(&c->announcing)) {
+        cq_conn_t *conn = cq_container_of(c->announcing.next, cq_conn_t, unauth_node);
+        if (now_ms - conn->accepted_ms < ANNOUNCE_MAX_MS)
+            break;
+        CQ_MSG_LOG(c, "node", "conn %u: %u nodes did not acknowledge its announcement in %u ms",
+                   conn->id, conn->announce_wait, ANNOUNCE_MAX_MS);
+        cq__conn_release_held(c, conn);
+    }
 }
 
 void cq__node_conn_gone(cq_core_t *c, const cq_conn_t *conn)
@@ -378,17 +414,10 @@ static void in_conn_gone(cq_shared_t *sh, uint32_t from, const cq_xmsg_t *m)
 /* XM_BOUNCE: the request comes back as a DISPATCH marked bounced (u3 1) when its connection
  * is one of this node's, behind this node's announcement of it (the relay's queue keeps the
  * order the worker that announced it, and this thread, queued in). */
-static bool in_bounce(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m)
+/* Sends m (taken) to node `to` from the relay thread itself: behind everything this node's
+ * workers queued for it before. */
+static void in_reply(cq_shared_t *sh, uint32_t to, cq_xmsg_t *m)
 {
-    pthread_mutex_lock(&sh->dir_lock);
-    cq_dir_ent_t *e = cq_map_get(&sh->dir, m->u1);
-    bool here = e && !e->remote && cq__id_conn_node(&sh->ids, m->u1, NULL) == sh->node;
-    pthread_mutex_unlock(&sh->dir_lock);
-    if (!here)
-        return false;
-    m->kind = XM_DISPATCH;
-    m->u1 = 0;
-    m->u3 = 1;
     cq_sbuf_t o;
     cq_sbuf_init(&o);
     uint32_t len = 0;
@@ -401,11 +430,25 @@ static bool in_bounce(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m)
         memcpy(o.data, &len, sizeof(len));
         b = cq_buf_from(o.data, o.len);
     }
-    if (!b || sh->relay_send(sh->relay_ud, (uint16_t)from, b) < 0)
+    if (!b || sh->relay_send(sh->relay_ud, (uint16_t)to, b) < 0)
         atomic_fetch_add(&sh->relay_refused, 1);
     cq_buf_unref(b);
     cq_sbuf_done(&o);
     cq__xmsg_free(m);
+}
+
+static bool in_bounce(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m)
+{
+    pthread_mutex_lock(&sh->dir_lock);
+    cq_dir_ent_t *e = cq_map_get(&sh->dir, m->u1);
+    bool here = e && !e->remote && cq__id_conn_node(&sh->ids, m->u1, NULL) == sh->node;
+    pthread_mutex_unlock(&sh->dir_lock);
+    if (!here)
+        return false;
+    m->kind = XM_DISPATCH;
+    m->u1 = 0;
+    m->u3 = 1;
+    in_reply(sh, from, m);
     return true;
 }
 
@@ -473,9 +516,15 @@ static bool in_route(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m, uint64_t *wak
         return true;
     case XM_BOUNCE:
         return in_bounce(sh, from, m);
-    case XM_NODE_CONN:
+    case XM_NODE_CONN: /* known here from now on: say so */
         in_conn_up(sh, from, m);
-        cq__xmsg_free(m);
+        m->kind = XM_NODE_CONN_ACK;
+        in_reply(sh, from, m);
+        return true;
+    case XM_NODE_CONN_ACK:
+        if (cq__id_conn_node(l, m->conn_id, NULL) != sh->node)
+            return false;
+        in_post(sh, cq_shared_conn_worker(sh, m->conn_id), m, wake);
         return true;
     case XM_CONN_GONE:
         if (cq__id_conn_node(l, m->conn_id, NULL) != from)

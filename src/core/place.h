@@ -148,13 +148,14 @@ enum {
     XM_ENTITY,  /* create entity channel u1 for the request in mp */
     XM_WK_SUB,  /* subscribe client conn_id to well-known entity chan_id */
     /* relay nodes (node.c): never posted to a worker */
-    XM_NODE_CONN,    /* conn_id (conn_type) of the sending node authenticated */
-    XM_GLOBAL_OWNER, /* GLOBAL's home: GLOBAL's owner is now conn_id (0: none) */
-    XM_NODE_RESET,   /* the stream from node u1 broke (u2 packets lost): close its subscribers;
-                      * u3: it was GLOBAL's home (GLOBAL's subscribers too) */
-    XM_NODE_REHOME,  /* GLOBAL's home is now node u1: tell it this worker's channels */
-    XM_BOUNCE,       /* a request (as DISPATCH) naming connection u1 of the receiving node, which
-                      * the sender did not know yet: sent back once the receiver vouches for it */
+    XM_NODE_CONN,     /* conn_id (conn_type) of the sending node authenticated */
+    XM_GLOBAL_OWNER,  /* GLOBAL's home: GLOBAL's owner is now conn_id (0: none) */
+    XM_NODE_RESET,    /* the stream from node u1 broke (u2 packets lost): close its subscribers;
+                       * u3: it was GLOBAL's home (GLOBAL's subscribers too) */
+    XM_NODE_REHOME,   /* GLOBAL's home is now node u1: tell it this worker's channels */
+    XM_NODE_CONN_ACK, /* the receiving node's connection conn_id is known to the sender now */
+    XM_BOUNCE,        /* a request (as DISPATCH) naming connection u1 of the receiving node, which
+                       * the sender did not know yet: sent back once the receiver vouches for it */
     XM__COUNT
 };
 
@@ -245,6 +246,9 @@ void cq__node_adjacent(cq_core_t *c, const uint32_t *cells, uint32_t n, cq_buf_t
 /* GLOBAL's home tells every live node who owns GLOBAL now (any worker reads it: the ACL, the
  * owner's copies of AuthResult and CreateChannelResult). Only on GLOBAL's home. */
 void cq__node_global_owner(cq_core_t *c, uint32_t owner);
+/* XM_NODE_CONN_ACK on the connection's worker; and the housekeeping of held output. */
+void cq__node_conn_ack(cq_core_t *c, uint32_t conn_id);
+void cq__node_tick(cq_core_t *c, uint64_t now_ms);
 /* Every live node hears of a connection of this one that authenticated, and of its close. */
 void cq__node_conn_up(cq_core_t *c, cq_conn_t *conn);
 void cq__node_conn_gone(cq_core_t *c, const cq_conn_t *conn);

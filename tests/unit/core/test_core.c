@@ -846,6 +846,7 @@ static void test_xm_rows(void **state)
         {XM_GLOBAL_OWNER, "GLOBAL_OWNER"},
         {XM_NODE_RESET, "NODE_RESET"},
         {XM_NODE_REHOME, "NODE_REHOME"},
+        {XM_NODE_CONN_ACK, "NODE_CONN_ACK"},
         {XM_BOUNCE, "BOUNCE"},
     };
     assert_int_equal(sizeof(want) / sizeof(want[0]), XM__COUNT);
