@@ -587,6 +587,137 @@ static void test_uv_peer_close(void **state)
     fake_stop(f);
 }
 
+/* ---- chanq_uv moving along a list -------------------------------------------------------- */
+
+typedef struct uvm {
+    int connected, connect_status, closed, close_err, echoes;
+    moves_t mv;
+    uint32_t last_sub_conn; /* connId of the last SUB result */
+} uvm_t;
+
+static void uvm_on_connect(chanq_uv_t *c, int status, void *ud)
+{
+    uvm_t *s = ud;
+    s->connected++;
+    s->connect_status = status;
+    if (status == 0)
+        assert_int_equal(chanq_client_auth(chanq_uv_client(c), 1, "pit-u", "lt-u"), 0);
+}
+
+/* AUTH result: SUB itself to 7; its first SUB result: f1 is told to reset; a SUB result after
+ * the move: an echo; the echo: close. */
+static void uvm_on_message(chanq_uv_t *c, const chanq_msg_t *m, void *ud)
+{
+    uvm_t *s = ud;
+    chanq_client_t *core = chanq_uv_client(c);
+    if (m->msg_type == CHANNELDPB__MESSAGE_TYPE__AUTH) {
+        Channeldpb__ChannelSubscriptionOptions o = CHANNELDPB__CHANNEL_SUBSCRIPTION_OPTIONS__INIT;
+        o.has_fanoutintervalms = 1;
+        o.fanoutintervalms = 21;
+        assert_int_equal(chanq_client_sub_to_channel(core, 3, 7, 0, &o), 0);
+    } else if (m->msg_type == CHANNELDPB__MESSAGE_TYPE__SUB_TO_CHANNEL) {
+        Channeldpb__SubscribedToChannelResultMessage *r = chanq_unpack(
+            &channeldpb__subscribed_to_channel_result_message__descriptor, m->body, m->body_len);
+        assert_non_null(r);
+        s->last_sub_conn = r->connid;
+        assert_int_equal(r->suboptions->fanoutintervalms, 21);
+        chanq_unpack_free(r);
+        if (s->mv.n == 0)
+            assert_int_equal(chanq_uv_send_raw(c, 0, 0, 0, 101, NULL, 0), 0);
+        else
+            assert_int_equal(chanq_uv_send_raw(c, 7, 0, 0, 100, "moved", 5), 0);
+    } else if (m->msg_type == 100) {
+        s->echoes++;
+        chanq_uv_close(c);
+    }
+}
+
+static void uvm_on_close(chanq_uv_t *c, int err, void *ud)
+{
+    uvm_t *s = ud;
+    (void)c;
+    s->closed++;
+    s->close_err = err;
+}
+
+static void uvm_run(const char *list, uint32_t max_tries, uvm_t *s)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    chanq_move_opts_t mo;
+    chanq_move_opts_init(&mo);
+    mo.backoff_min_ms = 10;
+    mo.max_tries = max_tries;
+    mo.on_moved = note_move;
+    mo.ud = &s->mv;
+    chanq_uv_cbs_t cbs = {uvm_on_connect, uvm_on_message, uvm_on_close};
+    chanq_uv_t *c = NULL;
+    assert_int_equal(chanq_uv_connect_list(&loop, list, NULL, &mo, &cbs, s, &c), 0);
+    assert_non_null(chanq_uv_move(c));
+    assert_int_equal(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+/* f1 resets the connection once subscribed: the client moves to f2 (no close), authenticates
+ * with the same credentials, subscribes to 7 again with the same options, and echoes there. */
+static void test_uv_moves(void **state)
+{
+    (void)state;
+    fake_t *f1 = fake_start(), *f2 = fake_start_as(0x10000002u, false);
+    char list[64];
+    snprintf(list, sizeof(list), "127.0.0.1:%u,127.0.0.1:%u", f1->port, f2->port);
+    uvm_t s = {0};
+    uvm_run(list, 0, &s);
+    assert_int_equal(s.connected, 1);
+    assert_int_equal(s.connect_status, 0);
+    assert_int_equal(s.mv.n, 1);
+    assert_int_equal(s.mv.last.from, 0);
+    assert_int_equal(s.mv.last.to, 1);
+    assert_int_equal(s.mv.last.old_conn_id, 1);
+    assert_int_equal(s.mv.last.conn_id, 0x10000002u);
+    assert_int_equal(s.mv.last.resubscribed, 1);
+    assert_int_equal(s.mv.last.reason, UV_ECONNRESET);
+    assert_string_equal(f2->auth, "pit-u/lt-u");
+    assert_int_equal(s.last_sub_conn, 0x10000002u);
+    assert_int_equal(s.echoes, 1);
+    assert_int_equal(s.closed, 1);
+    assert_int_equal(s.close_err, 0);
+    fake_stop(f1);
+    fake_stop(f2);
+}
+
+/* After f1's reset the only other address refuses: with max_tries 1 the client closes with that
+ * error. A list whose one address never answers reports it through on_connect, then on_close. */
+static void test_uv_move_gives_up(void **state)
+{
+    (void)state;
+    uint16_t dead = dead_port();
+    fake_t *f1 = fake_start();
+    char list[64];
+    snprintf(list, sizeof(list), "127.0.0.1:%u,127.0.0.1:%u", f1->port, dead);
+    uvm_t s = {0};
+    uvm_run(list, 1, &s);
+    assert_int_equal(s.connected, 1);
+    assert_int_equal(s.mv.n, 0);
+    assert_int_equal(s.closed, 1);
+    assert_int_equal(s.close_err, UV_ECONNREFUSED);
+    fake_stop(f1);
+    snprintf(list, sizeof(list), "127.0.0.1:%u", dead);
+    memset(&s, 0, sizeof(s));
+    uvm_run(list, 2, &s);
+    assert_int_equal(s.connected, 1);
+    assert_int_equal(s.connect_status, UV_ECONNREFUSED);
+    assert_int_equal(s.closed, 1);
+    assert_int_equal(s.close_err, UV_ECONNREFUSED);
+    uv_loop_t loop;
+    chanq_uv_t *c = NULL;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    assert_int_equal(chanq_uv_connect_list(&loop, "localhost:1", NULL, NULL, NULL, NULL, &c),
+                     UV_EINVAL);
+    assert_null(c);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -600,6 +731,8 @@ int main(void)
         cmocka_unit_test(test_sync_move_gives_up),
         cmocka_unit_test(test_uv_roundtrip),
         cmocka_unit_test(test_uv_peer_close),
+        cmocka_unit_test(test_uv_moves),
+        cmocka_unit_test(test_uv_move_gives_up),
     };
     return cmocka_run_group_tests_name("client_io", tests, NULL, NULL);
 }
