@@ -265,6 +265,9 @@ static void on_auth(void *ud, const chanq_msg_t *msg)
     bool ok =
         ar && ar->result == CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__SUCCESSFUL && ar->connid;
     bool refused = ar && !ok;
+    /* The core decoded the result before this stub: out of memory there, it has no id; a try
+     * that ends so is failed, not a move under id 0. */
+    ok = ok && chanq_client_conn_id(c) == ar->connid;
     chanq_unpack_free(ar);
     if (refused) {
         m->state = CHANQ_MOVE_FAILED;

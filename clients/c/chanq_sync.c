@@ -257,6 +257,9 @@ static int move_try(chanq_sync_t *c, int64_t deadline)
     if (c->moving)
         c->gen++; /* chanq_move_connected resets the core */
     chanq_move_connected(c->mv, c->core, now_ms());
+    chanq_move_state_t st = chanq_move_state(c->mv);
+    if (st == CHANQ_MOVE_WAIT || st == CHANQ_MOVE_FAILED)
+        drop_fd(c); /* the AUTH could not even be queued */
     return 0;
 }
 

@@ -15,6 +15,7 @@
 
 #include "chanq.h"
 #include "chanq_move.h"
+#include "test_alloc.h"
 
 enum { MT_AUTH = 1, MT_REMOVE = 4, MT_SUB = 6, MT_UNSUB = 7 };
 enum { CONN_CLIENT = 2, CT_SUBWORLD = 3 };
@@ -573,6 +574,79 @@ static void test_free_during_auth(void **state)
     world_done(&w);
 }
 
+/* ---- out of memory ------------------------------------------------------------------------ */
+
+/* Feeds c what srv queued; false when anything failed. */
+static bool pass_on(chanq_client_t *srv, chanq_client_t *c)
+{
+    const uint8_t *p;
+    size_t n;
+    if (chanq_client_out(srv, &p, &n) < 0 || chanq_client_feed(c, p, n) < 0)
+        return false;
+    chanq_client_out_consume(srv, n);
+    return true;
+}
+
+static bool srv_reply(chanq_client_t *srv, chanq_client_t *c, uint32_t ch, uint32_t type,
+                      uint32_t stub, const ProtobufCMessage *msg)
+{
+    return chanq_client_send(srv, ch, 0, stub, type, msg) == 0 && pass_on(srv, c);
+}
+
+/* A whole move with every allocation checked: connect, AUTH, SUB itself, lose, move, AUTH and SUB
+ * again. True when it all happened; false when something reported a failure or left out what an
+ * allocation failure cost (a result not recorded). Frees everything. */
+static bool move_story(void)
+{
+    bool ok = false;
+    chanq_client_t *c = NULL, *srv = NULL;
+    chanq_move_t *m = NULL;
+    chanq_opts_t o;
+    chanq_opts_init(&o);
+    if (chanq_client_new(&o, &c) < 0 || chanq_client_new(&o, &srv) < 0 ||
+        chanq_move_new("a:1,[::1]:2", NULL, &m) < 0)
+        goto done;
+    chanq_move_start(m, 0);
+    chanq_move_connecting(m, 0);
+    chanq_move_connected(m, c, 0);
+    Channeldpb__AuthResultMessage ar = CHANNELDPB__AUTH_RESULT_MESSAGE__INIT;
+    ar.connid = 7;
+    if (chanq_client_auth(c, 1, "pit", "lt") < 0 || !srv_reply(srv, c, 0, MT_AUTH, 1, &ar.base) ||
+        chanq_client_conn_id(c) != 7)
+        goto done;
+    Channeldpb__ChannelSubscriptionOptions so = opts_full();
+    Channeldpb__SubscribedToChannelResultMessage sr =
+        CHANNELDPB__SUBSCRIBED_TO_CHANNEL_RESULT_MESSAGE__INIT;
+    sr.connid = 7;
+    sr.suboptions = &so;
+    if (chanq_client_sub_to_channel(c, 2, 5, 0, NULL) < 0 ||
+        !srv_reply(srv, c, 5, MT_SUB, 2, &sr.base) || !chanq_client_sub_find(c, 5))
+        goto done;
+    chanq_move_lost(m, c, CQ_ECLOSED, 10);
+    chanq_move_connecting(m, 10);
+    chanq_move_connected(m, c, 10);
+    ar.connid = 9;
+    if (chanq_move_state(m) != CHANQ_MOVE_AUTH || !srv_reply(srv, c, 0, MT_AUTH, 1, &ar.base))
+        goto done;
+    ok = chanq_move_state(m) == CHANQ_MOVE_UP && chanq_client_out_pending(c) > 0;
+done:
+    chanq_move_free(m);
+    chanq_client_free(c);
+    chanq_client_free(srv);
+    return ok;
+}
+
+/* Allocation N fails, for every N: the move reports it (or fails its try), and nothing leaks. */
+static void test_out_of_memory(void **state)
+{
+    (void)state;
+    for (unsigned long fail = 1;; fail++) {
+        test_alloc_install(fail, false);
+        if (test_alloc_round_end(move_story()))
+            break;
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -585,6 +659,7 @@ int main(void)
         cmocka_unit_test(test_move_failures),
         cmocka_unit_test(test_move_unauthenticated_one_address),
         cmocka_unit_test(test_free_during_auth),
+        cmocka_unit_test(test_out_of_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
