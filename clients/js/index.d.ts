@@ -250,7 +250,7 @@ export declare class ChanqClient {
   readonly connected: boolean;
   /** True from the loss of a moving client's connection to the end of its move. */
   readonly moving: boolean;
-  /** connect(urls): the list, and the index of the URL connected to (or last tried). */
+  /** connect(urls): the list, and the index of the URL of the latest connection. */
   readonly urls: string[] | null;
   readonly urlIndex: number;
   /** Moves completed. */
