@@ -33,6 +33,12 @@ struct chanq_client {
     uint32_t auth_ct;
     int err;
     bool in_feed;
+    bool compress_by_auth; /* follow_auth_compression turned compress on */
+    char *pit, *lt;        /* of the last chanq_client_auth, for chanq_client_reauth */
+    chanq_sub_t *subs;     /* the connection's own subscriptions; opts owned */
+    size_t n_subs, cap_subs;
+    uint32_t *asked; /* channels of a SUB for itself queued, result not yet seen */
+    size_t n_asked, cap_asked;
 };
 
 /* Room a legacy pad may need: cq_framing_legacy_pad() is at most 0x100, cq_wire_pad adds 4. */
@@ -110,6 +116,12 @@ chanq_client_t *chanq_client_free(chanq_client_t *c)
         if (c->stubs[i].drop)
             c->stubs[i].drop(c->stubs[i].ud);
     cq_free(c->stubs);
+    for (size_t i = 0; i < c->n_subs; i++)
+        cq_free((uint8_t *)c->subs[i].opts);
+    cq_free(c->subs);
+    cq_free(c->asked);
+    cq_free(c->pit);
+    cq_free(c->lt);
     cq_free(c);
     return NULL;
 }
@@ -210,6 +222,156 @@ size_t chanq_client_stub_count(const chanq_client_t *c)
     return c->n_stubs;
 }
 
+/* ---- own subscriptions (what a move redoes: chanq.h) ------------------------------------- */
+
+/* Makes room for one more element of size elem in *arr (n used of *cap). */
+static int grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+    if (n < *cap)
+        return 0;
+    size_t ncap = *cap ? *cap * 2 : 8;
+    void *na = cq_realloc(*arr, ncap * elem);
+    if (!na)
+        return -ENOMEM;
+    *arr = na;
+    *cap = ncap;
+    return 0;
+}
+
+static size_t asked_find(const chanq_client_t *c, uint32_t ch)
+{
+    size_t i = 0;
+    while (i < c->n_asked && c->asked[i] != ch)
+        i++;
+    return i;
+}
+
+/* Returns 1 when ch was added, 0 when it was asked already, or -ENOMEM. */
+static int asked_add(chanq_client_t *c, uint32_t ch)
+{
+    if (asked_find(c, ch) < c->n_asked)
+        return 0;
+    if (grow((void **)&c->asked, &c->cap_asked, c->n_asked, sizeof(*c->asked)) < 0)
+        return -ENOMEM;
+    c->asked[c->n_asked++] = ch;
+    return 1;
+}
+
+static void asked_del(chanq_client_t *c, uint32_t ch)
+{
+    size_t i = asked_find(c, ch);
+    if (i < c->n_asked)
+        c->asked[i] = c->asked[--c->n_asked];
+}
+
+const chanq_sub_t *chanq_client_sub_find(const chanq_client_t *c, uint32_t channel_id)
+{
+    for (size_t i = 0; i < c->n_subs; i++)
+        if (c->subs[i].channel_id == channel_id)
+            return &c->subs[i];
+    return NULL;
+}
+
+size_t chanq_client_sub_count(const chanq_client_t *c)
+{
+    return c->n_subs;
+}
+
+const chanq_sub_t *chanq_client_sub_at(const chanq_client_t *c, size_t i)
+{
+    return i < c->n_subs ? &c->subs[i] : NULL;
+}
+
+/* Keeps the order of the others: a move subscribes again in the order the client did. */
+static void sub_forget(chanq_client_t *c, uint32_t ch)
+{
+    asked_del(c, ch);
+    chanq_sub_t *s = (chanq_sub_t *)chanq_client_sub_find(c, ch);
+    if (!s)
+        return;
+    size_t i = (size_t)(s - c->subs);
+    cq_free((uint8_t *)s->opts);
+    memmove(s, s + 1, (c->n_subs - i - 1) * sizeof(*s));
+    c->n_subs--;
+}
+
+/* Records (or updates) ch with the options packed. Out of memory the subscription is not
+ * recorded, and a move would not redo it: nothing else can be done from inside a feed. */
+static void sub_record(chanq_client_t *c, uint32_t ch, uint32_t type,
+                       const Channeldpb__ChannelSubscriptionOptions *o)
+{
+    size_t n = o ? protobuf_c_message_get_packed_size(&o->base) : 0;
+    uint8_t *packed = cq_malloc(n ? n : 1);
+    if (!packed)
+        return;
+    if (n)
+        protobuf_c_message_pack(&o->base, packed);
+    chanq_sub_t *s = (chanq_sub_t *)chanq_client_sub_find(c, ch);
+    if (!s) {
+        if (grow((void **)&c->subs, &c->cap_subs, c->n_subs, sizeof(*c->subs)) < 0) {
+            cq_free(packed);
+            return;
+        }
+        s = &c->subs[c->n_subs++];
+        s->opts = NULL;
+    }
+    cq_free((uint8_t *)s->opts);
+    *s = (chanq_sub_t){ch, type, packed, n};
+}
+
+/* A SUB result naming this connection: its own request's, or an update of one it recorded. */
+static void note_sub_result(chanq_client_t *c, const chanq_msg_t *m)
+{
+    bool asked = asked_find(c, m->channel_id) < c->n_asked;
+    if (!asked && !chanq_client_sub_find(c, m->channel_id))
+        return; /* a server's doing: the server redoes it */
+    Channeldpb__SubscribedToChannelResultMessage *r = chanq_unpack(
+        &channeldpb__subscribed_to_channel_result_message__descriptor, m->body, m->body_len);
+    if (r && c->conn_id && r->connid == c->conn_id) {
+        asked_del(c, m->channel_id);
+        sub_record(c, m->channel_id, (uint32_t)r->channeltype, r->suboptions);
+    }
+    chanq_unpack_free(r);
+}
+
+static void note_unsub_result(chanq_client_t *c, const chanq_msg_t *m)
+{
+    Channeldpb__UnsubscribedFromChannelResultMessage *r = chanq_unpack(
+        &channeldpb__unsubscribed_from_channel_result_message__descriptor, m->body, m->body_len);
+    if (r && c->conn_id && r->connid == c->conn_id)
+        sub_forget(c, m->channel_id);
+    chanq_unpack_free(r);
+}
+
+static void note_remove(chanq_client_t *c, const chanq_msg_t *m)
+{
+    Channeldpb__RemoveChannelMessage *r =
+        chanq_unpack(&channeldpb__remove_channel_message__descriptor, m->body, m->body_len);
+    if (r)
+        sub_forget(c, r->channelid);
+    chanq_unpack_free(r);
+}
+
+/* Only a client that asked for or holds a subscription pays for the decoding. */
+static void note_subs(chanq_client_t *c, const chanq_msg_t *m)
+{
+    if (!c->n_asked && !c->n_subs)
+        return;
+    switch (m->msg_type) {
+    case CHANNELDPB__MESSAGE_TYPE__SUB_TO_CHANNEL:
+        note_sub_result(c, m);
+        break;
+    case CHANNELDPB__MESSAGE_TYPE__UNSUB_FROM_CHANNEL:
+        note_unsub_result(c, m);
+        break;
+    case CHANNELDPB__MESSAGE_TYPE__REMOVE_CHANNEL:
+        note_remove(c, m);
+        break;
+    default:
+        break;
+    }
+}
+
 /* ---- inbound ----------------------------------------------------------------------------- */
 
 /* Records conn id and compression from our own successful AuthResult. Only the first success
@@ -226,8 +388,10 @@ static void note_auth(chanq_client_t *c, const chanq_msg_t *m)
         c->conn_id = ar->connid;
         c->auth_ct = (uint32_t)ar->compressiontype;
         if (c->o.follow_auth_compression &&
-            ar->compressiontype == CHANNELDPB__COMPRESSION_TYPE__SNAPPY)
+            ar->compressiontype == CHANNELDPB__COMPRESSION_TYPE__SNAPPY && !c->o.compress) {
             c->o.compress = true;
+            c->compress_by_auth = true;
+        }
     }
     chanq_unpack_free(ar);
 }
@@ -239,6 +403,8 @@ static void dispatch(chanq_client_t *c, const cq_mp_t *mp)
         mp->body_len};
     if (m.msg_type == CHANNELDPB__MESSAGE_TYPE__AUTH)
         note_auth(c, &m);
+    else
+        note_subs(c, &m);
     if (m.stub_id) {
         stub_t *s = stub_find(c, m.stub_id);
         if (s) {
@@ -560,11 +726,39 @@ opts_arg(const Channeldpb__ChannelSubscriptionOptions *o)
     return (Channeldpb__ChannelSubscriptionOptions *)o;
 }
 
+static char *str_dup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = cq_malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* Keeps copies for chanq_client_reauth (pit and lt may be the copies themselves). */
+static int keep_credentials(chanq_client_t *c, const char *pit, const char *lt)
+{
+    char *p = str_dup(pit), *l = str_dup(lt);
+    if (!p || !l) {
+        cq_free(p);
+        cq_free(l);
+        return -ENOMEM;
+    }
+    cq_free(c->pit);
+    cq_free(c->lt);
+    c->pit = p;
+    c->lt = l;
+    return 0;
+}
+
 int chanq_client_auth(chanq_client_t *c, uint32_t stub_id, const char *pit, const char *lt)
 {
+    int r = keep_credentials(c, str_arg(pit), str_arg(lt));
+    if (r < 0)
+        return r;
     Channeldpb__AuthMessage m = CHANNELDPB__AUTH_MESSAGE__INIT;
-    m.playeridentifiertoken = str_arg(pit);
-    m.logintoken = str_arg(lt);
+    m.playeridentifiertoken = c->pit; /* pit and lt may have been the copies just replaced */
+    m.logintoken = c->lt;
     return chanq_client_send(c, 0, 0, stub_id, CHANNELDPB__MESSAGE_TYPE__AUTH, &m.base);
 }
 
@@ -674,11 +868,20 @@ int chanq_client_sub_to_channel(chanq_client_t *c, uint32_t stub_id, uint32_t ch
                                 uint32_t conn_id,
                                 const Channeldpb__ChannelSubscriptionOptions *sub_opts)
 {
+    int added = 0;
+    if (conn_id == 0 || conn_id == c->conn_id) {
+        added = asked_add(c, channel_id);
+        if (added < 0)
+            return added;
+    }
     Channeldpb__SubscribedToChannelMessage m = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
     m.connid = conn_id;
     m.suboptions = opts_arg(sub_opts);
-    return chanq_client_send(c, channel_id, 0, stub_id, CHANNELDPB__MESSAGE_TYPE__SUB_TO_CHANNEL,
-                             &m.base);
+    int r = chanq_client_send(c, channel_id, 0, stub_id, CHANNELDPB__MESSAGE_TYPE__SUB_TO_CHANNEL,
+                              &m.base);
+    if (r < 0 && added)
+        asked_del(c, channel_id);
+    return r;
 }
 
 int chanq_client_unsub_from_channel(chanq_client_t *c, uint32_t stub_id, uint32_t channel_id,
@@ -732,4 +935,55 @@ int chanq_client_server_forward(chanq_client_t *c, uint32_t channel_id, uint32_t
     m.payload.data = (uint8_t *)payload;
     m.payload.len = len;
     return chanq_client_send(c, channel_id, broadcast, 0, msg_type, &m.base);
+}
+
+/* ---- a new connection (chanq_move.h) ----------------------------------------------------- */
+
+int chanq_client_reset(chanq_client_t *c)
+{
+    if (c->in_feed)
+        return -EBUSY;
+    c->in.len = c->in_off = 0;
+    c->pend.len = 0;
+    c->out.len = c->out_off = 0;
+    c->conn_id = 0;
+    c->auth_ct = 0;
+    c->err = 0;
+    c->n_asked = 0;
+    if (c->compress_by_auth)
+        c->o.compress = false;
+    c->compress_by_auth = false;
+    while (c->n_stubs)
+        chanq_client_stub_cancel(c, c->stubs[c->n_stubs - 1].id);
+    return 0;
+}
+
+int chanq_client_reauth(chanq_client_t *c, uint32_t stub_id)
+{
+    if (!c->pit)
+        return -ENOENT;
+    return chanq_client_auth(c, stub_id, c->pit, c->lt);
+}
+
+int chanq_client_resubscribe(chanq_client_t *c, size_t *ret_n)
+{
+    size_t n = 0;
+    int r = 0;
+    /* Sending never changes the records (only results do), so the loop's array is stable. */
+    for (size_t i = 0; i < c->n_subs && r == 0; i++) {
+        const chanq_sub_t *s = &c->subs[i];
+        Channeldpb__ChannelSubscriptionOptions *o = chanq_unpack(
+            &channeldpb__channel_subscription_options__descriptor, s->opts, s->opts_len);
+        if (!o) {
+            r = CQ_EDECODE;
+            break;
+        }
+        r = chanq_client_sub_to_channel(c, 0, s->channel_id, c->conn_id, o);
+        chanq_unpack_free(o);
+        if (r == 0)
+            n++;
+    }
+    if (ret_n)
+        *ret_n = n;
+    return r;
 }

@@ -180,7 +180,7 @@ int chanq_client_call(chanq_client_t *c, uint32_t channel_id, uint32_t broadcast
  * options arguments are borrowed; NULL strings mean "". Same return codes as chanq_client_send,
  * plus -EINVAL for a bad argument. */
 
-/* AUTH (1) on channel 0. */
+/* AUTH (1) on channel 0. Records pit and lt for chanq_client_reauth (-ENOMEM if it cannot). */
 int chanq_client_auth(chanq_client_t *c, uint32_t stub_id, const char *pit, const char *lt);
 
 /* CREATE_CHANNEL (3) on channel 0. sub_opts may be NULL. */
@@ -228,7 +228,8 @@ int chanq_client_remove_channel(chanq_client_t *c, uint32_t stub_id, uint32_t ch
 int chanq_client_list_channel(chanq_client_t *c, uint32_t stub_id, uint32_t type_filter,
                               const char *const *filters, size_t n_filters);
 
-/* SUB_TO_CHANNEL (6) targeting channel_id. sub_opts may be NULL. */
+/* SUB_TO_CHANNEL (6) targeting channel_id. sub_opts may be NULL. conn_id 0 or this connection's
+ * id: a subscription of its own, recorded when its result arrives (see chanq_client_sub_at). */
 int chanq_client_sub_to_channel(chanq_client_t *c, uint32_t stub_id, uint32_t channel_id,
                                 uint32_t conn_id,
                                 const Channeldpb__ChannelSubscriptionOptions *sub_opts);
@@ -254,6 +255,53 @@ int chanq_client_user_msg(chanq_client_t *c, uint32_t channel_id, uint32_t broad
 int chanq_client_server_forward(chanq_client_t *c, uint32_t channel_id, uint32_t broadcast,
                                 uint32_t msg_type, uint32_t client_conn_id, const void *payload,
                                 size_t len);
+
+/* ---- what a move redoes: credentials and the client's own subscriptions ------------------ *
+ * A connection that moves to another node (chanq_move.h) authenticates there again and
+ * subscribes again to what it had subscribed ITSELF to. The core records both:
+ *  - the PIT and login token of the last chanq_client_auth (copied);
+ *  - each subscription this connection asked for itself: chanq_client_sub_to_channel with
+ *    conn_id 0 or this connection's id marks the channel as asked; the SUB result naming this
+ *    connection on that channel then records it with the channel type and the effective
+ *    options the result carried. A later SUB result naming this connection on a recorded
+ *    channel (its options changed) updates the record; an UNSUB result naming this connection
+ *    or a REMOVE_CHANNEL of the channel forgets it.
+ * Subscriptions a server made for this connection (a SUB naming it, a spatial interest, a
+ * handover) are not recorded: after a move they are that server's to redo. A request whose
+ * result never arrived (the connection was lost first) is not recorded either. Messages queued
+ * with chanq_client_send* directly are not looked at. */
+
+/* A recorded subscription. Borrowed from the client: valid until the next feed, sub, reset or
+ * free. */
+typedef struct chanq_sub {
+    uint32_t channel_id;
+    uint32_t channel_type;
+    const uint8_t *opts; /* packed ChannelSubscriptionOptions as the result carried them */
+    size_t opts_len;
+} chanq_sub_t;
+
+/* Number of recorded subscriptions, and the i-th (in the order their first results arrived;
+ * NULL past the end). */
+size_t chanq_client_sub_count(const chanq_client_t *c);
+const chanq_sub_t *chanq_client_sub_at(const chanq_client_t *c, size_t i);
+/* The record of channel_id, or NULL. */
+const chanq_sub_t *chanq_client_sub_find(const chanq_client_t *c, uint32_t channel_id);
+
+/* Starts over on a new connection: drops unparsed input and unsent output (queued messages
+ * too), forgets the conn id, the AuthResult's compression (compression that followed it is
+ * turned off again), the error and the channels asked for, and cancels every stub (their drop
+ * functions run). Keeps the options, the message callback, the credentials and the recorded
+ * subscriptions. Returns 0, or -EBUSY from inside a callback of this client. */
+int chanq_client_reset(chanq_client_t *c);
+
+/* AUTH (1) again with the credentials of the last chanq_client_auth. Returns like
+ * chanq_client_auth, or -ENOENT when chanq_client_auth was never called. */
+int chanq_client_reauth(chanq_client_t *c, uint32_t stub_id);
+
+/* SUB_TO_CHANNEL (6), stub 0, for every recorded subscription, naming this connection's id with
+ * the recorded options; *ret_n (may be NULL) is the number queued. Returns 0 or the first
+ * error (-ENOMEM, CQ_EDECODE for a record that does not unpack; the ones before it stay queued). */
+int chanq_client_resubscribe(chanq_client_t *c, size_t *ret_n);
 
 /* ---- decoding helpers ------------------------------------------------------------------- */
 

@@ -1,6 +1,7 @@
 /* chanq_sync.c - blocking adapter: POSIX sockets + poll() around the sans-I/O core. */
 #include "chanq_sync.h"
 
+#include "chanq_move.h"
 #include "cq_alloc.h"
 
 #include <errno.h>
@@ -27,6 +28,10 @@ struct chanq_sync {
     int rerr; /* sticky receive-side end: EOF, socket error or decode error; 0 while open */
     int qerr; /* -ENOMEM while copying a message into the queue */
     int send_timeout;
+    chanq_move_t *mv; /* chanq_sync_connect_list: the move engine; NULL otherwise */
+    bool moving;      /* a loss was seen and the connection is not up again yet */
+    uint32_t gen;     /* connections made after a loss: the core was reset each time */
+    int last_try_err; /* why the latest connection try failed */
     uint8_t rbuf[65536];
 };
 
@@ -165,9 +170,9 @@ static int write_bytes(chanq_sync_t *c, const uint8_t *p, size_t n, int64_t dead
     return 0;
 }
 
-int chanq_sync_flush(chanq_sync_t *c, int timeout_ms)
+/* Writes everything the core has pending before the deadline. */
+static int write_pending(chanq_sync_t *c, int64_t deadline)
 {
-    int64_t deadline = deadline_of(timeout_ms);
     for (;;) {
         const uint8_t *p;
         size_t n;
@@ -182,6 +187,182 @@ int chanq_sync_flush(chanq_sync_t *c, int timeout_ms)
             return r;
         chanq_client_out_consume(c->core, chunk);
     }
+}
+
+/* ---- moving (chanq_sync_connect_list) ------------------------------------------------------ */
+
+/* What counts as the connection lost: a close, or a socket error that a keepalive or the
+ * network gives. A server that sent bytes the core cannot parse is not a loss: the client dies
+ * as without an engine. */
+static bool is_loss(int err)
+{
+    return chanq_sync_err_is_closed(err) || err == -ETIMEDOUT || err == -EHOSTUNREACH ||
+           err == -ENETUNREACH || err == -ENETDOWN || err == -EHOSTDOWN || err == -ECONNABORTED;
+}
+
+static void drop_fd(chanq_sync_t *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    c->rerr = 0;
+}
+
+static void sleep_until(int64_t t)
+{
+    int ms;
+    while ((ms = remaining(t)) > 0)
+        poll(NULL, 0, ms);
+}
+
+/* Probes an idle connection so that a peer gone without a close is noticed (ETIMEDOUT). */
+static void set_keepalive(int fd, uint32_t idle_s)
+{
+    if (!idle_s)
+        return;
+    int one = 1, idle = (int)idle_s, intvl = 1, cnt = 3;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+}
+
+static int resolve_connect(const char *host, uint16_t port, int timeout_ms, int *ret_fd);
+
+/* WAIT: sleeps until the try is due (or the deadline: CQ_ETIMEOUT), then makes it. A try in
+ * progress is not cut by the deadline (the engine's connect timeout bounds it), so that the
+ * try counts for what it is. */
+static int move_try(chanq_sync_t *c, int64_t deadline)
+{
+    int64_t due = chanq_move_due(c->mv);
+    if (deadline >= 0 && due > deadline) {
+        sleep_until(deadline);
+        return CQ_ETIMEOUT;
+    }
+    sleep_until(due);
+    size_t i = chanq_move_target(c->mv);
+    const chanq_move_opts_t *o = chanq_move_opts(c->mv);
+    chanq_move_connecting(c->mv, now_ms());
+    int fd = -1;
+    int r = resolve_connect(chanq_move_host(c->mv, i), chanq_move_port(c->mv, i),
+                            (int)o->connect_timeout_ms, &fd);
+    if (r < 0) {
+        c->last_try_err = r;
+        chanq_move_failed(c->mv, r, now_ms());
+        return 0;
+    }
+    c->fd = fd;
+    c->rerr = 0;
+    set_keepalive(fd, o->keepalive_s);
+    if (c->moving)
+        c->gen++; /* chanq_move_connected resets the core */
+    chanq_move_connected(c->mv, c->core, now_ms());
+    chanq_move_state_t st = chanq_move_state(c->mv);
+    if (st == CHANQ_MOVE_WAIT || st == CHANQ_MOVE_FAILED)
+        drop_fd(c); /* the AUTH could not even be queued */
+    return 0;
+}
+
+/* AUTH: sends the AUTH, then reads until the AuthResult moved the engine on, the try timed out,
+ * or the deadline passed (CQ_ETIMEOUT: the wait goes on in the next operation). */
+static int move_auth(chanq_sync_t *c, int64_t deadline)
+{
+    int64_t until = chanq_move_deadline(c->mv);
+    if (deadline >= 0 && deadline < until)
+        until = deadline;
+    int r = write_pending(c, until);
+    if (r == 0) {
+        int ev = wait_fd(c, 0, until);
+        r = ev < 0 ? ev : ev == 0 ? CQ_ETIMEOUT : read_some(c);
+    }
+    if (r == CQ_ETIMEOUT) {
+        if (!chanq_move_tick(c->mv, now_ms()))
+            return CQ_ETIMEOUT;
+    } else if (r < 0 && chanq_move_state(c->mv) == CHANQ_MOVE_AUTH) {
+        chanq_move_failed(c->mv, r, now_ms());
+    }
+    chanq_move_state_t st = chanq_move_state(c->mv);
+    if (st != CHANQ_MOVE_AUTH && st != CHANQ_MOVE_UP)
+        drop_fd(c); /* this try failed, or the AUTH was refused */
+    return 0;
+}
+
+/* UP again: the SUBs the AuthResult queued go out; a loss meanwhile starts the next move. */
+static int move_up(chanq_sync_t *c, int64_t deadline)
+{
+    c->moving = false;
+    int r = write_pending(c, deadline);
+    if (r < 0 && is_loss(r)) {
+        drop_fd(c);
+        c->moving = true;
+        chanq_move_lost(c->mv, c->core, r, now_ms());
+        return 1;
+    }
+    return r;
+}
+
+/* Drives the engine until the connection is up, the engine gave up (its error) or the
+ * deadline passed (CQ_ETIMEOUT). */
+static int move_run(chanq_sync_t *c, int64_t deadline)
+{
+    for (;;) {
+        int r;
+        switch (chanq_move_state(c->mv)) {
+        case CHANQ_MOVE_UP:
+            if (!c->moving)
+                return 0;
+            r = move_up(c, deadline);
+            if (r <= 0)
+                return r;
+            break;
+        case CHANQ_MOVE_WAIT:
+            r = move_try(c, deadline);
+            break;
+        case CHANQ_MOVE_AUTH:
+            r = move_auth(c, deadline);
+            break;
+        case CHANQ_MOVE_FAILED:
+            return chanq_move_error(c->mv);
+        default:
+            return -EINVAL;
+        }
+        if (r < 0)
+            return r;
+    }
+}
+
+/* Before an operation: a move left unfinished by an earlier one goes on. */
+static int ensure_up(chanq_sync_t *c, int64_t deadline)
+{
+    if (!c->mv || (!c->moving && chanq_move_state(c->mv) == CHANQ_MOVE_UP))
+        return 0;
+    return move_run(c, deadline);
+}
+
+/* An operation saw err: a loss starts a move (run until the deadline) when the client has an
+ * engine; anything else is returned as it is. Returns 0 once the connection is up again. */
+static int on_loss(chanq_sync_t *c, int err, int64_t deadline)
+{
+    if (!c->mv || !is_loss(err))
+        return err;
+    drop_fd(c);
+    c->moving = true;
+    chanq_move_lost(c->mv, c->core, err, now_ms());
+    return move_run(c, deadline);
+}
+
+int chanq_sync_flush(chanq_sync_t *c, int timeout_ms)
+{
+    int64_t deadline = deadline_of(timeout_ms);
+    uint32_t gen = c->gen;
+    int r = ensure_up(c, deadline);
+    while (r == 0 && c->gen == gen) {
+        r = write_pending(c, deadline);
+        if (r == 0)
+            break;
+        r = on_loss(c, r, deadline);
+    }
+    return r == 0 && c->gen != gen ? CHANQ_SYNC_MOVED : r;
 }
 
 /* ---- lifecycle --------------------------------------------------------------------------- */
@@ -243,11 +424,9 @@ static int resolve_connect(const char *host, uint16_t port, int timeout_ms, int 
     return r;
 }
 
-int chanq_sync_connect(const char *host, uint16_t port, const chanq_opts_t *opts, int timeout_ms,
-                       chanq_sync_t **ret_c)
+/* The adapter and its core, not connected. */
+static int sync_new(const chanq_opts_t *opts, chanq_sync_t **ret_c)
 {
-    if (!host || !ret_c)
-        return -EINVAL;
     chanq_sync_t *c = cq_calloc(1, sizeof(*c));
     if (!c)
         return -ENOMEM;
@@ -261,7 +440,17 @@ int chanq_sync_connect(const char *host, uint16_t port, const chanq_opts_t *opts
         chanq_opts_init(&o);
     o.on_message = on_msg;
     o.ud = c;
-    int r = chanq_client_new(&o, &c->core);
+    *ret_c = c; /* freed by the caller on failure */
+    return chanq_client_new(&o, &c->core);
+}
+
+int chanq_sync_connect(const char *host, uint16_t port, const chanq_opts_t *opts, int timeout_ms,
+                       chanq_sync_t **ret_c)
+{
+    if (!host || !ret_c)
+        return -EINVAL;
+    chanq_sync_t *c = NULL;
+    int r = sync_new(opts, &c);
     if (r < 0)
         goto fail;
     r = resolve_connect(host, port, timeout_ms, &c->fd);
@@ -274,10 +463,40 @@ fail:
     return r;
 }
 
+int chanq_sync_connect_list(const char *addrs, const chanq_opts_t *opts,
+                            const chanq_move_opts_t *mopts, int timeout_ms, chanq_sync_t **ret_c)
+{
+    if (!addrs || !ret_c)
+        return -EINVAL;
+    chanq_sync_t *c = NULL;
+    int r = sync_new(opts, &c);
+    if (r == 0)
+        r = chanq_move_new(addrs, mopts, &c->mv);
+    if (r < 0)
+        goto fail;
+    chanq_move_start(c->mv, now_ms());
+    r = move_run(c, deadline_of(timeout_ms));
+    if (r == CQ_ETIMEOUT && c->last_try_err)
+        r = c->last_try_err; /* more useful than the timeout: why the addresses did not answer */
+    if (r < 0)
+        goto fail;
+    *ret_c = c;
+    return 0;
+fail:
+    chanq_sync_free(c);
+    return r;
+}
+
+const chanq_move_t *chanq_sync_move(const chanq_sync_t *c)
+{
+    return c->mv;
+}
+
 chanq_sync_t *chanq_sync_free(chanq_sync_t *c)
 {
     if (!c)
         return NULL;
+    chanq_move_free(c->mv); /* before the core: it may hold a stub there */
     if (c->fd >= 0)
         close(c->fd);
     while (c->head) {
@@ -389,24 +608,33 @@ int chanq_sync_server_forward(chanq_sync_t *c, uint32_t channel_id, uint32_t bro
 int chanq_sync_write_raw(chanq_sync_t *c, const void *bytes, size_t n)
 {
     int r = chanq_sync_flush(c, c->send_timeout);
-    if (r < 0)
+    if (r != 0)
         return r;
-    return write_bytes(c, bytes, n, deadline_of(c->send_timeout));
+    int64_t deadline = deadline_of(c->send_timeout);
+    r = write_bytes(c, bytes, n, deadline);
+    if (r < 0 && (r = on_loss(c, r, deadline)) == 0)
+        return CHANQ_SYNC_MOVED;
+    return r;
 }
 
 /* ---- receiving --------------------------------------------------------------------------- */
 
-/* Waits for input before the deadline and reads it. Returns 0, CQ_ETIMEOUT or an error. */
+/* Waits for input before the deadline and reads it. Returns 0, CQ_ETIMEOUT or an error. A
+ * moving client moves on a loss and returns 0 once the new connection is up (c->gen tells). */
 static int pump(chanq_sync_t *c, int64_t deadline)
 {
+    int r = ensure_up(c, deadline);
+    if (r < 0)
+        return r;
     if (c->rerr)
-        return c->rerr;
+        return on_loss(c, c->rerr, deadline);
     int ev = wait_fd(c, 0, deadline);
     if (ev < 0)
-        return ev;
+        return on_loss(c, ev, deadline);
     if (ev == 0)
         return CQ_ETIMEOUT;
-    return read_some(c);
+    r = read_some(c);
+    return r < 0 ? on_loss(c, r, deadline) : 0;
 }
 
 int chanq_sync_recv(chanq_sync_t *c, chanq_owned_msg_t *out, int timeout_ms)
@@ -497,6 +725,23 @@ static void on_reply(void *ud, const chanq_msg_t *m)
     x->err = chanq_owned_msg_copy(m, &x->reply);
 }
 
+/* The request with stub (registered with on_reply and x) is queued: flushes it and waits for
+ * the reply. A move meanwhile took the request and the stub with the old connection. */
+static int call_wait(chanq_sync_t *c, call_ctx_t *x, uint32_t stub, int64_t deadline)
+{
+    uint32_t gen = c->gen;
+    int r = chanq_sync_flush(c, remaining(deadline));
+    while (r == 0 && !x->done && c->gen == gen)
+        r = pump(c, deadline);
+    if (!x->done) {
+        if (c->gen != gen)
+            return r < 0 ? r : CHANQ_SYNC_MOVED; /* the reset cancelled the stub */
+        chanq_client_stub_cancel(c->core, stub); /* x lives on the caller's stack frame */
+        return r;
+    }
+    return x->err;
+}
+
 int chanq_sync_call(chanq_sync_t *c, uint32_t channel_id, uint32_t broadcast, uint32_t msg_type,
                     const ProtobufCMessage *msg, chanq_owned_msg_t *out, int timeout_ms)
 {
@@ -506,15 +751,9 @@ int chanq_sync_call(chanq_sync_t *c, uint32_t channel_id, uint32_t broadcast, ui
     int r = chanq_client_call(c->core, channel_id, broadcast, msg_type, msg, on_reply, &x, &stub);
     if (r < 0)
         return r;
-    r = chanq_sync_flush(c, remaining(deadline));
-    while (r == 0 && !x.done)
-        r = pump(c, deadline);
-    if (!x.done) {
-        chanq_client_stub_cancel(c->core, stub); /* x lives on this stack frame */
+    r = call_wait(c, &x, stub, deadline);
+    if (r != 0)
         return r;
-    }
-    if (x.err < 0)
-        return x.err;
     *out = x.reply;
     return 0;
 }
@@ -522,13 +761,21 @@ int chanq_sync_call(chanq_sync_t *c, uint32_t channel_id, uint32_t broadcast, ui
 int chanq_sync_auth(chanq_sync_t *c, const char *pit, const char *lt, int timeout_ms,
                     int *ret_result, uint32_t *ret_conn_id)
 {
-    Channeldpb__AuthMessage am = CHANNELDPB__AUTH_MESSAGE__INIT;
-    am.playeridentifiertoken = (char *)(pit ? pit : "");
-    am.logintoken = (char *)(lt ? lt : "");
-    chanq_owned_msg_t m;
-    int r = chanq_sync_call(c, 0, 0, CHANNELDPB__MESSAGE_TYPE__AUTH, &am.base, &m, timeout_ms);
+    call_ctx_t x = {false, 0, {0}};
+    uint32_t stub;
+    int r = chanq_client_stub_alloc(c->core, on_reply, &x, &stub);
     if (r < 0)
         return r;
+    /* through the core's encoder, which keeps the credentials for a move */
+    r = chanq_client_auth(c->core, stub, pit, lt);
+    if (r < 0) {
+        chanq_client_stub_cancel(c->core, stub);
+        return r;
+    }
+    r = call_wait(c, &x, stub, deadline_of(timeout_ms));
+    if (r != 0)
+        return r;
+    chanq_owned_msg_t m = x.reply;
     Channeldpb__AuthResultMessage *ar =
         chanq_sync_decode(&m, &channeldpb__auth_result_message__descriptor);
     r = m.msg_type == CHANNELDPB__MESSAGE_TYPE__AUTH && ar ? 0 : CQ_EDECODE;

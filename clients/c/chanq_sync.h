@@ -14,6 +14,25 @@
  * chanq_sync_err_is_closed() tells "the server closed my connection" from everything else.
  * Messages received before the close are still returned first.
  * Timeouts are in milliseconds; a negative timeout waits forever.
+ *
+ * MOVING (chanq_sync_connect_list, chanq_move.h): the client takes a list of addresses and, when
+ * its connection is lost (FIN, RST, a socket error such as the keepalive's ETIMEDOUT; not bad
+ * bytes from the server, which kill the client as above), moves to the next one inside the
+ * operation that saw the loss: it connects with the engine's backoff, authenticates again with
+ * the same credentials, subscribes again to its own subscriptions, and calls on_moved. The move
+ * runs within that operation's timeout (a connection try in progress finishes first, within
+ * connect_timeout_ms); if the timeout passes first the operation returns CQ_ETIMEOUT and the
+ * next operation carries the move on. Then:
+ *  - chanq_sync_recv* keep waiting, on the new connection, until their timeout: the messages
+ *    received before the loss come first, then the SUB results of the new subscriptions;
+ *  - a send, flush or call whose bytes or reply went with the old connection (or were still
+ *    queued when the core was reset for the new one) returns CHANQ_SYNC_MOVED: the message
+ *    may or may not have reached the old node; the new connection is up; resync, then send
+ *    again what must arrive;
+ *  - when the engine gives up (max_tries, or an AUTH the new node refused: CQ_EAUTH) every
+ *    operation returns that error.
+ * chanq_sync_is_closed() observes a close and never moves. chanq_sync_fd() is -1 between
+ * connections.
  */
 #ifndef CHANQ_SYNC_H
 #define CHANQ_SYNC_H
@@ -23,9 +42,13 @@
 #include <stdint.h>
 
 #include "chanq.h"
+#include "chanq_move.h"
 
 /* Returned when the peer closed the connection (read returned 0). */
 #define CHANQ_SYNC_EOF CQ_ECLOSED
+/* Returned (> 0) by a send, flush or call of a moving client when its message or the reply went
+ * with the old connection (see MOVING). */
+#define CHANQ_SYNC_MOVED 1
 /* Timeout used by the send functions (which take no timeout argument) until changed. */
 #define CHANQ_SYNC_DEFAULT_SEND_TIMEOUT_MS 10000
 
@@ -61,6 +84,19 @@ bool chanq_sync_err_is_closed(int err);
 int chanq_sync_connect(const char *host, uint16_t port, const chanq_opts_t *opts, int timeout_ms,
                        chanq_sync_t **ret_c);
 
+/* Connects to the first address of addrs ("host:port,host:port...", borrowed; chanq_move.h)
+ * that answers, trying them in order with mopts' backoff (mopts copied, NULL = defaults of
+ * chanq_move_opts_init; its ud stays borrowed), within timeout_ms in all; from then on the client
+ * moves along the list when its connection is lost (see MOVING). Returns 0, -EINVAL (a bad
+ * list), -ENOMEM, the last try's error when no address answered within timeout_ms (or
+ * CQ_ETIMEOUT), or the engine's error after max_tries. A one-address list reconnects to it. */
+int chanq_sync_connect_list(const char *addrs, const chanq_opts_t *opts,
+                            const chanq_move_opts_t *mopts, int timeout_ms, chanq_sync_t **ret_c);
+
+/* The move engine of a chanq_sync_connect_list client (borrowed: chanq_move_target,
+ * chanq_move_moves...), NULL for chanq_sync_connect. */
+const chanq_move_t *chanq_sync_move(const chanq_sync_t *c);
+
 /* Closes the socket and frees everything, including queued messages. Accepts NULL. Returns
  * NULL. */
 chanq_sync_t *chanq_sync_free(chanq_sync_t *c);
@@ -75,7 +111,8 @@ int chanq_sync_fd(const chanq_sync_t *c);
 /* Sets the timeout used by every send function. */
 void chanq_sync_set_send_timeout(chanq_sync_t *c, int timeout_ms);
 
-/* Writes every byte the core has pending. Returns 0, CQ_ETIMEOUT, or a close/socket error. */
+/* Writes every byte the core has pending. Returns 0, CQ_ETIMEOUT, or a close/socket error
+ * (CHANQ_SYNC_MOVED for a moving client). */
 int chanq_sync_flush(chanq_sync_t *c, int timeout_ms);
 
 /* ---- sending (queue in the core, then flush with the send timeout) ---------------------- */
@@ -125,7 +162,7 @@ size_t chanq_sync_queued(const chanq_sync_t *c);
 
 /* Waits until the peer closes the connection (FIN or RST), reading and queueing any messages
  * that arrive meanwhile. Returns 1 if the connection was closed, 0 if it was still open when
- * timeout_ms expired, or a negative error other than a close. */
+ * timeout_ms expired, or a negative error other than a close. Never moves. */
 int chanq_sync_is_closed(chanq_sync_t *c, int timeout_ms);
 
 /* Sends msg as an RPC (lowest free stubId) and waits for the message carrying that stubId.

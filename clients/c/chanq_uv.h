@@ -13,6 +13,16 @@
  * Lifetime: chanq_uv_close() (or a read/write error, or EOF) closes both handles; on_close is
  * called exactly once, after which the chanq_uv_t is freed by the adapter. Never free it
  * yourself. It is safe to call chanq_uv_close() from any callback of the adapter.
+ *
+ * Moving (chanq_uv_connect_list, chanq_move.h): the client takes a list of numeric addresses;
+ * on_connect reports the first connection made (or, when the engine gives up before any, its
+ * error, then on_close). When the connection is lost (EOF, a reset, a socket error such as the
+ * keepalive's UV_ETIMEDOUT; bad bytes from the server still close the client) it is not closed:
+ * a timer runs the engine's backoff, a new connection is made to the next address, AUTH and the
+ * client's own SUBs are sent again, and the engine's on_moved reports the move. Messages queued
+ * between the loss and the new connection are dropped with the old connection's. on_close comes
+ * only after chanq_uv_close, a core error, or when the engine gives up (its error: CQ_EAUTH, the
+ * last try's error after max_tries).
  */
 #ifndef CHANQ_UV_H
 #define CHANQ_UV_H
@@ -20,6 +30,7 @@
 #include <uv.h>
 
 #include "chanq.h"
+#include "chanq_move.h"
 
 typedef struct chanq_uv chanq_uv_t;
 
@@ -39,6 +50,18 @@ typedef struct chanq_uv_cbs {
  * success. Returns 0 or a negative libuv / errno code (nothing to close on failure). */
 int chanq_uv_connect(uv_loop_t *loop, const struct sockaddr *addr, const chanq_opts_t *opts,
                      const chanq_uv_cbs_t *cbs, void *ud, chanq_uv_t **ret_c);
+
+/* Starts connecting to the first address of addrs ("ip:port,[ip6]:port...", numeric; borrowed)
+ * that answers, and moves along the list whenever the connection is lost (see Moving). mopts is
+ * copied (NULL = chanq_move_opts_init's defaults; its ud stays borrowed); the rest as for
+ * chanq_uv_connect. Returns 0, UV_EINVAL (a bad list, a host that is not a numeric address),
+ * UV_ENOMEM or a libuv error (nothing to close on failure). */
+int chanq_uv_connect_list(uv_loop_t *loop, const char *addrs, const chanq_opts_t *opts,
+                          const chanq_move_opts_t *mopts, const chanq_uv_cbs_t *cbs, void *ud,
+                          chanq_uv_t **ret_c);
+
+/* The move engine of a chanq_uv_connect_list client (borrowed), NULL otherwise. */
+const chanq_move_t *chanq_uv_move(const chanq_uv_t *c);
 
 /* The core (borrowed; owned by c). Queue messages with chanq_client_* encoders; they are
  * flushed before the loop next blocks. */

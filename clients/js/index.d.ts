@@ -147,8 +147,44 @@ export interface ChanqEvents {
   /** CHANNEL_DATA_HANDOVER (12). */
   handover: HandoverEvent;
   error: Error;
-  /** The connection closed; the argument says why. */
+  /**
+   * The connection closed; the argument says why. A client connected to a list of URLs closes
+   * only on disconnect() or when its move fails ("<reason>; the move failed: <why>").
+   */
   close: string;
+  /** A moving client lost its connection: the move starts (pending RPCs were rejected). */
+  moving: { from: string; fromIndex: number; oldConnId: number; reason: string };
+  /** The move ended: connected to `to`, authenticated and subscribed again (SUB results follow). */
+  moved: MovedEvent;
+}
+
+/** connect(urls): the move policy (libchanq's chanq_move_opts_t). */
+export interface MoveOptions {
+  /** Wait before the second try after a loss, doubling per try (default 100). */
+  backoffMinMs?: number;
+  /** Cap of the wait (default 2000). */
+  backoffMaxMs?: number;
+  /** Failed tries in a row before giving up; 0 = no limit (default). */
+  maxTries?: number;
+  /** A try whose transport is not open by then fails (default 2000). */
+  connectTimeoutMs?: number;
+  /** A try whose AuthResult does not come by then fails (default 5000). */
+  authTimeoutMs?: number;
+}
+export declare const MOVE_DEFAULTS: Readonly<Required<MoveOptions>>;
+/** The wait before try k of a move: 0 for k = 0, then backoffMinMs * 2^(k-1) up to backoffMaxMs. */
+export declare function moveBackoffMs(o: Required<MoveOptions>, k: number): number;
+
+export interface MovedEvent {
+  from: string; to: string; fromIndex: number; toIndex: number;
+  /** 0 when the lost connection had not authenticated (then nothing was sent again). */
+  oldConnId: number;
+  connId: number;
+  /** SUB_TO_CHANNEL sent again: one per entry of ownSubscriptions. */
+  resubscribed: number;
+  /** Connection tries it took (1: the first URL after the lost one answered). */
+  tries: number;
+  reason: string;
 }
 
 // ---- client ---------------------------------------------------------------------------------
@@ -173,6 +209,12 @@ export interface ConnectOptions {
   WebSocket?: unknown;
   /** An already open transport to use instead of url. */
   transport?: Transport;
+  /** With a list of URLs: the move policy. */
+  move?: MoveOptions;
+  /** With a list of URLs: the first connection's bound (default rpcTimeoutMs). */
+  timeoutMs?: number;
+  /** With a list of URLs: opens each transport (default openTransport). */
+  openTransport?: (url: string, opts: ConnectOptions) => Promise<Transport>;
 }
 
 export interface RpcOptions {
@@ -199,10 +241,28 @@ export declare class ChanqClient {
   readonly subscriptions: Map<number, Required<ChannelSubscriptionOptions>>;
   /** channelId -> ChannelType of those subscriptions. */
   readonly subscriptionTypes: Map<number, number>;
+  /**
+   * channelId -> the subscriptions this connection made itself (subToChannel for itself, result
+   * received), with the options and channel type of their result: what a move subscribes again.
+   * Kept across moves; subscriptions a server made are not in it.
+   */
+  readonly ownSubscriptions: Map<number, { options: Required<ChannelSubscriptionOptions>; channelType: number }>;
   readonly connected: boolean;
+  /** True from the loss of a moving client's connection to the end of its move. */
+  readonly moving: boolean;
+  /** connect(urls): the list, and the index of the URL of the latest connection. */
+  readonly urls: string[] | null;
+  readonly urlIndex: number;
+  /** Moves completed. */
+  readonly moves: number;
 
-  /** ws://, wss:// (browser or Node) or tcp://host:port (Node). */
-  connect(url: string, opts?: ConnectOptions): Promise<void>;
+  /**
+   * ws://, wss:// (browser or Node) or tcp://host:port (Node). With an array of URLs (relay
+   * nodes) the client connects to the first that answers and, when its connection is lost,
+   * moves to the next: AUTH again with the same credentials, SUB again to ownSubscriptions,
+   * then 'moved'. Rejects when no URL answered within opts.timeoutMs or opts.move.maxTries.
+   */
+  connect(url: string | string[], opts?: ConnectOptions): Promise<void>;
   disconnect(): void;
 
   on<K extends keyof ChanqEvents>(event: K, fn: (arg: ChanqEvents[K]) => void): () => void;

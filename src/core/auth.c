@@ -138,13 +138,14 @@ static void auth_success(cq_core_t *c, cq_conn_t *conn, const char *pit)
 {
     if (!conn->pit)
         conn->pit = cq_strdup(pit ? pit : "");
-    if (conn->state == CONN_UNAUTH) {
+    bool first = conn->state == CONN_UNAUTH;
+    if (first)
         conn->fsm_state = (uint8_t)cq_fsm_next_state(conn->fsm, conn->fsm_state);
-        cq__node_conn_up(c, conn); /* other nodes know it from its AUTH on */
-    }
     conn->state = CONN_AUTHED;
     conn->failed_auth = 0;
     cq_list_remove(&conn->unauth_node);
+    if (first)
+        cq__node_conn_up(c, conn); /* other nodes know it from its AUTH on */
 }
 
 /* A failed AUTH (its result already sent): counts, the address budget, a rate-limited log

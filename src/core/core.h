@@ -150,6 +150,7 @@ struct cq_shared {
     _Atomic uint16_t global_home;    /* the node GLOBAL and the directory live on; 0: this one */
     _Atomic uint64_t dead_nodes[4];  /* left the relay: their messages are dropped until HELLO */
     _Atomic uint64_t heard_nodes[4]; /* said HELLO since they last left */
+    _Atomic uint64_t heard_ms[256];  /* when a packet from each node last arrived (mono ms) */
     _Atomic uint64_t relay_in, relay_refused; /* messages from other nodes: taken, refused */
     _Atomic uint64_t relay_paced;             /* records that waited for a full inbox */
 };

@@ -123,6 +123,8 @@ void cq_shared_relay_node_gone(cq_shared_t *sh, uint16_t node);
  * subscribers of its channels are closed, and, if it restarted, its connections dropped. The
  * relay thread, in stream order. */
 void cq_shared_relay_reset(cq_shared_t *sh, uint16_t node, bool restarted, uint64_t lost);
+/* A packet from node arrived (the relay thread): it lives (node.c waits for its answers). */
+void cq_shared_relay_heard(cq_shared_t *sh, uint16_t node);
 /* Node's HELLO arrived (the relay thread, in its stream's order): it is back. */
 void cq_shared_relay_node_up(cq_shared_t *sh, uint16_t node);
 /* GLOBAL's home is node (claimed in ZooKeeper): channel-0 messages (GLOBAL's own, LIST,

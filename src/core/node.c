@@ -18,6 +18,7 @@
 #include "xwire.h"
 
 #include "cq_alloc.h"
+#include "cq_clock.h"
 #include "cq_err.h"
 #include "cq_log.h"
 #include "cq_util.h"
@@ -30,6 +31,15 @@
 /* Posting from the relay and ZooKeeper threads (below). */
 static void in_post(cq_shared_t *sh, int w, cq_xmsg_t *m, uint64_t *wake);
 static void wake_all(cq_shared_t *sh, uint64_t wake);
+
+/* A node heard from within this (three of its HEAD intervals) is alive enough to wait for. */
+#define HEARD_FRESH_MS 600
+
+void cq_shared_relay_heard(cq_shared_t *sh, uint16_t node)
+{
+    if (node < 256)
+        atomic_store_explicit(&sh->heard_ms[node], cq_clock_mono_ms(), memory_order_relaxed);
+}
 
 /* ---- places ------------------------------------------------------------------------------- */
 
@@ -119,10 +129,13 @@ void cq__node_free(cq_core_t *c)
 }
 
 /* Every live peer, for what every node must hear (a connection's arrival and departure). */
+/* Posts {kind, conn_id, conn_type} to every live node; returns how many of them were heard from
+ * lately (CQ_RELAY_HEAD_MS-paced HEADs: a node that died is not waited for). */
 static uint32_t post_peers(cq_core_t *c, int kind, uint32_t conn_id, uint8_t conn_type)
 {
     cq_shared_t *sh = c->sh;
     uint32_t posted = 0;
+    uint64_t now = cq_clock_mono_ms();
     for (uint32_t n = 1; n < (1u << sh->ids.node_bits); n++) {
         if (n == sh->node || !cq__node_live(sh, n))
             continue;
@@ -132,7 +145,8 @@ static uint32_t post_peers(cq_core_t *c, int kind, uint32_t conn_id, uint8_t con
         m->conn_id = conn_id;
         m->conn_type = conn_type;
         cq__node_post(c, n, m);
-        posted++;
+        posted +=
+            now - atomic_load_explicit(&sh->heard_ms[n], memory_order_relaxed) < HEARD_FRESH_MS;
     }
     return posted;
 }
@@ -218,10 +232,12 @@ void cq__node_adjacent(cq_core_t *c, const uint32_t *cells, uint32_t n, cq_buf_t
 }
 
 /* A connection that authenticated is announced to every live node, and what is queued for it
- * from now on, its AuthResult first, is held until each has acknowledged (XM_NODE_CONN_ACK) or
- * ANNOUNCE_MAX_MS passed: whatever its client or anyone it tells does after reading its
- * AuthResult then reaches nodes that know it, as on one node, where the directory is shared. */
-#define ANNOUNCE_MAX_MS 1000
+ * from now on, its AuthResult first, is held until each node heard from lately has acknowledged
+ * (XM_NODE_CONN_ACK) or ANNOUNCE_MAX_MS passed: whatever its client or anyone it tells does
+ * after reading its AuthResult then reaches nodes that know it, as on one node, where the
+ * directory is shared. The bound is short because a node that just died is still "heard lately"
+ * for HEARD_FRESH_MS, and the clients moving away from it authenticate right then. */
+#define ANNOUNCE_MAX_MS 300
 
 void cq__node_conn_up(cq_core_t *c, cq_conn_t *conn)
 {

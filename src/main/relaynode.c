@@ -98,6 +98,12 @@ static void on_deliver(void *ud, uint16_t node, uint8_t kind, const uint8_t *bod
         atomic_fetch_add(&k->unknown_records, 1);
 }
 
+static void on_heard(void *ud, uint16_t node)
+{
+    cq_main_relay_t *k = ud;
+    cq_shared_relay_heard(k->sh, node);
+}
+
 static void on_reset(void *ud, uint16_t node, int why, uint64_t lost)
 {
     cq_main_relay_t *k = ud;
@@ -444,6 +450,7 @@ int cq_main_relay_start(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin
                           .net = k->nats,
                           .deliver = on_deliver,
                           .reset = on_reset,
+                          .heard = on_heard,
                           .ud = k};
     char subj[CQ_RELAY_SUBJECT_MAX];
     r = cq_relay_start(&rc, &k->relay);

@@ -17,6 +17,9 @@
  * The callbacks (deliver, reset) run on the relay thread; they must not block (chanqd posts to
  * the worker inboxes).
  *
+ * Liveness. Every peer gets a HEAD at least every CQ_RELAY_HEAD_MS, data or not, and every packet
+ * from a peer calls heard: a peer not heard for a few times that is not answering.
+ *
  * Order. Records sent by one thread to one node are delivered there in the order sent, exactly
  * once, or the stream RESETs (reset callback: the records lost in between are gone and the
  * caller rebuilds what came from that peer). Records of different sending threads interleave.
@@ -37,6 +40,7 @@
 
 #define CQ_RELAY_MAX_PEERS   255u
 #define CQ_RELAY_SUBJECT_MAX 128u
+#define CQ_RELAY_HEAD_MS     200u /* a peer hears this node at least this often (HEAD) */
 
 /* The network as the relay thread uses it. publish() is called on the relay thread only and
  * may block for a bounded time (libnats: a full socket); it copies p. */
@@ -47,6 +51,8 @@ typedef struct cq_relay_net_ops {
 /* A record delivered from peer `node`, in stream order; body borrowed for the call. */
 typedef void (*cq_relay_deliver_fn)(void *ud, uint16_t node, uint8_t kind, const uint8_t *body,
                                     uint32_t len);
+/* A packet from `node` arrived (any: data, HEAD, NACK): it lives. */
+typedef void (*cq_relay_heard_fn)(void *ud, uint16_t node);
 /* The stream from `node` broke (why, cq_link_why_t): `lost` packets are gone; everything that
  * came from that peer must be rebuilt. */
 typedef void (*cq_relay_reset_fn)(void *ud, uint16_t node, int why, uint64_t lost);
@@ -62,6 +68,7 @@ typedef struct cq_relay_conf {
     void *net;
     cq_relay_deliver_fn deliver;
     cq_relay_reset_fn reset;
+    cq_relay_heard_fn heard; /* may be NULL */
     void *ud;
 } cq_relay_conf_t;
 

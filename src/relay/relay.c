@@ -38,13 +38,14 @@ typedef struct peer {
     cq_buf_t **bufs;
     uint32_t n, cap_recs, cap_bufs;
     uint64_t records_out, records_in, publish_errors;
-    uint64_t head_due; /* when to repeat our last seq (HEAD); UINT64_MAX: idle and said */
+    uint64_t head_due; /* when to send our last seq (HEAD) again */
     uint32_t head_step;
 } peer_t;
 
-/* After a peer's last data packet, HEAD goes out after these delays, then the link is quiet: a
- * lost last packet is found within the first (doc/relay-cluster.md "The link"). */
-static const uint32_t head_after_ms[] = {50, 250, 1000};
+/* After a peer's last data packet, HEAD goes out after these delays, so that a lost last packet
+ * is found within the first; then every CQ_RELAY_HEAD_MS, so that a peer hears this node at
+ * least that often while it lives (doc/relay-cluster.md "The link"). */
+static const uint32_t head_after_ms[] = {50, CQ_RELAY_HEAD_MS};
 
 struct cq_relay {
     cq_relay_conf_t conf;
@@ -114,7 +115,7 @@ static peer_t *peer_get(cq_relay_t *r, uint16_t node)
     if (!p)
         return NULL;
     p->node = node;
-    p->head_due = UINT64_MAX;
+    p->head_due = cq_clock_mono_ms() + CQ_RELAY_HEAD_MS;
     p->tx = cq_link_tx_new(r->conf.node, node, r->conf.epoch, r->conf.keep_bytes);
     p->rx = cq_link_rx_new(r->conf.node, node, &r->conf.rx);
     if (!p->tx || !p->rx || cq_relay_subject(r->cluster, node, p->subject, sizeof(p->subject)))
@@ -184,9 +185,9 @@ static void peer_head(cq_relay_t *r, peer_t *p, uint64_t now)
                                cq_link_tx_last_seq(p->tx), 0);
     if (c)
         publish(r, p, c);
-    p->head_step++;
-    p->head_due = p->head_step < CQ_ARRAY_SIZE(head_after_ms) ? now + head_after_ms[p->head_step]
-                                                              : UINT64_MAX;
+    if (p->head_step + 1 < CQ_ARRAY_SIZE(head_after_ms))
+        p->head_step++;
+    p->head_due = now + head_after_ms[p->head_step];
 }
 
 static void answer_nack(cq_relay_t *r, peer_t *p, uint64_t from, uint64_t to)
@@ -262,6 +263,8 @@ static void on_input(cq_relay_t *r, cq_buf_t *pkt, uint64_t now)
         pthread_mutex_unlock(&r->st_mu);
         return;
     }
+    if (r->conf.heard)
+        r->conf.heard(r->conf.ud, p->node);
     pthread_mutex_lock(&r->st_mu);
     int rc = cq_link_rx_input(p->rx, pkt, now);
     pthread_mutex_unlock(&r->st_mu);

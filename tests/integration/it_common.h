@@ -115,6 +115,9 @@ cq_testsrv_t *it_node(int n);
 const char *it_relay_name(void);
 /* The node the next connection of this kind goes to in relay mode. */
 int it_relay_pick(bool server);
+/* A file holding channeld's client_authoratative_fsm.json (clients may SUB and UNSUB
+ * themselves), for --client-fsm; removed at exit. */
+const char *it_client_auth_fsm(void);
 /* Stops nodes 2 .. IT_RELAY_NODES (it_teardown calls it). */
 void it_relay_stop(void);
 /* Authenticates c with pit/lt and asserts SUCCESSFUL; sets c->id. */

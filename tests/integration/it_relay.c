@@ -14,6 +14,32 @@
 
 bool it_relay;
 
+/* channeld's client_authoratative_fsm.json: clients may SUB and UNSUB themselves */
+static const char CLIENT_AUTH_FSM[] =
+    "{\"States\": [{\"Name\": \"INIT\", \"MsgTypeWhitelist\": \"1\", \"MsgTypeBlacklist\": \"\"},"
+    " {\"Name\": \"OPEN\", \"MsgTypeWhitelist\": \"3-8,15-65535\", \"MsgTypeBlacklist\": \"\"}],"
+    " \"Transitions\": []}\n";
+static char g_fsm[64];
+
+static void fsm_remove(void)
+{
+    unlink(g_fsm);
+}
+
+const char *it_client_auth_fsm(void)
+{
+    if (g_fsm[0])
+        return g_fsm;
+    snprintf(g_fsm, sizeof(g_fsm), "%s", "/tmp/cq-it-fsm.XXXXXX");
+    int fd = mkstemp(g_fsm);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, CLIENT_AUTH_FSM, strlen(CLIENT_AUTH_FSM)),
+                     (ssize_t)strlen(CLIENT_AUTH_FSM));
+    close(fd);
+    atexit(fsm_remove);
+    return g_fsm;
+}
+
 static cq_testsrv_t g_nodes[IT_RELAY_NODES + 1];
 static char g_cluster[32];
 static int g_servers, g_clients;

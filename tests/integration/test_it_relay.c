@@ -21,28 +21,6 @@
 
 #define NODES IT_RELAY_NODES
 
-static char g_fsm[64] = "/tmp/cq-relay-fsm.XXXXXX"; /* clients may SUB and UNSUB themselves */
-
-/* channeld's client_authoratative_fsm.json */
-static const char CLIENT_AUTH_FSM[] =
-    "{\"States\": [{\"Name\": \"INIT\", \"MsgTypeWhitelist\": \"1\", \"MsgTypeBlacklist\": \"\"},"
-    " {\"Name\": \"OPEN\", \"MsgTypeWhitelist\": \"3-8,15-65535\", \"MsgTypeBlacklist\": \"\"}],"
-    " \"Transitions\": []}\n";
-
-static void fsm_remove(void)
-{
-    unlink(g_fsm);
-}
-
-static void fsm_write(void)
-{
-    int fd = mkstemp(g_fsm);
-    if (fd < 0 || write(fd, CLIENT_AUTH_FSM, strlen(CLIENT_AUTH_FSM)) < 0)
-        abort();
-    close(fd);
-    atexit(fsm_remove);
-}
-
 static cq_testsrv_t *node(int n)
 {
     return it_node(n);
@@ -52,8 +30,12 @@ static cq_testsrv_t *node(int n)
  * UNSUB themselves, and the chanqtest data types. */
 static void relay_start(void)
 {
-    const char *args[] = {
-        "--dev", "--client-fsm", g_fsm, "--channel-data-types", getenv("CHANQTEST_FDS"), NULL};
+    const char *args[] = {"--dev",
+                          "--client-fsm",
+                          it_client_auth_fsm(),
+                          "--channel-data-types",
+                          getenv("CHANQTEST_FDS"),
+                          NULL};
     it_relay_startv(args);
 }
 
@@ -673,7 +655,6 @@ int main(int argc, char **argv)
                "run_nats.sh)\n");
         return 0;
     }
-    fsm_write();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_broadcast_flags, relay_teardown),
         cmocka_unit_test_teardown(test_single_and_client_to_owner, relay_teardown),

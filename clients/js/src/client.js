@@ -40,6 +40,17 @@ const REPLY_TYPES = new Map([
 const MAX_STUB_ID = 0xffffffff;
 const utf8 = new TextEncoder();
 
+/** The move policy's defaults (connect(urls, {move})): libchanq's chanq_move_opts_init. */
+export const MOVE_DEFAULTS = Object.freeze({
+  backoffMinMs: 100, backoffMaxMs: 2000, maxTries: 0, connectTimeoutMs: 2000, authTimeoutMs: 5000,
+});
+
+/** The wait before try k of a move (or of the first connection): 0 for k = 0, then backoffMinMs
+ * doubling per try up to backoffMaxMs. */
+export function moveBackoffMs(o, k) {
+  return k <= 0 ? 0 : Math.min(o.backoffMinMs * 2 ** (k - 1), o.backoffMaxMs);
+}
+
 /** An error from the client: code is 'timeout', 'closed', 'auth', 'too-big' or 'protocol'. */
 export class ChanqError extends Error {
   constructor(code, message, detail) {
@@ -85,6 +96,21 @@ export class ChanqClient {
     this.subscriptions = new Map();
     /** channelId -> ChannelType of those subscriptions (from the SUB results). */
     this.subscriptionTypes = new Map();
+    /**
+     * channelId -> {options, channelType}: the subscriptions this connection made itself (its own
+     * subToChannel, whose result arrived), which a move makes again. Kept across moves.
+     */
+    this.ownSubscriptions = new Map();
+    this.askedSubs = new Set(); // channels of a subToChannel for itself awaiting their result
+    this.credentials = null; // {pit, lt} of the last auth(), which a move sends again
+    this.urls = null; // connect(urls): the address list of a client that moves
+    this.urlIndex = 0;
+    this.moveOpts = null;
+    this.connectOpts = {};
+    this.moveTask = null;
+    this.moveSleep = null;
+    this.stopped = false;
+    this.moves = 0;
     this.transport = null;
     this.reader = null;
     this.listeners = new Map();
@@ -96,6 +122,11 @@ export class ChanqClient {
 
   get connected() {
     return this.transport !== null;
+  }
+
+  /** True between the loss of a moving client's connection and the end of its move. */
+  get moving() {
+    return this.moveTask !== null;
   }
 
   // ---- events -------------------------------------------------------------------------------
@@ -169,20 +200,43 @@ export class ChanqClient {
    * Connects to url: ws://host:port/path, wss://..., or tcp://host:port (Node only).
    * opts.ws: options for the Node `ws` package (e.g. {rejectUnauthorized: false});
    * opts.transport: an already open transport {send, close, onbytes, onclose} to use instead.
+   *
+   * url may be an array of URLs (relay nodes): the client connects to the first that answers,
+   * in order, and moves along the list when its connection is lost (see README "Moving").
+   * opts.move: the policy (MOVE_DEFAULTS); opts.timeoutMs bounds the first connection (default
+   * rpcTimeoutMs); opts.openTransport(url, opts): opens a transport (default openTransport).
    */
   async connect(url, opts = {}) {
-    if (this.transport)
+    if (this.transport || this.moveTask)
       throw new ChanqError('protocol', 'already connected');
+    this.stopped = false;
+    if (Array.isArray(url))
+      return this.connectList(url, opts);
+    this.urls = null;
     const t = opts.transport || (await openTransport(url, opts));
+    this.attach(t, url);
+  }
+
+  attach(t, url) {
     this.transport = t;
     this.reader = new FrameReader({ maxBody: this.maxPacketBody });
-    t.onbytes = (bytes) => this.receive(bytes);
-    t.onclose = (reason) => this.closed(reason);
+    // A transport dropped by a move may still call back: only the current one counts.
+    t.onbytes = (bytes) => {
+      if (this.transport === t)
+        this.receive(bytes);
+    };
+    t.onclose = (reason) => {
+      if (this.transport === t)
+        this.closed(reason);
+    };
     this.emit('open', url);
   }
 
-  /** Closes the connection; pending RPCs are rejected. */
+  /** Closes the connection (and stops a move); pending RPCs are rejected. */
   disconnect() {
+    this.stopped = true;
+    if (this.moveSleep)
+      this.moveSleep();
     if (!this.transport)
       return;
     this.flush();
@@ -197,13 +251,153 @@ export class ChanqClient {
     this.outSize = 0;
     this.subscriptions.clear();
     this.subscriptionTypes.clear();
+    this.askedSubs.clear();
     for (const [stub, p] of this.pending) {
       this.pending.delete(stub);
       if (p.timer)
         clearTimeout(p.timer);
       p.reject(new ChanqError('closed', `connection closed: ${reason}`));
     }
+    if (this.urls && this.moveTask)
+      return; // a try of a move ended: the move goes on
+    if (this.urls && !this.stopped) {
+      this.startMove(reason);
+      return;
+    }
     this.emit('close', reason);
+  }
+
+  // ---- moving along a list of URLs ----------------------------------------------------------
+
+  async connectList(urls, opts) {
+    if (!urls.length)
+      throw new RangeError('connect: the list of URLs is empty');
+    this.urls = [...urls];
+    this.moveOpts = { ...MOVE_DEFAULTS, ...(opts.move || {}) };
+    this.connectOpts = opts;
+    const timeoutMs = opts.timeoutMs ?? this.rpcTimeoutMs;
+    await this.runTries(0, async () => 0, timeoutMs > 0 ? Date.now() + timeoutMs : Infinity);
+  }
+
+  // Waits ms, or less when disconnect() is called.
+  sleep(ms) {
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.moveSleep = done;
+    }).finally(() => {
+      this.moveSleep = null;
+    });
+  }
+
+  // Opens url within connectTimeoutMs; a transport that opens later is closed at once.
+  openWithTimeout(url) {
+    const open = this.connectOpts.openTransport || openTransport;
+    const ms = this.moveOpts.connectTimeoutMs;
+    return new Promise((resolve, reject) => {
+      let done = false;
+      const timer = ms > 0 ? setTimeout(() => {
+        done = true;
+        reject(new ChanqError('timeout', `${url}: not connected within ${ms} ms`));
+      }, ms) : null;
+      Promise.resolve().then(() => open(url, this.connectOpts)).then((t) => {
+        if (done) {
+          t.close();
+          return;
+        }
+        done = true;
+        clearTimeout(timer);
+        resolve(t);
+      }, (err) => {
+        if (!done) {
+          done = true;
+          clearTimeout(timer);
+          reject(err);
+        }
+      });
+    });
+  }
+
+  // Tries the URLs from index start on, round robin with the backoff, until one is connected
+  // and redo(index) resolved: resolves {index, tries, redone}. Rejects with the last error after
+  // maxTries or past the deadline, with a refused AUTH at once, or when disconnect() is called.
+  async runTries(start, redo, deadline = Infinity) {
+    const o = this.moveOpts;
+    let last = null;
+    for (let k = 0; ; k++) {
+      const wait = moveBackoffMs(o, k);
+      if (Date.now() + wait > deadline)
+        throw last || new ChanqError('timeout', 'no address answered in time');
+      if (wait)
+        await this.sleep(wait);
+      if (this.stopped)
+        throw new ChanqError('closed', 'disconnected');
+      const index = (start + k) % this.urls.length;
+      try {
+        const t = await this.openWithTimeout(this.urls[index]);
+        if (this.stopped) {
+          t.close();
+          throw new ChanqError('closed', 'disconnected');
+        }
+        this.urlIndex = index;
+        this.attach(t, this.urls[index]);
+        const redone = await redo(index);
+        return { index, tries: k + 1, redone };
+      } catch (err) {
+        if (this.transport && (err.code === 'auth' || this.stopped))
+          this.transport.close(); // the AUTH was refused: so would it be elsewhere
+        if (err.code === 'auth' || this.stopped)
+          throw err;
+        last = err;
+        if (o.maxTries && k + 1 >= o.maxTries)
+          throw last;
+      }
+    }
+  }
+
+  // On a new connection after a loss: AUTH again with the same credentials, then SUB again to
+  // each of this client's own subscriptions (a server's are the server's to redo). Resolves the
+  // number of SUBs sent; their results arrive as ordinary 'subscribed' events.
+  async redo(oldConnId) {
+    if (!oldConnId || !this.credentials)
+      return 0;
+    try {
+      await this.authWith(this.credentials.pit, this.credentials.lt, this.moveOpts.authTimeoutMs);
+    } catch (err) {
+      if (err.code !== 'auth' && this.transport)
+        this.transport.close(); // this try failed (timeout, or closed): the next address
+      throw err;
+    }
+    let n = 0;
+    for (const [channelId, rec] of this.ownSubscriptions) {
+      // a channel that is gone answers nothing: the RPC times out, which is no failure here
+      this.subToChannel(channelId, rec.options).catch(() => {});
+      n++;
+    }
+    return n;
+  }
+
+  startMove(reason) {
+    const fromIndex = this.urlIndex;
+    const oldConnId = this.connId;
+    this.connId = 0;
+    this.compressionType = 0;
+    this.emit('moving', { from: this.urls[fromIndex], fromIndex, oldConnId, reason });
+    const start = (fromIndex + 1) % this.urls.length;
+    this.moveTask = this.runTries(start, () => this.redo(oldConnId)).then(({ index, tries, redone }) => {
+      this.moveTask = null;
+      this.moves++;
+      this.emit('moved', {
+        from: this.urls[fromIndex], to: this.urls[index], fromIndex, toIndex: index, oldConnId,
+        connId: this.connId, resubscribed: redone, tries, reason,
+      });
+    }, (err) => {
+      this.moveTask = null;
+      this.emit('close', `${reason}; the move failed: ${err.message}`);
+    });
   }
 
   fail(code, message) {
@@ -309,10 +503,18 @@ export class ChanqClient {
 
   // ---- protocol requests --------------------------------------------------------------------
 
-  /** AUTH; resolves with the AuthResultMessage and sets connId. Rejects 'auth' on failure. */
-  async auth(pit, lt) {
-    const res = await this.rpc(0, MT.AUTH, this.enc('AuthMessage', { playerIdentifierToken: pit, loginToken: lt }), {},
-      (_pack, msg) => msg);
+  /**
+   * AUTH; resolves with the AuthResultMessage and sets connId. Rejects 'auth' on failure. The
+   * credentials are kept: a moving client sends them again on its new connection.
+   */
+  auth(pit, lt) {
+    this.credentials = { pit, lt };
+    return this.authWith(pit, lt, this.rpcTimeoutMs);
+  }
+
+  async authWith(pit, lt, timeoutMs) {
+    const res = await this.rpc(0, MT.AUTH, this.enc('AuthMessage', { playerIdentifierToken: pit, loginToken: lt }),
+      { timeoutMs }, (_pack, msg) => msg);
     if (res.result !== AuthResult.SUCCESSFUL)
       throw new ChanqError('auth', `authentication failed (result ${res.result})`, res);
     this.connId = res.connId;
@@ -355,6 +557,8 @@ export class ChanqClient {
    * the same access times out.
    */
   subToChannel(channelId, options = {}, connId = 0, opts = {}) {
+    if (!connId || connId === this.connId)
+      this.askedSubs.add(channelId); // its own: recorded for a move when the result arrives
     const body = this.enc('SubscribedToChannelMessage', { connId: connId || this.connId, subOptions: options });
     return this.rpc(channelId, MT.SUB_TO_CHANNEL, body, opts, (_pack, msg) => msg);
   }
@@ -458,18 +662,27 @@ export class ChanqClient {
       p.resolve(p.shape(pack, msg));
   }
 
-  // Keeps this.subscriptions current.
+  // Keeps this.subscriptions current, and this.ownSubscriptions: the SUB result of a request
+  // this client made for itself records it (a later result updates it).
   track(pack, msg) {
+    const ch = pack.channelId;
     if (pack.msgType === MT.SUB_TO_CHANNEL && msg.connId === this.connId) {
-      this.subscriptions.set(pack.channelId, msg.subOptions);
-      this.subscriptionTypes.set(pack.channelId, msg.channelType);
+      this.subscriptions.set(ch, msg.subOptions);
+      this.subscriptionTypes.set(ch, msg.channelType);
+      if (this.askedSubs.delete(ch) || this.ownSubscriptions.has(ch))
+        this.ownSubscriptions.set(ch, { options: msg.subOptions, channelType: msg.channelType });
     } else if (pack.msgType === MT.UNSUB_FROM_CHANNEL && msg.connId === this.connId) {
-      this.subscriptions.delete(pack.channelId);
-      this.subscriptionTypes.delete(pack.channelId);
+      this.forget(ch);
     } else if (pack.msgType === MT.REMOVE_CHANNEL) {
-      this.subscriptions.delete(msg.channelId);
-      this.subscriptionTypes.delete(msg.channelId);
+      this.forget(msg.channelId);
     }
+  }
+
+  forget(channelId) {
+    this.subscriptions.delete(channelId);
+    this.subscriptionTypes.delete(channelId);
+    this.ownSubscriptions.delete(channelId);
+    this.askedSubs.delete(channelId);
   }
 
   emitTyped(pack, msg) {

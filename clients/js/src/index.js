@@ -1,5 +1,5 @@
 // @chanq/client: a JavaScript client for chanqd (channeld wire protocol) over WebSocket.
-export { ChanqClient, ChanqError } from './client.js';
+export { ChanqClient, ChanqError, MOVE_DEFAULTS, moveBackoffMs } from './client.js';
 export {
   COMPRESSION_NONE,
   FrameReader,
