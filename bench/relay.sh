@@ -114,7 +114,7 @@ ZKDIR=$TMP/zk NATSDIR=$TMP/nats NATS3DIR=$TMP/nats3
 cleanup() {
     local p
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do gone "$p" || true; done
     "$ROOT/tests/support/nats.sh" stop "$NATS3DIR" >/dev/null 2>&1 || true
     "$ROOT/tests/support/nats.sh" stop "$NATSDIR" >/dev/null 2>&1 || true
     [ ! -d "$ZKDIR" ] || "$ROOT/tests/support/zk.sh" stop "$ZKDIR" >/dev/null 2>&1 || true
@@ -153,6 +153,9 @@ chanq_start() {
         --workers "$WORKERS" --channel-data-types "$TESTPB_FDS" --log-level info "$@" \
         >"$dir/log" 2>&1 &
     SPID=$!
+    # Not a job of this shell: the loss part SIGKILLs node 3 behind bash's back, and bash
+    # would print "Killed" for a job of its own; gone() polls instead of wait.
+    disown "$SPID"
     PIDS+=("$SPID")
     echo "$SPID" >"$dir/pid"
     for _ in $(seq 1 400); do
@@ -163,10 +166,19 @@ chanq_start() {
     log "chanqd in $dir did not start: $(tail -5 "$dir/log")"
     exit 1
 }
+gone() { # PID: true once the process has exited (at most 10 s after a SIGTERM, then SIGKILL)
+    local i
+    for i in $(seq 1 200); do
+        kill -0 "$1" 2>/dev/null || return 0
+        [ "$i" != 100 ] || kill -KILL "$1" 2>/dev/null || true
+        sleep 0.05
+    done
+    return 1
+}
 chanq_stop() { # PID
     local keep=() p
     kill "$1" 2>/dev/null || true
-    { wait "$1"; } 2>/dev/null || true
+    gone "$1" || log "chanqd $1 did not exit"
     for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
     PIDS=("${keep[@]}")
 }
@@ -432,8 +444,10 @@ if any(k.startswith('lat/') for k in by):
     print(f'\n### lat: {r0["rate"]:.0f} msg/s to {r0["subs"]} subscribers, 64 B, publisher on node 1 '
           f'({loads("lat")}; median of {max(n(k) for k in by if k.startswith("lat/"))})\n')
     print('| run | subscribers | kernel-rx p50 us | kernel-rx p99 us | app p50 us | app p99 us '
-          '| server cores | missing |')
-    print('|---|---|---:|---:|---:|---:|---:|---:|')
+          '| server cores | run-queue wait server / client | missing |')
+    print('|---|---|---:|---:|---:|---:|---:|---:|---:|')
+    def rq(key):  # run-queue wait per second of the window
+        return lambda r: r[key] / r['duration_s'] if r.get(key, -1) >= 0 and r['duration_s'] > 0 else None
     def grp(i, key):  # one address's figure of a mixed run
         return lambda r: r['lat_by_sub_addr'][i][key] if len(r.get('lat_by_sub_addr', [])) > i else None
     rows_ = [('mixed', 'half on node 1 (the publisher\'s)', 0), ('mixed', 'half on node 2 (one NATS hop)', 1),
@@ -445,7 +459,10 @@ if any(k.startswith('lat/') for k in by):
         f = (lambda k: grp(g, k)) if g is not None else (lambda k: k)
         print(f'| {t} | {what} | {fmt(med(L, f("kp50_us")), 1)} | {fmt(med(L, f("kp99_us")), 1)} '
               f'| {fmt(med(L, f("p50_us")), 1)} | {fmt(med(L, f("p99_us")), 1)} '
-              f'| {fmt(med(L, "server_cores"), 3)} | {fmt(med(L, "missing"))} |')
+              f'| {fmt(med(L, "server_cores"), 3)} | {fmt(med(L, rq("server_runq_wait_s")), 2)} / '
+              f'{fmt(med(L, rq("client_runq_wait_s")), 2)} | {fmt(med(L, "missing"))} |')
+    print('\nRun-queue wait: seconds the processes\' threads were runnable but not running, per '
+          'second of the window (summed over the server processes).')
     hop = {}
     for key in ('kp50_us', 'kp99_us', 'p50_us', 'p99_us'):
         v = [r['lat_by_sub_addr'][1][key] - r['lat_by_sub_addr'][0][key] for r in by.get('lat/mixed', [])
