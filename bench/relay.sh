@@ -111,6 +111,7 @@ fi
 # ---- services: ZooKeeper, nats-server(s), chanqd nodes -------------------------------------
 PIDS=() # chanqd processes still to stop
 ZKDIR=$TMP/zk NATSDIR=$TMP/nats NATS3DIR=$TMP/nats3
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
     local p
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -217,6 +218,29 @@ relay_start() {
         done
         [ "$up" = 2 ] || { log "relay $name: node $n has $up peers up, not 2"; exit 1; }
     done
+}
+# link_counts LABEL N...: what the links of those nodes counted (gaps, resets, lost packets,
+# records dropped or refused, bad packets), summed, as one JSON line in $JSONL: 0 everywhere
+# in a run without loss.
+link_counts() {
+    local label=$1 n admins=()
+    shift
+    for n in "$@"; do admins+=("$(field "${NODE_DIR[n]}" admin)"); done
+    python3 - "$label" "${admins[@]}" >>"$JSONL" <<'EOF' || true
+import json, re, sys, urllib.request
+names = ('chanq_relay_link_gaps_total', 'chanq_relay_link_resets_total',
+         'chanq_relay_link_lost_packets_total', 'chanq_relay_messages_dropped_total',
+         'chanq_relay_refused_sends_total', 'chanq_relay_bad_packets_total',
+         'chanq_relay_unknown_records_total')
+out = {'label': 'links/' + sys.argv[1]}
+for n in names:
+    out[n] = 0
+for a in sys.argv[2:]:
+    body = urllib.request.urlopen(f'http://{a}/metrics', timeout=2).read().decode()
+    for n in names:
+        out[n] += sum(int(float(v)) for v in re.findall(r'^' + n + r'(?:\{[^}]*\})? (\S+)$', body, re.M))
+print(json.dumps(out))
+EOF
 }
 relay_stop() {
     local n
@@ -342,6 +366,7 @@ part_loss() {
             printf '%s\n' "$line" | grep '^{' |
                 sed "s/^{/{\"part_load\":\"$(load)\",\"session_ms\":$s,/" >>"$JSONL" || true
             printf '%s\n' "$line" | grep '^#' >&2 || true
+            link_counts "loss/$s" 1 2
             relay_stop
         done
     done
@@ -359,6 +384,7 @@ for part in $PARTS; do
         ;;
     loss)
         if [ "$RELAY_UP" = 1 ]; then
+            link_counts main 1 2 3
             relay_stop
             RELAY_UP=0
         fi
@@ -367,18 +393,37 @@ for part in $PARTS; do
     esac
     log "part $part: load $(load)"
     part_env "$part" start
-    "part_$part"
+    case "$part" in
+    bcast) part_bcast ;;
+    lat) part_lat ;;
+    data) part_data ;;
+    loss) part_loss ;;
+    esac
     part_env "$part" end
 done
-[ "$RELAY_UP" = 0 ] || relay_stop
+if [ "$RELAY_UP" = 1 ]; then
+    link_counts main 1 2 3
+    relay_stop
+fi
 log "wall time $(($(date +%s) - T0)) s; load $(load)"
 
 # ---- summary (medians) ---------------------------------------------------------------------
+# The smoke test under a sanitizer: a report in a chanqd's log fails it (the nodes' exit statuses
+# are not seen: they are not jobs of this script).
+SAN_RC=0
+if [ "$SMOKE" = 1 ] && grep -l 'ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:' \
+    "$TMP"/*/log "$TMP"/*/n*/log 2>/dev/null; then
+    log "a sanitizer reported an error in the chanqd logs above:"
+    grep -h -A20 'ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:' \
+        "$TMP"/*/log "$TMP"/*/n*/log 2>/dev/null | head -60 >&2
+    SAN_RC=1
+fi
 CQ_SMOKE=$SMOKE CQ_PARTS=$PARTS python3 - "$JSONL" <<'EOF'
 import json, os, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')]
 env = {r['label']: r for r in rows if r['label'].startswith('env/')}
-runs = [r for r in rows if not r['label'].startswith('env/')]
+links = [r for r in rows if r['label'].startswith('links/')]
+runs = [r for r in rows if not r['label'].startswith(('env/', 'links/'))]
 by = {}
 for r in runs:
     by.setdefault(r['label'], []).append(r)
@@ -512,6 +557,14 @@ if loss:
         print(f'|  | all runs: {", ".join(fmt(r["detect_ms"]) for r in by[L])} |  |  |  |'
               f' {", ".join(fmt(r["survivor_max_gap_ms"], 1) for r in by[L])} |  |')
 
+if links:
+    tot = {}
+    for r in links:
+        for k, v in r.items():
+            if k != 'label':
+                tot[k] = tot.get(k, 0) + v
+    print('\nThe links (summed over the nodes, the main relay and every loss run\'s survivors): '
+          + ', '.join(f'{k[len("chanq_relay_"):]} {v}' for k, v in tot.items()))
 print(f'\nraw results: {sys.argv[1]}')
 # the smoke test: every run ended without an error, and every part ran
 missing = [p for p in os.environ.get('CQ_PARTS', '').split() if not any(k.startswith(p + '/') for k in by)]
@@ -519,3 +572,4 @@ if missing:
     print(f'no run of: {" ".join(missing)}')
 sys.exit(1 if (errors or missing) and os.environ.get('CQ_SMOKE') == '1' else 0)
 EOF
+exit $SAN_RC
