@@ -35,21 +35,24 @@
 #          time until the owner has every victim's UNSUB result (target: the session + 1 s),
 #          time until a victim that reconnected to node 2 receives again, and the survivors'
 #          longest gap.
-# Each part prints its table of medians; the summary at the end repeats them with the ratios
-# and the targets, and the load (/proc/loadavg) at the start and end of each part. Raw results
-# (one JSON line per run) go to $OUT/relay-<time>.jsonl.
+# Each run prints its readable line; the summary at the end has a table of medians per part
+# with the ratios and the targets, the load (/proc/loadavg) at the start and end of each part,
+# and what the nodes' links counted (gaps, resets, lost packets, drops: /metrics, read before
+# each relay stops). Raw results (one JSON line per run) go to $OUT/relay-<time>.jsonl.
 #
 # Environment knobs [defaults]:
 #   PARTS ["bcast lat data loss"]  REPS [3]  WORKERS [1] (every chanqd)
 #   DURATION [3] s measured per run  WARMUP [1] s  SUBS [1000]  BCAST_TARGETS
 #     ["relay single relay-local nats3"]
-#   LAT_SUBS [100]  LAT_RATE [1000]  LAT_DURATION [5] s  DATA_SUBS [1000]  DATA_RATE [1000]  DATA_SIZE [64]
-#   DATA_INTERVAL [20]  LOSS_SESSIONS ["2000 4000"] ms  LOSS_VICTIMS [50]  LOSS_SURVIVORS [50]
+#   LAT_SUBS [100]  LAT_RATE [1000]  LAT_DURATION [5] s
+#   DATA_SUBS [1000]  DATA_RATE [1000]  DATA_SIZE [64]  DATA_INTERVAL [20]
+#   LOSS_SESSIONS ["2000 4000"] ms  LOSS_VICTIMS [50]  LOSS_SURVIVORS [50]
 #   LOSS_RATE [200] broadcasts/s
 #   RELAY_SMOKE [0]  1: the CI size (suite bench, test relay-smoke): REPS 1, 30 subscribers,
-#                    1 s runs, one loss run at 2000 ms; checks only that every run ended
-#                    without an error (no timing is checked); exits 77 when nats-server or
-#                    ZooKeeper is not installed
+#                    1 s runs, one loss run at 2000 ms; checks only that every part ran and
+#                    every run ended without an error, and that no chanqd log has a sanitizer
+#                    report (no timing is checked); exits 77 when nats-server or ZooKeeper is
+#                    not installed
 #   BUILD [build-bench] (meson release build, created if missing)  OUT [$BUILD/bench-results]
 #   CHANQD, CQBENCH, RELAYLOSS, TESTPB_FDS: use these instead of building (TESTPB_FDS: the
 #     descriptor set of tests/data/testpb.proto, for the data part)
