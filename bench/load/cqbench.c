@@ -47,6 +47,14 @@
  * thread must read N sockets for every message, so the callback-time ("app") latency of the
  * last subscriber includes the client's own serial processing of the N-1 before it; the kernel
  * receive timestamp ("kernel rx" latency) excludes that and is the server-side figure.
+ * Relay nodes and clusters (issue 23, bench/relay.sh): --sub-addrs spreads the subscribers over
+ * several addresses in turn (the client listeners of a relay's nodes, or the servers of a NATS
+ * cluster) while the publisher stays on --addr / --server-addr; --pid takes a list, and the
+ * server's CPU, RSS and run-queue wait are then the sums over it (server_cpu_each_s in the JSON
+ * has each process's CPU seconds over the window, in --pid's order). With two or more
+ * --sub-addrs, lat_by_sub_addr has the rate and data modes' latencies of each address's
+ * subscribers apart: publisher-local and cross-node subscribers of the same messages, in one
+ * run.
  * The server process (--pid) is sampled from /proc for CPU (utime+stime) and VmRSS; with
  * --perf-stat EVENTS also by `perf stat -e EVENTS -p PID`, counting over the measurement window
  * only (started disabled, enabled and disabled through its control pipe): task-clock gives the
@@ -101,6 +109,34 @@ static void parse_addr(const char *s, struct sockaddr_in *out)
         cqb_die("bad address %s", s);
 }
 
+/* --pid P1,P2,...: every server process of the run (at most MAX_PIDS). */
+static void parse_pids(const char *s)
+{
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", s);
+    O.npids = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (O.npids == MAX_PIDS || atoi(t) <= 0)
+            cqb_die("bad --pid %s (at most %d positive pids)", s, MAX_PIDS);
+        O.pids[O.npids++] = atoi(t);
+    }
+    O.pid = O.npids ? O.pids[0] : 0;
+    O.pid_arg = s;
+}
+
+/* --sub-addrs HOST:PORT,...: the addresses the subscribers take in turn. */
+static void parse_sub_addrs(const char *s)
+{
+    char buf[1024];
+    snprintf(buf, sizeof(buf), "%s", s);
+    O.nsub_addrs = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (O.nsub_addrs == MAX_SUB_ADDRS)
+            cqb_die("--sub-addrs: at most %d addresses", MAX_SUB_ADDRS);
+        parse_addr(t, &O.sub_addrs[O.nsub_addrs++]);
+    }
+}
+
 static void set_ws_addr(const char *s)
 {
     parse_addr(s, &O.ws_addr);
@@ -151,7 +187,13 @@ static void usage(FILE *f)
           "                           always uses TCP)\n"
           "  --ws-addr HOST:PORT      chanqd's WebSocket listener (ws://HOST:PORT/)\n"
           "  --kcp-addr HOST:PORT     chanqd's KCP listener (UDP)\n"
-          "  --pid PID                server process to sample (CPU, RSS)\n"
+          "  --pid PID[,PID...]       server process(es) to sample (CPU, RSS; summed over the\n"
+          "                           list, e.g. a relay's chanqd nodes and nats-server)\n"
+          "  --sub-addrs H:P[,H:P...] subscriber i connects to the (i mod count)-th address\n"
+          "                           instead of --addr (tcp; chanq: the client listeners of\n"
+          "                           several relay nodes; nats: the servers of a cluster);\n"
+          "                           the publisher stays on --addr / --server-addr; the\n"
+          "                           latencies are also given per address\n"
           "  --mode closed|rate|idle|data  default closed (data: chanq channel data, or the\n"
           "                           floor writer's packets with --target floor)\n"
           "  --subs N                 subscriber connections (default 100)\n"
@@ -191,6 +233,7 @@ int main(int argc, char **argv)
         {"ws-addr", required_argument, NULL, 'S'},
         {"kcp-addr", required_argument, NULL, 'K'},
         {"perf-stat", required_argument, NULL, 'E'},
+        {"sub-addrs", required_argument, NULL, 'A'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -223,7 +266,10 @@ int main(int argc, char **argv)
             have_addr = true;
             break;
         case 'p':
-            O.pid = atoi(optarg);
+            parse_pids(optarg);
+            break;
+        case 'A':
+            parse_sub_addrs(optarg);
             break;
         case 'm':
             if (strcmp(optarg, "closed") == 0)
@@ -303,6 +349,8 @@ int main(int argc, char **argv)
         cqb_die("--mode data needs 32 <= --size <= 4096");
     if ((O.mode == MODE_DATA) != (O.target == TGT_FLOOR) && O.target != TGT_CHANQ)
         cqb_die("--mode data needs --target chanq or floor, and --target floor --mode data");
+    if (O.nsub_addrs && O.transport != TR_TCP)
+        cqb_die("--sub-addrs needs --transport tcp");
     if (O.transport != TR_TCP && O.target != TGT_CHANQ)
         cqb_die("--transport ws|kcp needs --target chanq");
     if ((O.transport == TR_WS && !O.have_ws) || (O.transport == TR_KCP && !O.have_kcp))
@@ -317,7 +365,7 @@ int main(int argc, char **argv)
     }
 
     cqb_loadavg(G.load_start, sizeof(G.load_start));
-    G.rss_base = cqb_proc_rss_kb(O.pid);
+    G.rss_base = cqb_servers_rss_kb();
     G.loop = uv_default_loop();
     G.subs = calloc((size_t)O.subs, sizeof(*G.subs));
     G.payload = malloc((size_t)O.size);

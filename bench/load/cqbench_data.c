@@ -73,11 +73,8 @@ void cqb_on_data_fanout(bconn_t *s, const chanq_msg_t *m)
         G.stale++;
     s->next_seq = num;
     uint64_t seq = num - 1;
-    if (seq >= G.m_seq0 && seq < G.m_seq1) {
-        cqb_add_sample(&G.lat, (int64_t)(cqb_real_ns() - rts));
-        if (s->rx_real)
-            cqb_add_sample(&G.klat, (int64_t)(s->rx_real - rts));
-    }
+    if (seq >= G.m_seq0 && seq < G.m_seq1)
+        cqb_add_latency(s, (int64_t)(cqb_real_ns() - rts), (int64_t)(s->rx_real - rts));
 }
 
 /* ---- the floor writer's packets ---------------------------------------------------------- */

@@ -28,6 +28,19 @@ void cqb_add_sample(samples_t *s, int64_t ns)
     s->v[s->n++] = ns < 0 ? 0 : ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
 }
 
+void cqb_add_latency(const bconn_t *s, int64_t app_ns, int64_t kernel_ns)
+{
+    cqb_add_sample(&G.lat, app_ns);
+    if (s->rx_real)
+        cqb_add_sample(&G.klat, kernel_ns);
+    if (O.nsub_addrs < 2)
+        return;
+    int g = s->idx % O.nsub_addrs;
+    cqb_add_sample(&G.lat_by[g], app_ns);
+    if (s->rx_real)
+        cqb_add_sample(&G.klat_by[g], kernel_ns);
+}
+
 void cqb_on_payload(bconn_t *s, const uint8_t *p, size_t n)
 {
     if (n < 24 || n != (size_t)O.size) {
@@ -58,9 +71,7 @@ void cqb_on_payload(bconn_t *s, const uint8_t *p, size_t n)
         }
     } else if (O.mode == MODE_RATE) {
         if (seq >= G.m_seq0 && seq < G.m_seq1) {
-            cqb_add_sample(&G.lat, (int64_t)(cqb_now_ns() - ts));
-            if (s->rx_real)
-                cqb_add_sample(&G.klat, (int64_t)(s->rx_real - rts));
+            cqb_add_latency(s, (int64_t)(cqb_now_ns() - ts), (int64_t)(s->rx_real - rts));
         }
     }
 }
@@ -205,9 +216,9 @@ static void measure_start(uv_timer_t *t)
     G.m_t0 = cqb_now_ns();
     G.m_del0 = G.deliveries;
     G.m_seq0 = G.sent;
-    G.cpu0 = bench_proc_cpu_s(O.pid, &G.ucpu0);
+    G.cpu0 = cqb_servers_cpu_s(&G.ucpu0, G.cpu_each0);
     G.ccpu0 = cqb_self_cpu_s();
-    G.wait0 = cqb_proc_runq_wait_s(O.pid);
+    G.wait0 = cqb_servers_runq_wait_s();
     G.cwait0 = cqb_proc_runq_wait_s(0);
     snap_wire(0);
     uv_timer_start(&G.phase_timer, measure_end, (uint64_t)(O.duration * 1000), 0);
@@ -227,11 +238,11 @@ static void measure_end(uv_timer_t *t)
     G.m_t1 = cqb_now_ns();
     G.m_del1 = G.deliveries;
     G.m_seq1 = G.sent;
-    G.cpu1 = bench_proc_cpu_s(O.pid, &G.ucpu1);
+    G.cpu1 = cqb_servers_cpu_s(&G.ucpu1, G.cpu_each1);
     G.ccpu1 = cqb_self_cpu_s();
-    G.wait1 = cqb_proc_runq_wait_s(O.pid);
+    G.wait1 = cqb_servers_runq_wait_s();
     G.cwait1 = cqb_proc_runq_wait_s(0);
-    G.rss_end = cqb_proc_rss_kb(O.pid);
+    G.rss_end = cqb_servers_rss_kb();
     snap_wire(1);
     cqb_perf_stop();
     if (O.mode == MODE_IDLE || O.mode == MODE_DATA) {
@@ -247,7 +258,7 @@ static void measure_end(uv_timer_t *t)
 static void all_ready(void)
 {
     G.setup_ns = cqb_now_ns() - G.setup_t0;
-    G.rss_ready = cqb_proc_rss_kb(O.pid);
+    G.rss_ready = cqb_servers_rss_kb();
     G.phase = PH_WARMUP;
     if (O.mode == MODE_CLOSED) {
         uv_check_start(&G.pump, on_pump);

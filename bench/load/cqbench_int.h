@@ -44,6 +44,8 @@
 #define KCP_TICK_MS       10   /* the shared KCP timer (the fast profile's interval) */
 #define KCP_SOCKBUF       (1 << 20)
 #define WS_PATH           "/"
+#define MAX_PIDS          8  /* --pid P1,P2,...: the server processes summed */
+#define MAX_SUB_ADDRS     16 /* --sub-addrs A1,A2,...: the subscribers' round robin */
 /* data mode */
 #define CT_SUBWORLD      3u
 #define MT_SUB_TO_CHAN   6u
@@ -79,7 +81,12 @@ typedef struct cqb_opts {
     struct sockaddr_in kcp_addr; /* chanq KCP listener (UDP) */
     char ws_host[64];            /* "HOST:PORT" of ws_addr, for the Host header */
     bool have_ws, have_kcp;
-    int pid;
+    int pid;            /* the first of --pid's list (0: none) */
+    int pids[MAX_PIDS]; /* --pid P1,P2,...: every server process, CPU and RSS summed */
+    int npids;
+    const char *pid_arg;                         /* --pid as given, for perf stat -p */
+    struct sockaddr_in sub_addrs[MAX_SUB_ADDRS]; /* --sub-addrs: subscriber i connects to */
+    int nsub_addrs;                              /* sub_addrs[i % nsub_addrs] (0: --addr) */
     int subs;
     int size;
     int window;
@@ -140,6 +147,7 @@ typedef struct cqb_state {
     /* measurement window */
     uint64_t m_t0, m_t1, m_del0, m_del1, m_seq0, m_seq1;
     double cpu0, cpu1, ccpu0, ccpu1;
+    double cpu_each0[MAX_PIDS], cpu_each1[MAX_PIDS]; /* cpu0, cpu1 per --pid process */
     double ucpu0, ucpu1;                 /* the server's user-mode share of cpu0, cpu1 */
     double wait0, wait1, cwait0, cwait1; /* run-queue wait of the server and of cqbench */
     long rss_base, rss_ready, rss_end;
@@ -147,6 +155,7 @@ typedef struct cqb_state {
     /* latency samples (ns, clamped to UINT32_MAX): application (payload -> callback) and
      * kernel (payload -> socket receive timestamp) */
     samples_t lat, klat;
+    samples_t lat_by[MAX_SUB_ADDRS], klat_by[MAX_SUB_ADDRS]; /* per --sub-addrs address */
     /* stall detection */
     uint64_t wd_last;
     int wd_still;
@@ -190,6 +199,11 @@ void cqb_bbuf_consume(bbuf_t *b, size_t n);
  * (-1 if unknown); this process's CPU seconds; the load average as "a b c" into out. */
 long cqb_proc_rss_kb(int pid);
 double cqb_proc_runq_wait_s(int pid);
+/* The same, summed over every --pid process (-1 if one is unreadable): CPU seconds (each one's
+ * into each[] when not NULL, the user-mode sum into *user), VmRSS in KiB, run-queue wait. */
+double cqb_servers_cpu_s(double *user, double *each);
+long cqb_servers_rss_kb(void);
+double cqb_servers_runq_wait_s(void);
 long long cqb_proc_udp_drops(unsigned port);
 double cqb_self_cpu_s(void);
 void cqb_loadavg(char *out, size_t len);
@@ -198,6 +212,10 @@ void cqb_loadavg(char *out, size_t len);
 
 /* Records a latency sample of ns nanoseconds (clamped to 0..UINT32_MAX). */
 void cqb_add_sample(samples_t *s, int64_t ns);
+
+/* One latency of subscriber s: app_ns into G.lat, kernel_ns into G.klat when the read had a
+ * kernel timestamp, and with several --sub-addrs both into s's address's lat_by, klat_by. */
+void cqb_add_latency(const bconn_t *s, int64_t app_ns, int64_t kernel_ns);
 
 /* One delivered payload of n bytes on subscriber s: counted, checked for order, and (closed
  * mode) acknowledged when every subscriber has it or (rate mode) sampled for latency. */

@@ -90,8 +90,7 @@ void cqb_perf_start(void)
         return;
     }
     if (P.pid == 0) {
-        char pid[16], control[64];
-        snprintf(pid, sizeof(pid), "%d", O.pid);
+        char control[64];
         snprintf(control, sizeof(control), "fd:%d,%d", ctl[0], ack[1]);
         fcntl(ctl[0], F_SETFD, 0); /* perf's ends survive the exec */
         fcntl(ack[1], F_SETFD, 0);
@@ -102,7 +101,7 @@ void cqb_perf_start(void)
             dup2(null, STDERR_FILENO);
         }
         execlp("perf", "perf", "stat", "-D", "-1", "-x", ",", "-e", O.perf_events, "-o", P.out,
-               "--control", control, "-p", pid, (char *)NULL);
+               "--control", control, "-p", O.pid_arg, (char *)NULL);
         _exit(127);
     }
     close(ctl[0]);

@@ -91,7 +91,7 @@ void cqb_finish(const char *error)
     pct_t la = pct(&G.lat), lk = pct(&G.klat);
     long long udrops =
         measured && G.m_udrops[0] >= 0 && G.m_udrops[1] >= 0 ? G.m_udrops[1] - G.m_udrops[0] : -1;
-    long rss = G.rss_end > 0 ? G.rss_end : cqb_proc_rss_kb(O.pid);
+    long rss = G.rss_end > 0 ? G.rss_end : cqb_servers_rss_kb();
     double rss_per_conn = -1;
     int conns = O.subs + 1;
     if (O.mode == MODE_IDLE && rss > 0 && G.rss_base > 0)
@@ -104,6 +104,28 @@ void cqb_finish(const char *error)
     double ns_per_del = cpu_ns >= 0 && dels > 0 ? cpu_ns / dels : -1;
     double cyc_per_del = measured && G.perf_cycles >= 0 && dels > 0 ? G.perf_cycles / dels : -1;
     double ins_per_del = measured && G.perf_instr >= 0 && dels > 0 ? G.perf_instr / dels : -1;
+
+    /* with several --sub-addrs: the latencies of each address's subscribers */
+    char by[128 * MAX_SUB_ADDRS + 8];
+    size_t bl = 0;
+    by[bl++] = '[';
+    for (int i = 0; O.nsub_addrs > 1 && i < O.nsub_addrs; i++) {
+        pct_t a = pct(&G.lat_by[i]), k = pct(&G.klat_by[i]);
+        bl +=
+            (size_t)snprintf(by + bl, sizeof(by) - bl,
+                             "%s{\"p50_us\":%.1f,\"p99_us\":%.1f,\"kp50_us\":%.1f,\"kp99_us\":%.1f,"
+                             "\"samples\":%zu}",
+                             i ? "," : "", a.p50, a.p99, k.p50, k.p99, G.lat_by[i].n);
+    }
+    snprintf(by + bl, sizeof(by) - bl, "]");
+    /* --pid's processes one by one, in its order (CPU seconds over the window) */
+    char each[32 * MAX_PIDS + 8];
+    size_t el = 0;
+    each[el++] = '[';
+    for (int i = 0; measured && cpu >= 0 && i < O.npids; i++)
+        el += (size_t)snprintf(each + el, sizeof(each) - el, "%s%.3f", i ? "," : "",
+                               G.cpu_each1[i] - G.cpu_each0[i]);
+    snprintf(each + el, sizeof(each) - el, "]");
 
     printf("{\"target\":\"%s\",\"label\":\"%s\",\"mode\":\"%s\",\"subs\":%d,\"size\":%d,"
            "\"window\":%d,\"rate\":%.0f,\"duration_s\":%.3f,\"sent\":%" PRIu64
@@ -122,6 +144,7 @@ void cqb_finish(const char *error)
            "\"perf_events\":\"%s\",\"perf_task_clock_s\":%.4f,\"perf_cycles\":%.0f,"
            "\"perf_instructions\":%.0f,\"cpu_source\":\"%s\",\"ns_cpu_per_delivery\":%.1f,"
            "\"cycles_per_delivery\":%.1f,\"instructions_per_delivery\":%.1f,"
+           "\"server_cpu_each_s\":%s,\"sub_addrs\":%d,\"lat_by_sub_addr\":%s,"
            "\"load_start\":\"%s\",\"load_end\":\"%s\",\"error\":%s%s%s}\n",
            target_names[O.target], O.label, mode_names[O.mode], O.subs, O.size, O.window, O.rate,
            secs, G.sent, dels, G.deliveries, missing, G.lost, G.dup, G.bad, G.closed, dps, cpu,
@@ -133,8 +156,8 @@ void cqb_finish(const char *error)
            G.m_kdup[1] - G.m_kdup[0], udrops, O.perf_events ? O.perf_events : "",
            measured ? G.perf_task_s : -1, measured ? G.perf_cycles : -1,
            measured ? G.perf_instr : -1, by_perf ? "perf" : "proc", ns_per_del, cyc_per_del,
-           ins_per_del, G.load_start, load_end, error ? "\"" : "", error ? error : "null",
-           error ? "\"" : "");
+           ins_per_del, each, O.nsub_addrs, by, G.load_start, load_end, error ? "\"" : "",
+           error ? error : "null", error ? "\"" : "");
     printf("# %s %s %s %s subs=%d size=%d: %.0f deliveries/s, server %.2f cores, %.0f "
            "deliveries/server-cpu-s, %.0f ns server CPU/delivery (%s)",
            target_names[O.target], O.label, mode_names[O.mode], transport_names[O.transport],

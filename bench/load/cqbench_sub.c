@@ -170,7 +170,9 @@ void cqb_sub_connect(bconn_t *c)
     int one = 1;
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     setsockopt(c->fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one));
-    const struct sockaddr_in *a = O.transport == TR_WS ? &O.ws_addr : &O.addr;
+    const struct sockaddr_in *a = O.transport == TR_WS ? &O.ws_addr
+                                  : O.nsub_addrs       ? &O.sub_addrs[c->idx % O.nsub_addrs]
+                                                       : &O.addr;
     if (connect(c->fd, (const struct sockaddr *)a, sizeof(*a)) < 0 && errno != EINPROGRESS)
         cqb_die("connect: %s", strerror(errno));
     int r = uv_poll_init(G.loop, &c->poll, c->fd);

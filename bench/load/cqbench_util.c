@@ -106,6 +106,54 @@ double cqb_proc_runq_wait_s(int pid)
     return sum;
 }
 
+/* --pid P1,P2,...: the servers of one run (a relay's nodes and its nats-server), summed. */
+double cqb_servers_cpu_s(double *user, double *each)
+{
+    double sum = 0, usum = 0;
+    if (O.npids == 0)
+        return -1;
+    for (int i = 0; i < O.npids; i++) {
+        double u = 0, c = bench_proc_cpu_s(O.pids[i], &u);
+        if (c < 0)
+            return -1;
+        if (each)
+            each[i] = c;
+        sum += c;
+        usum += u;
+    }
+    if (user)
+        *user = usum;
+    return sum;
+}
+
+long cqb_servers_rss_kb(void)
+{
+    long sum = 0;
+    if (O.npids == 0)
+        return -1;
+    for (int i = 0; i < O.npids; i++) {
+        long kb = cqb_proc_rss_kb(O.pids[i]);
+        if (kb < 0)
+            return -1;
+        sum += kb;
+    }
+    return sum;
+}
+
+double cqb_servers_runq_wait_s(void)
+{
+    double sum = 0;
+    if (O.npids == 0)
+        return -1;
+    for (int i = 0; i < O.npids; i++) {
+        double w = cqb_proc_runq_wait_s(O.pids[i]);
+        if (w < 0)
+            return -1;
+        sum += w;
+    }
+    return sum;
+}
+
 /* Datagrams the kernel dropped on the UDP sockets bound to port (the "drops" column of
  * /proc/net/udp, summed: chanqd binds one SO_REUSEPORT socket per worker), or -1. */
 long long cqb_proc_udp_drops(unsigned port)
