@@ -666,3 +666,28 @@ void it_sfwd(it_conn_t *c, uint32_t chan, uint32_t bc, uint32_t msg_type, uint32
     assert_int_equal(
         chanq_sync_server_forward(c->s, chan, bc, msg_type, client, payload, strlen(payload)), 0);
 }
+
+void it_sfwd_stub(it_conn_t *c, uint32_t ch, uint32_t bc, uint32_t type, uint32_t stub,
+                  uint32_t client, const char *payload)
+{
+    Channeldpb__ServerForwardMessage f = CHANNELDPB__SERVER_FORWARD_MESSAGE__INIT;
+    f.clientconnid = client;
+    f.payload.data = (uint8_t *)payload;
+    f.payload.len = strlen(payload);
+    assert_int_equal(chanq_sync_send(c->s, ch, bc, stub, type, &f.base), 0);
+}
+
+void it_check_marked(it_conn_t *const all[4], it_conn_t *from, uint32_t ch, unsigned mask,
+                     uint32_t type, uint32_t bc, uint32_t stub, uint32_t client,
+                     const char *payload)
+{
+    static unsigned marker_n;
+    char marker[32];
+    snprintf(marker, sizeof(marker), "marker-%u", ++marker_n);
+    it_sfwd_stub(from, ch, BC_ALL, 199, 0, 0, marker);
+    for (int i = 0; i < 4; i++) {
+        if (mask & (1u << i))
+            it_expect_user(all[i], ch, type, bc, stub, client, payload);
+        it_expect_user(all[i], ch, 199, BC_ALL, 0, 0, marker);
+    }
+}

@@ -175,6 +175,16 @@ void it_expect_user(it_conn_t *c, uint32_t chan, uint32_t msg_type, uint32_t bro
 /* SUB self to chan with explicit dataAccess, stub echoed; returns nothing (see it_expect_sub). */
 void it_sub(it_conn_t *c, uint32_t stub, uint32_t chan, uint32_t conn_id, int data_access);
 
+/* A SERVER user message (ServerForwardMessage{client, payload}) on ch, with its stub. */
+void it_sfwd_stub(it_conn_t *c, uint32_t ch, uint32_t bc, uint32_t type, uint32_t stub,
+                  uint32_t client, const char *payload);
+/* A marker broadcast (ALL, type 199) from `from` follows; each of all[0..4) gets the test message
+ * (type, bc, stub, client, payload) first iff its bit is in mask, then the marker. Only one
+ * connection's messages are ordered: `from` must be the test message's sender. */
+void it_check_marked(it_conn_t *const all[4], it_conn_t *from, uint32_t ch, unsigned mask,
+                     uint32_t type, uint32_t bc, uint32_t stub, uint32_t client,
+                     const char *payload);
+
 /* Sends a SERVER user message (ServerForwardMessage{client, payload}) on chan. */
 void it_sfwd(it_conn_t *c, uint32_t chan, uint32_t bc, uint32_t msg_type, uint32_t client,
              const char *payload);

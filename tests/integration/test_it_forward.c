@@ -29,34 +29,12 @@ static void world_init(world_t *w)
     }
 }
 
-/* A server user message with a stub (ServerForwardMessage body). */
-static void sfwd_stub(it_conn_t *c, uint32_t ch, uint32_t bc, uint32_t type, uint32_t stub,
-                      uint32_t client, const char *payload)
-{
-    Channeldpb__ServerForwardMessage f = CHANNELDPB__SERVER_FORWARD_MESSAGE__INIT;
-    f.clientconnid = client;
-    f.payload.data = (uint8_t *)payload;
-    f.payload.len = strlen(payload);
-    assert_int_equal(chanq_sync_send(c->s, ch, bc, stub, type, &f.base), 0);
-}
-
-static unsigned g_marker;
-
-/* Sends a marker broadcast (ALL) from o and checks, for each of the 4 connections, that the
- * test message arrived first iff its bit is set in `mask` (s=1, o=2, c1=4, c2=8), then the
- * marker. */
+/* As it_check_marked, the marker from o. */
 static void check_recipients(world_t *w, unsigned mask, uint32_t type, uint32_t bc, uint32_t stub,
                              uint32_t client, const char *payload)
 {
-    char marker[32];
-    snprintf(marker, sizeof(marker), "marker-%u", ++g_marker);
-    sfwd_stub(w->o, w->ch, BC_ALL, 199, 0, 0, marker);
     it_conn_t *all[4] = {w->s, w->o, w->c1, w->c2};
-    for (int i = 0; i < 4; i++) {
-        if (mask & (1u << i))
-            it_expect_user(all[i], w->ch, type, bc, stub, client, payload);
-        it_expect_user(all[i], w->ch, 199, BC_ALL, 0, 0, marker);
-    }
+    it_check_marked(all, w->o, w->ch, mask, type, bc, stub, client, payload);
 }
 
 enum { R_S = 1, R_O = 2, R_C1 = 4, R_C2 = 8, R_ALL = 15 };
@@ -90,12 +68,12 @@ static void test_server_broadcast_flags(void **state)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char payload[32];
         snprintf(payload, sizeof(payload), "case-%zu", i);
-        sfwd_stub(w.o, w.ch, cases[i].bc, 120, 33, 0, payload);
+        it_sfwd_stub(w.o, w.ch, cases[i].bc, 120, 33, 0, payload);
         check_recipients(&w, cases[i].mask, 120, cases[i].bc, 33, 0, payload);
     }
     /* the clientConnId and payload are passed through as sent (same sender as the markers:
      * only messages from one connection are ordered) */
-    sfwd_stub(w.o, w.ch, BC_ALL | BC_BUT_OWNER, 121, 0, w.c2->id, "carry");
+    it_sfwd_stub(w.o, w.ch, BC_ALL | BC_BUT_OWNER, 121, 0, w.c2->id, "carry");
     check_recipients(&w, R_O | R_C1 | R_C2, 121, BC_ALL | BC_BUT_OWNER, 0, w.c2->id, "carry");
 }
 
@@ -103,16 +81,16 @@ static void test_server_single_connection(void **state)
 {
     world_t w;
     world_init(&w);
-    sfwd_stub(w.o, w.ch, BC_SINGLE, 130, 4, w.c1->id, "only-c1");
+    it_sfwd_stub(w.o, w.ch, BC_SINGLE, 130, 4, w.c1->id, "only-c1");
     check_recipients(&w, R_C1, 130, BC_SINGLE, 4, w.c1->id, "only-c1");
-    sfwd_stub(w.o, w.ch, BC_SINGLE, 131, 5, 0, "owner");
+    it_sfwd_stub(w.o, w.ch, BC_SINGLE, 131, 5, 0, "owner");
     check_recipients(&w, R_S, 131, BC_SINGLE, 5, 0, "owner");
     /* SINGLE_CONNECTION to a connection that is not subscribed still reaches it */
     it_conn_t *c3 = it_client();
-    sfwd_stub(w.o, w.ch, BC_SINGLE, 132, 0, c3->id, "direct");
+    it_sfwd_stub(w.o, w.ch, BC_SINGLE, 132, 0, c3->id, "direct");
     it_expect_user(c3, w.ch, 132, BC_SINGLE, 0, c3->id, "direct");
     /* to a connection that does not exist: dropped */
-    sfwd_stub(w.o, w.ch, BC_SINGLE, 133, 0, 60000, "void");
+    it_sfwd_stub(w.o, w.ch, BC_SINGLE, 133, 0, 60000, "void");
     check_recipients(&w, 0, 0, 0, 0, 0, "");
 }
 
@@ -147,7 +125,7 @@ static void test_ordered_and_big(void **state)
     char payload[32];
     for (int i = 0; i < 50; i++) {
         snprintf(payload, sizeof(payload), "seq-%03d", i);
-        sfwd_stub(w.o, w.ch, BC_SINGLE, 150, 0, w.c1->id, payload);
+        it_sfwd_stub(w.o, w.ch, BC_SINGLE, 150, 0, w.c1->id, payload);
     }
     for (int i = 0; i < 50; i++) {
         snprintf(payload, sizeof(payload), "seq-%03d", i);
@@ -157,7 +135,7 @@ static void test_ordered_and_big(void **state)
     for (int i = 0; i < 40000; i++)
         big[i] = (char)('a' + i % 26);
     big[40000] = '\0';
-    sfwd_stub(w.o, w.ch, BC_SINGLE, 151, 0, w.c1->id, big);
+    it_sfwd_stub(w.o, w.ch, BC_SINGLE, 151, 0, w.c1->id, big);
     it_expect_user(w.c1, w.ch, 151, BC_SINGLE, 0, w.c1->id, big);
     assert_int_equal(chanq_sync_send_raw(w.c1->s, w.ch, 0, 0, 152, big, 40000), 0);
     it_expect_user(w.s, w.ch, 152, 0, 0, w.c1->id, big);
@@ -175,7 +153,7 @@ static void test_server_invalid_body_dropped(void **state)
     check_recipients(&w, 0, 0, 0, 0, 0, "");
     it_log_expect("not a ServerForwardMessage");
     /* a valid one from the same connection is still forwarded */
-    sfwd_stub(w.o, w.ch, BC_ALL, 152, 0, 0, "valid");
+    it_sfwd_stub(w.o, w.ch, BC_ALL, 152, 0, 0, "valid");
     check_recipients(&w, R_ALL, 152, BC_ALL, 0, 0, "valid");
 }
 
@@ -193,7 +171,7 @@ static void test_disconnect(void **state)
     it_expect_unsub(w.s, w.ch, 0, w.c2->id, CONN_CLIENT, CT_SUBWORLD);
     it_log_expect("DISCONNECT requested");
     /* everyone else keeps working */
-    sfwd_stub(w.o, w.ch, BC_ALL, 160, 0, 0, "after");
+    it_sfwd_stub(w.o, w.ch, BC_ALL, 160, 0, 0, "after");
     it_expect_user(w.s, w.ch, 160, BC_ALL, 0, 0, "after");
     it_expect_user(w.o, w.ch, 160, BC_ALL, 0, 0, "after");
     it_expect_user(w.c1, w.ch, 160, BC_ALL, 0, 0, "after");

@@ -98,33 +98,12 @@ static void world_init(world_t *w)
     }
 }
 
-static void sfwd_stub(it_conn_t *c, uint32_t ch, uint32_t bc, uint32_t type, uint32_t stub,
-                      uint32_t client, const char *payload)
-{
-    Channeldpb__ServerForwardMessage f = CHANNELDPB__SERVER_FORWARD_MESSAGE__INIT;
-    f.clientconnid = client;
-    f.payload.data = (uint8_t *)payload;
-    f.payload.len = strlen(payload);
-    assert_int_equal(chanq_sync_send(c->s, ch, bc, stub, type, &f.base), 0);
-}
-
-static unsigned g_marker;
-
-/* As in test_it_forward.c: a marker broadcast (ALL) from `from`, the test message's sender
- * (only one connection's messages are ordered), follows; each connection gets the test
- * message first iff its bit is in mask (s=1, o=2, c1=4, c2=8), then the marker. */
+/* it_check_marked over the world's four, the marker from `from`. */
 static void check_from(world_t *w, it_conn_t *from, unsigned mask, uint32_t type, uint32_t bc,
                        uint32_t stub, uint32_t client, const char *payload)
 {
-    char marker[32];
-    snprintf(marker, sizeof(marker), "marker-%u", ++g_marker);
-    sfwd_stub(from, w->ch, BC_ALL, 199, 0, 0, marker);
     it_conn_t *all[4] = {w->s, w->o, w->c1, w->c2};
-    for (int i = 0; i < 4; i++) {
-        if (mask & (1u << i))
-            it_expect_user(all[i], w->ch, type, bc, stub, client, payload);
-        it_expect_user(all[i], w->ch, 199, BC_ALL, 0, 0, marker);
-    }
+    it_check_marked(all, from, w->ch, mask, type, bc, stub, client, payload);
 }
 
 static void check_recipients(world_t *w, unsigned mask, uint32_t type, uint32_t bc, uint32_t stub,
@@ -164,11 +143,11 @@ static void test_broadcast_flags(void **state)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char payload[32];
         snprintf(payload, sizeof(payload), "case-%zu", i);
-        sfwd_stub(w.o, w.ch, cases[i].bc, 120, 33, 0, payload);
+        it_sfwd_stub(w.o, w.ch, cases[i].bc, 120, 33, 0, payload);
         check_recipients(&w, cases[i].mask, 120, cases[i].bc, 33, 0, payload);
     }
     /* the owner's broadcasts too (node 1 to nodes 2 and 3) */
-    sfwd_stub(w.s, w.ch, BC_ALL | BC_BUT_SENDER, 121, 0, w.c2->id, "from-owner");
+    it_sfwd_stub(w.s, w.ch, BC_ALL | BC_BUT_SENDER, 121, 0, w.c2->id, "from-owner");
     check_from(&w, w.s, R_O | R_C1 | R_C2, 121, BC_ALL | BC_BUT_SENDER, 0, w.c2->id, "from-owner");
 }
 
@@ -178,9 +157,9 @@ static void test_single_and_client_to_owner(void **state)
     (void)state;
     world_t w;
     world_init(&w);
-    sfwd_stub(w.s, w.ch, BC_SINGLE, 130, 4, w.c2->id, "only-c2");
+    it_sfwd_stub(w.s, w.ch, BC_SINGLE, 130, 4, w.c2->id, "only-c2");
     check_from(&w, w.s, R_C2, 130, BC_SINGLE, 4, w.c2->id, "only-c2");
-    sfwd_stub(w.o, w.ch, BC_SINGLE, 131, 5, w.c1->id, "only-c1");
+    it_sfwd_stub(w.o, w.ch, BC_SINGLE, 131, 5, w.c1->id, "only-c1");
     check_recipients(&w, R_C1, 131, BC_SINGLE, 5, w.c1->id, "only-c1");
     uint32_t bcs[] = {0, BC_ALL, BC_ALL | BC_BUT_SERVER};
     for (size_t i = 0; i < sizeof(bcs) / sizeof(bcs[0]); i++) {
@@ -214,7 +193,7 @@ static void test_unsub_and_close(void **state)
     assert_int_equal(chanq_sync_unsub_from_channel(w.c2->s, 5, w.ch, c2), 0);
     it_expect_unsub(w.c2, w.ch, 5, c2, CONN_CLIENT, CT_SUBWORLD);
     it_expect_unsub(w.s, w.ch, 0, c2, CONN_CLIENT, CT_SUBWORLD);
-    sfwd_stub(w.o, w.ch, BC_ALL, 150, 0, 0, "after-unsub");
+    it_sfwd_stub(w.o, w.ch, BC_ALL, 150, 0, 0, "after-unsub");
     it_expect_user(w.s, w.ch, 150, BC_ALL, 0, 0, "after-unsub");
     it_expect_user(w.o, w.ch, 150, BC_ALL, 0, 0, "after-unsub");
     it_expect_user(w.c1, w.ch, 150, BC_ALL, 0, 0, "after-unsub");
@@ -226,13 +205,13 @@ static void test_unsub_and_close(void **state)
     it_expect_unsub(w.s, w.ch, 0, c2, CONN_CLIENT, CT_SUBWORLD);
     leave(&w, w.c1); /* a local client, for comparison */
     it_expect_unsub(w.s, w.ch, 0, c1, CONN_CLIENT, CT_SUBWORLD);
-    sfwd_stub(w.o, w.ch, BC_ALL, 151, 0, 0, "after-close");
+    it_sfwd_stub(w.o, w.ch, BC_ALL, 151, 0, 0, "after-close");
     it_expect_user(w.s, w.ch, 151, BC_ALL, 0, 0, "after-close");
     it_expect_user(w.o, w.ch, 151, BC_ALL, 0, 0, "after-close");
     /* node 3 told node 1 of the close: its directory no longer holds c2 (a SUB of it fails
      * silently, as for any gone connection: no result) */
     it_sub(w.s, 7, w.ch, c2, -1);
-    sfwd_stub(w.s, w.ch, BC_SINGLE, 152, 0, 0, "sync");
+    it_sfwd_stub(w.s, w.ch, BC_SINGLE, 152, 0, 0, "sync");
     it_expect_user(w.s, w.ch, 152, BC_SINGLE, 0, 0, "sync");
 }
 
@@ -308,6 +287,22 @@ static void ignore_packet(void *ud, const uint8_t *p, size_t n)
     (void)ud, (void)p, (void)n;
 }
 
+/* A NATS connection of the test's own, connected, and node's subject in subj: to publish on it
+ * what no node sent. */
+static cq_relay_nats_t *publisher(int node, char *subj, size_t len)
+{
+    cq_relay_nats_t *n = NULL;
+    char err[256] = "";
+    cq_relay_nats_conf_t nc = {.urls = getenv("CQ_NATS_URLS"), .on_packet = ignore_packet};
+    assert_int_equal(cq_relay_nats_open(&nc, &n, err, sizeof(err)), 0);
+    cq_relay_nats_stats_t ns;
+    for (int i = 0; i < 3000 && (cq_relay_nats_stats(n, &ns), !ns.connected); i++)
+        cq_test_sleep_ms(1);
+    assert_true(ns.connected);
+    assert_int_equal(cq_relay_subject(it_relay_name(), (uint16_t)node, subj, len), 0);
+    return n;
+}
+
 /* A packet from node `src` to node `dst` under epoch, with one record (kind, body), sequence
  * number seq (the earlier ones are packed and thrown away). */
 static cq_buf_t *forge_n(uint16_t src, uint16_t dst, uint32_t epoch, uint64_t seq, uint8_t kind,
@@ -364,15 +359,8 @@ static void test_forged_packets(void **state)
     (void)state;
     world_t w;
     world_init(&w);
-    cq_relay_nats_t *n = NULL;
-    char err[256] = "", subj[CQ_RELAY_SUBJECT_MAX];
-    cq_relay_nats_conf_t nc = {.urls = getenv("CQ_NATS_URLS"), .on_packet = ignore_packet};
-    assert_int_equal(cq_relay_nats_open(&nc, &n, err, sizeof(err)), 0);
-    cq_relay_nats_stats_t ns;
-    for (int i = 0; i < 3000 && (cq_relay_nats_stats(n, &ns), !ns.connected); i++)
-        cq_test_sleep_ms(1);
-    assert_true(ns.connected);
-    assert_int_equal(cq_relay_subject(it_relay_name(), 1, subj, sizeof(subj)), 0);
+    char subj[CQ_RELAY_SUBJECT_MAX];
+    cq_relay_nats_t *n = publisher(1, subj, sizeof(subj));
     cq_testsrv_t *n1 = it_srv();
     int64_t bad = cq_testsrv_metric(n1, "chanq_relay_bad_packets_total");
     int64_t refused = cq_testsrv_metric(n1, "chanq_relay_messages_refused_total");
@@ -448,14 +436,8 @@ static void test_link_reset(void **state)
     it_expect_sub(w.o, ch2, 9, w.c1->id, CONN_CLIENT, CT_SUBWORLD, 1);
     it_expect_sub(w.c1, ch2, 0, w.c1->id, CONN_CLIENT, CT_SUBWORLD, 1);
     int64_t resets = cq_testsrv_metric(it_srv(), "chanq_relay_link_resets_total");
-    cq_relay_nats_t *n = NULL;
-    char err[256] = "", subj[CQ_RELAY_SUBJECT_MAX];
-    cq_relay_nats_conf_t nc = {.urls = getenv("CQ_NATS_URLS"), .on_packet = ignore_packet};
-    assert_int_equal(cq_relay_nats_open(&nc, &n, err, sizeof(err)), 0);
-    cq_relay_nats_stats_t ns;
-    for (int i = 0; i < 3000 && (cq_relay_nats_stats(n, &ns), !ns.connected); i++)
-        cq_test_sleep_ms(1);
-    assert_int_equal(cq_relay_subject(it_relay_name(), 1, subj, sizeof(subj)), 0);
+    char subj[CQ_RELAY_SUBJECT_MAX];
+    cq_relay_nats_t *n = publisher(1, subj, sizeof(subj));
     cq_buf_t *p = forge(2, 1, node_epoch(2), 100000, 77, "far ahead");
     assert_int_equal(cq_relay_nats_ops.publish(n, subj, p->data, p->len), 0);
     cq_buf_unref(p);
@@ -468,7 +450,7 @@ static void test_link_reset(void **state)
     it_expect_unsub(w.s, w.ch, 0, w.c1->id, CONN_CLIENT, CT_SUBWORLD); /* c1 was in w.ch too */
     it_expect_closed(w.c1);
     /* the rest carries on: node 2's broadcast on node 1's channel reaches nodes 1, 2 and 3 */
-    sfwd_stub(w.o, w.ch, BC_ALL, 170, 0, 0, "after-reset");
+    it_sfwd_stub(w.o, w.ch, BC_ALL, 170, 0, 0, "after-reset");
     it_expect_user(w.s, w.ch, 170, BC_ALL, 0, 0, "after-reset");
     it_expect_user(w.o, w.ch, 170, BC_ALL, 0, 0, "after-reset");
     it_expect_user(w.c2, w.ch, 170, BC_ALL, 0, 0, "after-reset");
@@ -639,7 +621,7 @@ static void test_node_killed(void **state)
     chanq_owned_msg_done(&m);
     printf("# node 3 killed: its client gone from node 1's channel after %lld ms\n", (long long)dt);
     /* the survivors: a broadcast from node 2 reaches nodes 1 and 2 */
-    sfwd_stub(w.o, w.ch, BC_ALL, 160, 0, 0, "survivors");
+    it_sfwd_stub(w.o, w.ch, BC_ALL, 160, 0, 0, "survivors");
     it_expect_user(w.s, w.ch, 160, BC_ALL, 0, 0, "survivors");
     it_expect_user(w.o, w.ch, 160, BC_ALL, 0, 0, "survivors");
     it_expect_user(w.c1, w.ch, 160, BC_ALL, 0, 0, "survivors");
