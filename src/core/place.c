@@ -142,6 +142,11 @@ int cq__chan_worker(const cq_core_t *c, uint32_t chan_id)
     return (int)(chan_id % (uint32_t)c->nworkers);
 }
 
+int cq__place_local_dir_worker(const cq_core_t *c)
+{
+    return (int)(CQ_CHAN_ID_GLOBAL % (uint32_t)c->nworkers);
+}
+
 int cq__place_dir_worker(const cq_core_t *c)
 {
     return cq__chan_worker(c, CQ_CHAN_ID_GLOBAL);

@@ -110,6 +110,9 @@ int cq__chan_worker(const cq_core_t *c, uint32_t chan_id);
 /* The worker that keeps the process-wide registries: the channel directory (LIST, id
  * allocation) and the recovery handles of dropped servers. It is GLOBAL's worker. */
 int cq__place_dir_worker(const cq_core_t *c);
+/* The worker of this process that keeps its recovery handles (shared.c's process-wide list):
+ * GLOBAL's worker here, even when GLOBAL's home is another relay node. */
+int cq__place_local_dir_worker(const cq_core_t *c);
 /* This worker adopts conn_id although it is not its home (a recovered id): routes it here and
  * tells every other worker (XM_ROUTE). */
 void cq__place_adopt_conn(cq_core_t *c, uint32_t conn_id);

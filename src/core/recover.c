@@ -185,7 +185,7 @@ static cq_recsub_t *recsub_find(cq_core_t *c, const char *pit, uint32_t chan_id)
 void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit)
 {
     cq_connref_t *ref = cq_map_get(&c->connrefs, conn_id);
-    if (c->index == cq__place_dir_worker(c))
+    if (c->index == cq__place_local_dir_worker(c))
         handle_add(c->sh, pit, conn_id, c->now_ms);
     while (ref && !cq_list_empty(&ref->subs)) {
         cq_sub_t *s = cq_container_of(ref->subs.next, cq_sub_t, by_conn);
@@ -336,7 +336,7 @@ void cq__recover_tick(cq_core_t *c, uint64_t now_ms)
 {
     timed_tick(c, now_ms);
     uint32_t to = c->sh->o.server_recover_timeout_ms;
-    if (c->index == cq__place_dir_worker(c))
+    if (c->index == cq__place_local_dir_worker(c))
         handles_expire(c, now_ms);
     if (!to)
         return;

@@ -28,15 +28,21 @@ static cq_testsrv_t *node(int n)
 
 /* The three nodes (it_relay.c), with what these tests need on each: clients that may SUB and
  * UNSUB themselves, and the chanqtest data types. */
-static void relay_start(void)
+static void relay_start_with(const char *extra)
 {
     const char *args[] = {"--dev",
                           "--client-fsm",
                           it_client_auth_fsm(),
                           "--channel-data-types",
                           getenv("CHANQTEST_FDS"),
+                          extra,
                           NULL};
     it_relay_startv(args);
+}
+
+static void relay_start(void)
+{
+    relay_start_with(NULL);
 }
 
 /* What the links saw, for the log of a failure: every count is 0 in a run without loss. */
@@ -596,6 +602,70 @@ static void test_home_killed(void **state)
     }
 }
 
+enum { MT_RECOVERY_END = 21, MT_OWNER_LOST = 22, MT_OWNER_RECOVERED = 23 };
+
+static it_conn_t *server_pit(int n, const char *pit, uint32_t stub, bool *recovered)
+{
+    it_conn_t *s = it_connect_to(node(n), true, NULL);
+    Channeldpb__AuthMessage a = CHANNELDPB__AUTH_MESSAGE__INIT;
+    a.playeridentifiertoken = (char *)pit;
+    a.logintoken = "lt";
+    assert_int_equal(chanq_sync_send(s->s, 0, 0, stub, MT_AUTH, &a.base), 0);
+    Channeldpb__AuthResultMessage *ar =
+        it_expect(s, MT_AUTH, stub, &channeldpb__auth_result_message__descriptor, NULL);
+    assert_int_equal(ar->result, 0);
+    s->id = ar->connid;
+    *recovered = ar->shouldrecover;
+    chanq_unpack_free(ar);
+    return s;
+}
+
+static void expect_empty(it_conn_t *c, uint32_t msg_type, uint32_t chan)
+{
+    chanq_owned_msg_t m;
+    it_recv(c, &m);
+    assert_int_equal(m.msg_type, msg_type);
+    assert_int_equal(m.channel_id, chan);
+    assert_int_equal(m.body_len, 0);
+    chanq_owned_msg_done(&m);
+}
+
+/* -scr on a node that is not GLOBAL's home: a game server of node 2 drops, the subscriber of
+ * its channel on node 3 hears CHANNEL_OWNER_LOST, a successor with the same PIT on node 2 takes
+ * over the old id and the channel, and the subscriber hears CHANNEL_OWNER_RECOVERED. */
+static void test_server_recovers_on_its_node(void **state)
+{
+    (void)state;
+    relay_start_with("--server-conn-recoverable");
+    bool rec;
+    it_conn_t *s1 = server_pit(2, "zone-9", 1, &rec);
+    assert_false(rec);
+    uint32_t old_id = s1->id;
+    it_conn_t *c = it_connect_to(node(3), false, NULL);
+    it_auth(c, "pit", "lt");
+    uint32_t ch = it_create(s1, CT_SUBWORLD, "zone", 2);
+    assert_int_equal(ch >> 12, 2);
+    it_sub(s1, 3, ch, c->id, -1);
+    it_expect_sub(s1, ch, 3, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_expect_sub(c, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_close(s1);
+    expect_empty(c, MT_OWNER_LOST, ch);
+    it_conn_t *s2 = server_pit(2, "zone-9", 9, &rec);
+    assert_true(rec);
+    assert_int_equal(s2->id, old_id);
+    chanq_owned_msg_t m;
+    for (;;) { /* RECOVERY_CHANNEL_DATA for what it held, then RECOVERY_END */
+        it_recv(s2, &m);
+        bool end = m.msg_type == MT_RECOVERY_END;
+        chanq_owned_msg_done(&m);
+        if (end)
+            break;
+    }
+    expect_empty(c, MT_OWNER_RECOVERED, ch);
+    assert_int_equal(chanq_sync_user_msg(c->s, ch, 0, 100, "back?", 5), 0);
+    it_expect_user(s2, ch, 100, 0, 0, c->id, "back?");
+}
+
 /* SIGKILL node 3 while its client c2 is subscribed to a channel of node 1: node 1 learns from
  * ZooKeeper that node 3 left (its session ends: --zk-session-ms 2000 here) and drops c2 as if
  * it had closed, so the owner gets the UNSUB result; nodes 1 and 2 carry on. */
@@ -647,6 +717,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_link_reset, relay_teardown),
         cmocka_unit_test_teardown(test_node_killed, relay_teardown),
         cmocka_unit_test_teardown(test_home_killed, relay_teardown),
+        cmocka_unit_test_teardown(test_server_recovers_on_its_node, relay_teardown),
     };
     return it_run("relay", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }
