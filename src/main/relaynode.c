@@ -502,8 +502,10 @@ void cq_main_relay_stop(cq_main_relay_t *k, cq_admin_t *admin)
     atomic_store(&k->grp_live, NULL);
     cq_zkgroup_close(k->grp); /* the others see this node leave */
 #endif
-    /* the network first: its callbacks end before the relay they feed */
-    cq_relay_nats_close(k->nats);
+    /* the network's callbacks end before the relay they feed; the relay thread, which publishes
+     * over the network (a HEAD every 200 ms), ends before the network is freed */
+    cq_relay_nats_quiesce(k->nats);
     cq_relay_stop(k->relay);
+    cq_relay_nats_close(k->nats);
     cq_free(k);
 }

@@ -61,7 +61,12 @@ int cq_relay_nats_open(const cq_relay_nats_conf_t *conf, cq_relay_nats_t **ret, 
                        size_t errlen);
 /* Subscribes to subject (this node's): on_packet starts. Returns 0 or CQ_ECONFIG. */
 int cq_relay_nats_subscribe(cq_relay_nats_t *n, const char *subject, char *err, size_t errlen);
-/* Closes: no callback runs after it returns. Accepts NULL. */
+/* Stops the callbacks (no on_packet or on_state after it returns) and keeps the connection, so
+ * that the relay thread publishing over it can be stopped next; then cq_relay_nats_close.
+ * Accepts NULL. */
+void cq_relay_nats_quiesce(cq_relay_nats_t *n);
+/* Closes: no callback runs after it returns, and nothing may publish over n any more (stop the
+ * relay thread first). Accepts NULL. */
 void cq_relay_nats_close(cq_relay_nats_t *n);
 void cq_relay_nats_stats(cq_relay_nats_t *n, cq_relay_nats_stats_t *ret);
 

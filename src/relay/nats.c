@@ -15,6 +15,7 @@
 #include <nats/nats.h>
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
 
 #define MAX_URLS 16
 
@@ -28,6 +29,7 @@ struct cq_relay_nats {
     _Atomic bool closing;
     _Atomic uint64_t connects, disconnects, reconnects, publish_errors, async_errors;
     _Atomic bool connected;
+    _Atomic bool closed; /* the closed callback ran: libnats calls nothing of ours after it */
 };
 
 /* Library opens, for nats_Close() after the last close (LeakSanitizer sees its globals). */
@@ -100,6 +102,14 @@ static void on_reconnected(natsConnection *nc, void *cl)
     atomic_store(&n->connected, true);
     state(n, nc, CQ_RELAY_NATS_RECONNECTED);
     cb_leave(n);
+}
+
+/* libnats's last callback for a connection: after it, n may be freed (cq_relay_nats_close). */
+static void on_closed(natsConnection *nc, void *cl)
+{
+    (void)nc;
+    cq_relay_nats_t *n = cl;
+    atomic_store(&n->closed, true);
 }
 
 static void on_error(natsConnection *nc, natsSubscription *sub, natsStatus err, void *cl)
@@ -184,8 +194,20 @@ static natsStatus set_opts(cq_relay_nats_t *n, const cq_relay_nats_conf_t *c, co
     if (s == NATS_OK)
         s = natsOptions_SetErrorHandler(o, on_error, n);
     if (s == NATS_OK)
+        s = natsOptions_SetClosedCB(o, on_closed, n);
+    if (s == NATS_OK)
         s = natsOptions_SetRetryOnFailedConnect(o, true, on_connected, n);
     return s;
+}
+
+void cq_relay_nats_quiesce(cq_relay_nats_t *n)
+{
+    if (!n)
+        return;
+    atomic_store(&n->closing, true);
+    /* a callback that entered before closing was set finishes first */
+    while (atomic_load(&n->busy))
+        sched_yield();
 }
 
 void cq_relay_nats_close(cq_relay_nats_t *n)
@@ -195,15 +217,24 @@ void cq_relay_nats_close(cq_relay_nats_t *n)
     atomic_store(&n->closing, true);
     if (n->sub)
         natsSubscription_Destroy(n->sub);
+    bool done = true;
     if (n->nc) {
         natsConnection_Close(n->nc);
+        /* the disconnected and closed callbacks run on a library thread after Close returns:
+         * n lives until the closed one, the last, has run (bounded: leaked, never freed early) */
+        for (int i = 0; i < 5000 && !atomic_load(&n->closed); i++) {
+            struct timespec ts = {0, 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        done = atomic_load(&n->closed);
         natsConnection_Destroy(n->nc);
     }
     /* a callback that entered before closing was set finishes before anything is freed */
     while (atomic_load(&n->busy))
         sched_yield();
     natsOptions_Destroy(n->opts);
-    cq_free(n);
+    if (done)
+        cq_free(n);
     pthread_mutex_lock(&lib_mu);
     if (--lib_users == 0)
         nats_CloseAndWait(2000);
@@ -308,6 +339,11 @@ int cq_relay_nats_subscribe(cq_relay_nats_t *n, const char *subject, char *err, 
 }
 
 void cq_relay_nats_close(cq_relay_nats_t *n)
+{
+    (void)n;
+}
+
+void cq_relay_nats_quiesce(cq_relay_nats_t *n)
 {
     (void)n;
 }

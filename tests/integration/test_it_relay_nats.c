@@ -132,9 +132,10 @@ static void node_start(int i, const char *urls)
 
 static void node_stop(int i)
 {
-    /* the network first: no packet reaches a stopped relay */
-    cq_relay_nats_close(N[i].nats);
+    /* no packet reaches a stopped relay, and the relay publishes nothing over a freed network */
+    cq_relay_nats_quiesce(N[i].nats);
     cq_relay_stop(N[i].relay);
+    cq_relay_nats_close(N[i].nats);
     pthread_mutex_destroy(&N[i].mu);
 }
 
