@@ -691,3 +691,58 @@ void it_check_marked(it_conn_t *const all[4], it_conn_t *from, uint32_t ch, unsi
         it_expect_user(all[i], ch, 199, BC_ALL, 0, 0, marker);
     }
 }
+
+/* §1.8: who gets a server's broadcast under each flag combination (s=1 owner, o=2 the sender, a
+ * server, c1=4, c2=8 clients). */
+static const struct {
+    uint32_t bc;
+    unsigned mask;
+} bc_cases[] = {
+    {0, IT_R_S},
+    {BC_ALL, IT_R_ALL},
+    {BC_ALL | BC_BUT_SENDER, IT_R_S | IT_R_C1 | IT_R_C2},
+    {BC_ALL | BC_BUT_OWNER, IT_R_O | IT_R_C1 | IT_R_C2},
+    {BC_ALL | BC_BUT_CLIENT, IT_R_S | IT_R_O},
+    {BC_ALL | BC_BUT_SERVER, IT_R_C1 | IT_R_C2},
+    {BC_ALL | BC_BUT_SENDER | BC_BUT_CLIENT, IT_R_S},
+    {BC_ALL | BC_BUT_OWNER | BC_BUT_SERVER, IT_R_C1 | IT_R_C2},
+    {BC_ALL | BC_BUT_SENDER | BC_BUT_OWNER, IT_R_C1 | IT_R_C2},
+    {BC_BUT_SENDER, IT_R_S | IT_R_C1 | IT_R_C2}, /* 2 <= bc < 64 without ALL */
+    {BC_BUT_OWNER | BC_BUT_CLIENT, IT_R_O},
+    {BC_SINGLE | BC_ALL, IT_R_ALL}, /* 3 is treated like 2 */
+    {BC_ALL | BC_BUT_CLIENT | BC_BUT_SERVER, 0},
+};
+
+void it_check_bc_cases(it_conn_t *const all[4], uint32_t ch)
+{
+    for (size_t i = 0; i < sizeof(bc_cases) / sizeof(bc_cases[0]); i++) {
+        char payload[32];
+        snprintf(payload, sizeof(payload), "case-%zu", i);
+        it_sfwd_stub(all[1], ch, bc_cases[i].bc, 120, 33, 0, payload);
+        it_check_marked(all, all[1], ch, bc_cases[i].mask, 120, bc_cases[i].bc, 33, 0, payload);
+    }
+}
+
+it_conn_t *it_server_pit(cq_testsrv_t *srv, const char *pit, uint32_t stub,
+                         Channeldpb__AuthResultMessage **ret)
+{
+    it_conn_t *s = srv ? it_connect_to(srv, true, NULL) : it_connect(true, NULL);
+    Channeldpb__AuthMessage a = CHANNELDPB__AUTH_MESSAGE__INIT;
+    a.playeridentifiertoken = (char *)pit;
+    a.logintoken = "lt";
+    assert_int_equal(chanq_sync_send(s->s, 0, 0, stub, MT_AUTH, &a.base), 0);
+    *ret = it_expect(s, MT_AUTH, stub, &channeldpb__auth_result_message__descriptor, NULL);
+    assert_int_equal((*ret)->result, 0);
+    s->id = (*ret)->connid;
+    return s;
+}
+
+void it_expect_empty(it_conn_t *c, uint32_t msg_type, uint32_t chan)
+{
+    chanq_owned_msg_t m;
+    it_recv(c, &m);
+    assert_int_equal(m.msg_type, msg_type);
+    assert_int_equal(m.channel_id, chan);
+    assert_int_equal(m.body_len, 0);
+    chanq_owned_msg_done(&m);
+}

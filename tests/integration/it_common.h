@@ -185,6 +185,17 @@ void it_check_marked(it_conn_t *const all[4], it_conn_t *from, uint32_t ch, unsi
                      uint32_t type, uint32_t bc, uint32_t stub, uint32_t client,
                      const char *payload);
 
+/* Recipient bits of it_check_marked's all[]: owner, other server (the sender), two clients. */
+enum { IT_R_S = 1, IT_R_O = 2, IT_R_C1 = 4, IT_R_C2 = 8, IT_R_ALL = 15 };
+/* Every broadcast flag combination from all[1] on ch: exactly its recipients get it (§1.8). */
+void it_check_bc_cases(it_conn_t *const all[4], uint32_t ch);
+/* A SERVER connection (to srv, or it_connect's when NULL) authenticated with pit, stub echoed;
+ * *ret is its AuthResult (owned: chanq_unpack_free). */
+it_conn_t *it_server_pit(cq_testsrv_t *srv, const char *pit, uint32_t stub,
+                         Channeldpb__AuthResultMessage **ret);
+/* c's next message is msg_type on chan with an empty body. */
+void it_expect_empty(it_conn_t *c, uint32_t msg_type, uint32_t chan);
+
 /* Sends a SERVER user message (ServerForwardMessage{client, payload}) on chan. */
 void it_sfwd(it_conn_t *c, uint32_t chan, uint32_t bc, uint32_t msg_type, uint32_t client,
              const char *payload);

@@ -37,7 +37,7 @@ static void check_recipients(world_t *w, unsigned mask, uint32_t type, uint32_t 
     it_check_marked(all, w->o, w->ch, mask, type, bc, stub, client, payload);
 }
 
-enum { R_S = 1, R_O = 2, R_C1 = 4, R_C2 = 8, R_ALL = 15 };
+enum { R_S = IT_R_S, R_O = IT_R_O, R_C1 = IT_R_C1, R_C2 = IT_R_C2, R_ALL = IT_R_ALL };
 
 static void test_server_broadcast_flags(void **state)
 {
@@ -47,30 +47,8 @@ static void test_server_broadcast_flags(void **state)
     int64_t f0 = cq_testsrv_metric(it_srv(), "chanq_fanouts_total");
     check_recipients(&w, 0, 0, 0, 0, 0, "");
     assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_fanouts_total"), f0 + 4);
-    struct {
-        uint32_t bc;
-        unsigned mask;
-    } cases[] = {
-        {0, R_S},
-        {BC_ALL, R_ALL},
-        {BC_ALL | BC_BUT_SENDER, R_S | R_C1 | R_C2},
-        {BC_ALL | BC_BUT_OWNER, R_O | R_C1 | R_C2},
-        {BC_ALL | BC_BUT_CLIENT, R_S | R_O},
-        {BC_ALL | BC_BUT_SERVER, R_C1 | R_C2},
-        {BC_ALL | BC_BUT_SENDER | BC_BUT_CLIENT, R_S},
-        {BC_ALL | BC_BUT_OWNER | BC_BUT_SERVER, R_C1 | R_C2},
-        {BC_ALL | BC_BUT_SENDER | BC_BUT_OWNER, R_C1 | R_C2},
-        {BC_BUT_SENDER, R_S | R_C1 | R_C2}, /* 2 <= bc < 64 without ALL */
-        {BC_BUT_OWNER | BC_BUT_CLIENT, R_O},
-        {BC_SINGLE | BC_ALL, R_ALL}, /* 3 is treated like 2 */
-        {BC_ALL | BC_BUT_CLIENT | BC_BUT_SERVER, 0},
-    };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        char payload[32];
-        snprintf(payload, sizeof(payload), "case-%zu", i);
-        it_sfwd_stub(w.o, w.ch, cases[i].bc, 120, 33, 0, payload);
-        check_recipients(&w, cases[i].mask, 120, cases[i].bc, 33, 0, payload);
-    }
+    it_conn_t *all[4] = {w.s, w.o, w.c1, w.c2};
+    it_check_bc_cases(all, w.ch);
     /* the clientConnId and payload are passed through as sent (same sender as the markers:
      * only messages from one connection are ordered) */
     it_sfwd_stub(w.o, w.ch, BC_ALL | BC_BUT_OWNER, 121, 0, w.c2->id, "carry");

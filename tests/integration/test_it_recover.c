@@ -8,35 +8,11 @@
 
 enum { MT_RECOVERY_DATA = 20, MT_RECOVERY_END = 21, MT_OWNER_LOST = 22, MT_OWNER_RECOVERED = 23 };
 
-static it_conn_t *server_with_pit(const char *pit, uint32_t stub,
-                                  Channeldpb__AuthResultMessage **ret)
-{
-    it_conn_t *s = it_connect(true, NULL);
-    Channeldpb__AuthMessage a = CHANNELDPB__AUTH_MESSAGE__INIT;
-    a.playeridentifiertoken = (char *)pit;
-    a.logintoken = "lt";
-    assert_int_equal(chanq_sync_send(s->s, 0, 0, stub, MT_AUTH, &a.base), 0);
-    *ret = it_expect(s, MT_AUTH, stub, &channeldpb__auth_result_message__descriptor, NULL);
-    assert_int_equal((*ret)->result, 0);
-    s->id = (*ret)->connid;
-    return s;
-}
-
-static void expect_empty(it_conn_t *c, uint32_t msg_type, uint32_t chan)
-{
-    chanq_owned_msg_t m;
-    it_recv(c, &m);
-    assert_int_equal(m.msg_type, msg_type);
-    assert_int_equal(m.channel_id, chan);
-    assert_int_equal(m.body_len, 0);
-    chanq_owned_msg_done(&m);
-}
-
 static void test_server_recovers_channel(void **state)
 {
     it_start("--server-conn-recoverable", NULL);
     Channeldpb__AuthResultMessage *ar;
-    it_conn_t *s1 = server_with_pit("zone-7", 1, &ar);
+    it_conn_t *s1 = it_server_pit(NULL, "zone-7", 1, &ar);
     assert_false(ar->shouldrecover);
     uint32_t old_id = s1->id;
     chanq_unpack_free(ar);
@@ -47,9 +23,9 @@ static void test_server_recovers_channel(void **state)
     it_expect_sub(c, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
 
     it_close(s1); /* unexpected: the peer just goes away */
-    expect_empty(c, MT_OWNER_LOST, ch);
+    it_expect_empty(c, MT_OWNER_LOST, ch);
 
-    it_conn_t *s2 = server_with_pit("zone-7", 9, &ar);
+    it_conn_t *s2 = it_server_pit(NULL, "zone-7", 9, &ar);
     assert_true(ar->shouldrecover);
     assert_int_equal(ar->connid, old_id); /* takes over the old connection id */
     chanq_unpack_free(ar);
@@ -66,8 +42,8 @@ static void test_server_recovers_channel(void **state)
     assert_true(rd->suboptions->skipfirstfanout);
     chanq_unpack_free(rd);
     chanq_owned_msg_done(&env);
-    expect_empty(s2, MT_RECOVERY_END, 0);
-    expect_empty(c, MT_OWNER_RECOVERED, ch);
+    it_expect_empty(s2, MT_RECOVERY_END, 0);
+    it_expect_empty(c, MT_OWNER_RECOVERED, ch);
 
     /* The channel is the successor's: client messages reach it, its broadcasts reach them. */
     assert_int_equal(chanq_sync_user_msg(c->s, ch, 0, 100, "back?", 5), 0);
@@ -80,7 +56,7 @@ static void test_not_recoverable_by_default(void **state)
 {
     it_start(NULL);
     Channeldpb__AuthResultMessage *ar;
-    it_conn_t *s1 = server_with_pit("zone-8", 1, &ar);
+    it_conn_t *s1 = it_server_pit(NULL, "zone-8", 1, &ar);
     chanq_unpack_free(ar);
     it_conn_t *c = it_client();
     uint32_t ch = it_create(s1, CT_SUBWORLD, "zone", 2);
@@ -89,7 +65,7 @@ static void test_not_recoverable_by_default(void **state)
     it_expect_sub(c, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
     it_close(s1);
     it_expect_remove(c, ch); /* SUBWORLD removes itself without its owner */
-    it_conn_t *s2 = server_with_pit("zone-8", 4, &ar);
+    it_conn_t *s2 = it_server_pit(NULL, "zone-8", 4, &ar);
     assert_false(ar->shouldrecover);
     assert_int_not_equal(ar->connid, 1);
     chanq_unpack_free(ar);

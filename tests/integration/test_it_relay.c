@@ -118,7 +118,7 @@ static void check_recipients(world_t *w, unsigned mask, uint32_t type, uint32_t 
     check_from(w, w->o, mask, type, bc, stub, client, payload);
 }
 
-enum { R_S = 1, R_O = 2, R_C1 = 4, R_C2 = 8, R_ALL = 15 };
+enum { R_S = IT_R_S, R_O = IT_R_O, R_C1 = IT_R_C1, R_C2 = IT_R_C2, R_ALL = IT_R_ALL };
 
 /* Every broadcast flag from a server of node 2 on a channel of node 1, with subscribers on all
  * three nodes: exactly the recipients of one node. */
@@ -128,30 +128,8 @@ static void test_broadcast_flags(void **state)
     world_t w;
     world_init(&w);
     check_recipients(&w, 0, 0, 0, 0, 0, "");
-    struct {
-        uint32_t bc;
-        unsigned mask;
-    } cases[] = {
-        {0, R_S},
-        {BC_ALL, R_ALL},
-        {BC_ALL | BC_BUT_SENDER, R_S | R_C1 | R_C2},
-        {BC_ALL | BC_BUT_OWNER, R_O | R_C1 | R_C2},
-        {BC_ALL | BC_BUT_CLIENT, R_S | R_O},
-        {BC_ALL | BC_BUT_SERVER, R_C1 | R_C2},
-        {BC_ALL | BC_BUT_SENDER | BC_BUT_CLIENT, R_S},
-        {BC_ALL | BC_BUT_OWNER | BC_BUT_SERVER, R_C1 | R_C2},
-        {BC_ALL | BC_BUT_SENDER | BC_BUT_OWNER, R_C1 | R_C2},
-        {BC_BUT_SENDER, R_S | R_C1 | R_C2},
-        {BC_BUT_OWNER | BC_BUT_CLIENT, R_O},
-        {BC_SINGLE | BC_ALL, R_ALL},
-        {BC_ALL | BC_BUT_CLIENT | BC_BUT_SERVER, 0},
-    };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        char payload[32];
-        snprintf(payload, sizeof(payload), "case-%zu", i);
-        it_sfwd_stub(w.o, w.ch, cases[i].bc, 120, 33, 0, payload);
-        check_recipients(&w, cases[i].mask, 120, cases[i].bc, 33, 0, payload);
-    }
+    it_conn_t *all[4] = {w.s, w.o, w.c1, w.c2};
+    it_check_bc_cases(all, w.ch);
     /* the owner's broadcasts too (node 1 to nodes 2 and 3) */
     it_sfwd_stub(w.s, w.ch, BC_ALL | BC_BUT_SENDER, 121, 0, w.c2->id, "from-owner");
     check_from(&w, w.s, R_O | R_C1 | R_C2, 121, BC_ALL | BC_BUT_SENDER, 0, w.c2->id, "from-owner");
@@ -604,32 +582,6 @@ static void test_home_killed(void **state)
 
 enum { MT_RECOVERY_END = 21, MT_OWNER_LOST = 22, MT_OWNER_RECOVERED = 23 };
 
-static it_conn_t *server_pit(int n, const char *pit, uint32_t stub, bool *recovered)
-{
-    it_conn_t *s = it_connect_to(node(n), true, NULL);
-    Channeldpb__AuthMessage a = CHANNELDPB__AUTH_MESSAGE__INIT;
-    a.playeridentifiertoken = (char *)pit;
-    a.logintoken = "lt";
-    assert_int_equal(chanq_sync_send(s->s, 0, 0, stub, MT_AUTH, &a.base), 0);
-    Channeldpb__AuthResultMessage *ar =
-        it_expect(s, MT_AUTH, stub, &channeldpb__auth_result_message__descriptor, NULL);
-    assert_int_equal(ar->result, 0);
-    s->id = ar->connid;
-    *recovered = ar->shouldrecover;
-    chanq_unpack_free(ar);
-    return s;
-}
-
-static void expect_empty(it_conn_t *c, uint32_t msg_type, uint32_t chan)
-{
-    chanq_owned_msg_t m;
-    it_recv(c, &m);
-    assert_int_equal(m.msg_type, msg_type);
-    assert_int_equal(m.channel_id, chan);
-    assert_int_equal(m.body_len, 0);
-    chanq_owned_msg_done(&m);
-}
-
 /* -scr on a node that is not GLOBAL's home: a game server of node 2 drops, the subscriber of
  * its channel on node 3 hears CHANNEL_OWNER_LOST, a successor with the same PIT on node 2 takes
  * over the old id and the channel, and the subscriber hears CHANNEL_OWNER_RECOVERED. */
@@ -637,9 +589,10 @@ static void test_server_recovers_on_its_node(void **state)
 {
     (void)state;
     relay_start_with("--server-conn-recoverable");
-    bool rec;
-    it_conn_t *s1 = server_pit(2, "zone-9", 1, &rec);
-    assert_false(rec);
+    Channeldpb__AuthResultMessage *ar;
+    it_conn_t *s1 = it_server_pit(node(2), "zone-9", 1, &ar);
+    assert_false(ar->shouldrecover);
+    chanq_unpack_free(ar);
     uint32_t old_id = s1->id;
     it_conn_t *c = it_connect_to(node(3), false, NULL);
     it_auth(c, "pit", "lt");
@@ -649,9 +602,10 @@ static void test_server_recovers_on_its_node(void **state)
     it_expect_sub(s1, ch, 3, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
     it_expect_sub(c, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
     it_close(s1);
-    expect_empty(c, MT_OWNER_LOST, ch);
-    it_conn_t *s2 = server_pit(2, "zone-9", 9, &rec);
-    assert_true(rec);
+    it_expect_empty(c, MT_OWNER_LOST, ch);
+    it_conn_t *s2 = it_server_pit(node(2), "zone-9", 9, &ar);
+    assert_true(ar->shouldrecover);
+    chanq_unpack_free(ar);
     assert_int_equal(s2->id, old_id);
     chanq_owned_msg_t m;
     for (;;) { /* RECOVERY_CHANNEL_DATA for what it held, then RECOVERY_END */
@@ -661,7 +615,7 @@ static void test_server_recovers_on_its_node(void **state)
         if (end)
             break;
     }
-    expect_empty(c, MT_OWNER_RECOVERED, ch);
+    it_expect_empty(c, MT_OWNER_RECOVERED, ch);
     assert_int_equal(chanq_sync_user_msg(c->s, ch, 0, 100, "back?", 5), 0);
     it_expect_user(s2, ch, 100, 0, 0, c->id, "back?");
 }
