@@ -199,20 +199,24 @@ void it_bridge(cq_testsrv_t *srv)
     *p = proxy;
 }
 
+/* A server still running at the end of a test must stop cleanly: a sanitizer's report or a
+ * crash at shutdown fails the test (one killed on purpose was reaped by the test itself). */
 int it_teardown(void **state)
 {
     bridge_stop();
     conns_free();
-    it_relay_stop();
+    int bad = it_relay_stop();
     if (g_srv_init) {
-        cq_testsrv_stop(&g_srv);
+        if (g_srv.pid && cq_testsrv_stop(&g_srv) != 0)
+            bad = -1;
+        cq_testsrv_stop(&g_srv); /* the directory of one killed on purpose */
         g_srv_init = false;
     }
     for (int i = 0; i < MAX_FILES; i++) {
         free(g_files[i]);
         g_files[i] = NULL;
     }
-    return 0;
+    return bad;
 }
 
 static void srv_init(void)

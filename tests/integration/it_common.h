@@ -118,8 +118,8 @@ int it_relay_pick(bool server);
 /* A file holding channeld's client_authoratative_fsm.json (clients may SUB and UNSUB
  * themselves), for --client-fsm; removed at exit. */
 const char *it_client_auth_fsm(void);
-/* Stops nodes 2 .. IT_RELAY_NODES (it_teardown calls it). */
-void it_relay_stop(void);
+/* Stops nodes 2 .. IT_RELAY_NODES (it_teardown calls it); -1 if one did not exit 0. */
+int it_relay_stop(void);
 /* Authenticates c with pit/lt and asserts SUCCESSFUL; sets c->id. */
 void it_auth(it_conn_t *c, const char *pit, const char *lt);
 /* Connect + AUTH("pit","lt") on the client / server listener. */

@@ -122,9 +122,11 @@ int it_relay_pick(bool server)
     return server ? g_servers++ % IT_RELAY_NODES + 1 : (2 + g_clients++) % IT_RELAY_NODES + 1;
 }
 
-void it_relay_stop(void)
+int it_relay_stop(void)
 {
+    int bad = 0;
     for (int n = 2; n <= IT_RELAY_NODES; n++)
-        if (g_nodes[n].pid)
-            cq_testsrv_stop(&g_nodes[n]);
+        if (g_nodes[n].pid && cq_testsrv_stop(&g_nodes[n]) != 0)
+            bad = -1;
+    return bad;
 }

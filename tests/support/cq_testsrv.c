@@ -293,6 +293,17 @@ int cq_testsrv_kill(cq_testsrv_t *s, int sig)
     return s->exit_status;
 }
 
+/* A server that did not stop cleanly on SIGTERM (a sanitizer's report, a crash at shutdown):
+ * the end of its log goes to stderr before stop removes the directory. */
+static void log_tail(const cq_testsrv_t *s, pid_t pid)
+{
+    char *log = slurp(s->log_path);
+    size_t n = log ? strlen(log) : 0;
+    fprintf(stderr, "# chanqd pid %d exited with status %d on SIGTERM; the end of its log:\n%s\n",
+            (int)pid, s->exit_status, log ? log + (n > 6000 ? n - 6000 : 0) : "(none)");
+    free(log);
+}
+
 int cq_testsrv_stop(cq_testsrv_t *s)
 {
     int ret = -1;
@@ -313,6 +324,8 @@ int cq_testsrv_stop(cq_testsrv_t *s)
         live_del(pid);
         s->pid = 0;
         ret = s->exit_status;
+        if (ret != 0)
+            log_tail(s, pid);
     } else if (s->exit_status) {
         ret = s->exit_status;
     }

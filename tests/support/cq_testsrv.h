@@ -55,7 +55,8 @@ int cq_testsrv_start(cq_testsrv_t *s, const char *const *args);
 bool cq_testsrv_running(cq_testsrv_t *s);
 
 /* Stops the server (SIGTERM; SIGKILL after 5 s), reaps it and removes the temp directory.
- * Safe to call twice. Returns the exit status (see exit_status) or -1 if nothing ran. */
+ * Safe to call twice. Returns the exit status (see exit_status) or -1 if nothing ran; a
+ * server that was running and does not exit 0 has the end of its log printed to stderr. */
 int cq_testsrv_stop(cq_testsrv_t *s);
 
 /* Sends sig (e.g. SIGKILL) and reaps the server, keeping the temp directory (and the store in
