@@ -144,8 +144,6 @@ static void auth_success(cq_core_t *c, cq_conn_t *conn, const char *pit)
     conn->state = CONN_AUTHED;
     conn->failed_auth = 0;
     cq_list_remove(&conn->unauth_node);
-    if (first)
-        cq__node_conn_up(c, conn); /* other nodes know it from its AUTH on */
 }
 
 /* A failed AUTH (its result already sent): counts, the address budget, a rate-limited log
@@ -192,6 +190,8 @@ void cq__handle_auth(cq_core_t *c, cq_req_t *r)
         first = conn->state == CONN_UNAUTH;
         auth_success(c, conn, m->playeridentifiertoken);
         recovering = first && cq__recover_takeover(c, conn, &old);
+        if (first) /* other nodes know it from its AUTH on, by the id it keeps */
+            cq__node_conn_up(c, conn);
     }
     Channeldpb__AuthResultMessage out = CHANNELDPB__AUTH_RESULT_MESSAGE__INIT;
     out.result = (Channeldpb__AuthResultMessage__AuthResult)res;
@@ -205,7 +205,7 @@ void cq__handle_auth(cq_core_t *c, cq_req_t *r)
                 conn->type == CQ_CONN_SERVER ? "SERVER" : "CLIENT",
                 m->playeridentifiertoken ? m->playeridentifiertoken : "");
         if (recovering)
-            cq__recover_apply(c, old, conn->pit);
+            cq__recover_apply(c, conn->id, old, conn->pit);
         else if (first && conn->type == CQ_CONN_CLIENT) /* well-known entities, once */
             cq__entity_client_authed(c, conn->id);
         return;

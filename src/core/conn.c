@@ -109,7 +109,8 @@ static void broadcast_gone(cq_core_t *c, cq_conn_t *conn)
                           ? conn->pit
                           : NULL;
     cq__xmsg_post_others(c, XM_CONN_GONE, conn->id, conn->type, 0, pit);
-    cq__conn_gone(c, conn->id, conn->type, pit);
+    cq__conn_gone(c, conn->id, conn->type, pit, false);
+    cq__node_conn_gone(c, conn, pit);
 }
 
 /* Only an authenticated connection can be recovered: its successor is found by the PIT its AUTH
@@ -153,8 +154,7 @@ void cq_core_conn_close(cq_core_t *c, cq_conn_t *conn, int reason, const char *w
     /* This worker's local lists drop it now; the channels, wherever they live, drop its
      * subscriptions and ownerships when their worker handles the CONN_GONE. */
     cq__lsub_conn_drop(c, conn);
-    broadcast_gone(c, conn);
-    cq__node_conn_gone(c, conn);
+    broadcast_gone(c, conn); /* and to the other nodes */
     conn->tops->close(conn->tctx);
 }
 

@@ -235,7 +235,8 @@ static void xm_lsub_del(cq_core_t *c, cq_xmsg_t *m)
  * otherwise, and then the connection's subscriptions and ownerships here are dropped. */
 static void xm_conn_gone(cq_core_t *c, cq_xmsg_t *m)
 {
-    cq__conn_gone(c, m->conn_id, m->conn_type, m->body_len ? (const char *)m->body : NULL);
+    cq__conn_gone(c, m->conn_id, m->conn_type, m->body_len ? (const char *)m->body : NULL,
+                  m->u1 == 1);
 }
 
 /* cq__close_conn carries its reason in u1 (negated) and body. */
@@ -280,10 +281,11 @@ static void xm_schema(cq_core_t *c, cq_xmsg_t *m)
     cq__data_schema(c, m->ptr);
 }
 
-/* body: the PIT, NUL-terminated (cq__xmsg_post_others copies it with its NUL). */
+/* body: the PIT, NUL-terminated (cq__xmsg_post_others copies it with its NUL); u1: the lost
+ * connection's id (conn_id's own, unless the successor is on another node). */
 static void xm_recover(cq_core_t *c, cq_xmsg_t *m)
 {
-    cq__recover_apply(c, m->conn_id, (const char *)m->body);
+    cq__recover_apply(c, m->conn_id, m->u1, (const char *)m->body);
 }
 
 /* Spatial interest, ADJACENT broadcasts and handover stages (interest.c, forward.c, handover.c):

@@ -102,6 +102,7 @@ typedef struct cq_dir_ent {
     uint8_t authed; /* a CLIENT that authenticated (well-known entities, entity.c) */
     uint8_t remote; /* a connection of another relay node (node.c) */
     uint32_t subs;  /* subscriptions held, for max-subs-per-conn/-server */
+    char *pit;      /* a recoverable server of another node: its PIT (owned), else NULL */
 } cq_dir_ent_t;
 
 struct cq_shared {
@@ -109,7 +110,8 @@ struct cq_shared {
     const cq_core_ops_t *ops;
     void *ops_ud;
     cq_core_t *cores[CQ_MAX_WORKERS];
-    _Atomic uint32_t global_owner; /* conn id possessing GLOBAL, 0 = none */
+    _Atomic uint32_t global_owner;     /* conn id possessing GLOBAL, 0 = none */
+    _Atomic uint32_t global_owner_was; /* GLOBAL's owner when its home last moved (node.c) */
     cq_metrics_t metrics;
     pthread_mutex_t dir_lock;
     cq_map_t dir;                  /* conn id -> cq_dir_ent_t*, under dir_lock */
@@ -482,7 +484,8 @@ void cq__sub_refused(cq_core_t *c, const cq_req_t *r, uint32_t target, uint32_t 
 void cq__lsub_add(cq_core_t *c, uint32_t chan_id, uint32_t conn_id);
 void cq__lsub_del(cq_core_t *c, uint32_t chan_id, uint32_t conn_id);
 void cq__lsub_conn_drop(cq_core_t *c, cq_conn_t *conn);
-void cq__conn_gone(cq_core_t *c, uint32_t conn_id, uint8_t conn_type, const char *pit);
+void cq__conn_gone(cq_core_t *c, uint32_t conn_id, uint8_t conn_type, const char *pit,
+                   bool owned_global);
 int cq__sub_add_opts(cq_core_t *c, cq_chan_t *ch, uint32_t conn_id, uint8_t conn_type,
                      const cq_subopts_t *opts, uint64_t sub_time_ms, cq_sub_t **ret);
 cq_connref_t *cq__connref(cq_core_t *c, uint32_t conn_id, bool create);
@@ -495,9 +498,10 @@ int cq__subopts_make(const cq_chan_settings_t *st,
                      const Channeldpb__ChannelSubscriptionOptions *req, cq_subopts_t *ret);
 
 /* recover.c */
-void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit);
+/* owned_global: the connection possessed GLOBAL at a home that is gone (node.c). */
+void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit, bool owned_global);
 bool cq__recover_takeover(cq_core_t *c, cq_conn_t *conn, uint32_t *ret_old);
-void cq__recover_apply(cq_core_t *c, uint32_t conn_id, const char *pit);
+void cq__recover_apply(cq_core_t *c, uint32_t conn_id, uint32_t old_id, const char *pit);
 void cq__recover_tick(cq_core_t *c, uint64_t now_ms);
 void cq__recover_free_all(cq_core_t *c);
 void cq__recov_handles_free(cq_shared_t *sh);

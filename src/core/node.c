@@ -128,22 +128,28 @@ void cq__node_free(cq_core_t *c)
     c->rdirty = NULL;
 }
 
-/* Every live peer, for what every node must hear (a connection's arrival and departure). */
-/* Posts {kind, conn_id, conn_type} to every live node; returns how many of them were heard from
- * lately (CQ_RELAY_HEAD_MS-paced HEADs: a node that died is not waited for). */
-static uint32_t post_peers(cq_core_t *c, int kind, uint32_t conn_id, uint8_t conn_type)
+/* Posts {kind, conn_id, conn_type, u1, text} to every live node, for what every node must hear
+ * (a connection's arrival and departure, a recovery); text (borrowed, may be NULL) travels with
+ * its NUL. Returns how many of them were heard from lately (CQ_RELAY_HEAD_MS-paced HEADs: a
+ * node that died is not waited for). */
+static uint32_t post_peers(cq_core_t *c, int kind, uint32_t conn_id, uint8_t conn_type, uint32_t u1,
+                           const char *text)
 {
     cq_shared_t *sh = c->sh;
     uint32_t posted = 0;
     uint64_t now = cq_clock_mono_ms();
+    size_t len = text ? strlen(text) + 1 : 0;
     for (uint32_t n = 1; n < (1u << sh->ids.node_bits); n++) {
         if (n == sh->node || !cq__node_live(sh, n))
             continue;
-        cq_xmsg_t *m = cq__xmsg_new(kind, 0);
+        cq_xmsg_t *m = cq__xmsg_new(kind, len);
         if (!m)
             continue;
         m->conn_id = conn_id;
         m->conn_type = conn_type;
+        m->u1 = u1;
+        if (len)
+            memcpy(m->body, text, len);
         cq__node_post(c, n, m);
         posted +=
             now - atomic_load_explicit(&sh->heard_ms[n], memory_order_relaxed) < HEARD_FRESH_MS;
@@ -156,7 +162,7 @@ void cq__node_global_owner(cq_core_t *c, uint32_t owner)
     cq_shared_t *sh = c->sh;
     uint16_t home = atomic_load_explicit(&sh->global_home, memory_order_relaxed);
     if (sh->node && (!home || home == sh->node))
-        post_peers(c, XM_GLOBAL_OWNER, owner, 0);
+        post_peers(c, XM_GLOBAL_OWNER, owner, 0, 0, NULL);
 }
 
 /* A new home: GLOBAL starts there ownerless (GLOBAL's state was the old home's), and every
@@ -169,7 +175,8 @@ void cq_shared_relay_global_home(cq_shared_t *sh, uint16_t node)
     CQ_INFO("node", "node %u: GLOBAL's home is node %u", sh->node, node);
     if (!before || !atomic_load_explicit(&sh->relay_ready, memory_order_acquire))
         return;
-    atomic_store(&sh->global_owner, 0);
+    /* a successor of the owner recovers GLOBAL at its new home (drop_conns, recover.c) */
+    atomic_store(&sh->global_owner_was, atomic_exchange(&sh->global_owner, 0));
     uint64_t wake = 0;
     for (int w = 0; w < sh->o.workers; w++) {
         cq_xmsg_t *m = cq__xmsg_new(XM_NODE_REHOME, 0);
@@ -239,11 +246,15 @@ void cq__node_adjacent(cq_core_t *c, const uint32_t *cells, uint32_t n, cq_buf_t
  * for HEARD_FRESH_MS, and the clients moving away from it authenticate right then. */
 #define ANNOUNCE_MAX_MS 300
 
+/* A recoverable server's PIT travels with it: if its node dies, the others keep what it held
+ * for a successor (drop_conns). */
 void cq__node_conn_up(cq_core_t *c, cq_conn_t *conn)
 {
     if (!c->sh->node)
         return;
-    uint32_t n = post_peers(c, XM_NODE_CONN, conn->id, conn->type);
+    bool rec =
+        conn->type == CQ_CONN_SERVER && c->sh->o.server_recoverable && conn->pit && *conn->pit;
+    uint32_t n = post_peers(c, XM_NODE_CONN, conn->id, conn->type, 0, rec ? conn->pit : NULL);
     conn->node_up = 1;
     if (!n)
         return;
@@ -274,10 +285,16 @@ void cq__node_tick(cq_core_t *c, uint64_t now_ms)
     }
 }
 
-void cq__node_conn_gone(cq_core_t *c, const cq_conn_t *conn)
+void cq__node_conn_gone(cq_core_t *c, const cq_conn_t *conn, const char *pit)
 {
     if (conn->node_up)
-        post_peers(c, XM_CONN_GONE, conn->id, conn->type);
+        post_peers(c, XM_CONN_GONE, conn->id, conn->type, 0, pit);
+}
+
+void cq__node_recover(cq_core_t *c, uint32_t conn_id, uint32_t old_id, const char *pit)
+{
+    if (c->sh->node)
+        post_peers(c, XM_RECOVER, conn_id, CQ_CONN_SERVER, old_id, pit);
 }
 
 bool cq__node_bounce(cq_core_t *c, const cq_req_t *r, uint32_t conn_id)
@@ -408,6 +425,8 @@ static void in_conn_up(cq_shared_t *sh, uint32_t from, const cq_xmsg_t *m)
         e->type = m->conn_type;
         e->authed = 1;
         e->remote = 1;
+        if (m->body_len && !e->pit)
+            e->pit = cq_strdup((const char *)m->body); /* out of memory: not recoverable */
     }
     pthread_mutex_unlock(&sh->dir_lock);
 }
@@ -422,6 +441,7 @@ static void in_conn_gone(cq_shared_t *sh, uint32_t from, const cq_xmsg_t *m)
         cq_map_del(&sh->dir, m->conn_id);
         sh->dir_remote--;
         atomic_fetch_sub(&sh->metrics.subscriptions, e->subs);
+        cq_free(e->pit);
         cq_free(e);
     }
     pthread_mutex_unlock(&sh->dir_lock);
@@ -535,6 +555,7 @@ static bool in_route(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m, uint64_t *wak
     case XM_NODE_CONN: /* known here from now on: say so */
         in_conn_up(sh, from, m);
         m->kind = XM_NODE_CONN_ACK;
+        m->body_len = 0;
         in_reply(sh, from, m);
         return true;
     case XM_NODE_CONN_ACK:
@@ -546,7 +567,12 @@ static bool in_route(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m, uint64_t *wak
         if (cq__id_conn_node(l, m->conn_id, NULL) != from)
             return false;
         in_conn_gone(sh, from, m);
-        m->body_len = 0; /* a PIT travels only within its node (recovery across nodes: later) */
+        m->u1 = 0; /* a lost recoverable server's PIT (body) stays */
+        in_all(sh, m, wake);
+        return true;
+    case XM_RECOVER: /* a successor of node `from`: every worker gives back what it kept */
+        if (cq__id_conn_node(l, m->conn_id, NULL) != from || !m->body_len)
+            return false;
         in_all(sh, m, wake);
         return true;
     default:
@@ -581,6 +607,7 @@ static uint32_t drop_conns(cq_shared_t *sh, uint16_t node)
 {
     uint32_t n = 0, cap = 0, *ids = NULL;
     uint8_t *types = NULL;
+    char **pits = NULL;
     pthread_mutex_lock(&sh->dir_lock);
     uint32_t it = 0, id;
     void *v;
@@ -588,9 +615,10 @@ static uint32_t drop_conns(cq_shared_t *sh, uint16_t node)
         cq_dir_ent_t *e = v;
         if (!e->remote || cq__id_conn_node(&sh->ids, id, NULL) != node)
             continue;
-        uint32_t c2 = cap;
+        uint32_t c2 = cap, c3 = cap;
         if (cq_grow(&ids, &cap, n + 1, sizeof(*ids), 64) < 0 ||
-            cq_grow(&types, &c2, n + 1, sizeof(*types), 64) < 0)
+            cq_grow(&types, &c2, n + 1, sizeof(*types), 64) < 0 ||
+            cq_grow(&pits, &c3, n + 1, sizeof(*pits), 64) < 0)
             break; /* out of memory: the rest stay until the node is back or gone again */
         ids[n] = id;
         types[n++] = e->type;
@@ -599,21 +627,31 @@ static uint32_t drop_conns(cq_shared_t *sh, uint16_t node)
         cq_dir_ent_t *e = cq_map_del(&sh->dir, ids[i]);
         sh->dir_remote--;
         atomic_fetch_sub(&sh->metrics.subscriptions, e->subs);
+        pits[i] = e->pit; /* moved */
         cq_free(e);
     }
     pthread_mutex_unlock(&sh->dir_lock);
     uint64_t wake = 0;
     for (uint32_t i = 0; i < n; i++) {
-        cq_xmsg_t *m = cq__xmsg_new(XM_CONN_GONE, 0);
-        if (!m)
-            continue;
-        m->conn_id = ids[i];
-        m->conn_type = types[i];
-        in_all(sh, m, &wake);
+        size_t len = pits[i] ? strlen(pits[i]) + 1 : 0;
+        cq_xmsg_t *m = cq__xmsg_new(XM_CONN_GONE, len);
+        if (m) {
+            m->conn_id = ids[i];
+            m->conn_type = types[i];
+            if (len)
+                memcpy(m->body, pits[i], len);
+            /* A recoverable server that possessed GLOBAL on a home that died with it: the new
+             * home gives GLOBAL to its successor (recover.c). */
+            m->u1 = len && (ids[i] == atomic_load(&sh->global_owner) ||
+                            ids[i] == atomic_load(&sh->global_owner_was));
+            in_all(sh, m, &wake);
+        }
+        cq_free(pits[i]);
     }
     wake_all(sh, wake);
     cq_free(ids);
     cq_free(types);
+    cq_free(pits);
     return n;
 }
 

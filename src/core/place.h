@@ -254,6 +254,9 @@ void cq__node_conn_ack(cq_core_t *c, uint32_t conn_id);
 void cq__node_tick(cq_core_t *c, uint64_t now_ms);
 /* Every live node hears of a connection of this one that authenticated, and of its close. */
 void cq__node_conn_up(cq_core_t *c, cq_conn_t *conn);
-void cq__node_conn_gone(cq_core_t *c, const cq_conn_t *conn);
+/* pit: a lost recoverable server's, so that the other nodes keep what it held there too. */
+void cq__node_conn_gone(cq_core_t *c, const cq_conn_t *conn, const char *pit);
+/* A successor (conn_id, here) of old_id, by pit: every other node gives back what it kept. */
+void cq__node_recover(cq_core_t *c, uint32_t conn_id, uint32_t old_id, const char *pit);
 
 #endif

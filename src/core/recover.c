@@ -182,7 +182,7 @@ static cq_recsub_t *recsub_find(cq_core_t *c, const char *pit, uint32_t chan_id)
  * are not removed before the recovery times out, whatever their settings say (channeld §3.7): a
  * client's user-space messages to them are dropped meanwhile, for want of an owner. The shared
  * handle is added once, by the directory worker. */
-void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit)
+void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit, bool owned_global)
 {
     cq_connref_t *ref = cq_map_get(&c->connrefs, conn_id);
     if (c->index == cq__place_local_dir_worker(c))
@@ -213,15 +213,25 @@ void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit)
         cq__chan_set_owner(c, ch, 0, 0);
         ref = cq_map_get(&c->connrefs, conn_id);
     }
+    /* GLOBAL's home died with the owner's node: its possession is kept here, where it counts
+     * if GLOBAL's new home is this node (recover_one). */
+    if (owned_global && c->index == cq__place_local_dir_worker(c) &&
+        !recsub_find(c, pit, CQ_CHAN_ID_GLOBAL)) {
+        cq_recsub_t *r = recsub_new(c, pit, CQ_CHAN_ID_GLOBAL);
+        if (r)
+            r->was_owner = true;
+    }
     cq__connref_gc(c, conn_id);
 }
 
 /* ---- a successor authenticated ---------------------------------------------------------- */
 
-/* Under dir_lock: claims the handle for pit if its old id is free; re-keys the directory. The
- * old id must be free, as in channeld: if it was allocated again meanwhile, the successor keeps
- * its new id and recovers nothing. The successor's directory entry moves to the old id. */
-static uint32_t claim(cq_shared_t *sh, const char *pit, uint32_t new_id)
+/* Under dir_lock: claims the handle for pit if its old id is free. The old id must be free, as
+ * in channeld: if it was allocated again meanwhile, the successor keeps its new id and recovers
+ * nothing. An old id of this node is taken over: the successor's directory entry moves to it.
+ * One of another relay node stays that node's (ids carry their node): the successor keeps its
+ * own id and recovers under it (*ret_moved). */
+static uint32_t claim(cq_shared_t *sh, const char *pit, uint32_t new_id, bool *ret_moved)
 {
     uint32_t old = 0;
     pthread_mutex_lock(&sh->dir_lock);
@@ -229,10 +239,14 @@ static uint32_t claim(cq_shared_t *sh, const char *pit, uint32_t new_id)
         cq_recov_handle_t *h = *pp;
         if (strcmp(h->pit, pit) != 0 || cq_map_get(&sh->dir, h->old_id))
             continue;
+        *ret_moved = sh->node && cq__id_conn_node(&sh->ids, h->old_id, NULL) != sh->node;
         cq_dir_ent_t *e = cq_map_get(&sh->dir, new_id);
-        if (!e || cq_map_put(&sh->dir, h->old_id, e) < 0)
+        if (*ret_moved)
+            e = NULL; /* nothing to re-key */
+        else if (!e || cq_map_put(&sh->dir, h->old_id, e) < 0)
             break;
-        cq_map_del(&sh->dir, new_id);
+        else
+            cq_map_del(&sh->dir, new_id);
         old = h->old_id;
         *pp = h->next;
         cq_free(h->pit);
@@ -249,16 +263,22 @@ bool cq__recover_takeover(cq_core_t *c, cq_conn_t *conn, uint32_t *ret_old)
 {
     if (!c->sh->o.server_recoverable || conn->type != CQ_CONN_SERVER || !conn->pit)
         return false;
-    uint32_t old = claim(c->sh, conn->pit, conn->id);
+    bool moved = false;
+    uint32_t old = claim(c->sh, conn->pit, conn->id, &moved);
     if (!old)
         return false;
+    *ret_old = old;
+    if (moved) {
+        CQ_INFO("recover", "conn %u recovers conn %u of node %u (pit \"%s\") under its own id",
+                conn->id, old, cq__id_conn_node(&c->sh->ids, old, NULL), conn->pit);
+        return true;
+    }
     CQ_INFO("recover", "conn %u recovers conn %u (pit \"%s\")", conn->id, old, conn->pit);
     /* The successor becomes the old id: channels and subscribers everywhere know it by that. */
     cq_map_del(&c->conns, conn->id);
     conn->id = old;
     cq_map_put(&c->conns, old, conn);
     cq__place_adopt_conn(c, old);
-    *ret_old = old;
     return true;
 }
 
@@ -290,8 +310,9 @@ static void send_recovery_data(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s, u
 static void recover_one(cq_core_t *c, cq_recsub_t *r, uint32_t conn_id)
 {
     cq_chan_t *ch = cq__chan_get(c, r->chan_id);
-    if (!ch)
-        return;
+    uint32_t home = atomic_load_explicit(&c->sh->global_home, memory_order_relaxed);
+    if (!ch || (ch->id == CQ_CHAN_ID_GLOBAL && home && home != c->sh->node))
+        return; /* GLOBAL counts only at its home */
     if (r->was_owner && !ch->owner) {
         cq__chan_set_owner(c, ch, conn_id, CQ_CONN_SERVER);
         if (ch->settings->send_owner_lost_and_recovered)
@@ -308,14 +329,38 @@ static void recover_one(cq_core_t *c, cq_recsub_t *r, uint32_t conn_id)
     send_recovery_data(c, ch, s, conn_id, r->sub_time_ms);
 }
 
-/* After the AuthResult: every worker restores what it kept for pit. The successor's own worker
- * tells the others (after the ROUTEs its adoption posted, place.c) and times RECOVERY_END. */
-void cq__recover_apply(cq_core_t *c, uint32_t conn_id, const char *pit)
+/* The handle for pit goes (on the nodes where the successor did not claim it). */
+static void handle_drop(cq_shared_t *sh, const char *pit)
+{
+    pthread_mutex_lock(&sh->dir_lock);
+    for (cq_recov_handle_t **pp = &sh->recov; *pp; pp = &(*pp)->next) {
+        cq_recov_handle_t *h = *pp;
+        if (strcmp(h->pit, pit) == 0) {
+            *pp = h->next;
+            cq_free(h->pit);
+            cq_free(h);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&sh->dir_lock);
+}
+
+/* After the AuthResult: every worker of every node restores what it kept for pit, to conn_id
+ * (old_id's successor). The successor's own worker tells the others (after the ROUTEs its
+ * adoption posted, place.c; after its announcement to the other nodes, auth.c) and times
+ * RECOVERY_END. A successor on another node than old_id's takes old_id's server slot. */
+void cq__recover_apply(cq_core_t *c, uint32_t conn_id, uint32_t old_id, const char *pit)
 {
     if (cq__conn_worker(c, conn_id) == c->index) {
-        cq__xmsg_post_others(c, XM_RECOVER, conn_id, 0, 0, pit);
+        cq__xmsg_post_others(c, XM_RECOVER, conn_id, 0, old_id, pit);
+        cq__node_recover(c, conn_id, old_id, pit);
         cq__timed_add(c, c->now_ms + RECOVERY_DELAY_MS, T_RECOVERY_END, conn_id, 0);
     }
+    if (c->index == cq__place_local_dir_worker(c) &&
+        cq__id_conn_node(&c->sh->ids, conn_id, NULL) != c->sh->node)
+        handle_drop(c->sh, pit);
+    if (old_id && old_id != conn_id)
+        cq__spatial_rekey(c, old_id, conn_id);
     cq_list_t *n, *t;
     cq_list_foreach_safe(n, t, &c->recsubs)
     {

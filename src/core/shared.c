@@ -86,8 +86,10 @@ cq_shared_t *cq_shared_free(cq_shared_t *sh)
         return NULL;
     uint32_t it = 0;
     void *v;
-    while (cq_map_next(&sh->dir, &it, NULL, &v))
+    while (cq_map_next(&sh->dir, &it, NULL, &v)) {
+        cq_free(((cq_dir_ent_t *)v)->pit);
         cq_free(v);
+    }
     cq_map_done(&sh->dir);
     pthread_mutex_destroy(&sh->dir_lock);
     cq__tokens_free(sh);

@@ -67,6 +67,18 @@ void cq__spatial_release(cq_core_t *c, uint32_t conn_id)
     }
 }
 
+/* A successor that recovers under its own id (on another relay node than its predecessor's,
+ * recover.c) holds the slot from now on. */
+void cq__spatial_rekey(cq_core_t *c, uint32_t old_id, uint32_t new_id)
+{
+    if (!c->sh->spatial || !c->slots.holder || c->index != cq__place_dir_worker(c))
+        return;
+    if (cq_spatial_slots_rekey(&c->slots, old_id, new_id)) {
+        CQ_INFO(SP_LOG, "conn %u holds the spatial server slot of conn %u", new_id, old_id);
+        slot_publish(c);
+    }
+}
+
 /* A recoverable server keeps its slot for a successor with the same PIT, which takes the old id
  * and with it the slot, its cells and its border subscriptions; recover.c releases the slot if
  * the recovery times out. */

@@ -560,13 +560,14 @@ static void owner_gone(cq_core_t *c, cq_chan_t *ch)
  * the connection goes. A lost recoverable server (pit set) keeps it instead: recover.c moves
  * its subscriptions and ownerships aside for a successor with the same PIT. Subscriptions are
  * removed with dir_update false: the close took the directory entry and its count. */
-void cq__conn_gone(cq_core_t *c, uint32_t conn_id, uint8_t conn_type, const char *pit)
+void cq__conn_gone(cq_core_t *c, uint32_t conn_id, uint8_t conn_type, const char *pit,
+                   bool owned_global)
 {
     (void)conn_type;
     cq__place_forget(c, conn_id);
     cq__spatial_conn_gone(c, conn_id, pit != NULL);
     if (pit) {
-        cq__recover_store(c, conn_id, pit);
+        cq__recover_store(c, conn_id, pit, owned_global);
         return;
     }
     cq_connref_t *ref = cq_map_get(&c->connrefs, conn_id);

@@ -51,6 +51,8 @@ void cq__spatial_chain(cq_core_t *c, cq_req_t *r, const uint8_t *p, size_t n);
 void cq__spatial_conn_gone(cq_core_t *c, uint32_t conn_id, bool recoverable);
 /* Directory worker: frees the slot conn_id holds (a recovery handle expired). */
 void cq__spatial_release(cq_core_t *c, uint32_t conn_id);
+/* Directory worker: old_id's server slot is new_id's (a successor on another relay node). */
+void cq__spatial_rekey(cq_core_t *c, uint32_t old_id, uint32_t new_id);
 /* True when ch is one of the grid's cells: cells are never removed for losing their owner
  * (the grid is fixed; a server that takes the slot over takes the cells over). */
 bool cq__spatial_is_cell(const cq_core_t *c, const cq_chan_t *ch);

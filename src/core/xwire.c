@@ -14,9 +14,10 @@
 enum { S_BUF = 1, S_TEXT = 2, S_BODY = 4 };
 
 static const uint8_t shapes[XM__COUNT] = {
-    [XM_SEND] = S_BUF,     [XM_FANOUT] = S_BUF,     [XM_SENDMANY] = S_BUF,
-    [XM_ADJACENT] = S_BUF, [XM_CONN_GONE] = S_TEXT, [XM_CLOSE] = S_TEXT,
-    [XM_META] = S_TEXT,    [XM_DIR_ADD] = S_TEXT,   [XM_RECOVER] = S_TEXT | S_BODY,
+    [XM_SEND] = S_BUF,       [XM_FANOUT] = S_BUF,     [XM_SENDMANY] = S_BUF,
+    [XM_ADJACENT] = S_BUF,   [XM_CONN_GONE] = S_TEXT, [XM_CLOSE] = S_TEXT,
+    [XM_META] = S_TEXT,      [XM_DIR_ADD] = S_TEXT,   [XM_RECOVER] = S_TEXT | S_BODY,
+    [XM_NODE_CONN] = S_TEXT,
 };
 
 /* A message's fields as the record has them; both directions go through it, so that they check

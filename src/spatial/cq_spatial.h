@@ -133,6 +133,8 @@ void cq_spatial_slots_done(cq_spatial_slots_t *s);
 int cq_spatial_slots_take(cq_spatial_slots_t *s, uint32_t conn);
 /* Frees every slot conn holds; returns how many. */
 uint32_t cq_spatial_slots_release(cq_spatial_slots_t *s, uint32_t conn);
+/* Every slot from holds is to's now (a recovered server under a new id); returns how many. */
+uint32_t cq_spatial_slots_rekey(cq_spatial_slots_t *s, uint32_t from, uint32_t to);
 bool cq_spatial_slots_full(const cq_spatial_slots_t *s);
 /* Slot held by conn, or -1. */
 int cq_spatial_slots_of(const cq_spatial_slots_t *s, uint32_t conn);

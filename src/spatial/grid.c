@@ -186,6 +186,17 @@ uint32_t cq_spatial_slots_release(cq_spatial_slots_t *s, uint32_t conn)
     return n;
 }
 
+uint32_t cq_spatial_slots_rekey(cq_spatial_slots_t *s, uint32_t from, uint32_t to)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; from && i < s->n; i++)
+        if (s->holder[i] == from) {
+            s->holder[i] = to;
+            n++;
+        }
+    return n;
+}
+
 bool cq_spatial_slots_full(const cq_spatial_slots_t *s)
 {
     for (uint32_t i = 0; i < s->n; i++)

@@ -580,7 +580,7 @@ static void test_home_killed(void **state)
     }
 }
 
-enum { MT_RECOVERY_END = 21, MT_OWNER_LOST = 22, MT_OWNER_RECOVERED = 23 };
+enum { MT_RECOVERY_DATA = 20, MT_RECOVERY_END = 21, MT_OWNER_LOST = 22, MT_OWNER_RECOVERED = 23 };
 
 /* -scr on a node that is not GLOBAL's home: a game server of node 2 drops, the subscriber of
  * its channel on node 3 hears CHANNEL_OWNER_LOST, a successor with the same PIT on node 2 takes
@@ -618,6 +618,162 @@ static void test_server_recovers_on_its_node(void **state)
     it_expect_empty(c, MT_OWNER_RECOVERED, ch);
     assert_int_equal(chanq_sync_user_msg(c->s, ch, 0, 100, "back?", 5), 0);
     it_expect_user(s2, ch, 100, 0, 0, c->id, "back?");
+}
+
+/* Waits until every node in nodes (0-terminated) keeps what the lost connection old held (its
+ * recovery handle): a successor recovers what the nodes that know of the loss kept. */
+static void wait_handles(uint32_t old, const char *pit, const int *nodes)
+{
+    char lost[96];
+    snprintf(lost, sizeof(lost), "conn %u lost; recoverable by pit \"%s\"", old, pit);
+    for (; *nodes; nodes++)
+        assert_true(cq_testsrv_log_wait(node(*nodes), lost, 10 * IT_TIMEOUT_MS));
+}
+
+/* Reads the successor's RECOVERY_CHANNEL_DATA up to RECOVERY_END: the channels, as a bit per
+ * entry of chans[0..n), each with the owner it names checked against owners[]. */
+static unsigned expect_recovery(it_conn_t *s, const uint32_t *chans, const uint32_t *owners, int n)
+{
+    unsigned seen = 0;
+    for (;;) {
+        chanq_owned_msg_t env;
+        it_recv(s, &env);
+        if (env.msg_type == MT_RECOVERY_END) {
+            assert_int_equal(env.channel_id, 0);
+            chanq_owned_msg_done(&env);
+            return seen;
+        }
+        assert_int_equal(env.msg_type, MT_RECOVERY_DATA);
+        Channeldpb__ChannelDataRecoveryMessage *rd =
+            channeldpb__channel_data_recovery_message__unpack(NULL, env.body_len, env.body);
+        assert_non_null(rd);
+        int i = 0;
+        while (i < n && chans[i] != rd->channelid)
+            i++;
+        assert_true(i < n);
+        assert_int_equal(env.channel_id, chans[i]);
+        assert_int_equal(rd->ownerconnid, owners[i]);
+        assert_false(seen & (1u << i)); /* once each */
+        seen |= 1u << i;
+        channeldpb__channel_data_recovery_message__free_unpacked(rd, NULL);
+        chanq_owned_msg_done(&env);
+    }
+}
+
+/* -scr across nodes: a game server of node 2 drops, and its successor (same PIT) connects to
+ * node 3. It keeps its own id (ids carry their node) and gets back, under it, its channel of
+ * node 2 and its subscription to a channel of node 1; the subscriber on node 3 hears
+ * CHANNEL_OWNER_LOST and _RECOVERED, and client messages reach the owner on its new node. */
+static void test_server_recovers_on_another_node(void **state)
+{
+    (void)state;
+    relay_start_with("--server-conn-recoverable");
+    Channeldpb__AuthResultMessage *ar;
+    it_conn_t *s1 = it_server_pit(node(2), "zone-5", 1, &ar);
+    chanq_unpack_free(ar);
+    uint32_t old_id = s1->id;
+    it_conn_t *o = on_node(1, true), *c = on_node(3, false);
+    uint32_t ch = it_create(s1, CT_SUBWORLD, "zone", 2);
+    uint32_t ch1 = it_create(o, CT_SUBWORLD, "other", 3);
+    it_sub(s1, 3, ch, c->id, -1);
+    it_expect_sub(s1, ch, 3, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_expect_sub(c, ch, 0, c->id, CONN_CLIENT, CT_SUBWORLD, 1);
+    it_sub(o, 4, ch1, s1->id, -1);
+    it_expect_sub(o, ch1, 4, s1->id, CONN_SERVER, CT_SUBWORLD, 1);
+    it_expect_sub(s1, ch1, 0, s1->id, CONN_SERVER, CT_SUBWORLD, 1);
+    it_close(s1);
+    it_expect_empty(c, MT_OWNER_LOST, ch);
+    wait_handles(old_id, "zone-5", (const int[]){1, 2, 3, 0});
+    it_conn_t *s2 = it_server_pit(node(3), "zone-5", 9, &ar);
+    assert_true(ar->shouldrecover);
+    chanq_unpack_free(ar);
+    assert_int_equal(s2->id >> 27, 3); /* its own id, of node 3 */
+    uint32_t chans[2] = {ch, ch1}, owners[2] = {s2->id, o->id};
+    assert_int_equal(expect_recovery(s2, chans, owners, 2), 0x3);
+    it_expect_empty(c, MT_OWNER_RECOVERED, ch);
+    /* the channel of node 2 is owned from node 3 now, both ways */
+    assert_int_equal(chanq_sync_user_msg(c->s, ch, 0, 100, "back?", 5), 0);
+    it_expect_user(s2, ch, 100, 0, 0, c->id, "back?");
+    it_sfwd(s2, ch, (BC_ALL | BC_BUT_SENDER), 101, 0, "yes");
+    it_expect_user(c, ch, 101, (BC_ALL | BC_BUT_SENDER), 0, 0, "yes");
+    /* and its subscription to node 1's channel is back */
+    it_sfwd(o, ch1, BC_ALL, 102, 0, "still here");
+    it_expect_user(s2, ch1, 102, BC_ALL, 0, 0, "still here");
+    /* no node keeps a handle: the PIT recovers nothing a second time */
+    uint32_t id2 = s2->id;
+    it_close(s2);
+    wait_handles(id2, "zone-5", (const int[]){1, 2, 3, 0});
+    it_conn_t *s3 = it_server_pit(node(1), "zone-5", 10, &ar);
+    assert_true(ar->shouldrecover);
+    chanq_unpack_free(ar);
+    assert_int_equal(expect_recovery(s3, chans, (const uint32_t[]){s3->id, o->id}, 2), 0x3);
+}
+
+/* SIGKILL node 1, GLOBAL's home, under the game server that possessed GLOBAL there with -scr:
+ * the other nodes keep what it held (its PIT came with its announcement), GLOBAL's new home
+ * keeps its possession of GLOBAL, and its successor on node 2 recovers GLOBAL there and its
+ * subscription to a channel of node 3; a client of node 3 then reaches it through GLOBAL. */
+static void test_home_killed_server_recovers(void **state)
+{
+    (void)state;
+    relay_start_with("--server-conn-recoverable");
+    Channeldpb__AuthResultMessage *ar;
+    it_conn_t *g = it_server_pit(node(1), "game", 1, &ar);
+    chanq_unpack_free(ar);
+    uint32_t old_id = g->id;
+    /* before g possesses GLOBAL: no copies of their AuthResult and CreateChannelResult */
+    it_conn_t *o = on_node(3, true);
+    uint32_t ch3 = it_create(o, CT_SUBWORLD, "three", 3);
+    /* a LIST, answered by GLOBAL's home, comes back behind the copies on their way there */
+    assert_int_equal(chanq_sync_list_channel(o->s, 7, 0, NULL, 0), 0);
+    chanq_unpack_free(
+        it_expect(o, MT_LIST, 7, &channeldpb__list_channel_result_message__descriptor, NULL));
+    assert_int_equal(chanq_sync_create_channel(g->s, 2, CT_GLOBAL, "", NULL), 0);
+    Channeldpb__CreateChannelResultMessage *cr =
+        it_expect(g, MT_CREATE, 2, &channeldpb__create_channel_result_message__descriptor, NULL);
+    assert_int_equal(cr->ownerconnid, g->id);
+    chanq_unpack_free(cr);
+    it_expect_sub(g, 0, 0, g->id, CONN_SERVER, CT_GLOBAL, 1);
+    it_sub(o, 4, ch3, g->id, -1);
+    it_expect_sub(o, ch3, 4, g->id, CONN_SERVER, CT_SUBWORLD, 1);
+    it_expect_sub(g, ch3, 0, g->id, CONN_SERVER, CT_SUBWORLD, 1);
+    assert_int_equal(cq_testsrv_kill(it_srv(), SIGKILL), 128 + SIGKILL);
+    int64_t t0 = cq_test_mono_ms();
+    wait_handles(old_id, "game", (const int[]){2, 3, 0});
+    int64_t h2 = 0, h3 = 0;
+    for (int i = 0; i < 10000; i++) {
+        h2 = cq_testsrv_metric(node(2), "chanq_relay_global_home");
+        h3 = cq_testsrv_metric(node(3), "chanq_relay_global_home");
+        if (h2 == h3 && (h2 == 2 || h2 == 3))
+            break;
+        cq_test_sleep_ms(2);
+    }
+    assert_int_equal(h2, h3);
+    assert_true(h2 == 2 || h2 == 3);
+    printf("# node 1 killed: GLOBAL's home is node %lld, the handles kept after %lld ms\n",
+           (long long)h2, (long long)(cq_test_mono_ms() - t0));
+    it_conn_t *g2 = it_server_pit(node(2), "game", 5, &ar);
+    assert_true(ar->shouldrecover);
+    chanq_unpack_free(ar);
+    assert_int_equal(g2->id >> 27, 2);
+    uint32_t chans[2] = {0, ch3}, owners[2] = {g2->id, o->id};
+    assert_int_equal(expect_recovery(g2, chans, owners, 2), 0x3);
+    /* GLOBAL is the successor's at the new home: a client of node 3 that joins it reaches it,
+     * and its broadcast reaches the client */
+    it_conn_t *c = on_node(3, false);
+    ar = it_expect(g2, MT_AUTH, 0, &channeldpb__auth_result_message__descriptor, NULL);
+    assert_int_equal(ar->connid, c->id); /* GLOBAL's owner's copy */
+    chanq_unpack_free(ar);
+    it_sub(c, 6, 0, c->id, -1);
+    it_expect_sub(c, 0, 6, c->id, CONN_CLIENT, CT_GLOBAL, 1);
+    it_expect_sub(g2, 0, 0, c->id, CONN_CLIENT, CT_GLOBAL, 1);
+    assert_int_equal(chanq_sync_user_msg(c->s, 0, 0, 100, "new home", 8), 0);
+    it_expect_user(g2, 0, 100, 0, 0, c->id, "new home");
+    it_sfwd(g2, 0, (BC_ALL | BC_BUT_OWNER), 101, 0, "welcome");
+    it_expect_user(c, 0, 101, (BC_ALL | BC_BUT_OWNER), 0, 0, "welcome");
+    /* its subscription to node 3's channel is back */
+    it_sfwd(o, ch3, BC_ALL, 102, 0, "three");
+    it_expect_user(g2, ch3, 102, BC_ALL, 0, 0, "three");
 }
 
 /* SIGKILL node 3 while its client c2 is subscribed to a channel of node 1: node 1 learns from
@@ -672,6 +828,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_node_killed, relay_teardown),
         cmocka_unit_test_teardown(test_home_killed, relay_teardown),
         cmocka_unit_test_teardown(test_server_recovers_on_its_node, relay_teardown),
+        cmocka_unit_test_teardown(test_server_recovers_on_another_node, relay_teardown),
+        cmocka_unit_test_teardown(test_home_killed_server_recovers, relay_teardown),
     };
     return it_run("relay", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }

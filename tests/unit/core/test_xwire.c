@@ -486,7 +486,7 @@ static void test_bad_shapes(void **state)
         bool bad = k == XM_SCHEMA || k == XM_SEND || k == XM_FANOUT || k == XM_SENDMANY ||
                    k == XM_ADJACENT;
         bool text = k == XM_CONN_GONE || k == XM_CLOSE || k == XM_META || k == XM_DIR_ADD ||
-                    k == XM_RECOVER;
+                    k == XM_RECOVER || k == XM_NODE_CONN;
         p[1] = (uint8_t)k;
         assert_int_equal(decode_guarded(&g, p, sizeof(full) - 6), bad || text ? CQ_ELINK : 0);
         p[55] = 0;

@@ -328,6 +328,11 @@ static void test_slots(void **state)
     assert_int_equal(cq_spatial_slots_of(&s, 7), -1);
     assert_int_equal(cq_spatial_slots_take(&s, 11), 0); /* the first free slot */
     assert_int_equal(cq_spatial_slots_release(&s, 12), 0);
+    assert_int_equal(cq_spatial_slots_rekey(&s, 9, 21), 1); /* a successor under its own id */
+    assert_int_equal(cq_spatial_slots_of(&s, 21), 1);
+    assert_int_equal(cq_spatial_slots_of(&s, 9), -1);
+    assert_int_equal(cq_spatial_slots_rekey(&s, 9, 22), 0);
+    assert_int_equal(cq_spatial_slots_rekey(&s, 0, 22), 0); /* a free slot is nobody's */
     cq_spatial_slots_done(&s);
     cq_spatial_slots_done(NULL);
     cq_spatial_cfg_done(&g);
