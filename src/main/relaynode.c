@@ -48,7 +48,7 @@ struct cq_main_relay {
 
 /* ---- callbacks ---------------------------------------------------------------------------- */
 
-/* libnats's threads: copy into the relay thread's queue. */
+/* libnats's delivery thread: the packet goes through its link right here (input_inline). */
 static void on_packet(void *ud, const uint8_t *p, size_t n)
 {
     cq_main_relay_t *k = ud;
@@ -86,7 +86,8 @@ static void on_hello(cq_main_relay_t *k, uint16_t from, const uint8_t *body, uin
         CQ_INFO("relay", "node %d: node %u is up (epoch %u)", k->cfg->relay_node_id, node, epoch);
 }
 
-/* The relay thread: a record from node, in its stream's order. */
+/* The relay thread, or libnats's delivery thread (input_inline; one at a time): a record from
+ * node, in its stream's order. */
 static void on_deliver(void *ud, uint16_t node, uint8_t kind, const uint8_t *body, uint32_t len)
 {
     cq_main_relay_t *k = ud;
@@ -449,6 +450,7 @@ int cq_main_relay_start(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin
                           .net_ops = &cq_relay_nats_ops,
                           .net = k->nats,
                           .deliver = on_deliver,
+                          .input_inline = true, /* libnats never calls it from a publish */
                           .reset = on_reset,
                           .heard = on_heard,
                           .ud = k};

@@ -13,9 +13,13 @@
  *     calls it once per destination node per loop iteration, so the lock is not taken per
  *     message. It never blocks on the network.
  *   - The network's threads call cq_relay_input() (any thread) with every packet that arrived
- *     on this node's subject: it copies and queues.
- * The callbacks (deliver, reset) run on the relay thread; they must not block (chanqd posts to
- * the worker inboxes).
+ *     on this node's subject: it copies and queues; or, with input_inline, runs it through its
+ *     peer's receiver right there, under the peers' lock, which saves a thread wake-up per
+ *     packet. The network must then not call it from inside publish() (the fake networks of
+ *     the tests do, and leave input_inline off).
+ * The callbacks (deliver, reset) run on the relay thread, or on the input thread with
+ * input_inline, one at a time either way; they must not block for long (chanqd posts to the
+ * worker inboxes).
  *
  * Liveness. Every peer gets a HEAD at least every CQ_RELAY_HEAD_MS, data or not, and every packet
  * from a peer calls heard: a peer not heard for a few times that is not answering.
@@ -70,6 +74,7 @@ typedef struct cq_relay_conf {
     cq_relay_reset_fn reset;
     cq_relay_heard_fn heard; /* may be NULL */
     void *ud;
+    bool input_inline; /* cq_relay_input() delivers on its caller's thread (above) */
 } cq_relay_conf_t;
 
 /* Per peer, for metrics. */

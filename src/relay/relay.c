@@ -51,7 +51,9 @@ struct cq_relay {
     cq_relay_conf_t conf;
     char *cluster;
 
-    /* the relay thread's */
+    /* The peers: the relay thread's, and the input thread's when input is inline, under pmu
+     * (taken before mu, never after: a delivery may queue a send). */
+    pthread_mutex_t pmu;
     peer_t *peers[CQ_LINK_MAX_NODE + 1];
     uint16_t order[CQ_RELAY_MAX_PEERS]; /* the peers' nodes, in creation order */
     uint32_t npeers;
@@ -63,6 +65,7 @@ struct cq_relay {
     size_t queued;
     uint64_t q_refused, q_dropped; /* what enqueue() turned away */
     bool stopping;
+    bool kick; /* an inline input set a timer: the thread's wake-up is due again */
     pthread_t thread;
 
     /* stats: written under st_mu by the relay thread (peers) and under mu (totals) */
@@ -348,19 +351,26 @@ static void round_run(cq_relay_t *r, item_t *list)
 static void *relay_main(void *arg)
 {
     cq_relay_t *r = arg;
-    pthread_mutex_lock(&r->mu);
-    while (!r->stopping) {
-        if (!r->head)
-            wait_work(r, next_due(r));
+    for (;;) {
+        pthread_mutex_lock(&r->pmu);
+        uint64_t due = next_due(r);
+        pthread_mutex_unlock(&r->pmu);
+        pthread_mutex_lock(&r->mu);
+        if (r->stopping) {
+            pthread_mutex_unlock(&r->mu);
+            return NULL;
+        }
+        if (!r->head && !r->kick)
+            wait_work(r, due);
+        r->kick = false;
         item_t *list = r->head;
         r->head = r->tail = NULL;
         r->queued = 0;
         pthread_mutex_unlock(&r->mu);
+        pthread_mutex_lock(&r->pmu);
         round_run(r, list);
-        pthread_mutex_lock(&r->mu);
+        pthread_mutex_unlock(&r->pmu);
     }
-    pthread_mutex_unlock(&r->mu);
-    return NULL;
 }
 
 /* ---- the API ------------------------------------------------------------------------------ */
@@ -375,6 +385,7 @@ static void relay_free(cq_relay_t *r)
     for (uint32_t i = 0; i < r->npeers; i++)
         peer_free(r->peers[r->order[i]]);
     pthread_mutex_destroy(&r->mu);
+    pthread_mutex_destroy(&r->pmu);
     pthread_mutex_destroy(&r->st_mu);
     pthread_cond_destroy(&r->cv);
     cq_free(r->cluster);
@@ -417,6 +428,7 @@ int cq_relay_start(const cq_relay_conf_t *conf, cq_relay_t **ret)
         return rc;
     }
     pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_init(&r->pmu, NULL);
     pthread_mutex_init(&r->st_mu, NULL);
     rc = -pthread_create(&r->thread, NULL, relay_main, r);
     if (rc) {
@@ -481,8 +493,38 @@ int cq_relay_send(cq_relay_t *r, uint16_t node, uint8_t kind, cq_buf_t *body)
     return rc;
 }
 
+/* Inline: the packet goes through its receiver on the calling thread, which saves the relay
+ * thread's wake-up on every packet that arrives (the hop's latency, doc/relay-cluster.md). A
+ * timer the packet sets (a NACK's) that is due before the relay thread's wake-up wakes it. */
+static void input_inline(cq_relay_t *r, const uint8_t *p, size_t n)
+{
+    cq_buf_t *b = cq_buf_from(p, n);
+    if (!b) {
+        pthread_mutex_lock(&r->mu);
+        r->q_dropped++;
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
+    pthread_mutex_lock(&r->pmu);
+    uint64_t before = next_due(r);
+    on_input(r, b, cq_clock_mono_ms());
+    bool earlier = next_due(r) < before;
+    pthread_mutex_unlock(&r->pmu);
+    cq_buf_unref(b);
+    if (earlier) {
+        pthread_mutex_lock(&r->mu);
+        r->kick = true;
+        pthread_cond_signal(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+}
+
 void cq_relay_input(cq_relay_t *r, const uint8_t *p, size_t n)
 {
+    if (r->conf.input_inline) {
+        input_inline(r, p, n);
+        return;
+    }
     item_t *it = cq_malloc(sizeof(*it));
     cq_buf_t *b = it ? cq_buf_from(p, n) : NULL;
     if (!b) {

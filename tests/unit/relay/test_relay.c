@@ -1,6 +1,9 @@
 /* Unit tests of the relay runtime (src/relay/cq_relay.h): two or three runtimes in one process
  * joined by a fake network that hands each publish to the subject's runtime, and can lose chosen
- * packets. Checks the exact records delivered, their order, the resets and the counters. */
+ * packets. Checks the exact records delivered, their order, the resets and the counters. Every
+ * test runs twice: with input queued for the relay thread, the publish handing the packet over
+ * at once; and with input inline (input_inline), a network thread handing the packets over as
+ * libnats's delivery thread does. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -30,9 +33,55 @@ typedef struct net {
     bool dropped;
     _Atomic uint64_t published, ctrl, wrong;
     pthread_mutex_t mu;
+    /* inline mode: the packets published, for the network thread */
+    bool async;
+    pthread_t thread;
+    pthread_mutex_t qmu;
+    pthread_cond_t qcv;
+    cq_buf_t **q;
+    uint32_t qn, qcap;
+    bool qstop;
 } net_t;
 
 static net_t NET;
+static bool g_inline;
+
+/* Drops the chosen packet, hands the others to their runtime. */
+static void net_deliver(net_t *net, const cq_link_hdr_t *h, const uint8_t *p, size_t n)
+{
+    pthread_mutex_lock(&net->mu);
+    bool drop = !(h->flags & CQ_LINK_F_CTRL) && !(h->flags & CQ_LINK_F_RETX) &&
+                h->src == net->drop_src && h->dst == net->drop_dst && h->seq == net->drop_seq &&
+                !net->dropped;
+    if (drop)
+        net->dropped = true;
+    /* under the lock: stop() takes nodes out of the table before it frees them */
+    if (!drop && h->dst <= NODES && net->node[h->dst])
+        cq_relay_input(net->node[h->dst], p, n);
+    pthread_mutex_unlock(&net->mu);
+}
+
+static void *net_main(void *arg)
+{
+    net_t *net = arg;
+    pthread_mutex_lock(&net->qmu);
+    for (;;) {
+        while (!net->qn && !net->qstop)
+            pthread_cond_wait(&net->qcv, &net->qmu);
+        if (!net->qn)
+            break;
+        cq_buf_t *b = net->q[0];
+        memmove(net->q, net->q + 1, --net->qn * sizeof(*net->q));
+        pthread_mutex_unlock(&net->qmu);
+        cq_link_hdr_t h;
+        if (cq_link_parse(b->data, b->len, &h) == 0)
+            net_deliver(net, &h, b->data, b->len);
+        cq_buf_unref(b);
+        pthread_mutex_lock(&net->qmu);
+    }
+    pthread_mutex_unlock(&net->qmu);
+    return NULL;
+}
 
 static int fake_publish(void *ud, const char *subject, const uint8_t *p, size_t n)
 {
@@ -48,16 +97,23 @@ static int fake_publish(void *ud, const char *subject, const uint8_t *p, size_t 
     atomic_fetch_add(&net->published, 1);
     if (h.flags & CQ_LINK_F_CTRL)
         atomic_fetch_add(&net->ctrl, 1);
-    pthread_mutex_lock(&net->mu);
-    bool drop = !(h.flags & CQ_LINK_F_CTRL) && !(h.flags & CQ_LINK_F_RETX) &&
-                h.src == net->drop_src && h.dst == net->drop_dst && h.seq == net->drop_seq &&
-                !net->dropped;
-    if (drop)
-        net->dropped = true;
-    /* under the lock: stop() takes nodes out of the table before it frees them */
-    if (!drop && h.dst <= NODES && net->node[h.dst])
-        cq_relay_input(net->node[h.dst], p, n);
-    pthread_mutex_unlock(&net->mu);
+    if (!net->async) {
+        net_deliver(net, &h, p, n);
+        return 0;
+    }
+    /* inline input must not run inside a publish: queued for the network thread */
+    cq_buf_t *b = cq_buf_from(p, n);
+    pthread_mutex_lock(&net->qmu);
+    if (b && cq_grow(&net->q, &net->qcap, net->qn + 1, sizeof(*net->q), 64) == 0) {
+        net->q[net->qn++] = b;
+        b = NULL;
+        pthread_cond_signal(&net->qcv);
+    }
+    pthread_mutex_unlock(&net->qmu);
+    if (b) {
+        atomic_fetch_add(&net->wrong, 1);
+        cq_buf_unref(b);
+    }
     return 0;
 }
 
@@ -76,6 +132,7 @@ typedef struct got {
     int resets, reset_why;
     uint16_t reset_node;
     uint64_t reset_lost;
+    int on_net; /* records delivered on the network's thread (inline input) */
 } got_t;
 
 static got_t GOT[NODES + 1];
@@ -88,6 +145,7 @@ static void on_deliver(void *ud, uint16_t node, uint8_t kind, const uint8_t *bod
         pthread_mutex_unlock(&g->mu);
         return;
     }
+    g->on_net += NET.async && pthread_equal(pthread_self(), NET.thread);
     g->from[g->n] = node;
     g->kind[g->n] = kind;
     snprintf(g->body[g->n], sizeof(g->body[0]), "%.*s", (int)len, (const char *)body);
@@ -126,6 +184,12 @@ static void start(int nodes, size_t keep, size_t queue)
 {
     memset(&NET, 0, sizeof(NET));
     pthread_mutex_init(&NET.mu, NULL);
+    NET.async = g_inline;
+    if (NET.async) {
+        pthread_mutex_init(&NET.qmu, NULL);
+        pthread_cond_init(&NET.qcv, NULL);
+        assert_int_equal(pthread_create(&NET.thread, NULL, net_main, &NET), 0);
+    }
     for (int i = 1; i <= nodes; i++) {
         memset(&GOT[i], 0, sizeof(GOT[i]));
         pthread_mutex_init(&GOT[i].mu, NULL);
@@ -139,7 +203,8 @@ static void start(int nodes, size_t keep, size_t queue)
                              .net = &NET,
                              .deliver = on_deliver,
                              .reset = on_reset,
-                             .ud = &GOT[i]};
+                             .ud = &GOT[i],
+                             .input_inline = g_inline};
         assert_int_equal(cq_relay_start(&c, &NET.node[i]), 0);
     }
 }
@@ -155,8 +220,22 @@ static void stop(int nodes)
         NET.node[i] = NULL;
         pthread_mutex_unlock(&NET.mu);
     }
+    if (NET.async) { /* nothing reaches a node from here on: the network stops first */
+        pthread_mutex_lock(&NET.qmu);
+        NET.qstop = true;
+        pthread_cond_signal(&NET.qcv);
+        pthread_mutex_unlock(&NET.qmu);
+        pthread_join(NET.thread, NULL);
+    }
     for (int i = 1; i <= nodes; i++)
         cq_relay_stop(r[i]);
+    if (NET.async) { /* what the stopping nodes published last */
+        for (uint32_t i = 0; i < NET.qn; i++)
+            cq_buf_unref(NET.q[i]);
+        cq_free(NET.q);
+        pthread_mutex_destroy(&NET.qmu);
+        pthread_cond_destroy(&NET.qcv);
+    }
     assert_int_equal(atomic_load(&NET.wrong), 0);
 }
 
@@ -229,6 +308,8 @@ static void test_order_two_threads(void **state)
     assert_int_equal(peer_stats(2, 1).rx.gaps, 0);
     assert_int_equal(got_resets(2), 0);
     assert_int_equal(got_n(1), 0);
+    /* inline: every record went through on the network's thread, none through the relay's */
+    assert_int_equal(GOT[2].on_net, g_inline ? 3000 : 0);
     stop(2);
 }
 
@@ -359,12 +440,36 @@ static void test_subject_epoch(void **state)
     assert_true(e > 4u * 86400 * 365 * 2); /* after 2026 */
 }
 
+static int set_queued(void **state)
+{
+    (void)state;
+    g_inline = false;
+    return 0;
+}
+
+static int set_inline(void **state)
+{
+    (void)state;
+    g_inline = true;
+    return 0;
+}
+
+/* Each test with input queued, then inline. */
+#define BOTH(f)                                                                                    \
+    {"queued: " #f, f, set_queued, NULL, NULL},                                                    \
+    {                                                                                              \
+        "inline: " #f, f, set_inline, NULL, NULL                                                   \
+    }
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_order_two_threads),   cmocka_unit_test(test_loss_recovered),
-        cmocka_unit_test(test_tail_loss_recovered), cmocka_unit_test(test_loss_gone_resets),
-        cmocka_unit_test(test_bad_input),           cmocka_unit_test(test_queue_bound),
+        BOTH(test_order_two_threads),
+        BOTH(test_loss_recovered),
+        BOTH(test_tail_loss_recovered),
+        BOTH(test_loss_gone_resets),
+        BOTH(test_bad_input),
+        BOTH(test_queue_bound),
         cmocka_unit_test(test_subject_epoch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
