@@ -121,6 +121,7 @@ static void node_start(int i, const char *urls)
                          .net_ops = &cq_relay_nats_ops,
                          .net = x->nats,
                          .deliver = on_deliver,
+                         .input_inline = true, /* as chanqd runs it (relaynode.c) */
                          .reset = on_reset,
                          .ud = x};
     assert_int_equal(cq_relay_start(&c, &x->relay), 0);
