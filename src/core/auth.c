@@ -22,6 +22,7 @@
 #include "cq_authlim.h"
 #include "cq_clock.h"
 #include "cq_err.h"
+#include "cq_util.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -173,22 +174,89 @@ static void auth_failed(cq_core_t *c, cq_conn_t *conn, const char *peer, int res
  * checked, a right token included: otherwise the guessing would go on and the right guess
  * would still be answered. Recovery is applied after the reply, so the AuthResult that
  * announces it (shouldRecover) precedes the RECOVERY_CHANNEL_DATA. */
+static void auth_finish(cq_core_t *c, const cq_req_t *r, const char *pit, const char *peer, int res,
+                        bool blocked);
+
+/* A recoverable server whose PIT names a connection of another relay node that is not known to
+ * be lost yet: its node most likely died a moment ago (a game server reconnects at once, its
+ * node's loss is seen after the ZooKeeper session). Its AUTH waits for that loss to be seen,
+ * and so recovers what the relay kept; the wait ends when the predecessor is gone from the
+ * directory, or after relay_loss_ms (it is alive: a second server with its PIT, which then
+ * recovers nothing, as on one node). */
+static bool auth_hold(cq_core_t *c, cq_conn_t *conn, const cq_req_t *r, const char *pit)
+{
+    uint32_t pred = cq__recover_pending(c->sh, conn->type, pit);
+    if (!pred)
+        return false;
+    if (!conn->pit && !(conn->pit = cq_strdup(pit)))
+        return false;
+    conn->auth_held = 1;
+    conn->held_stub = r->mp.stub_id;
+    conn->held_bc = r->mp.broadcast;
+    conn->held_chan = r->mp.channel_id;
+    conn->accepted_ms = c->now_ms;
+    cq_list_remove(&conn->unauth_node); /* its wait is bounded here, not by auth-timeout-ms */
+    cq_list_insert_tail(&c->auth_held, &conn->unauth_node);
+    CQ_INFO("auth",
+            "conn %u: AUTH held: pit \"%s\" is conn %u's of node %u, not yet known lost (for "
+            "%u ms at most)",
+            conn->id, pit, pred, cq__id_conn_node(&c->sh->ids, pred, NULL),
+            c->sh->o.relay_loss_ms ? c->sh->o.relay_loss_ms : 3000);
+    return true;
+}
+
+/* Housekeeping: a held AUTH goes on once its predecessor is gone or its wait is over. */
+void cq__auth_tick(cq_core_t *c, uint64_t now_ms)
+{
+    uint32_t wait = c->sh->o.relay_loss_ms ? c->sh->o.relay_loss_ms : 3000;
+    cq_list_t *n, *t;
+    cq_list_foreach_safe(n, t, &c->auth_held)
+    {
+        cq_conn_t *conn = cq_container_of(n, cq_conn_t, unauth_node);
+        if (now_ms - conn->accepted_ms < wait && cq__recover_pending(c->sh, conn->type, conn->pit))
+            continue;
+        cq_list_remove(&conn->unauth_node);
+        conn->auth_held = 0;
+        cq_req_t r = {0};
+        r.conn = conn;
+        r.conn_id = conn->id;
+        r.mp.stub_id = conn->held_stub;
+        r.mp.broadcast = conn->held_bc;
+        r.mp.channel_id = conn->held_chan;
+        char peer[64] = "?";
+        conn->tops->peer(conn->tctx, peer, sizeof(peer));
+        auth_finish(c, &r, conn->pit, peer, 0, false);
+    }
+}
+
 void cq__handle_auth(cq_core_t *c, cq_req_t *r)
 {
     cq_conn_t *conn = r->conn;
     Channeldpb__AuthMessage *m = cq__req_body(c, r);
     if (!m || !conn)
         return;
+    if (conn->auth_held)
+        return; /* the first AUTH's answer is on its way */
     char peer[64] = "?";
     conn->tops->peer(conn->tctx, peer, sizeof(peer));
     bool blocked = cq_authlim_blocked(c->sh->o.authlim, peer, CQ_AUTHLIM_CHANNEL, mono_ms());
     int res = blocked ? CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__INVALID_LT
                       : provider_check(c->sh, conn, peer, m->playeridentifiertoken, m->logintoken);
+    if (res == 0 && conn->state == CONN_UNAUTH && auth_hold(c, conn, r, m->playeridentifiertoken))
+        return;
+    auth_finish(c, r, m->playeridentifiertoken, peer, res, blocked);
+}
+
+/* The AUTH's outcome (r: its stub, broadcast and channel, and the connection). */
+static void auth_finish(cq_core_t *c, const cq_req_t *r, const char *pit, const char *peer, int res,
+                        bool blocked)
+{
+    cq_conn_t *conn = r->conn;
     uint32_t old = 0;
     bool recovering = false, first = false;
     if (res == 0) {
         first = conn->state == CONN_UNAUTH;
-        auth_success(c, conn, m->playeridentifiertoken);
+        auth_success(c, conn, pit);
         recovering = first && cq__recover_takeover(c, conn, &old);
         if (first) /* other nodes know it from its AUTH on, by the id it keeps */
             cq__node_conn_up(c, conn);
@@ -202,10 +270,9 @@ void cq__handle_auth(cq_core_t *c, cq_req_t *r)
     cq__notify_gowner(c, conn->id, r->mp.channel_id, MT_AUTH, &out.base);
     if (res == 0) {
         CQ_INFO("auth", "conn %u (%s) authenticated, pit \"%s\"", conn->id,
-                conn->type == CQ_CONN_SERVER ? "SERVER" : "CLIENT",
-                m->playeridentifiertoken ? m->playeridentifiertoken : "");
+                conn->type == CQ_CONN_SERVER ? "SERVER" : "CLIENT", pit ? pit : "");
         if (recovering)
-            cq__recover_apply(c, conn->id, old, conn->pit);
+            cq__recover_start(c, conn->id, old, conn->pit);
         else if (first && conn->type == CQ_CONN_CLIENT) /* well-known entities, once */
             cq__entity_client_authed(c, conn->id);
         return;

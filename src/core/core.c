@@ -50,6 +50,7 @@ cq_core_t *cq_core_new(cq_shared_t *sh, int index)
     c->lazy_due = UINT64_MAX;
     cq_list_init(&c->unauth);
     cq_list_init(&c->announcing);
+    cq_list_init(&c->auth_held);
     cq_list_init(&c->soft);
     cq_wire_arena_init(&c->arena, ARENA_CAP);
     /* Snappy bodies inflate into scratch: one body at a time per worker (the handlers finish
@@ -521,4 +522,5 @@ void cq_core_tick(cq_core_t *c, uint64_t now_ms)
     tick_idle(c, now_ms);
     cq__recover_tick(c, now_ms);
     cq__node_tick(c, now_ms);
+    cq__auth_tick(c, now_ms);
 }

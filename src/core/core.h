@@ -105,6 +105,8 @@ typedef struct cq_dir_ent {
     char *pit;      /* a recoverable server of another node: its PIT (owned), else NULL */
 } cq_dir_ent_t;
 
+#define CQ_REC_WAIT_MAX 64
+
 struct cq_shared {
     cq_core_opts_t o;
     const cq_core_ops_t *ops;
@@ -155,6 +157,10 @@ struct cq_shared {
     _Atomic uint64_t heard_ms[256];  /* when a packet from each node last arrived (mono ms) */
     _Atomic uint64_t relay_in, relay_refused; /* messages from other nodes: taken, refused */
     _Atomic uint64_t relay_paced;             /* records that waited for a full inbox */
+    /* XM_RECOVERs whose predecessor's CONN_GONE has not arrived yet (another stream): each
+     * follows that CONN_GONE (node.c). Relay thread and ZooKeeper thread, under dir_lock. */
+    struct cq_xmsg *rec_wait[CQ_REC_WAIT_MAX];
+    uint32_t n_rec_wait;
 };
 
 /* A dropped recoverable server connection, waiting for a successor with the same PIT. */
@@ -188,7 +194,9 @@ struct cq_conn {
     uint8_t lost;      /* the peer went away (recoverable if a SERVER) */
     uint8_t paused;    /* reading paused: a target inbox is over CQ_INBOX_HIGH */
     uint8_t transport; /* CQ_CONN_TCP.. + 1 once cq_core_conn_set_transport ran; 0 unknown */
-    char *pit;         /* after a successful AUTH */
+    uint8_t auth_held; /* its AUTH waits for its predecessor's loss to be seen (auth.c) */
+    uint32_t held_stub, held_bc, held_chan; /* the held AUTH's, for its AuthResult */
+    char *pit;                              /* after a successful AUTH */
     const cq_fsm_t *fsm;
     const cq_transport_ops_t *tops;
     void *tctx;
@@ -342,6 +350,7 @@ struct cq_core {
     cq_seg_t seg;                /* the open fan-out segment */
     cq_list_t unauth;            /* unauthenticated connections, oldest first */
     cq_list_t announcing;        /* authenticated ones whose output waits for the other nodes */
+    cq_list_t auth_held;         /* servers whose AUTH waits for a predecessor's loss (auth.c) */
     cq_list_t soft;              /* connections over the soft send limit */
     cq_wire_arena_t arena;
     uint64_t log_window_ms; /* per-message log lines: at most CQ_LOG_BURST a second */
@@ -498,9 +507,17 @@ int cq__subopts_make(const cq_chan_settings_t *st,
                      const Channeldpb__ChannelSubscriptionOptions *req, cq_subopts_t *ret);
 
 /* recover.c */
+/* A connection of another relay node, a recoverable server with pit, still in the directory
+ * (its loss not seen yet): its id; 0 when there is none or type is not a SERVER. */
+uint32_t cq__recover_pending(cq_shared_t *sh, uint8_t type, const char *pit);
+/* Under dir_lock: a handle for a lost recoverable server of another node (node.c). */
+void cq__recover_handle_locked(cq_shared_t *sh, const char *pit, uint32_t old_id, uint64_t now);
+/* auth.c: a held AUTH goes on once its predecessor's loss is seen, or its wait is over. */
+void cq__auth_tick(cq_core_t *c, uint64_t now_ms);
 /* owned_global: the connection possessed GLOBAL at a home that is gone (node.c). */
 void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit, bool owned_global);
 bool cq__recover_takeover(cq_core_t *c, cq_conn_t *conn, uint32_t *ret_old);
+void cq__recover_start(cq_core_t *c, uint32_t conn_id, uint32_t old_id, const char *pit);
 void cq__recover_apply(cq_core_t *c, uint32_t conn_id, uint32_t old_id, const char *pit);
 void cq__recover_tick(cq_core_t *c, uint64_t now_ms);
 void cq__recover_free_all(cq_core_t *c);

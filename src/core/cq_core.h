@@ -55,6 +55,7 @@ typedef struct cq_core_opts {
     uint32_t conn_id_bits;
     uint16_t relay_node;      /* this node of a relay (1 ..); 0: one node alone */
     uint8_t relay_node_bits;  /* the id bits that name the node (place.h) */
+    uint32_t relay_loss_ms;   /* how long another node's loss takes to be seen (0: 3000) */
     uint32_t idle_timeout_ms; /* 0 = off */
     uint32_t max_packet_size;
     uint32_t max_connections;

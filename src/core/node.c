@@ -431,10 +431,75 @@ static void in_conn_up(cq_shared_t *sh, uint32_t from, const cq_xmsg_t *m)
     pthread_mutex_unlock(&sh->dir_lock);
 }
 
-static void in_conn_gone(cq_shared_t *sh, uint32_t from, const cq_xmsg_t *m)
+/* A lost recoverable server of another node (pit) leaves its handle here in the same critical
+ * section as the directory forgets it, and its CONN_GONE reaches every worker before a
+ * successor that finds the handle can post its RECOVER (auth.c holds a successor until the
+ * directory no longer has its predecessor). m (taken) goes to every worker. */
+static void gone_post(cq_shared_t *sh, cq_xmsg_t *m, uint64_t *wake, bool *ret_handle)
 {
-    if (cq__id_conn_node(&sh->ids, m->conn_id, NULL) != from)
-        return;
+    *ret_handle = false;
+    if (m->body_len && !sh->o.server_recoverable)
+        m->body_len = 0; /* kept nowhere here */
+    if (m->body_len && m->conn_type == CQ_CONN_SERVER) {
+        cq__recover_handle_locked(sh, (const char *)m->body, m->conn_id, cq_clock_mono_ms());
+        *ret_handle = true;
+    }
+    in_all(sh, m, wake);
+}
+
+static void gone_log(uint32_t id, const char *pit)
+{
+    CQ_INFO("recover", "conn %u lost; recoverable by pit \"%s\"", id, pit);
+}
+
+/* Under dir_lock, right after a CONN_GONE was posted: a RECOVER that waited for it follows. */
+static void rec_wait_release(cq_shared_t *sh, uint32_t gone, uint64_t *wake)
+{
+    for (uint32_t i = 0; i < sh->n_rec_wait;) {
+        cq_xmsg_t *m = sh->rec_wait[i];
+        if (m->u1 != gone) {
+            i++;
+            continue;
+        }
+        sh->rec_wait[i] = sh->rec_wait[--sh->n_rec_wait];
+        in_all(sh, m, wake);
+    }
+}
+
+/* XM_RECOVER from the successor's node: its predecessor's CONN_GONE comes on another stream
+ * (its own node's, or this node's ZooKeeper listing when that node died), so it may not have
+ * arrived yet. What this node keeps for the successor is set aside at that CONN_GONE: the
+ * RECOVER waits for it, at most CQ_REC_WAIT_MAX of them (the oldest goes, logged). */
+static void in_recover(cq_shared_t *sh, cq_xmsg_t *m, uint64_t *wake)
+{
+    cq_xmsg_t *drop = NULL;
+    pthread_mutex_lock(&sh->dir_lock);
+    const cq_dir_ent_t *e = m->u1 != m->conn_id ? cq_map_get(&sh->dir, m->u1) : NULL;
+    if (!e || !e->remote) {
+        in_all(sh, m, wake);
+    } else {
+        if (sh->n_rec_wait == CQ_REC_WAIT_MAX) {
+            drop = sh->rec_wait[0];
+            memmove(sh->rec_wait, sh->rec_wait + 1, --sh->n_rec_wait * sizeof(*sh->rec_wait));
+        }
+        sh->rec_wait[sh->n_rec_wait++] = m;
+    }
+    pthread_mutex_unlock(&sh->dir_lock);
+    if (drop) {
+        CQ_WARN("recover",
+                "conn %u's recovery of conn %u dropped: too many wait for their "
+                "predecessor's loss",
+                drop->conn_id, drop->u1);
+        cq__xmsg_free(drop);
+    }
+}
+
+/* XM_CONN_GONE from node `from`: the directory forgets the connection, every worker drops
+ * what it held (or keeps it for a successor). */
+static void in_conn_gone(cq_shared_t *sh, cq_xmsg_t *m, uint64_t *wake)
+{
+    char pit[128] = "";
+    bool handle;
     pthread_mutex_lock(&sh->dir_lock);
     cq_dir_ent_t *e = cq_map_get(&sh->dir, m->conn_id);
     if (e && e->remote) {
@@ -444,7 +509,14 @@ static void in_conn_gone(cq_shared_t *sh, uint32_t from, const cq_xmsg_t *m)
         cq_free(e->pit);
         cq_free(e);
     }
+    uint32_t id = m->conn_id;
+    if (m->body_len)
+        snprintf(pit, sizeof(pit), "%s", (const char *)m->body);
+    gone_post(sh, m, wake, &handle);
+    rec_wait_release(sh, id, wake);
     pthread_mutex_unlock(&sh->dir_lock);
+    if (handle)
+        gone_log(id, pit);
 }
 
 /* XM_BOUNCE: the request comes back as a DISPATCH marked bounced (u3 1) when its connection
@@ -566,14 +638,13 @@ static bool in_route(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m, uint64_t *wak
     case XM_CONN_GONE:
         if (cq__id_conn_node(l, m->conn_id, NULL) != from)
             return false;
-        in_conn_gone(sh, from, m);
         m->u1 = 0; /* a lost recoverable server's PIT (body) stays */
-        in_all(sh, m, wake);
+        in_conn_gone(sh, m, wake);
         return true;
     case XM_RECOVER: /* a successor of node `from`: every worker gives back what it kept */
         if (cq__id_conn_node(l, m->conn_id, NULL) != from || !m->body_len)
             return false;
-        in_all(sh, m, wake);
+        in_recover(sh, m, wake);
         return true;
     default:
         return false;
@@ -623,18 +694,16 @@ static uint32_t drop_conns(cq_shared_t *sh, uint16_t node)
         ids[n] = id;
         types[n++] = e->type;
     }
+    uint64_t wake = 0;
     for (uint32_t i = 0; i < n; i++) {
         cq_dir_ent_t *e = cq_map_del(&sh->dir, ids[i]);
         sh->dir_remote--;
         atomic_fetch_sub(&sh->metrics.subscriptions, e->subs);
         pits[i] = e->pit; /* moved */
         cq_free(e);
-    }
-    pthread_mutex_unlock(&sh->dir_lock);
-    uint64_t wake = 0;
-    for (uint32_t i = 0; i < n; i++) {
         size_t len = pits[i] ? strlen(pits[i]) + 1 : 0;
         cq_xmsg_t *m = cq__xmsg_new(XM_CONN_GONE, len);
+        bool handle = false;
         if (m) {
             m->conn_id = ids[i];
             m->conn_type = types[i];
@@ -644,10 +713,20 @@ static uint32_t drop_conns(cq_shared_t *sh, uint16_t node)
              * home gives GLOBAL to its successor (recover.c). */
             m->u1 = len && (ids[i] == atomic_load(&sh->global_owner) ||
                             ids[i] == atomic_load(&sh->global_owner_was));
-            in_all(sh, m, &wake);
+            gone_post(sh, m, &wake, &handle); /* under dir_lock: see in_conn_gone */
         }
-        cq_free(pits[i]);
+        rec_wait_release(sh, ids[i], &wake);
+        if (!handle) {
+            cq_free(pits[i]);
+            pits[i] = NULL;
+        }
     }
+    pthread_mutex_unlock(&sh->dir_lock);
+    for (uint32_t i = 0; i < n; i++)
+        if (pits[i]) {
+            gone_log(ids[i], pits[i]);
+            cq_free(pits[i]);
+        }
     wake_all(sh, wake);
     cq_free(ids);
     cq_free(types);

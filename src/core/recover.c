@@ -83,7 +83,7 @@ static void timed_tick(cq_core_t *c, uint64_t now)
 
 /* ---- shared handles --------------------------------------------------------------------- */
 
-static void handle_add(cq_shared_t *sh, const char *pit, uint32_t old_id, uint64_t now)
+void cq__recover_handle_locked(cq_shared_t *sh, const char *pit, uint32_t old_id, uint64_t now)
 {
     cq_recov_handle_t *h = cq_calloc(1, sizeof(*h));
     char *p = cq_strdup(pit);
@@ -95,9 +95,14 @@ static void handle_add(cq_shared_t *sh, const char *pit, uint32_t old_id, uint64
     h->pit = p;
     h->old_id = old_id;
     h->since_ms = now;
-    pthread_mutex_lock(&sh->dir_lock);
     h->next = sh->recov;
     sh->recov = h;
+}
+
+static void handle_add(cq_shared_t *sh, const char *pit, uint32_t old_id, uint64_t now)
+{
+    pthread_mutex_lock(&sh->dir_lock);
+    cq__recover_handle_locked(sh, pit, old_id, now);
     pthread_mutex_unlock(&sh->dir_lock);
     /* Once per lost connection: from here a successor with this pit gets shouldRecover. */
     CQ_INFO("recover", "conn %u lost; recoverable by pit \"%s\"", old_id, pit);
@@ -185,7 +190,9 @@ static cq_recsub_t *recsub_find(cq_core_t *c, const char *pit, uint32_t chan_id)
 void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit, bool owned_global)
 {
     cq_connref_t *ref = cq_map_get(&c->connrefs, conn_id);
-    if (c->index == cq__place_local_dir_worker(c))
+    /* another node's: the relay thread added the handle as the directory forgot it (node.c) */
+    if (c->index == cq__place_local_dir_worker(c) &&
+        cq__id_conn_node(&c->sh->ids, conn_id, NULL) == c->sh->node)
         handle_add(c->sh, pit, conn_id, c->now_ms);
     while (ref && !cq_list_empty(&ref->subs)) {
         cq_sub_t *s = cq_container_of(ref->subs.next, cq_sub_t, by_conn);
@@ -225,6 +232,22 @@ void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit, bool own
 }
 
 /* ---- a successor authenticated ---------------------------------------------------------- */
+
+uint32_t cq__recover_pending(cq_shared_t *sh, uint8_t type, const char *pit)
+{
+    if (!sh->node || !sh->o.server_recoverable || type != CQ_CONN_SERVER || !pit || !*pit)
+        return 0;
+    uint32_t found = 0, it = 0, id;
+    void *v;
+    pthread_mutex_lock(&sh->dir_lock);
+    while (!found && cq_map_next(&sh->dir, &it, &id, &v)) {
+        const cq_dir_ent_t *e = v;
+        if (e->remote && e->pit && strcmp(e->pit, pit) == 0)
+            found = id;
+    }
+    pthread_mutex_unlock(&sh->dir_lock);
+    return found;
+}
 
 /* Under dir_lock: claims the handle for pit if its old id is free. The old id must be free, as
  * in channeld: if it was allocated again meanwhile, the successor keeps its new id and recovers
@@ -345,17 +368,31 @@ static void handle_drop(cq_shared_t *sh, const char *pit)
     pthread_mutex_unlock(&sh->dir_lock);
 }
 
-/* After the AuthResult: every worker of every node restores what it kept for pit, to conn_id
- * (old_id's successor). The successor's own worker tells the others (after the ROUTEs its
- * adoption posted, place.c; after its announcement to the other nodes, auth.c) and times
- * RECOVERY_END. A successor on another node than old_id's takes old_id's server slot. */
+/* After the AuthResult, on the successor's worker: every worker of every node restores what it
+ * kept for pit, to conn_id (old_id's successor), and RECOVERY_END is timed. The successor's own
+ * worker restores through its inbox too, like the others: a CONN_GONE of the predecessor that
+ * is still queued there (it was queued before the handle could be claimed) is handled first.
+ * The RECOVERs follow the ROUTEs the adoption posted (place.c) and, to the other nodes, the
+ * successor's announcement (auth.c). */
+void cq__recover_start(cq_core_t *c, uint32_t conn_id, uint32_t old_id, const char *pit)
+{
+    cq__xmsg_post_others(c, XM_RECOVER, conn_id, 0, old_id, pit);
+    size_t len = strlen(pit) + 1;
+    cq_xmsg_t *m = cq__xmsg_new(XM_RECOVER, len);
+    if (m) {
+        m->conn_id = conn_id;
+        m->u1 = old_id;
+        memcpy(m->body, pit, len);
+        cq__xmsg_post(c, c->index, m);
+    }
+    cq__node_recover(c, conn_id, old_id, pit);
+    cq__timed_add(c, c->now_ms + RECOVERY_DELAY_MS, T_RECOVERY_END, conn_id, 0);
+}
+
+/* XM_RECOVER, on every worker of every node: what this worker kept for pit is conn_id's. A
+ * successor on another node than old_id's takes old_id's server slot. */
 void cq__recover_apply(cq_core_t *c, uint32_t conn_id, uint32_t old_id, const char *pit)
 {
-    if (cq__conn_worker(c, conn_id) == c->index) {
-        cq__xmsg_post_others(c, XM_RECOVER, conn_id, 0, old_id, pit);
-        cq__node_recover(c, conn_id, old_id, pit);
-        cq__timed_add(c, c->now_ms + RECOVERY_DELAY_MS, T_RECOVERY_END, conn_id, 0);
-    }
     if (c->index == cq__place_local_dir_worker(c) &&
         cq__id_conn_node(&c->sh->ids, conn_id, NULL) != c->sh->node)
         handle_drop(c->sh, pit);

@@ -91,6 +91,8 @@ cq_shared_t *cq_shared_free(cq_shared_t *sh)
         cq_free(v);
     }
     cq_map_done(&sh->dir);
+    for (uint32_t i = 0; i < sh->n_rec_wait; i++)
+        cq__xmsg_free(sh->rec_wait[i]);
     pthread_mutex_destroy(&sh->dir_lock);
     cq__tokens_free(sh);
     pthread_mutex_destroy(&sh->tokens_mu);

@@ -250,6 +250,8 @@ static void core_opts(const app_t *a, cq_core_opts_t *o)
     if (*c->relay_nats) { /* ids carry the node (place.h) */
         o->relay_node = (uint16_t)c->relay_node_id;
         o->relay_node_bits = (uint8_t)c->relay_node_bits;
+        /* its ZooKeeper session, plus the listing and the relay's own hops */
+        o->relay_loss_ms = (uint32_t)c->zk_session_ms + 1000;
     }
     o->idle_timeout_ms = (uint32_t)c->idle_timeout_ms;
     o->max_packet_size = (uint32_t)c->max_packet_size;

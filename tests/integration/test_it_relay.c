@@ -620,14 +620,28 @@ static void test_server_recovers_on_its_node(void **state)
     it_expect_user(s2, ch, 100, 0, 0, c->id, "back?");
 }
 
-/* Waits until every node in nodes (0-terminated) keeps what the lost connection old held (its
- * recovery handle): a successor recovers what the nodes that know of the loss kept. */
-static void wait_handles(uint32_t old, const char *pit, const int *nodes)
+/* A server with pit on node n whose AuthResult may wait for its predecessor's loss to be seen
+ * (the node's ZooKeeper session, 2 s here, plus 1 s at most): a longer wait than it_expect's. */
+static it_conn_t *successor(int n, const char *pit, uint32_t stub, bool *recovered)
 {
-    char lost[96];
-    snprintf(lost, sizeof(lost), "conn %u lost; recoverable by pit \"%s\"", old, pit);
-    for (; *nodes; nodes++)
-        assert_true(cq_testsrv_log_wait(node(*nodes), lost, 10 * IT_TIMEOUT_MS));
+    it_conn_t *s = it_connect_to(node(n), true, NULL);
+    Channeldpb__AuthMessage a = CHANNELDPB__AUTH_MESSAGE__INIT;
+    a.playeridentifiertoken = (char *)pit;
+    a.logintoken = "lt";
+    assert_int_equal(chanq_sync_send(s->s, 0, 0, stub, MT_AUTH, &a.base), 0);
+    chanq_owned_msg_t env;
+    assert_int_equal(chanq_sync_recv(s->s, &env, 10 * IT_TIMEOUT_MS), 0);
+    assert_int_equal(env.msg_type, MT_AUTH);
+    assert_int_equal(env.stub_id, stub);
+    Channeldpb__AuthResultMessage *ar =
+        channeldpb__auth_result_message__unpack(NULL, env.body_len, env.body);
+    assert_non_null(ar);
+    assert_int_equal(ar->result, 0);
+    s->id = ar->connid;
+    *recovered = ar->shouldrecover;
+    channeldpb__auth_result_message__free_unpacked(ar, NULL);
+    chanq_owned_msg_done(&env);
+    return s;
 }
 
 /* Reads the successor's RECOVERY_CHANNEL_DATA up to RECOVERY_END: the channels, as a bit per
@@ -661,9 +675,11 @@ static unsigned expect_recovery(it_conn_t *s, const uint32_t *chans, const uint3
 }
 
 /* -scr across nodes: a game server of node 2 drops, and its successor (same PIT) connects to
- * node 3. It keeps its own id (ids carry their node) and gets back, under it, its channel of
- * node 2 and its subscription to a channel of node 1; the subscriber on node 3 hears
- * CHANNEL_OWNER_LOST and _RECOVERED, and client messages reach the owner on its new node. */
+ * node 3 at once, before node 3 may have heard of the drop (its AUTH waits for it). It keeps
+ * its own id (ids carry their node) and gets back, under it, its channel of node 2 and its
+ * subscription to a channel of node 1 (whose RECOVER may arrive before the CONN_GONE: it
+ * waits); the subscriber on node 3 hears CHANNEL_OWNER_LOST and _RECOVERED, and client
+ * messages reach the owner on its new node. */
 static void test_server_recovers_on_another_node(void **state)
 {
     (void)state;
@@ -682,12 +698,12 @@ static void test_server_recovers_on_another_node(void **state)
     it_expect_sub(o, ch1, 4, s1->id, CONN_SERVER, CT_SUBWORLD, 1);
     it_expect_sub(s1, ch1, 0, s1->id, CONN_SERVER, CT_SUBWORLD, 1);
     it_close(s1);
-    it_expect_empty(c, MT_OWNER_LOST, ch);
-    wait_handles(old_id, "zone-5", (const int[]){1, 2, 3, 0});
-    it_conn_t *s2 = it_server_pit(node(3), "zone-5", 9, &ar);
-    assert_true(ar->shouldrecover);
-    chanq_unpack_free(ar);
+    bool recovered = false;
+    it_conn_t *s2 = successor(3, "zone-5", 9, &recovered);
+    assert_true(recovered);
     assert_int_equal(s2->id >> 27, 3); /* its own id, of node 3 */
+    assert_int_not_equal(s2->id, old_id);
+    it_expect_empty(c, MT_OWNER_LOST, ch);
     uint32_t chans[2] = {ch, ch1}, owners[2] = {s2->id, o->id};
     assert_int_equal(expect_recovery(s2, chans, owners, 2), 0x3);
     it_expect_empty(c, MT_OWNER_RECOVERED, ch);
@@ -700,19 +716,17 @@ static void test_server_recovers_on_another_node(void **state)
     it_sfwd(o, ch1, BC_ALL, 102, 0, "still here");
     it_expect_user(s2, ch1, 102, BC_ALL, 0, 0, "still here");
     /* no node keeps a handle: the PIT recovers nothing a second time */
-    uint32_t id2 = s2->id;
     it_close(s2);
-    wait_handles(id2, "zone-5", (const int[]){1, 2, 3, 0});
-    it_conn_t *s3 = it_server_pit(node(1), "zone-5", 10, &ar);
-    assert_true(ar->shouldrecover);
-    chanq_unpack_free(ar);
+    it_conn_t *s3 = successor(1, "zone-5", 10, &recovered);
+    assert_true(recovered);
     assert_int_equal(expect_recovery(s3, chans, (const uint32_t[]){s3->id, o->id}, 2), 0x3);
 }
 
 /* SIGKILL node 1, GLOBAL's home, under the game server that possessed GLOBAL there with -scr:
  * the other nodes keep what it held (its PIT came with its announcement), GLOBAL's new home
- * keeps its possession of GLOBAL, and its successor on node 2 recovers GLOBAL there and its
- * subscription to a channel of node 3; a client of node 3 then reaches it through GLOBAL. */
+ * keeps its possession of GLOBAL, and its successor, which reconnects to node 2 at once (its
+ * AUTH waits until node 2 sees node 1's loss), recovers GLOBAL there and its subscription to a
+ * channel of node 3; a client of node 3 then reaches it through GLOBAL. */
 static void test_home_killed_server_recovers(void **state)
 {
     (void)state;
@@ -739,7 +753,12 @@ static void test_home_killed_server_recovers(void **state)
     it_expect_sub(g, ch3, 0, g->id, CONN_SERVER, CT_SUBWORLD, 1);
     assert_int_equal(cq_testsrv_kill(it_srv(), SIGKILL), 128 + SIGKILL);
     int64_t t0 = cq_test_mono_ms();
-    wait_handles(old_id, "game", (const int[]){2, 3, 0});
+    bool recovered = false;
+    it_conn_t *g2 = successor(2, "game", 5, &recovered);
+    int64_t t_auth = cq_test_mono_ms() - t0;
+    assert_true(recovered);
+    assert_int_equal(g2->id >> 27, 2);
+    assert_int_not_equal(g2->id, old_id);
     int64_t h2 = 0, h3 = 0;
     for (int i = 0; i < 10000; i++) {
         h2 = cq_testsrv_metric(node(2), "chanq_relay_global_home");
@@ -750,12 +769,9 @@ static void test_home_killed_server_recovers(void **state)
     }
     assert_int_equal(h2, h3);
     assert_true(h2 == 2 || h2 == 3);
-    printf("# node 1 killed: GLOBAL's home is node %lld, the handles kept after %lld ms\n",
-           (long long)h2, (long long)(cq_test_mono_ms() - t0));
-    it_conn_t *g2 = it_server_pit(node(2), "game", 5, &ar);
-    assert_true(ar->shouldrecover);
-    chanq_unpack_free(ar);
-    assert_int_equal(g2->id >> 27, 2);
+    printf(
+        "# node 1 killed: the successor's AuthResult after %lld ms, GLOBAL's home is node %lld\n",
+        (long long)t_auth, (long long)h2);
     uint32_t chans[2] = {0, ch3}, owners[2] = {g2->id, o->id};
     assert_int_equal(expect_recovery(g2, chans, owners, 2), 0x3);
     /* GLOBAL is the successor's at the new home: a client of node 3 that joins it reaches it,
