@@ -10,12 +10,13 @@
 #         shard's first master), chanqd node 2 on the standby (DIR/shardS/nodeN);
 #       - a relay of RELAY_NODES chanqd nodes (default 3; doc/relay-cluster.md) over a 3-server
 #         NATS cluster (tests/support/nats.sh, DIR/nats) and the ZooKeeper above: node N
-#         (DIR/relayN) is `--relay-node-id N`, a channel node only (no durable topics), started
-#         in order (node 1 claims GLOBAL's home), and start waits until every node has heard
-#         every other (chanq_relay_peers_up = RELAY_NODES - 1);
+#         (DIR/relayN) is `--relay-node-id N`, a channel node (its MQ port, on a SQLite store
+#         of its own, is there for its reports to the managers CHANQD_ARGS names: no shard's),
+#         started in order (node 1 claims GLOBAL's home), and start waits until every node has
+#         heard every other (chanq_relay_peers_up = RELAY_NODES - 1);
 #       and prints "zk=HOSTS", "nats=URLS", per shard chanqd "shard=S node=N mq=H:P admin=H:P
 #       pid=PID", and per relay node "relay node=N client=H:P server=H:P ws=H:P kcp=H:P
-#       admin=H:P pid=PID". Ports are free ones in 26000-29999 (NATS: 30000-32767; none in
+#       mq=H:P admin=H:P pid=PID". Ports are free ones in 26000-29999 (NATS: 30000-32767; none in
 #       24xxx/25xxx). On any failure everything started so far is stopped again.
 #   scripts/cluster.sh stop DIR     stops the relay nodes, then NATS, then every shard chanqd,
 #       then every MariaDB, then ZooKeeper, each by the PID this script (or the fixture scripts)
@@ -23,7 +24,8 @@
 #   scripts/cluster.sh status DIR   one line per service: name, port(s), pid, up/down, role
 #       (ZooKeeper: leader/follower; MariaDB: rw/ro, semi-sync and replica state; chanqd: its
 #       role from /metrics, else from its shard's members in ZooKeeper; NATS: its routes; a
-#       relay node: members, peers_up, nats_connected from /metrics), and per relay node one
+#       relay node: members, peers_up, nats_connected and, when it reports to managers,
+#       mgr_connected from /metrics), and per relay node one
 #       line per peer: its link's packets out and in, gaps and resets.
 #
 # Environment: CHANQD (default build/src/main/chanqd, built with meson/ninja when missing),
@@ -95,15 +97,16 @@ chanqd_cmd() {
     [ -z "$CHANQD_ARGS" ] || CMD+=($CHANQD_ARGS)
 }
 
-# relay_cmd N: sets CMD to the command line of relay node N, a channel node (no --mq-addr) of
-# the relay RELAY_CLUSTER over the cluster's NATS servers and ZooKeeper (ports in DIR/relayN).
+# relay_cmd N: sets CMD to the command line of relay node N, a channel node of the relay
+# RELAY_CLUSTER over the cluster's NATS servers and ZooKeeper (ports in DIR/relayN); its MQ
+# port carries its reports to managers (doc/relay-cluster.md "Operations").
 relay_cmd() {
     local n=$1 d="$DIR/relay$1"
     CMD=("$CHANQD" --client-addr "127.0.0.1:$(cat "$d/client_port")"
         --server-addr "127.0.0.1:$(cat "$d/server_port")"
         --ws-addr "127.0.0.1:$(cat "$d/ws_port")" --kcp-addr "127.0.0.1:$(cat "$d/kcp_port")"
-        --admin-addr "127.0.0.1:$(cat "$d/admin_port")" --mq-addr '' --mq-http-addr ''
-        --ready-file "$d/ready" --log-level "$LOG_LEVEL"
+        --admin-addr "127.0.0.1:$(cat "$d/admin_port")" --mq-addr "127.0.0.1:$(cat "$d/mq_port")"
+        --mq-http-addr '' --store-dir "$d/data" --ready-file "$d/ready" --log-level "$LOG_LEVEL"
         --relay-nats "$(cat "$DIR/nats_urls")" --relay-zk-hosts "$(cat "$DIR/zk_hosts")"
         --zk-root "$ZK_ROOT" --zk-session-ms "$ZK_SESSION_MS"
         --relay-cluster "$RELAY_CLUSTER" --relay-node-id "$n")
@@ -193,7 +196,7 @@ start_chanqd() {
 # start_relay N: launches relay node N and waits for its ready file (written once the node
 # knows GLOBAL's home).
 start_relay() {
-    take_ports "$DIR/relay$1" client server ws kcp admin
+    take_ports "$DIR/relay$1" client server ws kcp mq admin
     relay_cmd "$1"
     launch "$DIR/relay$1" "relay node $1"
 }
@@ -286,7 +289,8 @@ start_relays() {
     for n in $(seq 1 "$RELAY_NODES"); do
         d="$DIR/relay$n"
         echo "relay node=$n client=$(hostport "$d" client) server=$(hostport "$d" server)" \
-            "ws=$(hostport "$d" ws) kcp=$(hostport "$d" kcp) admin=$(hostport "$d" admin)" \
+            "ws=$(hostport "$d" ws) kcp=$(hostport "$d" kcp) mq=$(hostport "$d" mq)" \
+            "admin=$(hostport "$d" admin)" \
             "pid=$(cat "$d/pid")"
     done
 }
@@ -419,18 +423,21 @@ nats_status() {
 # relay_status D: relay node D's line (members, peers up, NATS connection from its /metrics),
 # then one line per peer of its link counters.
 relay_status() {
-    local d=$1 name pid state=down m=""
+    local d=$1 name pid state=down m="" want='^chanq_relay_'
     name="relay node${d##*/relay}"
     pid=$(cat "$d/pid" 2>/dev/null || echo -)
+    # its manager connection, when it was started to report to managers
+    ! grep -q -- '--mgr-servers' "$d/cmdline" 2>/dev/null || want="$want|^chanq_mq_mgr_connected "
     if alive "$pid"; then
         state=up
         m=$(curl -s --max-time 2 "http://127.0.0.1:$(cat "$d/admin_port")/metrics" 2>/dev/null |
-            grep '^chanq_relay_' || true)
+            grep -E "$want" || true)
     fi
     printf '%-22s port=%-5s pid=%-7s %-4s %s\n' "$name" "$(cat "$d/client_port")" "$pid" \
         "$state" "$(echo "$m" | awk '$1 == "chanq_relay_members" { a = $2 }
             $1 == "chanq_relay_peers_up" { b = $2 } $1 == "chanq_relay_nats_connected" { c = $2 }
-            END { if (a b c != "") printf "members=%s peers_up=%s nats_connected=%s", a, b, c }')"
+            $1 == "chanq_mq_mgr_connected" { g = " mgr_connected=" $2 }
+            END { if (a b c != "") printf "members=%s peers_up=%s nats_connected=%s%s", a, b, c, g }')"
     # chanq_relay_link_packets_total{peer="2",dir="out"} 5 -> peer 2: out=5 (in the peers' order)
     [ -z "$m" ] || echo "$m" | awk -v name="$name" '
         match($1, /peer="[0-9]+"/) {

@@ -224,6 +224,28 @@ int chanq_cluster_svrconfig_io(const chanq_cluster_mgr_io_t *io, const char *mgr
                                chanq_cluster_server_t *ret, size_t cap, size_t *ret_n, char *err,
                                size_t errlen);
 
+/* A relay node as the managers list it (svrconfig's relay_nodes, doc/mgr.md): where a client
+ * of the relay named cluster connects, by transport ("" when the node does not serve it). */
+typedef struct chanq_cluster_relay_node {
+    uint32_t node;
+    char cluster[33];
+    char tcp[CHANQ_CLUSTER_ADDR_MAX + 1], ws[CHANQ_CLUSTER_ADDR_MAX + 1],
+        wss[CHANQ_CLUSTER_ADDR_MAX + 1], kcp[CHANQ_CLUSTER_ADDR_MAX + 1];
+} chanq_cluster_relay_node_t;
+
+/* Asks the managers as chanq_cluster_svrconfig does and returns the live relay nodes of the
+ * answer (by relay, then node) in ret[0..*ret_n) (possibly none: a manager that lists none, or
+ * one older than relay_nodes). A client gives their addresses of its transport to
+ * chanq_sync_connect_list / chanq_uv_connect_list. Errors as chanq_cluster_svrconfig (CQ_ELIMIT:
+ * more than cap; the managers list at most 256). */
+int chanq_cluster_relay_nodes(const char *mgrs, uint32_t module_id, const char *token,
+                              int timeout_ms, chanq_cluster_relay_node_t *ret, size_t cap,
+                              size_t *ret_n, char *err, size_t errlen);
+int chanq_cluster_relay_nodes_io(const chanq_cluster_mgr_io_t *io, const char *mgrs,
+                                 uint32_t module_id, const char *token, int timeout_ms,
+                                 chanq_cluster_relay_node_t *ret, size_t cap, size_t *ret_n,
+                                 char *err, size_t errlen);
+
 /* ---- cluster --------------------------------------------------------------------------- */
 
 /* servers[0..n): copied; their index is reset to the position. tr: copied (tr->ud is owned

@@ -123,67 +123,105 @@ static int request(uint32_t module_id, const char *token, uint32_t askid, uint8_
     return r;
 }
 
-/* The answer's servers into ret. 0, the CQ_E* code of its err_code, CQ_EJSON/CQ_EFIELD (not
- * an answer), CQ_ELIMIT. */
-static int answer(const uint8_t *p, size_t n, uint32_t askid, chanq_cluster_server_t *ret,
-                  size_t cap, size_t *ret_n, char *err, size_t errlen)
+/* The answer to our svrconfig, decoded into *ret (owned) when its err_code is 0; else the CQ_E*
+ * code of its err_code, CQ_EJSON/CQ_EFIELD (not an answer), with why. */
+static int answer(const uint8_t *p, size_t n, uint32_t askid, cq_mqmgr_msg_t **ret, char *why,
+                  size_t wlen)
 {
     cq_mq_frame_t f;
     cq_mqmgr_msg_t *m = NULL;
-    char why[256] = "";
     ssize_t k = cq_mq_parse(p, n, (uint32_t)n, &f);
-    int r = k > 0 ? cq_mqmgr_decode(&f, 0, &m, why, sizeof(why)) : CQ_EBADLEN;
+    int r = k > 0 ? cq_mqmgr_decode(&f, 0, &m, why, wlen) : CQ_EBADLEN;
     if (r == 0 && (m->kind != CQ_MQMGR_SVRCONFIG_RESP || m->askid != askid)) {
-        snprintf(why, sizeof(why), "not the answer to our svrconfig (%s)",
-                 cq_mqmgr_kind_name(m->kind));
+        snprintf(why, wlen, "not the answer to our svrconfig (%s)", cq_mqmgr_kind_name(m->kind));
         r = m->kind == CQ_MQMGR_ERROR_FRAME && m->err_code ? chanq_mq_err(m->err_code) : CQ_EJSON;
     } else if (r == 0 && m->err_code) {
-        snprintf(why, sizeof(why), "err_code %u: %s", m->err_code, m->err_msg ? m->err_msg : "");
+        snprintf(why, wlen, "err_code %u: %s", m->err_code, m->err_msg ? m->err_msg : "");
         r = chanq_mq_err(m->err_code);
-    } else if (r == 0 && m->nservers > cap) {
-        snprintf(why, sizeof(why), "%zu servers, more than %zu", m->nservers, cap);
-        r = CQ_ELIMIT;
     }
-    for (size_t i = 0; r == 0 && i < m->nservers; i++) {
+    if (r == 0)
+        *ret = m;
+    else
+        cq_mqmgr_msg_free(m);
+    return r;
+}
+
+/* What a caller takes from an answer: its servers or its relay nodes into out[0..cap). */
+typedef int (*take_fn)(const cq_mqmgr_msg_t *m, void *out, size_t cap, size_t *ret_n, char *why,
+                       size_t wlen);
+
+static int take_servers(const cq_mqmgr_msg_t *m, void *out, size_t cap, size_t *ret_n, char *why,
+                        size_t wlen)
+{
+    chanq_cluster_server_t *ret = out;
+    if (m->nservers > cap) {
+        snprintf(why, wlen, "%zu servers, more than %zu", m->nservers, cap);
+        return CQ_ELIMIT;
+    }
+    for (size_t i = 0; i < m->nservers; i++) {
         const cq_mqmgr_server_t *s = &m->servers[i];
         bool v6 = strchr(s->ip, ':') != NULL;
         ret[i].shard = s->shard;
         ret[i].index = (uint32_t)i;
         if ((size_t)snprintf(ret[i].addr, sizeof(ret[i].addr), v6 ? "[%s]:%u" : "%s:%u", s->ip,
                              s->port) >= sizeof(ret[i].addr))
-            r = -EINVAL;
+            return -EINVAL;
     }
-    if (r == 0)
-        *ret_n = m->nservers;
-    else
-        snprintf(err, errlen, "%s", why[0] ? why : cq_strerror(r));
-    cq_mqmgr_msg_free(m);
-    return r;
+    *ret_n = m->nservers;
+    return 0;
+}
+
+static int take_relay_nodes(const cq_mqmgr_msg_t *m, void *out, size_t cap, size_t *ret_n,
+                            char *why, size_t wlen)
+{
+    chanq_cluster_relay_node_t *ret = out;
+    if (m->nrelay_nodes > cap) {
+        snprintf(why, wlen, "%zu relay nodes, more than %zu", m->nrelay_nodes, cap);
+        return CQ_ELIMIT;
+    }
+    for (size_t i = 0; i < m->nrelay_nodes; i++) {
+        const cq_mqmgr_relay_node_t *n = &m->relay_nodes[i];
+        char *dst[CQ_MQMGR_NTRANSPORTS] = {ret[i].tcp, ret[i].ws, ret[i].wss, ret[i].kcp};
+        memset(&ret[i], 0, sizeof(ret[i]));
+        ret[i].node = n->node;
+        snprintf(ret[i].cluster, sizeof(ret[i].cluster), "%s", n->cluster);
+        for (int t = 0; t < CQ_MQMGR_NTRANSPORTS; t++)
+            if ((size_t)snprintf(dst[t], CHANQ_CLUSTER_ADDR_MAX + 1, "%s", n->addrs[t]) >
+                CHANQ_CLUSTER_ADDR_MAX)
+                return -EINVAL;
+    }
+    *ret_n = m->nrelay_nodes;
+    return 0;
 }
 
 static int ask_one(const chanq_cluster_mgr_io_t *io, const char *addr, uint32_t module_id,
-                   const char *token, int timeout_ms, chanq_cluster_server_t *ret, size_t cap,
+                   const char *token, int timeout_ms, take_fn take, void *out, size_t cap,
                    size_t *ret_n, char *err, size_t errlen)
 {
     static const uint32_t askid = 1; /* one request per exchange */
     uint8_t *req = NULL, *resp = cq_malloc(MGR_ANSWER_MAX);
     size_t n = 0, rn = 0;
+    cq_mqmgr_msg_t *m = NULL;
+    char why[256] = "";
     int r = resp ? request(module_id, token, askid, &req, &n) : -ENOMEM;
     if (r == 0)
         r = io->exchange(io->ud, addr, req, n, resp, MGR_ANSWER_MAX, &rn, timeout_ms);
+    if (r == 0)
+        r = answer(resp, rn, askid, &m, why, sizeof(why));
+    if (r == 0)
+        r = take(m, out, cap, ret_n, why, sizeof(why));
     if (r < 0)
-        snprintf(err, errlen, "%s", cq_strerror(r));
-    else
-        r = answer(resp, rn, askid, ret, cap, ret_n, err, errlen);
+        snprintf(err, errlen, "%s", why[0] ? why : cq_strerror(r));
+    cq_mqmgr_msg_free(m);
     cq_free(req);
     cq_free(resp);
     return r;
 }
 
-int chanq_cluster_svrconfig_io(const chanq_cluster_mgr_io_t *io, const char *mgrs,
-                               uint32_t module_id, const char *token, int timeout_ms,
-                               chanq_cluster_server_t *ret, size_t cap, size_t *ret_n, char *err,
-                               size_t errlen)
+/* The managers of mgrs one after the other until one answers err 0. */
+static int ask_managers(const chanq_cluster_mgr_io_t *io, const char *mgrs, uint32_t module_id,
+                        const char *token, int timeout_ms, take_fn take, void *out, size_t cap,
+                        size_t *ret_n, char *err, size_t errlen)
 {
     int r = -EINVAL;
     bool tried = false;
@@ -198,7 +236,8 @@ int chanq_cluster_svrconfig_io(const chanq_cluster_mgr_io_t *io, const char *mgr
         if (!*addr)
             continue;
         tried = true;
-        r = ask_one(io, addr, module_id, token, timeout_ms, ret, cap, ret_n, why, sizeof(why));
+        r = ask_one(io, addr, module_id, token, timeout_ms, take, out, cap, ret_n, why,
+                    sizeof(why));
         if (r == 0)
             return 0;
         snprintf(err, errlen, "manager %s: %s", addr, why);
@@ -206,6 +245,32 @@ int chanq_cluster_svrconfig_io(const chanq_cluster_mgr_io_t *io, const char *mgr
     if (!tried)
         snprintf(err, errlen, "no manager address in \"%s\"", mgrs ? mgrs : "");
     return r;
+}
+
+int chanq_cluster_svrconfig_io(const chanq_cluster_mgr_io_t *io, const char *mgrs,
+                               uint32_t module_id, const char *token, int timeout_ms,
+                               chanq_cluster_server_t *ret, size_t cap, size_t *ret_n, char *err,
+                               size_t errlen)
+{
+    return ask_managers(io, mgrs, module_id, token, timeout_ms, take_servers, ret, cap, ret_n, err,
+                        errlen);
+}
+
+int chanq_cluster_relay_nodes_io(const chanq_cluster_mgr_io_t *io, const char *mgrs,
+                                 uint32_t module_id, const char *token, int timeout_ms,
+                                 chanq_cluster_relay_node_t *ret, size_t cap, size_t *ret_n,
+                                 char *err, size_t errlen)
+{
+    return ask_managers(io, mgrs, module_id, token, timeout_ms, take_relay_nodes, ret, cap, ret_n,
+                        err, errlen);
+}
+
+int chanq_cluster_relay_nodes(const char *mgrs, uint32_t module_id, const char *token,
+                              int timeout_ms, chanq_cluster_relay_node_t *ret, size_t cap,
+                              size_t *ret_n, char *err, size_t errlen)
+{
+    return ask_managers(NULL, mgrs, module_id, token, timeout_ms, take_relay_nodes, ret, cap, ret_n,
+                        err, errlen);
 }
 
 int chanq_cluster_svrconfig(const char *mgrs, uint32_t module_id, const char *token, int timeout_ms,

@@ -295,6 +295,10 @@ static const opt_t opts[] = {
     STR("relay-zk-hosts", NULL, relay_zk_hosts, "", NULL, "LIST",
         "ZooKeeper ensemble (host:port,...) where the relay's nodes find each other "
         "(--zk-root/relay/NAME); empty uses --zk-hosts. A relay node needs one of them."),
+    STR("relay-advertise-host", NULL, relay_advertise_host, "", NULL, "HOST",
+        "The host a relay node's client addresses (TCP, WS, WSS, KCP) carry in its reports to "
+        "the managers, which list them to clients in svrconfig (doc/mgr.md); empty: the bound "
+        "address, and a listener bound to a wildcard (0.0.0.0, [::]) is not reported."),
     STR("relay-nats-user", NULL, relay_nats_user, "", NULL, "USER",
         "User of nats-server's user/password authorization; empty: none (or in the URL)."),
     STR("relay-nats-password", NULL, relay_nats_password, "", NULL, "PASSWORD",

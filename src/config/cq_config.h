@@ -116,6 +116,8 @@ typedef struct cq_config {
     char *relay_nats_tls_ca;
     char *relay_nats_tls_cert;
     char *relay_nats_tls_key;
+    /* the host of a relay node's client addresses in its reports; "" = as bound */
+    char *relay_advertise_host;
     char *repl_admin_user; /* replication control (read_only, promotion): an admin */
     char *repl_admin_password;
     char *repl_user; /* what a standby replicates as (CHANGE MASTER) */

@@ -61,6 +61,10 @@ int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *
  * temp file and
  * renamed, so a reader never sees half a line. Returns 0 or -errno. Main thread. */
 int cq_io_write_ready(cq_io_t *io, const char *mq_bound, const char *mqhttp_bound);
+/* The bound address ("H:P") of the client listener of transport t (CQ_CONN_TCP: --client-addr,
+ * CQ_CONN_WS, CQ_CONN_WSS, CQ_CONN_KCP), or "" when it is off: what a relay node advertises to
+ * its managers. Borrowed, fixed once cq_io_start() returned, valid until cq_io_free(). */
+const char *cq_io_client_bound(const cq_io_t *io, int t);
 /* Blocks until SIGINT/SIGTERM, then stops the workers. Returns 0. Main thread only. On SIGHUP
  * it calls on_hup(ud) (may be NULL) on the main thread and keeps running; SIGHUPs that arrive
  * before a reload starts are merged into that one reload, and one that arrives during a reload

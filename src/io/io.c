@@ -397,6 +397,13 @@ int cq_io_write_ready(cq_io_t *io, const char *mq_bound, const char *mqhttp_boun
     return rename(tmp, path) < 0 ? -errno : 0;
 }
 
+const char *cq_io_client_bound(const cq_io_t *io, int t)
+{
+    static const int which[CQ_CONN_TRANSPORTS] = {IO_B_CLIENT, IO_B_WS, IO_B_WSS, IO_B_KCP};
+    const char *b = t >= 0 && t < CQ_CONN_TRANSPORTS ? io->bound[which[t]] : "-";
+    return strcmp(b, "-") == 0 ? "" : b;
+}
+
 int cq_io_start(cq_shared_t *sh, const cq_io_opts_t *opts, cq_io_t **ret, char *err, size_t errlen)
 {
     int n = cq_shared_workers(sh);

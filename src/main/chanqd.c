@@ -459,7 +459,9 @@ static int make_mgrlink(app_t *a, cq_mqio_opts_t *mo)
                             .report_ms = (uint32_t)c->mgr_report_ms};
     if (!(a->mgrlink = cq_mgrlink_new(a->mqsrv, &lo)))
         return -ENOMEM;
-    a->figs = (cq_main_figures_t){.sh = a->sh, .cluster = a->cluster};
+    a->figs = (cq_main_figures_t){.sh = a->sh, .cluster = a->cluster, .relay = a->relay};
+    if (a->relay)
+        cq_main_figures_addrs(&a->figs, a->io, c->relay_advertise_host);
     mo->mgr_servers = c->mgr_servers;
     mo->mgr_link = a->mgrlink;
     mo->mgr_figures = cq_main_figures;

@@ -3,6 +3,7 @@
 #include "mgrfig.h"
 
 #include "cq_clock.h"
+#include "cq_log.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -73,6 +74,47 @@ static void relay(cq_shared_t *sh, cq_mgrlink_relay_t *r)
     r->slow_consumer_closes_total = cq_shared_counter(sh, "slow_consumer_closed");
 }
 
+/* The reported form of a bound "H:P": the advertised host, or the bound one if that is not a
+ * wildcard; "" otherwise. */
+static void advertised(const char *bound, const char *host, char *out, size_t cap)
+{
+    const char *colon = strrchr(bound, ':');
+    out[0] = '\0';
+    if (!*bound || !colon)
+        return;
+    if (*host) {
+        bool v6 = strchr(host, ':') && host[0] != '[';
+        snprintf(out, cap, v6 ? "[%s]%s" : "%s%s", host, colon);
+    } else if (strncmp(bound, "0.0.0.0:", 8) != 0 && strncmp(bound, "[::]:", 5) != 0) {
+        snprintf(out, cap, "%s", bound);
+    }
+}
+
+void cq_main_figures_addrs(cq_main_figures_t *f, const cq_io_t *io, const char *advertise_host)
+{
+    static const char *const names[CQ_MGRLINK_TRANSPORTS] = {"tcp", "ws", "wss", "kcp"};
+    static const int conn[CQ_MGRLINK_TRANSPORTS] = {CQ_CONN_TCP, CQ_CONN_WS, CQ_CONN_WSS,
+                                                    CQ_CONN_KCP};
+    for (int t = 0; t < CQ_MGRLINK_TRANSPORTS; t++) {
+        const char *b = cq_io_client_bound(io, conn[t]);
+        advertised(b, advertise_host ? advertise_host : "", f->addrs[t], sizeof(f->addrs[t]));
+        if (*b && !f->addrs[t][0])
+            CQ_WARN("main",
+                    "the %s listener is bound to %s: the managers are not told of it "
+                    "(--relay-advertise-host sets the host they give clients)",
+                    names[t], b);
+    }
+}
+
+/* A relay node's identity, addresses and links (f->links, refilled). */
+static void relay_node(cq_main_figures_t *f, cq_mgrlink_relay_t *r)
+{
+    if (cq_main_relay_report(f->relay, r, f->links, CQ_MAIN_RELAY_LINKS) < 0)
+        CQ_WARN("main", "the report to the managers carries no relay link (out of memory)");
+    for (int t = 0; t < CQ_MGRLINK_TRANSPORTS; t++)
+        r->addrs[t] = f->addrs[t];
+}
+
 void cq_main_figures(void *ud, cq_mgrlink_host_t *h)
 {
     cq_main_figures_t *f = ud;
@@ -82,6 +124,8 @@ void cq_main_figures(void *ud, cq_mgrlink_host_t *h)
     if (f->sh) {
         h->has_relay = true;
         relay(f->sh, &h->relay);
+        if (f->relay)
+            relay_node(f, &h->relay);
         h->sockets += (uint32_t)(h->relay.tcp + h->relay.ws + h->relay.wss + h->relay.kcp);
     }
     h->has_repl = f->cluster && cq_main_cluster_repl(f->cluster, &h->repl);

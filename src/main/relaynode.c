@@ -254,6 +254,36 @@ static int metrics(void *ud, cq_sbuf_t *out)
     return r;
 }
 
+int cq_main_relay_report(cq_main_relay_t *k, cq_mgrlink_relay_t *r, cq_mgrlink_link_t *links,
+                         size_t cap)
+{
+    r->node = (uint16_t)k->cfg->relay_node_id;
+    r->cluster = k->cfg->relay_cluster;
+    r->global_home = (uint16_t)atomic_load(&k->global_home);
+    r->members = atomic_load(&k->members);
+    r->links = links;
+    r->nlinks = 0;
+    cq_relay_stats_t st;
+    cq_relay_peer_stats_t *ps = cq_malloc(MAX_PEERS * sizeof(*ps));
+    if (!ps)
+        return -ENOMEM;
+    size_t n = cq_relay_stats(k->relay, &st, ps, MAX_PEERS);
+    for (size_t i = 0; i < n && i < cap; i++) {
+        const cq_relay_peer_stats_t *p = &ps[i];
+        links[i] = (cq_mgrlink_link_t){.peer = p->node,
+                                       .up = atomic_load(&k->hello_epoch[p->node]) != 0,
+                                       .packets_in = p->rx.delivered,
+                                       .packets_out = p->tx.packets,
+                                       .bytes_out = p->tx.bytes,
+                                       .gaps = p->rx.gaps,
+                                       .resets = p->rx.resets,
+                                       .lost = p->rx.lost};
+        r->nlinks++;
+    }
+    cq_free(ps);
+    return 0;
+}
+
 /* ---- membership (ZooKeeper) ----------------------------------------------------------------- */
 
 /* The workers hand their records for a node to the relay thread (cq_core.h). */

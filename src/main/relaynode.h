@@ -11,10 +11,15 @@
 #include "cq_admin.h"
 #include "cq_config.h"
 #include "cq_core.h"
+#include "cq_mgrlink.h"
 
 #include <stddef.h>
 
 typedef struct cq_main_relay cq_main_relay_t;
+
+/* Links a report carries at most: every peer a node can have (CQ_RELAY_MAX_PEERS), which is
+ * what the codec takes (CQ_MQMGR_LINKS_MAX). */
+#define CQ_MAIN_RELAY_LINKS 255
 
 /* Record kinds on the links (one byte each, cq_link.h). */
 enum {
@@ -32,6 +37,12 @@ int cq_main_relay_start(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin
 int cq_main_relay_join(cq_main_relay_t *k, char *err, size_t errlen);
 /* Says HELLO to node (a member that appeared). Any thread. */
 void cq_main_relay_hello(cq_main_relay_t *k, uint16_t node);
+/* What this node tells its managers (doc/mgr.md, ext.relay): r's node, cluster (borrowed from
+ * the config), GLOBAL's home and members, and its links by peer into links[0..cap) (r->links):
+ * the figures /metrics shows, read the way /metrics reads them (the relay's stats lock, once).
+ * Any thread. 0, or -ENOMEM (r's identity is set, no links). */
+int cq_main_relay_report(cq_main_relay_t *k, cq_mgrlink_relay_t *r, cq_mgrlink_link_t *links,
+                         size_t cap);
 /* Stops the network, then the relay thread; frees. Accepts NULL. */
 void cq_main_relay_stop(cq_main_relay_t *k, cq_admin_t *admin);
 

@@ -72,6 +72,17 @@ bool cq__mgr_server_stale(const cq_mgr_t *m, const mgr_server_t *s, uint64_t now
 /* Effective flags of a report: master (absent = true: seed servers do not say), shard. */
 bool cq__mgr_server_master(const mgr_server_t *s);
 uint32_t cq__mgr_server_shard(const mgr_server_t *s);
+/* A relay node's ext.relay (its report carries a node id), or NULL. */
+const cq_mqmgr_relay_t *cq__mgr_server_relay_node(const mgr_server_t *s);
+/* A relay node that is no shard's server (shard 0): its MQ port is there for its reports, so it
+ * is listed as a relay node (svrconfig's relay_nodes), not as a durable-topic server or a
+ * shard. */
+bool cq__mgr_server_relay_only(const mgr_server_t *s);
+/* The live relay nodes (not stale, not offline by flag or report), at most cap, sorted by relay
+ * then node; of two reports for one (relay, node) (a node restarted on another MQ port, a new
+ * appid) the newer, into ret[0..*ret_n). 0 or -ENOMEM. */
+int cq__mgr_relay_nodes(const cq_mgr_t *m, uint64_t now_ms, const mgr_server_t **ret, size_t cap,
+                        size_t *ret_n);
 /* Messages per second between the last two reports of a running total (0 without two). */
 double cq__mgr_rate(int64_t now_v, int64_t prev_v, uint64_t now_ms, uint64_t prev_ms);
 /* True when appid is offline: flagged in the state. */

@@ -217,7 +217,7 @@ static int list_servers(cq_mgr_t *m, const json_t *mod, cq_mqmgr_msg_t *r, uint6
         for (size_t i = 0; i < m->nservers; i++) {
             const mgr_server_t *s = m->servers[i];
             if (cq__mgr_server_stale(m, s, now) || !cq__mgr_server_master(s) ||
-                cq__mgr_server_offline(m, s) ||
+                cq__mgr_server_relay_only(s) || cq__mgr_server_offline(m, s) ||
                 (s->last->ext.has & CQ_MQMGR_X_OFFLINE && s->last->ext.offline) ||
                 !(s->last->ext.has & CQ_MQMGR_X_ADDR) || !in_groups(mod, s->group_id))
                 continue;
@@ -241,6 +241,28 @@ static int list_servers(cq_mgr_t *m, const json_t *mod, cq_mqmgr_msg_t *r, uint6
     return 0;
 }
 
+/* The live relay nodes of the module's groups that report at least one client address. */
+static int list_relay_nodes(cq_mgr_t *m, const json_t *mod, cq_mqmgr_msg_t *r, uint64_t now)
+{
+    const mgr_server_t **live = cq_malloc(CQ_MQMGR_RELAY_NODES_MAX * sizeof(*live));
+    size_t n = 0;
+    int rc = live ? cq__mgr_relay_nodes(m, now, live, CQ_MQMGR_RELAY_NODES_MAX, &n) : -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const cq_mqmgr_relay_t *x = &live[i]->last->ext.relay;
+        const char *addrs[CQ_MQMGR_NTRANSPORTS];
+        bool any = false;
+        for (int t = 0; t < CQ_MQMGR_NTRANSPORTS; t++)
+            any |= *(addrs[t] = x->addrs[t]) != '\0';
+        if (!any || !in_groups(mod, live[i]->group_id))
+            continue;
+        rc = cq_mqmgr_msg_add_relay_node(r, x->node, x->cluster, addrs);
+        if (rc == CQ_EFIELD)
+            rc = 0; /* a report the answer's codec refuses is left out */
+    }
+    cq_free(live);
+    return rc == CQ_ELIMIT ? 0 : rc;
+}
+
 static int on_svrconfig(cq_mgr_conn_t *c, const cq_mq_frame_t *f, cq_mqmgr_msg_t *req, uint64_t now)
 {
     cq_mgr_t *m = c->m;
@@ -260,6 +282,8 @@ static int on_svrconfig(cq_mgr_conn_t *c, const cq_mq_frame_t *f, cq_mqmgr_msg_t
     r->askid = req->askid;
     r->module_id = req->module_id;
     int rc = list_servers(m, mod, r, now);
+    if (rc == 0)
+        rc = list_relay_nodes(m, mod, r, now);
     if (rc == 0)
         send_msg(c, r);
     cq_mqmgr_msg_free(r);

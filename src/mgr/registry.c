@@ -5,6 +5,8 @@
 
 #include "cq_alloc.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 static size_t lower_bound(const cq_mgr_t *m, uint32_t appid)
@@ -117,4 +119,60 @@ bool cq__mgr_shard_alert(const cq_mgr_t *m, uint32_t shard, uint64_t now_ms, int
             *behind_ms = s->last->ext.repl.behind_ms;
     }
     return *behind_ms > (int64_t)m->o.lag_alert_ms;
+}
+
+const cq_mqmgr_relay_t *cq__mgr_server_relay_node(const mgr_server_t *s)
+{
+    const cq_mqmgr_ext_t *x = s->last ? &s->last->ext : NULL;
+    return x && (x->has & CQ_MQMGR_X_RELAY) && x->relay.node ? &x->relay : NULL;
+}
+
+bool cq__mgr_server_relay_only(const mgr_server_t *s)
+{
+    return cq__mgr_server_relay_node(s) && cq__mgr_server_shard(s) == 0;
+}
+
+static bool same_node(const mgr_server_t *a, const mgr_server_t *b)
+{
+    const cq_mqmgr_relay_t *ra = &a->last->ext.relay, *rb = &b->last->ext.relay;
+    return ra->node == rb->node && strcmp(ra->cluster, rb->cluster) == 0;
+}
+
+/* By relay name, then node id, then the newest report first. */
+static int relay_cmp(const void *a, const void *b)
+{
+    const mgr_server_t *x = *(const mgr_server_t *const *)a, *y = *(const mgr_server_t *const *)b;
+    const cq_mqmgr_relay_t *rx = &x->last->ext.relay, *ry = &y->last->ext.relay;
+    int c = strcmp(rx->cluster, ry->cluster);
+    if (c)
+        return c;
+    if (rx->node != ry->node)
+        return rx->node < ry->node ? -1 : 1;
+    return x->last_ms > y->last_ms ? -1 : x->last_ms < y->last_ms ? 1 : 0;
+}
+
+static bool relay_live(const cq_mgr_t *m, const mgr_server_t *s, uint64_t now_ms)
+{
+    return cq__mgr_server_relay_node(s) && !cq__mgr_server_stale(m, s, now_ms) &&
+           !cq__mgr_server_offline(m, s) &&
+           !((s->last->ext.has & CQ_MQMGR_X_OFFLINE) && s->last->ext.offline);
+}
+
+int cq__mgr_relay_nodes(const cq_mgr_t *m, uint64_t now_ms, const mgr_server_t **ret, size_t cap,
+                        size_t *ret_n)
+{
+    const mgr_server_t **all = cq_malloc((m->nservers ? m->nservers : 1) * sizeof(*all));
+    size_t n = 0, k = 0;
+    if (!all)
+        return -ENOMEM;
+    for (size_t i = 0; i < m->nservers; i++)
+        if (relay_live(m, m->servers[i], now_ms))
+            all[n++] = m->servers[i];
+    qsort(all, n, sizeof(*all), relay_cmp);
+    for (size_t i = 0; i < n && k < cap; i++)
+        if (i == 0 || !same_node(all[i - 1], all[i]))
+            ret[k++] = all[i];
+    cq_free(all);
+    *ret_n = k;
+    return 0;
 }

@@ -117,7 +117,7 @@ static size_t shard_list(const cq_mgr_t *m, uint32_t *shards, size_t cap)
 {
     size_t n = 0;
     for (size_t i = 0; i < m->nservers; i++) {
-        if (!m->servers[i]->last)
+        if (!m->servers[i]->last || cq__mgr_server_relay_only(m->servers[i]))
             continue;
         uint32_t sh = cq__mgr_server_shard(m->servers[i]);
         size_t j = 0;
@@ -137,7 +137,7 @@ static json_t *shard_json(const cq_mgr_t *m, uint32_t shard, uint64_t now, json_
     json_t *o = json_object(), *standbys = json_array(), *master = NULL, *repl = NULL;
     for (size_t i = 0; i < m->nservers; i++) {
         const mgr_server_t *s = m->servers[i];
-        if (!s->last || cq__mgr_server_shard(s) != shard)
+        if (!s->last || cq__mgr_server_shard(s) != shard || cq__mgr_server_relay_only(s))
             continue;
         bool live = !cq__mgr_server_stale(m, s, now);
         if (cq__mgr_server_master(s)) {
@@ -287,6 +287,101 @@ static json_t *relay_sum(const cq_mgr_t *m, uint64_t now)
     return o;
 }
 
+/* ---- relay nodes ---------------------------------------------------------------------------- */
+
+static const cq_mqmgr_link_t *find_link(const cq_mqmgr_msg_t *r, uint32_t peer)
+{
+    const cq_mqmgr_relay_t *x = r && (r->ext.has & CQ_MQMGR_X_RELAY) ? &r->ext.relay : NULL;
+    for (size_t i = 0; x && i < x->nlinks; i++)
+        if (x->links[i].peer == peer)
+            return &x->links[i];
+    return NULL;
+}
+
+/* A link with its rates between the server's last two reports (0 without the previous one). */
+static json_t *link_json(const mgr_server_t *s, const cq_mqmgr_link_t *l)
+{
+    const cq_mqmgr_link_t *p = find_link(s->prev, l->peer);
+    double in = p ? cq__mgr_rate(l->packets_in, p->packets_in, s->last_ms, s->prev_ms) : 0;
+    double out = p ? cq__mgr_rate(l->packets_out, p->packets_out, s->last_ms, s->prev_ms) : 0;
+    double bytes = p ? cq__mgr_rate(l->bytes_out, p->bytes_out, s->last_ms, s->prev_ms) : 0;
+    return json_pack("{s:I, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "peer",
+                     (json_int_t)l->peer, "up", l->up, "packets_in", (json_int_t)l->packets_in,
+                     "packets_out", (json_int_t)l->packets_out, "bytes_out",
+                     (json_int_t)l->bytes_out, "gaps", (json_int_t)l->gaps, "resets",
+                     (json_int_t)l->resets, "lost", (json_int_t)l->lost, "packets_in_per_s", in,
+                     "packets_out_per_s", out, "bytes_out_per_s", bytes);
+}
+
+static json_t *addrs_json(const cq_mqmgr_relay_t *x)
+{
+    json_t *o = json_object();
+    bool ok = true;
+    for (int t = 0; t < CQ_MQMGR_NTRANSPORTS; t++)
+        if (x->addrs[t][0])
+            set(o, cq_mqmgr_transport_names[t], json_string(x->addrs[t]), &ok);
+    if (!ok)
+        o = (json_decref(o), NULL);
+    return o;
+}
+
+static json_t *relay_node_json(const cq_mgr_t *m, const mgr_server_t *s, uint64_t now)
+{
+    const cq_mqmgr_relay_t *x = &s->last->ext.relay;
+    json_t *o = json_object(), *links = json_array();
+    bool ok = true;
+    for (size_t i = 0; i < x->nlinks; i++)
+        append(links, link_json(s, &x->links[i]), &ok);
+    bool offline = cq__mgr_server_offline(m, s) ||
+                   ((s->last->ext.has & CQ_MQMGR_X_OFFLINE) && s->last->ext.offline);
+    set(o, "appid", json_integer(s->appid), &ok);
+    set(o, "node", json_integer(x->node), &ok);
+    set(o, "cluster", json_string(x->cluster), &ok);
+    set(o, "stale", json_boolean(cq__mgr_server_stale(m, s, now)), &ok);
+    set(o, "age_ms", json_integer(now > s->last_ms ? (json_int_t)(now - s->last_ms) : 0), &ok);
+    set(o, "offline", json_boolean(offline), &ok);
+    set(o, "global_home", json_integer(x->global_home), &ok);
+    set(o, "home", json_boolean(x->global_home == x->node), &ok);
+    set(o, "members", json_integer(x->members), &ok);
+    set(o, "addrs", addrs_json(x), &ok);
+    set(o, "connections",
+        counts_json(cq_mqmgr_transport_names, x->connections, CQ_MQMGR_NTRANSPORTS), &ok);
+    set(o, "channels", counts_json(cq_mqmgr_chantype_names, x->channels, CQ_MQMGR_NCHANTYPES), &ok);
+    set(o, "subscribers", json_integer(x->subscribers), &ok);
+    set(o, "links", links, &ok);
+    if (!ok)
+        o = (json_decref(o), NULL);
+    return o;
+}
+
+static int relay_cmp(const void *a, const void *b)
+{
+    const cq_mqmgr_relay_t *x = &(*(const mgr_server_t *const *)a)->last->ext.relay;
+    const cq_mqmgr_relay_t *y = &(*(const mgr_server_t *const *)b)->last->ext.relay;
+    int c = strcmp(x->cluster, y->cluster);
+    return c ? c : x->node < y->node ? -1 : x->node > y->node;
+}
+
+/* Every server that reported as a relay node, stale ones included, by relay then node. */
+static json_t *relay_nodes_json(const cq_mgr_t *m, uint64_t now)
+{
+    const mgr_server_t **v = cq_malloc((m->nservers ? m->nservers : 1) * sizeof(*v));
+    json_t *arr = v ? json_array() : NULL;
+    size_t n = 0;
+    bool ok = arr != NULL;
+    for (size_t i = 0; v && i < m->nservers; i++)
+        if (cq__mgr_server_relay_node(m->servers[i]))
+            v[n++] = m->servers[i];
+    if (v)
+        qsort(v, n, sizeof(*v), relay_cmp);
+    for (size_t i = 0; ok && i < n; i++)
+        append(arr, relay_node_json(m, v[i], now), &ok);
+    cq_free(v);
+    if (!ok)
+        arr = (json_decref(arr), NULL);
+    return arr;
+}
+
 static json_t *state_view(const cq_mgr_t *m, uint64_t now)
 {
     json_t *o = json_object(), *servers = json_array(), *shards = json_array(),
@@ -315,6 +410,7 @@ static json_t *state_view(const cq_mgr_t *m, uint64_t now)
     set(o, "topics", topics, &ok);
     set(o, "modules", modules_json(m), &ok);
     set(o, "relay", relay_sum(m, now), &ok);
+    set(o, "relay_nodes", relay_nodes_json(m, now), &ok);
     set(o, "alerts", alerts, &ok);
     if (!ok)
         o = (json_decref(o), NULL);

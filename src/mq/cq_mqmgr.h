@@ -42,6 +42,10 @@
 #define CQ_MQMGR_CONSUMERS_MAX     64  /* consumers of one ext.topics entry */
 #define CQ_MQMGR_SERVERS_MAX       4096
 #define CQ_MQMGR_CFG_TOPICS_MAX    10000 /* topics of a publish_config */
+#define CQ_MQMGR_CLUSTER_MAX       32    /* a relay's name (--relay-cluster) */
+#define CQ_MQMGR_NODE_MAX          1023  /* a relay node's id */
+#define CQ_MQMGR_LINKS_MAX         255   /* ext.relay.links entries (a node's peers) */
+#define CQ_MQMGR_RELAY_NODES_MAX   256   /* relay_nodes of a svrconfig answer */
 
 typedef enum cq_mqmgr_kind {
     CQ_MQMGR_SVRCONFIG = 1,  /* type 1 */
@@ -102,11 +106,26 @@ typedef struct cq_mqmgr_topic {
 extern const char *const cq_mqmgr_transport_names[CQ_MQMGR_NTRANSPORTS];
 extern const char *const cq_mqmgr_chantype_names[CQ_MQMGR_NCHANTYPES];
 
-/* ext.relay; absent fields are 0. */
+/* One entry of ext.relay.links: the reporting node's link with peer, as its chanq_relay_link_*
+ * metrics count it (packets: NATS messages; in = delivered in order). Absent numbers are 0. */
+typedef struct cq_mqmgr_link {
+    uint32_t peer; /* 1..CQ_MQMGR_NODE_MAX */
+    bool up;       /* the peer is a member and its HELLO came */
+    int64_t packets_in, packets_out, bytes_out, gaps, resets, lost;
+} cq_mqmgr_link_t;
+
+/* ext.relay; absent fields are 0 (or ""). node > 0: the server is a relay node and reports its
+ * identity (node, cluster, the client addresses by transport: "" when off), GLOBAL's home, the
+ * members it sees and its links; node 0: none of these is encoded. */
 typedef struct cq_mqmgr_relay {
     int64_t connections[CQ_MQMGR_NTRANSPORTS];
     int64_t channels[CQ_MQMGR_NCHANTYPES];
     int64_t subscribers, fanouts_total, slow_consumer_closes_total;
+    uint32_t node, global_home, members;
+    char cluster[CQ_MQMGR_CLUSTER_MAX + 1];
+    char addrs[CQ_MQMGR_NTRANSPORTS][CQ_MQMGR_HOST_MAX + 1];
+    cq_mqmgr_link_t *links; /* owned, nlinks, by peer */
+    size_t nlinks;
 } cq_mqmgr_relay_t;
 
 /* chanq's extension of a sync (every field optional; has says which were there). */
@@ -128,6 +147,14 @@ typedef struct cq_mqmgr_server {
     uint16_t port; /* 1..65535 */
     uint32_t shard;
 } cq_mqmgr_server_t;
+
+/* One relay node of a svrconfig answer (relay_nodes): where a client connects, by transport
+ * ("" when the node does not serve it). */
+typedef struct cq_mqmgr_relay_node {
+    uint32_t node;
+    char cluster[CQ_MQMGR_CLUSTER_MAX + 1];
+    char addrs[CQ_MQMGR_NTRANSPORTS][CQ_MQMGR_HOST_MAX + 1];
+} cq_mqmgr_relay_node_t;
 
 /* One topic of a publish_config: {"<name>": {online, retention}}. */
 typedef struct cq_mqmgr_cfg_topic {
@@ -164,9 +191,11 @@ typedef struct cq_mqmgr_msg {
     int64_t config_version;     /* sync_resp */
     cq_mqmgr_server_t *servers; /* owned; svrconfig_resp */
     size_t nservers;
-    uint32_t cmdid;           /* command, command_resp */
-    cq_mqmgr_config_t config; /* command 1 */
-    bool offline;             /* command 2 */
+    cq_mqmgr_relay_node_t *relay_nodes; /* owned; svrconfig_resp ("relay_nodes", encoded when */
+    size_t nrelay_nodes;                /* there is at least one) */
+    uint32_t cmdid;                     /* command, command_resp */
+    cq_mqmgr_config_t config;           /* command 1 */
+    bool offline;                       /* command 2 */
 } cq_mqmgr_msg_t;
 
 /* The frame type of a kind (1, 2, 3, 4, 20). */
@@ -189,6 +218,11 @@ int cq_mqmgr_msg_add_topic(cq_mqmgr_msg_t *m, const char *name, bool online, int
                            int64_t produced_total); /* ext.topics; sets CQ_MQMGR_X_TOPICS */
 int cq_mqmgr_msg_add_consumer(cq_mqmgr_msg_t *m, const char *id, int64_t offset,
                               int64_t lag); /* to the last ext.topics entry */
+/* ext.relay.links (sets CQ_MQMGR_X_RELAY): l is copied. */
+int cq_mqmgr_msg_add_link(cq_mqmgr_msg_t *m, const cq_mqmgr_link_t *l);
+/* relay_nodes of a svrconfig answer: addrs[CQ_MQMGR_NTRANSPORTS] ("" or NULL: off). */
+int cq_mqmgr_msg_add_relay_node(cq_mqmgr_msg_t *m, uint32_t node, const char *cluster,
+                                const char *const *addrs);
 /* publish_config: modules is the text of a JSON object (parsed, stored compact). */
 int cq_mqmgr_config_set_modules(cq_mqmgr_config_t *c, const char *modules, size_t len);
 int cq_mqmgr_config_add_topic(cq_mqmgr_config_t *c, const char *name, bool online,

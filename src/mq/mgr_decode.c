@@ -166,6 +166,108 @@ static int get_counts(const mq_fctx_t *c, json_t *obj, const char *prefix, const
     return rc;
 }
 
+/* obj's transport keys (optional "host:port" strings) into addrs, named prefix.tcp... */
+static int get_addrs(const mq_fctx_t *c, json_t *obj, const char *prefix,
+                     char (*addrs)[CQ_MQMGR_HOST_MAX + 1])
+{
+    for (int t = 0; t < CQ_MQMGR_NTRANSPORTS; t++) {
+        json_t *v = json_object_get(obj, cq_mqmgr_transport_names[t]);
+        char name[96];
+        snprintf(name, sizeof(name), "%s.%s", prefix, cq_mqmgr_transport_names[t]);
+        int rc = v ? cq__mq_get_strbuf(c, name, v, CQ_MQMGR_HOST_MAX, addrs[t]) : 0;
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* A relay node's id (required, 1..CQ_MQMGR_NODE_MAX) and relay name (required, 1..32 bytes). */
+static int get_node_id(const mq_fctx_t *c, json_t *obj, const char *prefix, uint32_t *node,
+                       char *cluster)
+{
+    char name[96];
+    int64_t id = 0;
+    int rc = 0;
+    snprintf(name, sizeof(name), "%s.node", prefix);
+    json_t *v = cq__mq_required(c, obj, "node", name, &rc);
+    if (v)
+        rc = cq__mq_get_int(c, name, v, 1, CQ_MQMGR_NODE_MAX, &id);
+    *node = (uint32_t)id;
+    snprintf(name, sizeof(name), "%s.cluster", prefix);
+    v = rc == 0 ? cq__mq_required(c, obj, "cluster", name, &rc) : NULL;
+    if (v)
+        rc = cq__mq_get_strbuf(c, name, v, CQ_MQMGR_CLUSTER_MAX, cluster);
+    if (rc == 0 && !cluster[0])
+        rc = cq__mq_field_err(c, CQ_EFIELD, name, "must not be empty");
+    return rc;
+}
+
+static int get_link(const mq_fctx_t *c, json_t *v, size_t i, cq_mqmgr_relay_t *r)
+{
+    char p[48], name[64];
+    snprintf(p, sizeof(p), "ext.relay.links[%zu]", i);
+    int rc = cq__mq_need_object(c, p, v);
+    if (rc < 0)
+        return rc;
+    cq_mqmgr_link_t *l = &r->links[r->nlinks];
+    memset(l, 0, sizeof(*l));
+    int64_t peer = 0;
+    snprintf(name, sizeof(name), "%s.peer", p);
+    json_t *pv = cq__mq_required(c, v, "peer", name, &rc);
+    if (pv)
+        rc = cq__mq_get_int(c, name, pv, 1, CQ_MQMGR_NODE_MAX, &peer);
+    l->peer = (uint32_t)peer;
+    if (rc == 0)
+        rc = opt_bool(c, v, p, "up", &l->up, NULL);
+    static const char *const keys[6] = {"packets_in", "packets_out", "bytes_out",
+                                        "gaps",       "resets",      "lost"};
+    int64_t *dst[6] = {&l->packets_in, &l->packets_out, &l->bytes_out,
+                       &l->gaps,       &l->resets,      &l->lost};
+    for (int k = 0; rc == 0 && k < 6; k++)
+        rc = opt_int(c, v, p, keys[k], 0, dst[k], NULL);
+    if (rc == 0)
+        r->nlinks++;
+    return rc;
+}
+
+static int get_links(const mq_fctx_t *c, json_t *v, cq_mqmgr_relay_t *r)
+{
+    size_t n = json_is_array(v) ? json_array_size(v) : 0;
+    if (!json_is_array(v) || n > CQ_MQMGR_LINKS_MAX)
+        return cq__mq_field_err(c, CQ_EFIELD, "ext.relay.links",
+                                "must be an array of at most %d links", CQ_MQMGR_LINKS_MAX);
+    if (n && !(r->links = cq_calloc(n, sizeof(*r->links))))
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        int rc = get_link(c, json_array_get(v, i), i, r);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* A relay node's part of ext.relay (when it has "node"). */
+static int get_relay_node(const mq_fctx_t *c, json_t *v, cq_mqmgr_relay_t *r)
+{
+    const char *p = "ext.relay";
+    int64_t home = 0, members = 0;
+    int rc = get_node_id(c, v, p, &r->node, r->cluster);
+    json_t *h = rc == 0 ? json_object_get(v, "global_home") : NULL;
+    if (h)
+        rc = cq__mq_get_int(c, "ext.relay.global_home", h, 0, CQ_MQMGR_NODE_MAX, &home);
+    r->global_home = (uint32_t)home;
+    if (rc == 0)
+        rc = opt_int(c, v, p, "members", 0, &members, NULL);
+    r->members = members > UINT32_MAX ? UINT32_MAX : (uint32_t)members;
+    json_t *a = rc == 0 ? json_object_get(v, "addrs") : NULL;
+    if (a && (rc = cq__mq_need_object(c, "ext.relay.addrs", a)) == 0)
+        rc = get_addrs(c, a, "ext.relay.addrs", r->addrs);
+    json_t *l = rc == 0 ? json_object_get(v, "links") : NULL;
+    if (l)
+        rc = get_links(c, l, r);
+    return rc;
+}
+
 static int get_relay(const mq_fctx_t *c, json_t *v, cq_mqmgr_relay_t *r)
 {
     int rc = cq__mq_need_object(c, "ext.relay", v);
@@ -184,6 +286,8 @@ static int get_relay(const mq_fctx_t *c, json_t *v, cq_mqmgr_relay_t *r)
     if (rc == 0)
         rc = opt_int(c, v, "ext.relay", "slow_consumer_closes_total", 0,
                      &r->slow_consumer_closes_total, NULL);
+    if (rc == 0 && json_object_get(v, "node"))
+        rc = get_relay_node(c, v, r);
     return rc;
 }
 
@@ -340,6 +444,37 @@ static int get_server(const mq_fctx_t *c, json_t *v, size_t i, cq_mqmgr_msg_t *m
     return rc;
 }
 
+static int get_relay_entry(const mq_fctx_t *c, json_t *v, size_t i, cq_mqmgr_msg_t *m)
+{
+    char p[48];
+    snprintf(p, sizeof(p), "relay_nodes[%zu]", i);
+    int rc = cq__mq_need_object(c, p, v);
+    cq_mqmgr_relay_node_t *n = &m->relay_nodes[m->nrelay_nodes];
+    if (rc == 0)
+        rc = get_node_id(c, v, p, &n->node, n->cluster);
+    if (rc == 0)
+        rc = get_addrs(c, v, p, n->addrs);
+    if (rc == 0)
+        m->nrelay_nodes++;
+    return rc;
+}
+
+/* relay_nodes (optional: absent when no relay node is live, and unknown to older SDKs). */
+static int get_relay_nodes(const mq_fctx_t *c, json_t *v, cq_mqmgr_msg_t *m)
+{
+    size_t n = json_is_array(v) ? json_array_size(v) : 0;
+    if (!json_is_array(v) || n > CQ_MQMGR_RELAY_NODES_MAX)
+        return cq__mq_field_err(c, CQ_EFIELD, "relay_nodes",
+                                "must be an array of at most %d relay nodes",
+                                CQ_MQMGR_RELAY_NODES_MAX);
+    if (n && !(m->relay_nodes = cq_calloc(n, sizeof(*m->relay_nodes))))
+        return -ENOMEM;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = get_relay_entry(c, json_array_get(v, i), i, m);
+    return rc;
+}
+
 static int dec_svrconfig_resp(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
 {
     int rc = get_askid(c, root, m);
@@ -356,6 +491,9 @@ static int dec_svrconfig_resp(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *
         return -ENOMEM;
     for (size_t i = 0; rc == 0 && i < n; i++)
         rc = get_server(c, json_array_get(v, i), i, m);
+    json_t *rn = rc == 0 ? json_object_get(root, "relay_nodes") : NULL;
+    if (rn)
+        rc = get_relay_nodes(c, rn, m);
     return rc;
 }
 

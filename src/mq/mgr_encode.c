@@ -53,7 +53,9 @@ cq_mqmgr_msg_t *cq_mqmgr_msg_free(cq_mqmgr_msg_t *m)
     for (size_t i = 0; i < m->ext.ntopics; i++)
         cq_free(m->ext.topics[i].consumers);
     cq_free(m->ext.topics);
+    cq_free(m->ext.relay.links);
     cq_free(m->servers);
+    cq_free(m->relay_nodes);
     cq_free(m->config.modules);
     cq_free(m->config.topics);
     cq_free(m->token);
@@ -150,6 +152,56 @@ int cq_mqmgr_msg_add_consumer(cq_mqmgr_msg_t *m, const char *id, int64_t offset,
     memcpy(k->id, id, len + 1);
     k->offset = offset;
     k->lag = lag;
+    return 0;
+}
+
+static bool u53_ok(int64_t v)
+{
+    return v >= 0 && v <= U53_MAX_;
+}
+
+int cq_mqmgr_msg_add_link(cq_mqmgr_msg_t *m, const cq_mqmgr_link_t *l)
+{
+    cq_mqmgr_relay_t *r = &m->ext.relay;
+    if (l->peer < 1 || l->peer > CQ_MQMGR_NODE_MAX || !u53_ok(l->packets_in) ||
+        !u53_ok(l->packets_out) || !u53_ok(l->bytes_out) || !u53_ok(l->gaps) ||
+        !u53_ok(l->resets) || !u53_ok(l->lost))
+        return CQ_EFIELD;
+    if (r->nlinks >= CQ_MQMGR_LINKS_MAX)
+        return CQ_ELIMIT;
+    if (grow((void **)&r->links, r->nlinks, sizeof(*r->links)) < 0)
+        return -ENOMEM;
+    r->links[r->nlinks++] = *l;
+    m->ext.has |= CQ_MQMGR_X_RELAY | CQ_MQMGR_X_EXT;
+    return 0;
+}
+
+/* A relay's name and its client addresses as the codec takes them. */
+static bool cluster_ok(const char *s)
+{
+    size_t len = s ? strlen(s) : 0;
+    return len && len <= CQ_MQMGR_CLUSTER_MAX && cq__mq_utf8_valid(s, len);
+}
+
+int cq_mqmgr_msg_add_relay_node(cq_mqmgr_msg_t *m, uint32_t node, const char *cluster,
+                                const char *const *addrs)
+{
+    if (node < 1 || node > CQ_MQMGR_NODE_MAX || !cluster_ok(cluster))
+        return CQ_EFIELD;
+    for (int t = 0; t < CQ_MQMGR_NTRANSPORTS; t++)
+        if (addrs[t] && !host_ok(addrs[t]))
+            return CQ_EFIELD;
+    if (m->nrelay_nodes >= CQ_MQMGR_RELAY_NODES_MAX)
+        return CQ_ELIMIT;
+    if (grow((void **)&m->relay_nodes, m->nrelay_nodes, sizeof(*m->relay_nodes)) < 0)
+        return -ENOMEM;
+    cq_mqmgr_relay_node_t *n = &m->relay_nodes[m->nrelay_nodes++];
+    memset(n, 0, sizeof(*n));
+    n->node = node;
+    memcpy(n->cluster, cluster, strlen(cluster) + 1);
+    for (int t = 0; t < CQ_MQMGR_NTRANSPORTS; t++)
+        if (addrs[t])
+            memcpy(n->addrs[t], addrs[t], strlen(addrs[t]) + 1);
     return 0;
 }
 
@@ -286,6 +338,54 @@ static json_t *enc_counts(const char *const *names, const int64_t *v, size_t n, 
     return o;
 }
 
+/* The transports that are on (a non-empty address), as {"tcp": "h:p", ...}. */
+static json_t *enc_addrs(json_t *o, const char (*addrs)[CQ_MQMGR_HOST_MAX + 1], int *rc)
+{
+    for (int t = 0; t < CQ_MQMGR_NTRANSPORTS; t++)
+        if (addrs[t][0]) {
+            if (*rc == 0 && strlen(addrs[t]) > CQ_MQMGR_HOST_MAX)
+                *rc = CQ_EFIELD;
+            put_str(o, cq_mqmgr_transport_names[t], addrs[t], rc);
+        }
+    return o;
+}
+
+static void put_cluster(json_t *o, const char *cluster, int *rc)
+{
+    if (*rc == 0 && strlen(cluster) > CQ_MQMGR_CLUSTER_MAX)
+        *rc = CQ_EFIELD;
+    put_str(o, "cluster", cluster, rc);
+}
+
+static json_t *enc_link(const cq_mqmgr_link_t *l, int *rc)
+{
+    json_t *o = json_object();
+    put_int(o, "peer", l->peer, 1, CQ_MQMGR_NODE_MAX, rc);
+    put_bool(o, "up", l->up, rc);
+    put_u53(o, "packets_in", l->packets_in, rc);
+    put_u53(o, "packets_out", l->packets_out, rc);
+    put_u53(o, "bytes_out", l->bytes_out, rc);
+    put_u53(o, "gaps", l->gaps, rc);
+    put_u53(o, "resets", l->resets, rc);
+    put_u53(o, "lost", l->lost, rc);
+    return o;
+}
+
+/* A relay node's identity, addresses and links (node > 0). */
+static void enc_relay_node(json_t *o, const cq_mqmgr_relay_t *r, int *rc)
+{
+    put_int(o, "node", r->node, 1, CQ_MQMGR_NODE_MAX, rc);
+    put_cluster(o, r->cluster, rc);
+    put_int(o, "global_home", r->global_home, 0, CQ_MQMGR_NODE_MAX, rc);
+    put_u53(o, "members", r->members, rc);
+    put(o, "addrs", enc_addrs(json_object(), r->addrs, rc), rc);
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && *rc == 0 && i < r->nlinks; i++)
+        if (json_array_append_new(arr, enc_link(&r->links[i], rc)) < 0)
+            *rc = *rc < 0 ? *rc : -ENOMEM;
+    put(o, "links", arr, rc);
+}
+
 static json_t *enc_relay(const cq_mqmgr_relay_t *r, int *rc)
 {
     json_t *o = json_object();
@@ -296,6 +396,8 @@ static json_t *enc_relay(const cq_mqmgr_relay_t *r, int *rc)
     put_u53(o, "subscribers", r->subscribers, rc);
     put_u53(o, "fanouts_total", r->fanouts_total, rc);
     put_u53(o, "slow_consumer_closes_total", r->slow_consumer_closes_total, rc);
+    if (r->node)
+        enc_relay_node(o, r, rc);
     return o;
 }
 
@@ -341,6 +443,21 @@ static json_t *enc_servers(const cq_mqmgr_msg_t *m, int *rc)
         put_str(o, "ip", s->ip, rc);
         put_int(o, "port", s->port, 1, 65535, rc);
         put_u53(o, "shard", s->shard, rc);
+        if (!o || json_array_append_new(arr, o) < 0)
+            *rc = *rc < 0 ? *rc : -ENOMEM;
+    }
+    return arr;
+}
+
+static json_t *enc_relay_nodes(const cq_mqmgr_msg_t *m, int *rc)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && *rc == 0 && i < m->nrelay_nodes; i++) {
+        const cq_mqmgr_relay_node_t *n = &m->relay_nodes[i];
+        json_t *o = json_object();
+        put_int(o, "node", n->node, 1, CQ_MQMGR_NODE_MAX, rc);
+        put_cluster(o, n->cluster, rc);
+        enc_addrs(o, n->addrs, rc);
         if (!o || json_array_append_new(arr, o) < 0)
             *rc = *rc < 0 ? *rc : -ENOMEM;
     }
@@ -409,6 +526,8 @@ static void enc_body(const cq_mqmgr_msg_t *m, json_t *o, int *rc)
         put_u53(o, "module_id", m->module_id, rc);
         put_err(o, m, rc);
         put(o, "servers", enc_servers(m, rc), rc);
+        if (m->nrelay_nodes) /* absent when none: the answer of a relay-less setup is unchanged */
+            put(o, "relay_nodes", enc_relay_nodes(m, rc), rc);
         break;
     case CQ_MQMGR_SYNC_RESP:
         put_err(o, m, rc);

@@ -53,10 +53,26 @@ enum {
     CQ_MGRLINK_CHAN_ENTITY,
     CQ_MGRLINK_CHAN_N
 };
+/* A relay node's link with one peer (the chanq_relay_link_* metrics). */
+typedef struct cq_mgrlink_link {
+    uint16_t peer;
+    bool up; /* a member whose HELLO came */
+    uint64_t packets_in, packets_out, bytes_out, gaps, resets, lost;
+} cq_mgrlink_link_t;
+
+enum { CQ_MGRLINK_TCP, CQ_MGRLINK_WS, CQ_MGRLINK_WSS, CQ_MGRLINK_KCP, CQ_MGRLINK_TRANSPORTS };
+
 typedef struct cq_mgrlink_relay {
     uint64_t tcp, ws, wss, kcp; /* open connections by transport */
     uint64_t channels[CQ_MGRLINK_CHAN_N];
     uint64_t subscribers, fanouts_total, slow_consumer_closes_total;
+    /* A relay node's identity (node 0: chanqd is one node alone, and the rest is unset). */
+    uint16_t node, global_home; /* global_home 0: not known yet */
+    uint32_t members;
+    const char *cluster;                      /* borrowed */
+    const char *addrs[CQ_MGRLINK_TRANSPORTS]; /* borrowed "H:P"; NULL or "": off */
+    const cq_mgrlink_link_t *links;           /* borrowed, nlinks, by peer */
+    size_t nlinks;
 } cq_mgrlink_relay_t;
 
 /* What the process knows and the durable engine does not: gathered by the composition root's

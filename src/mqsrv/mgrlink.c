@@ -180,6 +180,35 @@ static void ext_relay(cq_mqmgr_ext_t *x, const cq_mgrlink_relay_t *r)
     o->slow_consumer_closes_total = i53(r->slow_consumer_closes_total);
 }
 
+/* A relay node's identity and links (the codec checks what it takes). 0 or -ENOMEM. */
+static int ext_relay_node(cq_mqmgr_msg_t *m, const cq_mgrlink_relay_t *r)
+{
+    cq_mqmgr_relay_t *o = &m->ext.relay;
+    if (!r->node)
+        return 0;
+    o->node = r->node;
+    o->global_home = r->global_home;
+    o->members = r->members;
+    snprintf(o->cluster, sizeof(o->cluster), "%s", r->cluster ? r->cluster : "");
+    for (int t = 0; t < CQ_MGRLINK_TRANSPORTS && t < CQ_MQMGR_NTRANSPORTS; t++)
+        snprintf(o->addrs[t], sizeof(o->addrs[t]), "%s", r->addrs[t] ? r->addrs[t] : "");
+    for (size_t i = 0; i < r->nlinks; i++) {
+        const cq_mgrlink_link_t *l = &r->links[i];
+        cq_mqmgr_link_t k = {.peer = l->peer,
+                             .up = l->up,
+                             .packets_in = i53(l->packets_in),
+                             .packets_out = i53(l->packets_out),
+                             .bytes_out = i53(l->bytes_out),
+                             .gaps = i53(l->gaps),
+                             .resets = i53(l->resets),
+                             .lost = i53(l->lost)};
+        int rc = cq_mqmgr_msg_add_link(m, &k);
+        if (rc == -ENOMEM)
+            return rc; /* a peer the codec refuses (over its bounds) is left out */
+    }
+    return 0;
+}
+
 /* The engine's first ntopics topics and their consumers. 0 or -ENOMEM. */
 static int ext_topics(cq_mqmgr_msg_t *m, const cq_mqsrv_t *s, size_t ntopics)
 {
@@ -237,6 +266,8 @@ static int sync_msg(const cq_mgrlink_t *l, const cq_mgrlink_host_t *h, size_t nt
         ext_repl(x, &h->repl);
     if (h->has_relay)
         ext_relay(x, &h->relay);
+    if (r == 0 && h->has_relay)
+        r = ext_relay_node(m, &h->relay);
     if (r == 0)
         r = ext_topics(m, s, ntopics);
     if (r < 0) {

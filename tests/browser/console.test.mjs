@@ -1,14 +1,16 @@
 // Browser test of the manager's admin console (src/mgr/console, doc/mgr.md "Console"): a real
 // `chanqd --role mgr --mgr-lag-alert-ms 2000` (env CHANQD) and one shard of a real cluster
 // (scripts/cluster.sh with SHARDS=1: a 3-node ZooKeeper, a MariaDB primary + standby pair, the
-// master chanqd on the primary and the slave on the standby) reporting to it. Debian's chromium
-// (playwright-core) drives the page:
+// master chanqd on the primary and the slave on the standby) and two relay nodes (RELAY_NODES=2:
+// 3 nats-servers) reporting to it. Debian's chromium (playwright-core) drives the page:
 //   - a wrong token is refused, the right one logs in;
 //   - shards: shard 1 with the master (the primary's chanqd) and its standby; servers: both live;
 //     the master taken offline in the page -> produce gets err_code 19; back online -> acked;
 //   - topics: "orders" taken offline in the page -> the master answers produce with err_code 9;
 //     back online -> the produce is acknowledged;
 //   - modules: module 2's produce list edited in the page -> its produce gets err_code 7;
+//   - relay: each relay node's client addresses as bound, node 1 marked GLOBAL's home, each
+//     link up with no gap, reset or loss; a TCP connection to node 2 shows in its row;
 //   - STOP SLAVE SQL_THREAD on the standby, produces until the standby's server reports
 //     behind_ms over 2000: the alert banner and the red shard row show, and the manager's
 //     /metrics has chanq_mgr_repl_lag_alert{shard="1"} 1; START SLAVE SQL_THREAD: both clear;
@@ -20,6 +22,7 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -43,12 +46,13 @@ const skip = !BIN ? 'CHANQD is not set'
     : !existsSync(CLI) ? `no chanq CLI at ${CLI}`
       : !which('mariadbd') ? 'MariaDB is not installed (scripts/deps.sh)'
         : !existsSync('/usr/share/java/zookeeper.jar') ? 'ZooKeeper is not installed (scripts/deps.sh)'
-          : false;
+          : !which('nats-server') ? 'nats-server is not installed (scripts/deps.sh)'
+            : false;
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let dir;
 let mgr; // {proc, ready: {mgr, http, admin}, log()}
-let cluster; // {dir, zk, nodes: {1: {mq, admin}, 2: ...}, dbPrimary, dbStandby}
+let cluster; // {dir, zk, nodes: {1: {mq, admin}, 2: ...}, relay: {1: {client, ws, kcp, ...}}, dbPrimary, dbStandby}
 let browser;
 let failed = false;
 const pageErrors = [];
@@ -104,16 +108,20 @@ async function startCluster() {
   const r = await run(join(repo, 'scripts', 'cluster.sh'), ['start', cdir], {
     timeout: 240000,
     env: {
-      ...process.env, CHANQD: BIN, SHARDS: '1', RELAY_NODES: '0', // the shard only
+      ...process.env, CHANQD: BIN, SHARDS: '1', RELAY_NODES: '2', // the shard and 2 relay nodes
       CHANQD_ARGS: `--mgr-servers ${mgr.ready.mgr} --mgr-token-file ${join(dir, 'server.token')} ` +
         '--mgr-report-ms 300',
     },
   });
   if (r.status !== 0)
     throw new Error(`scripts/cluster.sh start failed (${r.status}):\n${r.stdout}\n${r.stderr}`);
-  const c = { dir: cdir, nodes: {} };
+  const c = { dir: cdir, nodes: {}, relay: {} };
   for (const line of r.stdout.split('\n')) {
     const kv = parseKv(line);
+    if (line.startsWith('relay ')) {
+      c.relay[kv.node] = kv;
+      continue;
+    }
     if (kv.zk)
       c.zk = kv.zk;
     if (kv.db_primary) {
@@ -123,7 +131,8 @@ async function startCluster() {
     if (kv.node)
       c.nodes[kv.node] = kv;
   }
-  assert.ok(c.nodes[1] && c.nodes[2] && c.dbStandby, `cluster.sh printed:\n${r.stdout}`);
+  assert.ok(c.nodes[1] && c.nodes[2] && c.relay[1] && c.relay[2] && c.dbStandby,
+    `cluster.sh printed:\n${r.stdout}`);
   return c;
 }
 
@@ -356,6 +365,36 @@ async function consolePage() {
   await page.waitForSelector('[data-testid="relay-conn-tcp"]', WAIT);
   assert.match(await text(page, 'relay-conn-tcp'), /^\d+$/);
   assert.match(await text(page, 'relay-chan-GLOBAL'), /^\d+$/);
+  // Relay nodes (scripts/cluster.sh's relay "local"): addresses as bound, GLOBAL's home on node 1
+  // (started first), members, each link up and clean.
+  for (const n of [1, 2]) {
+    const r = cluster.relay[n];
+    const k = `local-${n}`;
+    const l = `${k}-${3 - n}`;
+    await waitText(page, `relay-node-addrs-${k}`, `tcp ${r.client} \u00b7 ws ${r.ws} \u00b7 kcp ${r.kcp}`);
+    await waitText(page, `relay-node-state-${k}`, 'live');
+    await waitText(page, `relay-node-members-${k}`, '2');
+    await waitText(page, `relay-link-up-${l}`, 'up');
+    assert.equal(await text(page, `relay-link-gaps-${l}`), '0');
+    assert.equal(await text(page, `relay-link-resets-${l}`), '0');
+    assert.equal(await text(page, `relay-link-lost-${l}`), '0');
+    assert.match(await text(page, `relay-link-pkts-${l}`), /^\d+\.\d \/ \d+\.\d$/);
+    assert.match(await text(page, `relay-link-bytes-${l}`), /^\d+\.\d$/);
+    assert.match(await text(page, `relay-node-channels-${k}`), /^\d+$/);
+  }
+  assert.equal(await text(page, 'relay-node-home-local-1'), 'home');
+  assert.equal(await text(page, 'relay-node-home-local-2'), '');
+  assert.equal(await page.getAttribute('[data-testid="relay-node-row-local-1"]', 'data-home'), '1');
+  // A TCP connection to node 2 (not authenticated: closed after --auth-timeout-ms, 5 s) counts.
+  await waitText(page, 'relay-node-conns-local-2', 'tcp 0 \u00b7 ws 0 \u00b7 wss 0 \u00b7 kcp 0');
+  const [host, port] = cluster.relay[2].client.split(':');
+  const sock = connect(Number(port), host);
+  sock.on('error', () => {});
+  try {
+    await waitText(page, 'relay-node-conns-local-2', 'tcp 1 \u00b7 ws 0 \u00b7 wss 0 \u00b7 kcp 0');
+  } finally {
+    sock.destroy();
+  }
   await shot(page, 'relay');
 
   // Replication lag: the standby stops applying while the master takes writes.

@@ -323,6 +323,69 @@
     $('relay-subscribers').textContent = r.subscribers ?? 0;
     $('relay-fanouts').textContent = fmtRate(r.fanouts_per_s ?? 0);
     $('relay-slow').textContent = r.slow_consumer_closes ?? 0;
+    renderRelayNodes(st);
+  }
+
+  // One entry per relay node: a node restarted on another MQ port (a new appid) reports twice
+  // until the old report is stale; the live one is shown.
+  function relayNodes(st) {
+    const seen = new Map();
+    for (const n of st.relay_nodes || []) {
+      const k = `${n.cluster}-${n.node}`;
+      const o = seen.get(k);
+      if (!o || (o.stale && !n.stale))
+        seen.set(k, n);
+    }
+    return [...seen.entries()];
+  }
+
+  function nodeState(n) {
+    if (n.offline)
+      return 'offline';
+    return n.stale ? `stale (${Math.round(n.age_ms / 1000)} s)` : 'live';
+  }
+
+  function addrList(a) {
+    return TRANSPORTS.filter((t) => a && a[t]).map((t) => `${t} ${a[t]}`).join(' \u00b7 ') || 'none';
+  }
+
+  function relayNodeRow(k, n) {
+    const c = n.connections || {};
+    const ch = n.channels || {};
+    const tr = el('tr', { testid: `relay-node-row-${k}`, class: n.stale ? 'stale' : n.offline ? 'offline' : '' });
+    tr.dataset.home = n.home ? '1' : '0';
+    const chans = td(CHANNEL_TYPES.reduce((sum, t) => sum + (ch[t] || 0), 0), `relay-node-channels-${k}`);
+    chans.title = CHANNEL_TYPES.map((t) => `${t} ${ch[t] || 0}`).join(', ');
+    tr.append(td(n.cluster), td(n.node), td(nodeState(n), `relay-node-state-${k}`),
+      td(addrList(n.addrs), `relay-node-addrs-${k}`),
+      td(TRANSPORTS.map((t) => `${t} ${c[t] || 0}`).join(' \u00b7 '), `relay-node-conns-${k}`),
+      chans, td(n.subscribers, `relay-node-subs-${k}`),
+      td(n.home ? 'home' : '', `relay-node-home-${k}`, n.home ? 'home' : ''),
+      td(n.members, `relay-node-members-${k}`));
+    return tr;
+  }
+
+  function relayLinkRow(k, n, l) {
+    const id = `${k}-${l.peer}`;
+    const tr = el('tr', { testid: `relay-link-row-${id}`, class: l.up ? '' : 'offline' });
+    const pk = td(`${fmtRate(l.packets_in_per_s)} / ${fmtRate(l.packets_out_per_s)}`, `relay-link-pkts-${id}`);
+    pk.title = `totals: ${l.packets_in} in, ${l.packets_out} out, ${l.bytes_out} bytes out`;
+    tr.append(td(`${n.cluster} ${n.node}`), td(l.peer), td(l.up ? 'up' : 'down', `relay-link-up-${id}`),
+      pk, td(fmtRate(l.bytes_out_per_s), `relay-link-bytes-${id}`), td(l.gaps, `relay-link-gaps-${id}`),
+      td(l.resets, `relay-link-resets-${id}`), td(l.lost, `relay-link-lost-${id}`, l.lost ? 'loss' : ''));
+    return tr;
+  }
+
+  function renderRelayNodes(st) {
+    const nodes = relayNodes(st);
+    const rows = nodes.map(([k, n]) => relayNodeRow(k, n));
+    if (!rows.length)
+      rows.push(el('tr', {}, el('td', { colspan: '9', text: 'no relay node reported yet' })));
+    $('relay-nodes-body').replaceChildren(...rows);
+    const links = nodes.flatMap(([k, n]) => (n.links || []).map((l) => relayLinkRow(k, n, l)));
+    if (!links.length)
+      links.push(el('tr', {}, el('td', { colspan: '8', text: 'no link reported yet' })));
+    $('relay-links-body').replaceChildren(...links);
   }
 
   async function loadAudit() {

@@ -3,7 +3,7 @@
 # shard beside 3 NATS servers and 3 relay nodes. TAP.
 #
 #   1  start prints the ZooKeeper, NATS (3 URLs), shard (2 chanqd) and relay (3 nodes, each with
-#      its client, server, ws, kcp and admin address and pid) lines
+#      its client, server, ws, kcp, mq and admin address and pid) lines
 #   2  every relay node's /metrics: chanq_relay_members 3, chanq_relay_peers_up 2,
 #      chanq_relay_nats_connected 1
 #   3  status: ZooKeeper and the shard's chanqd up; 3 NATS servers up with 2 routes each; 3 relay
@@ -85,7 +85,7 @@ r=0
 [ "$(count "$BASE/start.out" "^nats=nats://$A,nats://$A,nats://$A$")" = 1 ] || r=1
 [ "$(count "$BASE/start.out" "^shard=1 node=[12] mq=$A admin=$A pid=[0-9]+$")" = 2 ] || r=1
 for n in 1 2 3; do
-    [ "$(count "$BASE/start.out" "^relay node=$n client=$A server=$A ws=$A kcp=$A admin=$A pid=[0-9]+$")" = 1 ] || r=1
+    [ "$(count "$BASE/start.out" "^relay node=$n client=$A server=$A ws=$A kcp=$A mq=$A admin=$A pid=[0-9]+$")" = 1 ] || r=1
 done
 [ "$(count "$BASE/start.out" "^relay ")" = 3 ] || r=1
 ok "$r" "start: zk, nats (3 URLs), shard 1 (2 chanqd) and relay nodes 1-3" "$BASE/start.out"

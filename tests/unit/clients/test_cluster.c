@@ -749,6 +749,7 @@ typedef struct fmgr {
     int nasked;
     uint32_t err_code[4]; /* per manager index: 0 serves */
     bool down[4];
+    bool relay[4]; /* the answer lists relay nodes too */
 } fmgr_t;
 
 static int fm_exchange(void *ud, const char *addr, const uint8_t *req, size_t n, uint8_t *resp,
@@ -779,6 +780,12 @@ static int fm_exchange(void *ud, const char *addr, const uint8_t *req, size_t n,
     if (!a->err_code) {
         assert_int_equal(cq_mqmgr_msg_add_server(a, "10.0.0.1", 7001, 1), 0);
         assert_int_equal(cq_mqmgr_msg_add_server(a, "::1", 7002, 2), 0);
+    }
+    const char *n1[4] = {"10.0.0.3:7100", "10.0.0.3:7180", NULL, "10.0.0.3:7101"};
+    const char *n2[4] = {"[::1]:7100", NULL, "relay.example:443", NULL};
+    if (!a->err_code && fm->relay[i]) {
+        assert_int_equal(cq_mqmgr_msg_add_relay_node(a, 1, "eu", n1), 0);
+        assert_int_equal(cq_mqmgr_msg_add_relay_node(a, 2, "eu", n2), 0);
     }
     uint8_t *b;
     size_t bn;
@@ -824,6 +831,48 @@ static void test_svrconfig(void **state)
         CQ_ELIMIT);
     assert_int_equal(
         chanq_cluster_svrconfig_io(&io, ",", 7, "tok", 1000, sv, 4, &n, err, sizeof(err)), -EINVAL);
+}
+
+/* The relay nodes of a svrconfig answer; the servers of the same answer are read as before. */
+static void test_relay_nodes(void **state)
+{
+    (void)state;
+    fmgr_t fm = {.err_code = {6, 0, 0}, .relay = {true, true, false}};
+    chanq_cluster_mgr_io_t io = {fm_exchange, &fm};
+    chanq_cluster_server_t sv[4];
+    chanq_cluster_relay_node_t rn[4];
+    size_t n = 0;
+    char err[256] = "";
+    assert_int_equal(
+        chanq_cluster_svrconfig_io(&io, "m1:1", 7, "tok", 1000, sv, 4, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(sv[1].addr, "[::1]:7002");
+    assert_int_equal(
+        chanq_cluster_relay_nodes_io(&io, "m0:1,m1:1", 7, "tok", 1000, rn, 4, &n, err, sizeof(err)),
+        0);
+    assert_int_equal(n, 2);
+    assert_int_equal(rn[0].node, 1);
+    assert_string_equal(rn[0].cluster, "eu");
+    assert_string_equal(rn[0].tcp, "10.0.0.3:7100");
+    assert_string_equal(rn[0].ws, "10.0.0.3:7180");
+    assert_string_equal(rn[0].wss, "");
+    assert_string_equal(rn[0].kcp, "10.0.0.3:7101");
+    assert_int_equal(rn[1].node, 2);
+    assert_string_equal(rn[1].tcp, "[::1]:7100");
+    assert_string_equal(rn[1].ws, "");
+    assert_string_equal(rn[1].wss, "relay.example:443");
+    /* a manager that lists none: none */
+    n = 9;
+    assert_int_equal(
+        chanq_cluster_relay_nodes_io(&io, "m2:1", 7, "tok", 1000, rn, 4, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(
+        chanq_cluster_relay_nodes_io(&io, "m1:1", 7, "tok", 1000, rn, 1, &n, err, sizeof(err)),
+        CQ_ELIMIT);
+    assert_string_equal(err, "manager m1:1: 2 relay nodes, more than 1");
+    assert_int_equal(
+        chanq_cluster_relay_nodes_io(&io, "m0:1", 7, "tok", 1000, rn, 4, &n, err, sizeof(err)),
+        CQ_EAUTH);
 }
 
 static int refreshes;
@@ -894,6 +943,7 @@ int main(void)
         cmocka_unit_test(test_lifecycle),
         cmocka_unit_test(test_failover_offline),
         cmocka_unit_test(test_svrconfig),
+        cmocka_unit_test(test_relay_nodes),
         cmocka_unit_test(test_refresh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -546,6 +546,131 @@ static void test_view_rates_alerts(void **state)
     stop(m);
 }
 
+/* A relay node's ext: standalone MQ port (shard 0), node, addresses, one link to peer 2. */
+static const char *relay_ext(int port, int node, const char *addrs, bool offline, int pkts,
+                             int bytes)
+{
+    static char b[1024];
+    snprintf(b, sizeof(b),
+             "{\"addr\":\"10.0.0.9:%d\",\"shard\":0,\"master\":true,\"offline\":%s,"
+             "\"relay\":{\"connections\":{\"tcp\":%d,\"ws\":1},\"channels\":{\"GLOBAL\":1,"
+             "\"SUBWORLD\":2},\"subscribers\":4,\"node\":%d,\"cluster\":\"eu\","
+             "\"global_home\":1,\"members\":3,\"addrs\":{%s},\"links\":[{\"peer\":2,\"up\":"
+             "true,\"packets_in\":7,\"packets_out\":%d,\"bytes_out\":%d,\"gaps\":1,"
+             "\"resets\":0,\"lost\":2}]}}",
+             port, offline ? "true" : "false", node + 1, node, addrs, pkts, bytes);
+    return b;
+}
+
+#define N1_ADDRS "\"tcp\":\"10.0.0.1:7100\",\"ws\":\"10.0.0.1:7180\""
+#define N2_ADDRS "\"tcp\":\"10.0.0.2:7100\""
+
+/* svrconfig lists the live relay nodes with a client address, by relay and node, within the
+ * module's groups, not offline, the newer report of a restarted node; a relay node's own MQ port
+ * is not a durable-topic server nor a shard; the view has every relay node with its link rates. */
+static void test_relay_nodes(void **state)
+{
+    (void)state;
+    cq_mgr_t *m = start();
+    load_state(m, STATE, 5);
+    tconn_t *d = open_conn(m), *r1 = open_conn(m), *r2 = open_conn(m), *r3 = open_conn(m),
+            *sdk = open_conn(m);
+    send_frame(d, 1,
+               sync_body(11, 1, "srv", "{\"addr\":\"10.0.0.5:12100\",\"shard\":1,\"master\":true}"),
+               1000);
+    send_frame(r1, 1, sync_body(21, 1, "srv", relay_ext(7001, 1, N1_ADDRS, false, 100, 1000)),
+               1000);
+    send_frame(r2, 1, sync_body(22, 2, "srv", relay_ext(7002, 2, N2_ADDRS, false, 0, 0)), 1500);
+    send_frame(r3, 1, sync_body(23, 1, "srv", relay_ext(7003, 3, "", false, 0, 0)), 1500);
+    send_frame(sdk, 1, "{\"askid\":5,\"module_id\":8,\"token\":\"m8\"}", 2000);
+    expect_frame(sdk, 2,
+                 "{\"askid\":5,\"module_id\":8,\"err_code\":0,\"servers\":[{\"ip\":\"10.0.0.5\","
+                 "\"port\":12100,\"shard\":1}],\"relay_nodes\":[{\"node\":1,\"cluster\":\"eu\","
+                 "\"tcp\":\"10.0.0.1:7100\",\"ws\":\"10.0.0.1:7180\"},{\"node\":2,\"cluster\":"
+                 "\"eu\",\"tcp\":\"10.0.0.2:7100\"}]}");
+    /* module 7 sees group 1 only */
+    send_frame(sdk, 1, "{\"askid\":6,\"module_id\":7,\"token\":\"m7\"}", 2000);
+    expect_frame(sdk, 2,
+                 "{\"askid\":6,\"module_id\":7,\"err_code\":0,\"servers\":[{\"ip\":\"10.0.0.5\","
+                 "\"port\":12100,\"shard\":1}],\"relay_nodes\":[{\"node\":1,\"cluster\":\"eu\","
+                 "\"tcp\":\"10.0.0.1:7100\",\"ws\":\"10.0.0.1:7180\"}]}");
+    /* node 1's second report (2 s later), node 2 reports offline */
+    send_frame(r1, 1, sync_body(21, 1, "srv", relay_ext(7001, 1, N1_ADDRS, false, 300, 5000)),
+               3000);
+    send_frame(r2, 1, sync_body(22, 2, "srv", relay_ext(7002, 2, N2_ADDRS, true, 0, 0)), 3000);
+    send_frame(sdk, 1, "{\"askid\":7,\"module_id\":8,\"token\":\"m8\"}", 3000);
+    expect_frame(sdk, 2,
+                 "{\"askid\":7,\"module_id\":8,\"err_code\":0,\"servers\":[{\"ip\":\"10.0.0.5\","
+                 "\"port\":12100,\"shard\":1}],\"relay_nodes\":[{\"node\":1,\"cluster\":\"eu\","
+                 "\"tcp\":\"10.0.0.1:7100\",\"ws\":\"10.0.0.1:7180\"}]}");
+    /* the view: every relay node by node, node 1 GLOBAL's home, its link's rates over 2 s */
+    json_t *v = view(m, 3000);
+    json_t *rn = json_object_get(v, "relay_nodes");
+    assert_int_equal(json_array_size(rn), 3);
+    json_t *n1 = json_array_get(rn, 0);
+    assert_int_equal(json_integer_value(json_object_get(n1, "appid")), 21);
+    assert_int_equal(json_integer_value(json_object_get(n1, "node")), 1);
+    assert_string_equal(json_string_value(json_object_get(n1, "cluster")), "eu");
+    assert_true(json_is_true(json_object_get(n1, "home")));
+    assert_false(json_is_true(json_object_get(n1, "stale")));
+    assert_int_equal(json_integer_value(json_object_get(n1, "members")), 3);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(n1, "addrs"), "ws")),
+                        "10.0.0.1:7180");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(n1, "connections"), "tcp")),
+                     2);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(n1, "channels"), "SUBWORLD")), 2);
+    assert_int_equal(json_integer_value(json_object_get(n1, "subscribers")), 4);
+    json_t *l = json_array_get(json_object_get(n1, "links"), 0);
+    assert_int_equal(json_integer_value(json_object_get(l, "peer")), 2);
+    assert_true(json_is_true(json_object_get(l, "up")));
+    assert_int_equal(json_integer_value(json_object_get(l, "packets_out")), 300);
+    assert_int_equal(json_integer_value(json_object_get(l, "gaps")), 1);
+    assert_int_equal(json_integer_value(json_object_get(l, "lost")), 2);
+    assert_true(json_real_value(json_object_get(l, "packets_out_per_s")) == 100.0);
+    assert_true(json_real_value(json_object_get(l, "bytes_out_per_s")) == 2000.0);
+    assert_true(json_real_value(json_object_get(l, "packets_in_per_s")) == 0.0);
+    json_t *n2 = json_array_get(rn, 1);
+    assert_false(json_is_true(json_object_get(n2, "home")));
+    assert_true(json_is_true(json_object_get(n2, "offline")));
+    /* no shard 0 made of relay nodes: only shard 1 */
+    json_t *shards = json_object_get(v, "shards");
+    assert_int_equal(json_array_size(shards), 1);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(shards, 0), "shard")), 1);
+    json_decref(v);
+    /* node 1 restarted on another MQ port (appid 24): listed once, with its new addresses */
+    tconn_t *r4 = open_conn(m);
+    send_frame(
+        r4, 1,
+        sync_body(24, 1, "srv", relay_ext(7004, 1, "\"kcp\":\"10.0.0.1:7200\"", false, 0, 0)),
+        4000);
+    send_frame(sdk, 1, "{\"askid\":8,\"module_id\":8,\"token\":\"m8\"}", 4000);
+    expect_frame(sdk, 2,
+                 "{\"askid\":8,\"module_id\":8,\"err_code\":0,\"servers\":[{\"ip\":\"10.0.0.5\","
+                 "\"port\":12100,\"shard\":1}],\"relay_nodes\":[{\"node\":1,\"cluster\":\"eu\","
+                 "\"kcp\":\"10.0.0.1:7200\"}]}");
+    /* stale after stale_ms (6000) without a report: none left, and the key is left out */
+    send_frame(d, 1,
+               sync_body(11, 1, "srv", "{\"addr\":\"10.0.0.5:12100\",\"shard\":1,\"master\":true}"),
+               10000);
+    send_frame(sdk, 1, "{\"askid\":9,\"module_id\":8,\"token\":\"m8\"}", 10001);
+    expect_frame(sdk, 2,
+                 "{\"askid\":9,\"module_id\":8,\"err_code\":0,\"servers\":[{\"ip\":\"10.0.0.5\","
+                 "\"port\":12100,\"shard\":1}]}");
+    v = view(m, 10001);
+    assert_int_equal(json_array_size(json_object_get(v, "relay_nodes")), 4);
+    assert_true(json_is_true(
+        json_object_get(json_array_get(json_object_get(v, "relay_nodes"), 0), "stale")));
+    json_decref(v);
+    close_conn(d);
+    close_conn(r1);
+    close_conn(r2);
+    close_conn(r3);
+    close_conn(r4);
+    close_conn(sdk);
+    stop(m);
+}
+
 /* ---- the file store ---------------------------------------------------------------------------
  */
 
@@ -585,9 +710,10 @@ int main(void)
 {
     json_set_alloc_funcs(cq_malloc, cq_free);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sync_and_svrconfig),   cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_changes_and_commands), cmocka_unit_test(test_bad_stored_state),
-        cmocka_unit_test(test_view_rates_alerts),    cmocka_unit_test(test_filestore),
+        cmocka_unit_test(test_sync_and_svrconfig), cmocka_unit_test(test_relay_nodes),
+        cmocka_unit_test(test_bad_input),          cmocka_unit_test(test_changes_and_commands),
+        cmocka_unit_test(test_bad_stored_state),   cmocka_unit_test(test_view_rates_alerts),
+        cmocka_unit_test(test_filestore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2494,6 +2494,74 @@ static void test_mgrlink_sync(void **state)
     eng_stop();
 }
 
+/* A relay node's report: its gauges, identity, addresses (an off transport left out) and
+ * links, as the host's figures gave them; a node 0 report carries the gauges only. */
+static void test_mgrlink_relay_node(void **state)
+{
+    (void)state;
+    eng_start(true, 0);
+    cq_mgrlink_t *l = link_new(0);
+    cq_mgrlink_connected(l);
+    cq_mgrlink_link_t links[2] = {{.peer = 1,
+                                   .up = true,
+                                   .packets_in = 10,
+                                   .packets_out = 11,
+                                   .bytes_out = 1200,
+                                   .gaps = 2,
+                                   .resets = 1,
+                                   .lost = 3},
+                                  {.peer = 3}};
+    cq_mgrlink_host_t h = {.has_relay = true,
+                           .relay = {.tcp = 4,
+                                     .kcp = 1,
+                                     .channels = {1, 0, 2},
+                                     .subscribers = 5,
+                                     .node = 2,
+                                     .global_home = 1,
+                                     .members = 3,
+                                     .cluster = "eu-1",
+                                     .addrs = {"10.0.0.2:7100", "10.0.0.2:7180", "", NULL},
+                                     .links = links,
+                                     .nlinks = 2}};
+    assert_int_equal(cq_mgrlink_sync(l, &h, 5), 0);
+    cq_mqmgr_msg_t *m = link_out(l, CQ_MQMGR_SYNC);
+    const cq_mqmgr_relay_t *r = &m->ext.relay;
+    assert_true(m->ext.has & CQ_MQMGR_X_RELAY);
+    assert_int_equal(r->connections[0], 4);
+    assert_int_equal(r->connections[3], 1);
+    assert_int_equal(r->channels[2], 2);
+    assert_int_equal(r->subscribers, 5);
+    assert_int_equal(r->node, 2);
+    assert_string_equal(r->cluster, "eu-1");
+    assert_int_equal(r->global_home, 1);
+    assert_int_equal(r->members, 3);
+    assert_string_equal(r->addrs[0], "10.0.0.2:7100");
+    assert_string_equal(r->addrs[1], "10.0.0.2:7180");
+    assert_string_equal(r->addrs[2], "");
+    assert_string_equal(r->addrs[3], "");
+    assert_int_equal(r->nlinks, 2);
+    assert_int_equal(r->links[0].peer, 1);
+    assert_true(r->links[0].up);
+    assert_int_equal(r->links[0].packets_in, 10);
+    assert_int_equal(r->links[0].packets_out, 11);
+    assert_int_equal(r->links[0].bytes_out, 1200);
+    assert_int_equal(r->links[0].gaps, 2);
+    assert_int_equal(r->links[0].resets, 1);
+    assert_int_equal(r->links[0].lost, 3);
+    assert_int_equal(r->links[1].peer, 3);
+    assert_false(r->links[1].up);
+    cq_mqmgr_msg_free(m);
+    h.relay.node = 0;
+    assert_int_equal(cq_mgrlink_sync(l, &h, 2005), 0);
+    m = link_out(l, CQ_MQMGR_SYNC);
+    assert_int_equal(m->ext.relay.connections[0], 4);
+    assert_int_equal(m->ext.relay.node, 0);
+    assert_int_equal(m->ext.relay.nlinks, 0);
+    cq_mqmgr_msg_free(m);
+    cq_mgrlink_free(l);
+    eng_stop();
+}
+
 static cq_mqmgr_msg_t *command(uint32_t askid, uint32_t cmdid)
 {
     cq_mqmgr_msg_t *m = cq_mqmgr_msg_new(CQ_MQMGR_COMMAND, (uint16_t)askid);
@@ -2690,6 +2758,7 @@ int main(void)
         cmocka_unit_test(test_offline),
         cmocka_unit_test(test_holes),
         cmocka_unit_test(test_mgrlink_sync),
+        cmocka_unit_test(test_mgrlink_relay_node),
         cmocka_unit_test(test_mgrlink_commands),
         cmocka_unit_test(test_mgrlink_unmanaged),
         cmocka_unit_test(test_mgrlink_slave),
