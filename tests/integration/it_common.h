@@ -113,6 +113,8 @@ void it_relay_startv(const char *const *args);
 /* Node n (1 .. IT_RELAY_NODES); the relay's name (its NATS subjects, its ZooKeeper subtree). */
 cq_testsrv_t *it_node(int n);
 const char *it_relay_name(void);
+/* Node n's --relay-nats from the next start on (borrowed; NULL: CQ_NATS_URLS). */
+void it_relay_set_nats(int n, const char *urls);
 /* The node the next connection of this kind goes to in relay mode. */
 int it_relay_pick(bool server);
 /* A file holding channeld's client_authoratative_fsm.json (clients may SUB and UNSUB

@@ -41,8 +41,14 @@ const char *it_client_auth_fsm(void)
 }
 
 static cq_testsrv_t g_nodes[IT_RELAY_NODES + 1];
+static const char *g_urls[IT_RELAY_NODES + 1];
 static char g_cluster[32];
 static int g_servers, g_clients;
+
+void it_relay_set_nats(int n, const char *urls)
+{
+    g_urls[n] = urls;
+}
 
 const char *it_relay_name(void)
 {
@@ -62,7 +68,7 @@ static size_t relay_args(int n, const char **a, char *id, size_t idlen)
                        "--kcp-addr",       "127.0.0.1:0",
                        "--mq-addr",        "",
                        "--mq-http-addr",   "",
-                       "--relay-nats",     getenv("CQ_NATS_URLS"),
+                       "--relay-nats",     g_urls[n] ? g_urls[n] : getenv("CQ_NATS_URLS"),
                        "--relay-zk-hosts", getenv("CQ_ZK_HOSTS"),
                        "--relay-cluster",  g_cluster,
                        "--relay-node-id",  id,
