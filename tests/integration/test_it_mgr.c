@@ -23,14 +23,12 @@
 #include "cq_testsrv.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -118,17 +116,8 @@ static void start_mgr(void)
                           "--log-level",
                           "debug",
                           NULL};
-    fflush(NULL);
-    mgr_pid = fork();
-    assert_true(mgr_pid >= 0);
-    if (mgr_pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
+    mgr_pid = cq_testsrv_spawn_log(argv, log);
+    assert_true(mgr_pid > 0);
     for (int waited = 0;; waited += 50) { /* until both ports take connections */
         int a = cq_raw_connect(mgr_port), b = a >= 0 ? cq_raw_connect(mgr_http_port) : -1;
         if (a >= 0)

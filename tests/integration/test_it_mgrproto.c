@@ -28,13 +28,11 @@
 #include "cq_mqmgr.h"
 #include "cq_testsrv.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -119,16 +117,8 @@ static int start_mgr(void **state)
                           "--log-level",
                           "debug",
                           NULL};
-    fflush(NULL);
-    mgr_pid = fork();
-    if (mgr_pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execv(bin, (char *const *)argv);
-        _exit(127);
-    }
+    mgr_pid = cq_testsrv_spawn_log(argv, logp);
+    assert_true(mgr_pid > 0);
     for (int64_t end = cq_test_mono_ms() + WAIT_MS; cq_test_mono_ms() < end; cq_test_sleep_ms(20)) {
         char line[512] = "";
         FILE *f = fopen(ready, "r");

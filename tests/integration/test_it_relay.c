@@ -516,6 +516,22 @@ static void test_global_across_nodes(void **state)
     }
 }
 
+/* After node 1 (GLOBAL's home) was killed: the new home, the same on nodes 2 and 3. */
+static int64_t new_home(void)
+{
+    int64_t h2 = 0, h3 = 0;
+    for (int i = 0; i < 10000; i++) {
+        h2 = cq_testsrv_metric(node(2), "chanq_relay_global_home");
+        h3 = cq_testsrv_metric(node(3), "chanq_relay_global_home");
+        if (h2 == h3 && (h2 == 2 || h2 == 3))
+            break;
+        cq_test_sleep_ms(2);
+    }
+    assert_int_equal(h2, h3);
+    assert_true(h2 == 2 || h2 == 3);
+    return h2;
+}
+
 /* SIGKILL node 1, GLOBAL's home: a client of node 2 subscribed to GLOBAL is closed (GLOBAL's
  * state died with its home); node 2 or 3 claims the home; GLOBAL starts there ownerless, so a
  * server of node 3 possesses it; the new home's directory holds the channels of the nodes that
@@ -545,16 +561,7 @@ static void test_home_killed(void **state)
         assert_true(r < 0 && r != CQ_ETIMEOUT);
     }
     /* the new home: the same on nodes 2 and 3, not node 1 */
-    int64_t h2 = 0, h3 = 0;
-    for (int i = 0; i < 10000; i++) {
-        h2 = cq_testsrv_metric(node(2), "chanq_relay_global_home");
-        h3 = cq_testsrv_metric(node(3), "chanq_relay_global_home");
-        if (h2 == h3 && (h2 == 2 || h2 == 3))
-            break;
-        cq_test_sleep_ms(2);
-    }
-    assert_int_equal(h2, h3);
-    assert_true(h2 == 2 || h2 == 3);
+    int64_t h2 = new_home();
     printf("# GLOBAL's home moved to node %lld\n", (long long)h2);
     /* GLOBAL is ownerless there: a server of node 3 possesses it */
     assert_int_equal(chanq_sync_create_channel(s3->s, 4, CT_GLOBAL, "", NULL), 0);
@@ -759,16 +766,7 @@ static void test_home_killed_server_recovers(void **state)
     assert_true(recovered);
     assert_int_equal(g2->id >> 27, 2);
     assert_int_not_equal(g2->id, old_id);
-    int64_t h2 = 0, h3 = 0;
-    for (int i = 0; i < 10000; i++) {
-        h2 = cq_testsrv_metric(node(2), "chanq_relay_global_home");
-        h3 = cq_testsrv_metric(node(3), "chanq_relay_global_home");
-        if (h2 == h3 && (h2 == 2 || h2 == 3))
-            break;
-        cq_test_sleep_ms(2);
-    }
-    assert_int_equal(h2, h3);
-    assert_true(h2 == 2 || h2 == 3);
+    int64_t h2 = new_home();
     printf(
         "# node 1 killed: the successor's AuthResult after %lld ms, GLOBAL's home is node %lld\n",
         (long long)t_auth, (long long)h2);

@@ -19,12 +19,10 @@
 #include "chanq_cluster.h"
 #include "cq_testsrv.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -109,17 +107,8 @@ static void start_mgr(void)
                           "--log-level",
                           "debug",
                           NULL};
-    fflush(NULL);
-    mgr_pid = fork();
-    assert_true(mgr_pid >= 0);
-    if (mgr_pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
+    mgr_pid = cq_testsrv_spawn_log(argv, log);
+    assert_true(mgr_pid > 0);
     read_ready(ready);
 }
 

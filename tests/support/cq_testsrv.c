@@ -642,6 +642,25 @@ chanq_sync_t *cq_testsrv_connect(const cq_testsrv_t *s, bool server_listener,
 
 /* ---- helper processes ------------------------------------------------------------------- */
 
+pid_t cq_testsrv_spawn_log(const char *const *argv, const char *log_path)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -errno;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
 pid_t cq_testsrv_spawn_ready(const char *const *argv, int *ret_port)
 {
     int fds[2];

@@ -89,6 +89,9 @@ chanq_sync_t *cq_testsrv_connect(const cq_testsrv_t *s, bool server_listener,
  * its first line "ready PORT". The child gets PR_SET_PDEATHSIG(SIGKILL) and stderr inherited.
  * Returns the pid (the caller kills and reaps it) with *ret_port set, or a negative error. */
 pid_t cq_testsrv_spawn_ready(const char *const *argv, int *ret_port);
+/* Starts argv[0] with argv (NULL-terminated), its stdout and stderr to log_path (truncated), killed
+ * with the test process; returns its pid (reap it) or -errno. Nothing is awaited. */
+pid_t cq_testsrv_spawn_log(const char *const *argv, const char *log_path);
 
 /* ---- raw sockets ------------------------------------------------------------------------ */
 
