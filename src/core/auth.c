@@ -183,26 +183,62 @@ static void auth_finish(cq_core_t *c, const cq_req_t *r, const char *pit, const 
  * and so recovers what the relay kept; the wait ends when the predecessor is gone from the
  * directory, or after relay_loss_ms (it is alive: a second server with its PIT, which then
  * recovers nothing, as on one node). */
+/* A held AUTH: what its AuthResult needs (kept apart: a connection's size is budgeted). */
+typedef struct cq_authhold {
+    cq_list_t node;
+    cq_conn_t *conn;
+    uint32_t stub, bc, chan;
+    uint64_t since_ms;
+} cq_authhold_t;
+
 static bool auth_hold(cq_core_t *c, cq_conn_t *conn, const cq_req_t *r, const char *pit)
 {
     uint32_t pred = cq__recover_pending(c->sh, conn->type, pit);
     if (!pred)
         return false;
-    if (!conn->pit && !(conn->pit = cq_strdup(pit)))
-        return false;
+    cq_authhold_t *h = cq_calloc(1, sizeof(*h));
+    if (!h || (!conn->pit && !(conn->pit = cq_strdup(pit)))) {
+        cq_free(h);
+        return false; /* out of memory: it authenticates now, and recovers what it can */
+    }
+    *h = (cq_authhold_t){.conn = conn,
+                         .stub = r->mp.stub_id,
+                         .bc = r->mp.broadcast,
+                         .chan = r->mp.channel_id,
+                         .since_ms = c->now_ms};
+    cq_list_insert_tail(&c->auth_held, &h->node);
     conn->auth_held = 1;
-    conn->held_stub = r->mp.stub_id;
-    conn->held_bc = r->mp.broadcast;
-    conn->held_chan = r->mp.channel_id;
-    conn->accepted_ms = c->now_ms;
     cq_list_remove(&conn->unauth_node); /* its wait is bounded here, not by auth-timeout-ms */
-    cq_list_insert_tail(&c->auth_held, &conn->unauth_node);
     CQ_INFO("auth",
             "conn %u: AUTH held: pit \"%s\" is conn %u's of node %u, not yet known lost (for "
             "%u ms at most)",
             conn->id, pit, pred, cq__id_conn_node(&c->sh->ids, pred, NULL),
             c->sh->o.relay_loss_ms ? c->sh->o.relay_loss_ms : 3000);
     return true;
+}
+
+static void hold_free(cq_authhold_t *h)
+{
+    cq_list_remove(&h->node);
+    h->conn->auth_held = 0;
+    cq_free(h);
+}
+
+void cq__auth_unhold(cq_core_t *c, cq_conn_t *conn)
+{
+    cq_list_t *n, *t;
+    cq_list_foreach_safe(n, t, &c->auth_held)
+    {
+        cq_authhold_t *h = cq_container_of(n, cq_authhold_t, node);
+        if (h->conn == conn)
+            hold_free(h);
+    }
+}
+
+void cq__auth_free_all(cq_core_t *c)
+{
+    while (!cq_list_empty(&c->auth_held))
+        hold_free(cq_container_of(c->auth_held.next, cq_authhold_t, node));
 }
 
 /* Housekeeping: a held AUTH goes on once its predecessor is gone or its wait is over. */
@@ -212,17 +248,17 @@ void cq__auth_tick(cq_core_t *c, uint64_t now_ms)
     cq_list_t *n, *t;
     cq_list_foreach_safe(n, t, &c->auth_held)
     {
-        cq_conn_t *conn = cq_container_of(n, cq_conn_t, unauth_node);
-        if (now_ms - conn->accepted_ms < wait && cq__recover_pending(c->sh, conn->type, conn->pit))
+        cq_authhold_t *h = cq_container_of(n, cq_authhold_t, node);
+        cq_conn_t *conn = h->conn;
+        if (now_ms - h->since_ms < wait && cq__recover_pending(c->sh, conn->type, conn->pit))
             continue;
-        cq_list_remove(&conn->unauth_node);
-        conn->auth_held = 0;
         cq_req_t r = {0};
         r.conn = conn;
         r.conn_id = conn->id;
-        r.mp.stub_id = conn->held_stub;
-        r.mp.broadcast = conn->held_bc;
-        r.mp.channel_id = conn->held_chan;
+        r.mp.stub_id = h->stub;
+        r.mp.broadcast = h->bc;
+        r.mp.channel_id = h->chan;
+        hold_free(h);
         char peer[64] = "?";
         conn->tops->peer(conn->tctx, peer, sizeof(peer));
         auth_finish(c, &r, conn->pit, peer, 0, false);

@@ -146,6 +146,8 @@ void cq_core_conn_close(cq_core_t *c, cq_conn_t *conn, int reason, const char *w
     cq_list_remove(&conn->soft_node);
     cq_list_remove(&conn->pending_node);
     conn->pending = 0;
+    if (conn->auth_held)
+        cq__auth_unhold(c, conn);
     dir_remove(c->sh, conn->id);
     /* Cleared now rather than when worker 0 hears CONN_GONE, so that no worker sends the
      * GLOBAL owner's copies to a closed connection in between. */

@@ -117,6 +117,7 @@ cq_core_t *cq_core_free(cq_core_t *c)
     it = 0;
     while (cq_map_next(&c->aoi, &it, NULL, &v))
         cq_free(v);
+    cq__auth_free_all(c);
     cq_map_done(&c->aoi);
     cq_map_done(&c->conns);
     cq_map_done(&c->chans);

@@ -190,13 +190,12 @@ struct cq_conn {
     uint8_t node_up;       /* the other relay nodes were told of it (node.c) */
     uint8_t announce_wait; /* their acknowledgements still awaited (<= 255 nodes): output held */
     uint8_t failed_auth;
-    uint8_t pending;   /* PENDING_*: on the flush list, or on the lazy list */
-    uint8_t lost;      /* the peer went away (recoverable if a SERVER) */
-    uint8_t paused;    /* reading paused: a target inbox is over CQ_INBOX_HIGH */
-    uint8_t transport; /* CQ_CONN_TCP.. + 1 once cq_core_conn_set_transport ran; 0 unknown */
-    uint8_t auth_held; /* its AUTH waits for its predecessor's loss to be seen (auth.c) */
-    uint32_t held_stub, held_bc, held_chan; /* the held AUTH's, for its AuthResult */
-    char *pit;                              /* after a successful AUTH */
+    uint8_t pending;       /* PENDING_*: on the flush list, or on the lazy list */
+    uint8_t lost : 1;      /* the peer went away (recoverable if a SERVER) */
+    uint8_t paused : 1;    /* reading paused: a target inbox is over CQ_INBOX_HIGH */
+    uint8_t auth_held : 1; /* its AUTH waits for its predecessor's loss to be seen (auth.c) */
+    uint8_t transport;     /* CQ_CONN_TCP.. + 1 once cq_core_conn_set_transport ran; 0 unknown */
+    char *pit;             /* after a successful AUTH */
     const cq_fsm_t *fsm;
     const cq_transport_ops_t *tops;
     void *tctx;
@@ -350,7 +349,7 @@ struct cq_core {
     cq_seg_t seg;                /* the open fan-out segment */
     cq_list_t unauth;            /* unauthenticated connections, oldest first */
     cq_list_t announcing;        /* authenticated ones whose output waits for the other nodes */
-    cq_list_t auth_held;         /* servers whose AUTH waits for a predecessor's loss (auth.c) */
+    cq_list_t auth_held;         /* cq_authhold_t: AUTHs that wait for a predecessor's loss */
     cq_list_t soft;              /* connections over the soft send limit */
     cq_wire_arena_t arena;
     uint64_t log_window_ms; /* per-message log lines: at most CQ_LOG_BURST a second */
@@ -512,8 +511,11 @@ int cq__subopts_make(const cq_chan_settings_t *st,
 uint32_t cq__recover_pending(cq_shared_t *sh, uint8_t type, const char *pit);
 /* Under dir_lock: a handle for a lost recoverable server of another node (node.c). */
 void cq__recover_handle_locked(cq_shared_t *sh, const char *pit, uint32_t old_id, uint64_t now);
-/* auth.c: a held AUTH goes on once its predecessor's loss is seen, or its wait is over. */
+/* auth.c: a held AUTH goes on once its predecessor's loss is seen, or its wait is over; a
+ * connection that closes meanwhile drops its hold; the worker's end drops them all. */
 void cq__auth_tick(cq_core_t *c, uint64_t now_ms);
+void cq__auth_unhold(cq_core_t *c, cq_conn_t *conn);
+void cq__auth_free_all(cq_core_t *c);
 /* owned_global: the connection possessed GLOBAL at a home that is gone (node.c). */
 void cq__recover_store(cq_core_t *c, uint32_t conn_id, const char *pit, bool owned_global);
 bool cq__recover_takeover(cq_core_t *c, cq_conn_t *conn, uint32_t *ret_old);
