@@ -482,6 +482,17 @@ static void push_add(cq_mqsrv_t *s, mq_topic_t *t, uint64_t offset, int64_t time
         cq__mqsrv_flush_pushes(s);
 }
 
+/* Submits the read of the rows after t->pushed. It will see every row committed up to
+ * last_offset now (their completions came before it), but maybe not the later ones. */
+static void read_next(cq_mqsrv_t *s, mq_topic_t *t)
+{
+    size_t max = s->lim.max_batch < CQ_WRITER_READ_MAX ? s->lim.max_batch : CQ_WRITER_READ_MAX;
+    if (cq__mqop_read_log(s, t, t->pushed, max) == 0) {
+        t->catchup_reading = true;
+        t->read_upto = t->last_offset;
+    }
+}
+
 /* Reads the next rows after t->pushed back from the store, unless a read is in flight; ends
  * the catch-up once pushed reached catchup_to. A read that cannot be submitted now (busy), or
  * that failed, is tried again at the topic's next completion or the next tick
@@ -494,9 +505,7 @@ static void catch_up(cq_mqsrv_t *s, mq_topic_t *t)
         t->catchup_to = 0;
         return;
     }
-    size_t max = s->lim.max_batch < CQ_WRITER_READ_MAX ? s->lim.max_batch : CQ_WRITER_READ_MAX;
-    if (cq__mqop_read_log(s, t, t->pushed, max) == 0)
-        t->catchup_reading = true;
+    read_next(s, t);
 }
 
 void cq__mqsrv_catchup_retry(cq_mqsrv_t *s)
@@ -512,9 +521,7 @@ void cq__mqsrv_poll(cq_mqsrv_t *s, mq_topic_t *t)
 {
     if (t->catchup_reading || t->catchup_to || t->hw_unknown)
         return; /* a read is in flight; or where to start is not known yet */
-    size_t max = s->lim.max_batch < CQ_WRITER_READ_MAX ? s->lim.max_batch : CQ_WRITER_READ_MAX;
-    if (cq__mqop_read_log(s, t, t->pushed, max) == 0)
-        t->catchup_reading = true;
+    read_next(s, t);
 }
 
 void cq__mqsrv_log_read(cq_mqsrv_t *s, mq_topic_t *t, const cq_writer_req_t *req)
@@ -540,10 +547,12 @@ void cq__mqsrv_log_read(cq_mqsrv_t *s, mq_topic_t *t, const cq_writer_req_t *req
             cq__mqsrv_poll(s, t);
         return;
     }
-    /* A short read saw every committed row: what is missing below catchup_to was purged or
-     * invalidated, and is not delivered anyway. */
-    if (req->n_recs < req->max && t->pushed < t->catchup_to)
-        t->pushed = t->catchup_to;
+    /* A short read saw every row committed before it was submitted: what is missing below
+     * read_upto was purged or invalidated, and is not delivered anyway. Not below catchup_to: a
+     * produce that completed meanwhile may have committed after the read's snapshot, and is
+     * read next. */
+    if (req->n_recs < req->max && t->pushed < t->read_upto)
+        t->pushed = t->read_upto;
     catch_up(s, t);
 }
 

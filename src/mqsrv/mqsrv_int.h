@@ -46,6 +46,7 @@ typedef struct mq_topic {
     uint64_t pushed;
     uint64_t catchup_to;        /* 0: not catching up */
     bool catchup_reading;       /* a catch-up READ is in flight */
+    uint64_t read_upto;         /* last_offset when that READ was submitted: all it surely sees */
     uint64_t count;             /* messages in the topic: the seed's topic_message_total */
     uint64_t read_offset;       /* highest offset a consume returned (a read may see a commit
                                  * before its produce completion reached the engine) */

@@ -239,6 +239,7 @@ typedef struct proxy {
     atomic_int dropped; /* COMMIT answers dropped */
     sem_t held;         /* posted when a COMMIT is held */
     atomic_bool stop;
+    bool running; /* px_start ran, px_stop did not */
     px_pair_t pairs[PX_PAIRS];
 } proxy_t;
 
@@ -386,17 +387,21 @@ static void px_start(uint16_t upstream)
         px.pairs[i] = (px_pair_t){.cfd = -1, .sfd = -1};
     px.upstream = upstream;
     assert_int_equal(sem_init(&px.held, 0, 0), 0);
-    px.lfd = socket(AF_INET, SOCK_STREAM, 0);
+    px.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0); /* not chanqd's to keep */
     assert_true(px.lfd >= 0);
     assert_int_equal(bind(px.lfd, (struct sockaddr *)&a, sizeof(a)), 0);
     assert_int_equal(listen(px.lfd, 16), 0);
     assert_int_equal(getsockname(px.lfd, (struct sockaddr *)&a, &alen), 0);
     px.port = ntohs(a.sin_port);
     assert_int_equal(pthread_create(&px.th, NULL, px_run, &px), 0);
+    px.running = true;
 }
 
 static void px_stop(void)
 {
+    if (!px.running)
+        return;
+    px.running = false;
     atomic_store(&px.stop, true);
     pthread_join(px.th, NULL);
     for (int i = 0; i < PX_PAIRS; i++)
@@ -404,6 +409,16 @@ static void px_stop(void)
             px_pair_close(&px.pairs[i]);
     close(px.lfd);
     sem_destroy(&px.held);
+}
+
+/* The MariaDB cases' teardown: chanqd first (it may still talk to the database), then the
+ * proxy, also when the case failed: a proxy thread left running would share px with the next
+ * case's and wedge its connections. */
+static int teardown_px(void **state)
+{
+    itmq_teardown(state);
+    px_stop();
+    return 0;
 }
 
 /* ---- cases ---------------------------------------------------------------------------------- */
@@ -604,8 +619,6 @@ static void test_push_gap_mariadb(void **state)
     mqc_close(w);
     mqc_close(p);
     mqc_close(q);
-    cq_testsrv_stop(&srv);
-    px_stop();
 }
 
 /* Sends a produce of text (producer pid, seq) without waiting; returns its askid. */
@@ -672,8 +685,6 @@ static void test_retry_below_last_mariadb(void **state)
                (int64_t[]){off[1], off[3], off[2], off[4]}, 4);
     expect_counts(p, "holes", 4);
     mqc_close(p);
-    cq_testsrv_stop(&srv);
-    px_stop();
 }
 
 int main(int argc, char **argv)
@@ -687,8 +698,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_rules_http, setup, itmq_teardown),
         cmocka_unit_test_setup_teardown(test_retry_pushed_once, setup, itmq_teardown),
         /* MariaDB only */
-        cmocka_unit_test_setup_teardown(test_push_gap_mariadb, setup, itmq_teardown),
-        cmocka_unit_test_setup_teardown(test_retry_below_last_mariadb, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_push_gap_mariadb, setup, teardown_px),
+        cmocka_unit_test_setup_teardown(test_retry_below_last_mariadb, setup, teardown_px),
     };
     size_t n = sizeof(tests) / sizeof(tests[0]) - (use_mysql ? 0 : 2);
     return _cmocka_run_group_tests(use_mysql ? "it-mqseq-mariadb" : "it-mqseq-sqlite", tests, n,
