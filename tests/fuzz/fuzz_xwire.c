@@ -62,8 +62,8 @@ static bool model_ok(const cq_xmsg_t *m, uint32_t off)
         return false;
     if (k == XM_RECOVER && !m->body_len)
         return false;
-    bool text =
-        k == XM_CONN_GONE || k == XM_CLOSE || k == XM_META || k == XM_DIR_ADD || k == XM_RECOVER;
+    bool text = k == XM_CONN_GONE || k == XM_CLOSE || k == XM_META || k == XM_DIR_ADD ||
+                k == XM_RECOVER || k == XM_NODE_CONN;
     return !text || !m->body_len || m->body[m->body_len - 1] == 0;
 }
 
