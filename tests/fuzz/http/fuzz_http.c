@@ -57,7 +57,8 @@ static void check_head(const char *buf, size_t end, const cq_http_head_t *h,
 }
 
 /* The admin endpoint's parser before it used pkg/http, frozen as the reference: it checked the
- * request line only. */
+ * request line only. (It read a NUL-terminated buffer; the fuzzer's is not, so the version
+ * check is bounded by the head here.) */
 static ssize_t admin_parse_v0(const char *p, size_t n, char *method, size_t mlen, char *path,
                               size_t plen)
 {
@@ -73,7 +74,7 @@ static ssize_t admin_parse_v0(const char *p, size_t n, char *method, size_t mlen
     const char *sp1 = memchr(p, ' ', (size_t)(end - p));
     const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(end - sp1 - 1)) : NULL;
     if (!sp1 || !sp2 || (size_t)(sp1 - p) >= mlen || (size_t)(sp2 - sp1 - 1) >= plen || sp1 == p ||
-        sp2 == sp1 + 1 || strncmp(sp2 + 1, "HTTP/1.", 7) != 0)
+        sp2 == sp1 + 1 || (size_t)(end - sp2 - 1) < 7 || memcmp(sp2 + 1, "HTTP/1.", 7) != 0)
         return -1;
     memcpy(method, p, (size_t)(sp1 - p));
     method[sp1 - p] = '\0';
