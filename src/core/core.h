@@ -394,6 +394,7 @@ typedef struct cq_recsub {
     cq_subopts_t opts;
     uint64_t sub_time_ms;
     uint64_t since_ms;
+    uint32_t successor; /* GLOBAL's, kept for a home this node is about to become (recover.c) */
 } cq_recsub_t;
 
 enum { T_OWNER_RECOVERED = 1, T_RECOVERY_END = 2 };
@@ -522,6 +523,8 @@ bool cq__recover_takeover(cq_core_t *c, cq_conn_t *conn, uint32_t *ret_old);
 void cq__recover_start(cq_core_t *c, uint32_t conn_id, uint32_t old_id, const char *pit);
 void cq__recover_apply(cq_core_t *c, uint32_t conn_id, uint32_t old_id, const char *pit);
 void cq__recover_tick(cq_core_t *c, uint64_t now_ms);
+/* This node became GLOBAL's home: a successor's possession of GLOBAL kept for it is given. */
+void cq__recover_rehome(cq_core_t *c);
 void cq__recover_free_all(cq_core_t *c);
 void cq__recov_handles_free(cq_shared_t *sh);
 void cq__timed_add(cq_core_t *c, uint64_t due_ms, uint32_t kind, uint32_t conn_id,

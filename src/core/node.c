@@ -190,6 +190,8 @@ void cq_shared_relay_global_home(cq_shared_t *sh, uint16_t node)
 
 void cq__node_rehome_local(cq_core_t *c, const cq_xmsg_t *m)
 {
+    if (m->u1 == c->sh->node)
+        cq__recover_rehome(c); /* GLOBAL's successor, if its RECOVER came first */
     /* GLOBAL's subscribers here subscribed at the old home: that state is gone */
     cq_lsubs_t *l = cq_map_get(&c->lsubs, CQ_CHAN_ID_GLOBAL);
     uint32_t *ids = NULL, n = 0, cap = 0;

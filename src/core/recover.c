@@ -329,13 +329,20 @@ static void send_recovery_data(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s, u
 
 /* Ownership comes back only if nobody took the channel meanwhile. The subscription comes back
  * with its old options, with skipFirstFanOut and without a SUB result (channeld): the recovery
- * data that follows carries the full state. */
-static void recover_one(cq_core_t *c, cq_recsub_t *r, uint32_t conn_id)
+ * data that follows carries the full state. Returns false when r is kept: GLOBAL counts only at
+ * its home, and when the home died with the owner, this node may learn that it is the new home
+ * just after the successor's RECOVER came (two ZooKeeper events): GLOBAL waits for that, with
+ * its successor, until the handle's timeout. */
+static bool recover_one(cq_core_t *c, cq_recsub_t *r, uint32_t conn_id)
 {
     cq_chan_t *ch = cq__chan_get(c, r->chan_id);
     uint32_t home = atomic_load_explicit(&c->sh->global_home, memory_order_relaxed);
-    if (!ch || (ch->id == CQ_CHAN_ID_GLOBAL && home && home != c->sh->node))
-        return; /* GLOBAL counts only at its home */
+    if (ch && ch->id == CQ_CHAN_ID_GLOBAL && home && home != c->sh->node) {
+        r->successor = conn_id;
+        return false;
+    }
+    if (!ch)
+        return true;
     if (r->was_owner && !ch->owner) {
         cq__chan_set_owner(c, ch, conn_id, CQ_CONN_SERVER);
         if (ch->settings->send_owner_lost_and_recovered)
@@ -350,6 +357,18 @@ static void recover_one(cq_core_t *c, cq_recsub_t *r, uint32_t conn_id)
             s = NULL;
     }
     send_recovery_data(c, ch, s, conn_id, r->sub_time_ms);
+    return true;
+}
+
+void cq__recover_rehome(cq_core_t *c)
+{
+    cq_list_t *n, *t;
+    cq_list_foreach_safe(n, t, &c->recsubs)
+    {
+        cq_recsub_t *r = cq_container_of(n, cq_recsub_t, node);
+        if (r->chan_id == CQ_CHAN_ID_GLOBAL && r->successor && recover_one(c, r, r->successor))
+            recsub_free(r);
+    }
 }
 
 /* The handle for pit goes (on the nodes where the successor did not claim it). */
@@ -402,10 +421,8 @@ void cq__recover_apply(cq_core_t *c, uint32_t conn_id, uint32_t old_id, const ch
     cq_list_foreach_safe(n, t, &c->recsubs)
     {
         cq_recsub_t *r = cq_container_of(n, cq_recsub_t, node);
-        if (strcmp(r->pit, pit) == 0) {
-            recover_one(c, r, conn_id);
+        if (strcmp(r->pit, pit) == 0 && recover_one(c, r, conn_id))
             recsub_free(r);
-        }
     }
 }
 
