@@ -151,8 +151,9 @@ static uint32_t post_peers(cq_core_t *c, int kind, uint32_t conn_id, uint8_t con
         if (len)
             memcpy(m->body, text, len);
         cq__node_post(c, n, m);
-        posted +=
-            now - atomic_load_explicit(&sh->heard_ms[n], memory_order_relaxed) < HEARD_FRESH_MS;
+        /* heard_ms is stored by the relay thread: it may be later than our `now`. */
+        uint64_t heard = atomic_load_explicit(&sh->heard_ms[n], memory_order_relaxed);
+        posted += heard >= now || now - heard < HEARD_FRESH_MS;
     }
     return posted;
 }
