@@ -515,32 +515,42 @@ void cq__conn_push_run(cq_core_t *c, cq_conn_t *conn, cq_buf_t *run, uint32_t n)
 /* A connection of another worker gets the record by reference in an XM_SEND: nothing is copied,
  * and the record stays alive until its last queue has written it. A connection that is gone
  * drops the record silently: whoever sent it learns of the loss by CONN_GONE. */
-static void send_to(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec, bool lazy)
+enum { SEND_NOW, SEND_LAZY, SEND_GLOBAL_RECOVERY };
+
+static void send_to(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec, int how)
 {
     int w = cq__conn_worker(c, conn_id);
     if (w == c->index) {
         cq_conn_t *conn = cq_map_get(&c->conns, conn_id);
         if (conn)
-            push_records(c, conn, rec, 1, lazy ? PUSH_LAZY : 0);
+            push_records(c, conn, rec, 1, how == SEND_LAZY ? PUSH_LAZY : 0);
+        if (conn && how == SEND_GLOBAL_RECOVERY)
+            cq__recover_global_sent(c, conn);
         return;
     }
     cq_xmsg_t *m = cq__xmsg_new(XM_SEND, 0);
     if (!m)
         return;
     m->conn_id = conn_id;
-    m->u1 = lazy;
+    m->u1 = how == SEND_LAZY;
+    m->u2 = how == SEND_GLOBAL_RECOVERY ? CQ_XSEND_GLOBAL_RECOVERY : 0;
     m->buf = cq_buf_ref(rec);
     cq__xmsg_post(c, w, m);
 }
 
 void cq__send_to(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec)
 {
-    send_to(c, conn_id, rec, false);
+    send_to(c, conn_id, rec, SEND_NOW);
+}
+
+void cq__send_global_recovery(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec)
+{
+    send_to(c, conn_id, rec, SEND_GLOBAL_RECOVERY);
 }
 
 void cq__send_lazy(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec)
 {
-    send_to(c, conn_id, rec, true);
+    send_to(c, conn_id, rec, SEND_LAZY);
 }
 
 /* The direct reply to a requester echoes its stubId and broadcast (channeld §1.9), so a client
@@ -580,8 +590,8 @@ void cq__notify_gowner(cq_core_t *c, uint32_t except, uint32_t chan_id, uint32_t
     cq_buf_t *b = cq_wire_record_msg(chan_id, 0, 0, msg_type, msg);
     cq_xmsg_t *m = b ? cq__xmsg_new(XM_SEND, 0) : NULL;
     if (m) {
-        m->u2 = 1;      /* to GLOBAL's owner, */
-        m->u3 = except; /* unless it is this one */
+        m->u2 = CQ_XSEND_GOWNER; /* to GLOBAL's owner, */
+        m->u3 = except;          /* unless it is this one */
         m->buf = cq_buf_ref(b);
         cq__xmsg_post(c, cq__place_node(c, home), m);
     }

@@ -200,7 +200,7 @@ static void xm_remove(cq_core_t *c, cq_xmsg_t *m)
  * the record is then dropped with the message, which holds its reference. */
 static void xm_send(cq_core_t *c, cq_xmsg_t *m)
 {
-    if (m->u2 == 1) { /* on GLOBAL's home, for its owner (cq__notify_gowner) */
+    if (m->u2 == CQ_XSEND_GOWNER) { /* on GLOBAL's home, for its owner (cq__notify_gowner) */
         uint32_t g = atomic_load(&c->sh->global_owner);
         if (g && g != m->u3)
             cq__send_to(c, g, m->buf);
@@ -211,6 +211,8 @@ static void xm_send(cq_core_t *c, cq_xmsg_t *m)
         cq__conn_push_lazy(c, conn, m->buf);
     else if (conn)
         cq__conn_push(c, conn, m->buf);
+    if (conn && m->u2 == CQ_XSEND_GLOBAL_RECOVERY)
+        cq__recover_global_sent(c, conn);
 }
 
 /* u1 the sender, u2 the channel's owner when the broadcast left, u3 the flags: the filters

@@ -190,12 +190,14 @@ struct cq_conn {
     uint8_t node_up;       /* the other relay nodes were told of it (node.c) */
     uint8_t announce_wait; /* their acknowledgements still awaited (<= 255 nodes): output held */
     uint8_t failed_auth;
-    uint8_t pending;       /* PENDING_*: on the flush list, or on the lazy list */
-    uint8_t lost : 1;      /* the peer went away (recoverable if a SERVER) */
-    uint8_t paused : 1;    /* reading paused: a target inbox is over CQ_INBOX_HIGH */
-    uint8_t auth_held : 1; /* its AUTH waits for its predecessor's loss to be seen (auth.c) */
-    uint8_t transport;     /* CQ_CONN_TCP.. + 1 once cq_core_conn_set_transport ran; 0 unknown */
-    char *pit;             /* after a successful AUTH */
+    uint8_t pending;         /* PENDING_*: on the flush list, or on the lazy list */
+    uint8_t lost : 1;        /* the peer went away (recoverable if a SERVER) */
+    uint8_t paused : 1;      /* reading paused: a target inbox is over CQ_INBOX_HIGH */
+    uint8_t auth_held : 1;   /* its AUTH waits for its predecessor's loss to be seen (auth.c) */
+    uint8_t rec_global : 1;  /* its RECOVERY_END waits for GLOBAL's recovery data (recover.c) */
+    uint8_t rec_end_due : 1; /* ... and its second has passed */
+    uint8_t transport;       /* CQ_CONN_TCP.. + 1 once cq_core_conn_set_transport ran; 0 unknown */
+    char *pit;               /* after a successful AUTH */
     const cq_fsm_t *fsm;
     const cq_transport_ops_t *tops;
     void *tctx;
@@ -397,7 +399,7 @@ typedef struct cq_recsub {
     uint32_t successor; /* GLOBAL's, kept for a home this node is about to become (recover.c) */
 } cq_recsub_t;
 
-enum { T_OWNER_RECOVERED = 1, T_RECOVERY_END = 2 };
+enum { T_OWNER_RECOVERED = 1, T_RECOVERY_END = 2, T_RECOVERY_END_LATEST = 3 };
 typedef struct cq_timed {
     uint64_t due_ms;
     uint32_t kind, conn_id, chan_id;
@@ -421,6 +423,9 @@ int cq__conn_push_slice(cq_core_t *c, cq_conn_t *conn, cq_buf_t *fb, uint32_t of
 /* Queues run (borrowed), n whole records, as one record (compressed for Snappy peers). */
 void cq__conn_push_run(cq_core_t *c, cq_conn_t *conn, cq_buf_t *run, uint32_t n);
 void cq__send_to(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec);
+/* Like cq__send_to, for GLOBAL's RECOVERY_CHANNEL_DATA: the successor's worker, once it queued
+ * it, may let RECOVERY_END follow (cq__recover_global_sent). */
+void cq__send_global_recovery(cq_core_t *c, uint32_t conn_id, cq_buf_t *rec);
 /* Like cq__send_to, for what a client can take with its next fan-outs: a client connection's
  * copy waits, queued in order, for the next CQ_FANOUT_GRID_MS grid point (cq_core_run_due, which
  * the worker's timer runs by then) and leaves in the same write as its cells' fan-outs; a
@@ -525,6 +530,8 @@ void cq__recover_apply(cq_core_t *c, uint32_t conn_id, uint32_t old_id, const ch
 void cq__recover_tick(cq_core_t *c, uint64_t now_ms);
 /* This node became GLOBAL's home: a successor's possession of GLOBAL kept for it is given. */
 void cq__recover_rehome(cq_core_t *c);
+/* GLOBAL's RECOVERY_CHANNEL_DATA was queued for conn: its RECOVERY_END may follow. */
+void cq__recover_global_sent(cq_core_t *c, cq_conn_t *conn);
 void cq__recover_free_all(cq_core_t *c);
 void cq__recov_handles_free(cq_shared_t *sh);
 void cq__timed_add(cq_core_t *c, uint64_t due_ms, uint32_t kind, uint32_t conn_id,

@@ -598,7 +598,7 @@ static bool in_route(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m, uint64_t *wak
         cq__xmsg_free(m);
         return true;
     case XM_SEND:
-        if (m->u2 == 1) { /* for GLOBAL's owner: GLOBAL's worker knows it */
+        if (m->u2 == CQ_XSEND_GOWNER) { /* for GLOBAL's owner: GLOBAL's worker knows it */
             in_post(sh, cq_shared_chan_worker(sh, CQ_CHAN_ID_GLOBAL), m, wake);
             return true;
         }

@@ -123,9 +123,13 @@ void cq__place_forget(cq_core_t *c, uint32_t conn_id);
 
 /* ---- cross-worker messages ---- */
 
+/* XM_SEND's u2: to conn_id, to GLOBAL's owner instead (at GLOBAL's home, unless it is u3), or
+ * GLOBAL's RECOVERY_CHANNEL_DATA to conn_id, which its RECOVERY_END may wait for (recover.c). */
+enum { CQ_XSEND_CONN = 0, CQ_XSEND_GOWNER = 1, CQ_XSEND_GLOBAL_RECOVERY = 2 };
+
 enum {
     XM_DISPATCH,  /* an inbound message for chan_id from conn_id */
-    XM_SEND,      /* deliver buf to conn_id */
+    XM_SEND,      /* deliver buf to conn_id; u2 a CQ_XSEND_* */
     XM_FANOUT,    /* deliver buf to the local subscribers of chan_id, filtered */
     XM_LSUB_ADD,  /* conn_id joins the local list of chan_id */
     XM_LSUB_DEL,  /* conn_id leaves the local list of chan_id */

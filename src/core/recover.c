@@ -56,10 +56,40 @@ static void broadcast_empty(cq_core_t *c, cq_chan_t *ch, uint32_t msg_type)
     }
 }
 
+/* RECOVERY_END, a second after the recovery, unless GLOBAL's data is still to come: then when
+ * it came (cq__recover_global_sent), or at the latest when GLOBAL's new home should be known. */
+static void recovery_end(cq_core_t *c, const cq_timed_t *t)
+{
+    cq_conn_t *conn = cq_map_get(&c->conns, t->conn_id);
+    if (conn && conn->rec_global && t->kind == T_RECOVERY_END) {
+        conn->rec_end_due = 1;
+        return;
+    }
+    if (conn && conn->rec_global) {
+        CQ_WARN("recover", "conn %u: GLOBAL's recovery data did not come; RECOVERY_END without it",
+                conn->id);
+        conn->rec_global = conn->rec_end_due = 0;
+    } else if (t->kind == T_RECOVERY_END_LATEST) {
+        return; /* it came */
+    }
+    cq__notify(c, t->conn_id, 0, MT_RECOVERY_END, NULL);
+}
+
+void cq__recover_global_sent(cq_core_t *c, cq_conn_t *conn)
+{
+    if (!conn->rec_global)
+        return;
+    conn->rec_global = 0;
+    if (conn->rec_end_due) {
+        conn->rec_end_due = 0;
+        cq__notify(c, conn->id, 0, MT_RECOVERY_END, NULL);
+    }
+}
+
 static void timed_fire(cq_core_t *c, const cq_timed_t *t)
 {
-    if (t->kind == T_RECOVERY_END) {
-        cq__notify(c, t->conn_id, 0, MT_RECOVERY_END, NULL);
+    if (t->kind == T_RECOVERY_END || t->kind == T_RECOVERY_END_LATEST) {
+        recovery_end(c, t);
         return;
     }
     /* Only if the successor still owns the channel a second later. */
@@ -305,6 +335,14 @@ bool cq__recover_takeover(cq_core_t *c, cq_conn_t *conn, uint32_t *ret_old)
     return true;
 }
 
+/* GLOBAL's owner as the other nodes last heard it from GLOBAL's home, which is gone if the
+ * owner has not been reset since (GLOBAL's home resets it when the owner is lost). */
+static bool global_possessed(cq_shared_t *sh, uint32_t old_id)
+{
+    return sh->node && (atomic_load(&sh->global_owner) == old_id ||
+                        atomic_load(&sh->global_owner_was) == old_id);
+}
+
 /* RECOVERY_CHANNEL_DATA (20), one per channel the successor gets back: the channel's full data
  * and the restored options; subTime is the original subscription's, in unix nanoseconds. */
 static void send_recovery_data(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s, uint32_t conn_id,
@@ -324,7 +362,14 @@ static void send_recovery_data(cq_core_t *c, cq_chan_t *ch, const cq_sub_t *s, u
     Google__Protobuf__Any data;
     if (cq__data_any(ch, &data))
         m.channeldata = &data;
-    cq__notify(c, conn_id, ch->id, MT_RECOVERY_CHANNEL_DATA, &m.base);
+    if (ch->id != CQ_CHAN_ID_GLOBAL) {
+        cq__notify(c, conn_id, ch->id, MT_RECOVERY_CHANNEL_DATA, &m.base);
+        return;
+    }
+    cq_buf_t *b = cq_wire_record_msg(ch->id, 0, 0, MT_RECOVERY_CHANNEL_DATA, &m.base);
+    if (b)
+        cq__send_global_recovery(c, conn_id, b);
+    cq_buf_unref(b);
 }
 
 /* Ownership comes back only if nobody took the channel meanwhile. The subscription comes back
@@ -395,6 +440,14 @@ static void handle_drop(cq_shared_t *sh, const char *pit)
  * successor's announcement (auth.c). */
 void cq__recover_start(cq_core_t *c, uint32_t conn_id, uint32_t old_id, const char *pit)
 {
+    cq_conn_t *conn = cq_map_get(&c->conns, conn_id);
+    /* Its predecessor possessed GLOBAL at a home that died with it: GLOBAL's data comes from the
+     * new home once ZooKeeper has chosen it, which can take longer than a second. */
+    if (conn && global_possessed(c->sh, old_id)) {
+        conn->rec_global = 1;
+        uint32_t wait = c->sh->o.relay_loss_ms ? c->sh->o.relay_loss_ms : 3000;
+        cq__timed_add(c, c->now_ms + RECOVERY_DELAY_MS + wait, T_RECOVERY_END_LATEST, conn_id, 0);
+    }
     cq__xmsg_post_others(c, XM_RECOVER, conn_id, 0, old_id, pit);
     size_t len = strlen(pit) + 1;
     cq_xmsg_t *m = cq__xmsg_new(XM_RECOVER, len);
