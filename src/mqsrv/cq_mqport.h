@@ -60,6 +60,20 @@ typedef struct cq_mqport {
     void *ud;                   /* the port's; borrowed, must outlive the engine */
 } cq_mqport_t;
 
+/* A committed message as the sink gets it; every pointer borrowed for the call. Offsets are not
+ * dense: every message of the topic at or below prev_offset was given before this one, or was
+ * committed before the engine started, or no longer exists (purged, invalidated). epoch is the
+ * shard's role epoch (cq_mqsrv_set_role; 0 for one server). producer_id 0: none. */
+typedef struct cq_mqsrv_event {
+    const char *topic;
+    uint32_t shard;
+    uint64_t epoch, offset, prev_offset;
+    int64_t time_ms;
+    uint64_t producer_id, seq;
+    const uint8_t *content;
+    size_t len;
+} cq_mqsrv_event_t;
+
 typedef struct cq_mqsrv_opts {
     cq_mq_limits_t limits;          /* zero fields take the codec defaults */
     const cq_mqperm_t *perms;       /* borrowed, must outlive the engine; NULL = all allowed */
@@ -104,6 +118,15 @@ typedef struct cq_mqsrv_opts {
      * NULL: nothing is told. */
     void (*on_topic)(void *topic_ud, const char *name, bool online, uint32_t retention_days);
     void *topic_ud;
+    /* The bridge (doc/bridge.md): sink_wants(sink_ud, topic) says whether a topic's committed
+     * messages also go to sink_event; asked on the engine's thread when the topic becomes known
+     * and at cq_mqsrv_sink_refresh(). sink_event is then called with every committed message of
+     * that topic once, in offset order, on the engine's thread, from the path the watchers'
+     * pushes take (a catch-up from the store included, as a slave's polls): it must not block
+     * and must not call the engine. NULL: no sink. */
+    bool (*sink_wants)(void *sink_ud, const char *topic);
+    void (*sink_event)(void *sink_ud, const cq_mqsrv_event_t *ev);
+    void *sink_ud;
 } cq_mqsrv_opts_t;
 
 /* Returns a new engine (owned; cq_mqsrv_free) or NULL on OOM / a port without submit. o is
@@ -139,6 +162,10 @@ typedef struct cq_mqsrv_topic_decl {
  * tick, every CQ_MQSRV_REFRESH_MS. Nothing it causes reaches opts.on_topic (no loop). Topics
  * not declared are left alone. Returns 0 or -ENOMEM (the previous declaration stays). */
 int cq_mqsrv_topics_apply(cq_mqsrv_t *s, const cq_mqsrv_topic_decl_t *t, size_t n);
+
+/* Asks opts.sink_wants again for every known topic (the bindings changed). The engine's
+ * thread. A topic that starts being sunk gets what commits from now on. */
+void cq_mqsrv_sink_refresh(cq_mqsrv_t *s);
 
 /* The store's completion callback (cq_writer_opts_t.done): queues req (taken) on the inbox of
  * the engine that submitted it and wakes that engine's loop. ud is unused: each request carries

@@ -38,6 +38,7 @@ mq_topic_t *cq__mqsrv_topic_add(cq_mqsrv_t *s, const char *name, bool online, in
     snprintf(t->name, sizeof(t->name), "%s", name);
     t->online = online;
     t->retention_days = retention;
+    t->sunk = s->sink_wants && s->sink_wants(s->sink_ud, t->name);
     if (cq_smap_put(&s->topic_idx, t->name, t) < 0) { /* the key is the topic's own name */
         cq_free(t);
         return NULL;
@@ -116,6 +117,9 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
     s->master = !o->slave;
     s->on_topic = o->on_topic;
     s->topic_ud = o->topic_ud;
+    s->sink_wants = o->sink_event ? o->sink_wants : NULL;
+    s->sink_event = o->sink_event;
+    s->sink_ud = o->sink_ud;
     for (size_t i = 0; i < o->ntopics; i++) {
         const cq_store_topic_t *st = &o->topics[i];
         mq_topic_t *t = cq__mqsrv_topic_add(s, st->name, st->online, st->retention_days);
@@ -463,12 +467,29 @@ void cq__mqsrv_item_key(cq_mq_item_t *it, uint64_t producer_id, uint64_t seq)
     }
 }
 
+void cq_mqsrv_sink_refresh(cq_mqsrv_t *s)
+{
+    for (size_t i = 0; s->sink_wants && i < s->ntopics; i++) {
+        mq_topic_t *t = s->topics[i];
+        bool was = cq__mqsrv_watched(t);
+        t->sunk = s->sink_wants(s->sink_ud, t->name);
+        if (!was && t->sunk && !t->catchup_to && !t->catchup_reading)
+            t->pushed = t->last_offset; /* from now on, as a new watcher */
+    }
+}
+
 /* Adds the committed message at offset to t's next push (for its watchers, if any), with its
  * idempotence key (producer_id 0: none; keys beyond 2^53 - 1 are not sent). */
 static void push_add(cq_mqsrv_t *s, mq_topic_t *t, uint64_t offset, int64_t time_ms,
                      const void *content, size_t len, uint64_t producer_id, uint64_t seq)
 {
+    uint64_t prev = t->pushed;
     t->pushed = offset;
+    if (t->sunk) {
+        cq_mqsrv_event_t ev = {t->name, s->shard,    s->epoch, offset,  prev,
+                               time_ms, producer_id, seq,      content, len};
+        s->sink_event(s->sink_ud, &ev);
+    }
     if (!t->nwatchers)
         return;
     if (!t->push && (t->push = cq_mq_msg_new(CQ_MQ_PUSH, 0)) &&
@@ -570,7 +591,7 @@ static void queue_push(cq_mqsrv_t *s, const cq_writer_req_t *req)
     if (hi > t->last_offset)
         t->last_offset = hi;
     if (t->catchup_to || req->prev_offset > t->pushed) {
-        if (!t->nwatchers && !t->catchup_reading) { /* no one to catch up */
+        if (!cq__mqsrv_watched(t) && !t->catchup_reading) { /* no one to catch up */
             t->pushed = t->last_offset;
             t->catchup_to = 0;
             return;

@@ -52,6 +52,7 @@ typedef struct mq_topic {
                                  * before its produce completion reached the engine) */
     cq_mqsrv_conn_t **watchers; /* borrowed; a connection removes itself when it closes */
     size_t nwatchers, watchers_cap;
+    bool sunk; /* the sink takes its messages too (opts.sink_wants): watched like a watcher */
     cq_mq_msg_t *push; /* owned: messages waiting for the next push, or NULL */
     /* The cluster (role.c). hw_reading: a HIGH_WATER or TOPIC_STATS is in flight. reload: this
      * server became master and has not yet read the topic's high water and count back (they
@@ -118,6 +119,9 @@ struct cq_mqsrv {
      * pending); decl_failed: a pass or a request failed, tried again at the tick. */
     void (*on_topic)(void *ud, const char *name, bool online, uint32_t retention_days);
     void *topic_ud;
+    bool (*sink_wants)(void *ud, const char *topic);
+    void (*sink_event)(void *ud, const cq_mqsrv_event_t *ev);
+    void *sink_ud;
     struct mq_decl *decls; /* owned */
     size_t ndecls;
     bool decl_dirty, decl_failed;
@@ -292,6 +296,11 @@ void cq__mqsrv_send(cq_mqsrv_conn_t *c, cq_mq_msg_t *m);
 void cq__mqsrv_reply(cq_mqsrv_conn_t *c, const cq_mq_msg_t *req, int err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 bool cq__mqsrv_watch(mq_topic_t *t, cq_mqsrv_conn_t *c, bool on);
+/* t's committed messages go somewhere: a watcher, or the sink. */
+static inline bool cq__mqsrv_watched(const mq_topic_t *t)
+{
+    return t->nwatchers || t->sunk;
+}
 /* The seed front end's mq_fe_t.free. */
 void cq__mqsrv_conn_free(mq_link_t *l);
 void cq__mqsrv_close(cq_mqsrv_conn_t *c);

@@ -117,7 +117,7 @@ void cq__mqsrv_role_tick(cq_mqsrv_t *s, uint64_t now_ms)
     if (now_ms - s->poll_ms >= CQ_MQSRV_POLL_MS || !s->poll_ms) {
         s->poll_ms = now_ms;
         for (size_t i = 0; i < s->ntopics; i++)
-            if (s->topics[i]->nwatchers)
+            if (cq__mqsrv_watched(s->topics[i]))
                 cq__mqsrv_poll(s, s->topics[i]);
     }
     if (now_ms - s->refresh_ms >= CQ_MQSRV_REFRESH_MS || !s->refresh_ms) {
@@ -155,7 +155,7 @@ static void high_water(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *t)
     if (req->offset > t->last_offset)
         t->last_offset = req->offset;
     /* a watcher sees what commits after it watched (on a slave: after the last refresh) */
-    bool idle = !t->nwatchers && !t->catchup_reading && !t->catchup_to;
+    bool idle = !cq__mqsrv_watched(t) && !t->catchup_reading && !t->catchup_to;
     if (t->hw_unknown || idle)
         t->pushed = t->last_offset;
     t->hw_unknown = false;
@@ -163,7 +163,7 @@ static void high_water(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *t)
         return;
     t->count = req->count;
     t->reload = false;
-    if (t->pushed < t->last_offset && t->nwatchers)
+    if (t->pushed < t->last_offset && cq__mqsrv_watched(t))
         cq__mqsrv_poll(s, t); /* what the watchers have not seen yet, before new produces */
 }
 

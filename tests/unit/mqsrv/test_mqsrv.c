@@ -159,6 +159,25 @@ static uint32_t next_shard;
 
 /* An engine with the topics orders (online, 2 messages so far), Paused (offline) and keep
  * (retention 0), all allowed (with_perms false) or under perms_json. */
+/* The bridge's sink (opts.sink_*): it takes "orders" and logs "topic:offset/prev:content;". */
+static bool next_sink;
+static char sink_log[512];
+
+static bool fake_sink_wants(void *ud, const char *topic)
+{
+    (void)ud;
+    return strcmp(topic, "orders") == 0;
+}
+
+static void fake_sink_event(void *ud, const cq_mqsrv_event_t *ev)
+{
+    (void)ud;
+    size_t n = strlen(sink_log);
+    snprintf(sink_log + n, sizeof(sink_log) - n, "%s:%llu/%llu:%.*s;", ev->topic,
+             (unsigned long long)ev->offset, (unsigned long long)ev->prev_offset, (int)ev->len,
+             (const char *)ev->content);
+}
+
 static void eng_start(bool with_perms, uint32_t max_batch)
 {
     memset(&fp, 0, sizeof(fp));
@@ -186,7 +205,11 @@ static void eng_start(bool with_perms, uint32_t max_batch)
                          .shard = next_shard,
                          .slave = next_slave,
                          .on_topic = fake_on_topic,
-                         .topic_ud = topic_log};
+                         .topic_ud = topic_log,
+                         .sink_wants = next_sink ? fake_sink_wants : NULL,
+                         .sink_event = next_sink ? fake_sink_event : NULL};
+    next_sink = false;
+    sink_log[0] = '\0';
     topic_log[0] = '\0';
     wstats = wstats_dfl;
     fence_open = true;
@@ -1003,6 +1026,56 @@ static void test_watch_push(void **state)
               "\"shard\":0}");
     fconn_free(p);
     fconn_free(w1);
+    eng_stop();
+}
+
+/* The bridge's sink takes every committed message of its topics once, in offset order, with no
+ * watcher at all: from the completions, from a catch-up read of rows committed without their
+ * answer, and not again for an idempotent retry. Topics it does not want are not given. */
+static void test_sink(void **state)
+{
+    (void)state;
+    next_sink = true;
+    eng_start(false, 0);
+    fconn_t *p = fconn_new();
+    connect_as(p, 1, "",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
+    feed(p, produce_req(2, "orders", 2, 0));
+    cq_writer_req_t *r = take(CQ_WRITER_PRODUCE, "orders");
+    r->offsets[0] = 3;
+    r->offsets[1] = 4;
+    done(r, 0);
+    expect(p, "12 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"total\":2,"
+              "\"offsets\":[3,4],\"shard\":0}");
+    assert_string_equal(sink_log, "orders:3/2:m0;orders:4/3:m1;");
+    /* 5 and 6 committed without an answer: read back before 7 */
+    feed(p, produce_req(3, "orders", 1, 0));
+    r = take(CQ_WRITER_PRODUCE, "orders");
+    r->prev_offset = 6;
+    done_produce(r, 7);
+    expect(p, "12 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":0,\"total\":3,"
+              "\"offsets\":[7],\"shard\":0}");
+    r = take(CQ_WRITER_READ, "orders");
+    assert_int_equal(r->from_offset, 4);
+    done_read(r, 5, 3);
+    assert_string_equal(sink_log, "orders:3/2:m0;orders:4/3:m1;orders:5/4:r5;orders:6/5:r6;"
+                                  "orders:7/6:r7;");
+    /* an idempotent retry answered with an old offset is not given again */
+    feed(p, produce_req(4, "orders", 1, 0));
+    r = take(CQ_WRITER_PRODUCE, "orders");
+    r->prev_offset = 7;
+    done_produce(r, 4);
+    expect(p, "12 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":0,\"total\":3,"
+              "\"offsets\":[4],\"shard\":0}");
+    feed(p, produce_req(5, "keep", 1, 0)); /* not the sink's */
+    done_produce(take(CQ_WRITER_PRODUCE, "keep"), 1);
+    expect(p, "12 5 {\"askid\":5,\"topic\":\"keep\",\"err_code\":0,\"total\":1,"
+              "\"offsets\":[1],\"shard\":0}");
+    assert_string_equal(sink_log, "orders:3/2:m0;orders:4/3:m1;orders:5/4:r5;orders:6/5:r6;"
+                                  "orders:7/6:r7;");
+    fconn_free(p);
     eng_stop();
 }
 
@@ -2790,6 +2863,7 @@ int main(void)
         cmocka_unit_test(test_watch_push),
         cmocka_unit_test(test_catchup_retry_on_tick),
         cmocka_unit_test(test_catchup_commit_during_read),
+        cmocka_unit_test(test_sink),
         cmocka_unit_test(test_online_retention),
         cmocka_unit_test(test_close_in_flight),
         cmocka_unit_test(test_push_refs),
