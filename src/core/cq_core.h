@@ -134,6 +134,9 @@ void cq_shared_relay_node_up(cq_shared_t *sh, uint16_t node);
 void cq_shared_relay_global_home(cq_shared_t *sh, uint16_t node);
 /* Messages from other nodes taken, and refused (malformed, misaddressed, from a node that is not
  * one of the relay's); records that waited for a worker's full inbox. Any thread. */
+/* GLOBAL's owner as this node knows it (GLOBAL's home replicates it to the others), 0: none.
+ * Any thread. */
+uint32_t cq_shared_relay_global_owner(cq_shared_t *sh);
 void cq_shared_relay_counts(cq_shared_t *sh, uint64_t *in, uint64_t *refused, uint64_t *paced);
 /* A CQ_CORE_REC_XMSGS record from node `from` (body borrowed), in its stream's order. The relay
  * thread only. Malformed or misaddressed messages are counted and dropped. */

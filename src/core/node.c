@@ -826,6 +826,11 @@ void cq_shared_relay_node_up(cq_shared_t *sh, uint16_t node)
                              memory_order_acq_rel);
 }
 
+uint32_t cq_shared_relay_global_owner(cq_shared_t *sh)
+{
+    return atomic_load(&sh->global_owner);
+}
+
 void cq_shared_relay_counts(cq_shared_t *sh, uint64_t *in, uint64_t *refused, uint64_t *paced)
 {
     *in = atomic_load(&sh->relay_in);

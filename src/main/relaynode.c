@@ -150,6 +150,9 @@ static const char HELP[] =
     "# HELP chanq_relay_global_home The node GLOBAL and the channel directory live on (0: not "
     "known yet).\n"
     "# TYPE chanq_relay_global_home gauge\n"
+    "# HELP chanq_relay_global_owner The connection id of GLOBAL's owner as this node knows it "
+    "(GLOBAL's home tells the other nodes; 0: none).\n"
+    "# TYPE chanq_relay_global_owner gauge\n"
     "# HELP chanq_relay_paced_total Records from other nodes that waited for a worker's full "
     "inbox.\n"
     "# TYPE chanq_relay_paced_total counter\n"
@@ -233,6 +236,7 @@ static int metrics(void *ud, cq_sbuf_t *out)
                            "chanq_relay_members %u\n"
                            "chanq_relay_peers_up %u\n"
                            "chanq_relay_global_home %u\n"
+                           "chanq_relay_global_owner %u\n"
                            "chanq_relay_messages_in_total %" PRIu64 "\n"
                            "chanq_relay_messages_refused_total %" PRIu64 "\n"
                            "chanq_relay_paced_total %" PRIu64 "\n"
@@ -244,9 +248,10 @@ static int metrics(void *ud, cq_sbuf_t *out)
                            "chanq_relay_bad_packets_total %" PRIu64 "\n"
                            "chanq_relay_unknown_records_total %" PRIu64 "\n",
                            k->cfg->relay_node_id, k->cfg->relay_cluster, cq_relay_epoch(k->relay),
-                           atomic_load(&k->members), peers_up(k), atomic_load(&k->global_home), min,
-                           mref, mpaced, ns.connected ? 1 : 0, ns.reconnects, ns.dropped,
-                           st.queued_bytes, st.refused_sends, st.bad_packets + st.unknown_src,
+                           atomic_load(&k->members), peers_up(k), atomic_load(&k->global_home),
+                           cq_shared_relay_global_owner(k->sh), min, mref, mpaced,
+                           ns.connected ? 1 : 0, ns.reconnects, ns.dropped, st.queued_bytes,
+                           st.refused_sends, st.bad_packets + st.unknown_src,
                            atomic_load(&k->unknown_records));
     for (size_t i = 0; i < n && r == 0; i++)
         r = metrics_peer(k, &ps[i], out);
