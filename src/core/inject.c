@@ -104,7 +104,8 @@ void cq__inject_bc(cq_core_t *c, const cq_xmsg_t *m)
 }
 
 /* The recipients' ids are taken first: a push may close its connection (over the hard limit),
- * which takes it out of the entry, or frees the entry, in the middle of the walk. */
+ * which takes it out of the entry, or frees the entry, in the middle of the walk. The index
+ * holds only authenticated clients that are not closing, so each id found is a recipient. */
 void cq__inject_route(cq_core_t *c, const cq_xmsg_t *m)
 {
     const cq_pitconns_t *e = m->body_len ? cq_smap_get(&c->pits, (const char *)m->body) : NULL;
@@ -119,7 +120,7 @@ void cq__inject_route(cq_core_t *c, const cq_xmsg_t *m)
         ids[i] = e->conns[i]->id;
     for (uint32_t i = 0; i < n; i++) {
         cq_conn_t *conn = cq_map_get(&c->conns, ids[i]);
-        if (conn && conn->state == CONN_AUTHED)
+        if (conn)
             cq__conn_push(c, conn, m->buf);
     }
     if (ids != small)

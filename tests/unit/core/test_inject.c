@@ -197,10 +197,13 @@ static void test_broadcast_unknown_channel_counted(void **state)
 
 /* Both of alice's client connections, on two workers, get the event once; a server with her
  * PIT, another player and a connection not authenticated yet get nothing. Once that connection
- * authenticates as alice, the next event reaches it too, and only that one. */
+ * authenticates as alice, the next event reaches it too, and only that one; a repeated AUTH
+ * (a client FSM that allows it) does not make a connection get it twice. */
 static void test_route_reaches_the_players_clients(void **state)
 {
     (void)state;
+    client_fsm_json = "{\"States\": [{\"Name\": \"INIT\", \"MsgTypeWhitelist\": \"1\"},"
+                      " {\"Name\": \"OPEN\", \"MsgTypeWhitelist\": \"1-65535\"}]}";
     up();
     fconn_t *a1 = player(CQ_CONN_CLIENT, "alice");
     fconn_t *a2 = player(CQ_CONN_CLIENT, "alice");
@@ -221,6 +224,7 @@ static void test_route_reaches_the_players_clients(void **state)
     assert_true(nothing(bob));
     assert_true(nothing(late));
     auth_pit(late, "alice");
+    auth_pit(a1, "alice"); /* again */
     assert_int_equal(cq_shared_inject_route(E.sh, "alice", t2, b[1]), 3);
     pump();
     got_exactly(a1, 0, &t2, &b[1], 1);
@@ -228,6 +232,27 @@ static void test_route_reaches_the_players_clients(void **state)
     got_exactly(late, 0, &t2, &b[1], 1);
     assert_true(nothing(srv));
     assert_true(nothing(bob));
+    cq_buf_unref(b[0]);
+    cq_buf_unref(b[1]);
+    env_down();
+}
+
+/* A player with more connections on one worker than the handler keeps on its stack: every one
+ * gets each event once, in order. */
+static void test_route_many_connections(void **state)
+{
+    (void)state;
+    up();
+    fconn_t *a[27];
+    for (int i = 0; i < 27; i++)
+        a[i] = player(CQ_CONN_CLIENT, "alice");
+    cq_buf_t *b[2] = {event_body("one"), event_body("two")};
+    uint32_t types[2] = {30030, 30031};
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", types[0], b[0]), 3);
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", types[1], b[1]), 3);
+    pump();
+    for (int i = 0; i < 27; i++)
+        got_exactly(a[i], 0, types, b, 2);
     cq_buf_unref(b[0]);
     cq_buf_unref(b[1]);
     env_down();
@@ -352,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_broadcast_reaches_subscribers_once),
         cmocka_unit_test(test_broadcast_unknown_channel_counted),
         cmocka_unit_test(test_route_reaches_the_players_clients),
+        cmocka_unit_test(test_route_many_connections),
         cmocka_unit_test(test_route_after_close),
         cmocka_unit_test(test_inbox_counts_events),
         cmocka_unit_test(test_refusals),
