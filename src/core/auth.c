@@ -145,6 +145,10 @@ static void auth_success(cq_core_t *c, cq_conn_t *conn, const char *pit)
     conn->state = CONN_AUTHED;
     conn->failed_auth = 0;
     cq_list_remove(&conn->unauth_node);
+    /* Bridge events routed to its PIT reach it from now on (inject.c). Out of memory, it stays
+     * connected but is not found by them: said once, loudly, rather than closed mid-AUTH. */
+    if (first && cq__inject_index(c, conn) < 0)
+        CQ_WARN("auth", "conn %u: out of memory: routed bridge events will not reach it", conn->id);
 }
 
 /* A failed AUTH (its result already sent): counts, the address budget, a rate-limited log

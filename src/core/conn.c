@@ -142,6 +142,7 @@ void cq_core_conn_close(cq_core_t *c, cq_conn_t *conn, int reason, const char *w
     cq__seg_close(c); /* what was fanned out before the close is queued first */
     conn->state = CONN_CLOSING;
     conn->close_reason = reason;
+    cq__inject_unindex(c, conn); /* no routed event reaches it from now on */
     cq_list_remove(&conn->unauth_node);
     cq_list_remove(&conn->soft_node);
     cq_list_remove(&conn->pending_node);
@@ -170,6 +171,7 @@ void cq_core_conn_release(cq_core_t *c, cq_conn_t *conn)
         /* Released without a close (shutdown): still clean up the shared state. No CONN_GONE:
          * every worker is stopping. */
         conn->state = CONN_CLOSING;
+        cq__inject_unindex(c, conn);
         cq_list_remove(&conn->unauth_node);
         cq_list_remove(&conn->soft_node);
         cq_list_remove(&conn->pending_node);

@@ -43,6 +43,7 @@ cq_core_t *cq_core_new(cq_shared_t *sh, int index)
     cq_list_init(&c->fb_open);
     cq_map_init(&c->chaninfo);
     cq_map_init(&c->routes);
+    cq_smap_init(&c->pits, false); /* PITs are compared as they are (auth.c) */
     cq_map_init(&c->aoi);
     cq_list_init(&c->recsubs);
     cq_list_init(&c->pending);
@@ -118,6 +119,7 @@ cq_core_t *cq_core_free(cq_core_t *c)
     while (cq_map_next(&c->aoi, &it, NULL, &v))
         cq_free(v);
     cq__auth_free_all(c);
+    cq__inject_free_all(c);
     cq_map_done(&c->aoi);
     cq_map_done(&c->conns);
     cq_map_done(&c->chans);
@@ -368,6 +370,17 @@ static void xm_node_reset(cq_core_t *c, cq_xmsg_t *m)
     cq__node_reset_local(c, m);
 }
 
+/* Bridge events from an outside thread (inject.c). */
+static void xm_inject_bc(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__inject_bc(c, m);
+}
+
+static void xm_inject_route(cq_core_t *c, cq_xmsg_t *m)
+{
+    cq__inject_route(c, m);
+}
+
 typedef struct xm_def {
     uint8_t kind; /* also the row's index */
     const char *name;
@@ -409,6 +422,9 @@ static const xm_def_t xm_table[XM__COUNT] = {
     [XM_NODE_CONN_ACK] = {XM_NODE_CONN_ACK, "NODE_CONN_ACK", xm_node_conn_ack},
     [XM_NODE_REHOME] = {XM_NODE_REHOME, "NODE_REHOME", xm_node_rehome},
     [XM_BOUNCE] = {XM_BOUNCE, "BOUNCE", xm_node_conn},
+    /* bridge events */
+    [XM_INJECT_BC] = {XM_INJECT_BC, "INJECT_BC", xm_inject_bc},
+    [XM_INJECT_ROUTE] = {XM_INJECT_ROUTE, "INJECT_ROUTE", xm_inject_route},
 };
 
 const char *cq__xm_name(int kind)

@@ -30,6 +30,7 @@
 #include "cq_sbuf.h"
 #include "cq_sendq.h"
 #include "cq_settings.h"
+#include "cq_smap.h"
 #include "cq_spatial.h"
 #include "cq_wire.h"
 #include "place.h"
@@ -62,6 +63,7 @@ enum {
     M_COARSEN_RISES,        /* overload level rises */
     M_COARSEN_FALLS,        /* overload level falls */
     M_NODE_DROPPED,         /* messages for another relay node dropped (node.c) */
+    M_BRIDGE_UNDELIVERABLE, /* injected broadcasts whose channel did not exist (inject.c) */
     M__COUNT
 };
 
@@ -359,6 +361,7 @@ struct cq_core {
     uint8_t *scratch; /* Snappy decode of one inbound body */
     uint64_t now_ms;
     cq_map_t routes;        /* conn id -> worker + 1, for recovered ids not on id % workers */
+    cq_smap_t pits;         /* PIT -> cq_pitconns_t*: this worker's authenticated clients */
     cq_list_t recsubs;      /* cq_recsub_t: what dropped recoverable servers held here */
     struct cq_timed *timed; /* pending timed events */
     uint32_t n_timed, cap_timed;
@@ -553,6 +556,24 @@ bool cq__data_any(cq_chan_t *ch, Google__Protobuf__Any *ret);
  * merged into it first. */
 cq_buf_t *cq__data_state(cq_chan_t *ch);
 void cq__data_schema(cq_core_t *c, const cq_schema_t *schema);
+
+/* inject.c: bridge events from a thread that is no worker (cq_shared_inject_*). A worker keeps
+ * its authenticated CLIENT connections by PIT, so that a routed event finds them in one look-up;
+ * a PIT may have several. */
+typedef struct cq_pitconns {
+    cq_conn_t **conns; /* this worker's clients authenticated with pit, in no order */
+    uint32_t n, cap;
+    char pit[]; /* the map's key */
+} cq_pitconns_t;
+/* A CLIENT's first successful AUTH (auth.c): indexed by its PIT. Returns 0 or -ENOMEM. */
+int cq__inject_index(cq_core_t *c, cq_conn_t *conn);
+/* The connection closes or is released: out of the index if it is in. Idempotent. */
+void cq__inject_unindex(cq_core_t *c, cq_conn_t *conn);
+/* XM_INJECT_BC and XM_INJECT_ROUTE on their worker. */
+void cq__inject_bc(cq_core_t *c, const cq_xmsg_t *m);
+void cq__inject_route(cq_core_t *c, const cq_xmsg_t *m);
+/* cq_core_free: the index's entries (empty by then, as every connection was released). */
+void cq__inject_free_all(cq_core_t *c);
 
 /* sendmany.c */
 typedef struct cq_sendmany {

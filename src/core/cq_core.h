@@ -165,6 +165,47 @@ uint64_t cq_shared_counter(cq_shared_t *sh, const char *name);
 void cq_shared_gauges(cq_shared_t *sh, int64_t ret_connections[CQ_CONN_TRANSPORTS],
                       int64_t ret_channels[6], int64_t *ret_subscribers);
 
+/* ---- bridge events (issue 24; inject.c, doc/threads.md "Bridge events") ----
+ *
+ * Another thread (the MQ loop's bridge) hands the core durable-topic events for game clients.
+ * Each event becomes one record, MessagePack{channelId, broadcast 0, stubId 0, msgType
+ * msg_type, msgBody body}, encoded here once and shared by reference by every recipient.
+ *
+ * Threads: any thread, once the workers run (every cq_core_new done, the ops set) and until the
+ * main thread frees the cores: the caller stops calling before cq_core_free. Nothing blocks.
+ * body: a protobuf message's bytes, borrowed for the call (copied into the record, no reference
+ * kept); NULL is an empty body.
+ *
+ * Limits: an outside producer cannot be paused, so nothing is refused for load. Each event's
+ * bytes count against its workers' inboxes as a worker's post does, so a backlog over
+ * CQ_INBOX_HIGH pauses the reading of the game connections whose messages go there, never the
+ * caller. What bounds the memory is the caller's own queue: it must pace itself (the bridge
+ * delivers what its watcher hands it, at the store's commit rate). Recipients' send queues have
+ * the usual limits: a client over --sendq-hard-limit is closed, as for any broadcast.
+ *
+ * Order: the events one thread injects reach each recipient in the order injected, broadcasts
+ * of one channel among themselves and routed events among themselves (one FIFO inbox per
+ * worker); a broadcast and a routed event are not ordered with each other (the broadcast goes
+ * through the channel's worker, the routed event straight to the connection's).
+ *
+ * Relay nodes (opts.relay_node != 0): not supported yet, both return -ENOTSUP. */
+
+/* Delivers the record, channelId chan_id, to every subscriber of channel chan_id on every
+ * worker, its owner included when subscribed: a server's ALL broadcast (channeld's
+ * BroadcastType ALL), fanned out by the channel's worker on the encode-once path. A channel
+ * that does not exist when the event arrives on its worker is counted
+ * (chanq_bridge_undeliverable_total) and the event dropped. Returns 0, CQ_ETOOBIG (the record
+ * would exceed CQ_WIRE_MAX_RECORD), -ENOMEM or -ENOTSUP. */
+int cq_shared_inject_broadcast(cq_shared_t *sh, uint32_t chan_id, uint32_t msg_type,
+                               cq_buf_t *body);
+/* Delivers the record, channelId 0, to every CLIENT connection authenticated with player
+ * identifier token pit (borrowed, NUL-terminated), on any worker: each worker gets one message
+ * (all referencing the one record) and looks pit up in its index of authenticated clients. A
+ * connection not authenticated yet, a server connection, and one closing get nothing. Returns
+ * the number of workers posted to (cq_shared_workers: all or none), -EINVAL (pit NULL or
+ * empty), CQ_ETOOBIG, -ENOMEM or -ENOTSUP. */
+int cq_shared_inject_route(cq_shared_t *sh, const char *pit, uint32_t msg_type, cq_buf_t *body);
+
 /* ---- per worker ---- */
 
 /* Creates the core for worker `index`. Worker 0 also owns GLOBAL and the channel directory.

@@ -283,6 +283,18 @@ void cq__xmsg_post_any(cq_shared_t *sh, int worker, cq_xmsg_t *m)
     sh->ops->wake(sh->ops_ud, worker);
 }
 
+/* The same accounting as cq__xmsg_post (and node.c's in_post), so the bytes an outside
+ * producer has queued pause the connections whose messages go to that worker, like anyone
+ * else's: the inbox pacing still sees the whole backlog. */
+void cq__xmsg_post_outside(cq_shared_t *sh, int worker, cq_xmsg_t *m)
+{
+    cq_core_t *t = sh->cores[worker];
+    m->cost = (uint32_t)sizeof(*m) + m->body_len + (m->buf ? m->buf->len : 0);
+    atomic_fetch_add_explicit(&t->inbox_bytes, m->cost, memory_order_relaxed);
+    cq_mpsc_push(&t->inbox, &m->node);
+    sh->ops->wake(sh->ops_ud, worker);
+}
+
 cq_xmsg_t *cq__xmsg_pop(cq_core_t *c)
 {
     cq_mpsc_node_t *n = cq_mpsc_pop(&c->inbox);

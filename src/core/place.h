@@ -163,6 +163,10 @@ enum {
     XM_NODE_CONN_ACK, /* the receiving node's connection conn_id is known to the sender now */
     XM_BOUNCE,        /* a request (as DISPATCH) naming connection u1 of the receiving node, which
                        * the sender did not know yet: sent back once the receiver vouches for it */
+    /* bridge events (inject.c): posted by a thread that is no worker (cq_shared_inject_*);
+     * local only: they never cross nodes, and xwire refuses them like XM_SCHEMA */
+    XM_INJECT_BC,    /* channel chan_id's worker: deliver buf to every subscriber (an ALL) */
+    XM_INJECT_ROUTE, /* deliver buf to this worker's clients authenticated with PIT body */
     XM__COUNT
 };
 
@@ -203,6 +207,10 @@ void cq__xmsg_post_others(cq_core_t *c, int kind, uint32_t conn_id, uint8_t conn
 /* Posts m (taken) from a thread that is not a worker (schema reloads). Not counted against the
  * inbox: it is rare and small. */
 void cq__xmsg_post_any(cq_shared_t *sh, int worker, cq_xmsg_t *m);
+/* Posts m (taken) from a thread that is not a worker and wakes the worker at once, counting it
+ * against the inbox as a worker's post does (the bridge's events: not rare, and any size). The
+ * poster is never paused: what bounds it is the caller's own queue (cq_core.h). */
+void cq__xmsg_post_outside(cq_shared_t *sh, int worker, cq_xmsg_t *m);
 /* The next message in this worker's inbox (returned owned), or NULL. */
 cq_xmsg_t *cq__xmsg_pop(cq_core_t *c);
 /* m (taken) was handled: uncounts and frees it. */

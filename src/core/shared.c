@@ -197,7 +197,8 @@ static const char *const counter_names[M__COUNT] = {"messages_in",
                                                     "chanq_data_resyncs_total",
                                                     "chanq_data_coarsen_rises_total",
                                                     "chanq_data_coarsen_falls_total",
-                                                    "chanq_relay_messages_dropped_total"};
+                                                    "chanq_relay_messages_dropped_total",
+                                                    "chanq_bridge_undeliverable_total"};
 /* Label values are channeld's enum names (§5.2), as its dashboards select on them. */
 static const char *const conn_types[3] = {"NO_CONNECTION", "SERVER", "CLIENT"};
 static const char *const transports[CQ_CONN_TRANSPORTS] = {"tcp", "ws", "wss", "kcp"};
@@ -319,6 +320,11 @@ static size_t metrics_chanq(cq_shared_t *sh, char *buf, size_t cap, size_t o)
     o = put(buf, cap, o, "# TYPE chanq_fanouts_total counter\nchanq_fanouts_total %llu\n",
             (unsigned long long)counter_sum(sh, M_FANOUTS, 0));
     o = metrics_coarsen(sh, buf, cap, o);
+    o = put(buf, cap, o,
+            "# HELP chanq_bridge_undeliverable_total Bridge events for a channel that did not "
+            "exist when they arrived, dropped.\n# TYPE chanq_bridge_undeliverable_total counter\n"
+            "chanq_bridge_undeliverable_total %llu\n",
+            (unsigned long long)counter_sum(sh, M_BRIDGE_UNDELIVERABLE, 0));
     o = put(buf, cap, o, "# TYPE logs counter\nlogs{level=\"warn\"} %llu\n",
             (unsigned long long)cq_log_count(CQ_LOG_WARN));
     o = put(buf, cap, o, "logs{level=\"error\"} %llu\n",

@@ -10,14 +10,16 @@
 
 #define XW_FLAGS (CQ_XWIRE_F_MP | CQ_XWIRE_F_BODY | CQ_XWIRE_F_BUF)
 
-/* What a kind's handler relies on (xwire.h "Shapes the handlers rely on"). */
-enum { S_BUF = 1, S_TEXT = 2, S_BODY = 4 };
+/* What a kind's handler relies on (xwire.h "Shapes the handlers rely on"); S_LOCAL: a kind that
+ * never leaves the process (xwire.h "Local kinds"). */
+enum { S_BUF = 1, S_TEXT = 2, S_BODY = 4, S_LOCAL = 8 };
 
 static const uint8_t shapes[XM__COUNT] = {
-    [XM_SEND] = S_BUF,       [XM_FANOUT] = S_BUF,     [XM_SENDMANY] = S_BUF,
-    [XM_ADJACENT] = S_BUF,   [XM_CONN_GONE] = S_TEXT, [XM_CLOSE] = S_TEXT,
-    [XM_META] = S_TEXT,      [XM_DIR_ADD] = S_TEXT,   [XM_RECOVER] = S_TEXT | S_BODY,
-    [XM_NODE_CONN] = S_TEXT,
+    [XM_SEND] = S_BUF,           [XM_FANOUT] = S_BUF,     [XM_SENDMANY] = S_BUF,
+    [XM_ADJACENT] = S_BUF,       [XM_CONN_GONE] = S_TEXT, [XM_CLOSE] = S_TEXT,
+    [XM_META] = S_TEXT,          [XM_DIR_ADD] = S_TEXT,   [XM_RECOVER] = S_TEXT | S_BODY,
+    [XM_NODE_CONN] = S_TEXT,     [XM_SCHEMA] = S_LOCAL,   [XM_INJECT_BC] = S_LOCAL,
+    [XM_INJECT_ROUTE] = S_LOCAL,
 };
 
 /* A message's fields as the record has them; both directions go through it, so that they check
@@ -55,7 +57,7 @@ static bool mp_present(const xw_t *w)
 
 static bool shape_ok(const xw_t *w)
 {
-    if (w->kind >= XM__COUNT || w->kind == XM_SCHEMA)
+    if (w->kind >= XM__COUNT || (shapes[w->kind] & S_LOCAL))
         return false;
     uint32_t off = w->mp[MP_OFF], len = w->mp[MP_LEN];
     if (off > w->body_len || len > w->body_len - off || (len == 0 && off != 0))

@@ -6,7 +6,7 @@
  * ---- Record format (version 1, little-endian) ----
  *
  *   0  u8  version                 1
- *   1  u8  kind                    XM_*, below XM__COUNT, never XM_SCHEMA
+ *   1  u8  kind                    XM_*, below XM__COUNT, never a local kind (below)
  *   2  u8  flags                   CQ_XWIRE_F_*: which optional parts follow; no other bit
  *   3  u8  conn_type
  *   4  u32 conn_id
@@ -51,6 +51,13 @@
  * worker index in XM_ROUTE, a connection that lives elsewhere) is for the sender and the
  * receiver to decide, not the codec.
  *
+ * ---- Local kinds ----
+ *
+ * Some kinds never leave the process, and a record of one is refused both ways: XM_SCHEMA (it
+ * carries a pointer) and XM_INJECT_BC / XM_INJECT_ROUTE (bridge events, inject.c: posted on
+ * this node by an outside thread; a relay node refuses them before they exist, and each node's
+ * bridge will inject its own). XM_NODE_* and XM_BOUNCE are not local: they exist to cross.
+ *
  * Canonical: one message has exactly one encoding, and the decoder accepts nothing else, so
  * encode(decode(bytes)) == bytes for every record that decodes (the fuzz target checks it).
  */
@@ -74,7 +81,7 @@ enum {
 };
 
 /* Appends the encoding of m (borrowed) to out. Returns 0; -EINVAL with nothing appended for a
- * message that cannot leave the process (ptr set, kind XM_SCHEMA or not below XM__COUNT, an
+ * message that cannot leave the process (ptr set, a local kind or one not below XM__COUNT, an
  * mp slice outside body[], a shape above broken, or an encoding over UINT32_MAX bytes);
  * -ENOMEM with nothing appended. */
 int cq__xwire_encode(const cq_xmsg_t *m, cq_sbuf_t *out);
@@ -82,7 +89,7 @@ int cq__xwire_encode(const cq_xmsg_t *m, cq_sbuf_t *out);
 /* Decodes p[0..n), exactly one encoding, into a new message (*ret, owned, from cq__xmsg_new:
  * body copied into body[], buf a new buffer holding one reference or NULL, mp.body into
  * body[], cost 0). Reads nothing past p + n and allocates at most n plus two headers. Returns
- * 0; CQ_ELINK for a malformed record (unknown version, kind or flag, XM_SCHEMA, a length past
+ * 0; CQ_ELINK for a malformed record (unknown version, kind or flag, a local kind, a length past
  * the end, trailing bytes, an mp slice outside body[], a non-canonical or unsafe shape);
  * -ENOMEM. *ret is set only on success. */
 int cq__xwire_decode(const uint8_t *p, size_t n, cq_xmsg_t **ret);

@@ -3,8 +3,8 @@
  * The input is used twice:
  *   - as a record: it decodes (0), or is refused with CQ_ELINK. A record that decodes is
  *     canonical: the message encodes back to exactly the input, and no proper prefix of it
- *     decodes. The decoded message is one a handler can take: no ptr, a kind other than
- *     XM_SCHEMA, its mp slice inside body[].
+ *     decodes. The decoded message is one a handler can take: no ptr, a kind that may leave the
+ *     process (not XM_SCHEMA nor the bridge's XM_INJECT_*), its mp slice inside body[].
  *   - as a message: the first 8 bytes choose the kind, the shape and where mp.body points
  *     (NULL, inside body[], outside it, with ptr set), the rest are the body and the buffer.
  *     The encoder accepts exactly the messages a small model of xwire.h's rules accepts, and
@@ -23,6 +23,12 @@
 
 #define FUZZ_MAX_INPUT (1u << 16)
 
+/* xwire.h "Local kinds": never in a record. */
+static bool local_kind(int k)
+{
+    return k == XM_SCHEMA || k == XM_INJECT_BC || k == XM_INJECT_ROUTE;
+}
+
 /* The input as a record. */
 static void as_record(const uint8_t *data, size_t size)
 {
@@ -33,7 +39,7 @@ static void as_record(const uint8_t *data, size_t size)
         FUZZ_CHECK(m == NULL);
         return;
     }
-    FUZZ_CHECK(!m->ptr && m->kind < XM__COUNT && m->kind != XM_SCHEMA && m->cost == 0);
+    FUZZ_CHECK(!m->ptr && m->kind < XM__COUNT && !local_kind(m->kind) && m->cost == 0);
     FUZZ_CHECK(m->body_len ? m->mp.body >= m->body &&
                                  m->mp.body_len <= m->body_len - (size_t)(m->mp.body - m->body)
                            : !m->mp.body && !m->mp.body_len);
@@ -53,7 +59,7 @@ static void as_record(const uint8_t *data, size_t size)
 /* xwire.h's rules, written again from the header: may m leave the process? */
 static bool model_ok(const cq_xmsg_t *m, uint32_t off)
 {
-    if (m->ptr || m->kind >= XM__COUNT || m->kind == XM_SCHEMA)
+    if (m->ptr || m->kind >= XM__COUNT || local_kind(m->kind))
         return false;
     if (m->mp.body_len > m->body_len || off > m->body_len - m->mp.body_len)
         return false;

@@ -848,6 +848,8 @@ static void test_xm_rows(void **state)
         {XM_NODE_REHOME, "NODE_REHOME"},
         {XM_NODE_CONN_ACK, "NODE_CONN_ACK"},
         {XM_BOUNCE, "BOUNCE"},
+        {XM_INJECT_BC, "INJECT_BC"},
+        {XM_INJECT_ROUTE, "INJECT_ROUTE"},
     };
     assert_int_equal(sizeof(want) / sizeof(want[0]), XM__COUNT);
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {

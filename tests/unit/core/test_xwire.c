@@ -326,12 +326,18 @@ static void test_mp_without_body(void **state)
     round_trip(m, 0);
 }
 
+/* The kinds that never leave the process (xwire.h "Local kinds"). */
+static bool local_kind(int k)
+{
+    return k == XM_SCHEMA || k == XM_INJECT_BC || k == XM_INJECT_ROUTE;
+}
+
 /* Every kind that may leave the process, with everything set. */
 static void test_every_kind(void **state)
 {
     (void)state;
     for (int k = 0; k < XM__COUNT; k++) {
-        if (k == XM_SCHEMA)
+        if (local_kind(k))
             continue;
         cq_xmsg_t *m = with_buf(msg(k, "x\0", 2), "buf", 3);
         m->conn_type = (uint8_t)k;
@@ -403,6 +409,8 @@ static void test_bad_header(void **state)
     assert_int_equal(patched(&g, 1, XM__COUNT), CQ_ELINK); /* kind */
     assert_int_equal(patched(&g, 1, 255), CQ_ELINK);
     assert_int_equal(patched(&g, 1, XM_SCHEMA), CQ_ELINK);
+    assert_int_equal(patched(&g, 1, XM_INJECT_BC), CQ_ELINK); /* the bridge's, local */
+    assert_int_equal(patched(&g, 1, XM_INJECT_ROUTE), CQ_ELINK);
     assert_int_equal(patched(&g, 2, 7 | 8), CQ_ELINK); /* an unknown flag */
     assert_int_equal(patched(&g, 2, 7 | 0x80), CQ_ELINK);
     assert_int_equal(patched(&g, 1, XM_SEND), 0); /* the control: another kind is fine */
@@ -483,8 +491,8 @@ static void test_bad_shapes(void **state)
     /* "abcd" is no text: no NUL at its end; "abc\0" is. Without a buffer, the kinds that
      * deliver one are refused either way. */
     for (int k = 0; k < XM__COUNT; k++) {
-        bool bad = k == XM_SCHEMA || k == XM_SEND || k == XM_FANOUT || k == XM_SENDMANY ||
-                   k == XM_ADJACENT;
+        bool bad =
+            local_kind(k) || k == XM_SEND || k == XM_FANOUT || k == XM_SENDMANY || k == XM_ADJACENT;
         bool text = k == XM_CONN_GONE || k == XM_CLOSE || k == XM_META || k == XM_DIR_ADD ||
                     k == XM_RECOVER || k == XM_NODE_CONN;
         p[1] = (uint8_t)k;
@@ -531,6 +539,9 @@ static void test_encode_refuses(void **state)
     m->ptr = &schema;
     refused(m);
     refused(msg(XM_SCHEMA, NULL, 0));
+    /* The bridge's events, even in the shape a SEND would have. */
+    refused(with_buf(msg(XM_INJECT_BC, NULL, 0), "rec", 3));
+    refused(with_buf(msg(XM_INJECT_ROUTE, "pit\0", 4), "rec", 3));
     refused(msg(XM__COUNT, NULL, 0));
     refused(msg(255, NULL, 0));
     /* An mp slice longer than the body xm_req would read it from. */

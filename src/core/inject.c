@@ -1,0 +1,187 @@
+/* inject.c - bridge events: records that a thread outside the workers (the MQ loop's bridge,
+ * issue 24) hands the core for game clients (cq_core.h, "bridge events"; doc/threads.md).
+ *
+ * The caller's thread only encodes the record and posts it: it touches no channel and no
+ * connection, and reads nothing of a worker but its inbox. A broadcast goes to the channel's
+ * worker, the only place a channel's broadcasts are ordered (forward.c), which fans it out to
+ * every subscriber as a server's ALL broadcast would, through the encode-once path. A routed
+ * event goes to every worker, because a player's connections may live on any of them; each
+ * worker finds its own in its PIT index, kept here on its own thread: a client enters it at its
+ * first successful AUTH (auth.c) and leaves it at its close (conn.c), so an event never reaches
+ * a connection that has not authenticated or is closing, and a released one is never found.
+ *
+ * Relay nodes are not handled yet: a channel or a player may be on another node, which the
+ * events would have to reach once per node (issue 24 item 6), so both calls refuse there. */
+#include "core.h"
+
+#include "cq_alloc.h"
+#include "cq_err.h"
+#include "cq_log.h"
+#include "msgtab.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* ---- the caller's thread ---------------------------------------------------------------- */
+
+/* One record for every recipient; *ret owned. The body is copied into it. */
+static int make_record(uint32_t chan_id, uint32_t msg_type, const cq_buf_t *body, cq_buf_t **ret)
+{
+    cq_mp_t mp = {.channel_id = chan_id,
+                  .msg_type = msg_type,
+                  .body = body ? body->data : NULL,
+                  .body_len = body ? body->len : 0};
+    if (cq_wire_record_size(&mp) > CQ_WIRE_MAX_RECORD)
+        return CQ_ETOOBIG;
+    *ret = cq_wire_record_raw(&mp);
+    return *ret ? 0 : -ENOMEM;
+}
+
+int cq_shared_inject_broadcast(cq_shared_t *sh, uint32_t chan_id, uint32_t msg_type, cq_buf_t *body)
+{
+    if (sh->node)
+        return -ENOTSUP;
+    cq_buf_t *rec;
+    int r = make_record(chan_id, msg_type, body, &rec);
+    if (r < 0)
+        return r;
+    cq_xmsg_t *m = cq__xmsg_new(XM_INJECT_BC, 0);
+    if (!m) {
+        cq_buf_unref(rec);
+        return -ENOMEM;
+    }
+    m->chan_id = chan_id;
+    m->buf = rec; /* the message's reference */
+    cq__xmsg_post_outside(sh, cq_shared_chan_worker(sh, chan_id), m);
+    return 0;
+}
+
+/* Every message is made before any is posted: an event reaches all of the player's
+ * connections or, on OOM, none, which the caller can retry; never some of them. */
+int cq_shared_inject_route(cq_shared_t *sh, const char *pit, uint32_t msg_type, cq_buf_t *body)
+{
+    if (sh->node)
+        return -ENOTSUP;
+    if (!pit || !*pit)
+        return -EINVAL;
+    cq_buf_t *rec;
+    int r = make_record(0, msg_type, body, &rec);
+    if (r < 0)
+        return r;
+    int nw = sh->o.workers;
+    size_t len = strlen(pit) + 1;
+    cq_xmsg_t *ms[CQ_MAX_WORKERS] = {0};
+    for (int w = 0; w < nw; w++) {
+        if (!(ms[w] = cq__xmsg_new(XM_INJECT_ROUTE, len))) {
+            for (int k = 0; k < w; k++)
+                cq__xmsg_free(ms[k]);
+            cq_buf_unref(rec);
+            return -ENOMEM;
+        }
+        memcpy(ms[w]->body, pit, len);
+        ms[w]->buf = cq_buf_ref(rec);
+    }
+    cq_buf_unref(rec); /* the messages hold it now */
+    for (int w = 0; w < nw; w++)
+        cq__xmsg_post_outside(sh, w, ms[w]);
+    return nw;
+}
+
+/* ---- the workers ------------------------------------------------------------------------ */
+
+/* Sender 0 and flags ALL, as a server's ALL broadcast: every subscriber, the owner included.
+ * The channel may have been removed since the event was injected, or never existed. */
+void cq__inject_bc(cq_core_t *c, const cq_xmsg_t *m)
+{
+    cq_chan_t *ch = cq__chan_get(c, m->chan_id);
+    if (!ch) {
+        CQ_METRIC_ADD(c, M_BRIDGE_UNDELIVERABLE, 0, 1);
+        CQ_MSG_LOG(c, "inject", "bridge event (msg type %u) for channel %u dropped: no channel",
+                   m->mp.msg_type, m->chan_id);
+        return;
+    }
+    cq__fanout(c, ch, m->buf, 0, BC_ALL);
+}
+
+/* The recipients' ids are taken first: a push may close its connection (over the hard limit),
+ * which takes it out of the entry, or frees the entry, in the middle of the walk. The index
+ * holds only authenticated clients that are not closing, so each id found is a recipient. */
+void cq__inject_route(cq_core_t *c, const cq_xmsg_t *m)
+{
+    const cq_pitconns_t *e = m->body_len ? cq_smap_get(&c->pits, (const char *)m->body) : NULL;
+    if (!e)
+        return;
+    uint32_t small[8], *ids = small, n = e->n;
+    if (n > 8 && !(ids = cq_malloc(n * sizeof(*ids)))) {
+        CQ_WARN("inject", "routed bridge event for %u connections dropped: out of memory", n);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        ids[i] = e->conns[i]->id;
+    for (uint32_t i = 0; i < n; i++) {
+        cq_conn_t *conn = cq_map_get(&c->conns, ids[i]);
+        if (conn)
+            cq__conn_push(c, conn, m->buf);
+    }
+    if (ids != small)
+        cq_free(ids);
+}
+
+/* ---- the PIT index (the connection's worker) ------------------------------------------------ */
+
+int cq__inject_index(cq_core_t *c, cq_conn_t *conn)
+{
+    if (conn->type != CQ_CONN_CLIENT || !conn->pit || !*conn->pit)
+        return 0; /* an empty PIT names no player: routing refuses it */
+    cq_pitconns_t *e = cq_smap_get(&c->pits, conn->pit);
+    bool fresh = !e;
+    if (fresh) {
+        size_t len = strlen(conn->pit) + 1;
+        if (!(e = cq_calloc(1, sizeof(*e) + len)))
+            return -ENOMEM;
+        memcpy(e->pit, conn->pit, len);
+        if (cq_smap_put(&c->pits, e->pit, e) < 0) {
+            cq_free(e);
+            return -ENOMEM;
+        }
+    }
+    if (cq_grow(&e->conns, &e->cap, e->n, sizeof(*e->conns), 2) < 0) {
+        if (fresh) {
+            cq_smap_del(&c->pits, e->pit);
+            cq_free(e);
+        }
+        return -ENOMEM;
+    }
+    e->conns[e->n++] = conn;
+    return 0;
+}
+
+/* The entry goes with its last connection, so the index holds only PITs of live clients. */
+void cq__inject_unindex(cq_core_t *c, cq_conn_t *conn)
+{
+    if (conn->type != CQ_CONN_CLIENT || !conn->pit || !*conn->pit)
+        return;
+    cq_pitconns_t *e = cq_smap_get(&c->pits, conn->pit);
+    for (uint32_t i = 0; e && i < e->n; i++) {
+        if (e->conns[i] != conn)
+            continue;
+        e->conns[i] = e->conns[--e->n];
+        if (!e->n) {
+            cq_smap_del(&c->pits, e->pit);
+            cq_free(e->conns);
+            cq_free(e);
+        }
+        return;
+    }
+}
+
+void cq__inject_free_all(cq_core_t *c)
+{
+    const char *k;
+    void *v;
+    for (uint32_t it = 0; cq_smap_next(&c->pits, &it, &k, &v);) {
+        cq_free(((cq_pitconns_t *)v)->conns);
+        cq_free(v);
+    }
+    cq_smap_done(&c->pits);
+}

@@ -1,0 +1,387 @@
+/* Unit tests of bridge events (issue 24, src/core/inject.c): records injected by a thread that
+ * is no worker, broadcast to a channel's subscribers or routed to the clients authenticated with
+ * a PIT. Driven like test_core: 3 workers, fake transports, inboxes pumped by hand; the test's
+ * thread plays the outside producer. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "channeld.pb-c.h"
+#include "cq_core.h"
+#include "cq_err.h"
+#include "cq_wire.h"
+#include "core.h"
+
+#include "core_env.h"
+
+/* ---- wakes: the producer must wake the workers it posted to ------------------------------- */
+
+static int wakes[CQ_MAX_WORKERS];
+
+static void count_wake(void *ud, int w)
+{
+    (void)ud;
+    wakes[w]++;
+}
+
+static const cq_core_ops_t counting_ops = {count_wake};
+
+static void up(void)
+{
+    env_up(3, NULL);
+    memset(wakes, 0, sizeof(wakes));
+    cq_shared_set_ops(E.sh, &counting_ops, NULL);
+}
+
+/* ---- helpers ---------------------------------------------------------------------------- */
+
+/* AUTH with pit; asserts its one AuthResult, SUCCESSFUL. */
+static void auth_pit(fconn_t *f, const char *pit)
+{
+    Channeldpb__AuthMessage a = CHANNELDPB__AUTH_MESSAGE__INIT;
+    a.playeridentifiertoken = (char *)pit;
+    a.logintoken = "l";
+    send_msg(f, 0, 0, 0, 1, &a.base);
+    cq_mp_t mp;
+    uint8_t body[256];
+    assert_int_equal(take(f, 1, &mp, body), 1);
+    Channeldpb__AuthResultMessage *ar =
+        channeldpb__auth_result_message__unpack(NULL, mp.body_len, body);
+    assert_non_null(ar);
+    assert_int_equal(ar->result, CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__SUCCESSFUL);
+    channeldpb__auth_result_message__free_unpacked(ar, NULL);
+}
+
+static fconn_t *player(int type, const char *pit)
+{
+    fconn_t *f = connect_as(type);
+    auth_pit(f, pit);
+    return f;
+}
+
+/* srv creates a SUBWORLD channel (it is subscribed as its owner); returns its id. */
+static uint32_t create_chan(fconn_t *srv)
+{
+    Channeldpb__CreateChannelMessage cc = CHANNELDPB__CREATE_CHANNEL_MESSAGE__INIT;
+    cc.channeltype = CHANNELDPB__CHANNEL_TYPE__SUBWORLD;
+    send_msg(srv, 0, 0, 1, 3, &cc.base);
+    cq_mp_t mp;
+    uint8_t body[256];
+    assert_int_equal(scan(srv, 3, &mp, body), 1);
+    Channeldpb__CreateChannelResultMessage *res =
+        channeldpb__create_channel_result_message__unpack(NULL, mp.body_len, body);
+    assert_non_null(res);
+    uint32_t id = res->channelid;
+    channeldpb__create_channel_result_message__free_unpacked(res, NULL);
+    take(srv, 0, NULL, NULL);
+    assert_true(id > 0);
+    return id;
+}
+
+/* srv (the owner) subscribes cl to ch. */
+static void subscribe(fconn_t *srv, fconn_t *cl, uint32_t ch)
+{
+    Channeldpb__SubscribedToChannelMessage sub = CHANNELDPB__SUBSCRIBED_TO_CHANNEL_MESSAGE__INIT;
+    sub.connid = cq_conn_id(cl->conn);
+    send_msg(srv, ch, 0, 0, 6, &sub.base);
+    assert_int_equal(take(cl, 6, NULL, NULL), 1);
+    take(srv, 0, NULL, NULL);
+}
+
+/* A protobuf message's bytes, as the bridge would hand them: a field 1 string. */
+static cq_buf_t *event_body(const char *text)
+{
+    size_t n = strlen(text);
+    uint8_t b[128] = {0x0a, (uint8_t)n};
+    memcpy(b + 2, text, n);
+    cq_buf_t *buf = cq_buf_from(b, n + 2);
+    assert_non_null(buf);
+    return buf;
+}
+
+/* f received exactly the records of types want[0..n), in order, each on channel ch with
+ * broadcast 0 and stub 0, the one of type want[i] with body bodies[i]; consumes the output. */
+static void got_exactly(fconn_t *f, uint32_t ch, const uint32_t *want, cq_buf_t *const *bodies,
+                        int n)
+{
+    for (int i = 0; i < n; i++) {
+        cq_mp_t mp;
+        uint8_t body[256];
+        assert_int_equal(scan(f, want[i], &mp, body), 1);
+        assert_int_equal(mp.channel_id, ch);
+        assert_int_equal(mp.broadcast, 0);
+        assert_int_equal(mp.stub_id, 0);
+        assert_int_equal(mp.body_len, bodies[i]->len);
+        assert_memory_equal(body, bodies[i]->data, bodies[i]->len);
+    }
+    uint32_t types[16];
+    assert_int_equal(take_types(f, types, 16), n);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(types[i], want[i]);
+}
+
+static int nothing(fconn_t *f)
+{
+    return take(f, 0, NULL, NULL) == 0;
+}
+
+/* ---- broadcast -------------------------------------------------------------------------- */
+
+/* Every subscriber on every worker, the owner included, gets each event once, in order, with
+ * its exact type, channel and body; a client that is not subscribed gets nothing. */
+static void test_broadcast_reaches_subscribers_once(void **state)
+{
+    (void)state;
+    up();
+    fconn_t *srv = player(CQ_CONN_SERVER, "srv"), *cl[4];
+    uint32_t ch = create_chan(srv);
+    bool on[3] = {false};
+    for (int i = 0; i < 4; i++) {
+        cl[i] = player(CQ_CONN_CLIENT, "p");
+        subscribe(srv, cl[i], ch);
+        on[cl[i]->worker] = true;
+    }
+    assert_true(on[0] && on[1] && on[2]); /* subscribers on every worker */
+    fconn_t *other = player(CQ_CONN_CLIENT, "p");
+    cq_buf_t *b[2] = {event_body("version 2.1"), event_body("vip")};
+    uint32_t types[2] = {30001, 30002};
+    memset(wakes, 0, sizeof(wakes));
+    assert_int_equal(cq_shared_inject_broadcast(E.sh, ch, types[0], b[0]), 0);
+    assert_int_equal(cq_shared_inject_broadcast(E.sh, ch, types[1], b[1]), 0);
+    int home = cq_shared_chan_worker(E.sh, ch);
+    for (int w = 0; w < 3; w++) /* the channel's worker is woken, once per event */
+        assert_int_equal(wakes[w], w == home ? 2 : 0);
+    pump();
+    for (int i = 0; i < 4; i++)
+        got_exactly(cl[i], ch, types, b, 2);
+    got_exactly(srv, ch, types, b, 2); /* ALL: the owner too */
+    assert_true(nothing(other));
+    assert_int_equal(cq_shared_counter(E.sh, "chanq_bridge_undeliverable_total"), 0);
+    cq_buf_unref(b[0]);
+    cq_buf_unref(b[1]);
+    env_down();
+}
+
+/* A channel that does not exist when the event arrives: counted, dropped, nobody gets it. The
+ * body is borrowed: the caller may drop it at once. */
+static void test_broadcast_unknown_channel_counted(void **state)
+{
+    (void)state;
+    up();
+    fconn_t *srv = player(CQ_CONN_SERVER, "srv");
+    uint32_t ch = create_chan(srv);
+    fconn_t *cl = player(CQ_CONN_CLIENT, "p");
+    subscribe(srv, cl, ch);
+    cq_buf_t *b = event_body("x");
+    assert_int_equal(cq_shared_inject_broadcast(E.sh, ch + 1, 30001, b), 0);
+    assert_int_equal(cq_shared_inject_broadcast(E.sh, 0x10000 + 7, 30001, b), 0);
+    cq_buf_unref(b);
+    pump();
+    assert_true(nothing(cl));
+    assert_true(nothing(srv));
+    assert_int_equal(cq_shared_counter(E.sh, "chanq_bridge_undeliverable_total"), 2);
+    char text[16384];
+    size_t n = cq_shared_metrics(E.sh, text, sizeof(text));
+    assert_true(n < sizeof(text));
+    text[n] = 0;
+    assert_non_null(strstr(text, "\nchanq_bridge_undeliverable_total 2\n"));
+    env_down();
+}
+
+/* ---- route ------------------------------------------------------------------------------ */
+
+/* Both of alice's client connections, on two workers, get the event once; a server with her
+ * PIT, another player and a connection not authenticated yet get nothing. Once that connection
+ * authenticates as alice, the next event reaches it too, and only that one; a repeated AUTH
+ * (a client FSM that allows it) does not make a connection get it twice. */
+static void test_route_reaches_the_players_clients(void **state)
+{
+    (void)state;
+    client_fsm_json = "{\"States\": [{\"Name\": \"INIT\", \"MsgTypeWhitelist\": \"1\"},"
+                      " {\"Name\": \"OPEN\", \"MsgTypeWhitelist\": \"1-65535\"}]}";
+    up();
+    fconn_t *a1 = player(CQ_CONN_CLIENT, "alice");
+    fconn_t *a2 = player(CQ_CONN_CLIENT, "alice");
+    fconn_t *srv = player(CQ_CONN_SERVER, "alice");
+    fconn_t *bob = player(CQ_CONN_CLIENT, "bob");
+    fconn_t *late = connect_as(CQ_CONN_CLIENT);
+    assert_int_not_equal(a1->worker, a2->worker);
+    cq_buf_t *b[2] = {event_body("vip 3"), event_body("vip 4")};
+    uint32_t t1 = 30010, t2 = 30011;
+    memset(wakes, 0, sizeof(wakes));
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", t1, b[0]), 3);
+    for (int w = 0; w < 3; w++) /* every worker, once */
+        assert_int_equal(wakes[w], 1);
+    pump();
+    got_exactly(a1, 0, &t1, &b[0], 1);
+    got_exactly(a2, 0, &t1, &b[0], 1);
+    assert_true(nothing(srv));
+    assert_true(nothing(bob));
+    assert_true(nothing(late));
+    auth_pit(late, "alice");
+    auth_pit(a1, "alice"); /* again */
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", t2, b[1]), 3);
+    pump();
+    got_exactly(a1, 0, &t2, &b[1], 1);
+    got_exactly(a2, 0, &t2, &b[1], 1);
+    got_exactly(late, 0, &t2, &b[1], 1);
+    assert_true(nothing(srv));
+    assert_true(nothing(bob));
+    cq_buf_unref(b[0]);
+    cq_buf_unref(b[1]);
+    env_down();
+}
+
+/* A player with more connections on one worker than the handler keeps on its stack: every one
+ * gets each event once, in order. */
+static void test_route_many_connections(void **state)
+{
+    (void)state;
+    up();
+    fconn_t *a[27];
+    for (int i = 0; i < 27; i++)
+        a[i] = player(CQ_CONN_CLIENT, "alice");
+    cq_buf_t *b[2] = {event_body("one"), event_body("two")};
+    uint32_t types[2] = {30030, 30031};
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", types[0], b[0]), 3);
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", types[1], b[1]), 3);
+    pump();
+    for (int i = 0; i < 27; i++)
+        got_exactly(a[i], 0, types, b, 2);
+    cq_buf_unref(b[0]);
+    cq_buf_unref(b[1]);
+    env_down();
+}
+
+/* The connections of pit in worker w's index. */
+static uint32_t indexed(int w, const char *pit)
+{
+    const cq_pitconns_t *e = cq_smap_get(&E.cores[w]->pits, pit);
+    return e ? e->n : 0;
+}
+
+/* A connection leaves the index at its close, before its release, and the entry goes with the
+ * last one: an event injected after the close (released or not yet) reaches only the others,
+ * and after the last close nobody (ASan: no connection is touched once released). */
+static void test_route_after_close(void **state)
+{
+    (void)state;
+    up();
+    fconn_t *a1 = player(CQ_CONN_CLIENT, "alice");
+    fconn_t *a2 = player(CQ_CONN_CLIENT, "alice");
+    fconn_t *a3 = player(CQ_CONN_CLIENT, "alice");
+    assert_true(a1->worker != a2->worker && a2->worker != a3->worker && a1->worker != a3->worker);
+    for (int w = 0; w < 3; w++)
+        assert_int_equal(indexed(w, "alice"), 1);
+    cq_buf_t *b = event_body("e");
+    uint32_t t = 30020;
+    cq_core_conn_close(E.cores[a1->worker], a1->conn, 0, "test close");
+    assert_int_equal(indexed(a1->worker, "alice"), 0); /* a1 was alone on its worker */
+    /* injected while a1 is closing, not released yet */
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", t, b), 3);
+    pump(); /* handles it, then releases a1 */
+    assert_true(a1->released);
+    got_exactly(a2, 0, &t, &b, 1);
+    got_exactly(a3, 0, &t, &b, 1);
+    /* a2 released without a close (a worker's end): it leaves the index too */
+    cq_core_conn_release(E.cores[a2->worker], a2->conn);
+    a2->closed = a2->released = 1;
+    cq_core_conn_close(E.cores[a3->worker], a3->conn, 0, "test close");
+    pump();
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", t, b), 3);
+    pump();
+    for (int w = 0; w < 3; w++)
+        assert_int_equal(cq_smap_count(&E.cores[w]->pits), 0);
+    cq_buf_unref(b);
+    env_down();
+}
+
+/* ---- limits and refusals ---------------------------------------------------------------- */
+
+/* An event's bytes count against the inboxes it waits in, as a worker's post does, and leave
+ * them once handled. */
+static void test_inbox_counts_events(void **state)
+{
+    (void)state;
+    up();
+    static uint8_t big[4000];
+    cq_buf_t *b = cq_buf_from(big, sizeof(big));
+    assert_int_equal(cq_shared_inject_broadcast(E.sh, 5, 30001, b), 0);
+    int home = cq_shared_chan_worker(E.sh, 5);
+    for (int w = 0; w < 3; w++) {
+        int64_t q = atomic_load(&E.cores[w]->inbox_bytes);
+        if (w == home)
+            assert_true(q >= (int64_t)sizeof(big) && q < (int64_t)sizeof(big) + 512);
+        else
+            assert_int_equal(q, 0);
+    }
+    assert_int_equal(cq_shared_inject_route(E.sh, "nobody", 30002, b), 3);
+    for (int w = 0; w < 3; w++)
+        assert_true(atomic_load(&E.cores[w]->inbox_bytes) >=
+                    (int64_t)sizeof(big) * (w == home ? 2 : 1));
+    cq_buf_unref(b);
+    pump();
+    for (int w = 0; w < 3; w++)
+        assert_int_equal(atomic_load(&E.cores[w]->inbox_bytes), 0);
+    env_down();
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    up();
+    cq_buf_t *b = event_body("x");
+    assert_int_equal(cq_shared_inject_route(E.sh, NULL, 30001, b), -EINVAL);
+    assert_int_equal(cq_shared_inject_route(E.sh, "", 30001, b), -EINVAL);
+    static uint8_t huge[CQ_WIRE_MAX_RECORD];
+    cq_buf_t *h = cq_buf_from(huge, sizeof(huge));
+    assert_int_equal(cq_shared_inject_broadcast(E.sh, 0, 30001, h), CQ_ETOOBIG);
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", 30001, h), CQ_ETOOBIG);
+    cq_buf_unref(h);
+    /* an empty body is an empty message */
+    fconn_t *a = player(CQ_CONN_CLIENT, "alice");
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", 30003, NULL), 3);
+    pump();
+    cq_mp_t mp;
+    assert_int_equal(take(a, 30003, &mp, NULL), 1);
+    assert_int_equal(mp.body_len, 0);
+    for (int w = 0; w < 3; w++)
+        assert_int_equal(atomic_load(&E.cores[w]->inbox_bytes), 0);
+    cq_buf_unref(b);
+    env_down();
+}
+
+/* A relay node refuses both (a later step delivers across nodes). */
+static void test_relay_node_not_supported(void **state)
+{
+    (void)state;
+    cq_core_opts_t o = {.relay_node = 1, .relay_node_bits = 2};
+    env_up(3, &o);
+    cq_buf_t *b = event_body("x");
+    assert_int_equal(cq_shared_inject_broadcast(E.sh, 1, 30001, b), -ENOTSUP);
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", 30001, b), -ENOTSUP);
+    for (int w = 0; w < 3; w++)
+        assert_int_equal(atomic_load(&E.cores[w]->inbox_bytes), 0);
+    cq_buf_unref(b);
+    env_down();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_broadcast_reaches_subscribers_once),
+        cmocka_unit_test(test_broadcast_unknown_channel_counted),
+        cmocka_unit_test(test_route_reaches_the_players_clients),
+        cmocka_unit_test(test_route_many_connections),
+        cmocka_unit_test(test_route_after_close),
+        cmocka_unit_test(test_inbox_counts_events),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_relay_node_not_supported),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
