@@ -51,7 +51,8 @@ int cq_shared_inject_broadcast(cq_shared_t *sh, uint32_t chan_id, uint32_t msg_t
         return -ENOMEM;
     }
     m->chan_id = chan_id;
-    m->buf = rec; /* the message's reference */
+    m->mp.msg_type = msg_type; /* for the log line of an undeliverable event */
+    m->buf = rec;              /* the message's reference */
     cq__xmsg_post_outside(sh, cq_shared_chan_worker(sh, chan_id), m);
     return 0;
 }
