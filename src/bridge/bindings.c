@@ -94,8 +94,9 @@ static int check_keys(const pctx_t *c, json_t *o)
     return 0;
 }
 
-/* A copy of v's string (cq_malloc'd) when it is a string of 1..max bytes without NUL and ok
- * says so; *ret NULL with 0 when it is not (the caller reports), -ENOMEM. */
+/* A copy of v's string (cq_malloc'd) when it is a string of 1..max bytes and ok says so; *ret
+ * NULL with 0 when it is not (the caller reports), -ENOMEM. No string holds a NUL: jansson
+ * refuses \u0000 (no JSON_ALLOW_NUL). */
 static int dup_str(json_t *v, size_t max, bool (*ok)(const char *, size_t), char **ret)
 {
     *ret = NULL;
@@ -103,7 +104,7 @@ static int dup_str(json_t *v, size_t max, bool (*ok)(const char *, size_t), char
         return 0;
     const char *s = json_string_value(v);
     size_t n = json_string_length(v);
-    if (n == 0 || n > max || memchr(s, '\0', n) || (ok && !ok(s, n)))
+    if (n == 0 || n > max || (ok && !ok(s, n)))
         return 0;
     *ret = cq_strndup(s, n);
     return *ret ? 0 : -ENOMEM;
@@ -127,8 +128,7 @@ static int parse_target(const pctx_t *c, json_t *o, cq_binding_t *b)
     if (bc && !b->channel)
         return bad(c, CQ_ECONFIG, "\"broadcast\" must be \"global\" or \"topic\"");
     if (rt && !b->key)
-        return bad(c, CQ_ECONFIG,
-                   "\"route\" must be a field name (a string of 1 to %d bytes, no NUL)",
+        return bad(c, CQ_ECONFIG, "\"route\" must be a field name (a string of 1 to %d bytes)",
                    CQ_BRIDGE_FIELD_MAX);
     return 0;
 }

@@ -163,8 +163,8 @@ static int load_content(const cq_topic_event_t *ev, json_t **ret)
 }
 
 /* Writes root[field] as a player key into key (CQ_BRIDGE_KEY_MAX + 1 bytes): a non-empty
- * string without NUL of at most CQ_BRIDGE_KEY_MAX bytes as it is, an integer as its decimal
- * text. False for anything else. */
+ * string of at most CQ_BRIDGE_KEY_MAX bytes as it is (jansson refuses \u0000, so it holds no
+ * NUL), an integer as its decimal text. False for anything else. */
 static bool route_key(json_t *root, const char *field, char *key)
 {
     json_t *v = root ? json_object_get(root, field) : NULL;
@@ -176,7 +176,7 @@ static bool route_key(json_t *root, const char *field, char *key)
         return false;
     size_t n = json_string_length(v);
     const char *s = json_string_value(v);
-    if (n == 0 || n > CQ_BRIDGE_KEY_MAX || memchr(s, '\0', n))
+    if (n == 0 || n > CQ_BRIDGE_KEY_MAX)
         return false;
     memcpy(key, s, n);
     key[n] = '\0';

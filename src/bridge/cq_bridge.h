@@ -74,7 +74,7 @@ typedef struct cq_bindings {
  * Rules: at most CQ_BRIDGE_FILE_MAX bytes; an object whose only key is "bindings", an array
  * of at most CQ_BRIDGE_BINDINGS_MAX objects; each has "topic" (a valid topic name), exactly one
  * of "broadcast" ("global" or "topic") and "route" (a field name of 1 to CQ_BRIDGE_FIELD_MAX
- * bytes, no NUL), and "msg_type" (an integer from 100 to 65535), and no other key; no two
+ * bytes), and "msg_type" (an integer from 100 to 65535), and no other key; no two
  * bindings have the same topic and target (msg_type aside). Duplicate keys in an object are
  * refused as invalid JSON.
  *
@@ -126,7 +126,7 @@ typedef struct cq_bridge_stats {
     uint64_t duplicates; /* events dropped as duplicates (counted in events too) */
     uint64_t unroutable; /* (event, route binding) pairs that gave no key: content not JSON
                           * or not an object, field missing, not a string or an integer,
-                          * empty, longer than CQ_BRIDGE_KEY_MAX or holding a NUL */
+                          * empty or longer than CQ_BRIDGE_KEY_MAX */
 } cq_bridge_stats_t;
 
 /* Returns a new engine over the bindings (taken: *b is zeroed, on failure too, when the
