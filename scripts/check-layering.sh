@@ -10,7 +10,7 @@ check() { # header-regex allowed-path-regex
 }
 check 'uv\.h>' '^(src/io/|clients/c/chanq_uv|bench/|tests/)'
 check 'snappy-c\.h>' '^pkg/codec/'
-check 'jansson\.h>' '^(src/spatial/|src/core/auth\.c|src/config/(cq_fsm|cq_settings|cq_json)\.[ch]|src/mq/|src/mqsrv/(cq_mqperm|http)\.c|src/mgr/|tools/chanq_admin\.c|tests/)'
+check 'jansson\.h>' '^(src/spatial/|src/core/auth\.c|src/config/(cq_fsm|cq_settings|cq_json)\.[ch]|src/mq/|src/bridge/|src/mqsrv/(cq_mqperm|http)\.c|src/mgr/|tools/chanq_admin\.c|tests/)'
 check 'mysql\.h>' '^(src/store/mysql(_[a-z]+)?\.[ch]|bench/)'
 check 'sqlite3\.h>' '^(src/store/sqlite\.c|tests/)'
 check 'wslay/' '^(src/transport/ws/|tests/)'

@@ -26,7 +26,8 @@ ninja -C "$build" tests/fuzz/fuzz_framing tests/fuzz/fuzz_wire_packet tests/fuzz
     tests/fuzz/fuzz_sched tests/fuzz/fuzz_link tests/fuzz/fuzz_xwire \
     tests/fuzz/http/fuzz_http \
     tests/fuzz/kcp/fuzz_kcp_listener \
-    tests/fuzz/fuzz_mqsrv tests/fuzz/fuzz_coord tests/fuzz/fuzz_spatial tests/fuzz/fuzz_mgr
+    tests/fuzz/fuzz_mqsrv tests/fuzz/fuzz_coord tests/fuzz/fuzz_spatial tests/fuzz/fuzz_mgr \
+    tests/fuzz/fuzz_bridge
 
 work=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/chanq-fuzz.XXXXXX")}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
@@ -34,7 +35,8 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 failed=0
 for t in fuzz_framing fuzz_wire_packet fuzz_snappy fuzz_merge fuzz_mq fuzz_wsup fuzz_ws fuzz_kcp \
     fuzz_sched fuzz_link fuzz_xwire \
-    fuzz_config fuzz_core fuzz_http fuzz_kcp_listener fuzz_mqsrv fuzz_coord fuzz_spatial fuzz_mgr; do
+    fuzz_config fuzz_core fuzz_http fuzz_kcp_listener fuzz_mqsrv fuzz_coord fuzz_spatial fuzz_mgr \
+    fuzz_bridge; do
     mkdir -p "$work/$t"
     dict=""
     case $t in

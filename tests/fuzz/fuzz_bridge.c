@@ -1,0 +1,314 @@
+/* fuzz_bridge - the bridge engine (src/bridge): the bindings document, then a script of events
+ * through cq_bridge_event, and the resume and acknowledge decoders (proto/bridge.proto).
+ *
+ * Input: a bindings document, then optionally a 0 byte and a script: one byte for the dedup
+ * window (its value mod 9), then events of 5 bytes plus content:
+ *
+ *   [topic: index into the bound topics mod (n + 1), n = "zz-unbound"; bit 7 upper-cases it]
+ *   [producer: mod 6 -> NULL, "", "p1", "p2", a 64-byte id, a 65-byte id (refused)]
+ *   [seq mod 8] [content length, u16 little-endian, clamped to what is left] [content]
+ *
+ * When the document is refused, a fixed one is used, so the events always reach the engine.
+ * Invariants: a refused document has a message and CQ_ECONFIG; a parsed one obeys its rules;
+ * the engine's duplicates are exactly a naive model's (the last `window` keyed events per
+ * topic); every output of an event shares one buffer holding one reference per output, which
+ * decodes back to the event; a route's key is the content's field; the counters add up. And
+ * the whole input and the script are unpacked as each of the bridge's messages, as the core
+ * would (protobuf-c into a capped arena), and re-packed (repack() has the invariants). */
+#include "fuzz_common.h"
+
+#include "bridge.pb-c.h"
+#include "cq_alloc.h"
+#include "cq_bridge.h"
+#include "cq_err.h"
+#include "cq_wire.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <string.h>
+#include <strings.h>
+
+static const char fallback[] =
+    "{\"bindings\":[{\"topic\":\"vip\",\"route\":\"user_id\",\"msg_type\":201},"
+    "{\"topic\":\"vip\",\"broadcast\":\"topic\",\"msg_type\":202},"
+    "{\"topic\":\"rel\",\"broadcast\":\"global\",\"msg_type\":200},"
+    "{\"topic\":\"Vip\",\"route\":\"guild\",\"msg_type\":203}]}";
+
+#define ID64 "i234567890123456789012345678901234567890123456789012345678901234"
+
+/* ---- the resume and acknowledge decoders ------------------------------------------------ */
+
+/* The bridge's messages are unpacked as the core unpacks every body: protobuf-c into the frame's
+ * arena with a byte cap (cq_wire_unpack). */
+#define ARENA_CAP (16u * 1024u)
+static cq_wire_arena_t arena, arena2;
+
+static void check_positions(Chanqpb__TopicPosition *const *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        FUZZ_CHECK(p[i] && p[i]->topic);
+}
+
+/* What every decoded message must hold: its repeated positions are there, strings are set. */
+static void check_decoded(const ProtobufCMessage *m)
+{
+    if (m->descriptor == &chanqpb__topic_resume_message__descriptor) {
+        const Chanqpb__TopicResumeMessage *r = (const void *)m;
+        check_positions(r->positions, r->n_positions);
+    } else if (m->descriptor == &chanqpb__topic_ack_message__descriptor) {
+        const Chanqpb__TopicAckMessage *a = (const void *)m;
+        check_positions(a->positions, a->n_positions);
+    } else if (m->descriptor == &chanqpb__topic_resume_result_message__descriptor) {
+        const Chanqpb__TopicResumeResultMessage *r = (const void *)m;
+        check_positions(r->positions, r->n_positions);
+        FUZZ_CHECK(r->error != NULL);
+    } else {
+        const Chanqpb__TopicEvent *e = (const void *)m;
+        FUZZ_CHECK(e->topic && e->producer_id && (e->content.len == 0 || e->content.data));
+    }
+}
+
+/* A successful unpack stays within the arena's cap and re-packs; when those bytes unpack again
+ * they re-pack identically. They need not unpack (fuzz_wire_packet.c says why: protobuf-c
+ * re-emits an unknown field 0 read from an overlong tag as the tag 00, which it refuses, and
+ * truncates strings at an embedded NUL). */
+static void repack(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n)
+{
+    ProtobufCMessage *m = cq_wire_unpack(d, p, n, &arena);
+    FUZZ_CHECK(arena.arena.used <= ARENA_CAP);
+    if (m) {
+        check_decoded(m);
+        size_t a_len = protobuf_c_message_get_packed_size(m);
+        uint8_t *a = malloc(a_len + 1);
+        FUZZ_CHECK(a && protobuf_c_message_pack(m, a) == a_len);
+        ProtobufCMessage *m2 = cq_wire_unpack(d, a, a_len, &arena2);
+        if (m2) {
+            size_t b_len = protobuf_c_message_get_packed_size(m2);
+            uint8_t *b = malloc(b_len + 1);
+            FUZZ_CHECK(b && protobuf_c_message_pack(m2, b) == b_len);
+            FUZZ_CHECK(a_len == b_len && memcmp(a, b, a_len) == 0);
+            free(b);
+        }
+        free(a);
+    }
+    cq_wire_arena_reset(&arena);
+    cq_wire_arena_reset(&arena2);
+}
+
+static void unpack_all(const uint8_t *p, size_t n)
+{
+    repack(&chanqpb__topic_resume_message__descriptor, p, n);
+    repack(&chanqpb__topic_ack_message__descriptor, p, n);
+    repack(&chanqpb__topic_resume_result_message__descriptor, p, n);
+    repack(&chanqpb__topic_event__descriptor, p, n);
+}
+
+/* ---- the document ------------------------------------------------------------------------ */
+
+static void check_bindings(const cq_bindings_t *b)
+{
+    FUZZ_CHECK(b->n <= CQ_BRIDGE_BINDINGS_MAX);
+    for (size_t i = 0; i < b->n; i++) {
+        const cq_binding_t *x = &b->v[i];
+        FUZZ_CHECK(x->topic && strlen(x->topic) >= 1 && strlen(x->topic) <= 64);
+        FUZZ_CHECK(x->msg_type >= 100 && x->msg_type <= 65535);
+        if (x->kind == CQ_BIND_BROADCAST)
+            FUZZ_CHECK(!x->key && x->channel &&
+                       (!strcmp(x->channel, "global") || !strcmp(x->channel, "topic")));
+        else
+            FUZZ_CHECK(x->kind == CQ_BIND_ROUTE && !x->channel && x->key && x->key[0] &&
+                       strlen(x->key) <= CQ_BRIDGE_FIELD_MAX);
+    }
+}
+
+static cq_bridge_t *bridge_from(const uint8_t *doc, size_t n, uint32_t window)
+{
+    cq_bindings_t b = {NULL, 0};
+    char err[256] = "";
+    int rc = cq_bindings_parse((const char *)doc, n, &b, err, sizeof(err));
+    if (rc == 0) {
+        check_bindings(&b);
+    } else {
+        FUZZ_CHECK(rc == CQ_ECONFIG && err[0] != '\0');
+        FUZZ_CHECK(cq_bindings_parse(fallback, strlen(fallback), &b, NULL, 0) == 0);
+    }
+    cq_bridge_t *br = cq_bridge_new(&b, window);
+    FUZZ_CHECK(br && !b.v);
+    return br;
+}
+
+/* ---- the naive dedup model ---------------------------------------------------------------- */
+
+typedef struct key {
+    char id[CQ_BRIDGE_PRODUCER_MAX + 1];
+    uint64_t seq;
+} mkey_t;
+
+typedef struct model {
+    mkey_t *ring; /* per topic: window keys, oldest first */
+    uint32_t *count;
+    uint32_t window;
+} model_t;
+
+/* True (and nothing changes) if (id, seq) is among topic t's last window keys; else adds it. */
+static bool model_seen(model_t *m, size_t t, const char *id, uint64_t seq)
+{
+    mkey_t *r = m->ring + t * m->window;
+    for (uint32_t i = 0; i < m->count[t]; i++)
+        if (r[i].seq == seq && strcmp(r[i].id, id) == 0)
+            return true;
+    if (m->window == 0)
+        return false;
+    if (m->count[t] == m->window) {
+        memmove(r, r + 1, (m->window - 1) * sizeof(*r));
+        m->count[t]--;
+    }
+    snprintf(r[m->count[t]].id, sizeof(r->id), "%s", id);
+    r[m->count[t]++].seq = seq;
+    return false;
+}
+
+/* ---- events ------------------------------------------------------------------------------ */
+
+/* The bound topic of br that name folds to (its index), or ntopics. */
+static size_t topic_index(const cq_bridge_t *br, const char *name)
+{
+    size_t i = 0;
+    while (i < cq_bridge_ntopics(br) && strcasecmp(cq_bridge_topic(br, i), name) != 0)
+        i++;
+    return i;
+}
+
+static void check_key(const cq_topic_event_t *ev, const cq_bridge_out_t *o)
+{
+    size_t n = strlen(o->key);
+    FUZZ_CHECK(n >= 1 && n <= CQ_BRIDGE_KEY_MAX);
+    json_t *root = json_loadb((const char *)ev->content, ev->len, JSON_REJECT_DUPLICATES, NULL);
+    FUZZ_CHECK(root != NULL);
+    json_t *v = json_object_get(root, o->b->key);
+    if (json_is_string(v)) {
+        FUZZ_CHECK(strcmp(json_string_value(v), o->key) == 0);
+    } else {
+        char text[32];
+        FUZZ_CHECK(json_is_integer(v));
+        snprintf(text, sizeof(text), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        FUZZ_CHECK(strcmp(text, o->key) == 0);
+    }
+    json_decref(root);
+}
+
+static void check_outputs(const cq_topic_event_t *ev, cq_bridge_out_t *out, int n)
+{
+    if (n == 0)
+        return;
+    FUZZ_CHECK(cq_buf_refs(out[0].event) == (uint32_t)n);
+    Chanqpb__TopicEvent *m =
+        chanqpb__topic_event__unpack(NULL, out[0].event->len, out[0].event->data);
+    FUZZ_CHECK(m && strcmp(m->topic, ev->topic) == 0 && m->seq == ev->seq);
+    FUZZ_CHECK(strcmp(m->producer_id, ev->producer_id ? ev->producer_id : "") == 0);
+    FUZZ_CHECK(m->content.len == ev->len &&
+               (!ev->len || !memcmp(m->content.data, ev->content, ev->len)));
+    chanqpb__topic_event__free_unpacked(m, NULL);
+    for (int i = 0; i < n; i++) {
+        FUZZ_CHECK(out[i].event == out[0].event);
+        FUZZ_CHECK(strcasecmp(out[i].b->topic, ev->topic) == 0);
+        if (out[i].b->kind == CQ_BIND_ROUTE)
+            check_key(ev, &out[i]);
+        else
+            FUZZ_CHECK(out[i].key[0] == '\0');
+    }
+    for (int i = 0; i < n; i++)
+        cq_buf_unref(out[i].event);
+}
+
+static const char *producer(uint8_t sel)
+{
+    static const char *const ids[] = {NULL, "", "p1", "p2", ID64, ID64 "5"};
+    return ids[sel % 6];
+}
+
+typedef struct run {
+    cq_bridge_t *br;
+    model_t m;
+    cq_bridge_stats_t want;
+    cq_bridge_out_t *out;
+} run_t;
+
+static void one_event(run_t *r, const uint8_t *rec, const uint8_t *content, size_t len)
+{
+    size_t nt = cq_bridge_ntopics(r->br);
+    char topic[CQ_BRIDGE_BINDINGS_MAX + 72];
+    size_t t = rec[0] % 128 % (nt + 1);
+    snprintf(topic, sizeof(topic), "%s", t < nt ? cq_bridge_topic(r->br, t) : "zz-unbound");
+    for (char *c = topic; (rec[0] & 0x80) && *c; c++)
+        *c = (char)(*c >= 'a' && *c <= 'z' ? *c - 32 : *c);
+    cq_topic_event_t ev = {topic, 0, 1, 7, 3, 5, producer(rec[1]), rec[2] % 8, content, len};
+    int n = cq_bridge_event(r->br, &ev, r->out, cq_bridge_outputs_max(r->br));
+    const char *id = ev.producer_id ? ev.producer_id : "";
+    if (strlen(id) > CQ_BRIDGE_PRODUCER_MAX) {
+        FUZZ_CHECK(n == CQ_EFIELD);
+        return;
+    }
+    FUZZ_CHECK(n >= 0);
+    FUZZ_CHECK(topic_index(r->br, topic) == (t < nt ? t : nt));
+    if (t == nt) {
+        FUZZ_CHECK(n == 0);
+        return;
+    }
+    r->want.events++;
+    if (id[0] && model_seen(&r->m, t, id, ev.seq)) {
+        FUZZ_CHECK(n == 0);
+        r->want.duplicates++;
+    }
+    r->want.outputs += (uint64_t)n;
+    check_outputs(&ev, r->out, n);
+}
+
+static void run_script(cq_bridge_t *br, uint32_t window, const uint8_t *p, size_t n)
+{
+    run_t r = {br, {NULL, NULL, window}, {0, 0, 0, 0}, NULL};
+    size_t nt = cq_bridge_ntopics(br);
+    r.m.ring = calloc((nt ? nt : 1) * (window ? window : 1), sizeof(mkey_t));
+    r.m.count = calloc(nt ? nt : 1, sizeof(uint32_t));
+    r.out = calloc(cq_bridge_outputs_max(br) + 1, sizeof(cq_bridge_out_t));
+    FUZZ_CHECK(r.m.ring && r.m.count && r.out);
+    while (n >= 5) {
+        size_t len = (size_t)p[3] | (size_t)p[4] << 8;
+        if (len > n - 5)
+            len = n - 5;
+        one_event(&r, p, len ? p + 5 : NULL, len);
+        p += 5 + len;
+        n -= 5 + len;
+    }
+    cq_bridge_stats_t st;
+    cq_bridge_stats(br, &st);
+    FUZZ_CHECK(st.events == r.want.events && st.duplicates == r.want.duplicates);
+    FUZZ_CHECK(st.outputs == r.want.outputs);
+    free(r.m.ring);
+    free(r.m.count);
+    free(r.out);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static bool inited;
+    if (!inited) {
+        cq_wire_arena_init(&arena, ARENA_CAP);
+        cq_wire_arena_init(&arena2, 4 * ARENA_CAP); /* re-packed unknown fields can need more */
+        inited = true;
+    }
+    const uint8_t *zero = memchr(data, 0, size);
+    size_t doc_len = zero ? (size_t)(zero - data) : size;
+    unpack_all(data, size);
+    const uint8_t *script = zero ? zero + 1 : NULL;
+    size_t script_len = zero ? size - doc_len - 1 : 0;
+    uint32_t window = script_len ? script[0] % 9 : 4;
+    cq_bridge_t *br = bridge_from(data, doc_len, window);
+    if (script_len) {
+        unpack_all(script + 1, script_len - 1);
+        run_script(br, window, script + 1, script_len - 1);
+    }
+    cq_bridge_free(br);
+    return 0;
+}
