@@ -388,6 +388,11 @@ static const opt_t opts[] = {
     INT("appid", NULL, appid, "0", 0, 2147483647, "N",
         "--role server: the seed's appid, this process's unique id at the manager; 0 derives "
         "one from --shard and the advertised port."),
+    STR("bridge-file", NULL, bridge_file, "", NULL, "FILE",
+        "JSON bindings that deliver durable topics' messages into channels: {\"bindings\": "
+        "[{\"topic\": \"release\", \"broadcast\": \"global\", \"msg_type\": 200}, "
+        "{\"topic\": \"vip\", \"route\": \"user_id\", \"msg_type\": 201}]} "
+        "(doc/bridge.md). Needs --mq-addr. Empty: none."),
     STR("mq-permissions-file", NULL, mq_permissions_file, "", NULL, "FILE",
         "JSON object {\"<module_id>\": {\"token\": \"...\", \"produce\": [\"topic\", \"*\"], "
         "\"consume\": [...], \"admin\": true}}; every module needs a token. Empty lets every "

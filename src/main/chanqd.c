@@ -1,4 +1,5 @@
 /* chanqd - config -> modules -> run. The composition root. */
+#include "bridgemain.h"
 #include "cluster.h"
 #include "relaynode.h"
 #include "mgr_main.h"
@@ -53,6 +54,7 @@ typedef struct app {
     cq_mqio_t *mq;
     cq_main_cluster_t *cluster; /* with --zk-hosts: roles, fencing, replication control */
     cq_main_relay_t *relay;     /* with --relay-nats: this node of a relay */
+    cq_main_bridge_t *bridge;   /* with --bridge-file: topics delivered into channels */
     cq_mgrlink_t *mgrlink;      /* with --mgr-servers: the reports and commands (MQ loop) */
     cq_main_figures_t figs;     /* the host's figures in those reports */
     cq_main_reload_t *reload;   /* SIGHUP: the configuration parsed again */
@@ -406,6 +408,7 @@ static int make_engine(app_t *a, const cq_store_topic_t *topics, const uint64_t 
     };
     if (a->cluster)
         cq_main_cluster_fence(a->cluster, &so);
+    cq_main_bridge_sink(a->bridge, &so);
     /* a frame must hold at least one message of the largest size, with its JSON around it */
     uint64_t total = (uint64_t)c->mq_max_content + 4096;
     so.limits.max_total = total > CQ_MQ_DEFAULT_MAX_TOTAL ? (uint32_t)total : 0;
@@ -508,8 +511,8 @@ static int start_mq(app_t *a, char *bound, size_t blen)
     if (r == 0 && *c->zk_hosts && !(a->cluster = cq_main_cluster_new(c)))
         r = -ENOMEM;
     if (r == 0)
-        r = make_engine(a, topics, hw, n);
-    if (r == CQ_ECONFIG)
+        r = cq_main_bridge_new(c, a->sh, a->admin, &a->bridge, err, sizeof(err));
+    if (r == 0 && (r = make_engine(a, topics, hw, n)) == CQ_ECONFIG)
         snprintf(err, sizeof(err), "durable topics not started");
     if (r == 0 && (r = make_mgrlink(a, &mo)) < 0)
         snprintf(err, sizeof(err), "--mgr-servers: cannot start the link to the managers");
@@ -537,6 +540,8 @@ static int start_mq(app_t *a, char *bound, size_t blen)
  * then the engine, which runs those completions and frees the requests. */
 static void stop_mq(app_t *a)
 {
+    /* the workers stop: what commits from here reaches players when they resume */
+    cq_main_bridge_stop(a->bridge);
     if (a->mq)
         cq_admin_remove_source(a->admin, cq_mqio_metrics_append, a->mq);
     cq_mqio_stop(a->mq);
@@ -548,6 +553,7 @@ static void stop_mq(app_t *a)
     a->mq = cq_mqio_free(a->mq);
     a->mgrlink = cq_mgrlink_free(a->mgrlink); /* the loop that drove it is gone */
     a->mqsrv = cq_mqsrv_free(a->mqsrv);       /* runs those completions */
+    a->bridge = cq_main_bridge_free(a->bridge, a->admin);
     a->writer = cq_writer_free(a->writer);
     a->perms = cq_mqperm_free(a->perms);
 }

@@ -1,0 +1,206 @@
+/* bridgemain.c - composes the bridge: the MQ engine's sink (its thread) runs each committed
+ * message of a bound topic through the bridge engine (src/bridge) and hands each output to the
+ * core (cq_shared_inject_*), which fans it out on the workers. The engine and the bridge live
+ * on the MQ loop's thread; only the counters below are read from elsewhere (/metrics). */
+#include "bridgemain.h"
+
+#include "cq_alloc.h"
+#include "cq_bridge.h"
+#include "cq_clock.h"
+#include "cq_err.h"
+#include "cq_file.h"
+#include "cq_log.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+/* (producer id, seq) pairs remembered per topic: a producer's retry stored on two shards is
+ * delivered once if its second copy comes within this many events (doc/bridge.md). */
+#define DEDUP_WINDOW 4096
+
+struct cq_main_bridge {
+    cq_bridge_t *br;
+    cq_shared_t *sh;
+    atomic_bool stopped;
+    uint64_t log_ms; /* the MQ thread's last warning: one a second at most */
+    /* /metrics: copies of the engine's counters, and the core's refusals */
+    _Atomic uint64_t events, outputs, duplicates, unroutable, refused;
+};
+
+static bool sink_wants(void *ud, const char *topic)
+{
+    cq_main_bridge_t *b = ud;
+    return cq_bridge_watches(b->br, topic);
+}
+
+/* Logs once a second at most: a bad event stream must not flood the log. */
+static bool log_now(cq_main_bridge_t *b)
+{
+    uint64_t now = cq_clock_mono_ms();
+    if (b->log_ms && now - b->log_ms < 1000)
+        return false;
+    b->log_ms = now;
+    return true;
+}
+
+/* One output to the core: a broadcast binding's channel (GLOBAL: "topic" channels are refused
+ * at load), or the player's connections. */
+static void deliver(cq_main_bridge_t *b, const cq_bridge_out_t *o)
+{
+    int r = o->b->kind == CQ_BIND_ROUTE
+                ? cq_shared_inject_route(b->sh, o->key, o->b->msg_type, o->event)
+                : cq_shared_inject_broadcast(b->sh, 0 /* GLOBAL */, o->b->msg_type, o->event);
+    if (r >= 0)
+        return;
+    atomic_fetch_add(&b->refused, 1);
+    if (log_now(b))
+        CQ_WARN("bridge", "topic %s: event not delivered: %s", o->b->topic, cq_strerror(r));
+}
+
+static void sink_event(void *ud, const cq_mqsrv_event_t *ev)
+{
+    cq_main_bridge_t *b = ud;
+    if (atomic_load(&b->stopped))
+        return;
+    char pid[24] = "";
+    if (ev->producer_id)
+        snprintf(pid, sizeof(pid), "%" PRIu64, ev->producer_id);
+    cq_topic_event_t te = {ev->topic,   ev->shard, ev->epoch, ev->offset,  ev->prev_offset,
+                           ev->time_ms, pid,       ev->seq,   ev->content, ev->len};
+    cq_bridge_out_t out[CQ_BRIDGE_BINDINGS_MAX];
+    int n = cq_bridge_event(b->br, &te, out, CQ_BRIDGE_BINDINGS_MAX);
+    if (n < 0 && log_now(b))
+        CQ_WARN("bridge", "topic %s offset %" PRIu64 ": %s", ev->topic, ev->offset, cq_strerror(n));
+    for (int i = 0; i < n; i++) {
+        deliver(b, &out[i]);
+        cq_buf_unref(out[i].event);
+    }
+    cq_bridge_stats_t st;
+    cq_bridge_stats(b->br, &st);
+    atomic_store(&b->events, st.events);
+    atomic_store(&b->outputs, st.outputs);
+    atomic_store(&b->duplicates, st.duplicates);
+    atomic_store(&b->unroutable, st.unroutable);
+}
+
+static int metrics(void *ud, cq_sbuf_t *out)
+{
+    cq_main_bridge_t *b = ud;
+    return cq_sbuf_printf(
+        out,
+        "# HELP chanq_bridge_events_total Committed messages of bound topics the bridge took.\n"
+        "# TYPE chanq_bridge_events_total counter\n"
+        "chanq_bridge_events_total %" PRIu64 "\n"
+        "# HELP chanq_bridge_outputs_total Events handed to channels or players.\n"
+        "# TYPE chanq_bridge_outputs_total counter\n"
+        "chanq_bridge_outputs_total %" PRIu64 "\n"
+        "# HELP chanq_bridge_duplicates_total Events dropped as a copy of one already "
+        "delivered (same producer id and seq).\n"
+        "# TYPE chanq_bridge_duplicates_total counter\n"
+        "chanq_bridge_duplicates_total %" PRIu64 "\n"
+        "# HELP chanq_bridge_unroutable_total Events of a route binding whose content named "
+        "no player.\n"
+        "# TYPE chanq_bridge_unroutable_total counter\n"
+        "chanq_bridge_unroutable_total %" PRIu64 "\n"
+        "# HELP chanq_bridge_refused_total Outputs the core refused (out of memory, too "
+        "large).\n"
+        "# TYPE chanq_bridge_refused_total counter\n"
+        "chanq_bridge_refused_total %" PRIu64 "\n",
+        atomic_load(&b->events), atomic_load(&b->outputs), atomic_load(&b->duplicates),
+        atomic_load(&b->unroutable), atomic_load(&b->refused));
+}
+
+/* What this node cannot do yet, refused at start rather than found missing later. */
+static int check(const cq_config_t *c, const cq_bindings_t *bs, char *err, size_t errlen)
+{
+    if (!*c->mq_addr) {
+        snprintf(err, errlen, "--bridge-file needs durable topics (--mq-addr)");
+        return CQ_ECONFIG;
+    }
+    if (*c->relay_nats) {
+        snprintf(err, errlen, "--bridge-file: not supported on relay nodes yet");
+        return CQ_ECONFIG;
+    }
+    for (size_t i = 0; i < bs->n; i++)
+        if (bs->v[i].kind == CQ_BIND_BROADCAST && strcmp(bs->v[i].channel, "global") != 0) {
+            snprintf(err, errlen,
+                     "--bridge-file: binding %zu: broadcast \"%s\" is not supported yet (only "
+                     "\"global\")",
+                     i, bs->v[i].channel);
+            return CQ_ECONFIG;
+        }
+    return 0;
+}
+
+static int load(const cq_config_t *c, cq_bindings_t *bs, char *err, size_t errlen)
+{
+    char *text = NULL, why[256] = "";
+    size_t len = 0;
+    int r = cq_file_read(c->bridge_file, CQ_BRIDGE_FILE_MAX, &text, &len);
+    if (r < 0) {
+        snprintf(err, errlen, "--bridge-file %s: %s", c->bridge_file, cq_strerror(r));
+        return r == -ENOMEM ? r : CQ_ECONFIG;
+    }
+    r = cq_bindings_parse(text, len, bs, why, sizeof(why));
+    cq_free(text);
+    if (r < 0)
+        snprintf(err, errlen, "--bridge-file %s: %s", c->bridge_file, why);
+    return r;
+}
+
+int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
+                       cq_main_bridge_t **ret, char *err, size_t errlen)
+{
+    *ret = NULL;
+    if (!*c->bridge_file)
+        return 0;
+    cq_bindings_t bs = {0};
+    int r = load(c, &bs, err, errlen);
+    if (r == 0)
+        r = check(c, &bs, err, errlen);
+    cq_main_bridge_t *b = r == 0 ? cq_calloc(1, sizeof(*b)) : NULL;
+    if (r == 0 && (!b || !(b->br = cq_bridge_new(&bs, DEDUP_WINDOW))))
+        r = -ENOMEM;
+    if (r == 0 && (r = cq_admin_add_source(admin, "bridge", metrics, b)) < 0)
+        snprintf(err, errlen, "cannot register the bridge's metrics: %s", cq_strerror(r));
+    if (r == -ENOMEM)
+        snprintf(err, errlen, "--bridge-file: out of memory");
+    if (r < 0) {
+        cq_bindings_free(&bs); /* taken by cq_bridge_new when it succeeded: then empty */
+        cq_main_bridge_free(b, NULL);
+        return r;
+    }
+    b->sh = sh;
+    CQ_INFO("bridge", "%zu bindings from %s", cq_bridge_bindings(b->br)->n, c->bridge_file);
+    *ret = b;
+    return 0;
+}
+
+void cq_main_bridge_sink(cq_main_bridge_t *b, cq_mqsrv_opts_t *o)
+{
+    if (!b)
+        return;
+    o->sink_wants = sink_wants;
+    o->sink_event = sink_event;
+    o->sink_ud = b;
+}
+
+void cq_main_bridge_stop(cq_main_bridge_t *b)
+{
+    if (b)
+        atomic_store(&b->stopped, true);
+}
+
+cq_main_bridge_t *cq_main_bridge_free(cq_main_bridge_t *b, cq_admin_t *admin)
+{
+    if (!b)
+        return NULL;
+    if (admin)
+        cq_admin_remove_source(admin, metrics, b);
+    cq_bridge_free(b->br);
+    cq_free(b);
+    return NULL;
+}

@@ -1,0 +1,28 @@
+/* bridgemain.h - composes the bridge (issue 24, doc/bridge.md): the bindings file, the MQ
+ * engine's sink and the core's inject calls. */
+#ifndef CQ_BRIDGEMAIN_H
+#define CQ_BRIDGEMAIN_H
+
+#include "cq_admin.h"
+#include "cq_config.h"
+#include "cq_core.h"
+#include "cq_mqport.h"
+
+#include <stddef.h>
+
+typedef struct cq_main_bridge cq_main_bridge_t;
+
+/* Loads c->bridge_file into a new bridge that delivers into sh (borrowed: must outlive it) and
+ * registers its metrics with admin. *ret is NULL (and 0 returned) when there is no file.
+ * Returns 0, or CQ_ECONFIG / -ENOMEM with err saying why. The main thread, before the MQ
+ * engine is made. */
+int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
+                       cq_main_bridge_t **ret, char *err, size_t errlen);
+/* Sets o's sink to the bridge (b NULL: nothing). */
+void cq_main_bridge_sink(cq_main_bridge_t *b, cq_mqsrv_opts_t *o);
+/* From now on events are not delivered (the workers stop): any thread. NULL: nothing. */
+void cq_main_bridge_stop(cq_main_bridge_t *b);
+/* After the MQ engine is freed. Accepts NULL; returns NULL. */
+cq_main_bridge_t *cq_main_bridge_free(cq_main_bridge_t *b, cq_admin_t *admin);
+
+#endif
