@@ -26,6 +26,7 @@ struct cq_main_bridge {
     cq_shared_t *sh;
     atomic_bool stopped;
     uint64_t log_ms; /* the MQ thread's last warning: one a second at most */
+    cq_bridge_out_t out[CQ_BRIDGE_BINDINGS_MAX]; /* the MQ thread's, reused by every event */
     /* /metrics: copies of the engine's counters, and the core's refusals */
     _Atomic uint64_t events, outputs, duplicates, unroutable, refused;
 };
@@ -70,7 +71,7 @@ static void sink_event(void *ud, const cq_mqsrv_event_t *ev)
         snprintf(pid, sizeof(pid), "%" PRIu64, ev->producer_id);
     cq_topic_event_t te = {ev->topic,   ev->shard, ev->epoch, ev->offset,  ev->prev_offset,
                            ev->time_ms, pid,       ev->seq,   ev->content, ev->len};
-    cq_bridge_out_t out[CQ_BRIDGE_BINDINGS_MAX];
+    cq_bridge_out_t *out = b->out;
     int n = cq_bridge_event(b->br, &te, out, CQ_BRIDGE_BINDINGS_MAX);
     if (n < 0 && log_now(b))
         CQ_WARN("bridge", "topic %s offset %" PRIu64 ": %s", ev->topic, ev->offset, cq_strerror(n));
