@@ -392,7 +392,8 @@ static const opt_t opts[] = {
         "JSON bindings that deliver durable topics' messages into channels: {\"bindings\": "
         "[{\"topic\": \"release\", \"broadcast\": \"global\", \"msg_type\": 200}, "
         "{\"topic\": \"vip\", \"route\": \"user_id\", \"msg_type\": 201}]} "
-        "(doc/bridge.md). Needs --mq-addr. Empty: none."),
+        "(doc/bridge.md). Needs --mq-addr. Empty: none. Reloaded on SIGHUP (a file that does "
+        "not load keeps the bindings in force)."),
     STR("mq-permissions-file", NULL, mq_permissions_file, "", NULL, "FILE",
         "JSON object {\"<module_id>\": {\"token\": \"...\", \"produce\": [\"topic\", \"*\"], "
         "\"consume\": [...], \"admin\": true}}; every module needs a token. Empty lets every "

@@ -22,7 +22,9 @@
 #define DEDUP_WINDOW 4096
 
 struct cq_main_bridge {
-    cq_bridge_t *br;
+    cq_bridge_t *br;             /* the MQ thread's */
+    _Atomic(cq_bridge_t *) next; /* a reload's, until the MQ thread takes it */
+    cq_bridge_stats_t base;      /* the counters of the bridges reloads replaced */
     cq_shared_t *sh;
     atomic_bool stopped;
     uint64_t log_ms; /* the MQ thread's last warning: one a second at most */
@@ -31,9 +33,26 @@ struct cq_main_bridge {
     _Atomic uint64_t events, outputs, duplicates, unroutable, refused;
 };
 
+/* The MQ thread takes a reloaded bridge (its dedup window starts empty). */
+static void take_next(cq_main_bridge_t *b)
+{
+    cq_bridge_t *nb = atomic_exchange(&b->next, NULL);
+    if (!nb)
+        return;
+    cq_bridge_stats_t st;
+    cq_bridge_stats(b->br, &st);
+    b->base.events += st.events;
+    b->base.outputs += st.outputs;
+    b->base.duplicates += st.duplicates;
+    b->base.unroutable += st.unroutable;
+    cq_bridge_free(b->br);
+    b->br = nb;
+}
+
 static bool sink_wants(void *ud, const char *topic)
 {
     cq_main_bridge_t *b = ud;
+    take_next(b);
     return cq_bridge_watches(b->br, topic);
 }
 
@@ -66,6 +85,7 @@ static void sink_event(void *ud, const cq_mqsrv_event_t *ev)
     cq_main_bridge_t *b = ud;
     if (atomic_load(&b->stopped))
         return;
+    take_next(b);
     char pid[24] = "";
     if (ev->producer_id)
         snprintf(pid, sizeof(pid), "%" PRIu64, ev->producer_id);
@@ -81,10 +101,10 @@ static void sink_event(void *ud, const cq_mqsrv_event_t *ev)
     }
     cq_bridge_stats_t st;
     cq_bridge_stats(b->br, &st);
-    atomic_store(&b->events, st.events);
-    atomic_store(&b->outputs, st.outputs);
-    atomic_store(&b->duplicates, st.duplicates);
-    atomic_store(&b->unroutable, st.unroutable);
+    atomic_store(&b->events, b->base.events + st.events);
+    atomic_store(&b->outputs, b->base.outputs + st.outputs);
+    atomic_store(&b->duplicates, b->base.duplicates + st.duplicates);
+    atomic_store(&b->unroutable, b->base.unroutable + st.unroutable);
 }
 
 static int metrics(void *ud, cq_sbuf_t *out)
@@ -189,6 +209,30 @@ void cq_main_bridge_sink(cq_main_bridge_t *b, cq_mqsrv_opts_t *o)
     o->sink_ud = b;
 }
 
+int cq_main_bridge_reload(cq_main_bridge_t *b, const cq_config_t *c, cq_mqsrv_t *s)
+{
+    if (!b)
+        return 0;
+    char err[512] = "";
+    cq_bindings_t bs = {0};
+    int r = load(c, &bs, err, sizeof(err));
+    if (r == 0)
+        r = check(c, &bs, err, sizeof(err));
+    cq_bridge_t *nb = r == 0 ? cq_bridge_new(&bs, DEDUP_WINDOW) : NULL;
+    if (r == 0 && !nb)
+        snprintf(err, sizeof(err), "out of memory");
+    if (!nb) {
+        cq_bindings_free(&bs);
+        CQ_ERROR("main", "SIGHUP: keeping the current bindings: %s", err);
+        return r < 0 ? r : -ENOMEM;
+    }
+    size_t n = cq_bridge_bindings(nb)->n;
+    cq_bridge_free(atomic_exchange(&b->next, nb)); /* one the MQ thread had not taken yet */
+    cq_mqsrv_sink_changed(s);
+    CQ_INFO("main", "SIGHUP: %zu bindings reloaded from %s", n, c->bridge_file);
+    return 0;
+}
+
 void cq_main_bridge_stop(cq_main_bridge_t *b)
 {
     if (b)
@@ -202,6 +246,7 @@ cq_main_bridge_t *cq_main_bridge_free(cq_main_bridge_t *b, cq_admin_t *admin)
     if (admin)
         cq_admin_remove_source(admin, metrics, b);
     cq_bridge_free(b->br);
+    cq_bridge_free(atomic_load(&b->next));
     cq_free(b);
     return NULL;
 }

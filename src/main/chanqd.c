@@ -210,6 +210,7 @@ static void on_hup(void *ud)
     cq_schema_t *s;
     cq_main_reload_config(a->reload);
     reload_credentials(a);
+    cq_main_bridge_reload(a->bridge, &a->cfg, a->mqsrv);
     const char *list = a->cfg.channel_data_types;
     if (!list || !*list)
         return;

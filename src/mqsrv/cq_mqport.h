@@ -166,6 +166,9 @@ int cq_mqsrv_topics_apply(cq_mqsrv_t *s, const cq_mqsrv_topic_decl_t *t, size_t 
 /* Asks opts.sink_wants again for every known topic (the bindings changed). The engine's
  * thread. A topic that starts being sunk gets what commits from now on. */
 void cq_mqsrv_sink_refresh(cq_mqsrv_t *s);
+/* The same from any thread (a SIGHUP reload): the engine refreshes at its next drain, which
+ * this asks for (ops->wake). */
+void cq_mqsrv_sink_changed(cq_mqsrv_t *s);
 
 /* The store's completion callback (cq_writer_opts_t.done): queues req (taken) on the inbox of
  * the engine that submitted it and wakes that engine's loop. ud is unused: each request carries

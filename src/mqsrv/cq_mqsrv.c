@@ -419,10 +419,30 @@ static void perms_swap(cq_mqsrv_t *s)
     CQ_INFO("mq", "permissions table replaced");
 }
 
+void cq_mqsrv_sink_changed(cq_mqsrv_t *s)
+{
+    pthread_mutex_lock(&s->inbox_mu);
+    s->sink_handed = true;
+    if (s->ops)
+        s->ops->wake(s->ops_ud);
+    pthread_mutex_unlock(&s->inbox_mu);
+}
+
+static void sink_swap(cq_mqsrv_t *s)
+{
+    pthread_mutex_lock(&s->inbox_mu);
+    bool handed = s->sink_handed;
+    s->sink_handed = false;
+    pthread_mutex_unlock(&s->inbox_mu);
+    if (handed)
+        cq_mqsrv_sink_refresh(s);
+}
+
 void cq_mqsrv_drain(cq_mqsrv_t *s)
 {
     cq_mpsc_node_t *n;
     perms_swap(s);
+    sink_swap(s);
     cq__mqsrv_role_swap(s);
     cq__mqsrv_decl_swap(s);
     while ((n = cq_mpsc_pop(&s->inbox)))

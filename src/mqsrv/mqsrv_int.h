@@ -122,6 +122,7 @@ struct cq_mqsrv {
     bool (*sink_wants)(void *ud, const char *topic);
     void (*sink_event)(void *ud, const cq_mqsrv_event_t *ev);
     void *sink_ud;
+    bool sink_handed;      /* under inbox_mu: cq_mqsrv_sink_changed() asked for a refresh */
     struct mq_decl *decls; /* owned */
     size_t ndecls;
     bool decl_dirty, decl_failed;

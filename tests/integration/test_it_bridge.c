@@ -12,6 +12,7 @@
 #include "it_common.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +149,41 @@ static void test_route_by_pit(void **state)
     assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_outputs_total"), 4);
 }
 
+/* SIGHUP reads the bindings file again: a topic no longer bound is no longer delivered (nor
+ * counted), a new msg_type applies from the next event; a file that does not load keeps the
+ * bindings in force. */
+static void test_reload(void **state)
+{
+    (void)state;
+    start();
+    create_topic("release");
+    create_topic("vip");
+    create_topic("news"); /* not bound yet */
+    it_conn_t *a = player("alice");
+    it_sub(a, 1, 0, a->id, -1);
+    it_expect_sub(a, 0, 1, a->id, 2, 1, 1);
+    uint64_t n1 = produce("news", "\"unbound\"");
+    uint64_t o1 = produce("release", "\"1.0\"");
+    expect_event(a, MT_RELEASE, "release", o1, 0, "1.0");
+    it_file("bindings.json",
+            "{\"bindings\": [{\"topic\": \"vip\", \"route\": \"user_id\", \"msg_type\": 202},"
+            "{\"topic\": \"news\", \"broadcast\": \"global\", \"msg_type\": 203}]}");
+    assert_int_equal(kill(it_srv()->pid, SIGHUP), 0);
+    it_log_expect("SIGHUP: 2 bindings reloaded from");
+    produce("release", "\"2.0\"");
+    uint64_t v1 = produce("vip", "{\"user_id\":\"alice\"}");
+    expect_event(a, 202, "vip", v1, 0, "{\"user_id\":\"alice\"}");
+    uint64_t n2 = produce("news", "\"bound\"");
+    expect_event(a, 203, "news", n2, n1, "bound");
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_events_total"), 3);
+    it_file("bindings.json", "{\"bindings\": [{\"topic\": \"vip\"}]}");
+    assert_int_equal(kill(it_srv()->pid, SIGHUP), 0);
+    it_log_expect("SIGHUP: keeping the current bindings: --bridge-file ");
+    uint64_t v2 = produce("vip", "{\"user_id\":\"alice\"}");
+    expect_event(a, 202, "vip", v2, v1, "{\"user_id\":\"alice\"}");
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_events_total"), 4);
+}
+
 /* A bindings file that does not load stops chanqd at start, saying which binding and why. */
 static void test_bad_file(void **state)
 {
@@ -175,6 +211,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_broadcast_global, it_teardown),
         cmocka_unit_test_teardown(test_route_by_pit, it_teardown),
+        cmocka_unit_test_teardown(test_reload, it_teardown),
         cmocka_unit_test(test_bad_file),
     };
     return it_run("bridge", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
