@@ -149,6 +149,7 @@ void cq_core_conn_close(cq_core_t *c, cq_conn_t *conn, int reason, const char *w
     conn->pending = 0;
     if (conn->auth_held)
         cq__auth_unhold(c, conn);
+    cq_sendq_hold(cq_conn_sendq(conn), false); /* its last replies leave with the close */
     dir_remove(c->sh, conn->id);
     /* Cleared now rather than when worker 0 hears CONN_GONE, so that no worker sends the
      * GLOBAL owner's copies to a closed connection in between. */
@@ -387,6 +388,7 @@ static void mark_lazy(cq_core_t *c, cq_conn_t *conn)
 void cq__conn_release_held(cq_core_t *c, cq_conn_t *conn)
 {
     conn->announce_wait = 0;
+    cq_sendq_hold(cq_conn_sendq(conn), false);
     cq_list_remove(&conn->unauth_node); /* off the announcing list */
     if (conn->pending == PENDING_HELD) {
         conn->pending = PENDING_NO;

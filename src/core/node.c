@@ -262,6 +262,9 @@ void cq__node_conn_up(cq_core_t *c, cq_conn_t *conn)
     if (!n)
         return;
     conn->announce_wait = (uint8_t)n;
+    /* Held in the queue itself: a transport that writes on its own (KCP's timer and ACKs)
+     * must not send the AuthResult either. */
+    cq_sendq_hold(cq_conn_sendq(conn), true);
     conn->accepted_ms = c->now_ms; /* the auth timeout's use of it is over */
     cq_list_remove(&conn->unauth_node);
     cq_list_insert_tail(&c->announcing, &conn->unauth_node);

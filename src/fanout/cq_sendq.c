@@ -288,9 +288,14 @@ static int batch_form(cq_sendq_t *q)
     return 0;
 }
 
+void cq_sendq_hold(cq_sendq_t *q, bool on)
+{
+    q->held = on;
+}
+
 int cq_sendq_prepare(cq_sendq_t *q, const struct iovec **ret_iov, int *ret_n)
 {
-    if (!q->batch && q->count) {
+    if (!q->batch && q->count && !q->held) {
         int r = batch_form(q);
         if (r < 0)
             return r;

@@ -52,6 +52,7 @@ typedef struct cq_sendq {
     uint32_t head, count, cap;
     uint8_t mode;            /* cq_framing_mode_t of the peer */
     uint8_t runs;            /* slice runs among the waiting entries */
+    uint8_t held;            /* cq_sendq_hold: no batch is formed */
     size_t queued;           /* bytes queued or in flight, not yet written */
     uint64_t soft_since_ms;  /* when queued first went over the soft limit; 0 when under */
     cq_sendq_batch_t *batch; /* the batch being written, or NULL */
@@ -65,6 +66,11 @@ void cq_sendq_init(cq_sendq_t *q, cq_framing_mode_t mode);
  * and done on the pool's thread (a worker's own connections). Only while no batch is formed
  * (cq_sendq_idle or just after init). */
 void cq_sendq_set_pool(cq_sendq_t *q, cq_pool_t *pool);
+/* While held, no new batch is formed (cq_sendq_prepare gives none, a batch already formed goes
+ * on): what is queued waits, counted against the limits, whoever moves the queue (the core's
+ * flush, a transport's own timer or write completion). The core holds a relay node's new
+ * connection until the other nodes know it (doc/relay-cluster.md). */
+void cq_sendq_hold(cq_sendq_t *q, bool on);
 /* Drops every reference and frees the storage; the queue is empty again, with the same mode and
  * pool. */
 void cq_sendq_done(cq_sendq_t *q);

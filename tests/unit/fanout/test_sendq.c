@@ -92,6 +92,34 @@ static void test_batches_records_under_one_header(void **state)
     cq_sendq_done(&q);
 }
 
+/* A held queue forms no batch: nothing to write, whoever asks, until it is released; what was
+ * queued meanwhile then leaves whole, in order. */
+static void test_hold(void **state)
+{
+    (void)state;
+    cq_sendq_t q;
+    cq_sendq_init(&q, CQ_FRAMING_FIXED);
+    cq_buf_t *r = record(100, 10, 'a');
+    cq_sendq_hold(&q, true);
+    assert_int_equal(cq_sendq_push(&q, r, CQ_SENDQ_RECORD, 0), 0);
+    assert_int_equal(cq_sendq_push(&q, r, CQ_SENDQ_RECORD, 0), 0);
+    const struct iovec *iov;
+    int cnt = -1;
+    assert_int_equal(cq_sendq_prepare(&q, &iov, &cnt), 0);
+    assert_int_equal(cnt, 0);
+    assert_false(cq_sendq_idle(&q));
+    assert_int_equal(cq_sendq_bytes(&q), 2 * (r->len + CQ_FRAME_HDR_LEN));
+    cq_sendq_hold(&q, false);
+    uint8_t out[4096];
+    size_t n = drain(&q, out, sizeof(out));
+    int packets;
+    assert_int_equal(count_messages(out, n, CQ_FRAMING_FIXED, &packets), 2);
+    assert_int_equal(n, 5 + 2 * r->len);
+    assert_true(cq_sendq_idle(&q));
+    cq_buf_unref(r);
+    cq_sendq_done(&q);
+}
+
 static void test_splits_packets_at_64k(void **state)
 {
     cq_sendq_t q;
@@ -458,6 +486,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batches_records_under_one_header),
+        cmocka_unit_test(test_hold),
         cmocka_unit_test(test_splits_packets_at_64k),
         cmocka_unit_test(test_partial_writes_keep_bytes_exact),
         cmocka_unit_test(test_hard_limit_refuses),
