@@ -169,7 +169,8 @@ void cq_shared_gauges(cq_shared_t *sh, int64_t ret_connections[CQ_CONN_TRANSPORT
  *
  * Another thread (the MQ loop's bridge) hands the core durable-topic events for game clients.
  * Each event becomes one record, MessagePack{channelId, broadcast 0, stubId 0, msgType
- * msg_type, msgBody body}, encoded here once and shared by reference by every recipient.
+ * msg_type, msgBody ServerForwardMessage{clientConnId 0, payload body}}, as a server's
+ * broadcast reaches a client, encoded here once and shared by reference by every recipient.
  *
  * Threads: any thread, once the workers run (every cq_core_new done, the ops set) and until the
  * main thread frees the cores: the caller stops calling before cq_core_free. Nothing blocks.

@@ -24,16 +24,19 @@
 
 /* ---- the caller's thread ---------------------------------------------------------------- */
 
-/* One record for every recipient; *ret owned. The body is copied into it. */
+/* One record for every recipient; *ret owned. The body is copied into it, as the payload of a
+ * ServerForwardMessage with clientConnId 0: what a channeld client gets from a server's
+ * broadcast, so its user-space handler reads the event unchanged. */
 static int make_record(uint32_t chan_id, uint32_t msg_type, const cq_buf_t *body, cq_buf_t **ret)
 {
     cq_mp_t mp = {.channel_id = chan_id,
                   .msg_type = msg_type,
                   .body = body ? body->data : NULL,
                   .body_len = body ? body->len : 0};
-    if (cq_wire_record_size(&mp) > CQ_WIRE_MAX_RECORD)
+    /* the wrapping adds at most 2 + 1 + 5 bytes (clientConnId, the payload's tag and length) */
+    if (cq_wire_record_size(&mp) + 8 > CQ_WIRE_MAX_RECORD)
         return CQ_ETOOBIG;
-    *ret = cq_wire_record_raw(&mp);
+    *ret = cq_wire_sfm_record(&mp, 0);
     return *ret ? 0 : -ENOMEM;
 }
 

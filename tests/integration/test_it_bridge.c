@@ -73,7 +73,13 @@ static void expect_event(it_conn_t *c, uint32_t msg_type, const char *topic, uin
     assert_int_equal(m.msg_type, msg_type);
     assert_int_equal(m.channel_id, 0);
     assert_int_equal(m.stub_id, 0);
-    Chanqpb__TopicEvent *ev = chanqpb__topic_event__unpack(NULL, m.body_len, m.body);
+    /* as a server's broadcast reaches a client: the event is the ServerForwardMessage's payload */
+    Channeldpb__ServerForwardMessage *f =
+        channeldpb__server_forward_message__unpack(NULL, m.body_len, m.body);
+    assert_non_null(f);
+    assert_int_equal(f->clientconnid, 0);
+    Chanqpb__TopicEvent *ev = chanqpb__topic_event__unpack(NULL, f->payload.len, f->payload.data);
+    channeldpb__server_forward_message__free_unpacked(f, NULL);
     assert_non_null(ev);
     assert_string_equal(ev->topic, topic);
     assert_int_equal(ev->offset, offset);

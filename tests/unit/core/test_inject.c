@@ -116,8 +116,14 @@ static void got_exactly(fconn_t *f, uint32_t ch, const uint32_t *want, cq_buf_t 
         assert_int_equal(mp.channel_id, ch);
         assert_int_equal(mp.broadcast, 0);
         assert_int_equal(mp.stub_id, 0);
-        assert_int_equal(mp.body_len, bodies[i]->len);
-        assert_memory_equal(body, bodies[i]->data, bodies[i]->len);
+        /* a server's broadcast as a client gets it: ServerForwardMessage{0, the event} */
+        Channeldpb__ServerForwardMessage *sf =
+            channeldpb__server_forward_message__unpack(NULL, mp.body_len, body);
+        assert_non_null(sf);
+        assert_int_equal(sf->clientconnid, 0);
+        assert_int_equal(sf->payload.len, bodies[i]->len);
+        assert_memory_equal(sf->payload.data, bodies[i]->data, bodies[i]->len);
+        channeldpb__server_forward_message__free_unpacked(sf, NULL);
     }
     uint32_t types[16];
     assert_int_equal(take_types(f, types, 16), n);
@@ -343,13 +349,15 @@ static void test_refusals(void **state)
     assert_int_equal(cq_shared_inject_broadcast(E.sh, 0, 30001, h), CQ_ETOOBIG);
     assert_int_equal(cq_shared_inject_route(E.sh, "alice", 30001, h), CQ_ETOOBIG);
     cq_buf_unref(h);
-    /* an empty body is an empty message */
+    /* an empty body: a ServerForwardMessage with clientConnId 0 and no payload */
     fconn_t *a = player(CQ_CONN_CLIENT, "alice");
     assert_int_equal(cq_shared_inject_route(E.sh, "alice", 30003, NULL), 3);
     pump();
     cq_mp_t mp;
-    assert_int_equal(take(a, 30003, &mp, NULL), 1);
-    assert_int_equal(mp.body_len, 0);
+    uint8_t body[16];
+    assert_int_equal(take(a, 30003, &mp, body), 1);
+    assert_int_equal(mp.body_len, 2);
+    assert_memory_equal(body, "\x08\x00", 2);
     for (int w = 0; w < 3; w++)
         assert_int_equal(atomic_load(&E.cores[w]->inbox_bytes), 0);
     cq_buf_unref(b);
