@@ -3,7 +3,10 @@
 # builds chanqd, the descriptor sets and the pages, then runs chanqd serving the page and the
 # WebSocket on the same port.
 #   scripts/demo.sh [chanqd args]        the chat-rooms demo (default): open
-#                                        http://127.0.0.1:12112/ in two browser windows
+#                                        http://127.0.0.1:12112/ in two browser windows; its
+#                                        Announcements panel shows the durable topic
+#                                        "announcements" (config/demo_bridge.json), which
+#                                        demo.sh creates once chanqd is up
 #   scripts/demo.sh world [chanqd args]  the spatial world: chanqd --dev with the 4x1 layout and
 #                                        its Handover section (config/spatial_world_4x1.json),
 #                                        plus the world bots (clients/js/world/bots.mjs: 2
@@ -22,12 +25,39 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
 fi
 [ -f build/build.ninja ] || meson setup build -Dtests=disabled >/dev/null
-ninja -C build src/main/chanqd proto/chat.fds proto/world.fds >/dev/null
+ninja -C build src/main/chanqd tools/chanq proto/chat.fds proto/world.fds >/dev/null
 (cd clients/js && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build)
 if [ "$mode" = chat ]; then
-  echo "chat-rooms demo: open http://127.0.0.1:12112/ (ws-addr) in two windows"
-  exec build/src/main/chanqd --client-fsm config/client_authoratative_fsm.json \
-    --channel-data-types build/proto/chat.fds --web-root clients/js/dist/demo "$@"
+  # chanqd in the background; Ctrl-C (or a SIGTERM) stops it. The bridge (--bridge-file)
+  # delivers the durable topic "announcements" to GLOBAL as user message 200, which the page
+  # shows in its Announcements panel. The topic must exist for anything to be produced to it,
+  # so once chanqd is ready (its ready file: the caller's --ready-file if it gave one) this
+  # script creates it on chanqd's MQ port; one that exists is left as it is.
+  run=$(mktemp -d)
+  # (|| true: errexit holds in the trap too, and chanqd may be gone already)
+  trap 'kill "$chanqd_pid" 2>/dev/null || true; wait "$chanqd_pid" 2>/dev/null || true; rm -rf "$run"' EXIT
+  chanqd_pid='' ready='' prev='' own=(--ready-file "$run/ready")
+  for a in "$@"; do
+    case $a in --ready-file=*) ready=${a#--ready-file=} ;; esac
+    [ "$prev" = --ready-file ] && ready=$a
+    prev=$a
+  done
+  if [ -n "$ready" ]; then own=(); rm -f "$ready"; else ready=$run/ready; fi
+  build/src/main/chanqd --client-fsm config/client_authoratative_fsm.json \
+    --channel-data-types build/proto/chat.fds --web-root clients/js/dist/demo \
+    --bridge-file config/demo_bridge.json "${own[@]}" "$@" &
+  chanqd_pid=$!
+  for _ in $(seq 100); do [ -s "$ready" ] && break; kill -0 "$chanqd_pid" || exit 1; sleep 0.1; done
+  [ -s "$ready" ] || { echo "demo.sh: chanqd wrote no ready file in 10 s" >&2; exit 1; }
+  mq=$(tr ' ' '\n' <"$ready" | sed -n 's/^mq=//p')
+  ws=$(tr ' ' '\n' <"$ready" | sed -n 's/^ws=//p')
+  if ! build/tools/chanq --addr "$mq" add-topic announcements >/dev/null; then
+    echo "demo.sh: could not create the topic announcements: the panel stays empty" >&2
+  fi
+  echo "chat-rooms demo: open http://$ws/ in two windows"
+  echo "an announcement: echo 'hello all' | build/tools/chanq --addr $mq produce announcements"
+  wait "$chanqd_pid"
+  exit
 fi
 
 # The world: chanqd in the background (its ports from the ready file), then the bots in the

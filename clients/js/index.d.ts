@@ -109,6 +109,39 @@ export interface HandoverEvent {
   any: Any;
 }
 
+// ---- the bridge: durable topics delivered into channels (proto/bridge.proto, doc/bridge.md) ----
+
+/**
+ * chanqpb.TopicEvent: one committed message of a durable topic, the body of a bridge delivery
+ * (a user-space message of the binding's msgType; read it from the `message` event's msgBody: it
+ * is not wrapped in a ServerForwardMessage). The 64-bit fields are Numbers, exact: chanqd's
+ * values are at most 2^53 - 1, and decodeTopicEvent refuses any that is not.
+ */
+export interface TopicEvent {
+  topic: string;
+  /** The shard that stored it; order holds per shard. */
+  shard: number;
+  /** The shard's history generation (a position under another epoch is not to be trusted). */
+  epoch: number;
+  offset: number;
+  /** The shard's previous offset (0: none): a receiver whose last offset is this missed nothing. */
+  prevOffset: number;
+  /** The message's time as stored, ms since the Unix epoch. */
+  timeMs: number;
+  /** The producer's idempotence key as decimal text ('' when none); with seq, drops duplicates. */
+  producerId: string;
+  seq: number;
+  /** The message as produced (a copy). */
+  content: Uint8Array;
+}
+/**
+ * Decodes a TopicEvent, every field present (0, '' or empty when absent). Throws on bytes that
+ * are not a TopicEvent, and a RangeError for a 64-bit value beyond Number.MAX_SAFE_INTEGER.
+ */
+export declare function decodeTopicEvent(bytes: Uint8Array): TopicEvent;
+/** The chanqpb root: TopicEvent, TopicPosition, TopicResume(Result)Message, TopicAckMessage. */
+export declare const chanqpbRoot: Root;
+
 // ---- events ---------------------------------------------------------------------------------
 
 export interface ChannelDataEvent {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Browser test of the chat-rooms demo: installs the JS client's npm packages (into the
 # gitignored clients/js/node_modules), builds the bundle and the demo, and runs
-# tests/browser/chat.test.mjs, world.test.mjs and console.test.mjs (the manager's admin console,
-# with a one-shard cluster from scripts/cluster.sh) against chanqd with Debian's chromium.
+# tests/browser/chat.test.mjs, announcements.test.mjs (the chat demo's panel fed by the bridge),
+# world.test.mjs and console.test.mjs (the manager's admin console, with a one-shard cluster
+# from scripts/cluster.sh) against chanqd with Debian's chromium.
+# TESTS="chat announcements" runs only those (default: all four).
 # Usage: CHANQD=build/src/main/chanqd [CHANQ_ARTIFACTS=dir] tests/browser/run.sh
 # Exits 77 (skipped) when node, npm or chromium is missing.
 set -euo pipefail
@@ -35,4 +37,6 @@ else
 fi
 npm run --silent build
 export CHANQD CHROMIUM="$chromium"
-exec node --test "$here/chat.test.mjs" "$here/world.test.mjs" "$here/console.test.mjs"
+files=()
+for t in ${TESTS:-chat announcements world console}; do files+=("$here/$t.test.mjs"); done
+exec node --test "${files[@]}"

@@ -10,7 +10,8 @@ acknowledged offset; the consumed offset and bytes; what each "# prints X" comme
 (<TAB> is a tab); the admin token's form and mode; the console at the README's URL logging in
 with that token and refusing another; the Servers view listing this chanqd; the "What is
 running" table naming exactly the addresses run.sh's processes bound, each TCP one accepting;
-run.sh stopping on Ctrl-C with nothing left behind; the chat page and its script served.
+run.sh stopping on Ctrl-C with nothing left behind; the chat page and its script served, and
+the durable topic of its Announcements panel created.
 
 How, and why:
 - run.sh and demo.sh cd to their checkout and use build/ there. They run from a temp dir T
@@ -25,8 +26,9 @@ How, and why:
 - run.sh runs in a session of its own and is stopped as Ctrl-C stops it: SIGINT to that process
   group (chanqd and the manager); SIGKILL to the group if it is still there after 30 s.
 - demo.sh runs `npm ci`, which needs the network, so it runs in the host's namespace with
-  listener options appended (demo.sh passes its arguments to chanqd: port 0 everywhere and a
-  ready file); its page is fetched on the port chanqd bound. It is stopped by its group too.
+  listener options appended (demo.sh passes its arguments to chanqd: port 0 everywhere, durable
+  topics included, which the demo's bindings need, and a ready file); its page is fetched on the
+  port chanqd bound. It is stopped by its group too.
 Waits poll a condition (a ready file, a metric) with a safety stop; nothing is timed. TAP output.
 """
 import fcntl
@@ -377,8 +379,8 @@ def run_demo(rd, t, ws_default):
     ready = t + "/demo.ready"
     argv = shlex.split(rd["demo"][0], comments=True) + [
         "--client-addr", "127.0.0.1:0", "--server-addr", "127.0.0.1:0", "--ws-addr",
-        "127.0.0.1:0", "--kcp-addr", "", "--admin-addr", "", "--mq-addr", "", "--mq-http-addr",
-        "", "--store-dir", t + "/demo-data", "--ready-file", ready]
+        "127.0.0.1:0", "--kcp-addr", "", "--admin-addr", "", "--mq-addr", "127.0.0.1:0",
+        "--mq-http-addr", "127.0.0.1:0", "--store-dir", t + "/demo-data", "--ready-file", ready]
     with open(t + "/demo.log", "wb") as log:
         p = subprocess.Popen(argv, cwd=t, stdout=log, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, start_new_session=True)
@@ -396,6 +398,17 @@ def run_demo(rd, t, ws_default):
         tap(js["status"] == 200 and js["type"].startswith("text/javascript") and
             len(js["body"]) > 1000, "its script (the built bundle) is served",
             {k: (v if k != "body" else len(v)) for k, v in js.items()})
+
+        def announcements():
+            got = fetch("GET", r["mqhttp"], "/v1/topics")
+            try:
+                names = [x["topic"] for x in json.loads(got["body"])["topics"]]
+            except (ValueError, KeyError, TypeError):
+                return None
+            return names if "announcements" in names else None
+        tap(wait_for(announcements, CMD_S, p) == ["announcements"],
+            "demo.sh creates the topic of the Announcements panel, and no other",
+            fetch("GET", r["mqhttp"], "/v1/topics"))
     finally:
         rc = stop_group(p, signal.SIGTERM)
         tap(rc is not None and group_gone(p.pid), "the demo stops on SIGTERM", "exit %s" % rc)

@@ -4,8 +4,19 @@
 // to the last listSizeLimit messages) and fans out to the subscribers every 100 ms.
 //   Lobby  = GLOBAL (channel 0)
 //   rooms  = SUBWORLD channels created by a page, metadata = the room name
+// Announcements: chanqd's bridge delivers each message of the durable topic "announcements" to
+// GLOBAL as a user-space message of type 200 whose body is a chanqpb.TopicEvent
+// (config/demo_bridge.json, doc/bridge.md); the page is subscribed to GLOBAL (the Lobby), and
+// shows those whose content is text in its Announcements panel, newest last.
 // Query parameters: ?ws=URL connects elsewhere; ?possess=0 never takes ownership of GLOBAL.
-import { ChanqClient, ChannelDataAccess, ChannelType, MessageType, TypeRegistry } from '../src/index.js';
+import {
+  ChanqClient,
+  ChannelDataAccess,
+  ChannelType,
+  MessageType,
+  TypeRegistry,
+  decodeTopicEvent,
+} from '../src/index.js';
 import chatDescriptor from '../gen/chat.js';
 
 const CHAT = 'chatpb.ChatChannelData';
@@ -15,6 +26,8 @@ const MERGE_OPTIONS = { listSizeLimit: LIST_SIZE_LIMIT, truncateTop: true };
 const SUB_OPTIONS = { dataAccess: ChannelDataAccess.WRITE_ACCESS, fanOutIntervalMs: 100, skipSelfUpdateFanOut: false };
 const LOBBY = 0;
 const ROOM_REFRESH_MS = 5000;
+const ANNOUNCEMENT_MSG_TYPE = 200; // the binding's msg_type in config/demo_bridge.json
+const ANNOUNCEMENTS_MAX = 100;
 
 const params = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
@@ -24,6 +37,7 @@ const state = {
   nick: '',
   current: LOBBY,
   rooms: new Map([[LOBBY, room(LOBBY, 'Lobby')]]),
+  announcements: [], // {shard, offset, timeMs, text}, in arrival order
 };
 
 function room(id, name) {
@@ -41,6 +55,7 @@ function wsUrl() {
 async function login(nick) {
   const client = new ChanqClient({ registry: new TypeRegistry().add(chatDescriptor) });
   client.on('channelData', onChannelData);
+  client.on('message', onMessage);
   client.on('channelRemoved', (e) => onRoomGone(e.channelId, 'was removed'));
   client.on('unsubscribed', (e) => e.connId === client.connId && onRoomGone(e.channelId, 'was left'));
   client.on('close', (reason) => setStatus(`disconnected: ${reason}`, 'error'));
@@ -152,7 +167,62 @@ function sendMessage(content) {
   });
 }
 
+// ---- announcements --------------------------------------------------------------------------
+
+// A bridge delivery's body is the TopicEvent itself (no ServerForwardMessage around it), so it
+// is read from the message event's msgBody.
+function onMessage(m) {
+  if (m.channelId !== LOBBY || m.msgType !== ANNOUNCEMENT_MSG_TYPE)
+    return;
+  let ev;
+  try {
+    ev = decodeTopicEvent(m.msgBody);
+  } catch (err) {
+    notice(`An announcement could not be read: ${err.message}`);
+    return;
+  }
+  const text = announcementText(ev.content);
+  if (text === null)
+    return;
+  state.announcements.push({ shard: ev.shard, offset: ev.offset, timeMs: ev.timeMs, text });
+  if (state.announcements.length > ANNOUNCEMENTS_MAX)
+    state.announcements = state.announcements.slice(-ANNOUNCEMENTS_MAX);
+  renderAnnouncements();
+}
+
+// The text an announcement shows: its content as UTF-8 (null when it is not: binary content is
+// not shown), or the "text" field of content that is a JSON object with one (as produced with
+// {"content": {"text": "..."}} over the HTTP API).
+function announcementText(content) {
+  let s;
+  try {
+    s = new TextDecoder('utf-8', { fatal: true }).decode(content);
+  } catch {
+    return null;
+  }
+  try {
+    const j = JSON.parse(s);
+    if (j && typeof j === 'object' && typeof j.text === 'string')
+      return j.text;
+  } catch {
+    // not JSON: the text as it is
+  }
+  return s;
+}
+
 // ---- rendering ------------------------------------------------------------------------------
+
+// Text only (textContent): an announcement is never parsed as HTML.
+function renderAnnouncements() {
+  const ul = $('announcements');
+  ul.replaceChildren(...state.announcements.map((a) => {
+    const li = el('li');
+    li.dataset.offset = String(a.offset);
+    li.append(el('span', 'time', new Date(a.timeMs).toLocaleTimeString()), el('span', 'content', a.text));
+    return li;
+  }));
+  ul.scrollTop = ul.scrollHeight;
+}
 
 function show(id) {
   state.current = id;

@@ -2,6 +2,7 @@
 //   gen/channeld.js  channeldpb.* and google.protobuf.Any (the wire protocol)
 //   gen/chat.js      chatpb.* (the chat-rooms demo's channel data)
 //   gen/world.js     chanqworld.* (the spatial world demo's entity and cell data)
+//   gen/bridge.js    chanqpb.* (durable topics delivered into channels: TopicEvent, positions)
 // Each module is `export default <descriptor>;`, loaded with protobuf.Root.fromJSON at run time,
 // so the browser bundle needs only protobufjs/light. The output is gitignored.
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -31,3 +32,4 @@ mkdirSync(outDir, { recursive: true });
 write('channeld.js', load(['channeld.proto']), 'proto/channeld.proto');
 write('chat.js', load(['chat.proto']), 'proto/chat.proto');
 write('world.js', load(['world.proto']), 'proto/world.proto');
+write('bridge.js', load(['bridge.proto']), 'proto/bridge.proto');

@@ -1,4 +1,5 @@
 // @chanq/client: a JavaScript client for chanqd (channeld wire protocol) over WebSocket.
+export { chanqpbRoot, decodeTopicEvent } from './bridge.js';
 export { ChanqClient, ChanqError, MOVE_DEFAULTS, moveBackoffMs } from './client.js';
 export {
   COMPRESSION_NONE,
