@@ -55,7 +55,7 @@ function wsUrl() {
 async function login(nick) {
   const client = new ChanqClient({ registry: new TypeRegistry().add(chatDescriptor) });
   client.on('channelData', onChannelData);
-  client.on('message', onMessage);
+  client.on('userMessage', onAnnouncement);
   client.on('channelRemoved', (e) => onRoomGone(e.channelId, 'was removed'));
   client.on('unsubscribed', (e) => e.connId === client.connId && onRoomGone(e.channelId, 'was left'));
   client.on('close', (reason) => setStatus(`disconnected: ${reason}`, 'error'));
@@ -169,14 +169,14 @@ function sendMessage(content) {
 
 // ---- announcements --------------------------------------------------------------------------
 
-// A bridge delivery's body is the TopicEvent itself (no ServerForwardMessage around it), so it
-// is read from the message event's msgBody.
-function onMessage(m) {
+// A bridge delivery reaches a client as a server's broadcast does: the TopicEvent is the
+// userMessage's payload.
+function onAnnouncement(m) {
   if (m.channelId !== LOBBY || m.msgType !== ANNOUNCEMENT_MSG_TYPE)
     return;
   let ev;
   try {
-    ev = decodeTopicEvent(m.msgBody);
+    ev = decodeTopicEvent(m.payload);
   } catch (err) {
     notice(`An announcement could not be read: ${err.message}`);
     return;

@@ -99,29 +99,26 @@ test('content is a copy: the body it came from may be reused', () => {
 });
 
 // What chanqd sends a subscriber of GLOBAL for a broadcast binding with msg_type 200: a
-// MessagePack on channel 0 with stub 0 and broadcast 0 (left out), whose body is FIRST as it is.
-//   43 48 00 26 00                      header, body of 38 bytes
-//   0a 24                               Packet.messages, 36 bytes
-//   20 c8 01 2a 1f <FIRST, 31 bytes>    msgType 200, msgBody
-const DELIVERY = hex('43 48 00 26 00 0a 24 20 c8 01 2a 1f 0a 0d "announcements" 20 01 ' +
-  '30 fb d0 95 ff bc 31 4a 05 "hello"');
+// MessagePack on channel 0 with stub 0 and broadcast 0 (left out), whose body is
+// ServerForwardMessage{clientConnId 0, payload FIRST}, as a server's broadcast is.
+//   43 48 00 2a 00                      header, body of 42 bytes
+//   0a 28                               Packet.messages, 40 bytes
+//   20 c8 01 2a 23                      msgType 200, msgBody of 35 bytes
+//   08 00 12 1f <FIRST, 31 bytes>       clientConnId 0, payload
+const DELIVERY = hex('43 48 00 2a 00 0a 28 20 c8 01 2a 23 08 00 12 1f 0a 0d "announcements" ' +
+  '20 01 30 fb d0 95 ff bc 31 4a 05 "hello"');
 
-test('a bridge delivery: the message event carries the TopicEvent as msgBody', async () => {
+test('a bridge delivery: the userMessage event carries the TopicEvent as its payload', async () => {
   const c = new ChanqClient({ rpcTimeoutMs: 0 });
   const t = fakeTransport();
   await c.connect('fake://', { transport: t });
-  const msgs = [];
   const users = [];
-  c.on('message', (m) => msgs.push(m));
   c.on('userMessage', (u) => users.push(u));
   t.feed(DELIVERY);
-  assert.equal(msgs.length, 1);
-  const m = msgs[0];
-  assert.deepEqual([m.channelId, m.msgType, m.stubId, m.broadcast], [0, 200, 0, 0]);
-  assert.deepEqual(decodeTopicEvent(m.msgBody), decodeTopicEvent(FIRST));
-  // The body is not a ServerForwardMessage, so the userMessage event's unwrapped payload is
-  // empty: a bridge event is read from msgBody (clients/js/README.md).
   assert.equal(users.length, 1);
-  assert.equal(users[0].payload.length, 0);
-  assert.equal(users[0].clientConnId, 0);
+  const u = users[0];
+  assert.deepEqual([u.channelId, u.msgType, u.stubId, u.broadcast, u.clientConnId],
+    [0, 200, 0, 0, 0]);
+  assert.deepEqual(Array.from(u.payload), Array.from(FIRST));
+  assert.deepEqual(decodeTopicEvent(u.payload), decodeTopicEvent(FIRST));
 });
