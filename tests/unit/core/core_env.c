@@ -244,6 +244,21 @@ void env_auth(fconn_t *f)
     assert_int_equal(take(f, 1, NULL, NULL), 1);
 }
 
+Channeldpb__AuthResultMessage *env_auth_pit(fconn_t *f, const char *pit)
+{
+    Channeldpb__AuthMessage a = CHANNELDPB__AUTH_MESSAGE__INIT;
+    a.playeridentifiertoken = (char *)pit;
+    a.logintoken = "l";
+    send_msg(f, 0, 0, 0, 1, &a.base);
+    cq_mp_t mp;
+    uint8_t body[256];
+    assert_int_equal(scan(f, 1, &mp, body), 1);
+    Channeldpb__AuthResultMessage *ar =
+        channeldpb__auth_result_message__unpack(NULL, mp.body_len, body);
+    assert_non_null(ar);
+    return ar;
+}
+
 void env_send_update(fconn_t *f, uint32_t ch, const void *v, size_t n)
 {
     Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;

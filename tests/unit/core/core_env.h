@@ -59,6 +59,9 @@ void send_msg(fconn_t *f, uint32_t ch, uint32_t bc, uint32_t stub, uint32_t type
  * body; take() also consumes the output. */
 int scan(fconn_t *f, uint32_t msg_type, cq_mp_t *last, uint8_t *body_copy);
 int take(fconn_t *f, uint32_t msg_type, cq_mp_t *last, uint8_t *body_copy);
+/* AUTH with pit (login token "l"): f's one AuthResult, owned (free_unpacked); the output is
+ * left in place (scan). */
+Channeldpb__AuthResultMessage *env_auth_pit(fconn_t *f, const char *pit);
 /* The message types f received, in order, into types (at most max); consumes the output. */
 int take_types(fconn_t *f, uint32_t *types, int max);
 

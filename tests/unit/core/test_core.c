@@ -337,19 +337,6 @@ static void test_channel_id_reuse_and_list(void **state)
     env_down();
 }
 
-static void auth_pit(fconn_t *f, const char *pit, Channeldpb__AuthResultMessage **ret)
-{
-    Channeldpb__AuthMessage a = CHANNELDPB__AUTH_MESSAGE__INIT;
-    a.playeridentifiertoken = (char *)pit;
-    a.logintoken = "l";
-    send_msg(f, 0, 0, 0, 1, &a.base);
-    cq_mp_t mp;
-    uint8_t body[256];
-    assert_int_equal(scan(f, 1, &mp, body), 1);
-    *ret = channeldpb__auth_result_message__unpack(NULL, mp.body_len, body);
-    assert_non_null(*ret);
-}
-
 /* --server-bypass-auth auto: the bypass holds for server connections from loopback only; true
  * holds for every address. The token file would refuse the login ("srv" wants "right"). */
 static int bypass_result(bool loopback_only, const char *peer)
@@ -367,7 +354,7 @@ static int bypass_result(bool loopback_only, const char *peer)
     fake_peer_addr = peer;
     fconn_t *f = connect_as(CQ_CONN_SERVER);
     Channeldpb__AuthResultMessage *ar;
-    auth_pit(f, "srv", &ar);
+    ar = env_auth_pit(f, "srv");
     int res = ar->result;
     channeldpb__auth_result_message__free_unpacked(ar, NULL);
     fake_peer_addr = NULL;
@@ -403,7 +390,7 @@ static void test_server_recovery(void **state)
     env_up(3, &o);
     fconn_t *s1 = connect_as(CQ_CONN_SERVER); /* id 1, worker 1 */
     Channeldpb__AuthResultMessage *ar;
-    auth_pit(s1, "game-1", &ar);
+    ar = env_auth_pit(s1, "game-1");
     take(s1, 0, NULL, NULL);
     assert_int_equal(ar->connid, 1);
     assert_false(ar->shouldrecover);
@@ -427,7 +414,7 @@ static void test_server_recovery(void **state)
     assert_int_equal(mp.channel_id, 1);
 
     fconn_t *s2 = connect_as(CQ_CONN_SERVER); /* id 3, worker 0 */
-    auth_pit(s2, "game-1", &ar);
+    ar = env_auth_pit(s2, "game-1");
     assert_int_equal(ar->connid, 1); /* took over the old id */
     assert_true(ar->shouldrecover);
     channeldpb__auth_result_message__free_unpacked(ar, NULL);
@@ -467,7 +454,7 @@ static void test_unrecovered_channel_removed_after_timeout(void **state)
     env_up(2, &o);
     fconn_t *s1 = connect_as(CQ_CONN_SERVER);
     Channeldpb__AuthResultMessage *ar;
-    auth_pit(s1, "game-2", &ar);
+    ar = env_auth_pit(s1, "game-2");
     channeldpb__auth_result_message__free_unpacked(ar, NULL);
     fconn_t *cl = connect_as(CQ_CONN_CLIENT);
     env_auth(cl);

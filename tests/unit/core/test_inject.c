@@ -40,21 +40,13 @@ static void up(void)
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-/* AUTH with pit; asserts its one AuthResult, SUCCESSFUL. */
+/* AUTH with pit; asserts its one AuthResult, SUCCESSFUL, and consumes the output. */
 static void auth_pit(fconn_t *f, const char *pit)
 {
-    Channeldpb__AuthMessage a = CHANNELDPB__AUTH_MESSAGE__INIT;
-    a.playeridentifiertoken = (char *)pit;
-    a.logintoken = "l";
-    send_msg(f, 0, 0, 0, 1, &a.base);
-    cq_mp_t mp;
-    uint8_t body[256];
-    assert_int_equal(take(f, 1, &mp, body), 1);
-    Channeldpb__AuthResultMessage *ar =
-        channeldpb__auth_result_message__unpack(NULL, mp.body_len, body);
-    assert_non_null(ar);
+    Channeldpb__AuthResultMessage *ar = env_auth_pit(f, pit);
     assert_int_equal(ar->result, CHANNELDPB__AUTH_RESULT_MESSAGE__AUTH_RESULT__SUCCESSFUL);
     channeldpb__auth_result_message__free_unpacked(ar, NULL);
+    take(f, 0, NULL, NULL);
 }
 
 static fconn_t *player(int type, const char *pit)
