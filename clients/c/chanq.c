@@ -77,6 +77,18 @@ void chanq_unpack_free(void *msg)
         protobuf_c_message_free_unpacked(msg, &pb_allocator);
 }
 
+Chanqpb__TopicEvent *chanq_topic_event_decode(const void *body, size_t len)
+{
+    Channeldpb__ServerForwardMessage *f =
+        chanq_unpack(&channeldpb__server_forward_message__descriptor, body, len);
+    if (!f)
+        return NULL;
+    Chanqpb__TopicEvent *ev =
+        chanq_unpack(&chanqpb__topic_event__descriptor, f->payload.data, f->payload.len);
+    chanq_unpack_free(f);
+    return ev;
+}
+
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
 void chanq_opts_init(chanq_opts_t *opts)

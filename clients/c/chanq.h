@@ -28,6 +28,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 
+#include "bridge.pb-c.h"
 #include "channeld.pb-c.h"
 #include "options.pb-c.h"
 #include "cq_err.h"
@@ -314,5 +315,11 @@ void *chanq_unpack(const ProtobufCMessageDescriptor *d, const void *body, size_t
 
 /* Frees a message returned by chanq_unpack. Accepts NULL. */
 void chanq_unpack_free(void *msg);
+
+/* A durable-topic event as chanqd's bridge delivers it (doc/bridge.md): the body of a
+ * user-space message, ServerForwardMessage{clientConnId 0, payload: chanqpb.TopicEvent}.
+ * Returns the TopicEvent (free with chanq_unpack_free), or NULL when body[0..len) is not one
+ * or on OOM. */
+Chanqpb__TopicEvent *chanq_topic_event_decode(const void *body, size_t len);
 
 #endif

@@ -1098,6 +1098,31 @@ static void test_channel_data_api(void **state)
     chanq_client_free(r);
 }
 
+/* A bridge delivery's body (doc/bridge.md): ServerForwardMessage{clientConnId 0, payload
+ * TopicEvent{topic "announcements", offset 1, time_ms 1700000000123, content "hello"}}, the
+ * bytes protoc --decode reads back (clients/js/test/bridge.test.js has the same vector). A
+ * body that is not one, or an event cut short, decodes to NULL. */
+static void test_topic_event_decode(void **state)
+{
+    (void)state;
+    static const uint8_t body[] = {0x08, 0x00, 0x12, 0x1f, 0x0a, 0x0d, 'a',  'n',  'n',
+                                   'o',  'u',  'n',  'c',  'e',  'm',  'e',  'n',  't',
+                                   's',  0x20, 0x01, 0x30, 0xfb, 0xd0, 0x95, 0xff, 0xbc,
+                                   0x31, 0x4a, 0x05, 'h',  'e',  'l',  'l',  'o'};
+    Chanqpb__TopicEvent *ev = chanq_topic_event_decode(body, sizeof(body));
+    assert_non_null(ev);
+    assert_string_equal(ev->topic, "announcements");
+    assert_int_equal(ev->offset, 1);
+    assert_int_equal(ev->prev_offset, 0);
+    assert_int_equal(ev->time_ms, 1700000000123);
+    assert_int_equal(ev->content.len, 5);
+    assert_memory_equal(ev->content.data, "hello", 5);
+    chanq_unpack_free(ev);
+    assert_null(chanq_topic_event_decode(body, sizeof(body) - 1)); /* the payload cut short */
+    static const uint8_t cut[] = {0x08, 0x00, 0x12, 0x03, 0x0a, 0x05, 'a'}; /* the topic's */
+    assert_null(chanq_topic_event_decode(cut, sizeof(cut)));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1127,6 +1152,7 @@ int main(void)
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_malformed_split),
         cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_topic_event_decode),
     };
     return cmocka_run_group_tests_name("client", tests, NULL, NULL);
 }
