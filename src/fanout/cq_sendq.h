@@ -100,6 +100,13 @@ static inline bool cq_sendq_idle(const cq_sendq_t *q)
 {
     return q->count == 0 && q->batch == NULL;
 }
+/* Something to write now: a batch in flight, or entries while the queue is not held. A
+ * transport that polls its queue on its own (KCP) asks this, not !idle, or a held queue would
+ * keep it busy. */
+static inline bool cq_sendq_writable(const cq_sendq_t *q)
+{
+    return q->batch || (q->count && !q->held);
+}
 static inline size_t cq_sendq_bytes(const cq_sendq_t *q)
 {
     return q->queued;

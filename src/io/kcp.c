@@ -370,7 +370,7 @@ static void on_datagram(io_kcp_t *ks, const uint8_t *p, size_t n, const struct s
     s->next_check = cq_kcp_check(s->k, now);
     timer_arm(ks, s->next_check);
     deliver(s, now);
-    if (live(s) && !s->dirty && !cq_sendq_idle(cq_conn_sendq(s->conn))) {
+    if (live(s) && !s->dirty && cq_sendq_writable(cq_conn_sendq(s->conn))) {
         s->dirty = 1; /* ACKs may have made room: move more once this iteration's reads are in */
         cq_list_insert_tail(&ks->dirty, &s->dnode);
     }
@@ -446,7 +446,7 @@ static void tick_one(io_kcp_t *ks, kcp_sess_t *s, uint64_t now)
         return;
     }
     deliver(s, now); /* resumes a paused connection */
-    if (live(s) && !cq_sendq_idle(cq_conn_sendq(s->conn)) && cq_kcp_send_space(s->k) > 0) {
+    if (live(s) && cq_sendq_writable(cq_conn_sendq(s->conn)) && cq_kcp_send_space(s->k) > 0) {
         kcp_flush(s);
         return;
     }

@@ -108,8 +108,10 @@ static void test_hold(void **state)
     assert_int_equal(cq_sendq_prepare(&q, &iov, &cnt), 0);
     assert_int_equal(cnt, 0);
     assert_false(cq_sendq_idle(&q));
+    assert_false(cq_sendq_writable(&q)); /* nothing to write now */
     assert_int_equal(cq_sendq_bytes(&q), 2 * (r->len + CQ_FRAME_HDR_LEN));
     cq_sendq_hold(&q, false);
+    assert_true(cq_sendq_writable(&q));
     uint8_t out[4096];
     size_t n = drain(&q, out, sizeof(out));
     int packets;
