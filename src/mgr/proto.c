@@ -378,6 +378,13 @@ static int on_frame(cq_mgr_conn_t *c, const cq_mq_frame_t *f, uint64_t now)
     int rc = cq_mqmgr_decode(f, 0, &msg, err, sizeof(err));
     if (rc == -ENOMEM)
         return rc;
+    if (rc < 0 && f->type == CQ_MQMGR_REQ_COMMAND) {
+        /* a command is the manager's to send: refused as a type, however its body reads (a
+         * command's own answer, type 4, is the servers' to send) */
+        rc = CQ_ENOTYPE;
+        snprintf(err, sizeof(err), "%s is not accepted on the management port",
+                 cq_mqmgr_kind_name(CQ_MQMGR_COMMAND));
+    }
     if (rc < 0) {
         send_error(c, f, rc, err);
         return 0;
