@@ -9,23 +9,16 @@
 // changes when resume lands.
 // Run it with tests/browser/run.sh, which installs the npm packages and builds the demo.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
+import { mkdirSync, mkdtempSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
-import { buildFds, chanqdHelp, hasFlag, startChanqd } from '../../clients/js/test/server.js';
+import { startChanqd } from '../../clients/js/test/server.js';
+import { BIN, CHROMIUM, WAIT, jsDir, prepare, repo, skip } from './common.mjs';
 
-const repo = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const jsDir = join(repo, 'clients', 'js');
 const webRoot = join(jsDir, 'dist', 'demo');
-const BIN = process.env.CHANQD;
-const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
-const WAIT = { timeout: 20000 }; // upper bound for a page to show something, not a timing check
 const TOPIC = 'announcements'; // config/demo_bridge.json
-
-const skip = !BIN ? 'CHANQD is not set' : !existsSync(CHROMIUM) ? `no chromium at ${CHROMIUM}` : false;
 
 let srv;
 let browser;
@@ -37,12 +30,8 @@ let failed = false;
 before(async () => {
   if (skip)
     return;
-  assert.ok(existsSync(join(webRoot, 'index.html')), `${webRoot} is not built (npm run build)`);
-  const dir = mkdtempSync(join(tmpdir(), 'chanq-browser-'));
-  const fds = buildFds(dir, join(repo, 'proto', 'chat.proto'), join(repo, 'proto'));
-  const help = chanqdHelp(BIN);
-  for (const flag of ['web-root', 'bridge-file', 'mq-http-addr'])
-    assert.ok(hasFlag(help, flag), `this chanqd has no --${flag}`);
+  const { dir, fds } = prepare(webRoot, 'chanq-browser-', 'chat.proto',
+    ['web-root', 'bridge-file', 'mq-http-addr']);
   // The demo's own bindings file, so the test sees what scripts/demo.sh sets up.
   const args = ['--channel-data-types', fds, '--ws-addr', '127.0.0.1:0', '--web-root', webRoot,
     '--mq-addr', '127.0.0.1:0', '--mq-http-addr', '127.0.0.1:0',

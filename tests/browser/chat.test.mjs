@@ -6,22 +6,15 @@
 // Screenshots go to $CHANQ_ARTIFACTS (default: a new temp dir); their paths are printed.
 // Run it with tests/browser/run.sh, which installs the npm packages and builds the demo.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
+import { mkdirSync, mkdtempSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
-import { buildFds, chanqdHelp, hasFlag, makeCert, startChanqd } from '../../clients/js/test/server.js';
+import { makeCert, startChanqd } from '../../clients/js/test/server.js';
+import { BIN, CHROMIUM, WAIT, jsDir, prepare, repo, skip } from './common.mjs';
 
-const repo = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const jsDir = join(repo, 'clients', 'js');
 const webRoot = join(jsDir, 'dist', 'demo');
-const BIN = process.env.CHANQD;
-const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
-const WAIT = { timeout: 20000 }; // upper bound for a page to show something, not a timing check
-
-const skip = !BIN ? 'CHANQD is not set' : !existsSync(CHROMIUM) ? `no chromium at ${CHROMIUM}` : false;
 
 let srv;
 let browser;
@@ -32,14 +25,9 @@ let failed = false;
 before(async () => {
   if (skip)
     return;
-  assert.ok(existsSync(join(webRoot, 'index.html')), `${webRoot} is not built (npm run build)`);
-  const dir = mkdtempSync(join(tmpdir(), 'chanq-browser-'));
-  const { cert, key } = makeCert(dir);
-  const fds = buildFds(dir, join(repo, 'proto', 'chat.proto'), join(repo, 'proto'));
-  const help = chanqdHelp(BIN);
   // chanqd serves the page and the wss endpoint itself; there is no stand-in for either.
-  for (const flag of ['wss-addr', 'web-root'])
-    assert.ok(hasFlag(help, flag), `this chanqd has no --${flag}`);
+  const { dir, fds } = prepare(webRoot, 'chanq-browser-', 'chat.proto', ['wss-addr', 'web-root']);
+  const { cert, key } = makeCert(dir);
   const args = ['--channel-data-types', fds, '--wss-addr', '127.0.0.1:0', '--tls-cert', cert,
     '--tls-key', key, '--web-root', webRoot];
   srv = await startChanqd(BIN, args, { dir });

@@ -12,25 +12,18 @@
 //     names entities, and the bots' servers saw the same (src, dst).
 // Screenshots go to $CHANQ_ARTIFACTS (default: a new temp dir). Run it with tests/browser/run.sh.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
+import { mkdirSync, mkdtempSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
-import { buildFds, chanqdHelp, hasFlag, startChanqd } from '../../clients/js/test/server.js';
+import { startChanqd } from '../../clients/js/test/server.js';
+import { BIN, CHROMIUM, WAIT, jsDir, prepare, repo, skip } from './common.mjs';
 import { runBots } from '../../clients/js/world/bots.mjs';
 
-const repo = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const jsDir = join(repo, 'clients', 'js');
 const webRoot = join(jsDir, 'dist', 'world');
-const BIN = process.env.CHANQD;
-const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
-const WAIT = { timeout: 20000 }; // upper bound for the page to show something, not a timing check
 const ENTITIES = 8;
 const PLAYER = 0x80000;
-
-const skip = !BIN ? 'CHANQD is not set' : !existsSync(CHROMIUM) ? `no chromium at ${CHROMIUM}` : false;
 
 let srv;
 let bots;
@@ -42,12 +35,8 @@ let failed = false;
 before(async () => {
   if (skip)
     return;
-  assert.ok(existsSync(join(webRoot, 'index.html')), `${webRoot} is not built (npm run build)`);
-  const dir = mkdtempSync(join(tmpdir(), 'chanq-world-'));
-  const fds = buildFds(dir, join(repo, 'proto', 'world.proto'), join(repo, 'proto'));
-  const help = chanqdHelp(BIN);
-  for (const flag of ['ws-addr', 'web-root', 'spatial-settings'])
-    assert.ok(hasFlag(help, flag), `this chanqd has no --${flag}`);
+  const { dir, fds } = prepare(webRoot, 'chanq-world-', 'world.proto',
+    ['ws-addr', 'web-root', 'spatial-settings']);
   const args = ['--dev', '--spatial-settings', join(repo, 'config', 'spatial_world_4x1.json'),
     '--channel-data-types', fds, '--ws-addr', '127.0.0.1:0', '--web-root', webRoot];
   srv = await startChanqd(BIN, args, { dir });
