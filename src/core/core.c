@@ -385,16 +385,21 @@ typedef struct xm_def {
     uint8_t kind; /* also the row's index */
     const char *name;
     void (*handle)(cq_core_t *c, cq_xmsg_t *m);
+    /* Its handler only delivers to this worker's connections or changes its local lists:
+     * nothing it causes leaves for another node in an order that matters, so posting it needs
+     * no causal flush (cq__xmsg_post). A close it causes is no such order (doc/relay-cluster.md).
+     */
+    bool delivers;
 } xm_def_t;
 
 /* A new kind is an XM_ value in place.h, a row here and its handler above. Indexed by kind, so
  * the drain costs one load per message; a kind without a row is freed unhandled. */
 static const xm_def_t xm_table[XM__COUNT] = {
     [XM_DISPATCH] = {XM_DISPATCH, "DISPATCH", xm_dispatch},
-    [XM_SEND] = {XM_SEND, "SEND", xm_send},
-    [XM_FANOUT] = {XM_FANOUT, "FANOUT", xm_fanout},
-    [XM_LSUB_ADD] = {XM_LSUB_ADD, "LSUB_ADD", xm_lsub_add},
-    [XM_LSUB_DEL] = {XM_LSUB_DEL, "LSUB_DEL", xm_lsub_del},
+    [XM_SEND] = {XM_SEND, "SEND", xm_send, true},
+    [XM_FANOUT] = {XM_FANOUT, "FANOUT", xm_fanout, true},
+    [XM_LSUB_ADD] = {XM_LSUB_ADD, "LSUB_ADD", xm_lsub_add, true},
+    [XM_LSUB_DEL] = {XM_LSUB_DEL, "LSUB_DEL", xm_lsub_del, true},
     [XM_CONN_GONE] = {XM_CONN_GONE, "CONN_GONE", xm_conn_gone},
     [XM_CLOSE] = {XM_CLOSE, "CLOSE", xm_close},
     [XM_CREATE] = {XM_CREATE, "CREATE", xm_create},
@@ -402,13 +407,13 @@ static const xm_def_t xm_table[XM__COUNT] = {
     [XM_META] = {XM_META, "META", xm_meta},
     [XM_REMOVE] = {XM_REMOVE, "REMOVE", xm_remove},
     [XM_ROUTE] = {XM_ROUTE, "ROUTE", xm_route},
-    [XM_SENDMANY] = {XM_SENDMANY, "SENDMANY", xm_sendmany},
+    [XM_SENDMANY] = {XM_SENDMANY, "SENDMANY", xm_sendmany, true},
     [XM_SCHEMA] = {XM_SCHEMA, "SCHEMA", xm_schema},
     [XM_RECOVER] = {XM_RECOVER, "RECOVER", xm_recover},
     [XM_RESYNC] = {XM_RESYNC, "RESYNC", xm_resync},
     /* spatial interest, ADJACENT, handover */
     [XM_INTEREST] = {XM_INTEREST, "INTEREST", xm_interest},
-    [XM_ADJACENT] = {XM_ADJACENT, "ADJACENT", xm_adjacent},
+    [XM_ADJACENT] = {XM_ADJACENT, "ADJACENT", xm_adjacent, true},
     [XM_HANDOVER] = {XM_HANDOVER, "HANDOVER", xm_handover},
     /* spatial cells, entity channels */
     [XM_SP_CELL] = {XM_SP_CELL, "SP_CELL", xm_sp_cell},
@@ -426,6 +431,11 @@ static const xm_def_t xm_table[XM__COUNT] = {
     [XM_INJECT_BC] = {XM_INJECT_BC, "INJECT_BC", xm_inject_bc},
     [XM_INJECT_ROUTE] = {XM_INJECT_ROUTE, "INJECT_ROUTE", xm_inject_route},
 };
+
+bool cq__xm_delivers(int kind)
+{
+    return kind >= 0 && kind < XM__COUNT && xm_table[kind].delivers;
+}
 
 const char *cq__xm_name(int kind)
 {

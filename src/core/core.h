@@ -411,6 +411,9 @@ typedef struct cq_timed {
 /* core.c */
 /* The name of a cross-worker message kind, or NULL when it has no row (no handler). */
 const char *cq__xm_name(int kind);
+/* Whether kind's handler only delivers (xm_def_t.delivers): its local post needs no causal flush.
+ */
+bool cq__xm_delivers(int kind);
 
 /* conn.c */
 void cq__conn_push(cq_core_t *c, cq_conn_t *conn, cq_buf_t *rec);

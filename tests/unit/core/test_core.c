@@ -798,6 +798,81 @@ static void test_msg_flags_behaviour(void **state)
     env_down();
 }
 
+/* ---- the causal flush (place.c cq__xmsg_post): node records keep their cause's order ---- */
+
+static size_t relayed_len[8];
+static int nrelayed;
+
+static int fake_relay_send(void *ud, uint16_t node, cq_buf_t *rec)
+{
+    (void)ud;
+    assert_int_equal(node, 2);
+    if (nrelayed < 8)
+        relayed_len[nrelayed] = rec->len;
+    nrelayed++;
+    return 0;
+}
+
+/* A CLOSE for node 2 whose body is `len - 1` letters: records of different lengths. */
+static cq_xmsg_t *close_of_len(size_t len)
+{
+    cq_xmsg_t *m = cq__xmsg_new(XM_CLOSE, len);
+    assert_non_null(m);
+    memset(m->body, 'x', len - 1);
+    m->body[len - 1] = 0;
+    m->conn_id = 0x20000001u; /* a connection of node 2 (two node bits) */
+    return m;
+}
+
+/* Worker 0 queues a record for node 2 and then posts to worker 1, which queues its own record
+ * for node 2 and flushes before worker 0 ends its iteration. Worker 0's record must reach the
+ * relay first: worker 1's was caused by worker 0's message (the spatial creation chain whose
+ * SUB results reached a server of another node out of order). */
+static void test_local_post_flushes_node_records(void **state)
+{
+    (void)state;
+    cq_core_opts_t o = {.relay_node = 1, .relay_node_bits = 2};
+    env_up(2, &o);
+    cq_shared_set_relay(E.sh, fake_relay_send, NULL);
+    nrelayed = 0;
+    cq_core_t *a = E.cores[0], *b = E.cores[1];
+
+    cq__node_post(a, 2, close_of_len(2));
+    assert_int_equal(nrelayed, 0);               /* queued for the end of the iteration */
+    cq_xmsg_t *m = cq__xmsg_new(XM_LSUB_DEL, 0); /* a delivery: causes nothing remote */
+    assert_non_null(m);
+    cq__xmsg_post(a, 1, m);
+    assert_int_equal(nrelayed, 0);
+    m = cq__xmsg_new(XM_CLOSE, 0); /* of no connection of worker 1: a no-op there */
+    assert_non_null(m);
+    m->conn_id = 77;
+    cq__xmsg_post(a, 1, m);
+    assert_int_equal(nrelayed, 1); /* handed over before worker 1 can see m */
+    assert_int_equal(a->n_rdirty, 0);
+
+    cq__node_post(b, 2, close_of_len(40)); /* worker 1, "caused" by m */
+    cq_core_flush(b);
+    cq_core_flush(a); /* nothing left to send */
+    assert_int_equal(nrelayed, 2);
+    assert_true(relayed_len[0] < relayed_len[1]);
+
+    /* with nothing queued for a node, a local post sends nothing */
+    m = cq__xmsg_new(XM_CLOSE, 0);
+    assert_non_null(m);
+    m->conn_id = 77;
+    cq__xmsg_post(a, 1, m);
+    assert_int_equal(nrelayed, 2);
+    pump();
+    env_down();
+
+    /* the deliveries, exactly */
+    for (int k = 0; k < XM__COUNT; k++) {
+        bool want = k == XM_SEND || k == XM_FANOUT || k == XM_LSUB_ADD || k == XM_LSUB_DEL ||
+                    k == XM_SENDMANY || k == XM_ADJACENT;
+        assert_int_equal(cq__xm_delivers(k), want);
+    }
+}
+
 /* Every cross-worker message kind has a row. */
 static void test_xm_rows(void **state)
 {
@@ -871,6 +946,7 @@ int main(void)
         cmocka_unit_test(test_msg_table_rows),
         cmocka_unit_test(test_msg_flags_behaviour),
         cmocka_unit_test(test_xm_rows),
+        cmocka_unit_test(test_local_post_flushes_node_records),
     };
     return cmocka_run_group_tests_name("core", tests, NULL, NULL);
 }
