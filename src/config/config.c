@@ -394,6 +394,10 @@ static const opt_t opts[] = {
         "{\"topic\": \"vip\", \"route\": \"user_id\", \"msg_type\": 201}]} "
         "(doc/bridge.md). Needs --mq-addr. Empty: none. Reloaded on SIGHUP (a file that does "
         "not load keeps the bindings in force)."),
+    INT("bridge-ring-events", NULL, bridge_ring_events, "8192", 1, 1048576, "N",
+        "Live events of each broadcast-bound topic kept in memory for resumes (doc/bridge.md "
+        "\"Resume\"): a client whose position is among them catches up without reading the "
+        "store."),
     STR("mq-permissions-file", NULL, mq_permissions_file, "", NULL, "FILE",
         "JSON object {\"<module_id>\": {\"token\": \"...\", \"produce\": [\"topic\", \"*\"], "
         "\"consume\": [...], \"admin\": true}}; every module needs a token. Empty lets every "

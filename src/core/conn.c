@@ -143,6 +143,7 @@ void cq_core_conn_close(cq_core_t *c, cq_conn_t *conn, int reason, const char *w
     conn->state = CONN_CLOSING;
     conn->close_reason = reason;
     cq__inject_unindex(c, conn); /* no routed event reaches it from now on */
+    cq__resume_conn_closed(c, conn);
     cq_list_remove(&conn->unauth_node);
     cq_list_remove(&conn->soft_node);
     cq_list_remove(&conn->pending_node);
@@ -173,6 +174,7 @@ void cq_core_conn_release(cq_core_t *c, cq_conn_t *conn)
          * every worker is stopping. */
         conn->state = CONN_CLOSING;
         cq__inject_unindex(c, conn);
+        cq__resume_conn_closed(c, conn);
         cq_list_remove(&conn->unauth_node);
         cq_list_remove(&conn->soft_node);
         cq_list_remove(&conn->pending_node);

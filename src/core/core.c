@@ -120,6 +120,7 @@ cq_core_t *cq_core_free(cq_core_t *c)
         cq_free(v);
     cq__auth_free_all(c);
     cq__inject_free_all(c);
+    cq_free(c->catchup);
     cq_map_done(&c->aoi);
     cq_map_done(&c->conns);
     cq_map_done(&c->chans);
@@ -430,6 +431,7 @@ static const xm_def_t xm_table[XM__COUNT] = {
     /* bridge events */
     [XM_INJECT_BC] = {XM_INJECT_BC, "INJECT_BC", xm_inject_bc},
     [XM_INJECT_ROUTE] = {XM_INJECT_ROUTE, "INJECT_ROUTE", xm_inject_route},
+    [XM_RESUME] = {XM_RESUME, "RESUME", cq__resume_chunk},
 };
 
 bool cq__xm_delivers(int kind)
@@ -476,6 +478,8 @@ void cq_core_flush(cq_core_t *c)
     cq__seg_close(c);
     if (c->n_rdirty)
         cq__node_flush(c);
+    if (c->n_catchup)
+        cq__resume_flush(c);
     cq__xmsg_wake_posted(c); /* first: the other workers run while this one writes */
     while (!cq_list_empty(&c->pending)) {
         cq_list_t *n = c->pending.next;

@@ -151,6 +151,9 @@ struct cq_shared {
     uint16_t node;
     cq_core_relay_send_fn relay_send;
     void *relay_ud;
+    /* The bridge's resume (resume.c): set before the workers run; NULL without a bridge. */
+    _Atomic(cq_core_resume_fn) resume_fn; /* set once, after the workers may run */
+    void *resume_ud;                      /* written before resume_fn (release) */
     _Atomic bool relay_ready;
     _Atomic uint64_t live_nodes[4];
     _Atomic uint16_t global_home;    /* the node GLOBAL and the directory live on; 0: this one */
@@ -198,8 +201,13 @@ struct cq_conn {
     uint8_t auth_held : 1;   /* its AUTH waits for its predecessor's loss to be seen (auth.c) */
     uint8_t rec_global : 1;  /* its RECOVERY_END waits for GLOBAL's recovery data (recover.c) */
     uint8_t rec_end_due : 1; /* ... and its second has passed */
-    uint8_t transport;       /* CQ_CONN_TCP.. + 1 once cq_core_conn_set_transport ran; 0 unknown */
-    char *pit;               /* after a successful AUTH */
+    /* A bridge resume (resume.c): asked and not ended; between BEGIN and FINAL the live bridge
+     * events (BC_BRIDGE) are held back, as the resume's chunks carry them. */
+    uint8_t resume_asked : 1;
+    uint8_t bridge_hold : 1;
+    uint8_t catchup_wait : 1; /* in the worker's catchup ids: waits for room for a chunk */
+    uint8_t transport;        /* CQ_CONN_TCP.. + 1 once cq_core_conn_set_transport ran; 0 unknown */
+    char *pit;                /* after a successful AUTH */
     const cq_fsm_t *fsm;
     const cq_transport_ops_t *tops;
     void *tctx;
@@ -355,6 +363,9 @@ struct cq_core {
     cq_list_t announcing;        /* authenticated ones whose output waits for the other nodes */
     cq_list_t auth_held;         /* cq_authhold_t: AUTHs that wait for a predecessor's loss */
     cq_list_t soft;              /* connections over the soft send limit */
+    /* Resuming connections waiting for room for their next chunk (resume.c): ids, as a
+     * connection that closes meanwhile just drops out at the next flush. */
+    uint32_t *catchup, n_catchup, cap_catchup;
     cq_wire_arena_t arena;
     uint64_t log_window_ms; /* per-message log lines: at most CQ_LOG_BURST a second */
     uint32_t log_lines, log_suppressed;
@@ -577,6 +588,15 @@ void cq__inject_bc(cq_core_t *c, const cq_xmsg_t *m);
 void cq__inject_route(cq_core_t *c, const cq_xmsg_t *m);
 /* cq_core_free: the index's entries (empty by then, as every connection was released). */
 void cq__inject_free_all(cq_core_t *c);
+
+/* resume.c (a bridge resume) */
+void cq__handle_topic_resume(cq_core_t *c, cq_req_t *r);
+/* XM_RESUME: on GLOBAL's worker, forwarded to the connection's; there, queued. */
+void cq__resume_chunk(cq_core_t *c, cq_xmsg_t *m);
+/* cq_core_flush: resuming connections with room ask for their next chunk. */
+void cq__resume_flush(cq_core_t *c);
+/* The connection closes or is released: its resume ends. Idempotent. */
+void cq__resume_conn_closed(cq_core_t *c, cq_conn_t *conn);
 
 /* sendmany.c */
 typedef struct cq_sendmany {

@@ -207,6 +207,30 @@ int cq_shared_inject_broadcast(cq_shared_t *sh, uint32_t chan_id, uint32_t msg_t
  * empty), CQ_ETOOBIG, -ENOMEM or -ENOTSUP. */
 int cq_shared_inject_route(cq_shared_t *sh, const char *pit, uint32_t msg_type, cq_buf_t *body);
 
+/* ---- bridge resume (resume.c; doc/bridge.md "Resume", doc/threads.md "Bridge resume") ----
+ *
+ * A client's TopicResumeMessage (type 90, on GLOBAL) goes to the bridge's thread through the
+ * hook, which must only queue it (any worker calls it): ask CQ_RESUME_ASK_REQUEST with the body
+ * (borrowed for the call); CQ_RESUME_ASK_MORE when the connection has room for the next chunk;
+ * CQ_RESUME_ASK_GONE when it closed with a resume not ended. A negative return refuses a
+ * request (the client gets a result saying the bridge is busy). */
+enum { CQ_RESUME_ASK_REQUEST = 1, CQ_RESUME_ASK_MORE = 2, CQ_RESUME_ASK_GONE = 3 };
+typedef int (*cq_core_resume_fn)(void *ud, int ask, uint32_t conn_id, const void *body, size_t len);
+/* Sets the hook; before the workers run. */
+void cq_shared_set_resume(cq_shared_t *sh, cq_core_resume_fn fn, void *ud);
+
+enum { CQ_RESUME_CHUNK_BEGIN = 1, CQ_RESUME_CHUNK_FINAL = 2 };
+/* From the bridge's thread: a chunk of conn_id's resume. BEGIN: result (borrowed) is the
+ * TopicResumeResultMessage, sent first as message type 91 on GLOBAL, and from then on the live
+ * bridge events are held back from the connection; events[0..n) (borrowed) follow, each
+ * delivered as a bridge event is (msg_types[i], on GLOBAL); FINAL ends the hold. The chunk goes
+ * through GLOBAL's worker, behind the live events posted before it (doc/threads.md). An event
+ * too large for a record is skipped (it was not deliverable live either). Returns 0 or -ENOMEM
+ * (nothing posted). */
+int cq_shared_resume_chunk(cq_shared_t *sh, uint32_t conn_id, unsigned flags,
+                           const cq_buf_t *result, cq_buf_t *const *events,
+                           const uint32_t *msg_types, size_t n);
+
 /* ---- per worker ---- */
 
 /* Creates the core for worker `index`. Worker 0 also owns GLOBAL and the channel directory.

@@ -33,6 +33,8 @@ static bool skip(const cq_conn_t *conn, uint32_t sender, uint32_t owner, uint32_
         return true;
     if ((flags & BC_BUT_SERVER) && conn->type == CQ_CONN_SERVER)
         return true;
+    if ((flags & BC_BRIDGE) && conn->bridge_hold)
+        return true; /* a resume's chunks carry it (resume.c) */
     return false;
 }
 

@@ -104,7 +104,7 @@ void cq__inject_bc(cq_core_t *c, const cq_xmsg_t *m)
                    m->mp.msg_type, m->chan_id);
         return;
     }
-    cq__fanout(c, ch, m->buf, 0, BC_ALL);
+    cq__fanout(c, ch, m->buf, 0, BC_ALL | BC_BRIDGE);
 }
 
 /* The recipients' ids are taken first: a push may close its connection (over the hard limit),

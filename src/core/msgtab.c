@@ -79,6 +79,10 @@ const cq_msg_def_t cq__msg_table[CQ_USER_SPACE_START] = {
     [MT_GROUP_REMOVE] = {MT_GROUP_REMOVE, "ENTITY_GROUP_REMOVE",
         &channeldpb__remove_entity_group_message__descriptor, cq__handle_group_remove,
         CQ_WHERE_CHANNEL, 0},
+    /* chanq's own: a bridge resume (resume.c); the body is the bridge's to decode. */
+    [MT_TOPIC_RESUME] = {MT_TOPIC_RESUME, "TOPIC_RESUME",
+        NULL, cq__handle_topic_resume,
+        CQ_WHERE_SENDER, 0},
     /* --dev only (the handler checks). */
     [MT_DEBUG_REGIONS] = {MT_DEBUG_REGIONS, "DEBUG_GET_SPATIAL_REGIONS",
         &channeldpb__debug_get_spatial_regions_message__descriptor, cq__handle_debug_regions,

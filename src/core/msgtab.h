@@ -39,6 +39,7 @@ enum {
     MT_RECOVERY_END = 21,
     MT_CHANNEL_OWNER_LOST = 22,
     MT_CHANNEL_OWNER_RECOVERED = 23,
+    MT_TOPIC_RESUME = 90, /* chanq's own (doc/protocol.md): a bridge resume (resume.c) */
     MT_DEBUG_REGIONS = 99,
 };
 
@@ -49,7 +50,9 @@ enum {
     BC_BUT_OWNER = 8,
     BC_BUT_CLIENT = 16,
     BC_BUT_SERVER = 32,
-    BC_ADJACENT = 64
+    BC_ADJACENT = 64,
+    /* chanq's, never on the wire: a bridge event, held back from a resuming connection */
+    BC_BRIDGE = 1u << 16
 };
 
 /* A request being handled: the inbound message and who sent it. conn is set only when the

@@ -167,6 +167,7 @@ enum {
      * local only: they never cross nodes, and xwire refuses them like XM_SCHEMA */
     XM_INJECT_BC,    /* channel chan_id's worker: deliver buf to every subscriber (an ALL) */
     XM_INJECT_ROUTE, /* deliver buf to this worker's clients authenticated with PIT body */
+    XM_RESUME,       /* a bridge resume's chunk for conn_id: buf u1 records, u2 CQ_RESUME_CHUNK_* */
     XM__COUNT
 };
 

@@ -10,6 +10,9 @@
 #include "cq_err.h"
 #include "cq_file.h"
 #include "cq_log.h"
+#include "cq_mpsc.h"
+#include "cq_resume.h"
+#include "cq_util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -20,6 +23,18 @@
 /* (producer id, seq) pairs remembered per topic: a producer's retry stored on two shards is
  * delivered once if its second copy comes within this many events (doc/bridge.md). */
 #define DEDUP_WINDOW 4096
+/* Resume requests queued for the MQ thread at most: more are answered "busy" (the 10,000
+ * players of a balancer reload fit). */
+#define RESUME_QUEUE_MAX 65536
+
+/* A worker's ask (cq_core_resume_fn), queued for the MQ thread. */
+typedef struct ask {
+    cq_mpsc_node_t node;
+    int what;
+    uint32_t conn_id;
+    size_t len;
+    uint8_t body[];
+} ask_t;
 
 struct cq_main_bridge {
     cq_bridge_t *br;             /* the MQ thread's */
@@ -31,7 +46,26 @@ struct cq_main_bridge {
     cq_bridge_out_t out[CQ_BRIDGE_BINDINGS_MAX]; /* the MQ thread's, reused by every event */
     /* /metrics: copies of the engine's counters, and the core's refusals */
     _Atomic uint64_t events, outputs, duplicates, unroutable, refused;
+    /* Resume (cq_resume.h): the engine, the MQ thread's; the asks the workers queue for it. */
+    cq_resume_t *rs;
+    cq_mpsc_t asks;
+    _Atomic int64_t nasks;
+    _Atomic(cq_mqsrv_t *) mq; /* set once the MQ engine exists (cq_main_bridge_attach) */
+    uint64_t tick_ms;
+    _Atomic uint64_t rs_requests, rs_recovered, rs_not_recovered, rs_refused, rs_ring, rs_store,
+        rs_reads, rs_idle;
+    _Atomic uint32_t rs_sessions;
 };
+
+/* The resume engine's topics: the broadcast bindings' (GLOBAL only, for now). */
+static void declare_topics(cq_main_bridge_t *b)
+{
+    cq_resume_topics_clear(b->rs);
+    const cq_bindings_t *bs = cq_bridge_bindings(b->br);
+    for (size_t i = 0; i < bs->n; i++)
+        if (bs->v[i].kind == CQ_BIND_BROADCAST)
+            cq_resume_topic(b->rs, bs->v[i].topic, bs->v[i].msg_type);
+}
 
 /* The MQ thread takes a reloaded bridge (its dedup window starts empty). */
 static void take_next(cq_main_bridge_t *b)
@@ -47,6 +81,7 @@ static void take_next(cq_main_bridge_t *b)
     b->base.unroutable += st.unroutable;
     cq_bridge_free(b->br);
     b->br = nb;
+    declare_topics(b); /* the sessions in progress end (a hole their clients see) */
 }
 
 static bool sink_wants(void *ud, const char *topic)
@@ -95,8 +130,13 @@ static void sink_event(void *ud, const cq_mqsrv_event_t *ev)
     int n = cq_bridge_event(b->br, &te, out, CQ_BRIDGE_BINDINGS_MAX);
     if (n < 0 && log_now(b))
         CQ_WARN("bridge", "topic %s offset %" PRIu64 ": %s", ev->topic, ev->offset, cq_strerror(n));
+    bool rung = false;
     for (int i = 0; i < n; i++) {
         deliver(b, &out[i]);
+        if (out[i].b->kind == CQ_BIND_BROADCAST && !rung) { /* one encode for every output */
+            cq_resume_live(b->rs, ev->topic, ev->epoch, ev->offset, ev->prev_offset, out[i].event);
+            rung = true;
+        }
         cq_buf_unref(out[i].event);
     }
     cq_bridge_stats_t st;
@@ -105,6 +145,127 @@ static void sink_event(void *ud, const cq_mqsrv_event_t *ev)
     atomic_store(&b->outputs, b->base.outputs + st.outputs);
     atomic_store(&b->duplicates, b->base.duplicates + st.duplicates);
     atomic_store(&b->unroutable, b->base.unroutable + st.unroutable);
+}
+
+/* ---- resume (the workers ask, the MQ thread answers) ------------------------------------ */
+
+/* A worker's thread: queued for the MQ thread, which it wakes. */
+static int resume_ask(void *ud, int what, uint32_t conn_id, const void *body, size_t len)
+{
+    cq_main_bridge_t *b = ud;
+    cq_mqsrv_t *mq = atomic_load(&b->mq);
+    if (!mq || atomic_load(&b->stopped))
+        return -ENOTCONN;
+    if (what == CQ_RESUME_ASK_REQUEST && atomic_load(&b->nasks) >= RESUME_QUEUE_MAX)
+        return CQ_EBUSY;
+    ask_t *a = cq_malloc(sizeof(*a) + len);
+    if (!a)
+        return -ENOMEM;
+    a->what = what;
+    a->conn_id = conn_id;
+    a->len = len;
+    if (len)
+        memcpy(a->body, body, len);
+    atomic_fetch_add(&b->nasks, 1);
+    cq_mpsc_push(&b->asks, &a->node);
+    cq_mqsrv_sink_poke(mq);
+    return 0;
+}
+
+static bool resume_position(void *ud, const char *topic, uint64_t *epoch, uint64_t *pushed)
+{
+    cq_main_bridge_t *b = ud;
+    return cq_mqsrv_sink_position(atomic_load(&b->mq), topic, epoch, pushed);
+}
+
+static void run_send(cq_main_bridge_t *b, const cq_resume_action_t *a)
+{
+    size_t n = a->nevs;
+    cq_buf_t **ev = cq_malloc((n ? n : 1) * sizeof(*ev));
+    uint32_t *ty = cq_malloc((n ? n : 1) * sizeof(*ty));
+    int r = -ENOMEM;
+    if (ev && ty) {
+        for (size_t i = 0; i < n; i++) {
+            ev[i] = a->evs[i].event;
+            ty[i] = a->evs[i].msg_type;
+        }
+        r = cq_shared_resume_chunk(b->sh, a->conn_id, a->flags, a->result, ev, ty, n);
+    }
+    cq_free(ev);
+    cq_free(ty);
+    if (r < 0 && log_now(b))
+        CQ_WARN("bridge", "conn %u: a resume chunk was not sent: %s", a->conn_id, cq_strerror(r));
+}
+
+/* Runs the engine's actions: reads go to the store's reader thread, chunks to the workers. */
+static void run_actions(cq_main_bridge_t *b, cq_mqsrv_t *s)
+{
+    cq_resume_action_t a;
+    while (cq_resume_next(b->rs, &a)) {
+        if (a.kind == CQ_RESUME_READ) {
+            int r = cq_mqsrv_sink_read(s, a.topic, a.from, a.max, a.read_id);
+            if (r < 0)
+                cq_resume_rows(b->rs, a.read_id, r, NULL, 0, cq_clock_mono_ms());
+        } else if (a.kind == CQ_RESUME_SEND) {
+            run_send(b, &a);
+        }
+        cq_resume_action_done(&a);
+    }
+    cq_resume_stats_t st;
+    cq_resume_stats(b->rs, &st);
+    atomic_store(&b->rs_requests, st.requests);
+    atomic_store(&b->rs_recovered, st.recovered);
+    atomic_store(&b->rs_not_recovered, st.not_recovered);
+    atomic_store(&b->rs_refused, st.refused);
+    atomic_store(&b->rs_ring, st.events_ring);
+    atomic_store(&b->rs_store, st.events_store);
+    atomic_store(&b->rs_reads, st.reads);
+    atomic_store(&b->rs_idle, st.dropped_idle);
+    atomic_store(&b->rs_sessions, st.sessions);
+}
+
+/* Every drain and tick of the MQ engine: the workers' asks, then the idle sessions (at most
+ * every 100 ms), then the actions. */
+static void sink_run(void *ud, cq_mqsrv_t *s)
+{
+    cq_main_bridge_t *b = ud;
+    take_next(b);
+    uint64_t now = cq_clock_mono_ms();
+    cq_mpsc_node_t *n;
+    while ((n = cq_mpsc_pop(&b->asks))) {
+        ask_t *a = cq_container_of(n, ask_t, node);
+        atomic_fetch_sub(&b->nasks, 1);
+        if (a->what == CQ_RESUME_ASK_REQUEST)
+            cq_resume_request(b->rs, a->conn_id, a->body, a->len, now);
+        else if (a->what == CQ_RESUME_ASK_MORE)
+            cq_resume_more(b->rs, a->conn_id, now);
+        else
+            cq_resume_gone(b->rs, a->conn_id);
+        cq_free(a);
+        run_actions(b, s);
+    }
+    if (now - b->tick_ms >= 100) {
+        b->tick_ms = now;
+        cq_resume_tick(b->rs, now);
+    }
+    run_actions(b, s);
+}
+
+static void sink_rows(void *ud, cq_mqsrv_t *s, uint64_t tag, int err, const cq_store_rec_t *recs,
+                      size_t n)
+{
+    cq_main_bridge_t *b = ud;
+    cq_resume_row_t *rows = n ? cq_malloc(n * sizeof(*rows)) : NULL;
+    if (n && !rows) {
+        err = -ENOMEM;
+        n = 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        rows[i] = (cq_resume_row_t){recs[i].offset, recs[i].create_ms, recs[i].producer_id,
+                                    recs[i].seq,    recs[i].content,   recs[i].len};
+    cq_resume_rows(b->rs, tag, err, rows, n, cq_clock_mono_ms());
+    cq_free(rows);
+    run_actions(b, s);
 }
 
 static int metrics(void *ud, cq_sbuf_t *out)
@@ -129,9 +290,31 @@ static int metrics(void *ud, cq_sbuf_t *out)
         "# HELP chanq_bridge_refused_total Outputs the core refused (out of memory, too "
         "large).\n"
         "# TYPE chanq_bridge_refused_total counter\n"
-        "chanq_bridge_refused_total %" PRIu64 "\n",
+        "chanq_bridge_refused_total %" PRIu64 "\n"
+        "# HELP chanq_bridge_resumes_total Resume requests by outcome (recovered, "
+        "not_recovered, refused).\n"
+        "# TYPE chanq_bridge_resumes_total counter\n"
+        "chanq_bridge_resumes_total{outcome=\"recovered\"} %" PRIu64 "\n"
+        "chanq_bridge_resumes_total{outcome=\"not_recovered\"} %" PRIu64 "\n"
+        "chanq_bridge_resumes_total{outcome=\"refused\"} %" PRIu64 "\n"
+        "# HELP chanq_bridge_resume_events_total Catch-up events sent, by where they came from.\n"
+        "# TYPE chanq_bridge_resume_events_total counter\n"
+        "chanq_bridge_resume_events_total{source=\"ring\"} %" PRIu64 "\n"
+        "chanq_bridge_resume_events_total{source=\"store\"} %" PRIu64 "\n"
+        "# HELP chanq_bridge_resume_reads_total Store reads the resumes asked for.\n"
+        "# TYPE chanq_bridge_resume_reads_total counter\n"
+        "chanq_bridge_resume_reads_total %" PRIu64 "\n"
+        "# HELP chanq_bridge_resume_idle_total Resumes cut for making no progress.\n"
+        "# TYPE chanq_bridge_resume_idle_total counter\n"
+        "chanq_bridge_resume_idle_total %" PRIu64 "\n"
+        "# HELP chanq_bridge_resume_sessions Resumes in progress.\n"
+        "# TYPE chanq_bridge_resume_sessions gauge\n"
+        "chanq_bridge_resume_sessions %u\n",
         atomic_load(&b->events), atomic_load(&b->outputs), atomic_load(&b->duplicates),
-        atomic_load(&b->unroutable), atomic_load(&b->refused));
+        atomic_load(&b->unroutable), atomic_load(&b->refused), atomic_load(&b->rs_recovered),
+        atomic_load(&b->rs_not_recovered), atomic_load(&b->rs_refused), atomic_load(&b->rs_ring),
+        atomic_load(&b->rs_store), atomic_load(&b->rs_reads), atomic_load(&b->rs_idle),
+        atomic_load(&b->rs_sessions));
 }
 
 /* What this node cannot do yet, refused at start rather than found missing later. */
@@ -185,6 +368,13 @@ int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
     cq_main_bridge_t *b = r == 0 ? cq_calloc(1, sizeof(*b)) : NULL;
     if (r == 0 && (!b || !(b->br = cq_bridge_new(&bs, DEDUP_WINDOW))))
         r = -ENOMEM;
+    cq_resume_limits_t lim = {.ring_events = (uint32_t)c->bridge_ring_events};
+    if (r == 0 && !(b->rs = cq_resume_new(&lim, (uint32_t)c->shard, resume_position, b)))
+        r = -ENOMEM;
+    if (r == 0) {
+        cq_mpsc_init(&b->asks);
+        declare_topics(b);
+    }
     if (r == 0 && (r = cq_admin_add_source(admin, "bridge", metrics, b)) < 0)
         snprintf(err, errlen, "cannot register the bridge's metrics: %s", cq_strerror(r));
     if (r == -ENOMEM)
@@ -206,7 +396,17 @@ void cq_main_bridge_sink(cq_main_bridge_t *b, cq_mqsrv_opts_t *o)
         return;
     o->sink_wants = sink_wants;
     o->sink_event = sink_event;
+    o->sink_run = sink_run;
+    o->sink_rows = sink_rows;
     o->sink_ud = b;
+}
+
+void cq_main_bridge_attach(cq_main_bridge_t *b, cq_mqsrv_t *s)
+{
+    if (!b)
+        return;
+    atomic_store(&b->mq, s);
+    cq_shared_set_resume(b->sh, resume_ask, b);
 }
 
 int cq_main_bridge_reload(cq_main_bridge_t *b, const cq_config_t *c, cq_mqsrv_t *s)
@@ -247,6 +447,10 @@ cq_main_bridge_t *cq_main_bridge_free(cq_main_bridge_t *b, cq_admin_t *admin)
         cq_admin_remove_source(admin, metrics, b);
     cq_bridge_free(b->br);
     cq_bridge_free(atomic_load(&b->next));
+    cq_mpsc_node_t *n;
+    while (b->rs && (n = cq_mpsc_pop(&b->asks))) /* asks is set up with rs */
+        cq_free(cq_container_of(n, ask_t, node));
+    cq_resume_free(b->rs);
     cq_free(b);
     return NULL;
 }

@@ -20,6 +20,9 @@ int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
                        cq_main_bridge_t **ret, char *err, size_t errlen);
 /* Sets o's sink to the bridge (b NULL: nothing). */
 void cq_main_bridge_sink(cq_main_bridge_t *b, cq_mqsrv_opts_t *o);
+/* The MQ engine s exists (the main thread, right after it is made): from now on the workers'
+ * resume requests go to it (cq_shared_set_resume). b NULL: nothing. */
+void cq_main_bridge_attach(cq_main_bridge_t *b, cq_mqsrv_t *s);
 /* SIGHUP: reads c->bridge_file again (the main thread); the MQ engine s takes the new bindings
  * at its next drain, with an empty dedup window. A file that does not load, or that this node
  * cannot serve, keeps the bindings in force (logged). b NULL (no --bridge-file at start):

@@ -423,6 +423,7 @@ static int make_engine(app_t *a, const cq_store_topic_t *topics, const uint64_t 
         return CQ_ECONFIG;
     }
     a->mqsrv = cq_mqsrv_new(&so);
+    cq_main_bridge_attach(a->bridge, a->mqsrv);
     return a->mqsrv ? 0 : -ENOMEM;
 }
 

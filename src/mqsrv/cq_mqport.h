@@ -127,7 +127,25 @@ typedef struct cq_mqsrv_opts {
     bool (*sink_wants)(void *sink_ud, const char *topic);
     void (*sink_event)(void *sink_ud, const cq_mqsrv_event_t *ev);
     void *sink_ud;
+    /* The bridge's resume (doc/bridge.md "Resume"), on the engine's thread: sink_run at every
+     * cq_mqsrv_drain() and cq_mqsrv_tick() (the sink's own queue, which cq_mqsrv_sink_poke
+     * wakes the engine for); sink_rows with the rows a cq_mqsrv_sink_read asked for (recs
+     * borrowed for the call; err < 0: the read failed). Both may call the cq_mqsrv_sink_*
+     * functions. NULL: none. */
+    void (*sink_run)(void *sink_ud, cq_mqsrv_t *s);
+    void (*sink_rows)(void *sink_ud, cq_mqsrv_t *s, uint64_t tag, int err,
+                      const cq_store_rec_t *recs, size_t n);
 } cq_mqsrv_opts_t;
+
+/* The sink's reads (the bridge's resume): up to max rows of topic with offsets above from, in
+ * offset order, read on the store's reader thread; sink_rows gets them with tag. Engine
+ * thread. Returns 0, or an error (nothing was submitted: CQ_ENOTOPIC, CQ_EBUSY, -ENOMEM). */
+int cq_mqsrv_sink_read(cq_mqsrv_t *s, const char *topic, uint64_t from, size_t max, uint64_t tag);
+/* The shard's epoch and the last offset of topic handed to the sink (0: none; everything at or
+ * below it was handed over or does not exist). Engine thread. false: an unknown topic. */
+bool cq_mqsrv_sink_position(cq_mqsrv_t *s, const char *topic, uint64_t *epoch, uint64_t *pushed);
+/* Asks the engine to drain soon (sink_run then runs). Any thread. */
+void cq_mqsrv_sink_poke(cq_mqsrv_t *s);
 
 /* Returns a new engine (owned; cq_mqsrv_free) or NULL on OOM / a port without submit. o is
  * borrowed. */

@@ -120,6 +120,8 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
     s->sink_wants = o->sink_event ? o->sink_wants : NULL;
     s->sink_event = o->sink_event;
     s->sink_ud = o->sink_ud;
+    s->sink_run = o->sink_run;
+    s->sink_rows = o->sink_rows;
     for (size_t i = 0; i < o->ntopics; i++) {
         const cq_store_topic_t *st = &o->topics[i];
         mq_topic_t *t = cq__mqsrv_topic_add(s, st->name, st->online, st->retention_days);
@@ -419,6 +421,24 @@ static void perms_swap(cq_mqsrv_t *s)
     CQ_INFO("mq", "permissions table replaced");
 }
 
+void cq_mqsrv_sink_poke(cq_mqsrv_t *s)
+{
+    pthread_mutex_lock(&s->inbox_mu);
+    if (s->ops)
+        s->ops->wake(s->ops_ud);
+    pthread_mutex_unlock(&s->inbox_mu);
+}
+
+bool cq_mqsrv_sink_position(cq_mqsrv_t *s, const char *topic, uint64_t *epoch, uint64_t *pushed)
+{
+    mq_topic_t *t = cq__mqsrv_topic(s, topic);
+    if (!t)
+        return false;
+    *epoch = s->epoch;
+    *pushed = t->pushed;
+    return true;
+}
+
 void cq_mqsrv_sink_changed(cq_mqsrv_t *s)
 {
     pthread_mutex_lock(&s->inbox_mu);
@@ -448,6 +468,8 @@ void cq_mqsrv_drain(cq_mqsrv_t *s)
     while ((n = cq_mpsc_pop(&s->inbox)))
         cq__mqop_complete(s, cq_container_of(n, cq_writer_req_t, node));
     cq__mqsrv_decl_pass(s); /* after the completions: a new master's topic list may be in */
+    if (s->sink_run)
+        s->sink_run(s->sink_ud, s);
     cq__mqsrv_flush_pushes(s);
 }
 

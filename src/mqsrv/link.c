@@ -111,6 +111,8 @@ void cq_mqsrv_tick(cq_mqsrv_t *s, uint64_t now_ms)
     /* Watchers waiting on a catch-up whose read failed must not wait for the next produce on a
      * topic that may stay quiet. */
     cq__mqsrv_catchup_retry(s);
+    if (s->sink_run)
+        s->sink_run(s->sink_ud, s); /* the bridge's resume sessions time out too */
     cq__mqsrv_role_tick(s, now_ms);
     cq__mqsrv_decl_tick(s, now_ms);
     cq__mqsrv_holes_tick(s, now_ms);

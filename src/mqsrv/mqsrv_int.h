@@ -122,6 +122,9 @@ struct cq_mqsrv {
     bool (*sink_wants)(void *ud, const char *topic);
     void (*sink_event)(void *ud, const cq_mqsrv_event_t *ev);
     void *sink_ud;
+    void (*sink_run)(void *ud, cq_mqsrv_t *s);
+    void (*sink_rows)(void *ud, cq_mqsrv_t *s, uint64_t tag, int err, const cq_store_rec_t *recs,
+                      size_t n);
     bool sink_handed;      /* under inbox_mu: cq_mqsrv_sink_changed() asked for a refresh */
     struct mq_decl *decls; /* owned */
     size_t ndecls;

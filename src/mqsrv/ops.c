@@ -25,6 +25,8 @@ typedef struct mq_pend {
     mq_link_t *l;  /* NULL for the engine's own requests */
     void *ctx;     /* the front end's answer context (taken) */
     bool decl;     /* the cluster's declaration asked for it (topics.c): not told on_topic */
+    bool sink;     /* the sink's read (cq_mqsrv_sink_read): its rows go to sink_rows with tag */
+    uint64_t tag;
 } mq_pend_t;
 
 static const char inflight_why[] = "too many requests in flight on this connection";
@@ -107,8 +109,8 @@ static void refused(cq_mqsrv_t *s, cq_writer_req_t *req, int err)
 /* Hands req (taken, freed on failure) to the store for l (NULL: the engine's own) with ctx
  * (taken on success); decl: for the cluster's declaration. Returns 0 or the code to answer with
  * *ret_why. */
-static int submit_as(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ctx, bool decl,
-                     const char **ret_why)
+static int submit_pend(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, mq_pend_t pend,
+                       const char **ret_why)
 {
     int r = -ENOMEM;
     mq_pend_t *p = NULL;
@@ -118,7 +120,7 @@ static int submit_as(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ct
         return CQ_EBUSY;
     }
     if ((p = cq_malloc(sizeof(*p)))) {
-        *p = (mq_pend_t){s, l, ctx, decl};
+        *p = pend;
         req->ud = p;
         r = s->port.ops->submit(s->port.ud, req);
     }
@@ -138,6 +140,12 @@ static int submit_as(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ct
     if (l)
         l->inflight++;
     return 0;
+}
+
+static int submit_as(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ctx, bool decl,
+                     const char **ret_why)
+{
+    return submit_pend(s, l, req, (mq_pend_t){s, l, ctx, decl, false, 0}, ret_why);
 }
 
 static int submit(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ctx,
@@ -318,6 +326,22 @@ int cq__mqop_submit_decl(cq_mqsrv_t *s, cq_writer_req_t *req)
 {
     const char *why;
     return submit_as(s, NULL, req, NULL, true, &why);
+}
+
+/* Bounded by bytes too: one read never holds more than a chunk's worth of contents. */
+int cq_mqsrv_sink_read(cq_mqsrv_t *s, const char *topic, uint64_t from, size_t max, uint64_t tag)
+{
+    const char *why;
+    cq_writer_req_t *req;
+    if (!cq__mqsrv_topic(s, topic))
+        return CQ_ENOTOPIC;
+    int r = new_req(CQ_WRITER_READ, topic, NULL, &req, &why);
+    if (r < 0)
+        return r;
+    req->max = max < CQ_WRITER_READ_MAX ? max : CQ_WRITER_READ_MAX;
+    req->max_bytes = 4u << 20;
+    req->from_offset = from;
+    return submit_pend(s, NULL, req, (mq_pend_t){s, NULL, NULL, false, true, tag}, &why);
 }
 
 int cq__mqop_read_log(cq_mqsrv_t *s, const mq_topic_t *t, uint64_t from, size_t max)
@@ -506,6 +530,9 @@ void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
         l->fe->done(l, req, &res, p->ctx);
         l->inflight--;
         cq__mq_link_put(l);
+    } else if (p && p->sink) {
+        if (s->sink_rows)
+            s->sink_rows(s->sink_ud, s, p->tag, req->err, req->recs, req->n_recs);
     } else {
         done_internal(s, req, t);
     }

@@ -24,12 +24,23 @@ static const char bindings[] =
     "{\"topic\": \"release\", \"broadcast\": \"global\", \"msg_type\": 200},"
     "{\"topic\": \"vip\", \"route\": \"user_id\", \"msg_type\": 201}]}";
 
-static void start(void)
+static void start_ring(const char *ring)
 {
     const char *path = it_file("bindings.json", bindings);
-    const char *args[] = {"--dev",         "--client-fsm", it_client_auth_fsm(),
-                          "--bridge-file", path,           NULL};
+    const char *args[] = {"--dev",
+                          "--client-fsm",
+                          it_client_auth_fsm(),
+                          "--bridge-file",
+                          path,
+                          "--bridge-ring-events",
+                          ring,
+                          NULL};
     it_startv(args);
+}
+
+static void start(void)
+{
+    start_ring("8192");
 }
 
 /* POSTs body to path on the HTTP API; returns the status, the answer's body in out. */
@@ -92,6 +103,60 @@ static void expect_event(it_conn_t *c, uint32_t msg_type, const char *topic, uin
     chanq_owned_msg_done(&m);
 }
 
+/* The epoch of c's next TopicEvent (release, msg 200), which must be at offset. */
+static uint64_t event_epoch(it_conn_t *c, uint64_t offset)
+{
+    chanq_owned_msg_t m;
+    it_recv(c, &m);
+    assert_int_equal(m.msg_type, MT_RELEASE);
+    Channeldpb__ServerForwardMessage *f =
+        channeldpb__server_forward_message__unpack(NULL, m.body_len, m.body);
+    assert_non_null(f);
+    Chanqpb__TopicEvent *ev = chanqpb__topic_event__unpack(NULL, f->payload.len, f->payload.data);
+    assert_non_null(ev);
+    assert_int_equal(ev->offset, offset);
+    uint64_t epoch = ev->epoch;
+    chanqpb__topic_event__free_unpacked(ev, NULL);
+    channeldpb__server_forward_message__free_unpacked(f, NULL);
+    chanq_owned_msg_done(&m);
+    return epoch;
+}
+
+/* Sends a TopicResumeMessage (type 90) on GLOBAL with one position of "release". */
+static void send_resume(it_conn_t *c, uint64_t epoch, uint64_t offset)
+{
+    Chanqpb__TopicPosition p = CHANQPB__TOPIC_POSITION__INIT, *pp = &p;
+    p.topic = "release";
+    p.shard = 0;
+    p.epoch = epoch;
+    p.offset = offset;
+    Chanqpb__TopicResumeMessage m = CHANQPB__TOPIC_RESUME_MESSAGE__INIT;
+    m.n_positions = 1;
+    m.positions = &pp;
+    assert_int_equal(chanq_sync_send(c->s, 0, 0, 0, 90, &m.base), 0);
+}
+
+/* c's next message is the TopicResumeResultMessage (type 91 on GLOBAL): recovered, the one
+ * position (release at offset), the error text. */
+static void expect_result(it_conn_t *c, bool recovered, uint64_t epoch, uint64_t offset,
+                          const char *error)
+{
+    chanq_owned_msg_t env;
+    Chanqpb__TopicResumeResultMessage *r =
+        it_expect(c, 91, 0, &chanqpb__topic_resume_result_message__descriptor, &env);
+    assert_non_null(r);
+    assert_int_equal(env.channel_id, 0);
+    assert_int_equal(r->recovered, recovered);
+    assert_string_equal(r->error, error);
+    assert_int_equal(r->n_positions, 1);
+    assert_string_equal(r->positions[0]->topic, "release");
+    assert_int_equal(r->positions[0]->shard, 0);
+    assert_int_equal(r->positions[0]->epoch, epoch);
+    assert_int_equal(r->positions[0]->offset, offset);
+    chanq_unpack_free(r);
+    chanq_owned_msg_done(&env);
+}
+
 static it_conn_t *player(const char *pit)
 {
     it_conn_t *c = it_connect(false, NULL);
@@ -128,6 +193,114 @@ static void test_broadcast_global(void **state)
     expect_event(n, MT_VIP, "vip", v, 0, "{\"user_id\":\"nobody\"}");
     assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_events_total"), 4);
     assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_outputs_total"), 4);
+}
+
+/* Produces n messages of "release" ({"n":i} for i from first), their offsets into o. */
+static void produce_n(uint64_t *o, int first, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char content[32];
+        snprintf(content, sizeof(content), "{\"n\":%d}", first + i);
+        o[i] = produce("release", content);
+    }
+}
+
+static void expect_n(it_conn_t *c, const uint64_t *o, int first, int n, uint64_t prev)
+{
+    for (int i = 0; i < n; i++) {
+        char content[32];
+        snprintf(content, sizeof(content), "{\"n\":%d}", first + i);
+        expect_event(c, MT_RELEASE, "release", o[i], prev, content);
+        prev = o[i];
+    }
+}
+
+/* Resume: a player drops halfway through a stream, the stream goes on while it is away, and it
+ * comes back with its position: the result says recovered with its position, then every event
+ * after it comes once, in order, then the live ones (the switch). With a ring of 100 events the
+ * position is older than the ring: it is checked in the store and the missed events are read
+ * from it. */
+static void resume_after_drop(const char *ring)
+{
+    start_ring(ring);
+    create_topic("release");
+    enum { N = 1000, HALF = 500 };
+    static uint64_t o[N + 1];
+    it_conn_t *a = player("alice");
+    it_sub(a, 1, 0, a->id, -1);
+    it_expect_sub(a, 0, 1, a->id, 2, 1, 1);
+    produce_n(o, 0, HALF);
+    uint64_t epoch = event_epoch(a, o[0]);
+    expect_n(a, o + 1, 1, HALF - 1, o[0]);
+    it_close(a);
+    produce_n(o + HALF, HALF, N - HALF); /* while alice is away */
+    it_conn_t *b = player("alice");
+    it_sub(b, 1, 0, b->id, -1);
+    it_expect_sub(b, 0, 1, b->id, 2, 1, 1);
+    send_resume(b, epoch, o[HALF - 1]);
+    expect_result(b, true, epoch, o[HALF - 1], "");
+    expect_n(b, o + HALF, HALF, N - HALF, o[HALF - 1]);
+    produce_n(o + N, N, 1); /* live again: the next one follows the catch-up */
+    expect_n(b, o + N, N, 1, o[N - 1]);
+    long reads = cq_testsrv_metric(it_srv(), "chanq_bridge_resume_reads_total");
+    long ring_ev = cq_testsrv_metric(it_srv(), "chanq_bridge_resume_events_total{source=\"ring\"}");
+    long store_ev =
+        cq_testsrv_metric(it_srv(), "chanq_bridge_resume_events_total{source=\"store\"}");
+    assert_int_equal(ring_ev + store_ev, N - HALF);
+    if (atoi(ring) >= N) {
+        assert_int_equal(reads, 0);
+        assert_int_equal(ring_ev, N - HALF);
+    } else {
+        /* the check of the position, then one read of the 500 rows (a chunk is 512) */
+        assert_int_equal(reads, 2);
+        assert_int_equal(store_ev, N - HALF);
+    }
+    assert_int_equal(
+        cq_testsrv_metric(it_srv(), "chanq_bridge_resumes_total{outcome=\"recovered\"}"), 1);
+}
+
+static void test_resume_from_ring(void **state)
+{
+    (void)state;
+    resume_after_drop("8192");
+}
+
+static void test_resume_from_store(void **state)
+{
+    (void)state;
+    resume_after_drop("100");
+}
+
+/* A position under another epoch, one past the live offset, and one that does not decode:
+ * recovered false with the reason, delivery from the live offset on, never a silent gap. */
+static void test_resume_not_recovered(void **state)
+{
+    (void)state;
+    start();
+    create_topic("release");
+    uint64_t o[3];
+    it_conn_t *a = player("alice");
+    it_sub(a, 1, 0, a->id, -1);
+    it_expect_sub(a, 0, 1, a->id, 2, 1, 1);
+    produce_n(o, 0, 2);
+    uint64_t epoch = event_epoch(a, o[0]);
+    expect_n(a, o + 1, 1, 1, o[0]);
+    char why[256];
+    send_resume(a, epoch + 1, o[0]);
+    snprintf(why, sizeof(why),
+             "topic release: epoch %llu is not the shard's (%llu): its history may have been "
+             "rewritten",
+             (unsigned long long)(epoch + 1), (unsigned long long)epoch);
+    expect_result(a, false, epoch, o[1], why);
+    send_resume(a, epoch, o[1] + 5);
+    snprintf(why, sizeof(why),
+             "topic release: offset %llu is beyond the last delivered offset %llu",
+             (unsigned long long)(o[1] + 5), (unsigned long long)o[1]);
+    expect_result(a, false, epoch, o[1], why);
+    produce_n(o + 2, 2, 1);
+    expect_n(a, o + 2, 2, 1, o[1]);
+    assert_int_equal(
+        cq_testsrv_metric(it_srv(), "chanq_bridge_resumes_total{outcome=\"not_recovered\"}"), 2);
 }
 
 /* A route binding: each player gets only the events whose user_id is its PIT, on every one of
@@ -218,6 +391,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_broadcast_global, it_teardown),
         cmocka_unit_test_teardown(test_route_by_pit, it_teardown),
         cmocka_unit_test_teardown(test_reload, it_teardown),
+        cmocka_unit_test_teardown(test_resume_from_ring, it_teardown),
+        cmocka_unit_test_teardown(test_resume_from_store, it_teardown),
+        cmocka_unit_test_teardown(test_resume_not_recovered, it_teardown),
         cmocka_unit_test(test_bad_file),
     };
     return it_run("bridge", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);

@@ -160,9 +160,10 @@ static void test_shipped_client_non_authoratative(void **state)
 {
     (void)state;
     cq_fsm_t *fsm = load_source("config/client_non_authoratative_fsm.json");
-    const uint32_t init[][2] = {{1, 1}}, open[][2] = {{7, 7}, {99, 65535}};
+    /* 90-92: chanq's bridge resume and acknowledge (doc/protocol.md) */
+    const uint32_t init[][2] = {{1, 1}}, open[][2] = {{7, 7}, {90, 92}, {99, 65535}};
     assert_allows_only(fsm, 0, init, 1);
-    assert_allows_only(fsm, 1, open, 2);
+    assert_allows_only(fsm, 1, open, 3);
     cq_fsm_free(fsm);
 }
 

@@ -329,7 +329,7 @@ static void test_mp_without_body(void **state)
 /* The kinds that never leave the process (xwire.h "Local kinds"). */
 static bool local_kind(int k)
 {
-    return k == XM_SCHEMA || k == XM_INJECT_BC || k == XM_INJECT_ROUTE;
+    return k == XM_SCHEMA || k == XM_INJECT_BC || k == XM_INJECT_ROUTE || k == XM_RESUME;
 }
 
 /* Every kind that may leave the process, with everything set. */
@@ -542,6 +542,7 @@ static void test_encode_refuses(void **state)
     /* The bridge's events, even in the shape a SEND would have. */
     refused(with_buf(msg(XM_INJECT_BC, NULL, 0), "rec", 3));
     refused(with_buf(msg(XM_INJECT_ROUTE, "pit\0", 4), "rec", 3));
+    refused(with_buf(msg(XM_RESUME, NULL, 0), "rec", 3));
     refused(msg(XM__COUNT, NULL, 0));
     refused(msg(255, NULL, 0));
     /* An mp slice longer than the body xm_req would read it from. */
