@@ -142,6 +142,85 @@ export declare function decodeTopicEvent(bytes: Uint8Array): TopicEvent;
 /** The chanqpb root: TopicEvent, TopicPosition, TopicResume(Result)Message, TopicAckMessage. */
 export declare const chanqpbRoot: Root;
 
+/** Client to server: TopicResumeMessage, on the resumed channel (0: GLOBAL). */
+export declare const TOPIC_RESUME: 90;
+/** Server to client: TopicResumeResultMessage (the msgBody itself, not a ServerForwardMessage). */
+export declare const TOPIC_RESUME_RESULT: 91;
+/** Client to server, channel 0: TopicAckMessage. */
+export declare const TOPIC_ACK: 92;
+/** The (topic, shard) positions a TopicTracker holds. */
+export declare const TOPIC_MAX_POSITIONS: 1024;
+/** The (topic, producerId, seq) keys a TopicTracker remembers to drop duplicates. */
+export declare const TOPIC_DEDUP_WINDOW: 4096;
+
+/** chanqpb.TopicPosition: every event of (topic, shard) under epoch up to offset is handled. */
+export interface TopicPosition {
+  topic: string;
+  shard: number;
+  epoch: number;
+  offset: number;
+}
+/** A message to send with client.send(channelId, msgType, body) (stub 0, broadcast 0). */
+export interface TopicOutMessage {
+  msgType: 90 | 92;
+  channelId: number;
+  body: Uint8Array;
+}
+export interface TopicResumeResult {
+  /** false: a gap could not be filled (purged, or another epoch): reload from your backend. */
+  recovered: boolean;
+  /** Why not recovered ('' when recovered). */
+  error: string;
+  /** Where delivery continues from, one per bound (topic, shard) of the channel. */
+  positions: TopicPosition[];
+  /** Positions of the result the tracker could not hold (TOPIC_MAX_POSITIONS reached). */
+  refused: TopicPosition[];
+}
+export interface TopicTrackerStats {
+  accepted: number;
+  /** Dropped as a (producerId, seq) already accepted, or an offset at or below the position. */
+  duplicates: number;
+  /** Accepted over a hole (no resume pending). */
+  holes: number;
+  /** Dropped over a hole while a resume of its channel was pending (the catch-up brings it). */
+  skipped: number;
+  /** Accepted under another epoch than the position's. */
+  epochChanges: number;
+  positions: number;
+  keys: number;
+}
+/**
+ * Decides which durable-topic events the app handles and resumes after a reconnect (issue 24):
+ * one per app, it outlives connections. The same rules as libchanq's chanq_topics.h.
+ */
+export declare class TopicTracker {
+  constructor();
+  accepted: number;
+  duplicates: number;
+  holes: number;
+  skipped: number;
+  epochChanges: number;
+  /** The last result's error text. */
+  lastError: string;
+  /**
+   * true: handle ev; false: a duplicate, or a hole the pending resume's catch-up brings.
+   * Throws a RangeError for a new (topic, shard) while TOPIC_MAX_POSITIONS are held.
+   */
+  accept(channelId: number, ev: TopicEvent): boolean;
+  position(topic: string, shard: number): { epoch: number; offset: number; channelId: number } | undefined;
+  isPending(channelId: number): boolean;
+  /** The TopicResumeMessage of the channel's positions; marks the channel pending. */
+  resumeMessage(channelId: number): TopicOutMessage;
+  /** Sends the resume with client.send, then marks the channel pending. */
+  resume(client: ChanqClient, channelId: number): void;
+  /** Takes a TopicResumeResultMessage's body (msgType 91) received on channelId. */
+  onResult(channelId: number, bodyBytes: Uint8Array): TopicResumeResult;
+  /** The TopicAckMessage of every position, for channel 0. */
+  ackMessage(): TopicOutMessage;
+  ack(client: ChanqClient): void;
+  stats(): TopicTrackerStats;
+}
+
 // ---- events ---------------------------------------------------------------------------------
 
 export interface ChannelDataEvent {

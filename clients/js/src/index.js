@@ -1,5 +1,14 @@
 // @chanq/client: a JavaScript client for chanqd (channeld wire protocol) over WebSocket.
-export { chanqpbRoot, decodeTopicEvent } from './bridge.js';
+export {
+  TOPIC_ACK,
+  TOPIC_DEDUP_WINDOW,
+  TOPIC_MAX_POSITIONS,
+  TOPIC_RESUME,
+  TOPIC_RESUME_RESULT,
+  TopicTracker,
+  chanqpbRoot,
+  decodeTopicEvent,
+} from './bridge.js';
 export { ChanqClient, ChanqError, MOVE_DEFAULTS, moveBackoffMs } from './client.js';
 export {
   COMPRESSION_NONE,
