@@ -21,11 +21,13 @@
 #include "cq_alloc.h"
 #include "cq_bridge.h"
 #include "cq_err.h"
+#include "cq_resume.h"
 #include "cq_wire.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -290,6 +292,93 @@ static void run_script(cq_bridge_t *br, uint32_t window, const uint8_t *p, size_
     free(r.out);
 }
 
+/* ---- the resume engine: the input as a TopicResumeMessage ---------------------------------
+ *
+ * One topic "rel" whose live offset is 20, the ring holding 13..20 (dense). The session is
+ * driven to its end: reads answered with the rows after their from, every chunk asked for.
+ * Invariants: exactly one BEGIN, first, with a result that decodes; the events' offsets rise
+ * strictly, never past 20, and each prev_offset is the offset before it (or the result's
+ * position); a FINAL ends it within a bounded number of steps. */
+
+static bool fz_position(void *ud, const char *topic, uint64_t *epoch, uint64_t *pushed)
+{
+    (void)ud;
+    if (strcasecmp(topic, "rel") != 0)
+        return false;
+    *epoch = 3;
+    *pushed = 20;
+    return true;
+}
+
+static void fz_rows(cq_resume_t *r, const cq_resume_action_t *a)
+{
+    cq_resume_row_t rows[64];
+    size_t n = 0;
+    for (uint64_t o = a->from + 1; o <= 20 && n < a->max && n < 64; o++, n++)
+        rows[n] = (cq_resume_row_t){o, 1000, 0, 0, (const uint8_t *)"x", 1};
+    cq_resume_rows(r, a->read_id, 0, rows, n, 0);
+}
+
+static void fz_send(const cq_resume_action_t *a, int *begins, uint64_t *last)
+{
+    if (a->flags & CQ_RESUME_F_BEGIN) {
+        FUZZ_CHECK(*begins == 0);
+        (*begins)++;
+        Chanqpb__TopicResumeResultMessage *m =
+            chanqpb__topic_resume_result_message__unpack(NULL, a->result->len, a->result->data);
+        FUZZ_CHECK(m && m->n_positions == 1 && m->positions[0]->offset <= 20);
+        *last = m->positions[0]->offset;
+        chanqpb__topic_resume_result_message__free_unpacked(m, NULL);
+    }
+    FUZZ_CHECK(*begins == 1);
+    for (size_t i = 0; i < a->nevs; i++) {
+        Chanqpb__TopicEvent *e =
+            chanqpb__topic_event__unpack(NULL, a->evs[i].event->len, a->evs[i].event->data);
+        FUZZ_CHECK(e && e->offset > *last && e->offset <= 20 && e->prev_offset == *last);
+        *last = e->offset;
+        chanqpb__topic_event__free_unpacked(e, NULL);
+    }
+}
+
+static void run_resume(const uint8_t *d, size_t n)
+{
+    cq_resume_limits_t lim = {.ring_events = 8, .chunk_events = 4};
+    cq_resume_t *r = cq_resume_new(&lim, 0, fz_position, NULL);
+    if (!r || cq_resume_topic(r, "rel", 200) < 0) {
+        cq_resume_free(r);
+        return;
+    }
+    for (uint64_t o = 13; o <= 20; o++) {
+        cq_topic_event_t te = {"rel", 0, 3, o, o - 1, 1000, "", 0, (const uint8_t *)"x", 1};
+        cq_buf_t *b = cq_topic_event_encode(&te);
+        if (b)
+            cq_resume_live(r, "rel", 3, o, o - 1, b);
+        cq_buf_unref(b);
+    }
+    cq_resume_request(r, 7, d, n, 0);
+    int begins = 0, steps = 0;
+    uint64_t last = 0;
+    bool final = false;
+    cq_resume_action_t a;
+    while (!final && steps++ < 64) {
+        if (!cq_resume_next(r, &a)) {
+            cq_resume_more(r, 7, 0);
+            if (!cq_resume_next(r, &a))
+                break;
+        }
+        if (a.kind == CQ_RESUME_READ) {
+            fz_rows(r, &a);
+        } else {
+            FUZZ_CHECK(a.kind == CQ_RESUME_SEND && a.conn_id == 7);
+            fz_send(&a, &begins, &last);
+            final = (a.flags & CQ_RESUME_F_FINAL) != 0;
+        }
+        cq_resume_action_done(&a);
+    }
+    FUZZ_CHECK(final);
+    cq_resume_free(r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static bool inited;
@@ -301,6 +390,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *zero = memchr(data, 0, size);
     size_t doc_len = zero ? (size_t)(zero - data) : size;
     unpack_all(data, size);
+    run_resume(data, size);
     const uint8_t *script = zero ? zero + 1 : NULL;
     size_t script_len = zero ? size - doc_len - 1 : 0;
     uint32_t window = script_len ? script[0] % 9 : 4;
