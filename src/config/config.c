@@ -398,6 +398,9 @@ static const opt_t opts[] = {
         "Live events of each broadcast-bound topic kept in memory for resumes (doc/bridge.md "
         "\"Resume\"): a client whose position is among them catches up without reading the "
         "store."),
+    INT("bridge-resume-chunk", NULL, bridge_resume_chunk, "512", 1, 4096, "N",
+        "Events per chunk of a resume's catch-up, and rows per store read (doc/bridge.md "
+        "\"Resume\"); the connection asks for the next chunk once its send queue has room."),
     STR("mq-permissions-file", NULL, mq_permissions_file, "", NULL, "FILE",
         "JSON object {\"<module_id>\": {\"token\": \"...\", \"produce\": [\"topic\", \"*\"], "
         "\"consume\": [...], \"admin\": true}}; every module needs a token. Empty lets every "

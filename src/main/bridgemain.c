@@ -368,7 +368,8 @@ int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
     cq_main_bridge_t *b = r == 0 ? cq_calloc(1, sizeof(*b)) : NULL;
     if (r == 0 && (!b || !(b->br = cq_bridge_new(&bs, DEDUP_WINDOW))))
         r = -ENOMEM;
-    cq_resume_limits_t lim = {.ring_events = (uint32_t)c->bridge_ring_events};
+    cq_resume_limits_t lim = {.ring_events = (uint32_t)c->bridge_ring_events,
+                              .chunk_events = (uint32_t)c->bridge_resume_chunk};
     if (r == 0 && !(b->rs = cq_resume_new(&lim, (uint32_t)c->shard, resume_position, b)))
         r = -ENOMEM;
     if (r == 0) {

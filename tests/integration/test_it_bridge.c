@@ -24,7 +24,7 @@ static const char bindings[] =
     "{\"topic\": \"release\", \"broadcast\": \"global\", \"msg_type\": 200},"
     "{\"topic\": \"vip\", \"route\": \"user_id\", \"msg_type\": 201}]}";
 
-static void start_ring(const char *ring)
+static void start_resume(const char *ring, const char *chunk)
 {
     const char *path = it_file("bindings.json", bindings);
     const char *args[] = {"--dev",
@@ -34,8 +34,15 @@ static void start_ring(const char *ring)
                           path,
                           "--bridge-ring-events",
                           ring,
+                          "--bridge-resume-chunk",
+                          chunk,
                           NULL};
     it_startv(args);
+}
+
+static void start_ring(const char *ring)
+{
+    start_resume(ring, "512");
 }
 
 static void start(void)
@@ -271,6 +278,77 @@ static void test_resume_from_store(void **state)
     resume_after_drop("100");
 }
 
+/* The same across a SIGKILL of chanqd and a restart on the same store: every event the
+ * publisher had an answer for reaches the player once, in order (the ring is gone: the
+ * position is checked in the store and the missed events are read from it). */
+static void test_resume_after_sigkill(void **state)
+{
+    (void)state;
+    start();
+    create_topic("release");
+    enum { N = 200, HALF = 100 };
+    static uint64_t o[N + 1];
+    it_conn_t *a = player("alice");
+    it_sub(a, 1, 0, a->id, -1);
+    it_expect_sub(a, 0, 1, a->id, 2, 1, 1);
+    produce_n(o, 0, HALF);
+    uint64_t epoch = event_epoch(a, o[0]);
+    expect_n(a, o + 1, 1, HALF - 1, o[0]);
+    produce_n(o + HALF, HALF, N - HALF - 50); /* acknowledged: alice may or may not see them */
+    cq_testsrv_kill(it_srv(), SIGKILL);
+    it_close(a); /* its socket died with the server */
+    start();
+    produce_n(o + N - 50, N - 50, 50); /* after the restart */
+    it_conn_t *b = player("alice");
+    it_sub(b, 1, 0, b->id, -1);
+    it_expect_sub(b, 0, 1, b->id, 2, 1, 1);
+    send_resume(b, epoch, o[HALF - 1]);
+    expect_result(b, true, epoch, o[HALF - 1], "");
+    expect_n(b, o + HALF, HALF, N - HALF, o[HALF - 1]);
+    produce_n(o + N, N, 1);
+    expect_n(b, o + N, N, 1, o[N - 1]);
+}
+
+/* The switch under load: events keep being published while the player resumes. Whatever came
+ * before the result is the old stream; after it, every event after the position arrives once,
+ * in order, across the end of the catch-up and into the live ones. */
+static void test_resume_while_publishing(void **state)
+{
+    (void)state;
+    start_resume("64", "2"); /* many chunks: live events come while the catch-up runs */
+    create_topic("release");
+    enum { N = 400, FIRST = 100 };
+    static uint64_t o[N + 1];
+    it_conn_t *a = player("alice");
+    it_sub(a, 1, 0, a->id, -1);
+    it_expect_sub(a, 0, 1, a->id, 2, 1, 1);
+    produce_n(o, 0, FIRST);
+    uint64_t epoch = event_epoch(a, o[0]);
+    expect_n(a, o + 1, 1, FIRST - 1, o[0]);
+    /* alice keeps her connection but asks for everything after event 9: the catch-up overlaps
+     * the live events she already got, and more are published meanwhile */
+    send_resume(a, epoch, o[9]);
+    produce_n(o + FIRST, FIRST, N - FIRST);
+    chanq_owned_msg_t m;
+    for (;;) { /* the old stream, then the result */
+        it_recv(a, &m);
+        if (m.msg_type == 91)
+            break;
+        assert_int_equal(m.msg_type, MT_RELEASE);
+        chanq_owned_msg_done(&m);
+    }
+    Chanqpb__TopicResumeResultMessage *r =
+        chanqpb__topic_resume_result_message__unpack(NULL, m.body_len, m.body);
+    assert_non_null(r);
+    assert_true(r->recovered);
+    assert_int_equal(r->positions[0]->offset, o[9]);
+    chanqpb__topic_resume_result_message__free_unpacked(r, NULL);
+    chanq_owned_msg_done(&m);
+    expect_n(a, o + 10, 10, N - 10, o[9]);
+    produce_n(o + N, N, 1); /* nothing left over: the next message is this live one */
+    expect_n(a, o + N, N, 1, o[N - 1]);
+}
+
 /* A position under another epoch, one past the live offset, and one that does not decode:
  * recovered false with the reason, delivery from the live offset on, never a silent gap. */
 static void test_resume_not_recovered(void **state)
@@ -394,6 +472,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_resume_from_ring, it_teardown),
         cmocka_unit_test_teardown(test_resume_from_store, it_teardown),
         cmocka_unit_test_teardown(test_resume_not_recovered, it_teardown),
+        cmocka_unit_test_teardown(test_resume_after_sigkill, it_teardown),
+        cmocka_unit_test_teardown(test_resume_while_publishing, it_teardown),
         cmocka_unit_test(test_bad_file),
     };
     return it_run("bridge", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
