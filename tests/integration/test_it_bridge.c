@@ -24,19 +24,39 @@ static const char bindings[] =
     "{\"topic\": \"release\", \"broadcast\": \"global\", \"msg_type\": 200},"
     "{\"topic\": \"vip\", \"route\": \"user_id\", \"msg_type\": 201}]}";
 
+/* --backend=mysql (it-bridge-mariadb): the store is a database of the MariaDB server that
+ * run_mariadb.sh started (CQ_MARIADB_PORT), a new one per test; else the embedded SQLite. */
+static const char *g_mysql_port;
+static char g_db[64];
+static int g_db_seq;
+
+static int teardown(void **state)
+{
+    g_db_seq++; /* the next test gets a database of its own; a restart keeps this one */
+    return it_teardown(state);
+}
+
 static void start_resume(const char *ring, const char *chunk)
 {
     const char *path = it_file("bindings.json", bindings);
-    const char *args[] = {"--dev",
-                          "--client-fsm",
-                          it_client_auth_fsm(),
-                          "--bridge-file",
-                          path,
-                          "--bridge-ring-events",
-                          ring,
-                          "--bridge-resume-chunk",
-                          chunk,
-                          NULL};
+    const char *args[24] = {"--dev",
+                            "--client-fsm",
+                            it_client_auth_fsm(),
+                            "--bridge-file",
+                            path,
+                            "--bridge-ring-events",
+                            ring,
+                            "--bridge-resume-chunk",
+                            chunk};
+    size_t n = 9;
+    if (g_mysql_port) {
+        snprintf(g_db, sizeof(g_db), "bridge_%d_%d", (int)getpid(), g_db_seq);
+        const char *my[] = {"--store-backend", "mysql", "--mysql-port",     g_mysql_port,
+                            "--mysql-user",    "root",  "--mysql-database", g_db};
+        for (size_t i = 0; i < sizeof(my) / sizeof(my[0]); i++)
+            args[n++] = my[i];
+    }
+    args[n] = NULL;
     it_startv(args);
 }
 
@@ -466,15 +486,23 @@ static void test_bad_file(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_broadcast_global, it_teardown),
-        cmocka_unit_test_teardown(test_route_by_pit, it_teardown),
-        cmocka_unit_test_teardown(test_reload, it_teardown),
-        cmocka_unit_test_teardown(test_resume_from_ring, it_teardown),
-        cmocka_unit_test_teardown(test_resume_from_store, it_teardown),
-        cmocka_unit_test_teardown(test_resume_not_recovered, it_teardown),
-        cmocka_unit_test_teardown(test_resume_after_sigkill, it_teardown),
-        cmocka_unit_test_teardown(test_resume_while_publishing, it_teardown),
+        cmocka_unit_test_teardown(test_broadcast_global, teardown),
+        cmocka_unit_test_teardown(test_route_by_pit, teardown),
+        cmocka_unit_test_teardown(test_reload, teardown),
+        cmocka_unit_test_teardown(test_resume_from_ring, teardown),
+        cmocka_unit_test_teardown(test_resume_from_store, teardown),
+        cmocka_unit_test_teardown(test_resume_not_recovered, teardown),
+        cmocka_unit_test_teardown(test_resume_after_sigkill, teardown),
+        cmocka_unit_test_teardown(test_resume_while_publishing, teardown),
         cmocka_unit_test(test_bad_file),
     };
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--backend=mysql") == 0) {
+            g_mysql_port = getenv("CQ_MARIADB_PORT");
+            if (!g_mysql_port || !*g_mysql_port) {
+                printf("1..0 # SKIP no MariaDB server (CQ_MARIADB_PORT unset)\n");
+                return 0;
+            }
+        }
     return it_run("bridge", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }
