@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "bridge.pb-c.h"
 #include "channeld.pb-c.h"
 #include "cq_core.h"
 #include "cq_err.h"
@@ -356,6 +357,138 @@ static void test_refusals(void **state)
     env_down();
 }
 
+/* ---- resume (resume.c): the request, the chunks, the hold ---------------------------------- */
+
+typedef struct ask {
+    int what;
+    uint32_t conn_id;
+    size_t len;
+} ask_t;
+static ask_t asks[16];
+static int nasks;
+
+static int record_ask(void *ud, int what, uint32_t conn_id, const void *body, size_t len)
+{
+    (void)ud;
+    (void)body;
+    if (nasks < 16)
+        asks[nasks] = (ask_t){what, conn_id, len};
+    nasks++;
+    return 0;
+}
+
+/* f's one record is a TopicResumeResultMessage (91) on ch (the request's), refused with error. */
+static void got_refusal(fconn_t *f, uint32_t ch, const char *error)
+{
+    cq_mp_t mp;
+    uint8_t body[512];
+    assert_int_equal(take(f, 91, &mp, body), 1);
+    assert_int_equal(mp.channel_id, ch);
+    Chanqpb__TopicResumeResultMessage *r =
+        chanqpb__topic_resume_result_message__unpack(NULL, mp.body_len, body);
+    assert_non_null(r);
+    assert_false(r->recovered);
+    assert_string_equal(r->error, error);
+    chanqpb__topic_resume_result_message__free_unpacked(r, NULL);
+}
+
+static void send_resume(fconn_t *f, uint32_t ch)
+{
+    Chanqpb__TopicResumeMessage m = CHANQPB__TOPIC_RESUME_MESSAGE__INIT;
+    send_msg(f, ch, 0, 0, 90, &m.base);
+}
+
+/* The request goes to the hook once (a second one, or one off GLOBAL, is refused with a
+ * result); BEGIN queues the result then the chunk's events and holds the live bridge events
+ * back from that connection only (a server's broadcast still passes); a chunk with room asks
+ * for more; FINAL ends the hold; a close with a resume asked tells the bridge. */
+static void test_resume_hold(void **state)
+{
+    (void)state;
+    up();
+    nasks = 0;
+    fconn_t *srv = player(CQ_CONN_SERVER, "srv"), *cl[3];
+    uint32_t ch = create_chan(srv);
+    for (int i = 0; i < 3; i++) {
+        cl[i] = player(CQ_CONN_CLIENT, "p");
+        subscribe(srv, cl[i], ch);
+    }
+    fconn_t *r = cl[1];
+    uint32_t rid = cq_conn_id(r->conn);
+    send_resume(r, 0);
+    got_refusal(r, 0, "no durable topic is bound to a channel on this server");
+    cq_shared_set_resume(E.sh, record_ask, NULL);
+    send_resume(r, ch);
+    got_refusal(r, ch, "resume on GLOBAL (channel 0): the bridge's broadcast bindings are there");
+    send_resume(r, 0);
+    assert_true(nothing(r));
+    assert_int_equal(nasks, 1);
+    assert_int_equal(asks[0].what, CQ_RESUME_ASK_REQUEST);
+    assert_int_equal(asks[0].conn_id, rid);
+    send_resume(r, 0);
+    got_refusal(r, 0, "a resume is already in progress on this connection");
+    assert_int_equal(nasks, 1);
+
+    cq_buf_t *e[4] = {event_body("e1"), event_body("c1"), event_body("e2"), event_body("c2")};
+    cq_buf_t *e3 = event_body("e3");
+    uint32_t t200[2] = {200, 200};
+    /* before BEGIN the live events flow */
+    assert_int_equal(cq_shared_inject_broadcast(E.sh, ch, 200, e[0]), 0);
+    pump();
+    for (int i = 0; i < 3; i++)
+        got_exactly(cl[i], ch, t200, e, 1);
+    /* BEGIN: the result, then c1; from then on e2 is held back from r only */
+    cq_buf_t *res = cq_buf_from("", 2); /* recovered: true */
+    assert_int_equal(cq_shared_resume_chunk(E.sh, rid, CQ_RESUME_CHUNK_BEGIN, res, &e[1], t200, 1),
+                     0);
+    pump();
+    cq_mp_t mp;
+    uint8_t body[64];
+    assert_int_equal(scan(r, 91, &mp, body), 1);
+    assert_int_equal(mp.body_len, 2);
+    assert_memory_equal(body, "", 2);
+    uint32_t types[4];
+    assert_int_equal(take_types(r, types, 4), 2);
+    assert_int_equal(types[0], 91);
+    assert_int_equal(types[1], 200);
+    assert_int_equal(nasks, 2); /* room: the next chunk is asked for at once */
+    assert_int_equal(asks[1].what, CQ_RESUME_ASK_MORE);
+    assert_int_equal(asks[1].conn_id, rid);
+    assert_int_equal(cq_shared_inject_broadcast(E.sh, ch, 200, e[2]), 0);
+    pump();
+    assert_true(nothing(r));
+    got_exactly(cl[0], ch, t200, &e[2], 1);
+    got_exactly(cl[2], ch, t200, &e[2], 1);
+    take(srv, 0, NULL, NULL);
+    /* a server's ALL broadcast is no bridge event: not held */
+    Channeldpb__ServerForwardMessage sf = CHANNELDPB__SERVER_FORWARD_MESSAGE__INIT;
+    send_msg(srv, ch, 2 /* ALL */, 0, 30000, &sf.base);
+    assert_int_equal(take(r, 30000, NULL, NULL), 1);
+    /* FINAL: c2 (the chunk carries what was held), then the live ones again */
+    assert_int_equal(cq_shared_resume_chunk(E.sh, rid, CQ_RESUME_CHUNK_FINAL, NULL, &e[3], t200, 1),
+                     0);
+    pump();
+    assert_int_equal(take_types(r, types, 4), 1);
+    assert_int_equal(types[0], 200);
+    assert_int_equal(nasks, 2); /* FINAL asks for nothing */
+    assert_int_equal(cq_shared_inject_broadcast(E.sh, ch, 200, e3), 0);
+    pump();
+    got_exactly(r, ch, t200, &e3, 1);
+    /* a new resume, then a close: the bridge hears GONE */
+    send_resume(r, 0);
+    assert_int_equal(nasks, 3);
+    cq_core_conn_close(E.cores[r->worker], r->conn, -ECONNRESET, "test");
+    pump();
+    assert_int_equal(nasks, 4);
+    assert_int_equal(asks[3].what, CQ_RESUME_ASK_GONE);
+    assert_int_equal(asks[3].conn_id, rid);
+    for (int i = 0; i < 4; i++)
+        cq_buf_unref(e[i]);
+    cq_buf_unref(e3);
+    cq_buf_unref(res);
+    env_down();
+}
+
 /* A relay node refuses both (a later step delivers across nodes). */
 static void test_relay_node_not_supported(void **state)
 {
@@ -382,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_inbox_counts_events),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_relay_node_not_supported),
+        cmocka_unit_test(test_resume_hold),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
