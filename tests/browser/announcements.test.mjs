@@ -115,7 +115,7 @@ async function panelEndsWith(page, text) {
     lis.map((li) => [Number(li.dataset.offset), li.querySelector('.content').textContent]));
 }
 
-test('announcements published over HTTP show in the demo panel; a reopened page', { skip }, async () => {
+test('announcements published over HTTP show in the demo panel; a reopened page resumes', { skip }, async () => {
   try {
     await announcements();
   } catch (err) {

@@ -195,8 +195,12 @@ function restoreTopics() {
     if (saved !== null)
       state.topics = TopicTracker.fromJSON(JSON.parse(saved));
   } catch (err) {
-    localStorage.removeItem(key);
     notice(`The stored announcement positions were dropped: ${err.message}`);
+    try {
+      localStorage.removeItem(key);
+    } catch {
+      // storage disabled: nothing is stored either
+    }
   }
   state.hadPositions = state.topics.stats().positions > 0;
   return state.topics.resumeMessage(LOBBY);
