@@ -219,6 +219,16 @@ export declare class TopicTracker {
   ackMessage(): TopicOutMessage;
   ack(client: ChanqClient): void;
   stats(): TopicTrackerStats;
+  /** The positions and the dedup window's keys, for JSON.stringify (e.g. into localStorage). */
+  toJSON(): TopicTrackerState;
+  /** A new tracker from a parsed toJSON() result; throws a TypeError or RangeError for any other value. */
+  static fromJSON(state: TopicTrackerState): TopicTracker;
+}
+/** What TopicTracker.toJSON() returns: positions in the order they were made, keys oldest first. */
+export interface TopicTrackerState {
+  positions: Array<TopicPosition & { channelId: number }>;
+  /** Opaque; may be left out for fromJSON. */
+  keys?: string[];
 }
 
 // ---- events ---------------------------------------------------------------------------------

@@ -7,13 +7,18 @@
 // Announcements: chanqd's bridge delivers each message of the durable topic "announcements" to
 // GLOBAL as a user-space message of type 200 whose body is a chanqpb.TopicEvent
 // (config/demo_bridge.json, doc/bridge.md); the page is subscribed to GLOBAL (the Lobby), and
-// shows those whose content is text in its Announcements panel, newest last.
+// shows those whose content is text in its Announcements panel, newest last. A TopicTracker
+// decides which events the panel shows; its positions are kept in localStorage, per nickname, so
+// that a reloaded page resumes (TopicResumeMessage after its SUB to GLOBAL) and shows what it
+// missed, once, in order.
 // Query parameters: ?ws=URL connects elsewhere; ?possess=0 never takes ownership of GLOBAL.
 import {
   ChanqClient,
   ChannelDataAccess,
   ChannelType,
   MessageType,
+  TOPIC_RESUME_RESULT,
+  TopicTracker,
   TypeRegistry,
   decodeTopicEvent,
 } from '../src/index.js';
@@ -28,6 +33,7 @@ const LOBBY = 0;
 const ROOM_REFRESH_MS = 5000;
 const ANNOUNCEMENT_MSG_TYPE = 200; // the binding's msg_type in config/demo_bridge.json
 const ANNOUNCEMENTS_MAX = 100;
+const TOPICS_STORAGE = 'chanq-demo:topics:'; // + the nickname: the tracker's toJSON()
 
 const params = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
@@ -38,6 +44,8 @@ const state = {
   current: LOBBY,
   rooms: new Map([[LOBBY, room(LOBBY, 'Lobby')]]),
   announcements: [], // {shard, offset, timeMs, text}, in arrival order
+  topics: null,      // the TopicTracker of the announcements (restored at login)
+  hadPositions: false, // whether it was restored with a position (a resume to report on)
 };
 
 function room(id, name) {
@@ -56,6 +64,7 @@ async function login(nick) {
   const client = new ChanqClient({ registry: new TypeRegistry().add(chatDescriptor) });
   client.on('channelData', onChannelData);
   client.on('userMessage', onAnnouncement);
+  client.on('message', onResumeResult);
   client.on('channelRemoved', (e) => onRoomGone(e.channelId, 'was removed'));
   client.on('unsubscribed', (e) => e.connId === client.connId && onRoomGone(e.channelId, 'was left'));
   client.on('close', (reason) => setStatus(`disconnected: ${reason}`, 'error'));
@@ -66,7 +75,12 @@ async function login(nick) {
   state.client = client;
   state.nick = nick;
   setStatus(`${nick} · conn ${res.connId}`, 'online');
+  // The resume is made (and GLOBAL marked pending) before the SUB, and sent once it is answered:
+  // a live event that arrives with the SUB's answer, ahead of a hole, is then left to the
+  // catch-up instead of being taken as a hole that moves the position past the missed events.
+  const resume = restoreTopics();
   await join(LOBBY);
+  state.client.send(LOBBY, resume.msgType, resume.body);
   possessLobby();
   $('login').hidden = true;
   $('chat').hidden = false;
@@ -169,8 +183,64 @@ function sendMessage(content) {
 
 // ---- announcements --------------------------------------------------------------------------
 
+// The tracker of state.nick from localStorage (a new one when there is none, or it does not
+// load); returns its resume of GLOBAL, GLOBAL marked pending. With no position the server
+// answers with the live ones (no replay), which are stored: a page that saw no event still
+// resumes from where it opened.
+function restoreTopics() {
+  const key = TOPICS_STORAGE + state.nick;
+  state.topics = new TopicTracker();
+  try {
+    const saved = localStorage.getItem(key);
+    if (saved !== null)
+      state.topics = TopicTracker.fromJSON(JSON.parse(saved));
+  } catch (err) {
+    notice(`The stored announcement positions were dropped: ${err.message}`);
+    try {
+      localStorage.removeItem(key);
+    } catch {
+      // storage disabled: nothing is stored either
+    }
+  }
+  state.hadPositions = state.topics.stats().positions > 0;
+  return state.topics.resumeMessage(LOBBY);
+}
+
+function saveTopics() {
+  try {
+    localStorage.setItem(TOPICS_STORAGE + state.nick, JSON.stringify(state.topics));
+  } catch {
+    // storage full or disabled: the page works, a reload just does not resume
+  }
+}
+
+// The resume's result (type 91, on GLOBAL, the body itself). Not recovered: the events since
+// the stored position are lost (another epoch, purged, or no bridge now), which the panel says
+// when there was a position to recover from; delivery goes on from the result's positions.
+function onResumeResult(m) {
+  if (m.channelId !== LOBBY || m.msgType !== TOPIC_RESUME_RESULT || !state.topics)
+    return;
+  let r;
+  try {
+    r = state.topics.onResult(LOBBY, m.msgBody);
+  } catch (err) {
+    notice(`The announcements' resume result could not be read: ${err.message}`);
+    return;
+  }
+  saveTopics();
+  if (!r.recovered && state.hadPositions)
+    announcementsNotice(`some announcements could not be recovered: ${r.error}`);
+}
+
+function announcementsNotice(text) {
+  const p = $('announcements-notice');
+  p.textContent = text;
+  p.hidden = false;
+}
+
 // A bridge delivery reaches a client as a server's broadcast does: the TopicEvent is the
-// userMessage's payload.
+// userMessage's payload. The tracker drops a duplicate, and while the resume is pending an
+// event past a hole (the catch-up brings the missed ones first).
 function onAnnouncement(m) {
   if (m.channelId !== LOBBY || m.msgType !== ANNOUNCEMENT_MSG_TYPE)
     return;
@@ -181,6 +251,16 @@ function onAnnouncement(m) {
     notice(`An announcement could not be read: ${err.message}`);
     return;
   }
+  let accepted;
+  try {
+    accepted = state.topics.accept(m.channelId, ev);
+  } catch (err) {
+    notice(`An announcement was dropped: ${err.message}`);
+    return;
+  }
+  if (!accepted)
+    return;
+  saveTopics();
   const text = announcementText(ev.content);
   if (text === null)
     return;

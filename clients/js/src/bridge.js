@@ -65,6 +65,24 @@ const posKey = (topic, shard) => `${shard}:${topic}`;
 // are (doc/protocol-mq.md: the idempotence rules are per topic and producer_id).
 const dedupKey = (ev) => `${ev.topic.length}:${ev.topic}${ev.producerId.length}:${ev.producerId}${ev.seq}`;
 
+const isU32 = (v) => Number.isInteger(v) && v >= 0 && v <= 0xffffffff;
+const isU53 = (v) => Number.isSafeInteger(v) && v >= 0;
+
+// Why p is not a position toJSON() makes ('' when it is one).
+function badPosition(p) {
+  if (p === null || typeof p !== 'object')
+    return 'not an object';
+  if (typeof p.topic !== 'string' || p.topic === '')
+    return 'topic is not a non-empty string';
+  if (!isU32(p.shard))
+    return 'shard is not an integer from 0 to 2^32 - 1';
+  if (!isU53(p.epoch) || !isU53(p.offset))
+    return 'epoch and offset are not integers from 0 to 2^53 - 1';
+  if (!isU32(p.channelId))
+    return 'channelId is not an integer from 0 to 2^32 - 1';
+  return '';
+}
+
 /**
  * Decides which durable-topic events the app handles, and asks for what a lost connection
  * missed (doc/bridge.md). One per app: it outlives connections. It holds a position per (topic,
@@ -237,6 +255,54 @@ export class TopicTracker {
   ack(client) {
     const m = this.ackMessage();
     client.send(m.channelId, m.msgType, m.body);
+  }
+
+  /**
+   * The state a later page or process resumes from, as a plain object for JSON.stringify (e.g.
+   * into localStorage): {positions: [{topic, shard, epoch, offset, channelId}, ...] in the order
+   * they were made, keys: [...] the dedup window's keys, oldest first (opaque strings)}. The
+   * counters, lastError and the pending marks are not in it: a pending resume belongs to the
+   * connection it was sent on.
+   */
+  toJSON() {
+    const positions = [];
+    for (const p of this.positions.values())
+      positions.push({ topic: p.topic, shard: p.shard, epoch: p.epoch, offset: p.offset, channelId: p.channelId });
+    return { positions, keys: [...this.keys.keys()] };
+  }
+
+  /**
+   * A new tracker holding what toJSON() returned (parsed back from JSON), nothing pending and the
+   * counters at 0. Throws a TypeError for a value toJSON() cannot have made (`positions[<i>]:
+   * ...`, `keys[<i>]: ...`), and a RangeError for more than TOPIC_MAX_POSITIONS positions or
+   * TOPIC_DEDUP_WINDOW keys. `keys` may be left out.
+   */
+  static fromJSON(obj) {
+    if (obj === null || typeof obj !== 'object' || !Array.isArray(obj.positions))
+      throw new TypeError('a TopicTracker state is an object whose "positions" is an array');
+    const keys = obj.keys === undefined ? [] : obj.keys;
+    if (!Array.isArray(keys))
+      throw new TypeError('a TopicTracker state\'s "keys" is an array');
+    if (obj.positions.length > TOPIC_MAX_POSITIONS)
+      throw new RangeError(`more than ${TOPIC_MAX_POSITIONS} positions`);
+    if (keys.length > TOPIC_DEDUP_WINDOW)
+      throw new RangeError(`more than ${TOPIC_DEDUP_WINDOW} keys`);
+    const t = new TopicTracker();
+    obj.positions.forEach((p, i) => {
+      const why = badPosition(p);
+      if (why)
+        throw new TypeError(`positions[${i}]: ${why}`);
+      const pk = posKey(p.topic, p.shard);
+      if (t.positions.has(pk))
+        throw new TypeError(`positions[${i}]: ${p.topic}/${p.shard} is listed twice`);
+      t.positions.set(pk, { topic: p.topic, shard: p.shard, epoch: p.epoch, offset: p.offset, channelId: p.channelId });
+    });
+    keys.forEach((k, i) => {
+      if (typeof k !== 'string')
+        throw new TypeError(`keys[${i}]: not a string`);
+      t.keys.set(k, true);
+    });
+    return t;
   }
 
   /** The counters: {accepted, duplicates, holes, skipped, epochChanges, positions, keys}. */

@@ -357,3 +357,86 @@ test('a result through the client\'s receive path: a `message` event with msgTyp
   assert.deepEqual(t.position('news', 0), { epoch: 2, offset: 1, channelId: 5 });
   c.disconnect();
 });
+
+// ---- toJSON / fromJSON: the state a reloaded page resumes from ---------------------------------
+
+test('toJSON: positions in the order made, with their channel, and the keys, oldest first', () => {
+  const t = new TopicTracker();
+  assert.deepEqual(t.toJSON(), { positions: [], keys: [] });
+  assert.equal(t.accept(5, ev('news', 2, 7, 40, 0, '17', 9)), true);
+  assert.equal(t.accept(0, ev('chat', 0, 1, 3, 0)), true);
+  assert.equal(t.accept(0, ev('news', 2, 7, 41, 40, '1', 79)), true);
+  assert.equal(t.accept(5, ev('big', 4294967295, 2 ** 53 - 1, 2 ** 53 - 1, 0)), true);
+  assert.deepEqual(JSON.parse(JSON.stringify(t)), {
+    positions: [
+      { topic: 'news', shard: 2, epoch: 7, offset: 41, channelId: 0 },
+      { topic: 'chat', shard: 0, epoch: 1, offset: 3, channelId: 0 },
+      { topic: 'big', shard: 4294967295, epoch: 2 ** 53 - 1, offset: 2 ** 53 - 1, channelId: 5 },
+    ],
+    keys: ['4:news2:179', '4:news1:179'],
+  });
+});
+
+test('fromJSON: the same positions and keys, nothing pending, the counters at 0; the resume', () => {
+  const t = new TopicTracker();
+  assert.equal(t.accept(0, ev('chat', 0, 1, 3, 0, '8', 1)), true);
+  assert.equal(t.accept(5, ev('news', 2, 7, 40, 0)), true);
+  t.resumeMessage(0);
+  const u = TopicTracker.fromJSON(JSON.parse(JSON.stringify(t)));
+  assert.ok(u instanceof TopicTracker);
+  assert.deepEqual(u.position('chat', 0), { epoch: 1, offset: 3, channelId: 0 });
+  assert.deepEqual(u.position('news', 2), { epoch: 7, offset: 40, channelId: 5 });
+  assert.equal(u.isPending(0), false);
+  stats(u, { positions: 2, keys: 1 });
+  assert.equal(u.lastError, '');
+  // The resume of GLOBAL carries the position as before the reload, byte for byte.
+  assert.deepEqual(Array.from(u.resumeMessage(0).body), Array.from(RESUME_CHAT));
+  // The rules go on from the restored state: the key, the offset, the next event, a skipped hole.
+  assert.equal(u.accept(0, ev('chat', 1, 1, 9, 0, '8', 1)), false);
+  assert.equal(u.accept(0, ev('chat', 0, 1, 3, 2)), false);
+  assert.equal(u.accept(0, ev('chat', 0, 1, 6, 5)), false);
+  assert.equal(u.accept(0, ev('chat', 0, 1, 4, 3)), true);
+  stats(u, { accepted: 1, duplicates: 2, skipped: 1, positions: 2, keys: 1 });
+  assert.deepEqual(JSON.parse(JSON.stringify(u)), JSON.parse(JSON.stringify(TopicTracker.fromJSON(u.toJSON()))));
+  // keys may be left out; the empty state is an empty tracker.
+  stats(TopicTracker.fromJSON({ positions: [{ topic: 'a', shard: 0, epoch: 0, offset: 0, channelId: 0 }] }),
+    { positions: 1 });
+  stats(TopicTracker.fromJSON({ positions: [], keys: [] }), {});
+});
+
+test('fromJSON: a value toJSON cannot have made throws, naming what is wrong', () => {
+  const p = (o) => ({ positions: [{ topic: 'a', shard: 0, epoch: 1, offset: 2, channelId: 0 }, { topic: 'b', shard: 0, epoch: 1, offset: 2, channelId: 0, ...o }] });
+  const type = (v, message) => assert.throws(() => TopicTracker.fromJSON(v), { name: 'TypeError', message });
+  const state = 'a TopicTracker state is an object whose "positions" is an array';
+  type(null, state);
+  type('x', state);
+  type([], state);
+  type({}, state);
+  type({ positions: {} }, state);
+  type({ positions: [], keys: 'k' }, 'a TopicTracker state\'s "keys" is an array');
+  type({ positions: [null] }, 'positions[0]: not an object');
+  type(p({ topic: '' }), 'positions[1]: topic is not a non-empty string');
+  type(p({ topic: 3 }), 'positions[1]: topic is not a non-empty string');
+  const shard = 'positions[1]: shard is not an integer from 0 to 2^32 - 1';
+  type(p({ shard: -1 }), shard);
+  type(p({ shard: 2 ** 32 }), shard);
+  type(p({ shard: 1.5 }), shard);
+  type(p({ shard: '1' }), shard);
+  const long = 'positions[1]: epoch and offset are not integers from 0 to 2^53 - 1';
+  type(p({ epoch: -1 }), long);
+  type(p({ epoch: 2 ** 53 }), long);
+  type(p({ offset: '2' }), long);
+  type(p({ offset: undefined }), long);
+  const chan = 'positions[1]: channelId is not an integer from 0 to 2^32 - 1';
+  type(p({ channelId: undefined }), chan);
+  type(p({ channelId: 2 ** 32 }), chan);
+  type(p({ topic: 'a' }), 'positions[1]: a/0 is listed twice');
+  assert.equal(TopicTracker.fromJSON(p({ topic: 'a', shard: 1 })).stats().positions, 2);
+  type({ positions: [], keys: ['k', 7] }, 'keys[1]: not a string');
+  const many = Array.from({ length: TOPIC_MAX_POSITIONS + 1 }, (_, s) => ({ topic: 'a', shard: s, epoch: 1, offset: 1, channelId: 0 }));
+  assert.throws(() => TopicTracker.fromJSON({ positions: many }), { name: 'RangeError', message: 'more than 1024 positions' });
+  assert.equal(TopicTracker.fromJSON({ positions: many.slice(1) }).stats().positions, TOPIC_MAX_POSITIONS);
+  const keys = Array.from({ length: TOPIC_DEDUP_WINDOW + 1 }, (_, i) => `k${i}`);
+  assert.throws(() => TopicTracker.fromJSON({ positions: [], keys }), { name: 'RangeError', message: 'more than 4096 keys' });
+  assert.equal(TopicTracker.fromJSON({ positions: [], keys: keys.slice(1) }).stats().keys, TOPIC_DEDUP_WINDOW);
+});
