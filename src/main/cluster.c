@@ -144,7 +144,11 @@ static void *monitor_main(void *arg)
         pthread_mutex_lock(&k->mu);
         k->st = st;
         k->st_read = true;
-        if (!st.replica || st.lag_transactions <= 0 || !k->caught_up_ms)
+        /* Only a read that succeeded can show the standby caught up: a failed one (a slow
+         * server under load) says nothing, and taking it as "caught up" restarted behind_ms
+         * while the SQL thread was stopped, so the lag alert dropped and came back. */
+        bool caught_up = st.up && (!st.replica || st.lag_transactions == 0);
+        if (caught_up || !k->caught_up_ms)
             k->caught_up_ms = cq_clock_mono_ms();
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
