@@ -15,6 +15,7 @@
 #include "cq_util.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -50,6 +51,10 @@ struct cq_main_bridge {
     cq_resume_t *rs;
     cq_mpsc_t asks;
     _Atomic int64_t nasks;
+    /* Held while a worker queues an ask and pokes the MQ engine, and while stop sets stopped:
+     * a worker never pokes an engine that stop_mq has begun to free. Asks are rare (one per
+     * resume and chunk), so the lock is off every hot path. */
+    pthread_mutex_t ask_mu;
     _Atomic(cq_mqsrv_t *) mq; /* set once the MQ engine exists (cq_main_bridge_attach) */
     uint64_t tick_ms;
     _Atomic uint64_t rs_requests, rs_recovered, rs_not_recovered, rs_refused, rs_ring, rs_store,
@@ -153,9 +158,6 @@ static void sink_event(void *ud, const cq_mqsrv_event_t *ev)
 static int resume_ask(void *ud, int what, uint32_t conn_id, const void *body, size_t len)
 {
     cq_main_bridge_t *b = ud;
-    cq_mqsrv_t *mq = atomic_load(&b->mq);
-    if (!mq || atomic_load(&b->stopped))
-        return -ENOTCONN;
     if (what == CQ_RESUME_ASK_REQUEST && atomic_load(&b->nasks) >= RESUME_QUEUE_MAX)
         return CQ_EBUSY;
     ask_t *a = cq_malloc(sizeof(*a) + len);
@@ -166,9 +168,17 @@ static int resume_ask(void *ud, int what, uint32_t conn_id, const void *body, si
     a->len = len;
     if (len)
         memcpy(a->body, body, len);
+    pthread_mutex_lock(&b->ask_mu);
+    cq_mqsrv_t *mq = atomic_load(&b->mq);
+    if (!mq || atomic_load(&b->stopped)) {
+        pthread_mutex_unlock(&b->ask_mu);
+        cq_free(a);
+        return -ENOTCONN;
+    }
     atomic_fetch_add(&b->nasks, 1);
     cq_mpsc_push(&b->asks, &a->node);
     cq_mqsrv_sink_poke(mq);
+    pthread_mutex_unlock(&b->ask_mu);
     return 0;
 }
 
@@ -374,6 +384,7 @@ int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
         r = -ENOMEM;
     if (r == 0) {
         cq_mpsc_init(&b->asks);
+        pthread_mutex_init(&b->ask_mu, NULL);
         declare_topics(b);
     }
     if (r == 0 && (r = cq_admin_add_source(admin, "bridge", metrics, b)) < 0)
@@ -436,8 +447,13 @@ int cq_main_bridge_reload(cq_main_bridge_t *b, const cq_config_t *c, cq_mqsrv_t 
 
 void cq_main_bridge_stop(cq_main_bridge_t *b)
 {
-    if (b)
-        atomic_store(&b->stopped, true);
+    if (!b)
+        return;
+    if (b->rs) /* ask_mu is set up with rs */
+        pthread_mutex_lock(&b->ask_mu);
+    atomic_store(&b->stopped, true);
+    if (b->rs)
+        pthread_mutex_unlock(&b->ask_mu);
 }
 
 cq_main_bridge_t *cq_main_bridge_free(cq_main_bridge_t *b, cq_admin_t *admin)
@@ -451,6 +467,8 @@ cq_main_bridge_t *cq_main_bridge_free(cq_main_bridge_t *b, cq_admin_t *admin)
     cq_mpsc_node_t *n;
     while (b->rs && (n = cq_mpsc_pop(&b->asks))) /* asks is set up with rs */
         cq_free(cq_container_of(n, ask_t, node));
+    if (b->rs)
+        pthread_mutex_destroy(&b->ask_mu);
     cq_resume_free(b->rs);
     cq_free(b);
     return NULL;

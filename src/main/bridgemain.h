@@ -28,9 +28,11 @@ void cq_main_bridge_attach(cq_main_bridge_t *b, cq_mqsrv_t *s);
  * cannot serve, keeps the bindings in force (logged). b NULL (no --bridge-file at start):
  * nothing. Returns 0 or the error. */
 int cq_main_bridge_reload(cq_main_bridge_t *b, const cq_config_t *c, cq_mqsrv_t *s);
-/* From now on events are not delivered (the workers stop): any thread. NULL: nothing. */
+/* From now on events are not delivered and the workers' resume asks are refused (the MQ
+ * engine is about to be freed): any thread. NULL: nothing. */
 void cq_main_bridge_stop(cq_main_bridge_t *b);
-/* After the MQ engine is freed. Accepts NULL; returns NULL. */
+/* After the workers stopped (they may ask until then: the core's resume hook points here) and
+ * the MQ engine is freed. Accepts NULL; returns NULL. */
 cq_main_bridge_t *cq_main_bridge_free(cq_main_bridge_t *b, cq_admin_t *admin);
 
 #endif

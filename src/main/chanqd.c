@@ -555,7 +555,6 @@ static void stop_mq(app_t *a)
     a->mq = cq_mqio_free(a->mq);
     a->mgrlink = cq_mgrlink_free(a->mgrlink); /* the loop that drove it is gone */
     a->mqsrv = cq_mqsrv_free(a->mqsrv);       /* runs those completions */
-    a->bridge = cq_main_bridge_free(a->bridge, a->admin);
     a->writer = cq_writer_free(a->writer);
     a->perms = cq_mqperm_free(a->perms);
 }
@@ -691,6 +690,8 @@ int main(int argc, char **argv)
     if (a.io)
         cq_admin_remove_source(a.admin, cq_io_metrics_append, a.io);
     cq_io_free(a.io);
+    /* after the workers: a connection released at shutdown tells the bridge its resume ended */
+    a.bridge = cq_main_bridge_free(a.bridge, a.admin);
     cq_admin_free(a.admin);
     cq_shared_free(a.sh);
     cq_authlim_free(a.authlim);
