@@ -25,7 +25,10 @@
 #              the latency of live traffic on another channel (a SERVER connection broadcasting
 #              RECON_LIVE_RATE 64-byte messages/s on a SUBWORLD channel to RECON_LIVE_SUBS
 #              players, from a process of its own) before the drop and during the reconnect.
-#              Once per worker count in RECON_WORKERS (chanqd --workers).
+#              Once per worker count in RECON_WORKERS (chanqd --workers). With RECON_CONTROL=1
+#              each rep also runs the control (bridgebench --no-resume, in alternating order):
+#              the same reconnect without the resumes, so that what the resumes add to the
+#              live traffic's latency shows apart from what 10,000 AUTHs and SUBs cost.
 # Each run prints its readable line; the summary at the end has a table of medians over REPS
 # per part, the load (/proc/loadavg) at the start and end of each part, and the targets. Raw
 # results (one JSON line per run) go to $OUT/bridge-<time>.jsonl. Nothing here asserts a time.
@@ -36,7 +39,7 @@
 #   LIVE_SUBS [100]  LIVE_RATE [2000]  LIVE_DURATION [5] s  LIVE_WARMUP [1] s
 #   CATCHUP_N [50000]  CATCHUP_RING [65536]  STORE_RING [8192]  CATCHUP_BATCH [1000] per produce
 #   RECON_PLAYERS [10000]  RECON_EVENTS [100]  RECON_BEFORE [3] s  RECON_LIVE_SUBS [8]
-#   RECON_LIVE_RATE [100]  RECON_WORKERS ["1 2"]
+#   RECON_LIVE_RATE [100]  RECON_WORKERS ["1 2"]  RECON_CONTROL [1]
 #   BRIDGE_SMOKE [0]  1: the CI size (suite bench, test bridge-smoke): REPS 1, sqlite only, 10
 #                     players at 200 events/s for 1 s, a catch-up of 2000 events (ring, and
 #                     store with a ring of 500), 200 players reconnecting for 20 events; checks
@@ -61,10 +64,11 @@ CATCHUP_BATCH=${CATCHUP_BATCH:-1000}
 RECON_PLAYERS=${RECON_PLAYERS:-10000} RECON_EVENTS=${RECON_EVENTS:-100}
 RECON_BEFORE=${RECON_BEFORE:-3} RECON_LIVE_SUBS=${RECON_LIVE_SUBS:-8}
 RECON_LIVE_RATE=${RECON_LIVE_RATE:-100} RECON_WORKERS=${RECON_WORKERS:-"1 2"}
+RECON_CONTROL=${RECON_CONTROL:-1}
 if [ "$SMOKE" = 1 ]; then
     BACKENDS=sqlite REPS=1 LIVE_SUBS=10 LIVE_RATE=200 LIVE_DURATION=1 LIVE_WARMUP=0.5
     CATCHUP_N=2000 CATCHUP_RING=8192 STORE_RING=500 RECON_PLAYERS=200 RECON_EVENTS=20
-    RECON_BEFORE=0.5 RECON_LIVE_SUBS=2 RECON_WORKERS=2
+    RECON_BEFORE=0.5 RECON_LIVE_SUBS=2 RECON_WORKERS=2 RECON_CONTROL=0
 fi
 BUILD=${BUILD:-build-bench}
 log() { printf '[bridge.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -246,15 +250,24 @@ part_catchup() { # BACKEND
 }
 
 part_reconnect() { # BACKEND
-    local b=$1 rep w
+    local b=$1 rep w t kinds=resume
+    [ "$RECON_CONTROL" = 1 ] && kinds="resume control"
     for w in $RECON_WORKERS; do
         WORKERS=$w chanq_start "reconnect_${b}_w$w" "$b" \
             --max-connections $((RECON_PLAYERS + RECON_LIVE_SUBS + 100))
         local dir=$SDIR pid=$SPID
+        local -a common=(--players "$RECON_PLAYERS" --events "$RECON_EVENTS"
+            --before "$RECON_BEFORE" --live-subs "$RECON_LIVE_SUBS"
+            --live-rate "$RECON_LIVE_RATE" --timeout 300)
         for rep in $(seq 1 "$REPS"); do
-            bench "reconnect/$b/w$w" "$dir" "$pid" reconnect --players "$RECON_PLAYERS" \
-                --events "$RECON_EVENTS" --before "$RECON_BEFORE" \
-                --live-subs "$RECON_LIVE_SUBS" --live-rate "$RECON_LIVE_RATE" --timeout 300
+            # shellcheck disable=SC2086 # kinds is a word list
+            for t in $(rotate "$rep" $kinds); do
+                case "$t" in
+                resume) bench "reconnect/$b/w$w" "$dir" "$pid" reconnect "${common[@]}" ;;
+                control) bench "reconnect-control/$b/w$w" "$dir" "$pid" reconnect \
+                    "${common[@]}" --no-resume ;;
+                esac
+            done
         done
         chanq_stop "$pid"
     done
@@ -384,21 +397,27 @@ for b in backends:
     r0 = by[labels[0]][0]
     print(f'\n### reconnect, {b}: {r0.get("players")} players resume {r0.get("events")} events each '
           f'({loads("reconnect", b)}; median of {max(n(k) for k in labels)})\n')
-    print('| chanqd workers | all caught up ms | all runs | AUTH max | SUB max | result max '
+    print('| chanqd workers | run | all back ms | all runs | AUTH max | SUB max | result max '
           '| per player: resume -> last event p50 / p99 / max ms | retries | store reads '
           '| live p99 before ms | live p99 during ms | live max during ms | chanqd CPU-s |')
-    print('|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|')
+    print('|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|')
     for L in labels:
-        print(f'| {L.rsplit("/w", 1)[1]} | {fmt(med(L, "all_ms"))} | {all_of(L, "all_ms")} '
-              f'| {fmt(med(L, "auth_max_ms"))} | {fmt(med(L, "sub_max_ms"))} '
-              f'| {fmt(med(L, "result_max_ms"))} | {fmt(med(L, "resume_p50_ms"))} / '
-              f'{fmt(med(L, "resume_p99_ms"))} / {fmt(med(L, "resume_max_ms"))} '
-              f'| {fmt(med(L, "retries"))} | {fmt(med(L, "resume_reads"))} '
-              f'| {ms(med(L, "live_before_kp99_us"))} | {ms(med(L, "live_during_kp99_us"))} '
-              f'| {ms(med(L, "live_during_kmax_us"))} | {fmt(med(L, "server_cpu_s"), 2)} |')
-    print(f'\nLive traffic: {r0.get("live_rate", 0):.0f} msg/s to {r0.get("live_subs")} players on a '
-          'SUBWORLD channel, kernel rx latency; "before" is the quiet window before the drop, '
-          '"during" from the reconnect until the last player has its events.')
+        w = L.rsplit('/w', 1)[1]
+        for K, what in ((L, 'resume'), (f'reconnect-control/{b}/w{w}', 'control: no resume')):
+            if K not in by:
+                continue
+            res = what == 'resume'
+            print(f'| {w} | {what} | {fmt(med(K, "all_ms"))} | {all_of(K, "all_ms")} '
+                  f'| {fmt(med(K, "auth_max_ms"))} | {fmt(med(K, "sub_max_ms"))} '
+                  f'| {fmt(med(K, "result_max_ms")) if res else "-"} '
+                  f'| {(fmt(med(K, "resume_p50_ms")) + " / " + fmt(med(K, "resume_p99_ms")) + " / " + fmt(med(K, "resume_max_ms"))) if res else "-"} '
+                  f'| {fmt(med(K, "retries"))} | {fmt(med(K, "resume_reads"))} '
+                  f'| {ms(med(K, "live_before_kp99_us"))} | {ms(med(K, "live_during_kp99_us"))} '
+                  f'| {ms(med(K, "live_during_kmax_us"))} | {fmt(med(K, "server_cpu_s"), 2)} |')
+    print(f'\n"all back": from the reconnect until every player has its events (resume) or its SUB '
+          f'result (control). Live traffic: {r0.get("live_rate", 0):.0f} msg/s to {r0.get("live_subs")} '
+          'players on a SUBWORLD channel, kernel rx latency; "before" is the quiet window before '
+          'the drop, "during" from the reconnect until every player is back.')
 
 print(f'\nraw results: {sys.argv[1]}')
 want = [(p, b) for b in backends for p in os.environ.get('CQ_PARTS', '').split()]

@@ -62,6 +62,7 @@ static struct {
     const char *mode, *label, *ready, *topic;
     uint32_t msg_type;
     int subs, players, events, batch, live_subs, conc, pid;
+    bool no_resume;
     size_t size;
     double rate, duration, warmup, drain, before, live_rate, timeout;
 } O = {.label = "",
@@ -1046,7 +1047,7 @@ static void recon_finish(const char *error)
     recon_times(offsetof(player_t, t_done), NO_FROM, fin);
     recon_times(offsetof(player_t, t_done), offsetof(player_t, t_sub), span);
     double all_ms = (double)(R.t_all - R.t_recon) / 1e6;
-    printf("{\"label\":\"%s\",\"mode\":\"reconnect\",\"players\":%d,\"events\":%d,"
+    printf("{\"label\":\"%s\",\"mode\":\"reconnect\",\"resume\":%s,\"players\":%d,\"events\":%d,"
            "\"all_ms\":%.1f,\"done\":%d,\"auth_p50_ms\":%.1f,\"auth_max_ms\":%.1f,"
            "\"sub_p50_ms\":%.1f,\"sub_max_ms\":%.1f,\"result_p50_ms\":%.1f,\"result_max_ms\":%.1f,"
            "\"done_p50_ms\":%.1f,\"done_p99_ms\":%.1f,\"done_max_ms\":%.1f,"
@@ -1058,24 +1059,40 @@ static void recon_finish(const char *error)
            "\"live_during_kp50_us\":%.1f,\"live_during_kp99_us\":%.1f,"
            "\"live_during_kmax_us\":%.1f,\"live_during_p99_us\":%.1f,\"server_cpu_s\":%.2f,"
            "\"client_cpu_s\":%.2f",
-           O.label, G.n, O.events, all_ms, done, auth[0], auth[2], sub[0], sub[2], res[0], res[2],
-           fin[0], fin[1], fin[2], span[0], span[1], span[2], retries, R.nnot, R.first_err, dup,
-           holes, skipped, O.live_subs, O.live_rate,
+           O.label, O.no_resume ? "false" : "true", G.n, O.events, all_ms, done, auth[0], auth[2],
+           sub[0], sub[2], res[0], res[2], fin[0], fin[1], fin[2], span[0], span[1], span[2],
+           retries, R.nnot, R.first_err, dup, holes, skipped, O.live_subs, O.live_rate,
            R.child > 0 ? (uint64_t)atomic_load(&K.shm->lost) : 0, lb.n, lb.kp50, lb.kp99, lb.kmax,
            lb.ap99, ld.n, ld.kp50, ld.kp99, ld.kmax, ld.ap99, R.cpu_srv1 - R.cpu_srv0,
            R.cpu_cli1 - R.cpu_cli0);
     print_snap_delta(&R.s0, &R.s1);
     print_end(error);
-    printf("# reconnect %s: %d players x %d events: all caught up %.0f ms after the reconnect "
+    printf("# reconnect %s: %d players x %d events: %s %.0f ms after the reconnect "
            "(AUTH max %.0f, SUB max %.0f, result max %.0f, last event p50 %.0f max %.0f ms; "
            "resume request to last event p50 %.0f max %.0f ms; %d retries); resume store "
            "reads %.0f; live p99 (kernel rx) %.2f ms before, %.2f ms "
            "during (max %.2f ms); chanqd %.2f CPU-s%s%s\n",
-           O.label, G.n, O.events, all_ms, auth[2], sub[2], res[2], fin[0], fin[2], span[0],
-           span[2], retries, R.s1.reads - R.s0.reads, lb.kp99 / 1e3, ld.kp99 / 1e3, ld.kmax / 1e3,
-           R.cpu_srv1 - R.cpu_srv0, error ? ", ERROR: " : "", error ? error : "");
+           O.label, G.n, O.events,
+           O.no_resume ? "all subscribed again (no resume)" : "all caught up", all_ms, auth[2],
+           sub[2], res[2], fin[0], fin[2], span[0], span[2], retries, R.s1.reads - R.s0.reads,
+           lb.kp99 / 1e3, ld.kp99 / 1e3, ld.kmax / 1e3, R.cpu_srv1 - R.cpu_srv0,
+           error ? ", ERROR: " : "", error ? error : "");
     fflush(stdout);
     exit(error ? 1 : 0);
+}
+
+/* A player has what it came back for (its events; with --no-resume, its SUB). */
+static void recon_player_done(player_t *p)
+{
+    p->done = true;
+    p->t_done = bench_now_ns();
+    if (++R.ndone < G.n)
+        return;
+    R.t_all = p->t_done;
+    R.real_all = bb_real_ns();
+    R.cpu_srv1 = bench_proc_cpu_s(O.pid, NULL);
+    R.cpu_cli1 = bb_self_cpu_s();
+    recon_finish(NULL);
 }
 
 static void recon_event(player_t *p, const bb_event_t *ev, bb_sock_t *s)
@@ -1086,21 +1103,17 @@ static void recon_event(player_t *p, const bb_event_t *ev, bb_sock_t *s)
             uv_stop(G.loop);
         return;
     }
-    if (G.phase != R_BACK || p->done || p->got < (uint64_t)O.events)
+    if (G.phase != R_BACK || O.no_resume) {
+        recon_finish("an event came to a player that did not resume");
+        return;
+    }
+    if (p->done || p->got < (uint64_t)O.events)
         return;
     if (ev->offset != R.last) {
         recon_finish("a player's last event is not the last one produced");
         return;
     }
-    p->done = true;
-    p->t_done = bench_now_ns();
-    if (++R.ndone == G.n) {
-        R.t_all = p->t_done;
-        R.real_all = bb_real_ns();
-        R.cpu_srv1 = bench_proc_cpu_s(O.pid, NULL);
-        R.cpu_cli1 = bb_self_cpu_s();
-        recon_finish(NULL);
-    }
+    recon_player_done(p);
 }
 
 static void recon_sub(player_t *p)
@@ -1112,7 +1125,10 @@ static void recon_sub(player_t *p)
             uv_stop(G.loop);
         return;
     }
-    player_resume(p);
+    if (O.no_resume)
+        recon_player_done(p);
+    else
+        player_resume(p);
 }
 
 static void recon_result(player_t *p)
@@ -1229,7 +1245,8 @@ static void usage(FILE *f)
           "            --drain S (10)\n"
           " catchup:   --events N (produced while away) --batch N (500 per produce)\n"
           " reconnect: --players M (10000) --events R --before S (3) --live-subs K (8)\n"
-          "            --live-rate R (100/s) --conc N (200 setup handshakes at a time)\n",
+          "            --live-rate R (100/s) --conc N (200 setup handshakes at a time)\n"
+          "            --no-resume (the control: players come back and SUB, no resume)\n",
           f);
 }
 
@@ -1255,6 +1272,7 @@ static void parse_args(int argc, char **argv)
         {"live-subs", required_argument, NULL, 'k'},
         {"live-rate", required_argument, NULL, 'R'},
         {"conc", required_argument, NULL, 'c'},
+        {"no-resume", no_argument, NULL, 'N'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1317,6 +1335,9 @@ static void parse_args(int argc, char **argv)
             break;
         case 'c':
             O.conc = atoi(optarg);
+            break;
+        case 'N':
+            O.no_resume = true;
             break;
         case 'h':
             usage(stdout);
