@@ -28,7 +28,10 @@
 #              Once per worker count in RECON_WORKERS (chanqd --workers). With RECON_CONTROL=1
 #              each rep also runs the control (bridgebench --no-resume, in alternating order):
 #              the same reconnect without the resumes, so that what the resumes add to the
-#              live traffic's latency shows apart from what 10,000 AUTHs and SUBs cost.
+#              live traffic's latency shows apart from what 10,000 AUTHs and SUBs cost. With
+#              RECON_STORE_RING > 0 each rep also runs "store": a chanqd whose ring keeps only
+#              RECON_STORE_RING events (< RECON_EVENTS), so that every position is older than the
+#              ring and each resume reads the store: how the reads grow with the players.
 # Each run prints its readable line; the summary at the end has a table of medians over REPS
 # per part, the load (/proc/loadavg) at the start and end of each part, and the targets. Raw
 # results (one JSON line per run) go to $OUT/bridge-<time>.jsonl. Nothing here asserts a time.
@@ -39,7 +42,7 @@
 #   LIVE_SUBS [100]  LIVE_RATE [2000]  LIVE_DURATION [5] s  LIVE_WARMUP [1] s
 #   CATCHUP_N [50000]  CATCHUP_RING [65536]  STORE_RING [8192]  CATCHUP_BATCH [1000] per produce
 #   RECON_PLAYERS [10000]  RECON_EVENTS [100]  RECON_BEFORE [3] s  RECON_LIVE_SUBS [8]
-#   RECON_LIVE_RATE [100]  RECON_WORKERS ["1 2"]  RECON_CONTROL [1]
+#   RECON_LIVE_RATE [100]  RECON_WORKERS ["1 2"]  RECON_CONTROL [1]  RECON_STORE_RING [50]
 #   BRIDGE_SMOKE [0]  1: the CI size (suite bench, test bridge-smoke): REPS 1, sqlite only, 10
 #                     players at 200 events/s for 1 s, a catch-up of 2000 events (ring, and
 #                     store with a ring of 500), 200 players reconnecting for 20 events; checks
@@ -64,11 +67,12 @@ CATCHUP_BATCH=${CATCHUP_BATCH:-1000}
 RECON_PLAYERS=${RECON_PLAYERS:-10000} RECON_EVENTS=${RECON_EVENTS:-100}
 RECON_BEFORE=${RECON_BEFORE:-3} RECON_LIVE_SUBS=${RECON_LIVE_SUBS:-8}
 RECON_LIVE_RATE=${RECON_LIVE_RATE:-100} RECON_WORKERS=${RECON_WORKERS:-"1 2"}
-RECON_CONTROL=${RECON_CONTROL:-1}
+RECON_CONTROL=${RECON_CONTROL:-1} RECON_STORE_RING=${RECON_STORE_RING:-50}
 if [ "$SMOKE" = 1 ]; then
     BACKENDS=sqlite REPS=1 LIVE_SUBS=10 LIVE_RATE=200 LIVE_DURATION=1 LIVE_WARMUP=0.5
     CATCHUP_N=2000 CATCHUP_RING=8192 STORE_RING=500 RECON_PLAYERS=200 RECON_EVENTS=20
     RECON_BEFORE=0.5 RECON_LIVE_SUBS=2 RECON_WORKERS=2 RECON_CONTROL=0
+    RECON_STORE_RING=10
 fi
 BUILD=${BUILD:-build-bench}
 log() { printf '[bridge.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -250,15 +254,20 @@ part_catchup() { # BACKEND
 }
 
 part_reconnect() { # BACKEND
-    local b=$1 rep w t kinds=resume
-    [ "$RECON_CONTROL" = 1 ] && kinds="resume control"
+    local b=$1 rep w t kinds=resume spid=''
+    [ "$RECON_CONTROL" = 1 ] && kinds="$kinds control"
+    [ "$RECON_STORE_RING" -gt 0 ] && kinds="$kinds store"
+    local -a common=(--players "$RECON_PLAYERS" --events "$RECON_EVENTS" --before "$RECON_BEFORE"
+        --live-subs "$RECON_LIVE_SUBS" --live-rate "$RECON_LIVE_RATE" --timeout 300)
+    local -a maxc=(--max-connections $((RECON_PLAYERS + RECON_LIVE_SUBS + 100)))
     for w in $RECON_WORKERS; do
-        WORKERS=$w chanq_start "reconnect_${b}_w$w" "$b" \
-            --max-connections $((RECON_PLAYERS + RECON_LIVE_SUBS + 100))
+        WORKERS=$w chanq_start "reconnect_${b}_w$w" "$b" "${maxc[@]}"
         local dir=$SDIR pid=$SPID
-        local -a common=(--players "$RECON_PLAYERS" --events "$RECON_EVENTS"
-            --before "$RECON_BEFORE" --live-subs "$RECON_LIVE_SUBS"
-            --live-rate "$RECON_LIVE_RATE" --timeout 300)
+        if [ "$RECON_STORE_RING" -gt 0 ]; then
+            WORKERS=$w chanq_start "reconnect_store_${b}_w$w" "$b" "${maxc[@]}" \
+                --bridge-ring-events "$RECON_STORE_RING"
+            local sdir=$SDIR spid=$SPID
+        fi
         for rep in $(seq 1 "$REPS"); do
             # shellcheck disable=SC2086 # kinds is a word list
             for t in $(rotate "$rep" $kinds); do
@@ -266,10 +275,12 @@ part_reconnect() { # BACKEND
                 resume) bench "reconnect/$b/w$w" "$dir" "$pid" reconnect "${common[@]}" ;;
                 control) bench "reconnect-control/$b/w$w" "$dir" "$pid" reconnect \
                     "${common[@]}" --no-resume ;;
+                store) bench "reconnect-store/$b/w$w" "$sdir" "$spid" reconnect "${common[@]}" ;;
                 esac
             done
         done
         chanq_stop "$pid"
+        [ -z "$spid" ] || chanq_stop "$spid"
     done
 }
 
@@ -304,7 +315,7 @@ if [ "$SMOKE" = 1 ] && grep -l 'ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|r
         "$TMP"/*/log 2>/dev/null | head -60 >&2
     SAN_RC=1
 fi
-CQ_SMOKE=$SMOKE CQ_PARTS=$PARTS CQ_BACKENDS=$BACKENDS python3 - "$JSONL" <<'EOF'
+CQ_SMOKE=$SMOKE CQ_PARTS=$PARTS CQ_BACKENDS=$BACKENDS CQ_STORE_RING=$RECON_STORE_RING python3 - "$JSONL" <<'EOF'
 import json, os, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')]
 env = {r['label']: r for r in rows if r['label'].startswith('env/')}
@@ -403,10 +414,11 @@ for b in backends:
     print('|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|')
     for L in labels:
         w = L.rsplit('/w', 1)[1]
-        for K, what in ((L, 'resume'), (f'reconnect-control/{b}/w{w}', 'control: no resume')):
+        for K, what in ((L, 'resume'), (f'reconnect-control/{b}/w{w}', 'control: no resume'),
+                        (f'reconnect-store/{b}/w{w}', 'resume, positions older than the ring')):
             if K not in by:
                 continue
-            res = what == 'resume'
+            res = what.startswith('resume')
             print(f'| {w} | {what} | {fmt(med(K, "all_ms"))} | {all_of(K, "all_ms")} '
                   f'| {fmt(med(K, "auth_max_ms"))} | {fmt(med(K, "sub_max_ms"))} '
                   f'| {fmt(med(K, "result_max_ms")) if res else "-"} '
@@ -417,7 +429,8 @@ for b in backends:
     print(f'\n"all back": from the reconnect until every player has its events (resume) or its SUB '
           f'result (control). Live traffic: {r0.get("live_rate", 0):.0f} msg/s to {r0.get("live_subs")} '
           'players on a SUBWORLD channel, kernel rx latency; "before" is the quiet window before '
-          'the drop, "during" from the reconnect until every player is back.')
+          'the drop, "during" from the reconnect until every player is back. "older than the ring": '
+          'chanqd with --bridge-ring-events ' + str(os.environ.get('CQ_STORE_RING')) + ', every resume reads the store.')
 
 print(f'\nraw results: {sys.argv[1]}')
 want = [(p, b) for b in backends for p in os.environ.get('CQ_PARTS', '').split()]
