@@ -27,7 +27,9 @@
  *              (--live-subs K > 0) keeps a SERVER connection broadcasting --live-rate 64-byte
  *              messages/s on a SUBWORLD channel to K subscribers: their latency before the drop
  *              and during the reconnect (a separate process, so that this one's work on M
- *              sockets does not queue the live samples).
+ *              sockets does not queue the live samples). --no-resume is the control: the
+ *              players come back and SUB without resuming (a player is back at its SUB
+ *              result), so what the resumes add shows apart from the reconnect itself.
  *
  * Output: one JSON line (starts with '{') and one readable line (starts with '#'). Exit 1 when
  * the run failed (an event missing, repeated or out of order, a resume not recovered, a
