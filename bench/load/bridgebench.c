@@ -61,7 +61,7 @@
 #define LIVE_SAMPLES_MAX  (4u << 20)
 
 static struct {
-    const char *mode, *label, *ready, *topic;
+    const char *mode, *label, *ready, *topic, *live_dump;
     uint32_t msg_type;
     int subs, players, events, batch, live_subs, conc, pid;
     bool no_resume;
@@ -90,8 +90,7 @@ static struct {
     char mq_addr[64];
 } A;
 
-/* ---- players ----------------------------------------------------------------------------------
- */
+/* ---- players -------------------------------------------------------------------------------- */
 
 typedef struct player {
     bb_conn_t c;
@@ -272,8 +271,7 @@ static void player_resume(player_t *p)
     p->tk.pending = true;
 }
 
-/* ---- producing --------------------------------------------------------------------------------
- */
+/* ---- producing ------------------------------------------------------------------------------ */
 
 static chanq_mq_sync_t *mq_open(void)
 {
@@ -346,8 +344,7 @@ static void bridge_wait_events(double min)
     }
 }
 
-/* ---- metrics of a run -------------------------------------------------------------------------
- */
+/* ---- metrics of a run ----------------------------------------------------------------------- */
 
 typedef struct snap {
     double reads, ring, store, recovered, not_recovered, refused, idle, events;
@@ -413,8 +410,7 @@ static void print_end(const char *error)
     printf(",\"error\":%s%s%s}\n", error ? "\"" : "", error ? error : "null", error ? "\"" : "");
 }
 
-/* ---- mode live --------------------------------------------------------------------------------
- */
+/* ---- mode live ------------------------------------------------------------------------------ */
 
 static struct {
     chanq_mq_t *mq;
@@ -673,8 +669,7 @@ static void run_live(void)
     players_connect_more();
 }
 
-/* ---- mode catchup -----------------------------------------------------------------------------
- */
+/* ---- mode catchup --------------------------------------------------------------------------- */
 
 static struct {
     uint64_t seq, last, t_resume, t_first, t_end;
@@ -968,8 +963,26 @@ static live_pcts_t live_window(uint64_t from, uint64_t to)
     return r;
 }
 
-/* ---- mode reconnect ----------------------------------------------------------------------------
- */
+/* Writes every live sample to O.live_dump: a header with the phases' times, then one line per
+ * sample (receive time, kernel rx latency, app latency; realtime ns), for a look at when the
+ * slow ones came. */
+static void live_dump(uint64_t before, uint64_t drop, uint64_t recon, uint64_t all)
+{
+    FILE *f = fopen(O.live_dump, "w");
+    if (!f) {
+        fprintf(stderr, "bridgebench: %s: %s\n", O.live_dump, strerror(errno));
+        return;
+    }
+    fprintf(f, "# before %" PRIu64 " drop %" PRIu64 " reconnect %" PRIu64 " all %" PRIu64 "\n",
+            before, drop, recon, all);
+    uint64_t n = atomic_load(&K.shm->n);
+    for (uint64_t i = 0; i < n; i++)
+        fprintf(f, "%" PRIu64 " %" PRId64 " %" PRId64 "\n", K.shm->s[i].rx_real, K.shm->s[i].kern,
+                K.shm->s[i].app);
+    fclose(f);
+}
+
+/* ---- mode reconnect ------------------------------------------------------------------------- */
 
 enum { R_SETUP, R_POSITION, R_BEFORE, R_AWAY, R_BACK };
 
@@ -1041,6 +1054,8 @@ static void recon_finish(const char *error)
     if (R.child > 0) {
         lb = live_window(R.real_before, R.real_drop);
         ld = live_window(R.real_recon, R.real_all);
+        if (O.live_dump)
+            live_dump(R.real_before, R.real_drop, R.real_recon, R.real_all);
     }
     double auth[3], sub[3], res[3], fin[3], span[3];
     recon_times(offsetof(player_t, t_auth), NO_FROM, auth);
@@ -1193,6 +1208,10 @@ static void run_reconnect(void)
         usleep(10000);
     }
     G.phase = R_BEFORE;
+    /* the position event's fan-out to every player holds GLOBAL's worker for tens of ms with
+     * 10,000 of them: the quiet window starts once it is over */
+    uv_timer_start(&G.timer, stop_loop, 500, 0);
+    run_phase();
     R.real_before = bb_real_ns();
     uv_timer_start(&G.timer, stop_loop, (uint64_t)(O.before * 1e3), 0);
     run_phase();
@@ -1218,8 +1237,7 @@ static void run_reconnect(void)
     run_phase();
 }
 
-/* ---- main -------------------------------------------------------------------------------------
- */
+/* ---- main ----------------------------------------------------------------------------------- */
 
 static void fail(const char *why)
 {
@@ -1248,7 +1266,8 @@ static void usage(FILE *f)
           " catchup:   --events N (produced while away) --batch N (500 per produce)\n"
           " reconnect: --players M (10000) --events R --before S (3) --live-subs K (8)\n"
           "            --live-rate R (100/s) --conc N (200 setup handshakes at a time)\n"
-          "            --no-resume (the control: players come back and SUB, no resume)\n",
+          "            --no-resume (the control: players come back and SUB, no resume)\n"
+          "            --live-dump FILE (every live sample, for a look at when)\n",
           f);
 }
 
@@ -1275,6 +1294,7 @@ static void parse_args(int argc, char **argv)
         {"live-rate", required_argument, NULL, 'R'},
         {"conc", required_argument, NULL, 'c'},
         {"no-resume", no_argument, NULL, 'N'},
+        {"live-dump", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1340,6 +1360,9 @@ static void parse_args(int argc, char **argv)
             break;
         case 'N':
             O.no_resume = true;
+            break;
+        case 'F':
+            O.live_dump = optarg;
             break;
         case 'h':
             usage(stdout);

@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-/* ---- errors, clocks, addresses ----------------------------------------------------------- */
+/* ---- errors, clocks, addresses -------------------------------------------------------------- */
 
 void bb_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 /* CLOCK_REALTIME in ns: the clock of SO_TIMESTAMPNS, so send and kernel receive times compare. */
@@ -29,7 +29,7 @@ void bb_ready_field(const char *path, const char *name, char *out, size_t cap);
 /* This process's CPU seconds (user + system). */
 double bb_self_cpu_s(void);
 
-/* ---- sockets ------------------------------------------------------------------------------ */
+/* ---- sockets -------------------------------------------------------------------------------- */
 
 typedef struct bb_sock bb_sock_t;
 

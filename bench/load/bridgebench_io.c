@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- errors, clocks, addresses ----------------------------------------------------------- */
+/* ---- errors, clocks, addresses -------------------------------------------------------------- */
 
 void bb_die(const char *fmt, ...)
 {
@@ -80,7 +80,7 @@ double bb_self_cpu_s(void)
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
-/* ---- sockets ------------------------------------------------------------------------------ */
+/* ---- sockets -------------------------------------------------------------------------------- */
 
 /* One read buffer for every socket: the loop reads one socket at a time. Large enough for a
  * catch-up chunk (256 KiB) in a few reads. */
