@@ -26,7 +26,7 @@
 /* xwire.h "Local kinds": never in a record. */
 static bool local_kind(int k)
 {
-    return k == XM_SCHEMA || k == XM_INJECT_BC || k == XM_INJECT_ROUTE;
+    return k == XM_SCHEMA || k == XM_INJECT_BC || k == XM_INJECT_ROUTE || k == XM_RESUME;
 }
 
 /* The input as a record. */
