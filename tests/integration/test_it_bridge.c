@@ -242,6 +242,25 @@ static void expect_n(it_conn_t *c, const uint64_t *o, int first, int n, uint64_t
     }
 }
 
+/* A player authenticated with pit and subscribed to GLOBAL (its SUB result consumed). */
+static it_conn_t *on_global(const char *pit)
+{
+    it_conn_t *c = player(pit);
+    it_sub(c, 1, 0, c->id, -1);
+    it_expect_sub(c, 0, 1, c->id, 2, 1, 1);
+    return c;
+}
+
+/* Produces n events of "release" into o[0..n) and checks c receives them, in order after none;
+ * returns their epoch. */
+static uint64_t live_n(it_conn_t *c, uint64_t *o, int n)
+{
+    produce_n(o, 0, n);
+    uint64_t epoch = event_epoch(c, o[0]);
+    expect_n(c, o + 1, 1, n - 1, o[0]);
+    return epoch;
+}
+
 /* Resume: a player drops halfway through a stream, the stream goes on while it is away, and it
  * comes back with its position: the result says recovered with its position, then every event
  * after it comes once, in order, then the live ones (the switch). With a ring of 100 events the
@@ -253,17 +272,11 @@ static void resume_after_drop(const char *ring)
     create_topic("release");
     enum { N = 1000, HALF = 500 };
     static uint64_t o[N + 1];
-    it_conn_t *a = player("alice");
-    it_sub(a, 1, 0, a->id, -1);
-    it_expect_sub(a, 0, 1, a->id, 2, 1, 1);
-    produce_n(o, 0, HALF);
-    uint64_t epoch = event_epoch(a, o[0]);
-    expect_n(a, o + 1, 1, HALF - 1, o[0]);
+    it_conn_t *a = on_global("alice");
+    uint64_t epoch = live_n(a, o, HALF);
     it_close(a);
     produce_n(o + HALF, HALF, N - HALF); /* while alice is away */
-    it_conn_t *b = player("alice");
-    it_sub(b, 1, 0, b->id, -1);
-    it_expect_sub(b, 0, 1, b->id, 2, 1, 1);
+    it_conn_t *b = on_global("alice");
     send_resume(b, epoch, o[HALF - 1]);
     expect_result(b, true, epoch, o[HALF - 1], "");
     expect_n(b, o + HALF, HALF, N - HALF, o[HALF - 1]);
@@ -308,20 +321,14 @@ static void test_resume_after_sigkill(void **state)
     create_topic("release");
     enum { N = 200, HALF = 100 };
     static uint64_t o[N + 1];
-    it_conn_t *a = player("alice");
-    it_sub(a, 1, 0, a->id, -1);
-    it_expect_sub(a, 0, 1, a->id, 2, 1, 1);
-    produce_n(o, 0, HALF);
-    uint64_t epoch = event_epoch(a, o[0]);
-    expect_n(a, o + 1, 1, HALF - 1, o[0]);
+    it_conn_t *a = on_global("alice");
+    uint64_t epoch = live_n(a, o, HALF);
     produce_n(o + HALF, HALF, N - HALF - 50); /* acknowledged: alice may or may not see them */
     cq_testsrv_kill(it_srv(), SIGKILL);
     it_close(a); /* its socket died with the server */
     start();
     produce_n(o + N - 50, N - 50, 50); /* after the restart */
-    it_conn_t *b = player("alice");
-    it_sub(b, 1, 0, b->id, -1);
-    it_expect_sub(b, 0, 1, b->id, 2, 1, 1);
+    it_conn_t *b = on_global("alice");
     send_resume(b, epoch, o[HALF - 1]);
     expect_result(b, true, epoch, o[HALF - 1], "");
     expect_n(b, o + HALF, HALF, N - HALF, o[HALF - 1]);
@@ -339,12 +346,8 @@ static void test_resume_while_publishing(void **state)
     create_topic("release");
     enum { N = 400, FIRST = 100 };
     static uint64_t o[N + 1];
-    it_conn_t *a = player("alice");
-    it_sub(a, 1, 0, a->id, -1);
-    it_expect_sub(a, 0, 1, a->id, 2, 1, 1);
-    produce_n(o, 0, FIRST);
-    uint64_t epoch = event_epoch(a, o[0]);
-    expect_n(a, o + 1, 1, FIRST - 1, o[0]);
+    it_conn_t *a = on_global("alice");
+    uint64_t epoch = live_n(a, o, FIRST);
     /* alice keeps her connection but asks for everything after event 9: the catch-up overlaps
      * the live events she already got, and more are published meanwhile */
     send_resume(a, epoch, o[9]);
@@ -377,9 +380,7 @@ static void test_resume_not_recovered(void **state)
     start();
     create_topic("release");
     uint64_t o[3];
-    it_conn_t *a = player("alice");
-    it_sub(a, 1, 0, a->id, -1);
-    it_expect_sub(a, 0, 1, a->id, 2, 1, 1);
+    it_conn_t *a = on_global("alice");
     produce_n(o, 0, 2);
     uint64_t epoch = event_epoch(a, o[0]);
     expect_n(a, o + 1, 1, 1, o[0]);
@@ -436,9 +437,7 @@ static void test_reload(void **state)
     create_topic("release");
     create_topic("vip");
     create_topic("news"); /* not bound yet */
-    it_conn_t *a = player("alice");
-    it_sub(a, 1, 0, a->id, -1);
-    it_expect_sub(a, 0, 1, a->id, 2, 1, 1);
+    it_conn_t *a = on_global("alice");
     uint64_t n1 = produce("news", "\"unbound\"");
     uint64_t o1 = produce("release", "\"1.0\"");
     expect_event(a, MT_RELEASE, "release", o1, 0, "1.0");
