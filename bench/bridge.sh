@@ -43,6 +43,8 @@
 #   CATCHUP_N [50000]  CATCHUP_RING [65536]  STORE_RING [8192]  CATCHUP_BATCH [1000] per produce
 #   RECON_PLAYERS [10000]  RECON_EVENTS [100]  RECON_BEFORE [3] s  RECON_LIVE_SUBS [8]
 #   RECON_LIVE_RATE [100]  RECON_WORKERS ["1 2"]  RECON_CONTROL [1]  RECON_STORE_RING [50]
+#   RECON_UNPACED [0]  1: also a chanqd with --bridge-resume-inflight 65536 (the A/B of pacing)
+#   RECON_INFLIGHT [chanqd's default]  --bridge-resume-inflight of the resume runs
 #   BRIDGE_SMOKE [0]  1: the CI size (suite bench, test bridge-smoke): REPS 1, sqlite only, 10
 #                     players at 200 events/s for 1 s, a catch-up of 2000 events (ring, and
 #                     store with a ring of 500), 200 players reconnecting for 20 events; checks
@@ -68,6 +70,7 @@ RECON_PLAYERS=${RECON_PLAYERS:-10000} RECON_EVENTS=${RECON_EVENTS:-100}
 RECON_BEFORE=${RECON_BEFORE:-3} RECON_LIVE_SUBS=${RECON_LIVE_SUBS:-8}
 RECON_LIVE_RATE=${RECON_LIVE_RATE:-100} RECON_WORKERS=${RECON_WORKERS:-"1 2"}
 RECON_CONTROL=${RECON_CONTROL:-1} RECON_STORE_RING=${RECON_STORE_RING:-50}
+RECON_UNPACED=${RECON_UNPACED:-0} RECON_INFLIGHT=${RECON_INFLIGHT:-}
 if [ "$SMOKE" = 1 ]; then
     BACKENDS=sqlite REPS=1 LIVE_SUBS=10 LIVE_RATE=200 LIVE_DURATION=1 LIVE_WARMUP=0.5
     CATCHUP_N=2000 CATCHUP_RING=8192 STORE_RING=500 RECON_PLAYERS=200 RECON_EVENTS=20
@@ -257,16 +260,24 @@ part_reconnect() { # BACKEND
     local b=$1 rep w t kinds=resume spid=''
     [ "$RECON_CONTROL" = 1 ] && kinds="$kinds control"
     [ "$RECON_STORE_RING" -gt 0 ] && kinds="$kinds store"
+    [ "$RECON_UNPACED" = 1 ] && kinds="$kinds unpaced"
     local -a common=(--players "$RECON_PLAYERS" --events "$RECON_EVENTS" --before "$RECON_BEFORE"
         --live-subs "$RECON_LIVE_SUBS" --live-rate "$RECON_LIVE_RATE" --timeout 300)
     local -a maxc=(--max-connections $((RECON_PLAYERS + RECON_LIVE_SUBS + 100)))
     for w in $RECON_WORKERS; do
-        WORKERS=$w chanq_start "reconnect_${b}_w$w" "$b" "${maxc[@]}"
+        WORKERS=$w chanq_start "reconnect_${b}_w$w" "$b" "${maxc[@]}" \
+            ${RECON_INFLIGHT:+--bridge-resume-inflight "$RECON_INFLIGHT"}
         local dir=$SDIR pid=$SPID
         if [ "$RECON_STORE_RING" -gt 0 ]; then
             WORKERS=$w chanq_start "reconnect_store_${b}_w$w" "$b" "${maxc[@]}" \
                 --bridge-ring-events "$RECON_STORE_RING"
             local sdir=$SDIR spid=$SPID
+        fi
+        local udir='' upid=''
+        if [ "$RECON_UNPACED" = 1 ]; then # the A/B: every chunk handed to the workers at once
+            WORKERS=$w chanq_start "reconnect_unpaced_${b}_w$w" "$b" "${maxc[@]}" \
+                --bridge-resume-inflight 65536
+            udir=$SDIR upid=$SPID
         fi
         for rep in $(seq 1 "$REPS"); do
             # shellcheck disable=SC2086 # kinds is a word list
@@ -276,11 +287,14 @@ part_reconnect() { # BACKEND
                 control) bench "reconnect-control/$b/w$w" "$dir" "$pid" reconnect \
                     "${common[@]}" --no-resume ;;
                 store) bench "reconnect-store/$b/w$w" "$sdir" "$spid" reconnect "${common[@]}" ;;
+                unpaced) bench "reconnect-unpaced/$b/w$w" "$udir" "$upid" reconnect \
+                    "${common[@]}" ;;
                 esac
             done
         done
         chanq_stop "$pid"
         [ -z "$spid" ] || chanq_stop "$spid"
+        [ -z "$upid" ] || chanq_stop "$upid"
     done
 }
 
@@ -415,7 +429,9 @@ for b in backends:
     for L in labels:
         w = L.rsplit('/w', 1)[1]
         for K, what in ((L, 'resume'), (f'reconnect-control/{b}/w{w}', 'control: no resume'),
-                        (f'reconnect-store/{b}/w{w}', 'resume, positions older than the ring')):
+                        (f'reconnect-store/{b}/w{w}', 'resume, positions older than the ring'),
+                        (f'reconnect-unpaced/{b}/w{w}',
+                         'resume, unpaced (--bridge-resume-inflight 65536)')):
             if K not in by:
                 continue
             res = what.startswith('resume')

@@ -183,6 +183,17 @@ static bool route_key(json_t *root, const char *field, char *key)
     return true;
 }
 
+int cq_bridge_route_key(const uint8_t *content, size_t len, const char *field, char *key)
+{
+    cq_topic_event_t ev = {.content = content, .len = len};
+    json_t *root = NULL;
+    if (load_content(&ev, &root) < 0)
+        return -ENOMEM;
+    bool ok = route_key(root, field, key);
+    json_decref(root);
+    return ok ? 1 : 0;
+}
+
 /* ---- events ------------------------------------------------------------------------------ */
 
 static int check_event(const cq_topic_event_t *ev, size_t *ret_idlen)

@@ -169,4 +169,10 @@ int cq_bridge_event(cq_bridge_t *br, const cq_topic_event_t *ev, cq_bridge_out_t
 /* Copies the counters into *ret_stats. */
 void cq_bridge_stats(const cq_bridge_t *br, cq_bridge_stats_t *ret_stats);
 
+/* The player key content names in its top-level field (as the engine routes: a non-empty
+ * string of at most CQ_BRIDGE_KEY_MAX bytes, or an integer's decimal text) into key
+ * (CQ_BRIDGE_KEY_MAX + 1 bytes). Returns 1, 0 when content names none (not a JSON object, no
+ * such field, another type), or -ENOMEM. Any thread. */
+int cq_bridge_route_key(const uint8_t *content, size_t len, const char *field, char *key);
+
 #endif

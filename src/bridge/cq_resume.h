@@ -50,6 +50,7 @@ typedef struct cq_resume_limits {
     size_t chunk_bytes;    /* bytes of events per chunk (0: 256 KiB); one larger event goes alone */
     uint32_t sessions_max; /* resumes in progress at once (0: 16384); more are refused */
     uint32_t reads_max;    /* store reads in flight at once (0: 4); more wait their turn */
+    uint32_t sends_max;    /* chunks made and not yet applied (0: 32); more wait their turn */
     uint64_t idle_ms;      /* a session that does not progress this long is dropped (0: 60 s) */
 } cq_resume_limits_t;
 
@@ -100,6 +101,11 @@ void cq_resume_gone(cq_resume_t *r, uint32_t conn_id);
  * (err < 0, rows ignored). */
 void cq_resume_rows(cq_resume_t *r, uint64_t read_id, int err, const cq_resume_row_t *rows,
                     size_t n, uint64_t now_ms);
+/* n chunks were applied by their connections' workers (or dropped on the way): their places
+ * go to the sessions waiting for one, in order. Every SEND action must come back here once,
+ * whatever became of it: this is what paces the chunks, so that a mass reconnect hands the
+ * workers at most sends_max chunks at a time and they take their other work in between. */
+void cq_resume_applied(cq_resume_t *r, uint32_t n, uint64_t now_ms);
 /* Drops sessions idle past idle_ms; retries failed reads. */
 void cq_resume_tick(cq_resume_t *r, uint64_t now_ms);
 
@@ -139,7 +145,10 @@ typedef struct cq_resume_stats {
     uint64_t events_ring, events_store; /* catch-up events by source */
     uint64_t reads;                     /* store reads asked for */
     uint64_t dropped_idle;
-    uint32_t sessions; /* in progress now */
+    uint64_t credits_lost; /* chunks presumed lost: none was applied for idle_ms */
+    uint32_t sessions;     /* in progress now */
+    uint32_t sends_out;    /* chunks made and not yet applied */
+    uint32_t send_waiting; /* sessions waiting for a place among them */
 } cq_resume_stats_t;
 void cq_resume_stats(const cq_resume_t *r, cq_resume_stats_t *st);
 

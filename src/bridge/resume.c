@@ -48,19 +48,21 @@ typedef struct scur {
     uint64_t cursor; /* TC_VERIFY: the client's offset; TC_WALK: the last one the client has */
 } scur_t;
 
-enum { PH_VERIFY = 1, PH_READ, PH_MORE, PH_WAIT_SLOT, PH_RETRY };
+enum { PH_VERIFY = 1, PH_READ, PH_MORE, PH_WAIT_SLOT, PH_RETRY, PH_WAIT_SEND };
 
 typedef struct sess {
     uint32_t conn_id;
     uint8_t phase;
     bool begun, recovered, refusal;
+    bool credit;      /* holds a place for its next chunk (made, or read for) */
     cq_buf_t *result; /* made at BEGIN, sent with the first chunk */
     uint32_t read_id; /* the read in flight (0: none) */
     int read_topic;   /* its topic */
     uint64_t last_ms; /* last progress */
     char error[256];  /* why not recovered (the first reason) */
     scur_t cur[TOPICS_MAX];
-    struct sess *next_wait; /* the queue of sessions waiting for a read slot */
+    struct sess *next_wait;  /* the queue of sessions waiting for a read slot */
+    struct sess *next_ready; /* the queue of sessions waiting for a place for a chunk */
 } sess_t;
 
 typedef struct action_node {
@@ -80,6 +82,13 @@ struct cq_resume {
     uint32_t next_read;
     uint32_t reads_in_flight;
     sess_t *wait_head, *wait_tail;
+    /* Chunk pacing (cq_resume_applied): places taken, by sessions about to make a chunk
+     * (held) and by chunks not yet applied (in_flight); sessions wait in ready for one. */
+    uint32_t held, in_flight;
+    sess_t *ready_head, *ready_tail;
+    uint32_t nready;
+    uint64_t now_ms;      /* the latest now given */
+    uint64_t progress_ms; /* when a chunk was last made or applied */
     action_node_t *act_head, *act_tail;
     cq_resume_stats_t st;
 };
@@ -228,6 +237,8 @@ cq_resume_t *cq_resume_new(const cq_resume_limits_t *lim, uint32_t shard,
         r->lim.sessions_max = 16384;
     if (!r->lim.reads_max)
         r->lim.reads_max = 4;
+    if (!r->lim.sends_max)
+        r->lim.sends_max = 32;
     if (!r->lim.idle_ms)
         r->lim.idle_ms = 60000;
     r->shard = shard;
@@ -251,6 +262,8 @@ static void sess_free(cq_resume_t *r, sess_t *s)
 {
     if (s->read_id)
         cq_map_del(&r->reads, s->read_id);
+    if (s->credit)
+        r->held--; /* its place goes to the next session at the end of the call (start_ready) */
     cq_buf_unref(s->result);
     cq_free(s);
 }
@@ -386,6 +399,13 @@ static void send_chunk(cq_resume_t *r, sess_t *s, chunk_t *c, bool final)
         return;
     }
     n->a.kind = CQ_RESUME_SEND;
+    /* The place the session held is now the chunk's, until cq_resume_applied. A refusal or a
+     * cut held none, but is counted all the same: every chunk comes back once. */
+    if (s->credit)
+        r->held--;
+    s->credit = false;
+    r->in_flight++;
+    r->progress_ms = r->now_ms;
     n->a.conn_id = s->conn_id;
     n->a.flags = (s->result ? CQ_RESUME_F_BEGIN : 0) | (final ? CQ_RESUME_F_FINAL : 0);
     n->a.result = s->result;
@@ -467,6 +487,70 @@ static void advance(cq_resume_t *r, sess_t *s, uint64_t now_ms)
     deliver(r, s, &c, now_ms);
 }
 
+/* ---- pacing --------------------------------------------------------------------------------- */
+
+static bool places_free(const cq_resume_t *r)
+{
+    return r->held + r->in_flight < r->lim.sends_max;
+}
+
+/* The next chunk of s, when a place is free and no session waits before it; else s waits. */
+static void step(cq_resume_t *r, sess_t *s, uint64_t now_ms)
+{
+    if (!s->credit) {
+        if (!places_free(r) || r->ready_head) {
+            s->phase = PH_WAIT_SEND;
+            s->next_ready = NULL;
+            if (r->ready_tail)
+                r->ready_tail->next_ready = s;
+            else
+                r->ready_head = s;
+            r->ready_tail = s;
+            r->nready++;
+            return;
+        }
+        s->credit = true;
+        r->held++;
+    }
+    advance(r, s, now_ms);
+}
+
+static void unready(cq_resume_t *r, sess_t *s)
+{
+    for (sess_t **pp = &r->ready_head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next_ready)
+        if (*pp == s) {
+            *pp = s->next_ready;
+            if (r->ready_tail == s)
+                r->ready_tail = prev;
+            r->nready--;
+            return;
+        }
+}
+
+/* The waiting sessions take the free places, in order. */
+static void start_ready(cq_resume_t *r)
+{
+    while (r->ready_head && places_free(r)) {
+        sess_t *s = r->ready_head;
+        r->ready_head = s->next_ready;
+        if (!r->ready_head)
+            r->ready_tail = NULL;
+        r->nready--;
+        s->next_ready = NULL;
+        s->credit = true;
+        r->held++;
+        advance(r, s, r->now_ms);
+    }
+}
+
+void cq_resume_applied(cq_resume_t *r, uint32_t n, uint64_t now_ms)
+{
+    r->now_ms = now_ms;
+    r->in_flight -= n < r->in_flight ? n : r->in_flight;
+    r->progress_ms = now_ms;
+    start_ready(r);
+}
+
 /* ---- reads ---------------------------------------------------------------------------------- */
 
 /* A verify reads the one row at the client's offset (the first after offset - 1); a walk the
@@ -528,7 +612,7 @@ static void proceed(cq_resume_t *r, sess_t *s, uint64_t now_ms)
     if (v >= 0)
         post_read(r, s, v);
     else
-        advance(r, s, now_ms);
+        step(r, s, now_ms);
 }
 
 static void start_waiting(cq_resume_t *r)
@@ -598,6 +682,7 @@ static void rows_walk(cq_resume_t *r, sess_t *s, int i, const cq_resume_row_t *r
 void cq_resume_rows(cq_resume_t *r, uint64_t read_id, int err, const cq_resume_row_t *rows,
                     size_t n, uint64_t now_ms)
 {
+    r->now_ms = now_ms;
     sess_t *s = read_id && read_id <= UINT32_MAX ? cq_map_del(&r->reads, (uint32_t)read_id) : NULL;
     if (r->reads_in_flight)
         r->reads_in_flight--;
@@ -613,6 +698,7 @@ void cq_resume_rows(cq_resume_t *r, uint64_t read_id, int err, const cq_resume_r
         }
     }
     start_waiting(r);
+    start_ready(r);
 }
 
 /* ---- requests ------------------------------------------------------------------------------- */
@@ -660,6 +746,7 @@ static void place(cq_resume_t *r, sess_t *s, int i, const Chanqpb__TopicPosition
 void cq_resume_request(cq_resume_t *r, uint32_t conn_id, const void *body, size_t len,
                        uint64_t now_ms)
 {
+    r->now_ms = now_ms;
     r->st.requests++;
     if (cq_map_get(&r->sessions, conn_id)) {
         refuse(r, conn_id, "a resume is already in progress on this connection");
@@ -701,9 +788,10 @@ void cq_resume_request(cq_resume_t *r, uint32_t conn_id, const void *body, size_
 
 void cq_resume_more(cq_resume_t *r, uint32_t conn_id, uint64_t now_ms)
 {
+    r->now_ms = now_ms;
     sess_t *s = cq_map_get(&r->sessions, conn_id);
     if (s && s->phase == PH_MORE)
-        advance(r, s, now_ms);
+        step(r, s, now_ms);
 }
 
 static void unwait(cq_resume_t *r, sess_t *s)
@@ -724,7 +812,10 @@ void cq_resume_gone(cq_resume_t *r, uint32_t conn_id)
         return;
     if (s->phase == PH_WAIT_SLOT)
         unwait(r, s);
+    if (s->phase == PH_WAIT_SEND)
+        unready(r, s);
     sess_free(r, s); /* a read in flight comes back to no session */
+    start_ready(r);
 }
 
 /* Ends s now with a FINAL chunk (no events), so the connection's worker stops holding its live
@@ -733,6 +824,8 @@ static void cut(cq_resume_t *r, sess_t *s, const char *why)
 {
     if (s->phase == PH_WAIT_SLOT)
         unwait(r, s);
+    if (s->phase == PH_WAIT_SEND)
+        unready(r, s);
     reason(s, "%s", why);
     if (!s->begun)
         begin(r, s);
@@ -743,6 +836,14 @@ static void cut(cq_resume_t *r, sess_t *s, const char *why)
 
 void cq_resume_tick(cq_resume_t *r, uint64_t now_ms)
 {
+    r->now_ms = now_ms;
+    /* Chunks that never came back (a worker dropped one without counting it) must not stop
+     * every resume: after idle_ms without progress their places are taken back. */
+    if (r->in_flight && r->ready_head && now_ms - r->progress_ms >= r->lim.idle_ms) {
+        r->st.credits_lost += r->in_flight;
+        r->in_flight = 0;
+        r->progress_ms = now_ms;
+    }
     uint32_t it = 0, k;
     void *v;
     while (cq_map_next(&r->sessions, &it, &k, &v)) {
@@ -751,12 +852,14 @@ void cq_resume_tick(cq_resume_t *r, uint64_t now_ms)
             post_read(r, s, s->read_topic);
             continue;
         }
-        if (s->read_id || s->phase == PH_WAIT_SLOT || now_ms - s->last_ms < r->lim.idle_ms)
+        if (s->read_id || s->phase == PH_WAIT_SLOT || s->phase == PH_WAIT_SEND ||
+            now_ms - s->last_ms < r->lim.idle_ms)
             continue;
         cut(r, s, "the resume made no progress in time");
         r->st.dropped_idle++;
         it = 0; /* the map changed */
     }
+    start_ready(r);
 }
 
 /* ---- topics, actions, stats ----------------------------------------------------------------- */
@@ -812,4 +915,6 @@ void cq_resume_stats(const cq_resume_t *r, cq_resume_stats_t *st)
 {
     *st = r->st;
     st->sessions = cq_map_count(&r->sessions);
+    st->sends_out = r->in_flight;
+    st->send_waiting = r->nready;
 }

@@ -401,6 +401,10 @@ static const opt_t opts[] = {
     INT("bridge-resume-chunk", NULL, bridge_resume_chunk, "512", 1, 4096, "N",
         "Events per chunk of a resume's catch-up, and rows per store read (doc/bridge.md "
         "\"Resume\"); the connection asks for the next chunk once its send queue has room."),
+    INT("bridge-resume-inflight", NULL, bridge_resume_inflight, "32", 1, 65536, "N",
+        "Catch-up chunks handed to the workers and not yet queued for their connections, for "
+        "all resumes together (doc/bridge.md \"Resume\"): a mass reconnect waits its turn "
+        "rather than filling a worker with chunks to drain before its other work."),
     STR("mq-permissions-file", NULL, mq_permissions_file, "", NULL, "FILE",
         "JSON object {\"<module_id>\": {\"token\": \"...\", \"produce\": [\"topic\", \"*\"], "
         "\"consume\": [...], \"admin\": true}}; every module needs a token. Empty lets every "

@@ -144,6 +144,7 @@ typedef struct cq_config {
     char *bridge_file;          /* JSON bindings of topics to channels (doc/bridge.md); "" none */
     int bridge_ring_events;     /* live events kept per broadcast-bound topic for resumes */
     int bridge_resume_chunk;    /* events per catch-up chunk, rows per store read */
+    int bridge_resume_inflight; /* catch-up chunks at the workers at once */
     char *mq_http_hosts;        /* comma-separated Host names the MQ HTTP API answers */
     char *mq_http_origins;      /* comma-separated Origins allowed on the MQ HTTP API */
     size_t mq_max_content;      /* bytes of one message's content */

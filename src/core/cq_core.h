@@ -212,9 +212,16 @@ int cq_shared_inject_route(cq_shared_t *sh, const char *pit, uint32_t msg_type, 
  * A client's TopicResumeMessage (type 90, on GLOBAL) goes to the bridge's thread through the
  * hook, which must only queue it (any worker calls it): ask CQ_RESUME_ASK_REQUEST with the body
  * (borrowed for the call); CQ_RESUME_ASK_MORE when the connection has room for the next chunk;
- * CQ_RESUME_ASK_GONE when it closed with a resume not ended. A negative return refuses a
- * request (the client gets a result saying the bridge is busy). */
-enum { CQ_RESUME_ASK_REQUEST = 1, CQ_RESUME_ASK_MORE = 2, CQ_RESUME_ASK_GONE = 3 };
+ * CQ_RESUME_ASK_GONE when it closed with a resume not ended; CQ_RESUME_ASK_APPLIED below. A
+ * negative return refuses a request (the client gets a result saying the bridge is busy). */
+enum {
+    CQ_RESUME_ASK_REQUEST = 1,
+    CQ_RESUME_ASK_MORE = 2,
+    CQ_RESUME_ASK_GONE = 3,
+    /* A chunk was applied (or dropped) on its connection's worker: one per chunk, whatever its
+     * fate, so the bridge can pace how many it hands the workers (cq_resume_applied). */
+    CQ_RESUME_ASK_APPLIED = 4,
+};
 typedef int (*cq_core_resume_fn)(void *ud, int ask, uint32_t conn_id, const void *body, size_t len);
 /* Sets the hook; before the workers run. */
 void cq_shared_set_resume(cq_shared_t *sh, cq_core_resume_fn fn, void *ud);

@@ -11,9 +11,12 @@
  * the FINAL chunk, made at the live offset of that moment, after which the live ones flow
  * again. So after the result the client gets every event once, in order.
  *
- * Pacing: after a chunk that is not FINAL the connection asks for the next one only when its
- * send queue is under CATCHUP_LOW (now, or at a later flush): a client far behind catches up
- * at the pace it reads, under the same soft and hard limits as everything else. */
+ * Pacing, twice. The bridge hands the workers at most a few chunks at a time (every chunk's last
+ * message reports back, CQ_RESUME_ASK_APPLIED), so a mass reconnect does not fill GLOBAL's
+ * worker with thousands of chunks to drain before its other work. And after a chunk that is
+ * not FINAL the connection asks for the next one only when its send queue is under CATCHUP_LOW
+ * (now, or at a later flush): a client far behind catches up at the pace it reads, under the
+ * same soft and hard limits as everything else. */
 #include "core.h"
 #include "msgtab.h"
 
@@ -29,6 +32,9 @@
 
 /* The next chunk is asked for under this many queued bytes (or half the soft limit). */
 #define CATCHUP_LOW (512u << 10)
+
+/* On a chunk's last message (u2): its worker tells the bridge the chunk was applied. */
+#define CHUNK_LAST 4u
 
 #define MT_TOPIC_RESUME        90
 #define MT_TOPIC_RESUME_RESULT 91
@@ -161,7 +167,7 @@ int cq_shared_resume_chunk(cq_shared_t *sh, uint32_t conn_id, unsigned flags,
         return -ENOMEM;
     }
     w.ms[0]->u2 |= flags & CQ_RESUME_CHUNK_BEGIN;
-    w.ms[w.nm - 1]->u2 |= flags & CQ_RESUME_CHUNK_FINAL;
+    w.ms[w.nm - 1]->u2 |= (flags & CQ_RESUME_CHUNK_FINAL) | CHUNK_LAST;
     int g = cq_shared_chan_worker(sh, 0);
     for (size_t i = 0; i < w.nm; i++)
         cq__xmsg_post_outside(sh, g, w.ms[i]);
@@ -201,6 +207,8 @@ static size_t catchup_low(const cq_core_t *c)
 
 static void apply(cq_core_t *c, const cq_xmsg_t *m)
 {
+    if (m->u2 & CHUNK_LAST)
+        ask(c->sh, CQ_RESUME_ASK_APPLIED, m->conn_id, NULL, 0);
     cq_conn_t *conn = cq_map_get(&c->conns, m->conn_id);
     if (!conn || conn->state == CONN_CLOSING)
         return; /* closed: the bridge heard (CQ_RESUME_ASK_GONE) or hears it */

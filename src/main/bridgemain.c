@@ -59,7 +59,11 @@ struct cq_main_bridge {
     uint64_t tick_ms;
     _Atomic uint64_t rs_requests, rs_recovered, rs_not_recovered, rs_refused, rs_ring, rs_store,
         rs_reads, rs_idle;
-    _Atomic uint32_t rs_sessions;
+    _Atomic uint32_t rs_sessions, rs_sends_out, rs_send_waiting;
+    _Atomic uint64_t rs_credits_lost;
+    /* Chunks the workers applied (CQ_RESUME_ASK_APPLIED), and how many the engine heard of. */
+    _Atomic uint64_t applied;
+    uint64_t applied_seen;
 };
 
 /* The resume engine's topics: the broadcast bindings' (GLOBAL only, for now). */
@@ -158,6 +162,15 @@ static void sink_event(void *ud, const cq_mqsrv_event_t *ev)
 static int resume_ask(void *ud, int what, uint32_t conn_id, const void *body, size_t len)
 {
     cq_main_bridge_t *b = ud;
+    if (what == CQ_RESUME_ASK_APPLIED) { /* a count, not a queued ask: one per chunk */
+        atomic_fetch_add(&b->applied, 1);
+        pthread_mutex_lock(&b->ask_mu);
+        cq_mqsrv_t *mq = atomic_load(&b->mq);
+        if (mq && !atomic_load(&b->stopped))
+            cq_mqsrv_sink_poke(mq);
+        pthread_mutex_unlock(&b->ask_mu);
+        return 0;
+    }
     if (what == CQ_RESUME_ASK_REQUEST && atomic_load(&b->nasks) >= RESUME_QUEUE_MAX)
         return CQ_EBUSY;
     ask_t *a = cq_malloc(sizeof(*a) + len);
@@ -203,8 +216,12 @@ static void run_send(cq_main_bridge_t *b, const cq_resume_action_t *a)
     }
     cq_free(ev);
     cq_free(ty);
-    if (r < 0 && log_now(b))
-        CQ_WARN("bridge", "conn %u: a resume chunk was not sent: %s", a->conn_id, cq_strerror(r));
+    if (r < 0) {
+        atomic_fetch_add(&b->applied, 1); /* it never reaches a worker: its place is free */
+        if (log_now(b))
+            CQ_WARN("bridge", "conn %u: a resume chunk was not sent: %s", a->conn_id,
+                    cq_strerror(r));
+    }
 }
 
 /* Runs the engine's actions: reads go to the store's reader thread, chunks to the workers. */
@@ -232,6 +249,9 @@ static void run_actions(cq_main_bridge_t *b, cq_mqsrv_t *s)
     atomic_store(&b->rs_reads, st.reads);
     atomic_store(&b->rs_idle, st.dropped_idle);
     atomic_store(&b->rs_sessions, st.sessions);
+    atomic_store(&b->rs_sends_out, st.sends_out);
+    atomic_store(&b->rs_send_waiting, st.send_waiting);
+    atomic_store(&b->rs_credits_lost, st.credits_lost);
 }
 
 /* Every drain and tick of the MQ engine: the workers' asks, then the idle sessions (at most
@@ -241,6 +261,12 @@ static void sink_run(void *ud, cq_mqsrv_t *s)
     cq_main_bridge_t *b = ud;
     take_next(b);
     uint64_t now = cq_clock_mono_ms();
+    uint64_t applied = atomic_load(&b->applied);
+    if (applied != b->applied_seen) {
+        cq_resume_applied(b->rs, (uint32_t)(applied - b->applied_seen), now);
+        b->applied_seen = applied;
+        run_actions(b, s);
+    }
     cq_mpsc_node_t *n;
     while ((n = cq_mpsc_pop(&b->asks))) {
         ask_t *a = cq_container_of(n, ask_t, node);
@@ -319,12 +345,24 @@ static int metrics(void *ud, cq_sbuf_t *out)
         "chanq_bridge_resume_idle_total %" PRIu64 "\n"
         "# HELP chanq_bridge_resume_sessions Resumes in progress.\n"
         "# TYPE chanq_bridge_resume_sessions gauge\n"
-        "chanq_bridge_resume_sessions %u\n",
+        "chanq_bridge_resume_sessions %u\n"
+        "# HELP chanq_bridge_resume_chunks_inflight Catch-up chunks handed to the workers and "
+        "not yet queued for their connections (at most --bridge-resume-inflight).\n"
+        "# TYPE chanq_bridge_resume_chunks_inflight gauge\n"
+        "chanq_bridge_resume_chunks_inflight %u\n"
+        "# HELP chanq_bridge_resume_waiting Resumes waiting for a place among those chunks.\n"
+        "# TYPE chanq_bridge_resume_waiting gauge\n"
+        "chanq_bridge_resume_waiting %u\n"
+        "# HELP chanq_bridge_resume_chunks_lost_total Chunks that never reported back within "
+        "the idle time, whose places were taken back.\n"
+        "# TYPE chanq_bridge_resume_chunks_lost_total counter\n"
+        "chanq_bridge_resume_chunks_lost_total %" PRIu64 "\n",
         atomic_load(&b->events), atomic_load(&b->outputs), atomic_load(&b->duplicates),
         atomic_load(&b->unroutable), atomic_load(&b->refused), atomic_load(&b->rs_recovered),
         atomic_load(&b->rs_not_recovered), atomic_load(&b->rs_refused), atomic_load(&b->rs_ring),
         atomic_load(&b->rs_store), atomic_load(&b->rs_reads), atomic_load(&b->rs_idle),
-        atomic_load(&b->rs_sessions));
+        atomic_load(&b->rs_sessions), atomic_load(&b->rs_sends_out),
+        atomic_load(&b->rs_send_waiting), atomic_load(&b->rs_credits_lost));
 }
 
 /* What this node cannot do yet, refused at start rather than found missing later. */
@@ -379,7 +417,8 @@ int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
     if (r == 0 && (!b || !(b->br = cq_bridge_new(&bs, DEDUP_WINDOW))))
         r = -ENOMEM;
     cq_resume_limits_t lim = {.ring_events = (uint32_t)c->bridge_ring_events,
-                              .chunk_events = (uint32_t)c->bridge_resume_chunk};
+                              .chunk_events = (uint32_t)c->bridge_resume_chunk,
+                              .sends_max = (uint32_t)c->bridge_resume_inflight};
     if (r == 0 && !(b->rs = cq_resume_new(&lim, (uint32_t)c->shard, resume_position, b)))
         r = -ENOMEM;
     if (r == 0) {

@@ -135,12 +135,24 @@ typedef struct cq_mqsrv_opts {
     void (*sink_run)(void *sink_ud, cq_mqsrv_t *s);
     void (*sink_rows)(void *sink_ud, cq_mqsrv_t *s, uint64_t tag, int err,
                       const cq_store_rec_t *recs, size_t n);
+    /* The result of a cq_mqsrv_sink_get_offset (err -ENOENT: never committed) or
+     * cq_mqsrv_sink_commit_offset (offset: the one committed), on the engine's thread. */
+    void (*sink_offset)(void *sink_ud, cq_mqsrv_t *s, uint64_t tag, int err, uint64_t offset);
 } cq_mqsrv_opts_t;
 
 /* The sink's reads (the bridge's resume): up to max rows of topic with offsets above from, in
  * offset order, read on the store's reader thread; sink_rows gets them with tag. Engine
  * thread. Returns 0, or an error (nothing was submitted: CQ_ENOTOPIC, CQ_EBUSY, -ENOMEM). */
 int cq_mqsrv_sink_read(cq_mqsrv_t *s, const char *topic, uint64_t from, size_t max, uint64_t tag);
+/* The sink's consumer offsets (the bridge's route positions, doc/bridge.md "Route bindings"):
+ * consumer's offset in topic read, or offset committed for it, by the store's threads;
+ * sink_offset gets the result with tag. A commit needs a writable engine (the shard's master)
+ * and an offset not beyond the topic's last. Engine thread. Returns 0, or an error (nothing
+ * was submitted: CQ_ENOTOPIC, CQ_ENOTMASTER, CQ_EOFFRANGE, -EINVAL for a consumer id the store
+ * refuses, CQ_EBUSY, -ENOMEM). */
+int cq_mqsrv_sink_get_offset(cq_mqsrv_t *s, const char *topic, const char *consumer, uint64_t tag);
+int cq_mqsrv_sink_commit_offset(cq_mqsrv_t *s, const char *topic, const char *consumer,
+                                uint64_t offset, uint64_t tag);
 /* The shard's epoch and the last offset of topic handed to the sink (0: none; everything at or
  * below it was handed over or does not exist). Engine thread. false: an unknown topic. */
 bool cq_mqsrv_sink_position(cq_mqsrv_t *s, const char *topic, uint64_t *epoch, uint64_t *pushed);

@@ -122,6 +122,7 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
     s->sink_ud = o->sink_ud;
     s->sink_run = o->sink_run;
     s->sink_rows = o->sink_rows;
+    s->sink_offset = o->sink_offset;
     for (size_t i = 0; i < o->ntopics; i++) {
         const cq_store_topic_t *st = &o->topics[i];
         mq_topic_t *t = cq__mqsrv_topic_add(s, st->name, st->online, st->retention_days);

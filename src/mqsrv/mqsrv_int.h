@@ -123,6 +123,7 @@ struct cq_mqsrv {
     void (*sink_event)(void *ud, const cq_mqsrv_event_t *ev);
     void *sink_ud;
     void (*sink_run)(void *ud, cq_mqsrv_t *s);
+    void (*sink_offset)(void *ud, cq_mqsrv_t *s, uint64_t tag, int err, uint64_t offset);
     void (*sink_rows)(void *ud, cq_mqsrv_t *s, uint64_t tag, int err, const cq_store_rec_t *recs,
                       size_t n);
     bool sink_handed;      /* under inbox_mu: cq_mqsrv_sink_changed() asked for a refresh */

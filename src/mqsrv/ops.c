@@ -25,9 +25,11 @@ typedef struct mq_pend {
     mq_link_t *l;  /* NULL for the engine's own requests */
     void *ctx;     /* the front end's answer context (taken) */
     bool decl;     /* the cluster's declaration asked for it (topics.c): not told on_topic */
-    bool sink;     /* the sink's read (cq_mqsrv_sink_read): its rows go to sink_rows with tag */
+    uint8_t sink;  /* the sink's: SINK_ROWS (cq_mqsrv_sink_read), SINK_OFFSET (sink_*_offset) */
     uint64_t tag;
 } mq_pend_t;
+
+enum { SINK_NONE = 0, SINK_ROWS, SINK_OFFSET };
 
 static const char inflight_why[] = "too many requests in flight on this connection";
 
@@ -145,7 +147,7 @@ static int submit_pend(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, mq_pen
 static int submit_as(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ctx, bool decl,
                      const char **ret_why)
 {
-    return submit_pend(s, l, req, (mq_pend_t){s, l, ctx, decl, false, 0}, ret_why);
+    return submit_pend(s, l, req, (mq_pend_t){s, l, ctx, decl, SINK_NONE, 0}, ret_why);
 }
 
 static int submit(cq_mqsrv_t *s, mq_link_t *l, cq_writer_req_t *req, void *ctx,
@@ -341,7 +343,39 @@ int cq_mqsrv_sink_read(cq_mqsrv_t *s, const char *topic, uint64_t from, size_t m
     req->max = max < CQ_WRITER_READ_MAX ? max : CQ_WRITER_READ_MAX;
     req->max_bytes = 4u << 20;
     req->from_offset = from;
-    return submit_pend(s, NULL, req, (mq_pend_t){s, NULL, NULL, false, true, tag}, &why);
+    return submit_pend(s, NULL, req, (mq_pend_t){s, NULL, NULL, false, SINK_ROWS, tag}, &why);
+}
+
+int cq_mqsrv_sink_get_offset(cq_mqsrv_t *s, const char *topic, const char *consumer, uint64_t tag)
+{
+    const char *why;
+    cq_writer_req_t *req;
+    if (!cq__mqsrv_topic(s, topic))
+        return CQ_ENOTOPIC;
+    int r = new_req(CQ_WRITER_GET_OFFSET, topic, consumer, &req, &why);
+    if (r < 0)
+        return r;
+    return submit_pend(s, NULL, req, (mq_pend_t){s, NULL, NULL, false, SINK_OFFSET, tag}, &why);
+}
+
+int cq_mqsrv_sink_commit_offset(cq_mqsrv_t *s, const char *topic, const char *consumer,
+                                uint64_t offset, uint64_t tag)
+{
+    const char *why;
+    cq_writer_req_t *req;
+    const mq_topic_t *t = cq__mqsrv_topic(s, topic);
+    if (!t)
+        return CQ_ENOTOPIC;
+    if (!cq__mqsrv_writable(s))
+        return CQ_ENOTMASTER;
+    if (offset > t->last_offset && offset > t->read_offset)
+        return CQ_EOFFRANGE; /* as a consumer's commit (cq__mqop_offset) */
+    int r = new_req(CQ_WRITER_COMMIT_OFFSET, topic, consumer, &req, &why);
+    if (r < 0)
+        return r;
+    req->offset = offset;
+    req->now_ms = s->now_ms;
+    return submit_pend(s, NULL, req, (mq_pend_t){s, NULL, NULL, false, SINK_OFFSET, tag}, &why);
 }
 
 int cq__mqop_read_log(cq_mqsrv_t *s, const mq_topic_t *t, uint64_t from, size_t max)
@@ -530,9 +564,12 @@ void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
         l->fe->done(l, req, &res, p->ctx);
         l->inflight--;
         cq__mq_link_put(l);
-    } else if (p && p->sink) {
+    } else if (p && p->sink == SINK_ROWS) {
         if (s->sink_rows)
             s->sink_rows(s->sink_ud, s, p->tag, req->err, req->recs, req->n_recs);
+    } else if (p && p->sink == SINK_OFFSET) {
+        if (s->sink_offset)
+            s->sink_offset(s->sink_ud, s, p->tag, req->err, req->offset);
     } else {
         done_internal(s, req, t);
     }

@@ -342,7 +342,8 @@ static void fz_send(const cq_resume_action_t *a, int *begins, uint64_t *last)
 
 static void run_resume(const uint8_t *d, size_t n)
 {
-    cq_resume_limits_t lim = {.ring_events = 8, .chunk_events = 4};
+    /* one chunk at a time: each must come back (applied) before the next is made */
+    cq_resume_limits_t lim = {.ring_events = 8, .chunk_events = 4, .sends_max = 1};
     cq_resume_t *r = cq_resume_new(&lim, 0, fz_position, NULL);
     if (!r || cq_resume_topic(r, "rel", 200) < 0) {
         cq_resume_free(r);
@@ -372,6 +373,7 @@ static void run_resume(const uint8_t *d, size_t n)
             FUZZ_CHECK(a.kind == CQ_RESUME_SEND && a.conn_id == 7);
             fz_send(&a, &begins, &last);
             final = (a.flags & CQ_RESUME_F_FINAL) != 0;
+            cq_resume_applied(r, 1, 0);
         }
         cq_resume_action_done(&a);
     }

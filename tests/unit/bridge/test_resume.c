@@ -389,14 +389,107 @@ static void test_idle_and_reload(void **state)
     cq_resume_free(r);
 }
 
+/* sends_max 2: two chunks at the workers at once; the other sessions wait their turn in order,
+ * whether new or asking for more, and take the places cq_resume_applied frees. A session that
+ * waits and goes away gives up its turn. */
+static void test_pacing(void **state)
+{
+    (void)state;
+    cq_resume_limits_t lim = {.chunk_events = 4, .sends_max = 2};
+    f_epoch = 7;
+    f_pushed = 0;
+    cq_resume_t *r = cq_resume_new(&lim, 3, position, NULL);
+    assert_non_null(r);
+    assert_int_equal(cq_resume_topic(r, "news", 200), 0);
+    live(r, 0, 20);
+    for (uint32_t conn = 1; conn <= 4; conn++)
+        request(r, conn, 7, 2);
+    expect_send(r, 1, CQ_RESUME_F_BEGIN, 3, 6, 2, NULL);
+    expect_send(r, 2, CQ_RESUME_F_BEGIN, 3, 6, 2, NULL);
+    expect_none(r);
+    cq_resume_stats_t st;
+    cq_resume_stats(r, &st);
+    assert_int_equal(st.sends_out, 2);
+    assert_int_equal(st.send_waiting, 2);
+    cq_resume_more(r, 1, 0); /* behind 3 and 4 */
+    expect_none(r);
+    cq_resume_applied(r, 1, 0);
+    expect_send(r, 3, CQ_RESUME_F_BEGIN, 3, 6, 2, NULL);
+    expect_none(r);
+    cq_resume_gone(r, 4); /* waiting: its turn goes to 1 when a place is free */
+    cq_resume_applied(r, 1, 0);
+    expect_send(r, 1, 0, 7, 10, 6, NULL);
+    expect_none(r);
+    cq_resume_applied(r, 2, 0);
+    expect_none(r); /* nobody waits */
+    cq_resume_stats(r, &st);
+    assert_int_equal(st.sends_out, 0);
+    assert_int_equal(st.send_waiting, 0);
+    assert_int_equal(st.sessions, 3);
+    cq_resume_applied(r, 5, 0); /* more than were out: nothing goes below zero */
+    cq_resume_more(r, 2, 0);
+    expect_send(r, 2, 0, 7, 10, 6, NULL);
+    cq_resume_free(r);
+}
+
+/* A session that reads the store holds its place over the read: the chunk its rows make is the
+ * one the place was for. Refusals count too, and places of chunks that never come back are
+ * taken back after idle_ms without progress. */
+static void test_pacing_reads_and_lost(void **state)
+{
+    (void)state;
+    cq_resume_limits_t lim = {
+        .ring_events = 4, .chunk_events = 64, .sends_max = 1, .idle_ms = 1000};
+    f_epoch = 7;
+    f_pushed = 0;
+    cq_resume_t *r = cq_resume_new(&lim, 3, position, NULL);
+    assert_non_null(r);
+    assert_int_equal(cq_resume_topic(r, "news", 200), 0);
+    live(r, 0, 20); /* the ring keeps 17..20 */
+    request(r, 1, 7, 10);
+    uint64_t id;
+    expect_read(r, 9, 1, &id); /* the verify read takes no place */
+    rows(r, id, 9, 10);
+    expect_read(r, 10, 64, &id); /* the walk read does */
+    request(r, 2, 7, 18);        /* from the ring, but the place is taken */
+    expect_none(r);
+    rows(r, id, 10, 16);
+    expect_send(r, 1, CQ_RESUME_F_BEGIN, 11, 16, 10, NULL);
+    expect_none(r);
+    cq_resume_applied(r, 1, 10);
+    expect_send(r, 2, CQ_RESUME_F_BEGIN | CQ_RESUME_F_FINAL, 19, 20, 18, NULL);
+    cq_resume_request(r, 3, "\xff", 1, 10); /* a refusal is a chunk too */
+    cq_resume_action_t a;
+    expect_send(r, 3, CQ_RESUME_F_BEGIN | CQ_RESUME_F_FINAL, 1, 0, 0, &a);
+    expect_result(&a, false, 20, "the body is not a TopicResumeMessage");
+    cq_resume_more(r, 1, 10); /* waits: two chunks are out */
+    expect_none(r);
+    cq_resume_tick(r, 1009);
+    expect_none(r);
+    cq_resume_tick(r, 1010); /* nothing came back for idle_ms */
+    expect_send(r, 1, CQ_RESUME_F_FINAL, 17, 20, 16, NULL);
+    cq_resume_stats_t st;
+    cq_resume_stats(r, &st);
+    assert_int_equal(st.credits_lost, 2);
+    assert_int_equal(st.sends_out, 1);
+    assert_int_equal(st.dropped_idle, 0);
+    cq_resume_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ring_catch_up),   cmocka_unit_test(test_no_position),
-        cmocka_unit_test(test_not_recovered),   cmocka_unit_test(test_store_then_ring),
-        cmocka_unit_test(test_purged),          cmocka_unit_test(test_chunks_and_live),
-        cmocka_unit_test(test_refusals),        cmocka_unit_test(test_read_slots_and_gone),
+        cmocka_unit_test(test_ring_catch_up),
+        cmocka_unit_test(test_no_position),
+        cmocka_unit_test(test_not_recovered),
+        cmocka_unit_test(test_store_then_ring),
+        cmocka_unit_test(test_purged),
+        cmocka_unit_test(test_chunks_and_live),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_read_slots_and_gone),
         cmocka_unit_test(test_idle_and_reload),
+        cmocka_unit_test(test_pacing),
+        cmocka_unit_test(test_pacing_reads_and_lost),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

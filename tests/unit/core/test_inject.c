@@ -451,9 +451,11 @@ static void test_resume_hold(void **state)
     assert_int_equal(take_types(r, types, 4), 2);
     assert_int_equal(types[0], 91);
     assert_int_equal(types[1], 200);
-    assert_int_equal(nasks, 2); /* room: the next chunk is asked for at once */
-    assert_int_equal(asks[1].what, CQ_RESUME_ASK_MORE);
+    assert_int_equal(nasks, 3); /* applied, and room: the next chunk is asked for at once */
+    assert_int_equal(asks[1].what, CQ_RESUME_ASK_APPLIED);
     assert_int_equal(asks[1].conn_id, rid);
+    assert_int_equal(asks[2].what, CQ_RESUME_ASK_MORE);
+    assert_int_equal(asks[2].conn_id, rid);
     assert_int_equal(cq_shared_inject_broadcast(E.sh, ch, 200, e[2]), 0);
     pump();
     assert_true(nothing(r));
@@ -470,18 +472,36 @@ static void test_resume_hold(void **state)
     pump();
     assert_int_equal(take_types(r, types, 4), 1);
     assert_int_equal(types[0], 200);
-    assert_int_equal(nasks, 2); /* FINAL asks for nothing */
+    assert_int_equal(nasks, 4); /* FINAL asks for nothing more */
+    assert_int_equal(asks[3].what, CQ_RESUME_ASK_APPLIED);
     assert_int_equal(cq_shared_inject_broadcast(E.sh, ch, 200, e3), 0);
     pump();
     got_exactly(r, ch, t200, &e3, 1);
     /* a new resume, then a close: the bridge hears GONE */
     send_resume(r, 0);
-    assert_int_equal(nasks, 3);
+    assert_int_equal(nasks, 5);
     cq_core_conn_close(E.cores[r->worker], r->conn, -ECONNRESET, "test");
     pump();
-    assert_int_equal(nasks, 4);
-    assert_int_equal(asks[3].what, CQ_RESUME_ASK_GONE);
-    assert_int_equal(asks[3].conn_id, rid);
+    assert_int_equal(nasks, 6);
+    assert_int_equal(asks[5].what, CQ_RESUME_ASK_GONE);
+    assert_int_equal(asks[5].conn_id, rid);
+    /* a chunk that finds its connection closed still reports back, once however many runs it
+     * was cut into, or the bridge's places for chunks would run out */
+    size_t big_n = 40000;
+    cq_buf_t *big = cq_buf_new(big_n), *evs[8];
+    memset(big->data, 'x', big_n);
+    big->len = big_n;
+    uint32_t t8[8];
+    for (int i = 0; i < 8; i++) {
+        evs[i] = big;
+        t8[i] = 200;
+    }
+    assert_int_equal(cq_shared_resume_chunk(E.sh, rid, CQ_RESUME_CHUNK_BEGIN, res, evs, t8, 8), 0);
+    pump();
+    assert_int_equal(nasks, 7);
+    assert_int_equal(asks[6].what, CQ_RESUME_ASK_APPLIED);
+    assert_int_equal(asks[6].conn_id, rid);
+    cq_buf_unref(big);
     for (int i = 0; i < 4; i++)
         cq_buf_unref(e[i]);
     cq_buf_unref(e3);
