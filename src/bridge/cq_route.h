@@ -75,9 +75,11 @@ int cq_route_topic(cq_route_t *r, const char *topic, const char *key_field, uint
 bool cq_route_active(const cq_route_t *r);
 
 /* A live event of topic that the bridge routed to key (event borrowed). One call per routed
- * delivery; an event whose content named no player is not given. */
+ * delivery; an event whose content named no player is not given. A binding's ring is trusted
+ * only after the first live event it saw (or from its declaration on the engine's thread, when
+ * position knows the topic): before that every catch-up reads the store. */
 void cq_route_live(cq_route_t *r, const char *topic, uint64_t epoch, uint64_t offset,
-                   const char *key_field, const char *key, cq_buf_t *event);
+                   uint64_t prev_offset, const char *key_field, const char *key, cq_buf_t *event);
 
 /* conn_id authenticated as key (the PIT): its catch-up starts; the worker holds its routed
  * events until the FINAL chunk, which always comes (an empty one when nothing is pending). */
@@ -136,7 +138,7 @@ typedef struct cq_route_stats {
     uint64_t logins, caught_up;              /* sessions started, and ended with FINAL */
     uint64_t events_ring, events_store;      /* catch-up events by source */
     uint64_t reads, rows_read, reads_shared; /* store reads, rows, and joins of one in flight */
-    uint64_t acks, commits, commit_errors, gets;
+    uint64_t acks, commits, commit_errors, gets; /* commits: offset writes done */
     uint64_t dropped_idle, refused;   /* sessions cut idle, logins over sessions_max */
     uint32_t sessions, cached, dirty; /* now */
 } cq_route_stats_t;

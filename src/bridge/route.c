@@ -43,6 +43,8 @@ typedef struct rbind {
     size_t bytes;
 } rbind_t;
 
+#define UNANCHORED UINT64_MAX /* ring_from before the ring saw an event: never trusted */
+
 /* A player's acknowledged offset in a binding's topic. */
 typedef struct oent {
     char mkey[65 + 129 + 1]; /* topic \x1f consumer id: the map's key */
@@ -212,16 +214,19 @@ static int bind_index(const cq_route_t *r, const char *topic, const char *field)
 }
 
 void cq_route_live(cq_route_t *r, const char *topic, uint64_t epoch, uint64_t offset,
-                   const char *key_field, const char *key, cq_buf_t *event)
+                   uint64_t prev_offset, const char *key_field, const char *key, cq_buf_t *event)
 {
     int i = topic && key_field ? bind_index(r, topic, key_field) : -1;
     if (i < 0 || !event || !key)
         return;
     rbind_t *b = &r->binds[i];
-    if (epoch != b->epoch || (b->n && offset <= ring_at(b, b->n - 1)->offset)) {
-        ring_clear(b); /* a new history: complete from just before this event */
+    if (b->ring_from == UNANCHORED || epoch != b->epoch ||
+        (b->n && offset <= ring_at(b, b->n - 1)->offset)) {
+        /* the first event seen, or a new history: complete from this event on (no offset
+         * exists between its prev_offset and it) */
+        ring_clear(b);
         b->epoch = epoch;
-        b->ring_from = offset - 1;
+        b->ring_from = prev_offset;
     }
     while (b->n && (b->n == b->cap || b->bytes + event->len > r->lim.ring_bytes))
         ring_drop_oldest(b);
@@ -731,7 +736,8 @@ static bool op(cq_route_t *r, oent_t *e, int kind)
     snprintf(n->a.consumer, sizeof(n->a.consumer), "%s", e->consumer);
     n->a.offset = e->offset;
     r->ops_out++;
-    kind == CQ_ROUTE_GET ? r->st.gets++ : r->st.commits++;
+    if (kind == CQ_ROUTE_GET)
+        r->st.gets++;
     return true;
 }
 
@@ -791,8 +797,10 @@ void cq_route_offset(cq_route_t *r, uint64_t tag, int err, uint64_t offset, uint
         if (err < 0) {
             e->dirty = true; /* written again at the next flush */
             r->st.commit_errors++;
-        } else if (offset > e->committed) {
-            e->committed = offset;
+        } else {
+            r->st.commits++; /* on the store's disk */
+            if (offset > e->committed)
+                e->committed = offset;
         }
     } else {
         /* a read: never committed is 0 (every retained event pending); an error reads again at a
@@ -1040,7 +1048,10 @@ int cq_route_topic(cq_route_t *r, const char *topic, const char *key_field, uint
     snprintf(b->field, sizeof(b->field), "%s", key_field);
     b->msg_type = msg_type;
     b->cap = r->lim.ring_events;
-    b->ring_from = pushed_of(r, b, &b->epoch); /* the live events from now on are kept */
+    uint64_t pushed = 0;
+    /* Known on the engine's thread: the live events from now on are kept. Else (before the MQ
+     * engine runs) the ring is anchored by the first live event. */
+    b->ring_from = r->position(r->ud, b->topic, &b->epoch, &pushed) ? pushed : UNANCHORED;
     r->nbinds++;
     return 0;
 }

@@ -149,6 +149,8 @@ static void auth_success(cq_core_t *c, cq_conn_t *conn, const char *pit)
      * connected but is not found by them: said once, loudly, rather than closed mid-AUTH. */
     if (first && cq__inject_index(c, conn) < 0)
         CQ_WARN("auth", "conn %u: out of memory: routed bridge events will not reach it", conn->id);
+    else if (first)
+        cq__route_login(c, conn);
 }
 
 /* A failed AUTH (its result already sent): counts, the address budget, a rate-limited log

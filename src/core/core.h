@@ -153,6 +153,7 @@ struct cq_shared {
     void *relay_ud;
     /* The bridge's resume (resume.c): set before the workers run; NULL without a bridge. */
     _Atomic(cq_core_resume_fn) resume_fn; /* set once, after the workers may run */
+    atomic_bool route_on;                 /* route bindings exist: logins catch up (resume.c) */
     void *resume_ud;                      /* written before resume_fn (release) */
     _Atomic bool relay_ready;
     _Atomic uint64_t live_nodes[4];
@@ -206,8 +207,12 @@ struct cq_conn {
     uint8_t resume_asked : 1;
     uint8_t bridge_hold : 1;
     uint8_t catchup_wait : 1; /* in the worker's catchup ids: waits for room for a chunk */
-    uint8_t transport;        /* CQ_CONN_TCP.. + 1 once cq_core_conn_set_transport ran; 0 unknown */
-    char *pit;                /* after a successful AUTH */
+    /* Route bindings' catch-up at AUTH (resume.c): the routed bridge events are held back
+     * until its FINAL chunk, as its chunks carry them; route_wait as catchup_wait. */
+    uint8_t route_hold : 1;
+    uint8_t route_wait : 1;
+    uint8_t transport; /* CQ_CONN_TCP.. + 1 once cq_core_conn_set_transport ran; 0 unknown */
+    char *pit;         /* after a successful AUTH */
     const cq_fsm_t *fsm;
     const cq_transport_ops_t *tops;
     void *tctx;
@@ -591,12 +596,16 @@ void cq__inject_free_all(cq_core_t *c);
 
 /* resume.c (a bridge resume) */
 void cq__handle_topic_resume(cq_core_t *c, cq_req_t *r);
+void cq__handle_topic_ack(cq_core_t *c, cq_req_t *r);
 /* XM_RESUME: on GLOBAL's worker, forwarded to the connection's; there, queued. */
 void cq__resume_chunk(cq_core_t *c, cq_xmsg_t *m);
 /* cq_core_flush: resuming connections with room ask for their next chunk. */
 void cq__resume_flush(cq_core_t *c);
 /* The connection closes or is released: its resume ends. Idempotent. */
 void cq__resume_conn_closed(cq_core_t *c, cq_conn_t *conn);
+/* Its first successful AUTH: with route bindings, its routed events are held and the bridge
+ * asked for its catch-up. */
+void cq__route_login(cq_core_t *c, cq_conn_t *conn);
 
 /* sendmany.c */
 typedef struct cq_sendmany {

@@ -221,6 +221,15 @@ enum {
     /* A chunk was applied (or dropped) on its connection's worker: one per chunk, whatever its
      * fate, so the bridge can pace how many it hands the workers (cq_resume_applied). */
     CQ_RESUME_ASK_APPLIED = 4,
+    /* Route bindings (cq_shared_set_route): a client authenticated with a PIT (body: the PIT
+     * and its NUL), its routed events are held until its catch-up's FINAL chunk; LOGIN_MORE,
+     * LOGIN_GONE and LOGIN_APPLIED are MORE, GONE and APPLIED for that catch-up; ACK: the
+     * player's TopicAckMessage (body: the PIT, its NUL, then the message's bytes). */
+    CQ_RESUME_ASK_LOGIN = 5,
+    CQ_RESUME_ASK_LOGIN_MORE = 6,
+    CQ_RESUME_ASK_LOGIN_GONE = 7,
+    CQ_RESUME_ASK_LOGIN_APPLIED = 8,
+    CQ_RESUME_ASK_ACK = 9,
 };
 typedef int (*cq_core_resume_fn)(void *ud, int ask, uint32_t conn_id, const void *body, size_t len);
 /* Sets the hook; before the workers run. */
@@ -237,6 +246,14 @@ enum { CQ_RESUME_CHUNK_BEGIN = 1, CQ_RESUME_CHUNK_FINAL = 2 };
 int cq_shared_resume_chunk(cq_shared_t *sh, uint32_t conn_id, unsigned flags,
                            const cq_buf_t *result, cq_buf_t *const *events,
                            const uint32_t *msg_types, size_t n);
+/* Route bindings exist (any thread; the hook of cq_shared_set_resume must be set): from now on
+ * a client's first successful AUTH asks CQ_RESUME_ASK_LOGIN and holds its routed events. */
+void cq_shared_set_route(cq_shared_t *sh, bool on);
+/* From the bridge's thread: a chunk of conn_id's login catch-up, events as in
+ * cq_shared_resume_chunk, posted straight to the connection's worker (behind the routed events
+ * posted before it); final ends the hold. Returns 0 or -ENOMEM (nothing posted). */
+int cq_shared_route_chunk(cq_shared_t *sh, uint32_t conn_id, bool final, cq_buf_t *const *events,
+                          const uint32_t *msg_types, size_t n);
 
 /* ---- per worker ---- */
 

@@ -124,7 +124,7 @@ void cq__inject_route(cq_core_t *c, const cq_xmsg_t *m)
         ids[i] = e->conns[i]->id;
     for (uint32_t i = 0; i < n; i++) {
         cq_conn_t *conn = cq_map_get(&c->conns, ids[i]);
-        if (conn)
+        if (conn && !conn->route_hold) /* held: its login's catch-up carries it (resume.c) */
             cq__conn_push(c, conn, m->buf);
     }
     if (ids != small)

@@ -31,6 +31,8 @@
 #include "msgtab.h"
 #include "world.h"
 
+#include "bridge.pb-c.h"
+
 /* clang-format off */
 const cq_msg_def_t cq__msg_table[CQ_USER_SPACE_START] = {
     [MT_AUTH] = {MT_AUTH, "AUTH",
@@ -82,6 +84,10 @@ const cq_msg_def_t cq__msg_table[CQ_USER_SPACE_START] = {
     /* chanq's own: a bridge resume (resume.c); the body is the bridge's to decode. */
     [MT_TOPIC_RESUME] = {MT_TOPIC_RESUME, "TOPIC_RESUME",
         NULL, cq__handle_topic_resume,
+        CQ_WHERE_SENDER, 0},
+    /* chanq's own: a player's acknowledgement of routed bridge events (resume.c). */
+    [MT_TOPIC_ACK] = {MT_TOPIC_ACK, "TOPIC_ACK",
+        &chanqpb__topic_ack_message__descriptor, cq__handle_topic_ack,
         CQ_WHERE_SENDER, 0},
     /* --dev only (the handler checks). */
     [MT_DEBUG_REGIONS] = {MT_DEBUG_REGIONS, "DEBUG_GET_SPATIAL_REGIONS",

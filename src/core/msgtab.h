@@ -40,6 +40,7 @@ enum {
     MT_CHANNEL_OWNER_LOST = 22,
     MT_CHANNEL_OWNER_RECOVERED = 23,
     MT_TOPIC_RESUME = 90, /* chanq's own (doc/protocol.md): a bridge resume (resume.c) */
+    MT_TOPIC_ACK = 92,    /* chanq's own: a player acknowledges routed events (resume.c) */
     MT_DEBUG_REGIONS = 99,
 };
 

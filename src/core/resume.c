@@ -35,6 +35,9 @@
 
 /* On a chunk's last message (u2): its worker tells the bridge the chunk was applied. */
 #define CHUNK_LAST 4u
+/* A route binding's catch-up (u2): posted straight to the connection's worker, and its hold is
+ * route_hold, set at AUTH. */
+#define CHUNK_ROUTE 8u
 
 #define MT_TOPIC_RESUME        90
 #define MT_TOPIC_RESUME_RESULT 91
@@ -83,6 +86,43 @@ void cq__handle_topic_resume(cq_core_t *c, cq_req_t *r)
         return;
     }
     conn->resume_asked = 1;
+}
+
+void cq_shared_set_route(cq_shared_t *sh, bool on)
+{
+    atomic_store_explicit(&sh->route_on, on, memory_order_release);
+}
+
+/* Only a client that names a player: its PIT is the key route bindings match. */
+void cq__route_login(cq_core_t *c, cq_conn_t *conn)
+{
+    if (!atomic_load_explicit(&c->sh->route_on, memory_order_acquire) ||
+        conn->type != CQ_CONN_CLIENT || !conn->pit || !*conn->pit)
+        return;
+    conn->route_hold = 1;
+    if (ask(c->sh, CQ_RESUME_ASK_LOGIN, conn->id, conn->pit, strlen(conn->pit) + 1) < 0)
+        conn->route_hold = 0; /* no catch-up this time: the events stay unacknowledged */
+}
+
+/* The body was decoded by the table (a TopicAckMessage); the bridge gets the player's key and
+ * the body. Nothing is answered: an acknowledgement of positions that mean nothing is
+ * ignored there. */
+void cq__handle_topic_ack(cq_core_t *c, cq_req_t *r)
+{
+    cq_conn_t *conn = r->conn;
+    if (!conn || conn->state == CONN_CLOSING || !conn->pit || !*conn->pit ||
+        !atomic_load_explicit(&c->sh->route_on, memory_order_acquire))
+        return;
+    size_t klen = strlen(conn->pit) + 1;
+    uint8_t small[512], *b = small;
+    if (klen + r->mp.body_len > sizeof(small) && !(b = cq_malloc(klen + r->mp.body_len)))
+        return;
+    memcpy(b, conn->pit, klen);
+    if (r->mp.body_len)
+        memcpy(b + klen, r->mp.body, r->mp.body_len);
+    ask(c->sh, CQ_RESUME_ASK_ACK, conn->id, b, klen + r->mp.body_len);
+    if (b != small)
+        cq_free(b);
 }
 
 /* ---- the chunks (the bridge's thread) ---------------------------------------------------- */
@@ -141,9 +181,10 @@ static cq_buf_t *event_record(uint32_t msg_type, const cq_buf_t *ev)
     return cq_wire_sfm_record(&mp, 0);
 }
 
-int cq_shared_resume_chunk(cq_shared_t *sh, uint32_t conn_id, unsigned flags,
-                           const cq_buf_t *result, cq_buf_t *const *events,
-                           const uint32_t *msg_types, size_t n)
+/* A chunk's messages, posted to worker; flags on its first (BEGIN) and last (the rest). */
+static int chunk_post(cq_shared_t *sh, int worker, uint32_t conn_id, unsigned flags,
+                      const cq_buf_t *result, cq_buf_t *const *events, const uint32_t *msg_types,
+                      size_t n)
 {
     runs_t w = {.conn_id = conn_id};
     if (result) {
@@ -168,35 +209,66 @@ int cq_shared_resume_chunk(cq_shared_t *sh, uint32_t conn_id, unsigned flags,
     }
     w.ms[0]->u2 |= flags & CQ_RESUME_CHUNK_BEGIN;
     w.ms[w.nm - 1]->u2 |= (flags & CQ_RESUME_CHUNK_FINAL) | CHUNK_LAST;
-    int g = cq_shared_chan_worker(sh, 0);
-    for (size_t i = 0; i < w.nm; i++)
-        cq__xmsg_post_outside(sh, g, w.ms[i]);
+    for (size_t i = 0; i < w.nm; i++) {
+        w.ms[i]->u2 |= flags & CHUNK_ROUTE;
+        cq__xmsg_post_outside(sh, worker, w.ms[i]);
+    }
     return 0;
+}
+
+int cq_shared_resume_chunk(cq_shared_t *sh, uint32_t conn_id, unsigned flags,
+                           const cq_buf_t *result, cq_buf_t *const *events,
+                           const uint32_t *msg_types, size_t n)
+{
+    flags &= CQ_RESUME_CHUNK_BEGIN | CQ_RESUME_CHUNK_FINAL;
+    return chunk_post(sh, cq_shared_chan_worker(sh, 0), conn_id, flags, result, events, msg_types,
+                      n);
+}
+
+/* Why straight to the connection's worker: the routed live events go there from the same
+ * thread (cq_shared_inject_route posts to every worker), so a chunk is behind every routed
+ * event posted before it on one FIFO. A client's id names its worker on one node (id %
+ * workers; the bridge refuses relay nodes). */
+int cq_shared_route_chunk(cq_shared_t *sh, uint32_t conn_id, bool final, cq_buf_t *const *events,
+                          const uint32_t *msg_types, size_t n)
+{
+    unsigned flags = CHUNK_ROUTE | (final ? CQ_RESUME_CHUNK_FINAL : 0);
+    int w = (int)(conn_id % (uint32_t)sh->o.workers);
+    return chunk_post(sh, w, conn_id, flags, NULL, events, msg_types, n);
 }
 
 /* ---- the chunks (GLOBAL's worker, then the connection's) ---------------------------------- */
 
-static void ask_more(cq_core_t *c, cq_conn_t *conn)
+static void ask_more(cq_core_t *c, cq_conn_t *conn, bool route)
 {
-    conn->catchup_wait = 0;
-    ask(c->sh, CQ_RESUME_ASK_MORE, conn->id, NULL, 0);
+    if (route)
+        conn->route_wait = 0;
+    else
+        conn->catchup_wait = 0;
+    ask(c->sh, route ? CQ_RESUME_ASK_LOGIN_MORE : CQ_RESUME_ASK_MORE, conn->id, NULL, 0);
 }
 
-/* Out of memory, it asks now rather than never: the hard limit still bounds its queue. */
-static void wait_room(cq_core_t *c, cq_conn_t *conn)
+/* Out of memory, it asks now rather than never: the hard limit still bounds its queue. A
+ * connection waiting for both kinds is listed once. */
+static void wait_room(cq_core_t *c, cq_conn_t *conn, bool route)
 {
-    if (c->n_catchup == c->cap_catchup) {
-        uint32_t cap = c->cap_catchup ? c->cap_catchup * 2 : 64;
-        uint32_t *v = cq_realloc(c->catchup, cap * sizeof(*v));
-        if (!v) {
-            ask_more(c, conn);
-            return;
+    if (!conn->catchup_wait && !conn->route_wait) {
+        if (c->n_catchup == c->cap_catchup) {
+            uint32_t cap = c->cap_catchup ? c->cap_catchup * 2 : 64;
+            uint32_t *v = cq_realloc(c->catchup, cap * sizeof(*v));
+            if (!v) {
+                ask_more(c, conn, route);
+                return;
+            }
+            c->catchup = v;
+            c->cap_catchup = cap;
         }
-        c->catchup = v;
-        c->cap_catchup = cap;
+        c->catchup[c->n_catchup++] = conn->id;
     }
-    c->catchup[c->n_catchup++] = conn->id;
-    conn->catchup_wait = 1;
+    if (route)
+        conn->route_wait = 1;
+    else
+        conn->catchup_wait = 1;
 }
 
 static size_t catchup_low(const cq_core_t *c)
@@ -205,14 +277,23 @@ static size_t catchup_low(const cq_core_t *c)
     return soft && soft < CATCHUP_LOW ? soft : CATCHUP_LOW;
 }
 
-static void apply(cq_core_t *c, const cq_xmsg_t *m)
+static void applied(cq_core_t *c, const cq_xmsg_t *m)
 {
     if (m->u2 & CHUNK_LAST)
-        ask(c->sh, CQ_RESUME_ASK_APPLIED, m->conn_id, NULL, 0);
+        ask(c->sh, m->u2 & CHUNK_ROUTE ? CQ_RESUME_ASK_LOGIN_APPLIED : CQ_RESUME_ASK_APPLIED,
+            m->conn_id, NULL, 0);
+}
+
+static void apply(cq_core_t *c, const cq_xmsg_t *m)
+{
+    applied(c, m);
+    bool route = m->u2 & CHUNK_ROUTE;
     cq_conn_t *conn = cq_map_get(&c->conns, m->conn_id);
     if (!conn || conn->state == CONN_CLOSING)
         return; /* closed: the bridge heard (CQ_RESUME_ASK_GONE) or hears it */
-    if (m->u2 & CQ_RESUME_CHUNK_BEGIN) {
+    if (route && !conn->route_hold)
+        return; /* not this connection's login (its id was reused) */
+    if (!route && (m->u2 & CQ_RESUME_CHUNK_BEGIN)) {
         cq__seg_close(c); /* an open segment of live events must not grow past BEGIN */
         conn->bridge_hold = 1;
     }
@@ -220,6 +301,11 @@ static void apply(cq_core_t *c, const cq_xmsg_t *m)
         cq__conn_push_run(c, conn, m->buf, m->u1);
     if (conn->state == CONN_CLOSING)
         return; /* over the hard limit */
+    if ((m->u2 & CQ_RESUME_CHUNK_FINAL) && route) {
+        conn->route_hold = 0;
+        conn->route_wait = 0;
+        return;
+    }
     if (m->u2 & CQ_RESUME_CHUNK_FINAL) {
         conn->bridge_hold = 0;
         conn->resume_asked = 0;
@@ -227,9 +313,9 @@ static void apply(cq_core_t *c, const cq_xmsg_t *m)
         return;
     }
     if (cq_sendq_bytes(cq_conn_sendq(conn)) < catchup_low(c))
-        ask_more(c, conn);
-    else if (!conn->catchup_wait)
-        wait_room(c, conn);
+        ask_more(c, conn, route);
+    else if (!(route ? conn->route_wait : conn->catchup_wait))
+        wait_room(c, conn, route);
 }
 
 /* XM_RESUME: on GLOBAL's worker it goes on to the connection's worker (the same FIFO as the
@@ -244,6 +330,7 @@ void cq__resume_chunk(cq_core_t *c, cq_xmsg_t *m)
     cq_xmsg_t *f = cq__xmsg_new(XM_RESUME, 0);
     if (!f) {
         CQ_WARN("resume", "conn %u: a resume chunk was dropped: out of memory", m->conn_id);
+        applied(c, m);
         return;
     }
     f->conn_id = m->conn_id;
@@ -261,12 +348,16 @@ void cq__resume_flush(cq_core_t *c)
     uint32_t kept = 0;
     for (uint32_t i = 0; i < c->n_catchup; i++) {
         cq_conn_t *conn = cq_map_get(&c->conns, c->catchup[i]);
-        if (!conn || conn->state == CONN_CLOSING || !conn->catchup_wait)
+        if (!conn || conn->state == CONN_CLOSING || !(conn->catchup_wait || conn->route_wait))
             continue;
-        if (cq_sendq_bytes(cq_conn_sendq(conn)) < low)
-            ask_more(c, conn);
-        else
+        if (cq_sendq_bytes(cq_conn_sendq(conn)) >= low) {
             c->catchup[kept++] = c->catchup[i];
+            continue;
+        }
+        if (conn->catchup_wait)
+            ask_more(c, conn, false);
+        if (conn->route_wait)
+            ask_more(c, conn, true);
     }
     c->n_catchup = kept;
 }
@@ -275,8 +366,12 @@ void cq__resume_flush(cq_core_t *c)
 void cq__resume_conn_closed(cq_core_t *c, cq_conn_t *conn)
 {
     conn->catchup_wait = 0; /* its id drops out at the next flush */
+    conn->route_wait = 0;
     if (conn->resume_asked)
         ask(c->sh, CQ_RESUME_ASK_GONE, conn->id, NULL, 0);
+    if (conn->route_hold)
+        ask(c->sh, CQ_RESUME_ASK_LOGIN_GONE, conn->id, NULL, 0);
     conn->resume_asked = 0;
     conn->bridge_hold = 0;
+    conn->route_hold = 0;
 }

@@ -12,6 +12,7 @@
 #include "cq_log.h"
 #include "cq_mpsc.h"
 #include "cq_resume.h"
+#include "cq_route.h"
 #include "cq_util.h"
 
 #include <errno.h>
@@ -64,16 +65,31 @@ struct cq_main_bridge {
     /* Chunks the workers applied (CQ_RESUME_ASK_APPLIED), and how many the engine heard of. */
     _Atomic uint64_t applied;
     uint64_t applied_seen;
+    /* Route bindings' catch-up (cq_route.h), the MQ thread's; its chunks' count as applied's;
+     * a copy of its counters for /metrics under st_mu. */
+    cq_route_t *rt;
+    _Atomic uint64_t rt_applied;
+    uint64_t rt_applied_seen;
+    pthread_mutex_t st_mu;
+    cq_route_stats_t rt_st;
 };
+
+/* Route reads share sink_rows with the resume's: their tags have this bit. */
+#define ROUTE_TAG (1ull << 63)
 
 /* The resume engine's topics: the broadcast bindings' (GLOBAL only, for now). */
 static void declare_topics(cq_main_bridge_t *b)
 {
     cq_resume_topics_clear(b->rs);
+    cq_route_topics_clear(b->rt);
     const cq_bindings_t *bs = cq_bridge_bindings(b->br);
     for (size_t i = 0; i < bs->n; i++)
         if (bs->v[i].kind == CQ_BIND_BROADCAST)
             cq_resume_topic(b->rs, bs->v[i].topic, bs->v[i].msg_type);
+        else
+            cq_route_topic(b->rt, bs->v[i].topic, bs->v[i].key, bs->v[i].msg_type);
+    if (b->sh)
+        cq_shared_set_route(b->sh, cq_route_active(b->rt));
 }
 
 /* The MQ thread takes a reloaded bridge (its dedup window starts empty). */
@@ -145,6 +161,9 @@ static void sink_event(void *ud, const cq_mqsrv_event_t *ev)
         if (out[i].b->kind == CQ_BIND_BROADCAST && !rung) { /* one encode for every output */
             cq_resume_live(b->rs, ev->topic, ev->epoch, ev->offset, ev->prev_offset, out[i].event);
             rung = true;
+        } else if (out[i].b->kind == CQ_BIND_ROUTE) {
+            cq_route_live(b->rt, ev->topic, ev->epoch, ev->offset, ev->prev_offset, out[i].b->key,
+                          out[i].key, out[i].event);
         }
         cq_buf_unref(out[i].event);
     }
@@ -162,8 +181,9 @@ static void sink_event(void *ud, const cq_mqsrv_event_t *ev)
 static int resume_ask(void *ud, int what, uint32_t conn_id, const void *body, size_t len)
 {
     cq_main_bridge_t *b = ud;
-    if (what == CQ_RESUME_ASK_APPLIED) { /* a count, not a queued ask: one per chunk */
-        atomic_fetch_add(&b->applied, 1);
+    if (what == CQ_RESUME_ASK_APPLIED || what == CQ_RESUME_ASK_LOGIN_APPLIED) {
+        /* a count, not a queued ask: one per chunk */
+        atomic_fetch_add(what == CQ_RESUME_ASK_APPLIED ? &b->applied : &b->rt_applied, 1);
         pthread_mutex_lock(&b->ask_mu);
         cq_mqsrv_t *mq = atomic_load(&b->mq);
         if (mq && !atomic_load(&b->stopped))
@@ -171,7 +191,9 @@ static int resume_ask(void *ud, int what, uint32_t conn_id, const void *body, si
         pthread_mutex_unlock(&b->ask_mu);
         return 0;
     }
-    if (what == CQ_RESUME_ASK_REQUEST && atomic_load(&b->nasks) >= RESUME_QUEUE_MAX)
+    if ((what == CQ_RESUME_ASK_REQUEST || what == CQ_RESUME_ASK_LOGIN ||
+         what == CQ_RESUME_ASK_ACK) &&
+        atomic_load(&b->nasks) >= RESUME_QUEUE_MAX)
         return CQ_EBUSY;
     ask_t *a = cq_malloc(sizeof(*a) + len);
     if (!a)
@@ -198,7 +220,8 @@ static int resume_ask(void *ud, int what, uint32_t conn_id, const void *body, si
 static bool resume_position(void *ud, const char *topic, uint64_t *epoch, uint64_t *pushed)
 {
     cq_main_bridge_t *b = ud;
-    return cq_mqsrv_sink_position(atomic_load(&b->mq), topic, epoch, pushed);
+    cq_mqsrv_t *mq = atomic_load(&b->mq);
+    return mq && cq_mqsrv_sink_position(mq, topic, epoch, pushed);
 }
 
 static void run_send(cq_main_bridge_t *b, const cq_resume_action_t *a)
@@ -224,9 +247,66 @@ static void run_send(cq_main_bridge_t *b, const cq_resume_action_t *a)
     }
 }
 
+static void run_route_send(cq_main_bridge_t *b, const cq_route_action_t *a)
+{
+    size_t n = a->nevs;
+    cq_buf_t **ev = cq_malloc((n ? n : 1) * sizeof(*ev));
+    uint32_t *ty = cq_malloc((n ? n : 1) * sizeof(*ty));
+    int r = -ENOMEM;
+    if (ev && ty) {
+        for (size_t i = 0; i < n; i++) {
+            ev[i] = a->evs[i].event;
+            ty[i] = a->evs[i].msg_type;
+        }
+        r = cq_shared_route_chunk(b->sh, a->conn_id, a->final, ev, ty, n);
+    }
+    cq_free(ev);
+    cq_free(ty);
+    if (r < 0) {
+        atomic_fetch_add(&b->rt_applied, 1);
+        if (log_now(b))
+            CQ_WARN("bridge", "conn %u: a login catch-up chunk was not sent: %s", a->conn_id,
+                    cq_strerror(r));
+    }
+}
+
+/* The route engine's actions: reads and offsets to the store's threads, chunks to the
+ * connections' workers. A refusal comes back at once as the action's result. */
+static void run_route_actions(cq_main_bridge_t *b, cq_mqsrv_t *s)
+{
+    cq_route_action_t a;
+    while (cq_route_next(b->rt, &a)) {
+        int r = 0;
+        switch (a.kind) {
+        case CQ_ROUTE_READ:
+            if ((r = cq_mqsrv_sink_read(s, a.topic, a.from, a.max, a.id | ROUTE_TAG)) < 0)
+                cq_route_rows(b->rt, a.id, r, NULL, 0, cq_clock_mono_ms());
+            break;
+        case CQ_ROUTE_GET:
+        case CQ_ROUTE_COMMIT:
+            r = a.kind == CQ_ROUTE_GET
+                    ? cq_mqsrv_sink_get_offset(s, a.topic, a.consumer, a.id)
+                    : cq_mqsrv_sink_commit_offset(s, a.topic, a.consumer, a.offset, a.id);
+            if (r < 0)
+                cq_route_offset(b->rt, a.id, r == -ENOENT ? -EIO : r, 0, cq_clock_mono_ms());
+            break;
+        case CQ_ROUTE_SEND:
+            run_route_send(b, &a);
+            break;
+        default:
+            break;
+        }
+        cq_route_action_done(&a);
+    }
+    pthread_mutex_lock(&b->st_mu);
+    cq_route_stats(b->rt, &b->rt_st);
+    pthread_mutex_unlock(&b->st_mu);
+}
+
 /* Runs the engine's actions: reads go to the store's reader thread, chunks to the workers. */
 static void run_actions(cq_main_bridge_t *b, cq_mqsrv_t *s)
 {
+    run_route_actions(b, s);
     cq_resume_action_t a;
     while (cq_resume_next(b->rs, &a)) {
         if (a.kind == CQ_RESUME_READ) {
@@ -254,6 +334,39 @@ static void run_actions(cq_main_bridge_t *b, cq_mqsrv_t *s)
     atomic_store(&b->rs_credits_lost, st.credits_lost);
 }
 
+/* One ask of a worker, to its engine. An ACK's body is the PIT, its NUL, then the message. */
+static void ask_run(cq_main_bridge_t *b, const ask_t *a, uint64_t now)
+{
+    const char *key = (const char *)a->body;
+    size_t klen = a->len ? strnlen(key, a->len) : 0;
+    switch (a->what) {
+    case CQ_RESUME_ASK_REQUEST:
+        cq_resume_request(b->rs, a->conn_id, a->body, a->len, now);
+        break;
+    case CQ_RESUME_ASK_MORE:
+        cq_resume_more(b->rs, a->conn_id, now);
+        break;
+    case CQ_RESUME_ASK_GONE:
+        cq_resume_gone(b->rs, a->conn_id);
+        break;
+    case CQ_RESUME_ASK_LOGIN:
+        cq_route_login(b->rt, a->conn_id, klen < a->len ? key : "", now);
+        break;
+    case CQ_RESUME_ASK_LOGIN_MORE:
+        cq_route_more(b->rt, a->conn_id, now);
+        break;
+    case CQ_RESUME_ASK_LOGIN_GONE:
+        cq_route_gone(b->rt, a->conn_id);
+        break;
+    case CQ_RESUME_ASK_ACK:
+        if (klen < a->len)
+            cq_route_ack(b->rt, key, a->body + klen + 1, a->len - klen - 1, now);
+        break;
+    default:
+        break;
+    }
+}
+
 /* Every drain and tick of the MQ engine: the workers' asks, then the idle sessions (at most
  * every 100 ms), then the actions. */
 static void sink_run(void *ud, cq_mqsrv_t *s)
@@ -267,22 +380,24 @@ static void sink_run(void *ud, cq_mqsrv_t *s)
         b->applied_seen = applied;
         run_actions(b, s);
     }
+    applied = atomic_load(&b->rt_applied);
+    if (applied != b->rt_applied_seen) {
+        cq_route_applied(b->rt, (uint32_t)(applied - b->rt_applied_seen), now);
+        b->rt_applied_seen = applied;
+        run_actions(b, s);
+    }
     cq_mpsc_node_t *n;
     while ((n = cq_mpsc_pop(&b->asks))) {
         ask_t *a = cq_container_of(n, ask_t, node);
         atomic_fetch_sub(&b->nasks, 1);
-        if (a->what == CQ_RESUME_ASK_REQUEST)
-            cq_resume_request(b->rs, a->conn_id, a->body, a->len, now);
-        else if (a->what == CQ_RESUME_ASK_MORE)
-            cq_resume_more(b->rs, a->conn_id, now);
-        else
-            cq_resume_gone(b->rs, a->conn_id);
+        ask_run(b, a, now);
         cq_free(a);
         run_actions(b, s);
     }
     if (now - b->tick_ms >= 100) {
         b->tick_ms = now;
         cq_resume_tick(b->rs, now);
+        cq_route_tick(b->rt, now);
     }
     run_actions(b, s);
 }
@@ -291,6 +406,8 @@ static void sink_rows(void *ud, cq_mqsrv_t *s, uint64_t tag, int err, const cq_s
                       size_t n)
 {
     cq_main_bridge_t *b = ud;
+    bool route = tag & ROUTE_TAG;
+    tag &= ~ROUTE_TAG;
     cq_resume_row_t *rows = n ? cq_malloc(n * sizeof(*rows)) : NULL;
     if (n && !rows) {
         err = -ENOMEM;
@@ -299,14 +416,76 @@ static void sink_rows(void *ud, cq_mqsrv_t *s, uint64_t tag, int err, const cq_s
     for (size_t i = 0; i < n; i++)
         rows[i] = (cq_resume_row_t){recs[i].offset, recs[i].create_ms, recs[i].producer_id,
                                     recs[i].seq,    recs[i].content,   recs[i].len};
-    cq_resume_rows(b->rs, tag, err, rows, n, cq_clock_mono_ms());
+    if (route)
+        cq_route_rows(b->rt, tag, err, rows, n, cq_clock_mono_ms());
+    else
+        cq_resume_rows(b->rs, tag, err, rows, n, cq_clock_mono_ms());
     cq_free(rows);
     run_actions(b, s);
+}
+
+static void sink_offset(void *ud, cq_mqsrv_t *s, uint64_t tag, int err, uint64_t offset)
+{
+    cq_main_bridge_t *b = ud;
+    cq_route_offset(b->rt, tag, err, offset, cq_clock_mono_ms());
+    run_actions(b, s);
+}
+
+static int route_metrics(cq_main_bridge_t *b, cq_sbuf_t *out)
+{
+    pthread_mutex_lock(&b->st_mu);
+    cq_route_stats_t st = b->rt_st;
+    pthread_mutex_unlock(&b->st_mu);
+    return cq_sbuf_printf(
+        out,
+        "# HELP chanq_bridge_route_logins_total Logins of players with route bindings, by "
+        "outcome (caught_up: the catch-up reached the live stream; refused: over the limit, "
+        "no catch-up; idle: cut for making no progress).\n"
+        "# TYPE chanq_bridge_route_logins_total counter\n"
+        "chanq_bridge_route_logins_total{outcome=\"started\"} %" PRIu64 "\n"
+        "chanq_bridge_route_logins_total{outcome=\"caught_up\"} %" PRIu64 "\n"
+        "chanq_bridge_route_logins_total{outcome=\"refused\"} %" PRIu64 "\n"
+        "chanq_bridge_route_logins_total{outcome=\"idle\"} %" PRIu64 "\n"
+        "# HELP chanq_bridge_route_events_total Login catch-up events sent, by where they came "
+        "from.\n"
+        "# TYPE chanq_bridge_route_events_total counter\n"
+        "chanq_bridge_route_events_total{source=\"ring\"} %" PRIu64 "\n"
+        "chanq_bridge_route_events_total{source=\"store\"} %" PRIu64 "\n"
+        "# HELP chanq_bridge_route_reads_total Store reads of login catch-ups (shared: a login "
+        "that joined a read already asked for).\n"
+        "# TYPE chanq_bridge_route_reads_total counter\n"
+        "chanq_bridge_route_reads_total{kind=\"issued\"} %" PRIu64 "\n"
+        "chanq_bridge_route_reads_total{kind=\"shared\"} %" PRIu64 "\n"
+        "# HELP chanq_bridge_route_rows_total Rows those reads returned.\n"
+        "# TYPE chanq_bridge_route_rows_total counter\n"
+        "chanq_bridge_route_rows_total %" PRIu64 "\n"
+        "# HELP chanq_bridge_route_acks_total Players' TopicAck messages.\n"
+        "# TYPE chanq_bridge_route_acks_total counter\n"
+        "chanq_bridge_route_acks_total %" PRIu64 "\n"
+        "# HELP chanq_bridge_route_offset_ops_total Players' offsets read from and written to "
+        "the store (write_error: written again later).\n"
+        "# TYPE chanq_bridge_route_offset_ops_total counter\n"
+        "chanq_bridge_route_offset_ops_total{op=\"read\"} %" PRIu64 "\n"
+        "chanq_bridge_route_offset_ops_total{op=\"write\"} %" PRIu64 "\n"
+        "chanq_bridge_route_offset_ops_total{op=\"write_error\"} %" PRIu64 "\n"
+        "# HELP chanq_bridge_route_sessions Login catch-ups in progress.\n"
+        "# TYPE chanq_bridge_route_sessions gauge\n"
+        "chanq_bridge_route_sessions %u\n"
+        "# HELP chanq_bridge_route_offsets Players' offsets cached (dirty: not written yet).\n"
+        "# TYPE chanq_bridge_route_offsets gauge\n"
+        "chanq_bridge_route_offsets{state=\"cached\"} %u\n"
+        "chanq_bridge_route_offsets{state=\"dirty\"} %u\n",
+        st.logins, st.caught_up, st.refused, st.dropped_idle, st.events_ring, st.events_store,
+        st.reads, st.reads_shared, st.rows_read, st.acks, st.gets, st.commits, st.commit_errors,
+        st.sessions, st.cached, st.dirty);
 }
 
 static int metrics(void *ud, cq_sbuf_t *out)
 {
     cq_main_bridge_t *b = ud;
+    int r = route_metrics(b, out);
+    if (r < 0)
+        return r;
     return cq_sbuf_printf(
         out,
         "# HELP chanq_bridge_events_total Committed messages of bound topics the bridge took.\n"
@@ -421,9 +600,15 @@ int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
                               .sends_max = (uint32_t)c->bridge_resume_inflight};
     if (r == 0 && !(b->rs = cq_resume_new(&lim, (uint32_t)c->shard, resume_position, b)))
         r = -ENOMEM;
+    cq_route_limits_t rlim = {.ring_events = (uint32_t)c->bridge_ring_events,
+                              .chunk_events = (uint32_t)c->bridge_resume_chunk,
+                              .sends_max = (uint32_t)c->bridge_resume_inflight};
+    if (r == 0 && !(b->rt = cq_route_new(&rlim, (uint32_t)c->shard, resume_position, b)))
+        r = -ENOMEM;
     if (r == 0) {
         cq_mpsc_init(&b->asks);
         pthread_mutex_init(&b->ask_mu, NULL);
+        pthread_mutex_init(&b->st_mu, NULL);
         declare_topics(b);
     }
     if (r == 0 && (r = cq_admin_add_source(admin, "bridge", metrics, b)) < 0)
@@ -436,6 +621,7 @@ int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
         return r;
     }
     b->sh = sh;
+    cq_shared_set_route(sh, cq_route_active(b->rt));
     CQ_INFO("bridge", "%zu bindings from %s", cq_bridge_bindings(b->br)->n, c->bridge_file);
     *ret = b;
     return 0;
@@ -449,6 +635,7 @@ void cq_main_bridge_sink(cq_main_bridge_t *b, cq_mqsrv_opts_t *o)
     o->sink_event = sink_event;
     o->sink_run = sink_run;
     o->sink_rows = sink_rows;
+    o->sink_offset = sink_offset;
     o->sink_ud = b;
 }
 
@@ -506,9 +693,12 @@ cq_main_bridge_t *cq_main_bridge_free(cq_main_bridge_t *b, cq_admin_t *admin)
     cq_mpsc_node_t *n;
     while (b->rs && (n = cq_mpsc_pop(&b->asks))) /* asks is set up with rs */
         cq_free(cq_container_of(n, ask_t, node));
-    if (b->rs)
+    if (b->rs) {
         pthread_mutex_destroy(&b->ask_mu);
+        pthread_mutex_destroy(&b->st_mu);
+    }
     cq_resume_free(b->rs);
+    cq_route_free(b->rt);
     cq_free(b);
     return NULL;
 }

@@ -427,6 +427,130 @@ static void test_route_by_pit(void **state)
     assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_outputs_total"), 4);
 }
 
+/* Sends a TopicAckMessage (type 92) on GLOBAL: the player handled "vip" up to offset. */
+static void send_ack(it_conn_t *c, uint64_t epoch, uint64_t offset)
+{
+    Chanqpb__TopicPosition p = CHANQPB__TOPIC_POSITION__INIT, *pp = &p;
+    p.topic = "vip";
+    p.shard = 0;
+    p.epoch = epoch;
+    p.offset = offset;
+    Chanqpb__TopicAckMessage m = CHANQPB__TOPIC_ACK_MESSAGE__INIT;
+    m.n_positions = 1;
+    m.positions = &pp;
+    assert_int_equal(chanq_sync_send(c->s, 0, 0, 0, 92, &m.base), 0);
+}
+
+/* Waits until /metrics shows at least n of the route's offset writes. */
+static void wait_offset_writes(int64_t n)
+{
+    for (int i = 0; i < IT_TIMEOUT_MS / 10; i++) {
+        if (cq_testsrv_metric(it_srv(), "chanq_bridge_route_offset_ops_total{op=\"write\"}") >= n)
+            return;
+        cq_test_sleep_ms(10);
+    }
+    fail_msg("the acknowledged offset was not written");
+}
+
+/* VIP events published while the player is offline reach it at login, once, in order, then
+ * the live ones: no subscription and no client change (the events it never acknowledged are
+ * pending; channeld clients work unchanged). A player that acknowledged them gets none again,
+ * on any connection; one that did not, gets them again. */
+static void test_route_offline_login(void **state)
+{
+    (void)state;
+    start();
+    create_topic("vip");
+    uint64_t o1 = produce("vip", "{\"user_id\":\"xena\",\"vip\":1}");
+    uint64_t o2 = produce("vip", "{\"user_id\":\"yuri\",\"vip\":1}");
+    uint64_t o3 = produce("vip", "{\"user_id\":\"xena\",\"vip\":2}");
+    it_conn_t *x = player("xena");
+    expect_event(x, MT_VIP, "vip", o1, 0, "{\"user_id\":\"xena\",\"vip\":1}");
+    expect_event(x, MT_VIP, "vip", o3, o2, "{\"user_id\":\"xena\",\"vip\":2}");
+    uint64_t o4 = produce("vip", "{\"user_id\":\"xena\",\"vip\":3}");
+    expect_event(x, MT_VIP, "vip", o4, o3, "{\"user_id\":\"xena\",\"vip\":3}");
+    /* another connection of xena's, without an ack: everything again */
+    it_conn_t *x2 = player("xena");
+    expect_event(x2, MT_VIP, "vip", o1, 0, "{\"user_id\":\"xena\",\"vip\":1}");
+    expect_event(x2, MT_VIP, "vip", o3, o2, "{\"user_id\":\"xena\",\"vip\":2}");
+    expect_event(x2, MT_VIP, "vip", o4, o3, "{\"user_id\":\"xena\",\"vip\":3}");
+    it_close(x2);
+    /* an ack of o3: the next login gets o4 only, then the live ones */
+    send_ack(x, 0, o3);
+    it_close(x);
+    uint64_t o5 = produce("vip", "{\"user_id\":\"xena\",\"vip\":4}");
+    it_conn_t *x3 = player("xena");
+    expect_event(x3, MT_VIP, "vip", o4, o3, "{\"user_id\":\"xena\",\"vip\":3}");
+    expect_event(x3, MT_VIP, "vip", o5, o4, "{\"user_id\":\"xena\",\"vip\":4}");
+    uint64_t o6 = produce("vip", "{\"user_id\":\"xena\",\"vip\":5}");
+    expect_event(x3, MT_VIP, "vip", o6, o5, "{\"user_id\":\"xena\",\"vip\":5}");
+    /* yuri, never connected, still has his */
+    it_conn_t *y = player("yuri");
+    expect_event(y, MT_VIP, "vip", o2, o1, "{\"user_id\":\"yuri\",\"vip\":1}");
+    uint64_t o7 = produce("vip", "{\"user_id\":\"yuri\",\"vip\":2}");
+    expect_event(y, MT_VIP, "vip", o7, o6, "{\"user_id\":\"yuri\",\"vip\":2}");
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_route_acks_total"), 1);
+    assert_int_equal(
+        cq_testsrv_metric(it_srv(), "chanq_bridge_route_logins_total{outcome=\"started\"}"), 4);
+    assert_int_equal(
+        cq_testsrv_metric(it_srv(), "chanq_bridge_route_logins_total{outcome=\"caught_up\"}"), 4);
+}
+
+/* The acknowledged offset is the store's: after it was written, a SIGKILL and a restart on the
+ * same store, the player gets only what followed it (published before and after the restart),
+ * read from the store. Many events of others in between are filtered out by key. */
+static void test_route_ack_after_sigkill(void **state)
+{
+    (void)state;
+    start_ring("16"); /* the catch-up after the restart crosses more than the ring */
+    create_topic("vip");
+    uint64_t a = produce("vip", "{\"user_id\":\"xena\",\"n\":1}");
+    it_conn_t *x = player("xena");
+    expect_event(x, MT_VIP, "vip", a, 0, "{\"user_id\":\"xena\",\"n\":1}");
+    send_ack(x, 0, a);
+    wait_offset_writes(1);
+    uint64_t b = produce("vip", "{\"user_id\":\"xena\",\"n\":2}");
+    expect_event(x, MT_VIP, "vip", b, a, "{\"user_id\":\"xena\",\"n\":2}");
+    cq_testsrv_kill(it_srv(), SIGKILL);
+    it_close(x);
+    start_ring("16");
+    uint64_t last = b;
+    for (int i = 0; i < 40; i++) /* others' events: the ring holds the last 16 of them */
+        last = produce("vip", "{\"user_id\":\"other\"}");
+    uint64_t c = produce("vip", "{\"user_id\":\"xena\",\"n\":3}");
+    it_conn_t *x2 = player("xena");
+    expect_event(x2, MT_VIP, "vip", b, a, "{\"user_id\":\"xena\",\"n\":2}");
+    expect_event(x2, MT_VIP, "vip", c, last, "{\"user_id\":\"xena\",\"n\":3}");
+    uint64_t d = produce("vip", "{\"user_id\":\"xena\",\"n\":4}");
+    expect_event(x2, MT_VIP, "vip", d, c, "{\"user_id\":\"xena\",\"n\":4}");
+    assert_true(cq_testsrv_metric(it_srv(), "chanq_bridge_route_reads_total{kind=\"issued\"}") >=
+                1);
+}
+
+/* The switch at login: events keep being published for the player while its catch-up runs in
+ * 2-event chunks; it gets every one once, in order, across the end of the catch-up and into the
+ * live ones (the routed live events are held until the FINAL chunk). */
+static void test_route_login_while_publishing(void **state)
+{
+    (void)state;
+    start_resume("16", "2");
+    create_topic("vip");
+    enum { N = 300, BEFORE = 100 };
+    static uint64_t o[N];
+    char content[N][64];
+    for (int i = 0; i < N; i++)
+        snprintf(content[i], sizeof(content[i]), "{\"user_id\":\"xena\",\"i\":%d}", i);
+    for (int i = 0; i < BEFORE; i++)
+        o[i] = produce("vip", content[i]);
+    it_conn_t *x = player("xena");
+    for (int i = BEFORE; i < N; i++)
+        o[i] = produce("vip", content[i]);
+    for (int i = 0; i < N; i++)
+        expect_event(x, MT_VIP, "vip", o[i], i ? o[i - 1] : 0, content[i]);
+    uint64_t last = produce("vip", "{\"user_id\":\"xena\"}");
+    expect_event(x, MT_VIP, "vip", last, o[N - 1], "{\"user_id\":\"xena\"}");
+}
+
 /* SIGHUP reads the bindings file again: a topic no longer bound is no longer delivered (nor
  * counted), a new msg_type applies from the next event; a file that does not load keeps the
  * bindings in force. */
@@ -487,6 +611,9 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_broadcast_global, teardown),
         cmocka_unit_test_teardown(test_route_by_pit, teardown),
+        cmocka_unit_test_teardown(test_route_offline_login, teardown),
+        cmocka_unit_test_teardown(test_route_ack_after_sigkill, teardown),
+        cmocka_unit_test_teardown(test_route_login_while_publishing, teardown),
         cmocka_unit_test_teardown(test_reload, teardown),
         cmocka_unit_test_teardown(test_resume_from_ring, teardown),
         cmocka_unit_test_teardown(test_resume_from_store, teardown),

@@ -58,7 +58,7 @@ static void live(cq_route_t *r, uint64_t from, uint64_t to)
         char key[8];
         snprintf(key, sizeof(key), "u%llu", (unsigned long long)(o % 3));
         f_pushed = o;
-        cq_route_live(r, "vip", 5, o, "user_id", key, b);
+        cq_route_live(r, "vip", 5, o, o - 1, "user_id", key, b);
         cq_buf_unref(b);
     }
 }
@@ -267,7 +267,7 @@ static void test_acks_batched(void **state)
     cq_route_offset(r, t, 0, 7, 1200);
     cq_route_stats_t st;
     cq_route_stats(r, &st);
-    assert_int_equal(st.commits, 2);
+    assert_int_equal(st.commits, 1); /* done: the failed one is not counted */
     assert_int_equal(st.commit_errors, 1);
     assert_int_equal(st.dirty, 0);
     /* an ack for a player not cached reads its stored offset first, and keeps the greater */
