@@ -135,12 +135,12 @@ bool cq_route_next(cq_route_t *r, cq_route_action_t *a);
 void cq_route_action_done(cq_route_action_t *a);
 
 typedef struct cq_route_stats {
-    uint64_t logins, caught_up;              /* sessions started, and ended with FINAL */
-    uint64_t events_ring, events_store;      /* catch-up events by source */
-    uint64_t reads, rows_read, reads_shared; /* store reads, rows, and joins of one in flight */
+    uint64_t logins, caught_up;                  /* sessions started, and ended with FINAL */
+    uint64_t events_ring, events_store;          /* catch-up events by source */
+    uint64_t reads, rows_read, reads_shared;     /* store reads, rows, and joins of one in flight */
     uint64_t acks, commits, commit_errors, gets; /* commits: offset writes done */
-    uint64_t dropped_idle, refused;   /* sessions cut idle, logins over sessions_max */
-    uint32_t sessions, cached, dirty; /* now */
+    uint64_t dropped_idle, refused;              /* sessions cut idle, logins over sessions_max */
+    uint32_t sessions, cached, dirty;            /* now */
 } cq_route_stats_t;
 void cq_route_stats(const cq_route_t *r, cq_route_stats_t *st);
 

@@ -22,6 +22,7 @@
 #include "cq_bridge.h"
 #include "cq_err.h"
 #include "cq_resume.h"
+#include "cq_route.h"
 #include "cq_wire.h"
 
 #include <errno.h>
@@ -381,6 +382,98 @@ static void run_resume(const uint8_t *d, size_t n)
     cq_resume_free(r);
 }
 
+/* ---- the route engine: the input as a TopicAckMessage ---------------------------------------
+ *
+ * The same topic "rel" (live offset 20), bound by route on "user_id"; offset o names the player
+ * "u<o % 3>". The ring saw 13..20. Player u1 acknowledges with the input as the body (from
+ * another connection first, so its offset is cached), then logs in; its stored offset is the
+ * input's first byte mod 21 (0xff: never committed). Invariants: the ack is refused with
+ * -EINVAL exactly when the body does not decode or has more than 256 positions; the login ends
+ * with exactly one FINAL; its events rise strictly, name u1 only, and are exactly u1's events
+ * after max(stored, acknowledged) (an ack counts only on shard 0, epoch 3, offset <= 20). */
+
+static void fz_route_row_content(uint64_t o, char *buf, size_t len)
+{
+    snprintf(buf, len, "{\"user_id\":\"u%u\"}", (unsigned)(o % 3));
+}
+
+static void run_route(const uint8_t *d, size_t n)
+{
+    cq_route_limits_t lim = {.ring_events = 8, .chunk_events = 4, .sends_max = 1};
+    cq_route_t *r = cq_route_new(&lim, 0, fz_position, NULL);
+    if (!r || cq_route_topic(r, "rel", "user_id", 201) < 0) {
+        cq_route_free(r);
+        return;
+    }
+    for (uint64_t o = 13; o <= 20; o++) {
+        char c[32], key[8];
+        fz_route_row_content(o, c, sizeof(c));
+        snprintf(key, sizeof(key), "u%u", (unsigned)(o % 3));
+        cq_topic_event_t te = {"rel", 0, 3, o, o - 1, 1000, "", 0, (const uint8_t *)c, strlen(c)};
+        cq_buf_t *b = cq_topic_event_encode(&te);
+        if (b)
+            cq_route_live(r, "rel", 3, o, o - 1, "user_id", key, b);
+        cq_buf_unref(b);
+    }
+    uint64_t stored = n && d[0] != 0xff ? d[0] % 21 : 0, acked = 0;
+    Chanqpb__TopicAckMessage *m = chanqpb__topic_ack_message__unpack(NULL, n, d);
+    bool good = m && m->n_positions <= CQ_RESUME_POSITIONS_MAX;
+    for (size_t k = 0; good && k < m->n_positions; k++) {
+        const Chanqpb__TopicPosition *p = m->positions[k];
+        if (p->topic && strcasecmp(p->topic, "rel") == 0 && p->shard == 0 && p->epoch == 3 &&
+            p->offset <= 20 && p->offset > acked)
+            acked = p->offset;
+    }
+    if (m)
+        chanqpb__topic_ack_message__free_unpacked(m, NULL);
+    FUZZ_CHECK(cq_route_ack(r, "u1", d, n, 0) == (good ? 0 : -EINVAL));
+    cq_route_login(r, 7, "u1", 0);
+    uint64_t from = stored > acked ? stored : acked, last = from;
+    int finals = 0, steps = 0;
+    cq_route_action_t a;
+    while (!finals && steps++ < 256) {
+        if (!cq_route_next(r, &a)) {
+            cq_route_more(r, 7, 0);
+            if (!cq_route_next(r, &a))
+                break;
+        }
+        if (a.kind == CQ_ROUTE_GET) {
+            cq_route_offset(r, a.id, n && d[0] == 0xff ? -ENOENT : 0, stored, 0);
+        } else if (a.kind == CQ_ROUTE_READ) {
+            cq_resume_row_t rows[64];
+            char text[64][32];
+            size_t k = 0;
+            for (uint64_t o = a.from + 1; o <= 20 && k < a.max && k < 64; o++, k++) {
+                fz_route_row_content(o, text[k], sizeof(text[k]));
+                rows[k] =
+                    (cq_resume_row_t){o, 1000, 0, 0, (const uint8_t *)text[k], strlen(text[k])};
+            }
+            cq_route_rows(r, a.id, 0, rows, k, 0);
+        } else if (a.kind == CQ_ROUTE_COMMIT) {
+            cq_route_offset(r, a.id, 0, a.offset, 0);
+        } else {
+            FUZZ_CHECK(a.kind == CQ_ROUTE_SEND && a.conn_id == 7);
+            for (size_t i = 0; i < a.nevs; i++) {
+                Chanqpb__TopicEvent *e =
+                    chanqpb__topic_event__unpack(NULL, a.evs[i].event->len, a.evs[i].event->data);
+                FUZZ_CHECK(e && e->offset > last && e->offset <= 20 && e->offset % 3 == 1);
+                /* no event of u1's skipped: every offset between is another player's */
+                for (uint64_t o = last + 1; o < e->offset; o++)
+                    FUZZ_CHECK(o % 3 != 1);
+                last = e->offset;
+                chanqpb__topic_event__free_unpacked(e, NULL);
+            }
+            finals += a.final;
+            cq_route_applied(r, 1, 0);
+        }
+        cq_route_action_done(&a);
+    }
+    FUZZ_CHECK(finals == 1);
+    for (uint64_t o = last + 1; o <= 20; o++) /* nothing of u1's left out at the end */
+        FUZZ_CHECK(o % 3 != 1);
+    cq_route_free(r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static bool inited;
@@ -393,6 +486,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t doc_len = zero ? (size_t)(zero - data) : size;
     unpack_all(data, size);
     run_resume(data, size);
+    run_route(data, size);
     const uint8_t *script = zero ? zero + 1 : NULL;
     size_t script_len = zero ? size - doc_len - 1 : 0;
     uint32_t window = script_len ? script[0] % 9 : 4;
