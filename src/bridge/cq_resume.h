@@ -68,11 +68,13 @@ cq_resume_t *cq_resume_new(const cq_resume_limits_t *lim, uint32_t shard,
 /* Frees the engine, its rings, sessions and queued actions. Accepts NULL. */
 void cq_resume_free(cq_resume_t *r);
 
-/* Declares a broadcast-bound topic delivered with msg_type (a reload declares them again: a
- * topic no longer declared keeps nothing; sessions lose it). Returns 0, -EINVAL, -ENOSPC (more
- * than 256 topics) or -ENOMEM. cq_resume_topics_clear forgets every declaration first. */
+/* Declares a broadcast-bound topic delivered on channel chan_id (0: GLOBAL, else its "topic"
+ * channel) with msg_type (a reload declares them again: a topic no longer declared keeps
+ * nothing; sessions lose it). Returns 0, -EINVAL, -EEXIST (the topic is declared on another
+ * channel: one channel per topic), -ENOSPC (more than 256 topics) or -ENOMEM.
+ * cq_resume_topics_clear forgets every declaration first. */
 void cq_resume_topics_clear(cq_resume_t *r);
-int cq_resume_topic(cq_resume_t *r, const char *topic, uint32_t msg_type);
+int cq_resume_topic(cq_resume_t *r, const char *topic, uint32_t chan_id, uint32_t msg_type);
 
 /* A live event of a declared topic, in the order the bridge delivered it (event borrowed: the
  * ring takes its own reference). Other topics are ignored. */
@@ -89,10 +91,11 @@ typedef struct cq_resume_row {
     size_t len;
 } cq_resume_row_t;
 
-/* conn_id's TopicResumeMessage (body borrowed). Every outcome is an action: a refusal is a
- * BEGIN|FINAL chunk whose result says why. */
-void cq_resume_request(cq_resume_t *r, uint32_t conn_id, const void *body, size_t len,
-                       uint64_t now_ms);
+/* conn_id's TopicResumeMessage sent on channel chan_id (body borrowed): the topics bound to
+ * that channel resume. Every outcome is an action: a refusal (a channel with no topic, among
+ * others) is a BEGIN|FINAL chunk whose result says why. */
+void cq_resume_request(cq_resume_t *r, uint32_t conn_id, uint32_t chan_id, const void *body,
+                       size_t len, uint64_t now_ms);
 /* conn_id's worker has room for the next chunk. */
 void cq_resume_more(cq_resume_t *r, uint32_t conn_id, uint64_t now_ms);
 /* conn_id closed: its session ends (a read in flight is discarded when it comes back). */
@@ -128,6 +131,7 @@ typedef struct cq_resume_action {
     uint32_t max;
     /* SEND */
     uint32_t conn_id;
+    uint32_t chan_id; /* the channel the request came on, where the chunks go */
     uint32_t flags;   /* CQ_RESUME_F_* */
     cq_buf_t *result; /* BEGIN: TopicResumeResultMessage bytes (the action's reference) */
     cq_resume_ev_t *evs;

@@ -32,6 +32,7 @@ typedef struct ring_ent {
 
 typedef struct rtopic {
     char name[65];
+    uint32_t chan_id; /* the channel its binding delivers to (0: GLOBAL) */
     uint32_t msg_type;
     ring_ent_t *ring; /* cap entries, the oldest at head */
     uint32_t head, n, cap;
@@ -41,7 +42,7 @@ typedef struct rtopic {
 
 /* A topic's cursor in a session: TC_NOW until BEGIN (the client gets the events after the live
  * offset at BEGIN), TC_VERIFY while its offset is checked in the store, then TC_WALK. */
-enum { TC_NOW = 0, TC_VERIFY, TC_WALK };
+enum { TC_NOW = 0, TC_VERIFY, TC_WALK, TC_SKIP /* bound to another channel than the session's */ };
 
 typedef struct scur {
     uint8_t state;
@@ -51,7 +52,7 @@ typedef struct scur {
 enum { PH_VERIFY = 1, PH_READ, PH_MORE, PH_WAIT_SLOT, PH_RETRY, PH_WAIT_SEND };
 
 typedef struct sess {
-    uint32_t conn_id;
+    uint32_t conn_id, chan_id;
     uint8_t phase;
     bool begun, recovered, refusal;
     bool credit;      /* holds a place for its next chunk (made, or read for) */
@@ -299,21 +300,25 @@ static cq_buf_t *result_encode(const cq_resume_t *r, const sess_t *s)
 {
     Chanqpb__TopicPosition pos[TOPICS_MAX], *pp[TOPICS_MAX];
     Chanqpb__TopicResumeResultMessage m = CHANQPB__TOPIC_RESUME_RESULT_MESSAGE__INIT;
+    size_t n = 0;
     for (int i = 0; i < r->ntopics; i++) {
+        if (s->cur[i].state == TC_SKIP)
+            continue;
         uint64_t epoch = 0, pushed = 0;
         r->position(r->ud, r->topics[i].name, &epoch, &pushed);
-        chanqpb__topic_position__init(&pos[i]);
-        pos[i].topic = (char *)r->topics[i].name;
-        pos[i].shard = r->shard;
-        pos[i].epoch = epoch;
-        pos[i].offset = s->cur[i].cursor;
-        pp[i] = &pos[i];
+        chanqpb__topic_position__init(&pos[n]);
+        pos[n].topic = (char *)r->topics[i].name;
+        pos[n].shard = r->shard;
+        pos[n].epoch = epoch;
+        pos[n].offset = s->cur[i].cursor;
+        pp[n] = &pos[n];
+        n++;
     }
     m.recovered = s->recovered;
-    m.n_positions = (size_t)r->ntopics;
+    m.n_positions = n;
     m.positions = pp;
     m.error = (char *)(s->recovered ? "" : s->error);
-    size_t n = chanqpb__topic_resume_result_message__get_packed_size(&m);
+    n = chanqpb__topic_resume_result_message__get_packed_size(&m);
     cq_buf_t *b = cq_buf_new(n);
     if (b)
         b->len = chanqpb__topic_resume_result_message__pack(&m, b->data);
@@ -407,6 +412,7 @@ static void send_chunk(cq_resume_t *r, sess_t *s, chunk_t *c, bool final)
     r->in_flight++;
     r->progress_ms = r->now_ms;
     n->a.conn_id = s->conn_id;
+    n->a.chan_id = s->chan_id;
     n->a.flags = (s->result ? CQ_RESUME_F_BEGIN : 0) | (final ? CQ_RESUME_F_FINAL : 0);
     n->a.result = s->result;
     s->result = NULL;
@@ -703,12 +709,28 @@ void cq_resume_rows(cq_resume_t *r, uint64_t read_id, int err, const cq_resume_r
 
 /* ---- requests ------------------------------------------------------------------------------- */
 
+/* Only the topics bound to chan_id are s's; the others' cursors are out of every walk. Returns
+ * how many are s's. */
+static int scope(cq_resume_t *r, sess_t *s, uint32_t chan_id)
+{
+    int n = 0;
+    s->chan_id = chan_id;
+    for (int i = 0; i < r->ntopics; i++) {
+        if (r->topics[i].chan_id == chan_id)
+            n++;
+        else
+            s->cur[i] = (scur_t){TC_SKIP, UINT64_MAX};
+    }
+    return n;
+}
+
 /* A refusal: a result alone, BEGIN|FINAL, no session kept. */
-static void refuse(cq_resume_t *r, uint32_t conn_id, const char *why)
+static void refuse(cq_resume_t *r, uint32_t conn_id, uint32_t chan_id, const char *why)
 {
     sess_t *s = cq_calloc(1, sizeof(*s));
     if (!s)
         return; /* the connection's worker ends its wait at its own timeout */
+    scope(r, s, chan_id);
     s->conn_id = conn_id;
     s->refusal = true;
     snprintf(s->error, sizeof(s->error), "%s", why);
@@ -743,23 +765,38 @@ static void place(cq_resume_t *r, sess_t *s, int i, const Chanqpb__TopicPosition
     u->state = p->offset == pushed || ring_has(&r->topics[i], p->offset) ? TC_WALK : TC_VERIFY;
 }
 
-void cq_resume_request(cq_resume_t *r, uint32_t conn_id, const void *body, size_t len,
-                       uint64_t now_ms)
+static bool topics_on(const cq_resume_t *r, uint32_t chan_id)
+{
+    for (int i = 0; i < r->ntopics; i++)
+        if (r->topics[i].chan_id == chan_id)
+            return true;
+    return false;
+}
+
+void cq_resume_request(cq_resume_t *r, uint32_t conn_id, uint32_t chan_id, const void *body,
+                       size_t len, uint64_t now_ms)
 {
     r->now_ms = now_ms;
     r->st.requests++;
+    if (!topics_on(r, chan_id)) {
+        char why[96];
+        snprintf(why, sizeof(why), "no durable topic is bound to channel %u", chan_id);
+        refuse(r, conn_id, chan_id, why);
+        return;
+    }
     if (cq_map_get(&r->sessions, conn_id)) {
-        refuse(r, conn_id, "a resume is already in progress on this connection");
+        refuse(r, conn_id, chan_id, "a resume is already in progress on this connection");
         return;
     }
     if (cq_map_count(&r->sessions) >= r->lim.sessions_max) {
-        refuse(r, conn_id, "too many resumes in progress: try again later");
+        refuse(r, conn_id, chan_id, "too many resumes in progress: try again later");
         return;
     }
     Chanqpb__TopicResumeMessage *m =
         chanqpb__topic_resume_message__unpack(&pb_allocator, len, body);
     if (!m || m->n_positions > CQ_RESUME_POSITIONS_MAX) {
-        refuse(r, conn_id, m ? "more than 256 positions" : "the body is not a TopicResumeMessage");
+        refuse(r, conn_id, chan_id,
+               m ? "more than 256 positions" : "the body is not a TopicResumeMessage");
         if (m)
             chanqpb__topic_resume_message__free_unpacked(m, &pb_allocator);
         return;
@@ -768,13 +805,16 @@ void cq_resume_request(cq_resume_t *r, uint32_t conn_id, const void *body, size_
     if (!s || cq_map_put(&r->sessions, conn_id, s) < 0) {
         cq_free(s);
         chanqpb__topic_resume_message__free_unpacked(m, &pb_allocator);
-        refuse(r, conn_id, "out of memory");
+        refuse(r, conn_id, chan_id, "out of memory");
         return;
     }
     s->conn_id = conn_id;
     s->recovered = true;
     s->last_ms = now_ms;
+    scope(r, s, chan_id);
     for (int i = 0; i < r->ntopics; i++) {
+        if (s->cur[i].state == TC_SKIP)
+            continue;
         const Chanqpb__TopicPosition *p = NULL;
         for (size_t k = 0; k < m->n_positions; k++)
             if (m->positions[k]->shard == r->shard && m->positions[k]->topic &&
@@ -880,18 +920,20 @@ void cq_resume_topics_clear(cq_resume_t *r)
     r->ntopics = 0;
 }
 
-int cq_resume_topic(cq_resume_t *r, const char *topic, uint32_t msg_type)
+int cq_resume_topic(cq_resume_t *r, const char *topic, uint32_t chan_id, uint32_t msg_type)
 {
     if (!topic || !*topic || strlen(topic) > 64)
         return -EINVAL;
-    if (topic_index(r, topic) >= 0)
-        return 0;
+    int i = topic_index(r, topic);
+    if (i >= 0)
+        return r->topics[i].chan_id == chan_id ? 0 : -EEXIST;
     if (r->ntopics == TOPICS_MAX)
         return -ENOSPC;
     rtopic_t *t = &r->topics[r->ntopics];
     if (!(t->ring = cq_calloc(r->lim.ring_events, sizeof(*t->ring))))
         return -ENOMEM;
     snprintf(t->name, sizeof(t->name), "%s", topic);
+    t->chan_id = chan_id;
     t->msg_type = msg_type;
     t->cap = r->lim.ring_events;
     r->ntopics++;

@@ -270,6 +270,13 @@ void cq__dir_set_meta(cq_core_t *c, uint32_t id, uint32_t type, const char *meta
 /* Rotating cursor over the non-spatial ids (1..65535 without node bits): the first free id
  * from the cursor on, wrapping. max-channels counts every directory entry, GLOBAL included
  * (doc/protocol.md, Limits); 0 when it is reached or the range is full. */
+static uint32_t id_alloc(cq_core_t *c, uint32_t node);
+
+uint32_t cq__dir_alloc(cq_core_t *c)
+{
+    return id_alloc(c, 0);
+}
+
 static uint32_t id_alloc(cq_core_t *c, uint32_t node)
 {
     if (cq_map_count(&c->chaninfo) >= c->sh->o.max_channels)

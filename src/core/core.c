@@ -43,6 +43,7 @@ cq_core_t *cq_core_new(cq_shared_t *sh, int index)
     cq_list_init(&c->fb_open);
     cq_map_init(&c->chaninfo);
     cq_map_init(&c->routes);
+    cq_map_init(&c->holds);
     cq_smap_init(&c->pits, false); /* PITs are compared as they are (auth.c) */
     cq_map_init(&c->aoi);
     cq_list_init(&c->recsubs);
@@ -128,6 +129,7 @@ cq_core_t *cq_core_free(cq_core_t *c)
     cq_map_done(&c->lsubs);
     cq_map_done(&c->chaninfo);
     cq_map_done(&c->routes);
+    cq_map_done(&c->holds);
     cq_wire_arena_done(&c->arena);
     cq_free(c->scratch);
     if (c->sh->cores[c->index] == c)
@@ -432,6 +434,7 @@ static const xm_def_t xm_table[XM__COUNT] = {
     [XM_INJECT_BC] = {XM_INJECT_BC, "INJECT_BC", xm_inject_bc},
     [XM_INJECT_ROUTE] = {XM_INJECT_ROUTE, "INJECT_ROUTE", xm_inject_route},
     [XM_RESUME] = {XM_RESUME, "RESUME", cq__resume_chunk},
+    [XM_TOPIC_CHAN] = {XM_TOPIC_CHAN, "TOPIC_CHAN", cq__topic_chan},
 };
 
 bool cq__xm_delivers(int kind)

@@ -376,9 +376,10 @@ struct cq_core {
     uint32_t log_lines, log_suppressed;
     uint8_t *scratch; /* Snappy decode of one inbound body */
     uint64_t now_ms;
-    cq_map_t routes;        /* conn id -> worker + 1, for recovered ids not on id % workers */
-    cq_smap_t pits;         /* PIT -> cq_pitconns_t*: this worker's authenticated clients */
-    cq_list_t recsubs;      /* cq_recsub_t: what dropped recoverable servers held here */
+    cq_map_t routes;   /* conn id -> worker + 1, for recovered ids not on id % workers */
+    cq_map_t holds;    /* conn id -> the channel + 1 whose bridge events bridge_hold holds back */
+    cq_smap_t pits;    /* PIT -> cq_pitconns_t*: this worker's authenticated clients */
+    cq_list_t recsubs; /* cq_recsub_t: what dropped recoverable servers held here */
     struct cq_timed *timed; /* pending timed events */
     uint32_t n_timed, cap_timed;
     const cq_schema_t *schema; /* channel-data types this worker resolves against */
@@ -491,6 +492,8 @@ void cq__handle_remove(cq_core_t *c, cq_req_t *r);
 void cq__handle_list(cq_core_t *c, cq_req_t *r);
 void cq__handle_remove_here(cq_core_t *c, cq_req_t *r, uint32_t id);
 void cq__dir_free_id(cq_core_t *c, uint32_t id);
+/* A free channel id of this node's (0: none, or max-channels reached); the directory's worker. */
+uint32_t cq__dir_alloc(cq_core_t *c);
 int cq__dir_add(cq_core_t *c, uint32_t id, uint32_t type, const char *metadata);
 void cq__dir_set_meta(cq_core_t *c, uint32_t id, uint32_t type, const char *metadata);
 /* What a connection does that the channel's ACL guards (channeld's ChannelAccessType); the
@@ -593,6 +596,8 @@ void cq__inject_bc(cq_core_t *c, const cq_xmsg_t *m);
 void cq__inject_route(cq_core_t *c, const cq_xmsg_t *m);
 /* cq_core_free: the index's entries (empty by then, as every connection was released). */
 void cq__inject_free_all(cq_core_t *c);
+/* XM_TOPIC_CHAN: in the directory, then on the channel's worker. */
+void cq__topic_chan(cq_core_t *c, cq_xmsg_t *m);
 
 /* resume.c (a bridge resume) */
 void cq__handle_topic_resume(cq_core_t *c, cq_req_t *r);

@@ -210,10 +210,11 @@ int cq_shared_inject_route(cq_shared_t *sh, const char *pit, uint32_t msg_type, 
 /* ---- bridge resume (resume.c; doc/bridge.md "Resume", doc/threads.md "Bridge resume") ----
  *
  * A client's TopicResumeMessage (type 90, on GLOBAL) goes to the bridge's thread through the
- * hook, which must only queue it (any worker calls it): ask CQ_RESUME_ASK_REQUEST with the body
- * (borrowed for the call); CQ_RESUME_ASK_MORE when the connection has room for the next chunk;
- * CQ_RESUME_ASK_GONE when it closed with a resume not ended; CQ_RESUME_ASK_APPLIED below. A
- * negative return refuses a request (the client gets a result saying the bridge is busy). */
+ * hook, which must only queue it (any worker calls it): ask CQ_RESUME_ASK_REQUEST with the
+ * request's channel id (4 bytes, little-endian) then its body (borrowed for the call);
+ * CQ_RESUME_ASK_MORE when the connection has room for the next chunk; CQ_RESUME_ASK_GONE when it
+ * closed with a resume not ended; CQ_RESUME_ASK_APPLIED below. A negative return refuses a request
+ * (the client gets a result saying the bridge is busy). */
 enum {
     CQ_RESUME_ASK_REQUEST = 1,
     CQ_RESUME_ASK_MORE = 2,
@@ -230,22 +231,33 @@ enum {
     CQ_RESUME_ASK_LOGIN_GONE = 7,
     CQ_RESUME_ASK_LOGIN_APPLIED = 8,
     CQ_RESUME_ASK_ACK = 9,
+    /* A "topic" channel asked for with cq_shared_topic_channel exists: conn_id is its id (0:
+     * it could not be made), the body its metadata and NUL. */
+    CQ_RESUME_ASK_TOPIC_CHAN = 10,
 };
 typedef int (*cq_core_resume_fn)(void *ud, int ask, uint32_t conn_id, const void *body, size_t len);
 /* Sets the hook; before the workers run. */
 void cq_shared_set_resume(cq_shared_t *sh, cq_core_resume_fn fn, void *ud);
 
 enum { CQ_RESUME_CHUNK_BEGIN = 1, CQ_RESUME_CHUNK_FINAL = 2 };
-/* From the bridge's thread: a chunk of conn_id's resume. BEGIN: result (borrowed) is the
- * TopicResumeResultMessage, sent first as message type 91 on GLOBAL, and from then on the live
- * bridge events are held back from the connection; events[0..n) (borrowed) follow, each
- * delivered as a bridge event is (msg_types[i], on GLOBAL); FINAL ends the hold. The chunk goes
- * through GLOBAL's worker, behind the live events posted before it (doc/threads.md). An event
+/* From the bridge's thread: a chunk of conn_id's resume on channel chan_id (GLOBAL, or a
+ * "topic" channel). BEGIN: result (borrowed) is the TopicResumeResultMessage, sent first as
+ * message type 91 on that channel, and from then on the live bridge events of that channel are
+ * held back from the connection; events[0..n) (borrowed) follow, each delivered as a bridge
+ * event is (msg_types[i], on that channel); FINAL ends the hold. The chunk goes through the
+ * channel's worker, behind the live events posted before it (doc/threads.md). An event
  * too large for a record is skipped (it was not deliverable live either). Returns 0 or -ENOMEM
  * (nothing posted). */
-int cq_shared_resume_chunk(cq_shared_t *sh, uint32_t conn_id, unsigned flags,
+int cq_shared_resume_chunk(cq_shared_t *sh, uint32_t chan_id, uint32_t conn_id, unsigned flags,
                            const cq_buf_t *result, cq_buf_t *const *events,
                            const uint32_t *msg_types, size_t n);
+/* From the bridge's thread: the channel of a binding with "broadcast": "topic": an ownerless
+ * SUBWORLD channel whose metadata is metadata ("topic:<name>", so that LIST finds it), found
+ * when one exists, else created. Clients SUB to it as to any channel; nobody owns it, so nobody
+ * removes it. Its id comes back through the resume hook (CQ_RESUME_ASK_TOPIC_CHAN). Returns 0,
+ * -EINVAL or -ENOMEM. */
+int cq_shared_topic_channel(cq_shared_t *sh, const char *metadata);
+
 /* Route bindings exist (any thread; the hook of cq_shared_set_resume must be set): from now on
  * a client's first successful AUTH asks CQ_RESUME_ASK_LOGIN and holds its routed events. */
 void cq_shared_set_route(cq_shared_t *sh, bool on);

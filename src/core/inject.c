@@ -189,3 +189,88 @@ void cq__inject_free_all(cq_core_t *c)
     }
     cq_smap_done(&c->pits);
 }
+
+/* ---- "topic" channels (the bridge's thread, then the directory, then the channel's worker) --- */
+
+int cq_shared_topic_channel(cq_shared_t *sh, const char *metadata)
+{
+    if (sh->node)
+        return -ENOTSUP;
+    size_t len = metadata ? strlen(metadata) + 1 : 0;
+    if (len < 2 || len > 256)
+        return -EINVAL;
+    cq_xmsg_t *m = cq__xmsg_new(XM_TOPIC_CHAN, len);
+    if (!m)
+        return -ENOMEM;
+    memcpy(m->body, metadata, len);
+    cq__xmsg_post_outside(sh, cq_shared_chan_worker(sh, CQ_CHAN_ID_GLOBAL), m);
+    return 0;
+}
+
+static void topic_chan_told(cq_core_t *c, uint32_t id, const char *metadata)
+{
+    cq_core_resume_fn fn = atomic_load_explicit(&c->sh->resume_fn, memory_order_acquire);
+    if (fn)
+        fn(c->sh->resume_ud, CQ_RESUME_ASK_TOPIC_CHAN, id, metadata, strlen(metadata) + 1);
+}
+
+/* The directory: the SUBWORLD channel with this metadata if there is one (a reload, or a
+ * binding of the same topic), else a new id, created on its worker. */
+static void topic_chan_dir(cq_core_t *c, const cq_xmsg_t *m)
+{
+    const char *md = (const char *)m->body;
+    uint32_t it = 0, id;
+    void *v;
+    while (cq_map_next(&c->chaninfo, &it, &id, &v)) {
+        const cq_chaninfo_t *i = v;
+        if (i->type == CHANNELDPB__CHANNEL_TYPE__SUBWORLD && strcmp(i->metadata, md) == 0) {
+            topic_chan_told(c, id, md);
+            return;
+        }
+    }
+    if (!(id = cq__dir_alloc(c)) ||
+        cq__dir_add(c, id, CHANNELDPB__CHANNEL_TYPE__SUBWORLD, md) < 0) {
+        CQ_WARN("inject", "channel \"%s\" for the bridge not made: %s", md,
+                id ? "out of memory" : "no free channel id (--max-channels)");
+        if (id)
+            cq__dir_free_id(c, id);
+        topic_chan_told(c, 0, md);
+        return;
+    }
+    cq_xmsg_t *x = cq__xmsg_new(XM_TOPIC_CHAN, m->body_len);
+    if (!x) {
+        cq__dir_free_id(c, id);
+        topic_chan_told(c, 0, md);
+        return;
+    }
+    memcpy(x->body, m->body, m->body_len);
+    x->chan_id = id;
+    cq__xmsg_post(c, cq__chan_worker(c, id), x);
+}
+
+void cq__topic_chan(cq_core_t *c, cq_xmsg_t *m)
+{
+    if (!m->body_len || m->body[m->body_len - 1] != '\0')
+        return;
+    if (!m->chan_id) {
+        topic_chan_dir(c, m);
+        return;
+    }
+    const char *md = (const char *)m->body;
+    cq_chan_t *ch = cq__chan_get(c, m->chan_id);
+    if (!ch)
+        ch = cq__chan_create(c, m->chan_id, CHANNELDPB__CHANNEL_TYPE__SUBWORLD, md, 0, 0);
+    if (!ch) {
+        CQ_WARN("inject", "channel %u \"%s\" for the bridge not made: out of memory", m->chan_id,
+                md);
+        cq_xmsg_t *x = cq__xmsg_new(XM_FREE_ID, 0);
+        if (x) {
+            x->chan_id = m->chan_id;
+            cq__xmsg_post(c, cq__place_dir_worker(c), x);
+        }
+        topic_chan_told(c, 0, md);
+        return;
+    }
+    CQ_INFO("inject", "channel %u \"%s\" made for the bridge (SUBWORLD, no owner)", m->chan_id, md);
+    topic_chan_told(c, m->chan_id, md);
+}

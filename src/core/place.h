@@ -168,6 +168,8 @@ enum {
     XM_INJECT_BC,    /* channel chan_id's worker: deliver buf to every subscriber (an ALL) */
     XM_INJECT_ROUTE, /* deliver buf to this worker's clients authenticated with PIT body */
     XM_RESUME,       /* a bridge resume's chunk for conn_id: buf u1 records, u2 CQ_RESUME_CHUNK_* */
+    XM_TOPIC_CHAN,   /* a binding's "topic" channel, metadata body: found or made in the
+                      * directory (chan_id 0), then created on its worker (chan_id set) */
     XM__COUNT
 };
 

@@ -73,15 +73,27 @@ void cq__handle_topic_resume(cq_core_t *c, cq_req_t *r)
         refuse(c, r, "no durable topic is bound to a channel on this server");
         return;
     }
-    if (r->mp.channel_id != 0) {
-        refuse(c, r, "resume on GLOBAL (channel 0): the bridge's broadcast bindings are there");
-        return;
-    }
     if (conn->resume_asked) {
         refuse(c, r, "a resume is already in progress on this connection");
         return;
     }
-    if (ask(sh, CQ_RESUME_ASK_REQUEST, conn->id, r->mp.body, r->mp.body_len) < 0) {
+    /* the channel (4 bytes, little-endian) before the body: the bridge knows which topics are
+     * bound to which channel, and refuses a channel with none */
+    uint8_t small[512], *b = small;
+    size_t len = 4 + r->mp.body_len;
+    if (len > sizeof(small) && !(b = cq_malloc(len))) {
+        refuse(c, r, "the bridge is busy: try again later");
+        return;
+    }
+    uint32_t ch = r->mp.channel_id;
+    b[0] = (uint8_t)ch, b[1] = (uint8_t)(ch >> 8), b[2] = (uint8_t)(ch >> 16),
+    b[3] = (uint8_t)(ch >> 24);
+    if (r->mp.body_len)
+        memcpy(b + 4, r->mp.body, r->mp.body_len);
+    int rc = ask(sh, CQ_RESUME_ASK_REQUEST, conn->id, b, len);
+    if (b != small)
+        cq_free(b);
+    if (rc < 0) {
         refuse(c, r, "the bridge is busy: try again later");
         return;
     }
@@ -129,7 +141,7 @@ void cq__handle_topic_ack(cq_core_t *c, cq_req_t *r)
 
 /* A chunk cut into runs of whole records, each at most a slice (one packet), one message each. */
 typedef struct runs {
-    uint32_t conn_id;
+    uint32_t chan_id, conn_id;
     cq_xmsg_t *ms[64]; /* the chunk's messages: BEGIN goes on the first, FINAL on the last */
     size_t nm;
     cq_sbuf_t run;
@@ -150,6 +162,7 @@ static void runs_cut(runs_t *w)
         return;
     }
     m->conn_id = w->conn_id;
+    m->chan_id = w->chan_id;
     m->buf = b;
     m->u1 = w->nrec;
     w->ms[w->nm++] = m;
@@ -173,29 +186,30 @@ static void runs_add(runs_t *w, cq_buf_t *rec)
 }
 
 /* A bridge event's record, as cq_shared_inject_broadcast makes it (inject.c). */
-static cq_buf_t *event_record(uint32_t msg_type, const cq_buf_t *ev)
+static cq_buf_t *event_record(uint32_t chan_id, uint32_t msg_type, const cq_buf_t *ev)
 {
-    cq_mp_t mp = {.channel_id = 0, .msg_type = msg_type, .body = ev->data, .body_len = ev->len};
+    cq_mp_t mp = {
+        .channel_id = chan_id, .msg_type = msg_type, .body = ev->data, .body_len = ev->len};
     if (cq_wire_record_size(&mp) + 8 > CQ_WIRE_MAX_RECORD)
         return NULL;
     return cq_wire_sfm_record(&mp, 0);
 }
 
 /* A chunk's messages, posted to worker; flags on its first (BEGIN) and last (the rest). */
-static int chunk_post(cq_shared_t *sh, int worker, uint32_t conn_id, unsigned flags,
-                      const cq_buf_t *result, cq_buf_t *const *events, const uint32_t *msg_types,
-                      size_t n)
+static int chunk_post(cq_shared_t *sh, int worker, uint32_t chan_id, uint32_t conn_id,
+                      unsigned flags, const cq_buf_t *result, cq_buf_t *const *events,
+                      const uint32_t *msg_types, size_t n)
 {
-    runs_t w = {.conn_id = conn_id};
+    runs_t w = {.chan_id = chan_id, .conn_id = conn_id};
     if (result) {
-        cq_mp_t mp = {.channel_id = 0,
+        cq_mp_t mp = {.channel_id = chan_id,
                       .msg_type = MT_TOPIC_RESUME_RESULT,
                       .body = result->data,
                       .body_len = result->len};
         runs_add(&w, cq_wire_record_raw(&mp));
     }
     for (size_t i = 0; i < n && !w.failed; i++) {
-        cq_buf_t *rec = event_record(msg_types[i], events[i]);
+        cq_buf_t *rec = event_record(chan_id, msg_types[i], events[i]);
         if (rec) /* else too large: it was not deliverable live either (inject.c) */
             runs_add(&w, rec);
     }
@@ -216,13 +230,13 @@ static int chunk_post(cq_shared_t *sh, int worker, uint32_t conn_id, unsigned fl
     return 0;
 }
 
-int cq_shared_resume_chunk(cq_shared_t *sh, uint32_t conn_id, unsigned flags,
+int cq_shared_resume_chunk(cq_shared_t *sh, uint32_t chan_id, uint32_t conn_id, unsigned flags,
                            const cq_buf_t *result, cq_buf_t *const *events,
                            const uint32_t *msg_types, size_t n)
 {
     flags &= CQ_RESUME_CHUNK_BEGIN | CQ_RESUME_CHUNK_FINAL;
-    return chunk_post(sh, cq_shared_chan_worker(sh, 0), conn_id, flags, result, events, msg_types,
-                      n);
+    return chunk_post(sh, cq_shared_chan_worker(sh, chan_id), chan_id, conn_id, flags, result,
+                      events, msg_types, n);
 }
 
 /* Why straight to the connection's worker: the routed live events go there from the same
@@ -234,7 +248,7 @@ int cq_shared_route_chunk(cq_shared_t *sh, uint32_t conn_id, bool final, cq_buf_
 {
     unsigned flags = CHUNK_ROUTE | (final ? CQ_RESUME_CHUNK_FINAL : 0);
     int w = (int)(conn_id % (uint32_t)sh->o.workers);
-    return chunk_post(sh, w, conn_id, flags, NULL, events, msg_types, n);
+    return chunk_post(sh, w, 0, conn_id, flags, NULL, events, msg_types, n);
 }
 
 /* ---- the chunks (GLOBAL's worker, then the connection's) ---------------------------------- */
@@ -295,7 +309,8 @@ static void apply(cq_core_t *c, const cq_xmsg_t *m)
         return; /* not this connection's login (its id was reused) */
     if (!route && (m->u2 & CQ_RESUME_CHUNK_BEGIN)) {
         cq__seg_close(c); /* an open segment of live events must not grow past BEGIN */
-        conn->bridge_hold = 1;
+        if (cq_map_put(&c->holds, conn->id, (void *)((uintptr_t)m->chan_id + 1)) == 0)
+            conn->bridge_hold = 1; /* out of memory: not held, and the client sees repeats */
     }
     if (m->buf)
         cq__conn_push_run(c, conn, m->buf, m->u1);
@@ -307,6 +322,7 @@ static void apply(cq_core_t *c, const cq_xmsg_t *m)
         return;
     }
     if (m->u2 & CQ_RESUME_CHUNK_FINAL) {
+        cq_map_del(&c->holds, conn->id);
         conn->bridge_hold = 0;
         conn->resume_asked = 0;
         conn->catchup_wait = 0;
@@ -334,6 +350,7 @@ void cq__resume_chunk(cq_core_t *c, cq_xmsg_t *m)
         return;
     }
     f->conn_id = m->conn_id;
+    f->chan_id = m->chan_id;
     f->u1 = m->u1;
     f->u2 = m->u2;
     f->buf = m->buf;
@@ -371,6 +388,8 @@ void cq__resume_conn_closed(cq_core_t *c, cq_conn_t *conn)
         ask(c->sh, CQ_RESUME_ASK_GONE, conn->id, NULL, 0);
     if (conn->route_hold)
         ask(c->sh, CQ_RESUME_ASK_LOGIN_GONE, conn->id, NULL, 0);
+    if (conn->bridge_hold)
+        cq_map_del(&c->holds, conn->id);
     conn->resume_asked = 0;
     conn->bridge_hold = 0;
     conn->route_hold = 0;

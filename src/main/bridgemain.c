@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 /* (producer id, seq) pairs remembered per topic: a producer's retry stored on two shards is
  * delivered once if its second copy comes within this many events (doc/bridge.md). */
@@ -72,22 +73,78 @@ struct cq_main_bridge {
     uint64_t rt_applied_seen;
     pthread_mutex_t st_mu;
     cq_route_stats_t rt_st;
+    /* The "topic" channels (MQ thread): per topic, its channel once the core made it; kept
+     * across reloads, as the channels are. tchans_due: some are still to be asked for. */
+    struct tchan {
+        char topic[65];
+        uint32_t id;
+        bool asked;
+    } tchans[CQ_BRIDGE_BINDINGS_MAX];
+    int ntchans;
+    bool tchans_due;
+    atomic_bool attached; /* the core's hook is set: its answers reach the MQ thread */
 };
 
 /* Route reads share sink_rows with the resume's: their tags have this bit. */
 #define ROUTE_TAG (1ull << 63)
 
-/* The resume engine's topics: the broadcast bindings' (GLOBAL only, for now). */
+static struct tchan *tchan_of(cq_main_bridge_t *b, const char *topic, bool add)
+{
+    for (int i = 0; i < b->ntchans; i++)
+        if (strcasecmp(b->tchans[i].topic, topic) == 0)
+            return &b->tchans[i];
+    if (!add || b->ntchans == CQ_BRIDGE_BINDINGS_MAX)
+        return NULL;
+    struct tchan *t = &b->tchans[b->ntchans++];
+    snprintf(t->topic, sizeof(t->topic), "%s", topic);
+    t->id = 0;
+    t->asked = false;
+    return t;
+}
+
+/* The channel a broadcast binding delivers to: GLOBAL, or its "topic" channel (0 as well
+ * until the core made it: *ok false then). */
+static uint32_t binding_chan(cq_main_bridge_t *b, const cq_binding_t *bd, bool *ok)
+{
+    *ok = true;
+    if (strcmp(bd->channel, "topic") != 0)
+        return 0;
+    struct tchan *t = tchan_of(b, bd->topic, false);
+    *ok = t && t->id;
+    return t ? t->id : 0;
+}
+
+static void declare_resume(cq_main_bridge_t *b, const cq_binding_t *bd)
+{
+    bool ok;
+    uint32_t ch = binding_chan(b, bd, &ok);
+    if (!ok)
+        return; /* declared when its channel is made (topic_chan_made) */
+    int r = cq_resume_topic(b->rs, bd->topic, ch, bd->msg_type);
+    if (r < 0)
+        CQ_WARN("bridge", "topic %s: no resume on channel %u: %s", bd->topic, ch,
+                r == -EEXIST ? "the topic is bound to another channel too" : cq_strerror(r));
+}
+
+/* The resume and route engines' topics, and the "topic" channels to ask for. */
 static void declare_topics(cq_main_bridge_t *b)
 {
     cq_resume_topics_clear(b->rs);
     cq_route_topics_clear(b->rt);
     const cq_bindings_t *bs = cq_bridge_bindings(b->br);
-    for (size_t i = 0; i < bs->n; i++)
-        if (bs->v[i].kind == CQ_BIND_BROADCAST)
-            cq_resume_topic(b->rs, bs->v[i].topic, bs->v[i].msg_type);
-        else
-            cq_route_topic(b->rt, bs->v[i].topic, bs->v[i].key, bs->v[i].msg_type);
+    for (size_t i = 0; i < bs->n; i++) {
+        const cq_binding_t *bd = &bs->v[i];
+        if (bd->kind == CQ_BIND_ROUTE) {
+            cq_route_topic(b->rt, bd->topic, bd->key, bd->msg_type);
+            continue;
+        }
+        if (strcmp(bd->channel, "topic") == 0) {
+            struct tchan *t = tchan_of(b, bd->topic, true);
+            if (t && !t->id)
+                b->tchans_due = true;
+        }
+        declare_resume(b, bd);
+    }
     if (b->sh)
         cq_shared_set_route(b->sh, cq_route_active(b->rt));
 }
@@ -130,9 +187,12 @@ static bool log_now(cq_main_bridge_t *b)
  * at load), or the player's connections. */
 static void deliver(cq_main_bridge_t *b, const cq_bridge_out_t *o)
 {
-    int r = o->b->kind == CQ_BIND_ROUTE
+    bool ok = true;
+    uint32_t ch = o->b->kind == CQ_BIND_BROADCAST ? binding_chan(b, o->b, &ok) : 0;
+    int r = !ok ? -EAGAIN /* its channel is not made yet: nobody can be on it */
+            : o->b->kind == CQ_BIND_ROUTE
                 ? cq_shared_inject_route(b->sh, o->key, o->b->msg_type, o->event)
-                : cq_shared_inject_broadcast(b->sh, 0 /* GLOBAL */, o->b->msg_type, o->event);
+                : cq_shared_inject_broadcast(b->sh, ch, o->b->msg_type, o->event);
     if (r >= 0)
         return;
     atomic_fetch_add(&b->refused, 1);
@@ -235,7 +295,7 @@ static void run_send(cq_main_bridge_t *b, const cq_resume_action_t *a)
             ev[i] = a->evs[i].event;
             ty[i] = a->evs[i].msg_type;
         }
-        r = cq_shared_resume_chunk(b->sh, a->conn_id, a->flags, a->result, ev, ty, n);
+        r = cq_shared_resume_chunk(b->sh, a->chan_id, a->conn_id, a->flags, a->result, ev, ty, n);
     }
     cq_free(ev);
     cq_free(ty);
@@ -334,6 +394,45 @@ static void run_actions(cq_main_bridge_t *b, cq_mqsrv_t *s)
     atomic_store(&b->rs_credits_lost, st.credits_lost);
 }
 
+/* The core made (or found) the channel "topic:<name>": its binding delivers there from now on,
+ * and resumes on it. 0: it could not be made (said in the log); asked again at a reload. */
+static void topic_chan_made(cq_main_bridge_t *b, const char *metadata, uint32_t id)
+{
+    if (strncmp(metadata, "topic:", 6) != 0)
+        return;
+    struct tchan *t = tchan_of(b, metadata + 6, false);
+    if (!t)
+        return;
+    t->id = id;
+    t->asked = id != 0;
+    if (!id)
+        return;
+    CQ_INFO("bridge", "topic %s: delivered on channel %u (\"%s\")", t->topic, id, metadata);
+    const cq_bindings_t *bs = cq_bridge_bindings(b->br);
+    for (size_t i = 0; i < bs->n; i++)
+        if (bs->v[i].kind == CQ_BIND_BROADCAST && strcmp(bs->v[i].channel, "topic") == 0 &&
+            strcasecmp(bs->v[i].topic, t->topic) == 0)
+            declare_resume(b, &bs->v[i]);
+}
+
+/* Asks the core for the "topic" channels not made yet (once the hook can carry the answer). */
+static void ask_tchans(cq_main_bridge_t *b)
+{
+    b->tchans_due = false;
+    for (int i = 0; i < b->ntchans; i++) {
+        struct tchan *t = &b->tchans[i];
+        if (t->id || t->asked)
+            continue;
+        char md[80];
+        snprintf(md, sizeof(md), "topic:%s", t->topic);
+        int r = cq_shared_topic_channel(b->sh, md);
+        if (r < 0)
+            CQ_WARN("bridge", "topic %s: channel \"%s\" not asked for: %s", t->topic, md,
+                    cq_strerror(r));
+        t->asked = r == 0;
+    }
+}
+
 /* One ask of a worker, to its engine. An ACK's body is the PIT, its NUL, then the message. */
 static void ask_run(cq_main_bridge_t *b, const ask_t *a, uint64_t now)
 {
@@ -341,7 +440,15 @@ static void ask_run(cq_main_bridge_t *b, const ask_t *a, uint64_t now)
     size_t klen = a->len ? strnlen(key, a->len) : 0;
     switch (a->what) {
     case CQ_RESUME_ASK_REQUEST:
-        cq_resume_request(b->rs, a->conn_id, a->body, a->len, now);
+        if (a->len >= 4) {
+            uint32_t ch = (uint32_t)a->body[0] | (uint32_t)a->body[1] << 8 |
+                          (uint32_t)a->body[2] << 16 | (uint32_t)a->body[3] << 24;
+            cq_resume_request(b->rs, a->conn_id, ch, a->body + 4, a->len - 4, now);
+        }
+        break;
+    case CQ_RESUME_ASK_TOPIC_CHAN:
+        if (klen < a->len)
+            topic_chan_made(b, key, a->conn_id);
         break;
     case CQ_RESUME_ASK_MORE:
         cq_resume_more(b->rs, a->conn_id, now);
@@ -373,6 +480,8 @@ static void sink_run(void *ud, cq_mqsrv_t *s)
 {
     cq_main_bridge_t *b = ud;
     take_next(b);
+    if (b->tchans_due && atomic_load(&b->attached))
+        ask_tchans(b);
     uint64_t now = cq_clock_mono_ms();
     uint64_t applied = atomic_load(&b->applied);
     if (applied != b->applied_seen) {
@@ -555,14 +664,6 @@ static int check(const cq_config_t *c, const cq_bindings_t *bs, char *err, size_
         snprintf(err, errlen, "--bridge-file: not supported on relay nodes yet");
         return CQ_ECONFIG;
     }
-    for (size_t i = 0; i < bs->n; i++)
-        if (bs->v[i].kind == CQ_BIND_BROADCAST && strcmp(bs->v[i].channel, "global") != 0) {
-            snprintf(err, errlen,
-                     "--bridge-file: binding %zu: broadcast \"%s\" is not supported yet (only "
-                     "\"global\")",
-                     i, bs->v[i].channel);
-            return CQ_ECONFIG;
-        }
     return 0;
 }
 
@@ -645,6 +746,8 @@ void cq_main_bridge_attach(cq_main_bridge_t *b, cq_mqsrv_t *s)
         return;
     atomic_store(&b->mq, s);
     cq_shared_set_resume(b->sh, resume_ask, b);
+    atomic_store(&b->attached, true);
+    cq_mqsrv_sink_poke(s); /* the "topic" channels are asked for at its next drain */
 }
 
 int cq_main_bridge_reload(cq_main_bridge_t *b, const cq_config_t *c, cq_mqsrv_t *s)

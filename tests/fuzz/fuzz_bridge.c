@@ -346,7 +346,7 @@ static void run_resume(const uint8_t *d, size_t n)
     /* one chunk at a time: each must come back (applied) before the next is made */
     cq_resume_limits_t lim = {.ring_events = 8, .chunk_events = 4, .sends_max = 1};
     cq_resume_t *r = cq_resume_new(&lim, 0, fz_position, NULL);
-    if (!r || cq_resume_topic(r, "rel", 200) < 0) {
+    if (!r || cq_resume_topic(r, "rel", 0, 200) < 0) {
         cq_resume_free(r);
         return;
     }
@@ -357,7 +357,7 @@ static void run_resume(const uint8_t *d, size_t n)
             cq_resume_live(r, "rel", 3, o, o - 1, b);
         cq_buf_unref(b);
     }
-    cq_resume_request(r, 7, d, n, 0);
+    cq_resume_request(r, 7, 0, d, n, 0);
     int begins = 0, steps = 0;
     uint64_t last = 0;
     bool final = false;

@@ -26,7 +26,8 @@
 /* xwire.h "Local kinds": never in a record. */
 static bool local_kind(int k)
 {
-    return k == XM_SCHEMA || k == XM_INJECT_BC || k == XM_INJECT_ROUTE || k == XM_RESUME;
+    return k == XM_SCHEMA || k == XM_INJECT_BC || k == XM_INJECT_ROUTE || k == XM_RESUME ||
+           k == XM_TOPIC_CHAN;
 }
 
 /* The input as a record. */

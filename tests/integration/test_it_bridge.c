@@ -30,15 +30,18 @@ static const char *g_mysql_port;
 static char g_db[64];
 static int g_db_seq;
 
+static const char *g_bindings = bindings; /* the file start_resume writes */
+
 static int teardown(void **state)
 {
+    g_bindings = bindings;
     g_db_seq++; /* the next test gets a database of its own; a restart keeps this one */
     return it_teardown(state);
 }
 
 static void start_resume(const char *ring, const char *chunk)
 {
-    const char *path = it_file("bindings.json", bindings);
+    const char *path = it_file("bindings.json", g_bindings);
     const char *args[24] = {"--dev",
                             "--client-fsm",
                             it_client_auth_fsm(),
@@ -103,13 +106,13 @@ static uint64_t produce(const char *topic, const char *content_json)
 
 /* c's next message is a TopicEvent of msg_type on channel 0 for topic at offset, following
  * prev, with content; returns it (chanqpb__topic_event__free_unpacked). */
-static void expect_event(it_conn_t *c, uint32_t msg_type, const char *topic, uint64_t offset,
-                         uint64_t prev, const char *content)
+static void expect_event_on(it_conn_t *c, uint32_t chan, uint32_t msg_type, const char *topic,
+                            uint64_t offset, uint64_t prev, const char *content)
 {
     chanq_owned_msg_t m;
     it_recv(c, &m);
     assert_int_equal(m.msg_type, msg_type);
-    assert_int_equal(m.channel_id, 0);
+    assert_int_equal(m.channel_id, chan);
     assert_int_equal(m.stub_id, 0);
     /* as a server's broadcast reaches a client: the event is the ServerForwardMessage's payload */
     Channeldpb__ServerForwardMessage *f =
@@ -128,6 +131,12 @@ static void expect_event(it_conn_t *c, uint32_t msg_type, const char *topic, uin
     assert_true(ev->time_ms > 1700000000000);
     chanqpb__topic_event__free_unpacked(ev, NULL);
     chanq_owned_msg_done(&m);
+}
+
+static void expect_event(it_conn_t *c, uint32_t msg_type, const char *topic, uint64_t offset,
+                         uint64_t prev, const char *content)
+{
+    expect_event_on(c, 0, msg_type, topic, offset, prev, content);
 }
 
 /* The epoch of c's next TopicEvent (release, msg 200), which must be at offset. */
@@ -149,39 +158,52 @@ static uint64_t event_epoch(it_conn_t *c, uint64_t offset)
     return epoch;
 }
 
-/* Sends a TopicResumeMessage (type 90) on GLOBAL with one position of "release". */
-static void send_resume(it_conn_t *c, uint64_t epoch, uint64_t offset)
+/* Sends a TopicResumeMessage (type 90) on chan with one position of topic. */
+static void send_resume_on(it_conn_t *c, uint32_t chan, const char *topic, uint64_t epoch,
+                           uint64_t offset)
 {
     Chanqpb__TopicPosition p = CHANQPB__TOPIC_POSITION__INIT, *pp = &p;
-    p.topic = "release";
+    p.topic = (char *)topic;
     p.shard = 0;
     p.epoch = epoch;
     p.offset = offset;
     Chanqpb__TopicResumeMessage m = CHANQPB__TOPIC_RESUME_MESSAGE__INIT;
     m.n_positions = 1;
     m.positions = &pp;
-    assert_int_equal(chanq_sync_send(c->s, 0, 0, 0, 90, &m.base), 0);
+    assert_int_equal(chanq_sync_send(c->s, chan, 0, 0, 90, &m.base), 0);
+}
+
+/* ... on GLOBAL, of "release". */
+static void send_resume(it_conn_t *c, uint64_t epoch, uint64_t offset)
+{
+    send_resume_on(c, 0, "release", epoch, offset);
 }
 
 /* c's next message is the TopicResumeResultMessage (type 91 on GLOBAL): recovered, the one
  * position (release at offset), the error text. */
-static void expect_result(it_conn_t *c, bool recovered, uint64_t epoch, uint64_t offset,
-                          const char *error)
+static void expect_result_on(it_conn_t *c, uint32_t chan, const char *topic, bool recovered,
+                             uint64_t epoch, uint64_t offset, const char *error)
 {
     chanq_owned_msg_t env;
     Chanqpb__TopicResumeResultMessage *r =
         it_expect(c, 91, 0, &chanqpb__topic_resume_result_message__descriptor, &env);
     assert_non_null(r);
-    assert_int_equal(env.channel_id, 0);
+    assert_int_equal(env.channel_id, chan);
     assert_int_equal(r->recovered, recovered);
     assert_string_equal(r->error, error);
     assert_int_equal(r->n_positions, 1);
-    assert_string_equal(r->positions[0]->topic, "release");
+    assert_string_equal(r->positions[0]->topic, topic);
     assert_int_equal(r->positions[0]->shard, 0);
     assert_int_equal(r->positions[0]->epoch, epoch);
     assert_int_equal(r->positions[0]->offset, offset);
     chanq_unpack_free(r);
     chanq_owned_msg_done(&env);
+}
+
+static void expect_result(it_conn_t *c, bool recovered, uint64_t epoch, uint64_t offset,
+                          const char *error)
+{
+    expect_result_on(c, 0, "release", recovered, epoch, offset, error);
 }
 
 static it_conn_t *player(const char *pit)
@@ -551,6 +573,127 @@ static void test_route_login_while_publishing(void **state)
     expect_event(x, MT_VIP, "vip", last, o[N - 1], "{\"user_id\":\"xena\"}");
 }
 
+/* The channel "topic:<name>" of a binding with "broadcast": "topic", as LIST shows it (waiting
+ * for chanqd to make it after its start); its id. */
+static uint32_t topic_channel(it_conn_t *c, const char *topic)
+{
+    char md[80];
+    snprintf(md, sizeof(md), "topic:%s", topic);
+    const char *filters[] = {md};
+    for (int tries = 0; tries < IT_TIMEOUT_MS / 20; tries++) {
+        assert_int_equal(chanq_sync_list_channel(c->s, 7, 0, filters, 1), 0);
+        chanq_owned_msg_t env;
+        Channeldpb__ListChannelResultMessage *lr =
+            it_expect(c, 5, 7, &channeldpb__list_channel_result_message__descriptor, &env);
+        assert_non_null(lr);
+        chanq_owned_msg_done(&env);
+        uint32_t id = 0;
+        if (lr->n_channels == 1) {
+            assert_string_equal(lr->channels[0]->metadata, md);
+            assert_int_equal(lr->channels[0]->channeltype, 3); /* SUBWORLD */
+            id = lr->channels[0]->channelid;
+        }
+        assert_true(lr->n_channels <= 1);
+        chanq_unpack_free(lr);
+        if (id)
+            return id;
+        cq_test_sleep_ms(20);
+    }
+    fail_msg("channel %s never made", md);
+    return 0;
+}
+
+/* A "topic" binding: chanq makes the SUBWORLD channel "topic:news" (LIST finds it), a plain SUB
+ * receives the events on it, and a resume on that channel catches up on that channel; the
+ * hold is that channel's: GLOBAL's events published during the catch-up still arrive. A resume
+ * on a channel with no topic bound is refused. */
+static void test_topic_channel(void **state)
+{
+    (void)state;
+    g_bindings = "{\"bindings\": ["
+                 "{\"topic\": \"release\", \"broadcast\": \"global\", \"msg_type\": 200},"
+                 "{\"topic\": \"news\", \"broadcast\": \"topic\", \"msg_type\": 203}]}";
+    start_resume("8192", "2");
+    create_topic("news");
+    create_topic("release");
+    it_conn_t *a = on_global("alice");
+    uint32_t ch = topic_channel(a, "news");
+    assert_int_not_equal(ch, 0);
+    it_sub(a, 1, ch, a->id, -1);
+    it_expect_sub(a, ch, 1, a->id, 2, 3, 1);
+    enum { NN = 300 }; /* a catch-up long enough for r1 to commit during it */
+    static uint64_t n[NN + 2];
+    n[0] = produce("news", "\"n0\"");
+    expect_event_on(a, ch, 203, "news", n[0], 0, "n0");
+    uint64_t r0 = produce("release", "\"r0\"");
+    expect_event(a, MT_RELEASE, "release", r0, 0, "r0");
+    it_close(a);
+    for (int i = 1; i <= NN; i++) {
+        char c[16];
+        snprintf(c, sizeof(c), "\"n%d\"", i);
+        n[i] = produce("news", c);
+    }
+    it_conn_t *b = on_global("alice");
+    it_sub(b, 1, ch, b->id, -1);
+    it_expect_sub(b, ch, 1, b->id, 2, 3, 1);
+    send_resume_on(b, 77, "news", 0, n[0]); /* no topic there */
+    chanq_owned_msg_t env;
+    Chanqpb__TopicResumeResultMessage *rr =
+        it_expect(b, 91, 0, &chanqpb__topic_resume_result_message__descriptor, &env);
+    assert_non_null(rr);
+    assert_int_equal(env.channel_id, 77);
+    assert_false(rr->recovered);
+    assert_int_equal(rr->n_positions, 0);
+    assert_string_equal(rr->error, "no durable topic is bound to channel 77");
+    chanq_unpack_free(rr);
+    chanq_owned_msg_done(&env);
+    send_resume_on(b, ch, "news", 0, n[0]);
+    uint64_t r1 = produce("release", "\"r1\""); /* during the catch-up (2-event chunks) */
+    /* the two channels' streams interleave as they will; each is checked in its order */
+    int news = 0, rel = 0, results = 0;
+    while (news < NN || !rel || !results) {
+        chanq_owned_msg_t m;
+        it_recv(b, &m);
+        Channeldpb__ServerForwardMessage *f = NULL;
+        Chanqpb__TopicEvent *ev = NULL;
+        if (m.msg_type == 91) {
+            assert_int_equal(m.channel_id, ch);
+            assert_int_equal(news, 0);
+            Chanqpb__TopicResumeResultMessage *res =
+                chanqpb__topic_resume_result_message__unpack(NULL, m.body_len, m.body);
+            assert_non_null(res);
+            assert_true(res->recovered);
+            assert_int_equal(res->n_positions, 1);
+            assert_int_equal(res->positions[0]->offset, n[0]);
+            chanqpb__topic_resume_result_message__free_unpacked(res, NULL);
+            results++;
+        } else {
+            f = channeldpb__server_forward_message__unpack(NULL, m.body_len, m.body);
+            assert_non_null(f);
+            ev = chanqpb__topic_event__unpack(NULL, f->payload.len, f->payload.data);
+            assert_non_null(ev);
+            if (m.msg_type == 203) {
+                assert_int_equal(m.channel_id, ch);
+                assert_int_equal(results, 1);
+                assert_int_equal(ev->offset, n[news + 1]);
+                assert_int_equal(ev->prev_offset, n[news]);
+                news++;
+            } else {
+                assert_int_equal(m.msg_type, MT_RELEASE);
+                assert_int_equal(m.channel_id, 0);
+                assert_int_equal(ev->offset, r1);
+                assert_int_equal(rel, 0);
+                rel++;
+            }
+            chanqpb__topic_event__free_unpacked(ev, NULL);
+            channeldpb__server_forward_message__free_unpacked(f, NULL);
+        }
+        chanq_owned_msg_done(&m);
+    }
+    n[NN + 1] = produce("news", "\"last\"");
+    expect_event_on(b, ch, 203, "news", n[NN + 1], n[NN], "last");
+}
+
 /* SIGHUP reads the bindings file again: a topic no longer bound is no longer delivered (nor
  * counted), a new msg_type applies from the next event; a file that does not load keeps the
  * bindings in force. */
@@ -614,6 +757,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_route_offline_login, teardown),
         cmocka_unit_test_teardown(test_route_ack_after_sigkill, teardown),
         cmocka_unit_test_teardown(test_route_login_while_publishing, teardown),
+        cmocka_unit_test_teardown(test_topic_channel, teardown),
         cmocka_unit_test_teardown(test_reload, teardown),
         cmocka_unit_test_teardown(test_resume_from_ring, teardown),
         cmocka_unit_test_teardown(test_resume_from_store, teardown),

@@ -14,6 +14,7 @@
 #include "cq_bridge.h"
 #include "cq_resume.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -70,7 +71,7 @@ static cq_resume_t *engine(uint32_t ring, uint32_t chunk, uint32_t reads)
     cq_resume_limits_t lim = {.ring_events = ring, .chunk_events = chunk, .reads_max = reads};
     cq_resume_t *r = cq_resume_new(&lim, 3, position, NULL);
     assert_non_null(r);
-    assert_int_equal(cq_resume_topic(r, "news", 200), 0);
+    assert_int_equal(cq_resume_topic(r, "news", 0, 200), 0);
     return r;
 }
 
@@ -93,7 +94,7 @@ static void request(cq_resume_t *r, uint32_t conn, uint64_t epoch, uint64_t offs
 {
     uint8_t body[256];
     size_t n = resume_body(body, "news", 3, epoch, offset);
-    cq_resume_request(r, conn, body, n, 0);
+    cq_resume_request(r, conn, 0, body, n, 0);
 }
 
 /* The next action must be a SEND to conn with flags; its events' offsets (and prevs) are
@@ -212,7 +213,7 @@ static void test_no_position(void **state)
     live(r, 0, 5);
     uint8_t body[64];
     size_t n = resume_body(body, NULL, 0, 0, 0);
-    cq_resume_request(r, 9, body, n, 0);
+    cq_resume_request(r, 9, 0, body, n, 0);
     cq_resume_action_t a;
     expect_send(r, 9, CQ_RESUME_F_BEGIN | CQ_RESUME_F_FINAL, 1, 0, 0, &a);
     expect_result(&a, true, 5, "");
@@ -221,7 +222,7 @@ static void test_no_position(void **state)
     expect_result(&a, true, 5, "");
     /* another shard's or topic's position is not this one's */
     n = resume_body(body, "news", 4, 7, 2);
-    cq_resume_request(r, 11, body, n, 0);
+    cq_resume_request(r, 11, 0, body, n, 0);
     expect_send(r, 11, CQ_RESUME_F_BEGIN | CQ_RESUME_F_FINAL, 1, 0, 0, &a);
     expect_result(&a, true, 5, "");
     cq_resume_free(r);
@@ -319,7 +320,7 @@ static void test_refusals(void **state)
     (void)state;
     cq_resume_t *r = engine(0, 4, 0);
     live(r, 0, 10);
-    cq_resume_request(r, 8, "\xff\xff", 2, 0);
+    cq_resume_request(r, 8, 0, "\xff\xff", 2, 0);
     cq_resume_action_t a;
     expect_send(r, 8, CQ_RESUME_F_BEGIN | CQ_RESUME_F_FINAL, 1, 0, 0, &a);
     expect_result(&a, false, 10, "the body is not a TopicResumeMessage");
@@ -370,7 +371,7 @@ static void test_idle_and_reload(void **state)
     f_pushed = 0;
     cq_resume_t *r = cq_resume_new(&lim, 3, position, NULL);
     assert_non_null(r);
-    assert_int_equal(cq_resume_topic(r, "news", 200), 0);
+    assert_int_equal(cq_resume_topic(r, "news", 0, 200), 0);
     live(r, 0, 10);
     request(r, 1, 7, 2);
     expect_send(r, 1, CQ_RESUME_F_BEGIN, 3, 4, 2, NULL);
@@ -400,7 +401,7 @@ static void test_pacing(void **state)
     f_pushed = 0;
     cq_resume_t *r = cq_resume_new(&lim, 3, position, NULL);
     assert_non_null(r);
-    assert_int_equal(cq_resume_topic(r, "news", 200), 0);
+    assert_int_equal(cq_resume_topic(r, "news", 0, 200), 0);
     live(r, 0, 20);
     for (uint32_t conn = 1; conn <= 4; conn++)
         request(r, conn, 7, 2);
@@ -444,7 +445,7 @@ static void test_pacing_reads_and_lost(void **state)
     f_pushed = 0;
     cq_resume_t *r = cq_resume_new(&lim, 3, position, NULL);
     assert_non_null(r);
-    assert_int_equal(cq_resume_topic(r, "news", 200), 0);
+    assert_int_equal(cq_resume_topic(r, "news", 0, 200), 0);
     live(r, 0, 20); /* the ring keeps 17..20 */
     request(r, 1, 7, 10);
     uint64_t id;
@@ -458,7 +459,7 @@ static void test_pacing_reads_and_lost(void **state)
     expect_none(r);
     cq_resume_applied(r, 1, 10);
     expect_send(r, 2, CQ_RESUME_F_BEGIN | CQ_RESUME_F_FINAL, 19, 20, 18, NULL);
-    cq_resume_request(r, 3, "\xff", 1, 10); /* a refusal is a chunk too */
+    cq_resume_request(r, 3, 0, "\xff", 1, 10); /* a refusal is a chunk too */
     cq_resume_action_t a;
     expect_send(r, 3, CQ_RESUME_F_BEGIN | CQ_RESUME_F_FINAL, 1, 0, 0, &a);
     expect_result(&a, false, 20, "the body is not a TopicResumeMessage");
@@ -476,6 +477,43 @@ static void test_pacing_reads_and_lost(void **state)
     cq_resume_free(r);
 }
 
+/* A topic bound to a "topic" channel resumes on that channel only: a request on another
+ * channel is refused, and the chunks name the request's channel. A topic has one channel. */
+static void test_channels(void **state)
+{
+    (void)state;
+    f_epoch = 7;
+    f_pushed = 0;
+    cq_resume_t *r = cq_resume_new(NULL, 3, position, NULL);
+    assert_non_null(r);
+    assert_int_equal(cq_resume_topic(r, "news", 5, 200), 0);
+    assert_int_equal(cq_resume_topic(r, "news", 5, 200), 0);
+    assert_int_equal(cq_resume_topic(r, "news", 0, 200), -EEXIST);
+    live(r, 0, 4);
+    uint8_t body[256];
+    size_t n = resume_body(body, "news", 3, 7, 2);
+    cq_resume_request(r, 1, 0, body, n, 0);
+    cq_resume_action_t a;
+    assert_true(cq_resume_next(r, &a));
+    assert_int_equal(a.chan_id, 0);
+    Chanqpb__TopicResumeResultMessage *m =
+        chanqpb__topic_resume_result_message__unpack(NULL, a.result->len, a.result->data);
+    assert_non_null(m);
+    assert_false(m->recovered);
+    assert_int_equal(m->n_positions, 0);
+    assert_string_equal(m->error, "no durable topic is bound to channel 0");
+    chanqpb__topic_resume_result_message__free_unpacked(m, NULL);
+    cq_resume_action_done(&a);
+    cq_resume_request(r, 1, 5, body, n, 0);
+    assert_true(cq_resume_next(r, &a));
+    assert_int_equal(a.kind, CQ_RESUME_SEND);
+    assert_int_equal(a.chan_id, 5);
+    assert_int_equal(a.flags, CQ_RESUME_F_BEGIN | CQ_RESUME_F_FINAL);
+    assert_int_equal(a.nevs, 2);
+    expect_result(&a, true, 2, "");
+    cq_resume_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -490,6 +528,7 @@ int main(void)
         cmocka_unit_test(test_idle_and_reload),
         cmocka_unit_test(test_pacing),
         cmocka_unit_test(test_pacing_reads_and_lost),
+        cmocka_unit_test(test_channels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -916,6 +916,7 @@ static void test_xm_rows(void **state)
         {XM_INJECT_BC, "INJECT_BC"},
         {XM_INJECT_ROUTE, "INJECT_ROUTE"},
         {XM_RESUME, "RESUME"},
+        {XM_TOPIC_CHAN, "TOPIC_CHAN"},
     };
     assert_int_equal(sizeof(want) / sizeof(want[0]), XM__COUNT);
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {

@@ -363,6 +363,7 @@ typedef struct ask {
     int what;
     uint32_t conn_id;
     size_t len;
+    uint32_t chan; /* REQUEST: the channel before the body */
 } ask_t;
 static ask_t asks[16];
 static int nasks;
@@ -371,8 +372,13 @@ static int record_ask(void *ud, int what, uint32_t conn_id, const void *body, si
 {
     (void)ud;
     (void)body;
+    const uint8_t *b = body;
     if (nasks < 16)
-        asks[nasks] = (ask_t){what, conn_id, len};
+        asks[nasks] = (ask_t){what, conn_id, len,
+                              what == CQ_RESUME_ASK_REQUEST && len >= 4
+                                  ? (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                                        (uint32_t)b[3] << 24
+                                  : 0};
     nasks++;
     return 0;
 }
@@ -418,13 +424,13 @@ static void test_resume_hold(void **state)
     send_resume(r, 0);
     got_refusal(r, 0, "no durable topic is bound to a channel on this server");
     cq_shared_set_resume(E.sh, record_ask, NULL);
-    send_resume(r, ch);
-    got_refusal(r, ch, "resume on GLOBAL (channel 0): the bridge's broadcast bindings are there");
-    send_resume(r, 0);
+    send_resume(r, ch); /* any channel: the bridge knows which have topics */
     assert_true(nothing(r));
     assert_int_equal(nasks, 1);
     assert_int_equal(asks[0].what, CQ_RESUME_ASK_REQUEST);
     assert_int_equal(asks[0].conn_id, rid);
+    assert_int_equal(asks[0].len, 4); /* the channel, then the (empty) body */
+    assert_int_equal(asks[0].chan, ch);
     send_resume(r, 0);
     got_refusal(r, 0, "a resume is already in progress on this connection");
     assert_int_equal(nasks, 1);
@@ -439,12 +445,13 @@ static void test_resume_hold(void **state)
         got_exactly(cl[i], ch, t200, e, 1);
     /* BEGIN: the result, then c1; from then on e2 is held back from r only */
     cq_buf_t *res = cq_buf_from("", 2); /* recovered: true */
-    assert_int_equal(cq_shared_resume_chunk(E.sh, rid, CQ_RESUME_CHUNK_BEGIN, res, &e[1], t200, 1),
-                     0);
+    assert_int_equal(
+        cq_shared_resume_chunk(E.sh, ch, rid, CQ_RESUME_CHUNK_BEGIN, res, &e[1], t200, 1), 0);
     pump();
     cq_mp_t mp;
     uint8_t body[64];
     assert_int_equal(scan(r, 91, &mp, body), 1);
+    assert_int_equal(mp.channel_id, ch); /* on the resume's channel */
     assert_int_equal(mp.body_len, 2);
     assert_memory_equal(body, "", 2);
     uint32_t types[4];
@@ -466,9 +473,17 @@ static void test_resume_hold(void **state)
     Channeldpb__ServerForwardMessage sf = CHANNELDPB__SERVER_FORWARD_MESSAGE__INIT;
     send_msg(srv, ch, 2 /* ALL */, 0, 30000, &sf.base);
     assert_int_equal(take(r, 30000, NULL, NULL), 1);
+    /* the hold is the resume's channel's: a bridge event on another channel passes */
+    uint32_t ch2 = create_chan(srv);
+    subscribe(srv, r, ch2);
+    take(srv, 0, NULL, NULL);
+    take(r, 0, NULL, NULL);
+    assert_int_equal(cq_shared_inject_broadcast(E.sh, ch2, 200, e3), 0);
+    pump();
+    got_exactly(r, ch2, t200, &e3, 1);
     /* FINAL: c2 (the chunk carries what was held), then the live ones again */
-    assert_int_equal(cq_shared_resume_chunk(E.sh, rid, CQ_RESUME_CHUNK_FINAL, NULL, &e[3], t200, 1),
-                     0);
+    assert_int_equal(
+        cq_shared_resume_chunk(E.sh, ch, rid, CQ_RESUME_CHUNK_FINAL, NULL, &e[3], t200, 1), 0);
     pump();
     assert_int_equal(take_types(r, types, 4), 1);
     assert_int_equal(types[0], 200);
@@ -496,7 +511,8 @@ static void test_resume_hold(void **state)
         evs[i] = big;
         t8[i] = 200;
     }
-    assert_int_equal(cq_shared_resume_chunk(E.sh, rid, CQ_RESUME_CHUNK_BEGIN, res, evs, t8, 8), 0);
+    assert_int_equal(cq_shared_resume_chunk(E.sh, ch, rid, CQ_RESUME_CHUNK_BEGIN, res, evs, t8, 8),
+                     0);
     pump();
     assert_int_equal(nasks, 7);
     assert_int_equal(asks[6].what, CQ_RESUME_ASK_APPLIED);

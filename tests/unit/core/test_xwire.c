@@ -329,7 +329,8 @@ static void test_mp_without_body(void **state)
 /* The kinds that never leave the process (xwire.h "Local kinds"). */
 static bool local_kind(int k)
 {
-    return k == XM_SCHEMA || k == XM_INJECT_BC || k == XM_INJECT_ROUTE || k == XM_RESUME;
+    return k == XM_SCHEMA || k == XM_INJECT_BC || k == XM_INJECT_ROUTE || k == XM_RESUME ||
+           k == XM_TOPIC_CHAN;
 }
 
 /* Every kind that may leave the process, with everything set. */
