@@ -16,7 +16,7 @@ int it_workers = 1;
 const char *it_transport = "tcp";
 static pid_t g_bridge;
 
-#define MAX_CONNS 64
+#define MAX_CONNS 1100 /* test_it_bridge subscribes 1000 players to GLOBAL */
 #define MAX_FILES 8
 
 static cq_testsrv_t g_srv;

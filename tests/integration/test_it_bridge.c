@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -424,6 +425,49 @@ static void test_resume_not_recovered(void **state)
         cq_testsrv_metric(it_srv(), "chanq_bridge_resumes_total{outcome=\"not_recovered\"}"), 2);
 }
 
+/* A broadcast binding with 1000 players subscribed to GLOBAL: each receives every event once,
+ * in order (the encode-once fan-out, one record for all). */
+static void test_broadcast_1000(void **state)
+{
+    (void)state;
+    enum { P = 1000, N = 20 };
+    struct rlimit rl; /* 1000 sockets here: a fresh machine's soft limit is often 1024 */
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur < P + 100 && rl.rlim_max >= P + 100) {
+        rl.rlim_cur = rl.rlim_max;
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    }
+    if (rl.rlim_cur < P + 100) {
+        print_message("SKIP: RLIMIT_NOFILE %llu < %d: not enough descriptors for %d players\n",
+                      (unsigned long long)rl.rlim_cur, P + 100, P);
+        skip();
+    }
+    start();
+    create_topic("release");
+    static it_conn_t *p[P];
+    for (int i = 0; i < P; i++) {
+        char pit[16];
+        snprintf(pit, sizeof(pit), "p%d", i);
+        p[i] = on_global(pit);
+    }
+    uint64_t o[N];
+    char content[N][16];
+    for (int k = 0; k < N; k++) {
+        snprintf(content[k], sizeof(content[k]), "\"v%d\"", k);
+        o[k] = produce("release", content[k]);
+    }
+    for (int i = 0; i < P; i++)
+        for (int k = 0; k < N; k++) {
+            char want[16];
+            snprintf(want, sizeof(want), "v%d", k);
+            expect_event(p[i], MT_RELEASE, "release", o[k], k ? o[k - 1] : 0, want);
+        }
+    uint64_t last = produce("release", "\"end\""); /* nothing else came before it */
+    for (int i = 0; i < P; i += 97)
+        expect_event(p[i], MT_RELEASE, "release", last, o[N - 1], "end");
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_events_total"), N + 1);
+}
+
 /* A route binding: each player gets only the events whose user_id is its PIT, on every one of
  * its connections; content that names no player is counted, not delivered. */
 static void test_route_by_pit(void **state)
@@ -753,6 +797,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_broadcast_global, teardown),
+        cmocka_unit_test_teardown(test_broadcast_1000, teardown),
         cmocka_unit_test_teardown(test_route_by_pit, teardown),
         cmocka_unit_test_teardown(test_route_offline_login, teardown),
         cmocka_unit_test_teardown(test_route_ack_after_sigkill, teardown),
