@@ -386,7 +386,8 @@ static int list_topics(cq_store_t *st, cq_store_topic_t **ret_topics, uint64_t *
 }
 
 /* The engine over the store thread: limits, permissions and the topics at start. */
-static int make_engine(app_t *a, const cq_store_topic_t *topics, const uint64_t *hw, size_t n)
+static int make_engine(app_t *a, const cq_store_topic_t *topics, const uint64_t *hw, size_t n,
+                       uint64_t epoch)
 {
     const cq_config_t *c = &a->cfg;
     cq_mqsrv_opts_t so = {
@@ -406,6 +407,7 @@ static int make_engine(app_t *a, const cq_store_topic_t *topics, const uint64_t 
         .preauth_frame = c->mq_preauth_max_frame,
         .input_budget = c->mq_input_budget,
         .shard = (uint32_t)c->shard,
+        .epoch = epoch,
     };
     if (a->cluster)
         cq_main_cluster_fence(a->cluster, &so);
@@ -489,6 +491,12 @@ static int start_mq(app_t *a, char *bound, size_t blen)
         r = open_store(c, &rd);
     if (r == 0)
         r = list_topics(st, &topics, &hw, &n);
+    /* a standalone server's epoch: its store's creation time (a cluster's comes from its role) */
+    uint64_t epoch = 0;
+    if (r == 0 && !*c->zk_hosts && cq_store_created_ms(st, &epoch) < 0) {
+        CQ_WARN("main", "store: its creation time is not known (%s): epoch 0", cq_store_errmsg(st));
+        epoch = 0;
+    }
     if (r < 0) {
         cq_store_close(st);
         cq_store_close(rd);
@@ -514,7 +522,7 @@ static int start_mq(app_t *a, char *bound, size_t blen)
         r = -ENOMEM;
     if (r == 0)
         r = cq_main_bridge_new(c, a->sh, a->admin, &a->bridge, err, sizeof(err));
-    if (r == 0 && (r = make_engine(a, topics, hw, n)) == CQ_ECONFIG)
+    if (r == 0 && (r = make_engine(a, topics, hw, n, epoch)) == CQ_ECONFIG)
         snprintf(err, sizeof(err), "durable topics not started");
     if (r == 0 && (r = make_mgrlink(a, &mo)) < 0)
         snprintf(err, sizeof(err), "--mgr-servers: cannot start the link to the managers");

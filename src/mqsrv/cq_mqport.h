@@ -110,6 +110,10 @@ typedef struct cq_mqsrv_opts {
     void *fence_ud;
     uint32_t shard;
     bool slave;
+    /* The shard's epoch (the sink's events, cq_mqsrv_sink_position) until cq_mqsrv_set_role
+     * gives one: a standalone server's store's creation time (cq_store_created_ms), so that a
+     * store made anew is a new history. */
+    uint64_t epoch;
     /* Cluster-wide topics (doc/cluster.md "Topics"): called on the engine's thread once the store
      * recorded a topic creation (err 0: not one that existed) or an online change made through
      * this engine (seed add_topic, HTTP create and online/offline, cq_mqsrv_topic_set_online),

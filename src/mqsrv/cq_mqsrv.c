@@ -114,6 +114,7 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
     s->may_write = o->may_write;
     s->fence_ud = o->fence_ud;
     s->shard = o->shard;
+    s->epoch = o->epoch;
     s->master = !o->slave;
     s->on_topic = o->on_topic;
     s->topic_ud = o->topic_ud;

@@ -216,6 +216,12 @@ int cq_store_count_range(cq_store_t *s, const char *topic, uint64_t after, uint6
     return r < 0 ? r : s->ops->count(s, topic, after, upto, ret_n);
 }
 
+int cq_store_created_ms(cq_store_t *s, uint64_t *ret_ms)
+{
+    s->errmsg[0] = '\0';
+    return s->ops->created_ms ? s->ops->created_ms(s, ret_ms) : -ENOTSUP;
+}
+
 int cq_store_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset)
 {
     int r = enter(s, topic);

@@ -109,7 +109,8 @@ typedef struct cq_store_ops {
                  size_t *ret_purged);
     int (*high_water)(cq_store_t *s, const char *topic, uint64_t *ret_offset);
     int (*count)(cq_store_t *s, const char *topic, uint64_t after, uint64_t upto,
-                 uint64_t *ret_n); /* cq_store_count_range() */
+                 uint64_t *ret_n);                      /* cq_store_count_range() */
+    int (*created_ms)(cq_store_t *s, uint64_t *ret_ms); /* NULL: not known */
 } cq_store_ops_t;
 
 /* The embedded SQLite backend (src/store/sqlite.c). */
@@ -212,6 +213,11 @@ int cq_store_purge(cq_store_t *s, const char *topic, int64_t older_than_unix_ms,
                    size_t *ret_purged);
 /* The highest offset ever committed in topic (0 if none), even if purged since. */
 int cq_store_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset);
+/* When the store was made: the time its first migration was applied (ms since the Unix epoch),
+ * the same on a replica. A standalone server's epoch (doc/bridge.md "TopicEvent"), so that a
+ * store made anew is a new history for the positions clients hold. -ENOTSUP when the backend
+ * does not say. */
+int cq_store_created_ms(cq_store_t *s, uint64_t *ret_ms);
 
 /* The number of valid (state 1) messages in topic: the seed's topic_message_total. Counts the
  * rows (O(rows)): chanqd calls it once per topic at start and keeps the count itself. */

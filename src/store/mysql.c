@@ -195,6 +195,11 @@ static int op_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset)
     RUN(s, cq__mysql_high_water(s, topic, ret_offset));
 }
 
+static int op_created_ms(cq_store_t *s, uint64_t *ret_ms)
+{
+    RUN(s, cq__mysql_created_ms(s, ret_ms));
+}
+
 const cq_store_ops_t cq_store_mysql_ops = {
     .name = "mysql",
     .open = my_open,
@@ -209,5 +214,6 @@ const cq_store_ops_t cq_store_mysql_ops = {
     .get_offset = op_get_offset,
     .purge = op_purge,
     .high_water = op_high_water,
+    .created_ms = op_created_ms,
     .count = op_count,
 };

@@ -196,6 +196,17 @@ int cq__mysql_invalidate(cq_store_t *s, const char *topic, uint64_t offset)
 
 /* ---- high water -------------------------------------------------------------------------- */
 
+int cq__mysql_created_ms(cq_store_t *s, uint64_t *ret_ms)
+{
+    my_store_t *q = my_store(s);
+    bool found = false;
+    int r = cq__mysql_query_u64(q, "SELECT applied_ms FROM schema_version WHERE version = 1", NULL,
+                                ret_ms, &found);
+    if (r == 0 && !found)
+        r = cq__store_fail(s, -ENOENT, "no first migration");
+    return cq__mysql_tx_end(q, r);
+}
+
 int cq__mysql_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset)
 {
     my_store_t *q = my_store(s);

@@ -619,6 +619,23 @@ static int sq_purge(cq_store_t *s, const char *topic, int64_t older_than_unix_ms
     return r;
 }
 
+static int sq_created_ms(cq_store_t *s, uint64_t *ret_ms)
+{
+    sq_store_t *q = SQ(s);
+    sqlite3_stmt *st = NULL;
+    int r = prep(q, "SELECT applied_ms FROM schema_version WHERE version = 1", &st);
+    if (r < 0)
+        return r;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *ret_ms = (uint64_t)sqlite3_column_int64(st, 0);
+    else
+        r = rc == SQLITE_DONE ? cq__store_fail(s, -ENOENT, "no first migration")
+                              : db_fail(q, "created");
+    sqlite3_finalize(st);
+    return r;
+}
+
 static int sq_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset)
 {
     sq_store_t *q = SQ(s);
@@ -859,5 +876,6 @@ const cq_store_ops_t cq_store_sqlite_ops = {
     .get_offset = sq_get_offset,
     .purge = sq_purge,
     .high_water = sq_high_water,
+    .created_ms = sq_created_ms,
     .count = sq_count,
 };

@@ -107,8 +107,8 @@ static uint64_t produce(const char *topic, const char *content_json)
 
 /* c's next message is a TopicEvent of msg_type on channel 0 for topic at offset, following
  * prev, with content; returns it (chanqpb__topic_event__free_unpacked). */
-static void expect_event_on(it_conn_t *c, uint32_t chan, uint32_t msg_type, const char *topic,
-                            uint64_t offset, uint64_t prev, const char *content)
+static uint64_t expect_event_on(it_conn_t *c, uint32_t chan, uint32_t msg_type, const char *topic,
+                                uint64_t offset, uint64_t prev, const char *content)
 {
     chanq_owned_msg_t m;
     it_recv(c, &m);
@@ -130,14 +130,17 @@ static void expect_event_on(it_conn_t *c, uint32_t chan, uint32_t msg_type, cons
     assert_int_equal(ev->content.len, strlen(content));
     assert_memory_equal(ev->content.data, content, strlen(content));
     assert_true(ev->time_ms > 1700000000000);
+    uint64_t epoch = ev->epoch;
     chanqpb__topic_event__free_unpacked(ev, NULL);
     chanq_owned_msg_done(&m);
+    return epoch;
 }
 
-static void expect_event(it_conn_t *c, uint32_t msg_type, const char *topic, uint64_t offset,
-                         uint64_t prev, const char *content)
+/* ... on channel 0; returns the event's epoch */
+static uint64_t expect_event(it_conn_t *c, uint32_t msg_type, const char *topic, uint64_t offset,
+                             uint64_t prev, const char *content)
 {
-    expect_event_on(c, 0, msg_type, topic, offset, prev, content);
+    return expect_event_on(c, 0, msg_type, topic, offset, prev, content);
 }
 
 /* The epoch of c's next TopicEvent (release, msg 200), which must be at offset. */
@@ -359,6 +362,43 @@ static void test_resume_after_sigkill(void **state)
     expect_n(b, o + N, N, 1, o[N - 1]);
 }
 
+/* A store made anew (deleted, or another database) is a new history: its epoch is its creation
+ * time, so a position of the old one is not recovered, even where the new one has the same
+ * offsets, rather than silently resumed into other events. */
+static void test_resume_new_store(void **state)
+{
+    (void)state;
+    start();
+    create_topic("release");
+    uint64_t o[8];
+    it_conn_t *a = on_global("alice");
+    produce_n(o, 0, 1);
+    uint64_t epoch = event_epoch(a, o[0]), old = o[0];
+    assert_true(epoch > 1700000000000ull); /* a time in ms */
+    cq_testsrv_kill(it_srv(), SIGKILL);
+    it_close(a);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", it_srv()->store_path);
+    assert_int_equal(system(cmd), 0);
+    g_db_seq++; /* the MariaDB variant: another database */
+    cq_test_sleep_ms(5);
+    start();
+    create_topic("release");
+    it_conn_t *b = on_global("alice");
+    produce_n(o, 0, 3); /* offsets from 1 again: the old position's offset exists here too */
+    assert_true(o[2] > old);
+    uint64_t epoch2 = event_epoch(b, o[0]);
+    assert_true(epoch2 > epoch);
+    expect_n(b, o + 1, 1, 2, o[0]);
+    send_resume(b, epoch, old);
+    char why[256];
+    snprintf(why, sizeof(why),
+             "topic release: epoch %llu is not the shard's (%llu): its history may have been "
+             "rewritten",
+             (unsigned long long)epoch, (unsigned long long)epoch2);
+    expect_result(b, false, epoch2, o[2], why);
+}
+
 /* The switch under load: events keep being published while the player resumes. Whatever came
  * before the result is the old stream; after it, every event after the position arrives once,
  * in order, across the end of the catch-up and into the live ones. */
@@ -531,7 +571,7 @@ static void test_route_offline_login(void **state)
     uint64_t o2 = produce("vip", "{\"user_id\":\"yuri\",\"vip\":1}");
     uint64_t o3 = produce("vip", "{\"user_id\":\"xena\",\"vip\":2}");
     it_conn_t *x = player("xena");
-    expect_event(x, MT_VIP, "vip", o1, 0, "{\"user_id\":\"xena\",\"vip\":1}");
+    uint64_t epoch = expect_event(x, MT_VIP, "vip", o1, 0, "{\"user_id\":\"xena\",\"vip\":1}");
     expect_event(x, MT_VIP, "vip", o3, o2, "{\"user_id\":\"xena\",\"vip\":2}");
     uint64_t o4 = produce("vip", "{\"user_id\":\"xena\",\"vip\":3}");
     expect_event(x, MT_VIP, "vip", o4, o3, "{\"user_id\":\"xena\",\"vip\":3}");
@@ -542,7 +582,8 @@ static void test_route_offline_login(void **state)
     expect_event(x2, MT_VIP, "vip", o4, o3, "{\"user_id\":\"xena\",\"vip\":3}");
     it_close(x2);
     /* an ack of o3: the next login gets o4 only, then the live ones */
-    send_ack(x, 0, o3);
+    send_ack(x, epoch + 1, o3); /* another epoch: ignored */
+    send_ack(x, epoch, o3);
     it_close(x);
     uint64_t o5 = produce("vip", "{\"user_id\":\"xena\",\"vip\":4}");
     it_conn_t *x3 = player("xena");
@@ -555,7 +596,7 @@ static void test_route_offline_login(void **state)
     expect_event(y, MT_VIP, "vip", o2, o1, "{\"user_id\":\"yuri\",\"vip\":1}");
     uint64_t o7 = produce("vip", "{\"user_id\":\"yuri\",\"vip\":2}");
     expect_event(y, MT_VIP, "vip", o7, o6, "{\"user_id\":\"yuri\",\"vip\":2}");
-    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_route_acks_total"), 1);
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_route_acks_total"), 2);
     assert_int_equal(
         cq_testsrv_metric(it_srv(), "chanq_bridge_route_logins_total{outcome=\"started\"}"), 4);
     assert_int_equal(
@@ -572,8 +613,8 @@ static void test_route_ack_after_sigkill(void **state)
     create_topic("vip");
     uint64_t a = produce("vip", "{\"user_id\":\"xena\",\"n\":1}");
     it_conn_t *x = player("xena");
-    expect_event(x, MT_VIP, "vip", a, 0, "{\"user_id\":\"xena\",\"n\":1}");
-    send_ack(x, 0, a);
+    uint64_t epoch = expect_event(x, MT_VIP, "vip", a, 0, "{\"user_id\":\"xena\",\"n\":1}");
+    send_ack(x, epoch, a);
     wait_offset_writes(1);
     uint64_t b = produce("vip", "{\"user_id\":\"xena\",\"n\":2}");
     expect_event(x, MT_VIP, "vip", b, a, "{\"user_id\":\"xena\",\"n\":2}");
@@ -668,7 +709,7 @@ static void test_topic_channel(void **state)
     enum { NN = 300 }; /* a catch-up long enough for r1 to commit during it */
     static uint64_t n[NN + 2];
     n[0] = produce("news", "\"n0\"");
-    expect_event_on(a, ch, 203, "news", n[0], 0, "n0");
+    uint64_t epoch = expect_event_on(a, ch, 203, "news", n[0], 0, "n0");
     uint64_t r0 = produce("release", "\"r0\"");
     expect_event(a, MT_RELEASE, "release", r0, 0, "r0");
     it_close(a);
@@ -691,7 +732,7 @@ static void test_topic_channel(void **state)
     assert_string_equal(rr->error, "no durable topic is bound to channel 77");
     chanq_unpack_free(rr);
     chanq_owned_msg_done(&env);
-    send_resume_on(b, ch, "news", 0, n[0]);
+    send_resume_on(b, ch, "news", epoch, n[0]);
     uint64_t r1 = produce("release", "\"r1\""); /* during the catch-up (2-event chunks) */
     /* the two channels' streams interleave as they will; each is checked in its order */
     int news = 0, rel = 0, results = 0;
@@ -808,6 +849,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_resume_from_store, teardown),
         cmocka_unit_test_teardown(test_resume_not_recovered, teardown),
         cmocka_unit_test_teardown(test_resume_after_sigkill, teardown),
+        cmocka_unit_test_teardown(test_resume_new_store, teardown),
         cmocka_unit_test_teardown(test_resume_while_publishing, teardown),
         cmocka_unit_test(test_bad_file),
     };
