@@ -965,6 +965,21 @@ static void test_repeat_updates(void **state)
     cq_store_recs_done(r, 1);
 }
 
+/* The store's creation time (a standalone server's epoch) is the first migration's, the same
+ * after a reopen, and what the table says. */
+static void test_created_ms(void **state)
+{
+    fx_t *f = *state;
+    uint64_t c1 = 0, c2 = 0;
+    assert_int_equal(cq_store_created_ms(f->s, &c1), 0);
+    assert_int_equal((int64_t)c1,
+                     db_int(f, "SELECT applied_ms FROM schema_version WHERE version = 1"));
+    assert_true(c1 > 1700000000000ull);
+    reopen(f);
+    assert_int_equal(cq_store_created_ms(f->s, &c2), 0);
+    assert_int_equal(c2, c1);
+}
+
 static void test_offsets_survive_reopen(void **state)
 {
     fx_t *f = *state;
@@ -1263,8 +1278,8 @@ static void test_crash_sigkill(void **state)
         T(test_idempotent_retry), T(test_sequence_rules), T(test_hole_below_last),                 \
         T(test_big_batch), T(test_no_dedup_without_producer), T(test_big_producer_ids),            \
         T(test_read_from_offset), T(test_read_bounded), T(test_repeat_updates),                    \
-        T(test_offsets_survive_reopen), T(test_consumer_offsets), T(test_consumer_ids_exact),      \
-        T(test_purge), T(test_bad_topic_names), T(test_crash_sigkill)
+        T(test_offsets_survive_reopen), T(test_created_ms), T(test_consumer_offsets),              \
+        T(test_consumer_ids_exact), T(test_purge), T(test_bad_topic_names), T(test_crash_sigkill)
 
 static int run_sqlite(void)
 {
