@@ -82,7 +82,9 @@ struct cq_main_bridge {
     } tchans[CQ_BRIDGE_BINDINGS_MAX];
     int ntchans;
     bool tchans_due;
-    atomic_bool attached; /* the core's hook is set: its answers reach the MQ thread */
+    atomic_bool attached;   /* the core's hook is set: its answers reach the MQ thread */
+    const cq_config_t *cfg; /* the process's, for check() */
+    atomic_bool managed;    /* the manager's bindings are in force: SIGHUP leaves them */
 };
 
 /* Route reads share sink_rows with the resume's: their tags have this bit. */
@@ -687,10 +689,12 @@ int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
                        cq_main_bridge_t **ret, char *err, size_t errlen)
 {
     *ret = NULL;
-    if (!*c->bridge_file)
+    /* managed servers get a bridge with no binding, which the manager's may fill */
+    bool managed = *c->mgr_servers && *c->mq_addr && !*c->relay_nats;
+    if (!*c->bridge_file && !managed)
         return 0;
     cq_bindings_t bs = {0};
-    int r = load(c, &bs, err, errlen);
+    int r = *c->bridge_file ? load(c, &bs, err, errlen) : 0;
     if (r == 0)
         r = check(c, &bs, err, errlen);
     cq_main_bridge_t *b = r == 0 ? cq_calloc(1, sizeof(*b)) : NULL;
@@ -722,8 +726,10 @@ int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
         return r;
     }
     b->sh = sh;
+    b->cfg = c;
     cq_shared_set_route(sh, cq_route_active(b->rt));
-    CQ_INFO("bridge", "%zu bindings from %s", cq_bridge_bindings(b->br)->n, c->bridge_file);
+    if (*c->bridge_file)
+        CQ_INFO("bridge", "%zu bindings from %s", cq_bridge_bindings(b->br)->n, c->bridge_file);
     *ret = b;
     return 0;
 }
@@ -752,8 +758,12 @@ void cq_main_bridge_attach(cq_main_bridge_t *b, cq_mqsrv_t *s)
 
 int cq_main_bridge_reload(cq_main_bridge_t *b, const cq_config_t *c, cq_mqsrv_t *s)
 {
-    if (!b)
+    if (!b || !*c->bridge_file)
         return 0;
+    if (atomic_load(&b->managed)) {
+        CQ_INFO("main", "SIGHUP: --bridge-file not read: the manager's bindings are in force");
+        return 0;
+    }
     char err[512] = "";
     cq_bindings_t bs = {0};
     int r = load(c, &bs, err, sizeof(err));
@@ -771,6 +781,34 @@ int cq_main_bridge_reload(cq_main_bridge_t *b, const cq_config_t *c, cq_mqsrv_t 
     cq_bridge_free(atomic_exchange(&b->next, nb)); /* one the MQ thread had not taken yet */
     cq_mqsrv_sink_changed(s);
     CQ_INFO("main", "SIGHUP: %zu bindings reloaded from %s", n, c->bridge_file);
+    return 0;
+}
+
+int cq_main_bridge_apply(cq_main_bridge_t *b, cq_mqsrv_t *s, const char *json, size_t len,
+                         char *err, size_t errlen)
+{
+    if (!b) {
+        snprintf(err, errlen, "this server has no bridge (a relay node, or no MQ port)");
+        return CQ_ECONFIG;
+    }
+    cq_bindings_t bs = {0};
+    int r = cq_bindings_parse(json, len, &bs, err, errlen);
+    if (r == 0)
+        r = check(b->cfg, &bs, err, errlen);
+    cq_bridge_t *nb = r == 0 ? cq_bridge_new(&bs, DEDUP_WINDOW) : NULL;
+    if (r == 0 && !nb) {
+        snprintf(err, errlen, "bindings: out of memory");
+        r = -ENOMEM;
+    }
+    if (!nb) {
+        cq_bindings_free(&bs);
+        return r;
+    }
+    size_t n = cq_bridge_bindings(nb)->n;
+    cq_bridge_free(atomic_exchange(&b->next, nb));
+    atomic_store(&b->managed, true);
+    cq_mqsrv_sink_changed(s);
+    CQ_INFO("bridge", "%zu bindings from the manager", n);
     return 0;
 }
 
