@@ -3,6 +3,7 @@
 #include "bridge_int.h"
 
 #include "bridge.pb-c.h"
+#include "cq_alloc.h"
 
 #include <stdint.h>
 
@@ -31,3 +32,17 @@ cq_buf_t *cq_topic_event_encode(const cq_topic_event_t *ev)
     b->len = (uint32_t)chanqpb__topic_event__pack(&m, b->data);
     return b;
 }
+
+static void *pb_alloc(void *ud, size_t n)
+{
+    (void)ud;
+    return cq_malloc(n);
+}
+
+static void pb_free(void *ud, void *p)
+{
+    (void)ud;
+    cq_free(p);
+}
+
+ProtobufCAllocator cq__bridge_pb = {pb_alloc, pb_free, NULL};

@@ -10,11 +10,14 @@
  * order, every committed row after it). */
 #include "cq_resume.h"
 
+#include "bridge_int.h"
+
 #include "bridge.pb-c.h"
 #include "cq_alloc.h"
 #include "cq_bridge.h"
 #include "cq_err.h"
 #include "cq_map.h"
+#include "cq_util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -62,8 +65,8 @@ typedef struct sess {
     uint64_t last_ms; /* last progress */
     char error[256];  /* why not recovered (the first reason) */
     scur_t cur[TOPICS_MAX];
-    struct sess *next_wait;  /* the queue of sessions waiting for a read slot */
-    struct sess *next_ready; /* the queue of sessions waiting for a place for a chunk */
+    struct sess *next_wait; /* the queue of sessions waiting for a read slot */
+    cq_list_t ready_node;   /* in the pace's queue while it waits for a place for a chunk */
 } sess_t;
 
 typedef struct action_node {
@@ -83,32 +86,13 @@ struct cq_resume {
     uint32_t next_read;
     uint32_t reads_in_flight;
     sess_t *wait_head, *wait_tail;
-    /* Chunk pacing (cq_resume_applied): places taken, by sessions about to make a chunk
-     * (held) and by chunks not yet applied (in_flight); sessions wait in ready for one. */
-    uint32_t held, in_flight;
-    sess_t *ready_head, *ready_tail;
-    uint32_t nready;
-    uint64_t now_ms;      /* the latest now given */
-    uint64_t progress_ms; /* when a chunk was last made or applied */
+    cq__pace_t pace; /* chunk pacing (cq_resume_applied) */
+    uint64_t now_ms; /* the latest now given */
     action_node_t *act_head, *act_tail;
     cq_resume_stats_t st;
 };
 
 /* ---- small parts ---------------------------------------------------------------------------- */
-
-static void *pb_alloc(void *ud, size_t n)
-{
-    (void)ud;
-    return cq_malloc(n);
-}
-
-static void pb_free(void *ud, void *p)
-{
-    (void)ud;
-    cq_free(p);
-}
-
-static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
 
 static int topic_index(const cq_resume_t *r, const char *name)
 {
@@ -247,6 +231,7 @@ cq_resume_t *cq_resume_new(const cq_resume_limits_t *lim, uint32_t shard,
     r->ud = ud;
     cq_map_init(&r->sessions);
     cq_map_init(&r->reads);
+    cq__pace_init(&r->pace, r->lim.sends_max);
     return r;
 }
 
@@ -264,7 +249,8 @@ static void sess_free(cq_resume_t *r, sess_t *s)
     if (s->read_id)
         cq_map_del(&r->reads, s->read_id);
     if (s->credit)
-        r->held--; /* its place goes to the next session at the end of the call (start_ready) */
+        r->pace.held--; /* its place goes to the next session at the end of the call */
+    cq__pace_unwait(&r->pace, &s->ready_node);
     cq_buf_unref(s->result);
     cq_free(s);
 }
@@ -406,11 +392,8 @@ static void send_chunk(cq_resume_t *r, sess_t *s, chunk_t *c, bool final)
     n->a.kind = CQ_RESUME_SEND;
     /* The place the session held is now the chunk's, until cq_resume_applied. A refusal or a
      * cut held none, but is counted all the same: every chunk comes back once. */
-    if (s->credit)
-        r->held--;
+    cq__pace_sent(&r->pace, s->credit, r->now_ms);
     s->credit = false;
-    r->in_flight++;
-    r->progress_ms = r->now_ms;
     n->a.conn_id = s->conn_id;
     n->a.chan_id = s->chan_id;
     n->a.flags = (s->result ? CQ_RESUME_F_BEGIN : 0) | (final ? CQ_RESUME_F_FINAL : 0);
@@ -495,56 +478,29 @@ static void advance(cq_resume_t *r, sess_t *s, uint64_t now_ms)
 
 /* ---- pacing --------------------------------------------------------------------------------- */
 
-static bool places_free(const cq_resume_t *r)
-{
-    return r->held + r->in_flight < r->lim.sends_max;
-}
-
 /* The next chunk of s, when a place is free and no session waits before it; else s waits. */
 static void step(cq_resume_t *r, sess_t *s, uint64_t now_ms)
 {
     if (!s->credit) {
-        if (!places_free(r) || r->ready_head) {
+        if (cq__pace_must_wait(&r->pace)) {
             s->phase = PH_WAIT_SEND;
-            s->next_ready = NULL;
-            if (r->ready_tail)
-                r->ready_tail->next_ready = s;
-            else
-                r->ready_head = s;
-            r->ready_tail = s;
-            r->nready++;
+            cq__pace_wait(&r->pace, &s->ready_node);
             return;
         }
         s->credit = true;
-        r->held++;
+        r->pace.held++;
     }
     advance(r, s, now_ms);
-}
-
-static void unready(cq_resume_t *r, sess_t *s)
-{
-    for (sess_t **pp = &r->ready_head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next_ready)
-        if (*pp == s) {
-            *pp = s->next_ready;
-            if (r->ready_tail == s)
-                r->ready_tail = prev;
-            r->nready--;
-            return;
-        }
 }
 
 /* The waiting sessions take the free places, in order. */
 static void start_ready(cq_resume_t *r)
 {
-    while (r->ready_head && places_free(r)) {
-        sess_t *s = r->ready_head;
-        r->ready_head = s->next_ready;
-        if (!r->ready_head)
-            r->ready_tail = NULL;
-        r->nready--;
-        s->next_ready = NULL;
+    cq_list_t *n;
+    while ((n = cq__pace_next(&r->pace))) {
+        sess_t *s = cq_container_of(n, sess_t, ready_node);
         s->credit = true;
-        r->held++;
+        r->pace.held++;
         advance(r, s, r->now_ms);
     }
 }
@@ -552,8 +508,7 @@ static void start_ready(cq_resume_t *r)
 void cq_resume_applied(cq_resume_t *r, uint32_t n, uint64_t now_ms)
 {
     r->now_ms = now_ms;
-    r->in_flight -= n < r->in_flight ? n : r->in_flight;
-    r->progress_ms = now_ms;
+    cq__pace_applied(&r->pace, n, now_ms);
     start_ready(r);
 }
 
@@ -730,6 +685,7 @@ static void refuse(cq_resume_t *r, uint32_t conn_id, uint32_t chan_id, const cha
     sess_t *s = cq_calloc(1, sizeof(*s));
     if (!s)
         return; /* the connection's worker ends its wait at its own timeout */
+    cq_list_init(&s->ready_node);
     scope(r, s, chan_id);
     s->conn_id = conn_id;
     s->refusal = true;
@@ -793,18 +749,20 @@ void cq_resume_request(cq_resume_t *r, uint32_t conn_id, uint32_t chan_id, const
         return;
     }
     Chanqpb__TopicResumeMessage *m =
-        chanqpb__topic_resume_message__unpack(&pb_allocator, len, body);
+        chanqpb__topic_resume_message__unpack(&cq__bridge_pb, len, body);
     if (!m || m->n_positions > CQ_RESUME_POSITIONS_MAX) {
         refuse(r, conn_id, chan_id,
                m ? "more than 256 positions" : "the body is not a TopicResumeMessage");
         if (m)
-            chanqpb__topic_resume_message__free_unpacked(m, &pb_allocator);
+            chanqpb__topic_resume_message__free_unpacked(m, &cq__bridge_pb);
         return;
     }
     sess_t *s = cq_calloc(1, sizeof(*s));
+    if (s)
+        cq_list_init(&s->ready_node);
     if (!s || cq_map_put(&r->sessions, conn_id, s) < 0) {
         cq_free(s);
-        chanqpb__topic_resume_message__free_unpacked(m, &pb_allocator);
+        chanqpb__topic_resume_message__free_unpacked(m, &cq__bridge_pb);
         refuse(r, conn_id, chan_id, "out of memory");
         return;
     }
@@ -822,7 +780,7 @@ void cq_resume_request(cq_resume_t *r, uint32_t conn_id, uint32_t chan_id, const
                 p = m->positions[k];
         place(r, s, i, p);
     }
-    chanqpb__topic_resume_message__free_unpacked(m, &pb_allocator);
+    chanqpb__topic_resume_message__free_unpacked(m, &cq__bridge_pb);
     proceed(r, s, now_ms);
 }
 
@@ -852,9 +810,7 @@ void cq_resume_gone(cq_resume_t *r, uint32_t conn_id)
         return;
     if (s->phase == PH_WAIT_SLOT)
         unwait(r, s);
-    if (s->phase == PH_WAIT_SEND)
-        unready(r, s);
-    sess_free(r, s); /* a read in flight comes back to no session */
+    sess_free(r, s); /* a read in flight comes back to no session; it leaves the pace's queue */
     start_ready(r);
 }
 
@@ -864,8 +820,7 @@ static void cut(cq_resume_t *r, sess_t *s, const char *why)
 {
     if (s->phase == PH_WAIT_SLOT)
         unwait(r, s);
-    if (s->phase == PH_WAIT_SEND)
-        unready(r, s);
+    cq__pace_unwait(&r->pace, &s->ready_node);
     reason(s, "%s", why);
     if (!s->begun)
         begin(r, s);
@@ -877,13 +832,7 @@ static void cut(cq_resume_t *r, sess_t *s, const char *why)
 void cq_resume_tick(cq_resume_t *r, uint64_t now_ms)
 {
     r->now_ms = now_ms;
-    /* Chunks that never came back (a worker dropped one without counting it) must not stop
-     * every resume: after idle_ms without progress their places are taken back. */
-    if (r->in_flight && r->ready_head && now_ms - r->progress_ms >= r->lim.idle_ms) {
-        r->st.credits_lost += r->in_flight;
-        r->in_flight = 0;
-        r->progress_ms = now_ms;
-    }
+    r->st.credits_lost += cq__pace_reclaim(&r->pace, now_ms, r->lim.idle_ms);
     uint32_t it = 0, k;
     void *v;
     while (cq_map_next(&r->sessions, &it, &k, &v)) {
@@ -957,6 +906,6 @@ void cq_resume_stats(const cq_resume_t *r, cq_resume_stats_t *st)
 {
     *st = r->st;
     st->sessions = cq_map_count(&r->sessions);
-    st->sends_out = r->in_flight;
-    st->send_waiting = r->nready;
+    st->sends_out = r->pace.in_flight;
+    st->send_waiting = r->pace.nready;
 }

@@ -175,7 +175,8 @@ static void ack(cq_route_t *r, const char *key, uint32_t shard, uint64_t epoch, 
 /* ---- tests ---- */
 
 /* A player never seen: its offset is read (never committed), then every retained event that
- * names it, from the store, then FINAL. Two players at the same place share each read. */
+ * names it, from the store, then FINAL. Two players at the same place share each read: the read
+ * waits while logins still wait for their offsets (at most READ_HOLD_MS, below). */
 static void test_login_from_store_shared(void **state)
 {
     (void)state;
@@ -190,9 +191,9 @@ static void test_login_from_store_shared(void **state)
     expect_get(r, "bridge/user_id/u2", &t2);
     expect_none(r);
     cq_route_offset(r, t1, -ENOENT, 0, 0);
-    expect_read(r, 0, 64, &id);
+    expect_none(r); /* u1's read waits while u2's offset is being read, so u2 can join it */
     cq_route_offset(r, t2, -ENOENT, 0, 0);
-    expect_none(r); /* u2 joined u1's read */
+    expect_read(r, 0, 64, &id); /* one read for both */
     rows(r, id, 0, 12);
     expect_send(r, 7, true, (uint64_t[]){1, 4, 7, 10, 0});
     expect_send(r, 8, true, (uint64_t[]){2, 5, 8, 11, 0});
@@ -369,6 +370,67 @@ static void test_consumer_ids(void **state)
     assert_memory_equal(out, "bridge#", 7);
 }
 
+/* The hold has a bound: logins that keep coming do not keep a read waiting past 200 ms. */
+static void test_read_hold_bound(void **state)
+{
+    (void)state;
+    cq_route_t *r = engine((cq_route_limits_t){.chunk_events = 64});
+    f_pushed = 12;
+    cq_route_topics_clear(r);
+    assert_int_equal(cq_route_topic(r, "vip", "user_id", 300), 0);
+    cq_route_login(r, 7, "u1", 1000);
+    cq_route_login(r, 8, "u2", 1000);
+    uint64_t t1, t2, id;
+    expect_get(r, "bridge/user_id/u1", &t1);
+    expect_get(r, "bridge/user_id/u2", &t2);
+    cq_route_offset(r, t1, -ENOENT, 0, 1000);
+    cq_route_tick(r, 1199);
+    expect_none(r);
+    cq_route_tick(r, 1200); /* u2 still waits for its offset: the read goes anyway */
+    expect_read(r, 0, 64, &id);
+    rows(r, id, 0, 12);
+    expect_send(r, 7, true, (uint64_t[]){1, 4, 7, 10, 0});
+    cq_route_offset(r, t2, -ENOENT, 0, 1200); /* too late to share: its own read */
+    expect_read(r, 0, 64, &id);
+    cq_route_stats_t st;
+    cq_route_stats(r, &st);
+    assert_int_equal(st.reads, 2);
+    assert_int_equal(st.reads_shared, 0);
+    cq_route_free(r);
+}
+
+/* The ring serves each player its own events only, in order, across chunks, with other
+ * players' events in between; when the ring's turnover passed the cursor, the store fills the
+ * gap and the ring takes over again. */
+static void test_ring_by_key(void **state)
+{
+    (void)state;
+    cq_route_t *r = engine((cq_route_limits_t){.chunk_events = 1, .ring_events = 6});
+    live(r, 0, 9); /* the ring: 4..9, complete after 3 */
+    cq_route_login(r, 5, "u0", 0);
+    uint64_t t, id;
+    expect_get(r, "bridge/user_id/u0", &t);
+    cq_route_offset(r, t, 0, 3, 0); /* handled 3: the ring has u0's 6 and 9 */
+    expect_send(r, 5, false, (uint64_t[]){6, 0});
+    live(r, 9, 15); /* the ring: 10..15, complete after 9: u0's 9 left it */
+    cq_route_applied(r, 1, 0);
+    cq_route_more(r, 5, 0);
+    expect_read(r, 8, 1, &id); /* the cursor is before 9 */
+    rows(r, id, 8, 9);
+    expect_send(r, 5, false, (uint64_t[]){9, 0});
+    cq_route_applied(r, 1, 0);
+    cq_route_more(r, 5, 0);
+    expect_send(r, 5, false, (uint64_t[]){12, 0});
+    cq_route_applied(r, 1, 0);
+    cq_route_more(r, 5, 0);
+    expect_send(r, 5, true, (uint64_t[]){15, 0});
+    cq_route_stats_t st;
+    cq_route_stats(r, &st);
+    assert_int_equal(st.events_ring, 3);
+    assert_int_equal(st.events_store, 1);
+    cq_route_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -378,6 +440,8 @@ int main(void)
         cmocka_unit_test(test_chunks_and_pacing),
         cmocka_unit_test(test_idle_reload_refused),
         cmocka_unit_test(test_consumer_ids),
+        cmocka_unit_test(test_read_hold_bound),
+        cmocka_unit_test(test_ring_by_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
