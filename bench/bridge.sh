@@ -41,14 +41,17 @@
 #              player has them, per player p50/p99/max, the route's store reads (issued and
 #              shared), rows, events by source and offset reads, and the live traffic on another
 #              channel as in reconnect (RECON_LIVE_SUBS, RECON_LIVE_RATE) before and during.
-#              Two kinds per rep, each on a fresh chanqd and store (a player that acknowledged
-#              nothing would get an earlier run's events again): "ring", whose ring holds every
-#              pending event (--bridge-ring-events ROUTE_PLAYERS * ROUTE_EVENTS, at least 8192),
-#              and "store", with a ring of ROUTE_STORE_RING events, so the catch-ups read the
-#              store, shared: the reads issued must stay far below one per player. Not in the
-#              default PARTS (about 80 s per backend at the default size, 2 CPUs); the
-#              BRIDGE_SMOKE size runs it. Only this part's chanqd has the route binding, so that
-#              the other parts' logins start no route catch-up.
+#              The kinds of ROUTE_KINDS per rep, each on a fresh chanqd and store (a player that
+#              acknowledged nothing would get an earlier run's events again): "ring", whose ring
+#              holds every pending event (--bridge-ring-events ROUTE_PLAYERS * ROUTE_EVENTS, at
+#              least 8192), and "store", with a ring of ROUTE_STORE_RING events, so the catch-ups
+#              read the store, shared: the reads issued must stay far below one per player. In
+#              both the players' offsets are not cached (each login reads its own from the
+#              store); "ring-warm" and "store-warm" are the same after every player logged in
+#              once before the events (bridgebench --login-first: offsets cached, none read).
+#              Not in the default PARTS (about 150 s per backend at the default size, 2 CPUs);
+#              the BRIDGE_SMOKE size runs it. Only this part's chanqd has the route binding, so
+#              that the other parts' logins start no route catch-up.
 # Each run prints its readable line; the summary at the end has a table of medians over REPS
 # per part, the load (/proc/loadavg) at the start and end of each part, and the targets. Raw
 # results (one JSON line per run) go to $OUT/bridge-<time>.jsonl. Nothing here asserts a time.
@@ -64,11 +67,12 @@
 #   RECON_INFLIGHT [chanqd's default]  --bridge-resume-inflight of the resume runs
 #   ROUTE_PLAYERS [10000]  ROUTE_EVENTS [10] per player  ROUTE_BEFORE [3] s
 #   ROUTE_STORE_RING [1000]  ROUTE_WORKERS [2]  ROUTE_BATCH [1000] events per produce
+#   ROUTE_KINDS ["ring store"] (any of ring store ring-warm store-warm)
 #   BRIDGE_SMOKE [0]  1: the CI size (suite bench, test bridge-smoke): REPS 1, sqlite only, 10
 #                     players at 200 events/s for 1 s, a catch-up of 2000 events (ring, and
 #                     store with a ring of 500), 200 players reconnecting for 20 events, and
 #                     (PARTS adds routelogin) 100 players logging in for 3 events each (ring,
-#                     and store with a ring of 50); checks only that every part ran and every
+#                     store with a ring of 50, store-warm); checks only that every part ran and every
 #                     run ended without an error (every event once, in order, resumes
 #                     recovered), and that no chanqd log has a sanitizer report (no timing is
 #                     checked); exits 77 when python3 is missing
@@ -97,11 +101,13 @@ RECON_UNPACED=${RECON_UNPACED:-0} RECON_INFLIGHT=${RECON_INFLIGHT:-}
 ROUTE_PLAYERS=${ROUTE_PLAYERS:-10000} ROUTE_EVENTS=${ROUTE_EVENTS:-10}
 ROUTE_BEFORE=${ROUTE_BEFORE:-3} ROUTE_STORE_RING=${ROUTE_STORE_RING:-1000}
 ROUTE_WORKERS=${ROUTE_WORKERS:-2} ROUTE_BATCH=${ROUTE_BATCH:-1000}
+ROUTE_KINDS=${ROUTE_KINDS:-"ring store"}
 if [ "$SMOKE" = 1 ]; then
     BACKENDS=sqlite REPS=1 LIVE_SUBS=10 LIVE_RATE=200 LIVE_DURATION=1 LIVE_WARMUP=0.5
     CATCHUP_N=2000 CATCHUP_RING=8192 STORE_RING=500 RECON_PLAYERS=200 RECON_EVENTS=20
     RECON_BEFORE=0.5 RECON_LIVE_SUBS=2 RECON_WORKERS=2 RECON_CONTROL=0
     RECON_STORE_RING=10 ROUTE_PLAYERS=100 ROUTE_EVENTS=3 ROUTE_BEFORE=0.5 ROUTE_STORE_RING=50
+    ROUTE_KINDS="ring store store-warm"
 fi
 BUILD=${BUILD:-build-bench}
 log() { printf '[bridge.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -345,12 +351,18 @@ part_routelogin() { # BACKEND
         --live-rate "$RECON_LIVE_RATE" --timeout 300)
     local -a maxc=(--max-connections $((ROUTE_PLAYERS + RECON_LIVE_SUBS + 100)))
     for rep in $(seq 1 "$REPS"); do
-        for t in $(rotate "$rep" ring store); do
-            local -a rg=(--bridge-ring-events "$ring")
-            [ "$t" = ring ] || rg=(--bridge-ring-events "$ROUTE_STORE_RING")
+        # shellcheck disable=SC2086 # ROUTE_KINDS is a word list
+        for t in $(rotate "$rep" $ROUTE_KINDS); do
+            local -a rg=(--bridge-ring-events "$ring") warm=()
+            case "$t" in
+            ring | ring-warm) ;;
+            store | store-warm) rg=(--bridge-ring-events "$ROUTE_STORE_RING") ;;
+            *) log "routelogin: unknown kind $t"; exit 1 ;;
+            esac
+            [ "${t%-warm}" = "$t" ] || warm=(--login-first)
             BRIDGE_FILE=$ROUTE_BINDINGS WORKERS=$ROUTE_WORKERS \
-                chanq_start "routelogin_${t}_${b}_$rep" "$b" "${maxc[@]}" "${rg[@]}"
-            bench "routelogin/$t/$b" "$SDIR" "$SPID" routelogin "${args[@]}"
+                chanq_start "routelogin_${t//-/_}_${b}_$rep" "$b" "${maxc[@]}" "${rg[@]}"
+            bench "routelogin/$t/$b" "$SDIR" "$SPID" routelogin "${args[@]}" ${warm[@]+"${warm[@]}"}
             chanq_stop "$SPID"
         done
     done
@@ -508,8 +520,12 @@ for b in backends:
           'the drop, "during" from the reconnect until every player is back. "older than the ring": '
           'chanqd with --bridge-ring-events ' + str(os.environ.get('CQ_STORE_RING')) + ', every resume reads the store.')
 
+ROUTE_KINDS = (('ring', 'in the ring'), ('store', 'older than the ring'),
+               ('ring-warm', 'in the ring, offsets cached'),
+               ('store-warm', 'older than the ring, offsets cached'))
+
 def route_runs(b):
-    return [k for k in (f'routelogin/ring/{b}', f'routelogin/store/{b}') if k in by]
+    return [f'routelogin/{t}/{b}' for t, _ in ROUTE_KINDS if f'routelogin/{t}/{b}' in by]
 
 for b in backends:
     labels = route_runs(b)
@@ -524,7 +540,7 @@ for b in backends:
           '| live p99 during ms | live max during ms | chanqd CPU-s |')
     print('|---|---:|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|')
     for K in labels:
-        what = 'in the ring' if '/ring/' in K else 'older than the ring'
+        what = dict(ROUTE_KINDS)[K.split('/')[1]]
         print(f'| {what} | {fmt(med(K, "all_ms"))} | {all_of(K, "all_ms")} | {fmt(med(K, "auth_max_ms"))} '
               f'| {fmt(med(K, "done_p50_ms"))} / {fmt(med(K, "done_p99_ms"))} / {fmt(med(K, "done_max_ms"))} '
               f'| {fmt(med(K, "retries"))} | {fmt(med(K, "route_logins"))} | {fmt(med(K, "route_reads"))} '
@@ -546,12 +562,14 @@ for b in backends:
                      f'{worst["route_reads_shared"]:,.0f} joined a read in flight; '
                      f'{worst["route_rows"]:,.0f} rows read for {worst["players"] * worst["events"]:,} '
                      f'events pending)')
-    leaks = sum(r.get('route_store_events', 0) for r in by.get(f'routelogin/ring/{b}', []) if ok(r))
+    leaks = sum(r.get('route_store_events', 0) for t in ('ring', 'ring-warm')
+                for r in by.get(f'routelogin/{t}/{b}', []) if ok(r))
     print(f'\nThe bound on database reads: {"; ".join(bound)}. Offset reads: one per login of a player '
-          'whose offset is not cached (here every one: they never connected). "all caught up": from the '
+          'whose offset is not cached (without "offsets cached", every one: they never connected). "all caught up": from the '
           'reconnect until every player has every one of its events, checked each (its own, in order, '
           'at its offset, once). "older than the ring": chanqd with --bridge-ring-events '
-          + str(os.environ.get('CQ_ROUTE_STORE_RING')) + '.'
+          + str(os.environ.get('CQ_ROUTE_STORE_RING')) + '; "offsets cached": every player logged in '
+          'once before the events (none acknowledged), so its login reads no offset.'
           + (f' WARNING: "in the ring" took {leaks:,.0f} events from the store.' if leaks else ''))
 
 print(f'\nraw results: {sys.argv[1]}')

@@ -78,7 +78,7 @@ static struct {
     const char *mode, *label, *ready, *topic, *live_dump;
     uint32_t msg_type;
     int subs, players, events, batch, live_subs, conc, pid;
-    bool no_resume;
+    bool no_resume, login_first;
     size_t size;
     double rate, duration, warmup, drain, before, live_rate, timeout;
 } O = {.label = "",
@@ -1351,6 +1351,7 @@ static void run_reconnect(void)
 static struct {
     uint64_t *offs; /* each sequence number's offset, from the produce answers */
     uint64_t bad, foreign, dup, order, bad_offset;
+    int nfirst; /* --login-first: players logged in */
     double produce_s;
     uv_timer_t settle;
     char first_err[160];
@@ -1457,6 +1458,42 @@ static void route_authed(bb_conn_t *c)
     p->t_auth = bench_now_ns();
     p->got = 0;
     p->subscribed = true;
+    if (G.phase != R_SETUP)
+        return;
+    G.inflight--; /* --login-first */
+    players_connect_more();
+    if (++RL.nfirst == G.n)
+        uv_stop(G.loop);
+}
+
+/* Waits until chanqd has no login catch-up open (its offset reads done, its FINALs made). */
+static void route_wait_sessions(void)
+{
+    uint64_t t0 = bench_now_ns();
+    double v;
+    while ((v = bb_metric_now(&A.admin, "chanq_bridge_route_sessions")) != 0) {
+        if (bench_now_ns() - t0 > 30000000000ull)
+            bb_die("chanqd still has %.0f login catch-ups open after 30 s", v);
+        uv_run(G.loop, UV_RUN_NOWAIT);
+        usleep(20000);
+    }
+}
+
+/* --login-first: every player logs in once while nothing is pending, then leaves, so that
+ * chanqd has their offsets cached ("none acknowledged"), as for players seen since its start:
+ * the logins of the run then read no offset. */
+static void route_login_first(void)
+{
+    G.phase = R_SETUP;
+    players_connect_more();
+    run_phase();
+    route_wait_sessions();
+    for (int i = 0; i < G.n; i++) {
+        bb_conn_close(&G.p[i].c);
+        G.p[i].subscribed = false;
+        G.p[i].t_auth = 0;
+    }
+    wait_connections(O.live_subs > 0 ? O.live_subs + 1 : 0);
 }
 
 static void route_finish(const char *error)
@@ -1477,7 +1514,8 @@ static void route_finish(const char *error)
     recon_times(offsetof(player_t, t_done), offsetof(player_t, t_auth), span);
     double all_ms = (double)(R.t_all - R.t_recon) / 1e6;
     const route_snap_t *a = &R.s0.rt, *b = &R.s1.rt;
-    printf("{\"label\":\"%s\",\"mode\":\"routelogin\",\"players\":%d,\"events\":%d,"
+    printf("{\"label\":\"%s\",\"mode\":\"routelogin\",\"login_first\":%s,\"players\":%d,"
+           "\"events\":%d,"
            "\"produce_s\":%.2f,\"all_ms\":%.1f,\"done\":%d,\"auth_p50_ms\":%.1f,"
            "\"auth_max_ms\":%.1f,\"done_p50_ms\":%.1f,\"done_p99_ms\":%.1f,\"done_max_ms\":%.1f,"
            "\"login_p50_ms\":%.1f,\"login_p99_ms\":%.1f,\"login_max_ms\":%.1f,\"retries\":%d,"
@@ -1489,9 +1527,9 @@ static void route_finish(const char *error)
            "\"live_during_kp50_us\":%.1f,\"live_during_kp99_us\":%.1f,"
            "\"live_during_kmax_us\":%.1f,\"live_during_p99_us\":%.1f,\"server_cpu_s\":%.2f,"
            "\"client_cpu_s\":%.2f",
-           O.label, G.n, O.events, RL.produce_s, all_ms, R.ndone, auth[0], auth[2], fin[0], fin[1],
-           fin[2], span[0], span[1], span[2], retries, missing, RL.dup, RL.order, RL.foreign,
-           RL.bad_offset, RL.bad, O.live_subs, O.live_rate,
+           O.label, O.login_first ? "true" : "false", G.n, O.events, RL.produce_s, all_ms, R.ndone,
+           auth[0], auth[2], fin[0], fin[1], fin[2], span[0], span[1], span[2], retries, missing,
+           RL.dup, RL.order, RL.foreign, RL.bad_offset, RL.bad, O.live_subs, O.live_rate,
            R.child > 0 ? (uint64_t)atomic_load(&K.shm->lost) : 0, lb.n, lb.kp50, lb.kp99, lb.kmax,
            lb.ap99, ld.n, ld.kp50, ld.kp99, ld.kmax, ld.ap99, R.cpu_srv1 - R.cpu_srv0,
            R.cpu_cli1 - R.cpu_cli0);
@@ -1528,6 +1566,8 @@ static void run_routelogin(void)
     G.on_msg = route_msg;
     uv_timer_init(G.loop, &RL.settle);
     live_wait_ready();
+    if (O.login_first)
+        route_login_first();
     G.phase = R_AWAY;
     double before = bb_metric_now(&A.admin, "chanq_bridge_events_total");
     uint64_t seq = 0, t0 = bench_now_ns();
@@ -1573,7 +1613,8 @@ static void usage(FILE *f)
           "            --live-dump FILE (every live sample, for a look at when)\n"
           " routelogin: --topic, --msg-type of a route binding on user_id (e.g. vip, 201)\n"
           "            --players M (10000) --events R per player --before S --live-subs K\n"
-          "            --live-rate R --batch N (500 per produce)\n",
+          "            --live-rate R --batch N (500 per produce) --conc N\n"
+          "            --login-first (each player logs in once before: its offset cached)\n",
           f);
 }
 
@@ -1601,6 +1642,7 @@ static void parse_args(int argc, char **argv)
         {"conc", required_argument, NULL, 'c'},
         {"no-resume", no_argument, NULL, 'N'},
         {"live-dump", required_argument, NULL, 'F'},
+        {"login-first", no_argument, NULL, 'L'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1669,6 +1711,9 @@ static void parse_args(int argc, char **argv)
             break;
         case 'F':
             O.live_dump = optarg;
+            break;
+        case 'L':
+            O.login_first = true;
             break;
         case 'h':
             usage(stdout);
