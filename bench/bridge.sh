@@ -32,12 +32,32 @@
 #              RECON_STORE_RING > 0 each rep also runs "store": a chanqd whose ring keeps only
 #              RECON_STORE_RING events (< RECON_EVENTS), so that every position is older than the
 #              ring and each resume reads the store: how the reads grow with the players.
+#   routelogin a route binding's catch-up at login (doc/bridge.md "Route bindings"; the topic
+#              "vip" routed on user_id as msg_type 201): ROUTE_PLAYERS players that never
+#              connected, ROUTE_EVENTS events each produced while they are away (interleaved:
+#              one player's events are one every ROUTE_PLAYERS offsets), ROUTE_BEFORE s of
+#              quiet, then all log in at once (no request: the catch-up starts at AUTH). Each
+#              must get exactly its own events, in order, once. Measured: the time until every
+#              player has them, per player p50/p99/max, the route's store reads (issued and
+#              shared), rows, events by source and offset reads, and the live traffic on another
+#              channel as in reconnect (RECON_LIVE_SUBS, RECON_LIVE_RATE) before and during.
+#              The kinds of ROUTE_KINDS per rep, each on a fresh chanqd and store (a player that
+#              acknowledged nothing would get an earlier run's events again): "ring", whose ring
+#              holds every pending event (--bridge-ring-events ROUTE_PLAYERS * ROUTE_EVENTS, at
+#              least 8192), and "store", with a ring of ROUTE_STORE_RING events, so the catch-ups
+#              read the store, shared: the reads issued must stay far below one per player. In
+#              both the players' offsets are not cached (each login reads its own from the
+#              store); "ring-warm" and "store-warm" are the same after every player logged in
+#              once before the events (bridgebench --login-first: offsets cached, none read).
+#              Not in the default PARTS (about 150 s per backend at the default size, 2 CPUs);
+#              the BRIDGE_SMOKE size runs it. Only this part's chanqd has the route binding, so
+#              that the other parts' logins start no route catch-up.
 # Each run prints its readable line; the summary at the end has a table of medians over REPS
 # per part, the load (/proc/loadavg) at the start and end of each part, and the targets. Raw
 # results (one JSON line per run) go to $OUT/bridge-<time>.jsonl. Nothing here asserts a time.
 #
 # Environment knobs [defaults]:
-#   PARTS ["live catchup reconnect"]  BACKENDS ["sqlite mysql"]  REPS [3]  WORKERS [2] (chanqd
+#   PARTS ["live catchup reconnect"; BRIDGE_SMOKE adds routelogin]  BACKENDS ["sqlite mysql"]  REPS [3]  WORKERS [2] (chanqd
 #     --workers of the live and catchup parts)  SIZE [64] content bytes per event
 #   LIVE_SUBS [100]  LIVE_RATE [2000]  LIVE_DURATION [5] s  LIVE_WARMUP [1] s
 #   CATCHUP_N [50000]  CATCHUP_RING [65536]  STORE_RING [8192]  CATCHUP_BATCH [1000] per produce
@@ -45,22 +65,29 @@
 #   RECON_LIVE_RATE [100]  RECON_WORKERS ["1 2"]  RECON_CONTROL [1]  RECON_STORE_RING [50]
 #   RECON_UNPACED [0]  1: also a chanqd with --bridge-resume-inflight 65536 (the A/B of pacing)
 #   RECON_INFLIGHT [chanqd's default]  --bridge-resume-inflight of the resume runs
+#   ROUTE_PLAYERS [10000]  ROUTE_EVENTS [10] per player  ROUTE_BEFORE [3] s
+#   ROUTE_STORE_RING [1000]  ROUTE_WORKERS [2]  ROUTE_BATCH [1000] events per produce
+#   ROUTE_KINDS ["ring store"] (any of ring store ring-warm store-warm)
 #   BRIDGE_SMOKE [0]  1: the CI size (suite bench, test bridge-smoke): REPS 1, sqlite only, 10
 #                     players at 200 events/s for 1 s, a catch-up of 2000 events (ring, and
-#                     store with a ring of 500), 200 players reconnecting for 20 events; checks
-#                     only that every part ran and every run ended without an error (every event
-#                     once, in order, resumes recovered), and that no chanqd log has a sanitizer
-#                     report (no timing is checked); exits 77 when python3 is missing
+#                     store with a ring of 500), 200 players reconnecting for 20 events, and
+#                     (PARTS adds routelogin) 100 players logging in for 3 events each (ring,
+#                     store with a ring of 50, store-warm); checks only that every part ran and every
+#                     run ended without an error (every event once, in order, resumes
+#                     recovered), and that no chanqd log has a sanitizer report (no timing is
+#                     checked); exits 77 when python3 is missing
 #   BUILD [build-bench] (meson release build, created if missing)  OUT [$BUILD/bench-results]
 #   CHANQD, BRIDGEBENCH: use these instead of building
 # Needs: python3; MariaDB (tests/support/mariadb.sh) for the mysql backend, which is skipped with
 # a message when it cannot start. ulimit -n is raised to the hard limit; the reconnect part is
-# skipped when that leaves fewer than RECON_PLAYERS + 1000 descriptors.
+# skipped when that leaves fewer than RECON_PLAYERS + 1000 descriptors (routelogin: ROUTE_PLAYERS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 SMOKE=${BRIDGE_SMOKE:-0}
-PARTS=${PARTS:-"live catchup reconnect"} BACKENDS=${BACKENDS:-"sqlite mysql"}
+DEFAULT_PARTS="live catchup reconnect"
+[ "$SMOKE" = 1 ] && DEFAULT_PARTS="$DEFAULT_PARTS routelogin"
+PARTS=${PARTS:-$DEFAULT_PARTS} BACKENDS=${BACKENDS:-"sqlite mysql"}
 REPS=${REPS:-3} WORKERS=${WORKERS:-2} SIZE=${SIZE:-64}
 LIVE_SUBS=${LIVE_SUBS:-100} LIVE_RATE=${LIVE_RATE:-2000} LIVE_DURATION=${LIVE_DURATION:-5}
 LIVE_WARMUP=${LIVE_WARMUP:-1}
@@ -71,11 +98,16 @@ RECON_BEFORE=${RECON_BEFORE:-3} RECON_LIVE_SUBS=${RECON_LIVE_SUBS:-8}
 RECON_LIVE_RATE=${RECON_LIVE_RATE:-100} RECON_WORKERS=${RECON_WORKERS:-"1 2"}
 RECON_CONTROL=${RECON_CONTROL:-1} RECON_STORE_RING=${RECON_STORE_RING:-50}
 RECON_UNPACED=${RECON_UNPACED:-0} RECON_INFLIGHT=${RECON_INFLIGHT:-}
+ROUTE_PLAYERS=${ROUTE_PLAYERS:-10000} ROUTE_EVENTS=${ROUTE_EVENTS:-10}
+ROUTE_BEFORE=${ROUTE_BEFORE:-3} ROUTE_STORE_RING=${ROUTE_STORE_RING:-1000}
+ROUTE_WORKERS=${ROUTE_WORKERS:-2} ROUTE_BATCH=${ROUTE_BATCH:-1000}
+ROUTE_KINDS=${ROUTE_KINDS:-"ring store"}
 if [ "$SMOKE" = 1 ]; then
     BACKENDS=sqlite REPS=1 LIVE_SUBS=10 LIVE_RATE=200 LIVE_DURATION=1 LIVE_WARMUP=0.5
     CATCHUP_N=2000 CATCHUP_RING=8192 STORE_RING=500 RECON_PLAYERS=200 RECON_EVENTS=20
     RECON_BEFORE=0.5 RECON_LIVE_SUBS=2 RECON_WORKERS=2 RECON_CONTROL=0
-    RECON_STORE_RING=10
+    RECON_STORE_RING=10 ROUTE_PLAYERS=100 ROUTE_EVENTS=3 ROUTE_BEFORE=0.5 ROUTE_STORE_RING=50
+    ROUTE_KINDS="ring store store-warm"
 fi
 BUILD=${BUILD:-build-bench}
 log() { printf '[bridge.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -102,19 +134,25 @@ JSONL=$OUT/bridge-$STAMP.jsonl
 TMP=$(mktemp -d /tmp/chanq-bridgebench.XXXXXX)
 BINDINGS=$TMP/bindings.json
 echo '{"bindings":[{"topic":"bench","broadcast":"global","msg_type":200}]}' >"$BINDINGS"
+# routelogin's: the same and a route binding (with one, every login with a PIT starts a
+# catch-up, which the other parts must not measure)
+ROUTE_BINDINGS=$TMP/bindings-route.json
+echo '{"bindings":[{"topic":"bench","broadcast":"global","msg_type":200},' \
+    '{"topic":"vip","route":"user_id","msg_type":201}]}' >"$ROUTE_BINDINGS"
 
 # 10,000 players are 10,000 sockets in bridgebench and as many in chanqd (which raises its own
 # limit to the hard one at start).
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-case " $PARTS " in
-*" reconnect "*)
-    if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt $((RECON_PLAYERS + 1000)) ]; then
-        log "part reconnect skipped: ulimit -n is $(ulimit -n) (hard limit), not the" \
-            "$((RECON_PLAYERS + 1000)) that $RECON_PLAYERS players need"
-        PARTS=${PARTS//reconnect/}
+fd_check() { # PART PLAYERS: the part dropped from PARTS when the descriptors are too few
+    case " $PARTS " in *" $1 "*) ;; *) return 0 ;; esac
+    if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt $(($2 + 1000)) ]; then
+        log "part $1 skipped: ulimit -n is $(ulimit -n) (hard limit), not the" \
+            "$(($2 + 1000)) that $2 players need"
+        PARTS=${PARTS//$1/}
     fi
-    ;;
-esac
+}
+fd_check reconnect "$RECON_PLAYERS"
+fd_check routelogin "$ROUTE_PLAYERS"
 
 # ---- services: MariaDB, chanqd -------------------------------------------------------------
 PIDS=() # chanqd processes still to stop
@@ -176,7 +214,8 @@ chanq_start() {
     "$CHANQD" --client-addr 127.0.0.1:0 --server-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 \
         --mq-addr 127.0.0.1:0 --mq-http-addr '' --ws-addr '' --kcp-addr '' \
         --ready-file "$SDIR/ready" --workers "$WORKERS" \
-        --client-fsm "$ROOT/config/client_authoratative_fsm.json" --bridge-file "$BINDINGS" \
+        --client-fsm "$ROOT/config/client_authoratative_fsm.json" \
+        --bridge-file "${BRIDGE_FILE:-$BINDINGS}" \
         --log-level info "${store[@]}" "$@" >"$SDIR/log" 2>&1 &
     SPID=$!
     PIDS+=("$SPID")
@@ -298,6 +337,37 @@ part_reconnect() { # BACKEND
     done
 }
 
+part_routelogin() { # BACKEND
+    local b=$1 rep t ring=$((ROUTE_PLAYERS * ROUTE_EVENTS))
+    [ "$ring" -ge 8192 ] || ring=8192
+    if [ "$ring" -gt 1048576 ]; then # chanqd's limit
+        log "routelogin: $((ROUTE_PLAYERS * ROUTE_EVENTS)) events pending: 'ring' reads the store too"
+        ring=1048576
+    fi
+    [ "$ROUTE_STORE_RING" -lt $((ROUTE_PLAYERS * ROUTE_EVENTS)) ] ||
+        log "routelogin: ROUTE_STORE_RING $ROUTE_STORE_RING holds every event: 'store' reads none"
+    local -a args=(--topic vip --msg-type 201 --players "$ROUTE_PLAYERS" --events "$ROUTE_EVENTS"
+        --before "$ROUTE_BEFORE" --batch "$ROUTE_BATCH" --live-subs "$RECON_LIVE_SUBS"
+        --live-rate "$RECON_LIVE_RATE" --timeout 300)
+    local -a maxc=(--max-connections $((ROUTE_PLAYERS + RECON_LIVE_SUBS + 100)))
+    for rep in $(seq 1 "$REPS"); do
+        # shellcheck disable=SC2086 # ROUTE_KINDS is a word list
+        for t in $(rotate "$rep" $ROUTE_KINDS); do
+            local -a rg=(--bridge-ring-events "$ring") warm=()
+            case "$t" in
+            ring | ring-warm) ;;
+            store | store-warm) rg=(--bridge-ring-events "$ROUTE_STORE_RING") ;;
+            *) log "routelogin: unknown kind $t"; exit 1 ;;
+            esac
+            [ "${t%-warm}" = "$t" ] || warm=(--login-first)
+            BRIDGE_FILE=$ROUTE_BINDINGS WORKERS=$ROUTE_WORKERS \
+                chanq_start "routelogin_${t//-/_}_${b}_$rep" "$b" "${maxc[@]}" "${rg[@]}"
+            bench "routelogin/$t/$b" "$SDIR" "$SPID" routelogin "${args[@]}" ${warm[@]+"${warm[@]}"}
+            chanq_stop "$SPID"
+        done
+    done
+}
+
 T0=$(date +%s)
 log "start: load $(load); $(nproc) CPUs, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
 printf '{"label":"env/machine","nproc":%s,"cpu":"%s","kernel":"%s","load_start":"%s"}\n' \
@@ -312,6 +382,7 @@ for b in $BACKENDS; do
         live) part_live "$b" ;;
         catchup) part_catchup "$b" ;;
         reconnect) part_reconnect "$b" ;;
+        routelogin) part_routelogin "$b" ;;
         *) log "unknown part $part"; exit 1 ;;
         esac
         part_env "$part" "$b" end
@@ -329,7 +400,8 @@ if [ "$SMOKE" = 1 ] && grep -l 'ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|r
         "$TMP"/*/log 2>/dev/null | head -60 >&2
     SAN_RC=1
 fi
-CQ_SMOKE=$SMOKE CQ_PARTS=$PARTS CQ_BACKENDS=$BACKENDS CQ_STORE_RING=$RECON_STORE_RING python3 - "$JSONL" <<'EOF'
+CQ_SMOKE=$SMOKE CQ_PARTS=$PARTS CQ_BACKENDS=$BACKENDS CQ_STORE_RING=$RECON_STORE_RING \
+    CQ_ROUTE_STORE_RING=$ROUTE_STORE_RING python3 - "$JSONL" <<'EOF'
 import json, os, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{')]
 env = {r['label']: r for r in rows if r['label'].startswith('env/')}
@@ -447,6 +519,58 @@ for b in backends:
           'players on a SUBWORLD channel, kernel rx latency; "before" is the quiet window before '
           'the drop, "during" from the reconnect until every player is back. "older than the ring": '
           'chanqd with --bridge-ring-events ' + str(os.environ.get('CQ_STORE_RING')) + ', every resume reads the store.')
+
+ROUTE_KINDS = (('ring', 'in the ring'), ('store', 'older than the ring'),
+               ('ring-warm', 'in the ring, offsets cached'),
+               ('store-warm', 'older than the ring, offsets cached'))
+
+def route_runs(b):
+    return [f'routelogin/{t}/{b}' for t, _ in ROUTE_KINDS if f'routelogin/{t}/{b}' in by]
+
+for b in backends:
+    labels = route_runs(b)
+    if not labels:
+        continue
+    r0 = next((r for k in labels for r in by[k] if ok(r)), by[labels[0]][0])
+    print(f'\n### routelogin, {b}: {r0.get("players")} players log in at once, {r0.get("events")} '
+          f'routed events pending each ({loads("routelogin", b)}; median of {max(n(k) for k in labels)})\n')
+    print('| pending events | all caught up ms | all runs | AUTH max | per player: reconnect -> '
+          'last event p50 / p99 / max ms | retries | logins | store reads issued | shared '
+          '| rows read | events from ring / store | offset reads | live p99 before ms '
+          '| live p99 during ms | live max during ms | chanqd CPU-s |')
+    print('|---|---:|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|')
+    for K in labels:
+        what = dict(ROUTE_KINDS)[K.split('/')[1]]
+        print(f'| {what} | {fmt(med(K, "all_ms"))} | {all_of(K, "all_ms")} | {fmt(med(K, "auth_max_ms"))} '
+              f'| {fmt(med(K, "done_p50_ms"))} / {fmt(med(K, "done_p99_ms"))} / {fmt(med(K, "done_max_ms"))} '
+              f'| {fmt(med(K, "retries"))} | {fmt(med(K, "route_logins"))} | {fmt(med(K, "route_reads"))} '
+              f'| {fmt(med(K, "route_reads_shared"))} | {fmt(med(K, "route_rows"))} '
+              f'| {fmt(med(K, "route_ring_events"))} / {fmt(med(K, "route_store_events"))} '
+              f'| {fmt(med(K, "route_offset_reads"))} | {ms(med(K, "live_before_kp99_us"))} '
+              f'| {ms(med(K, "live_during_kp99_us"))} | {ms(med(K, "live_during_kmax_us"))} '
+              f'| {fmt(med(K, "server_cpu_s"), 2)} |')
+    bound = []
+    for K in labels:
+        rs = [r for r in by[K] if ok(r)]
+        if not rs:
+            continue
+        worst = max(rs, key=lambda r: r['route_reads'] / max(r['route_logins'], 1))
+        per = worst['route_reads'] / max(worst['route_logins'], 1)
+        bound.append(f'"{K.split("/")[1]}" at most {worst["route_reads"]:,.0f} store reads issued for '
+                     f'{worst["route_logins"]:,.0f} logins ({per:.4f} per login: '
+                     f'{"far below one per player" if per <= 0.1 else "NOT far below one per player"}; '
+                     f'{worst["route_reads_shared"]:,.0f} joined a read in flight; '
+                     f'{worst["route_rows"]:,.0f} rows read for {worst["players"] * worst["events"]:,} '
+                     f'events pending)')
+    leaks = sum(r.get('route_store_events', 0) for t in ('ring', 'ring-warm')
+                for r in by.get(f'routelogin/{t}/{b}', []) if ok(r))
+    print(f'\nThe bound on database reads: {"; ".join(bound)}. Offset reads: one per login of a player '
+          'whose offset is not cached (without "offsets cached", every one: they never connected). "all caught up": from the '
+          'reconnect until every player has every one of its events, checked each (its own, in order, '
+          'at its offset, once). "older than the ring": chanqd with --bridge-ring-events '
+          + str(os.environ.get('CQ_ROUTE_STORE_RING')) + '; "offsets cached": every player logged in '
+          'once before the events (none acknowledged), so its login reads no offset.'
+          + (f' WARNING: "in the ring" took {leaks:,.0f} events from the store.' if leaks else ''))
 
 print(f'\nraw results: {sys.argv[1]}')
 want = [(p, b) for b in backends for p in os.environ.get('CQ_PARTS', '').split()]

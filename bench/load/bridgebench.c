@@ -30,6 +30,20 @@
  *              sockets does not queue the live samples). --no-resume is the control: the
  *              players come back and SUB without resuming (a player is back at its SUB
  *              result), so what the resumes add shows apart from the reconnect itself.
+ *   routelogin a route binding's catch-up at login (doc/bridge.md "Route bindings"; --topic and
+ *              --msg-type name a binding {"route": "user_id"}): --players M players "p<i>" that
+ *              never connected (no position: each login reads its offset from the store and
+ *              finds none); --events R events per player are produced while they are away,
+ *              content {"user_id":"p<i>","n":<k>}, interleaved (k-th round of every player, so
+ *              one player's events are one every M offsets); --before s of quiet; then all log
+ *              in at once, without a request or a SUB. Each must get exactly its R events: its
+ *              own (user_id), n = 0, 1... in order, each at the offset its produce returned,
+ *              nothing more (once all have them, the run waits for chanqd's catch-ups to end,
+ *              chanq_bridge_route_sessions 0, and drains 300 ms). Measured: the time until all
+ *              have them, per player (from the reconnect, and from its AUTH answer), the live
+ *              channel's latency before and during (the reconnect's live process), and the
+ *              chanq_bridge_route_* counters (logins, store reads issued and shared, rows,
+ *              events by source, offset reads).
  *
  * Output: one JSON line (starts with '{') and one readable line (starts with '#'). Exit 1 when
  * the run failed (an event missing, repeated or out of order, a resume not recovered, a
@@ -64,7 +78,7 @@ static struct {
     const char *mode, *label, *ready, *topic, *live_dump;
     uint32_t msg_type;
     int subs, players, events, batch, live_subs, conc, pid;
-    bool no_resume;
+    bool no_resume, login_first;
     size_t size;
     double rate, duration, warmup, drain, before, live_rate, timeout;
 } O = {.label = "",
@@ -112,6 +126,9 @@ static struct {
     void (*on_sub)(player_t *p);
     void (*on_event)(player_t *p, const bb_event_t *ev, bb_sock_t *s);
     void (*on_result)(player_t *p);
+    /* a mode whose players do not SUB, or read their messages their own way (routelogin) */
+    void (*on_authed)(bb_conn_t *c);
+    void (*on_msg)(bb_conn_t *c, const chanq_msg_t *m);
     uv_timer_t timer, tick;
     uint64_t t_begin;
     const char *error;
@@ -229,8 +246,8 @@ static void player_lost(bb_conn_t *c, int err)
 static void player_connect(player_t *p)
 {
     snprintf(p->c.pit, sizeof(p->c.pit), "p%d", p->idx);
-    p->c.on_authed = player_authed;
-    p->c.on_msg = player_msg;
+    p->c.on_authed = G.on_authed ? G.on_authed : player_authed;
+    p->c.on_msg = G.on_msg ? G.on_msg : player_msg;
     p->c.on_lost = player_lost;
     p->c.ud = p;
     bb_conn_open(&p->c, G.loop, &A.client);
@@ -297,12 +314,23 @@ static void topic_create(void)
     chanq_mq_sync_close(s);
 }
 
-/* Produces n events (sequence numbers from *seq on) in requests of O.batch, each answered
- * after its commit; returns the last offset. */
-static uint64_t publish(uint64_t *seq, int n)
+/* Writes event seq's content into buf (cap bytes); returns its length (<= cap). */
+typedef size_t (*content_fn)(char *buf, size_t cap, uint64_t seq);
+
+/* The timed content of the broadcast modes: O.size bytes, sequence number and send time. */
+static size_t content_timed(char *buf, size_t cap, uint64_t seq)
+{
+    bb_content_make(buf, cap, seq, bb_real_ns());
+    return cap;
+}
+
+/* Produces n events (sequence numbers from *seq on; content by make, at most slot bytes) in
+ * requests of O.batch, each answered after its commit; returns the last offset. offs_out, when
+ * not NULL, gets each event's offset at its index from the first sequence number. */
+static uint64_t produce_n(uint64_t *seq, int n, size_t slot, content_fn make, uint64_t *offs_out)
 {
     size_t b = (size_t)(n < O.batch ? n : O.batch);
-    char *buf = malloc(b * O.size);
+    char *buf = malloc(b * slot);
     chanq_mq_content_t *msgs = calloc(b, sizeof(*msgs));
     int64_t *offs = calloc(b, sizeof(*offs));
     if (!buf || !msgs || !offs)
@@ -312,13 +340,15 @@ static uint64_t publish(uint64_t *seq, int n)
     for (int done = 0; done < n;) {
         size_t k = (size_t)(n - done) < b ? (size_t)(n - done) : b;
         for (size_t i = 0; i < k; i++) {
-            bb_content_make(buf + i * O.size, O.size, (*seq)++, bb_real_ns());
-            msgs[i] = (chanq_mq_content_t){buf + i * O.size, O.size, false, -1};
+            size_t len = make(buf + i * slot, slot, (*seq)++);
+            msgs[i] = (chanq_mq_content_t){buf + i * slot, len, false, -1};
         }
         chanq_mq_produce_t req = {O.topic, msgs, k, 0, -1, -1};
         int r = chanq_mq_sync_produce(s, &req, offs);
         if (r < 0)
             bb_die("produce: %s %s", cq_strerror(r), chanq_mq_sync_errmsg(s));
+        for (size_t i = 0; offs_out && i < k; i++)
+            offs_out[done + (int)i] = (uint64_t)offs[i];
         last = (uint64_t)offs[k - 1];
         done += (int)k;
     }
@@ -327,6 +357,11 @@ static uint64_t publish(uint64_t *seq, int n)
     free(msgs);
     free(offs);
     return last;
+}
+
+static uint64_t publish(uint64_t *seq, int n)
+{
+    return produce_n(seq, n, O.size, content_timed, NULL);
 }
 
 /* Waits (polling /metrics) until the bridge took at least min events in all: the produces were
@@ -346,13 +381,36 @@ static void bridge_wait_events(double min)
 
 /* ---- metrics of a run ----------------------------------------------------------------------- */
 
+/* The route bindings' counters (chanq_bridge_route_*, doc/bridge.md "Route bindings"). */
+typedef struct route_snap {
+    double started, caught_up, refused, idle, reads, shared, rows, ring, store, acks, off_reads,
+        off_writes;
+} route_snap_t;
+
 typedef struct snap {
     double reads, ring, store, recovered, not_recovered, refused, idle, events;
     double commit_count, commit_sum, commit_le[12];
+    route_snap_t rt;
 } snap_t;
 
 static const char *const commit_le[12] = {"0.00025", "0.0005", "0.001", "0.002", "0.005", "0.01",
                                           "0.02",    "0.05",   "0.1",   "0.5",   "1",     "+Inf"};
+
+static void route_snap_read(const char *b, route_snap_t *r)
+{
+    r->started = bb_metric(b, "chanq_bridge_route_logins_total{outcome=\"started\"}");
+    r->caught_up = bb_metric(b, "chanq_bridge_route_logins_total{outcome=\"caught_up\"}");
+    r->refused = bb_metric(b, "chanq_bridge_route_logins_total{outcome=\"refused\"}");
+    r->idle = bb_metric(b, "chanq_bridge_route_logins_total{outcome=\"idle\"}");
+    r->reads = bb_metric(b, "chanq_bridge_route_reads_total{kind=\"issued\"}");
+    r->shared = bb_metric(b, "chanq_bridge_route_reads_total{kind=\"shared\"}");
+    r->rows = bb_metric(b, "chanq_bridge_route_rows_total");
+    r->ring = bb_metric(b, "chanq_bridge_route_events_total{source=\"ring\"}");
+    r->store = bb_metric(b, "chanq_bridge_route_events_total{source=\"store\"}");
+    r->acks = bb_metric(b, "chanq_bridge_route_acks_total");
+    r->off_reads = bb_metric(b, "chanq_bridge_route_offset_ops_total{op=\"read\"}");
+    r->off_writes = bb_metric(b, "chanq_bridge_route_offset_ops_total{op=\"write\"}");
+}
 
 static void snap_take(snap_t *s)
 {
@@ -374,6 +432,7 @@ static void snap_take(snap_t *s)
                  commit_le[i]);
         s->commit_le[i] = bb_metric(b, name);
     }
+    route_snap_read(b, &s->rt);
     free(b);
 }
 
@@ -403,6 +462,18 @@ static void print_snap_delta(const snap_t *a, const snap_t *b)
                ? 1e3 * (b->commit_sum - a->commit_sum) / (b->commit_count - a->commit_count)
                : -1,
            commit_p99_le_ms(a, b));
+}
+
+static void print_route_delta(const route_snap_t *a, const route_snap_t *b)
+{
+    printf(",\"route_logins\":%.0f,\"route_caught_up\":%.0f,\"route_refused\":%.0f,"
+           "\"route_idle\":%.0f,\"route_reads\":%.0f,\"route_reads_shared\":%.0f,"
+           "\"route_rows\":%.0f,\"route_ring_events\":%.0f,\"route_store_events\":%.0f,"
+           "\"route_acks\":%.0f,\"route_offset_reads\":%.0f,\"route_offset_writes\":%.0f",
+           b->started - a->started, b->caught_up - a->caught_up, b->refused - a->refused,
+           b->idle - a->idle, b->reads - a->reads, b->shared - a->shared, b->rows - a->rows,
+           b->ring - a->ring, b->store - a->store, b->acks - a->acks, b->off_reads - a->off_reads,
+           b->off_writes - a->off_writes);
 }
 
 static void print_end(const char *error)
@@ -1026,6 +1097,37 @@ static void recon_times(size_t off, size_t from_off, double out[3])
     free(v);
 }
 
+/* The end of the reconnect's window (the last player back at t, monotonic ns), and the CPU
+ * times then. */
+static void recon_mark_all(uint64_t t)
+{
+    R.t_all = t;
+    R.real_all = bb_real_ns();
+    R.cpu_srv1 = bench_proc_cpu_s(O.pid, NULL);
+    R.cpu_cli1 = bb_self_cpu_s();
+}
+
+/* The end of a reconnect's measurement (modes reconnect and routelogin): the window closed now
+ * if no last player closed it (an error), the live process stopped, the metrics after, and the
+ * live traffic's latency in the quiet window (lb) and during the reconnect (ld). */
+static void recon_stop(live_pcts_t *lb, live_pcts_t *ld)
+{
+    if (!R.t_all)
+        recon_mark_all(bench_now_ns());
+    if (R.child > 0) {
+        atomic_store(&K.shm->stop, 1);
+        waitpid(R.child, NULL, 0);
+    }
+    snap_take(&R.s1);
+    *lb = *ld = (live_pcts_t){0};
+    if (R.child <= 0)
+        return;
+    *lb = live_window(R.real_before, R.real_drop);
+    *ld = live_window(R.real_recon, R.real_all);
+    if (O.live_dump)
+        live_dump(R.real_before, R.real_drop, R.real_recon, R.real_all);
+}
+
 static void recon_finish(const char *error)
 {
     uint64_t dup = 0, holes = 0, skipped = 0;
@@ -1037,26 +1139,10 @@ static void recon_finish(const char *error)
         retries += G.p[i].retries;
         done += G.p[i].done;
     }
-    if (!R.t_all) {
-        R.t_all = bench_now_ns();
-        R.real_all = bb_real_ns();
-        R.cpu_srv1 = bench_proc_cpu_s(O.pid, NULL);
-        R.cpu_cli1 = bb_self_cpu_s();
-    }
-    if (R.child > 0) {
-        atomic_store(&K.shm->stop, 1);
-        waitpid(R.child, NULL, 0);
-    }
-    snap_take(&R.s1);
+    live_pcts_t lb, ld;
+    recon_stop(&lb, &ld);
     if (!error && (dup || holes))
         error = "events repeated or out of order";
-    live_pcts_t lb = {0}, ld = {0};
-    if (R.child > 0) {
-        lb = live_window(R.real_before, R.real_drop);
-        ld = live_window(R.real_recon, R.real_all);
-        if (O.live_dump)
-            live_dump(R.real_before, R.real_drop, R.real_recon, R.real_all);
-    }
     double auth[3], sub[3], res[3], fin[3], span[3];
     recon_times(offsetof(player_t, t_auth), NO_FROM, auth);
     recon_times(offsetof(player_t, t_sub), NO_FROM, sub);
@@ -1105,10 +1191,7 @@ static void recon_player_done(player_t *p)
     p->t_done = bench_now_ns();
     if (++R.ndone < G.n)
         return;
-    R.t_all = p->t_done;
-    R.real_all = bb_real_ns();
-    R.cpu_srv1 = bench_proc_cpu_s(O.pid, NULL);
-    R.cpu_cli1 = bb_self_cpu_s();
+    recon_mark_all(p->t_done);
     recon_finish(NULL);
 }
 
@@ -1156,11 +1239,15 @@ static void recon_result(player_t *p)
         snprintf(R.first_err, sizeof(R.first_err), "%s", p->err);
 }
 
+static void route_finish(const char *error);
+
 static void on_deadline(uv_timer_t *t)
 {
     (void)t;
     if (!strcmp(O.mode, "reconnect"))
         recon_finish("timed out");
+    else if (!strcmp(O.mode, "routelogin"))
+        route_finish("timed out");
     else if (!strcmp(O.mode, "catchup"))
         catchup_finish("timed out");
     fail("timed out");
@@ -1187,6 +1274,44 @@ static void wait_connections(double max)
     }
 }
 
+/* Waits until the live channel's process publishes (its subscribers are in). */
+static void live_wait_ready(void)
+{
+    while (R.child > 0 && !atomic_load(&K.shm->ready)) {
+        if (waitpid(R.child, NULL, WNOHANG) == R.child)
+            bb_die("the live channel's process ended");
+        usleep(10000);
+    }
+}
+
+/* The quiet window before the reconnect (live traffic only): O.before s from R.real_before to
+ * R.real_drop, after half a second for the work just done to settle (reconnect: the position
+ * event's fan-out to every player holds GLOBAL's worker for tens of ms with 10,000 of them;
+ * routelogin: the store's work after the produces). */
+static void recon_quiet(void)
+{
+    uv_timer_start(&G.timer, stop_loop, 500, 0);
+    run_phase();
+    R.real_before = bb_real_ns();
+    uv_timer_start(&G.timer, stop_loop, (uint64_t)(O.before * 1e3), 0);
+    run_phase();
+    R.real_drop = bb_real_ns();
+}
+
+/* Every player connects at once: the measured window starts (metrics, CPU, times before). */
+static void recon_back(void)
+{
+    snap_take(&R.s0);
+    G.phase = R_BACK;
+    R.cpu_srv0 = bench_proc_cpu_s(O.pid, NULL);
+    R.cpu_cli0 = bb_self_cpu_s();
+    R.t_recon = bench_now_ns();
+    R.real_recon = bb_real_ns();
+    for (int i = 0; i < G.n; i++)
+        player_connect(&G.p[i]); /* all at once */
+    run_phase();
+}
+
 static void run_reconnect(void)
 {
     if (O.events < 1 || O.players < 1)
@@ -1202,20 +1327,9 @@ static void run_reconnect(void)
     G.phase = R_POSITION;
     R.pos_offset = publish(&R.seq, 1);
     run_phase();
-    while (R.child > 0 && !atomic_load(&K.shm->ready)) {
-        if (waitpid(R.child, NULL, WNOHANG) == R.child)
-            bb_die("the live channel's process ended");
-        usleep(10000);
-    }
+    live_wait_ready();
     G.phase = R_BEFORE;
-    /* the position event's fan-out to every player holds GLOBAL's worker for tens of ms with
-     * 10,000 of them: the quiet window starts once it is over */
-    uv_timer_start(&G.timer, stop_loop, 500, 0);
-    run_phase();
-    R.real_before = bb_real_ns();
-    uv_timer_start(&G.timer, stop_loop, (uint64_t)(O.before * 1e3), 0);
-    run_phase();
-    R.real_drop = bb_real_ns();
+    recon_quiet();
     G.phase = R_AWAY;
     for (int i = 0; i < G.n; i++) {
         bb_conn_close(&G.p[i].c);
@@ -1226,15 +1340,242 @@ static void run_reconnect(void)
     double before = bb_metric_now(&A.admin, "chanq_bridge_events_total");
     R.last = publish(&R.seq, O.events);
     bridge_wait_events(before + O.events);
-    snap_take(&R.s0);
-    G.phase = R_BACK;
-    R.cpu_srv0 = bench_proc_cpu_s(O.pid, NULL);
-    R.cpu_cli0 = bb_self_cpu_s();
-    R.t_recon = bench_now_ns();
-    R.real_recon = bb_real_ns();
-    for (int i = 0; i < G.n; i++)
-        player_connect(&G.p[i]); /* all at once */
+    recon_back();
+}
+
+/* ---- mode routelogin ------------------------------------------------------------------------ */
+
+/* Player i's event n is the one of sequence number n * players + i: the players' events are
+ * interleaved, so one player's are scattered through the topic, one every `players` offsets,
+ * as a game's top-ups would be. */
+static struct {
+    uint64_t *offs; /* each sequence number's offset, from the produce answers */
+    uint64_t bad, foreign, dup, order, bad_offset;
+    int nfirst; /* --login-first: players logged in */
+    double produce_s;
+    uv_timer_t settle;
+    char first_err[160];
+} RL;
+
+/* Event seq's content: {"user_id":"p<i>","n":<n>}, JSON for the route binding on user_id. */
+static size_t route_content(char *buf, size_t cap, uint64_t seq)
+{
+    int n = snprintf(buf, cap, "{\"user_id\":\"p%d\",\"n\":%d}", (int)(seq % (uint64_t)O.players),
+                     (int)(seq / (uint64_t)O.players));
+    if (n < 0 || (size_t)n >= cap)
+        bb_die("routelogin: content longer than %zu bytes", cap);
+    return (size_t)n;
+}
+
+/* Reads route_content's content back, exactly (nothing before or after); false otherwise. */
+static bool route_content_read(const bb_event_t *ev, int *who, int *n)
+{
+    char s[64];
+    int end = -1;
+    if (ev->content_len >= sizeof(s))
+        return false;
+    memcpy(s, ev->content, ev->content_len);
+    s[ev->content_len] = '\0';
+    return sscanf(s, "{\"user_id\":\"p%d\",\"n\":%d}%n", who, n, &end) == 2 &&
+           end == (int)ev->content_len && *who >= 0 && *who < O.players && *n >= 0 && *n < O.events;
+}
+
+static void route_finish(const char *error);
+
+static void route_end(uv_timer_t *t)
+{
+    (void)t;
+    route_finish(RL.first_err[0] ? RL.first_err : NULL);
+}
+
+/* A deviation, counted; the first one is the run's error, and the run ends a second after it
+ * (what else comes meanwhile is counted too) rather than at the deadline. */
+static void route_error(uint64_t *count, const player_t *p, const char *what, int who, int n)
+{
+    (*count)++;
+    if (RL.first_err[0])
+        return;
+    snprintf(RL.first_err, sizeof(RL.first_err),
+             "player p%d: %s (content p%d n %d, after %" PRIu64 " of its events)", p->idx, what,
+             who, n, p->got);
+    uv_timer_start(&G.timer, route_end, 1000, 0);
+}
+
+/* Every player has its events: once chanqd has no catch-up open (no chunk left to come), a
+ * drain of 300 ms, so that an event that would come after them is counted. */
+static void route_settle(uv_timer_t *t)
+{
+    double open = bb_metric_now(&A.admin, "chanq_bridge_route_sessions");
+    if (open == 0) {
+        uv_timer_stop(t);
+        uv_timer_start(t, route_end, 300, 0);
+    } else if (bench_now_ns() - R.t_all > 10000000000ull) {
+        route_finish("catch-ups still open 10 s after every player had its events");
+    }
+}
+
+static void route_player_done(player_t *p)
+{
+    if (p->done)
+        return;
+    p->done = true;
+    p->t_done = bench_now_ns();
+    if (++R.ndone < G.n)
+        return;
+    recon_mark_all(p->t_done);
+    uv_timer_start(&RL.settle, route_settle, 0, 50);
+}
+
+/* One routed event: it must be the player's own next one (n == what it has), at the offset its
+ * produce returned; anything else is a deviation of its kind. */
+static void route_msg(bb_conn_t *c, const chanq_msg_t *m)
+{
+    player_t *p = c->ud;
+    bb_event_t ev;
+    int who = -1, n = -1;
+    if (m->channel_id != 0 || m->msg_type != O.msg_type)
+        return;
+    if (!bb_event_parse(m->body, m->body_len, &ev) || !route_content_read(&ev, &who, &n))
+        route_error(&RL.bad, p, "an event that is not one of the run's", who, n);
+    else if (who != p->idx)
+        route_error(&RL.foreign, p, "another player's event", who, n);
+    else if ((uint64_t)n < p->got)
+        route_error(&RL.dup, p, "an event again", who, n);
+    else if ((uint64_t)n > p->got)
+        route_error(&RL.order, p, "an event before an earlier one", who, n);
+    else if (ev.offset != RL.offs[(size_t)n * (size_t)G.n + (size_t)p->idx])
+        route_error(&RL.bad_offset, p, "its event at another offset than produced", who, n);
+    else if (++p->got == (uint64_t)O.events)
+        route_player_done(p);
+}
+
+/* The login: its catch-up starts at chanqd with nothing sent. A login after a lost connection
+ * gets everything again (nothing was acknowledged). The login is this mode's SUB: a player
+ * lost once done is not reconnected (player_lost). */
+static void route_authed(bb_conn_t *c)
+{
+    player_t *p = c->ud;
+    p->t_auth = bench_now_ns();
+    p->got = 0;
+    p->subscribed = true;
+    if (G.phase != R_SETUP)
+        return;
+    G.inflight--; /* --login-first */
+    players_connect_more();
+    if (++RL.nfirst == G.n)
+        uv_stop(G.loop);
+}
+
+/* Waits until chanqd has no login catch-up open (its offset reads done, its FINALs made). */
+static void route_wait_sessions(void)
+{
+    uint64_t t0 = bench_now_ns();
+    double v;
+    while ((v = bb_metric_now(&A.admin, "chanq_bridge_route_sessions")) != 0) {
+        if (bench_now_ns() - t0 > 30000000000ull)
+            bb_die("chanqd still has %.0f login catch-ups open after 30 s", v);
+        uv_run(G.loop, UV_RUN_NOWAIT);
+        usleep(20000);
+    }
+}
+
+/* --login-first: every player logs in once while nothing is pending, then leaves, so that
+ * chanqd has their offsets cached ("none acknowledged"), as for players seen since its start:
+ * the logins of the run then read no offset. */
+static void route_login_first(void)
+{
+    G.phase = R_SETUP;
+    players_connect_more();
     run_phase();
+    route_wait_sessions();
+    for (int i = 0; i < G.n; i++) {
+        bb_conn_close(&G.p[i].c);
+        G.p[i].subscribed = false;
+        G.p[i].t_auth = 0;
+    }
+    wait_connections(O.live_subs > 0 ? O.live_subs + 1 : 0);
+}
+
+static void route_finish(const char *error)
+{
+    uint64_t missing = 0;
+    int retries = 0;
+    for (int i = 0; i < G.n; i++) {
+        missing += G.p[i].got < (uint64_t)O.events ? (uint64_t)O.events - G.p[i].got : 0;
+        retries += G.p[i].retries;
+    }
+    live_pcts_t lb, ld;
+    recon_stop(&lb, &ld);
+    if (!error && missing)
+        error = "events missing";
+    double auth[3], fin[3], span[3];
+    recon_times(offsetof(player_t, t_auth), NO_FROM, auth);
+    recon_times(offsetof(player_t, t_done), NO_FROM, fin);
+    recon_times(offsetof(player_t, t_done), offsetof(player_t, t_auth), span);
+    double all_ms = (double)(R.t_all - R.t_recon) / 1e6;
+    const route_snap_t *a = &R.s0.rt, *b = &R.s1.rt;
+    printf("{\"label\":\"%s\",\"mode\":\"routelogin\",\"login_first\":%s,\"players\":%d,"
+           "\"events\":%d,"
+           "\"produce_s\":%.2f,\"all_ms\":%.1f,\"done\":%d,\"auth_p50_ms\":%.1f,"
+           "\"auth_max_ms\":%.1f,\"done_p50_ms\":%.1f,\"done_p99_ms\":%.1f,\"done_max_ms\":%.1f,"
+           "\"login_p50_ms\":%.1f,\"login_p99_ms\":%.1f,\"login_max_ms\":%.1f,\"retries\":%d,"
+           "\"missing\":%" PRIu64 ",\"dup\":%" PRIu64 ",\"order\":%" PRIu64 ",\"foreign\":%" PRIu64
+           ",\"bad_offset\":%" PRIu64 ",\"bad\":%" PRIu64
+           ",\"live_subs\":%d,\"live_rate\":%.0f,\"live_lost\":%" PRIu64
+           ",\"live_before_n\":%zu,\"live_before_kp50_us\":%.1f,\"live_before_kp99_us\":%.1f,"
+           "\"live_before_kmax_us\":%.1f,\"live_before_p99_us\":%.1f,\"live_during_n\":%zu,"
+           "\"live_during_kp50_us\":%.1f,\"live_during_kp99_us\":%.1f,"
+           "\"live_during_kmax_us\":%.1f,\"live_during_p99_us\":%.1f,\"server_cpu_s\":%.2f,"
+           "\"client_cpu_s\":%.2f",
+           O.label, O.login_first ? "true" : "false", G.n, O.events, RL.produce_s, all_ms, R.ndone,
+           auth[0], auth[2], fin[0], fin[1], fin[2], span[0], span[1], span[2], retries, missing,
+           RL.dup, RL.order, RL.foreign, RL.bad_offset, RL.bad, O.live_subs, O.live_rate,
+           R.child > 0 ? (uint64_t)atomic_load(&K.shm->lost) : 0, lb.n, lb.kp50, lb.kp99, lb.kmax,
+           lb.ap99, ld.n, ld.kp50, ld.kp99, ld.kmax, ld.ap99, R.cpu_srv1 - R.cpu_srv0,
+           R.cpu_cli1 - R.cpu_cli0);
+    print_route_delta(a, b);
+    print_end(error);
+    printf("# routelogin %s: %d players x %d events: %s %.0f ms after the reconnect (AUTH max "
+           "%.0f ms; last event p50 %.0f p99 %.0f max %.0f ms; %d retries); logins %.0f, store "
+           "reads %.0f (+%.0f shared) for %.0f rows, events from the ring %.0f, the store %.0f, "
+           "offset reads %.0f; live p99 (kernel rx) %.2f ms before, %.2f ms during (max %.2f "
+           "ms); chanqd %.2f CPU-s%s%s\n",
+           O.label, G.n, O.events, error ? "NOT all caught up" : "all caught up", all_ms, auth[2],
+           fin[0], fin[1], fin[2], retries, b->started - a->started, b->reads - a->reads,
+           b->shared - a->shared, b->rows - a->rows, b->ring - a->ring, b->store - a->store,
+           b->off_reads - a->off_reads, lb.kp99 / 1e3, ld.kp99 / 1e3, ld.kmax / 1e3,
+           R.cpu_srv1 - R.cpu_srv0, error ? ", ERROR: " : "", error ? error : "");
+    fflush(stdout);
+    exit(error ? 1 : 0);
+}
+
+/* The players never connected before (their offsets are cold: each login reads its offset from
+ * the store, and finds none); their events are produced while they are away, then all log in
+ * at once. */
+static void run_routelogin(void)
+{
+    if (O.events < 1 || O.players < 1 || (int64_t)O.players * O.events > 100000000)
+        bb_die("--events and --players must be at least 1 (and their product at most 1e8)");
+    size_t total = (size_t)O.players * (size_t)O.events;
+    topic_create();
+    players_new(O.players);
+    RL.offs = calloc(total, sizeof(*RL.offs));
+    if (!RL.offs)
+        bb_die("out of memory");
+    G.on_authed = route_authed;
+    G.on_msg = route_msg;
+    uv_timer_init(G.loop, &RL.settle);
+    live_wait_ready();
+    if (O.login_first)
+        route_login_first();
+    G.phase = R_AWAY;
+    double before = bb_metric_now(&A.admin, "chanq_bridge_events_total");
+    uint64_t seq = 0, t0 = bench_now_ns();
+    produce_n(&seq, (int)total, 64, route_content, RL.offs);
+    RL.produce_s = (double)(bench_now_ns() - t0) / 1e9;
+    bridge_wait_events(before + (double)total);
+    recon_quiet();
+    recon_back();
 }
 
 /* ---- main ----------------------------------------------------------------------------------- */
@@ -1248,12 +1589,14 @@ static void fail(const char *why)
         catchup_finish(why);
     else if (!strcmp(O.mode, "reconnect"))
         recon_finish(why);
+    else if (!strcmp(O.mode, "routelogin"))
+        route_finish(why);
     bb_die("%s", why);
 }
 
 static void usage(FILE *f)
 {
-    fputs("Usage: bridgebench live|catchup|reconnect --ready-file PATH [options]\n"
+    fputs("Usage: bridgebench live|catchup|reconnect|routelogin --ready-file PATH [options]\n"
           "  --ready-file PATH  chanqd's ready file (client, server, admin, mq addresses)\n"
           "  --topic NAME       the topic bound to GLOBAL (default bench)\n"
           "  --msg-type N       its binding's msg_type (default 200)\n"
@@ -1267,7 +1610,11 @@ static void usage(FILE *f)
           " reconnect: --players M (10000) --events R --before S (3) --live-subs K (8)\n"
           "            --live-rate R (100/s) --conc N (200 setup handshakes at a time)\n"
           "            --no-resume (the control: players come back and SUB, no resume)\n"
-          "            --live-dump FILE (every live sample, for a look at when)\n",
+          "            --live-dump FILE (every live sample, for a look at when)\n"
+          " routelogin: --topic, --msg-type of a route binding on user_id (e.g. vip, 201)\n"
+          "            --players M (10000) --events R per player --before S --live-subs K\n"
+          "            --live-rate R --batch N (500 per produce) --conc N\n"
+          "            --login-first (each player logs in once before: its offset cached)\n",
           f);
 }
 
@@ -1295,6 +1642,7 @@ static void parse_args(int argc, char **argv)
         {"conc", required_argument, NULL, 'c'},
         {"no-resume", no_argument, NULL, 'N'},
         {"live-dump", required_argument, NULL, 'F'},
+        {"login-first", no_argument, NULL, 'L'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -1364,6 +1712,9 @@ static void parse_args(int argc, char **argv)
         case 'F':
             O.live_dump = optarg;
             break;
+        case 'L':
+            O.login_first = true;
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -1396,9 +1747,10 @@ int main(int argc, char **argv)
     bb_parse_addr(A.mq_addr, &A.mq);
     signal(SIGPIPE, SIG_IGN);
     G.t_begin = bench_now_ns();
-    if (!strcmp(O.mode, "reconnect") && O.live_subs > 0)
+    bool recon = !strcmp(O.mode, "reconnect") || !strcmp(O.mode, "routelogin");
+    if (recon && O.live_subs > 0)
         R.child = live_start(); /* before this process's loop exists */
-    if (!strcmp(O.mode, "live") || !strcmp(O.mode, "catchup") || !strcmp(O.mode, "reconnect")) {
+    if (!strcmp(O.mode, "live") || !strcmp(O.mode, "catchup") || recon) {
         G.loop = uv_default_loop();
         uv_timer_init(G.loop, &G.timer);
         uv_timer_init(G.loop, &G.tick);
@@ -1412,6 +1764,8 @@ int main(int argc, char **argv)
         run_live();
     else if (!strcmp(O.mode, "catchup"))
         run_catchup();
+    else if (!strcmp(O.mode, "routelogin"))
+        run_routelogin();
     else
         run_reconnect();
     uv_run(G.loop, UV_RUN_DEFAULT);
