@@ -72,6 +72,7 @@ typedef struct oent {
     uint64_t tag;        /* the read or write in flight (0: none; READ_AGAIN: a read to redo) */
     uint32_t *waiters;   /* the logins waiting for its read (conn ids) */
     uint32_t nw, capw;
+    cq_list_t get_node; /* in the queue of reads waiting for a slot (get_wait) */
 } oent_t;
 
 #define READ_AGAIN UINT64_MAX
@@ -133,11 +134,12 @@ struct cq_route {
     uint32_t reads_issued;
     rread_t *wait_head, *wait_tail;
     uint64_t next_id;
-    cq_smap_t offsets; /* oent_t by mkey */
-    cq_map_t ops;      /* offset read / write tag (low 32 bits) -> oent_t */
-    uint32_t ops_out;  /* offset reads and writes in flight */
-    cq__pace_t pace;   /* chunks out at once (cq_route_applied) */
-    uint32_t getting;  /* logins still waiting for an offset read */
+    cq_smap_t offsets;  /* oent_t by mkey */
+    cq_map_t ops;       /* offset read / write tag (low 32 bits) -> oent_t */
+    uint32_t ops_out;   /* offset reads and writes in flight */
+    cq_list_t get_wait; /* offset reads waiting for a slot, in order (oent_t.get_node) */
+    cq__pace_t pace;    /* chunks out at once (cq_route_applied) */
+    uint32_t getting;   /* logins still waiting for an offset read */
     uint64_t now_ms, flush_ms;
     anode_t *act_head, *act_tail;
     cq_route_stats_t st;
@@ -313,6 +315,7 @@ cq_route_t *cq_route_new(const cq_route_limits_t *lim, uint32_t shard,
     cq_map_init(&r->ops);
     cq_smap_init(&r->shared, false);
     cq_smap_init(&r->offsets, false);
+    cq_list_init(&r->get_wait);
     cq__pace_init(&r->pace, l->sends_max);
     return r;
 }
@@ -725,6 +728,7 @@ static oent_t *oent_get(cq_route_t *r, const rbind_t *b, const char *key, bool c
     }
     if (!(e = cq_calloc(1, sizeof(*e))))
         return NULL;
+    cq_list_init(&e->get_node);
     snprintf(e->mkey, sizeof(e->mkey), "%s", mkey);
     snprintf(e->topic, sizeof(e->topic), "%s", b->topic);
     snprintf(e->consumer, sizeof(e->consumer), "%s", consumer);
@@ -755,6 +759,29 @@ static bool op(cq_route_t *r, oent_t *e, int kind)
     if (kind == CQ_ROUTE_GET)
         r->st.gets++;
     return true;
+}
+
+/* e's offset is read now if a slot is free, else when one frees (get_wait, in order): a mass
+ * login's reads then follow each other at the store's pace, not a tick's. */
+static void get_offset(cq_route_t *r, oent_t *e)
+{
+    if (r->ops_out < r->lim.gets_max && cq_list_empty(&r->get_wait) && op(r, e, CQ_ROUTE_GET))
+        return;
+    e->tag = READ_AGAIN;
+    cq_list_insert_tail(&r->get_wait, &e->get_node);
+}
+
+static void gets_refill(cq_route_t *r)
+{
+    while (r->ops_out < r->lim.gets_max && !cq_list_empty(&r->get_wait)) {
+        oent_t *e = cq_container_of(r->get_wait.next, oent_t, get_node);
+        cq_list_remove(&e->get_node);
+        e->tag = 0;
+        if (!op(r, e, CQ_ROUTE_GET)) {
+            e->tag = READ_AGAIN; /* out of memory: its tick redoes it */
+            return;
+        }
+    }
 }
 
 /* The logins waiting for e's offset take it. */
@@ -837,6 +864,7 @@ void cq_route_offset(cq_route_t *r, uint64_t tag, int err, uint64_t offset, uint
         e->known = true;
         got_offset(r, e);
     }
+    gets_refill(r);
     issue_waiting(r);
     start_ready(r);
 }
@@ -880,10 +908,8 @@ void cq_route_login(cq_route_t *r, uint32_t conn_id, const char *key, uint64_t n
         s->gets++;
         if (!e || add_waiter(e, conn_id) < 0)
             continue; /* out of memory or a full cache: P_GET until the idle cut */
-        if (e->tag)
-            continue; /* its read is in flight, or waits for a tick */
-        if (!(r->ops_out < r->lim.gets_max && op(r, e, CQ_ROUTE_GET)))
-            e->tag = READ_AGAIN;
+        if (!e->tag)
+            get_offset(r, e); /* else its read is in flight, or waits */
     }
     if (s->gets == 0) {
         walk(r, s);
@@ -923,8 +949,8 @@ int cq_route_ack(cq_route_t *r, const char *key, const void *body, size_t len, u
             e->dirty = true;
             /* not known: the store may hold a later offset (another device's), so it is read
              * first, and the write waits for it (the read keeps the greater) */
-            if (!e->known && !e->tag && !(r->ops_out < r->lim.gets_max && op(r, e, CQ_ROUTE_GET)))
-                e->tag = READ_AGAIN;
+            if (!e->known && !e->tag)
+                get_offset(r, e);
         }
     }
     chanqpb__topic_ack_message__free_unpacked(m, &cq__bridge_pb);
@@ -956,7 +982,8 @@ static void flush(cq_route_t *r, bool all)
     void *v;
     for (uint32_t it = 0; cq_smap_next(&r->offsets, &it, &k, &v);) {
         oent_t *e = v;
-        if (e->tag == READ_AGAIN && r->ops_out < r->lim.gets_max) {
+        if (e->tag == READ_AGAIN && e->get_node.next == &e->get_node &&
+            r->ops_out < r->lim.gets_max) { /* a failed read, not one waiting in get_wait */
             e->tag = 0;
             if (!op(r, e, CQ_ROUTE_GET))
                 e->tag = READ_AGAIN;

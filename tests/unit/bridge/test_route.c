@@ -431,6 +431,34 @@ static void test_ring_by_key(void **state)
     cq_route_free(r);
 }
 
+/* Offset reads beyond gets_max wait their turn and go as soon as a slot frees, in order, not
+ * at a tick (a mass login would otherwise take gets_max logins per tick). */
+static void test_gets_queue(void **state)
+{
+    (void)state;
+    cq_route_t *r = engine((cq_route_limits_t){.gets_max = 1});
+    live(r, 0, 3);
+    cq_route_login(r, 1, "u1", 0);
+    cq_route_login(r, 2, "u2", 0);
+    cq_route_login(r, 3, "u0", 0);
+    uint64_t t;
+    expect_get(r, "bridge/user_id/u1", &t);
+    expect_none(r);
+    cq_route_offset(r, t, -ENOENT, 0, 0);
+    expect_send(r, 1, true, (uint64_t[]){1, 0});
+    expect_get(r, "bridge/user_id/u2", &t);
+    cq_route_offset(r, t, -ENOENT, 0, 0);
+    expect_send(r, 2, true, (uint64_t[]){2, 0});
+    expect_get(r, "bridge/user_id/u0", &t);
+    cq_route_gone(r, 3); /* its read comes back to no session */
+    cq_route_offset(r, t, -ENOENT, 0, 0);
+    expect_none(r);
+    cq_route_stats_t st;
+    cq_route_stats(r, &st);
+    assert_int_equal(st.gets, 3);
+    cq_route_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -442,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_consumer_ids),
         cmocka_unit_test(test_read_hold_bound),
         cmocka_unit_test(test_ring_by_key),
+        cmocka_unit_test(test_gets_queue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
