@@ -141,6 +141,7 @@ typedef struct cq_route_stats {
     uint64_t acks, commits, commit_errors, gets; /* commits: offset writes done */
     uint64_t dropped_idle, refused;              /* sessions cut idle, logins over sessions_max */
     uint32_t sessions, cached, dirty;            /* now */
+    uint32_t awaiting_offsets; /* logins whose offsets are being read (reads wait) */
 } cq_route_stats_t;
 void cq_route_stats(const cq_route_t *r, cq_route_stats_t *st);
 

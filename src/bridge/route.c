@@ -77,7 +77,7 @@ typedef struct oent {
 
 #define READ_AGAIN UINT64_MAX
 
-enum { P_GET = 1, P_READ, P_SEND, P_MORE, P_RETRY };
+enum { P_GET = 1, P_WALK, P_READ, P_SEND, P_MORE, P_RETRY };
 
 typedef struct rsess {
     uint32_t conn_id;
@@ -405,7 +405,7 @@ static bool caught_up(const cq_route_t *r, const rsess_t *s)
 static void sess_end(cq_route_t *r, rsess_t *s)
 {
     cq__pace_unwait(&r->pace, &s->ready_node);
-    if (s->phase == P_GET && r->getting)
+    if (s->phase == P_GET)
         r->getting--;
     cq_map_del(&r->sessions, s->conn_id);
     sess_drop_evs(s);
@@ -806,6 +806,7 @@ static void got_offset(cq_route_t *r, oent_t *e)
             s->cur[bi] = e->offset < pushed ? e->offset : pushed;
             if (--s->gets == 0) {
                 r->getting--;
+                s->phase = P_WALK; /* no longer counted in getting (sess_end) */
                 walk(r, s);
             }
             break;
@@ -912,6 +913,7 @@ void cq_route_login(cq_route_t *r, uint32_t conn_id, const char *key, uint64_t n
             get_offset(r, e); /* else its read is in flight, or waits */
     }
     if (s->gets == 0) {
+        s->phase = P_WALK;
         walk(r, s);
         return;
     }
@@ -1128,6 +1130,7 @@ void cq_route_stats(const cq_route_t *r, cq_route_stats_t *st)
     *st = r->st;
     st->sessions = cq_map_count(&r->sessions);
     st->cached = cq_smap_count(&r->offsets);
+    st->awaiting_offsets = r->getting;
     uint32_t dirty = 0;
     const char *k;
     void *v;

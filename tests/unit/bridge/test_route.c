@@ -205,6 +205,7 @@ static void test_login_from_store_shared(void **state)
     assert_int_equal(st.events_store, 8);
     assert_int_equal(st.caught_up, 2);
     assert_int_equal(st.sessions, 0);
+    assert_int_equal(st.awaiting_offsets, 0);
     cq_route_free(r);
 }
 
@@ -456,6 +457,7 @@ static void test_gets_queue(void **state)
     cq_route_stats_t st;
     cq_route_stats(r, &st);
     assert_int_equal(st.gets, 3);
+    assert_int_equal(st.awaiting_offsets, 0); /* each login counted out once */
     cq_route_free(r);
 }
 
