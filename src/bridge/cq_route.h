@@ -51,7 +51,7 @@ typedef struct cq_route_limits {
     uint32_t reads_max;    /* store reads in flight at once (0: 4) */
     uint32_t sends_max;    /* chunks made and not yet applied (0: 32) */
     uint32_t cache_max;    /* (topic, player) offsets cached (0: 65536) */
-    uint32_t gets_max;     /* offset reads in flight at once (0: 64) */
+    uint32_t gets_max;     /* offset reads and writes in flight at once (0: 256) */
     uint64_t flush_ms;     /* acknowledged offsets are written at most this often (0: 1000) */
     uint64_t idle_ms;      /* a session that does not progress this long ends (0: 60 s) */
 } cq_route_limits_t;
