@@ -8,6 +8,7 @@
  *     module set ID --produce A,B --consume A,B [--admin] [--token-file F] [--groups 1,2]
  *     module delete ID
  *     offline APPID | online APPID | topic-offline TOPIC | topic-online TOPIC
+ *     bindings | bindings set FILE
  *
  * Reads print a table (--json: the API's document as received); changes print "version N".
  * Exit codes: 0 ok; 1 the manager refused (its status and {"error"} text on stderr) or could not
@@ -68,6 +69,9 @@ static void admin_usage(FILE *f)
                "  module delete ID\n"
                "  offline APPID | online APPID       take a server out of service / back\n"
                "  topic-offline TOPIC | topic-online TOPIC\n"
+               "  bindings                the bridge's bindings (--json: the document)\n"
+               "  bindings set FILE       replace them with FILE's document (--bridge-file's\n"
+               "                          format; {\"bindings\":[]} removes them all)\n"
                "\n"
                "Options:\n"
                "  --mgr-http H:P          the manager's --mgr-http-addr (default " DEFAULT_MGR_HTTP
@@ -528,6 +532,38 @@ static void print_audit(const json_t *doc)
     table_print(&t);
 }
 
+/* A binding's target as the document says it: "broadcast global", "route user_id". */
+static void binding_target(const json_t *b, char *out, size_t n)
+{
+    const char *bc = json_string_value(json_object_get(b, "broadcast"));
+    const char *rt = json_string_value(json_object_get(b, "route"));
+    if (bc)
+        snprintf(out, n, "broadcast %s", bc);
+    else if (rt)
+        snprintf(out, n, "route %s", rt);
+    else
+        snprintf(out, n, "-");
+}
+
+static void print_bindings(const json_t *doc)
+{
+    static const char *const hdr[] = {"TOPIC", "TARGET", "MSG_TYPE"};
+    table_t t = {.ncols = 3};
+    table_row(&t, hdr);
+    size_t i;
+    json_t *b;
+    json_array_foreach(json_object_get(doc, "bindings"), i, b)
+    {
+        char v[3][256];
+        cell(json_object_get(b, "topic"), v[0], 256);
+        binding_target(b, v[1], 256);
+        cell(json_object_get(b, "msg_type"), v[2], 256);
+        const char *row[3] = {v[0], v[1], v[2]};
+        table_row(&t, row);
+    }
+    table_print(&t);
+}
+
 /* ---- commands ------------------------------------------------------------------------------ */
 
 static int read_token(const char *path, char *out, size_t n)
@@ -554,17 +590,24 @@ static int cmd_read(const adm_t *o, const char *what)
     char path[64];
     if (strcmp(what, "audit") == 0)
         snprintf(path, sizeof(path), "/api/audit?limit=%ld", o->limit);
+    else if (strcmp(what, "bindings") == 0)
+        snprintf(path, sizeof(path), "/api/bindings");
     else
         snprintf(path, sizeof(path), "/api/state");
     int rc;
     json_t *doc = call(o, "GET", path, NULL, &rc);
     if (!doc)
         return rc;
+    bool whole = strcmp(what, "audit") == 0 || strcmp(what, "bindings") == 0;
     if (o->json) {
-        json_t *part = strcmp(what, "audit") == 0 ? doc : json_object_get(doc, what);
-        char *s = json_dumps(part, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+        /* bindings: the document in its own order, ready for `bindings set` */
+        json_t *part = whole ? doc : json_object_get(doc, what);
+        size_t sort = strcmp(what, "bindings") == 0 ? 0 : JSON_SORT_KEYS;
+        char *s = json_dumps(part, JSON_INDENT(2) | sort | JSON_ENCODE_ANY);
         printf("%s\n", s ? s : "null");
         free(s);
+    } else if (strcmp(what, "bindings") == 0) {
+        print_bindings(doc);
     } else if (strcmp(what, "servers") == 0) {
         print_servers(doc);
     } else if (strcmp(what, "shards") == 0) {
@@ -687,6 +730,35 @@ out:
     return rc;
 }
 
+/* bindings set FILE: the file's document as it is, so that the manager's errors (the bindings
+ * parser's, with a line and column for bad JSON) point into the file. */
+static int cmd_bindings_set(const adm_t *o, const char *file)
+{
+    FILE *f = fopen(file, "rb");
+    if (!f) {
+        fprintf(stderr, "chanq admin: %s: %s\n", file, strerror(errno));
+        return EXIT_USAGE;
+    }
+    size_t cap = (1u << 20) + 2, len; /* the parser's limit, and one byte to see it passed */
+    char *text = malloc(cap);
+    len = text ? fread(text, 1, cap - 1, f) : 0;
+    bool err = !text || ferror(f);
+    fclose(f);
+    if (err) {
+        fprintf(stderr, "chanq admin: %s: %s\n", file, text ? "read error" : strerror(ENOMEM));
+        free(text);
+        return EXIT_USAGE;
+    }
+    text[len] = '\0';
+    int rc;
+    if (strlen(text) != len) /* the request carries a C string */
+        rc = usage_error("bindings set: %s: not a JSON document (it has a NUL byte)", file);
+    else
+        rc = cmd_change(o, "PUT", "/api/bindings", text);
+    free(text);
+    return rc;
+}
+
 /* Percent-encodes a topic name for a path segment (names are [A-Za-z0-9_] in practice). */
 static void path_segment(const char *s, char *out, size_t n)
 {
@@ -707,6 +779,13 @@ static int run_command(const adm_t *o, int argc, char **argv)
     const char *cmd = argv[0];
     const char *arg = argc > 1 ? argv[1] : NULL;
     static const char *const reads[] = {"servers", "shards", "topics", "modules", "audit"};
+    if (strcmp(cmd, "bindings") == 0) {
+        if (argc == 1)
+            return cmd_read(o, cmd);
+        if (argc != 3 || strcmp(arg, "set") != 0)
+            return usage_error("%s", "usage: bindings | bindings set FILE");
+        return cmd_bindings_set(o, argv[2]);
+    }
     for (size_t i = 0; i < sizeof(reads) / sizeof(reads[0]); i++)
         if (strcmp(cmd, reads[i]) == 0)
             return argc == 1 ? cmd_read(o, cmd) : usage_error("%s takes no argument", cmd);

@@ -393,7 +393,9 @@ static const opt_t opts[] = {
         "[{\"topic\": \"release\", \"broadcast\": \"global\", \"msg_type\": 200}, "
         "{\"topic\": \"vip\", \"route\": \"user_id\", \"msg_type\": 201}]} "
         "(doc/bridge.md). Needs --mq-addr. Empty: none. Reloaded on SIGHUP (a file that does "
-        "not load keeps the bindings in force)."),
+        "not load keeps the bindings in force). A managed server (--mgr-servers) takes the "
+        "manager's bindings instead once the manager saved some; from then on the file is not "
+        "read (doc/mgr.md \"Bindings\")."),
     INT("bridge-ring-events", NULL, bridge_ring_events, "8192", 1, 1048576, "N",
         "Live events of each broadcast-bound topic kept in memory for resumes (doc/bridge.md "
         "\"Resume\"): a client whose position is among them catches up without reading the "

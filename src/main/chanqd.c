@@ -54,7 +54,7 @@ typedef struct app {
     cq_mqio_t *mq;
     cq_main_cluster_t *cluster; /* with --zk-hosts: roles, fencing, replication control */
     cq_main_relay_t *relay;     /* with --relay-nats: this node of a relay */
-    cq_main_bridge_t *bridge;   /* with --bridge-file: topics delivered into channels */
+    cq_main_bridge_t *bridge;   /* with --bridge-file or managed: topics into channels */
     cq_mgrlink_t *mgrlink;      /* with --mgr-servers: the reports and commands (MQ loop) */
     cq_main_figures_t figs;     /* the host's figures in those reports */
     cq_main_reload_t *reload;   /* SIGHUP: the configuration parsed again */
@@ -449,6 +449,13 @@ static int read_mgr_token(const char *path, char *buf, size_t len)
     return 0;
 }
 
+/* publish_config's bindings (the MQ loop): the bridge checks them as it checks --bridge-file. */
+static int apply_bindings(void *ud, const char *json, size_t len, char *err, size_t errlen)
+{
+    app_t *a = ud;
+    return cq_main_bridge_apply(a->bridge, a->mqsrv, json, len, err, errlen);
+}
+
 /* The link to the managers (--mgr-servers): created here, driven by the MQ loop. */
 static int make_mgrlink(app_t *a, cq_mqio_opts_t *mo)
 {
@@ -463,7 +470,9 @@ static int make_mgrlink(app_t *a, cq_mqio_opts_t *mo)
                             .appid = (uint32_t)c->appid,
                             .token = token,
                             .addr = c->cluster_advertise,
-                            .report_ms = (uint32_t)c->mgr_report_ms};
+                            .report_ms = (uint32_t)c->mgr_report_ms,
+                            .apply_bindings = apply_bindings,
+                            .bindings_ud = a};
     if (!(a->mgrlink = cq_mgrlink_new(a->mqsrv, &lo)))
         return -ENOMEM;
     a->figs = (cq_main_figures_t){.sh = a->sh, .cluster = a->cluster, .relay = a->relay};

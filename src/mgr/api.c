@@ -755,6 +755,30 @@ static void on_server(req_t *q, bool offline)
             cq__mgr_server_set_offline(q->h->a->m, appid, offline, err, sizeof(err)), err);
 }
 
+/* GET: the document as stored; PUT: the whole document replaced (an empty list removes every
+ * binding and leaves them managed). */
+static void on_bindings(req_t *q)
+{
+    char err[API_ERR_MAX] = "";
+    if (method_is(q, "PUT")) {
+        changed(q, "bindings.put", "",
+                cq__mgr_bindings_put(q->h->a->m, q->body, q->body_len, err, sizeof(err)), err);
+        return;
+    }
+    if (!method_is(q, "GET")) {
+        q->extra = "Allow: GET, PUT\r\n";
+        fail(q, 405, "method not allowed: use GET or PUT");
+        return;
+    }
+    cq_sbuf_t sb;
+    cq_sbuf_init(&sb);
+    if (cq__mgr_bindings_json(q->h->a->m, &sb) < 0)
+        fail(q, 503, "out of memory");
+    else
+        respond_raw(q, 200, "application/json", sb.data, sb.len);
+    cq_sbuf_done(&sb);
+}
+
 /* Routes /api/...: login first (it needs no credential), then authentication, CSRF and the
  * content type, then the route. An unknown path answers 404 only to an authenticated caller. */
 static void on_api(req_t *q)
@@ -792,6 +816,8 @@ static void on_api(req_t *q)
             on_audit(q);
     } else if (q->nseg == 2 && seg_is(q, 0, "modules")) {
         on_module(q);
+    } else if (q->nseg == 1 && seg_is(q, 0, "bindings")) {
+        on_bindings(q);
     } else if (q->nseg == 3 && seg_is(q, 0, "topics") &&
                (seg_is(q, 2, "online") || seg_is(q, 2, "offline"))) {
         on_topic(q, seg_is(q, 2, "online"));

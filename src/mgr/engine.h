@@ -17,14 +17,16 @@
 
 /* ---- the state document (state.c) ---------------------------------------------------------
  * The document is kept as a jansson object, validated: {"version", "modules", "topics",
- * "offline", "groups"} always present after cq__mgr_state_check(). Changes are kept as ops
- * until saved, so that after a compare-and-set miss they can be applied again on top of what
- * the other manager wrote. */
+ * "offline", "groups"} always present after cq__mgr_state_check(); "bindings" (a --bridge-file
+ * document, doc/bridge.md) only once bindings were saved: its absence is what tells the servers
+ * to keep their own files. Changes are kept as ops until saved, so that after a compare-and-set
+ * miss they can be applied again on top of what the other manager wrote. */
 typedef enum mgr_op_kind {
     MGR_OP_MODULE_PUT,
     MGR_OP_MODULE_DELETE,
-    MGR_OP_TOPIC,  /* online flag */
-    MGR_OP_SERVER, /* offline flag */
+    MGR_OP_TOPIC,    /* online flag */
+    MGR_OP_SERVER,   /* offline flag */
+    MGR_OP_BINDINGS, /* the bindings document replaced */
 } mgr_op_kind_t;
 
 typedef struct mgr_op {
@@ -33,11 +35,16 @@ typedef struct mgr_op {
     char topic[CQ_MQ_TOPIC_MAX + 1]; /* MGR_OP_TOPIC */
     bool flag;                       /* online (topic), offline (server) */
     json_t *module;                  /* MGR_OP_MODULE_PUT: the module object as requested */
+    json_t *bindings;                /* MGR_OP_BINDINGS: the document, already checked */
 } mgr_op_t;
 
 /* Validates doc (borrowed) as a state document; fills missing sections with empty ones.
  * 0 or CQ_EJSON/CQ_EFIELD with err naming the field ("modules.7.produce[0]: ..."). */
 int cq__mgr_state_check(json_t *doc, char *err, size_t errlen);
+/* Checks a bindings document (json[0..len), borrowed) as the servers will (cq_bindings_parse):
+ * 0, or CQ_EFIELD with err exactly the parser's message ("binding 2: \"msg_type\" must be an
+ * integer from 100 to 65535", doc/bridge.md), or -ENOMEM. */
+int cq__mgr_bindings_check(const char *json, size_t len, char *err, size_t errlen);
 /* A new empty document, version 0. NULL on OOM. */
 json_t *cq__mgr_state_empty(void);
 /* Applies op to doc (version not touched). 0, CQ_EFIELD (err), -ENOENT (absent module), -ENOMEM. */
@@ -48,7 +55,8 @@ int64_t cq__mgr_state_version(const json_t *doc);
 bool cq__mgr_state_offline(const json_t *doc, uint32_t appid);
 /* The module object of id, or NULL. */
 json_t *cq__mgr_state_module(const json_t *doc, uint32_t id);
-/* The publish_config content of doc (modules without "groups"), as a command to encode. */
+/* The publish_config content of doc (modules without "groups"; bindings when saved once), as a
+ * command to encode. */
 int cq__mgr_state_config(const json_t *doc, cq_mqmgr_config_t *cfg);
 /* Frees what op owns. */
 void cq__mgr_op_done(mgr_op_t *op);

@@ -305,6 +305,34 @@ int64_t cq__mgr_server_set_offline(cq_mgr_t *m, uint32_t appid, bool offline, ch
     return cq__mgr_change(m, &op, err, errlen);
 }
 
+int64_t cq__mgr_bindings_put(cq_mgr_t *m, const char *json, size_t len, char *err, size_t errlen)
+{
+    /* the text itself, so that a syntax error names its line and column as the servers would */
+    int rc = cq__mgr_bindings_check(json, len, err, errlen);
+    if (rc < 0)
+        return rc;
+    json_t *doc = json_loadb(json, len, JSON_REJECT_DUPLICATES, NULL);
+    if (!doc)
+        return cq_err_fmt(err, errlen, -ENOMEM, "out of memory");
+    mgr_op_t op = {.kind = MGR_OP_BINDINGS, .bindings = doc};
+    return cq__mgr_change(m, &op, err, errlen);
+}
+
+int cq__mgr_bindings_json(const cq_mgr_t *m, cq_sbuf_t *out)
+{
+    const json_t *b = json_object_get(m->doc, "bindings");
+    if (!b)
+        return cq_sbuf_printf(out, "{\"bindings\":[]}");
+    char *text = json_dumps(b, JSON_COMPACT);
+    if (!text)
+        return -ENOMEM;
+    int rc = cq_sbuf_append(out, text, strlen(text));
+    json_free_t jfree;
+    json_get_alloc_funcs(NULL, &jfree);
+    jfree(text);
+    return rc;
+}
+
 void cq__mgr_audit_write(cq_mgr_t *m, const char *line, size_t len)
 {
     m->audit_total++;

@@ -26,6 +26,15 @@ int64_t cq__mgr_topic_set_online(cq_mgr_t *m, const char *topic, bool online, ch
                                  size_t errlen);
 int64_t cq__mgr_server_set_offline(cq_mgr_t *m, uint32_t appid, bool offline, char *err,
                                    size_t errlen);
+/* PUT /api/bindings: json is the whole bindings document ({"bindings":[...]}, doc/bridge.md),
+ * checked as every server will check it (err is then exactly cq_bindings_parse's message,
+ * CQ_EFIELD); it replaces the bindings of every managed server, and from the first one on the
+ * servers no longer read their --bridge-file ({"bindings":[]} removes them all and stays
+ * managed). Returns the new version or a negative code, as the changes above. */
+int64_t cq__mgr_bindings_put(cq_mgr_t *m, const char *json, size_t len, char *err, size_t errlen);
+/* GET /api/bindings' body, appended to out: the document as stored, {"bindings":[]} when none
+ * was ever saved. 0 or -ENOMEM. */
+int cq__mgr_bindings_json(const cq_mgr_t *m, cq_sbuf_t *out);
 /* GET /api/state's body (common.md contract 3), appended to out. 0 or -ENOMEM. */
 int cq__mgr_state_json(const cq_mgr_t *m, uint64_t now_ms, cq_sbuf_t *out);
 /* Writes one audit line through ops.audit (the engine counts it in chanq_mgr_audit_total). */

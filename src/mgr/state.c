@@ -1,9 +1,11 @@
 /* state.c - the managed state document (common.md contract 2): validation, the changes, and
  * the publish_config it becomes. Modules are validated by the MQ port's own permission loader
- * (cq_mqperm_load), so the manager accepts exactly what the servers will. */
+ * (cq_mqperm_load) and bindings by the bridge's parser (cq_bindings_parse), so the manager
+ * accepts exactly what the servers will. */
 #include "engine.h"
 
 #include "cq_alloc.h"
+#include "cq_bridge.h"
 #include "cq_err.h"
 #include "cq_mqperm.h"
 
@@ -179,6 +181,27 @@ static int check_groups_doc(json_t *groups, char *err, size_t errlen)
     return 0;
 }
 
+int cq__mgr_bindings_check(const char *json, size_t len, char *err, size_t errlen)
+{
+    cq_bindings_t bs = {0};
+    int rc = cq_bindings_parse(json, len, &bs, err, errlen);
+    cq_bindings_free(&bs);
+    return rc == 0 || rc == -ENOMEM ? rc : CQ_EFIELD;
+}
+
+/* A stored "bindings" (any JSON value) checked as a document. */
+static int check_bindings(const json_t *b, char *err, size_t errlen)
+{
+    char *text = json_dumps(b, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text)
+        return -ENOMEM;
+    int rc = cq__mgr_bindings_check(text, strlen(text), err, errlen);
+    json_free_t jfree;
+    json_get_alloc_funcs(NULL, &jfree);
+    jfree(text);
+    return rc;
+}
+
 /* doc[key], created from mk() when missing. */
 static json_t *section(json_t *doc, const char *key, json_t *(*mk)(void))
 {
@@ -209,6 +232,9 @@ int cq__mgr_state_check(json_t *doc, char *err, size_t errlen)
         rc = check_offline(off, err, errlen);
     if (rc == 0)
         rc = check_groups_doc(groups, err, errlen);
+    json_t *b = json_object_get(doc, "bindings"); /* absent: never saved, not managed */
+    if (rc == 0 && b)
+        rc = check_bindings(b, err, errlen);
     return rc;
 }
 
@@ -300,21 +326,41 @@ static int config_topics(const json_t *doc, cq_mqmgr_config_t *cfg)
     return rc;
 }
 
-int cq__mgr_state_config(const json_t *doc, cq_mqmgr_config_t *cfg)
+/* Sets what set() takes from the compact text of v (borrowed). 0 or -ENOMEM. */
+static int config_object(const json_t *v, cq_mqmgr_config_t *cfg,
+                         int (*set)(cq_mqmgr_config_t *, const char *, size_t))
 {
-    cfg->version = cq__mgr_state_version(doc);
-    if (json_object_size(json_object_get(doc, "modules")) == 0)
-        return config_topics(doc, cfg); /* no module yet: permissions not managed */
-    json_t *mods = modules_for_servers(doc);
-    char *text = mods ? json_dumps(mods, JSON_COMPACT) : NULL;
-    json_decref(mods);
+    char *text = json_dumps(v, JSON_COMPACT);
     if (!text)
         return -ENOMEM;
-    int rc = cq_mqmgr_config_set_modules(cfg, text, strlen(text));
+    int rc = set(cfg, text, strlen(text));
     json_free_t jfree;
     json_get_alloc_funcs(NULL, &jfree);
     jfree(text);
-    return rc < 0 ? rc : config_topics(doc, cfg);
+    return rc;
+}
+
+static int config_modules(const json_t *doc, cq_mqmgr_config_t *cfg)
+{
+    if (json_object_size(json_object_get(doc, "modules")) == 0)
+        return 0; /* no module yet: permissions not managed */
+    json_t *mods = modules_for_servers(doc);
+    int rc = mods ? config_object(mods, cfg, cq_mqmgr_config_set_modules) : -ENOMEM;
+    json_decref(mods);
+    return rc;
+}
+
+int cq__mgr_state_config(const json_t *doc, cq_mqmgr_config_t *cfg)
+{
+    cfg->version = cq__mgr_state_version(doc);
+    int rc = config_modules(doc, cfg);
+    if (rc == 0)
+        rc = config_topics(doc, cfg);
+    /* never saved: the servers keep their --bridge-file; saved (an empty list too): in force */
+    const json_t *b = json_object_get(doc, "bindings");
+    if (rc == 0 && b)
+        rc = config_object(b, cfg, cq_mqmgr_config_set_bindings);
+    return rc;
 }
 
 /* ---- changes ----------------------------------------------------------------------------- */
@@ -419,6 +465,9 @@ int cq__mgr_state_apply(json_t *doc, const mgr_op_t *op, char *err, size_t errle
         return module_delete(doc, op->id, err, errlen);
     case MGR_OP_TOPIC:
         return topic_set(doc, op->topic, op->flag, err, errlen);
+    case MGR_OP_BINDINGS: /* checked when the change was asked for: the last one wins */
+        return json_object_set_new(doc, "bindings", json_deep_copy(op->bindings)) == 0 ? 0
+                                                                                       : -ENOMEM;
     default:
         return server_set(doc, op->id, op->flag);
     }
@@ -428,4 +477,6 @@ void cq__mgr_op_done(mgr_op_t *op)
 {
     json_decref(op->module);
     op->module = NULL;
+    json_decref(op->bindings);
+    op->bindings = NULL;
 }

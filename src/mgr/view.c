@@ -255,6 +255,14 @@ static json_t *modules_json(const cq_mgr_t *m)
     return out;
 }
 
+/* The bindings list as saved, or null while the manager never saved bindings (the servers
+ * keep their own --bridge-file). */
+static json_t *bindings_json(const cq_mgr_t *m)
+{
+    json_t *b = json_object_get(m->doc, "bindings");
+    return b ? json_deep_copy(json_object_get(b, "bindings")) : json_null();
+}
+
 static json_t *relay_sum(const cq_mgr_t *m, uint64_t now)
 {
     cq_mqmgr_relay_t sum;
@@ -409,6 +417,7 @@ static json_t *state_view(const cq_mgr_t *m, uint64_t now)
     set(o, "shards", shards, &ok);
     set(o, "topics", topics, &ok);
     set(o, "modules", modules_json(m), &ok);
+    set(o, "bindings", bindings_json(m), &ok);
     set(o, "relay", relay_sum(m, now), &ok);
     set(o, "relay_nodes", relay_nodes_json(m, now), &ok);
     set(o, "alerts", alerts, &ok);

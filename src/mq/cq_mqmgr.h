@@ -172,6 +172,11 @@ typedef struct cq_mqmgr_config {
     size_t modules_len;
     cq_mqmgr_cfg_topic_t *topics; /* owned, ntopics, in the order received */
     size_t ntopics;
+    char *bindings; /* owned compact JSON text of the "bindings" object: exactly a --bridge-file
+                     * document ({"bindings":[...]}, cq_bindings_parse reads it; the codec only
+                     * checks it is an object); NULL when absent: the manager never saved
+                     * bindings, the servers keep their own file */
+    size_t bindings_len;
 } cq_mqmgr_config_t;
 
 /* A decoded or to-be-encoded message. Plain data: the fields of its kind are meaningful,
@@ -225,6 +230,9 @@ int cq_mqmgr_msg_add_relay_node(cq_mqmgr_msg_t *m, uint32_t node, const char *cl
                                 const char *const *addrs);
 /* publish_config: modules is the text of a JSON object (parsed, stored compact). */
 int cq_mqmgr_config_set_modules(cq_mqmgr_config_t *c, const char *modules, size_t len);
+/* publish_config: bindings is the text of a JSON object, the bindings document (parsed, stored
+ * compact). CQ_EFIELD when it is not a JSON object, -ENOMEM. */
+int cq_mqmgr_config_set_bindings(cq_mqmgr_config_t *c, const char *bindings, size_t len);
 int cq_mqmgr_config_add_topic(cq_mqmgr_config_t *c, const char *name, bool online,
                               int64_t retention);
 

@@ -554,21 +554,24 @@ static int get_cfg_topics(const mq_fctx_t *c, json_t *v, cq_mqmgr_config_t *cfg)
     return 0;
 }
 
-static int get_cfg_modules(const mq_fctx_t *c, json_t *v, cq_mqmgr_config_t *cfg)
+/* *dst (owned, *dst_len) := the compact text of v, which must be an object (field names it). */
+static int get_cfg_object(const mq_fctx_t *c, const char *field, json_t *v, char **dst,
+                          size_t *dst_len)
 {
     if (!json_is_object(v))
-        return cq__mq_field_err(c, CQ_EFIELD, "content.modules", "must be an object");
-    cfg->modules = json_dumps(v, JSON_COMPACT);
-    if (!cfg->modules)
+        return cq__mq_field_err(c, CQ_EFIELD, field, "must be an object");
+    char *text = json_dumps(v, JSON_COMPACT);
+    if (!text)
         return -ENOMEM;
-    cfg->modules_len = strlen(cfg->modules);
     /* json_dumps allocates through jansson's allocator: copy into ours */
-    char *copy = cq_strndup(cfg->modules, cfg->modules_len);
+    *dst = cq_strdup(text);
     json_free_t jfree;
     json_get_alloc_funcs(NULL, &jfree);
-    jfree(cfg->modules);
-    cfg->modules = copy;
-    return copy ? 0 : -ENOMEM;
+    jfree(text);
+    if (!*dst)
+        return -ENOMEM;
+    *dst_len = strlen(*dst);
+    return 0;
 }
 
 static int get_config(const mq_fctx_t *c, json_t *content, cq_mqmgr_config_t *cfg)
@@ -580,10 +583,15 @@ static int get_config(const mq_fctx_t *c, json_t *content, cq_mqmgr_config_t *cf
     /* modules is optional: a manager with no module does not manage permissions (doc/mgr.md). */
     json_t *mv = rc == 0 ? json_object_get(content, "modules") : NULL;
     if (mv)
-        rc = get_cfg_modules(c, mv, cfg);
+        rc = get_cfg_object(c, "content.modules", mv, &cfg->modules, &cfg->modules_len);
     json_t *tv = rc == 0 ? cq__mq_required(c, content, "topics", "content.topics", &rc) : NULL;
     if (tv)
         rc = get_cfg_topics(c, tv, cfg);
+    /* bindings too: a manager that never saved bindings leaves the servers' files in force; what
+     * is inside is the server's to check (cq_bindings_parse, with its exact messages). */
+    json_t *bv = rc == 0 ? json_object_get(content, "bindings") : NULL;
+    if (bv)
+        rc = get_cfg_object(c, "content.bindings", bv, &cfg->bindings, &cfg->bindings_len);
     return rc;
 }
 

@@ -58,6 +58,7 @@ cq_mqmgr_msg_t *cq_mqmgr_msg_free(cq_mqmgr_msg_t *m)
     cq_free(m->relay_nodes);
     cq_free(m->config.modules);
     cq_free(m->config.topics);
+    cq_free(m->config.bindings);
     cq_free(m->token);
     cq_free(m->err_msg);
     cq_free(m);
@@ -205,29 +206,40 @@ int cq_mqmgr_msg_add_relay_node(cq_mqmgr_msg_t *m, uint32_t node, const char *cl
     return 0;
 }
 
-int cq_mqmgr_config_set_modules(cq_mqmgr_config_t *c, const char *modules, size_t len)
+/* *dst (owned, *dst_len) := the compact text of the JSON object text[0..len). */
+static int set_object(char **dst, size_t *dst_len, const char *text, size_t len)
 {
     json_error_t jerr;
-    json_t *v = cq__mq_load_json(modules, len, &jerr);
+    json_t *v = cq__mq_load_json(text, len, &jerr);
     if (!v)
         return cq__mq_jansson_oom(&jerr) ? -ENOMEM : CQ_EFIELD;
     int rc = json_is_object(v) ? 0 : CQ_EFIELD;
-    char *text = rc == 0 ? json_dumps(v, JSON_COMPACT) : NULL;
+    char *compact = rc == 0 ? json_dumps(v, JSON_COMPACT) : NULL;
     json_decref(v);
     if (rc < 0)
         return rc;
-    if (!text)
+    if (!compact)
         return -ENOMEM;
-    char *copy = cq_strdup(text);
+    char *copy = cq_strdup(compact);
     json_free_t jfree;
     json_get_alloc_funcs(NULL, &jfree);
-    jfree(text);
+    jfree(compact);
     if (!copy)
         return -ENOMEM;
-    cq_free(c->modules);
-    c->modules = copy;
-    c->modules_len = strlen(copy);
+    cq_free(*dst);
+    *dst = copy;
+    *dst_len = strlen(copy);
     return 0;
+}
+
+int cq_mqmgr_config_set_modules(cq_mqmgr_config_t *c, const char *modules, size_t len)
+{
+    return set_object(&c->modules, &c->modules_len, modules, len);
+}
+
+int cq_mqmgr_config_set_bindings(cq_mqmgr_config_t *c, const char *bindings, size_t len)
+{
+    return set_object(&c->bindings, &c->bindings_len, bindings, len);
 }
 
 int cq_mqmgr_config_add_topic(cq_mqmgr_config_t *c, const char *name, bool online,
@@ -464,17 +476,22 @@ static json_t *enc_relay_nodes(const cq_mqmgr_msg_t *m, int *rc)
     return arr;
 }
 
+/* The JSON object of text[0..len) (a publish_config's modules or bindings), or NULL with *rc. */
+static json_t *enc_object(const char *text, size_t len, int *rc)
+{
+    json_error_t jerr;
+    json_t *v = cq__mq_load_json(text, len, &jerr);
+    if (*rc == 0 && !json_is_object(v))
+        *rc = v || !cq__mq_jansson_oom(&jerr) ? CQ_EFIELD : -ENOMEM;
+    return v;
+}
+
 static json_t *enc_config(const cq_mqmgr_config_t *c, int *rc)
 {
     json_t *o = json_object();
     put_u53(o, "version", c->version, rc);
-    json_error_t jerr;
-    if (c->modules) { /* absent: permissions not managed */
-        json_t *mods = cq__mq_load_json(c->modules, c->modules_len, &jerr);
-        if (*rc == 0 && !json_is_object(mods))
-            *rc = mods || !cq__mq_jansson_oom(&jerr) ? CQ_EFIELD : -ENOMEM;
-        put(o, "modules", mods, rc);
-    }
+    if (c->modules) /* absent: permissions not managed */
+        put(o, "modules", enc_object(c->modules, c->modules_len, rc), rc);
     json_t *topics = json_object();
     for (size_t i = 0; topics && *rc == 0 && i < c->ntopics; i++) {
         json_t *t = json_object();
@@ -485,6 +502,8 @@ static json_t *enc_config(const cq_mqmgr_config_t *c, int *rc)
         put(topics, c->topics[i].name, t, rc);
     }
     put(o, "topics", topics, rc);
+    if (c->bindings) /* absent: bindings not managed */
+        put(o, "bindings", enc_object(c->bindings, c->bindings_len, rc), rc);
     return o;
 }
 

@@ -7,12 +7,14 @@
  *     gathered by the composition root) and the durable engine's (role, offline, topics,
  *     consumers, totals), every report_ms;
  *   - answers req_command (type 3) with resp_command (type 4): cmdid 1 publish_config swaps the
- *     permissions (cq_mqsrv_set_perms, the SIGHUP path) and manages the topics' online flags
- *     (set by a master through the operation layer; a slave records them and sets them once it
- *     is master) and retention (cq_mqsrv_topic_set_retention); cmdid 2 offline takes the
- *     server out of service or back (cq_mqsrv_set_offline);
+ *     permissions (cq_mqsrv_set_perms, the SIGHUP path), hands the bindings document to the
+ *     bridge (opts.apply_bindings) and manages the topics' online flags (set by a master
+ *     through the operation layer; a slave records them and sets them once it is master) and
+ *     retention (cq_mqsrv_topic_set_retention); cmdid 2 offline takes the server out of service
+ *     or back (cq_mqsrv_set_offline);
  *   - reads the sync answers (type 2): err 6 (a wrong --mgr-token-file secret) closes.
- * A bad publish_config is answered err 5 naming the field and changes nothing.
+ * A bad publish_config is answered err 5 naming the field and changes nothing: modules that do
+ * not load ("content.modules: <why>"), bindings the bridge refuses ("content.bindings: <why>").
  *
  * Threads: the engine's (the MQ loop) only, like the cq_mqsrv_t it drives.
  */
@@ -94,6 +96,14 @@ typedef struct cq_mgrlink_opts {
     const char *token; /* the --mgr-token-file secret (copied); NULL or "" = none */
     const char *addr;  /* the advertised seed address (copied); NULL or "": the bound one */
     uint32_t report_ms;
+    /* Puts the manager's bindings document (publish_config's "bindings", json[0..len) borrowed,
+     * compact JSON) in force, on the engine's thread: 0, or < 0 with err saying why (the
+     * command is then answered err 5 "content.bindings: <err>" and nothing of it changes).
+     * Called only when the document differs from the last one applied: the same document
+     * again (every other change the manager pushes carries it) leaves the bridge as it is.
+     * NULL: a publish_config with bindings is refused ("this server takes no bindings"). */
+    int (*apply_bindings)(void *ud, const char *json, size_t len, char *err, size_t errlen);
+    void *bindings_ud;
 } cq_mgrlink_opts_t;
 
 typedef struct cq_mgrlink_stats {

@@ -39,6 +39,10 @@ struct cq_mgrlink {
     size_t ntopics;
     cq_mgrlink_stats_t st;
     atomic_bool perms_managed; /* a manager's module table is in force (read by SIGHUP) */
+    int (*apply_bindings)(void *ud, const char *json, size_t len, char *err, size_t errlen);
+    void *bindings_ud;
+    char *bindings; /* owned: the bindings document in force (the last one applied), or NULL */
+    size_t bindings_len;
 };
 
 cq_mgrlink_t *cq_mgrlink_new(cq_mqsrv_t *s, const cq_mgrlink_opts_t *o)
@@ -52,6 +56,8 @@ cq_mgrlink_t *cq_mgrlink_new(cq_mqsrv_t *s, const cq_mgrlink_opts_t *o)
     l->report_ms = o->report_ms ? o->report_ms : 2000;
     snprintf(l->token, sizeof(l->token), "%s", o->token ? o->token : "");
     snprintf(l->addr, sizeof(l->addr), "%s", o->addr ? o->addr : "");
+    l->apply_bindings = o->apply_bindings;
+    l->bindings_ud = o->bindings_ud;
     l->next_askid = 1;
     cq_sbuf_init(&l->in);
     cq_sbuf_init(&l->out);
@@ -84,6 +90,7 @@ cq_mgrlink_t *cq_mgrlink_free(cq_mgrlink_t *l)
     cq_sbuf_done(&l->in);
     cq_sbuf_done(&l->out);
     cq_free(l->topics);
+    cq_free(l->bindings);
     cq_free(l);
     return NULL;
 }
@@ -357,8 +364,37 @@ static void apply_topics(cq_mgrlink_t *l, uint64_t now_ms)
     }
 }
 
-/* publish_config: the permissions first (a table that does not load changes nothing), then the
- * topics. 0, or CQ_EFIELD / -ENOMEM with why. */
+/* The manager's bindings, unless they are the ones in force: every change the manager pushes
+ * carries them, and applying them again would empty the bridge's dedup window and end the
+ * resumes in progress for nothing. 0, or CQ_EFIELD / -ENOMEM with why (nothing applied). */
+static int apply_bindings(cq_mgrlink_t *l, const cq_mqmgr_config_t *c, char *why, size_t wlen)
+{
+    if (l->bindings && l->bindings_len == c->bindings_len &&
+        memcmp(l->bindings, c->bindings, c->bindings_len) == 0)
+        return 0;
+    char *copy = cq_strndup(c->bindings, c->bindings_len);
+    if (!copy) {
+        snprintf(why, wlen, "content.bindings: out of memory");
+        return -ENOMEM;
+    }
+    char err[256] = "this server takes no bindings";
+    int r = l->apply_bindings
+                ? l->apply_bindings(l->bindings_ud, c->bindings, c->bindings_len, err, sizeof(err))
+                : CQ_ECONFIG;
+    if (r < 0) {
+        snprintf(why, wlen, "content.bindings: %s", err);
+        cq_free(copy);
+        return r == -ENOMEM ? r : CQ_EFIELD;
+    }
+    cq_free(l->bindings);
+    l->bindings = copy;
+    l->bindings_len = c->bindings_len;
+    return 0;
+}
+
+/* publish_config: the permissions are loaded, then the bindings applied (either refused changes
+ * nothing), then the table swapped in and the topics taken. 0, or CQ_EFIELD / -ENOMEM with
+ * why. */
 static int publish_config(cq_mgrlink_t *l, const cq_mqmgr_config_t *c, uint64_t now_ms, char *why,
                           size_t wlen)
 {
@@ -373,6 +409,13 @@ static int publish_config(cq_mgrlink_t *l, const cq_mqmgr_config_t *c, uint64_t 
         snprintf(why, wlen, "content.modules: %s", err);
         cq_free(topics);
         return r == -ENOMEM ? r : CQ_EFIELD;
+    }
+    /* No bindings: the manager never saved any and leaves this server's --bridge-file in force. */
+    r = c->bindings ? apply_bindings(l, c, why, wlen) : 0;
+    if (r < 0) {
+        cq_mqperm_free(perms);
+        cq_free(topics);
+        return r;
     }
     for (size_t i = 0; i < c->ntopics; i++) {
         snprintf(topics[i].name, sizeof(topics[i].name), "%s", c->topics[i].name);

@@ -2,9 +2,10 @@
 # Browser test of the chat-rooms demo: installs the JS client's npm packages (into the
 # gitignored clients/js/node_modules), builds the bundle and the demo, and runs
 # tests/browser/chat.test.mjs, announcements.test.mjs (the chat demo's panel fed by the bridge),
-# world.test.mjs and console.test.mjs (the manager's admin console, with a one-shard cluster
-# from scripts/cluster.sh) against chanqd with Debian's chromium.
-# TESTS="chat announcements" runs only those (default: all four).
+# world.test.mjs, console.test.mjs (the manager's admin console, with a one-shard cluster
+# from scripts/cluster.sh) and bindings.test.mjs (the console's Bindings view, a manager and one
+# server) against chanqd with Debian's chromium.
+# TESTS="chat announcements" runs only those (default: all five).
 # Usage: CHANQD=build/src/main/chanqd [CHANQ_ARTIFACTS=dir] tests/browser/run.sh
 # Exits 77 (skipped) when node, npm or chromium is missing.
 set -euo pipefail
@@ -38,5 +39,5 @@ fi
 npm run --silent build
 export CHANQD CHROMIUM="$chromium"
 files=()
-for t in ${TESTS:-chat announcements world console}; do files+=("$here/$t.test.mjs"); done
+for t in ${TESTS:-chat announcements world console bindings}; do files+=("$here/$t.test.mjs"); done
 exec node --test "${files[@]}"

@@ -93,6 +93,8 @@ def http(method, path, body=None, auth="Bearer admin"):
 
 
 MOD7 = {"token": "t", "produce": ["orders"], "consume": ["*"], "admin": False}
+VIP = {"bindings": [{"topic": "vip", "route": "user_id", "msg_type": 201},
+                    {"topic": "release", "broadcast": "global", "msg_type": 200}]}
 
 SEEDS = {
     "svrconfig": bytes([SRVTOK | STORED]) + feed(0, svrconfig()) + feed(1, svrconfig(2, 7, "x")),
@@ -118,6 +120,15 @@ SEEDS = {
     + feed(3, http("POST", "/api/topics/orders/offline", {}))
     + feed(3, http("POST", "/api/servers/101/offline", {})) + feed(3, http("GET", "/api/audit?limit=3"))
     + feed(3, http("POST", "/api/login", {"token": "admin"}, auth="x")),
+    # bindings: refused (the parser's messages), saved, then pushed in publish_config to a server
+    # that syncs; read back; an empty list; and the codec on a publish_config that carries them
+    "bindings": bytes([SRVTOK | STORED]) + feed(0, sync(101))
+    + feed(3, http("PUT", "/api/bindings", {"bindings": [{"topic": "vip", "msg_type": 99}]}))
+    + feed(3, http("PUT", "/api/bindings", VIP))
+    + save(0) + feed(0, cmd_resp(2, 1, 5)) + feed(1, sync(102)) + feed(3, http("GET", "/api/bindings"))
+    + feed(3, http("PUT", "/api/bindings", {"bindings": []})) + save(1) + RELOAD + save(0)
+    + feed(3, http("GET", "/api/state"))
+    + codec({"askid": 1, "cmdid": 1, "content": {"version": 3, "topics": {}, "bindings": VIP}}),
     "codec": bytes([0]) + codec({"askid": 1, "module_id": 7, "token": "t"})
     + codec({"askid": 1, "cmdid": 1, "content": {"version": 3, "modules": {"7": MOD7},
                                                  "topics": {"orders": {"online": True,

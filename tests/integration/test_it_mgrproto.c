@@ -15,7 +15,11 @@
  *     longer lists it; online again: listed;
  *  5. stale: a server that stops reporting drops out of svrconfig after --mgr-stale-ms and
  *     /api/state marks it stale;
- *  6. SIGHUP: a new --mgr-token-file is read; the old secret gets err 6, the new one is taken.
+ *  6. SIGHUP: a new --mgr-token-file is read; the old secret gets err 6, the new one is taken;
+ *  7. bindings through the JSON API: none in publish_config until saved; then every server's
+ *     publish_config carries the document as saved; a server's refusal (err 5) is logged by the
+ *     manager with the server's text; a bad PUT is 400 with the parser's message and pushes
+ *     nothing; an empty list is still sent.
  * Every wait has a 10 s safety stop; nothing asserts on elapsed time.
  */
 #include <setjmp.h>
@@ -554,6 +558,93 @@ static void test_sighup_tokens(void **state)
     close(y.fd);
 }
 
+/* ---- 7. bindings -------------------------------------------------------------------------- */
+
+/* Waits for needle in the manager's log. */
+static void mgr_log_expect(const char *needle)
+{
+    char p[320];
+    path_in(p, sizeof(p), "mgr.log");
+    for (int64_t end = cq_test_mono_ms() + WAIT_MS; cq_test_mono_ms() < end; cq_test_sleep_ms(50)) {
+        FILE *f = fopen(p, "r");
+        static char text[1 << 20];
+        size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        text[n] = '\0';
+        if (strstr(text, needle))
+            return;
+    }
+    fail_msg("the manager's log has no \"%s\"", needle);
+}
+
+static void answer_cmd(fake_t *s, const cq_mqmgr_msg_t *m, int err, const char *why)
+{
+    char body[256];
+    snprintf(body, sizeof(body), "{\"askid\":%u,\"cmdid\":%u,\"err_code\":%d%s%s%s}", m->askid,
+             m->cmdid, err, why ? ",\"err_msg\":\"" : "", why ? why : "", why ? "\"" : "");
+    send_frame(s->fd, CQ_MQMGR_RESP_COMMAND, body);
+}
+
+/* The next frame of s is publish_config of version (not answered: owned). */
+static cq_mqmgr_msg_t *next_publish(fake_t *s, int64_t version)
+{
+    cq_mqmgr_msg_t *m = recv_msg(s->fd, NULL);
+    assert_int_equal(m->kind, CQ_MQMGR_COMMAND);
+    assert_int_equal(m->cmdid, CQ_MQMGR_CMD_PUBLISH_CONFIG);
+    assert_int_equal(m->config.version, version);
+    return m;
+}
+
+#define NEW_TOK "it-server-token-2" /* since test_sighup_tokens */
+
+static void test_bindings(void **state)
+{
+    fake_t z = {mconnect(), 160, 0, true};
+    sync_send(&z, NEW_TOK);
+    assert_int_equal(sync_answer(&z, NULL, 0), 4);
+    cq_mqmgr_msg_t *m = next_publish(&z, 4);
+    assert_null(m->config.bindings); /* never saved: the server keeps its own file */
+    answer_cmd(&z, m, 0, NULL);
+    cq_mqmgr_msg_free(m);
+    char body[512];
+    assert_int_equal(api("PUT", "/api/bindings",
+                         "{\"bindings\": [{\"topic\": \"vip\", \"route\": \"user_id\", "
+                         "\"msg_type\": 201}]}",
+                         body, sizeof(body)),
+                     200);
+    assert_string_equal(body, "{\"version\":5}");
+    m = next_publish(&z, 5);
+    assert_string_equal(
+        m->config.bindings,
+        "{\"bindings\":[{\"topic\":\"vip\",\"route\":\"user_id\",\"msg_type\":201}]}");
+    assert_string_equal(m->config.modules, "{\"7\":{\"token\":\"" M7_TOK "\",\"produce\":"
+                                           "[\"orders\"],\"consume\":[\"*\"],\"admin\":false}}");
+    answer_cmd(&z, m, 5, "content.bindings: this server takes no bindings");
+    cq_mqmgr_msg_free(m);
+    mgr_log_expect("command publish_config failed: 5 content.bindings: this server takes no "
+                   "bindings");
+    /* refused by the manager: nothing pushed, the version stays */
+    assert_int_equal(
+        api("PUT", "/api/bindings",
+            "{\"bindings\": [{\"topic\": \"vip\", \"route\": \"\", \"msg_type\": 201}]}", body,
+            sizeof(body)),
+        400);
+    assert_string_equal(body, "{\"error\":\"binding 0: \\\"route\\\" must be a field name (a "
+                              "string of 1 to 64 bytes)\"}");
+    sync_send(&z, NEW_TOK);
+    assert_int_equal(sync_answer(&z, NULL, 0), 5); /* no command before the answer */
+    assert_int_equal(api("PUT", "/api/bindings", "{\"bindings\": []}", body, sizeof(body)), 200);
+    assert_string_equal(body, "{\"version\":6}");
+    m = next_publish(&z, 6);
+    assert_string_equal(m->config.bindings, "{\"bindings\":[]}");
+    answer_cmd(&z, m, 0, NULL);
+    cq_mqmgr_msg_free(m);
+    sync_send(&z, NEW_TOK);
+    assert_int_equal(sync_answer(&z, NULL, 0), 6);
+    close(z.fd);
+}
+
 int main(void)
 {
     if (!getenv("CHANQD")) {
@@ -568,6 +659,7 @@ int main(void)
         cmocka_unit_test(test_offline),
         cmocka_unit_test(test_stale),
         cmocka_unit_test(test_sighup_tokens),
+        cmocka_unit_test(test_bindings),
     };
     return cmocka_run_group_tests_name("it-mgrproto", tests, start_mgr, stop_mgr);
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """test_admin_cli.py - `chanq admin` against a real manager (`chanqd --role mgr`, file state)
 with one chanqd (sqlite store) reporting to it: every command, its exact output or JSON, the
-exit codes (0 ok, 1 refused or unreachable, 2 usage) and the audit trail they leave.
+exit codes (0 ok, 1 refused or unreachable, 2 usage) and the audit trail they leave; the
+bindings a server applies once they are set (its config_version follows).
 
   CHANQD=build/src/main/chanqd CHANQ=build/tools/chanq tests/scripts/test_admin_cli.py
 
@@ -73,7 +74,7 @@ def main():
     with open(tmp + "/wrong.token", "w") as f:
         f.write("nope\n")
     os.chmod(tmp + "/admin.token", 0o600)
-    print("1..23", flush=True)
+    print("1..32", flush=True)
     try:
         mr = cqproc.start_mgr(procs, chanqd, tmp, [
             "--mgr-admin-token-file", tmp + "/admin.token", "--mgr-token-file",
@@ -183,11 +184,58 @@ def main():
                 ("module.delete", "7", "ok", "bearer")]
         tap(actions == want, "audit --json --limit 10: every change (a refused one too), in order, as bearer",
             json.dumps(actions))
+
+        # bindings: none saved; refused ones (the bridge parser's exact messages); set; applied
+        rc, out, err = a.run("bindings")
+        tap(rc == 0 and out == "TOPIC  TARGET  MSG_TYPE\n" and a.json("bindings") == {"bindings": []},
+            "bindings: none saved, an empty table and document", out + err)
+        with open(tmp + "/bad.json", "w") as f:
+            f.write('{"bindings": [\n  {"topic": "vip", "route": "user_id", "msg_type": 99}\n]}\n')
+        with open(tmp + "/broken.json", "w") as f:
+            f.write('{"bindings": [\n  {"topic": "vip",}\n]}\n')
+        rc, out, err = a.run("bindings", "set", tmp + "/bad.json")
+        tap(rc == 1 and out == "" and err == 'chanq admin: PUT /api/bindings: 400: binding 0: '
+            '"msg_type" must be an integer from 100 to 65535\n',
+            "bindings set, a bad msg_type: exit 1, the parser's message", out + err)
+        rc, out, err = a.run("bindings", "set", tmp + "/broken.json")
+        tap(rc == 1 and err == "chanq admin: PUT /api/bindings: 400: bindings: invalid JSON at "
+            "line 2, column 19: string or '}' expected near '}'\n",
+            "bindings set, bad JSON: exit 1, its line and column in the file", out + err)
+        rc, out, err = a.run("bindings", "set", tmp + "/missing.json")
+        rc2, out2, err2 = a.run("bindings", "set")
+        tap(rc == 2 and "missing.json" in err and rc2 == 2 and "bindings set FILE" in err2,
+            "bindings set without a readable FILE: exit 2", err + err2)
+        doc = {"bindings": [{"topic": "vip", "route": "user_id", "msg_type": 201},
+                            {"topic": "release", "broadcast": "global", "msg_type": 200}]}
+        with open(tmp + "/good.json", "w") as f:
+            json.dump(doc, f, indent=2)
+        rc, out, err = a.run("bindings", "set", tmp + "/good.json")
+        tap(rc == 0 and out == "version %d\n" % (ver_m7 + 8), "bindings set: version +1", out + err)
+        rc, out, err = a.run("bindings")
+        tap(rc == 0 and out.splitlines() == ["TOPIC    TARGET            MSG_TYPE",
+                                             "vip      route user_id     201",
+                                             "release  broadcast global  200"],
+            "bindings: the table", out + err)
+        tap(a.json("bindings") == doc, "bindings --json: the document as set", a.run("--json", "bindings"))
+        st = until(lambda: [s for s in a.json("servers")
+                            if s.get("appid") == 41 and s.get("config_version") == ver_m7 + 8],
+                   "41 applied")
+        tap(st, "server 41 applied the bindings (config_version %d)" % (ver_m7 + 8),
+            json.dumps(a.json("servers")))
+        au = a.json("audit", "--limit", "3")
+        actions = [(e.get("action"), e.get("target"), e.get("version"), e.get("result"))
+                   for e in au.get("entries", [])]
+        tap(actions == [("bindings.put", "", 0, 'binding 0: "msg_type" must be an integer from '
+                         "100 to 65535"),
+                        ("bindings.put", "", 0, "bindings: invalid JSON at line 2, column 19: "
+                         "string or '}' expected near '}'"),
+                        ("bindings.put", "", ver_m7 + 8, "ok")],
+            "audit: the bindings changes, refused ones too", json.dumps(actions))
     except Exception as e:
         print("# error: %r" % e, flush=True)
     finally:
         procs.stop_all()
-        while len(results) < 23:
+        while len(results) < 32:
             tap(False, "not reached")
         if all(results):
             shutil.rmtree(tmp, ignore_errors=True)

@@ -7,7 +7,7 @@
 
 (function () {
   const POLL_MS = 1000;
-  const VIEWS = ['shards', 'servers', 'topics', 'modules', 'relay', 'audit'];
+  const VIEWS = ['shards', 'servers', 'topics', 'modules', 'bindings', 'relay', 'audit'];
   const TRANSPORTS = ['tcp', 'ws', 'wss', 'kcp'];
   const CHANNEL_TYPES = ['GLOBAL', 'PRIVATE', 'SUBWORLD', 'SPATIAL', 'ENTITY'];
 
@@ -16,6 +16,8 @@
   let timer = null;
   let polling = false;
   const dirtyModules = new Set(); // module ids whose inputs the operator is editing
+  let bindings = null; // the state's bindings list; null while the manager never saved any
+  let bindingsDirty = false; // the operator is editing the document: polls leave it alone
 
   const $ = (id) => document.getElementById(id);
 
@@ -61,6 +63,8 @@
 
   // ---- API -----------------------------------------------------------------------------------
 
+  // body: an object sent as JSON, or a string sent as it is (the bindings editor's text, so
+  // that the manager's errors point into what the operator wrote).
   async function api(method, path, body) {
     const headers = {};
     if (method !== 'GET') {
@@ -71,7 +75,7 @@
       method,
       headers,
       credentials: 'same-origin',
-      body: method === 'GET' ? undefined : JSON.stringify(body || {}),
+      body: method === 'GET' ? undefined : typeof body === 'string' ? body : JSON.stringify(body || {}),
     });
     let data = null;
     try {
@@ -311,6 +315,94 @@
         $('module-new-' + f).value = '';
   }
 
+  // ---- bindings ------------------------------------------------------------------------------
+
+  function bindingTarget(b) {
+    if (typeof b.broadcast === 'string')
+      return `broadcast ${b.broadcast}`;
+    return typeof b.route === 'string' ? `route ${b.route}` : '-';
+  }
+
+  // Topic names compare case-insensitively (doc/bridge.md), fields exactly.
+  function bindingKey(b) {
+    return `${String(b.topic).toLowerCase()}\u0000${bindingTarget(b)}`;
+  }
+
+  function bindingsText(list) {
+    return JSON.stringify({ bindings: list || [] }, null, 2);
+  }
+
+  function bindingsError(msg) {
+    const e = $('bindings-error');
+    e.textContent = msg;
+    e.hidden = !msg;
+  }
+
+  function renderBindings(st) {
+    bindings = Array.isArray(st.bindings) ? st.bindings : null;
+    const list = bindings || [];
+    $('bindings-managed').textContent = bindings === null
+      ? 'Not managed: each server uses its own --bridge-file. The first save makes these ' +
+        'bindings the only ones on every server of this manager.'
+      : `Managed: ${list.length} binding${list.length === 1 ? '' : 's'} in force on every ` +
+        'server of this manager (their --bridge-file is no longer read).';
+    $('bindings-managed').dataset.managed = bindings === null ? '0' : '1';
+    const rows = list.map((b, i) => el('tr', { testid: `binding-row-${i}` },
+      td(b.topic, `binding-topic-${i}`), td(bindingTarget(b), `binding-target-${i}`),
+      td(b.msg_type, `binding-msgtype-${i}`)));
+    if (!rows.length)
+      rows.push(el('tr', {}, el('td', { colspan: '3', text: 'no binding' })));
+    $('bindings-body').replaceChildren(...rows);
+    if (!bindingsDirty)
+      $('bindings-editor').value = bindingsText(list);
+  }
+
+  // What a save would do that cannot be undone from here without retyping it: the first save
+  // replaces every server's --bridge-file bindings; a later one may remove bindings in force.
+  // Returns the question to confirm, or '' when there is nothing to confirm.
+  function bindingsQuestion(text) {
+    let doc = null;
+    try {
+      doc = JSON.parse(text);
+    } catch (e) {
+      return ''; // not JSON: the manager refuses it and says where
+    }
+    if (bindings === null)
+      return 'The first save replaces the --bridge-file bindings of every server of this ' +
+        'manager, and their files are no longer read. Save?';
+    const next = new Set((doc && Array.isArray(doc.bindings) ? doc.bindings : [])
+      .filter((b) => b && typeof b === 'object').map(bindingKey));
+    const gone = bindings.filter((b) => !next.has(bindingKey(b)));
+    if (!gone.length)
+      return '';
+    return `Remove ${gone.length} binding${gone.length === 1 ? '' : 's'} (` +
+      gone.map((b) => `${b.topic} \u2192 ${bindingTarget(b)}`).join(', ') +
+      ')? Their events are no longer delivered. Save?';
+  }
+
+  async function saveBindings() {
+    const text = $('bindings-editor').value;
+    const q = bindingsQuestion(text);
+    if (q && !window.confirm(q))
+      return;
+    const r = await api('PUT', '/api/bindings', text);
+    if (r.status !== 200) {
+      // the manager's exact message (the bindings parser's for a bad document)
+      bindingsError((r.data && r.data.error) || `HTTP ${r.status}`);
+      return;
+    }
+    bindingsError('');
+    bindingsDirty = false;
+    $('status').textContent = `bindings saved: version ${r.data.version}`;
+    await poll();
+  }
+
+  function resetBindings() {
+    bindingsDirty = false;
+    bindingsError('');
+    $('bindings-editor').value = bindingsText(bindings);
+  }
+
   function kv(tbody, obj, keys, prefix) {
     tbody.replaceChildren(...keys.map((k) => el('tr', {}, el('th', { text: k }),
       td(obj && obj[k] !== undefined ? obj[k] : 0, `${prefix}-${k}`))));
@@ -408,6 +500,7 @@
     renderServers(st);
     renderTopics(st);
     renderModules(st);
+    renderBindings(st);
     renderRelay(st);
   }
 
@@ -448,6 +541,11 @@
     $('login-form').addEventListener('submit', login);
     $('logout').addEventListener('click', logout);
     $('module-new-save').addEventListener('click', addModule);
+    $('bindings-save').addEventListener('click', saveBindings);
+    $('bindings-reset').addEventListener('click', resetBindings);
+    $('bindings-editor').addEventListener('input', () => {
+      bindingsDirty = true;
+    });
     for (const b of document.querySelectorAll('nav button'))
       b.addEventListener('click', () => selectView(b.dataset.view));
     if (csrf)

@@ -425,6 +425,122 @@ static void test_changes_and_commands(void **state)
     stop(m);
 }
 
+static json_t *view(cq_mgr_t *m, uint64_t now);
+
+/* GET /api/bindings' body (the engine's side). */
+static void expect_bindings_json(cq_mgr_t *m, const char *want)
+{
+    cq_sbuf_t sb;
+    cq_sbuf_init(&sb);
+    assert_int_equal(cq__mgr_bindings_json(m, &sb), 0);
+    assert_int_equal(cq_sbuf_append(&sb, "", 1), 0);
+    assert_string_equal((const char *)sb.data, want);
+    cq_sbuf_done(&sb);
+}
+
+#define VIP_DOC "{\"bindings\":[{\"topic\":\"vip\",\"route\":\"user_id\",\"msg_type\":201}]}"
+#define GLOBAL_DOC                                                                                 \
+    "{\"bindings\":[{\"topic\":\"release\",\"broadcast\":\"global\",\"msg_type\":200}]}"
+
+/* Bindings: none saved sends none (the servers keep their files); a refused document is the
+ * parser's exact message and changes nothing; a saved one is versioned, stored, pushed to every
+ * server as "bindings" and re-applied after a compare-and-set miss; an empty list stays managed. */
+static void test_bindings(void **state)
+{
+    (void)state;
+    cq_mgr_t *m = start();
+    tconn_t *s = open_conn(m);
+    load_state(m, NULL, -1);
+    cq_mgr_store_done(m, 0, 0);
+    send_frame(s, 1, sync_body(11, 1, "srv", "{\"addr\":\"h:1\"}"), 10);
+    expect_frame(s, 2, "{\"askid\":11,\"err_code\":0,\"config_version\":1}");
+    expect_frame(s, 3, "{\"askid\":1,\"cmdid\":1,\"content\":{\"version\":1,\"topics\":{}}}");
+    expect_bindings_json(m, "{\"bindings\":[]}");
+    json_t *v = view(m, 10);
+    assert_true(json_is_null(json_object_get(v, "bindings")));
+    json_decref(v);
+    /* refused: exactly what cq_bindings_parse says (doc/bridge.md), nothing changes */
+    static const struct {
+        const char *doc, *msg;
+    } bad[] = {
+        {"{\"bindings\":[{\"topic\":\"vip\",\"route\":\"user_id\",\"msg_type\":99}]}",
+         "binding 0: \"msg_type\" must be an integer from 100 to 65535"},
+        {"{\"bindings\":[],\"extra\":1}", "bindings: unknown key \"extra\""},
+        {"[]", "bindings: the document must be a JSON object"},
+        {"{\"bindings\":[\n{\"topic\":\"a\",}]}",
+         "bindings: invalid JSON at line 2, column 14: string or '}' expected near '}'"},
+        {"{\"bindings\":[{\"topic\":\"vip\",\"route\":\"uid\",\"msg_type\":201},"
+         "{\"topic\":\"VIP\",\"route\":\"uid\",\"msg_type\":202}]}",
+         "binding 1: same topic and target as binding 0"},
+        {"", "bindings: invalid JSON at line 1, column 0: '[' or '{' expected near end of file"},
+    };
+    char err[256];
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        int64_t rc = cq__mgr_bindings_put(m, bad[i].doc, strlen(bad[i].doc), err, sizeof(err));
+        assert_int_equal(rc, CQ_EFIELD);
+        if (strcmp(err, bad[i].msg) != 0)
+            fail_msg("%s:\n  got  %s\n  want %s", bad[i].doc, err, bad[i].msg);
+    }
+    expect_none(s);
+    assert_int_equal(fk.saves, 1);
+    expect_bindings_json(m, "{\"bindings\":[]}");
+    /* saved: version 2, stored as the object, pushed after the topics */
+    const char *doc =
+        "{\"bindings\": [{\"topic\": \"vip\", \"route\": \"user_id\", \"msg_type\": 201}]}";
+    assert_int_equal(cq__mgr_bindings_put(m, doc, strlen(doc), err, sizeof(err)), 2);
+    expect_frame(
+        s, 3,
+        "{\"askid\":2,\"cmdid\":1,\"content\":{\"version\":2,\"topics\":{},\"bindings\":" VIP_DOC
+        "}}");
+    assert_int_equal(fk.saves, 2);
+    assert_string_equal(fk.saved, "{\"version\":2,\"modules\":{},\"topics\":{},\"offline\":[],"
+                                  "\"groups\":{},\"bindings\":" VIP_DOC "}");
+    cq_mgr_store_done(m, 0, 1);
+    expect_bindings_json(m, VIP_DOC);
+    v = view(m, 10);
+    char *text = json_dumps(json_object_get(v, "bindings"), JSON_COMPACT);
+    assert_string_equal(text, "[{\"topic\":\"vip\",\"route\":\"user_id\",\"msg_type\":201}]");
+    free(text);
+    json_decref(v);
+    /* a compare-and-set miss: the other manager's document, then our bindings on top */
+    assert_int_equal(cq__mgr_bindings_put(m, GLOBAL_DOC, strlen(GLOBAL_DOC), err, sizeof(err)), 3);
+    next_frame(s, &(uint8_t){0});
+    cq_mgr_store_done(m, CQ_ECONFLICT, 0);
+    load_state(m, "{\"version\":7,\"bindings\":" VIP_DOC ",\"offline\":[]}", 4);
+    assert_string_equal(fk.saved, "{\"version\":8,\"bindings\":" GLOBAL_DOC ",\"offline\":[],"
+                                  "\"modules\":{},\"topics\":{},\"groups\":{}}");
+    expect_frame(
+        s, 3,
+        "{\"askid\":4,\"cmdid\":1,\"content\":{\"version\":8,\"topics\":{},\"bindings\":" GLOBAL_DOC
+        "}}");
+    cq_mgr_store_done(m, 0, 5);
+    /* an empty list removes every binding and stays managed: "bindings" is still sent */
+    assert_int_equal(cq__mgr_bindings_put(m, "{\"bindings\":[]}", 15, err, sizeof(err)), 9);
+    expect_frame(s, 3,
+                 "{\"askid\":5,\"cmdid\":1,\"content\":{\"version\":9,\"topics\":{},\"bindings\":{"
+                 "\"bindings\":[]}}}");
+    expect_bindings_json(m, "{\"bindings\":[]}");
+    v = view(m, 10);
+    assert_int_equal(json_array_size(json_object_get(v, "bindings")), 0);
+    assert_true(json_is_array(json_object_get(v, "bindings")));
+    json_decref(v);
+    close_conn(s);
+    stop(m);
+    /* a stored state with bindings: a new manager pushes them to the first server it hears */
+    m = start();
+    s = open_conn(m);
+    load_state(m, "{\"version\":4,\"bindings\":" GLOBAL_DOC "}", 2);
+    send_frame(s, 1, sync_body(11, 1, "srv", "{\"addr\":\"h:1\"}"), 10);
+    expect_frame(s, 2, "{\"askid\":11,\"err_code\":0,\"config_version\":4}");
+    expect_frame(
+        s, 3,
+        "{\"askid\":1,\"cmdid\":1,\"content\":{\"version\":4,\"topics\":{},\"bindings\":" GLOBAL_DOC
+        "}}");
+    close_conn(s);
+    stop(m);
+}
+
 static void test_bad_stored_state(void **state)
 {
     (void)state;
@@ -445,6 +561,10 @@ static void test_bad_stored_state(void **state)
          "offline[0]: must be an integer in [0, 4294967295]"},
         {"{\"version\":1,\"groups\":{\"1\":{\"name\":1}}}",
          "groups.1: must be an object {\"name\": string}"},
+        {"{\"version\":1,\"bindings\":[]}", "bindings: the document must be a JSON object"},
+        {"{\"version\":1,\"bindings\":{\"bindings\":[{\"topic\":\"a\",\"broadcast\":\"x\","
+         "\"msg_type\":200}]}}",
+         "binding 0: \"broadcast\" must be \"global\" or \"topic\""},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         int rc = cq_mgr_store_loaded(m, bad[i].doc, strlen(bad[i].doc), 1, err, sizeof(err));
@@ -712,8 +832,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_and_svrconfig), cmocka_unit_test(test_relay_nodes),
         cmocka_unit_test(test_bad_input),          cmocka_unit_test(test_changes_and_commands),
-        cmocka_unit_test(test_bad_stored_state),   cmocka_unit_test(test_view_rates_alerts),
-        cmocka_unit_test(test_filestore),
+        cmocka_unit_test(test_bindings),           cmocka_unit_test(test_bad_stored_state),
+        cmocka_unit_test(test_view_rates_alerts),  cmocka_unit_test(test_filestore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

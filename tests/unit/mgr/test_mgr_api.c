@@ -82,6 +82,17 @@ int64_t cq__mgr_server_set_offline(cq_mgr_t *m, uint32_t appid, bool offline, ch
     return change(m, err, errlen);
 }
 
+int64_t cq__mgr_bindings_put(cq_mgr_t *m, const char *json, size_t len, char *err, size_t errlen)
+{
+    snprintf(m->last_call, sizeof(m->last_call), "bindings %.*s", (int)len, json);
+    return change(m, err, errlen);
+}
+
+int cq__mgr_bindings_json(const cq_mgr_t *m, cq_sbuf_t *out)
+{
+    return cq_sbuf_printf(out, "{\"bindings\":[{\"v\":%lld}]}", (long long)m->version);
+}
+
 int cq__mgr_state_json(const cq_mgr_t *m, uint64_t now_ms, cq_sbuf_t *out)
 {
     return cq_sbuf_printf(out, "{\"version\":%lld,\"now_ms\":%llu}", (long long)m->version,
@@ -458,6 +469,52 @@ static void test_bearer_routes(void **state)
     edge_free(e);
 }
 
+/* /api/bindings: GET answers the engine's document, PUT hands it the body as it came, a refusal
+ * is a 400 with the engine's text (the bindings parser's), each PUT is audited. */
+static void test_bindings_route(void **state)
+{
+    (void)state;
+    edge_t *e = edge_new("127.0.0.1:5555");
+    const char *bearer = "Authorization: Bearer admintok\r\n";
+    const char *ok = "Authorization: Bearer admintok\r\nContent-Type: application/json\r\n";
+    fm.version = 4;
+    resp_t *r = call(e, "GET", "/api/bindings", bearer, NULL);
+    assert_int_equal(r->status, 200);
+    assert_string_equal(r->body, "{\"bindings\":[{\"v\":4}]}");
+    assert_true(has(r->head, "Cache-Control: no-store\r\n"));
+    const char *doc =
+        "{\"bindings\": [{\"topic\":\"vip\",\"route\":\"user_id\",\"msg_type\":201}]}";
+    r = call(e, "PUT", "/api/bindings", ok, doc);
+    assert_int_equal(r->status, 200);
+    assert_string_equal(r->body, "{\"version\":5}");
+    char want[256];
+    snprintf(want, sizeof(want), "bindings %s", doc);
+    assert_string_equal(fm.last_call, want);
+    assert_true(has(last_audit(), "\"auth\":\"bearer\",\"action\":\"bindings.put\","
+                                  "\"target\":\"\",\"version\":5,\"result\":\"ok\"}"));
+    fm.next_err = CQ_EFIELD;
+    snprintf(fm.err_text, sizeof(fm.err_text),
+             "binding 0: \"msg_type\" must be an integer from 100 to 65535");
+    r = call(e, "PUT", "/api/bindings", ok, "{\"bindings\":[{\"topic\":\"a\"}]}");
+    assert_int_equal(r->status, 400);
+    assert_string_equal(
+        r->body,
+        "{\"error\":\"binding 0: \\\"msg_type\\\" must be an integer from 100 to 65535\"}");
+    assert_true(has(last_audit(), "\"action\":\"bindings.put\",\"target\":\"\",\"version\":0,"
+                                  "\"result\":\"binding 0: \\\"msg_type\\\" must be an integer "
+                                  "from 100 to 65535\"}"));
+    r = call(e, "DELETE", "/api/bindings", ok, NULL);
+    assert_int_equal(r->status, 405);
+    assert_true(has(r->head, "Allow: GET, PUT\r\n"));
+    assert_string_equal(r->body, "{\"error\":\"method not allowed: use GET or PUT\"}");
+    r = call(e, "PUT", "/api/bindings", bearer, "{}");
+    assert_int_equal(r->status, 415);
+    r = call(e, "GET", "/api/bindings", NULL, NULL);
+    assert_int_equal(r->status, 401);
+    assert_int_equal(e->closed, 0);
+    edge_free(e);
+}
+
 static void test_audit_route(void **state)
 {
     (void)state;
@@ -646,6 +703,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_host, setup, teardown),
         cmocka_unit_test_setup_teardown(test_login_session_csrf, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bearer_routes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bindings_route, setup, teardown),
         cmocka_unit_test_setup_teardown(test_audit_route, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limits_and_framing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_login_budget, setup, teardown),

@@ -166,11 +166,46 @@ static void test_engine_refusals(void **state)
     assert_null(strstr(fx.audit, "\"result\":\"ok\""));
 }
 
+/* Bindings over HTTP: a refused document is 400 with the parser's exact message and the old
+ * bindings stay; a good one answers the new version and GET gives it back as stored. */
+static void test_bindings(void **state)
+{
+    (void)state;
+    char b[4096];
+    assert_int_equal(call("GET", "/api/bindings", NULL, b, sizeof(b)), 200);
+    assert_string_equal(b, "{\"bindings\":[]}");
+    const char *doc = "{\"bindings\":[{\"topic\":\"release\",\"broadcast\":\"global\","
+                      "\"msg_type\":200}]}";
+    assert_int_equal(call("PUT", "/api/bindings", doc, b, sizeof(b)), 200);
+    assert_string_equal(b, "{\"version\":2}");
+    assert_non_null(strstr(fx.audit, "\"action\":\"bindings.put\",\"target\":\"\",\"version\":2,"
+                                     "\"result\":\"ok\"}"));
+    assert_int_equal(call("PUT", "/api/bindings",
+                          "{\"bindings\":[{\"topic\":\"release\",\"broadcast\":\"GLOBAL\","
+                          "\"msg_type\":200}]}",
+                          b, sizeof(b)),
+                     400);
+    assert_string_equal(
+        b, "{\"error\":\"binding 0: \\\"broadcast\\\" must be \\\"global\\\" or \\\"topic\\\"\"}");
+    assert_non_null(strstr(fx.audit, "\"action\":\"bindings.put\",\"target\":\"\",\"version\":0,"
+                                     "\"result\":\"binding 0: \\\"broadcast\\\" must be"));
+    assert_int_equal(call("PUT", "/api/bindings", "{\"bindings\":[", b, sizeof(b)), 400);
+    assert_string_equal(b, "{\"error\":\"bindings: invalid JSON at line 1, column 13: "
+                           "']' expected near end of file\"}");
+    assert_int_equal(call("GET", "/api/bindings", NULL, b, sizeof(b)), 200);
+    assert_string_equal(b, doc);
+    assert_int_equal(call("GET", "/api/state", NULL, b, sizeof(b)), 200);
+    assert_non_null(strstr(b, "\"bindings\":[{\"topic\":\"release\",\"broadcast\":\"global\","
+                              "\"msg_type\":200}]"));
+    assert_non_null(strstr(b, "\"version\":2,"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_changes_reach_the_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_engine_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bindings, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -422,6 +422,30 @@ static void test_commands(void **state)
     expect_body(m, b);
     cq_mqmgr_msg_free(m);
 
+    /* the bindings document travels as an object, after the topics; its content is the
+     * server's to check */
+    b = "{\"askid\":3,\"cmdid\":1,\"content\":{\"version\":5,\"topics\":{},\"bindings\":{"
+        "\"bindings\":[{\"topic\":\"vip\",\"route\":\"user_id\",\"msg_type\":201}]}}}";
+    m = decode_ok(3, b, CQ_MQMGR_COMMAND);
+    assert_null(m->config.modules);
+    assert_string_equal(
+        m->config.bindings,
+        "{\"bindings\":[{\"topic\":\"vip\",\"route\":\"user_id\",\"msg_type\":201}]}");
+    assert_int_equal(m->config.bindings_len, strlen(m->config.bindings));
+    expect_body(m, b);
+    cq_mqmgr_msg_free(m);
+    m = cq_mqmgr_msg_new(CQ_MQMGR_COMMAND, 9);
+    m->askid = 3;
+    m->cmdid = 1;
+    m->config.version = 5;
+    const char *bs = "{ \"bindings\": [ {\"topic\": \"vip\", \"route\": \"user_id\", "
+                     "\"msg_type\": 201} ] }";
+    assert_int_equal(cq_mqmgr_config_set_bindings(&m->config, bs, strlen(bs)), 0);
+    assert_int_equal(cq_mqmgr_config_set_bindings(&m->config, "[]", 2), CQ_EFIELD);
+    assert_int_equal(cq_mqmgr_config_set_bindings(&m->config, "{", 1), CQ_EFIELD);
+    expect_body(m, b);
+    cq_mqmgr_msg_free(m);
+
     b = "{\"askid\":2,\"cmdid\":2,\"content\":{\"offline\":true}}";
     m = decode_ok(3, b, CQ_MQMGR_COMMAND);
     assert_int_equal(m->cmdid, 2);
@@ -659,6 +683,9 @@ static void test_errors_responses_commands(void **state)
     expect_err(3, "{\"askid\":1,\"cmdid\":1,\"content\":{\"version\":1,\"modules\":{}}}", CQ_EFIELD,
                "command: field \"content.topics\": missing");
     expect_err(
+        3, "{\"askid\":1,\"cmdid\":1,\"content\":{\"version\":1,\"topics\":{},\"bindings\":[]}}",
+        CQ_EFIELD, "command: field \"content.bindings\": must be an object");
+    expect_err(
         3, "{\"askid\":1,\"cmdid\":1,\"content\":{\"version\":1,\"modules\":{},\"topics\":[]}}",
         CQ_EFIELD, "command: field \"content.topics\": must be an object of at most 10000 topics");
     expect_err(3,
@@ -825,7 +852,7 @@ static void test_fail_n(void **state)
                "[{\"node\":1,\"cluster\":\"eu\",\"tcp\":\"h:1\",\"kcp\":\"h:2\"}]}",
                2);
     failn_loop("{\"askid\":1,\"cmdid\":1,\"content\":{\"version\":4,\"modules\":{\"7\":{}},"
-               "\"topics\":{\"a\":{\"online\":true}}}}",
+               "\"topics\":{\"a\":{\"online\":true}},\"bindings\":{\"bindings\":[]}}}",
                3);
 }
 

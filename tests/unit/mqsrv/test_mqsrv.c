@@ -2828,6 +2828,125 @@ static void test_mgrlink_unmanaged(void **state)
     eng_stop();
 }
 
+/* The bridge's side of the link in these tests: the documents it was handed; one whose
+ * msg_type is 1 is refused as cq_bindings_parse would. */
+static struct {
+    int calls;
+    char last[256];
+} fb;
+
+static int fake_apply_bindings(void *ud, const char *json, size_t len, char *err, size_t errlen)
+{
+    assert_ptr_equal(ud, &fb);
+    fb.calls++;
+    snprintf(fb.last, sizeof(fb.last), "%.*s", (int)len, json);
+    if (strstr(fb.last, "\"msg_type\":1}")) {
+        snprintf(err, errlen, "binding 0: \"msg_type\" must be an integer from 100 to 65535");
+        return CQ_ECONFIG;
+    }
+    return 0;
+}
+
+static cq_mqmgr_msg_t *publish_bindings(uint32_t askid, int64_t version, const char *modules,
+                                        const char *bindings)
+{
+    cq_mqmgr_msg_t *m = publish(askid, version, modules, false);
+    assert_int_equal(cq_mqmgr_config_set_bindings(&m->config, bindings, strlen(bindings)), 0);
+    return m;
+}
+
+#define KEEP_ONLY_CONSUME "{\"3\":{\"token\":\"s3\",\"consume\":[\"keep\"]}}"
+#define KEEP_PRODUCE      "{\"3\":{\"token\":\"s3\",\"produce\":[\"keep\"]}}"
+#define VIP_BINDINGS      "{\"bindings\":[{\"topic\":\"vip\",\"route\":\"user_id\",\"msg_type\":201}]}"
+
+/* publish_config's bindings go to the bridge once per document (the same one again is left
+ * alone); one the bridge refuses is answered err 5 "content.bindings: <why>" and nothing of the
+ * command applies: not the modules, not the topics, not the version. */
+static void test_mgrlink_bindings(void **state)
+{
+    (void)state;
+    memset(&fb, 0, sizeof(fb));
+    eng_start(false, 0);
+    cq_mgrlink_opts_t o = {.group_id = 3,
+                           .appid = 42,
+                           .token = "sek",
+                           .apply_bindings = fake_apply_bindings,
+                           .bindings_ud = &fb};
+    cq_mgrlink_t *l = cq_mgrlink_new(eng, &o);
+    assert_non_null(l);
+    cq_mgrlink_connected(l);
+    fconn_t *p = fconn_new();
+    connect_as(p, 3, "s3",
+               "2 1 "
+               "{\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":true}");
+    /* without bindings the bridge is not asked (the server keeps its --bridge-file) */
+    assert_int_equal(link_in(l, publish(70, 1, KEEP_PRODUCE, true), 1), 0);
+    expect_answer(l, 70, 1, 0, NULL);
+    assert_int_equal(fb.calls, 0);
+    /* with bindings: handed over compact, once */
+    assert_int_equal(link_in(l,
+                             publish_bindings(71, 2, KEEP_PRODUCE,
+                                              "{ \"bindings\": [ {\"topic\": \"vip\", \"route\": "
+                                              "\"user_id\", \"msg_type\": 201} ] }"),
+                             2),
+                     0);
+    expect_answer(l, 71, 1, 0, NULL);
+    assert_int_equal(fb.calls, 1);
+    assert_string_equal(fb.last, VIP_BINDINGS);
+    done(take(CQ_WRITER_TOPIC_SET_ONLINE, "orders"), 0);
+    assert_int_equal(link_in(l, publish_bindings(72, 3, KEEP_PRODUCE, VIP_BINDINGS), 3), 0);
+    expect_answer(l, 72, 1, 0, NULL);
+    assert_int_equal(fb.calls, 1); /* the same document: left alone */
+    cq_mgrlink_stats_t st;
+    cq_mgrlink_stats(l, &st);
+    assert_int_equal(st.config_version, 3);
+    /* refused: the bridge's exact text, and the modules that would stop module 3 producing,
+     * the version and the topics stay as they were */
+    assert_int_equal(link_in(l,
+                             publish_bindings(73, 4, KEEP_ONLY_CONSUME,
+                                              "{\"bindings\":[{\"topic\":\"vip\",\"route\":"
+                                              "\"user_id\",\"msg_type\":1}]}"),
+                             4),
+                     0);
+    cq_mqmgr_msg_t *m = link_out(l, CQ_MQMGR_COMMAND_RESP);
+    assert_int_equal(m->askid, 73);
+    assert_int_equal(m->err_code, 5);
+    assert_string_equal(m->err_msg, "content.bindings: binding 0: \"msg_type\" must be an integer "
+                                    "from 100 to 65535");
+    cq_mqmgr_msg_free(m);
+    assert_int_equal(fb.calls, 2);
+    cq_mgrlink_stats(l, &st);
+    assert_int_equal(st.config_version, 3);
+    assert_int_equal(fp.npending, 0);
+    cq_mqsrv_drain(eng);
+    feed(p, produce_req(2, "keep", 1, 0));
+    done_produce(take(CQ_WRITER_PRODUCE, "keep"), 1);
+    expect_prefix(p, "12 2 {\"askid\":2,\"topic\":\"keep\",\"err_code\":0");
+    /* the refused document is not remembered: the one in force is still left alone */
+    assert_int_equal(link_in(l, publish_bindings(74, 5, KEEP_PRODUCE, VIP_BINDINGS), 5), 0);
+    expect_answer(l, 74, 1, 0, NULL);
+    assert_int_equal(fb.calls, 2);
+    /* an empty list is a document too */
+    assert_int_equal(link_in(l, publish_bindings(75, 6, KEEP_PRODUCE, "{\"bindings\":[]}"), 6), 0);
+    expect_answer(l, 75, 1, 0, NULL);
+    assert_int_equal(fb.calls, 3);
+    assert_string_equal(fb.last, "{\"bindings\":[]}");
+    fconn_free(p);
+    cq_mgrlink_free(l);
+    /* a link that takes no bindings refuses them */
+    l = link_new(43);
+    cq_mgrlink_connected(l);
+    assert_int_equal(link_in(l, publish_bindings(76, 7, KEEP_PRODUCE, VIP_BINDINGS), 7), 0);
+    m = link_out(l, CQ_MQMGR_COMMAND_RESP);
+    assert_int_equal(m->err_code, 5);
+    assert_string_equal(m->err_msg, "content.bindings: this server takes no bindings");
+    cq_mqmgr_msg_free(m);
+    cq_mgrlink_free(l);
+    done_all();
+    eng_stop();
+}
+
 /* A slave records the managed flags; once it is master the tick sets them. */
 static void test_mgrlink_slave(void **state)
 {
@@ -2890,6 +3009,7 @@ int main(void)
         cmocka_unit_test(test_mgrlink_relay_node),
         cmocka_unit_test(test_mgrlink_commands),
         cmocka_unit_test(test_mgrlink_unmanaged),
+        cmocka_unit_test(test_mgrlink_bindings),
         cmocka_unit_test(test_mgrlink_slave),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
