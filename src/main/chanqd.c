@@ -471,7 +471,8 @@ static int make_mgrlink(app_t *a, cq_mqio_opts_t *mo)
                             .token = token,
                             .addr = c->cluster_advertise,
                             .report_ms = (uint32_t)c->mgr_report_ms,
-                            .apply_bindings = apply_bindings,
+                            /* a relay node has no bridge: it ignores the bindings */
+                            .apply_bindings = a->bridge ? apply_bindings : NULL,
                             .bindings_ud = a};
     if (!(a->mgrlink = cq_mgrlink_new(a->mqsrv, &lo)))
         return -ENOMEM;

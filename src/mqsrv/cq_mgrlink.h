@@ -101,7 +101,8 @@ typedef struct cq_mgrlink_opts {
      * command is then answered err 5 "content.bindings: <err>" and nothing of it changes).
      * Called only when the document differs from the last one applied: the same document
      * again (every other change the manager pushes carries it) leaves the bridge as it is.
-     * NULL: a publish_config with bindings is refused ("this server takes no bindings"). */
+     * NULL: the server takes no bindings (a relay node has no bridge): they are ignored, and
+     * the rest of the command applies. */
     int (*apply_bindings)(void *ud, const char *json, size_t len, char *err, size_t errlen);
     void *bindings_ud;
 } cq_mgrlink_opts_t;

@@ -369,18 +369,16 @@ static void apply_topics(cq_mgrlink_t *l, uint64_t now_ms)
  * resumes in progress for nothing. 0, or CQ_EFIELD / -ENOMEM with why (nothing applied). */
 static int apply_bindings(cq_mgrlink_t *l, const cq_mqmgr_config_t *c, char *why, size_t wlen)
 {
-    if (l->bindings && l->bindings_len == c->bindings_len &&
-        memcmp(l->bindings, c->bindings, c->bindings_len) == 0)
-        return 0;
+    if (!l->apply_bindings || (l->bindings && l->bindings_len == c->bindings_len &&
+                               memcmp(l->bindings, c->bindings, c->bindings_len) == 0))
+        return 0; /* a server without a bridge is no one's to bind (a relay node) */
     char *copy = cq_strndup(c->bindings, c->bindings_len);
     if (!copy) {
         snprintf(why, wlen, "content.bindings: out of memory");
         return -ENOMEM;
     }
-    char err[256] = "this server takes no bindings";
-    int r = l->apply_bindings
-                ? l->apply_bindings(l->bindings_ud, c->bindings, c->bindings_len, err, sizeof(err))
-                : CQ_ECONFIG;
+    char err[256] = "";
+    int r = l->apply_bindings(l->bindings_ud, c->bindings, c->bindings_len, err, sizeof(err));
     if (r < 0) {
         snprintf(why, wlen, "content.bindings: %s", err);
         cq_free(copy);
