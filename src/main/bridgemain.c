@@ -286,50 +286,52 @@ static bool resume_position(void *ud, const char *topic, uint64_t *epoch, uint64
     return mq && cq_mqsrv_sink_position(mq, topic, epoch, pushed);
 }
 
+/* A chunk's events as the core takes them: the buffers (borrowed) and their msg types, in two
+ * arrays (one allocation; *ret_ty points into it). NULL on OOM. */
+static cq_buf_t **split_evs(const cq_resume_ev_t *evs, size_t n, uint32_t **ret_ty)
+{
+    size_t k = n ? n : 1;
+    cq_buf_t **ev = cq_malloc(k * (sizeof(*ev) + sizeof(**ret_ty)));
+    if (!ev)
+        return NULL;
+    uint32_t *ty = (uint32_t *)(void *)(ev + k);
+    for (size_t i = 0; i < n; i++) {
+        ev[i] = evs[i].event;
+        ty[i] = evs[i].msg_type;
+    }
+    *ret_ty = ty;
+    return ev;
+}
+
+/* A chunk that never reaches a worker gives its place back at once (applied counts it). */
+static void send_failed(cq_main_bridge_t *b, _Atomic uint64_t *applied, uint32_t conn_id,
+                        const char *what, int r)
+{
+    atomic_fetch_add(applied, 1);
+    if (log_now(b))
+        CQ_WARN("bridge", "conn %u: a %s chunk was not sent: %s", conn_id, what, cq_strerror(r));
+}
+
 static void run_send(cq_main_bridge_t *b, const cq_resume_action_t *a)
 {
-    size_t n = a->nevs;
-    cq_buf_t **ev = cq_malloc((n ? n : 1) * sizeof(*ev));
-    uint32_t *ty = cq_malloc((n ? n : 1) * sizeof(*ty));
-    int r = -ENOMEM;
-    if (ev && ty) {
-        for (size_t i = 0; i < n; i++) {
-            ev[i] = a->evs[i].event;
-            ty[i] = a->evs[i].msg_type;
-        }
-        r = cq_shared_resume_chunk(b->sh, a->chan_id, a->conn_id, a->flags, a->result, ev, ty, n);
-    }
+    uint32_t *ty;
+    cq_buf_t **ev = split_evs(a->evs, a->nevs, &ty);
+    int r = ev ? cq_shared_resume_chunk(b->sh, a->chan_id, a->conn_id, a->flags, a->result, ev, ty,
+                                        a->nevs)
+               : -ENOMEM;
     cq_free(ev);
-    cq_free(ty);
-    if (r < 0) {
-        atomic_fetch_add(&b->applied, 1); /* it never reaches a worker: its place is free */
-        if (log_now(b))
-            CQ_WARN("bridge", "conn %u: a resume chunk was not sent: %s", a->conn_id,
-                    cq_strerror(r));
-    }
+    if (r < 0)
+        send_failed(b, &b->applied, a->conn_id, "resume", r);
 }
 
 static void run_route_send(cq_main_bridge_t *b, const cq_route_action_t *a)
 {
-    size_t n = a->nevs;
-    cq_buf_t **ev = cq_malloc((n ? n : 1) * sizeof(*ev));
-    uint32_t *ty = cq_malloc((n ? n : 1) * sizeof(*ty));
-    int r = -ENOMEM;
-    if (ev && ty) {
-        for (size_t i = 0; i < n; i++) {
-            ev[i] = a->evs[i].event;
-            ty[i] = a->evs[i].msg_type;
-        }
-        r = cq_shared_route_chunk(b->sh, a->conn_id, a->final, ev, ty, n);
-    }
+    uint32_t *ty;
+    cq_buf_t **ev = split_evs(a->evs, a->nevs, &ty);
+    int r = ev ? cq_shared_route_chunk(b->sh, a->conn_id, a->final, ev, ty, a->nevs) : -ENOMEM;
     cq_free(ev);
-    cq_free(ty);
-    if (r < 0) {
-        atomic_fetch_add(&b->rt_applied, 1);
-        if (log_now(b))
-            CQ_WARN("bridge", "conn %u: a login catch-up chunk was not sent: %s", a->conn_id,
-                    cq_strerror(r));
-    }
+    if (r < 0)
+        send_failed(b, &b->rt_applied, a->conn_id, "login catch-up", r);
 }
 
 /* The route engine's actions: reads and offsets to the store's threads, chunks to the
