@@ -82,6 +82,13 @@ cq_testsrv_t *it_srv(void);
  * (valid until teardown). */
 const char *it_file(const char *name, const char *content);
 
+/* The server's MQ HTTP API (durable topics): POSTs body (JSON) to path and returns the status,
+ * the answer's body in out; creates topic (asserting 200); produces one message whose content
+ * is content_json as written and returns the offset the store gave it. */
+int it_mq_post(const char *path, const char *body, char *out, size_t cap);
+void it_create_topic(const char *topic);
+uint64_t it_produce(const char *topic, const char *content_json);
+
 /* The server log read as a cursor, so that each check sees only what was logged after the
  * previous one. it_start() puts the cursor at the start of the log. it_log_mark() moves it to
  * the log's current end (and returns that offset). it_log_expect() waits up to IT_TIMEOUT_MS

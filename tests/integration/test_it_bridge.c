@@ -74,37 +74,6 @@ static void start(void)
     start_ring("8192");
 }
 
-/* POSTs body to path on the HTTP API; returns the status, the answer's body in out. */
-static int http_post(const char *path, const char *body, char *out, size_t cap)
-{
-    char req[2048];
-    int n = snprintf(req, sizeof(req),
-                     "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                     path, strlen(body), body);
-    assert_true(n > 0 && (size_t)n < sizeof(req));
-    return cq_raw_http(it_srv()->mq_http_port, req, (size_t)n, IT_TIMEOUT_MS, out, cap);
-}
-
-static void create_topic(const char *topic)
-{
-    char body[128], out[512];
-    snprintf(body, sizeof(body), "{\"topic\": \"%s\"}", topic);
-    assert_int_equal(http_post("/v1/topics", body, out, sizeof(out)), 200);
-}
-
-/* Produces one message (its JSON content as written); returns the offset the store gave it. */
-static uint64_t produce(const char *topic, const char *content_json)
-{
-    char path[128], body[1024], out[512];
-    snprintf(path, sizeof(path), "/v1/topics/%s/messages", topic);
-    snprintf(body, sizeof(body), "{\"content\": %s}", content_json);
-    assert_int_equal(http_post(path, body, out, sizeof(out)), 200);
-    const char *p = strstr(out, "\"offsets\":[");
-    assert_non_null(p);
-    return strtoull(p + 11, NULL, 10);
-}
-
 /* c's next message is a TopicEvent of msg_type on channel 0 for topic at offset, following
  * prev, with content; returns it (chanqpb__topic_event__free_unpacked). */
 static uint64_t expect_event_on(it_conn_t *c, uint32_t chan, uint32_t msg_type, const char *topic,
@@ -224,8 +193,8 @@ static void test_broadcast_global(void **state)
 {
     (void)state;
     start();
-    create_topic("release");
-    create_topic("vip");
+    it_create_topic("release");
+    it_create_topic("vip");
     it_conn_t *a = player("alice"), *b = player("bob"), *n = player("nobody");
     it_sub(a, 1, 0, a->id, -1);
     it_expect_sub(a, 0, 1, a->id, 2 /* CLIENT */, 1 /* GLOBAL */, 1);
@@ -235,14 +204,14 @@ static void test_broadcast_global(void **state)
     const char *content[3] = {"{\"version\":\"1.0.1\"}", "\"1.0.2\"", "{\"version\":\"1.1\"}"};
     const char *stored[3] = {"{\"version\":\"1.0.1\"}", "1.0.2", "{\"version\":\"1.1\"}"};
     for (int i = 0; i < 3; i++)
-        o[i] = produce("release", content[i]);
+        o[i] = it_produce("release", content[i]);
     for (int i = 0; i < 3; i++) {
         assert_true(o[i] > prev);
         expect_event(a, MT_RELEASE, "release", o[i], prev, stored[i]);
         expect_event(b, MT_RELEASE, "release", o[i], prev, stored[i]);
         prev = o[i];
     }
-    uint64_t v = produce("vip", "{\"user_id\":\"nobody\"}");
+    uint64_t v = it_produce("vip", "{\"user_id\":\"nobody\"}");
     expect_event(n, MT_VIP, "vip", v, 0, "{\"user_id\":\"nobody\"}");
     assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_events_total"), 4);
     assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_outputs_total"), 4);
@@ -254,7 +223,7 @@ static void produce_n(uint64_t *o, int first, int n)
     for (int i = 0; i < n; i++) {
         char content[32];
         snprintf(content, sizeof(content), "{\"n\":%d}", first + i);
-        o[i] = produce("release", content);
+        o[i] = it_produce("release", content);
     }
 }
 
@@ -295,7 +264,7 @@ static uint64_t live_n(it_conn_t *c, uint64_t *o, int n)
 static void resume_after_drop(const char *ring)
 {
     start_ring(ring);
-    create_topic("release");
+    it_create_topic("release");
     enum { N = 1000, HALF = 500 };
     static uint64_t o[N + 1];
     it_conn_t *a = on_global("alice");
@@ -344,7 +313,7 @@ static void test_resume_after_sigkill(void **state)
 {
     (void)state;
     start();
-    create_topic("release");
+    it_create_topic("release");
     enum { N = 200, HALF = 100 };
     static uint64_t o[N + 1];
     it_conn_t *a = on_global("alice");
@@ -369,7 +338,7 @@ static void test_resume_new_store(void **state)
 {
     (void)state;
     start();
-    create_topic("release");
+    it_create_topic("release");
     uint64_t o[8];
     it_conn_t *a = on_global("alice");
     produce_n(o, 0, 1);
@@ -383,7 +352,7 @@ static void test_resume_new_store(void **state)
     g_db_seq++; /* the MariaDB variant: another database */
     cq_test_sleep_ms(5);
     start();
-    create_topic("release");
+    it_create_topic("release");
     it_conn_t *b = on_global("alice");
     produce_n(o, 0, 3); /* offsets from 1 again: the old position's offset exists here too */
     assert_true(o[2] > old);
@@ -406,7 +375,7 @@ static void test_resume_while_publishing(void **state)
 {
     (void)state;
     start_resume("64", "2"); /* many chunks: live events come while the catch-up runs */
-    create_topic("release");
+    it_create_topic("release");
     enum { N = 400, FIRST = 100 };
     static uint64_t o[N + 1];
     it_conn_t *a = on_global("alice");
@@ -441,7 +410,7 @@ static void test_resume_not_recovered(void **state)
 {
     (void)state;
     start();
-    create_topic("release");
+    it_create_topic("release");
     uint64_t o[3];
     it_conn_t *a = on_global("alice");
     produce_n(o, 0, 2);
@@ -483,7 +452,7 @@ static void test_broadcast_1000(void **state)
         skip();
     }
     start();
-    create_topic("release");
+    it_create_topic("release");
     static it_conn_t *p[P];
     for (int i = 0; i < P; i++) {
         char pit[16];
@@ -494,7 +463,7 @@ static void test_broadcast_1000(void **state)
     char content[N][16];
     for (int k = 0; k < N; k++) {
         snprintf(content[k], sizeof(content[k]), "\"v%d\"", k);
-        o[k] = produce("release", content[k]);
+        o[k] = it_produce("release", content[k]);
     }
     for (int i = 0; i < P; i++)
         for (int k = 0; k < N; k++) {
@@ -502,7 +471,7 @@ static void test_broadcast_1000(void **state)
             snprintf(want, sizeof(want), "v%d", k);
             expect_event(p[i], MT_RELEASE, "release", o[k], k ? o[k - 1] : 0, want);
         }
-    uint64_t last = produce("release", "\"end\""); /* nothing else came before it */
+    uint64_t last = it_produce("release", "\"end\""); /* nothing else came before it */
     for (int i = 0; i < P; i += 97)
         expect_event(p[i], MT_RELEASE, "release", last, o[N - 1], "end");
     assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_events_total"), N + 1);
@@ -514,18 +483,18 @@ static void test_route_by_pit(void **state)
 {
     (void)state;
     start();
-    create_topic("vip");
+    it_create_topic("vip");
     it_conn_t *a1 = player("alice"), *a2 = player("alice"), *b = player("bob");
-    uint64_t o1 = produce("vip", "{\"user_id\":\"alice\",\"level\":3}");
-    uint64_t o2 = produce("vip", "{\"user_id\":\"carol\"}"); /* offline: nobody */
-    uint64_t o3 = produce("vip", "\"no player here\"");
-    uint64_t o4 = produce("vip", "{\"user_id\":\"bob\",\"level\":1}");
+    uint64_t o1 = it_produce("vip", "{\"user_id\":\"alice\",\"level\":3}");
+    uint64_t o2 = it_produce("vip", "{\"user_id\":\"carol\"}"); /* offline: nobody */
+    uint64_t o3 = it_produce("vip", "\"no player here\"");
+    uint64_t o4 = it_produce("vip", "{\"user_id\":\"bob\",\"level\":1}");
     assert_true(o1 < o2 && o2 < o3 && o3 < o4);
     expect_event(a1, MT_VIP, "vip", o1, 0, "{\"user_id\":\"alice\",\"level\":3}");
     expect_event(a2, MT_VIP, "vip", o1, 0, "{\"user_id\":\"alice\",\"level\":3}");
     expect_event(b, MT_VIP, "vip", o4, o3, "{\"user_id\":\"bob\",\"level\":1}");
     /* alice's next message is the next one for her, nothing of carol's or bob's */
-    uint64_t o5 = produce("vip", "{\"user_id\":\"alice\"}");
+    uint64_t o5 = it_produce("vip", "{\"user_id\":\"alice\"}");
     expect_event(a1, MT_VIP, "vip", o5, o4, "{\"user_id\":\"alice\"}");
     expect_event(a2, MT_VIP, "vip", o5, o4, "{\"user_id\":\"alice\"}");
     assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_events_total"), 5);
@@ -566,14 +535,14 @@ static void test_route_offline_login(void **state)
 {
     (void)state;
     start();
-    create_topic("vip");
-    uint64_t o1 = produce("vip", "{\"user_id\":\"xena\",\"vip\":1}");
-    uint64_t o2 = produce("vip", "{\"user_id\":\"yuri\",\"vip\":1}");
-    uint64_t o3 = produce("vip", "{\"user_id\":\"xena\",\"vip\":2}");
+    it_create_topic("vip");
+    uint64_t o1 = it_produce("vip", "{\"user_id\":\"xena\",\"vip\":1}");
+    uint64_t o2 = it_produce("vip", "{\"user_id\":\"yuri\",\"vip\":1}");
+    uint64_t o3 = it_produce("vip", "{\"user_id\":\"xena\",\"vip\":2}");
     it_conn_t *x = player("xena");
     uint64_t epoch = expect_event(x, MT_VIP, "vip", o1, 0, "{\"user_id\":\"xena\",\"vip\":1}");
     expect_event(x, MT_VIP, "vip", o3, o2, "{\"user_id\":\"xena\",\"vip\":2}");
-    uint64_t o4 = produce("vip", "{\"user_id\":\"xena\",\"vip\":3}");
+    uint64_t o4 = it_produce("vip", "{\"user_id\":\"xena\",\"vip\":3}");
     expect_event(x, MT_VIP, "vip", o4, o3, "{\"user_id\":\"xena\",\"vip\":3}");
     /* another connection of xena's, without an ack: everything again */
     it_conn_t *x2 = player("xena");
@@ -585,16 +554,16 @@ static void test_route_offline_login(void **state)
     send_ack(x, epoch + 1, o3); /* another epoch: ignored */
     send_ack(x, epoch, o3);
     it_close(x);
-    uint64_t o5 = produce("vip", "{\"user_id\":\"xena\",\"vip\":4}");
+    uint64_t o5 = it_produce("vip", "{\"user_id\":\"xena\",\"vip\":4}");
     it_conn_t *x3 = player("xena");
     expect_event(x3, MT_VIP, "vip", o4, o3, "{\"user_id\":\"xena\",\"vip\":3}");
     expect_event(x3, MT_VIP, "vip", o5, o4, "{\"user_id\":\"xena\",\"vip\":4}");
-    uint64_t o6 = produce("vip", "{\"user_id\":\"xena\",\"vip\":5}");
+    uint64_t o6 = it_produce("vip", "{\"user_id\":\"xena\",\"vip\":5}");
     expect_event(x3, MT_VIP, "vip", o6, o5, "{\"user_id\":\"xena\",\"vip\":5}");
     /* yuri, never connected, still has his */
     it_conn_t *y = player("yuri");
     expect_event(y, MT_VIP, "vip", o2, o1, "{\"user_id\":\"yuri\",\"vip\":1}");
-    uint64_t o7 = produce("vip", "{\"user_id\":\"yuri\",\"vip\":2}");
+    uint64_t o7 = it_produce("vip", "{\"user_id\":\"yuri\",\"vip\":2}");
     expect_event(y, MT_VIP, "vip", o7, o6, "{\"user_id\":\"yuri\",\"vip\":2}");
     assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_route_acks_total"), 2);
     assert_int_equal(
@@ -610,25 +579,25 @@ static void test_route_ack_after_sigkill(void **state)
 {
     (void)state;
     start_ring("16"); /* the catch-up after the restart crosses more than the ring */
-    create_topic("vip");
-    uint64_t a = produce("vip", "{\"user_id\":\"xena\",\"n\":1}");
+    it_create_topic("vip");
+    uint64_t a = it_produce("vip", "{\"user_id\":\"xena\",\"n\":1}");
     it_conn_t *x = player("xena");
     uint64_t epoch = expect_event(x, MT_VIP, "vip", a, 0, "{\"user_id\":\"xena\",\"n\":1}");
     send_ack(x, epoch, a);
     wait_offset_writes(1);
-    uint64_t b = produce("vip", "{\"user_id\":\"xena\",\"n\":2}");
+    uint64_t b = it_produce("vip", "{\"user_id\":\"xena\",\"n\":2}");
     expect_event(x, MT_VIP, "vip", b, a, "{\"user_id\":\"xena\",\"n\":2}");
     cq_testsrv_kill(it_srv(), SIGKILL);
     it_close(x);
     start_ring("16");
     uint64_t last = b;
     for (int i = 0; i < 40; i++) /* others' events: the ring holds the last 16 of them */
-        last = produce("vip", "{\"user_id\":\"other\"}");
-    uint64_t c = produce("vip", "{\"user_id\":\"xena\",\"n\":3}");
+        last = it_produce("vip", "{\"user_id\":\"other\"}");
+    uint64_t c = it_produce("vip", "{\"user_id\":\"xena\",\"n\":3}");
     it_conn_t *x2 = player("xena");
     expect_event(x2, MT_VIP, "vip", b, a, "{\"user_id\":\"xena\",\"n\":2}");
     expect_event(x2, MT_VIP, "vip", c, last, "{\"user_id\":\"xena\",\"n\":3}");
-    uint64_t d = produce("vip", "{\"user_id\":\"xena\",\"n\":4}");
+    uint64_t d = it_produce("vip", "{\"user_id\":\"xena\",\"n\":4}");
     expect_event(x2, MT_VIP, "vip", d, c, "{\"user_id\":\"xena\",\"n\":4}");
     assert_true(cq_testsrv_metric(it_srv(), "chanq_bridge_route_reads_total{kind=\"issued\"}") >=
                 1);
@@ -641,20 +610,20 @@ static void test_route_login_while_publishing(void **state)
 {
     (void)state;
     start_resume("16", "2");
-    create_topic("vip");
+    it_create_topic("vip");
     enum { N = 300, BEFORE = 100 };
     static uint64_t o[N];
     char content[N][64];
     for (int i = 0; i < N; i++)
         snprintf(content[i], sizeof(content[i]), "{\"user_id\":\"xena\",\"i\":%d}", i);
     for (int i = 0; i < BEFORE; i++)
-        o[i] = produce("vip", content[i]);
+        o[i] = it_produce("vip", content[i]);
     it_conn_t *x = player("xena");
     for (int i = BEFORE; i < N; i++)
-        o[i] = produce("vip", content[i]);
+        o[i] = it_produce("vip", content[i]);
     for (int i = 0; i < N; i++)
         expect_event(x, MT_VIP, "vip", o[i], i ? o[i - 1] : 0, content[i]);
-    uint64_t last = produce("vip", "{\"user_id\":\"xena\"}");
+    uint64_t last = it_produce("vip", "{\"user_id\":\"xena\"}");
     expect_event(x, MT_VIP, "vip", last, o[N - 1], "{\"user_id\":\"xena\"}");
 }
 
@@ -699,8 +668,8 @@ static void test_topic_channel(void **state)
                  "{\"topic\": \"release\", \"broadcast\": \"global\", \"msg_type\": 200},"
                  "{\"topic\": \"news\", \"broadcast\": \"topic\", \"msg_type\": 203}]}";
     start_resume("8192", "2");
-    create_topic("news");
-    create_topic("release");
+    it_create_topic("news");
+    it_create_topic("release");
     it_conn_t *a = on_global("alice");
     uint32_t ch = topic_channel(a, "news");
     assert_int_not_equal(ch, 0);
@@ -708,15 +677,15 @@ static void test_topic_channel(void **state)
     it_expect_sub(a, ch, 1, a->id, 2, 3, 1);
     enum { NN = 300 }; /* a catch-up long enough for r1 to commit during it */
     static uint64_t n[NN + 2];
-    n[0] = produce("news", "\"n0\"");
+    n[0] = it_produce("news", "\"n0\"");
     uint64_t epoch = expect_event_on(a, ch, 203, "news", n[0], 0, "n0");
-    uint64_t r0 = produce("release", "\"r0\"");
+    uint64_t r0 = it_produce("release", "\"r0\"");
     expect_event(a, MT_RELEASE, "release", r0, 0, "r0");
     it_close(a);
     for (int i = 1; i <= NN; i++) {
         char c[16];
         snprintf(c, sizeof(c), "\"n%d\"", i);
-        n[i] = produce("news", c);
+        n[i] = it_produce("news", c);
     }
     it_conn_t *b = on_global("alice");
     it_sub(b, 1, ch, b->id, -1);
@@ -733,7 +702,7 @@ static void test_topic_channel(void **state)
     chanq_unpack_free(rr);
     chanq_owned_msg_done(&env);
     send_resume_on(b, ch, "news", epoch, n[0]);
-    uint64_t r1 = produce("release", "\"r1\""); /* during the catch-up (2-event chunks) */
+    uint64_t r1 = it_produce("release", "\"r1\""); /* during the catch-up (2-event chunks) */
     /* the two channels' streams interleave as they will; each is checked in its order */
     int news = 0, rel = 0, results = 0;
     while (news < NN || !rel || !results) {
@@ -775,7 +744,7 @@ static void test_topic_channel(void **state)
         }
         chanq_owned_msg_done(&m);
     }
-    n[NN + 1] = produce("news", "\"last\"");
+    n[NN + 1] = it_produce("news", "\"last\"");
     expect_event_on(b, ch, 203, "news", n[NN + 1], n[NN], "last");
 }
 
@@ -786,28 +755,28 @@ static void test_reload(void **state)
 {
     (void)state;
     start();
-    create_topic("release");
-    create_topic("vip");
-    create_topic("news"); /* not bound yet */
+    it_create_topic("release");
+    it_create_topic("vip");
+    it_create_topic("news"); /* not bound yet */
     it_conn_t *a = on_global("alice");
-    uint64_t n1 = produce("news", "\"unbound\"");
-    uint64_t o1 = produce("release", "\"1.0\"");
+    uint64_t n1 = it_produce("news", "\"unbound\"");
+    uint64_t o1 = it_produce("release", "\"1.0\"");
     expect_event(a, MT_RELEASE, "release", o1, 0, "1.0");
     it_file("bindings.json",
             "{\"bindings\": [{\"topic\": \"vip\", \"route\": \"user_id\", \"msg_type\": 202},"
             "{\"topic\": \"news\", \"broadcast\": \"global\", \"msg_type\": 203}]}");
     assert_int_equal(kill(it_srv()->pid, SIGHUP), 0);
     it_log_expect("SIGHUP: 2 bindings reloaded from");
-    produce("release", "\"2.0\"");
-    uint64_t v1 = produce("vip", "{\"user_id\":\"alice\"}");
+    it_produce("release", "\"2.0\"");
+    uint64_t v1 = it_produce("vip", "{\"user_id\":\"alice\"}");
     expect_event(a, 202, "vip", v1, 0, "{\"user_id\":\"alice\"}");
-    uint64_t n2 = produce("news", "\"bound\"");
+    uint64_t n2 = it_produce("news", "\"bound\"");
     expect_event(a, 203, "news", n2, n1, "bound");
     assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_events_total"), 3);
     it_file("bindings.json", "{\"bindings\": [{\"topic\": \"vip\"}]}");
     assert_int_equal(kill(it_srv()->pid, SIGHUP), 0);
     it_log_expect("SIGHUP: keeping the current bindings: --bridge-file ");
-    uint64_t v2 = produce("vip", "{\"user_id\":\"alice\"}");
+    uint64_t v2 = it_produce("vip", "{\"user_id\":\"alice\"}");
     expect_event(a, 202, "vip", v2, v1, "{\"user_id\":\"alice\"}");
     assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_events_total"), 4);
 }

@@ -187,36 +187,6 @@ static void start_server(void)
     it_log_expect("configuration version 1 applied");
 }
 
-static int mq_http(const char *path, const char *body, char *out, size_t cap)
-{
-    char req[2048];
-    int n = snprintf(req, sizeof(req),
-                     "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                     path, strlen(body), body);
-    assert_true(n > 0 && (size_t)n < sizeof(req));
-    return cq_raw_http(it_srv()->mq_http_port, req, (size_t)n, IT_TIMEOUT_MS, out, cap);
-}
-
-static void create_topic(const char *topic)
-{
-    char body[128], out[512];
-    snprintf(body, sizeof(body), "{\"topic\": \"%s\"}", topic);
-    assert_int_equal(mq_http("/v1/topics", body, out, sizeof(out)), 200);
-}
-
-/* Produces one message over the HTTP API; returns its offset. */
-static uint64_t produce(const char *topic, const char *content_json)
-{
-    char path[128], body[512], out[512];
-    snprintf(path, sizeof(path), "/v1/topics/%s/messages", topic);
-    snprintf(body, sizeof(body), "{\"content\": %s}", content_json);
-    assert_int_equal(mq_http(path, body, out, sizeof(out)), 200);
-    const char *p = strstr(out, "\"offsets\":[");
-    assert_non_null(p);
-    return strtoull(p + 11, NULL, 10);
-}
-
 /* c's next message is the TopicEvent of topic at offset, msg_type on GLOBAL, with content. */
 static void expect_event(it_conn_t *c, uint32_t msg_type, const char *topic, uint64_t offset,
                          const char *content)
@@ -242,10 +212,10 @@ static void expect_event(it_conn_t *c, uint32_t msg_type, const char *topic, uin
 /* Produces "news" (which must not be delivered) then "release"; c's next message is the latter. */
 static void expect_release_only(it_conn_t *c, const char *content)
 {
-    produce("news", "\"not delivered\"");
+    it_produce("news", "\"not delivered\"");
     char json[64];
     snprintf(json, sizeof(json), "\"%s\"", content);
-    uint64_t o = produce("release", json);
+    uint64_t o = it_produce("release", json);
     expect_event(c, MT_RELEASE, "release", o, content);
 }
 
@@ -254,8 +224,8 @@ static void test_bindings_from_the_manager(void **state)
     (void)state;
     start_mgr();
     start_server();
-    create_topic("news");
-    create_topic("release");
+    it_create_topic("news");
+    it_create_topic("release");
     it_conn_t *c = it_connect(false, NULL);
     it_auth(c, "alice", "lt");
     it_sub(c, 1, 0, c->id, -1);
@@ -264,7 +234,7 @@ static void test_bindings_from_the_manager(void **state)
     char body[4096];
     assert_int_equal(api("GET", "/api/bindings", NULL, body, sizeof(body)), 200);
     assert_string_equal(body, "{\"bindings\":[]}");
-    uint64_t n1 = produce("news", "\"from the file\"");
+    uint64_t n1 = it_produce("news", "\"from the file\"");
     expect_event(c, MT_NEWS, "news", n1, "from the file");
     /* 2. the manager's bindings replace the file's on the server */
     assert_int_equal(api("PUT", "/api/bindings",
