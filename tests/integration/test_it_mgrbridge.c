@@ -20,6 +20,7 @@
 
 #include "bridge.pb-c.h"
 #include "it_common.h"
+#include "it_mgr.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -29,7 +30,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define WAIT_MS   10000
 #define ADMIN_TOK "it-admin-token"
 #define SRV_TOK   "it-server-token"
 
@@ -38,128 +38,27 @@ enum { MT_RELEASE = 200, MT_NEWS = 205 };
 #define RELEASE_DOC                                                                                \
     "{\"bindings\":[{\"topic\":\"release\",\"broadcast\":\"global\",\"msg_type\":200}]}"
 
-static char dir[256], mgr_addr[64];
-static pid_t mgr_pid;
-static uint16_t http_port;
+static it_mgr_t mgr;
 
 /* ---- the manager ---------------------------------------------------------------------------- */
 
-static void path_in(char *out, size_t cap, const char *name)
-{
-    snprintf(out, cap, "%s/%s", dir, name);
-}
-
-static void write_file(const char *name, const char *text)
-{
-    char p[320];
-    path_in(p, sizeof(p), name);
-    FILE *f = fopen(p, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    chmod(p, 0600);
-}
-
-/* The port of key ("mgr=127.0.0.1:P") in the ready line. */
-static uint16_t ready_port(const char *line, const char *key)
-{
-    const char *p = strstr(line, key);
-    assert_non_null(p);
-    p = strchr(p, ':');
-    assert_non_null(p);
-    return (uint16_t)atoi(p + 1);
-}
-
 static void start_mgr(void)
 {
-    snprintf(dir, sizeof(dir), "%s/cq-itmgrb.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    assert_non_null(mkdtemp(dir));
-    write_file("admin.token", ADMIN_TOK "\n");
-    write_file("srv.token", SRV_TOK "\n");
-    char adm[320], tok[320], st[320], audit[320], ready[320], logp[320];
-    path_in(adm, sizeof(adm), "admin.token");
-    path_in(tok, sizeof(tok), "srv.token");
-    path_in(st, sizeof(st), "state.json");
-    path_in(audit, sizeof(audit), "audit.log");
-    path_in(ready, sizeof(ready), "ready");
-    path_in(logp, sizeof(logp), "mgr.log");
-    const char *argv[] = {getenv("CHANQD"),
-                          "--role",
-                          "mgr",
-                          "--mgr-addr",
-                          "127.0.0.1:0",
-                          "--mgr-http-addr",
-                          "127.0.0.1:0",
-                          "--admin-addr",
-                          "127.0.0.1:0",
-                          "--mgr-state-file",
-                          st,
-                          "--mgr-admin-token-file",
-                          adm,
-                          "--mgr-token-file",
-                          tok,
-                          "--mgr-audit-log",
-                          audit,
-                          "--ready-file",
-                          ready,
-                          "--log-level",
-                          "debug",
-                          NULL};
-    mgr_pid = cq_testsrv_spawn_log(argv, logp);
-    assert_true(mgr_pid > 0);
-    for (int64_t end = cq_test_mono_ms() + WAIT_MS; cq_test_mono_ms() < end; cq_test_sleep_ms(20)) {
-        char line[512] = "";
-        FILE *f = fopen(ready, "r");
-        bool done = f && fgets(line, sizeof(line), f) && strchr(line, '\n');
-        if (f)
-            fclose(f);
-        if (done) {
-            snprintf(mgr_addr, sizeof(mgr_addr), "127.0.0.1:%u", ready_port(line, "mgr="));
-            http_port = ready_port(line, "http=");
-            return;
-        }
-        assert_int_not_equal(waitpid(mgr_pid, NULL, WNOHANG), mgr_pid);
-    }
-    fail_msg("the manager did not start: see %s", logp);
+    assert_int_equal(it_mgr_start(&mgr, "itmgrb", ADMIN_TOK, SRV_TOK, NULL, NULL), 0);
 }
 
 /* Stops the manager (it must exit 0), then the server (it_teardown). */
 static int teardown(void **state)
 {
-    int st = 0;
-    if (mgr_pid > 0) {
-        kill(mgr_pid, SIGTERM);
-        waitpid(mgr_pid, &st, 0);
-        mgr_pid = 0;
-    }
+    int m = it_mgr_stop(&mgr);
     int r = it_teardown(state);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        fprintf(stderr, "# the manager exited with status %d (files kept in %s)\n", st, dir);
-        return -1;
-    }
-    if (!getenv("CQ_IT_KEEP")) {
-        char cmd[320];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-        if (system(cmd) != 0)
-            return -1;
-    }
-    return r;
+    return m < 0 ? -1 : r;
 }
 
 /* One console API request with the admin bearer token; returns the status, body in body. */
 static int api(const char *method, const char *path, const char *json, char *body, size_t cap)
 {
-    char req[2048];
-    size_t blen = json ? strlen(json) : 0;
-    int n = snprintf(req, sizeof(req),
-                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " ADMIN_TOK
-                     "\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                     "Connection: close\r\n\r\n%s",
-                     method, path, blen, json ? json : "");
-    assert_true(n > 0 && (size_t)n < sizeof(req));
-    int status = cq_raw_http(http_port, req, (size_t)n, WAIT_MS, body, cap);
-    assert_true(status > 0);
-    return status;
+    return it_mgr_api(&mgr, ADMIN_TOK, method, path, json, body, cap);
 }
 
 /* ---- the server and its clients ------------------------------------------------------------- */
@@ -167,7 +66,7 @@ static int api(const char *method, const char *path, const char *json, char *bod
 static void start_server(void)
 {
     char tok[320];
-    path_in(tok, sizeof(tok), "srv.token");
+    it_mgr_path(&mgr, "srv.token", tok, sizeof(tok));
     const char *file = it_file("bindings.json", "{\"bindings\": [{\"topic\": \"news\", "
                                                 "\"broadcast\": \"global\", \"msg_type\": 205}]}");
     const char *args[] = {"--dev",
@@ -176,7 +75,7 @@ static void start_server(void)
                           "--bridge-file",
                           file,
                           "--mgr-servers",
-                          mgr_addr,
+                          mgr.addr,
                           "--mgr-token-file",
                           tok,
                           "--mgr-report-ms",

@@ -31,6 +31,7 @@
 #include "cq_mq.h"
 #include "cq_mqmgr.h"
 #include "cq_testsrv.h"
+#include "it_mgr.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -47,125 +48,29 @@
 #define SRV_TOK   "it-server-token"
 #define M7_TOK    "m7-token"
 
-static char dir[256];
-static pid_t mgr_pid;
-static uint16_t mgr_port, http_port;
-
-static void path_in(char *out, size_t cap, const char *name)
-{
-    snprintf(out, cap, "%s/%s", dir, name);
-}
-
-static void write_file(const char *name, const char *text)
-{
-    char p[320];
-    path_in(p, sizeof(p), name);
-    FILE *f = fopen(p, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    chmod(p, 0600);
-}
-
-static uint16_t ready_port(const char *line, const char *key)
-{
-    const char *p = strstr(line, key);
-    assert_non_null(p);
-    p = strchr(p, ':');
-    assert_non_null(p);
-    return (uint16_t)atoi(p + 1);
-}
+static it_mgr_t mgr;
 
 /* ---- the manager -------------------------------------------------------------------------- */
 
 static int start_mgr(void **state)
 {
-    const char *bin = getenv("CHANQD");
-    if (!bin)
-        return -1;
-    snprintf(dir, sizeof(dir), "%s/cq-itmgrp.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir))
-        return -1;
-    write_file("admin.token", ADMIN_TOK "\n");
-    write_file("srv.token", SRV_TOK "\n");
-    char adm[320], tok[320], st[320], audit[320], ready[320], logp[320];
-    path_in(adm, sizeof(adm), "admin.token");
-    path_in(tok, sizeof(tok), "srv.token");
-    path_in(st, sizeof(st), "state.json");
-    path_in(audit, sizeof(audit), "audit.log");
-    path_in(ready, sizeof(ready), "ready");
-    path_in(logp, sizeof(logp), "mgr.log");
-    const char *argv[] = {bin,
-                          "--role",
-                          "mgr",
-                          "--mgr-addr",
-                          "127.0.0.1:0",
-                          "--mgr-http-addr",
-                          "127.0.0.1:0",
-                          "--admin-addr",
-                          "127.0.0.1:0",
-                          "--mgr-state-file",
-                          st,
-                          "--mgr-admin-token-file",
-                          adm,
-                          "--mgr-token-file",
-                          tok,
-                          "--mgr-audit-log",
-                          audit,
-                          "--mgr-stale-ms",
-                          "3000",
-                          "--mgr-auth-timeout-ms",
-                          "500",
-                          "--ready-file",
-                          ready,
-                          "--log-level",
-                          "debug",
-                          NULL};
-    mgr_pid = cq_testsrv_spawn_log(argv, logp);
-    assert_true(mgr_pid > 0);
-    for (int64_t end = cq_test_mono_ms() + WAIT_MS; cq_test_mono_ms() < end; cq_test_sleep_ms(20)) {
-        char line[512] = "";
-        FILE *f = fopen(ready, "r");
-        if (f && fgets(line, sizeof(line), f) && strchr(line, '\n')) {
-            fclose(f);
-            mgr_port = ready_port(line, "mgr=");
-            http_port = ready_port(line, "http=");
-            return 0;
-        }
-        if (f)
-            fclose(f);
-        if (waitpid(mgr_pid, NULL, WNOHANG) == mgr_pid)
-            break;
-    }
-    fprintf(stderr, "the manager did not start: see %s\n", logp);
-    return -1;
+    (void)state;
+    static const char *const extra[] = {"--mgr-stale-ms", "3000", "--mgr-auth-timeout-ms", "500",
+                                        NULL};
+    return it_mgr_start(&mgr, "itmgrp", ADMIN_TOK, SRV_TOK, NULL, extra);
 }
 
 static int stop_mgr(void **state)
 {
-    if (mgr_pid > 0) {
-        kill(mgr_pid, SIGTERM);
-        int st = 0;
-        waitpid(mgr_pid, &st, 0);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-            fprintf(stderr, "the manager exited with status %d (log in %s)\n", st, dir);
-            return -1;
-        }
-    }
-    if (!getenv("CQ_IT_KEEP")) {
-        char cmd[320];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-        if (system(cmd) != 0)
-            return -1;
-    }
-    return 0;
+    (void)state;
+    return it_mgr_stop(&mgr);
 }
 
 /* ---- frames ------------------------------------------------------------------------------- */
 
 static int mconnect(void)
 {
-    int fd = cq_raw_connect(mgr_port);
+    int fd = cq_raw_connect(mgr.port);
     assert_true(fd >= 0);
     return fd;
 }
@@ -268,16 +173,7 @@ static void expect_servers(const char *want)
 
 static int api(const char *method, const char *path, const char *json, char *body, size_t cap)
 {
-    char req[2048];
-    size_t blen = json ? strlen(json) : 0;
-    int n = snprintf(req, sizeof(req),
-                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " ADMIN_TOK
-                     "\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                     "Connection: close\r\n\r\n%s",
-                     method, path, blen, json ? json : "");
-    int status = cq_raw_http(http_port, req, (size_t)n, WAIT_MS, body, cap);
-    assert_true(status > 0);
-    return status;
+    return it_mgr_api(&mgr, ADMIN_TOK, method, path, json, body, cap);
 }
 
 /* ---- fake servers ------------------------------------------------------------------------- */
@@ -537,8 +433,8 @@ static void test_stale(void **state)
 
 static void test_sighup_tokens(void **state)
 {
-    write_file("srv.token", "it-server-token-2\n");
-    assert_int_equal(kill(mgr_pid, SIGHUP), 0);
+    it_mgr_write(&mgr, "srv.token", "it-server-token-2\n", NULL, 0);
+    assert_int_equal(kill(mgr.pid, SIGHUP), 0);
     /* the old token works until the reload ran, then is refused (err 6, closed) */
     uint32_t code = 0;
     for (int64_t end = cq_test_mono_ms() + WAIT_MS; cq_test_mono_ms() < end && code == 0;
@@ -564,7 +460,7 @@ static void test_sighup_tokens(void **state)
 static void mgr_log_expect(const char *needle)
 {
     char p[320];
-    path_in(p, sizeof(p), "mgr.log");
+    it_mgr_path(&mgr, "mgr.log", p, sizeof(p));
     for (int64_t end = cq_test_mono_ms() + WAIT_MS; cq_test_mono_ms() < end; cq_test_sleep_ms(50)) {
         FILE *f = fopen(p, "r");
         static char text[1 << 20];

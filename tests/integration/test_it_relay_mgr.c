@@ -18,6 +18,7 @@
 
 #include "chanq_cluster.h"
 #include "cq_testsrv.h"
+#include "it_mgr.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -36,80 +37,21 @@
 #define ADMIN_TOK "admin-token-it"
 #define SRV_TOK   "server-secret-it"
 
-static char dir[256], relay[32], mgr_addr[64];
-static pid_t mgr_pid;
-static uint16_t mgr_http_port;
+static char relay[32];
+static it_mgr_t mgr;
 static cq_testsrv_t nodes[NODES + 1];
-
-static void write_file(const char *name, const char *text, char *path, size_t cap)
-{
-    snprintf(path, cap, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    chmod(path, 0600);
-}
-
-/* "mgr=H:P http=H:P ..." of the manager's ready file, once it is there. */
-static void read_ready(const char *path)
-{
-    char line[512] = "", http[64] = "";
-    for (int waited = 0; waited < WAIT_MS; waited += 50) {
-        FILE *f = fopen(path, "r");
-        if (f && fgets(line, sizeof(line), f) &&
-            sscanf(line, "mgr=%63s http=%63s", mgr_addr, http) == 2) {
-            fclose(f);
-            mgr_http_port = (uint16_t)atoi(strrchr(http, ':') + 1);
-            return;
-        }
-        if (f)
-            fclose(f);
-        cq_test_sleep_ms(50);
-    }
-    fail_msg("the manager wrote no ready file (log: %s/mgr.log)", dir);
-}
 
 /* The manager, with module 7 in its state file and a short --mgr-stale-ms. */
 static void start_mgr(void)
 {
-    char tok[320], adm[320], state[320], ready[320], log[320], audit[320];
-    write_file("srv.token", SRV_TOK "\n", tok, sizeof(tok));
-    write_file("admin.token", ADMIN_TOK "\n", adm, sizeof(adm));
-    write_file("state.json",
-               "{\"version\":1,\"modules\":{\"7\":{\"token\":\"" MTOKEN "\",\"produce\":[\"*\"],"
-               "\"consume\":[\"*\"],\"admin\":false}},\"topics\":{},\"offline\":[],\"groups\":{}}",
-               state, sizeof(state));
-    snprintf(ready, sizeof(ready), "%s/mgr.ready", dir);
-    snprintf(log, sizeof(log), "%s/mgr.log", dir);
-    snprintf(audit, sizeof(audit), "%s/audit.log", dir);
-    const char *argv[] = {getenv("CHANQD"),
-                          "--role",
-                          "mgr",
-                          "--mgr-addr",
-                          "127.0.0.1:0",
-                          "--mgr-http-addr",
-                          "127.0.0.1:0",
-                          "--admin-addr",
-                          "127.0.0.1:0",
-                          "--mgr-token-file",
-                          tok,
-                          "--mgr-admin-token-file",
-                          adm,
-                          "--mgr-state-file",
-                          state,
-                          "--mgr-audit-log",
-                          audit,
-                          "--mgr-stale-ms",
-                          STALE_MS,
-                          "--ready-file",
-                          ready,
-                          "--log-level",
-                          "debug",
-                          NULL};
-    mgr_pid = cq_testsrv_spawn_log(argv, log);
-    assert_true(mgr_pid > 0);
-    read_ready(ready);
+    static const char *const extra[] = {"--mgr-stale-ms", STALE_MS, NULL};
+    assert_int_equal(
+        it_mgr_start(&mgr, "relaymgr", ADMIN_TOK, SRV_TOK,
+                     "{\"version\":1,\"modules\":{\"7\":{\"token\":\"" MTOKEN
+                     "\",\"produce\":[\"*\"],\"consume\":[\"*\"],\"admin\":false}},\"topics\":{},"
+                     "\"offline\":[],\"groups\":{}}",
+                     extra),
+        0);
 }
 
 /* Relay node n, reporting to the manager every 200 ms. */
@@ -117,7 +59,7 @@ static void start_node(int n)
 {
     char id[8], tok[320];
     snprintf(id, sizeof(id), "%d", n);
-    snprintf(tok, sizeof(tok), "%s/srv.token", dir);
+    it_mgr_path(&mgr, "srv.token", tok, sizeof(tok));
     const char *args[] = {"--ws-addr",
                           "127.0.0.1:0",
                           "--kcp-addr",
@@ -135,7 +77,7 @@ static void start_node(int n)
                           "--zk-session-ms",
                           "2000",
                           "--mgr-servers",
-                          mgr_addr,
+                          mgr.addr,
                           "--mgr-token-file",
                           tok,
                           "--mgr-report-ms",
@@ -156,7 +98,7 @@ static void listed(char *out, size_t cap)
     chanq_cluster_relay_node_t rn[8];
     size_t n = 0;
     char err[256] = "";
-    int r = chanq_cluster_relay_nodes(mgr_addr, MODULE, MTOKEN, TMO, rn, 8, &n, err, sizeof(err));
+    int r = chanq_cluster_relay_nodes(mgr.addr, MODULE, MTOKEN, TMO, rn, 8, &n, err, sizeof(err));
     if (r < 0)
         fail_msg("svrconfig: %d %s", r, err);
     size_t at = 0;
@@ -205,12 +147,7 @@ static int64_t wait_listed(const char *want)
 
 static int api_state(char *body, size_t cap)
 {
-    char req[256];
-    int n =
-        snprintf(req, sizeof(req),
-                 "GET /api/state HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " ADMIN_TOK
-                 "\r\nConnection: close\r\n\r\n");
-    return cq_raw_http(mgr_http_port, req, (size_t)n, TMO, body, cap);
+    return it_mgr_api(&mgr, ADMIN_TOK, "GET", "/api/state", NULL, body, cap);
 }
 
 static void test_relay_nodes_listed(void **state)
@@ -232,7 +169,7 @@ static void test_relay_nodes_listed(void **state)
     size_t ns = 9;
     char err[256];
     assert_int_equal(
-        chanq_cluster_svrconfig(mgr_addr, MODULE, MTOKEN, TMO, sv, 8, &ns, err, sizeof(err)), 0);
+        chanq_cluster_svrconfig(mgr.addr, MODULE, MTOKEN, TMO, sv, 8, &ns, err, sizeof(err)), 0);
     assert_int_equal(ns, 0);
 
     /* the console's view: node 1 is GLOBAL's home (it started first) and its links are up once
@@ -265,16 +202,8 @@ static int teardown(void **state)
     for (int n = 1; n <= NODES; n++)
         if (nodes[n].pid && cq_testsrv_stop(&nodes[n]) != 0)
             bad = -1;
-    if (mgr_pid > 0) {
-        int st = 0;
-        kill(mgr_pid, SIGTERM);
-        waitpid(mgr_pid, &st, 0);
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-            fprintf(stderr, "# the manager did not exit 0 (log: %s/mgr.log)\n", dir);
-            bad = -1;
-        }
-    }
-    mgr_pid = 0;
+    if (it_mgr_stop(&mgr) != 0) /* removes its files, or keeps them and says so */
+        bad = -1;
     return bad;
 }
 
@@ -284,23 +213,9 @@ int main(void)
         printf("1..0 # SKIP needs CHANQD, CQ_NATS_URLS and CQ_ZK_HOSTS (run_nats.sh, run_zk.sh)\n");
         return 0;
     }
-    snprintf(dir, sizeof(dir), "%s/cq-relaymgr.XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir))
-        return 1;
     snprintf(relay, sizeof(relay), "rm%d", (int)getpid());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_relay_nodes_listed, teardown),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    static const char *const files[] = {"srv.token", "admin.token", "state.json",
-                                        "mgr.ready", "mgr.log",     "audit.log"};
-    for (size_t i = 0; rc == 0 && i < sizeof(files) / sizeof(files[0]); i++) {
-        char p[320];
-        snprintf(p, sizeof(p), "%s/%s", dir, files[i]);
-        unlink(p);
-    }
-    if (rc == 0 && rmdir(dir) < 0)
-        fprintf(stderr, "# %s left behind\n", dir);
-    return rc;
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }
