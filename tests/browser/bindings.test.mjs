@@ -12,45 +12,22 @@
 //   - the audit view lists the saves; the manager exits 0 on SIGTERM.
 // Run it with tests/browser/run.sh (TESTS=bindings for this one alone).
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { BIN, CHROMIUM, WAIT, jsDir, skip } from './common.mjs';
+import { CHROMIUM, WAIT, jsDir, skip, sleep, startChanqd } from './common.mjs';
 
 const ADMIN_TOKEN = 'bindings-test-admin-token-0123456789';
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let dir;
 let browser;
 let failed = false;
 const procs = {}; // name -> {proc, ready, log(), exited()}
 const pageErrors = [];
 
-function parseKv(line) {
-  const out = {};
-  for (const tok of line.trim().split(/\s+/)) {
-    const i = tok.indexOf('=');
-    if (i > 0)
-      out[tok.slice(0, i)] = tok.slice(i + 1);
-  }
-  return out;
-}
-
 async function start(name, args) {
-  const ready = join(dir, `${name}.ready`);
-  const logPath = join(dir, `${name}.log`);
-  const proc = spawn(BIN, [...args, '--ready-file', ready, '--log-level', 'debug'],
-    { stdio: ['ignore', openSync(logPath, 'w'), openSync(logPath, 'a')] });
-  let exited = null;
-  proc.on('exit', (c, s) => { exited = s || c; });
-  const log = () => (existsSync(logPath) ? readFileSync(logPath, 'utf8') : '');
-  for (let i = 0; i < 200 && !existsSync(ready) && exited === null; i++) // a safety stop: 10 s
-    await sleep(50);
-  if (!existsSync(ready))
-    throw new Error(`${name} did not start (exit ${exited}):\n${log()}`);
-  procs[name] = { proc, ready: parseKv(readFileSync(ready, 'utf8')), log, exited: () => exited };
+  procs[name] = await startChanqd(dir, name, args);
   return procs[name];
 }
 

@@ -20,13 +20,14 @@
 // tests/browser/run.sh. Skips when MariaDB or ZooKeeper is not installed.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { parseKv, sleep, startChanqd } from './common.mjs';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const jsDir = join(repo, 'clients', 'js');
@@ -49,7 +50,6 @@ const skip = !BIN ? 'CHANQD is not set'
           : !which('nats-server') ? 'nats-server is not installed (scripts/deps.sh)'
             : false;
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let dir;
 let mgr; // {proc, ready: {mgr, http, admin}, log()}
 let cluster; // {dir, zk, nodes: {1: {mq, admin}, 2: ...}, relay: {1: {client, ws, kcp, ...}}, dbPrimary, dbStandby}
@@ -57,35 +57,14 @@ let browser;
 let failed = false;
 const pageErrors = [];
 
-function parseKv(line) {
-  const out = {};
-  for (const tok of line.trim().split(/\s+/)) {
-    const i = tok.indexOf('=');
-    if (i > 0)
-      out[tok.slice(0, i)] = tok.slice(i + 1);
-  }
-  return out;
-}
-
 async function startMgr() {
-  const ready = join(dir, 'mgr.ready');
-  const logPath = join(dir, 'mgr.log');
   writeFileSync(join(dir, 'admin.token'), ADMIN_TOKEN + '\n', { mode: 0o600 });
   writeFileSync(join(dir, 'server.token'), 'console-test-server-secret\n', { mode: 0o600 });
-  const args = ['--role', 'mgr', '--mgr-addr', '127.0.0.1:0', '--mgr-http-addr', '127.0.0.1:0',
-    '--admin-addr', '127.0.0.1:0', '--mgr-state-file', join(dir, 'state.json'),
-    '--mgr-audit-log', join(dir, 'audit.log'), '--mgr-admin-token-file', join(dir, 'admin.token'),
-    '--mgr-token-file', join(dir, 'server.token'), '--mgr-lag-alert-ms', '2000',
-    '--ready-file', ready, '--log-level', 'debug'];
-  const proc = spawn(BIN, args, { stdio: ['ignore', openSync(logPath, 'w'), openSync(logPath, 'a')] });
-  let exited = null;
-  proc.on('exit', (c, s) => { exited = s || c; });
-  const log = () => (existsSync(logPath) ? readFileSync(logPath, 'utf8') : '');
-  for (let i = 0; i < 200 && !existsSync(ready) && exited === null; i++)
-    await sleep(50);
-  if (!existsSync(ready))
-    throw new Error(`the manager did not start (exit ${exited}):\n${log()}`);
-  return { proc, ready: parseKv(readFileSync(ready, 'utf8')), log, exited: () => exited };
+  return startChanqd(dir, 'mgr', ['--role', 'mgr', '--mgr-addr', '127.0.0.1:0',
+    '--mgr-http-addr', '127.0.0.1:0', '--admin-addr', '127.0.0.1:0',
+    '--mgr-state-file', join(dir, 'state.json'), '--mgr-audit-log', join(dir, 'audit.log'),
+    '--mgr-admin-token-file', join(dir, 'admin.token'),
+    '--mgr-token-file', join(dir, 'server.token'), '--mgr-lag-alert-ms', '2000']);
 }
 
 /** Runs a command without blocking the event loop (a spawnSync of half a minute would leave
