@@ -59,3 +59,25 @@ int cq_file_load(const char *path, size_t max, cq_file_loader_fn load, void *ret
         return cq_err_fmt(err, errlen, r, "%s: %s", path, msg);
     return 0;
 }
+
+int cq_file_read_secret(const char *path, char *buf, size_t len)
+{
+    char *t = NULL;
+    size_t n = 0;
+    buf[0] = '\0';
+    if (!*path)
+        return 0;
+    int r = cq_file_read(path, 4096, &t, &n);
+    if (r < 0)
+        return r;
+    while (n && (t[n - 1] == '\n' || t[n - 1] == '\r' || t[n - 1] == ' ' || t[n - 1] == '\t'))
+        n--;
+    if (n >= len) {
+        cq_free(t);
+        return -ENAMETOOLONG;
+    }
+    memcpy(buf, t, n);
+    buf[n] = '\0';
+    cq_free(t);
+    return 0;
+}

@@ -8,6 +8,11 @@
  * over max bytes. Returns 0, -errno, -ENOMEM or -EFBIG; *ret_* are written only on success. */
 int cq_file_read(const char *path, size_t max, char **ret_buf, size_t *ret_len);
 
+/* A secret's file (a token): its text without trailing whitespace into buf[0..len). "" path:
+ * buf "". Returns 0, -errno, -ENOMEM, or -ENAMETOOLONG when it does not fit (len - 1 bytes at
+ * most). The caller says which option named the file. */
+int cq_file_read_secret(const char *path, char *buf, size_t len);
+
 /* Parses a document already in memory into *ret (a typed out-pointer passed as void *). */
 typedef int (*cq_file_loader_fn)(const char *doc, size_t len, void *ret, char *err, size_t errlen);
 

@@ -18,6 +18,15 @@ typedef struct bridge_topic {
     uint32_t nbind;
     bool has_route; /* the content is parsed only for topics with a route */
     cq__dedup_t dd;
+    /* Per shard, the duplicate dropped last while nothing of that shard was delivered since:
+     * the next event whose prev_offset is `dropped` is delivered with prev_offset `prev` (the
+     * last one delivered before), so a receiver sees no hole where the bridge dropped a copy. */
+    struct skip {
+        uint32_t shard;
+        bool set;
+        uint64_t dropped, prev;
+    } skip[CQ_BRIDGE_SHARDS_MAX];
+    uint32_t nskip;
 } bridge_topic_t;
 
 struct cq_bridge {
@@ -251,6 +260,38 @@ static int deliver(cq_bridge_t *br, const bridge_topic_t *t, const cq_topic_even
     return 0;
 }
 
+/* The topic's skip entry of shard (a new one when add and there is room), or NULL. */
+static struct skip *skip_of(bridge_topic_t *t, uint32_t shard, bool add)
+{
+    for (uint32_t i = 0; i < t->nskip; i++)
+        if (t->skip[i].shard == shard)
+            return &t->skip[i];
+    if (!add || t->nskip == CQ_BRIDGE_SHARDS_MAX)
+        return NULL;
+    t->skip[t->nskip] = (struct skip){.shard = shard};
+    return &t->skip[t->nskip++];
+}
+
+static void skip_dropped(bridge_topic_t *t, const cq_topic_event_t *ev)
+{
+    struct skip *k = skip_of(t, ev->shard, true);
+    if (!k)
+        return;
+    k->prev = k->set && ev->prev_offset == k->dropped ? k->prev : ev->prev_offset;
+    k->dropped = ev->offset;
+    k->set = true;
+}
+
+/* The prev_offset ev is delivered with. */
+static uint64_t skip_delivered(bridge_topic_t *t, const cq_topic_event_t *ev)
+{
+    struct skip *k = t->nskip ? skip_of(t, ev->shard, false) : NULL;
+    if (!k || !k->set)
+        return ev->prev_offset;
+    k->set = false;
+    return ev->prev_offset == k->dropped ? k->prev : ev->prev_offset;
+}
+
 int cq_bridge_event(cq_bridge_t *br, const cq_topic_event_t *ev, cq_bridge_out_t *out, size_t cap)
 {
     size_t idlen = 0, n = 0;
@@ -265,13 +306,18 @@ int cq_bridge_event(cq_bridge_t *br, const cq_topic_event_t *ev, cq_bridge_out_t
     if (idlen && cq__dedup_seen(&t->dd, ev->producer_id, idlen, ev->seq)) {
         br->st.events++;
         br->st.duplicates++;
+        skip_dropped(t, ev);
         return 0;
     }
     if (idlen && cq__dedup_reserve(&t->dd) < 0)
         return -ENOMEM;
-    rc = deliver(br, t, ev, out, &n);
+    cq_topic_event_t e = *ev;
+    e.prev_offset = skip_delivered(t, ev);
+    rc = deliver(br, t, &e, out, &n);
     if (rc < 0)
         return rc;
+    for (size_t i = 0; i < n; i++)
+        out[i].prev_offset = e.prev_offset;
     if (idlen)
         cq__dedup_add(&t->dd, ev->producer_id, idlen, ev->seq);
     br->st.events++;

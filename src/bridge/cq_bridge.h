@@ -43,6 +43,9 @@
 /* The largest dedup window (events per topic); a larger one is taken as this. A topic's
  * window costs about 100 bytes per event, allocated on its first keyed event. */
 #define CQ_BRIDGE_DEDUP_MAX (1u << 16)
+/* Shards per topic whose dropped duplicates the engine hides from prev_offset (see
+ * cq_bridge_event); a topic on more shards shows a dropped copy of the others as a hole. */
+#define CQ_BRIDGE_SHARDS_MAX 32
 
 /* ---- bindings --------------------------------------------------------------------------- */
 
@@ -117,6 +120,7 @@ typedef struct cq_bridge_out {
     const cq_binding_t *b;           /* borrowed from the bridge: valid while it lives */
     char key[CQ_BRIDGE_KEY_MAX + 1]; /* route: the player's key as text; broadcast: "" */
     cq_buf_t *event;                 /* one reference, owned by the caller, who must unref it */
+    uint64_t prev_offset;            /* the prev_offset the event was encoded with */
 } cq_bridge_out_t;
 
 /* Counters since cq_bridge_new. */
@@ -160,7 +164,9 @@ size_t cq_bridge_outputs_max(const cq_bridge_t *br);
  * Returns 0 (and writes nothing) when the topic has no binding, when no binding applies, or
  * when the event is a duplicate: its non-empty producer_id and seq were seen among the last
  * dedup_window keyed events of the same topic. An event with an empty producer_id is never a
- * duplicate.
+ * duplicate. A dropped duplicate leaves no hole: the shard's next event that names it as
+ * prev_offset is encoded with the prev_offset the duplicate had (the last one of the shard
+ * that was not dropped), so a receiver whose position is that offset accepts it.
  *
  * Errors, after which nothing was counted, remembered or returned: -EINVAL (ev or its topic
  * NULL, or content NULL with len > 0), CQ_EFIELD (producer_id longer than

@@ -407,6 +407,18 @@ static const opt_t opts[] = {
         "Catch-up chunks handed to the workers and not yet queued for their connections, for "
         "all resumes together (doc/bridge.md \"Resume\"): a mass reconnect waits its turn "
         "rather than filling a worker with chunks to drain before its other work."),
+    STR("bridge-follow", NULL, bridge_follow, "", NULL, "LIST",
+        "Other shards whose bound topics the bridge delivers too (doc/bridge.md \"Shards\"): "
+        "every server of each, as SHARD/HOST:PORT,... (their seed ports; this node's own shard "
+        "is left out). The bridge reads each shard from its master, or its standby while it "
+        "has none, over the seed protocol, and drops the copies a producer's retry stored on "
+        "two shards. Empty: only this node's store."),
+    INT("bridge-follow-module", NULL, bridge_follow_module, "0", 0, 2147483647, "N",
+        "The module_id --bridge-follow connects as; it needs the consume right on the bound "
+        "topics where the followed servers have permissions."),
+    STR("bridge-follow-token-file", NULL, bridge_follow_token_file, "", NULL, "FILE",
+        "File holding the token of --bridge-follow-module (trailing whitespace removed); empty: "
+        "no token."),
     STR("mq-permissions-file", NULL, mq_permissions_file, "", NULL, "FILE",
         "JSON object {\"<module_id>\": {\"token\": \"...\", \"produce\": [\"topic\", \"*\"], "
         "\"consume\": [...], \"admin\": true}}; every module needs a token. Empty lets every "

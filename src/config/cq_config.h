@@ -145,11 +145,14 @@ typedef struct cq_config {
     int bridge_ring_events;     /* live events kept per broadcast-bound topic for resumes */
     int bridge_resume_chunk;    /* events per catch-up chunk, rows per store read */
     int bridge_resume_inflight; /* catch-up chunks at the workers at once */
-    char *mq_http_hosts;        /* comma-separated Host names the MQ HTTP API answers */
-    char *mq_http_origins;      /* comma-separated Origins allowed on the MQ HTTP API */
-    size_t mq_max_content;      /* bytes of one message's content */
-    int mq_max_pending;         /* pending durable writes before producers get busy */
-    size_t mq_sendq_soft_limit; /* MQ connections: unsent bytes allowed mq_sendq_soft_seconds */
+    char *bridge_follow;        /* "S/H:P,...": other shards' servers the bridge follows */
+    int bridge_follow_module;   /* the module_id it connects to them as */
+    char *bridge_follow_token_file; /* that module's token */
+    char *mq_http_hosts;            /* comma-separated Host names the MQ HTTP API answers */
+    char *mq_http_origins;          /* comma-separated Origins allowed on the MQ HTTP API */
+    size_t mq_max_content;          /* bytes of one message's content */
+    int mq_max_pending;             /* pending durable writes before producers get busy */
+    size_t mq_sendq_soft_limit;     /* MQ connections: unsent bytes allowed mq_sendq_soft_seconds */
     int mq_sendq_soft_seconds;
     size_t mq_sendq_hard_limit; /* MQ connections: unsent bytes that close at once */
     int retention_check_s;      /* seconds between retention purges */

@@ -16,6 +16,7 @@
 #define CQ_MQIO_H
 
 #include "cq_mgrlink.h"
+#include "cq_mqfollow.h"
 #include "cq_mqsrv.h"
 #include "cq_sbuf.h"
 
@@ -53,6 +54,9 @@ typedef struct cq_mqio_opts {
     cq_mgrlink_t *mgr_link;
     void (*mgr_figures)(void *ud, cq_mgrlink_host_t *h);
     void *mgr_figures_ud;
+    /* The shards the bridge follows (borrowed, the composition root's, running on this loop
+     * like the engine; NULL or no link: none): one connection per link (mq_follow.c). */
+    cq_mqfollow_t *follow;
 } cq_mqio_opts_t;
 
 /* Returns an owned, not yet started object, or NULL on OOM. */

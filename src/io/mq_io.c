@@ -10,6 +10,7 @@
 #include "cq_mqhttp.h"
 #include "cq_mqsrv.h"
 #include "io_engine.h"
+#include "mq_follow.h"
 #include "mq_mgr.h"
 
 #include <errno.h>
@@ -24,6 +25,7 @@ struct cq_mqio {
     bool http_on;
     char http_bound[80]; /* "" when the HTTP API is off */
     mq_mgr_t *mgr;       /* the connection to a manager, or NULL (unmanaged) */
+    mq_follow_t *follow; /* the connections to followed shards, or NULL */
 };
 
 static uint64_t unix_ms(void)
@@ -122,6 +124,7 @@ static void on_wake(void *ud)
 static void on_flush(void *ud)
 {
     cq_mqsrv_flush(((cq_mqio_t *)ud)->srv);
+    cq__mq_follow_flush(((cq_mqio_t *)ud)->follow); /* reads the bridge asked for */
 }
 
 static void on_tick(void *ud, uint64_t now_ms)
@@ -141,6 +144,7 @@ static bool on_idle(void *ud)
 static void on_draining(void *ud)
 {
     cq__mq_mgr_close(((cq_mqio_t *)ud)->mgr);
+    cq__mq_follow_close(((cq_mqio_t *)ud)->follow);
 }
 
 static void on_unwake(void *ud)
@@ -200,6 +204,12 @@ static void on_mgr_tick(void *ud)
     cq__mq_mgr_tick(io->mgr, cq__io_engine_now(io->host), n, queued);
 }
 
+static void on_follow_tick(void *ud)
+{
+    cq_mqio_t *io = ud;
+    cq__mq_follow_tick(io->follow, cq__io_engine_now(io->host));
+}
+
 int cq_mqio_metrics_append(void *ud, cq_sbuf_t *out)
 {
     return cq__io_engine_metrics_append(((cq_mqio_t *)ud)->host, out);
@@ -257,6 +267,15 @@ static int start_mgr(cq_mqio_t *io, const cq_mqio_opts_t *o, const char *bound, 
     return r < 0 ? r : cq__io_engine_every(io->host, MQ_TICK_MS, on_mgr_tick);
 }
 
+/* The followed shards, when the bridge follows some (the loop does not run yet). */
+static int start_follow(cq_mqio_t *io, const cq_mqio_opts_t *o, char *err, size_t errlen)
+{
+    if (!o->follow || !cq_mqfollow_nlinks(o->follow))
+        return 0;
+    int r = cq__mq_follow_start(cq__io_engine_loop(io->host), o->follow, &io->follow, err, errlen);
+    return r < 0 ? r : cq__io_engine_every(io->host, MQ_TICK_MS, on_follow_tick);
+}
+
 int cq_mqio_start(cq_mqio_t *io, cq_mqsrv_t *srv, const cq_mqio_opts_t *opts, char *bound,
                   size_t blen, char *err, size_t errlen)
 {
@@ -280,6 +299,8 @@ int cq_mqio_start(cq_mqio_t *io, cq_mqsrv_t *srv, const cq_mqio_opts_t *opts, ch
         r = cq__io_engine_every(io->host, retention_ms, on_retention);
     if (r == 0)
         r = start_mgr(io, opts, bound, err, errlen);
+    if (r == 0)
+        r = start_follow(io, opts, err, errlen);
     if (r == 0)
         r = cq__io_engine_run(io->host, err, errlen);
     if (r < 0)
@@ -307,6 +328,7 @@ cq_mqio_t *cq_mqio_free(cq_mqio_t *io)
         return NULL;
     io->host = cq__io_engine_free(io->host); /* stops: the manager link's handles are closed */
     cq__mq_mgr_free(io->mgr);
+    cq__mq_follow_free(io->follow);
     cq_free(io);
     return NULL;
 }

@@ -11,6 +11,7 @@
 #include "cq_file.h"
 #include "cq_log.h"
 #include "cq_mpsc.h"
+#include "cq_mqfollow.h"
 #include "cq_resume.h"
 #include "cq_route.h"
 #include "cq_util.h"
@@ -85,6 +86,15 @@ struct cq_main_bridge {
     atomic_bool attached;   /* the core's hook is set: its answers reach the MQ thread */
     const cq_config_t *cfg; /* the process's, for check() */
     atomic_bool managed;    /* the manager's bindings are in force: SIGHUP leaves them */
+    /* The shards this node follows (--bridge-follow; NULL: none), on the MQ loop like the
+     * engine. fw_due: the bound topics changed, the follower takes them at the next sink_run
+     * (never from inside its own callback). A copy of its counters for /metrics under st_mu. */
+    cq_mqfollow_t *fw;
+    bool fw_due;
+    cq_mqfollow_stats_t fw_st;
+    cq_mqfollow_link_stats_t fw_links[CQ_MQFOLLOW_LINKS_MAX];
+    size_t fw_nlinks;
+    uint32_t shard; /* this node's own (--shard) */
 };
 
 /* Route reads share sink_rows with the resume's: their tags have this bit. */
@@ -166,6 +176,7 @@ static void take_next(cq_main_bridge_t *b)
     cq_bridge_free(b->br);
     b->br = nb;
     declare_topics(b); /* the sessions in progress end (a hole their clients see) */
+    b->fw_due = b->fw != NULL;
 }
 
 static bool sink_wants(void *ud, const char *topic)
@@ -202,12 +213,11 @@ static void deliver(cq_main_bridge_t *b, const cq_bridge_out_t *o)
         CQ_WARN("bridge", "topic %s: event not delivered: %s", o->b->topic, cq_strerror(r));
 }
 
-static void sink_event(void *ud, const cq_mqsrv_event_t *ev)
+/* One committed message of a bound topic, from this node's store (the MQ engine's sink) or
+ * from a followed shard (the follower): deduplicated across shards by the bridge engine, then
+ * delivered. Only this node's own shard feeds the rings for now: the engines resume one shard. */
+static void on_event(cq_main_bridge_t *b, const cq_mqsrv_event_t *ev)
 {
-    cq_main_bridge_t *b = ud;
-    if (atomic_load(&b->stopped))
-        return;
-    take_next(b);
     char pid[24] = "";
     if (ev->producer_id)
         snprintf(pid, sizeof(pid), "%" PRIu64, ev->producer_id);
@@ -217,15 +227,16 @@ static void sink_event(void *ud, const cq_mqsrv_event_t *ev)
     int n = cq_bridge_event(b->br, &te, out, CQ_BRIDGE_BINDINGS_MAX);
     if (n < 0 && log_now(b))
         CQ_WARN("bridge", "topic %s offset %" PRIu64 ": %s", ev->topic, ev->offset, cq_strerror(n));
-    bool rung = false;
+    bool rung = false, own = ev->shard == b->shard;
     for (int i = 0; i < n; i++) {
         deliver(b, &out[i]);
-        if (out[i].b->kind == CQ_BIND_BROADCAST && !rung) { /* one encode for every output */
-            cq_resume_live(b->rs, ev->topic, ev->epoch, ev->offset, ev->prev_offset, out[i].event);
+        if (own && out[i].b->kind == CQ_BIND_BROADCAST && !rung) { /* one encode for all */
+            cq_resume_live(b->rs, ev->topic, ev->epoch, ev->offset, out[i].prev_offset,
+                           out[i].event);
             rung = true;
-        } else if (out[i].b->kind == CQ_BIND_ROUTE) {
-            cq_route_live(b->rt, ev->topic, ev->epoch, ev->offset, ev->prev_offset, out[i].b->key,
-                          out[i].key, out[i].event);
+        } else if (own && out[i].b->kind == CQ_BIND_ROUTE) {
+            cq_route_live(b->rt, ev->topic, ev->epoch, ev->offset, out[i].prev_offset,
+                          out[i].b->key, out[i].key, out[i].event);
         }
         cq_buf_unref(out[i].event);
     }
@@ -235,6 +246,51 @@ static void sink_event(void *ud, const cq_mqsrv_event_t *ev)
     atomic_store(&b->outputs, b->base.outputs + st.outputs);
     atomic_store(&b->duplicates, b->base.duplicates + st.duplicates);
     atomic_store(&b->unroutable, b->base.unroutable + st.unroutable);
+}
+
+static void sink_event(void *ud, const cq_mqsrv_event_t *ev)
+{
+    cq_main_bridge_t *b = ud;
+    if (atomic_load(&b->stopped))
+        return;
+    take_next(b);
+    on_event(b, ev);
+}
+
+/* A followed shard's message (the MQ loop, inside the follower: no reload is taken here). */
+static void follow_event(void *ud, const cq_mqsrv_event_t *ev)
+{
+    cq_main_bridge_t *b = ud;
+    if (!atomic_load(&b->stopped))
+        on_event(b, ev);
+}
+
+/* The follower takes the bound topics (the MQ loop, outside its callbacks). */
+static void follow_topics(cq_main_bridge_t *b)
+{
+    b->fw_due = false;
+    const char *v[CQ_BRIDGE_BINDINGS_MAX];
+    size_t n = cq_bridge_ntopics(b->br);
+    for (size_t i = 0; i < n && i < CQ_BRIDGE_BINDINGS_MAX; i++)
+        v[i] = cq_bridge_topic(b->br, i);
+    int r =
+        cq_mqfollow_set_topics(b->fw, v, n < CQ_BRIDGE_BINDINGS_MAX ? n : CQ_BRIDGE_BINDINGS_MAX);
+    if (r < 0) {
+        b->fw_due = true; /* out of memory: again at the next run */
+        if (log_now(b))
+            CQ_WARN("bridge", "the followed shards keep their topics: %s", cq_strerror(r));
+    }
+}
+
+/* /metrics' copy of the follower's counters. */
+static void follow_stats(cq_main_bridge_t *b)
+{
+    pthread_mutex_lock(&b->st_mu);
+    cq_mqfollow_stats(b->fw, &b->fw_st);
+    b->fw_nlinks = cq_mqfollow_nlinks(b->fw);
+    for (size_t i = 0; i < b->fw_nlinks; i++)
+        cq_mqfollow_link_stats(b->fw, i, &b->fw_links[i]);
+    pthread_mutex_unlock(&b->st_mu);
 }
 
 /* ---- resume (the workers ask, the MQ thread answers) ------------------------------------ */
@@ -484,6 +540,8 @@ static void sink_run(void *ud, cq_mqsrv_t *s)
 {
     cq_main_bridge_t *b = ud;
     take_next(b);
+    if (b->fw_due)
+        follow_topics(b);
     if (b->tchans_due && atomic_load(&b->attached))
         ask_tchans(b);
     uint64_t now = cq_clock_mono_ms();
@@ -511,6 +569,8 @@ static void sink_run(void *ud, cq_mqsrv_t *s)
         b->tick_ms = now;
         cq_resume_tick(b->rs, now);
         cq_route_tick(b->rt, now);
+        if (b->fw)
+            follow_stats(b);
     }
     run_actions(b, s);
 }
@@ -593,10 +653,62 @@ static int route_metrics(cq_main_bridge_t *b, cq_sbuf_t *out)
         st.sessions, st.cached, st.dirty);
 }
 
+/* The followed shards (none: nothing). */
+static int follow_metrics(cq_main_bridge_t *b, cq_sbuf_t *out)
+{
+    if (!b->fw)
+        return 0;
+    pthread_mutex_lock(&b->st_mu);
+    cq_mqfollow_stats_t st = b->fw_st;
+    size_t n = b->fw_nlinks;
+    cq_mqfollow_link_stats_t ls[CQ_MQFOLLOW_LINKS_MAX];
+    memcpy(ls, b->fw_links, n * sizeof(ls[0]));
+    pthread_mutex_unlock(&b->st_mu);
+    int r = cq_sbuf_printf(
+        out,
+        "# HELP chanq_bridge_follow_events_total Messages the followed shards (--bridge-follow) "
+        "handed to the bridge.\n"
+        "# TYPE chanq_bridge_follow_events_total counter\n"
+        "chanq_bridge_follow_events_total %" PRIu64 "\n"
+        "# HELP chanq_bridge_follow_connects_total Connections made to followed shards' servers.\n"
+        "# TYPE chanq_bridge_follow_connects_total counter\n"
+        "chanq_bridge_follow_connects_total %" PRIu64 "\n"
+        "# HELP chanq_bridge_follow_disconnects_total Connections to followed shards' servers "
+        "lost or left.\n"
+        "# TYPE chanq_bridge_follow_disconnects_total counter\n"
+        "chanq_bridge_follow_disconnects_total %" PRIu64 "\n"
+        "# HELP chanq_bridge_follow_pushes_dropped_total Times a topic's pushes kept during a "
+        "consume went over the bound (the consume went on from its own offset).\n"
+        "# TYPE chanq_bridge_follow_pushes_dropped_total counter\n"
+        "chanq_bridge_follow_pushes_dropped_total %" PRIu64 "\n"
+        "# HELP chanq_bridge_follow_up 1 while the followed shard's connection is up.\n"
+        "# TYPE chanq_bridge_follow_up gauge\n",
+        st.events, st.connects, st.disconnects, st.pushes_dropped);
+    for (size_t i = 0; r == 0 && i < n; i++)
+        r = cq_sbuf_printf(out, "chanq_bridge_follow_up{shard=\"%u\"} %d\n", ls[i].shard,
+                           ls[i].up ? 1 : 0);
+    if (r == 0)
+        r = cq_sbuf_printf(out, "# HELP chanq_bridge_follow_master 1 while the server a followed "
+                                "shard is read from is its master (0: a standby, or down).\n"
+                                "# TYPE chanq_bridge_follow_master gauge\n");
+    for (size_t i = 0; r == 0 && i < n; i++)
+        r = cq_sbuf_printf(out, "chanq_bridge_follow_master{shard=\"%u\"} %d\n", ls[i].shard,
+                           ls[i].up && ls[i].master ? 1 : 0);
+    if (r == 0)
+        r = cq_sbuf_printf(out, "# HELP chanq_bridge_follow_epoch The followed shard's epoch.\n"
+                                "# TYPE chanq_bridge_follow_epoch gauge\n");
+    for (size_t i = 0; r == 0 && i < n; i++)
+        r = cq_sbuf_printf(out, "chanq_bridge_follow_epoch{shard=\"%u\"} %" PRIu64 "\n",
+                           ls[i].shard, ls[i].epoch);
+    return r;
+}
+
 static int metrics(void *ud, cq_sbuf_t *out)
 {
     cq_main_bridge_t *b = ud;
     int r = route_metrics(b, out);
+    if (r == 0)
+        r = follow_metrics(b, out);
     if (r < 0)
         return r;
     return cq_sbuf_printf(
@@ -687,12 +799,69 @@ static int load(const cq_config_t *c, cq_bindings_t *bs, char *err, size_t errle
     return r;
 }
 
+/* The rows of a followed shard, for a resume (phase 2). */
+static void follow_rows(void *ud, uint64_t tag, int err, const cq_mqfollow_row_t *rows, size_t n)
+{
+    (void)ud, (void)tag, (void)err, (void)rows, (void)n;
+}
+
+/* The follower of --bridge-follow's shards (none: 0 and b->fw NULL). */
+static int make_follower(cq_main_bridge_t *b, const cq_config_t *c, char *err, size_t errlen)
+{
+    if (!*c->bridge_follow)
+        return 0;
+    char token[CQ_MQ_TOKEN_MAX + 1], why[256] = "";
+    int r = cq_file_read_secret(c->bridge_follow_token_file, token, sizeof(token));
+    if (r < 0) {
+        snprintf(err, errlen, "--bridge-follow-token-file %s: %s", c->bridge_follow_token_file,
+                 r == -ENAMETOOLONG ? "longer than a token may be" : cq_strerror(r));
+        return CQ_ECONFIG;
+    }
+    cq_mqfollow_opts_t o = {.module_id = (uint32_t)c->bridge_follow_module,
+                            .token = token,
+                            .on_event = follow_event,
+                            .on_rows = follow_rows,
+                            .ud = b};
+    if (!(b->fw = cq_mqfollow_new(&o))) {
+        snprintf(err, errlen, "--bridge-follow: out of memory");
+        return -ENOMEM;
+    }
+    /* a cluster member follows the other shards; a standalone node may name any shard but the
+     * one its own answers carry */
+    bool member = *c->zk_hosts != '\0';
+    r = cq_mqfollow_add_servers(b->fw, c->bridge_follow, member ? b->shard : UINT32_MAX, why,
+                                sizeof(why));
+    if (r == 0 && cq_mqfollow_has_shard(b->fw, b->shard)) {
+        snprintf(why, sizeof(why), "shard %u is this server's own (--shard)", b->shard);
+        r = CQ_ECONFIG;
+    }
+    if (r < 0) {
+        snprintf(err, errlen, "--bridge-follow: %s", r == -ENOMEM ? "out of memory" : why);
+        return r;
+    }
+    follow_topics(b);
+    if (b->fw_due)
+        snprintf(err, errlen, "--bridge-follow: out of memory");
+    return b->fw_due ? -ENOMEM : 0;
+}
+
+cq_mqfollow_t *cq_main_bridge_follower(cq_main_bridge_t *b)
+{
+    return b ? b->fw : NULL;
+}
+
 int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
                        cq_main_bridge_t **ret, char *err, size_t errlen)
 {
+    if (errlen)
+        err[0] = '\0';
     *ret = NULL;
     /* managed servers get a bridge with no binding, which the manager's may fill */
     bool managed = *c->mgr_servers && *c->mq_addr && !*c->relay_nats;
+    if (!*c->bridge_file && !managed && *c->bridge_follow) {
+        snprintf(err, errlen, "--bridge-follow needs bindings: --bridge-file, or --mgr-servers");
+        return CQ_ECONFIG;
+    }
     if (!*c->bridge_file && !managed)
         return 0;
     cq_bindings_t bs = {0};
@@ -717,10 +886,12 @@ int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
         pthread_mutex_init(&b->ask_mu, NULL);
         pthread_mutex_init(&b->st_mu, NULL);
         declare_topics(b);
+        b->shard = (uint32_t)c->shard;
+        r = make_follower(b, c, err, errlen);
     }
     if (r == 0 && (r = cq_admin_add_source(admin, "bridge", metrics, b)) < 0)
         snprintf(err, errlen, "cannot register the bridge's metrics: %s", cq_strerror(r));
-    if (r == -ENOMEM)
+    if (r == -ENOMEM && !*err)
         snprintf(err, errlen, "--bridge-file: out of memory");
     if (r < 0) {
         cq_bindings_free(&bs); /* taken by cq_bridge_new when it succeeded: then empty */
@@ -842,6 +1013,7 @@ cq_main_bridge_t *cq_main_bridge_free(cq_main_bridge_t *b, cq_admin_t *admin)
     }
     cq_resume_free(b->rs);
     cq_route_free(b->rt);
+    cq_mqfollow_free(b->fw);
     cq_free(b);
     return NULL;
 }

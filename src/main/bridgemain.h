@@ -6,6 +6,7 @@
 #include "cq_admin.h"
 #include "cq_config.h"
 #include "cq_core.h"
+#include "cq_mqfollow.h"
 #include "cq_mqport.h"
 
 #include <stddef.h>
@@ -20,6 +21,9 @@ typedef struct cq_main_bridge cq_main_bridge_t;
  * engine is made. */
 int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
                        cq_main_bridge_t **ret, char *err, size_t errlen);
+/* The follower of --bridge-follow's shards (owned by the bridge; the MQ loop drives it:
+ * cq_mqio_opts_t.follow), or NULL. */
+cq_mqfollow_t *cq_main_bridge_follower(cq_main_bridge_t *b);
 /* Sets o's sink to the bridge (b NULL: nothing). */
 void cq_main_bridge_sink(cq_main_bridge_t *b, cq_mqsrv_opts_t *o);
 /* The MQ engine s exists (the main thread, right after it is made): from now on the workers'

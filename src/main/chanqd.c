@@ -432,21 +432,11 @@ static int make_engine(app_t *a, const cq_store_topic_t *topics, const uint64_t 
 /* The servers' shared secret (--mgr-token-file), trailing whitespace removed, into buf. */
 static int read_mgr_token(const char *path, char *buf, size_t len)
 {
-    char *t = NULL;
-    size_t n = 0;
-    buf[0] = '\0';
-    if (!*path)
-        return 0;
-    int r = cq_file_read(path, 4096, &t, &n);
-    if (r < 0) {
-        CQ_ERROR("main", "--mgr-token-file %s: %s", path, cq_strerror(r));
-        return r;
-    }
-    while (n && (t[n - 1] == '\n' || t[n - 1] == '\r' || t[n - 1] == ' ' || t[n - 1] == '\t'))
-        n--;
-    snprintf(buf, len, "%.*s", (int)n, t);
-    cq_free(t);
-    return 0;
+    int r = cq_file_read_secret(path, buf, len);
+    if (r < 0)
+        CQ_ERROR("main", "--mgr-token-file %s: %s", path,
+                 r == -ENAMETOOLONG ? "longer than a token may be" : cq_strerror(r));
+    return r;
 }
 
 /* publish_config's bindings (the MQ loop): the bridge checks them as it checks --bridge-file. */
@@ -532,6 +522,7 @@ static int start_mq(app_t *a, char *bound, size_t blen)
         r = -ENOMEM;
     if (r == 0)
         r = cq_main_bridge_new(c, a->sh, a->admin, &a->bridge, err, sizeof(err));
+    mo.follow = cq_main_bridge_follower(a->bridge);
     if (r == 0 && (r = make_engine(a, topics, hw, n, epoch)) == CQ_ECONFIG)
         snprintf(err, sizeof(err), "durable topics not started");
     if (r == 0 && (r = make_mgrlink(a, &mo)) < 0)

@@ -35,26 +35,15 @@ typedef struct mgr_app {
 /* A token file's text, trailing whitespace removed, into buf. "" path: buf "". */
 static int read_token(const char *opt, const char *path, char *buf, size_t len)
 {
-    char *t = NULL;
-    size_t n = 0;
-    buf[0] = '\0';
-    if (!*path)
-        return 0;
-    int r = cq_file_read(path, 4096, &t, &n);
-    if (r < 0) {
+    int r = cq_file_read_secret(path, buf, len);
+    if (r < 0 && r != -ENAMETOOLONG) {
         CQ_ERROR("mgr", "--%s %s: %s", opt, path, cq_strerror(r));
         return r;
     }
-    while (n && (t[n - 1] == '\n' || t[n - 1] == '\r' || t[n - 1] == ' ' || t[n - 1] == '\t'))
-        n--;
-    if (n == 0 || n >= len) {
+    if (*path && (r < 0 || !*buf)) {
         CQ_ERROR("mgr", "--%s %s: the token must be 1 to %zu bytes", opt, path, len - 1);
-        cq_free(t);
         return CQ_ECONFIG;
     }
-    memcpy(buf, t, n);
-    buf[n] = '\0';
-    cq_free(t);
     return 0;
 }
 

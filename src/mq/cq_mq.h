@@ -125,6 +125,7 @@ typedef enum cq_mq_field {
                                        * last_offset}], topic_infos[] */
     CQ_MQ_F_SHARD = 1u << 25,         /* the answering server's shard (cluster) */
     CQ_MQ_F_MASTER = 1u << 26,        /* JSON bool: the answering server may write now */
+    CQ_MQ_F_EPOCH = 1u << 27,         /* the shard's history generation (cluster: role epoch) */
 } cq_mq_field_t;
 
 typedef struct cq_mq_limits {
@@ -175,6 +176,7 @@ typedef struct cq_mq_msg {
     uint32_t askid, module_id, client_type, err_code, weight, topic_nums, max_count, shard;
     int64_t client_id, topic_message_total, total, offset, time, producer_id, seq, last_offset;
     bool committed, master;
+    int64_t epoch;
     char topic[CQ_MQ_TOPIC_MAX + 1];
     char *token;         /* owned */
     char *err_msg;       /* owned */
@@ -295,6 +297,9 @@ size_t cq_mq_answer_key_len(int64_t producer_id, int64_t seq);
 int cq_mq_errcode(int err);
 /* "bad_topic_name" etc.; never NULL. */
 const char *cq_mq_errcode_name(int code);
+/* The other way: the internal code of a wire err_code (0 for ok; -EPROTO for internal and for a
+ * code this build does not know). */
+int cq_mq_err_of_code(int code);
 /* "produce" for a request, "produce_resp" for its response, "push", "error"; NULL if unknown. */
 const char *cq_mq_type_name(int type);
 /* True for 1, 3, ..., 15, 21, 23: the types a client sends. */

@@ -4,6 +4,7 @@
 
 #include "cq_err.h"
 
+#include <errno.h>
 #include <stddef.h>
 
 /* ---- error codes ----------------------------------------------------------------------- */
@@ -49,4 +50,14 @@ const char *cq_mq_errcode_name(int code)
         if (errmap[i].code == code)
             return errmap[i].name;
     return "unknown";
+}
+
+int cq_mq_err_of_code(int code)
+{
+    if (code == CQ_MQ_OK)
+        return 0;
+    for (size_t i = 1; i + 1 < NERRMAP; i++)
+        if (errmap[i].code == code)
+            return errmap[i].err;
+    return -EPROTO;
 }

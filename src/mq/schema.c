@@ -41,11 +41,12 @@ const field_desc_t cq__mq_fields[CQ__MQ_NFIELDS] = {
     {"topics", K_TOPICS, 0, 0, 0},
     {"shard", K_U32, AT(shard), 0, U32_MAX_},
     {"master", K_BOOL, AT(master), 0, 0},
+    {"epoch", K_U53, AT(epoch), 0, U53_MAX_},
 };
 #define F(x)          CQ_MQ_F_##x
 #define RESP          (F(ASKID) | F(ERR_CODE))
 #define COUNTERS_RESP (F(TOPIC) | F(ERR_MSG) | F(TOPIC_MESSAGE_TOTAL) | F(TOPIC_NUMS))
-#define ROLE          (F(SHARD) | F(MASTER))
+#define ROLE          (F(SHARD) | F(MASTER) | F(EPOCH))
 
 static const type_desc_t types[CQ_MQ_TYPE_MAX + 1] = {
     [CQ_MQ_REQ_CONNECT] = {"connect", F(ASKID) | F(MODULE_ID) | F(TOKEN) | F(CLIENT_TYPE), 0},
@@ -89,7 +90,7 @@ const type_desc_t *cq__mq_type_of(int type)
     return &types[type];
 }
 
-_Static_assert(CQ_MQ_F_MASTER == 1u << (CQ__MQ_NFIELDS - 1), "one field row per CQ_MQ_F_* bit");
+_Static_assert(CQ_MQ_F_EPOCH == 1u << (CQ__MQ_NFIELDS - 1), "one field row per CQ_MQ_F_* bit");
 
 /* ---- types and names ---------------------------------------------------------------------- */
 

@@ -60,20 +60,6 @@ typedef struct cq_mqport {
     void *ud;                   /* the port's; borrowed, must outlive the engine */
 } cq_mqport_t;
 
-/* A committed message as the sink gets it; every pointer borrowed for the call. Offsets are not
- * dense: every message of the topic at or below prev_offset was given before this one, or was
- * committed before the engine started, or no longer exists (purged, invalidated). epoch is the
- * shard's role epoch (cq_mqsrv_set_role; 0 for one server). producer_id 0: none. */
-typedef struct cq_mqsrv_event {
-    const char *topic;
-    uint32_t shard;
-    uint64_t epoch, offset, prev_offset;
-    int64_t time_ms;
-    uint64_t producer_id, seq;
-    const uint8_t *content;
-    size_t len;
-} cq_mqsrv_event_t;
-
 typedef struct cq_mqsrv_opts {
     cq_mq_limits_t limits;          /* zero fields take the codec defaults */
     const cq_mqperm_t *perms;       /* borrowed, must outlive the engine; NULL = all allowed */

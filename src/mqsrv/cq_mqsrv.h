@@ -48,6 +48,22 @@
 #include <stdint.h>
 
 typedef struct cq_mqsrv cq_mqsrv_t;
+
+/* A committed message as the bridge's sink gets it (cq_mqport.h) and a follower of another
+ * shard hands it on (cq_mqfollow.h); every pointer borrowed for the call. Offsets are not
+ * dense: every message of the topic at or below prev_offset was given before this one, or was
+ * committed before the engine started, or no longer exists (purged, invalidated). epoch is the
+ * shard's role epoch (cq_mqsrv_set_role; 0 for one server). producer_id 0: none. */
+typedef struct cq_mqsrv_event {
+    const char *topic;
+    uint32_t shard;
+    uint64_t epoch, offset, prev_offset;
+    int64_t time_ms;
+    uint64_t producer_id, seq;
+    const uint8_t *content;
+    size_t len;
+} cq_mqsrv_event_t;
+
 typedef struct cq_mqsrv_conn cq_mqsrv_conn_t;
 
 #define CQ_MQSRV_CONSUME_DFL   100  /* consume max_count when absent */

@@ -202,6 +202,11 @@ void cq__mqsrv_stamp(const cq_mqsrv_t *s, cq_mq_msg_t *m)
     if (hello) {
         m->master = cq__mqsrv_writable(s);
         m->has |= CQ_MQ_F_MASTER;
+        /* the history generation a follower labels this shard's events with (src/mqsrv/
+         * follow.c); absent while 0, as before epochs existed */
+        m->epoch = (int64_t)(s->epoch & 0x1fffffffffffffull);
+        if (m->epoch)
+            m->has |= CQ_MQ_F_EPOCH;
     }
     if (hello || m->type == CQ_MQ_RESP_PRODUCE || m->type == CQ_MQ_RESP_CONSUME ||
         m->type == CQ_MQ_RESP_OFFSET || m->type == CQ_MQ_PUSH) {

@@ -632,6 +632,62 @@ static void test_dedup_window(void **state)
     cq_bridge_free(br);
 }
 
+/* Delivers ev (one output) and returns the prev_offset it was encoded with, checked against the
+ * encoded bytes. */
+static uint64_t delivered_prev(cq_bridge_t *br, const cq_topic_event_t *ev)
+{
+    cq_bridge_out_t out[1];
+    assert_int_equal(cq_bridge_event(br, ev, out, 1), 1);
+    Chanqpb__TopicEvent *te =
+        chanqpb__topic_event__unpack(NULL, out[0].event->len, out[0].event->data);
+    assert_non_null(te);
+    assert_int_equal(te->prev_offset, out[0].prev_offset);
+    uint64_t prev = te->prev_offset;
+    chanqpb__topic_event__free_unpacked(te, NULL);
+    cq_buf_unref(out[0].event);
+    return prev;
+}
+
+static cq_topic_event_t at(const char *pid, uint64_t seq, uint32_t shard, uint64_t off,
+                           uint64_t prev)
+{
+    cq_topic_event_t ev = ev_of("a", pid, seq, "x");
+    ev.shard = shard;
+    ev.offset = off;
+    ev.prev_offset = prev;
+    return ev;
+}
+
+/* A dropped copy leaves no hole: the shard's next event names, as its prev_offset, the last
+ * event of that shard the bridge delivered. Two copies in a row are skipped together; the
+ * other shards and a shard's later events are left as they are. */
+static void test_dedup_no_hole(void **state)
+{
+    (void)state;
+    cq_bridge_t *br = bridge_of(two_topics, 64);
+    cq_topic_event_t e;
+    e = at("p", 1, 1, 10, 5);
+    assert_int_equal(delivered_prev(br, &e), 5);
+    e = at("p", 2, 2, 20, 15);
+    assert_int_equal(delivered_prev(br, &e), 15);
+    e = at("p", 1, 2, 21, 20); /* the copy of (p,1) on shard 2: dropped */
+    event_n(br, &e, 0);
+    e = at("p", 3, 1, 11, 10); /* shard 1 is not touched */
+    assert_int_equal(delivered_prev(br, &e), 10);
+    e = at("p", 3, 2, 22, 21); /* and (p,3) on shard 2 after it: a copy too */
+    event_n(br, &e, 0);
+    e = at("p", 4, 2, 23, 22); /* the next of shard 2 follows 20, the last delivered */
+    assert_int_equal(delivered_prev(br, &e), 20);
+    e = at("p", 5, 2, 24, 23); /* from then on, as it comes */
+    assert_int_equal(delivered_prev(br, &e), 23);
+    /* a copy whose next event does not name it (a gap the receiver must see) keeps that gap */
+    e = at("p", 4, 2, 30, 24);
+    event_n(br, &e, 0);
+    e = at("p", 6, 2, 40, 35);
+    assert_int_equal(delivered_prev(br, &e), 35);
+    cq_bridge_free(br);
+}
+
 static void test_dedup_empty_producer(void **state)
 {
     (void)state;
@@ -861,6 +917,7 @@ int main(void)
         cmocka_unit_test(test_engine_route_and_broadcast),
         cmocka_unit_test(test_engine_no_output_no_buffer),
         cmocka_unit_test(test_dedup_window),
+        cmocka_unit_test(test_dedup_no_hole),
         cmocka_unit_test(test_dedup_empty_producer),
         cmocka_unit_test(test_dedup_hash_collisions),
         cmocka_unit_test(test_dedup_model),

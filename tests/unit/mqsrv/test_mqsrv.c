@@ -2127,11 +2127,13 @@ static void test_role_handover(void **state)
     assert_int_equal(fp.npending, 0); /* a master neither polls nor refreshes */
     done(keep, 0);
     feed(p, req(CQ_MQ_REQ_KEEPALIVE, 4, 4, NULL));
-    expect(p, "4 4 {\"askid\":4,\"err_code\":0,\"weight\":100,\"shard\":2,\"master\":true}");
+    expect(p, "4 4 {\"askid\":4,\"err_code\":0,\"weight\":100,\"shard\":2,\"master\":true,"
+              "\"epoch\":5}");
     cq_mqsrv_set_role(eng, false, 2, 6);
     cq_mqsrv_drain(eng);
     feed(p, req(CQ_MQ_REQ_KEEPALIVE, 5, 5, NULL));
-    expect(p, "4 5 {\"askid\":5,\"err_code\":0,\"weight\":0,\"shard\":2,\"master\":false}");
+    expect(p, "4 5 {\"askid\":5,\"err_code\":0,\"weight\":0,\"shard\":2,\"master\":false,"
+              "\"epoch\":6}"); /* a slave knows its shard's epoch too */
     fconn_free(p);
     eng_stop();
 }

@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# tests/integration/cluster/bridge.sh DRIVER PLAYER CHANQD - issue 24's cluster acceptance: a
+# game client receives a durable topic's events through the bridge of a chanqd that follows a
+# real cluster's shards (doc/bridge.md "Shards"), across a SIGKILL of the master its events
+# come from.
+#
+# The run: scripts/cluster.sh (3 ZooKeeper nodes, shards 1 and 2 of 2 MariaDB + 2 chanqd);
+# a front chanqd with its own store, a broadcast binding of topic "brvip" on GLOBAL and
+# --bridge-follow naming all four servers; a player (bridge_player) subscribed to GLOBAL on
+# the front; the fault driver producing with libchanq's cluster SDK (round-robin failover, the
+# same (producer_id, seq) on retry). After PRE seconds the master of the shard the producer
+# writes to is SIGKILLed; the producer moves on, the shard's standby is promoted; POST seconds
+# later the producer stops, and the player gets until every acked seq arrived (at most 60 s).
+#
+# Checked, exactly:
+#   - every seq the producer had acknowledged reached the player exactly once;
+#   - no (producer_id, seq) reached it twice: the copies a retry stored on two shards (counted
+#     by the driver's verify, printed) were dropped by the bridge;
+#   - per shard, offsets strictly increase and each event's prev_offset is the previous event's
+#     offset the player got from that shard (no hole; a dropped copy included);
+#   - the front's chanq_bridge_follow_events_total is at least the player's event count, and
+#     the driver's own verify passes (every ack stored at its shard and offset).
+# Printed, not asserted: the copies, the follower's reconnections, the time from the fault to
+# the first event from the promoted standby.
+#
+# Exit: 0 pass, 1 fail (logs' tails printed), 77 skip (java / ZooKeeper / MariaDB missing).
+# Env: ZK_SESSION_MS [4000], DB_DOWN_MS [3000], SEMI_TIMEOUT_MS [2000], RATE [200], LONG=1 (30 s
+#   before and after the fault instead of 3), KEEP=1 (keep the files).
+set -euo pipefail
+
+[ $# -eq 3 ] || {
+    echo "usage: $0 FAULT_DRIVER BRIDGE_PLAYER CHANQD" >&2
+    exit 64
+}
+DRIVER=$1
+PLAYER=$2
+export CHANQD=$3
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+CLUSTER="$ROOT/scripts/cluster.sh"
+export ZK_SESSION_MS=${ZK_SESSION_MS:-4000}
+export DB_DOWN_MS=${DB_DOWN_MS:-3000}
+export SEMI_TIMEOUT_MS=${SEMI_TIMEOUT_MS:-2000}
+export RELAY_NODES=0
+RATE=${RATE:-200}
+if [ "${LONG:-0}" = 1 ]; then PRE=30 POST=30; else PRE=3 POST=3; fi
+RECOVER_S=$((ZK_SESSION_MS / 1000 + DB_DOWN_MS / 1000 + 20))
+TOPIC=brvip
+MSG_TYPE=200
+
+say() { printf '# %s\n' "$*"; }
+skip() {
+    say "SKIP: $*"
+    exit 77
+}
+ms() { date +%s%3N; }
+
+command -v java >/dev/null 2>&1 || skip "java is not installed (apt-get install zookeeper)"
+[ -f /usr/share/java/zookeeper.jar ] || skip "ZooKeeper is not installed (apt-get install zookeeper)"
+command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] ||
+    skip "mariadbd is not installed (apt-get install mariadb-server)"
+
+BASE=$(mktemp -d "${TMPDIR:-/tmp}/cqbridge.XXXXXX")
+DIR=$BASE/cluster
+FRONT=$BASE/front
+LOG=$BASE/driver.log
+PLOG=$BASE/player.log
+DPID= PPID_= FPID=
+FAILED=0
+
+stop_pid() { # stop_pid PID: SIGTERM, SIGKILL after 10 s, waits
+    local p=$1 i=0
+    [ -n "$p" ] && kill -0 "$p" 2>/dev/null || return 0
+    kill -TERM "$p" 2>/dev/null || true
+    while kill -0 "$p" 2>/dev/null && [ $i -lt 100 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    kill -KILL "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+}
+
+cleanup() {
+    local rc=$?
+    set +e
+    stop_pid "$DPID"
+    stop_pid "$PPID_"
+    stop_pid "$FPID"
+    if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then
+        say "---- driver log (last 20 lines)"
+        tail -n 20 "$LOG" 2>/dev/null
+        say "---- player log (last 10 lines)"
+        tail -n 10 "$PLOG" 2>/dev/null
+        say "---- front chanqd log (last 30 lines)"
+        tail -n 30 "$FRONT/log" 2>/dev/null
+        local f
+        for f in "$DIR"/shard*/node*/log; do
+            [ -f "$f" ] || continue
+            say "---- $f (last 10 lines)"
+            tail -n 10 "$f"
+        done
+    fi
+    "$CLUSTER" stop "$DIR" >/dev/null 2>&1 || true
+    if [ "${KEEP:-0}" = 1 ]; then say "kept $BASE"; else rm -rf "$BASE"; fi
+    exit "$rc"
+}
+trap cleanup EXIT
+
+# ---- the cluster ------------------------------------------------------------------------------
+t0=$(ms)
+for try in 1 2 3; do
+    "$CLUSTER" start "$DIR" >"$BASE/cluster.out" 2>"$BASE/cluster.err" && break
+    say "NOTE: cluster.sh start failed (try $try):"
+    grep -v '^ *$' "$BASE/cluster.err" | head -n 3 | sed 's/^/#   /'
+    [ "$try" = 3 ] && {
+        say "FAIL: cluster.sh start failed 3 times"
+        exit 1
+    }
+    rm -rf "$DIR"
+    sleep 2
+done
+say "cluster up after $(($(ms) - t0)) ms"
+field() { sed -n "s/^shard=$1 node=$2 .*$3=\([^ ]*\).*/\1/p" "$BASE/cluster.out"; }
+SERVERS=
+for s in 1 2; do
+    for n in 1 2; do SERVERS="$SERVERS${SERVERS:+,}$s/$(field $s $n mq)"; done
+done
+say "servers $SERVERS"
+node_of() { sed -n "s|^shard=\([0-9]*\) node=\([0-9]*\) mq=$1 .*|\1 \2|p" "$BASE/cluster.out"; }
+"$DRIVER" setup --servers "$SERVERS" --topic "$TOPIC" | tail -n 4
+
+# ---- the front chanqd and the player ----------------------------------------------------------
+mkdir -p "$FRONT"
+read -r CPORT SPORT APORT MPORT <<<"$(python3 "$ROOT/tests/support/free-ports.py" 30000 32999 4)"
+printf '{"bindings":[{"topic":"%s","broadcast":"global","msg_type":%d}]}\n' "$TOPIC" "$MSG_TYPE" \
+    >"$FRONT/bindings.json"
+"$CHANQD" --dev --client-fsm "$ROOT/config/client_authoratative_fsm.json" \
+    --client-addr "127.0.0.1:$CPORT" --server-addr "127.0.0.1:$SPORT" \
+    --admin-addr "127.0.0.1:$APORT" --mq-addr "127.0.0.1:$MPORT" --mq-http-addr '' \
+    --ws-addr '' --kcp-addr '' --store-dir "$FRONT/data" --ready-file "$FRONT/ready" \
+    --bridge-file "$FRONT/bindings.json" --bridge-follow "$SERVERS" >"$FRONT/log" 2>&1 &
+FPID=$!
+for _ in $(seq 1 300); do
+    [ -e "$FRONT/ready" ] && break
+    kill -0 "$FPID" 2>/dev/null || {
+        say "FAIL: the front chanqd exited: $(tail -n 5 "$FRONT/log")"
+        exit 1
+    }
+    sleep 0.1
+done
+[ -e "$FRONT/ready" ] || {
+    say "FAIL: the front chanqd is not ready after 30 s"
+    exit 1
+}
+metric() { # metric NAME: the front's metric line "NAME VALUE" ("" when absent)
+    curl -s --max-time 2 "http://127.0.0.1:$APORT/metrics" 2>/dev/null |
+        awk -v n="$1" '$1 == n { print $2 }'
+}
+both_up() {
+    [ "$(metric 'chanq_bridge_follow_up{shard="1"}')" = 1 ] &&
+        [ "$(metric 'chanq_bridge_follow_up{shard="2"}')" = 1 ]
+}
+wait_for() { # wait_for SECONDS WHAT CMD...: polls CMD every 100 ms
+    local secs=$1 what=$2
+    local end=$((SECONDS + secs))
+    shift 2
+    until "$@"; do
+        if [ $SECONDS -ge "$end" ]; then
+            say "timed out after $secs s waiting for $what"
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+wait_for 30 "the front to follow both shards" both_up || exit 1
+"$PLAYER" "127.0.0.1:$CPORT" player1 "$MSG_TYPE" >"$PLOG" 2>"$BASE/player.err" &
+PPID_=$!
+subbed() { grep -q '^sub ' "$PLOG"; }
+wait_for 30 "the player's subscription" subbed || exit 1
+# Every topic of both links is live once an event of each shard can reach the player: the
+# follower starts a topic at its live position, so the producer starts after that.
+topics_live() { # the front logged no refusal and both links are up; give the watches a moment
+    both_up
+}
+wait_for 10 "the follow" topics_live || exit 1
+sleep 1
+
+# ---- the run ----------------------------------------------------------------------------------
+"$DRIVER" run --servers "$SERVERS" --topic "$TOPIC" --rate "$RATE" >"$LOG" 2>"$BASE/driver.err" &
+DPID=$!
+ack_after() {
+    awk -v t="$1" '$1 == "ack" && $5 > t { f = 1; exit } END { exit !f }' "$LOG"
+}
+wait_for 90 "the first ack" ack_after 0 || exit 1
+sleep "$PRE"
+FS=$(awk '$1 == "ack" { s = $3 } END { print s }' "$LOG")
+MASTER=$(awk -v s="$FS" '$1 == "ack" && $3 == s { a = $6 } END { print a }' "$LOG")
+read -r MS MN <<<"$(node_of "$MASTER")"
+[ "$MS" = "$FS" ] || {
+    say "FAIL: the master of shard $FS ($MASTER) is not in the cluster's list"
+    exit 1
+}
+MPID=$(field "$FS" "$MN" pid)
+T=$(ms)
+kill -KILL "$MPID"
+say "SIGKILLed the master chanqd of shard $FS (node $MN, $MASTER) at $T"
+wait_for "$RECOVER_S" "an ack after the fault" ack_after "$T" ||
+    say "NOTE: nothing was acknowledged for $RECOVER_S s after the fault"
+sleep "$POST"
+kill -TERM "$DPID"
+wait "$DPID" || {
+    say "FAIL: the driver exited with $?"
+    FAILED=1
+}
+DPID=
+grep '^# \(producer\|run\)' "$LOG" || true
+PID=$(sed -n 's/^# run: producer_id \([0-9]*\).*/\1/p' "$LOG")
+
+# ---- the player's events ----------------------------------------------------------------------
+# all_seen: every acked seq of our producer reached the player
+all_seen() {
+    awk -v p="$PID" 'FNR == NR { if ($1 == "ev" && $4 == p) got[$5] = 1; next }
+        $1 == "ack" && !got[$2] { exit 1 }' "$PLOG" "$LOG"
+}
+wait_for 60 "every acked seq at the player" all_seen ||
+    say "NOTE: some acked seqs did not reach the player within 60 s"
+FOLLOWED=$(metric chanq_bridge_follow_events_total)
+DUPS=$(metric chanq_bridge_duplicates_total)
+CONNECTS=$(metric chanq_bridge_follow_connects_total)
+stop_pid "$PPID_"
+PPID_=
+say "player: $(grep -c '^ev ' "$PLOG") events; front: follow_events_total=$FOLLOWED" \
+    "duplicates_total=$DUPS follow_connects_total=$CONNECTS"
+first_new=$(awk -v s="$FS" -v t="$T" '$1 == "ev" && $2 == s && $8 > t { print $8 - t; exit }' "$PLOG")
+say "first event of shard $FS after the fault: +${first_new:-none} ms"
+
+# exact checks (awk prints each failure, at most 20 per kind, and exits 1 if any)
+awk -v p="$PID" '
+    function bad(kind, msg) { if (++nb[kind] <= 20) print "# FAIL: " msg; failed = 1 }
+    FNR == NR {
+        if ($1 != "ev") next
+        sh = $2; off = $3; prev = $7
+        if (sh in last) {
+            if (off <= last[sh]) bad("order", "shard " sh ": offset " off " after " last[sh])
+            if (prev != last[sh]) bad("hole", "shard " sh ": offset " off " has prev_offset " prev ", the last one received is " last[sh])
+        }
+        last[sh] = off
+        if ($4 != p) next
+        n[$5]++
+        if (n[$5] == 2) bad("dup", "seq " $5 " received twice (shard " sh " offset " off ")")
+        next
+    }
+    $1 == "ack" { acked++; if (!n[$2]) bad("missing", "acked seq " $2 " (shard " $3 " offset " $4 ") never reached the player") }
+    END {
+        printf "# checked %d acked seqs against the player log\n", acked
+        exit failed
+    }' "$PLOG" "$LOG" || FAILED=1
+got=$(grep -c '^ev ' "$PLOG" || true)
+# the front stores nothing itself: every event it delivered came through the follower
+[ -n "$FOLLOWED" ] && [ "$FOLLOWED" -ge "$got" ] && [ "$got" -ge 1 ] || {
+    say "FAIL: chanq_bridge_follow_events_total is '$FOLLOWED', the player got $got"
+    FAILED=1
+}
+"$DRIVER" verify --servers "$SERVERS" --topic "$TOPIC" --log "$LOG" --fault-ms "$T" \
+    --fault-shard "$FS" >"$BASE/verify.out" 2>&1 || FAILED=1
+sed 's/^/# verify: /' "$BASE/verify.out"
+say "events at the player: $got"
+[ "$FAILED" = 0 ] && say "PASS: bridge across a master SIGKILL" || say "FAIL: bridge"
+exit "$FAILED"
