@@ -12,8 +12,9 @@
  *     (cq_resume_more), so a client far behind is paced by its own send queue.
  *
  * What it asks for, as actions the caller polls (cq_resume_next):
- *   - CQ_RESUME_READ: read rows of a topic after an offset from the store (on the store's
- *     reader thread, never on a worker); the rows come back through cq_resume_rows;
+ *   - CQ_RESUME_READ: read rows of a topic on a shard after an offset: from the store (on the
+ *     store's reader thread, never on a worker), or from a followed shard's server (a consume);
+ *     the rows come back through cq_resume_rows;
  *   - CQ_RESUME_SEND: a chunk for a connection: the TopicResumeResultMessage (in the first
  *     chunk, CQ_RESUME_F_BEGIN), then events in order per topic; CQ_RESUME_F_FINAL on the chunk
  *     that reaches the live stream.
@@ -54,32 +55,43 @@ typedef struct cq_resume_limits {
     uint64_t idle_ms;      /* a session that does not progress this long is dropped (0: 60 s) */
 } cq_resume_limits_t;
 
-/* The topic's current place, from the MQ engine: the shard's epoch and the offset of the last
- * event handed to the bridge (live), 0 when none. Returns false for an unknown topic. */
-typedef bool (*cq_resume_position_fn)(void *ud, const char *topic, uint64_t *epoch,
+/* Shards one engine resumes: this node's own and the ones its bridge follows. */
+#define CQ_RESUME_SHARDS_MAX 17
+
+/* The place of a topic on a shard, from whatever hands the bridge that shard's events (the MQ
+ * engine for this node's own shard, the follower for another): the shard's epoch and the
+ * offset of the last event handed to the bridge (live), 0 when none. Returns false for an
+ * unknown topic or shard. */
+typedef bool (*cq_resume_position_fn)(void *ud, const char *topic, uint32_t shard, uint64_t *epoch,
                                       uint64_t *pushed);
 
 typedef struct cq_resume cq_resume_t;
 
-/* A new engine for the shard's topics, or NULL on OOM. position is called on the engine's
- * thread, from the calls below. */
+/* A new engine for the topics of shard (this node's own), or NULL on OOM. position is called
+ * on the engine's thread, from the calls below. */
 cq_resume_t *cq_resume_new(const cq_resume_limits_t *lim, uint32_t shard,
                            cq_resume_position_fn position, void *ud);
+/* Another shard whose events the engine is given too (one the bridge follows): each topic
+ * declared from then on has a stream per shard, with its own ring and cursor; a client's
+ * position names its shard. Before any topic is declared: 0, -EBUSY (topics are declared),
+ * -ENOSPC (over CQ_RESUME_SHARDS_MAX). */
+int cq_resume_add_shard(cq_resume_t *r, uint32_t shard);
 /* Frees the engine, its rings, sessions and queued actions. Accepts NULL. */
 void cq_resume_free(cq_resume_t *r);
 
 /* Declares a broadcast-bound topic delivered on channel chan_id (0: GLOBAL, else its "topic"
  * channel) with msg_type (a reload declares them again: a topic no longer declared keeps
- * nothing; sessions lose it). Returns 0, -EINVAL, -EEXIST (the topic is declared on another
- * channel: one channel per topic), -ENOSPC (more than 256 topics) or -ENOMEM.
+ * nothing; sessions lose it), one stream per shard. Returns 0, -EINVAL, -EEXIST (the topic is
+ * declared on another channel: one channel per topic), -ENOSPC (more than 256 streams) or
+ * -ENOMEM.
  * cq_resume_topics_clear forgets every declaration first. */
 void cq_resume_topics_clear(cq_resume_t *r);
 int cq_resume_topic(cq_resume_t *r, const char *topic, uint32_t chan_id, uint32_t msg_type);
 
-/* A live event of a declared topic, in the order the bridge delivered it (event borrowed: the
- * ring takes its own reference). Other topics are ignored. */
-void cq_resume_live(cq_resume_t *r, const char *topic, uint64_t epoch, uint64_t offset,
-                    uint64_t prev_offset, cq_buf_t *event);
+/* A live event of a declared topic on shard, in the order the bridge delivered it (event
+ * borrowed: the ring takes its own reference). Other topics and shards are ignored. */
+void cq_resume_live(cq_resume_t *r, const char *topic, uint32_t shard, uint64_t epoch,
+                    uint64_t offset, uint64_t prev_offset, cq_buf_t *event);
 
 /* A store row, everything borrowed for the call. */
 typedef struct cq_resume_row {
@@ -127,7 +139,8 @@ typedef struct cq_resume_action {
     /* READ */
     uint64_t read_id;
     char topic[65];
-    uint64_t from; /* rows with offset > from */
+    uint32_t shard; /* whose rows: this node's store, or a followed shard's servers */
+    uint64_t from;  /* rows with offset > from */
     uint32_t max;
     /* SEND */
     uint32_t conn_id;

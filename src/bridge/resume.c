@@ -33,8 +33,10 @@ typedef struct ring_ent {
     cq_buf_t *ev;
 } ring_ent_t;
 
+/* A stream: one topic on one shard (this node's own, or one it follows). */
 typedef struct rtopic {
     char name[65];
+    uint32_t shard;
     uint32_t chan_id; /* the channel its binding delivers to (0: GLOBAL) */
     uint32_t msg_type;
     ring_ent_t *ring; /* cap entries, the oldest at head */
@@ -76,7 +78,8 @@ typedef struct action_node {
 
 struct cq_resume {
     cq_resume_limits_t lim;
-    uint32_t shard;
+    uint32_t shards[CQ_RESUME_SHARDS_MAX]; /* [0]: this node's own; then the followed ones */
+    uint32_t nshards;
     cq_resume_position_fn position;
     void *ud;
     rtopic_t topics[TOPICS_MAX];
@@ -94,12 +97,23 @@ struct cq_resume {
 
 /* ---- small parts ---------------------------------------------------------------------------- */
 
-static int topic_index(const cq_resume_t *r, const char *name)
+static int topic_index(const cq_resume_t *r, const char *name, uint32_t shard)
 {
     for (int i = 0; i < r->ntopics; i++)
-        if (strcasecmp(r->topics[i].name, name) == 0)
+        if (r->topics[i].shard == shard && strcasecmp(r->topics[i].name, name) == 0)
             return i;
     return -1;
+}
+
+/* A stream's name in messages: the topic on this node's own shard, "<topic> shard <n>" on a
+ * followed one (buf: SNAME_MAX bytes). */
+#define SNAME_MAX 80
+static const char *sname(const cq_resume_t *r, int i, char *buf)
+{
+    if (r->topics[i].shard == r->shards[0])
+        return r->topics[i].name;
+    snprintf(buf, SNAME_MAX, "%s shard %u", r->topics[i].name, r->topics[i].shard);
+    return buf;
 }
 
 static void push_action(cq_resume_t *r, action_node_t *n)
@@ -179,10 +193,10 @@ static bool ring_has(const rtopic_t *t, uint64_t offset)
     return lo < t->n && ring_at(t, lo)->offset == offset;
 }
 
-void cq_resume_live(cq_resume_t *r, const char *topic, uint64_t epoch, uint64_t offset,
-                    uint64_t prev_offset, cq_buf_t *event)
+void cq_resume_live(cq_resume_t *r, const char *topic, uint32_t shard, uint64_t epoch,
+                    uint64_t offset, uint64_t prev_offset, cq_buf_t *event)
 {
-    int i = topic ? topic_index(r, topic) : -1;
+    int i = topic ? topic_index(r, topic, shard) : -1;
     if (i < 0 || !event)
         return;
     rtopic_t *t = &r->topics[i];
@@ -226,7 +240,8 @@ cq_resume_t *cq_resume_new(const cq_resume_limits_t *lim, uint32_t shard,
         r->lim.sends_max = 32;
     if (!r->lim.idle_ms)
         r->lim.idle_ms = 60000;
-    r->shard = shard;
+    r->shards[0] = shard;
+    r->nshards = 1;
     r->position = position;
     r->ud = ud;
     cq_map_init(&r->sessions);
@@ -291,10 +306,10 @@ static cq_buf_t *result_encode(const cq_resume_t *r, const sess_t *s)
         if (s->cur[i].state == TC_SKIP)
             continue;
         uint64_t epoch = 0, pushed = 0;
-        r->position(r->ud, r->topics[i].name, &epoch, &pushed);
+        r->position(r->ud, r->topics[i].name, r->topics[i].shard, &epoch, &pushed);
         chanqpb__topic_position__init(&pos[n]);
         pos[n].topic = (char *)r->topics[i].name;
-        pos[n].shard = r->shard;
+        pos[n].shard = r->topics[i].shard;
         pos[n].epoch = epoch;
         pos[n].offset = s->cur[i].cursor;
         pp[n] = &pos[n];
@@ -367,7 +382,7 @@ static void begin(cq_resume_t *r, sess_t *s)
         if (s->cur[i].state != TC_NOW)
             continue;
         uint64_t epoch = 0, pushed = 0;
-        r->position(r->ud, r->topics[i].name, &epoch, &pushed);
+        r->position(r->ud, r->topics[i].name, r->topics[i].shard, &epoch, &pushed);
         s->cur[i] = (scur_t){TC_WALK, pushed};
     }
     s->result = result_encode(r, s);
@@ -415,7 +430,7 @@ static bool caught_up(cq_resume_t *r, const sess_t *s)
 {
     for (int i = 0; i < r->ntopics; i++) {
         uint64_t epoch = 0, pushed = 0;
-        r->position(r->ud, r->topics[i].name, &epoch, &pushed);
+        r->position(r->ud, r->topics[i].name, r->topics[i].shard, &epoch, &pushed);
         if (s->cur[i].cursor < pushed)
             return false;
     }
@@ -440,7 +455,7 @@ static int ring_miss(cq_resume_t *r, const sess_t *s)
 {
     for (int i = 0; i < r->ntopics; i++) {
         uint64_t epoch = 0, pushed = 0;
-        r->position(r->ud, r->topics[i].name, &epoch, &pushed);
+        r->position(r->ud, r->topics[i].name, r->topics[i].shard, &epoch, &pushed);
         const scur_t *u = &s->cur[i];
         if (u->state == TC_WALK && u->cursor < pushed && ring_after(&r->topics[i], u->cursor) < 0)
             return i;
@@ -456,7 +471,7 @@ static void advance(cq_resume_t *r, sess_t *s, uint64_t now_ms)
     chunk_t c = {0};
     for (int i = 0; i < r->ntopics && !chunk_full(r, &c); i++) {
         uint64_t epoch = 0, pushed = 0;
-        r->position(r->ud, r->topics[i].name, &epoch, &pushed);
+        r->position(r->ud, r->topics[i].name, r->topics[i].shard, &epoch, &pushed);
         if (s->cur[i].state == TC_WALK && s->cur[i].cursor < pushed) {
             if (!s->begun && ring_after(&r->topics[i], s->cur[i].cursor) < 0)
                 continue;
@@ -533,6 +548,7 @@ static void queue_read(cq_resume_t *r, sess_t *s, int i)
     n->a.kind = CQ_RESUME_READ;
     n->a.read_id = s->read_id;
     snprintf(n->a.topic, sizeof(n->a.topic), "%s", r->topics[i].name);
+    n->a.shard = r->topics[i].shard;
     n->a.from = verify ? u->cursor - 1 : u->cursor;
     n->a.max = verify ? 1 : r->lim.chunk_events;
     r->reads_in_flight++;
@@ -594,11 +610,12 @@ static void rows_verify(cq_resume_t *r, sess_t *s, int i, int err, const cq_resu
                         size_t n)
 {
     scur_t *u = &s->cur[i];
+    char nm[SNAME_MAX];
     if (err < 0)
-        reason(s, "topic %s: the store could not be read: %s", r->topics[i].name, cq_strerror(err));
+        reason(s, "topic %s: the store could not be read: %s", sname(r, i, nm), cq_strerror(err));
     else if (n == 0 || rows[0].offset != u->cursor)
         reason(s, "topic %s: offset %" PRIu64 " is no longer stored (retention purged it)",
-               r->topics[i].name, u->cursor);
+               sname(r, i, nm), u->cursor);
     else {
         u->state = TC_WALK;
         return;
@@ -613,7 +630,7 @@ static void rows_walk(cq_resume_t *r, sess_t *s, int i, const cq_resume_row_t *r
                       uint64_t now_ms)
 {
     uint64_t epoch = 0, pushed = 0;
-    r->position(r->ud, r->topics[i].name, &epoch, &pushed);
+    r->position(r->ud, r->topics[i].name, r->topics[i].shard, &epoch, &pushed);
     if (!s->begun)
         begin(r, s);
     scur_t *u = &s->cur[i];
@@ -624,8 +641,8 @@ static void rows_walk(cq_resume_t *r, sess_t *s, int i, const cq_resume_row_t *r
         char pid[24] = "";
         if (rows[k].producer_id)
             snprintf(pid, sizeof(pid), "%" PRIu64, rows[k].producer_id);
-        cq_topic_event_t te = {r->topics[i].name, r->shard,        epoch, rows[k].offset,
-                               u->cursor,         rows[k].time_ms, pid,   rows[k].seq,
+        cq_topic_event_t te = {r->topics[i].name, r->topics[i].shard, epoch, rows[k].offset,
+                               u->cursor,         rows[k].time_ms,    pid,   rows[k].seq,
                                rows[k].content,   rows[k].len};
         cq_buf_t *ev = cq_topic_event_encode(&te);
         if (!ev || chunk_add(&c, ev, r->topics[i].msg_type) < 0)
@@ -700,8 +717,9 @@ static void refuse(cq_resume_t *r, uint32_t conn_id, uint32_t chan_id, const cha
 static void place(cq_resume_t *r, sess_t *s, int i, const Chanqpb__TopicPosition *p)
 {
     uint64_t epoch = 0, pushed = 0;
-    r->position(r->ud, r->topics[i].name, &epoch, &pushed);
+    r->position(r->ud, r->topics[i].name, r->topics[i].shard, &epoch, &pushed);
     scur_t *u = &s->cur[i];
+    char nm[SNAME_MAX];
     u->state = TC_NOW;
     if (!p || p->offset == 0)
         return; /* no position: from the live stream on */
@@ -709,12 +727,12 @@ static void place(cq_resume_t *r, sess_t *s, int i, const Chanqpb__TopicPosition
         reason(s,
                "topic %s: epoch %" PRIu64 " is not the shard's (%" PRIu64
                "): its history may have been rewritten",
-               r->topics[i].name, p->epoch, epoch);
+               sname(r, i, nm), p->epoch, epoch);
         return;
     }
     if (p->offset > pushed) {
         reason(s, "topic %s: offset %" PRIu64 " is beyond the last delivered offset %" PRIu64,
-               r->topics[i].name, p->offset, pushed);
+               sname(r, i, nm), p->offset, pushed);
         return;
     }
     u->cursor = p->offset;
@@ -775,7 +793,7 @@ void cq_resume_request(cq_resume_t *r, uint32_t conn_id, uint32_t chan_id, const
             continue;
         const Chanqpb__TopicPosition *p = NULL;
         for (size_t k = 0; k < m->n_positions; k++)
-            if (m->positions[k]->shard == r->shard && m->positions[k]->topic &&
+            if (m->positions[k]->shard == r->topics[i].shard && m->positions[k]->topic &&
                 strcasecmp(m->positions[k]->topic, r->topics[i].name) == 0)
                 p = m->positions[k];
         place(r, s, i, p);
@@ -869,23 +887,55 @@ void cq_resume_topics_clear(cq_resume_t *r)
     r->ntopics = 0;
 }
 
-int cq_resume_topic(cq_resume_t *r, const char *topic, uint32_t chan_id, uint32_t msg_type)
+int cq_resume_add_shard(cq_resume_t *r, uint32_t shard)
 {
-    if (!topic || !*topic || strlen(topic) > 64)
-        return -EINVAL;
-    int i = topic_index(r, topic);
-    if (i >= 0)
-        return r->topics[i].chan_id == chan_id ? 0 : -EEXIST;
-    if (r->ntopics == TOPICS_MAX)
+    for (uint32_t k = 0; k < r->nshards; k++)
+        if (r->shards[k] == shard)
+            return 0;
+    if (r->ntopics)
+        return -EBUSY;
+    if (r->nshards == CQ_RESUME_SHARDS_MAX)
         return -ENOSPC;
+    r->shards[r->nshards++] = shard;
+    return 0;
+}
+
+/* One stream of a topic declared anew. */
+static int stream_add(cq_resume_t *r, const char *topic, uint32_t shard, uint32_t chan_id,
+                      uint32_t msg_type)
+{
     rtopic_t *t = &r->topics[r->ntopics];
     if (!(t->ring = cq_calloc(r->lim.ring_events, sizeof(*t->ring))))
         return -ENOMEM;
     snprintf(t->name, sizeof(t->name), "%s", topic);
+    t->shard = shard;
     t->chan_id = chan_id;
     t->msg_type = msg_type;
     t->cap = r->lim.ring_events;
     r->ntopics++;
+    return 0;
+}
+
+int cq_resume_topic(cq_resume_t *r, const char *topic, uint32_t chan_id, uint32_t msg_type)
+{
+    if (!topic || !*topic || strlen(topic) > 64)
+        return -EINVAL;
+    int i = topic_index(r, topic, r->shards[0]);
+    if (i >= 0)
+        return r->topics[i].chan_id == chan_id ? 0 : -EEXIST;
+    if (r->ntopics + (int)r->nshards > TOPICS_MAX)
+        return -ENOSPC;
+    for (uint32_t k = 0; k < r->nshards; k++) {
+        int rc = stream_add(r, topic, r->shards[k], chan_id, msg_type);
+        if (rc < 0) { /* none of its streams stays */
+            while (k--) {
+                rtopic_t *t = &r->topics[--r->ntopics];
+                cq_free(t->ring);
+                memset(t, 0, sizeof(*t));
+            }
+            return rc;
+        }
+    }
     return 0;
 }
 

@@ -165,7 +165,7 @@ static anode_t *push_action(cq_route_t *r, int kind)
 static uint64_t pushed_of(const cq_route_t *r, const rbind_t *b, uint64_t *epoch)
 {
     uint64_t e = 0, pushed = 0;
-    r->position(r->ud, b->topic, &e, &pushed);
+    r->position(r->ud, b->topic, r->shard, &e, &pushed);
     if (epoch)
         *epoch = e;
     return pushed;
@@ -1100,7 +1100,7 @@ int cq_route_topic(cq_route_t *r, const char *topic, const char *key_field, uint
     uint64_t pushed = 0;
     /* Known on the engine's thread: the live events from now on are kept. Else (before the MQ
      * engine runs) the ring is anchored by the first live event. */
-    b->ring_from = r->position(r->ud, b->topic, &b->epoch, &pushed) ? pushed : UNANCHORED;
+    b->ring_from = r->position(r->ud, b->topic, r->shard, &b->epoch, &pushed) ? pushed : UNANCHORED;
     r->nbinds++;
     return 0;
 }

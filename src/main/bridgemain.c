@@ -215,7 +215,8 @@ static void deliver(cq_main_bridge_t *b, const cq_bridge_out_t *o)
 
 /* One committed message of a bound topic, from this node's store (the MQ engine's sink) or
  * from a followed shard (the follower): deduplicated across shards by the bridge engine, then
- * delivered. Only this node's own shard feeds the rings for now: the engines resume one shard. */
+ * delivered. Every shard feeds the resume's rings (a stream per topic and shard); the route
+ * catch-up reads this node's own shard only. */
 static void on_event(cq_main_bridge_t *b, const cq_mqsrv_event_t *ev)
 {
     char pid[24] = "";
@@ -230,8 +231,8 @@ static void on_event(cq_main_bridge_t *b, const cq_mqsrv_event_t *ev)
     bool rung = false, own = ev->shard == b->shard;
     for (int i = 0; i < n; i++) {
         deliver(b, &out[i]);
-        if (own && out[i].b->kind == CQ_BIND_BROADCAST && !rung) { /* one encode for all */
-            cq_resume_live(b->rs, ev->topic, ev->epoch, ev->offset, out[i].prev_offset,
+        if (out[i].b->kind == CQ_BIND_BROADCAST && !rung) { /* one encode for all */
+            cq_resume_live(b->rs, ev->topic, ev->shard, ev->epoch, ev->offset, out[i].prev_offset,
                            out[i].event);
             rung = true;
         } else if (own && out[i].b->kind == CQ_BIND_ROUTE) {
@@ -335,9 +336,13 @@ static int resume_ask(void *ud, int what, uint32_t conn_id, const void *body, si
     return 0;
 }
 
-static bool resume_position(void *ud, const char *topic, uint64_t *epoch, uint64_t *pushed)
+/* A topic's place on a shard: this node's MQ engine for its own, the follower for another. */
+static bool resume_position(void *ud, const char *topic, uint32_t shard, uint64_t *epoch,
+                            uint64_t *pushed)
 {
     cq_main_bridge_t *b = ud;
+    if (shard != b->shard)
+        return b->fw && cq_mqfollow_position(b->fw, shard, topic, epoch, pushed);
     cq_mqsrv_t *mq = atomic_load(&b->mq);
     return mq && cq_mqsrv_sink_position(mq, topic, epoch, pushed);
 }
@@ -429,7 +434,13 @@ static void run_actions(cq_main_bridge_t *b, cq_mqsrv_t *s)
     run_route_actions(b, s);
     cq_resume_action_t a;
     while (cq_resume_next(b->rs, &a)) {
-        if (a.kind == CQ_RESUME_READ) {
+        if (a.kind == CQ_RESUME_READ && a.shard != b->shard) {
+            /* a followed shard's rows: a consume on its link, answered in follow_rows */
+            if (b->fw)
+                cq_mqfollow_read(b->fw, a.shard, a.topic, a.from, a.max, a.read_id);
+            else
+                cq_resume_rows(b->rs, a.read_id, -ENOENT, NULL, 0, cq_clock_mono_ms());
+        } else if (a.kind == CQ_RESUME_READ) {
             int r = cq_mqsrv_sink_read(s, a.topic, a.from, a.max, a.read_id);
             if (r < 0)
                 cq_resume_rows(b->rs, a.read_id, r, NULL, 0, cq_clock_mono_ms());
@@ -799,10 +810,20 @@ static int load(const cq_config_t *c, cq_bindings_t *bs, char *err, size_t errle
     return r;
 }
 
-/* The rows of a followed shard, for a resume (phase 2). */
+/* The rows a resume read from a followed shard (the MQ loop, inside the follower: its reads
+ * may be called from here). */
 static void follow_rows(void *ud, uint64_t tag, int err, const cq_mqfollow_row_t *rows, size_t n)
 {
-    (void)ud, (void)tag, (void)err, (void)rows, (void)n;
+    cq_main_bridge_t *b = ud;
+    cq_mqsrv_t *mq = atomic_load(&b->mq);
+    if (atomic_load(&b->stopped) || !mq)
+        return;
+    _Static_assert(sizeof(cq_mqfollow_row_t) == sizeof(cq_resume_row_t) &&
+                       offsetof(cq_mqfollow_row_t, content) == offsetof(cq_resume_row_t, content),
+                   "a followed shard's rows are resume rows");
+    cq_resume_rows(b->rs, tag, err, (const cq_resume_row_t *)(const void *)rows, n,
+                   cq_clock_mono_ms());
+    run_actions(b, mq);
 }
 
 /* The follower of --bridge-follow's shards (none: 0 and b->fw NULL). */
@@ -835,10 +856,16 @@ static int make_follower(cq_main_bridge_t *b, const cq_config_t *c, char *err, s
         snprintf(why, sizeof(why), "shard %u is this server's own (--shard)", b->shard);
         r = CQ_ECONFIG;
     }
+    cq_resume_topics_clear(b->rs); /* the shards first, then the topics: a stream per shard */
+    for (size_t i = 0; r == 0 && i < cq_mqfollow_nlinks(b->fw); i++)
+        if ((r = cq_resume_add_shard(b->rs, cq_mqfollow_shard(b->fw, i))) < 0)
+            snprintf(why, sizeof(why), "cannot resume shard %u: %s", cq_mqfollow_shard(b->fw, i),
+                     cq_strerror(r));
     if (r < 0) {
         snprintf(err, errlen, "--bridge-follow: %s", r == -ENOMEM ? "out of memory" : why);
         return r;
     }
+    declare_topics(b); /* now with a stream per followed shard */
     follow_topics(b);
     if (b->fw_due)
         snprintf(err, errlen, "--bridge-follow: out of memory");

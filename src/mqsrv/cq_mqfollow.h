@@ -7,7 +7,8 @@
  * after a failure it asks again, and the link has moved to the shard's next server. On each
  * connection the link
  *   - connects as a consumer (module_id, token), and learns the server's shard, role and epoch
- *     (connect_resp / keepalive_resp `epoch`);
+ *     (connect_resp / keepalive_resp `epoch`; a standby that says 0 does not know it, and the
+ *     epoch known from before stays: its rows are that history's);
  *   - per followed topic: watch, then either the topic's last offset (the first time: the
  *     follow starts from the live stream, as the local sink does) or consume from the last
  *     offset it handed on, batch after batch, until an answer is short; pushes that come

@@ -599,13 +599,17 @@ static void start_topics(cq_mqfollow_t *f, link_t *l, uint64_t now_ms)
         step(f, l, i, now_ms);
 }
 
+/* The server's role and epoch. A standby that does not know its shard's epoch says 0: its rows
+ * are the history of the master it replicates, so the epoch known from before stays. */
 static void role_of(cq_mqfollow_t *f, link_t *l, const cq_mq_msg_t *m, uint64_t now_ms)
 {
     uint64_t epoch = (m->has & CQ_MQ_F_EPOCH) ? (uint64_t)m->epoch : 0;
-    if (l->phase == L_UP && epoch != l->epoch)
-        CQ_INFO("mq", "follow shard %u: %s is now at epoch %" PRIu64 " (was %" PRIu64 ")", l->shard,
-                l->addr[l->cur], epoch, l->epoch);
-    l->epoch = epoch;
+    if (epoch && epoch != l->epoch) {
+        if (l->epoch)
+            CQ_INFO("mq", "follow shard %u: %s says epoch %" PRIu64 " (was %" PRIu64 ")", l->shard,
+                    l->addr[l->cur], epoch, l->epoch);
+        l->epoch = epoch;
+    }
     l->master = (m->has & CQ_MQ_F_MASTER) && m->master;
     if (l->master)
         l->not_master_since = 0;

@@ -301,9 +301,11 @@ static void run_script(cq_bridge_t *br, uint32_t window, const uint8_t *p, size_
  * strictly, never past 20, and each prev_offset is the offset before it (or the result's
  * position); a FINAL ends it within a bounded number of steps. */
 
-static bool fz_position(void *ud, const char *topic, uint64_t *epoch, uint64_t *pushed)
+static bool fz_position(void *ud, const char *topic, uint32_t shard, uint64_t *epoch,
+                        uint64_t *pushed)
 {
     (void)ud;
+    (void)shard;
     if (strcasecmp(topic, "rel") != 0)
         return false;
     *epoch = 3;
@@ -354,7 +356,7 @@ static void run_resume(const uint8_t *d, size_t n)
         cq_topic_event_t te = {"rel", 0, 3, o, o - 1, 1000, "", 0, (const uint8_t *)"x", 1};
         cq_buf_t *b = cq_topic_event_encode(&te);
         if (b)
-            cq_resume_live(r, "rel", 3, o, o - 1, b);
+            cq_resume_live(r, "rel", 0, 3, o, o - 1, b);
         cq_buf_unref(b);
     }
     cq_resume_request(r, 7, 0, d, n, 0);

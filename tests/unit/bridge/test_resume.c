@@ -20,17 +20,17 @@
 #include <string.h>
 #include <strings.h>
 
-/* ---- the fake MQ engine: one topic "news", shard 3 ---- */
+/* ---- the fake MQ engine: one topic "news", shard 3; and a followed shard 4 ---- */
 
-static uint64_t f_epoch = 7, f_pushed;
+static uint64_t f_epoch = 7, f_pushed, f_epoch4 = 40, f_pushed4;
 
-static bool position(void *ud, const char *topic, uint64_t *epoch, uint64_t *pushed)
+static bool position(void *ud, const char *topic, uint32_t shard, uint64_t *epoch, uint64_t *pushed)
 {
     (void)ud;
-    if (strcasecmp(topic, "news") != 0)
+    if (strcasecmp(topic, "news") != 0 || (shard != 3 && shard != 4))
         return false;
-    *epoch = f_epoch;
-    *pushed = f_pushed;
+    *epoch = shard == 3 ? f_epoch : f_epoch4;
+    *pushed = shard == 3 ? f_pushed : f_pushed4;
     return true;
 }
 
@@ -59,7 +59,7 @@ static void live(cq_resume_t *r, uint64_t from, uint64_t to)
     for (uint64_t o = from + 1; o <= to; o++) {
         cq_buf_t *b = event_of(o, o - 1);
         f_pushed = o;
-        cq_resume_live(r, "news", f_epoch, o, o - 1, b);
+        cq_resume_live(r, "news", 3, f_epoch, o, o - 1, b);
         cq_buf_unref(b);
     }
 }
@@ -202,6 +202,135 @@ static void test_ring_catch_up(void **state)
     assert_int_equal(st.events_ring, 6);
     assert_int_equal(st.reads, 0);
     assert_int_equal(st.sessions, 0);
+    cq_resume_free(r);
+}
+
+/* ---- a followed shard: a stream per (topic, shard) ---- */
+
+static void live4(cq_resume_t *r, uint64_t from, uint64_t to)
+{
+    for (uint64_t o = from + 1; o <= to; o++) {
+        char content[32];
+        snprintf(content, sizeof(content), "e%llu", (unsigned long long)o);
+        cq_topic_event_t te = {
+            "news", 4, f_epoch4, o, o - 1, 0, "", 0, (const uint8_t *)content, strlen(content)};
+        cq_buf_t *b = cq_topic_event_encode(&te);
+        f_pushed4 = o;
+        cq_resume_live(r, "news", 4, f_epoch4, o, o - 1, b);
+        cq_buf_unref(b);
+    }
+}
+
+static size_t two_positions(uint8_t *buf, uint64_t e3, uint64_t o3, uint64_t e4, uint64_t o4)
+{
+    Chanqpb__TopicPosition p[2] = {CHANQPB__TOPIC_POSITION__INIT, CHANQPB__TOPIC_POSITION__INIT};
+    Chanqpb__TopicPosition *pp[2] = {&p[0], &p[1]};
+    p[0].topic = p[1].topic = (char *)"news";
+    p[0].shard = 3, p[0].epoch = e3, p[0].offset = o3;
+    p[1].shard = 4, p[1].epoch = e4, p[1].offset = o4;
+    Chanqpb__TopicResumeMessage m = CHANQPB__TOPIC_RESUME_MESSAGE__INIT;
+    m.n_positions = 2;
+    m.positions = pp;
+    return chanqpb__topic_resume_message__pack(&m, buf);
+}
+
+/* The events of a (shard, offset, prev) list, in order. */
+static void expect_evs(const cq_resume_action_t *a, const uint64_t (*want)[3], size_t n)
+{
+    assert_int_equal(a->nevs, n);
+    for (size_t i = 0; i < n; i++) {
+        Chanqpb__TopicEvent *e =
+            chanqpb__topic_event__unpack(NULL, a->evs[i].event->len, a->evs[i].event->data);
+        assert_non_null(e);
+        assert_int_equal(e->shard, want[i][0]);
+        assert_int_equal(e->offset, want[i][1]);
+        assert_int_equal(e->prev_offset, want[i][2]);
+        assert_int_equal(e->epoch, want[i][0] == 3 ? f_epoch : f_epoch4);
+        chanqpb__topic_event__free_unpacked(e, NULL);
+    }
+}
+
+/* A node that follows shard 4 resumes both shards of a topic: each from its own position, its
+ * own ring and its own reads (a READ names the shard), each under its own epoch; the result
+ * has a position per shard. */
+static void test_two_shards(void **state)
+{
+    (void)state;
+    f_epoch = 7, f_pushed = 0, f_epoch4 = 40, f_pushed4 = 100;
+    cq_resume_limits_t lim = {.ring_events = 8};
+    cq_resume_t *r = cq_resume_new(&lim, 3, position, NULL);
+    assert_int_equal(cq_resume_add_shard(r, 4), 0);
+    assert_int_equal(cq_resume_add_shard(r, 3), 0); /* its own: nothing to add */
+    assert_int_equal(cq_resume_topic(r, "news", 0, 200), 0);
+    assert_int_equal(cq_resume_add_shard(r, 5), -EBUSY);
+    live(r, 0, 10);
+    live4(r, 100, 115); /* the ring keeps 108..115 */
+    uint8_t body[256];
+    size_t n = two_positions(body, 7, 8, 40, 110);
+    cq_resume_request(r, 41, 0, body, n, 0);
+    cq_resume_action_t a;
+    assert_true(cq_resume_next(r, &a));
+    assert_int_equal(a.kind, CQ_RESUME_SEND);
+    assert_int_equal(a.flags, CQ_RESUME_F_BEGIN | CQ_RESUME_F_FINAL);
+    const uint64_t w1[][3] = {{3, 9, 8},     {3, 10, 9},    {4, 111, 110}, {4, 112, 111},
+                              {4, 113, 112}, {4, 114, 113}, {4, 115, 114}};
+    expect_evs(&a, w1, 7);
+    Chanqpb__TopicResumeResultMessage *m =
+        chanqpb__topic_resume_result_message__unpack(NULL, a.result->len, a.result->data);
+    assert_true(m->recovered);
+    assert_int_equal(m->n_positions, 2);
+    assert_int_equal(m->positions[0]->shard, 3);
+    assert_int_equal(m->positions[0]->offset, 8);
+    assert_int_equal(m->positions[1]->shard, 4);
+    assert_int_equal(m->positions[1]->epoch, 40);
+    assert_int_equal(m->positions[1]->offset, 110);
+    chanqpb__topic_resume_result_message__free_unpacked(m, NULL);
+    cq_resume_action_done(&a);
+    expect_none(r);
+    /* shard 4 from before its ring: verified, then read, on shard 4 */
+    n = two_positions(body, 7, 10, 40, 103);
+    cq_resume_request(r, 42, 0, body, n, 0);
+    assert_true(cq_resume_next(r, &a));
+    assert_int_equal(a.kind, CQ_RESUME_READ);
+    assert_int_equal(a.shard, 4);
+    assert_int_equal(a.from, 102);
+    assert_int_equal(a.max, 1);
+    uint64_t id = a.read_id;
+    cq_resume_action_done(&a);
+    cq_resume_row_t row = {103, 0, 0, 0, (const uint8_t *)"e103", 4};
+    cq_resume_rows(r, id, 0, &row, 1, 0);
+    assert_true(cq_resume_next(r, &a));
+    assert_int_equal(a.kind, CQ_RESUME_READ);
+    assert_int_equal(a.shard, 4);
+    assert_int_equal(a.from, 103);
+    id = a.read_id;
+    cq_resume_action_done(&a);
+    cq_resume_row_t rows4[4];
+    const char *txt[4] = {"e104", "e105", "e106", "e107"};
+    for (int i = 0; i < 4; i++)
+        rows4[i] = (cq_resume_row_t){104 + (uint64_t)i, 0, 0, 0, (const uint8_t *)txt[i], 4};
+    cq_resume_rows(r, id, 0, rows4, 4, 0);
+    assert_true(cq_resume_next(r, &a));
+    assert_int_equal(a.flags, CQ_RESUME_F_BEGIN);
+    const uint64_t w2[][3] = {{4, 104, 103}, {4, 105, 104}, {4, 106, 105}, {4, 107, 106}};
+    expect_evs(&a, w2, 4);
+    cq_resume_action_done(&a);
+    cq_resume_applied(r, 1, 0);
+    cq_resume_more(r, 42, 0);
+    assert_true(cq_resume_next(r, &a));
+    assert_int_equal(a.flags, CQ_RESUME_F_FINAL);
+    assert_int_equal(a.nevs, 8); /* 108..115 from the ring */
+    cq_resume_action_done(&a);
+    /* an old epoch on shard 4: not recovered, and the message names the shard */
+    n = two_positions(body, 7, 10, 39, 112);
+    cq_resume_request(r, 43, 0, body, n, 0);
+    assert_true(cq_resume_next(r, &a));
+    m = chanqpb__topic_resume_result_message__unpack(NULL, a.result->len, a.result->data);
+    assert_false(m->recovered);
+    assert_string_equal(m->error, "topic news shard 4: epoch 39 is not the shard's (40): its "
+                                  "history may have been rewritten");
+    chanqpb__topic_resume_result_message__free_unpacked(m, NULL);
+    cq_resume_action_done(&a);
     cq_resume_free(r);
 }
 
@@ -518,6 +647,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_catch_up),
+        cmocka_unit_test(test_two_shards),
         cmocka_unit_test(test_no_position),
         cmocka_unit_test(test_not_recovered),
         cmocka_unit_test(test_store_then_ring),

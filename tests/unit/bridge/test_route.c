@@ -23,10 +23,10 @@
 
 static uint64_t f_pushed;
 
-static bool position(void *ud, const char *topic, uint64_t *epoch, uint64_t *pushed)
+static bool position(void *ud, const char *topic, uint32_t shard, uint64_t *epoch, uint64_t *pushed)
 {
     (void)ud;
-    if (strcasecmp(topic, "vip") != 0)
+    if (strcasecmp(topic, "vip") != 0 || shard != 2)
         return false;
     *epoch = 5;
     *pushed = f_pushed;

@@ -408,11 +408,21 @@ static void test_timers(void **state)
     cq_mqfollow_link_stats_t ls;
     cq_mqfollow_link_stats(f, 0, &ls);
     assert_int_equal(ls.epoch, 10);
+    /* a server that does not know the epoch (a standby says 0, or nothing) leaves it */
+    assert_int_equal(cq_mqfollow_tick(f, 0, 9001), 0);
+    k = expect_req(f, CQ_MQ_REQ_KEEPALIVE, NULL, -1);
+    m = resp(CQ_MQ_RESP_KEEPALIVE, k, 0);
+    m->master = true;
+    m->epoch = 0;
+    m->has |= CQ_MQ_F_MASTER | CQ_MQ_F_EPOCH;
+    assert_int_equal(feed(f, m, 9002), 0);
+    cq_mqfollow_link_stats(f, 0, &ls);
+    assert_int_equal(ls.epoch, 10);
     (void)w;
-    /* nothing received since 8001 */
-    assert_int_equal(cq_mqfollow_tick(f, 0, 18000), 0);
+    /* nothing received since 9002 */
+    assert_int_equal(cq_mqfollow_tick(f, 0, 19001), 0);
     expect_req(f, CQ_MQ_REQ_KEEPALIVE, NULL, -1);
-    assert_int_equal(cq_mqfollow_tick(f, 0, 18001), CQ_ETIMEOUT);
+    assert_int_equal(cq_mqfollow_tick(f, 0, 19002), CQ_ETIMEOUT);
     cq_mqfollow_free(f);
 }
 
