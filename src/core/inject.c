@@ -10,8 +10,13 @@
  * first successful AUTH (auth.c) and leaves it at its close (conn.c), so an event never reaches
  * a connection that has not authenticated or is closing, and a released one is never found.
  *
- * Relay nodes are not handled yet: a channel or a player may be on another node, which the
- * events would have to reach once per node (issue 24 item 6), so both calls refuse there. */
+ * Relay nodes (issue 24 item 6): every node runs a bridge of its own that follows the durable
+ * cluster's shards, so each event reaches each node once, from the shard, and each node
+ * delivers it to its own connections only. A broadcast there goes to every worker of this node
+ * as an XM_FANOUT (each walks its own subscribers of the channel, as for a fan-out from another
+ * node) rather than through the channel's worker, which may be on another node and would fan
+ * it out to every node again. A routed event goes to this node's workers, whose PIT indexes
+ * hold this node's players. "topic" channels are not made on relay nodes. */
 #include "core.h"
 
 #include "cq_alloc.h"
@@ -40,14 +45,38 @@ static int make_record(uint32_t chan_id, uint32_t msg_type, const cq_buf_t *body
     return *ret ? 0 : -ENOMEM;
 }
 
+/* A relay node: one XM_FANOUT per worker of this node, all made before any is posted. */
+static int inject_local(cq_shared_t *sh, uint32_t chan_id, cq_buf_t *rec)
+{
+    int nw = sh->o.workers;
+    cq_xmsg_t *ms[CQ_MAX_WORKERS] = {0};
+    for (int w = 0; w < nw; w++) {
+        if (!(ms[w] = cq__xmsg_new(XM_FANOUT, 0))) {
+            for (int k = 0; k < w; k++)
+                cq__xmsg_free(ms[k]);
+            cq_buf_unref(rec);
+            return -ENOMEM;
+        }
+        ms[w]->chan_id = chan_id;
+        ms[w]->buf = cq_buf_ref(rec);
+        ms[w]->u1 = 0; /* sender 0, flags ALL: every subscriber, as below */
+        ms[w]->u2 = 0;
+        ms[w]->u3 = BC_ALL | BC_BRIDGE;
+    }
+    cq_buf_unref(rec); /* the messages hold it now */
+    for (int w = 0; w < nw; w++)
+        cq__xmsg_post_outside(sh, w, ms[w]);
+    return 0;
+}
+
 int cq_shared_inject_broadcast(cq_shared_t *sh, uint32_t chan_id, uint32_t msg_type, cq_buf_t *body)
 {
-    if (sh->node)
-        return -ENOTSUP;
     cq_buf_t *rec;
     int r = make_record(chan_id, msg_type, body, &rec);
     if (r < 0)
         return r;
+    if (sh->node)
+        return inject_local(sh, chan_id, rec);
     cq_xmsg_t *m = cq__xmsg_new(XM_INJECT_BC, 0);
     if (!m) {
         cq_buf_unref(rec);
@@ -62,10 +91,9 @@ int cq_shared_inject_broadcast(cq_shared_t *sh, uint32_t chan_id, uint32_t msg_t
 
 /* Every message is made before any is posted: an event reaches all of the player's
  * connections or, on OOM, none, which the caller can retry; never some of them. */
-int cq_shared_inject_route(cq_shared_t *sh, const char *pit, uint32_t msg_type, cq_buf_t *body)
+int cq_shared_inject_route(cq_shared_t *sh, const char *pit, uint32_t msg_type, cq_buf_t *body,
+                           unsigned flags)
 {
-    if (sh->node)
-        return -ENOTSUP;
     if (!pit || !*pit)
         return -EINVAL;
     cq_buf_t *rec;
@@ -84,6 +112,7 @@ int cq_shared_inject_route(cq_shared_t *sh, const char *pit, uint32_t msg_type, 
         }
         memcpy(ms[w]->body, pit, len);
         ms[w]->buf = cq_buf_ref(rec);
+        ms[w]->u1 = flags & CQ_INJECT_UNHELD;
     }
     cq_buf_unref(rec); /* the messages hold it now */
     for (int w = 0; w < nw; w++)
@@ -124,7 +153,8 @@ void cq__inject_route(cq_core_t *c, const cq_xmsg_t *m)
         ids[i] = e->conns[i]->id;
     for (uint32_t i = 0; i < n; i++) {
         cq_conn_t *conn = cq_map_get(&c->conns, ids[i]);
-        if (conn && !conn->route_hold) /* held: its login's catch-up carries it (resume.c) */
+        /* held: its login's catch-up carries it (resume.c), unless no catch-up does */
+        if (conn && (!conn->route_hold || (m->u1 & CQ_INJECT_UNHELD)))
             cq__conn_push(c, conn, m->buf);
     }
     if (ids != small)

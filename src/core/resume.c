@@ -235,19 +235,20 @@ int cq_shared_resume_chunk(cq_shared_t *sh, uint32_t chan_id, uint32_t conn_id, 
                            const uint32_t *msg_types, size_t n)
 {
     flags &= CQ_RESUME_CHUNK_BEGIN | CQ_RESUME_CHUNK_FINAL;
-    return chunk_post(sh, cq_shared_chan_worker(sh, chan_id), chan_id, conn_id, flags, result,
-                      events, msg_types, n);
+    /* On a relay node the live events go from this thread to every worker of the node
+     * (inject.c), so the connection's worker is where a chunk meets them on one FIFO. */
+    int w = sh->node ? cq_shared_conn_worker(sh, conn_id) : cq_shared_chan_worker(sh, chan_id);
+    return chunk_post(sh, w, chan_id, conn_id, flags, result, events, msg_types, n);
 }
 
 /* Why straight to the connection's worker: the routed live events go there from the same
  * thread (cq_shared_inject_route posts to every worker), so a chunk is behind every routed
- * event posted before it on one FIFO. A client's id names its worker on one node (id %
- * workers; the bridge refuses relay nodes). */
+ * event posted before it on one FIFO. */
 int cq_shared_route_chunk(cq_shared_t *sh, uint32_t conn_id, bool final, cq_buf_t *const *events,
                           const uint32_t *msg_types, size_t n)
 {
     unsigned flags = CHUNK_ROUTE | (final ? CQ_RESUME_CHUNK_FINAL : 0);
-    int w = (int)(conn_id % (uint32_t)sh->o.workers);
+    int w = cq_shared_conn_worker(sh, conn_id);
     return chunk_post(sh, w, 0, conn_id, flags, NULL, events, msg_types, n);
 }
 

@@ -95,6 +95,7 @@ struct cq_main_bridge {
     cq_mqfollow_link_stats_t fw_links[CQ_MQFOLLOW_LINKS_MAX];
     size_t fw_nlinks;
     uint32_t shard; /* this node's own (--shard) */
+    bool relay;     /* a relay node: only the followed shards are bridged */
 };
 
 /* Route reads share sink_rows with the resume's: their tags have this bit. */
@@ -138,6 +139,14 @@ static void declare_resume(cq_main_bridge_t *b, const cq_binding_t *bd)
                 r == -EEXIST ? "the topic is bound to another channel too" : cq_strerror(r));
 }
 
+/* Whether logins get a catch-up (and their routed events are held meanwhile): a route binding
+ * is in force, and the node bridges a store of its own. A relay node bridges only the shards
+ * it follows, which the catch-up does not read: its players get their routed events live. */
+static bool route_on(const cq_main_bridge_t *b)
+{
+    return cq_route_active(b->rt) && !b->relay;
+}
+
 /* The resume and route engines' topics, and the "topic" channels to ask for. */
 static void declare_topics(cq_main_bridge_t *b)
 {
@@ -158,7 +167,7 @@ static void declare_topics(cq_main_bridge_t *b)
         declare_resume(b, bd);
     }
     if (b->sh)
-        cq_shared_set_route(b->sh, cq_route_active(b->rt));
+        cq_shared_set_route(b->sh, route_on(b));
 }
 
 /* The MQ thread takes a reloaded bridge (its dedup window starts empty). */
@@ -183,7 +192,7 @@ static bool sink_wants(void *ud, const char *topic)
 {
     cq_main_bridge_t *b = ud;
     take_next(b);
-    return cq_bridge_watches(b->br, topic);
+    return !b->relay && cq_bridge_watches(b->br, topic); /* a relay node: check() */
 }
 
 /* Logs once a second at most: a bad event stream must not flood the log. */
@@ -198,13 +207,16 @@ static bool log_now(cq_main_bridge_t *b)
 
 /* One output to the core: a broadcast binding's channel (GLOBAL: "topic" channels are refused
  * at load), or the player's connections. */
-static void deliver(cq_main_bridge_t *b, const cq_bridge_out_t *o)
+static void deliver(cq_main_bridge_t *b, const cq_bridge_out_t *o, bool own)
 {
     bool ok = true;
     uint32_t ch = o->b->kind == CQ_BIND_BROADCAST ? binding_chan(b, o->b, &ok) : 0;
+    /* a followed shard's routed event is in no login catch-up (route.c reads this node's own
+     * shard): a player whose catch-up is under way gets it live */
+    unsigned rf = own ? 0 : CQ_INJECT_UNHELD;
     int r = !ok ? -EAGAIN /* its channel is not made yet: nobody can be on it */
             : o->b->kind == CQ_BIND_ROUTE
-                ? cq_shared_inject_route(b->sh, o->key, o->b->msg_type, o->event)
+                ? cq_shared_inject_route(b->sh, o->key, o->b->msg_type, o->event, rf)
                 : cq_shared_inject_broadcast(b->sh, ch, o->b->msg_type, o->event);
     if (r >= 0)
         return;
@@ -230,7 +242,7 @@ static void on_event(cq_main_bridge_t *b, const cq_mqsrv_event_t *ev)
         CQ_WARN("bridge", "topic %s offset %" PRIu64 ": %s", ev->topic, ev->offset, cq_strerror(n));
     bool rung = false, own = ev->shard == b->shard;
     for (int i = 0; i < n; i++) {
-        deliver(b, &out[i]);
+        deliver(b, &out[i], own);
         if (out[i].b->kind == CQ_BIND_BROADCAST && !rung) { /* one encode for all */
             cq_resume_live(b->rs, ev->topic, ev->shard, ev->epoch, ev->offset, out[i].prev_offset,
                            out[i].event);
@@ -780,15 +792,31 @@ static int metrics(void *ud, cq_sbuf_t *out)
         atomic_load(&b->rs_send_waiting), atomic_load(&b->rs_credits_lost));
 }
 
-/* What this node cannot do yet, refused at start rather than found missing later. */
+/* What this node cannot do yet, refused at start rather than found missing later. A relay node
+ * bridges the shards it follows only (its own store is not a shard of the durable cluster:
+ * what it stores would reach its own players alone), and delivers to its own connections. */
 static int check(const cq_config_t *c, const cq_bindings_t *bs, char *err, size_t errlen)
 {
     if (!*c->mq_addr) {
         snprintf(err, errlen, "--bridge-file needs durable topics (--mq-addr)");
         return CQ_ECONFIG;
     }
-    if (*c->relay_nats) {
-        snprintf(err, errlen, "--bridge-file: not supported on relay nodes yet");
+    if (!*c->relay_nats)
+        return 0;
+    if (!*c->bridge_follow) {
+        snprintf(err, errlen,
+                 "--bridge-file on a relay node needs --bridge-follow: its events come from the "
+                 "durable cluster's shards");
+        return CQ_ECONFIG;
+    }
+    for (size_t i = 0; bs && i < bs->n; i++) {
+        const cq_binding_t *bd = &bs->v[i];
+        if (bd->kind != CQ_BIND_BROADCAST || strcmp(bd->channel, "topic") != 0)
+            continue;
+        snprintf(err, errlen,
+                 "binding %zu: \"broadcast\": \"topic\" is not supported on relay nodes yet "
+                 "(\"global\" is)",
+                 i);
         return CQ_ECONFIG;
     }
     return 0;
@@ -914,6 +942,7 @@ int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
         pthread_mutex_init(&b->st_mu, NULL);
         declare_topics(b);
         b->shard = (uint32_t)c->shard;
+        b->relay = *c->relay_nats != '\0';
         r = make_follower(b, c, err, errlen);
     }
     if (r == 0 && (r = cq_admin_add_source(admin, "bridge", metrics, b)) < 0)
@@ -927,7 +956,7 @@ int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
     }
     b->sh = sh;
     b->cfg = c;
-    cq_shared_set_route(sh, cq_route_active(b->rt));
+    cq_shared_set_route(sh, route_on(b));
     if (*c->bridge_file)
         CQ_INFO("bridge", "%zu bindings from %s", cq_bridge_bindings(b->br)->n, c->bridge_file);
     *ret = b;

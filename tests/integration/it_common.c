@@ -755,28 +755,43 @@ void it_expect_empty(it_conn_t *c, uint32_t msg_type, uint32_t chan)
 
 int it_mq_post(const char *path, const char *body, char *out, size_t cap)
 {
+    return it_mq_post_to(it_srv(), path, body, out, cap);
+}
+
+int it_mq_post_to(cq_testsrv_t *srv, const char *path, const char *body, char *out, size_t cap)
+{
     char req[2048];
     int n = snprintf(req, sizeof(req),
                      "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
                      path, strlen(body), body);
     assert_true(n > 0 && (size_t)n < sizeof(req));
-    return cq_raw_http(it_srv()->mq_http_port, req, (size_t)n, IT_TIMEOUT_MS, out, cap);
+    return cq_raw_http(srv->mq_http_port, req, (size_t)n, IT_TIMEOUT_MS, out, cap);
 }
 
 void it_create_topic(const char *topic)
 {
+    it_create_topic_on(it_srv(), topic);
+}
+
+void it_create_topic_on(cq_testsrv_t *srv, const char *topic)
+{
     char body[128], out[512];
     snprintf(body, sizeof(body), "{\"topic\": \"%s\"}", topic);
-    assert_int_equal(it_mq_post("/v1/topics", body, out, sizeof(out)), 200);
+    assert_int_equal(it_mq_post_to(srv, "/v1/topics", body, out, sizeof(out)), 200);
 }
 
 uint64_t it_produce(const char *topic, const char *content_json)
 {
+    return it_produce_on(it_srv(), topic, content_json);
+}
+
+uint64_t it_produce_on(cq_testsrv_t *srv, const char *topic, const char *content_json)
+{
     char path[128], body[1024], out[512];
     snprintf(path, sizeof(path), "/v1/topics/%s/messages", topic);
     snprintf(body, sizeof(body), "{\"content\": %s}", content_json);
-    assert_int_equal(it_mq_post(path, body, out, sizeof(out)), 200);
+    assert_int_equal(it_mq_post_to(srv, path, body, out, sizeof(out)), 200);
     const char *p = strstr(out, "\"offsets\":[");
     assert_non_null(p);
     return strtoull(p + 11, NULL, 10);

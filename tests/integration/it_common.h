@@ -88,6 +88,10 @@ const char *it_file(const char *name, const char *content);
 int it_mq_post(const char *path, const char *body, char *out, size_t cap);
 void it_create_topic(const char *topic);
 uint64_t it_produce(const char *topic, const char *content_json);
+/* The same on another server the test started (a durable source of relay nodes). */
+int it_mq_post_to(cq_testsrv_t *srv, const char *path, const char *body, char *out, size_t cap);
+void it_create_topic_on(cq_testsrv_t *srv, const char *topic);
+uint64_t it_produce_on(cq_testsrv_t *srv, const char *topic, const char *content_json);
 
 /* The server log read as a cursor, so that each check sees only what was logged after the
  * previous one. it_start() puts the cursor at the start of the log. it_log_mark() moves it to
