@@ -264,9 +264,10 @@ grep '^# events' "$PLOG" "$P2LOG" | sed 's/^/# /'
 # publish -> player latency (the driver's ack to the player's receipt, wall ms; printed only)
 for L in "$PLOG" "$P2LOG"; do
     awk -v p="$PID" 'FNR == NR { if ($1 == "ack") at[$2] = $5; next }
-        $1 == "ev" && $4 == p && ($5 in at) { d[n++] = $8 - at[$5] }
-        END { if (!n) exit; asort(d); printf "# latency ack -> %s: n=%d p50=%d p99=%d max=%d ms\n",
-            FILENAME, n, d[int(n * 0.5) + 1], d[int(n * 0.99) + 1], d[n] }' "$LOG" "$L"
+        $1 == "ev" && $4 == p && ($5 in at) { print $8 - at[$5] }' "$LOG" "$L" | sort -n |
+        awk -v f="$(basename "$L")" '{ d[++n] = $1 }
+            END { if (n) printf "# latency ack -> %s: n=%d p50=%d p99=%d max=%d ms\n", f, n,
+                d[int(n * 0.5) + 1], d[int(n * 0.99) + 1], d[n] }'
 done
 first_new=$(awk -v s="$FS" -v t="$T" '$1 == "ev" && $2 == s && $8 > t { print $8 - t; exit }' "$PLOG")
 say "first event of shard $FS after the fault at player 1: +${first_new:-none} ms"
