@@ -6,23 +6,13 @@
 #include "cq_err.h"
 #include "cq_log.h"
 #include "io_int.h"
+#include "io_outconn.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#define MGR_MAX    16 /* managers in --mgr-servers */
-#define MGR_RD_BUF (64u * 1024u)
-
-/* One connection attempt and, once connected, the connection; freed by its close callback. */
-typedef struct mgr_conn {
-    uv_tcp_t tcp;
-    uv_connect_t creq;
-    uv_write_t wreq;
-    struct mq_mgr *m;
-    cq_sbuf_t wbuf; /* the bytes of the write in flight */
-    bool up, writing, dead;
-} mgr_conn_t;
+#define MGR_MAX 16 /* managers in --mgr-servers */
 
 struct mq_mgr {
     uv_loop_t *loop;
@@ -32,11 +22,11 @@ struct mq_mgr {
     struct sockaddr_storage addr[MGR_MAX];
     char name[MGR_MAX][256];
     size_t n, cur;
-    mgr_conn_t *c; /* the current attempt or connection, NULL between attempts */
+    io_outconn_t *c; /* the current attempt or connection, NULL between attempts */
     uv_timer_t retry;
     uint64_t backoff_ms;
     bool closed, warned; /* warned: the current outage was logged */
-    uint8_t rbuf[MGR_RD_BUF];
+    bool refused;        /* the manager refused our token (said instead of the code) */
 };
 
 static void connect_next(mq_mgr_t *m);
@@ -46,32 +36,25 @@ static void on_retry(uv_timer_t *t)
     connect_next(t->data);
 }
 
-static void conn_closed(uv_handle_t *h)
+/* The connection (or attempt) ended: logged once per outage, and the next attempt goes to the
+ * next manager after the back-off. */
+static void on_lost(void *ud, bool was_up, const char *why)
 {
-    mgr_conn_t *c = h->data;
-    cq_sbuf_done(&c->wbuf);
-    cq_free(c);
-}
-
-/* Drops the connection (or attempt) and schedules the next attempt, on the next manager. */
-static void conn_lost(mq_mgr_t *m, const char *why)
-{
-    mgr_conn_t *c = m->c;
-    if (!c)
-        return;
+    mq_mgr_t *m = ud;
     m->c = NULL;
-    c->dead = true;
+    if (m->refused)
+        why = "the manager refused our token (--mgr-token-file)";
+    m->refused = false;
     if (m->closed)
         CQ_INFO("mgr", "connection to manager %s closed: %s", m->name[m->cur], why);
-    else if (c->up)
+    else if (was_up)
         CQ_WARN("mgr", "connection to manager %s lost: %s", m->name[m->cur], why);
     else if (!m->warned)
         CQ_WARN("mgr", "cannot connect to manager %s: %s (trying the others every %llu ms at most)",
                 m->name[m->cur], why, (unsigned long long)CQ_MQ_MGR_BACKOFF_MAX_MS);
     m->warned = true;
-    if (c->up)
+    if (was_up)
         cq_mgrlink_disconnected(m->link);
-    uv_close((uv_handle_t *)&c->tcp, conn_closed);
     if (m->closed)
         return;
     m->cur = (m->cur + 1) % m->n;
@@ -80,107 +63,40 @@ static void conn_lost(mq_mgr_t *m, const char *why)
         m->backoff_ms * 2 > CQ_MQ_MGR_BACKOFF_MAX_MS ? CQ_MQ_MGR_BACKOFF_MAX_MS : m->backoff_ms * 2;
 }
 
-static void flush(mq_mgr_t *m);
-
-static void on_written(uv_write_t *req, int status)
+static void on_up(void *ud)
 {
-    mgr_conn_t *c = req->data;
-    c->writing = false;
-    c->wbuf.len = 0;
-    if (c->dead)
-        return;
-    if (status < 0) {
-        conn_lost(c->m, uv_strerror(status));
-        return;
-    }
-    flush(c->m);
-}
-
-/* Writes what the link queued (one write in flight at a time). */
-static void flush(mq_mgr_t *m)
-{
-    mgr_conn_t *c = m->c;
-    cq_sbuf_t *out = cq_mgrlink_output(m->link);
-    if (!c || !c->up || c->writing || !out->len)
-        return;
-    cq_sbuf_t t = c->wbuf; /* swap: the link's buffer is written, the empty one takes new bytes */
-    c->wbuf = *out;
-    *out = t;
-    uv_buf_t b = uv_buf_init((char *)c->wbuf.data, (unsigned)c->wbuf.len);
-    c->wreq.data = c;
-    int r = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_written);
-    if (r < 0) {
-        c->wbuf.len = 0;
-        conn_lost(m, uv_strerror(r));
-        return;
-    }
-    c->writing = true;
-}
-
-static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
-{
-    mgr_conn_t *c = h->data;
-    (void)hint;
-    *buf = uv_buf_init((char *)c->m->rbuf, MGR_RD_BUF);
-}
-
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
-{
-    mgr_conn_t *c = s->data;
-    mq_mgr_t *m = c->m;
-    if (c->dead || nread == 0)
-        return;
-    if (nread < 0) {
-        conn_lost(m, nread == UV_EOF ? "closed by the manager" : uv_strerror((int)nread));
-        return;
-    }
-    int r = cq_mgrlink_input(m->link, (const uint8_t *)buf->base, (size_t)nread, uv_now(m->loop));
-    if (r < 0) {
-        conn_lost(m, r == CQ_EAUTH ? "the manager refused our token (--mgr-token-file)"
-                                   : cq_strerror(r));
-        return;
-    }
-    flush(m);
-}
-
-static void on_connect(uv_connect_t *req, int status)
-{
-    mgr_conn_t *c = req->data;
-    mq_mgr_t *m = c->m;
-    if (c->dead)
-        return; /* closed meanwhile (shutdown) */
-    if (status < 0) {
-        conn_lost(m, uv_strerror(status));
-        return;
-    }
-    c->up = true;
+    mq_mgr_t *m = ud;
     m->warned = false;
     m->backoff_ms = CQ_MQ_MGR_BACKOFF_MIN_MS;
     CQ_INFO("mgr", "connected to manager %s", m->name[m->cur]);
-    uv_tcp_nodelay(&c->tcp, 1);
-    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
     cq_mgrlink_connected(m->link); /* the first report goes at the next tick */
 }
+
+static int on_input(void *ud, const uint8_t *p, size_t n)
+{
+    mq_mgr_t *m = ud;
+    int r = cq_mgrlink_input(m->link, p, n, uv_now(m->loop));
+    m->refused = r == CQ_EAUTH;
+    return r;
+}
+
+static cq_sbuf_t *on_output(void *ud)
+{
+    return cq_mgrlink_output(((mq_mgr_t *)ud)->link);
+}
+
+static const io_outconn_ops_t conn_ops = {
+    .up = on_up, .input = on_input, .output = on_output, .lost = on_lost};
 
 static void connect_next(mq_mgr_t *m)
 {
     if (m->closed || m->c)
         return;
-    mgr_conn_t *c = cq_calloc(1, sizeof(*c));
-    if (!c) {
-        uv_timer_start(&m->retry, on_retry, m->backoff_ms, 0);
-        return;
-    }
-    c->m = m;
-    cq_sbuf_init(&c->wbuf);
-    uv_tcp_init(m->loop, &c->tcp);
-    c->tcp.data = c;
-    c->creq.data = c;
-    m->c = c;
-    int r =
-        uv_tcp_connect(&c->creq, &c->tcp, (const struct sockaddr *)&m->addr[m->cur], on_connect);
-    if (r < 0)
-        conn_lost(m, uv_strerror(r));
+    int err = 0;
+    m->c = cq__io_outconn_start(m->loop, (const struct sockaddr *)&m->addr[m->cur], &conn_ops, m,
+                                &err);
+    if (!m->c) /* could not even start: as a failed attempt */
+        on_lost(m, false, err == -ENOMEM ? "out of memory" : uv_strerror(err));
 }
 
 static int parse_servers(mq_mgr_t *m, const char *servers, char *err, size_t errlen)
@@ -241,7 +157,7 @@ void cq__mq_mgr_tick(mq_mgr_t *m, uint64_t now_ms, uint32_t sockets, uint64_t qu
     if (!m || m->closed)
         return;
     cq_mgrlink_tick(m->link, now_ms);
-    if (m->c && m->c->up && cq_mgrlink_sync_due(m->link, now_ms)) {
+    if (cq__io_outconn_up(m->c) && cq_mgrlink_sync_due(m->link, now_ms)) {
         cq_mgrlink_host_t h;
         memset(&h, 0, sizeof(h));
         if (m->figures)
@@ -251,12 +167,12 @@ void cq__mq_mgr_tick(mq_mgr_t *m, uint64_t now_ms, uint32_t sockets, uint64_t qu
         if (cq_mgrlink_sync(m->link, &h, now_ms) < 0)
             CQ_WARN("mgr", "cannot build the report (out of memory)");
     }
-    flush(m);
+    cq__io_outconn_flush(m->c);
 }
 
 bool cq__mq_mgr_owns(const mq_mgr_t *m, const uv_handle_t *h)
 {
-    return m && (h == (const uv_handle_t *)&m->retry || (m->c && h == (uv_handle_t *)&m->c->tcp));
+    return m && (h == (const uv_handle_t *)&m->retry || cq__io_outconn_owns(m->c, h));
 }
 
 void cq__mq_mgr_close(mq_mgr_t *m)
@@ -264,14 +180,13 @@ void cq__mq_mgr_close(mq_mgr_t *m)
     if (!m || m->closed)
         return;
     m->closed = true;
-    if (m->c)
-        conn_lost(m, "shutting down");
+    cq__io_outconn_close(m->c, "shutting down");
     uv_close((uv_handle_t *)&m->retry, NULL);
 }
 
 bool cq__mq_mgr_connected(const mq_mgr_t *m)
 {
-    return m && m->c && m->c->up;
+    return m && cq__io_outconn_up(m->c);
 }
 
 void cq__mq_mgr_free(mq_mgr_t *m)
