@@ -53,17 +53,9 @@ RECOVER_S=$((ZK_SESSION_MS / 1000 + DB_DOWN_MS / 1000 + 20))
 TOPIC=brvip
 MSG_TYPE=200
 
-say() { printf '# %s\n' "$*"; }
-skip() {
-    say "SKIP: $*"
-    exit 77
-}
-ms() { date +%s%3N; }
-
-command -v java >/dev/null 2>&1 || skip "java is not installed (apt-get install zookeeper)"
-[ -f /usr/share/java/zookeeper.jar ] || skip "ZooKeeper is not installed (apt-get install zookeeper)"
-command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] ||
-    skip "mariadbd is not installed (apt-get install mariadb-server)"
+# shellcheck source=tests/integration/cluster/lib.sh
+. "$ROOT/tests/integration/cluster/lib.sh"
+need_cluster_services
 
 BASE=$(mktemp -d "${TMPDIR:-/tmp}/cqbridge.XXXXXX")
 DIR=$BASE/cluster
@@ -114,26 +106,9 @@ cleanup() {
 trap cleanup EXIT
 
 # ---- the cluster ------------------------------------------------------------------------------
-t0=$(ms)
-for try in 1 2 3; do
-    "$CLUSTER" start "$DIR" >"$BASE/cluster.out" 2>"$BASE/cluster.err" && break
-    say "NOTE: cluster.sh start failed (try $try):"
-    grep -v '^ *$' "$BASE/cluster.err" | head -n 3 | sed 's/^/#   /'
-    [ "$try" = 3 ] && {
-        say "FAIL: cluster.sh start failed 3 times"
-        exit 1
-    }
-    rm -rf "$DIR"
-    sleep 2
-done
-say "cluster up after $(($(ms) - t0)) ms"
-field() { sed -n "s/^shard=$1 node=$2 .*$3=\([^ ]*\).*/\1/p" "$BASE/cluster.out"; }
-SERVERS=
-for s in 1 2; do
-    for n in 1 2; do SERVERS="$SERVERS${SERVERS:+,}$s/$(field $s $n mq)"; done
-done
+cluster_up
+SERVERS=$(servers_of 2)
 say "servers $SERVERS"
-node_of() { sed -n "s|^shard=\([0-9]*\) node=\([0-9]*\) mq=$1 .*|\1 \2|p" "$BASE/cluster.out"; }
 "$DRIVER" setup --servers "$SERVERS" --topic "$TOPIC" | tail -n 4
 
 # ---- the front chanqd and the player ----------------------------------------------------------
@@ -167,18 +142,6 @@ metric() { # metric NAME: the front's metric line "NAME VALUE" ("" when absent)
 both_up() {
     [ "$(metric 'chanq_bridge_follow_up{shard="1"}')" = 1 ] &&
         [ "$(metric 'chanq_bridge_follow_up{shard="2"}')" = 1 ]
-}
-wait_for() { # wait_for SECONDS WHAT CMD...: polls CMD every 100 ms
-    local secs=$1 what=$2
-    local end=$((SECONDS + secs))
-    shift 2
-    until "$@"; do
-        if [ $SECONDS -ge "$end" ]; then
-            say "timed out after $secs s waiting for $what"
-            return 1
-        fi
-        sleep 0.1
-    done
 }
 wait_for 30 "the front to follow both shards" both_up || exit 1
 "$PLAYER" "127.0.0.1:$CPORT" player1 "$MSG_TYPE" >"$PLOG" 2>"$BASE/player.err" &

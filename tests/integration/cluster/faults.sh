@@ -46,17 +46,9 @@ if [ "${CLUSTER_FAULT_LONG:-0}" = 1 ]; then PRE=30 POST=30; else PRE=3 POST=3; f
 RECOVER_S=$((ZK_SESSION_MS / 1000 + DB_DOWN_MS / 1000 + 20))
 TOPIC=fault$FAULT
 
-say() { printf '# %s\n' "$*"; }
-skip() {
-    say "SKIP: $*"
-    exit 77
-}
-ms() { date +%s%3N; }
-
-command -v java >/dev/null 2>&1 || skip "java is not installed (apt-get install zookeeper)"
-[ -f /usr/share/java/zookeeper.jar ] || skip "ZooKeeper is not installed (apt-get install zookeeper)"
-command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] ||
-    skip "mariadbd is not installed (apt-get install mariadb-server)"
+# shellcheck source=tests/integration/cluster/lib.sh
+. "$ROOT/tests/integration/cluster/lib.sh"
+need_cluster_services
 [ -x "$CLUSTER" ] || {
     say "FAIL: $CLUSTER is missing"
     exit 1
@@ -101,33 +93,11 @@ cleanup() {
 trap cleanup EXIT
 
 # ---- the cluster ------------------------------------------------------------------------------
-# Up to 3 tries: under load, one of the two mariadb-install-db that cluster.sh runs side by side
-# sometimes fails (a fixture flake, not the system under test); cluster.sh then stops it all.
-t0=$(ms)
-for try in 1 2 3; do
-    "$CLUSTER" start "$DIR" >"$BASE/cluster.out" 2>"$BASE/cluster.err" && break
-    say "NOTE: cluster.sh start failed (try $try):"
-    grep -v '^ *$' "$BASE/cluster.err" | head -n 3 | sed 's/^/#   /'
-    [ "$try" = 3 ] && {
-        say "FAIL: cluster.sh start failed 3 times"
-        tail -n 20 "$BASE/cluster.err"
-        exit 1
-    }
-    rm -rf "$DIR"
-    sleep 2
-done
-say "cluster up after $(($(ms) - t0)) ms"
+cluster_up
 sed 's/^/# /' "$BASE/cluster.out"
 
-# field S N KEY: KEY (mq, admin, pid) of chanqd node N of shard S, from cluster.sh's output.
-field() { sed -n "s/^shard=$1 node=$2 .*$3=\([^ ]*\).*/\1/p" "$BASE/cluster.out"; }
-SERVERS=
-for s in 1 2; do
-    for n in 1 2; do SERVERS="$SERVERS${SERVERS:+,}$s/$(field $s $n mq)"; done
-done
+SERVERS=$(servers_of 2)
 say "servers $SERVERS"
-# node_of ADDR: "S N" of the chanqd whose seed address is ADDR.
-node_of() { sed -n "s|^shard=\([0-9]*\) node=\([0-9]*\) mq=$1 .*|\1 \2|p" "$BASE/cluster.out"; }
 
 # The SDK finds the servers in ZooKeeper (DISCOVERY=zk, the default) or takes the static list.
 SRV=(--servers "$SERVERS")
@@ -150,19 +120,6 @@ say "servers: ${SRV[*]}"
 "$DRIVER" run "${SRV[@]}" --topic "$TOPIC" --rate "$RATE" >"$LOG" 2>"$BASE/driver.err" &
 DPID=$!
 
-# wait_for SECONDS WHAT CMD...: polls CMD every 100 ms; 0 when it held, 1 on timeout.
-wait_for() {
-    local secs=$1 what=$2
-    local end=$((SECONDS + secs))
-    shift 2
-    until "$@"; do
-        if [ $SECONDS -ge "$end" ]; then
-            say "timed out after $secs s waiting for $what"
-            return 1
-        fi
-        sleep 0.1
-    done
-}
 # ack_after SHARD T: an ack on SHARD (any shard when "") received after T (wall ms).
 ack_after() {
     awk -v s="$1" -v t="$2" '$1 == "ack" && (s == "" || $3 == s) && $5 > t { f = 1; exit }
