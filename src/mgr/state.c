@@ -127,9 +127,7 @@ static int check_topic(const char *name, json_t *t, char *err, size_t errlen)
         (!json_is_integer(r) || json_integer_value(r) < 0 || json_integer_value(r) > CQ_MQ_MAX_U53))
         return cq_err_fmt(err, errlen, CQ_EFIELD,
                           "topics.%s.retention: must be an integer in [0, 9007199254740991]", name);
-    if (!r && json_object_set_new(t, "retention", json_integer(0)) < 0)
-        return -ENOMEM;
-    return 0;
+    return 0; /* no retention: the manager never set one, and each server keeps its own */
 }
 
 static int check_topics(json_t *topics, char *err, size_t errlen)
@@ -320,8 +318,9 @@ static int config_topics(const json_t *doc, cq_mqmgr_config_t *cfg)
     {
         if (rc < 0)
             break;
+        json_t *r = json_object_get(t, "retention");
         rc = cq_mqmgr_config_add_topic(cfg, name, json_is_true(json_object_get(t, "online")),
-                                       json_integer_value(json_object_get(t, "retention")));
+                                       r ? json_integer_value(r) : CQ_MQMGR_RETENTION_UNSET);
     }
     return rc;
 }
@@ -431,8 +430,8 @@ static int topic_set(json_t *doc, const char *name, bool online, char *err, size
                           "topic: must be a topic name matching [A-Za-z0-9_]{1,64}");
     json_t *topics = json_object_get(doc, "topics");
     json_t *t = json_object_get(topics, name);
-    if (!t) {
-        t = json_pack("{s:b, s:i}", "online", online, "retention", 0);
+    if (!t) { /* an online flag only: the servers keep their retention (issue 25) */
+        t = json_pack("{s:b}", "online", online);
         return t && json_object_set_new(topics, name, t) == 0 ? 0 : -ENOMEM;
     }
     return json_object_set_new(t, "online", json_boolean(online)) == 0 ? 0 : -ENOMEM;

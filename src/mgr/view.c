@@ -209,8 +209,9 @@ static json_t *topic_json(const cq_mgr_t *m, const char *name, uint64_t now)
     }
     set(o, "name", json_string(name), &ok);
     set(o, "online", json_boolean(online), &ok);
-    set(o, "retention", json_integer(st ? json_integer_value(json_object_get(st, "retention")) : 0),
-        &ok);
+    /* null: the manager never set one, and each server keeps its own */
+    json_t *ret = st ? json_object_get(st, "retention") : NULL;
+    set(o, "retention", ret ? json_integer(json_integer_value(ret)) : json_null(), &ok);
     set(o, "produce_rate", json_real(rate), &ok);
     set(o, "shards", shards, &ok);
     set(o, "consumers", consumers, &ok);

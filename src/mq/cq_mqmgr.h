@@ -160,8 +160,11 @@ typedef struct cq_mqmgr_relay_node {
 typedef struct cq_mqmgr_cfg_topic {
     char name[CQ_MQ_TOPIC_MAX + 1];
     bool online;
-    int64_t retention; /* seconds, 0 = keep */
+    /* seconds, 0 = keep; CQ_MQMGR_RETENTION_UNSET (absent on the wire): the manager never set
+     * one, and each server keeps its own */
+    int64_t retention;
 } cq_mqmgr_cfg_topic_t;
+#define CQ_MQMGR_RETENTION_UNSET (-1)
 
 /* A publish_config's content. */
 typedef struct cq_mqmgr_config {
@@ -233,6 +236,7 @@ int cq_mqmgr_config_set_modules(cq_mqmgr_config_t *c, const char *modules, size_
 /* publish_config: bindings is the text of a JSON object, the bindings document (parsed, stored
  * compact). CQ_EFIELD when it is not a JSON object, -ENOMEM. */
 int cq_mqmgr_config_set_bindings(cq_mqmgr_config_t *c, const char *bindings, size_t len);
+/* retention: seconds (0: keep), or CQ_MQMGR_RETENTION_UNSET. */
 int cq_mqmgr_config_add_topic(cq_mqmgr_config_t *c, const char *name, bool online,
                               int64_t retention);
 

@@ -528,6 +528,7 @@ static int get_cfg_topic(const mq_fctx_t *c, const char *key, json_t *v, cq_mqmg
         rc = cq__mq_get_bool(c, name, o, &t->online);
     snprintf(name, sizeof(name), "%s.retention", p);
     json_t *r = rc == 0 ? json_object_get(v, "retention") : NULL;
+    t->retention = CQ_MQMGR_RETENTION_UNSET; /* absent: the server keeps its own */
     if (r)
         rc = cq__mq_get_int(c, name, r, 0, U53_MAX_, &t->retention);
     if (rc == 0)

@@ -247,7 +247,7 @@ int cq_mqmgr_config_add_topic(cq_mqmgr_config_t *c, const char *name, bool onlin
 {
     if (!cq_mq_topic_valid(name, strlen(name)))
         return CQ_EBADTOPIC;
-    if (retention < 0 || retention > U53_MAX_)
+    if ((retention < 0 && retention != CQ_MQMGR_RETENTION_UNSET) || retention > U53_MAX_)
         return CQ_EFIELD;
     if (c->ntopics >= CQ_MQMGR_CFG_TOPICS_MAX)
         return CQ_ELIMIT;
@@ -496,7 +496,8 @@ static json_t *enc_config(const cq_mqmgr_config_t *c, int *rc)
     for (size_t i = 0; topics && *rc == 0 && i < c->ntopics; i++) {
         json_t *t = json_object();
         put_bool(t, "online", c->topics[i].online, rc);
-        put_u53(t, "retention", c->topics[i].retention, rc);
+        if (c->topics[i].retention != CQ_MQMGR_RETENTION_UNSET)
+            put_u53(t, "retention", c->topics[i].retention, rc);
         if (!cq_mq_topic_valid(c->topics[i].name, strlen(c->topics[i].name)))
             *rc = *rc < 0 ? *rc : CQ_EBADTOPIC;
         put(topics, c->topics[i].name, t, rc);

@@ -21,6 +21,7 @@
 typedef struct mgr_topic {
     char name[CQ_MQ_TOPIC_MAX + 1];
     bool online;
+    bool retention_set; /* the manager set one; else the server keeps its own */
     uint64_t retention_s;
     uint64_t tried_ms; /* monotonic ms of the last set_online submitted for it, 0: none */
 } mgr_topic_t;
@@ -350,7 +351,7 @@ static void apply_topics(cq_mgrlink_t *l, uint64_t now_ms)
         const mq_topic_t *t = cq__mqsrv_topic(s, m->name);
         if (!t)
             continue; /* a topic this shard does not have: the registry creates topics */
-        if (!t->retention_managed || t->retention_s != m->retention_s)
+        if (m->retention_set && (!t->retention_managed || t->retention_s != m->retention_s))
             cq_mqsrv_topic_set_retention(s, m->name, m->retention_s);
         if (!writable || t->online == m->online)
             continue;
@@ -418,6 +419,7 @@ static int publish_config(cq_mgrlink_t *l, const cq_mqmgr_config_t *c, uint64_t 
     for (size_t i = 0; i < c->ntopics; i++) {
         snprintf(topics[i].name, sizeof(topics[i].name), "%s", c->topics[i].name);
         topics[i].online = c->topics[i].online;
+        topics[i].retention_set = c->topics[i].retention != CQ_MQMGR_RETENTION_UNSET;
         topics[i].retention_s = c->topics[i].retention > 0 ? (uint64_t)c->topics[i].retention : 0;
     }
     if (c->modules) {

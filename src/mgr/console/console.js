@@ -230,7 +230,10 @@
       btn.addEventListener('click', () => change('POST',
         `/api/topics/${encodeURIComponent(n)}/${t.online ? 'offline' : 'online'}`, {},
         `topic ${n} ${t.online ? 'offline' : 'online'}`));
-      tr.append(td(n), td(t.online ? 'online' : 'offline', `topic-state-${n}`), td(t.retention),
+      const keep = t.retention === null || t.retention === undefined ? "each server's own"
+        : t.retention === 0 ? 'forever' : `${t.retention} s`;
+      tr.append(td(n), td(t.online ? 'online' : 'offline', `topic-state-${n}`),
+        td(keep, `topic-retention-${n}`),
         td(fmtRate(t.produce_rate), `topic-rate-${n}`), td(shards || '-', `topic-shards-${n}`),
         td(cons || '-', `topic-consumers-${n}`), el('td', {}, btn));
       body.append(tr);

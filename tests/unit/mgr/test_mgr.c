@@ -379,13 +379,14 @@ static void test_changes_and_commands(void **state)
     assert_string_equal(
         fk.saved, "{\"version\":11,\"modules\":{\"7\":{\"produce\":[],\"consume\":[],\"admin\":"
                   "true,\"groups\":[2],\"token\":\"x\"},\"9\":{\"token\":\"n\"}},\"topics\":{"
-                  "\"orders\":{\"online\":false,\"retention\":0}},\"offline\":[11],\"groups\":"
-                  "{}}");
+                  "\"orders\":{\"online\":false}},\"offline\":[11],\"groups\":{}}");
     /* the server was flagged offline by the other manager: publish_config and offline sent */
     expect_frame(s, 3,
                  "{\"askid\":5,\"cmdid\":1,\"content\":{\"version\":11,\"modules\":{\"7\":{"
                  "\"produce\":[],\"consume\":[],\"admin\":true,\"token\":\"x\"},\"9\":{\"token\":"
-                 "\"n\"}},\"topics\":{\"orders\":{\"online\":false,\"retention\":0}}}}");
+                 "\"n\"}},\"topics\":{\"orders\":{\"online\":false}}}}");
+    /* a topic the manager knew nothing of: toggling it sets its flag only, never a retention
+     * (it used to write 0, keep forever, over every server's 30 days: issue 25) */
     expect_frame(s, 3, "{\"askid\":6,\"cmdid\":2,\"content\":{\"offline\":true}}");
     cq_mgr_store_done(m, 0, 3);
     /* server online again: offline false */

@@ -418,7 +418,24 @@ static void test_commands(void **state)
     assert_int_equal(cq_mqmgr_config_add_topic(&m->config, "orders", false, 3600), 0);
     assert_int_equal(cq_mqmgr_config_add_topic(&m->config, "b", true, 0), 0);
     assert_int_equal(cq_mqmgr_config_add_topic(&m->config, "", true, 0), CQ_EBADTOPIC);
-    assert_int_equal(cq_mqmgr_config_add_topic(&m->config, "c", true, -1), CQ_EFIELD);
+    assert_int_equal(cq_mqmgr_config_add_topic(&m->config, "c", true, -2), CQ_EFIELD);
+    expect_body(m, b);
+    cq_mqmgr_msg_free(m);
+
+    /* a topic whose retention the manager never set: no "retention" on the wire, and it
+     * decodes back as unset (a server keeps its own), not as 0 (keep forever) */
+    b = "{\"askid\":2,\"cmdid\":1,\"content\":{\"version\":4,\"topics\":{\"u\":{"
+        "\"online\":false}}}}";
+    m = decode_ok(3, b, CQ_MQMGR_COMMAND);
+    assert_int_equal(m->config.ntopics, 1);
+    assert_int_equal(m->config.topics[0].retention, CQ_MQMGR_RETENTION_UNSET);
+    cq_mqmgr_msg_free(m);
+    m = cq_mqmgr_msg_new(CQ_MQMGR_COMMAND, 9);
+    m->askid = 2;
+    m->cmdid = 1;
+    m->config.version = 4;
+    assert_int_equal(cq_mqmgr_config_add_topic(&m->config, "u", false, CQ_MQMGR_RETENTION_UNSET),
+                     0);
     expect_body(m, b);
     cq_mqmgr_msg_free(m);
 

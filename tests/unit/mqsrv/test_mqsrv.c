@@ -2801,6 +2801,32 @@ static void test_mgrlink_commands(void **state)
     eng_stop();
 }
 
+/* A topic whose retention the manager never set (a console toggle of a topic it did not know)
+ * keeps the server's own: orders' 30 days stay in force and its rows still expire (issue 25:
+ * the toggle used to write 0, keep forever). */
+static void test_mgrlink_retention_unset(void **state)
+{
+    (void)state;
+    fconn_t *p;
+    cq_mgrlink_t *l = link_producer(&p);
+    cq_mqmgr_msg_t *m = command(77, CQ_MQMGR_CMD_PUBLISH_CONFIG);
+    m->config.version = 2;
+    assert_int_equal(
+        cq_mqmgr_config_add_topic(&m->config, "orders", false, CQ_MQMGR_RETENTION_UNSET), 0);
+    assert_int_equal(link_in(l, m, 1), 0);
+    expect_answer(l, 77, 1, 0, NULL);
+    done(take(CQ_WRITER_TOPIC_SET_ONLINE, "orders"), 0);
+    cq_mqsrv_retention(eng, 10000000000);
+    done(take(CQ_WRITER_PURGE, "Paused"), 0);
+    cq_writer_req_t *r = take(CQ_WRITER_PURGE, "orders");
+    assert_int_equal(r->older_than_ms, 10000000000 - 30 * 86400000LL); /* its own 30 days */
+    done(r, 0);
+    assert_int_equal(fp.npending, 0);
+    fconn_free(p);
+    cq_mgrlink_free(l);
+    eng_stop();
+}
+
 /* A publish_config without modules (the manager has none yet) leaves the server's own table in
  * force: module 3 still produces; one with modules replaces it, and from then on SIGHUP leaves
  * the permissions file alone (cq_mgrlink_perms_managed). */
@@ -3010,6 +3036,7 @@ int main(void)
         cmocka_unit_test(test_mgrlink_relay_node),
         cmocka_unit_test(test_mgrlink_commands),
         cmocka_unit_test(test_mgrlink_unmanaged),
+        cmocka_unit_test(test_mgrlink_retention_unset),
         cmocka_unit_test(test_mgrlink_bindings),
         cmocka_unit_test(test_mgrlink_slave),
     };
