@@ -655,11 +655,15 @@ int cq_mqmgr_encode_error_buf(const cq_mq_frame_t *f, int err, const char *err_m
                               int64_t config_version, cq_buf_t **ret)
 {
     json_t *root = NULL;
-    json_error_t jerr;
-    if (f && cq__mq_depth_ok(f->body, f->body_len, CQ_MQ_DEFAULT_MAX_DEPTH))
+    /* A body nested too deep is not loaded (its peeks find nothing): jerr is read only after a
+     * load (reading it otherwise took a deep body for an out-of-memory, and the connection was
+     * closed unanswered: issue 25). */
+    if (f && cq__mq_depth_ok(f->body, f->body_len, CQ_MQ_DEFAULT_MAX_DEPTH)) {
+        json_error_t jerr;
         root = cq__mq_load_json((const char *)f->body, f->body_len, &jerr);
-    if (f && !root && cq__mq_jansson_oom(&jerr))
-        return -ENOMEM;
+        if (!root && cq__mq_jansson_oom(&jerr))
+            return -ENOMEM;
+    }
     cq_mqmgr_msg_t *m = cq_mqmgr_msg_new(error_kind(f, err, root), f ? f->msg_id : 0);
     int rc = m ? 0 : -ENOMEM;
     if (m) {

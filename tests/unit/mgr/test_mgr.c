@@ -281,6 +281,18 @@ static void test_bad_input(void **state)
     assert_int_equal(send_frame(t, 20, "{\"err_code\":1}", 1), 0);
     expect_none(t);
     assert_int_equal(t->closed, 0);
+    /* nested deeper than 32: frame 20 err 3 like any bad body, and the connection serves on
+     * (it used to close unanswered, reading an error it had not set: issue 25) */
+    char deep[128] = "{\"askid\":6,\"a\":";
+    for (int i = 0; i < 40; i++)
+        strcat(deep, "[");
+    assert_int_equal(send_frame(t, 1, deep, 1), 0);
+    expect_frame(t, 20, "{\"err_code\":3,\"err_msg\":\"request: JSON nested deeper than 32\"}");
+    assert_int_equal(t->closed, 0);
+    assert_int_equal(send_frame(t, 1, "{\"askid\":7,\"module_id\":\"x\",\"token\":\"a\"}", 1), 0);
+    expect_frame(t, 2,
+                 "{\"askid\":7,\"module_id\":0,\"err_code\":5,\"err_msg\":\"svrconfig: field "
+                 "\\\"module_id\\\": must be an integer in [0, 4294967295]\",\"servers\":[]}");
     /* a sync with the wrong server token */
     assert_int_equal(send_frame(t, 1, sync_body(1, 1, "bad", NULL), 1), CQ_EAUTH);
     expect_frame(t, 2,
