@@ -226,17 +226,23 @@ int cq_authlim_metrics_append(void *ud, cq_sbuf_t *out)
 {
     static const char *const names[CQ_AUTHLIM__PORTS] = {"channel", "mq", "mqhttp"};
     cq_authlim_t *l = ud;
-    char buf[768];
+    char buf[1280];
     int n;
     pthread_mutex_lock(&l->mu);
-    n = snprintf(buf, sizeof(buf), "# TYPE chanq_auth_addr_refused_total counter\n");
+    n = snprintf(buf, sizeof(buf),
+                 "# HELP chanq_auth_addr_refused_total Authentications refused by the per-address "
+                 "budget of failures, by port.\n"
+                 "# TYPE chanq_auth_addr_refused_total counter\n");
     for (int p = 0; p < CQ_AUTHLIM__PORTS; p++)
         n += snprintf(buf + n, sizeof(buf) - (size_t)n,
                       "chanq_auth_addr_refused_total{port=\"%s\"} %llu\n", names[p],
                       (unsigned long long)l->refused[p]);
     n += snprintf(buf + n, sizeof(buf) - (size_t)n,
+                  "# HELP chanq_auth_addr_blocks_total Addresses blocked for too many failed "
+                  "authentications.\n"
                   "# TYPE chanq_auth_addr_blocks_total counter\nchanq_auth_addr_blocks_total "
-                  "%llu\n# TYPE chanq_auth_addr_tracked gauge\nchanq_auth_addr_tracked %u\n",
+                  "%llu\n# HELP chanq_auth_addr_tracked Addresses whose failures are counted "
+                  "now.\n# TYPE chanq_auth_addr_tracked gauge\nchanq_auth_addr_tracked %u\n",
                   (unsigned long long)l->blocks_total, cq_smap_count(&l->map));
     pthread_mutex_unlock(&l->mu);
     return cq_sbuf_append(out, buf, (size_t)n);

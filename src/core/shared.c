@@ -309,15 +309,21 @@ static size_t metrics_coarsen(cq_shared_t *sh, char *buf, size_t cap, size_t o)
  * counter is channeld's (warnings and errors logged), kept under its name. */
 static size_t metrics_chanq(cq_shared_t *sh, char *buf, size_t cap, size_t o)
 {
-    o = put(buf, cap, o, "# TYPE chanq_connections gauge\n");
+    o = put(buf, cap, o,
+            "# HELP chanq_connections Open connections, by transport and type.\n"
+            "# TYPE chanq_connections gauge\n");
     for (int tr = 0; tr < CQ_CONN_TRANSPORTS; tr++)
         for (int t = 1; t < 3; t++)
             o = put(buf, cap, o, "chanq_connections{transport=\"%s\",type=\"%s\"} %lld\n",
                     transports[tr], conn_types[t],
                     (long long)atomic_load(&sh->metrics.by_transport[tr][t]));
-    o = put(buf, cap, o, "# TYPE chanq_subscribers gauge\nchanq_subscribers %lld\n",
+    o = put(buf, cap, o,
+            "# HELP chanq_subscribers Subscriptions (connection, channel) now.\n"
+            "# TYPE chanq_subscribers gauge\nchanq_subscribers %lld\n",
             (long long)atomic_load(&sh->metrics.subscriptions));
-    o = put(buf, cap, o, "# TYPE chanq_fanouts_total counter\nchanq_fanouts_total %llu\n",
+    o = put(buf, cap, o,
+            "# HELP chanq_fanouts_total Records queued to subscribers by channel fan-outs.\n"
+            "# TYPE chanq_fanouts_total counter\nchanq_fanouts_total %llu\n",
             (unsigned long long)counter_sum(sh, M_FANOUTS, 0));
     o = metrics_coarsen(sh, buf, cap, o);
     o = put(buf, cap, o,
@@ -325,12 +331,36 @@ static size_t metrics_chanq(cq_shared_t *sh, char *buf, size_t cap, size_t o)
             "exist when they arrived, dropped.\n# TYPE chanq_bridge_undeliverable_total counter\n"
             "chanq_bridge_undeliverable_total %llu\n",
             (unsigned long long)counter_sum(sh, M_BRIDGE_UNDELIVERABLE, 0));
-    o = put(buf, cap, o, "# TYPE logs counter\nlogs{level=\"warn\"} %llu\n",
+    o = put(buf, cap, o,
+            "# HELP logs Log lines written at WARN and above, by level.\n# TYPE logs counter\n"
+            "logs{level=\"warn\"} %llu\n",
             (unsigned long long)cq_log_count(CQ_LOG_WARN));
     o = put(buf, cap, o, "logs{level=\"error\"} %llu\n",
             (unsigned long long)cq_log_count(CQ_LOG_ERROR));
     return o;
 }
+
+/* The HELP text of the counters that carry connType (channeld's names, doc/metrics.md). */
+_Static_assert(M_PACKETS_COMB + 1 == M__LABELED, "one HELP text per counter with connType");
+static const char *const labeled_help[M__LABELED] = {
+    "channeld messages received, by connection type.",
+    "channeld messages queued to a connection, by connection type.",
+    "Packets received, by connection type.",
+    "Packets sent, by connection type.",
+    "Bytes received, by connection type.",
+    "Bytes sent, by connection type.",
+    "Connections closed, by connection type.",
+    "Connections closed for a send queue over its limit (slow consumer), by connection type.",
+    "Messages refused by the connection's FSM, by connection type.",
+    "Authentications that failed, by connection type.",
+    "Connections closed for not authenticating in time, by connection type.",
+    "Connections closed for being idle, by connection type.",
+    "Messages dropped (no channel, no owner, not allowed...), by connection type.",
+    "Connections closed for a limit (doc/protocol.md), by connection type.",
+    "Packets dropped (kept as channeld registers it; nothing adds to it), by connection type.",
+    "Reads that ended mid-header or mid-packet, by connection type.",
+    "Packets parsed, by connection type.",
+};
 
 /* Any thread (the admin listener runs on worker 0): only atomics are read, no worker is asked,
  * so a scrape never waits for a busy worker. */
@@ -338,26 +368,35 @@ size_t cq_shared_metrics(cq_shared_t *sh, char *buf, size_t cap)
 {
     size_t o = 0;
     for (int m = 0; m < M__LABELED; m++) {
-        o = put(buf, cap, o, "# TYPE %s counter\n", counter_names[m]);
+        o = put(buf, cap, o, "# HELP %s %s\n# TYPE %s counter\n", counter_names[m], labeled_help[m],
+                counter_names[m]);
         for (int t = 1; t < 3; t++)
             o = put(buf, cap, o, "%s{connType=\"%s\"} %llu\n", counter_names[m], conn_types[t],
                     (unsigned long long)counter_sum(sh, m, t));
     }
-    o = put(buf, cap, o, "# TYPE connection_num gauge\n");
+    o = put(buf, cap, o,
+            "# HELP connection_num Open connections, by type (every transport).\n"
+            "# TYPE connection_num gauge\n");
     for (int t = 1; t < 3; t++)
         o = put(buf, cap, o, "connection_num{type=\"%s\"} %lld\n", conn_types[t],
                 (long long)atomic_load(&sh->metrics.connections[t]));
-    o = put(buf, cap, o, "# TYPE channel_num gauge\n");
+    o = put(buf, cap, o, "# HELP channel_num Channels, by type.\n# TYPE channel_num gauge\n");
     for (int t = 0; t < 7; t++)
         o = put(buf, cap, o, "channel_num{type=\"%s\"} %lld\n", chan_types[t],
                 (long long)atomic_load(&sh->metrics.channels[t]));
     /* chanq ticks no channel: every type reports the last worker housekeeping tick. */
-    o = put(buf, cap, o, "# TYPE channel_tick_duration gauge\n");
+    o = put(buf, cap, o,
+            "# HELP channel_tick_duration ms of the longest worker housekeeping tick of the last "
+            "round (chanq ticks no channel: every type reports it).\n"
+            "# TYPE channel_tick_duration gauge\n");
     double tk = tick_ms(sh);
     for (int t = 0; t < 7; t++)
         o = put(buf, cap, o, "channel_tick_duration{type=\"%s\"} %.3f\n", chan_types[t], tk);
     o = metrics_chanq(sh, buf, cap, o);
-    o = put(buf, cap, o, "# TYPE buffers_live gauge\nbuffers_live %ld\n", cq_buf_live());
+    o = put(buf, cap, o,
+            "# HELP buffers_live Send buffers allocated now.\n# TYPE buffers_live gauge\n"
+            "buffers_live %ld\n",
+            cq_buf_live());
     return o < cap ? o : cap;
 }
 

@@ -282,8 +282,13 @@ static int lsn_metrics(const io_lsn_t *l, const char *fam, bool closes, cq_sbuf_
 /* One family: its TYPE line, then the samples of every started listener in v. */
 static int lsn_family(io_lsn_t *const *v, size_t n, const char *fam, bool closes, cq_sbuf_t *out)
 {
-    char t[128];
-    int k = snprintf(t, sizeof(t), "# TYPE %s counter\n", fam);
+    char t[384];
+    int k = snprintf(t, sizeof(t), "# HELP %s %s\n# TYPE %s counter\n", fam,
+                     closes ? "Connections closed by a listener limit, by port and reason (cap, "
+                              "timeout, preauth_timeout, idle...)."
+                            : "Connections accepted and closed at once for lack of file "
+                              "descriptors, by port and reason.",
+                     fam);
     int r = cq_sbuf_append(out, t, (size_t)k);
     for (size_t i = 0; i < n && r == 0; i++)
         if (v[i]->name)

@@ -203,8 +203,9 @@ int cq__io_engine_admin(io_engine_t *e, const char *addr, cq_admin_t *admin, uin
 
 static int conns_gauge(io_engine_t *e, cq_sbuf_t *b)
 {
-    char t[192];
-    int n = snprintf(t, sizeof(t), "# TYPE %s gauge\n", e->o.conns_family);
+    char t[256];
+    int n = snprintf(t, sizeof(t), "# HELP %s Open connections, by port.\n# TYPE %s gauge\n",
+                     e->o.conns_family, e->o.conns_family);
     int r = cq_sbuf_append(b, t, (size_t)n);
     for (int i = 0; i < e->nkinds && r == 0; i++) {
         n = snprintf(t, sizeof(t), "%s{port=\"%s\"} %u\n", e->o.conns_family, e->kinds[i].k.name,

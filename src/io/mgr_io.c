@@ -161,6 +161,8 @@ static int on_metrics(void *ud, cq_sbuf_t *b)
     int r = cq_mgr_metrics(io->m, unix_ms(), b);
     return r < 0 ? r
                  : cq_sbuf_printf(b,
+                                  "# HELP chanq_mgr_audit_write_errors_total Audit log lines "
+                                  "that could not be written.\n"
                                   "# TYPE chanq_mgr_audit_write_errors_total counter\n"
                                   "chanq_mgr_audit_write_errors_total %llu\n",
                                   (unsigned long long)io->audit_errors);

@@ -170,7 +170,11 @@ static int on_metrics(void *ud, cq_sbuf_t *b)
         return -ENOMEM;
     cq_mqsrv_stats(io->srv, &st);
     return cq_sbuf_printf(b,
+                          "# HELP chanq_mq_input_bytes Bytes of partial frames the seed "
+                          "connections hold now (bounded by the input budget).\n"
                           "# TYPE chanq_mq_input_bytes gauge\nchanq_mq_input_bytes %llu\n"
+                          "# HELP chanq_mq_input_refused_total Seed connections answered busy "
+                          "and closed for going over the input budget.\n"
                           "# TYPE chanq_mq_input_refused_total counter\n"
                           "chanq_mq_input_refused_total %llu\n"
                           "# HELP chanq_mq_mgr_connected 1 while connected to a manager "

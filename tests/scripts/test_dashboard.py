@@ -95,6 +95,41 @@ def emitted(text):
     return fam, samples | fam
 
 
+def helpless(text):
+    """Families with a TYPE line and no HELP line."""
+    typed = set(re.findall(r"^# TYPE (\S+)", text, re.M))
+    helped = set(re.findall(r"^# HELP (\S+) \S", text, re.M))
+    return sorted(typed - helped)
+
+
+def doc_rows(doc):
+    """doc/metrics.md's table rows: family name -> the whole row (a row may name several)."""
+    rows = {}
+    for line in doc.splitlines():
+        if line.startswith("| `"):
+            cells = line.split("|")
+            for n in re.findall(r"`([a-z_:][a-z0-9_:]*)`", cells[1]):
+                rows.setdefault(n, line)
+    return rows
+
+
+def label_mismatches(text, rows):
+    """Every label a sample carries is named in its family's row; every value of a `reason`
+    or `outcome` label is spelled there too."""
+    bad = set()
+    for m in re.finditer(r"^([a-z_:][a-z0-9_:]*)\{([^}]*)\}", text, re.M):
+        name, labels = m.group(1), m.group(2)
+        row = rows.get(name)
+        if row is None:
+            continue  # the undocumented check reports it
+        for k, v in re.findall(r'([a-zA-Z_]+)="([^"]*)"', labels):
+            if k not in row:
+                bad.add("%s: label %s not in its row" % (name, k))
+            elif k in ("reason", "outcome") and v not in row:
+                bad.add("%s: %s=%s not in its row" % (name, k, v))
+    return sorted(bad)
+
+
 def get(addr, path="/metrics"):
     with urllib.request.urlopen("http://%s%s" % (addr, path), timeout=5) as r:
         return r.read().decode()
@@ -107,7 +142,7 @@ def main(argv):
     if not chanqd or not chanq:
         print("1..0 # SKIP CHANQD and CHANQ must be set (meson test sets them)")
         return 0
-    print("1..6", flush=True)
+    print("1..8", flush=True)
     with open(os.path.join(root, "doc/grafana/chanq-dashboard.json")) as f:
         dash = json.load(f)
     with open(os.path.join(root, "doc/metrics.md")) as f:
@@ -128,9 +163,17 @@ def main(argv):
     procs = cqproc.Procs()
     try:
         mr = cqproc.start_mgr(procs, chanqd, tmp, ["--dev"])
+        # a bridge with a route binding and a followed shard (its server down: the families
+        # are there all the same)
+        bindings = os.path.join(tmp, "bindings.json")
+        with open(bindings, "w") as f:
+            f.write('{"bindings":[{"topic":"t","broadcast":"global","msg_type":200},'
+                    '{"topic":"t","route":"user_id","msg_type":201}]}')
         sr = cqproc.start_server(procs, chanqd, tmp, "srv", ["--mq-http-addr", "127.0.0.1:0",
                                                              "--ws-addr", "127.0.0.1:0",
-                                                             "--kcp-addr", "127.0.0.1:0"])
+                                                             "--kcp-addr", "127.0.0.1:0",
+                                                             "--bridge-file", bindings,
+                                                             "--bridge-follow", "9/127.0.0.1:9"])
         mq = sr["mq"]
         subprocess.run([chanq, "--addr", mq, "add-topic", "t"], check=True,
                        stdout=subprocess.DEVNULL)
@@ -139,8 +182,9 @@ def main(argv):
         subprocess.run([chanq, "--addr", mq, "consume", "t", "--commit"], check=True,
                        stdout=subprocess.DEVNULL)
         time.sleep(0.3)  # the MQ loop renders its metrics every 250 ms
-        s_fam, s_all = emitted(get(sr["admin"]))
-        m_fam, m_all = emitted(get(mr["admin"]))
+        s_text, m_text = get(sr["admin"]), get(mr["admin"])
+        s_fam, s_all = emitted(s_text)
+        m_fam, m_all = emitted(m_text)
     finally:
         procs.stop_all()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -155,6 +199,12 @@ def main(argv):
     undocumented = sorted((s_fam | m_fam) - documented)
     tap(not undocumented, "every family chanqd and the manager emit is in doc/metrics.md",
         "\n".join(undocumented))
+    nohelp = helpless(s_text) + helpless(m_text)
+    tap(not nohelp, "every family has HELP text", "\n".join(nohelp))
+    rows = doc_rows(doc)
+    labels = label_mismatches(s_text, rows) + label_mismatches(m_text, rows)
+    tap(not labels, "doc/metrics.md names every label and every reason and outcome emitted",
+        "\n".join(labels))
     return 0 if all(results) else 1
 
 
