@@ -251,6 +251,18 @@ async function consolePage() {
   const ctx = await browser.newContext({ viewport: { width: 1500, height: 800 } });
   const page = await ctx.newPage();
   page.on('pageerror', (err) => pageErrors.push(err.message));
+  // the confirmations of destructive actions, and the state changes the page posted
+  const dialogs = { seen: [], answer: true };
+  page.on('dialog', async (d) => {
+    dialogs.seen.push(d.message());
+    await (dialogs.answer ? d.accept() : d.dismiss());
+  });
+  const posts = [];
+  page.on('request', (r) => {
+    const u = new URL(r.url());
+    if (r.method() === 'POST' && /^\/api\/(servers|topics)\//.test(u.pathname))
+      posts.push(u.pathname);
+  });
   // Failed requests are checked by URL (a console line does not name it): only the wrong login's
   // 401 and the browser's own favicon request may fail.
   page.on('response', (r) => {
@@ -299,7 +311,14 @@ async function consolePage() {
   await shot(page, 'servers');
 
   // Servers: the master taken offline in the page -> its produce answers err_code 19
-  // (server_offline); back online -> acknowledged.
+  // (server_offline); back online -> acknowledged. Taking it offline is asked first: a "no"
+  // sends nothing.
+  dialogs.answer = false;
+  await page.click(`[data-testid="server-toggle-${master.appid}"]`);
+  assert.equal(dialogs.seen.at(-1), `Take server ${master.appid} (${cluster.nodes[1].mq}) ` +
+    'offline? It refuses produces (server_offline) until it is brought online again.');
+  assert.deepEqual(posts, []);
+  dialogs.answer = true;
   await page.click(`[data-testid="server-toggle-${master.appid}"]`);
   await page.waitForFunction((id) => /^offline/.test(document.querySelector(`[data-testid="server-state-${id}"]`)?.textContent),
     master.appid, WAIT);
@@ -313,8 +332,17 @@ async function consolePage() {
   // Topics: offline in the page -> err_code 9 from the master; online again -> acknowledged.
   await page.click('[data-testid="nav-topics"]');
   await waitText(page, 'topic-state-orders', 'online');
+  dialogs.answer = false;
+  await page.click('[data-testid="topic-toggle-orders"]');
+  assert.equal(dialogs.seen.at(-1), 'Take topic orders offline? Every shard refuses its ' +
+    'produces and consumes (topic_offline) until it is brought online again.');
+  assert.deepEqual(posts, [`/api/servers/${master.appid}/offline`,
+    `/api/servers/${master.appid}/online`]);
+  dialogs.answer = true;
   await page.click('[data-testid="topic-toggle-orders"]');
   await waitText(page, 'topic-state-orders', 'offline');
+  // the toggle set the flag only: retention stays each server's own (issue 25)
+  assert.equal(await text(page, 'topic-retention-orders'), "each server's own");
   const off = await produceUntil(1, 'tok1', 'orders', (r) => r.status !== 0, 'topic offline');
   assert.equal(off.status, 1);
   assert.match(off.err, /^chanq: produce: err_code 9 /m);

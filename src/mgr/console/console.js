@@ -200,9 +200,14 @@
       const tr = el('tr', { testid: `server-row-${id}`, class: s.stale ? 'stale' : s.offline ? 'offline' : '' });
       const btn = el('button', { type: 'button', testid: `server-toggle-${id}`,
         text: s.offline ? 'Bring online' : 'Take offline' });
-      btn.addEventListener('click', () => change('POST',
-        `/api/servers/${id}/${s.offline ? 'online' : 'offline'}`, {},
-        `server ${id} ${s.offline ? 'online' : 'offline'}`));
+      btn.addEventListener('click', () => {
+        // taking a server out of service refuses its produces: asked first (issue 25)
+        if (!s.offline && !window.confirm(`Take server ${id} (${s.addr}) offline? It refuses ` +
+          'produces (server_offline) until it is brought online again.'))
+          return;
+        change('POST', `/api/servers/${id}/${s.offline ? 'online' : 'offline'}`, {},
+          `server ${id} ${s.offline ? 'online' : 'offline'}`);
+      });
       tr.append(td(id), td(s.group_id), td(s.addr, `server-addr-${id}`), td(s.shard),
         td(s.master ? 'master' : 'slave', `server-role-${id}`),
         td(serverState(s) + (s.stale ? ` (${Math.round(s.age_ms / 1000)} s)` : ''), `server-state-${id}`),
@@ -227,11 +232,16 @@
       const cons = (t.consumers || []).map((c) => `${c.id}@${c.shard}: ${c.lag}`).join('; ');
       const btn = el('button', { type: 'button', testid: `topic-toggle-${n}`,
         text: t.online ? 'Take offline' : 'Bring online' });
-      btn.addEventListener('click', () => change('POST',
-        `/api/topics/${encodeURIComponent(n)}/${t.online ? 'offline' : 'online'}`, {},
-        `topic ${n} ${t.online ? 'offline' : 'online'}`));
-      const keep = t.retention === null || t.retention === undefined ? "each server's own"
-        : t.retention === 0 ? 'forever' : `${t.retention} s`;
+      btn.addEventListener('click', () => {
+        if (t.online && !window.confirm(`Take topic ${n} offline? Every shard refuses its ` +
+          'produces and consumes (topic_offline) until it is brought online again.'))
+          return;
+        change('POST', `/api/topics/${encodeURIComponent(n)}/${t.online ? 'offline' : 'online'}`,
+          {}, `topic ${n} ${t.online ? 'offline' : 'online'}`);
+      });
+      const r = t.retention;
+      const keep = r === null || r === undefined ? "each server's own"
+        : r === 0 ? 'forever' : r % 86400 === 0 ? `${r / 86400} days` : `${r} s`;
       tr.append(td(n), td(t.online ? 'online' : 'offline', `topic-state-${n}`),
         td(keep, `topic-retention-${n}`),
         td(fmtRate(t.produce_rate), `topic-rate-${n}`), td(shards || '-', `topic-shards-${n}`),
