@@ -102,6 +102,11 @@ static json_t *server_json(const cq_mgr_t *m, const mgr_server_t *s, uint64_t no
     set(o, "age_ms", json_integer(now > s->last_ms ? (json_int_t)(now - s->last_ms) : 0), &ok);
     set(o, "config_version",
         x->has & CQ_MQMGR_X_CONFIG_VERSION ? json_integer(x->config_version) : json_null(), &ok);
+    /* behind: the manager has a configuration this server has not applied (it reported an
+     * older version, or none) */
+    int64_t want = cq__mgr_state_version(m->doc);
+    bool behind = want > 0 && (!(x->has & CQ_MQMGR_X_CONFIG_VERSION) || x->config_version < want);
+    set(o, "config_behind", json_boolean(behind), &ok);
     set(o, "serverinfo", info_json(&s->last->info), &ok);
     set(o, "produce_rate", json_real(server_rate(s, produced)), &ok);
     set(o, "consume_rate", json_real(server_rate(s, consumed)), &ok);

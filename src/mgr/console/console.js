@@ -197,7 +197,8 @@
     for (const s of st.servers || []) {
       const si = s.serverinfo || {};
       const id = s.appid;
-      const tr = el('tr', { testid: `server-row-${id}`, class: s.stale ? 'stale' : s.offline ? 'offline' : '' });
+      const tr = el('tr', { testid: `server-row-${id}`,
+        class: s.stale ? 'stale' : s.offline ? 'offline' : s.config_behind ? 'behind' : '' });
       const btn = el('button', { type: 'button', testid: `server-toggle-${id}`,
         text: s.offline ? 'Bring online' : 'Take offline' });
       btn.addEventListener('click', () => {
@@ -215,7 +216,8 @@
         td(si.sockets, `server-sockets-${id}`), td(si.packages, `server-packages-${id}`),
         td(fmtRate(s.produce_rate), `server-produce-rate-${id}`),
         td(fmtRate(s.consume_rate), `server-consume-rate-${id}`),
-        td(s.config_version, `server-config-${id}`), el('td', {}, btn));
+        td(s.config_behind ? `${s.config_version ?? 'none'} (behind ${st.version})`
+          : s.config_version, `server-config-${id}`), el('td', {}, btn));
       body.append(tr);
     }
     if (!body.children.length)

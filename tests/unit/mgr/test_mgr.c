@@ -632,6 +632,8 @@ static void test_view_rates_alerts(void **state)
     assert_true(json_real_value(json_object_get(s0, "produce_rate")) == 100.0);
     assert_false(json_is_true(json_object_get(s0, "stale")));
     assert_int_equal(json_integer_value(json_object_get(s0, "age_ms")), 500);
+    /* it reported no configuration version: behind the manager's 3 (flagged in the console) */
+    assert_true(json_is_true(json_object_get(s0, "config_behind")));
     json_t *sh = json_array_get(json_object_get(v, "shards"), 0);
     assert_int_equal(json_integer_value(json_object_get(sh, "master")), 1);
     assert_int_equal(json_integer_value(json_array_get(json_object_get(sh, "standbys"), 0)), 2);
@@ -668,6 +670,15 @@ static void test_view_rates_alerts(void **state)
     assert_false(json_is_true(json_object_get(sh, "alert")));
     assert_true(
         json_is_true(json_object_get(json_array_get(json_object_get(v, "servers"), 1), "stale")));
+    json_decref(v);
+    /* a server at the manager's version is not behind; one at an older version is */
+    send_frame(b, 1, sync_body(2, 1, "srv", "{\"addr\":\"h:2\",\"config_version\":3}"), 20500);
+    send_frame(a, 1, sync_body(1, 1, "srv", "{\"addr\":\"h:1\",\"config_version\":2}"), 20500);
+    v = view(m, 20600);
+    assert_true(json_is_true(
+        json_object_get(json_array_get(json_object_get(v, "servers"), 0), "config_behind")));
+    assert_false(json_is_true(
+        json_object_get(json_array_get(json_object_get(v, "servers"), 1), "config_behind")));
     json_decref(v);
     /* a second connection for appid 1 replaces the first */
     tconn_t *a2 = open_conn(m);
