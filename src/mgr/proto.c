@@ -207,24 +207,47 @@ static bool split_addr(const char *addr, char *ip, size_t cap, uint16_t *port)
     return true;
 }
 
-/* The servers a module may use: its groups, master, not offline, not stale; the registry is
+/* A server a module may be given: live (not stale), not taken offline, a shard's (not a relay
+ * node alone), with an address, in the module's groups. */
+static bool usable(cq_mgr_t *m, const json_t *mod, const mgr_server_t *s, uint64_t now)
+{
+    return !cq__mgr_server_stale(m, s, now) && !cq__mgr_server_relay_only(s) &&
+           !cq__mgr_server_offline(m, s) &&
+           !(s->last->ext.has & CQ_MQMGR_X_OFFLINE && s->last->ext.offline) &&
+           (s->last->ext.has & CQ_MQMGR_X_ADDR) && in_groups(mod, s->group_id);
+}
+
+/* Whether shard has a live master (reporting, not stale), in service or not: a master an
+ * operator took offline is still the shard's, and its standby is not offered instead. */
+static bool shard_has_master(cq_mgr_t *m, uint32_t shard, uint64_t now)
+{
+    for (size_t i = 0; i < m->nservers; i++) {
+        const mgr_server_t *s = m->servers[i];
+        if (cq__mgr_server_shard(s) == shard && cq__mgr_server_master(s) &&
+            !cq__mgr_server_stale(m, s, now) && !cq__mgr_server_relay_only(s))
+            return true;
+    }
+    return false;
+}
+
+/* The servers a module may use: each shard's usable masters; a shard with no live master (it
+ * is stale or gone) offers its usable standbys instead, for reads (seed §3.2 (3): the standby
+ * serves while the master does not; a produce there answers not_master). The registry is
  * sorted by appid, so a stable pass per shard gives shard-then-appid order. */
 static int list_servers(cq_mgr_t *m, const json_t *mod, cq_mqmgr_msg_t *r, uint64_t now)
 {
     bool more = true;
     for (uint64_t shard = 0; more; shard++) {
         uint64_t next = UINT64_MAX;
+        bool masters = shard <= UINT32_MAX && shard_has_master(m, (uint32_t)shard, now);
         for (size_t i = 0; i < m->nservers; i++) {
             const mgr_server_t *s = m->servers[i];
-            if (cq__mgr_server_stale(m, s, now) || !cq__mgr_server_master(s) ||
-                cq__mgr_server_relay_only(s) || cq__mgr_server_offline(m, s) ||
-                (s->last->ext.has & CQ_MQMGR_X_OFFLINE && s->last->ext.offline) ||
-                !(s->last->ext.has & CQ_MQMGR_X_ADDR) || !in_groups(mod, s->group_id))
+            if (!usable(m, mod, s, now))
                 continue;
             uint32_t sh = cq__mgr_server_shard(s);
             if (sh > shard && sh < next)
                 next = sh;
-            if (sh != shard)
+            if (sh != shard || (masters && !cq__mgr_server_master(s)))
                 continue;
             char ip[CQ_MQMGR_HOST_MAX + 1];
             uint16_t port;

@@ -227,14 +227,27 @@ static void test_sync_and_svrconfig(void **state)
     expect_frame(sdk, 2,
                  "{\"askid\":7,\"module_id\":8,\"err_code\":0,\"servers\":[{\"ip\":\"10.0.0.1\","
                  "\"port\":12100,\"shard\":1}]}");
-    /* a standby is not listed */
+    /* a shard whose master is gone offers its standby, for reads (seed 3.2 (3)) */
     send_frame(
         s1, 1,
         sync_body(11, 1, "srv", "{\"addr\":\"10.0.0.1:12100\",\"shard\":1,\"master\":false}"),
         7700);
     next_frame(s1, &(uint8_t){0});
     send_frame(sdk, 1, "{\"askid\":8,\"module_id\":8,\"token\":\"m8\"}", 7700);
-    expect_frame(sdk, 2, "{\"askid\":8,\"module_id\":8,\"err_code\":0,\"servers\":[]}");
+    expect_frame(sdk, 2,
+                 "{\"askid\":8,\"module_id\":8,\"err_code\":0,\"servers\":[{\"ip\":\"10.0.0.1\","
+                 "\"port\":12100,\"shard\":1}]}");
+    /* once the shard has a live master again, the standby is not listed */
+    tconn_t *s3 = open_conn(m);
+    send_frame(s3, 1,
+               sync_body(13, 1, "srv", "{\"addr\":\"10.0.0.3:12102\",\"shard\":1,\"master\":true}"),
+               7710);
+    next_frame(s3, &(uint8_t){0});
+    send_frame(sdk, 1, "{\"askid\":10,\"module_id\":8,\"token\":\"m8\"}", 7720);
+    expect_frame(sdk, 2,
+                 "{\"askid\":10,\"module_id\":8,\"err_code\":0,\"servers\":[{\"ip\":\"10.0.0.3\","
+                 "\"port\":12102,\"shard\":1}]}");
+    close_conn(s3);
     assert_int_equal(sdk->closed, 0);
     /* wrong token: err 6 and closed */
     assert_int_equal(send_frame(sdk, 1, "{\"askid\":9,\"module_id\":8,\"token\":\"nope\"}", 7800),
