@@ -8,6 +8,7 @@
  *     module set ID --produce A,B --consume A,B [--admin] [--token-file F] [--groups 1,2]
  *     module delete ID
  *     offline APPID | online APPID | topic-offline TOPIC | topic-online TOPIC
+ *     topic-retention TOPIC DAYS
  *     bindings | bindings set FILE
  *
  * Reads print a table (--json: the API's document as received); changes print "version N".
@@ -69,6 +70,7 @@ static void admin_usage(FILE *f)
                "  module delete ID\n"
                "  offline APPID | online APPID       take a server out of service / back\n"
                "  topic-offline TOPIC | topic-online TOPIC\n"
+               "  topic-retention TOPIC DAYS   keep its messages DAYS days (0: forever)\n"
                "  bindings                the bridge's bindings (--json: the document)\n"
                "  bindings set FILE       replace them with FILE's document (--bridge-file's\n"
                "                          format; {\"bindings\":[]} removes them all)\n"
@@ -327,6 +329,21 @@ static void table_print(table_t *t)
 
 /* A JSON value as cell text: strings as is, integers, reals with 1 decimal, booleans yes/no,
  * arrays joined with ",", null/absent "-". */
+/* A topic's retention: "own" (each server's, never set by the manager), "forever", "N days"
+ * or "N s". */
+static void retention_cell(const json_t *v, char *out, size_t n)
+{
+    json_int_t r = json_is_integer(v) ? json_integer_value(v) : -1;
+    if (r < 0)
+        snprintf(out, n, "own");
+    else if (r == 0)
+        snprintf(out, n, "forever");
+    else if (r % 86400 == 0)
+        snprintf(out, n, "%" JSON_INTEGER_FORMAT "d", r / 86400);
+    else
+        snprintf(out, n, "%" JSON_INTEGER_FORMAT "s", r);
+}
+
 static void cell(const json_t *v, char *out, size_t n)
 {
     if (!v || json_is_null(v)) {
@@ -471,7 +488,7 @@ static void print_topics(const json_t *doc)
         cell(json_object_get(tp, "name"), v[0], 512);
         snprintf(v[1], 512, "%s",
                  json_is_false(json_object_get(tp, "online")) ? "offline" : "online");
-        cell(json_object_get(tp, "retention"), v[2], 512);
+        retention_cell(json_object_get(tp, "retention"), v[2], 512);
         cell(json_object_get(tp, "produce_rate"), v[3], 512);
         topic_lists(tp, v[4], 512, v[5], 512);
         const char *row[6];
@@ -808,6 +825,18 @@ static int run_command(const adm_t *o, int argc, char **argv)
             return usage_error("%s APPID: an unsigned integer", cmd);
         snprintf(path, sizeof(path), "/api/servers/%lu/%s", id, cmd);
         return cmd_change(o, "POST", path, "{}");
+    }
+    if (strcmp(cmd, "topic-retention") == 0) {
+        char *end = NULL;
+        long days = argc == 3 ? strtol(argv[2], &end, 10) : -1;
+        if (argc != 3 || !*arg || end == argv[2] || *end || days < 0 || days > 36500)
+            return usage_error("topic-retention TOPIC DAYS: DAYS an integer from 0 (keep "
+                               "forever) to 36500");
+        char body[64];
+        path_segment(arg, seg, sizeof(seg));
+        snprintf(path, sizeof(path), "/api/topics/%s/retention", seg);
+        snprintf(body, sizeof(body), "{\"days\":%ld}", days);
+        return cmd_change(o, "PUT", path, body);
     }
     bool toff = strcmp(cmd, "topic-offline") == 0, ton = strcmp(cmd, "topic-online") == 0;
     if (toff || ton) {

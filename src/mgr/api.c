@@ -739,6 +739,27 @@ static void on_topic(req_t *q, bool online)
             cq__mgr_topic_set_online(q->h->a->m, name, online, err, sizeof(err)), err);
 }
 
+/* PUT /api/topics/T/retention {"days": N}: 0 keeps forever. */
+static void on_topic_retention(req_t *q)
+{
+    char name[API_NAME_MAX + 1];
+    char err[API_ERR_MAX] = "";
+    if (!need(q, "PUT"))
+        return;
+    if (!seg_copy(q, 1, name, sizeof(name))) {
+        fail(q, 400, "path: topic name must be 1 to 64 characters of [A-Za-z0-9_]");
+        return;
+    }
+    json_t *o = body_object(q);
+    if (!o)
+        return;
+    json_t *d = json_object_get(o, "days");
+    int64_t days = json_is_integer(d) ? (int64_t)json_integer_value(d) : -1;
+    json_decref(o);
+    changed(q, "topic.retention", name,
+            cq__mgr_topic_set_retention(q->h->a->m, name, days, q->h->now, err, sizeof(err)), err);
+}
+
 static void on_server(req_t *q, bool offline)
 {
     char id_s[16];
@@ -821,6 +842,8 @@ static void on_api(req_t *q)
     } else if (q->nseg == 3 && seg_is(q, 0, "topics") &&
                (seg_is(q, 2, "online") || seg_is(q, 2, "offline"))) {
         on_topic(q, seg_is(q, 2, "online"));
+    } else if (q->nseg == 3 && seg_is(q, 0, "topics") && seg_is(q, 2, "retention")) {
+        on_topic_retention(q);
     } else if (q->nseg == 3 && seg_is(q, 0, "servers") &&
                (seg_is(q, 2, "offline") || seg_is(q, 2, "online"))) {
         on_server(q, seg_is(q, 2, "offline"));

@@ -24,9 +24,10 @@
 typedef enum mgr_op_kind {
     MGR_OP_MODULE_PUT,
     MGR_OP_MODULE_DELETE,
-    MGR_OP_TOPIC,    /* online flag */
-    MGR_OP_SERVER,   /* offline flag */
-    MGR_OP_BINDINGS, /* the bindings document replaced */
+    MGR_OP_TOPIC,           /* online flag */
+    MGR_OP_SERVER,          /* offline flag */
+    MGR_OP_BINDINGS,        /* the bindings document replaced */
+    MGR_OP_TOPIC_RETENTION, /* retention set (a topic new to the state takes flag as online) */
 } mgr_op_kind_t;
 
 typedef struct mgr_op {
@@ -34,6 +35,7 @@ typedef struct mgr_op {
     uint32_t id;                     /* module id, appid */
     char topic[CQ_MQ_TOPIC_MAX + 1]; /* MGR_OP_TOPIC */
     bool flag;                       /* online (topic), offline (server) */
+    int64_t retention;               /* MGR_OP_TOPIC_RETENTION: seconds, 0 = keep forever */
     json_t *module;                  /* MGR_OP_MODULE_PUT: the module object as requested */
     json_t *bindings;                /* MGR_OP_BINDINGS: the document, already checked */
 } mgr_op_t;

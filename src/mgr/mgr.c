@@ -298,6 +298,37 @@ int64_t cq__mgr_topic_set_online(cq_mgr_t *m, const char *topic, bool online, ch
     return cq__mgr_change(m, &op, err, errlen);
 }
 
+/* What the live masters report of topic: offline when one says so, else online. */
+static bool reported_online(const cq_mgr_t *m, const char *topic, uint64_t now)
+{
+    for (size_t i = 0; i < m->nservers; i++) {
+        const mgr_server_t *s = m->servers[i];
+        if (!s->last || !cq__mgr_server_master(s) || cq__mgr_server_stale(m, s, now))
+            continue;
+        for (size_t k = 0; k < s->last->ext.ntopics; k++)
+            if (strcmp(s->last->ext.topics[k].name, topic) == 0 && !s->last->ext.topics[k].online)
+                return false;
+    }
+    return true;
+}
+
+int64_t cq__mgr_topic_set_retention(cq_mgr_t *m, const char *topic, int64_t days, uint64_t now,
+                                    char *err, size_t errlen)
+{
+    if (!cq_mq_topic_valid(topic, strlen(topic)))
+        return cq_err_fmt(err, errlen, CQ_EFIELD,
+                          "topic: must be a topic name matching [A-Za-z0-9_]{1,64}");
+    if (days < 0 || days > CQ_MGR_RETENTION_DAYS_MAX)
+        return cq_err_fmt(err, errlen, CQ_EFIELD,
+                          "days: must be an integer in [0, %d] (0: keep forever)",
+                          CQ_MGR_RETENTION_DAYS_MAX);
+    mgr_op_t op = {.kind = MGR_OP_TOPIC_RETENTION,
+                   .retention = days * 86400,
+                   .flag = reported_online(m, topic, now)};
+    memcpy(op.topic, topic, strlen(topic) + 1);
+    return cq__mgr_change(m, &op, err, errlen);
+}
+
 int64_t cq__mgr_server_set_offline(cq_mgr_t *m, uint32_t appid, bool offline, char *err,
                                    size_t errlen)
 {

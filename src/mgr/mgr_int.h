@@ -26,6 +26,12 @@ int64_t cq__mgr_topic_set_online(cq_mgr_t *m, const char *topic, bool online, ch
                                  size_t errlen);
 int64_t cq__mgr_server_set_offline(cq_mgr_t *m, uint32_t appid, bool offline, char *err,
                                    size_t errlen);
+/* A topic's retention in days (0: keep forever; at most CQ_MGR_RETENTION_DAYS_MAX), pushed to
+ * every server as seconds. A topic the manager had no entry for keeps the online state its
+ * masters report (online when none reports it). */
+#define CQ_MGR_RETENTION_DAYS_MAX 36500
+int64_t cq__mgr_topic_set_retention(cq_mgr_t *m, const char *topic, int64_t days, uint64_t now,
+                                    char *err, size_t errlen);
 /* PUT /api/bindings: json is the whole bindings document ({"bindings":[...]}, doc/bridge.md),
  * checked as every server will check it (err is then exactly cq_bindings_parse's message,
  * CQ_EFIELD); it replaces the bindings of every managed server, and from the first one on the

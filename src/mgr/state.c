@@ -437,6 +437,22 @@ static int topic_set(json_t *doc, const char *name, bool online, char *err, size
     return json_object_set_new(t, "online", json_boolean(online)) == 0 ? 0 : -ENOMEM;
 }
 
+/* A topic new to the state takes online as its flag: the caller passes what the servers
+ * report, so that setting a retention never brings a topic online or takes it offline. */
+static int topic_retention(json_t *doc, const mgr_op_t *op, char *err, size_t errlen)
+{
+    if (!cq_mq_topic_valid(op->topic, strlen(op->topic)))
+        return cq_err_fmt(err, errlen, CQ_EFIELD,
+                          "topic: must be a topic name matching [A-Za-z0-9_]{1,64}");
+    json_t *topics = json_object_get(doc, "topics");
+    json_t *t = json_object_get(topics, op->topic);
+    if (!t) {
+        t = json_pack("{s:b, s:I}", "online", op->flag, "retention", (json_int_t)op->retention);
+        return t && json_object_set_new(topics, op->topic, t) == 0 ? 0 : -ENOMEM;
+    }
+    return json_object_set_new(t, "retention", json_integer(op->retention)) == 0 ? 0 : -ENOMEM;
+}
+
 static int server_set(json_t *doc, uint32_t appid, bool offline)
 {
     json_t *off = json_object_get(doc, "offline");
@@ -464,6 +480,8 @@ int cq__mgr_state_apply(json_t *doc, const mgr_op_t *op, char *err, size_t errle
         return module_delete(doc, op->id, err, errlen);
     case MGR_OP_TOPIC:
         return topic_set(doc, op->topic, op->flag, err, errlen);
+    case MGR_OP_TOPIC_RETENTION:
+        return topic_retention(doc, op, err, errlen);
     case MGR_OP_BINDINGS: /* checked when the change was asked for: the last one wins */
         return json_object_set_new(doc, "bindings", json_deep_copy(op->bindings)) == 0 ? 0
                                                                                        : -ENOMEM;

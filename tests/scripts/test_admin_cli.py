@@ -74,7 +74,7 @@ def main():
     with open(tmp + "/wrong.token", "w") as f:
         f.write("nope\n")
     os.chmod(tmp + "/admin.token", 0o600)
-    print("1..32", flush=True)
+    print("1..34", flush=True)
     try:
         mr = cqproc.start_mgr(procs, chanqd, tmp, [
             "--mgr-admin-token-file", tmp + "/admin.token", "--mgr-token-file",
@@ -148,15 +148,23 @@ def main():
             "topics: orders offline", out + err)
         rc, out, err = a.run("topic-online", "orders")
         tap(rc == 0 and out == "version %d\n" % (ver_m7 + 3), "topic-online orders", out + err)
+        rc, out, err = a.run("topic-retention", "orders", "7")
+        rows = [ln.split() for ln in a.run("topics")[1].splitlines()]
+        tap(rc == 0 and out == "version %d\n" % (ver_m7 + 4) and
+            any(r[:3] == ["orders", "online", "7d"] for r in rows[1:]),
+            "topic-retention orders 7: 7 days in the topics table", out + err + str(rows))
+        rc, out, err = a.run("topic-retention", "orders", "seven")
+        tap(rc == 2 and "topic-retention TOPIC DAYS: DAYS an integer from 0" in err,
+            "topic-retention with bad days: usage, exit 2", err)
 
         # a server out of service and back
         rc, out, err = a.run("offline", "41")
-        tap(rc == 0 and out == "version %d\n" % (ver_m7 + 4), "offline 41", out + err)
+        tap(rc == 0 and out == "version %d\n" % (ver_m7 + 5), "offline 41", out + err)
         st = until(lambda: [s for s in a.json("servers")
                             if s.get("appid") == 41 and s.get("offline")], "41 offline")
         tap(st, "servers: 41 offline", st)
         rc, out, err = a.run("online", "41")
-        tap(rc == 0 and out == "version %d\n" % (ver_m7 + 5), "online 41", out + err)
+        tap(rc == 0 and out == "version %d\n" % (ver_m7 + 6), "online 41", out + err)
 
         last = ("module 7: the last module cannot be deleted (the servers would go back to "
                 "their own permissions); add another module first")
@@ -165,18 +173,18 @@ def main():
             "module delete 7, the last one: exit 1, 409, kept", out + err)
         rc, out, err = a.run("module", "set", "9", "--produce", "a", "--consume", "a",
                              "--token-file", tmp + "/m7.token")
-        tap(rc == 0 and out == "version %d\n" % (ver_m7 + 6), "module set 9", out + err)
+        tap(rc == 0 and out == "version %d\n" % (ver_m7 + 7), "module set 9", out + err)
         rc, out, err = a.run("module", "delete", "7")
-        tap(rc == 0 and out == "version %d\n" % (ver_m7 + 7) and "7" not in a.json("modules"),
+        tap(rc == 0 and out == "version %d\n" % (ver_m7 + 8) and "7" not in a.json("modules"),
             "module delete 7", out + err)
         au = a.json("audit", "--limit", "10")
         actions = [(e.get("action"), e.get("target"), e.get("result"), e.get("auth"))
                    for e in au.get("entries", [])]
-        want = [("module.put", "7", "ok", "bearer"),
-                ("module.put", "8", "token: required for a new module", "bearer"),
+        want = [("module.put", "8", "token: required for a new module", "bearer"),
                 ("module.put", "7", "ok", "bearer"),
                 ("topic.offline", "orders", "ok", "bearer"),
                 ("topic.online", "orders", "ok", "bearer"),
+                ("topic.retention", "orders", "ok", "bearer"),
                 ("server.offline", "41", "ok", "bearer"),
                 ("server.online", "41", "ok", "bearer"),
                 ("module.delete", "7", last, "bearer"),
@@ -210,7 +218,7 @@ def main():
         with open(tmp + "/good.json", "w") as f:
             json.dump(doc, f, indent=2)
         rc, out, err = a.run("bindings", "set", tmp + "/good.json")
-        tap(rc == 0 and out == "version %d\n" % (ver_m7 + 8), "bindings set: version +1", out + err)
+        tap(rc == 0 and out == "version %d\n" % (ver_m7 + 9), "bindings set: version +1", out + err)
         rc, out, err = a.run("bindings")
         tap(rc == 0 and out.splitlines() == ["TOPIC    TARGET            MSG_TYPE",
                                              "vip      route user_id     201",
@@ -218,9 +226,9 @@ def main():
             "bindings: the table", out + err)
         tap(a.json("bindings") == doc, "bindings --json: the document as set", a.run("--json", "bindings"))
         st = until(lambda: [s for s in a.json("servers")
-                            if s.get("appid") == 41 and s.get("config_version") == ver_m7 + 8],
+                            if s.get("appid") == 41 and s.get("config_version") == ver_m7 + 9],
                    "41 applied")
-        tap(st, "server 41 applied the bindings (config_version %d)" % (ver_m7 + 8),
+        tap(st, "server 41 applied the bindings (config_version %d)" % (ver_m7 + 9),
             json.dumps(a.json("servers")))
         au = a.json("audit", "--limit", "3")
         actions = [(e.get("action"), e.get("target"), e.get("version"), e.get("result"))
@@ -229,7 +237,7 @@ def main():
                          "100 to 65535"),
                         ("bindings.put", "", 0, "bindings: invalid JSON at line 2, column 19: "
                          "string or '}' expected near '}'"),
-                        ("bindings.put", "", ver_m7 + 8, "ok")],
+                        ("bindings.put", "", ver_m7 + 9, "ok")],
             "audit: the bindings changes, refused ones too", json.dumps(actions))
     except Exception as e:
         print("# error: %r" % e, flush=True)

@@ -263,6 +263,47 @@ static void test_sync_and_svrconfig(void **state)
     stop(m);
 }
 
+/* A topic's retention from the API (issue 25): days to seconds in publish_config, audited by
+ * the API; a topic the manager had no entry for keeps the online state its master reports (a
+ * retention never toggles a topic); bad days and names refused with the field named. */
+static void test_topic_retention(void **state)
+{
+    (void)state;
+    cq_mgr_t *m = start();
+    load_state(m, STATE, 5);
+    tconn_t *s = open_conn(m);
+    send_frame(s, 1,
+               sync_body(11, 1, "srv",
+                         "{\"addr\":\"10.0.0.1:12100\",\"shard\":1,\"master\":true,"
+                         "\"topics\":[{\"name\":\"news\",\"online\":false}]}"),
+               1000);
+    next_frame(s, &(uint8_t){0}); /* the sync's answer */
+    next_frame(s, &(uint8_t){0}); /* the first publish_config */
+    char err[256] = "";
+    assert_int_equal(cq__mgr_topic_set_retention(m, "orders", 7, 1100, err, sizeof(err)), 4);
+    expect_frame(s, 3,
+                 "{\"askid\":2,\"cmdid\":1,\"content\":{\"version\":4,\"modules\":{\"7\":{"
+                 "\"token\":\"m7\",\"produce\":[\"orders\"],\"consume\":[\"*\"],\"admin\":false},"
+                 "\"8\":{\"token\":\"m8\",\"produce\":[],\"consume\":[],\"admin\":true}},"
+                 "\"topics\":{\"orders\":{\"online\":true,\"retention\":604800}}}}");
+    assert_int_equal(cq__mgr_topic_set_retention(m, "news", 0, 1200, err, sizeof(err)), 5);
+    expect_frame(s, 3,
+                 "{\"askid\":3,\"cmdid\":1,\"content\":{\"version\":5,\"modules\":{\"7\":{"
+                 "\"token\":\"m7\",\"produce\":[\"orders\"],\"consume\":[\"*\"],\"admin\":false},"
+                 "\"8\":{\"token\":\"m8\",\"produce\":[],\"consume\":[],\"admin\":true}},"
+                 "\"topics\":{\"orders\":{\"online\":true,\"retention\":604800},\"news\":{"
+                 "\"online\":false,\"retention\":0}}}}");
+    assert_int_equal(cq__mgr_topic_set_retention(m, "orders", 36501, 1300, err, sizeof(err)),
+                     CQ_EFIELD);
+    assert_string_equal(err, "days: must be an integer in [0, 36500] (0: keep forever)");
+    assert_int_equal(cq__mgr_topic_set_retention(m, "no-such", 1, 1300, err, sizeof(err)),
+                     CQ_EFIELD);
+    assert_string_equal(err, "topic: must be a topic name matching [A-Za-z0-9_]{1,64}");
+    expect_none(s);
+    close_conn(s);
+    stop(m);
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -867,10 +908,15 @@ int main(void)
 {
     json_set_alloc_funcs(cq_malloc, cq_free);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sync_and_svrconfig), cmocka_unit_test(test_relay_nodes),
-        cmocka_unit_test(test_bad_input),          cmocka_unit_test(test_changes_and_commands),
-        cmocka_unit_test(test_bindings),           cmocka_unit_test(test_bad_stored_state),
-        cmocka_unit_test(test_view_rates_alerts),  cmocka_unit_test(test_filestore),
+        cmocka_unit_test(test_sync_and_svrconfig),
+        cmocka_unit_test(test_relay_nodes),
+        cmocka_unit_test(test_topic_retention),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_changes_and_commands),
+        cmocka_unit_test(test_bindings),
+        cmocka_unit_test(test_bad_stored_state),
+        cmocka_unit_test(test_view_rates_alerts),
+        cmocka_unit_test(test_filestore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -75,6 +75,18 @@ int64_t cq__mgr_topic_set_online(cq_mgr_t *m, const char *topic, bool online, ch
     return change(m, err, errlen);
 }
 
+/* As the engine's (mgr.c): the days are checked there, and the path and body here. */
+int64_t cq__mgr_topic_set_retention(cq_mgr_t *m, const char *topic, int64_t days, uint64_t now,
+                                    char *err, size_t errlen)
+{
+    (void)now;
+    snprintf(m->last_call, sizeof(m->last_call), "retention %s %lld", topic, (long long)days);
+    if (days < 0 || days > 36500)
+        return snprintf(err, errlen, "days: must be an integer in [0, 36500] (0: keep forever)"),
+               CQ_EFIELD;
+    return change(m, err, errlen);
+}
+
 int64_t cq__mgr_server_set_offline(cq_mgr_t *m, uint32_t appid, bool offline, char *err,
                                    size_t errlen)
 {
@@ -390,6 +402,25 @@ static void test_login_session_csrf(void **state)
     r = call(e, "POST", "/api/topics/orders/online", hdr, "{}");
     assert_int_equal(r->status, 200);
     assert_string_equal(fm.last_call, "topic orders 1");
+    /* retention, in days (0: keep forever), audited like every change */
+    r = call(e, "PUT", "/api/topics/orders/retention", hdr, "{\"days\": 7}");
+    assert_int_equal(r->status, 200);
+    assert_string_equal(r->body, "{\"version\":7}");
+    assert_string_equal(fm.last_call, "retention orders 7");
+    assert_true(has(last_audit(), "\"action\":\"topic.retention\",\"target\":\"orders\","
+                                  "\"version\":7,\"result\":\"ok\"}"));
+    r = call(e, "PUT", "/api/topics/orders/retention", hdr, "{\"days\": \"7\"}");
+    assert_int_equal(r->status, 400);
+    assert_string_equal(r->body,
+                        "{\"error\":\"days: must be an integer in [0, 36500] (0: keep forever)\"}");
+    assert_true(has(last_audit(), "\"action\":\"topic.retention\",\"target\":\"orders\","
+                                  "\"version\":0,\"result\":\"days: must be an integer"));
+    r = call(e, "PUT", "/api/topics/orders/retention", hdr, "[7]");
+    assert_int_equal(r->status, 400);
+    assert_string_equal(r->body, "{\"error\":\"body: must be a JSON object\"}");
+    r = call(e, "POST", "/api/topics/orders/retention", hdr, "{\"days\": 7}");
+    assert_int_equal(r->status, 405);
+    assert_string_equal(r->body, "{\"error\":\"method not allowed: use PUT\"}");
     /* logout ends the session */
     r = call(e, "POST", "/api/logout", hdr, "{}");
     assert_int_equal(r->status, 200);
