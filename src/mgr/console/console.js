@@ -395,6 +395,18 @@
       ')? Their events are no longer delivered. Save?';
   }
 
+  // A shorter retention deletes the older messages at the next purge: asked first.
+  async function setRetention() {
+    const topic = $('retention-topic').value.trim();
+    const days = Number($('retention-days').value);
+    if (days > 0 && !window.confirm(`Keep topic ${topic}'s messages ${days} days? Older ` +
+      'messages are deleted on every shard at the next purge.'))
+      return;
+    await change('PUT', `/api/topics/${encodeURIComponent(topic)}/retention`,
+      { days: Number.isInteger(days) ? days : $('retention-days').value },
+      `topic ${topic} retention`);
+  }
+
   async function saveBindings() {
     const text = $('bindings-editor').value;
     const q = bindingsQuestion(text);
@@ -557,6 +569,7 @@
     $('logout').addEventListener('click', logout);
     $('module-new-save').addEventListener('click', addModule);
     $('bindings-save').addEventListener('click', saveBindings);
+    $('retention-set').addEventListener('click', setRetention);
     $('bindings-reset').addEventListener('click', resetBindings);
     $('bindings-editor').addEventListener('input', () => {
       bindingsDirty = true;
