@@ -12,6 +12,10 @@
 #              the commit: the store's commit as a producer sees it; the store's own commit
 #              histogram, chanq_mq_writer_commit_seconds, is reported too, at its bucket
 #              resolution). Target (issue 24): delivery p99 <= commit p99 + 2 ms.
+#   follow     the same as live, the events produced to a durable chanqd of their own (shard 1)
+#              and delivered by a front chanqd that follows it (--bridge-follow, doc/bridge.md
+#              "Shards"): what following a shard over the seed protocol adds. Not in the
+#              default PARTS.
 #   catchup    one player (libchanq's chanq_topics) gets one event, drops, CATCHUP_N events are
 #              produced while it is away, it reconnects, SUBs and resumes: events/s from the
 #              resume request to the last catch-up event. Two chanqd: "ring" with
@@ -273,6 +277,27 @@ part_live() { # BACKEND
     chanq_stop "$pid"
 }
 
+# The live part through a followed shard (doc/bridge.md "Shards"): the events are produced to a
+# durable chanqd of its own (shard 1, on the backend's store) and reach the players through a
+# front chanqd (a SQLite store of its own, no event stored there) that follows it over the seed
+# protocol (--bridge-follow): the delivery latency next to the same run's produce answers.
+part_follow() { # BACKEND
+    local b=$1 rep src
+    chanq_start "follow_src_$b" "$b" --shard 1
+    local sdir=$SDIR spid=$SPID
+    src=$(sed -n 's/.*\bmq=\([^ ]*\).*/\1/p' "$sdir/ready")
+    chanq_start "follow_front_$b" sqlite --bridge-follow "1/$src"
+    local dir=$SDIR pid=$SPID
+    for rep in $(seq 1 "$REPS"); do
+        # (bridgebench waits 1.5 s after its add_topic: the follow of a topic starts at its live
+        # position once the front's watch is in)
+        bench "follow/$b" "$dir" "$pid" live --mq-ready-file "$sdir/ready" --subs "$LIVE_SUBS" \
+            --rate "$LIVE_RATE" --duration "$LIVE_DURATION" --warmup "$LIVE_WARMUP"
+    done
+    chanq_stop "$pid"
+    chanq_stop "$spid"
+}
+
 part_catchup() { # BACKEND
     local b=$1 rep t
     [ "$CATCHUP_RING" -ge "$CATCHUP_N" ] ||
@@ -380,6 +405,7 @@ for b in $BACKENDS; do
         part_env "$part" "$b" start
         case "$part" in
         live) part_live "$b" ;;
+        follow) part_follow "$b" ;;
         catchup) part_catchup "$b" ;;
         reconnect) part_reconnect "$b" ;;
         routelogin) part_routelogin "$b" ;;
@@ -441,13 +467,14 @@ for r in errors:
     print(f'  ERROR {r["label"]}: {r["error"]}')
 backends = os.environ.get('CQ_BACKENDS', '').split()
 
-for b in backends:
-    L = f'live/{b}'
+for b, part in [(b, p) for b in backends for p in ('live', 'follow')]:
+    L = f'{part}/{b}'
     if L not in by:
         continue
     r0 = by[L][0]
-    print(f'\n### live, {b}: {r0.get("rate", 0):.0f} events/s to {r0.get("subs")} players on GLOBAL, '
-          f'{r0.get("size")} B ({loads("live", b)}; median of {n(L)})\n')
+    via = ' through a front node following shard 1 (--bridge-follow)' if part == 'follow' else ''
+    print(f'\n### {part}, {b}: {r0.get("rate", 0):.0f} events/s to {r0.get("subs")} players on GLOBAL{via}, '
+          f'{r0.get("size")} B ({loads(part, b)}; median of {n(L)})\n')
     print('| | p50 ms | p99 ms | p99.9 ms | max ms |')
     print('|---|---:|---:|---:|---:|')
     print(f'| delivery, kernel rx | {ms(med(L, "kp50_us"))} | {ms(med(L, "kp99_us"))} | '

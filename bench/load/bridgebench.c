@@ -76,6 +76,7 @@
 
 static struct {
     const char *mode, *label, *ready, *topic, *live_dump;
+    const char *mq_ready; /* --mq-ready-file: where to produce (a followed shard's server) */
     uint32_t msg_type;
     int subs, players, events, batch, live_subs, conc, pid;
     bool no_resume, login_first;
@@ -312,6 +313,10 @@ static void topic_create(void)
     if (r < 0)
         bb_die("add_topic %s: %s %s", O.topic, cq_strerror(r), chanq_mq_sync_errmsg(s));
     chanq_mq_sync_close(s);
+    /* --mq-ready-file: a front that follows the topic's server starts at the topic's live
+     * position once its watch is in (it asks again every second while the topic is unknown) */
+    if (O.mq_ready)
+        usleep(1500 * 1000);
 }
 
 /* Writes event seq's content into buf (cap bytes); returns its length (<= cap). */
@@ -1598,6 +1603,8 @@ static void usage(FILE *f)
 {
     fputs("Usage: bridgebench live|catchup|reconnect|routelogin --ready-file PATH [options]\n"
           "  --ready-file PATH  chanqd's ready file (client, server, admin, mq addresses)\n"
+          "  --mq-ready-file P  produce to this chanqd's mq address instead (a shard the first\n"
+          "                     one follows: --bridge-follow)\n"
           "  --topic NAME       the topic bound to GLOBAL (default bench)\n"
           "  --msg-type N       its binding's msg_type (default 200)\n"
           "  --size B           event content bytes, >= 48 (default 64)\n"
@@ -1622,6 +1629,7 @@ static void parse_args(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"ready-file", required_argument, NULL, 'f'},
+        {"mq-ready-file", required_argument, NULL, 'Q'},
         {"topic", required_argument, NULL, 't'},
         {"msg-type", required_argument, NULL, 'm'},
         {"size", required_argument, NULL, 'z'},
@@ -1651,6 +1659,9 @@ static void parse_args(int argc, char **argv)
         switch (o) {
         case 'f':
             O.ready = optarg;
+            break;
+        case 'Q':
+            O.mq_ready = optarg;
             break;
         case 't':
             O.topic = optarg;
@@ -1743,7 +1754,7 @@ int main(int argc, char **argv)
     bb_parse_addr(a, &A.server);
     bb_ready_field(O.ready, "admin", a, sizeof(a));
     bb_parse_addr(a, &A.admin);
-    bb_ready_field(O.ready, "mq", A.mq_addr, sizeof(A.mq_addr));
+    bb_ready_field(O.mq_ready ? O.mq_ready : O.ready, "mq", A.mq_addr, sizeof(A.mq_addr));
     bb_parse_addr(A.mq_addr, &A.mq);
     signal(SIGPIPE, SIG_IGN);
     G.t_begin = bench_now_ns();
