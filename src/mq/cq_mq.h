@@ -21,6 +21,7 @@
 #define CQ_MQ_H
 
 #include "cq_buf.h"
+#include "cq_sbuf.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -197,6 +198,14 @@ typedef struct cq_mq_msg {
  * CQ_EHEADER (header length != 12, version != 1, serialization != 0, reserved != 0). The type
  * is not checked here (cq_mq_decode answers an unknown type). *ret is written only on success. */
 ssize_t cq_mq_parse(const uint8_t *p, size_t n, uint32_t max_total, cq_mq_frame_t *ret);
+
+/* A connection's input: appends p[0..n) (borrowed) to in, then hands each whole frame in it to
+ * fn, in order, until fn returns < 0 or the bytes run out; the frames handed are consumed from
+ * in (a partial one stays). Returns 0, fn's code, cq_mq_parse's error, or -ENOMEM. The client
+ * sides of both ports use it (the manager link, the follower of other shards). */
+typedef int (*cq_mq_frame_fn)(void *ud, const cq_mq_frame_t *f);
+int cq_mq_feed(cq_sbuf_t *in, const uint8_t *p, size_t n, uint32_t max_total, cq_mq_frame_fn fn,
+               void *ud);
 
 /* Writes a 12-byte header for a frame of total_len bytes (header included). */
 void cq_mq_header_write(uint8_t out[CQ_MQ_HDR_LEN], uint32_t total_len, uint8_t type,

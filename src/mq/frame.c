@@ -5,6 +5,8 @@
 
 #include "cq_err.h"
 
+#include <errno.h>
+
 /* ---- frames ---------------------------------------------------------------------------- */
 
 static uint32_t be32(const uint8_t *p)
@@ -60,4 +62,25 @@ void cq_mq_header_write(uint8_t out[CQ_MQ_HDR_LEN], uint32_t total_len, uint8_t 
     out[9] = (uint8_t)(msg_id >> 8);
     out[10] = (uint8_t)msg_id;
     out[11] = 0;
+}
+
+int cq_mq_feed(cq_sbuf_t *in, const uint8_t *p, size_t n, uint32_t max_total, cq_mq_frame_fn fn,
+               void *ud)
+{
+    if (cq_sbuf_append(in, p, n) < 0)
+        return -ENOMEM;
+    size_t at = 0;
+    int r = 0;
+    while (r == 0 && at < in->len) {
+        cq_mq_frame_t f;
+        ssize_t k = cq_mq_parse(in->data + at, in->len - at, max_total, &f);
+        if (k <= 0) {
+            r = (int)k;
+            break;
+        }
+        at += (size_t)k;
+        r = fn(ud, &f);
+    }
+    cq_sbuf_consume(in, at);
+    return r;
 }

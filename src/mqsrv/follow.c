@@ -700,36 +700,36 @@ static int on_msg(cq_mqfollow_t *f, link_t *l, const cq_mq_msg_t *m, uint64_t no
     }
 }
 
+/* One frame from link's server (cq_mq_feed's callback). */
+typedef struct feed_ctx {
+    cq_mqfollow_t *f;
+    link_t *l;
+    uint64_t now_ms;
+} feed_ctx_t;
+
+static int on_frame(void *ud, const cq_mq_frame_t *fr)
+{
+    feed_ctx_t *x = ud;
+    cq_mq_msg_t *m = NULL;
+    char err[CQ_MQ_ERR_MSG_MAX];
+    int r = cq_mq_decode(fr, &x->f->lim, &m, err, sizeof(err));
+    if (r < 0)
+        CQ_WARN("mq", "follow shard %u: a frame of type %u from %s does not decode: %s",
+                x->l->shard, fr->type, x->l->addr[x->l->cur], err);
+    else
+        r = on_msg(x->f, x->l, m, x->now_ms);
+    cq_mq_msg_free(m);
+    return r;
+}
+
 int cq_mqfollow_input(cq_mqfollow_t *f, size_t link, const uint8_t *p, size_t n, uint64_t now_ms)
 {
     link_t *l = f->links[link];
     if (l->phase == L_DOWN)
         return 0;
     l->last_rx_ms = now_ms;
-    if (cq_sbuf_append(&l->in, p, n) < 0)
-        return -ENOMEM;
-    size_t at = 0;
-    int r = 0;
-    while (r == 0 && at < l->in.len) {
-        cq_mq_frame_t fr;
-        ssize_t k = cq_mq_parse(l->in.data + at, l->in.len - at, FRAME_MAX, &fr);
-        if (k <= 0) {
-            r = (int)k;
-            break;
-        }
-        at += (size_t)k;
-        cq_mq_msg_t *m = NULL;
-        char err[CQ_MQ_ERR_MSG_MAX];
-        r = cq_mq_decode(&fr, &f->lim, &m, err, sizeof(err));
-        if (r < 0)
-            CQ_WARN("mq", "follow shard %u: a frame of type %u from %s does not decode: %s",
-                    l->shard, fr.type, l->addr[l->cur], err);
-        else
-            r = on_msg(f, l, m, now_ms);
-        cq_mq_msg_free(m);
-    }
-    cq_sbuf_consume(&l->in, at);
-    return r;
+    feed_ctx_t x = {f, l, now_ms};
+    return cq_mq_feed(&l->in, p, n, FRAME_MAX, on_frame, &x);
 }
 
 /* ---- connection events --------------------------------------------------------------------- */

@@ -503,23 +503,21 @@ static int on_frame(cq_mgrlink_t *l, const cq_mq_frame_t *f, uint64_t now_ms)
     return r;
 }
 
+typedef struct feed_ctx {
+    cq_mgrlink_t *l;
+    uint64_t now_ms;
+} feed_ctx_t;
+
+static int feed_frame(void *ud, const cq_mq_frame_t *f)
+{
+    feed_ctx_t *x = ud;
+    return on_frame(x->l, f, x->now_ms);
+}
+
 int cq_mgrlink_input(cq_mgrlink_t *l, const uint8_t *p, size_t n, uint64_t now_ms)
 {
-    if (cq_sbuf_append(&l->in, p, n) < 0)
-        return -ENOMEM;
-    size_t at = 0;
-    int r = 0;
-    while (r == 0 && at < l->in.len) {
-        cq_mq_frame_t f;
-        ssize_t k = cq_mq_parse(l->in.data + at, l->in.len - at, CQ_MQMGR_MAX_TOTAL, &f);
-        if (k <= 0) {
-            r = (int)k;
-            break;
-        }
-        at += (size_t)k;
-        r = on_frame(l, &f, now_ms);
-    }
-    cq_sbuf_consume(&l->in, at);
+    feed_ctx_t x = {l, now_ms};
+    int r = cq_mq_feed(&l->in, p, n, CQ_MQMGR_MAX_TOTAL, feed_frame, &x);
     if (r < 0 && r != CQ_EAUTH)
         CQ_WARN("mgr", "closing the connection to the manager: %s", cq_strerror(r));
     return r;
