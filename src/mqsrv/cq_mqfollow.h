@@ -63,8 +63,9 @@ typedef struct cq_mqfollow_opts {
     uint32_t timeout_ms;   /* 0: 10000 */
     uint32_t recheck_ms;   /* 0: 5000 */
     uint32_t retry_ms;     /* a topic the server refused is asked again after (0: 1000) */
-    uint32_t pending_max;  /* pushes kept per topic during a consume (0: 10000); over it they
-                            * are dropped and the consume goes on from its own offset */
+    uint32_t pending_max;  /* pushes kept per topic during a consume (0: 10000; and 8 MiB of
+                            * content at most); over either they are dropped and the consume goes
+                            * on from its own offset */
     /* A message of a followed topic, in order (see above). */
     void (*on_event)(void *ud, const cq_mqsrv_event_t *ev);
     /* The answer to cq_mqfollow_read(tag): rows in offset order, or err < 0 (rows ignored). */

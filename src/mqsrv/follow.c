@@ -18,6 +18,9 @@
 /* Frames a server may send us: its answers stay within its own max_total (1 MiB by default);
  * this leaves room for a server configured larger. */
 #define FRAME_MAX (16u << 20)
+/* Bytes of content kept per topic during a consume (with opts.pending_max pushes): over it the
+ * pushes are dropped and the consume goes on from its own offset, as over the count. */
+#define PENDING_BYTES_MAX (8u << 20)
 
 enum { L_DOWN, L_HELLO, L_UP };
 /* A topic on one connection: not started (or waiting for retry_at), watch asked, its live
@@ -41,7 +44,7 @@ typedef struct ltopic {
     uint32_t ask; /* the askid of the request in flight */
     uint64_t retry_at;
     pend_t *pend;
-    size_t npend, cap;
+    size_t npend, cap, pend_bytes;
     bool overflow;
     bool warned; /* its last request was refused (logged once until one succeeds) */
     uint64_t events;
@@ -117,6 +120,7 @@ static void pend_clear(ltopic_t *t)
     for (size_t i = 0; i < t->npend; i++)
         cq_free(t->pend[i].content);
     t->npend = 0;
+    t->pend_bytes = 0;
     t->overflow = false;
 }
 
@@ -493,7 +497,7 @@ static void keep_push(cq_mqfollow_t *f, ltopic_t *t, const cq_mq_item_t *it)
 {
     if (t->overflow)
         return;
-    if (t->npend == f->o.pending_max) {
+    if (t->npend == f->o.pending_max || t->pend_bytes + it->len > PENDING_BYTES_MAX) {
         pend_clear(t);
         t->overflow = true;
         f->st.pushes_dropped++;
@@ -518,6 +522,7 @@ static void keep_push(cq_mqfollow_t *f, ltopic_t *t, const cq_mq_item_t *it)
     }
     memcpy(c, it->content, it->len);
     c[it->len] = 0;
+    t->pend_bytes += it->len;
     t->pend[t->npend++] = (pend_t){
         (uint64_t)it->offset, (uint64_t)it->producer_id, (uint64_t)it->seq, it->time, c, it->len};
 }
