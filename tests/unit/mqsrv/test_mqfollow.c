@@ -374,6 +374,37 @@ static void test_pending_overflow(void **state)
     cq_mqfollow_free(f);
 }
 
+/* The kept pushes are bounded in bytes too: two of 5 MiB during a consume are dropped, and the
+ * consume goes on from its own offset. */
+static void test_pending_bytes(void **state)
+{
+    (void)state;
+    cq_mqfollow_t *f = follower(100);
+    uint32_t w = up(f, true, 7, 100);
+    assert_int_equal(feed(f, topic_resp(CQ_MQ_RESP_WATCH, w, 0), 100), 0);
+    uint32_t o = expect_req(f, CQ_MQ_REQ_OFFSET, "vip", -1);
+    size_t big = 5u << 20;
+    char *c = cq_malloc(big);
+    memset(c, 'x', big);
+    cq_mq_msg_t *m = cq_mq_msg_new(CQ_MQ_PUSH, 0);
+    assert_int_equal(cq_mq_msg_set_topic(m, "vip"), 0);
+    m->has |= CQ_MQ_F_TOPIC | CQ_MQ_F_MESSAGES;
+    assert_int_equal(cq_mq_msg_add_item(m, 2, 1, c, big, false), 0);
+    assert_int_equal(cq_mq_msg_add_item(m, 3, 1, c, big, false), 0);
+    cq_free(c);
+    assert_int_equal(feed(f, m, 101), 0);
+    m = topic_resp(CQ_MQ_RESP_OFFSET, o, 0);
+    m->last_offset = 1;
+    m->has |= CQ_MQ_F_LAST_OFFSET;
+    assert_int_equal(feed(f, m, 102), 0);
+    assert_int_equal(g_nev, 0);
+    expect_req(f, CQ_MQ_REQ_CONSUME, "vip", 1); /* from its own offset: nothing lost */
+    cq_mqfollow_stats_t st;
+    cq_mqfollow_stats(f, &st);
+    assert_int_equal(st.pushes_dropped, 1);
+    cq_mqfollow_free(f);
+}
+
 /* A refused watch is asked again after retry_ms, at a tick; keepalives go every keepalive_ms
  * and carry the role: a standby for recheck_ms is left for the shard's next server; silence
  * for timeout_ms closes. */
@@ -535,6 +566,7 @@ int main(void)
         cmocka_unit_test(test_first_follow_starts_live),
         cmocka_unit_test(test_reconnect_consumes_the_gap),
         cmocka_unit_test(test_pending_overflow),
+        cmocka_unit_test(test_pending_bytes),
         cmocka_unit_test(test_timers),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_reads),
