@@ -21,7 +21,6 @@
 #define CQ_MQ_H
 
 #include "cq_buf.h"
-#include "cq_sbuf.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -204,8 +203,9 @@ ssize_t cq_mq_parse(const uint8_t *p, size_t n, uint32_t max_total, cq_mq_frame_
  * in (a partial one stays). Returns 0, fn's code, cq_mq_parse's error, or -ENOMEM. The client
  * sides of both ports use it (the manager link, the follower of other shards). */
 typedef int (*cq_mq_frame_fn)(void *ud, const cq_mq_frame_t *f);
-int cq_mq_feed(cq_sbuf_t *in, const uint8_t *p, size_t n, uint32_t max_total, cq_mq_frame_fn fn,
-               void *ud);
+struct cq_sbuf; /* cq_sbuf.h: not included here, as libchanq installs this header without it */
+int cq_mq_feed(struct cq_sbuf *in, const uint8_t *p, size_t n, uint32_t max_total,
+               cq_mq_frame_fn fn, void *ud);
 
 /* Writes a 12-byte header for a frame of total_len bytes (header included). */
 void cq_mq_header_write(uint8_t out[CQ_MQ_HDR_LEN], uint32_t total_len, uint8_t type,

@@ -4,6 +4,7 @@
 #include "cq_mq.h"
 
 #include "cq_err.h"
+#include "cq_sbuf.h"
 
 #include <errno.h>
 
@@ -64,8 +65,8 @@ void cq_mq_header_write(uint8_t out[CQ_MQ_HDR_LEN], uint32_t total_len, uint8_t 
     out[11] = 0;
 }
 
-int cq_mq_feed(cq_sbuf_t *in, const uint8_t *p, size_t n, uint32_t max_total, cq_mq_frame_fn fn,
-               void *ud)
+int cq_mq_feed(struct cq_sbuf *in, const uint8_t *p, size_t n, uint32_t max_total,
+               cq_mq_frame_fn fn, void *ud)
 {
     if (cq_sbuf_append(in, p, n) < 0)
         return -ENOMEM;
