@@ -231,6 +231,9 @@ int cq_mq_encode(const cq_mq_msg_t *m, uint8_t **ret, size_t *ret_len);
 /* The same frame, encoded straight into a refcounted buffer: *ret is returned owned (one
  * reference, len set), for a server to queue by reference on one or many connections. */
 int cq_mq_encode_buf(const cq_mq_msg_t *m, cq_buf_t **ret);
+/* The same frame, appended to out (a connection's pending output). Errors as cq_mq_encode();
+ * out is unchanged on failure. */
+int cq_mq_encode_to(const cq_mq_msg_t *m, struct cq_sbuf *out);
 
 /* Returns an owned, empty message of the given type, or NULL on OOM. */
 cq_mq_msg_t *cq_mq_msg_new(uint8_t type, uint16_t msg_id);

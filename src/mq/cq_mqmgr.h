@@ -254,6 +254,9 @@ int cq_mqmgr_decode(const cq_mq_frame_t *f, uint32_t max_depth, cq_mqmgr_msg_t *
 int cq_mqmgr_encode_buf(const cq_mqmgr_msg_t *m, cq_buf_t **ret);
 /* The same into a cq_malloc'd array (*ret, cq_free) of *ret_len bytes. */
 int cq_mqmgr_encode(const cq_mqmgr_msg_t *m, uint8_t **ret, size_t *ret_len);
+/* The same frame, appended to out when it is at most max bytes (CQ_EBADLEN otherwise); out is
+ * unchanged on failure. */
+int cq_mqmgr_encode_to(const cq_mqmgr_msg_t *m, size_t max, struct cq_sbuf *out);
 
 /* The answer to a request f refused with err (contract 1): a type 1 or 3 body refused for what
  * it says (CQ_EFIELD, CQ_EBADTOPIC, CQ_EAUTH...) → that type's response (svrconfig: askid and

@@ -5,6 +5,7 @@
 
 #include "cq_alloc.h"
 #include "cq_err.h"
+#include "cq_sbuf.h"
 
 #include <errno.h>
 #include <string.h>
@@ -306,6 +307,18 @@ void cq__mq_out_done(mq_out_t *o)
     *o = (mq_out_t){NULL, 0, 0, NULL};
 }
 
+int cq__mq_out_append(int rc, mq_out_t *o, size_t max, struct cq_sbuf *out)
+{
+    if (rc != 0)
+        return rc; /* the encoder released o */
+    if (o->len > max)
+        rc = CQ_EBADLEN;
+    else if (cq_sbuf_append(out, o->p, o->len) < 0)
+        rc = -ENOMEM;
+    cq__mq_out_done(o);
+    return rc;
+}
+
 int cq__mq_out_finish(mq_out_t *o, const cq_mq_msg_t *m)
 {
     if (o->len > UINT32_MAX)
@@ -336,6 +349,12 @@ int cq_mq_encode(const cq_mq_msg_t *m, uint8_t **ret, size_t *ret_len)
         *ret_len = o.len;
     }
     return rc;
+}
+
+int cq_mq_encode_to(const cq_mq_msg_t *m, struct cq_sbuf *out)
+{
+    mq_out_t o;
+    return cq__mq_out_append(encode_out(m, &o, false), &o, SIZE_MAX, out);
 }
 
 int cq_mq_encode_buf(const cq_mq_msg_t *m, cq_buf_t **ret)

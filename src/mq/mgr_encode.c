@@ -620,6 +620,12 @@ int cq_mqmgr_encode(const cq_mqmgr_msg_t *m, uint8_t **ret, size_t *ret_len)
     return rc;
 }
 
+int cq_mqmgr_encode_to(const cq_mqmgr_msg_t *m, size_t max, struct cq_sbuf *out)
+{
+    mq_out_t o;
+    return cq__mq_out_append(encode_out(m, &o, false), &o, max, out);
+}
+
 /* ---- error answers ----------------------------------------------------------------------- */
 
 /* A valid u32 at body[key], if the body is a JSON object that has one. */

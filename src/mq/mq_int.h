@@ -154,6 +154,9 @@ int cq__mq_out_init(mq_out_t *o, size_t cap, bool shared);
 int cq__mq_out_grow(mq_out_t *o, size_t need);
 /* Releases what o holds (on failure). */
 void cq__mq_out_done(mq_out_t *o);
+/* Appends o's frame (unshared) to out and releases o; rc is the encoder's result, passed on
+ * when not 0. CQ_EBADLEN when the frame is over max bytes, -ENOMEM. */
+int cq__mq_out_append(int rc, mq_out_t *o, size_t max, struct cq_sbuf *out);
 /* Writes the header over o's first CQ_MQ_HDR_LEN bytes once the body is complete. */
 int cq__mq_out_finish(mq_out_t *o, const cq_mq_msg_t *m);
 

@@ -264,13 +264,8 @@ bool cq_mqfollow_has_shard(const cq_mqfollow_t *f, uint32_t shard)
 
 static int send_msg(link_t *l, cq_mq_msg_t *m)
 {
-    uint8_t *p = NULL;
-    size_t n = 0;
     m->msg_id = l->next_msg_id;
-    int r = cq_mq_encode(m, &p, &n);
-    if (r == 0)
-        r = cq_sbuf_append(&l->out, p, n);
-    cq_free(p);
+    int r = cq_mq_encode_to(m, &l->out);
     if (r == 0)
         l->next_msg_id++;
     return r;

@@ -127,15 +127,8 @@ void cq_mgrlink_stats(const cq_mgrlink_t *l, cq_mgrlink_stats_t *ret)
 /* Queues m (borrowed) encoded. 0, -ENOMEM, CQ_EFIELD, or CQ_EBADLEN when over max bytes. */
 static int send_msg(cq_mgrlink_t *l, cq_mqmgr_msg_t *m, size_t max)
 {
-    uint8_t *p = NULL;
-    size_t n = 0;
     m->msg_id = l->next_msg_id;
-    int r = cq_mqmgr_encode(m, &p, &n);
-    if (r == 0 && n > max)
-        r = CQ_EBADLEN;
-    if (r == 0)
-        r = cq_sbuf_append(&l->out, p, n);
-    cq_free(p);
+    int r = cq_mqmgr_encode_to(m, max, &l->out);
     if (r == 0)
         l->next_msg_id++;
     return r;
