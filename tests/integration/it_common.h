@@ -133,6 +133,9 @@ int it_relay_pick(bool server);
 const char *it_client_auth_fsm(void);
 /* Stops nodes 2 .. IT_RELAY_NODES (it_teardown calls it); -1 if one did not exit 0. */
 int it_relay_stop(void);
+/* it_run for a group that needs nats-server and ZooKeeper: a TAP skip (0) when CQ_NATS_URLS
+ * or CQ_ZK_HOSTS is not set. */
+int it_relay_run(const char *name, const struct CMUnitTest *tests, size_t n, int argc, char **argv);
 /* Authenticates c with pit/lt and asserts SUCCESSFUL; sets c->id. */
 void it_auth(it_conn_t *c, const char *pit, const char *lt);
 /* Connect + AUTH("pit","lt") on the client / server listener. */

@@ -852,11 +852,6 @@ static void test_node_killed(void **state)
 
 int main(int argc, char **argv)
 {
-    if (!getenv("CQ_NATS_URLS") || !getenv("CQ_ZK_HOSTS")) {
-        printf("1..0 # SKIP needs nats-server and ZooKeeper (run through run_zk.sh and "
-               "run_nats.sh)\n");
-        return 0;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_broadcast_flags, relay_teardown),
         cmocka_unit_test_teardown(test_single_and_client_to_owner, relay_teardown),
@@ -871,5 +866,5 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_server_recovers_on_another_node, relay_teardown),
         cmocka_unit_test_teardown(test_home_killed_server_recovers, relay_teardown),
     };
-    return it_run("relay", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
+    return it_relay_run("relay", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }

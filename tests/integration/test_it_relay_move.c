@@ -271,13 +271,8 @@ static void test_client_moves(void **state)
 
 int main(int argc, char **argv)
 {
-    if (!getenv("CQ_NATS_URLS") || !getenv("CQ_ZK_HOSTS")) {
-        printf("1..0 # SKIP needs nats-server and ZooKeeper (run through run_zk.sh and "
-               "run_nats.sh)\n");
-        return 0;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_client_moves, move_teardown),
     };
-    return it_run("relay-move", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
+    return it_relay_run("relay-move", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }
