@@ -88,7 +88,9 @@ int chanq_topics_accept(chanq_topics_t *t, uint32_t channel, const Chanqpb__Topi
  * it stays pending once). Send it after AUTH and SUB_TO_CHANNEL of the new connection.
  * Returns 0, -EINVAL (t or c NULL), CQ_ELIMIT (CHANQ_TOPICS_MAX_POSITIONS other channels are
  * pending), -ENOMEM, or chanq_client_send's CQ_ETOOBIG (over 65535 bytes: about 700 positions
- * of 64-character topics); on an error nothing is queued and the pending mark is unchanged. */
+ * of 64-character topics); on an error nothing is queued and the pending mark is unchanged.
+ * Resume after the first SUB too, with no position: the result's positions are the baseline
+ * (doc/bridge.md "Resume"), so a drop before the first event of some shard still resumes. */
 int chanq_topics_resume(chanq_topics_t *t, chanq_client_t *c, uint32_t channel);
 
 /* Whether a resume of channel is pending. */

@@ -721,7 +721,7 @@ static void place(cq_resume_t *r, sess_t *s, int i, const Chanqpb__TopicPosition
     scur_t *u = &s->cur[i];
     char nm[SNAME_MAX];
     u->state = TC_NOW;
-    if (!p || p->offset == 0)
+    if (!p || (p->offset == 0 && p->epoch == 0))
         return; /* no position: from the live stream on */
     if (p->epoch != epoch) {
         reason(s,
@@ -735,8 +735,14 @@ static void place(cq_resume_t *r, sess_t *s, int i, const Chanqpb__TopicPosition
                sname(r, i, nm), p->offset, pushed);
         return;
     }
+    /* Offset 0 under the shard's epoch is a baseline taken while the stream had no event (a
+     * result's position): every event since. Nothing precedes it, so there is nothing to
+     * verify; the position just before the ring's first event needs no verify either. */
     u->cursor = p->offset;
-    u->state = p->offset == pushed || ring_has(&r->topics[i], p->offset) ? TC_WALK : TC_VERIFY;
+    u->state = p->offset == 0 || p->offset == pushed || ring_has(&r->topics[i], p->offset) ||
+                       ring_after(&r->topics[i], p->offset) >= 0
+                   ? TC_WALK
+                   : TC_VERIFY;
 }
 
 static bool topics_on(const cq_resume_t *r, uint32_t chan_id)

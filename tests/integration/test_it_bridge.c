@@ -294,6 +294,47 @@ static void resume_after_drop(const char *ring)
         cq_testsrv_metric(it_srv(), "chanq_bridge_resumes_total{outcome=\"recovered\"}"), 1);
 }
 
+/* The baseline: a player resumes right after its first SUB, with no position, while the topic
+ * has no event; the result's position is offset 0 under the store's epoch. It drops before the
+ * first event, 150 are published while it is away, and it resumes from offset 0: recovered, all
+ * 150 once and in order (one read of the store: the ring keeps 100 and so lacks the first), then
+ * the live one.
+ * Before the rule for offset 0 under the shard's epoch, it got none of them and no hole showed. */
+static void test_resume_from_baseline(void **state)
+{
+    (void)state;
+    start_ring("100");
+    it_create_topic("release");
+    enum { N = 150 };
+    static uint64_t o[N + 1];
+    it_conn_t *a = on_global("alice");
+    Chanqpb__TopicResumeMessage none = CHANQPB__TOPIC_RESUME_MESSAGE__INIT;
+    assert_int_equal(chanq_sync_send(a->s, 0, 0, 0, 90, &none.base), 0);
+    chanq_owned_msg_t env;
+    Chanqpb__TopicResumeResultMessage *r =
+        it_expect(a, 91, 0, &chanqpb__topic_resume_result_message__descriptor, &env);
+    assert_non_null(r);
+    assert_true(r->recovered);
+    assert_int_equal(r->n_positions, 1);
+    assert_string_equal(r->positions[0]->topic, "release");
+    assert_int_equal(r->positions[0]->offset, 0);
+    uint64_t epoch = r->positions[0]->epoch;
+    assert_true(epoch > 0);
+    chanq_unpack_free(r);
+    chanq_owned_msg_done(&env);
+    it_close(a);
+    produce_n(o, 0, N);
+    it_conn_t *b = on_global("alice");
+    send_resume(b, epoch, 0);
+    expect_result(b, true, epoch, 0, "");
+    expect_n(b, o, 0, N, 0);
+    produce_n(o + N, N, 1);
+    expect_n(b, o + N, N, 1, o[N - 1]);
+    assert_int_equal(
+        cq_testsrv_metric(it_srv(), "chanq_bridge_resume_events_total{source=\"store\"}"), N);
+    assert_int_equal(cq_testsrv_metric(it_srv(), "chanq_bridge_resume_reads_total"), 1);
+}
+
 static void test_resume_from_ring(void **state)
 {
     (void)state;
@@ -814,6 +855,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_route_login_while_publishing, teardown),
         cmocka_unit_test_teardown(test_topic_channel, teardown),
         cmocka_unit_test_teardown(test_reload, teardown),
+        cmocka_unit_test_teardown(test_resume_from_baseline, teardown),
         cmocka_unit_test_teardown(test_resume_from_ring, teardown),
         cmocka_unit_test_teardown(test_resume_from_store, teardown),
         cmocka_unit_test_teardown(test_resume_not_recovered, teardown),

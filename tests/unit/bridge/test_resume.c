@@ -334,7 +334,8 @@ static void test_two_shards(void **state)
     cq_resume_free(r);
 }
 
-/* No position (or offset 0): delivery continues from the live offset, nothing replayed. */
+/* No position (or epoch 0 and offset 0): delivery continues from the live offset, nothing
+ * replayed. */
 static void test_no_position(void **state)
 {
     (void)state;
@@ -346,7 +347,7 @@ static void test_no_position(void **state)
     cq_resume_action_t a;
     expect_send(r, 9, CQ_RESUME_F_BEGIN | CQ_RESUME_F_FINAL, 1, 0, 0, &a);
     expect_result(&a, true, 5, "");
-    request(r, 10, 7, 0);
+    request(r, 10, 0, 0);
     expect_send(r, 10, CQ_RESUME_F_BEGIN | CQ_RESUME_F_FINAL, 1, 0, 0, &a);
     expect_result(&a, true, 5, "");
     /* another shard's or topic's position is not this one's */
@@ -354,6 +355,44 @@ static void test_no_position(void **state)
     cq_resume_request(r, 11, 0, body, n, 0);
     expect_send(r, 11, CQ_RESUME_F_BEGIN | CQ_RESUME_F_FINAL, 1, 0, 0, &a);
     expect_result(&a, true, 5, "");
+    cq_resume_free(r);
+}
+
+/* A baseline: the result of a resume with no position, while the stream had no event, says
+ * offset 0 under the shard's epoch. A client that drops before the stream's first event resumes
+ * from it and gets every event since: from the ring while it holds the first, else from the
+ * store (rows after 0: nothing to verify). */
+static void test_baseline_offset_zero(void **state)
+{
+    (void)state;
+    cq_resume_t *r = engine(8, 64, 0);
+    uint8_t body[64];
+    size_t n = resume_body(body, NULL, 0, 0, 0);
+    cq_resume_request(r, 9, 0, body, n, 0);
+    cq_resume_action_t a;
+    expect_send(r, 9, CQ_RESUME_F_BEGIN | CQ_RESUME_F_FINAL, 1, 0, 0, &a);
+    expect_result(&a, true, 0, ""); /* the baseline: epoch 7, offset 0 */
+    live(r, 0, 5);
+    request(r, 10, 7, 0);
+    expect_send(r, 10, CQ_RESUME_F_BEGIN | CQ_RESUME_F_FINAL, 1, 5, 0, &a);
+    expect_result(&a, true, 0, "");
+    live(r, 5, 30); /* the ring keeps 23..30 */
+    request(r, 11, 7, 0);
+    uint64_t id;
+    expect_read(r, 0, 64, &id); /* a walk from 0, no verify */
+    rows(r, id, 0, 22);
+    expect_send(r, 11, CQ_RESUME_F_BEGIN, 1, 22, 0, &a);
+    expect_result(&a, true, 0, "");
+    cq_resume_more(r, 11, 0);
+    expect_send(r, 11, CQ_RESUME_F_FINAL, 23, 30, 22, NULL);
+    /* the position just before the ring's first event: no verify either */
+    request(r, 12, 7, 22);
+    expect_send(r, 12, CQ_RESUME_F_BEGIN | CQ_RESUME_F_FINAL, 23, 30, 22, &a);
+    expect_result(&a, true, 22, "");
+    cq_resume_stats_t st;
+    cq_resume_stats(r, &st);
+    assert_int_equal(st.reads, 1);
+    assert_int_equal(st.not_recovered, 0);
     cq_resume_free(r);
 }
 
@@ -649,6 +688,7 @@ int main(void)
         cmocka_unit_test(test_ring_catch_up),
         cmocka_unit_test(test_two_shards),
         cmocka_unit_test(test_no_position),
+        cmocka_unit_test(test_baseline_offset_zero),
         cmocka_unit_test(test_not_recovered),
         cmocka_unit_test(test_store_then_ring),
         cmocka_unit_test(test_purged),
