@@ -1,12 +1,16 @@
 /* bridge_player.c - a game client of the cluster bridge test (bridge.sh): connects to a chanqd's
  * client port, authenticates, subscribes to GLOBAL and prints every durable-topic event it
  * accepts there (doc/bridge.md), through libchanq's position tracker (chanq_topics.h), until
- * SIGTERM/SIGINT, then drains for a moment and exits. On SIGUSR1 it drops its connection, stays
- * away DROP_MS, connects again and resumes from its positions (TopicResumeMessage).
+ * SIGTERM/SIGINT, then drains for a moment and exits. After its first SUB it resumes with no
+ * position, as doc/bridge.md asks of a client: the result's positions are its baseline, one per
+ * (topic, shard), so a drop before the first event of a shard still resumes from where the
+ * player started. On SIGUSR1 it drops its connection, stays away DROP_MS, connects again and
+ * resumes from its positions (TopicResumeMessage).
  *
  *   bridge_player HOST:PORT PIT MSG_TYPE [DROP_MS]
  *
  * stdout, one line per event, times wall-clock ms:
+ *   baseline <recovered 0|1> <t_ms> <error>                     the first resume's result
  *   sub <t_ms>                                                  subscribed: events follow
  *   ev <shard> <offset> <producer_id> <seq> <epoch> <prev_offset> <t_ms>   accepted
  *   drop <t_ms>                                                 the connection was dropped
@@ -54,6 +58,7 @@ typedef struct player {
     chanq_topics_t *t;
     bool subbed;
     uint64_t n, dropped, bad;
+    uint32_t resumes, results; /* resumes sent, results received */
 } player_t;
 
 static void on_event(player_t *p, const chanq_owned_msg_t *m)
@@ -82,27 +87,22 @@ static int on_msg(player_t *p, const chanq_owned_msg_t *m)
     } else if (m->msg_type == CHANQ_MSG_TOPIC_RESUME_RESULT) {
         bool rec = false;
         chanq_topics_on_result(p->t, m->channel_id, m->body, m->body_len, &rec);
-        printf("resume %d %" PRId64 " %s\n", rec ? 1 : 0, wall_ms(),
-               chanq_topics_result_error(p->t));
+        printf("%s %d %" PRId64 " %s\n", p->results++ ? "resume" : "baseline", rec ? 1 : 0,
+               wall_ms(), chanq_topics_result_error(p->t));
     } else if (m->msg_type == p->msg_type) {
         on_event(p, m);
     }
     return 0;
 }
 
-/* Connects, authenticates, subscribes to GLOBAL; resumes when the tracker holds positions. */
-static int join(player_t *p)
+/* Receives until done(p) holds (10 s at most); the connection's error, or CQ_ETIMEOUT. */
+static int recv_until(player_t *p, bool (*done)(const player_t *))
 {
-    int result = -1;
-    uint32_t id = 0;
-    p->subbed = false;
-    int r = chanq_sync_connect(p->host, p->port, NULL, 10000, &p->c);
-    if (r == 0)
-        r = chanq_sync_auth(p->c, p->pit, "lt", 10000, &result, &id);
-    if (r == 0 && result == 0)
-        r = chanq_sync_sub_to_channel(p->c, 1, 0, id, NULL);
+    int r = 0;
     int64_t until = wall_ms() + 10000;
-    while (r == 0 && result == 0 && !p->subbed && wall_ms() < until) {
+    while (r == 0 && !done(p)) {
+        if (wall_ms() >= until)
+            return CQ_ETIMEOUT;
         chanq_owned_msg_t m;
         r = chanq_sync_recv(p->c, &m, 200);
         if (r == CQ_ETIMEOUT) {
@@ -114,16 +114,46 @@ static int join(player_t *p)
             chanq_owned_msg_done(&m);
         }
     }
-    if (r != 0 || result != 0 || !p->subbed) {
+    return r;
+}
+
+static bool subbed(const player_t *p)
+{
+    return p->subbed;
+}
+
+static bool resumed(const player_t *p)
+{
+    return p->results == p->resumes;
+}
+
+/* Connects, authenticates, subscribes to GLOBAL, resumes from the tracker's positions (none the
+ * first time) and waits for the result. */
+static int join(player_t *p)
+{
+    int result = -1;
+    uint32_t id = 0;
+    p->subbed = false;
+    int r = chanq_sync_connect(p->host, p->port, NULL, 10000, &p->c);
+    if (r == 0)
+        r = chanq_sync_auth(p->c, p->pit, "lt", 10000, &result, &id);
+    if (r == 0 && result == 0)
+        r = chanq_sync_sub_to_channel(p->c, 1, 0, id, NULL);
+    if (r == 0 && result == 0)
+        r = recv_until(p, subbed);
+    if (r != 0 || result != 0) {
         fprintf(stderr, "bridge_player: connect/auth/sub to %s:%u failed: %d (auth result %d)\n",
                 p->host, p->port, r, result);
         return -1;
     }
-    chanq_topics_stats_t st;
-    chanq_topics_stats(p->t, &st);
-    if (st.positions && (chanq_topics_resume(p->t, chanq_sync_client(p->c), 0) < 0 ||
-                         chanq_sync_flush(p->c, 5000) < 0)) {
+    if (chanq_topics_resume(p->t, chanq_sync_client(p->c), 0) < 0 ||
+        chanq_sync_flush(p->c, 5000) < 0) {
         fprintf(stderr, "bridge_player: the resume could not be sent\n");
+        return -1;
+    }
+    p->resumes++;
+    if ((r = recv_until(p, resumed)) != 0) {
+        fprintf(stderr, "bridge_player: no resume result: %d\n", r);
         return -1;
     }
     return 0;

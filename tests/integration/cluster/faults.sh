@@ -36,23 +36,13 @@ FAULT=$1
 DRIVER=$2
 export CHANQD=$3
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
-CLUSTER="$ROOT/scripts/cluster.sh"
-export ZK_SESSION_MS=${ZK_SESSION_MS:-4000}
-export DB_DOWN_MS=${DB_DOWN_MS:-3000}
-export SEMI_TIMEOUT_MS=${SEMI_TIMEOUT_MS:-2000}
 export RELAY_NODES=${RELAY_NODES:-0}
 RATE=${RATE:-300}
-if [ "${CLUSTER_FAULT_LONG:-0}" = 1 ]; then PRE=30 POST=30; else PRE=3 POST=3; fi
-RECOVER_S=$((ZK_SESSION_MS / 1000 + DB_DOWN_MS / 1000 + 20))
 TOPIC=fault$FAULT
 
 # shellcheck source=tests/integration/cluster/lib.sh
 . "$ROOT/tests/integration/cluster/lib.sh"
-need_cluster_services
-[ -x "$CLUSTER" ] || {
-    say "FAIL: $CLUSTER is missing"
-    exit 1
-}
+cluster_settings "${CLUSTER_FAULT_LONG:-0}"
 
 BASE=$(mktemp -d "${TMPDIR:-/tmp}/cqfault$FAULT.XXXXXX")
 DIR=$BASE/cluster

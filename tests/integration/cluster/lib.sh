@@ -19,6 +19,24 @@ need_cluster_services() {
         skip "mariadbd is not installed (apt-get install mariadb-server)"
 }
 
+# cluster_settings LONG: what the cluster tests share: CLUSTER (scripts/cluster.sh), its fault
+# timings (exported: ZK_SESSION_MS [4000], DB_DOWN_MS [3000], SEMI_TIMEOUT_MS [2000]), PRE and
+# POST (the seconds before and after the fault: 30 when LONG is 1, else 3) and RECOVER_S (the
+# longest wait for a recovery); skips without the services, fails without cluster.sh.
+cluster_settings() {
+    CLUSTER="$ROOT/scripts/cluster.sh"
+    export ZK_SESSION_MS=${ZK_SESSION_MS:-4000}
+    export DB_DOWN_MS=${DB_DOWN_MS:-3000}
+    export SEMI_TIMEOUT_MS=${SEMI_TIMEOUT_MS:-2000}
+    if [ "$1" = 1 ]; then PRE=30 POST=30; else PRE=3 POST=3; fi
+    RECOVER_S=$((ZK_SESSION_MS / 1000 + DB_DOWN_MS / 1000 + 20))
+    need_cluster_services
+    [ -x "$CLUSTER" ] || {
+        say "FAIL: $CLUSTER is missing"
+        exit 1
+    }
+}
+
 # wait_for SECONDS WHAT CMD...: polls CMD every 100 ms; 0 when it held, 1 on timeout (said).
 wait_for() {
     local secs=$1 what=$2
@@ -40,7 +58,7 @@ cluster_up() {
     local t0 try
     t0=$(ms)
     for try in 1 2 3; do
-        "$ROOT/scripts/cluster.sh" start "$DIR" >"$BASE/cluster.out" 2>"$BASE/cluster.err" && break
+        "$CLUSTER" start "$DIR" >"$BASE/cluster.out" 2>"$BASE/cluster.err" && break
         say "NOTE: cluster.sh start failed (try $try):"
         grep -v '^ *$' "$BASE/cluster.err" | head -n 3 | sed 's/^/#   /'
         [ "$try" = 3 ] && {
