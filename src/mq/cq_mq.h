@@ -36,6 +36,7 @@
 #define CQ_MQ_TOPIC_MAX         64
 #define CQ_MQ_TOKEN_MAX         256
 #define CQ_MQ_ERR_MSG_MAX       512
+#define CQ_MQ_INSTANCE_MAX      100 /* commit/offset: a consumer instance id, in bytes */
 #define CQ_MQ_MAX_U53           ((((int64_t)1) << 53) - 1) /* JSON-safe integer */
 #define CQ_MQ_TOPICS_MAX        10000                      /* entries of a topics_resp */
 
@@ -126,6 +127,7 @@ typedef enum cq_mq_field {
     CQ_MQ_F_SHARD = 1u << 25,         /* the answering server's shard (cluster) */
     CQ_MQ_F_MASTER = 1u << 26,        /* JSON bool: the answering server may write now */
     CQ_MQ_F_EPOCH = 1u << 27,         /* the shard's history generation (cluster: role epoch) */
+    CQ_MQ_F_INSTANCE = 1u << 28,      /* commit/offset: the consumer instance (its own offset) */
 } cq_mq_field_t;
 
 typedef struct cq_mq_limits {
@@ -180,6 +182,7 @@ typedef struct cq_mq_msg {
     char topic[CQ_MQ_TOPIC_MAX + 1];
     char *token;         /* owned */
     char *err_msg;       /* owned */
+    char *instance;      /* owned */
     cq_mq_item_t *items; /* owned array of nitems */
     size_t nitems, items_cap;
     int64_t *offsets; /* owned array of noffsets */
@@ -242,8 +245,9 @@ cq_mq_msg_t *cq_mq_msg_free(cq_mq_msg_t *m);
 
 /* Sets the topic (copied). Returns CQ_EBADTOPIC unless it matches [A-Za-z0-9_]{1,64}. */
 int cq_mq_msg_set_topic(cq_mq_msg_t *m, const char *topic);
-/* Sets token or err_msg (which: CQ_MQ_F_TOKEN or CQ_MQ_F_ERR_MSG) to a copy of s. Returns
- * CQ_EFIELD if s is not UTF-8 without NUL or too long (256 / 512 bytes), -ENOMEM. */
+/* Sets token, err_msg or instance (which: CQ_MQ_F_TOKEN, CQ_MQ_F_ERR_MSG, CQ_MQ_F_INSTANCE) to a
+ * copy of s. Returns CQ_EFIELD if s is not UTF-8 without NUL or too long (256 / 512 / 100
+ * bytes), -ENOMEM. */
 int cq_mq_msg_set_str(cq_mq_msg_t *m, cq_mq_field_t which, const char *s);
 /* Appends an item with a copy of content[0..len). json: content is the text of a JSON object
  * (checked) rather than a string. Sets no has bit (the caller picks CONTENT, BATCH or MESSAGES).

@@ -47,7 +47,7 @@ typedef struct field_desc {
 #define U53_MAX_ CQ_MQ_MAX_U53
 
 /* Indexed by bit number of cq_mq_field_t; encode writes fields in this order. */
-#define CQ__MQ_NFIELDS 28
+#define CQ__MQ_NFIELDS 29
 extern const field_desc_t cq__mq_fields[CQ__MQ_NFIELDS];
 
 typedef struct type_desc {

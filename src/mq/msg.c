@@ -32,6 +32,7 @@ cq_mq_msg_t *cq_mq_msg_free(cq_mq_msg_t *m)
     cq_free(m->topic_infos);
     cq_free(m->token);
     cq_free(m->err_msg);
+    cq_free(m->instance);
     cq_free(m);
     return NULL;
 }
@@ -48,14 +49,18 @@ int cq_mq_msg_set_topic(cq_mq_msg_t *m, const char *topic)
 
 int cq__mq_set_strn(cq_mq_msg_t *m, cq_mq_field_t which, const char *s, size_t len)
 {
-    size_t max = which == CQ_MQ_F_TOKEN ? CQ_MQ_TOKEN_MAX : CQ_MQ_ERR_MSG_MAX;
-    if ((which != CQ_MQ_F_TOKEN && which != CQ_MQ_F_ERR_MSG) || len > max ||
-        !cq__mq_utf8_valid(s, len))
+    size_t max = which == CQ_MQ_F_TOKEN      ? CQ_MQ_TOKEN_MAX
+                 : which == CQ_MQ_F_INSTANCE ? CQ_MQ_INSTANCE_MAX
+                                             : CQ_MQ_ERR_MSG_MAX;
+    if ((which != CQ_MQ_F_TOKEN && which != CQ_MQ_F_ERR_MSG && which != CQ_MQ_F_INSTANCE) ||
+        len > max || !cq__mq_utf8_valid(s, len))
         return CQ_EFIELD;
     char *copy = cq_strndup(s, len);
     if (!copy)
         return -ENOMEM;
-    char **slot = which == CQ_MQ_F_TOKEN ? &m->token : &m->err_msg;
+    char **slot = which == CQ_MQ_F_TOKEN      ? &m->token
+                  : which == CQ_MQ_F_INSTANCE ? &m->instance
+                                              : &m->err_msg;
     cq_free(*slot);
     *slot = copy;
     m->has |= which;

@@ -46,6 +46,9 @@ cq_mq_msg_t *cq_mq_resp_new(const cq_mq_msg_t *req, int err, const char *err_msg
     r->client_type = req->client_type;
     r->askid = req->askid;
     r->has |= echo | CQ_MQ_F_ASKID;
+    if ((req->has & CQ_MQ_F_INSTANCE & t->opt) && req->instance &&
+        cq_mq_msg_set_str(r, CQ_MQ_F_INSTANCE, req->instance) < 0)
+        return cq_mq_msg_free(r);
     if (set_err(r, err, err_msg) < 0)
         return cq_mq_msg_free(r);
     return r;

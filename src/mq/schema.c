@@ -42,6 +42,7 @@ const field_desc_t cq__mq_fields[CQ__MQ_NFIELDS] = {
     {"shard", K_U32, AT(shard), 0, U32_MAX_},
     {"master", K_BOOL, AT(master), 0, 0},
     {"epoch", K_U53, AT(epoch), 0, U53_MAX_},
+    {"instance", K_STR, AT(instance), 0, CQ_MQ_INSTANCE_MAX},
 };
 #define F(x)          CQ_MQ_F_##x
 #define RESP          (F(ASKID) | F(ERR_CODE))
@@ -70,15 +71,16 @@ static const type_desc_t types[CQ_MQ_TYPE_MAX + 1] = {
     [CQ_MQ_RESP_CONSUME] = {"consume_resp", RESP,
                             F(TOPIC) | F(CLIENT_ID) | F(ERR_MSG) | F(TOTAL) | F(OFFSET) |
                                 F(MESSAGES) | F(MESSAGE_COUNT) | F(SHARD)},
-    [CQ_MQ_REQ_COMMIT] = {"commit", F(ASKID) | F(TOPIC) | F(OFFSET), F(CLIENT_ID)},
-    [CQ_MQ_RESP_COMMIT] = {"commit_resp", RESP, F(TOPIC) | F(CLIENT_ID) | F(ERR_MSG) | F(OFFSET)},
+    [CQ_MQ_REQ_COMMIT] = {"commit", F(ASKID) | F(TOPIC) | F(OFFSET), F(CLIENT_ID) | F(INSTANCE)},
+    [CQ_MQ_RESP_COMMIT] = {"commit_resp", RESP,
+                           F(TOPIC) | F(CLIENT_ID) | F(ERR_MSG) | F(OFFSET) | F(INSTANCE)},
     [CQ_MQ_PUSH] = {"push", F(TOPIC) | F(MESSAGES),
                     F(TOTAL) | F(OFFSET) | F(MESSAGE_COUNT) | F(SHARD)},
     [CQ_MQ_RESP_ERROR] = {"error", F(ERR_CODE), F(ASKID) | F(ERR_MSG)},
-    [CQ_MQ_REQ_OFFSET] = {"offset", F(ASKID) | F(TOPIC), F(CLIENT_ID)},
+    [CQ_MQ_REQ_OFFSET] = {"offset", F(ASKID) | F(TOPIC), F(CLIENT_ID) | F(INSTANCE)},
     [CQ_MQ_RESP_OFFSET] = {"offset_resp", RESP,
                            F(TOPIC) | F(CLIENT_ID) | F(ERR_MSG) | F(OFFSET) | F(COMMITTED) |
-                               F(LAST_OFFSET) | F(SHARD)},
+                               F(LAST_OFFSET) | F(SHARD) | F(INSTANCE)},
     [CQ_MQ_REQ_TOPICS] = {"topics", F(ASKID), F(CLIENT_ID)},
     [CQ_MQ_RESP_TOPICS] = {"topics_resp", RESP, F(ERR_MSG) | F(TOPIC_NUMS) | F(TOPICS)},
 };
@@ -90,7 +92,7 @@ const type_desc_t *cq__mq_type_of(int type)
     return &types[type];
 }
 
-_Static_assert(CQ_MQ_F_EPOCH == 1u << (CQ__MQ_NFIELDS - 1), "one field row per CQ_MQ_F_* bit");
+_Static_assert(CQ_MQ_F_INSTANCE == 1u << (CQ__MQ_NFIELDS - 1), "one field row per CQ_MQ_F_* bit");
 
 /* ---- types and names ---------------------------------------------------------------------- */
 

@@ -207,18 +207,37 @@ static void on_consume(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
     submitted(c, m, r, &why);
 }
 
-/* commit (store the offset) and offset (read it back): the consumer is "m<module_id>". */
+/* Whether an instance id is 1 to CQ_MQ_INSTANCE_MAX printable ASCII bytes, none a space. */
+static bool instance_ok(const char *s)
+{
+    size_t i = 0;
+    for (; s[i]; i++)
+        if (s[i] <= 0x20 || s[i] > 0x7e)
+            return false;
+    return i > 0 && i <= CQ_MQ_INSTANCE_MAX;
+}
+
+/* commit (store the offset) and offset (read it back): the consumer is "m<module_id>", or
+ * "m<module_id>/<instance>" for an instance of the module with an offset of its own. */
 static void on_commit(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
 {
-    char consumer[32];
+    char consumer[16 + CQ_MQ_INSTANCE_MAX];
     const char *why;
     bool commit = m->type == CQ_MQ_REQ_COMMIT;
+    const char *inst = (m->has & CQ_MQ_F_INSTANCE) ? m->instance : NULL;
+    if (inst && !instance_ok(inst)) {
+        cq__mqsrv_reply(c, m, CQ_EFIELD,
+                        "%s: instance must be 1 to %d printable ASCII characters, no space",
+                        NAME(m), CQ_MQ_INSTANCE_MAX);
+        cq_mq_msg_free(m);
+        return;
+    }
     mq_topic_t *t = topic_check(c, m, CQ_MQPERM_CONSUME, false);
     if (!t) {
         cq_mq_msg_free(m);
         return;
     }
-    snprintf(consumer, sizeof(consumer), "m%u", c->l.module_id);
+    snprintf(consumer, sizeof(consumer), inst ? "m%u/%s" : "m%u", c->l.module_id, inst);
     int r = cq__mqop_offset(&c->l, t, consumer, commit, (uint64_t)m->offset, m, &why);
     submitted(c, m, r, &why);
 }

@@ -346,6 +346,77 @@ static void test_offset_topics(void **state)
     mqc_close(cons);
 }
 
+/* A commit or offset request of instance (NULL: the module's own consumer); the answer. */
+static cq_mq_msg_t *instance_call(mqc_t *c, int type, const char *instance, int64_t offset)
+{
+    cq_mq_msg_t *m = mqc_req(c, type, "jobs");
+    if (type == CQ_MQ_REQ_COMMIT) {
+        m->offset = offset;
+        m->has |= CQ_MQ_F_OFFSET;
+    }
+    if (instance)
+        assert_int_equal(cq_mq_msg_set_str(m, CQ_MQ_F_INSTANCE, instance), 0);
+    return mqc_call(c, m);
+}
+
+/* Per-instance consumers (issue 25): two instances of module 7 commit different offsets and
+ * each reads back its own; the module's own consumer is a third; the answers echo the instance;
+ * the store holds "m7/<instance>"; a bad instance id gets bad_field with what is wrong. */
+static void test_instances(void **state)
+{
+    (void)state;
+    itmq_start(NULL, ITMQ_SEED);
+    mqc_t *c = mqc_connected(7, "");
+    assert_int_equal(mqc_add_topic(c, "jobs"), CQ_MQ_OK);
+    int64_t off[3];
+    assert_int_equal(produce(c, "jobs", "j", 3, 0, 0, off), CQ_MQ_OK);
+    const char *inst[2] = {"vip-1", "vip-2"};
+    for (int i = 0; i < 2; i++) {
+        cq_mq_msg_t *r = instance_call(c, CQ_MQ_REQ_COMMIT, inst[i], off[i]);
+        assert_int_equal(r->err_code, 0);
+        assert_int_equal(r->offset, off[i]);
+        assert_true(r->has & CQ_MQ_F_INSTANCE);
+        assert_string_equal(r->instance, inst[i]);
+        cq_mq_msg_free(r);
+    }
+    assert_int_equal(commit(c, "jobs", off[2]), CQ_MQ_OK);
+    for (int i = 0; i < 2; i++) {
+        cq_mq_msg_t *r = instance_call(c, CQ_MQ_REQ_OFFSET, inst[i], 0);
+        assert_int_equal(r->err_code, 0);
+        assert_true(r->committed);
+        assert_int_equal(r->offset, off[i]);
+        assert_int_equal(r->last_offset, off[2]);
+        assert_string_equal(r->instance, inst[i]);
+        cq_mq_msg_free(r);
+    }
+    cq_mq_msg_t *r = instance_call(c, CQ_MQ_REQ_OFFSET, "vip-3", 0);
+    assert_int_equal(r->err_code, 0);
+    assert_false(r->committed);
+    cq_mq_msg_free(r);
+    r = instance_call(c, CQ_MQ_REQ_OFFSET, NULL, 0);
+    assert_int_equal(r->offset, off[2]);
+    assert_false(r->has & CQ_MQ_F_INSTANCE);
+    cq_mq_msg_free(r);
+    const char *bad[2] = {"has space", ""};
+    for (int i = 0; i < 2; i++) {
+        r = instance_call(c, CQ_MQ_REQ_COMMIT, bad[i], off[0]);
+        assert_int_equal(r->err_code, CQ_MQ_ERR_BAD_FIELD);
+        assert_string_equal(
+            r->err_msg, "commit: instance must be 1 to 100 printable ASCII characters, no space");
+        cq_mq_msg_free(r);
+    }
+    roundtrip(c);
+    mqc_close(c);
+    cq_testsrv_kill(&srv, SIGTERM);
+    cq_store_t *st = open_store();
+    uint64_t got = 0;
+    assert_int_equal(cq_store_get_offset(st, "jobs", "m7/vip-2", &got), 0);
+    assert_int_equal(got, (uint64_t)off[1]);
+    assert_int_equal(cq_store_get_offset(st, "jobs", "m7", &got), 0);
+    assert_int_equal(got, (uint64_t)off[2]);
+    cq_store_close(st);
+}
+
 static void test_watch_push(void **state)
 {
     (void)state;
@@ -895,6 +966,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_produce_consume, setup, itmq_teardown),
         cmocka_unit_test_setup_teardown(test_commit_survives_restart, setup, itmq_teardown),
         cmocka_unit_test_setup_teardown(test_offset_topics, setup, itmq_teardown),
+        cmocka_unit_test_setup_teardown(test_instances, setup, itmq_teardown),
         cmocka_unit_test_setup_teardown(test_watch_push, setup, itmq_teardown),
         cmocka_unit_test_setup_teardown(test_offline_topic, setup, itmq_teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, itmq_teardown),

@@ -342,6 +342,11 @@ static void test_roundtrip_requests(void **state)
     m->type = CQ_MQ_REQ_COMMIT;
     m->has &= ~(uint32_t)CQ_MQ_F_MAX_COUNT;
     roundtrip(m, NULL);
+    assert_int_equal(cq_mq_msg_set_str(m, CQ_MQ_F_INSTANCE, "vip-1"), 0);
+    roundtrip(m, NULL);
+    m->type = CQ_MQ_REQ_OFFSET;
+    m->has &= ~(uint32_t)CQ_MQ_F_OFFSET;
+    roundtrip(m, NULL);
     cq_mq_msg_free(m);
 }
 
