@@ -70,6 +70,9 @@ typedef struct cq_mqfollow_opts {
     void (*on_event)(void *ud, const cq_mqsrv_event_t *ev);
     /* The answer to cq_mqfollow_read(tag): rows in offset order, or err < 0 (rows ignored). */
     void (*on_rows)(void *ud, uint64_t tag, int err, const cq_mqfollow_row_t *rows, size_t n);
+    /* The answer to cq_mqfollow_offset(tag): the stored offset (a commit's: the one written), or
+     * err < 0 (-ENOENT: the instance never committed). */
+    void (*on_offset)(void *ud, uint64_t tag, int err, uint64_t offset);
     void *ud;
 } cq_mqfollow_opts_t;
 
@@ -111,8 +114,8 @@ int cq_mqfollow_tick(cq_mqfollow_t *f, size_t link, uint64_t now_ms);
 /* The bytes to send on link (the edge consumes what it wrote). */
 cq_sbuf_t *cq_mqfollow_output(cq_mqfollow_t *f, size_t link);
 
-/* Where the follow of (shard, topic) is: the shard's epoch and the last offset handed on (0:
- * none yet). False when the shard or topic is not followed. */
+/* Where the follow of (shard, topic) is: the shard's epoch and the last offset handed on. False
+ * when the shard or topic is not followed, or its live position is not known yet. */
 bool cq_mqfollow_position(const cq_mqfollow_t *f, uint32_t shard, const char *topic,
                           uint64_t *ret_epoch, uint64_t *ret_offset);
 /* True when shard is one of the links'. */
@@ -122,6 +125,12 @@ bool cq_mqfollow_has_shard(const cq_mqfollow_t *f, uint32_t shard);
  * up), CQ_EBUSY (too many reads), -ENOENT (not a followed shard), or the server's. */
 void cq_mqfollow_read(cq_mqfollow_t *f, uint32_t shard, const char *topic, uint64_t from,
                       uint32_t max, uint64_t tag);
+/* Reads (commit false) or writes (commit true: offset) the offset of consumer instance instance
+ * (borrowed; the follower's module's, doc/protocol-mq.md "commit") in topic on shard:
+ * on_offset(tag) answers, once, later. Errors as cq_mqfollow_read's, through on_offset; a
+ * commit on a standby gets the server's CQ_ENOTMASTER. */
+void cq_mqfollow_offset(cq_mqfollow_t *f, uint32_t shard, const char *topic, const char *instance,
+                        bool commit, uint64_t offset, uint64_t tag);
 
 typedef struct cq_mqfollow_stats {
     uint64_t events, connects, disconnects, pushes_dropped, reads;

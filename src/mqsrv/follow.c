@@ -50,9 +50,12 @@ typedef struct ltopic {
     uint64_t events;
 } ltopic_t;
 
+enum { RD_ROWS, RD_OFFSET }; /* what a request answered later answers to */
+
 typedef struct rd {
     uint32_t ask;
     uint64_t tag;
+    int kind;
 } rd_t;
 
 typedef struct link {
@@ -75,7 +78,7 @@ typedef struct link {
 /* A read answered later with an error (never inside the call that caused it). */
 typedef struct fail {
     uint64_t tag;
-    int err;
+    int err, kind;
 } fail_t;
 
 struct cq_mqfollow {
@@ -318,7 +321,7 @@ static int hello(cq_mqfollow_t *f, link_t *l)
 
 /* ---- reads answered later ------------------------------------------------------------------ */
 
-static void fail_later(cq_mqfollow_t *f, uint64_t tag, int err)
+static void fail_later(cq_mqfollow_t *f, uint64_t tag, int err, int kind)
 {
     if (f->nfails == f->fails_cap) {
         size_t cap = f->fails_cap ? f->fails_cap * 2 : 16;
@@ -328,7 +331,7 @@ static void fail_later(cq_mqfollow_t *f, uint64_t tag, int err)
         f->fails = v;
         f->fails_cap = cap;
     }
-    f->fails[f->nfails++] = (fail_t){tag, err};
+    f->fails[f->nfails++] = (fail_t){tag, err, kind};
 }
 
 static void fails_drain(cq_mqfollow_t *f)
@@ -336,35 +339,65 @@ static void fails_drain(cq_mqfollow_t *f)
     while (f->nfails) {
         fail_t x = f->fails[0];
         memmove(f->fails, f->fails + 1, --f->nfails * sizeof(*f->fails));
-        if (f->o.on_rows)
+        if (x.kind == RD_ROWS && f->o.on_rows)
             f->o.on_rows(f->o.ud, x.tag, x.err, NULL, 0);
+        else if (x.kind == RD_OFFSET && f->o.on_offset)
+            f->o.on_offset(f->o.ud, x.tag, x.err, 0);
     }
+}
+
+/* The link a request answered later can go on, or NULL (its failure queued). */
+static link_t *link_for_request(cq_mqfollow_t *f, uint32_t shard, uint64_t tag, int kind)
+{
+    link_t *l = link_of(f, shard);
+    int err = !l                                   ? -ENOENT
+              : l->phase != L_UP                   ? -ENOTCONN
+              : l->nreads == CQ_MQFOLLOW_READS_MAX ? CQ_EBUSY
+                                                   : 0;
+    if (err)
+        fail_later(f, tag, err, kind);
+    return err ? NULL : l;
+}
+
+static void track(cq_mqfollow_t *f, link_t *l, uint32_t ask, uint64_t tag, int kind)
+{
+    if (ask)
+        l->reads[l->nreads++] = (rd_t){ask, tag, kind};
+    else
+        fail_later(f, tag, -ENOMEM, kind);
 }
 
 void cq_mqfollow_read(cq_mqfollow_t *f, uint32_t shard, const char *topic, uint64_t from,
                       uint32_t max, uint64_t tag)
 {
-    link_t *l = link_of(f, shard);
     f->st.reads++;
-    if (!l) {
-        fail_later(f, tag, -ENOENT);
+    link_t *l = link_for_request(f, shard, tag, RD_ROWS);
+    if (l)
+        track(
+            f, l,
+            request(l, CQ_MQ_REQ_CONSUME, topic, from, max && max < f->o.batch ? max : f->o.batch),
+            tag, RD_ROWS);
+}
+
+void cq_mqfollow_offset(cq_mqfollow_t *f, uint32_t shard, const char *topic, const char *instance,
+                        bool commit, uint64_t offset, uint64_t tag)
+{
+    link_t *l = link_for_request(f, shard, tag, RD_OFFSET);
+    if (!l)
         return;
+    cq_mq_msg_t *m = cq_mq_msg_new(commit ? CQ_MQ_REQ_COMMIT : CQ_MQ_REQ_OFFSET, 0);
+    uint32_t ask = m ? next_ask(l) : 0;
+    int r = m ? cq_mq_msg_set_topic(m, topic) : -ENOMEM;
+    if (r == 0)
+        r = cq_mq_msg_set_str(m, CQ_MQ_F_INSTANCE, instance);
+    if (r == 0) {
+        m->askid = ask;
+        m->offset = (int64_t)offset;
+        m->has |= CQ_MQ_F_ASKID | (commit ? CQ_MQ_F_OFFSET : 0);
+        r = send_msg(l, m);
     }
-    if (l->phase != L_UP) {
-        fail_later(f, tag, -ENOTCONN);
-        return;
-    }
-    if (l->nreads == CQ_MQFOLLOW_READS_MAX) {
-        fail_later(f, tag, CQ_EBUSY);
-        return;
-    }
-    uint32_t ask =
-        request(l, CQ_MQ_REQ_CONSUME, topic, from, max && max < f->o.batch ? max : f->o.batch);
-    if (!ask) {
-        fail_later(f, tag, -ENOMEM);
-        return;
-    }
-    l->reads[l->nreads++] = (rd_t){ask, tag};
+    cq_mq_msg_free(m);
+    track(f, l, r == 0 ? ask : 0, tag, RD_OFFSET);
 }
 
 /* ---- topics -------------------------------------------------------------------------------- */
@@ -424,7 +457,7 @@ bool cq_mqfollow_position(const cq_mqfollow_t *f, uint32_t shard, const char *to
         return false;
     *ret_epoch = l->epoch;
     *ret_offset = l->lt[i].cursor;
-    return true;
+    return l->lt[i].placed;
 }
 
 /* ---- the follow of one topic ---------------------------------------------------------------- */
@@ -641,10 +674,26 @@ static int on_hello(cq_mqfollow_t *f, link_t *l, const cq_mq_msg_t *m, uint64_t 
     return 0;
 }
 
+/* An offset or commit answer: the stored offset, -ENOENT when never committed. */
+static void on_offset_answer(cq_mqfollow_t *f, uint64_t tag, const cq_mq_msg_t *m)
+{
+    int err = m->err_code ? cq_mq_err_of_code((int)m->err_code)
+              : m->type == CQ_MQ_RESP_OFFSET && !(m->committed && (m->has & CQ_MQ_F_COMMITTED))
+                  ? -ENOENT
+                  : 0;
+    if (f->o.on_offset)
+        f->o.on_offset(f->o.ud, tag, err, err ? 0 : (uint64_t)m->offset);
+}
+
 static void on_read_answer(cq_mqfollow_t *f, link_t *l, size_t k, const cq_mq_msg_t *m)
 {
     uint64_t tag = l->reads[k].tag;
+    int kind = l->reads[k].kind;
     memmove(&l->reads[k], &l->reads[k + 1], (--l->nreads - k) * sizeof(l->reads[0]));
+    if (kind == RD_OFFSET) {
+        on_offset_answer(f, tag, m);
+        return;
+    }
     if (!f->o.on_rows)
         return;
     if (m->err_code) {
@@ -679,15 +728,17 @@ static int on_msg(cq_mqfollow_t *f, link_t *l, const cq_mq_msg_t *m, uint64_t no
         on_push(f, l, m);
         return 0;
     case CQ_MQ_RESP_CONSUME:
+    case CQ_MQ_RESP_OFFSET:
+    case CQ_MQ_RESP_COMMIT:
         for (size_t k = 0; k < l->nreads; k++)
             if (l->reads[k].ask == m->askid) {
                 on_read_answer(f, l, k, m);
                 return 0;
             }
-        on_topic_answer(f, l, m, now_ms);
+        if (m->type != CQ_MQ_RESP_COMMIT)
+            on_topic_answer(f, l, m, now_ms);
         return 0;
     case CQ_MQ_RESP_WATCH:
-    case CQ_MQ_RESP_OFFSET:
         on_topic_answer(f, l, m, now_ms);
         return 0;
     case CQ_MQ_RESP_ERROR:
@@ -749,7 +800,7 @@ static void reset_conn(cq_mqfollow_t *f, link_t *l)
         t->retry_at = 0;
     }
     for (size_t k = 0; k < l->nreads; k++)
-        fail_later(f, l->reads[k].tag, -ENOTCONN);
+        fail_later(f, l->reads[k].tag, -ENOTCONN, l->reads[k].kind);
     l->nreads = 0;
 }
 

@@ -60,10 +60,23 @@ static void on_rows(void *ud, uint64_t tag, int err, const cq_mqfollow_row_t *ro
     g_rows_first = n ? rows[0].offset : 0;
 }
 
+static uint64_t g_off_tag, g_off;
+static int g_off_err, g_off_calls;
+
+static void on_offset(void *ud, uint64_t tag, int err, uint64_t offset)
+{
+    (void)ud;
+    g_off_calls++;
+    g_off_tag = tag;
+    g_off_err = err;
+    g_off = offset;
+}
+
 static cq_mqfollow_t *follower(uint32_t batch)
 {
     g_nev = 0;
     g_rows_calls = 0;
+    g_off_calls = 0;
     cq_mqfollow_opts_t o = {.module_id = 7,
                             .token = "sekrit",
                             .batch = batch,
@@ -73,7 +86,8 @@ static cq_mqfollow_t *follower(uint32_t batch)
                             .retry_ms = 1000,
                             .pending_max = 4,
                             .on_event = on_event,
-                            .on_rows = on_rows};
+                            .on_rows = on_rows,
+                            .on_offset = on_offset};
     cq_mqfollow_t *f = cq_mqfollow_new(&o);
     assert_non_null(f);
     char err[128] = "";
@@ -525,6 +539,92 @@ static void test_reads(void **state)
     cq_mqfollow_free(f);
 }
 
+/* The next request must be an offset (21) or commit (15) of instance on vip; its askid. */
+static uint32_t expect_offset_req(cq_mqfollow_t *f, uint8_t type, const char *instance,
+                                  int64_t offset)
+{
+    cq_mq_msg_t *m = sent(f);
+    assert_int_equal(m->type, type);
+    assert_string_equal(m->topic, "vip");
+    assert_true(m->has & CQ_MQ_F_INSTANCE);
+    assert_string_equal(m->instance, instance);
+    assert_int_equal((m->has & CQ_MQ_F_OFFSET) != 0, offset >= 0);
+    if (offset >= 0)
+        assert_int_equal(m->offset, offset);
+    uint32_t ask = m->askid;
+    cq_mq_msg_free(m);
+    return ask;
+}
+
+/* Offsets of a consumer instance (the route bindings' positions on a followed shard): a read
+ * that was never committed answers -ENOENT, then the committed one; a commit answers the
+ * offset written, a refusal its error; none while the link is down, and those in flight fail
+ * when it closes. An offset answer for the topic's own follow is not taken for one of these. */
+static void test_offsets(void **state)
+{
+    (void)state;
+    cq_mqfollow_t *f = follower(0);
+    cq_mqfollow_offset(f, 2, "vip", "bridge/user_id/u1", false, 0, 90);
+    cq_mqfollow_tick(f, 0, 1);
+    assert_int_equal(g_off_calls, 1);
+    assert_int_equal(g_off_tag, 90);
+    assert_int_equal(g_off_err, -ENOTCONN);
+    uint32_t w = up(f, true, 7, 10);
+    cq_mqfollow_offset(f, 2, "vip", "bridge/user_id/u1", false, 0, 91);
+    uint32_t a = expect_offset_req(f, CQ_MQ_REQ_OFFSET, "bridge/user_id/u1", -1);
+    cq_mq_msg_t *m = topic_resp(CQ_MQ_RESP_OFFSET, a, 0);
+    m->offset = 0;
+    m->committed = false;
+    m->has |= CQ_MQ_F_OFFSET | CQ_MQ_F_COMMITTED;
+    assert_int_equal(feed(f, m, 11), 0);
+    assert_int_equal(g_off_calls, 2);
+    assert_int_equal(g_off_tag, 91);
+    assert_int_equal(g_off_err, -ENOENT);
+    cq_mqfollow_offset(f, 2, "vip", "bridge/user_id/u1", true, 42, 92);
+    a = expect_offset_req(f, CQ_MQ_REQ_COMMIT, "bridge/user_id/u1", 42);
+    m = topic_resp(CQ_MQ_RESP_COMMIT, a, 0);
+    m->offset = 42;
+    m->has |= CQ_MQ_F_OFFSET;
+    assert_int_equal(feed(f, m, 12), 0);
+    assert_int_equal(g_off_tag, 92);
+    assert_int_equal(g_off_err, 0);
+    assert_int_equal(g_off, 42);
+    cq_mqfollow_offset(f, 2, "vip", "bridge/user_id/u1", false, 0, 93);
+    a = expect_offset_req(f, CQ_MQ_REQ_OFFSET, "bridge/user_id/u1", -1);
+    m = topic_resp(CQ_MQ_RESP_OFFSET, a, 0);
+    m->offset = 42;
+    m->committed = true;
+    m->has |= CQ_MQ_F_OFFSET | CQ_MQ_F_COMMITTED;
+    assert_int_equal(feed(f, m, 13), 0);
+    assert_int_equal(g_off_tag, 93);
+    assert_int_equal(g_off_err, 0);
+    assert_int_equal(g_off, 42);
+    cq_mqfollow_offset(f, 2, "vip", "bridge/user_id/u1", true, 50, 94);
+    a = expect_offset_req(f, CQ_MQ_REQ_COMMIT, "bridge/user_id/u1", 50);
+    assert_int_equal(feed(f, topic_resp(CQ_MQ_RESP_COMMIT, a, CQ_MQ_ERR_NOT_MASTER), 14), 0);
+    assert_int_equal(g_off_tag, 94);
+    assert_int_equal(g_off_err, CQ_ENOTMASTER);
+    assert_int_equal(g_off_calls, 5);
+    /* the topic's own follow still gets its offset answer */
+    assert_int_equal(feed(f, topic_resp(CQ_MQ_RESP_WATCH, w, 0), 15), 0);
+    uint32_t o = expect_req(f, CQ_MQ_REQ_OFFSET, "vip", -1);
+    m = topic_resp(CQ_MQ_RESP_OFFSET, o, 0);
+    m->last_offset = 3;
+    m->has |= CQ_MQ_F_LAST_OFFSET;
+    assert_int_equal(feed(f, m, 15), 0);
+    assert_int_equal(g_off_calls, 5);
+    uint64_t epoch = 0, at = 0;
+    assert_true(cq_mqfollow_position(f, 2, "vip", &epoch, &at));
+    assert_int_equal(at, 3);
+    cq_mqfollow_offset(f, 2, "vip", "bridge/user_id/u1", false, 0, 95);
+    (void)expect_offset_req(f, CQ_MQ_REQ_OFFSET, "bridge/user_id/u1", -1);
+    cq_mqfollow_closed(f, 0, 16);
+    cq_mqfollow_tick(f, 0, 17);
+    assert_int_equal(g_off_tag, 95);
+    assert_int_equal(g_off_err, -ENOTCONN);
+    cq_mqfollow_free(f);
+}
+
 /* A new topic list keeps the position of the topics kept and starts the new ones at the next
  * tick; an answer for a topic dropped from the list is ignored. */
 static void test_set_topics(void **state)
@@ -570,6 +670,7 @@ int main(void)
         cmocka_unit_test(test_timers),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_reads),
+        cmocka_unit_test(test_offsets),
         cmocka_unit_test(test_set_topics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
