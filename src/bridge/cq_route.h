@@ -8,11 +8,14 @@
  * What it keeps:
  *   - per route topic, a ring of the latest live events with the key each named, which serves
  *     most catch-ups without reading the store;
- *   - per (topic, player key), the player's acknowledged offset, cached (bounded: clean entries
- *     are evicted first) and written to the store as a consumer offset (consumer id
- *     cq_route_consumer_id), batched: at most one write per entry per flush period, never one
- *     per event. It moves on the client's TopicAckMessage only, never on delivery, so a player
- *     who drops before it handled an event gets it again;
+ *   - per (topic, shard, player key), the player's acknowledged offset, cached (bounded: clean
+ *     entries are evicted first) and written to the shard's store, batched: at most one write
+ *     per entry per flush period, never one per event. On this node's own shard it is a
+ *     consumer offset of its store (consumer id cq_route_consumer_id); on a followed shard, an
+ *     offset of the follower's module's consumer instance cq_route_instance_id in that shard
+ *     (doc/protocol-mq.md "commit"), so every node that follows the shard shares it. It moves
+ *     on the client's TopicAckMessage only, never on delivery, so a player who drops before it
+ *     handled an event gets it again;
  *   - per logged-in connection, a session: one cursor per topic, from the acknowledged offset
  *     (none acknowledged: the oldest retained event) up to the live offset.
  *
@@ -58,17 +61,26 @@ typedef struct cq_route_limits {
 
 typedef struct cq_route cq_route_t;
 
-/* A new engine for the shard's topics, or NULL on OOM; position as cq_resume's. */
+#define CQ_ROUTE_SHARDS_MAX   32         /* shards a binding has a stream on */
+#define CQ_ROUTE_NO_SHARD     UINT32_MAX /* cq_route_new: this node bridges no store of its own */
+#define CQ_ROUTE_INSTANCE_MAX 100        /* an instance id's bytes (CQ_MQ_INSTANCE_MAX) */
+
+/* A new engine, or NULL on OOM; position as cq_resume's. shard: this node's own (a stream per
+ * binding on it, positions in its store), or CQ_ROUTE_NO_SHARD (a relay node). */
 cq_route_t *cq_route_new(const cq_route_limits_t *lim, uint32_t shard,
                          cq_resume_position_fn position, void *ud);
+/* Adds a followed shard: each binding declared after gets a stream on it too. Returns 0 (also
+ * for a shard already there), -EBUSY (bindings are declared: cq_route_topics_clear first) or
+ * -ENOSPC (over CQ_ROUTE_SHARDS_MAX). */
+int cq_route_add_shard(cq_route_t *r, uint32_t shard);
 /* Frees the engine, its rings, cache, sessions and queued actions. Accepts NULL. Dirty offsets
  * not flushed yet are lost (cq_route_flush_all first). */
 void cq_route_free(cq_route_t *r);
 
 /* Declares a route binding: topic's events whose top-level JSON field key_field names a player
- * go to that player with msg_type. Returns 0, -EINVAL, -ENOSPC (more than 64 route bindings) or
- * -ENOMEM. cq_route_topics_clear ends every session (FINAL) and forgets every binding; the
- * cache of offsets stays. */
+ * go to that player with msg_type; a stream per shard. Returns 0, -EINVAL, -ENOSPC (more than 64
+ * streams: route bindings times shards) or -ENOMEM. cq_route_topics_clear ends every session
+ * (FINAL) and forgets every binding; the cache of offsets stays. */
 void cq_route_topics_clear(cq_route_t *r);
 int cq_route_topic(cq_route_t *r, const char *topic, const char *key_field, uint32_t msg_type);
 /* Whether any route binding is declared (logins need a catch-up). */
@@ -78,8 +90,9 @@ bool cq_route_active(const cq_route_t *r);
  * delivery; an event whose content named no player is not given. A binding's ring is trusted
  * only after the first live event it saw (or from its declaration on the engine's thread, when
  * position knows the topic): before that every catch-up reads the store. */
-void cq_route_live(cq_route_t *r, const char *topic, uint64_t epoch, uint64_t offset,
-                   uint64_t prev_offset, const char *key_field, const char *key, cq_buf_t *event);
+void cq_route_live(cq_route_t *r, const char *topic, uint32_t shard, uint64_t epoch,
+                   uint64_t offset, uint64_t prev_offset, const char *key_field, const char *key,
+                   cq_buf_t *event);
 
 /* conn_id authenticated as key (the PIT): its catch-up starts; the worker holds its routed
  * events until the FINAL chunk, which always comes (an empty one when nothing is pending). */
@@ -90,7 +103,8 @@ void cq_route_more(cq_route_t *r, uint32_t conn_id, uint64_t now_ms);
 void cq_route_gone(cq_route_t *r, uint32_t conn_id);
 /* conn_id, authenticated as key, acknowledged positions (a TopicAckMessage body, borrowed): the
  * player has handled every event up to each position's offset of each route topic. Positions
- * of other topics or shards, under another epoch, or beyond the live offset are ignored.
+ * of other topics or of shards without a stream, under another epoch, or beyond the live offset
+ * are ignored.
  * Returns 0 or -EINVAL (not a TopicAckMessage, or more than 256 positions). */
 int cq_route_ack(cq_route_t *r, const char *key, const void *body, size_t len, uint64_t now_ms);
 /* n chunks were applied (or dropped) by their workers (cq_resume_applied's rule). */
@@ -111,13 +125,18 @@ void cq_route_flush_all(cq_route_t *r);
  * hex (two FNV-1a-64 with different bases: not cryptographic; keys are players' ids). out: at
  * least 129 bytes. */
 void cq_route_consumer_id(const char *key_field, const char *key, char *out);
+/* The same within CQ_ROUTE_INSTANCE_MAX bytes: the consumer instance a player's offset has on a
+ * followed shard (stored there as "m<module>/<instance>"). out: at least 129 bytes. */
+void cq_route_instance_id(const char *key_field, const char *key, char *out);
 
 enum { CQ_ROUTE_READ = 1, CQ_ROUTE_SEND, CQ_ROUTE_GET, CQ_ROUTE_COMMIT };
 
 typedef struct cq_route_action {
     int kind;
-    /* READ: rows of topic with offset > from, at most max; GET / COMMIT: consumer's offset */
+    /* READ: rows of topic with offset > from, at most max; GET / COMMIT: consumer's offset (an
+     * instance id on a followed shard); all of them on shard */
     uint64_t id; /* READ: the read id; GET / COMMIT: the tag */
+    uint32_t shard;
     char topic[65];
     char consumer[129];
     uint64_t from;

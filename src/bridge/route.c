@@ -43,11 +43,13 @@ typedef struct rent {
     cq_buf_t *ev;
 } rent_t;
 
-/* One route binding: its topic and key field, and the ring of its routed events. The ring
- * holds every routed event with offset > ring_from (complete from there on). */
+/* One route binding on one shard (a stream): its topic and key field, and the ring of its
+ * routed events from that shard. The ring holds every routed event with offset > ring_from
+ * (complete from there on). */
 typedef struct rbind {
     char topic[65];
     char field[65];
+    uint32_t shard;
     uint32_t msg_type;
     rent_t *ring;
     uint32_t head, n, cap;
@@ -61,8 +63,9 @@ typedef struct rbind {
 
 /* A player's acknowledged offset in a binding's topic. */
 typedef struct oent {
-    char mkey[65 + 129 + 1]; /* topic \x1f consumer id: the map's key */
+    char mkey[65 + 11 + 129 + 2]; /* topic \x1f shard \x1f consumer id: the map's key */
     char topic[65];
+    uint32_t shard;
     char consumer[129];
     uint64_t offset;     /* the highest acknowledged (or read from the store) */
     uint64_t committed;  /* what the store has, as far as this engine knows */
@@ -124,7 +127,9 @@ typedef struct anode {
 
 struct cq_route {
     cq_route_limits_t lim;
-    uint32_t shard;
+    uint32_t own; /* this node's shard (its positions are in its store), or CQ_ROUTE_NO_SHARD */
+    uint32_t shards[CQ_ROUTE_SHARDS_MAX]; /* a stream per binding and shard */
+    uint32_t nshards;
     cq_resume_position_fn position;
     void *ud;
     rbind_t binds[BINDS_MAX];
@@ -165,7 +170,7 @@ static anode_t *push_action(cq_route_t *r, int kind)
 static uint64_t pushed_of(const cq_route_t *r, const rbind_t *b, uint64_t *epoch)
 {
     uint64_t e = 0, pushed = 0;
-    r->position(r->ud, b->topic, r->shard, &e, &pushed);
+    r->position(r->ud, b->topic, b->shard, &e, &pushed);
     if (epoch)
         *epoch = e;
     return pushed;
@@ -178,10 +183,11 @@ static uint64_t fnv(uint64_t h, const char *s)
     return h;
 }
 
-void cq_route_consumer_id(const char *key_field, const char *key, char *out)
+/* "bridge/<field>/<key>" when it is printable ASCII of at most max bytes, else the hash. */
+static void id_of(const char *key_field, const char *key, int max, char *out)
 {
     int n = snprintf(out, 129, "bridge/%s/%s", key_field, key);
-    bool ok = n > 0 && n <= 128;
+    bool ok = n > 0 && n <= max;
     for (int i = 0; ok && i < n; i++)
         ok = out[i] >= 0x21 && out[i] <= 0x7e;
     if (ok)
@@ -189,6 +195,26 @@ void cq_route_consumer_id(const char *key_field, const char *key, char *out)
     uint64_t a = fnv(fnv(fnv(0xcbf29ce484222325ull, key_field), "/"), key);
     uint64_t b = fnv(fnv(fnv(0x84222325cbf29ce4ull, key_field), "/"), key);
     snprintf(out, 129, "bridge#%016" PRIx64 "%016" PRIx64, a, b);
+}
+
+void cq_route_consumer_id(const char *key_field, const char *key, char *out)
+{
+    id_of(key_field, key, 128, out);
+}
+
+void cq_route_instance_id(const char *key_field, const char *key, char *out)
+{
+    id_of(key_field, key, CQ_ROUTE_INSTANCE_MAX, out);
+}
+
+/* The id of key's position in b: a consumer id in this node's store, or an instance id of the
+ * follower's module on a followed shard. */
+static void position_id(const cq_route_t *r, const rbind_t *b, const char *key, char *out)
+{
+    if (b->shard == r->own)
+        cq_route_consumer_id(b->field, key, out);
+    else
+        cq_route_instance_id(b->field, key, out);
 }
 
 /* ---- the rings ------------------------------------------------------------------------------ */
@@ -245,18 +271,20 @@ static void ring_clear(rbind_t *b)
         ring_drop_oldest(b);
 }
 
-static int bind_index(const cq_route_t *r, const char *topic, const char *field)
+static int bind_index(const cq_route_t *r, const char *topic, const char *field, uint32_t shard)
 {
     for (int i = 0; i < r->nbinds; i++)
-        if (strcasecmp(r->binds[i].topic, topic) == 0 && strcmp(r->binds[i].field, field) == 0)
+        if (r->binds[i].shard == shard && strcasecmp(r->binds[i].topic, topic) == 0 &&
+            strcmp(r->binds[i].field, field) == 0)
             return i;
     return -1;
 }
 
-void cq_route_live(cq_route_t *r, const char *topic, uint64_t epoch, uint64_t offset,
-                   uint64_t prev_offset, const char *key_field, const char *key, cq_buf_t *event)
+void cq_route_live(cq_route_t *r, const char *topic, uint32_t shard, uint64_t epoch,
+                   uint64_t offset, uint64_t prev_offset, const char *key_field, const char *key,
+                   cq_buf_t *event)
 {
-    int i = topic && key_field ? bind_index(r, topic, key_field) : -1;
+    int i = topic && key_field ? bind_index(r, topic, key_field, shard) : -1;
     if (i < 0 || !event || !key)
         return;
     rbind_t *b = &r->binds[i];
@@ -307,7 +335,9 @@ cq_route_t *cq_route_new(const cq_route_limits_t *lim, uint32_t shard,
     l->gets_max = l->gets_max ? l->gets_max : 256;
     l->flush_ms = l->flush_ms ? l->flush_ms : 1000;
     l->idle_ms = l->idle_ms ? l->idle_ms : 60000;
-    r->shard = shard;
+    r->own = shard;
+    if (shard != CQ_ROUTE_NO_SHARD)
+        r->shards[r->nshards++] = shard;
     r->position = position;
     r->ud = ud;
     r->next_id = 1;
@@ -541,6 +571,7 @@ static void issue(cq_route_t *r, rread_t *rd)
     r->reads_issued++;
     r->st.reads++;
     n->a.id = rd->id;
+    n->a.shard = r->binds[rd->b].shard;
     snprintf(n->a.topic, sizeof(n->a.topic), "%s", r->binds[rd->b].topic);
     n->a.from = rd->from;
     n->a.max = r->lim.chunk_events;
@@ -645,7 +676,7 @@ static void rows_apply(cq_route_t *r, rread_t *rd, const cq_resume_row_t *rows, 
             if (rows[k].producer_id)
                 snprintf(pid, sizeof(pid), "%" PRIu64, rows[k].producer_id);
             cq_topic_event_t te = {
-                b->topic,        r->shard, epoch,       rows[k].offset,  prev,
+                b->topic,        b->shard, epoch,       rows[k].offset,  prev,
                 rows[k].time_ms, pid,      rows[k].seq, rows[k].content, rows[k].len};
             cq_buf_t *ev = cq_topic_event_encode(&te);
             for (rsess_t *s = first; s && ev; s = s->next_in_row)
@@ -708,8 +739,8 @@ void cq_route_rows(cq_route_t *r, uint64_t read_id, int err, const cq_resume_row
 static oent_t *oent_get(cq_route_t *r, const rbind_t *b, const char *key, bool create)
 {
     char consumer[129], mkey[sizeof(((oent_t *)0)->mkey)];
-    cq_route_consumer_id(b->field, key, consumer);
-    snprintf(mkey, sizeof(mkey), "%s\x1f%s", b->topic, consumer);
+    position_id(r, b, key, consumer);
+    snprintf(mkey, sizeof(mkey), "%s\x1f%u\x1f%s", b->topic, b->shard, consumer);
     oent_t *e = cq_smap_get(&r->offsets, mkey);
     if (e || !create)
         return e;
@@ -732,6 +763,7 @@ static oent_t *oent_get(cq_route_t *r, const rbind_t *b, const char *key, bool c
     cq_list_init(&e->get_node);
     snprintf(e->mkey, sizeof(e->mkey), "%s", mkey);
     snprintf(e->topic, sizeof(e->topic), "%s", b->topic);
+    e->shard = b->shard;
     snprintf(e->consumer, sizeof(e->consumer), "%s", consumer);
     if (cq_smap_put(&r->offsets, e->mkey, e) < 0) {
         cq_free(e);
@@ -753,6 +785,7 @@ static bool op(cq_route_t *r, oent_t *e, int kind)
         return false;
     }
     n->a.id = e->tag;
+    n->a.shard = e->shard;
     snprintf(n->a.topic, sizeof(n->a.topic), "%s", e->topic);
     snprintf(n->a.consumer, sizeof(n->a.consumer), "%s", e->consumer);
     n->a.offset = e->offset;
@@ -797,10 +830,11 @@ static void got_offset(cq_route_t *r, oent_t *e)
             continue;
         for (int bi = 0; bi < r->nbinds; bi++) {
             rbind_t *b = &r->binds[bi];
-            if (s->cur[bi] != AWAITED || strcasecmp(b->topic, e->topic) != 0)
+            if (s->cur[bi] != AWAITED || b->shard != e->shard ||
+                strcasecmp(b->topic, e->topic) != 0)
                 continue;
             char consumer[129];
-            cq_route_consumer_id(b->field, s->key, consumer);
+            position_id(r, b, s->key, consumer);
             if (strcmp(consumer, e->consumer) != 0)
                 continue;
             uint64_t pushed = pushed_of(r, b, NULL);
@@ -935,12 +969,12 @@ int cq_route_ack(cq_route_t *r, const char *key, const void *body, size_t len, u
     r->st.acks++;
     for (size_t k = 0; k < m->n_positions; k++) {
         const Chanqpb__TopicPosition *p = m->positions[k];
-        if (!p->topic || p->shard != r->shard)
+        if (!p->topic)
             continue;
         for (int bi = 0; bi < r->nbinds; bi++) {
             rbind_t *b = &r->binds[bi];
             uint64_t epoch = 0, pushed;
-            if (strcasecmp(b->topic, p->topic) != 0)
+            if (b->shard != p->shard || strcasecmp(b->topic, p->topic) != 0)
                 continue;
             pushed = pushed_of(r, b, &epoch);
             if (p->epoch != epoch || p->offset > pushed)
@@ -1079,20 +1113,49 @@ void cq_route_topics_clear(cq_route_t *r)
     r->nbinds = 0;
 }
 
+static int stream_add(cq_route_t *r, const char *topic, const char *key_field, uint32_t shard,
+                      uint32_t msg_type);
+
+int cq_route_add_shard(cq_route_t *r, uint32_t shard)
+{
+    for (uint32_t k = 0; k < r->nshards; k++)
+        if (r->shards[k] == shard)
+            return 0;
+    if (r->nbinds)
+        return -EBUSY;
+    if (r->nshards == CQ_ROUTE_SHARDS_MAX)
+        return -ENOSPC;
+    r->shards[r->nshards++] = shard;
+    return 0;
+}
+
 int cq_route_topic(cq_route_t *r, const char *topic, const char *key_field, uint32_t msg_type)
 {
     if (!topic || !*topic || strlen(topic) > 64 || !key_field || !*key_field ||
         strlen(key_field) > 64)
         return -EINVAL;
-    if (bind_index(r, topic, key_field) >= 0)
+    if (r->nshards && bind_index(r, topic, key_field, r->shards[0]) >= 0)
         return 0;
-    if (r->nbinds == BINDS_MAX)
+    if (r->nbinds + (int)r->nshards > BINDS_MAX)
         return -ENOSPC;
+    for (uint32_t k = 0; k < r->nshards; k++) {
+        int rc = stream_add(r, topic, key_field, r->shards[k], msg_type);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* One stream of a route binding declared anew. */
+static int stream_add(cq_route_t *r, const char *topic, const char *key_field, uint32_t shard,
+                      uint32_t msg_type)
+{
     rbind_t *b = &r->binds[r->nbinds];
     if (!(b->ring = cq_calloc(r->lim.ring_events, sizeof(*b->ring))))
         return -ENOMEM;
     snprintf(b->topic, sizeof(b->topic), "%s", topic);
     snprintf(b->field, sizeof(b->field), "%s", key_field);
+    b->shard = shard;
     b->msg_type = msg_type;
     b->cap = r->lim.ring_events;
     b->head_seq = 1;
@@ -1100,7 +1163,7 @@ int cq_route_topic(cq_route_t *r, const char *topic, const char *key_field, uint
     uint64_t pushed = 0;
     /* Known on the engine's thread: the live events from now on are kept. Else (before the MQ
      * engine runs) the ring is anchored by the first live event. */
-    b->ring_from = r->position(r->ud, b->topic, r->shard, &b->epoch, &pushed) ? pushed : UNANCHORED;
+    b->ring_from = r->position(r->ud, b->topic, shard, &b->epoch, &pushed) ? pushed : UNANCHORED;
     r->nbinds++;
     return 0;
 }

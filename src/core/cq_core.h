@@ -205,11 +205,8 @@ int cq_shared_inject_broadcast(cq_shared_t *sh, uint32_t chan_id, uint32_t msg_t
  * connection not authenticated yet, a server connection, and one closing get nothing. Returns
  * the number of workers posted to (cq_shared_workers: all or none), -EINVAL (pit NULL or
  * empty), CQ_ETOOBIG, -ENOMEM or -ENOTSUP. A connection whose login catch-up is under way
- * (route_hold) skips the event, which its catch-up carries, unless flags has
- * CQ_INJECT_UNHELD: an event no catch-up carries (another shard's, doc/bridge.md "Shards"). */
-#define CQ_INJECT_UNHELD 1u
-int cq_shared_inject_route(cq_shared_t *sh, const char *pit, uint32_t msg_type, cq_buf_t *body,
-                           unsigned flags);
+ * (route_hold) skips the event, which its catch-up carries (every shard's: doc/bridge.md). */
+int cq_shared_inject_route(cq_shared_t *sh, const char *pit, uint32_t msg_type, cq_buf_t *body);
 
 /* ---- bridge resume (resume.c; doc/bridge.md "Resume", doc/threads.md "Bridge resume") ----
  *

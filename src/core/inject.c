@@ -91,8 +91,7 @@ int cq_shared_inject_broadcast(cq_shared_t *sh, uint32_t chan_id, uint32_t msg_t
 
 /* Every message is made before any is posted: an event reaches all of the player's
  * connections or, on OOM, none, which the caller can retry; never some of them. */
-int cq_shared_inject_route(cq_shared_t *sh, const char *pit, uint32_t msg_type, cq_buf_t *body,
-                           unsigned flags)
+int cq_shared_inject_route(cq_shared_t *sh, const char *pit, uint32_t msg_type, cq_buf_t *body)
 {
     if (!pit || !*pit)
         return -EINVAL;
@@ -112,7 +111,6 @@ int cq_shared_inject_route(cq_shared_t *sh, const char *pit, uint32_t msg_type, 
         }
         memcpy(ms[w]->body, pit, len);
         ms[w]->buf = cq_buf_ref(rec);
-        ms[w]->u1 = flags & CQ_INJECT_UNHELD;
     }
     cq_buf_unref(rec); /* the messages hold it now */
     for (int w = 0; w < nw; w++)
@@ -153,8 +151,8 @@ void cq__inject_route(cq_core_t *c, const cq_xmsg_t *m)
         ids[i] = e->conns[i]->id;
     for (uint32_t i = 0; i < n; i++) {
         cq_conn_t *conn = cq_map_get(&c->conns, ids[i]);
-        /* held: its login's catch-up carries it (resume.c), unless no catch-up does */
-        if (conn && (!conn->route_hold || (m->u1 & CQ_INJECT_UNHELD)))
+        /* held: its login's catch-up carries it (resume.c) */
+        if (conn && !conn->route_hold)
             cq__conn_push(c, conn, m->buf);
     }
     if (ids != small)

@@ -140,11 +140,11 @@ static void declare_resume(cq_main_bridge_t *b, const cq_binding_t *bd)
 }
 
 /* Whether logins get a catch-up (and their routed events are held meanwhile): a route binding
- * is in force, and the node bridges a store of its own. A relay node bridges only the shards
- * it follows, which the catch-up does not read: its players get their routed events live. */
+ * is in force. Its positions are in the shards' stores (this node's own, and the followed
+ * shards' through the follower), so a relay node's players get theirs too. */
 static bool route_on(const cq_main_bridge_t *b)
 {
-    return cq_route_active(b->rt) && !b->relay;
+    return cq_route_active(b->rt);
 }
 
 /* The resume and route engines' topics, and the "topic" channels to ask for. */
@@ -207,16 +207,13 @@ static bool log_now(cq_main_bridge_t *b)
 
 /* One output to the core: a broadcast binding's channel (GLOBAL: "topic" channels are refused
  * at load), or the player's connections. */
-static void deliver(cq_main_bridge_t *b, const cq_bridge_out_t *o, bool own)
+static void deliver(cq_main_bridge_t *b, const cq_bridge_out_t *o)
 {
     bool ok = true;
     uint32_t ch = o->b->kind == CQ_BIND_BROADCAST ? binding_chan(b, o->b, &ok) : 0;
-    /* a followed shard's routed event is in no login catch-up (route.c reads this node's own
-     * shard): a player whose catch-up is under way gets it live */
-    unsigned rf = own ? 0 : CQ_INJECT_UNHELD;
     int r = !ok ? -EAGAIN /* its channel is not made yet: nobody can be on it */
             : o->b->kind == CQ_BIND_ROUTE
-                ? cq_shared_inject_route(b->sh, o->key, o->b->msg_type, o->event, rf)
+                ? cq_shared_inject_route(b->sh, o->key, o->b->msg_type, o->event)
                 : cq_shared_inject_broadcast(b->sh, ch, o->b->msg_type, o->event);
     if (r >= 0)
         return;
@@ -227,8 +224,8 @@ static void deliver(cq_main_bridge_t *b, const cq_bridge_out_t *o, bool own)
 
 /* One committed message of a bound topic, from this node's store (the MQ engine's sink) or
  * from a followed shard (the follower): deduplicated across shards by the bridge engine, then
- * delivered. Every shard feeds the resume's rings (a stream per topic and shard); the route
- * catch-up reads this node's own shard only. */
+ * delivered. Every shard feeds the resume's and the route catch-up's rings (a stream per topic
+ * and shard). */
 static void on_event(cq_main_bridge_t *b, const cq_mqsrv_event_t *ev)
 {
     char pid[24] = "";
@@ -240,15 +237,15 @@ static void on_event(cq_main_bridge_t *b, const cq_mqsrv_event_t *ev)
     int n = cq_bridge_event(b->br, &te, out, CQ_BRIDGE_BINDINGS_MAX);
     if (n < 0 && log_now(b))
         CQ_WARN("bridge", "topic %s offset %" PRIu64 ": %s", ev->topic, ev->offset, cq_strerror(n));
-    bool rung = false, own = ev->shard == b->shard;
+    bool rung = false;
     for (int i = 0; i < n; i++) {
-        deliver(b, &out[i], own);
+        deliver(b, &out[i]);
         if (out[i].b->kind == CQ_BIND_BROADCAST && !rung) { /* one encode for all */
             cq_resume_live(b->rs, ev->topic, ev->shard, ev->epoch, ev->offset, out[i].prev_offset,
                            out[i].event);
             rung = true;
-        } else if (own && out[i].b->kind == CQ_BIND_ROUTE) {
-            cq_route_live(b->rt, ev->topic, ev->epoch, ev->offset, out[i].prev_offset,
+        } else if (out[i].b->kind == CQ_BIND_ROUTE) {
+            cq_route_live(b->rt, ev->topic, ev->shard, ev->epoch, ev->offset, out[i].prev_offset,
                           out[i].b->key, out[i].key, out[i].event);
         }
         cq_buf_unref(out[i].event);
@@ -407,13 +404,34 @@ static void run_route_send(cq_main_bridge_t *b, const cq_route_action_t *a)
         send_failed(b, &b->rt_applied, a->conn_id, "login catch-up", r);
 }
 
-/* The route engine's actions: reads and offsets to the store's threads, chunks to the
- * connections' workers. A refusal comes back at once as the action's result. */
+/* A route action on a followed shard: a consume, or an offset of the player's instance, on its
+ * link, answered in follow_rows / follow_offset. */
+static void run_route_followed(cq_main_bridge_t *b, const cq_route_action_t *a)
+{
+    if (!b->fw && a->kind == CQ_ROUTE_READ)
+        cq_route_rows(b->rt, a->id, -ENOENT, NULL, 0, cq_clock_mono_ms());
+    else if (!b->fw)
+        cq_route_offset(b->rt, a->id, -EIO, 0, cq_clock_mono_ms());
+    else if (a->kind == CQ_ROUTE_READ)
+        cq_mqfollow_read(b->fw, a->shard, a->topic, a->from, a->max, a->id | ROUTE_TAG);
+    else
+        cq_mqfollow_offset(b->fw, a->shard, a->topic, a->consumer, a->kind == CQ_ROUTE_COMMIT,
+                           a->offset, a->id);
+}
+
+/* The route engine's actions: reads and offsets to the store's threads (or the follower's
+ * links), chunks to the connections' workers. A refusal comes back at once as the action's
+ * result. */
 static void run_route_actions(cq_main_bridge_t *b, cq_mqsrv_t *s)
 {
     cq_route_action_t a;
     while (cq_route_next(b->rt, &a)) {
         int r = 0;
+        if (a.kind != CQ_ROUTE_SEND && a.shard != b->shard) {
+            run_route_followed(b, &a);
+            cq_route_action_done(&a);
+            continue;
+        }
         switch (a.kind) {
         case CQ_ROUTE_READ:
             if ((r = cq_mqsrv_sink_read(s, a.topic, a.from, a.max, a.id | ROUTE_TAG)) < 0)
@@ -849,8 +867,22 @@ static void follow_rows(void *ud, uint64_t tag, int err, const cq_mqfollow_row_t
     _Static_assert(sizeof(cq_mqfollow_row_t) == sizeof(cq_resume_row_t) &&
                        offsetof(cq_mqfollow_row_t, content) == offsetof(cq_resume_row_t, content),
                    "a followed shard's rows are resume rows");
-    cq_resume_rows(b->rs, tag, err, (const cq_resume_row_t *)(const void *)rows, n,
-                   cq_clock_mono_ms());
+    const cq_resume_row_t *rr = (const cq_resume_row_t *)(const void *)rows;
+    if (tag & ROUTE_TAG)
+        cq_route_rows(b->rt, tag & ~ROUTE_TAG, err, rr, n, cq_clock_mono_ms());
+    else
+        cq_resume_rows(b->rs, tag, err, rr, n, cq_clock_mono_ms());
+    run_actions(b, mq);
+}
+
+static void follow_offset(void *ud, uint64_t tag, int err, uint64_t offset)
+{
+    cq_main_bridge_t *b = ud;
+    cq_mqsrv_t *mq = atomic_load(&b->mq);
+    if (atomic_load(&b->stopped) || !mq)
+        return;
+    /* -ENOENT is "never committed" for the engine; a refusal (not master) is written again */
+    cq_route_offset(b->rt, tag, err, offset, cq_clock_mono_ms());
     run_actions(b, mq);
 }
 
@@ -870,6 +902,7 @@ static int make_follower(cq_main_bridge_t *b, const cq_config_t *c, char *err, s
                             .token = token,
                             .on_event = follow_event,
                             .on_rows = follow_rows,
+                            .on_offset = follow_offset,
                             .ud = b};
     if (!(b->fw = cq_mqfollow_new(&o))) {
         snprintf(err, errlen, "--bridge-follow: out of memory");
@@ -885,8 +918,10 @@ static int make_follower(cq_main_bridge_t *b, const cq_config_t *c, char *err, s
         r = CQ_ECONFIG;
     }
     cq_resume_topics_clear(b->rs); /* the shards first, then the topics: a stream per shard */
+    cq_route_topics_clear(b->rt);
     for (size_t i = 0; r == 0 && i < cq_mqfollow_nlinks(b->fw); i++)
-        if ((r = cq_resume_add_shard(b->rs, cq_mqfollow_shard(b->fw, i))) < 0)
+        if ((r = cq_resume_add_shard(b->rs, cq_mqfollow_shard(b->fw, i))) < 0 ||
+            (r = cq_route_add_shard(b->rt, cq_mqfollow_shard(b->fw, i))) < 0)
             snprintf(why, sizeof(why), "cannot resume shard %u: %s", cq_mqfollow_shard(b->fw, i),
                      cq_strerror(r));
     if (r < 0) {
@@ -934,7 +969,10 @@ int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
     cq_route_limits_t rlim = {.ring_events = (uint32_t)c->bridge_ring_events,
                               .chunk_events = (uint32_t)c->bridge_resume_chunk,
                               .sends_max = (uint32_t)c->bridge_resume_inflight};
-    if (r == 0 && !(b->rt = cq_route_new(&rlim, (uint32_t)c->shard, resume_position, b)))
+    /* a relay node bridges no store of its own (check()): its route streams are the followed
+     * shards' alone */
+    uint32_t own = *c->relay_nats ? CQ_ROUTE_NO_SHARD : (uint32_t)c->shard;
+    if (r == 0 && !(b->rt = cq_route_new(&rlim, own, resume_position, b)))
         r = -ENOMEM;
     if (r == 0) {
         cq_mpsc_init(&b->asks);

@@ -414,7 +414,7 @@ static void run_route(const uint8_t *d, size_t n)
         cq_topic_event_t te = {"rel", 0, 3, o, o - 1, 1000, "", 0, (const uint8_t *)c, strlen(c)};
         cq_buf_t *b = cq_topic_event_encode(&te);
         if (b)
-            cq_route_live(r, "rel", 3, o, o - 1, "user_id", key, b);
+            cq_route_live(r, "rel", 0, 3, o, o - 1, "user_id", key, b);
         cq_buf_unref(b);
     }
     uint64_t stored = n && d[0] != 0xff ? d[0] % 21 : 0, acked = 0;

@@ -19,17 +19,18 @@
 #include <string.h>
 #include <strings.h>
 
-/* ---- the fake MQ engine: one topic "vip", shard 2, epoch 5 ---- */
+/* ---- the fake MQ engine: one topic "vip", shard 2, epoch 5 (and a followed shard 4, epoch
+ * 9, in test_followed_shard) ---- */
 
-static uint64_t f_pushed;
+static uint64_t f_pushed, f_pushed4;
 
 static bool position(void *ud, const char *topic, uint32_t shard, uint64_t *epoch, uint64_t *pushed)
 {
     (void)ud;
-    if (strcasecmp(topic, "vip") != 0 || shard != 2)
+    if (strcasecmp(topic, "vip") != 0 || (shard != 2 && shard != 4))
         return false;
-    *epoch = 5;
-    *pushed = f_pushed;
+    *epoch = shard == 2 ? 5 : 9;
+    *pushed = shard == 2 ? f_pushed : f_pushed4;
     return true;
 }
 
@@ -58,7 +59,7 @@ static void live(cq_route_t *r, uint64_t from, uint64_t to)
         char key[8];
         snprintf(key, sizeof(key), "u%llu", (unsigned long long)(o % 3));
         f_pushed = o;
-        cq_route_live(r, "vip", 5, o, o - 1, "user_id", key, b);
+        cq_route_live(r, "vip", 2, 5, o, o - 1, "user_id", key, b);
         cq_buf_unref(b);
     }
 }
@@ -369,6 +370,127 @@ static void test_consumer_ids(void **state)
     long_key[127] = '\0';
     cq_route_consumer_id("user_id", long_key, out);
     assert_memory_equal(out, "bridge#", 7);
+    /* an instance id on a followed shard: the same up to 100 bytes, the hash past them */
+    cq_route_instance_id("user_id", "42", out);
+    assert_string_equal(out, "bridge/user_id/42");
+    long_key[100 - 15] = '\0'; /* "bridge/user_id/" + 85 = 100 bytes */
+    cq_route_instance_id("user_id", long_key, out);
+    assert_int_equal(strlen(out), 100);
+    long_key[100 - 15] = 'k';
+    long_key[101 - 15] = '\0';
+    cq_route_instance_id("user_id", long_key, out);
+    assert_int_equal(strlen(out), 7 + 32);
+    cq_route_consumer_id("user_id", long_key, again);
+    assert_int_equal(strlen(again), 101); /* this node's own store takes 128 */
+}
+
+/* A followed shard (4, epoch 9) beside the own one (2): a stream each. A login reads its offset
+ * on both, the followed one as an instance id with the action naming shard 4; reads of the
+ * followed shard name it too; the catch-up walks both and the FINAL waits for both cursors; an
+ * ack of shard 4 writes to shard 4, one of a shard without a stream is ignored. */
+static void test_followed_shard(void **state)
+{
+    (void)state;
+    f_pushed = 0;
+    f_pushed4 = 0;
+    cq_route_t *r = cq_route_new(&(cq_route_limits_t){.ring_events = 4}, 2, position, NULL);
+    assert_non_null(r);
+    assert_int_equal(cq_route_add_shard(r, 4), 0);
+    assert_int_equal(cq_route_topic(r, "vip", "user_id", 300), 0);
+    assert_int_equal(cq_route_add_shard(r, 6), -EBUSY);
+    live(r, 0, 3);
+    for (uint64_t o = 1; o <= 12; o++) { /* shard 4: u1's are 1, 4, 7, 10; the ring keeps 9..12 */
+        char c[64], key[8];
+        content_of(o, c, sizeof(c));
+        snprintf(key, sizeof(key), "u%llu", (unsigned long long)(o % 3));
+        cq_topic_event_t te = {"vip", 4, 9, o, o - 1, 1000, "", 0, (const uint8_t *)c, strlen(c)};
+        cq_buf_t *b = cq_topic_event_encode(&te);
+        f_pushed4 = o;
+        cq_route_live(r, "vip", 4, 9, o, o - 1, "user_id", key, b);
+        cq_buf_unref(b);
+    }
+    cq_route_login(r, 1, "u1", 0);
+    cq_route_action_t a;
+    uint64_t t2, t4;
+    assert_true(cq_route_next(r, &a));
+    assert_int_equal(a.kind, CQ_ROUTE_GET);
+    assert_int_equal(a.shard, 2);
+    assert_string_equal(a.consumer, "bridge/user_id/u1");
+    t2 = a.id;
+    cq_route_action_done(&a);
+    assert_true(cq_route_next(r, &a));
+    assert_int_equal(a.kind, CQ_ROUTE_GET);
+    assert_int_equal(a.shard, 4);
+    assert_string_equal(a.consumer, "bridge/user_id/u1");
+    t4 = a.id;
+    cq_route_action_done(&a);
+    cq_route_offset(r, t2, -ENOENT, 0, 0);
+    expect_none(r); /* the walk waits for shard 4's offset */
+    cq_route_offset(r, t4, 0, 2, 0);
+    assert_true(cq_route_next(r, &a)); /* shard 2 from the ring: 1; shard 4 after 2: a read */
+    assert_int_equal(a.kind, CQ_ROUTE_READ);
+    assert_int_equal(a.shard, 4);
+    assert_int_equal(a.from, 2);
+    uint64_t id = a.id;
+    cq_route_action_done(&a);
+    cq_resume_row_t v[10];
+    char text[10][64];
+    for (uint64_t o = 3; o <= 12; o++) {
+        content_of(o, text[o - 3], sizeof(text[0]));
+        v[o - 3] =
+            (cq_resume_row_t){o, 1000, 0, 0, (const uint8_t *)text[o - 3], strlen(text[o - 3])};
+    }
+    cq_route_rows(r, id, 0, v, 10, 0);
+    assert_true(cq_route_next(r, &a));
+    assert_int_equal(a.kind, CQ_ROUTE_SEND);
+    assert_true(a.final);
+    uint64_t want[][2] = {{2, 1}, {4, 4}, {4, 7}, {4, 10}};
+    assert_int_equal(a.nevs, 4);
+    for (size_t i = 0; i < 4; i++) {
+        Chanqpb__TopicEvent *e =
+            chanqpb__topic_event__unpack(NULL, a.evs[i].event->len, a.evs[i].event->data);
+        assert_int_equal(e->shard, want[i][0]);
+        assert_int_equal(e->epoch, want[i][0] == 2 ? 5 : 9);
+        assert_int_equal(e->offset, want[i][1]);
+        chanqpb__topic_event__free_unpacked(e, NULL);
+    }
+    cq_route_action_done(&a);
+    ack(r, "u1", 6, 9, 10); /* no stream on shard 6 */
+    ack(r, "u1", 4, 5, 10); /* shard 2's epoch */
+    cq_route_tick(r, 100);
+    expect_none(r);
+    ack(r, "u1", 4, 9, 10);
+    cq_route_tick(r, 200);
+    assert_true(cq_route_next(r, &a));
+    assert_int_equal(a.kind, CQ_ROUTE_COMMIT);
+    assert_int_equal(a.shard, 4);
+    assert_string_equal(a.consumer, "bridge/user_id/u1");
+    assert_int_equal(a.offset, 10);
+    cq_route_action_done(&a);
+    expect_none(r);
+    cq_route_free(r);
+}
+
+/* A relay node has no store of its own: its streams are the followed shards' alone. */
+static void test_no_own_shard(void **state)
+{
+    (void)state;
+    f_pushed4 = 0;
+    cq_route_t *r = cq_route_new(NULL, CQ_ROUTE_NO_SHARD, position, NULL);
+    assert_int_equal(cq_route_add_shard(r, 4), 0);
+    assert_int_equal(cq_route_topic(r, "vip", "user_id", 300), 0);
+    cq_route_login(r, 1, "u1", 0);
+    cq_route_action_t a;
+    assert_true(cq_route_next(r, &a));
+    assert_int_equal(a.kind, CQ_ROUTE_GET);
+    assert_int_equal(a.shard, 4);
+    uint64_t t = a.id;
+    cq_route_action_done(&a);
+    expect_none(r);
+    cq_route_offset(r, t, -ENOENT, 0, 0);
+    uint64_t none[] = {0};
+    expect_send(r, 1, true, none);
+    cq_route_free(r);
 }
 
 /* The hold has a bound: logins that keep coming do not keep a read waiting past 1 s. */
@@ -470,6 +592,8 @@ int main(void)
         cmocka_unit_test(test_chunks_and_pacing),
         cmocka_unit_test(test_idle_reload_refused),
         cmocka_unit_test(test_consumer_ids),
+        cmocka_unit_test(test_followed_shard),
+        cmocka_unit_test(test_no_own_shard),
         cmocka_unit_test(test_read_hold_bound),
         cmocka_unit_test(test_ring_by_key),
         cmocka_unit_test(test_gets_queue),

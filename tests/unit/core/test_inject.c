@@ -213,7 +213,7 @@ static void test_route_reaches_the_players_clients(void **state)
     cq_buf_t *b[2] = {event_body("vip 3"), event_body("vip 4")};
     uint32_t t1 = 30010, t2 = 30011;
     memset(wakes, 0, sizeof(wakes));
-    assert_int_equal(cq_shared_inject_route(E.sh, "alice", t1, b[0], 0), 3);
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", t1, b[0]), 3);
     for (int w = 0; w < 3; w++) /* every worker, once */
         assert_int_equal(wakes[w], 1);
     pump();
@@ -224,7 +224,7 @@ static void test_route_reaches_the_players_clients(void **state)
     assert_true(nothing(late));
     auth_pit(late, "alice");
     auth_pit(a1, "alice"); /* again */
-    assert_int_equal(cq_shared_inject_route(E.sh, "alice", t2, b[1], 0), 3);
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", t2, b[1]), 3);
     pump();
     got_exactly(a1, 0, &t2, &b[1], 1);
     got_exactly(a2, 0, &t2, &b[1], 1);
@@ -247,8 +247,8 @@ static void test_route_many_connections(void **state)
         a[i] = player(CQ_CONN_CLIENT, "alice");
     cq_buf_t *b[2] = {event_body("one"), event_body("two")};
     uint32_t types[2] = {30030, 30031};
-    assert_int_equal(cq_shared_inject_route(E.sh, "alice", types[0], b[0], 0), 3);
-    assert_int_equal(cq_shared_inject_route(E.sh, "alice", types[1], b[1], 0), 3);
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", types[0], b[0]), 3);
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", types[1], b[1]), 3);
     pump();
     for (int i = 0; i < 27; i++)
         got_exactly(a[i], 0, types, b, 2);
@@ -282,7 +282,7 @@ static void test_route_after_close(void **state)
     cq_core_conn_close(E.cores[a1->worker], a1->conn, 0, "test close");
     assert_int_equal(indexed(a1->worker, "alice"), 0); /* a1 was alone on its worker */
     /* injected while a1 is closing, not released yet */
-    assert_int_equal(cq_shared_inject_route(E.sh, "alice", t, b, 0), 3);
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", t, b), 3);
     pump(); /* handles it, then releases a1 */
     assert_true(a1->released);
     got_exactly(a2, 0, &t, &b, 1);
@@ -292,7 +292,7 @@ static void test_route_after_close(void **state)
     a2->closed = a2->released = 1;
     cq_core_conn_close(E.cores[a3->worker], a3->conn, 0, "test close");
     pump();
-    assert_int_equal(cq_shared_inject_route(E.sh, "alice", t, b, 0), 3);
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", t, b), 3);
     pump();
     for (int w = 0; w < 3; w++)
         assert_int_equal(cq_smap_count(&E.cores[w]->pits), 0);
@@ -319,7 +319,7 @@ static void test_inbox_counts_events(void **state)
         else
             assert_int_equal(q, 0);
     }
-    assert_int_equal(cq_shared_inject_route(E.sh, "nobody", 30002, b, 0), 3);
+    assert_int_equal(cq_shared_inject_route(E.sh, "nobody", 30002, b), 3);
     for (int w = 0; w < 3; w++)
         assert_true(atomic_load(&E.cores[w]->inbox_bytes) >=
                     (int64_t)sizeof(big) * (w == home ? 2 : 1));
@@ -335,16 +335,16 @@ static void test_refusals(void **state)
     (void)state;
     up();
     cq_buf_t *b = event_body("x");
-    assert_int_equal(cq_shared_inject_route(E.sh, NULL, 30001, b, 0), -EINVAL);
-    assert_int_equal(cq_shared_inject_route(E.sh, "", 30001, b, 0), -EINVAL);
+    assert_int_equal(cq_shared_inject_route(E.sh, NULL, 30001, b), -EINVAL);
+    assert_int_equal(cq_shared_inject_route(E.sh, "", 30001, b), -EINVAL);
     static uint8_t huge[CQ_WIRE_MAX_RECORD];
     cq_buf_t *h = cq_buf_from(huge, sizeof(huge));
     assert_int_equal(cq_shared_inject_broadcast(E.sh, 0, 30001, h), CQ_ETOOBIG);
-    assert_int_equal(cq_shared_inject_route(E.sh, "alice", 30001, h, 0), CQ_ETOOBIG);
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", 30001, h), CQ_ETOOBIG);
     cq_buf_unref(h);
     /* an empty body: a ServerForwardMessage with clientConnId 0 and no payload */
     fconn_t *a = player(CQ_CONN_CLIENT, "alice");
-    assert_int_equal(cq_shared_inject_route(E.sh, "alice", 30003, NULL, 0), 3);
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", 30003, NULL), 3);
     pump();
     cq_mp_t mp;
     uint8_t body[16];
@@ -525,9 +525,9 @@ static void test_resume_hold(void **state)
     env_down();
 }
 
-/* A login's catch-up holds the player's routed events back (its chunks carry them), except
- * those flagged CQ_INJECT_UNHELD, which no catch-up carries (another shard's). */
-static void test_route_hold_unheld(void **state)
+/* A login's catch-up holds the player's routed events back (its chunks carry them, every
+ * shard's); after its FINAL they flow again. */
+static void test_route_hold(void **state)
 {
     (void)state;
     client_fsm_json = "{\"States\": [{\"Name\": \"INIT\", \"MsgTypeWhitelist\": \"1\"},"
@@ -539,12 +539,16 @@ static void test_route_hold_unheld(void **state)
     fconn_t *a = player(CQ_CONN_CLIENT, "alice");
     assert_int_equal(nasks, 1);
     assert_int_equal(asks[0].what, CQ_RESUME_ASK_LOGIN);
-    cq_buf_t *b[2] = {event_body("held"), event_body("unheld")};
+    cq_buf_t *b[2] = {event_body("held"), event_body("after")};
     uint32_t t = 30030;
-    assert_int_equal(cq_shared_inject_route(E.sh, "alice", t, b[0], 0), 3);
-    assert_int_equal(cq_shared_inject_route(E.sh, "alice", t, b[1], CQ_INJECT_UNHELD), 3);
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", t, b[0]), 3);
     pump();
-    got_exactly(a, 0, &t, &b[1], 1); /* the held one is the catch-up's */
+    got_exactly(a, 0, &t, b, 0); /* the held one is the catch-up's */
+    assert_int_equal(cq_shared_route_chunk(E.sh, a->conn->id, true, NULL, NULL, 0), 0);
+    pump();
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", t, b[1]), 3);
+    pump();
+    got_exactly(a, 0, &t, &b[1], 1);
     cq_buf_unref(b[0]);
     cq_buf_unref(b[1]);
     env_down();
@@ -562,7 +566,7 @@ static void test_relay_node_local(void **state)
     assert_int_equal(cq_shared_inject_broadcast(E.sh, 0, 30001, b), 0);
     for (int w = 0; w < 3; w++) /* every worker of the node, once each */
         assert_true((in[w] = (int64_t)atomic_load(&E.cores[w]->inbox_bytes)) > 0);
-    assert_int_equal(cq_shared_inject_route(E.sh, "alice", 30001, b, 0), 3);
+    assert_int_equal(cq_shared_inject_route(E.sh, "alice", 30001, b), 3);
     for (int w = 0; w < 3; w++)
         assert_true((int64_t)atomic_load(&E.cores[w]->inbox_bytes) > in[w]);
     pump(); /* no subscriber and no player here: nothing, and nothing leaks */
@@ -581,7 +585,7 @@ int main(void)
         cmocka_unit_test(test_route_after_close),
         cmocka_unit_test(test_inbox_counts_events),
         cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_route_hold_unheld),
+        cmocka_unit_test(test_route_hold),
         cmocka_unit_test(test_relay_node_local),
         cmocka_unit_test(test_resume_hold),
     };
