@@ -9,7 +9,7 @@ pkgs=(gcc make meson ninja-build pkg-config python3 libuv1-dev libprotobuf-c-dev
 if [ "$level" = test ] || [ "$level" = bench ]; then
   pkgs+=(libcmocka-dev clang-14 libclang-rt-14-dev clang-format protobuf-compiler
         mariadb-server mariadb-client python3-websockets golang-go golang-github-xtaci-kcp-dev
-        chromium openssl prometheus
+        chromium openssl prometheus prometheus-alertmanager
         debhelper dpkg-dev)  # the package test (tests/package): dpkg-buildpackage
   command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
   # the cluster tests and scripts/cluster.sh: a 3-node ZooKeeper ensemble (Java)
