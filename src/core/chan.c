@@ -274,7 +274,7 @@ static uint32_t id_alloc(cq_core_t *c, uint32_t node);
 
 uint32_t cq__dir_alloc(cq_core_t *c)
 {
-    return id_alloc(c, 0);
+    return id_alloc(c, c->sh->node);
 }
 
 static uint32_t id_alloc(cq_core_t *c, uint32_t node)

@@ -596,7 +596,9 @@ void cq__inject_bc(cq_core_t *c, const cq_xmsg_t *m);
 void cq__inject_route(cq_core_t *c, const cq_xmsg_t *m);
 /* cq_core_free: the index's entries (empty by then, as every connection was released). */
 void cq__inject_free_all(cq_core_t *c);
-/* XM_TOPIC_CHAN: in the directory, then on the channel's worker. */
+/* XM_TOPIC_CHAN: in the directory, then on the channel's worker; u2 CQ_TOPIC_TOLD: the answer
+ * for this node's bridge. */
+#define CQ_TOPIC_TOLD 1u
 void cq__topic_chan(cq_core_t *c, cq_xmsg_t *m);
 
 /* resume.c (a bridge resume) */

@@ -258,6 +258,9 @@ int cq_shared_resume_chunk(cq_shared_t *sh, uint32_t chan_id, uint32_t conn_id, 
  * removes it. Its id comes back through the resume hook (CQ_RESUME_ASK_TOPIC_CHAN). Returns 0,
  * -EINVAL or -ENOMEM. */
 int cq_shared_topic_channel(cq_shared_t *sh, const char *metadata);
+/* A relay node: the node GLOBAL's home is on (0: not known yet; 0 also on one node). Its
+ * "topic" channels live there, so the bridge asks for them again when it changes. */
+uint32_t cq_shared_relay_home(const cq_shared_t *sh);
 
 /* Route bindings exist (any thread; the hook of cq_shared_set_resume must be set): from now on
  * a client's first successful AUTH asks CQ_RESUME_ASK_LOGIN and holds its routed events. */

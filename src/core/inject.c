@@ -16,7 +16,7 @@
  * as an XM_FANOUT (each walks its own subscribers of the channel, as for a fan-out from another
  * node) rather than through the channel's worker, which may be on another node and would fan
  * it out to every node again. A routed event goes to this node's workers, whose PIT indexes
- * hold this node's players. "topic" channels are not made on relay nodes. */
+ * hold this node's players. A relay's "topic" channels live on GLOBAL's home (below). */
 #include "core.h"
 
 #include "cq_alloc.h"
@@ -220,10 +220,11 @@ void cq__inject_free_all(cq_core_t *c)
 
 /* ---- "topic" channels (the bridge's thread, then the directory, then the channel's worker) --- */
 
+/* On a relay, the directory is on GLOBAL's home: every node's bridge asks there (u1 its node),
+ * the home finds or makes the channel, on itself, and tells the asking node (u2 CQ_TOPIC_TOLD).
+ * When the home moves, the bridges ask again (cq_shared_relay_home). */
 int cq_shared_topic_channel(cq_shared_t *sh, const char *metadata)
 {
-    if (sh->node)
-        return -ENOTSUP;
     size_t len = metadata ? strlen(metadata) + 1 : 0;
     if (len < 2 || len > 256)
         return -EINVAL;
@@ -231,15 +232,33 @@ int cq_shared_topic_channel(cq_shared_t *sh, const char *metadata)
     if (!m)
         return -ENOMEM;
     memcpy(m->body, metadata, len);
+    m->u1 = sh->node;
     cq__xmsg_post_outside(sh, cq_shared_chan_worker(sh, CQ_CHAN_ID_GLOBAL), m);
     return 0;
 }
 
-static void topic_chan_told(cq_core_t *c, uint32_t id, const char *metadata)
+uint32_t cq_shared_relay_home(const cq_shared_t *sh)
 {
+    return atomic_load_explicit(&sh->global_home, memory_order_relaxed);
+}
+
+/* The answer (id, 0: not made) for the bridge of node asker: this node's, or posted there. */
+static void topic_chan_told(cq_core_t *c, uint32_t asker, uint32_t id, const char *metadata)
+{
+    size_t len = strlen(metadata) + 1;
+    if (asker && asker != c->sh->node) {
+        cq_xmsg_t *x = cq__xmsg_new(XM_TOPIC_CHAN, len);
+        if (!x)
+            return; /* that bridge asks again at its next home change or reload */
+        memcpy(x->body, metadata, len);
+        x->chan_id = id;
+        x->u2 = CQ_TOPIC_TOLD;
+        cq__xmsg_post(c, cq__place_node(c, asker), x);
+        return;
+    }
     cq_core_resume_fn fn = atomic_load_explicit(&c->sh->resume_fn, memory_order_acquire);
     if (fn)
-        fn(c->sh->resume_ud, CQ_RESUME_ASK_TOPIC_CHAN, id, metadata, strlen(metadata) + 1);
+        fn(c->sh->resume_ud, CQ_RESUME_ASK_TOPIC_CHAN, id, metadata, len);
 }
 
 /* The directory: the SUBWORLD channel with this metadata if there is one (a reload, or a
@@ -252,7 +271,7 @@ static void topic_chan_dir(cq_core_t *c, const cq_xmsg_t *m)
     while (cq_map_next(&c->chaninfo, &it, &id, &v)) {
         const cq_chaninfo_t *i = v;
         if (i->type == CHANNELDPB__CHANNEL_TYPE__SUBWORLD && strcmp(i->metadata, md) == 0) {
-            topic_chan_told(c, id, md);
+            topic_chan_told(c, m->u1, id, md);
             return;
         }
     }
@@ -262,24 +281,48 @@ static void topic_chan_dir(cq_core_t *c, const cq_xmsg_t *m)
                 id ? "out of memory" : "no free channel id (--max-channels)");
         if (id)
             cq__dir_free_id(c, id);
-        topic_chan_told(c, 0, md);
+        topic_chan_told(c, m->u1, 0, md);
         return;
     }
     cq_xmsg_t *x = cq__xmsg_new(XM_TOPIC_CHAN, m->body_len);
     if (!x) {
         cq__dir_free_id(c, id);
-        topic_chan_told(c, 0, md);
+        topic_chan_told(c, m->u1, 0, md);
         return;
     }
     memcpy(x->body, m->body, m->body_len);
     x->chan_id = id;
+    x->u1 = m->u1;
     cq__xmsg_post(c, cq__chan_worker(c, id), x);
+}
+
+/* A relay node that is not GLOBAL's home: the ask goes there (no home yet: not made now; the
+ * bridge asks again once there is one). */
+static void topic_chan_to_home(cq_core_t *c, const cq_xmsg_t *m)
+{
+    uint32_t home = cq_shared_relay_home(c->sh);
+    cq_xmsg_t *x = home ? cq__xmsg_new(XM_TOPIC_CHAN, m->body_len) : NULL;
+    if (!x) {
+        topic_chan_told(c, 0, 0, (const char *)m->body);
+        return;
+    }
+    memcpy(x->body, m->body, m->body_len);
+    x->u1 = c->sh->node;
+    cq__xmsg_post(c, cq__place_node(c, home), x);
 }
 
 void cq__topic_chan(cq_core_t *c, cq_xmsg_t *m)
 {
     if (!m->body_len || m->body[m->body_len - 1] != '\0')
         return;
+    if (m->u2 == CQ_TOPIC_TOLD) {
+        topic_chan_told(c, 0, m->chan_id, (const char *)m->body);
+        return;
+    }
+    if (!m->chan_id && c->sh->node && cq_shared_relay_home(c->sh) != c->sh->node) {
+        topic_chan_to_home(c, m);
+        return;
+    }
     if (!m->chan_id) {
         topic_chan_dir(c, m);
         return;
@@ -296,9 +339,9 @@ void cq__topic_chan(cq_core_t *c, cq_xmsg_t *m)
             x->chan_id = m->chan_id;
             cq__xmsg_post(c, cq__place_dir_worker(c), x);
         }
-        topic_chan_told(c, 0, md);
+        topic_chan_told(c, m->u1, 0, md);
         return;
     }
     CQ_INFO("inject", "channel %u \"%s\" made for the bridge (SUBWORLD, no owner)", m->chan_id, md);
-    topic_chan_told(c, m->chan_id, md);
+    topic_chan_told(c, m->u1, m->chan_id, md);
 }

@@ -625,6 +625,19 @@ static bool in_route(cq_shared_t *sh, uint32_t from, cq_xmsg_t *m, uint64_t *wak
             return false;
         in_post(sh, cq_shared_conn_worker(sh, m->conn_id), m, wake);
         return true;
+    case XM_TOPIC_CHAN: /* an ask for the directory, a creation here, or an answer (u2) */
+        if (m->u2 > CQ_TOPIC_TOLD)
+            return false;
+        if (m->u2 == 0 && m->chan_id == 0 && atomic_load(&sh->global_home) != sh->node)
+            return false; /* the home moved: the asking bridge asks again */
+        if (m->u2 == 0 && m->chan_id &&
+            (!cq__id_chan_node(l, m->chan_id, &node, NULL) || node != sh->node))
+            return false;
+        if (m->u2 == 0 && m->u1 != from)
+            return false;
+        in_post(sh, cq_shared_chan_worker(sh, m->chan_id ? m->chan_id : CQ_CHAN_ID_GLOBAL), m,
+                wake);
+        return true;
     case XM_WK_SUB: /* a well-known entity lives on GLOBAL's home */
         in_post(sh, cq_shared_chan_worker(sh, m->chan_id), m, wake);
         return true;

@@ -169,7 +169,8 @@ enum {
     XM_INJECT_ROUTE, /* deliver buf to this worker's clients authenticated with PIT body */
     XM_RESUME,       /* a bridge resume's chunk for conn_id: buf u1 records, u2 CQ_RESUME_CHUNK_* */
     XM_TOPIC_CHAN,   /* a binding's "topic" channel, metadata body: found or made in the
-                      * directory (chan_id 0), then created on its worker (chan_id set) */
+                      * directory (chan_id 0), then created on its worker (chan_id set); u1:
+                      * the asking node (0: this one); u2 CQ_TOPIC_TOLD: the answer, to it */
     XM__COUNT
 };
 

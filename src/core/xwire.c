@@ -19,7 +19,7 @@ static const uint8_t shapes[XM__COUNT] = {
     [XM_ADJACENT] = S_BUF,       [XM_CONN_GONE] = S_TEXT, [XM_CLOSE] = S_TEXT,
     [XM_META] = S_TEXT,          [XM_DIR_ADD] = S_TEXT,   [XM_RECOVER] = S_TEXT | S_BODY,
     [XM_NODE_CONN] = S_TEXT,     [XM_SCHEMA] = S_LOCAL,   [XM_INJECT_BC] = S_LOCAL,
-    [XM_INJECT_ROUTE] = S_LOCAL, [XM_RESUME] = S_LOCAL,   [XM_TOPIC_CHAN] = S_LOCAL,
+    [XM_INJECT_ROUTE] = S_LOCAL, [XM_RESUME] = S_LOCAL,   [XM_TOPIC_CHAN] = S_TEXT | S_BODY,
 };
 
 /* A message's fields as the record has them; both directions go through it, so that they check

@@ -45,7 +45,7 @@
  * A record is decoded only into a message that its kind's handler can run safely:
  *   - SEND, FANOUT, SENDMANY and ADJACENT carry a buffer (their handlers deliver it);
  *   - CONN_GONE, CLOSE, META and DIR_ADD have no body or a NUL-terminated one (read as text);
- *     RECOVER always has a NUL-terminated body (its handler reads it unconditionally).
+ *     RECOVER and TOPIC_CHAN always have a NUL-terminated body (their handlers read it).
  * The encoder refuses a message that breaks these rules, so everything it encodes decodes.
  * Ids and u1..u3 are carried as they are: whether they make sense on the receiving node (a
  * worker index in XM_ROUTE, a connection that lives elsewhere) is for the sender and the

@@ -83,6 +83,7 @@ struct cq_main_bridge {
     } tchans[CQ_BRIDGE_BINDINGS_MAX];
     int ntchans;
     bool tchans_due;
+    uint32_t tchan_home;    /* a relay node: GLOBAL's home when the "topic" channels were asked */
     atomic_bool attached;   /* the core's hook is set: its answers reach the MQ thread */
     const cq_config_t *cfg; /* the process's, for check() */
     atomic_bool managed;    /* the manager's bindings are in force: SIGHUP leaves them */
@@ -516,6 +517,21 @@ static void topic_chan_made(cq_main_bridge_t *b, const char *metadata, uint32_t 
             declare_resume(b, &bs->v[i]);
 }
 
+/* A relay node's "topic" channels live on GLOBAL's home: when it moves (or becomes known), they
+ * are asked for anew (the old home's went with it), and their resumes follow the new ids. */
+static void tchans_rehome(cq_main_bridge_t *b)
+{
+    uint32_t home = b->sh ? cq_shared_relay_home(b->sh) : 0;
+    if (!b->relay || !b->ntchans || home == b->tchan_home)
+        return;
+    b->tchan_home = home;
+    for (int i = 0; i < b->ntchans; i++) {
+        b->tchans[i].id = 0;
+        b->tchans[i].asked = false;
+    }
+    declare_topics(b); /* sets tchans_due; the sessions in progress end */
+}
+
 /* Asks the core for the "topic" channels not made yet (once the hook can carry the answer). */
 static void ask_tchans(cq_main_bridge_t *b)
 {
@@ -583,6 +599,7 @@ static void sink_run(void *ud, cq_mqsrv_t *s)
     take_next(b);
     if (b->fw_due)
         follow_topics(b);
+    tchans_rehome(b);
     if (b->tchans_due && atomic_load(&b->attached))
         ask_tchans(b);
     uint64_t now = cq_clock_mono_ms();
@@ -810,10 +827,10 @@ static int metrics(void *ud, cq_sbuf_t *out)
         atomic_load(&b->rs_send_waiting), atomic_load(&b->rs_credits_lost));
 }
 
-/* What this node cannot do yet, refused at start rather than found missing later. A relay node
+/* What this node cannot do, refused at start rather than found missing later. A relay node
  * bridges the shards it follows only (its own store is not a shard of the durable cluster:
  * what it stores would reach its own players alone), and delivers to its own connections. */
-static int check(const cq_config_t *c, const cq_bindings_t *bs, char *err, size_t errlen)
+static int check(const cq_config_t *c, char *err, size_t errlen)
 {
     if (!*c->mq_addr) {
         snprintf(err, errlen, "--bridge-file needs durable topics (--mq-addr)");
@@ -825,16 +842,6 @@ static int check(const cq_config_t *c, const cq_bindings_t *bs, char *err, size_
         snprintf(err, errlen,
                  "--bridge-file on a relay node needs --bridge-follow: its events come from the "
                  "durable cluster's shards");
-        return CQ_ECONFIG;
-    }
-    for (size_t i = 0; bs && i < bs->n; i++) {
-        const cq_binding_t *bd = &bs->v[i];
-        if (bd->kind != CQ_BIND_BROADCAST || strcmp(bd->channel, "topic") != 0)
-            continue;
-        snprintf(err, errlen,
-                 "binding %zu: \"broadcast\": \"topic\" is not supported on relay nodes yet "
-                 "(\"global\" is)",
-                 i);
         return CQ_ECONFIG;
     }
     return 0;
@@ -957,7 +964,7 @@ int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
     cq_bindings_t bs = {0};
     int r = *c->bridge_file ? load(c, &bs, err, errlen) : 0;
     if (r == 0)
-        r = check(c, &bs, err, errlen);
+        r = check(c, err, errlen);
     cq_main_bridge_t *b = r == 0 ? cq_calloc(1, sizeof(*b)) : NULL;
     if (r == 0 && (!b || !(b->br = cq_bridge_new(&bs, DEDUP_WINDOW))))
         r = -ENOMEM;
@@ -1035,7 +1042,7 @@ int cq_main_bridge_reload(cq_main_bridge_t *b, const cq_config_t *c, cq_mqsrv_t 
     cq_bindings_t bs = {0};
     int r = load(c, &bs, err, sizeof(err));
     if (r == 0)
-        r = check(c, &bs, err, sizeof(err));
+        r = check(c, err, sizeof(err));
     cq_bridge_t *nb = r == 0 ? cq_bridge_new(&bs, DEDUP_WINDOW) : NULL;
     if (r == 0 && !nb)
         snprintf(err, sizeof(err), "out of memory");
@@ -1061,7 +1068,7 @@ int cq_main_bridge_apply(cq_main_bridge_t *b, cq_mqsrv_t *s, const char *json, s
     cq_bindings_t bs = {0};
     int r = cq_bindings_parse(json, len, &bs, err, errlen);
     if (r == 0)
-        r = check(b->cfg, &bs, err, errlen);
+        r = check(b->cfg, err, errlen);
     cq_bridge_t *nb = r == 0 ? cq_bridge_new(&bs, DEDUP_WINDOW) : NULL;
     if (r == 0 && !nb) {
         snprintf(err, errlen, "bindings: out of memory");

@@ -796,3 +796,31 @@ uint64_t it_produce_on(cq_testsrv_t *srv, const char *topic, const char *content
     assert_non_null(p);
     return strtoull(p + 11, NULL, 10);
 }
+
+uint32_t it_topic_channel(it_conn_t *c, const char *topic)
+{
+    char md[80];
+    snprintf(md, sizeof(md), "topic:%s", topic);
+    const char *filters[] = {md};
+    for (int tries = 0; tries < IT_TIMEOUT_MS / 20; tries++) {
+        assert_int_equal(chanq_sync_list_channel(c->s, 7, 0, filters, 1), 0);
+        chanq_owned_msg_t env;
+        Channeldpb__ListChannelResultMessage *lr =
+            it_expect(c, 5, 7, &channeldpb__list_channel_result_message__descriptor, &env);
+        assert_non_null(lr);
+        chanq_owned_msg_done(&env);
+        uint32_t id = 0;
+        if (lr->n_channels == 1) {
+            assert_string_equal(lr->channels[0]->metadata, md);
+            assert_int_equal(lr->channels[0]->channeltype, 3); /* SUBWORLD */
+            id = lr->channels[0]->channelid;
+        }
+        assert_true(lr->n_channels <= 1);
+        chanq_unpack_free(lr);
+        if (id)
+            return id;
+        cq_test_sleep_ms(20);
+    }
+    fail_msg("channel %s never made", md);
+    return 0;
+}

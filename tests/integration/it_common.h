@@ -136,6 +136,9 @@ int it_relay_stop(void);
 /* it_run for a group that needs nats-server and ZooKeeper: a TAP skip (0) when CQ_NATS_URLS
  * or CQ_ZK_HOSTS is not set. */
 int it_relay_run(const char *name, const struct CMUnitTest *tests, size_t n, int argc, char **argv);
+/* The id of the bridge's "topic" channel of topic ("topic:<topic>", SUBWORLD), as c's LIST
+ * finds it (polled: the bridge makes it at start). */
+uint32_t it_topic_channel(it_conn_t *c, const char *topic);
 /* Authenticates c with pit/lt and asserts SUCCESSFUL; sets c->id. */
 void it_auth(it_conn_t *c, const char *pit, const char *lt);
 /* Connect + AUTH("pit","lt") on the client / server listener. */

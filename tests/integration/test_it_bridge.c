@@ -668,36 +668,6 @@ static void test_route_login_while_publishing(void **state)
     expect_event(x, MT_VIP, "vip", last, o[N - 1], "{\"user_id\":\"xena\"}");
 }
 
-/* The channel "topic:<name>" of a binding with "broadcast": "topic", as LIST shows it (waiting
- * for chanqd to make it after its start); its id. */
-static uint32_t topic_channel(it_conn_t *c, const char *topic)
-{
-    char md[80];
-    snprintf(md, sizeof(md), "topic:%s", topic);
-    const char *filters[] = {md};
-    for (int tries = 0; tries < IT_TIMEOUT_MS / 20; tries++) {
-        assert_int_equal(chanq_sync_list_channel(c->s, 7, 0, filters, 1), 0);
-        chanq_owned_msg_t env;
-        Channeldpb__ListChannelResultMessage *lr =
-            it_expect(c, 5, 7, &channeldpb__list_channel_result_message__descriptor, &env);
-        assert_non_null(lr);
-        chanq_owned_msg_done(&env);
-        uint32_t id = 0;
-        if (lr->n_channels == 1) {
-            assert_string_equal(lr->channels[0]->metadata, md);
-            assert_int_equal(lr->channels[0]->channeltype, 3); /* SUBWORLD */
-            id = lr->channels[0]->channelid;
-        }
-        assert_true(lr->n_channels <= 1);
-        chanq_unpack_free(lr);
-        if (id)
-            return id;
-        cq_test_sleep_ms(20);
-    }
-    fail_msg("channel %s never made", md);
-    return 0;
-}
-
 /* A "topic" binding: chanq makes the SUBWORLD channel "topic:news" (LIST finds it), a plain SUB
  * receives the events on it, and a resume on that channel catches up on that channel; the
  * hold is that channel's: GLOBAL's events published during the catch-up still arrive. A resume
@@ -712,7 +682,7 @@ static void test_topic_channel(void **state)
     it_create_topic("news");
     it_create_topic("release");
     it_conn_t *a = on_global("alice");
-    uint32_t ch = topic_channel(a, "news");
+    uint32_t ch = it_topic_channel(a, "news");
     assert_int_not_equal(ch, 0);
     it_sub(a, 1, ch, a->id, -1);
     it_expect_sub(a, ch, 1, a->id, 2, 3, 1);

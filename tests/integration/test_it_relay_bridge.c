@@ -14,13 +14,19 @@
  *    offline reach her at login on node 2, once, in order, then a live one; she acknowledges the
  *    second; node 2 writes her position to the shard (an instance of the follower's module);
  *    at her next login, on node 3, she gets only what followed it;
- *  - a relay node refuses a "topic" channel binding and bindings without --bridge-follow.
+ *  - a "topic" channel: the nodes' bridges ask GLOBAL's home for "topic:news", which makes one
+ *    channel; a client on each node finds it with LIST (the same id on every node), SUBs, and
+ *    gets each event once, in order, from its own node's bridge; node 1, GLOBAL's home, is
+ *    SIGKILLed: the new home makes the channel anew for the bridges that ask again, and clients
+ *    of nodes 2 and 3 that LIST and SUB again get the next events;
+ *  - a relay node refuses bindings without --bridge-follow.
  * Skips without nats-server or ZooKeeper. */
 #include "it_common.h"
 
 #include "bridge.pb-c.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +36,8 @@
 
 static const char g_bindings[] =
     "{\"bindings\":[{\"topic\":\"release\",\"broadcast\":\"global\",\"msg_type\":200},"
-    "{\"topic\":\"vip\",\"route\":\"user_id\",\"msg_type\":201}]}";
+    "{\"topic\":\"vip\",\"route\":\"user_id\",\"msg_type\":201},"
+    "{\"topic\":\"news\",\"broadcast\":\"topic\",\"msg_type\":202}]}";
 
 static cq_testsrv_t g_src; /* the durable server: shard 1 */
 static bool g_src_up;
@@ -58,6 +65,7 @@ static void start_all(void)
     g_src_up = true;
     it_create_topic_on(&g_src, "release");
     it_create_topic_on(&g_src, "vip");
+    it_create_topic_on(&g_src, "news");
     char follow[64];
     snprintf(follow, sizeof(follow), "1/127.0.0.1:%u", g_src.mq_port);
     const char *args[] = {"--dev",
@@ -73,8 +81,9 @@ static void start_all(void)
     it_relay_startv(args);
     /* Each node's follow of each topic starts at the live stream once its watch and position
      * are in: warm-up events until every node handed on one of each topic. */
-    for (int topic = 0; topic < 2; topic++) {
-        const char *name = topic ? "vip" : "release";
+    const char *topics[] = {"release", "vip", "news"};
+    for (int topic = 0; topic < 3; topic++) {
+        const char *name = topics[topic];
         int64_t end = cq_test_mono_ms() + 10 * IT_TIMEOUT_MS;
         for (;;) {
             int64_t before[NODES + 1];
@@ -260,26 +269,118 @@ static void test_route_catch_up(void **state)
                 2);
 }
 
+/* The "topic" channel of a relay: one channel for the relay, on GLOBAL's home, delivered on
+ * every node by that node's bridge to its own subscribers. */
+static void test_topic_channel(void **state)
+{
+    (void)state;
+    start_all();
+    it_conn_t *c[NODES + 1];
+    uint32_t id = 0;
+    for (int n = 1; n <= NODES; n++) {
+        char pit[16];
+        snprintf(pit, sizeof(pit), "reader%d", n);
+        c[n] = player_on(n, pit);
+        uint32_t got = it_topic_channel(c[n], "news");
+        if (n == 1)
+            id = got;
+        assert_int_equal(got, id);
+        it_sub(c[n], 1, id, c[n]->id, -1);
+        it_expect_sub(c[n], id, 1, c[n]->id, 2 /* CLIENT */, 3 /* SUBWORLD */, 1);
+    }
+    /* every node's bridge learns the id from the home's answer: warm-up events until each
+     * client got one (then each has drained up to the last warm-up event) */
+    uint64_t last = 0;
+    for (int ready = 0; ready < NODES;) {
+        last = it_produce_on(&g_src, "news", "{\"warm\":1}");
+        ready = 0;
+        for (int n = 1; n <= NODES; n++) {
+            chanq_owned_msg_t m;
+            while (chanq_sync_recv_type(c[n]->s, 202, &m, 300) == 0) {
+                Chanqpb__TopicEvent *ev = chanq_topic_event_decode(m.body, m.body_len);
+                assert_non_null(ev);
+                ready += ev->offset == last;
+                chanq_unpack_free(&ev->base);
+                chanq_owned_msg_done(&m);
+            }
+        }
+    }
+    int64_t refused[NODES + 1];
+    for (int n = 1; n <= NODES; n++)
+        refused[n] = metric(n, "chanq_bridge_refused_total");
+    uint64_t o[5], prev = last;
+    for (int i = 0; i < 5; i++)
+        o[i] = it_produce_on(&g_src, "news", "{\"headline\":\"x\"}");
+    for (int n = 1; n <= NODES; n++) {
+        prev = last;
+        for (int i = 0; i < 5; i++) {
+            expect_event(c[n], 202, "news", o[i], prev);
+            prev = o[i];
+        }
+        expect_nothing(c[n], 202);
+        assert_int_equal(metric(n, "chanq_bridge_refused_total"), refused[n]);
+    }
+    /* the home dies with its channels; the bridges of nodes 2 and 3 ask the new home */
+    assert_int_equal(metric(2, "chanq_relay_global_home"), 1);
+    assert_int_equal(cq_testsrv_kill(it_srv(), SIGKILL), 128 + SIGKILL);
+    int64_t h2 = 0, h3 = 0;
+    for (int i = 0; i < IT_TIMEOUT_MS && !(h2 == h3 && (h2 == 2 || h2 == 3)); i += 10) {
+        h2 = metric(2, "chanq_relay_global_home");
+        h3 = metric(3, "chanq_relay_global_home");
+        cq_test_sleep_ms(10);
+    }
+    assert_int_equal(h2, h3);
+    assert_true(h2 == 2 || h2 == 3);
+    printf("# GLOBAL's home moved to node %lld\n", (long long)h2);
+    it_conn_t *d[NODES + 1];
+    uint32_t id2 = 0;
+    for (int n = 2; n <= NODES; n++) {
+        char pit[16];
+        snprintf(pit, sizeof(pit), "again%d", n);
+        d[n] = player_on(n, pit);
+        uint32_t got = it_topic_channel(d[n], "news");
+        if (n == 2)
+            id2 = got;
+        assert_int_equal(got, id2);
+        it_sub(d[n], 1, id2, d[n]->id, -1);
+        it_expect_sub(d[n], id2, 1, d[n]->id, 2, 3, 1);
+    }
+    assert_int_not_equal(id2, id);
+    /* both bridges deliver on the new channel: warm-up until each client got one */
+    for (int ready = 0; ready < NODES - 1;) {
+        last = it_produce_on(&g_src, "news", "{\"warm\":2}");
+        ready = 0;
+        for (int n = 2; n <= NODES; n++) {
+            chanq_owned_msg_t m;
+            while (chanq_sync_recv_type(d[n]->s, 202, &m, 300) == 0) {
+                Chanqpb__TopicEvent *ev = chanq_topic_event_decode(m.body, m.body_len);
+                assert_non_null(ev);
+                ready += ev->offset == last;
+                chanq_unpack_free(&ev->base);
+                chanq_owned_msg_done(&m);
+            }
+        }
+    }
+    uint64_t z = it_produce_on(&g_src, "news", "{\"headline\":\"after\"}");
+    for (int n = 2; n <= NODES; n++) {
+        expect_event(d[n], 202, "news", z, last);
+        expect_nothing(d[n], 202);
+    }
+}
+
 /* A relay node refuses what it cannot serve, at start, and says why. */
 static void test_relay_refusals(void **state)
 {
     (void)state;
-    static const char topic_binding[] =
-        "{\"bindings\":[{\"topic\":\"news\",\"broadcast\":\"topic\",\"msg_type\":200}]}";
-    const char *path = it_file("topic.json", topic_binding);
     const char *bad[][16] = {
-        {"--relay-nats", getenv("CQ_NATS_URLS"), "--relay-zk-hosts", getenv("CQ_ZK_HOSTS"),
-         "--relay-cluster", "refuse1", "--relay-node-id", "1", "--bridge-file", path,
-         "--bridge-follow", "1/127.0.0.1:9", NULL},
         {"--relay-nats", getenv("CQ_NATS_URLS"), "--relay-zk-hosts", getenv("CQ_ZK_HOSTS"),
          "--relay-cluster", "refuse2", "--relay-node-id", "1", "--bridge-file",
          it_file("b.json", g_bindings), NULL},
     };
     const char *why[] = {
-        "binding 0: \"broadcast\": \"topic\" is not supported on relay nodes yet (\"global\" is)",
         "--bridge-file on a relay node needs --bridge-follow: its events come from the durable "
         "cluster's shards"};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 1; i++) {
         cq_testsrv_t s;
         assert_int_equal(cq_testsrv_init(&s), 0);
         assert_true(cq_testsrv_start(&s, bad[i]) < 0);
@@ -297,6 +398,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_broadcast_resume_route, src_teardown),
         cmocka_unit_test_teardown(test_route_catch_up, src_teardown),
+        cmocka_unit_test_teardown(test_topic_channel, src_teardown),
         cmocka_unit_test_teardown(test_relay_refusals, it_teardown),
     };
     return it_relay_run("relay-bridge", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);

@@ -570,7 +570,27 @@ static void test_relay_node_local(void **state)
     for (int w = 0; w < 3; w++)
         assert_true((int64_t)atomic_load(&E.cores[w]->inbox_bytes) > in[w]);
     pump(); /* no subscriber and no player here: nothing, and nothing leaks */
-    assert_int_equal(cq_shared_topic_channel(E.sh, "topic:x"), -ENOTSUP);
+    /* a "topic" channel lives on GLOBAL's home: none known yet, none made (the bridge asks
+     * again once there is one); this node the home: made here, with this node's id bits */
+    nasks = 0;
+    cq_shared_set_resume(E.sh, record_ask, NULL);
+    assert_int_equal(cq_shared_topic_channel(E.sh, "topic:x"), 0);
+    pump();
+    assert_int_equal(nasks, 1);
+    assert_int_equal(asks[0].what, CQ_RESUME_ASK_TOPIC_CHAN);
+    assert_int_equal(asks[0].conn_id, 0);
+    cq_shared_relay_global_home(E.sh, 1);
+    assert_int_equal(cq_shared_relay_home(E.sh), 1);
+    assert_int_equal(cq_shared_topic_channel(E.sh, "topic:x"), 0);
+    pump();
+    assert_int_equal(nasks, 2);
+    assert_int_equal(asks[1].what, CQ_RESUME_ASK_TOPIC_CHAN);
+    uint32_t id = asks[1].conn_id;
+    assert_int_equal(id >> (16 - 2), 1); /* 16-bit non-spatial ids, the top 2 bits the node's */
+    assert_int_equal(cq_shared_topic_channel(E.sh, "topic:x"), 0); /* found, not made again */
+    pump();
+    assert_int_equal(nasks, 3);
+    assert_int_equal(asks[2].conn_id, id);
     cq_buf_unref(b);
     env_down();
 }

@@ -329,8 +329,7 @@ static void test_mp_without_body(void **state)
 /* The kinds that never leave the process (xwire.h "Local kinds"). */
 static bool local_kind(int k)
 {
-    return k == XM_SCHEMA || k == XM_INJECT_BC || k == XM_INJECT_ROUTE || k == XM_RESUME ||
-           k == XM_TOPIC_CHAN;
+    return k == XM_SCHEMA || k == XM_INJECT_BC || k == XM_INJECT_ROUTE || k == XM_RESUME;
 }
 
 /* Every kind that may leave the process, with everything set. */
@@ -495,21 +494,23 @@ static void test_bad_shapes(void **state)
         bool bad =
             local_kind(k) || k == XM_SEND || k == XM_FANOUT || k == XM_SENDMANY || k == XM_ADJACENT;
         bool text = k == XM_CONN_GONE || k == XM_CLOSE || k == XM_META || k == XM_DIR_ADD ||
-                    k == XM_RECOVER || k == XM_NODE_CONN;
+                    k == XM_RECOVER || k == XM_NODE_CONN || k == XM_TOPIC_CHAN;
         p[1] = (uint8_t)k;
         assert_int_equal(decode_guarded(&g, p, sizeof(full) - 6), bad || text ? CQ_ELINK : 0);
         p[55] = 0;
         assert_int_equal(decode_guarded(&g, p, sizeof(full) - 6), bad ? CQ_ELINK : 0);
         p[55] = 'd';
     }
-    /* RECOVER needs its body. */
+    /* RECOVER and TOPIC_CHAN need their body. */
     /* clang-format off */
-    static const uint8_t recover[] = {
+    uint8_t recover[] = {
         1, XM_RECOVER, 0, 0,
         1, 0, 0, 0,   0, 0, 0, 0,
         0, 0, 0, 0,   0, 0, 0, 0,   0, 0, 0, 0,
     };
     /* clang-format on */
+    assert_int_equal(decode_guarded(&g, recover, sizeof(recover)), CQ_ELINK);
+    recover[1] = XM_TOPIC_CHAN;
     assert_int_equal(decode_guarded(&g, recover, sizeof(recover)), CQ_ELINK);
     guard_done(&g);
 }
