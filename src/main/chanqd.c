@@ -358,6 +358,13 @@ static int open_store(const cq_config_t *c, cq_store_t **ret)
     return r;
 }
 
+/* /metrics source: the SQLite store's file system (chanq_mq_store_*_bytes). ud: the app. */
+static int store_disk_metrics(void *ud, cq_sbuf_t *out)
+{
+    const app_t *a = ud;
+    return cq_store_disk_metrics(a->cfg.store_dir, out);
+}
+
 /* Reads the topics, their high-water offsets and message counts for the engine's cache. hw
  * holds 2 * n entries: the high waters, then the counts. */
 static int list_topics(cq_store_t *st, cq_store_topic_t **ret_topics, uint64_t **ret_hw,
@@ -533,6 +540,9 @@ static int start_mq(app_t *a, char *bound, size_t blen)
         r = cq_mqio_start(a->mq, a->mqsrv, &mo, bound, blen, err, sizeof(err));
     if (r == 0 && (r = cq_admin_add_source(a->admin, "mq", cq_mqio_metrics_append, a->mq)) < 0)
         snprintf(err, sizeof(err), "cannot register the MQ metrics: %s", cq_strerror(r));
+    if (r == 0 && strcmp(c->store_backend, "mysql") != 0 &&
+        (r = cq_admin_add_source(a->admin, "store", store_disk_metrics, a)) < 0)
+        snprintf(err, sizeof(err), "cannot register the store metrics: %s", cq_strerror(r));
     if (r == 0 && a->cluster)
         r = cq_main_cluster_start(a->cluster, a->mqsrv, a->admin, bound, err, sizeof(err));
     if (r < 0)
@@ -555,6 +565,7 @@ static void stop_mq(app_t *a)
     cq_main_bridge_stop(a->bridge);
     if (a->mq)
         cq_admin_remove_source(a->admin, cq_mqio_metrics_append, a->mq);
+    cq_admin_remove_source(a->admin, store_disk_metrics, a); /* nothing when not added */
     cq_mqio_stop(a->mq);
     if (a->writer)
         cq_writer_shutdown(a->writer); /* completes every queued request */

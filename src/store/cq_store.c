@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 /* ---- validation ---------------------------------------------------------------------------- */
 
@@ -274,4 +275,25 @@ int cq__store_migrate_from(cq_store_t *s, const cq__migration_t *ms, size_t n, i
             r = apply(ud, &ms[i]);
     }
     return r;
+}
+
+/* ---- the store's file system --------------------------------------------------------------- */
+
+int cq_store_disk_metrics(const char *dir, cq_sbuf_t *out)
+{
+    struct statvfs v;
+    if (!dir || statvfs(dir, &v) < 0)
+        return 0;
+    unsigned long long unit = v.f_frsize ? v.f_frsize : v.f_bsize;
+    return cq_sbuf_printf(out,
+                          "# HELP chanq_mq_store_avail_bytes Bytes free to chanqd on the file "
+                          "system of the store's directory (--store-dir).\n"
+                          "# TYPE chanq_mq_store_avail_bytes gauge\n"
+                          "chanq_mq_store_avail_bytes %llu\n"
+                          "# HELP chanq_mq_store_size_bytes Size of the file system of the "
+                          "store's directory (--store-dir).\n"
+                          "# TYPE chanq_mq_store_size_bytes gauge\n"
+                          "chanq_mq_store_size_bytes %llu\n",
+                          unit * (unsigned long long)v.f_bavail,
+                          unit * (unsigned long long)v.f_blocks);
 }

@@ -34,6 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cq_sbuf.h"
+
 #define CQ_STORE_TOPIC_MAX         64      /* topic name length limit, bytes */
 #define CQ_STORE_CONSUMER_MAX      128     /* consumer id length limit, bytes */
 #define CQ_STORE_MAX_CONTENT_DFL   1048576 /* default opts.max_content */
@@ -236,6 +238,15 @@ int cq_store_commit_offset(cq_store_t *s, const char *topic, const char *consume
 /* Reads consumer_id's committed offset; -ENOENT if it never committed one. */
 int cq_store_get_offset(cq_store_t *s, const char *topic, const char *consumer_id,
                         uint64_t *ret_offset);
+
+/* ---- the store's file system -------------------------------------------------------------- */
+
+/* Appends, as Prometheus text, the file system figures of dir (the SQLite backend's data
+ * directory): chanq_mq_store_avail_bytes (free to an unprivileged writer) and
+ * chanq_mq_store_size_bytes (the file system's size). dir borrowed. Any thread: one statvfs(),
+ * no store handle. Returns 0 (nothing appended when dir cannot be statted: the series are then
+ * absent) or -ENOMEM. */
+int cq_store_disk_metrics(const char *dir, cq_sbuf_t *out);
 
 /* ---- tests --------------------------------------------------------------------------------- */
 

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1281,10 +1282,48 @@ static void test_crash_sigkill(void **state)
         T(test_offsets_survive_reopen), T(test_created_ms), T(test_consumer_offsets),              \
         T(test_consumer_ids_exact), T(test_purge), T(test_bad_topic_names), T(test_crash_sigkill)
 
+/* cq_store_disk_metrics: a directory's file system as statvfs() gives it (the size exactly;
+ * the free bytes move with the machine's other writers), HELP and TYPE first; nothing at all
+ * for a directory that does not exist. */
+static void test_disk_metrics(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/cq_store_disk_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    cq_sbuf_t b;
+    cq_sbuf_init(&b);
+    assert_int_equal(cq_store_disk_metrics(dir, &b), 0);
+    assert_int_equal(cq_sbuf_append(&b, "", 1), 0); /* a C string from here on */
+    struct statvfs v;
+    assert_int_equal(statvfs(dir, &v), 0);
+    unsigned long long unit = v.f_frsize ? v.f_frsize : v.f_bsize, avail = 0, size = 0;
+    const char *text = (const char *)b.data;
+    assert_non_null(strstr(text, "# HELP chanq_mq_store_avail_bytes "));
+    assert_non_null(strstr(text, "# TYPE chanq_mq_store_avail_bytes gauge\n"));
+    assert_non_null(strstr(text, "# HELP chanq_mq_store_size_bytes "));
+    assert_non_null(strstr(text, "# TYPE chanq_mq_store_size_bytes gauge\n"));
+    const char *a = strstr(text, "\nchanq_mq_store_avail_bytes ");
+    const char *z = strstr(text, "\nchanq_mq_store_size_bytes ");
+    assert_non_null(a);
+    assert_non_null(z);
+    assert_int_equal(sscanf(a, "\nchanq_mq_store_avail_bytes %llu", &avail), 1);
+    assert_int_equal(sscanf(z, "\nchanq_mq_store_size_bytes %llu", &size), 1);
+    assert_true(size == unit * (unsigned long long)v.f_blocks);
+    assert_true(avail <= size);
+    unsigned long long now = unit * (unsigned long long)v.f_bavail;
+    assert_true((avail > now ? avail - now : now - avail) < (1ull << 30));
+    cq_sbuf_done(&b);
+    assert_int_equal(rmdir(dir), 0);
+    assert_int_equal(cq_store_disk_metrics(dir, &b), 0);
+    assert_int_equal(b.len, 0);
+    cq_sbuf_done(&b);
+}
+
 static int run_sqlite(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_bad_dir),
+        cmocka_unit_test(test_disk_metrics),
         T(test_wal_mode),
         COMMON_TESTS,
     };
