@@ -80,10 +80,24 @@ int chanq_mq_err(uint32_t err_code)
         [CQ_MQ_ERR_OFFSET_OUT_OF_RANGE] = CQ_EOFFRANGE,
         [CQ_MQ_ERR_NOT_MASTER] = CQ_ENOTMASTER,
         [CQ_MQ_ERR_SERVER_OFFLINE] = CQ_ESRVOFFLINE,
+        [CQ_MQ_ERR_READ_ON_MASTER] = CQ_EREADMASTER,
     };
     if (err_code < sizeof(map) / sizeof(map[0]))
         return map[err_code];
     return -EREMOTEIO;
+}
+
+int chanq_mq_read_master(const char *err_msg, char *addr, size_t cap)
+{
+    const char *p = NULL;
+    for (const char *q = err_msg; q && (q = strstr(q, "master=")); q++)
+        p = q + 7;
+    size_t n = p ? strcspn(p, " \t\r\n\",;") : 0;
+    if (n == 0 || n >= cap)
+        return -EINVAL;
+    memcpy(addr, p, n);
+    addr[n] = '\0';
+    return 0;
 }
 
 /* ---- lifecycle ----------------------------------------------------------------------------- */

@@ -68,6 +68,10 @@ typedef struct chanq_mq_produce {
 
 /* The CQ_E* code of a wire err_code: 0 for 0, -EREMOTEIO for internal and unknown codes. */
 int chanq_mq_err(uint32_t err_code);
+/* The master a read_on_master answer (err_code 20, CQ_EREADMASTER: a standby with --slave-reads
+ * off, doc/cluster.md "Standby reads") names: the HOST:PORT after the last "master=" of
+ * err_msg (borrowed), copied to addr[0..cap). Returns 0, or -EINVAL (none, empty or too long). */
+int chanq_mq_read_master(const char *err_msg, char *addr, size_t cap);
 
 /* ---- lifecycle ------------------------------------------------------------------------- */
 

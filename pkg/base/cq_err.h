@@ -45,6 +45,7 @@
     X(EOFFRANGE, -1046, "offset beyond the topic's last offset")                                   \
     X(ENOTMASTER, -1047, "not the shard's master: produce on another server")                      \
     X(ESRVOFFLINE, -1048, "server taken offline by an operator: produce on another server")        \
+    X(EREADMASTER, -1049, "a standby serving no reads while its shard has a master: read there")   \
     X(ECONFLICT, -1070, "version conflict: someone else wrote first")                              \
     X(EOFFGRID, -1080, "position is off the spatial grid")                                         \
     X(ELINK, -1090, "malformed relay link packet")                                                 \

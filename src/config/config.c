@@ -277,6 +277,11 @@ static const opt_t opts[] = {
          "the standby only serves reads, as the seed's design says."),
     INT("cluster-db-down-ms", NULL, cluster_db_down_ms, "5000", 100, 600000, "MS",
         "A master whose MariaDB does not answer for this long gives up its role."),
+    STR("slave-reads", NULL, slave_reads, "on", "on|off", "on|off",
+        "Whether a slave serves reads (consume, offset, topics, watch) while its shard has a "
+        "master: on serves them from its standby; off is the seed's standby, which serves "
+        "nobody until the master is gone: reads get err_code 20 read_on_master naming the "
+        "master (doc/cluster.md \"Standby reads\")."),
     /* Relay nodes (issue 23, doc/relay-cluster.md). */
     STR("relay-nats", NULL, relay_nats, "", NULL, "URLS",
         "nats-server URLs (nats://host:port,...) of the relay's data plane: chanqd runs as one "

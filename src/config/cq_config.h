@@ -103,6 +103,7 @@ typedef struct cq_config {
     char *cluster_advertise; /* the seed address SDKs use; "" = --mq-addr */
     bool cluster_promote;    /* a server whose database is a replica may take master */
     int cluster_db_down_ms;  /* a master without its database gives up after this */
+    char *slave_reads;       /* "on": a slave serves reads; "off": only with no master */
     /* Relay nodes (issue 23, doc/relay-cluster.md); relay_nats "" = one node, no NATS. */
     char *relay_nats;     /* nats-server URLs */
     int relay_node_id;    /* this node, 1 .. 2^relay_node_bits - 1 */

@@ -92,6 +92,11 @@ struct cq_coordrt {
     cq_coord_member_t members[CQ_COORD_MEMBERS_MAX];
     size_t nmembers;
 
+    /* The master last told with a role (runtime thread): a slave is told again when the
+     * shard's master changes (cq_coordrt_role_fn). */
+    bool told_have;
+    cq_coord_member_t told_master;
+
     _Atomic uint64_t ack_until;
     _Atomic int role, session;
     _Atomic uint64_t epoch, elections, fences, sessions, member_changes, ntopics;
@@ -384,14 +389,38 @@ static void rt_zk_op(cq_coordrt_t *rt, const cq_coord_act_t *a, uint64_t now)
     }
 }
 
+/* Tells opts.on_role role and epoch with the master as the machine knows it now. */
+static void rt_tell(cq_coordrt_t *rt, cq_coord_role_t role, uint64_t epoch)
+{
+    const cq_coord_member_t *m = cq_coord_master(rt->co);
+    rt->told_have = m != NULL;
+    if (m)
+        rt->told_master = *m;
+    if (rt->on_role)
+        rt->on_role(rt->role_ud, role, epoch, m);
+}
+
 static void rt_role(cq_coordrt_t *rt, const cq_coord_act_t *a)
 {
     int prev = atomic_exchange(&rt->role, (int)a->role);
     atomic_store(&rt->epoch, a->epoch);
     if (a->role == CQ_COORD_MASTER && prev != CQ_COORD_MASTER)
         atomic_fetch_add(&rt->elections, 1);
-    if (rt->on_role)
-        rt->on_role(rt->role_ud, a->role, a->epoch, cq_coord_master(rt->co));
+    rt_tell(rt, a->role, a->epoch);
+}
+
+/* A slave whose shard's master changed (another member, or none: it died and no one else may
+ * take the role) is told its role again with the new master. */
+static void rt_master_step(cq_coordrt_t *rt)
+{
+    const cq_coord_member_t *m = cq_coord_master(rt->co);
+    bool same = m ? rt->told_have && m->seq == rt->told_master.seq &&
+                        strcmp(m->adv, rt->told_master.adv) == 0
+                  : !rt->told_have;
+    /* not while the machine took the role itself (ELECTED): MASTER is told once it holds it */
+    if (!same && atomic_load(&rt->role) == CQ_COORD_SLAVE &&
+        cq_coord_role(rt->co) == CQ_COORD_SLAVE)
+        rt_tell(rt, CQ_COORD_SLAVE, atomic_load(&rt->epoch));
 }
 
 static void rt_act(cq_coordrt_t *rt, const cq_coord_act_t *a, uint64_t now)
@@ -622,6 +651,7 @@ static void rt_round(cq_coordrt_t *rt, rt_msg_t *msgs)
         (void)rt_connect(rt, now);
     cq_coord_tick(rt->co, now);
     rt_drain(rt, now);
+    rt_master_step(rt);
     rt_publish(rt);
     rt_topics_step(rt, now);
 }

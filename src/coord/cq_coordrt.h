@@ -105,8 +105,9 @@ typedef struct cq_coord_db_ops {
 } cq_coord_db_ops_t;
 
 /* Called on the runtime thread for each ROLE action: role, epoch and the master's member (NULL
- * when there is none; borrowed for the call). Must not block and must not call
- * cq_coordrt_stop(). */
+ * when there is none; borrowed for the call); and, while the role is SLAVE, again whenever the
+ * shard's master changes (another member, or none), with the same role and epoch. Must not
+ * block and must not call cq_coordrt_stop(). */
 typedef void (*cq_coordrt_role_fn)(void *ud, cq_coord_role_t role, uint64_t epoch,
                                    const cq_coord_member_t *master);
 

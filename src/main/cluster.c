@@ -65,6 +65,10 @@ static void on_role(void *ud, cq_coord_role_t role, uint64_t epoch, const cq_coo
     cq_main_cluster_t *k = ud;
     CQ_INFO("cluster", "shard %d: %s, epoch %llu, master %s", k->cfg->shard,
             cq_coord_role_name(role), (unsigned long long)epoch, master ? master->adv : "none");
+    /* the master a slave sends readers to (--slave-reads off); none while this server is it,
+     * or knows no master (down: it cannot tell) */
+    bool other = role == CQ_COORD_SLAVE && master && strcmp(master->adv, k->adv) != 0;
+    cq_mqsrv_set_master(k->engine, other ? master->adv : NULL);
     cq_mqsrv_set_role(k->engine, role == CQ_COORD_MASTER, (uint32_t)k->cfg->shard, epoch);
 }
 
@@ -125,6 +129,7 @@ void cq_main_cluster_fence(cq_main_cluster_t *k, cq_mqsrv_opts_t *o)
     o->fence_ud = k;
     o->shard = (uint32_t)k->cfg->shard;
     o->slave = true; /* a member writes only once the runtime made it master */
+    o->slave_reads_off = strcmp(k->cfg->slave_reads, "off") == 0;
     o->on_topic = on_topic;
     o->topic_ud = k;
 }

@@ -93,7 +93,8 @@ typedef enum cq_mq_errcode {
     CQ_MQ_ERR_OFFSET_OUT_OF_RANGE = 17, /* commit beyond the topic's last offset */
     CQ_MQ_ERR_NOT_MASTER = 18,          /* a write to a server that is not its shard's master */
     CQ_MQ_ERR_SERVER_OFFLINE = 19,      /* the server was taken offline (mgr command 2) */
-    CQ_MQ_ERRCODE_MAX = 19
+    CQ_MQ_ERR_READ_ON_MASTER = 20,      /* a read to a standby (--slave-reads off), master up */
+    CQ_MQ_ERRCODE_MAX = 20
 } cq_mq_errcode_t;
 
 /* Field bits of cq_mq_msg_t.has, in the order encode writes them. */

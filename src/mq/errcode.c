@@ -32,6 +32,7 @@ static const struct {
     {CQ_EOFFRANGE, CQ_MQ_ERR_OFFSET_OUT_OF_RANGE, "offset_out_of_range"},
     {CQ_ENOTMASTER, CQ_MQ_ERR_NOT_MASTER, "not_master"},
     {CQ_ESRVOFFLINE, CQ_MQ_ERR_SERVER_OFFLINE, "server_offline"},
+    {CQ_EREADMASTER, CQ_MQ_ERR_READ_ON_MASTER, "read_on_master"},
     {1, CQ_MQ_ERR_INTERNAL, "internal"}, /* err 1 never occurs: matched by code only */
 };
 #define NERRMAP (sizeof(errmap) / sizeof(errmap[0]))

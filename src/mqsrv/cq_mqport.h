@@ -41,6 +41,15 @@
  * master, it reads each topic's high water and count back before it accepts produces to it. */
 void cq_mqsrv_set_role(cq_mqsrv_t *s, bool master, uint32_t shard, uint64_t epoch);
 
+#define CQ_MQSRV_MASTER_ADDR_MAX 127 /* a master's seed address "host:port", without the NUL */
+
+/* Hands over the shard's master as this server, a slave, knows it: its seed address adv
+ * (borrowed for the call; cut at CQ_MQSRV_MASTER_ADDR_MAX), or NULL / "" when the shard has no
+ * master (or this server is it). Any thread; applied at the next drain, like
+ * cq_mqsrv_set_role. Only cq_mqsrv_opts_t.slave_reads_off uses it: while a slave knows a
+ * master, its reads are answered CQ_EREADMASTER (read_on_master, err 20) naming adv. */
+void cq_mqsrv_set_master(cq_mqsrv_t *s, const char *adv);
+
 typedef enum cq_mqport_ctl {
     CQ_MQPORT_WRITER_STATS = 1, /* arg: cq_writer_stats_t *, filled in */
 } cq_mqport_ctl_t;
@@ -96,6 +105,10 @@ typedef struct cq_mqsrv_opts {
     void *fence_ud;
     uint32_t shard;
     bool slave;
+    /* --slave-reads off (the seed's standby, doc/cluster.md "Standby reads"): a slave answers
+     * reads CQ_EREADMASTER while its shard has a master (cq_mqsrv_set_master). false: a slave
+     * serves reads (the default). */
+    bool slave_reads_off;
     /* The shard's epoch (the sink's events, cq_mqsrv_sink_position) until cq_mqsrv_set_role
      * gives one: a standalone server's store's creation time (cq_store_created_ms), so that a
      * store made anew is a new history. */

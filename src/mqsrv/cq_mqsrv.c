@@ -116,6 +116,7 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
     s->shard = o->shard;
     s->epoch = o->epoch;
     s->master = !o->slave;
+    s->slave_reads_off = o->slave_reads_off;
     s->on_topic = o->on_topic;
     s->topic_ud = o->topic_ud;
     s->sink_wants = o->sink_event ? o->sink_wants : NULL;

@@ -57,6 +57,17 @@ static void submitted(cq_mqsrv_conn_t *c, cq_mq_msg_t *m, int r, const char *con
     cq_mq_msg_free(m);
 }
 
+/* The read policy (--slave-reads off): a standby whose shard has a master answers
+ * read_on_master naming it. False when m was answered so. */
+static bool read_ok(cq_mqsrv_conn_t *c, const cq_mq_msg_t *m)
+{
+    const char *why;
+    int r = cq__mqop_may_read(c->l.s, &why);
+    if (r < 0)
+        cq__mqsrv_reply(c, m, r, "%s: %s", NAME(m), why);
+    return r == 0;
+}
+
 /* add_topic_resp and watch_resp: the client's topic count and the topic's message count. */
 static void reply_counted(cq_mqsrv_conn_t *c, const cq_mq_msg_t *m, uint32_t nums)
 {
@@ -133,9 +144,10 @@ static void on_add_topic(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
     cq_mqsrv_t *s = c->l.s;
     const char *why;
     if (cq__mqsrv_topic(s, m->topic)) {
-        if (cq__mqop_may_see(s, c->l.module_id, m->topic))
+        bool may = read_ok(c, m); /* a registration reads: refused on a standby, as consume */
+        if (may && cq__mqop_may_see(s, c->l.module_id, m->topic))
             reply_counted(c, m, ++c->registered);
-        else
+        else if (may)
             cq__mqsrv_reply(c, m, CQ_EACL, "add_topic: module %u has no right on topic \"%s\"",
                             c->l.module_id, m->topic);
     } else {
@@ -197,7 +209,7 @@ static void on_produce(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
 static void on_consume(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
 {
     const char *why;
-    mq_topic_t *t = topic_check(c, m, CQ_MQPERM_CONSUME, true);
+    mq_topic_t *t = read_ok(c, m) ? topic_check(c, m, CQ_MQPERM_CONSUME, true) : NULL;
     if (!t) {
         cq_mq_msg_free(m);
         return;
@@ -232,7 +244,7 @@ static void on_commit(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
         cq_mq_msg_free(m);
         return;
     }
-    mq_topic_t *t = topic_check(c, m, CQ_MQPERM_CONSUME, false);
+    mq_topic_t *t = commit || read_ok(c, m) ? topic_check(c, m, CQ_MQPERM_CONSUME, false) : NULL;
     if (!t) {
         cq_mq_msg_free(m);
         return;
@@ -248,6 +260,10 @@ static void on_topics(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
 {
     mq_topic_t **v = NULL;
     size_t n = 0;
+    if (!read_ok(c, m)) {
+        cq_mq_msg_free(m);
+        return;
+    }
     cq_mq_msg_t *resp = cq_mq_resp_new(m, 0, NULL);
     if (!resp || cq__mqop_topics(c->l.s, true, c->l.module_id, &v, &n) < 0)
         resp = cq_mq_msg_free(resp);
@@ -272,7 +288,7 @@ static void on_topics(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
 static void on_watch(cq_mqsrv_conn_t *c, cq_mq_msg_t *m)
 {
     bool on = m->type == CQ_MQ_REQ_WATCH;
-    mq_topic_t *t = topic_check(c, m, CQ_MQPERM_CONSUME, on);
+    mq_topic_t *t = !on || read_ok(c, m) ? topic_check(c, m, CQ_MQPERM_CONSUME, on) : NULL;
     if (t) {
         if (cq__mqsrv_watch(t, c, on))
             c->watching += on ? 1 : (uint32_t)-1;

@@ -534,12 +534,14 @@ static bool gate(hreq_t *q, bool known)
     }
     if (!authenticate(q))
         return false;
-    int r = method_is(q, "POST") ? cq__mqop_may_write(&q->h->l, &why) : 0;
+    /* a GET reads: refused on a standby with --slave-reads off (503, err 20 naming the master) */
+    int r = method_is(q, "POST") ? cq__mqop_may_write(&q->h->l, &why)
+                                 : cq__mqop_may_read(q->h->l.s, &why);
     if (r == CQ_EACL) {
         FAIL(q->h, r, "module %u %s", q->module_id, why);
         return false;
     }
-    if (r < 0) { /* CQ_ENOTMASTER: 503 with err_code 18 */
+    if (r < 0) { /* CQ_ENOTMASTER, CQ_EREADMASTER: 503 with err_code 18, 20 */
         FAIL(q->h, r, "%s", why);
         return false;
     }

@@ -104,6 +104,14 @@ struct cq_mqsrv {
     bool role_handed, role_next_master;
     uint32_t role_next_shard;
     uint64_t role_next_epoch;
+    /* The standby read policy (--slave-reads, role.c): with slave_reads_off a slave refuses
+     * reads while master_adv (the shard's master, "" when it has none) is set; read_why is
+     * their err_msg. master_next*: under inbox_mu, handed over by cq_mqsrv_set_master(). */
+    bool slave_reads_off;
+    char master_adv[CQ_MQSRV_MASTER_ADDR_MAX + 1];
+    char read_why[CQ_MQSRV_MASTER_ADDR_MAX + 128];
+    bool master_handed;
+    char master_next[CQ_MQSRV_MASTER_ADDR_MAX + 1];
     bool listing;                            /* a TOPIC_LIST is in flight */
     bool reload_list;                        /* became master: the topic list is to be read again */
     uint64_t poll_ms, refresh_ms, health_ms; /* monotonic ms of the last slave poll, topic
@@ -226,6 +234,10 @@ struct cq_mqhttp_conn {
 /* Writes (create, produce, commit, set_online) from l: 0, or CQ_EACL with *ret_why when no
  * permissions file is configured and l's peer is not a loopback address. */
 int cq__mqop_may_write(const mq_link_t *l, const char **ret_why);
+/* A read (consume, offset, topics, watch, add_topic of an existing topic): 0, or
+ * CQ_EREADMASTER on a slave with --slave-reads off while its shard has a master, with *ret_why
+ * naming it ("... master=HOST:PORT"; borrowed from s, valid until the next drain). */
+int cq__mqop_may_read(cq_mqsrv_t *s, const char **ret_why);
 /* True when module may use topic for right (any topic for CQ_MQPERM_ADMIN). */
 bool cq__mqop_may(const cq_mqsrv_t *s, uint32_t module_id, cq_mqperm_right_t right,
                   const char *topic);
@@ -342,6 +354,9 @@ void cq__mqsrv_holes_tick(cq_mqsrv_t *s, uint64_t now_ms);
 bool cq__mqsrv_writable(const cq_mqsrv_t *s);
 /* A role handed over by cq_mqsrv_set_role() takes effect (drain). */
 void cq__mqsrv_role_swap(cq_mqsrv_t *s);
+/* Whether this server refuses reads now: a slave with --slave-reads off that knows its shard's
+ * master (cq_mqsrv_set_master). */
+bool cq__mqsrv_refuses_reads(const cq_mqsrv_t *s);
 /* The tick's cluster work: a slave polls its watched topics and refreshes its topics; a new
  * master retries its reload; the commit latency is sampled for the weight. */
 void cq__mqsrv_role_tick(cq_mqsrv_t *s, uint64_t now_ms);

@@ -72,6 +72,14 @@ int cq__mqop_may_write(const mq_link_t *l, const char **ret_why)
     return 0;
 }
 
+int cq__mqop_may_read(cq_mqsrv_t *s, const char **ret_why)
+{
+    if (!cq__mqsrv_refuses_reads(s))
+        return 0;
+    *ret_why = s->read_why;
+    return CQ_EREADMASTER;
+}
+
 bool cq__mqop_may(const cq_mqsrv_t *s, uint32_t module_id, cq_mqperm_right_t right,
                   const char *topic)
 {

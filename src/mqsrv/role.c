@@ -11,6 +11,7 @@
 #include "cq_log.h"
 #include "mqsrv_int.h"
 
+#include <stdio.h>
 #include <string.h>
 
 bool cq__mqsrv_writable(const cq_mqsrv_t *s)
@@ -28,6 +29,39 @@ void cq_mqsrv_set_role(cq_mqsrv_t *s, bool master, uint32_t shard, uint64_t epoc
     if (s->ops)
         s->ops->wake(s->ops_ud);
     pthread_mutex_unlock(&s->inbox_mu);
+}
+
+void cq_mqsrv_set_master(cq_mqsrv_t *s, const char *adv)
+{
+    pthread_mutex_lock(&s->inbox_mu);
+    snprintf(s->master_next, sizeof(s->master_next), "%s", adv ? adv : "");
+    s->master_handed = true;
+    if (s->ops)
+        s->ops->wake(s->ops_ud);
+    pthread_mutex_unlock(&s->inbox_mu);
+}
+
+/* The master handed over by cq_mqsrv_set_master takes effect, with the err_msg of the reads it
+ * refuses. */
+static void master_swap(cq_mqsrv_t *s)
+{
+    pthread_mutex_lock(&s->inbox_mu);
+    bool handed = s->master_handed;
+    if (handed)
+        memcpy(s->master_adv, s->master_next, sizeof(s->master_adv));
+    s->master_handed = false;
+    pthread_mutex_unlock(&s->inbox_mu);
+    if (!handed)
+        return;
+    snprintf(s->read_why, sizeof(s->read_why),
+             "this server is a standby of shard %u and serves no reads while the shard has a "
+             "master (--slave-reads off): read on master=%s",
+             s->shard, s->master_adv);
+}
+
+bool cq__mqsrv_refuses_reads(const cq_mqsrv_t *s)
+{
+    return s->slave_reads_off && !s->master && s->master_adv[0];
 }
 
 /* The engine's own request of op on t (NULL: the topic list). 0 or the submit error. */
@@ -60,6 +94,7 @@ static void reload(cq_mqsrv_t *s)
 
 void cq__mqsrv_role_swap(cq_mqsrv_t *s)
 {
+    master_swap(s);
     pthread_mutex_lock(&s->inbox_mu);
     bool handed = s->role_handed, master = s->role_next_master;
     uint32_t shard = s->role_next_shard;

@@ -155,6 +155,7 @@ static struct cq_authlim *next_authlim; /* the failure budget of the next eng_st
 static size_t sq_soft, sq_hard;         /* send queue limits of the next eng_start (0: defaults) */
 static uint32_t sq_soft_s;
 static bool next_fence, next_slave; /* the next eng_start: fenced (fake_may_write), a slave */
+static bool next_reads_off;         /* the next eng_start: --slave-reads off */
 static uint32_t next_shard;
 
 /* An engine with the topics orders (online, 2 messages so far), Paused (offline) and keep
@@ -204,6 +205,7 @@ static void eng_start(bool with_perms, uint32_t max_batch)
                          .fence_ud = &fence_open,
                          .shard = next_shard,
                          .slave = next_slave,
+                         .slave_reads_off = next_reads_off,
                          .on_topic = fake_on_topic,
                          .topic_ud = topic_log,
                          .sink_wants = next_sink ? fake_sink_wants : NULL,
@@ -213,7 +215,7 @@ static void eng_start(bool with_perms, uint32_t max_batch)
     topic_log[0] = '\0';
     wstats = wstats_dfl;
     fence_open = true;
-    next_fence = next_slave = false; /* taken: a failed test does not leak them */
+    next_fence = next_slave = next_reads_off = false; /* taken: a failed test leaks none */
     next_shard = 0;
     eng = cq_mqsrv_new(&o);
     assert_non_null(eng);
@@ -2138,6 +2140,108 @@ static void test_role_handover(void **state)
     eng_stop();
 }
 
+/* --slave-reads off (doc/cluster.md "Standby reads"): a slave that knows its shard's master
+ * answers every read read_on_master (20) naming it, on the seed protocol and the HTTP API;
+ * writes stay not_master (18), connect, keepalive and unwatch are served. With no master known,
+ * or as master, it serves reads. */
+#define READ_WHY                                                                                   \
+    "this server is a standby of shard 3 and serves no reads while the shard has a master "        \
+    "(--slave-reads off): read on master=10.0.0.1:12110"
+static void test_slave_reads_off(void **state)
+{
+    (void)state;
+    next_slave = next_reads_off = true;
+    next_shard = 3;
+    eng_start(false, 0);
+    fconn_t *p = fconn_new(), *h = fhttp_new();
+    connect_as(p, 1, "",
+               "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":3,"
+               "\"master\":false}");
+    feed(p, consume_req(2, "orders", 0, -1)); /* no master known: served */
+    done_read(take(CQ_WRITER_READ, "orders"), 1, 0);
+    expect(p, "14 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"total\":0,"
+              "\"offset\":0,\"messages\":[],\"message_count\":0,\"shard\":3}");
+    cq_mqsrv_set_master(eng, "10.0.0.1:12110");
+    cq_mqsrv_drain(eng);
+    feed(p, consume_req(3, "orders", 0, -1));
+    expect(p,
+           "14 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":20,\"err_msg\":\"consume: " READ_WHY
+           "\",\"shard\":3}");
+    feed(p, offset_req(CQ_MQ_REQ_OFFSET, 4, "orders", 0));
+    expect(p,
+           "22 4 {\"askid\":4,\"topic\":\"orders\",\"err_code\":20,\"err_msg\":\"offset: " READ_WHY
+           "\",\"shard\":3}");
+    feed(p, req(CQ_MQ_REQ_TOPICS, 5, 5, NULL));
+    expect(p, "24 5 {\"askid\":5,\"err_code\":20,\"err_msg\":\"topics: " READ_WHY "\"}");
+    feed(p, req(CQ_MQ_REQ_WATCH, 6, 6, "orders"));
+    expect(p, "8 6 {\"askid\":6,\"topic\":\"orders\",\"err_code\":20,\"err_msg\":\"watch: " READ_WHY
+              "\"}");
+    feed(p, req(CQ_MQ_REQ_ADD_TOPIC, 7, 7, "orders"));
+    expect(
+        p,
+        "6 7 {\"askid\":7,\"topic\":\"orders\",\"err_code\":20,\"err_msg\":\"add_topic: " READ_WHY
+        "\"}");
+    feed(p, req(CQ_MQ_REQ_UNWATCH, 8, 8, "orders"));
+    expect(p, "10 8 {\"askid\":8,\"topic\":\"orders\",\"err_code\":0}");
+    feed(p, offset_req(CQ_MQ_REQ_COMMIT, 9, "orders", 1)); /* a write: as before */
+    expect(p, "16 9 {\"askid\":9,\"topic\":\"orders\",\"err_code\":18,\"err_msg\":\"commit: this "
+              "server is not its shard's master now\"}");
+    feed(p, req(CQ_MQ_REQ_KEEPALIVE, 10, 10, NULL));
+    expect(p, "4 10 {\"askid\":10,\"err_code\":0,\"weight\":0,\"shard\":3,\"master\":false}");
+    http(h, "GET", "/v1/topics/orders/messages?offset=0", NULL, NULL);
+    expect_resp(h, "503 Service Unavailable", "{\"err_code\":20,\"err_msg\":\"" READ_WHY "\"}");
+    http(h, "GET", "/v1/topics", NULL, NULL);
+    expect_resp(h, "503 Service Unavailable", "{\"err_code\":20,\"err_msg\":\"" READ_WHY "\"}");
+    assert_int_equal(fp.npending, 0); /* nothing reached the store */
+    /* the master is gone (the shard has none): the standby serves reads, as the seed says */
+    cq_mqsrv_set_master(eng, NULL);
+    cq_mqsrv_drain(eng);
+    feed(p, consume_req(11, "orders", 0, -1));
+    done_read(take(CQ_WRITER_READ, "orders"), 1, 0);
+    expect(p, "14 11 {\"askid\":11,\"topic\":\"orders\",\"err_code\":0,\"total\":0,"
+              "\"offset\":0,\"messages\":[],\"message_count\":0,\"shard\":3}");
+    /* as master it serves whatever it was told last */
+    cq_mqsrv_set_master(eng, "10.0.0.1:12110");
+    cq_mqsrv_set_role(eng, true, 3, 2);
+    cq_mqsrv_drain(eng);
+    cq_writer_req_t *ls = take(CQ_WRITER_TOPIC_LIST, NULL);
+    done(take(CQ_WRITER_TOPIC_STATS, "Paused"), 0);
+    done(take(CQ_WRITER_TOPIC_STATS, "keep"), 0);
+    done(take(CQ_WRITER_TOPIC_STATS, "orders"), 0);
+    done(ls, 0);
+    feed(p, offset_req(CQ_MQ_REQ_OFFSET, 12, "orders", 0));
+    done(take(CQ_WRITER_GET_OFFSET, "orders"), -ENOENT);
+    expect(p, "22 12 {\"askid\":12,\"topic\":\"orders\",\"err_code\":0,\"offset\":0,"
+              "\"committed\":false,\"last_offset\":2,\"shard\":3}");
+    assert_int_equal(fp.npending, 0);
+    fconn_free(p);
+    fconn_free(h);
+    eng_stop();
+}
+
+/* --slave-reads on (the default): a slave that knows its shard's master serves reads. */
+static void test_slave_reads_on(void **state)
+{
+    (void)state;
+    next_slave = true;
+    eng_start(false, 0);
+    fconn_t *p = fconn_new();
+    connect_as(p, 1, "",
+               "2 1 {\"askid\":1,\"client_type\":1,\"client_id\":1,\"err_code\":0,\"shard\":0,"
+               "\"master\":false}");
+    cq_mqsrv_set_master(eng, "10.0.0.1:12110");
+    cq_mqsrv_drain(eng);
+    feed(p, consume_req(2, "orders", 0, -1));
+    done_read(take(CQ_WRITER_READ, "orders"), 1, 0);
+    expect(p, "14 2 {\"askid\":2,\"topic\":\"orders\",\"err_code\":0,\"total\":0,"
+              "\"offset\":0,\"messages\":[],\"message_count\":0,\"shard\":0}");
+    feed(p, req(CQ_MQ_REQ_WATCH, 3, 3, "orders"));
+    expect(p, "8 3 {\"askid\":3,\"topic\":\"orders\",\"err_code\":0,\"topic_nums\":1,"
+              "\"topic_message_total\":0}");
+    fconn_free(p);
+    eng_stop();
+}
+
 /* ---- cluster-wide topics -------------------------------------------------------------------- */
 
 static void declare(const cq_mqsrv_topic_decl_t *d, size_t n)
@@ -3022,6 +3126,8 @@ int main(void)
         cmocka_unit_test(test_fence_http),
         cmocka_unit_test(test_slave_poll),
         cmocka_unit_test(test_role_handover),
+        cmocka_unit_test(test_slave_reads_off),
+        cmocka_unit_test(test_slave_reads_on),
         cmocka_unit_test(test_weight),
         cmocka_unit_test(test_topic_told),
         cmocka_unit_test(test_topics_apply),
