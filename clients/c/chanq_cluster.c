@@ -718,6 +718,44 @@ static int consume_srv(chanq_cluster_consumer_t *k, srv_t *s, kshard_t *ks, uint
     return rc;
 }
 
+/* The server of the list at addr, or a new entry for it in shard (NULL when the list is full). */
+static srv_t *srv_at(chanq_cluster_t *c, const char *addr, uint32_t shard)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (strcmp(c->srv[i].s.addr, addr) == 0)
+            return &c->srv[i];
+    if (c->n == CHANQ_CLUSTER_SERVERS_MAX)
+        return NULL;
+    srv_t *s = &c->srv[c->n];
+    memset(s, 0, sizeof(*s));
+    s->s.shard = shard;
+    snprintf(s->s.addr, sizeof(s->s.addr), "%s", addr);
+    s->s.index = (uint32_t)c->n++;
+    s->weight = -1;
+    return s;
+}
+
+/* s, a standby, refused the read while its shard has a master (read_on_master): the read goes
+ * once to the master it named. *ret_followed: a master was named and asked (its answer is the
+ * shard's outcome); else the caller tries the shard's next server. */
+static int follow_master(chanq_cluster_consumer_t *k, srv_t *s, kshard_t *ks, uint32_t max,
+                         chanq_cluster_batch_t *out, bool *ret_followed)
+{
+    chanq_cluster_t *c = k->c;
+    char addr[CHANQ_CLUSTER_ADDR_MAX + 1];
+    uint32_t idx = s->s.index;
+    mark_not_master(c, s);
+    *ret_followed = false;
+    if (!c->tr.read_master || c->tr.read_master(c->tr.ud, idx, addr, sizeof(addr)) < 0)
+        return CQ_EREADMASTER;
+    srv_t *m = srv_at(c, addr, s->s.shard);
+    if (!m || m == s)
+        return CQ_EREADMASTER;
+    *ret_followed = true;
+    m->notmaster_until = 0; /* its standby says it is master */
+    return consume_srv(k, m, ks, max, out);
+}
+
 /* Every shard key of the list, in the order of its first server. */
 static size_t shard_keys(chanq_cluster_t *c, uint64_t *keys)
 {
@@ -749,14 +787,19 @@ int chanq_cluster_consume(chanq_cluster_consumer_t *k, uint32_t max_per_shard,
         srv_t *v[CHANQ_CLUSTER_SERVERS_MAX];
         size_t n = ks ? order(c, true, keys[i], v) : 0;
         for (size_t j = 0; j < n; j++) {
+            bool followed = false;
             int rc = consume_srv(k, v[j], ks, max_per_shard, out);
+            if (rc == CQ_EREADMASTER)
+                rc = follow_master(k, v[j], ks, max_per_shard, out, &followed);
             if (rc == 0)
                 any = true;
             if (rc != 0)
                 last = rc;
             /* storage and busy are this server's trouble (a master whose database is gone):
-             * the shard's other server may serve the read, as after a connection error. */
-            if (!movable(rc) || rc == CQ_ENOTMASTER)
+             * the shard's other server may serve the read, as after a connection error; so
+             * may it after a standby that named no master. */
+            bool next = movable(rc) || (rc == CQ_EREADMASTER && !followed);
+            if (followed || !next || rc == CQ_ENOTMASTER)
                 break;
         }
     }

@@ -56,7 +56,11 @@
  * master, or from any reachable server of the shard while no master is (a slave serves
  * consume and watch). A server that answers storage or busy (a master whose database is gone)
  * is passed over for the shard's next server in the same call, like one that is unreachable;
- * call chanq_cluster_tick() now and then so that the cluster learns the new roles.
+ * call chanq_cluster_tick() now and then so that the cluster learns the new roles. A slave
+ * started with --slave-reads off answers read_on_master (CQ_EREADMASTER) while its shard has a
+ * master, naming it (transport read_master): the read goes to that server, found in the list
+ * by address or appended to it with the slave's shard (at most CHANQ_CLUSTER_SERVERS_MAX), once
+ * per shard and call; whatever the master answers is the shard's outcome for that call.
  * chanq_cluster_consume() returns the items of every shard, each tagged
  * with its shard and offset: within a shard in offset order, shards one after the other
  * (there is no order across shards). Identity of a message: (shard, offset).
@@ -144,6 +148,10 @@ typedef struct chanq_cluster_transport {
     /* The topic's last offset on that server (offset_resp last_offset). */
     int (*last_offset)(void *ud, uint32_t idx, const char *topic, int64_t *ret_last);
     void (*free)(void *ud); /* called by chanq_cluster_free(); may be NULL */
+    /* After a call on idx returned CQ_EREADMASTER: the master the server named (its err_msg's
+     * master=HOST:PORT, chanq_mq_read_master) into addr[0..cap). Returns 0 or -ENOENT. NULL:
+     * the consumer tries the shard's other servers instead. */
+    int (*read_master)(void *ud, uint32_t idx, char *addr, size_t cap);
 } chanq_cluster_transport_t;
 
 typedef enum chanq_cluster_policy {

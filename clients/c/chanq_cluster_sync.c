@@ -120,6 +120,15 @@ static int st_last_offset(void *ud, uint32_t idx, const char *topic, int64_t *re
     return map_err(t, idx, chanq_mq_sync_offset(t->conn[idx], topic, NULL, NULL, ret_last));
 }
 
+static int st_read_master(void *ud, uint32_t idx, char *addr, size_t cap)
+{
+    sync_tr_t *t = ud;
+    const chanq_mq_sync_t *s = t->conn[idx];
+    if (!s || chanq_mq_sync_errcode(s) != CQ_MQ_ERR_READ_ON_MASTER)
+        return -ENOENT;
+    return chanq_mq_read_master(chanq_mq_sync_errmsg(s), addr, cap) == 0 ? 0 : -ENOENT;
+}
+
 static void st_free(void *ud)
 {
     sync_tr_t *t = ud;
@@ -144,8 +153,9 @@ int chanq_cluster_sync_transport(uint32_t module_id, const char *token, uint32_t
     }
     memcpy(tok, token ? token : "", len + 1);
     *t = (sync_tr_t){module_id, client_type, timeout_ms, tok, {0}};
-    *ret = (chanq_cluster_transport_t){t,          st_connect, st_disconnect,  st_keepalive,
-                                       st_produce, st_consume, st_last_offset, st_free};
+    *ret = (chanq_cluster_transport_t){
+        t,          st_connect,     st_disconnect, st_keepalive,  st_produce,
+        st_consume, st_last_offset, st_free,       st_read_master};
     return 0;
 }
 

@@ -279,8 +279,8 @@ static chanq_cluster_t *open_cluster(const opts_t *o, const servers_t *srv, uint
         w->last[i] = (chanq_cluster_hello_t){.master = -2, .weight = -2}; /* none logged */
     }
     w->log_hello = type == CQ_MQ_PRODUCER;
-    chanq_cluster_transport_t tr = {w,         w_connect, w_disconnect,  w_keepalive,
-                                    w_produce, w_consume, w_last_offset, w_free};
+    chanq_cluster_transport_t tr = {w,         w_connect,     w_disconnect, w_keepalive, w_produce,
+                                    w_consume, w_last_offset, w_free,       NULL};
     if (ret_w)
         *ret_w = w;
     return chanq_cluster_new(w->srv.v, w->srv.n, &tr, co);

@@ -44,6 +44,8 @@ typedef struct fsrv {
     size_t nfail, ifail;
     int connects, produces;
     int consume_err; /* answer every consume with this (0: serve) */
+    int consumes;
+    const char *named; /* with consume_err CQ_EREADMASTER: the master it names (NULL: none) */
 } fsrv_t;
 
 typedef struct call {
@@ -136,6 +138,7 @@ static int f_consume(void *ud, uint32_t idx, uint32_t shard, const char *topic, 
     (void)ud, (void)topic;
     if (!F.s[idx].up)
         return CQ_ECLOSED;
+    F.s[idx].consumes++;
     if (F.s[idx].consume_err)
         return F.s[idx].consume_err;
     fshard_t *sh = &F.shard[F.s[idx].hello.shard];
@@ -162,8 +165,18 @@ static int f_last_offset(void *ud, uint32_t idx, const char *topic, int64_t *ret
     return 0;
 }
 
-static const chanq_cluster_transport_t fake_tr = {NULL,      f_connect, f_disconnect,  f_keepalive,
-                                                  f_produce, f_consume, f_last_offset, NULL};
+static int f_read_master(void *ud, uint32_t idx, char *addr, size_t cap)
+{
+    (void)ud;
+    if (!F.s[idx].named)
+        return -ENOENT;
+    snprintf(addr, cap, "%s", F.s[idx].named);
+    return 0;
+}
+
+static const chanq_cluster_transport_t fake_tr = {NULL,          f_connect, f_disconnect,
+                                                  f_keepalive,   f_produce, f_consume,
+                                                  f_last_offset, NULL,      f_read_master};
 
 /* A server of the fake: shard, master, weight (-1 unknown). */
 static void fake_srv(uint32_t idx, uint32_t shard, int master, int64_t weight)
@@ -626,6 +639,85 @@ static void test_consume_merge_dedupe(void **state)
 
 /* A master whose database is gone answers consume with storage (or busy): the consumer reads
  * the shard from its other server in the same call, and a final error stops at the first. */
+/* A standby with --slave-reads off answers read_on_master naming its master: the consumer reads
+ * there (the master joins the list with the standby's shard) and reads it first from then on. A
+ * master that refuses too, or is down, ends the shard's read for that call: each server is
+ * asked once. A standby that names none passes the read to the shard's next server. */
+static void test_consume_read_master(void **state)
+{
+    (void)state;
+    fake_reset();
+    fake_srv(0, 1, 0, -1); /* the standby, the only server listed */
+    fake_srv(1, 1, 1, -1); /* its master, index 1 once appended */
+    F.s[0].consume_err = CQ_EREADMASTER;
+    F.s[0].named = "m:9";
+    store(&F.shard[1], 5, 0, "a", 1);
+    store(&F.shard[1], 5, 1, "b", 1);
+    chanq_cluster_t *c = cluster("1/s:1", NULL);
+    chanq_cluster_consumer_t *k = chanq_cluster_consumer_new(c, "t", false);
+    chanq_cluster_batch_t b = {0};
+    assert_int_equal(chanq_cluster_consume(k, 0, &b), 0);
+    assert_int_equal(b.n, 2);
+    assert_string_equal(b.items[0].content, "a");
+    assert_int_equal(b.items[1].shard, 1);
+    assert_int_equal(chanq_cluster_consumer_offset(k, 1), 2);
+    size_t n;
+    const chanq_cluster_server_t *v = chanq_cluster_servers(c, &n);
+    assert_int_equal(n, 2);
+    assert_string_equal(v[1].addr, "m:9");
+    assert_int_equal(v[1].shard, 1);
+    assert_int_equal(F.s[0].consumes, 1);
+    assert_int_equal(F.s[1].consumes, 1);
+    chanq_cluster_batch_clear(&b);
+    store(&F.shard[1], 5, 2, "c", 1);
+    assert_int_equal(chanq_cluster_consume(k, 0, &b), 0); /* the master first now */
+    assert_int_equal(b.n, 1);
+    assert_string_equal(b.items[0].content, "c");
+    assert_int_equal(F.s[0].consumes, 1);
+    assert_int_equal(F.s[1].consumes, 2);
+    chanq_cluster_batch_clear(&b);
+    /* the master down: the standby is asked, names it, it is down: no loop */
+    F.s[1].up = false;
+    F.now += 5000;
+    assert_int_equal(chanq_cluster_consume(k, 0, &b), CQ_ECLOSED);
+    assert_int_equal(F.s[0].consumes, 2);
+    assert_int_equal(b.n, 0);
+    /* two servers naming each other: each asked once */
+    F.s[1].up = true;
+    F.s[1].consume_err = CQ_EREADMASTER;
+    F.s[1].named = "s:1";
+    F.now += 5000;
+    assert_int_equal(chanq_cluster_consume(k, 0, &b), CQ_EREADMASTER);
+    assert_int_equal(F.s[0].consumes, 3);
+    assert_int_equal(F.s[1].consumes, 3);
+    chanq_cluster_consumer_free(k);
+    chanq_cluster_free(c);
+    /* the address is err_msg's last master=HOST:PORT */
+    char a[16];
+    assert_int_equal(chanq_mq_read_master("consume: read on master=10.0.0.1:12110", a, 16), 0);
+    assert_string_equal(a, "10.0.0.1:12110");
+    assert_int_equal(chanq_mq_read_master("x master=a:1 master=[::1]:5", a, 16), 0);
+    assert_string_equal(a, "[::1]:5");
+    assert_int_equal(chanq_mq_read_master("not master now", a, 16), -EINVAL);
+    assert_int_equal(chanq_mq_read_master("master=", a, 16), -EINVAL);
+    assert_int_equal(chanq_mq_read_master("master=10.0.0.100:12110", a, 16), -EINVAL);
+    assert_int_equal(chanq_mq_read_master(NULL, a, 16), -EINVAL);
+    /* a standby that names no master: the shard's next server serves */
+    fake_reset();
+    fake_srv(0, 1, 0, -1);
+    fake_srv(1, 1, 0, -1);
+    F.s[0].consume_err = CQ_EREADMASTER;
+    store(&F.shard[1], 5, 0, "a", 1);
+    c = cluster("1/s:1,1/t:2", NULL);
+    k = chanq_cluster_consumer_new(c, "t", false);
+    assert_int_equal(chanq_cluster_consume(k, 0, &b), 0);
+    assert_int_equal(b.n, 1);
+    assert_int_equal(F.s[1].consumes, 1);
+    chanq_cluster_batch_clear(&b);
+    chanq_cluster_consumer_free(k);
+    chanq_cluster_free(c);
+}
+
 static void test_consume_store_error(void **state)
 {
     (void)state;
@@ -938,6 +1030,7 @@ int main(void)
         cmocka_unit_test(test_cache),
         cmocka_unit_test(test_drop),
         cmocka_unit_test(test_consume_merge_dedupe),
+        cmocka_unit_test(test_consume_read_master),
         cmocka_unit_test(test_consume_store_error),
         cmocka_unit_test(test_dedupe),
         cmocka_unit_test(test_lifecycle),
