@@ -6,7 +6,8 @@
 #      dpkg-buildpackage (debhelper, no tests in the package build);
 #   2. installs them on this machine with apt (dependencies resolved, maintainer scripts run:
 #      the chanq account, the generated secrets), refusing to replace a chanqd installed by
-#      someone else;
+#      someone else; the alerting rules in /etc/prometheus/rules are the tree's (and pass
+#      promtool check rules when promtool is installed);
 #   3. `systemd-analyze verify` on both installed units, and their sandbox exposure;
 #   4. starts the INSTALLED /usr/bin/chanqd as the chanq user under the unit's LimitNOFILE with
 #      the installed /etc/chanq/chanqd.conf, only its addresses (port 0) and paths (a temp dir)
@@ -78,7 +79,7 @@ bail() { # a step the rest depends on failed
 }
 
 # ---- 1. build --------------------------------------------------------------------------------
-echo "1..30"
+echo "1..31"
 meson_ver=$(sed -n "s/^  version: '\([^']*\)',$/\1/p" "$SRC/meson.build")
 deb_ver=$(sed -n '1s/^chanq (\([^)]*\)).*/\1/p' "$SRC/debian/changelog")
 same "debian/changelog version is meson.build's project version" "$meson_ver" "$deb_ver"
@@ -102,10 +103,10 @@ DEB_D=$(ls "$T"/chanqd_"$deb_ver"_*.deb 2>/dev/null)
 DEB_L=$(ls "$T"/libchanq-dev_"$deb_ver"_*.deb 2>/dev/null)
 [ -f "$DEB_D" ] && [ -f "$DEB_L" ]
 ok "chanqd and libchanq-dev .debs of version $deb_ver" $?
-same "chanqd ships the server, the CLI, the units, the configs and the sysusers file" \
-    "/etc/chanq/chanqd.conf /lib/systemd/system/chanq-mgr.service /lib/systemd/system/chanqd.service /usr/bin/chanq /usr/bin/chanqd /usr/lib/sysusers.d/chanqd.conf /usr/share/doc/chanqd/examples/chanq-mgr.conf" \
+same "chanqd ships the server, the CLI, the units, the configs, the alerting rules and the sysusers file" \
+    "/etc/chanq/chanqd.conf /etc/prometheus/rules/chanq-alerts.yml /lib/systemd/system/chanq-mgr.service /lib/systemd/system/chanqd.service /usr/bin/chanq /usr/bin/chanqd /usr/lib/sysusers.d/chanqd.conf /usr/share/doc/chanqd/examples/chanq-mgr.conf" \
     "$(dpkg-deb -c "$DEB_D" | awk '{print substr($6, 2)}' |
-        grep -E '^/(etc/chanq/|usr/bin/|lib/systemd/system/|usr/lib/sysusers.d/|usr/share/doc/chanqd/examples/).' |
+        grep -E '^/(etc/chanq/|etc/prometheus/rules/|usr/bin/|lib/systemd/system/|usr/lib/sysusers.d/|usr/share/doc/chanqd/examples/).' |
         sort | xargs)"
 same "libchanq-dev ships the static library, the pkg-config file and no other library" \
     "/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/libchanq.a /usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)/pkgconfig/libchanq.pc" \
@@ -123,6 +124,16 @@ same "postinst generated the secrets 0640 root:chanq" \
     "640 root chanq 640 root chanq 640 root chanq" \
     "$(stat -c '%a %U %G' /etc/chanq/tokens.json /etc/chanq/mq-permissions.json \
         /etc/chanq/mgr-token | xargs)"
+# the shipped alerting rules, where Debian's Prometheus is pointed at them (doc/metrics.md
+# "Alerts"): the installed file is the tree's and promtool accepts it (when installed)
+if command -v promtool >/dev/null 2>&1; then
+    cmp -s /etc/prometheus/rules/chanq-alerts.yml "$SRC/doc/prometheus/chanq-alerts.yml" &&
+        promtool check rules /etc/prometheus/rules/chanq-alerts.yml >"$T/promtool.log" 2>&1
+    ok "/etc/prometheus/rules/chanq-alerts.yml is the tree's and promtool check rules passes" $?
+else
+    cmp -s /etc/prometheus/rules/chanq-alerts.yml "$SRC/doc/prometheus/chanq-alerts.yml"
+    ok "/etc/prometheus/rules/chanq-alerts.yml is the tree's (promtool not installed)" $?
+fi
 TOKEN=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["1"]["token"])' \
     /etc/chanq/mq-permissions.json 2>/dev/null)
 [[ "$TOKEN" =~ ^[0-9a-f]{32}$ ]]
@@ -292,7 +303,7 @@ rc=$?
 INSTALLED=0
 [ $rc = 0 ] && [ ! -e /usr/bin/chanqd ] && [ ! -e /usr/include/chanq/chanq.h ] &&
     [ ! -e /etc/chanq/mq-permissions.json ] && [ ! -e /etc/chanq/mgr-token ] &&
-    [ ! -e /etc/chanq/chanqd.conf ]
-ok "purge removes the binaries, the headers, the config and the generated secrets" $?
+    [ ! -e /etc/chanq/chanqd.conf ] && [ ! -e /etc/prometheus/rules/chanq-alerts.yml ]
+ok "purge removes the binaries, the headers, the configs, the alerting rules and the generated secrets" $?
 [ $rc = 0 ] || diag "$T/purge.log"
 exit $failed
