@@ -8,7 +8,7 @@
  *     module set ID --produce A,B --consume A,B [--admin] [--token-file F] [--groups 1,2]
  *     module delete ID
  *     offline APPID | online APPID | topic-offline TOPIC | topic-online TOPIC
- *     topic-retention TOPIC DAYS
+ *     topic-retention TOPIC DAYS | topic-create TOPIC [DAYS]
  *     bindings | bindings set FILE
  *
  * Reads print a table (--json: the API's document as received); changes print "version N".
@@ -21,6 +21,7 @@
  */
 #include "chanq_admin.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -71,6 +72,8 @@ static void admin_usage(FILE *f)
                "  offline APPID | online APPID       take a server out of service / back\n"
                "  topic-offline TOPIC | topic-online TOPIC\n"
                "  topic-retention TOPIC DAYS   keep its messages DAYS days (0: forever)\n"
+               "  topic-create TOPIC [DAYS]    a new topic on every shard (DAYS: its retention;\n"
+               "                               none: each server's own)\n"
                "  bindings                the bridge's bindings (--json: the document)\n"
                "  bindings set FILE       replace them with FILE's document (--bridge-file's\n"
                "                          format; {\"bindings\":[]} removes them all)\n"
@@ -791,6 +794,27 @@ static void path_segment(const char *s, char *out, size_t n)
     out[o] = '\0';
 }
 
+/* topic-create TOPIC [DAYS]: the name is checked here too, as it goes into the JSON body. */
+static int cmd_topic_create(const adm_t *o, int argc, char **argv)
+{
+    const char *t = argc >= 2 ? argv[1] : "";
+    size_t n = strlen(t);
+    bool ok = (argc == 2 || argc == 3) && n >= 1 && n <= 64;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = isalnum((unsigned char)t[i]) || t[i] == '_';
+    char *end = NULL;
+    long days = argc == 3 ? strtol(argv[2], &end, 10) : -1;
+    if (!ok || (argc == 3 && (end == argv[2] || *end || days < 0 || days > 36500)))
+        return usage_error("topic-create TOPIC [DAYS]: TOPIC of [A-Za-z0-9_] (1 to 64), DAYS an "
+                           "integer from 0 (keep forever) to 36500");
+    char body[160];
+    if (days < 0)
+        snprintf(body, sizeof(body), "{\"topic\":\"%s\"}", t);
+    else
+        snprintf(body, sizeof(body), "{\"topic\":\"%s\",\"retention_days\":%ld}", t, days);
+    return cmd_change(o, "POST", "/api/topics", body);
+}
+
 static int run_command(const adm_t *o, int argc, char **argv)
 {
     const char *cmd = argv[0];
@@ -826,6 +850,8 @@ static int run_command(const adm_t *o, int argc, char **argv)
         snprintf(path, sizeof(path), "/api/servers/%lu/%s", id, cmd);
         return cmd_change(o, "POST", path, "{}");
     }
+    if (strcmp(cmd, "topic-create") == 0)
+        return cmd_topic_create(o, argc, argv);
     if (strcmp(cmd, "topic-retention") == 0) {
         char *end = NULL;
         long days = argc == 3 ? strtol(argv[2], &end, 10) : -1;

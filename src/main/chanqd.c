@@ -470,7 +470,8 @@ static int make_mgrlink(app_t *a, cq_mqio_opts_t *mo)
                             .report_ms = (uint32_t)c->mgr_report_ms,
                             /* a relay node has no bridge: it ignores the bindings */
                             .apply_bindings = a->bridge ? apply_bindings : NULL,
-                            .bindings_ud = a};
+                            .bindings_ud = a,
+                            .no_shard = *c->relay_nats != '\0'};
     if (!(a->mgrlink = cq_mgrlink_new(a->mqsrv, &lo)))
         return -ENOMEM;
     a->figs = (cq_main_figures_t){.sh = a->sh, .cluster = a->cluster, .relay = a->relay};

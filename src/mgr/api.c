@@ -760,6 +760,31 @@ static void on_topic_retention(req_t *q)
             cq__mgr_topic_set_retention(q->h->a->m, name, days, q->h->now, err, sizeof(err)), err);
 }
 
+/* POST /api/topics {"topic": T, "retention_days": N}: retention_days may be absent. */
+static void on_topic_create(req_t *q)
+{
+    char err[API_ERR_MAX] = "";
+    if (!need(q, "POST"))
+        return;
+    json_t *o = body_object(q);
+    if (!o)
+        return;
+    json_t *t = json_object_get(o, "topic"), *d = json_object_get(o, "retention_days");
+    char name[API_NAME_MAX + 1] = "";
+    if (json_is_string(t) && json_string_length(t) <= API_NAME_MAX)
+        snprintf(name, sizeof(name), "%s", json_string_value(t));
+    int64_t days = !d ? -1 : json_is_integer(d) ? (int64_t)json_integer_value(d) : -2;
+    json_decref(o);
+    if (!*name) {
+        fail(q, 400, "topic: must be a topic name matching [A-Za-z0-9_]{1,64}");
+        return;
+    }
+    if (days < -1 && d) /* not an integer, or negative */
+        days = CQ_MGR_RETENTION_DAYS_MAX + 1;
+    changed(q, "topic.create", name, cq__mgr_topic_create(q->h->a->m, name, days, err, sizeof(err)),
+            err);
+}
+
 static void on_server(req_t *q, bool offline)
 {
     char id_s[16];
@@ -842,6 +867,8 @@ static void on_api(req_t *q)
     } else if (q->nseg == 3 && seg_is(q, 0, "topics") &&
                (seg_is(q, 2, "online") || seg_is(q, 2, "offline"))) {
         on_topic(q, seg_is(q, 2, "online"));
+    } else if (q->nseg == 1 && seg_is(q, 0, "topics")) {
+        on_topic_create(q);
     } else if (q->nseg == 3 && seg_is(q, 0, "topics") && seg_is(q, 2, "retention")) {
         on_topic_retention(q);
     } else if (q->nseg == 3 && seg_is(q, 0, "servers") &&

@@ -28,6 +28,7 @@ typedef enum mgr_op_kind {
     MGR_OP_SERVER,          /* offline flag */
     MGR_OP_BINDINGS,        /* the bindings document replaced */
     MGR_OP_TOPIC_RETENTION, /* retention set (a topic new to the state takes flag as online) */
+    MGR_OP_TOPIC_CREATE,    /* a topic new to the state, online; retention when not UNSET */
 } mgr_op_kind_t;
 
 typedef struct mgr_op {

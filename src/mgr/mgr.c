@@ -329,6 +329,22 @@ int64_t cq__mgr_topic_set_retention(cq_mgr_t *m, const char *topic, int64_t days
     return cq__mgr_change(m, &op, err, errlen);
 }
 
+int64_t cq__mgr_topic_create(cq_mgr_t *m, const char *topic, int64_t days, char *err, size_t errlen)
+{
+    if (!cq_mq_topic_valid(topic, strlen(topic)))
+        return cq_err_fmt(err, errlen, CQ_EFIELD,
+                          "topic: must be a topic name matching [A-Za-z0-9_]{1,64}");
+    if (days < -1 || days > CQ_MGR_RETENTION_DAYS_MAX)
+        return cq_err_fmt(err, errlen, CQ_EFIELD,
+                          "retention_days: must be an integer in [0, %d] (0: keep forever), or "
+                          "absent (each server's own)",
+                          CQ_MGR_RETENTION_DAYS_MAX);
+    mgr_op_t op = {.kind = MGR_OP_TOPIC_CREATE,
+                   .retention = days < 0 ? CQ_MQMGR_RETENTION_UNSET : days * 86400};
+    memcpy(op.topic, topic, strlen(topic) + 1);
+    return cq__mgr_change(m, &op, err, errlen);
+}
+
 int64_t cq__mgr_server_set_offline(cq_mgr_t *m, uint32_t appid, bool offline, char *err,
                                    size_t errlen)
 {

@@ -32,6 +32,11 @@ int64_t cq__mgr_server_set_offline(cq_mgr_t *m, uint32_t appid, bool offline, ch
 #define CQ_MGR_RETENTION_DAYS_MAX 36500
 int64_t cq__mgr_topic_set_retention(cq_mgr_t *m, const char *topic, int64_t days, uint64_t now,
                                     char *err, size_t errlen);
+/* POST /api/topics: a topic new to the manager, online, which every shard's master creates
+ * (days: its retention, 0 forever; -1: each server's own). CQ_ECONFLICT (409) when the manager
+ * has it already. Returns the new version or a negative code, as the changes above. */
+int64_t cq__mgr_topic_create(cq_mgr_t *m, const char *topic, int64_t days, char *err,
+                             size_t errlen);
 /* PUT /api/bindings: json is the whole bindings document ({"bindings":[...]}, doc/bridge.md),
  * checked as every server will check it (err is then exactly cq_bindings_parse's message,
  * CQ_EFIELD); it replaces the bindings of every managed server, and from the first one on the

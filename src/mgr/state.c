@@ -453,6 +453,24 @@ static int topic_retention(json_t *doc, const mgr_op_t *op, char *err, size_t er
     return json_object_set_new(t, "retention", json_integer(op->retention)) == 0 ? 0 : -ENOMEM;
 }
 
+/* A topic the operator creates: every shard's master makes it (mgrlink.c apply_topics), online,
+ * with the retention asked for or, without one, each server's own. */
+static int topic_create(json_t *doc, const mgr_op_t *op, char *err, size_t errlen)
+{
+    if (!cq_mq_topic_valid(op->topic, strlen(op->topic)))
+        return cq_err_fmt(err, errlen, CQ_EFIELD,
+                          "topic: must be a topic name matching [A-Za-z0-9_]{1,64}");
+    json_t *topics = json_object_get(doc, "topics");
+    if (json_object_get(topics, op->topic))
+        return cq_err_fmt(err, errlen, CQ_ECONFLICT,
+                          "topic %s: exists already (set its retention or flag instead)",
+                          op->topic);
+    json_t *t = op->retention == CQ_MQMGR_RETENTION_UNSET
+                    ? json_pack("{s:b}", "online", 1)
+                    : json_pack("{s:b, s:I}", "online", 1, "retention", (json_int_t)op->retention);
+    return t && json_object_set_new(topics, op->topic, t) == 0 ? 0 : -ENOMEM;
+}
+
 static int server_set(json_t *doc, uint32_t appid, bool offline)
 {
     json_t *off = json_object_get(doc, "offline");
@@ -482,6 +500,8 @@ int cq__mgr_state_apply(json_t *doc, const mgr_op_t *op, char *err, size_t errle
         return topic_set(doc, op->topic, op->flag, err, errlen);
     case MGR_OP_TOPIC_RETENTION:
         return topic_retention(doc, op, err, errlen);
+    case MGR_OP_TOPIC_CREATE:
+        return topic_create(doc, op, err, errlen);
     case MGR_OP_BINDINGS: /* checked when the change was asked for: the last one wins */
         return json_object_set_new(doc, "bindings", json_deep_copy(op->bindings)) == 0 ? 0
                                                                                        : -ENOMEM;

@@ -105,6 +105,9 @@ typedef struct cq_mgrlink_opts {
      * the rest of the command applies. */
     int (*apply_bindings)(void *ud, const char *json, size_t len, char *err, size_t errlen);
     void *bindings_ud;
+    /* The store is no shard of the durable system (a relay node's own): the manager's topics
+     * it has not got are not created on it. */
+    bool no_shard;
 } cq_mgrlink_opts_t;
 
 typedef struct cq_mgrlink_stats {

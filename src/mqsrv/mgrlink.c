@@ -11,6 +11,7 @@
 #include "mqsrv_int.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,7 @@ struct cq_mgrlink {
     void *bindings_ud;
     char *bindings; /* owned: the bindings document in force (the last one applied), or NULL */
     size_t bindings_len;
+    bool no_shard; /* opts.no_shard: creates no topic */
 };
 
 cq_mgrlink_t *cq_mgrlink_new(cq_mqsrv_t *s, const cq_mgrlink_opts_t *o)
@@ -59,6 +61,7 @@ cq_mgrlink_t *cq_mgrlink_new(cq_mqsrv_t *s, const cq_mgrlink_opts_t *o)
     snprintf(l->addr, sizeof(l->addr), "%s", o->addr ? o->addr : "");
     l->apply_bindings = o->apply_bindings;
     l->bindings_ud = o->bindings_ud;
+    l->no_shard = o->no_shard;
     l->next_askid = 1;
     cq_sbuf_init(&l->in);
     cq_sbuf_init(&l->out);
@@ -332,9 +335,23 @@ static void answer(cq_mgrlink_t *l, uint32_t askid, uint32_t cmdid, int err, con
         CQ_WARN("mgr", "cannot queue the answer to command %u: %s", askid, cq_strerror(r));
 }
 
-/* A master makes each managed flag so (through the operation layer, as an admin's set_online
- * would); retention is this engine's own and applies on every role, also to a managed topic
- * that appears after the configuration came. */
+/* A master creates a managed topic it has not got (an operator created it from the console;
+ * in a cluster its registry takes it to the other shards too), then makes each managed flag so
+ * (through the operation layer, as an admin's set_online would); retention is this engine's own
+ * and applies on every role, also to a managed topic that appears after the configuration
+ * came. */
+static void create_topic(cq_mgrlink_t *l, mgr_topic_t *m, uint64_t now_ms)
+{
+    m->tried_ms = now_ms ? now_ms : 1;
+    int days = !m->retention_set                  ? -1
+               : m->retention_s / 86400 > INT_MAX ? INT_MAX
+                                                  : (int)(m->retention_s / 86400);
+    CQ_INFO("mgr", "topic %s: created, as the manager's configuration has it", m->name);
+    int r = cq__mqop_create_own(l->s, m->name, days);
+    if (r < 0)
+        CQ_WARN("mgr", "topic %s: cannot create: %s", m->name, cq_strerror(r));
+}
+
 static void apply_topics(cq_mgrlink_t *l, uint64_t now_ms)
 {
     cq_mqsrv_t *s = l->s;
@@ -342,8 +359,12 @@ static void apply_topics(cq_mgrlink_t *l, uint64_t now_ms)
     for (size_t i = 0; i < l->ntopics; i++) {
         mgr_topic_t *m = &l->topics[i];
         const mq_topic_t *t = cq__mqsrv_topic(s, m->name);
-        if (!t)
-            continue; /* a topic this shard does not have: the registry creates topics */
+        if (!t) {
+            if (writable && !l->no_shard &&
+                (!m->tried_ms || now_ms - m->tried_ms >= CQ_MGRLINK_RETRY_MS))
+                create_topic(l, m, now_ms);
+            continue;
+        }
         if (m->retention_set && (!t->retention_managed || t->retention_s != m->retention_s))
             cq_mqsrv_topic_set_retention(s, m->name, m->retention_s);
         if (!writable || t->online == m->online)

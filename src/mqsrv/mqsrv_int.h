@@ -263,6 +263,9 @@ size_t cq__mqop_reply_budget(const cq_mqsrv_t *s);
 /* commit (store consumer's offset) or, with commit false, offset (read it back). */
 int cq__mqop_offset(mq_link_t *l, const mq_topic_t *t, const char *consumer, bool commit,
                     uint64_t offset, void *ctx, const char **ret_why);
+/* The engine's own creation of topic (the manager's configuration names it; the master has
+ * not got it): online, retention_days (< 0: the store's default). 0 or the submit error. */
+int cq__mqop_create_own(cq_mqsrv_t *s, const char *topic, int retention_days);
 /* create: topic (client's spelling) with retention_days (< 0: CQ_STORE_DEFAULT_RETENTION, the
  * seed's 30 days) for module_id, which must have the admin right (else CQ_EACL, nothing
  * submitted); the cache learns it at completion. */

@@ -263,6 +263,19 @@ int cq__mqop_create(mq_link_t *l, uint32_t module_id, const char *topic, int ret
     return submit(l->s, l, req, ctx, ret_why);
 }
 
+int cq__mqop_create_own(cq_mqsrv_t *s, const char *topic, int retention_days)
+{
+    const char *why;
+    cq_writer_req_t *req;
+    int r = new_req(CQ_WRITER_TOPIC_CREATE, topic, NULL, &req, &why);
+    if (r < 0)
+        return r;
+    req->online = true;
+    req->retention_days = retention_days < 0 ? CQ_STORE_DEFAULT_RETENTION : retention_days;
+    req->now_ms = s->now_ms;
+    return submit(s, NULL, req, NULL, &why);
+}
+
 int cq__mqop_set_online(cq_mqsrv_t *s, mq_link_t *l, const char *topic, bool online,
                         const char **ret_why)
 {

@@ -264,11 +264,13 @@ async function consolePage() {
       posts.push(u.pathname);
   });
   // Failed requests are checked by URL (a console line does not name it): only the wrong login's
-  // 401, the refused retention's 400 and the browser's own favicon request may fail.
+  // 401, the refused retention's 400, the second creation's 409 and the browser's own favicon
+  // request may fail.
   page.on('response', (r) => {
     const u = new URL(r.url());
     const refused = (u.pathname === '/api/login' && r.status() === 401) ||
-      (/^\/api\/topics\/[^/]+\/retention$/.test(u.pathname) && r.status() === 400);
+      (/^\/api\/topics\/[^/]+\/retention$/.test(u.pathname) && r.status() === 400) ||
+      (u.pathname === '/api/topics' && r.status() === 409);
     if (r.status() >= 400 && u.pathname !== '/favicon.ico' && !refused)
       pageErrors.push(`${r.status()} ${r.request().method()} ${u.pathname}`);
   });
@@ -356,6 +358,18 @@ async function consolePage() {
   await page.click('[data-testid="retention-set"]');
   await waitText(page, 'action-error',
     'topic orders retention: days: must be an integer in [0, 36500] (0: keep forever)');
+  // a new topic from the page: the shard's master makes it, online, with its retention; a
+  // second creation of it is refused with what is wrong
+  await page.fill('[data-testid="create-topic"]', 'refunds');
+  await page.fill('[data-testid="create-days"]', '3');
+  await page.click('[data-testid="create-set"]');
+  await waitText(page, 'topic-state-refunds', 'online');
+  await waitText(page, 'topic-retention-refunds', '3 days');
+  assert.equal(await page.inputValue('[data-testid="create-topic"]'), '');
+  await page.fill('[data-testid="create-topic"]', 'refunds');
+  await page.click('[data-testid="create-set"]');
+  await waitText(page, 'action-error',
+    'topic refunds created: topic refunds: exists already (set its retention or flag instead)');
   const off = await produceUntil(1, 'tok1', 'orders', (r) => r.status !== 0, 'topic offline');
   assert.equal(off.status, 1);
   assert.match(off.err, /^chanq: produce: err_code 9 /m);

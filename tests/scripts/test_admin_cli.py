@@ -74,7 +74,7 @@ def main():
     with open(tmp + "/wrong.token", "w") as f:
         f.write("nope\n")
     os.chmod(tmp + "/admin.token", 0o600)
-    print("1..34", flush=True)
+    print("1..38", flush=True)
     try:
         mr = cqproc.start_mgr(procs, chanqd, tmp, [
             "--mgr-admin-token-file", tmp + "/admin.token", "--mgr-token-file",
@@ -239,11 +239,25 @@ def main():
                          "string or '}' expected near '}'"),
                         ("bindings.put", "", ver_m7 + 9, "ok")],
             "audit: the bindings changes, refused ones too", json.dumps(actions))
+
+        # a topic created from the manager: server 41 (its shard's master) makes it
+        rc, out, err = a.run("topic-create", "refunds", "3")
+        tap(rc == 0 and out == "version %d\n" % (ver_m7 + 10), "topic-create refunds 3", out + err)
+        rows = until(lambda: [r for r in (ln.split() for ln in a.run("topics")[1].splitlines())
+                              if r[:3] == ["refunds", "online", "3d"]], "refunds created")
+        tap(rows, "topics: refunds, made by server 41, online, 3 days", a.run("topics")[1])
+        rc, out, err = a.run("topic-create", "refunds")
+        tap(rc == 1 and err == "chanq admin: POST /api/topics: 409: topic refunds: exists "
+            "already (set its retention or flag instead)\n", "topic-create refunds again: 409",
+            out + err)
+        rc, out, err = a.run("topic-create", "bad-name")
+        tap(rc == 2 and "topic-create TOPIC [DAYS]: TOPIC of [A-Za-z0-9_]" in err,
+            "topic-create with a bad name: usage, exit 2", err)
     except Exception as e:
         print("# error: %r" % e, flush=True)
     finally:
         procs.stop_all()
-        while len(results) < 32:
+        while len(results) < 38:
             tap(False, "not reached")
         if all(results):
             shutil.rmtree(tmp, ignore_errors=True)

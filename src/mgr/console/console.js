@@ -407,6 +407,17 @@
       `topic ${topic} retention`);
   }
 
+  // A new topic, made by every shard's master (an empty retention: each server's own).
+  async function createTopic() {
+    const topic = $('create-topic').value.trim();
+    const raw = $('create-days').value.trim();
+    const body = { topic };
+    if (raw !== '')
+      body.retention_days = Number.isInteger(Number(raw)) ? Number(raw) : raw;
+    if (await change('POST', '/api/topics', body, `topic ${topic} created`))
+      $('create-topic').value = '';
+  }
+
   async function saveBindings() {
     const text = $('bindings-editor').value;
     const q = bindingsQuestion(text);
@@ -570,6 +581,7 @@
     $('module-new-save').addEventListener('click', addModule);
     $('bindings-save').addEventListener('click', saveBindings);
     $('retention-set').addEventListener('click', setRetention);
+    $('create-set').addEventListener('click', createTopic);
     $('bindings-reset').addEventListener('click', resetBindings);
     $('bindings-editor').addEventListener('input', () => {
       bindingsDirty = true;

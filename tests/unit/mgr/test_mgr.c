@@ -299,6 +299,27 @@ static void test_topic_retention(void **state)
     assert_int_equal(cq__mgr_topic_set_retention(m, "no-such", 1, 1300, err, sizeof(err)),
                      CQ_EFIELD);
     assert_string_equal(err, "topic: must be a topic name matching [A-Za-z0-9_]{1,64}");
+    /* a topic created from the API: online, with its retention or none (each server's own);
+     * one the manager has is refused (409) and nothing is pushed */
+    assert_int_equal(cq__mgr_topic_create(m, "refunds", 3, err, sizeof(err)), 6);
+    expect_frame(s, 3,
+                 "{\"askid\":4,\"cmdid\":1,\"content\":{\"version\":6,\"modules\":{\"7\":{"
+                 "\"token\":\"m7\",\"produce\":[\"orders\"],\"consume\":[\"*\"],\"admin\":false},"
+                 "\"8\":{\"token\":\"m8\",\"produce\":[],\"consume\":[],\"admin\":true}},"
+                 "\"topics\":{\"orders\":{\"online\":true,\"retention\":604800},\"news\":{"
+                 "\"online\":false,\"retention\":0},\"refunds\":{\"online\":true,\"retention\":"
+                 "259200}}}}");
+    assert_int_equal(cq__mgr_topic_create(m, "chargebacks", -1, err, sizeof(err)), 7);
+    uint8_t type = 0;
+    const char *f = next_frame(s, &type);
+    assert_non_null(f);
+    assert_int_equal(type, 3);
+    assert_non_null(strstr(f, "\"chargebacks\":{\"online\":true}"));
+    assert_int_equal(cq__mgr_topic_create(m, "news", -1, err, sizeof(err)), CQ_ECONFLICT);
+    assert_string_equal(err, "topic news: exists already (set its retention or flag instead)");
+    assert_int_equal(cq__mgr_topic_create(m, "refunds2", 36501, err, sizeof(err)), CQ_EFIELD);
+    assert_string_equal(err, "retention_days: must be an integer in [0, 36500] (0: keep forever), "
+                             "or absent (each server's own)");
     expect_none(s);
     close_conn(s);
     stop(m);

@@ -87,6 +87,14 @@ int64_t cq__mgr_topic_set_retention(cq_mgr_t *m, const char *topic, int64_t days
     return change(m, err, errlen);
 }
 
+int64_t cq__mgr_topic_create(cq_mgr_t *m, const char *topic, int64_t days, char *err, size_t errlen)
+{
+    snprintf(m->last_call, sizeof(m->last_call), "create %s %lld", topic, (long long)days);
+    if (days < -1 || days > 36500)
+        return snprintf(err, errlen, "retention_days: must be an integer in [0, 36500]"), CQ_EFIELD;
+    return change(m, err, errlen);
+}
+
 int64_t cq__mgr_server_set_offline(cq_mgr_t *m, uint32_t appid, bool offline, char *err,
                                    size_t errlen)
 {
@@ -421,6 +429,29 @@ static void test_login_session_csrf(void **state)
     r = call(e, "POST", "/api/topics/orders/retention", hdr, "{\"days\": 7}");
     assert_int_equal(r->status, 405);
     assert_string_equal(r->body, "{\"error\":\"method not allowed: use PUT\"}");
+    /* a new topic, with or without a retention; what is wrong with the body, said exactly */
+    r = call(e, "POST", "/api/topics", hdr, "{\"topic\": \"refunds\", \"retention_days\": 3}");
+    assert_int_equal(r->status, 200);
+    assert_string_equal(fm.last_call, "create refunds 3");
+    assert_true(has(last_audit(), "\"action\":\"topic.create\",\"target\":\"refunds\","));
+    r = call(e, "POST", "/api/topics", hdr, "{\"topic\": \"chargebacks\"}");
+    assert_int_equal(r->status, 200);
+    assert_string_equal(fm.last_call, "create chargebacks -1");
+    r = call(e, "POST", "/api/topics", hdr, "{\"topic\": \"refunds\", \"retention_days\": \"3\"}");
+    assert_int_equal(r->status, 400);
+    assert_string_equal(r->body,
+                        "{\"error\":\"retention_days: must be an integer in [0, 36500]\"}");
+    r = call(e, "POST", "/api/topics", hdr, "{\"topic\": 7}");
+    assert_int_equal(r->status, 400);
+    assert_string_equal(r->body,
+                        "{\"error\":\"topic: must be a topic name matching [A-Za-z0-9_]{1,64}\"}");
+    fm.next_err = CQ_ECONFLICT;
+    snprintf(fm.err_text, sizeof(fm.err_text), "topic refunds: exists already");
+    r = call(e, "POST", "/api/topics", hdr, "{\"topic\": \"refunds\"}");
+    assert_int_equal(r->status, 409);
+    assert_string_equal(r->body, "{\"error\":\"topic refunds: exists already\"}");
+    r = call(e, "PUT", "/api/topics", hdr, "{\"topic\": \"refunds\"}");
+    assert_int_equal(r->status, 405);
     /* logout ends the session */
     r = call(e, "POST", "/api/logout", hdr, "{}");
     assert_int_equal(r->status, 200);
