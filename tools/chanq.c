@@ -2,10 +2,10 @@
  * doc/protocol-mq.md), on the blocking client libchanq/chanq_mq_sync.h.
  *
  *   chanq [--addr H:P] [--module M --token T] produce TOPIC [--batch N] [--producer-id P]
- *   chanq [...] consume TOPIC [--from OFFSET] [--max N] [--commit]
+ *   chanq [...] consume TOPIC [--from OFFSET] [--max N] [--commit] [--instance ID]
  *   chanq [...] tail TOPIC [--from OFFSET] [--count N]
  *   chanq [...] add-topic TOPIC
- *   chanq [...] offset TOPIC
+ *   chanq [...] offset TOPIC [--instance ID]
  *   chanq [...] topics
  *   chanq --servers LIST | --zk HOSTS [--zk-root R] produce|consume|tail|watch TOPIC [...]
  *   chanq --mgr H:P[,H:P] [--zk HOSTS] produce|consume|tail|watch TOPIC [...]
@@ -56,8 +56,9 @@ typedef struct cli {
     const char *servers; /* cluster: static list, or NULL */
     const char *zk;      /* cluster: ZooKeeper hosts, or NULL */
     const char *zk_root;
-    const char *mgr; /* cluster: managers asked for the server list (svrconfig), or NULL */
-    bool cache;      /* cluster produce: cache when no master is reachable */
+    const char *mgr;      /* cluster: managers asked for the server list (svrconfig), or NULL */
+    const char *instance; /* commit and offset: the module's consumer instance, or NULL */
+    bool cache;           /* cluster produce: cache when no master is reachable */
 } cli_t;
 
 static volatile sig_atomic_t interrupted;
@@ -79,6 +80,8 @@ static void usage(FILE *f)
                "  consume TOPIC     prints OFFSET<TAB>CONTENT for messages after --from\n"
                "                    [--from OFFSET] (default 0: from the start) [--max N]\n"
                "                    [--commit] commit the last offset printed\n"
+               "                    [--instance ID] as consumer instance ID of the module\n"
+               "                    (an offset of its own; offset TOPIC takes it too)\n"
                "  tail|watch TOPIC  watches the topic and prints pushed messages until\n"
                "                    interrupted; [--from OFFSET] prints the backlog first,\n"
                "                    [--count N] stops after N messages\n"
@@ -136,7 +139,8 @@ enum {
     O_ZK,
     O_ZK_ROOT,
     O_POLICY,
-    O_MGR
+    O_MGR,
+    O_INSTANCE
 };
 
 static int parse_opt(cli_t *c, int o, const char *arg)
@@ -151,6 +155,9 @@ static int parse_opt(cli_t *c, int o, const char *arg)
         return 0;
     case O_COMMIT:
         c->commit = true;
+        return 0;
+    case O_INSTANCE:
+        c->instance = arg;
         return 0;
     case O_SERVERS:
         c->servers = arg;
@@ -216,6 +223,7 @@ static int parse_args(cli_t *c, int argc, char **argv)
         {"zk-root", required_argument, NULL, O_ZK_ROOT},
         {"policy", required_argument, NULL, O_POLICY},
         {"mgr", required_argument, NULL, O_MGR},
+        {"instance", required_argument, NULL, O_INSTANCE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -284,6 +292,14 @@ static int open_conn(const cli_t *c, uint32_t type, chanq_mq_sync_t **ret_s)
         return EXIT_SERVER;
     }
     chanq_mq_sync_set_timeout(*ret_s, c->timeout_ms);
+    if (c->instance && chanq_mq_sync_set_instance(*ret_s, c->instance) < 0) {
+        fprintf(stderr,
+                "chanq: bad --instance \"%s\" (1 to 100 printable ASCII characters, no "
+                "space)\n",
+                c->instance);
+        *ret_s = chanq_mq_sync_close(*ret_s);
+        return EXIT_USAGE;
+    }
     return 0;
 }
 

@@ -39,6 +39,7 @@ struct chanq_mq {
     size_t nwatches, watches_cap;
     pseq_t *seqs;
     size_t nseqs, seqs_cap;
+    char instance[CQ_MQ_INSTANCE_MAX + 1]; /* commit and offset carry it ("": none) */
 };
 
 /* Grows *arr (of elem-byte entries, *cap of them) to hold need entries. */
@@ -271,7 +272,27 @@ static int req_new(chanq_mq_t *c, uint8_t type, const char *topic, cq_mq_msg_t *
         }
         m->has |= CQ_MQ_F_TOPIC;
     }
+    /* a consumer instance keeps an offset of its own (doc/protocol-mq.md "commit") */
+    if ((type == CQ_MQ_REQ_COMMIT || type == CQ_MQ_REQ_OFFSET) && c->instance[0]) {
+        int r = cq_mq_msg_set_str(m, CQ_MQ_F_INSTANCE, c->instance);
+        if (r < 0) {
+            cq_mq_msg_free(m);
+            return r;
+        }
+    }
     *ret = m;
+    return 0;
+}
+
+int chanq_mq_set_instance(chanq_mq_t *c, const char *instance)
+{
+    size_t n = instance ? strlen(instance) : 0;
+    if (!c || n > CQ_MQ_INSTANCE_MAX)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (instance[i] <= 0x20 || instance[i] > 0x7e)
+            return -EINVAL;
+    memcpy(c->instance, n ? instance : "", n + 1);
     return 0;
 }
 

@@ -121,6 +121,12 @@ int chanq_mq_consume(chanq_mq_t *c, const char *topic, int64_t offset, uint32_t 
                      chanq_mq_done_cb cb, void *ud, uint32_t *ret_askid);
 int chanq_mq_commit(chanq_mq_t *c, const char *topic, int64_t offset, chanq_mq_done_cb cb, void *ud,
                     uint32_t *ret_askid);
+/* Makes this client a consumer instance of its module: its commit and offset requests from now
+ * on keep and read an offset of its own ("m<module_id>/<instance>", doc/protocol-mq.md), so two
+ * instances of one service each resume from their own progress. instance: 1 to 100 printable
+ * ASCII characters without a space (copied), or NULL / "" for the module's shared offset.
+ * Returns 0 or -EINVAL. */
+int chanq_mq_set_instance(chanq_mq_t *c, const char *instance);
 /* The offset this module's consumer committed in topic: the answer (offset_resp) has offset
  * (0 if never), committed (false if never) and last_offset (the topic's last offset). */
 int chanq_mq_offset(chanq_mq_t *c, const char *topic, chanq_mq_done_cb cb, void *ud,

@@ -299,6 +299,11 @@ int chanq_mq_sync_commit(chanq_mq_sync_t *s, const char *topic, int64_t offset)
     return r < 0 ? r : finish(s, &c, id, NULL);
 }
 
+int chanq_mq_sync_set_instance(chanq_mq_sync_t *s, const char *instance)
+{
+    return s ? chanq_mq_set_instance(s->core, instance) : -EINVAL;
+}
+
 int chanq_mq_sync_offset(chanq_mq_sync_t *s, const char *topic, int64_t *ret_offset,
                          bool *ret_committed, int64_t *ret_last_offset)
 {

@@ -72,6 +72,8 @@ int chanq_mq_sync_produce1(chanq_mq_sync_t *s, const char *topic, const char *co
 int chanq_mq_sync_consume(chanq_mq_sync_t *s, const char *topic, int64_t offset, uint32_t max_count,
                           cq_mq_msg_t **ret_resp);
 int chanq_mq_sync_commit(chanq_mq_sync_t *s, const char *topic, int64_t offset);
+/* chanq_mq_set_instance() for this connection's commits and offset reads. */
+int chanq_mq_sync_set_instance(chanq_mq_sync_t *s, const char *instance);
 /* This module's committed offset in topic (0 and *ret_committed false if it never committed)
  * and the topic's last offset. Output pointers may be NULL. */
 int chanq_mq_sync_offset(chanq_mq_sync_t *s, const char *topic, int64_t *ret_offset,

@@ -488,6 +488,18 @@ async function consolePage() {
   await page.click('[data-testid="nav-topics"]');
   await waitText(page, 'topic-shards-orders', `shard ${SHARD}: ${last}`);
   await waitText(page, 'topic-consumers-orders', `m1@${SHARD}: ${last - committed}`);
+  // a consumer instance of module 1 (issue 25) shows with its own lag beside the module's
+  const inst = spawnSync(CLI, ['--addr', cluster.nodes[1].mq, '--module', '1', '--token', 'tok1',
+    'consume', 'orders', '--max', '2', '--commit', '--instance', 'inst-a'],
+  { encoding: 'utf8', timeout: 20000 });
+  assert.equal(inst.status, 0, `consume --instance: ${inst.stderr}`);
+  const instAt = Number(inst.stdout.trim().split('\n').at(-1).split('\t')[0]);
+  assert.ok(instAt > committed, `consume --instance printed ${JSON.stringify(inst.stdout)}`);
+  await page.waitForFunction(([want]) => document.querySelector(
+    '[data-testid="topic-consumers-orders"]')?.textContent.split('; ').includes(want),
+  [`m1/inst-a@${SHARD}: ${last - instAt}`], WAIT);
+  assert.ok((await text(page, 'topic-consumers-orders')).split('; ')
+    .includes(`m1@${SHARD}: ${last - committed}`));
   await shot(page, 'topics-figures');
 
   // Audit: the page's changes, newest first.

@@ -132,6 +132,30 @@ static void test_consume_commit_order(void **state)
     }
     assert_int_equal(seen, 20);
     assert_int_equal(chanq_mq_sync_commit(c, "nosuch", 1), CQ_ENOTOPIC);
+    /* two consumer instances of module 5 (issue 25): each commits and reads back its own
+     * offset, beside the module's shared one; a bad instance id is refused locally */
+    chanq_mq_sync_t *i1 = open_client(5, "", CQ_MQ_CONSUMER);
+    chanq_mq_sync_t *i2 = open_client(5, "", CQ_MQ_CONSUMER);
+    assert_int_equal(chanq_mq_sync_set_instance(i1, "vip-1"), 0);
+    assert_int_equal(chanq_mq_sync_set_instance(i2, "vip-2"), 0);
+    assert_int_equal(chanq_mq_sync_set_instance(i2, "has space"), -EINVAL);
+    assert_int_equal(chanq_mq_sync_commit(i1, "events", off[3]), 0);
+    assert_int_equal(chanq_mq_sync_commit(i2, "events", off[11]), 0);
+    int64_t got = 0, last = 0;
+    bool committed = false;
+    assert_int_equal(chanq_mq_sync_offset(i1, "events", &got, &committed, &last), 0);
+    assert_true(committed);
+    assert_int_equal(got, off[3]);
+    assert_int_equal(last, off[19]);
+    assert_int_equal(chanq_mq_sync_offset(i2, "events", &got, &committed, NULL), 0);
+    assert_int_equal(got, off[11]);
+    assert_int_equal(chanq_mq_sync_offset(c, "events", &got, &committed, NULL), 0);
+    assert_int_equal(got, at); /* the module's own, as c committed it */
+    assert_int_equal(chanq_mq_sync_set_instance(i1, NULL), 0); /* back to the module's */
+    assert_int_equal(chanq_mq_sync_offset(i1, "events", &got, &committed, NULL), 0);
+    assert_int_equal(got, at);
+    chanq_mq_sync_close(i1);
+    chanq_mq_sync_close(i2);
     chanq_mq_sync_close(c);
     chanq_mq_sync_close(p);
 }
@@ -309,6 +333,19 @@ static void test_cli(void **state)
                      0);
     snprintf(want, sizeof(want), "%" PRId64 "\t%" PRId64 "\n", o[1], b[2]);
     assert_string_equal(out, want);
+    /* a consumer instance: an offset of its own */
+    assert_int_equal(run_cli((const char *[]){"consume", "clitopic", "--max", "1", "--commit",
+                                              "--instance", "inst-a", NULL},
+                             NULL, out, sizeof(out)),
+                     0);
+    assert_int_equal(run_cli((const char *[]){"offset", "clitopic", "--instance", "inst-a", NULL},
+                             NULL, out, sizeof(out)),
+                     0);
+    snprintf(want, sizeof(want), "%" PRId64 "\t%" PRId64 "\n", o[0], b[2]);
+    assert_string_equal(out, want);
+    assert_int_equal(run_cli((const char *[]){"offset", "clitopic", "--instance", "a b", NULL},
+                             NULL, out, sizeof(out)),
+                     2);
     /* topics */
     assert_int_equal(
         run_cli((const char *[]){"add-topic", "another", NULL}, NULL, out, sizeof(out)), 0);
