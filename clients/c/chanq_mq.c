@@ -82,6 +82,7 @@ int chanq_mq_err(uint32_t err_code)
         [CQ_MQ_ERR_NOT_MASTER] = CQ_ENOTMASTER,
         [CQ_MQ_ERR_SERVER_OFFLINE] = CQ_ESRVOFFLINE,
         [CQ_MQ_ERR_READ_ON_MASTER] = CQ_EREADMASTER,
+        [CQ_MQ_ERR_NO_MESSAGE] = CQ_ENOMSG,
     };
     if (err_code < sizeof(map) / sizeof(map[0]))
         return map[err_code];

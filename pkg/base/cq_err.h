@@ -36,6 +36,7 @@
     X(EFIELD, -1023, "missing or invalid message field")                                           \
     X(EOFFLINE, -1024, "topic is offline")                                                         \
     X(EBUSY, -1025, "busy: pending writes over the limit, retry later")                            \
+    X(ENOMSG, -1026, "no message at that offset")                                                  \
     X(ENOTOPIC, -1040, "unknown topic")                                                            \
     X(EBADTOPIC, -1041, "bad topic name (allowed: [A-Za-z0-9_], 1 to 64 characters)")              \
     X(ESTORE, -1042, "storage error")                                                              \

@@ -94,7 +94,8 @@ typedef enum cq_mq_errcode {
     CQ_MQ_ERR_NOT_MASTER = 18,          /* a write to a server that is not its shard's master */
     CQ_MQ_ERR_SERVER_OFFLINE = 19,      /* the server was taken offline (mgr command 2) */
     CQ_MQ_ERR_READ_ON_MASTER = 20,      /* a read to a standby (--slave-reads off), master up */
-    CQ_MQ_ERRCODE_MAX = 20
+    CQ_MQ_ERR_NO_MESSAGE = 21,          /* invalidate: no message stored at that offset */
+    CQ_MQ_ERRCODE_MAX = 21
 } cq_mq_errcode_t;
 
 /* Field bits of cq_mq_msg_t.has, in the order encode writes them. */

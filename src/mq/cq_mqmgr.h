@@ -33,6 +33,7 @@
 
 #define CQ_MQMGR_CMD_PUBLISH_CONFIG 1
 #define CQ_MQMGR_CMD_OFFLINE        2
+#define CQ_MQMGR_CMD_INVALIDATE     3 /* {"topic": T, "offset": N}: the master sets it state 0 */
 
 #define CQ_MQMGR_PREAUTH_MAX_TOTAL (64u * 1024u) /* frame limit before the first auth'd request */
 #define CQ_MQMGR_MAX_TOTAL         (CQ_MQ_HDR_LEN + (1u << 20))
@@ -204,6 +205,8 @@ typedef struct cq_mqmgr_msg {
     uint32_t cmdid;                     /* command, command_resp */
     cq_mqmgr_config_t config;           /* command 1 */
     bool offline;                       /* command 2 */
+    char topic[CQ_MQ_TOPIC_MAX + 1];    /* command 3 */
+    uint64_t offset;                    /* command 3: 1..2^53-1 */
 } cq_mqmgr_msg_t;
 
 /* The frame type of a kind (1, 2, 3, 4, 20). */

@@ -33,6 +33,7 @@ static const struct {
     {CQ_ENOTMASTER, CQ_MQ_ERR_NOT_MASTER, "not_master"},
     {CQ_ESRVOFFLINE, CQ_MQ_ERR_SERVER_OFFLINE, "server_offline"},
     {CQ_EREADMASTER, CQ_MQ_ERR_READ_ON_MASTER, "read_on_master"},
+    {CQ_ENOMSG, CQ_MQ_ERR_NO_MESSAGE, "no_message"},
     {1, CQ_MQ_ERR_INTERNAL, "internal"}, /* err 1 never occurs: matched by code only */
 };
 #define NERRMAP (sizeof(errmap) / sizeof(errmap[0]))

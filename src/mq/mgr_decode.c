@@ -599,8 +599,25 @@ static int get_config(const mq_fctx_t *c, json_t *content, cq_mqmgr_config_t *cf
 static int get_cmdid(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
 {
     int rc = get_req_u32(c, root, "cmdid", &m->cmdid);
-    if (rc == 0 && m->cmdid != CQ_MQMGR_CMD_PUBLISH_CONFIG && m->cmdid != CQ_MQMGR_CMD_OFFLINE)
-        return cq__mq_field_err(c, CQ_EFIELD, "cmdid", "must be 1 (publish_config) or 2 (offline)");
+    if (rc == 0 && m->cmdid != CQ_MQMGR_CMD_PUBLISH_CONFIG && m->cmdid != CQ_MQMGR_CMD_OFFLINE &&
+        m->cmdid != CQ_MQMGR_CMD_INVALIDATE)
+        return cq__mq_field_err(c, CQ_EFIELD, "cmdid",
+                                "must be 1 (publish_config), 2 (offline) or 3 (invalidate)");
+    return rc;
+}
+
+/* command 3's content: {"topic": T, "offset": N}. */
+static int get_invalidate(const mq_fctx_t *c, json_t *content, cq_mqmgr_msg_t *m)
+{
+    int rc = 0;
+    int64_t off = 0;
+    json_t *t = cq__mq_required(c, content, "topic", "content.topic", &rc);
+    if (t)
+        rc = cq__mq_get_topic(c, "content.topic", t, m->topic);
+    json_t *o = rc == 0 ? cq__mq_required(c, content, "offset", "content.offset", &rc) : NULL;
+    if (o)
+        rc = cq__mq_get_int(c, "content.offset", o, 1, U53_MAX_, &off);
+    m->offset = rc == 0 ? (uint64_t)off : 0;
     return rc;
 }
 
@@ -613,6 +630,8 @@ static int dec_command(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
     if (content && (rc = cq__mq_need_object(c, "content", content)) == 0) {
         if (m->cmdid == CQ_MQMGR_CMD_PUBLISH_CONFIG)
             return get_config(c, content, &m->config);
+        if (m->cmdid == CQ_MQMGR_CMD_INVALIDATE)
+            return get_invalidate(c, content, m);
         json_t *o = cq__mq_required(c, content, "offline", "content.offline", &rc);
         if (o)
             rc = cq__mq_get_bool(c, "content.offline", o, &m->offline);

@@ -557,6 +557,13 @@ static void enc_body(const cq_mqmgr_msg_t *m, json_t *o, int *rc)
         put_u53(o, "cmdid", m->cmdid, rc);
         if (m->cmdid == CQ_MQMGR_CMD_PUBLISH_CONFIG) {
             put(o, "content", enc_config(&m->config, rc), rc);
+        } else if (m->cmdid == CQ_MQMGR_CMD_INVALIDATE) {
+            json_t *c = json_object();
+            if (*rc == 0 && !cq_mq_topic_valid(m->topic, strlen(m->topic)))
+                *rc = CQ_EBADTOPIC;
+            put_str(c, "topic", m->topic, rc);
+            put_int(c, "offset", (int64_t)m->offset, 1, U53_MAX_, rc);
+            put(o, "content", c, rc);
         } else {
             json_t *c = json_object();
             put_bool(c, "offline", m->offline, rc);

@@ -141,6 +141,10 @@ typedef struct cq_mqsrv_opts {
     /* The result of a cq_mqsrv_sink_get_offset (err -ENOENT: never committed) or
      * cq_mqsrv_sink_commit_offset (offset: the one committed), on the engine's thread. */
     void (*sink_offset)(void *sink_ud, cq_mqsrv_t *s, uint64_t tag, int err, uint64_t offset);
+    /* The message at offset of topic (this shard's) was invalidated (state 0, stored): what the
+     * sink keeps of it in memory (the bridge's rings) is dropped, so no resume delivers it
+     * again. Engine thread. NULL: none. */
+    void (*sink_invalidated)(void *sink_ud, cq_mqsrv_t *s, const char *topic, uint64_t offset);
 } cq_mqsrv_opts_t;
 
 /* The sink's reads (the bridge's resume): up to max rows of topic with offsets above from, in

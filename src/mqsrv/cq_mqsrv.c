@@ -125,6 +125,7 @@ cq_mqsrv_t *cq_mqsrv_new(const cq_mqsrv_opts_t *o)
     s->sink_run = o->sink_run;
     s->sink_rows = o->sink_rows;
     s->sink_offset = o->sink_offset;
+    s->sink_invalidated = o->sink_invalidated;
     for (size_t i = 0; i < o->ntopics; i++) {
         const cq_store_topic_t *st = &o->topics[i];
         mq_topic_t *t = cq__mqsrv_topic_add(s, st->name, st->online, st->retention_days);
@@ -657,6 +658,14 @@ void cq__mqsrv_produced(cq_mqsrv_t *s, const cq_writer_req_t *req)
 {
     s->st.produced += req->n_msgs;
     queue_push(s, req);
+}
+
+void cq__mqsrv_invalidated(cq_mqsrv_t *s, const char *topic, uint64_t offset)
+{
+    CQ_INFO("mq", "topic %s: the message at offset %llu is invalid now", topic,
+            (unsigned long long)offset);
+    if (s->sink_invalidated)
+        s->sink_invalidated(s->sink_ud, s, topic, offset);
 }
 
 int cq_mqsrv_topic_set_online(cq_mqsrv_t *s, const char *topic, bool online)

@@ -48,6 +48,7 @@ static int status_of(int err)
     case CQ_EACL:
         return 403;
     case CQ_ENOTOPIC:
+    case CQ_ENOMSG:
         return 404;
     case CQ_EOFFLINE:
     case CQ_ESEQCONFLICT:
@@ -471,6 +472,27 @@ static void on_offset(hreq_t *q, bool commit)
               &why);
 }
 
+/* POST /v1/topics/<t>/messages/<offset>/invalidate (admin): the message's state 0. */
+static void on_invalidate(hreq_t *q)
+{
+    char num[24];
+    mq_topic_t *t = topic_of(q, CQ_MQPERM_ADMIN, false);
+    if (!t)
+        return;
+    uint64_t off = 0;
+    bool ok = seg_copy(q, 3, num, sizeof(num)) && num[0] && strlen(num) <= 16;
+    for (const char *p = num; ok && *p; p++) {
+        ok = *p >= '0' && *p <= '9';
+        off = off * 10 + (uint64_t)(*p - '0');
+    }
+    if (!ok || off == 0 || off > (uint64_t)CQ_MQ_MAX_U53) {
+        FAIL(q->h, CQ_EOFFRANGE, "offset: must be an integer in [1, 9007199254740991]");
+        return;
+    }
+    const char *why;
+    submitted(q->h, cq__mqop_invalidate(q->h->l.s, &q->h->l, t, off, 0, &why), &why);
+}
+
 /* Routes /v1/topics/<t>/... once the topic segment is valid and the caller authenticated. */
 static bool route_topic(hreq_t *q)
 {
@@ -479,6 +501,8 @@ static bool route_topic(hreq_t *q)
         on_set_online(q, seg_is(q, 2, "online"));
     else if (q->nseg == 3 && seg_is(q, 2, "messages") && (post || get))
         post ? on_produce(q) : on_consume(q);
+    else if (q->nseg == 5 && post && seg_is(q, 2, "messages") && seg_is(q, 4, "invalidate"))
+        on_invalidate(q);
     else if (q->nseg == 5 && seg_is(q, 2, "consumers") && seg_is(q, 4, "offset") && (post || get))
         on_offset(q, post);
     else
@@ -621,6 +645,9 @@ static json_t *answer(cq_mqsrv_t *s, const cq_writer_req_t *req, const mq_result
         return json_pack("{s:s,s:b}", "topic", req->topic, "created", res->created);
     case CQ_WRITER_TOPIC_SET_ONLINE:
         return json_pack("{s:s,s:b}", "topic", req->topic, "online", req->online);
+    case CQ_WRITER_INVALIDATE:
+        return json_pack("{s:s,s:I,s:i}", "topic", req->topic, "offset", (json_int_t)req->offset,
+                         "state", 0);
     case CQ_WRITER_GET_OFFSET:
         return json_pack("{s:s,s:s,s:I,s:b}", "topic", req->topic, "consumer", req->consumer,
                          "offset", (json_int_t)res->offset, "committed", res->committed);
@@ -644,6 +671,9 @@ static void done(mq_link_t *l, cq_writer_req_t *req, const mq_result_t *res, voi
              "%s; the messages may be stored: retry with the same producer_id and "
              "seq on the shard's master",
              cq_strerror(res->err));
+    else if (res->err == CQ_ENOMSG)
+        FAIL(h, res->err, "topic %s: no message at offset %llu", req->topic,
+             (unsigned long long)req->offset);
     else if (res->err)
         FAIL(h, res->err, "%s; %s", cq__mqop_err_text(req, res->err, why, sizeof(why)),
              req->op == CQ_WRITER_PRODUCE ? cq__mqop_produce_advice(res->err) : "not done");

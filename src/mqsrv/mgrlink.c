@@ -48,6 +48,8 @@ struct cq_mgrlink {
     bool no_shard; /* opts.no_shard: creates no topic */
 };
 
+static void invalidated(void *ud, uint64_t tag, int err, const char *why);
+
 cq_mgrlink_t *cq_mgrlink_new(cq_mqsrv_t *s, const cq_mgrlink_opts_t *o)
 {
     cq_mgrlink_t *l = cq_calloc(1, sizeof(*l));
@@ -63,6 +65,8 @@ cq_mgrlink_t *cq_mgrlink_new(cq_mqsrv_t *s, const cq_mgrlink_opts_t *o)
     l->bindings_ud = o->bindings_ud;
     l->no_shard = o->no_shard;
     l->next_askid = 1;
+    s->mgr_invalidated = invalidated;
+    s->mgr_ud = l;
     cq_sbuf_init(&l->in);
     cq_sbuf_init(&l->out);
     return l;
@@ -91,6 +95,8 @@ cq_mgrlink_t *cq_mgrlink_free(cq_mgrlink_t *l)
 {
     if (!l)
         return NULL;
+    if (l->s->mgr_ud == l) /* the engine outlives the link: a late completion answers no one */
+        l->s->mgr_invalidated = NULL;
     cq_sbuf_done(&l->in);
     cq_sbuf_done(&l->out);
     cq_free(l->topics);
@@ -450,11 +456,44 @@ static int publish_config(cq_mgrlink_t *l, const cq_mqmgr_config_t *c, uint64_t 
     return 0;
 }
 
+/* The store's answer to command 3: the manager gets it now (on the connection of the moment:
+ * a manager that reconnected in between finds no command of that askid and drops it). */
+static void invalidated(void *ud, uint64_t tag, int err, const char *why)
+{
+    cq_mgrlink_t *l = ud;
+    if (!l->connected)
+        return; /* the manager's command went with its connection */
+    if (err)
+        CQ_WARN("mgr", "command %u (invalidate) failed: %s", (unsigned)tag, why);
+    answer(l, (uint32_t)tag, CQ_MQMGR_CMD_INVALIDATE, err, why);
+}
+
+/* Command 3: answered when the store has done it (invalidated), or now when refused. */
+static int invalidate(cq_mgrlink_t *l, const cq_mqmgr_msg_t *m, char *why, size_t wlen)
+{
+    const mq_topic_t *t = cq__mqsrv_topic(l->s, m->topic);
+    const char *w = NULL;
+    int r = t ? cq__mqop_invalidate(l->s, NULL, t, m->offset, m->askid, &w) : CQ_ENOTOPIC;
+    if (r == CQ_ENOTOPIC)
+        snprintf(why, wlen, "topic %s: unknown on this server", m->topic);
+    else if (r < 0)
+        snprintf(why, wlen, "%s", w ? w : cq_strerror(r));
+    else
+        CQ_INFO("mgr", "command %u: invalidating %s offset %llu", m->askid, m->topic,
+                (unsigned long long)m->offset);
+    return r;
+}
+
 static void on_command(cq_mgrlink_t *l, const cq_mqmgr_msg_t *m, uint64_t now_ms)
 {
     char why[320] = "";
     int r = 0;
     l->st.commands++;
+    if (m->cmdid == CQ_MQMGR_CMD_INVALIDATE) {
+        if ((r = invalidate(l, m, why, sizeof(why))) < 0)
+            answer(l, m->askid, m->cmdid, r, why);
+        return;
+    }
     if (m->cmdid == CQ_MQMGR_CMD_PUBLISH_CONFIG)
         r = publish_config(l, &m->config, now_ms, why, sizeof(why));
     else if (m->cmdid == CQ_MQMGR_CMD_OFFLINE)

@@ -134,6 +134,11 @@ struct cq_mqsrv {
     void (*sink_offset)(void *ud, cq_mqsrv_t *s, uint64_t tag, int err, uint64_t offset);
     void (*sink_rows)(void *ud, cq_mqsrv_t *s, uint64_t tag, int err, const cq_store_rec_t *recs,
                       size_t n);
+    void (*sink_invalidated)(void *ud, cq_mqsrv_t *s, const char *topic, uint64_t offset);
+    /* The manager link's (mgrlink.c), while it lives: the answer to its invalidate command,
+     * tag its askid; why is the error's text (NULL when err is 0). */
+    void (*mgr_invalidated)(void *ud, uint64_t tag, int err, const char *why);
+    void *mgr_ud;
     bool sink_handed;      /* under inbox_mu: cq_mqsrv_sink_changed() asked for a refresh */
     struct mq_decl *decls; /* owned */
     size_t ndecls;
@@ -263,6 +268,13 @@ size_t cq__mqop_reply_budget(const cq_mqsrv_t *s);
 /* commit (store consumer's offset) or, with commit false, offset (read it back). */
 int cq__mqop_offset(mq_link_t *l, const mq_topic_t *t, const char *consumer, bool commit,
                     uint64_t offset, void *ctx, const char **ret_why);
+/* invalidate: sets the message at offset of t to state 0 (never delivered again) on this
+ * shard's master, for l (an admin's request: the caller checked the right; answered through
+ * l's front end) or, l NULL, the manager's command (answered through s->mgr_invalidated with
+ * tag). CQ_ENOTMASTER on a slave, CQ_EOFFRANGE for offset 0; at completion CQ_ENOMSG when no
+ * message is stored there. */
+int cq__mqop_invalidate(cq_mqsrv_t *s, mq_link_t *l, const mq_topic_t *t, uint64_t offset,
+                        uint64_t tag, const char **ret_why);
 /* The engine's own creation of topic (the manager's configuration names it; the master has
  * not got it): online, retention_days (< 0: the store's default). 0 or the submit error. */
 int cq__mqop_create_own(cq_mqsrv_t *s, const char *topic, int retention_days);
@@ -326,6 +338,8 @@ void cq__mqsrv_conn_free(mq_link_t *l);
 void cq__mqsrv_close(cq_mqsrv_conn_t *c);
 /* A produce committed (err 0): counters, high water and pushes to the topic's watchers. */
 void cq__mqsrv_produced(cq_mqsrv_t *s, const cq_writer_req_t *req);
+/* The message at offset of topic is invalid now: the sink drops it (sink_invalidated). */
+void cq__mqsrv_invalidated(cq_mqsrv_t *s, const char *topic, uint64_t offset);
 /* A catch-up READ of t came back: its messages go to t's watchers. */
 void cq__mqsrv_log_read(cq_mqsrv_t *s, mq_topic_t *t, const cq_writer_req_t *req);
 /* A slave's poll of t: reads the rows after t->pushed (nothing when a read is in flight). */

@@ -25,11 +25,12 @@ typedef struct mq_pend {
     mq_link_t *l;  /* NULL for the engine's own requests */
     void *ctx;     /* the front end's answer context (taken) */
     bool decl;     /* the cluster's declaration asked for it (topics.c): not told on_topic */
-    uint8_t sink;  /* the sink's: SINK_ROWS (cq_mqsrv_sink_read), SINK_OFFSET (sink_*_offset) */
+    uint8_t sink;  /* the sink's: SINK_ROWS (cq_mqsrv_sink_read), SINK_OFFSET (sink_*_offset),
+                    * SINK_INVALIDATED (the manager's invalidate: s->mgr_invalidated, tag) */
     uint64_t tag;
 } mq_pend_t;
 
-enum { SINK_NONE = 0, SINK_ROWS, SINK_OFFSET };
+enum { SINK_NONE = 0, SINK_ROWS, SINK_OFFSET, SINK_INVALIDATED };
 
 static const char inflight_why[] = "too many requests in flight on this connection";
 
@@ -263,6 +264,30 @@ int cq__mqop_create(mq_link_t *l, uint32_t module_id, const char *topic, int ret
     return submit(l->s, l, req, ctx, ret_why);
 }
 
+int cq__mqop_invalidate(cq_mqsrv_t *s, mq_link_t *l, const mq_topic_t *t, uint64_t offset,
+                        uint64_t tag, const char **ret_why)
+{
+    int r = l ? cq__mqop_may_write(l, ret_why) : 0;
+    if (r == 0 && !cq__mqsrv_writable(s)) {
+        s->st.not_master++;
+        *ret_why = not_master_why;
+        r = CQ_ENOTMASTER;
+    }
+    if (r == 0 && (offset == 0 || offset > (uint64_t)CQ_MQ_MAX_U53)) {
+        *ret_why = "offset: must be an integer in [1, 9007199254740991]";
+        r = CQ_EOFFRANGE;
+    }
+    cq_writer_req_t *req;
+    if (r == 0)
+        r = new_req(CQ_WRITER_INVALIDATE, t->name, NULL, &req, ret_why);
+    if (r < 0)
+        return r;
+    req->offset = offset;
+    return l ? submit(s, l, req, NULL, ret_why)
+             : submit_pend(s, NULL, req, (mq_pend_t){s, NULL, NULL, false, SINK_INVALIDATED, tag},
+                           ret_why);
+}
+
 int cq__mqop_create_own(cq_mqsrv_t *s, const char *topic, int retention_days)
 {
     const char *why;
@@ -492,6 +517,12 @@ static void apply(cq_mqsrv_t *s, const cq_writer_req_t *req, mq_topic_t *t, mq_r
         if (req->err == 0 && t && req->n_recs && req->recs[req->n_recs - 1].offset > t->read_offset)
             t->read_offset = req->recs[req->n_recs - 1].offset;
         break;
+    case CQ_WRITER_INVALIDATE:
+        if (req->err == -ENOENT)
+            res->err = CQ_ENOMSG;
+        if (req->err == 0)
+            cq__mqsrv_invalidated(s, req->topic, req->offset);
+        break;
     case CQ_WRITER_GET_OFFSET:
         res->committed = req->err == 0;
         if (req->err == -ENOENT) /* never committed: offset 0 */
@@ -557,6 +588,19 @@ cq_mqsrv_t *cq__mqop_engine(const cq_writer_req_t *req)
     return ((const mq_pend_t *)req->ud)->s;
 }
 
+/* The manager's invalidate completed: its link answers, if it is still there. */
+static void mgr_invalidated(cq_mqsrv_t *s, const cq_writer_req_t *req, uint64_t tag, int err)
+{
+    char why[CQ_MQ_ERR_MSG_MAX] = "";
+    if (err == CQ_ENOMSG)
+        snprintf(why, sizeof(why), "topic %s: no message at offset %llu", req->topic,
+                 (unsigned long long)req->offset);
+    else if (err)
+        cq__mqop_err_text(req, err, why, sizeof(why));
+    if (s->mgr_invalidated)
+        s->mgr_invalidated(s->mgr_ud, tag, err, err ? why : NULL);
+}
+
 void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
 {
     mq_pend_t *p = req->ud;
@@ -588,6 +632,8 @@ void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
     } else if (p && p->sink == SINK_ROWS) {
         if (s->sink_rows)
             s->sink_rows(s->sink_ud, s, p->tag, req->err, req->recs, req->n_recs);
+    } else if (p && p->sink == SINK_INVALIDATED) {
+        mgr_invalidated(s, req, p->tag, res.err);
     } else if (p && p->sink == SINK_OFFSET) {
         if (s->sink_offset)
             s->sink_offset(s->sink_ud, s, p->tag, req->err, req->offset);

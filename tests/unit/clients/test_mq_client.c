@@ -305,7 +305,8 @@ static void test_error_mapping(void **state)
                                CQ_EOFFRANGE,
                                CQ_ENOTMASTER,
                                CQ_ESRVOFFLINE,
-                               CQ_EREADMASTER};
+                               CQ_EREADMASTER,
+                               CQ_ENOMSG};
     for (uint32_t i = 0; i <= CQ_MQ_ERRCODE_MAX; i++) {
         assert_int_equal(chanq_mq_err(i), want[i]);
         if (i)

@@ -829,12 +829,13 @@ static void test_errcodes(void **state)
         {CQ_ENOTMASTER, 18, "not_master"},
         {CQ_ESRVOFFLINE, 19, "server_offline"},
         {CQ_EREADMASTER, 20, "read_on_master"},
+        {CQ_ENOMSG, 21, "no_message"},
     };
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
         assert_int_equal(cq_mq_errcode(map[i].err), map[i].code);
         assert_string_equal(cq_mq_errcode_name(map[i].code), map[i].name);
     }
-    assert_string_equal(cq_mq_errcode_name(21), "unknown");
+    assert_string_equal(cq_mq_errcode_name(22), "unknown");
     assert_string_equal(cq_mq_type_name(11), "produce");
     assert_string_equal(cq_mq_type_name(12), "produce_resp");
     assert_null(cq_mq_type_name(17));

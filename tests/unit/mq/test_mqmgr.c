@@ -470,6 +470,25 @@ static void test_commands(void **state)
     expect_body(m, b);
     cq_mqmgr_msg_free(m);
 
+    b = "{\"askid\":5,\"cmdid\":3,\"content\":{\"topic\":\"ev\",\"offset\":9007199254740991}}";
+    m = decode_ok(3, b, CQ_MQMGR_COMMAND);
+    assert_int_equal(m->cmdid, CQ_MQMGR_CMD_INVALIDATE);
+    assert_string_equal(m->topic, "ev");
+    assert_int_equal(m->offset, 9007199254740991ULL);
+    expect_body(m, b);
+    m->offset = 0; /* out of range: not encoded */
+    uint8_t *raw = NULL;
+    size_t raw_len = 0;
+    assert_int_equal(cq_mqmgr_encode(m, &raw, &raw_len), CQ_EFIELD);
+    m->offset = 1;
+    snprintf(m->topic, sizeof(m->topic), "a-b");
+    assert_int_equal(cq_mqmgr_encode(m, &raw, &raw_len), CQ_EBADTOPIC);
+    cq_mqmgr_msg_free(m);
+    b = "{\"askid\":5,\"cmdid\":3,\"err_code\":21,\"err_msg\":\"no message at offset 9\"}";
+    m = decode_ok(4, b, CQ_MQMGR_COMMAND_RESP);
+    expect_body(m, b);
+    cq_mqmgr_msg_free(m);
+
     b = "{\"askid\":2,\"cmdid\":2,\"err_code\":0}";
     m = decode_ok(4, b, CQ_MQMGR_COMMAND_RESP);
     expect_body(m, b);
@@ -677,8 +696,18 @@ static void test_errors_responses_commands(void **state)
                "sync_serverinfo_resp: field \"err_msg\": must be a string of at most 512 bytes");
 
     expect_err(3, "{\"askid\":1,\"content\":{}}", CQ_EFIELD, "command: field \"cmdid\": missing");
-    expect_err(3, "{\"askid\":1,\"cmdid\":3,\"content\":{}}", CQ_EFIELD,
-               "command: field \"cmdid\": must be 1 (publish_config) or 2 (offline)");
+    expect_err(3, "{\"askid\":1,\"cmdid\":4,\"content\":{}}", CQ_EFIELD,
+               "command: field \"cmdid\": must be 1 (publish_config), 2 (offline) or 3 "
+               "(invalidate)");
+    expect_err(3, "{\"askid\":1,\"cmdid\":3,\"content\":{\"offset\":1}}", CQ_EFIELD,
+               "command: field \"content.topic\": missing");
+    expect_err(3, "{\"askid\":1,\"cmdid\":3,\"content\":{\"topic\":\"a-b\",\"offset\":1}}",
+               CQ_EBADTOPIC,
+               "command: field \"content.topic\": must be a string matching [A-Za-z0-9_]{1,64}");
+    expect_err(3, "{\"askid\":1,\"cmdid\":3,\"content\":{\"topic\":\"a\"}}", CQ_EFIELD,
+               "command: field \"content.offset\": missing");
+    expect_err(3, "{\"askid\":1,\"cmdid\":3,\"content\":{\"topic\":\"a\",\"offset\":0}}", CQ_EFIELD,
+               "command: field \"content.offset\": must be an integer in [1, 9007199254740991]");
     expect_err(3, "{\"askid\":1,\"cmdid\":2}", CQ_EFIELD, "command: field \"content\": missing");
     expect_err(3, "{\"askid\":1,\"cmdid\":2,\"content\":[]}", CQ_EFIELD,
                "command: field \"content\": must be an object");

@@ -3079,6 +3079,96 @@ static void test_mgrlink_bindings(void **state)
 }
 
 /* A slave records the managed flags; once it is master the tick sets them. */
+static cq_mqmgr_msg_t *invalidate_cmd(uint32_t askid, const char *topic, uint64_t offset)
+{
+    cq_mqmgr_msg_t *m = command(askid, CQ_MQMGR_CMD_INVALIDATE);
+    snprintf(m->topic, sizeof(m->topic), "%s", topic);
+    m->offset = offset;
+    return m;
+}
+
+/* Command 3 (issue 25): the master's store invalidates, and the answer goes when it is done;
+ * the store's -ENOENT is err 21 no_message; an unknown topic is answered at once; a link freed
+ * while the store works answers no one. */
+static void test_mgrlink_invalidate(void **state)
+{
+    (void)state;
+    fconn_t *p;
+    cq_mgrlink_t *l = link_producer(&p);
+    assert_int_equal(link_in(l, invalidate_cmd(81, "orders", 5), 1), 0);
+    assert_int_equal(cq_mgrlink_output(l)->len, 0); /* not before the store is done */
+    cq_writer_req_t *r = take(CQ_WRITER_INVALIDATE, "orders");
+    assert_int_equal(r->offset, 5);
+    done(r, 0);
+    expect_answer(l, 81, 3, 0, NULL);
+    assert_int_equal(link_in(l, invalidate_cmd(82, "orders", 6), 2), 0);
+    done(take(CQ_WRITER_INVALIDATE, "orders"), -ENOENT);
+    expect_answer(l, 82, 3, 21, "topic orders: no message at offset 6");
+    assert_int_equal(link_in(l, invalidate_cmd(83, "nosuch", 6), 3), 0);
+    expect_answer(l, 83, 3, 8, "topic nosuch: unknown on this server");
+    assert_int_equal(fp.npending, 0);
+    assert_int_equal(link_in(l, invalidate_cmd(84, "orders", 7), 4), 0);
+    r = take(CQ_WRITER_INVALIDATE, "orders");
+    cq_mgrlink_free(l);
+    done(r, 0); /* no link: nothing to answer, nothing touched */
+    fconn_free(p);
+    eng_stop();
+}
+
+/* On a slave, command 3 is refused at once with 18 not_master: nothing reaches the store. */
+static void test_mgrlink_invalidate_slave(void **state)
+{
+    (void)state;
+    next_slave = true;
+    eng_start(false, 0);
+    cq_mgrlink_t *l = link_new(1);
+    cq_mgrlink_connected(l);
+    assert_int_equal(link_in(l, invalidate_cmd(9, "orders", 5), 1), 0);
+    expect_answer(l, 9, 3, 18, "this server is not its shard's master now");
+    assert_int_equal(fp.npending, 0);
+    cq_mgrlink_free(l);
+    eng_stop();
+}
+
+/* POST /v1/topics/T/messages/O/invalidate: admin only, the offset checked, the store's answer
+ * (or its -ENOENT as 404 no_message). */
+static void test_http_invalidate(void **state)
+{
+    (void)state;
+    eng_start(true, 0);
+    fconn_t *f = fhttp_new();
+    http(f, "POST", "/v1/topics/orders/messages/5/invalidate", "2:s2", "{}");
+    expect_resp(f, "403 Forbidden",
+                "{\"err_code\":7,\"err_msg\":\"module 2 may not administer topics\"}");
+    http(f, "POST", "/v1/topics/orders/messages/5/invalidate", "1:s1", "{}");
+    cq_writer_req_t *r = take(CQ_WRITER_INVALIDATE, "orders");
+    assert_int_equal(r->offset, 5);
+    done(r, 0);
+    expect_resp(f, "200 OK", "{\"topic\":\"orders\",\"offset\":5,\"state\":0}");
+    http(f, "POST", "/v1/topics/orders/messages/6/invalidate", "1:s1", "{}");
+    done(take(CQ_WRITER_INVALIDATE, "orders"), -ENOENT);
+    expect_resp(f, "404 Not Found",
+                "{\"err_code\":21,\"err_msg\":\"topic orders: no message at offset 6\"}");
+    http(f, "POST", "/v1/topics/orders/messages/0/invalidate", "1:s1", "{}");
+    expect_resp(f, "400 Bad Request",
+                "{\"err_code\":17,\"err_msg\":\"offset: must be an integer in [1, "
+                "9007199254740991]\"}");
+    http(f, "POST", "/v1/topics/orders/messages/9007199254740992/invalidate", "1:s1", "{}");
+    expect_resp(f, "400 Bad Request",
+                "{\"err_code\":17,\"err_msg\":\"offset: must be an integer in [1, "
+                "9007199254740991]\"}");
+    http(f, "POST", "/v1/topics/orders/messages/x/invalidate", "1:s1", "{}");
+    expect_resp(f, "400 Bad Request",
+                "{\"err_code\":17,\"err_msg\":\"offset: must be an integer in [1, "
+                "9007199254740991]\"}");
+    http(f, "POST", "/v1/topics/nosuch/messages/5/invalidate", "1:s1", "{}");
+    expect_resp(f, "404 Not Found",
+                "{\"err_code\":8,\"err_msg\":\"topic \\\"nosuch\\\" does not exist\"}");
+    assert_int_equal(fp.npending, 0);
+    fconn_free(f);
+    eng_stop();
+}
+
 static void test_mgrlink_slave(void **state)
 {
     (void)state;
@@ -3122,6 +3212,9 @@ int main(void)
         cmocka_unit_test(test_inbox),
         cmocka_unit_test(test_metrics_port),
         cmocka_unit_test(test_http_ops),
+        cmocka_unit_test(test_http_invalidate),
+        cmocka_unit_test(test_mgrlink_invalidate),
+        cmocka_unit_test(test_mgrlink_invalidate_slave),
         cmocka_unit_test(test_fence),
         cmocka_unit_test(test_fence_http),
         cmocka_unit_test(test_slave_poll),
