@@ -41,11 +41,12 @@
 #define API_AUDIT_DFL       100
 #define API_SENDQ_HARD      (16u << 20) /* an audit or state answer is far below */
 #define API_TOKEN_MAX       256
-#define API_SEG_MAX         4
+#define API_SEG_MAX         6
 #define API_NAME_MAX        128 /* a path segment: topic names are <= 64 */
 #define API_ERR_MAX         256
-#define SID_HEX             64 /* 32 random bytes */
-#define CSRF_HEX            32 /* 16 random bytes */
+#define API_REASON_MAX      512 /* an invalidation's reason, bytes */
+#define SID_HEX             64  /* 32 random bytes */
+#define CSRF_HEX            32  /* 16 random bytes */
 
 /* Login budget per address (cq_authlim): 10 wrong tokens within a minute block the address for
  * 1 s, doubled for each block in a row (at most 64 s). */
@@ -81,6 +82,7 @@ struct cq_mgr_hconn {
     cq_list_t pending_node;
     uint64_t now;
     bool keep_alive, closing;
+    struct api_wait *wait; /* owned: a message command the engine answers later, or NULL */
 };
 
 /* One request: slices into h->in, valid while it is handled. */
@@ -98,6 +100,7 @@ typedef struct req {
     const char *authkind;   /* "session" or "bearer" once authenticated */
     api_session_t *session; /* the caller's session, if any */
     const char *extra;      /* extra header lines for the answer (CRLF-terminated) */
+    const char *reason;     /* an audited change's reason (invalidate), or NULL */
 } req_t;
 
 /* ---- answers ------------------------------------------------------------------------------ */
@@ -226,6 +229,8 @@ static void audit(req_t *q, const char *action, const char *target, int64_t vers
     json_t *v = json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:s}", "time", t, "addr", q->h->addr, "auth",
                           q->authkind ? q->authkind : "none", "action", action, "target", tgt,
                           "version", (json_int_t)(version > 0 ? version : 0), "result", res);
+    if (v && q->reason)
+        json_object_set_new(v, "reason", json_string(q->reason));
     char *s = v ? json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(v);
     if (!s)
@@ -785,6 +790,148 @@ static void on_topic_create(req_t *q)
             err);
 }
 
+/* ---- messages (issue 25): invalidate, answered when the shard's master has done it ---------- */
+
+/* What the answer to a message command needs once the engine tells its outcome. */
+typedef struct api_wait {
+    char topic[API_NAME_MAX + 1], target[API_NAME_MAX + 1];
+    char reason[API_REASON_MAX + 1];
+    const char *authkind;
+    uint32_t shard;
+    uint64_t offset;
+} api_wait_t;
+
+#define API_OFFSET_MAX ((1ull << 53) - 1) /* JSON-safe, as the MQ port's offsets */
+
+/* [A-Za-z0-9_]{1,64}, as cq_mq_topic_valid (the engine checks again). */
+static bool topic_ok(const char *t)
+{
+    size_t n = strlen(t);
+    for (size_t i = 0; i < n; i++)
+        if (!(t[i] == '_' || (t[i] >= '0' && t[i] <= '9') ||
+              ((t[i] | 32) >= 'a' && (t[i] | 32) <= 'z')))
+            return false;
+    return n >= 1 && n <= 64;
+}
+
+/* A decimal offset in [1, 2^53 - 1] without sign or leading zeros. */
+static bool parse_offset(const char *s, size_t n, uint64_t *ret)
+{
+    uint64_t x = 0;
+    if (n == 0 || n > 16 || s[0] == '0')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        x = x * 10 + (uint64_t)(s[i] - '0');
+    }
+    *ret = x;
+    return x <= API_OFFSET_MAX;
+}
+
+/* The status of a message command's outcome. */
+static int msg_status(int err)
+{
+    switch (err) {
+    case CQ_ENOMSG:
+    case CQ_ENOTOPIC:
+        return 404;
+    case CQ_EOFFRANGE:
+    case CQ_EBADTOPIC:
+    case CQ_EFIELD:
+        return 400;
+    case CQ_EBUSY:
+        return 429;
+    case CQ_ETIMEOUT:
+        return 504;
+    default:
+        return 503;
+    }
+}
+
+/* The reason of an invalidate body, copied into w->reason; answers 400 when missing or too long. */
+static bool take_reason(req_t *q, api_wait_t *w)
+{
+    json_t *o = body_object(q);
+    if (!o)
+        return false;
+    json_t *r = json_object_get(o, "reason");
+    bool ok = json_is_string(r) && json_string_length(r) >= 1 &&
+              json_string_length(r) <= API_REASON_MAX &&
+              !memchr(json_string_value(r), 0, json_string_length(r));
+    if (ok)
+        snprintf(w->reason, sizeof(w->reason), "%s", json_string_value(r));
+    json_decref(o);
+    if (!ok)
+        fail(q, 400, "reason: required, a string of 1 to %d bytes", API_REASON_MAX);
+    return ok;
+}
+
+/* The path of /api/topics/<t>/messages/<shard>/<offset>[/...] into w; answers 400 when bad. */
+static bool message_path(req_t *q, api_wait_t *w)
+{
+    if (!seg_copy(q, 1, w->topic, sizeof(w->topic)) || !topic_ok(w->topic)) {
+        fail(q, 400, "topic: must be a topic name matching [A-Za-z0-9_]{1,64}");
+        return false;
+    }
+    if (!parse_u32(q->seg[3], q->seg_len[3], &w->shard)) {
+        fail(q, 400, "path: shard must be an integer in 0..4294967295");
+        return false;
+    }
+    if (!parse_offset(q->seg[4], q->seg_len[4], &w->offset)) {
+        fail(q, 400, "path: offset must be an integer in [1, 9007199254740991]");
+        return false;
+    }
+    snprintf(w->target, sizeof(w->target), "%s/%u/%llu", w->topic, w->shard,
+             (unsigned long long)w->offset);
+    return true;
+}
+
+/* POST /api/topics/<t>/messages/<shard>/<offset>/invalidate {"reason": "..."}. */
+static void on_invalidate(req_t *q)
+{
+    char err[API_ERR_MAX] = "";
+    api_wait_t *w = need(q, "POST") ? cq_calloc(1, sizeof(*w)) : NULL;
+    if (!w || !message_path(q, w) || !take_reason(q, w)) {
+        if (!w && method_is(q, "POST"))
+            fail(q, 503, "out of memory");
+        cq_free(w);
+        return;
+    }
+    w->authkind = q->authkind;
+    q->reason = w->reason;
+    int r = cq__mgr_invalidate(q->h->a->m, w->topic, w->shard, w->offset, q->h->now, q->h, err,
+                               sizeof(err));
+    if (r < 0) {
+        audit(q, "message.invalidate", w->target, 0, err);
+        fail(q, msg_status(r), "%s", err);
+        cq_free(w);
+        return;
+    }
+    q->h->wait = w; /* the connection takes no other request until the answer */
+}
+
+void cq__mgr_api_invalidated(cq_mgr_api_t *a, void *ud, int err, const char *why)
+{
+    (void)a;
+    cq_mgr_hconn_t *h = ud;
+    api_wait_t *w = h->wait;
+    if (!w)
+        return;
+    h->wait = NULL;
+    req_t q = {.h = h, .api = true, .authkind = w->authkind, .reason = w->reason};
+    audit(&q, "message.invalidate", w->target, 0, err ? why : "ok");
+    if (err)
+        fail(&q, msg_status(err), "shard %u: %s", w->shard, why);
+    else
+        respond_json(&q, 200,
+                     json_pack("{s:s,s:I,s:I,s:i}", "topic", w->topic, "shard",
+                               (json_int_t)w->shard, "offset", (json_int_t)w->offset, "state", 0));
+    cq_free(w);
+    if (!h->closing && h->in.len)
+        cq_mgr_hconn_input(h, NULL, 0, h->now); /* the requests that came meanwhile */
+}
+
 static void on_server(req_t *q, bool offline)
 {
     char id_s[16];
@@ -871,6 +1018,9 @@ static void on_api(req_t *q)
         on_topic_create(q);
     } else if (q->nseg == 3 && seg_is(q, 0, "topics") && seg_is(q, 2, "retention")) {
         on_topic_retention(q);
+    } else if (q->nseg == 6 && seg_is(q, 0, "topics") && seg_is(q, 2, "messages") &&
+               seg_is(q, 5, "invalidate")) {
+        on_invalidate(q);
     } else if (q->nseg == 3 && seg_is(q, 0, "servers") &&
                (seg_is(q, 2, "offline") || seg_is(q, 2, "online"))) {
         on_server(q, seg_is(q, 2, "offline"));
@@ -951,11 +1101,11 @@ int cq_mgr_hconn_input(cq_mgr_hconn_t *h, const uint8_t *p, size_t n, uint64_t n
         h_close(h); /* pipelining beyond what one request may hold */
         return CQ_ECLOSED;
     }
-    if (cq_sbuf_append(&h->in, p, n) < 0) {
+    if (n && cq_sbuf_append(&h->in, p, n) < 0) {
         h_close(h);
         return -ENOMEM;
     }
-    while (!h->closing && h->in.len) {
+    while (!h->closing && !h->wait && h->in.len) {
         size_t used = one_request(h);
         if (!used)
             break;
@@ -968,6 +1118,9 @@ void cq_mgr_hconn_close(cq_mgr_hconn_t *h)
 {
     if (!h)
         return;
+    if (h->wait) /* its answer is for no one now */
+        cq__mgr_invalidate_cancel(h->a->m, h);
+    cq_free(h->wait);
     cq_list_remove(&h->pending_node);
     cq_sendq_done(&h->sendq);
     cq_sbuf_done(&h->in);

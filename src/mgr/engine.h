@@ -131,6 +131,25 @@ void cq__mgr_send_offline(cq_mgr_conn_t *c, bool offline);
  * each whose flag differs between old_doc (borrowed, may be NULL) and the current document. */
 void cq__mgr_broadcast(cq_mgr_t *m, const json_t *old_doc);
 
+/* ---- message commands (msgcmd.c) -------------------------------------------------------- */
+#define MGR_WAITS_MAX 64
+#define MGR_WAIT_MS   10000 /* a master that has not answered by then: the API answers 504 */
+
+/* An invalidate sent to a master (command 3), waiting for its answer; ud is the API's. */
+typedef struct mgr_wait {
+    uint32_t askid;
+    cq_mgr_conn_t *c;
+    void *ud;
+    uint64_t deadline_ms;
+} mgr_wait_t;
+
+/* A command answer on c: true when it was a wait's (the API is told), false otherwise. */
+bool cq__mgr_wait_answer(cq_mgr_conn_t *c, const cq_mqmgr_msg_t *resp);
+/* c is closing: its waits end with CQ_ECLOSED. */
+void cq__mgr_waits_lost(cq_mgr_conn_t *c);
+/* The waits past their deadline end with CQ_ETIMEOUT. */
+void cq__mgr_waits_tick(cq_mgr_t *m, uint64_t now_ms);
+
 /* ---- the engine (mgr.c) ------------------------------------------------------------------ */
 enum { MGR_CMD_PUBLISH = 0, MGR_CMD_OFFLINE = 1 };
 enum { MGR_RES_OK = 0, MGR_RES_ERROR = 1, MGR_RES_LOST = 2 };
@@ -156,6 +175,8 @@ struct cq_mgr {
     /* connections */
     cq_list_t conns, flushq;
     uint32_t next_askid;
+    mgr_wait_t waits[MGR_WAITS_MAX]; /* invalidates in flight (msgcmd.c) */
+    size_t nwaits;
     uint64_t now_ms; /* the last clock seen (input, tick) */
     /* metrics */
     uint64_t commands[2][3]; /* [publish_config|offline][ok|error|lost] */

@@ -403,6 +403,7 @@ void cq_mgr_tick(cq_mgr_t *m, uint64_t now_ms)
 {
     m->now_ms = now_ms;
     cq__mgr_save_kick(m); /* a failed save is retried */
+    cq__mgr_waits_tick(m, now_ms);
     cq__mgr_api_tick(m->api, now_ms);
 }
 

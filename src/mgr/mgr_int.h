@@ -37,6 +37,16 @@ int64_t cq__mgr_topic_set_retention(cq_mgr_t *m, const char *topic, int64_t days
  * has it already. Returns the new version or a negative code, as the changes above. */
 int64_t cq__mgr_topic_create(cq_mgr_t *m, const char *topic, int64_t days, char *err,
                              size_t errlen);
+/* POST /api/topics/<t>/messages/<shard>/<offset>/invalidate: asks shard's master (the fresh,
+ * connected server reporting itself master of shard) to set the message's state 0 (management
+ * command 3; now: the wall clock, ms). 0: asked, and cq__mgr_api_invalidated(ud, ...) tells the
+ * outcome exactly once, unless cq__mgr_invalidate_cancel(ud) comes first. Else the refusal, err its
+ * text: CQ_EBADTOPIC, CQ_EOFFRANGE (400), CQ_ENOTMASTER (503: no master reports now), CQ_EBUSY (too
+ * many in flight), CQ_ECLOSED, -ENOMEM. */
+int cq__mgr_invalidate(cq_mgr_t *m, const char *topic, uint32_t shard, uint64_t offset,
+                       uint64_t now, void *ud, char *err, size_t errlen);
+/* The API's ud (a connection that closes) wants no answer any more. */
+void cq__mgr_invalidate_cancel(cq_mgr_t *m, void *ud);
 /* PUT /api/bindings: json is the whole bindings document ({"bindings":[...]}, doc/bridge.md),
  * checked as every server will check it (err is then exactly cq_bindings_parse's message,
  * CQ_EFIELD); it replaces the bindings of every managed server, and from the first one on the
@@ -62,5 +72,9 @@ cq_mgr_api_t *cq__mgr_api(const cq_mgr_t *m);
 /* cq_mgr_flush() and cq_mgr_tick() call these for the HTTP side. */
 void cq__mgr_api_flush(cq_mgr_api_t *a);
 void cq__mgr_api_tick(cq_mgr_api_t *a, uint64_t now_ms);
+/* The outcome of a cq__mgr_invalidate for ud: 0, or the server's error (its err_code mapped
+ * back, cq_mq_err_of_code: CQ_ENOMSG, CQ_ENOTOPIC, CQ_ENOTMASTER...), CQ_ECLOSED (the master's
+ * connection went), CQ_ETIMEOUT; why its text. */
+void cq__mgr_api_invalidated(cq_mgr_api_t *a, void *ud, int err, const char *why);
 
 #endif

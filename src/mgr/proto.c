@@ -375,6 +375,8 @@ static int on_sync(cq_mgr_conn_t *c, const cq_mq_frame_t *f, cq_mqmgr_msg_t **re
 
 static void on_command_resp(cq_mgr_conn_t *c, const cq_mqmgr_msg_t *resp)
 {
+    if (resp->cmdid == CQ_MQMGR_CMD_INVALIDATE && cq__mgr_wait_answer(c, resp))
+        return; /* answered when the store was done: out of order with the others */
     for (uint32_t k = 0; k < c->ncmds; k++) {
         uint32_t at = (c->cmd_head + k) % MGR_CMDS_PENDING;
         if (c->cmds[at].askid != resp->askid)
@@ -515,6 +517,7 @@ void cq_mgr_conn_close(cq_mgr_conn_t *c)
         return;
     if (c->srv && c->srv->conn == c)
         c->srv->conn = NULL;
+    cq__mgr_waits_lost(c);
     for (uint32_t k = 0; k < c->ncmds; k++) {
         uint32_t at = (c->cmd_head + k) % MGR_CMDS_PENDING;
         c->m->commands[c->cmds[at].cmdid == CQ_MQMGR_CMD_OFFLINE][MGR_RES_LOST]++;

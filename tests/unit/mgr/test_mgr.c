@@ -893,6 +893,131 @@ static void test_relay_nodes(void **state)
 /* ---- the file store ---------------------------------------------------------------------------
  */
 
+/* ---- message commands (msgcmd.c) ----------------------------------------------------------- */
+
+/* Everything queued on an HTTP connection's send queue (static buffer), taken. */
+static const char *http_out(cq_mgr_hconn_t *h)
+{
+    static char out[1 << 14];
+    size_t n = 0;
+    cq_sendq_t *q = cq_mgr_hconn_sendq(h);
+    while (q->count) {
+        cq_buf_t *b = q->ring[q->head].buf;
+        assert_true(n + b->len < sizeof(out));
+        memcpy(out + n, b->data, b->len);
+        n += b->len;
+        q->queued -= b->len;
+        q->head = (q->head + 1) & (q->cap - 1);
+        q->count--;
+        cq_buf_unref(b);
+    }
+    out[n] = '\0';
+    return out;
+}
+
+static void http_post(cq_mgr_hconn_t *h, const char *path, const char *body, uint64_t now)
+{
+    char req[1024];
+    int n = snprintf(req, sizeof(req),
+                     "POST %s HTTP/1.1\r\nHost: m\r\nAuthorization: Bearer admin\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     path, strlen(body), body);
+    assert_int_equal(cq_mgr_hconn_input(h, (const uint8_t *)req, (size_t)n, now), 0);
+}
+
+/* The body of the one answer in out, after checking its status line. */
+static const char *answer_is(const char *out, const char *status)
+{
+    if (strncmp(out, status, strlen(status)) != 0)
+        fail_msg("want %s, got:\n%s", status, out);
+    const char *b = strstr(out, "\r\n\r\n");
+    assert_non_null(b);
+    return b + 4;
+}
+
+/* Takes the invalidate command t was sent: its askid, after checking the content. */
+static uint32_t take_invalidate(tconn_t *t, const char *content)
+{
+    uint8_t type = 0;
+    const char *f = next_frame(t, &type);
+    assert_non_null(f);
+    assert_int_equal(type, 3);
+    unsigned askid = 0;
+    char rest[256];
+    assert_int_equal(sscanf(f, "{\"askid\":%u,%255s", &askid, rest), 2);
+    char want[256];
+    snprintf(want, sizeof(want), "\"cmdid\":3,\"content\":%s}", content);
+    assert_string_equal(rest, want);
+    return askid;
+}
+
+static void drain(tconn_t *t)
+{
+    uint8_t type;
+    while (next_frame(t, &type))
+        ;
+}
+
+/* The API's invalidate goes to the shard's master only (command 3), and is answered when the
+ * master answers, when its connection goes, or at the deadline; no master: 503 at once. */
+static void test_invalidate_command(void **state)
+{
+    (void)state;
+    cq_mgr_t *m = start();
+    load_state(m, STATE, 1);
+    tconn_t *ma = open_conn(m), *sl = open_conn(m), *web = calloc(1, sizeof(*web));
+    send_frame(ma, 1, sync_body(11, 1, "srv", "{\"shard\":1,\"master\":true}"), 10);
+    send_frame(sl, 1, sync_body(12, 1, "srv", "{\"shard\":1,\"master\":false}"), 10);
+    drain(ma);
+    drain(sl);
+    cq_mgr_hconn_t *h = cq_mgr_hconn_new(m, &cops, web, "127.0.0.1");
+    assert_non_null(h);
+    const char *path = "/api/topics/orders/messages/1/5/invalidate";
+    http_post(h, path, "{\"reason\":\"bad release\"}", 20);
+    uint32_t askid = take_invalidate(ma, "{\"topic\":\"orders\",\"offset\":5}");
+    expect_none(sl);
+    assert_string_equal(http_out(h), ""); /* not before the master answers */
+    char ans[128];
+    snprintf(ans, sizeof(ans), "{\"askid\":%u,\"cmdid\":3,\"err_code\":0}", askid);
+    send_frame(ma, 4, ans, 30);
+    assert_string_equal(answer_is(http_out(h), "HTTP/1.1 200 "),
+                        "{\"topic\":\"orders\",\"shard\":1,\"offset\":5,\"state\":0}");
+    /* the master's refusal: its err_code mapped back, its text */
+    http_post(h, path, "{\"reason\":\"r\"}", 40);
+    askid = take_invalidate(ma, "{\"topic\":\"orders\",\"offset\":5}");
+    snprintf(ans, sizeof(ans),
+             "{\"askid\":%u,\"cmdid\":3,\"err_code\":21,\"err_msg\":\"no message there\"}", askid);
+    send_frame(ma, 4, ans, 50);
+    assert_string_equal(answer_is(http_out(h), "HTTP/1.1 404 "),
+                        "{\"error\":\"shard 1: no message there\"}");
+    /* no answer by the deadline: 504 */
+    http_post(h, path, "{\"reason\":\"r\"}", 60);
+    take_invalidate(ma, "{\"topic\":\"orders\",\"offset\":5}");
+    cq_mgr_tick(m, 60 + 9999);
+    assert_string_equal(http_out(h), "");
+    cq_mgr_tick(m, 60 + 10000);
+    assert_non_null(strstr(answer_is(http_out(h), "HTTP/1.1 504 "),
+                           "shard 1: the master did not answer in time"));
+    /* no master for the shard: 503 at once, nothing sent */
+    http_post(h, "/api/topics/orders/messages/2/5/invalidate", "{\"reason\":\"r\"}", 10070);
+    assert_string_equal(answer_is(http_out(h), "HTTP/1.1 503 "),
+                        "{\"error\":\"shard 2: no master reports to this manager now\"}");
+    expect_none(ma);
+    expect_none(sl);
+    /* the master's connection goes while it is asked: 503 */
+    send_frame(ma, 1, sync_body(11, 1, "srv", "{\"shard\":1,\"master\":true}"), 10080);
+    drain(ma);
+    http_post(h, path, "{\"reason\":\"r\"}", 10090);
+    take_invalidate(ma, "{\"topic\":\"orders\",\"offset\":5}");
+    close_conn(ma);
+    assert_non_null(strstr(answer_is(http_out(h), "HTTP/1.1 503 "),
+                           "shard 1: the master's connection closed before it answered"));
+    cq_mgr_hconn_close(h);
+    free(web);
+    close_conn(sl);
+    stop(m);
+}
+
 static void test_filestore(void **state)
 {
     (void)state;
@@ -929,15 +1054,11 @@ int main(void)
 {
     json_set_alloc_funcs(cq_malloc, cq_free);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sync_and_svrconfig),
-        cmocka_unit_test(test_relay_nodes),
-        cmocka_unit_test(test_topic_retention),
-        cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_changes_and_commands),
-        cmocka_unit_test(test_bindings),
-        cmocka_unit_test(test_bad_stored_state),
-        cmocka_unit_test(test_view_rates_alerts),
-        cmocka_unit_test(test_filestore),
+        cmocka_unit_test(test_sync_and_svrconfig),   cmocka_unit_test(test_relay_nodes),
+        cmocka_unit_test(test_topic_retention),      cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_changes_and_commands), cmocka_unit_test(test_bindings),
+        cmocka_unit_test(test_bad_stored_state),     cmocka_unit_test(test_view_rates_alerts),
+        cmocka_unit_test(test_invalidate_command),   cmocka_unit_test(test_filestore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

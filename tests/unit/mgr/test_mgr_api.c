@@ -28,8 +28,10 @@ struct cq_mgr {
     int64_t next_err; /* the next change fails with this (and err_text) */
     char err_text[128];
     char last_call[256]; /* what the last change was asked */
-    char audit[8][512];  /* audit lines written, the last 8 */
+    char audit[8][1024]; /* audit lines written, the last 8 */
     size_t naudit;
+    void *wait_ud; /* the API's context of the invalidate in flight */
+    int cancelled; /* cq__mgr_invalidate_cancel calls */
 };
 
 static struct cq_mgr fm;
@@ -93,6 +95,28 @@ int64_t cq__mgr_topic_create(cq_mgr_t *m, const char *topic, int64_t days, char 
     if (days < -1 || days > 36500)
         return snprintf(err, errlen, "retention_days: must be an integer in [0, 36500]"), CQ_EFIELD;
     return change(m, err, errlen);
+}
+
+/* As the engine's (msgcmd.c): asked, the outcome comes later through cq__mgr_api_invalidated. */
+int cq__mgr_invalidate(cq_mgr_t *m, const char *topic, uint32_t shard, uint64_t offset,
+                       uint64_t now, void *ud, char *err, size_t errlen)
+{
+    (void)now;
+    snprintf(m->last_call, sizeof(m->last_call), "invalidate %s %u %llu", topic, shard,
+             (unsigned long long)offset);
+    int64_t r = change(m, err, errlen);
+    if (r < 0)
+        return (int)r;
+    m->wait_ud = ud;
+    return 0;
+}
+
+void cq__mgr_invalidate_cancel(cq_mgr_t *m, void *ud)
+{
+    if (m->wait_ud == ud) {
+        m->wait_ud = NULL;
+        m->cancelled++;
+    }
 }
 
 int64_t cq__mgr_server_set_offline(cq_mgr_t *m, uint32_t appid, bool offline, char *err,
@@ -758,6 +782,117 @@ static void test_session_expiry_and_cap(void **state)
     edge_free(e);
 }
 
+/* Sends one request without waiting for an answer. */
+static void send_only(edge_t *e, const char *method, const char *path, const char *extra,
+                      const char *body)
+{
+    int n = snprintf(creq, sizeof(creq),
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1:12121\r\n%sContent-Length: %zu\r\n\r\n%s",
+                     method, path, extra, strlen(body), body);
+    feed(e, creq, (size_t)n);
+}
+
+/* The engine's outcome of the invalidate in flight, and the answer it makes. */
+static resp_t *outcome(edge_t *e, int err, const char *why)
+{
+    static resp_t r;
+    assert_non_null(fm.wait_ud);
+    void *ud = fm.wait_ud;
+    fm.wait_ud = NULL;
+    cq__mgr_api_invalidated(fm.api, ud, err, why);
+    cq__mgr_api_flush(fm.api);
+    assert_true(take(e, &r));
+    return &r;
+}
+
+/* POST /api/topics/T/messages/S/O/invalidate: the path and reason checked here, the answer
+ * held until the engine tells the master's outcome (other requests wait behind it), the audit
+ * line with the reason, each error's exact status and text. */
+static void test_invalidate_route(void **state)
+{
+    (void)state;
+    edge_t *e = edge_new("127.0.0.1:5555");
+    const char *ok = "Authorization: Bearer admintok\r\nContent-Type: application/json\r\n";
+    send_only(e, "POST", "/api/topics/ev/messages/1/42/invalidate", ok,
+              "{\"reason\":\"bad release\"}");
+    assert_string_equal(fm.last_call, "invalidate ev 1 42");
+    assert_int_equal(e->outlen, 0); /* not before the master answered */
+    send_only(e, "GET", "/api/state", "Authorization: Bearer admintok\r\n", "");
+    assert_int_equal(e->outlen, 0); /* behind it */
+    resp_t *r = outcome(e, 0, NULL);
+    assert_int_equal(r->status, 200);
+    assert_string_equal(r->body, "{\"topic\":\"ev\",\"shard\":1,\"offset\":42,\"state\":0}");
+    assert_true(has(last_audit(), "\"auth\":\"bearer\",\"action\":\"message.invalidate\","
+                                  "\"target\":\"ev/1/42\",\"version\":0,\"result\":\"ok\","
+                                  "\"reason\":\"bad release\"}"));
+    assert_true(take(e, r)); /* the GET that waited */
+    assert_int_equal(r->status, 200);
+    assert_true(has(r->body, "\"version\":5")); /* the fake's change() counted the ask */
+    /* the master's refusals, in the status of their code */
+    send_only(e, "POST", "/api/topics/ev/messages/1/43/invalidate", ok, "{\"reason\":\"x\"}");
+    r = outcome(e, CQ_ENOMSG, "topic ev: no message at offset 43");
+    assert_int_equal(r->status, 404);
+    assert_string_equal(r->body, "{\"error\":\"shard 1: topic ev: no message at offset 43\"}");
+    assert_true(has(last_audit(), "\"result\":\"topic ev: no message at offset 43\","
+                                  "\"reason\":\"x\"}"));
+    send_only(e, "POST", "/api/topics/ev/messages/1/43/invalidate", ok, "{\"reason\":\"x\"}");
+    r = outcome(e, CQ_ETIMEOUT, "the master did not answer in time");
+    assert_int_equal(r->status, 504);
+    send_only(e, "POST", "/api/topics/nope/messages/1/43/invalidate", ok, "{\"reason\":\"x\"}");
+    r = outcome(e, CQ_ENOTOPIC, "topic nope: unknown on this server");
+    assert_int_equal(r->status, 404);
+    assert_string_equal(r->body, "{\"error\":\"shard 1: topic nope: unknown on this server\"}");
+    /* the engine's refusal: at once */
+    fm.next_err = CQ_ENOTMASTER;
+    snprintf(fm.err_text, sizeof(fm.err_text), "shard 7: no master reports to this manager now");
+    r = call(e, "POST", "/api/topics/ev/messages/7/1/invalidate", ok, "{\"reason\":\"x\"}");
+    assert_int_equal(r->status, 503);
+    assert_string_equal(r->body, "{\"error\":\"shard 7: no master reports to this manager now\"}");
+    /* bad input */
+    r = call(e, "POST", "/api/topics/ev/messages/1/42/invalidate", ok, "{}");
+    assert_int_equal(r->status, 400);
+    assert_string_equal(r->body, "{\"error\":\"reason: required, a string of 1 to 512 bytes\"}");
+    char big[700];
+    int n = snprintf(big, sizeof(big), "{\"reason\":\"");
+    memset(big + n, 'r', 513);
+    snprintf(big + n + 513, sizeof(big) - (size_t)n - 513, "\"}");
+    r = call(e, "POST", "/api/topics/ev/messages/1/42/invalidate", ok, big);
+    assert_int_equal(r->status, 400);
+    assert_string_equal(r->body, "{\"error\":\"reason: required, a string of 1 to 512 bytes\"}");
+    r = call(e, "POST", "/api/topics/ev/messages/1/0/invalidate", ok, "{\"reason\":\"x\"}");
+    assert_int_equal(r->status, 400);
+    assert_string_equal(r->body,
+                        "{\"error\":\"path: offset must be an integer in [1, 9007199254740991]\"}");
+    r = call(e, "POST", "/api/topics/ev/messages/1/9007199254740992/invalidate", ok,
+             "{\"reason\":\"x\"}");
+    assert_int_equal(r->status, 400);
+    r = call(e, "POST", "/api/topics/ev/messages/x/1/invalidate", ok, "{\"reason\":\"x\"}");
+    assert_int_equal(r->status, 400);
+    assert_string_equal(r->body, "{\"error\":\"path: shard must be an integer in 0..4294967295\"}");
+    r = call(e, "POST", "/api/topics/a-b/messages/1/1/invalidate", ok, "{\"reason\":\"x\"}");
+    assert_int_equal(r->status, 400);
+    assert_string_equal(r->body,
+                        "{\"error\":\"topic: must be a topic name matching [A-Za-z0-9_]{1,64}\"}");
+    r = call(e, "GET", "/api/topics/ev/messages/1/1/invalidate",
+             "Authorization: Bearer admintok\r\n", NULL);
+    assert_int_equal(r->status, 405);
+    /* a session without its CSRF token is refused before anything is asked */
+    char cookie[128], csrf[64], hdr[512];
+    login(e, cookie, sizeof(cookie), csrf, sizeof(csrf));
+    snprintf(hdr, sizeof(hdr), "%sContent-Type: application/json\r\n", cookie);
+    fm.last_call[0] = '\0';
+    r = call(e, "POST", "/api/topics/ev/messages/1/42/invalidate", hdr, "{\"reason\":\"x\"}");
+    assert_int_equal(r->status, 403);
+    assert_string_equal(r->body, "{\"error\":\"X-CSRF-Token: missing or wrong\"}");
+    assert_string_equal(fm.last_call, "");
+    /* a connection that closes while it waits: the engine is told */
+    send_only(e, "POST", "/api/topics/ev/messages/1/42/invalidate", ok, "{\"reason\":\"x\"}");
+    assert_non_null(fm.wait_ud);
+    edge_free(e);
+    assert_null(fm.wait_ud);
+    assert_int_equal(fm.cancelled, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -770,6 +905,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_limits_and_framing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_login_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_expiry_and_cap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_invalidate_route, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
