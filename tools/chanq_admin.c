@@ -9,6 +9,7 @@
  *     module delete ID
  *     offline APPID | online APPID | topic-offline TOPIC | topic-online TOPIC
  *     topic-retention TOPIC DAYS | topic-create TOPIC [DAYS]
+ *     invalidate TOPIC SHARD OFFSET --reason TEXT
  *     bindings | bindings set FILE
  *
  * Reads print a table (--json: the API's document as received); changes print "version N".
@@ -48,6 +49,7 @@ typedef struct adm {
     const char *token_file; /* the admin token */
     const char *mod_token_file;
     const char *produce, *consume, *groups; /* module set: comma lists, NULL = not given */
+    const char *reason;                     /* invalidate */
     bool json, admin;
     int timeout_ms;
     long limit; /* audit */
@@ -74,6 +76,9 @@ static void admin_usage(FILE *f)
                "  topic-retention TOPIC DAYS   keep its messages DAYS days (0: forever)\n"
                "  topic-create TOPIC [DAYS]    a new topic on every shard (DAYS: its retention;\n"
                "                               none: each server's own)\n"
+               "  invalidate TOPIC SHARD OFFSET --reason TEXT\n"
+               "                          the message is never delivered again (audited with\n"
+               "                          TEXT; waits for the shard's master, at least 15 s)\n"
                "  bindings                the bridge's bindings (--json: the document)\n"
                "  bindings set FILE       replace them with FILE's document (--bridge-file's\n"
                "                          format; {\"bindings\":[]} removes them all)\n"
@@ -815,6 +820,53 @@ static int cmd_topic_create(const adm_t *o, int argc, char **argv)
     return cmd_change(o, "POST", "/api/topics", body);
 }
 
+/* A decimal in [lo, hi], the whole string. */
+static bool number_in(const char *s, unsigned long long lo, unsigned long long hi,
+                      unsigned long long *ret)
+{
+    char *end = NULL;
+    if (!*s || *s == '-' || *s == '+')
+        return false;
+    errno = 0;
+    *ret = strtoull(s, &end, 10);
+    return !errno && !*end && *ret >= lo && *ret <= hi;
+}
+
+/* invalidate TOPIC SHARD OFFSET --reason TEXT: answered once the shard's master has done it. */
+static int cmd_invalidate(const adm_t *o, int argc, char **argv)
+{
+    unsigned long long shard = 0, off = 0;
+    if (argc != 4 || !number_in(argv[2], 0, UINT32_MAX, &shard) ||
+        !number_in(argv[3], 1, (1ull << 53) - 1, &off) || !o->reason || !*o->reason ||
+        strlen(o->reason) > 512)
+        return usage_error("invalidate TOPIC SHARD OFFSET --reason TEXT: SHARD an integer from 0, "
+                           "OFFSET from 1 to 2^53-1, TEXT 1 to 512 bytes");
+    char seg[200], path[320];
+    path_segment(argv[1], seg, sizeof(seg));
+    snprintf(path, sizeof(path), "/api/topics/%s/messages/%llu/%llu/invalidate", seg, shard, off);
+    json_t *b = json_pack("{s:s}", "reason", o->reason);
+    char *body = b ? json_dumps(b, JSON_COMPACT) : NULL;
+    json_decref(b);
+    if (!body)
+        return usage_error("%s", "--reason: not UTF-8 text");
+    adm_t w = *o; /* the manager waits up to 10 s for the master */
+    if (w.timeout_ms < 15000)
+        w.timeout_ms = 15000;
+    int rc;
+    json_t *doc = call(&w, "POST", path, body, &rc);
+    free(body);
+    if (!doc)
+        return rc;
+    char *s = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+    if (o->json)
+        printf("%s\n", s ? s : "{}");
+    else
+        printf("topic %s shard %llu offset %llu: invalid (state 0)\n", argv[1], shard, off);
+    free(s);
+    json_decref(doc);
+    return 0;
+}
+
 static int run_command(const adm_t *o, int argc, char **argv)
 {
     const char *cmd = argv[0];
@@ -850,6 +902,8 @@ static int run_command(const adm_t *o, int argc, char **argv)
         snprintf(path, sizeof(path), "/api/servers/%lu/%s", id, cmd);
         return cmd_change(o, "POST", path, "{}");
     }
+    if (strcmp(cmd, "invalidate") == 0)
+        return cmd_invalidate(o, argc, argv);
     if (strcmp(cmd, "topic-create") == 0)
         return cmd_topic_create(o, argc, argv);
     if (strcmp(cmd, "topic-retention") == 0) {
@@ -885,7 +939,8 @@ enum {
     O_CONSUME,
     O_ADMIN,
     O_MODTOKEN,
-    O_GROUPS
+    O_GROUPS,
+    O_REASON
 };
 
 static const struct option admin_opts[] = {{"mgr-http", required_argument, NULL, O_MGR},
@@ -898,6 +953,7 @@ static const struct option admin_opts[] = {{"mgr-http", required_argument, NULL,
                                            {"admin", no_argument, NULL, O_ADMIN},
                                            {"token-file", required_argument, NULL, O_MODTOKEN},
                                            {"groups", required_argument, NULL, O_GROUPS},
+                                           {"reason", required_argument, NULL, O_REASON},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
 
@@ -929,6 +985,9 @@ static int take_opt(adm_t *o, int c, const char *arg)
         return 0;
     case O_GROUPS:
         o->groups = arg;
+        return 0;
+    case O_REASON:
+        o->reason = arg;
         return 0;
     case O_TIMEOUT:
         o->timeout_ms = (int)strtol(arg, &end, 10);
