@@ -61,6 +61,9 @@ void cq__dedup_add(cq__dedup_t *d, const char *id, size_t idlen, uint64_t seq);
 
 /* protobuf-c through cq_malloc (event.c). */
 extern ProtobufCAllocator cq__bridge_pb;
+/* The TopicEvent bytes ev (borrowed) again with prev_offset: a new buffer (one reference), or
+ * NULL (out of memory, or ev does not unpack). */
+cq_buf_t *cq__topic_event_reprev(const cq_buf_t *ev, uint64_t prev_offset);
 
 /* Chunk pacing (cq_resume_applied, cq_route_applied): places for chunks, taken by sessions
  * about to make one (held) and by chunks made and not yet applied (in_flight), at most max;

@@ -92,6 +92,10 @@ int cq_resume_topic(cq_resume_t *r, const char *topic, uint32_t chan_id, uint32_
  * borrowed: the ring takes its own reference). Other topics and shards are ignored. */
 void cq_resume_live(cq_resume_t *r, const char *topic, uint32_t shard, uint64_t epoch,
                     uint64_t offset, uint64_t prev_offset, cq_buf_t *event);
+/* The message at offset of topic on shard was invalidated (issue 25): its event leaves the ring,
+ * so no resume served from memory delivers it; the event after it is re-encoded with its prev
+ * (a store read skips the invalid row the same way). True when the ring held it. */
+bool cq_resume_drop(cq_resume_t *r, const char *topic, uint32_t shard, uint64_t offset);
 
 /* A store row, everything borrowed for the call. */
 typedef struct cq_resume_row {

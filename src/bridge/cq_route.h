@@ -86,6 +86,10 @@ int cq_route_topic(cq_route_t *r, const char *topic, const char *key_field, uint
 /* Whether any route binding is declared (logins need a catch-up). */
 bool cq_route_active(const cq_route_t *r);
 
+/* The message at offset of topic on shard was invalidated (issue 25): the route rings that hold
+ * it keep it but no catch-up delivers it any more. True when a ring held it. */
+bool cq_route_drop(cq_route_t *r, const char *topic, uint32_t shard, uint64_t offset);
+
 /* A live event of topic that the bridge routed to key (event borrowed). One call per routed
  * delivery; an event whose content named no player is not given. A binding's ring is trusted
  * only after the first live event it saw (or from its declaration on the engine's thread, when

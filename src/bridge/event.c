@@ -33,6 +33,19 @@ cq_buf_t *cq_topic_event_encode(const cq_topic_event_t *ev)
     return b;
 }
 
+cq_buf_t *cq__topic_event_reprev(const cq_buf_t *ev, uint64_t prev_offset)
+{
+    Chanqpb__TopicEvent *m = chanqpb__topic_event__unpack(&cq__bridge_pb, ev->len, ev->data);
+    if (!m)
+        return NULL;
+    m->prev_offset = prev_offset;
+    cq_buf_t *b = cq_buf_new(chanqpb__topic_event__get_packed_size(m));
+    if (b)
+        b->len = (uint32_t)chanqpb__topic_event__pack(m, b->data);
+    chanqpb__topic_event__free_unpacked(m, &cq__bridge_pb);
+    return b;
+}
+
 static void *pb_alloc(void *ud, size_t n)
 {
     (void)ud;

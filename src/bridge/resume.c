@@ -177,11 +177,11 @@ static int ring_after(const rtopic_t *t, uint64_t cursor)
     return (int)lo;
 }
 
-/* Whether the ring holds the event at offset (so it still existed when it was delivered). */
-static bool ring_has(const rtopic_t *t, uint64_t offset)
+/* The index of the ring's event at offset, or -1. */
+static int ring_find(const rtopic_t *t, uint64_t offset)
 {
     if (!t->n || offset < ring_at(t, 0)->offset)
-        return false;
+        return -1;
     uint32_t lo = 0, hi = t->n;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
@@ -190,7 +190,48 @@ static bool ring_has(const rtopic_t *t, uint64_t offset)
         else
             hi = mid;
     }
-    return lo < t->n && ring_at(t, lo)->offset == offset;
+    return lo < t->n && ring_at(t, lo)->offset == offset ? (int)lo : -1;
+}
+
+/* Whether the ring holds the event at offset (so it still existed when it was delivered). */
+static bool ring_has(const rtopic_t *t, uint64_t offset)
+{
+    return ring_find(t, offset) >= 0;
+}
+
+/* Removes the ring's entry k; the one after it follows k's prev (its bytes re-encoded with that
+ * prev_offset, as a store read would give it). False when that cannot be made (out of memory):
+ * then the ring is cleared, and resumes read the store. */
+static bool ring_remove(rtopic_t *t, uint32_t k)
+{
+    ring_ent_t *e = ring_at(t, k);
+    uint64_t prev = e->prev;
+    cq_buf_t *next = NULL;
+    if (k + 1 < t->n && !(next = cq__topic_event_reprev(ring_at(t, k + 1)->ev, prev))) {
+        ring_clear(t);
+        return false;
+    }
+    t->bytes -= e->ev->len;
+    cq_buf_unref(e->ev);
+    for (uint32_t j = k; j + 1 < t->n; j++)
+        *ring_at(t, j) = *ring_at(t, j + 1);
+    ring_at(t, --t->n)->ev = NULL;
+    if (next) {
+        ring_ent_t *f = ring_at(t, k);
+        t->bytes += next->len;
+        t->bytes -= f->ev->len;
+        cq_buf_unref(f->ev);
+        f->ev = next;
+        f->prev = prev;
+    }
+    return true;
+}
+
+bool cq_resume_drop(cq_resume_t *r, const char *topic, uint32_t shard, uint64_t offset)
+{
+    int i = topic ? topic_index(r, topic, shard) : -1;
+    int k = i >= 0 ? ring_find(&r->topics[i], offset) : -1;
+    return k >= 0 && ring_remove(&r->topics[i], (uint32_t)k);
 }
 
 void cq_resume_live(cq_resume_t *r, const char *topic, uint32_t shard, uint64_t epoch,

@@ -41,6 +41,7 @@ typedef struct rent {
     uint64_t next; /* the sequence number of the next entry of the same key (0: none) */
     kent_t *k;
     cq_buf_t *ev;
+    bool dropped; /* invalidated (cq_route_drop): no catch-up delivers it */
 } rent_t;
 
 /* One route binding on one shard (a stream): its topic and key field, and the ring of its
@@ -271,6 +272,32 @@ static void ring_clear(rbind_t *b)
         ring_drop_oldest(b);
 }
 
+/* Marks b's entry at offset dropped; true when b holds it. The ring is in offset order. */
+static bool ring_drop_at(rbind_t *b, uint64_t offset)
+{
+    uint32_t lo = 0, hi = b->n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (ring_at(b, mid)->offset < offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == b->n || ring_at(b, lo)->offset != offset || ring_at(b, lo)->dropped)
+        return false;
+    ring_at(b, lo)->dropped = true;
+    return true;
+}
+
+bool cq_route_drop(cq_route_t *r, const char *topic, uint32_t shard, uint64_t offset)
+{
+    bool any = false;
+    for (int i = 0; topic && i < r->nbinds; i++)
+        if (r->binds[i].shard == shard && strcasecmp(r->binds[i].topic, topic) == 0)
+            any |= ring_drop_at(&r->binds[i], offset);
+    return any;
+}
+
 static int bind_index(const cq_route_t *r, const char *topic, const char *field, uint32_t shard)
 {
     for (int i = 0; i < r->nbinds; i++)
@@ -310,7 +337,7 @@ void cq_route_live(cq_route_t *r, const char *topic, uint32_t shard, uint64_t ep
         k->first = seq;
     k->last = seq;
     rent_t *e = ring_at(b, b->n);
-    *e = (rent_t){offset, 0, k, cq_buf_ref(event)};
+    *e = (rent_t){offset, 0, k, cq_buf_ref(event), false};
     b->bytes += event->len;
     b->n++;
 }
@@ -516,6 +543,8 @@ static bool walk_ring(cq_route_t *r, rsess_t *s, int bi, uint64_t pushed)
             continue;
         if (e->offset > pushed)
             break;
+        if (e->dropped)
+            continue;
         if (s->nevs >= r->lim.chunk_events) {
             s->cur[bi] = e->offset - 1; /* the player's events before e are taken */
             return true;

@@ -1008,6 +1008,20 @@ int cq_main_bridge_new(const cq_config_t *c, cq_shared_t *sh, cq_admin_t *admin,
     return 0;
 }
 
+/* A message of this node's shard invalidated (issue 25): out of the resume and route rings, so
+ * no catch-up served from memory delivers it (followed shards' rings keep theirs: doc/mgr.md
+ * "Messages"). */
+static void sink_invalidated(void *ud, cq_mqsrv_t *s, const char *topic, uint64_t offset)
+{
+    cq_main_bridge_t *b = ud;
+    (void)s;
+    bool resume = cq_resume_drop(b->rs, topic, b->shard, offset);
+    bool route = cq_route_drop(b->rt, topic, b->shard, offset);
+    if (resume || route)
+        CQ_INFO("bridge", "topic %s: offset %llu left the catch-up rings (invalidated)", topic,
+                (unsigned long long)offset);
+}
+
 void cq_main_bridge_sink(cq_main_bridge_t *b, cq_mqsrv_opts_t *o)
 {
     if (!b)
@@ -1017,6 +1031,7 @@ void cq_main_bridge_sink(cq_main_bridge_t *b, cq_mqsrv_opts_t *o)
     o->sink_run = sink_run;
     o->sink_rows = sink_rows;
     o->sink_offset = sink_offset;
+    o->sink_invalidated = sink_invalidated;
     o->sink_ud = b;
 }
 

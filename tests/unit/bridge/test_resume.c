@@ -205,6 +205,48 @@ static void test_ring_catch_up(void **state)
     cq_resume_free(r);
 }
 
+/* An invalidated message (issue 25) leaves the ring: a resume served from memory skips it, and
+ * the event after it carries the prev before it, as a store read gives it. */
+static void test_ring_drop(void **state)
+{
+    (void)state;
+    cq_resume_t *r = engine(0, 0, 0);
+    live(r, 0, 10);
+    assert_false(cq_resume_drop(r, "news", 3, 11)); /* not in the ring */
+    assert_false(cq_resume_drop(r, "news", 4, 7));  /* another shard's stream */
+    assert_false(cq_resume_drop(r, "other", 3, 7));
+    assert_true(cq_resume_drop(r, "news", 3, 7));
+    assert_false(cq_resume_drop(r, "news", 3, 7)); /* gone */
+    assert_true(cq_resume_drop(r, "news", 3, 10)); /* the newest */
+    live(r, 10, 11);
+    request(r, 41, 7, 4);
+    cq_resume_action_t a;
+    assert_true(cq_resume_next(r, &a));
+    assert_int_equal(a.kind, CQ_RESUME_SEND);
+    assert_int_equal(a.flags, CQ_RESUME_F_BEGIN | CQ_RESUME_F_FINAL);
+    static const uint64_t want[][2] = {{5, 4}, {6, 5}, {8, 6}, {9, 8}, {11, 10}};
+    assert_int_equal(a.nevs, 5);
+    for (size_t i = 0; i < a.nevs; i++) {
+        Chanqpb__TopicEvent *e =
+            chanqpb__topic_event__unpack(NULL, a.evs[i].event->len, a.evs[i].event->data);
+        assert_non_null(e);
+        assert_int_equal(e->offset, want[i][0]);
+        assert_int_equal(e->prev_offset, want[i][1]);
+        char content[32];
+        snprintf(content, sizeof(content), "e%llu", (unsigned long long)want[i][0]);
+        assert_int_equal(e->content.len, strlen(content));
+        assert_memory_equal(e->content.data, content, strlen(content));
+        chanqpb__topic_event__free_unpacked(e, NULL);
+    }
+    cq_resume_action_done(&a);
+    /* a client that had 7 already: the ring has no event after it, the store is read */
+    request(r, 42, 7, 7);
+    assert_true(cq_resume_next(r, &a));
+    assert_int_equal(a.kind, CQ_RESUME_READ);
+    cq_resume_action_done(&a);
+    cq_resume_free(r);
+}
+
 /* ---- a followed shard: a stream per (topic, shard) ---- */
 
 static void live4(cq_resume_t *r, uint64_t from, uint64_t to)
@@ -686,6 +728,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_catch_up),
+        cmocka_unit_test(test_ring_drop),
         cmocka_unit_test(test_two_shards),
         cmocka_unit_test(test_no_position),
         cmocka_unit_test(test_baseline_offset_zero),

@@ -554,6 +554,24 @@ static void test_ring_by_key(void **state)
     cq_route_free(r);
 }
 
+/* An invalidated message (issue 25): the ring keeps it, no catch-up from the ring delivers it. */
+static void test_ring_drop(void **state)
+{
+    (void)state;
+    cq_route_t *r = engine((cq_route_limits_t){.chunk_events = 8, .ring_events = 16});
+    live(r, 0, 9);                                /* u0: 3, 6, 9 */
+    assert_false(cq_route_drop(r, "vip", 2, 10)); /* not in the ring */
+    assert_false(cq_route_drop(r, "vip", 3, 6));  /* another shard */
+    assert_true(cq_route_drop(r, "VIP", 2, 6));
+    assert_false(cq_route_drop(r, "vip", 2, 6)); /* once */
+    cq_route_login(r, 5, "u0", 0);
+    uint64_t t;
+    expect_get(r, "bridge/user_id/u0", &t);
+    cq_route_offset(r, t, 0, 1, 0);
+    expect_send(r, 5, true, (uint64_t[]){3, 9, 0});
+    cq_route_free(r);
+}
+
 /* Offset reads beyond gets_max wait their turn and go as soon as a slot frees, in order, not
  * at a tick (a mass login would otherwise take gets_max logins per tick). */
 static void test_gets_queue(void **state)
@@ -596,6 +614,7 @@ int main(void)
         cmocka_unit_test(test_no_own_shard),
         cmocka_unit_test(test_read_hold_bound),
         cmocka_unit_test(test_ring_by_key),
+        cmocka_unit_test(test_ring_drop),
         cmocka_unit_test(test_gets_queue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
