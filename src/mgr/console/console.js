@@ -407,6 +407,28 @@
       `topic ${topic} retention`);
   }
 
+  // Invalidates one message (issue 25): asked first; the answer comes once the shard's master
+  // has done it. Its answer has no version: its own status line.
+  async function invalidateMessage() {
+    const topic = $('invalidate-topic').value.trim();
+    const shard = $('invalidate-shard').value.trim();
+    const offset = $('invalidate-offset').value.trim();
+    const reason = $('invalidate-reason').value;
+    const what = `topic ${topic} shard ${shard} offset ${offset}`;
+    if (!window.confirm(`Invalidate the message of ${what}? No consumer, watcher or resume ` +
+      'gets it again.'))
+      return;
+    const r = await api('POST', `/api/topics/${encodeURIComponent(topic)}/messages/` +
+      `${encodeURIComponent(shard)}/${encodeURIComponent(offset)}/invalidate`, { reason });
+    if (r.status !== 200) {
+      showError(`invalidate ${what}: ${(r.data && r.data.error) || 'HTTP ' + r.status}`);
+      return;
+    }
+    showError('');
+    $('status').textContent = `${what}: invalid (state 0)`;
+    $('invalidate-reason').value = '';
+  }
+
   // A new topic, made by every shard's master (an empty retention: each server's own).
   async function createTopic() {
     const topic = $('create-topic').value.trim();
@@ -582,6 +604,7 @@
     $('bindings-save').addEventListener('click', saveBindings);
     $('retention-set').addEventListener('click', setRetention);
     $('create-set').addEventListener('click', createTopic);
+    $('invalidate-set').addEventListener('click', invalidateMessage);
     $('bindings-reset').addEventListener('click', resetBindings);
     $('bindings-editor').addEventListener('input', () => {
       bindingsDirty = true;
