@@ -190,6 +190,13 @@ int cq_store_invalidate(cq_store_t *s, const char *topic, uint64_t offset)
     return r < 0 ? r : s->ops->invalidate(s, topic, offset);
 }
 
+int cq_store_read_one(cq_store_t *s, const char *topic, uint64_t offset, cq_store_rec_t *ret_rec,
+                      int *ret_state)
+{
+    int r = enter(s, topic);
+    return r < 0 ? r : s->ops->read_one(s, topic, offset, ret_rec, ret_state);
+}
+
 int cq_store_purge(cq_store_t *s, const char *topic, int64_t older_than_unix_ms, size_t max_rows,
                    size_t *ret_purged)
 {

@@ -103,6 +103,8 @@ typedef struct cq_store_ops {
     int (*read)(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive, size_t max,
                 size_t max_bytes, cq_store_rec_t *ret_recs, size_t *ret_n);
     int (*invalidate)(cq_store_t *s, const char *topic, uint64_t offset);
+    int (*read_one)(cq_store_t *s, const char *topic, uint64_t offset, cq_store_rec_t *ret_rec,
+                    int *ret_state);
     int (*commit_offset)(cq_store_t *s, const char *topic, const char *consumer_id, uint64_t offset,
                          int64_t now_ms);
     int (*get_offset)(cq_store_t *s, const char *topic, const char *consumer_id,
@@ -208,6 +210,11 @@ void cq_store_recs_done(cq_store_rec_t *recs, size_t n);
 /* Sets the message at offset to state 0 (invalid): it is never delivered again. -ENOENT if no
  * such message. */
 int cq_store_invalidate(cq_store_t *s, const char *topic, uint64_t offset);
+/* The message at offset whatever its state (an operator's lookup, issue 25): *ret_rec (its
+ * content owned: cq_store_recs_done) and *ret_state (1 valid, 0 invalid). -ENOENT if no such
+ * message. */
+int cq_store_read_one(cq_store_t *s, const char *topic, uint64_t offset, cq_store_rec_t *ret_rec,
+                      int *ret_state);
 /* Deletes up to max_rows (>= 1) of the oldest messages (by offset) whose create time is before
  * older_than_unix_ms, in one transaction, and stops at the first newer message: call again
  * while *ret_purged == max_rows. */

@@ -539,6 +539,21 @@ static int run_read(cq_store_t *store, cq_writer_req_t *req)
     return 0;
 }
 
+static int run_read_one(cq_store_t *store, cq_writer_req_t *req)
+{
+    cq_store_rec_t *rec = cq_calloc(1, sizeof(*rec));
+    if (!rec)
+        return -ENOMEM;
+    int r = cq_store_read_one(store, req->topic, req->offset, rec, &req->state);
+    if (r < 0) {
+        cq_free(rec);
+        return r;
+    }
+    req->recs = rec;
+    req->n_recs = 1;
+    return 0;
+}
+
 /* A purge of a topic whose group is unsure first counts the rows a lost COMMIT answer left: it
  * could otherwise remove rows the caller never counted, and subtract them. */
 static int run_purge(cq_writer_t *w, cq_writer_req_t *req)
@@ -599,6 +614,8 @@ static int run_op(cq_writer_t *w, cq_writer_req_t *req)
         return cq_store_invalidate(s, req->topic, req->offset);
     case CQ_WRITER_TOPIC_STATS:
         return run_stats(w, req);
+    case CQ_WRITER_READ_ONE:
+        return run_read_one(w->store, req);
     case CQ_WRITER_PRODUCE:
         break;
     }

@@ -109,6 +109,8 @@ typedef enum cq_writer_op {
     CQ_WRITER_INVALIDATE,
     CQ_WRITER_TOPIC_STATS, /* high water (offset) and messages (count): a new master reloads
                             * what replication moved */
+    CQ_WRITER_READ_ONE,    /* the message at offset whatever its state (recs[0], state): an
+                            * operator's lookup (cq_store_read_one) */
 } cq_writer_op_t;
 
 /* A request. Allocate with cq_writer_req_new(), fill the inputs of its op, submit, read the
@@ -132,7 +134,7 @@ struct cq_writer_req {
     uint64_t from_offset;                     /* READ: exclusive */
     size_t max;            /* READ: records (1..CQ_WRITER_READ_MAX); PURGE: rows (>= 1) */
     size_t max_bytes;      /* READ: bound of the contents' bytes (cq_store_read_bounded), 0 none */
-    uint64_t offset;       /* COMMIT_OFFSET, INVALIDATE: input; GET_OFFSET, HIGH_WATER, TOPIC_STATS:
+    uint64_t offset;       /* COMMIT_OFFSET, INVALIDATE, READ_ONE: input; GET_OFFSET, HIGH_WATER, TOPIC_STATS:
                             * output */
     int64_t now_ms;        /* COMMIT_OFFSET, TOPIC_CREATE: unix ms */
     int64_t older_than_ms; /* PURGE: unix ms */
@@ -148,11 +150,12 @@ struct cq_writer_req {
                            * transaction, or an earlier request's offset in it. An offset
                            * above prev_offset that the engine never saw acknowledged was
                            * committed without its answer (an unknown COMMIT outcome). */
-    cq_store_rec_t *recs; /* READ: n_recs records, owned by the request */
+    cq_store_rec_t *recs; /* READ, READ_ONE: n_recs records, owned by the request */
     size_t n_recs;
     cq_store_topic_t *topics; /* TOPIC_LIST: owned by the request */
     size_t n_topics;
     size_t purged;   /* PURGE */
+    int state;       /* READ_ONE: 1 valid, 0 invalid */
     uint64_t count;  /* TOPIC_STATS: messages in the topic (also sets offset: its high water) */
     uint64_t unseen; /* PRODUCE, PURGE, whatever err says: messages of the topic committed
                       * earlier without their answer (a COMMIT whose outcome could not be

@@ -166,6 +166,12 @@ static int op_invalidate(cq_store_t *s, const char *topic, uint64_t offset)
     RUN(s, cq__mysql_invalidate(s, topic, offset));
 }
 
+static int op_read_one(cq_store_t *s, const char *topic, uint64_t offset, cq_store_rec_t *ret_rec,
+                       int *ret_state)
+{
+    RUN(s, cq__mysql_read_one(s, topic, offset, ret_rec, ret_state));
+}
+
 static int op_commit_offset(cq_store_t *s, const char *topic, const char *consumer_id,
                             uint64_t offset, int64_t now_ms)
 {
@@ -210,6 +216,7 @@ const cq_store_ops_t cq_store_mysql_ops = {
     .append_batch = op_append_batch,
     .read = op_read,
     .invalidate = op_invalidate,
+    .read_one = op_read_one,
     .commit_offset = op_commit_offset,
     .get_offset = op_get_offset,
     .purge = op_purge,

@@ -194,6 +194,47 @@ int cq__mysql_invalidate(cq_store_t *s, const char *topic, uint64_t offset)
     return cq__mysql_tx_end(q, r);
 }
 
+int cq__mysql_read_one(cq_store_t *s, const char *topic, uint64_t offset, cq_store_rec_t *ret_rec,
+                       int *ret_state)
+{
+    my_store_t *q = my_store(s);
+    my_topic_t t;
+    char sql[MY_SQL_MAX];
+    MYSQL_STMT *st = NULL;
+    uint64_t state = 0;
+    bool found = false;
+    size_t n = 0;
+    my_pbind_t p;
+    cq__mysql_p_init(&p);
+    cq__mysql_p_u64(&p, offset > INT64_MAX ? INT64_MAX : offset);
+    int r = cq__mysql_topic_resolve(q, topic, false, &t);
+    if (r == 0)
+        r = MY_TOPIC_SQL(q, sql, "SELECT state FROM `t_%s` WHERE id = ?", t.tbl);
+    if (r == 0)
+        r = cq__mysql_query_u64(q, sql, &p, &state, &found);
+    if (r == 0 && !found)
+        r = cq__store_fail(s, -ENOENT, "no message at offset %" PRIu64, offset);
+    if (r == 0)
+        r = MY_TOPIC_SQL(q, sql,
+                         "SELECT id, create_time, content, producer_id, seq FROM `t_%s` "
+                         "WHERE id = ?",
+                         t.tbl);
+    if (r == 0)
+        r = cq__mysql_st_run(q, sql, &p, &st);
+    if (r == 0)
+        r = read_rows(q, st, 1, ret_rec, &n);
+    if (st)
+        mysql_stmt_close(st);
+    if (r == 0 && n == 0)
+        r = cq__store_fail(s, -ENOENT, "no message at offset %" PRIu64, offset);
+    int e = cq__mysql_tx_end(q, r);
+    if (r == 0 && e < 0)
+        cq_store_recs_done(ret_rec, n);
+    if (e == 0)
+        *ret_state = (int)state;
+    return e;
+}
+
 /* ---- high water -------------------------------------------------------------------------- */
 
 int cq__mysql_created_ms(cq_store_t *s, uint64_t *ret_ms)

@@ -530,6 +530,57 @@ static int sq_read(cq_store_t *s, const char *topic, uint64_t from_offset_exclus
     return r;
 }
 
+/* The state of the row at offset into *ret_state; -ENOENT when none. */
+static int sq_state(sq_store_t *q, const char *canon, uint64_t offset, int *ret_state)
+{
+    char sql[SQL_MAX];
+    sqlite3_stmt *st = NULL;
+    int r = TOPIC_SQL(q, sql, "SELECT state FROM \"t_%s\" WHERE id = ?1", canon);
+    if (r == 0)
+        r = prep(q, sql, &st);
+    if (r == 0) {
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)offset);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
+            *ret_state = sqlite3_column_int(st, 0);
+        else
+            r = rc == SQLITE_DONE ? cq__store_fail(&q->base, -ENOENT,
+                                                   "no message at offset %" PRIu64, offset)
+                                  : db_fail(q, "read");
+    }
+    sqlite3_finalize(st);
+    return r;
+}
+
+static int sq_read_one(cq_store_t *s, const char *topic, uint64_t offset, cq_store_rec_t *ret_rec,
+                       int *ret_state)
+{
+    sq_store_t *q = SQ(s);
+    char canon[CQ_STORE_TOPIC_MAX + 1], sql[SQL_MAX];
+    sqlite3_stmt *st = NULL;
+    size_t n = 0;
+    int r = topic_resolve(q, topic, canon);
+    if (r == 0 && offset > INT64_MAX)
+        return cq__store_fail(s, -ENOENT, "no message at offset %" PRIu64, offset);
+    if (r == 0)
+        r = sq_state(q, canon, offset, ret_state);
+    if (r == 0)
+        r = TOPIC_SQL(q, sql,
+                      "SELECT id, create_time, content, producer_id, seq FROM \"t_%s\" "
+                      "WHERE id = ?1",
+                      canon);
+    if (r == 0)
+        r = prep(q, sql, &st);
+    if (r == 0) {
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)offset);
+        r = read_rows(q, st, 1, 0, ret_rec, &n);
+    }
+    sqlite3_finalize(st);
+    if (r == 0 && n == 0)
+        r = cq__store_fail(s, -ENOENT, "no message at offset %" PRIu64, offset);
+    return r;
+}
+
 static int sq_invalidate(cq_store_t *s, const char *topic, uint64_t offset)
 {
     sq_store_t *q = SQ(s);
@@ -872,6 +923,7 @@ const cq_store_ops_t cq_store_sqlite_ops = {
     .append_batch = sq_append_batch,
     .read = sq_read,
     .invalidate = sq_invalidate,
+    .read_one = sq_read_one,
     .commit_offset = sq_commit_offset,
     .get_offset = sq_get_offset,
     .purge = sq_purge,

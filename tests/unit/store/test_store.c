@@ -874,6 +874,35 @@ static void test_big_producer_ids(void **state)
 
 /* ---- read ---------------------------------------------------------------------------------- */
 
+/* cq_store_read_one (issue 25's lookup): one row whatever its state, with its producer key and
+ * time; -ENOENT where none is. */
+static void test_read_one(void **state)
+{
+    fx_t *f = *state;
+    uint64_t off[3];
+    cq_store_msg_t m[3] = {msg("a", 0, 0), msg("b", 77, 9), msg("c", 0, 0)};
+    create(f->s, "t");
+    assert_int_equal(cq_store_append_batch(f->s, "t", m, 3, off), 0);
+    assert_int_equal(cq_store_invalidate(f->s, "t", off[1]), 0);
+    cq_store_rec_t r;
+    int st = -1;
+    assert_int_equal(cq_store_read_one(f->s, "t", off[1], &r, &st), 0);
+    assert_rec(&r, off[1], "b");
+    assert_int_equal(st, 0);
+    assert_true(r.producer_id == 77 && r.seq == 9);
+    assert_true(r.create_ms > 0);
+    cq_store_recs_done(&r, 1);
+    assert_int_equal(cq_store_read_one(f->s, "t", off[2], &r, &st), 0);
+    assert_rec(&r, off[2], "c");
+    assert_int_equal(st, 1);
+    assert_true(r.producer_id == 0);
+    cq_store_recs_done(&r, 1);
+    assert_int_equal(cq_store_read_one(f->s, "t", off[2] + 100, &r, &st), -ENOENT);
+    assert_int_equal(cq_store_read_one(f->s, "t", UINT64_MAX, &r, &st), -ENOENT);
+    assert_int_equal(cq_store_read_one(f->s, "nope", off[0], &r, &st), CQ_ENOTOPIC);
+    assert_int_equal(cq_store_read_one(f->s, "a-b", off[0], &r, &st), CQ_EBADTOPIC);
+}
+
 static void test_read_from_offset(void **state)
 {
     fx_t *f = *state;
@@ -1278,7 +1307,7 @@ static void test_crash_sigkill(void **state)
         T(test_append_empty_content), T(test_append_atomic), T(test_append_bad_args),              \
         T(test_idempotent_retry), T(test_sequence_rules), T(test_hole_below_last),                 \
         T(test_big_batch), T(test_no_dedup_without_producer), T(test_big_producer_ids),            \
-        T(test_read_from_offset), T(test_read_bounded), T(test_repeat_updates),                    \
+        T(test_read_from_offset), T(test_read_one), T(test_read_bounded), T(test_repeat_updates),  \
         T(test_offsets_survive_reopen), T(test_created_ms), T(test_consumer_offsets),              \
         T(test_consumer_ids_exact), T(test_purge), T(test_bad_topic_names), T(test_crash_sigkill)
 
