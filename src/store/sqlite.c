@@ -544,9 +544,9 @@ static int sq_state(sq_store_t *q, const char *canon, uint64_t offset, int *ret_
         if (rc == SQLITE_ROW)
             *ret_state = sqlite3_column_int(st, 0);
         else
-            r = rc == SQLITE_DONE ? cq__store_fail(&q->base, -ENOENT,
-                                                   "no message at offset %" PRIu64, offset)
-                                  : db_fail(q, "read");
+            r = rc == SQLITE_DONE
+                    ? cq__store_fail(&q->base, -ENOENT, "no message at offset %" PRIu64, offset)
+                    : db_fail(q, "read");
     }
     sqlite3_finalize(st);
     return r;
