@@ -378,6 +378,9 @@ static const opt_t opts[] = {
     INT("mgr-lag-alert-ms", NULL, mgr_lag_alert_ms, "30000", 1, 86400000, "MS",
         "--role mgr: replication lag over this raises the shard's alert "
         "(chanq_mgr_repl_lag_alert 1); the seed's threshold is 30 s."),
+    INT("mgr-chart-ms", NULL, mgr_chart_ms, "10000", 100, 600000, "MS",
+        "--role mgr: the console's charts (produce rates, consumers' lag, replication lag, "
+        "connections) take a sample this often and keep the last hour of them, in memory."),
     STR("mgr-servers", NULL, mgr_servers, "", NULL, "LIST",
         "--role server: managers (host:port,...) this server reports to and takes commands "
         "from; empty: not managed."),

@@ -137,6 +137,7 @@ typedef struct cq_config {
     int mgr_auth_timeout_ms, mgr_idle_timeout_ms, mgr_http_timeout_ms;
     int mgr_stale_ms;           /* mgr: reports older than this mark a server stale */
     int mgr_lag_alert_ms;       /* mgr: replication lag alert threshold */
+    int mgr_chart_ms;           /* mgr: the console's charts sample this often */
     char *mgr_servers;          /* server: managers to report to; "" = unmanaged */
     char *mgr_token_file;       /* both: the servers' shared secret */
     int mgr_report_ms;          /* server: sync_serverinfo period */

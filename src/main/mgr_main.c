@@ -169,7 +169,8 @@ static int start(mgr_app_t *a)
                         .audit_path = c->mgr_audit_log,
                         .dev = c->dev,
                         .stale_ms = (uint32_t)c->mgr_stale_ms,
-                        .lag_alert_ms = (uint32_t)c->mgr_lag_alert_ms};
+                        .lag_alert_ms = (uint32_t)c->mgr_lag_alert_ms,
+                        .chart_ms = (uint32_t)c->mgr_chart_ms};
     cq_mgrio_opts_t io = {.addr = c->mgr_addr,
                           .http_addr = c->mgr_http_addr,
                           .admin_addr = c->admin_addr,

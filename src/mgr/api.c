@@ -24,6 +24,7 @@
 #include "mgr_console.h"
 #include "mgr_int.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -616,6 +617,51 @@ static void on_state(req_t *q)
     cq_sbuf_done(&sb);
 }
 
+/* prefix=P of the query into out (empty when absent): a series key's start, of the characters
+ * keys have ([A-Za-z0-9_/@.-], at most CQ_MGR_CHART_KEY_MAX); false when it has others. */
+static bool charts_prefix(const req_t *q, char *out, size_t cap)
+{
+    *out = '\0';
+    const char *p = q->query, *end = q->query + q->query_len;
+    while (p && p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        size_t n = (size_t)((amp ? amp : end) - p);
+        if (n >= 7 && memcmp(p, "prefix=", 7) == 0) {
+            if (n - 7 >= cap)
+                return false;
+            for (size_t i = 7; i < n; i++)
+                if (!isalnum((unsigned char)p[i]) && !strchr("_/@.-", p[i]))
+                    return false;
+            memcpy(out, p + 7, n - 7);
+            out[n - 7] = '\0';
+        }
+        p = amp ? amp + 1 : NULL;
+    }
+    return true;
+}
+
+static bool need(req_t *q, const char *method);
+
+/* GET /api/charts[?prefix=P]: the last hour of the charts' samples (cq__mgr_charts_json). */
+static void on_charts(req_t *q)
+{
+    char prefix[CQ_MGR_CHART_KEY_MAX + 1];
+    if (!need(q, "GET"))
+        return;
+    if (!charts_prefix(q, prefix, sizeof(prefix))) {
+        fail(q, 400, "prefix: must be at most %d characters of [A-Za-z0-9_/@.-]",
+             CQ_MGR_CHART_KEY_MAX);
+        return;
+    }
+    cq_sbuf_t sb;
+    cq_sbuf_init(&sb);
+    if (cq__mgr_charts_json(q->h->a->m, prefix, &sb) < 0)
+        fail(q, 503, "out of memory");
+    else
+        respond_raw(q, 200, "application/json", sb.data, sb.len);
+    cq_sbuf_done(&sb);
+}
+
 /* limit=N of the query (1..API_AUDIT_KEEP, default API_AUDIT_DFL); false when malformed. */
 static bool audit_limit(const req_t *q, size_t *ret)
 {
@@ -1004,6 +1050,8 @@ static void on_api(req_t *q)
     } else if (q->nseg == 1 && seg_is(q, 0, "state")) {
         if (need(q, "GET"))
             on_state(q);
+    } else if (q->nseg == 1 && seg_is(q, 0, "charts")) {
+        on_charts(q);
     } else if (q->nseg == 1 && seg_is(q, 0, "audit")) {
         if (need(q, "GET"))
             on_audit(q);

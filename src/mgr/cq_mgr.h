@@ -31,6 +31,7 @@ typedef struct cq_mgr_opts {
     bool dev;                 /* --dev: servers need no token */
     uint32_t stale_ms;        /* a server's reports older than this: stale */
     uint32_t lag_alert_ms;    /* replication lag alert threshold */
+    uint32_t chart_ms;        /* the charts' sample period (0: 10000); they keep an hour */
     size_t preauth_max_frame; /* frame limit before the first authenticated request */
     size_t max_frame;         /* frame limit after it */
 } cq_mgr_opts_t;

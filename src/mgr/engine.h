@@ -9,6 +9,7 @@
 #include "cq_list.h"
 #include "cq_mgr.h"
 #include "cq_mqmgr.h"
+#include "hist.h"
 #include "mgr_int.h"
 
 #include <jansson.h>
@@ -181,7 +182,13 @@ struct cq_mgr {
     /* metrics */
     uint64_t commands[2][3]; /* [publish_config|offline][ok|error|lost] */
     uint64_t svrconfig_total, sync_total, audit_total, save_conflicts, save_errors;
+    /* the console's charts (hist.h), sampled at o.chart_ms */
+    mgr_hist_t *hist;
+    uint64_t sampled_ms;
 };
+
+/* Samples the charts' figures from the registry into m->hist (view.c). */
+void cq__mgr_sample(cq_mgr_t *m, uint64_t now_ms);
 
 /* Appends the chanq_mgr_* metrics (metrics.c). */
 int cq__mgr_metrics(const cq_mgr_t *m, uint64_t now_ms, cq_sbuf_t *out);

@@ -57,6 +57,12 @@ cq_mgr_t *cq_mgr_new(const cq_mgr_opts_t *opts, const cq_mgr_ops_t *ops, void *u
         m->o.preauth_max_frame = CQ_MQMGR_PREAUTH_MAX_TOTAL;
     if (!m->o.max_frame)
         m->o.max_frame = CQ_MQMGR_MAX_TOTAL;
+    if (!m->o.chart_ms)
+        m->o.chart_ms = 10000;
+    /* an hour of samples */
+    uint32_t points = 3600000u / m->o.chart_ms;
+    if (!(m->hist = cq__mgr_hist_new(points < 2 ? 2 : points, CQ_MGR_CHART_SERIES_MAX)))
+        goto oom;
     if (!(m->api = cq__mgr_api_new(m)))
         goto oom;
     return m;
@@ -82,6 +88,7 @@ cq_mgr_t *cq_mgr_free(cq_mgr_t *m)
     cq_free(m->pending);
     json_decref(m->doc);
     cq_authlim_free(m->authlim);
+    cq__mgr_hist_free(m->hist);
     cq_free(m->admin_token);
     cq_free(m->server_token);
     cq_free(m->http_hosts);
@@ -404,7 +411,28 @@ void cq_mgr_tick(cq_mgr_t *m, uint64_t now_ms)
     m->now_ms = now_ms;
     cq__mgr_save_kick(m); /* a failed save is retried */
     cq__mgr_waits_tick(m, now_ms);
+    if (!m->sampled_ms || now_ms - m->sampled_ms >= m->o.chart_ms) {
+        m->sampled_ms = now_ms ? now_ms : 1;
+        cq__mgr_sample(m, now_ms);
+    }
     cq__mgr_api_tick(m->api, now_ms);
+}
+
+_Static_assert(CQ_MGR_CHART_KEY_MAX == CQ_MGR_HIST_KEY_MAX, "one bound for the charts' keys");
+
+int cq__mgr_charts_json(const cq_mgr_t *m, const char *prefix, cq_sbuf_t *out)
+{
+    json_t *o = cq__mgr_hist_json(m->hist, prefix);
+    if (o && json_object_set_new(o, "interval_ms", json_integer(m->o.chart_ms)) < 0)
+        o = (json_decref(o), NULL);
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(6)) : NULL;
+    json_decref(o);
+    int r = s ? cq_sbuf_append(out, s, strlen(s)) : -ENOMEM;
+    json_free_t jfree;
+    json_get_alloc_funcs(NULL, &jfree);
+    if (s)
+        jfree(s);
+    return r < 0 ? -ENOMEM : 0;
 }
 
 int cq_mgr_metrics(const cq_mgr_t *m, uint64_t now_ms, cq_sbuf_t *out)

@@ -56,6 +56,14 @@ int64_t cq__mgr_bindings_put(cq_mgr_t *m, const char *json, size_t len, char *er
 /* GET /api/bindings' body, appended to out: the document as stored, {"bindings":[]} when none
  * was ever saved. 0 or -ENOMEM. */
 int cq__mgr_bindings_json(const cq_mgr_t *m, cq_sbuf_t *out);
+/* GET /api/charts' body, appended to out: {"interval_ms": N, "t": [ms...], "series": {key:
+ * [value or null...]}} over the last hour, oldest first, the series whose key starts with
+ * prefix (NULL or "": all). Keys: "topic/<T>/produce" (messages/s over its masters),
+ * "topic/<T>/lag/<consumer>@<shard>", "shard/<S>/behind_ms", "server/<appid>/sockets",
+ * "server/<appid>/produce", "server/<appid>/consume". 0 or -ENOMEM. */
+#define CQ_MGR_CHART_SERIES_MAX 512
+#define CQ_MGR_CHART_KEY_MAX    256 /* a key's bytes (hist.h's CQ_MGR_HIST_KEY_MAX) */
+int cq__mgr_charts_json(const cq_mgr_t *m, const char *prefix, cq_sbuf_t *out);
 /* GET /api/state's body (common.md contract 3), appended to out. 0 or -ENOMEM. */
 int cq__mgr_state_json(const cq_mgr_t *m, uint64_t now_ms, cq_sbuf_t *out);
 /* Writes one audit line through ops.audit (the engine counts it in chanq_mgr_audit_total). */

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -430,6 +431,67 @@ static json_t *state_view(const cq_mgr_t *m, uint64_t now)
     if (!ok)
         o = (json_decref(o), NULL);
     return o;
+}
+
+/* ---- the charts' samples (hist.h) ---------------------------------------------------------- */
+
+static void put(cq_mgr_t *m, double v, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void put(cq_mgr_t *m, double v, const char *fmt, ...)
+{
+    char key[CQ_MGR_HIST_KEY_MAX + 1];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(key, sizeof(key), fmt, ap);
+    va_end(ap);
+    if (n > 0 && (size_t)n < sizeof(key))
+        (void)cq__mgr_hist_put(m->hist, key, v); /* past the series' bound: counted, left out */
+}
+
+/* A topic's produce rate over its live masters, and each of their consumers' lag. */
+static void sample_topic(cq_mgr_t *m, const char *name, uint64_t now)
+{
+    double rate = 0;
+    for (size_t i = 0; i < m->nservers; i++) {
+        const mgr_server_t *s = m->servers[i];
+        const cq_mqmgr_topic_t *t = s->last ? find_topic(s->last, name) : NULL;
+        if (!t || cq__mgr_server_stale(m, s, now) || !cq__mgr_server_master(s))
+            continue;
+        const cq_mqmgr_topic_t *p = find_topic(s->prev, name);
+        if (p)
+            rate += cq__mgr_rate(t->produced_total, p->produced_total, s->last_ms, s->prev_ms);
+        for (size_t k = 0; k < t->nconsumers; k++)
+            put(m, (double)t->consumers[k].lag, "topic/%s/lag/%s@%u", name, t->consumers[k].id,
+                cq__mgr_server_shard(s));
+    }
+    put(m, rate, "topic/%s/produce", name);
+}
+
+void cq__mgr_sample(cq_mgr_t *m, uint64_t now)
+{
+    cq__mgr_hist_begin(m->hist, now);
+    json_t *names = topic_names(m, now);
+    const char *name;
+    json_t *v;
+    json_object_foreach(names, name, v)
+    {
+        sample_topic(m, name, now);
+    }
+    json_decref(names);
+    uint32_t shards[256];
+    size_t ns = shard_list(m, shards, 256);
+    for (size_t i = 0; i < ns; i++) {
+        int64_t behind = 0;
+        (void)cq__mgr_shard_alert(m, shards[i], now, &behind);
+        put(m, (double)behind, "shard/%u/behind_ms", shards[i]);
+    }
+    for (size_t i = 0; i < m->nservers; i++) {
+        const mgr_server_t *s = m->servers[i];
+        if (!s->last || cq__mgr_server_stale(m, s, now))
+            continue;
+        put(m, (double)s->last->info.sockets, "server/%u/sockets", s->appid);
+        put(m, server_rate(s, produced), "server/%u/produce", s->appid);
+        put(m, server_rate(s, consumed), "server/%u/consume", s->appid);
+    }
 }
 
 int cq__mgr_state_json(const cq_mgr_t *m, uint64_t now_ms, cq_sbuf_t *out)

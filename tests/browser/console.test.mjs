@@ -14,7 +14,9 @@
 //   - STOP SLAVE SQL_THREAD on the standby, produces until the standby's server reports
 //     behind_ms over 2000: the alert banner and the red shard row show, and the manager's
 //     /metrics has chanq_mgr_repl_lag_alert{shard="1"} 1; START SLAVE SQL_THREAD: both clear;
-//   - topics: the shard's last offset (the last ack) and module 1's lag after a commit;
+//   - topics: the shard's last offset (the last ack) and module 1's lag after a commit, a
+//     consumer instance's lag beside it, and the charts: the lag chart's last point is the
+//     master's chanq_mq_consumer_lag;
 //   - the audit view lists the changes; the manager exits 0 on SIGTERM (ASan: no leak).
 // Screenshots of every view go to $CHANQ_ARTIFACTS (default: a new temp dir). Run it with
 // tests/browser/run.sh. Skips when MariaDB or ZooKeeper is not installed.
@@ -64,7 +66,8 @@ async function startMgr() {
     '--mgr-http-addr', '127.0.0.1:0', '--admin-addr', '127.0.0.1:0',
     '--mgr-state-file', join(dir, 'state.json'), '--mgr-audit-log', join(dir, 'audit.log'),
     '--mgr-admin-token-file', join(dir, 'admin.token'),
-    '--mgr-token-file', join(dir, 'server.token'), '--mgr-lag-alert-ms', '2000']);
+    '--mgr-token-file', join(dir, 'server.token'), '--mgr-lag-alert-ms', '2000',
+    '--mgr-chart-ms', '1000']);
 }
 
 /** Runs a command without blocking the event loop (a spawnSync of half a minute would leave
@@ -365,7 +368,9 @@ async function consolePage() {
   await page.click('[data-testid="create-set"]');
   await waitText(page, 'topic-state-refunds', 'online');
   await waitText(page, 'topic-retention-refunds', '3 days');
-  assert.equal(await page.inputValue('[data-testid="create-topic"]'), '');
+  // the form is emptied once the change's answer (and the poll after it) is in
+  await page.waitForFunction(() =>
+    document.querySelector('[data-testid="create-topic"]').value === '', null, WAIT);
   await page.fill('[data-testid="create-topic"]', 'refunds');
   await page.click('[data-testid="create-set"]');
   await waitText(page, 'action-error',
@@ -462,6 +467,9 @@ async function consolePage() {
     await sleep(200);
   }
   assert.match(alertMetrics, new RegExp(`^chanq_mgr_repl_lag_alert\\{shard="${SHARD}"\\} 1$`, 'm'));
+  // the shard's replication-lag chart has a sample past the threshold too
+  await page.waitForFunction((k) => Number(document.querySelector(
+    `[data-testid="chart-last-${k}"]`)?.textContent) > 2000, `shard/${SHARD}/behind_ms`, WAIT);
   await shot(page, 'lag-alert');
   sql(cluster.dbStandby, 'START SLAVE SQL_THREAD');
   await page.waitForSelector('[data-testid="alert-banner"]', { state: 'hidden', ...WAIT });
@@ -500,6 +508,19 @@ async function consolePage() {
   [`m1/inst-a@${SHARD}: ${last - instAt}`], WAIT);
   assert.ok((await text(page, 'topic-consumers-orders')).split('; ')
     .includes(`m1@${SHARD}: ${last - committed}`));
+  // the charts (issue 25): the lag chart's last point is the master's chanq_mq_consumer_lag,
+  // and the produce-rate chart has points
+  const lagMetric = async () => {
+    const res = await fetch(`http://${cluster.nodes[1].admin}/metrics`);
+    const m = (await res.text()).match(
+      new RegExp(`^chanq_mq_consumer_lag\\{topic="orders",consumer="m1",shard="${SHARD}"\\} (\\d+)$`, 'm'));
+    return m ? m[1] : null;
+  };
+  const lag = await lagMetric();
+  assert.equal(lag, String(last - committed));
+  await waitText(page, `chart-last-topic/orders/lag/m1@${SHARD}`, lag);
+  await waitText(page, `chart-last-topic/orders/lag/m1/inst-a@${SHARD}`, String(last - instAt));
+  await page.waitForSelector('[data-testid="chart-topic/orders/produce"] polyline', WAIT);
   await shot(page, 'topics-figures');
 
   // Audit: the page's changes, newest first.

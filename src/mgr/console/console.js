@@ -566,6 +566,64 @@
 
   // ---- polling -------------------------------------------------------------------------------
 
+  // ---- charts: the manager's samples of the last hour (GET /api/charts), as SVG lines --------
+
+  const SVG = 'http://www.w3.org/2000/svg';
+  const CHART_W = 240;
+  const CHART_H = 48;
+
+  function fmtValue(v) {
+    return Math.abs(v) >= 100 || Number.isInteger(v) ? String(Math.round(v)) : v.toFixed(2);
+  }
+
+  // One series: a polyline over its non-null points (gaps break it), its key and last value.
+  function chart(key, t, values) {
+    const pts = values.map((v, i) => [i, v]).filter(([, v]) => v !== null);
+    const max = Math.max(1, ...pts.map(([, v]) => v));
+    const x = (i) => (t.length > 1 ? (i / (t.length - 1)) * CHART_W : 0);
+    const y = (v) => CHART_H - (v / max) * (CHART_H - 2) - 1;
+    const svg = document.createElementNS(SVG, 'svg');
+    svg.setAttribute('width', CHART_W);
+    svg.setAttribute('height', CHART_H);
+    svg.setAttribute('viewBox', `0 0 ${CHART_W} ${CHART_H}`);
+    svg.dataset.testid = `chart-${key}`;
+    let run = [];
+    const flush = () => {
+      if (run.length) {
+        const pl = document.createElementNS(SVG, 'polyline');
+        pl.setAttribute('points', run.join(' '));
+        svg.append(pl);
+      }
+      run = [];
+    };
+    values.forEach((v, i) => (v === null ? flush() : run.push(`${x(i).toFixed(1)},${y(v).toFixed(1)}`)));
+    flush();
+    const last = pts.length ? pts[pts.length - 1][1] : null;
+    if (pts.length) { // the last point, visible also when it is the only one
+      const [i, v] = pts[pts.length - 1];
+      const dot = document.createElementNS(SVG, 'circle');
+      dot.setAttribute('cx', x(i).toFixed(1));
+      dot.setAttribute('cy', y(v).toFixed(1));
+      dot.setAttribute('r', '2');
+      svg.append(dot);
+    }
+    return el('figure', { class: 'chart' }, svg,
+      el('figcaption', {}, `${key} `, el('b', { testid: `chart-last-${key}`,
+        text: last === null ? '-' : fmtValue(last) }), ` (max ${fmtValue(max)})`));
+  }
+
+  // The charts of a view: topics (rates, consumers' lag), shards (replication lag), servers.
+  const CHART_VIEWS = { topics: 'topic', shards: 'shard', servers: 'server' };
+
+  async function loadCharts(kind) {
+    const r = await api('GET', `/api/charts?prefix=${kind}/`);
+    if (r.status !== 200)
+      return;
+    const box = $(`charts-${kind}`);
+    box.replaceChildren(...Object.keys(r.data.series).sort()
+      .map((k) => chart(k, r.data.t, r.data.series[k])));
+  }
+
   async function poll() {
     if (polling)
       return;
@@ -576,6 +634,8 @@
         render(r.data);
         if (view === 'audit')
           await loadAudit();
+        if (CHART_VIEWS[view])
+          await loadCharts(CHART_VIEWS[view]);
       }
     } catch (e) {
       $('status').textContent = 'manager unreachable';

@@ -739,6 +739,31 @@ static void test_view_rates_alerts(void **state)
         strstr((const char *)sb.data, "chanq_mgr_repl_behind_seconds{shard=\"0\"} 31.000\n"));
     assert_non_null(strstr((const char *)sb.data, "chanq_mgr_repl_lag_alert{shard=\"0\"} 1\n"));
     cq_sbuf_done(&sb);
+    /* the charts (issue 25): a tick samples the same figures, kept for the console */
+    cq_mgr_tick(m, 3600);
+    cq_sbuf_init(&sb);
+    assert_int_equal(cq__mgr_charts_json(m, "topic/orders/", &sb), 0);
+    cq_sbuf_append(&sb, "", 1);
+    assert_string_equal((const char *)sb.data,
+                        "{\"interval_ms\":10000,\"series\":{\"topic/orders/lag/c1@0\":[299.0],"
+                        "\"topic/orders/produce\":[100.0]},\"t\":[3600]}");
+    cq_sbuf_done(&sb);
+    cq_sbuf_init(&sb);
+    assert_int_equal(cq__mgr_charts_json(m, "shard/", &sb), 0);
+    cq_sbuf_append(&sb, "", 1);
+    assert_string_equal((const char *)sb.data,
+                        "{\"interval_ms\":10000,\"series\":{\"shard/0/behind_ms\":[31000.0]},"
+                        "\"t\":[3600]}");
+    cq_sbuf_done(&sb);
+    cq_mgr_tick(m, 5000); /* before the next sample is due: none */
+    cq_sbuf_init(&sb);
+    assert_int_equal(cq__mgr_charts_json(m, "server/1/", &sb), 0);
+    cq_sbuf_append(&sb, "", 1);
+    assert_string_equal((const char *)sb.data,
+                        "{\"interval_ms\":10000,\"series\":{\"server/1/consume\":[0.0],"
+                        "\"server/1/produce\":[100.0],\"server/1/sockets\":[5.0]},"
+                        "\"t\":[3600]}");
+    cq_sbuf_done(&sb);
     /* both stale later: no alert, no relay */
     v = view(m, 20000);
     sh = json_array_get(json_object_get(v, "shards"), 0);

@@ -89,6 +89,12 @@ int64_t cq__mgr_topic_set_retention(cq_mgr_t *m, const char *topic, int64_t days
     return change(m, err, errlen);
 }
 
+int cq__mgr_charts_json(const cq_mgr_t *m, const char *prefix, cq_sbuf_t *out)
+{
+    (void)m;
+    return cq_sbuf_printf(out, "{\"prefix\":\"%s\"}", prefix);
+}
+
 int64_t cq__mgr_topic_create(cq_mgr_t *m, const char *topic, int64_t days, char *err, size_t errlen)
 {
     snprintf(m->last_call, sizeof(m->last_call), "create %s %lld", topic, (long long)days);
@@ -601,6 +607,30 @@ static void test_bindings_route(void **state)
     edge_free(e);
 }
 
+/* GET /api/charts[?prefix=P]: the prefix reaches the engine; one of other characters, or too
+ * long, is refused with what is wrong; other methods get 405. */
+static void test_charts_route(void **state)
+{
+    (void)state;
+    edge_t *e = edge_new("127.0.0.1:5555");
+    const char *ok = "Authorization: Bearer admintok\r\nContent-Type: application/json\r\n";
+    resp_t *r = call(e, "GET", "/api/charts", ok, NULL);
+    assert_int_equal(r->status, 200);
+    assert_string_equal(r->body, "{\"prefix\":\"\"}");
+    r = call(e, "GET", "/api/charts?prefix=topic/orders/lag/m1@1", ok, NULL);
+    assert_int_equal(r->status, 200);
+    assert_string_equal(r->body, "{\"prefix\":\"topic/orders/lag/m1@1\"}");
+    r = call(e, "GET", "/api/charts?prefix=a%20b", ok, NULL);
+    assert_int_equal(r->status, 400);
+    assert_string_equal(r->body, "{\"error\":\"prefix: must be at most 256 characters of "
+                                 "[A-Za-z0-9_/@.-]\"}");
+    r = call(e, "POST", "/api/charts", ok, "{}");
+    assert_int_equal(r->status, 405);
+    r = call(e, "GET", "/api/charts", NULL, NULL);
+    assert_int_equal(r->status, 401);
+    edge_free(e);
+}
+
 static void test_audit_route(void **state)
 {
     (void)state;
@@ -901,6 +931,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_login_session_csrf, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bearer_routes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bindings_route, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_charts_route, setup, teardown),
         cmocka_unit_test_setup_teardown(test_audit_route, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limits_and_framing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_login_budget, setup, teardown),
