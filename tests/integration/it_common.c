@@ -824,3 +824,16 @@ uint32_t it_topic_channel(it_conn_t *c, const char *topic)
     fail_msg("channel %s never made", md);
     return 0;
 }
+
+void it_topic_ack(it_conn_t *c, const char *topic, uint32_t shard, uint64_t epoch, uint64_t offset)
+{
+    Chanqpb__TopicPosition p = CHANQPB__TOPIC_POSITION__INIT, *pp = &p;
+    p.topic = (char *)topic;
+    p.shard = shard;
+    p.epoch = epoch;
+    p.offset = offset;
+    Chanqpb__TopicAckMessage m = CHANQPB__TOPIC_ACK_MESSAGE__INIT;
+    m.n_positions = 1;
+    m.positions = &pp;
+    assert_int_equal(chanq_sync_send(c->s, 0, 0, 0, 92, &m.base), 0);
+}

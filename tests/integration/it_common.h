@@ -139,6 +139,9 @@ int it_relay_run(const char *name, const struct CMUnitTest *tests, size_t n, int
 /* The id of the bridge's "topic" channel of topic ("topic:<topic>", SUBWORLD), as c's LIST
  * finds it (polled: the bridge makes it at start). */
 uint32_t it_topic_channel(it_conn_t *c, const char *topic);
+/* c acknowledges (topic, shard) up to offset under epoch: a TopicAckMessage (type 92, channel
+ * 0; doc/bridge.md "Route bindings"), which has no answer. */
+void it_topic_ack(it_conn_t *c, const char *topic, uint32_t shard, uint64_t epoch, uint64_t offset);
 /* Authenticates c with pit/lt and asserts SUCCESSFUL; sets c->id. */
 void it_auth(it_conn_t *c, const char *pit, const char *lt);
 /* Connect + AUTH("pit","lt") on the client / server listener. */

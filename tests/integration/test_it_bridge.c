@@ -544,19 +544,6 @@ static void test_route_by_pit(void **state)
 }
 
 /* Sends a TopicAckMessage (type 92) on GLOBAL: the player handled "vip" up to offset. */
-static void send_ack(it_conn_t *c, uint64_t epoch, uint64_t offset)
-{
-    Chanqpb__TopicPosition p = CHANQPB__TOPIC_POSITION__INIT, *pp = &p;
-    p.topic = "vip";
-    p.shard = 0;
-    p.epoch = epoch;
-    p.offset = offset;
-    Chanqpb__TopicAckMessage m = CHANQPB__TOPIC_ACK_MESSAGE__INIT;
-    m.n_positions = 1;
-    m.positions = &pp;
-    assert_int_equal(chanq_sync_send(c->s, 0, 0, 0, 92, &m.base), 0);
-}
-
 /* Waits until /metrics shows at least n of the route's offset writes. */
 static void wait_offset_writes(int64_t n)
 {
@@ -592,8 +579,8 @@ static void test_route_offline_login(void **state)
     expect_event(x2, MT_VIP, "vip", o4, o3, "{\"user_id\":\"xena\",\"vip\":3}");
     it_close(x2);
     /* an ack of o3: the next login gets o4 only, then the live ones */
-    send_ack(x, epoch + 1, o3); /* another epoch: ignored */
-    send_ack(x, epoch, o3);
+    it_topic_ack(x, "vip", 0, epoch + 1, o3); /* another epoch: ignored */
+    it_topic_ack(x, "vip", 0, epoch, o3);
     it_close(x);
     uint64_t o5 = it_produce("vip", "{\"user_id\":\"xena\",\"vip\":4}");
     it_conn_t *x3 = player("xena");
@@ -624,7 +611,7 @@ static void test_route_ack_after_sigkill(void **state)
     uint64_t a = it_produce("vip", "{\"user_id\":\"xena\",\"n\":1}");
     it_conn_t *x = player("xena");
     uint64_t epoch = expect_event(x, MT_VIP, "vip", a, 0, "{\"user_id\":\"xena\",\"n\":1}");
-    send_ack(x, epoch, a);
+    it_topic_ack(x, "vip", 0, epoch, a);
     wait_offset_writes(1);
     uint64_t b = it_produce("vip", "{\"user_id\":\"xena\",\"n\":2}");
     expect_event(x, MT_VIP, "vip", b, a, "{\"user_id\":\"xena\",\"n\":2}");

@@ -217,20 +217,6 @@ static void test_broadcast_resume_route(void **state)
     expect_nothing(bob, 201);
 }
 
-/* c acknowledges vip's shard 1 up to offset under epoch (TopicAckMessage, type 92). */
-static void send_ack(it_conn_t *c, uint64_t epoch, uint64_t offset)
-{
-    Chanqpb__TopicPosition p = CHANQPB__TOPIC_POSITION__INIT, *pp = &p;
-    p.topic = "vip";
-    p.shard = 1;
-    p.epoch = epoch;
-    p.offset = offset;
-    Chanqpb__TopicAckMessage m = CHANQPB__TOPIC_ACK_MESSAGE__INIT;
-    m.n_positions = 1;
-    m.positions = &pp;
-    assert_int_equal(chanq_sync_send(c->s, 0, 0, 0, 92, &m.base), 0);
-}
-
 /* The route catch-up on relay nodes: the player's position lives on the shard, so a login on
  * any node resumes from the last acknowledgement made on any other. */
 static void test_route_catch_up(void **state)
@@ -253,7 +239,7 @@ static void test_route_catch_up(void **state)
     o[3] = it_produce_on(&g_src, "vip", content); /* live, after the FINAL */
     expect_event(c, 201, "vip", o[3], dave);
     expect_nothing(c, 201);
-    send_ack(c, epoch, o[1]);
+    it_topic_ack(c, "vip", 1, epoch, o[1]);
     for (int i = 0; metric(2, "chanq_bridge_route_offset_ops_total{op=\"write\"}") < 1; i++) {
         assert_true(i < IT_TIMEOUT_MS / 10);
         cq_test_sleep_ms(10);

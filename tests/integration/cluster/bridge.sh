@@ -63,18 +63,6 @@ P2LOG=$BASE/player2.log
 DPID='' PPID_='' P2PID='' FPID=''
 FAILED=0
 
-stop_pid() { # stop_pid PID: SIGTERM, SIGKILL after 10 s, waits
-    local p=$1 i=0
-    [ -n "$p" ] && kill -0 "$p" 2>/dev/null || return 0
-    kill -TERM "$p" 2>/dev/null || true
-    while kill -0 "$p" 2>/dev/null && [ $i -lt 100 ]; do
-        sleep 0.1
-        i=$((i + 1))
-    done
-    kill -KILL "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-}
-
 cleanup() {
     local rc=$?
     set +e

@@ -19,6 +19,19 @@ need_cluster_services() {
         skip "mariadbd is not installed (apt-get install mariadb-server)"
 }
 
+# stop_pid PID: SIGTERM, SIGKILL after 10 s, then waits for it (a child of the caller).
+stop_pid() {
+    local p=$1 i=0
+    [ -n "$p" ] && kill -0 "$p" 2>/dev/null || return 0
+    kill -TERM "$p" 2>/dev/null || true
+    while kill -0 "$p" 2>/dev/null && [ $i -lt 100 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    kill -KILL "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+}
+
 # cluster_settings LONG: what the cluster tests share: CLUSTER (scripts/cluster.sh), its fault
 # timings (exported: ZK_SESSION_MS [4000], DB_DOWN_MS [3000], SEMI_TIMEOUT_MS [2000]), PRE and
 # POST (the seconds before and after the fault: 30 when LONG is 1, else 3) and RECOVER_S (the
