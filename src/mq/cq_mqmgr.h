@@ -34,6 +34,7 @@
 #define CQ_MQMGR_CMD_PUBLISH_CONFIG 1
 #define CQ_MQMGR_CMD_OFFLINE        2
 #define CQ_MQMGR_CMD_INVALIDATE     3 /* {"topic": T, "offset": N}: the master sets it state 0 */
+#define CQ_MQMGR_CMD_MESSAGE        4 /* {"topic": T, "offset": N}: the answer's "message" */
 
 #define CQ_MQMGR_PREAUTH_MAX_TOTAL (64u * 1024u) /* frame limit before the first auth'd request */
 #define CQ_MQMGR_MAX_TOTAL         (CQ_MQ_HDR_LEN + (1u << 20))
@@ -205,8 +206,11 @@ typedef struct cq_mqmgr_msg {
     uint32_t cmdid;                     /* command, command_resp */
     cq_mqmgr_config_t config;           /* command 1 */
     bool offline;                       /* command 2 */
-    char topic[CQ_MQ_TOPIC_MAX + 1];    /* command 3 */
-    uint64_t offset;                    /* command 3: 1..2^53-1 */
+    char topic[CQ_MQ_TOPIC_MAX + 1];    /* commands 3, 4 */
+    uint64_t offset;                    /* commands 3, 4: 1..2^53-1 */
+    char *message; /* owned compact JSON text of command_resp's "message" object (command 4's
+                    * answer: the message looked up), or NULL when absent */
+    size_t message_len;
 } cq_mqmgr_msg_t;
 
 /* The frame type of a kind (1, 2, 3, 4, 20). */
@@ -239,6 +243,9 @@ int cq_mqmgr_config_set_modules(cq_mqmgr_config_t *c, const char *modules, size_
 /* publish_config: bindings is the text of a JSON object, the bindings document (parsed, stored
  * compact). CQ_EFIELD when it is not a JSON object, -ENOMEM. */
 int cq_mqmgr_config_set_bindings(cq_mqmgr_config_t *c, const char *bindings, size_t len);
+/* command_resp's "message": the text of a JSON object (parsed, stored compact). CQ_EFIELD when
+ * it is not one, -ENOMEM. */
+int cq_mqmgr_msg_set_message(cq_mqmgr_msg_t *m, const char *json, size_t len);
 /* retention: seconds (0: keep), or CQ_MQMGR_RETENTION_UNSET. */
 int cq_mqmgr_config_add_topic(cq_mqmgr_config_t *c, const char *name, bool online,
                               int64_t retention);

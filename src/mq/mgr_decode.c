@@ -600,9 +600,10 @@ static int get_cmdid(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
 {
     int rc = get_req_u32(c, root, "cmdid", &m->cmdid);
     if (rc == 0 && m->cmdid != CQ_MQMGR_CMD_PUBLISH_CONFIG && m->cmdid != CQ_MQMGR_CMD_OFFLINE &&
-        m->cmdid != CQ_MQMGR_CMD_INVALIDATE)
+        m->cmdid != CQ_MQMGR_CMD_INVALIDATE && m->cmdid != CQ_MQMGR_CMD_MESSAGE)
         return cq__mq_field_err(c, CQ_EFIELD, "cmdid",
-                                "must be 1 (publish_config), 2 (offline) or 3 (invalidate)");
+                                "must be 1 (publish_config), 2 (offline), 3 (invalidate) or 4 "
+                                "(message)");
     return rc;
 }
 
@@ -630,7 +631,7 @@ static int dec_command(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
     if (content && (rc = cq__mq_need_object(c, "content", content)) == 0) {
         if (m->cmdid == CQ_MQMGR_CMD_PUBLISH_CONFIG)
             return get_config(c, content, &m->config);
-        if (m->cmdid == CQ_MQMGR_CMD_INVALIDATE)
+        if (m->cmdid == CQ_MQMGR_CMD_INVALIDATE || m->cmdid == CQ_MQMGR_CMD_MESSAGE)
             return get_invalidate(c, content, m);
         json_t *o = cq__mq_required(c, content, "offline", "content.offline", &rc);
         if (o)
@@ -646,6 +647,9 @@ static int dec_command_resp(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
         rc = get_req_u32(c, root, "cmdid", &m->cmdid);
     if (rc == 0)
         rc = get_err(c, root, m);
+    json_t *msg = rc == 0 ? json_object_get(root, "message") : NULL;
+    if (msg)
+        rc = get_cfg_object(c, "message", msg, &m->message, &m->message_len);
     return rc;
 }
 

@@ -61,6 +61,7 @@ cq_mqmgr_msg_t *cq_mqmgr_msg_free(cq_mqmgr_msg_t *m)
     cq_free(m->config.bindings);
     cq_free(m->token);
     cq_free(m->err_msg);
+    cq_free(m->message);
     cq_free(m);
     return NULL;
 }
@@ -240,6 +241,11 @@ int cq_mqmgr_config_set_modules(cq_mqmgr_config_t *c, const char *modules, size_
 int cq_mqmgr_config_set_bindings(cq_mqmgr_config_t *c, const char *bindings, size_t len)
 {
     return set_object(&c->bindings, &c->bindings_len, bindings, len);
+}
+
+int cq_mqmgr_msg_set_message(cq_mqmgr_msg_t *m, const char *json, size_t len)
+{
+    return set_object(&m->message, &m->message_len, json, len);
 }
 
 int cq_mqmgr_config_add_topic(cq_mqmgr_config_t *c, const char *name, bool online,
@@ -557,7 +563,7 @@ static void enc_body(const cq_mqmgr_msg_t *m, json_t *o, int *rc)
         put_u53(o, "cmdid", m->cmdid, rc);
         if (m->cmdid == CQ_MQMGR_CMD_PUBLISH_CONFIG) {
             put(o, "content", enc_config(&m->config, rc), rc);
-        } else if (m->cmdid == CQ_MQMGR_CMD_INVALIDATE) {
+        } else if (m->cmdid == CQ_MQMGR_CMD_INVALIDATE || m->cmdid == CQ_MQMGR_CMD_MESSAGE) {
             json_t *c = json_object();
             if (*rc == 0 && !cq_mq_topic_valid(m->topic, strlen(m->topic)))
                 *rc = CQ_EBADTOPIC;
@@ -573,6 +579,8 @@ static void enc_body(const cq_mqmgr_msg_t *m, json_t *o, int *rc)
     case CQ_MQMGR_COMMAND_RESP:
         put_u53(o, "cmdid", m->cmdid, rc);
         put_err(o, m, rc);
+        if (m->message)
+            put(o, "message", enc_object(m->message, m->message_len, rc), rc);
         break;
     default:
         put_err(o, m, rc);

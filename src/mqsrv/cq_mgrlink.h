@@ -34,9 +34,10 @@ typedef struct cq_mgrlink cq_mgrlink_t;
 #define CQ_MGRLINK_CONSUMERS_MAX 64  /* consumers per topic per report */
 /* The first sync of a connection authenticates it: the manager takes at most 64 KiB before
  * that, 1 MiB after. A report over its limit drops topics (the last ones) until it fits. */
-#define CQ_MGRLINK_FIRST_MAX (64u * 1024u)
-#define CQ_MGRLINK_MAX       (1024u * 1024u)
-#define CQ_MGRLINK_RETRY_MS  1000 /* a managed topic flag not applied yet is tried this often */
+#define CQ_MGRLINK_FIRST_MAX   (64u * 1024u)
+#define CQ_MGRLINK_MAX         (1024u * 1024u)
+#define CQ_MGRLINK_CONTENT_CAP 4096 /* bytes of a looked-up message's content sent (command 4) */
+#define CQ_MGRLINK_RETRY_MS    1000 /* a managed topic flag not applied yet is tried this often */
 
 /* Replication of this server's database (ext.repl); see doc/mgr.md. */
 typedef struct cq_mgrlink_repl {

@@ -11,6 +11,7 @@
 #include "mqsrv_int.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -49,6 +50,7 @@ struct cq_mgrlink {
 };
 
 static void invalidated(void *ud, uint64_t tag, int err, const char *why);
+static void looked_up(void *ud, uint64_t tag, const cq_writer_req_t *req, int err);
 
 cq_mgrlink_t *cq_mgrlink_new(cq_mqsrv_t *s, const cq_mgrlink_opts_t *o)
 {
@@ -66,6 +68,7 @@ cq_mgrlink_t *cq_mgrlink_new(cq_mqsrv_t *s, const cq_mgrlink_opts_t *o)
     l->no_shard = o->no_shard;
     l->next_askid = 1;
     s->mgr_invalidated = invalidated;
+    s->mgr_message = looked_up;
     s->mgr_ud = l;
     cq_sbuf_init(&l->in);
     cq_sbuf_init(&l->out);
@@ -96,7 +99,7 @@ cq_mgrlink_t *cq_mgrlink_free(cq_mgrlink_t *l)
     if (!l)
         return NULL;
     if (l->s->mgr_ud == l) /* the engine outlives the link: a late completion answers no one */
-        l->s->mgr_invalidated = NULL;
+        l->s->mgr_invalidated = NULL, l->s->mgr_message = NULL;
     cq_sbuf_done(&l->in);
     cq_sbuf_done(&l->out);
     cq_free(l->topics);
@@ -484,13 +487,98 @@ static int invalidate(cq_mgrlink_t *l, const cq_mqmgr_msg_t *m, char *why, size_
     return r;
 }
 
+/* A message's JSON for command 4's answer: its fields, and its content up to
+ * CQ_MGRLINK_CONTENT_CAP bytes, as text when that is UTF-8, else as hex. Owned, or NULL. */
+static char *message_json(const cq_writer_req_t *req)
+{
+    const cq_store_rec_t *r = &req->recs[0];
+    size_t cut = r->len > CQ_MGRLINK_CONTENT_CAP ? CQ_MGRLINK_CONTENT_CAP : r->len;
+    const unsigned char *c = r->content;
+    while (cut < r->len && cut > 0 && (c[cut] & 0xC0) == 0x80)
+        cut--; /* not inside a UTF-8 sequence */
+    json_t *text = json_stringn((const char *)c, cut);
+    json_t *o = json_pack("{s:I,s:i,s:I,s:I,s:I,s:I,s:b}", "offset", (json_int_t)r->offset, "state",
+                          req->state, "create_time", (json_int_t)r->create_ms, "producer_id",
+                          (json_int_t)r->producer_id, "seq", (json_int_t)r->seq, "size",
+                          (json_int_t)r->len, "truncated", cut < r->len);
+    if (o && text) {
+        json_object_set_new(o, "content", text);
+    } else if (o) {
+        size_t n = r->len > CQ_MGRLINK_CONTENT_CAP / 2 ? CQ_MGRLINK_CONTENT_CAP / 2 : r->len;
+        char *hex = cq_malloc(2 * n + 1);
+        for (size_t i = 0; hex && i < n; i++)
+            snprintf(hex + 2 * i, 3, "%02x", c[i]);
+        if (hex)
+            hex[2 * n] = '\0';
+        json_object_set_new(o, "content_hex", hex ? json_string(hex) : json_null());
+        json_object_set_new(o, "truncated", json_boolean(n < r->len));
+        cq_free(hex);
+    }
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    return s;
+}
+
+/* The store's answer to command 4. */
+static void looked_up(void *ud, uint64_t tag, const cq_writer_req_t *req, int err)
+{
+    cq_mgrlink_t *l = ud;
+    char why[CQ_MQ_ERR_MSG_MAX] = "";
+    if (!l->connected)
+        return;
+    char *js = err == 0 && req->n_recs ? message_json(req) : NULL;
+    if (err == 0 && !js)
+        err = -ENOMEM;
+    if (err == CQ_ENOMSG)
+        snprintf(why, sizeof(why), "topic %s: no message at offset %llu", req->topic,
+                 (unsigned long long)req->offset);
+    else if (err)
+        cq__mqop_err_text(req, err, why, sizeof(why));
+    cq_mqmgr_msg_t *m = cq_mqmgr_msg_new(CQ_MQMGR_COMMAND_RESP, 0);
+    int r = m ? 0 : -ENOMEM;
+    if (m) {
+        m->askid = (uint32_t)tag;
+        m->has_askid = true;
+        m->cmdid = CQ_MQMGR_CMD_MESSAGE;
+        m->err_code = (uint32_t)cq_mq_errcode(err);
+    }
+    if (r == 0 && err)
+        r = cq_mqmgr_msg_set_str(m, &m->err_msg, why);
+    if (r == 0 && js)
+        r = cq_mqmgr_msg_set_message(m, js, strlen(js));
+    if (r == 0)
+        r = send_msg(l, m, CQ_MGRLINK_MAX);
+    cq_mqmgr_msg_free(m);
+    json_free_t jfree; /* json_dumps allocates through jansson's allocator */
+    json_get_alloc_funcs(NULL, &jfree);
+    if (js)
+        jfree(js);
+    if (r < 0)
+        CQ_WARN("mgr", "cannot queue the answer to command %u: %s", (unsigned)tag, cq_strerror(r));
+}
+
+/* Command 4: answered when the store has read the row, or now when refused. */
+static int message(cq_mgrlink_t *l, const cq_mqmgr_msg_t *m, char *why, size_t wlen)
+{
+    const mq_topic_t *t = cq__mqsrv_topic(l->s, m->topic);
+    const char *w = NULL;
+    int r = t ? cq__mqop_read_one(l->s, t, m->offset, m->askid, &w) : CQ_ENOTOPIC;
+    if (r == CQ_ENOTOPIC)
+        snprintf(why, wlen, "topic %s: unknown on this server", m->topic);
+    else if (r < 0)
+        snprintf(why, wlen, "%s", w ? w : cq_strerror(r));
+    return r;
+}
+
 static void on_command(cq_mgrlink_t *l, const cq_mqmgr_msg_t *m, uint64_t now_ms)
 {
     char why[320] = "";
     int r = 0;
     l->st.commands++;
-    if (m->cmdid == CQ_MQMGR_CMD_INVALIDATE) {
-        if ((r = invalidate(l, m, why, sizeof(why))) < 0)
+    if (m->cmdid == CQ_MQMGR_CMD_INVALIDATE || m->cmdid == CQ_MQMGR_CMD_MESSAGE) {
+        r = m->cmdid == CQ_MQMGR_CMD_INVALIDATE ? invalidate(l, m, why, sizeof(why))
+                                                : message(l, m, why, sizeof(why));
+        if (r < 0)
             answer(l, m->askid, m->cmdid, r, why);
         return;
     }

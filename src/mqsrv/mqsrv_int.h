@@ -138,6 +138,8 @@ struct cq_mqsrv {
     /* The manager link's (mgrlink.c), while it lives: the answer to its invalidate command,
      * tag its askid; why is the error's text (NULL when err is 0). */
     void (*mgr_invalidated)(void *ud, uint64_t tag, int err, const char *why);
+    /* ... and to its message lookup (command 4): req the completed READ_ONE (borrowed). */
+    void (*mgr_message)(void *ud, uint64_t tag, const cq_writer_req_t *req, int err);
     void *mgr_ud;
     bool sink_handed;      /* under inbox_mu: cq_mqsrv_sink_changed() asked for a refresh */
     struct mq_decl *decls; /* owned */
@@ -275,6 +277,11 @@ int cq__mqop_offset(mq_link_t *l, const mq_topic_t *t, const char *consumer, boo
  * message is stored there. */
 int cq__mqop_invalidate(cq_mqsrv_t *s, mq_link_t *l, const mq_topic_t *t, uint64_t offset,
                         uint64_t tag, const char **ret_why);
+/* The manager's lookup of the message at offset of t (command 4), whatever its state and on any
+ * role (an operator's read; on a shard with a standby the manager asks the standby): a READ_ONE
+ * answered through s->mgr_message with tag. 0 or the submit error. */
+int cq__mqop_read_one(cq_mqsrv_t *s, const mq_topic_t *t, uint64_t offset, uint64_t tag,
+                      const char **ret_why);
 /* The engine's own creation of topic (the manager's configuration names it; the master has
  * not got it): online, retention_days (< 0: the store's default). 0 or the submit error. */
 int cq__mqop_create_own(cq_mqsrv_t *s, const char *topic, int retention_days);

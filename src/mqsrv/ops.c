@@ -30,7 +30,7 @@ typedef struct mq_pend {
     uint64_t tag;
 } mq_pend_t;
 
-enum { SINK_NONE = 0, SINK_ROWS, SINK_OFFSET, SINK_INVALIDATED };
+enum { SINK_NONE = 0, SINK_ROWS, SINK_OFFSET, SINK_INVALIDATED, SINK_MESSAGE };
 
 static const char inflight_why[] = "too many requests in flight on this connection";
 
@@ -286,6 +286,17 @@ int cq__mqop_invalidate(cq_mqsrv_t *s, mq_link_t *l, const mq_topic_t *t, uint64
     return l ? submit(s, l, req, NULL, ret_why)
              : submit_pend(s, NULL, req, (mq_pend_t){s, NULL, NULL, false, SINK_INVALIDATED, tag},
                            ret_why);
+}
+
+int cq__mqop_read_one(cq_mqsrv_t *s, const mq_topic_t *t, uint64_t offset, uint64_t tag,
+                      const char **ret_why)
+{
+    cq_writer_req_t *req;
+    int r = new_req(CQ_WRITER_READ_ONE, t->name, NULL, &req, ret_why);
+    if (r < 0)
+        return r;
+    req->offset = offset;
+    return submit_pend(s, NULL, req, (mq_pend_t){s, NULL, NULL, false, SINK_MESSAGE, tag}, ret_why);
 }
 
 int cq__mqop_create_own(cq_mqsrv_t *s, const char *topic, int retention_days)
@@ -634,6 +645,9 @@ void cq__mqop_complete(cq_mqsrv_t *s, cq_writer_req_t *req)
             s->sink_rows(s->sink_ud, s, p->tag, req->err, req->recs, req->n_recs);
     } else if (p && p->sink == SINK_INVALIDATED) {
         mgr_invalidated(s, req, p->tag, res.err);
+    } else if (p && p->sink == SINK_MESSAGE) {
+        if (s->mgr_message)
+            s->mgr_message(s->mgr_ud, p->tag, req, req->err == -ENOENT ? CQ_ENOMSG : req->err);
     } else if (p && p->sink == SINK_OFFSET) {
         if (s->sink_offset)
             s->sink_offset(s->sink_ud, s, p->tag, req->err, req->offset);

@@ -102,7 +102,7 @@ struct cq_writer {
 
 static bool op_valid(cq_writer_op_t op)
 {
-    return op >= CQ_WRITER_PRODUCE && op <= CQ_WRITER_TOPIC_STATS;
+    return op >= CQ_WRITER_PRODUCE && op <= CQ_WRITER_READ_ONE;
 }
 
 static bool op_has_consumer(cq_writer_op_t op)

@@ -134,8 +134,8 @@ struct cq_writer_req {
     uint64_t from_offset;                     /* READ: exclusive */
     size_t max;            /* READ: records (1..CQ_WRITER_READ_MAX); PURGE: rows (>= 1) */
     size_t max_bytes;      /* READ: bound of the contents' bytes (cq_store_read_bounded), 0 none */
-    uint64_t offset;       /* COMMIT_OFFSET, INVALIDATE, READ_ONE: input; GET_OFFSET, HIGH_WATER, TOPIC_STATS:
-                            * output */
+    uint64_t offset;       /* COMMIT_OFFSET, INVALIDATE, READ_ONE: input; GET_OFFSET, HIGH_WATER,
+                            * TOPIC_STATS:       output */
     int64_t now_ms;        /* COMMIT_OFFSET, TOPIC_CREATE: unix ms */
     int64_t older_than_ms; /* PURGE: unix ms */
     int retention_days;    /* TOPIC_CREATE */

@@ -484,6 +484,20 @@ static void test_commands(void **state)
     snprintf(m->topic, sizeof(m->topic), "a-b");
     assert_int_equal(cq_mqmgr_encode(m, &raw, &raw_len), CQ_EBADTOPIC);
     cq_mqmgr_msg_free(m);
+    b = "{\"askid\":6,\"cmdid\":4,\"content\":{\"topic\":\"ev\",\"offset\":3}}";
+    m = decode_ok(3, b, CQ_MQMGR_COMMAND);
+    assert_int_equal(m->cmdid, CQ_MQMGR_CMD_MESSAGE);
+    assert_int_equal(m->offset, 3);
+    expect_body(m, b);
+    cq_mqmgr_msg_free(m);
+    b = "{\"askid\":6,\"cmdid\":4,\"err_code\":0,\"message\":{\"offset\":3,\"state\":0}}";
+    m = decode_ok(4, b, CQ_MQMGR_COMMAND_RESP);
+    assert_string_equal(m->message, "{\"offset\":3,\"state\":0}");
+    expect_body(m, b);
+    assert_int_equal(cq_mqmgr_msg_set_message(m, "[1]", 3), CQ_EFIELD);
+    assert_int_equal(cq_mqmgr_msg_set_message(m, "{ \"a\" : 1 }", 11), 0);
+    assert_string_equal(m->message, "{\"a\":1}");
+    cq_mqmgr_msg_free(m);
     b = "{\"askid\":5,\"cmdid\":3,\"err_code\":21,\"err_msg\":\"no message at offset 9\"}";
     m = decode_ok(4, b, CQ_MQMGR_COMMAND_RESP);
     expect_body(m, b);
@@ -696,9 +710,13 @@ static void test_errors_responses_commands(void **state)
                "sync_serverinfo_resp: field \"err_msg\": must be a string of at most 512 bytes");
 
     expect_err(3, "{\"askid\":1,\"content\":{}}", CQ_EFIELD, "command: field \"cmdid\": missing");
-    expect_err(3, "{\"askid\":1,\"cmdid\":4,\"content\":{}}", CQ_EFIELD,
-               "command: field \"cmdid\": must be 1 (publish_config), 2 (offline) or 3 "
-               "(invalidate)");
+    expect_err(3, "{\"askid\":1,\"cmdid\":5,\"content\":{}}", CQ_EFIELD,
+               "command: field \"cmdid\": must be 1 (publish_config), 2 (offline), 3 "
+               "(invalidate) or 4 (message)");
+    expect_err(3, "{\"askid\":1,\"cmdid\":4,\"content\":{\"topic\":\"a\"}}", CQ_EFIELD,
+               "command: field \"content.offset\": missing");
+    expect_err(4, "{\"askid\":1,\"cmdid\":4,\"err_code\":0,\"message\":[]}", CQ_EFIELD,
+               "command_resp: field \"message\": must be an object");
     expect_err(3, "{\"askid\":1,\"cmdid\":3,\"content\":{\"offset\":1}}", CQ_EFIELD,
                "command: field \"content.topic\": missing");
     expect_err(3, "{\"askid\":1,\"cmdid\":3,\"content\":{\"topic\":\"a-b\",\"offset\":1}}",

@@ -3115,6 +3115,85 @@ static void test_mgrlink_invalidate(void **state)
     eng_stop();
 }
 
+/* Completes a READ_ONE with one row (content of len bytes) in state. */
+static void done_one(cq_writer_req_t *r, const char *content, size_t len, int state)
+{
+    r->recs = cq_calloc(1, sizeof(*r->recs));
+    assert_non_null(r->recs);
+    r->recs[0] = (cq_store_rec_t){.offset = r->offset,
+                                  .create_ms = 1700000000123,
+                                  .producer_id = 42,
+                                  .seq = 7,
+                                  .content = cq_strndup(content, len),
+                                  .len = len};
+    r->n_recs = 1;
+    r->state = state;
+    done(r, 0);
+}
+
+/* The answer to command 4 askid: its "message" (err 0), or its err and text. */
+static void expect_message(cq_mgrlink_t *l, uint32_t askid, uint32_t err, const char *want)
+{
+    cq_mqmgr_msg_t *m = link_out(l, CQ_MQMGR_COMMAND_RESP);
+    assert_int_equal(m->askid, askid);
+    assert_int_equal(m->cmdid, CQ_MQMGR_CMD_MESSAGE);
+    assert_int_equal(m->err_code, err);
+    const char *got = err ? m->err_msg : m->message;
+    assert_non_null(got);
+    if (strcmp(got, want) != 0)
+        fail_msg("got %s\nwant %s", got, want);
+    cq_mqmgr_msg_free(m);
+}
+
+/* Command 4 (issue 25's lookup): one row whatever its state, read by the store on any role;
+ * its content as text, hex when not UTF-8, cut at CQ_MGRLINK_CONTENT_CAP. */
+static void test_mgrlink_message(void **state)
+{
+    (void)state;
+    fconn_t *p;
+    cq_mgrlink_t *l = link_producer(&p);
+    cq_mqmgr_msg_t *m = invalidate_cmd(90, "orders", 5);
+    m->cmdid = CQ_MQMGR_CMD_MESSAGE;
+    assert_int_equal(link_in(l, m, 1), 0);
+    assert_int_equal(cq_mgrlink_output(l)->len, 0);
+    cq_writer_req_t *r = take(CQ_WRITER_READ_ONE, "orders");
+    assert_int_equal(r->offset, 5);
+    done_one(r, "{\"v\":\"1.2\"}", 11, 0);
+    expect_message(l, 90, 0,
+                   "{\"offset\":5,\"state\":0,\"create_time\":1700000000123,\"producer_id\":42,"
+                   "\"seq\":7,\"size\":11,\"truncated\":false,\"content\":\"{\\\"v\\\":"
+                   "\\\"1.2\\\"}\"}");
+    m = invalidate_cmd(91, "orders", 6);
+    m->cmdid = CQ_MQMGR_CMD_MESSAGE;
+    assert_int_equal(link_in(l, m, 2), 0);
+    done_one(take(CQ_WRITER_READ_ONE, "orders"), "\xff\x00\x01", 3, 1);
+    expect_message(l, 91, 0,
+                   "{\"offset\":6,\"state\":1,\"create_time\":1700000000123,\"producer_id\":42,"
+                   "\"seq\":7,\"size\":3,\"truncated\":false,\"content_hex\":\"ff0001\"}");
+    static char big[5000];
+    memset(big, 'a', sizeof(big));
+    m = invalidate_cmd(92, "orders", 7);
+    m->cmdid = CQ_MQMGR_CMD_MESSAGE;
+    assert_int_equal(link_in(l, m, 3), 0);
+    done_one(take(CQ_WRITER_READ_ONE, "orders"), big, sizeof(big), 1);
+    cq_mqmgr_msg_t *a = link_out(l, CQ_MQMGR_COMMAND_RESP);
+    assert_non_null(strstr(a->message, "\"size\":5000,\"truncated\":true,\"content\":\"aaa"));
+    assert_int_equal(strlen(strstr(a->message, "\"content\":\"")) - 13, 4096);
+    cq_mqmgr_msg_free(a);
+    m = invalidate_cmd(93, "orders", 8);
+    m->cmdid = CQ_MQMGR_CMD_MESSAGE;
+    assert_int_equal(link_in(l, m, 4), 0);
+    done(take(CQ_WRITER_READ_ONE, "orders"), -ENOENT);
+    expect_message(l, 93, 21, "topic orders: no message at offset 8");
+    m = invalidate_cmd(94, "nosuch", 8);
+    m->cmdid = CQ_MQMGR_CMD_MESSAGE;
+    assert_int_equal(link_in(l, m, 5), 0);
+    expect_message(l, 94, 8, "topic nosuch: unknown on this server");
+    fconn_free(p);
+    cq_mgrlink_free(l);
+    eng_stop();
+}
+
 /* On a slave, command 3 is refused at once with 18 not_master: nothing reaches the store. */
 static void test_mgrlink_invalidate_slave(void **state)
 {
@@ -3215,6 +3294,7 @@ int main(void)
         cmocka_unit_test(test_http_invalidate),
         cmocka_unit_test(test_mgrlink_invalidate),
         cmocka_unit_test(test_mgrlink_invalidate_slave),
+        cmocka_unit_test(test_mgrlink_message),
         cmocka_unit_test(test_fence),
         cmocka_unit_test(test_fence_http),
         cmocka_unit_test(test_slave_poll),

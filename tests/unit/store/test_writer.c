@@ -842,6 +842,17 @@ static void test_ops_through_thread(void **state)
     req->offset = off[2];
     assert_int_equal(run(f, req), 0);
     cq_writer_req_free(req);
+    req = op_req(CQ_WRITER_READ_ONE, "orders", NULL); /* the invalid row, all the same */
+    req->offset = off[2];
+    assert_int_equal(run(f, req), 0);
+    assert_int_equal(req->n_recs, 1);
+    assert_int_equal(req->recs[0].offset, off[2]);
+    assert_int_equal(req->state, 0);
+    cq_writer_req_free(req);
+    req = op_req(CQ_WRITER_READ_ONE, "orders", NULL);
+    req->offset = off[2] + 1000;
+    assert_int_equal(run(f, req), -ENOENT);
+    cq_writer_req_free(req);
     req = op_req(CQ_WRITER_PURGE, "orders", NULL);
     req->older_than_ms = INT64_MAX;
     req->max = 100;
@@ -857,7 +868,7 @@ static void test_ops_through_thread(void **state)
 
     cq_writer_stats_t st;
     stats(f, &st);
-    assert_int_equal(st.other_ops, 14);
+    assert_int_equal(st.other_ops, 16);
     assert_int_equal(st.transactions, 1);
 }
 
