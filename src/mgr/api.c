@@ -957,6 +957,51 @@ static void on_invalidate(req_t *q)
     q->h->wait = w; /* the connection takes no other request until the answer */
 }
 
+/* GET /api/topics/<t>/messages/<shard>/<offset>: answered when the server has read it. */
+static void on_message(req_t *q)
+{
+    char err[API_ERR_MAX] = "";
+    api_wait_t *w = need(q, "GET") ? cq_calloc(1, sizeof(*w)) : NULL;
+    if (!w || !message_path(q, w)) {
+        if (!w && method_is(q, "GET"))
+            fail(q, 503, "out of memory");
+        cq_free(w);
+        return;
+    }
+    int r = cq__mgr_message(q->h->a->m, w->topic, w->shard, w->offset, q->h->now, q->h, err,
+                            sizeof(err));
+    if (r < 0) {
+        fail(q, msg_status(r), "%s", err);
+        cq_free(w);
+        return;
+    }
+    q->h->wait = w;
+}
+
+/* The requests that came while h waited, now. */
+static void wait_done(cq_mgr_hconn_t *h)
+{
+    if (!h->closing && h->in.len)
+        cq_mgr_hconn_input(h, NULL, 0, h->now);
+}
+
+void cq__mgr_api_message(cq_mgr_api_t *a, void *ud, int err, const char *why, const char *json)
+{
+    (void)a;
+    cq_mgr_hconn_t *h = ud;
+    api_wait_t *w = h->wait;
+    if (!w)
+        return;
+    h->wait = NULL;
+    req_t q = {.h = h, .api = true};
+    if (err)
+        fail(&q, msg_status(err), "shard %u: %s", w->shard, why);
+    else
+        respond_raw(&q, 200, "application/json", json, strlen(json));
+    cq_free(w);
+    wait_done(h);
+}
+
 void cq__mgr_api_invalidated(cq_mgr_api_t *a, void *ud, int err, const char *why)
 {
     (void)a;
@@ -1069,6 +1114,8 @@ static void on_api(req_t *q)
     } else if (q->nseg == 6 && seg_is(q, 0, "topics") && seg_is(q, 2, "messages") &&
                seg_is(q, 5, "invalidate")) {
         on_invalidate(q);
+    } else if (q->nseg == 5 && seg_is(q, 0, "topics") && seg_is(q, 2, "messages")) {
+        on_message(q);
     } else if (q->nseg == 3 && seg_is(q, 0, "servers") &&
                (seg_is(q, 2, "offline") || seg_is(q, 2, "online"))) {
         on_server(q, seg_is(q, 2, "offline"));

@@ -136,12 +136,15 @@ void cq__mgr_broadcast(cq_mgr_t *m, const json_t *old_doc);
 #define MGR_WAITS_MAX 64
 #define MGR_WAIT_MS   10000 /* a master that has not answered by then: the API answers 504 */
 
-/* An invalidate sent to a master (command 3), waiting for its answer; ud is the API's. */
+/* An invalidate (command 3) or a lookup (command 4) sent to a server, waiting for its answer;
+ * ud is the API's. */
 typedef struct mgr_wait {
-    uint32_t askid;
+    uint32_t askid, cmdid, shard;
     cq_mgr_conn_t *c;
     void *ud;
     uint64_t deadline_ms;
+    uint64_t offset;
+    char topic[CQ_MQ_TOPIC_MAX + 1];
 } mgr_wait_t;
 
 /* A command answer on c: true when it was a wait's (the API is told), false otherwise. */

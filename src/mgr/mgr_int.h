@@ -45,6 +45,12 @@ int64_t cq__mgr_topic_create(cq_mgr_t *m, const char *topic, int64_t days, char 
  * many in flight), CQ_ECLOSED, -ENOMEM. */
 int cq__mgr_invalidate(cq_mgr_t *m, const char *topic, uint32_t shard, uint64_t offset,
                        uint64_t now, void *ud, char *err, size_t errlen);
+/* GET /api/topics/<t>/messages/<shard>/<offset>: asks a server of shard (its standby when one
+ * reports, never loading the master then; else the master) for the message whatever its state
+ * (command 4). 0: asked, and cq__mgr_api_message(ud, ...) tells the outcome; else the refusal
+ * as cq__mgr_invalidate's (CQ_ENOTMASTER: no server of the shard reports now). */
+int cq__mgr_message(cq_mgr_t *m, const char *topic, uint32_t shard, uint64_t offset, uint64_t now,
+                    void *ud, char *err, size_t errlen);
 /* The API's ud (a connection that closes) wants no answer any more. */
 void cq__mgr_invalidate_cancel(cq_mgr_t *m, void *ud);
 /* PUT /api/bindings: json is the whole bindings document ({"bindings":[...]}, doc/bridge.md),
@@ -84,5 +90,9 @@ void cq__mgr_api_tick(cq_mgr_api_t *a, uint64_t now_ms);
  * back, cq_mq_err_of_code: CQ_ENOMSG, CQ_ENOTOPIC, CQ_ENOTMASTER...), CQ_ECLOSED (the master's
  * connection went), CQ_ETIMEOUT; why its text. */
 void cq__mgr_api_invalidated(cq_mgr_api_t *a, void *ud, int err, const char *why);
+/* The outcome of a cq__mgr_message for ud: err 0 and json (borrowed, the answer's document:
+ * {"topic","shard","offset","served_by","role","message":{...},"consumers":[{"id","offset",
+ * "consumed"}]}), or the error as above with why. */
+void cq__mgr_api_message(cq_mgr_api_t *a, void *ud, int err, const char *why, const char *json);
 
 #endif

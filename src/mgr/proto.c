@@ -375,7 +375,8 @@ static int on_sync(cq_mgr_conn_t *c, const cq_mq_frame_t *f, cq_mqmgr_msg_t **re
 
 static void on_command_resp(cq_mgr_conn_t *c, const cq_mqmgr_msg_t *resp)
 {
-    if (resp->cmdid == CQ_MQMGR_CMD_INVALIDATE && cq__mgr_wait_answer(c, resp))
+    if ((resp->cmdid == CQ_MQMGR_CMD_INVALIDATE || resp->cmdid == CQ_MQMGR_CMD_MESSAGE) &&
+        cq__mgr_wait_answer(c, resp))
         return; /* answered when the store was done: out of order with the others */
     for (uint32_t k = 0; k < c->ncmds; k++) {
         uint32_t at = (c->cmd_head + k) % MGR_CMDS_PENDING;

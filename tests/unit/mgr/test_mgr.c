@@ -1043,6 +1043,83 @@ static void test_invalidate_command(void **state)
     stop(m);
 }
 
+/* Takes the lookup command t was sent: its askid. */
+static uint32_t take_lookup(tconn_t *t, const char *content)
+{
+    uint8_t type = 0;
+    const char *f = next_frame(t, &type);
+    assert_non_null(f);
+    assert_int_equal(type, 3);
+    unsigned askid = 0;
+    char rest[256], want[256];
+    assert_int_equal(sscanf(f, "{\"askid\":%u,%255s", &askid, rest), 2);
+    snprintf(want, sizeof(want), "\"cmdid\":4,\"content\":%s}", content);
+    assert_string_equal(rest, want);
+    return askid;
+}
+
+static void http_get(cq_mgr_hconn_t *h, const char *path, uint64_t now)
+{
+    char req[512];
+    int n = snprintf(req, sizeof(req),
+                     "GET %s HTTP/1.1\r\nHost: m\r\nAuthorization: Bearer admin\r\n\r\n", path);
+    assert_int_equal(cq_mgr_hconn_input(h, (const uint8_t *)req, (size_t)n, now), 0);
+}
+
+/* The lookup goes to the shard's standby (the master is not loaded), and its answer carries
+ * the message as the server read it and, from the master's report, each consumer of the topic
+ * with whether its committed offset is past the message (3 modules on either side of it). */
+static void test_message_lookup(void **state)
+{
+    (void)state;
+    cq_mgr_t *m = start();
+    load_state(m, STATE, 1);
+    tconn_t *ma = open_conn(m), *sl = open_conn(m), *web = calloc(1, sizeof(*web));
+    send_frame(ma, 1,
+               sync_body(11, 1, "srv",
+                         "{\"shard\":1,\"master\":true,\"topics\":[{\"name\":\"orders\","
+                         "\"last_offset\":9,\"consumers\":[{\"id\":\"m1\",\"offset\":4},"
+                         "{\"id\":\"m2\",\"offset\":5},{\"id\":\"m3/a\",\"offset\":6}]}]}"),
+               10);
+    send_frame(sl, 1, sync_body(12, 1, "srv", "{\"shard\":1,\"master\":false}"), 10);
+    drain(ma);
+    drain(sl);
+    cq_mgr_hconn_t *h = cq_mgr_hconn_new(m, &cops, web, "127.0.0.1");
+    http_get(h, "/api/topics/orders/messages/1/5", 20);
+    uint32_t askid = take_lookup(sl, "{\"topic\":\"orders\",\"offset\":5}");
+    expect_none(ma); /* never the master while a standby reports */
+    char ans[256];
+    snprintf(ans, sizeof(ans),
+             "{\"askid\":%u,\"cmdid\":4,\"err_code\":0,\"message\":{\"offset\":5,\"state\":0,"
+             "\"producer_id\":42}}",
+             askid);
+    send_frame(sl, 4, ans, 30);
+    assert_string_equal(
+        answer_is(http_out(h), "HTTP/1.1 200 "),
+        "{\"topic\":\"orders\",\"shard\":1,\"offset\":5,\"served_by\":12,\"role\":\"standby\","
+        "\"message\":{\"offset\":5,\"state\":0,\"producer_id\":42},\"consumers\":[{\"id\":"
+        "\"m1\",\"offset\":4,\"consumed\":false},{\"id\":\"m2\",\"offset\":5,\"consumed\":"
+        "true},{\"id\":\"m3/a\",\"offset\":6,\"consumed\":true}]}");
+    /* no standby: the master */
+    close_conn(sl);
+    http_get(h, "/api/topics/orders/messages/1/7", 40);
+    askid = take_lookup(ma, "{\"topic\":\"orders\",\"offset\":7}");
+    snprintf(ans, sizeof(ans),
+             "{\"askid\":%u,\"cmdid\":4,\"err_code\":21,\"err_msg\":\"topic orders: no message "
+             "at offset 7\"}",
+             askid);
+    send_frame(ma, 4, ans, 50);
+    assert_string_equal(answer_is(http_out(h), "HTTP/1.1 404 "),
+                        "{\"error\":\"shard 1: topic orders: no message at offset 7\"}");
+    http_get(h, "/api/topics/orders/messages/4/7", 60);
+    assert_string_equal(answer_is(http_out(h), "HTTP/1.1 503 "),
+                        "{\"error\":\"shard 4: no server reports to this manager now\"}");
+    cq_mgr_hconn_close(h);
+    free(web);
+    close_conn(ma);
+    stop(m);
+}
+
 static void test_filestore(void **state)
 {
     (void)state;
@@ -1079,11 +1156,17 @@ int main(void)
 {
     json_set_alloc_funcs(cq_malloc, cq_free);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sync_and_svrconfig),   cmocka_unit_test(test_relay_nodes),
-        cmocka_unit_test(test_topic_retention),      cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_changes_and_commands), cmocka_unit_test(test_bindings),
-        cmocka_unit_test(test_bad_stored_state),     cmocka_unit_test(test_view_rates_alerts),
-        cmocka_unit_test(test_invalidate_command),   cmocka_unit_test(test_filestore),
+        cmocka_unit_test(test_sync_and_svrconfig),
+        cmocka_unit_test(test_relay_nodes),
+        cmocka_unit_test(test_topic_retention),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_changes_and_commands),
+        cmocka_unit_test(test_bindings),
+        cmocka_unit_test(test_bad_stored_state),
+        cmocka_unit_test(test_view_rates_alerts),
+        cmocka_unit_test(test_invalidate_command),
+        cmocka_unit_test(test_message_lookup),
+        cmocka_unit_test(test_filestore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -117,6 +117,19 @@ int cq__mgr_invalidate(cq_mgr_t *m, const char *topic, uint32_t shard, uint64_t 
     return 0;
 }
 
+int cq__mgr_message(cq_mgr_t *m, const char *topic, uint32_t shard, uint64_t offset, uint64_t now,
+                    void *ud, char *err, size_t errlen)
+{
+    (void)now;
+    snprintf(m->last_call, sizeof(m->last_call), "message %s %u %llu", topic, shard,
+             (unsigned long long)offset);
+    int64_t r = change(m, err, errlen);
+    if (r < 0)
+        return (int)r;
+    m->wait_ud = ud;
+    return 0;
+}
+
 void cq__mgr_invalidate_cancel(cq_mgr_t *m, void *ud)
 {
     if (m->wait_ud == ud) {
@@ -923,6 +936,61 @@ static void test_invalidate_route(void **state)
     assert_int_equal(fm.cancelled, 1);
 }
 
+/* GET /api/topics/T/messages/S/O: held until the engine has the server's answer, which is
+ * the answer's body as the engine made it; its errors in their statuses; reads need no CSRF. */
+static void test_message_route(void **state)
+{
+    (void)state;
+    edge_t *e = edge_new("127.0.0.1:5555");
+    char cookie[128], csrf[64];
+    login(e, cookie, sizeof(cookie), csrf, sizeof(csrf));
+    feed(e, creq,
+         (size_t)snprintf(creq, sizeof(creq),
+                          "GET /api/topics/ev/messages/2/9 HTTP/1.1\r\nHost: "
+                          "127.0.0.1:12121\r\n%s\r\n",
+                          cookie));
+    assert_string_equal(fm.last_call, "message ev 2 9");
+    assert_int_equal(e->outlen, 0);
+    void *ud = fm.wait_ud;
+    fm.wait_ud = NULL;
+    cq__mgr_api_message(fm.api, ud, 0, NULL, "{\"topic\":\"ev\",\"message\":{\"state\":0}}");
+    cq__mgr_api_flush(fm.api);
+    resp_t r;
+    assert_true(take(e, &r));
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "{\"topic\":\"ev\",\"message\":{\"state\":0}}");
+    const char *bearer = "Authorization: Bearer admintok\r\n";
+    feed(e, creq,
+         (size_t)snprintf(creq, sizeof(creq),
+                          "GET /api/topics/ev/messages/2/10 HTTP/1.1\r\nHost: "
+                          "127.0.0.1:12121\r\n%s\r\n",
+                          bearer));
+    ud = fm.wait_ud;
+    fm.wait_ud = NULL;
+    cq__mgr_api_message(fm.api, ud, CQ_ENOMSG, "topic ev: no message at offset 10", NULL);
+    cq__mgr_api_flush(fm.api);
+    assert_true(take(e, &r));
+    assert_int_equal(r.status, 404);
+    assert_string_equal(r.body, "{\"error\":\"shard 2: topic ev: no message at offset 10\"}");
+    resp_t *p = call(e, "GET", "/api/topics/ev/messages/2/0", bearer, NULL);
+    assert_int_equal(p->status, 400);
+    assert_string_equal(p->body,
+                        "{\"error\":\"path: offset must be an integer in [1, 9007199254740991]\"}");
+    p = call(e, "GET", "/api/topics/a-b/messages/2/1", bearer, NULL);
+    assert_int_equal(p->status, 400);
+    fm.next_err = CQ_ENOTMASTER;
+    snprintf(fm.err_text, sizeof(fm.err_text), "shard 3: no server reports to this manager now");
+    p = call(e, "GET", "/api/topics/ev/messages/3/1", bearer, NULL);
+    assert_int_equal(p->status, 503);
+    assert_string_equal(p->body, "{\"error\":\"shard 3: no server reports to this manager now\"}");
+    p = call(e, "POST", "/api/topics/ev/messages/3/1",
+             "Authorization: Bearer admintok\r\n"
+             "Content-Type: application/json\r\n",
+             "{}");
+    assert_int_equal(p->status, 405);
+    edge_free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -937,6 +1005,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_login_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_expiry_and_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalidate_route, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_message_route, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
