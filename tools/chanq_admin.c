@@ -9,7 +9,7 @@
  *     module delete ID
  *     offline APPID | online APPID | topic-offline TOPIC | topic-online TOPIC
  *     topic-retention TOPIC DAYS | topic-create TOPIC [DAYS]
- *     invalidate TOPIC SHARD OFFSET --reason TEXT
+ *     invalidate TOPIC SHARD OFFSET --reason TEXT | message TOPIC SHARD OFFSET
  *     bindings | bindings set FILE
  *
  * Reads print a table (--json: the API's document as received); changes print "version N".
@@ -79,6 +79,9 @@ static void admin_usage(FILE *f)
                "  invalidate TOPIC SHARD OFFSET --reason TEXT\n"
                "                          the message is never delivered again (audited with\n"
                "                          TEXT; waits for the shard's master, at least 15 s)\n"
+               "  message TOPIC SHARD OFFSET\n"
+               "                          look a message up (on the shard's standby): its state,\n"
+               "                          producer, time, content, and who consumed past it\n"
                "  bindings                the bridge's bindings (--json: the document)\n"
                "  bindings set FILE       replace them with FILE's document (--bridge-file's\n"
                "                          format; {\"bindings\":[]} removes them all)\n"
@@ -867,6 +870,71 @@ static int cmd_invalidate(const adm_t *o, int argc, char **argv)
     return 0;
 }
 
+/* The lines of a looked-up message (message TOPIC SHARD OFFSET). */
+static void print_message(const json_t *doc)
+{
+    const json_t *m = json_object_get(doc, "message");
+    const json_t *c = json_object_get(m, "content");
+    const json_t *h = json_object_get(m, "content_hex");
+    printf(
+        "topic        %s\nshard        %" JSON_INTEGER_FORMAT "\noffset       %" JSON_INTEGER_FORMAT
+        "\nstate        %s\ncreate_time  %" JSON_INTEGER_FORMAT
+        "\nproducer_id  %" JSON_INTEGER_FORMAT "\nseq          %" JSON_INTEGER_FORMAT
+        "\nsize         %" JSON_INTEGER_FORMAT "%s\nserved_by    %" JSON_INTEGER_FORMAT " (%s)\n",
+        json_string_value(json_object_get(doc, "topic")),
+        json_integer_value(json_object_get(doc, "shard")),
+        json_integer_value(json_object_get(doc, "offset")),
+        json_integer_value(json_object_get(m, "state")) ? "1 valid" : "0 invalid",
+        json_integer_value(json_object_get(m, "create_time")),
+        json_integer_value(json_object_get(m, "producer_id")),
+        json_integer_value(json_object_get(m, "seq")),
+        json_integer_value(json_object_get(m, "size")),
+        json_is_true(json_object_get(m, "truncated")) ? " (truncated)" : "",
+        json_integer_value(json_object_get(doc, "served_by")),
+        json_string_value(json_object_get(doc, "role")));
+    if (c)
+        printf("content      %s\n", json_string_value(c));
+    else
+        printf("content_hex  %s\n", h ? json_string_value(h) : "");
+    const json_t *cs = json_object_get(doc, "consumers");
+    printf("CONSUMER\tOFFSET\tCONSUMED\n");
+    for (size_t i = 0; i < json_array_size(cs); i++) {
+        const json_t *e = json_array_get(cs, i);
+        printf("%s\t%" JSON_INTEGER_FORMAT "\t%s\n", json_string_value(json_object_get(e, "id")),
+               json_integer_value(json_object_get(e, "offset")),
+               json_is_true(json_object_get(e, "consumed")) ? "yes" : "no");
+    }
+}
+
+/* message TOPIC SHARD OFFSET: the manager's lookup. */
+static int cmd_message(const adm_t *o, int argc, char **argv)
+{
+    unsigned long long shard = 0, off = 0;
+    if (argc != 4 || !number_in(argv[2], 0, UINT32_MAX, &shard) ||
+        !number_in(argv[3], 1, (1ull << 53) - 1, &off))
+        return usage_error("message TOPIC SHARD OFFSET: SHARD an integer from 0, OFFSET from 1 "
+                           "to 2^53-1");
+    char seg[200], path[320];
+    path_segment(argv[1], seg, sizeof(seg));
+    snprintf(path, sizeof(path), "/api/topics/%s/messages/%llu/%llu", seg, shard, off);
+    adm_t w = *o;
+    if (w.timeout_ms < 15000)
+        w.timeout_ms = 15000;
+    int rc;
+    json_t *doc = call(&w, "GET", path, NULL, &rc);
+    if (!doc)
+        return rc;
+    if (o->json) {
+        char *s = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+        printf("%s\n", s ? s : "{}");
+        free(s);
+    } else {
+        print_message(doc);
+    }
+    json_decref(doc);
+    return 0;
+}
+
 static int run_command(const adm_t *o, int argc, char **argv)
 {
     const char *cmd = argv[0];
@@ -904,6 +972,8 @@ static int run_command(const adm_t *o, int argc, char **argv)
     }
     if (strcmp(cmd, "invalidate") == 0)
         return cmd_invalidate(o, argc, argv);
+    if (strcmp(cmd, "message") == 0)
+        return cmd_message(o, argc, argv);
     if (strcmp(cmd, "topic-create") == 0)
         return cmd_topic_create(o, argc, argv);
     if (strcmp(cmd, "topic-retention") == 0) {

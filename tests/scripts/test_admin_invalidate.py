@@ -3,7 +3,8 @@
 (`chanqd --role mgr`) and one chanqd (sqlite store, its HTTP API on) reporting to it. Messages
 are produced over the server's HTTP API; `chanq admin invalidate` makes the shard's master
 invalidate one (management command 3); a consumer reading from before it no longer gets it,
-the audit has the reason, and every bad input gets its exact status and text (the manager's JSON
+the audit has the reason, `chanq admin message` looks it up (command 4: state 0, its producer
+and time, and which of 3 modules committed past it), and every bad input gets its exact status and text (the manager's JSON
 API, the CLI's exit codes, the server's own HTTP route).
 
   CHANQD=build/src/main/chanqd CHANQ=build/tools/chanq tests/scripts/test_admin_invalidate.py
@@ -63,7 +64,7 @@ def main():
     with open(tmp + "/server.token", "w") as f:
         f.write("srv-t0ken\n")
     os.chmod(tmp + "/admin.token", 0o600)
-    print("1..17", flush=True)
+    print("1..21", flush=True)
     try:
         mr = cqproc.start_mgr(procs, chanqd, tmp, [
             "--mgr-admin-token-file", tmp + "/admin.token", "--mgr-token-file",
@@ -80,7 +81,8 @@ def main():
         st, body, _ = request(srv, "POST", "/v1/topics", {"topic": "ev"}, auth)
         tap(st == 200, "the server creates topic ev", body)
         st, body, _ = request(srv, "POST", "/v1/topics/ev/messages",
-                              {"messages": [{"content": "release %d" % i} for i in range(1, 6)]},
+                              {"messages": [{"content": "release %d" % i, "producer_id": 77,
+                                             "seq": i} for i in range(1, 6)]},
                               auth)
         offs = body.get("offsets", []) if isinstance(body, dict) else []
         tap(st == 200 and len(offs) == 5, "5 messages produced", body)
@@ -108,6 +110,35 @@ def main():
             log = f.read()
         tap('"action":"message.invalidate","target":"ev/0/%d"' % bad in log and
             '"reason":"bad release 3"' in log, "--mgr-audit-log has it too", log)
+
+        # the lookup: state 0, its producer and time, and 3 modules on either side of it
+        for cid, off in (("m1", offs[1]), ("m2", bad), ("m3", offs[4])):
+            request(srv, "POST", "/v1/topics/ev/consumers/%s/offset" % cid, {"offset": off}, auth)
+        want_c = [{"id": "m1", "offset": offs[1], "consumed": False},
+                  {"id": "m2", "offset": bad, "consumed": True},
+                  {"id": "m3", "offset": offs[4], "consumed": True}]
+
+        def looked():
+            d = a.json("message", "ev", "0", str(bad))
+            got = sorted(d.get("consumers", []), key=lambda c: c["id"])
+            return d if got == want_c else None
+        doc = until(looked, "the consumers in the lookup") or a.json("message", "ev", "0",
+                                                                     str(bad))
+        msg = doc.get("message", {})
+        tap(msg.get("state") == 0 and msg.get("producer_id") == 77 and msg.get("seq") == 3 and
+            msg.get("content") == "release 3" and msg.get("size") == 9 and
+            abs(msg.get("create_time", 0) - time.time() * 1000) < 600000 and
+            doc.get("served_by") == 41 and doc.get("role") == "master",
+            "message --json: state 0, producer 77 seq 3, its time and content", doc)
+        tap(sorted(doc.get("consumers", []), key=lambda c: c["id"]) == want_c,
+            "exactly m2 and m3 consumed past it, m1 not", doc)
+        rc, out, err = a.run("message", "ev", "0", str(bad))
+        tap(rc == 0 and "state        0 invalid\n" in out and "producer_id  77\n" in out and
+            "m1\t%d\tno\n" % offs[1] in out and "m3\t%d\tyes\n" % offs[4] in out,
+            "message: the table", out + err)
+        rc, out, err = a.run("message", "ev", "0", "99999")
+        tap(rc == 1 and ": 404: shard 0: topic ev: no message at offset 99999" in err,
+            "message of an offset with no message: exit 1, 404", err)
 
         # refusals through the CLI: the manager's status and text, exit 1; usage: exit 2
         rc, out, err = a.run("invalidate", "nosuch", "0", "1", "--reason", "r")
@@ -153,7 +184,7 @@ def main():
         tap(False, "the run", repr(e))
     finally:
         procs.stop_all()
-    ok = all(results) and len(results) == 17
+    ok = all(results) and len(results) == 21
     if ok:
         shutil.rmtree(tmp, ignore_errors=True)
     else:

@@ -429,6 +429,38 @@
     $('invalidate-reason').value = '';
   }
 
+  // One message looked up on its shard's standby: its fields, then who consumed past it.
+  function lookupText(d) {
+    const m = d.message || {};
+    const lines = [
+      `topic ${d.topic} shard ${d.shard} offset ${d.offset} (read on ${d.role} ${d.served_by})`,
+      `state ${m.state === 0 ? '0 invalid' : '1 valid'}`,
+      `produced ${new Date(m.create_time).toISOString()} by producer ${m.producer_id} seq ${m.seq}`,
+      `size ${m.size} bytes${m.truncated ? ' (truncated)' : ''}`,
+      m.content !== undefined ? `content ${m.content}` : `content (hex) ${m.content_hex}`,
+    ];
+    for (const c of d.consumers || [])
+      lines.push(`consumer ${c.id} at ${c.offset}: ${c.consumed ? 'consumed' : 'not yet'}`);
+    return lines.join('\n');
+  }
+
+  async function lookupMessage() {
+    const topic = $('lookup-topic').value.trim();
+    const path = `/api/topics/${encodeURIComponent(topic)}/messages/` +
+      `${encodeURIComponent($('lookup-shard').value.trim())}/` +
+      `${encodeURIComponent($('lookup-offset').value.trim())}`;
+    const r = await api('GET', path);
+    const out = $('lookup-result');
+    if (r.status !== 200) {
+      showError(`look up: ${(r.data && r.data.error) || 'HTTP ' + r.status}`);
+      out.hidden = true;
+      return;
+    }
+    showError('');
+    out.textContent = lookupText(r.data);
+    out.hidden = false;
+  }
+
   // A new topic, made by every shard's master (an empty retention: each server's own).
   async function createTopic() {
     const topic = $('create-topic').value.trim();
@@ -665,6 +697,7 @@
     $('retention-set').addEventListener('click', setRetention);
     $('create-set').addEventListener('click', createTopic);
     $('invalidate-set').addEventListener('click', invalidateMessage);
+    $('lookup-get').addEventListener('click', lookupMessage);
     $('bindings-reset').addEventListener('click', resetBindings);
     $('bindings-editor').addEventListener('input', () => {
       bindingsDirty = true;
