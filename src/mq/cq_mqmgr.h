@@ -246,6 +246,19 @@ int cq_mqmgr_config_set_bindings(cq_mqmgr_config_t *c, const char *bindings, siz
 /* command_resp's "message": the text of a JSON object (parsed, stored compact). CQ_EFIELD when
  * it is not one, -ENOMEM. */
 int cq_mqmgr_msg_set_message(cq_mqmgr_msg_t *m, const char *json, size_t len);
+/* A message found by command 4, for its answer's "message" (borrowed for the call). */
+typedef struct cq_mqmgr_found {
+    uint64_t offset;
+    int state; /* 1 valid, 0 invalid */
+    int64_t create_ms;
+    uint64_t producer_id, seq;
+    const void *content;
+    size_t len;
+    size_t cap; /* content bytes sent at most: as text when UTF-8 (cut at a character), else
+                 * the first cap / 2 bytes as hex ("content_hex") */
+} cq_mqmgr_found_t;
+/* Sets command_resp's "message" to f's fields (protocol-mq.md command 4). 0 or -ENOMEM. */
+int cq_mqmgr_msg_set_found(cq_mqmgr_msg_t *m, const cq_mqmgr_found_t *f);
 /* retention: seconds (0: keep), or CQ_MQMGR_RETENTION_UNSET. */
 int cq_mqmgr_config_add_topic(cq_mqmgr_config_t *c, const char *name, bool online,
                               int64_t retention);

@@ -716,3 +716,53 @@ int cq_mqmgr_encode_error_buf(const cq_mq_frame_t *f, int err, const char *err_m
     cq_mqmgr_msg_free(m);
     return rc;
 }
+
+/* f's content for "message": text when UTF-8 (up to cap bytes, cut at a character), else hex. */
+static void found_content(json_t *o, const cq_mqmgr_found_t *f, int *rc)
+{
+    const unsigned char *c = f->content;
+    size_t cut = f->len > f->cap ? f->cap : f->len;
+    while (cut < f->len && cut > 0 && (c[cut] & 0xC0) == 0x80)
+        cut--; /* not inside a UTF-8 sequence */
+    if (cq__mq_utf8_valid((const char *)c, cut)) {
+        put(o, "truncated", json_boolean(cut < f->len), rc);
+        put(o, "content", json_stringn_nocheck((const char *)c, cut), rc);
+        return;
+    }
+    size_t n = f->len > f->cap / 2 ? f->cap / 2 : f->len;
+    char *hex = cq_malloc(2 * n + 1);
+    for (size_t i = 0; hex && i < n; i++)
+        snprintf(hex + 2 * i, 3, "%02x", c[i]);
+    if (hex)
+        hex[2 * n] = '\0';
+    put(o, "truncated", json_boolean(n < f->len), rc);
+    put(o, "content_hex", hex ? json_string(hex) : NULL, rc);
+    cq_free(hex);
+}
+
+int cq_mqmgr_msg_set_found(cq_mqmgr_msg_t *m, const cq_mqmgr_found_t *f)
+{
+    json_t *o = json_object();
+    int rc = o ? 0 : -ENOMEM;
+    put(o, "offset", json_integer((json_int_t)f->offset), &rc);
+    put(o, "state", json_integer(f->state), &rc);
+    put(o, "create_time", json_integer((json_int_t)f->create_ms), &rc);
+    put(o, "producer_id", json_integer((json_int_t)f->producer_id), &rc);
+    put(o, "seq", json_integer((json_int_t)f->seq), &rc);
+    put(o, "size", json_integer((json_int_t)f->len), &rc);
+    found_content(o, f, &rc);
+    char *s = rc == 0 ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    if (rc < 0 || !s)
+        return -ENOMEM;
+    char *copy = cq_strdup(s);
+    json_free_t jfree;
+    json_get_alloc_funcs(NULL, &jfree);
+    jfree(s);
+    if (!copy)
+        return -ENOMEM;
+    cq_free(m->message);
+    m->message = copy;
+    m->message_len = strlen(copy);
+    return 0;
+}

@@ -11,7 +11,6 @@
 #include "mqsrv_int.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -487,38 +486,6 @@ static int invalidate(cq_mgrlink_t *l, const cq_mqmgr_msg_t *m, char *why, size_
     return r;
 }
 
-/* A message's JSON for command 4's answer: its fields, and its content up to
- * CQ_MGRLINK_CONTENT_CAP bytes, as text when that is UTF-8, else as hex. Owned, or NULL. */
-static char *message_json(const cq_writer_req_t *req)
-{
-    const cq_store_rec_t *r = &req->recs[0];
-    size_t cut = r->len > CQ_MGRLINK_CONTENT_CAP ? CQ_MGRLINK_CONTENT_CAP : r->len;
-    const unsigned char *c = r->content;
-    while (cut < r->len && cut > 0 && (c[cut] & 0xC0) == 0x80)
-        cut--; /* not inside a UTF-8 sequence */
-    json_t *text = json_stringn((const char *)c, cut);
-    json_t *o = json_pack("{s:I,s:i,s:I,s:I,s:I,s:I,s:b}", "offset", (json_int_t)r->offset, "state",
-                          req->state, "create_time", (json_int_t)r->create_ms, "producer_id",
-                          (json_int_t)r->producer_id, "seq", (json_int_t)r->seq, "size",
-                          (json_int_t)r->len, "truncated", cut < r->len);
-    if (o && text) {
-        json_object_set_new(o, "content", text);
-    } else if (o) {
-        size_t n = r->len > CQ_MGRLINK_CONTENT_CAP / 2 ? CQ_MGRLINK_CONTENT_CAP / 2 : r->len;
-        char *hex = cq_malloc(2 * n + 1);
-        for (size_t i = 0; hex && i < n; i++)
-            snprintf(hex + 2 * i, 3, "%02x", c[i]);
-        if (hex)
-            hex[2 * n] = '\0';
-        json_object_set_new(o, "content_hex", hex ? json_string(hex) : json_null());
-        json_object_set_new(o, "truncated", json_boolean(n < r->len));
-        cq_free(hex);
-    }
-    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(o);
-    return s;
-}
-
 /* The store's answer to command 4. */
 static void looked_up(void *ud, uint64_t tag, const cq_writer_req_t *req, int err)
 {
@@ -526,9 +493,8 @@ static void looked_up(void *ud, uint64_t tag, const cq_writer_req_t *req, int er
     char why[CQ_MQ_ERR_MSG_MAX] = "";
     if (!l->connected)
         return;
-    char *js = err == 0 && req->n_recs ? message_json(req) : NULL;
-    if (err == 0 && !js)
-        err = -ENOMEM;
+    if (err == 0 && !req->n_recs)
+        err = CQ_ENOMSG;
     if (err == CQ_ENOMSG)
         snprintf(why, sizeof(why), "topic %s: no message at offset %llu", req->topic,
                  (unsigned long long)req->offset);
@@ -544,15 +510,15 @@ static void looked_up(void *ud, uint64_t tag, const cq_writer_req_t *req, int er
     }
     if (r == 0 && err)
         r = cq_mqmgr_msg_set_str(m, &m->err_msg, why);
-    if (r == 0 && js)
-        r = cq_mqmgr_msg_set_message(m, js, strlen(js));
+    if (r == 0 && !err) {
+        const cq_store_rec_t *c = &req->recs[0];
+        const cq_mqmgr_found_t f = {c->offset, req->state, c->create_ms, c->producer_id,
+                                    c->seq,    c->content, c->len,       CQ_MGRLINK_CONTENT_CAP};
+        r = cq_mqmgr_msg_set_found(m, &f);
+    }
     if (r == 0)
         r = send_msg(l, m, CQ_MGRLINK_MAX);
     cq_mqmgr_msg_free(m);
-    json_free_t jfree; /* json_dumps allocates through jansson's allocator */
-    json_get_alloc_funcs(NULL, &jfree);
-    if (js)
-        jfree(js);
     if (r < 0)
         CQ_WARN("mgr", "cannot queue the answer to command %u: %s", (unsigned)tag, cq_strerror(r));
 }

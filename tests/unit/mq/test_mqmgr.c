@@ -497,6 +497,17 @@ static void test_commands(void **state)
     assert_int_equal(cq_mqmgr_msg_set_message(m, "[1]", 3), CQ_EFIELD);
     assert_int_equal(cq_mqmgr_msg_set_message(m, "{ \"a\" : 1 }", 11), 0);
     assert_string_equal(m->message, "{\"a\":1}");
+    /* command 4's found message: text cut at a character, or hex when not UTF-8 */
+    cq_mqmgr_found_t f = {9, 0, 1700000000000, 77, 3, "ab\xc3\xa9", 4, 3};
+    assert_int_equal(cq_mqmgr_msg_set_found(m, &f), 0);
+    assert_string_equal(m->message, "{\"offset\":9,\"state\":0,\"create_time\":1700000000000,"
+                                    "\"producer_id\":77,\"seq\":3,\"size\":4,\"truncated\":true,"
+                                    "\"content\":\"ab\"}");
+    f = (cq_mqmgr_found_t){9, 1, 5, 0, 0, "\xff\x00\x01", 3, 4};
+    assert_int_equal(cq_mqmgr_msg_set_found(m, &f), 0);
+    assert_string_equal(m->message, "{\"offset\":9,\"state\":1,\"create_time\":5,\"producer_id\":0,"
+                                    "\"seq\":0,\"size\":3,\"truncated\":true,\"content_hex\":"
+                                    "\"ff00\"}");
     cq_mqmgr_msg_free(m);
     b = "{\"askid\":5,\"cmdid\":3,\"err_code\":21,\"err_msg\":\"no message at offset 9\"}";
     m = decode_ok(4, b, CQ_MQMGR_COMMAND_RESP);
