@@ -197,6 +197,15 @@ int cq_store_read_one(cq_store_t *s, const char *topic, uint64_t offset, cq_stor
     return r < 0 ? r : s->ops->read_one(s, topic, offset, ret_rec, ret_state);
 }
 
+int cq_store_find_key(cq_store_t *s, const char *topic, uint64_t producer_id, uint64_t seq,
+                      uint64_t *ret_offset)
+{
+    int r = enter(s, topic);
+    if (r == 0 && producer_id == 0)
+        r = cq__store_fail(s, -EINVAL, "find_key: producer_id must be >= 1");
+    return r < 0 ? r : s->ops->find_key(s, topic, producer_id, seq, ret_offset);
+}
+
 int cq_store_purge(cq_store_t *s, const char *topic, int64_t older_than_unix_ms, size_t max_rows,
                    size_t *ret_purged)
 {

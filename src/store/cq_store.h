@@ -105,6 +105,8 @@ typedef struct cq_store_ops {
     int (*invalidate)(cq_store_t *s, const char *topic, uint64_t offset);
     int (*read_one)(cq_store_t *s, const char *topic, uint64_t offset, cq_store_rec_t *ret_rec,
                     int *ret_state);
+    int (*find_key)(cq_store_t *s, const char *topic, uint64_t producer_id, uint64_t seq,
+                    uint64_t *ret_offset);
     int (*commit_offset)(cq_store_t *s, const char *topic, const char *consumer_id, uint64_t offset,
                          int64_t now_ms);
     int (*get_offset)(cq_store_t *s, const char *topic, const char *consumer_id,
@@ -215,6 +217,10 @@ int cq_store_invalidate(cq_store_t *s, const char *topic, uint64_t offset);
  * message. */
 int cq_store_read_one(cq_store_t *s, const char *topic, uint64_t offset, cq_store_rec_t *ret_rec,
                       int *ret_state);
+/* The offset of the message stored with (producer_id >= 1, seq), whatever its state. -ENOENT if
+ * none. */
+int cq_store_find_key(cq_store_t *s, const char *topic, uint64_t producer_id, uint64_t seq,
+                      uint64_t *ret_offset);
 /* Deletes up to max_rows (>= 1) of the oldest messages (by offset) whose create time is before
  * older_than_unix_ms, in one transaction, and stops at the first newer message: call again
  * while *ret_purged == max_rows. */

@@ -541,10 +541,15 @@ static int run_read(cq_store_t *store, cq_writer_req_t *req)
 
 static int run_read_one(cq_store_t *store, cq_writer_req_t *req)
 {
+    int r = req->offset ? 0
+                        : cq_store_find_key(store, req->topic, req->key_producer, req->key_seq,
+                                            &req->offset);
+    if (r < 0)
+        return r;
     cq_store_rec_t *rec = cq_calloc(1, sizeof(*rec));
     if (!rec)
         return -ENOMEM;
-    int r = cq_store_read_one(store, req->topic, req->offset, rec, &req->state);
+    r = cq_store_read_one(store, req->topic, req->offset, rec, &req->state);
     if (r < 0) {
         cq_free(rec);
         return r;

@@ -154,8 +154,9 @@ struct cq_writer_req {
     size_t n_recs;
     cq_store_topic_t *topics; /* TOPIC_LIST: owned by the request */
     size_t n_topics;
-    size_t purged;   /* PURGE */
-    int state;       /* READ_ONE: 1 valid, 0 invalid */
+    size_t purged;                  /* PURGE */
+    int state;                      /* READ_ONE: 1 valid, 0 invalid */
+    uint64_t key_producer, key_seq; /* READ_ONE with offset 0: by (producer_id, seq) instead */
     uint64_t count;  /* TOPIC_STATS: messages in the topic (also sets offset: its high water) */
     uint64_t unseen; /* PRODUCE, PURGE, whatever err says: messages of the topic committed
                       * earlier without their answer (a COMMIT whose outcome could not be

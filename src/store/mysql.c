@@ -172,6 +172,12 @@ static int op_read_one(cq_store_t *s, const char *topic, uint64_t offset, cq_sto
     RUN(s, cq__mysql_read_one(s, topic, offset, ret_rec, ret_state));
 }
 
+static int op_find_key(cq_store_t *s, const char *topic, uint64_t producer_id, uint64_t seq,
+                       uint64_t *ret_offset)
+{
+    RUN(s, cq__mysql_find_key(s, topic, producer_id, seq, ret_offset));
+}
+
 static int op_commit_offset(cq_store_t *s, const char *topic, const char *consumer_id,
                             uint64_t offset, int64_t now_ms)
 {
@@ -217,6 +223,7 @@ const cq_store_ops_t cq_store_mysql_ops = {
     .read = op_read,
     .invalidate = op_invalidate,
     .read_one = op_read_one,
+    .find_key = op_find_key,
     .commit_offset = op_commit_offset,
     .get_offset = op_get_offset,
     .purge = op_purge,

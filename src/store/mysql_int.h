@@ -192,6 +192,8 @@ int cq__mysql_append_batch(cq_store_t *s, const char *topic, const cq_store_msg_
 int cq__mysql_read(cq_store_t *s, const char *topic, uint64_t from_offset_exclusive, size_t max,
                    size_t max_bytes, cq_store_rec_t *ret_recs, size_t *ret_n);
 int cq__mysql_invalidate(cq_store_t *s, const char *topic, uint64_t offset);
+int cq__mysql_find_key(cq_store_t *s, const char *topic, uint64_t producer_id, uint64_t seq,
+                       uint64_t *ret_offset);
 int cq__mysql_read_one(cq_store_t *s, const char *topic, uint64_t offset, cq_store_rec_t *ret_rec,
                        int *ret_state);
 int cq__mysql_high_water(cq_store_t *s, const char *topic, uint64_t *ret_offset);

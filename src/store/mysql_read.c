@@ -235,6 +235,28 @@ int cq__mysql_read_one(cq_store_t *s, const char *topic, uint64_t offset, cq_sto
     return e;
 }
 
+int cq__mysql_find_key(cq_store_t *s, const char *topic, uint64_t producer_id, uint64_t seq,
+                       uint64_t *ret_offset)
+{
+    my_store_t *q = my_store(s);
+    my_topic_t t;
+    char sql[MY_SQL_MAX];
+    bool found = false;
+    my_pbind_t p;
+    cq__mysql_p_init(&p);
+    cq__mysql_p_u64(&p, producer_id);
+    cq__mysql_p_u64(&p, seq);
+    int r = cq__mysql_topic_resolve(q, topic, false, &t);
+    if (r == 0)
+        r = MY_TOPIC_SQL(q, sql, "SELECT id FROM `t_%s` WHERE producer_id = ? AND seq = ?", t.tbl);
+    if (r == 0)
+        r = cq__mysql_query_u64(q, sql, &p, ret_offset, &found);
+    if (r == 0 && !found)
+        r = cq__store_fail(s, -ENOENT, "no message of producer %" PRIu64 " seq %" PRIu64,
+                           producer_id, seq);
+    return cq__mysql_tx_end(q, r);
+}
+
 /* ---- high water -------------------------------------------------------------------------- */
 
 int cq__mysql_created_ms(cq_store_t *s, uint64_t *ret_ms)

@@ -581,6 +581,33 @@ static int sq_read_one(cq_store_t *s, const char *topic, uint64_t offset, cq_sto
     return r;
 }
 
+static int sq_find_key(cq_store_t *s, const char *topic, uint64_t producer_id, uint64_t seq,
+                       uint64_t *ret_offset)
+{
+    sq_store_t *q = SQ(s);
+    char canon[CQ_STORE_TOPIC_MAX + 1], sql[SQL_MAX];
+    sqlite3_stmt *st = NULL;
+    int r = topic_resolve(q, topic, canon);
+    if (r == 0)
+        r = TOPIC_SQL(q, sql, "SELECT id FROM \"t_%s\" WHERE producer_id = ?1 AND seq = ?2", canon);
+    if (r == 0)
+        r = prep(q, sql, &st);
+    if (r == 0) {
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)producer_id);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)seq);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
+            *ret_offset = (uint64_t)sqlite3_column_int64(st, 0);
+        else
+            r = rc == SQLITE_DONE
+                    ? cq__store_fail(s, -ENOENT, "no message of producer %" PRIu64 " seq %" PRIu64,
+                                     producer_id, seq)
+                    : db_fail(q, "read");
+    }
+    sqlite3_finalize(st);
+    return r;
+}
+
 static int sq_invalidate(cq_store_t *s, const char *topic, uint64_t offset)
 {
     sq_store_t *q = SQ(s);
@@ -924,6 +951,7 @@ const cq_store_ops_t cq_store_sqlite_ops = {
     .read = sq_read,
     .invalidate = sq_invalidate,
     .read_one = sq_read_one,
+    .find_key = sq_find_key,
     .commit_offset = sq_commit_offset,
     .get_offset = sq_get_offset,
     .purge = sq_purge,

@@ -901,6 +901,12 @@ static void test_read_one(void **state)
     assert_int_equal(cq_store_read_one(f->s, "t", UINT64_MAX, &r, &st), -ENOENT);
     assert_int_equal(cq_store_read_one(f->s, "nope", off[0], &r, &st), CQ_ENOTOPIC);
     assert_int_equal(cq_store_read_one(f->s, "a-b", off[0], &r, &st), CQ_EBADTOPIC);
+    uint64_t o = 0;
+    assert_int_equal(cq_store_find_key(f->s, "t", 77, 9, &o), 0); /* invalid, found all the same */
+    assert_int_equal(o, off[1]);
+    assert_int_equal(cq_store_find_key(f->s, "t", 77, 10, &o), -ENOENT);
+    assert_int_equal(cq_store_find_key(f->s, "t", 0, 0, &o), -EINVAL);
+    assert_int_equal(cq_store_find_key(f->s, "nope", 77, 9, &o), CQ_ENOTOPIC);
 }
 
 static void test_read_from_offset(void **state)
