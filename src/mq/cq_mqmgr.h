@@ -208,6 +208,7 @@ typedef struct cq_mqmgr_msg {
     bool offline;                       /* command 2 */
     char topic[CQ_MQ_TOPIC_MAX + 1];    /* commands 3, 4 */
     uint64_t offset;                    /* commands 3, 4: 1..2^53-1 */
+    uint64_t key_producer, key_seq;     /* command 4 without an offset: by producer key */
     char *message; /* owned compact JSON text of command_resp's "message" object (command 4's
                     * answer: the message looked up), or NULL when absent */
     size_t message_len;

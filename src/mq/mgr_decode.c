@@ -607,7 +607,21 @@ static int get_cmdid(const mq_fctx_t *c, json_t *root, cq_mqmgr_msg_t *m)
     return rc;
 }
 
-/* command 3's content: {"topic": T, "offset": N}. */
+/* command 4's producer key: {"producer_id": P >= 1, "seq": S}. */
+static int get_key(const mq_fctx_t *c, json_t *content, json_t *pv, cq_mqmgr_msg_t *m)
+{
+    int64_t p = 0, s = 0;
+    int rc = cq__mq_get_int(c, "content.producer_id", pv, 1, U53_MAX_, &p);
+    json_t *sv = rc == 0 ? cq__mq_required(c, content, "seq", "content.seq", &rc) : NULL;
+    if (sv)
+        rc = cq__mq_get_int(c, "content.seq", sv, 0, U53_MAX_, &s);
+    m->key_producer = rc == 0 ? (uint64_t)p : 0;
+    m->key_seq = rc == 0 ? (uint64_t)s : 0;
+    return rc;
+}
+
+/* command 3's content: {"topic": T, "offset": N}; command 4's, or {"topic", "producer_id",
+ * "seq"}. */
 static int get_invalidate(const mq_fctx_t *c, json_t *content, cq_mqmgr_msg_t *m)
 {
     int rc = 0;
@@ -615,6 +629,9 @@ static int get_invalidate(const mq_fctx_t *c, json_t *content, cq_mqmgr_msg_t *m
     json_t *t = cq__mq_required(c, content, "topic", "content.topic", &rc);
     if (t)
         rc = cq__mq_get_topic(c, "content.topic", t, m->topic);
+    json_t *pv = json_object_get(content, "producer_id");
+    if (rc == 0 && pv && m->cmdid == CQ_MQMGR_CMD_MESSAGE && !json_object_get(content, "offset"))
+        return get_key(c, content, pv, m);
     json_t *o = rc == 0 ? cq__mq_required(c, content, "offset", "content.offset", &rc) : NULL;
     if (o)
         rc = cq__mq_get_int(c, "content.offset", o, 1, U53_MAX_, &off);

@@ -568,7 +568,12 @@ static void enc_body(const cq_mqmgr_msg_t *m, json_t *o, int *rc)
             if (*rc == 0 && !cq_mq_topic_valid(m->topic, strlen(m->topic)))
                 *rc = CQ_EBADTOPIC;
             put_str(c, "topic", m->topic, rc);
-            put_int(c, "offset", (int64_t)m->offset, 1, U53_MAX_, rc);
+            if (m->cmdid == CQ_MQMGR_CMD_MESSAGE && !m->offset) {
+                put_int(c, "producer_id", (int64_t)m->key_producer, 1, U53_MAX_, rc);
+                put_int(c, "seq", (int64_t)m->key_seq, 0, U53_MAX_, rc);
+            } else {
+                put_int(c, "offset", (int64_t)m->offset, 1, U53_MAX_, rc);
+            }
             put(o, "content", c, rc);
         } else {
             json_t *c = json_object();

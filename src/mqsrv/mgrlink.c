@@ -495,7 +495,10 @@ static void looked_up(void *ud, uint64_t tag, const cq_writer_req_t *req, int er
         return;
     if (err == 0 && !req->n_recs)
         err = CQ_ENOMSG;
-    if (err == CQ_ENOMSG)
+    if (err == CQ_ENOMSG && !req->offset)
+        snprintf(why, sizeof(why), "topic %s: no message of producer %llu seq %llu", req->topic,
+                 (unsigned long long)req->key_producer, (unsigned long long)req->key_seq);
+    else if (err == CQ_ENOMSG)
         snprintf(why, sizeof(why), "topic %s: no message at offset %llu", req->topic,
                  (unsigned long long)req->offset);
     else if (err)
@@ -528,7 +531,9 @@ static int message(cq_mgrlink_t *l, const cq_mqmgr_msg_t *m, char *why, size_t w
 {
     const mq_topic_t *t = cq__mqsrv_topic(l->s, m->topic);
     const char *w = NULL;
-    int r = t ? cq__mqop_read_one(l->s, t, m->offset, m->askid, &w) : CQ_ENOTOPIC;
+    int r = !t          ? CQ_ENOTOPIC
+            : m->offset ? cq__mqop_read_one(l->s, t, m->offset, m->askid, &w)
+                        : cq__mqop_read_key(l->s, t, m->key_producer, m->key_seq, m->askid, &w);
     if (r == CQ_ENOTOPIC)
         snprintf(why, wlen, "topic %s: unknown on this server", m->topic);
     else if (r < 0)

@@ -282,6 +282,9 @@ int cq__mqop_invalidate(cq_mqsrv_t *s, mq_link_t *l, const mq_topic_t *t, uint64
  * answered through s->mgr_message with tag. 0 or the submit error. */
 int cq__mqop_read_one(cq_mqsrv_t *s, const mq_topic_t *t, uint64_t offset, uint64_t tag,
                       const char **ret_why);
+/* The same by producer key (producer_id >= 1, seq) instead of an offset. */
+int cq__mqop_read_key(cq_mqsrv_t *s, const mq_topic_t *t, uint64_t producer_id, uint64_t seq,
+                      uint64_t tag, const char **ret_why);
 /* The engine's own creation of topic (the manager's configuration names it; the master has
  * not got it): online, retention_days (< 0: the store's default). 0 or the submit error. */
 int cq__mqop_create_own(cq_mqsrv_t *s, const char *topic, int retention_days);

@@ -299,6 +299,18 @@ int cq__mqop_read_one(cq_mqsrv_t *s, const mq_topic_t *t, uint64_t offset, uint6
     return submit_pend(s, NULL, req, (mq_pend_t){s, NULL, NULL, false, SINK_MESSAGE, tag}, ret_why);
 }
 
+int cq__mqop_read_key(cq_mqsrv_t *s, const mq_topic_t *t, uint64_t producer_id, uint64_t seq,
+                      uint64_t tag, const char **ret_why)
+{
+    cq_writer_req_t *req;
+    int r = new_req(CQ_WRITER_READ_ONE, t->name, NULL, &req, ret_why);
+    if (r < 0)
+        return r;
+    req->key_producer = producer_id;
+    req->key_seq = seq;
+    return submit_pend(s, NULL, req, (mq_pend_t){s, NULL, NULL, false, SINK_MESSAGE, tag}, ret_why);
+}
+
 int cq__mqop_create_own(cq_mqsrv_t *s, const char *topic, int retention_days)
 {
     const char *why;

@@ -490,6 +490,13 @@ static void test_commands(void **state)
     assert_int_equal(m->offset, 3);
     expect_body(m, b);
     cq_mqmgr_msg_free(m);
+    b = "{\"askid\":7,\"cmdid\":4,\"content\":{\"topic\":\"ev\",\"producer_id\":77,\"seq\":0}}";
+    m = decode_ok(3, b, CQ_MQMGR_COMMAND);
+    assert_int_equal(m->offset, 0);
+    assert_int_equal(m->key_producer, 77);
+    assert_int_equal(m->key_seq, 0);
+    expect_body(m, b);
+    cq_mqmgr_msg_free(m);
     b = "{\"askid\":6,\"cmdid\":4,\"err_code\":0,\"message\":{\"offset\":3,\"state\":0}}";
     m = decode_ok(4, b, CQ_MQMGR_COMMAND_RESP);
     assert_string_equal(m->message, "{\"offset\":3,\"state\":0}");
@@ -726,6 +733,11 @@ static void test_errors_responses_commands(void **state)
                "(invalidate) or 4 (message)");
     expect_err(3, "{\"askid\":1,\"cmdid\":4,\"content\":{\"topic\":\"a\"}}", CQ_EFIELD,
                "command: field \"content.offset\": missing");
+    expect_err(
+        3, "{\"askid\":1,\"cmdid\":4,\"content\":{\"topic\":\"a\",\"producer_id\":0}}", CQ_EFIELD,
+        "command: field \"content.producer_id\": must be an integer in [1, 9007199254740991]");
+    expect_err(3, "{\"askid\":1,\"cmdid\":4,\"content\":{\"topic\":\"a\",\"producer_id\":1}}",
+               CQ_EFIELD, "command: field \"content.seq\": missing");
     expect_err(4, "{\"askid\":1,\"cmdid\":4,\"err_code\":0,\"message\":[]}", CQ_EFIELD,
                "command_resp: field \"message\": must be an object");
     expect_err(3, "{\"askid\":1,\"cmdid\":3,\"content\":{\"offset\":1}}", CQ_EFIELD,

@@ -3189,6 +3189,16 @@ static void test_mgrlink_message(void **state)
     m->cmdid = CQ_MQMGR_CMD_MESSAGE;
     assert_int_equal(link_in(l, m, 5), 0);
     expect_message(l, 94, 8, "topic nosuch: unknown on this server");
+    m = invalidate_cmd(95, "orders", 0); /* by producer key */
+    m->cmdid = CQ_MQMGR_CMD_MESSAGE;
+    m->key_producer = 77;
+    m->key_seq = 3;
+    assert_int_equal(link_in(l, m, 6), 0);
+    r = take(CQ_WRITER_READ_ONE, "orders");
+    assert_int_equal(r->offset, 0);
+    assert_true(r->key_producer == 77 && r->key_seq == 3);
+    done(r, -ENOENT);
+    expect_message(l, 95, 21, "topic orders: no message of producer 77 seq 3");
     fconn_free(p);
     cq_mgrlink_free(l);
     eng_stop();
