@@ -10,6 +10,7 @@
  *     offline APPID | online APPID | topic-offline TOPIC | topic-online TOPIC
  *     topic-retention TOPIC DAYS | topic-create TOPIC [DAYS]
  *     invalidate TOPIC SHARD OFFSET --reason TEXT | message TOPIC SHARD OFFSET
+ *     message-key TOPIC SHARD PRODUCER_ID SEQ
  *     bindings | bindings set FILE
  *
  * Reads print a table (--json: the API's document as received); changes print "version N".
@@ -82,6 +83,7 @@ static void admin_usage(FILE *f)
                "  message TOPIC SHARD OFFSET\n"
                "                          look a message up (on the shard's standby): its state,\n"
                "                          producer, time, content, and who consumed past it\n"
+               "  message-key TOPIC SHARD PRODUCER_ID SEQ   the same by producer key\n"
                "  bindings                the bridge's bindings (--json: the document)\n"
                "  bindings set FILE       replace them with FILE's document (--bridge-file's\n"
                "                          format; {\"bindings\":[]} removes them all)\n"
@@ -906,17 +908,24 @@ static void print_message(const json_t *doc)
     }
 }
 
-/* message TOPIC SHARD OFFSET: the manager's lookup. */
+/* message TOPIC SHARD OFFSET, message-key TOPIC SHARD PRODUCER_ID SEQ: the manager's lookup. */
 static int cmd_message(const adm_t *o, int argc, char **argv)
 {
-    unsigned long long shard = 0, off = 0;
-    if (argc != 4 || !number_in(argv[2], 0, UINT32_MAX, &shard) ||
-        !number_in(argv[3], 1, (1ull << 53) - 1, &off))
-        return usage_error("message TOPIC SHARD OFFSET: SHARD an integer from 0, OFFSET from 1 "
-                           "to 2^53-1");
+    unsigned long long shard = 0, off = 0, seq = 0;
+    bool key = strcmp(argv[0], "message-key") == 0;
+    if (argc != (key ? 5 : 4) || !number_in(argv[2], 0, UINT32_MAX, &shard) ||
+        !number_in(argv[3], 1, (1ull << 53) - 1, &off) ||
+        (key && !number_in(argv[4], 0, (1ull << 53) - 1, &seq)))
+        return usage_error("message TOPIC SHARD OFFSET | message-key TOPIC SHARD PRODUCER_ID SEQ: "
+                           "SHARD an integer from 0, OFFSET and PRODUCER_ID from 1 to 2^53-1, "
+                           "SEQ from 0");
     char seg[200], path[320];
     path_segment(argv[1], seg, sizeof(seg));
-    snprintf(path, sizeof(path), "/api/topics/%s/messages/%llu/%llu", seg, shard, off);
+    if (key)
+        snprintf(path, sizeof(path), "/api/topics/%s/messages/%llu?producer_id=%llu&seq=%llu", seg,
+                 shard, off, seq);
+    else
+        snprintf(path, sizeof(path), "/api/topics/%s/messages/%llu/%llu", seg, shard, off);
     adm_t w = *o;
     if (w.timeout_ms < 15000)
         w.timeout_ms = 15000;
@@ -972,7 +981,7 @@ static int run_command(const adm_t *o, int argc, char **argv)
     }
     if (strcmp(cmd, "invalidate") == 0)
         return cmd_invalidate(o, argc, argv);
-    if (strcmp(cmd, "message") == 0)
+    if (strcmp(cmd, "message") == 0 || strcmp(cmd, "message-key") == 0)
         return cmd_message(o, argc, argv);
     if (strcmp(cmd, "topic-create") == 0)
         return cmd_topic_create(o, argc, argv);

@@ -840,7 +840,7 @@ static void on_topic_create(req_t *q)
 
 /* What the answer to a message command needs once the engine tells its outcome. */
 typedef struct api_wait {
-    char topic[API_NAME_MAX + 1], target[API_NAME_MAX + 1];
+    char topic[API_NAME_MAX + 1], target[API_NAME_MAX + 48];
     char reason[API_REASON_MAX + 1];
     const char *authkind;
     uint32_t shard;
@@ -976,6 +976,58 @@ static void on_message(req_t *q)
         return;
     }
     q->h->wait = w;
+}
+
+/* The decimal value of name=V in the query (no sign, at most 16 digits); false when absent or
+ * not one. */
+static bool query_num(const req_t *q, const char *name, uint64_t *ret)
+{
+    size_t k = strlen(name);
+    const char *p = q->query, *end = q->query + q->query_len;
+    while (p && p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        size_t n = (size_t)((amp ? amp : end) - p);
+        if (n > k && p[k] == '=' && memcmp(p, name, k) == 0) {
+            uint64_t x = 0;
+            bool ok = n - k - 1 >= 1 && n - k - 1 <= 16;
+            for (size_t i = k + 1; ok && i < n; i++) {
+                ok = p[i] >= '0' && p[i] <= '9';
+                x = x * 10 + (uint64_t)(p[i] - '0');
+            }
+            *ret = x;
+            return ok;
+        }
+        p = amp ? amp + 1 : NULL;
+    }
+    return false;
+}
+
+/* GET /api/topics/<t>/messages/<shard>?producer_id=P&seq=S: the lookup by producer key. */
+static void on_message_key(req_t *q)
+{
+    char err[API_ERR_MAX] = "";
+    uint64_t pid = 0, seq = 0;
+    int r = 1; /* 0 once asked */
+    api_wait_t *w = need(q, "GET") ? cq_calloc(1, sizeof(*w)) : NULL;
+    if (!w) {
+        if (method_is(q, "GET"))
+            fail(q, 503, "out of memory");
+        return;
+    }
+    if (!seg_copy(q, 1, w->topic, sizeof(w->topic)) || !topic_ok(w->topic))
+        fail(q, 400, "topic: must be a topic name matching [A-Za-z0-9_]{1,64}");
+    else if (!parse_u32(q->seg[3], q->seg_len[3], &w->shard))
+        fail(q, 400, "path: shard must be an integer in 0..4294967295");
+    else if (!query_num(q, "producer_id", &pid) || !query_num(q, "seq", &seq))
+        fail(q, 400, "query: producer_id=P&seq=S (integers) are required");
+    else if ((r = cq__mgr_message_key(q->h->a->m, w->topic, w->shard, pid, seq, q->h->now, q->h,
+                                      err, sizeof(err))) < 0)
+        fail(q, msg_status(r), "%s", err);
+    if (r != 0) {
+        cq_free(w);
+        return;
+    }
+    q->h->wait = w; /* asked */
 }
 
 /* The requests that came while h waited, now. */
@@ -1116,6 +1168,8 @@ static void on_api(req_t *q)
         on_invalidate(q);
     } else if (q->nseg == 5 && seg_is(q, 0, "topics") && seg_is(q, 2, "messages")) {
         on_message(q);
+    } else if (q->nseg == 4 && seg_is(q, 0, "topics") && seg_is(q, 2, "messages")) {
+        on_message_key(q);
     } else if (q->nseg == 3 && seg_is(q, 0, "servers") &&
                (seg_is(q, 2, "offline") || seg_is(q, 2, "online"))) {
         on_server(q, seg_is(q, 2, "offline"));

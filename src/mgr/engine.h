@@ -143,7 +143,8 @@ typedef struct mgr_wait {
     cq_mgr_conn_t *c;
     void *ud;
     uint64_t deadline_ms;
-    uint64_t offset;
+    uint64_t offset;                /* 0: a lookup by producer key */
+    uint64_t key_producer, key_seq; /* that key */
     char topic[CQ_MQ_TOPIC_MAX + 1];
 } mgr_wait_t;
 

@@ -51,6 +51,10 @@ int cq__mgr_invalidate(cq_mgr_t *m, const char *topic, uint32_t shard, uint64_t 
  * as cq__mgr_invalidate's (CQ_ENOTMASTER: no server of the shard reports now). */
 int cq__mgr_message(cq_mgr_t *m, const char *topic, uint32_t shard, uint64_t offset, uint64_t now,
                     void *ud, char *err, size_t errlen);
+/* The same by producer key (GET .../messages/<shard>?producer_id=P&seq=S): CQ_EFIELD for a bad
+ * key. The document's offset is the message's. */
+int cq__mgr_message_key(cq_mgr_t *m, const char *topic, uint32_t shard, uint64_t producer_id,
+                        uint64_t seq, uint64_t now, void *ud, char *err, size_t errlen);
 /* The API's ud (a connection that closes) wants no answer any more. */
 void cq__mgr_invalidate_cancel(cq_mgr_t *m, void *ud);
 /* PUT /api/bindings: json is the whole bindings document ({"bindings":[...]}, doc/bridge.md),

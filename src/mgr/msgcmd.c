@@ -43,16 +43,17 @@ static cq_mgr_conn_t *standby_conn(const cq_mgr_t *m, uint32_t shard, uint64_t n
     return NULL;
 }
 
-static int command_buf(uint32_t askid, uint32_t cmdid, const char *topic, uint64_t offset,
-                       cq_buf_t **ret)
+static int command_buf(uint32_t askid, uint32_t cmdid, const mgr_wait_t *w, cq_buf_t **ret)
 {
     cq_mqmgr_msg_t *cmd = cq_mqmgr_msg_new(CQ_MQMGR_COMMAND, 0);
     if (!cmd)
         return -ENOMEM;
     cmd->askid = askid;
     cmd->cmdid = cmdid;
-    snprintf(cmd->topic, sizeof(cmd->topic), "%s", topic);
-    cmd->offset = offset;
+    snprintf(cmd->topic, sizeof(cmd->topic), "%s", w->topic);
+    cmd->offset = w->offset;
+    cmd->key_producer = w->key_producer;
+    cmd->key_seq = w->key_seq;
     int rc = cq_mqmgr_encode_buf(cmd, ret);
     cq_mqmgr_msg_free(cmd);
     return rc;
@@ -74,26 +75,38 @@ static int command_check(const cq_mgr_t *m, const char *topic, uint64_t offset, 
     return 0;
 }
 
-/* Sends command cmdid to c and records its wait for ud. 0 or the refusal (err). */
-static int command_send(cq_mgr_t *m, cq_mgr_conn_t *c, uint32_t cmdid, const char *topic,
-                        uint32_t shard, uint64_t offset, void *ud, char *err, size_t errlen)
+/* Sends command cmdid for w's message (topic, shard, offset or key; the rest is filled) to c
+ * and records its wait for ud. 0 or the refusal (err). */
+static int command_send(cq_mgr_t *m, cq_mgr_conn_t *c, uint32_t cmdid, mgr_wait_t w, void *ud,
+                        char *err, size_t errlen)
 {
-    uint32_t askid = ++m->next_askid;
+    w.askid = ++m->next_askid;
+    w.cmdid = cmdid;
+    w.c = c;
+    w.ud = ud;
+    w.deadline_ms = m->now_ms + MGR_WAIT_MS;
     cq_buf_t *b = NULL;
-    if (command_buf(askid, cmdid, topic, offset, &b) < 0)
+    if (command_buf(w.askid, cmdid, &w, &b) < 0)
         return cq_err_fmt(err, errlen, -ENOMEM, "out of memory");
     bool sent = cq__mgr_conn_send(c, b);
     cq_buf_unref(b);
     if (!sent)
         return cq_err_fmt(err, errlen, CQ_ECLOSED,
-                          "shard %" PRIu32 ": the server's connection closed", shard);
-    mgr_wait_t *w = &m->waits[m->nwaits++];
-    *w = (mgr_wait_t){askid, cmdid, shard, c, ud, m->now_ms + MGR_WAIT_MS, offset, ""};
-    snprintf(w->topic, sizeof(w->topic), "%s", topic);
+                          "shard %" PRIu32 ": the server's connection closed", w.shard);
+    m->waits[m->nwaits++] = w;
     cq_log(CQ_LOG_INFO, "mgr", "server %" PRIu32 " (%s): %s %s offset %" PRIu64,
            c->srv ? c->srv->appid : 0, c->peer,
-           cmdid == CQ_MQMGR_CMD_INVALIDATE ? "invalidate" : "look up", topic, offset);
+           cmdid == CQ_MQMGR_CMD_INVALIDATE ? "invalidate" : "look up", w.topic, w.offset);
     return 0;
+}
+
+/* A wait's message: topic, shard, offset (or 0 and a key). */
+static mgr_wait_t target(const char *topic, uint32_t shard, uint64_t offset, uint64_t producer,
+                         uint64_t seq)
+{
+    mgr_wait_t w = {.shard = shard, .offset = offset, .key_producer = producer, .key_seq = seq};
+    snprintf(w.topic, sizeof(w.topic), "%s", topic);
+    return w;
 }
 
 int cq__mgr_invalidate(cq_mgr_t *m, const char *topic, uint32_t shard, uint64_t offset,
@@ -108,7 +121,33 @@ int cq__mgr_invalidate(cq_mgr_t *m, const char *topic, uint32_t shard, uint64_t 
     if (!c)
         return cq_err_fmt(err, errlen, CQ_ENOTMASTER,
                           "shard %" PRIu32 ": no master reports to this manager now", shard);
-    return command_send(m, c, CQ_MQMGR_CMD_INVALIDATE, topic, shard, offset, ud, err, errlen);
+    return command_send(m, c, CQ_MQMGR_CMD_INVALIDATE, target(topic, shard, offset, 0, 0), ud, err,
+                        errlen);
+}
+
+/* Command 4 for w to shard's standby, else its master. */
+static int lookup(cq_mgr_t *m, mgr_wait_t w, void *ud, char *err, size_t errlen)
+{
+    cq_mgr_conn_t *c = standby_conn(m, w.shard, m->now_ms);
+    if (!c)
+        c = master_conn(m, w.shard, m->now_ms);
+    if (!c)
+        return cq_err_fmt(err, errlen, CQ_ENOTMASTER,
+                          "shard %" PRIu32 ": no server reports to this manager now", w.shard);
+    return command_send(m, c, CQ_MQMGR_CMD_MESSAGE, w, ud, err, errlen);
+}
+
+int cq__mgr_message_key(cq_mgr_t *m, const char *topic, uint32_t shard, uint64_t producer_id,
+                        uint64_t seq, uint64_t now, void *ud, char *err, size_t errlen)
+{
+    if (now > m->now_ms)
+        m->now_ms = now;
+    if (producer_id == 0 || producer_id > (uint64_t)CQ_MQ_MAX_U53 || seq > (uint64_t)CQ_MQ_MAX_U53)
+        return cq_err_fmt(err, errlen, CQ_EFIELD,
+                          "producer_id: must be an integer in [1, 9007199254740991], seq in [0, "
+                          "9007199254740991]");
+    int r = command_check(m, topic, 1, err, errlen);
+    return r < 0 ? r : lookup(m, target(topic, shard, 0, producer_id, seq), ud, err, errlen);
 }
 
 int cq__mgr_message(cq_mgr_t *m, const char *topic, uint32_t shard, uint64_t offset, uint64_t now,
@@ -119,13 +158,7 @@ int cq__mgr_message(cq_mgr_t *m, const char *topic, uint32_t shard, uint64_t off
     int r = command_check(m, topic, offset, err, errlen);
     if (r < 0)
         return r;
-    cq_mgr_conn_t *c = standby_conn(m, shard, m->now_ms);
-    if (!c)
-        c = master_conn(m, shard, m->now_ms);
-    if (!c)
-        return cq_err_fmt(err, errlen, CQ_ENOTMASTER,
-                          "shard %" PRIu32 ": no server reports to this manager now", shard);
-    return command_send(m, c, CQ_MQMGR_CMD_MESSAGE, topic, shard, offset, ud, err, errlen);
+    return r < 0 ? r : lookup(m, target(topic, shard, offset, 0, 0), ud, err, errlen);
 }
 
 /* The consumers of topic as the report of srv (borrowed) has them, each with whether its
@@ -159,12 +192,14 @@ static void message_end(cq_mgr_t *m, const mgr_wait_t *w, const cq_mqmgr_msg_t *
     const mgr_server_t *own = w->c->srv, *master = master_of(m, w->shard);
     json_error_t jerr;
     json_t *msg = resp->message ? json_loadb(resp->message, resp->message_len, 0, &jerr) : NULL;
+    uint64_t off =
+        w->offset ? w->offset : (uint64_t)json_integer_value(json_object_get(msg, "offset"));
     json_t *doc =
         json_pack("{s:s,s:I,s:I,s:I,s:s,s:o,s:o}", "topic", w->topic, "shard", (json_int_t)w->shard,
-                  "offset", (json_int_t)w->offset, "served_by", (json_int_t)(own ? own->appid : 0),
+                  "offset", (json_int_t)off, "served_by", (json_int_t)(own ? own->appid : 0),
                   "role", own && cq__mgr_server_master(own) ? "master" : "standby", "message",
                   msg ? msg : json_object(), "consumers",
-                  consumers_json(master ? master : own, w->topic, w->offset));
+                  consumers_json(master ? master : own, w->topic, off));
     char *s = doc ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(doc);
     if (s)

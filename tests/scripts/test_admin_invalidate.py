@@ -64,7 +64,7 @@ def main():
     with open(tmp + "/server.token", "w") as f:
         f.write("srv-t0ken\n")
     os.chmod(tmp + "/admin.token", 0o600)
-    print("1..21", flush=True)
+    print("1..23", flush=True)
     try:
         mr = cqproc.start_mgr(procs, chanqd, tmp, [
             "--mgr-admin-token-file", tmp + "/admin.token", "--mgr-token-file",
@@ -136,6 +136,13 @@ def main():
         tap(rc == 0 and "state        0 invalid\n" in out and "producer_id  77\n" in out and
             "m1\t%d\tno\n" % offs[1] in out and "m3\t%d\tyes\n" % offs[4] in out,
             "message: the table", out + err)
+        d = a.json("message-key", "ev", "0", "77", "3")
+        tap(d.get("offset") == bad and d.get("message", {}).get("state") == 0 and
+            sorted(d.get("consumers", []), key=lambda c: c["id"]) == want_c,
+            "message-key ev 0 77 3: the same message, found by its producer key", d)
+        rc, out, err = a.run("message-key", "ev", "0", "77", "99")
+        tap(rc == 1 and ": 404: shard 0: topic ev: no message of producer 77 seq 99" in err,
+            "message-key of a key never stored: exit 1, 404", err)
         rc, out, err = a.run("message", "ev", "0", "99999")
         tap(rc == 1 and ": 404: shard 0: topic ev: no message at offset 99999" in err,
             "message of an offset with no message: exit 1, 404", err)
@@ -184,7 +191,7 @@ def main():
         tap(False, "the run", repr(e))
     finally:
         procs.stop_all()
-    ok = all(results) and len(results) == 21
+    ok = all(results) and len(results) == 23
     if ok:
         shutil.rmtree(tmp, ignore_errors=True)
     else:

@@ -1100,6 +1100,18 @@ static void test_message_lookup(void **state)
         "\"message\":{\"offset\":5,\"state\":0,\"producer_id\":42},\"consumers\":[{\"id\":"
         "\"m1\",\"offset\":4,\"consumed\":false},{\"id\":\"m2\",\"offset\":5,\"consumed\":"
         "true},{\"id\":\"m3/a\",\"offset\":6,\"consumed\":true}]}");
+    /* by producer key: the offset and the consumers' progress from the message found */
+    http_get(h, "/api/topics/orders/messages/1?producer_id=42&seq=3", 35);
+    askid = take_lookup(sl, "{\"topic\":\"orders\",\"producer_id\":42,\"seq\":3}");
+    snprintf(ans, sizeof(ans),
+             "{\"askid\":%u,\"cmdid\":4,\"err_code\":0,\"message\":{\"offset\":6,\"state\":1}}",
+             askid);
+    send_frame(sl, 4, ans, 36);
+    assert_non_null(strstr(answer_is(http_out(h), "HTTP/1.1 200 "),
+                           "\"offset\":6,\"served_by\":12,\"role\":\"standby\",\"message\":{"
+                           "\"offset\":6,\"state\":1},\"consumers\":[{\"id\":\"m1\",\"offset\":4,"
+                           "\"consumed\":false},{\"id\":\"m2\",\"offset\":5,\"consumed\":false},"
+                           "{\"id\":\"m3/a\",\"offset\":6,\"consumed\":true}]}"));
     /* no standby: the master */
     close_conn(sl);
     http_get(h, "/api/topics/orders/messages/1/7", 40);

@@ -130,6 +130,19 @@ int cq__mgr_message(cq_mgr_t *m, const char *topic, uint32_t shard, uint64_t off
     return 0;
 }
 
+int cq__mgr_message_key(cq_mgr_t *m, const char *topic, uint32_t shard, uint64_t producer_id,
+                        uint64_t seq, uint64_t now, void *ud, char *err, size_t errlen)
+{
+    (void)now;
+    snprintf(m->last_call, sizeof(m->last_call), "message-key %s %u %llu %llu", topic, shard,
+             (unsigned long long)producer_id, (unsigned long long)seq);
+    int64_t r = change(m, err, errlen);
+    if (r < 0)
+        return (int)r;
+    m->wait_ud = ud;
+    return 0;
+}
+
 void cq__mgr_invalidate_cancel(cq_mgr_t *m, void *ud)
 {
     if (m->wait_ud == ud) {
@@ -983,6 +996,29 @@ static void test_message_route(void **state)
     p = call(e, "GET", "/api/topics/ev/messages/3/1", bearer, NULL);
     assert_int_equal(p->status, 503);
     assert_string_equal(p->body, "{\"error\":\"shard 3: no server reports to this manager now\"}");
+    /* by producer key */
+    feed(e, creq,
+         (size_t)snprintf(creq, sizeof(creq),
+                          "GET /api/topics/ev/messages/2?seq=0&producer_id=77 "
+                          "HTTP/1.1\r\nHost: 127.0.0.1:12121\r\n%s\r\n",
+                          bearer));
+    assert_string_equal(fm.last_call, "message-key ev 2 77 0");
+    ud = fm.wait_ud;
+    fm.wait_ud = NULL;
+    cq__mgr_api_message(fm.api, ud, 0, NULL, "{\"offset\":12}");
+    cq__mgr_api_flush(fm.api);
+    assert_true(take(e, &r));
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "{\"offset\":12}");
+    p = call(e, "GET", "/api/topics/ev/messages/2?producer_id=77", bearer, NULL);
+    assert_int_equal(p->status, 400);
+    assert_string_equal(p->body,
+                        "{\"error\":\"query: producer_id=P&seq=S (integers) are required\"}");
+    fm.next_err = CQ_EFIELD;
+    snprintf(fm.err_text, sizeof(fm.err_text), "producer_id: bad");
+    p = call(e, "GET", "/api/topics/ev/messages/2?producer_id=0&seq=1", bearer, NULL);
+    assert_int_equal(p->status, 400);
+    assert_string_equal(p->body, "{\"error\":\"producer_id: bad\"}");
     p = call(e, "POST", "/api/topics/ev/messages/3/1",
              "Authorization: Bearer admintok\r\n"
              "Content-Type: application/json\r\n",
