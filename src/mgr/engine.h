@@ -152,6 +152,8 @@ typedef struct mgr_wait {
 bool cq__mgr_wait_answer(cq_mgr_conn_t *c, const cq_mqmgr_msg_t *resp);
 /* c is closing: its waits end with CQ_ECLOSED. */
 void cq__mgr_waits_lost(cq_mgr_conn_t *c);
+/* Every wait ends with CQ_ECLOSED (the engine is freed). */
+void cq__mgr_waits_end(cq_mgr_t *m);
 /* The waits past their deadline end with CQ_ETIMEOUT. */
 void cq__mgr_waits_tick(cq_mgr_t *m, uint64_t now_ms);
 

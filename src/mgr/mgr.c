@@ -76,6 +76,7 @@ cq_mgr_t *cq_mgr_free(cq_mgr_t *m)
 {
     if (!m)
         return NULL;
+    cq__mgr_waits_end(m); /* before the API: a connection may outlive it, its wait may not */
     cq__mgr_api_free(m->api);
     for (size_t i = 0; i < m->nservers; i++) {
         cq_mqmgr_msg_free(m->servers[i]->last);

@@ -251,6 +251,12 @@ void cq__mgr_waits_lost(cq_mgr_conn_t *c)
                      NULL);
 }
 
+void cq__mgr_waits_end(cq_mgr_t *m)
+{
+    while (m->nwaits)
+        wait_end(m, m->nwaits - 1, CQ_ECLOSED, "the manager is shutting down", NULL);
+}
+
 void cq__mgr_waits_tick(cq_mgr_t *m, uint64_t now_ms)
 {
     for (size_t i = m->nwaits; i-- > 0;)
