@@ -27,6 +27,16 @@ fi
 [ -f build/build.ninja ] || meson setup build -Dtests=disabled >/dev/null
 ninja -C build src/main/chanqd tools/chanq proto/chat.fds proto/world.fds >/dev/null
 (cd clients/js && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build)
+# On exit (a SIGTERM and Ctrl-C included) chanqd is stopped, and this script ends only once it
+# has. Why the explicit traps and the poll: a signal that arrives while a foreground command
+# runs (the start-up's add-topic) kills bash with its EXIT trap's `wait` returning at once, which
+# left chanqd shutting down after the script had gone (caught by tests/scripts/test_readme.py).
+# (|| true: errexit holds in the trap too, and chanqd may be gone already.)
+stop_chanqd() {
+  [ -z "$chanqd_pid" ] || kill "$chanqd_pid" 2>/dev/null || true
+  while [ -n "$chanqd_pid" ] && kill -0 "$chanqd_pid" 2>/dev/null; do sleep 0.1; done
+  rm -rf "$run"
+}
 if [ "$mode" = chat ]; then
   # chanqd in the background; Ctrl-C (or a SIGTERM) stops it. The bridge (--bridge-file)
   # delivers the durable topic "announcements" to GLOBAL as user message 200, which the page
@@ -34,9 +44,10 @@ if [ "$mode" = chat ]; then
   # so once chanqd is ready (its ready file: the caller's --ready-file if it gave one) this
   # script creates it on chanqd's MQ port; one that exists is left as it is.
   run=$(mktemp -d)
-  # (|| true: errexit holds in the trap too, and chanqd may be gone already)
-  trap 'kill "$chanqd_pid" 2>/dev/null || true; wait "$chanqd_pid" 2>/dev/null || true; rm -rf "$run"' EXIT
   chanqd_pid='' ready='' prev='' own=(--ready-file "$run/ready")
+  trap stop_chanqd EXIT
+  trap 'exit 143' TERM
+  trap 'exit 130' INT
   for a in "$@"; do
     case $a in --ready-file=*) ready=${a#--ready-file=} ;; esac
     [ "$prev" = --ready-file ] && ready=$a
@@ -63,7 +74,10 @@ fi
 # The world: chanqd in the background (its ports from the ready file), then the bots in the
 # foreground; Ctrl-C stops both.
 run=$(mktemp -d)
-trap 'kill "$chanqd_pid" 2>/dev/null; wait "$chanqd_pid" 2>/dev/null; rm -rf "$run"' EXIT
+chanqd_pid=''
+trap stop_chanqd EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
 build/src/main/chanqd --dev --client-fsm config/client_authoratative_fsm.json \
   --spatial-settings config/spatial_world_4x1.json --channel-data-types build/proto/world.fds \
   --web-root clients/js/dist/world --ready-file "$run/ready" "$@" &
