@@ -26,8 +26,7 @@
 /* xwire.h "Local kinds": never in a record. */
 static bool local_kind(int k)
 {
-    return k == XM_SCHEMA || k == XM_INJECT_BC || k == XM_INJECT_ROUTE || k == XM_RESUME ||
-           k == XM_TOPIC_CHAN;
+    return k == XM_SCHEMA || k == XM_INJECT_BC || k == XM_INJECT_ROUTE || k == XM_RESUME;
 }
 
 /* The input as a record. */
@@ -67,10 +66,10 @@ static bool model_ok(const cq_xmsg_t *m, uint32_t off)
     int k = m->kind;
     if ((k == XM_SEND || k == XM_FANOUT || k == XM_SENDMANY || k == XM_ADJACENT) && !m->buf)
         return false;
-    if (k == XM_RECOVER && !m->body_len)
+    if ((k == XM_RECOVER || k == XM_TOPIC_CHAN) && !m->body_len)
         return false;
     bool text = k == XM_CONN_GONE || k == XM_CLOSE || k == XM_META || k == XM_DIR_ADD ||
-                k == XM_RECOVER || k == XM_NODE_CONN;
+                k == XM_RECOVER || k == XM_NODE_CONN || k == XM_TOPIC_CHAN;
     return !text || !m->body_len || m->body[m->body_len - 1] == 0;
 }
 
